@@ -1,0 +1,30 @@
+# Two commands set everything up on a fresh machine: `make run` and `make test`.
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+RUN_DIR ?= runs/compare
+
+.PHONY: run test lint bench clean
+
+$(STAMP): requirements.lock pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements.lock
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(PY) -m lextra compare --out $(RUN_DIR)
+
+test: $(STAMP)
+	OMP_NUM_THREADS=2 $(PY) -m pytest
+
+lint: $(STAMP)
+	$(PY) -m ruff check src tests benchmarks
+	$(PY) -m ruff format --check src tests benchmarks
+
+bench: $(STAMP)
+	$(PY) benchmarks/attention.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,239 @@
+"""The functional attention call and its backends: `reference`, `sdpa`, `chunked`, and `auto`.
+
+`attention(q, k, v, scheme=..., mask=..., q_pos=..., k_pos=...)` applies a position scheme's q/k transform
+and score bias, a mask and an optional temperature, then softmax-attends:
+
+    out = softmax((rotate(q) . rotate(k) * scale + bias) / tau, masked) v
+
+- `reference`: dense (H, Lq, Lk) scores with every modifier applied as a tensor: slow, obvious, ground truth.
+- `sdpa`: one fused `scaled_dot_product_attention` call (is_causal / no mask); only for schemes without a bias,
+  the causal or full mask, and queries aligned with keys.
+- `chunked`: queries in blocks; each block sees only the keys its mask allows (a window's block touches
+  width + block keys) and its bias is built for that block alone from the scheme's per-distance table, then one
+  SDPA call per block. Memory O(H x block x keys) per step, never H x L x L; forward and backward on any device.
+- `auto`: `sdpa` when it applies, else `chunked`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from lextra.attention.masks import UNBOUNDED, CausalMask, FullMask, Mask, build_mask
+from lextra.errors import ConfigError
+from lextra.positions.base import PositionScheme
+
+BACKENDS = ("auto", "reference", "sdpa", "chunked")
+#: elements of one block's bias tensor (x batch broadcast); 2^24 fp32 = 64 MiB
+BIAS_BUDGET = 1 << 24
+MAX_BLOCK = 1024
+MIN_BLOCK = 16
+
+
+def attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    scheme: PositionScheme | None = None,
+    mask: Mask | str | None = "causal",
+    q_pos: Tensor | None = None,
+    k_pos: Tensor | None = None,
+    backend: str = "auto",
+    temperature: Tensor | float | None = None,
+    scale: float | None = None,
+    block_size: int | None = None,
+) -> Tensor:
+    """Position-aware attention of q (B, H, Lq, D), k (B, H, Lk, Dk), v (B, H, Lk, Dv).
+
+    Positions are 1-D integer tensors (default: keys at 0..Lk-1, queries the last Lq of them). `temperature`
+    divides the logits (scalar, per head (H,), or per head and query (H, Lq)). `scale` defaults to
+    1/sqrt(D) of the query's head dimension.
+    """
+    mask = build_mask(mask) if not isinstance(mask, Mask) else mask
+    Lq, Lk = q.shape[-2], k.shape[-2]
+    if k_pos is None:
+        k_pos = torch.arange(Lk, device=q.device)
+    if q_pos is None:
+        q_pos = k_pos[Lk - Lq :] if Lq <= Lk else torch.arange(Lq, device=q.device)
+    if q_pos.numel() != Lq or k_pos.numel() != Lk:
+        raise ConfigError(
+            f"positions do not match lengths: q_pos {q_pos.numel()} vs Lq {Lq}, k_pos {k_pos.numel()} vs Lk {Lk}"
+        )
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    tau = _temperature(temperature, q)
+    if backend not in BACKENDS:
+        raise ConfigError(f"unknown attention backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if backend == "auto":
+        backend = "sdpa" if _sdpa_applies(scheme, mask, q_pos, k_pos) else "chunked"
+    if backend == "reference":
+        return reference_attention(q, k, v, scheme, mask, q_pos, k_pos, scale, tau)
+    if backend == "sdpa":
+        if not _sdpa_applies(scheme, mask, q_pos, k_pos):
+            raise ConfigError(
+                "the sdpa backend runs one fused call: it cannot apply score biases, window/bca masks, "
+                "offset queries or xPos beyond its span; use backend='chunked' or 'auto'"
+            )
+        return _sdpa_attention(q, k, v, scheme, mask, q_pos, k_pos, scale, tau)
+    return chunked_attention(q, k, v, scheme, mask, q_pos, k_pos, scale, tau, block_size)
+
+
+def _temperature(temperature: Tensor | float | None, q: Tensor) -> Tensor | None:
+    """Temperature as a (H, Lq) -broadcastable fp32 tensor, or None for 1."""
+    if temperature is None:
+        return None
+    tau = torch.as_tensor(temperature, dtype=torch.float32, device=q.device)
+    if tau.dim() == 1:
+        tau = tau[:, None]
+    if tau.dim() > 2:
+        raise ConfigError(f"temperature must be a scalar, (H,) or (H, Lq); got shape {tuple(tau.shape)}")
+    if bool((tau <= 0).any()):
+        raise ConfigError("temperature must be positive")
+    return tau
+
+
+def _contiguous(pos: Tensor) -> bool:
+    n = pos.numel()
+    return n == 0 or (int(pos[-1]) - int(pos[0]) == n - 1 and bool((pos.diff() == 1).all()))
+
+
+def _span(q_pos: Tensor, k_pos: Tensor) -> int:
+    return max(int(q_pos[-1]), int(k_pos[-1])) - min(int(q_pos[0]), int(k_pos[0])) + 1
+
+
+def _sdpa_applies(scheme: PositionScheme | None, mask: Mask, q_pos: Tensor, k_pos: Tensor) -> bool:
+    if scheme is not None and scheme.has_bias:
+        return False
+    if type(mask) not in (CausalMask, FullMask):
+        return False
+    if q_pos.numel() == 0 or k_pos.numel() == 0:
+        return False
+    if scheme is not None and scheme.rotate_span is not None and _span(q_pos, k_pos) > scheme.rotate_span:
+        return False
+    if type(mask) is FullMask:
+        return True
+    return q_pos.numel() == k_pos.numel() and bool((q_pos == k_pos).all()) and _contiguous(q_pos)
+
+
+def _rotate(scheme: PositionScheme | None, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor):
+    if scheme is None or not scheme.transforms_qk:
+        return q, k
+    return scheme.rotate(q, k, q_pos, k_pos)
+
+
+def _scaled_query(q: Tensor, tau: Tensor | None) -> Tensor:
+    """Dividing the logits by tau is dividing q by tau (per head, and per query when tau is (H, Lq))."""
+    return q if tau is None else q / tau[..., None].to(q.dtype)
+
+
+def reference_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    scheme: PositionScheme | None,
+    mask: Mask,
+    q_pos: Tensor,
+    k_pos: Tensor,
+    scale: float,
+    tau: Tensor | None = None,
+    return_weights: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Dense scores with every modifier applied as a tensor, in fp32: the ground truth for tests."""
+    qr, kr = _rotate(scheme, q, k, q_pos, k_pos)
+    logits = (qr.float() @ kr.float().transpose(-1, -2)) * scale
+    if scheme is not None and scheme.has_bias:
+        logits = logits + scheme.bias(q_pos, k_pos)
+    if tau is not None:
+        logits = logits / tau[..., None]
+    logits = logits.masked_fill(~mask.allowed(q_pos, k_pos), float("-inf"))
+    weights = torch.softmax(logits, dim=-1)
+    out = (weights @ v.float()).to(v.dtype)
+    return (out, weights) if return_weights else out
+
+
+def _sdpa_attention(q, k, v, scheme, mask, q_pos, k_pos, scale, tau) -> Tensor:
+    qr, kr = _rotate(scheme, q, k, q_pos, k_pos)
+    causal = type(mask) is CausalMask
+    return F.scaled_dot_product_attention(_scaled_query(qr, tau), kr, v, is_causal=causal, scale=scale)
+
+
+def _block_size(scheme: PositionScheme | None, n_keys: int, n_heads: int, requested: int | None) -> int:
+    if requested is not None:
+        return max(1, int(requested))
+    if scheme is None or not scheme.has_bias:
+        size = MAX_BLOCK
+    else:
+        # FIRE's MLP holds a hidden layer per (query, key) pair while the bias is built
+        per_pair = n_heads + (getattr(scheme.mlp[0], "out_features", 0) if scheme.bias_per_query else 0)
+        size = BIAS_BUDGET // max(1, n_keys * per_pair)
+    if scheme is not None and scheme.rotate_span is not None:
+        size = min(size, scheme.rotate_span)
+    return int(min(MAX_BLOCK, max(MIN_BLOCK, size)))
+
+
+def chunked_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    scheme: PositionScheme | None,
+    mask: Mask,
+    q_pos: Tensor,
+    k_pos: Tensor,
+    scale: float,
+    tau: Tensor | None = None,
+    block_size: int | None = None,
+) -> Tensor:
+    """Query blocks, each attending only the keys its mask allows, with its bias built on the fly."""
+    Lq, Lk = q.shape[-2], k.shape[-2]
+    if Lq == 0:
+        return q.new_zeros(*q.shape[:-1], v.shape[-1])
+    rotate_per_block = scheme is not None and scheme.transforms_qk and scheme.rotate_span is not None
+    if not rotate_per_block:
+        q, k = _rotate(scheme, q, k, q_pos, k_pos)
+    keys_sorted = _contiguous(k_pos)
+    queries_sorted = bool((q_pos.diff() >= 0).all()) if Lq > 1 else True
+    has_bias = scheme is not None and scheme.has_bias
+    window = _typical_keys(mask, Lk, block_size or MAX_BLOCK)
+    block = _block_size(scheme, window, q.shape[1], block_size)
+    outputs = []
+    for start in range(0, Lq, block):
+        stop = min(start + block, Lq)
+        qp = q_pos[start:stop]
+        lo, hi = 0, Lk
+        if keys_sorted and queries_sorted:
+            first, last = mask.key_range(int(qp[0]), int(qp[-1]))
+            k0 = int(k_pos[0])
+            lo = max(0, min(Lk, first - k0)) if first > -UNBOUNDED else 0
+            hi = max(lo, min(Lk, last - k0 + 1)) if last < UNBOUNDED else Lk
+        kp = k_pos[lo:hi]
+        qc, kc, vc = q[..., start:stop, :], k[..., lo:hi, :], v[..., lo:hi, :]
+        if rotate_per_block:
+            qc, kc = scheme.rotate(qc, kc, qp, kp)
+        allowed = mask.allowed(qp, kp)
+        if has_bias:
+            bias = scheme.bias(qp, kp)
+            if tau is not None:
+                bias = bias / _block_tau(tau, start, stop)[..., None]
+            attn_mask = bias.masked_fill(~allowed, float("-inf")).to(qc.dtype)
+        else:
+            attn_mask = allowed
+        tau_block = None if tau is None else _block_tau(tau, start, stop)
+        outputs.append(
+            F.scaled_dot_product_attention(_scaled_query(qc, tau_block), kc, vc, attn_mask=attn_mask, scale=scale)
+        )
+    return torch.cat(outputs, dim=-2)
+
+
+def _block_tau(tau: Tensor, start: int, stop: int) -> Tensor:
+    return tau if tau.shape[-1] == 1 else tau[..., start:stop]
+
+
+def _typical_keys(mask: Mask, n_keys: int, block: int) -> int:
+    """Keys one query block sees at most: sizes the bias budget (a window sees width + block keys)."""
+    first, last = mask.key_range(0, block - 1)
+    if first <= -UNBOUNDED or last >= UNBOUNDED:
+        return n_keys
+    return min(n_keys, last - first + 1)

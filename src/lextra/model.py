@@ -1,0 +1,305 @@
+"""A GPT-style decoder (pre-norm) whose attention takes any registered position scheme and mask.
+
+The config names a scheme and its options; the attention layer composes what the scheme gives it (embedding,
+q/k transform, score bias) with a mask and a backend, never asking which scheme it is. Saved as safetensors
+plus a JSON config with a checksum (no pickle).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import Tensor, nn
+
+from lextra.attention import attention, build_mask
+from lextra.attention.masks import Mask
+from lextra.errors import CheckpointError, ConfigError
+from lextra.io import atomic_write, atomic_write_json, sha256_file
+from lextra.positions import HeadDims, PositionScheme, build_scheme
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+FORMAT_VERSION = 1
+
+
+@dataclass
+class GPTConfig:
+    """Model shape and position scheme. `train_len` is L_tr: it sets BCA blocks and learned-table sizes."""
+
+    vocab_size: int = 256
+    n_layer: int = 4
+    n_head: int = 4
+    d_model: int = 128
+    mlp_ratio: float = 4.0
+    dropout: float = 0.0
+    train_len: int = 128
+    scheme: str = "rope"
+    scheme_options: dict[str, Any] = field(default_factory=dict)
+    tie_embeddings: bool = True
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_head
+
+    def head_dims(self) -> HeadDims:
+        return HeadDims(self.n_head, self.head_dim, self.d_model, self.train_len)
+
+    def validate(self) -> GPTConfig:
+        for name in ("vocab_size", "n_layer", "n_head", "d_model", "train_len"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"model config: {name} must be a positive integer, got {value!r}")
+        if self.d_model % self.n_head:
+            raise ConfigError(f"model config: d_model ({self.d_model}) must be divisible by n_head ({self.n_head})")
+        if not 0.0 <= float(self.dropout) < 1.0:
+            raise ConfigError(f"model config: dropout must be in [0, 1), got {self.dropout}")
+        if float(self.mlp_ratio) <= 0:
+            raise ConfigError(f"model config: mlp_ratio must be positive, got {self.mlp_ratio}")
+        build_scheme(self.scheme, self.head_dims(), **self.scheme_options)  # raises on bad names/options
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GPTConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"model config: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        return cls(**data).validate()
+
+
+class KVCache:
+    """Per-layer cache of pre-transform keys and values plus their positions, for incremental decoding.
+
+    Keys are cached before the position transform, so schemes whose rotation depends on the current length
+    (dynamic NTK) re-rotate exactly at every step.
+    """
+
+    def __init__(self, n_layer: int) -> None:
+        self.keys: list[Tensor | None] = [None] * n_layer
+        self.values: list[Tensor | None] = [None] * n_layer
+        self.length = 0
+
+    def extend(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        if self.keys[layer] is not None:
+            k = torch.cat((self.keys[layer], k), dim=-2)
+            v = torch.cat((self.values[layer], v), dim=-2)
+        self.keys[layer], self.values[layer] = k, v
+        return k, v
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention whose positions come entirely from the scheme it is handed."""
+
+    def __init__(self, config: GPTConfig, key_dim: int) -> None:
+        super().__init__()
+        H, D = config.n_head, config.head_dim
+        self.n_head, self.head_dim, self.key_dim = H, D, key_dim
+        self.q_proj = nn.Linear(config.d_model, H * D, bias=False)
+        self.k_proj = nn.Linear(config.d_model, H * key_dim, bias=False)
+        self.v_proj = nn.Linear(config.d_model, H * D, bias=False)
+        self.o_proj = nn.Linear(H * D, config.d_model, bias=False)
+        self.dropout = nn.Dropout(config.dropout)
+        #: per-head temperature (softmax(logits / tau)); None means 1 (set by temperature alignment)
+        self.temperature: Tensor | None = None
+
+    def forward(
+        self,
+        x: Tensor,
+        scheme: PositionScheme,
+        positions: Tensor,
+        mask: Mask,
+        backend: str,
+        cache: KVCache | None = None,
+        layer: int = 0,
+    ) -> Tensor:
+        B, L, _ = x.shape
+        q = self.q_proj(x).view(B, L, self.n_head, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(B, L, self.n_head, self.key_dim).transpose(1, 2)
+        v = self.v_proj(x).view(B, L, self.n_head, self.head_dim).transpose(1, 2)
+        k_pos = positions
+        if cache is not None:
+            k, v = cache.extend(layer, k, v)
+            k_pos = torch.arange(k.shape[-2], device=x.device) + (int(positions[-1]) + 1 - k.shape[-2])
+        out = attention(
+            q,
+            k,
+            v,
+            scheme=scheme,
+            mask=mask,
+            q_pos=positions,
+            k_pos=k_pos,
+            backend=backend,
+            temperature=self.temperature,
+        )
+        return self.dropout(self.o_proj(out.transpose(1, 2).reshape(B, L, -1)))
+
+
+class MLP(nn.Module):
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        hidden = round(config.mlp_ratio * config.d_model)
+        self.up = nn.Linear(config.d_model, hidden, bias=False)
+        self.down = nn.Linear(hidden, config.d_model, bias=False)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.dropout(self.down(F.gelu(self.up(x))))
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: x + attn(ln(x)), then x + mlp(ln(x))."""
+
+    def __init__(self, config: GPTConfig, key_dim: int) -> None:
+        super().__init__()
+        self.ln_attn = nn.LayerNorm(config.d_model)
+        self.attn = SelfAttention(config, key_dim)
+        self.ln_mlp = nn.LayerNorm(config.d_model)
+        self.mlp = MLP(config)
+
+    def forward(self, x, scheme, positions, mask, backend, cache=None, layer=0) -> Tensor:
+        x = x + self.attn(self.ln_attn(x), scheme, positions, mask, backend, cache, layer)
+        return x + self.mlp(self.ln_mlp(x))
+
+
+class GPT(nn.Module):
+    """Decoder-only language model; `forward(tokens)` returns logits (B, L, vocab)."""
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.config = config.validate()
+        dims = config.head_dims()
+        first = build_scheme(config.scheme, dims, **config.scheme_options)
+        shared = first.shared_across_layers or first.adds_embedding or not any(True for _ in first.parameters())
+        others = (
+            []
+            if shared
+            else [build_scheme(config.scheme, dims, **config.scheme_options) for _ in range(config.n_layer - 1)]
+        )
+        #: one scheme for all layers (parameter-free, absolute, or T5), else one per layer
+        self.positions = nn.ModuleList([first, *others])
+        self.embed = nn.Embedding(config.vocab_size, config.d_model)
+        self.drop = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(Block(config, first.key_dim()) for _ in range(config.n_layer))
+        self.ln_f = nn.LayerNorm(config.d_model)
+        self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self._init_weights()
+        if config.tie_embeddings:
+            self.head.weight = self.embed.weight
+
+    def _init_weights(self) -> None:
+        """GPT-2 style: N(0, 0.02) for projections and embeddings, residual outputs scaled by 1/sqrt(2 L).
+
+        Scheme parameters (T5 table, KERPLE, FIRE) keep their own papers' initialisation.
+        """
+        for module in (*self.blocks.modules(), self.embed, self.head):
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, std=0.02)
+        for name, param in self.blocks.named_parameters():
+            if name.endswith(("o_proj.weight", "down.weight")):
+                nn.init.normal_(param, std=0.02 / math.sqrt(2 * self.config.n_layer))
+
+    def scheme_for(self, layer: int) -> PositionScheme:
+        return self.positions[layer if len(self.positions) > 1 else 0]
+
+    def forward(
+        self,
+        tokens: Tensor,
+        *,
+        positions: Tensor | None = None,
+        mask: str | Mask | None = "causal",
+        backend: str = "auto",
+        cache: KVCache | None = None,
+    ) -> Tensor:
+        """Logits for `tokens` (B, L). With a cache, tokens continue the cached sequence."""
+        L = tokens.shape[1]
+        start = cache.length if cache is not None else 0
+        if positions is None:
+            positions = torch.arange(start, start + L, device=tokens.device)
+        mask = build_mask(mask, self.config.train_len) if not isinstance(mask, Mask) else mask
+        x = self.positions[0].embed(self.embed(tokens), positions)
+        x = self.drop(x)
+        for layer, block in enumerate(self.blocks):
+            x = block(x, self.scheme_for(layer), positions, mask, backend, cache, layer)
+        if cache is not None:
+            cache.length += L
+        return self.head(self.ln_f(x))
+
+    def loss(self, tokens: Tensor, **kwargs: Any) -> Tensor:
+        """Mean next-token cross-entropy of a (B, L + 1) batch."""
+        logits = self(tokens[:, :-1], **kwargs)
+        return F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+def save_model(model: GPT, directory: str | Path, extra: dict[str, Any] | None = None) -> Path:
+    """Write `model.safetensors` then `config.json` (with the weights' sha256), each atomically."""
+    directory = Path(directory)
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    if model.config.tie_embeddings:
+        state.pop("head.weight", None)
+    weights = directory / WEIGHTS_FILE
+    atomic_write(weights, lambda tmp: save_file(state, str(tmp), metadata={"format": "lextra"}))
+    meta = {
+        "format_version": FORMAT_VERSION,
+        "model": model.config.to_dict(),
+        "weights_sha256": sha256_file(weights),
+        **(extra or {}),
+    }
+    atomic_write_json(directory / CONFIG_FILE, meta)
+    return directory
+
+
+def read_model_meta(directory: str | Path) -> dict[str, Any]:
+    """The checkpoint's JSON metadata, with a clear error when missing or unreadable."""
+    path = Path(directory) / CONFIG_FILE
+    if not path.exists():
+        raise CheckpointError(f"no checkpoint at {directory}: {CONFIG_FILE} is missing")
+    try:
+        meta = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"checkpoint config {path} is corrupt ({err}); restore it or retrain") from None
+    if not isinstance(meta, dict) or "model" not in meta:
+        raise CheckpointError(f"checkpoint config {path} has no 'model' section; it was not written by lextra")
+    return meta
+
+
+def load_model(directory: str | Path, map_location: str | torch.device = "cpu") -> GPT:
+    """Rebuild a model from `config.json` and load its verified weights."""
+    directory = Path(directory)
+    meta = read_model_meta(directory)
+    config = GPTConfig.from_dict(meta["model"])
+    weights = directory / WEIGHTS_FILE
+    if not weights.exists():
+        raise CheckpointError(f"checkpoint {directory} has no {WEIGHTS_FILE}")
+    expected = meta.get("weights_sha256")
+    if expected and sha256_file(weights) != expected:
+        raise CheckpointError(
+            f"checkpoint {weights} is corrupt: its sha256 does not match config.json; "
+            "use an earlier checkpoint or retrain"
+        )
+    try:
+        state = load_file(str(weights), device=str(map_location))
+    except (SafetensorError, OSError) as err:
+        raise CheckpointError(f"checkpoint {weights} cannot be read ({err})") from None
+    model = GPT(config)
+    if config.tie_embeddings:
+        state["head.weight"] = state.get("embed.weight")
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise CheckpointError(
+            f"checkpoint {weights} does not fit its config: missing {missing[:5]}, unexpected {unexpected[:5]}"
+        )
+    return model.to(map_location)

@@ -1,0 +1,72 @@
+"""Schemes that add position to the token embedding (sinusoidal, learned) and NoPE, which adds nothing."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from lextra.errors import ConfigError, LengthError
+from lextra.positions.base import HeadDims, PositionScheme, register_scheme
+
+
+@register_scheme("nope")
+class NoPE(PositionScheme):
+    """No position encoding: causal attention alone carries order (Kazemnejad et al. 2023)."""
+
+    summary = "no position information; order comes from the causal mask alone"
+
+    def __init__(self, dims: HeadDims) -> None:
+        super().__init__(dims)
+
+
+def sinusoidal_table(positions: Tensor, d_model: int, base: float = 10000.0) -> Tensor:
+    """PE[p, 2i] = sin(p / base^(2i/d)), PE[p, 2i+1] = cos(...) (Vaswani 2017), computed in fp64, fp32 out."""
+    i = torch.arange(0, d_model, 2, dtype=torch.float64, device=positions.device)
+    angles = positions.to(torch.float64)[:, None] * base ** (-i / d_model)[None, :]
+    table = torch.empty(positions.numel(), d_model, dtype=torch.float64, device=positions.device)
+    table[:, 0::2] = torch.sin(angles)
+    table[:, 1::2] = torch.cos(angles[:, : d_model // 2])
+    return table.float()
+
+
+@register_scheme("sinusoidal")
+class Sinusoidal(PositionScheme):
+    """Fixed sinusoidal absolute embedding added to token embeddings (Vaswani et al. 2017)."""
+
+    summary = "fixed sin/cos absolute embedding added to the tokens (Vaswani 2017)"
+    relative = False
+    adds_embedding = True
+
+    def __init__(self, dims: HeadDims, *, base: float = 10000.0) -> None:
+        super().__init__(dims)
+        self.base = base
+
+    def embed(self, x: Tensor, positions: Tensor) -> Tensor:
+        return x + sinusoidal_table(positions, self.dims.d_model, self.base).to(x.dtype)
+
+
+@register_scheme("learned")
+class Learned(PositionScheme):
+    """A learned table of `max_len` absolute position vectors (GPT-2); undefined beyond it, so it fails."""
+
+    summary = "learned absolute position table (GPT-2); errors beyond max_len"
+    relative = False
+    adds_embedding = True
+
+    def __init__(self, dims: HeadDims, *, max_len: int | None = None) -> None:
+        super().__init__(dims)
+        self.max_len = int(max_len or dims.train_len)
+        if self.max_len < 1:
+            raise ConfigError(f"learned: max_len must be >= 1, got {self.max_len}")
+        self.table = nn.Embedding(self.max_len, dims.d_model)
+        nn.init.normal_(self.table.weight, std=0.02)
+
+    def embed(self, x: Tensor, positions: Tensor) -> Tensor:
+        top = int(positions.max()) if positions.numel() else 0
+        if top >= self.max_len or (positions.numel() and int(positions.min()) < 0):
+            raise LengthError(
+                f"learned position table has {self.max_len} entries but the input reaches position {top}; "
+                f"use inputs of at most {self.max_len} tokens, train with a larger max_len, "
+                "or pick a relative scheme (e.g. alibi, rope) to extrapolate"
+            )
+        return x + self.table(positions).to(x.dtype)

@@ -1,0 +1,99 @@
+"""The interface every position scheme implements: the four places position can enter attention.
+
+A scheme fills only the places it uses; the attention layer composes them without asking which scheme it is:
+  1. `embed(x, positions)`            token embedding (absolute schemes)
+  2. `rotate(q, k, q_pos, k_pos)`     q/k transform (rotary family, CoCA)
+  3. `bias(q_pos, k_pos)`             additive score modifier (ALiBi, T5, KERPLE, Sandwich, FIRE)
+  4. masks live in `lextra.attention.masks`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from lextra.registry import Registry
+
+
+@dataclass(frozen=True)
+class HeadDims:
+    """Shapes a scheme needs to know: heads, per-head width, model width and the training length."""
+
+    n_heads: int
+    head_dim: int
+    d_model: int
+    train_len: int
+
+
+class PositionScheme(nn.Module):
+    """Base class: a scheme that adds nothing (NoPE behaviour). Subclasses override the places they use."""
+
+    name: ClassVar[str] = "base"
+    summary: ClassVar[str] = ""
+    #: scores depend on positions only through m - n (translation invariant)
+    relative: ClassVar[bool] = True
+    #: which of the four places the scheme fills
+    adds_embedding: ClassVar[bool] = False
+    transforms_qk: ClassVar[bool] = False
+    has_bias: ClassVar[bool] = False
+    #: the bias depends on the query position m itself, not only on m - n (FIRE)
+    bias_per_query: ClassVar[bool] = False
+    #: one instance serves every layer of a model (T5 computes its bias once per stack)
+    shared_across_layers: ClassVar[bool] = False
+    #: the rotation's numerics are only safe when queries in one call span at most this many positions
+    rotate_span: ClassVar[int | None] = None
+
+    def __init__(self, dims: HeadDims) -> None:
+        super().__init__()
+        self.dims = dims
+        self.options: dict[str, Any] = {}
+
+    # --- place 1: token embedding -------------------------------------------------------------
+    def embed(self, x: Tensor, positions: Tensor) -> Tensor:
+        """Add the absolute position signal to token embeddings `x` (B, L, d_model)."""
+        return x
+
+    # --- place 2: q/k transform ---------------------------------------------------------------
+    def key_dim(self) -> int:
+        """Width of the key projection per head (CoCA projects D/2 non-negative coefficients)."""
+        return self.dims.head_dim
+
+    def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
+        """Transform q (..., Lq, D) and k (..., Lk, Dk) by their positions (1-D long tensors)."""
+        return q, k
+
+    # --- place 3: additive score bias ---------------------------------------------------------
+    def distance_bias(self, distance: Tensor) -> Tensor:
+        """Bias as a function of d = m - n only: returns (H, *distance.shape) in fp32."""
+        raise TypeError(f"scheme {self.name!r} has no distance bias")
+
+    def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        """Additive bias (H, Lq, Lk) for these positions, built from a per-distance table.
+
+        The table holds one value per distinct distance (O(H x (Lq + Lk)) numbers); the (H, Lq, Lk) result
+        is only ever built for one query chunk at a time by the fast backends.
+        """
+        distance = q_pos[:, None] - k_pos[None, :]
+        lo = int(distance.min())
+        hi = int(distance.max())
+        table = self.distance_bias(torch.arange(lo, hi + 1, device=q_pos.device))
+        return table[:, distance - lo]
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.options.items())
+
+
+SCHEMES: Registry[PositionScheme] = Registry("position scheme")
+register_scheme = SCHEMES.register
+
+
+def build_scheme(name: str, dims: HeadDims, **options: Any) -> PositionScheme:
+    """Instantiate a registered scheme with validated options (clear error on unknown names or options)."""
+    cls = SCHEMES.get(name)
+    SCHEMES.check_options(name, options)
+    scheme = cls(dims, **options)
+    scheme.options = dict(options)
+    return scheme

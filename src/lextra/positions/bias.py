@@ -1,0 +1,234 @@
+"""Additive score biases: ALiBi, T5 buckets, KERPLE (log, power), Sandwich and FIRE.
+
+Each is added to q.k / sqrt(D) before the softmax. All but FIRE are functions of the distance d = m - n alone
+and are computed from a per-distance table; FIRE also depends on the query position m.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from lextra.errors import ConfigError
+from lextra.positions.base import HeadDims, PositionScheme, register_scheme
+
+
+def alibi_slopes(n_heads: int) -> Tensor:
+    """ALiBi head slopes (Press et al. 2022): 2^(-8h/H) for a power of two H, otherwise the slopes of
+    P = 2^floor(log2 H) followed by every other slope of 2P, truncated to H (fp32)."""
+
+    def geometric(n: int) -> list[float]:
+        return [2.0 ** (-8.0 * h / n) for h in range(1, n + 1)]
+
+    if n_heads < 1:
+        raise ConfigError(f"alibi needs at least one head, got {n_heads}")
+    p = 2 ** math.floor(math.log2(n_heads))
+    slopes = geometric(p) + geometric(2 * p)[0::2][: n_heads - p]
+    return torch.tensor(slopes, dtype=torch.float32)
+
+
+@register_scheme("alibi")
+class ALiBi(PositionScheme):
+    """Attention with linear biases (Press et al. 2022): bias -m_h |m - n|.
+
+    `slope_shift` adds a constant to every log2 slope (the seed's ablation; 0 = the paper's slopes).
+    """
+
+    summary = "linear distance penalty -m_h (m - n) with geometric head slopes (Press 2022)"
+    has_bias = True
+
+    def __init__(self, dims: HeadDims, *, slope_shift: float = 0.0) -> None:
+        super().__init__(dims)
+        slopes = alibi_slopes(dims.n_heads) * (2.0 ** float(slope_shift))
+        self.register_buffer("slopes", slopes, persistent=False)
+
+    def distance_bias(self, distance: Tensor) -> Tensor:
+        d = distance.abs().float()
+        return -self.slopes.view(-1, *([1] * d.dim())) * d
+
+
+def t5_relative_position_bucket(
+    relative_position: Tensor, bidirectional: bool, num_buckets: int = 32, max_distance: int = 128
+) -> Tensor:
+    """The T5 bucket of relative_position = key - query (Raffel 2020; same convention as Hugging Face).
+
+    Causal: n = max(-(key - query), 0); bidirectional halves the buckets and offsets keys after the query by
+    num_buckets/2. Exact buckets below num_buckets/2, log-spaced up to max_distance, the last bucket beyond.
+    """
+    buckets = torch.zeros_like(relative_position)
+    if bidirectional:
+        num_buckets //= 2
+        buckets = buckets + (relative_position > 0).long() * num_buckets
+        n = relative_position.abs()
+    else:
+        n = (-relative_position).clamp(min=0)
+    exact = num_buckets // 2
+    is_small = n < exact
+    # float32 log as in the reference; n is clamped to >= 1 only where the log is taken
+    log_ratio = torch.log(n.clamp(min=1).float() / exact) / math.log(max_distance / exact)
+    large = exact + (log_ratio * (num_buckets - exact)).long()
+    large = torch.minimum(large, torch.full_like(large, num_buckets - 1))
+    return buckets + torch.where(is_small, n, large)
+
+
+@register_scheme("t5")
+class T5Bias(PositionScheme):
+    """T5 relative buckets (Raffel et al. 2020): a learned scalar per (bucket, head), shared by all layers."""
+
+    summary = "learned scalar per log-spaced distance bucket and head (T5), shared across layers"
+    has_bias = True
+    shared_across_layers = True
+
+    def __init__(
+        self, dims: HeadDims, *, num_buckets: int = 32, max_distance: int = 128, bidirectional: bool = False
+    ) -> None:
+        super().__init__(dims)
+        exact = num_buckets // (2 if bidirectional else 1) // 2
+        if exact < 1 or max_distance <= exact:
+            raise ConfigError(
+                f"t5: need num_buckets >= 2 and max_distance > the exact range, "
+                f"got num_buckets={num_buckets}, max_distance={max_distance}"
+            )
+        self.num_buckets, self.max_distance, self.bidirectional = num_buckets, max_distance, bidirectional
+        self.relative_attention_bias = nn.Embedding(num_buckets, dims.n_heads)
+        nn.init.normal_(self.relative_attention_bias.weight, std=0.02)
+
+    def distance_bias(self, distance: Tensor) -> Tensor:
+        bucket = t5_relative_position_bucket(-distance, self.bidirectional, self.num_buckets, self.max_distance)
+        values = self.relative_attention_bias(bucket)  # (..., H)
+        return values.movedim(-1, 0).float()
+
+
+class _Kerple(PositionScheme):
+    """Shared parts of the KERPLE kernels: per-head r1, r2, clamped into their valid range in every forward."""
+
+    has_bias = True
+    r2_max: float | None = None
+
+    def __init__(self, dims: HeadDims, r1_init: float, r2_init: float, eps: float) -> None:
+        super().__init__(dims)
+        self.eps = float(eps)
+        self.r1 = nn.Parameter(torch.rand(dims.n_heads) * r1_init)
+        self.r2 = nn.Parameter(torch.rand(dims.n_heads) * r2_init)
+
+    def parameters_clamped(self) -> tuple[Tensor, Tensor]:
+        """(r1, r2) as used in the forward: r1, r2 >= eps (and r2 <= r2_max for the power kernel)."""
+        r1 = self.r1.clamp(min=self.eps)
+        r2 = self.r2.clamp(min=self.eps, max=self.r2_max) if self.r2_max else self.r2.clamp(min=self.eps)
+        return r1, r2
+
+
+@register_scheme("kerple_log")
+class KerpleLog(_Kerple):
+    """KERPLE logarithmic kernel (Chi et al. 2022): bias -r1 ln(1 + r2 |m - n|).
+
+    Initialised r1 ~ U(0, r1_init), r2 ~ U(0, r2_init) with the reference code's (2, 1); both clamped to >= eps.
+    """
+
+    summary = "KERPLE log kernel -r1 ln(1 + r2 d), learned per head (Chi 2022)"
+
+    def __init__(self, dims: HeadDims, *, r1_init: float = 2.0, r2_init: float = 1.0, eps: float = 0.01) -> None:
+        super().__init__(dims, r1_init, r2_init, eps)
+
+    def distance_bias(self, distance: Tensor) -> Tensor:
+        r1, r2 = self.parameters_clamped()
+        shape = (-1, *([1] * distance.dim()))
+        return -r1.view(shape) * torch.log1p(r2.view(shape) * distance.abs().float())
+
+
+@register_scheme("kerple_power")
+class KerplePower(_Kerple):
+    """KERPLE power kernel (Chi et al. 2022): bias -r1 |m - n|^r2.
+
+    Initialised r1 ~ U(0, r1_init), r2 ~ U(0, r2_init) with the reference code's (1, 2); clamped to
+    r1 >= eps and eps <= r2 <= 2.
+    """
+
+    summary = "KERPLE power kernel -r1 d^r2, learned per head (Chi 2022)"
+    r2_max = 2.0
+
+    def __init__(self, dims: HeadDims, *, r1_init: float = 1.0, r2_init: float = 2.0, eps: float = 0.01) -> None:
+        super().__init__(dims, r1_init, r2_init, eps)
+
+    def distance_bias(self, distance: Tensor) -> Tensor:
+        r1, r2 = self.parameters_clamped()
+        shape = (-1, *([1] * distance.dim()))
+        return -r1.view(shape) * distance.abs().float().pow(r2.view(shape))
+
+
+def sandwich_distance_bias(distance: Tensor, n_heads: int, d_bar: int = 128) -> Tensor:
+    """Sandwich (Chi et al. 2023): (sum_{i=1}^{d_bar/2} cos(d * 10000^(-2i/d_bar)) - d_bar/2) / (8h/H)."""
+    i = torch.arange(1, d_bar // 2 + 1, dtype=torch.float64, device=distance.device)
+    freqs = 10000.0 ** (-2.0 * i / d_bar)
+    d = distance.to(torch.float64)
+    total = torch.cos(d[..., None] * freqs).sum(-1) - d_bar / 2
+    heads = torch.arange(1, n_heads + 1, dtype=torch.float64, device=distance.device)
+    scale = 8.0 * heads / n_heads
+    return (total[None] / scale.view(-1, *([1] * d.dim()))).float()
+
+
+@register_scheme("sandwich")
+class Sandwich(PositionScheme):
+    """Sandwich (Chi et al. 2023): the parameter-free bias of sinusoidal vectors' dot product.
+
+    `smoothed=True` uses its least-squares log-curve fit -0.825 ln(1 + d) - 0.8 (KERPLE-log, r1 = 0.825,
+    r2 = 1) divided by the same head scale 8h/H (the seed's smoothed ablation).
+    """
+
+    summary = "parameter-free sinusoidal dot-product bias (Chi 2023), d_bar = 128"
+    has_bias = True
+
+    def __init__(self, dims: HeadDims, *, d_bar: int = 128, smoothed: bool = False) -> None:
+        super().__init__(dims)
+        if d_bar < 2 or d_bar % 2:
+            raise ConfigError(f"sandwich: d_bar must be a positive even number, got {d_bar}")
+        self.d_bar, self.smoothed = int(d_bar), bool(smoothed)
+
+    def distance_bias(self, distance: Tensor) -> Tensor:
+        d = distance.abs()
+        if not self.smoothed:
+            return sandwich_distance_bias(d, self.dims.n_heads, self.d_bar)
+        heads = torch.arange(1, self.dims.n_heads + 1, dtype=torch.float32, device=d.device)
+        curve = -0.825 * torch.log1p(d.float()) - 0.8
+        return curve[None] / (8.0 * heads / self.dims.n_heads).view(-1, *([1] * d.dim()))
+
+
+@register_scheme("fire")
+class FIRE(PositionScheme):
+    """FIRE (Li et al. 2023, arXiv 2310.04418): b_h(m, n) = MLP_h(psi(m - n) / (psi(max(m, L_thr)) + eps)).
+
+    psi(x) = ln(|c x| + 1) with learnable c (init 0.1); L_thr = |L_mult| * threshold (512), learnable;
+    MLP 1 -> hidden (32, ReLU) -> H. Depends on the query position m (progressive interpolation).
+    """
+
+    summary = "learned MLP of normalised log distance psi(m-n)/psi(max(m, L_thr)) (Li 2023)"
+    has_bias = True
+    bias_per_query = True
+    relative = False
+
+    def __init__(
+        self,
+        dims: HeadDims,
+        *,
+        hidden: int = 32,
+        c_init: float = 0.1,
+        threshold: float = 512.0,
+        eps: float = 1e-6,
+    ) -> None:
+        super().__init__(dims)
+        self.c = nn.Parameter(torch.tensor(float(c_init)))
+        self.l_mult = nn.Parameter(torch.tensor(1.0))
+        self.threshold, self.eps = float(threshold), float(eps)
+        self.mlp = nn.Sequential(nn.Linear(1, hidden), nn.ReLU(), nn.Linear(hidden, dims.n_heads))
+
+    def _psi(self, x: Tensor) -> Tensor:
+        return torch.log(torch.abs(self.c * x) + 1.0)
+
+    def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        distance = (q_pos[:, None] - k_pos[None, :]).float()
+        l_thr = self.l_mult.abs() * self.threshold
+        denominator = self._psi(torch.maximum(q_pos.float(), l_thr)) + self.eps  # (Lq,)
+        normalised = self._psi(distance) / denominator[:, None]
+        return self.mlp(normalised.unsqueeze(-1)).movedim(-1, 0)  # (H, Lq, Lk)
