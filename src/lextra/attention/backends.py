@@ -129,6 +129,26 @@ def _scaled_query(q: Tensor, tau: Tensor | None) -> Tensor:
     return q if tau is None else q / tau[..., None].to(q.dtype)
 
 
+def attention_logits(
+    q: Tensor,
+    k: Tensor,
+    scheme: PositionScheme | None,
+    q_pos: Tensor,
+    k_pos: Tensor,
+    scale: float | None = None,
+    tau: Tensor | None = None,
+) -> Tensor:
+    """Pre-softmax, pre-mask logits (B, H, Lq, Lk) in fp32: (rotate(q) . rotate(k) * scale + bias) / tau."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    qr, kr = _rotate(scheme, q, k, q_pos, k_pos)
+    logits = (qr.float() @ kr.float().transpose(-1, -2)) * scale
+    if scheme is not None and scheme.has_bias:
+        logits = logits + scheme.bias(q_pos, k_pos)
+    if tau is not None:
+        logits = logits / tau[..., None]
+    return logits
+
+
 def reference_attention(
     q: Tensor,
     k: Tensor,
@@ -142,12 +162,7 @@ def reference_attention(
     return_weights: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Dense scores with every modifier applied as a tensor, in fp32: the ground truth for tests."""
-    qr, kr = _rotate(scheme, q, k, q_pos, k_pos)
-    logits = (qr.float() @ kr.float().transpose(-1, -2)) * scale
-    if scheme is not None and scheme.has_bias:
-        logits = logits + scheme.bias(q_pos, k_pos)
-    if tau is not None:
-        logits = logits / tau[..., None]
+    logits = attention_logits(q, k, scheme, q_pos, k_pos, scale, tau)
     logits = logits.masked_fill(~mask.allowed(q_pos, k_pos), float("-inf"))
     weights = torch.softmax(logits, dim=-1)
     out = (weights @ v.float()).to(v.dtype)
@@ -167,7 +182,7 @@ def _block_size(scheme: PositionScheme | None, n_keys: int, n_heads: int, reques
         size = MAX_BLOCK
     else:
         # FIRE's MLP holds a hidden layer per (query, key) pair while the bias is built
-        per_pair = n_heads + (getattr(scheme.mlp[0], "out_features", 0) if scheme.bias_per_query else 0)
+        per_pair = n_heads + (2 * scheme.mlp[0].out_features if scheme.bias_per_query else 0)
         size = BIAS_BUDGET // max(1, n_keys * per_pair)
     if scheme is not None and scheme.rotate_span is not None:
         size = min(size, scheme.rotate_span)

@@ -80,6 +80,9 @@ class PositionScheme(nn.Module):
         lo = int(distance.min())
         hi = int(distance.max())
         table = self.distance_bias(torch.arange(lo, hi + 1, device=q_pos.device))
+        if table.requires_grad:
+            # learned tables: the gather's backward sums up to Lq x Lk gradients per entry; do it in fp64
+            return table.double()[:, distance - lo].float()
         return table[:, distance - lo]
 
     def extra_repr(self) -> str:

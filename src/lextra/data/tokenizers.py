@@ -1,0 +1,305 @@
+"""Tokenizers: raw bytes, a byte-level BPE trained locally and cached, or a Hugging Face tokenizer on disk.
+
+Each one describes itself with `to_config()`, and `tokenizer_from_config` rebuilds it, so a saved run can
+decode and evaluate with exactly the tokenizer it was trained with.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import sys
+import tempfile
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from lextra.data.corpora import Document
+from lextra.errors import DataError
+
+DEFAULT_BPE_VOCAB = 8192
+"""Vocabulary size of `bpe` without an explicit size."""
+
+BPE_EOS = "<|endoftext|>"
+"""The BPE tokenizer's one special token (id 0), used to separate documents in the training stream."""
+
+_BPE_FORMAT = 1
+"""Bumped when the BPE recipe changes, so stale cache entries are not reused."""
+
+_TOKENIZER_SPECS = "bytes, bpe, bpe:VOCAB_SIZE or hf:/local/path"
+
+
+class Tokenizer(ABC):
+    """Text <-> token ids; `separator_id` (or None) joins documents in a training stream."""
+
+    name: str
+    vocab_size: int
+    separator_id: int | None = None
+
+    @abstractmethod
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text` (no special tokens added)."""
+
+    @abstractmethod
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of token ids; invalid pieces become U+FFFD rather than raising."""
+
+    @abstractmethod
+    def to_config(self) -> dict[str, Any]:
+        """A JSON-serialisable description from which `tokenizer_from_config` rebuilds this tokenizer."""
+
+    def encode_many(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids of several texts (subclasses batch this where the backend is faster in bulk)."""
+        return [self.encode(text) for text in texts]
+
+    def __repr__(self) -> str:
+        """Name and vocabulary size, for logs."""
+        return f"{type(self).__name__}(name={self.name!r}, vocab_size={self.vocab_size})"
+
+
+class ByteTokenizer(Tokenizer):
+    """UTF-8 bytes as tokens (vocabulary 256): no training, no unknown tokens, documents joined by newlines."""
+
+    name = "bytes"
+    vocab_size = 256
+    separator_id = ord("\n")
+
+    def encode(self, text: str) -> list[int]:
+        """The UTF-8 bytes of `text`."""
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """UTF-8 decoding of the bytes; a window that cuts a multi-byte character shows U+FFFD there."""
+        return bytes(ids).decode("utf-8", errors="replace")
+
+    def to_config(self) -> dict[str, Any]:
+        """`{"kind": "bytes"}`."""
+        return {"kind": "bytes"}
+
+
+class BPETokenizer(Tokenizer):
+    """A byte-level BPE (GPT-2 style pre-tokenisation) from the `tokenizers` library; trained by `train`."""
+
+    def __init__(self, backend: Any, *, source: str = "") -> None:
+        """Wrap a trained `tokenizers.Tokenizer`; `source` notes where it came from (cache file), for logs."""
+        self._backend = backend
+        self.vocab_size = int(backend.get_vocab_size())
+        self.name = f"bpe:{self.vocab_size}"
+        self.separator_id = backend.token_to_id(BPE_EOS)
+        self.source = source
+
+    @classmethod
+    def train(
+        cls,
+        docs: Sequence[Document],
+        vocab_size: int = DEFAULT_BPE_VOCAB,
+        *,
+        cache_dir: str | os.PathLike[str] | None = None,
+        corpus_name: str = "",
+    ) -> BPETokenizer:
+        """Train on `docs` (pass the TRAIN split only) or load the cached result of an identical earlier training.
+
+        The cache key hashes the vocabulary size, the corpus name and a fingerprint of every document's id and
+        text, so any change to the training text retrains. Files are written atomically (safe across ranks).
+        """
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 257:
+            raise DataError(f"BPE vocab size must be an integer >= 257 (256 bytes + 1 special), got {vocab_size}")
+        if not docs:
+            raise DataError("the BPE tokenizer needs training documents; give a non-empty train split")
+        from tokenizers import Tokenizer as Backend
+
+        directory = resolve_cache_dir(cache_dir)
+        path = directory / bpe_cache_name(docs, vocab_size, corpus_name)
+        if path.is_file():
+            try:
+                return cls(Backend.from_file(str(path)), source=str(path))
+            except Exception:  # a truncated or foreign file: retrain and overwrite it
+                pass
+        backend = _train_bpe_backend(docs, vocab_size)
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=directory, suffix=".tmp", delete=False, encoding="utf-8") as tmp:
+            tmp_path = Path(tmp.name)
+            try:
+                tmp.write(backend.to_str())
+            except BaseException:
+                tmp.close()
+                tmp_path.unlink(missing_ok=True)
+                raise
+        os.replace(tmp_path, path)
+        return cls(backend, source=str(path))
+
+    def encode(self, text: str) -> list[int]:
+        """BPE token ids of `text`."""
+        return list(self._backend.encode(text, add_special_tokens=False).ids)
+
+    def encode_many(self, texts: Sequence[str]) -> list[list[int]]:
+        """BPE token ids of several texts, encoded in parallel by the backend in bounded chunks."""
+        out: list[list[int]] = []
+        chunk = 64
+        for start in range(0, len(texts), chunk):
+            encodings = self._backend.encode_batch_fast(list(texts[start : start + chunk]), add_special_tokens=False)
+            out.extend(list(e.ids) for e in encodings)
+        return out
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of BPE ids (special tokens are kept visible)."""
+        return str(self._backend.decode(list(ids), skip_special_tokens=False))
+
+    def to_config(self) -> dict[str, Any]:
+        """The kind plus the full tokenizer JSON, so the rebuild needs no cache file."""
+        return {"kind": "bpe", "vocab_size": self.vocab_size, "tokenizer_json": self._backend.to_str()}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> BPETokenizer:
+        """Rebuild from `to_config()` output."""
+        from tokenizers import Tokenizer as Backend
+
+        try:
+            return cls(Backend.from_str(config["tokenizer_json"]))
+        except Exception as err:
+            raise DataError(f"the saved BPE tokenizer is unreadable ({err}); retrain the run's tokenizer") from err
+
+
+def _train_bpe_backend(docs: Sequence[Document], vocab_size: int) -> Any:
+    """Train a byte-level BPE with the `tokenizers` library on the documents' texts."""
+    from tokenizers import Tokenizer as Backend
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    backend = Backend(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[BPE_EOS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    backend.train_from_iterator((doc.text for doc in docs), trainer=trainer, length=len(docs))
+    return backend
+
+
+def corpus_fingerprint(docs: Sequence[Document]) -> str:
+    """SHA-256 over every document's id and text, in order: identical iff the training text is identical."""
+    digest = hashlib.sha256()
+    for doc in docs:
+        for part in (doc.id, doc.text):
+            data = part.encode("utf-8")
+            digest.update(len(data).to_bytes(8, "little"))
+            digest.update(data)
+    return digest.hexdigest()
+
+
+def bpe_cache_name(docs: Sequence[Document], vocab_size: int, corpus_name: str = "") -> str:
+    """The cache file name for a BPE trained on `docs`: readable prefix plus a hash of everything that matters."""
+    import tokenizers
+
+    key = json.dumps(
+        {
+            "format": _BPE_FORMAT,
+            "tokenizers": tokenizers.__version__,
+            "vocab_size": vocab_size,
+            "corpus": corpus_name,
+            "fingerprint": corpus_fingerprint(docs),
+        },
+        sort_keys=True,
+    )
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", corpus_name).strip("-.")[-40:] or "corpus"
+    return f"bpe{vocab_size}-{slug}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+
+
+def resolve_cache_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The tokenizer cache: `cache_dir` if given, else `$LEXTRA_CACHE/tokenizers`, else ~/.cache/lextra/tokenizers."""
+    if cache_dir is not None:
+        return Path(cache_dir).expanduser()
+    root = os.environ.get("LEXTRA_CACHE")
+    base = Path(root).expanduser() if root else Path.home() / ".cache" / "lextra"
+    return base / "tokenizers"
+
+
+class HFTokenizer(Tokenizer):
+    """A Hugging Face tokenizer read from a local directory (or a local .gguf file); never downloads."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        """Load with `AutoTokenizer.from_pretrained(path, local_files_only=True)`."""
+        location = Path(path).expanduser()
+        if not location.exists():
+            raise DataError(
+                f"Hugging Face tokenizer path {location} does not exist; give a local directory "
+                "with tokenizer files (hub names are not downloaded)"
+            )
+        try:
+            from transformers import AutoTokenizer
+        except ImportError as err:
+            raise DataError("hf: tokenizers need transformers; pip install transformers==5.24.0") from err
+        try:
+            if location.is_file() and location.suffix == ".gguf":
+                tok = AutoTokenizer.from_pretrained(
+                    str(location.parent), gguf_file=location.name, local_files_only=True
+                )
+            else:
+                tok = AutoTokenizer.from_pretrained(str(location), local_files_only=True)
+        except (OSError, ValueError) as err:
+            raise DataError(f"no Hugging Face tokenizer could be loaded from {location} ({err})") from err
+        tok.model_max_length = sys.maxsize  # we cut windows ourselves: silence "sequence too long" warnings
+        self._tok = tok
+        self.path = str(location.resolve())
+        self.name = f"hf:{self.path}"
+        self.vocab_size = len(tok)
+        self.separator_id = tok.eos_token_id
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text`, without BOS/EOS."""
+        return list(self._tok.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of token ids."""
+        return str(self._tok.decode(list(ids)))
+
+    def to_config(self) -> dict[str, Any]:
+        """The kind and the absolute local path."""
+        return {"kind": "hf", "path": self.path}
+
+
+def tokenizer_from_config(config: dict[str, Any]) -> Tokenizer:
+    """Rebuild a tokenizer from the dict its `to_config()` returned (e.g. read from a run's config.json)."""
+    kind = config.get("kind") if isinstance(config, dict) else None
+    if kind == "bytes":
+        return ByteTokenizer()
+    if kind == "bpe":
+        return BPETokenizer.from_config(config)
+    if kind == "hf":
+        return HFTokenizer(config["path"])
+    raise DataError(f"unknown tokenizer config {config!r}; expected kind bytes, bpe or hf")
+
+
+def build_tokenizer(
+    spec: str,
+    docs: Sequence[Document] | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    *,
+    corpus_name: str = "",
+) -> Tokenizer:
+    """Make the tokenizer named by `spec`: "bytes", "bpe" / "bpe:4096" (trained on `docs`), or "hf:/local/path".
+
+    For BPE, `docs` must be the TRAIN split only (evaluation text must not shape the vocabulary), and
+    `corpus_name` (the corpus spec) names the cache file.
+    """
+    spec = spec.strip()
+    if spec == "bytes":
+        return ByteTokenizer()
+    if spec == "bpe" or spec.startswith("bpe:"):
+        size_text = spec.partition(":")[2] or str(DEFAULT_BPE_VOCAB)
+        if not size_text.isdigit():
+            raise DataError(f"tokenizer {spec!r}: the vocab size must be an integer, e.g. bpe:4096")
+        if docs is None:
+            raise DataError(f"tokenizer {spec!r} is trained on the corpus; pass the training documents")
+        return BPETokenizer.train(docs, int(size_text), cache_dir=cache_dir, corpus_name=corpus_name)
+    if spec.startswith("hf:"):
+        path = spec.removeprefix("hf:")
+        if not path:
+            raise DataError("tokenizer 'hf:' needs a local path, e.g. hf:/models/llama")
+        return HFTokenizer(path)
+    raise DataError(f"unknown tokenizer {spec!r}; use {_TOKENIZER_SPECS}")

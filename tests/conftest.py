@@ -1,0 +1,37 @@
+"""Shared fixtures: small deterministic shapes so the suite stays fast on 2 CPU cores."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lextra.positions import SCHEMES, HeadDims, build_scheme
+
+ALL_SCHEMES = SCHEMES.names()
+RELATIVE_SCHEMES = [n for n in ALL_SCHEMES if SCHEMES.get(n).relative]
+BIAS_SCHEMES = [n for n in ALL_SCHEMES if SCHEMES.get(n).has_bias]
+
+
+@pytest.fixture(autouse=True)
+def _seed() -> None:
+    torch.manual_seed(0)
+
+
+def make_scheme(name: str, n_heads: int = 4, head_dim: int = 16, train_len: int = 64, **options):
+    """A scheme with random (not zero) learned parameters, so tests see their effect."""
+    scheme = build_scheme(name, HeadDims(n_heads, head_dim, n_heads * head_dim, train_len), **options)
+    with torch.no_grad():
+        for param in scheme.parameters():
+            if param.dim() > 0 and param.numel() > 1:
+                param.normal_(0.0, 0.5)
+    return scheme
+
+
+def qkv(scheme, length: int, batch: int = 2, key_length: int | None = None, grad: bool = False):
+    """Random q, k, v shaped for `scheme` (its key width may differ, as in CoCA)."""
+    H, D = scheme.dims.n_heads, scheme.dims.head_dim
+    Lk = length if key_length is None else key_length
+    q = torch.randn(batch, H, length, D, requires_grad=grad)
+    k = torch.randn(batch, H, Lk, scheme.key_dim(), requires_grad=grad)
+    v = torch.randn(batch, H, Lk, D, requires_grad=grad)
+    return q, k, v

@@ -1,0 +1,176 @@
+"""The GPT model: schemes plug in, positions behave, cached decoding is exact, checkpoints are safe."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import ALL_SCHEMES, RELATIVE_SCHEMES
+
+from lextra.errors import CheckpointError, ConfigError, LengthError
+from lextra.model import GPT, GPTConfig, KVCache, load_model, save_model
+from lextra.positions.rotary import convert_qk_weight
+
+
+def tiny(scheme: str = "rope", **kwargs) -> GPT:
+    options = kwargs.pop("scheme_options", {})
+    config = GPTConfig(
+        vocab_size=61, n_layer=2, n_head=2, d_model=32, train_len=16, scheme=scheme, scheme_options=options, **kwargs
+    )
+    model = GPT(config).eval()
+    with torch.no_grad():  # random scheme parameters, so they matter
+        for scheme_module in model.positions:
+            for param in scheme_module.parameters():
+                param.normal_(0, 0.3)
+    return model
+
+
+@pytest.mark.parametrize("name", ALL_SCHEMES)
+def test_backends_agree_through_the_whole_model(name: str) -> None:
+    model = tiny(name)
+    tokens = torch.randint(0, 61, (2, 16))
+    with torch.no_grad():
+        ref = model(tokens, backend="reference")
+        for mask in ("causal", "window:5", "bca"):
+            torch.testing.assert_close(
+                model(tokens, mask=mask), model(tokens, mask=mask, backend="reference"), atol=1e-5, rtol=0
+            )
+        torch.testing.assert_close(model(tokens), ref, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", [n for n in ALL_SCHEMES if n != "learned"])
+def test_cached_decoding_equals_a_full_forward_past_the_training_length(name: str) -> None:
+    model = tiny(name)
+    tokens = torch.randint(0, 61, (1, 40))  # 2.5 x train_len
+    with torch.no_grad():
+        full = model(tokens)
+        cache = KVCache(model.config.n_layer)
+        pieces = [model(tokens[:, :7], cache=cache)]
+        for i in range(7, 40):
+            pieces.append(model(tokens[:, i : i + 1], cache=cache))
+    torch.testing.assert_close(torch.cat(pieces, dim=1), full, atol=1e-5, rtol=0)
+    assert cache.length == 40
+
+
+@pytest.mark.parametrize("name", ALL_SCHEMES)
+def test_shifting_all_positions_changes_only_absolute_models(name: str) -> None:
+    model = tiny(name, scheme_options={"max_len": 4096} if name == "learned" else {})
+    tokens = torch.randint(0, 61, (1, 12))
+    with torch.no_grad():
+        base = model(tokens)
+        shifted = model(tokens, positions=torch.arange(12) + 1000)
+    if name in RELATIVE_SCHEMES:
+        torch.testing.assert_close(shifted, base, atol=1e-4, rtol=1e-4)
+    else:
+        assert (shifted - base).abs().max() > 1e-3
+
+
+def test_nope_and_relative_schemes_see_order_but_not_offset() -> None:
+    model = tiny("alibi")
+    tokens = torch.randint(0, 61, (1, 12))
+    with torch.no_grad():
+        assert (model(tokens) - model(tokens.flip(1)).flip(1)).abs().max() > 1e-3
+
+
+def test_layer_sharing_follows_the_scheme() -> None:
+    assert len(tiny("t5").positions) == 1  # Hugging Face computes T5's bias once per stack
+    assert len(tiny("kerple_log").positions) == 2  # one kernel per layer, as in the reference code
+    assert len(tiny("fire").positions) == 2
+    assert len(tiny("alibi").positions) == 1
+    assert tiny("coca").blocks[0].attn.k_proj.out_features == 2 * 8  # tau: D/2 per head
+
+
+def test_layout_conversion_keeps_a_model_s_outputs() -> None:
+    inter = tiny("rope", scheme_options={"layout": "interleaved"})
+    half = tiny("rope", scheme_options={"layout": "half"})
+    state = inter.state_dict()
+    for key in list(state):
+        if key.endswith(("q_proj.weight", "k_proj.weight")):
+            state[key] = convert_qk_weight(state[key], 2, "interleaved", "half")
+    half.load_state_dict(state)
+    tokens = torch.randint(0, 61, (1, 16))
+    with torch.no_grad():
+        torch.testing.assert_close(half(tokens), inter(tokens), atol=1e-5, rtol=0)
+
+
+def test_learned_model_refuses_inputs_beyond_its_table() -> None:
+    model = tiny("learned")
+    with pytest.raises(LengthError, match="learned position table has 16 entries"):
+        model(torch.zeros(1, 17, dtype=torch.long))
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"scheme": "rop"}, "unknown position scheme 'rop'"),
+        ({"d_model": 30, "n_head": 2, "scheme": "rope"}, "even head dimension, got 15"),
+        ({"d_model": 33}, "must be divisible by n_head"),
+        ({"n_layer": 0}, "n_layer must be a positive integer"),
+        ({"scheme_options": {"bass": 1}}, "has no option 'bass'"),
+        ({"dropout": 1.5}, "dropout must be in"),
+    ],
+)
+def test_bad_configs_get_clear_errors(changes: dict, message: str) -> None:
+    config = {"vocab_size": 61, "n_layer": 2, "n_head": 2, "d_model": 32, "train_len": 16, **changes}
+    with pytest.raises(ConfigError, match=message):
+        GPT(GPTConfig(**config))
+
+
+def test_save_and_load_round_trip(tmp_path) -> None:
+    for name in ("t5", "fire", "learned", "coca"):
+        model = tiny(name)
+        save_model(model, tmp_path / name)
+        loaded = load_model(tmp_path / name).eval()
+        tokens = torch.randint(0, 61, (1, 16))
+        with torch.no_grad():
+            assert torch.equal(loaded(tokens), model(tokens))
+        assert loaded.head.weight is loaded.embed.weight
+    assert not list(tmp_path.glob("**/*.tmp"))
+
+
+def test_corrupt_or_missing_checkpoints_get_clear_errors(tmp_path) -> None:
+    model = tiny("alibi")
+    save_model(model, tmp_path / "ok")
+    with pytest.raises(CheckpointError, match="no checkpoint at"):
+        load_model(tmp_path / "missing")
+    weights = tmp_path / "ok" / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="sha256 does not match"):
+        load_model(tmp_path / "ok")
+    (tmp_path / "ok" / "config.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match="is corrupt"):
+        load_model(tmp_path / "ok")
+    save_model(model, tmp_path / "ok")
+    meta = json.loads((tmp_path / "ok" / "config.json").read_text())
+    meta["model"]["n_layer"] = 3
+    (tmp_path / "ok" / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match="does not fit its config"):
+        load_model(tmp_path / "ok")
+
+
+def test_a_failed_save_leaves_the_previous_checkpoint_intact(tmp_path, monkeypatch) -> None:
+    model = tiny("rope")
+    save_model(model, tmp_path)
+    before = (tmp_path / "model.safetensors").read_bytes()
+
+    def explode(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr("lextra.model.save_file", explode)
+    with pytest.raises(OSError, match="disk full"):
+        save_model(tiny("rope"), tmp_path)
+    assert (tmp_path / "model.safetensors").read_bytes() == before
+    assert load_model(tmp_path) is not None
+    assert not list(tmp_path.glob(".*tmp"))
+
+
+def test_model_is_finite_at_long_lengths_with_a_window() -> None:
+    """A 1-layer model over 131072 tokens (windowed, so it is quick): no inf/NaN for the hardest schemes."""
+    for name in ("xpos", "alibi", "fire", "coca", "sinusoidal"):
+        config = GPTConfig(vocab_size=17, n_layer=1, n_head=2, d_model=16, train_len=64, scheme=name)
+        model = GPT(config).eval()
+        with torch.no_grad():
+            logits = model(torch.randint(0, 17, (1, 131_072)), mask="window:64")
+        assert torch.isfinite(logits).all(), name
