@@ -118,6 +118,7 @@ def test_rope_half_layout_is_complex_rotation() -> None:
     pos = torch.arange(50) * 37
     qr, kr = scheme.rotate(q, k, pos, pos)
     torch.testing.assert_close(qr.double(), _complex_rotation(q, pos), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(kr.double(), _complex_rotation(k, pos), atol=1e-5, rtol=1e-5)
 
 
 def test_rope_matches_hugging_face_llama() -> None:
@@ -278,7 +279,7 @@ def test_kerple_formulas() -> None:
 def test_kerple_default_init_ranges() -> None:
     dims = HeadDims(1000, 8, 8000, 64)
     log = build_scheme("kerple_log", dims).requires_grad_(False)
-    assert 0 <= float(log.r1.min()) and float(log.r1.max()) <= 2 and float(log.r2.max()) <= 1
+    assert float(log.r1.min()) >= 0 and float(log.r1.max()) <= 2 and float(log.r2.max()) <= 1
     assert float(log.r1.max()) > 1.5  # U(0, 2), not U(0, 1)
 
 
