@@ -222,6 +222,18 @@ class GPT(nn.Module):
         cache: KVCache | None = None,
     ) -> Tensor:
         """Logits for `tokens` (B, L). With a cache, tokens continue the cached sequence."""
+        return self.head(self.features(tokens, positions=positions, mask=mask, backend=backend, cache=cache))
+
+    def features(
+        self,
+        tokens: Tensor,
+        *,
+        positions: Tensor | None = None,
+        mask: str | Mask | None = "causal",
+        backend: str = "auto",
+        cache: KVCache | None = None,
+    ) -> Tensor:
+        """Final normalised hidden states (B, L, d_model): apply `head` only where logits are needed."""
         L = tokens.shape[1]
         start = cache.length if cache is not None else 0
         if positions is None:
@@ -233,7 +245,7 @@ class GPT(nn.Module):
             x = block(x, self.scheme_for(layer), positions, mask, backend, cache, layer)
         if cache is not None:
             cache.length += L
-        return self.head(self.ln_f(x))
+        return self.ln_f(x)
 
     def loss(self, tokens: Tensor, **kwargs: Any) -> Tensor:
         """Mean next-token cross-entropy of a (B, L + 1) batch."""

@@ -1,0 +1,156 @@
+"""`lextra compare`: train one model per scheme on the same data, seed and budget, evaluate every variant
+(a scheme plus an inference-time mask, e.g. `rope+bca`), and report one table and one plot.
+
+Layout of the output folder: `models/<scheme>/` (training runs), `results/<variant>.json` (evaluations),
+`summary.json`, `results.csv`, `table.md`, `perplexity.png`. Finished cells are reused when the command runs
+again with the same settings; an interrupted training resumes from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lextra.attention.masks import build_mask
+from lextra.errors import ConfigError
+from lextra.evaluate import EvalConfig, evaluate_model
+from lextra.io import atomic_write_json, atomic_write_text, sha256_file
+from lextra.model import WEIGHTS_FILE, load_model, read_model_meta
+from lextra.positions import SCHEMES
+from lextra.prepare import prepare_data
+from lextra.report import markdown_table, plot_curves, write_csv
+from lextra.train import CHECKPOINTS, FINAL, TrainConfig, train
+
+DEFAULT_VARIANTS = (
+    "nope", "sinusoidal", "rope", "rope+bca", "xpos", "xpos+bca",
+    "alibi", "t5", "kerple_log", "sandwich", "fire", "coca",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A trained scheme evaluated with an inference-time mask (`causal` unless the spec says otherwise)."""
+
+    label: str
+    scheme: str
+    mask: str
+
+
+def parse_variant(spec: str) -> Variant:
+    """`rope`, `rope+bca`, `alibi+window:64` -> Variant; the scheme and mask are validated."""
+    spec = spec.strip()
+    scheme, _, mask = spec.partition("+")
+    SCHEMES.get(scheme)
+    mask = mask or "causal"
+    build_mask(mask, train_len=2)
+    return Variant(spec, scheme, mask)
+
+
+def _train_or_reuse(config: TrainConfig, run_dir: Path, progress: bool) -> Path:
+    final = run_dir / FINAL
+    if (final / "config.json").exists():
+        saved = read_model_meta(final).get("train")
+        wanted = config.to_dict()
+        wanted["model"]["vocab_size"] = saved["model"]["vocab_size"] if saved else None
+        if saved == wanted:
+            return final
+        raise ConfigError(
+            f"{run_dir} holds a model trained with other settings; use a new --out folder or the same settings"
+        )
+    resume = (run_dir / CHECKPOINTS).exists()
+    return train(config, run_dir, resume=resume, progress=progress)
+
+
+def compare(
+    variants: list[str],
+    base: TrainConfig,
+    eval_config: EvalConfig,
+    out_dir: str | Path,
+    *,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Train each distinct scheme once, evaluate each variant, write the summary files; return the summary."""
+    out_dir = Path(out_dir)
+    parsed = [parse_variant(v) for v in variants]
+    if not parsed:
+        raise ConfigError("compare needs at least one scheme")
+    eval_config.validate()
+    data = None
+    summary: dict[str, Any] = {"variants": {}, "train": base.to_dict(), "eval": eval_config.to_dict()}
+    models: dict[str, Path] = {}
+    for variant in parsed:
+        if variant.scheme not in models:
+            config = copy.deepcopy(base)
+            config.model.scheme = variant.scheme
+            config.model.scheme_options = {}
+            _log(f"training {variant.scheme}")
+            models[variant.scheme] = _train_or_reuse(config, out_dir / "models" / variant.scheme, progress)
+        model_dir = models[variant.scheme]
+        result_path = out_dir / "results" / f"{variant.label.replace(':', '-')}.json"
+        cell_eval = copy.deepcopy(eval_config)
+        cell_eval.mask = variant.mask
+        fingerprint = {"model_sha256": sha256_file(model_dir / WEIGHTS_FILE), "eval": cell_eval.to_dict()}
+        if result_path.exists():
+            cached = json.loads(result_path.read_text())
+            if {k: cached.get(k) for k in fingerprint} == fingerprint:
+                summary["variants"][variant.label] = cached
+                _log(f"reusing {result_path}")
+                continue
+        if data is None:
+            data = prepare_data(base.corpus, base.tokenizer, base.limit_chars)
+        model = load_model(model_dir)
+        _log(f"evaluating {variant.label}")
+        evaluation = evaluate_model(model, data, cell_eval, progress=progress, label=variant.label)
+        record = {**fingerprint, **evaluation, "scheme": variant.scheme, "mask": variant.mask}
+        atomic_write_json(result_path, record)
+        summary["variants"][variant.label] = record
+    write_summary(out_dir, summary, base.model.train_len)
+    return summary
+
+
+def write_summary(out_dir: Path, summary: dict[str, Any], train_len: int) -> None:
+    """summary.json, results.csv, table.md (one table per protocol) and perplexity.png."""
+    variants = summary["variants"]
+    first = next(iter(variants.values()))
+    lengths, protocols = first["lengths"], list(first["results"])
+    curves = {
+        protocol: {
+            label: {n: v["ppl"] for n, v in record["results"][protocol].items()} for label, record in variants.items()
+        }
+        for protocol in protocols
+    }
+    tables = [
+        f"### perplexity, {p} protocol (rows: scheme, columns: evaluation length)\n\n"
+        + markdown_table(curves[p], lengths, "scheme")
+        for p in protocols
+    ]
+    atomic_write_text(out_dir / "table.md", "\n\n".join(tables) + "\n")
+    records = [
+        {
+            "variant": label,
+            "scheme": record["scheme"],
+            "mask": record["mask"],
+            "protocol": p,
+            "length": int(n),
+            **values,
+        }
+        for label, record in variants.items()
+        for p in protocols
+        for n, values in record["results"][p].items()
+    ]
+    write_csv(out_dir / "results.csv", records)
+    plot_curves(
+        curves,
+        train_len,
+        out_dir / "perplexity.png",
+        title=f"trained at L_tr = {train_len}: perplexity beyond the training length",
+    )
+    atomic_write_json(out_dir / "summary.json", summary)
+
+
+def _log(message: str) -> None:
+    print(f"lextra compare: {message}", file=sys.stderr, flush=True)

@@ -1,0 +1,5 @@
+"""Evaluation: perplexity under several protocols at many lengths (retrieval tasks come later)."""
+
+from lextra.evaluate.perplexity import PROTOCOLS, EvalConfig, evaluate_model, evaluation_documents
+
+__all__ = ["PROTOCOLS", "EvalConfig", "evaluate_model", "evaluation_documents"]

@@ -1,0 +1,33 @@
+"""Corpus -> split -> tokenizer: the data every stage of a run shares, rebuilt identically from its config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from lextra.data import Document, Tokenizer, build_tokenizer, load_corpus, split_corpus, tokenizer_from_config
+
+
+@dataclass
+class PreparedData:
+    """A corpus split by document hash, and the tokenizer trained (if at all) on its train split only."""
+
+    corpus: str
+    splits: dict[str, list[Document]]
+    tokenizer: Tokenizer
+
+
+def prepare_data(
+    corpus: str,
+    tokenizer: str = "bytes",
+    limit_chars: int | None = None,
+    tokenizer_config: dict[str, Any] | None = None,
+) -> PreparedData:
+    """Load and split `corpus`; build the tokenizer from its spec, or rebuild a saved one from its config."""
+    docs = load_corpus(corpus, limit_chars=limit_chars)
+    splits = split_corpus(docs)
+    if tokenizer_config is not None:
+        tok = tokenizer_from_config(tokenizer_config)
+    else:
+        tok = build_tokenizer(tokenizer, splits["train"], corpus_name=corpus)
+    return PreparedData(corpus, splits, tok)

@@ -1,0 +1,338 @@
+"""Training: AdamW with warmup and cosine decay, progress, metrics, atomic checkpoints and exact resume.
+
+A run directory holds `config.json` (training + model config), `metrics.jsonl`, `checkpoints/step_N/` (model,
+optimizer and state, each written atomically; `checkpoints/LATEST` names the newest) and, when done, `model/`.
+Batches are a pure function of (seed, step, rank) and the learning rate of step, so `resume=True` continues
+exactly where the last checkpoint left off.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from tqdm import tqdm
+
+from lextra.data import TrainStream, eval_sequences
+from lextra.data.windows import encode_documents
+from lextra.errors import CheckpointError, ConfigError
+from lextra.io import atomic_write, atomic_write_json, atomic_write_text, sha256_file
+from lextra.model import GPT, GPTConfig, load_model, save_model
+from lextra.prepare import PreparedData, prepare_data
+
+CHECKPOINTS = "checkpoints"
+LATEST = "LATEST"
+FINAL = "model"
+KEEP_CHECKPOINTS = 2
+
+
+@dataclass
+class TrainConfig:
+    """Everything that determines a training run; the same config and seed give the same weights."""
+
+    corpus: str = "python-code"
+    tokenizer: str = "bytes"
+    limit_chars: int | None = None
+    model: GPTConfig = field(default_factory=GPTConfig)
+    batch_size: int = 16
+    steps: int = 1000
+    lr: float = 2e-3
+    min_lr_ratio: float = 0.1
+    warmup: int = 50
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    seed: int = 0
+    checkpoint_every: int = 200
+    eval_every: int = 0
+    eval_sequences: int = 16
+    log_every: int = 10
+
+    def validate(self) -> TrainConfig:
+        for name in ("batch_size", "steps"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"training config: {name} must be >= 1, got {getattr(self, name)}")
+        for name in ("warmup", "checkpoint_every", "eval_every", "log_every"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"training config: {name} must be >= 0, got {getattr(self, name)}")
+        if not self.lr > 0:
+            raise ConfigError(f"training config: lr must be positive, got {self.lr}")
+        self.model.validate()
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["model"] = self.model.to_dict()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"training config: unknown field(s) {', '.join(unknown)}")
+        values = dict(data)
+        values["model"] = GPTConfig.from_dict(values.get("model", {}))
+        return cls(**values)
+
+
+def learning_rate(config: TrainConfig, step: int) -> float:
+    """Linear warmup to `lr`, then cosine decay to `lr * min_lr_ratio` at the last step."""
+    if config.warmup and step < config.warmup:
+        return config.lr * (step + 1) / config.warmup
+    span = max(1, config.steps - config.warmup)
+    progress = min(1.0, (step - config.warmup) / span)
+    floor = config.lr * config.min_lr_ratio
+    return floor + 0.5 * (config.lr - floor) * (1 + math.cos(math.pi * progress))
+
+
+def make_optimizer(model: GPT, config: TrainConfig) -> torch.optim.AdamW:
+    """AdamW; weight decay only on matrices of the network, never on norms or position-scheme parameters."""
+    scheme_params = {id(p) for p in model.positions.parameters()}
+    decay, no_decay = [], []
+    for param in model.parameters():
+        (decay if param.dim() >= 2 and id(param) not in scheme_params else no_decay).append(param)
+    groups = [
+        {"params": decay, "weight_decay": config.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2))
+
+
+# ----------------------------------------------------------------------------- checkpoints
+def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    state = optimizer.state_dict()
+    tensors = {
+        f"{index}.{key}": value.detach().contiguous().cpu()
+        for index, entries in state["state"].items()
+        for key, value in entries.items()
+    }
+    return tensors, {"param_groups": state["param_groups"]}
+
+
+def _load_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for name, value in tensors.items():
+        index, key = name.split(".", 1)
+        state.setdefault(int(index), {})[key] = value
+    optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+
+
+def save_checkpoint(run_dir: Path, model: GPT, optimizer: torch.optim.Optimizer, step: int, extra: dict) -> Path:
+    """Write checkpoints/step_N atomically (into a temporary folder, then renamed) and point LATEST at it."""
+    root = run_dir / CHECKPOINTS
+    final = root / f"step_{step:07d}"
+    staging = root / f".step_{step:07d}.tmp"
+    shutil.rmtree(staging, ignore_errors=True)
+    save_model(model, staging, extra=extra)
+    tensors, meta = _optimizer_tensors(optimizer)
+    atomic_write(staging / "optimizer.safetensors", lambda tmp: save_file(tensors, str(tmp)))
+    state = {
+        "step": step,
+        "optimizer": meta,
+        "optimizer_sha256": sha256_file(staging / "optimizer.safetensors"),
+        "torch_rng_state": torch.get_rng_state().tolist(),
+    }
+    atomic_write_json(staging / "state.json", state)
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(staging, final)
+    atomic_write_text(root / LATEST, final.name + "\n")
+    for old in sorted(root.glob("step_*"))[:-KEEP_CHECKPOINTS]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def load_checkpoint(path: Path, optimizer_for: GPT, config: TrainConfig) -> tuple[GPT, torch.optim.Optimizer, int]:
+    """Model, optimizer and next step from one checkpoint folder, every file verified."""
+    model = load_model(path)
+    state_path = path / "state.json"
+    try:
+        state = json.loads(state_path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"checkpoint {path} has a missing or corrupt state.json ({err})") from None
+    tensors_path = path / "optimizer.safetensors"
+    if not tensors_path.exists() or sha256_file(tensors_path) != state.get("optimizer_sha256"):
+        raise CheckpointError(f"checkpoint {path}: optimizer.safetensors is missing or corrupt (checksum mismatch)")
+    optimizer = make_optimizer(model, config)
+    _load_optimizer(optimizer, load_file(str(tensors_path)), state["optimizer"])
+    torch.set_rng_state(torch.tensor(state["torch_rng_state"], dtype=torch.uint8))
+    return model, optimizer, int(state["step"])
+
+
+def checkpoint_candidates(run_dir: Path) -> list[Path]:
+    """Checkpoint folders, newest first (LATEST's target first when it names one)."""
+    root = run_dir / CHECKPOINTS
+    found = sorted(root.glob("step_*"), reverse=True)
+    latest = root / LATEST
+    if latest.exists():
+        named = root / latest.read_text().strip()
+        if named in found:
+            found.remove(named)
+            found.insert(0, named)
+    return found
+
+
+# ----------------------------------------------------------------------------- the loop
+COMPATIBLE_CHANGES = {"steps", "checkpoint_every", "eval_every", "log_every", "eval_sequences"}
+
+
+def _check_compatible(run_dir: Path, config: TrainConfig) -> None:
+    saved_path = run_dir / "config.json"
+    if not saved_path.exists():
+        return
+    try:
+        saved = json.loads(saved_path.read_text())["train"]
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise CheckpointError(f"{saved_path} is corrupt ({err}); start a new run directory") from None
+    current = config.to_dict()
+    differences = [k for k in current if k not in COMPATIBLE_CHANGES and saved.get(k) != current[k]]
+    if differences:
+        detail = "; ".join(f"{k}: saved {saved.get(k)!r}, now {current[k]!r}" for k in differences[:4])
+        raise ConfigError(
+            f"cannot resume {run_dir} with an incompatible config ({detail}); "
+            "use the original settings or a new --out directory"
+        )
+
+
+def train(
+    config: TrainConfig,
+    run_dir: str | Path,
+    *,
+    resume: bool = False,
+    progress: bool = True,
+    on_step: Callable[[int], None] | None = None,
+) -> Path:
+    """Train a model; returns the folder of the final model (`run_dir/model`). `on_step(done)` runs after
+    every step (progress hooks, tests that interrupt a run)."""
+    config.validate()
+    run_dir = Path(run_dir)
+    if not resume and (run_dir / CHECKPOINTS).exists() and any((run_dir / CHECKPOINTS).glob("step_*")):
+        raise ConfigError(f"{run_dir} already holds a training run; pass --resume to continue it or use a new --out")
+    data = prepare_data(config.corpus, config.tokenizer, config.limit_chars)
+    config.model.vocab_size = data.tokenizer.vocab_size
+    if resume:
+        _check_compatible(run_dir, config)
+    stream = TrainStream.from_documents(data.splits["train"], data.tokenizer)
+    extra = {"tokenizer": data.tokenizer.to_config(), "train": config.to_dict()}
+    atomic_write_json(run_dir / "config.json", {"train": config.to_dict(), "tokenizer": data.tokenizer.to_config()})
+
+    torch.manual_seed(config.seed)
+    model = GPT(config.model)
+    optimizer = make_optimizer(model, config)
+    start = 0
+    if resume:
+        model, optimizer, start = _resume(run_dir, config, model, optimizer)
+    metrics_path = run_dir / "metrics.jsonl"
+    _truncate_metrics(metrics_path, start)
+    validation = _validation_batches(data, config)
+
+    L = config.model.train_len
+    bar = tqdm(
+        total=config.steps,
+        initial=start,
+        disable=not progress,
+        unit="step",
+        dynamic_ncols=True,
+        desc=f"train {config.model.scheme}",
+        file=sys.stderr,
+    )
+    model.train()
+    window_start, window_tokens = time.perf_counter(), 0
+    for step in range(start, config.steps):
+        lr = learning_rate(config, step)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        batch = stream.batch(step, config.batch_size, L, config.seed)
+        loss = model.loss(batch)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+        optimizer.step()
+        window_tokens += batch.shape[0] * L
+        done = step + 1
+        record: dict[str, Any] | None = None
+        if config.log_every and (done % config.log_every == 0 or done == config.steps):
+            elapsed = time.perf_counter() - window_start
+            tokens_per_s = window_tokens / max(elapsed, 1e-9)
+            record = {
+                "step": done,
+                "loss": loss.item(),
+                "lr": lr,
+                "grad_norm": grad_norm.item(),
+                "tokens_per_s": round(tokens_per_s, 1),
+            }
+            bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{tokens_per_s:,.0f}")
+            window_start, window_tokens = time.perf_counter(), 0
+        if validation and ((config.eval_every and done % config.eval_every == 0) or done == config.steps):
+            record = record or {"step": done}
+            record["val_loss"] = validation_loss(model, validation)
+            model.train()
+        if record:
+            _append_metrics(metrics_path, record)
+        if config.checkpoint_every and done % config.checkpoint_every == 0 and done < config.steps:
+            save_checkpoint(run_dir, model, optimizer, done, extra)
+        bar.update(1)
+        if on_step is not None:
+            on_step(done)
+    bar.close()
+    save_checkpoint(run_dir, model, optimizer, config.steps, extra)
+    final = run_dir / FINAL
+    save_model(model, final, extra={**extra, "steps": config.steps})
+    return final
+
+
+def _resume(run_dir: Path, config: TrainConfig, model: GPT, optimizer) -> tuple[GPT, Any, int]:
+    candidates = checkpoint_candidates(run_dir)
+    if not candidates:
+        print(f"lextra train: no checkpoint in {run_dir}; starting from step 0", file=sys.stderr)
+        return model, optimizer, 0
+    errors = []
+    for path in candidates:
+        try:
+            return load_checkpoint(path, model, config)
+        except CheckpointError as err:
+            errors.append(str(err))
+            print(f"lextra train: warning: skipping unusable checkpoint: {err}", file=sys.stderr)
+    raise CheckpointError("no usable checkpoint to resume from: " + " | ".join(errors))
+
+
+def _truncate_metrics(path: Path, step: int) -> None:
+    """Keep the metrics of steps <= `step`, so a resumed run's log has no duplicates."""
+    if not path.exists():
+        return
+    kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
+    atomic_write_text(path, "".join(line + "\n" for line in kept))
+
+
+def _append_metrics(path: Path, record: dict[str, Any]) -> None:
+    with open(path, "a") as handle:
+        handle.write(json.dumps(record) + "\n")
+
+
+def _validation_batches(data: PreparedData, config: TrainConfig) -> list[torch.Tensor]:
+    if not config.eval_sequences:
+        return []
+    tokens = encode_documents(data.splits["validation"], data.tokenizer)
+    if not tokens:
+        return []
+    sequences, _ = eval_sequences(tokens, config.model.train_len, config.eval_sequences)
+    return [torch.stack(sequences)]
+
+
+@torch.no_grad()
+def validation_loss(model: GPT, batches: list[torch.Tensor]) -> float:
+    """Mean next-token loss over fixed validation windows at the training length."""
+    model.eval()
+    losses = [float(model.loss(batch)) for batch in batches]
+    return sum(losses) / len(losses)

@@ -1,0 +1,187 @@
+"""Training resumes exactly, checkpoints are safe, evaluation protocols score the tokens they claim."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from lextra.cli import main
+from lextra.compare import compare, parse_variant
+from lextra.errors import ConfigError
+from lextra.evaluate import EvalConfig, evaluate_model
+from lextra.evaluate.perplexity import _chunks, _last_token, _sliding
+from lextra.model import GPTConfig, load_model
+from lextra.prepare import prepare_data
+from lextra.train import TrainConfig, learning_rate, train
+
+LIMIT = 400_000  # characters of the built-in corpus: enough documents for every split
+
+
+def tiny_config(scheme: str = "alibi", steps: int = 12, **kwargs) -> TrainConfig:
+    model = GPTConfig(n_layer=2, n_head=2, d_model=32, train_len=32, scheme=scheme)
+    return TrainConfig(
+        limit_chars=LIMIT,
+        model=model,
+        batch_size=4,
+        steps=steps,
+        warmup=3,
+        checkpoint_every=5,
+        log_every=2,
+        eval_sequences=4,
+        **kwargs,
+    )
+
+
+class InterruptError(Exception):
+    pass
+
+
+def _stop_at(step: int):
+    def hook(done: int) -> None:
+        if done == step:
+            raise InterruptError
+
+    return hook
+
+
+@pytest.mark.parametrize("scheme", ["kerple_log", "fire"])
+def test_resume_after_an_interruption_ends_with_identical_weights(tmp_path, scheme: str) -> None:
+    whole = load_model(train(tiny_config(scheme), tmp_path / "whole", progress=False))
+    with pytest.raises(InterruptError):
+        train(tiny_config(scheme), tmp_path / "cut", progress=False, on_step=_stop_at(8))
+    resumed = load_model(train(tiny_config(scheme), tmp_path / "cut", resume=True, progress=False))
+    for (name, a), (_, b) in zip(whole.state_dict().items(), resumed.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+    steps = [json.loads(line)["step"] for line in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == sorted(set(steps)) and steps[-1] == 12  # no duplicated or lost log lines
+    record = json.loads((tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert record["tokens_per_s"] > 0 and "val_loss" in record
+
+
+def test_resume_falls_back_past_a_corrupt_checkpoint(tmp_path, capsys) -> None:
+    with pytest.raises(InterruptError):
+        train(tiny_config(), tmp_path, progress=False, on_step=_stop_at(11))
+    newest = tmp_path / "checkpoints" / "step_0000010" / "model.safetensors"
+    newest.write_bytes(newest.read_bytes()[:100])
+    final = train(tiny_config(), tmp_path, resume=True, progress=False)
+    assert "skipping unusable checkpoint" in capsys.readouterr().err
+    assert load_model(final) is not None
+
+
+def test_resume_refuses_an_incompatible_config(tmp_path) -> None:
+    with pytest.raises(InterruptError):
+        train(tiny_config(), tmp_path, progress=False, on_step=_stop_at(6))
+    changed = tiny_config(lr=1e-2)
+    with pytest.raises(ConfigError, match=r"cannot resume .* incompatible config \(lr: saved 0.002, now 0.01\)"):
+        train(changed, tmp_path, resume=True, progress=False)
+    with pytest.raises(ConfigError, match="already holds a training run; pass --resume"):
+        train(tiny_config(), tmp_path, progress=False)
+
+
+def test_learning_rate_schedule() -> None:
+    config = TrainConfig(lr=1.0, warmup=10, steps=110, min_lr_ratio=0.1)
+    assert learning_rate(config, 0) == pytest.approx(0.1)
+    assert learning_rate(config, 9) == pytest.approx(1.0)
+    assert learning_rate(config, 60) == pytest.approx(0.55)
+    assert learning_rate(config, 110) == pytest.approx(0.1)
+
+
+# ------------------------------------------------------------------ protocols
+def _scored(pieces, offset_of) -> list[int]:
+    """Absolute target indices each protocol scores."""
+    out = []
+    for window, _target, first in pieces:
+        start = offset_of(window)
+        out.extend(range(start + first, start + window.numel()))
+    return out
+
+
+@pytest.mark.parametrize(("L", "stride"), [(8, 4), (8, 3), (8, 8), (64, 32), (5, 1)])
+def test_chunks_and_sliding_score_every_target_once(L: int, stride: int) -> None:
+    span = 64
+    doc = torch.arange(span + 10)
+    offset = lambda w: int(w[0])  # noqa: E731  (token ids equal their positions)
+    assert _scored(_sliding(doc, L, span, stride), offset) == list(range(span))
+    assert sorted(_scored(_chunks(doc, L, span), offset)) == list(range(span // L * L))
+    for window, target, first in _sliding(doc, L, span, stride):
+        assert window.numel() <= L and torch.equal(target, window + 1)
+        if int(window[0]) > 0:
+            assert window.numel() - first <= stride  # later windows score only their newest tokens
+
+
+def test_last_token_scores_the_same_targets_with_exactly_l_context() -> None:
+    doc = torch.arange(100)
+    for L in (4, 16, 90):
+        pieces = list(_last_token(doc, L, span=90, targets=10))
+        assert [int(t[-1]) for _, t, _ in pieces] == list(range(90, 100))
+        assert all(w.numel() == L and first == L - 1 for w, _, first in pieces)
+
+
+def test_perplexity_equals_a_direct_computation(tmp_path) -> None:
+    final = train(tiny_config("rope", steps=3), tmp_path, progress=False)
+    model = load_model(final).eval()
+    data = prepare_data("python-code", limit_chars=LIMIT)
+    result = evaluate_model(
+        model, data, EvalConfig(lengths=[32, 64], documents=2, last_token_targets=3), progress=False
+    )
+    from lextra.evaluate import evaluation_documents
+
+    docs, stitched = evaluation_documents(data, "test", 64 + 3, 2)
+    assert not stitched
+    with torch.no_grad():
+        direct = torch.stack([model.loss(d[None, :65]) for d in docs]).mean()
+        last = [
+            model.loss(d[None, t - 32 : t + 1])[None] * 0
+            + torch.nn.functional.cross_entropy(model(d[None, t - 32 : t])[0, -1:], d[t : t + 1])
+            for d in docs
+            for t in range(64, 67)
+        ]
+    assert result["results"]["chunks"]["64"]["nll"] == pytest.approx(float(direct), rel=1e-5)
+    assert result["results"]["chunks"]["64"]["tokens"] == len(docs) * 64
+    assert result["results"]["last-token"]["32"]["nll"] == pytest.approx(float(torch.cat(last).mean()), rel=1e-5)
+    assert result["results"]["last-token"]["64"]["tokens"] == len(docs) * 3
+
+
+def test_compare_reuses_finished_cells(tmp_path, capsys) -> None:
+    base = tiny_config("nope", steps=3)
+    evaluation = EvalConfig(lengths=[32, 64], documents=2, last_token_targets=2)
+    first = compare(["alibi", "alibi+bca", "rope"], base, evaluation, tmp_path, progress=False)
+    assert set(first["variants"]) == {"alibi", "alibi+bca", "rope"}
+    assert (tmp_path / "perplexity.png").stat().st_size > 10_000
+    table = (tmp_path / "table.md").read_text()
+    assert "| alibi+bca |" in table and "| 32 | 64 |" in table
+    capsys.readouterr()
+    second = compare(["alibi", "alibi+bca", "rope"], base, evaluation, tmp_path, progress=False)
+    assert capsys.readouterr().err.count("reusing") == 3
+    assert second["variants"]["rope"]["results"] == first["variants"]["rope"]["results"]
+    with pytest.raises(ConfigError, match="holds a model trained with other settings"):
+        compare(["alibi"], tiny_config("nope", steps=4), evaluation, tmp_path, progress=False)
+
+
+def test_variants_parse_and_validate() -> None:
+    assert parse_variant("rope+bca").mask == "bca"
+    assert parse_variant("alibi+window:64").mask == "window:64"
+    assert parse_variant("t5").mask == "causal"
+    with pytest.raises(ConfigError, match="unknown position scheme 'ropey'"):
+        parse_variant("ropey+bca")
+    with pytest.raises(ConfigError, match="unknown mask 'bcx'"):
+        parse_variant("rope+bcx")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["train", "--out", "{tmp}/r", "--scheme", "nope2"], "unknown position scheme 'nope2'"),
+        (["train", "--out", "{tmp}/r", "--corpus", "{tmp}/missing"], "does not exist"),
+        (["train", "--out", "{tmp}/r", "--scheme", "rope", "--width", "30", "--heads", "2"], "even head dimension"),
+        (["train", "--out", "{tmp}/r", "--scheme-option", "base"], "must look like KEY=VALUE"),
+        (["eval", "{tmp}/nothing"], "no checkpoint at"),
+        (["compare", "--out", "{tmp}/c", "--lengths", "1,x"], "comma-separated integers"),
+    ],
+)
+def test_user_mistakes_exit_2_with_one_clear_line(tmp_path, capsys, argv: list[str], message: str) -> None:
+    assert main([a.replace("{tmp}", str(tmp_path)) for a in argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0] and err[0].startswith("lextra ")
