@@ -22,6 +22,9 @@ How to read it
     SDPA's absolute ms and MiB. "err" marks a failed cell (its error is in the JSON), "-" a memory ratio whose
     baseline is below 1 MiB (too small to divide by). The backend column says what `auto` chose per L
     (`sdpa`: one fused call; `chunked`: query blocks with a per-block bias / mask).
+    Extra memory is RSS, so it includes what glibc keeps after `free`: for chunked cells, whose per-block tensors
+    grow block after block, it varies by up to ~3x between runs of the same cell at 16k (fragmentation); read
+    it as an order of magnitude, the time ratio as the precise number.
 
 Usage
     .venv/bin/python benchmarks/attention.py                       # all schemes x masks, L = 1k, 4k, 16k
@@ -191,11 +194,20 @@ def _csv(text: str) -> list[str]:
     return [item.strip() for item in text.split(",") if item.strip()]
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows defaults, except the uninformative None / False ones."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in (None, False):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Forward time and peak extra memory of lextra attention(backend='auto') per scheme and mask, "
         "relative to plain causal SDPA at the same length.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
     parser.add_argument("--schemes", default="all", help="comma list of position schemes, or 'all'")
     parser.add_argument(
@@ -205,8 +217,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "or explicit specs like window:256",
     )
     parser.add_argument("--lengths", default=",".join(map(str, DEFAULT_LENGTHS)), help="comma list of L")
-    parser.add_argument("--quick", action="store_true", help=f"smoke run: lengths {QUICK_LENGTHS}")
-    parser.add_argument("--repeats", type=int, default=None, help=f"timed calls per cell (default 3; 1 at L >= {LONG})")
+    parser.add_argument("--quick", action="store_true", help="smoke run: lengths 256,1024 (overrides --lengths)")
+    parser.add_argument(
+        "--repeats", type=int, default=None, help=f"timed calls per cell [default: 3, or 1 at L >= {LONG}]"
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch / OpenMP threads per cell")
     parser.add_argument("--train-len", type=int, default=1024, help="training length: window width, 2x bca block")
     parser.add_argument(
@@ -276,7 +290,7 @@ def run_subprocess(cell: Cell, args: argparse.Namespace) -> dict[str, Any]:
     try:
         proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=args.cell_timeout)
     except subprocess.TimeoutExpired:
-        return {"error": f"timeout after {args.cell_timeout:.0f} s"}
+        return {"error": f"timeout after {args.cell_timeout:g} s"}
     lines = proc.stdout.strip().splitlines()
     if proc.returncode == 0 and lines:
         try:

@@ -340,3 +340,14 @@ def test_every_scheme_fills_only_its_places() -> None:
         assert sum(places) <= 1, name
         assert cls.summary, name
     assert SCHEMES.get("nope").relative and not any([SCHEMES.get("nope").has_bias])
+
+
+def test_fire_piecewise_linear_evaluation_equals_its_mlp() -> None:
+    """Without autograd FIRE evaluates its ReLU MLP exactly as one linear piece per interval between kinks."""
+    scheme = make_scheme("fire", n_heads=4)
+    u = torch.cat([torch.linspace(-5, 5, 10_001), torch.randn(1000) * 3, torch.tensor([0.0])])
+    with torch.no_grad():
+        pieces = scheme._mlp_heads(u)
+        direct = scheme.mlp(u.unsqueeze(-1)).movedim(-1, 0)
+    scale = float(direct.abs().max())
+    assert (pieces - direct).abs().max() <= 1e-6 * max(1.0, scale) * 4

@@ -212,7 +212,8 @@ def chunked_attention(
     queries_sorted = bool((q_pos.diff() >= 0).all()) if Lq > 1 else True
     has_bias = scheme is not None and scheme.has_bias
     window = _typical_keys(mask, Lk, block_size or MAX_BLOCK)
-    block = _block_size(scheme, window, q.shape[1], block_size)
+    lean = has_bias and _toeplitz_possible(scheme, mask, q_pos)
+    block = _block_size(None if lean else scheme, window, q.shape[1], block_size)
     outputs = []
     for start in range(0, Lq, block):
         stop = min(start + block, Lq)
@@ -227,19 +228,60 @@ def chunked_attention(
         qc, kc, vc = q[..., start:stop, :], k[..., lo:hi, :], v[..., lo:hi, :]
         if rotate_per_block:
             qc, kc = scheme.rotate(qc, kc, qp, kp)
+        tau_block = None if tau is None else _block_tau(tau, start, stop)
+        toeplitz = _toeplitz_bias(scheme, mask, qp, kp, tau_block) if has_bias else None
+        if toeplitz is not None:
+            # rows reversed so that the bias is a stride-(1, 1) view of one table: no (H, Lq, Lk) tensor is built
+            flipped = _scaled_query(qc, tau_block).flip(-2)
+            out = F.scaled_dot_product_attention(flipped, kc, vc, attn_mask=toeplitz.to(qc.dtype), scale=scale)
+            outputs.append(out.flip(-2))
+            continue
         allowed = mask.allowed(qp, kp)
         if has_bias:
             bias = scheme.bias(qp, kp)
-            if tau is not None:
-                bias = bias / _block_tau(tau, start, stop)[..., None]
-            attn_mask = bias.masked_fill(~allowed, float("-inf")).to(qc.dtype)
+            if tau_block is not None:
+                bias = bias / tau_block[..., None]
+            attn_mask = bias.masked_fill(~allowed, float("-inf")).to(qc.dtype)[None]  # 4-D: the flash kernel
         else:
             attn_mask = allowed
-        tau_block = None if tau is None else _block_tau(tau, start, stop)
         outputs.append(
             F.scaled_dot_product_attention(_scaled_query(qc, tau_block), kc, vc, attn_mask=attn_mask, scale=scale)
         )
     return torch.cat(outputs, dim=-2)
+
+
+def _toeplitz_possible(scheme: PositionScheme, mask: Mask, q_pos: Tensor) -> bool:
+    """Whether blocks will get their bias as a strided view of a table (so no per-block bias memory)."""
+    frozen = not torch.is_grad_enabled() or not any(p.requires_grad for p in scheme.parameters())
+    return frozen and scheme.distance_only(q_pos) and mask.allowed_distance(q_pos[:1]) is not None
+
+
+def _toeplitz_bias(scheme: PositionScheme, mask: Mask, qp: Tensor, kp: Tensor, tau: Tensor | None) -> Tensor | None:
+    """The block's masked bias as a view (1, H, c, n) of one per-distance table, rows in reverse order.
+
+    Applies when the bias and the mask depend on m - n alone and positions are contiguous: then with rows
+    reversed, entry (a, b) holds table[a + b], i.e. `as_strided` with strides (1, 1). Only without autograd
+    through the table (overlapping views have no cheap backward): learned tables under training take the
+    gather path.
+    """
+    if not scheme.distance_only(qp) or (tau is not None and tau.shape[-1] != 1):
+        return None
+    if not (_contiguous(qp) and _contiguous(kp)) or qp.numel() == 0 or kp.numel() == 0:
+        return None
+    c, n = qp.numel(), kp.numel()
+    d_max = int(qp[-1]) - int(kp[0])
+    distance = d_max - torch.arange(c + n - 1, device=qp.device)  # y -> d = d_max - y
+    allowed = mask.allowed_distance(distance)
+    if allowed is None:
+        return None
+    table = scheme.distance_bias(distance)
+    if table.requires_grad:
+        return None
+    if tau is not None:
+        table = table / tau
+    table = table.masked_fill(~allowed, float("-inf")).contiguous()
+    # 4-D: torch 2.13's CPU SDPA sends a 3-D float mask to its slow math kernel, a 4-D one to the flash kernel
+    return table.as_strided((1, table.shape[0], c, n), (0, table.stride(0), 1, 1))
 
 
 def _block_tau(tau: Tensor, start: int, stop: int) -> Tensor:

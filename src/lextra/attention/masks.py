@@ -32,6 +32,10 @@ class Mask:
         """Inclusive bounds of the key positions visible to any query position in [q_first, q_last]."""
         return -UNBOUNDED, q_last
 
+    def allowed_distance(self, distance: Tensor) -> Tensor | None:
+        """Which distances d = m - n are visible, for masks that depend on d alone; None otherwise (BCA)."""
+        return None
+
     @property
     def options(self) -> dict[str, Any]:
         return {}
@@ -53,6 +57,9 @@ class CausalMask(Mask):
     def allowed(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         return k_pos[None, :] <= q_pos[:, None]
 
+    def allowed_distance(self, distance: Tensor) -> Tensor:
+        return distance >= 0
+
 
 @MASKS.register("window")
 class WindowMask(Mask):
@@ -66,7 +73,9 @@ class WindowMask(Mask):
         self.width = int(width)
 
     def allowed(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        distance = q_pos[:, None] - k_pos[None, :]
+        return self.allowed_distance(q_pos[:, None] - k_pos[None, :])
+
+    def allowed_distance(self, distance: Tensor) -> Tensor:
         return (distance >= 0) & (distance < self.width)
 
     def key_range(self, q_first: int, q_last: int) -> tuple[int, int]:
@@ -111,6 +120,9 @@ class FullMask(Mask):
 
     def allowed(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         return torch.ones(q_pos.numel(), k_pos.numel(), dtype=torch.bool, device=q_pos.device)
+
+    def allowed_distance(self, distance: Tensor) -> Tensor:
+        return torch.ones_like(distance, dtype=torch.bool)
 
     def key_range(self, q_first: int, q_last: int) -> tuple[int, int]:
         return -UNBOUNDED, UNBOUNDED

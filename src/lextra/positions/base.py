@@ -70,6 +70,10 @@ class PositionScheme(nn.Module):
         """Bias as a function of d = m - n only: returns (H, *distance.shape) in fp32."""
         raise TypeError(f"scheme {self.name!r} has no distance bias")
 
+    def distance_only(self, q_pos: Tensor) -> bool:
+        """Whether, for these query positions, the bias is `distance_bias(m - n)` (fast Toeplitz paths)."""
+        return self.has_bias and not self.bias_per_query
+
     def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         """Additive bias (H, Lq, Lk) for these positions, built from a per-distance table.
 

@@ -234,16 +234,42 @@ class FIRE(PositionScheme):
             up, down = self.mlp[0], self.mlp[2]
             hidden = torch.relu(F.linear(normalised.double().unsqueeze(-1), up.weight.double(), up.bias.double()))
             return F.linear(hidden, down.weight.double(), down.bias.double()).float().movedim(-1, 0)
-        return self.mlp(normalised.unsqueeze(-1)).movedim(-1, 0)
+        if torch.is_grad_enabled() and normalised.requires_grad:
+            return self.mlp(normalised.unsqueeze(-1)).movedim(-1, 0)
+        breakpoints, slope, intercept = self._linear_pieces()
+        piece = torch.bucketize(normalised, breakpoints)
+        return slope[:, piece] * normalised + intercept[:, piece]
+
+    def _linear_pieces(self) -> tuple[Tensor, Tensor, Tensor]:
+        """The MLP (1 -> hidden ReLU -> H) is piecewise linear in its scalar input, with a break where each
+        hidden unit switches on: evaluate it exactly as slope * u + intercept of u's piece (no hidden layer
+        per (query, key) pair). Returns sorted breakpoints (K,) and per-piece slope, intercept (H, K + 1)."""
+        up, down = self.mlp[0], self.mlp[2]
+        w, b = up.weight[:, 0].double(), up.bias.double()
+        w2, b2 = down.weight.double(), down.bias.double()
+        moving = w != 0
+        breakpoints = torch.sort(-b[moving] / w[moving]).values
+        if breakpoints.numel():
+            inner = (breakpoints[1:] + breakpoints[:-1]) / 2
+            probes = torch.cat((breakpoints[:1] - 1, inner, breakpoints[-1:] + 1))
+        else:
+            probes = torch.zeros(1, dtype=torch.float64, device=w.device)
+        active = ((probes[:, None] * w[None, :] + b[None, :]) > 0).double()  # (K + 1, hidden)
+        slope = (active * w[None, :]) @ w2.T  # (K + 1, H)
+        intercept = (active * b[None, :]) @ w2.T + b2
+        return breakpoints.float(), slope.T.float().contiguous(), intercept.T.float().contiguous()
 
     def distance_bias(self, distance: Tensor) -> Tensor:
         """The bias for queries below the threshold, where the denominator is psi(L_thr): a function of d."""
         l_thr = self.l_mult.abs() * self.threshold
         return self._mlp_heads(self._psi(distance.float()) / (self._psi(l_thr) + self.eps))
 
+    def distance_only(self, q_pos: Tensor) -> bool:
+        return bool((q_pos.float() <= self.l_mult.abs() * self.threshold).all())
+
     def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         l_thr = self.l_mult.abs() * self.threshold
-        if bool((q_pos.float() <= l_thr).all()):
+        if self.distance_only(q_pos):
             # every query sits below the threshold (always so when training at L_tr <= 512): evaluate the MLP
             # once per distinct distance instead of once per (query, key) pair
             return super().bias(q_pos, k_pos)
