@@ -174,3 +174,26 @@ def test_model_is_finite_at_long_lengths_with_a_window() -> None:
         with torch.no_grad():
             logits = model(torch.randint(0, 17, (1, 131_072)), mask="window:64")
         assert torch.isfinite(logits).all(), name
+
+
+@pytest.mark.parametrize("name", ["rope", "xpos", "coca"])
+@pytest.mark.parametrize("scaling", [{"type": "dynamic", "factor": 2.0}, {"type": "yarn", "factor": 4.0}])
+def test_cached_decoding_with_length_dependent_scaling_is_exact(name: str, scaling: dict) -> None:
+    """One layer, so every cached key depends on its token alone: at each step past L_tr the cached, re-rotated
+    keys give exactly the logits of a full forward over the prefix (whose frequencies use the prefix length).
+    Deeper models cache hidden states computed at their own step, as Hugging Face's caches do."""
+    config = GPTConfig(
+        vocab_size=61, n_layer=1, n_head=2, d_model=32, train_len=8, scheme=name, scheme_options={"scaling": scaling}
+    )
+    model = GPT(config).eval()
+    tokens = torch.randint(0, 61, (1, 30))
+    cache = KVCache(1)
+    with torch.no_grad():
+        model(tokens[:, :4], cache=cache)
+        for t in range(4, 30):
+            step = model(tokens[:, t : t + 1], cache=cache)[:, -1]
+            full = model(tokens[:, : t + 1])[:, -1]
+            torch.testing.assert_close(step, full, atol=1e-5, rtol=0)
+    scheme = model.positions[0]
+    if scaling["type"] == "dynamic":  # the frequencies really did change past L_tr
+        assert not torch.equal(scheme.frequencies_for(30)[0], scheme.frequencies_for(8)[0])

@@ -285,9 +285,11 @@ def test_kerple_default_init_ranges() -> None:
 
 # ---------------------------------------------------------------- absolute schemes and long-length numerics
 def test_sinusoidal_table_values() -> None:
-    scheme = make_scheme("sinusoidal", n_heads=2, head_dim=4)
+    scheme = make_scheme("sinusoidal", n_heads=2, head_dim=4, scale=1.0)
     x = torch.zeros(1, 3, 8)
     out = scheme.embed(x, torch.tensor([0, 1, 70_000]))
+    scaled = make_scheme("sinusoidal", n_heads=2, head_dim=4).embed(x, torch.tensor([0, 1, 70_000]))
+    torch.testing.assert_close(scaled, out / math.sqrt(8))
     for p_idx, p in enumerate((0, 1, 70_000)):
         for i in range(4):
             angle = p / 10000 ** (2 * i / 8)
@@ -351,3 +353,53 @@ def test_fire_piecewise_linear_evaluation_equals_its_mlp() -> None:
         direct = scheme.mlp(u.unsqueeze(-1)).movedim(-1, 0)
     scale = float(direct.abs().max())
     assert (pieces - direct).abs().max() <= 1e-6 * max(1.0, scale) * 4
+
+
+@pytest.mark.parametrize(
+    "scaling",
+    [
+        {"type": "linear", "factor": 4.0},
+        {"type": "dynamic", "factor": 2.0},
+        {"type": "yarn", "factor": 8.0},
+        {"type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0},
+    ],
+)
+def test_scaled_rope_matches_hugging_face_rotary_embedding(scaling: dict) -> None:
+    """cos/sin (attention factor included) and the rotated q, k equal Llama's for the same rope_scaling."""
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+
+    from lextra.positions.scaling import to_hf
+
+    train_len, D = 64, 32
+    scheme = make_scheme("rope", n_heads=2, head_dim=D, train_len=train_len, scaling=scaling)
+    hf_scaling = to_hf(scheme.scaling, base=10000.0)
+    max_positions = train_len if scaling["type"] == "dynamic" else int(train_len * scaling["factor"])
+    config = LlamaConfig(
+        hidden_size=2 * D,
+        num_attention_heads=2,
+        head_dim=D,
+        max_position_embeddings=max_positions,
+        rope_parameters=dict(hf_scaling),
+    )
+    hf_rope = LlamaRotaryEmbedding(config)
+    q, k, _ = qkv(scheme, 300, batch=1)
+    pos = torch.arange(300)
+    cos, sin = hf_rope(q, pos[None])
+    hq, hk = apply_rotary_pos_emb(q, k, cos, sin)
+    lq, lk = scheme.rotate(q, k, pos, pos)
+    torch.testing.assert_close(lq, hq, atol=2e-4, rtol=1e-4)  # HF forms p * theta in fp32; we use fp64
+    torch.testing.assert_close(lk, hk, atol=2e-4, rtol=1e-4)
+
+
+def test_xpos_blocks_share_one_length_for_dynamic_scaling() -> None:
+    """Rotated block by block (a small scale_base forces it), xPos with dynamic NTK uses the whole call's length."""
+    from lextra.attention import attention
+
+    scheme = make_scheme(
+        "xpos", n_heads=2, head_dim=16, train_len=32, scale_base=8.0, scaling={"type": "dynamic", "factor": 2.0}
+    )
+    q, k, v = qkv(scheme, 300, batch=1)
+    ref = attention(q, k, v, scheme=scheme, backend="reference")
+    fast = attention(q, k, v, scheme=scheme, backend="chunked", block_size=64)
+    torch.testing.assert_close(fast, ref, atol=1e-5, rtol=0)

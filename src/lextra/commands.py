@@ -10,7 +10,16 @@ from typing import Any
 from lextra.cli import command
 from lextra.errors import ConfigError
 
-DEFAULTS = {"layers": 4, "width": 128, "heads": 4, "train_len": 128, "batch_size": 16, "steps": 600, "lr": 2e-3}
+DEFAULTS = {
+    "layers": 4,
+    "width": 128,
+    "heads": 4,
+    "train_len": 128,
+    "batch_size": 16,
+    "steps": 600,
+    "lr": 2e-3,
+    "position_lr_scale": 10.0,
+}
 
 
 def parse_option(text: str) -> tuple[str, Any]:
@@ -70,6 +79,12 @@ def add_train_args(parser: argparse.ArgumentParser, with_scheme: bool = True) ->
     parser.add_argument("--steps", type=int, default=DEFAULTS["steps"])
     parser.add_argument("--lr", type=float, default=DEFAULTS["lr"])
     parser.add_argument("--warmup", type=int, default=50)
+    parser.add_argument(
+        "--position-lr-scale",
+        type=float,
+        default=DEFAULTS["position_lr_scale"],
+        help="learning-rate multiplier for position-scheme parameters (T5 table, KERPLE, FIRE)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--checkpoint-every", type=int, default=200)
 
@@ -97,6 +112,7 @@ def train_config_from(args: argparse.Namespace, scheme: str | None = None) -> An
         lr=args.lr,
         warmup=args.warmup,
         seed=args.seed,
+        position_lr_scale=args.position_lr_scale,
         checkpoint_every=args.checkpoint_every,
     )
 

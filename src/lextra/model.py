@@ -71,11 +71,16 @@ class GPTConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GPTConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(f"model config: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        check_fields(cls, data, "model config")
         return cls(**data).validate()
+
+
+def check_fields(cls: type, data: dict[str, Any], what: str) -> None:
+    """Reject keys a config dataclass does not have, naming them and the known ones."""
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"{what}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
 
 
 class KVCache:
@@ -212,17 +217,9 @@ class GPT(nn.Module):
     def scheme_for(self, layer: int) -> PositionScheme:
         return self.positions[layer if len(self.positions) > 1 else 0]
 
-    def forward(
-        self,
-        tokens: Tensor,
-        *,
-        positions: Tensor | None = None,
-        mask: str | Mask | None = "causal",
-        backend: str = "auto",
-        cache: KVCache | None = None,
-    ) -> Tensor:
-        """Logits for `tokens` (B, L). With a cache, tokens continue the cached sequence."""
-        return self.head(self.features(tokens, positions=positions, mask=mask, backend=backend, cache=cache))
+    def forward(self, tokens: Tensor, **options: Any) -> Tensor:
+        """Logits for `tokens` (B, L); options as for `features` (positions, mask, backend, cache)."""
+        return self.head(self.features(tokens, **options))
 
     def features(
         self,

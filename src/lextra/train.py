@@ -15,7 +15,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from lextra.data import TrainStream, eval_sequences
 from lextra.data.windows import encode_documents
 from lextra.errors import CheckpointError, ConfigError
 from lextra.io import atomic_write, atomic_write_json, atomic_write_text, sha256_file
-from lextra.model import GPT, GPTConfig, load_model, save_model
+from lextra.model import GPT, GPTConfig, check_fields, load_model, save_model
 from lextra.prepare import PreparedData, prepare_data
 
 CHECKPOINTS = "checkpoints"
@@ -38,7 +38,13 @@ KEEP_CHECKPOINTS = 2
 
 @dataclass
 class TrainConfig:
-    """Everything that determines a training run; the same config and seed give the same weights."""
+    """Everything that determines a training run; the same config and seed give the same weights.
+
+    `position_lr_scale` (10) multiplies the learning rate of position-scheme parameters: Adam moves each
+    parameter by about lr per step, so at small budgets (600 steps) a T5 bucket table initialised near 0 cannot
+    reach the few-unit biases it needs (T5 perplexity at L_tr 10.7 with 1x against 6.7 with 10x; KERPLE and
+    FIRE also improve, with no scheme made worse).
+    """
 
     corpus: str = "python-code"
     tokenizer: str = "bytes"
@@ -53,6 +59,7 @@ class TrainConfig:
     beta1: float = 0.9
     beta2: float = 0.95
     grad_clip: float = 1.0
+    position_lr_scale: float = 10.0
     seed: int = 0
     checkpoint_every: int = 200
     eval_every: int = 0
@@ -78,10 +85,7 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(f"training config: unknown field(s) {', '.join(unknown)}")
+        check_fields(cls, data, "training config")
         values = dict(data)
         values["model"] = GPTConfig.from_dict(values.get("model", {}))
         return cls(**values)
@@ -98,14 +102,17 @@ def learning_rate(config: TrainConfig, step: int) -> float:
 
 
 def make_optimizer(model: GPT, config: TrainConfig) -> torch.optim.AdamW:
-    """AdamW; weight decay only on matrices of the network, never on norms or position-scheme parameters."""
+    """AdamW; weight decay only on the network's matrices; position-scheme parameters (T5 table, KERPLE, FIRE,
+    learned positions) get no decay and their own learning rate, lr * position_lr_scale."""
     scheme_params = {id(p) for p in model.positions.parameters()}
     decay, no_decay = [], []
     for param in model.parameters():
-        (decay if param.dim() >= 2 and id(param) not in scheme_params else no_decay).append(param)
+        if id(param) not in scheme_params:
+            (decay if param.dim() >= 2 else no_decay).append(param)
     groups = [
-        {"params": decay, "weight_decay": config.weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
+        {"params": decay, "weight_decay": config.weight_decay, "lr_scale": 1.0},
+        {"params": no_decay, "weight_decay": 0.0, "lr_scale": 1.0},
+        {"params": list(model.positions.parameters()), "weight_decay": 0.0, "lr_scale": config.position_lr_scale},
     ]
     return torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2))
 
@@ -252,7 +259,7 @@ def train(
     for step in range(start, config.steps):
         lr = learning_rate(config, step)
         for group in optimizer.param_groups:
-            group["lr"] = lr
+            group["lr"] = lr * group["lr_scale"]
         batch = stream.batch(step, config.batch_size, L, config.seed)
         loss = model.loss(batch)
         optimizer.zero_grad(set_to_none=True)

@@ -118,10 +118,10 @@ def _sdpa_applies(scheme: PositionScheme | None, mask: Mask, q_pos: Tensor, k_po
     return q_pos.numel() == k_pos.numel() and bool((q_pos == k_pos).all()) and _contiguous(q_pos)
 
 
-def _rotate(scheme: PositionScheme | None, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor):
+def _rotate(scheme: PositionScheme | None, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, seq_len=None):
     if scheme is None or not scheme.transforms_qk:
         return q, k
-    return scheme.rotate(q, k, q_pos, k_pos)
+    return scheme.rotate(q, k, q_pos, k_pos, seq_len)
 
 
 def _scaled_query(q: Tensor, tau: Tensor | None) -> Tensor:
@@ -206,6 +206,7 @@ def chunked_attention(
     if Lq == 0:
         return q.new_zeros(*q.shape[:-1], v.shape[-1])
     rotate_per_block = scheme is not None and scheme.transforms_qk and scheme.rotate_span is not None
+    seq_len = max(int(q_pos.max()), int(k_pos.max())) + 1 if Lk else None  # one length for every block
     if not rotate_per_block:
         q, k = _rotate(scheme, q, k, q_pos, k_pos)
     keys_sorted = _contiguous(k_pos)
@@ -227,7 +228,7 @@ def chunked_attention(
         kp = k_pos[lo:hi]
         qc, kc, vc = q[..., start:stop, :], k[..., lo:hi, :], v[..., lo:hi, :]
         if rotate_per_block:
-            qc, kc = scheme.rotate(qc, kc, qp, kp)
+            qc, kc = scheme.rotate(qc, kc, qp, kp, seq_len)
         tau_block = None if tau is None else _block_tau(tau, start, stop)
         toeplitz = _toeplitz_bias(scheme, mask, qp, kp, tau_block) if has_bias else None
         if toeplitz is not None:

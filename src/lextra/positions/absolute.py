@@ -31,18 +31,25 @@ def sinusoidal_table(positions: Tensor, d_model: int, base: float = 10000.0) -> 
 
 @register_scheme("sinusoidal")
 class Sinusoidal(PositionScheme):
-    """Fixed sinusoidal absolute embedding added to token embeddings (Vaswani et al. 2017)."""
+    """Fixed sinusoidal absolute embedding added to token embeddings (Vaswani et al. 2017).
+
+    Vaswani add the unit-amplitude table to token embeddings multiplied by sqrt(d_model). Our token embeddings
+    use GPT-2's N(0, 0.02) init without that factor, so by default the table is scaled by d_model^-0.5 instead
+    (the init of x-transformers' scaled sinusoidal embedding), keeping position and token signals of similar
+    size; `scale=1.0` adds the unscaled table.
+    """
 
     summary = "fixed sin/cos absolute embedding added to the tokens (Vaswani 2017)"
     relative = False
     adds_embedding = True
 
-    def __init__(self, dims: HeadDims, *, base: float = 10000.0) -> None:
+    def __init__(self, dims: HeadDims, *, base: float = 10000.0, scale: float | None = None) -> None:
         super().__init__(dims)
         self.base = base
+        self.scale = float(scale) if scale is not None else dims.d_model**-0.5
 
     def embed(self, x: Tensor, positions: Tensor) -> Tensor:
-        return x + sinusoidal_table(positions, self.dims.d_model, self.base).to(x.dtype)
+        return x + (self.scale * sinusoidal_table(positions, self.dims.d_model, self.base)).to(x.dtype)
 
 
 @register_scheme("learned")

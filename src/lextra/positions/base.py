@@ -61,8 +61,11 @@ class PositionScheme(nn.Module):
         """Width of the key projection per head (CoCA projects D/2 non-negative coefficients)."""
         return self.dims.head_dim
 
-    def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
-        """Transform q (..., Lq, D) and k (..., Lk, Dk) by their positions (1-D long tensors)."""
+    def rotate(
+        self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, seq_len: int | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """Transform q (..., Lq, D) and k (..., Lk, Dk) by their positions (1-D long tensors). `seq_len` is the
+        current sequence length for length-dependent scalings (default: the largest position + 1)."""
         return q, k
 
     # --- place 3: additive score bias ---------------------------------------------------------

@@ -13,34 +13,38 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from lextra.positions.base import HeadDims, PositionScheme, register_scheme
-from lextra.positions.rotary import check_rotary_dims, rope_inv_freq, rotary_angles
+from lextra.positions.base import HeadDims, register_scheme
+from lextra.positions.rotary import RotaryFrequencies, _sequence_length, check_rotary_dims
 
 
 @register_scheme("coca")
-class CoCA(PositionScheme):
-    """Collinear constrained attention: key = ReLU(tau) * query per rotary slice (exact, m - n only)."""
+class CoCA(RotaryFrequencies):
+    """Collinear constrained attention: key = ReLU(tau) * query per rotary slice (exact, m - n only).
+
+    `scaling` applies a RoPE frequency scaling (the paper pairs CoCA with dynamic NTK).
+    """
 
     summary = "collinear constrained attention (Zhu 2023): exact Q'.K' form, scores depend on m - n only"
-    transforms_qk = True
 
-    def __init__(self, dims: HeadDims, *, base: float = 10000.0) -> None:
+    def __init__(self, dims: HeadDims, *, base: float = 10000.0, scaling: dict | None = None) -> None:
         super().__init__(dims)
         check_rotary_dims(dims.head_dim, "coca")
-        self.base = float(base)
-        self.register_buffer("inv_freq", rope_inv_freq(dims.head_dim, self.base), persistent=False)
+        self._init_frequencies(base, scaling)
 
     def key_dim(self) -> int:
         """The key projection yields tau: one coefficient per 2-D slice."""
         return self.dims.head_dim // 2
 
-    def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
+    def rotate(
+        self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, seq_len: int | None = None
+    ) -> tuple[Tensor, Tensor]:
         half = self.dims.head_dim // 2
         qf = q.float()
         magnitude = qf[..., :half].square() + qf[..., half:].square()  # |q_{m,k}|^2, half-split slices
         tau = torch.relu(k.float())
-        cos_q, sin_q = rotary_angles(q_pos, self.inv_freq)
-        cos_k, sin_k = rotary_angles(k_pos, self.inv_freq)
+        length = _sequence_length(q_pos, k_pos, seq_len)
+        cos_q, sin_q = self.angles(q_pos, length)
+        cos_k, sin_k = self.angles(k_pos, length)
         q_prime = torch.cat((magnitude * cos_q, magnitude * sin_q), dim=-1)
         k_prime = torch.cat((tau * cos_k, tau * sin_k), dim=-1)
         return q_prime.to(q.dtype), k_prime.to(k.dtype)

@@ -7,13 +7,14 @@ Rotation runs in fp32 whatever the model dtype, and is cast back afterwards.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
 
 from lextra.errors import ConfigError
 from lextra.positions.base import HeadDims, PositionScheme, register_scheme
+from lextra.positions.scaling import RopeScaling, depends_on_length, frequencies, rope_inv_freq
 
 Layout = Literal["half", "interleaved"]
 LAYOUTS = ("half", "interleaved")
@@ -28,12 +29,6 @@ def check_rotary_dims(head_dim: int, scheme: str, layout: str = "half") -> None:
         )
     if layout not in LAYOUTS:
         raise ConfigError(f"{scheme}: unknown layout {layout!r}; use one of {', '.join(LAYOUTS)}")
-
-
-def rope_inv_freq(head_dim: int, base: float = 10000.0, device: torch.device | None = None) -> Tensor:
-    """theta_k = base^(-2k/D), k = 0..D/2-1, in fp32 (the same arithmetic as Hugging Face's default RoPE)."""
-    exponent = torch.arange(0, head_dim, 2, dtype=torch.int64, device=device).float() / head_dim
-    return 1.0 / (base**exponent)
 
 
 def rotary_angles(positions: Tensor, inv_freq: Tensor) -> tuple[Tensor, Tensor]:
@@ -78,28 +73,89 @@ def convert_qk_weight(weight: Tensor, n_heads: int, source: str, target: str) ->
     return rows[:, perm].reshape(weight.shape)
 
 
-@register_scheme("rope")
-class RoPE(PositionScheme):
-    """Rotary position embedding (Su et al. 2021): rotate each channel pair of q and k by p * theta_k."""
+def build_rope_scaling(scaling: dict[str, Any] | RopeScaling | None, train_len: int) -> RopeScaling:
+    """A scheme's `scaling` option (a dict of RopeScaling fields, e.g. {"type": "yarn", "factor": 4}) as a
+    RopeScaling; `original_max_position_embeddings` defaults to the training length L_tr."""
+    if scaling is None or isinstance(scaling, RopeScaling):
+        return scaling or RopeScaling()
+    if not isinstance(scaling, dict):
+        raise ConfigError(f"rope scaling must be a dict like {{'type': 'yarn', 'factor': 4}}, got {scaling!r}")
+    values = dict(scaling)
+    for name in ("short_factor", "long_factor"):
+        if values.get(name) is not None:
+            values[name] = tuple(float(x) for x in values[name])
+    if values.get("type", "none") not in ("none", "linear", "ntk"):
+        values.setdefault("original_max_position_embeddings", train_len)
+    try:
+        return RopeScaling(**values)
+    except TypeError as err:
+        raise ConfigError(f"rope scaling {scaling!r}: {err}") from None
 
-    summary = "rotary embedding (Su 2021): q/k pairs rotated by p * base^(-2k/D)"
+
+class RotaryFrequencies(PositionScheme):
+    """Shared by the rotary schemes: base frequencies, an optional length-extension scaling (PI, NTK, dynamic
+    NTK, YaRN, Llama 3, LongRoPE; see `lextra.positions.scaling`) and its cos/sin attention factor."""
+
     transforms_qk = True
 
-    def __init__(self, dims: HeadDims, *, base: float = 10000.0, layout: str = "half") -> None:
+    def _init_frequencies(self, base: float, scaling: dict[str, Any] | RopeScaling | None) -> None:
+        self.base = float(base)
+        self.scaling = build_rope_scaling(scaling, self.dims.train_len)
+        inv_freq, factor = frequencies(self.scaling, self.dims.head_dim, self.base, None)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.attention_factor = factor
+
+    def frequencies_for(self, seq_len: int | None) -> tuple[Tensor, float]:
+        """Inverse frequencies and cos/sin factor for a sequence of `seq_len` positions (dynamic, longrope)."""
+        if not depends_on_length(self.scaling):
+            return self.inv_freq, self.attention_factor
+        inv_freq, factor = frequencies(self.scaling, self.dims.head_dim, self.base, seq_len)
+        return inv_freq.to(self.inv_freq.device), factor
+
+    def angles(self, positions: Tensor, seq_len: int | None) -> tuple[Tensor, Tensor]:
+        """cos and sin (L, D/2) of the scaled angles, times the scaling's attention factor."""
+        inv_freq, factor = self.frequencies_for(seq_len)
+        cos, sin = rotary_angles(positions, inv_freq)
+        return (cos, sin) if factor == 1.0 else (cos * factor, sin * factor)
+
+
+def _sequence_length(q_pos: Tensor, k_pos: Tensor, seq_len: int | None) -> int | None:
+    """The current length for length-dependent scalings: given, else the largest position + 1."""
+    if seq_len is not None:
+        return seq_len
+    top = [int(p.max()) for p in (q_pos, k_pos) if p.numel()]
+    return max(top) + 1 if top else None
+
+
+@register_scheme("rope")
+class RoPE(RotaryFrequencies):
+    """Rotary position embedding (Su et al. 2021): rotate each channel pair of q and k by p * theta_k.
+
+    `scaling` applies an inference-time frequency scaling, e.g. {"type": "dynamic", "factor": 2}; its
+    frequencies and cos/sin factor equal Hugging Face's `rope_scaling` of the same parameters.
+    """
+
+    summary = "rotary embedding (Su 2021): q/k pairs rotated by p * base^(-2k/D); optional scaling"
+
+    def __init__(
+        self, dims: HeadDims, *, base: float = 10000.0, layout: str = "half", scaling: dict | None = None
+    ) -> None:
         super().__init__(dims)
         check_rotary_dims(dims.head_dim, "rope", layout)
-        self.base = float(base)
         self.layout = layout
-        self.register_buffer("inv_freq", rope_inv_freq(dims.head_dim, self.base), persistent=False)
+        self._init_frequencies(base, scaling)
 
-    def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
-        cos_q, sin_q = rotary_angles(q_pos, self.inv_freq)
-        cos_k, sin_k = (cos_q, sin_q) if k_pos is q_pos else rotary_angles(k_pos, self.inv_freq)
+    def rotate(
+        self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, seq_len: int | None = None
+    ) -> tuple[Tensor, Tensor]:
+        length = _sequence_length(q_pos, k_pos, seq_len)
+        cos_q, sin_q = self.angles(q_pos, length)
+        cos_k, sin_k = (cos_q, sin_q) if k_pos is q_pos else self.angles(k_pos, length)
         return apply_rotary(q, cos_q, sin_q, self.layout), apply_rotary(k, cos_k, sin_k, self.layout)
 
 
 @register_scheme("xpos")
-class XPos(PositionScheme):
+class XPos(RotaryFrequencies):
     """xPos (Sun et al. 2022): RoPE with q scaled by zeta_k^(p/B) and k by zeta_k^(-p/B).
 
     zeta_k = (2k + 0.4 D) / (1.4 D), B = scale_base (512), so the logit carries zeta_k^((m - n)/B).
@@ -110,7 +166,6 @@ class XPos(PositionScheme):
     """
 
     summary = "RoPE with an exponential decay zeta^((m-n)/B) (Sun 2022); finite at any length"
-    transforms_qk = True
 
     def __init__(
         self,
@@ -121,15 +176,16 @@ class XPos(PositionScheme):
         layout: str = "half",
         decay: bool = True,
         rotation: bool = True,
+        scaling: dict | None = None,
     ) -> None:
         super().__init__(dims)
         check_rotary_dims(dims.head_dim, "xpos", layout)
         if scale_base <= 0:
             raise ConfigError(f"xpos: scale_base must be positive, got {scale_base}")
-        self.base, self.scale_base, self.layout = float(base), float(scale_base), layout
+        self.scale_base, self.layout = float(scale_base), layout
         self.decay, self.rotation = bool(decay), bool(rotation)
+        self._init_frequencies(base, scaling)
         D = dims.head_dim
-        self.register_buffer("inv_freq", rope_inv_freq(D, self.base), persistent=False)
         zeta = (torch.arange(0, D, 2, dtype=torch.float64) + 0.4 * D) / (1.4 * D)
         self.register_buffer("log_zeta", torch.log(zeta), persistent=False)  # fp64: exact exponents
         # zeta_min^(span / B) stays far from fp32 limits: span = 16 B gives factors within [2e-9, 5e8]
@@ -139,10 +195,13 @@ class XPos(PositionScheme):
         exponent = sign * (positions.to(torch.float64) - anchor) / self.scale_base
         return torch.exp(exponent[:, None] * self.log_zeta[None, :]).float()
 
-    def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
+    def rotate(
+        self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, seq_len: int | None = None
+    ) -> tuple[Tensor, Tensor]:
         if self.rotation:
-            cos_q, sin_q = rotary_angles(q_pos, self.inv_freq)
-            cos_k, sin_k = rotary_angles(k_pos, self.inv_freq)
+            length = _sequence_length(q_pos, k_pos, seq_len)
+            cos_q, sin_q = self.angles(q_pos, length)
+            cos_k, sin_k = self.angles(k_pos, length)
         else:
             half = self.dims.head_dim // 2
             cos_q = torch.ones(q_pos.numel(), half, device=q.device)

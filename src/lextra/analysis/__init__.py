@@ -1,0 +1,29 @@
+"""Why schemes extrapolate or not: attention resolution, empirical receptive field, attention dispersion."""
+
+from lextra.analysis.capture import LayerAttention, LogitBlock, layer_attention
+from lextra.analysis.dispersion import dispersion, row_entropy, row_max
+from lextra.analysis.receptive_field import effective_receptive_field, gradient_shares, receptive_field
+from lextra.analysis.resolution import (
+    empirical_scores,
+    model_theoretical,
+    resolution,
+    scheme_resolution,
+    theoretical_scores,
+)
+
+__all__ = [
+    "LayerAttention",
+    "LogitBlock",
+    "dispersion",
+    "effective_receptive_field",
+    "empirical_scores",
+    "gradient_shares",
+    "layer_attention",
+    "model_theoretical",
+    "receptive_field",
+    "resolution",
+    "row_entropy",
+    "row_max",
+    "scheme_resolution",
+    "theoretical_scores",
+]

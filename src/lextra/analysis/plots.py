@@ -1,0 +1,151 @@
+"""Figures of the analyses (matplotlib, Agg): score curves, cumulative gradient shares, dispersion, logits."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from lextra.io import atomic_write
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig: Any, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight"))
+    _pyplot().close(fig)
+    return path
+
+
+def _styles(labels: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """One colour per scheme (the label up to '+' or ' '), a line style per variant: mask dotted, theory dashed."""
+    plt = _pyplot()
+    group_of = {label: label.split(" ")[0].split("+")[0] for label in labels}
+    groups = list(dict.fromkeys(group_of.values()))
+    colours = plt.get_cmap("tab10" if len(groups) <= 10 else "tab20")
+    styles = {}
+    for label in labels:
+        theory, masked = "[" in label, "+" in label.split(" ")[0]
+        linestyle = {(False, False): "-", (False, True): ":", (True, False): "--", (True, True): "-."}[theory, masked]
+        styles[label] = {"color": colours(groups.index(group_of[label]) % colours.N), "linestyle": linestyle}
+    return styles
+
+
+def _legend(fig: Any, ax: Any) -> None:
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7)
+
+
+def plot_scores(
+    curves: Mapping[str, Mapping[str, Sequence[float]]], lengths: Sequence[int], train_len: int, path: str | Path
+) -> Path:
+    """s[n] - s[0] against distance n, one panel per length, one line per row (theory rows dashed)."""
+    plt = _pyplot()
+    styles = _styles(list(curves))
+    fig, axes = plt.subplots(1, len(lengths), figsize=(5.5 * len(lengths), 4.2), squeeze=False)
+    for ax, length in zip(axes[0], lengths, strict=True):
+        for label, by_length in curves.items():
+            s = by_length.get(str(length))
+            if s:
+                ax.plot(range(len(s)), [v - s[0] for v in s], label=label, linewidth=1, **styles[label])
+        ax.axvline(train_len, color="black", linestyle=":", linewidth=0.8)
+        ax.set_xlabel("distance n")
+        ax.set_ylabel("s[n] - s[0]")
+        ax.set_title(f"expected score by distance, input length {length}")
+        ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    _legend(fig, axes[0][-1])
+    return _save(fig, path)
+
+
+def plot_cumulative(
+    curves: Mapping[str, Mapping[str, Sequence[float]]], lengths: Sequence[int], train_len: int, path: str | Path
+) -> Path:
+    """Cumulative gradient share of the k most recent tokens, one panel per length, one line per row."""
+    plt = _pyplot()
+    styles = _styles(list(curves))
+    fig, axes = plt.subplots(1, len(lengths), figsize=(5.2 * len(lengths), 4.2), squeeze=False)
+    for ax, length in zip(axes[0], lengths, strict=True):
+        for label, by_length in curves.items():
+            curve = by_length.get(str(length))
+            if curve:
+                ax.plot(range(1, len(curve) + 1), curve, label=label, linewidth=1, **styles[label])
+        ax.axhline(0.99, color="grey", linestyle="--", linewidth=0.8)
+        ax.axvline(train_len, color="black", linestyle=":", linewidth=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("recent tokens k")
+        ax.set_ylabel("cumulative gradient share")
+        ax.set_title(f"segments of {length} tokens (L_tr dotted, 0.99 dashed)")
+        ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    _legend(fig, axes[0][-1])
+    return _save(fig, path)
+
+
+def plot_dispersion(
+    stats: Mapping[str, Mapping[str, Mapping[str, Any]]], lengths: Sequence[int], layers: int, path: str | Path
+) -> Path:
+    """Mean row entropy (top) and max probability (bottom) against input length, one panel per layer + mean."""
+    plt = _pyplot()
+    columns = [*range(layers), "mean"]
+    styles = _styles(list(stats))
+    fig, axes = plt.subplots(2, len(columns), figsize=(3.6 * len(columns), 6.4), squeeze=False)
+    for row, key in enumerate(("entropy", "max_prob")):
+        for col, layer in enumerate(columns):
+            ax = axes[row][col]
+            for label, by_length in stats.items():
+                xs = [n for n in lengths if str(n) in by_length]
+                ys = [
+                    by_length[str(n)][f"{key}_mean"] if layer == "mean" else by_length[str(n)][key][layer] for n in xs
+                ]
+                ax.plot(xs, ys, marker="o", markersize=3, linewidth=1, label=label, **styles[label])
+            first = next(iter(stats.values()))
+            xs = [n for n in lengths if str(n) in first]
+            ax.plot(xs, [first[str(n)]["uniform"][key] for n in xs], color="black", linestyle="--", label="uniform")
+            ax.set_xscale("log", base=2)
+            ax.set_title(f"{'entropy' if key == 'entropy' else 'max probability'}, layer {layer}")
+            ax.set_xlabel("input length")
+            ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    _legend(fig, axes[0][-1])
+    return _save(fig, path)
+
+
+def plot_logits(
+    first_layer: Mapping[str, Mapping[str, Mapping[str, Any]]], lengths: Sequence[int], path: str | Path
+) -> Path:
+    """Per checkpoint: the mean sorted first-layer logit row (left) and its QQ plot against a Gaussian (right)."""
+    plt = _pyplot()
+    labels = list(first_layer)
+    fig, axes = plt.subplots(len(labels), 2, figsize=(10, 3.2 * len(labels)), squeeze=False)
+    for row, label in enumerate(labels):
+        left, right = axes[row]
+        for n in lengths:
+            record = first_layer[label].get(str(n))
+            if not record:
+                continue
+            values = record["sorted_logits"]
+            left.plot([i / len(values) for i in range(len(values))], values, linewidth=1, label=str(n))
+            right.plot(
+                record["qq"]["normal"], record["qq"]["sample"], marker=".", markersize=2, linewidth=0, label=str(n)
+            )
+        right.plot([-3, 3], [-3, 3], color="black", linestyle="--", linewidth=0.8)
+        left.set_title(f"{label}: layer 0, last row, sorted logits")
+        left.set_xlabel("rank / length")
+        right.set_title(f"{label}: QQ against N(0, 1)")
+        right.set_xlabel("normal quantile")
+        right.set_ylabel("standardised logit")
+        left.legend(fontsize=6, title="length", title_fontsize=6)
+        for ax in (left, right):
+            ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    return _save(fig, path)

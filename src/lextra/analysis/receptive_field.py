@@ -1,0 +1,95 @@
+"""Empirical receptive field (Chi et al. 2023): how far back the last token's loss actually reaches.
+
+For each segment, g_m = ||d loss_last / d e_m|| is the gradient norm of the last token's next-token loss with
+respect to the token embedding e_m at every position m (taken at the output of `model.embed`, before any
+absolute position signal is added, which is the same gradient). Norms are normalised to sum 1 per segment and
+listed from the most recent token backwards; the curve averaged over N segments is accumulated, and the ERF is
+the smallest number of recent tokens whose cumulative share reaches the threshold (0.99).
+A window mask of width w lets one layer see w tokens, so L layers see at most L (w - 1) + 1 of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from lextra.analysis.capture import batches
+from lextra.attention import build_mask
+from lextra.attention.masks import Mask
+from lextra.model import GPT
+
+THRESHOLD = 0.99
+
+
+@contextmanager
+def frozen(model: GPT) -> Iterator[GPT]:
+    """Parameters without gradients for the duration (only inputs are differentiated), restored afterwards."""
+    flags = [(p, p.requires_grad) for p in model.parameters()]
+    try:
+        for p, _ in flags:
+            p.requires_grad_(False)
+        yield model
+    finally:
+        for p, flag in flags:
+            p.requires_grad_(flag)
+
+
+def logits_from_embeddings(model: GPT, embeddings: Tensor, mask: Mask, backend: str = "auto") -> Tensor:
+    """The model's logits (B, L, vocab) from token embeddings (B, L, d), positions 0..L-1: `GPT.forward` by hand."""
+    positions = torch.arange(embeddings.shape[1], device=embeddings.device)
+    x = model.drop(model.positions[0].embed(embeddings, positions))
+    for layer, block in enumerate(model.blocks):
+        x = block(x, model.scheme_for(layer), positions, mask, backend)
+    return model.head(model.ln_f(x))
+
+
+def gradient_shares(
+    model: GPT, segments: Tensor, mask: str | Mask | None = "causal", *, batch_size: int = 8, backend: str = "auto"
+) -> Tensor:
+    """Per-segment normalised gradient norms by recency, (S, L): column r is the token r places before the last.
+
+    `segments` (S, L + 1): the first L tokens are the input, the last one is the target of the last input token.
+    """
+    model.eval()
+    mask = build_mask(mask, model.config.train_len)
+    rows = []
+    with frozen(model), torch.enable_grad():
+        for batch in batches(segments, batch_size):
+            inputs, target = batch[:, :-1], batch[:, -1]
+            embeddings = model.embed(inputs).detach().requires_grad_(True)
+            logits = logits_from_embeddings(model, embeddings, mask, backend)[:, -1]
+            loss = F.cross_entropy(logits.float(), target, reduction="sum")  # segments are independent
+            (grad,) = torch.autograd.grad(loss, embeddings)
+            norms = grad.double().norm(dim=-1)
+            rows.append((norms / norms.sum(-1, keepdim=True)).flip(-1))
+    return torch.cat(rows)
+
+
+def cumulative_curve(shares: Tensor) -> Tensor:
+    """Cumulative share of the k most recent tokens, k = 1..L, averaged over segments (L,)."""
+    return shares.mean(0).cumsum(0)
+
+
+def effective_receptive_field(curve: Tensor, threshold: float = THRESHOLD) -> int:
+    """Smallest k with curve[k - 1] >= threshold (a 1e-9 tolerance absorbs rounding of a sum that is exactly 1)."""
+    reached = (curve >= threshold - 1e-9).nonzero()
+    return int(reached[0]) + 1 if reached.numel() else int(curve.numel())
+
+
+def receptive_field(
+    model: GPT, segments: Tensor, mask: str | Mask | None = "causal", *, threshold: float = THRESHOLD, **kwargs
+) -> dict:
+    """ERF of the segment-averaged curve, each segment's own ERF, and the curve itself."""
+    shares = gradient_shares(model, segments, mask, **kwargs)
+    curve = cumulative_curve(shares)
+    own = [effective_receptive_field(row.cumsum(0), threshold) for row in shares]
+    return {
+        "erf": effective_receptive_field(curve, threshold),
+        "erf_per_segment_mean": sum(own) / len(own),
+        "segments": int(shares.shape[0]),
+        "curve": curve.tolist(),
+    }

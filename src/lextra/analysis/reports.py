@@ -1,0 +1,298 @@
+"""Run each analysis over checkpoints and lengths and write JSON, CSV, a markdown table and PNG plots."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lextra.analysis.dispersion import dispersion
+from lextra.analysis.inputs import Checkpoint, TextSource
+from lextra.analysis.plots import plot_cumulative, plot_dispersion, plot_logits, plot_scores
+from lextra.analysis.receptive_field import THRESHOLD, receptive_field
+from lextra.analysis.resolution import ResolutionResult, empirical_scores, model_theoretical, scheme_resolution
+from lextra.attention import build_mask
+from lextra.io import atomic_write_json, atomic_write_text
+from lextra.positions import PositionScheme
+from lextra.report import write_csv
+
+RESOLUTION_CONVENTION = (
+    "R(s) = sum_{i<N} e^{s_i} (e^{s_i} - e^{s_{i+1}}) / (sum_{i<N} e^{s_i})^2 with e^{s_N} = 0, over the N distances "
+    "visible at that length (under BCA: 0..L_tr-1); s = logits averaged over texts, layers and heads"
+)
+
+
+def markdown(rows: Mapping[str, Mapping[str, Any]], columns: Sequence[str], corner: str, digits: int = 3) -> str:
+    """A rows x columns markdown table; floats with `digits` decimals (small ones in e-notation), missing as '-'."""
+
+    def cell(value: Any) -> str:
+        if value is None:
+            return "-"
+        if not isinstance(value, float):
+            return str(value)
+        return f"{value:.2e}" if 0 < abs(value) < 10 ** (1 - digits) else f"{value:.{digits}f}"
+
+    lines = [f"| {corner} | " + " | ".join(columns) + " |", "|---|" + "---:|" * len(columns)]
+    lines += [f"| {label} | " + " | ".join(cell(v.get(c)) for c in columns) + " |" for label, v in rows.items()]
+    return "\n".join(lines)
+
+
+def mask_suffix(mask: str) -> str:
+    return "" if mask == "causal" else f"+{mask}"
+
+
+def _log(message: str) -> None:
+    print(f"lextra analyze: {message}", file=sys.stderr, flush=True)
+
+
+def _write(out: Path, name: str, data: dict, records: list[dict], table: str) -> None:
+    atomic_write_json(out / f"{name}.json", data)
+    write_csv(out / f"{name}.csv", records)
+    atomic_write_text(out / f"{name}.md", table + "\n")
+
+
+def resolution_report(
+    checkpoints: list[Checkpoint],
+    schemes: list[tuple[str, PositionScheme]],
+    lengths: list[int],
+    masks: list[str],
+    source: TextSource,
+    out: str | Path,
+    *,
+    documents: int = 8,
+    theory: bool = False,
+    train_len: int,
+) -> dict:
+    """R at every length: empirical rows per checkpoint and mask, theory rows per scheme (and per checkpoint)."""
+    out = Path(out)
+    rows: dict[str, dict[str, Any]] = {}
+
+    def add(label: str, kind: str, scheme: str, mask: str, origin: str | None, compute: Callable) -> None:
+        by_length: dict[str, Any] = {}
+        for length in lengths:
+            result: ResolutionResult = compute(length)
+            by_length[str(length)] = result.to_dict()
+        rows[label] = {"kind": kind, "scheme": scheme, "mask": mask, "checkpoint": origin, "by_length": by_length}
+
+    for ckpt in checkpoints:
+        texts = source.texts(ckpt, max(lengths), documents)
+        for mask in masks:
+            spec = build_mask(mask, ckpt.train_len)
+            label = ckpt.label + mask_suffix(mask)
+            _log(f"resolution of {label}")
+            add(
+                label,
+                "empirical",
+                ckpt.model.config.scheme,
+                mask,
+                str(ckpt.folder),
+                lambda n, m=spec, c=ckpt, t=texts: empirical_scores(c.model, t[:, :n], m),
+            )
+            if theory:
+                add(
+                    f"{label} [theory, trained]",
+                    "theory",
+                    ckpt.model.config.scheme,
+                    mask,
+                    str(ckpt.folder),
+                    lambda n, m=spec, c=ckpt: model_theoretical(c.model, n, m),
+                )
+    for name, scheme in schemes:
+        for mask in masks:
+            spec = build_mask(mask, scheme.dims.train_len)
+            add(
+                f"{name}{mask_suffix(mask)} [theory]",
+                "theory",
+                name,
+                mask,
+                None,
+                lambda n, m=spec, s=scheme: scheme_resolution(s, n, m),
+            )
+    columns = [str(n) for n in lengths]
+    table_rows = {label: {n: row["by_length"][n]["R"] for n in columns} for label, row in rows.items()}
+    head_rows = {label: {n: row["by_length"][n]["R_head_mean"] for n in columns} for label, row in rows.items()}
+    table = (
+        f"### attention resolution R of s averaged over layers and heads (rows: scheme, columns: input length; "
+        f"L_tr = {train_len})\n\n" + markdown(table_rows, columns, "R", digits=4) + "\n\n"
+        "### R of each layer and head, averaged over layers and heads\n\n"
+        + markdown(head_rows, columns, "mean R", digits=4)
+    )
+    data = {
+        "analysis": "resolution",
+        "convention": RESOLUTION_CONVENTION,
+        "lengths": lengths,
+        "train_len": train_len,
+        "masks": masks,
+        "documents": documents,
+        "split": source.split,
+        "table": table_rows,
+        "table_head_mean": head_rows,
+        "rows": rows,
+    }
+    records = [
+        {"row": label, "kind": row["kind"], "length": int(n), "layer": layer, "distance": d, "s": value}
+        for label, row in rows.items()
+        for n, result in row["by_length"].items()
+        for layer, curve in [("mean", result["s"]), *enumerate(result["s_per_layer"])]
+        for d, value in enumerate(curve)
+    ]
+    _write(out, "resolution", data, records, table)
+    curves = {label: {n: r["s"] for n, r in row["by_length"].items()} for label, row in rows.items()}
+    plot_scores(curves, lengths, train_len, out / "resolution.png")
+    return data
+
+
+def receptive_field_report(
+    checkpoints: list[Checkpoint],
+    lengths: list[int],
+    masks: list[str],
+    source: TextSource,
+    out: str | Path,
+    *,
+    documents: int = 16,
+    threshold: float = THRESHOLD,
+    batch_size: int = 8,
+) -> dict:
+    """ERF of every checkpoint and mask at every segment length, against its training length."""
+    out = Path(out)
+    rows: dict[str, dict[str, Any]] = {}
+    for ckpt in checkpoints:
+        segments = source.texts(ckpt, max(lengths) + 1, documents)
+        for mask in masks:
+            spec = build_mask(mask, ckpt.train_len)
+            label = ckpt.label + mask_suffix(mask)
+            _log(f"receptive field of {label}")
+            by_length = {
+                str(n): receptive_field(
+                    ckpt.model, segments[:, : n + 1], spec, threshold=threshold, batch_size=batch_size
+                )
+                for n in lengths
+            }
+            rows[label] = {
+                "scheme": ckpt.model.config.scheme,
+                "mask": mask,
+                "checkpoint": str(ckpt.folder),
+                "train_len": ckpt.train_len,
+                "by_length": by_length,
+            }
+    columns = [str(n) for n in lengths]
+    table_rows = {
+        label: {"L_tr": row["train_len"], **{n: row["by_length"][n]["erf"] for n in columns}}
+        for label, row in rows.items()
+    }
+    table = (
+        f"### empirical receptive field: recent tokens holding {threshold:.0%} of the last token's gradient "
+        "(rows: scheme, columns: segment length)\n\n" + markdown(table_rows, ["L_tr", *columns], "ERF")
+    )
+    data = {
+        "analysis": "receptive-field",
+        "threshold": threshold,
+        "lengths": lengths,
+        "masks": masks,
+        "documents": documents,
+        "split": source.split,
+        "table": table_rows,
+        "rows": rows,
+    }
+    records = [
+        {"row": label, "length": int(n), "recent_tokens": k + 1, "cumulative_share": value}
+        for label, row in rows.items()
+        for n, result in row["by_length"].items()
+        for k, value in enumerate(result["curve"])
+    ]
+    _write(out, "receptive_field", data, records, table)
+    curves = {label: {n: r["curve"] for n, r in row["by_length"].items()} for label, row in rows.items()}
+    plot_cumulative(curves, lengths, checkpoints[0].train_len, out / "receptive_field.png")
+    return data
+
+
+def dispersion_report(
+    checkpoints: list[Checkpoint],
+    lengths: list[int],
+    masks: list[str],
+    source: TextSource,
+    out: str | Path,
+    *,
+    documents: int = 8,
+    batch_size: int = 4,
+) -> dict:
+    """Mean row entropy and max probability per layer against length; first-layer logit distribution."""
+    out = Path(out)
+    rows: dict[str, dict[str, Any]] = {}
+    for ckpt in checkpoints:
+        texts = source.texts(ckpt, max(lengths), documents)
+        for mask in masks:
+            spec = build_mask(mask, ckpt.train_len)
+            label = ckpt.label + mask_suffix(mask)
+            _log(f"dispersion of {label}")
+            with torch.no_grad():
+                by_length = {str(n): dispersion(ckpt.model, texts[:, :n], spec, batch_size=batch_size) for n in lengths}
+            rows[label] = {
+                "scheme": ckpt.model.config.scheme,
+                "mask": mask,
+                "checkpoint": str(ckpt.folder),
+                "layers": ckpt.model.config.n_layer,
+                "by_length": by_length,
+            }
+    columns = [str(n) for n in lengths]
+    tables = []
+    for key, title in (
+        ("entropy", "mean attention entropy (nats)"),
+        ("max_prob", "mean maximum attention probability"),
+    ):
+        table_rows: dict[str, dict[str, Any]] = {}
+        for label, row in rows.items():
+            for layer in range(row["layers"]):
+                table_rows[f"{label} L{layer}"] = {n: row["by_length"][n][key][layer] for n in columns}
+            table_rows[f"{label} mean"] = {n: row["by_length"][n][f"{key}_mean"] for n in columns}
+        for mask in masks:
+            first = next(row for row in rows.values() if row["mask"] == mask)
+            table_rows[f"uniform rows ({mask})"] = {n: first["by_length"][n]["uniform"][key] for n in columns}
+        tables.append(
+            f"### {title} per layer (rows: scheme and layer, columns: input length)\n\n"
+            + markdown(table_rows, columns, key)
+        )
+    spread = {label: {n: row["by_length"][n]["first_layer"]["top_z"] for n in columns} for label, row in rows.items()}
+    tables.append(
+        "### first layer, last query row: top logit in standard deviations above the row mean\n\n"
+        + markdown(spread, columns, "top z", digits=2)
+    )
+    data = {
+        "analysis": "dispersion",
+        "lengths": lengths,
+        "masks": masks,
+        "documents": documents,
+        "split": source.split,
+        "rows": rows,
+    }
+    records = [
+        {
+            "row": label,
+            "length": int(n),
+            "layer": layer,
+            "entropy": result["entropy"][layer],
+            "max_prob": result["max_prob"][layer],
+            "uniform_entropy": result["uniform"]["entropy"],
+            "uniform_max_prob": result["uniform"]["max_prob"],
+        }
+        for label, row in rows.items()
+        for n, result in row["by_length"].items()
+        for layer in range(row["layers"])
+    ]
+    table = "\n\n".join(tables)
+    _write(out, "dispersion", data, records, table)
+    plot_dispersion(
+        {label: row["by_length"] for label, row in rows.items()},
+        lengths,
+        max(row["layers"] for row in rows.values()),
+        out / "dispersion.png",
+    )
+    plot_logits(
+        {label: {n: r["first_layer"] for n, r in row["by_length"].items()} for label, row in rows.items()},
+        lengths,
+        out / "first_layer_logits.png",
+    )
+    return data

@@ -1,0 +1,550 @@
+"""RoPE frequency scalings for length extrapolation: PI, NTK-aware, dynamic NTK, YaRN, Llama 3, LongRoPE.
+
+A registry in the style of Hugging Face's `modeling_rope_utils.py` (`ROPE_INIT_FUNCTIONS`): one small function
+per variant maps `(scaling, head_dim, base, seq_len)` to the scaled inverse frequencies (D/2,) in fp32 and the
+factor by which cos and sin are multiplied (HF's `attention_scaling`; the attention logits therefore carry its
+square). The rope, xpos and coca schemes share it.
+
+Every variant repeats Hugging Face's fp32 arithmetic operation for operation (transformers 5.24), so the
+frequencies are bit-identical to `ROPE_INIT_FUNCTIONS[type](config, seq_len=...)`; `tests/test_scaling.py` checks
+this. Where the papers and HF disagree, HF is followed and the difference is named in the variant's docstring.
+
+Types (lextra name -> Hugging Face `rope_type`):
+- "none": plain RoPE, theta_k = base^(-2k/D) ("default").
+- "linear": position interpolation (Chen 2023), theta_k / factor ("linear").
+- "ntk": NTK-aware static scaling (bloc97 2023), base' = base * factor^(D/(D-2)). HF has no such type.
+- "dynamic": dynamic NTK (emozilla 2023), base' recomputed from the current length ("dynamic").
+- "yarn": YaRN (Peng 2023), per-dimension ramp between extrapolation and interpolation ("yarn").
+- "llama3": Llama 3.1's wavelength-banded interpolation ("llama3").
+- "longrope": LongRoPE (Ding 2024) per-dimension rescale factors, short and long sets ("longrope").
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lextra.errors import ConfigError
+
+# Which RopeScaling fields each type reads; every other field must keep its default.
+_USES: dict[str, frozenset[str]] = {
+    "none": frozenset(),
+    "linear": frozenset({"factor"}),
+    "ntk": frozenset({"factor"}),
+    "dynamic": frozenset({"factor", "original_max_position_embeddings"}),
+    "yarn": frozenset(
+        {
+            "factor",
+            "original_max_position_embeddings",
+            "attention_factor",
+            "beta_fast",
+            "beta_slow",
+            "mscale",
+            "mscale_all_dim",
+            "truncate",
+        }
+    ),
+    "llama3": frozenset({"factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"}),
+    "longrope": frozenset(
+        {"factor", "original_max_position_embeddings", "attention_factor", "short_factor", "long_factor"}
+    ),
+}
+KNOWN_TYPES: tuple[str, ...] = tuple(_USES)
+LENGTH_DEPENDENT_TYPES: tuple[str, ...] = ("dynamic", "longrope")
+_NEEDS_TRAIN_LENGTH = ("dynamic", "yarn", "llama3", "longrope")
+
+# lextra type -> Hugging Face rope_type ("ntk" has none) and back; HF's "proportional" is read by `from_hf` only.
+_TO_HF_TYPE = {
+    "none": "default",
+    "linear": "linear",
+    "dynamic": "dynamic",
+    "yarn": "yarn",
+    "llama3": "llama3",
+    "longrope": "longrope",
+}
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """A RoPE frequency scaling and its parameters, with the papers' / Hugging Face defaults.
+
+    Attributes:
+        type: one of `KNOWN_TYPES` ("none", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope").
+        factor: the extension ratio s = L_ex / L_tr (>= 1); for "dynamic" the slope of its growth past L_tr.
+        original_max_position_embeddings: the training length L_tr; required by dynamic, yarn, llama3, longrope.
+        attention_factor: yarn / longrope: the cos/sin multiplier; None uses the method's default formula.
+        beta_fast, beta_slow: yarn: ramp boundaries in rotations over L_tr (Peng 2023: 32 and 1).
+        mscale, mscale_all_dim: yarn (DeepSeek style): if both are non-zero and `attention_factor` is None, the
+            attention factor is `mscale(s, mscale) / mscale(s, mscale_all_dim)` with
+            `mscale(s, m) = 0.1 m ln s + 1` (HF's rule; one of them alone is ignored, as in HF).
+        truncate: yarn: round the ramp bounds outwards to integers (floor / ceil), HF's default True.
+        low_freq_factor, high_freq_factor: llama3 wavelength bands (Llama 3.1: 1 and 4).
+        short_factor, long_factor: longrope per-dimension rescale factors, D/2 each (stored as tuples).
+
+    Fields a type does not read must keep their defaults, so that a misplaced parameter fails loudly.
+    """
+
+    type: str = "none"
+    factor: float = 1.0
+    original_max_position_embeddings: int | None = None
+    attention_factor: float | None = None
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
+    truncate: bool = True
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    short_factor: tuple[float, ...] | None = None
+    long_factor: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.type, str) or self.type not in _USES:
+            raise ConfigError(
+                f"unknown RoPE scaling type {self.type!r}; known types: {', '.join(KNOWN_TYPES)} "
+                "(Hugging Face's 'default' is lextra's 'none')"
+            )
+        where = f"RoPE scaling {self.type!r}"
+        self._normalise_numbers(where)
+        self._check_unused(where)
+        if self.type == "none":
+            return
+        if self.factor < 1.0:
+            raise ConfigError(
+                f"{where}: factor must be >= 1 (the extension ratio L_ex / L_tr), got {self.factor:g}; "
+                "use type 'none' for no scaling"
+            )
+        if self.type in _NEEDS_TRAIN_LENGTH and self.original_max_position_embeddings is None:
+            raise ConfigError(
+                f"{where} needs original_max_position_embeddings, the training length L_tr "
+                "(Hugging Face: rope_scaling['original_max_position_embeddings'], or max_position_embeddings)"
+            )
+        if self.attention_factor is not None and not self.attention_factor > 0:
+            raise ConfigError(f"{where}: attention_factor must be positive, got {self.attention_factor:g}")
+        if self.type == "yarn" and not 0 < self.beta_slow <= self.beta_fast:
+            raise ConfigError(
+                f"{where}: need 0 < beta_slow <= beta_fast (defaults 1 and 32), "
+                f"got beta_slow={self.beta_slow:g}, beta_fast={self.beta_fast:g}"
+            )
+        if self.type == "llama3" and not 0 < self.low_freq_factor < self.high_freq_factor:
+            raise ConfigError(
+                f"{where}: need 0 < low_freq_factor < high_freq_factor (Llama 3.1: 1 and 4), "
+                f"got {self.low_freq_factor:g} and {self.high_freq_factor:g}"
+            )
+        if self.type == "longrope":
+            for name in ("short_factor", "long_factor"):
+                values = getattr(self, name)
+                if not values:
+                    raise ConfigError(f"{where} needs {name}, a list of D/2 positive rescale factors")
+                if not all(v > 0 for v in values):
+                    raise ConfigError(f"{where}: every {name} entry must be positive and finite")
+
+    def _normalise_numbers(self, where: str) -> None:
+        """Coerce numbers to float / int and factor lists to tuples (hashable, comparable after a round trip)."""
+
+        def number(name: str, value: Any) -> float:
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise ConfigError(f"{where}: {name} must be a finite number, got {value!r}")
+            return float(value)
+
+        for name in ("factor", "beta_fast", "beta_slow", "low_freq_factor", "high_freq_factor"):
+            object.__setattr__(self, name, number(name, getattr(self, name)))
+        for name in ("attention_factor", "mscale", "mscale_all_dim"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, number(name, getattr(self, name)))
+        length = self.original_max_position_embeddings
+        if length is not None:
+            integral = isinstance(length, int | float) and math.isfinite(length) and length == int(length)
+            if isinstance(length, bool) or not integral or length < 1:
+                raise ConfigError(
+                    f"{where}: original_max_position_embeddings must be a positive integer, got {length!r}"
+                )
+            object.__setattr__(self, "original_max_position_embeddings", int(length))
+        if not isinstance(self.truncate, bool):
+            raise ConfigError(f"{where}: truncate must be True or False, got {self.truncate!r}")
+        for name in ("short_factor", "long_factor"):
+            values = getattr(self, name)
+            if values is not None:
+                if isinstance(values, Tensor):
+                    values = values.tolist()
+                if isinstance(values, str | bytes) or not isinstance(values, Sequence):
+                    raise ConfigError(f"{where}: {name} must be a list of numbers, got {values!r}")
+                object.__setattr__(self, name, tuple(number(name, v) for v in values))
+
+    def _check_unused(self, where: str) -> None:
+        """Reject non-default values in fields this type never reads (a typo or a parameter on the wrong type)."""
+        used = _USES[self.type]
+        stray = [f.name for f in fields(self) if f.name not in used | {"type"} and getattr(self, f.name) != f.default]
+        if stray:
+            reads = ", ".join(sorted(used)) or "no parameters"
+            raise ConfigError(f"{where} does not use {', '.join(stray)}; it reads {reads}")
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def rope_inv_freq(head_dim: int, base: float = 10000.0, device: torch.device | None = None) -> Tensor:
+    """theta_k = base^(-2k/D), k = 0..D/2-1, in fp32 (the same arithmetic as Hugging Face's default RoPE)."""
+    exponent = torch.arange(0, head_dim, 2, dtype=torch.int64, device=device).float() / head_dim
+    return 1.0 / (base**exponent)
+
+
+def _base_powers(head_dim: int, base: float) -> Tensor:
+    """base^(2k/D) in fp32, the same arithmetic as HF (so `1.0 / _base_powers(D, b)` == `rope_inv_freq(D, b)`)."""
+    return base ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim)
+
+
+def ntk_base(factor: float, head_dim: int, base: float) -> float:
+    """NTK-aware base b' = b * s^(D/(D-2)) (bloc97 2023): the lowest frequency is divided by s, the highest kept.
+
+    Also the exact Hugging Face equivalent of lextra's "ntk": rope_type "default" with `rope_theta = ntk_base(...)`.
+    """
+    return base * factor ** (head_dim / (head_dim - 2))
+
+
+def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
+    """YaRN's cos/sin multiplier `0.1 * mscale * ln(s) + 1` (1 for s <= 1); logits carry its square (Peng 2023)."""
+    if factor <= 1:
+        return 1.0
+    return 0.1 * mscale * math.log(factor) + 1.0
+
+
+def check_head_dim(scaling: RopeScaling, head_dim: int) -> None:
+    """Checks that need the head dimension: even, >= 4 for the NTK family, D/2 longrope factors."""
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 2 or head_dim % 2:
+        raise ConfigError(f"RoPE scaling needs an even positive head dimension, got {head_dim!r}")
+    if scaling.type in ("ntk", "dynamic") and head_dim < 4:
+        raise ConfigError(f"RoPE scaling {scaling.type!r} uses the exponent D/(D-2) and needs head_dim >= 4")
+    if scaling.type == "longrope":
+        for name in ("short_factor", "long_factor"):
+            got = len(getattr(scaling, name))
+            if got != head_dim // 2:
+                raise ConfigError(
+                    f"RoPE scaling 'longrope': {name} has {got} entries but head_dim {head_dim} needs "
+                    f"{head_dim // 2} (one per rotated pair, D/2)"
+                )
+
+
+# ---------------------------------------------------------------- the variants
+
+ScalingFn = Callable[[RopeScaling, int, float, "int | None"], tuple[Tensor, float]]
+
+
+def _none(scaling: RopeScaling, head_dim: int, base: float, seq_len: int | None) -> tuple[Tensor, float]:
+    """Plain RoPE (Su 2021): theta_k = base^(-2k/D)."""
+    return rope_inv_freq(head_dim, base), 1.0
+
+
+def _linear(scaling: RopeScaling, head_dim: int, base: float, seq_len: int | None) -> tuple[Tensor, float]:
+    """Position interpolation (Chen 2023): positions / s, i.e. theta_k / s (HF divides the fp32 theta by s)."""
+    return rope_inv_freq(head_dim, base) / scaling.factor, 1.0
+
+
+def _ntk(scaling: RopeScaling, head_dim: int, base: float, seq_len: int | None) -> tuple[Tensor, float]:
+    """NTK-aware static scaling (bloc97 2023): base' = base * s^(D/(D-2)), positions unchanged, no attention factor."""
+    return rope_inv_freq(head_dim, ntk_base(scaling.factor, head_dim, base)), 1.0
+
+
+def _dynamic(scaling: RopeScaling, head_dim: int, base: float, seq_len: int | None) -> tuple[Tensor, float]:
+    """Dynamic NTK, Hugging Face's `_compute_dynamic_ntk_parameters` (emozilla 2023).
+
+    For the current length l = max(seq_len, L_tr) (L_tr when seq_len is None):
+    base' = base * (s * l / L_tr - (s - 1))^(D/(D-2)), i.e. the static NTK base for the effective ratio
+    s_eff = 1 + s (l / L_tr - 1): plain RoPE up to L_tr, then growing s times faster than l / L_tr
+    (s_eff reaches s at l = (2 - 1/s) L_tr, not at s L_tr). The YaRN paper's "Dynamic NTK" uses
+    s_eff = max(1, l / L_tr) instead (no `factor`); the two agree only for factor 1. We follow HF, which reads L_tr
+    from the model's `max_position_embeddings`. The base is computed in Python float64 from an integer seq_len,
+    as HF's init path; HF's forward passes seq_len as a tensor and forms the base in fp32, which differs from this
+    by about 2e-7 relative.
+    """
+    train_len = scaling.original_max_position_embeddings
+    length = train_len if seq_len is None else max(seq_len, train_len)
+    factor = scaling.factor
+    dynamic_base = base * ((factor * length / train_len) - (factor - 1)) ** (head_dim / (head_dim - 2))
+    return rope_inv_freq(head_dim, dynamic_base), 1.0
+
+
+def _yarn(scaling: RopeScaling, head_dim: int, base: float, seq_len: int | None) -> tuple[Tensor, float]:
+    """YaRN (Peng 2023), as Hugging Face's `_compute_yarn_parameters`.
+
+    The ramp runs over the pair index k between the dimensions where a wavelength fits beta_fast and beta_slow
+    times into L_tr: `dim(beta) = D ln(L_tr / (2 pi beta)) / (2 ln b)`, low = dim(beta_fast), high = dim(beta_slow),
+    rounded outwards when `truncate` and clamped to [0, D-1] (HF and the YaRN reference code clamp to D-1, not
+    D/2-1). `ramp_k = clamp((k - low) / (high - low), 0, 1)` (high += 0.001 when equal);
+    `inv_freq_k = theta_k / s * ramp_k + theta_k * (1 - ramp_k)`: k <= low (high frequencies) keep theta_k,
+    k >= high are divided by s. The interpolated frequency is computed as 1 / (s * b^(2k/D)), as HF does.
+    Attention factor: `attention_factor`, else the mscale ratio (see RopeScaling), else 0.1 ln s + 1; logits get
+    its square, the paper's sqrt(1/t) = 0.1 ln s + 1 applied to both q and k.
+    """
+    factor = scaling.factor
+    train_len = scaling.original_max_position_embeddings
+    attention = scaling.attention_factor
+    if attention is None:
+        if scaling.mscale and scaling.mscale_all_dim:
+            attention = float(yarn_mscale(factor, scaling.mscale) / yarn_mscale(factor, scaling.mscale_all_dim))
+        else:
+            attention = yarn_mscale(factor)
+
+    def correction_dim(rotations: float) -> float:
+        # the pair index whose wavelength fits `rotations` times into L_tr (same operation order as HF)
+        return (head_dim * math.log(train_len / (rotations * 2 * math.pi))) / (2 * math.log(base))
+
+    low, high = correction_dim(scaling.beta_fast), correction_dim(scaling.beta_slow)
+    if scaling.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, head_dim - 1)
+    if low == high:
+        high += 0.001  # avoid 0 / 0 (HF)
+    ramp = torch.clamp((torch.arange(head_dim // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
+    keep = 1 - ramp  # weight of the original (extrapolated) frequency
+
+    powers = _base_powers(head_dim, base)
+    extrapolated = 1.0 / powers
+    interpolated = 1.0 / (factor * powers)
+    return interpolated * (1 - keep) + extrapolated * keep, attention
+
+
+def _llama3(scaling: RopeScaling, head_dim: int, base: float, seq_len: int | None) -> tuple[Tensor, float]:
+    """Llama 3.1 (Meta 2024; HF `_compute_llama3_parameters`), banded by wavelength lambda_k = 2 pi / theta_k.
+
+    lambda_k < L_tr / high_freq_factor: keep theta_k; lambda_k > L_tr / low_freq_factor: theta_k / s; in between
+    blend `(1 - sigma) theta_k / s + sigma theta_k` with `sigma = (L_tr / lambda_k - low) / (high - low)`.
+    No attention factor.
+    """
+    factor, low, high = scaling.factor, scaling.low_freq_factor, scaling.high_freq_factor
+    train_len = scaling.original_max_position_embeddings
+    inv_freq = rope_inv_freq(head_dim, base)
+    wavelength = 2 * math.pi / inv_freq
+    long_wave, short_wave = train_len / low, train_len / high
+    scaled = torch.where(wavelength > long_wave, inv_freq / factor, inv_freq)
+    sigma = (train_len / wavelength - low) / (high - low)
+    blended = (1 - sigma) * scaled / factor + sigma * scaled
+    middle = (wavelength >= short_wave) & (wavelength <= long_wave)
+    return torch.where(middle, blended, scaled), 1.0
+
+
+def _longrope(scaling: RopeScaling, head_dim: int, base: float, seq_len: int | None) -> tuple[Tensor, float]:
+    """LongRoPE (Ding 2024; HF `_compute_longrope_parameters`, Phi-3): inv_freq_k = 1 / (ext_k * b^(2k/D)).
+
+    ext = long_factor when seq_len > L_tr, else short_factor (also when seq_len is None), so caches must be
+    re-rotated when a sequence crosses L_tr. Attention factor: `attention_factor`, else
+    sqrt(1 + ln s / ln L_tr) for s > 1 (1 otherwise), applied at every length, as HF and Phi-3 do. It multiplies
+    cos and sin, so the logits carry its square, 1 + ln s / ln L_tr (a "logits scaled by sqrt(...)" reading is off).
+    A missing factor is max_position_embeddings / L_tr in HF (`from_hf` does the same).
+    """
+    train_len = scaling.original_max_position_embeddings
+    attention = scaling.attention_factor
+    if attention is None:
+        factor = scaling.factor
+        attention = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(train_len))
+    chosen = scaling.long_factor if seq_len and seq_len > train_len else scaling.short_factor
+    ext = torch.tensor(chosen, dtype=torch.float32)
+    return 1.0 / (ext * _base_powers(head_dim, base)), attention
+
+
+SCALINGS: dict[str, ScalingFn] = {
+    "none": _none,
+    "linear": _linear,
+    "ntk": _ntk,
+    "dynamic": _dynamic,
+    "yarn": _yarn,
+    "llama3": _llama3,
+    "longrope": _longrope,
+}
+
+
+def frequencies(
+    scaling: RopeScaling, head_dim: int, base: float = 10000.0, seq_len: int | None = None
+) -> tuple[Tensor, float]:
+    """The scaled inverse frequencies (D/2,) fp32 and the cos/sin multiplier for a sequence of `seq_len` tokens.
+
+    `seq_len` (the number of positions in use, max position + 1) matters only for `depends_on_length` types;
+    None means "at most L_tr". The result equals Hugging Face's `ROPE_INIT_FUNCTIONS[rope_type]` bit for bit.
+    """
+    if not isinstance(scaling, RopeScaling):
+        raise ConfigError(f"expected a RopeScaling, got {type(scaling).__name__}")
+    check_head_dim(scaling, head_dim)
+    if not base > 1:
+        raise ConfigError(f"RoPE base must be > 1, got {base!r}")
+    if seq_len is not None:
+        seq_len = int(seq_len)
+        if seq_len < 0:
+            raise ConfigError(f"seq_len must be >= 0, got {seq_len}")
+    inv_freq, attention = SCALINGS[scaling.type](scaling, head_dim, float(base), seq_len)
+    return inv_freq, float(attention)
+
+
+def depends_on_length(scaling: RopeScaling) -> bool:
+    """True when the frequencies change with the sequence length (dynamic, longrope): caches of rotated keys
+    must be re-rotated (or kept unrotated) when the length crosses L_tr / grows."""
+    return scaling.type in LENGTH_DEPENDENT_TYPES
+
+
+# ---------------------------------------------------------------- Hugging Face rope_scaling dicts
+
+_HF_KEYS: dict[str, frozenset[str]] = {
+    "linear": frozenset({"factor"}),
+    "dynamic": frozenset({"factor", "original_max_position_embeddings"}),  # the latter: a warning of its own
+    "yarn": _USES["yarn"],
+    "llama3": _USES["llama3"],
+    "longrope": _USES["longrope"],
+    "default": frozenset(),
+    "proportional": frozenset({"factor"}),
+}
+_HF_COMMON = frozenset({"rope_type", "type", "rope_theta", "partial_rotary_factor"})
+
+
+def from_hf(
+    rope_scaling: Mapping[str, Any] | None, *, head_dim: int, base: float, max_position_embeddings: int
+) -> RopeScaling:
+    """Read a Hugging Face `rope_scaling` / `rope_parameters` dict (transformers 4.x or 5.x) as HF 5.24 would.
+
+    - the type comes from `rope_type`, else the legacy `type`; "default" (or None / {}) is "none";
+      "proportional" with `partial_rotary_factor` 1 is read as "linear" (same frequencies), "none" for factor 1.
+    - `original_max_position_embeddings` defaults to `max_position_embeddings` (yarn, llama3, longrope), and a
+      missing yarn / longrope `factor` to `max_position_embeddings / original_max_position_embeddings`, as HF.
+    - dynamic: HF takes L_tr from the model's `max_position_embeddings` and ignores any
+      `original_max_position_embeddings` in the dict; so do we (with a warning if they differ).
+    - yarn: `beta_fast` / `beta_slow` that are missing or 0 become 32 / 1 (HF's `or`), `truncate` defaults to True.
+    - keys the type does not use are ignored with a warning, as HF does; `partial_rotary_factor` != 1 and
+      `mrope_section` are refused (lextra rotates the whole head), as is a `rope_theta` different from `base`.
+    A model-level `original_max_position_embeddings` attribute (Phi-3) is outside the dict: put it in first.
+    """
+    params = dict(rope_scaling or {})
+    hf_type = params.get("rope_type", params.get("type", "default"))
+    known_hf = (*_TO_HF_TYPE.values(), "proportional")
+    if hf_type not in known_hf:
+        raise ConfigError(
+            f"Hugging Face rope_type {hf_type!r} is not supported; lextra reads {', '.join(known_hf)}"
+            + (" (lextra's 'ntk' has no HF type)" if hf_type == "ntk" else "")
+        )
+    where = f"Hugging Face rope_scaling (rope_type {hf_type!r})"
+    partial = params.get("partial_rotary_factor")
+    if partial is not None and partial != 1:
+        raise ConfigError(f"{where}: partial_rotary_factor={partial} is not supported; lextra rotates the whole head")
+    if params.get("mrope_section") is not None:
+        raise ConfigError(f"{where}: multimodal RoPE (mrope_section) is not supported")
+    theta = params.get("rope_theta")
+    if theta is not None and float(theta) != float(base):
+        raise ConfigError(f"{where}: rope_theta={theta} differs from base={base}; pass base={theta}")
+    ignored = sorted(set(params) - _HF_KEYS[hf_type] - _HF_COMMON - {"mrope_section"})
+    if ignored:
+        warnings.warn(f"{where}: ignoring keys it does not use: {', '.join(ignored)}", stacklevel=2)
+
+    def need(key: str) -> Any:
+        if params.get(key) is None:
+            raise ConfigError(f"{where} needs {key!r} (Hugging Face requires it too)")
+        return params[key]
+
+    if hf_type == "default":
+        scaling = RopeScaling("none")
+    elif hf_type == "linear":
+        scaling = RopeScaling("linear", factor=need("factor"))
+    elif hf_type == "proportional":  # with the whole head rotated it is theta / factor, HF's "linear"
+        factor = params.get("factor", 1.0)
+        scaling = RopeScaling() if factor == 1 else RopeScaling("linear", factor=factor)
+    elif hf_type == "dynamic":
+        given = params.get("original_max_position_embeddings")
+        if given is not None and given != max_position_embeddings:
+            warnings.warn(
+                f"{where}: Hugging Face's dynamic NTK uses max_position_embeddings={max_position_embeddings} as "
+                f"the training length and ignores original_max_position_embeddings={given}; so does lextra",
+                stacklevel=2,
+            )
+        scaling = RopeScaling(
+            "dynamic", factor=need("factor"), original_max_position_embeddings=max_position_embeddings
+        )
+    else:
+        train_len = params.get("original_max_position_embeddings") or max_position_embeddings
+        factor = params.get("factor")
+        if factor is None and hf_type in ("yarn", "longrope"):
+            factor = max_position_embeddings / train_len
+        common = {
+            "factor": factor if factor is not None else need("factor"),
+            "original_max_position_embeddings": train_len,
+        }
+        if hf_type == "yarn":
+            scaling = RopeScaling(
+                "yarn",
+                **common,
+                attention_factor=params.get("attention_factor"),
+                beta_fast=params.get("beta_fast") or 32.0,
+                beta_slow=params.get("beta_slow") or 1.0,
+                mscale=params.get("mscale"),
+                mscale_all_dim=params.get("mscale_all_dim"),
+                truncate=params.get("truncate", True),
+            )
+        elif hf_type == "llama3":
+            scaling = RopeScaling(
+                "llama3",
+                **common,
+                low_freq_factor=need("low_freq_factor"),
+                high_freq_factor=need("high_freq_factor"),
+            )
+        else:
+            scaling = RopeScaling(
+                "longrope",
+                **common,
+                attention_factor=params.get("attention_factor"),
+                short_factor=need("short_factor"),
+                long_factor=need("long_factor"),
+            )
+    check_head_dim(scaling, head_dim)
+    return scaling
+
+
+def to_hf(scaling: RopeScaling, *, base: float | None = None) -> dict[str, Any]:
+    """A Hugging Face `rope_parameters` dict (5.x; also a valid 4.x `rope_scaling`) for this scaling.
+
+    Optional fields left at None are omitted (HF then applies the same defaults); `base` adds `rope_theta`.
+    For "dynamic", HF reads L_tr from the model config's `max_position_embeddings`, not from this dict: set it to
+    `scaling.original_max_position_embeddings`. "ntk" has no HF type and raises; its exact HF equivalent is
+    rope_type "default" with `rope_theta = ntk_base(factor, head_dim, base)`.
+    """
+    if scaling.type == "ntk":
+        raise ConfigError(
+            "Hugging Face has no static NTK-aware rope_type; the exact equivalent is "
+            "{'rope_type': 'default', 'rope_theta': ntk_base(factor, head_dim, base)} "
+            "(base * factor^(D/(D-2))); 'dynamic' is a different method"
+        )
+    out: dict[str, Any] = {"rope_type": _TO_HF_TYPE[scaling.type]}
+    if base is not None:
+        out["rope_theta"] = float(base)
+    if scaling.type == "none":
+        return out
+    out["factor"] = scaling.factor
+    if scaling.type in ("linear", "dynamic"):
+        return out
+    out["original_max_position_embeddings"] = scaling.original_max_position_embeddings
+    if scaling.type == "yarn":
+        out.update(beta_fast=scaling.beta_fast, beta_slow=scaling.beta_slow, truncate=scaling.truncate)
+        optional = ("attention_factor", "mscale", "mscale_all_dim")
+    elif scaling.type == "llama3":
+        out.update(low_freq_factor=scaling.low_freq_factor, high_freq_factor=scaling.high_freq_factor)
+        optional = ()
+    else:
+        out.update(short_factor=list(scaling.short_factor), long_factor=list(scaling.long_factor))
+        optional = ("attention_factor",)
+    out.update({key: getattr(scaling, key) for key in optional if getattr(scaling, key) is not None})
+    return out
+
+
+__all__ = [
+    "KNOWN_TYPES",
+    "LENGTH_DEPENDENT_TYPES",
+    "SCALINGS",
+    "RopeScaling",
+    "check_head_dim",
+    "depends_on_length",
+    "frequencies",
+    "from_hf",
+    "ntk_base",
+    "to_hf",
+    "yarn_mscale",
+]
