@@ -185,3 +185,31 @@ def test_user_mistakes_exit_2_with_one_clear_line(tmp_path, capsys, argv: list[s
     assert main([a.replace("{tmp}", str(tmp_path)) for a in argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0] and err[0].startswith("lextra ")
+
+
+def test_eval_applies_a_rope_scaling_only_where_it_should(tmp_path, capsys) -> None:
+    train(tiny_config("rope", steps=3), tmp_path / "run", progress=False)
+    results = {}
+    for spec in (None, "dynamic:2"):
+        out = tmp_path / f"eval-{spec}"
+        argv = [
+            "eval",
+            str(tmp_path / "run"),
+            "--out",
+            str(out),
+            "--lengths",
+            "32,64",
+            "--documents",
+            "2",
+            "--protocols",
+            "chunks",
+        ] + (["--rope-scaling", spec] if spec else [])
+        assert main(argv) == 0
+        results[spec] = json.loads((out / "results.json").read_text())["results"]["chunks"]
+    # dynamic NTK leaves lengths <= L_tr untouched and changes longer ones
+    assert results[None]["32"]["nll"] == pytest.approx(results["dynamic:2"]["32"]["nll"], abs=1e-6)
+    assert results[None]["64"]["nll"] != pytest.approx(results["dynamic:2"]["64"]["nll"], abs=1e-6)
+    train(tiny_config("alibi", steps=2), tmp_path / "alibi", progress=False)
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "alibi"), "--rope-scaling", "yarn:2"]) == 2
+    assert "applies to rope, xpos and coca models" in capsys.readouterr().err

@@ -162,6 +162,13 @@ def _configure_eval(parser: argparse.ArgumentParser):
     parser.add_argument("checkpoint", help="a model folder (RUN/model) or a training run folder")
     parser.add_argument("--out", default=None, help="results folder (default CHECKPOINT/eval-MASK)")
     parser.add_argument("--mask", default="causal", help="inference mask: causal, bca, window:W")
+    parser.add_argument(
+        "--rope-scaling",
+        default=None,
+        metavar="TYPE:FACTOR",
+        help="RoPE frequency scaling for rope/xpos/coca models: linear:S, ntk:S, dynamic:S, yarn:S, "
+        "llama3:S or a JSON dict of RopeScaling fields",
+    )
     parser.add_argument("--corpus", default=None, help="default: the corpus the model was trained on")
     parser.add_argument("--limit-chars", type=int, default=None)
     parser.add_argument("--threads", type=int, default=0)
@@ -184,8 +191,12 @@ def _configure_eval(parser: argparse.ArgumentParser):
         limit = args.limit_chars if args.limit_chars is not None else train_meta.get("limit_chars")
         data = prepare_data(corpus, limit_chars=limit, tokenizer_config=meta.get("tokenizer", {"kind": "bytes"}))
         model = load_model(folder)
+        label = model.config.scheme
+        if args.rope_scaling:
+            apply_rope_scaling(model, args.rope_scaling)
+            label += f"+{args.rope_scaling}"
         config = eval_config_from(args, args.mask)
-        label = f"{model.config.scheme}" + ("" if args.mask == "causal" else f"+{args.mask}")
+        label += "" if args.mask == "causal" else f"+{args.mask}"
         evaluation = evaluate_model(model, data, config, label=label)
         out = Path(args.out or folder.parent / f"eval-{args.mask.replace(':', '-')}")
         atomic_write_json(out / "results.json", {"model": str(folder), "corpus": corpus, **evaluation})
@@ -195,6 +206,29 @@ def _configure_eval(parser: argparse.ArgumentParser):
         return 0
 
     return run
+
+
+def parse_rope_scaling(spec: str) -> dict[str, Any]:
+    """`yarn:4` -> {"type": "yarn", "factor": 4.0}; a JSON object is taken as it is."""
+    if spec.lstrip().startswith("{"):
+        try:
+            return dict(json.loads(spec))
+        except (json.JSONDecodeError, TypeError, ValueError):
+            raise ConfigError(f"--rope-scaling: {spec!r} is not a JSON object") from None
+    kind, _, factor = spec.partition(":")
+    try:
+        return {"type": kind, "factor": float(factor or 1.0)} if kind != "none" else {"type": "none"}
+    except ValueError:
+        raise ConfigError(f"--rope-scaling: expected TYPE:FACTOR such as yarn:4, got {spec!r}") from None
+
+
+def apply_rope_scaling(model: Any, spec: str) -> None:
+    """Give a trained rope/xpos/coca model an inference-time frequency scaling."""
+    from lextra.positions.rotary import RotaryFrequencies
+
+    if not isinstance(model.positions[0], RotaryFrequencies):
+        raise ConfigError(f"--rope-scaling applies to rope, xpos and coca models, not {model.config.scheme!r}")
+    model.set_scheme_options(scaling=parse_rope_scaling(spec))
 
 
 @command("compare", "train and evaluate several schemes on the same data, seed and budget")

@@ -214,6 +214,18 @@ class GPT(nn.Module):
             if name.endswith(("o_proj.weight", "down.weight")):
                 nn.init.normal_(param, std=0.02 / math.sqrt(2 * self.config.n_layer))
 
+    def set_scheme_options(self, **options: Any) -> None:
+        """Rebuild the position scheme(s) with changed options, keeping learned parameters: how inference-time
+        methods such as a RoPE scaling are applied to a trained model."""
+        merged = {**self.config.scheme_options, **options}
+        dims = self.config.head_dims()
+        fresh = [build_scheme(self.config.scheme, dims, **merged) for _ in self.positions]
+        for old, new in zip(self.positions, fresh, strict=True):
+            new.load_state_dict(old.state_dict())
+        device = next(self.parameters()).device
+        self.positions = nn.ModuleList(fresh).to(device)
+        self.config.scheme_options = merged
+
     def scheme_for(self, layer: int) -> PositionScheme:
         return self.positions[layer if len(self.positions) > 1 else 0]
 

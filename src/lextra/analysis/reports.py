@@ -183,9 +183,15 @@ def receptive_field_report(
         label: {"L_tr": row["train_len"], **{n: row["by_length"][n]["erf"] for n in columns}}
         for label, row in rows.items()
     }
+    share_rows = {
+        label: {n: row["by_length"][n]["curve"][min(row["train_len"], int(n)) - 1] for n in columns}
+        for label, row in rows.items()
+    }
     table = (
         f"### empirical receptive field: recent tokens holding {threshold:.0%} of the last token's gradient "
-        "(rows: scheme, columns: segment length)\n\n" + markdown(table_rows, ["L_tr", *columns], "ERF")
+        "(rows: scheme, columns: segment length)\n\n" + markdown(table_rows, ["L_tr", *columns], "ERF") + "\n\n"
+        "### share of the last token's gradient held by its L_tr most recent tokens\n\n"
+        + markdown(share_rows, columns, "share")
     )
     data = {
         "analysis": "receptive-field",
@@ -195,6 +201,7 @@ def receptive_field_report(
         "documents": documents,
         "split": source.split,
         "table": table_rows,
+        "table_share_within_train_len": share_rows,
         "rows": rows,
     }
     records = [

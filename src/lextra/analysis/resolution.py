@@ -63,9 +63,9 @@ class DistanceMeans:
 
 def visible_prefix(s: Tensor) -> int:
     """Number of leading distances with a defined (finite) score: R runs over 0..N_vis - 1."""
-    finite = torch.isfinite(torch.as_tensor(s)).reshape(-1, torch.as_tensor(s).shape[-1]).all(0)
-    bad = (~finite).nonzero()
-    return int(bad[0]) if bad.numel() else int(finite.numel())
+    finite = torch.isfinite(s).reshape(-1, s.shape[-1]).all(0)
+    hidden = (~finite).nonzero()
+    return int(hidden[0]) if hidden.numel() else int(finite.numel())
 
 
 @dataclass
@@ -163,9 +163,9 @@ def _visible_counts(mask: Mask, length: int, block_size: int) -> Tensor:
     for start in range(0, length, block_size):
         qp = torch.arange(start, min(start + block_size, length))
         first, last = mask.key_range(int(qp[0]), int(qp[-1]))
-        kp = torch.arange(
-            max(0, first) if first > -UNBOUNDED else 0, min(length, last + 1) if last < UNBOUNDED else length
-        )
+        lo = 0 if first <= -UNBOUNDED else max(0, first)
+        hi = length if last >= UNBOUNDED else min(length, last + 1)
+        kp = torch.arange(lo, hi)
         d = qp[:, None] - kp[None, :]
         keep = mask.allowed(qp, kp) & (d >= 0)
         counts.index_add_(0, d[keep], torch.ones(int(keep.sum()), dtype=torch.float64))
