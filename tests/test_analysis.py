@@ -168,15 +168,27 @@ def test_empirical_scores_match_a_brute_force_over_dense_logits(scheme: str, mas
 
 def test_captured_weights_are_the_models_attention_weights() -> None:
     model = tiny_model("kerple_log")
+    model.blocks[0].attn.temperature = torch.tensor([0.5, 2.0])
     tokens = torch.randint(0, 256, (2, 19))
     _, dense = _brute_force_scores(model, tokens, "bca")
+    seen: list[tuple[torch.Tensor, torch.Tensor]] = []
+    hooks = [b.attn.register_forward_hook(lambda m, args, out: seen.append((args[0], out))) for b in model.blocks]
+    with torch.no_grad():
+        model(tokens, mask="bca")
+    for hook in hooks:
+        hook.remove()
     for view in layer_attention(model, tokens, "bca", block_size=4):
+        full = torch.zeros(2, 2, 19, 19)
         for block in view.blocks():
             rows = dense[view.layer][:, :, block.q_pos][..., block.k_pos]
             torch.testing.assert_close(block.weights(), rows, atol=1e-6, rtol=1e-5)
-            outside = torch.ones(19, dtype=torch.bool)
-            outside[block.k_pos] = False
-            assert dense[view.layer][:, :, block.q_pos][..., outside].abs().max() == 0
+            full[:, :, block.q_pos[:, None], block.k_pos[None, :]] = block.weights()
+        torch.testing.assert_close(full, dense[view.layer], atol=1e-6, rtol=1e-5)  # keys outside get weight 0
+        attn, (x, out) = model.blocks[view.layer].attn, seen[view.layer]
+        v = attn.v_proj(x).view(2, 19, 2, -1).transpose(1, 2)
+        torch.testing.assert_close(
+            attn.o_proj((full @ v).transpose(1, 2).reshape(2, 19, -1)), out, atol=1e-5, rtol=1e-4
+        )
 
 
 # --- empirical receptive field ----------------------------------------------------------------------------------

@@ -73,10 +73,11 @@ def _prepare(args: argparse.Namespace):
 
 
 def _print(out: str, name: str, plots: list[str]) -> None:
+    """Print the markdown table a command wrote, then where its files are."""
     folder = Path(out)
     print((folder / f"{name}.md").read_text())
-    print(f"results: {folder / (name + '.json')}, {folder / (name + '.csv')}; plots: " + ", ".join(
-        str(folder / p) for p in plots))  # fmt: skip
+    figures = ", ".join(str(folder / p) for p in plots)
+    print(f"results: {folder / (name + '.json')}, {folder / (name + '.csv')}; plots: {figures}")
 
 
 @analysis("resolution", "attention resolution R (Sun 2022): empirical from checkpoints, theoretical from schemes")

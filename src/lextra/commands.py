@@ -124,6 +124,12 @@ def add_eval_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--documents", type=int, default=8, help="held-out documents evaluated at every length")
     parser.add_argument("--split", default="test", choices=["validation", "test"])
     parser.add_argument("--backend", default="auto", choices=["auto", "reference", "sdpa", "chunked"])
+    parser.add_argument(
+        "--temperature",
+        default="none",
+        choices=["none", "log-length"],
+        help="log-length: at each length L > L_tr use tau = ln L_tr / ln L in every layer",
+    )
 
 
 def eval_config_from(args: argparse.Namespace, mask: str = "causal") -> Any:
@@ -137,6 +143,7 @@ def eval_config_from(args: argparse.Namespace, mask: str = "causal") -> Any:
         split=args.split,
         documents=args.documents,
         stride=args.stride,
+        temperature=args.temperature,
     ).validate()
 
 
@@ -182,9 +189,7 @@ def _configure_eval(parser: argparse.ArgumentParser):
         from lextra.report import save_eval_outputs
 
         _threads(args)
-        folder = Path(args.checkpoint)
-        if (folder / "model" / "config.json").exists():
-            folder = folder / "model"
+        folder = _model_folder(args.checkpoint)
         meta = read_model_meta(folder)
         train_meta = meta.get("train", {})
         corpus = args.corpus or train_meta.get("corpus", "python-code")
@@ -203,6 +208,65 @@ def _configure_eval(parser: argparse.ArgumentParser):
         paths = save_eval_outputs(out, label, evaluation)
         print(paths["table"].read_text())
         print(f"results: {out / 'results.json'}, plot: {paths['plot']}")
+        return 0
+
+    return run
+
+
+def _model_folder(path: str) -> Path:
+    folder = Path(path)
+    return folder / "model" if (folder / "model" / "config.json").exists() else folder
+
+
+@command("align", "temperature alignment: per-layer softmax temperatures for inputs of a target length")
+def _configure_align(parser: argparse.ArgumentParser):
+    parser.add_argument("checkpoint", help="a model folder (RUN/model) or a training run folder")
+    parser.add_argument("--strategy", default="pmax", choices=["pmax", "entropy", "log-length"])
+    parser.add_argument("--length", type=int, required=True, help="the target input length L_ex")
+    parser.add_argument("--per-head", action="store_true", help="one temperature per head instead of per layer")
+    parser.add_argument("--windows", type=int, default=4, help="calibration windows from the validation split")
+    parser.add_argument("--out", default=None, help="aligned model folder (default CHECKPOINT-STRATEGY-LENGTH)")
+    parser.add_argument("--threads", type=int, default=0)
+
+    def run(args: argparse.Namespace) -> int:
+        from lextra.align import align_temperatures
+        from lextra.io import atomic_write_json
+        from lextra.model import load_model, read_model_meta, save_model
+        from lextra.prepare import prepare_data
+        from lextra.report import markdown_table
+
+        _threads(args)
+        folder = _model_folder(args.checkpoint)
+        meta = read_model_meta(folder)
+        train_meta = meta.get("train", {})
+        data = prepare_data(
+            train_meta.get("corpus", "python-code"),
+            limit_chars=train_meta.get("limit_chars"),
+            tokenizer_config=meta.get("tokenizer", {"kind": "bytes"}),
+        )
+        model = load_model(folder)
+        result = align_temperatures(
+            model, data, args.strategy, args.length, windows=args.windows, per_head=args.per_head
+        )
+        out = Path(args.out or f"{folder}-{args.strategy}-{args.length}")
+        extra = {k: v for k, v in meta.items() if k in ("tokenizer", "train")}
+        save_model(model, out, extra={**extra, "alignment": result.to_dict()})
+        atomic_write_json(out / "alignment.json", result.to_dict())
+        statistic = "entropy" if args.strategy == "entropy" else "pmax"
+        rows = {
+            f"layer {i}": {
+                "target": result.target[i],
+                "before": result.before[i],
+                "after": result.after[i],
+                "tau": sum(t) / len(t),
+            }
+            for i, t in enumerate(result.temperatures)
+        }
+        print(f"mean {statistic}: target at L_tr = {result.train_len}, before and after at L_ex = {args.length}")
+        print(markdown_table(rows, ["target", "before", "after", "tau"], "layer"))
+        if result.saturated:
+            print(f"warning: target out of reach for (layer, head) {result.saturated}: temperature at its bound")
+        print(f"aligned model saved to {out}")
         return 0
 
     return run

@@ -26,6 +26,7 @@ from lextra.io import atomic_write, atomic_write_json, sha256_file
 from lextra.positions import HeadDims, PositionScheme, build_scheme
 
 CONFIG_FILE = "config.json"
+LOG_SCALINGS = ("none", "qwen", "ssmax")
 WEIGHTS_FILE = "model.safetensors"
 FORMAT_VERSION = 1
 
@@ -44,6 +45,10 @@ class GPTConfig:
     scheme: str = "rope"
     scheme_options: dict[str, Any] = field(default_factory=dict)
     tie_embeddings: bool = True
+    #: per-layer, per-head softmax temperatures (temperature alignment); None = 1 everywhere
+    temperatures: list[list[float]] | None = None
+    #: log-n scaling of the logits: "none", "qwen" (x log_{L_tr} i past L_tr), "ssmax" (learned s_h x ln n)
+    log_scaling: str = "none"
 
     @property
     def head_dim(self) -> int:
@@ -64,6 +69,15 @@ class GPTConfig:
         if float(self.mlp_ratio) <= 0:
             raise ConfigError(f"model config: mlp_ratio must be positive, got {self.mlp_ratio}")
         build_scheme(self.scheme, self.head_dims(), **self.scheme_options)  # raises on bad names/options
+        if self.log_scaling not in LOG_SCALINGS:
+            known = ", ".join(LOG_SCALINGS)
+            raise ConfigError(f"model config: log_scaling must be one of {known}, got {self.log_scaling!r}")
+        if self.temperatures is not None:
+            shape_ok = len(self.temperatures) == self.n_layer and all(len(t) == self.n_head for t in self.temperatures)
+            if not shape_ok or not all(float(x) > 0 for t in self.temperatures for x in t):
+                raise ConfigError(
+                    f"model config: temperatures must be {self.n_layer} lists of {self.n_head} positive numbers"
+                )
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -115,8 +129,34 @@ class SelfAttention(nn.Module):
         self.v_proj = nn.Linear(config.d_model, H * D, bias=False)
         self.o_proj = nn.Linear(H * D, config.d_model, bias=False)
         self.dropout = nn.Dropout(config.dropout)
+        self.train_len, self.log_scaling = config.train_len, config.log_scaling
         #: per-head temperature (softmax(logits / tau)); None means 1 (set by temperature alignment)
-        self.temperature: Tensor | None = None
+        self.register_buffer("temperature", None, persistent=False)
+        if config.log_scaling == "ssmax":
+            # Scalable-Softmax: logits x s_h ln n, s_h learned; 1 / ln L_tr makes the factor 1 at n = L_tr
+            self.ssmax_scale = nn.Parameter(torch.full((H,), 1.0 / math.log(max(2, config.train_len))))
+
+    def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """q (B, H, L, D), pre-transform k (B, H, L, Dk) and v (B, H, L, D) for hidden states x (B, L, d)."""
+        B, L, _ = x.shape
+        q = self.q_proj(x).view(B, L, self.n_head, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(B, L, self.n_head, self.key_dim).transpose(1, 2)
+        v = self.v_proj(x).view(B, L, self.n_head, self.head_dim).transpose(1, 2)
+        return q, k, v
+
+    def query_temperature(self, q_pos: Tensor, k_pos: Tensor, mask: Mask) -> Tensor | None:
+        """The softmax temperature: the layer's (H,) times log-n scaling per query, as (H,) or (H, Lq)."""
+        tau = self.temperature
+        if self.log_scaling == "none":
+            return tau
+        if self.log_scaling == "qwen":
+            # Qwen: the query at 1-based position i > L_tr is multiplied by log_{L_tr} i
+            i = q_pos.to(torch.float64) + 1
+            factor = torch.where(i > self.train_len, torch.log(i) / math.log(self.train_len), 1.0).float()[None]
+        else:
+            n = mask.visible_keys(q_pos, int(k_pos[0]), int(k_pos[-1])).to(torch.float32)
+            factor = self.ssmax_scale[:, None] * torch.log(n)[None]
+        return 1.0 / factor if tau is None else tau[:, None] / factor
 
     def forward(
         self,
@@ -129,9 +169,7 @@ class SelfAttention(nn.Module):
         layer: int = 0,
     ) -> Tensor:
         B, L, _ = x.shape
-        q = self.q_proj(x).view(B, L, self.n_head, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(B, L, self.n_head, self.key_dim).transpose(1, 2)
-        v = self.v_proj(x).view(B, L, self.n_head, self.head_dim).transpose(1, 2)
+        q, k, v = self.project(x)
         k_pos = positions
         if cache is not None:
             k, v = cache.extend(layer, k, v)
@@ -145,7 +183,7 @@ class SelfAttention(nn.Module):
             q_pos=positions,
             k_pos=k_pos,
             backend=backend,
-            temperature=self.temperature,
+            temperature=self.query_temperature(positions, k_pos, mask),
         )
         return self.dropout(self.o_proj(out.transpose(1, 2).reshape(B, L, -1)))
 
@@ -201,6 +239,24 @@ class GPT(nn.Module):
         self._init_weights()
         if config.tie_embeddings:
             self.head.weight = self.embed.weight
+        self.set_temperatures(config.temperatures)
+
+    def set_temperatures(self, temperatures: Tensor | list[list[float]] | None) -> None:
+        """Per-layer, per-head softmax temperatures (n_layer, n_head), recorded in the config so they are saved
+        with the model and applied in every backend; None resets them to 1."""
+        if temperatures is None:
+            for block in self.blocks:
+                block.attn.temperature = None
+            self.config.temperatures = None
+            return
+        values = torch.as_tensor(temperatures, dtype=torch.float32)
+        expected = (self.config.n_layer, self.config.n_head)
+        if tuple(values.shape) != expected or not bool((values > 0).all()):
+            raise ConfigError(f"temperatures must be positive with shape {expected}, got {tuple(values.shape)}")
+        device = self.embed.weight.device
+        for block, tau in zip(self.blocks, values, strict=True):
+            block.attn.temperature = tau.to(device)
+        self.config.temperatures = values.tolist()
 
     def _init_weights(self) -> None:
         """GPT-2 style: N(0, 0.02) for projections and embeddings, residual outputs scaled by 1/sqrt(2 L).

@@ -21,8 +21,8 @@ def format_value(value: float | None) -> str:
     return f"{value:.2f}" if value < 1000 else f"{value:.0f}"
 
 
-def markdown_table(rows: Mapping[str, Mapping[str, float]], lengths: Sequence[int], corner: str = "") -> str:
-    """Rows x lengths as a markdown table."""
+def markdown_table(rows: Mapping[str, Mapping[str, float]], lengths: Sequence[int | str], corner: str = "") -> str:
+    """Rows x columns (lengths, or any column keys) as a markdown table."""
     header = f"| {corner} | " + " | ".join(str(n) for n in lengths) + " |"
     rule = "|---|" + "---:|" * len(lengths)
     body = [

@@ -75,6 +75,12 @@ class LayerAttention:
             yield LogitBlock(qp, kp, logits, self.mask.allowed(qp, kp))
 
 
+def _temperature(attn: torch.nn.Module, positions: Tensor, mask: Mask) -> Tensor | None:
+    """The temperature the layer's forward applies: with per-query log-n scaling when the model has it."""
+    per_query = getattr(attn, "query_temperature", None)
+    return per_query(positions, positions, mask) if per_query is not None else attn.temperature
+
+
 def _block_tau(temperature: Tensor | float | None, start: int, stop: int) -> Tensor | None:
     """The model's temperature shaped for `attention_logits`: scalar, (H, 1) or the block's (H, c) slice."""
     if temperature is None:
@@ -111,7 +117,7 @@ def layer_attention(
         h = block.ln_attn(x)
         q = attn.q_proj(h).view(B, L, attn.n_head, attn.head_dim).transpose(1, 2)
         k = attn.k_proj(h).view(B, L, attn.n_head, attn.key_dim).transpose(1, 2)
-        yield LayerAttention(layer, q, k, scheme, positions, mask, attn.temperature, block_size)
+        yield LayerAttention(layer, q, k, scheme, positions, mask, _temperature(attn, positions, mask), block_size)
         x = block(x, scheme, positions, mask, backend)
 
 

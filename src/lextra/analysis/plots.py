@@ -10,6 +10,7 @@ from lextra.io import atomic_write
 
 
 def _pyplot():
+    """matplotlib.pyplot on the Agg backend (no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -19,6 +20,7 @@ def _pyplot():
 
 
 def _save(fig: Any, path: str | Path) -> Path:
+    """Write the figure as PNG atomically and close it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight"))
@@ -41,6 +43,7 @@ def _styles(labels: Sequence[str]) -> dict[str, dict[str, Any]]:
 
 
 def _legend(fig: Any, ax: Any) -> None:
+    """One legend for the figure, right of the panels (the rows are many)."""
     handles, labels = ax.get_legend_handles_labels()
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7)
 

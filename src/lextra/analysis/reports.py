@@ -41,6 +41,7 @@ def markdown(rows: Mapping[str, Mapping[str, Any]], columns: Sequence[str], corn
 
 
 def mask_suffix(mask: str) -> str:
+    """Row-label suffix of an inference mask: none for causal, else `+mask` (as `lextra compare` names variants)."""
     return "" if mask == "causal" else f"+{mask}"
 
 
@@ -49,6 +50,7 @@ def _log(message: str) -> None:
 
 
 def _write(out: Path, name: str, data: dict, records: list[dict], table: str) -> None:
+    """NAME.json, NAME.csv and NAME.md in `out`, each written atomically."""
     atomic_write_json(out / f"{name}.json", data)
     write_csv(out / f"{name}.csv", records)
     atomic_write_text(out / f"{name}.md", table + "\n")
@@ -156,7 +158,11 @@ def receptive_field_report(
     threshold: float = THRESHOLD,
     batch_size: int = 8,
 ) -> dict:
-    """ERF of every checkpoint and mask at every segment length, against its training length."""
+    """ERF of every checkpoint and mask at every segment length, against its training length.
+
+    Segments are the last L + 1 tokens of the same held-out texts at every length L, so the scored (last) token is
+    the same at every length and only its visible context grows (Chi et al. 2023's last-token protocol).
+    """
     out = Path(out)
     rows: dict[str, dict[str, Any]] = {}
     for ckpt in checkpoints:
@@ -167,7 +173,7 @@ def receptive_field_report(
             _log(f"receptive field of {label}")
             by_length = {
                 str(n): receptive_field(
-                    ckpt.model, segments[:, : n + 1], spec, threshold=threshold, batch_size=batch_size
+                    ckpt.model, segments[:, -(n + 1) :], spec, threshold=threshold, batch_size=batch_size
                 )
                 for n in lengths
             }

@@ -77,20 +77,25 @@ class ResolutionResult:
 
     @property
     def s_per_layer(self) -> Tensor:
+        """Scores over the visible distances averaged over heads, (layers, N_vis)."""
         return self.s_per_head[..., : self.visible].mean(-2)
 
     @property
     def s(self) -> Tensor:
+        """Scores over the visible distances averaged over layers and heads, (N_vis,)."""
         return self.s_per_layer.mean(0)
 
     @property
     def r(self) -> float:
+        """The headline resolution: R of the layer- and head-averaged scores."""
         return resolution(self.s)
 
     def r_per_layer(self) -> list[float]:
+        """R of each layer's head-averaged scores."""
         return [resolution(row) for row in self.s_per_layer]
 
     def r_per_head(self) -> list[list[float]]:
+        """R of each (layer, head) score curve."""
         return [[resolution(row[: self.visible]) for row in layer] for layer in self.s_per_head]
 
     def to_dict(self) -> dict:
@@ -108,6 +113,7 @@ class ResolutionResult:
 
 
 def _result(s_per_head: Tensor) -> ResolutionResult:
+    """Wrap (layers, H, N) scores, visible up to the first distance no pair reached."""
     return ResolutionResult(s_per_head, visible_prefix(s_per_head))
 
 

@@ -36,6 +36,10 @@ class Mask:
         """Which distances d = m - n are visible, for masks that depend on d alone; None otherwise (BCA)."""
         return None
 
+    def visible_keys(self, q_pos: Tensor, k_first: int, k_last: int) -> Tensor:
+        """How many keys at contiguous positions k_first..k_last each query sees (log-n scalings' n)."""
+        return (torch.minimum(q_pos, torch.tensor(k_last)) - k_first + 1).clamp(min=1)
+
     @property
     def options(self) -> dict[str, Any]:
         return {}
@@ -78,6 +82,9 @@ class WindowMask(Mask):
     def allowed_distance(self, distance: Tensor) -> Tensor:
         return (distance >= 0) & (distance < self.width)
 
+    def visible_keys(self, q_pos: Tensor, k_first: int, k_last: int) -> Tensor:
+        return super().visible_keys(q_pos, k_first, k_last).clamp(max=self.width)
+
     def key_range(self, q_first: int, q_last: int) -> tuple[int, int]:
         return q_first - self.width + 1, q_last
 
@@ -106,6 +113,10 @@ class BlockCausalMask(Mask):
     def key_range(self, q_first: int, q_last: int) -> tuple[int, int]:
         return (q_first // self.block - 1) * self.block, q_last
 
+    def visible_keys(self, q_pos: Tensor, k_first: int, k_last: int) -> Tensor:
+        first = ((q_pos // self.block - 1) * self.block).clamp(min=k_first)
+        return (torch.minimum(q_pos, torch.tensor(k_last)) - first + 1).clamp(min=1)
+
     @property
     def options(self) -> dict[str, Any]:
         return {"block": self.block}
@@ -123,6 +134,9 @@ class FullMask(Mask):
 
     def allowed_distance(self, distance: Tensor) -> Tensor:
         return torch.ones_like(distance, dtype=torch.bool)
+
+    def visible_keys(self, q_pos: Tensor, k_first: int, k_last: int) -> Tensor:
+        return torch.full_like(q_pos, k_last - k_first + 1)
 
     def key_range(self, q_first: int, q_last: int) -> tuple[int, int]:
         return -UNBOUNDED, UNBOUNDED

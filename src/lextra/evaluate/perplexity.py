@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from tqdm import tqdm
 
+from lextra.align import log_length_temperature
 from lextra.attention.masks import build_mask
 from lextra.data.windows import encode_documents
 from lextra.errors import ConfigError, DataError
@@ -49,6 +50,8 @@ class EvalConfig:
     stride: int | None = None
     last_token_targets: int = 16
     max_batch_tokens: int = 16384
+    #: "none", or "log-length": at each length L > L_tr every layer uses tau = ln L_tr / ln L (no calibration)
+    temperature: str = "none"
 
     def resolved_lengths(self, train_len: int) -> list[int]:
         lengths = self.lengths or [train_len * m for m in LENGTH_MULTIPLES]
@@ -71,6 +74,8 @@ class EvalConfig:
         if self.documents < 1 or self.last_token_targets < 1:
             raise ConfigError("documents and last_token_targets must be >= 1")
         build_mask(self.mask, train_len=2)  # raises on a bad spec
+        if self.temperature not in ("none", "log-length"):
+            raise ConfigError(f"evaluation temperature must be 'none' or 'log-length', got {self.temperature!r}")
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -172,8 +177,12 @@ def evaluate_model(
     bar = tqdm(
         cells, disable=not progress, desc=f"eval {label}".strip(), unit="cell", file=sys.stderr, dynamic_ncols=True
     )
+    saved_temperatures = model.config.temperatures
     for protocol, L in bar:
         bar.set_postfix(protocol=protocol, length=L)
+        if config.temperature == "log-length":
+            tau = log_length_temperature(train_len, L)
+            model.set_temperatures([[tau] * model.config.n_head for _ in model.blocks])
         scorer = _Scorer(model, config)
         groups: dict[int, tuple[list[Tensor], list[Tensor], list[int]]] = {}
         for doc in docs:
@@ -191,6 +200,7 @@ def evaluate_model(
         for windows, targets, firsts in groups.values():
             scorer.add(windows, targets, firsts)
         results.setdefault(protocol, {})[str(L)] = scorer.result()
+    model.set_temperatures(saved_temperatures)
     return {
         "results": results,
         "lengths": lengths,

@@ -1,0 +1,188 @@
+"""Temperature alignment (Chi, Fan, Rudnicky 2023, arXiv 2311.00684): undo attention dispersion at long inputs.
+
+The longer the input, the flatter each softmax. A per-layer (optionally per-head) temperature tau, softmax(logits
+/ tau), is chosen so that a statistic of the attention rows at the target length L_ex equals its value at the
+training length L_tr:
+- `pmax`: the mean over query rows of the maximum attention probability (the paper's most reliable choice);
+- `entropy`: the mean row entropy;
+- `log-length`: no calibration, tau = ln L_tr / ln L_ex (logits multiplied by log_{L_tr} L_ex).
+
+Procedure (the paper's Algorithm 1 could not be read in full; this is what we implement): targets are measured on
+`windows` validation windows of L_tr tokens with the unmodified model. Then layer by layer, bottom up, on windows
+of L_ex tokens whose hidden states already pass through the scaled lower layers, tau is found by bisection on
+log tau (each statistic is monotone in tau), per layer on the mean over heads or per head. Rows are all query
+positions of each window, under the model's causal mask.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lextra.attention import attention_logits, build_mask
+from lextra.data import eval_sequences
+from lextra.data.windows import encode_documents
+from lextra.errors import ConfigError, DataError
+from lextra.model import GPT
+from lextra.prepare import PreparedData
+
+STRATEGIES = ("pmax", "entropy", "log-length")
+TAU_RANGE = (1.0 / 32.0, 32.0)
+BISECTION_STEPS = 40
+
+
+@dataclass
+class Alignment:
+    """Temperatures (n_layer x n_head) and the statistic per layer: target at L_tr, before and after at L_ex."""
+
+    strategy: str
+    length: int
+    train_len: int
+    per_head: bool
+    temperatures: list[list[float]]
+    target: list[float]
+    before: list[float]
+    after: list[float]
+    #: (layer, head) pairs whose temperature hit the search range: the target is out of reach (e.g. a head whose
+    #: logits are nearly constant cannot be sharpened by any temperature)
+    saturated: list[tuple[int, int]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def log_length_temperature(train_len: int, length: int) -> float:
+    """tau = ln L_tr / ln L_ex for L_ex > L_tr, else 1 (Chi et al.'s closed-form baseline)."""
+    return math.log(train_len) / math.log(length) if length > train_len else 1.0
+
+
+def row_statistics(logits: Tensor, tau: Tensor) -> tuple[Tensor, Tensor]:
+    """Mean max probability and mean entropy per head of masked logits (B, H, Lq, Lk) under temperature (H,)."""
+    scaled = logits / tau.view(1, -1, 1, 1)
+    log_p = torch.log_softmax(scaled, dim=-1)
+    p = log_p.exp()
+    entropy = -(p * log_p.masked_fill(p == 0, 0.0)).sum(-1)
+    return p.amax(-1).mean(dim=(0, 2)), entropy.mean(dim=(0, 2))
+
+
+class _LayerLogits:
+    """One layer's masked logits over calibration windows, kept in query blocks; statistics for any tau."""
+
+    def __init__(self, model: GPT, layer: int, hidden: Tensor, mask_spec: str, block: int = 512) -> None:
+        attn = model.blocks[layer].attn
+        q, k, _ = attn.project(model.blocks[layer].ln_attn(hidden))
+        positions = torch.arange(hidden.shape[1], device=hidden.device)
+        mask = build_mask(mask_spec, model.config.train_len)
+        scheme = model.scheme_for(layer)
+        self.blocks = []
+        for start in range(0, hidden.shape[1], block):
+            qp = positions[start : start + block]
+            logits = attention_logits(q[..., start : start + block, :], k, scheme, qp, positions)
+            self.blocks.append(logits.masked_fill(~mask.allowed(qp, positions), float("-inf")))
+        self.rows = hidden.shape[1]
+
+    def statistic(self, name: str, tau: Tensor) -> Tensor:
+        """Per-head mean of `pmax` or `entropy` over every query row."""
+        total = None
+        for logits in self.blocks:
+            pmax, entropy = row_statistics(logits, tau)
+            value = (pmax if name == "pmax" else entropy) * logits.shape[2]
+            total = value if total is None else total + value
+        return total / self.rows
+
+
+def _solve(layer: _LayerLogits, statistic: str, target: Tensor, per_head: bool, heads: int) -> Tensor:
+    """Bisection on log tau for each head (or the layer's mean): pmax falls and entropy rises with tau."""
+    lo = torch.full((heads if per_head else 1,), math.log(TAU_RANGE[0]), dtype=torch.float64)
+    hi = torch.full_like(lo, math.log(TAU_RANGE[1]))
+    goal = target if per_head else target.mean().reshape(1)
+    for _ in range(BISECTION_STEPS):
+        mid = (lo + hi) / 2
+        tau = mid.exp().float().expand(heads)
+        value = layer.statistic(statistic, tau)
+        value = value if per_head else value.mean().reshape(1)
+        too_sharp = value > goal if statistic == "pmax" else value < goal  # needs a higher temperature
+        lo = torch.where(too_sharp, mid, lo)
+        hi = torch.where(too_sharp, hi, mid)
+    return ((lo + hi) / 2).exp().float().expand(heads).clone()
+
+
+def _windows(data: PreparedData, length: int, count: int, split: str) -> Tensor:
+    tokens = encode_documents(data.splits[split], data.tokenizer)
+    if not tokens:
+        raise DataError(f"the {split} split is empty; calibration needs held-out text")
+    sequences, _ = eval_sequences(tokens, length, count)
+    return torch.stack([s[:length] for s in sequences])
+
+
+@torch.no_grad()
+def _layer_statistics(model: GPT, tokens: Tensor, statistic: str, mask: str) -> list[Tensor]:
+    """The per-head statistic of every layer for these windows with the model's current temperatures."""
+    hidden = model.positions[0].embed(model.embed(tokens), torch.arange(tokens.shape[1]))
+    values = []
+    for index, block in enumerate(model.blocks):
+        layer = _LayerLogits(model, index, hidden, mask)
+        tau = block.attn.temperature
+        values.append(layer.statistic(statistic, torch.ones(model.config.n_head) if tau is None else tau))
+        hidden = block(hidden, model.scheme_for(index), torch.arange(tokens.shape[1]), build_mask(mask), "auto")
+    return values
+
+
+@torch.no_grad()
+def align_temperatures(
+    model: GPT,
+    data: PreparedData,
+    strategy: str,
+    length: int,
+    *,
+    windows: int = 4,
+    per_head: bool = False,
+    split: str = "validation",
+    mask: str = "causal",
+) -> Alignment:
+    """Set `model`'s temperatures for inputs of `length` tokens and return what was measured."""
+    if strategy not in STRATEGIES:
+        raise ConfigError(f"unknown alignment strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")
+    if model.config.log_scaling != "none":
+        raise ConfigError("temperature alignment expects a model without log-n scaling (log_scaling='none')")
+    train_len, heads = model.config.train_len, model.config.n_head
+    if length < 2 or windows < 1:
+        raise ConfigError(f"alignment needs a length >= 2 and windows >= 1, got {length} and {windows}")
+    model.eval()
+    model.set_temperatures(None)
+    statistic = "entropy" if strategy == "entropy" else "pmax"
+    short = _windows(data, train_len, windows, split)
+    long = _windows(data, length, windows, split)
+    target = _layer_statistics(model, short, statistic, mask)
+    before = _layer_statistics(model, long, statistic, mask)
+    if strategy == "log-length":
+        tau = log_length_temperature(train_len, length)
+        model.set_temperatures([[tau] * heads for _ in model.blocks])
+    else:
+        hidden = model.positions[0].embed(model.embed(long), torch.arange(length))
+        positions = torch.arange(length)
+        for index, block in enumerate(model.blocks):
+            layer = _LayerLogits(model, index, hidden, mask)
+            block.attn.temperature = _solve(layer, statistic, target[index], per_head, heads)
+            hidden = block(hidden, model.scheme_for(index), positions, build_mask(mask), "auto")
+        model.set_temperatures(torch.stack([b.attn.temperature for b in model.blocks]))
+    after = _layer_statistics(model, long, statistic, mask)
+    bounds = torch.tensor([math.log(TAU_RANGE[0]), math.log(TAU_RANGE[1])])
+    log_tau = torch.tensor(model.config.temperatures).log()
+    near = ((log_tau[..., None] - bounds).abs() < 1e-3).any(-1)
+    saturated = [(int(i), int(j)) for i, j in near.nonzero().tolist()]
+    return Alignment(
+        strategy=strategy,
+        length=length,
+        train_len=train_len,
+        per_head=per_head,
+        temperatures=model.config.temperatures,
+        target=[float(t.mean()) for t in target],
+        before=[float(t.mean()) for t in before],
+        after=[float(t.mean()) for t in after],
+        saturated=saturated,
+    )
