@@ -52,6 +52,8 @@ class EvalConfig:
     max_batch_tokens: int = 16384
     #: "none", or "log-length": at each length L > L_tr every layer uses tau = ln L_tr / ln L (no calibration)
     temperature: str = "none"
+    #: tokens of each document scored by chunks/sliding (default max(lengths)); fix it to compare separate runs
+    span: int | None = None
 
     def resolved_lengths(self, train_len: int) -> list[int]:
         lengths = self.lengths or [train_len * m for m in LENGTH_MULTIPLES]
@@ -164,7 +166,7 @@ def evaluate_model(
     model.eval()
     train_len = model.config.train_len
     lengths = config.resolved_lengths(train_len)
-    span = max(lengths)
+    span = max(lengths) if config.span is None else max(config.span, *lengths)
     docs, stitched = evaluation_documents(data, config.split, span + config.last_token_targets, config.documents)
     if stitched:
         print(

@@ -1,0 +1,103 @@
+"""Stretch trained models without retraining: perplexity at L_tr x 1..16 under each inference-time method.
+
+For every model folder given (e.g. the rope, t5 and alibi models of `lextra compare`) and every applicable method,
+evaluates perplexity at each length and writes one table per protocol (rows: model + method, columns: lengths):
+
+- none; RoPE scalings for rope/xpos/coca models: `linear` (PI), `ntk`, `yarn` with factor = the largest length
+  / L_tr, and `dynamic` (HF's dynamic NTK, factor 1, i.e. s = L / L_tr);
+- temperature alignment `pmax` and `entropy`, calibrated separately at each evaluation length on validation
+  windows, and `log-length` (tau = ln L_tr / ln L);
+- `qwen` log-n scaling of the queries past L_tr.
+
+Usage: python experiments/stretch.py runs/compare/models/{rope,t5,alibi}/model --out runs/stretch
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+from pathlib import Path
+
+from lextra.align import align_temperatures
+from lextra.evaluate import EvalConfig, evaluate_model
+from lextra.io import atomic_write_json, atomic_write_text
+from lextra.model import GPT, load_model, read_model_meta
+from lextra.positions.rotary import RotaryFrequencies
+from lextra.prepare import prepare_data
+from lextra.report import markdown_table
+
+MULTIPLES = (1, 2, 4, 8, 16)
+
+
+def methods_for(model: GPT) -> list[str]:
+    rotary = isinstance(model.positions[0], RotaryFrequencies)
+    scalings = ["linear", "ntk", "dynamic", "yarn"] if rotary else []
+    return ["none", *scalings, "pmax", "entropy", "log-length", "qwen"]
+
+
+def prepared(model: GPT, method: str, data, length: int, windows: int) -> GPT:
+    """A copy of `model` with `method` applied for inputs of `length` tokens."""
+    model = copy.deepcopy(model)
+    factor = max(MULTIPLES)
+    if method in ("linear", "ntk", "yarn"):
+        model.set_scheme_options(scaling={"type": method, "factor": float(factor)})
+    elif method == "dynamic":
+        model.set_scheme_options(scaling={"type": "dynamic", "factor": 1.0})
+    elif method in ("pmax", "entropy", "log-length") and length > model.config.train_len:
+        align_temperatures(model, data, method, length, windows=windows)
+    elif method == "qwen":
+        model.config.log_scaling = "qwen"
+        for block in model.blocks:
+            block.attn.log_scaling = "qwen"
+    return model
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="+", help="model folders (RUN/model)")
+    parser.add_argument("--out", default="runs/stretch")
+    parser.add_argument("--documents", type=int, default=8)
+    parser.add_argument("--windows", type=int, default=2, help="calibration windows for pmax / entropy")
+    parser.add_argument("--protocols", default="sliding,last-token")
+    args = parser.parse_args()
+    out = Path(args.out)
+    table: dict[str, dict[str, dict[str, float]]] = {}
+    cache = out / "cells.json"
+    cells = json.loads(cache.read_text()) if cache.exists() else {}
+    for folder in args.models:
+        meta = read_model_meta(folder)
+        base = load_model(folder).eval()
+        data = prepare_data(
+            meta["train"]["corpus"], limit_chars=meta["train"].get("limit_chars"), tokenizer_config=meta["tokenizer"]
+        )
+        lengths = [base.config.train_len * m for m in MULTIPLES]
+        for method in methods_for(base):
+            label = f"{base.config.scheme} + {method}"
+            for length in lengths:
+                key = f"{folder}|{method}|{length}"
+                if key not in cells:
+                    model = prepared(base, method, data, length, args.windows)
+                    config = EvalConfig(lengths=[length], protocols=args.protocols.split(","), documents=args.documents)
+                    result = evaluate_model(model, data, config, progress=False)
+                    cells[key] = {p: v[str(length)]["ppl"] for p, v in result["results"].items()}
+                    atomic_write_json(cache, cells)
+                    print(
+                        f"{label:28s} L={length:5d} " + " ".join(f"{p}={v:.2f}" for p, v in cells[key].items()),
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                for protocol, ppl in cells[key].items():
+                    table.setdefault(protocol, {}).setdefault(label, {})[str(length)] = ppl
+    text = "\n\n".join(
+        f"### perplexity, {protocol} protocol\n\n" + markdown_table(rows, lengths, "model + method")
+        for protocol, rows in table.items()
+    )
+    atomic_write_text(out / "table.md", text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
