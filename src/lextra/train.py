@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -49,6 +49,8 @@ class TrainConfig:
     corpus: str = "python-code"
     tokenizer: str = "bytes"
     limit_chars: int | None = None
+    #: a registered batch source other than plain language modelling (e.g. a retrieval task), or None
+    task: str | None = None
     model: GPTConfig = field(default_factory=GPTConfig)
     batch_size: int = 16
     steps: int = 1000
@@ -89,6 +91,28 @@ class TrainConfig:
         values = dict(data)
         values["model"] = GPTConfig.from_dict(values.get("model", {}))
         return cls(**values)
+
+
+class BatchSource(Protocol):
+    """Where training batches come from: (batch_size, length + 1) token ids, a pure function of its arguments."""
+
+    def batch(
+        self, step: int, batch_size: int, length: int, seed: int, rank: int = 0, world_size: int = 1
+    ) -> torch.Tensor: ...
+
+
+#: task name -> factory(config, data) of a BatchSource; other modules register tasks here
+BATCH_SOURCES: dict[str, Callable[[TrainConfig, PreparedData], BatchSource]] = {}
+
+
+def batch_source(config: TrainConfig, data: PreparedData) -> BatchSource:
+    """Plain language modelling on the corpus' train split, or the registered task named by `config.task`."""
+    if config.task is None:
+        return TrainStream.from_documents(data.splits["train"], data.tokenizer)
+    if config.task not in BATCH_SOURCES:
+        known = ", ".join(sorted(BATCH_SOURCES)) or "none registered"
+        raise ConfigError(f"unknown training task {config.task!r}; known tasks: {known}")
+    return BATCH_SOURCES[config.task](config, data)
 
 
 def learning_rate(config: TrainConfig, step: int) -> float:
@@ -230,7 +254,7 @@ def train(
     config.model.vocab_size = data.tokenizer.vocab_size
     if resume:
         _check_compatible(run_dir, config)
-    stream = TrainStream.from_documents(data.splits["train"], data.tokenizer)
+    stream = batch_source(config, data)
     extra = {"tokenizer": data.tokenizer.to_config(), "train": config.to_dict()}
     atomic_write_json(run_dir / "config.json", {"train": config.to_dict(), "tokenizer": data.tokenizer.to_config()})
 
