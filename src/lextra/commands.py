@@ -87,6 +87,12 @@ def add_train_args(parser: argparse.ArgumentParser, with_scheme: bool = True) ->
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--checkpoint-every", type=int, default=200)
+    parser.add_argument(
+        "--precision",
+        default="fp32",
+        choices=["fp32", "bf16"],
+        help="bf16 autocast for matrix products (position math stays fp32)",
+    )
 
 
 def train_config_from(args: argparse.Namespace, scheme: str | None = None) -> Any:
@@ -113,6 +119,7 @@ def train_config_from(args: argparse.Namespace, scheme: str | None = None) -> An
         warmup=args.warmup,
         seed=args.seed,
         position_lr_scale=args.position_lr_scale,
+        precision=args.precision,
         checkpoint_every=args.checkpoint_every,
     )
 

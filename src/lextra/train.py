@@ -8,6 +8,7 @@ exactly where the last checkpoint left off.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import torch
+import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
@@ -61,6 +63,8 @@ class TrainConfig:
     beta1: float = 0.9
     beta2: float = 0.95
     grad_clip: float = 1.0
+    #: "fp32", or "bf16" autocast for the network's matrix products
+    precision: str = "fp32"
     position_lr_scale: float = 10.0
     seed: int = 0
     checkpoint_every: int = 200
@@ -77,6 +81,8 @@ class TrainConfig:
                 raise ConfigError(f"training config: {name} must be >= 0, got {getattr(self, name)}")
         if not self.lr > 0:
             raise ConfigError(f"training config: lr must be positive, got {self.lr}")
+        if self.precision not in ("fp32", "bf16"):
+            raise ConfigError(f"training config: precision must be fp32 or bf16, got {self.precision!r}")
         self.model.validate()
         return self
 
@@ -248,6 +254,12 @@ def train(
     every step (progress hooks, tests that interrupt a run)."""
     config.validate()
     run_dir = Path(run_dir)
+    world = Distributed.from_environment()
+    if config.batch_size % world.size:
+        raise ConfigError(
+            f"the global batch ({config.batch_size}) must divide evenly over {world.size} processes; "
+            f"use a batch size that is a multiple of {world.size}"
+        )
     if not resume and (run_dir / CHECKPOINTS).exists() and any((run_dir / CHECKPOINTS).glob("step_*")):
         raise ConfigError(f"{run_dir} already holds a training run; pass --resume to continue it or use a new --out")
     data = prepare_data(config.corpus, config.tokenizer, config.limit_chars)
@@ -256,7 +268,9 @@ def train(
         _check_compatible(run_dir, config)
     stream = batch_source(config, data)
     extra = {"tokenizer": data.tokenizer.to_config(), "train": config.to_dict()}
-    atomic_write_json(run_dir / "config.json", {"train": config.to_dict(), "tokenizer": data.tokenizer.to_config()})
+    if world.is_main:
+        atomic_write_json(run_dir / "config.json", {"train": config.to_dict(), "tokenizer": extra["tokenizer"]})
+    world.barrier()
 
     torch.manual_seed(config.seed)
     model = GPT(config.model)
@@ -265,8 +279,11 @@ def train(
     if resume:
         model, optimizer, start = _resume(run_dir, config, model, optimizer)
     metrics_path = run_dir / "metrics.jsonl"
-    _truncate_metrics(metrics_path, start)
-    validation = _validation_batches(data, config)
+    if world.is_main:
+        _truncate_metrics(metrics_path, start)
+    validation = _validation_batches(data, config) if world.is_main else []
+    network = world.wrap(model)
+    progress = progress and world.is_main
 
     L = config.model.train_len
     bar = tqdm(
@@ -284,13 +301,16 @@ def train(
         lr = learning_rate(config, step)
         for group in optimizer.param_groups:
             group["lr"] = lr * group["lr_scale"]
-        batch = stream.batch(step, config.batch_size, L, config.seed)
-        loss = model.loss(batch)
+        # the global batch is the same whatever the number of processes; each takes its own rows
+        batch = world.shard(stream.batch(step, config.batch_size, L, config.seed))
+        with autocast(config.precision):
+            logits = network(batch[:, :-1])
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten())
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
         optimizer.step()
-        window_tokens += batch.shape[0] * L
+        window_tokens += config.batch_size * L
         done = step + 1
         record: dict[str, Any] | None = None
         if config.log_every and (done % config.log_every == 0 or done == config.steps):
@@ -298,7 +318,7 @@ def train(
             tokens_per_s = window_tokens / max(elapsed, 1e-9)
             record = {
                 "step": done,
-                "loss": loss.item(),
+                "loss": world.mean(loss.detach()),
                 "lr": lr,
                 "grad_norm": grad_norm.item(),
                 "tokens_per_s": round(tokens_per_s, 1),
@@ -309,18 +329,89 @@ def train(
             record = record or {"step": done}
             record["val_loss"] = validation_loss(model, validation)
             model.train()
-        if record:
+        if record and world.is_main:
             _append_metrics(metrics_path, record)
         if config.checkpoint_every and done % config.checkpoint_every == 0 and done < config.steps:
-            save_checkpoint(run_dir, model, optimizer, done, extra)
+            if world.is_main:
+                save_checkpoint(run_dir, model, optimizer, done, extra)
+            world.barrier()
         bar.update(1)
         if on_step is not None:
             on_step(done)
     bar.close()
-    save_checkpoint(run_dir, model, optimizer, config.steps, extra)
     final = run_dir / FINAL
-    save_model(model, final, extra={**extra, "steps": config.steps})
+    if world.is_main:
+        save_checkpoint(run_dir, model, optimizer, config.steps, extra)
+        save_model(model, final, extra={**extra, "steps": config.steps})
+    world.close()
     return final
+
+
+class Distributed:
+    """torchrun / DDP plumbing: rank and world size from the environment (gloo on CPU, nccl on GPU).
+
+    Every process draws the same global batch and keeps its own rows, so a run on N processes sees exactly the
+    data of a one-process run with the same global batch, and DDP's gradient average equals its gradient.
+    """
+
+    def __init__(self, rank: int = 0, size: int = 1) -> None:
+        self.rank, self.size = rank, size
+
+    @classmethod
+    def from_environment(cls) -> Distributed:
+        size = int(os.environ.get("WORLD_SIZE", "1"))
+        if size <= 1:
+            return cls()
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        return cls(dist.get_rank(), dist.get_world_size())
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def wrap(self, model: GPT) -> torch.nn.Module:
+        if self.size == 1:
+            return model
+        from torch.nn.parallel import DistributedDataParallel
+
+        return DistributedDataParallel(model)
+
+    def shard(self, batch: torch.Tensor) -> torch.Tensor:
+        rows = batch.shape[0] // self.size
+        return batch[self.rank * rows : (self.rank + 1) * rows]
+
+    def mean(self, value: torch.Tensor) -> float:
+        """The mean of a scalar over processes (the global batch's loss), as a float."""
+        if self.size > 1:
+            import torch.distributed as dist
+
+            value = value.clone()
+            dist.all_reduce(value)
+            value /= self.size
+        return value.item()
+
+    def barrier(self) -> None:
+        if self.size > 1:
+            import torch.distributed as dist
+
+            dist.barrier()
+
+    def close(self) -> None:
+        if self.size > 1:
+            import torch.distributed as dist
+
+            dist.barrier()
+            dist.destroy_process_group()
+
+
+def autocast(precision: str):
+    """bf16 autocast for matrix products when asked (position math stays fp32 inside the schemes)."""
+    if precision == "bf16":
+        return torch.autocast("cuda" if torch.cuda.is_available() else "cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def _resume(run_dir: Path, config: TrainConfig, model: GPT, optimizer) -> tuple[GPT, Any, int]:

@@ -1,0 +1,143 @@
+"""Next-line code completion on held-out files by context length, with a truncation baseline.
+
+For each context length C, seeded lines of the test split whose file has at least C tokens before them are
+completed greedily (until a newline) from exactly the last C tokens (`full`) and from only the last L_tr tokens
+(`truncated`, the baseline that ignores everything a model cannot use beyond its training length). Each line is
+scored by exact match (trailing whitespace ignored) and edit similarity (difflib ratio).
+"""
+
+from __future__ import annotations
+
+import difflib
+import random
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from lextra.data import Document, Tokenizer
+from lextra.errors import ConfigError, DataError
+from lextra.report import markdown_table
+from lextra.retrieval.evaluate import default_lengths
+from lextra.retrieval.scoring import greedy_continue, prefill
+from lextra.retrieval.sources import row_seed
+
+
+def edit_similarity(predicted: str, target: str) -> float:
+    """difflib's ratio: 1 for identical strings, 0 for nothing in common."""
+    if not predicted and not target:
+        return 1.0
+    return difflib.SequenceMatcher(None, predicted, target).ratio()
+
+
+def line_match(predicted: str, target: str) -> bool:
+    """Exact match of a line, trailing whitespace ignored."""
+    return predicted.rstrip() == target.rstrip()
+
+
+def tokenize_lines(doc: Document, tokenizer: Tokenizer) -> tuple[list[int], list[tuple[int, str]]]:
+    """The document's ids (each line encoded on its own, newline included) and (start token, text) per line."""
+    ids: list[int] = []
+    lines: list[tuple[int, str]] = []
+    for line in doc.text.splitlines(keepends=True):
+        lines.append((len(ids), line.rstrip("\n")))
+        ids.extend(tokenizer.encode(line))
+    return ids, lines
+
+
+def pick_lines(
+    docs: Sequence[Document], tokenizer: Tokenizer, context: int, count: int, seed: int, max_line_tokens: int
+) -> list[tuple[list[int], str]]:
+    """Up to `count` seeded (last `context` ids before the line, line text) pairs with non-blank lines."""
+    eligible: list[tuple[int, int, str]] = []
+    encoded = [tokenize_lines(doc, tokenizer) for doc in docs]
+    for index, (_, lines) in enumerate(encoded):
+        for start, text in lines:
+            if start >= context and text.strip() and len(tokenizer.encode(text)) <= max_line_tokens:
+                eligible.append((index, start, text))
+    if not eligible:
+        raise DataError(f"no held-out file has a line with {context} tokens before it; use shorter lengths")
+    rng = random.Random(row_seed("completion", seed, context))
+    chosen = rng.sample(eligible, min(count, len(eligible)))
+    return [(encoded[i][0][start - context : start], text) for i, start, text in chosen]
+
+
+@torch.no_grad()
+def complete_lines(
+    model: Any, contexts: Sequence[Sequence[int]], tokenizer: Tokenizer, max_new: int, batch_size: int = 8
+) -> list[str]:
+    """Greedy continuation of equal-length contexts, cut at the first newline."""
+    newline = tokenizer.encode("\n")
+    stop = newline[0] if len(newline) == 1 else None
+    out: list[str] = []
+    for start in range(0, len(contexts), batch_size):
+        batch = torch.tensor([list(c) for c in contexts[start : start + batch_size]], dtype=torch.long)
+        logits, cache = prefill(model, batch)
+        for row in greedy_continue(model, logits, cache, max_new, stop_token=stop).tolist():
+            if stop is not None and stop in row:
+                row = row[: row.index(stop)]
+            out.append(tokenizer.decode(row).split("\n")[0])
+    return out
+
+
+def _scores(predictions: Sequence[str], targets: Sequence[str]) -> dict[str, float]:
+    pairs = list(zip(predictions, targets, strict=True))
+    return {
+        "exact": sum(line_match(p, t) for p, t in pairs) / len(pairs),
+        "edit_sim": sum(edit_similarity(p.rstrip(), t.rstrip()) for p, t in pairs) / len(pairs),
+    }
+
+
+@torch.no_grad()
+def evaluate_completion(
+    model: Any,
+    docs: Sequence[Document],
+    tokenizer: Tokenizer,
+    lengths: Sequence[int] | None = None,
+    *,
+    lines: int = 32,
+    max_new: int = 96,
+    seed: int = 0,
+    batch_size: int = 8,
+    label: str = "",
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Per context length: exact match and edit similarity with the full context and truncated to L_tr."""
+    train_len = model.config.train_len
+    lengths = list(lengths or default_lengths(train_len))
+    if lines < 1 or max_new < 1 or any(n < 1 for n in lengths):
+        raise ConfigError("completion needs positive lengths, lines and max_new")
+    if hasattr(model, "eval"):
+        model.eval()
+    buckets: dict[str, Any] = {}
+    for context in tqdm(lengths, disable=not progress, desc=f"completion {label}", file=sys.stderr):
+        picked = pick_lines(docs, tokenizer, context, lines, seed, max_new)
+        targets = [text for _, text in picked]
+        full = complete_lines(model, [ids for ids, _ in picked], tokenizer, max_new, batch_size)
+        keep = min(train_len, context)
+        truncated = complete_lines(model, [ids[-keep:] for ids, _ in picked], tokenizer, max_new, batch_size)
+        buckets[str(context)] = {
+            "lines": len(picked),
+            "full": _scores(full, targets),
+            "truncated": _scores(truncated, targets),
+            "examples": [
+                {"target": t, "full": f, "truncated": r} for t, f, r in zip(targets[:3], full, truncated, strict=False)
+            ],
+        }
+    return {"label": label, "train_len": train_len, "lengths": lengths, "buckets": buckets}
+
+
+def completion_table(results: dict[str, dict[str, Any]]) -> str:
+    """Markdown: exact match and edit similarity per model (full context, then the truncation baseline)."""
+    first = next(iter(results.values()))
+    lengths = first["lengths"]
+    parts = []
+    for metric in ("exact", "edit_sim"):
+        rows: dict[str, dict[str, float]] = {}
+        for label, r in results.items():
+            rows[label] = {n: b["full"][metric] for n, b in r["buckets"].items()}
+            rows[f"{label} (last L_tr only)"] = {n: b["truncated"][metric] for n, b in r["buckets"].items()}
+        parts.append(f"### next-line {metric} by context length\n\n" + markdown_table(rows, lengths, "model"))
+    return "\n\n".join(parts)

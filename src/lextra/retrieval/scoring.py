@@ -1,0 +1,111 @@
+"""Scoring retrieval prompts: greedy decoding with the KV cache (exact match of the answer) and the rank of the
+gold answer's total log-likelihood among distractor answers (rank 1 = correct; ties count against the gold).
+
+Works with any model called as `model(tokens, cache=cache)` -> logits (B, L, V) that has `config.n_layer`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from lextra.model import KVCache
+
+
+def expand_cache(cache: KVCache, repeats: int) -> KVCache:
+    """A copy of `cache` with every batch row repeated `repeats` times (the original is left untouched)."""
+    clone = KVCache(len(cache.keys))
+    clone.keys = [None if k is None else k.repeat_interleave(repeats, dim=0) for k in cache.keys]
+    clone.values = [None if v is None else v.repeat_interleave(repeats, dim=0) for v in cache.values]
+    clone.length = cache.length
+    return clone
+
+
+@torch.no_grad()
+def prefill(model: Any, prompts: Tensor) -> tuple[Tensor, KVCache]:
+    """Run equal-length prompts (B, L) once; the last position's logits (B, V) and the filled cache."""
+    cache = KVCache(model.config.n_layer)
+    logits = model(prompts, cache=cache)[:, -1].float()
+    return logits, cache
+
+
+@torch.no_grad()
+def greedy_continue(model: Any, logits: Tensor, cache: KVCache, steps: int, stop_token: int | None = None) -> Tensor:
+    """Greedy tokens (B, steps) after a prefill; stops early once every row has produced `stop_token`."""
+    out: list[Tensor] = []
+    done = torch.zeros(logits.shape[0], dtype=torch.bool)
+    for step in range(steps):
+        token = logits.argmax(dim=-1)
+        out.append(token)
+        if stop_token is not None:
+            done |= token == stop_token
+            if bool(done.all()):
+                break
+        if step + 1 < steps:
+            logits = model(token[:, None], cache=cache)[:, -1].float()
+    return torch.stack(out, dim=1) if out else torch.zeros(logits.shape[0], 0, dtype=torch.long)
+
+
+@torch.no_grad()
+def candidate_loglik(
+    model: Any, logits: Tensor, cache: KVCache, candidates: Sequence[Sequence[Sequence[int]]]
+) -> Tensor:
+    """Total log-likelihood (B, C) of each row's C candidate continuations (token-id lists) after the prompt."""
+    B, C = len(candidates), len(candidates[0])
+    if any(len(row) != C for row in candidates):
+        raise ValueError("every prompt needs the same number of candidates")
+    longest = max(len(c) for row in candidates for c in row)
+    ids = torch.zeros(B, C, longest, dtype=torch.long)
+    valid = torch.zeros(B, C, longest, dtype=torch.bool)
+    for b, row in enumerate(candidates):
+        for c, cand in enumerate(row):
+            ids[b, c, : len(cand)] = torch.tensor(list(cand), dtype=torch.long)
+            valid[b, c, : len(cand)] = True
+    first = F.log_softmax(logits, dim=-1)  # (B, V): predicts each candidate's first token
+    scores = first.gather(1, ids[:, :, 0]) * valid[:, :, 0]
+    if longest > 1:
+        expanded = expand_cache(cache, C)
+        flat = ids.view(B * C, longest)
+        rest = F.log_softmax(model(flat[:, :-1], cache=expanded).float(), dim=-1)
+        picked = rest.gather(2, flat[:, 1:, None])[..., 0].view(B, C, longest - 1)
+        scores = scores + (picked * valid[:, :, 1:]).sum(dim=-1)
+    return scores
+
+
+def gold_rank(scores: Tensor) -> Tensor:
+    """Rank of column 0 (the gold answer) per row: 1 + the distractors scoring at least as high."""
+    return 1 + (scores[:, 1:] >= scores[:, :1]).sum(dim=1)
+
+
+@torch.no_grad()
+def score_prompts(
+    model: Any,
+    prompts: Sequence[Sequence[int]],
+    answers: Sequence[Sequence[int]],
+    distractors: Sequence[Sequence[Sequence[int]]] | None = None,
+) -> dict[str, list]:
+    """Greedy-decode each answer's length and rank the gold answer among its distractors, for equal-length prompts.
+
+    Returns per prompt: `generated` ids, `exact` (generated == answer), and, with distractors, `rank` and the
+    `loglik` of every candidate (gold first).
+    """
+    lengths = {len(p) for p in prompts}
+    if len(lengths) != 1:
+        raise ValueError(f"score_prompts needs prompts of one length, got lengths {sorted(lengths)}")
+    batch = torch.tensor([list(p) for p in prompts], dtype=torch.long)
+    logits, cache = prefill(model, batch)
+    result: dict[str, list] = {}
+    if distractors is not None:
+        candidates = [[list(a), *map(list, d)] for a, d in zip(answers, distractors, strict=True)]
+        scores = candidate_loglik(model, logits, cache, candidates)
+        result["rank"] = gold_rank(scores).tolist()
+        result["loglik"] = scores.tolist()
+    steps = max(len(a) for a in answers)
+    generated = greedy_continue(model, logits, cache, steps).tolist()
+    result["generated"] = [g[: len(a)] for g, a in zip(generated, answers, strict=True)]
+    result["exact"] = [g == list(a) for g, a in zip(result["generated"], answers, strict=True)]
+    return result

@@ -1,0 +1,111 @@
+"""torchrun (DDP, gloo on CPU) matches one process; a run killed with SIGKILL resumes to identical weights."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+TINY = [
+    "--layers",
+    "2",
+    "--width",
+    "32",
+    "--heads",
+    "2",
+    "--train-len",
+    "32",
+    "--limit-chars",
+    "400000",
+    "--batch-size",
+    "4",
+    "--warmup",
+    "2",
+    "--threads",
+    "1",
+    "--scheme",
+    "kerple_log",
+]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def _command(out: Path, processes: int, *extra: str) -> list[str]:
+    launcher = [sys.executable, "-m", "lextra"]
+    if processes > 1:
+        launcher = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={processes}",
+            "-m",
+            "lextra",
+        ]
+    return [*launcher, "train", "--out", str(out), *TINY, *extra]
+
+
+def _weights(run: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(run / "model" / "model.safetensors"))
+
+
+def _losses(run: Path) -> list[float]:
+    return [json.loads(line)["loss"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path) -> None:
+    steps = ["--steps", "8", "--checkpoint-every", "4"]
+    subprocess.run(_command(tmp_path / "one", 1, *steps), check=True, env=ENV, capture_output=True, timeout=300)
+    subprocess.run(_command(tmp_path / "two", 2, *steps), check=True, env=ENV, capture_output=True, timeout=300)
+    one, two = _weights(tmp_path / "one"), _weights(tmp_path / "two")
+    assert one.keys() == two.keys()
+    for name in one:
+        torch.testing.assert_close(two[name], one[name], atol=1e-5, rtol=1e-4, msg=name)
+    assert _losses(tmp_path / "two") == pytest.approx(_losses(tmp_path / "one"), rel=1e-5)
+
+
+def _wait_for_checkpoint(run: Path, step: int, process: subprocess.Popen, timeout: float = 240) -> None:
+    latest = run / "checkpoints" / "LATEST"
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if latest.exists() and int(latest.read_text().strip().split("_")[-1]) >= step:
+            return
+        if process.poll() is not None:
+            raise AssertionError(f"training ended early: {process.stderr.read().decode()[-2000:]}")
+        time.sleep(0.05)
+    raise AssertionError("no checkpoint appeared in time")
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_sigkill_at_a_random_step_then_resume_gives_identical_weights(tmp_path, processes: int) -> None:
+    steps = ["--steps", "24", "--checkpoint-every", "3"]
+    subprocess.run(
+        _command(tmp_path / "whole", processes, *steps), check=True, env=ENV, capture_output=True, timeout=300
+    )
+    run = tmp_path / "killed"
+    victim = subprocess.Popen(
+        _command(run, processes, *steps),
+        env=ENV,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    _wait_for_checkpoint(run, random.Random(processes).choice([3, 6, 9, 12]), victim)
+    time.sleep(random.Random(processes + 10).uniform(0.0, 0.3))  # somewhere between two checkpoints
+    os.killpg(victim.pid, signal.SIGKILL)
+    victim.wait(timeout=60)
+    assert not (run / "model").exists()  # it really died before the end
+    subprocess.run(_command(run, processes, *steps, "--resume"), check=True, env=ENV, capture_output=True, timeout=300)
+    whole, resumed = _weights(tmp_path / "whole"), _weights(run)
+    for name in whole:
+        assert torch.equal(whole[name], resumed[name]), name
+    logged = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert logged == [10, 20, 24]  # every 10 steps and the last: nothing lost, nothing repeated
