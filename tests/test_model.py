@@ -197,3 +197,21 @@ def test_cached_decoding_with_length_dependent_scaling_is_exact(name: str, scali
     scheme = model.positions[0]
     if scaling["type"] == "dynamic":  # the frequencies really did change past L_tr
         assert not torch.equal(scheme.frequencies_for(30)[0], scheme.frequencies_for(8)[0])
+
+
+@pytest.mark.parametrize("name", [n for n in ALL_SCHEMES if n != "learned"])
+def test_every_scheme_is_finite_in_bf16_at_long_lengths(name: str) -> None:
+    """Under bf16 autocast, position math stays fp32 inside the schemes; outputs stay finite at 16k tokens."""
+    config = GPTConfig(vocab_size=17, n_layer=1, n_head=2, d_model=16, train_len=64, scheme=name)
+    model = GPT(config).eval()
+    tokens = torch.randint(0, 17, (1, 16_384))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(tokens, mask="window:64")
+        short = model(tokens[:, :200])  # the dense causal path too
+    assert torch.isfinite(logits).all() and torch.isfinite(short).all()
+    if name in ("rope", "xpos", "coca"):
+        q = torch.randn(1, 2, 8, 8, dtype=torch.bfloat16)
+        rotated, _ = model.positions[0].rotate(
+            q, q[..., : model.positions[0].key_dim()], torch.arange(8) + 131_064, torch.arange(8) + 131_064
+        )
+        assert rotated.dtype == torch.bfloat16 and torch.isfinite(rotated).all()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -213,3 +214,13 @@ def test_eval_applies_a_rope_scaling_only_where_it_should(tmp_path, capsys) -> N
     capsys.readouterr()
     assert main(["eval", str(tmp_path / "alibi"), "--rope-scaling", "yarn:2"]) == 2
     assert "applies to rope, xpos and coca models" in capsys.readouterr().err
+
+
+def test_bf16_training_runs_and_learns(tmp_path) -> None:
+    config = tiny_config("xpos", steps=6, precision="bf16")
+    final = train(config, tmp_path, progress=False)
+    losses = [json.loads(line)["loss"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0]
+    assert load_model(final).config.scheme == "xpos"
+    with pytest.raises(ConfigError, match="precision must be fp32 or bf16"):
+        tiny_config(precision="fp16").validate()

@@ -9,12 +9,14 @@ A scheme fills only the places it uses; the attention layer composes them withou
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
+from lextra.errors import ConfigError
 from lextra.registry import Registry
 
 
@@ -104,6 +106,14 @@ def build_scheme(name: str, dims: HeadDims, **options: Any) -> PositionScheme:
     """Instantiate a registered scheme with validated options (clear error on unknown names or options)."""
     cls = SCHEMES.get(name)
     SCHEMES.check_options(name, options)
-    scheme = cls(dims, **options)
+    for key, value in options.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{name}: option {key} must be a finite number, got {value}")
+    try:
+        scheme = cls(dims, **options)
+    except (TypeError, ValueError) as err:
+        if isinstance(err, ConfigError):
+            raise
+        raise ConfigError(f"{name}: invalid option value ({err}); see `lextra list` for the options") from None
     scheme.options = dict(options)
     return scheme
