@@ -216,8 +216,7 @@ def chunked_attention(
     lean = has_bias and _toeplitz_possible(scheme, mask, q_pos)
     block = _block_size(None if lean else scheme, window, q.shape[1], block_size)
     outputs = []
-    for start in range(0, Lq, block):
-        stop = min(start + block, Lq)
+    for start, stop in _query_blocks(q_pos, block, mask, queries_sorted):
         qp = q_pos[start:stop]
         lo, hi = 0, Lk
         if keys_sorted and queries_sorted:
@@ -230,14 +229,15 @@ def chunked_attention(
         if rotate_per_block:
             qc, kc = scheme.rotate(qc, kc, qp, kp, seq_len)
         tau_block = None if tau is None else _block_tau(tau, start, stop)
-        toeplitz = _toeplitz_bias(scheme, mask, qp, kp, tau_block) if has_bias else None
+        local = mask.within(int(qp[0]), int(qp[-1])) if keys_sorted and queries_sorted else mask
+        toeplitz = _toeplitz_bias(scheme, local, qp, kp, tau_block) if has_bias else None
         if toeplitz is not None:
             # rows reversed so that the bias is a stride-(1, 1) view of one table: no (H, Lq, Lk) tensor is built
             flipped = _scaled_query(qc, tau_block).flip(-2)
             out = F.scaled_dot_product_attention(flipped, kc, vc, attn_mask=toeplitz.to(qc.dtype), scale=scale)
             outputs.append(out.flip(-2))
             continue
-        allowed = mask.allowed(qp, kp)
+        allowed = local.allowed(qp, kp)
         if has_bias:
             bias = scheme.bias(qp, kp)
             if tau_block is not None:
@@ -254,7 +254,23 @@ def chunked_attention(
 def _toeplitz_possible(scheme: PositionScheme, mask: Mask, q_pos: Tensor) -> bool:
     """Whether blocks will get their bias as a strided view of a table (so no per-block bias memory)."""
     frozen = not torch.is_grad_enabled() or not any(p.requires_grad for p in scheme.parameters())
-    return frozen and scheme.distance_only(q_pos) and mask.allowed_distance(q_pos[:1]) is not None
+    local = mask.within(0, 0)  # BCA is causal within a query block that stays inside one of its blocks
+    return frozen and scheme.distance_only(q_pos) and local.allowed_distance(q_pos[:1]) is not None
+
+
+def _query_blocks(q_pos: Tensor, block: int, mask: Mask, sorted_queries: bool) -> list[tuple[int, int]]:
+    """Query index ranges of at most `block`, cut at the mask's own block boundaries (BCA) when it has them,
+    so that each range sees the mask as a function of distance alone."""
+    Lq = q_pos.numel()
+    period = mask.period if sorted_queries and _contiguous(q_pos) else None
+    ranges, start = [], 0
+    while start < Lq:
+        stop = min(start + block, Lq)
+        if period:
+            stop = min(stop, start + period - int(q_pos[start]) % period)
+        ranges.append((start, stop))
+        start = stop
+    return ranges
 
 
 def _toeplitz_bias(scheme: PositionScheme, mask: Mask, qp: Tensor, kp: Tensor, tau: Tensor | None) -> Tensor | None:

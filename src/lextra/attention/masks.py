@@ -32,9 +32,16 @@ class Mask:
         """Inclusive bounds of the key positions visible to any query position in [q_first, q_last]."""
         return -UNBOUNDED, q_last
 
+    #: queries are cut at multiples of this many positions by the fast backends (BCA's blocks), or None
+    period: int | None = None
+
     def allowed_distance(self, distance: Tensor) -> Tensor | None:
         """Which distances d = m - n are visible, for masks that depend on d alone; None otherwise (BCA)."""
         return None
+
+    def within(self, q_first: int, q_last: int) -> Mask:
+        """An equivalent mask for queries in [q_first, q_last] over the keys `key_range` gives them."""
+        return self
 
     def visible_keys(self, q_pos: Tensor, k_first: int, k_last: int) -> Tensor:
         """How many keys at contiguous positions k_first..k_last each query sees (log-n scalings' n)."""
@@ -112,6 +119,14 @@ class BlockCausalMask(Mask):
 
     def key_range(self, q_first: int, q_last: int) -> tuple[int, int]:
         return (q_first // self.block - 1) * self.block, q_last
+
+    @property
+    def period(self) -> int:  # type: ignore[override]
+        return self.block
+
+    def within(self, q_first: int, q_last: int) -> Mask:
+        """Queries inside one block see keys from the previous block's start on, causally: the causal mask."""
+        return CausalMask() if q_first // self.block == q_last // self.block else self
 
     def visible_keys(self, q_pos: Tensor, k_first: int, k_last: int) -> Tensor:
         first = ((q_pos // self.block - 1) * self.block).clamp(min=k_first)
