@@ -224,3 +224,16 @@ def test_bf16_training_runs_and_learns(tmp_path) -> None:
     assert load_model(final).config.scheme == "xpos"
     with pytest.raises(ConfigError, match="precision must be fp32 or bf16"):
         tiny_config(precision="fp16").validate()
+
+
+def test_init_from_starts_at_the_saved_weights(tmp_path) -> None:
+    first = train(tiny_config("alibi", steps=3), tmp_path / "first", progress=False)
+    config = tiny_config("alibi", steps=1, lr=1e-9)
+    config.init_from = str(first)
+    second = train(config, tmp_path / "second", progress=False)
+    a, b = load_model(first).state_dict(), load_model(second).state_dict()
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)  # one step at lr 1e-9 leaves them in place
+    wrong = tiny_config("rope", steps=1)
+    wrong.init_from = str(first)
+    with pytest.raises(ConfigError, match="model config differs"):
+        train(wrong, tmp_path / "third", progress=False)

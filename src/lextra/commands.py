@@ -87,6 +87,7 @@ def add_train_args(parser: argparse.ArgumentParser, with_scheme: bool = True) ->
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--checkpoint-every", type=int, default=200)
+    parser.add_argument("--init-from", default=None, help="start from this model folder's weights (fine-tuning)")
     parser.add_argument(
         "--precision",
         default="fp32",
@@ -120,6 +121,7 @@ def train_config_from(args: argparse.Namespace, scheme: str | None = None) -> An
         seed=args.seed,
         position_lr_scale=args.position_lr_scale,
         precision=args.precision,
+        init_from=args.init_from,
         checkpoint_every=args.checkpoint_every,
     )
 

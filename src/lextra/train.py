@@ -53,6 +53,8 @@ class TrainConfig:
     limit_chars: int | None = None
     #: a registered batch source other than plain language modelling (e.g. a retrieval task), or None
     task: str | None = None
+    #: start from this model folder's weights (fine-tuning, e.g. on a retrieval task); same architecture
+    init_from: str | None = None
     model: GPTConfig = field(default_factory=GPTConfig)
     batch_size: int = 16
     steps: int = 1000
@@ -276,6 +278,8 @@ def train(
     model = GPT(config.model)
     optimizer = make_optimizer(model, config)
     start = 0
+    if config.init_from:
+        _initialise_from(model, config.init_from)
     if resume:
         model, optimizer, start = _resume(run_dir, config, model, optimizer)
     metrics_path = run_dir / "metrics.jsonl"
@@ -412,6 +416,16 @@ def autocast(precision: str):
     if precision == "bf16":
         return torch.autocast("cuda" if torch.cuda.is_available() else "cpu", dtype=torch.bfloat16)
     return contextlib.nullcontext()
+
+
+def _initialise_from(model: GPT, folder: str) -> None:
+    """Copy a saved model's weights into `model` (same scheme and shape), for fine-tuning."""
+    source = load_model(folder)
+    if source.config.to_dict() | {"temperatures": None} != model.config.to_dict() | {"temperatures": None}:
+        raise ConfigError(
+            f"--init-from {folder}: its model config differs from this run's; use the same scheme and shape"
+        )
+    model.load_state_dict(source.state_dict())
 
 
 def _resume(run_dir: Path, config: TrainConfig, model: GPT, optimizer) -> tuple[GPT, Any, int]:
