@@ -105,7 +105,7 @@ def _versions() -> dict[str, str]:
     from importlib import metadata
 
     out = {}
-    for dist in ("torch", "x-transformers", "einops", "einx", "loguru"):
+    for dist in ("torch", "x-transformers", "einops", "einx", "loguru", "frozendict", "torch-einops-utils"):
         try:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:

@@ -79,7 +79,12 @@ def main() -> int:
                 key = f"{folder}|{method}|{length}"
                 if key not in cells:
                     model = prepared(base, method, data, length, args.windows)
-                    config = EvalConfig(lengths=[length], protocols=args.protocols.split(","), documents=args.documents)
+                    config = EvalConfig(
+                        lengths=[length],
+                        protocols=args.protocols.split(","),
+                        documents=args.documents,
+                        span=max(lengths),
+                    )
                     result = evaluate_model(model, data, config, progress=False)
                     cells[key] = {p: v[str(length)]["ppl"] for p, v in result["results"].items()}
                     atomic_write_json(cache, cells)
