@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 RUN_DIR ?= runs/compare
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench bench-train bench-xt clean
 
 $(STAMP): requirements.lock requirements-data.lock pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,19 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/attention.py
+
+BENCH_STAMP := $(VENV)/.installed-bench
+
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install -q --disable-pip-version-check x-transformers==2.31.10 einops==0.8.2 einx==0.4.3 \
+		frozendict==2.5.1 loguru==0.7.3 torch-einops-utils==0.2.0
+	touch $(BENCH_STAMP)
+
+bench-train: $(STAMP)
+	$(PY) benchmarks/train_step.py
+
+bench-xt: $(BENCH_STAMP)
+	$(PY) benchmarks/xtransformers_compare.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

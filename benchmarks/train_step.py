@@ -20,13 +20,14 @@ How to read it
     Table cells are "tokens/s (step x)": throughput, and the median step time over NoPE's at the same L
     (1.00x = as fast as plain causal SDPA; 2.00x = each step takes twice as long). The path column says how
     `auto` runs attention under training: `sdpa` (one fused call), `chunked/strided` (query blocks whose bias is
-    a strided view of one fixed per-distance table: ALiBi, Sandwich), `chunked/gather` (a learned table needs
-    autograd, so each block's (H, block, keys) bias is gathered, in fp64 so the gradient sums stay exact:
-    T5, KERPLE) and, for FIRE past its 512-position threshold, `+pair-MLP` (the MLP runs per (query, key) pair).
+    a strided view of one fixed per-distance table, flash kernel: ALiBi, Sandwich), `chunked/gather` (a learned
+    table needs autograd, so each block's (H, block, keys) bias is gathered, in fp64 so the gradient sums stay
+    exact, and SDPA, given a float mask that requires grad, runs its math kernel: T5, KERPLE, FIRE) and, for FIRE
+    past its 512-position threshold, `+pair-MLP` (its MLP runs per (query, key) pair).
 
 Usage
     .venv/bin/python benchmarks/train_step.py                         # all schemes, L_tr = 128, 512, 1024
-    .venv/bin/python benchmarks/train_step.py --quick                 # smoke run: L_tr = 128, 512, 1 timed step
+    .venv/bin/python benchmarks/train_step.py --quick                 # smoke run: L_tr = 128, 512, 1 + 1 steps
     .venv/bin/python benchmarks/train_step.py --schemes rope,alibi,t5 --lengths 1024 --steps 10
 """
 
@@ -173,9 +174,9 @@ def _attention_path(model: Any, L: int) -> tuple[str, int | None]:
             return "sdpa", None
         with torch.enable_grad():
             lean = backends._toeplitz_possible(scheme, mask, pos)
-        block = backends._block_size(None if lean else scheme, L, N_HEAD, None)
         if lean:
-            return "chunked/strided", block
+            return "chunked/strided", getattr(backends, "LEAN_BLOCK", None) or min(L, backends.MAX_BLOCK)
+        block = backends._block_size(scheme, L, N_HEAD, None)
         path = "chunked/gather"
         if scheme.bias_per_query and not scheme.distance_only(pos):
             path += "+pair-MLP"
