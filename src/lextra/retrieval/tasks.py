@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import random
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -97,7 +98,7 @@ def _distinct_numbers(rng: random.Random, count: int, digits: int, exclude: Sequ
     return out
 
 
-class RetrievalTask:
+class RetrievalTask(ABC):
     """Base of the generators: draw the content (seeded), then lay it out in an exact token budget."""
 
     name = "task"
@@ -122,11 +123,13 @@ class RetrievalTask:
             raise AssertionError(f"{self.name}: built {len(sample.prompt_ids)} tokens instead of {budget}")
         return sample
 
+    @abstractmethod
     def draw(self, rng: random.Random) -> dict:
-        raise NotImplementedError
+        """Provided by each concrete task."""
 
+    @abstractmethod
     def build(self, content: dict, budget: int, depth: float, rng: random.Random) -> Sample:
-        raise NotImplementedError
+        """Provided by each concrete task."""
 
     def _too_short(self, budget: int, needed: int) -> ConfigError:
         return ConfigError(
@@ -138,8 +141,9 @@ class RetrievalTask:
 class _FillerTask(RetrievalTask):
     """prefix, filler before, needle, filler after, question: the passkey layout."""
 
+    @abstractmethod
     def filler(self, before: int, after: int, rng: random.Random) -> tuple[list[int], list[int]]:
-        raise NotImplementedError
+        """Provided by each concrete task."""
 
     def build(self, content: dict, budget: int, depth: float, rng: random.Random) -> Sample:
         prefix, needle, question = (self.encode(content[k]) for k in ("prefix", "needle", "question"))
@@ -229,14 +233,17 @@ class _RecordTask(RetrievalTask):
     separator = ""
     pad = "\n"
 
+    @abstractmethod
     def record(self, key: str, value: str) -> str:
-        raise NotImplementedError
+        """Provided by each concrete task."""
 
+    @abstractmethod
     def question(self, key: str) -> str:
-        raise NotImplementedError
+        """Provided by each concrete task."""
 
+    @abstractmethod
     def new_pair(self, rng: random.Random, seen: set[str]) -> tuple[str, str]:
-        raise NotImplementedError
+        """Provided by each concrete task."""
 
     def draw(self, rng: random.Random) -> dict:
         return {"seed": rng.getrandbits(64)}  # the records are drawn from their own generator, seeded here
