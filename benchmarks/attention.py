@@ -35,18 +35,14 @@ Usage
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
-import os
-import platform
 import statistics
-import subprocess
 import sys
-import time
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import harness
+from harness import BaseCell, HelpFormatter, csv_list, file_sha, md_table, ratio_text
 
 BATCH = 1
 HEADS = 8
@@ -57,7 +53,6 @@ DEFAULT_MASKS = ("causal", "window", "bca")
 LONG = 16384  # at and above this length a cell repeats once by default
 WARMUP_LEN = 128
 BASELINE = "sdpa"
-ROOT = Path(__file__).resolve().parent.parent
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -66,25 +61,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # --------------------------------------------------------------------------------------------------------------
 
 
-def _rss_now_kib() -> int:
-    """Current resident set size in KiB (VmRSS), or -1 where /proc is unavailable."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return -1
-
-
-def _file_sha(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
-
-
 def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
     """Measure one cell (`spec`: kind, scheme, mask, length, repeats, threads, train_len); returns a JSON-able dict."""
-    import resource
-
     import torch
     import torch.nn.functional as F
 
@@ -113,7 +91,7 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
         uses_sdpa = backends._sdpa_applies(scheme, mask, pos, pos)
         result["backend"] = "sdpa" if uses_sdpa else "chunked"
         result["mask_repr"] = repr(mask)
-        result["backends_sha"] = _file_sha(backends.__file__)
+        result["backends_sha"] = file_sha(backends.__file__)
         if not uses_sdpa:
             try:  # private helpers: informative only, so tolerate their changing
                 typical = backends._typical_keys(mask, L, backends.MAX_BLOCK)
@@ -134,15 +112,8 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
     with torch.no_grad():
         call(*inputs(min(WARMUP_LEN, L)))  # one-off allocations (kernels, thread pools, caches) happen here
         q, k, v = inputs(L)
-        rss_before = _rss_now_kib()
-        peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        times_ms = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            out = call(q, k, v)
-            times_ms.append((time.perf_counter() - start) * 1e3)
-            del out
-        peak_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        rss_before = harness.rss_now_kib()
+        times_ms, peak_before, peak_after = harness.timed_calls(lambda: call(q, k, v), repeats)
     result.update(
         times_ms=times_ms,
         time_ms=statistics.median(times_ms),
@@ -154,23 +125,13 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def _worker_main(raw: str) -> int:
-    spec = json.loads(raw)
-    try:
-        result = run_cell(spec)
-    except Exception as exc:  # e.g. RuntimeError / MemoryError: report it, the driver records the cell as failed
-        result = {"error": f"{type(exc).__name__}: {exc}"}
-    print(json.dumps(result), flush=True)
-    return 0
-
-
 # --------------------------------------------------------------------------------------------------------------
 # driver
 # --------------------------------------------------------------------------------------------------------------
 
 
 @dataclass
-class Cell:
+class Cell(BaseCell):
     """One measurement: a scheme x mask at length L, or an SDPA baseline run (scheme = mask = "sdpa")."""
 
     kind: str  # "sdpa" or "scheme"
@@ -178,36 +139,19 @@ class Cell:
     mask: str
     length: int
     repeats: int
-    result: dict[str, Any] = field(default_factory=dict)
-    wall_s: float = 0.0
 
     @property
     def label(self) -> str:
+        """The cell's name in progress lines."""
         return "SDPA is_causal baseline" if self.kind == BASELINE else f"{self.scheme} / {self.mask}"
-
-    @property
-    def ok(self) -> bool:
-        return "error" not in self.result and "time_ms" in self.result
-
-
-def _csv(text: str) -> list[str]:
-    return [item.strip() for item in text.split(",") if item.strip()]
-
-
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows defaults, except the uninformative None / False ones."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        if action.default in (None, False):
-            return action.help
-        return super()._get_help_string(action)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (`--quick` applied, bounds checked)."""
     parser = argparse.ArgumentParser(
         description="Forward time and peak extra memory of lextra attention(backend='auto') per scheme and mask, "
         "relative to plain causal SDPA at the same length.",
-        formatter_class=_HelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--schemes", default="all", help="comma list of position schemes, or 'all'")
     parser.add_argument(
@@ -217,37 +161,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "or explicit specs like window:256",
     )
     parser.add_argument("--lengths", default=",".join(map(str, DEFAULT_LENGTHS)), help="comma list of L")
-    parser.add_argument("--quick", action="store_true", help="smoke run: lengths 256,1024 (overrides --lengths)")
-    parser.add_argument(
-        "--repeats", type=int, default=None, help=f"timed calls per cell [default: 3, or 1 at L >= {LONG}]"
-    )
-    parser.add_argument("--threads", type=int, default=1, help="torch / OpenMP threads per cell")
+    harness.add_quick_repeats(parser, QUICK_LENGTHS, LONG)
+    harness.add_threads(parser)
     parser.add_argument("--train-len", type=int, default=1024, help="training length: window width, 2x bca block")
     parser.add_argument(
         "--baseline-every", type=int, default=12, help="rerun the SDPA baseline after this many scheme cells"
     )
-    parser.add_argument("--cell-timeout", type=float, default=1800.0, help="seconds before a cell is abandoned")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/attention.json"), help="JSON output")
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    harness.add_cell_timeout(parser, 1800.0)
+    harness.add_out_worker(parser, "benchmarks/results/attention.json")
     args = parser.parse_args(argv)
     if args.quick:
         args.lengths = ",".join(map(str, QUICK_LENGTHS))
     if args.threads < 1 or (args.repeats is not None and args.repeats < 1) or args.baseline_every < 1:
         parser.error("--threads, --repeats and --baseline-every must be >= 1")
     return args
-
-
-def scheme_names(requested: str) -> list[str]:
-    """The registered schemes (read in a subprocess so that the driver never imports torch)."""
-    code = "from lextra.positions import SCHEMES; print(','.join(SCHEMES.names()))"
-    known = _csv(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout)
-    if requested == "all":
-        return known
-    names = _csv(requested)
-    unknown = [name for name in names if name not in known]
-    if unknown:
-        raise SystemExit(f"unknown scheme(s) {', '.join(unknown)}; known: {', '.join(known)}")
-    return names
 
 
 def mask_spec(name: str, train_len: int) -> str:
@@ -263,19 +190,18 @@ def plan(schemes: list[str], masks: list[str], lengths: list[int], args: argpars
     """All cells in run order: per L, the baseline, then scheme cells with the baseline every few, then it again."""
     cells: list[Cell] = []
     for L in lengths:
-        repeats = args.repeats or (1 if L >= LONG else 3)
-        cells.append(Cell(BASELINE, BASELINE, BASELINE, L, repeats))
-        for i, (mask, scheme) in enumerate((m, s) for m in masks for s in schemes):
-            if i and i % args.baseline_every == 0:
-                cells.append(Cell(BASELINE, BASELINE, BASELINE, L, repeats))
-            cells.append(Cell("scheme", scheme, mask, L, repeats))
-        cells.append(Cell(BASELINE, BASELINE, BASELINE, L, repeats))
+        repeats = harness.default_repeats(args.repeats, L, LONG)
+        cells += harness.interleave(
+            [Cell("scheme", scheme, mask, L, repeats) for mask in masks for scheme in schemes],
+            args.baseline_every,
+            lambda L=L, repeats=repeats: Cell(BASELINE, BASELINE, BASELINE, L, repeats),
+        )
     return cells
 
 
-def run_subprocess(cell: Cell, args: argparse.Namespace) -> dict[str, Any]:
-    """Run one cell in a fresh interpreter; failures (exception, signal, timeout) come back as {"error": ...}."""
-    spec = {
+def cell_spec(cell: Cell, args: argparse.Namespace) -> dict[str, Any]:
+    """The worker's JSON spec for `cell`."""
+    return {
         "kind": cell.kind,
         "scheme": cell.scheme,
         "mask": cell.mask,
@@ -284,68 +210,34 @@ def run_subprocess(cell: Cell, args: argparse.Namespace) -> dict[str, Any]:
         "threads": args.threads,
         "train_len": args.train_len,
     }
-    threads = str(args.threads)
-    env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
-    command = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(spec)]
-    try:
-        proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=args.cell_timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timeout after {args.cell_timeout:g} s"}
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode == 0 and lines:
-        try:
-            return json.loads(lines[-1])
-        except json.JSONDecodeError:
-            pass
-    reason = f"exit status {proc.returncode}"
-    if proc.returncode < 0:
-        reason = f"killed by signal {-proc.returncode}" + (" (out of memory?)" if proc.returncode == -9 else "")
-    return {"error": reason, "stderr_tail": proc.stderr[-2000:]}
-
-
-def _clock(seconds: float) -> str:
-    minutes, secs = divmod(int(seconds), 60)
-    return f"{minutes // 60:d}:{minutes % 60:02d}:{secs:02d}"
 
 
 def summarise_baselines(cells: list[Cell], lengths: list[int]) -> dict[int, dict[str, Any]]:
     """Per L: median time and extra memory over the baseline runs, and the runs' spread."""
-    out: dict[int, dict[str, Any]] = {}
-    for L in lengths:
-        runs = [c for c in cells if c.kind == BASELINE and c.length == L and c.ok]
-        if not runs:
-            out[L] = {"error": "every baseline run failed"}
-            continue
-        times = [c.result["time_ms"] for c in runs]
+
+    def summary(runs: list[Cell], times: list[float]) -> dict[str, Any]:
         mems = [c.result["extra_mib"] for c in runs]
-        out[L] = {
+        return {
             "time_ms": statistics.median(times),
             "extra_mib": statistics.median(mems),
             "run_times_ms": times,
             "run_extra_mib": mems,
             "drift": max(times) / min(times) if min(times) > 0 else None,
         }
-    return out
 
-
-MIN_MEM_BASE_MIB = 1.0  # below this the SDPA baseline's extra memory is noise: no memory ratio
+    return harness.summarise_baselines([c for c in cells if c.kind == BASELINE], lengths, summary)
 
 
 def add_ratios(cells: list[Cell], baselines: dict[int, dict[str, Any]]) -> None:
+    """Add each scheme cell's time and memory ratios to the baseline at its L."""
     for cell in cells:
         base = baselines.get(cell.length, {})
         if cell.kind == BASELINE or not cell.ok or "time_ms" not in base:
             continue
         cell.result["time_ratio"] = cell.result["time_ms"] / base["time_ms"]
         cell.result["mem_ratio"] = (
-            cell.result["extra_mib"] / base["extra_mib"] if base["extra_mib"] >= MIN_MEM_BASE_MIB else None
+            cell.result["extra_mib"] / base["extra_mib"] if base["extra_mib"] >= harness.MIN_MEM_BASE_MIB else None
         )
-
-
-def _ratio(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.2f}x" if value < 10 else f"{value:.1f}x" if value < 100 else f"{value:.0f}x"
 
 
 def markdown(
@@ -354,7 +246,6 @@ def markdown(
     """The ratio table (rows scheme + mask, columns L) with SDPA's absolute numbers as the first row."""
     by_key = {(c.scheme, c.mask, c.length): c for c in cells if c.kind != BASELINE}
     header = ["scheme", "mask", "auto backend", *(f"L={L}: time x / mem x" for L in lengths)]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     base_row = ["**SDPA is_causal**", "causal", "sdpa"]
     for L in lengths:
         base = baselines[L]
@@ -362,7 +253,7 @@ def markdown(
             base_row.append("err")
         else:
             base_row.append(f"**{base['time_ms']:.0f} ms / {base['extra_mib']:.1f} MiB** (drift {base['drift']:.2f})")
-    lines.append("| " + " | ".join(base_row) + " |")
+    rows = [base_row]
     for mask in masks:
         for scheme in schemes:
             entries, chosen = [], []
@@ -375,18 +266,18 @@ def markdown(
                     entries.append("err")
                     chosen.append(cell.result.get("backend", "?"))
                 else:
-                    entries.append(f"{_ratio(cell.result['time_ratio'])} / {_ratio(cell.result['mem_ratio'])}")
+                    entries.append(f"{ratio_text(cell.result['time_ratio'])} / {ratio_text(cell.result['mem_ratio'])}")
                     chosen.append(cell.result["backend"])
             backend = chosen[0] if len(set(chosen)) == 1 else "/".join(b or "-" for b in chosen)
-            lines.append("| " + " | ".join([scheme, mask, backend, *entries]) + " |")
-    return "\n".join(lines) + "\n"
+            rows.append([scheme, mask, backend, *entries])
+    return md_table(header, rows)
 
 
 def absolute_markdown(cells: list[Cell], schemes: list[str], masks: list[str], lengths: list[int]) -> str:
     """The same grid in absolute numbers: median ms / peak extra MiB."""
     by_key = {(c.scheme, c.mask, c.length): c for c in cells if c.kind != BASELINE}
     header = ["scheme", "mask", *(f"L={L}: ms / MiB" for L in lengths)]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    rows = []
     for mask in masks:
         for scheme in schemes:
             entries = []
@@ -398,48 +289,27 @@ def absolute_markdown(cells: list[Cell], schemes: list[str], masks: list[str], l
                     entries.append("err")
                 else:
                     entries.append(f"{cell.result['time_ms']:.0f} / {cell.result['extra_mib']:.1f}")
-            lines.append("| " + " | ".join([scheme, mask, *entries]) + " |")
-    return "\n".join(lines) + "\n"
+            rows.append([scheme, mask, *entries])
+    return md_table(header, rows)
 
 
 def machine_info(args: argparse.Namespace) -> dict[str, Any]:
-    code = "import torch; print(torch.__version__)"
-    torch_version = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip()
-    cpu_model = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu_model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    sources = {}
-    for rel in ("src/lextra/attention/backends.py", "src/lextra/positions/bias.py"):
-        path = ROOT / rel
-        sources[rel] = _file_sha(path) if path.exists() else None
-    return {
-        "torch": torch_version,
-        "python": platform.python_version(),
-        "threads": args.threads,
-        "cpu_model": cpu_model,
-        "cpu_count": os.cpu_count(),
-        "platform": platform.platform(),
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "loadavg_start": os.getloadavg(),
-        "thp_mem_alloc_enable": os.environ.get("THP_MEM_ALLOC_ENABLE"),
-        "source_sha256_12": sources,
+    """The harness's machine metadata plus this benchmark's shape and training length."""
+    sources = ("src/lextra/attention/backends.py", "src/lextra/positions/bias.py")
+    return harness.machine_meta(args.threads, sources) | {
         "shape": {"batch": BATCH, "heads": HEADS, "head_dim": HEAD_DIM, "dtype": "float32"},
         "train_len": args.train_len,
     }
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark (or, with `--worker`, one cell of it)."""
     args = parse_args(argv)
     if args.worker is not None:
-        return _worker_main(args.worker)
-    schemes = scheme_names(args.schemes)
-    masks = [mask_spec(m, args.train_len) for m in _csv(args.masks)]
-    lengths = [int(x) for x in _csv(args.lengths)]
+        return harness.worker_main(run_cell, args.worker, error_chars=None)
+    schemes = harness.scheme_names(args.schemes)
+    masks = [mask_spec(m, args.train_len) for m in csv_list(args.masks)]
+    lengths = [int(x) for x in csv_list(args.lengths)]
     cells = plan(schemes, masks, lengths, args)
     meta = machine_info(args)
     print(
@@ -447,33 +317,21 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(cells)} subprocess cells, {args.threads} thread(s), torch {meta['torch']}",
         file=sys.stderr,
     )
-    t0 = time.perf_counter()
-    for i, cell in enumerate(cells, 1):
-        print(
-            f"[{i:3d}/{len(cells)}] {_clock(time.perf_counter() - t0)} L={cell.length:<6d} {cell.label:<32s}",
-            end="",
-            file=sys.stderr,
-            flush=True,
-        )
-        start = time.perf_counter()
-        cell.result = run_subprocess(cell, args)
-        cell.wall_s = time.perf_counter() - start
-        if cell.ok:
-            detail = f"{cell.result['time_ms']:9.1f} ms {cell.result['extra_mib']:8.1f} MiB  {cell.result['backend']}"
-        else:
-            detail = f"ERROR {cell.result['error']}"
-        print(f" {detail}  ({cell.wall_s:.1f} s)", file=sys.stderr, flush=True)
-    total_s = time.perf_counter() - t0
+    total_s = harness.run_cells(
+        cells,
+        Path(__file__).resolve(),
+        lambda cell: cell_spec(cell, args),
+        args.threads,
+        args.cell_timeout,
+        lambda cell: f"L={cell.length:<6d} {cell.label:<32s}",
+        lambda r: f"{r['time_ms']:9.1f} ms {r['extra_mib']:8.1f} MiB  {r['backend']}",
+    )
 
     baselines = summarise_baselines(cells, lengths)
     add_ratios(cells, baselines)
     table = markdown(cells, schemes, masks, lengths, baselines)
     absolute = absolute_markdown(cells, schemes, masks, lengths)
-    meta.update(total_seconds=round(total_s, 1), loadavg_end=os.getloadavg())
-    shas = {c.result.get("backends_sha") for c in cells if c.result.get("backends_sha")}
-    if len(shas) > 1:
-        print(f"warning: backends.py changed during the run (sha {sorted(shas)})", file=sys.stderr)
-    meta["backends_sha_seen"] = sorted(shas)
+    harness.finish_meta(meta, total_s, cells)
 
     footer = (
         f"\ntorch {meta['torch']}, {args.threads} thread(s), {meta['cpu_model']}, {meta['date']}, "
@@ -488,9 +346,6 @@ def main(argv: list[str] | None = None) -> int:
         + absolute
         + footer
     )
-    print(report)
-
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     data = {
         "meta": meta,
         "config": {
@@ -510,9 +365,7 @@ def main(argv: list[str] | None = None) -> int:
             for c in cells
         ],
     }
-    args.out.write_text(json.dumps(data, indent=1) + "\n")
-    args.out.with_suffix(".md").write_text(report)
-    print(f"wrote {args.out} and {args.out.with_suffix('.md')}", file=sys.stderr)
+    harness.write_report(args.out, data, report)
     return 0
 
 

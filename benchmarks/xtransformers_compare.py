@@ -31,18 +31,16 @@ Usage
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import re
 import statistics
 import subprocess
 import sys
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from train_step import HelpFormatter, clock, csv_list, machine_meta, ratio_text, run_worker, worker_main
+import harness
+from harness import BaseCell, HelpFormatter, csv_list, md_table, ratio_text
 
 D_MODEL = 256
 N_LAYER = 4
@@ -74,6 +72,7 @@ LEXTRA_OF = {"rope": "lextra-rope", "alibi": "lextra-alibi"}
 
 
 def _cap_memory(gib: float) -> None:
+    """Cap the process's address space at `gib` GiB (RLIMIT_AS); 0 = no cap."""
     import resource
 
     if gib > 0:
@@ -102,6 +101,7 @@ def build_model(name: str, dim_head: int) -> tuple[Any, dict[str, Any]]:
 
 
 def _versions() -> dict[str, str]:
+    """Installed versions of torch, x-transformers and x-transformers' dependencies."""
     from importlib import metadata
 
     out = {}
@@ -116,8 +116,6 @@ def _versions() -> dict[str, str]:
 def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
     """Measure one cell (`spec`: model, length, repeats, threads, mem_limit_gib, dim_head)."""
     _cap_memory(float(spec["mem_limit_gib"]))
-    import resource
-
     import torch
 
     torch.set_num_threads(int(spec["threads"]))
@@ -141,18 +139,11 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
     try:
         with torch.no_grad():
             model(tokens[:, : min(WARMUP_LEN, L)])  # one-off allocations, kernels
-            peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-            times_ms = []
-            for _ in range(repeats):
-                start = time.perf_counter()
-                logits = model(tokens)
-                times_ms.append((time.perf_counter() - start) * 1e3)
-                del logits
-            peak_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            times_ms, peak_before, peak_after = harness.timed_calls(lambda: model(tokens), repeats)
     except (RuntimeError, MemoryError) as exc:
         text = str(exc)
         out_of_memory = isinstance(exc, MemoryError) or "allocate" in text or "memory" in text.lower()
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        peak = harness.peak_rss_kib() / 1024
         tag = type(exc).__name__
         if out_of_memory:
             asked = re.search(r"allocate (\d+) bytes", text)
@@ -174,19 +165,16 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 @dataclass
-class Cell:
+class Cell(BaseCell):
+    """One measurement: a model at length L."""
+
     model: str
     length: int
     repeats: int
-    result: dict[str, Any] = field(default_factory=dict)
-    wall_s: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return "error" not in self.result and "time_ms" in self.result
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (`--quick` applied, bounds checked)."""
     parser = argparse.ArgumentParser(
         description="Forward time and memory of x-transformers' decoder (rotary, ALiBi; flash and eager) next to "
         "lextra's GPT of the same shape (rope, alibi), one fresh subprocess per cell.",
@@ -194,38 +182,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--models", default="all", help=f"comma list of {', '.join(MODELS)}, or 'all'")
     parser.add_argument("--lengths", default=",".join(map(str, DEFAULT_LENGTHS)), help="comma list of L")
-    parser.add_argument("--quick", action="store_true", help="smoke run: lengths 256,1024 (overrides --lengths)")
-    parser.add_argument(
-        "--repeats", type=int, default=None, help=f"timed calls per cell [default: 3, or 1 at L >= {LONG}]"
-    )
-    parser.add_argument("--threads", type=int, default=1, help="torch / OpenMP threads per cell")
+    harness.add_quick_repeats(parser, QUICK_LENGTHS, LONG)
+    harness.add_threads(parser)
     parser.add_argument(
         "--dim-head", type=int, default=HEAD_DIM, help="x-transformers attn_dim_head (its own default is 64)"
     )
-    parser.add_argument("--cell-timeout", type=float, default=300.0, help="seconds before a cell is abandoned")
+    harness.add_cell_timeout(parser, 300.0)
     parser.add_argument(
         "--mem-limit-gib", type=float, default=12.0, help="address-space cap per cell (RLIMIT_AS); 0 = none"
     )
-    parser.add_argument(
-        "--out", type=Path, default=Path("benchmarks/results/xtransformers_compare.json"), help="JSON output"
-    )
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    harness.add_out_worker(parser, "benchmarks/results/xtransformers_compare.json")
     args = parser.parse_args(argv)
     if args.quick:
         args.lengths = ",".join(map(str, QUICK_LENGTHS))
     if args.threads < 1 or (args.repeats is not None and args.repeats < 1) or args.dim_head < 1:
         parser.error("--threads, --repeats and --dim-head must be >= 1")
     return args
-
-
-def model_names(requested: str) -> list[str]:
-    if requested == "all":
-        return list(MODELS)
-    names = csv_list(requested)
-    unknown = [n for n in names if n not in MODELS]
-    if unknown:
-        raise SystemExit(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(MODELS)}")
-    return names
 
 
 def check_x_transformers(models: list[str]) -> str | None:
@@ -246,6 +218,7 @@ def check_x_transformers(models: list[str]) -> str | None:
 
 
 def _cell_text(cell: Cell | None) -> str:
+    """A table cell: ms / peak RSS MiB (extra), or what went wrong."""
     if cell is None:
         return ""
     if not cell.ok:
@@ -260,6 +233,7 @@ def _cell_text(cell: Cell | None) -> str:
 
 
 def _description(name: str, cells: list[Cell]) -> str:
+    """How model `name` is built, for its table row."""
     library, scheme, options = MODELS[name]
     if library == "lextra":
         backends = sorted({c.result["backend"] for c in cells if c.model == name and "backend" in c.result})
@@ -269,20 +243,18 @@ def _description(name: str, cells: list[Cell]) -> str:
 
 
 def markdown(cells: list[Cell], models: list[str], lengths: list[int]) -> str:
+    """The absolute table: rows models, columns L."""
     by_key = {(c.model, c.length): c for c in cells}
     header = ["model", "", *(f"L={L}: ms / peak RSS MiB (extra)" for L in lengths)]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for name in models:
-        row = [name, _description(name, cells), *(_cell_text(by_key.get((name, L))) for L in lengths)]
-        lines.append("| " + " | ".join(row) + " |")
-    return "\n".join(lines) + "\n"
+    rows = [[name, _description(name, cells), *(_cell_text(by_key.get((name, L))) for L in lengths)] for name in models]
+    return md_table(header, rows)
 
 
 def ratio_markdown(cells: list[Cell], models: list[str], lengths: list[int]) -> str:
     """Time and extra memory of each x-transformers cell over lextra's cell of the same scheme and L."""
     by_key = {(c.model, c.length): c for c in cells}
     header = ["model", *(f"L={L}: time x / extra mem x" for L in lengths)]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    rows = []
     for name in models:
         library, scheme, _ = MODELS[name]
         if library == "lextra":
@@ -299,59 +271,51 @@ def ratio_markdown(cells: list[Cell], models: list[str], lengths: list[int]) -> 
             else:
                 time_x = cell.result["time_ms"] / ref.result["time_ms"]
                 base_mem = ref.result["extra_mib"]
-                mem_x = cell.result["extra_mib"] / base_mem if base_mem >= 1.0 else None
+                mem_x = cell.result["extra_mib"] / base_mem if base_mem >= harness.MIN_MEM_BASE_MIB else None
                 entries.append(f"{ratio_text(time_x)} / {ratio_text(mem_x)}")
-        lines.append("| " + " | ".join([f"{name} vs {LEXTRA_OF[scheme]}", *entries]) + " |")
-    return "\n".join(lines) + "\n"
+        rows.append([f"{name} vs {LEXTRA_OF[scheme]}", *entries])
+    return md_table(header, rows)
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the comparison (or, with `--worker`, one cell of it)."""
     args = parse_args(argv)
     if args.worker is not None:
-        return worker_main(run_cell, args.worker)
-    models = model_names(args.models)
+        return harness.worker_main(run_cell, args.worker)
+    models = harness.select_names(args.models, list(MODELS), "model")
     lengths = [int(x) for x in csv_list(args.lengths)]
     xt_version = check_x_transformers(models)
-    cells = [Cell(m, L, args.repeats or (1 if L >= LONG else 3)) for L in lengths for m in models]
-    meta = machine_meta(args.threads) | {"x_transformers": xt_version}
+    cells = [Cell(m, L, harness.default_repeats(args.repeats, L, LONG)) for L in lengths for m in models]
+    sources = ("src/lextra/attention/backends.py", "src/lextra/positions/bias.py", "src/lextra/model.py")
+    meta = harness.machine_meta(args.threads, sources) | {"x_transformers": xt_version}
     print(
         f"x-transformers comparison: {len(models)} models x L={lengths}, {len(cells)} subprocess cells, "
         f"{args.threads} thread(s), torch {meta['torch']}, x-transformers {xt_version}, "
         f"cap {args.mem_limit_gib:g} GiB / {args.cell_timeout:g} s per cell",
         file=sys.stderr,
     )
-    script = Path(__file__).resolve()
-    t0 = time.perf_counter()
-    for i, cell in enumerate(cells, 1):
-        print(
-            f"[{i:3d}/{len(cells)}] {clock(time.perf_counter() - t0)} L={cell.length:<6d} {cell.model:<16s}",
-            end="",
-            file=sys.stderr,
-            flush=True,
-        )
-        spec = {
+    total_s = harness.run_cells(
+        cells,
+        Path(__file__).resolve(),
+        lambda cell: {
             "model": cell.model,
             "length": cell.length,
             "repeats": cell.repeats,
             "threads": args.threads,
             "mem_limit_gib": args.mem_limit_gib,
             "dim_head": args.dim_head,
-        }
-        start = time.perf_counter()
-        cell.result = run_worker(script, spec, args.threads, args.cell_timeout)
-        cell.wall_s = time.perf_counter() - start
-        if cell.ok:
-            r = cell.result
-            detail = f"{r['time_ms']:9.0f} ms {r['peak_rss_mib']:7.0f} MiB peak {r['extra_mib']:7.0f} MiB extra"
-        else:
-            detail = f"ERROR {cell.result['error'][:120]}"
-        print(f" {detail}  ({cell.wall_s:.1f} s)", file=sys.stderr, flush=True)
-    total_s = time.perf_counter() - t0
-    meta.update(total_seconds=round(total_s, 1), loadavg_end=os.getloadavg())
+        },
+        args.threads,
+        args.cell_timeout,
+        lambda cell: f"L={cell.length:<6d} {cell.model:<16s}",
+        lambda r: f"{r['time_ms']:9.0f} ms {r['peak_rss_mib']:7.0f} MiB peak {r['extra_mib']:7.0f} MiB extra",
+        error_chars=120,
+    )
+    harness.finish_meta(meta, total_s, cells, backends_sha=False)
     versions = next((c.result["versions"] for c in cells if "versions" in c.result), {})
     meta["versions"] = versions
 
-    load = f"load average {meta['loadavg_start'][0]:.1f} at start, {meta['loadavg_end'][0]:.1f} at end"
+    load = harness.load_text(meta)
     footer = (
         f"\ntorch {meta['torch']}, x-transformers {versions.get('x-transformers', xt_version)} (einops "
         f"{versions.get('einops', '?')}, einx {versions.get('einx', '?')}), {args.threads} thread(s), "
@@ -369,9 +333,6 @@ def main(argv: list[str] | None = None) -> int:
         + ratio_markdown(cells, models, lengths)
         + footer
     )
-    print(report)
-
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     data = {
         "meta": meta,
         "config": {
@@ -389,9 +350,7 @@ def main(argv: list[str] | None = None) -> int:
             for c in cells
         ],
     }
-    args.out.write_text(json.dumps(data, indent=1) + "\n")
-    args.out.with_suffix(".md").write_text(report)
-    print(f"wrote {args.out} and {args.out.with_suffix('.md')}", file=sys.stderr)
+    harness.write_report(args.out, data, report)
     return 0
 
 
