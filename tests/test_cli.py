@@ -33,3 +33,10 @@ def test_list_prints_every_scheme_and_mask_with_its_options(capsys) -> None:
         "fire",
         "coca",
     }
+
+
+def test_argument_errors_return_2_without_raising(capsys) -> None:
+    assert main(["train", "--out", "x", "--scheme", "-:"]) == 2  # argparse reads "-:" as an option
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("lextra train: error: argument --scheme")
+    assert main(["list", "--help"]) == 0

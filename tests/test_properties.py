@@ -50,12 +50,13 @@ def _run(argv: list[str]) -> tuple[int, str]:
 def _assert_clean(code: int, err: str, command: str) -> None:
     assert code in (0, 2), err
     if code == 2:
-        lines = [line for line in err.splitlines() if line.strip()]
+        # progress bars may precede the error on stderr; the error itself is one line, and there is no traceback
+        lines = [line for line in err.replace("\r", "\n").splitlines() if line.startswith("lextra ")]
         assert len(lines) == 1 and lines[0].startswith(f"lextra {command}: error: "), err
-        assert "Traceback" not in err
+        assert err.rstrip().endswith(lines[0]) and "Traceback" not in err
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     # mostly valid values, so that many cases train; the rest probe every kind of mistake
     scheme=st.one_of(st.sampled_from(ALL_SCHEMES), st.sampled_from(ALL_SCHEMES), st.text(max_size=10)),
@@ -123,7 +124,7 @@ def test_train_and_eval_end_in_a_result_or_a_clear_error(
         _assert_clean(code, err, "eval")
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     target=st.sampled_from(["model.safetensors", "config.json"]),
     position=st.floats(0.0, 1.0),

@@ -46,7 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     _load_commands()
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as done:  # argparse printed usage and a one-line error (exit 2), or --help (exit 0)
+        return int(done.code or 0)
     try:
         return int(args.handler(args) or 0)
     except LextraError as err:
