@@ -75,12 +75,6 @@ class LayerAttention:
             yield LogitBlock(qp, kp, logits, self.mask.allowed(qp, kp))
 
 
-def _temperature(attn: torch.nn.Module, positions: Tensor, mask: Mask) -> Tensor | None:
-    """The temperature the layer's forward applies: with per-query log-n scaling when the model has it."""
-    per_query = getattr(attn, "query_temperature", None)
-    return per_query(positions, positions, mask) if per_query is not None else attn.temperature
-
-
 def _block_tau(temperature: Tensor | float | None, start: int, stop: int) -> Tensor | None:
     """The model's temperature shaped for `attention_logits`: scalar, (H, 1) or the block's (H, c) slice."""
     if temperature is None:
@@ -108,16 +102,15 @@ def layer_attention(
     """
     model.eval()
     mask = build_mask(mask, model.config.train_len)
-    B, L = tokens.shape
+    L = tokens.shape[1]
     positions = torch.arange(L, device=tokens.device)
     x = model.drop(model.positions[0].embed(model.embed(tokens), positions))
     for layer, block in enumerate(model.blocks):
         scheme = model.scheme_for(layer)
         attn = block.attn
-        h = block.ln_attn(x)
-        q = attn.q_proj(h).view(B, L, attn.n_head, attn.head_dim).transpose(1, 2)
-        k = attn.k_proj(h).view(B, L, attn.n_head, attn.key_dim).transpose(1, 2)
-        yield LayerAttention(layer, q, k, scheme, positions, mask, _temperature(attn, positions, mask), block_size)
+        q, k, _ = attn.project(block.ln_attn(x))
+        tau = attn.query_temperature(positions, positions, mask)  # layer temperature and log-n scaling
+        yield LayerAttention(layer, q, k, scheme, positions, mask, tau, block_size)
         x = block(x, scheme, positions, mask, backend)
 
 
