@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +21,17 @@ def format_value(value: float | None) -> str:
     return f"{value:.2f}" if value < 1000 else f"{value:.0f}"
 
 
-def markdown_table(rows: Mapping[str, Mapping[str, float]], lengths: Sequence[int | str], corner: str = "") -> str:
-    """Rows x columns (lengths, or any column keys) as a markdown table."""
+def markdown_table(
+    rows: Mapping[str, Mapping[str, Any]],
+    lengths: Sequence[int | str],
+    corner: str = "",
+    cell: Callable[[Any], str] = format_value,
+) -> str:
+    """Rows x columns (lengths, or any column keys) as a markdown table, each value written by `cell`."""
     header = f"| {corner} | " + " | ".join(str(n) for n in lengths) + " |"
     rule = "|---|" + "---:|" * len(lengths)
     body = [
-        f"| {label} | " + " | ".join(format_value(values.get(str(n))) for n in lengths) + " |"
-        for label, values in rows.items()
+        f"| {label} | " + " | ".join(cell(values.get(str(n))) for n in lengths) + " |" for label, values in rows.items()
     ]
     return "\n".join([header, rule, *body])
 

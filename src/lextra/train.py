@@ -192,7 +192,7 @@ def save_checkpoint(run_dir: Path, model: GPT, optimizer: torch.optim.Optimizer,
     return final
 
 
-def load_checkpoint(path: Path, optimizer_for: GPT, config: TrainConfig) -> tuple[GPT, torch.optim.Optimizer, int]:
+def load_checkpoint(path: Path, config: TrainConfig) -> tuple[GPT, torch.optim.Optimizer, int]:
     """Model, optimizer and next step from one checkpoint folder, every file verified."""
     model = load_model(path)
     state_path = path / "state.json"
@@ -278,10 +278,10 @@ def train(
     model = GPT(config.model)
     optimizer = make_optimizer(model, config)
     start = 0
-    if config.init_from:
-        _initialise_from(model, config.init_from)
     if resume:
         model, optimizer, start = _resume(run_dir, config, model, optimizer)
+    if config.init_from and start == 0:  # a resumed run already holds weights past the initial ones
+        _initialise_from(model, config.init_from)
     metrics_path = run_dir / "metrics.jsonl"
     if world.is_main:
         _truncate_metrics(metrics_path, start)
@@ -436,7 +436,7 @@ def _resume(run_dir: Path, config: TrainConfig, model: GPT, optimizer) -> tuple[
     errors = []
     for path in candidates:
         try:
-            return load_checkpoint(path, model, config)
+            return load_checkpoint(path, config)
         except CheckpointError as err:
             errors.append(str(err))
             print(f"lextra train: warning: skipping unusable checkpoint: {err}", file=sys.stderr)

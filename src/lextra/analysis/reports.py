@@ -17,7 +17,7 @@ from lextra.analysis.resolution import ResolutionResult, empirical_scores, model
 from lextra.attention import build_mask
 from lextra.io import atomic_write_json, atomic_write_text
 from lextra.positions import PositionScheme
-from lextra.report import write_csv
+from lextra.report import markdown_table, write_csv
 
 RESOLUTION_CONVENTION = (
     "R(s) = sum_{i<N} e^{s_i} (e^{s_i} - e^{s_{i+1}}) / (sum_{i<N} e^{s_i})^2 with e^{s_N} = 0, over the N distances "
@@ -35,9 +35,7 @@ def markdown(rows: Mapping[str, Mapping[str, Any]], columns: Sequence[str], corn
             return str(value)
         return f"{value:.2e}" if 0 < abs(value) < 10 ** (1 - digits) else f"{value:.{digits}f}"
 
-    lines = [f"| {corner} | " + " | ".join(columns) + " |", "|---|" + "---:|" * len(columns)]
-    lines += [f"| {label} | " + " | ".join(cell(v.get(c)) for c in columns) + " |" for label, v in rows.items()]
-    return "\n".join(lines)
+    return markdown_table(rows, columns, corner, cell)
 
 
 def mask_suffix(mask: str) -> str:
