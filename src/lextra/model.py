@@ -116,6 +116,20 @@ class KVCache:
         self.keys[layer], self.values[layer] = k, v
         return k, v
 
+    def repeat_rows(self, repeats: int) -> KVCache:
+        """A copy with every batch row repeated `repeats` times (for scoring several continuations of a prompt)."""
+        clone = KVCache(len(self.keys))
+        clone.keys = [None if k is None else k.repeat_interleave(repeats, dim=0) for k in self.keys]
+        clone.values = [None if v is None else v.repeat_interleave(repeats, dim=0) for v in self.values]
+        clone.length = self.length
+        return clone
+
+
+def qwen_log_factor(q_pos: Tensor, train_len: int) -> Tensor:
+    """Qwen's log-n scaling: the query at 1-based position i > L_tr is multiplied by log_{L_tr} i, (Lq,) fp32."""
+    i = q_pos.to(torch.float64) + 1
+    return torch.where(i > train_len, torch.log(i) / math.log(train_len), 1.0).float()
+
 
 class SelfAttention(nn.Module):
     """Multi-head self-attention whose positions come entirely from the scheme it is handed."""
@@ -150,9 +164,7 @@ class SelfAttention(nn.Module):
         if self.log_scaling == "none":
             return tau
         if self.log_scaling == "qwen":
-            # Qwen: the query at 1-based position i > L_tr is multiplied by log_{L_tr} i
-            i = q_pos.to(torch.float64) + 1
-            factor = torch.where(i > self.train_len, torch.log(i) / math.log(self.train_len), 1.0).float()[None]
+            factor = qwen_log_factor(q_pos, self.train_len)[None]
         else:
             n = mask.visible_keys(q_pos, int(k_pos[0]), int(k_pos[-1])).to(torch.float32)
             factor = self.ssmax_scale[:, None] * torch.log(n)[None]
@@ -284,6 +296,10 @@ class GPT(nn.Module):
 
     def scheme_for(self, layer: int) -> PositionScheme:
         return self.positions[layer if len(self.positions) > 1 else 0]
+
+    def new_cache(self) -> KVCache:
+        """An empty key/value cache for incremental decoding with `model(tokens, cache=cache)`."""
+        return KVCache(self.config.n_layer)
 
     def forward(self, tokens: Tensor, **options: Any) -> Tensor:
         """Logits for `tokens` (B, L); options as for `features` (positions, mask, backend, cache)."""

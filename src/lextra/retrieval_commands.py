@@ -123,6 +123,12 @@ def _configure_compare(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="comparison folder (finished models are reused)")
     parser.add_argument("--task", default="passkey", help="training task spec (NAME, NAME+lm, NAME:RATIO)")
     parser.add_argument("--schemes", default=DEFAULT_COMPARE, help="variants: SCHEME or SCHEME+SCALING (rope+dynamic)")
+    parser.add_argument(
+        "--init-from-compare",
+        default=None,
+        metavar="DIR",
+        help="fine-tune each scheme from DIR/models/SCHEME/model (a `lextra compare` folder: LM-pretrained models)",
+    )
     add_train_args(parser, with_scheme=False)
     _add_eval_args(parser, with_task=False)
 
@@ -211,6 +217,8 @@ def _run_compare(args: argparse.Namespace) -> int:
                 _log(f"reusing {final}")
             else:
                 _log(f"training {scheme}")
+                if args.init_from_compare:
+                    args.init_from = _pretrained(args.init_from_compare, scheme)
                 args.resume = (run_dir / "checkpoints").exists()
                 final = _train(args, scheme=scheme, out=run_dir)
             models[scheme] = final
@@ -235,6 +243,14 @@ def _run_compare(args: argparse.Namespace) -> int:
     print((out / "table.md").read_text())
     print(f"results: {out / 'summary.json'}, heatmaps: {out / 'heatmaps'}")
     return 0
+
+
+def _pretrained(folder: str, scheme: str) -> str:
+    """The `lextra compare` model of `scheme` under `folder`, or an error naming the missing path."""
+    path = Path(folder) / "models" / scheme / "model"
+    if not (path / "config.json").exists():
+        raise ConfigError(f"--init-from-compare: no {scheme} model at {path}; run `lextra compare` with it first")
+    return str(path)
 
 
 def _run_completion(args: argparse.Namespace) -> int:

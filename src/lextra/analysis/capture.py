@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -45,22 +46,29 @@ class LogitBlock:
 
 @dataclass
 class LayerAttention:
-    """One layer's attention inputs for a batch: q and k before the position transform, and what scores them."""
+    """One layer's attention inputs for a batch: q and k before the position transform, and what scores them.
+
+    Models that apply positions themselves (Hugging Face adapters) give q and k already rotated with
+    `scheme=None`, and any additive score bias they computed as `bias` (B or 1, H, L, L); `scale` defaults to
+    1/sqrt(D) (T5 uses 1).
+    """
 
     layer: int
     q: Tensor
     k: Tensor
-    scheme: PositionScheme
+    scheme: PositionScheme | None
     positions: Tensor
     mask: Mask
     temperature: Tensor | None = None
     block_size: int = DEFAULT_BLOCK
+    bias: Tensor | None = None
+    scale: float | None = None
 
     def blocks(self) -> Iterator[LogitBlock]:
         """Query blocks in order, each with the logits of the keys its mask can reach (as the chunked backend)."""
         L = self.q.shape[-2]
         first_pos = int(self.positions[0])
-        scale = 1.0 / math.sqrt(self.q.shape[-1])
+        scale = 1.0 / math.sqrt(self.q.shape[-1]) if self.scale is None else self.scale
         for start in range(0, L, self.block_size):
             stop = min(start + self.block_size, L)
             qp = self.positions[start:stop]
@@ -69,9 +77,12 @@ class LayerAttention:
             hi = L if last >= UNBOUNDED else max(lo, min(L, last - first_pos + 1))
             kp = self.positions[lo:hi]
             tau = _block_tau(self.temperature, start, stop)
-            logits = attention_logits(
-                self.q[..., start:stop, :], self.k[..., lo:hi, :], self.scheme, qp, kp, scale=scale, tau=tau
-            )
+            q, k = self.q[..., start:stop, :], self.k[..., lo:hi, :]
+            if self.bias is None:
+                logits = attention_logits(q, k, self.scheme, qp, kp, scale=scale, tau=tau)
+            else:
+                logits = attention_logits(q, k, self.scheme, qp, kp, scale=scale) + self.bias[..., start:stop, lo:hi]
+                logits = logits if tau is None else logits / tau[..., None]
             yield LogitBlock(qp, kp, logits, self.mask.allowed(qp, kp))
 
 
@@ -89,7 +100,7 @@ def _block_tau(temperature: Tensor | float | None, start: int, stop: int) -> Ten
 
 @torch.no_grad()
 def layer_attention(
-    model: GPT,
+    model: GPT | Any,
     tokens: Tensor,
     mask: str | Mask | None = "causal",
     *,
@@ -100,6 +111,9 @@ def layer_attention(
 
     Consume a layer's blocks before asking for the next layer: the residual stream advances on the next step.
     """
+    if hasattr(model, "layer_attention"):  # Hugging Face adapters capture their own attention inputs
+        yield from model.layer_attention(tokens, mask, block_size=block_size)
+        return
     model.eval()
     mask = build_mask(mask, model.config.train_len)
     L = tokens.shape[1]

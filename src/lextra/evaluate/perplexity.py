@@ -184,7 +184,7 @@ def evaluate_model(
         bar.set_postfix(protocol=protocol, length=L)
         if config.temperature == "log-length":
             tau = log_length_temperature(train_len, L)
-            model.set_temperatures([[tau] * model.config.n_head for _ in model.blocks])
+            model.set_temperatures([[tau] * model.config.n_head for _ in range(model.config.n_layer)])
         scorer = _Scorer(model, config)
         groups: dict[int, tuple[list[Tensor], list[Tensor], list[int]]] = {}
         for doc in docs:

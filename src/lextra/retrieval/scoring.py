@@ -1,7 +1,8 @@
 """Scoring retrieval prompts: greedy decoding with the KV cache (exact match of the answer) and the rank of the
 gold answer's total log-likelihood among distractor answers (rank 1 = correct; ties count against the gold).
 
-Works with any model called as `model(tokens, cache=cache)` -> logits (B, L, V) that has `config.n_layer`.
+Works with any model called as `model(tokens, cache=cache)` -> logits (B, L, V) whose `new_cache()` gives a cache
+with `repeat_rows(r)`: lextra's GPT and the Hugging Face adapters in `lextra.hf`.
 """
 
 from __future__ import annotations
@@ -13,28 +14,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lextra.model import KVCache
-
-
-def expand_cache(cache: KVCache, repeats: int) -> KVCache:
-    """A copy of `cache` with every batch row repeated `repeats` times (the original is left untouched)."""
-    clone = KVCache(len(cache.keys))
-    clone.keys = [None if k is None else k.repeat_interleave(repeats, dim=0) for k in cache.keys]
-    clone.values = [None if v is None else v.repeat_interleave(repeats, dim=0) for v in cache.values]
-    clone.length = cache.length
-    return clone
-
 
 @torch.no_grad()
-def prefill(model: Any, prompts: Tensor) -> tuple[Tensor, KVCache]:
+def prefill(model: Any, prompts: Tensor) -> tuple[Tensor, Any]:
     """Run equal-length prompts (B, L) once; the last position's logits (B, V) and the filled cache."""
-    cache = KVCache(model.config.n_layer)
+    cache = model.new_cache()
     logits = model(prompts, cache=cache)[:, -1].float()
     return logits, cache
 
 
 @torch.no_grad()
-def greedy_continue(model: Any, logits: Tensor, cache: KVCache, steps: int, stop_token: int | None = None) -> Tensor:
+def greedy_continue(model: Any, logits: Tensor, cache: Any, steps: int, stop_token: int | None = None) -> Tensor:
     """Greedy tokens (B, steps) after a prefill; stops early once every row has produced `stop_token`."""
     out: list[Tensor] = []
     done = torch.zeros(logits.shape[0], dtype=torch.bool)
@@ -51,9 +41,7 @@ def greedy_continue(model: Any, logits: Tensor, cache: KVCache, steps: int, stop
 
 
 @torch.no_grad()
-def candidate_loglik(
-    model: Any, logits: Tensor, cache: KVCache, candidates: Sequence[Sequence[Sequence[int]]]
-) -> Tensor:
+def candidate_loglik(model: Any, logits: Tensor, cache: Any, candidates: Sequence[Sequence[Sequence[int]]]) -> Tensor:
     """Total log-likelihood (B, C) of each row's C candidate continuations (token-id lists) after the prompt."""
     B, C = len(candidates), len(candidates[0])
     if any(len(row) != C for row in candidates):
@@ -68,7 +56,7 @@ def candidate_loglik(
     first = F.log_softmax(logits, dim=-1)  # (B, V): predicts each candidate's first token
     scores = first.gather(1, ids[:, :, 0]) * valid[:, :, 0]
     if longest > 1:
-        expanded = expand_cache(cache, C)
+        expanded = cache.repeat_rows(C)
         flat = ids.view(B * C, longest)
         rest = F.log_softmax(model(flat[:, :-1], cache=expanded).float(), dim=-1)
         picked = rest.gather(2, flat[:, 1:, None])[..., 0].view(B, C, longest - 1)

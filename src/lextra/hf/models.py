@@ -1,0 +1,284 @@
+"""Adapters that give Hugging Face models the interface lextra's evaluators use.
+
+`HFCausalLM` (Llama family: llama, mistral, qwen2) offers what `lextra.evaluate`, `lextra.retrieval`,
+`lextra.analysis` and `lextra.align` call on a GPT: `features` / `head` (perplexity), `model(tokens, cache=)` and
+`new_cache()` (retrieval by greedy decoding and likelihood ranking), `layer_attention` (resolution, dispersion,
+alignment), `set_temperatures`, and a `config` with `n_layer`, `n_head`, `train_len`. RoPE scalings are delegated
+to Hugging Face's own `rope_parameters` (`set_rope_scaling`); masks, temperatures and log-n scaling run in
+lextra's registered attention (`lextra.hf.attention`).
+
+`HFSeq2Seq` (T5 family) adapts the encoder: temperatures, masks and capture act on the encoder self-attention,
+retrieval is question answering (the prompt is the encoder input, the answer is decoded), and analysis reads the
+encoder layers with their bucket bias.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lextra.analysis.capture import DEFAULT_BLOCK, LayerAttention
+from lextra.attention import build_mask
+from lextra.attention.masks import Mask
+from lextra.errors import ConfigError
+from lextra.hf.attention import (
+    ATTENTION_NAME,
+    AttentionState,
+    CapturedLayer,
+    check_log_scaling,
+    check_temperatures,
+    register,
+)
+
+CAUSAL_FAMILIES = ("llama", "mistral", "qwen2")
+SEQ2SEQ_FAMILIES = ("t5",)
+
+
+@dataclass
+class HFConfigView:
+    """The part of a GPTConfig that lextra's evaluators read, for a Hugging Face model."""
+
+    n_layer: int
+    n_head: int
+    train_len: int
+    scheme: str
+    model_type: str
+    log_scaling: str = "none"
+    temperatures: list[list[float]] | None = None
+
+
+class HFCache:
+    """A Hugging Face cache behind lextra's cache protocol (`repeat_rows`); T5 also keeps the encoder output."""
+
+    def __init__(self, cache: Any, encoder: Any = None) -> None:
+        self.hf, self.encoder = cache, encoder
+
+    def repeat_rows(self, repeats: int) -> HFCache:
+        clone = HFCache(copy.deepcopy(self.hf), copy.deepcopy(self.encoder))
+        clone.hf.batch_repeat_interleave(repeats)
+        if clone.encoder is not None:
+            clone.encoder.last_hidden_state = clone.encoder.last_hidden_state.repeat_interleave(repeats, dim=0)
+        return clone
+
+
+class _Adapter:
+    """Shared state handling: the registered attention, masks, temperatures, log-n scaling."""
+
+    def __init__(self, model: Any, config: HFConfigView, default_mask: str) -> None:
+        register()
+        model.eval()
+        model.set_attn_implementation(ATTENTION_NAME)
+        self.model = model
+        self.config = config
+        self.default_mask = default_mask
+        self.state = AttentionState(mask=build_mask(default_mask, config.train_len), train_len=config.train_len)
+        modules = self.attention_modules()
+        if len(modules) != config.n_layer:
+            raise ConfigError(f"found {len(modules)} attention layers, expected {config.n_layer}")
+        for module in modules:
+            module.lextra_state = self.state
+
+    def attention_modules(self) -> list[Any]:
+        raise NotImplementedError
+
+    def eval(self) -> _Adapter:
+        self.model.eval()
+        return self
+
+    def parameters(self) -> Iterator[Tensor]:
+        return self.model.parameters()
+
+    def set_temperatures(self, temperatures: Any) -> None:
+        """Per-layer, per-head softmax temperatures (n_layer, n_head); None resets them to 1."""
+        if temperatures is None:
+            self.state.temperatures, self.config.temperatures = None, None
+            return
+        tau = check_temperatures(temperatures, self.config.n_layer, self.config.n_head)
+        self.state.temperatures, self.config.temperatures = tau, tau.tolist()
+
+    def set_log_scaling(self, kind: str) -> None:
+        """ "qwen": queries past L_tr multiplied by log_{L_tr} i; "none" turns it off."""
+        self.state.log_scaling = self.config.log_scaling = check_log_scaling(kind)
+
+    def set_mask(self, spec: str | Mask | None) -> None:
+        """The mask every adapted layer uses from now on (causal, window:W, bca[:B], full)."""
+        self.state.mask = build_mask(spec or self.default_mask, self.config.train_len)
+
+    @contextlib.contextmanager
+    def using_mask(self, spec: str | Mask | None) -> Iterator[None]:
+        saved = self.state.mask
+        if spec is not None:
+            self.state.mask = build_mask(spec, self.config.train_len)
+        try:
+            yield
+        finally:
+            self.state.mask = saved
+
+    def _capture(self, layer: int, run: Any) -> LayerAttention:
+        """Run `run()` until `layer` records its attention inputs."""
+        self.state.capture_layer = layer
+        try:
+            run()
+        except CapturedLayer as captured:
+            return captured.view
+        finally:
+            self.state.capture_layer = None
+        raise ConfigError(f"layer {layer} was never reached; is the model's attention lextra's?")
+
+
+class HFCausalLM(_Adapter):
+    """A Llama-family `*ForCausalLM` with lextra's evaluation interface."""
+
+    def __init__(self, model: Any, train_len: int | None = None) -> None:
+        cfg = model.config
+        view = HFConfigView(
+            n_layer=cfg.num_hidden_layers,
+            n_head=cfg.num_attention_heads,
+            train_len=int(train_len or cfg.max_position_embeddings),
+            scheme="rope",
+            model_type=cfg.model_type,
+        )
+        self.original_rope = dict(cfg.rope_parameters)
+        super().__init__(model, view, "causal")
+
+    @property
+    def inner(self) -> Any:
+        return self.model.model
+
+    def attention_modules(self) -> list[Any]:
+        return [layer.self_attn for layer in self.inner.layers[: self.config.n_layer]]
+
+    # --- perplexity ---------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def features(self, tokens: Tensor, mask: str | Mask | None = None, backend: str = "auto") -> Tensor:
+        """Final hidden states (B, L, d) under `mask` (the adapter's current mask when None)."""
+        with self.using_mask(mask):
+            return self.inner(input_ids=tokens, use_cache=False).last_hidden_state
+
+    def head(self, hidden: Tensor) -> Tensor:
+        return self.model.lm_head(hidden)
+
+    # --- decoding ------------------------------------------------------------------------------------------
+    def new_cache(self) -> HFCache:
+        from transformers import DynamicCache
+
+        return HFCache(DynamicCache(config=self.model.config))
+
+    @torch.no_grad()
+    def __call__(self, tokens: Tensor, cache: HFCache | None = None) -> Tensor:
+        """Logits (B, L, V); with a cache, the tokens continue what the cache holds."""
+        if cache is None:
+            return self.model(input_ids=tokens, use_cache=False).logits
+        return self.model(input_ids=tokens, cache=cache.hf, use_cache=True).logits
+
+    # --- RoPE scaling, delegated to Hugging Face --------------------------------------------------------------
+    def set_rope_scaling(self, spec: str | dict | None) -> dict[str, Any]:
+        """Apply a RoPE scaling (`yarn:2`, `dynamic:2`, a dict, or None to restore) as HF `rope_parameters`.
+
+        lextra's `ntk` (no HF type) becomes its exact HF equivalent, rope_type "default" with the NTK base.
+        Returns the parameters set. HF's dynamic NTK takes L_tr from `max_position_embeddings`.
+        """
+        from lextra.commands import parse_rope_scaling
+        from lextra.positions.rotary import build_rope_scaling
+        from lextra.positions.scaling import ntk_base, to_hf
+
+        cfg = self.model.config
+        base = float(self.original_rope["rope_theta"])
+        if self.original_rope.get("rope_type", "default") != "default":
+            raise ConfigError(
+                f"this model already uses rope_type {self.original_rope['rope_type']!r}; lextra only adds a "
+                "scaling to models trained with plain RoPE"
+            )
+        params: dict[str, Any]
+        if spec is None:
+            params = dict(self.original_rope)
+        else:
+            raw = parse_rope_scaling(spec) if isinstance(spec, str) else dict(spec)
+            scaling = build_rope_scaling(raw, int(cfg.max_position_embeddings))
+            head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+            if scaling.type == "ntk":
+                params = {"rope_type": "default", "rope_theta": ntk_base(scaling.factor, head_dim, base)}
+            else:
+                params = to_hf(scaling, base=base)
+        cfg.rope_parameters = params
+        self.inner.rotary_emb = type(self.inner.rotary_emb)(config=cfg)
+        return params
+
+    # --- analysis --------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def layer_attention(
+        self, tokens: Tensor, mask: str | Mask | None = "causal", *, block_size: int = DEFAULT_BLOCK
+    ) -> Iterator[LayerAttention]:
+        """Each decoder layer's rotated q, k (GQA heads expanded) as `LayerAttention`, layer by layer.
+
+        The residual stream advances after the consumer is done with a layer, with the temperatures set by then
+        (as `lextra.analysis.layer_attention` does for a GPT), which is what bottom-up alignment needs.
+        """
+        L = tokens.shape[1]
+        positions = torch.arange(L)[None].expand(tokens.shape[0], L)
+        with self.using_mask(mask):
+            hidden = self.inner.embed_tokens(tokens)
+            rotary = self.inner.rotary_emb(hidden, position_ids=positions)
+            for index, layer in enumerate(self.inner.layers[: self.config.n_layer]):
+
+                def run(layer: Any = layer, hidden: Tensor = hidden) -> Tensor:
+                    return layer(hidden, attention_mask=None, position_ids=positions, position_embeddings=rotary)
+
+                view = self._capture(index, run)
+                view.block_size = block_size
+                yield view
+                hidden = run()
+
+
+class HFSeq2Seq(_Adapter):
+    """A T5-family encoder-decoder; lextra acts on the encoder self-attention."""
+
+    def __init__(self, model: Any, train_len: int | None = None) -> None:
+        cfg = model.config
+        view = HFConfigView(
+            n_layer=cfg.num_layers,
+            n_head=cfg.num_heads,
+            train_len=int(train_len or getattr(cfg, "n_positions", 512) or 512),
+            scheme="t5",
+            model_type=cfg.model_type,
+        )
+        super().__init__(model, view, "full")
+
+    def attention_modules(self) -> list[Any]:
+        return [block.layer[0].SelfAttention for block in self.model.encoder.block]
+
+    def new_cache(self) -> HFCache:
+        from transformers import DynamicCache, EncoderDecoderCache
+
+        return HFCache(EncoderDecoderCache(DynamicCache(), DynamicCache()))
+
+    @torch.no_grad()
+    def __call__(self, tokens: Tensor, cache: HFCache | None = None) -> Tensor:
+        """Question answering through lextra's decoding protocol: with an empty cache, `tokens` is the encoder
+        input and the result the logits (B, 1, V) of the first answer token; later calls feed answer tokens."""
+        if cache is None:
+            raise ConfigError("an encoder-decoder is called with a cache: cache = model.new_cache()")
+        if cache.encoder is None:
+            cache.encoder = self.model.encoder(input_ids=tokens)
+            start = self.model.config.decoder_start_token_id or 0
+            tokens = torch.full((tokens.shape[0], 1), start, dtype=torch.long)
+        out = self.model(encoder_outputs=cache.encoder, decoder_input_ids=tokens, cache=cache.hf, use_cache=True)
+        return out.logits
+
+    @torch.no_grad()
+    def layer_attention(
+        self, tokens: Tensor, mask: str | Mask | None = "full", *, block_size: int = DEFAULT_BLOCK
+    ) -> Iterator[LayerAttention]:
+        """Each encoder layer's q, k and bucket bias, layer by layer (the encoder is rerun up to each layer, so
+        temperatures set on lower layers in between are in effect). The encoder is bidirectional: pass "full"."""
+        with self.using_mask(mask or "full"):
+            for index in range(self.config.n_layer):
+                view = self._capture(index, lambda: self.model.encoder(input_ids=tokens))
+                view.block_size = block_size
+                yield view

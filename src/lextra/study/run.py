@@ -1,0 +1,298 @@
+"""Run a study: train every model and seed, then fill each result cell once (resumable, finished cells skipped).
+
+Layout of the output folder: `models/<label>/seed<k>/` (training runs), `retrieval/<scheme>/` (fine-tuned runs),
+`cells/<section>/<name>.json` (one result each, with the key it was computed for), `study.json`, `report.md`,
+`report.html` and `plots/`. A cell is recomputed only when its key (model weights' checksum and settings) changes.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lextra.align import calibration_windows
+from lextra.analysis import dispersion, empirical_scores, receptive_field
+from lextra.attention import build_mask
+from lextra.compare import _train_or_reuse
+from lextra.evaluate import EvalConfig, evaluate_model
+from lextra.io import atomic_write_json, sha256_file
+from lextra.model import WEIGHTS_FILE, load_model
+from lextra.prepare import PreparedData, prepare_data
+from lextra.study.config import ModelSpec, StudyConfig
+
+
+class Study:
+    """One study run in `out`: trained models, cached cells and the collected results."""
+
+    def __init__(self, config: StudyConfig, out: str | Path, *, progress: bool = True) -> None:
+        self.config, self.out, self.progress = config, Path(out), progress
+        self._data: PreparedData | None = None
+        self.models: dict[tuple[str, int], Path] = {}
+        #: compute seconds of every cell used, whether computed now or in an earlier invocation
+        self.seconds = 0.0
+
+    # --- plumbing -------------------------------------------------------------------------------------------
+    @property
+    def data(self) -> PreparedData:
+        if self._data is None:
+            train = self.config.train
+            self._data = prepare_data(train.corpus, train.tokenizer, train.limit_chars)
+        return self._data
+
+    def cell(self, section: str, name: str, key: dict[str, Any], compute: Callable[[], Any]) -> Any:
+        """The cached result for `key`, or compute, save and return it."""
+        path = self.out / "cells" / section / f"{name.replace(':', '-').replace('+', '_')}.json"
+        if path.exists():
+            saved = json.loads(path.read_text())
+            if saved.get("key") == key:
+                self.seconds += saved.get("seconds", 0.0)
+                return saved["result"]
+        log(f"{section}: {name}")
+        start = time.time()
+        result = compute()
+        seconds = time.time() - start
+        self.seconds += seconds
+        atomic_write_json(path, {"key": key, "result": result, "seconds": round(seconds, 1)})
+        return result
+
+    def weights(self, label: str, seed: int) -> str:
+        return sha256_file(self.models[(label, seed)] / WEIGHTS_FILE)
+
+    def load(self, label: str, seed: int = 0):
+        return load_model(self.models[(label, seed)]).eval()
+
+    # --- stages ---------------------------------------------------------------------------------------------
+    def train_all(self) -> None:
+        for spec in self.config.models:
+            for seed in self.config.seeds:
+                config = train_config(self.config, spec, seed)
+                run_dir = self.out / "models" / spec.label / f"seed{seed}"
+                final = self.cell(
+                    "training",
+                    f"{spec.label}-seed{seed}",
+                    config.to_dict(),
+                    lambda config=config, run_dir=run_dir: str(_train_or_reuse(config, run_dir, self.progress)),
+                )
+                self.models[(spec.label, seed)] = Path(final)
+
+    def perplexity(self) -> dict[str, Any]:
+        """{mask: {label: {seed: evaluation}}} under every protocol at every length."""
+        results: dict[str, Any] = {}
+        for mask in self.config.masks:
+            for spec in self.config.models:
+                for seed in self.config.seeds:
+                    ev = EvalConfig(
+                        lengths=self.config.lengths,
+                        protocols=list(self.config.protocols),
+                        mask=mask,
+                        documents=self.config.documents,
+                    ).validate()
+                    key = {"weights": self.weights(spec.label, seed), "eval": ev.to_dict()}
+                    result = self.cell(
+                        "perplexity",
+                        f"{spec.label}-{mask}-seed{seed}",
+                        key,
+                        lambda spec=spec, seed=seed, ev=ev: evaluate_model(
+                            self.load(spec.label, seed), self.data, ev, progress=self.progress, label=spec.label
+                        ),
+                    )
+                    results.setdefault(mask, {}).setdefault(spec.label, {})[str(seed)] = result
+        return results
+
+    def analysis(self) -> dict[str, Any]:
+        """Per model (seed 0): empirical resolution at L_tr and 2 L_tr (causal and BCA), ERF, dispersion."""
+        section = self.config.analysis or {}
+        documents = int(section.get("documents", 4))
+        L = self.config.train_len
+        results: dict[str, Any] = {}
+        for spec in self.config.models:
+            seed = self.config.seeds[0]
+            key = {"weights": self.weights(spec.label, seed), "documents": documents, "lengths": self.config.lengths}
+            results[spec.label] = self.cell(
+                "analysis", spec.label, key, lambda spec=spec: self._analyse(spec, documents, L)
+            )
+        return results
+
+    @torch.no_grad()
+    def _analyse_no_grad(self, model, texts, lengths) -> dict[str, Any]:
+        def r(n: int, mask: str) -> float:
+            return empirical_scores(model, texts[:, :n], build_mask(mask, model.config.train_len)).r
+
+        return {
+            "resolution": {mask: {str(n): r(n, mask) for n in lengths[:2]} for mask in ("causal", "bca")},
+            "dispersion": {str(n): _dispersion_summary(dispersion(model, texts[:, :n], "causal")) for n in lengths},
+        }
+
+    def _analyse(self, spec: ModelSpec, documents: int, L: int) -> dict[str, Any]:
+        model = self.load(spec.label)
+        lengths = self.config.lengths
+        texts = calibration_windows(self.data, max(lengths), documents, "test")
+        result = self._analyse_no_grad(model, texts, lengths)
+        erf_length = min(max(lengths), 8 * L)
+        segments = calibration_windows(self.data, erf_length, documents, "test")
+        field = receptive_field(model, segments, "causal")
+        curve = field["curve"]
+        result["receptive_field"] = {
+            "length": erf_length,
+            "erf": field["erf"],
+            "share_last_L_tr": float(curve[min(L, len(curve)) - 1]),
+        }
+        return result
+
+    def window_sweep(self, erf: dict[str, Any]) -> dict[str, Any]:
+        """Sliding-protocol perplexity at the longest length under window:w, for each model and w."""
+        section = self.config.window_sweep or {}
+        results: dict[str, Any] = {}
+        length = max(self.config.lengths)
+        for label in section.get("models", []):
+            seed = self.config.seeds[0]
+            row: dict[str, Any] = {}
+            for width in section.get("widths", []):
+                ev = EvalConfig(
+                    lengths=[length], protocols=["sliding"], mask=f"window:{width}", documents=self.config.documents
+                ).validate()
+                key = {"weights": self.weights(label, seed), "eval": ev.to_dict()}
+                result = self.cell(
+                    "window",
+                    f"{label}-w{width}",
+                    key,
+                    lambda label=label, ev=ev: evaluate_model(self.load(label), self.data, ev, progress=False),
+                )
+                row[str(width)] = result["results"]["sliding"][str(length)]["ppl"]
+            row["erf"] = erf.get(label, {}).get("receptive_field", {}).get("erf")
+            results[label] = row
+        return results
+
+    def retrieval(self) -> dict[str, Any]:
+        """Fine-tune each variant's LM model (seed 0) on the task; accuracy at every length and depth."""
+        from lextra.commands import apply_rope_scaling
+        from lextra.retrieval import build_task, register_task_spec
+        from lextra.retrieval.evaluate import evaluate_retrieval
+        from lextra.retrieval_commands import parse_variant
+
+        section = dict(self.config.retrieval or {})
+        task_name = section.get("task", "passkey")
+        samples = int(section.get("samples", 10))
+        depths = [float(d) for d in section.get("depths", [0.0, 0.25, 0.5, 0.75, 1.0])]
+        results: dict[str, Any] = {}
+        tuned: dict[str, Path] = {}
+        for variant in section.get("variants", []):
+            scheme, scaling = parse_variant(variant)
+            label = self.config.model(scheme).label
+            if label not in tuned:
+                config = train_config(self.config, self.config.model(label), self.config.seeds[0])
+                config.task = register_task_spec(task_name)
+                config.init_from = str(self.models[(label, self.config.seeds[0])])
+                config.steps = int(section.get("steps", 1500))
+                config.lr = float(section.get("lr", 1e-3))
+                config.warmup = int(section.get("warmup", 50))
+                run_dir = self.out / "retrieval" / label
+                tuned[label] = Path(
+                    self.cell(
+                        "training",
+                        f"{label}-{task_name}",
+                        config.to_dict(),
+                        lambda config=config, run_dir=run_dir: str(_train_or_reuse(config, run_dir, self.progress)),
+                    )
+                )
+            key = {
+                "weights": sha256_file(tuned[label] / WEIGHTS_FILE),
+                "scaling": scaling,
+                "lengths": self.config.lengths,
+                "samples": samples,
+                "depths": depths,
+            }
+
+            def compute(label=label, scaling=scaling, variant=variant) -> dict[str, Any]:
+                model = load_model(tuned[label]).eval()
+                if scaling:
+                    apply_rope_scaling(model, scaling)
+                task = build_task(task_name, self.data.tokenizer, self.data.splits["test"])
+                return evaluate_retrieval(
+                    model, task, self.config.lengths, depths, samples=samples, progress=self.progress, label=variant
+                )
+
+            results[variant] = self.cell("retrieval", variant, key, compute)
+        return results
+
+    def stretch(self) -> dict[str, Any]:
+        """Sliding-protocol perplexity of each model under each inference-time method at every length."""
+        from lextra.stretch import methods_for, prepared
+
+        section = self.config.stretch or {}
+        wanted = section.get("methods")
+        windows = int(section.get("windows", 2))
+        factor = float(max(self.config.multiples))
+        results: dict[str, Any] = {}
+        for label in section.get("models", []):
+            base = self.load(label, self.config.seeds[0])
+            for method in methods_for(base):
+                if wanted and method not in wanted:
+                    continue
+                row: dict[str, float] = {}
+                for length in self.config.lengths:
+                    ev = EvalConfig(
+                        lengths=[length],
+                        protocols=["sliding"],
+                        documents=self.config.documents,
+                        span=max(self.config.lengths),
+                    ).validate()
+                    key = {
+                        "weights": self.weights(label, self.config.seeds[0]),
+                        "method": method,
+                        "eval": ev.to_dict(),
+                        "w": windows,
+                    }
+
+                    def compute(method=method, length=length, ev=ev, base=base) -> dict[str, Any]:
+                        model = prepared(base, method, self.data, length, factor, windows)
+                        return evaluate_model(model, self.data, ev, progress=False)
+
+                    result = self.cell("stretch", f"{label}-{method}-{length}", key, compute)
+                    row[str(length)] = result["results"]["sliding"][str(length)]["ppl"]
+                results[f"{label} + {method}"] = row
+        return results
+
+    def run(self) -> dict[str, Any]:
+        """Every stage the config asks for; returns (and saves as study.json) all results."""
+        self.train_all()
+        results: dict[str, Any] = {"config": self.config.to_dict(), "perplexity": self.perplexity()}
+        if self.config.analysis is not None:
+            results["analysis"] = self.analysis()
+        if self.config.window_sweep is not None:
+            results["window_sweep"] = self.window_sweep(results.get("analysis", {}))
+        if self.config.retrieval is not None:
+            results["retrieval"] = self.retrieval()
+        if self.config.stretch is not None:
+            results["stretch"] = self.stretch()
+        results["compute_minutes"] = round(self.seconds / 60, 1)
+        atomic_write_json(self.out / "study.json", results)
+        return results
+
+
+def train_config(study: StudyConfig, spec: ModelSpec, seed: int):
+    """The study's training config for one model and seed."""
+    config = copy.deepcopy(study.train)
+    config.model.scheme = spec.scheme
+    config.model.scheme_options = dict(spec.options)
+    config.seed = seed
+    return config.validate()
+
+
+def _dispersion_summary(result: dict[str, Any]) -> dict[str, float]:
+    return {
+        "entropy": result["entropy_mean"],
+        "max_prob": result["max_prob_mean"],
+        "uniform_entropy": result["uniform"]["entropy"],
+    }
+
+
+def log(message: str) -> None:
+    print(f"lextra study: {message}", file=sys.stderr, flush=True)

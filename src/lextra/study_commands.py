@@ -1,0 +1,65 @@
+"""`lextra study CONFIG --out DIR`: train, evaluate and analyse every model of a study; write report.md/.html."""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from lextra.cli import command
+from lextra.commands import _threads
+
+
+def _commit() -> str:
+    """The git commit of the working tree (with `+dirty` when it has changes), or `unknown`."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, check=True)  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+@command("study", "the seed papers' comparisons at small scale from one config file, in one report")
+def _configure_study(parser: argparse.ArgumentParser):
+    parser.add_argument("config", help="a study TOML file, e.g. experiments/study.toml")
+    parser.add_argument("--out", required=True, help="study folder (finished cells are reused)")
+    parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+
+    def run(args: argparse.Namespace) -> int:
+        import torch
+
+        from lextra.study import Study, load_study, write_report
+
+        _threads(args)
+        config = load_study(args.config)
+        start = time.time()
+        results = Study(config, args.out, progress=not args.quiet).run()
+        header = [
+            f"# {config.name}",
+            "",
+            f"Produced by `lextra study {shlex.quote(args.config)} --out {shlex.quote(args.out)}` at commit "
+            f"`{_commit()}`, torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.machine()}; "
+            f"{results['compute_minutes']} min of compute over all cells (this invocation: "
+            f"{(time.time() - start) / 60:.1f} min; cells computed earlier are reused).",
+            "",
+            f"Training: {config.train.steps} steps x {config.train.batch_size} x {config.train_len} tokens of "
+            f"`{config.train.corpus}`, {config.train.model.n_layer} layers, width {config.train.model.d_model}, "
+            f"{config.train.model.n_head} heads, seeds {config.seeds}. Models: "
+            + ", ".join(f"{m.label} ({m.scheme}{' ' + str(m.options) if m.options else ''})" for m in config.models)
+            + ".",
+            "",
+        ]
+        md, page = write_report(results, Path(args.out), header)
+        print(md.read_text())
+        print(f"report: {md}, {page}", file=sys.stderr)
+        return 0
+
+    return run

