@@ -1,0 +1,125 @@
+"""`lextra study`: config validation, a tiny end-to-end study, cached cells, and the report's contents."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lextra.cli import main
+from lextra.errors import ConfigError
+from lextra.evaluate import EvalConfig, evaluate_model
+from lextra.model import load_model
+from lextra.prepare import prepare_data
+from lextra.study import load_study, parse_study
+from lextra.study.html import markdown_to_html
+
+TINY = """
+name = "tiny"
+multiples = [1, 2]
+protocols = ["chunks", "sliding"]
+masks = ["causal", "bca"]
+documents = 2
+[train]
+corpus = "{corpus}"
+steps = 3
+batch_size = 2
+checkpoint_every = 0
+eval_sequences = 2
+[train.model]
+train_len = 128
+n_layer = 1
+d_model = 32
+n_head = 2
+[[models]]
+label = "rope"
+scheme = "rope"
+[[models]]
+label = "alibi-x4"
+scheme = "alibi"
+options = {{ slope_shift = 2.0 }}
+[analysis]
+documents = 1
+[window_sweep]
+models = ["rope"]
+widths = [16, 64]
+[retrieval]
+task = "passkey"
+variants = ["rope", "rope+dynamic"]
+steps = 2
+samples = 1
+depths = [0.5]
+[stretch]
+models = ["alibi-x4"]
+methods = ["none", "log-length"]
+"""
+
+
+def _corpus(tmp_path: Path) -> str:
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    for i in range(24):
+        (folder / f"d{i}.txt").write_text(f"document {i}: " + "lorem ipsum dolor sit amet " * (30 + i))
+    return str(folder)
+
+
+def test_study_config_errors_name_the_problem(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_study(tmp_path / "missing.toml")
+    (tmp_path / "bad.toml").write_text("name = ")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_study(tmp_path / "bad.toml")
+    with pytest.raises(ConfigError, match="no \\[\\[models\\]\\]"):
+        parse_study({"name": "x"})
+    with pytest.raises(ConfigError, match="colour"):
+        parse_study({"colour": 1, "models": [{"label": "a", "scheme": "rope"}]})
+    with pytest.raises(ConfigError, match="slope"):
+        parse_study({"models": [{"label": "a", "scheme": "alibi", "options": {"slope": 1}}]})
+    with pytest.raises(ConfigError, match="distinct"):
+        parse_study({"models": [{"label": "a", "scheme": "rope"}, {"label": "a", "scheme": "alibi"}]})
+    with pytest.raises(ConfigError, match="no model labelled 'xpos'"):
+        parse_study({"models": [{"label": "a", "scheme": "rope"}], "stretch": {"models": ["xpos"]}})
+    with pytest.raises(ConfigError, match="unknown keys"):
+        parse_study({"models": [{"label": "a", "scheme": "rope"}], "retrieval": {"task": "passkey", "step": 3}})
+    shipped = load_study(Path(__file__).parents[1] / "experiments" / "study.toml")
+    assert {"alibi-slopes-x4", "xpos-decay-only", "sandwich-smoothed"} <= {m.label for m in shipped.models}
+
+
+def test_a_tiny_study_end_to_end_with_cached_cells(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "study.toml"
+    config.write_text(TINY.format(corpus=_corpus(tmp_path)))
+    out = tmp_path / "out"
+    assert main(["study", str(config), "--out", str(out), "--quiet", "--threads", "1"]) == 0
+    results = json.loads((out / "study.json").read_text())
+    assert set(results["perplexity"]) == {"causal", "bca"}
+    assert set(results["retrieval"]) == {"rope", "rope+dynamic"}
+    assert set(results["stretch"]) == {"alibi-x4 + none", "alibi-x4 + log-length"}
+    # a cell is the same number `lextra eval` would give for that model
+    study = load_study(config)
+    data = prepare_data(study.train.corpus)
+    model = load_model(out / "models" / "rope" / "seed0" / "model")
+    direct = evaluate_model(model, data, EvalConfig(lengths=[128, 256], protocols=["chunks", "sliding"],
+                                                    mask="bca", documents=2), progress=False)  # fmt: skip
+    assert results["perplexity"]["bca"]["rope"]["0"]["results"] == direct["results"]
+    # the alibi model really has the shifted slopes
+    alibi = load_model(out / "models" / "alibi-x4" / "seed0" / "model")
+    assert alibi.config.scheme_options == {"slope_shift": 2.0}
+    report = (out / "report.md").read_text()
+    for heading in ("## Perplexity", "## Why", "## Windowed attention", "## Passkey retrieval", "## Inference-time"):
+        assert heading in report
+    assert "**Paper**" in report and "Agrees" in report
+    page = (out / "report.html").read_text()
+    assert page.count("data:image/png;base64,") >= 4 and "<table>" in page
+    # a rerun computes nothing: every cell is reused
+    monkeypatch.setattr("lextra.study.run.evaluate_model", lambda *a, **k: pytest.fail("recomputed a cell"))
+    monkeypatch.setattr("lextra.study.run._train_or_reuse", lambda *a, **k: pytest.fail("retrained a model"))
+    assert main(["study", str(config), "--out", str(out), "--quiet", "--threads", "1"]) == 0
+
+
+def test_markdown_to_html_tables_lists_and_missing_plots(tmp_path: Path) -> None:
+    page = markdown_to_html(
+        "# T\n\n| a | b |\n|---|---:|\n| x | 1 |\n\n- one\n- `two`\n\n![p](nope.png)\n", tmp_path, "t"
+    )
+    assert "<h1>T</h1>" in page and "<td>x</td><td>1</td>" in page and "<li><code>two</code></li>" in page
+    assert "[missing plot nope.png]" in page
