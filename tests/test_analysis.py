@@ -357,3 +357,28 @@ def test_user_mistakes_end_in_one_line_errors(argv: list[str], capsys) -> None:
 def test_every_analysis_has_help(name: str, capsys) -> None:
     assert main(["analyze", name, "--help"]) == 0
     assert "--out" in capsys.readouterr().out
+
+
+@torch.no_grad()
+def test_logit_blocks_of_chosen_rows_equal_those_rows_of_all_blocks() -> None:
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=2, n_head=2, d_model=32, train_len=16, scheme="alibi", log_scaling="qwen")).eval()
+    tokens = torch.randint(0, 256, (2, 70))
+    for mask in ("causal", "bca", "window:9"):
+        for view in layer_attention(model, tokens, mask, block_size=16):
+            full = torch.full((2, 2, 70, 70), float("nan"))
+            for block in view.blocks():
+                sub = block.logits.masked_fill(~block.allowed, float("-inf"))
+                full[:, :, block.q_pos[:, None], block.k_pos[None, :]] = sub
+            rows = torch.tensor([69, 3, 40, 17, 3, 0])
+            got = {}
+            for block in view.blocks(rows):
+                sub = block.logits.masked_fill(~block.allowed, float("-inf"))
+                for i, q in enumerate(block.q_pos.tolist()):
+                    got[q] = (block.k_pos, sub[:, :, i])
+            assert sorted(got) == [0, 3, 17, 40, 69]
+            for q, (k_pos, row) in got.items():
+                want = full[:, :, q, k_pos]
+                reached = ~want.isnan()  # keys outside every full block are masked: -inf here
+                assert torch.allclose(row[reached], want[reached], atol=1e-6)
+                assert bool((row[~reached] == float("-inf")).all())

@@ -76,19 +76,14 @@ class _LayerLogits:
 
     def __init__(self, view: LayerAttention, max_rows: int | None = None) -> None:
         L = view.q.shape[-2]
-        keep = None
+        rows = None
         if max_rows is not None and max_rows < L:
-            keep = torch.zeros(L, dtype=torch.bool)
-            keep[torch.linspace(0, L - 1, max_rows).round().long()] = True
+            rows = torch.linspace(0, L - 1, max_rows).round().long()
         self.blocks: list[Tensor] = []
         self.rows = 0
-        for block in replace(view, temperature=None, block_size=512).blocks():
-            logits = block.logits.masked_fill(~block.allowed, float("-inf"))
-            if keep is not None:
-                logits = logits[:, :, keep[block.q_pos]]
-            if logits.shape[2]:
-                self.blocks.append(logits)
-                self.rows += logits.shape[2]
+        for block in replace(view, temperature=None, block_size=512).blocks(rows):
+            self.blocks.append(block.logits.masked_fill(~block.allowed, float("-inf")))
+            self.rows += block.logits.shape[2]
 
     def statistic(self, name: str, tau: Tensor) -> Tensor:
         """Per-head mean of `pmax` or `entropy` over every kept query row."""

@@ -64,37 +64,41 @@ class LayerAttention:
     bias: Tensor | None = None
     scale: float | None = None
 
-    def blocks(self) -> Iterator[LogitBlock]:
-        """Query blocks in order, each with the logits of the keys its mask can reach (as the chunked backend)."""
+    def blocks(self, rows: Tensor | None = None) -> Iterator[LogitBlock]:
+        """Query blocks in order, each with the logits of the keys its mask can reach (as the chunked backend).
+
+        `rows` (query indices) restricts the blocks to those queries, e.g. a sample of rows at long lengths.
+        """
         L = self.q.shape[-2]
         first_pos = int(self.positions[0])
         scale = 1.0 / math.sqrt(self.q.shape[-1]) if self.scale is None else self.scale
-        for start in range(0, L, self.block_size):
-            stop = min(start + self.block_size, L)
-            qp = self.positions[start:stop]
+        index = torch.arange(L) if rows is None else torch.unique(rows.to(torch.long))
+        for start in range(0, index.numel(), self.block_size):
+            idx = index[start : start + self.block_size]
+            qp = self.positions[idx]
             first, last = self.mask.key_range(int(qp[0]), int(qp[-1]))
             lo = 0 if first <= -UNBOUNDED else max(0, min(L, first - first_pos))
             hi = L if last >= UNBOUNDED else max(lo, min(L, last - first_pos + 1))
             kp = self.positions[lo:hi]
-            tau = _block_tau(self.temperature, start, stop)
-            q, k = self.q[..., start:stop, :], self.k[..., lo:hi, :]
+            tau = _block_tau(self.temperature, idx)
+            q, k = self.q[..., idx, :], self.k[..., lo:hi, :]
             if self.bias is None:
                 logits = attention_logits(q, k, self.scheme, qp, kp, scale=scale, tau=tau)
             else:
-                logits = attention_logits(q, k, self.scheme, qp, kp, scale=scale) + self.bias[..., start:stop, lo:hi]
+                logits = attention_logits(q, k, self.scheme, qp, kp, scale=scale) + self.bias[..., idx, lo:hi]
                 logits = logits if tau is None else logits / tau[..., None]
             yield LogitBlock(qp, kp, logits, self.mask.allowed(qp, kp))
 
 
-def _block_tau(temperature: Tensor | float | None, start: int, stop: int) -> Tensor | None:
-    """The model's temperature shaped for `attention_logits`: scalar, (H, 1) or the block's (H, c) slice."""
+def _block_tau(temperature: Tensor | float | None, idx: Tensor) -> Tensor | None:
+    """The model's temperature shaped for `attention_logits`: scalar, (H, 1) or the block's (H, c) columns."""
     if temperature is None:
         return None
     tau = torch.as_tensor(temperature, dtype=torch.float32)
     if tau.dim() == 1:
         return tau[:, None]
     if tau.dim() == 2 and tau.shape[-1] != 1:
-        return tau[:, start:stop]
+        return tau[:, idx]
     return tau
 
 
