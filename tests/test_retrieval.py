@@ -315,6 +315,14 @@ def test_train_eval_and_compare_commands(tmp_path) -> None:
     assert set(summary["variants"]) == {"rope", "rope+dynamic"}
     assert (cmp_out / "heatmaps" / "rope_dynamic.png").exists()
     assert "| rope+dynamic |" in (cmp_out / "table.md").read_text()
+    # fine-tuning from a `lextra compare` folder: each scheme starts from DIR/models/SCHEME/model
+    tuned = tmp_path / "tuned"
+    args = ["retrieval", "compare", "--task", "kv", "--schemes", "rope", "--out", str(tuned)]
+    assert main([*args, "--init-from-compare", str(cmp_out), *common, *evaluation]) == 0
+    saved = json.loads((tuned / "models" / "rope" / "model" / "config.json").read_text())
+    assert saved["train"]["init_from"] == str(cmp_out / "models" / "rope" / "model")
+    missing = ["retrieval", "compare", "--task", "kv", "--schemes", "alibi", "--out", str(tmp_path / "m")]
+    assert main([*missing, "--init-from-compare", str(cmp_out), *common, *evaluation]) == 2
     completion = ["retrieval", "completion", str(run), "--out", str(tmp_path / "cc"), "--lengths", "112,224"]
     assert main([*completion, "--lines", "3", "--max-new", "8", "--threads", "1", "--quiet"]) == 0
     cc = json.loads((tmp_path / "cc" / "completion.json").read_text())
