@@ -40,13 +40,14 @@ def _configure_study(parser: argparse.ArgumentParser):
 
         _threads(args)
         config = load_study(args.config)
-        start = time.time()
-        results = Study(config, args.out, progress=not args.quiet).run()
+        start, commit = time.time(), _commit()
+        results = Study(config, args.out, progress=not args.quiet, commit=commit).run()
         header = [
             f"# {config.name}",
             "",
-            f"Produced by `lextra study {shlex.quote(args.config)} --out {shlex.quote(args.out)}` at commit "
-            f"`{_commit()}`, torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.machine()}; "
+            f"Produced by `lextra study {shlex.quote(args.config)} --out {shlex.quote(args.out)}`: cells computed "
+            f"at commit {', '.join(f'`{c}`' for c in results['cell_commits'])}, report written at `{commit}`; "
+            f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.machine()}; "
             f"{results['compute_minutes']} min of compute over all cells (this invocation: "
             f"{(time.time() - start) / 60:.1f} min; cells computed earlier are reused).",
             "",

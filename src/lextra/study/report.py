@@ -40,6 +40,8 @@ PAPER_PASSKEY = (
     "CoCA paper (trained at 512): CoCA + dynamic NTK passkey accuracy 1.00 / 1.00 / 0.96 / 0.89 / 0.50 at "
     "512 / 1k / 2k / 4k / 8k (1x..16x); RoPE fails beyond its training length (its perplexity is 411 at 2x)."
 )
+#: CoCA + dynamic NTK passkey accuracy at 2x, 4x, 8x, 16x L_tr in the CoCA paper
+PAPER_PASSKEY_BEYOND = (1.00, 0.96, 0.89, 0.50)
 PAPER_TEMPERATURE = (
     "Chi, Fan, Rudnicky 2023 report P_max alignment as the most reliable of the temperature methods; methods.md "
     "gives no numbers for it."
@@ -156,26 +158,32 @@ def analysis_section(
     return lines
 
 
-def window_section(sweep: dict[str, Any], length: int) -> list[str]:
+def window_section(sweep: dict[str, Any], length: int, causal: dict[str, float | None]) -> list[str]:
     widths = [k for k in next(iter(sweep.values())) if k != "erf"]
-    rows = {label: {**{w: row[w] for w in widths}, "ERF": row["erf"]} for label, row in sweep.items()}
+    rows = {
+        label: {**{w: row[w] for w in widths}, "no window": causal.get(label), "ERF": row["erf"]}
+        for label, row in sweep.items()
+    }
     lines = [f"## Windowed attention: sliding-protocol ppl at {length} under window:w, against the ERF", ""]
-    lines += [markdown_table(rows, [*widths, "ERF"], "model (w ->)", cell=_number), ""]
-    agree = [f"{label} (ERF {row['erf']})" for label, row in sweep.items() if row["erf"] is not None]
+    lines += [markdown_table(rows, [*widths, "no window", "ERF"], "model (w ->)", cell=_number), ""]
     lines += [f"**Paper**: {PAPER_WINDOW}", ""]
-    notes = []
+    notes, narrower = [], []
     for label, row in sweep.items():
-        if row["erf"] is None:
-            continue
-        wide = [w for w in widths if int(w) >= row["erf"]]
-        narrow = [w for w in widths if int(w) < row["erf"]]
-        if wide and narrow:
-            worse = row[narrow[0]] / row[wide[-1]]
-            notes.append(f"{label}: w={narrow[0]} below its ERF {row['erf']} costs x{worse:.2f} against w={wide[-1]}")
-    if notes:
-        lines += ["What the sweep shows: " + "; ".join(notes) + ".", ""]
-    elif agree:
-        lines += ["Every width tried lies on one side of the models' ERFs: " + ", ".join(agree) + ".", ""]
+        best = min(widths, key=lambda w: row[w])
+        full = causal.get(label)
+        note = f"{label}: best w = {best} ({row[best]:.2f}"
+        note += f" against {full:.2f} without a window" if full is not None else ""
+        note += f"; ERF {row['erf']})" if row["erf"] is not None else ")"
+        notes.append(note)
+        if row["erf"] is not None and int(best) < row["erf"]:
+            narrower.append(label)
+    lines += ["What the sweep shows: " + "; ".join(notes) + ".", ""]
+    if narrower and len(narrower) == len(sweep):
+        lines += [
+            "In every model the best window is far narrower than its 99% ERF: the ERF measures where gradient "
+            "reaches, not how much context the model needs, so a window as wide as the ERF is not necessary here.",
+            "",
+        ]
     return lines
 
 
@@ -196,12 +204,13 @@ def retrieval_section(retrieval: dict[str, Any], lengths: list[int], train_len: 
         f"{v} {a:.2f}" for v, a in beyond.items()
     )
     if "coca+dynamic" in beyond and "rope" in beyond:
-        agrees = beyond["coca+dynamic"] > beyond["rope"]
-        sentence += (
-            ". **Agrees** with the CoCA paper that CoCA + dynamic NTK retrieves past L_tr better than RoPE"
-            if agrees
-            else ". **Differs** from the CoCA paper: CoCA + dynamic NTK does not retrieve past L_tr better than RoPE"
-        )
+        ours, rope = beyond["coca+dynamic"], beyond["rope"]
+        paper = statistics.mean(PAPER_PASSKEY_BEYOND)
+        if ours - rope >= 0.1:
+            sentence += ". **Agrees** in direction: CoCA + dynamic NTK retrieves past L_tr better than RoPE"
+        else:
+            sentence += ". **Differs**: CoCA + dynamic NTK does not retrieve past L_tr clearly better than RoPE"
+        sentence += f" ({ours:.2f} against {rope:.2f}; the paper's CoCA + dynamic NTK averages {paper:.2f})"
     lines += [sentence + ".", ""]
     return lines
 
@@ -244,7 +253,14 @@ def write_report(results: dict[str, Any], out: Path, header: list[str]) -> tuple
     if "analysis" in results:
         lines += analysis_section(results["analysis"], lengths, train_len, plots, config["train"]["model"]["n_layer"])
     if results.get("window_sweep"):
-        lines += window_section(results["window_sweep"], lengths[-1])
+        seed = str(config["seeds"][0])
+        causal = {
+            label: by_seed[seed]["results"]["sliding"][str(lengths[-1])]["ppl"]
+            if "sliding" in by_seed[seed]["results"]
+            else None
+            for label, by_seed in results["perplexity"].get("causal", {}).items()
+        }
+        lines += window_section(results["window_sweep"], lengths[-1], causal)
     if results.get("retrieval"):
         lines += retrieval_section(results["retrieval"], lengths, train_len, plots)
     if results.get("stretch"):

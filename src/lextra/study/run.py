@@ -31,8 +31,10 @@ from lextra.study.config import ModelSpec, StudyConfig
 class Study:
     """One study run in `out`: trained models, cached cells and the collected results."""
 
-    def __init__(self, config: StudyConfig, out: str | Path, *, progress: bool = True) -> None:
-        self.config, self.out, self.progress = config, Path(out), progress
+    def __init__(self, config: StudyConfig, out: str | Path, *, progress: bool = True, commit: str = "unknown") -> None:
+        self.config, self.out, self.progress, self.commit = config, Path(out), progress, commit
+        #: the code versions that computed the cells used (recorded in each cell)
+        self.commits: set[str] = set()
         self._data: PreparedData | None = None
         self.models: dict[tuple[str, int], Path] = {}
         #: compute seconds of every cell used, whether computed now or in an earlier invocation
@@ -53,13 +55,16 @@ class Study:
             saved = json.loads(path.read_text())
             if saved.get("key") == key:
                 self.seconds += saved.get("seconds", 0.0)
+                self.commits.add(saved.get("commit", "unknown"))
                 return saved["result"]
         log(f"{section}: {name}")
         start = time.time()
         result = compute()
         seconds = time.time() - start
         self.seconds += seconds
-        atomic_write_json(path, {"key": key, "result": result, "seconds": round(seconds, 1)})
+        self.commits.add(self.commit)
+        record = {"key": key, "result": result, "seconds": round(seconds, 1), "commit": self.commit}
+        atomic_write_json(path, record)
         return result
 
     def weights(self, label: str, seed: int) -> str:
@@ -273,6 +278,7 @@ class Study:
         if self.config.stretch is not None:
             results["stretch"] = self.stretch()
         results["compute_minutes"] = round(self.seconds / 60, 1)
+        results["cell_commits"] = sorted(self.commits)
         atomic_write_json(self.out / "study.json", results)
         return results
 
