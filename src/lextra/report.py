@@ -54,19 +54,19 @@ def write_csv(path: str | Path, records: Sequence[Mapping[str, Any]]) -> None:
 def plot_curves(
     curves: Curves, train_len: int, path: str | Path, *, ylabel: str = "perplexity", title: str = ""
 ) -> Path:
-    """One panel per protocol, one line per row label; log-x lengths, log-y values, L_tr marked."""
-    import matplotlib
+    """One panel per protocol, one line per row label (a colour per scheme, dotted with a mask); log-x lengths,
+    log-y values, L_tr marked; the legend right of the panels."""
+    from lextra.analysis.plots import _legend, _pyplot, _styles
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     protocols = list(curves)
+    styles = _styles(list(dict.fromkeys(label for rows in curves.values() for label in rows)))
     fig, axes = plt.subplots(1, len(protocols), figsize=(5.2 * len(protocols), 4.2), squeeze=False)
     for ax, protocol in zip(axes[0], protocols, strict=True):
         for label, values in curves[protocol].items():
             xs = sorted(int(n) for n in values)
             ys = [values[str(n)] for n in xs]
-            ax.plot(xs, ys, marker="o", markersize=3, label=label)
+            ax.plot(xs, ys, marker="o", markersize=3, label=label, **styles[label])
         ax.axvline(train_len, color="black", linestyle="--", linewidth=0.8)
         ax.text(train_len, 0.98, " L_tr", transform=ax.get_xaxis_transform(), va="top", fontsize=8)
         ax.set_xscale("log", base=2)
@@ -75,13 +75,14 @@ def plot_curves(
         ax.set_ylabel(ylabel)
         ax.set_title(protocol)
         ax.grid(True, which="both", alpha=0.3)
-    axes[0][-1].legend(fontsize=7, loc="best")
+    _legend(fig, axes[0][-1])
     if title:
         fig.suptitle(title)
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=120, format=path.suffix.lstrip(".") or "png"))
+    fmt = path.suffix.lstrip(".") or "png"
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format=fmt, bbox_inches="tight"))
     plt.close(fig)
     return path
 

@@ -87,14 +87,16 @@ def _agreement(ours: Mapping[str, float], paper: Mapping[str, float], trend, wha
     return " ".join(parts) or "No model here has a counterpart in the paper's table."
 
 
-def perplexity_section(results: dict[str, Any], lengths: list[int], train_len: int, plots: Path) -> list[str]:
+def perplexity_section(
+    results: dict[str, Any], lengths: list[int], train_len: int, plots: Path, protocols: list[str]
+) -> list[str]:
     lines = ["## Perplexity beyond the training length", ""]
     curves: dict[str, dict[str, dict[str, float]]] = {}
     growth: dict[str, float] = {}
     for mask, by_label in results.items():
         for label, by_seed in by_label.items():
             row = label if mask == "causal" else f"{label}+{mask}"
-            for protocol in next(iter(by_seed.values()))["results"]:
+            for protocol in protocols:
                 values = {str(n): [ev["results"][protocol][str(n)]["ppl"] for ev in by_seed.values()] for n in lengths}
                 curves.setdefault(protocol, {})[row] = {n: statistics.mean(v) for n, v in values.items()}
                 curves.setdefault(f"{protocol}:text", {})[row] = {n: mean_spread(v) for n, v in values.items()}
@@ -249,7 +251,7 @@ def write_report(results: dict[str, Any], out: Path, header: list[str]) -> tuple
     plots = out / "plots"
     plots.mkdir(parents=True, exist_ok=True)
     lines = list(header)
-    lines += perplexity_section(results["perplexity"], lengths, train_len, plots)
+    lines += perplexity_section(results["perplexity"], lengths, train_len, plots, config["protocols"])
     if "analysis" in results:
         lines += analysis_section(results["analysis"], lengths, train_len, plots, config["train"]["model"]["n_layer"])
     if results.get("window_sweep"):
