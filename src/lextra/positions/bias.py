@@ -175,7 +175,9 @@ class Sandwich(PositionScheme):
     """Sandwich (Chi et al. 2023): the parameter-free bias of sinusoidal vectors' dot product.
 
     `smoothed=True` uses its least-squares log-curve fit -0.825 ln(1 + d) - 0.8 (KERPLE-log, r1 = 0.825,
-    r2 = 1) divided by the same head scale 8h/H (the seed's smoothed ablation).
+    r2 = 1) divided by the same head scale 8h/H (the seed's smoothed ablation), as methods.md gives it. Note that
+    this curve matches Sandwich only near d = 1: at d = 100 it is about 7x weaker (-2.3 against -16.7 before the
+    head scale), so the smoothed model attends far more diffusely (docs/results.md).
     """
 
     summary = "parameter-free sinusoidal dot-product bias (Chi 2023), d_bar = 128"
