@@ -403,3 +403,18 @@ def test_xpos_blocks_share_one_length_for_dynamic_scaling() -> None:
     ref = attention(q, k, v, scheme=scheme, backend="reference")
     fast = attention(q, k, v, scheme=scheme, backend="chunked", block_size=64)
     torch.testing.assert_close(fast, ref, atol=1e-5, rtol=0)
+
+
+@torch.no_grad()
+def test_fire_bias_into_reused_buffers_equals_its_bias_exactly() -> None:
+    torch.manual_seed(0)
+    fire = build_scheme("fire", HeadDims(4, 16, 64, 128), threshold=32.0)
+    workspace: dict[str, torch.Tensor] = {}
+    blocks = [(40, 56, 0, 56), (56, 80, 10, 80), (80, 81, 0, 81), (300, 316, 200, 316), (33, 49, 0, 49)]
+    for q0, q1, k0, k1 in blocks:  # growing and shrinking blocks reuse (and grow) the same buffers
+        q_pos, k_pos = torch.arange(q0, q1), torch.arange(k0, k1)
+        got = fire.bias_into(q_pos, k_pos, workspace).clone()
+        assert torch.equal(got, fire.bias(q_pos, k_pos))
+    assert set(workspace) == {"u", "piece", "bias", "offset"}
+    below = torch.arange(0, 16)  # queries under the threshold keep the per-distance table path
+    assert torch.equal(fire.bias_into(below, below, workspace), fire.bias(below, below))

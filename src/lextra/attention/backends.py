@@ -187,8 +187,14 @@ def _block_size(scheme: PositionScheme | None, n_keys: int, n_heads: int, reques
     if scheme is None or not scheme.has_bias:
         size = MAX_BLOCK
     else:
-        # FIRE's MLP holds a hidden layer per (query, key) pair while the bias is built
-        per_pair = n_heads + (2 * scheme.mlp[0].out_features if scheme.bias_per_query else 0)
+        # under autograd FIRE's MLP holds a hidden layer per (query, key) pair while the bias is built; without,
+        # its piecewise-linear form holds the bias, an offset, the input and its piece index
+        if not scheme.bias_per_query:
+            per_pair = n_heads
+        elif torch.is_grad_enabled():
+            per_pair = n_heads + 2 * scheme.mlp[0].out_features
+        else:
+            per_pair = 2 * n_heads + 3
         size = BIAS_BUDGET // max(1, n_keys * per_pair)
         if TRAIN_BIAS_BLOCK:
             size = min(size, TRAIN_BIAS_BLOCK)
@@ -224,6 +230,7 @@ def chunked_attention(
     lean = has_bias and _toeplitz_possible(scheme, mask, q_pos)
     block = LEAN_BLOCK if lean and block_size is None else _block_size(scheme, window, q.shape[1], block_size)
     outputs = []
+    workspace: dict[str, Tensor] = {}  # per-block bias buffers, reused (schemes with `bias_into`)
     for start, stop in _query_blocks(q_pos, block, mask, queries_sorted):
         qp = q_pos[start:stop]
         lo, hi = 0, Lk
@@ -247,10 +254,17 @@ def chunked_attention(
             continue
         allowed = local.allowed(qp, kp)
         if has_bias:
-            bias = scheme.bias(qp, kp)
-            if tau_block is not None:
-                bias = bias / tau_block[..., None]
-            attn_mask = bias.masked_fill(~allowed, float("-inf")).to(qc.dtype)[None]  # 4-D: the flash kernel
+            if hasattr(scheme, "bias_into") and not torch.is_grad_enabled():
+                bias = scheme.bias_into(qp, kp, workspace)  # a reused buffer: modified in place below
+                if tau_block is not None:
+                    bias.div_(tau_block[..., None])
+                bias.masked_fill_(~allowed, float("-inf"))
+            else:
+                bias = scheme.bias(qp, kp)
+                if tau_block is not None:
+                    bias = bias / tau_block[..., None]
+                bias = bias.masked_fill(~allowed, float("-inf"))
+            attn_mask = bias.to(qc.dtype)[None]  # 4-D: the flash kernel
         else:
             attn_mask = allowed
         outputs.append(
