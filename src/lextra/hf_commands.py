@@ -95,25 +95,14 @@ def _run_eval(args: argparse.Namespace) -> int:
 
 def _run_retrieval(args: argparse.Namespace) -> int:
     from lextra.retrieval import build_task
-    from lextra.retrieval.evaluate import default_lengths, evaluate_retrieval, save_retrieval_outputs
-    from lextra.retrieval_commands import parse_depths
+    from lextra.retrieval.evaluate import save_retrieval_outputs
+    from lextra.retrieval_commands import evaluate_from_args
 
     model, label = load_adapted(args)
     data = _data(args)
     documents = data.splits["test"] if args.task == "code-key" else None
     task = build_task(args.task, data.tokenizer, documents, distractors=args.candidates - 1)
-    lengths = parse_lengths(args.lengths) or default_lengths(model.config.train_len, (1, 2))
-    result = evaluate_retrieval(
-        model,
-        task,
-        lengths,
-        parse_depths(args.depths),
-        samples=args.samples,
-        seed=args.eval_seed,
-        batch_size=args.eval_batch,
-        progress=not args.quiet,
-        label=label,
-    )
+    result = evaluate_from_args(model, task, args, label, multiples=(1, 2))
     result["model"] = args.model
     paths = save_retrieval_outputs(_out(args, f"retrieval-{task.name}"), result)
     print(paths["table"].read_text())
@@ -122,12 +111,9 @@ def _run_retrieval(args: argparse.Namespace) -> int:
 
 
 def _texts(args: argparse.Namespace, data: Any, length: int) -> Any:
-    import torch
-
     from lextra.align import calibration_windows
 
-    windows = calibration_windows(data, length, args.texts, "validation")
-    return windows if windows.shape[0] else torch.zeros(0, length, dtype=torch.long)
+    return calibration_windows(data, length, args.texts, "validation")
 
 
 def _run_analyze(args: argparse.Namespace) -> int:
@@ -200,13 +186,9 @@ def _configure_eval(parser: argparse.ArgumentParser) -> None:
 
 
 def _configure_retrieval(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--task", default="passkey", help="passkey, passkey-mj, lines, kv or code-key")
-    parser.add_argument("--lengths", default=None, help="prompt lengths (default L_tr x 1,2)")
-    parser.add_argument("--depths", default=None, help="needle depths (default 0,0.25,0.5,0.75,1)")
-    parser.add_argument("--samples", type=int, default=4, help="prompts per (length, depth) cell")
-    parser.add_argument("--candidates", type=int, default=5, help="answers ranked per prompt (gold + distractors)")
-    parser.add_argument("--eval-seed", type=int, default=0)
-    parser.add_argument("--eval-batch", type=int, default=1)
+    from lextra.retrieval_commands import add_retrieval_eval_args
+
+    add_retrieval_eval_args(parser, multiples="1,2", samples=4, batch=1)
 
 
 def _configure_analyze(parser: argparse.ArgumentParser) -> None:

@@ -67,21 +67,32 @@ def _eval_task(name: str, data: Any, distractors: int):
     )
 
 
-def _add_eval_args(parser: argparse.ArgumentParser, with_task: bool = True) -> None:
+def add_retrieval_eval_args(
+    parser: argparse.ArgumentParser,
+    with_task: bool = True,
+    *,
+    multiples: str = "1,2,4,8,16",
+    samples: int = 20,
+    batch: int = 8,
+) -> None:
+    """--task, --lengths, --depths, --samples, --candidates, --eval-seed, --eval-batch."""
     if with_task:
         parser.add_argument("--task", default="passkey", help="passkey, passkey-mj, lines, kv or code-key")
-    parser.add_argument("--lengths", default=None, help="comma-separated prompt lengths (default L_tr x 1,2,4,8,16)")
+    parser.add_argument("--lengths", default=None, help=f"comma-separated prompt lengths (default L_tr x {multiples})")
     parser.add_argument("--depths", default=None, help="comma-separated needle depths (default 0,0.25,0.5,0.75,1)")
-    parser.add_argument("--samples", type=int, default=20, help="prompts per (length, depth) cell")
+    parser.add_argument("--samples", type=int, default=samples, help="prompts per (length, depth) cell")
     parser.add_argument("--candidates", type=int, default=5, help="answers ranked per prompt (gold + distractors)")
     parser.add_argument("--eval-seed", type=int, default=0, help="seed of the evaluation prompts")
-    parser.add_argument("--eval-batch", type=int, default=8, help="prompts scored together")
+    parser.add_argument("--eval-batch", type=int, default=batch, help="prompts scored together")
 
 
-def _evaluate(model: Any, task: Any, args: argparse.Namespace, label: str) -> dict[str, Any]:
-    from lextra.retrieval.evaluate import default_lengths, evaluate_retrieval
+def evaluate_from_args(
+    model: Any, task: Any, args: argparse.Namespace, label: str, multiples: tuple[int, ...] | None = None
+) -> dict[str, Any]:
+    """`evaluate_retrieval` with the command's --lengths (default L_tr x `multiples`), --depths, --samples..."""
+    from lextra.retrieval.evaluate import DEFAULT_MULTIPLES, default_lengths, evaluate_retrieval
 
-    lengths = parse_lengths(args.lengths) or default_lengths(model.config.train_len)
+    lengths = parse_lengths(args.lengths) or default_lengths(model.config.train_len, multiples or DEFAULT_MULTIPLES)
     return evaluate_retrieval(
         model,
         task,
@@ -116,7 +127,7 @@ def _configure_eval(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=None, help="results folder (default CHECKPOINT/retrieval-TASK)")
     parser.add_argument("--rope-scaling", default=None, metavar="TYPE:FACTOR", help="e.g. dynamic:1 (rope/coca)")
     parser.add_argument("--threads", type=int, default=0)
-    _add_eval_args(parser)
+    add_retrieval_eval_args(parser)
 
 
 def _configure_compare(parser: argparse.ArgumentParser) -> None:
@@ -130,7 +141,7 @@ def _configure_compare(parser: argparse.ArgumentParser) -> None:
         help="fine-tune each scheme from DIR/models/SCHEME/model (a `lextra compare` folder: LM-pretrained models)",
     )
     add_train_args(parser, with_scheme=False)
-    _add_eval_args(parser, with_task=False)
+    add_retrieval_eval_args(parser, with_task=False)
 
 
 def _configure_completion(parser: argparse.ArgumentParser) -> None:
@@ -187,7 +198,7 @@ def _run_eval(args: argparse.Namespace) -> int:
         apply_rope_scaling(model, args.rope_scaling)
         label += f"+{args.rope_scaling}"
     task = _eval_task(args.task, _task_data(meta), args.candidates - 1)
-    result = _evaluate(model, task, args, label)
+    result = evaluate_from_args(model, task, args, label)
     result["model"] = str(folder)
     out = Path(args.out or folder.parent / f"retrieval-{task.name}")
     paths = save_retrieval_outputs(out, result)
@@ -231,7 +242,7 @@ def _run_compare(args: argparse.Namespace) -> int:
             apply_rope_scaling(model, scaling)
         _log(f"evaluating {label}")
         task = _eval_task(args.task, _task_data(meta), args.candidates - 1)
-        result = _evaluate(model, task, args, label)
+        result = evaluate_from_args(model, task, args, label)
         result["model"] = str(models[scheme])
         results[label] = result
         name = label.replace(":", "-").replace("+", "_")
