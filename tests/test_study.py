@@ -123,3 +123,17 @@ def test_markdown_to_html_tables_lists_and_missing_plots(tmp_path: Path) -> None
     )
     assert "<h1>T</h1>" in page and "<td>x</td><td>1</td>" in page and "<li><code>two</code></li>" in page
     assert "[missing plot nope.png]" in page
+
+
+def test_several_seeds_are_reported_as_mean_and_spread(tmp_path: Path) -> None:
+    from lextra.study.report import mean_spread, perplexity_section
+
+    assert mean_spread([7.0]) == "7.00" and mean_spread([1.0, 3.0]) == "2.00 ± 1.41"
+
+    def evaluation(ppl_at_128: float) -> dict:
+        return {"results": {"sliding": {"128": {"ppl": ppl_at_128}, "256": {"ppl": 2 * ppl_at_128}}}}
+
+    results = {"causal": {"rope": {"0": evaluation(6.0), "1": evaluation(8.0)}}}
+    text = "\n".join(perplexity_section(results, [128, 256], 128, tmp_path, ["sliding"]))
+    assert "| rope | 7.00 ± 1.41 | 14.00 ± 2.83 |" in text
+    assert "rope (rises steeply: x2.00" in text  # the growth of the mean curve, against the paper's
