@@ -187,16 +187,9 @@ def _run_train(args: argparse.Namespace) -> int:
 
 
 def _run_eval(args: argparse.Namespace) -> int:
-    from lextra.model import load_model, read_model_meta
     from lextra.retrieval.evaluate import save_retrieval_outputs
 
-    folder = _model_folder(args.checkpoint)
-    meta = read_model_meta(folder)
-    model = load_model(folder)
-    label = model.config.scheme
-    if args.rope_scaling:
-        apply_rope_scaling(model, args.rope_scaling)
-        label += f"+{args.rope_scaling}"
+    folder, meta, model, label = _load_scaled(args.checkpoint, args.rope_scaling)
     task = _eval_task(args.task, _task_data(meta), args.candidates - 1)
     result = evaluate_from_args(model, task, args, label)
     result["model"] = str(folder)
@@ -256,6 +249,19 @@ def _run_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_scaled(checkpoint: str, rope_scaling: str | None) -> tuple[Path, dict[str, Any], Any, str]:
+    """A model folder, its metadata, the model with `rope_scaling` applied, and a label naming both."""
+    from lextra.model import load_model, read_model_meta
+
+    folder = _model_folder(checkpoint)
+    model = load_model(folder)
+    label = model.config.scheme
+    if rope_scaling:
+        apply_rope_scaling(model, rope_scaling)
+        label += f"+{rope_scaling}"
+    return folder, read_model_meta(folder), model, label
+
+
 def _pretrained(folder: str, scheme: str) -> str:
     """The `lextra compare` model of `scheme` under `folder`, or an error naming the missing path."""
     path = Path(folder) / "models" / scheme / "model"
@@ -266,18 +272,11 @@ def _pretrained(folder: str, scheme: str) -> str:
 
 def _run_completion(args: argparse.Namespace) -> int:
     from lextra.io import atomic_write_json, atomic_write_text
-    from lextra.model import load_model, read_model_meta
     from lextra.retrieval.completion import completion_table, evaluate_completion
 
     results = {}
     for checkpoint in args.checkpoints:
-        folder = _model_folder(checkpoint)
-        meta = read_model_meta(folder)
-        model = load_model(folder)
-        label = model.config.scheme
-        if args.rope_scaling:
-            apply_rope_scaling(model, args.rope_scaling)
-            label += f"+{args.rope_scaling}"
+        folder, meta, model, label = _load_scaled(checkpoint, args.rope_scaling)
         data = _task_data(meta)
         result = evaluate_completion(
             model,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -67,7 +68,7 @@ class HFCache:
         return clone
 
 
-class _Adapter:
+class _Adapter(ABC):
     """Shared state handling: the registered attention, masks, temperatures, log-n scaling."""
 
     def __init__(self, model: Any, config: HFConfigView, default_mask: str) -> None:
@@ -84,8 +85,9 @@ class _Adapter:
         for module in modules:
             module.lextra_state = self.state
 
+    @abstractmethod
     def attention_modules(self) -> list[Any]:
-        raise NotImplementedError
+        """The attention modules lextra adapts, one per layer (provided by each model family)."""
 
     def eval(self) -> _Adapter:
         self.model.eval()
