@@ -56,7 +56,7 @@ def plot_curves(
 ) -> Path:
     """One panel per protocol, one line per row label (a colour per scheme, dotted with a mask); log-x lengths,
     log-y values, L_tr marked; the legend right of the panels."""
-    from lextra.analysis.plots import _legend, _pyplot, _styles
+    from lextra.analysis.plots import _legend, _pyplot, _save, _styles
 
     plt = _pyplot()
     protocols = list(curves)
@@ -79,12 +79,7 @@ def plot_curves(
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fmt = path.suffix.lstrip(".") or "png"
-    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format=fmt, bbox_inches="tight"))
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def save_eval_outputs(out_dir: str | Path, label: str, evaluation: Mapping[str, Any]) -> dict[str, Path]:

@@ -37,6 +37,7 @@ class Study:
         self.commits: set[str] = set()
         self._data: PreparedData | None = None
         self.models: dict[tuple[str, int], Path] = {}
+        self._checksums: dict[tuple[str, int], str] = {}
         #: compute seconds of every cell used, whether computed now or in an earlier invocation
         self.seconds = 0.0
 
@@ -68,7 +69,10 @@ class Study:
         return result
 
     def weights(self, label: str, seed: int) -> str:
-        return sha256_file(self.models[(label, seed)] / WEIGHTS_FILE)
+        """The checksum of a trained model's weights (read once per model: every cell key holds it)."""
+        if (label, seed) not in self._checksums:
+            self._checksums[(label, seed)] = sha256_file(self.models[(label, seed)] / WEIGHTS_FILE)
+        return self._checksums[(label, seed)]
 
     def load(self, label: str, seed: int = 0):
         return load_model(self.models[(label, seed)]).eval()
