@@ -21,7 +21,10 @@ How to read it
     SDPA's extra memory, at the same L. 1.00x means as fast / as lean as fused causal SDPA. The header row gives
     SDPA's absolute ms and MiB. "err" marks a failed cell (its error is in the JSON), "-" a memory ratio whose
     baseline is below 1 MiB (too small to divide by). The backend column says what `auto` chose per L
-    (`sdpa`: one fused call; `chunked`: query blocks with a per-block bias / mask).
+    (`lextra.attention.backends.attention_path`): `sdpa` one fused call; `tiled` query blocks x key chunks merged
+    by log-sum-exp (rotary schemes from 4k on: no rotated copies of q and k); `chunked/strided` query blocks whose
+    bias is a strided view of one per-distance table; `chunked/gathered` a bias built per block (FIRE past its
+    threshold); `chunked` query blocks with a mask alone.
     Extra memory is RSS, so it includes what glibc keeps after `free`: for chunked cells, whose per-block tensors
     grow block after block, it varies by up to ~3x between runs of the same cell at 16k (fragmentation); read
     it as an order of magnitude, the time ratio as the precise number.
@@ -88,8 +91,9 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
         mask = build_mask(spec["mask"], train_len=train_len)
         key_dim = scheme.key_dim()
         pos = torch.arange(L)
-        uses_sdpa = backends._sdpa_applies(scheme, mask, pos, pos)
-        result["backend"] = "sdpa" if uses_sdpa else "chunked"
+        with torch.no_grad():
+            result["backend"] = backends.attention_path(scheme, mask, pos, pos)
+        uses_sdpa = result["backend"] == "sdpa"
         result["mask_repr"] = repr(mask)
         result["backends_sha"] = file_sha(backends.__file__)
         if not uses_sdpa:

@@ -20,7 +20,7 @@ How to read it
     Table cells are "tokens/s (step x)": throughput, and the median step time over NoPE's at the same L
     (1.00x = as fast as plain causal SDPA; 2.00x = each step takes twice as long). The path column says how
     `auto` runs attention under training: `sdpa` (one fused call), `chunked/strided` (query blocks whose bias is
-    a strided view of one fixed per-distance table, flash kernel: ALiBi, Sandwich), `chunked/gather` (a learned
+    a strided view of one fixed per-distance table, flash kernel: ALiBi, Sandwich), `chunked/gathered` (a learned
     table needs autograd, so each block's (H, block, keys) bias is gathered, in fp64 so the gradient sums stay
     exact, and SDPA, given a float mask that requires grad, runs its math kernel: T5, KERPLE, FIRE) and, for FIRE
     past its 512-position threshold, `+pair-MLP` (its MLP runs per (query, key) pair).
@@ -69,15 +69,14 @@ def _attention_path(model: Any, L: int) -> tuple[str, int | None]:
     scheme = model.scheme_for(0)
     mask = build_mask("causal", L)
     pos = torch.arange(L)
-    try:  # private helpers: informative only, so tolerate their changing
-        if backends._sdpa_applies(scheme, mask, pos, pos):
-            return "sdpa", None
+    try:  # private helpers for the block size: informative only, so tolerate their changing
         with torch.enable_grad():
-            lean = backends._toeplitz_possible(scheme, mask, pos)
-        if lean:
-            return "chunked/strided", getattr(backends, "LEAN_BLOCK", None) or min(L, backends.MAX_BLOCK)
-        block = backends._block_size(scheme, L, N_HEAD, None)
-        path = "chunked/gather"
+            path = backends.attention_path(scheme, mask, pos, pos)
+            if path == "chunked/strided":
+                return path, getattr(backends, "LEAN_BLOCK", None) or min(L, backends.MAX_BLOCK)
+            if path == "sdpa":
+                return path, None
+            block = backends._block_size(scheme, L, N_HEAD, None)
         if scheme.bias_per_query and not scheme.distance_only(pos):
             path += "+pair-MLP"
         return path, block

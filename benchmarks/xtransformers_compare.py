@@ -133,8 +133,8 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
         from lextra.attention import build_mask
 
         pos = torch.arange(L)
-        sdpa = backends._sdpa_applies(model.scheme_for(0), build_mask("causal", TRAIN_LEN), pos, pos)
-        result["backend"] = "sdpa" if sdpa else "chunked"
+        with torch.no_grad():
+            result["backend"] = backends.attention_path(model.scheme_for(0), build_mask("causal", TRAIN_LEN), pos, pos)
     tokens = torch.randint(0, VOCAB, (1, L), generator=torch.Generator().manual_seed(0))
     try:
         with torch.no_grad():

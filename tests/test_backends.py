@@ -10,8 +10,9 @@ import pytest
 import torch
 from conftest import ALL_SCHEMES, make_scheme, qkv
 
+import lextra.attention.backends as backends
 from lextra.attention import attention, build_mask
-from lextra.attention.backends import _sdpa_applies
+from lextra.attention.backends import _sdpa_applies, auto_backend
 from lextra.errors import ConfigError
 from lextra.positions import SCHEMES
 
@@ -136,20 +137,35 @@ def test_window_and_bca_patterns_are_exact() -> None:
         build_mask("window:0")
 
 
-_MEMORY_PROBE = """
-import json, resource, sys, torch
+# Peak resident memory since a reset (Linux): `ru_maxrss` cannot serve, a child started by a large pytest process
+# inherits the parent's peak through exec, so growth measured with it reads 0.
+_PEAK = """
+import re
+def reset_peak():
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+def peak_mib():
+    with open("/proc/self/status") as f:
+        return int(re.search(r"VmHWM:\\s+(\\d+)", f.read()).group(1)) / 1024
+"""
+
+_MEMORY_PROBE = (
+    _PEAK
+    + """
+import json, sys, torch
 from lextra.attention import attention
 from lextra.positions import HeadDims, build_scheme
 torch.set_num_threads(1)
 L, H, D = 16384, 8, 16
 scheme = build_scheme(sys.argv[1], HeadDims(H, D, H * D, 128))
 q, k, v = (torch.randn(1, H, L, D) for _ in range(3))
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+reset_peak()
+before = peak_mib()
 with torch.no_grad():
     out = attention(q, k, v, scheme=scheme, mask=sys.argv[2])
-after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({"extra_mib": (after - before) / 1024, "finite": bool(torch.isfinite(out).all())}))
+print(json.dumps({"extra_mib": peak_mib() - before, "finite": bool(torch.isfinite(out).all())}))
 """
+)
 
 
 @pytest.mark.parametrize(("name", "mask"), [("alibi", "causal"), ("fire", "window:512")])
@@ -164,9 +180,10 @@ def test_chunked_memory_grows_linearly_not_quadratically(name: str, mask: str) -
 
 
 @pytest.mark.parametrize("mask", MASKS)
-@pytest.mark.parametrize("name", [n for n in ALL_SCHEMES if SCHEMES.get(n).has_bias])
-def test_inference_path_with_strided_bias_views_matches_reference(name: str, mask: str) -> None:
-    """Without autograd, distance-only biases become strided views of one table (the Toeplitz path)."""
+@pytest.mark.parametrize("name", ALL_SCHEMES)
+def test_inference_paths_match_reference(name: str, mask: str) -> None:
+    """Without autograd the fast paths differ: distance-only biases become strided views of one table (the
+    Toeplitz path), causal attention without a bias is tiled, rotary schemes rotate block by block."""
     scheme = make_scheme(name, n_heads=2, head_dim=8, **({"threshold": 64.0} if name == "fire" else {}))
     tau = torch.tensor([0.7, 1.3])
     for length in (1, 63, 1000):
@@ -175,3 +192,92 @@ def test_inference_path_with_strided_bias_views_matches_reference(name: str, mas
             ref = attention(q, k, v, scheme=scheme, mask=mask, backend="reference", temperature=tau)
             fast = attention(q, k, v, scheme=scheme, mask=mask, backend="chunked", temperature=tau)
         assert (fast - ref).abs().max() <= TOL
+
+
+NO_BIAS_SCHEMES = [n for n in ALL_SCHEMES if not SCHEMES.get(n).has_bias]
+
+
+@pytest.mark.parametrize("name", NO_BIAS_SCHEMES)
+@pytest.mark.parametrize(("length", "queries", "tile"), [(300, 300, 64), (300, 37, 64), (257, 257, 5), (129, 129, 7)])
+def test_tiled_path_equals_reference(name: str, length: int, queries: int, tile: int) -> None:
+    """Query blocks x key chunks merged by log-sum-exp equal dense attention, with per-query temperatures and
+    queries offset from the keys (cached decoding), at tile sizes that split the diagonal unevenly."""
+    scheme = make_scheme(name, n_heads=2, head_dim=8)
+    q, k, v = qkv(scheme, queries, key_length=length)
+    pos = torch.arange(length)
+    tau = torch.linspace(0.6, 1.4, queries).repeat(2, 1)
+    with torch.no_grad():
+        assert backends._tiles_apply(scheme, build_mask("causal"), pos[-queries:], pos, q.device)
+        ref = attention(q, k, v, scheme=scheme, q_pos=pos[-queries:], backend="reference", temperature=tau)
+        fast = backends.tiled_causal_attention(q, k, v, scheme, pos[-queries:], pos, 8**-0.5, tau, tile)
+        via_chunked = attention(q, k, v, scheme=scheme, backend="chunked", block_size=tile, temperature=tau)
+    assert (fast - ref).abs().max() <= TOL
+    assert torch.equal(via_chunked, fast)
+
+
+def test_tiled_path_keeps_bfloat16_inputs_accurate() -> None:
+    scheme = make_scheme("rope", n_heads=2, head_dim=16)
+    q, k, v = (x.bfloat16() for x in qkv(scheme, 300))
+    with torch.no_grad():
+        ref = attention(q.float(), k.float(), v.float(), scheme=scheme, backend="reference")
+        fast = attention(q, k, v, scheme=scheme, backend="chunked", block_size=64)
+    assert fast.dtype == torch.bfloat16
+    assert (fast.float() - ref).abs().max() <= 0.02  # bf16 output rounding (8 bits of mantissa)
+
+
+def test_auto_tiles_rotary_schemes_only_at_long_lengths_without_autograd(monkeypatch) -> None:
+    causal, pos = build_mask("causal"), torch.arange(100)
+    rope, alibi = make_scheme("rope"), make_scheme("alibi")
+    monkeypatch.setattr(backends, "TILED_MIN_PAIRS", 100 * 100)
+    with torch.no_grad():
+        assert auto_backend(rope, causal, pos, pos) == "chunked"
+        assert auto_backend(rope, causal, pos[:99], pos[:99]) == "sdpa"  # below the pair threshold
+        assert auto_backend(None, causal, pos, pos) == "sdpa"  # nothing to rotate: the fused call is lean
+        assert auto_backend(alibi, causal, pos, pos) == "chunked"
+    assert auto_backend(rope, causal, pos, pos) == "sdpa"  # under autograd: the fused kernel's backward
+    assert not backends._tiles_apply(rope, build_mask("window:10"), pos, pos, "cpu")
+    assert not backends._tiles_apply(alibi, causal, pos, pos, "cpu")
+
+
+def test_only_partially_visible_columns_are_masked() -> None:
+    bias = torch.zeros(2, 3, 6)
+    allowed = build_mask("causal").allowed(torch.arange(3, 6), torch.arange(6))
+    backends._mask_in_place(bias, allowed)
+    assert torch.equal(torch.isfinite(bias), allowed.expand(2, -1, -1))
+    untouched = torch.zeros(2, 3, 6)
+    backends._mask_in_place(untouched, torch.ones(3, 6, dtype=torch.bool))
+    assert torch.equal(untouched, torch.zeros(2, 3, 6))
+
+
+_ROTARY_MEMORY_PROBE = (
+    _PEAK
+    + """
+import json, sys, torch
+from lextra.attention import attention
+from lextra.positions import HeadDims, build_scheme
+torch.set_num_threads(1)
+L, H, D = 16384, 8, 64
+scheme = build_scheme("rope", HeadDims(H, D, H * D, 128))
+q, k, v = (torch.randn(1, H, L, D) for _ in range(3))
+with torch.no_grad():
+    attention(q[..., :64, :], k[..., :64, :], v[..., :64, :], scheme=scheme, backend=sys.argv[1])
+    reset_peak()
+    before = peak_mib()
+    out = attention(q, k, v, scheme=scheme, backend=sys.argv[1])
+print(json.dumps({"extra_mib": peak_mib() - before, "out_mib": out.numel() * 4 / 2**20}))
+"""
+)
+
+
+def test_tiled_rotary_attention_holds_no_rotated_copies_of_q_and_k() -> None:
+    """The fused call holds rotated q and k besides its output (4x the output at 16k); the tiled path holds the
+    output and O(tile) buffers (the issue's bound: 2x plain SDPA, whose extra memory is its output)."""
+    extra = {}
+    for backend in ("sdpa", "auto"):
+        result = subprocess.run(
+            [sys.executable, "-c", _ROTARY_MEMORY_PROBE, backend], capture_output=True, text=True, check=True
+        )
+        extra[backend] = json.loads(result.stdout)
+    out_mib = extra["auto"]["out_mib"]
+    assert extra["sdpa"]["extra_mib"] > 3 * out_mib, extra
+    assert extra["auto"]["extra_mib"] < 2 * out_mib, extra

@@ -11,7 +11,12 @@ and score bias, a mask and an optional temperature, then softmax-attends:
 - `chunked`: queries in blocks; each block sees only the keys its mask allows (a window's block touches
   width + block keys) and its bias is built for that block alone from the scheme's per-distance table, then one
   SDPA call per block. Memory O(H x block x keys) per step, never H x L x L; forward and backward on any device.
-- `auto`: `sdpa` when it applies, else `chunked`.
+  Without autograd the blocks write into one preallocated output (no list of block outputs and no `cat`).
+- `tiled` (inside `chunked`, no autograd, CPU, causal, no bias): query blocks x key chunks, each tile one flash
+  call that also returns its log-sum-exp, merged exactly as flash attention merges its tiles. Rotary schemes
+  rotate one tile's queries and keys at a time, so no rotated copy of q or k is ever held in full.
+- `auto`: `sdpa` when it applies, else `chunked`. Rotary schemes at long lengths without autograd take `chunked`
+  (tiled): the fused call would need rotated copies of q and k (3-4x plain SDPA's memory).
 """
 
 from __future__ import annotations
@@ -37,6 +42,15 @@ LEAN_BLOCK = 256
 #: computes the whole (block x keys) rectangle, so smaller blocks skip more of the masked triangle
 TRAIN_BIAS_BLOCK: int | None = 256
 MIN_BLOCK = 16
+#: query block = key chunk of the tiled path; 1024 measured fastest at 16k (rope: 1.04x SDPA, 1.2x its memory)
+TILE = 1024
+#: FIRE's tiles (bias per query and key): query block x key chunk, a (H, 256, 2048) fp32 bias is 16 MiB
+BIAS_TILE = 256
+BIAS_KEY_CHUNK = 2048
+#: the tiled path replaces the fused call for rotary schemes from this many (query, key) pairs on (4k x 4k)
+TILED_MIN_PAIRS = 4096 * 4096
+#: torch's CPU flash kernel, which also returns each row's log-sum-exp (what merging tiles exactly needs)
+_FLASH_WITH_LSE = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 
 
 def attention(
@@ -74,7 +88,7 @@ def attention(
     if backend not in BACKENDS:
         raise ConfigError(f"unknown attention backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     if backend == "auto":
-        backend = "sdpa" if _sdpa_applies(scheme, mask, q_pos, k_pos) else "chunked"
+        backend = auto_backend(scheme, mask, q_pos, k_pos, q.device)
     if backend == "reference":
         return reference_attention(q, k, v, scheme, mask, q_pos, k_pos, scale, tau)
     if backend == "sdpa":
@@ -122,6 +136,33 @@ def _sdpa_applies(scheme: PositionScheme | None, mask: Mask, q_pos: Tensor, k_po
     if type(mask) is FullMask:
         return True
     return q_pos.numel() == k_pos.numel() and bool((q_pos == k_pos).all()) and _contiguous(q_pos)
+
+
+def auto_backend(
+    scheme: PositionScheme | None, mask: Mask, q_pos: Tensor, k_pos: Tensor, device: torch.device | str = "cpu"
+) -> str:
+    """What `backend="auto"` runs for these positions under the current grad mode: "sdpa" or "chunked"."""
+    if not _sdpa_applies(scheme, mask, q_pos, k_pos):
+        return "chunked"
+    rotary = scheme is not None and scheme.transforms_qk
+    if rotary and q_pos.numel() * k_pos.numel() >= TILED_MIN_PAIRS and _tiles_apply(scheme, mask, q_pos, k_pos, device):
+        return "chunked"  # tiled: no full rotated copies of q and k
+    return "sdpa"
+
+
+def attention_path(
+    scheme: PositionScheme | None, mask: Mask, q_pos: Tensor, k_pos: Tensor, device: torch.device | str = "cpu"
+) -> str:
+    """How `backend="auto"` computes attention here, under the current grad mode (for benchmarks and logs):
+    `sdpa` (one fused call), `tiled` (query x key tiles merged by log-sum-exp), `chunked/strided` (query blocks,
+    bias a strided view of a per-distance table), `chunked/gathered` (bias built per block), `chunked` (no bias)."""
+    if auto_backend(scheme, mask, q_pos, k_pos, device) == "sdpa":
+        return "sdpa"
+    if _tiles_apply(scheme, mask, q_pos, k_pos, device):
+        return "tiled"
+    if scheme is None or not scheme.has_bias:
+        return "chunked"
+    return "chunked/strided" if _toeplitz_possible(scheme, mask, q_pos) else "chunked/gathered"
 
 
 def _rotate(scheme: PositionScheme | None, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, seq_len=None):
@@ -219,7 +260,16 @@ def chunked_attention(
     Lq, Lk = q.shape[-2], k.shape[-2]
     if Lq == 0:
         return q.new_zeros(*q.shape[:-1], v.shape[-1])
-    rotate_per_block = scheme is not None and scheme.transforms_qk and scheme.rotate_span is not None
+    if _tiles_apply(scheme, mask, q_pos, k_pos, q.device) and q.dtype in (torch.float32, torch.bfloat16):
+        return tiled_causal_attention(q, k, v, scheme, q_pos, k_pos, scale, tau, block_size)
+    # rotate each block's queries and keys where that is needed (xPos's span) or cheap and lean (without autograd,
+    # a window's or BCA's block sees ~width + block keys): no rotated copies of all of q and k
+    bounded = mask.key_range(0, 0)[0] > -UNBOUNDED
+    rotate_per_block = (
+        scheme is not None
+        and scheme.transforms_qk
+        and (scheme.rotate_span is not None or (bounded and not torch.is_grad_enabled()))
+    )
     seq_len = max(int(q_pos.max()), int(k_pos.max())) + 1 if Lk else None  # one length for every block
     if not rotate_per_block:
         q, k = _rotate(scheme, q, k, q_pos, k_pos)
@@ -227,9 +277,11 @@ def chunked_attention(
     queries_sorted = bool((q_pos.diff() >= 0).all()) if Lq > 1 else True
     has_bias = scheme is not None and scheme.has_bias
     window = _typical_keys(mask, Lk, block_size or MAX_BLOCK)
-    lean = has_bias and _toeplitz_possible(scheme, mask, q_pos)
+    lean = _toeplitz_possible(scheme, mask, q_pos)  # biases and masks as strided views of one table
     block = LEAN_BLOCK if lean and block_size is None else _block_size(scheme, window, q.shape[1], block_size)
-    outputs = []
+    # without autograd each block writes into one output tensor; under autograd a list and one cat
+    out = None if torch.is_grad_enabled() else q.new_empty(*q.shape[:-1], v.shape[-1])
+    outputs: list[Tensor] = []
     workspace: dict[str, Tensor] = {}  # per-block bias buffers, reused (schemes with `bias_into`)
     for start, stop in _query_blocks(q_pos, block, mask, queries_sorted):
         qp = q_pos[start:stop]
@@ -245,12 +297,12 @@ def chunked_attention(
             qc, kc = scheme.rotate(qc, kc, qp, kp, seq_len)
         tau_block = None if tau is None else _block_tau(tau, start, stop)
         local = mask.within(int(qp[0]), int(qp[-1])) if keys_sorted and queries_sorted else mask
-        toeplitz = _toeplitz_bias(scheme, local, qp, kp, tau_block) if has_bias else None
+        toeplitz = _toeplitz_bias(scheme, local, qp, kp, tau_block) if lean or has_bias else None
         if toeplitz is not None:
             # rows reversed so that the bias is a stride-(1, 1) view of one table: no (H, Lq, Lk) tensor is built
             flipped = _scaled_query(qc, tau_block).flip(-2)
-            out = F.scaled_dot_product_attention(flipped, kc, vc, attn_mask=toeplitz.to(qc.dtype), scale=scale)
-            outputs.append(out.flip(-2))
+            result = F.scaled_dot_product_attention(flipped, kc, vc, attn_mask=toeplitz.to(qc.dtype), scale=scale)
+            _emit(out, outputs, result.flip(-2), start, stop)
             continue
         allowed = local.allowed(qp, kp)
         if has_bias:
@@ -258,7 +310,7 @@ def chunked_attention(
                 bias = scheme.bias_into(qp, kp, workspace)  # a reused buffer: modified in place below
                 if tau_block is not None:
                     bias.div_(tau_block[..., None])
-                bias.masked_fill_(~allowed, float("-inf"))
+                _mask_in_place(bias, allowed)
             else:
                 bias = scheme.bias(qp, kp)
                 if tau_block is not None:
@@ -266,18 +318,134 @@ def chunked_attention(
                 bias = bias.masked_fill(~allowed, float("-inf"))
             attn_mask = bias.to(qc.dtype)[None]  # 4-D: the flash kernel
         else:
-            attn_mask = allowed
-        outputs.append(
-            F.scaled_dot_product_attention(_scaled_query(qc, tau_block), kc, vc, attn_mask=attn_mask, scale=scale)
-        )
-    return torch.cat(outputs, dim=-2)
+            attn_mask = None if type(local) is FullMask else allowed
+        result = F.scaled_dot_product_attention(_scaled_query(qc, tau_block), kc, vc, attn_mask=attn_mask, scale=scale)
+        _emit(out, outputs, result, start, stop)
+    return out if out is not None else torch.cat(outputs, dim=-2)
+
+
+def _emit(out: Tensor | None, outputs: list[Tensor], block: Tensor, start: int, stop: int) -> None:
+    """Store one query block's result: into the preallocated output, or (under autograd) onto the list."""
+    if out is None:
+        outputs.append(block)
+    else:
+        out[..., start:stop, :] = block
+
+
+def _mask_in_place(bias: Tensor, allowed: Tensor) -> None:
+    """Set the disallowed entries of an (H, c, n) bias to -inf, touching only the key columns some query of the
+    block may not see (a causal block's last c columns), not the whole (H, c, n) tensor."""
+    partial = (~allowed).any(0).nonzero()
+    if partial.numel():
+        lo, hi = int(partial[0]), int(partial[-1]) + 1
+        bias[..., lo:hi].masked_fill_(~allowed[:, lo:hi], float("-inf"))
+
+
+def _tiles_apply(
+    scheme: PositionScheme | None, mask: Mask, q_pos: Tensor, k_pos: Tensor, device: torch.device | str
+) -> bool:
+    """Whether `tiled_causal_attention` computes this call: no autograd, CPU, causal mask, contiguous positions
+    with every query's own position among the keys, and no bias or one that is not a per-distance table (FIRE
+    past its threshold; per-distance tables are cheaper as strided views)."""
+    if _FLASH_WITH_LSE is None or torch.is_grad_enabled() or torch.device(device).type != "cpu":
+        return False
+    if type(mask) is not CausalMask:
+        return False
+    if q_pos.numel() == 0 or k_pos.numel() == 0 or not (_contiguous(q_pos) and _contiguous(k_pos)):
+        return False
+    if scheme is not None and scheme.has_bias and _toeplitz_possible(scheme, mask, q_pos):
+        return False
+    return int(k_pos[0]) <= int(q_pos[0]) and int(q_pos[-1]) <= int(k_pos[-1])
+
+
+def tiled_causal_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    scheme: PositionScheme | None,
+    q_pos: Tensor,
+    k_pos: Tensor,
+    scale: float,
+    tau: Tensor | None = None,
+    block_size: int | None = None,
+) -> Tensor:
+    """Causal attention as query blocks x key chunks, without autograd (CPU): exact, and lean for rotary schemes.
+
+    Each query block attends its diagonal square (one causal flash call) and every earlier key chunk (unmasked
+    flash calls); each call returns its rows' log-sum-exp, and the partial outputs are merged exactly:
+    out = sum_j out_j exp(lse_j - lse), lse = logaddexp_j lse_j. Every row sees at least its own key in the
+    diagonal tile, so no tile has a fully masked row. A rotary scheme rotates each tile's queries and keys on the
+    fly (xPos anchored at the query block, as in `chunked`), so extra memory is the output plus O(tile) buffers,
+    where the fused call needs rotated copies of all of q and k. A bias (FIRE's, per query and key) is built
+    per tile into reused buffers and passed as the tile's float mask, the causal square's masked in.
+    """
+    Lq = q.shape[-2]
+    has_bias = scheme is not None and scheme.has_bias
+    block = max(1, int(block_size or (BIAS_TILE if has_bias else TILE)))
+    key_chunk = max(block, BIAS_KEY_CHUNK) if has_bias and block_size is None else block
+    if scheme is not None and scheme.rotate_span is not None:
+        block = key_chunk = min(block, scheme.rotate_span)
+    workspace: dict[str, Tensor] = {}
+    seq_len = max(int(q_pos[-1]), int(k_pos[-1])) + 1
+    k0 = int(k_pos[0])
+    out = q.new_empty(*q.shape[:-1], v.shape[-1])
+    for start in range(0, Lq, block):
+        stop = min(start + block, Lq)
+        qp = q_pos[start:stop]
+        first, last = int(qp[0]) - k0, int(qp[-1]) - k0 + 1  # key indices of the diagonal square
+        qc = q[..., start:stop, :]
+        tau_block = None if tau is None else _block_tau(tau, start, stop)
+        tiles = [(first, last, True)] + [(lo, min(lo + key_chunk, first), False) for lo in range(0, first, key_chunk)]
+        acc = lse = qs = None
+        for lo, hi, causal in tiles:
+            if qs is None:  # the diagonal tile: rotate the query block once for all its tiles
+                qr, kr = _rotate(scheme, qc, k[..., lo:hi, :], qp, k_pos[lo:hi], seq_len)
+                qs = _scaled_query(qr, tau_block)
+            else:  # keys alone (one query row passed along: xPos anchors its scales at the block's first query)
+                _, kr = _rotate(scheme, qc[..., :1, :], k[..., lo:hi, :], qp[:1], k_pos[lo:hi], seq_len)
+            if has_bias:
+                bias = _tile_bias(scheme, qp, k_pos[lo:hi], tau_block, causal, workspace)
+                part, part_lse = _FLASH_WITH_LSE(
+                    qs, kr, v[..., lo:hi, :], 0.0, False, attn_mask=bias.to(qs.dtype), scale=scale
+                )
+            else:
+                part, part_lse = _FLASH_WITH_LSE(qs, kr, v[..., lo:hi, :], 0.0, causal, scale=scale)
+            acc, lse = _merge_tiles(acc, lse, part, part_lse)
+        out[..., start:stop, :] = acc
+    return out
+
+
+def _tile_bias(
+    scheme: PositionScheme, qp: Tensor, kp: Tensor, tau: Tensor | None, causal: bool, workspace: dict[str, Tensor]
+) -> Tensor:
+    """One tile's bias (1, H, c, n) in the flash kernel's mask form: divided by tau, causal square masked."""
+    bias = scheme.bias_into(qp, kp, workspace) if hasattr(scheme, "bias_into") else scheme.bias(qp, kp)
+    if tau is not None:
+        bias = bias / tau[..., None]
+    if causal:
+        _mask_in_place(bias, CausalMask().allowed(qp, kp))
+    return bias[None]
+
+
+def _merge_tiles(acc: Tensor | None, lse: Tensor | None, part: Tensor, part_lse: Tensor) -> tuple[Tensor, Tensor]:
+    """Fold one tile's normalised output and log-sum-exp into the running ones (fp32 accumulation)."""
+    if acc is None or lse is None:
+        return part.float(), part_lse
+    total = torch.logaddexp(lse, part_lse)
+    acc.mul_(torch.exp(lse - total)[..., None]).add_(part.float() * torch.exp(part_lse - total)[..., None])
+    return acc, total
 
 
 def _toeplitz_possible(scheme: PositionScheme, mask: Mask, q_pos: Tensor) -> bool:
-    """Whether blocks will get their bias as a strided view of a table (so no per-block bias memory)."""
-    frozen = not torch.is_grad_enabled() or not any(p.requires_grad for p in scheme.parameters())
+    """Whether blocks will get their bias, or without a bias their mask, as a strided view of a table (so no
+    per-block bias or mask memory; a float mask also spares SDPA converting a boolean one per block)."""
     local = mask.within(0, 0)  # BCA is causal within a query block that stays inside one of its blocks
-    return frozen and scheme.distance_only(q_pos) and local.allowed_distance(q_pos[:1]) is not None
+    if local.allowed_distance(q_pos[:1]) is None:
+        return False
+    if scheme is None or not scheme.has_bias:
+        return type(local) is not FullMask  # nothing to mask: no mask at all
+    frozen = not torch.is_grad_enabled() or not any(p.requires_grad for p in scheme.parameters())
+    return frozen and scheme.distance_only(q_pos)
 
 
 def _query_blocks(q_pos: Tensor, block: int, mask: Mask, sorted_queries: bool) -> list[tuple[int, int]]:
@@ -295,15 +463,19 @@ def _query_blocks(q_pos: Tensor, block: int, mask: Mask, sorted_queries: bool) -
     return ranges
 
 
-def _toeplitz_bias(scheme: PositionScheme, mask: Mask, qp: Tensor, kp: Tensor, tau: Tensor | None) -> Tensor | None:
-    """The block's masked bias as a view (1, H, c, n) of one per-distance table, rows in reverse order.
+def _toeplitz_bias(
+    scheme: PositionScheme | None, mask: Mask, qp: Tensor, kp: Tensor, tau: Tensor | None
+) -> Tensor | None:
+    """The block's masked bias as a view (1, H, c, n) of one per-distance table, rows in reverse order; without a
+    bias, the mask alone as a (1, 1, c, n) view of a 0 / -inf table.
 
     Applies when the bias and the mask depend on m - n alone and positions are contiguous: then with rows
     reversed, entry (a, b) holds table[a + b], i.e. `as_strided` with strides (1, 1). Only without autograd
     through the table (overlapping views have no cheap backward): learned tables under training take the
     gather path.
     """
-    if not scheme.distance_only(qp) or (tau is not None and tau.shape[-1] != 1):
+    biased = scheme is not None and scheme.has_bias
+    if biased and (not scheme.distance_only(qp) or (tau is not None and tau.shape[-1] != 1)):
         return None
     if not (_contiguous(qp) and _contiguous(kp)) or qp.numel() == 0 or kp.numel() == 0:
         return None
@@ -313,11 +485,14 @@ def _toeplitz_bias(scheme: PositionScheme, mask: Mask, qp: Tensor, kp: Tensor, t
     allowed = mask.allowed_distance(distance)
     if allowed is None:
         return None
-    table = scheme.distance_bias(distance)
-    if table.requires_grad:
-        return None
-    if tau is not None:
-        table = table / tau
+    if not biased:  # the temperature is in the scaled queries
+        table = torch.zeros(1, c + n - 1, device=qp.device)
+    else:
+        table = scheme.distance_bias(distance)
+        if table.requires_grad:
+            return None
+        if tau is not None:
+            table = table / tau
     table = table.masked_fill(~allowed, float("-inf")).contiguous()
     # 4-D: torch 2.13's CPU SDPA sends a 3-D float mask to its slow math kernel, a 4-D one to the flash kernel
     return table.as_strided((1, table.shape[0], c, n), (0, table.stride(0), 1, 1))

@@ -240,7 +240,7 @@ class FIRE(PositionScheme):
             return self.mlp(normalised.unsqueeze(-1)).movedim(-1, 0)
         breakpoints, slope, intercept = self._linear_pieces()
         piece = torch.bucketize(normalised, breakpoints)
-        return slope[:, piece] * normalised + intercept[:, piece]
+        return torch.addcmul(intercept[:, piece], slope[:, piece], normalised)  # as `bias_into` computes it
 
     def _linear_pieces(self) -> tuple[Tensor, Tensor, Tensor]:
         """The MLP (1 -> hidden ReLU -> H) is piecewise linear in its scalar input, with a break where each
@@ -283,14 +283,13 @@ class FIRE(PositionScheme):
         u.mul_(self.c).abs_().add_(1.0).log_()  # psi(m - n)
         u.div_((self._psi(torch.maximum(q_pos.float(), l_thr)) + self.eps)[:, None])
         breakpoints, slope, intercept = self._linear_pieces()
-        piece = _buffer(workspace, "piece", c * n, torch.int64)
-        torch.bucketize(u.view(-1), breakpoints, out=piece)
+        piece = _buffer(workspace, "piece", c * n, torch.int32)  # int32: bucketize runs 2x faster than int64
+        torch.bucketize(u.view(-1), breakpoints, out_int32=True, out=piece)
         bias = _buffer(workspace, "bias", H * c * n, torch.float32).view(H, c * n)
         torch.index_select(slope, 1, piece, out=bias)
-        bias.mul_(u.view(1, -1))
         offset = _buffer(workspace, "offset", H * c * n, torch.float32).view(H, c * n)
         torch.index_select(intercept, 1, piece, out=offset)
-        return bias.add_(offset).view(H, c, n)
+        return torch.addcmul(offset, bias, u.view(1, -1), out=bias).view(H, c, n)  # intercept + slope * u
 
     def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         l_thr = self.l_mult.abs() * self.threshold
