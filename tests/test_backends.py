@@ -249,7 +249,7 @@ def test_only_partially_visible_columns_are_masked() -> None:
     assert torch.equal(untouched, torch.zeros(2, 3, 6))
 
 
-_ROTARY_MEMORY_PROBE = (
+_TILED_MEMORY_PROBE = (
     _PEAK
     + """
 import json, sys, torch
@@ -257,27 +257,34 @@ from lextra.attention import attention
 from lextra.positions import HeadDims, build_scheme
 torch.set_num_threads(1)
 L, H, D = 16384, 8, 64
-scheme = build_scheme("rope", HeadDims(H, D, H * D, 128))
+scheme = build_scheme(sys.argv[1], HeadDims(H, D, H * D, 128))
 q, k, v = (torch.randn(1, H, L, D) for _ in range(3))
 with torch.no_grad():
-    attention(q[..., :64, :], k[..., :64, :], v[..., :64, :], scheme=scheme, backend=sys.argv[1])
+    attention(q[..., :1024, :], k[..., :1024, :], v[..., :1024, :], scheme=scheme, backend=sys.argv[2])
     reset_peak()
     before = peak_mib()
-    out = attention(q, k, v, scheme=scheme, backend=sys.argv[1])
+    out = attention(q, k, v, scheme=scheme, backend=sys.argv[2])
 print(json.dumps({"extra_mib": peak_mib() - before, "out_mib": out.numel() * 4 / 2**20}))
 """
 )
 
 
+def _tiled_extra_memory(scheme: str, backend: str) -> dict[str, float]:
+    result = subprocess.run(
+        [sys.executable, "-c", _TILED_MEMORY_PROBE, scheme, backend], capture_output=True, text=True, check=True
+    )
+    return json.loads(result.stdout)
+
+
 def test_tiled_rotary_attention_holds_no_rotated_copies_of_q_and_k() -> None:
     """The fused call holds rotated q and k besides its output (4x the output at 16k); the tiled path holds the
     output and O(tile) buffers (the issue's bound: 2x plain SDPA, whose extra memory is its output)."""
-    extra = {}
-    for backend in ("sdpa", "auto"):
-        result = subprocess.run(
-            [sys.executable, "-c", _ROTARY_MEMORY_PROBE, backend], capture_output=True, text=True, check=True
-        )
-        extra[backend] = json.loads(result.stdout)
-    out_mib = extra["auto"]["out_mib"]
-    assert extra["sdpa"]["extra_mib"] > 3 * out_mib, extra
-    assert extra["auto"]["extra_mib"] < 2 * out_mib, extra
+    fused, tiled = _tiled_extra_memory("rope", "sdpa"), _tiled_extra_memory("rope", "auto")
+    assert fused["extra_mib"] > 3 * fused["out_mib"], fused
+    assert tiled["extra_mib"] < 2 * tiled["out_mib"], tiled
+
+
+def test_tiled_fire_builds_its_per_pair_bias_one_tile_at_a_time() -> None:
+    """FIRE's bias past its threshold is (H, L, L): 8 GiB at 16k; tile by tile it stays under the output's size."""
+    probe = _tiled_extra_memory("fire", "auto")
+    assert probe["extra_mib"] < 2 * probe["out_mib"], probe

@@ -287,9 +287,11 @@ class FIRE(PositionScheme):
         torch.bucketize(u.view(-1), breakpoints, out_int32=True, out=piece)
         bias = _buffer(workspace, "bias", H * c * n, torch.float32).view(H, c * n)
         torch.index_select(slope, 1, piece, out=bias)
-        offset = _buffer(workspace, "offset", H * c * n, torch.float32).view(H, c * n)
-        torch.index_select(intercept, 1, piece, out=offset)
-        return torch.addcmul(offset, bias, u.view(1, -1), out=bias).view(H, c, n)  # intercept + slope * u
+        offset = _buffer(workspace, "offset", c * n, torch.float32)  # one head's intercepts at a time
+        for h in range(H):
+            torch.index_select(intercept[h], 0, piece, out=offset)
+            torch.addcmul(offset, bias[h], u.view(-1), out=bias[h])  # intercept + slope * u
+        return bias.view(H, c, n)
 
     def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         l_thr = self.l_mult.abs() * self.threshold
