@@ -418,3 +418,21 @@ def test_fire_bias_into_reused_buffers_equals_its_bias_exactly() -> None:
     assert set(workspace) == {"u", "piece", "bias", "offset"}
     below = torch.arange(0, 16)  # queries under the threshold keep the per-distance table path
     assert torch.equal(fire.bias_into(below, below, workspace), fire.bias(below, below))
+
+
+@torch.no_grad()
+def test_fire_blocks_on_one_linear_piece_skip_the_per_pair_gathers_exactly() -> None:
+    """Far from the diagonal u = psi(m - n) / psi(m) spans a sliver of one piece of the MLP: one multiply-add."""
+    torch.manual_seed(0)
+    fire = build_scheme("fire", HeadDims(4, 16, 64, 128), threshold=32.0)
+    q_pos, k_pos = torch.arange(6000, 6016), torch.arange(0, 64)
+    breakpoints = fire._linear_pieces()[0]
+    u = fire._psi((q_pos[:, None] - k_pos[None, :]).float()) / (fire._psi(q_pos.float()) + fire.eps)[:, None]
+    assert torch.bucketize(u, breakpoints).unique().numel() == 1  # the case under test
+    workspace: dict[str, torch.Tensor] = {}
+    got = fire.bias_into(q_pos, k_pos, workspace).clone()
+    assert "piece" not in workspace  # no per-pair piece index was built
+    assert torch.equal(got, fire.bias(q_pos, k_pos))
+    near = torch.arange(6000, 6016)  # the diagonal block spans several pieces: the general path, same values
+    assert torch.equal(fire.bias_into(near, torch.arange(0, 6016), workspace), fire.bias(near, torch.arange(0, 6016)))
+    assert "piece" in workspace
