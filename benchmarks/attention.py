@@ -30,9 +30,9 @@ How to read it
     it as an order of magnitude, the time ratio as the precise number.
 
 Usage
-    .venv/bin/python benchmarks/attention.py                       # all schemes x masks, L = 1k, 4k, 16k
+    .venv/bin/python benchmarks/attention.py                       # all schemes x masks, L = 1k, 4k, 16k, 32k
     .venv/bin/python benchmarks/attention.py --quick               # smoke run, L = 256, 1024
-    .venv/bin/python benchmarks/attention.py --schemes rope,alibi --masks causal --lengths 1024,4096,16384,32768
+    .venv/bin/python benchmarks/attention.py --schemes rope,alibi --masks causal --lengths 1024,4096
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from harness import BaseCell, HelpFormatter, csv_list, file_sha, md_table, ratio
 BATCH = 1
 HEADS = 8
 HEAD_DIM = 64
-DEFAULT_LENGTHS = (1024, 4096, 16384)
+DEFAULT_LENGTHS = (1024, 4096, 16384, 32768)
 QUICK_LENGTHS = (256, 1024)
 DEFAULT_MASKS = ("causal", "window", "bca")
 LONG = 16384  # at and above this length a cell repeats once by default

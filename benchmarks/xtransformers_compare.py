@@ -2,7 +2,7 @@
 
 What it measures
     A decoder of width 256, depth 4, 8 heads of dim 32, MLP ratio 4, byte vocabulary (256), batch 1, fp32, one
-    forward call to logits under `torch.no_grad()` in eval mode, at each length L (1k, 4k, 16k by default):
+    forward call to logits under `torch.no_grad()` in eval mode, at each length L (1k, 4k, 16k, 32k by default):
       - lextra `GPT` with scheme `rope` and with `alibi` (attention backend `auto`: fused SDPA for RoPE, query
         blocks with a strided per-distance bias for ALiBi),
       - x-transformers `TransformerWrapper(attn_layers=Decoder(...))` with `rotary_pos_emb=True` and with
@@ -23,8 +23,8 @@ How it measures
 
 Usage
     .venv/bin/pip install x-transformers==2.31.10            # the `bench` extra; it keeps torch as it is
-    .venv/bin/python benchmarks/xtransformers_compare.py                       # L = 1k, 4k, 16k
-    .venv/bin/python benchmarks/xtransformers_compare.py --lengths 1024,4096,16384,32768
+    .venv/bin/python benchmarks/xtransformers_compare.py                       # L = 1k, 4k, 16k, 32k
+    .venv/bin/python benchmarks/xtransformers_compare.py --lengths 1024,4096
     .venv/bin/python benchmarks/xtransformers_compare.py --models lextra-rope,xt-rotary-flash --quick
 """
 
@@ -48,7 +48,7 @@ N_HEAD = 8
 HEAD_DIM = 32
 VOCAB = 256
 TRAIN_LEN = 1024  # lextra's L_tr (no effect on rope / alibi forward)
-DEFAULT_LENGTHS = (1024, 4096, 16384)
+DEFAULT_LENGTHS = (1024, 4096, 16384, 32768)
 QUICK_LENGTHS = (256, 1024)
 LONG = 16384  # at and above this length a cell repeats once by default
 WARMUP_LEN = 128
