@@ -78,7 +78,7 @@ def _attention_path(model: Any, L: int) -> tuple[str, int | None]:
                 return path, None
             block = backends._block_size(scheme, L, N_HEAD, None)
         if scheme.bias_per_query and not scheme.distance_only(pos):
-            path += "+pair-MLP"
+            path += "+per-query"
         return path, block
     except (AttributeError, TypeError) as exc:
         return f"unknown ({exc!r})", None

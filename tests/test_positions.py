@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from conftest import ALL_SCHEMES, RELATIVE_SCHEMES, make_scheme, qkv
 
 from lextra.attention import attention_logits
@@ -353,6 +354,28 @@ def test_fire_piecewise_linear_evaluation_equals_its_mlp() -> None:
         direct = scheme.mlp(u.unsqueeze(-1)).movedim(-1, 0)
     scale = float(direct.abs().max())
     assert (pieces - direct).abs().max() <= 1e-6 * max(1.0, scale) * 4
+
+
+def test_fire_piecewise_gradients_equal_the_mlps_own() -> None:
+    """Under autograd the pieces' slopes and intercepts carry the MLP's weight gradients (the piece only selects
+    which applies), and d bias / du is the piece's slope: the same gradients as the explicit fp64 MLP."""
+    scheme = make_scheme("fire", n_heads=4, threshold=32.0)
+    q_pos, k_pos = torch.arange(40, 200), torch.arange(0, 200)
+    upstream = torch.randn(4, 160, 200)
+    params = list(scheme.parameters())
+    pieces = scheme.bias(q_pos, k_pos)
+    grads = torch.autograd.grad((pieces * upstream).sum(), params)
+    threshold = scheme.l_mult.abs() * scheme.threshold
+    u = scheme._psi((q_pos[:, None] - k_pos[None, :]).float())
+    u = u / (scheme._psi(torch.maximum(q_pos.float(), threshold)) + scheme.eps)[:, None]
+    up, down = scheme.mlp[0], scheme.mlp[2]
+    hidden = torch.relu(F.linear(u.double().unsqueeze(-1), up.weight.double(), up.bias.double()))
+    direct = F.linear(hidden, down.weight.double(), down.bias.double()).float().movedim(-1, 0)
+    expected = torch.autograd.grad((direct * upstream).sum(), params)
+    torch.testing.assert_close(pieces, direct, rtol=0, atol=1e-6)
+    for got, want in zip(grads, expected, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    assert float(grads[0].abs()) > 0  # c (psi's scale) does receive a gradient
 
 
 @pytest.mark.parametrize(

@@ -228,12 +228,13 @@ def _block_size(scheme: PositionScheme | None, n_keys: int, n_heads: int, reques
     if scheme is None or not scheme.has_bias:
         size = MAX_BLOCK
     else:
-        # under autograd FIRE's MLP holds a hidden layer per (query, key) pair while the bias is built; without,
-        # its piecewise-linear form holds the bias, an offset, the input and its piece index
+        # FIRE past its threshold evaluates its MLP as linear pieces per (query, key) pair: under autograd in fp64
+        # (gathered slopes and intercepts, their product and the input: about 5 fp32 words per head); without,
+        # the bias, an offset, the input and its piece index
         if not scheme.bias_per_query:
             per_pair = n_heads
         elif torch.is_grad_enabled():
-            per_pair = n_heads + 2 * scheme.mlp[0].out_features
+            per_pair = 5 * n_heads + 3
         else:
             per_pair = 2 * n_heads + 3
         size = BIAS_BUDGET // max(1, n_keys * per_pair)

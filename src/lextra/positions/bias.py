@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lextra.errors import ConfigError
@@ -230,36 +229,38 @@ class FIRE(PositionScheme):
         return torch.log(torch.abs(self.c * x) + 1.0)
 
     def _mlp_heads(self, normalised: Tensor) -> Tensor:
-        """MLP over every entry, (..., ) -> (H, ...). Under autograd it runs in fp64: its weight gradients sum
-        one term per (query, key) pair, which fp32 would round visibly at a few thousand tokens."""
+        """MLP over every entry, (..., ) -> (H, ...), evaluated exactly as slope * u + intercept of u's linear piece
+        (`_linear_pieces`): no hidden layer per (query, key) pair. Under autograd the pieces' slopes and
+        intercepts are differentiable functions of the MLP's weights (the piece only selects which), so the
+        gradients are the MLP's own; they run in fp64, since the weight gradients sum one term per (query, key)
+        pair, which fp32 would round visibly at a few thousand tokens."""
         if torch.is_grad_enabled() and self.mlp[0].weight.requires_grad:
-            up, down = self.mlp[0], self.mlp[2]
-            hidden = torch.relu(F.linear(normalised.double().unsqueeze(-1), up.weight.double(), up.bias.double()))
-            return F.linear(hidden, down.weight.double(), down.bias.double()).float().movedim(-1, 0)
-        if torch.is_grad_enabled() and normalised.requires_grad:
-            return self.mlp(normalised.unsqueeze(-1)).movedim(-1, 0)
+            breakpoints, slope, intercept = self._linear_pieces(torch.float64)
+            piece = torch.bucketize(normalised.detach().double(), breakpoints)
+            return torch.addcmul(intercept[:, piece], slope[:, piece], normalised.double()).float()
         breakpoints, slope, intercept = self._linear_pieces()
         piece = torch.bucketize(normalised, breakpoints)
         return torch.addcmul(intercept[:, piece], slope[:, piece], normalised)  # as `bias_into` computes it
 
-    def _linear_pieces(self) -> tuple[Tensor, Tensor, Tensor]:
+    def _linear_pieces(self, dtype: torch.dtype = torch.float32) -> tuple[Tensor, Tensor, Tensor]:
         """The MLP (1 -> hidden ReLU -> H) is piecewise linear in its scalar input, with a break where each
         hidden unit switches on: evaluate it exactly as slope * u + intercept of u's piece (no hidden layer
-        per (query, key) pair). Returns sorted breakpoints (K,) and per-piece slope, intercept (H, K + 1)."""
+        per (query, key) pair). Returns sorted breakpoints (K,) and per-piece slope, intercept (H, K + 1), in
+        `dtype`; differentiable in the MLP's weights under autograd."""
         up, down = self.mlp[0], self.mlp[2]
         w, b = up.weight[:, 0].double(), up.bias.double()
         w2, b2 = down.weight.double(), down.bias.double()
         moving = w != 0
-        breakpoints = torch.sort(-b[moving] / w[moving]).values
+        breakpoints = torch.sort(-b[moving] / w[moving]).values.detach()
         if breakpoints.numel():
             inner = (breakpoints[1:] + breakpoints[:-1]) / 2
             probes = torch.cat((breakpoints[:1] - 1, inner, breakpoints[-1:] + 1))
         else:
             probes = torch.zeros(1, dtype=torch.float64, device=w.device)
-        active = ((probes[:, None] * w[None, :] + b[None, :]) > 0).double()  # (K + 1, hidden)
+        active = ((probes[:, None] * w[None, :].detach() + b[None, :].detach()) > 0).double()  # (K + 1, hidden)
         slope = (active * w[None, :]) @ w2.T  # (K + 1, H)
         intercept = (active * b[None, :]) @ w2.T + b2
-        return breakpoints.float(), slope.T.float().contiguous(), intercept.T.float().contiguous()
+        return breakpoints.to(dtype), slope.T.to(dtype).contiguous(), intercept.T.to(dtype).contiguous()
 
     def distance_bias(self, distance: Tensor) -> Tensor:
         """The bias for queries below the threshold, where the denominator is psi(L_thr): a function of d."""
