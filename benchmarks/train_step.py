@@ -23,7 +23,8 @@ How to read it
     a strided view of one fixed per-distance table, flash kernel: ALiBi, Sandwich), `chunked/gathered` (a learned
     table needs autograd, so each block's (H, block, keys) bias is gathered, in fp64 so the gradient sums stay
     exact, and SDPA, given a float mask that requires grad, runs its math kernel: T5, KERPLE, FIRE) and, for FIRE
-    past its 512-position threshold, `+pair-MLP` (its MLP runs per (query, key) pair).
+    past its 512-position threshold, `+per-query` (its bias depends on the query row, so it is built per (query,
+    key) pair: the MLP as linear pieces, a bucketize and two gathers in fp64).
 
 Usage
     .venv/bin/python benchmarks/train_step.py                         # all schemes, L_tr = 128, 512, 1024
