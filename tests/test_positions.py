@@ -459,3 +459,17 @@ def test_fire_blocks_on_one_linear_piece_skip_the_per_pair_gathers_exactly() -> 
     near = torch.arange(6000, 6016)  # the diagonal block spans several pieces: the general path, same values
     assert torch.equal(fire.bias_into(near, torch.arange(0, 6016), workspace), fire.bias(near, torch.arange(0, 6016)))
     assert "piece" in workspace
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rotation_without_autograd_is_bit_identical_to_the_differentiable_one(dtype: torch.dtype) -> None:
+    """Inference rotates into one preallocated output (four passes); the values must not change by one bit."""
+    x = torch.randn(2, 3, 50, 16).to(dtype)
+    angles = torch.randn(50, 8)
+    cos, sin = angles.cos(), angles.sin()
+    with torch.enable_grad():
+        differentiable = apply_rotary(x, cos, sin, "half")
+    with torch.no_grad():
+        inference = apply_rotary(x, cos, sin, "half")
+    assert inference.dtype == dtype
+    assert torch.equal(inference, differentiable)
