@@ -156,25 +156,38 @@ import json, sys, torch
 from lextra.attention import attention
 from lextra.positions import HeadDims, build_scheme
 torch.set_num_threads(1)
-L, H, D = 16384, 8, 16
-scheme = build_scheme(sys.argv[1], HeadDims(H, D, H * D, 128))
+name, mask, backend, D = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+L, H = 16384, 8
+scheme = build_scheme(name, HeadDims(H, D, H * D, 128))
 q, k, v = (torch.randn(1, H, L, D) for _ in range(3))
-reset_peak()
-before = peak_mib()
 with torch.no_grad():
-    out = attention(q, k, v, scheme=scheme, mask=sys.argv[2])
-print(json.dumps({"extra_mib": peak_mib() - before, "finite": bool(torch.isfinite(out).all())}))
+    attention(q[..., :1024, :], k[..., :1024, :], v[..., :1024, :], scheme=scheme, mask=mask, backend=backend)
+    reset_peak()
+    before = peak_mib()
+    out = attention(q, k, v, scheme=scheme, mask=mask, backend=backend)
+print(json.dumps({
+    "extra_mib": peak_mib() - before, "out_mib": out.numel() * 4 / 2**20, "finite": bool(torch.isfinite(out).all())
+}))
 """
 )
+
+
+def _extra_memory(name: str, mask: str = "causal", backend: str = "auto", head_dim: int = 64) -> dict:
+    """Peak memory growth of one attention call at 16k tokens, 8 heads, measured in a fresh process."""
+    result = subprocess.run(
+        [sys.executable, "-c", _MEMORY_PROBE, name, mask, backend, str(head_dim)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    return json.loads(result.stdout)
 
 
 @pytest.mark.parametrize(("name", "mask"), [("alibi", "causal"), ("fire", "window:512")])
 def test_chunked_memory_grows_linearly_not_quadratically(name: str, mask: str) -> None:
     """At 16k tokens an H x L x L fp32 bias would take 8 GiB; the chunked path stays far below."""
-    result = subprocess.run(
-        [sys.executable, "-c", _MEMORY_PROBE, name, mask], capture_output=True, text=True, check=True, timeout=300
-    )
-    probe = json.loads(result.stdout)
+    probe = _extra_memory(name, mask, head_dim=16)
     assert probe["finite"]
     assert probe["extra_mib"] < 400, probe
 
@@ -249,42 +262,15 @@ def test_only_partially_visible_columns_are_masked() -> None:
     assert torch.equal(untouched, torch.zeros(2, 3, 6))
 
 
-_TILED_MEMORY_PROBE = (
-    _PEAK
-    + """
-import json, sys, torch
-from lextra.attention import attention
-from lextra.positions import HeadDims, build_scheme
-torch.set_num_threads(1)
-L, H, D = 16384, 8, 64
-scheme = build_scheme(sys.argv[1], HeadDims(H, D, H * D, 128))
-q, k, v = (torch.randn(1, H, L, D) for _ in range(3))
-with torch.no_grad():
-    attention(q[..., :1024, :], k[..., :1024, :], v[..., :1024, :], scheme=scheme, backend=sys.argv[2])
-    reset_peak()
-    before = peak_mib()
-    out = attention(q, k, v, scheme=scheme, backend=sys.argv[2])
-print(json.dumps({"extra_mib": peak_mib() - before, "out_mib": out.numel() * 4 / 2**20}))
-"""
-)
-
-
-def _tiled_extra_memory(scheme: str, backend: str) -> dict[str, float]:
-    result = subprocess.run(
-        [sys.executable, "-c", _TILED_MEMORY_PROBE, scheme, backend], capture_output=True, text=True, check=True
-    )
-    return json.loads(result.stdout)
-
-
 def test_tiled_rotary_attention_holds_no_rotated_copies_of_q_and_k() -> None:
     """The fused call holds rotated q and k besides its output (4x the output at 16k); the tiled path holds the
     output and O(tile) buffers (the issue's bound: 2x plain SDPA, whose extra memory is its output)."""
-    fused, tiled = _tiled_extra_memory("rope", "sdpa"), _tiled_extra_memory("rope", "auto")
+    fused, tiled = _extra_memory("rope", backend="sdpa"), _extra_memory("rope")
     assert fused["extra_mib"] > 3 * fused["out_mib"], fused
     assert tiled["extra_mib"] < 2 * tiled["out_mib"], tiled
 
 
 def test_tiled_fire_builds_its_per_pair_bias_one_tile_at_a_time() -> None:
     """FIRE's bias past its threshold is (H, L, L): 8 GiB at 16k; tile by tile it stays under the output's size."""
-    probe = _tiled_extra_memory("fire", "auto")
+    probe = _extra_memory("fire")
     assert probe["extra_mib"] < 2 * probe["out_mib"], probe
