@@ -88,7 +88,7 @@ def attention(
     if backend not in BACKENDS:
         raise ConfigError(f"unknown attention backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     if backend == "auto":
-        backend = auto_backend(scheme, mask, q_pos, k_pos, q.device)
+        backend = auto_backend(scheme, mask, q_pos, k_pos, q.device, q.dtype)
     if backend == "reference":
         return reference_attention(q, k, v, scheme, mask, q_pos, k_pos, scale, tau)
     if backend == "sdpa":
@@ -139,26 +139,40 @@ def _sdpa_applies(scheme: PositionScheme | None, mask: Mask, q_pos: Tensor, k_po
 
 
 def auto_backend(
-    scheme: PositionScheme | None, mask: Mask, q_pos: Tensor, k_pos: Tensor, device: torch.device | str = "cpu"
+    scheme: PositionScheme | None,
+    mask: Mask,
+    q_pos: Tensor,
+    k_pos: Tensor,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
 ) -> str:
     """What `backend="auto"` runs for these positions under the current grad mode: "sdpa" or "chunked"."""
     if not _sdpa_applies(scheme, mask, q_pos, k_pos):
         return "chunked"
     rotary = scheme is not None and scheme.transforms_qk
-    if rotary and q_pos.numel() * k_pos.numel() >= TILED_MIN_PAIRS and _tiles_apply(scheme, mask, q_pos, k_pos, device):
+    if (
+        rotary
+        and q_pos.numel() * k_pos.numel() >= TILED_MIN_PAIRS
+        and _tiles_apply(scheme, mask, q_pos, k_pos, device, dtype)
+    ):
         return "chunked"  # tiled: no full rotated copies of q and k
     return "sdpa"
 
 
 def attention_path(
-    scheme: PositionScheme | None, mask: Mask, q_pos: Tensor, k_pos: Tensor, device: torch.device | str = "cpu"
+    scheme: PositionScheme | None,
+    mask: Mask,
+    q_pos: Tensor,
+    k_pos: Tensor,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
 ) -> str:
     """How `backend="auto"` computes attention here, under the current grad mode (for benchmarks and logs):
     `sdpa` (one fused call), `tiled` (query x key tiles merged by log-sum-exp), `chunked/strided` (query blocks,
     bias a strided view of a per-distance table), `chunked/gathered` (bias built per block), `chunked` (no bias)."""
-    if auto_backend(scheme, mask, q_pos, k_pos, device) == "sdpa":
+    if auto_backend(scheme, mask, q_pos, k_pos, device, dtype) == "sdpa":
         return "sdpa"
-    if _tiles_apply(scheme, mask, q_pos, k_pos, device):
+    if _tiles_apply(scheme, mask, q_pos, k_pos, device, dtype):
         return "tiled"
     if scheme is None or not scheme.has_bias:
         return "chunked"
@@ -261,7 +275,7 @@ def chunked_attention(
     Lq, Lk = q.shape[-2], k.shape[-2]
     if Lq == 0:
         return q.new_zeros(*q.shape[:-1], v.shape[-1])
-    if _tiles_apply(scheme, mask, q_pos, k_pos, q.device) and q.dtype in (torch.float32, torch.bfloat16):
+    if _tiles_apply(scheme, mask, q_pos, k_pos, q.device, q.dtype):
         return tiled_causal_attention(q, k, v, scheme, q_pos, k_pos, scale, tau, block_size)
     # rotate each block's queries and keys where that is needed (xPos's span) or cheap and lean (without autograd,
     # a window's or BCA's block sees ~width + block keys): no rotated copies of all of q and k
@@ -343,12 +357,20 @@ def _mask_in_place(bias: Tensor, allowed: Tensor) -> None:
 
 
 def _tiles_apply(
-    scheme: PositionScheme | None, mask: Mask, q_pos: Tensor, k_pos: Tensor, device: torch.device | str
+    scheme: PositionScheme | None,
+    mask: Mask,
+    q_pos: Tensor,
+    k_pos: Tensor,
+    device: torch.device | str,
+    dtype: torch.dtype = torch.float32,
 ) -> bool:
     """Whether `tiled_causal_attention` computes this call: no autograd, CPU, causal mask, contiguous positions
     with every query's own position among the keys, and no bias or one that is not a per-distance table (FIRE
-    past its threshold; per-distance tables are cheaper as strided views)."""
+    past its threshold; per-distance tables are cheaper as strided views), in a dtype the CPU flash kernel's
+    log-sum-exp variant accepts (fp32, bf16)."""
     if _FLASH_WITH_LSE is None or torch.is_grad_enabled() or torch.device(device).type != "cpu":
+        return False
+    if dtype not in (torch.float32, torch.bfloat16):
         return False
     if type(mask) is not CausalMask:
         return False
