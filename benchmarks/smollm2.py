@@ -24,15 +24,15 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from lextra.align import align_temperatures, log_length_temperature
+from lextra.data.prepare import prepare_data
 from lextra.evaluate.perplexity import evaluation_documents
+from lextra.evaluate.retrieval.scoring import score_prompts
+from lextra.evaluate.retrieval.tasks import PasskeyTask
 from lextra.hf import HFCausalLM, load_hf
 from lextra.hf.load import tokenizer_config
 from lextra.io import atomic_write_json, atomic_write_text
-from lextra.prepare import prepare_data
-from lextra.report import markdown_table
-from lextra.retrieval.scoring import score_prompts
-from lextra.retrieval.tasks import PasskeyTask
+from lextra.methods.align import align_temperatures, log_length_temperature
+from lextra.reporting.tables import markdown_table
 
 METHODS = ("none", "linear", "dynamic", "yarn", "log-length", "pmax")
 

@@ -19,12 +19,12 @@ import json
 import sys
 from pathlib import Path
 
+from lextra.data.prepare import prepare_data
 from lextra.evaluate import EvalConfig, evaluate_model
 from lextra.io import atomic_write_json, atomic_write_text
+from lextra.methods.stretch import methods_for, prepared
 from lextra.model import load_model, read_model_meta
-from lextra.prepare import prepare_data
-from lextra.report import markdown_table
-from lextra.stretch import methods_for, prepared
+from lextra.reporting.tables import markdown_table
 
 MULTIPLES = (1, 2, 4, 8, 16)
 

@@ -35,3 +35,13 @@ def qkv(scheme, length: int, batch: int = 2, key_length: int | None = None, grad
     k = torch.randn(batch, H, Lk, scheme.key_dim(), requires_grad=grad)
     v = torch.randn(batch, H, Lk, D, requires_grad=grad)
     return q, k, v
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """`make test` deselects `gpu` tests; a bare `pytest` on a machine without CUDA skips them with a reason."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (`make test-gpu` on a machine with one)")
+    for item in items:
+        if item.get_closest_marker("gpu") is not None:
+            item.add_marker(skip)

@@ -8,12 +8,12 @@ import pytest
 import torch
 from test_train_eval import tiny_config
 
-from lextra.align import align_temperatures, log_length_temperature, row_statistics
 from lextra.attention import build_mask
 from lextra.cli import main
+from lextra.data.prepare import prepare_data
 from lextra.errors import ConfigError
+from lextra.methods.align import align_temperatures, log_length_temperature, row_statistics
 from lextra.model import GPT, GPTConfig, load_model
-from lextra.prepare import prepare_data
 from lextra.train import train
 
 LIMIT = 1_000_000  # characters: a validation split of a few thousand tokens for calibration

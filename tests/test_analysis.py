@@ -9,10 +9,9 @@ import pytest
 import torch
 from conftest import make_scheme
 
-import lextra.analysis_commands  # noqa: F401  (registers `lextra analyze`)
+import lextra.cli.analyze  # noqa: F401  (registers `lextra analyze`)
 from lextra.analysis.capture import layer_attention
 from lextra.analysis.dispersion import dispersion, normal_quantiles, row_entropy, row_max
-from lextra.analysis.inputs import TextSource, load_checkpoints
 from lextra.analysis.receptive_field import (
     effective_receptive_field,
     gradient_shares,
@@ -23,6 +22,7 @@ from lextra.analysis.resolution import empirical_scores, resolution, scheme_reso
 from lextra.attention import attention_logits, build_mask, reference_attention
 from lextra.cli import main
 from lextra.model import GPT, GPTConfig, save_model
+from lextra.pipelines.checkpoints import TextSource, load_checkpoints
 from lextra.positions.bias import alibi_slopes
 from lextra.positions.rotary import rope_inv_freq
 

@@ -55,6 +55,7 @@ def test_fast_backends_match_reference(name: str, mask: str, length: int) -> Non
     _assert_backends_agree(name, mask, length, block_size=None)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ALL_SCHEMES)
 def test_fast_backends_match_reference_at_4096(name: str) -> None:
     """Long and not a multiple of any block size the backends use (FIRE with a narrower MLP, for time)."""
@@ -184,6 +185,7 @@ def _extra_memory(name: str, mask: str = "causal", backend: str = "auto", head_d
     return json.loads(result.stdout)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "mask"), [("alibi", "causal"), ("fire", "window:512")])
 def test_chunked_memory_grows_linearly_not_quadratically(name: str, mask: str) -> None:
     """At 16k tokens an H x L x L fp32 bias would take 8 GiB; the chunked path stays far below."""
@@ -262,6 +264,7 @@ def test_only_partially_visible_columns_are_masked() -> None:
     assert torch.equal(untouched, torch.zeros(2, 3, 6))
 
 
+@pytest.mark.slow
 def test_tiled_rotary_attention_holds_no_rotated_copies_of_q_and_k() -> None:
     """The fused call holds rotated q and k besides its output (4x the output at 16k); the tiled path holds the
     output and O(tile) buffers (the issue's bound: 2x plain SDPA, whose extra memory is its output)."""
@@ -270,6 +273,7 @@ def test_tiled_rotary_attention_holds_no_rotated_copies_of_q_and_k() -> None:
     assert tiled["extra_mib"] < 2 * tiled["out_mib"], tiled
 
 
+@pytest.mark.slow
 def test_tiled_fire_builds_its_per_pair_bias_one_tile_at_a_time() -> None:
     """FIRE's bias past its threshold is (H, L, L): 8 GiB at 16k; tile by tile it stays under the output's size."""
     probe = _extra_memory("fire")

@@ -15,6 +15,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+# Each test starts training processes (torchrun and SIGKILL): seconds apiece on 2 cores.
+pytestmark = pytest.mark.slow
+
 TINY = [
     "--layers",
     "2",

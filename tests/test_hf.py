@@ -12,18 +12,18 @@ import torch
 import torch.nn.functional as F
 import transformers
 
-from lextra.align import align_temperatures
 from lextra.analysis import dispersion, layer_attention
 from lextra.cli import main
+from lextra.data.prepare import prepare_data
 from lextra.errors import ConfigError, DataError
 from lextra.evaluate import EvalConfig, evaluate_model
 from lextra.evaluate.perplexity import evaluation_documents
+from lextra.evaluate.retrieval.scoring import score_prompts
 from lextra.hf import HFCausalLM, HFSeq2Seq, adapt, load_hf
 from lextra.hf.attention import query_temperature
+from lextra.methods.align import align_temperatures
 from lextra.positions.rotary import build_rope_scaling
 from lextra.positions.scaling import frequencies
-from lextra.prepare import prepare_data
-from lextra.retrieval.scoring import score_prompts
 
 VOCAB = 260
 

@@ -166,6 +166,7 @@ def test_a_failed_save_leaves_the_previous_checkpoint_intact(tmp_path, monkeypat
     assert not list(tmp_path.glob(".*tmp"))
 
 
+@pytest.mark.slow
 def test_model_is_finite_at_long_lengths_with_a_window() -> None:
     """A 1-layer model over 131072 tokens (windowed, so it is quick): no inf/NaN for the hardest schemes."""
     for name in ("xpos", "alibi", "fire", "coca", "sinusoidal"):

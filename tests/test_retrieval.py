@@ -10,16 +10,17 @@ import pytest
 import torch
 from torch import nn
 
-import lextra.retrieval_commands  # noqa: F401  (registers `lextra retrieval`)
+import lextra.cli.retrieval  # noqa: F401  (registers `lextra retrieval`)
 from lextra.cli import main
 from lextra.data import ByteTokenizer, Document, build_tokenizer
+from lextra.data.prepare import prepare_data
 from lextra.errors import ConfigError
+from lextra.evaluate.retrieval import RetrievalSource, build_task, parse_task_spec, register_task_spec
+from lextra.evaluate.retrieval.completion import edit_similarity, evaluate_completion, line_match, pick_lines
+from lextra.evaluate.retrieval.evaluate import evaluate_retrieval
+from lextra.evaluate.retrieval.scoring import candidate_loglik, gold_rank, prefill, score_prompts
 from lextra.model import GPT, GPTConfig, KVCache
-from lextra.prepare import prepare_data
-from lextra.retrieval import RetrievalSource, build_task, parse_task_spec, register_task_spec
-from lextra.retrieval.completion import edit_similarity, evaluate_completion, line_match, pick_lines
-from lextra.retrieval.evaluate import evaluate_retrieval, save_retrieval_outputs
-from lextra.retrieval.scoring import candidate_loglik, gold_rank, prefill, score_prompts
+from lextra.reporting.retrieval import save_retrieval_outputs
 from lextra.train import BATCH_SOURCES, TrainConfig, batch_source
 
 torch.set_num_threads(1)

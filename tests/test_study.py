@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from lextra.cli import main
+from lextra.data.prepare import prepare_data
 from lextra.errors import ConfigError
 from lextra.evaluate import EvalConfig, evaluate_model
 from lextra.model import load_model
-from lextra.prepare import prepare_data
-from lextra.study import load_study, parse_study
-from lextra.study.html import markdown_to_html
+from lextra.pipelines.study import load_study, parse_study
+from lextra.reporting.html import markdown_to_html
 
 TINY = """
 name = "tiny"
@@ -112,8 +112,8 @@ def test_a_tiny_study_end_to_end_with_cached_cells(tmp_path: Path, monkeypatch: 
     page = (out / "report.html").read_text()
     assert page.count("data:image/png;base64,") >= 4 and "<table>" in page
     # a rerun computes nothing: every cell is reused
-    monkeypatch.setattr("lextra.study.run.evaluate_model", lambda *a, **k: pytest.fail("recomputed a cell"))
-    monkeypatch.setattr("lextra.study.run._train_or_reuse", lambda *a, **k: pytest.fail("retrained a model"))
+    monkeypatch.setattr("lextra.pipelines.study.run.evaluate_model", lambda *a, **k: pytest.fail("recomputed a cell"))
+    monkeypatch.setattr("lextra.pipelines.study.run.train_or_reuse", lambda *a, **k: pytest.fail("retrained a model"))
     assert main(["study", str(config), "--out", str(out), "--quiet", "--threads", "1"]) == 0
 
 
@@ -126,7 +126,7 @@ def test_markdown_to_html_tables_lists_and_missing_plots(tmp_path: Path) -> None
 
 
 def test_several_seeds_are_reported_as_mean_and_spread(tmp_path: Path) -> None:
-    from lextra.study.report import mean_spread, perplexity_section
+    from lextra.reporting.study import mean_spread, perplexity_section
 
     assert mean_spread([7.0]) == "7.00" and mean_spread([1.0, 3.0]) == "2.00 ± 1.41"
 

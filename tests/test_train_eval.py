@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from lextra.cli import main
-from lextra.compare import compare, parse_variant
+from lextra.data.prepare import prepare_data
 from lextra.errors import ConfigError
 from lextra.evaluate import EvalConfig, evaluate_model
 from lextra.evaluate.perplexity import _chunks, _last_token, _sliding
 from lextra.model import GPTConfig, load_model
-from lextra.prepare import prepare_data
+from lextra.pipelines.compare import compare, parse_variant
 from lextra.train import TrainConfig, learning_rate, train
 
 LIMIT = 400_000  # characters of the built-in corpus: enough documents for every split

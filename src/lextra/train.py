@@ -30,7 +30,7 @@ from lextra.data.windows import encode_documents
 from lextra.errors import CheckpointError, ConfigError
 from lextra.io import atomic_write, atomic_write_json, atomic_write_text, sha256_file
 from lextra.model import GPT, GPTConfig, check_fields, load_model, save_model
-from lextra.prepare import PreparedData, prepare_data
+from lextra.data.prepare import PreparedData, prepare_data
 
 CHECKPOINTS = "checkpoints"
 LATEST = "LATEST"

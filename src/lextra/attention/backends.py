@@ -7,16 +7,19 @@ and score bias, a mask and an optional temperature, then softmax-attends:
 
 - `reference`: dense (H, Lq, Lk) scores with every modifier applied as a tensor: slow, obvious, ground truth.
 - `sdpa`: one fused `scaled_dot_product_attention` call (is_causal / no mask); only for schemes without a bias,
-  the causal or full mask, and queries aligned with keys.
-- `chunked`: queries in blocks; each block sees only the keys its mask allows (a window's block touches
-  width + block keys) and its bias is built for that block alone from the scheme's per-distance table, then one
-  SDPA call per block. Memory O(H x block x keys) per step, never H x L x L; forward and backward on any device.
+  a mask that is exactly causal or hides nothing, and queries aligned with keys.
+- `chunked`: queries in blocks; each block sees only the keys its mask declares (`Mask.key_spans`: a window's
+  block touches width + block keys) and its bias is built for that block alone from the scheme's per-distance
+  table, then one SDPA call per block. Memory O(H x block x keys) per step, never H x L x L; forward and backward on any device.
   Without autograd the blocks write into one preallocated output (no list of block outputs and no `cat`).
-- `tiled` (inside `chunked`, no autograd, CPU, causal, no bias): query blocks x key chunks, each tile one flash
+- `tiled` (inside `chunked`, no autograd, CPU, exactly causal mask, no per-distance bias): query blocks x key chunks, each tile one flash
   call that also returns its log-sum-exp, merged exactly as flash attention merges its tiles. Rotary schemes
   rotate one tile's queries and keys at a time, so no rotated copy of q or k is ever held in full.
 - `auto`: `sdpa` when it applies, else `chunked`. Rotary schemes at long lengths without autograd take `chunked`
   (tiled): the fused call would need rotated copies of q and k (3-4x plain SDPA's memory).
+
+The backends ask a mask only what it declares (`lextra.attention.masks.Mask`), never which mask it is, and a
+scheme only its interface (`lextra.positions.base.PositionScheme`).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lextra.attention.masks import UNBOUNDED, CausalMask, FullMask, Mask, build_mask
+from lextra.attention.masks import UNBOUNDED, CausalMask, Mask, build_mask
 from lextra.errors import ConfigError
 from lextra.positions.base import PositionScheme
 
@@ -50,6 +53,8 @@ BIAS_KEY_CHUNK = 2048
 #: the tiled path replaces the fused call for rotary schemes from this many (query, key) pairs on (4k x 4k)
 TILED_MIN_PAIRS = 4096 * 4096
 #: torch's CPU flash kernel, which also returns each row's log-sum-exp (what merging tiles exactly needs)
+#: a query position far from the sequence start, where a mask's keys per query block are their steady number
+_FAR = 1 << 40
 _FLASH_WITH_LSE = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 
 
@@ -73,7 +78,7 @@ def attention(
     divides the logits (scalar, per head (H,), or per head and query (H, Lq)). `scale` defaults to
     1/sqrt(D) of the query's head dimension.
     """
-    mask = build_mask(mask) if not isinstance(mask, Mask) else mask
+    mask = build_mask(mask)
     Lq, Lk = q.shape[-2], k.shape[-2]
     if k_pos is None:
         k_pos = torch.arange(Lk, device=q.device)
@@ -127,13 +132,13 @@ def _span(q_pos: Tensor, k_pos: Tensor) -> int:
 def _sdpa_applies(scheme: PositionScheme | None, mask: Mask, q_pos: Tensor, k_pos: Tensor) -> bool:
     if scheme is not None and scheme.has_bias:
         return False
-    if type(mask) not in (CausalMask, FullMask):
+    if not (mask.exactly_causal or mask.hides_nothing):
         return False
     if q_pos.numel() == 0 or k_pos.numel() == 0:
         return False
     if scheme is not None and scheme.rotate_span is not None and _span(q_pos, k_pos) > scheme.rotate_span:
         return False
-    if type(mask) is FullMask:
+    if mask.hides_nothing:
         return True
     return q_pos.numel() == k_pos.numel() and bool((q_pos == k_pos).all()) and _contiguous(q_pos)
 
@@ -232,8 +237,7 @@ def reference_attention(
 
 def _sdpa_attention(q, k, v, scheme, mask, q_pos, k_pos, scale, tau) -> Tensor:
     qr, kr = _rotate(scheme, q, k, q_pos, k_pos)
-    causal = type(mask) is CausalMask
-    return F.scaled_dot_product_attention(_scaled_query(qr, tau), kr, v, is_causal=causal, scale=scale)
+    return F.scaled_dot_product_attention(_scaled_query(qr, tau), kr, v, is_causal=mask.exactly_causal, scale=scale)
 
 
 def _block_size(scheme: PositionScheme | None, n_keys: int, n_heads: int, requested: int | None) -> int:
@@ -279,7 +283,7 @@ def chunked_attention(
         return tiled_causal_attention(q, k, v, scheme, q_pos, k_pos, scale, tau, block_size)
     # rotate each block's queries and keys where that is needed (xPos's span) or cheap and lean (without autograd,
     # a window's or BCA's block sees ~width + block keys): no rotated copies of all of q and k
-    bounded = mask.key_range(0, 0)[0] > -UNBOUNDED
+    bounded = _keys_per_block(mask, MAX_BLOCK) is not None
     rotate_per_block = (
         scheme is not None
         and scheme.transforms_qk
@@ -297,17 +301,19 @@ def chunked_attention(
     # without autograd each block writes into one output tensor; under autograd a list and one cat
     out = None if torch.is_grad_enabled() else q.new_empty(*q.shape[:-1], v.shape[-1])
     outputs: list[Tensor] = []
-    workspace: dict[str, Tensor] = {}  # per-block bias buffers, reused (schemes with `bias_into`)
+    workspace: dict[str, Tensor] = {}  # per-block bias buffers, reused (`PositionScheme.bias_into`)
     for start, stop in _query_blocks(q_pos, block, mask, queries_sorted):
         qp = q_pos[start:stop]
-        lo, hi = 0, Lk
+        spans = [(0, Lk)]
         if keys_sorted and queries_sorted:
-            first, last = mask.key_range(int(qp[0]), int(qp[-1]))
-            k0 = int(k_pos[0])
-            lo = max(0, min(Lk, first - k0)) if first > -UNBOUNDED else 0
-            hi = max(lo, min(Lk, last - k0 + 1)) if last < UNBOUNDED else Lk
-        kp = k_pos[lo:hi]
-        qc, kc, vc = q[..., start:stop, :], k[..., lo:hi, :], v[..., lo:hi, :]
+            spans = _key_indices(mask, int(qp[0]), int(qp[-1]), int(k_pos[0]), Lk)
+        qc = q[..., start:stop, :]
+        if len(spans) == 1:
+            lo, hi = spans[0]
+            kp, kc, vc = k_pos[lo:hi], k[..., lo:hi, :], v[..., lo:hi, :]
+        else:  # keys in separate runs (sinks + a window): gathered into one block of keys
+            index = torch.cat([torch.arange(lo, hi, device=k_pos.device) for lo, hi in spans])
+            kp, kc, vc = k_pos[index], k.index_select(-2, index), v.index_select(-2, index)
         if rotate_per_block:
             qc, kc = scheme.rotate(qc, kc, qp, kp, seq_len)
         tau_block = None if tau is None else _block_tau(tau, start, stop)
@@ -319,24 +325,42 @@ def chunked_attention(
             result = F.scaled_dot_product_attention(flipped, kc, vc, attn_mask=toeplitz.to(qc.dtype), scale=scale)
             _emit(out, outputs, result.flip(-2), start, stop)
             continue
-        allowed = local.allowed(qp, kp)
+        allowed = None if local.hides_nothing else local.allowed(qp, kp)
         if has_bias:
-            if hasattr(scheme, "bias_into") and not torch.is_grad_enabled():
-                bias = scheme.bias_into(qp, kp, workspace)  # a reused buffer: modified in place below
+            if not torch.is_grad_enabled():
+                bias = scheme.bias_into(qp, kp, workspace)  # possibly a reused buffer: modified in place below
                 if tau_block is not None:
                     bias.div_(tau_block[..., None])
-                _mask_in_place(bias, allowed)
+                if allowed is not None:
+                    _mask_in_place(bias, allowed)
             else:
                 bias = scheme.bias(qp, kp)
                 if tau_block is not None:
                     bias = bias / tau_block[..., None]
-                bias = bias.masked_fill(~allowed, float("-inf"))
+                if allowed is not None:
+                    bias = bias.masked_fill(~allowed, float("-inf"))
             attn_mask = bias.to(qc.dtype)[None]  # 4-D: the flash kernel
         else:
-            attn_mask = None if type(local) is FullMask else allowed
+            attn_mask = allowed
         result = F.scaled_dot_product_attention(_scaled_query(qc, tau_block), kc, vc, attn_mask=attn_mask, scale=scale)
         _emit(out, outputs, result, start, stop)
     return out if out is not None else torch.cat(outputs, dim=-2)
+
+
+def _key_indices(mask: Mask, q_first: int, q_last: int, k0: int, n_keys: int) -> list[tuple[int, int]]:
+    """Index ranges [lo, hi) into sorted, contiguous keys starting at position k0 that hold every key visible to
+    queries in [q_first, q_last], from the mask's `key_spans`: clipped, merged where they touch, one at least."""
+    ranges: list[tuple[int, int]] = []
+    for first, last in sorted(mask.key_spans(q_first, q_last)):
+        lo = max(0, min(n_keys, first - k0)) if first > -UNBOUNDED else 0
+        hi = max(lo, min(n_keys, last - k0 + 1)) if last < UNBOUNDED else n_keys
+        if ranges and lo <= ranges[-1][1]:
+            ranges[-1] = (ranges[-1][0], max(ranges[-1][1], hi))
+        elif hi > lo or not ranges:
+            ranges.append((lo, hi))
+    if len(ranges) > 1 and ranges[0][0] == ranges[0][1]:
+        ranges.pop(0)
+    return ranges
 
 
 def _emit(out: Tensor | None, outputs: list[Tensor], block: Tensor, start: int, stop: int) -> None:
@@ -364,7 +388,7 @@ def _tiles_apply(
     device: torch.device | str,
     dtype: torch.dtype = torch.float32,
 ) -> bool:
-    """Whether `tiled_causal_attention` computes this call: no autograd, CPU, causal mask, contiguous positions
+    """Whether `tiled_causal_attention` computes this call: no autograd, CPU, an exactly causal mask, contiguous positions
     with every query's own position among the keys, and no bias or one that is not a per-distance table (FIRE
     past its threshold; per-distance tables are cheaper as strided views), in a dtype the CPU flash kernel's
     log-sum-exp variant accepts (fp32, bf16)."""
@@ -372,7 +396,7 @@ def _tiles_apply(
         return False
     if dtype not in (torch.float32, torch.bfloat16):
         return False
-    if type(mask) is not CausalMask:
+    if not mask.exactly_causal:
         return False
     if q_pos.numel() == 0 or k_pos.numel() == 0 or not (_contiguous(q_pos) and _contiguous(k_pos)):
         return False
@@ -442,7 +466,7 @@ def _tile_bias(
     scheme: PositionScheme, qp: Tensor, kp: Tensor, tau: Tensor | None, causal: bool, workspace: dict[str, Tensor]
 ) -> Tensor:
     """One tile's bias (1, H, c, n) in the flash kernel's mask form: divided by tau, causal square masked."""
-    bias = scheme.bias_into(qp, kp, workspace) if hasattr(scheme, "bias_into") else scheme.bias(qp, kp)
+    bias = scheme.bias_into(qp, kp, workspace)
     if tau is not None:
         bias = bias / tau[..., None]
     if causal:
@@ -466,7 +490,7 @@ def _toeplitz_possible(scheme: PositionScheme, mask: Mask, q_pos: Tensor) -> boo
     if local.allowed_distance(q_pos[:1]) is None:
         return False
     if scheme is None or not scheme.has_bias:
-        return type(local) is not FullMask  # nothing to mask: no mask at all
+        return not local.hides_nothing  # nothing to mask: no mask at all
     frozen = not torch.is_grad_enabled() or not any(p.requires_grad for p in scheme.parameters())
     return frozen and scheme.distance_only(q_pos)
 
@@ -527,7 +551,16 @@ def _block_tau(tau: Tensor, start: int, stop: int) -> Tensor:
 
 def _typical_keys(mask: Mask, n_keys: int, block: int) -> int:
     """Keys one query block sees at most: sizes the bias budget (a window sees width + block keys)."""
-    first, last = mask.key_range(0, block - 1)
-    if first <= -UNBOUNDED or last >= UNBOUNDED:
-        return n_keys
-    return min(n_keys, last - first + 1)
+    count = _keys_per_block(mask, block)
+    return n_keys if count is None else min(n_keys, count)
+
+
+def _keys_per_block(mask: Mask, block: int) -> int | None:
+    """Keys a block of `block` queries far from the start can see (`key_spans`), or None when that number grows
+    with the block's position (causal, full); the block starts on one of the mask's period boundaries."""
+    far = _FAR - _FAR % mask.period if mask.period else _FAR
+    spans = mask.key_spans(far, far + block - 1)
+    if any(first <= -UNBOUNDED or last >= UNBOUNDED for first, last in spans):
+        return None
+    count = sum(max(0, last - first + 1) for first, last in spans)
+    return count if count < far else None

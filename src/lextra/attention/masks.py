@@ -1,7 +1,11 @@
 """Attention masks (the fourth place position enters): causal, sliding window, blockwise causal, full.
 
-Each mask answers two questions: which (query, key) position pairs may attend (`allowed`, the dense truth),
-and which key positions a run of queries can see at all (`key_range`), so fast backends only touch those keys.
+A mask is a visibility rule, `visible(q, k)`, plus what it knows about that rule, declared so that the backends
+can take their fast paths without knowing which mask it is: a rule in the distance d = m - n alone
+(`allowed_distance`, strided Toeplitz tables), the keys a run of queries can see (`key_range`, `key_spans`),
+block boundaries (`period`) and a simpler equivalent inside them (`within`), and three facts (`causal`,
+`exactly_causal`, `hides_nothing`). A mask that declares nothing but `visible` is still exact: each default is the
+conservative answer (every key, no shortcut).
 """
 
 from __future__ import annotations
@@ -15,37 +19,77 @@ from lextra.errors import ConfigError
 from lextra.registry import Registry
 
 UNBOUNDED = 1 << 62
+#: query rows per step when counting visible keys densely (masks without a distance rule)
+_COUNT_ROWS = 256
 
 
 class Mask:
-    """Base class of the mask registry."""
+    """Base class of the mask registry: subclasses define `visible` or `allowed_distance`, and declare the rest."""
 
     name: ClassVar[str] = "mask"
     summary: ClassVar[str] = ""
-    causal: ClassVar[bool] = True
-
-    def allowed(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        """Boolean (Lq, Lk): True where the query at q_pos[i] may attend the key at k_pos[j]."""
-        raise TypeError(f"mask {self.name!r} does not define allowed()")
-
-    def key_range(self, q_first: int, q_last: int) -> tuple[int, int]:
-        """Inclusive bounds of the key positions visible to any query position in [q_first, q_last]."""
-        return -UNBOUNDED, q_last
-
+    #: no query sees a later key (k <= q wherever visible): a query block's keys stop at its last query
+    causal: ClassVar[bool] = False
+    #: the mask is plain causal attention (k <= q): fused kernels' `is_causal=True` and the tiled path apply
+    exactly_causal: ClassVar[bool] = False
+    #: every query sees every key (the full mask): no mask tensor is built or passed at all
+    hides_nothing: ClassVar[bool] = False
     #: queries are cut at multiples of this many positions by the fast backends (BCA's blocks), or None
     period: int | None = None
 
+    def visible(self, q: Tensor, k: Tensor) -> Tensor:
+        """Elementwise, broadcasting rule on position tensors: True where query position q may attend key k.
+
+        The signature a FlexAttention `mask_mod(b, h, q_idx, kv_idx)` needs; the default applies `allowed_distance`.
+        """
+        rule = self.allowed_distance(q - k)
+        if rule is None:
+            raise TypeError(f"mask {self.name!r} defines neither visible() nor allowed_distance()")
+        return rule
+
+    def allowed(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        """Boolean (Lq, Lk): True where the query at q_pos[i] may attend the key at k_pos[j] (the dense truth)."""
+        return self.visible(q_pos[:, None], k_pos[None, :])
+
     def allowed_distance(self, distance: Tensor) -> Tensor | None:
-        """Which distances d = m - n are visible, for masks that depend on d alone; None otherwise (BCA)."""
+        """Which distances d = m - n are visible, for masks that depend on d alone; None otherwise (BCA).
+
+        The default follows from the declared facts: d >= 0 when exactly causal, every d when hiding nothing.
+        """
+        if self.exactly_causal:
+            return distance >= 0
+        if self.hides_nothing:
+            return torch.ones_like(distance, dtype=torch.bool)
         return None
 
+    def key_range(self, q_first: int, q_last: int) -> tuple[int, int]:
+        """Inclusive bounds of the key positions visible to any query position in [q_first, q_last]."""
+        return (-UNBOUNDED, q_last) if self.causal else (-UNBOUNDED, UNBOUNDED)
+
+    def key_spans(self, q_first: int, q_last: int) -> list[tuple[int, int]]:
+        """Sorted, disjoint inclusive ranges that hold every key visible to queries in [q_first, q_last], for
+        masks whose visible keys are not one run (attention sinks + a window); default: `key_range` alone."""
+        return [self.key_range(q_first, q_last)]
+
     def within(self, q_first: int, q_last: int) -> Mask:
-        """An equivalent mask for queries in [q_first, q_last] over the keys `key_range` gives them."""
+        """An equivalent mask for queries in [q_first, q_last] over the keys `key_spans` gives them."""
         return self
 
     def visible_keys(self, q_pos: Tensor, k_first: int, k_last: int) -> Tensor:
-        """How many keys at contiguous positions k_first..k_last each query sees (log-n scalings' n)."""
-        return (torch.minimum(q_pos, torch.tensor(k_last)) - k_first + 1).clamp(min=1)
+        """How many keys at contiguous positions k_first..k_last each query sees, at least 1 (log-n scalings' n)."""
+        if q_pos.numel() == 0:
+            return q_pos.clone()
+        d_first = int(q_pos.min()) - k_last
+        distance = torch.arange(d_first, int(q_pos.max()) - k_first + 1, device=q_pos.device)
+        by_distance = self.allowed_distance(distance)
+        if by_distance is not None:  # keys of query q lie at distances q - k_last .. q - k_first: a prefix sum
+            seen = torch.cat((distance.new_zeros(1), by_distance.long().cumsum(0)))
+            counts = seen[q_pos - k_first - d_first + 1] - seen[q_pos - k_last - d_first]
+        else:
+            keys = torch.arange(k_first, k_last + 1, device=q_pos.device)
+            rows = [self.allowed(q_pos[i : i + _COUNT_ROWS], keys).sum(-1) for i in range(0, q_pos.numel(), _COUNT_ROWS)]
+            counts = torch.cat(rows)
+        return counts.clamp(min=1)
 
     @property
     def options(self) -> dict[str, Any]:
@@ -56,6 +100,11 @@ class Mask:
         return f"{self.name}({opts})"
 
 
+def _causal_counts(q_pos: Tensor, k_first: int, k_last: int) -> Tensor:
+    """Keys at or before each query among k_first..k_last, at least 1."""
+    return (torch.minimum(q_pos, torch.tensor(k_last)) - k_first + 1).clamp(min=1)
+
+
 MASKS: Registry[Mask] = Registry("mask")
 
 
@@ -64,12 +113,14 @@ class CausalMask(Mask):
     """Each query sees itself and every earlier key."""
 
     summary = "each token attends to itself and all earlier tokens"
+    causal = True
+    exactly_causal = True
 
-    def allowed(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        return k_pos[None, :] <= q_pos[:, None]
+    def visible(self, q: Tensor, k: Tensor) -> Tensor:
+        return k <= q
 
-    def allowed_distance(self, distance: Tensor) -> Tensor:
-        return distance >= 0
+    def visible_keys(self, q_pos: Tensor, k_first: int, k_last: int) -> Tensor:
+        return _causal_counts(q_pos, k_first, k_last)
 
 
 @MASKS.register("window")
@@ -77,20 +128,18 @@ class WindowMask(Mask):
     """Sliding window: 0 <= m - n < width (each query sees itself and width - 1 earlier keys)."""
 
     summary = "sliding window: attend to the last `width` tokens (0 <= m - n < w)"
+    causal = True
 
     def __init__(self, *, width: int) -> None:
         if int(width) < 1:
             raise ConfigError(f"window: width must be >= 1, got {width}")
         self.width = int(width)
 
-    def allowed(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        return self.allowed_distance(q_pos[:, None] - k_pos[None, :])
-
     def allowed_distance(self, distance: Tensor) -> Tensor:
         return (distance >= 0) & (distance < self.width)
 
     def visible_keys(self, q_pos: Tensor, k_first: int, k_last: int) -> Tensor:
-        return super().visible_keys(q_pos, k_first, k_last).clamp(max=self.width)
+        return _causal_counts(q_pos, k_first, k_last).clamp(max=self.width)
 
     def key_range(self, q_first: int, q_last: int) -> tuple[int, int]:
         return q_first - self.width + 1, q_last
@@ -102,20 +151,19 @@ class WindowMask(Mask):
 
 @MASKS.register("bca")
 class BlockCausalMask(Mask):
-    """Blockwise causal attention (Sun et al. 2022, inference only): positions split into blocks of
-    `block` (L_tr / 2); a query attends causally within its block and to the whole previous block."""
+    """Blockwise causal attention (Sun et al. 2022, arXiv 2212.10554; inference only): positions split into
+    blocks of `block` (L_tr / 2); a query attends causally within its block and to the whole previous block."""
 
     summary = "blockwise causal (Sun 2022): own block causally + the previous block; block = L_tr/2"
+    causal = True
 
     def __init__(self, *, block: int) -> None:
         if int(block) < 1:
             raise ConfigError(f"bca: block must be >= 1, got {block}")
         self.block = int(block)
 
-    def allowed(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        q_block = (q_pos // self.block)[:, None]
-        k_block = (k_pos // self.block)[None, :]
-        return (k_pos[None, :] <= q_pos[:, None]) & (k_block >= q_block - 1)
+    def visible(self, q: Tensor, k: Tensor) -> Tensor:
+        return (k <= q) & (k // self.block >= q // self.block - 1)
 
     def key_range(self, q_first: int, q_last: int) -> tuple[int, int]:
         return (q_first // self.block - 1) * self.block, q_last
@@ -142,19 +190,13 @@ class FullMask(Mask):
     """Bidirectional: every query sees every key (encoders)."""
 
     summary = "bidirectional: every token attends to every token (encoders)"
-    causal = False
+    hides_nothing = True
 
     def allowed(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         return torch.ones(q_pos.numel(), k_pos.numel(), dtype=torch.bool, device=q_pos.device)
 
-    def allowed_distance(self, distance: Tensor) -> Tensor:
-        return torch.ones_like(distance, dtype=torch.bool)
-
     def visible_keys(self, q_pos: Tensor, k_first: int, k_last: int) -> Tensor:
         return torch.full_like(q_pos, k_last - k_first + 1)
-
-    def key_range(self, q_first: int, q_last: int) -> tuple[int, int]:
-        return -UNBOUNDED, UNBOUNDED
 
 
 def build_mask(spec: str | Mask | None, train_len: int | None = None, **options: Any) -> Mask:

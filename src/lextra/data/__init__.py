@@ -1,4 +1,5 @@
-"""Data layer: corpora (built-in, local files, saved Hugging Face datasets), tokenizers, token windows."""
+"""Data layer: corpora (built-in, local files, saved Hugging Face datasets), tokenizers, token windows, and the
+prepared data (corpus split + tokenizer) every stage of a run shares."""
 
 from lextra.data.corpora import (
     BUILTIN_CORPORA,
@@ -9,6 +10,7 @@ from lextra.data.corpora import (
     split_corpus,
     split_of,
 )
+from lextra.data.prepare import PreparedData, prepare_data, prepare_for_model
 from lextra.data.tokenizers import (
     BPETokenizer,
     ByteTokenizer,
@@ -27,12 +29,15 @@ __all__ = [
     "ByteTokenizer",
     "Document",
     "HFTokenizer",
+    "PreparedData",
     "Tokenizer",
     "TrainStream",
     "build_tokenizer",
     "encode_documents",
     "eval_sequences",
     "load_corpus",
+    "prepare_data",
+    "prepare_for_model",
     "split_corpus",
     "split_of",
     "tokenizer_from_config",

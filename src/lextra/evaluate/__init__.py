@@ -1,4 +1,4 @@
-"""Evaluation: perplexity under several protocols at many lengths (retrieval tasks come later)."""
+"""Evaluation: perplexity under several protocols at many lengths; retrieval tasks live in `evaluate.retrieval`."""
 
 from lextra.evaluate.perplexity import PROTOCOLS, EvalConfig, evaluate_model, evaluation_documents
 

@@ -26,12 +26,12 @@ import torch.nn.functional as F
 from torch import Tensor
 from tqdm import tqdm
 
-from lextra.align import log_length_temperature
 from lextra.attention.masks import build_mask
+from lextra.data.prepare import PreparedData
 from lextra.data.windows import encode_documents
 from lextra.errors import ConfigError, DataError
+from lextra.methods.align import log_length_temperature
 from lextra.model import GPT
-from lextra.prepare import PreparedData
 
 PROTOCOLS = ("chunks", "sliding", "last-token")
 LENGTH_MULTIPLES = (1, 2, 4, 8, 16)

@@ -1,7 +1,7 @@
 """Adapters that give Hugging Face models the interface lextra's evaluators use.
 
-`HFCausalLM` (Llama family: llama, mistral, qwen2) offers what `lextra.evaluate`, `lextra.retrieval`,
-`lextra.analysis` and `lextra.align` call on a GPT: `features` / `head` (perplexity), `model(tokens, cache=)` and
+`HFCausalLM` (Llama family: llama, mistral, qwen2) offers what `lextra.evaluate`, `lextra.evaluate.retrieval`,
+`lextra.analysis` and `lextra.methods` call on a GPT: `features` / `head` (perplexity), `model(tokens, cache=)` and
 `new_cache()` (retrieval by greedy decoding and likelihood ranking), `layer_attention` (resolution, dispersion,
 alignment), `set_temperatures`, and a `config` with `n_layer`, `n_head`, `train_len`. RoPE scalings are delegated
 to Hugging Face's own `rope_parameters` (`set_rope_scaling`); masks, temperatures and log-n scaling run in
@@ -186,9 +186,8 @@ class HFCausalLM(_Adapter):
         lextra's `ntk` (no HF type) becomes its exact HF equivalent, rope_type "default" with the NTK base.
         Returns the parameters set. HF's dynamic NTK takes L_tr from `max_position_embeddings`.
         """
-        from lextra.commands import parse_rope_scaling
         from lextra.positions.rotary import build_rope_scaling
-        from lextra.positions.scaling import ntk_base, to_hf
+        from lextra.positions.scaling import ntk_base, parse_rope_scaling, to_hf
 
         cfg = self.model.config
         base = float(self.original_rope["rope_theta"])

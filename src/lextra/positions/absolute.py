@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from lextra.errors import ConfigError, LengthError
+from lextra.errors import LengthError
 from lextra.positions.base import HeadDims, PositionScheme, register_scheme
+from lextra.validate import check_positive_int, check_range
 
 
 @register_scheme("nope")
@@ -45,8 +46,8 @@ class Sinusoidal(PositionScheme):
 
     def __init__(self, dims: HeadDims, *, base: float = 10000.0, scale: float | None = None) -> None:
         super().__init__(dims)
-        self.base = base
-        self.scale = float(scale) if scale is not None else dims.d_model**-0.5
+        self.base = check_range("sinusoidal: base", base, 1.0, low_open=True)
+        self.scale = check_range("sinusoidal: scale", scale, 0.0) if scale is not None else dims.d_model**-0.5
 
     def embed(self, x: Tensor, positions: Tensor) -> Tensor:
         return x + (self.scale * sinusoidal_table(positions, self.dims.d_model, self.base)).to(x.dtype)
@@ -62,9 +63,7 @@ class Learned(PositionScheme):
 
     def __init__(self, dims: HeadDims, *, max_len: int | None = None) -> None:
         super().__init__(dims)
-        self.max_len = int(max_len or dims.train_len)
-        if self.max_len < 1:
-            raise ConfigError(f"learned: max_len must be >= 1, got {self.max_len}")
+        self.max_len = dims.train_len if max_len is None else check_positive_int("learned: max_len", max_len)
         self.table = nn.Embedding(self.max_len, dims.d_model)
         nn.init.normal_(self.table.weight, std=0.02)
 

@@ -94,6 +94,12 @@ class PositionScheme(nn.Module):
             return table.double()[:, distance - lo].float()
         return table[:, distance - lo]
 
+    def bias_into(self, q_pos: Tensor, k_pos: Tensor, workspace: dict[str, Tensor]) -> Tensor:
+        """`bias(q_pos, k_pos)` without autograd, which the caller may modify in place and uses before the next
+        call: a scheme may build it in buffers kept in `workspace` and reused from one query block to the next
+        (FIRE's per-pair bias); the default returns a fresh `bias`."""
+        return self.bias(q_pos, k_pos)
+
     def extra_repr(self) -> str:
         return ", ".join(f"{k}={v!r}" for k, v in self.options.items())
 

@@ -7,12 +7,14 @@ and are computed from a per-distance table; FIRE also depends on the query posit
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
 
 from lextra.errors import ConfigError
 from lextra.positions.base import HeadDims, PositionScheme, register_scheme
+from lextra.validate import check_bool, check_finite, check_int, check_positive, check_positive_int, check_range
 
 
 def alibi_slopes(n_heads: int) -> Tensor:
@@ -33,15 +35,19 @@ def alibi_slopes(n_heads: int) -> Tensor:
 class ALiBi(PositionScheme):
     """Attention with linear biases (Press et al. 2022): bias -m_h |m - n|.
 
-    `slope_shift` adds a constant to every log2 slope (the seed's ablation; 0 = the paper's slopes).
+    `slope_shift` adds a constant to every log2 slope (the seed's ablation; 0 = the paper's slopes); it is kept
+    within +-SLOPE_SHIFT_LIMIT, where every slope and every bias up to 2^20 tokens stay finite and non-zero in fp32.
     """
 
     summary = "linear distance penalty -m_h (m - n) with geometric head slopes (Press 2022)"
     has_bias = True
+    SLOPE_SHIFT_LIMIT: ClassVar[float] = 100.0
 
     def __init__(self, dims: HeadDims, *, slope_shift: float = 0.0) -> None:
         super().__init__(dims)
-        slopes = alibi_slopes(dims.n_heads) * (2.0 ** float(slope_shift))
+        limit = self.SLOPE_SHIFT_LIMIT
+        shift = check_range("alibi: slope_shift", slope_shift, -limit, limit, hint="0 gives the paper's slopes")
+        slopes = alibi_slopes(dims.n_heads) * (2.0**shift)
         self.register_buffer("slopes", slopes, persistent=False)
 
     def distance_bias(self, distance: Tensor) -> Tensor:
@@ -85,6 +91,9 @@ class T5Bias(PositionScheme):
         self, dims: HeadDims, *, num_buckets: int = 32, max_distance: int = 128, bidirectional: bool = False
     ) -> None:
         super().__init__(dims)
+        num_buckets = check_int("t5: num_buckets", num_buckets, 2)
+        max_distance = check_positive_int("t5: max_distance", max_distance)
+        bidirectional = check_bool("t5: bidirectional", bidirectional)
         exact = num_buckets // (2 if bidirectional else 1) // 2
         if exact < 1 or max_distance <= exact:
             raise ConfigError(
@@ -109,7 +118,9 @@ class _Kerple(PositionScheme):
 
     def __init__(self, dims: HeadDims, r1_init: float, r2_init: float, eps: float) -> None:
         super().__init__(dims)
-        self.eps = float(eps)
+        r1_init = check_positive(f"{self.name}: r1_init", r1_init)
+        r2_init = check_positive(f"{self.name}: r2_init", r2_init)
+        self.eps = check_range(f"{self.name}: eps", eps, 0.0, self.r2_max, low_open=True)
         self.r1 = nn.Parameter(torch.rand(dims.n_heads) * r1_init)
         self.r2 = nn.Parameter(torch.rand(dims.n_heads) * r2_init)
 
@@ -184,9 +195,10 @@ class Sandwich(PositionScheme):
 
     def __init__(self, dims: HeadDims, *, d_bar: int = 128, smoothed: bool = False) -> None:
         super().__init__(dims)
-        if d_bar < 2 or d_bar % 2:
+        d_bar = check_int("sandwich: d_bar", d_bar, 2)
+        if d_bar % 2:
             raise ConfigError(f"sandwich: d_bar must be a positive even number, got {d_bar}")
-        self.d_bar, self.smoothed = int(d_bar), bool(smoothed)
+        self.d_bar, self.smoothed = d_bar, check_bool("sandwich: smoothed", smoothed)
 
     def distance_bias(self, distance: Tensor) -> Tensor:
         d = distance.abs()
@@ -220,9 +232,11 @@ class FIRE(PositionScheme):
         eps: float = 1e-6,
     ) -> None:
         super().__init__(dims)
-        self.c = nn.Parameter(torch.tensor(float(c_init)))
+        hidden = check_positive_int("fire: hidden", hidden)
+        self.c = nn.Parameter(torch.tensor(check_finite("fire: c_init", c_init)))
         self.l_mult = nn.Parameter(torch.tensor(1.0))
-        self.threshold, self.eps = float(threshold), float(eps)
+        self.threshold = check_positive("fire: threshold", threshold)
+        self.eps = check_positive("fire: eps", eps)
         self.mlp = nn.Sequential(nn.Linear(1, hidden), nn.ReLU(), nn.Linear(hidden, dims.n_heads))
 
     def _psi(self, x: Tensor) -> Tensor:

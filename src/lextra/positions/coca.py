@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from lextra.positions.base import HeadDims, register_scheme
-from lextra.positions.rotary import RotaryFrequencies, _sequence_length, check_rotary_dims
+from lextra.positions.rotary import RotaryFrequencies, sequence_length, check_rotary_dims
 
 
 @register_scheme("coca")
@@ -42,7 +42,7 @@ class CoCA(RotaryFrequencies):
         qf = q.float()
         magnitude = qf[..., :half].square() + qf[..., half:].square()  # |q_{m,k}|^2, half-split slices
         tau = torch.relu(k.float())
-        length = _sequence_length(q_pos, k_pos, seq_len)
+        length = sequence_length(q_pos, k_pos, seq_len)
         cos_q, sin_q = self.angles(q_pos, length)
         cos_k, sin_k = self.angles(k_pos, length)
         q_prime = torch.cat((magnitude * cos_q, magnitude * sin_q), dim=-1)

@@ -15,6 +15,7 @@ from torch import Tensor
 from lextra.errors import ConfigError
 from lextra.positions.base import HeadDims, PositionScheme, register_scheme
 from lextra.positions.scaling import RopeScaling, depends_on_length, frequencies, rope_inv_freq
+from lextra.validate import check_bool, check_range
 
 Layout = Literal["half", "interleaved"]
 LAYOUTS = ("half", "interleaved")
@@ -115,7 +116,7 @@ class RotaryFrequencies(PositionScheme):
     transforms_qk = True
 
     def _init_frequencies(self, base: float, scaling: dict[str, Any] | RopeScaling | None) -> None:
-        self.base = float(base)
+        self.base = check_range(f"{self.name}: base", base, 1.0, low_open=True, hint="RoPE uses 10000")
         self.scaling = build_rope_scaling(scaling, self.dims.train_len)
         inv_freq, factor = frequencies(self.scaling, self.dims.head_dim, self.base, None)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
@@ -135,7 +136,7 @@ class RotaryFrequencies(PositionScheme):
         return (cos, sin) if factor == 1.0 else (cos * factor, sin * factor)
 
 
-def _sequence_length(q_pos: Tensor, k_pos: Tensor, seq_len: int | None) -> int | None:
+def sequence_length(q_pos: Tensor, k_pos: Tensor, seq_len: int | None) -> int | None:
     """The current length for length-dependent scalings: given, else the largest position + 1."""
     if seq_len is not None:
         return seq_len
@@ -164,7 +165,7 @@ class RoPE(RotaryFrequencies):
     def rotate(
         self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, seq_len: int | None = None
     ) -> tuple[Tensor, Tensor]:
-        length = _sequence_length(q_pos, k_pos, seq_len)
+        length = sequence_length(q_pos, k_pos, seq_len)
         cos_q, sin_q = self.angles(q_pos, length)
         cos_k, sin_k = (cos_q, sin_q) if k_pos is q_pos else self.angles(k_pos, length)
         return apply_rotary(q, cos_q, sin_q, self.layout), apply_rotary(k, cos_k, sin_k, self.layout)
@@ -196,10 +197,9 @@ class XPos(RotaryFrequencies):
     ) -> None:
         super().__init__(dims)
         check_rotary_dims(dims.head_dim, "xpos", layout)
-        if scale_base <= 0:
-            raise ConfigError(f"xpos: scale_base must be positive, got {scale_base}")
-        self.scale_base, self.layout = float(scale_base), layout
-        self.decay, self.rotation = bool(decay), bool(rotation)
+        self.scale_base = check_range("xpos: scale_base", scale_base, 0.0, 1e12, low_open=True, hint="xPos uses 512")
+        self.layout = layout
+        self.decay, self.rotation = check_bool("xpos: decay", decay), check_bool("xpos: rotation", rotation)
         self._init_frequencies(base, scaling)
         D = dims.head_dim
         zeta = (torch.arange(0, D, 2, dtype=torch.float64) + 0.4 * D) / (1.4 * D)
@@ -215,7 +215,7 @@ class XPos(RotaryFrequencies):
         self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, seq_len: int | None = None
     ) -> tuple[Tensor, Tensor]:
         if self.rotation:
-            length = _sequence_length(q_pos, k_pos, seq_len)
+            length = sequence_length(q_pos, k_pos, seq_len)
             cos_q, sin_q = self.angles(q_pos, length)
             cos_k, sin_k = self.angles(k_pos, length)
         else:

@@ -548,3 +548,24 @@ __all__ = [
     "to_hf",
     "yarn_mscale",
 ]
+
+
+def parse_rope_scaling(spec: str) -> dict[str, Any]:
+    """`yarn:4` -> {"type": "yarn", "factor": 4.0}; `none` -> {"type": "none"}; a JSON object is taken as it is."""
+    import json
+
+    if spec.lstrip().startswith("{"):
+        try:
+            return dict(json.loads(spec))
+        except (json.JSONDecodeError, TypeError, ValueError):
+            raise ConfigError(f"rope scaling {spec!r} is not a JSON object") from None
+    kind, _, factor = spec.partition(":")
+    if kind == "none":
+        return {"type": "none"}
+    try:
+        value = float(factor or 1.0)
+    except ValueError:
+        raise ConfigError(f"rope scaling: expected TYPE:FACTOR such as yarn:4, got {spec!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"rope scaling {spec!r}: the factor must be a finite number > 0")
+    return {"type": kind, "factor": value}

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lextra.data import Document, Tokenizer, build_tokenizer, load_corpus, split_corpus, tokenizer_from_config
+from lextra.data.corpora import Document, load_corpus, split_corpus
+from lextra.data.tokenizers import Tokenizer, build_tokenizer, tokenizer_from_config
 
 
 @dataclass
@@ -31,3 +32,14 @@ def prepare_data(
     else:
         tok = build_tokenizer(tokenizer, splits["train"], corpus_name=corpus)
     return PreparedData(corpus, splits, tok)
+
+
+def prepare_for_model(meta: dict[str, Any], corpus: str | None = None, limit_chars: int | None = None) -> PreparedData:
+    """The data a saved model was trained on (its corpus, character limit and tokenizer, from its metadata), or
+    another `corpus` read with the model's own tokenizer."""
+    train = meta.get("train", {})
+    return prepare_data(
+        corpus or train.get("corpus", "python-code"),
+        limit_chars=limit_chars if limit_chars is not None else train.get("limit_chars"),
+        tokenizer_config=meta.get("tokenizer", {"kind": "bytes"}),
+    )

@@ -9,18 +9,32 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from lextra.align import align_temperatures
+from lextra.errors import ConfigError
+from lextra.methods.align import align_temperatures
 from lextra.model import GPT
 from lextra.positions.rotary import RotaryFrequencies
+from lextra.positions.scaling import parse_rope_scaling
 
 ROPE_SCALINGS = ("linear", "ntk", "dynamic", "yarn")
 TEMPERATURES = ("pmax", "entropy", "log-length")
 
 
+def is_rotary(model: GPT) -> bool:
+    """Whether the model's scheme rotates q and k (rope, xpos, coca), so RoPE scalings apply."""
+    return isinstance(model.positions[0], RotaryFrequencies)
+
+
+def apply_rope_scaling(model: GPT, spec: str | dict[str, Any]) -> GPT:
+    """Give a trained rope/xpos/coca model an inference-time frequency scaling (`yarn:4`, `dynamic:1`, a dict)."""
+    if not is_rotary(model):
+        raise ConfigError(f"rope scaling applies to rope, xpos and coca models, not {model.config.scheme!r}")
+    model.set_scheme_options(scaling=parse_rope_scaling(spec) if isinstance(spec, str) else dict(spec))
+    return model
+
+
 def methods_for(model: GPT) -> list[str]:
     """none, the RoPE scalings (rope, xpos, coca models), temperature alignment and Qwen log-n scaling."""
-    rotary = isinstance(model.positions[0], RotaryFrequencies)
-    return ["none", *(ROPE_SCALINGS if rotary else ()), *TEMPERATURES, "qwen"]
+    return ["none", *(ROPE_SCALINGS if is_rotary(model) else ()), *TEMPERATURES, "qwen"]
 
 
 def prepared(model: GPT, method: str, data: Any, length: int, factor: float, windows: int = 2) -> GPT:

@@ -10,8 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-from lextra.cli import command
-from lextra.commands import _threads
+from lextra.cli.app import Handler, command
+from lextra.cli.options import add_quiet, add_threads
 
 
 def _commit() -> str:
@@ -26,19 +26,20 @@ def _commit() -> str:
     return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
-@command("study", "the seed papers' comparisons at small scale from one config file, in one report")
-def _configure_study(parser: argparse.ArgumentParser):
+@command(
+    "study",
+    "the seed papers' comparisons at small scale from one config file, in one report",
+    options=(add_threads, add_quiet),
+)
+def configure_study(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("config", help="a study TOML file, e.g. experiments/study.toml")
     parser.add_argument("--out", required=True, help="study folder (finished cells are reused)")
-    parser.add_argument("--threads", type=int, default=0)
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
     def run(args: argparse.Namespace) -> int:
         import torch
 
-        from lextra.study import Study, load_study, write_report
+        from lextra.pipelines.study import Study, load_study, write_report
 
-        _threads(args)
         config = load_study(args.config)
         start, commit = time.time(), _commit()
         results = Study(config, args.out, progress=not args.quiet, commit=commit).run()

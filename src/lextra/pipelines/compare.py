@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from lextra.attention.masks import build_mask
+from lextra.data.prepare import prepare_data
 from lextra.errors import ConfigError
 from lextra.evaluate import EvalConfig, evaluate_model
 from lextra.io import atomic_write_json, atomic_write_text, sha256_file
 from lextra.model import WEIGHTS_FILE, load_model, read_model_meta
 from lextra.positions import SCHEMES
-from lextra.prepare import prepare_data
-from lextra.report import markdown_table, plot_curves, write_csv
+from lextra.reporting.plots import plot_curves
+from lextra.reporting.tables import markdown_table, write_csv
 from lextra.train import CHECKPOINTS, FINAL, TrainConfig, train
 
 DEFAULT_VARIANTS = (
@@ -50,7 +51,8 @@ def parse_variant(spec: str) -> Variant:
     return Variant(spec, scheme, mask)
 
 
-def _train_or_reuse(config: TrainConfig, run_dir: Path, progress: bool) -> Path:
+def train_or_reuse(config: TrainConfig, run_dir: Path, progress: bool) -> Path:
+    """The final model of `run_dir` if it was trained with `config`; else train (resuming an interrupted run)."""
     final = run_dir / FINAL
     if (final / "config.json").exists():
         saved = read_model_meta(final).get("train")
@@ -88,7 +90,7 @@ def compare(
             config.model.scheme = variant.scheme
             config.model.scheme_options = {}
             _log(f"training {variant.scheme}")
-            models[variant.scheme] = _train_or_reuse(config, out_dir / "models" / variant.scheme, progress)
+            models[variant.scheme] = train_or_reuse(config, out_dir / "models" / variant.scheme, progress)
         model_dir = models[variant.scheme]
         result_path = out_dir / "results" / f"{variant.label.replace(':', '-')}.json"
         cell_eval = copy.deepcopy(eval_config)

@@ -17,15 +17,15 @@ from typing import Any
 
 import torch
 
-from lextra.align import calibration_windows
 from lextra.analysis import dispersion, empirical_scores, receptive_field
 from lextra.attention import build_mask
-from lextra.compare import _train_or_reuse
+from lextra.data import PreparedData, prepare_data
 from lextra.evaluate import EvalConfig, evaluate_model
 from lextra.io import atomic_write_json, sha256_file
+from lextra.methods import calibration_windows
 from lextra.model import WEIGHTS_FILE, load_model
-from lextra.prepare import PreparedData, prepare_data
-from lextra.study.config import ModelSpec, StudyConfig
+from lextra.pipelines.compare import train_or_reuse
+from lextra.pipelines.study.config import ModelSpec, StudyConfig
 
 
 class Study:
@@ -87,7 +87,7 @@ class Study:
                     "training",
                     f"{spec.label}-seed{seed}",
                     config.to_dict(),
-                    lambda config=config, run_dir=run_dir: str(_train_or_reuse(config, run_dir, self.progress)),
+                    lambda config=config, run_dir=run_dir: str(train_or_reuse(config, run_dir, self.progress)),
                 )
                 self.models[(spec.label, seed)] = Path(final)
 
@@ -181,10 +181,9 @@ class Study:
 
     def retrieval(self) -> dict[str, Any]:
         """Fine-tune each variant's LM model (seed 0) on the task; accuracy at every length and depth."""
-        from lextra.commands import apply_rope_scaling
-        from lextra.retrieval import build_task, register_task_spec
-        from lextra.retrieval.evaluate import evaluate_retrieval
-        from lextra.retrieval_commands import parse_variant
+        from lextra.evaluate.retrieval import build_task, evaluate_retrieval, register_task_spec
+        from lextra.methods import apply_rope_scaling
+        from lextra.pipelines.retrieval import parse_scaled_variant
 
         section = dict(self.config.retrieval or {})
         task_name = section.get("task", "passkey")
@@ -193,7 +192,7 @@ class Study:
         results: dict[str, Any] = {}
         tuned: dict[str, Path] = {}
         for variant in section.get("variants", []):
-            scheme, scaling = parse_variant(variant)
+            scheme, scaling = parse_scaled_variant(variant)
             label = self.config.model(scheme).label
             if label not in tuned:
                 config = train_config(self.config, self.config.model(label), self.config.seeds[0])
@@ -208,7 +207,7 @@ class Study:
                         "training",
                         f"{label}-{task_name}",
                         config.to_dict(),
-                        lambda config=config, run_dir=run_dir: str(_train_or_reuse(config, run_dir, self.progress)),
+                        lambda config=config, run_dir=run_dir: str(train_or_reuse(config, run_dir, self.progress)),
                     )
                 )
             key = {
@@ -233,7 +232,7 @@ class Study:
 
     def stretch(self) -> dict[str, Any]:
         """Sliding-protocol perplexity of each model under each inference-time method at every length."""
-        from lextra.stretch import methods_for, prepared
+        from lextra.methods import methods_for, prepared
 
         section = self.config.stretch or {}
         wanted = section.get("methods")

@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from lextra.io import atomic_write_text
-from lextra.report import format_value, markdown_table, plot_curves
-from lextra.study.html import markdown_to_html
+from lextra.reporting.html import markdown_to_html
+from lextra.reporting.plots import plot_curves
+from lextra.reporting.tables import format_value, markdown_table
 
 # The papers' numbers, as methods.md reports them.
 PAPER_PERPLEXITY = (
@@ -190,7 +191,7 @@ def window_section(sweep: dict[str, Any], length: int, causal: dict[str, float |
 
 
 def retrieval_section(retrieval: dict[str, Any], lengths: list[int], train_len: int, plots: Path) -> list[str]:
-    from lextra.retrieval.evaluate import plot_heatmap
+    from lextra.reporting.retrieval import plot_heatmap
 
     exact = {v: {str(n): r["by_length"][str(n)]["exact"] for n in lengths} for v, r in retrieval.items()}
     rank = {v: {str(n): r["by_length"][str(n)]["rank1"] for n in lengths} for v, r in retrieval.items()}

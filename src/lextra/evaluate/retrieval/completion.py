@@ -19,10 +19,9 @@ from tqdm import tqdm
 
 from lextra.data import Document, Tokenizer
 from lextra.errors import ConfigError, DataError
-from lextra.report import markdown_table
-from lextra.retrieval.evaluate import default_lengths
-from lextra.retrieval.scoring import greedy_continue, prefill
-from lextra.retrieval.sources import row_seed
+from lextra.evaluate.retrieval.evaluate import default_lengths
+from lextra.evaluate.retrieval.scoring import greedy_continue, prefill
+from lextra.evaluate.retrieval.sources import row_seed
 
 
 def edit_similarity(predicted: str, target: str) -> float:
@@ -127,17 +126,3 @@ def evaluate_completion(
             ],
         }
     return {"label": label, "train_len": train_len, "lengths": lengths, "buckets": buckets}
-
-
-def completion_table(results: dict[str, dict[str, Any]]) -> str:
-    """Markdown: exact match and edit similarity per model (full context, then the truncation baseline)."""
-    first = next(iter(results.values()))
-    lengths = first["lengths"]
-    parts = []
-    for metric in ("exact", "edit_sim"):
-        rows: dict[str, dict[str, float]] = {}
-        for label, r in results.items():
-            rows[label] = {n: b["full"][metric] for n, b in r["buckets"].items()}
-            rows[f"{label} (last L_tr only)"] = {n: b["truncated"][metric] for n, b in r["buckets"].items()}
-        parts.append(f"### next-line {metric} by context length\n\n" + markdown_table(rows, lengths, "model"))
-    return "\n\n".join(parts)

@@ -25,10 +25,10 @@ from torch import Tensor
 
 from lextra.analysis.capture import LayerAttention, layer_attention
 from lextra.data import eval_sequences
+from lextra.data.prepare import PreparedData
 from lextra.data.windows import encode_documents
 from lextra.errors import ConfigError, DataError
 from lextra.model import GPT
-from lextra.prepare import PreparedData
 
 STRATEGIES = ("pmax", "entropy", "log-length")
 TAU_RANGE = (1.0 / 32.0, 32.0)

@@ -10,14 +10,14 @@ from typing import Any
 import torch
 
 from lextra.analysis.dispersion import dispersion
-from lextra.analysis.inputs import Checkpoint, TextSource
-from lextra.analysis.plots import plot_cumulative, plot_dispersion, plot_logits, plot_scores
 from lextra.analysis.receptive_field import THRESHOLD, receptive_field
 from lextra.analysis.resolution import ResolutionResult, empirical_scores, model_theoretical, scheme_resolution
 from lextra.attention import build_mask
 from lextra.io import atomic_write_json, atomic_write_text
+from lextra.pipelines.checkpoints import Checkpoint, TextSource
 from lextra.positions import PositionScheme
-from lextra.report import markdown_table, write_csv
+from lextra.reporting.plots import plot_cumulative, plot_dispersion, plot_logits, plot_scores
+from lextra.reporting.tables import markdown_table, write_csv
 
 RESOLUTION_CONVENTION = (
     "R(s) = sum_{i<N} e^{s_i} (e^{s_i} - e^{s_{i+1}}) / (sum_{i<N} e^{s_i})^2 with e^{s_N} = 0, over the N distances "

@@ -11,10 +11,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lextra.data.prepare import PreparedData, prepare_data
 from lextra.errors import ConfigError
 from lextra.evaluate import evaluation_documents
 from lextra.model import CONFIG_FILE, GPT, load_model, read_model_meta
-from lextra.prepare import PreparedData, prepare_data
 
 
 @dataclass

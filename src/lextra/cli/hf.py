@@ -13,24 +13,43 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lextra.cli import command
-from lextra.commands import _threads, add_eval_args, eval_config_from, parse_lengths
+from lextra.cli.app import Handler, group
+from lextra.cli.options import (
+    add_corpus,
+    add_evaluation,
+    add_quiet,
+    add_threads,
+    eval_config_from,
+    int_at_least,
+    parse_lengths,
+    positive_int,
+    retrieval_evaluation,
+)
 from lextra.errors import ConfigError, DataError
 
 
-def _add_model_args(parser: argparse.ArgumentParser) -> None:
+def add_hf_model(parser: argparse.ArgumentParser) -> None:
+    """The model and every stretching option that `hf` subcommands share."""
     parser.add_argument("model", help="local HF folder (config.json), a .gguf file, or 'smollm2'")
-    parser.add_argument("--train-len", type=int, default=None, help="L_tr (default: max_position_embeddings)")
-    parser.add_argument("--corpus", default="english", help="python-code, english, or a path")
-    parser.add_argument("--limit-chars", type=int, default=None)
+    parser.add_argument(
+        "--train-len", type=int_at_least(2), default=None, help="L_tr (default: max_position_embeddings)"
+    )
+    add_corpus(parser, default="english", help_default="python-code, english, or a path")
     parser.add_argument("--tokenizer", default=None, help="default: the model's own; e.g. bytes for tiny test models")
     parser.add_argument("--mask", default=None, help="causal (decoders) / full (T5 encoder), window:W, bca[:B]")
     parser.add_argument("--rope-scaling", default=None, metavar="TYPE:FACTOR", help="linear, ntk, dynamic, yarn, ...")
     parser.add_argument("--log-scaling", default="none", choices=["none", "qwen"])
     parser.add_argument("--temperatures", default=None, help="alignment.json written by `lextra hf align`")
     parser.add_argument("--out", default=None, help="results folder")
-    parser.add_argument("--threads", type=int, default=0)
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_threads(parser)
+    add_quiet(parser)
+
+
+hf = group(
+    "hf",
+    "evaluations, analyses and inference-time methods on Hugging Face models (Llama and T5 families)",
+    options=(add_hf_model,),
+)
 
 
 def load_adapted(args: argparse.Namespace) -> tuple[Any, str]:
@@ -62,8 +81,8 @@ def load_adapted(args: argparse.Namespace) -> tuple[Any, str]:
 
 
 def _data(args: argparse.Namespace) -> Any:
+    from lextra.data import prepare_data
     from lextra.hf.load import tokenizer_config
-    from lextra.prepare import prepare_data
 
     if args.tokenizer:
         return prepare_data(args.corpus, tokenizer=args.tokenizer, limit_chars=args.limit_chars)
@@ -78,7 +97,7 @@ def _run_eval(args: argparse.Namespace) -> int:
     from lextra.evaluate import evaluate_model
     from lextra.hf import HFCausalLM
     from lextra.io import atomic_write_json
-    from lextra.report import save_eval_outputs
+    from lextra.reporting.perplexity import save_eval_outputs
 
     model, label = load_adapted(args)
     if not isinstance(model, HFCausalLM):
@@ -94,15 +113,13 @@ def _run_eval(args: argparse.Namespace) -> int:
 
 
 def _run_retrieval(args: argparse.Namespace) -> int:
-    from lextra.retrieval import build_task
-    from lextra.retrieval.evaluate import save_retrieval_outputs
-    from lextra.retrieval_commands import evaluate_from_args
+    from lextra.cli.retrieval import retrieval_settings
+    from lextra.evaluate.retrieval import evaluation_task
+    from lextra.reporting.retrieval import save_retrieval_outputs
 
     model, label = load_adapted(args)
-    data = _data(args)
-    documents = data.splits["test"] if args.task == "code-key" else None
-    task = build_task(args.task, data.tokenizer, documents, distractors=args.candidates - 1)
-    result = evaluate_from_args(model, task, args, label, multiples=(1, 2))
+    task = evaluation_task(args.task, _data(args), args.candidates - 1)
+    result = retrieval_settings(args, (1, 2)).run(model, task, label, progress=not args.quiet)
     result["model"] = args.model
     paths = save_retrieval_outputs(_out(args, f"retrieval-{task.name}"), result)
     print(paths["table"].read_text())
@@ -111,7 +128,7 @@ def _run_retrieval(args: argparse.Namespace) -> int:
 
 
 def _texts(args: argparse.Namespace, data: Any, length: int) -> Any:
-    from lextra.align import calibration_windows
+    from lextra.methods import calibration_windows
 
     return calibration_windows(data, length, args.texts, "validation")
 
@@ -157,8 +174,8 @@ def _summary(kind: str, row: dict[str, Any]) -> str:
 
 
 def _run_align(args: argparse.Namespace) -> int:
-    from lextra.align import align_temperatures
     from lextra.io import atomic_write_json
+    from lextra.methods import align_temperatures
 
     model, label = load_adapted(args)
     if args.temperatures:
@@ -181,48 +198,35 @@ def _run_align(args: argparse.Namespace) -> int:
     return 0
 
 
-def _configure_eval(parser: argparse.ArgumentParser) -> None:
-    add_eval_args(parser)
+@hf.command("eval", "perplexity at many lengths (decoder-only models)", options=(add_evaluation,))
+def configure_eval(parser: argparse.ArgumentParser) -> Handler:
+    return _run_eval
 
 
-def _configure_retrieval(parser: argparse.ArgumentParser) -> None:
-    from lextra.retrieval_commands import add_retrieval_eval_args
+@hf.command(
+    "retrieval",
+    "passkey / lines / kv / code-key accuracy by length and depth",
+    options=(retrieval_evaluation(multiples="1,2", samples=4, batch=1),),
+)
+def configure_retrieval(parser: argparse.ArgumentParser) -> Handler:
+    return _run_retrieval
 
-    add_retrieval_eval_args(parser, multiples="1,2", samples=4, batch=1)
 
-
-def _configure_analyze(parser: argparse.ArgumentParser) -> None:
+@hf.command("analyze", "attention dispersion or resolution by length")
+def configure_analyze(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("kind", choices=["dispersion", "resolution"])
     parser.add_argument("--lengths", default=None, help="input lengths (default L_tr, 2 L_tr)")
-    parser.add_argument("--texts", type=int, default=2, help="validation windows per length")
+    parser.add_argument("--texts", type=positive_int, default=2, help="validation windows per length")
+    return _run_analyze
 
 
-def _configure_align(parser: argparse.ArgumentParser) -> None:
+@hf.command("align", "temperature alignment (pmax, entropy, log-length) for a target length")
+def configure_align(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("--strategy", default="pmax", choices=["pmax", "entropy", "log-length"])
-    parser.add_argument("--length", type=int, required=True, help="the target input length L_ex")
+    parser.add_argument("--length", type=positive_int, required=True, help="the target input length L_ex")
     parser.add_argument("--per-head", action="store_true")
-    parser.add_argument("--windows", type=int, default=2, help="calibration windows at L_tr and at L_ex")
-    parser.add_argument("--max-rows", type=int, default=1024, help="query rows sampled per window (memory bound)")
-
-
-ACTIONS = {
-    "eval": ("perplexity at many lengths (decoder-only models)", _configure_eval, _run_eval),
-    "retrieval": ("passkey / lines / kv / code-key accuracy by length and depth", _configure_retrieval, _run_retrieval),
-    "analyze": ("attention dispersion or resolution by length", _configure_analyze, _run_analyze),
-    "align": ("temperature alignment (pmax, entropy, log-length) for a target length", _configure_align, _run_align),
-}
-
-
-@command("hf", "evaluations, analyses and inference-time methods on Hugging Face models (Llama and T5 families)")
-def _configure_hf(parser: argparse.ArgumentParser):
-    sub = parser.add_subparsers(dest="action", required=True)
-    for name, (help_text, configure, _) in ACTIONS.items():
-        child = sub.add_parser(name, help=help_text, description=help_text)
-        configure(child)  # first, so that `analyze KIND MODEL` reads in that order
-        _add_model_args(child)
-
-    def run(args: argparse.Namespace) -> int:
-        _threads(args)
-        return ACTIONS[args.action][2](args)
-
-    return run
+    parser.add_argument("--windows", type=positive_int, default=2, help="calibration windows at L_tr and at L_ex")
+    parser.add_argument(
+        "--max-rows", type=positive_int, default=1024, help="query rows sampled per window (memory bound)"
+    )
+    return _run_align

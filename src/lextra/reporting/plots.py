@@ -1,4 +1,5 @@
-"""Figures of the analyses (matplotlib, Agg): score curves, cumulative gradient shares, dispersion, logits."""
+"""Figures (matplotlib, Agg): perplexity-vs-length curves, score curves, cumulative gradient shares, dispersion,
+logits."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from typing import Any
 
 from lextra.io import atomic_write
 
+Curves = Mapping[str, Mapping[str, Mapping[str, float]]]  # protocol -> row label -> length -> value
 
-def _pyplot():
+
+def pyplot():
     """matplotlib.pyplot on the Agg backend (no display needed)."""
     import matplotlib
 
@@ -19,18 +22,18 @@ def _pyplot():
     return plt
 
 
-def _save(fig: Any, path: str | Path) -> Path:
+def save_figure(fig: Any, path: str | Path) -> Path:
     """Write the figure as PNG atomically and close it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight"))
-    _pyplot().close(fig)
+    pyplot().close(fig)
     return path
 
 
-def _styles(labels: Sequence[str]) -> dict[str, dict[str, Any]]:
+def line_styles(labels: Sequence[str]) -> dict[str, dict[str, Any]]:
     """One colour per scheme (the label up to '+' or ' '), a line style per variant: mask dotted, theory dashed."""
-    plt = _pyplot()
+    plt = pyplot()
     group_of = {label: label.split(" ")[0].split("+")[0] for label in labels}
     groups = list(dict.fromkeys(group_of.values()))
     colours = plt.get_cmap("tab10" if len(groups) <= 10 else "tab20")
@@ -42,18 +45,47 @@ def _styles(labels: Sequence[str]) -> dict[str, dict[str, Any]]:
     return styles
 
 
-def _legend(fig: Any, ax: Any) -> None:
+def figure_legend(fig: Any, ax: Any) -> None:
     """One legend for the figure, right of the panels (the rows are many)."""
     handles, labels = ax.get_legend_handles_labels()
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7)
+
+
+def plot_curves(
+    curves: Curves, train_len: int, path: str | Path, *, ylabel: str = "perplexity", title: str = ""
+) -> Path:
+    """One panel per protocol, one line per row label (a colour per scheme, dotted with a mask); log-x lengths,
+    log-y values, L_tr marked; the legend right of the panels."""
+    plt = pyplot()
+    protocols = list(curves)
+    styles = line_styles(list(dict.fromkeys(label for rows in curves.values() for label in rows)))
+    fig, axes = plt.subplots(1, len(protocols), figsize=(5.2 * len(protocols), 4.2), squeeze=False)
+    for ax, protocol in zip(axes[0], protocols, strict=True):
+        for label, values in curves[protocol].items():
+            xs = sorted(int(n) for n in values)
+            ys = [values[str(n)] for n in xs]
+            ax.plot(xs, ys, marker="o", markersize=3, label=label, **styles[label])
+        ax.axvline(train_len, color="black", linestyle="--", linewidth=0.8)
+        ax.text(train_len, 0.98, " L_tr", transform=ax.get_xaxis_transform(), va="top", fontsize=8)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("evaluation length (tokens)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(protocol)
+        ax.grid(True, which="both", alpha=0.3)
+    figure_legend(fig, axes[0][-1])
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return save_figure(fig, path)
 
 
 def plot_scores(
     curves: Mapping[str, Mapping[str, Sequence[float]]], lengths: Sequence[int], train_len: int, path: str | Path
 ) -> Path:
     """s[n] - s[0] against distance n, one panel per length, one line per row (theory rows dashed)."""
-    plt = _pyplot()
-    styles = _styles(list(curves))
+    plt = pyplot()
+    styles = line_styles(list(curves))
     fig, axes = plt.subplots(1, len(lengths), figsize=(5.5 * len(lengths), 4.2), squeeze=False)
     for ax, length in zip(axes[0], lengths, strict=True):
         for label, by_length in curves.items():
@@ -66,16 +98,16 @@ def plot_scores(
         ax.set_title(f"expected score by distance, input length {length}")
         ax.grid(True, alpha=0.3)
     fig.tight_layout()
-    _legend(fig, axes[0][-1])
-    return _save(fig, path)
+    figure_legend(fig, axes[0][-1])
+    return save_figure(fig, path)
 
 
 def plot_cumulative(
     curves: Mapping[str, Mapping[str, Sequence[float]]], lengths: Sequence[int], train_len: int, path: str | Path
 ) -> Path:
     """Cumulative gradient share of the k most recent tokens, one panel per length, one line per row."""
-    plt = _pyplot()
-    styles = _styles(list(curves))
+    plt = pyplot()
+    styles = line_styles(list(curves))
     fig, axes = plt.subplots(1, len(lengths), figsize=(5.2 * len(lengths), 4.2), squeeze=False)
     for ax, length in zip(axes[0], lengths, strict=True):
         for label, by_length in curves.items():
@@ -90,17 +122,17 @@ def plot_cumulative(
         ax.set_title(f"segments of {length} tokens (L_tr dotted, 0.99 dashed)")
         ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
-    _legend(fig, axes[0][-1])
-    return _save(fig, path)
+    figure_legend(fig, axes[0][-1])
+    return save_figure(fig, path)
 
 
 def plot_dispersion(
     stats: Mapping[str, Mapping[str, Mapping[str, Any]]], lengths: Sequence[int], layers: int, path: str | Path
 ) -> Path:
     """Mean row entropy (top) and max probability (bottom) against input length, one panel per layer + mean."""
-    plt = _pyplot()
+    plt = pyplot()
     columns = [*range(layers), "mean"]
-    styles = _styles(list(stats))
+    styles = line_styles(list(stats))
     fig, axes = plt.subplots(2, len(columns), figsize=(3.6 * len(columns), 6.4), squeeze=False)
     for row, key in enumerate(("entropy", "max_prob")):
         for col, layer in enumerate(columns):
@@ -119,15 +151,15 @@ def plot_dispersion(
             ax.set_xlabel("input length")
             ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
-    _legend(fig, axes[0][-1])
-    return _save(fig, path)
+    figure_legend(fig, axes[0][-1])
+    return save_figure(fig, path)
 
 
 def plot_logits(
     first_layer: Mapping[str, Mapping[str, Mapping[str, Any]]], lengths: Sequence[int], path: str | Path
 ) -> Path:
     """Per checkpoint: the mean sorted first-layer logit row (left) and its QQ plot against a Gaussian (right)."""
-    plt = _pyplot()
+    plt = pyplot()
     labels = list(first_layer)
     fig, axes = plt.subplots(len(labels), 2, figsize=(10, 3.2 * len(labels)), squeeze=False)
     for row, label in enumerate(labels):
@@ -151,4 +183,4 @@ def plot_logits(
         for ax in (left, right):
             ax.grid(True, alpha=0.3)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)

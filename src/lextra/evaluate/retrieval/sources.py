@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import torch
 
 from lextra.data import TrainStream
+from lextra.data.prepare import PreparedData
 from lextra.errors import ConfigError
-from lextra.prepare import PreparedData
-from lextra.retrieval.tasks import TASK_NAMES, RetrievalTask, build_task
+from lextra.evaluate.retrieval.tasks import TASK_NAMES, RetrievalTask, build_task
 from lextra.train import BATCH_SOURCES, TrainConfig
 
 
@@ -94,6 +94,13 @@ def source_factory(spec: str):
         return RetrievalSource(task, parsed.ratio, lm)
 
     return factory
+
+
+def evaluation_task(spec: str, data: PreparedData, distractors: int = 4) -> RetrievalTask:
+    """The task of `spec` for evaluation prompts: code-key hides its needles in the test split's files."""
+    name = parse_task_spec(spec).name
+    documents = data.splits["test"] if name == "code-key" else None
+    return build_task(name, data.tokenizer, documents, distractors=distractors)
 
 
 def register_task_spec(spec: str) -> str:

@@ -1,0 +1,135 @@
+"""The `lextra` command tree: one way to declare a command or a command group, its shared options and its handler.
+
+A command is declared by decorating `configure(parser) -> handler` with `@command(NAME, HELP, options=...)`;
+`options` are shared option sets from `lextra.cli.options`, added after the command's own arguments (so a
+command's positionals come first). A group (`lextra retrieval ...`, `lextra hf ...`) is a `Group`, and its
+subcommands are declared with `@group.command(...)`. `main` parses, applies the shared runtime options (threads),
+runs the handler, and turns every `LextraError` into one line on stderr with exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from lextra.errors import LextraError
+
+Handler = Callable[[argparse.Namespace], int]
+Configure = Callable[[argparse.ArgumentParser], Handler]
+OptionSet = Callable[[argparse.ArgumentParser], None]
+
+#: the modules that declare commands, in the order `lextra --help` lists them
+COMMAND_MODULES = (
+    "lextra.cli.listing",
+    "lextra.cli.train",
+    "lextra.cli.evaluate",
+    "lextra.cli.compare",
+    "lextra.cli.analyze",
+    "lextra.cli.retrieval",
+    "lextra.cli.hf",
+    "lextra.cli.study",
+)
+
+
+@dataclass
+class Command:
+    """A leaf command: its help, how it adds its own arguments, and the shared option sets it takes."""
+
+    name: str
+    help: str
+    configure: Configure
+    options: tuple[OptionSet, ...] = ()
+
+
+@dataclass
+class Group:
+    """A command with subcommands (`lextra retrieval train`); its subcommands share `options`."""
+
+    name: str
+    help: str
+    options: tuple[OptionSet, ...] = ()
+    children: dict[str, Command | Group] = field(default_factory=dict)
+
+    def command(
+        self, name: str, help_text: str, *, options: Sequence[OptionSet] = ()
+    ) -> Callable[[Configure], Configure]:
+        """Declare `lextra GROUP NAME`: the decorated function adds its arguments and returns the handler."""
+
+        def register(configure: Configure) -> Configure:
+            if name in self.children:
+                raise ValueError(f"command {self.name} {name!r} is declared twice")
+            self.children[name] = Command(name, help_text, configure, (*options, *self.options))
+            return configure
+
+        return register
+
+    def group(self, name: str, help_text: str, *, options: Sequence[OptionSet] = ()) -> Group:
+        """Declare `lextra GROUP NAME ...`, a nested group."""
+        child = Group(name, help_text, (*options, *self.options))
+        self.children[name] = child
+        return child
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line: `lextra CMD: error: WHAT (see lextra CMD --help)`."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+ROOT = Group("lextra", "Transformer length extrapolation toolkit.")
+
+
+def command(name: str, help_text: str, *, options: Sequence[OptionSet] = ()) -> Callable[[Configure], Configure]:
+    """Declare a top-level command `lextra NAME`."""
+    return ROOT.command(name, help_text, options=options)
+
+
+def group(name: str, help_text: str, *, options: Sequence[OptionSet] = ()) -> Group:
+    """Declare a top-level command group `lextra NAME SUBCOMMAND`."""
+    return ROOT.group(name, help_text, options=options)
+
+
+def _add(parser: argparse.ArgumentParser, node: Command | Group, path: tuple[str, ...]) -> None:
+    if isinstance(node, Command):
+        handler = node.configure(parser)
+        for add_options in node.options:
+            add_options(parser)
+        parser.set_defaults(handler=handler, command_path=" ".join(path))
+        return
+    sub = parser.add_subparsers(dest=f"command_{len(path)}", required=True, metavar="COMMAND")
+    for name, child in node.children.items():
+        _add(sub.add_parser(name, help=child.help, description=child.help), child, (*path, name))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole `lextra` parser, after every command module has declared its commands."""
+    for module in COMMAND_MODULES:
+        importlib.import_module(module)
+    parser = Parser(prog="lextra", description=ROOT.help)
+    _add(parser, ROOT, ())
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run `lextra ARGS`; returns the exit code (2 for a user mistake, printed as one line)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as done:  # argparse printed usage and a one-line error (exit 2), or --help (exit 0)
+        return int(done.code or 0)
+    name = f"lextra {args.command_path.split()[0]}"
+    try:
+        from lextra.cli.options import apply_runtime
+
+        apply_runtime(args)
+        return int(args.handler(args) or 0)
+    except LextraError as err:
+        print(f"{name}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,39 @@
+"""`lextra compare`: train and evaluate several schemes on the same data, seed and budget."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from lextra.cli.app import Handler, command
+from lextra.cli.options import add_evaluation, add_training, eval_config_from, train_config_from
+
+
+@command(
+    "compare",
+    "train and evaluate several schemes on the same data, seed and budget",
+    options=(add_training, add_evaluation),
+)
+def configure_compare(parser: argparse.ArgumentParser) -> Handler:
+    from lextra.pipelines.compare import DEFAULT_VARIANTS
+
+    parser.add_argument("--out", required=True, help="comparison folder (finished cells are reused)")
+    parser.add_argument(
+        "--schemes",
+        default=",".join(DEFAULT_VARIANTS),
+        help="comma-separated variants: SCHEME or SCHEME+MASK (e.g. rope+bca, alibi+window:64)",
+    )
+
+    def run(args: argparse.Namespace) -> int:
+        from lextra.pipelines.compare import compare
+
+        base = train_config_from(args, scheme="nope")
+        variants = [v for v in args.schemes.split(",") if v.strip()]
+        compare(variants, base, eval_config_from(args), args.out)
+        out = Path(args.out)
+        print((out / "table.md").read_text())
+        print(f"plot: {out / 'perplexity.png'}")
+        print(f"results: {out / 'summary.json'}, {out / 'results.csv'}")
+        return 0
+
+    return run

@@ -1,0 +1,108 @@
+"""`lextra eval` (perplexity of a trained model at many lengths) and `lextra align` (temperature alignment)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from lextra.cli.app import Handler, command
+from lextra.cli.options import (
+    add_corpus,
+    add_evaluation,
+    add_rope_scaling,
+    add_threads,
+    eval_config_from,
+    model_folder,
+    positive_int,
+)
+
+
+@command(
+    "eval",
+    "perplexity of a trained model at many lengths under three protocols",
+    options=(add_rope_scaling, add_threads, add_evaluation),
+)
+def configure_eval(parser: argparse.ArgumentParser) -> Handler:
+    parser.add_argument("checkpoint", help="a model folder (RUN/model) or a training run folder")
+    parser.add_argument("--out", default=None, help="results folder (default CHECKPOINT/eval-MASK)")
+    parser.add_argument("--mask", default="causal", help="inference mask: causal, bca, window:W")
+    add_corpus(parser, default=None, help_default="default: the corpus the model was trained on")
+
+    def run(args: argparse.Namespace) -> int:
+        from lextra.data import prepare_for_model
+        from lextra.evaluate import evaluate_model
+        from lextra.io import atomic_write_json
+        from lextra.methods import apply_rope_scaling
+        from lextra.model import load_model, read_model_meta
+        from lextra.reporting.perplexity import save_eval_outputs
+
+        folder = model_folder(args.checkpoint)
+        meta = read_model_meta(folder)
+        data = prepare_for_model(meta, args.corpus, args.limit_chars)
+        model = load_model(folder)
+        label = model.config.scheme
+        if args.rope_scaling:
+            apply_rope_scaling(model, args.rope_scaling)
+            label += f"+{args.rope_scaling}"
+        config = eval_config_from(args, args.mask)
+        label += "" if args.mask == "causal" else f"+{args.mask}"
+        evaluation = evaluate_model(model, data, config, label=label)
+        out = Path(args.out or folder.parent / f"eval-{args.mask.replace(':', '-')}")
+        atomic_write_json(out / "results.json", {"model": str(folder), "corpus": data.corpus, **evaluation})
+        paths = save_eval_outputs(out, label, evaluation)
+        print(paths["table"].read_text())
+        print(f"results: {out / 'results.json'}, plot: {paths['plot']}")
+        return 0
+
+    return run
+
+
+@command(
+    "align",
+    "temperature alignment: per-layer softmax temperatures for inputs of a target length",
+    options=(add_threads,),
+)
+def configure_align(parser: argparse.ArgumentParser) -> Handler:
+    parser.add_argument("checkpoint", help="a model folder (RUN/model) or a training run folder")
+    parser.add_argument("--strategy", default="pmax", choices=["pmax", "entropy", "log-length"])
+    parser.add_argument("--length", type=positive_int, required=True, help="the target input length L_ex")
+    parser.add_argument("--per-head", action="store_true", help="one temperature per head instead of per layer")
+    parser.add_argument("--windows", type=positive_int, default=4, help="calibration windows from the validation split")
+    parser.add_argument("--out", default=None, help="aligned model folder (default CHECKPOINT-STRATEGY-LENGTH)")
+
+    def run(args: argparse.Namespace) -> int:
+        from lextra.data import prepare_for_model
+        from lextra.io import atomic_write_json
+        from lextra.methods import align_temperatures
+        from lextra.model import load_model, read_model_meta, save_model
+        from lextra.reporting.tables import markdown_table
+
+        folder = model_folder(args.checkpoint)
+        meta = read_model_meta(folder)
+        data = prepare_for_model(meta)
+        model = load_model(folder)
+        result = align_temperatures(
+            model, data, args.strategy, args.length, windows=args.windows, per_head=args.per_head
+        )
+        out = Path(args.out or f"{folder}-{args.strategy}-{args.length}")
+        extra = {k: v for k, v in meta.items() if k in ("tokenizer", "train")}
+        save_model(model, out, extra={**extra, "alignment": result.to_dict()})
+        atomic_write_json(out / "alignment.json", result.to_dict())
+        statistic = "entropy" if args.strategy == "entropy" else "pmax"
+        rows = {
+            f"layer {i}": {
+                "target": result.target[i],
+                "before": result.before[i],
+                "after": result.after[i],
+                "tau": sum(t) / len(t),
+            }
+            for i, t in enumerate(result.temperatures)
+        }
+        print(f"mean {statistic}: target at L_tr = {result.train_len}, before and after at L_ex = {args.length}")
+        print(markdown_table(rows, ["target", "before", "after", "tau"], "layer"))
+        if result.saturated:
+            print(f"warning: target out of reach for (layer, head) {result.saturated}: temperature at its bound")
+        print(f"aligned model saved to {out}")
+        return 0
+
+    return run

@@ -1,0 +1,18 @@
+"""`lextra list`: every registered position scheme and mask with its options."""
+
+from __future__ import annotations
+
+import argparse
+
+from lextra.cli.app import Handler, command
+
+
+@command("list", "list every position scheme and mask with its options")
+def configure_list(parser: argparse.ArgumentParser) -> Handler:
+    def run(args: argparse.Namespace) -> int:
+        from lextra.reporting.catalog import catalog_text
+
+        print(catalog_text())
+        return 0
+
+    return run

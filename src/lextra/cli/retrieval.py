@@ -1,0 +1,175 @@
+"""`lextra retrieval train|eval|compare|completion`: retrieval and code completion beyond the training length."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from lextra.cli.app import Handler, group
+from lextra.cli.options import (
+    add_quiet,
+    add_rope_scaling,
+    add_scheme,
+    add_threads,
+    add_training,
+    model_folder,
+    parse_depths,
+    parse_lengths,
+    positive_int,
+    retrieval_evaluation,
+    train_config_from,
+)
+
+DEFAULT_COMPARE = "rope,rope+dynamic,alibi,coca,coca+dynamic,nope,t5,sandwich"
+
+retrieval = group(
+    "retrieval", "passkey / lines / kv / code-key retrieval and code completion beyond L_tr", options=(add_quiet,)
+)
+
+
+def retrieval_settings(args: argparse.Namespace, multiples: tuple[int, ...] | None = None) -> Any:
+    """The `RetrievalEval` the retrieval evaluation options describe."""
+    from lextra.evaluate.retrieval import DEFAULT_MULTIPLES
+    from lextra.pipelines.retrieval import RetrievalEval
+
+    return RetrievalEval(
+        lengths=parse_lengths(args.lengths),
+        depths=parse_depths(args.depths),
+        samples=args.samples,
+        candidates=args.candidates,
+        seed=args.eval_seed,
+        batch_size=args.eval_batch,
+        multiples=multiples or DEFAULT_MULTIPLES,
+    )
+
+
+@retrieval.command("train", "train a model on a retrieval task at L_tr", options=(add_scheme, add_training))
+def configure_train(parser: argparse.ArgumentParser) -> Handler:
+    parser.add_argument("--out", required=True, help="run directory")
+    parser.add_argument("--task", default="passkey", help="NAME, NAME+lm (half LM windows) or NAME:RATIO")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+
+    def run(args: argparse.Namespace) -> int:
+        from lextra.pipelines.retrieval import train_on_task
+
+        final = train_on_task(train_config_from(args), args.task, args.out, resume=args.resume, progress=not args.quiet)
+        print(f"model saved to {final}")
+        return 0
+
+    return run
+
+
+@retrieval.command(
+    "eval",
+    "accuracy over lengths x needle depths, with a heatmap",
+    options=(add_rope_scaling, add_threads, retrieval_evaluation()),
+)
+def configure_eval(parser: argparse.ArgumentParser) -> Handler:
+    parser.add_argument("checkpoint", help="a model folder (RUN/model) or a training run folder")
+    parser.add_argument("--out", default=None, help="results folder (default CHECKPOINT/retrieval-TASK)")
+
+    def run(args: argparse.Namespace) -> int:
+        from lextra.data import prepare_for_model
+        from lextra.evaluate.retrieval import evaluation_task
+        from lextra.model import read_model_meta
+        from lextra.pipelines.retrieval import load_scaled
+        from lextra.reporting.retrieval import save_retrieval_outputs
+
+        folder = model_folder(args.checkpoint)
+        model, label = load_scaled(folder, args.rope_scaling)
+        task = evaluation_task(args.task, prepare_for_model(read_model_meta(folder)), args.candidates - 1)
+        result = retrieval_settings(args).run(model, task, label, progress=not args.quiet)
+        result["model"] = str(folder)
+        out = Path(args.out or folder.parent / f"retrieval-{task.name}")
+        paths = save_retrieval_outputs(out, result)
+        print(paths["table"].read_text())
+        print(f"results: {paths['json']}, heatmap: {paths['heatmap']}")
+        return 0
+
+    return run
+
+
+@retrieval.command(
+    "compare",
+    "train each scheme on the task with one budget; one accuracy table",
+    options=(add_training, retrieval_evaluation(with_task=False)),
+)
+def configure_compare(parser: argparse.ArgumentParser) -> Handler:
+    parser.add_argument("--out", required=True, help="comparison folder (finished models are reused)")
+    parser.add_argument("--task", default="passkey", help="training task spec (NAME, NAME+lm, NAME:RATIO)")
+    parser.add_argument("--schemes", default=DEFAULT_COMPARE, help="variants: SCHEME or SCHEME+SCALING (rope+dynamic)")
+    parser.add_argument(
+        "--init-from-compare",
+        default=None,
+        metavar="DIR",
+        help="fine-tune each scheme from DIR/models/SCHEME/model (a `lextra compare` folder: LM-pretrained models)",
+    )
+
+    def run(args: argparse.Namespace) -> int:
+        from lextra.pipelines.retrieval import compare_retrieval
+
+        out = Path(args.out)
+        compare_retrieval(
+            [v for v in args.schemes.split(",") if v.strip()],
+            train_config_from(args, scheme="nope"),
+            args.task,
+            retrieval_settings(args),
+            out,
+            init_from_compare=args.init_from_compare,
+            progress=not args.quiet,
+        )
+        print((out / "table.md").read_text())
+        print(f"results: {out / 'summary.json'}, heatmaps: {out / 'heatmaps'}")
+        return 0
+
+    return run
+
+
+@retrieval.command(
+    "completion",
+    "next-line code completion by context length, with a truncation baseline",
+    options=(add_rope_scaling, add_threads),
+)
+def configure_completion(parser: argparse.ArgumentParser) -> Handler:
+    parser.add_argument("checkpoints", nargs="+", help="model folders (RUN/model) or training run folders")
+    parser.add_argument("--out", required=True, help="results folder")
+    parser.add_argument("--lengths", default=None, help="context lengths (default L_tr x 1,2,4,8,16)")
+    parser.add_argument("--lines", type=positive_int, default=32, help="held-out lines per context length")
+    parser.add_argument("--max-new", type=positive_int, default=96, help="most tokens generated per line")
+    parser.add_argument("--eval-seed", type=int, default=0)
+
+    def run(args: argparse.Namespace) -> int:
+        from lextra.data import prepare_for_model
+        from lextra.evaluate.retrieval import evaluate_completion
+        from lextra.io import atomic_write_json, atomic_write_text
+        from lextra.model import read_model_meta
+        from lextra.pipelines.retrieval import load_scaled
+        from lextra.reporting.retrieval import completion_table
+
+        results = {}
+        for checkpoint in args.checkpoints:
+            folder = model_folder(checkpoint)
+            model, label = load_scaled(folder, args.rope_scaling)
+            data = prepare_for_model(read_model_meta(folder))
+            result = evaluate_completion(
+                model,
+                data.splits["test"],
+                data.tokenizer,
+                parse_lengths(args.lengths),
+                lines=args.lines,
+                max_new=args.max_new,
+                seed=args.eval_seed,
+                label=label,
+                progress=not args.quiet,
+            )
+            result["model"] = str(folder)
+            results[label] = result
+        out = Path(args.out)
+        atomic_write_json(out / "completion.json", results)
+        atomic_write_text(out / "table.md", completion_table(results) + "\n")
+        print((out / "table.md").read_text())
+        print(f"results: {out / 'completion.json'}")
+        return 0
+
+    return run

@@ -1,0 +1,23 @@
+"""`lextra train`: train a GPT with a position scheme at a training length (resumable)."""
+
+from __future__ import annotations
+
+import argparse
+
+from lextra.cli.app import Handler, command
+from lextra.cli.options import add_scheme, add_training, train_config_from
+
+
+@command("train", "train a GPT with a position scheme at a training length", options=(add_scheme, add_training))
+def configure_train(parser: argparse.ArgumentParser) -> Handler:
+    parser.add_argument("--out", required=True, help="run directory")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+
+    def run(args: argparse.Namespace) -> int:
+        from lextra.train import train
+
+        final = train(train_config_from(args), args.out, resume=args.resume)
+        print(f"model saved to {final}")
+        return 0
+
+    return run

@@ -1,0 +1,31 @@
+"""Retrieval beyond the training length: passkey, lines, key-value and code-key prompts, training batches for
+them (registered in `lextra.train.BATCH_SOURCES` on import), greedy and likelihood-rank scoring, and next-line
+code completion by context length."""
+
+from lextra.evaluate.retrieval.completion import evaluate_completion
+from lextra.evaluate.retrieval.evaluate import DEFAULT_DEPTHS, DEFAULT_MULTIPLES, default_lengths, evaluate_retrieval
+from lextra.evaluate.retrieval.sources import (
+    RetrievalSource,
+    TaskSpec,
+    evaluation_task,
+    parse_task_spec,
+    register_task_spec,
+)
+from lextra.evaluate.retrieval.tasks import TASK_NAMES, RetrievalTask, Sample, build_task
+
+__all__ = [
+    "DEFAULT_DEPTHS",
+    "DEFAULT_MULTIPLES",
+    "TASK_NAMES",
+    "RetrievalSource",
+    "RetrievalTask",
+    "Sample",
+    "TaskSpec",
+    "build_task",
+    "default_lengths",
+    "evaluate_completion",
+    "evaluate_retrieval",
+    "evaluation_task",
+    "parse_task_spec",
+    "register_task_spec",
+]

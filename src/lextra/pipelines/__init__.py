@@ -1,0 +1,1 @@
+"""Pipelines: orchestration over the library (compare, study, analyses over checkpoints), public helpers only."""

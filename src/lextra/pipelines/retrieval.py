@@ -1,0 +1,151 @@
+"""`retrieval compare`: fine-tune each scheme on a retrieval task with one budget, evaluate every variant (a scheme
+plus an optional RoPE scaling, e.g. `rope+dynamic`) on the same prompts, and write one table and the heatmaps.
+
+Layout of the output folder: `models/<scheme>/` (training runs), `results/<variant>.json`, `heatmaps/<variant>.png`,
+`summary.json`, `table.md`. Finished models are reused; an interrupted training resumes from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lextra.data import prepare_for_model
+from lextra.errors import ConfigError
+from lextra.evaluate.retrieval import (
+    DEFAULT_DEPTHS,
+    DEFAULT_MULTIPLES,
+    default_lengths,
+    evaluate_retrieval,
+    evaluation_task,
+    register_task_spec,
+)
+from lextra.io import atomic_write_json, atomic_write_text
+from lextra.methods import apply_rope_scaling
+from lextra.model import load_model, read_model_meta
+from lextra.positions import SCHEMES
+from lextra.reporting.retrieval import plot_heatmap, retrieval_tables
+from lextra.train import CHECKPOINTS, FINAL, TrainConfig, train
+
+
+@dataclass
+class RetrievalEval:
+    """How retrieval is evaluated: prompt lengths (default L_tr x `multiples`), needle depths, prompts per cell,
+    candidates ranked per prompt, the prompts' seed and how many are scored together."""
+
+    lengths: list[int] | None = None
+    depths: list[float] = field(default_factory=lambda: list(DEFAULT_DEPTHS))
+    samples: int = 20
+    candidates: int = 5
+    seed: int = 0
+    batch_size: int = 8
+    multiples: tuple[int, ...] = DEFAULT_MULTIPLES
+
+    def run(self, model: Any, task: Any, label: str, progress: bool = True) -> dict[str, Any]:
+        """`evaluate_retrieval` of `model` on `task` with these settings."""
+        lengths = self.lengths or default_lengths(model.config.train_len, self.multiples)
+        return evaluate_retrieval(
+            model,
+            task,
+            lengths,
+            self.depths,
+            samples=self.samples,
+            seed=self.seed,
+            batch_size=self.batch_size,
+            progress=progress,
+            label=label,
+        )
+
+
+def parse_scaled_variant(spec: str) -> tuple[str, str | None]:
+    """`rope` -> ("rope", None); `rope+dynamic` -> ("rope", "dynamic:1"); `coca+yarn:4` -> ("coca", "yarn:4")."""
+    scheme, _, scaling = spec.strip().partition("+")
+    SCHEMES.get(scheme)
+    if scaling and ":" not in scaling:
+        scaling += ":1"
+    return scheme, scaling or None
+
+
+def train_on_task(config: TrainConfig, task: str, out: str | Path, *, resume: bool, progress: bool) -> Path:
+    """Train `config` on the retrieval task spec `task` (NAME, NAME+lm, NAME:RATIO); returns the final model."""
+    config = copy.deepcopy(config)
+    config.task = register_task_spec(task)
+    return train(config, out, resume=resume, progress=progress)
+
+
+def compare_pretrained(folder: str | Path, scheme: str) -> str:
+    """The `lextra compare` model of `scheme` under `folder`, or an error naming the missing path."""
+    path = Path(folder) / "models" / scheme / "model"
+    if not (path / "config.json").exists():
+        raise ConfigError(f"--init-from-compare: no {scheme} model at {path}; run `lextra compare` with it first")
+    return str(path)
+
+
+def load_scaled(folder: str | Path, rope_scaling: str | None) -> tuple[Any, str]:
+    """The model in `folder` with `rope_scaling` applied, and a label naming both."""
+    model = load_model(folder)
+    label = model.config.scheme
+    if rope_scaling:
+        apply_rope_scaling(model, rope_scaling)
+        label += f"+{rope_scaling}"
+    return model, label
+
+
+def compare_retrieval(
+    variants: list[str],
+    base: TrainConfig,
+    task: str,
+    settings: RetrievalEval,
+    out: str | Path,
+    *,
+    init_from_compare: str | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Train each distinct scheme once on `task`, evaluate each variant; write and return the summary."""
+    out = Path(out)
+    if not variants:
+        raise ConfigError("--schemes needs at least one variant")
+    parsed = {v: parse_scaled_variant(v) for v in variants}
+    models: dict[str, Path] = {}
+    results: dict[str, dict[str, Any]] = {}
+    for label, (scheme, scaling) in parsed.items():
+        if scheme not in models:
+            run_dir = out / "models" / scheme
+            final = run_dir / FINAL
+            if (final / "config.json").exists():
+                _log(f"reusing {final}")
+            else:
+                _log(f"training {scheme}")
+                config = copy.deepcopy(base)
+                config.model.scheme = scheme
+                if init_from_compare:
+                    config.init_from = compare_pretrained(init_from_compare, scheme)
+                resume = (run_dir / CHECKPOINTS).exists()
+                final = train_on_task(config, task, run_dir, resume=resume, progress=progress)
+            models[scheme] = final
+        meta = read_model_meta(models[scheme])
+        trained_on = meta.get("train", {}).get("task")
+        if trained_on != task:
+            raise ConfigError(
+                f"{models[scheme]} was trained on task {trained_on!r}, not {task!r}; use a new --out folder"
+            )
+        model, _ = load_scaled(models[scheme], scaling)
+        _log(f"evaluating {label}")
+        prompts = evaluation_task(task, prepare_for_model(meta), settings.candidates - 1)
+        result = settings.run(model, prompts, label, progress)
+        result["model"] = str(models[scheme])
+        results[label] = result
+        name = label.replace(":", "-").replace("+", "_")
+        atomic_write_json(out / "results" / f"{name}.json", result)
+        plot_heatmap(result, out / "heatmaps" / f"{name}.png")
+    summary = {"task": task, "variants": results}
+    atomic_write_json(out / "summary.json", summary)
+    atomic_write_text(out / "table.md", retrieval_tables(results) + "\n")
+    return summary
+
+
+def _log(message: str) -> None:
+    print(f"lextra retrieval: {message}", file=sys.stderr, flush=True)
