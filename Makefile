@@ -4,34 +4,49 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 RUN_DIR ?= runs/compare
+# Every version is pinned once, in requirements/ (pyproject.toml reads the same files); none is written here.
+REQ := requirements
+PIP := $(PY) -m pip install -q --disable-pip-version-check
+PYTEST := OMP_NUM_THREADS=2 $(PY) -m pytest
+LINT_PATHS := src tests benchmarks experiments
 
-.PHONY: run test lint bench bench-train bench-xt hf-model bench-hf clean
+.PHONY: run test test-fast test-gpu lint bench bench-train bench-xt hf-model bench-hf clean
 
-$(STAMP): requirements.lock requirements-data.lock pyproject.toml
+# data.txt and the package itself go in with --no-deps (see data.txt); everything else is pinned in the files.
+$(STAMP): $(REQ)/runtime.txt $(REQ)/test.txt $(REQ)/transitive.txt $(REQ)/data.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -r requirements.lock
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps -r requirements-data.lock
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(PIP) -r $(REQ)/runtime.txt -r $(REQ)/test.txt -r $(REQ)/transitive.txt
+	$(PIP) --no-deps -r $(REQ)/data.txt
+	$(PIP) --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
 run: $(STAMP)
 	$(PY) -m lextra compare --out $(RUN_DIR)
 
+# Everything that runs on a CPU; tests marked `gpu` are deselected (not skipped).
 test: $(STAMP)
-	OMP_NUM_THREADS=2 $(PY) -m pytest
+	$(PYTEST) -m "not gpu"
+
+# The inner loop: under a minute on 2 cores, without the tests marked `slow`.
+test-fast: $(STAMP)
+	$(PYTEST) -m "not slow and not gpu"
+
+# Only the tests marked `gpu`; stops at once where torch sees no CUDA device.
+test-gpu: $(STAMP)
+	@$(PY) -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'make test-gpu: torch sees no CUDA device')"
+	$(PY) -m pytest -m gpu
 
 lint: $(STAMP)
-	$(PY) -m ruff check src tests benchmarks
-	$(PY) -m ruff format --check src tests benchmarks
+	$(PY) -m ruff check $(LINT_PATHS)
+	$(PY) -m ruff format --check $(LINT_PATHS)
 
 bench: $(STAMP)
 	$(PY) benchmarks/attention.py
 
 BENCH_STAMP := $(VENV)/.installed-bench
 
-$(BENCH_STAMP): $(STAMP) pyproject.toml
-	$(PY) -m pip install -q --disable-pip-version-check x-transformers==2.31.10 einops==0.8.2 einx==0.4.3 \
-		frozendict==2.5.1 loguru==0.7.3 torch-einops-utils==0.2.0
+$(BENCH_STAMP): $(STAMP) $(REQ)/bench.txt
+	$(PIP) -r $(REQ)/bench.txt
 	touch $(BENCH_STAMP)
 
 bench-train: $(STAMP)
@@ -42,8 +57,8 @@ bench-xt: $(BENCH_STAMP)
 
 HF_STAMP := $(VENV)/.installed-hf
 
-$(HF_STAMP): $(STAMP) requirements-hf.lock
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps -r requirements-hf.lock
+$(HF_STAMP): $(STAMP) $(REQ)/hf.txt
+	$(PIP) --no-deps -r $(REQ)/hf.txt
 	touch $(HF_STAMP)
 
 hf-model: $(HF_STAMP)
