@@ -37,11 +37,20 @@ def qkv(scheme, length: int, batch: int = 2, key_length: int | None = None, grad
     return q, k, v
 
 
-def pytest_collection_modifyitems(config, items) -> None:
-    """`make test` deselects `gpu` tests; a bare `pytest` on a machine without CUDA skips them with a reason."""
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU (`make test-gpu` on a machine with one)")
-    for item in items:
-        if item.get_closest_marker("gpu") is not None:
-            item.add_marker(skip)
+#: keys of saved results that hold settings passed through as given, not results
+SETTING_KEYS = ("config", "eval", "train", "key")
+
+
+def json_shape(data):
+    """The structure of saved JSON: keys (numeric ones, such as lengths, depths, seeds, as '#'; settings left out)
+    and value types, lists by their first element; results of the same kind agree on it whatever their numbers."""
+    if isinstance(data, dict):
+        return {
+            ("#" if key.replace(".", "", 1).isdigit() else key): json_shape(value)
+            for key, value in data.items()
+            if key not in SETTING_KEYS
+        }
+    if isinstance(data, list):
+        return [json_shape(value) for value in data[:1]]
+    return type(data).__name__
+

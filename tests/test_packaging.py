@@ -79,7 +79,8 @@ def test_pyproject_reads_its_dependencies_from_requirements() -> None:
 
 
 def test_setuptools_expands_the_same_pins() -> None:
-    pyprojecttoml = pytest.importorskip("setuptools.config.pyprojecttoml")
+    from setuptools.config import pyprojecttoml
+
     project = pyprojecttoml.read_configuration(ROOT / "pyproject.toml", expand=True)["project"]
     assert project["dependencies"] == [line for _, line in requirement_lines(REQUIREMENTS / "runtime.txt")]
     extras = project.get("optional-dependencies", project.get("optional_dependencies"))
