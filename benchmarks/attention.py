@@ -25,9 +25,8 @@ How to read it
     by log-sum-exp (rotary schemes from 4k on: no rotated copies of q and k); `chunked/strided` query blocks whose
     bias is a strided view of one per-distance table; `chunked/gathered` a bias built per block (FIRE past its
     threshold); `chunked` query blocks with a mask alone.
-    Extra memory is RSS, so it includes what glibc keeps after `free`: for chunked cells, whose per-block tensors
-    grow block after block, it varies by up to ~3x between runs of the same cell at 16k (fragmentation); read
-    it as an order of magnitude, the time ratio as the precise number.
+    Extra memory is RSS, so it includes what glibc keeps after `free`: read it as an order of magnitude, the time
+    ratio as the precise number (benchmarks/README.md, "How it measures").
 
 Usage
     .venv/bin/python benchmarks/attention.py                       # all schemes x masks, L = 1k, 4k, 16k, 32k

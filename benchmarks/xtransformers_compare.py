@@ -52,7 +52,7 @@ DEFAULT_LENGTHS = (1024, 4096, 16384, 32768)
 QUICK_LENGTHS = (256, 1024)
 LONG = 16384  # at and above this length a cell repeats once by default
 WARMUP_LEN = 128
-XT_VERSION = "2.31.10"  # the version pinned by the `bench` extra (and measured in cpu-performance.md)
+XT_VERSION = "2.31.10"  # the version pinned by the `bench` extra (the one benchmarks/README.md reports)
 
 #: name -> (library, scheme, x-transformers Decoder options); rows in this order
 MODELS: dict[str, tuple[str, str, dict[str, Any]]] = {

@@ -19,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-from lextra.data.prepare import prepare_data
+from lextra.data.prepare import prepare_for_model
 from lextra.evaluate import EvalConfig, evaluate_model
 from lextra.io import atomic_write_json, atomic_write_text
 from lextra.methods.stretch import methods_for, prepared
@@ -44,9 +44,7 @@ def main() -> int:
     for folder in args.models:
         meta = read_model_meta(folder)
         base = load_model(folder).eval()
-        data = prepare_data(
-            meta["train"]["corpus"], limit_chars=meta["train"].get("limit_chars"), tokenizer_config=meta["tokenizer"]
-        )
+        data = prepare_for_model(meta)
         lengths = [base.config.train_len * m for m in MULTIPLES]
         for method in methods_for(base):
             label = f"{base.config.scheme} + {method}"
@@ -61,7 +59,7 @@ def main() -> int:
                         span=max(lengths),
                     )
                     result = evaluate_model(model, data, config, progress=False)
-                    cells[key] = {p: v[str(length)]["ppl"] for p, v in result["results"].items()}
+                    cells[key] = {p: result.ppl(p, length) for p in result.protocols}
                     atomic_write_json(cache, cells)
                     print(
                         f"{label:28s} L={length:5d} " + " ".join(f"{p}={v:.2f}" for p, v in cells[key].items()),

@@ -53,4 +53,3 @@ def json_shape(data):
     if isinstance(data, list):
         return [json_shape(value) for value in data[:1]]
     return type(data).__name__
-

@@ -217,12 +217,12 @@ def test_a_window_of_w_tokens_bounds_the_erf(scheme: str) -> None:
     assert shares.shape == (4, L)
     torch.testing.assert_close(shares.sum(-1), torch.ones(4, dtype=torch.float64))
     assert shares[:, w:].abs().max() == 0  # nothing beyond the window reaches the last token
-    assert receptive_field(one_layer, segments, f"window:{w}")["erf"] <= w
+    assert receptive_field(one_layer, segments, f"window:{w}").erf <= w
     two_layers = tiny_model(scheme, layers=2)
     reach = 2 * (w - 1) + 1  # each layer looks w - 1 tokens further back
     stacked = gradient_shares(two_layers, segments, f"window:{w}")
     assert stacked[:, reach:].abs().max() == 0 and stacked[:, w:reach].sum() > 0
-    assert receptive_field(two_layers, segments, f"window:{w}")["erf"] <= reach
+    assert receptive_field(two_layers, segments, f"window:{w}").erf <= reach
     assert gradient_shares(one_layer, segments, "causal")[:, w:].sum() > 0  # the bound comes from the window
     assert all(p.requires_grad for p in one_layer.parameters())  # parameters are restored after freezing
 
@@ -247,10 +247,10 @@ def test_a_model_without_queries_attends_uniformly_to_its_causal_keys() -> None:
     L = 23
     stats = dispersion(model, torch.randint(0, 256, (3, L)), batch_size=2, block_size=5)
     keys = torch.arange(1, L + 1, dtype=torch.float64)
-    assert stats["uniform"]["entropy"] == pytest.approx(float(keys.log().mean()), rel=1e-12)
-    assert stats["entropy"] == pytest.approx([float(keys.log().mean())] * 3, rel=1e-6)  # fp32 weights
-    assert stats["max_prob"] == pytest.approx([float((1 / keys).mean())] * 3, rel=1e-6)
-    assert stats["first_layer"]["sorted_logits"] == pytest.approx([0.0] * L)
+    assert stats.uniform.entropy == pytest.approx(float(keys.log().mean()), rel=1e-12)
+    assert stats.entropy == pytest.approx([float(keys.log().mean())] * 3, rel=1e-6)  # fp32 weights
+    assert stats.max_prob == pytest.approx([float((1 / keys).mean())] * 3, rel=1e-6)
+    assert stats.first_layer.sorted_logits == pytest.approx([0.0] * L)
 
 
 def test_first_layer_logits_are_the_last_rows_sorted() -> None:
@@ -260,9 +260,9 @@ def test_first_layer_logits_are_the_last_rows_sorted() -> None:
     view = next(layer_attention(model, tokens, block_size=13))
     last = next(view.blocks()).logits[:, :, -1]
     expected = torch.sort(last, dim=-1, descending=True).values.mean((0, 1))
-    assert stats["first_layer"]["sorted_logits"] == pytest.approx(expected.tolist(), rel=1e-5, abs=1e-6)
-    qq = stats["first_layer"]["qq"]
-    assert qq["count"] == 2 * 2 * 13 and qq["sample"] == sorted(qq["sample"])
+    assert stats.first_layer.sorted_logits == pytest.approx(expected.tolist(), rel=1e-5, abs=1e-6)
+    qq = stats.first_layer.qq
+    assert qq.count == 2 * 2 * 13 and qq.sample == sorted(qq.sample)
     assert normal_quantiles(3)[1] == 0 and normal_quantiles(2)[0] == pytest.approx(-0.6744897501960817)
 
 

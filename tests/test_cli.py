@@ -6,19 +6,21 @@ from conftest import ALL_SCHEMES
 
 from lextra.attention.masks import MASKS
 from lextra.cli import main
+from lextra.evaluate.retrieval.tasks import TASKS
 from lextra.positions import SCHEMES
 
 
-def test_list_prints_every_scheme_and_mask_with_its_options(capsys) -> None:
+def test_list_prints_every_scheme_mask_and_task_with_its_options(capsys) -> None:
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    for name in ALL_SCHEMES + MASKS.names():
+    for name in ALL_SCHEMES + MASKS.names() + TASKS.names():
         row = next(i for i, line in enumerate(lines) if line.split()[:1] == [name])
         assert "options:" in lines[row + 1]
     for option in SCHEMES.options("xpos"):
         assert f"{option.name}={option.default!r}" in out
     assert "scale_base=512.0" in out and "num_buckets=32" in out and "d_bar=128" in out
+    assert "width=8, distractors=4" in out  # the kv task's options
     assert set(ALL_SCHEMES) >= {
         "nope",
         "sinusoidal",

@@ -217,15 +217,15 @@ def test_perplexity_on_an_adapted_model_equals_a_direct_computation(tmp_path: Pa
     data = prepare_data(_corpus(tmp_path))
     model = adapt(tiny_causal())
     result = evaluate_model(model, data, EvalConfig(lengths=[32], protocols=["chunks"], documents=2), progress=False)
-    cell = result["results"]["chunks"]["32"]
+    cell = result.point("chunks", 32)
     picked, _ = evaluation_documents(data, "test", 33, 2)  # the documents the evaluator scored
     nll, count = 0.0, 0
     for doc in picked:
         logits = model.model(doc[None, :32]).logits[0]
         nll += float(F.cross_entropy(logits, doc[1:33], reduction="sum"))
         count += 32
-    assert count == cell["tokens"] > 0
-    assert math.isclose(cell["ppl"], math.exp(nll / count), rel_tol=1e-5)
+    assert count == cell.tokens > 0
+    assert math.isclose(cell.ppl, math.exp(nll / count), rel_tol=1e-5)
 
 
 def test_alignment_on_a_hugging_face_model_reaches_its_targets(tmp_path: Path) -> None:
@@ -246,8 +246,8 @@ def test_alignment_on_a_hugging_face_model_reaches_its_targets(tmp_path: Path) -
 def test_dispersion_of_a_t5_encoder_on_long_inputs(tmp_path: Path) -> None:
     model = adapt(tiny_t5(), train_len=16)
     short, long = dispersion(model, tokens(length=16), "full"), dispersion(model, tokens(length=64), "full")
-    assert short["uniform"]["entropy"] == pytest.approx(math.log(16), rel=1e-6)
-    assert long["entropy_mean"] > short["entropy_mean"]  # attention disperses as inputs grow
+    assert short.uniform.entropy == pytest.approx(math.log(16), rel=1e-6)
+    assert long.entropy_mean > short.entropy_mean  # attention disperses as inputs grow
 
 
 def test_loading_from_disk_and_clear_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -112,7 +113,9 @@ def _mask(spec: str) -> Mask:
     return CUSTOM[spec]() if spec in CUSTOM else build_mask(spec)
 
 
-def _run(scheme, q, k, v, mask, backend, grad, **kwargs):
+def _run(
+    scheme: PositionScheme, q: Tensor, k: Tensor, v: Tensor, mask: Mask, backend: str, grad: bool, **kwargs
+) -> tuple[Tensor, list[Tensor]]:
     """Output and, under autograd, the input gradients under a fixed, non-trivial upstream gradient."""
     with torch.set_grad_enabled(grad):
         out = attention(q, k, v, scheme=scheme, mask=mask, backend=backend, **kwargs)
@@ -175,7 +178,7 @@ def test_a_distance_rule_gets_the_strided_table_path(monkeypatch) -> None:
     views: list[bool] = []
     toeplitz = backends._toeplitz_bias
 
-    def recording(*args, **kwargs):
+    def recording(*args, **kwargs) -> Tensor | None:
         table = toeplitz(*args, **kwargs)
         views.append(table is not None)
         return table
@@ -207,7 +210,9 @@ def test_a_distance_rule_gets_the_strided_table_path(monkeypatch) -> None:
         ("fire", "causal", True, (300, 300), "chunked/gathered"),
     ],
 )
-def test_built_in_masks_keep_their_paths(name, mask: str, grad: bool, lengths: tuple[int, int], path: str) -> None:
+def test_built_in_masks_keep_their_paths(
+    name: str | None, mask: str, grad: bool, lengths: tuple[int, int], path: str
+) -> None:
     """The paths the built-in masks took when backends checked their types; a custom mask declared exactly
     causal takes the causal mask's path (fused, tiled) wherever the built-in one does."""
     scheme = make_scheme(name, n_heads=2, head_dim=8) if name else None
@@ -247,7 +252,7 @@ def test_declarations_agree_with_the_rule(spec: str) -> None:
         for first in range(0, 120, block):
             last = min(first + block, 120) - 1
             spans = mask.key_spans(first, last)
-            assert all(a[1] < b[0] for a, b in zip(spans, spans[1:], strict=False))  # sorted and disjoint
+            assert all(a[1] < b[0] for a, b in itertools.pairwise(spans))  # sorted and disjoint
             inside = torch.zeros(120, dtype=torch.bool)
             for lo, hi in spans:
                 inside |= (pos >= lo) & (pos <= hi)

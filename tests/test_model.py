@@ -8,8 +8,9 @@ import pytest
 import torch
 from conftest import ALL_SCHEMES, RELATIVE_SCHEMES
 
+from lextra.attention import build_mask
 from lextra.errors import CheckpointError, ConfigError, LengthError
-from lextra.model import GPT, GPTConfig, KVCache, load_model, save_model
+from lextra.model import GPT, AttentionInputs, GPTConfig, KVCache, load_model, save_model
 from lextra.positions.rotary import convert_qk_weight
 
 
@@ -216,3 +217,36 @@ def test_every_scheme_is_finite_in_bf16_at_long_lengths(name: str) -> None:
             q, q[..., : model.positions[0].key_dim()], torch.arange(8) + 131_064, torch.arange(8) + 131_064
         )
         assert rotated.dtype == torch.bfloat16 and torch.isfinite(rotated).all()
+
+
+def test_an_observer_sees_each_layers_attention_inputs_and_changes_nothing() -> None:
+    model = tiny("xpos")
+    tokens = torch.randint(0, 61, (2, 12))
+    seen: list[AttentionInputs] = []
+    with torch.no_grad():
+        plain = model(tokens, mask="window:5")
+        observed = model(tokens, mask="window:5", observer=seen.append)
+        x = model.embed_inputs(model.embed(tokens), torch.arange(12))
+        q, k, _ = model.blocks[0].attn.project(model.blocks[0].ln_attn(x))
+    assert torch.equal(observed, plain)
+    assert [inputs.layer for inputs in seen] == [0, 1]
+    assert torch.equal(seen[0].q, q) and torch.equal(seen[0].k, k)  # before the position transform
+    assert seen[0].mask.name == "window" and seen[0].scheme is model.scheme_for(0)
+    cache, steps = model.new_cache(), []
+    with torch.no_grad():
+        model(tokens[:, :7], cache=cache)
+        model(tokens[:, 7:9], cache=cache, observer=steps.append)
+    assert steps[0].k.shape[-2] == 9 and steps[0].k_pos.tolist() == list(range(9))  # cached keys included
+    assert steps[0].q_pos.tolist() == [7, 8]
+
+
+def test_the_forward_pass_run_block_by_block_is_the_forward_pass() -> None:
+    model = tiny("alibi")
+    tokens = torch.randint(0, 61, (2, 20))
+    positions, mask = torch.arange(20), build_mask("bca", 16)
+    with torch.no_grad():
+        x = model.embed_inputs(model.embed(tokens), positions)
+        for layer in range(model.config.n_layer):
+            x = model.forward_layers(x, positions, mask, start=layer, stop=layer + 1)
+        assert torch.equal(model.head(model.ln_f(x)), model(tokens, mask=mask))
+        assert torch.equal(model.features_from_embeddings(model.embed(tokens)), model.features(tokens))

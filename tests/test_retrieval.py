@@ -14,10 +14,23 @@ import lextra.cli.retrieval  # noqa: F401  (registers `lextra retrieval`)
 from lextra.cli import main
 from lextra.data import ByteTokenizer, Document, build_tokenizer
 from lextra.data.prepare import prepare_data
-from lextra.errors import ConfigError
-from lextra.evaluate.retrieval import RetrievalSource, build_task, parse_task_spec, register_task_spec
-from lextra.evaluate.retrieval.completion import edit_similarity, evaluate_completion, line_match, pick_lines
-from lextra.evaluate.retrieval.evaluate import evaluate_retrieval
+from lextra.errors import ConfigError, DataError
+from lextra.evaluate.retrieval import (
+    TASK_NAMES,
+    TASKS,
+    RetrievalSource,
+    build_task,
+    parse_task_spec,
+    register_task_spec,
+)
+from lextra.evaluate.retrieval.completion import (
+    LineScores,
+    edit_similarity,
+    evaluate_completion,
+    line_match,
+    pick_lines,
+)
+from lextra.evaluate.retrieval.evaluate import RetrievalScores, evaluate_retrieval
 from lextra.evaluate.retrieval.scoring import candidate_loglik, gold_rank, prefill, score_prompts
 from lextra.model import GPT, GPTConfig, KVCache
 from lextra.reporting.retrieval import save_retrieval_outputs
@@ -124,8 +137,22 @@ def test_too_short_lengths_and_bad_depths_are_config_errors() -> None:
         make_task("passkey").sample(40, 0.5, random.Random(0))
     with pytest.raises(ConfigError, match="depth"):
         make_task("kv").sample(400, 1.5, random.Random(0))
-    with pytest.raises(ConfigError, match="unknown retrieval task"):
+    with pytest.raises(ConfigError, match="unknown retrieval task 'haystack'; known retrieval tasks: passkey"):
         build_task("haystack", BYTES)
+    with pytest.raises(ConfigError, match="has no option 'instruction'; its options: digits, distractors"):
+        build_task("passkey", BYTES, instruction=True)
+
+
+def test_tasks_are_built_through_the_registry_with_their_options() -> None:
+    assert set(TASK_NAMES) == {"passkey", "passkey-mj", "lines", "kv", "code-key"}
+    assert [o.name for o in TASKS.options("kv")] == ["width", "distractors"]
+    kv = build_task("kv", BYTES, CODE, width=4, distractors=2)  # documents are ignored by tasks without them
+    sample = kv.sample(300, 0.5, random.Random(0))
+    assert len(sample.answer_text) == 4 and len(sample.distractors) == 2
+    instructed = build_task("passkey-mj", BYTES)
+    assert instructed.name == "passkey-mj" and build_task("passkey", BYTES).name == "passkey"  # seeds use names
+    with pytest.raises(DataError, match="code-key"):
+        build_task("code-key", BYTES)
 
 
 # ----------------------------------------------------------------------------- training batches
@@ -243,9 +270,9 @@ def test_evaluation_grid_on_an_oracle_and_saved_outputs(tmp_path) -> None:
             return super().forward(tokens, cache)
 
     result = evaluate_retrieval(Oracle({}), task, [128, 256], [0.0, 1.0], samples=3, batch_size=1, label="oracle")
-    assert result["by_length"]["256"] == {"exact": 1.0, "rank1": 1.0, "mean_rank": 1.0}
+    assert result.by_length[256] == RetrievalScores(exact=1.0, rank1=1.0, mean_rank=1.0)
     blind = evaluate_retrieval(ScriptedModel({}), task, [128], [0.5], samples=2, label="blind")
-    assert blind["overall"]["exact"] == 0.0 and blind["overall"]["mean_rank"] == 5.0  # ties rank last
+    assert blind.overall.exact == 0.0 and blind.overall.mean_rank == 5.0  # ties rank last
     paths = save_retrieval_outputs(tmp_path, result)
     saved = json.loads(paths["json"].read_text())
     assert saved["cells"]["128"]["1.0"]["exact"] == 1.0
@@ -290,8 +317,8 @@ def test_completion_on_a_model_that_copies_the_repeating_file() -> None:
     period = len("def f1(x):\n    return x + 1\n\n")
     docs = [Document("f1.py", "def f1(x):\n    return x + 1\n\n" * 30)]
     result = evaluate_completion(Copier(period), docs, BYTES, [16, 64], lines=4, max_new=40)
-    assert result["buckets"]["64"]["full"] == {"exact": 1.0, "edit_sim": 1.0}  # the whole period is visible
-    assert result["buckets"]["64"]["truncated"]["exact"] < 1.0  # only L_tr = 16 tokens: cannot copy
+    assert result.buckets[64].full == LineScores(exact=1.0, edit_sim=1.0)  # the whole period is visible
+    assert result.buckets[64].truncated.exact < 1.0  # only L_tr = 16 tokens: cannot copy
 
 
 # ----------------------------------------------------------------------------- commands end to end

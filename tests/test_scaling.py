@@ -275,7 +275,8 @@ def test_dynamic_is_plain_rope_up_to_the_training_length_then_ntk() -> None:
 
 
 def yarn_bounds(D: int, b: float, L: int, beta_fast: float = 32, beta_slow: float = 1) -> tuple[int, int]:
-    """methods.md: low = floor(D ln(L / (2 pi beta_fast)) / (2 ln b)), high = ceil(same with beta_slow)."""
+    """YaRN's ramp bounds (Peng et al. 2023, arXiv 2309.00071): low = floor(D ln(L / (2 pi beta_fast)) / (2 ln b)),
+    high = ceil(same with beta_slow)."""
     low = math.floor(D * math.log(L / (2 * math.pi * beta_fast)) / (2 * math.log(b)))
     high = math.ceil(D * math.log(L / (2 * math.pi * beta_slow)) / (2 * math.log(b)))
     return max(low, 0), min(high, D - 1)

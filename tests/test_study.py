@@ -6,11 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import json_shape
 
 from lextra.cli import main
 from lextra.data.prepare import prepare_data
 from lextra.errors import ConfigError
-from lextra.evaluate import EvalConfig, evaluate_model
+from lextra.evaluate import EvalConfig, Evaluation, PerplexityPoint, evaluate_model
 from lextra.model import load_model
 from lextra.pipelines.study import load_study, parse_study
 from lextra.reporting.html import markdown_to_html
@@ -101,7 +102,15 @@ def test_a_tiny_study_end_to_end_with_cached_cells(tmp_path: Path, monkeypatch: 
     model = load_model(out / "models" / "rope" / "seed0" / "model")
     direct = evaluate_model(model, data, EvalConfig(lengths=[128, 256], protocols=["chunks", "sliding"],
                                                     mask="bca", documents=2), progress=False)  # fmt: skip
-    assert results["perplexity"]["bca"]["rope"]["0"]["results"] == direct["results"]
+    assert results["perplexity"]["bca"]["rope"]["0"]["results"] == direct.to_dict()["results"]
+    # the keys the untyped study wrote for this config (tests/data/results_v0)
+    old = Path(__file__).parent / "data" / "results_v0"
+    assert json_shape(results) == json_shape(json.loads((old / "study.json").read_text()))
+    for cell, kind in [("perplexity/rope-bca-seed0", "perplexity"), ("analysis/rope", "analysis"),
+                       ("retrieval/rope_dynamic", "retrieval"), ("window/rope-w16", "window"),
+                       ("stretch/alibi-x4-log-length-256", "stretch")]:  # fmt: skip
+        new_shape = json_shape(json.loads((out / "cells" / f"{cell}.json").read_text()))
+        assert new_shape == json_shape(json.loads((old / "study_cells" / f"{kind}.json").read_text()))
     # the alibi model really has the shifted slopes
     alibi = load_model(out / "models" / "alibi-x4" / "seed0" / "model")
     assert alibi.config.scheme_options == {"slope_shift": 2.0}
@@ -130,10 +139,20 @@ def test_several_seeds_are_reported_as_mean_and_spread(tmp_path: Path) -> None:
 
     assert mean_spread([7.0]) == "7.00" and mean_spread([1.0, 3.0]) == "2.00 ± 1.41"
 
-    def evaluation(ppl_at_128: float) -> dict:
-        return {"results": {"sliding": {"128": {"ppl": ppl_at_128}, "256": {"ppl": 2 * ppl_at_128}}}}
+    def evaluation(ppl_at_128: float) -> Evaluation:
+        points = {128: PerplexityPoint(ppl_at_128, 0.0, 1), 256: PerplexityPoint(2 * ppl_at_128, 0.0, 1)}
+        return Evaluation({"sliding": points}, [128, 256], 128, {}, 1, False, {})
 
-    results = {"causal": {"rope": {"0": evaluation(6.0), "1": evaluation(8.0)}}}
+    results = {"causal": {"rope": {0: evaluation(6.0), 1: evaluation(8.0)}}}
     text = "\n".join(perplexity_section(results, [128, 256], 128, tmp_path, ["sliding"]))
     assert "| rope | 7.00 ± 1.41 | 14.00 ± 2.83 |" in text
     assert "rope (rises steeply: x2.00" in text  # the growth of the mean curve, against the paper's
+
+
+def test_a_non_finite_model_option_is_refused_when_the_study_loads(tmp_path: Path) -> None:
+    text = TINY.format(corpus=_corpus(tmp_path)).replace("slope_shift = 2.0", "slope_shift = nan")
+    assert "slope_shift = nan" in text
+    config = tmp_path / "study.toml"
+    config.write_text(text)
+    with pytest.raises(ConfigError, match="slope_shift"):
+        load_study(config)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
+from conftest import json_shape
 
 from lextra.cli import main
 from lextra.data.prepare import prepare_data
@@ -74,8 +76,8 @@ def test_resume_falls_back_past_a_corrupt_checkpoint(tmp_path, capsys) -> None:
 def test_resume_refuses_an_incompatible_config(tmp_path) -> None:
     with pytest.raises(InterruptError):
         train(tiny_config(), tmp_path, progress=False, on_step=_stop_at(6))
-    changed = tiny_config(lr=1e-2)
-    with pytest.raises(ConfigError, match=r"cannot resume .* incompatible config \(lr: saved 0.002, now 0.01\)"):
+    changed = tiny_config(weight_decay=0.2)
+    with pytest.raises(ConfigError, match=r"cannot resume .* incompatible config \(weight_decay: saved 0.1, now 0.2\)"):
         train(changed, tmp_path, resume=True, progress=False)
     with pytest.raises(ConfigError, match="already holds a training run; pass --resume"):
         train(tiny_config(), tmp_path, progress=False)
@@ -139,24 +141,29 @@ def test_perplexity_equals_a_direct_computation(tmp_path) -> None:
             for d in docs
             for t in range(64, 67)
         ]
-    assert result["results"]["chunks"]["64"]["nll"] == pytest.approx(float(direct), rel=1e-5)
-    assert result["results"]["chunks"]["64"]["tokens"] == len(docs) * 64
-    assert result["results"]["last-token"]["32"]["nll"] == pytest.approx(float(torch.cat(last).mean()), rel=1e-5)
-    assert result["results"]["last-token"]["64"]["tokens"] == len(docs) * 3
+    assert result.point("chunks", 64).nll == pytest.approx(float(direct), rel=1e-5)
+    assert result.point("chunks", 64).tokens == len(docs) * 64
+    assert result.point("last-token", 32).nll == pytest.approx(float(torch.cat(last).mean()), rel=1e-5)
+    assert result.point("last-token", 64).tokens == len(docs) * 3
 
 
 def test_compare_reuses_finished_cells(tmp_path, capsys) -> None:
     base = tiny_config("nope", steps=3)
     evaluation = EvalConfig(lengths=[32, 64], documents=2, last_token_targets=2)
     first = compare(["alibi", "alibi+bca", "rope"], base, evaluation, tmp_path, progress=False)
-    assert set(first["variants"]) == {"alibi", "alibi+bca", "rope"}
+    assert set(first.variants) == {"alibi", "alibi+bca", "rope"}
     assert (tmp_path / "perplexity.png").stat().st_size > 10_000
     table = (tmp_path / "table.md").read_text()
     assert "| alibi+bca |" in table and "| 32 | 64 |" in table
+    old = Path(__file__).parent / "data" / "results_v0"  # written by the untyped compare for the same variants
+    for new_file, old_file in (("summary.json", "compare_summary.json"), ("results/rope.json", "compare_cell.json")):
+        new_shape = json_shape(json.loads((tmp_path / new_file).read_text()))
+        assert new_shape == json_shape(json.loads((old / old_file).read_text()))
     capsys.readouterr()
     second = compare(["alibi", "alibi+bca", "rope"], base, evaluation, tmp_path, progress=False)
     assert capsys.readouterr().err.count("reusing") == 3
-    assert second["variants"]["rope"]["results"] == first["variants"]["rope"]["results"]
+    assert second.variants["rope"].evaluation.results == first.variants["rope"].evaluation.results
+    assert second.to_dict() == first.to_dict()
     with pytest.raises(ConfigError, match="holds a model trained with other settings"):
         compare(["alibi"], tiny_config("nope", steps=4), evaluation, tmp_path, progress=False)
 

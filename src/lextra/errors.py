@@ -1,5 +1,9 @@
 """User-facing errors: each names the problem and the fix, and the CLI prints it in one line (exit 2)."""
 
+from __future__ import annotations
+
+from pathlib import Path
+
 
 class LextraError(ValueError):
     """A mistake in the user's input (config, options, lengths, paths, files)."""
@@ -19,3 +23,15 @@ class CheckpointError(LextraError):
 
 class DataError(LextraError):
     """A missing or empty corpus, or an unreadable data file."""
+
+
+class TrainingDivergedError(LextraError):
+    """A training run whose loss, gradient norm or weights became non-finite; it stopped before saving them.
+
+    `step` is the step that went non-finite and `checkpoint` the last good checkpoint folder (None if none was
+    saved), from which `resume` with a lower learning rate continues.
+    """
+
+    def __init__(self, message: str, *, step: int, checkpoint: Path | None) -> None:
+        super().__init__(message)
+        self.step, self.checkpoint = step, checkpoint

@@ -7,8 +7,10 @@ plus a JSON config with a checksum (no pickle).
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from lextra.attention.masks import Mask
 from lextra.errors import CheckpointError, ConfigError
 from lextra.io import atomic_write, atomic_write_json, sha256_file
 from lextra.positions import HeadDims, PositionScheme, build_scheme
+from lextra.validate import check_bool, check_positive, check_range
 
 CONFIG_FILE = "config.json"
 LOG_SCALINGS = ("none", "qwen", "ssmax")
@@ -58,26 +61,35 @@ class GPTConfig:
         return HeadDims(self.n_head, self.head_dim, self.d_model, self.train_len)
 
     def validate(self) -> GPTConfig:
+        """Refuse any value the model cannot be built from (before any work), naming the field and the fix."""
         for name in ("vocab_size", "n_layer", "n_head", "d_model", "train_len"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"model config: {name} must be a positive integer, got {value!r}")
         if self.d_model % self.n_head:
             raise ConfigError(f"model config: d_model ({self.d_model}) must be divisible by n_head ({self.n_head})")
-        if not 0.0 <= float(self.dropout) < 1.0:
-            raise ConfigError(f"model config: dropout must be in [0, 1), got {self.dropout}")
-        if float(self.mlp_ratio) <= 0:
-            raise ConfigError(f"model config: mlp_ratio must be positive, got {self.mlp_ratio}")
+        check_range("model config: dropout", self.dropout, 0.0, 1.0, high_open=True)
+        check_positive("model config: mlp_ratio", self.mlp_ratio)
+        if round(self.mlp_ratio * self.d_model) < 1:
+            raise ConfigError(
+                f"model config: mlp_ratio x d_model must give at least 1 hidden unit, got {self.mlp_ratio}"
+            )
+        check_bool("model config: tie_embeddings", self.tie_embeddings)
+        if not isinstance(self.scheme_options, dict):
+            raise ConfigError(f"model config: scheme_options must be a dict of options, got {self.scheme_options!r}")
         build_scheme(self.scheme, self.head_dims(), **self.scheme_options)  # raises on bad names/options
         if self.log_scaling not in LOG_SCALINGS:
             known = ", ".join(LOG_SCALINGS)
             raise ConfigError(f"model config: log_scaling must be one of {known}, got {self.log_scaling!r}")
         if self.temperatures is not None:
             shape_ok = len(self.temperatures) == self.n_layer and all(len(t) == self.n_head for t in self.temperatures)
-            if not shape_ok or not all(float(x) > 0 for t in self.temperatures for x in t):
+            if not shape_ok:
                 raise ConfigError(
                     f"model config: temperatures must be {self.n_layer} lists of {self.n_head} positive numbers"
                 )
+            for layer in self.temperatures:
+                for value in layer:
+                    check_positive("model config: temperatures", value, hint="each is a softmax temperature")
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -125,6 +137,28 @@ class KVCache:
         return clone
 
 
+@dataclass
+class AttentionInputs:
+    """What one attention layer is about to score, as an observer of `GPT.forward_layers` sees it.
+
+    `q` (B, H, Lq, D) and `k` (B, H, Lk, Dk) are the projections before the scheme's position transform (cached
+    keys included), `temperature` is the softmax temperature the layer applies (None, (H,) or (H, Lq)).
+    """
+
+    layer: int
+    q: Tensor
+    k: Tensor
+    scheme: PositionScheme
+    q_pos: Tensor
+    k_pos: Tensor
+    mask: Mask
+    temperature: Tensor | None
+
+
+#: called with each layer's inputs just before it attends; it may raise to stop the forward pass there
+LayerObserver = Callable[[AttentionInputs], None]
+
+
 def qwen_log_factor(q_pos: Tensor, train_len: int) -> Tensor:
     """Qwen's log-n scaling: the query at 1-based position i > L_tr is multiplied by log_{L_tr} i, (Lq,) fp32."""
     i = q_pos.to(torch.float64) + 1
@@ -147,7 +181,8 @@ class SelfAttention(nn.Module):
         #: per-head temperature (softmax(logits / tau)); None means 1 (set by temperature alignment)
         self.register_buffer("temperature", None, persistent=False)
         if config.log_scaling == "ssmax":
-            # Scalable-Softmax: logits x s_h ln n, s_h learned; 1 / ln L_tr makes the factor 1 at n = L_tr
+            # Scalable-Softmax (Nakanishi 2025, arXiv 2501.19399): logits x s_h ln n, s_h learned;
+            # 1 / ln L_tr makes the factor 1 at n = L_tr
             self.ssmax_scale = nn.Parameter(torch.full((H,), 1.0 / math.log(max(2, config.train_len))))
 
     def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -166,7 +201,8 @@ class SelfAttention(nn.Module):
         if self.log_scaling == "qwen":
             factor = qwen_log_factor(q_pos, self.train_len)[None]
         else:
-            n = mask.visible_keys(q_pos, int(k_pos[0]), int(k_pos[-1])).to(torch.float32)
+            # a row that sees one key has softmax 1 at any temperature; n >= 2 keeps its factor (and gradient) finite
+            n = mask.visible_keys(q_pos, int(k_pos[0]), int(k_pos[-1])).to(torch.float32).clamp(min=2.0)
             factor = self.ssmax_scale[:, None] * torch.log(n)[None]
         return 1.0 / factor if tau is None else tau[:, None] / factor
 
@@ -179,6 +215,7 @@ class SelfAttention(nn.Module):
         backend: str,
         cache: KVCache | None = None,
         layer: int = 0,
+        observer: LayerObserver | None = None,
     ) -> Tensor:
         B, L, _ = x.shape
         q, k, v = self.project(x)
@@ -186,6 +223,9 @@ class SelfAttention(nn.Module):
         if cache is not None:
             k, v = cache.extend(layer, k, v)
             k_pos = torch.arange(k.shape[-2], device=x.device) + (int(positions[-1]) + 1 - k.shape[-2])
+        temperature = self.query_temperature(positions, k_pos, mask)
+        if observer is not None:
+            observer(AttentionInputs(layer, q, k, scheme, positions, k_pos, mask, temperature))
         out = attention(
             q,
             k,
@@ -195,7 +235,7 @@ class SelfAttention(nn.Module):
             q_pos=positions,
             k_pos=k_pos,
             backend=backend,
-            temperature=self.query_temperature(positions, k_pos, mask),
+            temperature=temperature,
         )
         return self.dropout(self.o_proj(out.transpose(1, 2).reshape(B, L, -1)))
 
@@ -222,8 +262,8 @@ class Block(nn.Module):
         self.ln_mlp = nn.LayerNorm(config.d_model)
         self.mlp = MLP(config)
 
-    def forward(self, x, scheme, positions, mask, backend, cache=None, layer=0) -> Tensor:
-        x = x + self.attn(self.ln_attn(x), scheme, positions, mask, backend, cache, layer)
+    def forward(self, x, scheme, positions, mask, backend, cache=None, layer=0, observer=None) -> Tensor:
+        x = x + self.attn(self.ln_attn(x), scheme, positions, mask, backend, cache, layer, observer)
         return x + self.mlp(self.ln_mlp(x))
 
 
@@ -263,8 +303,10 @@ class GPT(nn.Module):
             return
         values = torch.as_tensor(temperatures, dtype=torch.float32)
         expected = (self.config.n_layer, self.config.n_head)
-        if tuple(values.shape) != expected or not bool((values > 0).all()):
-            raise ConfigError(f"temperatures must be positive with shape {expected}, got {tuple(values.shape)}")
+        if tuple(values.shape) != expected or not bool(((values > 0) & torch.isfinite(values)).all()):
+            raise ConfigError(
+                f"temperatures must be positive and finite with shape {expected}, got shape {tuple(values.shape)}"
+            )
         device = self.embed.weight.device
         for block, tau in zip(self.blocks, values, strict=True):
             block.attn.temperature = tau.to(device)
@@ -302,31 +344,62 @@ class GPT(nn.Module):
         return KVCache(self.config.n_layer)
 
     def forward(self, tokens: Tensor, **options: Any) -> Tensor:
-        """Logits for `tokens` (B, L); options as for `features` (positions, mask, backend, cache)."""
+        """Logits for `tokens` (B, L); options as for `features`."""
         return self.head(self.features(tokens, **options))
 
-    def features(
+    def features(self, tokens: Tensor, **options: Any) -> Tensor:
+        """Final normalised hidden states (B, L, d_model): apply `head` only where logits are needed.
+
+        Options as for `features_from_embeddings`: positions, mask, backend, cache, observer.
+        """
+        return self.features_from_embeddings(self.embed(tokens), **options)
+
+    def features_from_embeddings(
         self,
-        tokens: Tensor,
+        embeddings: Tensor,
         *,
         positions: Tensor | None = None,
         mask: str | Mask | None = "causal",
         backend: str = "auto",
         cache: KVCache | None = None,
+        observer: LayerObserver | None = None,
     ) -> Tensor:
-        """Final normalised hidden states (B, L, d_model): apply `head` only where logits are needed."""
-        L = tokens.shape[1]
+        """`features` from token embeddings (B, L, d_model), so callers can differentiate with respect to them."""
+        L = embeddings.shape[1]
         start = cache.length if cache is not None else 0
         if positions is None:
-            positions = torch.arange(start, start + L, device=tokens.device)
+            positions = torch.arange(start, start + L, device=embeddings.device)
         mask = build_mask(mask, self.config.train_len) if not isinstance(mask, Mask) else mask
-        x = self.positions[0].embed(self.embed(tokens), positions)
-        x = self.drop(x)
-        for layer, block in enumerate(self.blocks):
-            x = block(x, self.scheme_for(layer), positions, mask, backend, cache, layer)
+        x = self.forward_layers(
+            self.embed_inputs(embeddings, positions), positions, mask, backend, cache, observer=observer
+        )
         if cache is not None:
             cache.length += L
         return self.ln_f(x)
+
+    def embed_inputs(self, embeddings: Tensor, positions: Tensor) -> Tensor:
+        """The first block's input: token embeddings plus the scheme's absolute position signal, after dropout."""
+        return self.drop(self.positions[0].embed(embeddings, positions))
+
+    def forward_layers(
+        self,
+        x: Tensor,
+        positions: Tensor,
+        mask: Mask,
+        backend: str = "auto",
+        cache: KVCache | None = None,
+        *,
+        start: int = 0,
+        stop: int | None = None,
+        observer: LayerObserver | None = None,
+    ) -> Tensor:
+        """Hidden states x (B, L, d_model) through blocks start..stop - 1 (all by default), before the final norm.
+
+        `observer`, when given, is called with each layer's `AttentionInputs` just before that layer attends.
+        """
+        for layer, block in itertools.islice(enumerate(self.blocks), start, stop):
+            x = block(x, self.scheme_for(layer), positions, mask, backend, cache, layer, observer)
+        return x
 
     def loss(self, tokens: Tensor, **kwargs: Any) -> Tensor:
         """Mean next-token cross-entropy of a (B, L + 1) batch."""
@@ -369,6 +442,16 @@ def read_model_meta(directory: str | Path) -> dict[str, Any]:
     return meta
 
 
+def check_finite_weights(state: dict[str, Tensor], where: str | Path) -> None:
+    """Refuse weights holding nan or inf (a diverged run): every later result would be meaningless."""
+    for name, tensor in state.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise CheckpointError(
+                f"checkpoint {where}: tensor {name} holds non-finite values (nan or inf), so the run that wrote it "
+                "had diverged; use an earlier checkpoint (resume from it with a lower --lr) or retrain"
+            )
+
+
 def load_model(directory: str | Path, map_location: str | torch.device = "cpu") -> GPT:
     """Rebuild a model from `config.json` and load its verified weights."""
     directory = Path(directory)
@@ -387,6 +470,7 @@ def load_model(directory: str | Path, map_location: str | torch.device = "cpu") 
         state = load_file(str(weights), device=str(map_location))
     except (SafetensorError, OSError) as err:
         raise CheckpointError(f"checkpoint {weights} cannot be read ({err})") from None
+    check_finite_weights(state, weights)
     model = GPT(config)
     if config.tie_embeddings:
         state["head.weight"] = state.get("embed.weight")

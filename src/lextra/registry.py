@@ -1,4 +1,4 @@
-"""A small name -> class registry with introspected options, used for schemes and masks."""
+"""A small name -> class registry with introspected options, used for schemes, masks and retrieval tasks."""
 
 from __future__ import annotations
 

@@ -3,7 +3,8 @@
 A run directory holds `config.json` (training + model config), `metrics.jsonl`, `checkpoints/step_N/` (model,
 optimizer and state, each written atomically; `checkpoints/LATEST` names the newest) and, when done, `model/`.
 Batches are a pure function of (seed, step, rank) and the learning rate of step, so `resume=True` continues
-exactly where the last checkpoint left off.
+exactly where the last checkpoint left off. A step whose loss or gradient norm is non-finite stops the run before
+anything of it is saved (`TrainingDivergedError`); resuming with a lower `lr` continues from the last good checkpoint.
 """
 
 from __future__ import annotations
@@ -26,11 +27,12 @@ from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
 from lextra.data import TrainStream, eval_sequences
+from lextra.data.prepare import PreparedData, prepare_data
 from lextra.data.windows import encode_documents
-from lextra.errors import CheckpointError, ConfigError
+from lextra.errors import CheckpointError, ConfigError, TrainingDivergedError
 from lextra.io import atomic_write, atomic_write_json, atomic_write_text, sha256_file
 from lextra.model import GPT, GPTConfig, check_fields, load_model, save_model
-from lextra.data.prepare import PreparedData, prepare_data
+from lextra.validate import check_int, check_positive, check_positive_int, check_range
 
 CHECKPOINTS = "checkpoints"
 LATEST = "LATEST"
@@ -43,9 +45,9 @@ class TrainConfig:
     """Everything that determines a training run; the same config and seed give the same weights.
 
     `position_lr_scale` (10) multiplies the learning rate of position-scheme parameters: Adam moves each
-    parameter by about lr per step, so at small budgets (600 steps) a T5 bucket table initialised near 0 cannot
-    reach the few-unit biases it needs (T5 perplexity at L_tr 10.7 with 1x against 6.7 with 10x; KERPLE and
-    FIRE also improve, with no scheme made worse).
+    parameter by about lr per step, so at small budgets (hundreds of steps) a T5 bucket table initialised near 0
+    cannot reach the few-unit biases it needs at the network's learning rate; the learned tables of KERPLE and
+    FIRE profit too (benchmarks/README.md has the measurement behind the default).
     """
 
     corpus: str = "python-code"
@@ -75,14 +77,22 @@ class TrainConfig:
     log_every: int = 10
 
     def validate(self) -> TrainConfig:
+        """Refuse every non-finite or out-of-range number before any work; integral counts become ints."""
+        where = "training config:"
         for name in ("batch_size", "steps"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"training config: {name} must be >= 1, got {getattr(self, name)}")
-        for name in ("warmup", "checkpoint_every", "eval_every", "log_every"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"training config: {name} must be >= 0, got {getattr(self, name)}")
-        if not self.lr > 0:
-            raise ConfigError(f"training config: lr must be positive, got {self.lr}")
+            setattr(self, name, check_positive_int(f"{where} {name}", getattr(self, name)))
+        for name in ("warmup", "checkpoint_every", "eval_every", "eval_sequences", "log_every"):
+            setattr(self, name, check_int(f"{where} {name}", getattr(self, name), 0))
+        self.seed = check_int(f"{where} seed", self.seed, 0, 2**64 - 1)
+        if self.limit_chars is not None:
+            self.limit_chars = check_positive_int(f"{where} limit_chars", self.limit_chars)
+        check_positive(f"{where} lr", self.lr, hint="the default is 2e-3")
+        check_range(f"{where} min_lr_ratio", self.min_lr_ratio, 0.0, 1.0)
+        check_range(f"{where} weight_decay", self.weight_decay, 0.0)
+        check_range(f"{where} beta1", self.beta1, 0.0, 1.0, high_open=True)
+        check_range(f"{where} beta2", self.beta2, 0.0, 1.0, high_open=True)
+        check_positive(f"{where} grad_clip", self.grad_clip, hint="the largest gradient norm a step may take")
+        check_range(f"{where} position_lr_scale", self.position_lr_scale, 0.0)
         if self.precision not in ("fp32", "bf16"):
             raise ConfigError(f"training config: precision must be fp32 or bf16, got {self.precision!r}")
         self.model.validate()
@@ -223,10 +233,23 @@ def checkpoint_candidates(run_dir: Path) -> list[Path]:
 
 
 # ----------------------------------------------------------------------------- the loop
-COMPATIBLE_CHANGES = {"steps", "checkpoint_every", "eval_every", "log_every", "eval_sequences"}
+#: what a resumed run may change: its length and logging, and the schedule (lr, min_lr_ratio, warmup, grad_clip),
+#: so that a run that diverged continues from its last good checkpoint with a lower learning rate
+COMPATIBLE_CHANGES = {
+    "steps",
+    "checkpoint_every",
+    "eval_every",
+    "log_every",
+    "eval_sequences",
+    "lr",
+    "min_lr_ratio",
+    "warmup",
+    "grad_clip",
+}
 
 
 def _check_compatible(run_dir: Path, config: TrainConfig) -> None:
+    """Refuse to resume with a config that changes anything but `COMPATIBLE_CHANGES`."""
     saved_path = run_dir / "config.json"
     if not saved_path.exists():
         return
@@ -313,9 +336,14 @@ def train(
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+        done = step + 1
+        failed = _non_finite(world, loss, grad_norm)
+        if failed:  # before the update, so the weights in memory and on disk are the last good ones
+            bar.close()
+            world.close()
+            raise _diverged(run_dir, config, done, lr, failed)
         optimizer.step()
         window_tokens += config.batch_size * L
-        done = step + 1
         record: dict[str, Any] | None = None
         if config.log_every and (done % config.log_every == 0 or done == config.steps):
             elapsed = time.perf_counter() - window_start
@@ -336,12 +364,14 @@ def train(
         if record and world.is_main:
             _append_metrics(metrics_path, record)
         if config.checkpoint_every and done % config.checkpoint_every == 0 and done < config.steps:
+            _check_weights(world, bar, model, run_dir, config, done, lr)
             if world.is_main:
                 save_checkpoint(run_dir, model, optimizer, done, extra)
             world.barrier()
         bar.update(1)
         if on_step is not None:
             on_step(done)
+    _check_weights(world, bar, model, run_dir, config, config.steps, learning_rate(config, config.steps - 1))
     bar.close()
     final = run_dir / FINAL
     if world.is_main:
@@ -349,6 +379,54 @@ def train(
         save_model(model, final, extra={**extra, "steps": config.steps})
     world.close()
     return final
+
+
+def _non_finite(world: Distributed, loss: torch.Tensor, grad_norm: torch.Tensor) -> str:
+    """Which of this step's loss (on any process) and gradient norm are non-finite, '' when neither is.
+
+    One host sync per step (and one tiny all-reduce under DDP), so every process decides alike and stops at once.
+    """
+    flags = torch.stack((~torch.isfinite(loss.detach()), ~torch.isfinite(grad_norm.detach()))).float()
+    loss_bad, grad_bad = world.total(flags).tolist()
+    names = [name for name, bad in (("loss", loss_bad), ("gradient norm", grad_bad)) if bad]
+    return " and ".join(names)
+
+
+def _check_weights(
+    world: Distributed, bar: tqdm, model: GPT, run_dir: Path, config: TrainConfig, done: int, lr: float
+) -> None:
+    """Stop before a checkpoint would save non-finite weights (a finite gradient times a huge learning rate)."""
+    bad = [name for name, param in model.named_parameters() if not bool(torch.isfinite(param).all())]
+    if bad:  # parameters are identical on every process, so all of them stop here
+        bar.close()
+        world.close()
+        raise _diverged(run_dir, config, done, lr, f"weights ({', '.join(bad[:3])})")
+
+
+def _diverged(run_dir: Path, config: TrainConfig, step: int, lr: float, what: str) -> TrainingDivergedError:
+    """The one-line error of a run that went non-finite at `step`: the likely cause and how to continue."""
+    candidates = checkpoint_candidates(run_dir)
+    last = candidates[0] if candidates else None
+    causes = [f"a learning rate too high (lr {config.lr:g}, {lr:g} at this step)"]
+    if config.model.scheme_options:
+        options = ", ".join(f"{k}={v!r}" for k, v in config.model.scheme_options.items())
+        causes.append(f"an extreme scheme option ({options})")
+    if config.precision == "bf16":
+        causes.append("bf16 overflow (try --precision fp32)")
+    lower = f"{config.lr / 10:g}"
+    if last is not None:
+        fix = (
+            f"continue from the last good checkpoint, step {int(last.name.split('_')[-1])} ({last}), "
+            f"with --resume and a lower learning rate, e.g. --lr {lower}"
+        )
+    else:
+        fix = f"no checkpoint was saved before it: rerun with a lower learning rate, e.g. --lr {lower}"
+    return TrainingDivergedError(
+        f"training diverged at step {step} of {config.steps}: the {what} became non-finite (nan or inf), so "
+        f"nothing of this step was saved; likely cause: {' or '.join(causes)}; {fix}",
+        step=step,
+        checkpoint=last,
+    )
 
 
 class Distributed:
@@ -396,6 +474,15 @@ class Distributed:
             dist.all_reduce(value)
             value /= self.size
         return value.item()
+
+    def total(self, values: torch.Tensor) -> torch.Tensor:
+        """The sum of a tensor over processes (itself on one process)."""
+        if self.size > 1:
+            import torch.distributed as dist
+
+            values = values.clone()
+            dist.all_reduce(values)
+        return values
 
     def barrier(self) -> None:
         if self.size > 1:

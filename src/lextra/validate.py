@@ -13,6 +13,9 @@ from collections.abc import Iterable
 
 from lextra.errors import ConfigError
 
+#: the largest finite float32: values that become tensors (initial parameters, scales) must stay below it
+FLOAT32_MAX = 3.4028234663852886e38
+
 
 def describe_range(
     low: float | None = None, high: float | None = None, *, low_open: bool = False, high_open: bool = False
@@ -79,12 +82,10 @@ def check_range(
     """`value` as a float if it is finite and within [low, high] (either end open or absent)."""
     number = _as_float(value)
     if number is None or not _in_range(number, low, high, low_open, high_open):
-        bounds = (
-            ""
-            if low is None and high is None
-            else " " + describe_range(low, high, low_open=low_open, high_open=high_open)
-        )
-        raise _refuse(name, f"a finite number{bounds}", value, hint)
+        allowed = describe_range(low, high, low_open=low_open, high_open=high_open)
+        if low is None or high is None:
+            allowed = "a finite number" + ("" if low is high is None else f" {allowed}")
+        raise _refuse(name, allowed, value, hint)
     return number
 
 
@@ -95,7 +96,10 @@ def check_positive(name: str, value: object, *, hint: str = "") -> float:
 
 def check_int(name: str, value: object, low: int | None = None, high: int | None = None, *, hint: str = "") -> int:
     """`value` as an int if it is an integer (or an integral finite float such as 32.0) within [low, high]."""
-    requirement = "an integer" + (f" {describe_range(low, high)}" if low is not None or high is not None else "")
+    if low == 1 and high is None:
+        requirement = "a positive integer"
+    else:
+        requirement = "an integer" + (f" {describe_range(low, high)}" if low is not None or high is not None else "")
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise _refuse(name, requirement, value, hint)
     if not isinstance(value, numbers.Integral):
@@ -136,6 +140,7 @@ def check_int_list(name: str, values: Iterable[object], low: int | None = None) 
 
 
 __all__ = [
+    "FLOAT32_MAX",
     "check_bool",
     "check_finite",
     "check_int",

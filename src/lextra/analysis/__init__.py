@@ -1,9 +1,24 @@
 """Why schemes extrapolate or not: attention resolution, empirical receptive field, attention dispersion."""
 
 from lextra.analysis.capture import LayerAttention, LogitBlock, layer_attention
-from lextra.analysis.dispersion import dispersion, row_entropy, row_max
-from lextra.analysis.receptive_field import effective_receptive_field, gradient_shares, receptive_field
+from lextra.analysis.dispersion import (
+    Dispersion,
+    FirstLayerLogits,
+    QQSummary,
+    RowStatistics,
+    dispersion,
+    row_entropy,
+    row_max,
+)
+from lextra.analysis.receptive_field import (
+    ReceptiveField,
+    effective_receptive_field,
+    gradient_shares,
+    receptive_field,
+)
 from lextra.analysis.resolution import (
+    ResolutionResult,
+    ResolutionSummary,
     empirical_scores,
     model_theoretical,
     resolution,
@@ -12,8 +27,15 @@ from lextra.analysis.resolution import (
 )
 
 __all__ = [
+    "Dispersion",
+    "FirstLayerLogits",
     "LayerAttention",
     "LogitBlock",
+    "QQSummary",
+    "ReceptiveField",
+    "ResolutionResult",
+    "ResolutionSummary",
+    "RowStatistics",
     "dispersion",
     "effective_receptive_field",
     "empirical_scores",

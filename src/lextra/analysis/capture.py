@@ -1,10 +1,10 @@
 """Per-layer attention logits of a GPT, read without changing the model, one query block at a time.
 
-`layer_attention(model, tokens, mask)` runs the model's own modules by hand: the embedding, then per block
-`ln_attn` and the q/k projections (reshaped exactly as `SelfAttention.forward` does) for the statistics, and
-the block's normal forward for the residual stream. Each layer yields a `LayerAttention` whose `blocks()` give
-pre-softmax logits (B, H, c, n) for c queries and only the n keys the mask can reach, so statistics are
-reduced on the fly and no H x L x L tensor for all layers is ever stored.
+`layer_attention(model, tokens, mask)` steps through the model's own forward pass (`GPT.forward_layers`) one
+block at a time: an observer records the block's attention inputs and stops it before it attends, the consumer
+reads them, and then the block runs in full with the temperatures set by then. Each layer yields a
+`LayerAttention` whose `blocks()` give pre-softmax logits (B, H, c, n) for c queries and only the n keys the mask
+can reach, so statistics are reduced on the fly and no H x L x L tensor for all layers is ever stored.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from torch import Tensor
 
 from lextra.attention import attention_logits, build_mask
 from lextra.attention.masks import UNBOUNDED, Mask
-from lextra.model import GPT
+from lextra.model import GPT, AttentionInputs
 from lextra.positions import PositionScheme
 
 DEFAULT_BLOCK = 256
@@ -90,6 +90,14 @@ class LayerAttention:
             yield LogitBlock(qp, kp, logits, self.mask.allowed(qp, kp))
 
 
+class CapturedLayer(Exception):  # noqa: N818  (a control-flow signal, not an error)
+    """Raised by an observer to stop the forward pass once a layer's attention inputs are recorded."""
+
+    def __init__(self, view: LayerAttention) -> None:
+        super().__init__(f"captured layer {view.layer}")
+        self.view = view
+
+
 def _block_tau(temperature: Tensor | float | None, idx: Tensor) -> Tensor | None:
     """The model's temperature shaped for `attention_logits`: scalar, (H, 1) or the block's (H, c) columns."""
     if temperature is None:
@@ -120,16 +128,28 @@ def layer_attention(
         return
     model.eval()
     mask = build_mask(mask, model.config.train_len)
-    L = tokens.shape[1]
-    positions = torch.arange(L, device=tokens.device)
-    x = model.drop(model.positions[0].embed(model.embed(tokens), positions))
-    for layer, block in enumerate(model.blocks):
-        scheme = model.scheme_for(layer)
-        attn = block.attn
-        q, k, _ = attn.project(block.ln_attn(x))
-        tau = attn.query_temperature(positions, positions, mask)  # layer temperature and log-n scaling
-        yield LayerAttention(layer, q, k, scheme, positions, mask, tau, block_size)
-        x = block(x, scheme, positions, mask, backend)
+    positions = torch.arange(tokens.shape[1], device=tokens.device)
+    x = model.embed_inputs(model.embed(tokens), positions)
+    for layer in range(model.config.n_layer):
+        yield _observe(model, x, layer, positions, mask, backend, block_size)
+        x = model.forward_layers(x, positions, mask, backend, start=layer, stop=layer + 1)
+
+
+def _observe(
+    model: GPT, x: Tensor, layer: int, positions: Tensor, mask: Mask, backend: str, block_size: int
+) -> LayerAttention:
+    """Run block `layer` on hidden states x until it is about to attend, and return what it would attend with."""
+
+    def stop(inputs: AttentionInputs) -> None:
+        raise CapturedLayer(
+            LayerAttention(layer, inputs.q, inputs.k, inputs.scheme, inputs.q_pos, mask, inputs.temperature, block_size)
+        )
+
+    try:
+        model.forward_layers(x, positions, mask, backend, start=layer, stop=layer + 1, observer=stop)
+    except CapturedLayer as captured:
+        return captured.view
+    raise AssertionError(f"layer {layer} attended without calling its observer")
 
 
 def batches(texts: Tensor, batch_size: int) -> Iterator[Tensor]:

@@ -1,4 +1,5 @@
-"""Attention dispersion (Chi, Fan, Rudnicky 2023): the longer the input, the flatter each softmax row.
+"""Attention dispersion (Chi, Fan, Rudnicky 2023, arXiv 2311.00684): the longer the input, the flatter each
+softmax row.
 
 Per layer and head: the mean over attention rows (every query of every text) of the row entropy
 -sum_j p_j ln p_j and of the row's maximum probability. The first layer's logits are also kept for the rows
@@ -9,6 +10,10 @@ heads (`sorted_logits`), and the pooled row-centred logits standardised for a QQ
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -17,6 +22,126 @@ from lextra.attention.masks import Mask
 from lextra.model import GPT
 
 QQ_POINTS = 201
+
+
+@dataclass
+class QQSummary:
+    """Standardised order statistics (`sample`) against normal quantiles (`normal`), with the moments that show
+    how far from Gaussian they are."""
+
+    normal: list[float]
+    sample: list[float]
+    skewness: float
+    excess_kurtosis: float
+    count: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "normal": self.normal,
+            "sample": self.sample,
+            "skewness": self.skewness,
+            "excess_kurtosis": self.excess_kurtosis,
+            "count": self.count,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> QQSummary:
+        return cls(**{name: data[name] for name in ("normal", "sample", "skewness", "excess_kurtosis", "count")})
+
+
+@dataclass
+class FirstLayerLogits:
+    """The first layer's last-query logits: mean sorted row, mean row spread, mean top z-score, QQ summary."""
+
+    sorted_logits: list[float]
+    logit_std: float
+    top_z: float
+    qq: QQSummary
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "sorted_logits": self.sorted_logits,
+            "logit_std": self.logit_std,
+            "top_z": self.top_z,
+            "qq": self.qq.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> FirstLayerLogits:
+        return cls(
+            sorted_logits=data["sorted_logits"],
+            logit_std=data["logit_std"],
+            top_z=data["top_z"],
+            qq=QQSummary.from_dict(data["qq"]),
+        )
+
+
+@dataclass(frozen=True)
+class RowStatistics:
+    """Mean row entropy (nats) and mean maximum probability: of a model's rows, or of uniform reference rows."""
+
+    entropy: float
+    max_prob: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"entropy": self.entropy, "max_prob": self.max_prob}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RowStatistics:
+        return cls(entropy=data["entropy"], max_prob=data["max_prob"])
+
+
+@dataclass
+class Dispersion:
+    """Attention dispersion of a model on a set of texts: per layer, per head, overall, and against uniform rows."""
+
+    #: mean over heads, per layer
+    entropy: list[float]
+    max_prob: list[float]
+    #: (layers, heads)
+    entropy_per_head: list[list[float]]
+    max_prob_per_head: list[list[float]]
+    entropy_mean: float
+    max_prob_mean: float
+    rows: int
+    uniform: RowStatistics
+    first_layer: FirstLayerLogits
+
+    @property
+    def mean(self) -> RowStatistics:
+        """Entropy and max probability averaged over layers and heads."""
+        return RowStatistics(self.entropy_mean, self.max_prob_mean)
+
+    def per_layer(self, statistic: str) -> list[float]:
+        """`entropy` or `max_prob` of each layer."""
+        return {"entropy": self.entropy, "max_prob": self.max_prob}[statistic]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "entropy": self.entropy,
+            "max_prob": self.max_prob,
+            "entropy_per_head": self.entropy_per_head,
+            "max_prob_per_head": self.max_prob_per_head,
+            "entropy_mean": self.entropy_mean,
+            "max_prob_mean": self.max_prob_mean,
+            "rows": self.rows,
+            "uniform": self.uniform.to_dict(),
+            "first_layer": self.first_layer.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Dispersion:
+        return cls(
+            entropy=data["entropy"],
+            max_prob=data["max_prob"],
+            entropy_per_head=data["entropy_per_head"],
+            max_prob_per_head=data["max_prob_per_head"],
+            entropy_mean=data["entropy_mean"],
+            max_prob_mean=data["max_prob_mean"],
+            rows=data["rows"],
+            uniform=RowStatistics.from_dict(data["uniform"]),
+            first_layer=FirstLayerLogits.from_dict(data["first_layer"]),
+        )
 
 
 def row_entropy(weights: Tensor) -> Tensor:
@@ -35,19 +160,19 @@ def normal_quantiles(count: int) -> Tensor:
     return torch.special.ndtri(p)
 
 
-def qq_summary(samples: Tensor, points: int = QQ_POINTS) -> dict:
+def qq_summary(samples: Tensor, points: int = QQ_POINTS) -> QQSummary:
     """Standardised order statistics against normal quantiles (subsampled to `points`), skewness, kurtosis."""
     x = samples.double().flatten()
     z = torch.sort((x - x.mean()) / x.std(unbiased=False).clamp(min=1e-12)).values
     theory = normal_quantiles(z.numel())
     pick = torch.linspace(0, z.numel() - 1, min(points, z.numel())).round().long()
-    return {
-        "normal": theory[pick].tolist(),
-        "sample": z[pick].tolist(),
-        "skewness": float((z**3).mean()),
-        "excess_kurtosis": float((z**4).mean() - 3.0),
-        "count": int(z.numel()),
-    }
+    return QQSummary(
+        normal=theory[pick].tolist(),
+        sample=z[pick].tolist(),
+        skewness=float((z**3).mean()),
+        excess_kurtosis=float((z**4).mean() - 3.0),
+        count=int(z.numel()),
+    )
 
 
 @torch.no_grad()
@@ -58,7 +183,7 @@ def dispersion(
     *,
     batch_size: int = 4,
     block_size: int = DEFAULT_BLOCK,
-) -> dict:
+) -> Dispersion:
     """Mean row entropy and max probability per layer and head for `texts` (T, L); first-layer logit statistics."""
     model.eval()
     layers, H = model.config.n_layer, model.config.n_head
@@ -82,19 +207,19 @@ def dispersion(
     entropy, max_prob = entropy / rows, max_prob / rows
     first = torch.cat(last_rows).double()  # (T, H, n)
     centred = first - first.mean(-1, keepdim=True)
-    return {
-        "entropy": entropy.mean(1).tolist(),
-        "max_prob": max_prob.mean(1).tolist(),
-        "entropy_per_head": entropy.tolist(),
-        "max_prob_per_head": max_prob.tolist(),
-        "entropy_mean": float(entropy.mean()),
-        "max_prob_mean": float(max_prob.mean()),
-        "rows": rows,
-        "uniform": {"entropy": float(uniform[0] / rows), "max_prob": float(uniform[1] / rows)},
-        "first_layer": {
-            "sorted_logits": torch.sort(first, dim=-1, descending=True).values.mean((0, 1)).tolist(),
-            "logit_std": float(centred.std(dim=-1, unbiased=False).mean()),
-            "top_z": float((centred.amax(-1) / centred.std(dim=-1, unbiased=False).clamp(min=1e-12)).mean()),
-            "qq": qq_summary(centred),
-        },
-    }
+    return Dispersion(
+        entropy=entropy.mean(1).tolist(),
+        max_prob=max_prob.mean(1).tolist(),
+        entropy_per_head=entropy.tolist(),
+        max_prob_per_head=max_prob.tolist(),
+        entropy_mean=float(entropy.mean()),
+        max_prob_mean=float(max_prob.mean()),
+        rows=rows,
+        uniform=RowStatistics(entropy=float(uniform[0] / rows), max_prob=float(uniform[1] / rows)),
+        first_layer=FirstLayerLogits(
+            sorted_logits=torch.sort(first, dim=-1, descending=True).values.mean((0, 1)).tolist(),
+            logit_std=float(centred.std(dim=-1, unbiased=False).mean()),
+            top_z=float((centred.amax(-1) / centred.std(dim=-1, unbiased=False).clamp(min=1e-12)).mean()),
+            qq=qq_summary(centred),
+        ),
+    )

@@ -1,4 +1,5 @@
-"""Empirical receptive field (Chi et al. 2023): how far back the last token's loss actually reaches.
+"""Empirical receptive field (Chi et al. 2023, arXiv 2212.10356): how far back the last token's loss actually
+reaches.
 
 For each segment, g_m = ||d loss_last / d e_m|| is the gradient norm of the last token's next-token loss with
 respect to the token embedding e_m at every position m (taken at the output of `model.embed`, before any
@@ -10,8 +11,10 @@ A window mask of width w lets one layer see w tokens, so L layers see at most L 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -23,6 +26,38 @@ from lextra.attention.masks import Mask
 from lextra.model import GPT
 
 THRESHOLD = 0.99
+
+
+@dataclass
+class ReceptiveField:
+    """The ERF of the segment-averaged curve, the mean of each segment's own ERF, and the averaged curve
+    (cumulative gradient share of the k most recent tokens, k = 1..L)."""
+
+    erf: int
+    erf_per_segment_mean: float
+    segments: int
+    curve: list[float]
+
+    def share_within(self, recent: int) -> float:
+        """Cumulative gradient share of the `recent` most recent tokens (all of them when fewer exist)."""
+        return self.curve[min(recent, len(self.curve)) - 1]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "erf": self.erf,
+            "erf_per_segment_mean": self.erf_per_segment_mean,
+            "segments": self.segments,
+            "curve": self.curve,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ReceptiveField:
+        return cls(
+            erf=data["erf"],
+            erf_per_segment_mean=data["erf_per_segment_mean"],
+            segments=data["segments"],
+            curve=data["curve"],
+        )
 
 
 @contextmanager
@@ -39,12 +74,9 @@ def frozen(model: GPT) -> Iterator[GPT]:
 
 
 def logits_from_embeddings(model: GPT, embeddings: Tensor, mask: Mask, backend: str = "auto") -> Tensor:
-    """The model's logits (B, L, vocab) from token embeddings (B, L, d), positions 0..L-1: `GPT.forward` by hand."""
-    positions = torch.arange(embeddings.shape[1], device=embeddings.device)
-    x = model.drop(model.positions[0].embed(embeddings, positions))
-    for layer, block in enumerate(model.blocks):
-        x = block(x, model.scheme_for(layer), positions, mask, backend)
-    return model.head(model.ln_f(x))
+    """The model's logits (B, L, vocab) from token embeddings (B, L, d) at positions 0..L-1, through the model's own
+    forward loop (so gradients reach the embeddings)."""
+    return model.head(model.features_from_embeddings(embeddings, mask=mask, backend=backend))
 
 
 def gradient_shares(
@@ -82,14 +114,14 @@ def effective_receptive_field(curve: Tensor, threshold: float = THRESHOLD) -> in
 
 def receptive_field(
     model: GPT, segments: Tensor, mask: str | Mask | None = "causal", *, threshold: float = THRESHOLD, **kwargs
-) -> dict:
+) -> ReceptiveField:
     """ERF of the segment-averaged curve, each segment's own ERF, and the curve itself."""
     shares = gradient_shares(model, segments, mask, **kwargs)
     curve = cumulative_curve(shares)
     own = [effective_receptive_field(row.cumsum(0), threshold) for row in shares]
-    return {
-        "erf": effective_receptive_field(curve, threshold),
-        "erf_per_segment_mean": sum(own) / len(own),
-        "segments": int(shares.shape[0]),
-        "curve": curve.tolist(),
-    }
+    return ReceptiveField(
+        erf=effective_receptive_field(curve, threshold),
+        erf_per_segment_mean=sum(own) / len(own),
+        segments=int(shares.shape[0]),
+        curve=curve.tolist(),
+    )

@@ -1,9 +1,10 @@
-"""Attention resolution (Sun et al. 2022): how sharply the expected score s[n] falls with distance n.
+"""Attention resolution (Sun et al. 2022, arXiv 2212.10554): how sharply the expected score s[n] falls with
+distance n.
 
     R(s) = sum_{i=0}^{N-1} e^{s[i]} (e^{s[i]} - e^{s[i+1]}) / (sum_{i=0}^{N-1} e^{s[i]})^2,   e^{s[N]} := 0
 
-over the N distances an input shows (methods.md; the paper writes the sum without fixing its last term: we let
-the first distance with no key carry no weight). R is unchanged by adding a constant to s, and 0 < R <= 1.
+over the N distances an input shows (the paper writes the sum without fixing its last term: we let the first
+distance with no key carry no weight). R is unchanged by adding a constant to s, and 0 < R <= 1.
 
 - Empirical (`empirical_scores`): s_hat[n] = mean of the pre-softmax logit score(i, i - n) over every visible
   pair at distance n of every text, per layer and head; the headline R is R of s_hat averaged over layers and
@@ -17,7 +18,9 @@ the first distance with no key carry no weight). R is unchanged by adding a cons
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -69,6 +72,43 @@ def visible_prefix(s: Tensor) -> int:
 
 
 @dataclass
+class ResolutionSummary:
+    """What is saved of a resolution result: R, per-layer and per-head R (and their mean), and the score curves
+    averaged over heads and over layers and heads, on the visible distances."""
+
+    r: float
+    visible: int
+    r_per_layer: list[float]
+    r_per_head: list[list[float]]
+    r_head_mean: float
+    s: list[float]
+    s_per_layer: list[list[float]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "R": self.r,
+            "visible": self.visible,
+            "R_per_layer": self.r_per_layer,
+            "R_per_head": self.r_per_head,
+            "R_head_mean": self.r_head_mean,
+            "s": self.s,
+            "s_per_layer": self.s_per_layer,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ResolutionSummary:
+        return cls(
+            r=data["R"],
+            visible=data["visible"],
+            r_per_layer=data["R_per_layer"],
+            r_per_head=data["R_per_head"],
+            r_head_mean=data["R_head_mean"],
+            s=data["s"],
+            s_per_layer=data["s_per_layer"],
+        )
+
+
+@dataclass
 class ResolutionResult:
     """Scores by distance and their resolution: s (N,), s_per_layer (layers, N), s_per_head (layers, H, N)."""
 
@@ -98,18 +138,22 @@ class ResolutionResult:
         """R of each (layer, head) score curve."""
         return [[resolution(row[: self.visible]) for row in layer] for layer in self.s_per_head]
 
-    def to_dict(self) -> dict:
-        """JSON-ready summary: R, per-layer and per-head R (and their mean), and the averaged score curves."""
+    def summary(self) -> ResolutionSummary:
+        """R, per-layer and per-head R (and their mean), and the averaged score curves, as plain numbers."""
         per_head = self.r_per_head()
-        return {
-            "R": self.r,
-            "visible": self.visible,
-            "R_per_layer": self.r_per_layer(),
-            "R_per_head": per_head,
-            "R_head_mean": sum(map(sum, per_head)) / sum(map(len, per_head)),
-            "s": self.s.tolist(),
-            "s_per_layer": self.s_per_layer.tolist(),
-        }
+        return ResolutionSummary(
+            r=self.r,
+            visible=self.visible,
+            r_per_layer=self.r_per_layer(),
+            r_per_head=per_head,
+            r_head_mean=sum(map(sum, per_head)) / sum(map(len, per_head)),
+            s=self.s.tolist(),
+            s_per_layer=self.s_per_layer.tolist(),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary (`summary().to_dict()`)."""
+        return self.summary().to_dict()
 
 
 def _result(s_per_head: Tensor) -> ResolutionResult:

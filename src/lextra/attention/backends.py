@@ -10,13 +10,15 @@ and score bias, a mask and an optional temperature, then softmax-attends:
   a mask that is exactly causal or hides nothing, and queries aligned with keys.
 - `chunked`: queries in blocks; each block sees only the keys its mask declares (`Mask.key_spans`: a window's
   block touches width + block keys) and its bias is built for that block alone from the scheme's per-distance
-  table, then one SDPA call per block. Memory O(H x block x keys) per step, never H x L x L; forward and backward on any device.
-  Without autograd the blocks write into one preallocated output (no list of block outputs and no `cat`).
-- `tiled` (inside `chunked`, no autograd, CPU, exactly causal mask, no per-distance bias): query blocks x key chunks, each tile one flash
-  call that also returns its log-sum-exp, merged exactly as flash attention merges its tiles. Rotary schemes
-  rotate one tile's queries and keys at a time, so no rotated copy of q or k is ever held in full.
+  table, then one SDPA call per block. Memory O(H x block x keys) per step, never H x L x L; forward and
+  backward on any device. Without autograd the blocks write into one preallocated output (no list of block
+  outputs and no `cat`).
+- `tiled` (inside `chunked`, no autograd, CPU, an exactly causal mask, no per-distance bias): query blocks x key
+  chunks, each tile one flash call that also returns its log-sum-exp, merged exactly as flash attention merges
+  its tiles. Rotary schemes rotate one tile's queries and keys at a time, so no rotated copy of q or k is ever
+  held in full.
 - `auto`: `sdpa` when it applies, else `chunked`. Rotary schemes at long lengths without autograd take `chunked`
-  (tiled): the fused call would need rotated copies of q and k (3-4x plain SDPA's memory).
+  (tiled): the fused call would need rotated copies of all of q and k on top of SDPA's own working memory.
 
 The backends ask a mask only what it declares (`lextra.attention.masks.Mask`), never which mask it is, and a
 scheme only its interface (`lextra.positions.base.PositionScheme`).
@@ -38,23 +40,24 @@ BACKENDS = ("auto", "reference", "sdpa", "chunked")
 #: elements of one block's bias tensor (x batch broadcast); 2^24 fp32 = 64 MiB
 BIAS_BUDGET = 1 << 24
 MAX_BLOCK = 1024
-#: query block for biases passed as strided table views: small blocks skip most of the masked upper triangle
-#: (measured: 0.9x SDPA at 1k, 1.2x at 4k, against 2.1x and 1.3x with blocks of 1024)
+#: query block for biases passed as strided table views: small blocks skip most of the masked upper triangle,
+#: which SDPA would otherwise compute and discard (benchmarks/README.md compares 256 with 1024)
 LEAN_BLOCK = 256
 #: cap for blocks whose bias is gathered (learned tables under autograd): SDPA then runs its math kernel, which
 #: computes the whole (block x keys) rectangle, so smaller blocks skip more of the masked triangle
 TRAIN_BIAS_BLOCK: int | None = 256
 MIN_BLOCK = 16
-#: query block = key chunk of the tiled path; 1024 measured fastest at 16k (rope: 1.04x SDPA, 1.2x its memory)
+#: query block = key chunk of the tiled path: the size that balances the flash kernel's per-call efficiency
+#: against per-tile memory (see benchmarks/README.md)
 TILE = 1024
 #: FIRE's tiles (bias per query and key): query block x key chunk, a (H, 256, 2048) fp32 bias is 16 MiB
 BIAS_TILE = 256
 BIAS_KEY_CHUNK = 2048
 #: the tiled path replaces the fused call for rotary schemes from this many (query, key) pairs on (4k x 4k)
 TILED_MIN_PAIRS = 4096 * 4096
-#: torch's CPU flash kernel, which also returns each row's log-sum-exp (what merging tiles exactly needs)
 #: a query position far from the sequence start, where a mask's keys per query block are their steady number
 _FAR = 1 << 40
+#: torch's CPU flash kernel, which also returns each row's log-sum-exp (what merging tiles exactly needs)
 _FLASH_WITH_LSE = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 
 
@@ -388,10 +391,10 @@ def _tiles_apply(
     device: torch.device | str,
     dtype: torch.dtype = torch.float32,
 ) -> bool:
-    """Whether `tiled_causal_attention` computes this call: no autograd, CPU, an exactly causal mask, contiguous positions
-    with every query's own position among the keys, and no bias or one that is not a per-distance table (FIRE
-    past its threshold; per-distance tables are cheaper as strided views), in a dtype the CPU flash kernel's
-    log-sum-exp variant accepts (fp32, bf16)."""
+    """Whether `tiled_causal_attention` computes this call: no autograd, CPU, an exactly causal mask, contiguous
+    positions with every query's own position among the keys, and no bias or one that is not a per-distance
+    table (FIRE past its threshold; per-distance tables are cheaper as strided views), in a dtype the CPU flash
+    kernel's log-sum-exp variant accepts (fp32, bf16)."""
     if _FLASH_WITH_LSE is None or torch.is_grad_enabled() or torch.device(device).type != "cpu":
         return False
     if dtype not in (torch.float32, torch.bfloat16):

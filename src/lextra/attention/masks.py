@@ -87,7 +87,9 @@ class Mask:
             counts = seen[q_pos - k_first - d_first + 1] - seen[q_pos - k_last - d_first]
         else:
             keys = torch.arange(k_first, k_last + 1, device=q_pos.device)
-            rows = [self.allowed(q_pos[i : i + _COUNT_ROWS], keys).sum(-1) for i in range(0, q_pos.numel(), _COUNT_ROWS)]
+            rows = [
+                self.allowed(q_pos[i : i + _COUNT_ROWS], keys).sum(-1) for i in range(0, q_pos.numel(), _COUNT_ROWS)
+            ]
             counts = torch.cat(rows)
         return counts.clamp(min=1)
 

@@ -6,7 +6,14 @@ import argparse
 from pathlib import Path
 
 from lextra.cli.app import Handler, group
-from lextra.cli.options import add_corpus, add_scheme_options, add_threads, positive_int
+from lextra.cli.options import (
+    add_corpus,
+    add_scheme_options,
+    add_threads,
+    finite_float,
+    non_negative_int,
+    positive_int,
+)
 from lextra.errors import ConfigError
 
 
@@ -73,7 +80,7 @@ def _configure_resolution(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("--heads", type=positive_int, default=4, help="heads of a --scheme (default 4)")
     parser.add_argument("--head-dim", type=positive_int, default=32, help="head dimension of a --scheme (default 32)")
     parser.add_argument("--train-len", type=positive_int, default=128, help="L_tr of a --scheme (BCA block = L_tr / 2)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of a --scheme's initial parameters")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="seed of a --scheme's initial parameters")
     _lengths_and_documents(parser, 8, "comma-separated input lengths (default L_tr x 1,2,4)")
 
     def run(args: argparse.Namespace) -> int:
@@ -117,7 +124,12 @@ def _configure_resolution(parser: argparse.ArgumentParser) -> Handler:
 )
 def _configure_receptive_field(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("checkpoints", nargs="+", help="model folders (RUN/model) or training run folders")
-    parser.add_argument("--threshold", type=float, default=0.99, help="cumulative share that defines the ERF")
+    parser.add_argument(
+        "--threshold",
+        type=finite_float(0.0, 1.0, low_open=True),
+        default=0.99,
+        help="cumulative share that defines the ERF, in (0, 1]",
+    )
     parser.add_argument("--batch-size", type=positive_int, default=8)
     _lengths_and_documents(parser, 16, "comma-separated segment lengths (default L_tr x 1,2,4,8)")
 
@@ -125,8 +137,6 @@ def _configure_receptive_field(parser: argparse.ArgumentParser) -> Handler:
         from lextra.pipelines.analyze import receptive_field_report
         from lextra.pipelines.checkpoints import common_train_len, parse_lengths
 
-        if not 0.0 < args.threshold <= 1.0:  # also refuses nan
-            raise ConfigError(f"--threshold must be in (0, 1], got {args.threshold}")
         masks, checkpoints, source = _prepare(args)
         lengths = parse_lengths(args.lengths, common_train_len(checkpoints, 0), (1, 2, 4, 8))
         receptive_field_report(

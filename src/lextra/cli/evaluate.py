@@ -48,7 +48,7 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
         label += "" if args.mask == "causal" else f"+{args.mask}"
         evaluation = evaluate_model(model, data, config, label=label)
         out = Path(args.out or folder.parent / f"eval-{args.mask.replace(':', '-')}")
-        atomic_write_json(out / "results.json", {"model": str(folder), "corpus": data.corpus, **evaluation})
+        atomic_write_json(out / "results.json", {"model": str(folder), "corpus": data.corpus, **evaluation.to_dict()})
         paths = save_eval_outputs(out, label, evaluation)
         print(paths["table"].read_text())
         print(f"results: {out / 'results.json'}, plot: {paths['plot']}")

@@ -105,7 +105,7 @@ def _run_eval(args: argparse.Namespace) -> int:
     config = eval_config_from(args, args.mask or "causal")
     evaluation = evaluate_model(model, _data(args), config, progress=not args.quiet, label=label)
     out = _out(args, "eval")
-    atomic_write_json(out / "results.json", {"model": args.model, "corpus": args.corpus, **evaluation})
+    atomic_write_json(out / "results.json", {"model": args.model, "corpus": args.corpus, **evaluation.to_dict()})
     paths = save_eval_outputs(out, label, evaluation)
     print(paths["table"].read_text())
     print(f"results: {out / 'results.json'}, plot: {paths['plot']}")
@@ -120,7 +120,7 @@ def _run_retrieval(args: argparse.Namespace) -> int:
     model, label = load_adapted(args)
     task = evaluation_task(args.task, _data(args), args.candidates - 1)
     result = retrieval_settings(args, (1, 2)).run(model, task, label, progress=not args.quiet)
-    result["model"] = args.model
+    result.model = args.model
     paths = save_retrieval_outputs(_out(args, f"retrieval-{task.name}"), result)
     print(paths["table"].read_text())
     print(f"results: {paths['json']}, heatmap: {paths['heatmap']}")
@@ -146,15 +146,16 @@ def _run_analyze(args: argparse.Namespace) -> int:
         texts = _texts(args, data, length)
         if args.kind == "dispersion":
             result = dispersion(model, texts, mask, batch_size=1)
-            rows[str(length)] = {k: result[k] for k in ("entropy", "max_prob", "entropy_mean", "max_prob_mean")}
-            rows[str(length)]["uniform"] = result["uniform"]
-        else:
-            scores = empirical_scores(model, texts, mask, batch_size=1)
             rows[str(length)] = {
-                "r": scores.r,
-                "r_per_layer": scores.r_per_layer(),
-                "R_head_mean": scores.to_dict()["R_head_mean"],
+                "entropy": result.entropy,
+                "max_prob": result.max_prob,
+                "entropy_mean": result.entropy_mean,
+                "max_prob_mean": result.max_prob_mean,
+                "uniform": result.uniform.to_dict(),
             }
+        else:
+            summary = empirical_scores(model, texts, mask, batch_size=1).summary()
+            rows[str(length)] = {"r": summary.r, "r_per_layer": summary.r_per_layer, "R_head_mean": summary.r_head_mean}
         print(f"{label} {args.kind} at {length}: {_summary(args.kind, rows[str(length)])}", file=sys.stderr)
     out = _out(args, args.kind)
     atomic_write_json(out / f"{args.kind}.json", {"model": args.model, "label": label, "mask": mask, "by_length": rows})

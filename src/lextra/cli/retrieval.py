@@ -14,6 +14,7 @@ from lextra.cli.options import (
     add_threads,
     add_training,
     model_folder,
+    non_negative_int,
     parse_depths,
     parse_lengths,
     positive_int,
@@ -80,7 +81,7 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
         model, label = load_scaled(folder, args.rope_scaling)
         task = evaluation_task(args.task, prepare_for_model(read_model_meta(folder)), args.candidates - 1)
         result = retrieval_settings(args).run(model, task, label, progress=not args.quiet)
-        result["model"] = str(folder)
+        result.model = str(folder)
         out = Path(args.out or folder.parent / f"retrieval-{task.name}")
         paths = save_retrieval_outputs(out, result)
         print(paths["table"].read_text())
@@ -137,7 +138,7 @@ def configure_completion(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("--lengths", default=None, help="context lengths (default L_tr x 1,2,4,8,16)")
     parser.add_argument("--lines", type=positive_int, default=32, help="held-out lines per context length")
     parser.add_argument("--max-new", type=positive_int, default=96, help="most tokens generated per line")
-    parser.add_argument("--eval-seed", type=int, default=0)
+    parser.add_argument("--eval-seed", type=non_negative_int, default=0, help="seed of the held-out lines drawn")
 
     def run(args: argparse.Namespace) -> int:
         from lextra.data import prepare_for_model
@@ -163,10 +164,10 @@ def configure_completion(parser: argparse.ArgumentParser) -> Handler:
                 label=label,
                 progress=not args.quiet,
             )
-            result["model"] = str(folder)
+            result.model = str(folder)
             results[label] = result
         out = Path(args.out)
-        atomic_write_json(out / "completion.json", results)
+        atomic_write_json(out / "completion.json", {label: r.to_dict() for label, r in results.items()})
         atomic_write_text(out / "table.md", completion_table(results) + "\n")
         print((out / "table.md").read_text())
         print(f"results: {out / 'completion.json'}")

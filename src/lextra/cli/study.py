@@ -47,9 +47,9 @@ def configure_study(parser: argparse.ArgumentParser) -> Handler:
             f"# {config.name}",
             "",
             f"Produced by `lextra study {shlex.quote(args.config)} --out {shlex.quote(args.out)}`: cells computed "
-            f"at commit {', '.join(f'`{c}`' for c in results['cell_commits'])}, report written at `{commit}`; "
+            f"at commit {', '.join(f'`{c}`' for c in results.cell_commits)}, report written at `{commit}`; "
             f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.machine()}; "
-            f"{results['compute_minutes']} min of compute over all cells (this invocation: "
+            f"{results.compute_minutes} min of compute over all cells (this invocation: "
             f"{(time.time() - start) / 60:.1f} min; cells computed earlier are reused).",
             "",
             f"Training: {config.train.steps} steps x {config.train.batch_size} x {config.train_len} tokens of "

@@ -10,7 +10,7 @@ from lextra.data.corpora import (
     split_corpus,
     split_of,
 )
-from lextra.data.prepare import PreparedData, prepare_data, prepare_for_model
+from lextra.data.prepare import PreparedData, model_data_spec, prepare_data, prepare_for_model
 from lextra.data.tokenizers import (
     BPETokenizer,
     ByteTokenizer,
@@ -36,6 +36,7 @@ __all__ = [
     "encode_documents",
     "eval_sequences",
     "load_corpus",
+    "model_data_spec",
     "prepare_data",
     "prepare_for_model",
     "split_corpus",

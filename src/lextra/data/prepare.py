@@ -34,12 +34,20 @@ def prepare_data(
     return PreparedData(corpus, splits, tok)
 
 
+def model_data_spec(
+    meta: dict[str, Any], corpus: str | None = None, limit_chars: int | None = None
+) -> tuple[str, int | None, dict[str, Any]]:
+    """(corpus, character limit, tokenizer config) that `prepare_for_model` reads: a key for caching its result."""
+    train = meta.get("train", {})
+    return (
+        corpus or train.get("corpus", "python-code"),
+        limit_chars if limit_chars is not None else train.get("limit_chars"),
+        meta.get("tokenizer", {"kind": "bytes"}),
+    )
+
+
 def prepare_for_model(meta: dict[str, Any], corpus: str | None = None, limit_chars: int | None = None) -> PreparedData:
     """The data a saved model was trained on (its corpus, character limit and tokenizer, from its metadata), or
     another `corpus` read with the model's own tokenizer."""
-    train = meta.get("train", {})
-    return prepare_data(
-        corpus or train.get("corpus", "python-code"),
-        limit_chars=limit_chars if limit_chars is not None else train.get("limit_chars"),
-        tokenizer_config=meta.get("tokenizer", {"kind": "bytes"}),
-    )
+    corpus, limit, tokenizer = model_data_spec(meta, corpus, limit_chars)
+    return prepare_data(corpus, limit_chars=limit, tokenizer_config=tokenizer)

@@ -3,10 +3,12 @@
 Each evaluation document is a whole held-out document cut to `max(lengths) + last_token_targets` tokens
 (documents are never stitched unless none is long enough, which the result then says). Protocols:
 
-- `chunks`: the first max(L)+1 tokens in non-overlapping chunks of L (ALiBi's tables); each token's context is
-  its offset in its chunk, so short chunks suffer the "early token curse".
-- `sliding`: windows of L tokens moving by `stride` (default L/2); each window scores only the tokens no earlier window
-  scored (the first scores all), so most tokens see at least L - stride context (CoCA, Hugging Face).
+- `chunks`: the first max(L)+1 tokens in non-overlapping chunks of L (as in the tables of Press et al. 2022,
+  arXiv 2108.12409); each token's context is its offset in its chunk, so short chunks suffer the "early token
+  curse".
+- `sliding`: windows of L tokens moving by `stride` (default L/2); each window scores only the tokens no earlier
+  window scored (the first scores all), so most tokens see at least L - stride context (as in Zhu et al. 2023,
+  arXiv 2309.08646, and Hugging Face's perplexity guide).
 - `last-token` (Chi et al. 2023): the same final `last_token_targets` tokens of each document are scored with
   exactly L - 1... L preceding tokens visible, so only the visible context changes with L.
 
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -32,6 +34,7 @@ from lextra.data.windows import encode_documents
 from lextra.errors import ConfigError, DataError
 from lextra.methods.align import log_length_temperature
 from lextra.model import GPT
+from lextra.validate import check_int_list, check_optional_int, check_positive_int
 
 PROTOCOLS = ("chunks", "sliding", "last-token")
 LENGTH_MULTIPLES = (1, 2, 4, 8, 16)
@@ -70,11 +73,17 @@ class EvalConfig:
         return min(stride, length)
 
     def validate(self) -> EvalConfig:
+        """Refuse unknown names and every non-finite or out-of-range number before any work."""
         unknown = [p for p in self.protocols if p not in PROTOCOLS]
         if unknown or not self.protocols:
             raise ConfigError(f"unknown protocol(s) {unknown}; choose from {', '.join(PROTOCOLS)}")
-        if self.documents < 1 or self.last_token_targets < 1:
-            raise ConfigError("documents and last_token_targets must be >= 1")
+        if self.lengths is not None and self.lengths != []:  # None or [] mean the default lengths
+            self.lengths = check_int_list("evaluation lengths", self.lengths, 1)
+        for name in ("documents", "last_token_targets", "max_batch_tokens"):
+            setattr(self, name, check_positive_int(f"evaluation {name}", getattr(self, name)))
+        hint = "leave it unset for the default"
+        self.stride = check_optional_int("sliding stride", self.stride, 1, hint=hint + " (L/2)")
+        self.span = check_optional_int("evaluation span", self.span, 1, hint=hint + " (the longest length)")
         build_mask(self.mask, train_len=2)  # raises on a bad spec
         if self.temperature not in ("none", "log-length"):
             raise ConfigError(f"evaluation temperature must be 'none' or 'log-length', got {self.temperature!r}")
@@ -129,9 +138,9 @@ class _Scorer:
             self.nll += float(nll[keep].sum())
             self.count += int(keep.sum())
 
-    def result(self) -> dict[str, float]:
+    def result(self) -> PerplexityPoint:
         mean = self.nll / max(1, self.count)
-        return {"ppl": math.exp(mean), "nll": mean, "tokens": self.count}
+        return PerplexityPoint(ppl=math.exp(mean), nll=mean, tokens=self.count)
 
 
 def _chunks(doc: Tensor, L: int, span: int) -> Iterator[tuple[Tensor, Tensor, int]]:
@@ -157,11 +166,88 @@ def _last_token(doc: Tensor, L: int, span: int, targets: int) -> Iterator[tuple[
         yield doc[t - L : t], doc[t - L + 1 : t + 1], L - 1
 
 
+@dataclass(frozen=True)
+class PerplexityPoint:
+    """One (protocol, length) cell: perplexity, mean next-token NLL and the number of tokens scored."""
+
+    ppl: float
+    nll: float
+    tokens: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ppl": self.ppl, "nll": self.nll, "tokens": self.tokens}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PerplexityPoint:
+        return cls(ppl=data["ppl"], nll=data["nll"], tokens=data["tokens"])
+
+
+@dataclass
+class Evaluation:
+    """Perplexity of one model per protocol and length, with what it was computed on (`to_dict` is the JSON)."""
+
+    #: protocol -> length -> point, in evaluation order
+    results: dict[str, dict[int, PerplexityPoint]]
+    lengths: list[int]
+    train_len: int
+    #: the sliding stride used at each length (empty without the sliding protocol)
+    strides: dict[int, int]
+    documents: int
+    stitched: bool
+    #: the `EvalConfig.to_dict()` it was computed with, as saved
+    config: dict[str, Any]
+
+    @property
+    def protocols(self) -> list[str]:
+        return list(self.results)
+
+    def point(self, protocol: str, length: int) -> PerplexityPoint:
+        return self.results[protocol][int(length)]
+
+    def ppl(self, protocol: str, length: int) -> float:
+        return self.point(protocol, length).ppl
+
+    def curve(self, protocol: str) -> dict[int, float]:
+        """Perplexity by length under `protocol`."""
+        return {n: p.ppl for n, p in self.results[protocol].items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form: lengths as string keys, the config under "eval"."""
+        return {
+            "results": {
+                protocol: {str(n): p.to_dict() for n, p in by_length.items()}
+                for protocol, by_length in self.results.items()
+            },
+            "lengths": list(self.lengths),
+            "train_len": self.train_len,
+            "strides": {str(n): s for n, s in self.strides.items()},
+            "documents": self.documents,
+            "stitched": self.stitched,
+            "eval": self.config,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Evaluation:
+        """Read `to_dict`'s form (other keys of a saved record, such as "model", are ignored)."""
+        return cls(
+            results={
+                protocol: {int(n): PerplexityPoint.from_dict(p) for n, p in by_length.items()}
+                for protocol, by_length in data["results"].items()
+            },
+            lengths=list(data["lengths"]),
+            train_len=data["train_len"],
+            strides={int(n): s for n, s in data["strides"].items()},
+            documents=data["documents"],
+            stitched=data["stitched"],
+            config=data["eval"],
+        )
+
+
 @torch.no_grad()
 def evaluate_model(
     model: GPT, data: PreparedData, config: EvalConfig, *, progress: bool = True, label: str = ""
-) -> dict[str, Any]:
-    """Perplexity per protocol and length: {"results": {protocol: {L: {ppl, nll, tokens}}}, ...}."""
+) -> Evaluation:
+    """Perplexity per protocol and length, on the same documents at every length."""
     config.validate()
     model.eval()
     train_len = model.config.train_len
@@ -174,7 +260,7 @@ def evaluate_model(
             "evaluating on stitched text",
             file=sys.stderr,
         )
-    results: dict[str, dict[str, dict[str, float]]] = {}
+    results: dict[str, dict[int, PerplexityPoint]] = {}
     cells = [(p, L) for p in config.protocols for L in lengths]
     bar = tqdm(
         cells, disable=not progress, desc=f"eval {label}".strip(), unit="cell", file=sys.stderr, dynamic_ncols=True
@@ -201,14 +287,14 @@ def evaluate_model(
                 group[2].append(first)
         for windows, targets, firsts in groups.values():
             scorer.add(windows, targets, firsts)
-        results.setdefault(protocol, {})[str(L)] = scorer.result()
+        results.setdefault(protocol, {})[L] = scorer.result()
     model.set_temperatures(saved_temperatures)
-    return {
-        "results": results,
-        "lengths": lengths,
-        "train_len": train_len,
-        "strides": {str(L): config.resolved_stride(L) for L in lengths} if "sliding" in config.protocols else {},
-        "documents": len(docs),
-        "stitched": stitched,
-        "eval": config.to_dict(),
-    }
+    return Evaluation(
+        results=results,
+        lengths=lengths,
+        train_len=train_len,
+        strides={L: config.resolved_stride(L) for L in lengths} if "sliding" in config.protocols else {},
+        documents=len(docs),
+        stitched=stitched,
+        config=config.to_dict(),
+    )

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lextra.analysis.capture import LayerAttention
+from lextra.analysis.capture import CapturedLayer, LayerAttention
 from lextra.attention import attention
 from lextra.attention.masks import CausalMask, FullMask, Mask
 from lextra.errors import ConfigError
@@ -41,14 +41,6 @@ class AttentionState:
     log_scaling: str = "none"
     #: when set, the layer with this index records its attention inputs and stops the forward pass
     capture_layer: int | None = None
-
-
-class CapturedLayer(Exception):  # noqa: N818  (a control-flow signal, not an error)
-    """Raised by the capturing layer to stop the forward pass once its attention inputs are recorded."""
-
-    def __init__(self, view: LayerAttention) -> None:
-        super().__init__(f"captured layer {view.layer}")
-        self.view = view
 
 
 def query_temperature(state: AttentionState, layer: int, q_pos: Tensor) -> Tensor | None:

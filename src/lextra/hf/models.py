@@ -24,14 +24,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lextra.analysis.capture import DEFAULT_BLOCK, LayerAttention
+from lextra.analysis.capture import DEFAULT_BLOCK, CapturedLayer, LayerAttention
 from lextra.attention import build_mask
 from lextra.attention.masks import Mask
 from lextra.errors import ConfigError
 from lextra.hf.attention import (
     ATTENTION_NAME,
     AttentionState,
-    CapturedLayer,
     check_log_scaling,
     check_temperatures,
     register,

@@ -7,8 +7,8 @@ training length L_tr:
 - `entropy`: the mean row entropy;
 - `log-length`: no calibration, tau = ln L_tr / ln L_ex (logits multiplied by log_{L_tr} L_ex).
 
-Procedure (the paper's Algorithm 1 could not be read in full; this is what we implement): targets are measured on
-`windows` validation windows of L_tr tokens with the unmodified model. Then layer by layer, bottom up, on windows
+Procedure (our implementation of the paper's Algorithm 1, which may differ from it in detail): targets are measured
+on `windows` validation windows of L_tr tokens with the unmodified model. Then layer by layer, bottom up, on windows
 of L_ex tokens whose hidden states already pass through the scaled lower layers, tau is found by bisection on
 log tau (each statistic is monotone in tau), per layer on the mean over heads or per head. Rows are all query
 positions of each window, under the model's causal mask.

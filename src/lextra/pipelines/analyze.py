@@ -4,25 +4,122 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from lextra.analysis.dispersion import dispersion
-from lextra.analysis.receptive_field import THRESHOLD, receptive_field
-from lextra.analysis.resolution import ResolutionResult, empirical_scores, model_theoretical, scheme_resolution
+from lextra.analysis.dispersion import Dispersion, dispersion
+from lextra.analysis.receptive_field import THRESHOLD, ReceptiveField, receptive_field
+from lextra.analysis.resolution import (
+    ResolutionResult,
+    ResolutionSummary,
+    empirical_scores,
+    model_theoretical,
+    scheme_resolution,
+)
 from lextra.attention import build_mask
 from lextra.io import atomic_write_json, atomic_write_text
 from lextra.pipelines.checkpoints import Checkpoint, TextSource
 from lextra.positions import PositionScheme
 from lextra.reporting.plots import plot_cumulative, plot_dispersion, plot_logits, plot_scores
-from lextra.reporting.tables import markdown_table, write_csv
+from lextra.reporting.tables import markdown_table, string_keys, write_csv
 
 RESOLUTION_CONVENTION = (
     "R(s) = sum_{i<N} e^{s_i} (e^{s_i} - e^{s_{i+1}}) / (sum_{i<N} e^{s_i})^2 with e^{s_N} = 0, over the N distances "
     "visible at that length (under BCA: 0..L_tr-1); s = logits averaged over texts, layers and heads"
 )
+
+
+@dataclass
+class ResolutionRow:
+    """One row of the resolution report: empirical or theory, its scheme, mask and checkpoint, R by length."""
+
+    kind: str
+    scheme: str
+    mask: str
+    checkpoint: str | None
+    by_length: dict[int, ResolutionSummary]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "scheme": self.scheme,
+            "mask": self.mask,
+            "checkpoint": self.checkpoint,
+            "by_length": {str(n): r.to_dict() for n, r in self.by_length.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ResolutionRow:
+        return cls(
+            kind=data["kind"],
+            scheme=data["scheme"],
+            mask=data["mask"],
+            checkpoint=data["checkpoint"],
+            by_length={int(n): ResolutionSummary.from_dict(r) for n, r in data["by_length"].items()},
+        )
+
+
+@dataclass
+class ReceptiveFieldRow:
+    """One row of the receptive-field report: a checkpoint under a mask, its L_tr, the ERF by segment length."""
+
+    scheme: str
+    mask: str
+    checkpoint: str
+    train_len: int
+    by_length: dict[int, ReceptiveField]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "scheme": self.scheme,
+            "mask": self.mask,
+            "checkpoint": self.checkpoint,
+            "train_len": self.train_len,
+            "by_length": {str(n): r.to_dict() for n, r in self.by_length.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ReceptiveFieldRow:
+        return cls(
+            scheme=data["scheme"],
+            mask=data["mask"],
+            checkpoint=data["checkpoint"],
+            train_len=data["train_len"],
+            by_length={int(n): ReceptiveField.from_dict(r) for n, r in data["by_length"].items()},
+        )
+
+
+@dataclass
+class DispersionRow:
+    """One row of the dispersion report: a checkpoint under a mask, its layer count, dispersion by input length."""
+
+    scheme: str
+    mask: str
+    checkpoint: str
+    layers: int
+    by_length: dict[int, Dispersion]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "scheme": self.scheme,
+            "mask": self.mask,
+            "checkpoint": self.checkpoint,
+            "layers": self.layers,
+            "by_length": {str(n): d.to_dict() for n, d in self.by_length.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DispersionRow:
+        return cls(
+            scheme=data["scheme"],
+            mask=data["mask"],
+            checkpoint=data["checkpoint"],
+            layers=data["layers"],
+            by_length={int(n): Dispersion.from_dict(d) for n, d in data["by_length"].items()},
+        )
 
 
 def markdown(rows: Mapping[str, Mapping[str, Any]], columns: Sequence[str], corner: str, digits: int = 3) -> str:
@@ -68,14 +165,14 @@ def resolution_report(
 ) -> dict:
     """R at every length: empirical rows per checkpoint and mask, theory rows per scheme (and per checkpoint)."""
     out = Path(out)
-    rows: dict[str, dict[str, Any]] = {}
+    rows: dict[str, ResolutionRow] = {}
 
     def add(label: str, kind: str, scheme: str, mask: str, origin: str | None, compute: Callable) -> None:
-        by_length: dict[str, Any] = {}
+        by_length: dict[int, ResolutionSummary] = {}
         for length in lengths:
             result: ResolutionResult = compute(length)
-            by_length[str(length)] = result.to_dict()
-        rows[label] = {"kind": kind, "scheme": scheme, "mask": mask, "checkpoint": origin, "by_length": by_length}
+            by_length[length] = result.summary()
+        rows[label] = ResolutionRow(kind, scheme, mask, origin, by_length)
 
     for ckpt in checkpoints:
         texts = source.texts(ckpt, max(lengths), documents)
@@ -112,8 +209,8 @@ def resolution_report(
                 lambda n, m=spec, s=scheme: scheme_resolution(s, n, m),
             )
     columns = [str(n) for n in lengths]
-    table_rows = {label: {n: row["by_length"][n]["R"] for n in columns} for label, row in rows.items()}
-    head_rows = {label: {n: row["by_length"][n]["R_head_mean"] for n in columns} for label, row in rows.items()}
+    table_rows = {label: {str(n): row.by_length[n].r for n in lengths} for label, row in rows.items()}
+    head_rows = {label: {str(n): row.by_length[n].r_head_mean for n in lengths} for label, row in rows.items()}
     table = (
         f"### attention resolution R of s averaged over layers and heads (rows: scheme, columns: input length; "
         f"L_tr = {train_len})\n\n" + markdown(table_rows, columns, "R", digits=4) + "\n\n"
@@ -130,17 +227,17 @@ def resolution_report(
         "split": source.split,
         "table": table_rows,
         "table_head_mean": head_rows,
-        "rows": rows,
+        "rows": {label: row.to_dict() for label, row in rows.items()},
     }
     records = [
-        {"row": label, "kind": row["kind"], "length": int(n), "layer": layer, "distance": d, "s": value}
+        {"row": label, "kind": row.kind, "length": n, "layer": layer, "distance": d, "s": value}
         for label, row in rows.items()
-        for n, result in row["by_length"].items()
-        for layer, curve in [("mean", result["s"]), *enumerate(result["s_per_layer"])]
+        for n, result in row.by_length.items()
+        for layer, curve in [("mean", result.s), *enumerate(result.s_per_layer)]
         for d, value in enumerate(curve)
     ]
     _write(out, "resolution", data, records, table)
-    curves = {label: {n: r["s"] for n, r in row["by_length"].items()} for label, row in rows.items()}
+    curves = {label: string_keys({n: r.s for n, r in row.by_length.items()}) for label, row in rows.items()}
     plot_scores(curves, lengths, train_len, out / "resolution.png")
     return data
 
@@ -159,10 +256,11 @@ def receptive_field_report(
     """ERF of every checkpoint and mask at every segment length, against its training length.
 
     Segments are the last L + 1 tokens of the same held-out texts at every length L, so the scored (last) token is
-    the same at every length and only its visible context grows (Chi et al. 2023's last-token protocol).
+    the same at every length and only its visible context grows (the last-token setup of Chi et al. 2023,
+    arXiv 2212.10356).
     """
     out = Path(out)
-    rows: dict[str, dict[str, Any]] = {}
+    rows: dict[str, ReceptiveFieldRow] = {}
     for ckpt in checkpoints:
         segments = source.texts(ckpt, max(lengths) + 1, documents)
         for mask in masks:
@@ -170,26 +268,18 @@ def receptive_field_report(
             label = ckpt.label + mask_suffix(mask)
             _log(f"receptive field of {label}")
             by_length = {
-                str(n): receptive_field(
+                n: receptive_field(
                     ckpt.model, segments[:, -(n + 1) :], spec, threshold=threshold, batch_size=batch_size
                 )
                 for n in lengths
             }
-            rows[label] = {
-                "scheme": ckpt.model.config.scheme,
-                "mask": mask,
-                "checkpoint": str(ckpt.folder),
-                "train_len": ckpt.train_len,
-                "by_length": by_length,
-            }
+            rows[label] = ReceptiveFieldRow(ckpt.model.config.scheme, mask, str(ckpt.folder), ckpt.train_len, by_length)
     columns = [str(n) for n in lengths]
     table_rows = {
-        label: {"L_tr": row["train_len"], **{n: row["by_length"][n]["erf"] for n in columns}}
-        for label, row in rows.items()
+        label: {"L_tr": row.train_len, **{str(n): row.by_length[n].erf for n in lengths}} for label, row in rows.items()
     }
     share_rows = {
-        label: {n: row["by_length"][n]["curve"][min(row["train_len"], int(n)) - 1] for n in columns}
-        for label, row in rows.items()
+        label: {str(n): row.by_length[n].share_within(row.train_len) for n in lengths} for label, row in rows.items()
     }
     table = (
         f"### empirical receptive field: recent tokens holding {threshold:.0%} of the last token's gradient "
@@ -206,16 +296,16 @@ def receptive_field_report(
         "split": source.split,
         "table": table_rows,
         "table_share_within_train_len": share_rows,
-        "rows": rows,
+        "rows": {label: row.to_dict() for label, row in rows.items()},
     }
     records = [
-        {"row": label, "length": int(n), "recent_tokens": k + 1, "cumulative_share": value}
+        {"row": label, "length": n, "recent_tokens": k + 1, "cumulative_share": value}
         for label, row in rows.items()
-        for n, result in row["by_length"].items()
-        for k, value in enumerate(result["curve"])
+        for n, result in row.by_length.items()
+        for k, value in enumerate(result.curve)
     ]
     _write(out, "receptive_field", data, records, table)
-    curves = {label: {n: r["curve"] for n, r in row["by_length"].items()} for label, row in rows.items()}
+    curves = {label: string_keys({n: r.curve for n, r in row.by_length.items()}) for label, row in rows.items()}
     plot_cumulative(curves, lengths, checkpoints[0].train_len, out / "receptive_field.png")
     return data
 
@@ -232,7 +322,7 @@ def dispersion_report(
 ) -> dict:
     """Mean row entropy and max probability per layer against length; first-layer logit distribution."""
     out = Path(out)
-    rows: dict[str, dict[str, Any]] = {}
+    rows: dict[str, DispersionRow] = {}
     for ckpt in checkpoints:
         texts = source.texts(ckpt, max(lengths), documents)
         for mask in masks:
@@ -240,14 +330,10 @@ def dispersion_report(
             label = ckpt.label + mask_suffix(mask)
             _log(f"dispersion of {label}")
             with torch.no_grad():
-                by_length = {str(n): dispersion(ckpt.model, texts[:, :n], spec, batch_size=batch_size) for n in lengths}
-            rows[label] = {
-                "scheme": ckpt.model.config.scheme,
-                "mask": mask,
-                "checkpoint": str(ckpt.folder),
-                "layers": ckpt.model.config.n_layer,
-                "by_length": by_length,
-            }
+                by_length = {n: dispersion(ckpt.model, texts[:, :n], spec, batch_size=batch_size) for n in lengths}
+            rows[label] = DispersionRow(
+                ckpt.model.config.scheme, mask, str(ckpt.folder), ckpt.model.config.n_layer, by_length
+            )
     columns = [str(n) for n in lengths]
     tables = []
     for key, title in (
@@ -256,17 +342,17 @@ def dispersion_report(
     ):
         table_rows: dict[str, dict[str, Any]] = {}
         for label, row in rows.items():
-            for layer in range(row["layers"]):
-                table_rows[f"{label} L{layer}"] = {n: row["by_length"][n][key][layer] for n in columns}
-            table_rows[f"{label} mean"] = {n: row["by_length"][n][f"{key}_mean"] for n in columns}
+            for layer in range(row.layers):
+                table_rows[f"{label} L{layer}"] = {str(n): row.by_length[n].per_layer(key)[layer] for n in lengths}
+            table_rows[f"{label} mean"] = {str(n): getattr(row.by_length[n].mean, key) for n in lengths}
         for mask in masks:
-            first = next(row for row in rows.values() if row["mask"] == mask)
-            table_rows[f"uniform rows ({mask})"] = {n: first["by_length"][n]["uniform"][key] for n in columns}
+            first = next(row for row in rows.values() if row.mask == mask)
+            table_rows[f"uniform rows ({mask})"] = {str(n): getattr(first.by_length[n].uniform, key) for n in lengths}
         tables.append(
             f"### {title} per layer (rows: scheme and layer, columns: input length)\n\n"
             + markdown(table_rows, columns, key)
         )
-    spread = {label: {n: row["by_length"][n]["first_layer"]["top_z"] for n in columns} for label, row in rows.items()}
+    spread = {label: {str(n): row.by_length[n].first_layer.top_z for n in lengths} for label, row in rows.items()}
     tables.append(
         "### first layer, last query row: top logit in standard deviations above the row mean\n\n"
         + markdown(spread, columns, "top z", digits=2)
@@ -277,32 +363,32 @@ def dispersion_report(
         "masks": masks,
         "documents": documents,
         "split": source.split,
-        "rows": rows,
+        "rows": {label: row.to_dict() for label, row in rows.items()},
     }
     records = [
         {
             "row": label,
-            "length": int(n),
+            "length": n,
             "layer": layer,
-            "entropy": result["entropy"][layer],
-            "max_prob": result["max_prob"][layer],
-            "uniform_entropy": result["uniform"]["entropy"],
-            "uniform_max_prob": result["uniform"]["max_prob"],
+            "entropy": result.entropy[layer],
+            "max_prob": result.max_prob[layer],
+            "uniform_entropy": result.uniform.entropy,
+            "uniform_max_prob": result.uniform.max_prob,
         }
         for label, row in rows.items()
-        for n, result in row["by_length"].items()
-        for layer in range(row["layers"])
+        for n, result in row.by_length.items()
+        for layer in range(row.layers)
     ]
     table = "\n\n".join(tables)
     _write(out, "dispersion", data, records, table)
     plot_dispersion(
-        {label: row["by_length"] for label, row in rows.items()},
+        {label: row.by_length for label, row in rows.items()},
         lengths,
-        max(row["layers"] for row in rows.values()),
+        max(row.layers for row in rows.values()),
         out / "dispersion.png",
     )
     plot_logits(
-        {label: {n: r["first_layer"] for n, r in row["by_length"].items()} for label, row in rows.items()},
+        {label: {n: r.first_layer for n, r in row.by_length.items()} for label, row in rows.items()},
         lengths,
         out / "first_layer_logits.png",
     )

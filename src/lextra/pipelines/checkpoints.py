@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lextra.data.prepare import PreparedData, prepare_data
+from lextra.data.prepare import PreparedData, model_data_spec, prepare_for_model
 from lextra.errors import ConfigError
 from lextra.evaluate import evaluation_documents
 from lextra.model import CONFIG_FILE, GPT, load_model, read_model_meta
@@ -87,21 +87,19 @@ class TextSource:
 
     def texts(self, checkpoint: Checkpoint, need: int, count: int) -> Tensor:
         """`count` texts of `need` tokens (T, need): whole held-out documents cut to length where possible."""
-        train = checkpoint.meta.get("train", {})
-        corpus = self.corpus or train.get("corpus", "python-code")
-        limit = self.limit_chars if self.limit_chars is not None else train.get("limit_chars")
-        tokenizer = checkpoint.meta.get("tokenizer", {"kind": "bytes"})
-        key = json.dumps([corpus, limit, tokenizer], sort_keys=True)
+        key = json.dumps(model_data_spec(checkpoint.meta, self.corpus, self.limit_chars), sort_keys=True)
         if key not in self._prepared:
-            self._prepared[key] = prepare_data(corpus, limit_chars=limit, tokenizer_config=tokenizer)
-        docs, stitched = evaluation_documents(self._prepared[key], self.split, need, count)
+            self._prepared[key] = prepare_for_model(checkpoint.meta, self.corpus, self.limit_chars)
+        data = self._prepared[key]
+        docs, stitched = evaluation_documents(data, self.split, need, count)
         if stitched:
             print(
-                f"lextra analyze: warning: no {self.split} document of {corpus} has {need} tokens; using stitched text",
+                f"lextra analyze: warning: no {self.split} document of {data.corpus} has {need} tokens; "
+                "using stitched text",
                 file=sys.stderr,
             )
         vocab = checkpoint.model.config.vocab_size
         stacked = torch.stack(docs).long()
         if int(stacked.max()) >= vocab:
-            raise ConfigError(f"the texts of {corpus} hold token ids beyond the model's vocabulary ({vocab})")
+            raise ConfigError(f"the texts of {data.corpus} hold token ids beyond the model's vocabulary ({vocab})")
         return stacked

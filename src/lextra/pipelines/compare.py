@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,12 +19,12 @@ from typing import Any
 from lextra.attention.masks import build_mask
 from lextra.data.prepare import prepare_data
 from lextra.errors import ConfigError
-from lextra.evaluate import EvalConfig, evaluate_model
+from lextra.evaluate import EvalConfig, Evaluation, evaluate_model
 from lextra.io import atomic_write_json, atomic_write_text, sha256_file
 from lextra.model import WEIGHTS_FILE, load_model, read_model_meta
 from lextra.positions import SCHEMES
 from lextra.reporting.plots import plot_curves
-from lextra.reporting.tables import markdown_table, write_csv
+from lextra.reporting.tables import markdown_table, string_keys, write_csv
 from lextra.train import CHECKPOINTS, FINAL, TrainConfig, train
 
 DEFAULT_VARIANTS = (
@@ -39,6 +40,57 @@ class Variant:
     label: str
     scheme: str
     mask: str
+
+
+@dataclass
+class VariantResult:
+    """One evaluated variant: its evaluation and what it was computed for (the weights' checksum, scheme, mask)."""
+
+    model_sha256: str
+    scheme: str
+    mask: str
+    evaluation: Evaluation
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What a cached result must match to be reused: the weights' checksum and the evaluation settings."""
+        return {"model_sha256": self.model_sha256, "eval": self.evaluation.config}
+
+    def to_dict(self) -> dict[str, Any]:
+        """`results/<variant>.json`: the fingerprint first, then the evaluation, then scheme and mask."""
+        return {**self.fingerprint(), **self.evaluation.to_dict(), "scheme": self.scheme, "mask": self.mask}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> VariantResult:
+        return cls(
+            model_sha256=data["model_sha256"],
+            scheme=data["scheme"],
+            mask=data["mask"],
+            evaluation=Evaluation.from_dict(data),
+        )
+
+
+@dataclass
+class Comparison:
+    """Every variant's result with the training and evaluation settings they share (`summary.json`)."""
+
+    variants: dict[str, VariantResult]
+    train: dict[str, Any]
+    eval: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "variants": {label: v.to_dict() for label, v in self.variants.items()},
+            "train": self.train,
+            "eval": self.eval,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Comparison:
+        return cls(
+            variants={label: VariantResult.from_dict(v) for label, v in data["variants"].items()},
+            train=data["train"],
+            eval=data["eval"],
+        )
 
 
 def parse_variant(spec: str) -> Variant:
@@ -74,7 +126,7 @@ def compare(
     out_dir: str | Path,
     *,
     progress: bool = True,
-) -> dict[str, Any]:
+) -> Comparison:
     """Train each distinct scheme once, evaluate each variant, write the summary files; return the summary."""
     out_dir = Path(out_dir)
     parsed = [parse_variant(v) for v in variants]
@@ -82,7 +134,7 @@ def compare(
         raise ConfigError("compare needs at least one scheme")
     eval_config.validate()
     data = None
-    summary: dict[str, Any] = {"variants": {}, "train": base.to_dict(), "eval": eval_config.to_dict()}
+    summary = Comparison(variants={}, train=base.to_dict(), eval=eval_config.to_dict())
     models: dict[str, Path] = {}
     for variant in parsed:
         if variant.scheme not in models:
@@ -99,7 +151,7 @@ def compare(
         if result_path.exists():
             cached = json.loads(result_path.read_text())
             if {k: cached.get(k) for k in fingerprint} == fingerprint:
-                summary["variants"][variant.label] = cached
+                summary.variants[variant.label] = VariantResult.from_dict(cached)
                 _log(f"reusing {result_path}")
                 continue
         if data is None:
@@ -107,22 +159,20 @@ def compare(
         model = load_model(model_dir)
         _log(f"evaluating {variant.label}")
         evaluation = evaluate_model(model, data, cell_eval, progress=progress, label=variant.label)
-        record = {**fingerprint, **evaluation, "scheme": variant.scheme, "mask": variant.mask}
-        atomic_write_json(result_path, record)
-        summary["variants"][variant.label] = record
+        record = VariantResult(fingerprint["model_sha256"], variant.scheme, variant.mask, evaluation)
+        atomic_write_json(result_path, record.to_dict())
+        summary.variants[variant.label] = record
     write_summary(out_dir, summary, base.model.train_len)
     return summary
 
 
-def write_summary(out_dir: Path, summary: dict[str, Any], train_len: int) -> None:
+def write_summary(out_dir: Path, summary: Comparison, train_len: int) -> None:
     """summary.json, results.csv, table.md (one table per protocol) and perplexity.png."""
-    variants = summary["variants"]
-    first = next(iter(variants.values()))
-    lengths, protocols = first["lengths"], list(first["results"])
+    variants = summary.variants
+    first = next(iter(variants.values())).evaluation
+    lengths, protocols = first.lengths, first.protocols
     curves = {
-        protocol: {
-            label: {n: v["ppl"] for n, v in record["results"][protocol].items()} for label, record in variants.items()
-        }
+        protocol: {label: string_keys(record.evaluation.curve(protocol)) for label, record in variants.items()}
         for protocol in protocols
     }
     tables = [
@@ -134,15 +184,15 @@ def write_summary(out_dir: Path, summary: dict[str, Any], train_len: int) -> Non
     records = [
         {
             "variant": label,
-            "scheme": record["scheme"],
-            "mask": record["mask"],
+            "scheme": record.scheme,
+            "mask": record.mask,
             "protocol": p,
-            "length": int(n),
-            **values,
+            "length": n,
+            **point.to_dict(),
         }
         for label, record in variants.items()
         for p in protocols
-        for n, values in record["results"][p].items()
+        for n, point in record.evaluation.results[p].items()
     ]
     write_csv(out_dir / "results.csv", records)
     plot_curves(
@@ -151,7 +201,7 @@ def write_summary(out_dir: Path, summary: dict[str, Any], train_len: int) -> Non
         out_dir / "perplexity.png",
         title=f"trained at L_tr = {train_len}: perplexity beyond the training length",
     )
-    atomic_write_json(out_dir / "summary.json", summary)
+    atomic_write_json(out_dir / "summary.json", summary.to_dict())
 
 
 def _log(message: str) -> None:

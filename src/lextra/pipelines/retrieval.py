@@ -18,6 +18,7 @@ from lextra.errors import ConfigError
 from lextra.evaluate.retrieval import (
     DEFAULT_DEPTHS,
     DEFAULT_MULTIPLES,
+    RetrievalResult,
     default_lengths,
     evaluate_retrieval,
     evaluation_task,
@@ -44,7 +45,7 @@ class RetrievalEval:
     batch_size: int = 8
     multiples: tuple[int, ...] = DEFAULT_MULTIPLES
 
-    def run(self, model: Any, task: Any, label: str, progress: bool = True) -> dict[str, Any]:
+    def run(self, model: Any, task: Any, label: str, progress: bool = True) -> RetrievalResult:
         """`evaluate_retrieval` of `model` on `task` with these settings."""
         lengths = self.lengths or default_lengths(model.config.train_len, self.multiples)
         return evaluate_retrieval(
@@ -103,14 +104,14 @@ def compare_retrieval(
     *,
     init_from_compare: str | None = None,
     progress: bool = True,
-) -> dict[str, Any]:
-    """Train each distinct scheme once on `task`, evaluate each variant; write and return the summary."""
+) -> dict[str, RetrievalResult]:
+    """Train each distinct scheme once on `task`, evaluate each variant; write the summary and return the results."""
     out = Path(out)
     if not variants:
         raise ConfigError("--schemes needs at least one variant")
     parsed = {v: parse_scaled_variant(v) for v in variants}
     models: dict[str, Path] = {}
-    results: dict[str, dict[str, Any]] = {}
+    results: dict[str, RetrievalResult] = {}
     for label, (scheme, scaling) in parsed.items():
         if scheme not in models:
             run_dir = out / "models" / scheme
@@ -136,15 +137,15 @@ def compare_retrieval(
         _log(f"evaluating {label}")
         prompts = evaluation_task(task, prepare_for_model(meta), settings.candidates - 1)
         result = settings.run(model, prompts, label, progress)
-        result["model"] = str(models[scheme])
+        result.model = str(models[scheme])
         results[label] = result
         name = label.replace(":", "-").replace("+", "_")
-        atomic_write_json(out / "results" / f"{name}.json", result)
+        atomic_write_json(out / "results" / f"{name}.json", result.to_dict())
         plot_heatmap(result, out / "heatmaps" / f"{name}.png")
-    summary = {"task": task, "variants": results}
+    summary = {"task": task, "variants": {label: r.to_dict() for label, r in results.items()}}
     atomic_write_json(out / "summary.json", summary)
     atomic_write_text(out / "table.md", retrieval_tables(results) + "\n")
-    return summary
+    return results
 
 
 def _log(message: str) -> None:

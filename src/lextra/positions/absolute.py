@@ -7,12 +7,12 @@ from torch import Tensor, nn
 
 from lextra.errors import LengthError
 from lextra.positions.base import HeadDims, PositionScheme, register_scheme
-from lextra.validate import check_positive_int, check_range
+from lextra.validate import FLOAT32_MAX, check_int, check_range
 
 
 @register_scheme("nope")
 class NoPE(PositionScheme):
-    """No position encoding: causal attention alone carries order (Kazemnejad et al. 2023)."""
+    """No position encoding: causal attention alone carries order (Kazemnejad et al. 2023, arXiv 2305.19466)."""
 
     summary = "no position information; order comes from the causal mask alone"
 
@@ -32,7 +32,7 @@ def sinusoidal_table(positions: Tensor, d_model: int, base: float = 10000.0) -> 
 
 @register_scheme("sinusoidal")
 class Sinusoidal(PositionScheme):
-    """Fixed sinusoidal absolute embedding added to token embeddings (Vaswani et al. 2017).
+    """Fixed sinusoidal absolute embedding added to token embeddings (Vaswani et al. 2017, arXiv 1706.03762).
 
     Vaswani add the unit-amplitude table to token embeddings multiplied by sqrt(d_model). Our token embeddings
     use GPT-2's N(0, 0.02) init without that factor, so by default the table is scaled by d_model^-0.5 instead
@@ -47,7 +47,7 @@ class Sinusoidal(PositionScheme):
     def __init__(self, dims: HeadDims, *, base: float = 10000.0, scale: float | None = None) -> None:
         super().__init__(dims)
         self.base = check_range("sinusoidal: base", base, 1.0, low_open=True)
-        self.scale = check_range("sinusoidal: scale", scale, 0.0) if scale is not None else dims.d_model**-0.5
+        self.scale = dims.d_model**-0.5 if scale is None else check_range("sinusoidal: scale", scale, 0.0, FLOAT32_MAX)
 
     def embed(self, x: Tensor, positions: Tensor) -> Tensor:
         return x + (self.scale * sinusoidal_table(positions, self.dims.d_model, self.base)).to(x.dtype)
@@ -63,7 +63,7 @@ class Learned(PositionScheme):
 
     def __init__(self, dims: HeadDims, *, max_len: int | None = None) -> None:
         super().__init__(dims)
-        self.max_len = dims.train_len if max_len is None else check_positive_int("learned: max_len", max_len)
+        self.max_len = dims.train_len if max_len is None else check_int("learned: max_len", max_len, 1, 2**20)
         self.table = nn.Embedding(self.max_len, dims.d_model)
         nn.init.normal_(self.table.weight, std=0.02)
 

@@ -117,7 +117,7 @@ def build_scheme(name: str, dims: HeadDims, **options: Any) -> PositionScheme:
             raise ConfigError(f"{name}: option {key} must be a finite number, got {value}")
     try:
         scheme = cls(dims, **options)
-    except (TypeError, ValueError) as err:
+    except (TypeError, ValueError, ArithmeticError) as err:
         if isinstance(err, ConfigError):
             raise
         raise ConfigError(f"{name}: invalid option value ({err}); see `lextra list` for the options") from None

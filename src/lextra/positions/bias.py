@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 from lextra.errors import ConfigError
 from lextra.positions.base import HeadDims, PositionScheme, register_scheme
-from lextra.validate import check_bool, check_finite, check_int, check_positive, check_positive_int, check_range
+from lextra.validate import FLOAT32_MAX, check_bool, check_int, check_range
 
 
 def alibi_slopes(n_heads: int) -> Tensor:
@@ -33,10 +33,11 @@ def alibi_slopes(n_heads: int) -> Tensor:
 
 @register_scheme("alibi")
 class ALiBi(PositionScheme):
-    """Attention with linear biases (Press et al. 2022): bias -m_h |m - n|.
+    """Attention with linear biases (Press et al. 2022, arXiv 2108.12409): bias -m_h |m - n|.
 
-    `slope_shift` adds a constant to every log2 slope (the seed's ablation; 0 = the paper's slopes); it is kept
-    within +-SLOPE_SHIFT_LIMIT, where every slope and every bias up to 2^20 tokens stay finite and non-zero in fp32.
+    `slope_shift` adds a constant to every log2 slope (the slope ablation of Chi et al. 2023, arXiv 2212.10356;
+    0 = the paper's slopes); it is kept within +-SLOPE_SHIFT_LIMIT, where every slope and every bias up to 2^20
+    tokens stay finite and non-zero in fp32.
     """
 
     summary = "linear distance penalty -m_h (m - n) with geometric head slopes (Press 2022)"
@@ -58,7 +59,7 @@ class ALiBi(PositionScheme):
 def t5_relative_position_bucket(
     relative_position: Tensor, bidirectional: bool, num_buckets: int = 32, max_distance: int = 128
 ) -> Tensor:
-    """The T5 bucket of relative_position = key - query (Raffel 2020; same convention as Hugging Face).
+    """The T5 bucket of relative_position = key - query (Raffel et al. 2020, arXiv 1910.10683), as Hugging Face.
 
     Causal: n = max(-(key - query), 0); bidirectional halves the buckets and offsets keys after the query by
     num_buckets/2. Exact buckets below num_buckets/2, log-spaced up to max_distance, the last bucket beyond.
@@ -91,8 +92,8 @@ class T5Bias(PositionScheme):
         self, dims: HeadDims, *, num_buckets: int = 32, max_distance: int = 128, bidirectional: bool = False
     ) -> None:
         super().__init__(dims)
-        num_buckets = check_int("t5: num_buckets", num_buckets, 2)
-        max_distance = check_positive_int("t5: max_distance", max_distance)
+        num_buckets = check_int("t5: num_buckets", num_buckets, 2, 2**16)
+        max_distance = check_int("t5: max_distance", max_distance, 1, 2**40)
         bidirectional = check_bool("t5: bidirectional", bidirectional)
         exact = num_buckets // (2 if bidirectional else 1) // 2
         if exact < 1 or max_distance <= exact:
@@ -118,9 +119,9 @@ class _Kerple(PositionScheme):
 
     def __init__(self, dims: HeadDims, r1_init: float, r2_init: float, eps: float) -> None:
         super().__init__(dims)
-        r1_init = check_positive(f"{self.name}: r1_init", r1_init)
-        r2_init = check_positive(f"{self.name}: r2_init", r2_init)
-        self.eps = check_range(f"{self.name}: eps", eps, 0.0, self.r2_max, low_open=True)
+        r1_init = check_range(f"{self.name}: r1_init", r1_init, 0.0, FLOAT32_MAX, low_open=True)
+        r2_init = check_range(f"{self.name}: r2_init", r2_init, 0.0, FLOAT32_MAX, low_open=True)
+        self.eps = check_range(f"{self.name}: eps", eps, 0.0, self.r2_max or FLOAT32_MAX, low_open=True)
         self.r1 = nn.Parameter(torch.rand(dims.n_heads) * r1_init)
         self.r2 = nn.Parameter(torch.rand(dims.n_heads) * r2_init)
 
@@ -133,9 +134,10 @@ class _Kerple(PositionScheme):
 
 @register_scheme("kerple_log")
 class KerpleLog(_Kerple):
-    """KERPLE logarithmic kernel (Chi et al. 2022): bias -r1 ln(1 + r2 |m - n|).
+    """KERPLE logarithmic kernel (Chi et al. 2022, arXiv 2205.09921): bias -r1 ln(1 + r2 |m - n|).
 
-    Initialised r1 ~ U(0, r1_init), r2 ~ U(0, r2_init) with the reference code's (2, 1); both clamped to >= eps.
+    Initialised r1 ~ U(0, r1_init), r2 ~ U(0, r2_init) with the authors' released code's (2, 1); both clamped
+    to >= eps.
     """
 
     summary = "KERPLE log kernel -r1 ln(1 + r2 d), learned per head (Chi 2022)"
@@ -151,9 +153,9 @@ class KerpleLog(_Kerple):
 
 @register_scheme("kerple_power")
 class KerplePower(_Kerple):
-    """KERPLE power kernel (Chi et al. 2022): bias -r1 |m - n|^r2.
+    """KERPLE power kernel (Chi et al. 2022, arXiv 2205.09921): bias -r1 |m - n|^r2.
 
-    Initialised r1 ~ U(0, r1_init), r2 ~ U(0, r2_init) with the reference code's (1, 2); clamped to
+    Initialised r1 ~ U(0, r1_init), r2 ~ U(0, r2_init) with the authors' released code's (1, 2); clamped to
     r1 >= eps and eps <= r2 <= 2.
     """
 
@@ -182,12 +184,12 @@ def sandwich_distance_bias(distance: Tensor, n_heads: int, d_bar: int = 128) -> 
 
 @register_scheme("sandwich")
 class Sandwich(PositionScheme):
-    """Sandwich (Chi et al. 2023): the parameter-free bias of sinusoidal vectors' dot product.
+    """Sandwich (Chi et al. 2023, arXiv 2212.10356): the parameter-free bias of sinusoidal vectors' dot product.
 
     `smoothed=True` uses its least-squares log-curve fit -0.825 ln(1 + d) - 0.8 (KERPLE-log, r1 = 0.825,
-    r2 = 1) divided by the same head scale 8h/H (the seed's smoothed ablation), as methods.md gives it. Note that
-    this curve matches Sandwich only near d = 1: at d = 100 it is about 7x weaker (-2.3 against -16.7 before the
-    head scale), so the smoothed model attends far more diffusely (docs/results.md).
+    r2 = 1) divided by the same head scale 8h/H (the smoothed ablation of Chi et al. 2023). Note that this curve
+    matches Sandwich only near d = 1: at d = 100 it is about 7x weaker (-2.3 against -16.7 before the head
+    scale), so the smoothed model attends far more diffusely (docs/results.md).
     """
 
     summary = "parameter-free sinusoidal dot-product bias (Chi 2023), d_bar = 128"
@@ -195,7 +197,7 @@ class Sandwich(PositionScheme):
 
     def __init__(self, dims: HeadDims, *, d_bar: int = 128, smoothed: bool = False) -> None:
         super().__init__(dims)
-        d_bar = check_int("sandwich: d_bar", d_bar, 2)
+        d_bar = check_int("sandwich: d_bar", d_bar, 2, 2**16)
         if d_bar % 2:
             raise ConfigError(f"sandwich: d_bar must be a positive even number, got {d_bar}")
         self.d_bar, self.smoothed = d_bar, check_bool("sandwich: smoothed", smoothed)
@@ -232,11 +234,11 @@ class FIRE(PositionScheme):
         eps: float = 1e-6,
     ) -> None:
         super().__init__(dims)
-        hidden = check_positive_int("fire: hidden", hidden)
-        self.c = nn.Parameter(torch.tensor(check_finite("fire: c_init", c_init)))
+        hidden = check_int("fire: hidden", hidden, 1, 2**16)
+        self.c = nn.Parameter(torch.tensor(check_range("fire: c_init", c_init, -FLOAT32_MAX, FLOAT32_MAX)))
         self.l_mult = nn.Parameter(torch.tensor(1.0))
-        self.threshold = check_positive("fire: threshold", threshold)
-        self.eps = check_positive("fire: eps", eps)
+        self.threshold = check_range("fire: threshold", threshold, 0.0, FLOAT32_MAX, low_open=True)
+        self.eps = check_range("fire: eps", eps, 1e-30, 1.0, hint="it is added in fp32 to keep psi's ratio finite")
         self.mlp = nn.Sequential(nn.Linear(1, hidden), nn.ReLU(), nn.Linear(hidden, dims.n_heads))
 
     def _psi(self, x: Tensor) -> Tensor:
@@ -286,9 +288,10 @@ class FIRE(PositionScheme):
 
     def bias_into(self, q_pos: Tensor, k_pos: Tensor, workspace: dict[str, Tensor]) -> Tensor:
         """`bias(q_pos, k_pos)` without autograd, computed in buffers kept in `workspace` and reused from one
-        query block to the next: the same values (the same operations in the same order), but long inputs no
-        longer allocate fresh (H, c, n) temporaries per block, which glibc's heap kept as resident memory (14 GB
-        at 32k tokens). The result is a view of a workspace buffer: use it before the next call."""
+        query block to the next: the same values (the same operations in the same order), without fresh
+        (H, c, n) temporaries per block, which the allocator's heap would keep as resident memory that grows with
+        the input (benchmarks/README.md). The result is a view of a workspace buffer: use it before the next
+        call."""
         if torch.is_grad_enabled() or self.distance_only(q_pos):
             return self.bias(q_pos, k_pos)
         c, n, H = q_pos.numel(), k_pos.numel(), self.dims.n_heads
@@ -303,12 +306,12 @@ class FIRE(PositionScheme):
         if ends[0] == ends[1]:
             # every pair of the block lies on one linear piece (common far from the diagonal, where
             # u = psi(m - n) / psi(m) varies little): one fused multiply-add, no per-pair piece index or gathers.
-            # Splitting blocks into column runs, each on one piece, was no faster: writing the (H, c, n) bias
-            # is then the cost (about 0.15x of SDPA at 16k), not the gathers.
+            # Blocks are not split further into column runs on one piece each: writing the (H, c, n) bias, not
+            # the gathers, dominates there (benchmarks/README.md).
             one = int(ends[0])
             torch.addcmul(intercept[:, one, None], slope[:, one, None], u.view(1, -1), out=bias)
             return bias.view(H, c, n)
-        piece = _buffer(workspace, "piece", c * n, torch.int32)  # int32: bucketize runs 2x faster than int64
+        piece = _buffer(workspace, "piece", c * n, torch.int32)  # int32 indices: bucketize is faster than with int64
         torch.bucketize(u.view(-1), breakpoints, out_int32=True, out=piece)
         torch.index_select(slope, 1, piece, out=bias)
         offset = _buffer(workspace, "offset", c * n, torch.float32)  # one head's intercepts at a time

@@ -4,8 +4,8 @@ Keys are non-negative multiples of the query in every 2-D rotary slice, k_{n,k} 
 tau = ReLU(W_T x) (D/2 coefficients per head). The score is
     s(m, n) = sum_k tau_{n,k} |q_{m,k}|^2 cos((m - n) theta_k) / sqrt(D),
 which we compute exactly as Q'.K' with Q'_{m,k} = rotate_m((|q_{m,k}|^2, 0)) and K'_{n,k} = rotate_n((tau_{n,k}, 0)),
-so any SDPA/flash kernel and an ordinary key cache apply. We follow methods.md, not the released code: the
-latter's einsum makes the score depend on absolute position.
+so any SDPA/flash kernel and an ordinary key cache apply. We follow the paper's formulation, not the released
+code: the latter's einsum makes the score depend on absolute position.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from lextra.positions.base import HeadDims, register_scheme
-from lextra.positions.rotary import RotaryFrequencies, sequence_length, check_rotary_dims
+from lextra.positions.rotary import RotaryFrequencies, check_rotary_dims, sequence_length
 
 
 @register_scheme("coca")

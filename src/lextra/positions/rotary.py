@@ -1,4 +1,5 @@
-"""The rotary family: RoPE (Su 2021) and xPos (Sun 2022), in the half-split or interleaved layout.
+"""The rotary family: RoPE (Su et al. 2021, arXiv 2104.09864) and xPos (Sun et al. 2022, arXiv 2212.10554),
+in the half-split or interleaved layout.
 
 Frequencies are computed in fp32 exactly as Hugging Face does (`1 / base^(arange(0, D, 2) / D)`); angles
 `p * theta_k` are formed in fp64 so that they stay accurate at 10^5 positions, then cos/sin are kept in fp32.
@@ -146,7 +147,7 @@ def sequence_length(q_pos: Tensor, k_pos: Tensor, seq_len: int | None) -> int | 
 
 @register_scheme("rope")
 class RoPE(RotaryFrequencies):
-    """Rotary position embedding (Su et al. 2021): rotate each channel pair of q and k by p * theta_k.
+    """Rotary position embedding (Su et al. 2021, arXiv 2104.09864): rotate each channel pair of q and k by p * theta_k.
 
     `scaling` applies an inference-time frequency scaling, e.g. {"type": "dynamic", "factor": 2}; its
     frequencies and cos/sin factor equal Hugging Face's `rope_scaling` of the same parameters.
@@ -173,7 +174,7 @@ class RoPE(RotaryFrequencies):
 
 @register_scheme("xpos")
 class XPos(RotaryFrequencies):
-    """xPos (Sun et al. 2022): RoPE with q scaled by zeta_k^(p/B) and k by zeta_k^(-p/B).
+    """xPos (Sun et al. 2022, arXiv 2212.10554): RoPE with q scaled by zeta_k^(p/B) and k by zeta_k^(-p/B).
 
     zeta_k = (2k + 0.4 D) / (1.4 D), B = scale_base (512), so the logit carries zeta_k^((m - n)/B).
     torchscale centres p on the sequence; we anchor p at the first query position of each call instead and
@@ -197,7 +198,7 @@ class XPos(RotaryFrequencies):
     ) -> None:
         super().__init__(dims)
         check_rotary_dims(dims.head_dim, "xpos", layout)
-        self.scale_base = check_range("xpos: scale_base", scale_base, 0.0, 1e12, low_open=True, hint="xPos uses 512")
+        self.scale_base = check_range("xpos: scale_base", scale_base, 1.0, 1e12, hint="xPos uses 512")
         self.layout = layout
         self.decay, self.rotation = check_bool("xpos: decay", decay), check_bool("xpos: rotation", rotation)
         self._init_frequencies(base, scaling)

@@ -11,12 +11,16 @@ this. Where the papers and HF disagree, HF is followed and the difference is nam
 
 Types (lextra name -> Hugging Face `rope_type`):
 - "none": plain RoPE, theta_k = base^(-2k/D) ("default").
-- "linear": position interpolation (Chen 2023), theta_k / factor ("linear").
-- "ntk": NTK-aware static scaling (bloc97 2023), base' = base * factor^(D/(D-2)). HF has no such type.
-- "dynamic": dynamic NTK (emozilla 2023), base' recomputed from the current length ("dynamic").
-- "yarn": YaRN (Peng 2023), per-dimension ramp between extrapolation and interpolation ("yarn").
+- "linear": position interpolation (Chen et al. 2023, arXiv 2306.15595), theta_k / factor ("linear").
+- "ntk": NTK-aware static scaling (bloc97 2023, a Reddit post; no paper), base' = base * factor^(D/(D-2)).
+  HF has no such type.
+- "dynamic": dynamic NTK (emozilla 2023, a Reddit post; no paper), base' recomputed from the current length
+  ("dynamic").
+- "yarn": YaRN (Peng et al. 2023, arXiv 2309.00071), per-dimension ramp between extrapolation and interpolation
+  ("yarn").
 - "llama3": Llama 3.1's wavelength-banded interpolation ("llama3").
-- "longrope": LongRoPE (Ding 2024) per-dimension rescale factors, short and long sets ("longrope").
+- "longrope": LongRoPE (Ding et al. 2024, arXiv 2402.13753) per-dimension rescale factors, short and long sets
+  ("longrope").
 """
 
 from __future__ import annotations
@@ -56,6 +60,8 @@ _USES: dict[str, frozenset[str]] = {
     ),
 }
 KNOWN_TYPES: tuple[str, ...] = tuple(_USES)
+#: the largest extension ratio accepted: far past any published extension, and the NTK bases stay finite below it
+MAX_FACTOR = 1e6
 LENGTH_DEPENDENT_TYPES: tuple[str, ...] = ("dynamic", "longrope")
 _NEEDS_TRAIN_LENGTH = ("dynamic", "yarn", "llama3", "longrope")
 
@@ -120,6 +126,8 @@ class RopeScaling:
                 f"{where}: factor must be >= 1 (the extension ratio L_ex / L_tr), got {self.factor:g}; "
                 "use type 'none' for no scaling"
             )
+        if self.factor > MAX_FACTOR:
+            raise ConfigError(f"{where}: factor must be <= {MAX_FACTOR:g} (the extension ratio), got {self.factor:g}")
         if self.type in _NEEDS_TRAIN_LENGTH and self.original_max_position_embeddings is None:
             raise ConfigError(
                 f"{where} needs original_max_position_embeddings, the training length L_tr "
@@ -138,6 +146,11 @@ class RopeScaling:
                 f"got {self.low_freq_factor:g} and {self.high_freq_factor:g}"
             )
         if self.type == "longrope":
+            if self.attention_factor is None and self.factor > 1 and self.original_max_position_embeddings < 2:
+                raise ConfigError(
+                    f"{where}: the default attention factor divides by ln L_tr, so "
+                    "original_max_position_embeddings must be >= 2 (or give attention_factor)"
+                )
             for name in ("short_factor", "long_factor"):
                 values = getattr(self, name)
                 if not values:
@@ -275,7 +288,7 @@ def _yarn(scaling: RopeScaling, head_dim: int, base: float, seq_len: int | None)
 
     The ramp runs over the pair index k between the dimensions where a wavelength fits beta_fast and beta_slow
     times into L_tr: `dim(beta) = D ln(L_tr / (2 pi beta)) / (2 ln b)`, low = dim(beta_fast), high = dim(beta_slow),
-    rounded outwards when `truncate` and clamped to [0, D-1] (HF and the YaRN reference code clamp to D-1, not
+    rounded outwards when `truncate` and clamped to [0, D-1] (HF and the YaRN authors' released code clamp to D-1, not
     D/2-1). `ramp_k = clamp((k - low) / (high - low), 0, 1)` (high += 0.001 when equal);
     `inv_freq_k = theta_k / s * ramp_k + theta_k * (1 - ramp_k)`: k <= low (high frequencies) keep theta_k,
     k >= high are divided by s. The interpolated frequency is computed as 1 / (s * b^(2k/D)), as HF does.

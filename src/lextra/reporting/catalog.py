@@ -1,8 +1,10 @@
-"""Human-readable listing of every registered position scheme and mask with its options (`lextra list`)."""
+"""Human-readable listing of every registered position scheme, mask and retrieval task with its options
+(`lextra list`)."""
 
 from __future__ import annotations
 
 from lextra.attention.masks import MASKS
+from lextra.evaluate.retrieval.tasks import TASKS
 from lextra.positions import SCHEMES
 from lextra.registry import Option, Registry
 
@@ -35,4 +37,6 @@ def catalog_text() -> str:
     lines = _section("position schemes (--scheme NAME, options as --scheme-option KEY=VALUE):", SCHEMES)
     lines.append("")
     lines += _section("masks (--mask SPEC):", MASKS, mask_defaults)
+    lines.append("")
+    lines += _section("retrieval tasks (lextra retrieval ... --task NAME):", TASKS)
     return "\n".join(lines)

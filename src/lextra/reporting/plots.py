@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from lextra.analysis import Dispersion, FirstLayerLogits
 from lextra.io import atomic_write
 
 Curves = Mapping[str, Mapping[str, Mapping[str, float]]]  # protocol -> row label -> length -> value
@@ -127,7 +128,7 @@ def plot_cumulative(
 
 
 def plot_dispersion(
-    stats: Mapping[str, Mapping[str, Mapping[str, Any]]], lengths: Sequence[int], layers: int, path: str | Path
+    stats: Mapping[str, Mapping[int, Dispersion]], lengths: Sequence[int], layers: int, path: str | Path
 ) -> Path:
     """Mean row entropy (top) and max probability (bottom) against input length, one panel per layer + mean."""
     plt = pyplot()
@@ -138,14 +139,15 @@ def plot_dispersion(
         for col, layer in enumerate(columns):
             ax = axes[row][col]
             for label, by_length in stats.items():
-                xs = [n for n in lengths if str(n) in by_length]
+                xs = [n for n in lengths if n in by_length]
                 ys = [
-                    by_length[str(n)][f"{key}_mean"] if layer == "mean" else by_length[str(n)][key][layer] for n in xs
+                    getattr(by_length[n].mean, key) if layer == "mean" else by_length[n].per_layer(key)[layer]
+                    for n in xs
                 ]
                 ax.plot(xs, ys, marker="o", markersize=3, linewidth=1, label=label, **styles[label])
             first = next(iter(stats.values()))
-            xs = [n for n in lengths if str(n) in first]
-            ax.plot(xs, [first[str(n)]["uniform"][key] for n in xs], color="black", linestyle="--", label="uniform")
+            xs = [n for n in lengths if n in first]
+            ax.plot(xs, [getattr(first[n].uniform, key) for n in xs], color="black", linestyle="--", label="uniform")
             ax.set_xscale("log", base=2)
             ax.set_title(f"{'entropy' if key == 'entropy' else 'max probability'}, layer {layer}")
             ax.set_xlabel("input length")
@@ -156,7 +158,7 @@ def plot_dispersion(
 
 
 def plot_logits(
-    first_layer: Mapping[str, Mapping[str, Mapping[str, Any]]], lengths: Sequence[int], path: str | Path
+    first_layer: Mapping[str, Mapping[int, FirstLayerLogits]], lengths: Sequence[int], path: str | Path
 ) -> Path:
     """Per checkpoint: the mean sorted first-layer logit row (left) and its QQ plot against a Gaussian (right)."""
     plt = pyplot()
@@ -165,14 +167,12 @@ def plot_logits(
     for row, label in enumerate(labels):
         left, right = axes[row]
         for n in lengths:
-            record = first_layer[label].get(str(n))
-            if not record:
+            record = first_layer[label].get(n)
+            if record is None:
                 continue
-            values = record["sorted_logits"]
+            values = record.sorted_logits
             left.plot([i / len(values) for i in range(len(values))], values, linewidth=1, label=str(n))
-            right.plot(
-                record["qq"]["normal"], record["qq"]["sample"], marker=".", markersize=2, linewidth=0, label=str(n)
-            )
+            right.plot(record.qq.normal, record.qq.sample, marker=".", markersize=2, linewidth=0, label=str(n))
         right.plot([-3, 3], [-3, 3], color="black", linestyle="--", linewidth=0.8)
         left.set_title(f"{label}: layer 0, last row, sorted logits")
         left.set_xlabel("rank / length")

@@ -1,6 +1,5 @@
-"""The study's report: tables and plots, each next to the seed paper's reported numbers (from
-`../shared/reference/methods.md`) and a sentence, computed from the numbers, on what agrees in direction and what
-does not."""
+"""The study's report: tables and plots, each next to the numbers its paper reports (cited by author, year and
+arXiv id) and a sentence, computed from the numbers, on what agrees in direction and what does not."""
 
 from __future__ import annotations
 
@@ -9,18 +8,21 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from lextra.evaluate import Evaluation
+from lextra.evaluate.retrieval import RetrievalResult
 from lextra.io import atomic_write_text
 from lextra.reporting.html import markdown_to_html
 from lextra.reporting.plots import plot_curves
-from lextra.reporting.tables import format_value, markdown_table
+from lextra.reporting.study_results import ModelAnalysis, StudyResults, WindowSweep
+from lextra.reporting.tables import format_value, markdown_table, string_keys
 
-# The papers' numbers, as methods.md reports them.
+# The numbers the papers report, each string naming its paper.
 PAPER_PERPLEXITY = (
-    "Sun et al. 2022 (xPos; trained at 1024; ppl at 256 / 512 / 1024 / 2048 / 4096): absolute 46.34 / 36.39 / 29.94 "
-    "/ 132.63 / 1283.79; ALiBi 37.66 / 29.92 / 24.99 / 23.14 / 24.26; RoPE 38.09 / 30.38 / 25.52 / 73.60 / 294.45; "
-    "xPos + BCA 34.30 / 27.55 / 23.31 / 21.60 / 20.73; RoPE + BCA 25.57 / 25.65 at 2048 / 4096. "
-    "CoCA paper (trained at 512, sliding window): CoCA + dynamic NTK 20.11 / 20.81 / 25.88 / 34.16 / 55.75 at "
-    "512 / 1k / 2k / 4k / 8k against RoPE 19.66 / 411.5 / 3276 / 3026 / 3028."
+    "Sun et al. 2022 (xPos, arXiv 2212.10554; trained at 1024; ppl at 256 / 512 / 1024 / 2048 / 4096): absolute "
+    "46.34 / 36.39 / 29.94 / 132.63 / 1283.79; ALiBi 37.66 / 29.92 / 24.99 / 23.14 / 24.26; RoPE 38.09 / 30.38 / "
+    "25.52 / 73.60 / 294.45; xPos + BCA 34.30 / 27.55 / 23.31 / 21.60 / 20.73; RoPE + BCA 25.57 / 25.65 at 2048 / "
+    "4096. Zhu et al. 2023 (CoCA, arXiv 2309.08646; trained at 512, sliding window): CoCA + dynamic NTK 20.11 / "
+    "20.81 / 25.88 / 34.16 / 55.75 at 512 / 1k / 2k / 4k / 8k against RoPE 19.66 / 411.5 / 3276 / 3026 / 3028."
 )
 #: ppl at 4 x L_tr over ppl at L_tr in the papers (absolute = sinusoidal)
 PAPER_GROWTH = {
@@ -32,24 +34,26 @@ PAPER_GROWTH = {
     "coca+dynamic": 25.88 / 20.11,
 }
 PAPER_RESOLUTION = (
-    "Sun et al. 2022 (24 layers, trained at 1024), R at 1024 / 2048: absolute 0.87 / 0.28, ALiBi 0.81 / 0.88, "
-    "RoPE 0.91 / 0.08, xPos + BCA 0.98 / 1.08, xPos 0.98 / 0.54."
+    "Sun et al. 2022 (arXiv 2212.10554; 24 layers, trained at 1024), R at 1024 / 2048: absolute 0.87 / 0.28, ALiBi "
+    "0.81 / 0.88, RoPE 0.91 / 0.08, xPos + BCA 0.98 / 1.08, xPos 0.98 / 0.54."
 )
 PAPER_R_RATIO = {"sinusoidal": 0.28 / 0.87, "alibi": 0.88 / 0.81, "rope": 0.08 / 0.91, "xpos+bca": 1.08 / 0.98,
                  "xpos": 0.54 / 0.98}  # fmt: skip
 PAPER_PASSKEY = (
-    "CoCA paper (trained at 512): CoCA + dynamic NTK passkey accuracy 1.00 / 1.00 / 0.96 / 0.89 / 0.50 at "
-    "512 / 1k / 2k / 4k / 8k (1x..16x); RoPE fails beyond its training length (its perplexity is 411 at 2x)."
+    "Zhu et al. 2023 (CoCA, arXiv 2309.08646; trained at 512): CoCA + dynamic NTK passkey accuracy 1.00 / 1.00 / 0.96 "
+    "/ 0.89 / 0.50 at 512 / 1k / 2k / 4k / 8k (1x..16x); RoPE fails beyond its training length (its perplexity is 411 "
+    "at 2x)."
 )
-#: CoCA + dynamic NTK passkey accuracy at 2x, 4x, 8x, 16x L_tr in the CoCA paper
+#: CoCA + dynamic NTK passkey accuracy at 2x, 4x, 8x, 16x L_tr in the CoCA paper (Zhu et al. 2023)
 PAPER_PASSKEY_BEYOND = (1.00, 0.96, 0.89, 0.50)
 PAPER_TEMPERATURE = (
-    "Chi, Fan, Rudnicky 2023 report P_max alignment as the most reliable of the temperature methods; methods.md "
-    "gives no numbers for it."
+    "Chi, Fan, Rudnicky 2023 (arXiv 2311.00684) report P_max alignment as the most reliable of the temperature "
+    "methods; this report quotes no numbers of theirs for it."
 )
 PAPER_WINDOW = (
-    "methods.md gives no numbers for windowed attention; the seed paper (Chi 2023, receptive field) relates "
-    "extrapolation to the empirical receptive field: a window at least as wide as the ERF should lose little."
+    "This report quotes no paper's numbers for windowed attention; Chi et al. 2023 (receptive field, arXiv "
+    "2212.10356) relate extrapolation to the empirical receptive field: a window at least as wide as the ERF "
+    "should lose little."
 )
 
 
@@ -89,7 +93,11 @@ def _agreement(ours: Mapping[str, float], paper: Mapping[str, float], trend, wha
 
 
 def perplexity_section(
-    results: dict[str, Any], lengths: list[int], train_len: int, plots: Path, protocols: list[str]
+    results: Mapping[str, Mapping[str, Mapping[int, Evaluation]]],
+    lengths: list[int],
+    train_len: int,
+    plots: Path,
+    protocols: list[str],
 ) -> list[str]:
     lines = ["## Perplexity beyond the training length", ""]
     curves: dict[str, dict[str, dict[str, float]]] = {}
@@ -98,7 +106,7 @@ def perplexity_section(
         for label, by_seed in by_label.items():
             row = label if mask == "causal" else f"{label}+{mask}"
             for protocol in protocols:
-                values = {str(n): [ev["results"][protocol][str(n)]["ppl"] for ev in by_seed.values()] for n in lengths}
+                values = {str(n): [ev.ppl(protocol, n) for ev in by_seed.values()] for n in lengths}
                 curves.setdefault(protocol, {})[row] = {n: statistics.mean(v) for n, v in values.items()}
                 curves.setdefault(f"{protocol}:text", {})[row] = {n: mean_spread(v) for n, v in values.items()}
     for protocol in [p for p in curves if not p.endswith(":text")]:
@@ -120,16 +128,16 @@ def perplexity_section(
 
 
 def analysis_section(
-    analysis: dict[str, Any], lengths: list[int], train_len: int, plots: Path, layers: int
+    analysis: Mapping[str, ModelAnalysis], lengths: list[int], train_len: int, plots: Path, layers: int
 ) -> list[str]:
     lines = ["## Why: attention resolution, receptive field, dispersion", ""]
     rows: dict[str, dict[str, Any]] = {}
     ratios: dict[str, float] = {}
     for label, result in analysis.items():
-        for mask, by_length in result["resolution"].items():
+        for mask, by_length in result.resolution.items():
             row = label if mask == "causal" else f"{label}+{mask}"
-            values = list(by_length.values())
-            rows[row] = {**by_length, "ratio": values[1] / values[0] if values[0] else float("nan")}
+            first, second = (by_length[n] for n in lengths[:2])
+            rows[row] = {**string_keys(by_length), "ratio": second / first if first else float("nan")}
             ratios[row] = rows[row]["ratio"]
     columns = [str(n) for n in lengths[:2]] + ["ratio"]
     lines += ["### Empirical attention resolution R at L_tr and 2 L_tr", ""]
@@ -143,17 +151,17 @@ def analysis_section(
     ]
     erf = {
         label: {
-            "segment": r["receptive_field"]["length"],
-            "ERF (99%)": r["receptive_field"]["erf"],
-            "share in last L_tr": r["receptive_field"]["share_last_L_tr"],
+            "segment": r.receptive_field.length,
+            "ERF (99%)": r.receptive_field.erf,
+            "share in last L_tr": r.receptive_field.share_last_L_tr,
         }
         for label, r in analysis.items()
     }
     lines += ["### Empirical receptive field (last-token gradient, 99%)", ""]
     lines += [markdown_table(erf, ["segment", "ERF (99%)", "share in last L_tr"], "model", cell=_number), ""]
-    entropy = {label: {n: r["dispersion"][n]["entropy"] for n in r["dispersion"]} for label, r in analysis.items()}
-    uniform = next(iter(analysis.values()))["dispersion"]
-    entropy["uniform attention"] = {n: uniform[n]["uniform_entropy"] for n in uniform}
+    entropy = {label: {str(n): d.entropy for n, d in r.dispersion.items()} for label, r in analysis.items()}
+    uniform = next(iter(analysis.values())).dispersion
+    entropy["uniform attention"] = {str(n): d.uniform_entropy for n, d in uniform.items()}
     lines += ["### Attention dispersion: mean row entropy (nats) by input length", ""]
     lines += [markdown_table(entropy, lengths, "model"), ""]
     plot = plot_curves({"entropy": entropy}, train_len, plots / "dispersion.png", ylabel="mean attention entropy")
@@ -161,24 +169,23 @@ def analysis_section(
     return lines
 
 
-def window_section(sweep: dict[str, Any], length: int, causal: dict[str, float | None]) -> list[str]:
-    widths = [k for k in next(iter(sweep.values())) if k != "erf"]
+def window_section(sweep: Mapping[str, WindowSweep], length: int, causal: Mapping[str, float | None]) -> list[str]:
+    widths = [str(w) for w in next(iter(sweep.values())).ppl]
     rows = {
-        label: {**{w: row[w] for w in widths}, "no window": causal.get(label), "ERF": row["erf"]}
-        for label, row in sweep.items()
+        label: {**string_keys(row.ppl), "no window": causal.get(label), "ERF": row.erf} for label, row in sweep.items()
     }
     lines = [f"## Windowed attention: sliding-protocol ppl at {length} under window:w, against the ERF", ""]
     lines += [markdown_table(rows, [*widths, "no window", "ERF"], "model (w ->)", cell=_number), ""]
     lines += [f"**Paper**: {PAPER_WINDOW}", ""]
     notes, narrower = [], []
     for label, row in sweep.items():
-        best = min(widths, key=lambda w: row[w])
+        best = min(row.ppl, key=lambda w: row.ppl[w])
         full = causal.get(label)
-        note = f"{label}: best w = {best} ({row[best]:.2f}"
+        note = f"{label}: best w = {best} ({row.ppl[best]:.2f}"
         note += f" against {full:.2f} without a window" if full is not None else ""
-        note += f"; ERF {row['erf']})" if row["erf"] is not None else ")"
+        note += f"; ERF {row.erf})" if row.erf is not None else ")"
         notes.append(note)
-        if row["erf"] is not None and int(best) < row["erf"]:
+        if row.erf is not None and best < row.erf:
             narrower.append(label)
     lines += ["What the sweep shows: " + "; ".join(notes) + ".", ""]
     if narrower and len(narrower) == len(sweep):
@@ -190,11 +197,14 @@ def window_section(sweep: dict[str, Any], length: int, causal: dict[str, float |
     return lines
 
 
-def retrieval_section(retrieval: dict[str, Any], lengths: list[int], train_len: int, plots: Path) -> list[str]:
+def retrieval_section(
+    retrieval: Mapping[str, RetrievalResult], lengths: list[int], train_len: int, plots: Path
+) -> list[str]:
     from lextra.reporting.retrieval import plot_heatmap
 
-    exact = {v: {str(n): r["by_length"][str(n)]["exact"] for n in lengths} for v, r in retrieval.items()}
-    rank = {v: {str(n): r["by_length"][str(n)]["rank1"] for n in lengths} for v, r in retrieval.items()}
+    by_length = {v: r.by_length for v, r in retrieval.items()}
+    exact = {v: {str(n): scores[n].exact for n in lengths} for v, scores in by_length.items()}
+    rank = {v: {str(n): scores[n].rank1 for n in lengths} for v, scores in by_length.items()}
     lines = ["## Passkey retrieval after fine-tuning at L_tr", ""]
     lines += ["### greedy exact match", "", markdown_table(exact, lengths, "model"), ""]
     lines += ["### gold key ranked first of 5", "", markdown_table(rank, lengths, "model"), ""]
@@ -218,10 +228,11 @@ def retrieval_section(retrieval: dict[str, Any], lengths: list[int], train_len: 
     return lines
 
 
-def stretch_section(stretch: dict[str, Any], lengths: list[int], train_len: int) -> list[str]:
+def stretch_section(stretch: Mapping[str, Mapping[int, float]], lengths: list[int], train_len: int) -> list[str]:
     lines = ["## Inference-time methods (sliding-protocol ppl, no retraining)", ""]
-    lines += [markdown_table(stretch, lengths, "model + method"), "", f"**Paper**: {PAPER_TEMPERATURE}", ""]
-    far = str(lengths[-1])
+    table = {row: string_keys(values) for row, values in stretch.items()}
+    lines += [markdown_table(table, lengths, "model + method"), "", f"**Paper**: {PAPER_TEMPERATURE}", ""]
+    far = lengths[-1]
     best: dict[str, tuple[str, float]] = {}
     for row, values in stretch.items():
         model, _, method = row.partition(" + ")
@@ -244,30 +255,28 @@ def stretch_section(stretch: dict[str, Any], lengths: list[int], train_len: int)
     return [*lines, ""]
 
 
-def write_report(results: dict[str, Any], out: Path, header: list[str]) -> tuple[Path, Path]:
+def write_report(results: StudyResults, out: Path, header: list[str]) -> tuple[Path, Path]:
     """report.md and report.html (plots embedded) in `out`."""
-    config = results["config"]
+    config = results.config
     train_len = config["train"]["model"]["train_len"]
     lengths = [train_len * m for m in config["multiples"]]
     plots = out / "plots"
     plots.mkdir(parents=True, exist_ok=True)
     lines = list(header)
-    lines += perplexity_section(results["perplexity"], lengths, train_len, plots, config["protocols"])
-    if "analysis" in results:
-        lines += analysis_section(results["analysis"], lengths, train_len, plots, config["train"]["model"]["n_layer"])
-    if results.get("window_sweep"):
-        seed = str(config["seeds"][0])
+    lines += perplexity_section(results.perplexity, lengths, train_len, plots, config["protocols"])
+    if results.analysis is not None:
+        lines += analysis_section(results.analysis, lengths, train_len, plots, config["train"]["model"]["n_layer"])
+    if results.window_sweep:
+        seed = config["seeds"][0]
         causal = {
-            label: by_seed[seed]["results"]["sliding"][str(lengths[-1])]["ppl"]
-            if "sliding" in by_seed[seed]["results"]
-            else None
-            for label, by_seed in results["perplexity"].get("causal", {}).items()
+            label: by_seed[seed].ppl("sliding", lengths[-1]) if "sliding" in by_seed[seed].results else None
+            for label, by_seed in results.perplexity.get("causal", {}).items()
         }
-        lines += window_section(results["window_sweep"], lengths[-1], causal)
-    if results.get("retrieval"):
-        lines += retrieval_section(results["retrieval"], lengths, train_len, plots)
-    if results.get("stretch"):
-        lines += stretch_section(results["stretch"], lengths, train_len)
+        lines += window_section(results.window_sweep, lengths[-1], causal)
+    if results.retrieval:
+        lines += retrieval_section(results.retrieval, lengths, train_len, plots)
+    if results.stretch:
+        lines += stretch_section(results.stretch, lengths, train_len)
     text = "\n".join(lines) + "\n"
     atomic_write_text(out / "report.md", text)
     atomic_write_text(out / "report.html", markdown_to_html(text, out, config.get("name", "study")))

@@ -11,6 +11,11 @@ from typing import Any
 from lextra.io import atomic_write
 
 
+def string_keys(values: Mapping[Any, Any]) -> dict[str, Any]:
+    """`values` keyed by the string of each key: tables and plots look columns (lengths) up by name."""
+    return {str(key): value for key, value in values.items()}
+
+
 def format_value(value: float | None) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"

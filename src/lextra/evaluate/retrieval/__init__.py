@@ -2,8 +2,23 @@
 them (registered in `lextra.train.BATCH_SOURCES` on import), greedy and likelihood-rank scoring, and next-line
 code completion by context length."""
 
-from lextra.evaluate.retrieval.completion import evaluate_completion
-from lextra.evaluate.retrieval.evaluate import DEFAULT_DEPTHS, DEFAULT_MULTIPLES, default_lengths, evaluate_retrieval
+from lextra.evaluate.retrieval.completion import (
+    CompletionBucket,
+    CompletionExample,
+    CompletionResult,
+    LineScores,
+    evaluate_completion,
+)
+from lextra.evaluate.retrieval.evaluate import (
+    DEFAULT_DEPTHS,
+    DEFAULT_MULTIPLES,
+    RetrievalCell,
+    RetrievalExample,
+    RetrievalResult,
+    RetrievalScores,
+    default_lengths,
+    evaluate_retrieval,
+)
 from lextra.evaluate.retrieval.sources import (
     RetrievalSource,
     TaskSpec,
@@ -11,12 +26,21 @@ from lextra.evaluate.retrieval.sources import (
     parse_task_spec,
     register_task_spec,
 )
-from lextra.evaluate.retrieval.tasks import TASK_NAMES, RetrievalTask, Sample, build_task
+from lextra.evaluate.retrieval.tasks import TASK_NAMES, TASKS, RetrievalTask, Sample, build_task
 
 __all__ = [
     "DEFAULT_DEPTHS",
     "DEFAULT_MULTIPLES",
+    "TASKS",
     "TASK_NAMES",
+    "CompletionBucket",
+    "CompletionExample",
+    "CompletionResult",
+    "LineScores",
+    "RetrievalCell",
+    "RetrievalExample",
+    "RetrievalResult",
+    "RetrievalScores",
     "RetrievalSource",
     "RetrievalTask",
     "Sample",

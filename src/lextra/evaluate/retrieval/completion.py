@@ -11,7 +11,8 @@ from __future__ import annotations
 import difflib
 import random
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -22,6 +23,97 @@ from lextra.errors import ConfigError, DataError
 from lextra.evaluate.retrieval.evaluate import default_lengths
 from lextra.evaluate.retrieval.scoring import greedy_continue, prefill
 from lextra.evaluate.retrieval.sources import row_seed
+
+
+@dataclass(frozen=True)
+class LineScores:
+    """Next-line exact-match rate and mean edit similarity."""
+
+    exact: float
+    edit_sim: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"exact": self.exact, "edit_sim": self.edit_sim}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LineScores:
+        return cls(exact=data["exact"], edit_sim=data["edit_sim"])
+
+
+@dataclass(frozen=True)
+class CompletionExample:
+    """A held-out line and its completions from the full and the truncated context."""
+
+    target: str
+    full: str
+    truncated: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"target": self.target, "full": self.full, "truncated": self.truncated}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CompletionExample:
+        return cls(target=data["target"], full=data["full"], truncated=data["truncated"])
+
+
+@dataclass
+class CompletionBucket:
+    """One context length: lines scored, scores with the full and with the truncated context, three examples."""
+
+    lines: int
+    full: LineScores
+    truncated: LineScores
+    examples: list[CompletionExample]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "lines": self.lines,
+            "full": self.full.to_dict(),
+            "truncated": self.truncated.to_dict(),
+            "examples": [e.to_dict() for e in self.examples],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CompletionBucket:
+        return cls(
+            lines=data["lines"],
+            full=LineScores.from_dict(data["full"]),
+            truncated=LineScores.from_dict(data["truncated"]),
+            examples=[CompletionExample.from_dict(e) for e in data["examples"]],
+        )
+
+
+@dataclass
+class CompletionResult:
+    """Next-line completion of one model by context length (`to_dict` is the JSON, lengths as string keys)."""
+
+    label: str
+    train_len: int
+    lengths: list[int]
+    buckets: dict[int, CompletionBucket]
+    #: the model folder or name, when the caller records it
+    model: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {
+            "label": self.label,
+            "train_len": self.train_len,
+            "lengths": list(self.lengths),
+            "buckets": {str(n): b.to_dict() for n, b in self.buckets.items()},
+        }
+        if self.model is not None:
+            data["model"] = self.model
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CompletionResult:
+        return cls(
+            label=data["label"],
+            train_len=data["train_len"],
+            lengths=list(data["lengths"]),
+            buckets={int(n): CompletionBucket.from_dict(b) for n, b in data["buckets"].items()},
+            model=data.get("model"),
+        )
 
 
 def edit_similarity(predicted: str, target: str) -> float:
@@ -81,12 +173,12 @@ def complete_lines(
     return out
 
 
-def _scores(predictions: Sequence[str], targets: Sequence[str]) -> dict[str, float]:
+def _scores(predictions: Sequence[str], targets: Sequence[str]) -> LineScores:
     pairs = list(zip(predictions, targets, strict=True))
-    return {
-        "exact": sum(line_match(p, t) for p, t in pairs) / len(pairs),
-        "edit_sim": sum(edit_similarity(p.rstrip(), t.rstrip()) for p, t in pairs) / len(pairs),
-    }
+    return LineScores(
+        exact=sum(line_match(p, t) for p, t in pairs) / len(pairs),
+        edit_sim=sum(edit_similarity(p.rstrip(), t.rstrip()) for p, t in pairs) / len(pairs),
+    )
 
 
 @torch.no_grad()
@@ -102,7 +194,7 @@ def evaluate_completion(
     batch_size: int = 8,
     label: str = "",
     progress: bool = False,
-) -> dict[str, Any]:
+) -> CompletionResult:
     """Per context length: exact match and edit similarity with the full context and truncated to L_tr."""
     train_len = model.config.train_len
     lengths = list(lengths or default_lengths(train_len))
@@ -110,19 +202,17 @@ def evaluate_completion(
         raise ConfigError("completion needs positive lengths, lines and max_new")
     if hasattr(model, "eval"):
         model.eval()
-    buckets: dict[str, Any] = {}
+    buckets: dict[int, CompletionBucket] = {}
     for context in tqdm(lengths, disable=not progress, desc=f"completion {label}", file=sys.stderr):
         picked = pick_lines(docs, tokenizer, context, lines, seed, max_new)
         targets = [text for _, text in picked]
         full = complete_lines(model, [ids for ids, _ in picked], tokenizer, max_new, batch_size)
         keep = min(train_len, context)
         truncated = complete_lines(model, [ids[-keep:] for ids, _ in picked], tokenizer, max_new, batch_size)
-        buckets[str(context)] = {
-            "lines": len(picked),
-            "full": _scores(full, targets),
-            "truncated": _scores(truncated, targets),
-            "examples": [
-                {"target": t, "full": f, "truncated": r} for t, f, r in zip(targets[:3], full, truncated, strict=False)
-            ],
-        }
-    return {"label": label, "train_len": train_len, "lengths": lengths, "buckets": buckets}
+        buckets[int(context)] = CompletionBucket(
+            lines=len(picked),
+            full=_scores(full, targets),
+            truncated=_scores(truncated, targets),
+            examples=[CompletionExample(*e) for e in zip(targets[:3], full, truncated, strict=False)],
+        )
+    return CompletionResult(label=label, train_len=train_len, lengths=lengths, buckets=buckets)

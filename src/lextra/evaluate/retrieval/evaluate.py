@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import random
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -20,6 +21,142 @@ from lextra.evaluate.retrieval.tasks import RetrievalTask
 
 DEFAULT_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 DEFAULT_MULTIPLES = (1, 2, 4, 8, 16)
+METRICS = ("exact", "rank1", "mean_rank")
+
+
+@dataclass(frozen=True)
+class RetrievalExample:
+    """A prompt's expected answer and what the model generated, kept to show failures."""
+
+    answer: str
+    generated: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"answer": self.answer, "generated": self.generated}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RetrievalExample:
+        return cls(answer=data["answer"], generated=data["generated"])
+
+
+@dataclass(frozen=True)
+class RetrievalScores:
+    """Exact-match rate, rate of the gold answer ranked first, and its mean rank (1 = best)."""
+
+    exact: float
+    rank1: float
+    mean_rank: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"exact": self.exact, "rank1": self.rank1, "mean_rank": self.mean_rank}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RetrievalScores:
+        return cls(exact=data["exact"], rank1=data["rank1"], mean_rank=data["mean_rank"])
+
+    @classmethod
+    def mean(cls, scores: Iterable[RetrievalScores]) -> RetrievalScores:
+        """The metric-wise mean of several scores."""
+        scores = list(scores)
+        return cls(*(_mean(getattr(s, metric) for s in scores) for metric in METRICS))
+
+
+@dataclass
+class RetrievalCell:
+    """The scores of one (length, depth) cell, how many prompts they average, and the first two answers."""
+
+    exact: float
+    rank1: float
+    mean_rank: float
+    samples: int
+    examples: list[RetrievalExample]
+
+    @property
+    def scores(self) -> RetrievalScores:
+        return RetrievalScores(self.exact, self.rank1, self.mean_rank)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.scores.to_dict(), "samples": self.samples, "examples": [e.to_dict() for e in self.examples]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RetrievalCell:
+        return cls(
+            exact=data["exact"],
+            rank1=data["rank1"],
+            mean_rank=data["mean_rank"],
+            samples=data["samples"],
+            examples=[RetrievalExample.from_dict(e) for e in data["examples"]],
+        )
+
+
+@dataclass
+class RetrievalResult:
+    """Retrieval accuracy of one model over a length x depth grid; per-length and overall means derive from it."""
+
+    task: str
+    label: str
+    lengths: list[int]
+    depths: list[float]
+    samples: int
+    candidates: int
+    seed: int
+    #: length -> depth -> cell
+    cells: dict[int, dict[float, RetrievalCell]]
+    #: the model folder or name, when the caller records it
+    model: str | None = None
+
+    @property
+    def by_length(self) -> dict[int, RetrievalScores]:
+        """Scores per length, averaged over depths (summed in evaluation order, so a reloaded result agrees)."""
+        depths = dict.fromkeys(float(d) for d in self.depths)
+        return {
+            n: RetrievalScores.mean(self.cells[n][d].scores for d in depths)
+            for n in dict.fromkeys(int(n) for n in self.lengths)
+        }
+
+    @property
+    def overall(self) -> RetrievalScores:
+        """Scores averaged over lengths (of the per-length means)."""
+        return RetrievalScores.mean(self.by_length.values())
+
+    def cell(self, length: int, depth: float) -> RetrievalCell:
+        return self.cells[int(length)][float(depth)]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form: lengths and depths as string keys, "model" last when set."""
+        data = {
+            "task": self.task,
+            "label": self.label,
+            "lengths": list(self.lengths),
+            "depths": list(self.depths),
+            "samples": self.samples,
+            "candidates": self.candidates,
+            "seed": self.seed,
+            "cells": {str(n): {str(d): c.to_dict() for d, c in row.items()} for n, row in self.cells.items()},
+            "by_length": {str(n): s.to_dict() for n, s in self.by_length.items()},
+            "overall": self.overall.to_dict(),
+        }
+        if self.model is not None:
+            data["model"] = self.model
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RetrievalResult:
+        """Read `to_dict`'s form; `by_length` and `overall` are recomputed from the cells."""
+        return cls(
+            task=data["task"],
+            label=data["label"],
+            lengths=list(data["lengths"]),
+            depths=list(data["depths"]),
+            samples=data["samples"],
+            candidates=data["candidates"],
+            seed=data["seed"],
+            cells={
+                int(n): {float(d): RetrievalCell.from_dict(c) for d, c in row.items()}
+                for n, row in data["cells"].items()
+            },
+            model=data.get("model"),
+        )
 
 
 def default_lengths(train_len: int, multiples: Sequence[int] = DEFAULT_MULTIPLES) -> list[int]:
@@ -38,7 +175,7 @@ def evaluate_retrieval(
     batch_size: int = 8,
     progress: bool = False,
     label: str = "",
-) -> dict[str, Any]:
+) -> RetrievalResult:
     """Exact-match and rank-1 accuracy (and mean rank) per (length, depth) cell, per length and overall."""
     if samples < 1 or batch_size < 1:
         raise ConfigError(f"samples and batch size must be >= 1, got {samples} and {batch_size}")
@@ -48,10 +185,10 @@ def evaluate_retrieval(
     if hasattr(model, "eval"):
         model.eval()
     tokenizer = task.tokenizer
-    cells: dict[str, dict[str, dict[str, Any]]] = {}
+    cells: dict[int, dict[float, RetrievalCell]] = {}
     bar = tqdm(total=len(lengths) * len(depths), disable=not progress, desc=f"retrieval {label}", file=sys.stderr)
     for length in lengths:
-        cells[str(length)] = {}
+        cells[int(length)] = {}
         for depth in depths:
             rng = random.Random(row_seed("eval", task.name, seed, length, depth))
             drawn = [task.sample(length, depth, rng) for _ in range(samples)]
@@ -68,36 +205,30 @@ def evaluate_retrieval(
                 ranks.extend(scored["rank"])
                 for s, generated in zip(chunk, scored["generated"], strict=True):
                     if len(examples) < 2:
-                        examples.append({"answer": s.answer_text, "generated": tokenizer.decode(generated)})
-            cells[str(length)][str(depth)] = {
-                "exact": sum(exact) / len(exact),
-                "rank1": sum(r == 1 for r in ranks) / len(ranks),
-                "mean_rank": sum(ranks) / len(ranks),
-                "samples": len(exact),
-                "examples": examples,
-            }
+                        examples.append(RetrievalExample(s.answer_text, tokenizer.decode(generated)))
+            cells[int(length)][float(depth)] = RetrievalCell(
+                exact=sum(exact) / len(exact),
+                rank1=sum(r == 1 for r in ranks) / len(ranks),
+                mean_rank=sum(ranks) / len(ranks),
+                samples=len(exact),
+                examples=examples,
+            )
             bar.update(1)
     bar.close()
     if was_training:
         model.train()
-    by_length = {
-        n: {metric: _mean(cell[metric] for cell in row.values()) for metric in ("exact", "rank1", "mean_rank")}
-        for n, row in cells.items()
-    }
-    return {
-        "task": task.name,
-        "label": label,
-        "lengths": [int(n) for n in lengths],
-        "depths": [float(d) for d in depths],
-        "samples": samples,
-        "candidates": task.num_distractors + 1,
-        "seed": seed,
-        "cells": cells,
-        "by_length": by_length,
-        "overall": {m: _mean(v[m] for v in by_length.values()) for m in ("exact", "rank1", "mean_rank")},
-    }
+    return RetrievalResult(
+        task=task.name,
+        label=label,
+        lengths=[int(n) for n in lengths],
+        depths=[float(d) for d in depths],
+        samples=samples,
+        candidates=task.num_distractors + 1,
+        seed=seed,
+        cells=cells,
+    )
 
 
-def _mean(values) -> float:
+def _mean(values: Iterable[float]) -> float:
     values = list(values)
     return sum(values) / len(values)

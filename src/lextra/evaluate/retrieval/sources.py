@@ -88,8 +88,7 @@ def source_factory(spec: str):
     parsed = parse_task_spec(spec)
 
     def factory(config: TrainConfig, data: PreparedData) -> RetrievalSource:
-        docs = data.splits["train"] if parsed.name == "code-key" else None
-        task = build_task(parsed.name, data.tokenizer, docs)
+        task = build_task(parsed.name, data.tokenizer, data.splits["train"])
         lm = TrainStream.from_documents(data.splits["train"], data.tokenizer) if parsed.ratio < 1.0 else None
         return RetrievalSource(task, parsed.ratio, lm)
 
@@ -98,9 +97,7 @@ def source_factory(spec: str):
 
 def evaluation_task(spec: str, data: PreparedData, distractors: int = 4) -> RetrievalTask:
     """The task of `spec` for evaluation prompts: code-key hides its needles in the test split's files."""
-    name = parse_task_spec(spec).name
-    documents = data.splits["test"] if name == "code-key" else None
-    return build_task(name, data.tokenizer, documents, distractors=distractors)
+    return build_task(parse_task_spec(spec).name, data.tokenizer, data.splits["test"], distractors=distractors)
 
 
 def register_task_spec(spec: str) -> str:

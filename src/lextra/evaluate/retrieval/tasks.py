@@ -15,11 +15,13 @@ import random
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import numpy as np
 
 from lextra.data import Document, Tokenizer, encode_documents
 from lextra.errors import ConfigError, DataError
+from lextra.registry import Registry
 
 PASSKEY_INSTRUCTION = (
     "There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. "
@@ -101,7 +103,10 @@ def _distinct_numbers(rng: random.Random, count: int, digits: int, exclude: Sequ
 class RetrievalTask(ABC):
     """Base of the generators: draw the content (seeded), then lay it out in an exact token budget."""
 
-    name = "task"
+    name: ClassVar[str] = "task"
+    summary: ClassVar[str] = ""
+    #: the constructor takes documents to hide the needle in, after the tokenizer
+    needs_documents: ClassVar[bool] = False
 
     def __init__(self, tokenizer: Tokenizer, *, distractors: int = 4) -> None:
         self.tokenizer = tokenizer
@@ -138,6 +143,9 @@ class RetrievalTask(ABC):
         )
 
 
+TASKS: Registry[RetrievalTask] = Registry("retrieval task")
+
+
 class _FillerTask(RetrievalTask):
     """prefix, filler before, needle, filler after, question: the passkey layout."""
 
@@ -162,18 +170,18 @@ class _FillerTask(RetrievalTask):
         return Sample(builder.ids, [], builder.text, "", chars, tokens, depth)
 
 
+@TASKS.register("passkey")
 class PasskeyTask(_FillerTask):
-    """Mohtashami & Jaggi (2023): a 5-digit pass key in repeated filler sentences (instruction line optional:
-    at 148 characters it does not fit a 128-byte training window)."""
+    """Mohtashami & Jaggi (2023, arXiv 2305.16300): a 5-digit pass key in repeated filler sentences (instruction
+    line optional: at 148 characters it does not fit a 128-byte training window)."""
 
-    name = "passkey"
+    summary = "a pass key hidden in repeated filler sentences (Mohtashami & Jaggi 2023)"
+    #: start the prompt with the paper's instruction line
+    instruction: ClassVar[bool] = False
 
-    def __init__(
-        self, tokenizer: Tokenizer, *, digits: int = 5, instruction: bool = False, distractors: int = 4
-    ) -> None:
+    def __init__(self, tokenizer: Tokenizer, *, digits: int = 5, distractors: int = 4) -> None:
         super().__init__(tokenizer, distractors=distractors)
-        self.digits, self.instruction = digits, instruction
-        self.name = "passkey-mj" if instruction else "passkey"
+        self.digits = digits
         self._filler = self.encode(PASSKEY_FILLER)
 
     def draw(self, rng: random.Random) -> dict:
@@ -191,10 +199,20 @@ class PasskeyTask(_FillerTask):
         return _cycle(self._filler, before), _cycle(self._filler, after)
 
 
+@TASKS.register("passkey-mj")
+class InstructedPasskeyTask(PasskeyTask):
+    """The pass key prompt with Mohtashami & Jaggi's instruction line first, as in their paper."""
+
+    summary = "passkey with the paper's instruction line first"
+    instruction = True
+
+
+@TASKS.register("code-key")
 class CodeKeyTask(_FillerTask):
     """A function returning a constant, hidden among real code files; asked: `assert NAME() == ` -> the number."""
 
-    name = "code-key"
+    summary = "a function returning a constant, hidden among code files; asked for the number"
+    needs_documents = True
 
     def __init__(
         self, tokenizer: Tokenizer, documents: Sequence[Document], *, digits: int = 5, distractors: int = 4
@@ -305,10 +323,12 @@ class _RecordTask(RetrievalTask):
         return sample
 
 
+@TASKS.register("lines")
 class LinesTask(_RecordTask):
-    """LongChat line retrieval: `line <i>: REGISTER_CONTENT is <n>` lines; asked for the number of one line."""
+    """LongChat line retrieval (Li et al. 2023, LMSYS blog post): `line <i>: REGISTER_CONTENT is <n>` lines;
+    asked for the number of one line."""
 
-    name = "lines"
+    summary = "numbered lines with a value each (LongChat); asked for the value of one line"
     header = ""
     pad = "\n"
 
@@ -330,10 +350,12 @@ class LinesTask(_RecordTask):
         return key, str(rng.randint(10 ** (self.digits - 1), 10**self.digits - 1))
 
 
+@TASKS.register("kv")
 class KeyValueTask(_RecordTask):
-    """Lost in the middle: a JSON object of random hex key-value pairs; asked for the value of one key."""
+    """Lost in the middle (Liu et al. 2023, arXiv 2307.03172): a JSON object of random hex key-value pairs;
+    asked for the value of one key."""
 
-    name = "kv"
+    summary = "a JSON object of random hex pairs (lost in the middle); asked for the value of one key"
     header = "JSON data:\n{"
     separator = ", "
     pad = " "
@@ -357,23 +379,18 @@ class KeyValueTask(_RecordTask):
         return key, "".join(rng.choice("0123456789abcdef") for _ in range(self.width))
 
 
-TASK_NAMES = ("passkey", "passkey-mj", "lines", "kv", "code-key")
+TASK_NAMES = tuple(TASKS.names())
 
 
 def build_task(
-    name: str, tokenizer: Tokenizer, documents: Sequence[Document] | None = None, *, distractors: int = 4
+    name: str, tokenizer: Tokenizer, documents: Sequence[Document] | None = None, **options: Any
 ) -> RetrievalTask:
-    """A generator by name; `code-key` hides its needle in `documents` (train split to train, test to evaluate)."""
-    if name == "passkey":
-        return PasskeyTask(tokenizer, distractors=distractors)
-    if name == "passkey-mj":
-        return PasskeyTask(tokenizer, instruction=True, distractors=distractors)
-    if name == "lines":
-        return LinesTask(tokenizer, distractors=distractors)
-    if name == "kv":
-        return KeyValueTask(tokenizer, distractors=distractors)
-    if name == "code-key":
-        if not documents:
-            raise DataError("task 'code-key' needs code documents (a corpus split) to hide its needle in")
-        return CodeKeyTask(tokenizer, documents, distractors=distractors)
-    raise ConfigError(f"unknown retrieval task {name!r}; known: {', '.join(TASK_NAMES)}")
+    """A registered task with its options; tasks with `needs_documents` (code-key) hide their needle in
+    `documents` (the train split to train, the test split to evaluate), the others ignore them."""
+    cls = TASKS.get(name)
+    TASKS.check_options(name, options)
+    if not cls.needs_documents:
+        return cls(tokenizer, **options)
+    if not documents:
+        raise DataError(f"task {name!r} needs code documents (a corpus split) to hide its needle in")
+    return cls(tokenizer, documents, **options)

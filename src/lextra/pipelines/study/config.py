@@ -11,7 +11,7 @@ from typing import Any
 from lextra.attention.masks import build_mask
 from lextra.errors import ConfigError
 from lextra.model import check_fields
-from lextra.positions import SCHEMES
+from lextra.positions import build_scheme
 from lextra.train import TrainConfig
 
 
@@ -87,7 +87,8 @@ def parse_study(data: dict[str, Any], where: str = "study config") -> StudyConfi
         if not isinstance(entry, dict) or "label" not in entry or "scheme" not in entry:
             raise ConfigError(f"{where}: each [[models]] entry needs a label and a scheme, got {entry!r}")
         check_fields(ModelSpec, entry, f"{where} [[models]] {entry.get('label')!r}")
-        SCHEMES.check_options(entry["scheme"], entry.get("options", {}))
+        # builds the scheme once: unknown names and out-of-range or non-finite options fail before any training
+        build_scheme(entry["scheme"], values["train"].model.head_dims(), **entry.get("options", {}))
         models.append(ModelSpec(entry["label"], entry["scheme"], dict(entry.get("options", {}))))
     if not models:
         raise ConfigError(f"{where}: no [[models]] to train")

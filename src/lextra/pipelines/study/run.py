@@ -20,12 +20,20 @@ import torch
 from lextra.analysis import dispersion, empirical_scores, receptive_field
 from lextra.attention import build_mask
 from lextra.data import PreparedData, prepare_data
-from lextra.evaluate import EvalConfig, evaluate_model
+from lextra.evaluate import EvalConfig, Evaluation, evaluate_model
+from lextra.evaluate.retrieval import RetrievalResult
 from lextra.io import atomic_write_json, sha256_file
 from lextra.methods import calibration_windows
 from lextra.model import WEIGHTS_FILE, load_model
 from lextra.pipelines.compare import train_or_reuse
 from lextra.pipelines.study.config import ModelSpec, StudyConfig
+from lextra.reporting.study_results import (
+    DispersionMeans,
+    ModelAnalysis,
+    ReceptiveFieldSummary,
+    StudyResults,
+    WindowSweep,
+)
 
 
 class Study:
@@ -49,22 +57,24 @@ class Study:
             self._data = prepare_data(train.corpus, train.tokenizer, train.limit_chars)
         return self._data
 
-    def cell(self, section: str, name: str, key: dict[str, Any], compute: Callable[[], Any]) -> Any:
-        """The cached result for `key`, or compute, save and return it."""
+    def cell(self, section: str, name: str, key: dict[str, Any], compute: Callable[[], Any], kind: Any = None) -> Any:
+        """The cached result for `key`, or compute, save and return it; `kind` (a class with `from_dict` and
+        `to_dict`, such as `Evaluation`) types the result, which is otherwise saved and returned as it is."""
         path = self.out / "cells" / section / f"{name.replace(':', '-').replace('+', '_')}.json"
         if path.exists():
             saved = json.loads(path.read_text())
             if saved.get("key") == key:
                 self.seconds += saved.get("seconds", 0.0)
                 self.commits.add(saved.get("commit", "unknown"))
-                return saved["result"]
+                return saved["result"] if kind is None else kind.from_dict(saved["result"])
         log(f"{section}: {name}")
         start = time.time()
         result = compute()
         seconds = time.time() - start
         self.seconds += seconds
         self.commits.add(self.commit)
-        record = {"key": key, "result": result, "seconds": round(seconds, 1), "commit": self.commit}
+        saved = result if kind is None else result.to_dict()
+        record = {"key": key, "result": saved, "seconds": round(seconds, 1), "commit": self.commit}
         atomic_write_json(path, record)
         return result
 
@@ -91,9 +101,9 @@ class Study:
                 )
                 self.models[(spec.label, seed)] = Path(final)
 
-    def perplexity(self) -> dict[str, Any]:
+    def perplexity(self) -> dict[str, dict[str, dict[int, Evaluation]]]:
         """{mask: {label: {seed: evaluation}}} under every protocol at every length."""
-        results: dict[str, Any] = {}
+        results: dict[str, dict[str, dict[int, Evaluation]]] = {}
         for mask in self.config.masks:
             for spec in self.config.models:
                 for seed in self.config.seeds:
@@ -111,58 +121,52 @@ class Study:
                         lambda spec=spec, seed=seed, ev=ev: evaluate_model(
                             self.load(spec.label, seed), self.data, ev, progress=self.progress, label=spec.label
                         ),
+                        kind=Evaluation,
                     )
-                    results.setdefault(mask, {}).setdefault(spec.label, {})[str(seed)] = result
+                    results.setdefault(mask, {}).setdefault(spec.label, {})[seed] = result
         return results
 
-    def analysis(self) -> dict[str, Any]:
+    def analysis(self) -> dict[str, ModelAnalysis]:
         """Per model (seed 0): empirical resolution at L_tr and 2 L_tr (causal and BCA), ERF, dispersion."""
         section = self.config.analysis or {}
         documents = int(section.get("documents", 4))
         L = self.config.train_len
-        results: dict[str, Any] = {}
+        results: dict[str, ModelAnalysis] = {}
         for spec in self.config.models:
             seed = self.config.seeds[0]
             key = {"weights": self.weights(spec.label, seed), "documents": documents, "lengths": self.config.lengths}
             results[spec.label] = self.cell(
-                "analysis", spec.label, key, lambda spec=spec: self._analyse(spec, documents, L)
+                "analysis", spec.label, key, lambda spec=spec: self._analyse(spec, documents, L), kind=ModelAnalysis
             )
         return results
 
     @torch.no_grad()
-    def _analyse_no_grad(self, model, texts, lengths) -> dict[str, Any]:
+    def _analyse_no_grad(self, model, texts, lengths) -> tuple[dict[str, dict[int, float]], dict[int, DispersionMeans]]:
         def r(n: int, mask: str) -> float:
             return empirical_scores(model, texts[:, :n], build_mask(mask, model.config.train_len)).r
 
-        return {
-            "resolution": {mask: {str(n): r(n, mask) for n in lengths[:2]} for mask in ("causal", "bca")},
-            "dispersion": {str(n): _dispersion_summary(dispersion(model, texts[:, :n], "causal")) for n in lengths},
-        }
+        resolution = {mask: {n: r(n, mask) for n in lengths[:2]} for mask in ("causal", "bca")}
+        return resolution, {n: DispersionMeans.of(dispersion(model, texts[:, :n], "causal")) for n in lengths}
 
-    def _analyse(self, spec: ModelSpec, documents: int, L: int) -> dict[str, Any]:
+    def _analyse(self, spec: ModelSpec, documents: int, L: int) -> ModelAnalysis:
         model = self.load(spec.label)
         lengths = self.config.lengths
         texts = calibration_windows(self.data, max(lengths), documents, "test")
-        result = self._analyse_no_grad(model, texts, lengths)
+        resolution, dispersion_means = self._analyse_no_grad(model, texts, lengths)
         erf_length = min(max(lengths), 8 * L)
         segments = calibration_windows(self.data, erf_length, documents, "test")
         field = receptive_field(model, segments, "causal")
-        curve = field["curve"]
-        result["receptive_field"] = {
-            "length": erf_length,
-            "erf": field["erf"],
-            "share_last_L_tr": float(curve[min(L, len(curve)) - 1]),
-        }
-        return result
+        summary = ReceptiveFieldSummary(length=erf_length, erf=field.erf, share_last_L_tr=field.share_within(L))
+        return ModelAnalysis(resolution=resolution, dispersion=dispersion_means, receptive_field=summary)
 
-    def window_sweep(self, erf: dict[str, Any]) -> dict[str, Any]:
+    def window_sweep(self, analysis: dict[str, ModelAnalysis]) -> dict[str, WindowSweep]:
         """Sliding-protocol perplexity at the longest length under window:w, for each model and w."""
         section = self.config.window_sweep or {}
-        results: dict[str, Any] = {}
+        results: dict[str, WindowSweep] = {}
         length = max(self.config.lengths)
         for label in section.get("models", []):
             seed = self.config.seeds[0]
-            row: dict[str, Any] = {}
+            row: dict[int, float] = {}
             for width in section.get("widths", []):
                 ev = EvalConfig(
                     lengths=[length], protocols=["sliding"], mask=f"window:{width}", documents=self.config.documents
@@ -173,13 +177,14 @@ class Study:
                     f"{label}-w{width}",
                     key,
                     lambda label=label, ev=ev: evaluate_model(self.load(label), self.data, ev, progress=False),
+                    kind=Evaluation,
                 )
-                row[str(width)] = result["results"]["sliding"][str(length)]["ppl"]
-            row["erf"] = erf.get(label, {}).get("receptive_field", {}).get("erf")
-            results[label] = row
+                row[width] = result.ppl("sliding", length)
+            erf = analysis[label].receptive_field.erf if label in analysis else None
+            results[label] = WindowSweep(ppl=row, erf=erf)
         return results
 
-    def retrieval(self) -> dict[str, Any]:
+    def retrieval(self) -> dict[str, RetrievalResult]:
         """Fine-tune each variant's LM model (seed 0) on the task; accuracy at every length and depth."""
         from lextra.evaluate.retrieval import build_task, evaluate_retrieval, register_task_spec
         from lextra.methods import apply_rope_scaling
@@ -189,7 +194,7 @@ class Study:
         task_name = section.get("task", "passkey")
         samples = int(section.get("samples", 10))
         depths = [float(d) for d in section.get("depths", [0.0, 0.25, 0.5, 0.75, 1.0])]
-        results: dict[str, Any] = {}
+        results: dict[str, RetrievalResult] = {}
         tuned: dict[str, Path] = {}
         for variant in section.get("variants", []):
             scheme, scaling = parse_scaled_variant(variant)
@@ -218,7 +223,7 @@ class Study:
                 "depths": depths,
             }
 
-            def compute(label=label, scaling=scaling, variant=variant) -> dict[str, Any]:
+            def compute(label=label, scaling=scaling, variant=variant) -> RetrievalResult:
                 model = load_model(tuned[label]).eval()
                 if scaling:
                     apply_rope_scaling(model, scaling)
@@ -227,10 +232,10 @@ class Study:
                     model, task, self.config.lengths, depths, samples=samples, progress=self.progress, label=variant
                 )
 
-            results[variant] = self.cell("retrieval", variant, key, compute)
+            results[variant] = self.cell("retrieval", variant, key, compute, kind=RetrievalResult)
         return results
 
-    def stretch(self) -> dict[str, Any]:
+    def stretch(self) -> dict[str, dict[int, float]]:
         """Sliding-protocol perplexity of each model under each inference-time method at every length."""
         from lextra.methods import methods_for, prepared
 
@@ -238,13 +243,13 @@ class Study:
         wanted = section.get("methods")
         windows = int(section.get("windows", 2))
         factor = float(max(self.config.multiples))
-        results: dict[str, Any] = {}
+        results: dict[str, dict[int, float]] = {}
         for label in section.get("models", []):
             base = self.load(label, self.config.seeds[0])
             for method in methods_for(base):
                 if wanted and method not in wanted:
                     continue
-                row: dict[str, float] = {}
+                row: dict[int, float] = {}
                 for length in self.config.lengths:
                     ev = EvalConfig(
                         lengths=[length],
@@ -259,30 +264,30 @@ class Study:
                         "w": windows,
                     }
 
-                    def compute(method=method, length=length, ev=ev, base=base) -> dict[str, Any]:
+                    def compute(method=method, length=length, ev=ev, base=base) -> Evaluation:
                         model = prepared(base, method, self.data, length, factor, windows)
                         return evaluate_model(model, self.data, ev, progress=False)
 
-                    result = self.cell("stretch", f"{label}-{method}-{length}", key, compute)
-                    row[str(length)] = result["results"]["sliding"][str(length)]["ppl"]
+                    result = self.cell("stretch", f"{label}-{method}-{length}", key, compute, kind=Evaluation)
+                    row[length] = result.ppl("sliding", length)
                 results[f"{label} + {method}"] = row
         return results
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> StudyResults:
         """Every stage the config asks for; returns (and saves as study.json) all results."""
         self.train_all()
-        results: dict[str, Any] = {"config": self.config.to_dict(), "perplexity": self.perplexity()}
+        results = StudyResults(config=self.config.to_dict(), perplexity=self.perplexity())
         if self.config.analysis is not None:
-            results["analysis"] = self.analysis()
+            results.analysis = self.analysis()
         if self.config.window_sweep is not None:
-            results["window_sweep"] = self.window_sweep(results.get("analysis", {}))
+            results.window_sweep = self.window_sweep(results.analysis or {})
         if self.config.retrieval is not None:
-            results["retrieval"] = self.retrieval()
+            results.retrieval = self.retrieval()
         if self.config.stretch is not None:
-            results["stretch"] = self.stretch()
-        results["compute_minutes"] = round(self.seconds / 60, 1)
-        results["cell_commits"] = sorted(self.commits)
-        atomic_write_json(self.out / "study.json", results)
+            results.stretch = self.stretch()
+        results.compute_minutes = round(self.seconds / 60, 1)
+        results.cell_commits = sorted(self.commits)
+        atomic_write_json(self.out / "study.json", results.to_dict())
         return results
 
 
@@ -293,14 +298,6 @@ def train_config(study: StudyConfig, spec: ModelSpec, seed: int):
     config.model.scheme_options = dict(spec.options)
     config.seed = seed
     return config.validate()
-
-
-def _dispersion_summary(result: dict[str, Any]) -> dict[str, float]:
-    return {
-        "entropy": result["entropy_mean"],
-        "max_prob": result["max_prob_mean"],
-        "uniform_entropy": result["uniform"]["entropy"],
-    }
 
 
 def log(message: str) -> None:
