@@ -459,3 +459,21 @@ def test_end_to_end_bytes_on_a_local_corpus(tmp_path: Path) -> None:
         assert any(tok.decode(s.tolist()) in text for text in eval_text)
     train_text = "\n".join(d.text for d in parts["train"])
     assert all(tok.decode(row.tolist()) in train_text for row in batch)
+
+
+def test_a_corpus_mixture_holds_each_part_with_its_own_splits(tmp_path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    for folder, prefix in ((a, "alpha"), (b, "beta")):
+        folder.mkdir()
+        for i in range(40):  # enough documents that hashing leaves no split empty
+            (folder / f"{prefix}{i}.txt").write_text(f"{prefix} document {i} " * 5)
+    mixed = load_corpus(f"{a}+{b}")
+    assert [d.id for d in mixed] == [d.id for d in load_corpus(str(a))] + [d.id for d in load_corpus(str(b))]
+    for split, docs in split_corpus(mixed).items():
+        assert all(split_of(d.id) == split for d in docs)
+    limited = load_corpus(f"{a}+{b}", limit_chars=600)
+    assert {d.id[:4] for d in limited} == {"alph", "beta"}  # each part contributes its share
+    with pytest.raises(DataError, match="both hold a document"):
+        load_corpus(f"{a}+{a / '..' / 'a'}")
+    with pytest.raises(DataError, match="empty part"):
+        load_corpus(f"{a}+")

@@ -156,3 +156,27 @@ def test_a_non_finite_model_option_is_refused_when_the_study_loads(tmp_path: Pat
     config.write_text(text)
     with pytest.raises(ConfigError, match="slope_shift"):
         load_study(config)
+
+
+def test_the_paper_scale_config_runs_end_to_end_at_toy_size(tmp_path: Path) -> None:
+    """experiments/paper-scale.toml as it is, shrunk only in size (model, steps, corpus, documents)."""
+    import tomllib
+
+    from lextra.pipelines.study import Study
+
+    data = tomllib.loads((Path(__file__).parents[1] / "experiments" / "paper-scale.toml").read_text())
+    full = parse_study(data)
+    assert full.train.model.train_len == 1024 and full.train.corpus == "english+python-code"
+    assert full.lengths == [1024, 2048, 4096, 8192] and set(full.masks) == {"causal", "bca"}
+    data["train"].update(steps=2, batch_size=2, warmup=1, checkpoint_every=0, limit_chars=300_000, tokenizer="bpe:300")
+    data["train"]["model"].update(train_len=16, n_layer=1, d_model=32, n_head=2)
+    data.update(documents=1, analysis={"documents": 1})
+    study = parse_study(data)
+    results = Study(study, tmp_path / "out", progress=False).run()
+    assert {m.label for m in study.models} == {"sinusoidal", "alibi", "rope", "xpos"}
+    for mask in ("causal", "bca"):
+        for label in ("sinusoidal", "alibi", "rope", "xpos"):
+            evaluation = results.perplexity[mask][label][0]
+            assert evaluation.lengths == [16, 32, 64, 128]
+            assert all(evaluation.ppl(p, n) > 1 for p in ("chunks", "sliding") for n in evaluation.lengths)
+    assert set(results.analysis) == {"sinusoidal", "alibi", "rope", "xpos"}

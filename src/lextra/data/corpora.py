@@ -52,10 +52,16 @@ def load_corpus(spec: str, *, text_field: str = "text", limit_chars: int | None 
     `spec` is "python-code" (the standard library's source), "english" (Shakespeare and the King James Bible),
     or a path: a directory of text files, one text file, a .jsonl file (text in `text_field`), or a Hugging
     Face dataset saved with `save_to_disk` (a Dataset or a DatasetDict, whose splits are all read).
-    With `limit_chars`, documents are taken in order until their total length reaches the limit.
+    A mixture `A+B+...` (e.g. "english+python-code") holds every part's documents, each keeping its own id (so
+    each document falls in the same split as in its own corpus).
+    With `limit_chars`, documents are taken in order until their total length reaches the limit (in a mixture,
+    each part contributes up to its equal share).
     """
     if limit_chars is not None and (isinstance(limit_chars, bool) or limit_chars < 1):
         raise DataError(f"limit_chars must be a positive number of characters, got {limit_chars!r}")
+    parts = mixture_parts(spec)
+    if len(parts) > 1:
+        return _load_mixture(parts, text_field, limit_chars)
     docs: list[Document] = []
     total = 0
     for doc in _iter_corpus(spec, text_field):
@@ -70,6 +76,35 @@ def load_corpus(spec: str, *, text_field: str = "text", limit_chars: int | None 
             f"corpus {spec!r} has no non-empty documents; point it at UTF-8 text "
             f"(for JSONL or datasets, check that the text is in the field {text_field!r})"
         )
+    return docs
+
+
+def mixture_parts(spec: str) -> list[str]:
+    """The corpora of a mixture spec `A+B` (one part for a plain name or an existing path that contains '+')."""
+    if "+" not in spec or Path(spec).expanduser().exists():
+        return [spec]
+    parts = [part.strip() for part in spec.split("+")]
+    if any(not part for part in parts):
+        raise DataError(f"corpus mixture {spec!r} has an empty part; write it as A+B, e.g. english+python-code")
+    if len(set(parts)) != len(parts):
+        raise DataError(f"corpus mixture {spec!r} names a corpus twice; list each once")
+    return parts
+
+
+def _load_mixture(parts: list[str], text_field: str, limit_chars: int | None) -> list[Document]:
+    """Every part's documents in order; a document id found in two parts is an error (ids decide splits)."""
+    share = None if limit_chars is None else max(1, limit_chars // len(parts))
+    docs: list[Document] = []
+    owner: dict[str, str] = {}
+    for part in parts:
+        for doc in load_corpus(part, text_field=text_field, limit_chars=share):
+            if doc.id in owner:
+                raise DataError(
+                    f"corpora {owner[doc.id]!r} and {part!r} both hold a document {doc.id!r}; "
+                    "mix corpora whose document names differ (e.g. separate folders)"
+                )
+            owner[doc.id] = part
+            docs.append(doc)
     return docs
 
 
