@@ -147,6 +147,23 @@ def test_perplexity_equals_a_direct_computation(tmp_path) -> None:
     assert result.point("last-token", 64).tokens == len(docs) * 3
 
 
+def test_logits_scored_in_slices_give_the_same_perplexity(tmp_path, monkeypatch) -> None:
+    final = train(tiny_config("alibi", steps=2), tmp_path, progress=False)
+    model = load_model(final).eval()
+    data = prepare_data("python-code", limit_chars=LIMIT)
+    config = EvalConfig(lengths=[32, 64], protocols=["chunks", "sliding"], documents=2)
+    whole = evaluate_model(model, data, config, progress=False)
+    seen: list[int] = []
+    model.head.register_forward_hook(lambda module, args, out: seen.append(args[0].shape[1]))
+    monkeypatch.setattr("lextra.evaluate.perplexity.LOGIT_BUDGET", 7 * model.config.vocab_size)
+    sliced = evaluate_model(model, data, config, progress=False)
+    assert max(seen) < 32  # no window's logits were built whole
+    for protocol in ("chunks", "sliding"):
+        for n in (32, 64):
+            assert sliced.point(protocol, n).tokens == whole.point(protocol, n).tokens
+            assert sliced.point(protocol, n).nll == pytest.approx(whole.point(protocol, n).nll, rel=1e-6)
+
+
 def test_compare_reuses_finished_cells(tmp_path, capsys) -> None:
     base = tiny_config("nope", steps=3)
     evaluation = EvalConfig(lengths=[32, 64], documents=2, last_token_targets=2)

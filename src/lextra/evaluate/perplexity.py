@@ -38,6 +38,8 @@ from lextra.validate import check_int_list, check_optional_int, check_positive_i
 
 PROTOCOLS = ("chunks", "sliding", "last-token")
 LENGTH_MULTIPLES = (1, 2, 4, 8, 16)
+#: most logits (rows x positions x vocabulary) scored at once: 2^26 fp32 values = 256 MiB
+LOGIT_BUDGET = 1 << 26
 
 
 @dataclass
@@ -132,11 +134,16 @@ class _Scorer:
             first = scored_from[start : start + per_batch]
             hidden = self.model.features(inputs, mask=self.mask, backend=self.config.backend)
             lo = min(first)
-            logits = self.model.head(hidden[:, lo:]).float()
-            nll = F.cross_entropy(logits.flatten(0, 1), gold[:, lo:].flatten(), reduction="none").view(len(first), -1)
-            keep = torch.arange(lo, L)[None, :] >= torch.tensor(first)[:, None]
-            self.nll += float(nll[keep].sum())
-            self.count += int(keep.sum())
+            starts = torch.tensor(first, device=hidden.device)[:, None]
+            # full-vocabulary logits for a slice of positions at a time: (rows x L x vocab) never exists at once
+            step = max(1, LOGIT_BUDGET // (len(first) * self.model.config.vocab_size))
+            for a in range(lo, L, step):
+                b = min(a + step, L)
+                logits = self.model.head(hidden[:, a:b]).float()
+                nll = F.cross_entropy(logits.flatten(0, 1), gold[:, a:b].flatten().to(logits.device), reduction="none")
+                keep = torch.arange(a, b, device=hidden.device)[None, :] >= starts
+                self.nll += float(nll.view(len(first), -1)[keep].sum())
+                self.count += int(keep.sum())
 
     def result(self) -> PerplexityPoint:
         mean = self.nll / max(1, self.count)

@@ -49,6 +49,7 @@ class HFConfigView:
     train_len: int
     scheme: str
     model_type: str
+    vocab_size: int = 0
     log_scaling: str = "none"
     temperatures: list[list[float]] | None = None
 
@@ -144,6 +145,7 @@ class HFCausalLM(_Adapter):
             train_len=int(train_len or cfg.max_position_embeddings),
             scheme="rope",
             model_type=cfg.model_type,
+            vocab_size=int(cfg.vocab_size),
         )
         self.original_rope = dict(cfg.rope_parameters)
         super().__init__(model, view, "causal")
@@ -247,6 +249,7 @@ class HFSeq2Seq(_Adapter):
             train_len=int(train_len or getattr(cfg, "n_positions", 512) or 512),
             scheme="t5",
             model_type=cfg.model_type,
+            vocab_size=int(cfg.vocab_size),
         )
         super().__init__(model, view, "full")
 
