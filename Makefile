@@ -10,7 +10,7 @@ PIP := $(PY) -m pip install -q --disable-pip-version-check
 PYTEST := OMP_NUM_THREADS=2 $(PY) -m pytest
 LINT_PATHS := src tests benchmarks experiments
 
-.PHONY: run test test-fast test-gpu lint bench bench-train bench-xt hf-model bench-hf clean
+.PHONY: run test test-fast test-gpu lint bench bench-gpu bench-train bench-xt hf-model bench-hf clean
 
 # data.txt and the package itself go in with --no-deps (see data.txt); everything else is pinned in the files.
 $(STAMP): $(REQ)/runtime.txt $(REQ)/test.txt $(REQ)/transitive.txt $(REQ)/data.txt pyproject.toml
@@ -42,6 +42,10 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/attention.py
+
+# One GPU: correctness against the reference, attention against flash SDPA at 4k-128k, training tokens/s.
+bench-gpu: $(STAMP)
+	$(PY) benchmarks/gpu.py --out benchmarks/results/gpu.json
 
 BENCH_STAMP := $(VENV)/.installed-bench
 

@@ -15,12 +15,13 @@ ROOT = Path(lextra.__file__).parent
 
 #: top-level components by layer, lowest first; a component imports only from its own or lower layers
 LAYERS = [
-    {"errors", "io", "registry", "validate"},
+    {"errors", "io", "registry", "validate", "devices"},
     {"positions"},
     {"attention"},
     {"model", "data"},
     {"train"},
     {"analysis"},
+    {"extend"},
     {"methods", "hf"},
     {"evaluate"},
     {"reporting"},

@@ -37,6 +37,8 @@ TINY = [
     "1",
     "--scheme",
     "kerple_log",
+    "--device",
+    "cpu",
 ]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 

@@ -113,26 +113,51 @@ class KVCache:
     """Per-layer cache of pre-transform keys and values plus their positions, for incremental decoding.
 
     Keys are cached before the position transform, so schemes whose rotation depends on the current length
-    (dynamic NTK) re-rotate exactly at every step.
+    (dynamic NTK) and extension methods that rotate keys per pass (`lextra.extend`) re-rotate exactly at every
+    step. A layer's keys run up to the current query unless it has evicted some (`evict`, attention sinks).
     """
 
     def __init__(self, n_layer: int) -> None:
         self.keys: list[Tensor | None] = [None] * n_layer
         self.values: list[Tensor | None] = [None] * n_layer
+        #: positions of a layer's cached keys once it has evicted some, else None
+        self.positions: list[Tensor | None] = [None] * n_layer
         self.length = 0
 
-    def extend(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    def extend(self, layer: int, k: Tensor, v: Tensor, positions: Tensor | None = None) -> tuple[Tensor, Tensor]:
         if self.keys[layer] is not None:
             k = torch.cat((self.keys[layer], k), dim=-2)
             v = torch.cat((self.values[layer], v), dim=-2)
+        held = self.positions[layer]
+        if held is not None and positions is not None:
+            self.positions[layer] = torch.cat((held, positions))
         self.keys[layer], self.values[layer] = k, v
         return k, v
+
+    def key_positions(self, layer: int, positions: Tensor) -> Tensor:
+        """Positions of `layer`'s cached keys after `extend` with queries at `positions`: contiguous up to the
+        last query, or the kept ones after an eviction."""
+        held = self.positions[layer]
+        if held is not None:
+            return held
+        n = self.keys[layer].shape[-2]
+        return torch.arange(n, device=positions.device) + (int(positions[-1]) + 1 - n)
+
+    def evict(self, layer: int, keep: Tensor, positions: Tensor) -> None:
+        """Drop `layer`'s cached keys and values where `keep` is False; `positions` are the cached keys'."""
+        if bool(keep.all()):
+            return
+        index = keep.nonzero().squeeze(-1)
+        self.keys[layer] = self.keys[layer].index_select(-2, index)
+        self.values[layer] = self.values[layer].index_select(-2, index)
+        self.positions[layer] = positions[index]
 
     def repeat_rows(self, repeats: int) -> KVCache:
         """A copy with every batch row repeated `repeats` times (for scoring several continuations of a prompt)."""
         clone = KVCache(len(self.keys))
         clone.keys = [None if k is None else k.repeat_interleave(repeats, dim=0) for k in self.keys]
         clone.values = [None if v is None else v.repeat_interleave(repeats, dim=0) for v in self.values]
+        clone.positions = list(self.positions)
         clone.length = self.length
         return clone
 
@@ -180,6 +205,9 @@ class SelfAttention(nn.Module):
         self.train_len, self.log_scaling = config.train_len, config.log_scaling
         #: per-head temperature (softmax(logits / tau)); None means 1 (set by temperature alignment)
         self.register_buffer("temperature", None, persistent=False)
+        #: called instead of `attention(...)` with its arguments when set (a training-free extension method,
+        #: `lextra.extend.apply_extension`); if it has `retains(k_pos, next_query)`, the cache evicts the rest
+        self.attend: Callable[..., Tensor] | None = None
         if config.log_scaling == "ssmax":
             # Scalable-Softmax (Nakanishi 2025, arXiv 2501.19399): logits x s_h ln n, s_h learned;
             # 1 / ln L_tr makes the factor 1 at n = L_tr
@@ -221,12 +249,12 @@ class SelfAttention(nn.Module):
         q, k, v = self.project(x)
         k_pos = positions
         if cache is not None:
-            k, v = cache.extend(layer, k, v)
-            k_pos = torch.arange(k.shape[-2], device=x.device) + (int(positions[-1]) + 1 - k.shape[-2])
+            k, v = cache.extend(layer, k, v, positions)
+            k_pos = cache.key_positions(layer, positions)
         temperature = self.query_temperature(positions, k_pos, mask)
         if observer is not None:
             observer(AttentionInputs(layer, q, k, scheme, positions, k_pos, mask, temperature))
-        out = attention(
+        out = (self.attend or attention)(
             q,
             k,
             v,
@@ -237,6 +265,9 @@ class SelfAttention(nn.Module):
             backend=backend,
             temperature=temperature,
         )
+        retains = getattr(self.attend, "retains", None)
+        if cache is not None and retains is not None:
+            cache.evict(layer, retains(k_pos, int(positions[-1]) + 1), k_pos)
         return self.dropout(self.o_proj(out.transpose(1, 2).reshape(B, L, -1)))
 
 
@@ -301,7 +332,7 @@ class GPT(nn.Module):
                 block.attn.temperature = None
             self.config.temperatures = None
             return
-        values = torch.as_tensor(temperatures, dtype=torch.float32)
+        values = torch.as_tensor(temperatures, dtype=torch.float32, device="cpu")
         expected = (self.config.n_layer, self.config.n_head)
         if tuple(values.shape) != expected or not bool(((values > 0) & torch.isfinite(values)).all()):
             raise ConfigError(
@@ -453,7 +484,8 @@ def check_finite_weights(state: dict[str, Tensor], where: str | Path) -> None:
 
 
 def load_model(directory: str | Path, map_location: str | torch.device = "cpu") -> GPT:
-    """Rebuild a model from `config.json` and load its verified weights."""
+    """Rebuild a model from `config.json` and load its verified weights onto `map_location` (any device: the
+    weights are read and checked on the CPU, then moved once)."""
     directory = Path(directory)
     meta = read_model_meta(directory)
     config = GPTConfig.from_dict(meta["model"])
@@ -467,7 +499,7 @@ def load_model(directory: str | Path, map_location: str | torch.device = "cpu") 
             "use an earlier checkpoint or retrain"
         )
     try:
-        state = load_file(str(weights), device=str(map_location))
+        state = load_file(str(weights), device="cpu")
     except (SafetensorError, OSError) as err:
         raise CheckpointError(f"checkpoint {weights} cannot be read ({err})") from None
     check_finite_weights(state, weights)

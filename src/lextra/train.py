@@ -5,11 +5,12 @@ optimizer and state, each written atomically; `checkpoints/LATEST` names the new
 Batches are a pure function of (seed, step, rank) and the learning rate of step, so `resume=True` continues
 exactly where the last checkpoint left off. A step whose loss or gradient norm is non-finite stops the run before
 anything of it is saved (`TrainingDivergedError`); resuming with a lower `lr` continues from the last good checkpoint.
+The device is a runtime choice (`train(..., device=)`), never part of the config: checkpoints are device-independent,
+so a run trained on a GPU resumes or evaluates on the CPU and back.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -29,6 +30,7 @@ from tqdm import tqdm
 from lextra.data import TrainStream, eval_sequences
 from lextra.data.prepare import PreparedData, prepare_data
 from lextra.data.windows import encode_documents
+from lextra.devices import autocast, resolve_device
 from lextra.errors import CheckpointError, ConfigError, TrainingDivergedError
 from lextra.io import atomic_write, atomic_write_json, atomic_write_text, sha256_file
 from lextra.model import GPT, GPTConfig, check_fields, load_model, save_model
@@ -193,6 +195,9 @@ def save_checkpoint(run_dir: Path, model: GPT, optimizer: torch.optim.Optimizer,
         "optimizer_sha256": sha256_file(staging / "optimizer.safetensors"),
         "torch_rng_state": torch.get_rng_state().tolist(),
     }
+    device = next(model.parameters()).device
+    if device.type == "cuda":  # dropout on the GPU draws from its own generator
+        state["cuda_rng_state"] = torch.cuda.get_rng_state(device).tolist()
     atomic_write_json(staging / "state.json", state)
     shutil.rmtree(final, ignore_errors=True)
     os.replace(staging, final)
@@ -202,9 +207,11 @@ def save_checkpoint(run_dir: Path, model: GPT, optimizer: torch.optim.Optimizer,
     return final
 
 
-def load_checkpoint(path: Path, config: TrainConfig) -> tuple[GPT, torch.optim.Optimizer, int]:
-    """Model, optimizer and next step from one checkpoint folder, every file verified."""
-    model = load_model(path)
+def load_checkpoint(
+    path: Path, config: TrainConfig, map_location: str | torch.device = "cpu"
+) -> tuple[GPT, torch.optim.Optimizer, int]:
+    """Model and optimizer on `map_location` and the next step, from one checkpoint folder, every file verified."""
+    model = load_model(path, map_location=map_location)
     state_path = path / "state.json"
     try:
         state = json.loads(state_path.read_text())
@@ -215,7 +222,10 @@ def load_checkpoint(path: Path, config: TrainConfig) -> tuple[GPT, torch.optim.O
         raise CheckpointError(f"checkpoint {path}: optimizer.safetensors is missing or corrupt (checksum mismatch)")
     optimizer = make_optimizer(model, config)
     _load_optimizer(optimizer, load_file(str(tensors_path)), state["optimizer"])
-    torch.set_rng_state(torch.tensor(state["torch_rng_state"], dtype=torch.uint8))
+    torch.set_rng_state(torch.tensor(state["torch_rng_state"], dtype=torch.uint8, device="cpu"))
+    device = torch.device(map_location)
+    if device.type == "cuda" and "cuda_rng_state" in state:
+        torch.cuda.set_rng_state(torch.tensor(state["cuda_rng_state"], dtype=torch.uint8, device="cpu"), device)
     return model, optimizer, int(state["step"])
 
 
@@ -274,12 +284,15 @@ def train(
     resume: bool = False,
     progress: bool = True,
     on_step: Callable[[int], None] | None = None,
+    device: str | torch.device | None = None,
 ) -> Path:
-    """Train a model; returns the folder of the final model (`run_dir/model`). `on_step(done)` runs after
-    every step (progress hooks, tests that interrupt a run)."""
+    """Train a model on `device` (see `resolve_device`; None: CUDA when available, the LOCAL_RANK GPU under
+    torchrun); returns the folder of the final model (`run_dir/model`). `on_step(done)` runs after every step
+    (progress hooks, tests that interrupt a run)."""
     config.validate()
     run_dir = Path(run_dir)
-    world = Distributed.from_environment()
+    device = resolve_device(device)
+    world = Distributed.from_environment(device)
     if config.batch_size % world.size:
         raise ConfigError(
             f"the global batch ({config.batch_size}) must divide evenly over {world.size} processes; "
@@ -298,17 +311,17 @@ def train(
     world.barrier()
 
     torch.manual_seed(config.seed)
-    model = GPT(config.model)
+    model = GPT(config.model).to(device)  # built on the CPU: the same initial weights on every device
     optimizer = make_optimizer(model, config)
     start = 0
     if resume:
-        model, optimizer, start = _resume(run_dir, config, model, optimizer)
+        model, optimizer, start = _resume(run_dir, config, model, optimizer, device)
     if config.init_from and start == 0:  # a resumed run already holds weights past the initial ones
         _initialise_from(model, config.init_from)
     metrics_path = run_dir / "metrics.jsonl"
     if world.is_main:
         _truncate_metrics(metrics_path, start)
-    validation = _validation_batches(data, config) if world.is_main else []
+    validation = [b.to(device) for b in _validation_batches(data, config)] if world.is_main else []
     network = world.wrap(model)
     progress = progress and world.is_main
 
@@ -329,8 +342,8 @@ def train(
         for group in optimizer.param_groups:
             group["lr"] = lr * group["lr_scale"]
         # the global batch is the same whatever the number of processes; each takes its own rows
-        batch = world.shard(stream.batch(step, config.batch_size, L, config.seed))
-        with autocast(config.precision):
+        batch = world.shard(stream.batch(step, config.batch_size, L, config.seed)).to(device)
+        with autocast(config.precision, device):
             logits = network(batch[:, :-1])
         loss = F.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten())
         optimizer.zero_grad(set_to_none=True)
@@ -430,25 +443,34 @@ def _diverged(run_dir: Path, config: TrainConfig, step: int, lr: float, what: st
 
 
 class Distributed:
-    """torchrun / DDP plumbing: rank and world size from the environment (gloo on CPU, nccl on GPU).
+    """torchrun / DDP plumbing: rank and world size from the environment (nccl on GPUs, gloo on the CPU).
 
     Every process draws the same global batch and keeps its own rows, so a run on N processes sees exactly the
-    data of a one-process run with the same global batch, and DDP's gradient average equals its gradient.
+    data of a one-process run with the same global batch, and DDP's gradient average equals its gradient. On
+    GPUs each process uses the device `resolve_device` gave it: the GPU of its LOCAL_RANK.
     """
 
-    def __init__(self, rank: int = 0, size: int = 1) -> None:
+    def __init__(self, rank: int = 0, size: int = 1, device: torch.device | None = None) -> None:
         self.rank, self.size = rank, size
+        self.device = device or torch.device("cpu")
 
     @classmethod
-    def from_environment(cls) -> Distributed:
+    def from_environment(cls, device: torch.device | None = None) -> Distributed:
+        """The process group torchrun describes (none for one process), with the backend `device` needs."""
+        device = device or torch.device("cpu")
         size = int(os.environ.get("WORLD_SIZE", "1"))
         if size <= 1:
-            return cls()
+            return cls(device=device)
         import torch.distributed as dist
 
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
         if not dist.is_initialized():
-            dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-        return cls(dist.get_rank(), dist.get_world_size())
+            if device.type == "cuda":
+                dist.init_process_group("nccl", device_id=device)
+            else:
+                dist.init_process_group("gloo")
+        return cls(dist.get_rank(), dist.get_world_size(), device)
 
     @property
     def is_main(self) -> bool:
@@ -459,6 +481,8 @@ class Distributed:
             return model
         from torch.nn.parallel import DistributedDataParallel
 
+        if self.device.type == "cuda":
+            return DistributedDataParallel(model, device_ids=[self.device.index], output_device=self.device.index)
         return DistributedDataParallel(model)
 
     def shard(self, batch: torch.Tensor) -> torch.Tensor:
@@ -498,13 +522,6 @@ class Distributed:
             dist.destroy_process_group()
 
 
-def autocast(precision: str):
-    """bf16 autocast for matrix products when asked (position math stays fp32 inside the schemes)."""
-    if precision == "bf16":
-        return torch.autocast("cuda" if torch.cuda.is_available() else "cpu", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
 def _initialise_from(model: GPT, folder: str) -> None:
     """Copy a saved model's weights into `model` (same scheme and shape), for fine-tuning."""
     source = load_model(folder)
@@ -515,7 +532,9 @@ def _initialise_from(model: GPT, folder: str) -> None:
     model.load_state_dict(source.state_dict())
 
 
-def _resume(run_dir: Path, config: TrainConfig, model: GPT, optimizer) -> tuple[GPT, Any, int]:
+def _resume(
+    run_dir: Path, config: TrainConfig, model: GPT, optimizer: torch.optim.Optimizer, device: torch.device
+) -> tuple[GPT, Any, int]:
     candidates = checkpoint_candidates(run_dir)
     if not candidates:
         print(f"lextra train: no checkpoint in {run_dir}; starting from step 0", file=sys.stderr)
@@ -523,7 +542,7 @@ def _resume(run_dir: Path, config: TrainConfig, model: GPT, optimizer) -> tuple[
     errors = []
     for path in candidates:
         try:
-            return load_checkpoint(path, config)
+            return load_checkpoint(path, config, map_location=device)
         except CheckpointError as err:
             errors.append(str(err))
             print(f"lextra train: warning: skipping unusable checkpoint: {err}", file=sys.stderr)

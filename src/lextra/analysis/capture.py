@@ -19,6 +19,7 @@ from torch import Tensor
 
 from lextra.attention import attention_logits, build_mask
 from lextra.attention.masks import UNBOUNDED, Mask
+from lextra.devices import module_device
 from lextra.model import GPT, AttentionInputs
 from lextra.positions import PositionScheme
 
@@ -72,7 +73,8 @@ class LayerAttention:
         L = self.q.shape[-2]
         first_pos = int(self.positions[0])
         scale = 1.0 / math.sqrt(self.q.shape[-1]) if self.scale is None else self.scale
-        index = torch.arange(L) if rows is None else torch.unique(rows.to(torch.long))
+        device = self.positions.device
+        index = torch.arange(L, device=device) if rows is None else torch.unique(rows.to(device, torch.long))
         for start in range(0, index.numel(), self.block_size):
             idx = index[start : start + self.block_size]
             qp = self.positions[idx]
@@ -102,7 +104,7 @@ def _block_tau(temperature: Tensor | float | None, idx: Tensor) -> Tensor | None
     """The model's temperature shaped for `attention_logits`: scalar, (H, 1) or the block's (H, c) columns."""
     if temperature is None:
         return None
-    tau = torch.as_tensor(temperature, dtype=torch.float32)
+    tau = torch.as_tensor(temperature, dtype=torch.float32, device=idx.device)
     if tau.dim() == 1:
         return tau[:, None]
     if tau.dim() == 2 and tau.shape[-1] != 1:
@@ -122,7 +124,9 @@ def layer_attention(
     """Yield each layer's `LayerAttention` for `tokens` (B, L) at positions 0..L-1, running the model as it runs.
 
     Consume a layer's blocks before asking for the next layer: the residual stream advances on the next step.
+    `tokens` may live anywhere: they are moved to the model's device.
     """
+    tokens = tokens.to(module_device(model))
     if hasattr(model, "layer_attention"):  # Hugging Face adapters capture their own attention inputs
         yield from model.layer_attention(tokens, mask, block_size=block_size)
         return

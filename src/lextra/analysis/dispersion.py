@@ -19,6 +19,7 @@ from torch import Tensor
 
 from lextra.analysis.capture import DEFAULT_BLOCK, batches, layer_attention
 from lextra.attention.masks import Mask
+from lextra.devices import module_device
 from lextra.model import GPT
 
 QQ_POINTS = 201
@@ -154,9 +155,9 @@ def row_max(weights: Tensor) -> Tensor:
     return weights.amax(-1)
 
 
-def normal_quantiles(count: int) -> Tensor:
+def normal_quantiles(count: int, device: torch.device | str = "cpu") -> Tensor:
     """Standard normal quantiles at the plotting positions (i + 0.5) / count, via torch's inverse CDF."""
-    p = (torch.arange(count, dtype=torch.float64) + 0.5) / count
+    p = (torch.arange(count, dtype=torch.float64, device=device) + 0.5) / count
     return torch.special.ndtri(p)
 
 
@@ -164,8 +165,8 @@ def qq_summary(samples: Tensor, points: int = QQ_POINTS) -> QQSummary:
     """Standardised order statistics against normal quantiles (subsampled to `points`), skewness, kurtosis."""
     x = samples.double().flatten()
     z = torch.sort((x - x.mean()) / x.std(unbiased=False).clamp(min=1e-12)).values
-    theory = normal_quantiles(z.numel())
-    pick = torch.linspace(0, z.numel() - 1, min(points, z.numel())).round().long()
+    theory = normal_quantiles(z.numel(), z.device)
+    pick = torch.linspace(0, z.numel() - 1, min(points, z.numel()), device=z.device).round().long()
     return QQSummary(
         normal=theory[pick].tolist(),
         sample=z[pick].tolist(),
@@ -186,11 +187,11 @@ def dispersion(
 ) -> Dispersion:
     """Mean row entropy and max probability per layer and head for `texts` (T, L); first-layer logit statistics."""
     model.eval()
-    layers, H = model.config.n_layer, model.config.n_head
-    entropy = torch.zeros(layers, H, dtype=torch.float64)
-    max_prob = torch.zeros(layers, H, dtype=torch.float64)
+    layers, H, device = model.config.n_layer, model.config.n_head, module_device(model)
+    entropy = torch.zeros(layers, H, dtype=torch.float64, device=device)
+    max_prob = torch.zeros(layers, H, dtype=torch.float64, device=device)
     rows = 0
-    uniform = torch.zeros(2, dtype=torch.float64)  # sums of ln k and 1/k over rows with k visible keys
+    uniform = torch.zeros(2, dtype=torch.float64, device=device)  # sums of ln k and 1/k over rows with k visible keys
     last_rows: list[Tensor] = []  # first layer, last query: (B, H, n) each
     for batch in batches(texts, batch_size):
         for view in layer_attention(model, batch, mask, block_size=block_size):

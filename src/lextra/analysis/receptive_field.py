@@ -23,6 +23,7 @@ from torch import Tensor
 from lextra.analysis.capture import batches
 from lextra.attention import build_mask
 from lextra.attention.masks import Mask
+from lextra.devices import module_device
 from lextra.model import GPT
 
 THRESHOLD = 0.99
@@ -88,9 +89,10 @@ def gradient_shares(
     """
     model.eval()
     mask = build_mask(mask, model.config.train_len)
+    device = module_device(model)
     rows = []
     with frozen(model), torch.enable_grad():
-        for batch in batches(segments, batch_size):
+        for batch in batches(segments.to(device), batch_size):
             inputs, target = batch[:, :-1], batch[:, -1]
             embeddings = model.embed(inputs).detach().requires_grad_(True)
             logits = logits_from_embeddings(model, embeddings, mask, backend)[:, -1]

@@ -28,6 +28,7 @@ from torch import Tensor
 from lextra.analysis.capture import DEFAULT_BLOCK, batches, layer_attention
 from lextra.attention import build_mask
 from lextra.attention.masks import UNBOUNDED, Mask
+from lextra.devices import module_device
 from lextra.model import GPT
 from lextra.positions import PositionScheme
 
@@ -36,7 +37,7 @@ KEY_BLOCK = 4096
 
 def resolution(s: Tensor) -> float:
     """R(s) of a score vector s[0..N-1] (by distance), with e^{s[N]} = 0; computed shifted by max(s), in fp64."""
-    s = torch.as_tensor(s).detach().to(torch.float64).flatten()
+    s = (s.detach() if isinstance(s, Tensor) else torch.as_tensor(s, device="cpu")).to(torch.float64).flatten()
     if s.numel() == 0 or not bool(torch.isfinite(s).all()):
         raise ValueError("resolution needs a non-empty vector of finite scores")
     a = torch.exp(s - s.max())
@@ -47,9 +48,9 @@ def resolution(s: Tensor) -> float:
 class DistanceMeans:
     """Running means of scores by distance d = m - n >= 0 over allowed pairs: sums (H, N) and counts (N,)."""
 
-    def __init__(self, heads: int, length: int) -> None:
-        self.sums = torch.zeros(heads, length, dtype=torch.float64)
-        self.counts = torch.zeros(length, dtype=torch.float64)
+    def __init__(self, heads: int, length: int, device: torch.device | str = "cpu") -> None:
+        self.sums = torch.zeros(heads, length, dtype=torch.float64, device=device)
+        self.counts = torch.zeros(length, dtype=torch.float64, device=device)
 
     def add(self, scores: Tensor, distance: Tensor, allowed: Tensor) -> None:
         """Add scores (B, H, c, n) of pairs at `distance` (c, n) where `allowed` (c, n) and d >= 0."""
@@ -57,7 +58,7 @@ class DistanceMeans:
         d = distance[keep]
         values = scores[..., keep].double().sum(0)  # (H, M), summed over the batch
         self.sums.index_add_(1, d, values)
-        self.counts.index_add_(0, d, torch.full((d.numel(),), float(scores.shape[0]), dtype=torch.float64))
+        self.counts.index_add_(0, d, torch.full_like(d, scores.shape[0], dtype=torch.float64))
 
     def means(self) -> Tensor:
         """(H, N) means; NaN at distances no allowed pair reached."""
@@ -172,8 +173,8 @@ def empirical_scores(
 ) -> ResolutionResult:
     """s_hat[layer, head, n] = mean logit at distance n over all visible pairs of `texts` (T, N)."""
     model.eval()
-    N = texts.shape[1]
-    accumulators = [DistanceMeans(model.config.n_head, N) for _ in range(model.config.n_layer)]
+    N, device = texts.shape[1], module_device(model)
+    accumulators = [DistanceMeans(model.config.n_head, N, device) for _ in range(model.config.n_layer)]
     for batch in batches(texts, batch_size):
         for view in layer_attention(model, batch, mask, block_size=block_size):
             for block in view.blocks():
@@ -184,16 +185,17 @@ def empirical_scores(
 def _probe_scores(scheme: PositionScheme, q_pos: Tensor, k_pos: Tensor) -> Tensor:
     """Expected logit (H, c, n) for queries at q_pos and keys at k_pos from the scheme alone (see below)."""
     H, D = scheme.dims.n_heads, scheme.dims.head_dim
-    c, n = q_pos.numel(), k_pos.numel()
-    total = torch.zeros(H, c, n)
+    c, n, device = q_pos.numel(), k_pos.numel(), q_pos.device
+    total = torch.zeros(H, c, n, device=device)
     if scheme.adds_embedding:
-        zeros_q, zeros_k = torch.zeros(1, c, scheme.dims.d_model), torch.zeros(1, n, scheme.dims.d_model)
+        zeros_q = torch.zeros(1, c, scheme.dims.d_model, device=device)
+        zeros_k = torch.zeros(1, n, scheme.dims.d_model, device=device)
         eq = scheme.embed(zeros_q, q_pos)[0].float().view(c, H, D).transpose(0, 1)
         ek = scheme.embed(zeros_k, k_pos)[0].float().view(n, H, D).transpose(0, 1)
         total = total + eq @ ek.transpose(-1, -2) / math.sqrt(D)
     if scheme.transforms_qk:
         Dk = scheme.key_dim()
-        eye = torch.eye(D)
+        eye = torch.eye(D, device=device)
         q = eye[None, :, None, :].expand(1, D, c, D)  # probe j is the j-th "head"
         k = eye[:, :Dk][None, :, None, :].expand(1, D, n, Dk)
         qr, kr = scheme.rotate(q, k, q_pos, k_pos)
@@ -203,22 +205,22 @@ def _probe_scores(scheme: PositionScheme, q_pos: Tensor, k_pos: Tensor) -> Tenso
     return total
 
 
-def _visible_counts(mask: Mask, length: int, block_size: int) -> Tensor:
+def _visible_counts(mask: Mask, length: int, block_size: int, device: torch.device | str = "cpu") -> Tensor:
     """Allowed (query, key) pairs per distance 0..length-1 for positions 0..length-1."""
-    distance = torch.arange(length)
+    distance = torch.arange(length, device=device)
     by_distance = mask.allowed_distance(distance)
     if by_distance is not None:
         return torch.where(by_distance, (length - distance).double(), 0.0)
-    counts = torch.zeros(length, dtype=torch.float64)
+    counts = torch.zeros(length, dtype=torch.float64, device=device)
     for start in range(0, length, block_size):
-        qp = torch.arange(start, min(start + block_size, length))
+        qp = torch.arange(start, min(start + block_size, length), device=device)
         first, last = mask.key_range(int(qp[0]), int(qp[-1]))
         lo = 0 if first <= -UNBOUNDED else max(0, first)
         hi = length if last >= UNBOUNDED else min(length, last + 1)
-        kp = torch.arange(lo, hi)
+        kp = torch.arange(lo, hi, device=device)
         d = qp[:, None] - kp[None, :]
         keep = mask.allowed(qp, kp) & (d >= 0)
-        counts.index_add_(0, d[keep], torch.ones(int(keep.sum()), dtype=torch.float64))
+        counts.index_add_(0, d[keep], keep[keep].double())
     return counts
 
 
@@ -240,17 +242,17 @@ def theoretical_scores(
     averaged over every query m >= n, as the empirical s_hat is.
     """
     mask = build_mask(mask, scheme.dims.train_len)
-    H = scheme.dims.n_heads
-    counts = _visible_counts(mask, length, block_size)
+    H, device = scheme.dims.n_heads, module_device(scheme)
+    counts = _visible_counts(mask, length, block_size, device)
     if scheme.relative and not scheme.bias_per_query:
-        s = torch.zeros(H, length, dtype=torch.float64)
-        query = torch.tensor([length - 1])
+        s = torch.zeros(H, length, dtype=torch.float64, device=device)
+        query = torch.full((1,), length - 1, device=device)
         for start in range(0, length, KEY_BLOCK):
-            keys = torch.arange(start, min(start + KEY_BLOCK, length))
+            keys = torch.arange(start, min(start + KEY_BLOCK, length), device=device)
             s[:, length - 1 - keys] = _probe_scores(scheme, query, keys)[:, 0].double()
     else:
-        acc = DistanceMeans(H, length)
-        positions = torch.arange(length)
+        acc = DistanceMeans(H, length, device)
+        positions = torch.arange(length, device=device)
         for start in range(0, length, block_size):
             qp = positions[start : start + block_size]
             keys = positions[: int(qp[-1]) + 1] if mask.causal else positions

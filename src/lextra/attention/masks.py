@@ -104,7 +104,7 @@ class Mask:
 
 def _causal_counts(q_pos: Tensor, k_first: int, k_last: int) -> Tensor:
     """Keys at or before each query among k_first..k_last, at least 1."""
-    return (torch.minimum(q_pos, torch.tensor(k_last)) - k_first + 1).clamp(min=1)
+    return (q_pos.clamp(max=k_last) - k_first + 1).clamp(min=1)
 
 
 MASKS: Registry[Mask] = Registry("mask")
@@ -180,7 +180,7 @@ class BlockCausalMask(Mask):
 
     def visible_keys(self, q_pos: Tensor, k_first: int, k_last: int) -> Tensor:
         first = ((q_pos // self.block - 1) * self.block).clamp(min=k_first)
-        return (torch.minimum(q_pos, torch.tensor(k_last)) - first + 1).clamp(min=1)
+        return (q_pos.clamp(max=k_last) - first + 1).clamp(min=1)
 
     @property
     def options(self) -> dict[str, Any]:

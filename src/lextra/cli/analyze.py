@@ -8,6 +8,7 @@ from pathlib import Path
 from lextra.cli.app import Handler, group
 from lextra.cli.options import (
     add_corpus,
+    add_device,
     add_scheme_options,
     add_threads,
     finite_float,
@@ -18,7 +19,7 @@ from lextra.errors import ConfigError
 
 
 def add_analysis_inputs(parser: argparse.ArgumentParser) -> None:
-    """--out, --mask, --split, the corpus and threads: what every analysis shares."""
+    """--out, --mask, --split, the corpus, threads and device: what every analysis shares."""
     parser.add_argument("--out", required=True, help="output folder (JSON, CSV, markdown table, PNG plots)")
     parser.add_argument(
         "--mask",
@@ -29,6 +30,7 @@ def add_analysis_inputs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--split", default="validation", choices=["validation", "test"])
     add_corpus(parser, default=None, help_default="default: the corpus each model was trained on")
     add_threads(parser)
+    add_device(parser)
 
 
 analyze = group(
@@ -55,7 +57,7 @@ def _prepare(args: argparse.Namespace):
         build_mask(mask, train_len=2)  # raises on a bad spec
     if len(set(masks)) != len(masks):
         raise ConfigError(f"--mask lists a mask twice: {masks}")
-    checkpoints = load_checkpoints(args.checkpoints)
+    checkpoints = load_checkpoints(args.checkpoints, args.device)
     return masks, checkpoints, TextSource(args.split, args.corpus, args.limit_chars)
 
 
@@ -99,7 +101,7 @@ def _configure_resolution(parser: argparse.ArgumentParser) -> Handler:
         schemes = []
         for name in args.scheme:
             torch.manual_seed(args.seed)
-            schemes.append((name, build_scheme(name, dims, **options).eval()))
+            schemes.append((name, build_scheme(name, dims, **options).to(args.device).eval()))
         train_len = common_train_len(checkpoints, args.train_len)
         lengths = parse_lengths(args.lengths, train_len, (1, 2, 4))
         resolution_report(

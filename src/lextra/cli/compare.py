@@ -6,13 +6,13 @@ import argparse
 from pathlib import Path
 
 from lextra.cli.app import Handler, command
-from lextra.cli.options import add_evaluation, add_training, eval_config_from, train_config_from
+from lextra.cli.options import add_device, add_evaluation, add_training, eval_config_from, train_config_from
 
 
 @command(
     "compare",
     "train and evaluate several schemes on the same data, seed and budget",
-    options=(add_training, add_evaluation),
+    options=(add_training, add_device, add_evaluation),
 )
 def configure_compare(parser: argparse.ArgumentParser) -> Handler:
     from lextra.pipelines.compare import DEFAULT_VARIANTS
@@ -29,7 +29,7 @@ def configure_compare(parser: argparse.ArgumentParser) -> Handler:
 
         base = train_config_from(args, scheme="nope")
         variants = [v for v in args.schemes.split(",") if v.strip()]
-        compare(variants, base, eval_config_from(args), args.out)
+        compare(variants, base, eval_config_from(args), args.out, device=args.device)
         out = Path(args.out)
         print((out / "table.md").read_text())
         print(f"plot: {out / 'perplexity.png'}")

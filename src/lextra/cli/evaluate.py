@@ -8,6 +8,7 @@ from pathlib import Path
 from lextra.cli.app import Handler, command
 from lextra.cli.options import (
     add_corpus,
+    add_device,
     add_evaluation,
     add_rope_scaling,
     add_threads,
@@ -20,7 +21,7 @@ from lextra.cli.options import (
 @command(
     "eval",
     "perplexity of a trained model at many lengths under three protocols",
-    options=(add_rope_scaling, add_threads, add_evaluation),
+    options=(add_rope_scaling, add_threads, add_device, add_evaluation),
 )
 def configure_eval(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("checkpoint", help="a model folder (RUN/model) or a training run folder")
@@ -39,7 +40,7 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
         folder = model_folder(args.checkpoint)
         meta = read_model_meta(folder)
         data = prepare_for_model(meta, args.corpus, args.limit_chars)
-        model = load_model(folder)
+        model = load_model(folder, map_location=args.device)
         label = model.config.scheme
         if args.rope_scaling:
             apply_rope_scaling(model, args.rope_scaling)
@@ -60,7 +61,7 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
 @command(
     "align",
     "temperature alignment: per-layer softmax temperatures for inputs of a target length",
-    options=(add_threads,),
+    options=(add_threads, add_device),
 )
 def configure_align(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("checkpoint", help="a model folder (RUN/model) or a training run folder")
@@ -80,7 +81,7 @@ def configure_align(parser: argparse.ArgumentParser) -> Handler:
         folder = model_folder(args.checkpoint)
         meta = read_model_meta(folder)
         data = prepare_for_model(meta)
-        model = load_model(folder)
+        model = load_model(folder, map_location=args.device)
         result = align_temperatures(
             model, data, args.strategy, args.length, windows=args.windows, per_head=args.per_head
         )

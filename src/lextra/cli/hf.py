@@ -16,6 +16,7 @@ from typing import Any
 from lextra.cli.app import Handler, group
 from lextra.cli.options import (
     add_corpus,
+    add_device,
     add_evaluation,
     add_quiet,
     add_threads,
@@ -42,6 +43,7 @@ def add_hf_model(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temperatures", default=None, help="alignment.json written by `lextra hf align`")
     parser.add_argument("--out", default=None, help="results folder")
     add_threads(parser)
+    add_device(parser)
     add_quiet(parser)
 
 
@@ -56,7 +58,7 @@ def load_adapted(args: argparse.Namespace) -> tuple[Any, str]:
     """The adapted model with every stretching option applied, and a label naming them."""
     from lextra.hf import HFCausalLM, load_hf
 
-    model = load_hf(args.model, train_len=args.train_len)
+    model = load_hf(args.model, train_len=args.train_len, device=args.device)
     label = Path(args.model).stem if args.model != "smollm2" else "smollm2"
     if args.rope_scaling:
         if not isinstance(model, HFCausalLM):

@@ -1,4 +1,4 @@
-"""Option sets shared by several commands (data, threads, training, evaluation, retrieval evaluation), the
+"""Option sets shared by several commands (data, threads, device, training, evaluation, retrieval evaluation), the
 argparse value types that refuse non-finite or out-of-range numbers, and the parsers of their values."""
 
 from __future__ import annotations
@@ -125,13 +125,29 @@ def add_threads(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=non_negative_int, default=0, help="torch threads (default: torch's choice)")
 
 
+def add_device(parser: argparse.ArgumentParser) -> None:
+    """--device: where the command runs its models (resolved by `apply_runtime`, so a bad one fails first)."""
+    parser.add_argument(
+        "--device",
+        default="auto",
+        metavar="DEVICE",
+        help="auto (CUDA when available, else the CPU), cpu, cuda or cuda:N; under torchrun each process uses "
+        "the GPU of its LOCAL_RANK (default: auto)",
+    )
+
+
 def apply_runtime(args: argparse.Namespace) -> None:
-    """Apply the runtime options every command shares (threads) before its handler runs."""
+    """Apply the runtime options every command shares (threads; the device, resolved to a `torch.device` in
+    `args.device`) before its handler runs: a device torch cannot use ends the command before any work."""
     threads = getattr(args, "threads", 0)
     if threads:
         import torch
 
         torch.set_num_threads(threads)
+    if hasattr(args, "device"):
+        from lextra.devices import resolve_device
+
+        args.device = resolve_device(args.device)
 
 
 def add_corpus(parser: argparse.ArgumentParser, *, default: str | None = "python-code", help_default: str = "") -> None:

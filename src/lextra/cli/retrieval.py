@@ -8,6 +8,7 @@ from typing import Any
 
 from lextra.cli.app import Handler, group
 from lextra.cli.options import (
+    add_device,
     add_quiet,
     add_rope_scaling,
     add_scheme,
@@ -25,7 +26,9 @@ from lextra.cli.options import (
 DEFAULT_COMPARE = "rope,rope+dynamic,alibi,coca,coca+dynamic,nope,t5,sandwich"
 
 retrieval = group(
-    "retrieval", "passkey / lines / kv / code-key retrieval and code completion beyond L_tr", options=(add_quiet,)
+    "retrieval",
+    "passkey / lines / kv / code-key retrieval and code completion beyond L_tr",
+    options=(add_quiet, add_device),
 )
 
 
@@ -54,7 +57,14 @@ def configure_train(parser: argparse.ArgumentParser) -> Handler:
     def run(args: argparse.Namespace) -> int:
         from lextra.pipelines.retrieval import train_on_task
 
-        final = train_on_task(train_config_from(args), args.task, args.out, resume=args.resume, progress=not args.quiet)
+        final = train_on_task(
+            train_config_from(args),
+            args.task,
+            args.out,
+            resume=args.resume,
+            progress=not args.quiet,
+            device=args.device,
+        )
         print(f"model saved to {final}")
         return 0
 
@@ -78,7 +88,7 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
         from lextra.reporting.retrieval import save_retrieval_outputs
 
         folder = model_folder(args.checkpoint)
-        model, label = load_scaled(folder, args.rope_scaling)
+        model, label = load_scaled(folder, args.rope_scaling, args.device)
         task = evaluation_task(args.task, prepare_for_model(read_model_meta(folder)), args.candidates - 1)
         result = retrieval_settings(args).run(model, task, label, progress=not args.quiet)
         result.model = str(folder)
@@ -119,6 +129,7 @@ def configure_compare(parser: argparse.ArgumentParser) -> Handler:
             out,
             init_from_compare=args.init_from_compare,
             progress=not args.quiet,
+            device=args.device,
         )
         print((out / "table.md").read_text())
         print(f"results: {out / 'summary.json'}, heatmaps: {out / 'heatmaps'}")
@@ -151,7 +162,7 @@ def configure_completion(parser: argparse.ArgumentParser) -> Handler:
         results = {}
         for checkpoint in args.checkpoints:
             folder = model_folder(checkpoint)
-            model, label = load_scaled(folder, args.rope_scaling)
+            model, label = load_scaled(folder, args.rope_scaling, args.device)
             data = prepare_for_model(read_model_meta(folder))
             result = evaluate_completion(
                 model,

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from lextra.cli.app import Handler, command
-from lextra.cli.options import add_quiet, add_threads
+from lextra.cli.options import add_device, add_quiet, add_threads
 
 
 def _commit() -> str:
@@ -29,7 +29,7 @@ def _commit() -> str:
 @command(
     "study",
     "the seed papers' comparisons at small scale from one config file, in one report",
-    options=(add_threads, add_quiet),
+    options=(add_threads, add_device, add_quiet),
 )
 def configure_study(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("config", help="a study TOML file, e.g. experiments/study.toml")
@@ -42,13 +42,13 @@ def configure_study(parser: argparse.ArgumentParser) -> Handler:
 
         config = load_study(args.config)
         start, commit = time.time(), _commit()
-        results = Study(config, args.out, progress=not args.quiet, commit=commit).run()
+        results = Study(config, args.out, progress=not args.quiet, commit=commit, device=args.device).run()
         header = [
             f"# {config.name}",
             "",
             f"Produced by `lextra study {shlex.quote(args.config)} --out {shlex.quote(args.out)}`: cells computed "
             f"at commit {', '.join(f'`{c}`' for c in results.cell_commits)}, report written at `{commit}`; "
-            f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.machine()}; "
+            f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.machine()}, {args.device}; "
             f"{results.compute_minutes} min of compute over all cells (this invocation: "
             f"{(time.time() - start) / 60:.1f} min; cells computed earlier are reused).",
             "",

@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 
 from lextra.cli.app import Handler, command
-from lextra.cli.options import add_scheme, add_training, train_config_from
+from lextra.cli.options import add_device, add_scheme, add_training, train_config_from
 
 
-@command("train", "train a GPT with a position scheme at a training length", options=(add_scheme, add_training))
+@command(
+    "train",
+    "train a GPT with a position scheme at a training length",
+    options=(add_scheme, add_training, add_device),
+)
 def configure_train(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("--out", required=True, help="run directory")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
@@ -16,7 +20,7 @@ def configure_train(parser: argparse.ArgumentParser) -> Handler:
     def run(args: argparse.Namespace) -> int:
         from lextra.train import train
 
-        final = train(train_config_from(args), args.out, resume=args.resume)
+        final = train(train_config_from(args), args.out, resume=args.resume, device=args.device)
         print(f"model saved to {final}")
         return 0
 

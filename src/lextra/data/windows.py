@@ -50,7 +50,7 @@ def encode_documents(docs: Sequence[Document], tokenizer: Tokenizer, *, compact:
         return out
     for ids in tokenizer.encode_many([doc.text for doc in docs]):
         if ids:
-            out.append(torch.tensor(ids, dtype=dtype))
+            out.append(torch.tensor(ids, dtype=dtype, device="cpu"))
     return out
 
 
@@ -120,8 +120,8 @@ class TrainStream:
                 "use a smaller training length or a bigger corpus"
             )
         generator = torch.Generator().manual_seed(_window_seed(seed, step, rank))
-        starts = torch.randint(0, n - length, (batch_size,), generator=generator)
-        index = starts[:, None] + torch.arange(length + 1)
+        starts = torch.randint(0, n - length, (batch_size,), generator=generator, device="cpu")
+        index = starts[:, None] + torch.arange(length + 1, device="cpu")
         return self.tokens[index].long()
 
 
@@ -158,7 +158,7 @@ def eval_sequences(
     pieces: list[torch.Tensor] = []
     for index, t in enumerate(docs):
         if index and separator is not None:
-            pieces.append(torch.tensor([separator], dtype=t.dtype))
+            pieces.append(torch.tensor([separator], dtype=t.dtype, device="cpu"))
         pieces.append(t)
     stream = torch.cat([p.long() for p in pieces])
     if stream.numel() < need:

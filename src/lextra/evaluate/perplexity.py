@@ -31,6 +31,7 @@ from tqdm import tqdm
 from lextra.attention.masks import build_mask
 from lextra.data.prepare import PreparedData
 from lextra.data.windows import encode_documents
+from lextra.devices import module_device
 from lextra.errors import ConfigError, DataError
 from lextra.methods.align import log_length_temperature
 from lextra.model import GPT
@@ -104,7 +105,7 @@ def evaluation_documents(data: PreparedData, split: str, need: int, count: int) 
     long_docs = [t[:need] for t in tokens if t.numel() >= need][:count]
     if long_docs:
         return long_docs, False
-    stream = torch.cat(tokens) if tokens else torch.zeros(0, dtype=torch.long)
+    stream = torch.cat(tokens) if tokens else torch.zeros(0, dtype=torch.long, device="cpu")
     if stream.numel() < need:
         raise DataError(
             f"the {split} split has {stream.numel()} tokens, fewer than the {need} needed for the longest "
@@ -115,12 +116,17 @@ def evaluation_documents(data: PreparedData, split: str, need: int, count: int) 
 
 
 class _Scorer:
-    """Sums next-token log-likelihoods of chosen positions, batching windows of equal length."""
+    """Sums next-token log-likelihoods of chosen positions, batching windows of equal length.
+
+    Windows are moved to the model's device and the sum stays there (fp64), read once by `result`.
+    """
 
     def __init__(self, model: GPT, config: EvalConfig) -> None:
         self.model, self.config = model, config
+        self.device = module_device(model)
         self.mask = build_mask(config.mask, model.config.train_len)
-        self.nll, self.count = 0.0, 0
+        self.nll = torch.zeros((), dtype=torch.float64, device=self.device)
+        self.count = 0
 
     def add(self, windows: list[Tensor], targets: list[Tensor], scored_from: list[int]) -> None:
         """windows[i] (L,) input tokens, targets[i] (L,) next tokens; score positions >= scored_from[i]."""
@@ -129,8 +135,8 @@ class _Scorer:
         L = windows[0].numel()
         per_batch = max(1, self.config.max_batch_tokens // L)
         for start in range(0, len(windows), per_batch):
-            inputs = torch.stack(windows[start : start + per_batch])
-            gold = torch.stack(targets[start : start + per_batch])
+            inputs = torch.stack(windows[start : start + per_batch]).to(self.device)
+            gold = torch.stack(targets[start : start + per_batch]).to(self.device)
             first = scored_from[start : start + per_batch]
             hidden = self.model.features(inputs, mask=self.mask, backend=self.config.backend)
             lo = min(first)
@@ -140,13 +146,13 @@ class _Scorer:
             for a in range(lo, L, step):
                 b = min(a + step, L)
                 logits = self.model.head(hidden[:, a:b]).float()
-                nll = F.cross_entropy(logits.flatten(0, 1), gold[:, a:b].flatten().to(logits.device), reduction="none")
+                nll = F.cross_entropy(logits.flatten(0, 1), gold[:, a:b].flatten(), reduction="none")
                 keep = torch.arange(a, b, device=hidden.device)[None, :] >= starts
-                self.nll += float(nll.view(len(first), -1)[keep].sum())
-                self.count += int(keep.sum())
+                self.nll += torch.where(keep, nll.view(len(first), -1), 0.0).sum().double()
+                self.count += sum(max(0, b - max(a, f)) for f in first)
 
     def result(self) -> PerplexityPoint:
-        mean = self.nll / max(1, self.count)
+        mean = float(self.nll) / max(1, self.count)
         return PerplexityPoint(ppl=math.exp(mean), nll=mean, tokens=self.count)
 
 

@@ -45,7 +45,7 @@ class AttentionState:
 
 def query_temperature(state: AttentionState, layer: int, q_pos: Tensor) -> Tensor | None:
     """The layer's temperature (H,) times the log-n factor per query: None, (H,) or (H, Lq)."""
-    tau = None if state.temperatures is None else state.temperatures[layer]
+    tau = None if state.temperatures is None else state.temperatures[layer].to(q_pos.device)
     if state.log_scaling == "none":
         return tau
     factor = qwen_log_factor(q_pos, state.train_len)[None]
@@ -80,8 +80,8 @@ def lextra_attention(
     if position_ids is not None and position_ids.shape[-1] == Lq and Lq <= Lk:
         q_pos = position_ids.reshape(-1, Lq)[0].to(torch.long)
     else:
-        q_pos = torch.arange(Lk - Lq, Lk)
-    k_pos = torch.arange(Lk)
+        q_pos = torch.arange(Lk - Lq, Lk, device=query.device)
+    k_pos = torch.arange(Lk, device=query.device)
     state: AttentionState | None = getattr(module, "lextra_state", None)
     layer = int(getattr(module, "layer_idx", 0) or 0)
     if state is None:
@@ -128,7 +128,7 @@ def _dense(
         else:
             logits = logits + attention_mask.float()
     if tau is not None:
-        t = torch.as_tensor(tau, dtype=torch.float32)
+        t = torch.as_tensor(tau, dtype=torch.float32, device=logits.device)
         logits = logits / (t[:, None, None] if t.dim() == 1 else t[..., None])
     logits = logits.masked_fill(~allowed, float("-inf"))
     weights = torch.softmax(logits, dim=-1).nan_to_num(0.0)  # fully masked rows (padding) attend to nothing
@@ -155,7 +155,7 @@ def check_log_scaling(kind: str) -> str:
 
 def check_temperatures(values: Any, layers: int, heads: int) -> Tensor:
     """Positive (layers, heads) temperatures as fp32."""
-    tau = torch.as_tensor(values, dtype=torch.float32)
+    tau = torch.as_tensor(values, dtype=torch.float32, device="cpu")
     if tuple(tau.shape) != (layers, heads) or not bool((tau > 0).all()) or not math.isfinite(float(tau.sum())):
         raise ConfigError(f"temperatures must be positive with shape ({layers}, {heads}), got {tuple(tau.shape)}")
     return tau

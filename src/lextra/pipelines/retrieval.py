@@ -13,7 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from lextra.data import prepare_for_model
+from lextra.devices import resolve_device
 from lextra.errors import ConfigError
 from lextra.evaluate.retrieval import (
     DEFAULT_DEPTHS,
@@ -70,11 +73,20 @@ def parse_scaled_variant(spec: str) -> tuple[str, str | None]:
     return scheme, scaling or None
 
 
-def train_on_task(config: TrainConfig, task: str, out: str | Path, *, resume: bool, progress: bool) -> Path:
-    """Train `config` on the retrieval task spec `task` (NAME, NAME+lm, NAME:RATIO); returns the final model."""
+def train_on_task(
+    config: TrainConfig,
+    task: str,
+    out: str | Path,
+    *,
+    resume: bool,
+    progress: bool,
+    device: str | torch.device | None = None,
+) -> Path:
+    """Train `config` on the retrieval task spec `task` (NAME, NAME+lm, NAME:RATIO) on `device`; returns the final
+    model."""
     config = copy.deepcopy(config)
     config.task = register_task_spec(task)
-    return train(config, out, resume=resume, progress=progress)
+    return train(config, out, resume=resume, progress=progress, device=device)
 
 
 def compare_pretrained(folder: str | Path, scheme: str) -> str:
@@ -85,9 +97,9 @@ def compare_pretrained(folder: str | Path, scheme: str) -> str:
     return str(path)
 
 
-def load_scaled(folder: str | Path, rope_scaling: str | None) -> tuple[Any, str]:
-    """The model in `folder` with `rope_scaling` applied, and a label naming both."""
-    model = load_model(folder)
+def load_scaled(folder: str | Path, rope_scaling: str | None, device: str | torch.device = "cpu") -> tuple[Any, str]:
+    """The model in `folder` on `device` with `rope_scaling` applied, and a label naming both."""
+    model = load_model(folder, map_location=device)
     label = model.config.scheme
     if rope_scaling:
         apply_rope_scaling(model, rope_scaling)
@@ -104,9 +116,12 @@ def compare_retrieval(
     *,
     init_from_compare: str | None = None,
     progress: bool = True,
+    device: str | torch.device | None = None,
 ) -> dict[str, RetrievalResult]:
-    """Train each distinct scheme once on `task`, evaluate each variant; write the summary and return the results."""
+    """Train each distinct scheme once on `task`, evaluate each variant, all on `device` (None: CUDA when
+    available); write the summary and return the results."""
     out = Path(out)
+    device = resolve_device(device)
     if not variants:
         raise ConfigError("--schemes needs at least one variant")
     parsed = {v: parse_scaled_variant(v) for v in variants}
@@ -125,7 +140,7 @@ def compare_retrieval(
                 if init_from_compare:
                     config.init_from = compare_pretrained(init_from_compare, scheme)
                 resume = (run_dir / CHECKPOINTS).exists()
-                final = train_on_task(config, task, run_dir, resume=resume, progress=progress)
+                final = train_on_task(config, task, run_dir, resume=resume, progress=progress, device=device)
             models[scheme] = final
         meta = read_model_meta(models[scheme])
         trained_on = meta.get("train", {}).get("task")
@@ -133,7 +148,7 @@ def compare_retrieval(
             raise ConfigError(
                 f"{models[scheme]} was trained on task {trained_on!r}, not {task!r}; use a new --out folder"
             )
-        model, _ = load_scaled(models[scheme], scaling)
+        model, _ = load_scaled(models[scheme], scaling, device)
         _log(f"evaluating {label}")
         prompts = evaluation_task(task, prepare_for_model(meta), settings.candidates - 1)
         result = settings.run(model, prompts, label, progress)

@@ -296,12 +296,13 @@ class FIRE(PositionScheme):
             return self.bias(q_pos, k_pos)
         c, n, H = q_pos.numel(), k_pos.numel(), self.dims.n_heads
         l_thr = self.l_mult.abs() * self.threshold
-        u = _buffer(workspace, "u", c * n, torch.float32).view(c, n)
+        device = q_pos.device
+        u = _buffer(workspace, "u", c * n, torch.float32, device).view(c, n)
         torch.sub(q_pos[:, None].float(), k_pos[None, :].float(), out=u)  # the distance m - n
         u.mul_(self.c).abs_().add_(1.0).log_()  # psi(m - n)
         u.div_((self._psi(torch.maximum(q_pos.float(), l_thr)) + self.eps)[:, None])
         breakpoints, slope, intercept = self._linear_pieces()
-        bias = _buffer(workspace, "bias", H * c * n, torch.float32).view(H, c * n)
+        bias = _buffer(workspace, "bias", H * c * n, torch.float32, device).view(H, c * n)
         ends = torch.bucketize(torch.stack(torch.aminmax(u)), breakpoints)
         if ends[0] == ends[1]:
             # every pair of the block lies on one linear piece (common far from the diagonal, where
@@ -311,10 +312,11 @@ class FIRE(PositionScheme):
             one = int(ends[0])
             torch.addcmul(intercept[:, one, None], slope[:, one, None], u.view(1, -1), out=bias)
             return bias.view(H, c, n)
-        piece = _buffer(workspace, "piece", c * n, torch.int32)  # int32 indices: bucketize is faster than with int64
+        # int32 indices: bucketize is faster than with int64
+        piece = _buffer(workspace, "piece", c * n, torch.int32, device)
         torch.bucketize(u.view(-1), breakpoints, out_int32=True, out=piece)
         torch.index_select(slope, 1, piece, out=bias)
-        offset = _buffer(workspace, "offset", c * n, torch.float32)  # one head's intercepts at a time
+        offset = _buffer(workspace, "offset", c * n, torch.float32, device)  # one head's intercepts at a time
         for h in range(H):
             torch.index_select(intercept[h], 0, piece, out=offset)
             torch.addcmul(offset, bias[h], u.view(-1), out=bias[h])  # intercept + slope * u
@@ -331,11 +333,12 @@ class FIRE(PositionScheme):
         return self._mlp_heads(self._psi(distance) / denominator[:, None])  # (H, Lq, Lk)
 
 
-def _buffer(workspace: dict[str, Tensor], name: str, numel: int, dtype: torch.dtype) -> Tensor:
-    """The first `numel` entries of a flat buffer in `workspace`, grown by half again when too small (so a
-    causal pass, whose blocks see ever more keys, reallocates only O(log L) times)."""
+def _buffer(workspace: dict[str, Tensor], name: str, numel: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """The first `numel` entries of a flat buffer on `device` in `workspace`, grown by half again when too small
+    (so a causal pass, whose blocks see ever more keys, reallocates only O(log L) times)."""
     buffer = workspace.get(name)
-    if buffer is None or buffer.numel() < numel or buffer.dtype != dtype:
-        buffer = torch.empty(max(numel, int(1.5 * (buffer.numel() if buffer is not None else 0))), dtype=dtype)
+    if buffer is None or buffer.numel() < numel or buffer.dtype != dtype or buffer.device != device:
+        size = max(numel, int(1.5 * (buffer.numel() if buffer is not None else 0)))
+        buffer = torch.empty(size, dtype=dtype, device=device)
         workspace[name] = buffer
     return buffer[:numel]

@@ -124,10 +124,13 @@ class RotaryFrequencies(PositionScheme):
         self.attention_factor = factor
 
     def frequencies_for(self, seq_len: int | None) -> tuple[Tensor, float]:
-        """Inverse frequencies and cos/sin factor for a sequence of `seq_len` positions (dynamic, longrope)."""
+        """Inverse frequencies and cos/sin factor for a sequence of `seq_len` positions (dynamic, longrope): a few
+        numbers computed on the CPU, with the arithmetic of the frequencies at construction, then moved to the
+        scheme's device."""
         if not depends_on_length(self.scaling):
             return self.inv_freq, self.attention_factor
-        inv_freq, factor = frequencies(self.scaling, self.dims.head_dim, self.base, seq_len)
+        with torch.device("cpu"):
+            inv_freq, factor = frequencies(self.scaling, self.dims.head_dim, self.base, seq_len)
         return inv_freq.to(self.inv_freq.device), factor
 
     def angles(self, positions: Tensor, seq_len: int | None) -> tuple[Tensor, Tensor]:

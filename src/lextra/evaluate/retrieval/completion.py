@@ -19,6 +19,7 @@ import torch
 from tqdm import tqdm
 
 from lextra.data import Document, Tokenizer
+from lextra.devices import module_device
 from lextra.errors import ConfigError, DataError
 from lextra.evaluate.retrieval.evaluate import default_lengths
 from lextra.evaluate.retrieval.scoring import greedy_continue, prefill
@@ -164,7 +165,8 @@ def complete_lines(
     stop = newline[0] if len(newline) == 1 else None
     out: list[str] = []
     for start in range(0, len(contexts), batch_size):
-        batch = torch.tensor([list(c) for c in contexts[start : start + batch_size]], dtype=torch.long)
+        rows = [list(c) for c in contexts[start : start + batch_size]]
+        batch = torch.tensor(rows, dtype=torch.long, device=module_device(model))
         logits, cache = prefill(model, batch)
         for row in greedy_continue(model, logits, cache, max_new, stop_token=stop).tolist():
             if stop is not None and stop in row:

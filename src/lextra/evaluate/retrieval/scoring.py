@@ -2,7 +2,8 @@
 gold answer's total log-likelihood among distractor answers (rank 1 = correct; ties count against the gold).
 
 Works with any model called as `model(tokens, cache=cache)` -> logits (B, L, V) whose `new_cache()` gives a cache
-with `repeat_rows(r)`: lextra's GPT and the Hugging Face adapters in `lextra.hf`.
+with `repeat_rows(r)`: lextra's GPT and the Hugging Face adapters in `lextra.hf`. Prompts and candidates are moved
+to the model's device, so caches and logits live there too.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from lextra.devices import module_device
+
 
 @torch.no_grad()
 def prefill(model: Any, prompts: Tensor) -> tuple[Tensor, Any]:
     """Run equal-length prompts (B, L) once; the last position's logits (B, V) and the filled cache."""
     cache = model.new_cache()
-    logits = model(prompts, cache=cache)[:, -1].float()
+    logits = model(prompts.to(module_device(model)), cache=cache)[:, -1].float()
     return logits, cache
 
 
@@ -27,7 +30,7 @@ def prefill(model: Any, prompts: Tensor) -> tuple[Tensor, Any]:
 def greedy_continue(model: Any, logits: Tensor, cache: Any, steps: int, stop_token: int | None = None) -> Tensor:
     """Greedy tokens (B, steps) after a prefill; stops early once every row has produced `stop_token`."""
     out: list[Tensor] = []
-    done = torch.zeros(logits.shape[0], dtype=torch.bool)
+    done = torch.zeros(logits.shape[0], dtype=torch.bool, device=logits.device)
     for step in range(steps):
         token = logits.argmax(dim=-1)
         out.append(token)
@@ -37,7 +40,7 @@ def greedy_continue(model: Any, logits: Tensor, cache: Any, steps: int, stop_tok
                 break
         if step + 1 < steps:
             logits = model(token[:, None], cache=cache)[:, -1].float()
-    return torch.stack(out, dim=1) if out else torch.zeros(logits.shape[0], 0, dtype=torch.long)
+    return torch.stack(out, dim=1) if out else logits.new_zeros(logits.shape[0], 0, dtype=torch.long)
 
 
 @torch.no_grad()
@@ -47,12 +50,11 @@ def candidate_loglik(model: Any, logits: Tensor, cache: Any, candidates: Sequenc
     if any(len(row) != C for row in candidates):
         raise ValueError("every prompt needs the same number of candidates")
     longest = max(len(c) for row in candidates for c in row)
-    ids = torch.zeros(B, C, longest, dtype=torch.long)
-    valid = torch.zeros(B, C, longest, dtype=torch.bool)
-    for b, row in enumerate(candidates):
-        for c, cand in enumerate(row):
-            ids[b, c, : len(cand)] = torch.tensor(list(cand), dtype=torch.long)
-            valid[b, c, : len(cand)] = True
+    padded = [[[*cand, *[0] * (longest - len(cand))] for cand in row] for row in candidates]
+    lengths = [[len(cand) for cand in row] for row in candidates]
+    ids = torch.tensor(padded, dtype=torch.long, device=logits.device)
+    positions = torch.arange(longest, device=logits.device)
+    valid = positions < torch.tensor(lengths, device=logits.device)[..., None]
     first = F.log_softmax(logits, dim=-1)  # (B, V): predicts each candidate's first token
     scores = first.gather(1, ids[:, :, 0]) * valid[:, :, 0]
     if longest > 1:
@@ -84,7 +86,7 @@ def score_prompts(
     lengths = {len(p) for p in prompts}
     if len(lengths) != 1:
         raise ValueError(f"score_prompts needs prompts of one length, got lengths {sorted(lengths)}")
-    batch = torch.tensor([list(p) for p in prompts], dtype=torch.long)
+    batch = torch.tensor([list(p) for p in prompts], dtype=torch.long, device=module_device(model))
     logits, cache = prefill(model, batch)
     result: dict[str, list] = {}
     if distractors is not None:

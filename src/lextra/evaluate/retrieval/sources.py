@@ -79,7 +79,7 @@ class RetrievalSource:
                 rows.append(lm_rows[row])
                 continue
             sample = self.task.sample(length + 1, rng.random(), rng, with_answer=True)
-            rows.append(torch.tensor(sample.prompt_ids + sample.answer_ids, dtype=torch.long))
+            rows.append(torch.tensor(sample.prompt_ids + sample.answer_ids, dtype=torch.long, device="cpu"))
         return torch.stack(rows)
 
 

@@ -20,6 +20,7 @@ import torch
 from lextra.analysis import dispersion, empirical_scores, receptive_field
 from lextra.attention import build_mask
 from lextra.data import PreparedData, prepare_data
+from lextra.devices import resolve_device
 from lextra.evaluate import EvalConfig, Evaluation, evaluate_model
 from lextra.evaluate.retrieval import RetrievalResult
 from lextra.io import atomic_write_json, sha256_file
@@ -37,10 +38,20 @@ from lextra.reporting.study_results import (
 
 
 class Study:
-    """One study run in `out`: trained models, cached cells and the collected results."""
+    """One study run in `out`: trained models, cached cells and the collected results, computed on `device`
+    (None: CUDA when available); cell keys do not hold the device, so cells computed anywhere are reused."""
 
-    def __init__(self, config: StudyConfig, out: str | Path, *, progress: bool = True, commit: str = "unknown") -> None:
+    def __init__(
+        self,
+        config: StudyConfig,
+        out: str | Path,
+        *,
+        progress: bool = True,
+        commit: str = "unknown",
+        device: str | torch.device | None = None,
+    ) -> None:
         self.config, self.out, self.progress, self.commit = config, Path(out), progress, commit
+        self.device = resolve_device(device)
         #: the code versions that computed the cells used (recorded in each cell)
         self.commits: set[str] = set()
         self._data: PreparedData | None = None
@@ -85,7 +96,7 @@ class Study:
         return self._checksums[(label, seed)]
 
     def load(self, label: str, seed: int = 0):
-        return load_model(self.models[(label, seed)]).eval()
+        return load_model(self.models[(label, seed)], map_location=self.device).eval()
 
     # --- stages ---------------------------------------------------------------------------------------------
     def train_all(self) -> None:
@@ -97,7 +108,9 @@ class Study:
                     "training",
                     f"{spec.label}-seed{seed}",
                     config.to_dict(),
-                    lambda config=config, run_dir=run_dir: str(train_or_reuse(config, run_dir, self.progress)),
+                    lambda config=config, run_dir=run_dir: str(
+                        train_or_reuse(config, run_dir, self.progress, self.device)
+                    ),
                 )
                 self.models[(spec.label, seed)] = Path(final)
 
@@ -212,7 +225,9 @@ class Study:
                         "training",
                         f"{label}-{task_name}",
                         config.to_dict(),
-                        lambda config=config, run_dir=run_dir: str(train_or_reuse(config, run_dir, self.progress)),
+                        lambda config=config, run_dir=run_dir: str(
+                            train_or_reuse(config, run_dir, self.progress, self.device)
+                        ),
                     )
                 )
             key = {
@@ -224,7 +239,7 @@ class Study:
             }
 
             def compute(label=label, scaling=scaling, variant=variant) -> RetrievalResult:
-                model = load_model(tuned[label]).eval()
+                model = load_model(tuned[label], map_location=self.device).eval()
                 if scaling:
                     apply_rope_scaling(model, scaling)
                 task = build_task(task_name, self.data.tokenizer, self.data.splits["test"])

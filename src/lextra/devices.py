@@ -1,0 +1,102 @@
+"""Where models run: `--device auto|cpu|cuda|cuda:N` resolved once, the device of a model, autocast for it.
+
+The device is a runtime choice, never part of a saved config: checkpoints hold device-independent tensors
+(safetensors written from CPU copies) and load onto any device. Code that runs a model takes the device from the
+model (`module_device`), never from a global. Under torchrun each process uses the GPU of its LOCAL_RANK.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from contextlib import AbstractContextManager
+from typing import Any
+
+import torch
+
+from lextra.errors import ConfigError
+
+DEVICE_CHOICES = "auto, cpu, cuda or cuda:N"
+PRECISIONS = ("fp32", "bf16")
+
+
+def torchrun_local() -> tuple[int, int] | None:
+    """(LOCAL_RANK, LOCAL_WORLD_SIZE) of this process under torchrun with more than one process, else None."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or "LOCAL_RANK" not in os.environ:
+        return None
+    rank = int(os.environ["LOCAL_RANK"])
+    return rank, int(os.environ.get("LOCAL_WORLD_SIZE", str(rank + 1)))
+
+
+def _no_cuda_reason() -> str:
+    """Why torch sees no CUDA device: a CPU build, or a CUDA build that finds no GPU."""
+    if torch.version.cuda is None:
+        return "this torch is a CPU build"
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    hidden = f", CUDA_VISIBLE_DEVICES={visible!r}" if visible is not None else ""
+    return f"torch {torch.__version__} is built for CUDA {torch.version.cuda} but finds no GPU{hidden}"
+
+
+def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
+    """The torch device `spec` names, checked against what torch sees; refusals are one-line `ConfigError`s.
+
+    `auto` (or None) is CUDA when available, else the CPU; `cuda` is the current GPU, or the LOCAL_RANK GPU under
+    torchrun; `cuda:N` must exist. Nothing falls back to the CPU silently.
+    """
+    text = "auto" if spec is None else str(spec).strip()
+    name = text or repr(text)
+    if text == "auto":
+        if not torch.cuda.is_available():
+            return torch.device("cpu")
+        text = "cuda"
+    if text == "cpu":
+        return torch.device("cpu")
+    kind, colon, index_text = text.partition(":")
+    if kind != "cuda":
+        raise ConfigError(f"--device {name}: unknown device; use {DEVICE_CHOICES}")
+    if colon and not index_text.isdigit():
+        raise ConfigError(f"--device {name}: {index_text!r} is not a GPU index; use cuda or cuda:N with N = 0, 1, ...")
+    if not torch.cuda.is_available():
+        raise ConfigError(f"--device {name}: torch sees no CUDA device ({_no_cuda_reason()}); use --device cpu or auto")
+    count = torch.cuda.device_count()
+    index = int(index_text) if colon else None
+    local = torchrun_local()
+    if local is not None:
+        rank, per_node = local
+        if per_node > count:
+            raise ConfigError(
+                f"--device {name}: torchrun starts {per_node} processes on this node but torch sees {count} GPU(s); "
+                f"use --nproc-per-node={count} or --device cpu"
+            )
+        if index is not None and index != rank:
+            raise ConfigError(
+                f"--device {name}: under torchrun each process uses the GPU of its LOCAL_RANK (here {rank}); "
+                "use --device cuda or auto"
+            )
+        index = rank
+    if index is None:
+        index = torch.cuda.current_device()
+    if index >= count:
+        raise ConfigError(
+            f"--device {name}: torch sees {count} CUDA device(s), cuda:0 to cuda:{count - 1}; use one of them or auto"
+        )
+    return torch.device("cuda", index)
+
+
+def module_device(model: Any) -> torch.device:
+    """The device of a model's first parameter or buffer (the CPU when it has none): where its inputs must go."""
+    for source in ("parameters", "buffers"):
+        tensors = getattr(model, source, None)
+        if callable(tensors):
+            for tensor in tensors():
+                return tensor.device
+    return torch.device("cpu")
+
+
+def autocast(precision: str, device: torch.device | str) -> AbstractContextManager:
+    """bf16 autocast on `device`'s type (CUDA or CPU) for matrix products; nothing for fp32."""
+    if precision == "bf16":
+        return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
