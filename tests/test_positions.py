@@ -449,7 +449,7 @@ def test_fire_blocks_on_one_linear_piece_skip_the_per_pair_gathers_exactly() -> 
     torch.manual_seed(0)
     fire = build_scheme("fire", HeadDims(4, 16, 64, 128), threshold=32.0)
     q_pos, k_pos = torch.arange(6000, 6016), torch.arange(0, 64)
-    breakpoints = fire._linear_pieces()[0]
+    breakpoints = fire.linear_pieces()[0]
     u = fire._psi((q_pos[:, None] - k_pos[None, :]).float()) / (fire._psi(q_pos.float()) + fire.eps)[:, None]
     assert torch.bucketize(u, breakpoints).unique().numel() == 1  # the case under test
     workspace: dict[str, torch.Tensor] = {}

@@ -1,4 +1,5 @@
-"""Attention with position schemes: masks, backends and the functional `attention` call."""
+"""Attention with position schemes: masks, backends (reference, sdpa, chunked/tiled, flex) and the functional
+`attention` call."""
 
 from lextra.attention.backends import (
     BACKENDS,
@@ -7,6 +8,7 @@ from lextra.attention.backends import (
     chunked_attention,
     reference_attention,
 )
+from lextra.attention.flex import flex_attention_forward, flex_block_mask
 from lextra.attention.masks import MASKS, Mask, build_mask
 
 __all__ = [
@@ -17,5 +19,7 @@ __all__ = [
     "attention_logits",
     "build_mask",
     "chunked_attention",
+    "flex_attention_forward",
+    "flex_block_mask",
     "reference_attention",
 ]

@@ -1,4 +1,4 @@
-"""The functional attention call and its backends: `reference`, `sdpa`, `chunked`, and `auto`.
+"""The functional attention call and its backends: `reference`, `sdpa`, `chunked`, `flex`, and `auto`.
 
 `attention(q, k, v, scheme=..., mask=..., q_pos=..., k_pos=...)` applies a position scheme's q/k transform
 and score bias, a mask and an optional temperature, then softmax-attends:
@@ -17,8 +17,12 @@ and score bias, a mask and an optional temperature, then softmax-attends:
   chunks, each tile one flash call that also returns its log-sum-exp, merged exactly as flash attention merges
   its tiles. Rotary schemes rotate one tile's queries and keys at a time, so no rotated copy of q or k is ever
   held in full.
-- `auto`: `sdpa` when it applies, else `chunked`. Rotary schemes at long lengths without autograd take `chunked`
-  (tiled): the fused call would need rotated copies of all of q and k on top of SDPA's own working memory.
+- `flex`: one compiled FlexAttention call (`lextra.attention.flex`): biases as score modifiers read from the
+  per-distance tables, masks as a mask_mod and a cached BlockMask, lengths padded to a few buckets; forward on
+  CPU, forward and backward on CUDA.
+- `auto`: on CPU, `sdpa` when it applies, else `chunked`. Rotary schemes at long lengths without autograd take
+  `chunked` (tiled): the fused call would need rotated copies of all of q and k on top of SDPA's own working
+  memory. On CUDA (`cuda_backend`), `sdpa` (flash) when it applies, else `flex`, else `chunked`.
 
 The backends ask a mask only what it declares (`lextra.attention.masks.Mask`), never which mask it is, and a
 scheme only its interface (`lextra.positions.base.PositionScheme`).
@@ -32,11 +36,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from lextra.attention.flex import flex_attention_forward, flex_unsupported
 from lextra.attention.masks import UNBOUNDED, CausalMask, Mask, build_mask
 from lextra.errors import ConfigError
 from lextra.positions.base import PositionScheme
 
-BACKENDS = ("auto", "reference", "sdpa", "chunked")
+BACKENDS = ("auto", "reference", "sdpa", "chunked", "flex")
 #: elements of one block's bias tensor (x batch broadcast); 2^24 fp32 = 64 MiB
 BIAS_BUDGET = 1 << 24
 MAX_BLOCK = 1024
@@ -106,6 +111,8 @@ def attention(
                 "offset queries or xPos beyond its span; use backend='chunked' or 'auto'"
             )
         return _sdpa_attention(q, k, v, scheme, mask, q_pos, k_pos, scale, tau)
+    if backend == "flex":
+        return flex_attention_forward(q, k, v, scheme, mask, q_pos, k_pos, scale, tau)
     return chunked_attention(q, k, v, scheme, mask, q_pos, k_pos, scale, tau, block_size)
 
 
@@ -154,7 +161,10 @@ def auto_backend(
     device: torch.device | str = "cpu",
     dtype: torch.dtype = torch.float32,
 ) -> str:
-    """What `backend="auto"` runs for these positions under the current grad mode: "sdpa" or "chunked"."""
+    """What `backend="auto"` runs for these positions under the current grad mode: "sdpa" or "chunked" on CPU,
+    `cuda_backend`'s choice on CUDA."""
+    if torch.device(device).type == "cuda":
+        return cuda_backend(scheme, mask, q_pos, k_pos)
     if not _sdpa_applies(scheme, mask, q_pos, k_pos):
         return "chunked"
     rotary = scheme is not None and scheme.transforms_qk
@@ -167,6 +177,15 @@ def auto_backend(
     return "sdpa"
 
 
+def cuda_backend(scheme: PositionScheme | None, mask: Mask, q_pos: Tensor, k_pos: Tensor) -> str:
+    """`auto` on CUDA: the fused flash kernel where one SDPA call is exact (no bias, causal or full, aligned
+    positions), else `flex` (biases, windows, BCA, offset queries), else `chunked` (what flex refuses: xPos past
+    its span). Decides from declarations and position values alone: it never touches the GPU."""
+    if _sdpa_applies(scheme, mask, q_pos, k_pos):
+        return "sdpa"
+    return "flex" if flex_unsupported(scheme, q_pos, k_pos) is None else "chunked"
+
+
 def attention_path(
     scheme: PositionScheme | None,
     mask: Mask,
@@ -176,10 +195,12 @@ def attention_path(
     dtype: torch.dtype = torch.float32,
 ) -> str:
     """How `backend="auto"` computes attention here, under the current grad mode (for benchmarks and logs):
-    `sdpa` (one fused call), `tiled` (query x key tiles merged by log-sum-exp), `chunked/strided` (query blocks,
-    bias a strided view of a per-distance table), `chunked/gathered` (bias built per block), `chunked` (no bias)."""
-    if auto_backend(scheme, mask, q_pos, k_pos, device, dtype) == "sdpa":
-        return "sdpa"
+    `sdpa` (one fused call), `flex` (one FlexAttention call, CUDA), `tiled` (query x key tiles merged by
+    log-sum-exp), `chunked/strided` (query blocks, bias a strided view of a per-distance table),
+    `chunked/gathered` (bias built per block), `chunked` (no bias)."""
+    choice = auto_backend(scheme, mask, q_pos, k_pos, device, dtype)
+    if choice in ("sdpa", "flex"):
+        return choice
     if _tiles_apply(scheme, mask, q_pos, k_pos, device, dtype):
         return "tiled"
     if scheme is None or not scheme.has_bias:
@@ -460,7 +481,7 @@ def tiled_causal_attention(
                 )
             else:
                 part, part_lse = _FLASH_WITH_LSE(qs, kr, v[..., lo:hi, :], 0.0, causal, scale=scale)
-            acc, lse = _merge_tiles(acc, lse, part, part_lse)
+            acc, lse = merge_tiles(acc, lse, part, part_lse)
         out[..., start:stop, :] = acc
     return out
 
@@ -477,13 +498,46 @@ def _tile_bias(
     return bias[None]
 
 
-def _merge_tiles(acc: Tensor | None, lse: Tensor | None, part: Tensor, part_lse: Tensor) -> tuple[Tensor, Tensor]:
-    """Fold one tile's normalised output and log-sum-exp into the running ones (fp32 accumulation)."""
+def merge_tiles(acc: Tensor | None, lse: Tensor | None, part: Tensor, part_lse: Tensor) -> tuple[Tensor, Tensor]:
+    """Fold one tile's normalised output and log-sum-exp into the running ones (fp32 accumulation, in place).
+
+    A row that no tile so far lets see a key (log-sum-exp -inf on both sides, output 0) stays at 0 and -inf.
+    """
     if acc is None or lse is None:
         return part.float(), part_lse
     total = torch.logaddexp(lse, part_lse)
-    acc.mul_(torch.exp(lse - total)[..., None]).add_(part.float() * torch.exp(part_lse - total)[..., None])
+    base = total.masked_fill(torch.isneginf(total), 0.0)
+    acc.mul_(torch.exp(lse - base)[..., None]).addcmul_(part, torch.exp(part_lse - base)[..., None])
     return acc, total
+
+
+def attention_with_lse(
+    q: Tensor, k: Tensor, v: Tensor, scale: float, *, causal: bool = False, mask: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """One tile's softmax attention and its rows' log-sum-exp (B, H, Lq) in fp32, for merging tiles exactly.
+
+    torch's CPU flash kernel without autograd (fp32, bf16); otherwise the same computed explicitly in fp32 (any
+    device, differentiable). `causal` is top-left aligned (key j <= query i); `mask` is a float 0 / -inf tensor
+    broadcastable to (B, H, Lq, Lk). A row that sees no key gets output 0 and log-sum-exp -inf.
+    """
+    use_flash = _FLASH_WITH_LSE is not None and not torch.is_grad_enabled() and q.device.type == "cpu"
+    if use_flash and q.dtype in (torch.float32, torch.bfloat16):
+        attn_mask = None if mask is None else mask.to(q.dtype)
+        out, lse = _FLASH_WITH_LSE(q, k, v, 0.0, causal, attn_mask=attn_mask, scale=scale)
+        if mask is not None:  # the kernel reports log-sum-exp 0 for a row it was given no key for
+            lse = lse.masked_fill(torch.isneginf(mask).all(-1), float("-inf"))
+        return out, lse.float()
+    logits = (q.float() @ k.float().transpose(-1, -2)) * scale
+    if causal:
+        hidden = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).triu(1)
+        logits = logits.masked_fill(hidden, float("-inf"))
+    if mask is not None:
+        logits = logits + mask.float()
+    empty = torch.isneginf(logits).all(-1, keepdim=True)  # rows without keys: finite logits, then weight 0
+    logits = logits.masked_fill(empty, 0.0)
+    lse = torch.logsumexp(logits, dim=-1, keepdim=True)
+    weights = torch.exp(logits - lse).masked_fill(empty, 0.0)
+    return (weights @ v.float()).to(v.dtype), lse.masked_fill(empty, float("-inf")).squeeze(-1)
 
 
 def _toeplitz_possible(scheme: PositionScheme, mask: Mask, q_pos: Tensor) -> bool:

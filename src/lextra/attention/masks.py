@@ -3,8 +3,9 @@
 A mask is a visibility rule, `visible(q, k)`, plus what it knows about that rule, declared so that the backends
 can take their fast paths without knowing which mask it is: a rule in the distance d = m - n alone
 (`allowed_distance`, strided Toeplitz tables), the keys a run of queries can see (`key_range`, `key_spans`),
-block boundaries (`period`) and a simpler equivalent inside them (`within`), and three facts (`causal`,
-`exactly_causal`, `hides_nothing`). A mask that declares nothing but `visible` is still exact: each default is the
+block boundaries (`period`) and a simpler equivalent inside them (`within`), the exact rule for a run of queries
+as a key range and a distance band (`band`, for tiled paths), and three facts (`causal`, `exactly_causal`,
+`hides_nothing`). A mask that declares nothing but `visible` is still exact: each default is the
 conservative answer (every key, no shortcut).
 """
 
@@ -74,6 +75,17 @@ class Mask:
     def within(self, q_first: int, q_last: int) -> Mask:
         """An equivalent mask for queries in [q_first, q_last] over the keys `key_spans` gives them."""
         return self
+
+    def band(self, q_first: int, q_last: int) -> tuple[tuple[int, int], tuple[int, int]] | None:
+        """The exact rule for queries in [q_first, q_last] (inside one `period`) as ((k_lo, k_hi), (d_lo, d_hi)):
+        query m sees key n iff k_lo <= n <= k_hi and d_lo <= m - n <= d_hi (inclusive, `UNBOUNDED` for no
+        limit), so tiled paths can skip or run unmasked every tile outside the edges; None when the mask is no
+        such rule there. The default follows from the declared facts (causal, full)."""
+        if self.exactly_causal:
+            return (-UNBOUNDED, UNBOUNDED), (0, UNBOUNDED)
+        if self.hides_nothing:
+            return (-UNBOUNDED, UNBOUNDED), (-UNBOUNDED, UNBOUNDED)
+        return None
 
     def visible_keys(self, q_pos: Tensor, k_first: int, k_last: int) -> Tensor:
         """How many keys at contiguous positions k_first..k_last each query sees, at least 1 (log-n scalings' n)."""
@@ -146,6 +158,9 @@ class WindowMask(Mask):
     def key_range(self, q_first: int, q_last: int) -> tuple[int, int]:
         return q_first - self.width + 1, q_last
 
+    def band(self, q_first: int, q_last: int) -> tuple[tuple[int, int], tuple[int, int]] | None:
+        return (-UNBOUNDED, UNBOUNDED), (0, self.width - 1)
+
     @property
     def options(self) -> dict[str, Any]:
         return {"width": self.width}
@@ -177,6 +192,12 @@ class BlockCausalMask(Mask):
     def within(self, q_first: int, q_last: int) -> Mask:
         """Queries inside one block see keys from the previous block's start on, causally: the causal mask."""
         return CausalMask() if q_first // self.block == q_last // self.block else self
+
+    def band(self, q_first: int, q_last: int) -> tuple[tuple[int, int], tuple[int, int]] | None:
+        """Inside one block: the keys from the previous block's start on, causally."""
+        if q_first // self.block != q_last // self.block:
+            return None
+        return ((q_first // self.block - 1) * self.block, UNBOUNDED), (0, UNBOUNDED)
 
     def visible_keys(self, q_pos: Tensor, k_first: int, k_last: int) -> Tensor:
         first = ((q_pos // self.block - 1) * self.block).clamp(min=k_first)

@@ -248,7 +248,14 @@ def add_evaluation(parser: argparse.ArgumentParser) -> None:
         "--documents", type=positive_int, default=8, help="held-out documents evaluated at every length"
     )
     parser.add_argument("--split", default="test", choices=["validation", "test"])
-    parser.add_argument("--backend", default="auto", choices=["auto", "reference", "sdpa", "chunked"])
+    from lextra.attention import BACKENDS
+
+    parser.add_argument(
+        "--backend",
+        default="auto",
+        choices=BACKENDS,
+        help="attention backend: auto picks the fastest exact one; flex (FlexAttention) needs CUDA for gradients",
+    )
     parser.add_argument(
         "--temperature",
         default="none",

@@ -246,19 +246,19 @@ class FIRE(PositionScheme):
 
     def _mlp_heads(self, normalised: Tensor) -> Tensor:
         """MLP over every entry, (..., ) -> (H, ...), evaluated exactly as slope * u + intercept of u's linear piece
-        (`_linear_pieces`): no hidden layer per (query, key) pair. Under autograd the pieces' slopes and
+        (`linear_pieces`): no hidden layer per (query, key) pair. Under autograd the pieces' slopes and
         intercepts are differentiable functions of the MLP's weights (the piece only selects which), so the
         gradients are the MLP's own; they run in fp64, since the weight gradients sum one term per (query, key)
         pair, which fp32 would round visibly at a few thousand tokens."""
         if torch.is_grad_enabled() and self.mlp[0].weight.requires_grad:
-            breakpoints, slope, intercept = self._linear_pieces(torch.float64)
+            breakpoints, slope, intercept = self.linear_pieces(torch.float64)
             piece = torch.bucketize(normalised.detach().double(), breakpoints)
             return torch.addcmul(intercept[:, piece], slope[:, piece], normalised.double()).float()
-        breakpoints, slope, intercept = self._linear_pieces()
+        breakpoints, slope, intercept = self.linear_pieces()
         piece = torch.bucketize(normalised, breakpoints)
         return torch.addcmul(intercept[:, piece], slope[:, piece], normalised)  # as `bias_into` computes it
 
-    def _linear_pieces(self, dtype: torch.dtype = torch.float32) -> tuple[Tensor, Tensor, Tensor]:
+    def linear_pieces(self, dtype: torch.dtype = torch.float32) -> tuple[Tensor, Tensor, Tensor]:
         """The MLP (1 -> hidden ReLU -> H) is piecewise linear in its scalar input, with a break where each
         hidden unit switches on: evaluate it exactly as slope * u + intercept of u's piece (no hidden layer
         per (query, key) pair). Returns sorted breakpoints (K,) and per-piece slope, intercept (H, K + 1), in
@@ -301,7 +301,7 @@ class FIRE(PositionScheme):
         torch.sub(q_pos[:, None].float(), k_pos[None, :].float(), out=u)  # the distance m - n
         u.mul_(self.c).abs_().add_(1.0).log_()  # psi(m - n)
         u.div_((self._psi(torch.maximum(q_pos.float(), l_thr)) + self.eps)[:, None])
-        breakpoints, slope, intercept = self._linear_pieces()
+        breakpoints, slope, intercept = self.linear_pieces()
         bias = _buffer(workspace, "bias", H * c * n, torch.float32, device).view(H, c * n)
         ends = torch.bucketize(torch.stack(torch.aminmax(u)), breakpoints)
         if ends[0] == ends[1]:

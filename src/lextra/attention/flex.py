@@ -1,0 +1,434 @@
+"""The `flex` backend: one compiled FlexAttention call (Dong et al. 2024, arXiv 2412.05496) per attention.
+
+`flex_attention_forward` composes what a position scheme and a mask give it into FlexAttention's two hooks:
+- `score_mod(score, b, h, q_idx, kv_idx)`: the scheme's additive bias, read from the same per-distance table the
+  CPU paths build (`PositionScheme.distance_bias`, indexed `table[h, (q_pos[q_idx] - lo) - k_pos[kv_idx]]`,
+  lo the smallest distance); FIRE past its threshold (a function of the query position, not only of m - n) as
+  its per-query form `MLP_h(psi(m - n) / (psi(max(m, L_thr)) + eps))`: psi(m - n) from a per-distance table,
+  the denominator from a per-query one, and the MLP (1 -> hidden ReLU -> H, piecewise linear in its input) as
+  slope * u + intercept of u's linear piece, the piece counted as the breakpoints below u. Tables
+  are tensors captured by the score_mod, so compiled code reads them (and, on CUDA, differentiates them).
+  Temperatures and log-n scalings divide the logits: per head by dividing q and the table, per head and query
+  inside the score_mod. FlexAttention's `scale` applies 1/sqrt(D) before the score_mod, so the order is the
+  reference's: (q.k * scale + bias) / tau.
+- `mask_mod(b, h, q_idx, kv_idx)`: the mask's elementwise rule `Mask.visible(q_pos[q_idx], k_pos[kv_idx])`, and
+  a `BlockMask` built blockwise from `Mask.allowed` over the keys `Mask.key_spans` declares (never a full
+  L x L tensor), cached per (mask, lengths, first positions, device): blocks the mask hides are never computed,
+  blocks it shows in full skip the mask_mod.
+Rotary schemes and CoCA rotate q and k before the call (`PositionScheme.rotate`).
+
+Bucket rule (what compiles). FlexAttention compiles one kernel per input shape, so lengths are padded:
+`bucket(n)` is 1 for n = 1 (decoding) and otherwise the smallest of 128 x {1, 2, 3, 4, 6, 8, 12, 16, 24, ...}
+(128 times a power of two or three halves of one) that holds n: at most 50% padding above 256, two buckets per
+octave, 20 buckets up to 128k. Queries pad to `bucket(Lq)`, keys to `bucket(Lk)`; padded keys are hidden by the
+mask_mod and padded query rows by the BlockMask (their blocks are skipped) and dropped from the output. The
+per-distance tables pad to bucket(Lq) + bucket(Lk) entries (all distances of contiguous positions fit). So a
+compiled kernel is keyed by (score_mod kind: none, table, table per-query tau, FIRE, FIRE per-query tau;
+mask type and its options; dtype; batch, heads, head dims; the two length buckets), all static
+(`torch.compile(..., dynamic=False)`); lengths within one bucket reuse it. Up to `RECOMPILE_LIMIT` kernels
+are kept per process (torch's default of 8 would silently fall back to the eager, L x L path).
+
+Limits: FlexAttention has no backward on CPU (forward only there; training on CPU refuses with a ConfigError);
+xPos rotates every query and key in one call, so it applies within its `rotate_span` only; a query that sees no
+key gets zeros (the reference gives NaN); a custom mask's `visible` must be traceable tensor code.
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.nn.attention.flex_attention import BlockMask, flex_attention
+
+from lextra.attention.masks import UNBOUNDED, Mask, build_mask
+from lextra.errors import ConfigError
+from lextra.positions.base import PositionScheme
+from lextra.positions.bias import FIRE
+
+#: FlexAttention's sparse block (query and key): the unit of skipping and of padding
+BLOCK = 128
+#: compiled kernels kept per process (torch's `recompile_limit` while the flex call compiles)
+RECOMPILE_LIMIT = 64
+#: cached BlockMasks (each O((L / BLOCK)^2) int32 numbers)
+BLOCK_MASK_CACHE = 32
+#: FIRE's MLP widths the score modifier unrolls (one comparison per hidden unit and score)
+FIRE_MAX_HIDDEN = 64
+#: booleans evaluated per step when classifying blocks (rows of query blocks x their keys)
+MASK_BUDGET = 1 << 24
+
+ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
+BiasFn = Callable[[Tensor, Tensor, Tensor], Tensor]
+
+_BLOCK_MASKS: OrderedDict[tuple, BlockMask] = OrderedDict()
+#: what each BlockMask `flex_block_mask` returned was built for: (mask repr, query positions, key positions)
+_BUILT: weakref.WeakKeyDictionary[BlockMask, tuple[str, Tensor, Tensor]] = weakref.WeakKeyDictionary()
+
+
+def bucket(n: int) -> int:
+    """The padded length for n positions: 1 for n = 1, else the smallest 128 x {1, 2, 3, 4, 6, 8, ...} >= n."""
+    if n <= 1:
+        return 1
+    multiple = 1
+    while BLOCK * multiple < n:  # 1, 2, 3, 4, 6, 8, 12, ...: a power of two, then 3/2 of it, then the next one
+        power = multiple & (multiple - 1) == 0
+        multiple = 2 if multiple == 1 else multiple * 3 // 2 if power else multiple * 4 // 3
+    return BLOCK * multiple
+
+
+def padded_lengths(n_queries: int, n_keys: int) -> tuple[int, int]:
+    """(bucket(Lq), bucket(Lk)) with keys padded to at least one block: the shapes FlexAttention compiles for."""
+    return bucket(n_queries), max(BLOCK, bucket(n_keys))
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Real and padded lengths, and positions padded so every table index stays in range."""
+
+    n_q: int
+    n_k: int
+    pad_q: int
+    pad_k: int
+    q_rows: Tensor  # (pad_q,) query positions, padded with the largest
+    k_rows: Tensor  # (pad_k,) key positions, padded with the smallest
+    lo: int  # smallest distance q - k
+    n_distances: int  # distances lo .. lo + n_distances - 1
+
+
+def _layout(q_pos: Tensor, k_pos: Tensor) -> _Layout:
+    n_q, n_k = q_pos.numel(), k_pos.numel()
+    pad_q, pad_k = padded_lengths(n_q, n_k)
+    q_lo, q_hi = int(q_pos.min()), int(q_pos.max())
+    k_lo, k_hi = int(k_pos.min()), int(k_pos.max())
+    q_rows = torch.cat((q_pos, q_pos.new_full((pad_q - n_q,), q_hi)))
+    k_rows = torch.cat((k_pos, k_pos.new_full((pad_k - n_k,), k_lo)))
+    return _Layout(n_q, n_k, pad_q, pad_k, q_rows, k_rows, q_lo - k_hi, (q_hi - q_lo) + (k_hi - k_lo) + 1)
+
+
+def _table_length(layout: _Layout) -> int:
+    """Per-distance tables' padded length: pad_q + pad_k (every contiguous case), else the bucket of the span."""
+    return max(layout.pad_q + layout.pad_k, bucket(layout.n_distances))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# masks: mask_mod and a BlockMask built blockwise
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _mask_mod(mask: Mask, layout: _Layout, device: torch.device) -> Callable[..., Tensor]:
+    """FlexAttention's mask_mod: real query and key, and the mask's rule on their positions."""
+    q_rows, k_rows = layout.q_rows.to(device), layout.k_rows.to(device)
+    n_q = torch.tensor(layout.n_q, device=device)
+    n_k = torch.tensor(layout.n_k, device=device)
+    if mask.hides_nothing:
+
+        def real_pairs(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            return (q_idx < n_q) & (kv_idx < n_k)
+
+        return real_pairs
+
+    def visible_pairs(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return (q_idx < n_q) & (kv_idx < n_k) & mask.visible(q_rows[q_idx], k_rows[kv_idx])
+
+    return visible_pairs
+
+
+def _sorted(pos: Tensor) -> bool:
+    return pos.numel() < 2 or bool((pos.diff() >= 0).all())
+
+
+def _contiguous(pos: Tensor) -> bool:
+    n = pos.numel()
+    return n == 0 or (int(pos[-1]) - int(pos[0]) == n - 1 and bool((pos.diff() == 1).all()))
+
+
+def _classify_blocks(mask: Mask, layout: _Layout, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
+    """(partial, full): boolean (query blocks, key blocks), which blocks hold some / only visible real pairs.
+
+    Evaluated from `Mask.allowed` a few query blocks at a time, over the keys `Mask.key_spans` bounds when
+    positions are sorted: memory O(MASK_BUDGET), never L x L; work O(L x visible keys)."""
+    device = q_pos.device
+    n_qb, n_kb = -(-layout.pad_q // BLOCK), layout.pad_k // BLOCK
+    partial = torch.zeros(n_qb, n_kb, dtype=torch.bool, device=device)
+    full = torch.zeros_like(partial)
+    bounded = _sorted(q_pos) and _sorted(k_pos)
+    rows = max(1, MASK_BUDGET // (BLOCK * layout.pad_k))
+    for r0 in range(0, -(-layout.n_q // BLOCK), rows):
+        qs, qe = r0 * BLOCK, min((r0 + rows) * BLOCK, layout.n_q)
+        qp = q_pos[qs:qe]
+        ks, ke = 0, layout.n_k
+        if bounded:
+            spans = mask.key_spans(int(qp[0]), int(qp[-1]))
+            first, last = min(s[0] for s in spans), max(s[1] for s in spans)
+            if first > -UNBOUNDED:
+                ks = int((k_pos < first).sum())
+            if last < UNBOUNDED:
+                ke = int((k_pos <= last).sum())
+        kb0, kb1 = ks // BLOCK, -(-ke // BLOCK)
+        if kb1 <= kb0:
+            continue
+        ks, ke = kb0 * BLOCK, min(kb1 * BLOCK, layout.n_k)
+        visible = mask.allowed(qp, k_pos[ks:ke])
+        n_rows, n_cols = -(-(qe - qs) // BLOCK), kb1 - kb0
+        visible = F.pad(visible, (0, n_cols * BLOCK - visible.shape[1], 0, n_rows * BLOCK - visible.shape[0]))
+        tiles = visible.view(n_rows, BLOCK, n_cols, BLOCK)
+        some, every = tiles.any(3).any(1), tiles.all(3).all(1)
+        partial[r0 : r0 + n_rows, kb0:kb1] = some & ~every
+        full[r0 : r0 + n_rows, kb0:kb1] = every
+    return partial, full
+
+
+def _ordered(dense: Tensor) -> tuple[Tensor, Tensor]:
+    """A (query blocks, key blocks) boolean as BlockMask's (1, 1, nq) counts and (1, 1, nq, nk) indices."""
+    as_int = dense.to(torch.int32)
+    counts = as_int.sum(-1, dtype=torch.int32)
+    indices = torch.argsort(as_int, dim=-1, descending=True, stable=True).to(torch.int32)
+    return counts[None, None].contiguous(), indices[None, None].contiguous()
+
+
+def flex_block_mask(mask: Mask, q_pos: Tensor, k_pos: Tensor, device: torch.device | str | None = None) -> BlockMask:
+    """The BlockMask `flex_attention_forward` uses for these positions (padded to their buckets), cached when
+    both position runs are contiguous: pass it to every layer's call to skip the cache lookup."""
+    device = torch.device(device) if device is not None else q_pos.device
+    q_pos, k_pos = q_pos.to(device), k_pos.to(device)
+    key = None
+    if _contiguous(q_pos) and _contiguous(k_pos) and q_pos.numel() and k_pos.numel():
+        key = (type(mask), repr(mask), q_pos.numel(), k_pos.numel(), int(q_pos[0]), int(k_pos[0]), str(device))
+        cached = _BLOCK_MASKS.get(key)
+        if cached is not None:
+            _BLOCK_MASKS.move_to_end(key)
+            return cached
+    layout = _layout(q_pos, k_pos)
+    partial, full = _classify_blocks(mask, layout, q_pos, k_pos)
+    counts, indices = _ordered(partial)
+    full_counts, full_indices = _ordered(full)
+    block_mask = BlockMask.from_kv_blocks(
+        counts,
+        indices,
+        full_counts,
+        full_indices,
+        BLOCK_SIZE=BLOCK,
+        mask_mod=_mask_mod(mask, layout, device),
+        seq_lengths=(layout.pad_q, layout.pad_k),
+    )
+    _BUILT[block_mask] = (repr(mask), q_pos, k_pos)
+    if key is not None:
+        _BLOCK_MASKS[key] = block_mask
+        while len(_BLOCK_MASKS) > BLOCK_MASK_CACHE:
+            _BLOCK_MASKS.popitem(last=False)
+    return block_mask
+
+
+# --------------------------------------------------------------------------------------------------------------
+# score modifiers
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _table_bias(table: Tensor, q_shift: Tensor, k_rows: Tensor) -> BiasFn:
+    """Bias read from a per-distance table (H, n): table[h, (q_pos[q] - lo) - k_pos[kv]]."""
+
+    def table_bias(h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return table[h, q_shift[q_idx] - k_rows[kv_idx]]
+
+    return table_bias
+
+
+def _fire_bias(
+    fire: FIRE, layout: _Layout, n_table: int, device: torch.device, tau: Tensor | None
+) -> tuple[BiasFn, list[Tensor]]:
+    """FIRE's per-query bias MLP_h(psi(m - n) / (psi(max(m, L_thr)) + eps)), psi(x) = ln(|c x| + 1): psi(m - n)
+    from a per-distance table, the denominator per query, the MLP's linear piece as the number of breakpoints
+    below u (as `torch.bucketize`; padded with +inf to one per hidden unit, so its shape never changes)."""
+    distance = torch.arange(layout.lo, layout.lo + layout.n_distances, device=device).float()
+    psi = torch.log(torch.abs(fire.c * distance) + 1.0)
+    psi = F.pad(psi, (0, n_table - psi.numel()))
+    l_thr = fire.l_mult.abs() * fire.threshold
+    q_rows = layout.q_rows.to(device).float()
+    denominator = torch.log(torch.abs(fire.c * torch.maximum(q_rows, l_thr)) + 1.0) + fire.eps
+    breakpoints, slope, intercept = fire.linear_pieces()
+    hidden = fire.mlp[0].out_features
+    breakpoints = F.pad(breakpoints, (0, hidden - breakpoints.numel()), value=float("inf")).to(device)
+    slope = F.pad(slope, (0, hidden + 1 - slope.shape[1]), mode="replicate").to(device)
+    intercept = F.pad(intercept, (0, hidden + 1 - intercept.shape[1]), mode="replicate").to(device)
+    if tau is not None:  # per-head temperature: folded into the pieces
+        slope, intercept = slope / tau, intercept / tau
+    q_shift = (layout.q_rows - layout.lo).to(device)
+    k_rows = layout.k_rows.to(device)
+
+    def fire_bias(h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        u = psi[q_shift[q_idx] - k_rows[kv_idx]] / denominator[q_idx]
+        # a count, not a binary search: nested data-dependent loads make inductor's compile time explode
+        piece = torch.zeros_like(q_idx)
+        for unit in range(hidden):
+            piece = piece + (breakpoints[unit] < u).to(piece.dtype)
+        return intercept[h, piece] + slope[h, piece] * u
+
+    return fire_bias, [psi, denominator, slope, intercept]
+
+
+def _plain_mod(bias: BiasFn) -> ScoreMod:
+    def add_bias(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return (score + bias(h, q_idx, kv_idx)).to(score.dtype)
+
+    return add_bias
+
+
+def _per_query_mod(bias: BiasFn, tau: Tensor) -> ScoreMod:
+    def add_scaled_bias(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return (score + bias(h, q_idx, kv_idx) / tau[h, q_idx]).to(score.dtype)
+
+    return add_scaled_bias
+
+
+#: schemes whose bias depends on the query position itself: a builder of their per-query bias (and the tensors
+#: it captures) from (scheme, layout, table length, device, per-head temperature or None)
+PER_QUERY_BIAS: dict[type[PositionScheme], Callable[..., tuple[BiasFn, list[Tensor]]]] = {FIRE: _fire_bias}
+
+
+def _per_query_builder(scheme: PositionScheme) -> Callable[..., tuple[BiasFn, list[Tensor]]] | None:
+    for cls, builder in PER_QUERY_BIAS.items():
+        if isinstance(scheme, cls):
+            return builder
+    return None
+
+
+def flex_unsupported(scheme: PositionScheme | None, q_pos: Tensor, k_pos: Tensor) -> str | None:
+    """Why `flex` cannot compute this scheme at these positions (a one-line reason with the fix), or None.
+
+    Decides from the scheme's declarations and the positions' values alone (no device is touched)."""
+    if scheme is None:
+        return None
+    if scheme.rotate_span is not None and q_pos.numel() and k_pos.numel():
+        span = max(int(q_pos.max()), int(k_pos.max())) - min(int(q_pos.min()), int(k_pos.min())) + 1
+        if span > scheme.rotate_span:
+            return (
+                f"backend='flex' rotates all queries and keys in one call and {scheme.name} is exact within "
+                f"{scheme.rotate_span} positions, not {span}; use backend='chunked' (or 'auto')"
+            )
+    if scheme.has_bias and not scheme.distance_only(q_pos) and _per_query_builder(scheme) is None:
+        return (
+            f"backend='flex' has no score modifier for {scheme.name}'s per-query bias; "
+            "use backend='chunked' (or 'auto')"
+        )
+    if isinstance(scheme, FIRE) and scheme.mlp[0].out_features > FIRE_MAX_HIDDEN:
+        return (
+            f"backend='flex' unrolls FIRE's MLP into its score modifier up to {FIRE_MAX_HIDDEN} hidden units, "
+            f"not {scheme.mlp[0].out_features}; use backend='chunked' (or 'auto')"
+        )
+    return None
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the call
+# --------------------------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def _compiled_flex() -> Callable[..., Tensor]:
+    """`flex_attention` compiled once per process, static shapes (one kernel per bucket; module docstring)."""
+    return torch.compile(flex_attention, dynamic=False)
+
+
+def _pad_rows(x: Tensor, rows: int) -> Tensor:
+    return x if x.shape[-2] == rows else F.pad(x, (0, 0, 0, rows - x.shape[-2]))
+
+
+def _check_block_mask(block_mask: BlockMask, mask: Mask, q_pos: Tensor, k_pos: Tensor) -> None:
+    """A caller's BlockMask must be `flex_block_mask`'s for this mask and these positions, on their device."""
+    built = _BUILT.get(block_mask)
+    if built is None:
+        raise ConfigError(
+            "block_mask was not built by lextra.attention.flex.flex_block_mask (lextra pads lengths to flex "
+            "buckets and hides the padding in its own masks); build it with flex_block_mask(mask, q_pos, k_pos) "
+            "or pass none"
+        )
+    name, bq, bk = built
+    same = name == repr(mask) and bq.device == q_pos.device and bq.shape == q_pos.shape and bk.shape == k_pos.shape
+    if not (same and torch.equal(bq, q_pos) and torch.equal(bk, k_pos)):
+        raise ConfigError(
+            f"block_mask was built for {name} over {bq.numel()} queries and {bk.numel()} keys on {bq.device}, "
+            f"but this call is {mask!r} over {q_pos.numel()} queries and {k_pos.numel()} keys on {q_pos.device}; "
+            "build it with flex_block_mask(mask, q_pos, k_pos) for these positions or pass none"
+        )
+
+
+def flex_attention_forward(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    scheme: PositionScheme | None,
+    mask: Mask | str,
+    q_pos: Tensor,
+    k_pos: Tensor,
+    scale: float,
+    tau: Tensor | None = None,
+    *,
+    block_mask: BlockMask | None = None,
+    eager: bool = False,
+) -> Tensor:
+    """softmax((rotate(q) . rotate(k) * scale + bias) / tau, masked) v through one FlexAttention call.
+
+    q (B, H, Lq, D), k (B, H, Lk, Dk), v (B, H, Lk, Dv); positions 1-D integer tensors; `tau` None, a scalar,
+    (H, 1) or (H, Lq) as `attention` normalises it. `block_mask` (optional) is `flex_block_mask(mask, q_pos,
+    k_pos)`; `eager` runs FlexAttention uncompiled (it then builds the full score matrix: small inputs only).
+    """
+    device, mask = q.device, build_mask(mask)
+    H, Lq, Lk = q.shape[1], q.shape[-2], k.shape[-2]
+    if Lq == 0 or Lk == 0:
+        return q.new_zeros(*q.shape[:-1], v.shape[-1])
+    q_pos, k_pos = q_pos.to(device), k_pos.to(device)
+    reason = flex_unsupported(scheme, q_pos, k_pos)
+    if reason is not None:
+        raise ConfigError(reason)
+    layout = _layout(q_pos, k_pos)
+    if block_mask is None:
+        block_mask = flex_block_mask(mask, q_pos, k_pos, device)
+    else:
+        _check_block_mask(block_mask, mask, q_pos, k_pos)
+
+    if scheme is not None and scheme.transforms_qk:
+        q, k = scheme.rotate(q, k, q_pos, k_pos)
+    per_query_tau = tau is not None and tau.dim() == 2 and tau.shape[-1] != 1
+    if tau is not None:
+        q = q / tau[..., None].to(q.dtype)
+    head_tau = None if tau is None or per_query_tau else tau.reshape(-1, 1).expand(H, 1).to(device)
+
+    score_mod, captured = None, [] if tau is None else [tau]
+    if scheme is not None and scheme.has_bias:
+        n_table = _table_length(layout)
+        builder = None if scheme.distance_only(q_pos) else _per_query_builder(scheme)
+        if builder is None:
+            distance = torch.arange(layout.lo, layout.lo + layout.n_distances, device=device)
+            table = scheme.distance_bias(distance).to(device)
+            if head_tau is not None:
+                table = table / head_tau
+            table = F.pad(table, (0, n_table - table.shape[1]))
+            bias = _table_bias(table, (layout.q_rows - layout.lo).to(device), layout.k_rows.to(device))
+            captured.append(table)
+        else:
+            bias, tensors = builder(scheme, layout, n_table, device, head_tau)
+            captured += tensors
+        if per_query_tau:
+            padded_tau = F.pad(tau.to(device).expand(H, Lq), (0, layout.pad_q - Lq), value=1.0)
+            score_mod = _per_query_mod(bias, padded_tau)
+        else:
+            score_mod = _plain_mod(bias)
+
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, *captured))
+    if needs_grad and device.type == "cpu":
+        raise ConfigError(
+            "backend='flex' cannot train on CPU: FlexAttention has no backward on CPU; use backend='chunked' "
+            "(or 'auto'), or run on CUDA"
+        )
+    qp, kp, vp = _pad_rows(q, layout.pad_q), _pad_rows(k, layout.pad_k), _pad_rows(v, layout.pad_k)
+    if eager:
+        out = flex_attention(qp, kp, vp, score_mod=score_mod, block_mask=block_mask, scale=scale)
+    else:
+        with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+            out = _compiled_flex()(qp, kp, vp, score_mod=score_mod, block_mask=block_mask, scale=scale)
+    return out[..., :Lq, :]

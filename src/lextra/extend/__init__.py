@@ -1,0 +1,24 @@
+"""Training-free extension of pretrained rotary models: Self-Extend, ReRoPE / Leaky ReRoPE, Dual Chunk Attention,
+LM-Infinite, attention sinks and STRING, each a distance remap + a visibility rule + up to three passes merged
+exactly by log-sum-exp (`base`), with a dense reference and a fast tiled path (`attention`)."""
+
+from lextra.extend import methods  # noqa: F401  (registers the methods)
+from lextra.extend.attention import (
+    ExtendedAttention,
+    apply_extension,
+    extended_attention,
+    reference_extended_attention,
+)
+from lextra.extend.base import EXTENSIONS, ExtensionMethod, Pass, build_extension, check_scheme
+
+__all__ = [
+    "EXTENSIONS",
+    "ExtendedAttention",
+    "ExtensionMethod",
+    "Pass",
+    "apply_extension",
+    "build_extension",
+    "check_scheme",
+    "extended_attention",
+    "reference_extended_attention",
+]

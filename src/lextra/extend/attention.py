@@ -1,0 +1,480 @@
+"""Attention under a training-free extension method: the dense reference, the fast tiled path, the model hook.
+
+- `reference_extended_attention`: from the formula. Each pair's remapped distance d'(m, n) and visibility come
+  from `method.remap`; the pair is scored with its query rotated at d' and its key at 0 (the schemes allowed here
+  are relative, so that is the score at any positions a, b with a - b = d'); one softmax over the visible pairs.
+  Dense (H, Lq, Lk) logits: small inputs and tests only.
+- `extended_attention`: query blocks x the method's passes x key tiles. Each pass rotates the block's queries at
+  its query positions and each key tile at its key positions, on the fly (no rotated copy of q or k, no Lq x Lk
+  tensor); each tile is one flash call that also returns its rows' log-sum-exp
+  (`lextra.attention.backends.attention_with_lse`), and the tiles of all passes merge exactly
+  (`merge_tiles`). Tiles a pass hides entirely are skipped; tiles it shows entirely run unmasked; the tile at a
+  pass's lower distance edge is laid out so that it is exactly causal; a tile a band edge cuts is split into
+  `SUB` x `SUB` pieces, of which those the pass hides are skipped and only those the edge crosses get a float
+  mask (cached by their shape within a call).
+- `ExtendedAttention` / `apply_extension`: what a lextra model's attention layers call instead of `attention`
+  (`SelfAttention.attend`), so that full forwards and cached decoding use the same passes. Decoding needs no
+  rule of its own: a new query at position m runs the method's passes over the cached, un-rotated keys, which is
+  each author's decode rule (keys rotated at -d'(m, n) against an unrotated query) with the same numbers as the
+  full forward. Methods with a bounded view (attention sinks, LM-Infinite) let the cache evict keys no later
+  query sees (`ExtensionMethod.retains`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lextra.attention.backends import TILE, attention_with_lse, merge_tiles
+from lextra.attention.masks import Mask, build_mask
+from lextra.errors import ConfigError
+from lextra.extend.base import ExtensionMethod, Pass, build_extension, check_scheme, same_position
+from lextra.model import GPT
+from lextra.positions.base import PositionScheme
+
+#: query x key pairs per step of the dense reference (its per-pair rotated copies of q and k)
+REFERENCE_PAIRS = 1 << 15
+#: a tile a band edge cuts is split into pieces of this many queries x keys; the edge's pieces get float masks
+SUB = 256
+#: float masks of such pieces kept per call (256 KiB each)
+MASK_CACHE = 16
+#: stands for a hidden row's log-sum-exp (-inf) under autograd: exp(LSE_FLOOR - real) is exactly 0
+LSE_FLOOR = -1e30
+_EMPTY, _FULL, _CAUSAL, _MASKED = range(4)
+
+
+def _positions(q: Tensor, k: Tensor, q_pos: Tensor | None, k_pos: Tensor | None) -> tuple[Tensor, Tensor]:
+    """Defaults as in `attention`: keys at 0..Lk-1, queries the last Lq of them."""
+    Lq, Lk = q.shape[-2], k.shape[-2]
+    if k_pos is None:
+        k_pos = torch.arange(Lk, device=q.device)
+    if q_pos is None:
+        q_pos = k_pos[Lk - Lq :] if Lq <= Lk else torch.arange(Lq, device=q.device)
+    if q_pos.numel() != Lq or k_pos.numel() != Lk:
+        raise ConfigError(
+            f"positions do not match lengths: q_pos {q_pos.numel()} vs Lq {Lq}, k_pos {k_pos.numel()} vs Lk {Lk}"
+        )
+    return q_pos, k_pos
+
+
+def _prepare(
+    q: Tensor,
+    k: Tensor,
+    scheme: PositionScheme | None,
+    method: ExtensionMethod,
+    q_pos: Tensor | None,
+    k_pos: Tensor | None,
+    scale: float | None,
+    temperature: Tensor | float | None,
+) -> tuple[Tensor, Tensor, float, int, Tensor | None]:
+    """Checked positions, the softmax scale, the sequence length (for length-dependent RoPE scalings) and the
+    per-row logit factor (Hx, Lq) (method's query scale over the temperature), or None."""
+    check_scheme(scheme, method)
+    q_pos, k_pos = _positions(q, k, q_pos, k_pos)
+    top = [int(p.max()) for p in (q_pos, k_pos) if p.numel()]
+    seq_len = max(top) + 1 if top else 1
+    method.check_length(seq_len)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    return q_pos, k_pos, scale, seq_len, _row_factor(method.query_scale(q_pos), q_pos, temperature)
+
+
+def _row_factor(factor: Tensor | None, q_pos: Tensor, temperature: Tensor | float | None) -> Tensor | None:
+    """A per-query logit factor (Lq,) (a method's) divided by the temperature, as (1 or H, Lq) fp32, or None."""
+    if factor is None and temperature is None:
+        return None
+    rows = torch.ones(1, q_pos.numel(), device=q_pos.device) if factor is None else factor.float()[None]
+    if temperature is not None:
+        tau = torch.as_tensor(temperature, dtype=torch.float32, device=q_pos.device)
+        if tau.dim() > 2:
+            raise ConfigError(f"temperature must be a scalar, (H,) or (H, Lq); got shape {tuple(tau.shape)}")
+        rows = rows / (tau[:, None] if tau.dim() == 1 else tau)
+    return rows
+
+
+def reference_extended_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    scheme: PositionScheme | None,
+    method: ExtensionMethod,
+    q_pos: Tensor | None = None,
+    k_pos: Tensor | None = None,
+    scale: float | None = None,
+    temperature: Tensor | float | None = None,
+) -> Tensor:
+    """Dense attention of q (B, H, Lq, D), k (B, H, Lk, Dk), v under `method`, from its formula: each pair scored
+    with the query rotated at d'(m, n) and the key at 0, one fp32 softmax over the visible pairs."""
+    q_pos, k_pos, scale, seq_len, rows = _prepare(q, k, scheme, method, q_pos, k_pos, scale, temperature)
+    B, H, Lq, D = q.shape
+    Lk, Dk = k.shape[-2], k.shape[-1]
+    remapped, visible = method.remap(q_pos[:, None], k_pos[None, :])
+    remapped = remapped.to(torch.float64).expand(Lq, Lk)
+    logits = torch.empty(B, H, Lq, Lk, dtype=torch.float32, device=q.device)
+    step = max(1, REFERENCE_PAIRS // max(1, Lk))
+    for start in range(0, Lq, step):
+        stop = min(start + step, Lq)
+        pairs = remapped[start:stop].reshape(-1)
+        qe = q[..., start:stop, None, :].expand(B, H, stop - start, Lk, D).reshape(B, H, -1, D)
+        ke = k[..., None, :, :].expand(B, H, stop - start, Lk, Dk).reshape(B, H, -1, Dk)
+        qr, kr = scheme.rotate(qe, ke, pairs, torch.zeros_like(pairs), seq_len)
+        logits[..., start:stop, :] = (qr.float() * kr.float()).sum(-1).view(B, H, stop - start, Lk)
+    logits = logits * scale
+    if rows is not None:
+        logits = logits * rows[..., None]
+    logits = logits.masked_fill(~visible.expand(Lq, Lk), float("-inf"))
+    return (torch.softmax(logits, dim=-1) @ v.float()).to(v.dtype)
+
+
+def extended_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    scheme: PositionScheme | None,
+    method: ExtensionMethod,
+    q_pos: Tensor | None = None,
+    k_pos: Tensor | None = None,
+    scale: float | None = None,
+    temperature: Tensor | float | None = None,
+    block_size: int | None = None,
+) -> Tensor:
+    """Attention of q (B, H, Lq, D), k (B, H, Lk, Dk), v under `method`: query blocks x passes x key tiles,
+    merged by log-sum-exp; equal to `reference_extended_attention` without its Lq x Lk tensors.
+
+    Every query's own position must be among the keys' (each method shows a query itself, d = 0). Without
+    autograd on CPU each tile is one flash kernel call; elsewhere an exact fp32 computation per tile.
+    """
+    q_pos, k_pos, scale, seq_len, rows = _prepare(q, k, scheme, method, q_pos, k_pos, scale, temperature)
+    tiles = _TileRun(scheme, method.passes, method.period, seq_len, repr(method))
+    return _tiled(q, k, v, tiles, q_pos, k_pos, scale, rows, block_size)
+
+
+def masked_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Mask | str,
+    q_pos: Tensor | None = None,
+    k_pos: Tensor | None = None,
+    scale: float | None = None,
+    temperature: Tensor | float | None = None,
+    block_size: int | None = None,
+) -> Tensor:
+    """Attention of (already rotated, or position-free) q, k, v under a mask that states its rule per query block
+    as a key range and a distance band (`Mask.band`: causal, window, BCA), through the tiles of the methods' fast
+    path: tiles the mask hides are skipped, tiles it shows run unmasked, the diagonal tile causally, and only
+    pieces an edge crosses get a float mask. Query blocks are `max(TILE, mask.period)` long by default, so that
+    a BCA block is two flash calls (its causal square and the previous block) instead of many small ones.
+    Exact; `masked_attention_applies` says when it runs the flash kernel (no autograd, CPU, fp32/bf16)."""
+    mask = build_mask(mask)
+    q_pos, k_pos = _positions(q, k, q_pos, k_pos)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+
+    def passes(q_first: int, q_last: int) -> list[Pass]:
+        rule = mask.band(q_first, q_last)
+        if rule is None:
+            raise ConfigError(f"mask {mask!r} states no key range and distance band for queries {q_first}..{q_last}")
+        keys, distance = rule
+        return [Pass("mask", same_position, same_position, distance, keys)]
+
+    tiles = _TileRun(None, passes, mask.period, None, repr(mask))
+    block = block_size or max(TILE, mask.period or 0)
+    return _tiled(q, k, v, tiles, q_pos, k_pos, scale, _row_factor(None, q_pos, temperature), block)
+
+
+def masked_attention_applies(mask: Mask, query: Tensor) -> bool:
+    """Whether `masked_attention` is the faster exact path for `mask`: a mask that hides work (not causal, not
+    full) and states its bands, on CPU without autograd in fp32 or bf16 (the flash kernel's log-sum-exp)."""
+    return (
+        not (mask.exactly_causal or mask.hides_nothing)
+        and mask.band(0, 0) is not None
+        and not torch.is_grad_enabled()
+        and query.device.type == "cpu"
+        and query.dtype in (torch.float32, torch.bfloat16)
+    )
+
+
+class _TileRun:
+    """What the tiled loop needs of its caller: the scheme rotating q and k (None: they are used as they are),
+    the passes of a query block, the period query blocks do not straddle, the sequence length for
+    length-dependent scalings, and a name for errors."""
+
+    def __init__(
+        self,
+        scheme: PositionScheme | None,
+        passes: Callable[[int, int], list[Pass]],
+        period: int | None,
+        seq_len: int | None,
+        label: str,
+    ) -> None:
+        self.scheme, self.passes, self.period, self.seq_len, self.label = scheme, passes, period, seq_len, label
+
+    def queries(self, qc: Tensor, k: Tensor, at: Tensor) -> Tensor:
+        if self.scheme is None:
+            return qc
+        return self.scheme.rotate(qc, k[..., :0, :], at, at[:0], self.seq_len)[0]
+
+    def keys(self, qc: Tensor, kc: Tensor, q_at: Tensor, k_at: Tensor) -> Tensor:
+        if self.scheme is None:
+            return kc
+        return self.scheme.rotate(qc[..., :1, :], kc, q_at[:1], k_at, self.seq_len)[1]
+
+
+def _tiled(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    run: _TileRun,
+    q_pos: Tensor,
+    k_pos: Tensor,
+    scale: float,
+    rows: Tensor | None,
+    block_size: int | None,
+) -> Tensor:
+    """Query blocks x passes x key tiles, merged by log-sum-exp (see the module docstring)."""
+    B, H, Lq, _ = q.shape
+    Lk = k.shape[-2]
+    if Lq == 0 or Lk == 0:
+        return q.new_zeros(B, H, Lq, v.shape[-1])
+    block = max(1, int(block_size or TILE))
+    if run.scheme is not None and run.scheme.rotate_span is not None:
+        block = min(block, run.scheme.rotate_span)
+    q_list, k_list = q_pos.tolist(), k_pos.tolist()
+    q_sorted = all(a <= b for a, b in itertools.pairwise(q_list))
+    k_sorted = all(a <= b for a, b in itertools.pairwise(k_list))
+    contiguous = _runs(q_list) and _runs(k_list)
+    grad = torch.is_grad_enabled()
+    out = None if grad else q.new_empty(B, H, Lq, v.shape[-1])
+    outputs: list[Tensor] = []
+    masks: dict[tuple[int, ...], Tensor] = {}
+    for start, stop in _query_blocks(q_list, block if q_sorted else 1, run.period):
+        qp, qc = q_pos[start:stop], q[..., start:stop, :]
+        m_lo, m_hi = min(q_list[start:stop]), max(q_list[start:stop])
+        acc = lse = None
+        if not grad:  # merged into in place, a slice at a time where band edges split a tile
+            acc = torch.zeros(B, H, stop - start, v.shape[-1], dtype=torch.float32, device=q.device)
+            lse = torch.full((B, H, stop - start), float("-inf"), device=q.device)
+        for p in run.passes(m_lo, m_hi):
+            first_pos, last_pos = max(p.keys[0], m_lo - p.distance[1]), min(p.keys[1], m_hi - p.distance[0])
+            if last_pos < first_pos:
+                continue
+            if k_sorted:
+                i0, i1 = bisect.bisect_left(k_list, first_pos), bisect.bisect_right(k_list, last_pos)
+                anchor = min(max(bisect.bisect_left(k_list, m_lo - p.distance[0]), i0), i1)
+            else:
+                i0, i1, anchor = 0, Lk, 0
+            if i1 <= i0:
+                continue
+            q_at = p.q_at(qp)
+            qr = run.queries(qc, k, q_at)
+            if rows is not None:
+                factor = rows[..., start:stop, None].to(qr.dtype)
+                fresh = not grad and qr.data_ptr() != qc.data_ptr()  # the rotation's own output: scaled in place
+                qr = qr.mul_(factor) if fresh else qr * factor
+            for lo, hi in _tiles(i0, i1, anchor, stop - start, block):
+                n_lo, n_hi = (k_list[lo], k_list[hi - 1]) if k_sorted else (min(k_list[lo:hi]), max(k_list[lo:hi]))
+                kind = _classify(p, m_lo, m_hi, n_lo, n_hi, contiguous)
+                if kind == _EMPTY:
+                    continue
+                kr = run.keys(qc, k[..., lo:hi, :], q_at, p.k_at(k_pos[lo:hi]))
+                vc = v[..., lo:hi, :]
+                tile = (p, m_lo, n_lo, qp, k_pos[lo:hi])
+                for r0, r1, c0, c1, piece, mask in _pieces(tile, kind, contiguous and not grad, masks):
+                    part, part_lse = attention_with_lse(
+                        qr[..., r0:r1, :],
+                        kr[..., c0:c1, :],
+                        vc[..., c0:c1, :],
+                        scale,
+                        causal=piece == _CAUSAL,
+                        mask=mask,
+                    )
+                    if grad:
+                        acc, lse = _merge_out_of_place(acc, lse, part, part_lse)
+                    else:
+                        lse[..., r0:r1] = merge_tiles(acc[..., r0:r1, :], lse[..., r0:r1], part, part_lse)[1]
+                    del part, part_lse  # freed before the next tile allocates its own
+                del kr
+            del qr
+        if lse is None or bool((lse <= LSE_FLOOR).any()):
+            raise ConfigError(f"{run.label}: queries at {m_lo}..{m_hi} see no key; their own positions must be keys")
+        if out is None:
+            outputs.append(acc.to(v.dtype))
+        else:
+            out[..., start:stop, :] = acc
+    return out if out is not None else torch.cat(outputs, dim=-2)
+
+
+def _runs(positions: list[int]) -> bool:
+    """Whether positions go up by exactly 1 (tiles then map index offsets to distances)."""
+    return all(b - a == 1 for a, b in itertools.pairwise(positions))
+
+
+def _query_blocks(q_list: list[int], block: int, period: int | None) -> list[tuple[int, int]]:
+    """Index ranges of at most `block` sorted queries, cut where positions cross a multiple of `period`."""
+    ranges, start, n = [], 0, len(q_list)
+    while start < n:
+        stop = min(start + block, n)
+        if period:
+            boundary = (q_list[start] // period + 1) * period
+            stop = min(stop, bisect.bisect_left(q_list, boundary, start, stop))
+        ranges.append((start, stop))
+        start = stop
+    return ranges
+
+
+def _tiles(i0: int, i1: int, anchor: int, rows: int, width: int) -> list[tuple[int, int]]:
+    """Key index ranges covering [i0, i1): first `rows` keys from `anchor` (the tile a pass's lower distance edge
+    crosses, exactly causal when it is the square on that edge), then on to i1, then back from the anchor to i0."""
+    tiles, lo = [], anchor
+    size = rows
+    while lo < i1:
+        tiles.append((lo, min(lo + size, i1)))
+        lo, size = lo + size, width
+    hi = anchor
+    while hi > i0:
+        tiles.append((max(i0, hi - width), hi))
+        hi -= width
+    return tiles
+
+
+def _classify(p: Pass, m_lo: int, m_hi: int, n_lo: int, n_hi: int, contiguous: bool) -> int:
+    """What pass `p` shows of a tile of queries m_lo..m_hi and keys n_lo..n_hi: nothing, everything, exactly the
+    causal triangle (key j <= query i, so the kernel's own causal mask applies), or a part needing a mask."""
+    d_lo, d_hi = p.distance
+    k_lo, k_hi = p.keys
+    if n_hi < k_lo or n_lo > k_hi or m_hi - n_lo < d_lo or m_lo - n_hi > d_hi:
+        return _EMPTY
+    inside = k_lo <= n_lo and n_hi <= k_hi
+    if inside and m_lo - n_hi >= d_lo and m_hi - n_lo <= d_hi:
+        return _FULL
+    if inside and contiguous and m_lo - n_lo == d_lo and m_hi - n_lo <= d_hi:
+        return _CAUSAL
+    return _MASKED
+
+
+def _pieces(
+    tile: tuple[Pass, int, int, Tensor, Tensor], kind: int, split: bool, cache: dict[tuple[int, ...], Tensor]
+) -> list[tuple[int, int, int, int, int, Tensor | None]]:
+    """(rows r0:r1, keys c0:c1, kind, mask) of a tile (pass, first query and key positions, their positions):
+    the tile itself, or, when a band edge cuts it and positions are contiguous, its `SUB` x `SUB` pieces, of which
+    those the pass hides are dropped and only those the edge crosses get a (small) mask."""
+    p, m_lo, n_lo, qp, kp = tile
+    c, t = qp.numel(), kp.numel()
+    if kind != _MASKED:
+        return [(0, c, 0, t, kind, None)]
+    if not split:
+        return [(0, c, 0, t, kind, _tile_mask(p, qp, kp, m_lo, n_lo, split, cache))]
+    pieces = []
+    for r0 in range(0, c, SUB):
+        r1 = min(r0 + SUB, c)
+        for c0 in range(0, t, SUB):
+            c1 = min(c0 + SUB, t)
+            piece = _classify(p, m_lo + r0, m_lo + r1 - 1, n_lo + c0, n_lo + c1 - 1, True)
+            if piece == _EMPTY:
+                continue
+            mask = None
+            if piece == _MASKED:
+                mask = _tile_mask(p, qp[r0:r1], kp[c0:c1], m_lo + r0, n_lo + c0, True, cache)
+            pieces.append((r0, r1, c0, c1, piece, mask))
+    return pieces
+
+
+def _tile_mask(
+    p: Pass, qp: Tensor, kp: Tensor, m_lo: int, n_lo: int, contiguous: bool, cache: dict[tuple[int, ...], Tensor]
+) -> Tensor:
+    """The tile's float mask (1, 1, c, t), 0 where `p` shows the pair and -inf elsewhere. With contiguous
+    positions it depends only on the tile's shape and offset, so equal tiles of later blocks reuse it."""
+    c, t = qp.numel(), kp.numel()
+    if not contiguous:
+        return _float_mask(p.visible(qp[:, None], kp[None, :]))
+    clip = (max(0, min(t, p.keys[0] - n_lo)), max(0, min(t, p.keys[1] - n_lo + 1)))
+    key = (c, t, m_lo - n_lo, *p.distance, *clip)
+    mask = cache.get(key)
+    if mask is None:
+        rows = torch.arange(c, device=qp.device)[:, None] + m_lo
+        cols = torch.arange(t, device=qp.device)[None, :] + n_lo
+        mask = _float_mask(p.visible(rows, cols))
+        if len(cache) >= MASK_CACHE:
+            cache.clear()
+        cache[key] = mask
+    return mask
+
+
+def _float_mask(visible: Tensor) -> Tensor:
+    return torch.zeros(visible.shape, device=visible.device).masked_fill_(~visible, float("-inf"))[None, None]
+
+
+def _merge_out_of_place(
+    acc: Tensor | None, lse: Tensor | None, part: Tensor, part_lse: Tensor
+) -> tuple[Tensor, Tensor]:
+    """`merge_tiles` under autograd (no in-place updates); a row a tile hides is given a log-sum-exp far below
+    any real one instead of -inf, so that no gradient divides 0 by 0."""
+    part_lse = part_lse.clamp(min=LSE_FLOOR)
+    if acc is None or lse is None:
+        return part.float(), part_lse
+    total = torch.logaddexp(lse, part_lse)
+    return acc * torch.exp(lse - total)[..., None] + part.float() * torch.exp(part_lse - total)[..., None], total
+
+
+class ExtendedAttention:
+    """A drop-in for `lextra.attention.attention` in a model layer (`SelfAttention.attend`) under `method`.
+
+    It takes `attention`'s keywords; the mask must be causal (the method sets its own visibility);
+    `backend="reference"` runs the dense reference, any other backend the fast path.
+    """
+
+    def __init__(self, method: ExtensionMethod) -> None:
+        self.method = method
+
+    def __call__(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        scheme: PositionScheme | None = None,
+        mask: Mask | str | None = "causal",
+        q_pos: Tensor | None = None,
+        k_pos: Tensor | None = None,
+        backend: str = "auto",
+        temperature: Tensor | float | None = None,
+        scale: float | None = None,
+        block_size: int | None = None,
+    ) -> Tensor:
+        if not build_mask(mask).exactly_causal:
+            raise ConfigError(
+                f"extension {self.method.name!r} sets its own visibility over causal attention; "
+                f"use mask='causal', not {mask!r}"
+            )
+        if backend == "reference":
+            return reference_extended_attention(q, k, v, scheme, self.method, q_pos, k_pos, scale, temperature)
+        return extended_attention(q, k, v, scheme, self.method, q_pos, k_pos, scale, temperature, block_size)
+
+    def retains(self, k_pos: Tensor, next_query: int) -> Tensor:
+        """Which cached keys a query at `next_query` or later can still see (the cache evicts the others)."""
+        return self.method.retains(k_pos, next_query)
+
+    def __repr__(self) -> str:
+        return f"ExtendedAttention({self.method!r})"
+
+
+def apply_extension(model: GPT, method: ExtensionMethod | str | None, **options: Any) -> ExtensionMethod | None:
+    """Make every attention layer of `model` attend under `method` (a built method or a spec such as
+    'self_extend:group=4', with `options` overriding), checked against the model's scheme first; None removes it.
+    Returns the method. The model's KV cache then keeps un-rotated keys and, for bounded methods, evicts."""
+    if method is None:
+        for block in model.blocks:
+            block.attn.attend = None
+        return None
+    built = build_extension(method, model.config.train_len, **options)
+    for layer in range(model.config.n_layer):
+        check_scheme(model.scheme_for(layer), built)
+    hook = ExtendedAttention(built)
+    for block in model.blocks:
+        block.attn.attend = hook
+    return built

@@ -1,0 +1,207 @@
+"""The interface of training-free extension methods: a distance remap, a visibility rule and up to three passes.
+
+Every method here, per (query m, key n) pair with d = m - n, scores the pair as a rotary model would at a
+*remapped* distance d'(m, n), over a visible set of pairs, with one softmax over all of them:
+
+    out_m = softmax_n( s * (R_{a} q_m) . (R_{b} k_n) ), (m, n) visible, a - b = d'(m, n)
+
+`remap(m, n)` states that formula elementwise (the ground truth `reference_extended_attention` computes from).
+`passes(q_first, q_last)` states the same thing as the fast path needs it: for a block of queries, up to three
+passes, each rotating its queries at `q_at(m)` and its keys at `k_at(n)` over the pairs inside a key range and a
+distance band. The passes' visible sets partition the method's; each pass is one tiled attention and their
+partial results merge exactly by log-sum-exp (`lextra.extend.attention`). A query block never straddles a
+multiple of `period` (Dual Chunk Attention's chunks), so each pass's rule is a band and a key range there.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from lextra.attention.masks import UNBOUNDED
+from lextra.errors import ConfigError, LengthError
+from lextra.positions.base import PositionScheme
+from lextra.registry import Registry
+from lextra.validate import check_int
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One attention pass for a block of queries: where it rotates queries and keys, and which pairs it sees.
+
+    A pair (m, n) is in the pass when `keys[0] <= n <= keys[1]` and `distance[0] <= m - n <= distance[1]`
+    (inclusive; `UNBOUNDED` for no limit). `q_at` maps query positions to the positions their rotation uses,
+    `k_at` key positions to theirs (long or float64 tensors: Leaky ReRoPE's are fractional).
+    """
+
+    name: str
+    q_at: Callable[[Tensor], Tensor]
+    k_at: Callable[[Tensor], Tensor]
+    distance: tuple[int, int] = (0, UNBOUNDED)
+    keys: tuple[int, int] = (-UNBOUNDED, UNBOUNDED)
+
+    def visible(self, m: Tensor, n: Tensor) -> Tensor:
+        """Elementwise, broadcasting: True where query position m sees key position n in this pass."""
+        d = m - n
+        lo, hi = self.distance
+        k_lo, k_hi = self.keys
+        return (d >= lo) & (d <= hi) & (n >= k_lo) & (n <= k_hi)
+
+
+def same_position(positions: Tensor) -> Tensor:
+    """Rotate at the token's own position."""
+    return positions
+
+
+def constant_position(value: float) -> Callable[[Tensor], Tensor]:
+    """Every position rotated at `value` (ReRoPE's rectified queries at w, keys at 0)."""
+
+    def at(positions: Tensor) -> Tensor:
+        return torch.full(positions.shape, value, dtype=torch.float64, device=positions.device)
+
+    return at
+
+
+class ExtensionMethod:
+    """Base class of the `EXTENSIONS` registry: a method bound to a model's training length L.
+
+    Subclasses take keyword-only options (the authors' defaults; None = derived from L), validate them with
+    errors that name the fix, and define `remap` (the formula), `passes` (the fast path) and, where they have
+    them, `query_scale`, `max_length` and `retains` (which cached keys later queries still see).
+    """
+
+    name: ClassVar[str] = "extension"
+    summary: ClassVar[str] = ""
+    #: query blocks of the fast path are cut at multiples of this many positions, or None
+    period: int | None = None
+
+    def __init__(self, train_len: int) -> None:
+        self.train_len = check_int(f"{self.name}: training length", train_len, 2, hint="L of the model")
+
+    # --- the formula --------------------------------------------------------------------------------
+    def remap(self, m: Tensor, n: Tensor) -> tuple[Tensor, Tensor]:
+        """Elementwise, broadcasting over position tensors: (d' as float64, visible) for each pair."""
+        raise NotImplementedError
+
+    def query_scale(self, m: Tensor) -> Tensor | None:
+        """A factor on each query's logits (Lq,) in fp32, or None (1)."""
+        return None
+
+    # --- the fast path ------------------------------------------------------------------------------
+    def passes(self, q_first: int, q_last: int) -> list[Pass]:
+        """The passes for queries at positions q_first..q_last (inside one `period`); the first one holds d = 0."""
+        raise NotImplementedError
+
+    # --- lengths and caches -------------------------------------------------------------------------
+    def max_length(self) -> int | None:
+        """The longest input (in positions) the method is valid for, or None when unbounded."""
+        return None
+
+    def check_length(self, n_positions: int) -> None:
+        """Refuse inputs longer than `max_length()`, naming the number and the fix."""
+        limit = self.max_length()
+        if limit is not None and n_positions > limit:
+            raise LengthError(
+                f"{self!r} is valid up to {limit} tokens, got {n_positions}: {self.length_hint(n_positions)}"
+            )
+
+    def length_hint(self, n_positions: int) -> str:
+        """How to make the method accept `n_positions` tokens (for `check_length`'s message)."""
+        return "shorten the input"
+
+    def retains(self, n: Tensor, next_query: int) -> Tensor:
+        """Which cached keys at positions n a query at `next_query` or later can still see (default: all)."""
+        return torch.ones_like(n, dtype=torch.bool)
+
+    # --- description ------------------------------------------------------------------------------
+    @property
+    def options(self) -> dict[str, Any]:
+        """The resolved options (defaults derived from L filled in)."""
+        return {}
+
+    def __repr__(self) -> str:
+        opts = ", ".join(f"{k}={v}" for k, v in self.options.items())
+        return f"{self.name}(L={self.train_len}{', ' if opts else ''}{opts})"
+
+
+EXTENSIONS: Registry[ExtensionMethod] = Registry("extension method")
+
+
+def check_scheme(scheme: PositionScheme | None, method: ExtensionMethod | str) -> None:
+    """Refuse schemes an extension method cannot apply to: it remaps the positions a relative q/k rotation uses,
+    so absolute schemes (nope, sinusoidal, learned) and score biases (alibi, t5, kerple, sandwich, fire) have none."""
+    name = method if isinstance(method, str) else method.name
+    if scheme is None or not scheme.transforms_qk:
+        kind = "none" if scheme is None else scheme.name
+        why = "has no q/k rotation to remap"
+    elif scheme.has_bias or scheme.adds_embedding or not scheme.relative:
+        kind, why = scheme.name, "adds position outside a relative q/k rotation"
+    else:
+        return
+    raise ConfigError(
+        f"extension {name!r} remaps the distances of a rotary scheme, but scheme {kind!r} {why}; "
+        "use it with a rope, xpos or coca model"
+    )
+
+
+def build_extension(spec: str | ExtensionMethod, train_len: int, **options: Any) -> ExtensionMethod:
+    """A method from its name or a spec `NAME[:key=value,...]` (values parsed by the option's type), for a model
+    of training length `train_len`; keyword `options` override the spec's. Unknown names or options and values
+    out of range raise ConfigError naming the fix."""
+    if isinstance(spec, ExtensionMethod):
+        if options:
+            raise ConfigError(f"options {sorted(options)} given with an already built method {spec!r}")
+        return spec
+    name, _, arg = str(spec).partition(":")
+    name = name.strip()
+    cls = EXTENSIONS.get(name)
+    parsed = _parse_options(name, arg) if arg.strip() else {}
+    merged = {**parsed, **options}
+    EXTENSIONS.check_options(name, merged)
+    return cls(train_len, **merged)
+
+
+def _parse_options(name: str, text: str) -> dict[str, Any]:
+    """`key=value,...` into typed options (by each option's annotation: bool, int or float)."""
+    kinds = {o.name: o.annotation for o in EXTENSIONS.options(name)}
+    out: dict[str, Any] = {}
+    for item in text.split(","):
+        key, eq, raw = item.partition("=")
+        key, raw = key.strip(), raw.strip()
+        if not eq or not key or not raw:
+            raise ConfigError(f"extension {name!r}: expected key=value after ':', got {item.strip()!r}")
+        EXTENSIONS.check_options(name, {key: raw})
+        out[key] = _parse_value(name, key, raw, kinds[key])
+    return out
+
+
+def _parse_value(name: str, key: str, raw: str, annotation: str) -> Any:
+    if "bool" in annotation:
+        lowered = raw.lower()
+        if lowered in ("true", "1", "yes", "on"):
+            return True
+        if lowered in ("false", "0", "no", "off"):
+            return False
+        raise ConfigError(f"extension {name!r}: {key} takes true or false, got {raw!r}")
+    try:
+        if "int" in annotation:
+            return int(raw)
+        return float(raw)
+    except ValueError:
+        kind = "an integer" if "int" in annotation else "a number"
+        raise ConfigError(f"extension {name!r}: {key} takes {kind}, got {raw!r}") from None
+
+
+def log_scale(m: Tensor, train_len: int) -> Tensor:
+    """max(1, log(m + 1) / log L) per query (Su 2023's and Jin et al. 2024's optional logit scaling), fp32."""
+    return (torch.log(m.to(torch.float64) + 1) / math.log(train_len)).clamp(min=1.0).float()
+
+
+def int_option(name: str, option: str, value: object, default: int, low: int, high: int, hint: str) -> int:
+    """An integer option in [low, high]; `default` (derived from L) when None."""
+    return check_int(f"{name}: {option}", default if value is None else value, low, high, hint=hint)

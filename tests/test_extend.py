@@ -1,0 +1,329 @@
+"""Training-free extension methods (`lextra.extend`): their formulas, the fast path against the dense reference,
+cached decoding against the full forward, and refusals."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lextra.attention import attention
+from lextra.errors import ConfigError, LengthError
+from lextra.extend import (
+    EXTENSIONS,
+    ExtendedAttention,
+    apply_extension,
+    build_extension,
+    check_scheme,
+    extended_attention,
+    reference_extended_attention,
+)
+from lextra.model import GPT, GPTConfig
+from lextra.positions import HeadDims, build_scheme
+
+L = 64
+#: every method at L = 64 (Self-Extend's group wide enough for 777 tokens, LM-Infinite with 3 global tokens)
+SPECS = {
+    "self_extend": "self_extend:group=16",
+    "rerope": "rerope",
+    "leaky_rerope": "leaky_rerope",
+    "dca": "dca",
+    "lm_infinite": "lm_infinite:n_global=3",
+    "sinks": "sinks",
+    "string": "string",
+}
+
+
+def _inputs(scheme_name: str, n: int, seed: int = 0):
+    """A scheme at L and random q, k, v (B 1, H 2, D 16) of n positions."""
+    options = {"scale_base": 64.0} if scheme_name == "xpos" else {}
+    scheme = build_scheme(scheme_name, HeadDims(2, 16, 32, L), **options)
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(1, 2, n, 16, generator=gen)
+    k = torch.randn(1, 2, n, scheme.key_dim(), generator=gen)
+    v = torch.randn(1, 2, n, 16, generator=gen)
+    if scheme_name == "coca":  # CoCA's logits grow with |q|^2: keep them in a trained model's range
+        q = q * 0.5
+    return scheme, q, k, v
+
+
+def test_every_registered_method_is_tested() -> None:
+    assert set(SPECS) == set(EXTENSIONS.names())
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_fast_path_equals_the_reference_with_rope(name: str) -> None:
+    scheme, q, k, v = _inputs("rope", 777)
+    method = build_extension(SPECS[name], L)
+    with torch.no_grad():
+        ref = reference_extended_attention(q, k, v, scheme, method)
+        for block in (100, None):
+            assert (extended_attention(q, k, v, scheme, method, block_size=block) - ref).abs().max() < 1e-5
+        last = extended_attention(q[..., -5:, :], k, v, scheme, method, block_size=3)  # offset queries, as cached
+        assert (last - ref[..., -5:, :]).abs().max() < 1e-5
+        one = extended_attention(q[..., -1:, :], k, v, scheme, method)
+        assert (one - ref[..., -1:, :]).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_under_autograd_the_exact_fallback_agrees_and_has_finite_gradients(name: str) -> None:
+    """Without the flash kernel (autograd here; other devices too) each tile is computed explicitly in fp32."""
+    scheme, q, k, v = _inputs("rope", 230)
+    method = build_extension(SPECS[name], L)
+    q.requires_grad_(True)
+    ref = reference_extended_attention(q, k, v, scheme, method)
+    (ref_grad,) = torch.autograd.grad(ref.sum(), q)
+    out = extended_attention(q, k, v, scheme, method, block_size=64)
+    (grad,) = torch.autograd.grad(out.sum(), q)
+    assert (out.detach() - ref.detach()).abs().max() < 1e-5
+    assert bool(torch.isfinite(grad).all())
+    assert (grad - ref_grad).abs().max() < 1e-4
+
+
+@pytest.mark.parametrize("scheme_name", ["xpos", "coca"])
+@pytest.mark.parametrize("name", list(SPECS))
+def test_fast_path_equals_the_reference_with_xpos_and_coca(scheme_name: str, name: str) -> None:
+    scheme, q, k, v = _inputs(scheme_name, 301, seed=1)
+    method = build_extension(SPECS[name], L)
+    with torch.no_grad():
+        ref = reference_extended_attention(q, k, v, scheme, method)
+        fast = extended_attention(q, k, v, scheme, method, block_size=70)
+        last = extended_attention(q[..., -3:, :], k, v, scheme, method)
+    assert (fast - ref).abs().max() < 1e-5
+    assert (last - ref[..., -3:, :]).abs().max() < 1e-5
+
+
+REMAPS = [
+    # (spec at L = 64, m, n, d' or None when hidden)
+    ("self_extend:group=4,window=8", 50, 3, 50 // 4 + 8 - 2 - 0),
+    ("self_extend:group=4,window=8", 50, 45, 5),
+    ("self_extend:group=4,window=8", 50, 42, 12 + 6 - 10),
+    ("self_extend:group=4,window=8", 50, 43, 7),
+    ("rerope:window=8", 50, 3, 8),
+    ("rerope:window=8", 50, 45, 5),
+    ("leaky_rerope:window=8,factor=4", 50, 3, 8 + 39 / 4),
+    ("leaky_rerope:window=8,factor=4", 50, 44, 6),
+    ("dca", 100, 3, 48 - 3),  # s = 48, w = 4, c = 44: older chunk, query at min(2c - 1, s)
+    ("dca", 50, 40, 48 - 40),  # previous chunk: min(50 mod 44 + 44, 48)
+    ("dca", 50, 45, 5),  # same chunk
+    ("dca", 89, 50, 1 + 44 - 6),  # previous chunk, below s: 89 mod 44 + 44
+    ("lm_infinite:n_global=2", 100, 1, 64),
+    ("lm_infinite:n_global=2", 100, 50, 50),
+    ("lm_infinite:n_global=2", 100, 20, None),
+    ("sinks:sinks=2", 100, 1, 63 - 1),  # the query's slot is S + R - 1 = 63
+    ("sinks:sinks=2", 100, 39, 61),
+    ("sinks:sinks=2", 100, 20, None),
+    ("sinks:sinks=2", 40, 1, 39),
+    ("string", 50, 3, 47 - 21 + 10),  # S = int(0.33 x 64) = 21, W = 10
+    ("string", 50, 29, 10),
+    ("string", 50, 30, 20),
+    ("rerope", 3, 5, None),
+]
+
+
+@pytest.mark.parametrize(("spec", "m", "n", "expected"), REMAPS)
+def test_remaps_match_hand_computed_pairs(spec: str, m: int, n: int, expected: float | None) -> None:
+    method = build_extension(spec, L)
+    remapped, visible = method.remap(torch.tensor(m), torch.tensor(n))
+    assert bool(visible) == (expected is not None)
+    if expected is not None:
+        assert float(remapped) == pytest.approx(expected, abs=1e-12)
+        passes = [p for p in method.passes(m, m) if bool(p.visible(torch.tensor(m), torch.tensor(n)))]
+        assert len(passes) == 1
+        p = passes[0]
+        rotated = float(p.q_at(torch.tensor([m]))[0]) - float(p.k_at(torch.tensor([n]))[0])
+        assert rotated == pytest.approx(expected, abs=1e-12)
+
+
+def test_self_extend_rotates_at_grouped_positions() -> None:
+    method = build_extension("self_extend:group=4,window=8", L)
+    group = method.passes(50, 50)[1]
+    assert float(group.q_at(torch.tensor([50]))[0]) == 50 // 4 + 8 - 8 / 4
+    assert float(group.k_at(torch.tensor([3]))[0]) == 0
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_passes_partition_the_visible_pairs_at_the_remapped_distances(name: str) -> None:
+    method = build_extension(SPECS[name], L)
+    n = torch.arange(300)
+    period = method.period or 16
+    for first in range(0, 300, period):
+        m = torch.arange(first, min(first + period, 300))
+        remapped, visible = method.remap(m[:, None], n[None, :])
+        passes = method.passes(int(m[0]), int(m[-1]))
+        shown = torch.stack([p.visible(m[:, None], n[None, :]) for p in passes])
+        assert bool((shown.sum(0) == visible.long()).all())  # disjoint, and together the visible set
+        assert bool(shown[0][torch.arange(m.numel()), m].all())  # the first pass holds d = 0
+        for p, part in zip(passes, shown, strict=True):
+            rotated = p.q_at(m).double()[:, None] - p.k_at(n).double()[None, :]
+            assert torch.allclose(rotated[part], remapped.expand_as(rotated)[part], atol=1e-9)
+
+
+@pytest.mark.parametrize("spec", ["rerope:log_scale=false", "leaky_rerope:log_scale=false", "string"])
+def test_distance_remaps_are_translation_invariant(spec: str) -> None:
+    scheme, q, k, v = _inputs("rope", 200)
+    method = build_extension(spec, L)
+    pos = torch.arange(200)
+    with torch.no_grad():
+        here = extended_attention(q, k, v, scheme, method, q_pos=pos, k_pos=pos)
+        there = extended_attention(q, k, v, scheme, method, q_pos=pos + 301, k_pos=pos + 301)
+    assert (here - there).abs().max() < 1e-5
+
+
+def test_the_log_scale_acts_only_past_the_training_length() -> None:
+    scheme, q, k, v = _inputs("rope", 150)
+    with torch.no_grad():
+        on = extended_attention(q, k, v, scheme, build_extension("rerope", L))
+        off = extended_attention(q, k, v, scheme, build_extension("rerope:log_scale=false", L))
+    assert (on[..., :L, :] - off[..., :L, :]).abs().max() < 1e-6
+    assert (on[..., L:, :] - off[..., L:, :]).abs().max() > 1e-3
+
+
+def test_self_extend_refuses_inputs_past_its_maximum_with_the_number() -> None:
+    method = build_extension("self_extend", L)  # G = 8, W = L/4 = 16: (64 - 16) x 8 + 16 = 400
+    assert method.max_length() == 400
+    scheme, q, k, v = _inputs("rope", 401)
+    with torch.no_grad():
+        extended_attention(q[..., :400, :], k[..., :400, :], v[..., :400, :], scheme, method)
+        with pytest.raises(LengthError, match=r"valid up to 400 tokens, got 401.*group >= 9"):
+            extended_attention(q, k, v, scheme, method)
+    assert build_extension("rerope", L).max_length() is None
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("self_extend:group=0", "group"),
+        ("self_extend:window=64", "window"),
+        ("rerope:window=64", "below L = 64"),
+        ("leaky_rerope:factor=0.5", "factor"),
+        ("dca:local=48", "local window"),
+        ("dca:chunk=65", "chunk"),
+        ("lm_infinite:local=65", "local"),
+        ("lm_infinite:n_global=-1", "n_global"),
+        ("sinks:recent=61", "sinks \\+ recent"),
+        ("string:local=21", "below the offset"),
+        ("string:offset=64", "offset"),
+        ("string:attention_factor=0", "attention_factor"),
+        ("yarn_extend", "unknown extension method"),
+        ("rerope:width=3", "has no option 'width'"),
+        ("rerope:window=abc", "takes an integer"),
+        ("rerope:window", "key=value"),
+        ("rerope:log_scale=maybe", "true or false"),
+    ],
+)
+def test_bad_options_are_refused_with_the_fix(spec: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        build_extension(spec, L)
+
+
+def test_specs_parse_typed_options() -> None:
+    method = build_extension("leaky_rerope:window=8,factor=4,log_scale=false", L)
+    assert method.options == {"window": 8, "factor": 4.0, "log_scale": False}
+    assert build_extension("self_extend", 4096).options == {"group": 8, "window": 1024, "log_scale": False}
+    assert build_extension("dca", 4096).options == {"chunk": 3072, "local": 256}
+    assert build_extension("sinks", 4096).options == {"sinks": 4, "recent": 4092}
+    assert build_extension("string", 4096).offset == 1351
+    assert [o.name for o in EXTENSIONS.options("lm_infinite")] == ["n_global", "local", "limit"]
+
+
+@pytest.mark.parametrize(
+    "scheme_name", ["nope", "sinusoidal", "learned", "alibi", "t5", "kerple_log", "kerple_power", "sandwich", "fire"]
+)
+def test_absolute_and_bias_schemes_are_refused(scheme_name: str) -> None:
+    scheme = build_scheme(scheme_name, HeadDims(2, 16, 32, L))
+    with pytest.raises(ConfigError, match=f"scheme '{scheme_name}'.*rope, xpos or coca"):
+        check_scheme(scheme, build_extension("rerope", L))
+    model = GPT(GPTConfig(vocab_size=16, n_layer=1, n_head=2, d_model=32, train_len=L, scheme=scheme_name))
+    with pytest.raises(ConfigError, match="rope, xpos or coca"):
+        apply_extension(model, "rerope")
+
+
+def test_a_mask_other_than_causal_is_refused() -> None:
+    scheme, q, k, v = _inputs("rope", 20)
+    with pytest.raises(ConfigError, match="mask='causal'"):
+        ExtendedAttention(build_extension("rerope", L))(q, k, v, scheme=scheme, mask="window:8")
+
+
+def _tiny_model(seed: int = 0) -> GPT:
+    """2 layers, width 32, L = 32, with q and k projections scaled up so that attention depends on position."""
+    torch.manual_seed(seed)
+    model = GPT(GPTConfig(vocab_size=50, n_layer=2, n_head=2, d_model=32, train_len=32, scheme="rope")).eval()
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attn.q_proj.weight.mul_(15.0)
+            block.attn.k_proj.weight.mul_(15.0)
+    return model
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_cached_decoding_equals_the_full_forward_past_the_training_length(name: str) -> None:
+    model = _tiny_model()
+    tokens = torch.randint(0, 50, (1, 120), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        plain = model(tokens)
+        method = apply_extension(model, name)
+        full = model(tokens)
+        reference = model(tokens, backend="reference")
+        cache = model.new_cache()
+        steps = [model(tokens[:, :7], cache=cache)]
+        steps += [model(tokens[:, i : i + 1], cache=cache) for i in range(7, 120)]
+    decoded = torch.cat(steps, dim=1)
+    assert (full - reference).abs().max() < 1e-5
+    assert (decoded - full).abs().max() < 1e-5
+    assert (full[:, 32:] - plain[:, 32:]).abs().max() > 1e-3  # the method is active past L
+    if name in ("sinks", "lm_infinite"):  # bounded methods evict what no later query sees
+        kept = int(method.retains(torch.arange(120), 120).sum())
+        assert all(keys.shape[-2] == kept < 120 for keys in cache.keys)
+    else:
+        assert all(keys.shape[-2] == 120 for keys in cache.keys)
+    apply_extension(model, None)
+    with torch.no_grad():
+        assert (model(tokens) - plain).abs().max() == 0
+
+
+def test_sinks_on_an_evicting_cache_are_streaming_llms_cache_slots() -> None:
+    """StreamingLLM's own rule (keys re-rotated at their cache slots, the query at the last slot, plain softmax
+    over the evicted cache) equals the sinks method at true positions, and the full forward's row."""
+    scheme, q, k, v = _inputs("rope", 100)
+    method = build_extension("sinks:sinks=4,recent=28", 32)
+    with torch.no_grad():
+        full = extended_attention(q, k, v, scheme, method)
+        for m in (40, 77, 99):
+            kept = torch.cat((torch.arange(4), torch.arange(m - 27, m + 1)))
+            kc, vc, qm = k[..., kept, :], v[..., kept, :], q[..., m : m + 1, :]
+            slots = torch.arange(kept.numel())
+            streaming = attention(qm, kc, vc, scheme=scheme, q_pos=slots[-1:], k_pos=slots)
+            ours = extended_attention(qm, kc, vc, scheme, method, q_pos=torch.tensor([m]), k_pos=kept)
+            assert (streaming - ours).abs().max() < 1e-5
+            assert (ours - full[..., m : m + 1, :]).abs().max() < 1e-5
+
+
+def test_batches_and_heads_are_independent() -> None:
+    scheme, q, k, v = _inputs("rope", 150)
+    q2, k2, v2 = (torch.cat((x, x.flip(-2)), dim=0) for x in (q, k, v))
+    method = build_extension("dca", L)
+    with torch.no_grad():
+        both = extended_attention(q2, k2, v2, scheme, method, block_size=40)
+        ref = reference_extended_attention(q2, k2, v2, scheme, method)
+        first = extended_attention(q, k, v, scheme, method, block_size=40)
+    assert (both - ref).abs().max() < 1e-5
+    assert (both[:1] - first).abs().max() < 1e-6
+
+
+def test_the_fast_path_computes_only_the_tiles_a_method_shows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Attention sinks at L = 64 over 2000 tokens see 64 keys per query: the tiles computed hold a few times
+    that many pairs, not the 2000 x 2000 / 2 of causal attention."""
+    import lextra.extend.attention as extend_attention
+
+    computed = []
+    real = extend_attention.attention_with_lse
+
+    def counting(q, k, v, scale, **kwargs):
+        computed.append(q.shape[-2] * k.shape[-2])
+        return real(q, k, v, scale, **kwargs)
+
+    monkeypatch.setattr(extend_attention, "attention_with_lse", counting)
+    scheme, q, k, v = _inputs("rope", 2000)
+    with torch.no_grad():
+        extended_attention(q, k, v, scheme, build_extension("sinks", L), block_size=64)
+    assert sum(computed) < 4 * 2000 * 64
