@@ -13,26 +13,16 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from lextra.cli import main
-from lextra.cli.app import build_parser
+from lextra.cli.app import build_parser, leaf_commands
 
 NON_FINITE = ["nan", "NaN", "inf", "-inf", "Infinity", "1e999", "-1e999"]
 NOT_NUMBERS = ["", "x", "1,2", "0x10", "1e"]
 
 
-def _leaves(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
-    """(command path, its parser) for every runnable command."""
-    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    if not subs:
-        yield path, parser
-        return
-    for name, child in subs[0].choices.items():
-        yield from _leaves(child, (*path, name))
-
-
 def _numeric_flags() -> list[tuple[tuple[str, ...], str, argparse.Action]]:
     """Every option of every command whose value is a number (it has a `type`)."""
     found = []
-    for path, parser in _leaves(build_parser()):
+    for path, parser in leaf_commands(build_parser()):
         for action in parser._actions:
             if action.option_strings and action.type is not None and action.type is not str:
                 found.append((path, action.option_strings[0], action))
@@ -58,7 +48,7 @@ def test_every_numeric_flag_uses_a_validating_type(path, flag, action) -> None:
 
 def _argv(path: tuple[str, ...], flag: str, value: str, out: Path) -> list[str]:
     """A command line with every required argument filled in and `flag` set to `value`."""
-    parser = dict(_leaves(build_parser()))[path]
+    parser = dict(leaf_commands(build_parser()))[path]
     argv = list(path)
     for action in parser._actions:
         if action.option_strings:

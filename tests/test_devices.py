@@ -8,7 +8,6 @@ result). The GPU tests at the end carry the `gpu` marker: `make test` deselects 
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import copy
 import dataclasses
@@ -26,7 +25,7 @@ from safetensors.torch import load_file
 
 from lextra.analysis import dispersion, empirical_scores, layer_attention, model_theoretical, receptive_field
 from lextra.cli import main
-from lextra.cli.app import build_parser
+from lextra.cli.app import build_parser, leaf_commands
 from lextra.data.prepare import prepare_data
 from lextra.devices import autocast, module_device, resolve_device
 from lextra.errors import ConfigError
@@ -128,18 +127,9 @@ def test_module_device_and_autocast() -> None:
 
 
 # ----------------------------------------------------------------------------- the command line
-def _leaves(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
-    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    if not subs:
-        yield path, parser
-        return
-    for name, child in subs[0].choices.items():
-        yield from _leaves(child, (*path, name))
-
-
 def test_every_command_that_runs_a_model_takes_device() -> None:
     with_device, without = set(), set()
-    for path, parser in _leaves(build_parser()):
+    for path, parser in leaf_commands(build_parser()):
         options = {o: a for a in parser._actions for o in a.option_strings}
         if "--device" in options:
             assert options["--device"].default == "auto" and options["--device"].type is None, path

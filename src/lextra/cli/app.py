@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from lextra.errors import LextraError
@@ -112,6 +112,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="lextra", description=ROOT.help)
     _add(parser, ROOT, ())
     return parser
+
+
+def leaf_commands(
+    parser: argparse.ArgumentParser | None = None, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    """(command path, its parser) for every runnable command of `parser` (default: the whole `lextra` parser)."""
+    parser = build_parser() if parser is None else parser
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        yield path, parser
+        return
+    for name, child in subs[0].choices.items():
+        yield from leaf_commands(child, (*path, name))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
