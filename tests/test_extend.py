@@ -327,3 +327,40 @@ def test_the_fast_path_computes_only_the_tiles_a_method_shows(monkeypatch: pytes
     with torch.no_grad():
         extended_attention(q, k, v, scheme, build_extension("sinks", L), block_size=64)
     assert sum(computed) < 4 * 2000 * 64
+
+
+@pytest.mark.parametrize("spec", ["bca:64", "bca:100", "window:50", "window:300", "causal"])
+@pytest.mark.parametrize("block", [None, 48, 100])
+def test_masked_attention_equals_the_reference_for_masks_that_state_bands(spec: str, block: int | None) -> None:
+    """Masks declare their rule per query block as a key range and a distance band (`Mask.band`); the tiled path
+    built on it (used by the Hugging Face attention for window and BCA masks) is exact, offsets included."""
+    from lextra.attention.masks import build_mask
+    from lextra.extend import masked_attention, masked_attention_applies
+
+    _, q, k, v = _inputs("rope", 333, seed=2)
+    mask = build_mask(spec)
+    with torch.no_grad():
+        assert masked_attention_applies(mask, q) == (spec != "causal")
+        ref = attention(q, k, v, mask=mask, backend="reference")
+        assert (masked_attention(q, k, v, mask, block_size=block) - ref).abs().max() < 1e-5
+        tau = torch.tensor([0.7, 1.3])
+        scaled = attention(q, k, v, mask=mask, backend="reference", temperature=tau)
+        assert (masked_attention(q, k, v, mask, temperature=tau, block_size=block) - scaled).abs().max() < 1e-5
+        tail = masked_attention(q[..., -9:, :], k, v, mask, block_size=block)  # offset queries, as when cached
+        assert (tail - ref[..., -9:, :]).abs().max() < 1e-5
+    assert not masked_attention_applies(mask, q.requires_grad_(True))
+
+
+def test_mask_bands_agree_with_the_masks_rule() -> None:
+    from lextra.attention.masks import UNBOUNDED, build_mask
+
+    for spec in ("bca:16", "window:7", "causal", "full"):
+        mask = build_mask(spec)
+        for first in range(0, 80, 16):
+            m = torch.arange(first, first + 16)[:, None]
+            n = torch.arange(0, 100)[None, :]
+            (k_lo, k_hi), (d_lo, d_hi) = mask.band(first, first + 15)
+            rule = (n >= k_lo) & (n <= k_hi) & (m - n >= d_lo) & (m - n <= d_hi)
+            assert bool((rule == mask.visible(m, n)).all())
+    assert build_mask("bca:16").band(10, 20) is None  # a run of queries across a block boundary has no one band
+    assert build_mask("window:7").band(0, 5)[1] == (0, 6) and build_mask("causal").band(3, 4)[1] == (0, UNBOUNDED)

@@ -306,3 +306,192 @@ def test_hf_cli_align_then_analyze_a_t5_encoder(tmp_path: Path) -> None:
     after = json.loads((aligned / "dispersion.json").read_text())["by_length"]["128"]["entropy"]
     assert before == pytest.approx(alignment["before"], rel=1e-4)  # the alignment's windows are the first texts
     assert after == pytest.approx(alignment["after"], rel=1e-3)
+
+
+# --- training-free extension methods on Hugging Face models -------------------------------------------------------
+#: every method at L = 32 (Self-Extend's group wide enough for 90 tokens, LM-Infinite with 3 global tokens)
+EXTENSION_SPECS = [
+    "self_extend:group=4",
+    "rerope",
+    "leaky_rerope",
+    "dca",
+    "lm_infinite:n_global=3",
+    "sinks",
+    "string",
+]
+
+
+def position_sensitive(layers: int = 2, max_pos: int = 32):
+    """A tiny Llama (GQA: 4 heads, 2 key/value heads) whose q and k projections are scaled up, so that its
+    attention, and the methods, depend strongly on positions."""
+    model = tiny_causal(layers=layers, max_pos=max_pos)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight.mul_(8.0)
+            layer.self_attn.k_proj.weight.mul_(8.0)
+    return model
+
+
+@pytest.mark.parametrize("scaling", [None, "yarn:2", "linear:2"])
+@pytest.mark.parametrize("spec", ["rerope:window=63,log_scale=false", "self_extend:window=63", "dca:chunk=60"])
+@torch.no_grad()
+def test_an_extension_that_changes_nothing_gives_hugging_faces_logits(spec: str, scaling: str | None) -> None:
+    """Within these windows every distance keeps its position, so HF's rotary (cos = 1, sin = 0 under the method)
+    and lextra's rotation with HF's frequencies and attention factor must give HF's own logits."""
+    reference = adapt(position_sensitive(max_pos=64))
+    model = adapt(copy.deepcopy(reference.model))
+    if scaling:
+        reference.set_rope_scaling(scaling)
+        model.set_rope_scaling(scaling)
+    ids = tokens(length=56)
+    want = reference(ids)
+    model.set_extension(spec)
+    assert type(model.inner.rotary_emb).__name__ == "IdentityRotary"
+    assert (model(ids) - want).abs().max() < 1e-5
+    model.set_extension("none")
+    assert model.inner.rotary_emb is model.rotary
+    assert (model(ids) - want).abs().max() == 0
+
+
+def _attention_in_out(model: HFCausalLM) -> tuple[list[torch.Tensor], list[torch.Tensor], list]:
+    """Hooks recording each layer's attention input (after its norm) and output (after o_proj)."""
+    inputs, outputs = [], []
+
+    def record(module, args, kwargs, output) -> None:
+        inputs.append(kwargs["hidden_states"])
+        outputs.append(output[0])
+
+    handles = [layer.self_attn.register_forward_hook(record, with_kwargs=True) for layer in model.inner.layers]
+    return inputs, outputs, handles
+
+
+@pytest.mark.parametrize(
+    ("spec", "scaling"),
+    [(spec, None) for spec in EXTENSION_SPECS] + [("dca", "yarn:2"), ("rerope", "dynamic:2"), ("string", "ntk:4")],
+)
+@torch.no_grad()
+def test_each_layer_equals_the_dense_reference_of_its_method(spec: str, scaling: str | None) -> None:
+    """Each layer's attention under the method equals `reference_extended_attention` on that layer's q, k, v
+    (from the layer's own projections, un-rotated) with lextra's RoPE of the model's base and scaling."""
+    from lextra.extend import build_extension, reference_extended_attention
+    from lextra.positions import HeadDims, build_scheme
+    from lextra.positions.scaling import parse_rope_scaling
+
+    model = adapt(position_sensitive())
+    options: dict = {}
+    if scaling:
+        params = model.set_rope_scaling(scaling)
+        if scaling.startswith("ntk"):
+            options["base"] = params["rope_theta"]  # lextra's ntk is HF's default RoPE with a larger base
+        else:
+            options["scaling"] = parse_rope_scaling(scaling)
+    method = model.set_extension(spec)
+    ids = tokens(length=90)
+    inputs, outputs, handles = _attention_in_out(model)
+    full = model(ids)
+    for handle in handles:
+        handle.remove()
+    plain = adapt(position_sensitive())(ids)
+    assert (full[:, 32:] - plain[:, 32:]).abs().max() > 1e-2  # the method is active past L
+    scheme = build_scheme("rope", HeadDims(4, 16, 64, 32), **{"base": 10000.0, **options})
+    for layer, hidden, got in zip(model.inner.layers, inputs, outputs, strict=True):
+        attn = layer.self_attn
+        q = attn.q_proj(hidden).view(2, 90, 4, 16).transpose(1, 2)
+        k = attn.k_proj(hidden).view(2, 90, 2, 16).transpose(1, 2).repeat_interleave(2, dim=1)
+        v = attn.v_proj(hidden).view(2, 90, 2, 16).transpose(1, 2).repeat_interleave(2, dim=1)
+        reference = reference_extended_attention(q, k, v, scheme, build_extension(method, 32), scale=attn.scaling)
+        want = attn.o_proj(reference.transpose(1, 2).reshape(2, 90, 64))
+        assert (got - want).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("spec", EXTENSION_SPECS)
+@torch.no_grad()
+def test_cached_decoding_under_a_method_equals_the_full_forward_past_the_training_length(spec: str) -> None:
+    """Hugging Face's cache holds un-rotated keys (all of them: sinks and LM-Infinite hide, not evict, the keys
+    their rule drops); each step re-rotates at the method's positions, so every step equals the full forward."""
+    model = adapt(position_sensitive())
+    model.set_extension(spec)
+    ids = tokens(length=90)
+    full = model(ids)
+    cache = model.new_cache()
+    steps = [model(ids[:, :7], cache=cache)]
+    steps += [model(ids[:, t : t + 1], cache=cache) for t in range(7, 90)]
+    assert (torch.cat(steps, dim=1) - full).abs().max() < 1e-5
+    assert cache.hf.get_seq_length() == 90
+    chunked = model.new_cache()  # a prompt continued by several tokens at once (HF then passes a causal mask)
+    parts = [model(ids[:, :50], cache=chunked), model(ids[:, 50:53], cache=chunked), model(ids[:, 53:], cache=chunked)]
+    assert (torch.cat(parts, dim=1) - full).abs().max() < 1e-5
+
+
+@torch.no_grad()
+def test_a_length_dependent_scaling_under_a_method_re_rotates_the_cache_at_every_step() -> None:
+    """Dynamic NTK changes every frequency as the input grows: the cache holds un-rotated keys, so step t equals a
+    full forward of the first t + 1 tokens (Hugging Face's own cache keeps keys rotated with the frequencies of
+    when they were added). One layer: a deeper layer's cached keys come from earlier steps' outputs, which were
+    computed with those steps' frequencies, in any cache."""
+    model = adapt(position_sensitive(layers=1))
+    model.set_rope_scaling("dynamic:2")
+    model.set_extension("rerope")
+    ids = tokens(length=90)
+    cache = model.new_cache()
+    steps = [model(ids[:, :7], cache=cache)] + [model(ids[:, t : t + 1], cache=cache) for t in range(7, 90)]
+    decoded = torch.cat(steps, dim=1)
+    for t in (20, 45, 89):
+        assert (decoded[:, t] - model(ids[:, : t + 1])[:, t]).abs().max() < 1e-5
+    assert (decoded[:, 45] - model(ids)[:, 45]).abs().max() > 1e-4  # frequencies of 90 tokens differ from 46's
+
+
+@torch.no_grad()
+def test_an_extension_refuses_masks_padding_analysis_and_unknown_names() -> None:
+    model = adapt(position_sensitive())
+    model.set_mask("bca:8")
+    with pytest.raises(ConfigError, match="drop the mask"):
+        model.set_extension("rerope")
+    model.set_mask(None)
+    model.set_extension("rerope")
+    with pytest.raises(ConfigError, match="use mask causal"):
+        model.set_mask("window:8")
+    ids = tokens(length=20)
+    padded = torch.ones_like(ids)
+    padded[0, :3] = 0
+    with pytest.raises(ConfigError, match="padding"):
+        model.model(ids, attention_mask=padded)
+    with pytest.raises(ConfigError, match="without --extend"):
+        next(iter(model.layer_attention(ids)))
+    with pytest.raises(ConfigError, match="unknown extension method 'yarn'"):
+        model.set_extension("yarn")
+    with pytest.raises(ConfigError, match="below L = 32"):
+        model.set_extension("rerope:window=32")
+
+
+def test_hf_cli_extend_labels_results_and_refuses_bad_input(tmp_path: Path, capsys) -> None:
+    position_sensitive(max_pos=16).save_pretrained(tmp_path / "llama")
+    tiny_t5().save_pretrained(tmp_path / "t5")
+    corpus = _corpus(tmp_path)
+    common = [str(tmp_path / "llama"), "--tokenizer", "bytes", "--corpus", corpus, "--quiet", "--threads", "1"]
+    out = tmp_path / "eval"
+    code = main(["hf", "eval", *common, "--lengths", "16,64", "--protocols", "chunks", "--documents", "2",
+                 "--rope-scaling", "yarn:2", "--extend", "dca:local=2", "--out", str(out)])  # fmt: skip
+    assert code == 0
+    assert "| llama+yarn:2+dca:local=2 |" in (out / "table.md").read_text()
+    assert set(json.loads((out / "results.json").read_text())["results"]["chunks"]) == {"16", "64"}
+    out = tmp_path / "passkey"
+    code = main(["hf", "retrieval", *common, "--lengths", "120", "--depths", "0.5", "--samples", "1",
+                 "--extend", "sinks", "--out", str(out)])  # fmt: skip
+    assert code == 0
+    assert json.loads((out / "results.json").read_text())["label"] == "llama+sinks"
+    capsys.readouterr()
+    bad = [
+        ("--extend", "longrope"),
+        ("--extend", "rerope:width=3"),
+        ("--extend", "rerope:window=16"),
+        ("--extend", "self_extend", "--lengths", "200"),
+        ("--extend", "rerope", "--mask", "bca"),
+    ]
+    for extra in bad:
+        assert main(["hf", "eval", *common, "--protocols", "chunks", *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("lextra hf: error: ")
+    t5 = [str(tmp_path / "t5"), "--tokenizer", "bytes", "--corpus", corpus, "--quiet", "--lengths", "32"]
+    assert main(["hf", "retrieval", *t5, "--extend", "rerope"]) == 2
+    assert "not T5" in capsys.readouterr().err

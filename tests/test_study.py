@@ -180,3 +180,62 @@ def test_the_paper_scale_config_runs_end_to_end_at_toy_size(tmp_path: Path) -> N
             assert evaluation.lengths == [16, 32, 64, 128]
             assert all(evaluation.ppl(p, n) > 1 for p in ("chunks", "sliding") for n in evaluation.lengths)
     assert set(results.analysis) == {"sinusoidal", "alibi", "rope", "xpos"}
+
+
+STRETCH = """
+name = "stretch"
+multiples = [1, 2]
+protocols = ["chunks"]
+masks = ["causal"]
+documents = 1
+[train]
+corpus = "{corpus}"
+steps = 2
+batch_size = 2
+checkpoint_every = 0
+eval_sequences = 2
+[train.model]
+train_len = 64
+n_layer = 1
+d_model = 32
+n_head = 2
+[[models]]
+label = "rope"
+scheme = "rope"
+[[models]]
+label = "alibi"
+scheme = "alibi"
+[stretch]
+models = ["rope", "alibi"]
+methods = {methods}
+"""
+
+
+def test_stretch_takes_extension_methods_and_keeps_earlier_cells(tmp_path: Path, monkeypatch) -> None:
+    """`extend:NAME[:opts]` entries run the method on rotary models (not on alibi); adding them to a finished
+    study computes only their cells."""
+    from lextra.errors import LengthError
+
+    corpus = _corpus(tmp_path)
+    config, out = tmp_path / "study.toml", tmp_path / "out"
+    config.write_text(STRETCH.format(corpus=corpus, methods='["none"]'))
+    assert main(["study", str(config), "--out", str(out), "--quiet", "--threads", "1"]) == 0
+    before = json.loads((out / "study.json").read_text())["stretch"]
+    config.write_text(STRETCH.format(corpus=corpus, methods='["none", "extend:rerope", "extend:dca:local=2"]'))
+    import lextra.pipelines.study.run as study_run
+
+    computed = []
+    real = study_run.evaluate_model
+    monkeypatch.setattr(study_run, "evaluate_model", lambda *a, **k: computed.append(1) or real(*a, **k))
+    assert main(["study", str(config), "--out", str(out), "--quiet", "--threads", "1"]) == 0
+    after = json.loads((out / "study.json").read_text())["stretch"]
+    assert len(computed) == 4  # two methods x two lengths, on the rope model only
+    assert set(after) == {*before, "rope + extend:rerope", "rope + extend:dca:local=2"}
+    assert after["rope + none"] == before["rope + none"]
+    assert after["rope + extend:rerope"]["128"] != after["rope + none"]["128"]
+    assert (out / "cells" / "stretch" / "rope-extend-rerope-128.json").exists()
+    base = {"models": [{"label": "a", "scheme": "rope"}], "stretch": {"models": ["a"]}}
+    with pytest.raises(ConfigError, match="unknown extension method 'ntk'"):
+        parse_study({**base, "stretch": {"models": ["a"], "methods": ["extend:ntk"]}})
+    with pytest.raises(LengthError, match="valid up to"):  # self_extend's default group reaches 6.25 L, not 16 L
+        parse_study({**base, "stretch": {"models": ["a"], "methods": ["extend:self_extend"]}})

@@ -261,3 +261,45 @@ def test_init_from_starts_at_the_saved_weights(tmp_path) -> None:
     wrong.init_from = str(first)
     with pytest.raises(ConfigError, match="model config differs"):
         train(wrong, tmp_path / "third", progress=False)
+
+
+def test_eval_and_retrieval_eval_take_an_extension_method(tmp_path, capsys) -> None:
+    from lextra.extend import apply_extension
+    from lextra.methods import apply_rope_scaling
+
+    train(tiny_config("rope", steps=3), tmp_path / "run", progress=False)
+    common = ["--lengths", "32,96", "--documents", "2", "--protocols", "chunks"]
+    assert main(["eval", str(tmp_path / "run"), "--extend", "rerope", *common]) == 0
+    saved = json.loads((tmp_path / "run" / "eval-causal-rerope" / "results.json").read_text())
+    assert "| rope+rerope |" in (tmp_path / "run" / "eval-causal-rerope" / "table.md").read_text()
+    out = tmp_path / "both"
+    assert main(["eval", str(tmp_path / "run"), "--rope-scaling", "yarn:2", "--extend", "dca:local=4", *common,
+                 "--out", str(out)]) == 0  # fmt: skip
+    both = json.loads((out / "results.json").read_text())
+    assert "| rope+yarn:2+dca:local=4 |" in (out / "table.md").read_text()
+    model = load_model(tmp_path / "run" / "model")
+    data = prepare_data("python-code", limit_chars=LIMIT)
+    config = EvalConfig(lengths=[32, 96], protocols=["chunks"], documents=2)
+    apply_extension(apply_rope_scaling(model, "yarn:2"), "dca:local=4")
+    direct = evaluate_model(model, data, config, progress=False)
+    assert both["results"]["chunks"]["96"]["nll"] == pytest.approx(direct.point("chunks", 96).nll, abs=1e-6)
+    assert both["results"]["chunks"]["96"]["nll"] != pytest.approx(saved["results"]["chunks"]["96"]["nll"])
+    out = tmp_path / "passkey"
+    retrieval = ["--lengths", "120", "--depths", "0.5", "--samples", "1", "--quiet", "--out", str(out)]
+    assert main(["retrieval", "eval", str(tmp_path / "run"), "--extend", "sinks", *retrieval]) == 0
+    assert json.loads((out / "results.json").read_text())["label"] == "rope+sinks"
+    train(tiny_config("alibi", steps=2), tmp_path / "alibi", progress=False)
+    capsys.readouterr()
+    bad = [
+        (["eval", "run", "--extend", "rerope", "--mask", "bca"], "drop --mask bca"),
+        (["eval", "alibi", "--extend", "rerope"], "use it with a rope, xpos or coca model"),
+        (["eval", "run", "--extend", "self_extend", "--lengths", "1024"], "valid up to 200 tokens, got 1024"),
+        (["eval", "run", "--extend", "rerope:window=-1"], "rerope: window"),
+        (["eval", "run", "--extend", "streaming"], "unknown extension method 'streaming'"),
+        (["retrieval", "eval", "run", "--extend", "lm_infinite:local"], "expected key=value"),
+    ]
+    for argv, message in bad:
+        argv = [str(tmp_path / a) if a in ("run", "alibi") else a for a in argv]
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err

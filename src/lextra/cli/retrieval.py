@@ -9,11 +9,14 @@ from typing import Any
 from lextra.cli.app import Handler, group
 from lextra.cli.options import (
     add_device,
+    add_extend,
     add_quiet,
     add_rope_scaling,
     add_scheme,
     add_threads,
     add_training,
+    apply_extend,
+    folder_safe,
     model_folder,
     non_negative_int,
     parse_depths,
@@ -74,7 +77,7 @@ def configure_train(parser: argparse.ArgumentParser) -> Handler:
 @retrieval.command(
     "eval",
     "accuracy over lengths x needle depths, with a heatmap",
-    options=(add_rope_scaling, add_threads, retrieval_evaluation()),
+    options=(add_rope_scaling, add_extend, add_threads, retrieval_evaluation()),
 )
 def configure_eval(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("checkpoint", help="a model folder (RUN/model) or a training run folder")
@@ -89,10 +92,13 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
 
         folder = model_folder(args.checkpoint)
         model, label = load_scaled(folder, args.rope_scaling, args.device)
+        settings = retrieval_settings(args)
+        label += apply_extend(model, args.extend, None, settings.resolved_lengths(model.config.train_len))
         task = evaluation_task(args.task, prepare_for_model(read_model_meta(folder)), args.candidates - 1)
-        result = retrieval_settings(args).run(model, task, label, progress=not args.quiet)
+        result = settings.run(model, task, label, progress=not args.quiet)
         result.model = str(folder)
-        out = Path(args.out or folder.parent / f"retrieval-{task.name}")
+        suffix = f"-{folder_safe(args.extend)}" if args.extend else ""
+        out = Path(args.out or folder.parent / f"retrieval-{task.name}{suffix}")
         paths = save_retrieval_outputs(out, result)
         print(paths["table"].read_text())
         print(f"results: {paths['json']}, heatmap: {paths['heatmap']}")

@@ -7,6 +7,8 @@ from lextra.extend.attention import (
     ExtendedAttention,
     apply_extension,
     extended_attention,
+    masked_attention,
+    masked_attention_applies,
     reference_extended_attention,
 )
 from lextra.extend.base import EXTENSIONS, ExtensionMethod, Pass, build_extension, check_scheme
@@ -20,5 +22,7 @@ __all__ = [
     "build_extension",
     "check_scheme",
     "extended_attention",
+    "masked_attention",
+    "masked_attention_applies",
     "reference_extended_attention",
 ]

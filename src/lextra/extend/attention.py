@@ -465,9 +465,10 @@ class ExtendedAttention:
 
 def apply_extension(model: GPT, method: ExtensionMethod | str | None, **options: Any) -> ExtensionMethod | None:
     """Make every attention layer of `model` attend under `method` (a built method or a spec such as
-    'self_extend:group=4', with `options` overriding), checked against the model's scheme first; None removes it.
-    Returns the method. The model's KV cache then keeps un-rotated keys and, for bounded methods, evicts."""
-    if method is None:
+    'self_extend:group=4', with `options` overriding), checked against the model's scheme first; None or "none"
+    removes it. Returns the method. The model's KV cache then keeps un-rotated keys and, for bounded methods,
+    evicts."""
+    if method is None or method == "none":
         for block in model.blocks:
             block.attn.attend = None
         return None

@@ -77,6 +77,8 @@ class ExtensionMethod:
 
     name: ClassVar[str] = "extension"
     summary: ClassVar[str] = ""
+    #: how each option left at None is derived from L (what `lextra list` shows as its default)
+    derived_defaults: ClassVar[dict[str, str]] = {}
     #: query blocks of the fast path are cut at multiples of this many positions, or None
     period: int | None = None
 

@@ -7,7 +7,7 @@ L where they are tied to a 4k model); where the released code and the paper diff
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -42,6 +42,7 @@ class SelfExtend(ExtensionMethod):
     """
 
     summary = "Self-Extend (Jin 2024): d < W at true positions, farther at floor(m/G) + W - W/G vs floor(n/G)"
+    derived_defaults: ClassVar[dict[str, str]] = {"window": "L/4"}
 
     def __init__(self, train_len: int, *, group: int = 8, window: int | None = None, log_scale: bool = False) -> None:
         super().__init__(train_len)
@@ -97,6 +98,7 @@ class ReRoPE(ExtensionMethod):
     """
 
     summary = "ReRoPE (Su 2023): distances clipped at w, d' = min(d, w); w = L/8"
+    derived_defaults: ClassVar[dict[str, str]] = {"window": "L/8"}
 
     def __init__(self, train_len: int, *, window: int | None = None, log_scale: bool = True) -> None:
         super().__init__(train_len)
@@ -140,6 +142,7 @@ class LeakyReRoPE(ExtensionMethod):
     """
 
     summary = "Leaky ReRoPE (Su 2023): d' = d below w, w + (d - w)/k beyond; w = L/8, k = 16"
+    derived_defaults: ClassVar[dict[str, str]] = {"window": "L/8"}
 
     def __init__(
         self, train_len: int, *, window: int | None = None, factor: float = 16.0, log_scale: bool = True
@@ -197,6 +200,7 @@ class DualChunkAttention(ExtensionMethod):
     """
 
     summary = "Dual Chunk Attention (An 2024): intra / successive / inter-chunk positions; s = 3L/4, w = L/16"
+    derived_defaults: ClassVar[dict[str, str]] = {"chunk": "3L/4", "local": "L/16"}
 
     def __init__(self, train_len: int, *, chunk: int | None = None, local: int | None = None) -> None:
         super().__init__(train_len)
@@ -266,6 +270,7 @@ class LMInfinite(ExtensionMethod):
     """
 
     summary = "LM-Infinite (Han 2024): first n_global + last `local` keys; global ones at distance `limit`"
+    derived_defaults: ClassVar[dict[str, str]] = {"local": "L", "limit": "L"}
 
     def __init__(
         self, train_len: int, *, n_global: int = 10, local: int | None = None, limit: int | None = None
@@ -317,6 +322,7 @@ class AttentionSinks(ExtensionMethod):
     """
 
     summary = "attention sinks (Xiao 2024): S first + R recent tokens at cache-slot positions; stable, not longer"
+    derived_defaults: ClassVar[dict[str, str]] = {"recent": "L - sinks"}
 
     def __init__(self, train_len: int, *, sinks: int = 4, recent: int | None = None) -> None:
         super().__init__(train_len)
@@ -367,6 +373,7 @@ class STRING(ExtensionMethod):
     """
 
     summary = "STRING (An 2024): d' = d below S, d - S + W beyond (shifted positions); S = 0.33 L, W = 128"
+    derived_defaults: ClassVar[dict[str, str]] = {"offset": "int(0.33 L)", "local": "min(128, offset/2)"}
 
     def __init__(
         self,

@@ -6,6 +6,11 @@ adds at inference: a mask (causal, window, BCA; `full` for encoders), per-layer 
 log-n scaling, and capture of one layer's attention inputs for analysis. It is exact: with the default settings
 its outputs equal Hugging Face's own `sdpa` / `eager` attention (tested).
 
+Under a training-free extension method (`AttentionState.extension`, set by `HFCausalLM.set_extension`) the model's
+rotary embedding returns the identity, so q and k arrive un-rotated (and the cache holds un-rotated keys); this
+function then runs `lextra.extend.extended_attention`, which rotates them at the method's remapped positions with
+`AttentionState.rotary`, a lextra RoPE whose frequencies are Hugging Face's own (scalings included).
+
 Each adapted attention module carries an `AttentionState` as `module.lextra_state`; modules without one (T5's
 decoder and cross attention) run the plain computation: causal when the module is causal, else full.
 """
@@ -23,7 +28,9 @@ from lextra.analysis.capture import CapturedLayer, LayerAttention
 from lextra.attention import attention
 from lextra.attention.masks import CausalMask, FullMask, Mask
 from lextra.errors import ConfigError
+from lextra.extend import ExtensionMethod, extended_attention, masked_attention, masked_attention_applies
 from lextra.model import qwen_log_factor
+from lextra.positions.base import PositionScheme
 
 ATTENTION_NAME = "lextra"
 LOG_SCALINGS = ("none", "qwen")
@@ -41,6 +48,10 @@ class AttentionState:
     log_scaling: str = "none"
     #: when set, the layer with this index records its attention inputs and stops the forward pass
     capture_layer: int | None = None
+    #: a training-free extension method; q and k then arrive un-rotated and are rotated by `rotary`
+    extension: ExtensionMethod | None = None
+    #: the RoPE scheme rotating q and k under `extension` (Hugging Face's frequencies)
+    rotary: PositionScheme | None = None
 
 
 def query_temperature(state: AttentionState, layer: int, q_pos: Tensor) -> Tensor | None:
@@ -84,6 +95,9 @@ def lextra_attention(
     k_pos = torch.arange(Lk, device=query.device)
     state: AttentionState | None = getattr(module, "lextra_state", None)
     layer = int(getattr(module, "layer_idx", 0) or 0)
+    if state is not None and state.extension is not None:
+        out = _extended(query, key, value, attention_mask, state, layer, q_pos, k_pos, scale)
+        return out.transpose(1, 2).contiguous(), None
     if state is None:
         mask: Mask = CausalMask() if getattr(module, "is_causal", False) and Lq > 1 else FullMask()
         tau = None
@@ -96,13 +110,52 @@ def lextra_attention(
                     layer, query.float(), key.float(), None, q_pos, mask, tau, bias=position_bias, scale=scale
                 )
             )
-    if position_bias is None and attention_mask is None:
+    if position_bias is None and attention_mask is None and masked_attention_applies(mask, query):
+        out = masked_attention(query, key, value, mask, q_pos, k_pos, scale, tau)
+    elif position_bias is None and attention_mask is None:
         out = attention(
             query, key, value, scheme=None, mask=mask, q_pos=q_pos, k_pos=k_pos, temperature=tau, scale=scale
         )
     else:
         out = _dense(query, key, value, mask, q_pos, k_pos, scale, tau, position_bias, attention_mask)
     return out.transpose(1, 2).contiguous(), None
+
+
+def _extended(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attention_mask: Tensor | None,
+    state: AttentionState,
+    layer: int,
+    q_pos: Tensor,
+    k_pos: Tensor,
+    scale: float,
+) -> Tensor:
+    """Un-rotated q, k (GQA heads expanded), v under `state.extension`, rotated at its remapped positions. Every
+    cached key is kept (`DynamicCache`); methods with a bounded view (attention sinks, LM-Infinite) hide the
+    keys their rule hides, which gives the logits an evicting cache gives."""
+    if state.capture_layer == layer:
+        raise ConfigError(
+            f"analyses and alignment read rotated q and k, which extension {state.extension.name!r} does not "
+            "produce; run them without --extend"
+        )
+    if not _plain_causal(attention_mask, q_pos, k_pos):
+        raise ConfigError(
+            f"extension {state.extension.name!r} runs on unpadded causal inputs; score prompts of one length "
+            "together (padding masks are not supported under an extension)"
+        )
+    tau = query_temperature(state, layer, q_pos)
+    return extended_attention(query, key, value, state.rotary, state.extension, q_pos, k_pos, scale, tau)
+
+
+def _plain_causal(attention_mask: Tensor | None, q_pos: Tensor, k_pos: Tensor) -> bool:
+    """Whether Hugging Face's mask (None, boolean, or additive 0 / min) is plain causal attention, no padding."""
+    if attention_mask is None:
+        return True
+    visible = attention_mask if attention_mask.dtype == torch.bool else attention_mask == 0
+    causal = k_pos[None, :] <= q_pos[:, None]
+    return bool((visible == causal).all())
 
 
 def _dense(

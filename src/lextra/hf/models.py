@@ -5,7 +5,9 @@
 `new_cache()` (retrieval by greedy decoding and likelihood ranking), `layer_attention` (resolution, dispersion,
 alignment), `set_temperatures`, and a `config` with `n_layer`, `n_head`, `train_len`. RoPE scalings are delegated
 to Hugging Face's own `rope_parameters` (`set_rope_scaling`); masks, temperatures and log-n scaling run in
-lextra's registered attention (`lextra.hf.attention`).
+lextra's registered attention (`lextra.hf.attention`). `set_extension` applies a training-free extension method
+(`lextra.extend`): Hugging Face's rotary embedding then gives the identity (`IdentityRotary`) and lextra's
+attention rotates q and k at the method's remapped positions with Hugging Face's own frequencies (`HFRoPE`).
 
 `HFSeq2Seq` (T5 family) adapts the encoder: temperatures, masks and capture act on the encoder self-attention,
 retrieval is question answering (the prompt is the encoder input, the answer is decoded), and analysis reads the
@@ -29,6 +31,7 @@ from lextra.attention import build_mask
 from lextra.attention.masks import Mask
 from lextra.devices import module_device
 from lextra.errors import ConfigError
+from lextra.extend import ExtensionMethod, build_extension
 from lextra.hf.attention import (
     ATTENTION_NAME,
     AttentionState,
@@ -36,6 +39,8 @@ from lextra.hf.attention import (
     check_temperatures,
     register,
 )
+from lextra.positions.base import HeadDims
+from lextra.positions.rotary import RoPE
 
 CAUSAL_FAMILIES = ("llama", "mistral", "qwen2")
 SEQ2SEQ_FAMILIES = ("t5",)
@@ -116,7 +121,13 @@ class _Adapter(ABC):
 
     def set_mask(self, spec: str | Mask | None) -> None:
         """The mask every adapted layer uses from now on (causal, window:W, bca[:B], full)."""
-        self.state.mask = build_mask(spec or self.default_mask, self.config.train_len)
+        mask = build_mask(spec or self.default_mask, self.config.train_len)
+        if self.state.extension is not None and not mask.exactly_causal:
+            raise ConfigError(
+                f"extension {self.state.extension.name!r} sets its own visibility over causal attention; "
+                f"use mask causal, not {spec!r}"
+            )
+        self.state.mask = mask
 
     @contextlib.contextmanager
     def using_mask(self, spec: str | Mask | None) -> Iterator[None]:
@@ -140,6 +151,36 @@ class _Adapter(ABC):
         raise ConfigError(f"layer {layer} was never reached; is the model's attention lextra's?")
 
 
+class IdentityRotary(torch.nn.Module):
+    """Stands in for a Llama-family model's rotary embedding under an extension method: it runs the real one (so
+    that dynamic NTK and LongRoPE update their frequencies for this input, as Hugging Face would) and returns
+    cos = 1, sin = 0, so `apply_rotary_pos_emb` leaves q and k exactly as projected and the cache holds
+    un-rotated keys."""
+
+    def __init__(self, source: torch.nn.Module) -> None:
+        super().__init__()
+        self.source = source
+
+    def forward(self, x: Tensor, position_ids: Tensor) -> tuple[Tensor, Tensor]:
+        cos, sin = self.source(x, position_ids)
+        return torch.ones_like(cos), torch.zeros_like(sin)
+
+
+class HFRoPE(RoPE):
+    """lextra's RoPE in the half-split layout (Hugging Face's `rotate_half`) with the inverse frequencies and
+    cos/sin factor that a Hugging Face rotary module holds at call time (`inv_freq`, `attention_scaling`: its
+    scaling's, e.g. YaRN's, and dynamic NTK's after its forward updated them), so that rotating at remapped
+    positions is exactly Hugging Face's RoPE there."""
+
+    def __init__(self, source: torch.nn.Module, n_heads: int, head_dim: int, train_len: int) -> None:
+        super().__init__(HeadDims(n_heads, head_dim, n_heads * head_dim, train_len))
+        self.sources = [source]  # a plain list: not a submodule of this scheme
+
+    def frequencies_for(self, seq_len: int | None) -> tuple[Tensor, float]:
+        source = self.sources[0]
+        return source.inv_freq, float(source.attention_scaling)
+
+
 class HFCausalLM(_Adapter):
     """A Llama-family `*ForCausalLM` with lextra's evaluation interface."""
 
@@ -155,6 +196,8 @@ class HFCausalLM(_Adapter):
         )
         self.original_rope = dict(cfg.rope_parameters)
         super().__init__(model, view, "causal")
+        #: Hugging Face's rotary embedding (under an extension method the model holds an `IdentityRotary` of it)
+        self.rotary = self.inner.rotary_emb
 
     @property
     def inner(self) -> Any:
@@ -216,8 +259,54 @@ class HFCausalLM(_Adapter):
                 params = to_hf(scaling, base=base)
         cfg.rope_parameters = params
         with torch.device(module_device(self)):  # Hugging Face builds its frequency buffers on the default device
-            self.inner.rotary_emb = type(self.inner.rotary_emb)(config=cfg)
+            self.rotary = type(self.rotary)(config=cfg)
+        self._install_rotary()
         return params
+
+    # --- training-free extension methods -------------------------------------------------------------------
+    @property
+    def extension(self) -> ExtensionMethod | None:
+        return self.state.extension
+
+    def set_extension(self, spec: str | ExtensionMethod | None, **options: Any) -> ExtensionMethod | None:
+        """Apply a training-free extension method (`rerope`, `self_extend:group=4`, a built method; None or
+        "none" removes it), for this model's L_tr. Combines with `set_rope_scaling` (the method rotates with
+        the scaled frequencies) and temperatures; the mask must be causal. Returns the method."""
+        if spec is None or spec == "none":
+            self.state.extension, self.state.rotary = None, None
+            self._install_rotary()
+            return None
+        method = build_extension(spec, self.config.train_len, **options)
+        if not self.state.mask.exactly_causal:
+            raise ConfigError(
+                f"extension {method.name!r} sets its own visibility over causal attention; "
+                f"drop the mask {self.state.mask!r}"
+            )
+        self._check_full_rotary()
+        self.state.extension = method
+        self._install_rotary()
+        return method
+
+    def _check_full_rotary(self) -> None:
+        """Extension methods rotate every channel pair of a head, as Llama-family RoPE does."""
+        cfg = self.model.config
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        if 2 * self.rotary.inv_freq.numel() != head_dim:
+            raise ConfigError(
+                f"extension methods rotate the whole head (dimension {head_dim}), but this model's RoPE rotates "
+                f"{2 * self.rotary.inv_freq.numel()} channels (partial rotary); use the model without --extend"
+            )
+
+    def _install_rotary(self) -> None:
+        """Put Hugging Face's rotary embedding in the model, or its identity stand-in under an extension (with the
+        lextra RoPE that then rotates q and k, reading the frequencies of that same rotary module)."""
+        if self.state.extension is None:
+            self.inner.rotary_emb = self.rotary
+            return
+        cfg = self.model.config
+        head_dim = 2 * self.rotary.inv_freq.numel()
+        self.state.rotary = HFRoPE(self.rotary, cfg.num_attention_heads, head_dim, self.config.train_len)
+        self.inner.rotary_emb = IdentityRotary(self.rotary)
 
     # --- analysis --------------------------------------------------------------------------------------------
     @torch.no_grad()

@@ -1,15 +1,27 @@
-"""Inference-time methods for a trained model: RoPE scalings, temperature alignment, log-n scaling."""
+"""Inference-time methods for a trained model: RoPE scalings, temperature alignment, log-n scaling, and the names
+of the training-free extension methods among them (`extend:NAME[:KEY=VALUE,...]`)."""
 
 from lextra.methods.align import Alignment, align_temperatures, calibration_windows, log_length_temperature
-from lextra.methods.stretch import ROPE_SCALINGS, TEMPERATURES, apply_rope_scaling, is_rotary, methods_for, prepared
+from lextra.methods.stretch import (
+    EXTEND,
+    ROPE_SCALINGS,
+    TEMPERATURES,
+    apply_rope_scaling,
+    extension_method,
+    is_rotary,
+    methods_for,
+    prepared,
+)
 
 __all__ = [
+    "EXTEND",
     "ROPE_SCALINGS",
     "TEMPERATURES",
     "Alignment",
     "align_temperatures",
     "apply_rope_scaling",
     "calibration_windows",
+    "extension_method",
     "is_rotary",
     "log_length_temperature",
     "methods_for",

@@ -1,4 +1,5 @@
-"""Inference-time methods applied to a trained GPT: RoPE scalings, temperature alignment, log-n scaling.
+"""Inference-time methods applied to a trained GPT: RoPE scalings, temperature alignment, log-n scaling, and the
+training-free extension methods of `lextra.extend` (named `extend:NAME[:KEY=VALUE,...]`).
 
 `methods_for(model)` lists what applies to a model; `prepared(model, method, data, length)` returns a copy with
 the method set up for inputs of `length` tokens (alignment is calibrated at that length on validation windows).
@@ -7,9 +8,11 @@ the method set up for inputs of `length` tokens (alignment is calibrated at that
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import Any
 
 from lextra.errors import ConfigError
+from lextra.extend import ExtensionMethod, apply_extension, build_extension, check_scheme
 from lextra.methods.align import align_temperatures
 from lextra.model import GPT
 from lextra.positions.rotary import RotaryFrequencies
@@ -17,6 +20,8 @@ from lextra.positions.scaling import parse_rope_scaling
 
 ROPE_SCALINGS = ("linear", "ntk", "dynamic", "yarn")
 TEMPERATURES = ("pmax", "entropy", "log-length")
+#: prefix of an extension method's name among the methods: `extend:rerope`, `extend:self_extend:group=4`
+EXTEND = "extend:"
 
 
 def is_rotary(model: GPT) -> bool:
@@ -32,9 +37,32 @@ def apply_rope_scaling(model: GPT, spec: str | dict[str, Any]) -> GPT:
     return model
 
 
-def methods_for(model: GPT) -> list[str]:
-    """none, the RoPE scalings (rope, xpos, coca models), temperature alignment and Qwen log-n scaling."""
-    return ["none", *(ROPE_SCALINGS if is_rotary(model) else ()), *TEMPERATURES, "qwen"]
+def methods_for(model: GPT, extensions: Sequence[str] = ()) -> list[str]:
+    """none, the RoPE scalings (rope, xpos, coca models), temperature alignment and Qwen log-n scaling, then the
+    given `extend:...` methods where the model's scheme takes them."""
+    rotary = is_rotary(model)
+    taken = [m for m in extensions if rotary and _extension_applies(model, m)]
+    return ["none", *(ROPE_SCALINGS if rotary else ()), *TEMPERATURES, "qwen", *taken]
+
+
+def extension_method(name: str, train_len: int, lengths: Sequence[int] = ()) -> ExtensionMethod:
+    """The extension method a method name `extend:SPEC` stands for, checked against the longest of `lengths`."""
+    if not name.startswith(EXTEND):
+        raise ConfigError(f"{name!r} is not an extension method; write it as {EXTEND}NAME[:KEY=VALUE,...]")
+    method = build_extension(name[len(EXTEND) :], train_len)
+    if lengths:
+        method.check_length(max(lengths))
+    return method
+
+
+def _extension_applies(model: GPT, name: str) -> bool:
+    method = extension_method(name, model.config.train_len)
+    try:
+        for layer in range(model.config.n_layer):
+            check_scheme(model.scheme_for(layer), method)
+    except ConfigError:
+        return False
+    return True
 
 
 def prepared(model: GPT, method: str, data: Any, length: int, factor: float, windows: int = 2) -> GPT:
@@ -51,4 +79,6 @@ def prepared(model: GPT, method: str, data: Any, length: int, factor: float, win
         model.config.log_scaling = "qwen"
         for block in model.blocks:
             block.attn.log_scaling = "qwen"
+    elif method.startswith(EXTEND):
+        apply_extension(model, extension_method(method, model.config.train_len, [length]))
     return model

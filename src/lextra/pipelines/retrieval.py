@@ -48,13 +48,16 @@ class RetrievalEval:
     batch_size: int = 8
     multiples: tuple[int, ...] = DEFAULT_MULTIPLES
 
+    def resolved_lengths(self, train_len: int) -> list[int]:
+        """The prompt lengths: the given ones, else L_tr x `multiples`."""
+        return self.lengths or default_lengths(train_len, self.multiples)
+
     def run(self, model: Any, task: Any, label: str, progress: bool = True) -> RetrievalResult:
         """`evaluate_retrieval` of `model` on `task` with these settings."""
-        lengths = self.lengths or default_lengths(model.config.train_len, self.multiples)
         return evaluate_retrieval(
             model,
             task,
-            lengths,
+            self.resolved_lengths(model.config.train_len),
             self.depths,
             samples=self.samples,
             seed=self.seed,

@@ -1,10 +1,11 @@
-"""Human-readable listing of every registered position scheme, mask and retrieval task with its options
-(`lextra list`)."""
+"""Human-readable listing of every registered position scheme, mask, training-free extension method and retrieval
+task with its options (`lextra list`)."""
 
 from __future__ import annotations
 
 from lextra.attention.masks import MASKS
 from lextra.evaluate.retrieval.tasks import TASKS
+from lextra.extend import EXTENSIONS
 from lextra.positions import SCHEMES
 from lextra.registry import Option, Registry
 
@@ -37,6 +38,21 @@ def catalog_text() -> str:
     lines = _section("position schemes (--scheme NAME, options as --scheme-option KEY=VALUE):", SCHEMES)
     lines.append("")
     lines += _section("masks (--mask SPEC):", MASKS, mask_defaults)
+    lines.append("")
+    extension_options = {
+        name: ", ".join(
+            f"{o.name}={EXTENSIONS.get(name).derived_defaults.get(o.name, repr(o.default))}"
+            if o.default is None
+            else f"{o.name}={o.default!r}"
+            for o in EXTENSIONS.options(name)
+        )
+        for name in EXTENSIONS.names()
+    }
+    lines += _section(
+        "training-free extension methods of rotary models, L = the training length (--extend NAME[:KEY=VALUE,...]):",
+        EXTENSIONS,
+        extension_options,
+    )
     lines.append("")
     lines += _section("retrieval tasks (lextra retrieval ... --task NAME):", TASKS)
     return "\n".join(lines)

@@ -10,6 +10,7 @@ from typing import Any
 
 from lextra.attention.masks import build_mask
 from lextra.errors import ConfigError
+from lextra.methods import EXTEND, extension_method
 from lextra.model import check_fields
 from lextra.positions import build_scheme
 from lextra.train import TrainConfig
@@ -44,7 +45,8 @@ class StudyConfig:
     window_sweep: dict[str, Any] | None = None
     #: {"task", "variants", "steps", "lr", "warmup", "samples"}: fine-tune each LM model on the task
     retrieval: dict[str, Any] | None = None
-    #: {"models": [...], "methods": [...]}: inference-time methods on trained models
+    #: {"models": [...], "methods": [...]}: inference-time methods on trained models; a method may be a
+    #: training-free extension method, "extend:NAME[:KEY=VALUE,...]" (rotary models only)
     stretch: dict[str, Any] | None = None
 
     @property
@@ -110,6 +112,9 @@ def parse_study(data: dict[str, Any], where: str = "study config") -> StudyConfi
     for name in ("window_sweep", "stretch"):
         for label in (getattr(config, name) or {}).get("models", []):
             config.model(label)
+    for method in (config.stretch or {}).get("methods") or []:
+        if isinstance(method, str) and method.startswith(EXTEND):  # options and the longest length checked now
+            extension_method(method, config.train_len, config.lengths)
     return config
 
 

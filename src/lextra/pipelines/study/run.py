@@ -252,16 +252,17 @@ class Study:
 
     def stretch(self) -> dict[str, dict[int, float]]:
         """Sliding-protocol perplexity of each model under each inference-time method at every length."""
-        from lextra.methods import methods_for, prepared
+        from lextra.methods import EXTEND, methods_for, prepared
 
         section = self.config.stretch or {}
         wanted = section.get("methods")
+        extensions = [m for m in wanted or [] if m.startswith(EXTEND)]
         windows = int(section.get("windows", 2))
         factor = float(max(self.config.multiples))
         results: dict[str, dict[int, float]] = {}
         for label in section.get("models", []):
             base = self.load(label, self.config.seeds[0])
-            for method in methods_for(base):
+            for method in methods_for(base, extensions):
                 if wanted and method not in wanted:
                     continue
                 row: dict[int, float] = {}
