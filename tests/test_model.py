@@ -250,3 +250,41 @@ def test_the_forward_pass_run_block_by_block_is_the_forward_pass() -> None:
             x = model.forward_layers(x, positions, mask, start=layer, stop=layer + 1)
         assert torch.equal(model.head(model.ln_f(x)), model(tokens, mask=mask))
         assert torch.equal(model.features_from_embeddings(model.embed(tokens)), model.features(tokens))
+
+
+@pytest.mark.parametrize(
+    ("name", "scaling", "rotated"),
+    [("rope", None, True), ("rope", {"type": "yarn", "factor": 4.0}, True), ("xpos", None, False)],
+)
+def test_plain_rope_caches_its_keys_rotated_and_decoding_stays_exact(name: str, scaling, rotated: bool) -> None:
+    """Keys whose rotation depends on their own position alone are cached rotated (a decoding step rotates one
+    key); the cache grows in buffers, so steps past its room reallocate; logits equal a full forward."""
+    options = {"scaling": scaling} if scaling else {}
+    config = GPTConfig(vocab_size=61, n_layer=2, n_head=2, d_model=32, train_len=8, scheme=name, scheme_options=options)
+    model = GPT(config).eval()
+    tokens = torch.randint(0, 61, (1, 300))  # past CACHE_ROOM rows of room
+    cache = KVCache(2)
+    with torch.no_grad():
+        pieces = [model(tokens[:, :5], cache=cache)] + [model(tokens[:, t : t + 1], cache=cache) for t in range(5, 300)]
+        full = model(tokens)
+    torch.testing.assert_close(torch.cat(pieces, dim=1), full, atol=1e-5, rtol=0)
+    assert cache.rotated == [rotated, rotated]
+    assert cache.keys[0].shape[-2] == 300 and cache.buffers[0][0].shape[-2] > 300
+    if rotated:  # the cached key at position p is the projected key rotated at p
+        k = model.blocks[0].attn.project(
+            model.blocks[0].ln_attn(model.embed_inputs(model.embed(tokens), torch.arange(300)))
+        )[1]
+        positions = torch.arange(300)
+        torch.testing.assert_close(
+            cache.keys[0], model.positions[0].rotate(k, k, positions, positions)[1], atol=1e-5, rtol=0
+        )
+    with pytest.raises(ValueError, match="same model settings"):
+        cache.extend(0, cache.keys[0][..., -1:, :], cache.values[0][..., -1:, :], rotated=not rotated)
+
+
+def test_length_dependent_rotations_are_not_cached_rotated() -> None:
+    dynamic = GPTConfig(
+        vocab_size=61, train_len=8, scheme="rope", scheme_options={"scaling": {"type": "dynamic", "factor": 2.0}}
+    )
+    assert GPT(dynamic).positions[0].rotates_keys_alone is False
+    assert GPT(GPTConfig(vocab_size=61, train_len=8, scheme="rope")).positions[0].rotates_keys_alone is True

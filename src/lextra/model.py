@@ -109,12 +109,18 @@ def check_fields(cls: type, data: dict[str, Any], what: str) -> None:
         raise ConfigError(f"{what}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
 
 
-class KVCache:
-    """Per-layer cache of pre-transform keys and values plus their positions, for incremental decoding.
+#: rows a KV cache's buffers grow by at least, when full
+CACHE_ROOM = 256
 
-    Keys are cached before the position transform, so schemes whose rotation depends on the current length
-    (dynamic NTK) and extension methods that rotate keys per pass (`lextra.extend`) re-rotate exactly at every
-    step. A layer's keys run up to the current query unless it has evicted some (`evict`, attention sinks).
+
+class KVCache:
+    """Per-layer cache of keys and values plus their positions, for incremental decoding.
+
+    Plain RoPE caches its keys rotated (`PositionScheme.rotates_keys_alone`); every other scheme caches them
+    before the position transform, so schemes whose transform depends on the current length (dynamic NTK) or on
+    the queries (xPos, CoCA) and extension methods that rotate keys per pass (`lextra.extend`) re-transform exactly
+    at every step. A layer's keys run up to the current query unless it has evicted some (`evict`, attention
+    sinks). Appending writes into buffers with room to grow, so a decoding step copies one row per layer.
     """
 
     def __init__(self, n_layer: int) -> None:
@@ -123,16 +129,49 @@ class KVCache:
         #: positions of a layer's cached keys once it has evicted some, else None
         self.positions: list[Tensor | None] = [None] * n_layer
         self.length = 0
+        #: per layer, key and value buffers with room to grow; `keys` / `values` are views of their first rows
+        self.buffers: list[tuple[Tensor, Tensor] | None] = [None] * n_layer
+        #: per layer, whether its keys are cached after the position transform (None: nothing cached yet)
+        self.rotated: list[bool | None] = [None] * n_layer
 
-    def extend(self, layer: int, k: Tensor, v: Tensor, positions: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        if self.keys[layer] is not None:
-            k = torch.cat((self.keys[layer], k), dim=-2)
-            v = torch.cat((self.values[layer], v), dim=-2)
+    def extend(
+        self, layer: int, k: Tensor, v: Tensor, positions: Tensor | None = None, rotated: bool = False
+    ) -> tuple[Tensor, Tensor]:
+        """Append keys and values of new positions to `layer`'s; `rotated` says whether the keys are cached after
+        the position transform (plain RoPE) or before it, which must stay the same for the whole cache."""
+        held_k, held_v = self.keys[layer], self.values[layer]
+        if self.rotated[layer] is not None and self.rotated[layer] != rotated:
+            raise ValueError(
+                f"layer {layer}'s KV cache holds keys {'after' if self.rotated[layer] else 'before'} the position "
+                "transform; continue it with the same model settings (scheme, extension method, observer), or "
+                "start a new cache"
+            )
+        self.rotated[layer] = rotated
+        if held_k is None or held_v is None:
+            self.keys[layer], self.values[layer], self.buffers[layer] = k, v, None
+        else:
+            k, v = self._append(layer, held_k, held_v, k, v)
         held = self.positions[layer]
         if held is not None and positions is not None:
             self.positions[layer] = torch.cat((held, positions))
-        self.keys[layer], self.values[layer] = k, v
         return k, v
+
+    def _append(self, layer: int, held_k: Tensor, held_v: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Write k, v after the held rows, into buffers that grow by an eighth (at least CACHE_ROOM rows) when
+        full, so that decoding one token copies one row instead of the whole cache."""
+        n, add = held_k.shape[-2], k.shape[-2]
+        buffer = self.buffers[layer]
+        if buffer is None or buffer[0].shape[-2] < n + add or buffer[0].data_ptr() != held_k.data_ptr():
+            rows = n + add + max(CACHE_ROOM, (n + add) // 8)
+            buffer = (
+                held_k.new_empty((*held_k.shape[:-2], rows, held_k.shape[-1])),
+                held_v.new_empty((*held_v.shape[:-2], rows, held_v.shape[-1])),
+            )
+            buffer[0][..., :n, :], buffer[1][..., :n, :] = held_k, held_v
+            self.buffers[layer] = buffer
+        buffer[0][..., n : n + add, :], buffer[1][..., n : n + add, :] = k, v
+        self.keys[layer], self.values[layer] = buffer[0][..., : n + add, :], buffer[1][..., : n + add, :]
+        return self.keys[layer], self.values[layer]
 
     def key_positions(self, layer: int, positions: Tensor) -> Tensor:
         """Positions of `layer`'s cached keys after `extend` with queries at `positions`: contiguous up to the
@@ -151,6 +190,7 @@ class KVCache:
         self.keys[layer] = self.keys[layer].index_select(-2, index)
         self.values[layer] = self.values[layer].index_select(-2, index)
         self.positions[layer] = positions[index]
+        self.buffers[layer] = None
 
     def repeat_rows(self, repeats: int) -> KVCache:
         """A copy with every batch row repeated `repeats` times (for scoring several continuations of a prompt)."""
@@ -158,6 +198,7 @@ class KVCache:
         clone.keys = [None if k is None else k.repeat_interleave(repeats, dim=0) for k in self.keys]
         clone.values = [None if v is None else v.repeat_interleave(repeats, dim=0) for v in self.values]
         clone.positions = list(self.positions)
+        clone.rotated = list(self.rotated)
         clone.length = self.length
         return clone
 
@@ -248,8 +289,12 @@ class SelfAttention(nn.Module):
         B, L, _ = x.shape
         q, k, v = self.project(x)
         k_pos = positions
+        # plain RoPE under a cache: keys are cached rotated, so a decoding step rotates one key, not all of them
+        rotated = cache is not None and self.attend is None and observer is None and scheme.rotates_keys_alone
+        if rotated:
+            q, k = scheme.rotate(q, k, positions, positions)
         if cache is not None:
-            k, v = cache.extend(layer, k, v, positions)
+            k, v = cache.extend(layer, k, v, positions, rotated=rotated)
             k_pos = cache.key_positions(layer, positions)
         temperature = self.query_temperature(positions, k_pos, mask)
         if observer is not None:
@@ -258,7 +303,7 @@ class SelfAttention(nn.Module):
             q,
             k,
             v,
-            scheme=scheme,
+            scheme=None if rotated else scheme,
             mask=mask,
             q_pos=positions,
             k_pos=k_pos,

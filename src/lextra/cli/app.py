@@ -30,6 +30,7 @@ COMMAND_MODULES = (
     "lextra.cli.analyze",
     "lextra.cli.retrieval",
     "lextra.cli.hf",
+    "lextra.cli.ruler",
     "lextra.cli.study",
 )
 

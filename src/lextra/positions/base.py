@@ -70,6 +70,12 @@ class PositionScheme(nn.Module):
         current sequence length for length-dependent scalings (default: the largest position + 1)."""
         return q, k
 
+    @property
+    def rotates_keys_alone(self) -> bool:
+        """Whether `rotate` is the scheme's whole effect and a key's transform depends on its own position only
+        (not on the queries or the sequence length), so a KV cache may hold keys already transformed."""
+        return False
+
     # --- place 3: additive score bias ---------------------------------------------------------
     def distance_bias(self, distance: Tensor) -> Tensor:
         """Bias as a function of d = m - n only: returns (H, *distance.shape) in fp32."""

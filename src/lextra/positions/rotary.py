@@ -166,6 +166,10 @@ class RoPE(RotaryFrequencies):
         self.layout = layout
         self._init_frequencies(base, scaling)
 
+    @property
+    def rotates_keys_alone(self) -> bool:
+        return not depends_on_length(self.scaling)
+
     def rotate(
         self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, seq_len: int | None = None
     ) -> tuple[Tensor, Tensor]:

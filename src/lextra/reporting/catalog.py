@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from lextra.attention.masks import MASKS
 from lextra.evaluate.retrieval.tasks import TASKS
+from lextra.evaluate.ruler import RULER_TASKS
 from lextra.extend import EXTENSIONS
 from lextra.positions import SCHEMES
 from lextra.registry import Option, Registry
@@ -55,4 +56,6 @@ def catalog_text() -> str:
     )
     lines.append("")
     lines += _section("retrieval tasks (lextra retrieval ... --task NAME):", TASKS)
+    lines.append("")
+    lines += _section("RULER tasks (lextra ruler ... --tasks NAME,...):", RULER_TASKS)
     return "\n".join(lines)

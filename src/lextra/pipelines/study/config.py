@@ -12,6 +12,8 @@ from lextra.attention.masks import build_mask
 from lextra.errors import ConfigError
 from lextra.methods import EXTEND, extension_method
 from lextra.model import check_fields
+from lextra.pipelines.ruler import SECTION_KEYS as RULER_SECTION_KEYS
+from lextra.pipelines.ruler import settings_from_section
 from lextra.positions import build_scheme
 from lextra.train import TrainConfig
 
@@ -48,6 +50,9 @@ class StudyConfig:
     #: {"models": [...], "methods": [...]}: inference-time methods on trained models; a method may be a
     #: training-free extension method, "extend:NAME[:KEY=VALUE,...]" (rotary models only)
     stretch: dict[str, Any] | None = None
+    #: {"models", "tasks", "multiples", "samples", "seed", "threshold", "batch", "haystack"}: the RULER suite
+    #: (`lextra.pipelines.ruler`) on the models (default all, seed 0) at L_tr x multiples (default the study's)
+    ruler: dict[str, Any] | None = None
 
     @property
     def train_len(self) -> int:
@@ -75,6 +80,7 @@ SECTION_KEYS = {
     "window_sweep": {"models", "widths"},
     "retrieval": {"task", "variants", "steps", "lr", "warmup", "samples", "depths"},
     "stretch": {"models", "methods", "windows"},
+    "ruler": set(RULER_SECTION_KEYS),
 }
 
 
@@ -111,6 +117,10 @@ def parse_study(data: dict[str, Any], where: str = "study config") -> StudyConfi
         raise ConfigError(f"{where}: seeds must list at least one seed")
     for name in ("window_sweep", "stretch"):
         for label in (getattr(config, name) or {}).get("models", []):
+            config.model(label)
+    if config.ruler is not None:  # task names, samples and threshold checked now; labels below
+        settings_from_section({"multiples": config.multiples, **config.ruler})
+        for label in config.ruler.get("models", []):
             config.model(label)
     for method in (config.stretch or {}).get("methods") or []:
         if isinstance(method, str) and method.startswith(EXTEND):  # options and the longest length checked now

@@ -289,6 +289,28 @@ class Study:
                 results[f"{label} + {method}"] = row
         return results
 
+    def ruler(self) -> dict[str, Any]:
+        """The RULER suite on each model (seed 0), cells resumable under `ruler/<label>/` with its own outputs."""
+        from lextra.pipelines.ruler import run_ruler, settings_from_section
+
+        section = dict(self.config.ruler or {})
+        settings = settings_from_section({"multiples": self.config.multiples, **section})
+        seed = self.config.seeds[0]
+        results = {}
+        for label in section.pop("models", [m.label for m in self.config.models]):
+            result = run_ruler(
+                self.load(label, seed),
+                self.data.tokenizer,
+                settings,
+                self.out / "ruler" / label,
+                label=label,
+                key={"weights": self.weights(label, seed)},
+                progress=self.progress,
+            )
+            self.seconds += result.seconds
+            results[label] = result
+        return results
+
     def run(self) -> StudyResults:
         """Every stage the config asks for; returns (and saves as study.json) all results."""
         self.train_all()
@@ -301,6 +323,8 @@ class Study:
             results.retrieval = self.retrieval()
         if self.config.stretch is not None:
             results.stretch = self.stretch()
+        if self.config.ruler is not None:  # its files are under ruler/<label>/, not in study.json
+            self.ruler()
         results.compute_minutes = round(self.seconds / 60, 1)
         results.cell_commits = sorted(self.commits)
         atomic_write_json(self.out / "study.json", results.to_dict())

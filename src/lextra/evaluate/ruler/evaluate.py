@@ -1,0 +1,200 @@
+"""Running a model on RULER samples: one cached prefill per batch, greedy decoding within the task's answer
+budget, RULER's score per (task, length) cell.
+
+The samples of a cell have the same length, so they are batched without padding. The prefill is the model's own
+forward with a KV cache (lextra's fast attention paths: SDPA, flash, tiled or FlexAttention; for Hugging Face
+models lextra's registered attention) and computes logits at the last position only. Decoding reuses
+`greedy_continue` in chunks of `CHUNK` tokens and stops once every row has produced the end-of-text token or
+contains all its references; stopping then cannot change a score, since more output only adds text. Models: a
+lextra GPT (its mask passed to every call), a Hugging Face adapter (mask set on the adapter), or anything with
+`model(tokens, cache=)` and `new_cache()`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import torch
+from torch import Tensor
+from tqdm import tqdm
+
+from lextra.attention import build_mask
+from lextra.attention.masks import Mask
+from lextra.data import ByteTokenizer, Tokenizer
+from lextra.errors import ConfigError, DataError
+from lextra.evaluate.retrieval.scoring import greedy_continue, prefill
+from lextra.evaluate.ruler.results import RulerCell, RulerExample
+from lextra.evaluate.ruler.scoring import sample_score, string_match_all, wilson_interval
+from lextra.evaluate.ruler.tasks import RulerSample, RulerTask
+from lextra.model import GPT
+
+#: tokens decoded between checks of whether every row is done
+CHUNK = 16
+#: most threads drawing samples at once
+DRAW_THREADS = 8
+
+
+class MaskedCalls:
+    """`model(tokens, cache=)` of a lextra GPT under a fixed mask (what `greedy_continue` calls)."""
+
+    def __init__(self, model: GPT, mask: Mask) -> None:
+        self.model, self.mask = model, mask
+
+    def __call__(self, tokens: Tensor, cache: Any = None) -> Tensor:
+        return self.model(tokens, cache=cache, mask=self.mask)
+
+
+def decode(tokenizer: Tokenizer, ids: Sequence[int]) -> str:
+    """The text of generated ids, leaving out ids past the tokenizer's vocabulary (a model's padded rows)."""
+    return tokenizer.decode([i for i in ids if 0 <= i < tokenizer.vocab_size])
+
+
+def stop_token(tokenizer: Tokenizer) -> int | None:
+    """The end-of-text id decoding stops at: the tokenizer's separator, except the byte tokenizer's newline."""
+    return None if isinstance(tokenizer, ByteTokenizer) else tokenizer.separator_id
+
+
+@torch.no_grad()
+def generate(
+    model: Any,
+    prompts: Sequence[Sequence[int]],
+    references: Sequence[Sequence[str]],
+    tokenizer: Tokenizer,
+    budget: int | Sequence[int],
+    *,
+    mask: Mask | None = None,
+) -> list[str]:
+    """Greedy answers (text) of equal-length prompts, at most `budget` tokens each (one for all, or one per row),
+    stopping early once every row has ended its text, used its budget or contains all its references."""
+    if len({len(p) for p in prompts}) != 1:
+        raise ValueError("generate needs prompts of one length")
+    budgets = [budget] * len(prompts) if isinstance(budget, int) else [int(b) for b in budget]
+    stop = stop_token(tokenizer)
+    batch = torch.tensor([list(p) for p in prompts], dtype=torch.long)
+    logits, cache = prefill(model, batch, mask)
+    calls = MaskedCalls(model, mask) if isinstance(model, GPT) and mask is not None else model
+    rows: list[list[int]] = [[] for _ in prompts]
+    done = [b < 1 for b in budgets]
+    produced, longest = 0, max(budgets)
+    while not all(done) and produced < longest:
+        tokens = greedy_continue(calls, logits, cache, min(CHUNK, longest - produced), stop_token=stop)
+        produced += tokens.shape[1]
+        for r, row in enumerate(tokens.tolist()):
+            if done[r]:
+                continue
+            ended = stop is not None and stop in row
+            rows[r].extend(row[: row.index(stop)] if ended else row)
+            del rows[r][budgets[r] :]
+            answered = sample_score(decode(tokenizer, rows[r]), references[r]) == 1
+            done[r] = ended or len(rows[r]) >= budgets[r] or answered
+        if all(done) or produced >= longest or tokens.shape[1] == 0:
+            break
+        logits = calls(tokens[:, -1:], cache=cache)[:, -1].float()
+    return [decode(tokenizer, row) for row in rows]
+
+
+def check_vocabulary(model: Any, samples: Sequence[RulerSample], tokenizer: Tokenizer) -> None:
+    """Refuse token ids the model has no embedding for (a tokenizer that is not the model's)."""
+    size = int(getattr(model.config, "vocab_size", 0) or 0)
+    largest = max(max(s.prompt_ids) for s in samples)
+    if size and largest >= size:
+        raise DataError(
+            f"tokenizer {tokenizer.name} gives token id {largest} but the model has {size} embeddings; "
+            "use the model's own tokenizer"
+        )
+
+
+def resolve_mask(model: Any, mask: str | Mask | None) -> Mask | None:
+    """A lextra GPT's mask spec as a `Mask` for its L_tr (Hugging Face adapters keep theirs: set it on them)."""
+    if mask is None or not isinstance(model, GPT):
+        return None
+    return mask if isinstance(mask, Mask) else build_mask(mask, model.config.train_len)
+
+
+@torch.no_grad()
+def evaluate_length(
+    model: Any,
+    tasks: Sequence[RulerTask],
+    length: int,
+    samples: int,
+    seed: int = 0,
+    *,
+    batch_size: int = 8,
+    mask: str | Mask | None = None,
+    progress: bool = False,
+) -> dict[str, RulerCell]:
+    """RULER's score of `model` on `samples` samples of each task at `length`, with its interval and its seconds.
+
+    Every prompt of a length has the same length, so samples of different tasks share batches (sorted by answer
+    budget, so that a batch decodes about as long as each of its rows needs); a batch's time is shared equally
+    by its rows, and a cell's seconds are its rows' shares plus drawing its samples."""
+    if samples < 1 or batch_size < 1:
+        raise ConfigError(f"RULER needs samples and batch size >= 1, got {samples} and {batch_size}")
+    if len({t.tokenizer.name for t in tasks}) > 1:
+        raise ConfigError("the tasks of one RULER run share one tokenizer")
+    if hasattr(model, "eval"):
+        model.eval()
+    seconds: dict[str, float] = {}
+    drawn: dict[str, list[RulerSample]] = {}
+    with ThreadPoolExecutor(max(1, min(samples, os.cpu_count() or 1, DRAW_THREADS))) as pool:
+        for task in tasks:  # tokenizers release the GIL: samples are drawn side by side
+            start = time.perf_counter()
+            drawn[task.name] = list(pool.map(lambda index, task=task: task.sample(length, index, seed), range(samples)))
+            check_vocabulary(model, drawn[task.name], task.tokenizer)
+            seconds[task.name] = time.perf_counter() - start
+    budgets = {task.name: task.budget for task in tasks}
+    rows = sorted(((task.name, s) for task in tasks for s in drawn[task.name]), key=lambda row: budgets[row[0]])
+    resolved = resolve_mask(model, mask)
+    outputs: dict[str, dict[int, str]] = {task.name: {} for task in tasks}
+    bar = tqdm(total=len(rows), disable=not progress, desc=f"ruler {length}", file=sys.stderr, leave=False)
+    for first in range(0, len(rows), batch_size):
+        batch = rows[first : first + batch_size]
+        start = time.perf_counter()
+        texts = generate(
+            model,
+            [s.prompt_ids for _, s in batch],
+            [s.references for _, s in batch],
+            tasks[0].tokenizer,
+            [budgets[name] for name, _ in batch],
+            mask=resolved,
+        )
+        share = (time.perf_counter() - start) / len(batch)
+        for (name, sample), text in zip(batch, texts, strict=True):
+            outputs[name][sample.index] = text
+            seconds[name] += share
+        bar.update(len(batch))
+    bar.close()
+    cells = {}
+    for task in tasks:
+        answers = [outputs[task.name][i] for i in range(samples)]
+        references = [s.references for s in drawn[task.name]]
+        score = string_match_all(answers, references)
+        low, high = wilson_interval(score, samples)
+        examples = [
+            RulerExample(list(r), o, sample_score(o, r)) for r, o in zip(references[:2], answers[:2], strict=True)
+        ]
+        cells[task.name] = RulerCell(
+            task.name, length, score, low, high, samples, round(seconds[task.name], 3), examples
+        )
+    return cells
+
+
+def evaluate_cell(
+    model: Any,
+    task: RulerTask,
+    length: int,
+    samples: int,
+    seed: int = 0,
+    *,
+    batch_size: int = 8,
+    mask: str | Mask | None = None,
+    progress: bool = False,
+) -> RulerCell:
+    """RULER's score of `model` on `samples` samples of `task` at `length` (`evaluate_length` of one task)."""
+    cells = evaluate_length(model, [task], length, samples, seed, batch_size=batch_size, mask=mask, progress=progress)
+    return cells[task.name]

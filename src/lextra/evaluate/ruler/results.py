@@ -1,0 +1,177 @@
+"""RULER results: a cell per (task, length), the average per length, and the effective length.
+
+Effective length (RULER, Hsieh et al. 2024, arXiv 2404.06654): the largest length whose average score over the
+tasks is at or above the threshold while every shorter length evaluated is too, so a model that fails at 8k and
+recovers at 16k has effective length 4k. The default threshold, 85.6, is RULER's: Llama-2-7B's average at 4k.
+None means even the shortest length falls below it. RULER averages thirteen tasks; lextra's eleven leave out the
+two QA tasks, which need downloaded datasets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+#: RULER's threshold: Llama-2-7B's average score at 4k tokens
+DEFAULT_THRESHOLD = 85.6
+
+
+@dataclass(frozen=True)
+class RulerExample:
+    """A sample's references, what the model answered, and its score (0..1)."""
+
+    references: list[str]
+    output: str
+    score: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"references": list(self.references), "output": self.output, "score": self.score}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RulerExample:
+        return cls(references=list(data["references"]), output=data["output"], score=data["score"])
+
+
+@dataclass
+class RulerCell:
+    """One (task, length): RULER's score (0..100), its Wilson 95% interval, the samples, the seconds taken."""
+
+    task: str
+    length: int
+    score: float
+    low: float
+    high: float
+    samples: int
+    seconds: float
+    examples: list[RulerExample] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "length": self.length,
+            "score": self.score,
+            "low": self.low,
+            "high": self.high,
+            "samples": self.samples,
+            "seconds": self.seconds,
+            "examples": [e.to_dict() for e in self.examples],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RulerCell:
+        return cls(
+            task=data["task"],
+            length=int(data["length"]),
+            score=data["score"],
+            low=data["low"],
+            high=data["high"],
+            samples=data["samples"],
+            seconds=data["seconds"],
+            examples=[RulerExample.from_dict(e) for e in data.get("examples", [])],
+        )
+
+
+def effective_length(averages: Mapping[int, float], threshold: float = DEFAULT_THRESHOLD) -> int | None:
+    """The largest length whose average, and every shorter length's, is at least `threshold` (None if none)."""
+    best = None
+    for length in sorted(averages):
+        if averages[length] < threshold:
+            break
+        best = length
+    return best
+
+
+@dataclass
+class RulerResult:
+    """A model's RULER cells over tasks x lengths (`to_dict` is the JSON; averages and the effective length are
+    derived from the cells, so a reloaded result agrees)."""
+
+    label: str
+    tasks: list[str]
+    lengths: list[int]
+    samples: int
+    seed: int
+    threshold: float
+    #: task -> length -> cell
+    cells: dict[str, dict[int, RulerCell]]
+    chat: bool = False
+    #: the model folder or name, when the caller records it
+    model: str | None = None
+
+    def cell(self, task: str, length: int) -> RulerCell:
+        return self.cells[task][int(length)]
+
+    @property
+    def averages(self) -> dict[int, float]:
+        """The mean score over the tasks at each length."""
+        return {n: sum(self.cell(t, n).score for t in self.tasks) / len(self.tasks) for n in self.lengths}
+
+    @property
+    def effective_length(self) -> int | None:
+        return effective_length(self.averages, self.threshold)
+
+    @property
+    def seconds(self) -> float:
+        """Compute seconds of every cell (whenever it was computed)."""
+        return sum(c.seconds for row in self.cells.values() for c in row.values())
+
+    def records(self) -> list[dict[str, Any]]:
+        """CSV rows: one per cell, then one `average` row per length (no interval: tasks differ in kind)."""
+        rows: list[dict[str, Any]] = [
+            {
+                "model": self.label,
+                "task": t,
+                "length": n,
+                "score": round(self.cell(t, n).score, 2),
+                "low": round(self.cell(t, n).low, 2),
+                "high": round(self.cell(t, n).high, 2),
+                "samples": self.cell(t, n).samples,
+                "seconds": round(self.cell(t, n).seconds, 2),
+            }
+            for t in self.tasks
+            for n in self.lengths
+        ]
+        for n, average in self.averages.items():
+            row = {"model": self.label, "task": "average", "length": n, "score": round(average, 2), "low": "",
+                   "high": "", "samples": self.samples, "seconds": ""}  # fmt: skip
+            rows.append(row)
+        return rows
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {
+            "label": self.label,
+            "tasks": list(self.tasks),
+            "lengths": list(self.lengths),
+            "samples": self.samples,
+            "seed": self.seed,
+            "threshold": self.threshold,
+            "chat": self.chat,
+            "cells": {t: {str(n): c.to_dict() for n, c in row.items()} for t, row in self.cells.items()},
+            "averages": {str(n): v for n, v in self.averages.items()},
+            "effective_length": self.effective_length,
+            "seconds": self.seconds,
+        }
+        if self.model is not None:
+            data["model"] = self.model
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RulerResult:
+        """Read `to_dict`'s form; averages and the effective length are recomputed from the cells."""
+        return cls(
+            label=data["label"],
+            tasks=list(data["tasks"]),
+            lengths=[int(n) for n in data["lengths"]],
+            samples=data["samples"],
+            seed=data["seed"],
+            threshold=data["threshold"],
+            cells={t: {int(n): RulerCell.from_dict(c) for n, c in row.items()} for t, row in data["cells"].items()},
+            chat=data.get("chat", False),
+            model=data.get("model"),
+        )
+
+
+def sorted_lengths(lengths: Sequence[int]) -> list[int]:
+    """Distinct lengths, ascending (the order effective lengths are read in)."""
+    return sorted({int(n) for n in lengths})
