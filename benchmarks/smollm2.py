@@ -30,6 +30,8 @@ import torch
 import torch.nn.functional as F
 
 from lextra.data.prepare import prepare_data
+from lextra.devices import module_device, resolve_device
+from lextra.errors import LextraError
 from lextra.evaluate.perplexity import LOGIT_BUDGET, evaluation_documents
 from lextra.evaluate.retrieval import DEFAULT_DEPTHS
 from lextra.evaluate.retrieval.scoring import score_prompts
@@ -68,6 +70,7 @@ def configure(model: HFCausalLM, method: str, factor: float, length: int, data, 
 @torch.no_grad()
 def perplexity(model: HFCausalLM, doc: torch.Tensor, length: int) -> float:
     """Perplexity of the first `length` tokens, the full-vocabulary logits computed a slice at a time."""
+    doc = doc.to(module_device(model))
     hidden = model.features(doc[None, :length])[0]
     step = max(1, LOGIT_BUDGET // model.config.vocab_size)
     nll = 0.0
@@ -103,6 +106,7 @@ def main() -> int:
     parser.add_argument("--passkeys", type=int, default=10, help="passkey prompts per length (0: none)")
     parser.add_argument("--depths", default=",".join(map(str, DEFAULT_DEPTHS)), help="needle depths, cycled")
     parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda or cuda:N")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -112,7 +116,7 @@ def main() -> int:
     cells_path = out / "cells.json"
     cells = json.loads(cells_path.read_text()) if cells_path.exists() else {}
     start = time.time()
-    model = load_hf("smollm2")
+    model = load_hf("smollm2", device=resolve_device(args.device))
     data = prepare_data("english", tokenizer_config=tokenizer_config("smollm2"))
     print(f"loaded in {time.time() - start:.0f} s; L_tr = {model.config.train_len}", file=sys.stderr)
     docs, stitched = evaluation_documents(data, "test", max(lengths) + 1, 1)
@@ -162,4 +166,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except LextraError as err:  # a bad option: one line, exit 2
+        print(f"smollm2.py: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
