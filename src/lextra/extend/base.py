@@ -16,6 +16,7 @@ multiple of `period` (Dual Chunk Attention's chunks), so each pass's rule is a b
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -67,7 +68,7 @@ def constant_position(value: float) -> Callable[[Tensor], Tensor]:
     return at
 
 
-class ExtensionMethod:
+class ExtensionMethod(ABC):
     """Base class of the `EXTENSIONS` registry: a method bound to a model's training length L.
 
     Subclasses take keyword-only options (the authors' defaults; None = derived from L), validate them with
@@ -86,18 +87,18 @@ class ExtensionMethod:
         self.train_len = check_int(f"{self.name}: training length", train_len, 2, hint="L of the model")
 
     # --- the formula --------------------------------------------------------------------------------
+    @abstractmethod
     def remap(self, m: Tensor, n: Tensor) -> tuple[Tensor, Tensor]:
         """Elementwise, broadcasting over position tensors: (d' as float64, visible) for each pair."""
-        raise NotImplementedError
 
     def query_scale(self, m: Tensor) -> Tensor | None:
         """A factor on each query's logits (Lq,) in fp32, or None (1)."""
         return None
 
     # --- the fast path ------------------------------------------------------------------------------
+    @abstractmethod
     def passes(self, q_first: int, q_last: int) -> list[Pass]:
         """The passes for queries at positions q_first..q_last (inside one `period`); the first one holds d = 0."""
-        raise NotImplementedError
 
     # --- lengths and caches -------------------------------------------------------------------------
     def max_length(self) -> int | None:
