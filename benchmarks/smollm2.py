@@ -21,18 +21,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from lextra.data.prepare import prepare_data
-from lextra.devices import module_device, resolve_device
+from lextra.devices import resolve_device
 from lextra.errors import LextraError
-from lextra.evaluate.perplexity import LOGIT_BUDGET, evaluation_documents
+from lextra.evaluate.perplexity import EvalConfig, TokenScorer, evaluation_documents
 from lextra.evaluate.retrieval import DEFAULT_DEPTHS
 from lextra.evaluate.retrieval.scoring import score_prompts
 from lextra.evaluate.retrieval.tasks import PasskeyTask
@@ -69,15 +67,10 @@ def configure(model: HFCausalLM, method: str, factor: float, length: int, data, 
 
 @torch.no_grad()
 def perplexity(model: HFCausalLM, doc: torch.Tensor, length: int) -> float:
-    """Perplexity of the first `length` tokens, the full-vocabulary logits computed a slice at a time."""
-    doc = doc.to(module_device(model))
-    hidden = model.features(doc[None, :length])[0]
-    step = max(1, LOGIT_BUDGET // model.config.vocab_size)
-    nll = 0.0
-    for a in range(0, length, step):
-        logits = model.head(hidden[a : a + step]).float()
-        nll += float(F.cross_entropy(logits, doc[a + 1 : a + step + 1], reduction="sum"))
-    return math.exp(nll / length)
+    """Perplexity of the first `length` tokens (lextra's scorer: logits a slice of positions at a time)."""
+    scorer = TokenScorer(model, EvalConfig(max_batch_tokens=length))
+    scorer.add([doc[:length]], [doc[1 : length + 1]], [0])
+    return scorer.result().ppl
 
 
 def passkey(model: HFCausalLM, task: PasskeyTask, length: int, count: int, depths: list[float]) -> dict:

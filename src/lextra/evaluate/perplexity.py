@@ -115,7 +115,7 @@ def evaluation_documents(data: PreparedData, split: str, need: int, count: int) 
     return [stream[i * need : (i + 1) * need] for i in range(pieces)], True
 
 
-class _Scorer:
+class TokenScorer:
     """Sums next-token log-likelihoods of chosen positions, batching windows of equal length.
 
     Windows are moved to the model's device and the sum stays there (fp64), read once by `result`.
@@ -284,7 +284,7 @@ def evaluate_model(
         if config.temperature == "log-length":
             tau = log_length_temperature(train_len, L)
             model.set_temperatures([[tau] * model.config.n_head for _ in range(model.config.n_layer)])
-        scorer = _Scorer(model, config)
+        scorer = TokenScorer(model, config)
         groups: dict[int, tuple[list[Tensor], list[Tensor], list[int]]] = {}
         for doc in docs:
             if protocol == "chunks":
