@@ -54,7 +54,12 @@ def retrieval_settings(args: argparse.Namespace, multiples: tuple[int, ...] | No
 @retrieval.command("train", "train a model on a retrieval task at L_tr", options=(add_scheme, add_training))
 def configure_train(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("--out", required=True, help="run directory")
-    parser.add_argument("--task", default="passkey", help="NAME, NAME+lm (half LM windows) or NAME:RATIO")
+    parser.add_argument(
+        "--task",
+        default="passkey",
+        help="NAME, NAME+lm (half LM windows) or NAME:RATIO; NAME a retrieval task or ruler.niah / ruler.TASK "
+        "(RULER prompts, evaluated with `lextra ruler`)",
+    )
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
 
     def run(args: argparse.Namespace) -> int:

@@ -25,8 +25,10 @@ from lextra.evaluate.retrieval import (
     default_lengths,
     evaluate_retrieval,
     evaluation_task,
+    parse_task_spec,
     register_task_spec,
 )
+from lextra.evaluate.ruler import RULER_TRAINING_TASKS
 from lextra.io import atomic_write_json, atomic_write_text
 from lextra.methods import apply_rope_scaling
 from lextra.model import load_model, read_model_meta
@@ -85,8 +87,8 @@ def train_on_task(
     progress: bool,
     device: str | torch.device | None = None,
 ) -> Path:
-    """Train `config` on the retrieval task spec `task` (NAME, NAME+lm, NAME:RATIO) on `device`; returns the final
-    model."""
+    """Train `config` on the retrieval task spec `task` (NAME, NAME+lm, NAME:RATIO; NAME a retrieval task or one of
+    `RULER_TRAINING_TASKS`) on `device`; returns the final model."""
     config = copy.deepcopy(config)
     config.task = register_task_spec(task)
     return train(config, out, resume=resume, progress=progress, device=device)
@@ -127,6 +129,11 @@ def compare_retrieval(
     device = resolve_device(device)
     if not variants:
         raise ConfigError("--schemes needs at least one variant")
+    if parse_task_spec(task).name in RULER_TRAINING_TASKS:
+        raise ConfigError(
+            f"retrieval compare evaluates retrieval tasks; train on {task!r} with `lextra retrieval train` and "
+            "evaluate with `lextra ruler`"
+        )
     parsed = {v: parse_scaled_variant(v) for v in variants}
     models: dict[str, Path] = {}
     results: dict[str, RetrievalResult] = {}

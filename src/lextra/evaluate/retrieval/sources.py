@@ -3,14 +3,17 @@ with language-model windows, each a pure function of (seed, step, rank) so a res
 
 A task spec is `NAME` (task rows only), `NAME+lm` (half task rows, half corpus windows) or `NAME:RATIO` (that
 fraction of task rows). `lextra.train.BATCH_SOURCES` holds `NAME` and `NAME+lm` for every task; call
-`register_task_spec` for other ratios (the `lextra retrieval train` command does).
+`register_task_spec` for other ratios (the `lextra retrieval train` command does). Tasks other than `TASKS` train
+through `ROW_TASKS` (`lextra.evaluate.ruler` adds its `ruler.*` tasks there).
 """
 
 from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -19,6 +22,24 @@ from lextra.data.prepare import PreparedData
 from lextra.errors import ConfigError
 from lextra.evaluate.retrieval.tasks import TASK_NAMES, RetrievalTask, build_task
 from lextra.train import BATCH_SOURCES, TrainConfig
+
+
+class RowTask(Protocol):
+    """What training needs of a task: its name and one row of exactly `length` tokens, answer last."""
+
+    name: str
+
+    def training_row(self, length: int, rng: random.Random) -> list[int]: ...
+
+
+#: training tasks beyond `TASKS`: name -> the task built for a run (its config and prepared data: train split,
+#: tokenizer); a builder refuses a training length its rows cannot fill
+ROW_TASKS: dict[str, Callable[[TrainConfig, PreparedData], RowTask]] = {}
+
+
+def known_training_tasks() -> list[str]:
+    """Every task name a spec may use: `TASKS` and `ROW_TASKS`."""
+    return [*TASK_NAMES, *ROW_TASKS]
 
 
 @dataclass(frozen=True)
@@ -44,8 +65,9 @@ def parse_task_spec(spec: str) -> TaskSpec:
         ratio = float(ratio_text) if ratio_text else 1.0
     except ValueError:
         raise ConfigError(f"task spec {spec!r}: the ratio after ':' must be a number in (0, 1]") from None
-    if name not in TASK_NAMES:
-        raise ConfigError(f"unknown retrieval task {name!r} in {spec!r}; known: {', '.join(TASK_NAMES)}")
+    if name not in TASK_NAMES and name not in ROW_TASKS:
+        known = ", ".join(known_training_tasks())
+        raise ConfigError(f"unknown retrieval task {name!r} in {spec!r}; known: {known}")
     if not 0.0 < ratio <= 1.0:
         raise ConfigError(f"task spec {spec!r}: the task ratio must be in (0, 1], got {ratio}")
     return TaskSpec(name, ratio)
@@ -60,7 +82,7 @@ def row_seed(*parts: object) -> int:
 class RetrievalSource:
     """Rows of `task` (prompt + answer, answer last) at uniform random depths, mixed with corpus windows."""
 
-    def __init__(self, task: RetrievalTask, ratio: float = 1.0, lm: TrainStream | None = None) -> None:
+    def __init__(self, task: RowTask, ratio: float = 1.0, lm: TrainStream | None = None) -> None:
         if ratio < 1.0 and lm is None:
             raise ConfigError("mixing a retrieval task with language modelling needs a corpus stream")
         self.task, self.ratio, self.lm = task, ratio, lm
@@ -78,8 +100,7 @@ class RetrievalSource:
             if lm_rows is not None and rng.random() >= self.ratio:
                 rows.append(lm_rows[row])
                 continue
-            sample = self.task.sample(length + 1, rng.random(), rng, with_answer=True)
-            rows.append(torch.tensor(sample.prompt_ids + sample.answer_ids, dtype=torch.long, device="cpu"))
+            rows.append(torch.tensor(self.task.training_row(length + 1, rng), dtype=torch.long, device="cpu"))
         return torch.stack(rows)
 
 
@@ -88,7 +109,10 @@ def source_factory(spec: str):
     parsed = parse_task_spec(spec)
 
     def factory(config: TrainConfig, data: PreparedData) -> RetrievalSource:
-        task = build_task(parsed.name, data.tokenizer, data.splits["train"])
+        if parsed.name in ROW_TASKS:
+            task: RowTask = ROW_TASKS[parsed.name](config, data)
+        else:
+            task = build_task(parsed.name, data.tokenizer, data.splits["train"])
         lm = TrainStream.from_documents(data.splits["train"], data.tokenizer) if parsed.ratio < 1.0 else None
         return RetrievalSource(task, parsed.ratio, lm)
 
@@ -97,7 +121,10 @@ def source_factory(spec: str):
 
 def evaluation_task(spec: str, data: PreparedData, distractors: int = 4) -> RetrievalTask:
     """The task of `spec` for evaluation prompts: code-key hides its needles in the test split's files."""
-    return build_task(parse_task_spec(spec).name, data.tokenizer, data.splits["test"], distractors=distractors)
+    name = parse_task_spec(spec).name
+    if name in ROW_TASKS:
+        raise ConfigError(f"task {name!r} is evaluated by its own suite, not by retrieval eval (e.g. `lextra ruler`)")
+    return build_task(name, data.tokenizer, data.splits["test"], distractors=distractors)
 
 
 def register_task_spec(spec: str) -> str:

@@ -128,6 +128,11 @@ class RetrievalTask(ABC):
             raise AssertionError(f"{self.name}: built {len(sample.prompt_ids)} tokens instead of {budget}")
         return sample
 
+    def training_row(self, length: int, rng: random.Random) -> list[int]:
+        """A training row of exactly `length` tokens: a prompt at a uniform random depth, then its answer."""
+        sample = self.sample(length, rng.random(), rng, with_answer=True)
+        return sample.prompt_ids + sample.answer_ids
+
     @abstractmethod
     def draw(self, rng: random.Random) -> dict:
         """Provided by each concrete task."""

@@ -2,7 +2,8 @@
 thirteen synthetic tasks (eight needle-in-a-haystack variants, variable tracking, common and frequent words) at
 exact token lengths for any tokenizer, greedy cached decoding, RULER's scoring, and the effective length.
 
-Importing the package registers every task in `RULER_TASKS`.
+Importing the package registers every task in `RULER_TASKS`, and its training rows (`ruler.niah`, `ruler.<task>`)
+as retrieval training tasks.
 """
 
 # registers the tasks, in RULER's order (niah, vt, cwe, fwe)
@@ -27,6 +28,7 @@ from lextra.evaluate.ruler.scoring import (
     wilson_interval,
 )
 from lextra.evaluate.ruler.tasks import RULER_TASKS, RulerSample, RulerTask, build_ruler_task
+from lextra.evaluate.ruler.training import NIAH_TASKS, RULER_TRAINING_TASKS, RulerRows, build_ruler_rows
 from lextra.evaluate.ruler.words import WORDS, corpus_words
 
 RULER_TASK_NAMES = tuple(RULER_TASKS.names())
@@ -35,17 +37,21 @@ __all__ = [
     "DEFAULT_HAYSTACK",
     "DEFAULT_THRESHOLD",
     "DEPTHS",
+    "NIAH_TASKS",
     "NOISE",
     "RULER_TASKS",
     "RULER_TASK_NAMES",
+    "RULER_TRAINING_TASKS",
     "WORDS",
     "ChatFormat",
     "EssayStream",
     "RulerCell",
     "RulerExample",
     "RulerResult",
+    "RulerRows",
     "RulerSample",
     "RulerTask",
+    "build_ruler_rows",
     "build_ruler_task",
     "chat_format",
     "check_vocabulary",

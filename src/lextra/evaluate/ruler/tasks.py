@@ -103,6 +103,14 @@ class RulerTask(ABC):
             budget=self.budget,
         )
 
+    def training_row(self, length: int, rng: random.Random) -> list[int]:
+        """A prompt then its answer (" a, b." after the answer prefix), exactly `length` tokens: content and
+        depths drawn from `rng`, the prompt fitted to what the answer leaves."""
+        asked = rng.sample(DEPTHS, self.needles)
+        draft = self.draft(rng, length, asked)
+        answer = list(self.tokenizer.encode(" " + ", ".join(draft.references) + "."))
+        return self.fitter.fit(draft, length - len(answer)).ids + answer
+
     def check_encoding(self, ids: Sequence[int], references: Sequence[str]) -> None:
         """Refuse a tokenizer that loses the answers: every reference must survive encoding and decoding."""
         decoded = self.tokenizer.decode(list(ids)).lower()
