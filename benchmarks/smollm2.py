@@ -11,8 +11,9 @@ their defaults at L = 8192.
 Perplexity at length L is over the first L tokens of one held-out document of at least max(L) tokens (the same
 document at every length), its logits scored a slice of positions at a time. Passkey prompts are `--passkeys` per
 length, prompt i at depth `--depths`[i mod their number] (10 prompts over the default 5 depths: 2 per depth),
-scored by greedy exact match and by the gold key's rank among 5 candidates. Every (method, length) cell is saved as
-soon as it is done and skipped when the script is rerun; a cell records its passkey prompt count. Scalings use
+scored by greedy exact match and by the gold key's rank among 5 candidates. A cell is saved after its perplexity and
+after every passkey prompt; a rerun runs only what is missing (prompts a cell holds count towards their depth's
+share, so raising `--passkeys` adds prompts). Scalings use
 factor max(L) / 8192 (2 for 16k), as a user stretching the model to 16k would; they also apply at 4k and 8k, where
 they are not needed, to show what they cost there.
 """
@@ -21,8 +22,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import sys
 import time
+from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -73,22 +77,40 @@ def perplexity(model: HFCausalLM, doc: torch.Tensor, length: int) -> float:
     return scorer.result().ppl
 
 
-def passkey(model: HFCausalLM, task: PasskeyTask, length: int, count: int, depths: list[float]) -> dict:
-    import random
+def missing_prompts(cell: dict, count: int, depths: list[float]) -> list[tuple[float, int]]:
+    """(depth, j) of the prompts `cell` lacks to hold `count` prompts, prompt i at depth `depths`[i mod their number];
+    prompts it already holds count towards their depth's share."""
+    wanted = Counter(depths[i % len(depths)] for i in range(count))
+    have = Counter(e["depth"] for e in cell.get("examples", []))
+    return [(d, j) for d in dict.fromkeys(depths) for j in range(have[d], wanted[d])]
 
-    exact, rank1, examples = [], [], []
-    for i in range(count):
-        depth = depths[i % len(depths)]
-        sample = task.sample(length, depth, random.Random(f"smollm2:{length}:{depth}:{i}"))
+
+def passkey(
+    model: HFCausalLM, task: PasskeyTask, length: int, count: int, depths: list[float], cell: dict
+) -> Iterator[dict]:
+    """Run the prompts `cell` lacks (see `missing_prompts`), yielding the cell's updated scores after each one; the
+    j-th prompt at a depth is drawn from the seed "smollm2:L:depth:rj"."""
+    examples = list(cell.get("examples", []))
+    hits = {"exact": round(cell.get("exact", 0.0) * cell.get("prompts", 0))}
+    hits["rank1"] = round(cell.get("rank1", 0.0) * cell.get("prompts", 0))
+    for depth, j in missing_prompts(cell, count, depths):
+        sample = task.sample(length, depth, random.Random(f"smollm2:{length}:{depth}:r{j}"))
         scored = score_prompts(
             model, [sample.prompt_ids], [sample.answer_ids], [[task.encode(d) for d in sample.distractors]]
         )
-        exact.append(bool(scored["exact"][0]))
-        rank1.append(scored["rank"][0] == 1)
+        hits["exact"] += bool(scored["exact"][0])
+        hits["rank1"] += scored["rank"][0] == 1
         examples.append(
-            {"depth": depth, "answer": sample.answer_text, "generated": task.tokenizer.decode(scored["generated"][0])}
+            {
+                "depth": depth,
+                "answer": sample.answer_text,
+                "generated": task.tokenizer.decode(scored["generated"][0]),
+                "exact": bool(scored["exact"][0]),
+                "rank": scored["rank"][0],
+            }
         )
-    return {"exact": sum(exact) / count, "rank1": sum(rank1) / count, "prompts": count, "examples": examples}
+        total = len(examples)
+        yield {"exact": hits["exact"] / total, "rank1": hits["rank1"] / total, "prompts": total, "examples": examples}
 
 
 def main() -> int:
@@ -119,7 +141,7 @@ def main() -> int:
         for length in lengths:
             key = f"{method}@{length}"
             cell = cells.get(key, {})
-            need_ppl, need_passkey = "ppl" not in cell, args.passkeys > cell.get("prompts", 0)
+            need_ppl, need_passkey = "ppl" not in cell, bool(missing_prompts(cell, args.passkeys, depths))
             if not (need_ppl or need_passkey):
                 continue
             if method in ("log-length", "pmax") and length <= model.config.train_len and f"none@{length}" in cells:
@@ -130,12 +152,15 @@ def main() -> int:
                 t0 = time.time()
                 cell["ppl"] = perplexity(model, docs[0], length)
                 cell["ppl_seconds"] = round(time.time() - t0, 1)
-            if need_passkey:
-                t0 = time.time()
-                cell.update(passkey(model, task, length, args.passkeys, depths))
-                cell["passkey_seconds"] = round(time.time() - t0, 1)
             cells[key] = cell
             atomic_write_json(cells_path, cells)
+            if need_passkey:  # saved after every prompt
+                t0 = time.time()
+                for update in passkey(model, task, length, args.passkeys, depths, cell):
+                    cell.update(update)
+                    cell["passkey_seconds"] = round(cell.get("passkey_seconds", 0.0) + time.time() - t0, 1)
+                    t0 = time.time()
+                    atomic_write_json(cells_path, cells)
             print(f"{key}: {json.dumps({k: v for k, v in cell.items() if k != 'examples'})}", file=sys.stderr)
     methods = [m for m in METHODS if any(k.startswith(f"{m}@") for k in cells)]
     columns = [str(n) for n in lengths]
