@@ -65,9 +65,9 @@ def parse_task_spec(spec: str) -> TaskSpec:
         ratio = float(ratio_text) if ratio_text else 1.0
     except ValueError:
         raise ConfigError(f"task spec {spec!r}: the ratio after ':' must be a number in (0, 1]") from None
-    if name not in TASK_NAMES and name not in ROW_TASKS:
-        known = ", ".join(known_training_tasks())
-        raise ConfigError(f"unknown retrieval task {name!r} in {spec!r}; known: {known}")
+    known = known_training_tasks()
+    if name not in known:
+        raise ConfigError(f"unknown retrieval task {name!r} in {spec!r}; known: {', '.join(known)}")
     if not 0.0 < ratio <= 1.0:
         raise ConfigError(f"task spec {spec!r}: the task ratio must be in (0, 1], got {ratio}")
     return TaskSpec(name, ratio)

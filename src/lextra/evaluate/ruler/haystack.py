@@ -25,24 +25,24 @@ _SENTENCE_END = re.compile(r"[.!?][\"')\]]*$")
 SNAP_WORDS = 40
 
 
-def haystack_documents(corpus: str = DEFAULT_HAYSTACK) -> list[Document]:
-    """The test split of `corpus` (held out from models trained on it), the documents of an essay haystack; a
-    built-in corpus is read once per process."""
-    documents = builtin_test_split(corpus) if corpus in BUILTIN_CORPORA else read_test_split(corpus)
+def haystack_documents(corpus: str = DEFAULT_HAYSTACK, split: str = "test") -> list[Document]:
+    """A split of `corpus` (default the test split, held out from models trained on it), the documents of an essay
+    haystack; training rows read the train split. A built-in corpus is read once per process."""
+    documents = builtin_split(corpus, split) if corpus in BUILTIN_CORPORA else read_split(corpus, split)
     if not documents:
-        raise DataError(f"corpus {corpus!r} has no test-split documents to hide needles in; give a larger corpus")
+        raise DataError(f"corpus {corpus!r} has no {split}-split documents to hide needles in; give a larger corpus")
     return list(documents)
 
 
-def read_test_split(corpus: str) -> tuple[Document, ...]:
-    """The test split of `corpus`, read now."""
-    return tuple(split_corpus(load_corpus(corpus))["test"])
+def read_split(corpus: str, split: str) -> tuple[Document, ...]:
+    """The `split` documents of `corpus`, read now."""
+    return tuple(split_corpus(load_corpus(corpus))[split])
 
 
-@functools.lru_cache(maxsize=len(BUILTIN_CORPORA))
-def builtin_test_split(corpus: str) -> tuple[Document, ...]:
-    """The test split of a built-in corpus (it cannot change while the process runs), read once."""
-    return read_test_split(corpus)
+@functools.lru_cache(maxsize=2 * len(BUILTIN_CORPORA))
+def builtin_split(corpus: str, split: str) -> tuple[Document, ...]:
+    """A split of a built-in corpus (it cannot change while the process runs), read once."""
+    return read_split(corpus, split)
 
 
 class EssayStream:

@@ -10,25 +10,19 @@ evaluation prompts hide their needles in the test split.
 
 from __future__ import annotations
 
-import functools
 import random
 from collections.abc import Callable, Sequence
 
-from lextra.data import Document, Tokenizer, load_corpus, split_corpus
+from lextra.data import Tokenizer
 from lextra.data.prepare import PreparedData
 from lextra.errors import ConfigError
 from lextra.evaluate.retrieval.sources import ROW_TASKS, register_task_spec
-from lextra.evaluate.ruler.haystack import DEFAULT_HAYSTACK
+from lextra.evaluate.ruler.haystack import DEFAULT_HAYSTACK, haystack_documents
 from lextra.evaluate.ruler.tasks import RULER_TASKS, RulerTask, build_ruler_task
 from lextra.train import TrainConfig
 
 #: the needle-in-a-haystack tasks `ruler.niah` mixes
 NIAH_TASKS = tuple(name for name in RULER_TASKS.names() if name.startswith("niah_"))
-
-
-@functools.lru_cache(maxsize=2)
-def _train_essays(corpus: str) -> tuple[Document, ...]:
-    return tuple(split_corpus(load_corpus(corpus))["train"])
 
 
 class RulerRows:
@@ -59,7 +53,7 @@ def build_ruler_rows(name: str, tokenizer: Tokenizer, haystack: str = DEFAULT_HA
     tasks = []
     for task_name in names:
         cls = RULER_TASKS.get(task_name)
-        documents = _train_essays(haystack) if cls.needs_documents else None
+        documents = haystack_documents(haystack, split="train") if cls.needs_documents else None
         tasks.append(build_ruler_task(task_name, tokenizer, documents))
     return RulerRows(name, tasks)
 
