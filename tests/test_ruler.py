@@ -396,19 +396,85 @@ def test_the_whole_command_on_a_tiny_lextra_model_writes_results_and_resumes(tin
     assert rows[-1].startswith("rope,average,2600,")
     assert (out / "heatmap.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(list((out / "cells").glob("*.json"))) == 22
-    # resume: a cell whose key matches is read back (even a doctored score), one whose key differs is recomputed
+    # resume: a cell whose key matches is read back (even a doctored answer), one whose key differs is recomputed
     kept, stale = out / "cells" / "cwe-1900.json", out / "cells" / "fwe-2600.json"
     doctored = json.loads(kept.read_text())
-    doctored["result"]["score"] = 77.0
+    assert [a["index"] for a in doctored["answers"]] == [0, 1] and "samples" not in doctored["key"]
+    for answer in doctored["answers"]:
+        answer["output"] = " ".join(answer["references"])  # contains every reference: scores 100
     kept.write_text(json.dumps(doctored))
     other = json.loads(stale.read_text())
-    other["key"]["samples"], other["result"]["score"] = 99, 55.0
+    other["key"]["label"] = "alibi"
+    for answer in other["answers"]:
+        answer["output"] = " ".join(answer["references"])
     stale.write_text(json.dumps(other))
     assert main([*args, "--quiet", "--threads", "1"]) == 0
     again = json.loads((out / "results.json").read_text())
-    assert again["cells"]["cwe"]["1900"]["score"] == 77.0
-    assert again["cells"]["fwe"]["2600"]["score"] == data["cells"]["fwe"]["2600"]["score"] != 55.0
-    assert json.loads(stale.read_text())["key"]["samples"] == 2
+    assert again["cells"]["cwe"]["1900"]["score"] == 100.0 != data["cells"]["cwe"]["1900"]["score"]
+    assert again["cells"]["fwe"]["2600"]["score"] == data["cells"]["fwe"]["2600"]["score"] != 100.0
+    assert json.loads(stale.read_text())["key"]["label"] == "rope"
+
+
+class InterruptedRunError(Exception):
+    """Stands for a run killed mid-way."""
+
+
+def test_cells_grow_by_the_samples_they_lack_and_keep_every_decoded_batch(tiny_folder, tmp_path, monkeypatch) -> None:
+    import lextra.evaluate.ruler.evaluate as evaluate
+
+    decoded: list[int] = []  # rows per call of generate
+    stop_after: list[int] = []  # raise InterruptedRunError once this many calls have run
+    real = evaluate.generate
+
+    def counted(model, prompts, *args, **kwargs):
+        if stop_after and len(decoded) == stop_after[0]:
+            raise InterruptedRunError
+        decoded.append(len(prompts))
+        return real(model, prompts, *args, **kwargs)
+
+    monkeypatch.setattr(evaluate, "generate", counted)
+
+    def run(out: Path, samples: int, *extra: str) -> dict:
+        args = ["ruler", str(tiny_folder), "--tasks", "niah_single_1,vt", "--lengths", "1700", "--out", str(out)]
+        assert main([*args, "--samples", str(samples), "--quiet", "--threads", "1", *extra]) == 0
+        return json.loads((out / "results.json").read_text())
+
+    def answers(out: Path, task: str) -> list[dict]:
+        return json.loads((out / "cells" / f"{task}-1700.json").read_text())["answers"]
+
+    two = run(tmp_path / "a", 2)
+    assert sum(decoded) == 4 and [a["index"] for a in answers(tmp_path / "a", "vt")] == [0, 1]
+    first = answers(tmp_path / "a", "niah_single_1")
+    decoded.clear()
+    three = run(tmp_path / "a", 3)
+    assert sum(decoded) == 2 and three["samples"] == 3  # only sample 2 of each task was decoded
+    assert answers(tmp_path / "a", "niah_single_1")[:2] == first
+    for task in ("niah_single_1", "vt"):
+        held = answers(tmp_path / "a", task)
+        expected = round(sum(a["score"] for a in held) / 3 * 100, 2)
+        assert three["cells"][task]["1700"]["score"] == expected and three["cells"][task]["1700"]["samples"] == 3
+    decoded.clear()
+    one = run(tmp_path / "a", 1)
+    assert decoded == [] and one["cells"]["vt"]["1700"]["samples"] == 1  # read back, nothing decoded
+    assert one["cells"]["niah_single_1"]["1700"]["score"] == round(first[0]["score"] * 100, 2)
+    assert len(answers(tmp_path / "a", "vt")) == 3  # a smaller run keeps what the cell holds
+    assert two["cells"]["vt"]["1700"]["examples"] == three["cells"]["vt"]["1700"]["examples"]
+
+    # a run killed after its second batch keeps both batches; the rerun decodes only the rest, to the same answers
+    decoded.clear()
+    stop_after.append(2)
+    with pytest.raises(InterruptedRunError):
+        run(tmp_path / "b", 3, "--batch", "1")
+    assert [a["index"] for a in answers(tmp_path / "b", "vt")] == [0, 1]  # vt's short budget sorts it first
+    assert not (tmp_path / "b" / "cells" / "niah_single_1-1700.json").exists()
+    stop_after.clear()
+    decoded.clear()
+    run(tmp_path / "b", 3, "--batch", "1")
+    assert decoded == [1] * 4
+    for task in ("niah_single_1", "vt"):
+        assert [a["output"] for a in answers(tmp_path / "b", task)] == [
+            a["output"] for a in answers(tmp_path / "a", task)
+        ]
 
 
 def test_masks_temperatures_and_extension_methods_reach_a_lextra_model(tiny_folder, tmp_path, capsys) -> None:

@@ -1,9 +1,12 @@
 """`lextra ruler` and a study's `[ruler]` section: every (task, length) cell of the RULER suite, resumable.
 
-Layout of the output folder: `cells/<task>-<length>.json` (one cell each, with the key it was computed for),
-`results.json`, `results.csv`, `table.md`, `heatmap.png`. A cell whose file holds the same key (model, settings,
-tokenizer, task options) is read back instead of recomputed, as `lextra study` cells are; any change recomputes it.
-The pending cells of one length are computed together (their samples share batches) and saved when it is done.
+Layout of the output folder: `cells/<task>-<length>.json` (each sample's answer, with the key the cell was computed
+for), `results.json`, `results.csv`, `table.md`, `heatmap.png`. A cell's answers are read back when its file holds
+the same key (model, method, seed, tokenizer, task options, ...; not the number of samples), as `lextra study` cells
+are; any change recomputes them. A sample is a pure function of (task, length, index, seed), so a run decodes only
+the samples a cell lacks: `--samples 10` after `--samples 2` decodes 8 per cell, and `--samples 2` afterwards none.
+The missing samples of one length are decoded together (they share batches) and saved after every batch, so an
+interrupted run loses at most one batch.
 Every (task, length) is drawn once before the model runs, so a length too short for a task, or a tokenizer that
 cannot encode a prompt, fails at once.
 """
@@ -27,12 +30,13 @@ from lextra.evaluate.ruler import (
     RULER_TASK_NAMES,
     RULER_TASKS,
     ChatFormat,
-    RulerCell,
+    RulerAnswer,
     RulerResult,
     RulerTask,
+    answer_samples,
     build_ruler_task,
+    cell_from_answers,
     check_vocabulary,
-    evaluate_length,
     haystack_documents,
     sorted_lengths,
 )
@@ -122,17 +126,23 @@ def cell_path(out: Path, task: str, length: int) -> Path:
     return out / "cells" / f"{task}-{length}.json"
 
 
-def read_cell(path: Path, key: Mapping[str, Any]) -> RulerCell | None:
-    """The saved cell when its file holds `key`, else None."""
+def read_answers(path: Path, key: Mapping[str, Any]) -> dict[int, RulerAnswer]:
+    """The answers saved in `path` when it holds `key`, by sample index (none for a missing, torn or foreign file)."""
     if not path.exists():
-        return None
+        return {}
     try:
         saved = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return None  # a torn or foreign file: recompute it
-    if saved.get("key") != json.loads(json.dumps(key)):
-        return None
-    return RulerCell.from_dict(saved["result"])
+        if saved.get("key") != json.loads(json.dumps(key)):
+            return {}
+        answers = [RulerAnswer.from_dict(a) for a in saved["answers"]]
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError):
+        return {}  # recompute it
+    return {a.index: a for a in answers}
+
+
+def write_answers(path: Path, key: Mapping[str, Any], answers: Mapping[int, RulerAnswer]) -> None:
+    """Save a cell's answers (all it holds, by index) with its key, atomically."""
+    atomic_write_json(path, {"key": key, "answers": [answers[i].to_dict() for i in sorted(answers)]})
 
 
 def cell_key(
@@ -145,15 +155,14 @@ def cell_key(
     chat: ChatFormat | None,
     mask: str | None,
 ) -> dict[str, Any]:
-    """What a cell's result depends on: the model (`key`), the method label, the task and its options, the
-    length, samples and seed, the tokenizer, the chat wrapping, the mask and the essay corpus."""
+    """What a cell's answers depend on: the model (`key`), the method label, the task and its options, the
+    length and seed, the tokenizer, the chat wrapping, the mask and the essay corpus."""
     return {
         **(key or {}),
         "label": label,
         "task": task.name,
         "options": task.options,
         "length": length,
-        "samples": settings.samples,
         "seed": settings.seed,
         "tokenizer": tokenizer.name,
         "chat": None if chat is None else [chat.prefix, chat.suffix],
@@ -192,28 +201,34 @@ def run_ruler(
     lengths = settings.resolved_lengths(model.config.train_len)
     tasks = settings.build(tokenizer, documents, chat)
     preflight(model, tasks, lengths, settings.seed)
-    cells: dict[str, dict[int, RulerCell]] = {name: {} for name in tasks}
-    bar = tqdm(total=len(tasks) * len(lengths), disable=not progress, desc=f"ruler {label}", file=sys.stderr)
+    wanted = range(settings.samples)
+    keys = {
+        (name, n): cell_key(key, label, task, n, settings, tokenizer, chat, mask)
+        for name, task in tasks.items()
+        for n in lengths
+    }
+    answers = {cell: read_answers(cell_path(out, *cell), keys[cell]) for cell in keys}
+    missing = {cell: [i for i in wanted if i not in held] for cell, held in answers.items()}
+    total = len(keys) * settings.samples
+    bar = tqdm(total=total, initial=total - sum(map(len, missing.values())), disable=not progress, unit="sample",
+               desc=f"ruler {label}", file=sys.stderr)  # fmt: skip
     for length in lengths:
-        keys = {
-            name: cell_key(key, label, task, length, settings, tokenizer, chat, mask) for name, task in tasks.items()
-        }
-        pending = []
-        for name, task in tasks.items():
-            cell = read_cell(cell_path(out, name, length), keys[name])
-            if cell is None:
-                pending.append(task)
-            else:
-                cells[name][length] = cell
-                bar.update(1)
-        if pending:  # the tasks still to run at this length share batches
-            computed = evaluate_length(
-                model, pending, length, settings.samples, settings.seed, batch_size=settings.batch_size, mask=mask
-            )
-            for name, cell in computed.items():
-                atomic_write_json(cell_path(out, name, length), {"key": keys[name], "result": cell.to_dict()})
-                cells[name][length] = cell
-                bar.update(1)
+        todo = {name: missing[name, length] for name in tasks}
+        pending = [task for name, task in tasks.items() if todo[name]]
+        # the samples the cells of this length lack share batches; each batch is saved as soon as it is decoded
+        for batch in answer_samples(
+            model, pending, length, todo, settings.seed, batch_size=settings.batch_size, mask=mask
+        ):
+            for name, answer in batch:
+                answers[name, length][answer.index] = answer
+            for name in dict.fromkeys(name for name, _ in batch):
+                write_answers(cell_path(out, name, length), keys[name, length], answers[name, length])
+            bar.set_postfix_str(f"{length} tokens")
+            bar.update(len(batch))
+    bar.close()
+    cells = {
+        name: {n: cell_from_answers(name, n, [answers[name, n][i] for i in wanted]) for n in lengths} for name in tasks
+    }
     bar.close()
     result = RulerResult(
         label=label,

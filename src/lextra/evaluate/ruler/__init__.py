@@ -9,11 +9,19 @@ as retrieval training tasks.
 # registers the tasks, in RULER's order (niah, vt, cwe, fwe)
 from lextra.evaluate.ruler import niah, tracking, aggregation  # noqa: F401, I001
 from lextra.evaluate.ruler.chat import chat_format, template_parts
-from lextra.evaluate.ruler.evaluate import check_vocabulary, evaluate_cell, evaluate_length, generate
+from lextra.evaluate.ruler.evaluate import (
+    answer_samples,
+    cell_from_answers,
+    check_vocabulary,
+    evaluate_cell,
+    evaluate_length,
+    generate,
+)
 from lextra.evaluate.ruler.haystack import DEFAULT_HAYSTACK, NOISE, EssayStream, haystack_documents
 from lextra.evaluate.ruler.layout import DEPTHS, ChatFormat, sample_seed, spread_depth
 from lextra.evaluate.ruler.results import (
     DEFAULT_THRESHOLD,
+    RulerAnswer,
     RulerCell,
     RulerExample,
     RulerResult,
@@ -45,14 +53,17 @@ __all__ = [
     "WORDS",
     "ChatFormat",
     "EssayStream",
+    "RulerAnswer",
     "RulerCell",
     "RulerExample",
     "RulerResult",
     "RulerRows",
     "RulerSample",
     "RulerTask",
+    "answer_samples",
     "build_ruler_rows",
     "build_ruler_task",
+    "cell_from_answers",
     "chat_format",
     "check_vocabulary",
     "corpus_words",

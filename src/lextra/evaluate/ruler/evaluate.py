@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -28,7 +28,7 @@ from lextra.attention.masks import Mask
 from lextra.data import ByteTokenizer, Tokenizer
 from lextra.errors import ConfigError, DataError
 from lextra.evaluate.retrieval.scoring import greedy_continue, prefill
-from lextra.evaluate.ruler.results import RulerCell, RulerExample
+from lextra.evaluate.ruler.results import RulerAnswer, RulerCell
 from lextra.evaluate.ruler.scoring import sample_score, string_match_all, wilson_interval
 from lextra.evaluate.ruler.tasks import RulerSample, RulerTask
 from lextra.model import GPT
@@ -117,40 +117,47 @@ def resolve_mask(model: Any, mask: str | Mask | None) -> Mask | None:
 
 
 @torch.no_grad()
-def evaluate_length(
+def answer_samples(
     model: Any,
     tasks: Sequence[RulerTask],
     length: int,
-    samples: int,
+    indices: Mapping[str, Sequence[int]],
     seed: int = 0,
     *,
     batch_size: int = 8,
     mask: str | Mask | None = None,
     progress: bool = False,
-) -> dict[str, RulerCell]:
-    """RULER's score of `model` on `samples` samples of each task at `length`, with its interval and its seconds.
+) -> Iterator[list[tuple[str, RulerAnswer]]]:
+    """The model's answers to samples `indices[task.name]` of each task at `length`, one batch at a time as
+    (task name, answer) pairs, so that a caller can save them as they come.
 
     Every prompt of a length has the same length, so samples of different tasks share batches (sorted by answer
-    budget, so that a batch decodes about as long as each of its rows needs); a batch's time is shared equally
-    by its rows, and a cell's seconds are its rows' shares plus drawing its samples."""
-    if samples < 1 or batch_size < 1:
-        raise ConfigError(f"RULER needs samples and batch size >= 1, got {samples} and {batch_size}")
+    budget, so that a batch decodes about as long as each of its rows needs); a batch's time is shared equally by
+    its rows, and drawing a task's samples by its samples."""
+    if batch_size < 1:
+        raise ConfigError(f"RULER needs a batch size >= 1, got {batch_size}")
     if len({t.tokenizer.name for t in tasks}) > 1:
         raise ConfigError("the tasks of one RULER run share one tokenizer")
     if hasattr(model, "eval"):
         model.eval()
-    seconds: dict[str, float] = {}
+    drawing: dict[str, float] = {}
     drawn: dict[str, list[RulerSample]] = {}
-    with ThreadPoolExecutor(max(1, min(samples, os.cpu_count() or 1, DRAW_THREADS))) as pool:
+    wanted = {task.name: list(indices.get(task.name, ())) for task in tasks}
+    with ThreadPoolExecutor(
+        max(1, min(max(map(len, wanted.values()), default=1), os.cpu_count() or 1, DRAW_THREADS))
+    ) as pool:
         for task in tasks:  # tokenizers release the GIL: samples are drawn side by side
+            if not wanted[task.name]:
+                continue
             start = time.perf_counter()
-            drawn[task.name] = list(pool.map(lambda index, task=task: task.sample(length, index, seed), range(samples)))
+            drawn[task.name] = list(
+                pool.map(lambda index, task=task: task.sample(length, index, seed), wanted[task.name])
+            )
             check_vocabulary(model, drawn[task.name], task.tokenizer)
-            seconds[task.name] = time.perf_counter() - start
+            drawing[task.name] = (time.perf_counter() - start) / len(wanted[task.name])
     budgets = {task.name: task.budget for task in tasks}
-    rows = sorted(((task.name, s) for task in tasks for s in drawn[task.name]), key=lambda row: budgets[row[0]])
+    rows = sorted(((name, s) for name, samples in drawn.items() for s in samples), key=lambda row: budgets[row[0]])
     resolved = resolve_mask(model, mask)
-    outputs: dict[str, dict[int, str]] = {task.name: {} for task in tasks}
     bar = tqdm(total=len(rows), disable=not progress, desc=f"ruler {length}", file=sys.stderr, leave=False)
     for first in range(0, len(rows), batch_size):
         batch = rows[first : first + batch_size]
@@ -164,24 +171,53 @@ def evaluate_length(
             mask=resolved,
         )
         share = (time.perf_counter() - start) / len(batch)
-        for (name, sample), text in zip(batch, texts, strict=True):
-            outputs[name][sample.index] = text
-            seconds[name] += share
+        yield [
+            (
+                name,
+                RulerAnswer(s.index, list(s.references), text, sample_score(text, s.references), share + drawing[name]),
+            )
+            for (name, s), text in zip(batch, texts, strict=True)
+        ]
         bar.update(len(batch))
     bar.close()
-    cells = {}
-    for task in tasks:
-        answers = [outputs[task.name][i] for i in range(samples)]
-        references = [s.references for s in drawn[task.name]]
-        score = string_match_all(answers, references)
-        low, high = wilson_interval(score, samples)
-        examples = [
-            RulerExample(list(r), o, sample_score(o, r)) for r, o in zip(references[:2], answers[:2], strict=True)
-        ]
-        cells[task.name] = RulerCell(
-            task.name, length, score, low, high, samples, round(seconds[task.name], 3), examples
-        )
-    return cells
+
+
+def cell_from_answers(task: str, length: int, answers: Sequence[RulerAnswer]) -> RulerCell:
+    """RULER's score of a cell's answers, its Wilson interval, their seconds and the first two as examples."""
+    if not answers:
+        raise ValueError(f"RULER cell {task}@{length} has no answers")
+    score = string_match_all([a.output for a in answers], [a.references for a in answers])
+    low, high = wilson_interval(score, len(answers))
+    seconds = round(sum(a.seconds for a in answers), 3)
+    examples = [a.example() for a in answers[:2]]
+    return RulerCell(task, length, score, low, high, len(answers), seconds, examples)
+
+
+def evaluate_length(
+    model: Any,
+    tasks: Sequence[RulerTask],
+    length: int,
+    samples: int,
+    seed: int = 0,
+    *,
+    batch_size: int = 8,
+    mask: str | Mask | None = None,
+    progress: bool = False,
+) -> dict[str, RulerCell]:
+    """RULER's score of `model` on samples 0..`samples`-1 of each task at `length`, with its interval and seconds."""
+    if samples < 1:
+        raise ConfigError(f"RULER needs samples >= 1, got {samples}")
+    answers: dict[str, dict[int, RulerAnswer]] = {task.name: {} for task in tasks}
+    indices = {task.name: range(samples) for task in tasks}
+    for batch in answer_samples(
+        model, tasks, length, indices, seed, batch_size=batch_size, mask=mask, progress=progress
+    ):
+        for name, answer in batch:
+            answers[name][answer.index] = answer
+    return {
+        task.name: cell_from_answers(task.name, length, [answers[task.name][i] for i in range(samples)])
+        for task in tasks
+    }
 
 
 def evaluate_cell(

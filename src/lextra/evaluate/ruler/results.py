@@ -33,6 +33,34 @@ class RulerExample:
         return cls(references=list(data["references"]), output=data["output"], score=data["score"])
 
 
+@dataclass(frozen=True)
+class RulerAnswer:
+    """Sample `index` of a cell: its references, the model's answer, its score (0..1) and the seconds it took
+    (drawing the sample and its share of its batch's decoding). A cell is a pure function of its answers."""
+
+    index: int
+    references: list[str]
+    output: str
+    score: float
+    seconds: float
+
+    def example(self) -> RulerExample:
+        return RulerExample(list(self.references), self.output, self.score)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, **self.example().to_dict(), "seconds": round(self.seconds, 3)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RulerAnswer:
+        return cls(
+            index=int(data["index"]),
+            references=list(data["references"]),
+            output=data["output"],
+            score=float(data["score"]),
+            seconds=float(data["seconds"]),
+        )
+
+
 @dataclass
 class RulerCell:
     """One (task, length): RULER's score (0..100), its Wilson 95% interval, the samples, the seconds taken."""
