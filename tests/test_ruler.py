@@ -26,6 +26,8 @@ from lextra.evaluate.ruler import (
     RULER_TASK_NAMES,
     WORDS,
     ChatFormat,
+    RulerCell,
+    RulerResult,
     build_ruler_task,
     check_vocabulary,
     corpus_words,
@@ -43,6 +45,7 @@ from lextra.evaluate.ruler import (
 from lextra.hf import adapt
 from lextra.model import GPT, GPTConfig, save_model
 from lextra.pipelines.study import Study, parse_study
+from lextra.reporting.ruler import save_ruler_outputs
 
 torch.set_num_threads(1)
 
@@ -477,6 +480,48 @@ def test_cells_grow_by_the_samples_they_lack_and_keep_every_decoded_batch(tiny_f
         ]
 
 
+def _result(label: str, scores: dict[str, dict[int, float]], samples: int = 4) -> RulerResult:
+    """A RULER result from hand-written scores (intervals from the scores)."""
+    cells = {
+        task: {n: RulerCell(task, n, v, *wilson_interval(v, samples), samples, 1.0) for n, v in row.items()}
+        for task, row in scores.items()
+    }
+    lengths = sorted({n for row in scores.values() for n in row})
+    return RulerResult(label, list(scores), lengths, samples, 0, 85.6, cells)
+
+
+def test_ruler_compare_puts_runs_side_by_side(tmp_path, capsys) -> None:
+    base = _result("base", {"niah_single_1": {1000: 100.0, 2000: 50.0}, "vt": {1000: 80.0, 2000: 0.0}})
+    scaled = _result("base+yarn:2", {"niah_single_1": {1000: 100.0, 2000: 100.0, 4000: 75.0}, "vt": {1000: 100.0,
+                     2000: 75.0, 4000: 25.0}}, samples=2)  # fmt: skip
+    for name, result in (("a", base), ("b", scaled)):
+        save_ruler_outputs(tmp_path / name, result)
+    runs = [str(tmp_path / "a"), str(tmp_path / "b" / "results.json")]
+    assert main(["ruler-compare", *runs, "--out", str(tmp_path / "c")]) == 0
+    printed = capsys.readouterr().out
+    summary = printed.split("\n\n")[1].splitlines()
+    assert summary[0] == "| run | 1000 | 2000 | 4000 | effective length | tasks | samples |"
+    assert summary[2] == "| base | 90.0 | 25.0 | - | 1000 | 2 | 4 |"
+    assert summary[3] == "| base+yarn:2 | 100.0 | 87.5 | 50.0 | 2000 | 2 | 2 |"
+    low, high = wilson_interval(75.0, 2)
+    assert f"| vt | 0 [0, {wilson_interval(0.0, 4)[1]:.0f}] | 75 [{low:.0f}, {high:.0f}] |" in printed
+    at_4000 = printed.split("### 4000 tokens")[1]
+    assert "| niah_single_1 | - | 75 [" in at_4000 and "| average | - | 50.0 |" in at_4000
+    rows = (tmp_path / "c" / "comparison.csv").read_text().splitlines()
+    assert len(rows) == 1 + (4 + 2) + (6 + 3) and rows[-1].startswith("base+yarn:2,average,4000,50.0")
+    assert (tmp_path / "c" / "averages.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "c" / "comparison.md").read_text().strip() == printed.split("\n\ntable:")[0].strip()
+    # one line, exit 2: the same label twice, a folder without results, a file that is not one
+    assert main(["ruler-compare", str(tmp_path / "a"), str(tmp_path / "a")]) == 2
+    assert "needs runs with distinct labels, got ['base', 'base']" in one_line_error(capsys)
+    assert main(["ruler-compare", str(tmp_path / "a"), str(tmp_path / "none")]) == 2
+    missing = tmp_path / "none" / "results.json"
+    assert f"no RULER results at {missing}; run `lextra ruler MODEL --out" in one_line_error(capsys)
+    (tmp_path / "bad.json").write_text('{"label": "x"}')
+    assert main(["ruler-compare", str(tmp_path / "bad.json")]) == 2
+    assert "bad.json is not a `lextra ruler` results.json (KeyError" in one_line_error(capsys)
+
+
 def test_masks_temperatures_and_extension_methods_reach_a_lextra_model(tiny_folder, tmp_path, capsys) -> None:
     (tmp_path / "align.json").write_text(json.dumps({"strategy": "pmax", "temperatures": [[1.5, 0.5], [1.0, 2.0]]}))
     base = ["ruler", str(tiny_folder), "--tasks", "niah_single_1", "--lengths", "900", "--samples", "1", "--quiet"]
@@ -567,6 +612,9 @@ def test_a_study_ruler_section_is_checked_and_runs_resumable_cells(tiny_folder, 
     results = run.ruler()
     folder = tmp_path / "study" / "ruler" / "rope"
     assert results["rope"].lengths == [1280, 1920] and (folder / "heatmap.png").exists()
+    summary = (tmp_path / "study" / "ruler" / "comparison.md").read_text().split("\n\n")[1].splitlines()
+    averages = results["rope"].averages
+    assert summary[2].startswith(f"| rope | {averages[1280]:.1f} | {averages[1920]:.1f} | ")
     assert sorted(p.name for p in (folder / "cells").iterdir()) == [
         "fwe-1280.json", "fwe-1920.json", "niah_single_1-1280.json", "niah_single_1-1920.json",
     ]  # fmt: skip

@@ -181,3 +181,22 @@ def configure_ruler(parser: argparse.ArgumentParser) -> Handler:
         return 0
 
     return run
+
+
+@command("ruler-compare", "RULER results of several runs side by side: averages, effective lengths, task scores")
+def configure_ruler_compare(parser: argparse.ArgumentParser) -> Handler:
+    parser.add_argument("runs", nargs="+", help="`lextra ruler` output folders (or their results.json)")
+    parser.add_argument("--out", default=None, help="folder for comparison.md, comparison.csv and averages.png")
+
+    def run(args: argparse.Namespace) -> int:
+        from lextra.pipelines.ruler import read_ruler_result
+        from lextra.reporting.ruler import ruler_comparison, save_ruler_comparison
+
+        results = [read_ruler_result(path) for path in args.runs]
+        print(ruler_comparison(results))
+        if args.out:
+            files = save_ruler_comparison(args.out, results)
+            print(f"\ntable: {files['table']}, csv: {files['csv']}, plot: {files['plot']}")
+        return 0
+
+    return run

@@ -23,7 +23,7 @@ from typing import Any
 from tqdm import tqdm
 
 from lextra.data import Document, Tokenizer
-from lextra.errors import ConfigError
+from lextra.errors import ConfigError, DataError
 from lextra.evaluate.ruler import (
     DEFAULT_HAYSTACK,
     DEFAULT_THRESHOLD,
@@ -243,3 +243,15 @@ def run_ruler(
     )
     save_ruler_outputs(out, result)
     return result
+
+
+def read_ruler_result(path: str | Path) -> RulerResult:
+    """The result a `lextra ruler` run saved: its output folder or its results.json."""
+    path = Path(path)
+    file = path if path.suffix == ".json" else path / "results.json"
+    try:
+        return RulerResult.from_dict(json.loads(file.read_text()))
+    except FileNotFoundError:
+        raise DataError(f"no RULER results at {file}; run `lextra ruler MODEL --out {path}` first") from None
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as err:
+        raise DataError(f"{file} is not a `lextra ruler` results.json ({type(err).__name__}: {err})") from None

@@ -1,10 +1,13 @@
-"""The files of a RULER run: JSON, CSV, a markdown table and the task x length heatmap."""
+"""The files of a RULER run (JSON, CSV, a markdown table, the task x length heatmap) and of several runs side by
+side (a table per length, the averages plotted against length)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
-from lextra.evaluate.ruler import RulerResult
+from lextra.errors import ConfigError
+from lextra.evaluate.ruler import RulerCell, RulerResult, sorted_lengths
 from lextra.io import atomic_write_json, atomic_write_text
 from lextra.reporting.plots import pyplot, save_figure
 from lextra.reporting.tables import markdown_table, write_csv
@@ -63,3 +66,71 @@ def save_ruler_outputs(out_dir: str | Path, result: RulerResult) -> dict[str, Pa
     heatmap = plot_ruler_heatmap(result, out_dir / "heatmap.png")
     return {"json": out_dir / "results.json", "csv": out_dir / "results.csv", "table": out_dir / "table.md",
             "heatmap": heatmap}  # fmt: skip
+
+
+def ruler_comparison(results: Sequence[RulerResult]) -> str:
+    """Markdown, several runs side by side: each run's average per length, effective length and samples per cell,
+    then per length each task's score [Wilson 95%] under each run. Runs need distinct labels."""
+    labels = [r.label for r in results]
+    if not results or len(set(labels)) != len(labels):
+        raise ConfigError(f"a RULER comparison needs runs with distinct labels, got {labels}")
+    lengths = sorted_lengths([n for r in results for n in r.lengths])
+    columns = [*map(str, lengths), "effective length", "tasks", "samples"]
+    summary = {
+        r.label: {
+            **{str(n): f"{v:.1f}" for n, v in r.averages.items()},
+            "effective length": effective_text(r),
+            "tasks": str(len(r.tasks)),
+            "samples": str(r.samples),
+        }
+        for r in results
+    }
+    thresholds = ", ".join(sorted({f"{r.threshold:g}" for r in results}))
+    parts = [
+        f"### RULER average score per length (effective length at threshold {thresholds}; - = not run)",
+        markdown_table(summary, columns, "run", cell=lambda value: value or "-"),
+    ]
+    tasks = list(dict.fromkeys(t for r in results for t in r.tasks))
+    for n in lengths:
+        rows = {
+            task: {r.label: f"{c.score:.0f} [{c.low:.0f}, {c.high:.0f}]" for r in results if (c := cell_at(r, task, n))}
+            for task in tasks
+        }
+        rows["average"] = {r.label: f"{r.averages[n]:.1f}" for r in results if n in r.lengths}
+        parts += [f"### {n} tokens: score [Wilson 95%]", markdown_table(rows, labels, "task", cell=lambda v: v or "-")]
+    return "\n\n".join(parts)
+
+
+def cell_at(result: RulerResult, task: str, length: int) -> RulerCell | None:
+    """The run's cell for (task, length), None when it did not run it."""
+    return result.cells.get(task, {}).get(int(length))
+
+
+def plot_ruler_averages(results: Sequence[RulerResult], path: str | Path) -> Path:
+    """Average score against prompt length (log2 axis), a line per run, the threshold dashed."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for r in results:
+        averages = r.averages
+        ax.plot(list(averages), list(averages.values()), marker="o", label=f"{r.label} ({effective_text(r)})")
+    for threshold in sorted({r.threshold for r in results}):
+        ax.axhline(threshold, color="grey", linestyle="--", linewidth=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted_lengths([n for r in results for n in r.lengths]))
+    ax.get_xaxis().set_major_formatter(lambda value, _: f"{value:g}")
+    ax.set_ylim(-2, 102)
+    ax.set_xlabel("prompt length (tokens)")
+    ax.set_ylabel("RULER average score")
+    ax.set_title("RULER: average over the tasks (legend: effective length)", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+def save_ruler_comparison(out_dir: str | Path, results: Sequence[RulerResult]) -> dict[str, Path]:
+    """comparison.md, comparison.csv (every run's cells and averages) and averages.png in `out_dir`."""
+    out_dir = Path(out_dir)
+    atomic_write_text(out_dir / "comparison.md", ruler_comparison(results) + "\n")
+    write_csv(out_dir / "comparison.csv", [row for r in results for row in r.records()])
+    plot = plot_ruler_averages(results, out_dir / "averages.png")
+    return {"table": out_dir / "comparison.md", "csv": out_dir / "comparison.csv", "plot": plot}

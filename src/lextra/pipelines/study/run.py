@@ -290,8 +290,10 @@ class Study:
         return results
 
     def ruler(self) -> dict[str, Any]:
-        """The RULER suite on each model (seed 0), cells resumable under `ruler/<label>/` with its own outputs."""
+        """The RULER suite on each model (seed 0), cells resumable under `ruler/<label>/` with its own outputs; the
+        models side by side in `ruler/comparison.md`, `comparison.csv` and `averages.png`."""
         from lextra.pipelines.ruler import run_ruler, settings_from_section
+        from lextra.reporting.ruler import save_ruler_comparison
 
         section = dict(self.config.ruler or {})
         settings = settings_from_section({"multiples": self.config.multiples, **section})
@@ -309,6 +311,7 @@ class Study:
             )
             self.seconds += result.seconds
             results[label] = result
+        save_ruler_comparison(self.out / "ruler", list(results.values()))
         return results
 
     def run(self) -> StudyResults:
