@@ -203,6 +203,80 @@ def test_greedy_retrieval_scoring_equals_hugging_face_generate() -> None:
     assert scored["rank"] == [1]
 
 
+@torch.no_grad()
+def test_decoding_steps_fold_grouped_heads_only_where_every_key_is_visible(monkeypatch) -> None:
+    import lextra.hf.attention as hf_attention
+    from lextra.attention import build_mask
+    from lextra.hf.attention import AttentionState, lextra_attention
+
+    folded = []
+    real = hf_attention._folded_attention
+    monkeypatch.setattr(hf_attention, "_folded_attention", lambda *a: folded.append(a[0].shape[2]) or real(*a))
+    torch.manual_seed(0)
+    B, H, Hkv, Lk, D = 2, 6, 2, 41, 8
+    key, value = torch.randn(B, Hkv, Lk, D), torch.randn(B, Hkv, Lk, D)
+
+    def reference(query: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+        k, v = key.repeat_interleave(H // Hkv, 1), value.repeat_interleave(H // Hkv, 1)
+        logits = (query @ k.transpose(-1, -2) * D**-0.5).masked_fill(~visible, float("-inf"))
+        return (torch.softmax(logits, -1) @ v).transpose(1, 2)
+
+    k_pos = torch.arange(Lk)
+    for mask, n_queries, folds in (("causal", 1, True), ("causal", 3, False), ("window:16", 1, False)):
+        module = type(
+            "Attention",
+            (),
+            {"lextra_state": AttentionState(build_mask(mask, 32), 32), "layer_idx": 0, "training": False},
+        )()
+        query = torch.randn(B, H, n_queries, D)
+        folded.clear()
+        out, _ = lextra_attention(module, query, key, value, None)
+        q_pos = torch.arange(Lk - n_queries, Lk)
+        want = reference(query, build_mask(mask, 32).allowed(q_pos, k_pos))
+        assert torch.allclose(out, want, atol=1e-6) and folded == ([n_queries] if folds else [])
+    # a step that sees every key gives Hugging Face's own logits through the growing cache, step after step
+    model = tiny_causal(max_pos=64)
+    adapted = adapt(copy.deepcopy(model))
+    ids = tokens(length=40)
+    cache = adapted.new_cache()
+    folded.clear()
+    logits = adapted(ids[:, :30], cache=cache)
+    for t in range(30, 40):
+        logits = adapted(ids[:, t : t + 1], cache=cache)
+        assert torch.allclose(logits[:, -1], model(ids[:, : t + 1]).logits[:, -1], atol=1e-5)
+    assert folded == [1] * 2 * 10  # two layers, ten steps
+
+
+def test_the_growing_cache_equals_concatenation_through_growth_crops_and_repeats() -> None:
+    from transformers.cache_utils import DynamicLayer
+
+    from lextra.hf.cache import MIN_ROOM, GrowingLayer, growing_cache
+
+    torch.manual_seed(0)
+    growing, concatenated = GrowingLayer(), DynamicLayer()
+    buffers: list[torch.Tensor] = []  # each buffer the layer has used (held, so no address is reused)
+
+    def step(n: int, batch: int = 2) -> None:
+        k, v = torch.randn(batch, 3, n, 4), torch.randn(batch, 3, n, 4)
+        got, want = growing.update(k, v), concatenated.update(k, v)
+        assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+        if not any(b is growing.key_buffer for b in buffers):
+            buffers.append(growing.key_buffer)
+
+    step(300)
+    for _ in range(MIN_ROOM + 1):
+        step(1)
+    assert len(buffers) == 2  # one reallocation, when the room past the prompt ran out
+    growing.crop(-7), concatenated.crop(-7)
+    step(5)
+    assert len(buffers) == 2 and growing.get_seq_length() == 300 + MIN_ROOM + 1 - 7 + 5
+    growing.batch_repeat_interleave(2), concatenated.batch_repeat_interleave(2)
+    step(1, batch=4)
+    assert len(buffers) == 3  # replaced tensors are copied into a new buffer
+    cache = growing_cache(tiny_causal().config)
+    assert [type(layer) for layer in cache.layers] == [GrowingLayer, GrowingLayer]
+
+
 def _corpus(tmp_path: Path) -> str:
     folder = tmp_path / "corpus"
     folder.mkdir()
@@ -406,17 +480,27 @@ def test_each_layer_equals_the_dense_reference_of_its_method(spec: str, scaling:
 
 @pytest.mark.parametrize("spec", EXTENSION_SPECS)
 @torch.no_grad()
-def test_cached_decoding_under_a_method_equals_the_full_forward_past_the_training_length(spec: str) -> None:
+def test_cached_decoding_under_a_method_equals_the_full_forward_past_the_training_length(
+    spec: str, monkeypatch
+) -> None:
     """Hugging Face's cache holds un-rotated keys (all of them: sinks and LM-Infinite hide, not evict, the keys
-    their rule drops); each step re-rotates at the method's positions, so every step equals the full forward."""
+    their rule drops); each step re-rotates at the method's positions, so every step equals the full forward.
+    A one-token step folds the 4 query heads onto the 2 key/value heads (2 x 2 queries at the step's position)."""
+    import lextra.hf.attention as hf_attention
+
+    shapes = []
+    real = hf_attention.extended_attention
+    monkeypatch.setattr(hf_attention, "extended_attention", lambda q, *a: shapes.append(q.shape[1:3]) or real(q, *a))
     model = adapt(position_sensitive())
     model.set_extension(spec)
     ids = tokens(length=90)
     full = model(ids)
     cache = model.new_cache()
+    shapes.clear()
     steps = [model(ids[:, :7], cache=cache)]
     steps += [model(ids[:, t : t + 1], cache=cache) for t in range(7, 90)]
     assert (torch.cat(steps, dim=1) - full).abs().max() < 1e-5
+    assert shapes == [(4, 7)] * 2 + [(2, 2)] * 2 * 83  # (heads, queries) per layer call
     assert cache.hf.get_seq_length() == 90
     chunked = model.new_cache()  # a prompt continued by several tokens at once (HF then passes a causal mask)
     parts = [model(ids[:, :50], cache=chunked), model(ids[:, 50:53], cache=chunked), model(ids[:, 53:], cache=chunked)]

@@ -4,7 +4,8 @@ Hugging Face computes q, k, v (Llama family: already rotated by its own RoPE, wi
 T5: with its bucket bias passed as `position_bias`) and hands them to this function, which applies what lextra
 adds at inference: a mask (causal, window, BCA; `full` for encoders), per-layer and per-head temperatures, Qwen's
 log-n scaling, and capture of one layer's attention inputs for analysis. It is exact: with the default settings
-its outputs equal Hugging Face's own `sdpa` / `eager` attention (tested).
+its outputs equal Hugging Face's own `sdpa` / `eager` attention (tested). A decoding step that sees every cached
+key runs one SDPA call with grouped-query heads folded into the query axis, on the cache as it is.
 
 Under a training-free extension method (`AttentionState.extension`, set by `HFCausalLM.set_extension`) the model's
 rotary embedding returns the identity, so q and k arrive un-rotated (and the cache holds un-rotated keys); this
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from lextra.analysis.capture import CapturedLayer, LayerAttention
@@ -34,6 +36,8 @@ from lextra.positions.base import PositionScheme
 
 ATTENTION_NAME = "lextra"
 LOG_SCALINGS = ("none", "qwen")
+#: at most this many queries take the folded grouped-query path when they see every key (decoding steps)
+FOLD_MAX_QUERIES = 64
 
 
 @dataclass
@@ -84,7 +88,6 @@ def lextra_attention(
     if module.training and dropout > 0:
         raise ConfigError("lextra's Hugging Face attention is for evaluation; call model.eval() first")
     H, Lq, D = query.shape[1:]
-    key, value = _repeat_kv(key, H), _repeat_kv(value, H)
     Lk = key.shape[2]
     scale = D**-0.5 if scaling is None else float(scaling)
     position_ids = kwargs.get("position_ids")
@@ -95,9 +98,12 @@ def lextra_attention(
     k_pos = torch.arange(Lk, device=query.device)
     state: AttentionState | None = getattr(module, "lextra_state", None)
     layer = int(getattr(module, "layer_idx", 0) or 0)
+    if position_bias is None and attention_mask is None and _sees_every_key(module, state, layer, q_pos, k_pos):
+        return _folded_attention(query, key, value, scale).transpose(1, 2).contiguous(), None
     if state is not None and state.extension is not None:
         out = _extended(query, key, value, attention_mask, state, layer, q_pos, k_pos, scale)
         return out.transpose(1, 2).contiguous(), None
+    key, value = _repeat_kv(key, H), _repeat_kv(value, H)
     if state is None:
         mask: Mask = CausalMask() if getattr(module, "is_causal", False) and Lq > 1 else FullMask()
         tau = None
@@ -121,6 +127,29 @@ def lextra_attention(
     return out.transpose(1, 2).contiguous(), None
 
 
+def _sees_every_key(module: Any, state: AttentionState | None, layer: int, q_pos: Tensor, k_pos: Tensor) -> bool:
+    """Whether a few queries (a decoding step) see every key with plain attention: no extension, temperature,
+    capture or log scaling, and a mask that hides no key from them (causal at the end of the cache does not)."""
+    if q_pos.numel() > FOLD_MAX_QUERIES:
+        return False
+    if state is None:
+        return not (getattr(module, "is_causal", False) and q_pos.numel() > 1)
+    if state.extension is not None or state.temperatures is not None or state.log_scaling != "none":
+        return False
+    return state.capture_layer != layer and bool(state.mask.allowed(q_pos, k_pos).all())
+
+
+def _folded_attention(query: Tensor, key: Tensor, value: Tensor, scale: float) -> Tensor:
+    """Attention of q (B, H, Lq, D) to every key of k, v (B, Hkv, Lk, D) with the query heads that share a
+    key/value head folded into the query axis: one SDPA call on the cache as it is, without the (B, H, Lk, D)
+    copies that expanding grouped-query heads makes (at 16k tokens those copies cost 10x the attention)."""
+    B, H, Lq, D = query.shape
+    Hkv = key.shape[1]
+    folded = query.reshape(B, Hkv, (H // Hkv) * Lq, D)  # head h reads key/value head h // (H / Hkv)
+    out = F.scaled_dot_product_attention(folded, key, value, scale=scale)
+    return out.reshape(B, H, Lq, value.shape[-1])
+
+
 def _extended(
     query: Tensor,
     key: Tensor,
@@ -132,9 +161,11 @@ def _extended(
     k_pos: Tensor,
     scale: float,
 ) -> Tensor:
-    """Un-rotated q, k (GQA heads expanded), v under `state.extension`, rotated at its remapped positions. Every
-    cached key is kept (`DynamicCache`); methods with a bounded view (attention sinks, LM-Infinite) hide the
-    keys their rule hides, which gives the logits an evicting cache gives."""
+    """Un-rotated q (B, H, Lq, D), k and v (B, Hkv, Lk, D) under `state.extension`, rotated at its remapped
+    positions. Every cached key is kept; methods with a bounded view (attention sinks, LM-Infinite) hide the keys
+    their rule hides, which gives the logits an evicting cache gives. A decoding step (one query) folds the query
+    heads that share a key/value head into the query axis, all at the step's position, so the cache is rotated
+    per key/value head and never expanded."""
     if state.capture_layer == layer:
         raise ConfigError(
             f"analyses and alignment read rotated q and k, which extension {state.extension.name!r} does not "
@@ -146,6 +177,13 @@ def _extended(
             "together (padding masks are not supported under an extension)"
         )
     tau = query_temperature(state, layer, q_pos)
+    B, H, Lq, D = query.shape
+    groups = H // key.shape[1]
+    if Lq == 1 and tau is None:
+        folded = query.reshape(B, key.shape[1], groups, D)
+        out = extended_attention(folded, key, value, state.rotary, state.extension, q_pos.repeat(groups), k_pos, scale)
+        return out.reshape(B, H, 1, value.shape[-1])
+    key, value = _repeat_kv(key, H), _repeat_kv(value, H)
     return extended_attention(query, key, value, state.rotary, state.extension, q_pos, k_pos, scale, tau)
 
 

@@ -218,9 +218,9 @@ class HFCausalLM(_Adapter):
 
     # --- decoding ------------------------------------------------------------------------------------------
     def new_cache(self) -> HFCache:
-        from transformers import DynamicCache
+        from lextra.hf.cache import growing_cache
 
-        return HFCache(DynamicCache(config=self.model.config))
+        return HFCache(growing_cache(self.model.config))
 
     @torch.no_grad()
     def __call__(self, tokens: Tensor, cache: HFCache | None = None) -> Tensor:
