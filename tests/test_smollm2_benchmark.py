@@ -1,10 +1,14 @@
 """benchmarks/smollm2.py's passkey cells grow: a rerun runs only the prompts a cell lacks, per depth, and keeps the
-scores of the ones it holds."""
+scores of the ones it holds; benchmarks/hf_decode.py checks the adapter's decoding step against Hugging Face's."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -61,3 +65,18 @@ def test_passkey_adds_only_the_missing_prompts_and_counts_the_old_ones(monkeypat
     assert len({p[0] for p in seen}) == 3 and [p[1] for p in seen] == [0, 50, 100]
     again = list(bench.passkey(None, Task(), 16, 5, DEPTHS, {**old, **last}))
     assert again == [] and len(seen) == 3
+
+
+def test_the_decoding_step_benchmark_checks_the_adapter_against_hugging_face(tmp_path) -> None:
+    """benchmarks/hf_decode.py at SmolLM2's widths (2 layers): it exits 0 only when lextra's step gives Hugging Face's
+    logits, and reports a step time per method and length."""
+    out = tmp_path / "decode.json"
+    script = BENCHMARK.parent / "hf_decode.py"
+    command = [sys.executable, str(script), "--lengths", "70,130", "--layers", "2", "--steps", "1"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([*command, "--methods", "none,sinks", "--out", str(out)], capture_output=True, env=env)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    steps = json.loads(out.read_text())["ms_per_step"]
+    assert set(steps) == {"Hugging Face sdpa + DynamicCache", "lextra none", "lextra sinks"}
+    assert all(set(row) == {"70", "130"} and min(row.values()) > 0 for row in steps.values())
+    assert "| lextra sinks |" in out.with_suffix(".md").read_text()
