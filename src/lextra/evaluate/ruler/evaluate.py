@@ -143,9 +143,8 @@ def answer_samples(
     drawing: dict[str, float] = {}
     drawn: dict[str, list[RulerSample]] = {}
     wanted = {task.name: list(indices.get(task.name, ())) for task in tasks}
-    with ThreadPoolExecutor(
-        max(1, min(max(map(len, wanted.values()), default=1), os.cpu_count() or 1, DRAW_THREADS))
-    ) as pool:
+    threads = min(max(map(len, wanted.values()), default=1), os.cpu_count() or 1, DRAW_THREADS)
+    with ThreadPoolExecutor(max(1, threads)) as pool:
         for task in tasks:  # tokenizers release the GIL: samples are drawn side by side
             if not wanted[task.name]:
                 continue
