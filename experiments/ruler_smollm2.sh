@@ -6,8 +6,8 @@
 #   LENGTHS=16384 THREADS=1 experiments/ruler_smollm2.sh 1 dynamic yarn
 #
 # SAMPLES per cell (default 10); METHOD: none, linear, dynamic, yarn, or an extension method (default: none,
-# dynamic, yarn and every extension method). Environment: LENGTHS (default 4096,8192,16384), THREADS, DEVICE
-# (default auto: the GPU when there is one), OUT (default runs/ruler). Each method writes OUT/smollm2-METHOD/.
+# dynamic, yarn and every extension method). Environment: LENGTHS (default 4096,8192,16384), THREADS, BATCH
+# (samples decoded together, default 8), DEVICE (default auto: the GPU when there is one), OUT (default runs/ruler). Each method writes OUT/smollm2-METHOD/.
 # Cells grow: rerunning with more samples decodes only the samples a cell lacks, so the grid can be filled over
 # several sessions (two processes with disjoint METHODs and THREADS=1 use two CPU cores best).
 set -euo pipefail
@@ -27,7 +27,7 @@ for method in "${methods[@]}"; do
   esac
   start=$(date +%s)
   "$lextra" ruler smollm2 --tasks all --lengths "${LENGTHS:-4096,8192,16384}" --samples "$samples" \
-    --out "${OUT:-runs/ruler}/smollm2-$method" --device "${DEVICE:-auto}" ${THREADS:+--threads "$THREADS"} \
+    --out "${OUT:-runs/ruler}/smollm2-$method" --device "${DEVICE:-auto}" --batch "${BATCH:-8}" ${THREADS:+--threads "$THREADS"} \
     ${flags[@]+"${flags[@]}"}
   echo "smollm2-$method: $(($(date +%s) - start)) s" >&2
 done
