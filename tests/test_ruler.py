@@ -447,6 +447,12 @@ def test_cells_grow_by_the_samples_they_lack_and_keep_every_decoded_batch(tiny_f
 
     two = run(tmp_path / "a", 2)
     assert sum(decoded) == 4 and [a["index"] for a in answers(tmp_path / "a", "vt")] == [0, 1]
+    assert all(0 < a["prefill_seconds"] <= a["seconds"] for a in answers(tmp_path / "a", "vt"))
+    cell = two["cells"]["vt"]["1700"]
+    held = sum(a["prefill_seconds"] for a in answers(tmp_path / "a", "vt"))  # rounded to ms each
+    assert cell["prefill_seconds"] == pytest.approx(held, abs=2e-3) and cell["prefill_seconds"] <= cell["seconds"]
+    table = (tmp_path / "a" / "table.md").read_text()
+    assert re.search(r"compute: \d+ s \((\d+\.\d\d)x their prefills\)", table)
     first = answers(tmp_path / "a", "niah_single_1")
     decoded.clear()
     three = run(tmp_path / "a", 3)

@@ -28,9 +28,12 @@ def ruler_table(result: RulerResult) -> str:
     }
     rows["average"] = {str(n): f"{v:.1f}" for n, v in result.averages.items()}
     table = markdown_table(rows, result.lengths, "task", cell=lambda value: value or "-")
+    prefill = result.prefill_seconds
+    cost = f" ({result.seconds / prefill:.2f}x their prefills)" if prefill else ""
     return (
         f"### RULER: {result.label} ({result.samples} samples per cell, score [Wilson 95%])\n\n{table}\n\n"
         f"effective length (average >= {result.threshold:g} at it and every shorter length): {effective_text(result)}"
+        f"\n\ncompute: {result.seconds:.0f} s{cost}"
     )
 
 

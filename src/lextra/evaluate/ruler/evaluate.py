@@ -68,15 +68,20 @@ def generate(
     budget: int | Sequence[int],
     *,
     mask: Mask | None = None,
+    timings: dict[str, float] | None = None,
 ) -> list[str]:
     """Greedy answers (text) of equal-length prompts, at most `budget` tokens each (one for all, or one per row),
-    stopping early once every row has ended its text, used its budget or contains all its references."""
+    stopping early once every row has ended its text, used its budget or contains all its references. `timings`,
+    when given, receives the prefill's seconds as "prefill"."""
     if len({len(p) for p in prompts}) != 1:
         raise ValueError("generate needs prompts of one length")
     budgets = [budget] * len(prompts) if isinstance(budget, int) else [int(b) for b in budget]
     stop = stop_token(tokenizer)
     batch = torch.tensor([list(p) for p in prompts], dtype=torch.long)
+    start = time.perf_counter()
     logits, cache = prefill(model, batch, mask)
+    if timings is not None:
+        timings["prefill"] = time.perf_counter() - start
     calls = MaskedCalls(model, mask) if isinstance(model, GPT) and mask is not None else model
     rows: list[list[int]] = [[] for _ in prompts]
     done = [b < 1 for b in budgets]
@@ -160,7 +165,7 @@ def answer_samples(
     bar = tqdm(total=len(rows), disable=not progress, desc=f"ruler {length}", file=sys.stderr, leave=False)
     for first in range(0, len(rows), batch_size):
         batch = rows[first : first + batch_size]
-        start = time.perf_counter()
+        start, timings = time.perf_counter(), {}
         texts = generate(
             model,
             [s.prompt_ids for _, s in batch],
@@ -168,28 +173,30 @@ def answer_samples(
             tasks[0].tokenizer,
             [budgets[name] for name, _ in batch],
             mask=resolved,
+            timings=timings,
         )
-        share = (time.perf_counter() - start) / len(batch)
+        share, prefill_share = (time.perf_counter() - start) / len(batch), timings["prefill"] / len(batch)
         yield [
-            (
-                name,
-                RulerAnswer(s.index, list(s.references), text, sample_score(text, s.references), share + drawing[name]),
-            )
+            (name, RulerAnswer(s.index, list(s.references), text, sample_score(text, s.references),
+                               share + drawing[name], prefill_share))
             for (name, s), text in zip(batch, texts, strict=True)
-        ]
+        ]  # fmt: skip
         bar.update(len(batch))
     bar.close()
 
 
 def cell_from_answers(task: str, length: int, answers: Sequence[RulerAnswer]) -> RulerCell:
-    """RULER's score of a cell's answers, its Wilson interval, their seconds and the first two as examples."""
+    """RULER's score of a cell's answers, its Wilson interval, their seconds (and their prefills' when every
+    answer recorded them) and the first two as examples."""
     if not answers:
         raise ValueError(f"RULER cell {task}@{length} has no answers")
     score = string_match_all([a.output for a in answers], [a.references for a in answers])
     low, high = wilson_interval(score, len(answers))
     seconds = round(sum(a.seconds for a in answers), 3)
+    prefills = [a.prefill_seconds for a in answers]
+    prefill = None if None in prefills else round(sum(prefills), 3)
     examples = [a.example() for a in answers[:2]]
-    return RulerCell(task, length, score, low, high, len(answers), seconds, examples)
+    return RulerCell(task, length, score, low, high, len(answers), seconds, examples, prefill)
 
 
 def evaluate_length(

@@ -35,20 +35,25 @@ class RulerExample:
 
 @dataclass(frozen=True)
 class RulerAnswer:
-    """Sample `index` of a cell: its references, the model's answer, its score (0..1) and the seconds it took
-    (drawing the sample and its share of its batch's decoding). A cell is a pure function of its answers."""
+    """Sample `index` of a cell: its references, the model's answer, its score (0..1), the seconds it took
+    (drawing the sample and its share of its batch) and the part of them its batch's prefill took (None when not
+    recorded). A cell is a pure function of its answers."""
 
     index: int
     references: list[str]
     output: str
     score: float
     seconds: float
+    prefill_seconds: float | None = None
 
     def example(self) -> RulerExample:
         return RulerExample(list(self.references), self.output, self.score)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, **self.example().to_dict(), "seconds": round(self.seconds, 3)}
+        data = {"index": self.index, **self.example().to_dict(), "seconds": round(self.seconds, 3)}
+        if self.prefill_seconds is not None:
+            data["prefill_seconds"] = round(self.prefill_seconds, 3)
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RulerAnswer:
@@ -58,12 +63,14 @@ class RulerAnswer:
             output=data["output"],
             score=float(data["score"]),
             seconds=float(data["seconds"]),
+            prefill_seconds=None if data.get("prefill_seconds") is None else float(data["prefill_seconds"]),
         )
 
 
 @dataclass
 class RulerCell:
-    """One (task, length): RULER's score (0..100), its Wilson 95% interval, the samples, the seconds taken."""
+    """One (task, length): RULER's score (0..100), its Wilson 95% interval, the samples, the seconds taken and the
+    part of them prefills took (None when not recorded): seconds / prefill_seconds is a sample's cost in forwards."""
 
     task: str
     length: int
@@ -73,9 +80,10 @@ class RulerCell:
     samples: int
     seconds: float
     examples: list[RulerExample] = field(default_factory=list)
+    prefill_seconds: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data = {
             "task": self.task,
             "length": self.length,
             "score": self.score,
@@ -85,6 +93,9 @@ class RulerCell:
             "seconds": self.seconds,
             "examples": [e.to_dict() for e in self.examples],
         }
+        if self.prefill_seconds is not None:
+            data["prefill_seconds"] = self.prefill_seconds
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RulerCell:
@@ -97,6 +108,7 @@ class RulerCell:
             samples=data["samples"],
             seconds=data["seconds"],
             examples=[RulerExample.from_dict(e) for e in data.get("examples", [])],
+            prefill_seconds=data.get("prefill_seconds"),
         )
 
 
@@ -143,6 +155,12 @@ class RulerResult:
     def seconds(self) -> float:
         """Compute seconds of every cell (whenever it was computed)."""
         return sum(c.seconds for row in self.cells.values() for c in row.values())
+
+    @property
+    def prefill_seconds(self) -> float | None:
+        """The part of `seconds` the prefills took, when every cell recorded it."""
+        parts = [c.prefill_seconds for row in self.cells.values() for c in row.values()]
+        return None if None in parts else sum(parts)
 
     def records(self) -> list[dict[str, Any]]:
         """CSV rows: one per cell, then one `average` row per length (no interval: tasks differ in kind)."""
