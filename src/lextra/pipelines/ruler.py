@@ -229,7 +229,6 @@ def run_ruler(
     cells = {
         name: {n: cell_from_answers(name, n, [answers[name, n][i] for i in wanted]) for n in lengths} for name in tasks
     }
-    bar.close()
     result = RulerResult(
         label=label,
         tasks=list(tasks),
