@@ -31,7 +31,8 @@ def ruler_table(result: RulerResult) -> str:
     prefill = result.prefill_seconds
     cost = f" ({result.seconds / prefill:.2f}x their prefills)" if prefill else ""
     return (
-        f"### RULER: {result.label} ({result.samples} samples per cell, score [Wilson 95%])\n\n{table}\n\n"
+        f"### RULER: {result.label} ({result.samples} sample{'s' if result.samples != 1 else ''} per cell, "
+        f"score [Wilson 95%])\n\n{table}\n\n"
         f"effective length (average >= {result.threshold:g} at it and every shorter length): {effective_text(result)}"
         f"\n\ncompute: {result.seconds:.0f} s{cost}"
     )
