@@ -11,7 +11,7 @@ import itertools
 import json
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +21,13 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
+from lextra import serialize
 from lextra.attention import attention, build_mask
 from lextra.attention.masks import Mask
 from lextra.errors import CheckpointError, ConfigError
 from lextra.io import atomic_write, atomic_write_json, sha256_file
 from lextra.positions import HeadDims, PositionScheme, build_scheme
+from lextra.serialize import check_fields as check_fields  # re-exported: configs elsewhere check their keys
 from lextra.validate import check_bool, check_positive, check_range
 
 CONFIG_FILE = "config.json"
@@ -93,20 +95,12 @@ class GPTConfig:
         return self
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return serialize.to_dict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GPTConfig:
-        check_fields(cls, data, "model config")
-        return cls(**data).validate()
-
-
-def check_fields(cls: type, data: dict[str, Any], what: str) -> None:
-    """Reject keys a config dataclass does not have, naming them and the known ones."""
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ConfigError(f"{what}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        """Read a saved or written config; unknown keys are refused, missing ones take their defaults."""
+        return serialize.from_dict(cls, data, refuse_unknown="model config").validate()
 
 
 #: rows a KV cache's buffers grow by at least, when full

@@ -18,7 +18,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -27,13 +27,14 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
+from lextra import serialize
 from lextra.data import TrainStream, eval_sequences
 from lextra.data.prepare import PreparedData, prepare_data
 from lextra.data.windows import encode_documents
 from lextra.devices import autocast, resolve_device
 from lextra.errors import CheckpointError, ConfigError, TrainingDivergedError
 from lextra.io import atomic_write, atomic_write_json, atomic_write_text, sha256_file
-from lextra.model import GPT, GPTConfig, check_fields, load_model, save_model
+from lextra.model import GPT, GPTConfig, load_model, save_model
 from lextra.validate import check_int, check_positive, check_positive_int, check_range
 
 CHECKPOINTS = "checkpoints"
@@ -101,16 +102,12 @@ class TrainConfig:
         return self
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["model"] = self.model.to_dict()
-        return data
+        return serialize.to_dict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
-        check_fields(cls, data, "training config")
-        values = dict(data)
-        values["model"] = GPTConfig.from_dict(values.get("model", {}))
-        return cls(**values)
+        """Read a saved or written config (the model through `GPTConfig.from_dict`); unknown keys are refused."""
+        return serialize.from_dict(cls, data, refuse_unknown="training config")
 
 
 class BatchSource(Protocol):

@@ -11,8 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import sys
-from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from lextra.model import WEIGHTS_FILE, load_model, read_model_meta
 from lextra.positions import SCHEMES
 from lextra.reporting.plots import plot_curves
 from lextra.reporting.tables import markdown_table, string_keys, write_csv
+from lextra.serialize import Serializable, options
 from lextra.train import CHECKPOINTS, FINAL, TrainConfig, train
 
 DEFAULT_VARIANTS = (
@@ -46,54 +46,27 @@ class Variant:
 
 
 @dataclass
-class VariantResult:
+class VariantResult(Serializable):
     """One evaluated variant: its evaluation and what it was computed for (the weights' checksum, scheme, mask)."""
 
     model_sha256: str
     scheme: str
     mask: str
-    evaluation: Evaluation
+    #: written inline: `results/<variant>.json` holds the evaluation's keys beside the fields above
+    evaluation: Evaluation = field(metadata=options(inline=True))
 
     def fingerprint(self) -> dict[str, Any]:
         """What a cached result must match to be reused: the weights' checksum and the evaluation settings."""
         return {"model_sha256": self.model_sha256, "eval": self.evaluation.config}
 
-    def to_dict(self) -> dict[str, Any]:
-        """`results/<variant>.json`: the fingerprint first, then the evaluation, then scheme and mask."""
-        return {**self.fingerprint(), **self.evaluation.to_dict(), "scheme": self.scheme, "mask": self.mask}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> VariantResult:
-        return cls(
-            model_sha256=data["model_sha256"],
-            scheme=data["scheme"],
-            mask=data["mask"],
-            evaluation=Evaluation.from_dict(data),
-        )
-
 
 @dataclass
-class Comparison:
+class Comparison(Serializable):
     """Every variant's result with the training and evaluation settings they share (`summary.json`)."""
 
     variants: dict[str, VariantResult]
     train: dict[str, Any]
     eval: dict[str, Any]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "variants": {label: v.to_dict() for label, v in self.variants.items()},
-            "train": self.train,
-            "eval": self.eval,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Comparison:
-        return cls(
-            variants={label: VariantResult.from_dict(v) for label, v in data["variants"].items()},
-            train=data["train"],
-            eval=data["eval"],
-        )
 
 
 def parse_variant(spec: str) -> Variant:

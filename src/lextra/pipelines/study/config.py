@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import copy
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lextra import serialize
 from lextra.attention.masks import build_mask
 from lextra.errors import ConfigError
 from lextra.methods import EXTEND, extension_method
@@ -69,10 +69,7 @@ class StudyConfig:
         raise ConfigError(f"study: no model labelled {label!r}; models: {', '.join(m.label for m in self.models)}")
 
     def to_dict(self) -> dict[str, Any]:
-        data = copy.deepcopy(self.__dict__)
-        data["train"] = self.train.to_dict()
-        data["models"] = [m.__dict__ for m in self.models]
-        return data
+        return serialize.to_dict(self)
 
 
 SECTION_KEYS = {
