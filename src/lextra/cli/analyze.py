@@ -90,7 +90,7 @@ def _configure_resolution(parser: argparse.ArgumentParser) -> Handler:
 
         from lextra.cli.options import parse_option
         from lextra.pipelines.analyze import resolution_report
-        from lextra.pipelines.checkpoints import common_train_len, parse_lengths
+        from lextra.pipelines.checkpoints import analysis_lengths, common_train_len
         from lextra.positions import HeadDims, build_scheme
 
         if not args.checkpoints and not args.scheme:
@@ -103,7 +103,7 @@ def _configure_resolution(parser: argparse.ArgumentParser) -> Handler:
             torch.manual_seed(args.seed)
             schemes.append((name, build_scheme(name, dims, **options).to(args.device).eval()))
         train_len = common_train_len(checkpoints, args.train_len)
-        lengths = parse_lengths(args.lengths, train_len, (1, 2, 4))
+        lengths = analysis_lengths(args.lengths, train_len, (1, 2, 4))
         resolution_report(
             checkpoints,
             schemes,
@@ -137,10 +137,10 @@ def _configure_receptive_field(parser: argparse.ArgumentParser) -> Handler:
 
     def run(args: argparse.Namespace) -> int:
         from lextra.pipelines.analyze import receptive_field_report
-        from lextra.pipelines.checkpoints import common_train_len, parse_lengths
+        from lextra.pipelines.checkpoints import analysis_lengths, common_train_len
 
         masks, checkpoints, source = _prepare(args)
-        lengths = parse_lengths(args.lengths, common_train_len(checkpoints, 0), (1, 2, 4, 8))
+        lengths = analysis_lengths(args.lengths, common_train_len(checkpoints, 0), (1, 2, 4, 8))
         receptive_field_report(
             checkpoints,
             lengths,
@@ -167,10 +167,10 @@ def _configure_dispersion(parser: argparse.ArgumentParser) -> Handler:
 
     def run(args: argparse.Namespace) -> int:
         from lextra.pipelines.analyze import dispersion_report
-        from lextra.pipelines.checkpoints import common_train_len, parse_lengths
+        from lextra.pipelines.checkpoints import analysis_lengths, common_train_len
 
         masks, checkpoints, source = _prepare(args)
-        lengths = parse_lengths(args.lengths, common_train_len(checkpoints, 0), (1, 2, 4, 8, 16))
+        lengths = analysis_lengths(args.lengths, common_train_len(checkpoints, 0), (1, 2, 4, 8, 16))
         dispersion_report(
             checkpoints, lengths, masks, source, args.out, documents=args.documents, batch_size=max(1, args.batch_size)
         )

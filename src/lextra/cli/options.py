@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from lextra.errors import ConfigError
+from lextra.validate import parse_lengths
 
 DEFAULTS = {
     "layers": 4,
@@ -83,19 +84,6 @@ def parse_option(text: str) -> tuple[str, Any]:
     except json.JSONDecodeError:
         return key, value
     return key, parsed
-
-
-def parse_lengths(text: str | None) -> list[int] | None:
-    """Comma-separated positive token counts, or None when none are given (the caller's defaults apply)."""
-    if not text:
-        return None
-    try:
-        lengths = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ConfigError(f"--lengths takes comma-separated integers, got {text!r}") from None
-    if any(n < 1 for n in lengths):
-        raise ConfigError(f"--lengths must be positive integers, got {text!r}")
-    return lengths
 
 
 def parse_depths(text: str | None) -> list[float]:
