@@ -19,7 +19,6 @@ from __future__ import annotations
 import enum
 import functools
 import types
-import typing
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, Field, fields, is_dataclass
 from typing import Any, Self, TypeVar, Union, get_args, get_origin, get_type_hints
@@ -141,7 +140,7 @@ class _Reader:
             return method(value) if callable(method) else from_dict(tp, value)
         if isinstance(tp, type) and issubclass(tp, enum.Enum):
             return tp(value)
-        if origin in (dict, Mapping, typing.Dict) or tp is dict:  # noqa: UP006 (an annotation may spell it)
+        if origin in (dict, Mapping) or tp is dict:
             if not isinstance(value, Mapping):
                 raise self.fail(name, "a table" if self.what else "an object", value)
             if not args:

@@ -1,12 +1,11 @@
 """The results of a study, typed: what `study.json` and the analysis and window cells hold and the report reads.
 
-Each `to_dict` writes the JSON form (lengths, widths and seeds as string keys) and each `from_dict` reads it, so
-study folders written before these types existed still load.
+`to_dict` writes the JSON form (lengths, widths and seeds as string keys) and `from_dict` reads it
+(`lextra.serialize`), so study folders written before these types existed still load.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,14 +54,6 @@ class WindowSweep(Serializable):
     #: window width -> perplexity, written inline (the widths are keys beside "erf")
     ppl: dict[int, float] = field(metadata=options(inline=True))
     erf: int | None
-
-
-def _curves_to_dict(curves: Mapping[str, Mapping[int, float]]) -> dict[str, dict[str, float]]:
-    return {label: {str(n): v for n, v in curve.items()} for label, curve in curves.items()}
-
-
-def _curves_from_dict(data: Mapping[str, Mapping[str, float]]) -> dict[str, dict[int, float]]:
-    return {label: {int(n): v for n, v in curve.items()} for label, curve in data.items()}
 
 
 @dataclass
