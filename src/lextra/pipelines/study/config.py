@@ -11,10 +11,10 @@ from lextra import serialize
 from lextra.attention.masks import build_mask
 from lextra.errors import ConfigError
 from lextra.methods import EXTEND, extension_method
-from lextra.model import check_fields
 from lextra.pipelines.ruler import SECTION_KEYS as RULER_SECTION_KEYS
 from lextra.pipelines.ruler import settings_from_section
 from lextra.positions import build_scheme
+from lextra.serialize import check_fields
 from lextra.train import TrainConfig
 
 
