@@ -60,7 +60,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lengths", default=",".join(map(str, DEFAULT_LENGTHS)), help="attention lengths")
     parser.add_argument("--train-len", type=int, default=1024, help="window width W and BCA block W/2")
     parser.add_argument("--check-length", type=int, default=2048, help="length of the correctness pass")
-    parser.add_argument("--tolerance", type=float, default=2e-3, help="max error against reference (fp32), over max(1, its largest value)")
+    parser.add_argument(
+        "--tolerance",
+        type=float,
+        default=2e-3,
+        help="max error against reference (fp32), over max(1, its largest value)",
+    )
     parser.add_argument("--dtype", default="bf16", choices=sorted(DTYPES), help="dtype of the timed cells")
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per cell (median reported)")
     parser.add_argument("--train-lengths", default="1024,2048", help="L_tr of the training cells ('' skips them)")
@@ -301,7 +306,8 @@ def ratio(value: float | None, base: float | None) -> str:
 def report(checks: list[dict], cells: list[dict], training: list[dict], meta: dict[str, Any]) -> str:
     """Markdown: the correctness table, one attention table per length, and the training table."""
     lines = [f"# GPU benchmark ({meta['device_name']}, torch {meta['torch']}, {meta['dtype']})", ""]
-    lines += ["## Correctness: auto vs reference, fp32 (errors over max(1, the reference's largest value))", "", "| scheme | mask | fwd rel err | grad rel err | ok |"]
+    lines += ["## Correctness: auto vs reference, fp32 (errors over max(1, the reference's largest value))", ""]
+    lines += ["| scheme | mask | fwd rel err | grad rel err | ok |"]
     lines += ["|---|---|---:|---:|---|"]
     for c in checks:
         ok = "yes" if c["ok"] else "NO"
