@@ -44,6 +44,7 @@ import torch.nn.functional as F
 
 from lextra.attention import attention, build_mask
 from lextra.attention.backends import attention_path
+from lextra.attention.flex import RECOMPILE_LIMIT
 from lextra.positions import SCHEMES, HeadDims, build_scheme
 
 BATCH, HEADS, HEAD_DIM = 1, 8, 64
@@ -297,6 +298,13 @@ def path_label(cell: dict[str, Any]) -> str:
     return fwd if fwd == bwd else f"{fwd}, bwd {bwd}"
 
 
+def compiled_graphs() -> int:
+    """Graphs dynamo compiled in this process (its own counter): the flex kernels against `RECOMPILE_LIMIT`."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
 def ratio(value: float | None, base: float | None) -> str:
     if value is None or not base:
         return "-"
@@ -306,6 +314,9 @@ def ratio(value: float | None, base: float | None) -> str:
 def report(checks: list[dict], cells: list[dict], training: list[dict], meta: dict[str, Any]) -> str:
     """Markdown: the correctness table, one attention table per length, and the training table."""
     lines = [f"# GPU benchmark ({meta['device_name']}, torch {meta['torch']}, {meta['dtype']})", ""]
+    if "compiled_graphs" in meta:
+        budget = f"{meta['compiled_graphs']} graphs compiled (flex budget {meta['recompile_limit']} per process)"
+        lines += [f"{meta['seconds']} s; {budget}", ""]
     lines += ["## Correctness: auto vs reference, fp32 (errors over max(1, the reference's largest value))", ""]
     lines += ["| scheme | mask | fwd rel err | grad rel err | ok |"]
     lines += ["|---|---|---:|---:|---|"]
@@ -381,6 +392,8 @@ def main(argv: list[str] | None = None) -> int:
         "dtype": args.dtype,
         "args": vars(args),
         "seconds": round(time.time() - start, 1),
+        "compiled_graphs": compiled_graphs(),
+        "recompile_limit": RECOMPILE_LIMIT,
     }
     text = report(checks, cells, training, meta)
     print(text)
