@@ -26,7 +26,8 @@ per-distance tables pad to bucket(Lq) + bucket(Lk) entries (all distances of con
 compiled kernel is keyed by (score_mod kind: none, table, table per-query tau, FIRE, FIRE per-query tau;
 mask type and its options; dtype; batch, heads, head dims; the two length buckets), all static
 (`torch.compile(..., dynamic=False)`); lengths within one bucket reuse it. Up to `RECOMPILE_LIMIT` kernels
-are kept per process (torch's default of 8 would silently fall back to the eager, L x L path).
+are kept per process (torch's default of 8 would silently fall back to the eager, L x L path); one more raises
+`CompileBudgetError`.
 
 Limits: FlexAttention has no backward on CPU (forward only there; training on CPU refuses with a ConfigError);
 xPos rotates every query and key in one call, so it applies within its `rotate_span` only; a query that sees no
@@ -53,8 +54,11 @@ from lextra.positions.bias import FIRE
 
 #: FlexAttention's sparse block (query and key): the unit of skipping and of padding
 BLOCK = 128
-#: compiled kernels kept per process (torch's `recompile_limit` while the flex call compiles)
-RECOMPILE_LIMIT = 64
+#: compiled kernels kept per process (torch's `recompile_limit` while the flex call compiles): the full GPU
+#: benchmark (benchmarks/gpu.py: its fp32 check, 16 per length at 4k-128k, training cells) needs about 76; a call
+#: past the limit fails with `CompileBudgetError` instead of running FlexAttention uncompiled (which builds the
+#: whole L x L score matrix)
+RECOMPILE_LIMIT = 256
 #: cached BlockMasks (each O((L / BLOCK)^2) int32 numbers)
 BLOCK_MASK_CACHE = 32
 #: FIRE's MLP widths the score modifier unrolls (one comparison per hidden unit and score)
@@ -429,6 +433,29 @@ def flex_attention_forward(
     if eager:
         out = flex_attention(qp, kp, vp, score_mod=score_mod, block_mask=block_mask, scale=scale)
     else:
-        with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
-            out = _compiled_flex()(qp, kp, vp, score_mod=score_mod, block_mask=block_mask, scale=scale)
+        out = _run_compiled(qp, kp, vp, score_mod=score_mod, block_mask=block_mask, scale=scale)
     return out[..., :Lq, :]
+
+
+class CompileBudgetError(ConfigError):
+    """FlexAttention would need more compiled kernels than `RECOMPILE_LIMIT` in this process."""
+
+
+def _run_compiled(q: Tensor, k: Tensor, v: Tensor, **kwargs) -> Tensor:
+    """The compiled flex call under lextra's recompile budget; a call past it raises instead of falling back to
+    eager FlexAttention, whose L x L scores exhaust memory at long lengths."""
+    accumulated = max(torch._dynamo.config.accumulated_recompile_limit, 4 * RECOMPILE_LIMIT)
+    try:
+        with torch._dynamo.config.patch(
+            recompile_limit=RECOMPILE_LIMIT,
+            accumulated_recompile_limit=accumulated,
+            fail_on_recompile_limit_hit=True,
+        ):
+            return _compiled_flex()(q, k, v, **kwargs)
+    except torch._dynamo.exc.FailOnRecompileLimitHit as err:
+        raise CompileBudgetError(
+            f"FlexAttention has compiled lextra.attention.flex.RECOMPILE_LIMIT = {RECOMPILE_LIMIT} kernels in this "
+            "process (one per length bucket, mask, score modifier, dtype and shape) and would need another; rather "
+            "than run it uncompiled (the full L x L scores), this call stops: raise RECOMPILE_LIMIT, or call "
+            "torch._dynamo.reset() between independent runs"
+        ) from err
