@@ -149,7 +149,8 @@ def make_optimizer(model: GPT, config: TrainConfig) -> torch.optim.AdamW:
     """AdamW; weight decay only on the network's matrices; position-scheme parameters (T5 table, KERPLE, FIRE,
     learned positions) get no decay and their own learning rate, lr * position_lr_scale."""
     scheme_params = {id(p) for p in model.positions.parameters()}
-    decay, no_decay = [], []
+    decay: list[torch.nn.Parameter] = []
+    no_decay: list[torch.nn.Parameter] = []
     for param in model.parameters():
         if id(param) not in scheme_params:
             (decay if param.dim() >= 2 else no_decay).append(param)

@@ -40,10 +40,11 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from lextra.attention.masks import UNBOUNDED, Mask, build_mask
@@ -251,7 +252,7 @@ def _fire_bias(
     q_rows = layout.q_rows.to(device).float()
     denominator = torch.log(torch.abs(fire.c * torch.maximum(q_rows, l_thr)) + 1.0) + fire.eps
     breakpoints, slope, intercept = fire.linear_pieces()
-    hidden = fire.mlp[0].out_features
+    hidden = cast(nn.Linear, fire.mlp[0]).out_features
     breakpoints = F.pad(breakpoints, (0, hidden - breakpoints.numel()), value=float("inf")).to(device)
     slope = F.pad(slope, (0, hidden + 1 - slope.shape[1]), mode="replicate").to(device)
     intercept = F.pad(intercept, (0, hidden + 1 - intercept.shape[1]), mode="replicate").to(device)
@@ -315,7 +316,7 @@ def flex_unsupported(scheme: PositionScheme | None, q_pos: Tensor, k_pos: Tensor
             f"backend='flex' has no score modifier for {scheme.name}'s per-query bias; "
             "use backend='chunked' (or 'auto')"
         )
-    if isinstance(scheme, FIRE) and scheme.mlp[0].out_features > FIRE_MAX_HIDDEN:
+    if isinstance(scheme, FIRE) and cast(nn.Linear, scheme.mlp[0]).out_features > FIRE_MAX_HIDDEN:
         return (
             f"backend='flex' unrolls FIRE's MLP into its score modifier up to {FIRE_MAX_HIDDEN} hidden units, "
             f"not {scheme.mlp[0].out_features}; use backend='chunked' (or 'auto')"
@@ -413,7 +414,7 @@ def flex_attention_forward(
         else:
             bias, tensors = builder(scheme, layout, n_table, device, head_tau)
             captured += tensors
-        if per_query_tau:
+        if tau is not None and per_query_tau:
             padded_tau = F.pad(tau.to(device).expand(H, Lq), (0, layout.pad_q - Lq), value=1.0)
             score_mod = _per_query_mod(bias, padded_tau)
         else:
@@ -429,6 +430,8 @@ def flex_attention_forward(
     if eager:
         out = flex_attention(qp, kp, vp, score_mod=score_mod, block_mask=block_mask, scale=scale)
     else:
-        with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+        # the setting is `recompile_limit` from torch 2.7, `cache_size_limit` in 2.5 and 2.6
+        limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
+        with torch._dynamo.config.patch({limit: RECOMPILE_LIMIT}):
             out = _compiled_flex()(qp, kp, vp, score_mod=score_mod, block_mask=block_mask, scale=scale)
     return out[..., :Lq, :]
