@@ -1,7 +1,8 @@
 """Training: AdamW with warmup and cosine decay, progress, metrics, atomic checkpoints and exact resume.
 
 A run directory holds `config.json` (training + model config), `metrics.jsonl`, `checkpoints/step_N/` (model,
-optimizer and state, each written atomically; `checkpoints/LATEST` names the newest) and, when done, `model/`.
+optimizer and state, each written atomically; `checkpoints/LATEST` names the newest), with `tensorboard` on the
+same curves as TensorBoard event files in `tb/` (or `log_dir`), and, when done, `model/`.
 Batches are a pure function of (seed, step, rank) and the learning rate of step, so `resume=True` continues
 exactly where the last checkpoint left off. A step whose loss or gradient norm is non-finite stops the run before
 anything of it is saved (`TrainingDivergedError`); resuming with a lower `lr` continues from the last good checkpoint.
