@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -164,8 +164,9 @@ class KVCache:
             buffer[0][..., :n, :], buffer[1][..., :n, :] = held_k, held_v
             self.buffers[layer] = buffer
         buffer[0][..., n : n + add, :], buffer[1][..., n : n + add, :] = k, v
-        self.keys[layer], self.values[layer] = buffer[0][..., : n + add, :], buffer[1][..., : n + add, :]
-        return self.keys[layer], self.values[layer]
+        keys, values = buffer[0][..., : n + add, :], buffer[1][..., : n + add, :]
+        self.keys[layer], self.values[layer] = keys, values
+        return keys, values
 
     def key_positions(self, layer: int, positions: Tensor) -> Tensor:
         """Positions of `layer`'s cached keys after `extend` with queries at `positions`: contiguous up to the
@@ -173,7 +174,9 @@ class KVCache:
         held = self.positions[layer]
         if held is not None:
             return held
-        n = self.keys[layer].shape[-2]
+        keys = self.keys[layer]
+        assert keys is not None  # `extend` filled the layer
+        n = keys.shape[-2]
         return torch.arange(n, device=positions.device) + (int(positions[-1]) + 1 - n)
 
     def evict(self, layer: int, keep: Tensor, positions: Tensor) -> None:
@@ -181,8 +184,10 @@ class KVCache:
         if bool(keep.all()):
             return
         index = keep.nonzero().squeeze(-1)
-        self.keys[layer] = self.keys[layer].index_select(-2, index)
-        self.values[layer] = self.values[layer].index_select(-2, index)
+        keys, values = self.keys[layer], self.values[layer]
+        assert keys is not None and values is not None  # only a filled layer has keys to evict
+        self.keys[layer] = keys.index_select(-2, index)
+        self.values[layer] = values.index_select(-2, index)
         self.positions[layer] = positions[index]
         self.buffers[layer] = None
 
@@ -227,6 +232,8 @@ def qwen_log_factor(q_pos: Tensor, train_len: int) -> Tensor:
 
 class SelfAttention(nn.Module):
     """Multi-head self-attention whose positions come entirely from the scheme it is handed."""
+
+    temperature: Tensor | None  # a buffer
 
     def __init__(self, config: GPTConfig, key_dim: int) -> None:
         super().__init__()
@@ -368,7 +375,7 @@ class GPT(nn.Module):
         with the model and applied in every backend; None resets them to 1."""
         if temperatures is None:
             for block in self.blocks:
-                block.attn.temperature = None
+                cast(Block, block).attn.temperature = None
             self.config.temperatures = None
             return
         values = torch.as_tensor(temperatures, dtype=torch.float32, device="cpu")
@@ -379,7 +386,7 @@ class GPT(nn.Module):
             )
         device = self.embed.weight.device
         for block, tau in zip(self.blocks, values, strict=True):
-            block.attn.temperature = tau.to(device)
+            cast(Block, block).attn.temperature = tau.to(device)
         self.config.temperatures = values.tolist()
 
     def _init_weights(self) -> None:
@@ -407,7 +414,7 @@ class GPT(nn.Module):
         self.config.scheme_options = merged
 
     def scheme_for(self, layer: int) -> PositionScheme:
-        return self.positions[layer if len(self.positions) > 1 else 0]
+        return cast(PositionScheme, self.positions[layer if len(self.positions) > 1 else 0])
 
     def new_cache(self) -> KVCache:
         """An empty key/value cache for incremental decoding with `model(tokens, cache=cache)`."""
@@ -449,7 +456,7 @@ class GPT(nn.Module):
 
     def embed_inputs(self, embeddings: Tensor, positions: Tensor) -> Tensor:
         """The first block's input: token embeddings plus the scheme's absolute position signal, after dropout."""
-        return self.drop(self.positions[0].embed(embeddings, positions))
+        return self.drop(self.scheme_for(0).embed(embeddings, positions))
 
     def forward_layers(
         self,
@@ -543,8 +550,8 @@ def load_model(directory: str | Path, map_location: str | torch.device = "cpu") 
         raise CheckpointError(f"checkpoint {weights} cannot be read ({err})") from None
     check_finite_weights(state, weights)
     model = GPT(config)
-    if config.tie_embeddings:
-        state["head.weight"] = state.get("embed.weight")
+    if config.tie_embeddings and "embed.weight" in state:
+        state["head.weight"] = state["embed.weight"]
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:
         raise CheckpointError(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Iterable
+from typing import SupportsInt, cast
 
 from lextra.errors import ConfigError
 
@@ -106,7 +107,7 @@ def check_int(name: str, value: object, low: int | None = None, high: int | None
         number = _as_float(value)
         if number is None or not number.is_integer():
             raise _refuse(name, requirement, value, hint)
-    integer = int(value)
+    integer = int(cast(SupportsInt, value))
     if not _in_range(integer, low, high, False, False):
         raise _refuse(name, requirement, value, hint)
     return integer

@@ -31,6 +31,7 @@ scheme only its interface (`lextra.positions.base.PositionScheme`).
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -103,7 +104,7 @@ def attention(
     if backend == "auto":
         backend = auto_backend(scheme, mask, q_pos, k_pos, q.device, q.dtype)
     if backend == "reference":
-        return reference_attention(q, k, v, scheme, mask, q_pos, k_pos, scale, tau)
+        return cast(Tensor, reference_attention(q, k, v, scheme, mask, q_pos, k_pos, scale, tau))
     if backend == "sdpa":
         if not _sdpa_applies(scheme, mask, q_pos, k_pos):
             raise ConfigError(
@@ -338,7 +339,7 @@ def chunked_attention(
         else:  # keys in separate runs (sinks + a window): gathered into one block of keys
             index = torch.cat([torch.arange(lo, hi, device=k_pos.device) for lo, hi in spans])
             kp, kc, vc = k_pos[index], k.index_select(-2, index), v.index_select(-2, index)
-        if rotate_per_block:
+        if rotate_per_block and scheme is not None:
             qc, kc = scheme.rotate(qc, kc, qp, kp, seq_len)
         tau_block = None if tau is None else _block_tau(tau, start, stop)
         local = mask.within(int(qp[0]), int(qp[-1])) if keys_sorted and queries_sorted else mask
@@ -350,7 +351,8 @@ def chunked_attention(
             _emit(out, outputs, result.flip(-2), start, stop)
             continue
         allowed = None if local.hides_nothing else local.allowed(qp, kp)
-        if has_bias:
+        attn_mask: Tensor | None
+        if has_bias and scheme is not None:
             if not torch.is_grad_enabled():
                 bias = scheme.bias_into(qp, kp, workspace)  # possibly a reused buffer: modified in place below
                 if tau_block is not None:
@@ -450,6 +452,7 @@ def tiled_causal_attention(
     where the fused call needs rotated copies of all of q and k. A bias (FIRE's, per query and key) is built
     per tile into reused buffers and passed as the tile's float mask, the causal square's masked in.
     """
+    assert _FLASH_WITH_LSE is not None  # `_tiles_apply` checked it
     Lq = q.shape[-2]
     has_bias = scheme is not None and scheme.has_bias
     block = max(1, int(block_size or (BIAS_TILE if has_bias else TILE)))
@@ -474,7 +477,7 @@ def tiled_causal_attention(
                 qs = _scaled_query(qr, tau_block)
             else:  # keys alone (one query row passed along: xPos anchors its scales at the block's first query)
                 _, kr = _rotate(scheme, qc[..., :1, :], k[..., lo:hi, :], qp[:1], k_pos[lo:hi], seq_len)
-            if has_bias:
+            if has_bias and scheme is not None:
                 bias = _tile_bias(scheme, qp, k_pos[lo:hi], tau_block, causal, workspace)
                 part, part_lse = _FLASH_WITH_LSE(
                     qs, kr, v[..., lo:hi, :], 0.0, False, attn_mask=bias.to(qs.dtype), scale=scale
@@ -482,6 +485,7 @@ def tiled_causal_attention(
             else:
                 part, part_lse = _FLASH_WITH_LSE(qs, kr, v[..., lo:hi, :], 0.0, causal, scale=scale)
             acc, lse = merge_tiles(acc, lse, part, part_lse)
+        assert acc is not None  # every query block has its diagonal tile
         out[..., start:stop, :] = acc
     return out
 
@@ -521,7 +525,7 @@ def attention_with_lse(
     broadcastable to (B, H, Lq, Lk). A row that sees no key gets output 0 and log-sum-exp -inf.
     """
     use_flash = _FLASH_WITH_LSE is not None and not torch.is_grad_enabled() and q.device.type == "cpu"
-    if use_flash and q.dtype in (torch.float32, torch.bfloat16):
+    if use_flash and _FLASH_WITH_LSE is not None and q.dtype in (torch.float32, torch.bfloat16):
         attn_mask = None if mask is None else mask.to(q.dtype)
         out, lse = _FLASH_WITH_LSE(q, k, v, 0.0, causal, attn_mask=attn_mask, scale=scale)
         if mask is not None:  # the kernel reports log-sum-exp 0 for a row it was given no key for
@@ -540,7 +544,7 @@ def attention_with_lse(
     return (weights @ v.float()).to(v.dtype), lse.masked_fill(empty, float("-inf")).squeeze(-1)
 
 
-def _toeplitz_possible(scheme: PositionScheme, mask: Mask, q_pos: Tensor) -> bool:
+def _toeplitz_possible(scheme: PositionScheme | None, mask: Mask, q_pos: Tensor) -> bool:
     """Whether blocks will get their bias, or without a bias their mask, as a strided view of a table (so no
     per-block bias or mask memory; a float mask also spares SDPA converting a boolean one per block)."""
     local = mask.within(0, 0)  # BCA is causal within a query block that stays inside one of its blocks
@@ -579,7 +583,7 @@ def _toeplitz_bias(
     gather path.
     """
     biased = scheme is not None and scheme.has_bias
-    if biased and (not scheme.distance_only(qp) or (tau is not None and tau.shape[-1] != 1)):
+    if biased and scheme is not None and (not scheme.distance_only(qp) or (tau is not None and tau.shape[-1] != 1)):
         return None
     if not (_contiguous(qp) and _contiguous(kp)) or qp.numel() == 0 or kp.numel() == 0:
         return None
@@ -589,7 +593,7 @@ def _toeplitz_bias(
     allowed = mask.allowed_distance(distance)
     if allowed is None:
         return None
-    if not biased:  # the temperature is in the scaled queries
+    if not biased or scheme is None:  # the temperature is in the scaled queries
         table = torch.zeros(1, c + n - 1, device=qp.device)
     else:
         table = scheme.distance_bias(distance)

@@ -41,10 +41,11 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from lextra.attention.masks import UNBOUNDED, Mask, build_mask
@@ -255,7 +256,7 @@ def _fire_bias(
     q_rows = layout.q_rows.to(device).float()
     denominator = torch.log(torch.abs(fire.c * torch.maximum(q_rows, l_thr)) + 1.0) + fire.eps
     breakpoints, slope, intercept = fire.linear_pieces()
-    hidden = fire.mlp[0].out_features
+    hidden = cast(nn.Linear, fire.mlp[0]).out_features
     breakpoints = F.pad(breakpoints, (0, hidden - breakpoints.numel()), value=float("inf")).to(device)
     slope = F.pad(slope, (0, hidden + 1 - slope.shape[1]), mode="replicate").to(device)
     intercept = F.pad(intercept, (0, hidden + 1 - intercept.shape[1]), mode="replicate").to(device)
@@ -319,7 +320,7 @@ def flex_unsupported(scheme: PositionScheme | None, q_pos: Tensor, k_pos: Tensor
             f"backend='flex' has no score modifier for {scheme.name}'s per-query bias; "
             "use backend='chunked' (or 'auto')"
         )
-    if isinstance(scheme, FIRE) and scheme.mlp[0].out_features > FIRE_MAX_HIDDEN:
+    if isinstance(scheme, FIRE) and cast(nn.Linear, scheme.mlp[0]).out_features > FIRE_MAX_HIDDEN:
         return (
             f"backend='flex' unrolls FIRE's MLP into its score modifier up to {FIRE_MAX_HIDDEN} hidden units, "
             f"not {scheme.mlp[0].out_features}; use backend='chunked' (or 'auto')"
@@ -417,7 +418,7 @@ def flex_attention_forward(
         else:
             bias, tensors = builder(scheme, layout, n_table, device, head_tau)
             captured += tensors
-        if per_query_tau:
+        if tau is not None and per_query_tau:
             padded_tau = F.pad(tau.to(device).expand(H, Lq), (0, layout.pad_q - Lq), value=1.0)
             score_mod = _per_query_mod(bias, padded_tau)
         else:
@@ -441,18 +442,28 @@ class CompileBudgetError(ConfigError):
     """FlexAttention would need more compiled kernels than `RECOMPILE_LIMIT` in this process."""
 
 
+def _budget_settings() -> dict[str, object]:
+    """Dynamo settings for lextra's budget, under the names of the installed torch (`recompile_*` from 2.7,
+    `cache_size_*` / `fail_on_cache_limit_hit` in 2.5 and 2.6)."""
+    config = torch._dynamo.config
+    new = hasattr(config, "fail_on_recompile_limit_hit")
+    limit, total, fail = (
+        ("recompile_limit", "accumulated_recompile_limit", "fail_on_recompile_limit_hit")
+        if new
+        else ("cache_size_limit", "accumulated_cache_size_limit", "fail_on_cache_limit_hit")
+    )
+    return {limit: RECOMPILE_LIMIT, total: max(getattr(config, total), 4 * RECOMPILE_LIMIT), fail: True}
+
+
 def _run_compiled(q: Tensor, k: Tensor, v: Tensor, **kwargs) -> Tensor:
     """The compiled flex call under lextra's recompile budget; a call past it raises instead of falling back to
     eager FlexAttention, whose L x L scores exhaust memory at long lengths."""
-    accumulated = max(torch._dynamo.config.accumulated_recompile_limit, 4 * RECOMPILE_LIMIT)
+    names = ("FailOnRecompileLimitHit", "FailOnCacheLimitHit")  # torch >= 2.7, 2.5 and 2.6
+    limit_hit = next(getattr(torch._dynamo.exc, name) for name in names if hasattr(torch._dynamo.exc, name))
     try:
-        with torch._dynamo.config.patch(
-            recompile_limit=RECOMPILE_LIMIT,
-            accumulated_recompile_limit=accumulated,
-            fail_on_recompile_limit_hit=True,
-        ):
+        with torch._dynamo.config.patch(_budget_settings()):
             return _compiled_flex()(q, k, v, **kwargs)
-    except torch._dynamo.exc.FailOnRecompileLimitHit as err:
+    except limit_hit as err:
         raise CompileBudgetError(
             f"FlexAttention has compiled lextra.attention.flex.RECOMPILE_LIMIT = {RECOMPILE_LIMIT} kernels in this "
             "process (one per length bucket, mask, score modifier, dtype and shape) and would need another; rather "

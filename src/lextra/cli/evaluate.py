@@ -31,6 +31,11 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("--out", default=None, help="results folder (default CHECKPOINT/eval-MASK)")
     parser.add_argument("--mask", default="causal", help="inference mask: causal, bca, window:W")
     add_corpus(parser, default=None, help_default="default: the corpus the model was trained on")
+    parser.add_argument(
+        "--log-dir",
+        default=None,
+        help="also write the perplexity curves (one per protocol, over lengths) as TensorBoard event files here",
+    )
 
     def run(args: argparse.Namespace) -> int:
         from lextra.data import prepare_for_model
@@ -39,7 +44,10 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
         from lextra.methods import apply_rope_scaling
         from lextra.model import load_model, read_model_meta
         from lextra.reporting.perplexity import save_eval_outputs
+        from lextra.tensorboard import Board, require_tensorboard
 
+        if args.log_dir is not None:  # before any work
+            require_tensorboard()
         folder = model_folder(args.checkpoint)
         meta = read_model_meta(folder)
         data = prepare_for_model(meta, args.corpus, args.limit_chars)
@@ -56,6 +64,10 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
         out = Path(args.out or folder.parent / folder_safe(f"eval-{args.mask}{suffix}"))
         atomic_write_json(out / "results.json", {"model": str(folder), "corpus": data.corpus, **evaluation.to_dict()})
         paths = save_eval_outputs(out, label, evaluation)
+        if args.log_dir is not None:
+            board = Board(args.log_dir)
+            board.evaluation(evaluation, label.removeprefix(model.config.scheme).removeprefix("+") or "causal")
+            board.close()
         print(paths["table"].read_text())
         print(f"results: {out / 'results.json'}, plot: {paths['plot']}")
         return 0

@@ -194,6 +194,15 @@ def add_training(parser: argparse.ArgumentParser) -> None:
         choices=["fp32", "bf16"],
         help="bf16 autocast for matrix products (position math stays fp32)",
     )
+    parser.add_argument(
+        "--tensorboard",
+        action="store_true",
+        help="also write the training curves as TensorBoard event files, in the run directory's tb/ "
+        "(needs pip install 'lextra[tensorboard]')",
+    )
+    parser.add_argument(
+        "--log-dir", default=None, help="write the TensorBoard event files here (implies --tensorboard)"
+    )
 
 
 def train_config_from(args: argparse.Namespace, scheme: str | None = None) -> Any:
@@ -224,6 +233,8 @@ def train_config_from(args: argparse.Namespace, scheme: str | None = None) -> An
         precision=args.precision,
         init_from=args.init_from,
         checkpoint_every=args.checkpoint_every,
+        tensorboard=args.tensorboard,
+        log_dir=args.log_dir,
     )
 
 

@@ -26,7 +26,7 @@ import bisect
 import itertools
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
@@ -35,7 +35,7 @@ from lextra.attention.backends import TILE, attention_with_lse, merge_tiles
 from lextra.attention.masks import Mask, build_mask
 from lextra.errors import ConfigError
 from lextra.extend.base import ExtensionMethod, Pass, build_extension, check_scheme, same_position
-from lextra.model import GPT
+from lextra.model import GPT, Block
 from lextra.positions.base import PositionScheme
 
 #: query x key pairs per step of the dense reference (its per-pair rotated copies of q and k)
@@ -111,6 +111,7 @@ def reference_extended_attention(
     """Dense attention of q (B, H, Lq, D), k (B, H, Lk, Dk), v under `method`, from its formula: each pair scored
     with the query rotated at d'(m, n) and the key at 0, one fp32 softmax over the visible pairs."""
     q_pos, k_pos, scale, seq_len, rows = _prepare(q, k, scheme, method, q_pos, k_pos, scale, temperature)
+    assert scheme is not None  # `check_scheme` refused None
     B, H, Lq, D = q.shape
     Lk, Dk = k.shape[-2], k.shape[-1]
     remapped, visible = method.remap(q_pos[:, None], k_pos[None, :])
@@ -255,7 +256,8 @@ def _tiled(
     for start, stop in _query_blocks(q_list, block if q_sorted else 1, run.period):
         qp, qc = q_pos[start:stop], q[..., start:stop, :]
         m_lo, m_hi = min(q_list[start:stop]), max(q_list[start:stop])
-        acc = lse = None
+        acc: Tensor | None = None
+        lse: Tensor | None = None
         if not grad:  # merged into in place, a slice at a time where band edges split a tile
             acc = torch.zeros(B, H, stop - start, v.shape[-1], dtype=torch.float32, device=q.device)
             lse = torch.full((B, H, stop - start), float("-inf"), device=q.device)
@@ -296,11 +298,12 @@ def _tiled(
                     if grad:
                         acc, lse = _merge_out_of_place(acc, lse, part, part_lse)
                     else:
+                        assert acc is not None and lse is not None  # allocated above without autograd
                         lse[..., r0:r1] = merge_tiles(acc[..., r0:r1, :], lse[..., r0:r1], part, part_lse)[1]
                     del part, part_lse  # freed before the next tile allocates its own
                 del kr
             del qr
-        if lse is None or bool((lse <= LSE_FLOOR).any()):
+        if acc is None or lse is None or bool((lse <= LSE_FLOOR).any()):
             raise ConfigError(f"{run.label}: queries at {m_lo}..{m_hi} see no key; their own positions must be keys")
         if out is None:
             outputs.append(acc.to(v.dtype))
@@ -470,12 +473,12 @@ def apply_extension(model: GPT, method: ExtensionMethod | str | None, **options:
     evicts."""
     if method is None or method == "none":
         for block in model.blocks:
-            block.attn.attend = None
+            cast(Block, block).attn.attend = None
         return None
     built = build_extension(method, model.config.train_len, **options)
     for layer in range(model.config.n_layer):
         check_scheme(model.scheme_for(layer), built)
     hook = ExtendedAttention(built)
     for block in model.blocks:
-        block.attn.attend = hook
+        cast(Block, block).attn.attend = hook
     return built

@@ -28,6 +28,7 @@ from lextra.positions import SCHEMES
 from lextra.reporting.plots import plot_curves
 from lextra.reporting.tables import markdown_table, string_keys, write_csv
 from lextra.serialize import Serializable, options
+from lextra.tensorboard import Board, run_log_dir
 from lextra.train import CHECKPOINTS, FINAL, TrainConfig, train
 
 DEFAULT_VARIANTS = (
@@ -121,12 +122,16 @@ def compare(
     summary = Comparison(variants={}, train=base.to_dict(), eval=eval_config.to_dict())
     models: dict[str, Path] = {}
     for variant in parsed:
+        run_dir = out_dir / "models" / variant.scheme
+        # one TensorBoard run per scheme: its training curves and its variants' perplexity curves
+        log_dir = None if base.log_dir is None else str(Path(base.log_dir) / variant.scheme)
         if variant.scheme not in models:
             config = copy.deepcopy(base)
             config.model.scheme = variant.scheme
             config.model.scheme_options = {}
+            config.log_dir = log_dir
             _log(f"training {variant.scheme}")
-            models[variant.scheme] = train_or_reuse(config, out_dir / "models" / variant.scheme, progress, device)
+            models[variant.scheme] = train_or_reuse(config, run_dir, progress, device)
         model_dir = models[variant.scheme]
         result_path = out_dir / "results" / f"{variant.label.replace(':', '-')}.json"
         cell_eval = copy.deepcopy(eval_config)
@@ -145,6 +150,10 @@ def compare(
         evaluation = evaluate_model(model, data, cell_eval, progress=progress, label=variant.label)
         record = VariantResult(fingerprint["model_sha256"], variant.scheme, variant.mask, evaluation)
         atomic_write_json(result_path, record.to_dict())
+        if base.tensorboard:  # written when computed, so a reused result is not logged twice
+            board = Board(run_log_dir(log_dir, run_dir))
+            board.evaluation(evaluation, variant.mask)
+            board.close()
         summary.variants[variant.label] = record
     write_summary(out_dir, summary, base.model.train_len)
     return summary

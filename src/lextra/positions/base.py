@@ -46,7 +46,7 @@ class PositionScheme(nn.Module):
     #: one instance serves every layer of a model (T5 computes its bias once per stack)
     shared_across_layers: ClassVar[bool] = False
     #: the rotation's numerics are only safe when queries in one call span at most this many positions
-    rotate_span: ClassVar[int | None] = None
+    rotate_span: int | None = None
 
     def __init__(self, dims: HeadDims) -> None:
         super().__init__()

@@ -7,7 +7,7 @@ and are computed from a per-distance table; FIRE also depends on the query posit
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import torch
 from torch import Tensor, nn
@@ -43,6 +43,7 @@ class ALiBi(PositionScheme):
     summary = "linear distance penalty -m_h (m - n) with geometric head slopes (Press 2022)"
     has_bias = True
     SLOPE_SHIFT_LIMIT: ClassVar[float] = 100.0
+    slopes: Tensor  # a buffer
 
     def __init__(self, dims: HeadDims, *, slope_shift: float = 0.0) -> None:
         super().__init__(dims)
@@ -263,7 +264,7 @@ class FIRE(PositionScheme):
         hidden unit switches on: evaluate it exactly as slope * u + intercept of u's piece (no hidden layer
         per (query, key) pair). Returns sorted breakpoints (K,) and per-piece slope, intercept (H, K + 1), in
         `dtype`; differentiable in the MLP's weights under autograd."""
-        up, down = self.mlp[0], self.mlp[2]
+        up, down = cast(nn.Linear, self.mlp[0]), cast(nn.Linear, self.mlp[2])
         w, b = up.weight[:, 0].double(), up.bias.double()
         w2, b2 = down.weight.double(), down.bias.double()
         moving = w != 0

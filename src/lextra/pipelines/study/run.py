@@ -340,6 +340,8 @@ def train_config(study: StudyConfig, spec: ModelSpec, seed: int):
     config.model.scheme = spec.scheme
     config.model.scheme_options = dict(spec.options)
     config.seed = seed
+    if config.log_dir is not None:  # one TensorBoard run per model and seed
+        config.log_dir = str(Path(config.log_dir) / spec.label / f"seed{seed}")
     return config.validate()
 
 
