@@ -136,12 +136,12 @@ def test_every_command_that_runs_a_model_takes_device() -> None:
             with_device.add(" ".join(path))
         else:
             without.add(" ".join(path))
-    assert without == {"list", "ruler-compare"}
+    assert without == {"list", "ruler compare"}
     assert with_device == {
         "train", "eval", "align", "compare", "study",
         "analyze resolution", "analyze receptive-field", "analyze dispersion",
         "retrieval train", "retrieval eval", "retrieval compare", "retrieval completion",
-        "hf eval", "hf retrieval", "hf analyze", "hf align", "ruler",
+        "hf eval", "hf retrieval", "hf analyze", "hf align", "ruler run",
     }  # fmt: skip
 
 
