@@ -289,3 +289,30 @@ def test_a_bad_config_file_is_one_line_naming_the_file_and_the_key(tmp_path, cap
     assert not out.exists()
     assert main(["train", "--config", str(tmp_path / "missing.toml"), "--out", str(out)]) == 2
     assert "missing.toml: cannot read it" in capsys.readouterr().err
+
+
+def test_every_help_example_is_a_command_line_the_parser_accepts(tmp_path, monkeypatch) -> None:
+    import shlex
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs" / "hf" / "align-8k").mkdir(parents=True)
+    (tmp_path / "runs" / "hf" / "align-8k" / "alignment.json").write_text("{}")
+    (tmp_path / "experiments").mkdir()
+    (tmp_path / "experiments" / "train.toml").write_text("")
+    parser = build_parser()
+    for _path, leaf in leaf_commands(parser):
+        for example in leaf.epilog.split("Examples:\n")[1].strip().splitlines():
+            words = shlex.split(example.split("|")[0])
+            assert words[0] == "lextra", example
+            args = parser.parse_args(expand_aliases(words[1:]))
+            assert args.command_path.split()[0] == words[1], example
+
+
+def test_the_example_train_config_holds_the_defaults() -> None:
+    from pathlib import Path
+
+    from lextra.cli.options import read_train_file
+    from lextra.train import TrainConfig
+
+    example = Path(__file__).parents[1] / "experiments" / "train.toml"
+    assert read_train_file(example).validate().to_dict() == TrainConfig().validate().to_dict()

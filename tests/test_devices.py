@@ -37,7 +37,7 @@ from lextra.model import GPT, GPTConfig, load_model
 from lextra.train import TrainConfig, train
 
 LIMIT = 200_000
-TINY = ["--layers", "2", "--width", "32", "--heads", "2", "--train-len", "32", "--limit-chars", str(LIMIT)]
+TINY = ["--n-layer", "2", "--d-model", "32", "--n-head", "2", "--train-len", "32", "--limit-chars", str(LIMIT)]
 TINY += ["--batch-size", "4", "--steps", "4", "--warmup", "1", "--threads", "1", "--checkpoint-every", "2"]
 
 
