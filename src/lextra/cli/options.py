@@ -4,7 +4,7 @@ argparse value types that refuse non-finite or out-of-range numbers, and the par
 One name per concept: `--batch-size` is the batch of what a command does (training, or evaluation in a command that
 only evaluates; `--eval-batch-size` where a command does both), `--temperature` is `none`, `log-length` or an
 alignment.json, thresholds are percentages (0-100, RULER's unit). Old spellings (`--batch`, `--eval-batch`,
-`--temperatures`, `--layers`, `--width`, `--heads`) are hidden aliases (`lextra.cli.app.add_aliased`). Defaults are
+`--temperatures`, `--layers`, `--width`, `--heads`) are hidden aliases (`add_aliased`). Defaults are
 read from the config dataclasses (`TrainConfig`, `GPTConfig`, `EvalConfig`, `RetrievalEval`, `RulerSettings`), so
 `--help` shows the values the library uses.
 """

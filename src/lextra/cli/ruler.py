@@ -126,8 +126,8 @@ def configure_ruler(parser: argparse.ArgumentParser) -> Handler:
         label += "+chat" if chat is not None else ""
         out = Path(args.out)
         target = RulerTarget(
-            model, loaded.tokenizer, label, loaded.key, loaded.mask, loaded.name, chat
-        )  # fmt: skip
+            model, loaded.tokenizer, label=label, key=loaded.key, mask=loaded.mask, name=loaded.name, chat=chat
+        )
         result = run_ruler(target, settings, out, progress=not args.quiet)
         print((out / "table.md").read_text())
         print(f"results: {out / 'results.json'}, {out / 'results.csv'}, heatmap: {out / 'heatmap.png'}")

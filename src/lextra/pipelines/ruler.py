@@ -198,9 +198,7 @@ class RulerTarget:
 def run_ruler(target: RulerTarget, settings: RulerSettings, out: str | Path, *, progress: bool = True) -> RulerResult:
     """Every (task, length) cell of `settings` for `target`, reusing saved cells whose key matches; writes the
     outputs in `out` and returns the result."""
-    model, tokenizer, chat, mask, key, label = (
-        target.model, target.tokenizer, target.chat, target.mask, target.key, target.label
-    )  # fmt: skip
+    model, tokenizer, chat, mask, label = target.model, target.tokenizer, target.chat, target.mask, target.label
     settings.validate()
     out = Path(out)
     lengths = settings.resolved_lengths(model.config.train_len)
@@ -208,7 +206,7 @@ def run_ruler(target: RulerTarget, settings: RulerSettings, out: str | Path, *, 
     preflight(model, tasks, lengths, settings.seed)
     wanted = range(settings.samples)
     keys = {
-        (name, n): cell_key(key, label, task, n, settings, tokenizer, chat, mask)
+        (name, n): cell_key(target.key, label, task, n, settings, tokenizer, chat, mask)
         for name, task in tasks.items()
         for n in lengths
     }
