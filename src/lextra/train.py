@@ -64,7 +64,8 @@ class TrainConfig:
     init_from: str | None = None
     model: GPTConfig = field(default_factory=GPTConfig)
     batch_size: int = 16
-    steps: int = 1000
+    #: 600 steps: the budget `lextra train` and `lextra compare` (`make run`) use unless told otherwise
+    steps: int = 600
     lr: float = 2e-3
     min_lr_ratio: float = 0.1
     warmup: int = 50

@@ -14,7 +14,8 @@ from torch import Tensor
 from lextra.data.prepare import PreparedData, model_data_spec, prepare_for_model
 from lextra.errors import ConfigError
 from lextra.evaluate import evaluation_documents
-from lextra.model import CONFIG_FILE, GPT, load_model, read_model_meta
+from lextra.model import CONFIG_FILE, GPT
+from lextra.pipelines.loading import load_lextra
 from lextra.validate import parse_lengths
 
 
@@ -46,8 +47,8 @@ def load_checkpoints(paths: list[str], device: str | torch.device = "cpu") -> li
     loaded: list[Checkpoint] = []
     for path in paths:
         folder = resolve_checkpoint(path)
-        meta = read_model_meta(folder)
-        model = load_model(folder, map_location=device)
+        model_and_meta = load_lextra(folder, device=device)
+        model, meta = model_and_meta.model, model_and_meta.meta
         model.eval()
         label = model.config.scheme
         if any(c.label == label for c in loaded):
