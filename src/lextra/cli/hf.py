@@ -59,6 +59,7 @@ hf = group(
 
 def load_adapted(args: argparse.Namespace) -> tuple[Any, str]:
     """The adapted model with every stretching option applied, and a label naming them."""
+    from lextra.extend import InferenceSetup
     from lextra.hf import HFCausalLM, load_hf
 
     if args.quiet:  # transformers' own loading bars too, so that a refusal after loading is one line
@@ -70,19 +71,19 @@ def load_adapted(args: argparse.Namespace) -> tuple[Any, str]:
     if args.rope_scaling:
         if not isinstance(model, HFCausalLM):
             raise ConfigError("--rope-scaling applies to RoPE (Llama-family) models, not T5")
-        model.set_rope_scaling(args.rope_scaling)
+        InferenceSetup(rope_scaling=args.rope_scaling).apply(model)
         label += f"+{args.rope_scaling}"
     if args.mask:
-        model.set_mask(args.mask)
+        InferenceSetup(mask=args.mask).apply(model)
         label += f"+{args.mask}"
     if args.log_scaling != "none":
-        model.set_log_scaling(args.log_scaling)
+        InferenceSetup(log_scaling=args.log_scaling).apply(model)
         label += f"+logn-{args.log_scaling}"
     if args.temperatures:
         path = Path(args.temperatures)
         try:
             saved = json.loads(path.read_text())
-            model.set_temperatures(saved["temperatures"])
+            InferenceSetup(temperatures=saved["temperatures"]).apply(model)
         except (OSError, json.JSONDecodeError, KeyError, TypeError) as err:
             raise DataError(f"--temperatures {path}: not an alignment.json from `lextra hf align` ({err})") from err
         label += f"+tau-{saved.get('strategy', 'file')}"

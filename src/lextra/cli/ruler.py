@@ -71,6 +71,7 @@ def load_lextra(args: argparse.Namespace, folder: Path) -> tuple[Any, Any, str, 
     """A lextra model with the stretching options applied: (model, tokenizer, label, cell key, GPT mask)."""
     from lextra.attention import build_mask
     from lextra.data import tokenizer_from_config
+    from lextra.extend import InferenceSetup
     from lextra.model import read_model_meta
     from lextra.pipelines.retrieval import load_scaled
 
@@ -86,7 +87,7 @@ def load_lextra(args: argparse.Namespace, folder: Path) -> tuple[Any, Any, str, 
         label += f"+{args.mask}"
     if args.temperatures:
         temperatures, strategy = read_temperatures(args.temperatures)
-        model.set_temperatures(temperatures)
+        InferenceSetup(temperatures=temperatures).apply(model)
         label += f"+tau-{strategy}"
         key["temperatures"] = temperatures
     return model, tokenizer, label, key, args.mask

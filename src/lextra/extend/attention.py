@@ -16,8 +16,8 @@
   backends (`SelfAttention.extension`, an `AttentionExtension`), so that full forwards and cached decoding use
   the same passes. Decoding needs no rule of its own: a new query at position m runs the method's passes over
   the cached, un-rotated keys, which is each author's decode rule (keys rotated at -d'(m, n) against an
-  unrotated query) with the same numbers as the full forward. Methods with a bounded view (attention sinks, LM-Infinite) let the cache evict keys no later
-  query sees (`ExtensionMethod.retains`).
+  unrotated query) with the same numbers as the full forward. Methods with a bounded view (attention sinks,
+  LM-Infinite) let the cache evict keys no later query sees (`ExtensionMethod.retains`).
 """
 
 from __future__ import annotations
