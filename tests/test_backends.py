@@ -309,7 +309,7 @@ def test_the_context_is_frozen_and_built_with_attention_s_defaults() -> None:
 
 
 def test_each_backend_says_why_it_does_not_apply() -> None:
-    sdpa, flex, chunked, reference = (backends.REGISTERED[n] for n in ("sdpa", "flex", "chunked", "reference"))
+    sdpa, flex_backend, chunked, reference = (backends.REGISTERED[n] for n in ("sdpa", "flex", "chunked", "reference"))
     rope, alibi, xpos = make_scheme("rope"), make_scheme("alibi"), make_scheme("xpos")
     for backend in (reference, chunked):
         assert backend.applies(_context(alibi, "window:7", offset=3)) is None
@@ -321,14 +321,14 @@ def test_each_backend_says_why_it_does_not_apply() -> None:
     assert "at least one query" in sdpa.applies(_context(rope, length=0))
     long = xpos.rotate_span + 1
     assert f"exact within {xpos.rotate_span} positions, not {long}" in sdpa.applies(_context(xpos, length=long))
-    assert "xpos is exact within" in flex.applies(_context(xpos, length=long))
-    assert flex.applies(_context(alibi, "window:7")) is None
+    assert "xpos is exact within" in flex_backend.applies(_context(xpos, length=long))
+    assert flex_backend.applies(_context(alibi, "window:7")) is None
     wide_fire = make_scheme("fire", hidden=65, threshold=8.0)
-    assert "up to 64 hidden units, not 65" in flex.applies(_context(wide_fire))
+    assert "up to 64 hidden units, not 65" in flex_backend.applies(_context(wide_fire))
     # FlexAttention's CUDA kernels need head_dim >= 16: decided from the context alone, no CUDA tensor involved
-    assert "head dimension of at least 16, not 8" in flex.applies(_context(alibi, device="cuda", head_dim=8))
-    assert flex.applies(_context(alibi, device="cuda", head_dim=16)) is None
-    assert flex.applies(_context(alibi, device="cpu", head_dim=8)) is None
+    assert "head dimension of at least 16, not 8" in flex_backend.applies(_context(alibi, device="cuda", head_dim=8))
+    assert flex_backend.applies(_context(alibi, device="cuda", head_dim=16)) is None
+    assert flex_backend.applies(_context(alibi, device="cpu", head_dim=8)) is None
 
 
 def test_a_per_query_bias_without_a_score_modifier_keeps_flex_out() -> None:
