@@ -24,6 +24,12 @@ and score bias, a mask and an optional temperature, then softmax-attends:
   `chunked` (tiled): the fused call would need rotated copies of all of q and k on top of SDPA's own working
   memory. On CUDA (`cuda_backend`), `sdpa` (flash) when it applies, else `flex`, else `chunked`.
 
+Each backend is an `AttentionBackend` (`applies(ctx)`: None or why not; `run(q, k, v, ctx)`) registered by name
+(`register_backend`); `auto` asks the backends of the device type's order (`AUTO_ORDER`) in turn and runs the
+first that applies and does not decline. `attention(...)` builds the call's frozen `AttentionContext` (scheme,
+mask, positions, scale, temperature with any log-n scaling folded in, block size, extension, device) once; a
+call under a training-free extension method (`AttentionExtension`) runs its passes instead.
+
 The backends ask a mask only what it declares (`lextra.attention.masks.Mask`), never which mask it is, and a
 scheme only its interface (`lextra.positions.base.PositionScheme`).
 """
