@@ -96,6 +96,7 @@ def test_a_setup_leaves_what_it_keeps_and_lists_what_it_changes() -> None:
 def test_a_setup_refuses_what_the_model_cannot_take() -> None:
     with pytest.raises(ConfigError, match="rope scaling applies to rope, xpos and coca models, not 'alibi'"):
         InferenceSetup(rope_scaling="yarn:2").apply(_gpt("alibi"))
+    assert InferenceSetup(rope_scaling=None).apply(_gpt("alibi")).config.scheme_options == {}  # nothing to remove
     with pytest.raises(ConfigError, match="cannot switch to 'ssmax'"):
         InferenceSetup(log_scaling="ssmax").apply(_gpt())
     with pytest.raises(ConfigError, match="cannot switch to 'none'"):

@@ -92,7 +92,8 @@ class InferenceSetup:
 
 def _apply_to_gpt(setup: InferenceSetup, model: GPT) -> None:
     """RoPE scaling, then log scaling, temperatures, mask and extension (checked against the scaled scheme)."""
-    if setup.rope_scaling is not KEEP:
+    removes_nothing = setup.rope_scaling is None and "scaling" not in model.config.scheme_options
+    if setup.rope_scaling is not KEEP and not removes_nothing:
         if not isinstance(model.positions[0], RotaryFrequencies):
             raise ConfigError(f"rope scaling applies to rope, xpos and coca models, not {model.config.scheme!r}")
         scaling = setup.scaling_dict()

@@ -8,6 +8,7 @@ to Hugging Face's own `rope_parameters` (`set_rope_scaling`); masks, temperature
 lextra's registered attention (`lextra.hf.attention`). `set_extension` applies a training-free extension method
 (`lextra.extend`): Hugging Face's rotary embedding then gives the identity (`IdentityRotary`) and lextra's
 attention rotates q and k at the method's remapped positions with Hugging Face's own frequencies (`HFRoPE`).
+`apply_setup` (what `lextra.extend.InferenceSetup.apply` calls) sets any of these in one step.
 
 `HFSeq2Seq` (T5 family) adapts the encoder: temperatures, masks and capture act on the encoder self-attention,
 retrieval is question answering (the prompt is the encoder input, the answer is decoded), and analysis reads the
