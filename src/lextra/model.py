@@ -23,6 +23,7 @@ from torch import Tensor, nn
 
 from lextra import serialize
 from lextra.attention import attention, build_mask
+from lextra.attention.backends import AttentionExtension
 from lextra.attention.masks import Mask
 from lextra.errors import CheckpointError, ConfigError
 from lextra.io import atomic_write, atomic_write_json, sha256_file
@@ -247,13 +248,26 @@ class SelfAttention(nn.Module):
         self.train_len, self.log_scaling = config.train_len, config.log_scaling
         #: per-head temperature (softmax(logits / tau)); None means 1 (set by temperature alignment)
         self.register_buffer("temperature", None, persistent=False)
-        #: called instead of `attention(...)` with its arguments when set (a training-free extension method,
-        #: `lextra.extend.apply_extension`); if it has `retains(k_pos, next_query)`, the cache evicts the rest
-        self.attend: Callable[..., Tensor] | None = None
+        #: a training-free extension method the layer attends through (`lextra.extend.apply_extension`); the
+        #: cache evicts the keys its `retains` drops
+        self.extension: AttentionExtension | None = None
         if config.log_scaling == "ssmax":
             # Scalable-Softmax (Nakanishi 2025, arXiv 2501.19399): logits x s_h ln n, s_h learned;
             # 1 / ln L_tr makes the factor 1 at n = L_tr
             self.ssmax_scale = nn.Parameter(torch.full((H,), 1.0 / math.log(max(2, config.train_len))))
+
+    @property
+    def attend(self) -> AttentionExtension | None:
+        """The layer's extension (the name older code assigns; `extension` is the attribute)."""
+        return self.extension
+
+    @attend.setter
+    def attend(self, extension: AttentionExtension | None) -> None:
+        if extension is not None and not isinstance(extension, AttentionExtension):
+            raise ConfigError(
+                f"a layer attends through an AttentionExtension (lextra.extend.apply_extension), not {extension!r}"
+            )
+        self.extension = extension
 
     def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """q (B, H, L, D), pre-transform k (B, H, L, Dk) and v (B, H, L, D) for hidden states x (B, L, d)."""
@@ -291,7 +305,7 @@ class SelfAttention(nn.Module):
         q, k, v = self.project(x)
         k_pos = positions
         # plain RoPE under a cache: keys are cached rotated, so a decoding step rotates one key, not all of them
-        rotated = cache is not None and self.attend is None and observer is None and scheme.rotates_keys_alone
+        rotated = cache is not None and self.extension is None and observer is None and scheme.rotates_keys_alone
         if rotated:
             q, k = scheme.rotate(q, k, positions, positions)
         if cache is not None:
@@ -300,7 +314,7 @@ class SelfAttention(nn.Module):
         temperature = self.query_temperature(positions, k_pos, mask)
         if observer is not None:
             observer(AttentionInputs(layer, q, k, scheme, positions, k_pos, mask, temperature))
-        out = (self.attend or attention)(
+        out = attention(
             q,
             k,
             v,
@@ -310,10 +324,12 @@ class SelfAttention(nn.Module):
             k_pos=k_pos,
             backend=backend,
             temperature=temperature,
+            extension=self.extension,
         )
-        retains = getattr(self.attend, "retains", None)
-        if cache is not None and retains is not None:
-            cache.evict(layer, retains(k_pos, int(positions[-1]) + 1), k_pos)
+        if cache is not None and self.extension is not None:
+            keep = self.extension.retains(k_pos, int(positions[-1]) + 1)
+            if keep is not None:
+                cache.evict(layer, keep, k_pos)
         return self.dropout(self.o_proj(out.transpose(1, 2).reshape(B, L, -1)))
 
 
@@ -368,6 +384,9 @@ class GPT(nn.Module):
         self._init_weights()
         if config.tie_embeddings:
             self.head.weight = self.embed.weight
+        #: the mask calls use when they name none (an inference setup's, `lextra.extend.InferenceSetup`); None:
+        #: causal
+        self.mask: Mask | None = None
         self.set_temperatures(config.temperatures)
 
     def set_temperatures(self, temperatures: Tensor | list[list[float]] | None) -> None:
@@ -436,16 +455,20 @@ class GPT(nn.Module):
         embeddings: Tensor,
         *,
         positions: Tensor | None = None,
-        mask: str | Mask | None = "causal",
+        mask: str | Mask | None = None,
         backend: str = "auto",
         cache: KVCache | None = None,
         observer: LayerObserver | None = None,
     ) -> Tensor:
-        """`features` from token embeddings (B, L, d_model), so callers can differentiate with respect to them."""
+        """`features` from token embeddings (B, L, d_model), so callers can differentiate with respect to them.
+
+        `mask` None is the model's own (`GPT.mask`, causal unless an inference setup set one)."""
         L = embeddings.shape[1]
         start = cache.length if cache is not None else 0
         if positions is None:
             positions = torch.arange(start, start + L, device=embeddings.device)
+        if mask is None:
+            mask = self.mask
         mask = build_mask(mask, self.config.train_len) if not isinstance(mask, Mask) else mask
         x = self.forward_layers(
             self.embed_inputs(embeddings, positions), positions, mask, backend, cache, observer=observer

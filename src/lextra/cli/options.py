@@ -477,17 +477,15 @@ def apply_extend(model: Any, spec: str | None, mask: str | None = None, lengths:
     if not spec or spec == "none":
         return ""
     from lextra.attention import build_mask
-    from lextra.extend import apply_extension
+    from lextra.extend import InferenceSetup, build_extension
     from lextra.model import GPT
 
     if mask and not build_mask(mask, model.config.train_len).exactly_causal:
         raise ConfigError(f"--extend {spec} sets its own visibility over causal attention; drop --mask {mask}")
-    if isinstance(model, GPT):
-        method = apply_extension(model, spec)
-    elif hasattr(model, "set_extension"):
-        method = model.set_extension(spec)
-    else:
+    if not isinstance(model, GPT) and model.config.scheme != "rope":
         raise ConfigError("--extend applies to RoPE decoders (rope, xpos, coca models; Llama-family models), not T5")
+    method = build_extension(spec, model.config.train_len)
+    InferenceSetup(extension=method).apply(model)
     if method is not None and lengths:
         method.check_length(max(lengths))
     return f"+{spec}"

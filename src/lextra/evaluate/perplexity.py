@@ -33,6 +33,7 @@ from lextra.data.prepare import PreparedData
 from lextra.data.windows import encode_documents
 from lextra.devices import module_device
 from lextra.errors import ConfigError, DataError
+from lextra.extend import InferenceSetup
 from lextra.methods.align import log_length_temperature
 from lextra.model import GPT
 from lextra.serialize import Serializable, options
@@ -243,7 +244,7 @@ def evaluate_model(
         bar.set_postfix(protocol=protocol, length=L)
         if config.temperature == "log-length":
             tau = log_length_temperature(train_len, L)
-            model.set_temperatures([[tau] * model.config.n_head for _ in range(model.config.n_layer)])
+            InferenceSetup(temperatures=[[tau] * model.config.n_head for _ in range(model.config.n_layer)]).apply(model)
         scorer = TokenScorer(model, config)
         groups: dict[int, tuple[list[Tensor], list[Tensor], list[int]]] = {}
         for doc in docs:
@@ -261,7 +262,7 @@ def evaluate_model(
         for windows, targets, firsts in groups.values():
             scorer.add(windows, targets, firsts)
         results.setdefault(protocol, {})[L] = scorer.result()
-    model.set_temperatures(saved_temperatures)
+    InferenceSetup(temperatures=saved_temperatures).apply(model)
     return Evaluation(
         results=results,
         lengths=lengths,

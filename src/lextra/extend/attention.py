@@ -12,12 +12,12 @@
   pass's lower distance edge is laid out so that it is exactly causal; a tile a band edge cuts is split into
   `SUB` x `SUB` pieces, of which those the pass hides are skipped and only those the edge crosses get a float
   mask (cached by their shape within a call).
-- `ExtendedAttention` / `apply_extension`: what a lextra model's attention layers call instead of `attention`
-  (`SelfAttention.attend`), so that full forwards and cached decoding use the same passes. Decoding needs no
-  rule of its own: a new query at position m runs the method's passes over the cached, un-rotated keys, which is
-  each author's decode rule (keys rotated at -d'(m, n) against an unrotated query) with the same numbers as the
-  full forward. Methods with a bounded view (attention sinks, LM-Infinite) let the cache evict keys no later
-  query sees (`ExtensionMethod.retains`).
+- `ExtendedAttention` / `apply_extension`: what a lextra model's attention layers attend through instead of the
+  backends (`SelfAttention.extension`, an `AttentionExtension`), so that full forwards and cached decoding use
+  the same passes. Decoding needs no rule of its own: a new query at position m runs the method's passes over
+  the cached, un-rotated keys, which is each author's decode rule (keys rotated at -d'(m, n) against an
+  unrotated query) with the same numbers as the full forward. Methods with a bounded view (attention sinks,
+  LM-Infinite) let the cache evict keys no later query sees (`ExtensionMethod.retains`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,14 @@ from typing import Any, cast
 import torch
 from torch import Tensor
 
-from lextra.attention.backends import TILE, attention_with_lse, merge_tiles
+from lextra.attention.backends import (
+    TILE,
+    AttentionContext,
+    AttentionExtension,
+    attention,
+    attention_with_lse,
+    merge_tiles,
+)
 from lextra.attention.masks import Mask, build_mask
 from lextra.errors import ConfigError
 from lextra.extend.base import ExtensionMethod, Pass, build_extension, check_scheme, same_position
@@ -424,39 +431,32 @@ def _merge_out_of_place(
     return acc * torch.exp(lse - total)[..., None] + part.float() * torch.exp(part_lse - total)[..., None], total
 
 
-class ExtendedAttention:
-    """A drop-in for `lextra.attention.attention` in a model layer (`SelfAttention.attend`) under `method`.
-
-    It takes `attention`'s keywords; the mask must be causal (the method sets its own visibility);
-    `backend="reference"` runs the dense reference, any other backend the fast path.
-    """
+class ExtendedAttention(AttentionExtension):
+    """A layer's attention under `method` (`SelfAttention.extension`, `attention(..., extension=)`): the fast
+    passes, or the dense reference for backend='reference'. The mask must be causal (the method sets its own
+    visibility). Calling it takes `attention`'s keywords."""
 
     def __init__(self, method: ExtensionMethod) -> None:
         self.method = method
+        self.name = method.name
 
-    def __call__(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        *,
-        scheme: PositionScheme | None = None,
-        mask: Mask | str | None = "causal",
-        q_pos: Tensor | None = None,
-        k_pos: Tensor | None = None,
-        backend: str = "auto",
-        temperature: Tensor | float | None = None,
-        scale: float | None = None,
-        block_size: int | None = None,
-    ) -> Tensor:
-        if not build_mask(mask).exactly_causal:
+    def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext, *, reference: bool = False) -> Tensor:
+        if not ctx.mask.exactly_causal:
             raise ConfigError(
                 f"extension {self.method.name!r} sets its own visibility over causal attention; "
-                f"use mask='causal', not {mask!r}"
+                f"use mask='causal', not {ctx.mask!r}"
             )
-        if backend == "reference":
-            return reference_extended_attention(q, k, v, scheme, self.method, q_pos, k_pos, scale, temperature)
-        return extended_attention(q, k, v, scheme, self.method, q_pos, k_pos, scale, temperature, block_size)
+        if reference:
+            return reference_extended_attention(
+                q, k, v, ctx.scheme, self.method, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau
+            )
+        return extended_attention(
+            q, k, v, ctx.scheme, self.method, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau, ctx.block_size
+        )
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor, **options: Any) -> Tensor:
+        """`attention(q, k, v, extension=self, **options)`."""
+        return attention(q, k, v, extension=self, **options)
 
     def retains(self, k_pos: Tensor, next_query: int) -> Tensor:
         """Which cached keys a query at `next_query` or later can still see (the cache evicts the others)."""
@@ -473,12 +473,12 @@ def apply_extension(model: GPT, method: ExtensionMethod | str | None, **options:
     evicts."""
     if method is None or method == "none":
         for block in model.blocks:
-            cast(Block, block).attn.attend = None
+            cast(Block, block).attn.extension = None
         return None
     built = build_extension(method, model.config.train_len, **options)
     for layer in range(model.config.n_layer):
         check_scheme(model.scheme_for(layer), built)
     hook = ExtendedAttention(built)
     for block in model.blocks:
-        cast(Block, block).attn.attend = hook
+        cast(Block, block).attn.extension = hook
     return built

@@ -18,6 +18,7 @@ import torch
 
 from lextra.errors import ConfigError, DataError
 from lextra.evaluate.ruler import DEFAULT_HAYSTACK
+from lextra.extend import InferenceSetup
 
 
 @dataclass
@@ -158,7 +159,7 @@ def load_lextra(
     temperatures = None
     if options.temperatures:
         temperatures, strategy = read_temperatures(options.temperatures)
-        model.set_temperatures(temperatures)
+        InferenceSetup(temperatures=temperatures).apply(model)
         label += f"+tau-{strategy}"
     return LoadedModel(model, tokenizer, label, options.mask, str(folder), folder, meta, temperatures=temperatures)
 
@@ -184,22 +185,24 @@ def load_hugging_face(
         hf_logging.disable_progress_bar()
     model = load_hf(spec, train_len=options.train_len, device=device)
     label = Path(spec).stem if spec != "smollm2" else "smollm2"
+    changes: dict[str, Any] = {}
     if options.rope_scaling:
         if not isinstance(model, HFCausalLM):
             raise ConfigError("--rope-scaling applies to RoPE (Llama-family) models, not T5")
-        model.set_rope_scaling(options.rope_scaling)
+        changes["rope_scaling"] = options.rope_scaling
         label += f"+{options.rope_scaling}"
     if options.mask:
-        model.set_mask(options.mask)
+        changes["mask"] = options.mask
         label += f"+{options.mask}"
     if options.log_scaling != "none":
-        model.set_log_scaling(options.log_scaling)
+        changes["log_scaling"] = options.log_scaling
         label += f"+logn-{options.log_scaling}"
     temperatures = None
     if options.temperatures:
         temperatures, strategy = read_temperatures(options.temperatures)
-        model.set_temperatures(temperatures)
+        changes["temperatures"] = temperatures
         label += f"+tau-{strategy}"
+    InferenceSetup(**changes).apply(model)
     tokenizer = None
     if with_tokenizer:
         if options.tokenizer:
