@@ -1,0 +1,319 @@
+"""Prepared token shards: the same splits, tokenizer, windows and evaluation documents as the raw corpus, files
+that are never half-read, an interrupted prepare that continues, and one clear error for each bad input."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from lextra.data import (
+    Document,
+    PreparedShards,
+    TrainStream,
+    encode_documents,
+    eval_sequences,
+    iter_documents,
+    load_corpus,
+    prepare_data,
+    prepare_shards,
+    split_corpus,
+    split_overrides,
+)
+from lextra.data import shards as shards_module
+from lextra.data.shards import token_dtype
+from lextra.errors import DataError
+from lextra.io import sha256_file
+
+WORDS = [
+    "the",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "a",
+    "lazy",
+    "dog",
+    "while",
+    "seven",
+    "wizards",
+    "quietly",
+    "hex",
+    "jovial",
+    "kings",
+]
+
+
+@pytest.fixture(autouse=True)
+def _tokenizer_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Trained BPE tokenizers go to this test's folder."""
+    monkeypatch.setenv("LEXTRA_CACHE", str(tmp_path / "cache"))
+
+
+def _write_corpus(root: Path, documents: int = 60, seed: int = 0, prefix: str = "doc") -> str:
+    """A directory of `documents` text files of 200-1500 words each (some non-ASCII), enough for all splits."""
+    rng = random.Random(seed)
+    root.mkdir(parents=True)
+    for index in range(documents):
+        words = [rng.choice(WORDS) for _ in range(rng.randint(200, 1500))]
+        if index % 7 == 0:
+            words.append("caf\u00e9 \u00fcber \U0001f600")
+        (root / f"{prefix}{index:03d}.txt").write_text(" ".join(words) + "\n", encoding="utf-8")
+    (root / "empty.txt").write_text("  \n", encoding="utf-8")  # dropped, as by load_corpus
+    return str(root)
+
+
+def _raw(source: str, tokenizer: str, limit_chars: int | None = None):
+    """What a run on the raw corpus reads: the prepared data and its training stream."""
+    data = prepare_data(source, tokenizer, limit_chars)
+    return data, TrainStream.from_documents(data.splits["train"], data.tokenizer)
+
+
+@pytest.mark.parametrize(
+    ("tokenizer", "shard_chars", "dtype"),
+    [("bytes", 10**9, "uint8"), ("bytes", 20_000, "uint8"), ("bpe:300", 30_000, "uint16")],
+)
+def test_batches_equal_the_raw_training_stream_bit_for_bit(
+    tmp_path: Path, tokenizer: str, shard_chars: int, dtype: str
+) -> None:
+    source = _write_corpus(tmp_path / "corpus")
+    prepare_shards(source, tokenizer, tmp_path / "prepared", shard_chars=shard_chars, progress=False)
+    prepared = PreparedShards.open(tmp_path / "prepared")
+    data, stream = _raw(source, tokenizer)
+    assert prepared.manifest["dtype"] == dtype
+    assert prepared.tokenizer().to_config() == data.tokenizer.to_config()
+    shard_count = len(prepared.manifest["splits"]["train"]["shards"])
+    assert (shard_count == 1) == (shard_chars == 10**9)
+    assert len(prepared) == len(stream)
+    whole = prepared.span("train", 0, len(prepared)).astype(np.int64)
+    assert torch.equal(torch.from_numpy(whole), stream.tokens.long())  # windows across shard files included
+    for step in (0, 1, 7, 123):
+        for rank, world in ((0, 1), (0, 2), (1, 2)):
+            expected = stream.batch(step, 6, 97, seed=5, rank=rank, world_size=world)
+            got = prepared.batch(step, 6, 97, seed=5, rank=rank, world_size=world)
+            assert got.dtype == torch.long and torch.equal(got, expected), (step, rank)
+
+
+def test_splits_and_evaluation_documents_equal_the_raw_ones(tmp_path: Path) -> None:
+    source = _write_corpus(tmp_path / "corpus")
+    prepare_shards(source, "bytes", tmp_path / "prepared", shard_chars=25_000, progress=False)
+    prepared = PreparedShards.open(tmp_path / "prepared")
+    data, _ = _raw(source, "bytes")
+    for split in ("train", "validation", "test"):
+        raw = encode_documents(data.splits[split], data.tokenizer)
+        got = prepared.documents(split)
+        assert prepared.num_documents(split) == len(raw) == len(got) > 0, split
+        assert all(torch.equal(a, b.long()) for a, b in zip(raw, got, strict=True)), split
+    raw_test = encode_documents(data.splits["test"], data.tokenizer)
+    assert [t.numel() for t in prepared.documents("test", limit=2)] == [t.numel() for t in raw_test[:2]]
+    raw_train = encode_documents(data.splits["train"], data.tokenizer)
+    longest = max(t.numel() for t in raw_train)
+    for length, stitch in ((64, False), (longest, True)):  # whole-document windows, then stitched ones
+        expected, stitched = eval_sequences(raw_train, length, 3, separator=10)
+        got, got_stitched = eval_sequences(prepared.documents("train"), length, 3, separator=10)
+        assert got_stitched == stitched == stitch
+        assert len(got) == len(expected) == 3 and all(torch.equal(a, b) for a, b in zip(expected, got, strict=True))
+    manifest = prepared.manifest
+    assert manifest["source_documents"] == len(load_corpus(source))
+    assert manifest["chars"] == sum(len(d.text) for d in load_corpus(source))
+    for split in ("train", "validation", "test"):
+        assert manifest["splits"][split]["documents"] == len(data.splits[split])
+
+
+def test_tiny_corpora_split_as_in_memory(tmp_path: Path) -> None:
+    """The documents `split_corpus` moves to fill an empty split are found from the ids alone."""
+    cases = {("t", 3): 1, ("t", 5): 1, ("c", 4): 2}  # a validation donor, a train donor, two moves
+    for (prefix, count), moves in cases.items():
+        docs = [Document(f"{prefix}{i}.txt", f"text {i} " * 50) for i in range(count)]
+        parts = split_corpus(docs)
+        moved = split_overrides(d.id for d in docs)
+        assert len(moved) == moves
+        for name, part in parts.items():
+            for doc in part:
+                assert moved.get(doc.id, name) == name
+        root = tmp_path / f"tiny{prefix}{count}"
+        root.mkdir()
+        for doc in docs:
+            (root / doc.id).write_text(doc.text)
+        # one document per shard: the moves still apply across shards
+        prepare_shards(str(root), "bytes", tmp_path / f"p{prefix}{count}", shard_chars=1, progress=False)
+        prepared = PreparedShards.open(tmp_path / f"p{prefix}{count}")
+        data, stream = _raw(str(root), "bytes")
+        assert {s: prepared.num_documents(s) for s in parts} == {s: len(p) for s, p in data.splits.items()}
+        assert torch.equal(
+            torch.from_numpy(prepared.span("train", 0, len(prepared)).astype(np.int64)), stream.tokens.long()
+        )
+
+
+def test_bpe_is_trained_on_a_bounded_sample_of_the_train_split(tmp_path: Path, monkeypatch) -> None:
+    source = _write_corpus(tmp_path / "corpus", documents=30)
+    seen: list[list[str]] = []
+    build = shards_module.build_tokenizer
+
+    def spy(spec, docs, *args, **kwargs):
+        seen.append([d.id for d in docs])
+        return build(spec, docs, *args, **kwargs)
+
+    monkeypatch.setattr(shards_module, "build_tokenizer", spy)
+    prepare_shards(source, "bpe:300", tmp_path / "whole", progress=False)
+    train = split_corpus(load_corpus(source))["train"]
+    assert seen[0] == [d.id for d in train]  # the whole train split when it fits: prepare_data's tokenizer
+    prepare_shards(source, "bpe:300", tmp_path / "sampled", sample_chars=20_000, progress=False)
+    taken, total = [], 0
+    for doc in train:  # leading train documents until the sample reaches 20000 characters, the last one whole
+        if total >= 20_000:
+            break
+        taken.append(doc.id)
+        total += len(doc.text)
+    assert seen[1] == taken and 1 < len(taken) < len(train)
+
+
+def test_dtype_follows_the_vocabulary_and_refuses_one_that_does_not_fit(tmp_path: Path) -> None:
+    assert [token_dtype(v) for v in (256, 257, 65536, 65537, 2**32)] == [
+        "uint8",
+        "uint16",
+        "uint16",
+        "uint32",
+        "uint32",
+    ]
+    with pytest.raises(DataError) as err:
+        token_dtype(2**32 + 1)
+    assert str(err.value) == "a vocabulary of 4294967297 ids does not fit in uint32; use a smaller tokenizer"
+    with pytest.raises(DataError) as err:
+        token_dtype(300, "uint8")
+    assert str(err.value) == (
+        "a vocabulary of 300 ids does not fit in uint8 (ids up to 255); use --dtype auto or a larger dtype"
+    )
+    source = _write_corpus(tmp_path / "corpus", documents=10)
+    with pytest.raises(DataError, match="does not fit in uint8"):
+        prepare_shards(source, "bpe:300", tmp_path / "small", dtype="uint8", progress=False)
+    prepare_shards(source, "bytes", tmp_path / "wide", dtype="uint32", progress=False)
+    wide = PreparedShards.open(tmp_path / "wide")
+    assert wide.manifest["dtype"] == "uint32" and wide._parts["train"][0].tokens.dtype == np.uint32
+    narrow_dir = tmp_path / "narrow"
+    prepare_shards(source, "bytes", narrow_dir, progress=False)
+    narrow = PreparedShards.open(narrow_dir)
+    assert torch.equal(wide.batch(3, 4, 50, seed=1), narrow.batch(3, 4, 50, seed=1))
+
+
+class _InterruptError(Exception):
+    pass
+
+
+def test_an_interrupted_prepare_continues_with_its_finished_shards(tmp_path: Path, monkeypatch) -> None:
+    source = _write_corpus(tmp_path / "corpus", documents=40)
+    prepare_shards(source, "bytes", tmp_path / "straight", shard_chars=30_000, progress=False)
+    straight = PreparedShards.open(tmp_path / "straight")
+    shard_count = len(list((tmp_path / "straight").glob("shard-*.json")))
+    assert shard_count >= 4
+
+    encode = shards_module._encode
+    calls: list[int] = []
+
+    def failing(tokenizer, docs):
+        calls.append(len(docs))
+        if len(calls) == 3:  # inside the third shard (one encode batch per shard here)
+            raise _InterruptError
+        return encode(tokenizer, docs)
+
+    monkeypatch.setattr(shards_module, "_encode", failing)
+    out = tmp_path / "cut"
+    with pytest.raises(_InterruptError):
+        prepare_shards(source, "bytes", out, shard_chars=30_000, progress=False)
+    assert sorted(p.name for p in out.glob("shard-*.json")) == ["shard-00000.json", "shard-00001.json"]
+    assert not list(out.glob("*.partial")) and not (out / "manifest.json").exists()
+    with pytest.raises(DataError) as err:
+        PreparedShards.open(out)
+    assert str(err.value) == (
+        f"{out} holds an unfinished prepare (no manifest.json); run "
+        f"`lextra data prepare {source} --tokenizer bytes --out {out}` again to finish it"
+    )
+    # a half-written file left by a killed process is dropped, not read
+    (out / "train-00002.tokens.partial").write_bytes(b"\x01\x02")
+    (out / "train-00002.tokens").write_bytes(b"\x01\x02")
+    calls.clear()
+    monkeypatch.setattr(shards_module, "_encode", lambda tok, docs: (calls.append(len(docs)), encode(tok, docs))[1])
+    prepare_shards(source, "bytes", out, shard_chars=30_000, progress=False)
+    assert len(calls) == shard_count - 2  # the two finished shards were kept
+    resumed = PreparedShards.open(out)
+    assert resumed.sha256 == straight.sha256
+    assert (out / "manifest.json").read_bytes() == (tmp_path / "straight" / "manifest.json").read_bytes()
+    assert not list(out.glob("*.partial"))
+    resumed.verify()
+    assert prepare_shards(source, "bytes", out, shard_chars=30_000, progress=False) == out / "manifest.json"
+
+
+def test_a_missing_or_corrupt_shard_is_refused_in_one_line(tmp_path: Path) -> None:
+    source = _write_corpus(tmp_path / "corpus", documents=20)
+    out = tmp_path / "prepared"
+    prepare_shards(source, "bytes", out, progress=False)
+    manifest = json.loads((out / "manifest.json").read_text())
+    entry = manifest["splits"]["train"]["shards"][0]["files"]["tokens"]
+    assert (
+        entry["sha256"] == sha256_file(out / entry["name"]) and entry["bytes"] == (out / entry["name"]).stat().st_size
+    )
+    PreparedShards.open(out).verify()
+    data = bytearray((out / entry["name"]).read_bytes())
+    data[100] ^= 1
+    (out / entry["name"]).write_bytes(bytes(data))
+    prepared = PreparedShards.open(out)  # sizes agree: open does not read the files
+    again = f"lextra data prepare {source} --tokenizer bytes --out {out}"
+    with pytest.raises(DataError) as err:
+        prepared.verify()
+    assert str(err.value) == (
+        f"prepared file {out / entry['name']} is missing or corrupt (sha256 mismatch); run `{again}` into a new folder"
+    )
+    (out / entry["name"]).write_bytes(bytes(data[:-3]))
+    with pytest.raises(DataError) as err:
+        PreparedShards.open(out)
+    assert str(err.value) == (
+        f"prepared shard {out / entry['name']} is {len(data) - 3} bytes, expected {len(data)}; "
+        f"run `{again}` into a new folder"
+    )
+    (out / entry["name"]).unlink()
+    with pytest.raises(DataError, match="is missing; run"):
+        PreparedShards.open(out)
+
+
+def test_bad_sources_and_folders_are_refused_in_one_line(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "blank.txt").write_text("   \n")
+    with pytest.raises(DataError, match=r"has no non-empty documents; point it at UTF-8 text"):
+        prepare_shards(str(empty), "bytes", tmp_path / "out-empty", progress=False)
+    with pytest.raises(DataError) as err:
+        PreparedShards.open(tmp_path / "nowhere")
+    assert str(err.value) == (
+        f"{tmp_path / 'nowhere'} is not a prepared data folder (no manifest.json); "
+        "make one with `lextra data prepare SOURCE --tokenizer SPEC --out DIR`"
+    )
+    source = _write_corpus(tmp_path / "corpus", documents=10)
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "notes.txt").write_text("mine")
+    with pytest.raises(DataError, match="is not empty and holds no prepared data; give an empty or new --out"):
+        prepare_shards(source, "bytes", busy, progress=False)
+    prepare_shards(source, "bytes", tmp_path / "done", progress=False)
+    with pytest.raises(DataError, match="already holds other prepared data; use another --out"):
+        prepare_shards(source, "bpe:300", tmp_path / "done", progress=False)
+    prepared = PreparedShards.open(tmp_path / "done")
+    with pytest.raises(DataError) as err:
+        prepared.check_tokenizer("bpe:300")
+    assert str(err.value) == (
+        f"the prepared data {tmp_path / 'done'} was tokenized with bytes, the run asks for bpe:300; "
+        "pass --tokenizer bytes, or prepare the source again with --tokenizer bpe:300"
+    )
+    with pytest.raises(DataError, match="fewer than training length"):
+        prepared.batch(0, 2, 10**7, seed=0)
+
+
+def test_iter_documents_streams_what_load_corpus_returns(tmp_path: Path) -> None:
+    a = _write_corpus(tmp_path / "a", documents=5)
+    b = _write_corpus(tmp_path / "b", documents=5, seed=1, prefix="other")
+    for spec, limit in ((a, None), (a, 3_000), (f"{a}+{b}", None), (f"{a}+{b}", 9_000)):
+        assert list(iter_documents(spec, limit_chars=limit)) == load_corpus(spec, limit_chars=limit)
