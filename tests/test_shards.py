@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from lextra.cli import main
 from lextra.data import (
     Document,
     PreparedShards,
@@ -26,8 +28,10 @@ from lextra.data import (
 )
 from lextra.data import shards as shards_module
 from lextra.data.shards import token_dtype
-from lextra.errors import DataError
+from lextra.errors import ConfigError, DataError
 from lextra.io import sha256_file
+from lextra.model import GPTConfig, load_model
+from lextra.train import TrainConfig, train
 
 WORDS = [
     "the",
@@ -317,3 +321,102 @@ def test_iter_documents_streams_what_load_corpus_returns(tmp_path: Path) -> None
     b = _write_corpus(tmp_path / "b", documents=5, seed=1, prefix="other")
     for spec, limit in ((a, None), (a, 3_000), (f"{a}+{b}", None), (f"{a}+{b}", 9_000)):
         assert list(iter_documents(spec, limit_chars=limit)) == load_corpus(spec, limit_chars=limit)
+
+
+def _tiny_run(source: str, steps: int = 6, **kwargs) -> TrainConfig:
+    model = GPTConfig(n_layer=1, n_head=2, d_model=32, train_len=32, scheme="alibi")
+    return TrainConfig(
+        corpus=source, model=model, batch_size=4, steps=steps, warmup=2, checkpoint_every=3, log_every=2, **kwargs
+    )
+
+
+def test_training_on_a_prepared_folder_equals_training_on_the_raw_corpus(tmp_path: Path) -> None:
+    source = _write_corpus(tmp_path / "corpus", documents=30)
+    prepare_shards(source, "bytes", tmp_path / "prepared", shard_chars=20_000, progress=False)
+    raw = load_model(train(_tiny_run(source, eval_sequences=2), tmp_path / "raw", progress=False))
+    # --corpus is not read with --data: the manifest's source is recorded instead
+    config = _tiny_run("python-code", eval_sequences=2, data=str(tmp_path / "prepared"))
+    prepared = load_model(train(config, tmp_path / "run", progress=False))
+    for (name, a), (_, b) in zip(raw.state_dict().items(), prepared.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+    metrics = [(tmp_path / run / "metrics.jsonl").read_text().splitlines() for run in ("raw", "run")]
+    losses = [[(r["step"], r["loss"], r.get("val_loss")) for r in map(json.loads, lines)] for lines in metrics]
+    assert losses[0] == losses[1] and losses[0][-1][2] is not None
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert saved["data"] == {
+        "path": str(tmp_path / "prepared"),
+        "manifest_sha256": PreparedShards.open(tmp_path / "prepared").sha256,
+    }
+    assert saved["train"]["corpus"] == source and saved["train"]["data"] == str(tmp_path / "prepared")
+
+
+class _StopError(Exception):
+    pass
+
+
+def _stop_at(step: int):
+    def hook(done: int) -> None:
+        if done == step:
+            raise _StopError
+
+    return hook
+
+
+def test_resume_needs_the_same_prepared_data(tmp_path: Path) -> None:
+    source = _write_corpus(tmp_path / "corpus", documents=30)
+    prepare_shards(source, "bytes", tmp_path / "a", progress=False)
+    prepare_shards(source, "bytes", tmp_path / "b", limit_chars=50_000, progress=False)
+    run = tmp_path / "run"
+    with pytest.raises(_StopError):
+        train(_tiny_run(source, data=str(tmp_path / "a")), run, progress=False, on_step=_stop_at(4))
+    first = PreparedShards.open(tmp_path / "a").sha256
+    other = PreparedShards.open(tmp_path / "b").sha256
+    with pytest.raises(ConfigError) as err:
+        train(_tiny_run(source, data=str(tmp_path / "b")), run, resume=True, progress=False)
+    assert str(err.value) == (
+        f"cannot resume {run}: it was trained on prepared data with manifest sha256 {first[:12]}, "
+        f"{tmp_path / 'b'} has manifest sha256 {other[:12]}; resume with the data it used"
+    )
+    with pytest.raises(ConfigError, match="no --data given; resume with the data it used"):
+        train(_tiny_run(source), run, resume=True, progress=False)
+    shutil.copytree(tmp_path / "a", tmp_path / "moved")  # the same data in another folder resumes
+    resumed = load_model(train(_tiny_run(source, data=str(tmp_path / "moved")), run, resume=True, progress=False))
+    whole = load_model(train(_tiny_run(source), tmp_path / "whole", progress=False))
+    for (name, a), (_, b) in zip(whole.state_dict().items(), resumed.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_cli_prepares_verifies_and_trains_with_one_line_errors(tmp_path: Path, capsys) -> None:
+    source = _write_corpus(tmp_path / "corpus", documents=20)
+    out = tmp_path / "prepared"
+    assert main(["data", "prepare", source, "--tokenizer", "bytes", "--out", str(out), "--quiet"]) == 0
+    prepared = PreparedShards.open(out)
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == f"{out}: bytes, uint8, manifest {prepared.sha256[:12]}"
+    assert printed[1] == (
+        f"  train: {prepared.num_documents('train'):,} documents, {prepared.num_tokens('train'):,} tokens"
+    )
+    assert main(["data", "verify", str(out)]) == 0
+    assert capsys.readouterr().out.splitlines() == printed
+    argv = ["train", "--out", str(tmp_path / "run"), "--data", str(out), "--steps", "2", "--layers", "1"]
+    argv += ["--width", "32", "--heads", "2", "--train-len", "32", "--batch-size", "2"]
+    assert main([*argv, "--tokenizer", "bpe:300"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"lextra train: error: the prepared data {out} was tokenized with bytes, the run asks for bpe:300; "
+        "pass --tokenizer bytes, or prepare the source again with --tokenizer bpe:300"
+    )
+    assert main(argv) == 0
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["data"]["manifest_sha256"] == prepared.sha256
+    capsys.readouterr()
+    name = prepared.manifest["splits"]["train"]["shards"][0]["files"]["tokens"]["name"]
+    data = bytearray((out / name).read_bytes())
+    data[0] ^= 1
+    (out / name).write_bytes(bytes(data))
+    assert main(["data", "verify", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"lextra data: error: prepared file {out / name} is missing or")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["data", "prepare", str(empty), "--tokenizer", "bytes", "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "has no non-empty documents" in err

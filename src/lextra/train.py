@@ -335,8 +335,8 @@ def train(
     tokenizer = shards.tokenizer() if shards is not None else data.tokenizer
     config.model.vocab_size = tokenizer.vocab_size
     if resume:
-        _check_compatible(run_dir, config)
         _check_same_data(run_dir, shards)
+        _check_compatible(run_dir, config)
     stream: BatchSource = shards if shards is not None else batch_source(config, data)
     extra = {"tokenizer": tokenizer.to_config(), "train": config.to_dict()}
     if shards is not None:
