@@ -50,7 +50,7 @@ from tqdm import tqdm
 
 from lextra.data.corpora import DEFAULT_FRACTIONS, SPLITS, Document, iter_documents, split_of, split_overrides
 from lextra.data.tokenizers import ByteTokenizer, Tokenizer, build_tokenizer, tokenizer_from_config
-from lextra.data.windows import window_starts
+from lextra.data.windows import gather_windows, window_starts
 from lextra.errors import DataError
 from lextra.io import atomic_write_json, sha256_file
 
@@ -570,10 +570,8 @@ class PreparedShards:
         starts = window_starts(len(self), step, batch_size, length, seed, rank, world_size)
         parts = self._parts["train"]
         if len(parts) == 1:
-            index = starts.numpy()[:, None] + np.arange(length + 1)
-            rows = parts[0].tokens[index]
-        else:
-            rows = np.stack([self.span("train", int(s), int(s) + length + 1) for s in starts])
+            return gather_windows(parts[0].tokens, starts, length)
+        rows = np.stack([self.span("train", int(s), int(s) + length + 1) for s in starts])
         return torch.from_numpy(rows.astype(np.int64))
 
     def documents(self, split: str, limit: int | None = None) -> list[torch.Tensor]:
