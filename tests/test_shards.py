@@ -420,3 +420,36 @@ def test_cli_prepares_verifies_and_trains_with_one_line_errors(tmp_path: Path, c
     assert main(["data", "prepare", str(empty), "--tokenizer", "bytes", "--out", str(tmp_path / "o"), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "has no non-empty documents" in err
+
+
+def test_a_source_that_changes_under_a_resumed_prepare_is_refused(tmp_path: Path, monkeypatch) -> None:
+    source = _write_corpus(tmp_path / "corpus", documents=20)
+    encode = shards_module._encode
+    calls: list[int] = []
+
+    def failing(tokenizer, docs):
+        calls.append(len(docs))
+        if len(calls) == 2:
+            raise _InterruptError
+        return encode(tokenizer, docs)
+
+    monkeypatch.setattr(shards_module, "_encode", failing)
+    out = tmp_path / "prepared"
+    with pytest.raises(_InterruptError):
+        prepare_shards(source, "bytes", out, shard_chars=30_000, progress=False)
+    monkeypatch.setattr(shards_module, "_encode", encode)
+    (tmp_path / "corpus" / "zzz-added.txt").write_text("a document added after the first read\n")
+    with pytest.raises(DataError) as err:
+        prepare_shards(source, "bytes", out, shard_chars=30_000, progress=False)
+    assert str(err.value) == (
+        f"the source {source!r} changed while {out} was prepared (20 documents when it was first read, 21 now); "
+        f"delete {out} and prepare it again"
+    )
+    assert not (out / "manifest.json").exists()
+
+
+def test_the_progress_bar_counts_documents_and_tokens_per_second(tmp_path: Path, capsys) -> None:
+    source = _write_corpus(tmp_path / "corpus", documents=12)
+    prepare_shards(source, "bytes", tmp_path / "prepared", progress=True)
+    err = capsys.readouterr().err
+    assert f"prepare {source}" in err and "12/12" in err and "doc" in err and "tok_s=" in err

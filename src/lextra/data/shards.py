@@ -19,8 +19,9 @@ per split, a flat token file and an offsets file, and then a small record. A fol
   (separators excluded);
 - `shard-{shard:05d}.json`: the shard's record (documents consumed, per split counts, sizes and sha256 of its
   files), written last, so a shard is done exactly when its record exists;
-- `manifest.json`: written when every shard is done (format version, source, tokenizer, dtype, counts per split,
-  every file with its size and sha256). Its sha256 identifies the prepared data (`PreparedShards.sha256`).
+- `manifest.json`: written when every shard is done (format version, the request, source, tokenizer, dtype, per
+  split its documents and stream tokens (separators included), every file with its size and sha256). Its sha256
+  identifies the prepared data (`PreparedShards.sha256`).
 
 Every file is written as `NAME.partial` and renamed when complete, so a half-written file is never read; an
 interrupted prepare keeps its finished shards and redoes the rest. Memory is bounded by one shard's text
@@ -156,9 +157,9 @@ def _bpe_sample(docs: Iterable[Document], scan: _Scan, sample_chars: int) -> lis
 
 
 def _encode(tokenizer: Tokenizer, docs: Sequence[Document]) -> list[np.ndarray]:
-    """Token ids of each document (int64), as `encode_documents` computes them."""
+    """Token ids of each document (uint8 for bytes, else int64), as `encode_documents` computes them."""
     if isinstance(tokenizer, ByteTokenizer):
-        return [np.frombuffer(doc.text.encode("utf-8"), dtype=np.uint8).astype(np.int64) for doc in docs]
+        return [np.frombuffer(doc.text.encode("utf-8"), dtype=np.uint8) for doc in docs]
     return [np.asarray(ids, dtype=np.int64) for ids in tokenizer.encode_many([doc.text for doc in docs])]
 
 
@@ -184,7 +185,8 @@ class _SplitWriter:
     def write(self, ids: np.ndarray) -> None:
         """Append one document (a separator first unless it is the split's first document)."""
         limit = np.iinfo(self.dtype).max
-        if ids.size and (int(ids.min()) < 0 or int(ids.max()) > limit):
+        unsafe = not np.can_cast(ids.dtype, self.dtype)
+        if unsafe and ids.size and (int(ids.min()) < 0 or int(ids.max()) > limit):
             raise DataError(
                 f"token id {int(ids.max())} does not fit in {np.dtype(self.dtype).name}; "
                 "prepare again with --dtype auto or a larger dtype"
@@ -303,12 +305,11 @@ def prepare_shards(
     for label, value in (("shard_chars", shard_chars), ("sample_chars", sample_chars)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise DataError(f"{label} must be a positive number of characters, got {value!r}")
+    request = _request(source, tokenizer, limit_chars, text_field, dtype, shard_chars, sample_chars)
     if (out / MANIFEST).is_file():
-        opened = PreparedShards.open(out)
-        if opened.manifest["request"] != _request(source, tokenizer, limit_chars, text_field, dtype, shard_chars):
+        if PreparedShards.open(out).manifest["request"] != request:
             raise DataError(f"{out} already holds other prepared data; use another --out or delete {out}")
         return out / MANIFEST
-    request = _request(source, tokenizer, limit_chars, text_field, dtype, shard_chars)
     _load_request(out, request)
     records = _finished_shards(out)
 
@@ -383,6 +384,11 @@ def prepare_shards(
         for name in SPLITS:
             documents_before[name] += record["splits"][name]["documents"]
     bar.close()
+    if sum(r["source_documents"] for r in records) != scan.documents:
+        raise DataError(
+            f"the source {source!r} changed while {out} was prepared ({scan.documents} documents when it was "
+            f"first read, {sum(r['source_documents'] for r in records)} now); delete {out} and prepare it again"
+        )
     manifest = {
         "format": FORMAT_VERSION,
         "request": request,
@@ -415,7 +421,13 @@ def prepare_shards(
 
 
 def _request(
-    source: str, tokenizer: str, limit_chars: int | None, text_field: str, dtype: str, shard_chars: int
+    source: str,
+    tokenizer: str,
+    limit_chars: int | None,
+    text_field: str,
+    dtype: str,
+    shard_chars: int,
+    sample_chars: int,
 ) -> dict[str, Any]:
     """What decides a prepared folder's content: an unfinished prepare continues only with the same request."""
     return {
@@ -426,6 +438,7 @@ def _request(
         "text_field": text_field,
         "dtype": dtype,
         "shard_chars": shard_chars,
+        "sample_chars": sample_chars,
     }
 
 
