@@ -200,6 +200,7 @@ def main() -> None:
     os.environ.setdefault("LEXTRA_CACHE", str(Path(tempfile.gettempdir()) / "lextra-bench-data-cache"))
     base = {"source": args.source, "tokenizer": args.tokenizer, "limit_chars": args.limit_chars}
     results: dict[str, Any] = {"settings": {**base, **{k: getattr(args, k) for k in ("length", "batch", "batches")}}}
+    results["load_average_start"] = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         run_cell({**base, "kind": "encode"})  # trains and caches the tokenizer outside every timing
@@ -253,6 +254,7 @@ def main() -> None:
             rss.append({"megabytes": megabytes, **cell, "tokens_per_s": cell["tokens"] / cell["seconds"]})
             corpus.unlink()
         results["rss"] = rss
+    results["load_average_end"] = os.getloadavg()[0]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
@@ -266,13 +268,14 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> str:
     p, s, f = results["prepare"], results["sampling"], results["first_step"]
     lines = [
         f"source {args.source}, tokenizer {args.tokenizer}, limit {args.limit_chars or 'none'} characters, "
-        f"median of {args.repeats}",
+        f"median of {args.repeats}, load average {results['load_average_start']:.1f} at the start, "
+        f"{results['load_average_end']:.1f} at the end",
         "",
         "| preparing | tokens/s |",
         "|---|---|",
         f"| `tokenizers` encode_batch_fast, one call | {p['encoder_tokens_per_s']:,.0f} |",
         f"| `prepare_shards` (scan, sample, encode, write, sha256) | {p['prepare_tokens_per_s']:,.0f} "
-        f"({p['slowdown']:.2f}x slower) |",
+        f"({p['slowdown']:.2f}x the encoder's time per token) |",
         "",
         f"| sampling at {args.length} x {args.batch} | batches/s | tokens/s |",
         "|---|---|---|",
