@@ -314,6 +314,9 @@ def test_bad_sources_and_folders_are_refused_in_one_line(tmp_path: Path) -> None
     )
     with pytest.raises(DataError, match="fewer than training length"):
         prepared.batch(0, 2, 10**7, seed=0)
+    prepared.check_tokenizer(" bytes ")
+    prepare_shards(source, "bpe", tmp_path / "bpe", progress=False)
+    PreparedShards.open(tmp_path / "bpe").check_tokenizer("bpe:8192")  # `bpe` is `bpe:8192`
 
 
 def test_iter_documents_streams_what_load_corpus_returns(tmp_path: Path) -> None:

@@ -50,7 +50,7 @@ import torch
 from tqdm import tqdm
 
 from lextra.data.corpora import DEFAULT_FRACTIONS, SPLITS, Document, iter_documents, split_of, split_overrides
-from lextra.data.tokenizers import ByteTokenizer, Tokenizer, build_tokenizer, tokenizer_from_config
+from lextra.data.tokenizers import DEFAULT_BPE_VOCAB, ByteTokenizer, Tokenizer, build_tokenizer, tokenizer_from_config
 from lextra.data.windows import gather_windows, window_starts
 from lextra.errors import DataError
 from lextra.io import atomic_write_json, sha256_file
@@ -92,6 +92,12 @@ def token_dtype(vocab_size: int, requested: str = "auto") -> str:
             f"{np.iinfo(DTYPES[requested]).max}); use --dtype auto or a larger dtype"
         )
     return requested
+
+
+def _normal_spec(spec: str) -> str:
+    """A tokenizer spec with its defaults spelled out (`bpe` is `bpe:8192`), for comparing two."""
+    spec = spec.strip()
+    return f"bpe:{DEFAULT_BPE_VOCAB}" if spec == "bpe" else spec
 
 
 def _prepare_command(source: str, tokenizer: str, out_dir: Path) -> str:
@@ -543,7 +549,7 @@ class PreparedShards:
 
     def check_tokenizer(self, spec: str) -> None:
         """Refuse a run whose tokenizer spec differs from the one the folder was prepared with."""
-        if spec.strip() != self.tokenizer_spec.strip():
+        if _normal_spec(spec) != _normal_spec(self.tokenizer_spec):
             raise DataError(
                 f"the prepared data {self.root} was tokenized with {self.tokenizer_spec}, the run asks for {spec}; "
                 f"pass --tokenizer {self.tokenizer_spec}, or prepare the source again with --tokenizer {spec}"
