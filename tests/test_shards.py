@@ -115,6 +115,12 @@ def test_splits_and_evaluation_documents_equal_the_raw_ones(tmp_path: Path) -> N
         assert all(torch.equal(a, b.long()) for a, b in zip(raw, got, strict=True)), split
     raw_test = encode_documents(data.splits["test"], data.tokenizer)
     assert [t.numel() for t in prepared.documents("test", limit=2)] == [t.numel() for t in raw_test[:2]]
+    view = prepared.documents("test")[0]
+    original = view.clone()
+    view.zero_()  # a view of the copy-on-write map: this process's copy changes, the file does not
+    assert torch.equal(PreparedShards.open(tmp_path / "prepared").documents("test")[0], original)
+    prepared.verify()
+    prepared = PreparedShards.open(tmp_path / "prepared")
     raw_train = encode_documents(data.splits["train"], data.tokenizer)
     longest = max(t.numel() for t in raw_train)
     for length, stitch in ((64, False), (longest, True)):  # whole-document windows, then stitched ones

@@ -27,7 +27,8 @@ Every file is written as `NAME.partial` and renamed when complete, so a half-wri
 interrupted prepare keeps its finished shards and redoes the rest. Memory is bounded by one shard's text
 (plus the BPE sample), never by the corpus.
 
-`PreparedShards.open(dir)` maps the token files read-only and checks every file's size against the manifest
+`PreparedShards.open(dir)` maps the token and offsets files copy-on-write (the files are never written; pages are
+read when used and shared by every process that maps them) and checks every file's size against the manifest
 (cheap); `verify()` checks every sha256 (a full read: run it on demand, e.g. after copying a folder; prepare
 hashes every file it wrote). Its `batch` draws the same windows as `TrainStream` from the same stream
 (`window_starts`), so a run on a prepared folder equals a run on the raw corpus, bit for bit.
@@ -451,7 +452,7 @@ def _request(
 # ----------------------------------------------------------------------------- reading
 @dataclass(frozen=True)
 class _Part:
-    """One shard's token file of a split, mapped read-only, with its documents' offsets and its stream start."""
+    """One shard's token file of a split and its documents' offsets, both mapped, and its stream start."""
 
     tokens: np.memmap
     offsets: np.ndarray
@@ -459,7 +460,7 @@ class _Part:
 
 
 class PreparedShards:
-    """A prepared folder, mapped read-only: training windows, evaluation documents, its tokenizer."""
+    """A prepared folder, mapped copy-on-write: training windows, evaluation documents, its tokenizer."""
 
     def __init__(self, root: Path, manifest: dict[str, Any], digest: str, parts: dict[str, list[_Part]]) -> None:
         """Use `PreparedShards.open`."""
@@ -515,8 +516,9 @@ class PreparedShards:
                             f"run `{_prepare_command(manifest['source'], manifest['tokenizer']['spec'], root)}` "
                             "into a new folder"
                         )
-                tokens = np.memmap(root / files["tokens"]["name"], dtype=dtype, mode="r")
-                offsets = np.fromfile(root / files["offsets"]["name"], dtype=np.int64).reshape(-1, 2)
+                # copy-on-write: tensors may view the map (torch needs writable arrays), writes never reach the file
+                tokens = np.memmap(root / files["tokens"]["name"], dtype=dtype, mode="c")
+                offsets = np.memmap(root / files["offsets"]["name"], dtype=np.int64, mode="r").reshape(-1, 2)
                 parts[name].append(_Part(tokens, offsets, position))
                 position += int(tokens.size)
         return cls(root, manifest, hashlib.sha256(raw).hexdigest(), parts)
@@ -594,8 +596,9 @@ class PreparedShards:
         return torch.from_numpy(rows.astype(np.int64))
 
     def documents(self, split: str, limit: int | None = None) -> list[torch.Tensor]:
-        """The split's documents (at most `limit`) as 1-D token tensors in corpus order, copied from the map in
-        the file dtype: what `encode_documents` gives for the raw split, without re-tokenizing."""
+        """The split's documents (at most `limit`) as 1-D token tensors in corpus order, in the file dtype: what
+        `encode_documents` gives for the raw split, without re-tokenizing. They view the copy-on-write map, so
+        nothing is copied or read until used, and writing into one changes this process's copy only."""
         if split not in SPLITS:
             raise DataError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
         out: list[torch.Tensor] = []
@@ -603,5 +606,5 @@ class PreparedShards:
             for start, stop in part.offsets:
                 if limit is not None and len(out) >= limit:
                     return out
-                out.append(torch.from_numpy(np.array(part.tokens[start:stop])))
+                out.append(torch.from_numpy(part.tokens[int(start) : int(stop)]))
         return out
