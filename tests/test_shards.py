@@ -461,4 +461,5 @@ def test_the_progress_bar_counts_documents_and_tokens_per_second(tmp_path: Path,
     source = _write_corpus(tmp_path / "corpus", documents=12)
     prepare_shards(source, "bytes", tmp_path / "prepared", progress=True)
     err = capsys.readouterr().err
+    assert f"scan {source}: 12doc " in err
     assert f"prepare {source}" in err and "12/12" in err and "doc" in err and "tok_s=" in err

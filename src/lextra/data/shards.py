@@ -134,8 +134,8 @@ class _Scan:
         return self.overrides.get(doc.id) or split_of(doc.id, DEFAULT_FRACTIONS)
 
 
-def _scan(docs: Iterable[Document]) -> _Scan:
-    """Read the source once (ids and lengths only are kept)."""
+def _scan(docs: Iterable[Document], bar: tqdm) -> _Scan:
+    """Read the source once (ids and lengths only are kept), counting documents on `bar`."""
     count, chars = 0, 0
 
     def id_stream() -> Iterator[str]:
@@ -143,9 +143,11 @@ def _scan(docs: Iterable[Document]) -> _Scan:
         for doc in docs:
             count += 1
             chars += len(doc.text)
+            bar.update(1)
             yield doc.id
 
     overrides = split_overrides(id_stream(), DEFAULT_FRACTIONS)
+    bar.close()
     return _Scan(count, chars, overrides)
 
 
@@ -326,7 +328,8 @@ def prepare_shards(
     if (out / SCAN).is_file():
         scan = _Scan(**json.loads((out / SCAN).read_text(encoding="utf-8")))
     else:
-        scan = _scan(documents())
+        bar = tqdm(disable=not progress, unit="doc", desc=f"scan {source}", dynamic_ncols=True, file=sys.stderr)
+        scan = _scan(documents(), bar)
         atomic_write_json(out / SCAN, asdict(scan))
     if (out / TOKENIZER).is_file():
         tok = tokenizer_from_config(json.loads((out / TOKENIZER).read_text(encoding="utf-8")))
