@@ -32,6 +32,7 @@ OptionSet = Callable[[argparse.ArgumentParser], None]
 COMMAND_MODULES = (
     "lextra.cli.listing",
     "lextra.cli.train",
+    "lextra.cli.data",
     "lextra.cli.evaluate",
     "lextra.cli.compare",
     "lextra.cli.analyze",
