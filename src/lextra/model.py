@@ -25,7 +25,7 @@ from lextra.attention import attention, build_mask
 from lextra.attention.masks import Mask
 from lextra.errors import CheckpointError, ConfigError
 from lextra.io import atomic_write, atomic_write_json, sha256_file
-from lextra.positions import HeadDims, PositionScheme, build_scheme
+from lextra.positions import HeadDims, PositionScheme, build_scheme, split_scheme_spec
 from lextra.validate import check_bool, check_positive, check_range
 
 CONFIG_FILE = "config.json"
@@ -52,6 +52,15 @@ class GPTConfig:
     temperatures: list[list[float]] | None = None
     #: log-n scaling of the logits: "none", "qwen" (x log_{L_tr} i past L_tr), "ssmax" (learned s_h x ln n)
     log_scaling: str = "none"
+
+    def __post_init__(self) -> None:
+        # a scheme spec (`rope,base=500000`) becomes the scheme's name and options; explicit options win
+        if isinstance(self.scheme, str) and any(c in self.scheme for c in ":,"):
+            if not isinstance(self.scheme_options, dict):
+                raise ConfigError(
+                    f"model config: scheme_options must be a dict of options, got {self.scheme_options!r}"
+                )
+            self.scheme, self.scheme_options = split_scheme_spec(self.scheme, self.scheme_options)
 
     @property
     def head_dim(self) -> int:
