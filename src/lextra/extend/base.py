@@ -134,7 +134,7 @@ class ExtensionMethod(ABC):
         return f"{self.name}(L={self.train_len}{', ' if opts else ''}{opts})"
 
 
-EXTENSIONS: Registry[ExtensionMethod] = Registry("extension method")
+EXTENSIONS: Registry[ExtensionMethod] = Registry("extension method", modules=("lextra.extend.methods",))
 
 
 def check_scheme(scheme: PositionScheme | None, method: ExtensionMethod | str) -> None:

@@ -27,7 +27,6 @@ from lextra.errors import ConfigError, DataError
 from lextra.evaluate.ruler import (
     DEFAULT_HAYSTACK,
     DEFAULT_THRESHOLD,
-    RULER_TASK_NAMES,
     RULER_TASKS,
     ChatFormat,
     RulerAnswer,
@@ -50,16 +49,18 @@ SECTION_KEYS = frozenset({"models", "tasks", "multiples", "samples", "seed", "th
 
 
 def parse_tasks(spec: str | Sequence[str]) -> list[str]:
-    """`all`, a comma-separated string or a list of task names -> distinct known names, in the order given."""
+    """`all`, a comma-separated string or a list of task names -> distinct known names, in the order given
+    (`all` is every task in `RULER_TASKS`, those registered by plugins included)."""
     names = spec.split(",") if isinstance(spec, str) else list(spec)
     names = [n.strip() for n in names if n.strip()]
+    known = RULER_TASKS.names()
     if names == ["all"]:
-        return list(RULER_TASK_NAMES)
+        return list(known)
     if not names:
-        raise ConfigError(f"--tasks needs 'all' or task names; known: {', '.join(RULER_TASK_NAMES)}")
+        raise ConfigError(f"--tasks needs 'all' or task names; known: {', '.join(known)}")
     for name in names:
-        if name not in RULER_TASK_NAMES:
-            raise ConfigError(f"unknown RULER task {name!r}; use 'all' or names from: {', '.join(RULER_TASK_NAMES)}")
+        if name not in known:
+            raise ConfigError(f"unknown RULER task {name!r}; use 'all' or names from: {', '.join(known)}")
     return list(dict.fromkeys(names))
 
 
@@ -68,7 +69,7 @@ class RulerSettings:
     """What a RULER run evaluates: tasks, prompt lengths (default L_tr x `multiples`), samples per cell, the seed
     of the samples, the effective-length threshold, samples decoded together, task options, the essay corpus."""
 
-    tasks: list[str] = field(default_factory=lambda: list(RULER_TASK_NAMES))
+    tasks: list[str] = field(default_factory=lambda: RULER_TASKS.names())
     lengths: list[int] | None = None
     multiples: tuple[int, ...] = DEFAULT_MULTIPLES
     samples: int = 10

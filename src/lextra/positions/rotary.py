@@ -15,7 +15,7 @@ from torch import Tensor
 
 from lextra.errors import ConfigError
 from lextra.positions.base import HeadDims, PositionScheme, register_scheme
-from lextra.positions.scaling import RopeScaling, depends_on_length, frequencies, rope_inv_freq
+from lextra.positions.scaling import RopeScaling, depends_on_length, frequencies, parse_rope_scaling, rope_inv_freq
 from lextra.validate import check_bool, check_range
 
 Layout = Literal["half", "interleaved"]
@@ -92,10 +92,12 @@ def convert_qk_weight(weight: Tensor, n_heads: int, source: str, target: str) ->
 
 
 def build_rope_scaling(scaling: dict[str, Any] | RopeScaling | None, train_len: int) -> RopeScaling:
-    """A scheme's `scaling` option (a dict of RopeScaling fields, e.g. {"type": "yarn", "factor": 4}) as a
+    """A scheme's `scaling` option (a dict of RopeScaling fields, e.g. {"type": "yarn", "factor": 4}, or a spec) as a
     RopeScaling; `original_max_position_embeddings` defaults to the training length L_tr."""
     if scaling is None or isinstance(scaling, RopeScaling):
         return scaling or RopeScaling()
+    if isinstance(scaling, str):  # a scaling spec: `yarn:4`, `yarn:4,beta_fast=16` or JSON
+        scaling = parse_rope_scaling(scaling)
     if not isinstance(scaling, dict):
         raise ConfigError(f"rope scaling must be a dict like {{'type': 'yarn', 'factor': 4}}, got {scaling!r}")
     values = dict(scaling)
