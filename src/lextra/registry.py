@@ -333,11 +333,15 @@ class Registry(Generic[T]):
         return head + ("[,key=value...]" if self.options(name) else "")
 
     def describe(self, name: str) -> str:
-        """One class's options with their types and defaults, as `lextra list` shows them."""
+        """One class's options with their defaults, as `lextra list` shows them: `width=L_tr`, "no options"."""
         options = self.options(name)
         if not options:
             return "no options"
-        return ", ".join(f"{o.name}={o.default_text()} ({o.annotation or 'any'})" for o in options)
+        return ", ".join(f"{o.name}={o.default_text()}" for o in options)
+
+    def types_text(self, name: str) -> str:
+        """One class's option types: `width: int, log_scale: bool` ("" without options)."""
+        return ", ".join(f"{o.name}: {o.annotation or 'any'}" for o in self.options(name))
 
     def help_text(self, *, limit: int | None = None) -> str:
         """The registered names with their positional, for a CLI help line: `causal, window[:W], bca[:B], full`."""
@@ -354,3 +358,52 @@ def _annotation_text(annotation: Any) -> str:
     if annotation is inspect.Parameter.empty:
         return ""
     return annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+
+
+# ---------------------------------------------------------------- plugins
+
+#: the environment variable naming plugin files or modules, comma-separated, that `lextra` imports first
+PLUGINS_ENV = "LEXTRA_PLUGINS"
+_LOADED_PLUGINS: dict[str, Any] = {}
+
+
+def load_plugins(plugins: str | Iterable[str]) -> list[Any]:
+    """Import plugin modules, each a `.py` file path or a dotted module name (a comma-separated string or a list),
+    so the classes they register are in the registries; each is imported once. ConfigError names a missing
+    file or a module that fails to import."""
+    import importlib.util
+    import sys
+    import zlib
+    from pathlib import Path
+
+    items = plugins.split(",") if isinstance(plugins, str) else list(plugins)
+    modules = []
+    for item in (i.strip() for i in items):
+        if not item:
+            continue
+        path = Path(item).expanduser()
+        is_file = item.endswith(".py") or path.is_file()
+        key = str(path.resolve()) if is_file else item
+        if key in _LOADED_PLUGINS:
+            modules.append(_LOADED_PLUGINS[key])
+            continue
+        if is_file:
+            if not path.is_file():
+                raise ConfigError(f"plugin {item!r}: no such file; give a .py file or an importable module name")
+            name = f"lextra_plugin_{path.stem}_{zlib.crc32(key.encode()):08x}"
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+            sys.modules[name] = module
+            try:
+                spec.loader.exec_module(module)  # type: ignore[union-attr]
+            except Exception:
+                del sys.modules[name]
+                raise
+        else:
+            try:
+                module = importlib.import_module(item)
+            except ModuleNotFoundError as err:
+                raise ConfigError(f"plugin {item!r}: cannot import it ({err}); check the name or PYTHONPATH") from None
+        _LOADED_PLUGINS[key] = module
+        modules.append(module)
+    return modules

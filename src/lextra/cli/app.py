@@ -4,18 +4,21 @@ A command is declared by decorating `configure(parser) -> handler` with `@comman
 `options` are shared option sets from `lextra.cli.options`, added after the command's own arguments (so a
 command's positionals come first). A group (`lextra retrieval ...`, `lextra hf ...`) is a `Group`, and its
 subcommands are declared with `@group.command(...)`. `main` parses, applies the shared runtime options (threads),
-runs the handler, and turns every `LextraError` into one line on stderr with exit code 2.
+runs the handler, and turns every `LextraError` into one line on stderr with exit code 2. Plugins (`--plugin FILE`,
+`LEXTRA_PLUGINS`) are imported before the parser is built, so everything they register is in the help and specs.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from lextra.errors import LextraError
+from lextra.registry import PLUGINS_ENV, load_plugins
 
 Handler = Callable[[argparse.Namespace], int]
 Configure = Callable[[argparse.ArgumentParser], Handler]
@@ -107,12 +110,41 @@ def _add(parser: argparse.ArgumentParser, node: Command | Group, path: tuple[str
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The whole `lextra` parser, after every command module has declared its commands."""
+    """The whole `lextra` parser, after the plugins of `LEXTRA_PLUGINS` are imported (so the help generated from
+    the registries lists what they register) and every command module has declared its commands."""
+    load_plugins(os.environ.get(PLUGINS_ENV, ""))
     for module in COMMAND_MODULES:
         importlib.import_module(module)
     parser = Parser(prog="lextra", description=ROOT.help)
+    parser.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="FILE_OR_MODULE",
+        help=f"import this .py file or module first (its schemes, masks, scalings, methods, tasks); repeatable; "
+        f"also ${PLUGINS_ENV}=a.py,pkg.mod",
+    )
     _add(parser, ROOT, ())
     return parser
+
+
+def _take_plugins(argv: list[str]) -> list[str]:
+    """Import the `--plugin X` / `--plugin=X` given anywhere in the arguments and return argv
+    without them, so the parser built next already knows what they register."""
+    rest, plugins, index = [], [], 0
+    while index < len(argv):
+        arg = argv[index]
+        if arg == "--plugin" and index + 1 < len(argv):
+            plugins.append(argv[index + 1])
+            index += 2
+            continue
+        if arg.startswith("--plugin="):
+            plugins.append(arg.split("=", 1)[1])
+        else:
+            rest.append(arg)
+        index += 1
+    load_plugins(plugins)
+    return rest
 
 
 def leaf_commands(
@@ -130,7 +162,12 @@ def leaf_commands(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run `lextra ARGS`; returns the exit code (2 for a user mistake, printed as one line)."""
-    parser = build_parser()
+    try:
+        argv = _take_plugins(list(sys.argv[1:] if argv is None else argv))
+        parser = build_parser()
+    except LextraError as err:
+        print(f"lextra: error: {err}", file=sys.stderr)
+        return 2
     try:
         args = parser.parse_args(argv)
     except SystemExit as done:  # argparse printed usage and a one-line error (exit 2), or --help (exit 0)

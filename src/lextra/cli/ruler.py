@@ -116,8 +116,10 @@ def load_hugging_face(args: argparse.Namespace) -> tuple[Any, Any, str, dict[str
     options=(add_rope_scaling, add_extend, add_threads, add_device, add_quiet),
 )
 def configure_ruler(parser: argparse.ArgumentParser) -> Handler:
+    from lextra.reporting.catalog import mask_help, ruler_task_help
+
     parser.add_argument("model", help="a lextra run or model folder, a Hugging Face folder, a .gguf file or 'smollm2'")
-    parser.add_argument("--tasks", default="all", help="'all' or comma-separated task names (see `lextra list`)")
+    parser.add_argument("--tasks", default="all", help=ruler_task_help())
     parser.add_argument("--lengths", default=None, help="comma-separated prompt lengths, tokens (default L_tr x 1,2,4)")
     parser.add_argument("--samples", type=positive_int, default=10, help="samples per (task, length) cell")
     parser.add_argument("--out", required=True, help="results folder (finished cells in it are reused)")
@@ -131,7 +133,7 @@ def configure_ruler(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("--chat", action="store_true", help="wrap prompts in the model's chat template")
     parser.add_argument("--seed", type=non_negative_int, default=0, help="seed of the samples")
     parser.add_argument("--batch", type=positive_int, default=8, help="samples decoded together (any tasks)")
-    parser.add_argument("--mask", default=None, help="inference mask: causal, window:W, bca[:B]")
+    parser.add_argument("--mask", default=None, help=mask_help())
     parser.add_argument("--temperatures", default=None, help="alignment.json from `lextra align` / `lextra hf align`")
     parser.add_argument(
         "--tokenizer", default=None, help="default: the model's own; bytes, bpe[:VOCAB] or hf:PATH otherwise"
