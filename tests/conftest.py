@@ -6,6 +6,10 @@ import pytest
 import torch
 
 from lextra.positions import SCHEMES, HeadDims, build_scheme
+from lextra.registry import load_env_plugins
+
+# `LEXTRA_PLUGINS=mine.py pytest tests` runs every test parametrised over a registry on the plugin's classes too
+load_env_plugins()
 
 ALL_SCHEMES = SCHEMES.names()
 RELATIVE_SCHEMES = [n for n in ALL_SCHEMES if SCHEMES.get(n).relative]

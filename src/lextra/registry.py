@@ -8,7 +8,8 @@ from the context (the training length) are filled by its `resolve_options(option
 `derived_defaults`, so `lextra list` and the CLI help, generated from the same declarations, show them.
 
 A registry may name the modules that register into it: they are imported on its first lookup, so a registry is
-complete whatever the caller imported first.
+complete whatever the caller imported first. Plugins (`.py` files or modules that register classes) are imported
+by `load_plugins`; the command line imports those `LEXTRA_PLUGINS` names (comma-separated) before it parses.
 """
 
 from __future__ import annotations
@@ -362,9 +363,21 @@ def _annotation_text(annotation: Any) -> str:
 
 # ---------------------------------------------------------------- plugins
 
-#: the environment variable naming plugin files or modules, comma-separated, that `lextra` imports first
+#: the environment variable naming plugin files or modules, comma-separated, that `lextra` imports before parsing
 PLUGINS_ENV = "LEXTRA_PLUGINS"
 _LOADED_PLUGINS: dict[str, Any] = {}
+_ENV_PLUGINS = {"loaded": False}
+
+
+def load_env_plugins() -> None:
+    """Import the plugins `LEXTRA_PLUGINS` names, once per process (the command line does before it parses, so
+    its help, its specs and its torchrun workers see what they register; so does the test suite's conftest)."""
+    if _ENV_PLUGINS["loaded"]:
+        return
+    _ENV_PLUGINS["loaded"] = True
+    import os
+
+    load_plugins(os.environ.get(PLUGINS_ENV, ""))
 
 
 def load_plugins(plugins: str | Iterable[str]) -> list[Any]:

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from lextra.errors import LextraError
-from lextra.registry import PLUGINS_ENV, load_plugins
+from lextra.registry import PLUGINS_ENV, load_env_plugins, load_plugins
 
 Handler = Callable[[argparse.Namespace], int]
 Configure = Callable[[argparse.ArgumentParser], Handler]
@@ -112,7 +111,7 @@ def _add(parser: argparse.ArgumentParser, node: Command | Group, path: tuple[str
 def build_parser() -> argparse.ArgumentParser:
     """The whole `lextra` parser, after the plugins of `LEXTRA_PLUGINS` are imported (so the help generated from
     the registries lists what they register) and every command module has declared its commands."""
-    load_plugins(os.environ.get(PLUGINS_ENV, ""))
+    load_env_plugins()
     for module in COMMAND_MODULES:
         importlib.import_module(module)
     parser = Parser(prog="lextra", description=ROOT.help)

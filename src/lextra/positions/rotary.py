@@ -15,7 +15,14 @@ from torch import Tensor
 
 from lextra.errors import ConfigError
 from lextra.positions.base import HeadDims, PositionScheme, register_scheme
-from lextra.positions.scaling import RopeScaling, depends_on_length, frequencies, parse_rope_scaling, rope_inv_freq
+from lextra.positions.scaling import (
+    ROPE_SCALINGS,
+    RopeScaling,
+    depends_on_length,
+    frequencies,
+    parse_rope_scaling,
+    rope_inv_freq,
+)
 from lextra.validate import check_bool, check_range
 
 Layout = Literal["half", "interleaved"]
@@ -104,7 +111,8 @@ def build_rope_scaling(scaling: dict[str, Any] | RopeScaling | None, train_len: 
     for name in ("short_factor", "long_factor"):
         if values.get(name) is not None:
             values[name] = tuple(float(x) for x in values[name])
-    if values.get("type", "none") not in ("none", "linear", "ntk"):
+    kind = values.get("type", "none")
+    if kind in ROPE_SCALINGS and "original_max_position_embeddings" in ROPE_SCALINGS.get(kind).uses:
         values.setdefault("original_max_position_embeddings", train_len)
     try:
         return RopeScaling(**values)
