@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -109,6 +110,14 @@ import random
 pair = build_ruler_task("niah_pair", ByteTokenizer()).sample(1500, 0)
 key = build_task("toy-key", ByteTokenizer()).sample(40, 0.5, random.Random(0))
 d, visible = clip.remap(torch.tensor([9]), torch.arange(10))
+from lextra.extend import extended_attention, reference_extended_attention
+rope = build_scheme("rope", HeadDims(2, 16, 32, 32))
+gen = torch.Generator().manual_seed(0)
+q, k, v = (torch.randn(1, 2, 100, 16, generator=gen) for _ in range(3))
+with torch.no_grad():
+    ref = reference_extended_attention(q, k, v, rope, clip)
+    errors = [(extended_attention(q, k, v, rope, clip, block_size=b) - ref).abs().max() for b in (7, None)]
+    fast_error = float(max(errors))
 try:
     to_hf(RopeScaling("sqrt_pi", factor=4))
     hf = "no error"
@@ -119,7 +128,8 @@ print(json.dumps({
     "window_default": build_mask("stride").step,
     "bias": bias[1].tolist(), "heads_equal": bool(torch.equal(bias[0], bias[1])),
     "inv": bool(torch.equal(inv, rope_inv_freq(16) / 2)), "att": att,
-    "clip": d.tolist(), "visible": visible.tolist(), "clip_default": build_extension("clip", 32).cap,
+    "fast_error": fast_error, "clip": d.tolist(), "visible": visible.tolist(),
+    "clip_default": build_extension("clip", 32).cap,
     "hf": hf,
     "pair": [len(pair.prompt_ids), len(pair.references), len(pair.needle_spans), pair.text.count(" is: ")],
     "pair_found": all(r in pair.text for r in pair.references),
@@ -134,6 +144,7 @@ print(json.dumps({
     assert values["inv"] and values["att"] == 1.0
     assert values["clip"] == [3.0] * 7 + [2.0, 1.0, 0.0] and all(values["visible"]) and values["clip_default"] == 16
     assert "'sqrt_pi' has no Hugging Face rope_type" in values["hf"]
+    assert values["fast_error"] < 1e-5  # the method's passes reproduce its formula
     assert values["pair"] == [1500, 2, 2, 2] and values["pair_found"]  # two needles, both asked
     assert values["key"] == [40, 1] and values["spec"] == [0.25, {"digits": 3}]
 
@@ -187,3 +198,13 @@ print(json.dumps({{"near": bool(torch.equal(last(near), base)), "far": bool(torc
     result = json.loads((task / "retrieval-toy-key" / "results.json").read_text())
     assert result["task"] == "toy-key" and result["cells"]["48"]["0.5"]["samples"] == 2
     assert all(len(e["answer"]) == 6 for e in result["cells"]["48"]["0.5"]["examples"])  # " " + 5 digits
+
+
+def test_docs_show_the_plugin_code() -> None:
+    """docs/extending.md's worked examples are the classes this file runs, verbatim."""
+    doc = (Path(__file__).parent.parent / "docs" / "extending.md").read_text()
+    source = PLUGIN.read_text()
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", doc, flags=re.S) if b.lstrip().startswith("@")]
+    assert len(blocks) == 6
+    for block in blocks:
+        assert block.strip() in source
