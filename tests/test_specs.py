@@ -228,3 +228,21 @@ print(json.dumps({{"final": str(final)}}))
     assert (final / "config.json").exists()
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
     assert saved["train"]["task"] == "passkey,ratio=0.5"
+
+
+def test_ruler_task_lists_take_each_task_s_options() -> None:
+    from lextra.pipelines.ruler import parse_task_list, parse_tasks, settings_from_section
+
+    names, options = parse_task_list("niah_single_1,vt,hops=2,fewshot=false,niah_single_1")
+    assert names == ["niah_single_1", "vt"] and options == {"vt": {"hops": 2, "fewshot": False}}
+    assert parse_task_list("all")[0] == parse_tasks("all") and parse_tasks("vt,cwe") == ["vt", "cwe"]
+    section = settings_from_section({"tasks": "vt,hops=3"})
+    assert section.tasks == ["vt"] and section.options == {"vt": {"hops": 3}}
+    for bad, message in (
+        ("hops=2,vt", "comes before any task; write TASK,hops=2"),
+        ("vt,hop=2", "RULER task 'vt' has no option 'hop'; its options: chains, hops"),
+        ("vt,hops=two", "hops takes an integer"),
+        ("vt,hops=2", "give them as RulerSettings.options"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            parse_tasks(bad) if "RulerSettings" in message else parse_task_list(bad)

@@ -145,10 +145,12 @@ def configure_ruler(parser: argparse.ArgumentParser) -> Handler:
 
     def run(args: argparse.Namespace) -> int:
         from lextra.evaluate.ruler import chat_format
-        from lextra.pipelines.ruler import RulerSettings, parse_tasks, run_ruler
+        from lextra.pipelines.ruler import RulerSettings, parse_task_list, run_ruler
 
+        tasks, task_options = parse_task_list(args.tasks)
         settings = RulerSettings(
-            tasks=parse_tasks(args.tasks),
+            tasks=tasks,
+            options=task_options,
             lengths=parse_lengths(args.lengths),
             samples=args.samples,
             seed=args.seed,

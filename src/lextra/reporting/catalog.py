@@ -46,7 +46,7 @@ def sections() -> list[tuple[str, Registry]]:
             "retrieval tasks (--task SPEC: NAME[:RATIO][,ratio=R][,option=value...], e.g. passkey:0.3; NAME+lm = 0.5)",
             TASKS,
         ),
-        ("RULER tasks (lextra ruler ... --tasks NAME,...)", RULER_TASKS),
+        ("RULER tasks (lextra ruler ... --tasks NAME[,key=value...],NAME..., e.g. vt,hops=2)", RULER_TASKS),
     ]
 
 
@@ -100,4 +100,7 @@ def task_help(*, training: bool = False) -> str:
 
 def ruler_task_help() -> str:
     """The `--tasks` help line of `lextra ruler`."""
-    return f"'all' or comma-separated RULER task names: {RULER_TASKS.help_text()}"
+    return (
+        f"'all' or comma-separated RULER tasks, each TASK[,key=value...] (e.g. niah_single_1,vt,hops=2): "
+        f"{RULER_TASKS.help_text()}"
+    )
