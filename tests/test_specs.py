@@ -20,7 +20,7 @@ from lextra.model import GPTConfig
 from lextra.pipelines.compare import parse_variant
 from lextra.pipelines.retrieval import parse_scaled_variant
 from lextra.positions import SCHEMES, HeadDims, build_scheme, split_scheme_spec
-from lextra.positions.scaling import ROPE_SCALINGS, RopeScaling, parse_rope_scaling
+from lextra.positions.scaling import SCALING_TYPES, RopeScaling, parse_rope_scaling
 from lextra.registry import Registry, Spec, convert_value, format_spec, parse_spec
 
 DIMS = HeadDims(2, 16, 32, 64)
@@ -97,7 +97,7 @@ def test_scalings_old_and_new_spellings() -> None:
     assert parse_rope_scaling("pi:2") == {"type": "linear", "factor": 2.0}
     assert RopeScaling("pi", factor=2) == RopeScaling("linear", factor=2.0)
     assert hash(RopeScaling("pi", factor=2)) == hash(RopeScaling("linear", factor=2))
-    assert "pi" not in ROPE_SCALINGS.names() and "pi" in ROPE_SCALINGS
+    assert "pi" not in SCALING_TYPES.names() and "pi" in SCALING_TYPES
     scheme = build_scheme("rope", DIMS, scaling="yarn:4,truncate=false")  # a spec as the scheme's scaling option
     assert scheme.scaling == RopeScaling("yarn", factor=4.0, original_max_position_embeddings=64, truncate=False)
     with pytest.raises(ConfigError, match="factor must be >= 1"):
@@ -179,8 +179,8 @@ def test_describe_and_help_come_from_the_declarations() -> None:
     assert MASKS.describe("bca") == "block=L_tr / 2" and MASKS.describe("full") == "no options"
     assert EXTENSIONS.describe("rerope") == "window=L/8, log_scale=True"
     assert SCHEMES.types_text("alibi") == "slope_shift: float"
-    assert ROPE_SCALINGS.help_text().startswith("none, linear[:FACTOR], ntk[:FACTOR], dynamic[:FACTOR]")
-    assert [o.name for o in ROPE_SCALINGS.options("llama3")] == [
+    assert SCALING_TYPES.help_text().startswith("none, linear[:FACTOR], ntk[:FACTOR], dynamic[:FACTOR]")
+    assert [o.name for o in SCALING_TYPES.options("llama3")] == [
         "factor",
         "original_max_position_embeddings",
         "low_freq_factor",

@@ -16,7 +16,7 @@ from torch import Tensor
 from lextra.errors import ConfigError
 from lextra.positions.base import HeadDims, PositionScheme, register_scheme
 from lextra.positions.scaling import (
-    ROPE_SCALINGS,
+    SCALING_TYPES,
     RopeScaling,
     depends_on_length,
     frequencies,
@@ -112,7 +112,7 @@ def build_rope_scaling(scaling: dict[str, Any] | RopeScaling | None, train_len: 
         if values.get(name) is not None:
             values[name] = tuple(float(x) for x in values[name])
     kind = values.get("type", "none")
-    if kind in ROPE_SCALINGS and "original_max_position_embeddings" in ROPE_SCALINGS.get(kind).uses:
+    if kind in SCALING_TYPES and "original_max_position_embeddings" in SCALING_TYPES.get(kind).uses:
         values.setdefault("original_max_position_embeddings", train_len)
     try:
         return RopeScaling(**values)

@@ -1,7 +1,7 @@
 """RoPE frequency scalings for length extrapolation: PI, NTK-aware, dynamic NTK, YaRN, Llama 3, LongRoPE.
 
 A registry in the style of Hugging Face's `modeling_rope_utils.py` (`ROPE_INIT_FUNCTIONS`): each type is one small
-`ScalingType` class in `ROPE_SCALINGS` that declares the `RopeScaling` fields it reads, checks them, maps
+`ScalingType` class in `SCALING_TYPES` that declares the `RopeScaling` fields it reads, checks them, maps
 `(scaling, head_dim, base, seq_len)` to the scaled inverse frequencies (D/2,) in fp32 and the factor by which cos
 and sin are multiplied (HF's `attention_scaling`; the attention logits therefore carry its square), and reads and
 writes Hugging Face's `rope_scaling` dicts. `RopeScaling` is the value every caller builds and saves; it dispatches
@@ -51,7 +51,7 @@ class RopeScaling:
     """A RoPE frequency scaling and its parameters, with the papers' / Hugging Face defaults.
 
     Attributes:
-        type: a name in `ROPE_SCALINGS` ("none", "linear" (or "pi"), "ntk", "dynamic", "yarn", "llama3", "longrope").
+        type: a name in `SCALING_TYPES` ("none", "linear" (or "pi"), "ntk", "dynamic", "yarn", "llama3", "longrope").
         factor: the extension ratio s = L_ex / L_tr (>= 1); for "dynamic" the slope of its growth past L_tr.
         original_max_position_embeddings: the training length L_tr; required by dynamic, yarn, llama3, longrope.
         attention_factor: yarn / longrope: the cos/sin multiplier; None uses the method's default formula.
@@ -82,12 +82,12 @@ class RopeScaling:
     long_factor: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.type, str) or self.type not in ROPE_SCALINGS:
+        if not isinstance(self.type, str) or self.type not in SCALING_TYPES:
             raise ConfigError(
-                f"unknown RoPE scaling type {self.type!r}; known types: {', '.join(ROPE_SCALINGS.names())} "
+                f"unknown RoPE scaling type {self.type!r}; known types: {', '.join(SCALING_TYPES.names())} "
                 "(Hugging Face's 'default' is lextra's 'none')"
             )
-        object.__setattr__(self, "type", ROPE_SCALINGS.canonical(self.type))
+        object.__setattr__(self, "type", SCALING_TYPES.canonical(self.type))
         where = f"RoPE scaling {self.type!r}"
         self._normalise_numbers(where)
         self._check_unused(where)
@@ -113,7 +113,7 @@ class RopeScaling:
     @property
     def kind(self) -> type[ScalingType]:
         """The class of this scaling's type (its checks, frequencies and Hugging Face mapping)."""
-        return ROPE_SCALINGS.get(self.type)
+        return SCALING_TYPES.get(self.type)
 
     def _normalise_numbers(self, where: str) -> None:
         """Coerce numbers to float / int and factor lists to tuples (hashable, comparable after a round trip)."""
@@ -164,7 +164,7 @@ Need = Callable[[str], Any]
 
 
 class ScalingType:
-    """Base class of the `ROPE_SCALINGS` registry: one RoPE scaling type, never instantiated.
+    """Base class of the `SCALING_TYPES` registry: one RoPE scaling type, never instantiated.
 
     A type declares the `RopeScaling` fields it reads (`uses`; these are its spec options), whether it needs the
     training length and changes with the sequence length, its Hugging Face `rope_type` (`hf_type`, None when HF
@@ -239,8 +239,8 @@ class ScalingType:
         return {key: getattr(scaling, key) for key in _FIELDS if key in cls.uses and getattr(scaling, key) is not None}
 
 
-ROPE_SCALINGS: Registry[ScalingType] = Registry("RoPE scaling")
-register_scaling = ROPE_SCALINGS.register
+SCALING_TYPES: Registry[ScalingType] = Registry("RoPE scaling")
+register_scaling = SCALING_TYPES.register
 
 
 # ---------------------------------------------------------------- helpers
@@ -589,25 +589,25 @@ class LongRopeScaling(ScalingType):
         )
 
 
-#: the built-in types, in listing order (`ROPE_SCALINGS.names()` also holds types registered later)
-KNOWN_TYPES: tuple[str, ...] = tuple(ROPE_SCALINGS.names())
+#: the built-in types, in listing order (`SCALING_TYPES.names()` also holds types registered later)
+KNOWN_TYPES: tuple[str, ...] = tuple(SCALING_TYPES.names())
 #: the built-in types whose frequencies change with the sequence length
-LENGTH_DEPENDENT_TYPES: tuple[str, ...] = tuple(n for n in KNOWN_TYPES if ROPE_SCALINGS.get(n).length_dependent)
+LENGTH_DEPENDENT_TYPES: tuple[str, ...] = tuple(n for n in KNOWN_TYPES if SCALING_TYPES.get(n).length_dependent)
 
 
 class _Frequencies(Mapping[str, Callable[..., tuple[Tensor, float]]]):
     """`SCALINGS[type](scaling, head_dim, base, seq_len)`: every registered type's frequency function."""
 
     def __getitem__(self, name: str) -> Callable[..., tuple[Tensor, float]]:
-        if name not in ROPE_SCALINGS:
+        if name not in SCALING_TYPES:
             raise KeyError(name)
-        return ROPE_SCALINGS.get(name).frequencies
+        return SCALING_TYPES.get(name).frequencies
 
     def __iter__(self) -> Iterator[str]:
-        return iter(ROPE_SCALINGS.names())
+        return iter(SCALING_TYPES.names())
 
     def __len__(self) -> int:
-        return len(ROPE_SCALINGS.names())
+        return len(SCALING_TYPES.names())
 
 
 SCALINGS: Mapping[str, Callable[..., tuple[Tensor, float]]] = _Frequencies()
@@ -645,7 +645,7 @@ def depends_on_length(scaling: RopeScaling) -> bool:
 
 def _hf_readers() -> dict[str, type[ScalingType]]:
     """Hugging Face rope_type -> the type that reads it: each type's `hf_type` first, then its `hf_reads`."""
-    classes = [ROPE_SCALINGS.get(name) for name in ROPE_SCALINGS.names()]
+    classes = [SCALING_TYPES.get(name) for name in SCALING_TYPES.names()]
     readers = {cls.hf_type: cls for cls in classes if cls.hf_type}
     for cls in classes:
         readers.update({t: cls for t in cls.hf_reads if t not in readers})
@@ -730,8 +730,8 @@ def parse_rope_scaling(spec: str) -> dict[str, Any]:
             return dict(json.loads(spec))
         except (json.JSONDecodeError, TypeError, ValueError):
             raise ConfigError(f"rope scaling {spec!r} is not a JSON object") from None
-    name, options = ROPE_SCALINGS.parse(spec)
-    if "factor" in ROPE_SCALINGS.get(name).uses:
+    name, options = SCALING_TYPES.parse(spec)
+    if "factor" in SCALING_TYPES.get(name).uses:
         factor = options.setdefault("factor", 1.0)
         if not factor > 0:
             raise ConfigError(f"rope scaling {spec!r}: the factor must be a finite number > 0")
@@ -741,8 +741,8 @@ def parse_rope_scaling(spec: str) -> dict[str, Any]:
 __all__ = [
     "KNOWN_TYPES",
     "LENGTH_DEPENDENT_TYPES",
-    "ROPE_SCALINGS",
     "SCALINGS",
+    "SCALING_TYPES",
     "RopeScaling",
     "ScalingType",
     "check_head_dim",

@@ -9,7 +9,7 @@ from lextra.evaluate.retrieval.tasks import TASKS
 from lextra.evaluate.ruler import RULER_TASKS
 from lextra.extend import EXTENSIONS
 from lextra.positions import SCHEMES
-from lextra.positions.scaling import ROPE_SCALINGS
+from lextra.positions.scaling import SCALING_TYPES
 from lextra.registry import Registry
 
 GRAMMAR = "name[:positional][,key=value...]"
@@ -35,7 +35,7 @@ def sections() -> list[tuple[str, Registry]]:
         ("masks (--mask SPEC, e.g. window:256 or window,width=256)", MASKS),
         (
             "RoPE scalings of rotary models (--rope-scaling SPEC, e.g. yarn:4,beta_fast=16; or a JSON dict)",
-            ROPE_SCALINGS,
+            SCALING_TYPES,
         ),
         (
             "training-free extension methods of rotary models, L = the training length "
@@ -74,7 +74,7 @@ def scaling_help() -> str:
     """The `--rope-scaling` help line."""
     return (
         f"RoPE frequency scaling for rotary models, TYPE[:FACTOR][,key=value...] (e.g. yarn:4,beta_fast=16) or a JSON "
-        f"dict of RopeScaling fields; TYPE: {ROPE_SCALINGS.help_text()}, pi = linear (see `lextra list`)"
+        f"dict of RopeScaling fields; TYPE: {SCALING_TYPES.help_text()}, pi = linear (see `lextra list`)"
     )
 
 
