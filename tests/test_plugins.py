@@ -208,3 +208,18 @@ def test_docs_show_the_plugin_code() -> None:
     assert len(blocks) == 6
     for block in blocks:
         assert block.strip() in source
+
+
+def test_only_a_top_level_plugin_flag_loads_a_plugin(capsys) -> None:
+    from lextra.cli import main
+
+    # after the command, --plugin is that command's argument (here a bad --scheme value), not a plugin to import
+    assert main(["train", "--out", "x", "--scheme", "--plugin", "--width", "16"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("lextra train: error: argument --scheme: expected one argument")
+    assert main(["--plugin", "no_such_lextra_plugin_module", "list"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "lextra: error: plugin 'no_such_lextra_plugin_module': cannot import it (No module named "
+        "'no_such_lextra_plugin_module'); check the name or PYTHONPATH"
+    ]

@@ -128,8 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _take_plugins(argv: list[str]) -> list[str]:
-    """Import the `--plugin X` / `--plugin=X` given anywhere in the arguments and return argv
-    without them, so the parser built next already knows what they register."""
+    """Import the top-level `--plugin X` / `--plugin=X` (those before the command name) and return argv without
+    them, so the parser built next already knows what they register."""
     rest, plugins, index = [], [], 0
     while index < len(argv):
         arg = argv[index]
@@ -139,6 +139,9 @@ def _take_plugins(argv: list[str]) -> list[str]:
             continue
         if arg.startswith("--plugin="):
             plugins.append(arg.split("=", 1)[1])
+        elif not arg.startswith("-"):  # the command: what follows is its own
+            rest += argv[index:]
+            break
         else:
             rest.append(arg)
         index += 1
