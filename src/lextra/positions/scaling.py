@@ -34,7 +34,7 @@ import math
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeAlias
 
 import torch
 from torch import Tensor
@@ -44,6 +44,8 @@ from lextra.registry import Option, Registry
 
 #: the largest extension ratio accepted: far past any published extension, and the NTK bases stay finite below it
 MAX_FACTOR = 1e6
+#: a scaling type's class (`RopeScaling.kind`; inside RopeScaling, `type` is the field)
+ScalingKind: TypeAlias = "type[ScalingType]"
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,7 @@ class RopeScaling:
         kind.check(self, where)
 
     @property
-    def kind(self) -> type[ScalingType]:
+    def kind(self) -> ScalingKind:
         """The class of this scaling's type (its checks, frequencies and Hugging Face mapping)."""
         return SCALING_TYPES.get(self.type)
 
@@ -371,6 +373,7 @@ class DynamicScaling(ScalingType):
     @classmethod
     def frequencies(cls, scaling: RopeScaling, head_dim: int, base: float, seq_len: int | None) -> tuple[Tensor, float]:
         train_len = scaling.original_max_position_embeddings
+        assert train_len is not None  # RopeScaling requires it of this type
         length = train_len if seq_len is None else max(seq_len, train_len)
         factor = scaling.factor
         dynamic_base = base * ((factor * length / train_len) - (factor - 1)) ** (head_dim / (head_dim - 2))
@@ -435,6 +438,7 @@ class YarnScaling(ScalingType):
     def frequencies(cls, scaling: RopeScaling, head_dim: int, base: float, seq_len: int | None) -> tuple[Tensor, float]:
         factor = scaling.factor
         train_len = scaling.original_max_position_embeddings
+        assert train_len is not None  # RopeScaling requires it of this type
         attention = scaling.attention_factor
         if attention is None:
             if scaling.mscale and scaling.mscale_all_dim:
@@ -503,6 +507,7 @@ class Llama3Scaling(ScalingType):
     def frequencies(cls, scaling: RopeScaling, head_dim: int, base: float, seq_len: int | None) -> tuple[Tensor, float]:
         factor, low, high = scaling.factor, scaling.low_freq_factor, scaling.high_freq_factor
         train_len = scaling.original_max_position_embeddings
+        assert train_len is not None  # RopeScaling requires it of this type
         inv_freq = rope_inv_freq(head_dim, base)
         wavelength = 2 * math.pi / inv_freq
         long_wave, short_wave = train_len / low, train_len / high
@@ -542,7 +547,8 @@ class LongRopeScaling(ScalingType):
 
     @classmethod
     def check(cls, scaling: RopeScaling, where: str) -> None:
-        if scaling.attention_factor is None and scaling.factor > 1 and scaling.original_max_position_embeddings < 2:
+        too_short = (scaling.original_max_position_embeddings or 0) < 2
+        if scaling.attention_factor is None and scaling.factor > 1 and too_short:
             raise ConfigError(
                 f"{where}: the default attention factor divides by ln L_tr, so "
                 "original_max_position_embeddings must be >= 2 (or give attention_factor)"
@@ -557,7 +563,7 @@ class LongRopeScaling(ScalingType):
     @classmethod
     def check_head_dim(cls, scaling: RopeScaling, head_dim: int) -> None:
         for name in ("short_factor", "long_factor"):
-            got = len(getattr(scaling, name))
+            got = len(getattr(scaling, name) or ())
             if got != head_dim // 2:
                 raise ConfigError(
                     f"RoPE scaling 'longrope': {name} has {got} entries but head_dim {head_dim} needs "
@@ -567,6 +573,7 @@ class LongRopeScaling(ScalingType):
     @classmethod
     def frequencies(cls, scaling: RopeScaling, head_dim: int, base: float, seq_len: int | None) -> tuple[Tensor, float]:
         train_len = scaling.original_max_position_embeddings
+        assert train_len is not None  # RopeScaling requires it of this type
         attention = scaling.attention_factor
         if attention is None:
             factor = scaling.factor
