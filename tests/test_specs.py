@@ -134,6 +134,9 @@ def test_scheme_specs_and_scheme_options() -> None:
     # --scheme-option K=V (scheme_options) still works and wins over the spec
     config = GPTConfig(scheme="rope,base=500000", scheme_options={"base": 100.0})
     assert config.scheme_options == {"base": 100.0}
+    later = GPTConfig(scheme_options={"layout": "interleaved"})
+    later.scheme = "rope,base=500"  # assigned after construction (the CLI sets flags on a config): validate splits it
+    assert (later.validate().scheme, later.scheme_options) == ("rope", {"base": 500.0, "layout": "interleaved"})
     assert build_scheme("alibi,slope_shift=0.5", DIMS).options == {"slope_shift": 0.5}
     assert GPTConfig.from_dict(GPTConfig(scheme="t5,num_buckets=16").to_dict()).scheme_options == {"num_buckets": 16}
     variant = parse_variant("rope,base=500+window:64")

@@ -57,7 +57,11 @@ class GPTConfig:
     log_scaling: str = "none"
 
     def __post_init__(self) -> None:
-        # a scheme spec (`rope,base=500000`) becomes the scheme's name and options; explicit options win
+        self.split_scheme_spec()
+
+    def split_scheme_spec(self) -> None:
+        """A scheme spec (`rope,base=500000`) becomes the scheme's name and options, explicit `scheme_options`
+        winning (`--scheme-option`); run on construction and by `validate`, for a spec assigned later."""
         if isinstance(self.scheme, str) and any(c in self.scheme for c in ":,"):
             if not isinstance(self.scheme_options, dict):
                 raise ConfigError(
@@ -74,6 +78,7 @@ class GPTConfig:
 
     def validate(self) -> GPTConfig:
         """Refuse any value the model cannot be built from (before any work), naming the field and the fix."""
+        self.split_scheme_spec()
         for name in ("vocab_size", "n_layer", "n_head", "d_model", "train_len"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
