@@ -66,7 +66,7 @@ class TrainConfig:
     init_from: str | None = None
     #: a prepared folder (`lextra data prepare`) read instead of the corpus; its source and limit replace
     #: `corpus` and `limit_chars`, and `tokenizer` must be the one it was prepared with
-    data: str | None = None
+    data: str | None = field(default=None, metadata=serialize.options(omit_none=True))
     model: GPTConfig = field(default_factory=GPTConfig)
     batch_size: int = 16
     #: 600 steps: the budget `lextra train` and `lextra compare` (`make run`) use unless told otherwise
