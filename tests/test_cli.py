@@ -145,6 +145,7 @@ def test_every_training_flag_sets_a_config_field() -> None:
     own |= {"lengths", "protocols", "stride", "documents", "split", "backend", "temperature"}  # compare's evaluation
     own |= {"depths", "samples", "candidates", "eval_seed", "eval_batch_size"}  # retrieval compare's evaluation
     own |= {"data"}  # train's prepared folder: it sets TrainConfig.data itself (compare and retrieval read corpora)
+    own |= {"rope_scaling"}  # the scheme option `scaling`, which `train_config_from` sets after --scheme-option
     for path in (("train",), ("compare",), ("retrieval", "train"), ("retrieval", "compare")):
         parser = dict(leaf_commands(build_parser()))[path]
         dests = {a.dest for a in parser._actions} - own

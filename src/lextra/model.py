@@ -25,6 +25,7 @@ from lextra import serialize
 from lextra.attention import attention, build_mask
 from lextra.attention.backends import AttentionExtension
 from lextra.attention.masks import Mask
+from lextra.attention.s2 import shifted_sparse_attention
 from lextra.errors import CheckpointError, ConfigError
 from lextra.io import atomic_write, atomic_write_json, sha256_file
 from lextra.positions import HeadDims, PositionScheme, build_scheme, split_scheme_spec
@@ -265,6 +266,8 @@ class SelfAttention(nn.Module):
         #: a training-free extension method the layer attends through (`lextra.extend.apply_extension`); the
         #: cache evicts the keys its `retains` drops
         self.extension: AttentionExtension | None = None
+        #: LongLoRA's S2-Attn group size while training (0: off); eval mode always attends fully causally
+        self.s2_group = 0
         if config.log_scaling == "ssmax":
             # Scalable-Softmax (Nakanishi 2025, arXiv 2501.19399): logits x s_h ln n, s_h learned;
             # 1 / ln L_tr makes the factor 1 at n = L_tr
@@ -328,6 +331,9 @@ class SelfAttention(nn.Module):
         temperature = self.query_temperature(positions, k_pos, mask)
         if observer is not None:
             observer(AttentionInputs(layer, q, k, scheme, positions, k_pos, mask, temperature))
+        if self.s2_group and self.training and cache is None and self.extension is None:
+            out = shifted_sparse_attention(q, k, v, self.s2_group, scheme, positions, positions, temperature)
+            return self.dropout(self.o_proj(out.transpose(1, 2).reshape(B, L, -1)))
         out = attention(
             q,
             k,
@@ -445,6 +451,12 @@ class GPT(nn.Module):
         device = next(self.parameters()).device
         self.positions = nn.ModuleList(fresh).to(device)
         self.config.scheme_options = merged
+
+    def set_s2_attn(self, group: int) -> None:
+        """Train with LongLoRA's S2-Attn in groups of `group` tokens (0: off); it applies in training mode only,
+        so evaluation and the saved model attend with full causal attention, as the authors evaluate."""
+        for block in self.blocks:
+            cast(Block, block).attn.s2_group = int(group)
 
     def scheme_for(self, layer: int) -> PositionScheme:
         return cast(PositionScheme, self.positions[layer if len(self.positions) > 1 else 0])

@@ -31,13 +31,15 @@ from tqdm import tqdm
 
 from lextra import serialize
 from lextra.data import TrainStream, eval_sequences
+from lextra.data.positions import PositionSampler, build_sampler
 from lextra.data.prepare import PreparedData, prepare_data
 from lextra.data.shards import PreparedShards
 from lextra.data.windows import encode_documents
 from lextra.devices import autocast, resolve_device
 from lextra.errors import CheckpointError, ConfigError, TrainingDivergedError
 from lextra.io import atomic_write, atomic_write_json, atomic_write_text, sha256_file
-from lextra.model import GPT, GPTConfig, load_model, save_model
+from lextra.model import GPT, GPTConfig, load_model, read_model_meta, save_model
+from lextra.positions.scaling import SCALING_TYPES
 from lextra.tensorboard import Board, require_tensorboard, run_log_dir
 from lextra.validate import check_bool, check_int, check_positive, check_positive_int, check_range
 
@@ -90,10 +92,18 @@ class TrainConfig:
     tensorboard: bool = False
     #: where those event files go (turns `tensorboard` on); None: the run directory's tb/
     log_dir: str | None = None
+    #: the position sampler the training windows are read at (`lextra.data.positions`): `contiguous`,
+    #: `pose[:TARGET][,chunks=N]`, `randomized[:MAX]`
+    positions: str = "contiguous"
+    #: LongLoRA's shifted sparse attention in training with groups of this many tokens (0: off); evaluation and
+    #: the saved model attend with full causal attention
+    s2_attn: int = 0
 
     #: where a run's curves go, not what it trains: left out of `to_dict`, so saved configs, study cells and
     #: reused models compare equal with TensorBoard on or off
     LOGGING_ONLY: ClassVar[tuple[str, ...]] = ("tensorboard", "log_dir")
+    #: fields left out of `to_dict` at these values, so configs saved before they existed compare equal
+    OMIT_DEFAULTS: ClassVar[dict[str, Any]] = {"positions": "contiguous", "s2_attn": 0}
 
     def validate(self) -> TrainConfig:
         """Refuse every non-finite or out-of-range number before any work; integral counts become ints."""
@@ -122,18 +132,64 @@ class TrainConfig:
         if self.tensorboard:
             require_tensorboard()
         self.model.validate()
+        self.s2_attn = check_int(f"{where} s2_attn", self.s2_attn, 0)
+        self.sampler()
+        check_s2_attn(self.s2_attn, self.model)
         return self
+
+    def sampler(self) -> PositionSampler:
+        """The position sampler `positions` names, checked against the model it feeds (see `check_sampler`)."""
+        sampler = build_sampler(self.positions, self.model.train_len)
+        check_sampler(sampler, self.model)
+        return sampler
 
     def to_dict(self) -> dict[str, Any]:
         data = serialize.to_dict(self)
         for name in self.LOGGING_ONLY:
             del data[name]
+        for name, default in self.OMIT_DEFAULTS.items():
+            if data.get(name) == default:
+                del data[name]
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
         """Read a saved or written config (the model through `GPTConfig.from_dict`); unknown keys are refused."""
         return serialize.from_dict(cls, data, refuse_unknown="training config")
+
+
+def check_sampler(sampler: PositionSampler, model: GPTConfig) -> None:
+    """Refuse a sampler the model's scheme cannot serve: a learned table shorter than the positions it draws, and
+    Scalable-Softmax, whose n counts keys at contiguous positions."""
+    if sampler.contiguous:
+        return
+    if model.scheme == "learned":
+        table = int(model.scheme_options.get("max_len") or model.train_len)
+        if sampler.limit > table:
+            raise ConfigError(
+                f"--positions {sampler.spec()} draws positions up to {sampler.limit - 1}, but the learned position "
+                f"table has {table} entries; train with --scheme-option max_len={sampler.limit}, a smaller "
+                "target/max, or a relative scheme"
+            )
+    if model.log_scaling == "ssmax":
+        raise ConfigError(
+            f"--positions {sampler.spec()} skips positions, but log_scaling ssmax counts keys at contiguous "
+            "positions; use --positions contiguous or another log_scaling"
+        )
+
+
+def check_s2_attn(group: int, model: GPTConfig) -> None:
+    """Refuse an S2-Attn group that does not divide the training window (or cannot be halved)."""
+    if not group:
+        return
+    L = model.train_len
+    if group < 2 or group % 2 or L % group:
+        raise ConfigError(
+            f"--s2-attn {group}: the group must be even and divide the training window L_tr ({L}); "
+            f"use e.g. --s2-attn {L // 4 if L % 8 == 0 else L}"
+        )
+    if model.n_head < 2:
+        raise ConfigError(f"--s2-attn shifts half the heads, but the model has {model.n_head}; use n_head >= 2")
 
 
 class BatchSource(Protocol):
@@ -377,6 +433,7 @@ def train(
         data = prepare_data(config.corpus, config.tokenizer, config.limit_chars)
         tokenizer = data.tokenizer
     config.model.vocab_size = tokenizer.vocab_size
+    continue_from(config)
     if resume:
         _check_same_data(run_dir, shards)
         _check_compatible(run_dir, config)
@@ -412,6 +469,8 @@ def train(
     progress = progress and world.is_main
 
     L = config.model.train_len
+    sampler = config.sampler()
+    model.set_s2_attn(config.s2_attn)
     bar = tqdm(
         total=config.steps,
         initial=start,
@@ -429,8 +488,10 @@ def train(
             group["lr"] = lr * group["lr_scale"]
         # the global batch is the same whatever the number of processes; each takes its own rows
         batch = world.shard(stream.batch(step, config.batch_size, L, config.seed)).to(device)
+        # one position vector per step, the same on every process (drawn for the global batch: rank 0)
+        positions = None if sampler.contiguous else sampler.positions(config.seed, step).to(device)
         with autocast(config.precision, device):
-            logits = network(batch[:, :-1])
+            logits = network(batch[:, :-1], positions=positions)
         loss = F.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten())
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -612,12 +673,60 @@ class Distributed:
             dist.destroy_process_group()
 
 
-def _initialise_from(model: GPT, folder: str) -> None:
-    """Copy a saved model's weights into `model` (same scheme and shape), for fine-tuning."""
-    source = load_model(folder)
-    if source.config.to_dict() | {"temperatures": None} != model.config.to_dict() | {"temperatures": None}:
+#: model fields continued training may change from its --init-from model (the RoPE scaling is a scheme option)
+CONTINUE_CHANGES = ("train_len", "temperatures")
+
+
+def _comparable(model: GPTConfig) -> dict[str, Any]:
+    data = model.to_dict()
+    for name in CONTINUE_CHANGES:
+        data.pop(name, None)
+    data["scheme_options"] = {k: v for k, v in model.scheme_options.items() if k != "scaling"}
+    return data
+
+
+def continue_from(config: TrainConfig) -> GPTConfig | None:
+    """Check `config.init_from` against this run's model before any work: the same scheme and shape, changing at
+    most the training length and the RoPE scaling. A scaling without an original length gets the source's (its
+    own scaling's original length, else its L_tr), so `--train-len 512 --rope-scaling yarn:4` on a model trained
+    at 128 scales from 128. Returns the source's config (None without --init-from)."""
+    if not config.init_from:
+        return None
+    meta = read_model_meta(config.init_from)
+    source = GPTConfig.from_dict(meta["model"])
+    mine, theirs = _comparable(config.model), _comparable(source)
+    differences = [k for k in mine if mine[k] != theirs.get(k)]
+    if differences:
+        detail = "; ".join(f"{k}: model {theirs.get(k)!r}, this run {mine[k]!r}" for k in differences[:4])
         raise ConfigError(
-            f"--init-from {folder}: its model config differs from this run's; use the same scheme and shape"
+            f"--init-from {config.init_from}: its model config differs from this run's ({detail}); only "
+            "--train-len and --rope-scaling may change, so set the other model options as the model has them"
+        )
+    scaling = config.model.scheme_options.get("scaling")
+    if isinstance(scaling, dict) and scaling.get("type", "none") in SCALING_TYPES:
+        uses = SCALING_TYPES.get(scaling["type"]).uses
+        if "original_max_position_embeddings" in uses and "original_max_position_embeddings" not in scaling:
+            before = source.scheme_options.get("scaling")
+            original = before.get("original_max_position_embeddings") if isinstance(before, dict) else None
+            scaling = {**scaling, "original_max_position_embeddings": original or source.train_len}
+            config.model.scheme_options = {**config.model.scheme_options, "scaling": scaling}
+            config.model.validate()
+    return source
+
+
+def _initialise_from(model: GPT, folder: str) -> None:
+    """Copy a saved model's weights into `model` (same scheme and shape; `continue_from` checked the config)."""
+    source = load_model(folder)
+    mismatched = [
+        name
+        for name, tensor in source.state_dict().items()
+        if name in model.state_dict() and model.state_dict()[name].shape != tensor.shape
+    ]
+    if mismatched:
+        raise ConfigError(
+            f"--init-from {folder}: its weights {', '.join(mismatched[:3])} have other shapes at --train-len "
+            f"{model.config.train_len} (a table sized by L_tr); keep its --train-len or set the table size "
+            "(e.g. --scheme-option max_len=...) as the model has it"
         )
     model.load_state_dict(source.state_dict())
 

@@ -16,6 +16,7 @@ from lextra.attention.backends import (
 )
 from lextra.attention.flex import flex_attention_forward, flex_block_mask
 from lextra.attention.masks import MASKS, Mask, build_mask
+from lextra.attention.s2 import s2_visible, shifted_sparse_attention
 
 __all__ = [
     "BACKENDS",
@@ -34,4 +35,6 @@ __all__ = [
     "reference_attention",
     "register_backend",
     "run_attention",
+    "s2_visible",
+    "shifted_sparse_attention",
 ]

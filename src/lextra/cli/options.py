@@ -250,6 +250,8 @@ TRAIN_FLAGS: dict[str, str] = {
     "precision": "precision",
     "tensorboard": "tensorboard",
     "log_dir": "log_dir",
+    "positions": "positions",
+    "s2_attn": "s2_attn",
 }
 
 
@@ -291,7 +293,33 @@ def add_training(parser: argparse.ArgumentParser) -> None:
     add("--seed", TrainConfig, "seed", non_negative_int, "seed of the initial weights and the training windows")
     add("--checkpoint-every", TrainConfig, "checkpoint_every", positive_int, "steps between checkpoints")
     parser.add_argument(
-        "--init-from", default=None, help="start from this model folder's weights (fine-tuning) (default: none)"
+        "--init-from",
+        default=None,
+        help="start from this model folder's weights (fine-tuning; continued training at a new --train-len, with "
+        "--rope-scaling for rotary schemes; the optimizer starts fresh) (default: none)",
+    )
+    parser.add_argument(
+        "--positions",
+        default=None,
+        metavar="NAME[:OPTIONS]",
+        help="position sampler of the training windows: contiguous, pose[:TARGET][,chunks=N] (PoSE, target "
+        "default 16 x L_tr), randomized[:MAX] (Ruoss 2023, max default 16 x L_tr) "
+        f"(default: {config_default(TrainConfig, 'positions')})",
+    )
+    parser.add_argument(
+        "--s2-attn",
+        type=non_negative_int,
+        default=None,
+        metavar="G",
+        help="train with LongLoRA's shifted sparse attention in groups of G tokens (G even, dividing --train-len; "
+        "0: off); evaluation attends fully causally (default: 0)",
+    )
+    parser.add_argument(
+        "--rope-scaling",
+        default=None,
+        metavar="TYPE:FACTOR",
+        help="RoPE scaling trained with and saved in the model (e.g. yarn:4, linear:4; none removes it), for "
+        "rotary schemes; with --init-from its original length is the source model's L_tr (default: none)",
     )
     parser.add_argument(
         "--precision",
@@ -336,6 +364,14 @@ def read_train_file(path: str | Path) -> Any:
         raise ConfigError(f"--config {path}: {err}") from None
 
 
+def with_rope_scaling(options: dict[str, Any], spec: str) -> dict[str, Any]:
+    """Scheme options with `--rope-scaling SPEC` as their `scaling` (`none` removes it)."""
+    from lextra.positions.scaling import parse_rope_scaling
+
+    rest = {k: v for k, v in options.items() if k != "scaling"}
+    return rest if spec == "none" else {**rest, "scaling": parse_rope_scaling(spec)}
+
+
 def train_config_from(args: argparse.Namespace, scheme: str | None = None) -> Any:
     """The `TrainConfig` the training options describe (validated): the --config file (else the defaults), then
     every flag given explicitly, then `scheme` when the command sets it (compare variants)."""
@@ -352,6 +388,9 @@ def train_config_from(args: argparse.Namespace, scheme: str | None = None) -> An
         setattr(holder, name, value)
     if scheme is not None:
         config.model.scheme = scheme
+    if getattr(args, "rope_scaling", None) is not None:  # a scheme option: after --scheme and --scheme-option
+        config.model.split_scheme_spec()
+        config.model.scheme_options = with_rope_scaling(config.model.scheme_options, args.rope_scaling)
     return config.validate()
 
 

@@ -1,0 +1,175 @@
+"""Position samplers: the position ids a training window is read at (`lextra train --positions NAME[:options]`).
+
+`contiguous` is plain training (0..L_tr-1). `pose` (Zhu et al. 2023, arXiv 2309.10400) splits the window into
+chunks whose positions skip ahead, so a model trained in an L_tr window sees the relative distances of a longer
+target length; `randomized` (Ruoss et al. 2023, arXiv 2305.16843) reads the window at a sorted random subset of
+[0, max). The tokens stay the window's contiguous tokens; only their position ids change.
+
+Positions are a pure function of (seed, step, rank), so a resumed run draws exactly the positions it would have
+drawn. One position vector is drawn per step and shared by every row of the global batch (the model's forward takes
+one position vector per call; PoSE's authors draw per example, so a batch of B rows here covers the distances of
+one draw, not of B).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from lextra.errors import ConfigError
+from lextra.registry import Registry
+from lextra.validate import check_int
+
+#: the default target of `pose` and range of `randomized`, in training lengths (PoSE's 2k window teaches 32k)
+DEFAULT_FACTOR = 16
+
+
+class PositionSampler:
+    """Base class of the sampler registry: `positions(seed, step, rank)` gives the (L_tr,) int64 position ids."""
+
+    name: ClassVar[str] = "sampler"
+    summary: ClassVar[str] = ""
+    positional: ClassVar[str | None] = None
+
+    def __init__(self, train_len: int) -> None:
+        self.train_len = train_len
+
+    @property
+    def contiguous(self) -> bool:
+        """Whether the positions are always 0..L_tr-1 (the model then runs its default positions)."""
+        return False
+
+    @property
+    def limit(self) -> int:
+        """One past the largest position this sampler can draw (what a learned table must hold)."""
+        return self.train_len
+
+    def positions(self, seed: int, step: int, rank: int = 0) -> Tensor:
+        return self.draw(torch.Generator().manual_seed(_position_seed(self.name, seed, step, rank)))
+
+    def draw(self, generator: torch.Generator) -> Tensor:
+        raise NotImplementedError
+
+    def spec(self) -> str:
+        return self.name
+
+
+SAMPLERS: Registry[PositionSampler] = Registry("position sampler")
+
+
+def _position_seed(name: str, seed: int, step: int, rank: int) -> int:
+    """A 63-bit generator seed from (sampler, seed, step, rank) alone, unrelated to the window seeds."""
+    key = f"lextra-train-positions:{name}:{seed}:{step}:{rank}".encode()
+    return int.from_bytes(hashlib.sha256(key).digest()[:8], "little") >> 1
+
+
+def _randint(generator: torch.Generator, low: int, high: int) -> int:
+    """A uniform integer in [low, high] (both included, as Python's `random.randint`)."""
+    return int(torch.randint(low, high + 1, (1,), generator=generator))
+
+
+@SAMPLERS.register("contiguous")
+class Contiguous(PositionSampler):
+    """0..L_tr-1, every step: plain training."""
+
+    summary = "positions 0..L_tr-1 (plain training)"
+
+    def __init__(self, train_len: int) -> None:
+        super().__init__(train_len)
+
+    @property
+    def contiguous(self) -> bool:
+        return True
+
+    def draw(self, generator: torch.Generator) -> Tensor:
+        return torch.arange(self.train_len)
+
+
+@SAMPLERS.register("pose")
+class PoSE(PositionSampler):
+    """Positional skip-wise training (Zhu et al. 2023): the window in `chunks` pieces, each shifted by a skip bias.
+
+    With 2 chunks (the default) this follows the authors' `train_preprocess_function_pose`: the first chunk holds
+    r ~ U{1..(L+1)//2} tokens at positions 0..r-1, the second its tokens shifted by u ~ U{0..target-L}, so the last
+    position stays below `target`. With more chunks, the paper's rule: cut points a sorted sample of distinct
+    positions in 1..L-1, skip biases u_0 = 0 and u_i ~ U{u_(i-1)..target-L}. One chunk shifts the whole window
+    by u ~ U{0..target-L}.
+    """
+
+    summary = "PoSE: chunks of the window with skipped positions up to a target length (Zhu 2023)"
+    positional = "target"
+    derived_defaults: ClassVar[dict[str, str]] = {"target": f"{DEFAULT_FACTOR} x L_tr"}
+
+    def __init__(self, train_len: int, *, target: int | None = None, chunks: int = 2) -> None:
+        super().__init__(train_len)
+        self.target = DEFAULT_FACTOR * train_len if target is None else check_int("pose: target", target, 1)
+        if self.target < train_len:
+            raise ConfigError(
+                f"pose: target ({self.target}) is below the training window L_tr ({train_len}); "
+                f"set target >= {train_len}, e.g. --positions pose:{DEFAULT_FACTOR * train_len}"
+            )
+        self.chunks = check_int("pose: chunks", chunks, 1)
+        if self.chunks > train_len:
+            raise ConfigError(
+                f"pose: {self.chunks} chunks do not fit a window of {train_len} tokens; use chunks <= {train_len}"
+            )
+
+    @property
+    def limit(self) -> int:
+        return self.target
+
+    def draw(self, generator: torch.Generator) -> Tensor:
+        L, room = self.train_len, self.target - self.train_len
+        positions = torch.arange(L)
+        if self.chunks == 1:
+            return positions + _randint(generator, 0, room)
+        if self.chunks == 2:
+            cuts = [_randint(generator, 1, (L + 1) // 2)]
+        else:
+            cuts = sorted((torch.randperm(L - 1, generator=generator)[: self.chunks - 1] + 1).tolist())
+        bias = 0
+        for cut in cuts:
+            bias = _randint(generator, bias, room)
+            positions[cut:] += bias - (positions[cut] - cut)
+        return positions
+
+    def spec(self) -> str:
+        return f"pose,target={self.target},chunks={self.chunks}"
+
+
+@SAMPLERS.register("randomized")
+class Randomized(PositionSampler):
+    """Randomized positional encodings (Ruoss et al. 2023): a sorted sample of L_tr distinct positions in [0, max)."""
+
+    summary = "randomized positions: a sorted random subset of [0, max) (Ruoss 2023)"
+    positional = "max"
+    derived_defaults: ClassVar[dict[str, str]] = {"max": f"{DEFAULT_FACTOR} x L_tr"}
+
+    def __init__(self, train_len: int, *, max: int | None = None) -> None:
+        super().__init__(train_len)
+        self.max = DEFAULT_FACTOR * train_len if max is None else check_int("randomized: max", max, 1)
+        if self.max < train_len:
+            raise ConfigError(
+                f"randomized: max ({self.max}) is below the training window L_tr ({train_len}); "
+                f"set max >= {train_len}, e.g. --positions randomized:{DEFAULT_FACTOR * train_len}"
+            )
+
+    @property
+    def limit(self) -> int:
+        return self.max
+
+    def draw(self, generator: torch.Generator) -> Tensor:
+        return torch.randperm(self.max, generator=generator)[: self.train_len].sort().values
+
+    def spec(self) -> str:
+        return f"randomized,max={self.max}"
+
+
+def build_sampler(spec: str, train_len: int, **options: Any) -> PositionSampler:
+    """The sampler a spec names (`contiguous`, `pose:32768`, `pose,target=4096,chunks=3`, `randomized:2048`)."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ConfigError(f"training config: positions must be a sampler spec such as pose:4096, got {spec!r}")
+    return SAMPLERS.build(spec, train_len, **options)
