@@ -364,6 +364,16 @@ def read_train_file(path: str | Path) -> Any:
         raise ConfigError(f"--config {path}: {err}") from None
 
 
+def check_rotary(scheme: str, flag: str) -> None:
+    """Refuse `flag` (a RoPE scaling) for a scheme without one, naming the schemes that take it."""
+    from lextra.errors import ConfigError
+    from lextra.positions import SCHEMES
+
+    rotary = [name for name in SCHEMES.names() if any(o.name == "scaling" for o in SCHEMES.options(name))]
+    if scheme in SCHEMES and SCHEMES.canonical(scheme) not in rotary:
+        raise ConfigError(f"{flag} applies to {', '.join(rotary)} models, not {scheme}; drop it or train a rotary one")
+
+
 def with_rope_scaling(options: dict[str, Any], spec: str) -> dict[str, Any]:
     """Scheme options with `--rope-scaling SPEC` as their `scaling` (`none` removes it)."""
     from lextra.positions.scaling import parse_rope_scaling
@@ -390,6 +400,7 @@ def train_config_from(args: argparse.Namespace, scheme: str | None = None) -> An
         config.model.scheme = scheme
     if getattr(args, "rope_scaling", None) is not None:  # a scheme option: after --scheme and --scheme-option
         config.model.split_scheme_spec()
+        check_rotary(config.model.scheme, "--rope-scaling")
         config.model.scheme_options = with_rope_scaling(config.model.scheme_options, args.rope_scaling)
     return config.validate()
 
