@@ -132,6 +132,17 @@ def test_a_group_that_does_not_divide_the_window_is_refused(group: int) -> None:
         tiny_config(s2_attn=group).validate()
 
 
+def test_s2_attn_refuses_what_it_cannot_serve() -> None:
+    config = tiny_config(s2_attn=8)
+    config.model.n_head = 1
+    with pytest.raises(ConfigError, match="--s2-attn shifts half the heads, but the model has 1; use n_head >= 2"):
+        config.validate()
+    config = tiny_config(s2_attn=8)
+    config.model.log_scaling = "ssmax"
+    with pytest.raises(ConfigError, match="hides keys that log_scaling ssmax counts"):
+        config.validate()
+
+
 def test_the_cli_refuses_a_bad_group_in_one_line(tmp_path, capsys) -> None:
     assert main(["train", "--out", str(tmp_path), "--train-len", "32", "--s2-attn", "12"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -190,6 +190,8 @@ def check_s2_attn(group: int, model: GPTConfig) -> None:
         )
     if model.n_head < 2:
         raise ConfigError(f"--s2-attn shifts half the heads, but the model has {model.n_head}; use n_head >= 2")
+    if model.log_scaling == "ssmax":
+        raise ConfigError("--s2-attn hides keys that log_scaling ssmax counts; use another log_scaling or drop one")
 
 
 class BatchSource(Protocol):
