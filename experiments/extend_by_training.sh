@@ -37,9 +37,11 @@ train pose-yarn --scheme rope --positions pose:2048 --init-from "$OUT/rope/model
     --steps "$STEPS_LONG" --warmup 10 --lr 5e-4
 train full-2048 --scheme rope --init-from "$OUT/rope/model" --train-len 2048 --steps "$STEPS_LONG" --warmup 10 \
     --lr 5e-4 --batch-size 4
+train s2-2048 --scheme rope --init-from "$OUT/rope/model" --train-len 2048 --s2-attn 512 --steps "$STEPS_LONG" \
+    --warmup 10 --lr 5e-4 --batch-size 4
 
 evaluate none "$OUT/rope/model"
 evaluate leaky_rerope "$OUT/rope/model" --extend leaky_rerope
-for name in pose randomized pi-512 yarn-512 pose-yarn full-2048; do
+for name in pose randomized pi-512 yarn-512 pose-yarn full-2048 s2-2048; do
     evaluate "$name" "$OUT/$name/model"
 done
