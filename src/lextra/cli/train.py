@@ -16,8 +16,6 @@ from lextra.cli.options import add_device, add_scheme, add_training, train_confi
     examples=(
         "lextra train --out runs/alibi --scheme alibi --train-len 128 --steps 600",
         "lextra train --config experiments/train.toml --out runs/fire --scheme fire --steps 300",
-        "lextra train --out runs/pose --scheme rope --positions pose:2048",
-        "lextra train --out runs/yarn512 --init-from runs/rope/model --train-len 512 --rope-scaling yarn:4 --steps 100",
     ),
 )
 def configure_train(parser: argparse.ArgumentParser) -> Handler:
