@@ -126,7 +126,7 @@ def test_s2_attn_with_pose_positions_scores_at_the_sampled_positions() -> None:
     torch.testing.assert_close(out, attn.o_proj(expected.transpose(1, 2).reshape(1, 16, -1)), atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("group", [5, 12, 64, 1])
+@pytest.mark.parametrize("group", [5, 12, 64, 1, 32])
 def test_a_group_that_does_not_divide_the_window_is_refused(group: int) -> None:
     with pytest.raises(ConfigError, match=r"--s2-attn \d+: the group must be even and divide the training window"):
         tiny_config(s2_attn=group).validate()

@@ -183,10 +183,10 @@ def check_s2_attn(group: int, model: GPTConfig) -> None:
     if not group:
         return
     L = model.train_len
-    if group < 2 or group % 2 or L % group:
+    if group < 2 or group % 2 or L % group or group == L:
         raise ConfigError(
-            f"--s2-attn {group}: the group must be even and divide the training window L_tr ({L}); "
-            f"use e.g. --s2-attn {L // 4 if L % 8 == 0 else L}"
+            f"--s2-attn {group}: the group must be even and divide the training window L_tr ({L}) into two or "
+            f"more groups; use e.g. --s2-attn {L // 4 if L % 8 == 0 else L // 2}"
         )
     if model.n_head < 2:
         raise ConfigError(f"--s2-attn shifts half the heads, but the model has {model.n_head}; use n_head >= 2")
