@@ -8,12 +8,12 @@ that lands on the CPU where CUDA code needs a device tensor raises `DeviceMixErr
 - `VirtualCuda`: a `TorchFunctionMode` that makes factory calls with a CUDA `device=` (arange, zeros, tensor,
   ...) return virtual tensors, `.to("cuda")` / `.cuda()` virtual ones and `.to("cpu")` / `.cpu()` plain ones,
   and counts what would be device-to-host syncs on a GPU (`.item()`, `.tolist()`, `bool`/`int`/`float`/index
-  of a virtual tensor, copies to the CPU, `torch.equal`, `nonzero`); `.numpy()` of a virtual tensor raises as
-  CUDA does.
+  of a virtual tensor, copies to the CPU, `torch.equal`, `nonzero`, boolean-mask indexing); `.numpy()` of a
+  virtual tensor raises as CUDA does.
 - `emulated_flex`: FlexAttention computed densely (scores, `score_mod` and the BlockMask with its `mask_mod` on
   broadcast index tensors, softmax with rows that see no key at 0), after checking that q, k, v, every BlockMask
   tensor and every tensor the modifiers capture (closures, nested closures, bound objects) is virtual.
-- `virtual_cuda(monkeypatch)`: the context that patches `torch.cuda` (available, one device, capability 9.0),
+- `virtual_cuda()`: the context that patches `torch.cuda` (available, one device, capability 9.0),
   `lextra.attention.flex._run_compiled` with `emulated_flex`, module conversion (`module.to("cuda")` swaps each
   parameter for a virtual one in place, so tied weights stay tied) and activates the mode; it yields the
   `VirtualCuda` with its counters.
@@ -70,6 +70,10 @@ def _mixing(value: Any) -> bool:
 
 def _on_device(value: Any) -> bool:
     return isinstance(value, VirtualTensor) and value.dim() > 0
+
+
+def _boolean_index(index: Any) -> bool:
+    return any(isinstance(t, Tensor) and t.dtype == torch.bool and t.dim() > 0 for t in pytree.tree_leaves(index))
 
 
 def _name(func: Any) -> str:
@@ -136,8 +140,10 @@ class VirtualTensor(Tensor):
             raise DeviceMixError(f"device mix in {_name(func)}: a cuda:0 value written into a CPU tensor")
         if func is Tensor.__getitem__ and not isinstance(args[0], VirtualTensor):
             raise DeviceMixError(f"device mix in {_name(func)}: a CPU tensor indexed with a cuda:0 index")
-        if func in SYNC_METHODS and _ACTIVE:
+        if _ACTIVE and func in SYNC_METHODS:
             _ACTIVE[-1].sync(SYNC_METHODS[func])
+        elif _ACTIVE and func is Tensor.__getitem__ and _boolean_index(args[1]):
+            _ACTIVE[-1].sync("boolean index")  # the result's size is on the device
         result = super().__torch_function__(func, types, args, kwargs)
         if func == _GRAD_GET and isinstance(result, Tensor):  # torch leaves `.grad` unwrapped
             return virtual(result)
@@ -379,27 +385,29 @@ def _keep_virtual(fn: Callable) -> Callable:
 
 
 @contextlib.contextmanager
-def virtual_cuda(monkeypatch: pytest.MonkeyPatch) -> Iterator[VirtualCuda]:
-    """The virtual device for the block: torch.cuda patched, flex emulated, `VirtualCuda` active."""
+def virtual_cuda() -> Iterator[VirtualCuda]:
+    """The virtual device for the block: torch.cuda patched, flex emulated, `VirtualCuda` active; everything is
+    restored on leaving it (its own monkeypatch context)."""
     import torch.nn.attention.flex_attention as flex_api
 
     import lextra.attention.flex as flex
 
-    _patch_cuda(monkeypatch)
-    monkeypatch.setattr(flex, "_run_compiled", emulated_flex)
-    monkeypatch.setattr(flex_api, "_ordered_to_dense", _keep_virtual(flex_api._ordered_to_dense))
-    flex._BLOCK_MASKS.clear()  # BlockMasks cached for "cuda:0" hold virtual tensors only when built in here
     swap = torch.__future__.get_swap_module_params_on_conversion()
-    torch.__future__.set_swap_module_params_on_conversion(True)
     mode = VirtualCuda()
-    _ACTIVE.append(mode)
-    try:
-        with mode:
-            yield mode
-    finally:
-        _ACTIVE.remove(mode)
-        torch.__future__.set_swap_module_params_on_conversion(swap)
-        flex._BLOCK_MASKS.clear()
+    with pytest.MonkeyPatch.context() as patch:
+        _patch_cuda(patch)
+        patch.setattr(flex, "_run_compiled", emulated_flex)
+        patch.setattr(flex_api, "_ordered_to_dense", _keep_virtual(flex_api._ordered_to_dense))
+        flex._BLOCK_MASKS.clear()  # BlockMasks cached for "cuda:0" hold virtual tensors only when built in here
+        torch.__future__.set_swap_module_params_on_conversion(True)
+        _ACTIVE.append(mode)
+        try:
+            with mode:
+                yield mode
+        finally:
+            _ACTIVE.remove(mode)
+            torch.__future__.set_swap_module_params_on_conversion(swap)
+            flex._BLOCK_MASKS.clear()
 
 
 def label_table(n_heads: int = 4, head_dim: int = 16, length: int = 256, grad: bool = False) -> list[list[str]]:
@@ -431,9 +439,7 @@ def tiny_gpt(scheme: str, layers: int = 2, **options: Any):
     return model
 
 
-def layer_syncs(
-    monkeypatch: pytest.MonkeyPatch, scheme: str, mask: str, length: int = 48
-) -> tuple[int, int, Counter, int]:
+def layer_syncs(scheme: str, mask: str, length: int = 48) -> tuple[int, int, Counter, int]:
     """Device-to-host syncs on CUDA: one layer's forward (a 2-layer forward less a 1-layer one, so the embedding
     and head do not count; forwards after the first), the extra ones of the first forward (building the BlockMask
     that later layers and forwards find cached), the sites of the 2-layer model's later forward, and its total."""
@@ -442,7 +448,7 @@ def layer_syncs(
         torch.manual_seed(0)
         model = tiny_gpt(scheme, layers).eval()
         tokens = torch.randint(0, 61, (1, length))
-        with monkeypatch.context() as patch, torch.no_grad(), virtual_cuda(patch) as mode:
+        with torch.no_grad(), virtual_cuda() as mode:
             model.to("cuda")
             ids = virtual(tokens)
             mode.clear()
@@ -462,11 +468,10 @@ SYNC_CASES = (("rope", "causal"), ("alibi", "window:5"), ("fire", "causal"))
 def sync_report() -> str:
     """Syncs per layer forward for `SYNC_CASES`, with the sites of each."""
     lines = []
-    with pytest.MonkeyPatch.context() as patch:
-        for scheme, mask in SYNC_CASES:
-            per_layer, build, sites, _ = layer_syncs(patch, scheme, mask)
-            lines.append(f"{scheme} + {mask}: {per_layer} syncs per layer forward, {build} more to build a BlockMask")
-            lines += [f"    {count:3d}  {site}" for site, count in sorted(sites.items())]
+    for scheme, mask in SYNC_CASES:
+        per_layer, build, sites, _ = layer_syncs(scheme, mask)
+        lines.append(f"{scheme} + {mask}: {per_layer} syncs per layer forward, {build} more to build a BlockMask")
+        lines += [f"    {count:3d}  {site}" for site, count in sorted(sites.items())]
     return "\n".join(lines)
 
 
