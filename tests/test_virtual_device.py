@@ -318,8 +318,9 @@ def test_a_temperature_left_on_the_cpu_is_caught(monkeypatch) -> None:
 # device-to-host syncs per layer (issue 25, item 7)
 # ------------------------------------------------------------------------------------------------------------
 
-#: syncs on CUDA today, measured (issue 25 item 7: 10 to 15 per layer; FIRE 17 with its boolean indexing): (per layer forward, extra ones to build a
-#: BlockMask); a ceiling, so that a change that adds syncs fails here, and the fix of item 7 lowers it
+#: syncs on CUDA today, measured (issue 25 item 7 says 10 to 15 per layer; FIRE's boolean indexing adds 2):
+#: (per layer forward, extra ones to build a BlockMask); a ceiling, so that a change that adds syncs fails here,
+#: and the fix of item 7 lowers it
 SYNC_CEILING = {("rope", "causal"): (10, 0), ("alibi", "window:5"): (12, 10), ("fire", "causal"): (17, 9)}
 
 
