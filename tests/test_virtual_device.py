@@ -145,10 +145,43 @@ def test_every_scheme_and_mask_takes_cudas_path_with_the_cpu_numbers(
             qv, kv, vv, qp, kp = (vd.virtual(t) for t in (q, k, v, q_pos, k_pos))
             label = attention_path(scheme, build_mask(mask), qp, kp, device=qv.device)
             got = attention(qv, kv, vv, scheme=scheme, mask=mask, q_pos=qp, k_pos=kp, backend="auto")
-    assert isinstance(got, vd.VirtualTensor)
+            flex_calls = mode.flex_calls
+            chunked = attention(qv, kv, vv, scheme=scheme, mask=mask, q_pos=qp, k_pos=kp, backend="chunked")
+    assert isinstance(got, vd.VirtualTensor) and isinstance(chunked, vd.VirtualTensor)
     assert label.partition("/")[0] == _expected_label(mask, offset, scheme)  # chunked/strided, .../gathered
-    assert mode.flex_calls == (label == "flex")
-    assert _max_error(got, want) < TOL
+    assert flex_calls == (label == "flex")
+    assert _max_error(got, want) < TOL and _max_error(chunked, want) < TOL
+
+
+@pytest.mark.parametrize(("name", "mask", "offset", "options"), CASES)
+def test_every_scheme_and_mask_trains_on_cudas_path_with_the_cpu_gradients(
+    name: str, mask: str, offset: bool, options: dict
+) -> None:
+    """Under autograd CUDA's `auto` path (flash SDPA, flex's backward, chunked) gives the reference's gradients
+    for q, k, v and the scheme's parameters."""
+    scheme = make_scheme(name, n_heads=2, head_dim=16, train_len=32, **options)
+    q, k, v = qkv(scheme, 40, grad=True)
+    k_pos = torch.arange(40)
+    q_pos = k_pos[25:] if offset else k_pos
+    weight = torch.randn(2, 2, q_pos.numel(), 16)
+
+    def gradients(backend: str, *tensors: torch.Tensor) -> list[torch.Tensor]:
+        qs, ks, vs, qp, kp, w = tensors
+        qs = qs[..., 25:, :] if offset else qs
+        out = attention(qs, ks, vs, scheme=scheme, mask=mask, q_pos=qp, k_pos=kp, backend=backend)
+        leaves = [tensors[0], tensors[1], tensors[2], *scheme.parameters()]
+        return list(torch.autograd.grad((out * w).sum(), leaves, allow_unused=True))
+
+    want = gradients("reference", q, k, v, q_pos, k_pos, weight)
+    with vd.virtual_cuda():
+        scheme.to("cuda")
+        got = gradients("auto", *(vd.virtual(t) for t in (q, k, v, q_pos, k_pos, weight)))
+    assert len(got) == len(want)
+    for mine, theirs in zip(got, want, strict=True):
+        assert (mine is None) == (theirs is None)
+        if mine is not None:
+            assert isinstance(mine, vd.VirtualTensor)
+            assert _max_error(mine, theirs) <= TOL * (1.0 + float(theirs.abs().max()))  # KERPLE's are large
 
 
 def test_the_label_table_is_what_cuda_chooses() -> None:
