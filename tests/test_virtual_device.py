@@ -187,6 +187,7 @@ def test_every_scheme_and_mask_trains_on_cudas_path_with_the_cpu_gradients(
 def test_the_label_table_is_what_cuda_chooses() -> None:
     """`python tests/virtual_device.py` prints this table: every scheme x mask, each label CUDA's choice."""
     rows = vd.label_table()
+    print("\nbackend='auto' on cuda:0, 256 positions:\n" + vd.format_table(rows))  # -s shows it
     assert rows[0] == ["scheme", "causal", "window:64", "bca:128"]
     assert [row[0] for row in rows[1:]] == ALL_SCHEMES
     for name, causal, window, bca in rows[1:]:
@@ -358,10 +359,9 @@ SYNC_CEILING = {("rope", "causal"): (10, 0), ("alibi", "window:5"): (12, 10), ("
 
 
 @pytest.mark.parametrize(("name", "mask"), vd.SYNC_CASES)
-def test_syncs_per_layer_forward_stay_under_todays_count(name: str, mask: str, capsys) -> None:
+def test_syncs_per_layer_forward_stay_under_todays_count(name: str, mask: str) -> None:
     per_layer, build, sites, total = vd.layer_syncs(name, mask)
-    with capsys.disabled():
-        print(f"\n{name} + {mask}: {per_layer} syncs per layer forward, {build} more to build a BlockMask")
+    print(f"\n{name} + {mask}: {per_layer} syncs per layer forward, {build} more to build a BlockMask")  # -s shows it
     ceiling, build_ceiling = SYNC_CEILING[(name, mask)]
     assert per_layer <= ceiling and build <= build_ceiling
     assert sum(sites.values()) == total  # every sync is traced to the lextra line that asked for it
