@@ -17,6 +17,7 @@ from test_hf import tokens as hf_tokens
 
 import lextra.attention.backends as backends
 import lextra.attention.flex as flex
+from lextra.analysis import layer_attention
 from lextra.attention import attention, build_mask
 from lextra.attention.backends import attention_path
 from lextra.extend import EXTENSIONS, apply_extension
@@ -307,6 +308,31 @@ def test_every_extension_method_on_the_hugging_face_adapter_on_cuda_equals_the_c
             steps = [model(on[:, :38], cache=cache)] + [model(on[:, t : t + 1], cache=cache) for t in (38, 39)]
     assert _max_error(got, want) < TOL
     for mine, theirs in zip(steps, want_steps, strict=True):
+        assert isinstance(mine, vd.VirtualTensor) and _max_error(mine, theirs) < TOL
+
+
+def _captured_weights(model, ids: torch.Tensor, mask: str) -> list[tuple[int, torch.Tensor]]:
+    """(layer, weights) of every block of every layer, as `lextra.analysis.layer_attention` captures them."""
+    views = layer_attention(model, ids, mask, block_size=16)
+    return [(view.layer, block.weights()) for view in views for block in view.blocks()]
+
+
+@pytest.mark.parametrize("which", ["gpt", "hf"])
+def test_captured_attention_on_cuda_equals_the_cpu_capture(which: str) -> None:
+    """The analyses' view of each layer (q, k, scheme, temperatures; weights block by block) on the device."""
+    if which == "gpt":
+        model, ids, mask = _tiny("fire", log_scaling="qwen").eval(), torch.randint(0, 61, (1, 40)), "window:9"
+        model.set_temperatures([[0.5, 2.0], [1.5, 1.0]])
+    else:
+        model, ids, mask = adapt(tiny_causal()), hf_tokens(length=40), "causal"
+        model.set_temperatures(torch.tensor([[0.5, 1.0, 2.0, 3.0], [1.0, 1.0, 0.7, 1.3]]))
+    with torch.no_grad():
+        want = _captured_weights(model, ids, mask)
+        with vd.virtual_cuda():
+            model.to("cuda")
+            got = _captured_weights(model, vd.virtual(ids), mask)
+    assert [layer for layer, _ in got] == [layer for layer, _ in want] and {layer for layer, _ in got} == {0, 1}
+    for (_, mine), (_, theirs) in zip(got, want, strict=True):
         assert isinstance(mine, vd.VirtualTensor) and _max_error(mine, theirs) < TOL
 
 
