@@ -336,6 +336,49 @@ def test_captured_attention_on_cuda_equals_the_cpu_capture(which: str) -> None:
         assert isinstance(mine, vd.VirtualTensor) and _max_error(mine, theirs) < TOL
 
 
+def _assert_close(got, want, path: str = "") -> None:
+    """Equal structure and values: numbers to 1e-5 relative (1e-8 absolute near 0), everything else exactly."""
+    if isinstance(want, dict):
+        assert isinstance(got, dict) and got.keys() == want.keys(), path
+        for key in want:
+            _assert_close(got[key], want[key], f"{path}/{key}")
+    elif isinstance(want, (list, tuple)):
+        assert isinstance(got, (list, tuple)) and len(got) == len(want), path
+        for i, (mine, theirs) in enumerate(zip(got, want, strict=True)):
+            _assert_close(mine, theirs, f"{path}[{i}]")
+    elif isinstance(want, float):
+        assert abs(got - want) <= 1e-5 * abs(want) + 1e-8, f"{path}: {got} != {want}"
+    else:
+        assert got == want, path
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    from test_devices import LIMIT
+
+    from lextra.data.prepare import prepare_data
+
+    return prepare_data("python-code", limit_chars=LIMIT)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scheme", ["rope", "alibi", "t5", "fire", "xpos", "coca", "kerple_log", "learned"])
+def test_every_evaluation_analysis_and_retrieval_path_on_cuda_equals_the_cpu_path(scheme: str, corpus) -> None:
+    """What `tests/test_devices.py` runs on a real GPU (`make test-gpu`): perplexity under three masks, prompt
+    scoring, dispersion, resolution, theory, receptive field, capture, completion, temperature alignment."""
+    from test_devices import _everything, _model
+
+    from lextra.methods.align import calibration_windows
+
+    model = _model(scheme)
+    texts = calibration_windows(corpus, 40, 2, "validation")
+    want = _everything(model, corpus, texts)
+    with vd.virtual_cuda():
+        model.to("cuda")
+        got = _everything(model, corpus, texts)
+    _assert_close(got, want)
+
+
 # ------------------------------------------------------------------------------------------------------------
 # planted bugs: the harness catches them
 # ------------------------------------------------------------------------------------------------------------

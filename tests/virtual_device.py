@@ -25,6 +25,7 @@ device-to-host syncs per layer forward with the lines that make them.
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import os
 import sys
@@ -121,6 +122,17 @@ class VirtualTensor(Tensor):
     def numpy(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         raise TypeError("can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor first.")
 
+    def __deepcopy__(self, memo: dict) -> VirtualTensor:
+        """A virtual copy (torch's default makes its copy through `new_empty`, which comes back plain)."""
+        if id(self) in memo:
+            return memo[id(self)]
+        result = virtual(plain(self).detach().clone()).requires_grad_(self.requires_grad)
+        memo[id(self)] = result
+        result.__dict__.update(copy.deepcopy(self.__dict__, memo))  # a parameter's `_is_param`, among others
+        if self.grad is not None:
+            result.grad = copy.deepcopy(self.grad, memo)
+        return result
+
     def __repr__(self, *args: Any, **kwargs: Any) -> str:  # type: ignore[override]
         with torch._C.DisableTorchFunctionSubclass():
             return f"Virtual({Tensor.__repr__(self)})"
@@ -214,7 +226,8 @@ class VirtualCuda(TorchFunctionMode):
         elif len(args) > 1 and isinstance(args[1], Tensor):  # .to(other): other's (possibly virtual) device
             target, dtype = args[1].device, args[1].dtype
         else:
-            target, dtype, _, _ = torch._C._nn._parse_to(*args[1:], **kwargs)
+            parsed = {k: value for k, value in kwargs.items() if k != "copy"}
+            target, dtype, _, _ = torch._C._nn._parse_to(*args[1:], **parsed)
         from_device = isinstance(source, VirtualTensor)
         to_device = from_device if target is None else torch.device(target).type == "cuda"
         crossing = to_device != from_device
