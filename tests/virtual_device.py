@@ -382,6 +382,9 @@ def _patch_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cuda, "get_device_capability", lambda device=None: (9, 0))
     monkeypatch.setattr(cuda, "get_device_name", lambda device=None: "virtual H200")
     monkeypatch.setattr(cuda, "is_bf16_supported", lambda including_emulation=True: True)
+    # the device's random numbers are the CPU generator's (its ops run there): dropout on "cuda" draws from it
+    monkeypatch.setattr(cuda, "get_rng_state", lambda device="cuda": torch.get_rng_state())
+    monkeypatch.setattr(cuda, "set_rng_state", lambda state, device="cuda": torch.set_rng_state(plain(state)))
 
 
 def _keep_virtual(fn: Callable) -> Callable:
