@@ -61,11 +61,12 @@ def test_the_virtual_device_reports_cuda_refuses_mixes_and_counts_syncs(virtual_
         torch.arange(6)[torch.tensor([1], device="cuda")]
     with pytest.raises(TypeError, match="can't convert cuda:0"):
         x.numpy()
-    virtual_cuda.syncs.clear()
-    int(x[1]), float(x[2]), bool(x[3] > 0), x[0].item(), x.tolist(), x.cpu(), x.nonzero(), torch.equal(x, x)
-    assert type(x.cpu()) is torch.Tensor and x.cpu().device.type == "cpu"
-    assert virtual_cuda.syncs == {"int": 1, "float": 1, "bool": 1, "item": 1, "tolist": 1, "cpu": 3, "nonzero": 1,
-                                  "equal": 1}  # fmt: skip
+    virtual_cuda.clear()
+    [int(x[1]), float(x[2]), bool(x[3] > 0), x[0].item(), x.tolist(), x.nonzero(), torch.equal(x, x), x[x > 2]]
+    on_cpu = x.cpu()
+    expected = {"int": 1, "float": 1, "bool": 1, "item": 1, "tolist": 1, "nonzero": 1, "equal": 1}
+    assert virtual_cuda.syncs == {**expected, "boolean index": 1, "cpu": 1}
+    assert type(on_cpu) is torch.Tensor and on_cpu.device.type == "cpu" and torch.equal(on_cpu, vd.plain(x))
     w = torch.randn(3, device="cuda", requires_grad=True)
     (w * w).sum().backward()
     assert isinstance(w.grad, vd.VirtualTensor) and torch.equal(vd.plain(w.grad), 2 * vd.plain(w.detach()))
@@ -86,8 +87,8 @@ def test_emulated_flex_equals_eager_flex_and_refuses_captured_cpu_tensors(monkey
     from torch.nn.attention.flex_attention import flex_attention
 
     scheme = make_scheme("alibi", n_heads=2)
-    q, k, v = qkv(scheme, 200, batch=1)
-    pos = torch.arange(200)
+    q, k, v = qkv(scheme, 300, batch=1)
+    pos = torch.arange(300)
     captured: dict = {}
 
     def spy(qp, kp, vp, **kwargs):
@@ -96,14 +97,17 @@ def test_emulated_flex_equals_eager_flex_and_refuses_captured_cpu_tensors(monkey
 
     monkeypatch.setattr(flex, "_run_compiled", spy)
     with torch.no_grad():
-        flex.flex_attention_forward(q, k, v, scheme, build_mask("window:70"), pos, pos, 0.25)
-        padded = [flex._pad_rows(t, 256) for t in (q, k, v)]
+        flex.flex_attention_forward(q, k, v, scheme, build_mask("causal"), pos, pos, 0.25)
+        blocks = captured["block_mask"]  # 3 x 3 blocks of 128: hidden, partial and full ones
+        assert int(blocks.kv_num_blocks.sum()) > 0 and int(blocks.full_kv_num_blocks.sum()) > 0
+        assert int(blocks.kv_num_blocks.sum() + blocks.full_kv_num_blocks.sum()) < 9
+        padded = [flex._pad_rows(t, 384) for t in (q, k, v)]
         want = flex_attention(*padded, **captured)
         assert _max_error(vd.dense_flex(*padded, **captured), want) < TOL
-    with pytest.raises(vd.DeviceMixError, match=r"flex inputs\['q'\]: a CPU tensor of shape \(1, 2, 256, 16\)"):
+    with pytest.raises(vd.DeviceMixError, match=r"flex inputs\['q'\]: a CPU tensor of shape \(1, 2, 384, 16\)"):
         vd.emulated_flex(*padded, **captured)  # plain q: not on the device
     with pytest.raises(
-        vd.DeviceMixError, match=r"score_mod\.bias\.k_rows: a CPU tensor of shape \(256,\) captured by FlexAttention"
+        vd.DeviceMixError, match=r"score_mod\.bias\.k_rows: a CPU tensor of shape \(384,\) captured by FlexAttention"
     ):
         vd.emulated_flex(*(vd.virtual(t) for t in padded), **captured)
 
@@ -115,7 +119,7 @@ def test_emulated_flex_equals_eager_flex_and_refuses_captured_cpu_tensors(monkey
 
 def _expected_label(mask: str, offset: bool, scheme) -> str:
     """What CUDA runs: flash SDPA for one exact fused call, flex for biases, windows, BCA and offset queries,
-    chunked where flex refuses (xPos past its rotate span)."""
+    chunked where flex refuses (xPos past its rotate span, FIRE wider than flex unrolls)."""
     if scheme.rotate_span is not None and scheme.rotate_span < 40:
         return "chunked"
     if scheme.name == "fire" and scheme.mlp[0].out_features > flex.FIRE_MAX_HIDDEN:
