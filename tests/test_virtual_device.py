@@ -1,8 +1,8 @@
 """The library's CUDA branches on a virtual device (`virtual_device.py`): CPU tensors that report `cuda:0`, so
 `backend="auto"` takes CUDA's path (flash SDPA, FlexAttention emulated densely, chunked) and any CPU tensor that
-meets a device tensor raises. Every scheme x mask x backend choice, a training step, cached decoding, every
-extension method and the Hugging Face adapter compute the CPU path's numbers with no device mix; a planted bug
-is caught."""
+meets a device tensor raises. Every scheme x mask x backend choice (forward and gradients), a training step and
+`train()` with resume, cached decoding, every extension method, the Hugging Face adapter and every evaluation and
+analysis compute the CPU path's numbers with no device mix; planted bugs are caught; syncs per layer are counted."""
 
 from __future__ import annotations
 
