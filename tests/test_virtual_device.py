@@ -426,6 +426,28 @@ def test_train_on_cuda_resumes_exactly_and_equals_the_cpu_run(scheme: str, tmp_p
     assert _max_error(logits, load_model(cpu).eval()(torch.arange(20)[None])) < 1e-3
 
 
+@pytest.mark.slow
+def test_the_gpu_benchmark_runs_its_cuda_branch_with_cudas_labels(tmp_path) -> None:
+    """`benchmarks/gpu.py --device cuda --smoke` end to end: correctness checks, cells labelled with CUDA's path
+    (the labels of FIRE's cells compare positions with its parameters, on the device), timers, training cells."""
+    from test_gpu_benchmark import _load
+
+    out = tmp_path / "gpu.json"
+    with vd.virtual_cuda() as mode:
+        code = _load().main(["--device", "cuda", "--smoke", "--schemes", "nope,alibi,fire", "--out", str(out)])
+    data = json.loads(out.read_text())
+    assert code == 0 and mode.flex_calls > 0
+    assert len(data["checks"]) == 9 and all(c["ok"] for c in data["checks"])
+    assert data["meta"]["device_name"] == "virtual H200"
+    cells = [c for c in data["attention"] if c["kind"] == "scheme"]
+    assert {c["length"] for c in cells} == {256, 512} and len(cells) == 18
+    for c in cells:
+        expected = "sdpa" if (c["scheme"], c["mask"]) == ("nope", "causal") else "flex"
+        assert (c["path"], c["path_bwd"]) == (expected, expected) and "error" not in c, c
+    assert all("error" not in c and c["fwd_ms"] > 0 for c in data["attention"] if c["kind"] == "sdpa")
+    assert [c["scheme"] for c in data["training"] if "error" not in c] == ["nope", "alibi", "fire"]
+
+
 # ------------------------------------------------------------------------------------------------------------
 # planted bugs: the harness catches them
 # ------------------------------------------------------------------------------------------------------------

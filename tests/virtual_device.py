@@ -29,6 +29,7 @@ import copy
 import math
 import os
 import sys
+import time
 import types
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -371,6 +372,24 @@ def dense_flex(
 # --------------------------------------------------------------------------------------------------------------
 
 
+class _Event:
+    """`torch.cuda.Event` on the host clock: `elapsed_time` in milliseconds between two `record`s."""
+
+    def __init__(self, enable_timing: bool = False, **options: Any) -> None:
+        self.time: float | None = None
+
+    def record(self, stream: Any = None) -> None:
+        self.time = time.perf_counter()
+
+    def synchronize(self) -> None:
+        pass
+
+    def elapsed_time(self, end: _Event) -> float:
+        if self.time is None or end.time is None:
+            raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+        return (end.time - self.time) * 1e3
+
+
 def _patch_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
     """torch.cuda as one H200 reports it, for the calls the library's CUDA branches make."""
     cuda = torch.cuda
@@ -382,6 +401,12 @@ def _patch_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cuda, "get_device_capability", lambda device=None: (9, 0))
     monkeypatch.setattr(cuda, "get_device_name", lambda device=None: "virtual H200")
     monkeypatch.setattr(cuda, "is_bf16_supported", lambda including_emulation=True: True)
+    # benchmarks/gpu.py's timer: events read the host clock, memory counters stay 0 (the harness holds no device memory)
+    monkeypatch.setattr(cuda, "Event", _Event)
+    for name in ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved"):
+        monkeypatch.setattr(cuda, name, lambda device=None: 0)
+    monkeypatch.setattr(cuda, "reset_peak_memory_stats", lambda device=None: None)
+    monkeypatch.setattr(cuda, "empty_cache", lambda: None)
     # the device's random numbers are the CPU generator's (its ops run there): dropout on "cuda" draws from it
     monkeypatch.setattr(cuda, "get_rng_state", lambda device="cuda": torch.get_rng_state())
     monkeypatch.setattr(cuda, "set_rng_state", lambda state, device="cuda": torch.set_rng_state(plain(state)))
