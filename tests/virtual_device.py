@@ -13,7 +13,8 @@ that lands on the CPU where CUDA code needs a device tensor raises `DeviceMixErr
 - `emulated_flex`: FlexAttention computed densely (scores, `score_mod` and the BlockMask with its `mask_mod` on
   broadcast index tensors, softmax with rows that see no key at 0), after checking that q, k, v, every BlockMask
   tensor and every tensor the modifiers capture (closures, nested closures, bound objects) is virtual.
-- `virtual_cuda()`: the context that patches `torch.cuda` (available, one device, capability 9.0),
+- `virtual_cuda()`: the context that patches `torch.cuda` (available, one device, capability 9.0, events on the
+  host clock, memory counters at 0, the CPU generator as its random state),
   `lextra.attention.flex._run_compiled` with `emulated_flex`, module conversion (`module.to("cuda")` swaps each
   parameter for a virtual one in place, so tied weights stay tied) and activates the mode; it yields the
   `VirtualCuda` with its counters.
