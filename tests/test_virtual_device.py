@@ -110,6 +110,9 @@ def test_emulated_flex_equals_eager_flex_and_refuses_captured_cpu_tensors(monkey
         vd.DeviceMixError, match=r"score_mod\.bias\.k_rows: a CPU tensor of shape \(384,\) captured by FlexAttention"
     ):
         vd.emulated_flex(*(vd.virtual(t) for t in padded), **captured)
+    narrow = [vd.virtual(t[..., :8]) for t in padded]  # head dim 8: CUDA's kernel refuses it at compile time
+    with pytest.raises(vd.FlexCompileError, match="must be at least 16 but got E=8 and Ev=8"):
+        vd.emulated_flex(*narrow, **captured)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -445,7 +448,11 @@ def test_the_gpu_benchmark_runs_its_cuda_branch_with_cudas_labels(tmp_path) -> N
         expected = "sdpa" if (c["scheme"], c["mask"]) == ("nope", "causal") else "flex"
         assert (c["path"], c["path_bwd"]) == (expected, expected) and "error" not in c, c
     assert all("error" not in c and c["fwd_ms"] > 0 for c in data["attention"] if c["kind"] == "sdpa")
-    assert [c["scheme"] for c in data["training"] if "error" not in c] == ["nope", "alibi", "fire"]
+    # --smoke trains at head dim 8: a scheme that CUDA's auto sends to flex records flex's refusal (issue 25 item
+    # 5) unless auto falls back for it; nope (SDPA) trains
+    assert [c["scheme"] for c in data["training"]] == ["nope", "alibi", "fire"] and "error" not in data["training"][0]
+    for c in data["training"][1:]:
+        assert "error" not in c or "must be at least 16" in c["error"], c
 
 
 # ------------------------------------------------------------------------------------------------------------

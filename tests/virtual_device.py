@@ -12,7 +12,8 @@ that lands on the CPU where CUDA code needs a device tensor raises `DeviceMixErr
   virtual tensor raises as CUDA does.
 - `emulated_flex`: FlexAttention computed densely (scores, `score_mod` and the BlockMask with its `mask_mod` on
   broadcast index tensors, softmax with rows that see no key at 0), after checking that q, k, v, every BlockMask
-  tensor and every tensor the modifiers capture (closures, nested closures, bound objects) is virtual.
+  tensor and every tensor the modifiers capture (closures, nested closures, bound objects) is virtual, and
+  refusing head dimensions below 16 as CUDA's compiled kernel does.
 - `virtual_cuda()`: the context that patches `torch.cuda` (available, one device, capability 9.0, events on the
   host clock, memory counters at 0, the CPU generator as its random state),
   `lextra.attention.flex._run_compiled` with `emulated_flex`, module conversion (`module.to("cuda")` swaps each
@@ -295,6 +296,14 @@ def _dense_blocks(counts: Tensor, indices: Tensor, n_kb: int) -> Tensor:
     return dense.scatter_(-1, slot, True)[..., :n_kb]
 
 
+#: the smallest head dimension torch's inductor FlexAttention kernel compiles for on CUDA
+FLEX_MIN_HEAD_DIM = 16
+
+
+class FlexCompileError(RuntimeError):
+    """What compiling FlexAttention for CUDA raises where its kernel cannot run (inductor's own refusal)."""
+
+
 def emulated_flex(
     q: Tensor,
     k: Tensor,
@@ -307,7 +316,13 @@ def emulated_flex(
     **options: Any,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """`flex_attention(q, k, v, score_mod=..., block_mask=..., scale=...)` after checking that its inputs and every
-    tensor its modifiers and BlockMask hold are on the device; computed by `dense_flex`."""
+    tensor its modifiers and BlockMask hold are on the device, and that CUDA's kernel takes their head dimensions;
+    computed by `dense_flex`."""
+    if q.shape[-1] < FLEX_MIN_HEAD_DIM or v.shape[-1] < FLEX_MIN_HEAD_DIM:
+        raise FlexCompileError(
+            "NYI: embedding dimension of the query, key, and value must be at least 16 but got "
+            f"E={q.shape[-1]} and Ev={v.shape[-1]}"
+        )
     check_on_device("flex inputs", {"q": q, "k": k, "v": v})
     check_on_device("score_mod", score_mod)
     check_on_device("block_mask", block_mask)  # its block tensors and its mask_mod's captures
