@@ -518,6 +518,35 @@ def layer_syncs(scheme: str, mask: str, length: int = 48) -> tuple[int, int, Cou
     return totals[2][1] - totals[1][1], totals[1][0] - totals[1][1], sites, totals[2][1]
 
 
+def decoding_counts(scheme: str, mask: str, prompt: int = 20, steps: int = 20) -> dict[str, float]:
+    """Per one-token decoding step of a 2-layer model on CUDA after a `prompt`-token prefill: FlexAttention calls,
+    BlockMasks built (issue 25 item 7: decoding should run SDPA, or reuse its BlockMask) and device-to-host syncs."""
+    import lextra.attention.flex as flex
+
+    torch.manual_seed(0)
+    model = tiny_gpt(scheme).eval()
+    tokens = torch.randint(0, 61, (1, prompt + steps))
+    builds = Counter()
+    classify = flex._classify_blocks
+
+    def counted(*args: Any) -> Any:
+        builds["block masks"] += 1
+        return classify(*args)
+
+    with pytest.MonkeyPatch.context() as patch, torch.no_grad(), virtual_cuda() as mode:
+        patch.setattr(flex, "_classify_blocks", counted)
+        model.to("cuda")
+        ids = virtual(tokens)
+        cache = model.new_cache()
+        model(ids[:, :prompt], cache=cache, mask=mask)
+        mode.clear()
+        builds.clear()
+        for t in range(prompt, prompt + steps):
+            model(ids[:, t : t + 1], cache=cache, mask=mask)
+        found = {"flex calls": mode.flex_calls, "block masks": builds["block masks"], "syncs": mode.total()}
+    return {key: value / steps for key, value in found.items()}
+
+
 #: the (scheme, mask) pairs whose syncs issue 25 item 7 asks for
 SYNC_CASES = (("rope", "causal"), ("alibi", "window:5"), ("fire", "causal"))
 
@@ -529,6 +558,12 @@ def sync_report() -> str:
         per_layer, build, sites, _ = layer_syncs(scheme, mask)
         lines.append(f"{scheme} + {mask}: {per_layer} syncs per layer forward, {build} more to build a BlockMask")
         lines += [f"    {count:3d}  {site}" for site, count in sorted(sites.items())]
+    for scheme, mask in SYNC_CASES:
+        counts = decoding_counts(scheme, mask)
+        lines.append(
+            f"{scheme} + {mask}, per one-token decoding step of 2 layers: "
+            + ", ".join(f"{value:g} {key}" for key, value in counts.items())
+        )
     return "\n".join(lines)
 
 
