@@ -280,9 +280,10 @@ def test_every_extension_method_on_cuda_equals_the_cpu_path(method: str) -> None
         assert isinstance(mine, vd.VirtualTensor) and _max_error(mine, theirs) < TOL
 
 
-def test_the_hugging_face_adapter_on_cuda_equals_the_cpu_path() -> None:
-    """A tiny random Llama through lextra's attention: a forward past its 32 positions and cached decoding."""
-    model = adapt(tiny_causal())
+@pytest.mark.parametrize("model_type", ["llama", "mistral", "qwen2"])
+def test_the_hugging_face_adapter_on_cuda_equals_the_cpu_path(model_type: str) -> None:
+    """A tiny random causal LM through lextra's attention: a forward past its 32 positions and cached decoding."""
+    model = adapt(tiny_causal(model_type))
     ids = hf_tokens(length=40)
     with torch.no_grad():
         want = model(ids)
@@ -297,6 +298,20 @@ def test_the_hugging_face_adapter_on_cuda_equals_the_cpu_path() -> None:
     assert isinstance(got, vd.VirtualTensor) and _max_error(got, want) < TOL
     for mine, theirs in zip(steps, want_steps, strict=True):
         assert isinstance(mine, vd.VirtualTensor) and _max_error(mine, theirs) < TOL
+
+
+def test_a_t5_encoder_decoder_through_the_adapter_on_cuda_equals_the_cpu_path() -> None:
+    """T5's relative bias (bucketed distances) and its encoder's full mask on the device."""
+    from test_hf import tiny_t5
+
+    model = adapt(tiny_t5())
+    ids, decoder = hf_tokens(length=40), hf_tokens(length=6, seed=2)
+    with torch.no_grad():
+        want = model.model(input_ids=ids, decoder_input_ids=decoder).logits
+        with vd.virtual_cuda():
+            model.to("cuda")
+            got = model.model(input_ids=vd.virtual(ids), decoder_input_ids=vd.virtual(decoder)).logits
+    assert isinstance(got, vd.VirtualTensor) and _max_error(got, want) < TOL
 
 
 @pytest.mark.parametrize("method", EXTENSIONS.names())
