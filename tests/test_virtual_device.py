@@ -19,7 +19,7 @@ from test_hf import tokens as hf_tokens
 import lextra.attention.backends as backends
 import lextra.attention.flex as flex
 from lextra.analysis import layer_attention
-from lextra.attention import attention, build_mask
+from lextra.attention import attention, attention_logits, build_mask
 from lextra.attention.backends import attention_path
 from lextra.extend import EXTENSIONS, apply_extension
 from lextra.hf import adapt
@@ -84,7 +84,7 @@ def test_a_module_moved_to_cuda_holds_virtual_parameters_and_buffers(virtual_cud
 def test_emulated_flex_equals_eager_flex_and_refuses_captured_cpu_tensors(monkeypatch) -> None:
     """The emulation is FlexAttention: on plain CPU tensors it gives eager `flex_attention`'s numbers (scores,
     modifier, BlockMask and its partial / full blocks); under the harness a captured CPU table is refused."""
-    from torch.nn.attention.flex_attention import flex_attention
+    from torch.nn.attention.flex_attention import AuxRequest, flex_attention
 
     scheme = make_scheme("alibi", n_heads=2)
     q, k, v = qkv(scheme, 300, batch=1)
@@ -104,6 +104,18 @@ def test_emulated_flex_equals_eager_flex_and_refuses_captured_cpu_tensors(monkey
         padded = [flex._pad_rows(t, 384) for t in (q, k, v)]
         want = flex_attention(*padded, **captured)
         assert _max_error(vd.dense_flex(*padded, **captured), want) < TOL
+        # the log-sum-exp, as merging passes by it needs (padded query rows see no key: -inf); torch's CPU flex
+        # gives no max_scores, so those are held to the reference's masked logits
+        out, aux = flex_attention(*padded, **captured, return_aux=AuxRequest(lse=True))
+        dense_out, dense_aux = vd.dense_flex(*padded, **captured, return_aux=AuxRequest(lse=True, max_scores=True))
+        assert _max_error(dense_out, out) < TOL and _max_error(dense_aux.lse[..., :300], aux.lse[..., :300]) < TOL
+        assert torch.isneginf(dense_aux.lse[..., 300:]).all() and torch.isneginf(aux.lse[..., 300:]).all()
+        logits = attention_logits(q, k, scheme, pos, pos, 0.25).masked_fill(
+            ~build_mask("causal").allowed(pos, pos), -1e30
+        )
+        assert _max_error(dense_aux.max_scores[..., :300], logits.amax(-1)) < TOL
+        legacy = vd.dense_flex(*padded, **captured, return_lse=True)
+        assert torch.equal(legacy[1], dense_aux.lse) and torch.equal(legacy[0], dense_out)
     with pytest.raises(vd.DeviceMixError, match=r"flex inputs\['q'\]: a CPU tensor of shape \(1, 2, 384, 16\)"):
         vd.emulated_flex(*padded, **captured)  # plain q: not on the device
     with pytest.raises(

@@ -312,9 +312,8 @@ def emulated_flex(
     score_mod: Callable | None = None,
     block_mask: Any = None,
     scale: float | None = None,
-    return_lse: bool = False,
     **options: Any,
-) -> Tensor | tuple[Tensor, Tensor]:
+) -> Any:
     """`flex_attention(q, k, v, score_mod=..., block_mask=..., scale=...)` after checking that its inputs and every
     tensor its modifiers and BlockMask hold are on the device, and that CUDA's kernel takes their head dimensions;
     computed by `dense_flex`."""
@@ -328,9 +327,7 @@ def emulated_flex(
     check_on_device("block_mask", block_mask)  # its block tensors and its mask_mod's captures
     if _ACTIVE:
         _ACTIVE[-1].flex_calls += 1
-    return dense_flex(
-        q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale, return_lse=return_lse, **options
-    )
+    return dense_flex(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale, **options)
 
 
 def dense_flex(
@@ -342,10 +339,13 @@ def dense_flex(
     block_mask: Any = None,
     scale: float | None = None,
     return_lse: bool = False,
+    return_aux: Any = None,
     **options: Any,
-) -> Tensor | tuple[Tensor, Tensor]:
+) -> Any:
     """FlexAttention densely: (B, H, Lq, Lk) scores x scale, `score_mod` on broadcast index tensors, the BlockMask's
-    partial blocks through its `mask_mod` and its full blocks as they are, softmax (a row that sees no key: 0)."""
+    partial blocks through its `mask_mod` and its full blocks as they are, softmax (a row that sees no key: 0).
+    Returns as flex does: the output; with `return_lse` also the rows' log-sum-exp; with `return_aux`
+    (`AuxRequest`) an `AuxOutput` of the log-sum-exp and the rows' largest score (-inf where a row sees no key)."""
     unknown = {key: value for key, value in options.items() if value not in (None, False)}
     if unknown:
         raise NotImplementedError(f"dense_flex: options {sorted(unknown)} are not emulated")
@@ -378,9 +378,13 @@ def dense_flex(
     lse = torch.logsumexp(scores, -1, keepdim=True)
     weights = torch.exp(scores - lse).masked_fill(empty, 0.0)
     out = (weights @ v.float()).to(v.dtype)
-    if return_lse:
-        return out, lse.masked_fill(empty, float("-inf")).squeeze(-1)
-    return out
+    lse = lse.masked_fill(empty, float("-inf")).squeeze(-1)
+    if return_aux is not None:
+        from torch.nn.attention.flex_attention import AuxOutput
+
+        largest = scores.masked_fill(empty, float("-inf")).amax(-1)
+        return out, AuxOutput(lse if return_aux.lse else None, largest if return_aux.max_scores else None)
+    return (out, lse) if return_lse else out
 
 
 # --------------------------------------------------------------------------------------------------------------
