@@ -47,6 +47,7 @@ from lextra.attention.backends import attention_path
 from lextra.attention.flex import RECOMPILE_LIMIT
 from lextra.devices import module_device
 from lextra.positions import SCHEMES, HeadDims, build_scheme
+from lextra.validate import parse_lengths
 
 BATCH, HEADS, HEAD_DIM = 1, 8, 64
 DEFAULT_LENGTHS = (4096, 16384, 65536, 131072)
@@ -173,7 +174,7 @@ def attention_cells(args: argparse.Namespace, device: torch.device, names: list[
     """Forward and forward+backward time and memory per (scheme, mask, L), with the flash SDPA baseline."""
     timer, dtype = Timer(device), DTYPES[args.dtype]
     rows = []
-    for L in [int(x) for x in args.lengths.split(",")]:
+    for L in parse_lengths(args.lengths) or DEFAULT_LENGTHS:
         rows.append(baseline_cell(L, args, device, timer))
         for name in names:
             scheme = build(name, args.train_len, device)
@@ -260,7 +261,7 @@ def training_cells(args: argparse.Namespace, device: torch.device, names: list[s
     from lextra.model import GPT, GPTConfig
 
     rows = []
-    lengths = [int(x) for x in args.train_lengths.split(",") if x.strip()]
+    lengths = parse_lengths(args.train_lengths) or []
     for L in lengths:
         batch = max(1, args.tokens_per_step // L)
         for name in ["nope", *[n for n in names if n != "nope"]]:

@@ -23,6 +23,7 @@ import lextra.attention.flex as flex
 from lextra.attention import attention, build_mask
 from lextra.attention.backends import auto_backend, cuda_backend, reference_attention
 from lextra.errors import ConfigError
+from lextra.positions.bias import FLEX_MAX_HIDDEN
 
 MASKS = ["causal", "window:37", "bca:64", "full"]
 TOL = 1e-5
@@ -192,7 +193,7 @@ def test_flex_refuses_a_block_mask_that_does_not_match() -> None:
 
 
 def test_flex_refuses_what_it_cannot_compute_and_cuda_auto_avoids_it() -> None:
-    xpos, wide_fire = _scheme("xpos"), _scheme("fire", hidden=flex.FIRE_MAX_HIDDEN + 1)
+    xpos, wide_fire = _scheme("xpos"), _scheme("fire", hidden=FLEX_MAX_HIDDEN + 1)
     long = torch.arange(xpos.rotate_span + 1)
     short = torch.arange(300)
     causal = build_mask("causal")
