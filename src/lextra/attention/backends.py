@@ -160,8 +160,11 @@ class AttentionExtension(ABC):
     name: str = "extension"
 
     @abstractmethod
-    def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext, *, reference: bool = False) -> Tensor:
-        """Attention under the extension (`reference`: its dense ground truth instead of the fast path)."""
+    def run(
+        self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext, *, reference: bool = False, backend: str = "auto"
+    ) -> Tensor:
+        """Attention under the extension (`reference`, or backend 'reference': its dense ground truth instead of
+        the fast path; `backend` the name the call asked for, which the extension may route by)."""
 
     def retains(self, k_pos: Tensor, next_query: int) -> Tensor | None:
         """Which cached keys a query at `next_query` or later can still see (None: all of them)."""
@@ -345,7 +348,7 @@ def run_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext, backen
     when that backend does not apply), or `auto`'s choice."""
     chosen = None if backend == "auto" else get_backend(backend)
     if ctx.extension is not None:
-        return ctx.extension.run(q, k, v, ctx, reference=backend == "reference")
+        return ctx.extension.run(q, k, v, ctx, reference=backend == "reference", backend=backend)
     if chosen is None:
         chosen = choose_backend(ctx)
     else:

@@ -35,6 +35,7 @@ key gets zeros (the reference gives NaN); a custom mask's `visible` must be trac
 from __future__ import annotations
 
 import functools
+import warnings
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
@@ -419,3 +420,139 @@ def _run_compiled(q: Tensor, k: Tensor, v: Tensor, **kwargs) -> Tensor:
             "than run it uncompiled (the full L x L scores), this call stops: raise RECOMPILE_LIMIT, or call "
             "torch._dynamo.reset() between independent runs"
         ) from err
+
+
+# --------------------------------------------------------------------------------------------------------------
+# band passes: one call per pass of a training-free extension method (`lextra.extend.attention`)
+# --------------------------------------------------------------------------------------------------------------
+
+#: stands for "no position" in the per-block bounds of padding (far inside int64, so differences never overflow)
+_FAR_POSITION = 1 << 60
+_BAND_MASKS: OrderedDict[tuple, BlockMask] = OrderedDict()
+
+
+def _block_bounds(pos: Tensor, n_blocks: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Per block of `BLOCK` positions: the smallest and largest real position, whether it holds any real
+    position and whether it holds only real ones (padding past `pos.numel()`)."""
+    n, size = pos.numel(), n_blocks * BLOCK
+    pos = pos.long()
+    lo = F.pad(pos, (0, size - n), value=_FAR_POSITION).view(n_blocks, BLOCK).amin(1)
+    hi = F.pad(pos, (0, size - n), value=-_FAR_POSITION).view(n_blocks, BLOCK).amax(1)
+    starts = torch.arange(n_blocks, device=pos.device) * BLOCK
+    return lo, hi, starts < n, starts + BLOCK <= n
+
+
+def band_block_mask(
+    q_pos: Tensor,
+    k_pos: Tensor,
+    distance: tuple[int, int],
+    keys: tuple[int, int],
+    *,
+    first: tuple[int, int] | None = None,
+) -> BlockMask:
+    """The BlockMask of a band pass: pair (m, n) visible when `keys[0] <= n <= keys[1]` and `distance[0] <= m - n
+    <= distance[1]` (inclusive, `UNBOUNDED` for no limit), over queries and keys padded to `padded_lengths`.
+
+    Blocks are classified from each block's smallest and largest position (tensor code on the positions' device,
+    no host sync; exact for any positions, as the band is monotone in m and n): blocks the band hides are skipped,
+    blocks it shows in full run without the mask_mod. The band's bounds are a captured tensor, so passes of every
+    method share one compiled kernel per pair of length buckets. `first` = the first query and key positions when
+    both runs are contiguous (host-side facts): the mask is then cached by them, the lengths and the band."""
+    device = q_pos.device
+    n_q, n_k = q_pos.numel(), k_pos.numel()
+    pad_q, pad_k = padded_lengths(n_q, n_k)
+    key = None
+    if first is not None:
+        key = (n_q, n_k, *first, *distance, *keys, str(device))
+        cached = _BAND_MASKS.get(key)
+        if cached is not None:
+            _BAND_MASKS.move_to_end(key)
+            return cached
+    n_qb, n_kb = -(-pad_q // BLOCK), pad_k // BLOCK
+    m_lo, m_hi, q_real, _ = _block_bounds(q_pos, n_qb)
+    n_lo, n_hi, k_real, k_whole = _block_bounds(k_pos, n_kb)
+    (d_lo, d_hi), (k_lo, k_hi) = distance, keys
+    m_lo, m_hi, q_real = m_lo[:, None], m_hi[:, None], q_real[:, None]
+    hidden = (n_hi < k_lo) | (n_lo > k_hi) | (m_hi - n_lo < d_lo) | (m_lo - n_hi > d_hi)
+    some = q_real & k_real & ~hidden
+    shown = (k_lo <= n_lo) & (n_hi <= k_hi) & (m_lo - n_hi >= d_lo) & (m_hi - n_lo <= d_hi)
+    every = some & k_whole & shown
+    counts, indices = _ordered(some & ~every)
+    full_counts, full_indices = _ordered(every)
+    q_rows = F.pad(q_pos.long(), (0, pad_q - n_q))
+    k_rows = F.pad(k_pos.long(), (0, pad_k - n_k))
+    bounds = torch.tensor([d_lo, d_hi, k_lo, k_hi], dtype=torch.long, device=device)
+    real_k = torch.tensor(n_k, device=device)
+
+    def band_pairs(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        m, n = q_rows[q_idx], k_rows[kv_idx]
+        d = m - n
+        return (kv_idx < real_k) & (d >= bounds[0]) & (d <= bounds[1]) & (n >= bounds[2]) & (n <= bounds[3])
+
+    block_mask = BlockMask.from_kv_blocks(
+        counts,
+        indices,
+        full_counts,
+        full_indices,
+        BLOCK_SIZE=BLOCK,
+        mask_mod=band_pairs,
+        seq_lengths=(pad_q, pad_k),
+    )
+    if key is not None:
+        _BAND_MASKS[key] = block_mask
+        while len(_BAND_MASKS) > BLOCK_MASK_CACHE:
+            _BAND_MASKS.popitem(last=False)
+    return block_mask
+
+
+def _lse_request() -> dict[str, object]:
+    """FlexAttention's keyword for each row's log-sum-exp: `return_aux=AuxRequest(lse=True)` where torch has it
+    (`return_lse=True` is deprecated there), else `return_lse=True`."""
+    aux_request = getattr(torch.nn.attention.flex_attention, "AuxRequest", None)
+    return {"return_lse": True} if aux_request is None else {"return_aux": aux_request(lse=True)}
+
+
+def flex_band_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    q_pos: Tensor,
+    k_pos: Tensor,
+    distance: tuple[int, int],
+    keys: tuple[int, int],
+    scale: float,
+    *,
+    first: tuple[int, int] | None = None,
+    eager: bool | None = None,
+) -> tuple[Tensor, Tensor]:
+    """One FlexAttention call over a band pass of already rotated q (B, H, Lq, D), k, v: the pass's normalised
+    output (B, H, Lq, Dv) and its rows' log-sum-exp (B, H, Lq) fp32 (natural log; -inf, output 0, for a row the
+    pass hides entirely), for merging passes exactly (`lextra.attention.backends.merge_tiles`). `first`: see
+    `band_block_mask`.
+
+    On CUDA the call is compiled, under the recompile budget (forward and backward). On CPU it runs FlexAttention
+    eagerly (forward only): inductor's CPU flex kernel has no `return_lse`, and eager FlexAttention builds each
+    pass's Lq x Lk scores, so there it is for checking the passes on small inputs (CPU's fast path is the tiled
+    one). `eager` overrides that choice."""
+    Lq = q.shape[-2]
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    if needs_grad and q.device.type == "cpu":
+        raise ConfigError(
+            "backend='flex' cannot train on CPU: FlexAttention has no backward on CPU; use backend='chunked' "
+            "(or 'auto'), or run on CUDA"
+        )
+    block_mask = band_block_mask(q_pos, k_pos, distance, keys, first=first)
+    pad_q, pad_k = block_mask.seq_lengths
+    qp, kp, vp = _pad_rows(q, pad_q), _pad_rows(k, pad_k), _pad_rows(v, pad_k)
+    kwargs = _lse_request()
+    if q.device.type == "cpu" if eager is None else eager:
+        with warnings.catch_warnings():  # eager on purpose: "called without torch.compile()"
+            warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+            result = flex_attention(qp, kp, vp, block_mask=block_mask, scale=scale, **kwargs)
+    else:
+        result = _run_compiled(qp, kp, vp, block_mask=block_mask, scale=scale, **kwargs)
+    out, aux = result
+    lse = aux if isinstance(aux, Tensor) else aux.lse
+    lse = lse[..., :Lq].float()
+    hidden = torch.isneginf(lse)
+    return out[..., :Lq, :].masked_fill(hidden[..., None], 0.0), lse

@@ -37,8 +37,10 @@ from lextra.attention.backends import (
     AttentionExtension,
     attention,
     attention_with_lse,
+    get_backend,
     merge_tiles,
 )
+from lextra.attention.flex import flex_band_attention, flex_unsupported
 from lextra.attention.masks import Mask, build_mask
 from lextra.errors import ConfigError
 from lextra.extend.base import ExtensionMethod, Pass, build_extension, check_scheme, same_position
@@ -160,6 +162,60 @@ def extended_attention(
     q_pos, k_pos, scale, seq_len, rows = _prepare(q, k, scheme, method, q_pos, k_pos, scale, temperature)
     tiles = _TileRun(scheme, method.passes, method.period, seq_len, repr(method))
     return _tiled(q, k, v, tiles, q_pos, k_pos, scale, rows, block_size)
+
+
+def flex_extended_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    scheme: PositionScheme | None,
+    method: ExtensionMethod,
+    q_pos: Tensor | None = None,
+    k_pos: Tensor | None = None,
+    scale: float | None = None,
+    temperature: Tensor | float | None = None,
+) -> Tensor:
+    """`extended_attention` with each pass one FlexAttention call (`lextra.attention.flex.flex_band_attention`):
+    queries in as few blocks as the method's `period` allows (one block without one), each pass rotating the
+    block's queries and all keys at its positions, its band as a BlockMask, merged by log-sum-exp. Forward only on
+    CPU; on CUDA forward and backward. Refuses what flex cannot rotate in one call (xPos past its span)."""
+    q_pos, k_pos, scale, seq_len, rows = _prepare(q, k, scheme, method, q_pos, k_pos, scale, temperature)
+    reason = flex_unsupported(scheme, q_pos, k_pos)
+    if reason is not None:
+        raise ConfigError(reason)
+    B, H, Lq, _ = q.shape
+    if Lq == 0 or k.shape[-2] == 0:
+        return q.new_zeros(B, H, Lq, v.shape[-1])
+    run = _TileRun(scheme, method.passes, method.period, seq_len, repr(method))
+    q_list, k_list = q_pos.tolist(), k_pos.tolist()
+    q_sorted = all(a <= b for a, b in itertools.pairwise(q_list))
+    k_first = k_list[0] if _runs(k_list) else None
+    grad = torch.is_grad_enabled()
+    outputs: list[Tensor] = []
+    for start, stop in _query_blocks(q_list, Lq if q_sorted else 1, run.period):
+        qp, qc = q_pos[start:stop], q[..., start:stop, :]
+        block = q_list[start:stop]
+        first = (block[0], k_first) if k_first is not None and _runs(block) else None
+        acc: Tensor | None = None
+        lse: Tensor | None = None
+        for p in run.passes(min(block), max(block)):
+            q_at = p.q_at(qp)
+            qr = run.queries(qc, k, q_at)
+            if rows is not None:
+                qr = qr * rows[..., start:stop, None].to(qr.dtype)
+            kr = run.keys(qc, k, q_at, p.k_at(k_pos))
+            part, part_lse = flex_band_attention(qr, kr, v, qp, k_pos, p.distance, p.keys, scale, first=first)
+            if grad:
+                acc, lse = _merge_out_of_place(acc, lse, part, part_lse)
+            else:
+                acc, lse = merge_tiles(acc, lse, part, part_lse)
+            del part, part_lse, qr, kr
+        if acc is None or lse is None or bool((lse <= LSE_FLOOR).any()):
+            raise ConfigError(
+                f"{run.label}: queries at {min(block)}..{max(block)} see no key; their own positions must be keys"
+            )
+        outputs.append(acc.to(v.dtype))
+    return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-2)
 
 
 def masked_attention(
@@ -440,19 +496,38 @@ class ExtendedAttention(AttentionExtension):
         self.method = method
         self.name = method.name
 
-    def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext, *, reference: bool = False) -> Tensor:
+    def run(
+        self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext, *, reference: bool = False, backend: str = "auto"
+    ) -> Tensor:
         if not ctx.mask.exactly_causal:
             raise ConfigError(
                 f"extension {self.method.name!r} sets its own visibility over causal attention; "
                 f"use mask='causal', not {ctx.mask!r}"
             )
-        if reference:
+        if reference or backend == "reference":
             return reference_extended_attention(
                 q, k, v, ctx.scheme, self.method, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau
             )
+        if backend == "flex" or (backend == "auto" and self.path(ctx) == "flex"):
+            if backend == "flex":
+                reason = self.flex_reason(ctx)
+                if reason is not None:
+                    raise ConfigError(reason)
+            return flex_extended_attention(q, k, v, ctx.scheme, self.method, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau)
         return extended_attention(
             q, k, v, ctx.scheme, self.method, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau, ctx.block_size
         )
+
+    def flex_reason(self, ctx: AttentionContext) -> str | None:
+        """Why the passes cannot run as FlexAttention calls here (None: they can), from the context alone."""
+        return get_backend("flex").applies(ctx)
+
+    def path(self, ctx: AttentionContext) -> str:
+        """What backend='auto' runs: "flex" (one FlexAttention call per pass) on CUDA where flex applies, else
+        "tiled" (query blocks x key tiles, one flash call each: the CPU's fastest exact path)."""
+        if ctx.device.type == "cuda" and self.flex_reason(ctx) is None:
+            return "flex"
+        return "tiled"
 
     def __call__(self, q: Tensor, k: Tensor, v: Tensor, **options: Any) -> Tensor:
         """`attention(q, k, v, extension=self, **options)`."""
