@@ -469,25 +469,26 @@ def band_block_mask(
             _BAND_MASKS.move_to_end(key)
             return cached
     n_qb, n_kb = -(-pad_q // BLOCK), pad_k // BLOCK
-    m_lo, m_hi, q_real, _ = _block_bounds(q_pos, n_qb)
+    m_lo, m_hi, q_real, q_whole = _block_bounds(q_pos, n_qb)
     n_lo, n_hi, k_real, k_whole = _block_bounds(k_pos, n_kb)
     (d_lo, d_hi), (k_lo, k_hi) = distance, keys
-    m_lo, m_hi, q_real = m_lo[:, None], m_hi[:, None], q_real[:, None]
+    m_lo, m_hi, q_real, q_whole = m_lo[:, None], m_hi[:, None], q_real[:, None], q_whole[:, None]
     hidden = (n_hi < k_lo) | (n_lo > k_hi) | (m_hi - n_lo < d_lo) | (m_lo - n_hi > d_hi)
     some = q_real & k_real & ~hidden
     shown = (k_lo <= n_lo) & (n_hi <= k_hi) & (m_lo - n_hi >= d_lo) & (m_hi - n_lo <= d_hi)
-    every = some & k_whole & shown
+    every = some & q_whole & k_whole & shown
     counts, indices = _ordered(some & ~every)
     full_counts, full_indices = _ordered(every)
     q_rows = F.pad(q_pos.long(), (0, pad_q - n_q))
     k_rows = F.pad(k_pos.long(), (0, pad_k - n_k))
     bounds = torch.tensor([d_lo, d_hi, k_lo, k_hi], dtype=torch.long, device=device)
-    real_k = torch.tensor(n_k, device=device)
+    real_q, real_k = torch.tensor(n_q, device=device), torch.tensor(n_k, device=device)
 
     def band_pairs(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         m, n = q_rows[q_idx], k_rows[kv_idx]
         d = m - n
-        return (kv_idx < real_k) & (d >= bounds[0]) & (d <= bounds[1]) & (n >= bounds[2]) & (n <= bounds[3])
+        real = (q_idx < real_q) & (kv_idx < real_k)
+        return real & (d >= bounds[0]) & (d <= bounds[1]) & (n >= bounds[2]) & (n <= bounds[3])
 
     block_mask = BlockMask.from_kv_blocks(
         counts,
