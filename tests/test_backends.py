@@ -406,3 +406,41 @@ def test_an_explicit_backend_that_does_not_apply_or_is_unknown_is_refused() -> N
         attention(q, k, v, scheme=scheme, backend="fast")
     with pytest.raises(ConfigError, match="other than 'auto'"):
         backends.register_backend(type("Auto", (_WindowsOnly,), {"name": "auto"})())
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_a_causal_decoding_step_runs_sdpa_and_biased_or_windowed_steps_run_chunked(device: str) -> None:
+    """One query at or after every key sees them all: one SDPA call without a mask (decided from the context,
+    no CUDA tensor); with a bias, a window or BCA flex declines a single query and `chunked` runs it."""
+    rope, alibi, fire = make_scheme("rope"), make_scheme("alibi"), make_scheme("fire")
+    last = _context(rope, length=100, offset=99, device=device, head_dim=16)
+    assert backends.choose_backend(last).name == "sdpa"
+    evicted = backends.AttentionContext(
+        rope, build_mask("causal"), torch.tensor([99]), torch.cat((torch.arange(4), torch.arange(70, 100))), 0.25,
+        device=torch.device(device), head_dim=16,
+    )  # fmt: skip
+    assert backends.choose_backend(evicted).name == "sdpa"  # a sinks cache: positions need not be contiguous
+    before = backends.AttentionContext(
+        rope, build_mask("causal"), torch.tensor([50]), torch.arange(100), 0.25, device=torch.device(device)
+    )
+    assert "or one query after every key" in backends.REGISTERED["sdpa"].applies(before)
+    for scheme, mask in ((alibi, "causal"), (fire, "causal"), (rope, "window:37"), (rope, "bca:64")):
+        step = _context(scheme, mask, length=100, offset=99, device=device, head_dim=16)
+        assert backends.REGISTERED["flex"].applies(step) is None
+        assert "a single query (a decoding step)" in backends.REGISTERED["flex"].declines(step)
+        assert backends.choose_backend(step).name == "chunked"
+    assert backends.choose_backend(_context(alibi, length=100, offset=98, device=device, head_dim=16)).name == (
+        "flex" if device == "cuda" else "chunked"
+    )
+
+
+@pytest.mark.parametrize("name", ["rope", "xpos", "coca", "nope"])
+def test_decoding_steps_through_sdpa_equal_the_reference(name: str) -> None:
+    scheme = make_scheme(name)
+    q, k, v = qkv(scheme, 1, key_length=100)
+    for k_pos in (torch.arange(100), torch.cat((torch.arange(4), torch.arange(200, 296)))):
+        q_pos = k_pos[-1:] + torch.tensor([0 if k_pos[-1] == 99 else 3])  # at the last key, and after it
+        with torch.no_grad():
+            fused = attention(q, k, v, scheme=scheme, q_pos=q_pos, k_pos=k_pos, backend="sdpa")
+            ref = attention(q, k, v, scheme=scheme, q_pos=q_pos, k_pos=k_pos, backend="reference")
+        assert (fused - ref).abs().max() < 1e-5

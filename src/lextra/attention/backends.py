@@ -7,7 +7,8 @@ and score bias, a mask and an optional temperature, then softmax-attends:
 
 - `reference`: dense (H, Lq, Lk) scores with every modifier applied as a tensor: slow, obvious, ground truth.
 - `sdpa`: one fused `scaled_dot_product_attention` call (is_causal / no mask); only for schemes without a bias,
-  a mask that is exactly causal or hides nothing, and queries aligned with keys.
+  a mask that is exactly causal or hides nothing, and queries aligned with keys, or one query at or after every
+  key under a causal mask (a cached decoding step: no mask at all).
 - `chunked`: queries in blocks; each block sees only the keys its mask declares (`Mask.key_spans`: a window's
   block touches width + block keys) and its bias is built for that block alone from the scheme's per-distance
   table, then one SDPA call per block. Memory O(H x block x keys) per step, never H x L x L; forward and
@@ -22,7 +23,12 @@ and score bias, a mask and an optional temperature, then softmax-attends:
   CPU, forward and backward on CUDA.
 - `auto`: on CPU, `sdpa` when it applies, else `chunked`. Rotary schemes at long lengths without autograd take
   `chunked` (tiled): the fused call would need rotated copies of all of q and k on top of SDPA's own working
-  memory. On CUDA (`cuda_backend`), `sdpa` (flash) when it applies, else `flex`, else `chunked`.
+  memory. On CUDA (`cuda_backend`), `sdpa` (flash) when it applies, else `flex`, else `chunked`. A single query
+  that `sdpa` cannot take (a decoding step with a bias, a window or BCA) goes to `chunked`, not `flex`: flex would
+  compile a kernel for every key-length bucket the cache grows through (20 up to 128k per mask and score
+  modifier, out of `RECOMPILE_LIMIT`) and build a BlockMask per step (its blocks move with the step), where the
+  chunked path runs one small SDPA call over the keys the mask declares, exactly, with nothing compiled. Calls
+  under an extension method run its passes (`lextra.extend.attention`: on CUDA one FlexAttention call per pass).
 
 Each backend is an `AttentionBackend` (`applies(ctx)`: None or why not; `run(q, k, v, ctx)`) registered by name
 (`register_backend`); `auto` asks the backends of the device type's order (`AUTO_ORDER`) in turn and runs the
@@ -242,6 +248,14 @@ class FlexBackend(AttentionBackend):
             )
         return None
 
+    def declines(self, ctx: AttentionContext) -> str | None:
+        if ctx.q_pos.numel() == 1:
+            return (
+                "a single query (a decoding step): the chunked path computes it exactly over the keys its mask "
+                "declares, with no compiled kernel per key-length bucket and no BlockMask to build per step"
+            )
+        return None
+
     def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
         return flex_attention_forward(q, k, v, ctx.scheme, ctx.mask, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau)
 
@@ -398,11 +412,20 @@ def _sdpa_reason(scheme: PositionScheme | None, mask: Mask, q_pos: Tensor, k_pos
             f"the sdpa backend rotates all queries and keys in one call and {scheme.name} is exact within "
             f"{scheme.rotate_span} positions, not {_span(q_pos, k_pos)}; {_SDPA_FIX}"
         )
-    if mask.hides_nothing:
+    if mask.hides_nothing or _decoding_step(mask, q_pos, k_pos):
         return None
     if q_pos.numel() == k_pos.numel() and bool((q_pos == k_pos).all()) and _contiguous(q_pos):
         return None
-    return f"the sdpa backend's causal call needs queries at the keys' own contiguous positions; {_SDPA_FIX}"
+    return (
+        "the sdpa backend's causal call needs queries at the keys' own contiguous positions, or one query after "
+        f"every key; {_SDPA_FIX}"
+    )
+
+
+def _decoding_step(mask: Mask, q_pos: Tensor, k_pos: Tensor) -> bool:
+    """One query under a causal mask at or after every key (a cached decoding step): it sees all the keys, so
+    one SDPA call without a mask is exact (whatever the keys' positions, e.g. an evicted cache)."""
+    return mask.exactly_causal and q_pos.numel() == 1 and k_pos.numel() > 0 and int(k_pos.max()) <= int(q_pos[0])
 
 
 def _sdpa_applies(scheme: PositionScheme | None, mask: Mask, q_pos: Tensor, k_pos: Tensor) -> bool:
@@ -425,8 +448,9 @@ def auto_backend(
 
 def cuda_backend(scheme: PositionScheme | None, mask: Mask, q_pos: Tensor, k_pos: Tensor) -> str:
     """`auto` on CUDA: the fused flash kernel where one SDPA call is exact (no bias, causal or full, aligned
-    positions), else `flex` (biases, windows, BCA, offset queries), else `chunked` (what flex refuses: xPos past
-    its span). Decides from declarations and position values alone: it never touches the GPU."""
+    positions, or a causal decoding step), else `flex` (biases, windows, BCA, offset queries), else `chunked`
+    (what flex refuses: xPos past its span; single-query steps flex declines). Decides from declarations and
+    position values (no CUDA tensor is needed)."""
     return auto_backend(scheme, mask, q_pos, k_pos, "cuda")
 
 
@@ -505,7 +529,8 @@ def reference_attention(
 
 def _sdpa_attention(q, k, v, scheme, mask, q_pos, k_pos, scale, tau) -> Tensor:
     qr, kr = _rotate(scheme, q, k, q_pos, k_pos)
-    return F.scaled_dot_product_attention(_scaled_query(qr, tau), kr, v, is_causal=mask.exactly_causal, scale=scale)
+    causal = mask.exactly_causal and not _decoding_step(mask, q_pos, k_pos)  # is_causal is top-left aligned
+    return F.scaled_dot_product_attention(_scaled_query(qr, tau), kr, v, is_causal=causal, scale=scale)
 
 
 def _block_size(scheme: PositionScheme | None, n_keys: int, n_heads: int, requested: int | None) -> int:
