@@ -431,3 +431,26 @@ def test_mask_bands_agree_with_the_masks_rule() -> None:
             assert bool((rule == mask.visible(m, n)).all())
     assert build_mask("bca:16").band(10, 20) is None  # a run of queries across a block boundary has no one band
     assert build_mask("window:7").band(0, 5)[1] == (0, 6) and build_mask("causal").band(3, 4)[1] == (0, UNBOUNDED)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(SPECS))
+def test_cuda_flex_passes_forward_and_backward_match_the_reference(name: str) -> None:
+    """On CUDA `auto` runs the passes through compiled FlexAttention: forward and q/k/v gradients against the
+    dense reference (fp32; gradients relative to their size, summed by FlexAttention in a different order)."""
+    device = torch.device("cuda")
+    scheme, q, k, v = _inputs("rope", 777)
+    scheme = scheme.to(device)
+    method = build_extension(SPECS[name], L)
+    hook = ExtendedAttention(method)
+    q, k, v = (x.to(device).requires_grad_(True) for x in (q, k, v))
+    weights = torch.cos(torch.arange(q.numel(), device=device, dtype=torch.float32)).view_as(q)
+    results = []
+    for backend in ("auto", "reference"):
+        out = attention(q, k, v, scheme=scheme, extension=hook, backend=backend)
+        results.append((out.detach(), torch.autograd.grad((out * weights).sum(), (q, k, v))))
+    assert hook.path(AttentionContext.build(q, k, scheme=scheme, extension=hook)) == "flex"
+    (out, grads), (ref, ref_grads) = results
+    assert (out - ref).abs().max() < 1e-5
+    for grad, expected in zip(grads, ref_grads, strict=True):
+        assert (grad - expected).abs().max() <= 1e-4 * max(1.0, float(expected.abs().max()))

@@ -27,6 +27,11 @@ mask type and its options; dtype; batch, heads, head dims; the two length bucket
 are kept per process (torch's default of 8 would silently fall back to the eager, L x L path); one more raises
 `CompileBudgetError`.
 
+Band passes (`flex_band_attention`, for `lextra.extend`): one call per pass of a training-free extension method
+over already rotated q and k, its visibility a band (key range x distance range) whose bounds are a captured
+tensor, so every method's passes share one kernel per pair of length buckets; returns each row's log-sum-exp
+for merging passes. Compiled on CUDA; eager on CPU (inductor's CPU flex has no log-sum-exp output).
+
 Limits: FlexAttention has no backward on CPU (forward only there; training on CPU refuses with a ConfigError);
 xPos rotates every query and key in one call, so it applies within its `rotate_span` only; a query that sees no
 key gets zeros (the reference gives NaN); a custom mask's `visible` must be traceable tensor code.

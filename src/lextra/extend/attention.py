@@ -12,6 +12,15 @@
   pass's lower distance edge is laid out so that it is exactly causal; a tile a band edge cuts is split into
   `SUB` x `SUB` pieces, of which those the pass hides are skipped and only those the edge crosses get a float
   mask (cached by their shape within a call).
+- `flex_extended_attention` (backend='flex'; what `auto` runs on CUDA where flex applies): each pass is one
+  FlexAttention call (`lextra.attention.flex.flex_band_attention`) over the whole query range, or per `period`
+  block (DCA's chunks): q and all keys rotated at the pass's positions, the pass's band as a mask_mod and a
+  BlockMask built from block position bounds (cached by host-side facts when positions are contiguous), each
+  row's log-sum-exp returned, the passes merged by `merge_tiles` as the tiled path merges tiles (a row a pass
+  hides has log-sum-exp -inf and adds nothing; under autograd the floor `LSE_FLOOR` keeps gradients finite). On
+  CUDA a few kernel launches per pass instead of one flash call per tile; compiled, forward and backward. On
+  CPU FlexAttention runs eagerly (inductor's CPU kernel has no log-sum-exp output), forward only, Lq x Lk per
+  pass: for checking on small inputs; CPU's `auto` keeps the tiled path.
 - `ExtendedAttention` / `apply_extension`: what a lextra model's attention layers attend through instead of the
   backends (`SelfAttention.extension`, an `AttentionExtension`), so that full forwards and cached decoding use
   the same passes. Decoding needs no rule of its own: a new query at position m runs the method's passes over
