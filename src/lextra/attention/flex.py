@@ -51,6 +51,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
+from lextra.attention.layout import PositionLayout
 from lextra.attention.masks import UNBOUNDED, Mask, build_mask
 from lextra.errors import ConfigError
 from lextra.positions.base import PositionScheme, QueryBias, ScoreLayout
@@ -105,11 +106,13 @@ class _Layout:
     n_distances: int  # distances lo .. lo + n_distances - 1
 
 
-def _layout(q_pos: Tensor, k_pos: Tensor) -> _Layout:
+def _layout(q_pos: Tensor, k_pos: Tensor, facts: PositionLayout | None = None) -> _Layout:
+    """Padded lengths and rows from the positions' host-side facts (read from them when not given)."""
+    facts = facts if facts is not None else PositionLayout.of(q_pos, k_pos)
     n_q, n_k = q_pos.numel(), k_pos.numel()
     pad_q, pad_k = padded_lengths(n_q, n_k)
-    q_lo, q_hi = int(q_pos.min()), int(q_pos.max())
-    k_lo, k_hi = int(k_pos.min()), int(k_pos.max())
+    q_lo, q_hi = facts.q_min, facts.q_max
+    k_lo, k_hi = facts.k_min, facts.k_max
     q_rows = torch.cat((q_pos, q_pos.new_full((pad_q - n_q,), q_hi)))
     k_rows = torch.cat((k_pos, k_pos.new_full((pad_k - n_k,), k_lo)))
     return _Layout(n_q, n_k, pad_q, pad_k, q_rows, k_rows, q_lo - k_hi, (q_hi - q_lo) + (k_hi - k_lo) + 1)
@@ -196,19 +199,27 @@ def _ordered(dense: Tensor) -> tuple[Tensor, Tensor]:
     return counts[None, None].contiguous(), indices[None, None].contiguous()
 
 
-def flex_block_mask(mask: Mask, q_pos: Tensor, k_pos: Tensor, device: torch.device | str | None = None) -> BlockMask:
+def flex_block_mask(
+    mask: Mask,
+    q_pos: Tensor,
+    k_pos: Tensor,
+    device: torch.device | str | None = None,
+    layout: PositionLayout | None = None,
+) -> BlockMask:
     """The BlockMask `flex_attention_forward` uses for these positions (padded to their buckets), cached when
-    both position runs are contiguous: pass it to every layer's call to skip the cache lookup."""
+    both position runs are contiguous: pass it to every layer's call to skip the cache lookup. The cache key
+    comes from `layout` (the positions' host-side facts; read once from them when not given)."""
     device = torch.device(device) if device is not None else q_pos.device
     q_pos, k_pos = q_pos.to(device), k_pos.to(device)
+    facts = layout if layout is not None else PositionLayout.of(q_pos, k_pos)
     key = None
-    if _contiguous(q_pos) and _contiguous(k_pos) and q_pos.numel() and k_pos.numel():
-        key = (type(mask), repr(mask), q_pos.numel(), k_pos.numel(), int(q_pos[0]), int(k_pos[0]), str(device))
+    if facts.q_contiguous and facts.k_contiguous and facts.n_q and facts.n_k:
+        key = (type(mask), repr(mask), facts.n_q, facts.n_k, facts.q_first, facts.k_first, str(device))
         cached = _BLOCK_MASKS.get(key)
         if cached is not None:
             _BLOCK_MASKS.move_to_end(key)
             return cached
-    layout = _layout(q_pos, k_pos)
+    layout = _layout(q_pos, k_pos, facts)
     partial, full = _classify_blocks(mask, layout, q_pos, k_pos)
     counts, indices = _ordered(partial)
     full_counts, full_indices = _ordered(full)
@@ -257,14 +268,18 @@ def _per_query_mod(bias: BiasFn, tau: Tensor) -> ScoreMod:
     return add_scaled_bias
 
 
-def flex_unsupported(scheme: PositionScheme | None, q_pos: Tensor, k_pos: Tensor) -> str | None:
+def flex_unsupported(
+    scheme: PositionScheme | None, q_pos: Tensor, k_pos: Tensor, layout: PositionLayout | None = None
+) -> str | None:
     """Why `flex` cannot compute this scheme at these positions (a one-line reason with the fix), or None.
 
-    Decides from the scheme's declarations and the positions' values alone (no device is touched)."""
+    Decides from the scheme's declarations and the positions' host-side facts (`layout`, read from the
+    positions when not given; a scheme whose bias form depends on parameter values, FIRE's threshold, reads
+    those)."""
     if scheme is None:
         return None
     if scheme.rotate_span is not None and q_pos.numel() and k_pos.numel():
-        span = max(int(q_pos.max()), int(k_pos.max())) - min(int(q_pos.min()), int(k_pos.min())) + 1
+        span = (layout if layout is not None else PositionLayout.of(q_pos, k_pos)).span
         if span > scheme.rotate_span:
             return (
                 f"backend='flex' rotates all queries and keys in one call and {scheme.name} is exact within "
@@ -328,29 +343,32 @@ def flex_attention_forward(
     *,
     block_mask: BlockMask | None = None,
     eager: bool = False,
+    layout: PositionLayout | None = None,
 ) -> Tensor:
     """softmax((rotate(q) . rotate(k) * scale + bias) / tau, masked) v through one FlexAttention call.
 
     q (B, H, Lq, D), k (B, H, Lk, Dk), v (B, H, Lk, Dv); positions 1-D integer tensors; `tau` None, a scalar,
     (H, 1) or (H, Lq) as `attention` normalises it. `block_mask` (optional) is `flex_block_mask(mask, q_pos,
-    k_pos)`; `eager` runs FlexAttention uncompiled (it then builds the full score matrix: small inputs only).
+    k_pos)`; `eager` runs FlexAttention uncompiled (it then builds the full score matrix: small inputs only);
+    `layout` the positions' host-side facts (read once from them when not given).
     """
     device, mask = q.device, build_mask(mask)
     H, Lq, Lk = q.shape[1], q.shape[-2], k.shape[-2]
     if Lq == 0 or Lk == 0:
         return q.new_zeros(*q.shape[:-1], v.shape[-1])
     q_pos, k_pos = q_pos.to(device), k_pos.to(device)
-    reason = flex_unsupported(scheme, q_pos, k_pos)
+    facts = layout if layout is not None else PositionLayout.of(q_pos, k_pos)
+    reason = flex_unsupported(scheme, q_pos, k_pos, facts)
     if reason is not None:
         raise ConfigError(reason)
-    layout = _layout(q_pos, k_pos)
+    padded = _layout(q_pos, k_pos, facts)
     if block_mask is None:
-        block_mask = flex_block_mask(mask, q_pos, k_pos, device)
+        block_mask = flex_block_mask(mask, q_pos, k_pos, device, facts)
     else:
         _check_block_mask(block_mask, mask, q_pos, k_pos)
 
     if scheme is not None and scheme.transforms_qk:
-        q, k = scheme.rotate(q, k, q_pos, k_pos)
+        q, k = scheme.rotate(q, k, q_pos, k_pos, facts.seq_len)
     per_query_tau = tau is not None and tau.dim() == 2 and tau.shape[-1] != 1
     if tau is not None:
         q = q / tau[..., None].to(q.dtype)
@@ -358,23 +376,23 @@ def flex_attention_forward(
 
     score_mod, captured = None, [] if tau is None else [tau]
     if scheme is not None and scheme.has_bias:
-        n_table = _table_length(layout)
+        n_table = _table_length(padded)
         if scheme.distance_only(q_pos):
-            distance = torch.arange(layout.lo, layout.lo + layout.n_distances, device=device)
+            distance = torch.arange(padded.lo, padded.lo + padded.n_distances, device=device)
             table = scheme.distance_bias(distance).to(device)
             if head_tau is not None:
                 table = table / head_tau
             table = F.pad(table, (0, n_table - table.shape[1]))
-            bias = _table_bias(table, (layout.q_rows - layout.lo).to(device), layout.k_rows.to(device))
+            bias = _table_bias(table, (padded.q_rows - padded.lo).to(device), padded.k_rows.to(device))
             captured.append(table)
         else:
             score_layout = ScoreLayout(
-                layout.q_rows.to(device), layout.k_rows.to(device), layout.lo, layout.n_distances, n_table
+                padded.q_rows.to(device), padded.k_rows.to(device), padded.lo, padded.n_distances, n_table
             )
             bias, tensors = scheme.query_bias_mod(score_layout, head_tau)
             captured += tensors
         if tau is not None and per_query_tau:
-            padded_tau = F.pad(tau.to(device).expand(H, Lq), (0, layout.pad_q - Lq), value=1.0)
+            padded_tau = F.pad(tau.to(device).expand(H, Lq), (0, padded.pad_q - Lq), value=1.0)
             score_mod = _per_query_mod(bias, padded_tau)
         else:
             score_mod = _plain_mod(bias)
@@ -385,7 +403,7 @@ def flex_attention_forward(
             "backend='flex' cannot train on CPU: FlexAttention has no backward on CPU; use backend='chunked' "
             "(or 'auto'), or run on CUDA"
         )
-    qp, kp, vp = _pad_rows(q, layout.pad_q), _pad_rows(k, layout.pad_k), _pad_rows(v, layout.pad_k)
+    qp, kp, vp = _pad_rows(q, padded.pad_q), _pad_rows(k, padded.pad_k), _pad_rows(v, padded.pad_k)
     if eager:
         out = flex_attention(qp, kp, vp, score_mod=score_mod, block_mask=block_mask, scale=scale)
     else:
