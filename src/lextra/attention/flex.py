@@ -45,6 +45,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -219,8 +220,8 @@ def flex_block_mask(
         if cached is not None:
             _BLOCK_MASKS.move_to_end(key)
             return cached
-    layout = _layout(q_pos, k_pos, facts)
-    partial, full = _classify_blocks(mask, layout, q_pos, k_pos)
+    padded = _layout(q_pos, k_pos, facts)
+    partial, full = _classify_blocks(mask, padded, q_pos, k_pos)
     counts, indices = _ordered(partial)
     full_counts, full_indices = _ordered(full)
     block_mask = BlockMask.from_kv_blocks(
@@ -229,8 +230,8 @@ def flex_block_mask(
         full_counts,
         full_indices,
         BLOCK_SIZE=BLOCK,
-        mask_mod=_mask_mod(mask, layout, device),
-        seq_lengths=(layout.pad_q, layout.pad_k),
+        mask_mod=_mask_mod(mask, padded, device),
+        seq_lengths=(padded.pad_q, padded.pad_k),
     )
     _BUILT[block_mask] = (repr(mask), q_pos, k_pos)
     if key is not None:
@@ -529,7 +530,7 @@ def band_block_mask(
     return block_mask
 
 
-def _lse_request() -> dict[str, object]:
+def _lse_request() -> dict[str, Any]:
     """FlexAttention's keyword for each row's log-sum-exp: `return_aux=AuxRequest(lse=True)` where torch has it
     (`return_lse=True` is deprecated there), else `return_lse=True`."""
     aux_request = getattr(torch.nn.attention.flex_attention, "AuxRequest", None)
@@ -568,7 +569,7 @@ def flex_band_attention(
     block_mask = band_block_mask(q_pos, k_pos, distance, keys, first=first)
     pad_q, pad_k = block_mask.seq_lengths
     qp, kp, vp = _pad_rows(q, pad_q), _pad_rows(k, pad_k), _pad_rows(v, pad_k)
-    kwargs = _lse_request()
+    kwargs: dict[str, Any] = _lse_request()
     if q.device.type == "cpu" if eager is None else eager:
         with warnings.catch_warnings():  # eager on purpose: "called without torch.compile()"
             warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")

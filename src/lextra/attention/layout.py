@@ -52,7 +52,21 @@ class PositionLayout:
             parts.append((q_pos.long() == k_pos.long()).all().long().reshape(1))
         values = torch.cat(parts).tolist()
         q, k = values[:5], values[5:10]
-        return cls(n_q, n_k, *q[:4], *k[:4], bool(q[4]), bool(k[4]), (n_q == n_k == 0) or (same and bool(values[10])))
+        return cls(
+            n_q=n_q,
+            n_k=n_k,
+            q_first=q[0],
+            q_last=q[1],
+            q_min=q[2],
+            q_max=q[3],
+            k_first=k[0],
+            k_last=k[1],
+            k_min=k[2],
+            k_max=k[3],
+            q_contiguous=bool(q[4]),
+            k_contiguous=bool(k[4]),
+            same=(n_q == n_k == 0) or (same and bool(values[10])),
+        )
 
     @property
     def seq_len(self) -> int | None:

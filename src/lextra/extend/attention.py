@@ -34,7 +34,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import torch
@@ -50,6 +50,7 @@ from lextra.attention.backends import (
     merge_tiles,
 )
 from lextra.attention.flex import flex_band_attention, flex_unsupported
+from lextra.attention.layout import PositionLayout
 from lextra.attention.masks import Mask, build_mask
 from lextra.errors import ConfigError
 from lextra.extend.base import ExtensionMethod, Pass, build_extension, check_scheme, same_position
@@ -90,13 +91,18 @@ def _prepare(
     k_pos: Tensor | None,
     scale: float | None,
     temperature: Tensor | float | None,
+    layout: PositionLayout | None = None,
 ) -> tuple[Tensor, Tensor, float, int, Tensor | None]:
-    """Checked positions, the softmax scale, the sequence length (for length-dependent RoPE scalings) and the
-    per-row logit factor (Hx, Lq) (method's query scale over the temperature), or None."""
+    """Checked positions, the softmax scale, the sequence length (for length-dependent RoPE scalings; from
+    `layout` when given, else read from the positions) and the per-row logit factor (Hx, Lq) (method's query
+    scale over the temperature), or None."""
     check_scheme(scheme, method)
     q_pos, k_pos = _positions(q, k, q_pos, k_pos)
-    top = [int(p.max()) for p in (q_pos, k_pos) if p.numel()]
-    seq_len = max(top) + 1 if top else 1
+    if layout is not None:
+        seq_len = layout.seq_len or 1
+    else:
+        top = [int(p.max()) for p in (q_pos, k_pos) if p.numel()]
+        seq_len = max(top) + 1 if top else 1
     method.check_length(seq_len)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     return q_pos, k_pos, scale, seq_len, _row_factor(method.query_scale(q_pos), q_pos, temperature)
@@ -183,28 +189,37 @@ def flex_extended_attention(
     k_pos: Tensor | None = None,
     scale: float | None = None,
     temperature: Tensor | float | None = None,
+    layout: PositionLayout | None = None,
 ) -> Tensor:
     """`extended_attention` with each pass one FlexAttention call (`lextra.attention.flex.flex_band_attention`):
     queries in as few blocks as the method's `period` allows (one block without one), each pass rotating the
     block's queries and all keys at its positions, its band as a BlockMask, merged by log-sum-exp. Forward only on
-    CPU; on CUDA forward and backward. Refuses what flex cannot rotate in one call (xPos past its span)."""
-    q_pos, k_pos, scale, seq_len, rows = _prepare(q, k, scheme, method, q_pos, k_pos, scale, temperature)
-    reason = flex_unsupported(scheme, q_pos, k_pos)
+    CPU; on CUDA forward and backward. Refuses what flex cannot rotate in one call (xPos past its span). With
+    `layout` (the positions' host-side facts) and contiguous queries, blocks, lengths and BlockMask keys come from
+    it: only the check that every query sees a key reads the device."""
+    q_pos, k_pos, scale, seq_len, rows = _prepare(q, k, scheme, method, q_pos, k_pos, scale, temperature, layout)
+    reason = flex_unsupported(scheme, q_pos, k_pos, layout)
     if reason is not None:
         raise ConfigError(reason)
     B, H, Lq, _ = q.shape
     if Lq == 0 or k.shape[-2] == 0:
         return q.new_zeros(B, H, Lq, v.shape[-1])
     run = _TileRun(scheme, method.passes, method.period, seq_len, repr(method))
-    q_list, k_list = q_pos.tolist(), k_pos.tolist()
-    q_sorted = all(a <= b for a, b in itertools.pairwise(q_list))
-    k_first = k_list[0] if _runs(k_list) else None
+    q_list: list[int] | range
+    if layout is not None and layout.q_contiguous:
+        q_list = range(layout.q_first, layout.q_first + Lq)
+        k_first = layout.k_first if layout.k_contiguous else None
+    else:
+        q_list, k_list = q_pos.tolist(), k_pos.tolist()
+        k_first = k_list[0] if _runs(k_list) else None
+    q_runs = isinstance(q_list, range)
+    q_sorted = q_runs or all(a <= b for a, b in itertools.pairwise(q_list))
     grad = torch.is_grad_enabled()
     outputs: list[Tensor] = []
     for start, stop in _query_blocks(q_list, Lq if q_sorted else 1, run.period):
         qp, qc = q_pos[start:stop], q[..., start:stop, :]
         block = q_list[start:stop]
-        first = (block[0], k_first) if k_first is not None and _runs(block) else None
+        first = (block[0], k_first) if k_first is not None and (q_runs or _runs(list(block))) else None
         acc: Tensor | None = None
         lse: Tensor | None = None
         for p in run.passes(min(block), max(block)):
@@ -389,7 +404,7 @@ def _runs(positions: list[int]) -> bool:
     return all(b - a == 1 for a, b in itertools.pairwise(positions))
 
 
-def _query_blocks(q_list: list[int], block: int, period: int | None) -> list[tuple[int, int]]:
+def _query_blocks(q_list: Sequence[int], block: int, period: int | None) -> list[tuple[int, int]]:
     """Index ranges of at most `block` sorted queries, cut where positions cross a multiple of `period`."""
     ranges, start, n = [], 0, len(q_list)
     while start < n:
@@ -522,7 +537,9 @@ class ExtendedAttention(AttentionExtension):
                 reason = self.flex_reason(ctx)
                 if reason is not None:
                     raise ConfigError(reason)
-            return flex_extended_attention(q, k, v, ctx.scheme, self.method, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau)
+            return flex_extended_attention(
+                q, k, v, ctx.scheme, self.method, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau, ctx.facts
+            )
         return extended_attention(
             q, k, v, ctx.scheme, self.method, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau, ctx.block_size
         )
