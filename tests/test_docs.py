@@ -1,0 +1,88 @@
+"""The README stays a short entry point that opens with the two set-up commands, and the documentation's relative
+links (files and `#section` anchors) lead somewhere."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+PAGES = sorted([README, *(ROOT / "docs").glob("*.md")])
+#: [text](target) and ![alt](target); the target ends at whitespace or ')'
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
+INLINE_CODE = re.compile(r"`[^`\n]*`")
+HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
+
+
+def prose(text: str) -> str:
+    """`text` without fenced code blocks and inline code, where brackets are code, not links."""
+    return INLINE_CODE.sub("", FENCE.sub("", text))
+
+
+def anchors(text: str) -> set[str]:
+    """GitHub's anchors for the headings of a markdown page: lower case, punctuation dropped, spaces as '-', and
+    '-1', '-2', ... after repeated headings."""
+    seen: dict[str, int] = {}
+    found = set()
+    for heading in HEADING.findall(FENCE.sub("", text)):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        count = seen.get(slug, 0)
+        seen[slug] = count + 1
+        found.add(slug if count == 0 else f"{slug}-{count}")
+    return found
+
+
+def relative_links(page: Path) -> list[str]:
+    """Every link target of `page` that is not a URL (http, https, mailto)."""
+    return [t for t in LINK.findall(prose(page.read_text())) if not re.match(r"[a-z]+:", t)]
+
+
+def test_prose_and_anchors_follow_markdown_rules() -> None:
+    text = "# A tour: `lextra`\n## Attention on a GPU: `flex`\n## Notes\n## Notes\n```\n# not a heading\n```\n"
+    assert anchors(text) == {"a-tour-lextra", "attention-on-a-gpu-flex", "notes", "notes-1"}
+    assert LINK.findall(prose("[a](x.md) `[b](y.md)` ![c](p.png)\n```\n[d](z.md)\n```")) == ["x.md", "p.png"]
+
+
+def test_the_readme_is_short() -> None:
+    lines = README.read_text().splitlines()
+    assert len(lines) < 200, f"README.md has {len(lines)} lines; move detail into a docs/ page and link it"
+
+
+def test_the_readme_opens_with_the_two_commands() -> None:
+    text = README.read_text()
+    first_block = re.search(r"^```bash\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+    assert first_block is not None, "README.md needs a bash block with `make run` and `make test`"
+    assert not text[: first_block.start()].strip("\n").split("\n")[1:], "only the title may come before the commands"
+    commands = [line.split("#", 1)[0].strip() for line in first_block.group(1).splitlines()]
+    assert [c for c in commands if c] == ["make run", "make test"]
+
+
+def test_the_readme_test_command_is_what_ci_runs() -> None:
+    targets = set(re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), re.MULTILINE))
+    mentioned = set(re.findall(r"`make ([\w-]+)`|^make ([\w-]+)", README.read_text(), re.MULTILINE))
+    missing = {name for pair in mentioned for name in pair if name} - targets
+    assert not missing, f"README.md names make targets the Makefile lacks: {sorted(missing)}"
+    assert "make test" in (ROOT / ".ci" / "run").read_text().splitlines()
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_point_at_existing_files_and_sections(page: Path) -> None:
+    broken = []
+    for target in relative_links(page):
+        path_part, _, anchor = target.partition("#")
+        destination = (page.parent / path_part).resolve() if path_part else page
+        if not destination.exists():
+            broken.append(f"{target} (no file {destination.relative_to(ROOT)})")
+        elif anchor and destination.suffix == ".md" and anchor not in anchors(destination.read_text()):
+            broken.append(f"{target} (no heading with anchor #{anchor})")
+    assert not broken, f"{page.relative_to(ROOT)}: broken links {broken}"
+
+
+def test_the_readme_links_every_docs_page() -> None:
+    linked = {(README.parent / t.partition("#")[0]).resolve() for t in relative_links(README)}
+    unlinked = [p.name for p in PAGES if p != README and p.resolve() not in linked]
+    assert not unlinked, f"README.md does not link docs pages {unlinked}"
