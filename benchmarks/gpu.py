@@ -44,7 +44,9 @@ import torch.nn.functional as F
 
 from lextra.attention import attention, build_mask
 from lextra.attention.backends import attention_path
+from lextra.attention.flex import RECOMPILE_LIMIT
 from lextra.positions import SCHEMES, HeadDims, build_scheme
+from lextra.validate import parse_lengths
 
 BATCH, HEADS, HEAD_DIM = 1, 8, 64
 DEFAULT_LENGTHS = (4096, 16384, 65536, 131072)
@@ -60,7 +62,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lengths", default=",".join(map(str, DEFAULT_LENGTHS)), help="attention lengths")
     parser.add_argument("--train-len", type=int, default=1024, help="window width W and BCA block W/2")
     parser.add_argument("--check-length", type=int, default=2048, help="length of the correctness pass")
-    parser.add_argument("--tolerance", type=float, default=2e-3, help="max abs error against reference (fp32)")
+    parser.add_argument(
+        "--tolerance",
+        type=float,
+        default=2e-3,
+        help="max error against reference (fp32), over max(1, its largest value)",
+    )
     parser.add_argument("--dtype", default="bf16", choices=sorted(DTYPES), help="dtype of the timed cells")
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per cell (median reported)")
     parser.add_argument("--train-lengths", default="1024,2048", help="L_tr of the training cells ('' skips them)")
@@ -131,8 +138,8 @@ def inputs(scheme: Any, L: int, device: torch.device, dtype: torch.dtype, grad: 
 
 
 def check(name: str, mask: str, args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
-    """Max abs error of `auto` against `reference` (fp32): the output and every gradient (q, k, v, the scheme's
-    parameters)."""
+    """Max error of `auto` against `reference` (fp32), relative to the reference's scale (`relative_error`): the
+    output and every gradient (q, k, v, the scheme's parameters)."""
     scheme = build(name, args.train_len, device)
     spec = mask_spec(mask, args.train_len)
     torch.manual_seed(1)
@@ -146,36 +153,36 @@ def check(name: str, mask: str, args: argparse.Namespace, device: torch.device) 
         out.square().sum().backward()
         grads = [q.grad, k.grad, v.grad] + [p.grad for p in scheme.parameters() if p.grad is not None]
         results[backend] = (out.detach(), grads)
-    out_err = (results["auto"][0] - results["reference"][0]).abs().max().item()
+    out_err = relative_error(results["auto"][0], results["reference"][0])
     pairs = zip(results["auto"][1], results["reference"][1], strict=True)
-    grad_err = max(((a - b).abs().max().item() for a, b in pairs), default=0.0)
+    grad_err = max((relative_error(a, b) for a, b in pairs), default=0.0)
     ok = out_err <= args.tolerance and grad_err <= args.tolerance * 10
     return {"scheme": name, "mask": mask, "forward_err": out_err, "grad_err": grad_err, "ok": ok}
+
+
+def relative_error(value: torch.Tensor, reference: torch.Tensor) -> float:
+    """max |value - reference| over max(1, max |reference|): gradients range from ~1 (q, k, v) to ~1e5 (KERPLE's
+    parameters), where two correct fp32 paths differ by ~1e-2 in absolute terms, so large tensors are judged
+    relative to their scale; tensors below 1 (FIRE's output bias, whose true gradient is 0: softmax ignores a
+    constant) absolutely. nan stays nan."""
+    scale = reference.abs().max().item()
+    return (value - reference).abs().max().item() / max(scale, 1.0)
 
 
 def attention_cells(args: argparse.Namespace, device: torch.device, names: list[str], masks: list[str]) -> list:
     """Forward and forward+backward time and memory per (scheme, mask, L), with the flash SDPA baseline."""
     timer, dtype = Timer(device), DTYPES[args.dtype]
     rows = []
-    for L in [int(x) for x in args.lengths.split(",")]:
-        q, k, v = (torch.randn(BATCH, HEADS, L, HEAD_DIM, device=device, dtype=dtype) for _ in range(3))
-        base = {"kind": "sdpa", "length": L}
-        base["fwd_ms"], base["fwd_mib"] = timer.measure(lambda q=q, k=k, v=v: flash(q, k, v), args.repeats)
-        qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
-        base["fwdbwd_ms"], base["fwdbwd_mib"] = timer.measure(
-            lambda qg=qg, kg=kg, vg=vg: flash(qg, kg, vg).sum().backward(), args.repeats
-        )
-        rows.append(base)
-        del q, k, v, qg, kg, vg
-        print(f"L={L} flash: fwd {base['fwd_ms']:.2f} ms, fwd+bwd {base['fwdbwd_ms']:.2f} ms", file=sys.stderr)
+    for L in parse_lengths(args.lengths) or DEFAULT_LENGTHS:
+        rows.append(baseline_cell(L, args, device, timer))
         for name in names:
             scheme = build(name, args.train_len, device)
             for mask in masks:
                 spec = mask_spec(mask, args.train_len)
                 cell: dict[str, Any] = {"kind": "scheme", "scheme": name, "mask": mask, "length": L}
                 try:
-                    pos = torch.arange(L, device=device)
-                    cell["path"] = attention_path(scheme, build_mask(spec), pos, pos)
+                    cell["path"] = cell_path(scheme, spec, L, device, dtype, grad=False)
+                    cell["path_bwd"] = cell_path(scheme, spec, L, device, dtype, grad=True)
                     q, k, v = inputs(scheme, L, device, dtype, grad=False)
                     with torch.no_grad():
                         cell["fwd_ms"], cell["fwd_mib"] = timer.measure(
@@ -197,14 +204,54 @@ def attention_cells(args: argparse.Namespace, device: torch.device, names: list[
     return rows
 
 
-def flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Causal SDPA on its flash kernel where the device has one (CUDA), else whatever SDPA picks."""
-    if q.is_cuda:
-        from torch.nn.attention import SDPBackend, sdpa_kernel
+def cell_path(scheme: Any, spec: str, L: int, device: torch.device, dtype: torch.dtype, grad: bool) -> str:
+    """The path `backend="auto"` takes for a cell on `device` at `dtype`, in the cell's grad mode (forward cells
+    run under no_grad, where the CPU may tile; forward + backward cells with autograd). The choice is host-side
+    logic, so the positions stay on the CPU whatever the device."""
+    pos = torch.arange(L)
+    with torch.set_grad_enabled(grad):
+        return attention_path(scheme, build_mask(spec), pos, pos, device=device, dtype=dtype)
 
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+
+def baseline_kernels(dtype: torch.dtype) -> list[Any]:
+    """The SDPA kernels the baseline may use on CUDA, best first: flash has no fp32, so fp32 falls back to the
+    memory-efficient kernel (the fastest fused fp32 causal kernel)."""
+    from torch.nn.attention import SDPBackend
+
+    if dtype == torch.float32:
+        return [SDPBackend.EFFICIENT_ATTENTION]
+    return [SDPBackend.FLASH_ATTENTION]
+
+
+def flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Causal SDPA on its flash kernel where the device has one (CUDA; the memory-efficient kernel for fp32),
+    else whatever SDPA picks."""
+    if q.is_cuda:
+        from torch.nn.attention import sdpa_kernel
+
+        with sdpa_kernel(baseline_kernels(q.dtype)):
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def baseline_cell(L: int, args: argparse.Namespace, device: torch.device, timer: Timer) -> dict[str, Any]:
+    """Flash causal SDPA's forward and forward + backward at length L; a kernel that fails is recorded as the
+    cell's error (the scheme cells at L are still measured, their ratios shown as '-')."""
+    dtype = DTYPES[args.dtype]
+    base: dict[str, Any] = {"kind": "sdpa", "length": L, "fwd_ms": None, "fwd_mib": None}
+    base.update(fwdbwd_ms=None, fwdbwd_mib=None)
+    try:
+        q, k, v = (torch.randn(BATCH, HEADS, L, HEAD_DIM, device=device, dtype=dtype) for _ in range(3))
+        base["fwd_ms"], base["fwd_mib"] = timer.measure(lambda: flash(q, k, v), args.repeats)
+        qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
+        base["fwdbwd_ms"], base["fwdbwd_mib"] = timer.measure(lambda: flash(qg, kg, vg).sum().backward(), args.repeats)
+        print(f"L={L} flash: fwd {base['fwd_ms']:.2f} ms, fwd+bwd {base['fwdbwd_ms']:.2f} ms", file=sys.stderr)
+    except (RuntimeError, NotImplementedError, ValueError) as err:
+        base["error"] = f"{type(err).__name__}: {str(err)[:300]}"
+        print(f"L={L} flash baseline failed: {base['error']}", file=sys.stderr)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return base
 
 
 def training_cells(args: argparse.Namespace, device: torch.device, names: list[str]) -> list[dict[str, Any]]:
@@ -213,7 +260,7 @@ def training_cells(args: argparse.Namespace, device: torch.device, names: list[s
     from lextra.model import GPT, GPTConfig
 
     rows = []
-    lengths = [int(x) for x in args.train_lengths.split(",") if x.strip()]
+    lengths = parse_lengths(args.train_lengths) or []
     for L in lengths:
         batch = max(1, args.tokens_per_step // L)
         for name in ["nope", *[n for n in names if n != "nope"]]:
@@ -246,6 +293,19 @@ def training_cells(args: argparse.Namespace, device: torch.device, names: list[s
     return rows
 
 
+def path_label(cell: dict[str, Any]) -> str:
+    """The cell's path, with the backward's after a slash where autograd takes another one."""
+    fwd, bwd = cell["path"], cell.get("path_bwd", cell["path"])
+    return fwd if fwd == bwd else f"{fwd}, bwd {bwd}"
+
+
+def compiled_graphs() -> int:
+    """Graphs dynamo compiled in this process (its own counter): the flex kernels against `RECOMPILE_LIMIT`."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
 def ratio(value: float | None, base: float | None) -> str:
     if value is None or not base:
         return "-"
@@ -255,18 +315,25 @@ def ratio(value: float | None, base: float | None) -> str:
 def report(checks: list[dict], cells: list[dict], training: list[dict], meta: dict[str, Any]) -> str:
     """Markdown: the correctness table, one attention table per length, and the training table."""
     lines = [f"# GPU benchmark ({meta['device_name']}, torch {meta['torch']}, {meta['dtype']})", ""]
-    lines += ["## Correctness: auto vs reference, fp32", "", "| scheme | mask | fwd err | grad err | ok |"]
+    if "compiled_graphs" in meta:
+        budget = f"{meta['compiled_graphs']} graphs compiled (flex budget {meta['recompile_limit']} per process)"
+        lines += [f"{meta['seconds']} s; {budget}", ""]
+    lines += ["## Correctness: auto vs reference, fp32 (errors over max(1, the reference's largest value))", ""]
+    lines += ["| scheme | mask | fwd rel err | grad rel err | ok |"]
     lines += ["|---|---|---:|---:|---|"]
     for c in checks:
         ok = "yes" if c["ok"] else "NO"
         lines.append(f"| {c['scheme']} | {c['mask']} | {c['forward_err']:.1e} | {c['grad_err']:.1e} | {ok} |")
     for L in sorted({c["length"] for c in cells}):
         base = next(c for c in cells if c["kind"] == "sdpa" and c["length"] == L)
+        if "error" in base:
+            timing = f"baseline failed: {base['error']}"
+        else:
+            mib = base["fwd_mib"] if base["fwd_mib"] is not None else "-"
+            timing = f"{base['fwd_ms']:.2f} ms fwd, {base['fwdbwd_ms']:.2f} ms fwd+bwd, {mib} MiB"
         lines += [
             "",
-            f"## Attention at L = {L}: fwd x / fwd+bwd x / mem x against flash causal SDPA "
-            f"({base['fwd_ms']:.2f} ms fwd, {base['fwdbwd_ms']:.2f} ms fwd+bwd, "
-            f"{base['fwd_mib'] if base['fwd_mib'] is not None else '-'} MiB)",
+            f"## Attention at L = {L}: fwd x / fwd+bwd x / mem x against flash causal SDPA ({timing})",
             "",
             "| scheme | " + " | ".join(MASKS) + " |",
             "|---|" + "---|" * len(MASKS),
@@ -284,7 +351,7 @@ def report(checks: list[dict], cells: list[dict], training: list[dict], meta: di
                 else:
                     row.append(
                         f"{ratio(c['fwd_ms'], base['fwd_ms'])} / {ratio(c['fwdbwd_ms'], base['fwdbwd_ms'])} / "
-                        f"{ratio(c['fwd_mib'], base['fwd_mib'])} ({c['path']})"
+                        f"{ratio(c['fwd_mib'], base['fwd_mib'])} ({path_label(c)})"
                     )
             lines.append(f"| {name} | " + " | ".join(row) + " |")
     for L in sorted({c["train_len"] for c in training}):
@@ -326,6 +393,8 @@ def main(argv: list[str] | None = None) -> int:
         "dtype": args.dtype,
         "args": vars(args),
         "seconds": round(time.time() - start, 1),
+        "compiled_graphs": compiled_graphs(),
+        "recompile_limit": RECOMPILE_LIMIT,
     }
     text = report(checks, cells, training, meta)
     print(text)

@@ -44,7 +44,10 @@ from lextra.hf.load import tokenizer_config
 from lextra.io import atomic_write_json, atomic_write_text
 from lextra.methods.align import align_temperatures, log_length_temperature
 from lextra.reporting.tables import markdown_table
+from lextra.validate import parse_lengths
 
+#: the context lengths measured unless --lengths says otherwise
+LENGTHS = (4096, 8192, 16384)
 METHODS = ("none", "linear", "dynamic", "yarn", "log-length", "pmax", *EXTENSIONS.names())
 
 
@@ -116,7 +119,7 @@ def passkey(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="benchmarks/results/smollm2")
-    parser.add_argument("--lengths", default="4096,8192,16384")
+    parser.add_argument("--lengths", default=",".join(map(str, LENGTHS)))
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--passkeys", type=int, default=10, help="passkey prompts per length (0: none)")
     parser.add_argument("--depths", default=",".join(map(str, DEFAULT_DEPTHS)), help="needle depths, cycled")
@@ -126,7 +129,7 @@ def main() -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     out = Path(args.out)
-    lengths = [int(x) for x in args.lengths.split(",")]
+    lengths = parse_lengths(args.lengths) or list(LENGTHS)
     depths = [float(x) for x in args.depths.split(",")]
     cells_path = out / "cells.json"
     cells = json.loads(cells_path.read_text()) if cells_path.exists() else {}

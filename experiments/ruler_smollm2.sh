@@ -26,8 +26,8 @@ for method in "${methods[@]}"; do
     *) flags=(--extend "$method") ;;
   esac
   start=$(date +%s)
-  "$lextra" ruler smollm2 --tasks all --lengths "${LENGTHS:-4096,8192,16384}" --samples "$samples" \
-    --out "${OUT:-runs/ruler}/smollm2-$method" --device "${DEVICE:-auto}" --batch "${BATCH:-8}" ${THREADS:+--threads "$THREADS"} \
+  "$lextra" ruler run smollm2 --tasks all --lengths "${LENGTHS:-4096,8192,16384}" --samples "$samples" \
+    --out "${OUT:-runs/ruler}/smollm2-$method" --device "${DEVICE:-auto}" --batch-size "${BATCH:-8}" ${THREADS:+--threads "$THREADS"} \
     ${flags[@]+"${flags[@]}"}
   echo "smollm2-$method: $(($(date +%s) - start)) s" >&2
 done

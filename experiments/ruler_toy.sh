@@ -14,7 +14,7 @@ STEPS=${3:-800}
 TASK=${4:-ruler.niah_single_1}
 LEXTRA=${LEXTRA:-.venv/bin/lextra}
 TASKS=niah_single_1,niah_single_2,niah_single_3,niah_multikey_1,niah_multikey_2,niah_multikey_3,niah_multivalue,niah_multiquery
-MODEL=(--corpus english --tokenizer bpe:4096 --train-len 384 --layers 4 --width 128 --heads 4 --batch-size 16)
+MODEL=(--corpus english --tokenizer bpe:4096 --train-len 384 --n-layer 4 --d-model 128 --n-head 4 --batch-size 16)
 
 train() {  # OUT_DIR LR WARMUP [extra options]: train unless finished, resuming an interrupted run
   local dir=$1 lr=$2 warmup=$3
@@ -30,11 +30,11 @@ for scheme in $SCHEMES; do
   train "$OUT/$scheme" 2e-3 50 --scheme "$scheme"
   train "$OUT/$scheme-ft" 1e-3 20 --scheme "$scheme" --init-from "$OUT/$scheme/model"
   for stage in "$scheme" "$scheme-ft"; do
-    $LEXTRA ruler "$OUT/$stage" --tasks "$TASKS" --lengths 384,768,1536,3072 --samples 10 \
+    $LEXTRA ruler run "$OUT/$stage" --tasks "$TASKS" --lengths 384,768,1536,3072 --samples 10 \
       --out "$OUT/ruler-$stage" --threads 1 --quiet
   done
   if [ "$scheme" = rope ]; then
-    $LEXTRA ruler "$OUT/$scheme-ft" --tasks "$TASKS" --lengths 384,768,1536,3072 --samples 10 \
+    $LEXTRA ruler run "$OUT/$scheme-ft" --tasks "$TASKS" --lengths 384,768,1536,3072 --samples 10 \
       --rope-scaling dynamic:1 --out "$OUT/ruler-$scheme-ft-dynamic" --threads 1 --quiet
   fi
 done

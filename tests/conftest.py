@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
+from lextra.devices import DEVICE_ENV
 from lextra.positions import SCHEMES, HeadDims, build_scheme
+
+# Set for the whole session as well (the fixture below only adjusts it per test), so that environments copied at
+# import time for subprocesses carry it too.
+os.environ[DEVICE_ENV] = "cpu"
 
 ALL_SCHEMES = SCHEMES.names()
 RELATIVE_SCHEMES = [n for n in ALL_SCHEMES if SCHEMES.get(n).relative]
@@ -15,6 +22,17 @@ BIAS_SCHEMES = [n for n in ALL_SCHEMES if SCHEMES.get(n).has_bias]
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _cpu_unless_marked_gpu(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests not marked `gpu` mean the CPU: `--device auto` (every command's default, and `train()`'s) resolves to
+    it through LEXTRA_DEVICE, in this process and in the subprocesses it starts, so `make test` computes the same
+    on a GPU host; tests marked `gpu` see the machine as it is."""
+    if request.node.get_closest_marker("gpu") is None:
+        monkeypatch.setenv(DEVICE_ENV, "cpu")
+    else:
+        monkeypatch.delenv(DEVICE_ENV, raising=False)
 
 
 def make_scheme(name: str, n_heads: int = 4, head_dim: int = 16, train_len: int = 64, **options):

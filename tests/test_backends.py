@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 from conftest import ALL_SCHEMES, make_scheme, qkv
 
 import lextra.attention.backends as backends
+import lextra.attention.flex as flex
 from lextra.attention import attention, build_mask
 from lextra.attention.backends import _sdpa_applies, auto_backend
 from lextra.errors import ConfigError
@@ -278,3 +281,128 @@ def test_tiled_fire_builds_its_per_pair_bias_one_tile_at_a_time() -> None:
     """FIRE's bias past its threshold is (H, L, L): 8 GiB at 16k; tile by tile it stays under the output's size."""
     probe = _extra_memory("fire")
     assert probe["extra_mib"] < 2 * probe["out_mib"], probe
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the typed seam: contexts, backends' reasons, auto's order, registration
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _context(scheme, mask="causal", length=100, offset=0, device="cpu", head_dim=None, **kwargs):
+    pos = torch.arange(length)
+    return backends.AttentionContext(
+        scheme, build_mask(mask), pos[offset:], pos, 0.25, device=torch.device(device), head_dim=head_dim, **kwargs
+    )
+
+
+def test_the_context_is_frozen_and_built_with_attention_s_defaults() -> None:
+    scheme = make_scheme("rope", n_heads=2, head_dim=8)
+    q, k, _ = qkv(scheme, 10, key_length=12)
+    ctx = backends.AttentionContext.build(q, k, scheme=scheme, mask="window:4", temperature=torch.tensor([1.0, 2.0]))
+    assert torch.equal(ctx.k_pos, torch.arange(12)) and torch.equal(ctx.q_pos, torch.arange(2, 12))
+    assert ctx.scale == 1.0 / math.sqrt(8) and ctx.head_dim == 8 and ctx.device == torch.device("cpu")
+    assert repr(ctx.mask) == repr(build_mask("window:4")) and ctx.tau.tolist() == [[1.0], [2.0]]
+    with pytest.raises(AttributeError):
+        ctx.scale = 1.0  # type: ignore[misc]
+    with pytest.raises(ConfigError, match="positions do not match lengths"):
+        backends.AttentionContext.build(q, k, q_pos=torch.arange(3))
+
+
+def test_each_backend_says_why_it_does_not_apply() -> None:
+    sdpa, flex_backend, chunked, reference = (backends.REGISTERED[n] for n in ("sdpa", "flex", "chunked", "reference"))
+    rope, alibi, xpos = make_scheme("rope"), make_scheme("alibi"), make_scheme("xpos")
+    for backend in (reference, chunked):
+        assert backend.applies(_context(alibi, "window:7", offset=3)) is None
+    assert sdpa.applies(_context(rope)) is None
+    assert sdpa.applies(_context(None, "full", offset=5)) is None
+    assert "cannot apply score biases (alibi's)" in sdpa.applies(_context(alibi))
+    assert "cannot apply the mask" in sdpa.applies(_context(rope, "window:7"))
+    assert "contiguous positions" in sdpa.applies(_context(rope, offset=5))
+    assert "at least one query" in sdpa.applies(_context(rope, length=0))
+    long = xpos.rotate_span + 1
+    assert f"exact within {xpos.rotate_span} positions, not {long}" in sdpa.applies(_context(xpos, length=long))
+    assert "xpos is exact within" in flex_backend.applies(_context(xpos, length=long))
+    assert flex_backend.applies(_context(alibi, "window:7")) is None
+    wide_fire = make_scheme("fire", hidden=65, threshold=8.0)
+    assert "up to 64 hidden units, not 65" in flex_backend.applies(_context(wide_fire))
+    # FlexAttention's CUDA kernels need head_dim >= 16: decided from the context alone, no CUDA tensor involved
+    assert "head dimension of at least 16, not 8" in flex_backend.applies(_context(alibi, device="cuda", head_dim=8))
+    assert flex_backend.applies(_context(alibi, device="cuda", head_dim=16)) is None
+    assert flex_backend.applies(_context(alibi, device="cpu", head_dim=8)) is None
+
+
+def test_a_per_query_bias_without_a_score_modifier_keeps_flex_out() -> None:
+    class QueryAlibi(type(make_scheme("alibi"))):
+        name = "query_alibi"
+        bias_per_query = True
+
+    scheme = QueryAlibi(make_scheme("alibi").dims)
+    assert "no score modifier for query_alibi's per-query bias" in backends.REGISTERED["flex"].applies(_context(scheme))
+    assert backends.choose_backend(_context(scheme, device="cuda", head_dim=16)).name == "chunked"
+    assert "FIRE" not in vars(flex) and "lextra.positions.bias" not in Path(flex.__file__).read_text()
+
+
+def test_auto_asks_the_backends_in_each_device_s_order() -> None:
+    assert backends.AUTO_ORDER["cpu"] == ["sdpa", "chunked"]
+    assert backends.AUTO_ORDER["cuda"] == ["sdpa", "flex", "chunked"]
+    rope, alibi = make_scheme("rope"), make_scheme("alibi")
+    assert backends.choose_backend(_context(rope)).name == "sdpa"
+    assert backends.choose_backend(_context(alibi)).name == "chunked"
+    assert backends.choose_backend(_context(alibi, device="cuda", head_dim=16)).name == "flex"
+    assert backends.choose_backend(_context(alibi, device="cuda", head_dim=8)).name == "chunked"
+    assert backends.choose_backend(_context(rope, device="cuda", head_dim=8)).name == "sdpa"
+    long = _context(rope, length=4096)
+    with torch.no_grad():
+        assert "tiled path" in backends.REGISTERED["sdpa"].declines(long)
+        assert backends.choose_backend(long).name == "chunked"
+    assert backends.REGISTERED["sdpa"].declines(long) is None  # under autograd the fused kernel's backward
+
+
+class _WindowsOnly(backends.AttentionBackend):
+    """A test backend for window masks: the reference's numbers, counting its calls."""
+
+    name = "windows_only"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def applies(self, ctx: backends.AttentionContext) -> str | None:
+        return None if ctx.mask.band(0, 0) is not None and not ctx.mask.exactly_causal else "only window masks"
+
+    def run(self, q, k, v, ctx):
+        self.calls += 1
+        return backends.reference_attention(q, k, v, ctx.scheme, ctx.mask, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau)
+
+
+@pytest.fixture
+def windows_only():
+    backend = backends.register_backend(_WindowsOnly(), auto={"cpu": 0})
+    try:
+        yield backend
+    finally:
+        backends.unregister_backend(backend.name)
+    assert backend.name not in backends.REGISTERED and backends.AUTO_ORDER["cpu"] == ["sdpa", "chunked"]
+
+
+def test_a_registered_backend_is_chosen_by_auto_where_it_applies_first(windows_only) -> None:
+    assert backends.AUTO_ORDER["cpu"] == ["windows_only", "sdpa", "chunked"]
+    scheme = make_scheme("alibi", n_heads=2, head_dim=8)
+    q, k, v = qkv(scheme, 40)
+    out = attention(q, k, v, scheme=scheme, mask="window:9")
+    assert windows_only.calls == 1
+    assert torch.equal(out, attention(q, k, v, scheme=scheme, mask="window:9", backend="reference"))
+    attention(q, k, v, scheme=scheme, mask="causal")  # it does not apply: auto goes on to chunked
+    assert windows_only.calls == 1
+    with pytest.raises(ConfigError, match="only window masks"):
+        attention(q, k, v, scheme=scheme, mask="causal", backend="windows_only")
+
+
+def test_an_explicit_backend_that_does_not_apply_or_is_unknown_is_refused() -> None:
+    scheme = make_scheme("rope", n_heads=2, head_dim=8)
+    q, k, v = qkv(scheme, 10)
+    with pytest.raises(ConfigError, match="cannot apply the mask"):
+        attention(q, k, v, scheme=scheme, mask="window:3", backend="sdpa")
+    with pytest.raises(ConfigError, match="unknown attention backend 'fast'; choose one of auto, reference, sdpa"):
+        attention(q, k, v, scheme=scheme, backend="fast")
+    with pytest.raises(ConfigError, match="other than 'auto'"):
+        backends.register_backend(type("Auto", (_WindowsOnly,), {"name": "auto"})())

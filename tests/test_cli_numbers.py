@@ -36,7 +36,7 @@ def test_numeric_flags_are_found_in_every_command_family() -> None:
     families = {path[0] for path, _, _ in FLAGS}
     assert {"train", "eval", "compare", "align", "analyze", "retrieval", "hf"} <= families
     names = {flag for _, flag, _ in FLAGS}
-    assert {"--lr", "--steps", "--width", "--threads", "--samples", "--documents", "--length"} <= names
+    assert {"--lr", "--steps", "--d-model", "--threads", "--samples", "--documents", "--length", "--threshold"} <= names
 
 
 @pytest.mark.parametrize(("path", "flag", "action"), FLAGS, ids=[f"{' '.join(p)} {f}" for p, f, _ in FLAGS])
@@ -106,7 +106,7 @@ def test_bad_numbers_end_in_one_line_before_any_work(tmp_path: Path, case, value
 )
 def test_non_finite_scheme_options_are_refused_before_training(tmp_path: Path, argv, needle) -> None:
     out = tmp_path / "run"
-    code, err = _run([*argv, "--out", str(out), "--steps", "1", "--width", "16", "--heads", "2", "--layers", "1"])
+    code, err = _run([*argv, "--out", str(out), "--steps", "1", "--d-model", "16", "--n-head", "2", "--n-layer", "1"])
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and lines[0].startswith("lextra train: error:") and needle in lines[0], err
     assert not (out / "checkpoints").exists() and not (out / "model").exists()

@@ -27,7 +27,7 @@ from lextra.analysis import dispersion, empirical_scores, layer_attention, model
 from lextra.cli import main
 from lextra.cli.app import build_parser, leaf_commands
 from lextra.data.prepare import prepare_data
-from lextra.devices import autocast, module_device, resolve_device
+from lextra.devices import DEVICE_ENV, autocast, module_device, resolve_device
 from lextra.errors import ConfigError
 from lextra.evaluate import EvalConfig, evaluate_model
 from lextra.evaluate.retrieval import evaluate_completion
@@ -37,7 +37,7 @@ from lextra.model import GPT, GPTConfig, load_model
 from lextra.train import TrainConfig, train
 
 LIMIT = 200_000
-TINY = ["--layers", "2", "--width", "32", "--heads", "2", "--train-len", "32", "--limit-chars", str(LIMIT)]
+TINY = ["--n-layer", "2", "--d-model", "32", "--n-head", "2", "--train-len", "32", "--limit-chars", str(LIMIT)]
 TINY += ["--batch-size", "4", "--steps", "4", "--warmup", "1", "--threads", "1", "--checkpoint-every", "2"]
 
 
@@ -54,7 +54,7 @@ def two_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    for name in ("WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+    for name in ("WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", DEVICE_ENV):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -100,6 +100,24 @@ def test_cuda_devices_resolve_to_an_index_that_exists(two_gpus) -> None:
         resolve_device("cuda:2")
 
 
+def test_cpu_tests_resolve_auto_to_the_cpu_on_a_gpu_host(two_gpus, monkeypatch) -> None:
+    """What the suite's CPU tests rely on (conftest sets LEXTRA_DEVICE=cpu for them): on a host with GPUs, `auto`
+    and None are the CPU, an explicit device is still honoured, and a bad value is refused in one line."""
+    assert resolve_device("auto") == torch.device("cuda", 0)
+    monkeypatch.setenv(DEVICE_ENV, "cpu")
+    assert resolve_device("auto") == resolve_device(None) == torch.device("cpu")
+    assert resolve_device("cuda:1") == torch.device("cuda", 1)
+    monkeypatch.setenv(DEVICE_ENV, "cuda:1")
+    assert resolve_device("auto") == torch.device("cuda", 1)
+    monkeypatch.setenv(DEVICE_ENV, "tpu")
+    with pytest.raises(ConfigError, match=r"^LEXTRA_DEVICE='tpu': unknown device; use auto, cpu, cuda or cuda:N"):
+        resolve_device("auto")
+
+
+def test_the_suite_marks_cpu_tests_with_lextra_device() -> None:
+    assert os.environ[DEVICE_ENV] == "cpu"
+
+
 def test_under_torchrun_each_process_takes_its_local_rank_gpu(two_gpus, monkeypatch) -> None:
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
@@ -136,12 +154,12 @@ def test_every_command_that_runs_a_model_takes_device() -> None:
             with_device.add(" ".join(path))
         else:
             without.add(" ".join(path))
-    assert without == {"list", "ruler-compare"}
+    assert without == {"list", "ruler compare"}
     assert with_device == {
         "train", "eval", "align", "compare", "study",
         "analyze resolution", "analyze receptive-field", "analyze dispersion",
         "retrieval train", "retrieval eval", "retrieval compare", "retrieval completion",
-        "hf eval", "hf retrieval", "hf analyze", "hf align", "ruler",
+        "hf eval", "hf retrieval", "hf analyze", "hf align", "ruler run",
     }  # fmt: skip
 
 

@@ -19,11 +19,11 @@ from safetensors.torch import load_file
 pytestmark = pytest.mark.slow
 
 TINY = [
-    "--layers",
+    "--n-layer",
     "2",
-    "--width",
+    "--d-model",
     "32",
-    "--heads",
+    "--n-head",
     "2",
     "--train-len",
     "32",

@@ -3,10 +3,15 @@ links (files and `#section` anchors) lead somewhere."""
 
 from __future__ import annotations
 
+import argparse
+import functools
 import re
+import shlex
 from pathlib import Path
 
 import pytest
+
+from lextra.cli.app import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -18,6 +23,7 @@ LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
 INLINE_CODE = re.compile(r"`[^`\n]*`")
 HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
+BASH = re.compile(r"^```bash\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
 def prose(text: str) -> str:
@@ -41,6 +47,26 @@ def anchors(text: str) -> set[str]:
 def relative_links(page: Path) -> list[str]:
     """Every link target of `page` that is not a URL (http, https, mailto)."""
     return [t for t in LINK.findall(prose(page.read_text())) if not re.match(r"[a-z]+:", t)]
+
+
+def documented_commands() -> list[tuple[str, str]]:
+    """(page, command) for every `lextra ...` line, or `torchrun ... -m lextra ...`, in the pages' bash blocks."""
+    found = []
+    for page in PAGES:
+        for block in BASH.findall(page.read_text()):
+            for line in block.replace("\\\n", " ").splitlines():
+                command = line.split(" #", 1)[0].strip()
+                if "-m lextra " in command:
+                    command = "lextra " + command.split("-m lextra ", 1)[1]
+                if command.startswith("lextra "):
+                    found.append((str(page.relative_to(ROOT)), command))
+    return found
+
+
+@functools.cache
+def lextra_parser() -> argparse.ArgumentParser:
+    """`lextra`'s parser, built once for every documented command."""
+    return build_parser()
 
 
 def test_prose_and_anchors_follow_markdown_rules() -> None:
@@ -88,3 +114,19 @@ def test_the_readme_links_every_docs_page() -> None:
     linked = {(README.parent / t.partition("#")[0]).resolve() for t in relative_links(README)}
     unlinked = [p.name for p in DOCS if p.resolve() not in linked]
     assert not unlinked, f"README.md does not link docs pages {unlinked}"
+
+
+def test_the_pages_document_commands() -> None:
+    pages = {page for page, _ in documented_commands()}
+    assert {"README.md", "docs/ruler.md", "docs/hugging-face.md", "docs/running.md"} <= pages
+
+
+@pytest.mark.parametrize(("page", "command"), documented_commands())
+def test_documented_commands_parse(page: str, command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        lextra_parser().parse_args(shlex.split(command)[1:])
+    except SystemExit as stop:
+        error = capsys.readouterr().err
+        # `--help` exits with 0; an alignment.json that an earlier command of the page writes is the only input
+        # a parser checks on disk
+        assert stop.code == 0 or "an alignment.json file; no file" in error, f"{page}: `{command}`: {error}"

@@ -9,6 +9,10 @@ run by `make test-gpu`) hold forward and backward to the reference on CUDA.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 from conftest import ALL_SCHEMES, make_scheme, qkv
@@ -19,6 +23,7 @@ import lextra.attention.flex as flex
 from lextra.attention import attention, build_mask
 from lextra.attention.backends import auto_backend, cuda_backend, reference_attention
 from lextra.errors import ConfigError
+from lextra.positions.bias import FLEX_MAX_HIDDEN
 
 MASKS = ["causal", "window:37", "bca:64", "full"]
 TOL = 1e-5
@@ -188,7 +193,7 @@ def test_flex_refuses_a_block_mask_that_does_not_match() -> None:
 
 
 def test_flex_refuses_what_it_cannot_compute_and_cuda_auto_avoids_it() -> None:
-    xpos, wide_fire = _scheme("xpos"), _scheme("fire", hidden=flex.FIRE_MAX_HIDDEN + 1)
+    xpos, wide_fire = _scheme("xpos"), _scheme("fire", hidden=FLEX_MAX_HIDDEN + 1)
     long = torch.arange(xpos.rotate_span + 1)
     short = torch.arange(300)
     causal = build_mask("causal")
@@ -303,3 +308,42 @@ def test_cuda_flex_forward_and_backward_match_reference(name: str, mask: str, dt
             if r is not None:
                 bound = (tol if i < 3 else sum_tol) * max(1.0, float(r.abs().max()))
                 assert (g.float() - r).abs().max() <= bound, (n_queries, "gradient", i)
+
+
+_BUDGET_SCRIPT = """
+import torch
+from torch._dynamo.utils import counters
+from lextra.attention import attention, flex
+from lextra.positions import HeadDims, build_scheme
+
+flex.RECOMPILE_LIMIT = 1
+scheme = build_scheme("alibi", HeadDims(2, 16, 32, 64))
+
+def call(n):
+    q, k, v = (torch.randn(1, 2, n, 16) for _ in range(3))
+    return attention(q, k, v, scheme=scheme, backend="flex")
+
+call(100)
+first = counters["stats"]["unique_graphs"]
+call(120)  # the same bucket (128): the compiled kernel is reused
+print("graphs", first, counters["stats"]["unique_graphs"])
+try:
+    call(300)  # bucket 384: a second kernel, past the budget
+except flex.CompileBudgetError as err:
+    print("refused", err)
+else:
+    print("ran past the budget")
+"""
+
+
+@pytest.mark.slow
+def test_a_call_past_the_compile_budget_is_refused_not_run_uncompiled() -> None:
+    """Dynamo's own counter: one graph per bucket, reused within it; the call that would need a kernel past
+    RECOMPILE_LIMIT raises instead of falling back to eager FlexAttention (the full L x L scores)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", _BUDGET_SCRIPT], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert lines[0] == "graphs 1 1"
+    assert lines[1].startswith("refused FlexAttention has compiled lextra.attention.flex.RECOMPILE_LIMIT = 1 kernels")
+    assert "raise RECOMPILE_LIMIT" in lines[1]

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 from pathlib import Path
+
+import pytest
+import torch
 
 BENCHMARK = Path(__file__).parents[1] / "benchmarks" / "gpu.py"
 
@@ -37,3 +41,58 @@ def test_the_gpu_benchmark_runs_on_cpu_in_smoke_mode(tmp_path: Path) -> None:
 def test_the_gpu_benchmark_refuses_cpu_without_smoke(capsys) -> None:
     assert _load().main(["--device", "cpu"]) == 2
     assert "only --smoke" in capsys.readouterr().out
+
+
+def test_cells_are_labelled_with_the_path_the_benchmarks_device_takes() -> None:
+    """The labels name what runs on the benchmark's device: on CUDA flex for a bias or a window, where the CPU would
+    take a chunked path; SDPA for rotary causal attention on both (the CPU tiles it without autograd)."""
+    bench = _load()
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    alibi, rope = bench.build("alibi", 1024, cpu), bench.build("rope", 1024, cpu)
+    assert bench.cell_path(alibi, "window:1024", 4096, cuda, torch.bfloat16, grad=False) == "flex"
+    assert bench.cell_path(alibi, "window:1024", 4096, cpu, torch.bfloat16, grad=False) == "chunked/strided"
+    assert bench.cell_path(rope, "causal", 4096, cuda, torch.bfloat16, grad=False) == "sdpa"
+    assert bench.cell_path(rope, "causal", 4096, cpu, torch.float32, grad=False) == "tiled"
+    assert bench.cell_path(rope, "causal", 4096, cpu, torch.float32, grad=True) == "sdpa"
+    assert bench.path_label({"path": "tiled", "path_bwd": "sdpa"}) == "tiled, bwd sdpa"
+    assert bench.path_label({"path": "flex", "path_bwd": "flex"}) == "flex"
+
+
+def test_the_correctness_check_is_relative_to_the_gradients_scale() -> None:
+    """KERPLE's parameter gradients are ~5e4, where two correct fp32 paths differ by ~1e-2 absolute: the check
+    passes them and still fails an error of 1% of the scale."""
+    bench = _load()
+    reference = torch.tensor([5e4, -8e4, 3.0])
+    assert bench.relative_error(reference + torch.tensor([8e-3, 0.0, 0.0]), reference) < 1e-6
+    assert bench.relative_error(reference + torch.tensor([0.0, 800.0, 0.0]), reference) == pytest.approx(0.01)
+    tiny = torch.tensor([2.5e-5, 0.0])  # a gradient that is 0 in exact arithmetic: judged absolutely
+    assert bench.relative_error(tiny + 2e-5, tiny) == pytest.approx(2e-5)
+    assert math.isnan(bench.relative_error(torch.tensor([math.nan, 0.0, 0.0]), reference))
+
+
+def test_the_fp32_baseline_uses_a_kernel_that_has_fp32() -> None:
+    from torch.nn.attention import SDPBackend
+
+    bench = _load()
+    assert bench.baseline_kernels(torch.bfloat16) == [SDPBackend.FLASH_ATTENTION]
+    assert bench.baseline_kernels(torch.float16) == [SDPBackend.FLASH_ATTENTION]
+    assert bench.baseline_kernels(torch.float32) == [SDPBackend.EFFICIENT_ATTENTION]
+
+
+def test_a_failing_baseline_is_reported_and_the_cells_are_still_measured(tmp_path: Path, monkeypatch) -> None:
+    bench = _load()
+
+    def no_kernel(q, k, v):
+        raise RuntimeError("No available kernel. Aborting execution.")
+
+    monkeypatch.setattr(bench, "flash", no_kernel)
+    out = tmp_path / "gpu.json"
+    code = bench.main(["--device", "cpu", "--smoke", "--schemes", "alibi", "--masks", "causal", "--out", str(out)])
+    data = json.loads(out.read_text())
+    assert code == 0
+    baselines = [c for c in data["attention"] if c["kind"] == "sdpa"]
+    assert len(baselines) == 2 and all("No available kernel" in c["error"] for c in baselines)
+    cells = [c for c in data["attention"] if c["kind"] == "scheme"]
+    assert len(cells) == 2 and all(c["fwd_ms"] > 0 and "error" not in c for c in cells)
+    report = out.with_suffix(".md").read_text()
+    assert "baseline failed: RuntimeError: No available kernel" in report and "| alibi | - / - / - (" in report

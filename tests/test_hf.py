@@ -375,7 +375,7 @@ def test_hf_cli_align_then_analyze_a_t5_encoder(tmp_path: Path) -> None:
     plain, aligned = tmp_path / "plain", tmp_path / "aligned"
     assert main(["hf", "analyze", "dispersion", *common, "--lengths", "128", "--out", str(plain)]) == 0
     assert main(["hf", "analyze", "dispersion", *common, "--lengths", "128", "--out", str(aligned),
-                 "--temperatures", str(out / "alignment.json")]) == 0  # fmt: skip
+                 "--temperature", str(out / "alignment.json")]) == 0  # fmt: skip
     before = json.loads((plain / "dispersion.json").read_text())["by_length"]["128"]["entropy"]
     after = json.loads((aligned / "dispersion.json").read_text())["by_length"]["128"]["entropy"]
     assert before == pytest.approx(alignment["before"], rel=1e-4)  # the alignment's windows are the first texts

@@ -1,4 +1,5 @@
-"""Every pin is written once: in requirements/, which pyproject.toml and the Makefile both read."""
+"""Every pin is written once, in requirements/ (the lock `make` installs); pyproject.toml declares ranges that admit
+them, so the package installs beside other versions."""
 
 from __future__ import annotations
 
@@ -32,24 +33,41 @@ def pyproject() -> dict:
 
 
 def all_pins() -> dict[str, list[tuple[str, str]]]:
-    """Canonical package name -> [(where, requirement)] over requirements/*.txt and pyproject's own lists."""
+    """Canonical package name -> [(where, requirement)] over requirements/*.txt."""
     pins: dict[str, list[tuple[str, str]]] = {}
     for path in sorted(REQUIREMENTS.glob("*.txt")):
         for number, line in requirement_lines(path):
             req = Requirement(line)
             pins.setdefault(canonicalize_name(req.name), []).append((f"{path.relative_to(ROOT)}:{number}", line))
-    project = pyproject()["project"]
-    inline = [("dependencies", r) for r in project.get("dependencies", [])]
-    for extra, reqs in project.get("optional-dependencies", {}).items():
-        inline += [(f"optional-dependencies.{extra}", r) for r in reqs]
-    for where, line in inline:
-        pins.setdefault(canonicalize_name(Requirement(line).name), []).append((f"pyproject.toml {where}", line))
     return pins
+
+
+def declared() -> list[tuple[str, Requirement]]:
+    """(where, requirement) for pyproject's dependencies and every extra, lextra's own extras left out."""
+    project = pyproject()["project"]
+    found = [("dependencies", Requirement(line)) for line in project["dependencies"]]
+    for extra, lines in project["optional-dependencies"].items():
+        found += [(f"optional-dependencies.{extra}", Requirement(line)) for line in lines]
+    return [(where, req) for where, req in found if canonicalize_name(req.name) != "lextra"]
+
+
+def pinned_version(name: str) -> Version:
+    ((_, line),) = all_pins()[canonicalize_name(name)]
+    (spec,) = Requirement(line).specifier
+    return Version(spec.version)
 
 
 def test_requirement_files_hold_only_exact_pins() -> None:
     files = sorted(REQUIREMENTS.glob("*.txt"))
-    assert {p.name for p in files} >= {"runtime.txt", "test.txt", "transitive.txt", "bench.txt", "data.txt", "hf.txt"}
+    assert {p.name for p in files} >= {
+        "runtime.txt",
+        "test.txt",
+        "transitive.txt",
+        "bench.txt",
+        "data.txt",
+        "hf.txt",
+        "tensorboard.txt",
+    }
     for path in files:
         for number, line in requirement_lines(path):
             assert not line.startswith("-"), f"{path.name}:{number}: pip options go in the Makefile, not here: {line}"
@@ -64,38 +82,74 @@ def test_no_package_is_pinned_twice() -> None:
     )
 
 
-def test_pyproject_reads_its_dependencies_from_requirements() -> None:
-    config = pyproject()
-    assert set(config["project"]["dynamic"]) >= {"dependencies", "optional-dependencies"}
-    assert "dependencies" not in config["project"] and "optional-dependencies" not in config["project"]
-    dynamic = config["tool"]["setuptools"]["dynamic"]
-    assert dynamic["dependencies"] == {"file": ["requirements/runtime.txt"]}
-    assert dynamic["optional-dependencies"]["test"] == {"file": ["requirements/test.txt"]}
-    assert dynamic["optional-dependencies"]["bench"] == {"file": ["requirements/bench.txt"]}
-    for path in ("runtime.txt", "test.txt", "bench.txt"):  # setuptools reads these lines as they are
-        for number, line in requirement_lines(REQUIREMENTS / path):
-            raw = (REQUIREMENTS / path).read_text().splitlines()[number - 1]
-            assert raw.strip() == line, f"{path}:{number}: setuptools needs comments on their own lines"
+def test_pyproject_declares_ranges_not_pins() -> None:
+    """A library beside other packages: lower bounds (and upper ones where needed), never an exact version."""
+    project = pyproject()["project"]
+    assert not {"dependencies", "optional-dependencies"} & set(project.get("dynamic", []))
+    assert set(project["optional-dependencies"]) >= {"hf", "bench", "tensorboard", "test"}
+    for where, req in declared():
+        operators = {spec.operator for spec in req.specifier}
+        assert operators, f"pyproject {where}: {req} has no version range; give the lowest version that works"
+        assert not operators & {"==", "==="}, f"pyproject {where}: {req} is an exact pin; pins belong in requirements/"
+    names = {canonicalize_name(req.name): str(req) for _, req in declared()}
+    assert names["torch"] == "torch>=2.5"
+    assert "transformers" in {canonicalize_name(r.name) for w, r in declared() if w == "optional-dependencies.hf"}
+    test_extra = [Requirement(line) for line in project["optional-dependencies"]["test"]]
+    assert any(r.name == "lextra" and r.extras >= {"hf", "tensorboard"} for r in test_extra)
 
 
-def test_setuptools_expands_the_same_pins() -> None:
+def test_every_declared_range_admits_its_pin() -> None:
+    """What `make` installs (the pins) is a version each of pyproject's ranges accepts, so the ranges are tested."""
+    pins = all_pins()
+    missing = [f"{where} {req}" for where, req in declared() if canonicalize_name(req.name) not in pins]
+    assert not missing, "declared but pinned nowhere in requirements/: " + ", ".join(missing)
+    refused = [
+        f"pyproject {where} {req} refuses {pins[canonicalize_name(req.name)][0][1]}"
+        for where, req in declared()
+        if not req.specifier.contains(pinned_version(req.name), prereleases=True)
+    ]
+    assert not refused, "\n".join(refused)
+
+
+def test_setuptools_reads_the_declared_metadata() -> None:
     from setuptools.config import pyprojecttoml
 
     project = pyprojecttoml.read_configuration(ROOT / "pyproject.toml", expand=True)["project"]
-    assert project["dependencies"] == [line for _, line in requirement_lines(REQUIREMENTS / "runtime.txt")]
+    assert project["dependencies"] == pyproject()["project"]["dependencies"]
+    assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
     extras = project.get("optional-dependencies", project.get("optional_dependencies"))
-    for extra in ("test", "bench"):
-        assert extras[extra] == [line for _, line in requirement_lines(REQUIREMENTS / f"{extra}.txt")]
+    assert extras["hf"] == ["transformers>=4.56"]
+
+
+def test_license_and_py_typed_ship_with_the_package() -> None:
+    license_text = (ROOT / "LICENSE").read_text()
+    assert license_text.split()[:4] == ["Apache", "License", "Version", "2.0,"]
+    assert "END OF TERMS AND CONDITIONS" in license_text
+    assert (ROOT / "src" / "lextra" / "py.typed").exists()
+    assert pyproject()["tool"]["setuptools"]["package-data"]["lextra"] == ["py.typed"]
 
 
 def test_makefile_pins_nothing_and_installs_from_requirements() -> None:
     makefile = (ROOT / "Makefile").read_text()
     assert "==" not in makefile, "versions belong in requirements/, not the Makefile"
     assert not re.search(r"pip install[^\n]*\b[\w.-]+(?:>=|<=|~=|!=)\d", makefile)
-    for name in ("runtime.txt", "test.txt", "transitive.txt", "data.txt", "bench.txt", "hf.txt"):
+    for name in ("runtime.txt", "test.txt", "transitive.txt", "tensorboard.txt", "data.txt", "bench.txt", "hf.txt"):
         assert f"$(REQ)/{name}" in makefile, f"the Makefile does not install requirements/{name}"
     for name in ("data.txt", "hf.txt"):  # see their comments
         assert re.search(rf"--no-deps -r \$\(REQ\)/{re.escape(name)}", makefile)
+    # the package itself goes in without its declared ranges, so the environment holds the pins and nothing else
+    assert re.search(r"\$\(PIP\) --no-deps [^\n]*-e \.\n", makefile)
+
+
+def test_make_lint_type_checks_the_core_modules() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    lint = makefile.split("\nlint:", 1)[1].split("\n\n", 1)[0]
+    assert "$(PY) -m mypy $(TYPED_PATHS)" in lint
+    typed = re.search(r"^TYPED_PATHS := (.*)$", makefile, re.MULTILINE).group(1).split()
+    assert set(typed) >= {f"src/lextra/{p}" for p in ("positions", "attention", "extend", "model.py", "train.py")}
+    assert all((ROOT / path).exists() for path in typed)
+    mypy = pyproject()["tool"]["mypy"]
+    assert mypy["python_version"] == "3.11" and mypy["check_untyped_defs"] is True
 
 
 def test_torch_stays_pinned_to_the_local_cpu_wheel() -> None:

@@ -323,7 +323,7 @@ def test_completion_on_a_model_that_copies_the_repeating_file() -> None:
 
 # ----------------------------------------------------------------------------- commands end to end
 def test_train_eval_and_compare_commands(tmp_path) -> None:
-    common = ["--limit-chars", str(LIMIT), "--layers", "1", "--width", "32", "--heads", "2", "--train-len", "112"]
+    common = ["--limit-chars", str(LIMIT), "--n-layer", "1", "--d-model", "32", "--n-head", "2", "--train-len", "112"]
     common += ["--batch-size", "4", "--steps", "3", "--warmup", "1", "--threads", "1", "--quiet"]
     run = tmp_path / "run"
     assert main(["retrieval", "train", "--task", "passkey:0.75", "--out", str(run), "--scheme", "alibi", *common]) == 0

@@ -381,7 +381,7 @@ def tiny_folder(tmp_path_factory) -> Path:
 
 def test_the_whole_command_on_a_tiny_lextra_model_writes_results_and_resumes(tiny_folder, tmp_path, capsys) -> None:
     out = tmp_path / "ruler"
-    args = ["ruler", str(tiny_folder), "--lengths", "1900,2600", "--samples", "2", "--out", str(out)]
+    args = ["ruler", "run", str(tiny_folder), "--lengths", "1900,2600", "--samples", "2", "--out", str(out)]
     assert main([*args, "--quiet", "--threads", "1", "--threshold", "0"]) == 0
     printed = capsys.readouterr().out
     assert "| niah_single_1 |" in printed and "effective length: 2600 (threshold 0)" in printed
@@ -438,7 +438,7 @@ def test_cells_grow_by_the_samples_they_lack_and_keep_every_decoded_batch(tiny_f
     monkeypatch.setattr(evaluate, "generate", counted)
 
     def run(out: Path, samples: int, *extra: str) -> dict:
-        args = ["ruler", str(tiny_folder), "--tasks", "niah_single_1,vt", "--lengths", "1700", "--out", str(out)]
+        args = ["ruler", "run", str(tiny_folder), "--tasks", "niah_single_1,vt", "--lengths", "1700", "--out", str(out)]
         assert main([*args, "--samples", str(samples), "--quiet", "--threads", "1", *extra]) == 0
         return json.loads((out / "results.json").read_text())
 
@@ -473,12 +473,12 @@ def test_cells_grow_by_the_samples_they_lack_and_keep_every_decoded_batch(tiny_f
     decoded.clear()
     stop_after.append(2)
     with pytest.raises(InterruptedRunError):
-        run(tmp_path / "b", 3, "--batch", "1")
+        run(tmp_path / "b", 3, "--batch-size", "1")
     assert [a["index"] for a in answers(tmp_path / "b", "vt")] == [0, 1]  # vt's short budget sorts it first
     assert not (tmp_path / "b" / "cells" / "niah_single_1-1700.json").exists()
     stop_after.clear()
     decoded.clear()
-    run(tmp_path / "b", 3, "--batch", "1")
+    run(tmp_path / "b", 3, "--batch-size", "1")
     assert decoded == [1] * 4
     for task in ("niah_single_1", "vt"):
         assert [a["output"] for a in answers(tmp_path / "b", task)] == [
@@ -503,7 +503,7 @@ def test_ruler_compare_puts_runs_side_by_side(tmp_path, capsys) -> None:
     for name, result in (("a", base), ("b", scaled)):
         save_ruler_outputs(tmp_path / name, result)
     runs = [str(tmp_path / "a"), str(tmp_path / "b" / "results.json")]
-    assert main(["ruler-compare", *runs, "--out", str(tmp_path / "c")]) == 0
+    assert main(["ruler", "compare", *runs, "--out", str(tmp_path / "c")]) == 0
     printed = capsys.readouterr().out
     summary = printed.split("\n\n")[1].splitlines()
     assert summary[0] == "| run | 1000 | 2000 | 4000 | effective length | tasks | samples |"
@@ -518,20 +518,20 @@ def test_ruler_compare_puts_runs_side_by_side(tmp_path, capsys) -> None:
     assert (tmp_path / "c" / "averages.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (tmp_path / "c" / "comparison.md").read_text().strip() == printed.split("\n\ntable:")[0].strip()
     # one line, exit 2: the same label twice, a folder without results, a file that is not one
-    assert main(["ruler-compare", str(tmp_path / "a"), str(tmp_path / "a")]) == 2
+    assert main(["ruler", "compare", str(tmp_path / "a"), str(tmp_path / "a")]) == 2
     assert "needs runs with distinct labels, got ['base', 'base']" in one_line_error(capsys)
-    assert main(["ruler-compare", str(tmp_path / "a"), str(tmp_path / "none")]) == 2
+    assert main(["ruler", "compare", str(tmp_path / "a"), str(tmp_path / "none")]) == 2
     missing = tmp_path / "none" / "results.json"
     assert f"no RULER results at {missing}; run `lextra ruler MODEL --out" in one_line_error(capsys)
     (tmp_path / "bad.json").write_text('{"label": "x"}')
-    assert main(["ruler-compare", str(tmp_path / "bad.json")]) == 2
+    assert main(["ruler", "compare", str(tmp_path / "bad.json")]) == 2
     assert "bad.json is not a `lextra ruler` results.json (KeyError" in one_line_error(capsys)
 
 
 def test_masks_temperatures_and_extension_methods_reach_a_lextra_model(tiny_folder, tmp_path, capsys) -> None:
     (tmp_path / "align.json").write_text(json.dumps({"strategy": "pmax", "temperatures": [[1.5, 0.5], [1.0, 2.0]]}))
     base = ["ruler", str(tiny_folder), "--tasks", "niah_single_1", "--lengths", "900", "--samples", "1", "--quiet"]
-    tau = ["--temperatures", str(tmp_path / "align.json")]
+    tau = ["--temperature", str(tmp_path / "align.json")]
     assert main([*base, "--out", str(tmp_path / "a"), "--mask", "window:32", *tau]) == 0
     cell = json.loads((tmp_path / "a" / "cells" / "niah_single_1-900.json").read_text())
     assert cell["key"]["label"] == "rope+window:32+tau-pmax" and cell["key"]["mask"] == "window:32"
@@ -560,7 +560,8 @@ def test_a_tiny_hugging_face_llama_runs_tasks_with_and_without_its_chat_template
     tiny_llama().save_pretrained(folder)
     hf_tokenizer.save_pretrained(folder)
     assert template_parts(hf_tokenizer) == ChatFormat("<|im_start|>user\n", "<|im_end|>\n<|im_start|>assistant\n")
-    common = ["ruler", str(folder), "--tasks", "niah_single_1,fwe", "--lengths", "700", "--samples", "1", "--quiet"]
+    common = ["ruler", "run", str(folder), "--tasks", "niah_single_1,fwe", "--lengths", "700", "--samples", "1"]
+    common += ["--quiet"]
     assert main([*common, "--out", str(tmp_path / "base"), "--threads", "1"]) == 0
     assert main([*common, "--out", str(tmp_path / "chat"), "--chat", "--rope-scaling", "yarn:4"]) == 0
     base = json.loads((tmp_path / "base" / "results.json").read_text())

@@ -90,8 +90,8 @@ def test_a_training_length_too_short_for_a_task_or_a_retrieval_eval_of_one_is_re
 
 def test_retrieval_train_on_ruler_rows_then_lextra_ruler(tmp_path, capsys) -> None:
     run = tmp_path / "run"
-    common = ["--corpus", "python-code", "--limit-chars", "1500000", "--layers", "1", "--width", "32", "--heads", "2"]
-    common += ["--batch-size", "2", "--threads", "1", "--quiet", "--out", str(run)]
+    common = ["--corpus", "python-code", "--limit-chars", "1500000", "--n-layer", "1", "--d-model", "32"]
+    common += ["--n-head", "2", "--batch-size", "2", "--threads", "1", "--quiet", "--out", str(run)]
     code = main(["retrieval", "train", "--task", "ruler.niah_single_1+lm", "--train-len", "300", *common])
     assert code == 2 and "--train-len 300" in capsys.readouterr().err
     assert (

@@ -200,7 +200,7 @@ def test_variants_parse_and_validate() -> None:
     [
         (["train", "--out", "{tmp}/r", "--scheme", "nope2"], "unknown position scheme 'nope2'"),
         (["train", "--out", "{tmp}/r", "--corpus", "{tmp}/missing"], "does not exist"),
-        (["train", "--out", "{tmp}/r", "--scheme", "rope", "--width", "30", "--heads", "2"], "even head dimension"),
+        (["train", "--out", "{tmp}/r", "--scheme", "rope", "--d-model", "30", "--n-head", "2"], "even head dimension"),
         (["train", "--out", "{tmp}/r", "--scheme-option", "base"], "must look like KEY=VALUE"),
         (["eval", "{tmp}/nothing"], "no checkpoint at"),
         (["compare", "--out", "{tmp}/c", "--lengths", "1,x"], "comma-separated integers"),

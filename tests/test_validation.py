@@ -380,7 +380,7 @@ def _run_cli(argv: list[str]) -> tuple[int, str]:
 
 def test_cli_train_that_diverges_exits_2_with_one_line(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    tiny_args = ["--width", "16", "--heads", "2", "--layers", "1", "--train-len", "16", "--batch-size", "4"]
+    tiny_args = ["--d-model", "16", "--n-head", "2", "--n-layer", "1", "--train-len", "16", "--batch-size", "4"]
     more = ["--limit-chars", str(LIMIT), "--threads", "1"]
     code, err = _run_cli(
         ["train", "--out", str(out), *tiny_args, "--steps", "6", "--warmup", "1", "--lr", "1e30", *more]
@@ -418,7 +418,7 @@ def test_all_processes_of_a_distributed_run_stop_together(tmp_path: Path) -> Non
         "train",
         "--out",
         str(out),
-        *["--width", "16", "--heads", "2", "--layers", "1", "--train-len", "16", "--batch-size", "4"],
+        *["--d-model", "16", "--n-head", "2", "--n-layer", "1", "--train-len", "16", "--batch-size", "4"],
         *["--steps", "6", "--warmup", "1", "--lr", "1e30", "--limit-chars", str(LIMIT), "--threads", "1"],
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

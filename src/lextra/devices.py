@@ -17,6 +17,9 @@ import torch
 from lextra.errors import ConfigError
 
 DEVICE_CHOICES = "auto, cpu, cuda or cuda:N"
+#: the environment variable that `auto` resolves to when set (e.g. LEXTRA_DEVICE=cpu on a GPU host: the test
+#: suite's CPU tests set it, so `make test` computes the same on every machine)
+DEVICE_ENV = "LEXTRA_DEVICE"
 PRECISIONS = ("fp32", "bf16")
 
 
@@ -40,10 +43,14 @@ def _no_cuda_reason() -> str:
 def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
     """The torch device `spec` names, checked against what torch sees; refusals are one-line `ConfigError`s.
 
-    `auto` (or None) is CUDA when available, else the CPU; `cuda` is the current GPU, or the LOCAL_RANK GPU under
-    torchrun; `cuda:N` must exist. Nothing falls back to the CPU silently.
+    `auto` (or None) is `$LEXTRA_DEVICE` when set, else CUDA when available, else the CPU; `cuda` is the current
+    GPU, or the LOCAL_RANK GPU under torchrun; `cuda:N` must exist. Nothing falls back to the CPU silently.
     """
     text = "auto" if spec is None else str(spec).strip()
+    if text == "auto" and os.environ.get(DEVICE_ENV, "").strip() not in ("", "auto"):
+        text = os.environ[DEVICE_ENV].strip()
+        if text.partition(":")[0] not in ("cpu", "cuda"):
+            raise ConfigError(f"{DEVICE_ENV}={text!r}: unknown device; use {DEVICE_CHOICES}, or unset it")
     name = text or repr(text)
     if text == "auto":
         if not torch.cuda.is_available():

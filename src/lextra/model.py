@@ -11,9 +11,9 @@ import itertools
 import json
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -21,11 +21,14 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
+from lextra import serialize
 from lextra.attention import attention, build_mask
+from lextra.attention.backends import AttentionExtension
 from lextra.attention.masks import Mask
 from lextra.errors import CheckpointError, ConfigError
 from lextra.io import atomic_write, atomic_write_json, sha256_file
 from lextra.positions import HeadDims, PositionScheme, build_scheme
+from lextra.serialize import check_fields as check_fields  # re-exported: configs elsewhere check their keys
 from lextra.validate import check_bool, check_positive, check_range
 
 CONFIG_FILE = "config.json"
@@ -93,20 +96,12 @@ class GPTConfig:
         return self
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return serialize.to_dict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GPTConfig:
-        check_fields(cls, data, "model config")
-        return cls(**data).validate()
-
-
-def check_fields(cls: type, data: dict[str, Any], what: str) -> None:
-    """Reject keys a config dataclass does not have, naming them and the known ones."""
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ConfigError(f"{what}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        """Read a saved or written config; unknown keys are refused, missing ones take their defaults."""
+        return serialize.from_dict(cls, data, refuse_unknown="model config").validate()
 
 
 #: rows a KV cache's buffers grow by at least, when full
@@ -170,8 +165,9 @@ class KVCache:
             buffer[0][..., :n, :], buffer[1][..., :n, :] = held_k, held_v
             self.buffers[layer] = buffer
         buffer[0][..., n : n + add, :], buffer[1][..., n : n + add, :] = k, v
-        self.keys[layer], self.values[layer] = buffer[0][..., : n + add, :], buffer[1][..., : n + add, :]
-        return self.keys[layer], self.values[layer]
+        keys, values = buffer[0][..., : n + add, :], buffer[1][..., : n + add, :]
+        self.keys[layer], self.values[layer] = keys, values
+        return keys, values
 
     def key_positions(self, layer: int, positions: Tensor) -> Tensor:
         """Positions of `layer`'s cached keys after `extend` with queries at `positions`: contiguous up to the
@@ -179,7 +175,9 @@ class KVCache:
         held = self.positions[layer]
         if held is not None:
             return held
-        n = self.keys[layer].shape[-2]
+        keys = self.keys[layer]
+        assert keys is not None  # `extend` filled the layer
+        n = keys.shape[-2]
         return torch.arange(n, device=positions.device) + (int(positions[-1]) + 1 - n)
 
     def evict(self, layer: int, keep: Tensor, positions: Tensor) -> None:
@@ -187,8 +185,10 @@ class KVCache:
         if bool(keep.all()):
             return
         index = keep.nonzero().squeeze(-1)
-        self.keys[layer] = self.keys[layer].index_select(-2, index)
-        self.values[layer] = self.values[layer].index_select(-2, index)
+        keys, values = self.keys[layer], self.values[layer]
+        assert keys is not None and values is not None  # only a filled layer has keys to evict
+        self.keys[layer] = keys.index_select(-2, index)
+        self.values[layer] = values.index_select(-2, index)
         self.positions[layer] = positions[index]
         self.buffers[layer] = None
 
@@ -234,6 +234,8 @@ def qwen_log_factor(q_pos: Tensor, train_len: int) -> Tensor:
 class SelfAttention(nn.Module):
     """Multi-head self-attention whose positions come entirely from the scheme it is handed."""
 
+    temperature: Tensor | None  # a buffer
+
     def __init__(self, config: GPTConfig, key_dim: int) -> None:
         super().__init__()
         H, D = config.n_head, config.head_dim
@@ -246,13 +248,26 @@ class SelfAttention(nn.Module):
         self.train_len, self.log_scaling = config.train_len, config.log_scaling
         #: per-head temperature (softmax(logits / tau)); None means 1 (set by temperature alignment)
         self.register_buffer("temperature", None, persistent=False)
-        #: called instead of `attention(...)` with its arguments when set (a training-free extension method,
-        #: `lextra.extend.apply_extension`); if it has `retains(k_pos, next_query)`, the cache evicts the rest
-        self.attend: Callable[..., Tensor] | None = None
+        #: a training-free extension method the layer attends through (`lextra.extend.apply_extension`); the
+        #: cache evicts the keys its `retains` drops
+        self.extension: AttentionExtension | None = None
         if config.log_scaling == "ssmax":
             # Scalable-Softmax (Nakanishi 2025, arXiv 2501.19399): logits x s_h ln n, s_h learned;
             # 1 / ln L_tr makes the factor 1 at n = L_tr
             self.ssmax_scale = nn.Parameter(torch.full((H,), 1.0 / math.log(max(2, config.train_len))))
+
+    @property
+    def attend(self) -> AttentionExtension | None:
+        """The layer's extension (the name older code assigns; `extension` is the attribute)."""
+        return self.extension
+
+    @attend.setter
+    def attend(self, extension: AttentionExtension | None) -> None:
+        if extension is not None and not isinstance(extension, AttentionExtension):
+            raise ConfigError(
+                f"a layer attends through an AttentionExtension (lextra.extend.apply_extension), not {extension!r}"
+            )
+        self.extension = extension
 
     def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """q (B, H, L, D), pre-transform k (B, H, L, Dk) and v (B, H, L, D) for hidden states x (B, L, d)."""
@@ -290,7 +305,7 @@ class SelfAttention(nn.Module):
         q, k, v = self.project(x)
         k_pos = positions
         # plain RoPE under a cache: keys are cached rotated, so a decoding step rotates one key, not all of them
-        rotated = cache is not None and self.attend is None and observer is None and scheme.rotates_keys_alone
+        rotated = cache is not None and self.extension is None and observer is None and scheme.rotates_keys_alone
         if rotated:
             q, k = scheme.rotate(q, k, positions, positions)
         if cache is not None:
@@ -299,7 +314,7 @@ class SelfAttention(nn.Module):
         temperature = self.query_temperature(positions, k_pos, mask)
         if observer is not None:
             observer(AttentionInputs(layer, q, k, scheme, positions, k_pos, mask, temperature))
-        out = (self.attend or attention)(
+        out = attention(
             q,
             k,
             v,
@@ -309,10 +324,12 @@ class SelfAttention(nn.Module):
             k_pos=k_pos,
             backend=backend,
             temperature=temperature,
+            extension=self.extension,
         )
-        retains = getattr(self.attend, "retains", None)
-        if cache is not None and retains is not None:
-            cache.evict(layer, retains(k_pos, int(positions[-1]) + 1), k_pos)
+        if cache is not None and self.extension is not None:
+            keep = self.extension.retains(k_pos, int(positions[-1]) + 1)
+            if keep is not None:
+                cache.evict(layer, keep, k_pos)
         return self.dropout(self.o_proj(out.transpose(1, 2).reshape(B, L, -1)))
 
 
@@ -367,6 +384,9 @@ class GPT(nn.Module):
         self._init_weights()
         if config.tie_embeddings:
             self.head.weight = self.embed.weight
+        #: the mask calls use when they name none (an inference setup's, `lextra.extend.InferenceSetup`); None:
+        #: causal
+        self.mask: Mask | None = None
         self.set_temperatures(config.temperatures)
 
     def set_temperatures(self, temperatures: Tensor | list[list[float]] | None) -> None:
@@ -374,7 +394,7 @@ class GPT(nn.Module):
         with the model and applied in every backend; None resets them to 1."""
         if temperatures is None:
             for block in self.blocks:
-                block.attn.temperature = None
+                cast(Block, block).attn.temperature = None
             self.config.temperatures = None
             return
         values = torch.as_tensor(temperatures, dtype=torch.float32, device="cpu")
@@ -385,7 +405,7 @@ class GPT(nn.Module):
             )
         device = self.embed.weight.device
         for block, tau in zip(self.blocks, values, strict=True):
-            block.attn.temperature = tau.to(device)
+            cast(Block, block).attn.temperature = tau.to(device)
         self.config.temperatures = values.tolist()
 
     def _init_weights(self) -> None:
@@ -413,7 +433,7 @@ class GPT(nn.Module):
         self.config.scheme_options = merged
 
     def scheme_for(self, layer: int) -> PositionScheme:
-        return self.positions[layer if len(self.positions) > 1 else 0]
+        return cast(PositionScheme, self.positions[layer if len(self.positions) > 1 else 0])
 
     def new_cache(self) -> KVCache:
         """An empty key/value cache for incremental decoding with `model(tokens, cache=cache)`."""
@@ -435,16 +455,20 @@ class GPT(nn.Module):
         embeddings: Tensor,
         *,
         positions: Tensor | None = None,
-        mask: str | Mask | None = "causal",
+        mask: str | Mask | None = None,
         backend: str = "auto",
         cache: KVCache | None = None,
         observer: LayerObserver | None = None,
     ) -> Tensor:
-        """`features` from token embeddings (B, L, d_model), so callers can differentiate with respect to them."""
+        """`features` from token embeddings (B, L, d_model), so callers can differentiate with respect to them.
+
+        `mask` None is the model's own (`GPT.mask`, causal unless an inference setup set one)."""
         L = embeddings.shape[1]
         start = cache.length if cache is not None else 0
         if positions is None:
             positions = torch.arange(start, start + L, device=embeddings.device)
+        if mask is None:
+            mask = self.mask
         mask = build_mask(mask, self.config.train_len) if not isinstance(mask, Mask) else mask
         x = self.forward_layers(
             self.embed_inputs(embeddings, positions), positions, mask, backend, cache, observer=observer
@@ -455,7 +479,7 @@ class GPT(nn.Module):
 
     def embed_inputs(self, embeddings: Tensor, positions: Tensor) -> Tensor:
         """The first block's input: token embeddings plus the scheme's absolute position signal, after dropout."""
-        return self.drop(self.positions[0].embed(embeddings, positions))
+        return self.drop(self.scheme_for(0).embed(embeddings, positions))
 
     def forward_layers(
         self,
@@ -549,8 +573,8 @@ def load_model(directory: str | Path, map_location: str | torch.device = "cpu") 
         raise CheckpointError(f"checkpoint {weights} cannot be read ({err})") from None
     check_finite_weights(state, weights)
     model = GPT(config)
-    if config.tie_embeddings:
-        state["head.weight"] = state.get("embed.weight")
+    if config.tie_embeddings and "embed.weight" in state:
+        state["head.weight"] = state["embed.weight"]
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:
         raise CheckpointError(

@@ -1,7 +1,8 @@
 """Training: AdamW with warmup and cosine decay, progress, metrics, atomic checkpoints and exact resume.
 
 A run directory holds `config.json` (training + model config), `metrics.jsonl`, `checkpoints/step_N/` (model,
-optimizer and state, each written atomically; `checkpoints/LATEST` names the newest) and, when done, `model/`.
+optimizer and state, each written atomically; `checkpoints/LATEST` names the newest), with `tensorboard` on the
+same curves as TensorBoard event files in `tb/` (or `log_dir`), and, when done, `model/`.
 Batches are a pure function of (seed, step, rank) and the learning rate of step, so `resume=True` continues
 exactly where the last checkpoint left off. A step whose loss or gradient norm is non-finite stops the run before
 anything of it is saved (`TrainingDivergedError`); resuming with a lower `lr` continues from the last good checkpoint.
@@ -18,23 +19,25 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
+from lextra import serialize
 from lextra.data import TrainStream, eval_sequences
 from lextra.data.prepare import PreparedData, prepare_data
 from lextra.data.windows import encode_documents
 from lextra.devices import autocast, resolve_device
 from lextra.errors import CheckpointError, ConfigError, TrainingDivergedError
 from lextra.io import atomic_write, atomic_write_json, atomic_write_text, sha256_file
-from lextra.model import GPT, GPTConfig, check_fields, load_model, save_model
-from lextra.validate import check_int, check_positive, check_positive_int, check_range
+from lextra.model import GPT, GPTConfig, load_model, save_model
+from lextra.tensorboard import Board, require_tensorboard, run_log_dir
+from lextra.validate import check_bool, check_int, check_positive, check_positive_int, check_range
 
 CHECKPOINTS = "checkpoints"
 LATEST = "LATEST"
@@ -61,7 +64,8 @@ class TrainConfig:
     init_from: str | None = None
     model: GPTConfig = field(default_factory=GPTConfig)
     batch_size: int = 16
-    steps: int = 1000
+    #: 600 steps: the budget `lextra train` and `lextra compare` (`make run`) use unless told otherwise
+    steps: int = 600
     lr: float = 2e-3
     min_lr_ratio: float = 0.1
     warmup: int = 50
@@ -77,6 +81,14 @@ class TrainConfig:
     eval_every: int = 0
     eval_sequences: int = 16
     log_every: int = 10
+    #: also write the metrics.jsonl curves (and `lextra compare`'s perplexity curves) as TensorBoard event files
+    tensorboard: bool = False
+    #: where those event files go (turns `tensorboard` on); None: the run directory's tb/
+    log_dir: str | None = None
+
+    #: where a run's curves go, not what it trains: left out of `to_dict`, so saved configs, study cells and
+    #: reused models compare equal with TensorBoard on or off
+    LOGGING_ONLY: ClassVar[tuple[str, ...]] = ("tensorboard", "log_dir")
 
     def validate(self) -> TrainConfig:
         """Refuse every non-finite or out-of-range number before any work; integral counts become ints."""
@@ -97,20 +109,26 @@ class TrainConfig:
         check_range(f"{where} position_lr_scale", self.position_lr_scale, 0.0)
         if self.precision not in ("fp32", "bf16"):
             raise ConfigError(f"training config: precision must be fp32 or bf16, got {self.precision!r}")
+        self.tensorboard = check_bool(f"{where} tensorboard", self.tensorboard)
+        if self.log_dir is not None:
+            if not isinstance(self.log_dir, str) or not self.log_dir.strip():
+                raise ConfigError(f"{where} log_dir must be a folder path, got {self.log_dir!r}")
+            self.tensorboard = True
+        if self.tensorboard:
+            require_tensorboard()
         self.model.validate()
         return self
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["model"] = self.model.to_dict()
+        data = serialize.to_dict(self)
+        for name in self.LOGGING_ONLY:
+            del data[name]
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
-        check_fields(cls, data, "training config")
-        values = dict(data)
-        values["model"] = GPTConfig.from_dict(values.get("model", {}))
-        return cls(**values)
+        """Read a saved or written config (the model through `GPTConfig.from_dict`); unknown keys are refused."""
+        return serialize.from_dict(cls, data, refuse_unknown="training config")
 
 
 class BatchSource(Protocol):
@@ -149,7 +167,8 @@ def make_optimizer(model: GPT, config: TrainConfig) -> torch.optim.AdamW:
     """AdamW; weight decay only on the network's matrices; position-scheme parameters (T5 table, KERPLE, FIRE,
     learned positions) get no decay and their own learning rate, lr * position_lr_scale."""
     scheme_params = {id(p) for p in model.positions.parameters()}
-    decay, no_decay = [], []
+    decay: list[torch.nn.Parameter] = []
+    no_decay: list[torch.nn.Parameter] = []
     for param in model.parameters():
         if id(param) not in scheme_params:
             (decay if param.dim() >= 2 else no_decay).append(param)
@@ -319,8 +338,11 @@ def train(
     if config.init_from and start == 0:  # a resumed run already holds weights past the initial ones
         _initialise_from(model, config.init_from)
     metrics_path = run_dir / "metrics.jsonl"
+    board = None
     if world.is_main:
         _truncate_metrics(metrics_path, start)
+        if config.tensorboard:
+            board = Board(run_log_dir(config.log_dir, run_dir), purge_step=start or None)
     validation = [b.to(device) for b in _validation_batches(data, config)] if world.is_main else []
     network = world.wrap(model)
     progress = progress and world.is_main
@@ -376,6 +398,8 @@ def train(
             model.train()
         if record and world.is_main:
             _append_metrics(metrics_path, record)
+            if board is not None:
+                board.record(record)
         if config.checkpoint_every and done % config.checkpoint_every == 0 and done < config.steps:
             _check_weights(world, bar, model, run_dir, config, done, lr)
             if world.is_main:
@@ -386,6 +410,8 @@ def train(
             on_step(done)
     _check_weights(world, bar, model, run_dir, config, config.steps, learning_rate(config, config.steps - 1))
     bar.close()
+    if board is not None:
+        board.close()
     final = run_dir / FINAL
     if world.is_main:
         save_checkpoint(run_dir, model, optimizer, config.steps, extra)

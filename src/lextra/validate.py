@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Iterable
+from typing import SupportsInt, cast
 
 from lextra.errors import ConfigError
 
@@ -106,7 +107,7 @@ def check_int(name: str, value: object, low: int | None = None, high: int | None
         number = _as_float(value)
         if number is None or not number.is_integer():
             raise _refuse(name, requirement, value, hint)
-    integer = int(value)
+    integer = int(cast(SupportsInt, value))
     if not _in_range(integer, low, high, False, False):
         raise _refuse(name, requirement, value, hint)
     return integer
@@ -139,6 +140,23 @@ def check_int_list(name: str, values: Iterable[object], low: int | None = None) 
     return [check_int(name, item, low) for item in items]
 
 
+def parse_lengths(text: str | None, minimum: int = 1, *, distinct: bool = False) -> list[int] | None:
+    """The token counts of a `--lengths 512,1024` option, each >= `minimum`; None when none are given (the
+    caller's defaults apply). `distinct` sorts them and drops repeats (analyses that tabulate by length)."""
+    if not text:
+        return None
+    try:
+        lengths = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        lengths = []
+    if not lengths:
+        raise ConfigError(f"--lengths takes comma-separated integers, got {text!r}")
+    if any(n < minimum for n in lengths):
+        allowed = "positive integers" if minimum == 1 else f"integers >= {minimum}"
+        raise ConfigError(f"--lengths must be {allowed}, got {text!r}")
+    return sorted(set(lengths)) if distinct else lengths
+
+
 __all__ = [
     "FLOAT32_MAX",
     "check_bool",
@@ -150,5 +168,6 @@ __all__ = [
     "check_positive_int",
     "check_range",
     "describe_range",
+    "parse_lengths",
     "shown",
 ]

@@ -10,9 +10,7 @@ heads (`sorted_logits`), and the pooled row-centred logits standardised for a QQ
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -21,12 +19,13 @@ from lextra.analysis.capture import DEFAULT_BLOCK, batches, layer_attention
 from lextra.attention.masks import Mask
 from lextra.devices import module_device
 from lextra.model import GPT
+from lextra.serialize import Serializable
 
 QQ_POINTS = 201
 
 
 @dataclass
-class QQSummary:
+class QQSummary(Serializable):
     """Standardised order statistics (`sample`) against normal quantiles (`normal`), with the moments that show
     how far from Gaussian they are."""
 
@@ -36,22 +35,9 @@ class QQSummary:
     excess_kurtosis: float
     count: int
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "normal": self.normal,
-            "sample": self.sample,
-            "skewness": self.skewness,
-            "excess_kurtosis": self.excess_kurtosis,
-            "count": self.count,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> QQSummary:
-        return cls(**{name: data[name] for name in ("normal", "sample", "skewness", "excess_kurtosis", "count")})
-
 
 @dataclass
-class FirstLayerLogits:
+class FirstLayerLogits(Serializable):
     """The first layer's last-query logits: mean sorted row, mean row spread, mean top z-score, QQ summary."""
 
     sorted_logits: list[float]
@@ -59,41 +45,17 @@ class FirstLayerLogits:
     top_z: float
     qq: QQSummary
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "sorted_logits": self.sorted_logits,
-            "logit_std": self.logit_std,
-            "top_z": self.top_z,
-            "qq": self.qq.to_dict(),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> FirstLayerLogits:
-        return cls(
-            sorted_logits=data["sorted_logits"],
-            logit_std=data["logit_std"],
-            top_z=data["top_z"],
-            qq=QQSummary.from_dict(data["qq"]),
-        )
-
 
 @dataclass(frozen=True)
-class RowStatistics:
+class RowStatistics(Serializable):
     """Mean row entropy (nats) and mean maximum probability: of a model's rows, or of uniform reference rows."""
 
     entropy: float
     max_prob: float
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"entropy": self.entropy, "max_prob": self.max_prob}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RowStatistics:
-        return cls(entropy=data["entropy"], max_prob=data["max_prob"])
-
 
 @dataclass
-class Dispersion:
+class Dispersion(Serializable):
     """Attention dispersion of a model on a set of texts: per layer, per head, overall, and against uniform rows."""
 
     #: mean over heads, per layer
@@ -116,33 +78,6 @@ class Dispersion:
     def per_layer(self, statistic: str) -> list[float]:
         """`entropy` or `max_prob` of each layer."""
         return {"entropy": self.entropy, "max_prob": self.max_prob}[statistic]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "entropy": self.entropy,
-            "max_prob": self.max_prob,
-            "entropy_per_head": self.entropy_per_head,
-            "max_prob_per_head": self.max_prob_per_head,
-            "entropy_mean": self.entropy_mean,
-            "max_prob_mean": self.max_prob_mean,
-            "rows": self.rows,
-            "uniform": self.uniform.to_dict(),
-            "first_layer": self.first_layer.to_dict(),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Dispersion:
-        return cls(
-            entropy=data["entropy"],
-            max_prob=data["max_prob"],
-            entropy_per_head=data["entropy_per_head"],
-            max_prob_per_head=data["max_prob_per_head"],
-            entropy_mean=data["entropy_mean"],
-            max_prob_mean=data["max_prob_mean"],
-            rows=data["rows"],
-            uniform=RowStatistics.from_dict(data["uniform"]),
-            first_layer=FirstLayerLogits.from_dict(data["first_layer"]),
-        )
 
 
 def row_entropy(weights: Tensor) -> Tensor:

@@ -11,10 +11,9 @@ A window mask of width w lets one layer see w tokens, so L layers see at most L 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -25,12 +24,13 @@ from lextra.attention import build_mask
 from lextra.attention.masks import Mask
 from lextra.devices import module_device
 from lextra.model import GPT
+from lextra.serialize import Serializable
 
 THRESHOLD = 0.99
 
 
 @dataclass
-class ReceptiveField:
+class ReceptiveField(Serializable):
     """The ERF of the segment-averaged curve, the mean of each segment's own ERF, and the averaged curve
     (cumulative gradient share of the k most recent tokens, k = 1..L)."""
 
@@ -42,23 +42,6 @@ class ReceptiveField:
     def share_within(self, recent: int) -> float:
         """Cumulative gradient share of the `recent` most recent tokens (all of them when fewer exist)."""
         return self.curve[min(recent, len(self.curve)) - 1]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "erf": self.erf,
-            "erf_per_segment_mean": self.erf_per_segment_mean,
-            "segments": self.segments,
-            "curve": self.curve,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ReceptiveField:
-        return cls(
-            erf=data["erf"],
-            erf_per_segment_mean=data["erf_per_segment_mean"],
-            segments=data["segments"],
-            curve=data["curve"],
-        )
 
 
 @contextmanager

@@ -18,8 +18,7 @@ distance with no key carry no weight). R is unchanged by adding a constant to s,
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -31,6 +30,7 @@ from lextra.attention.masks import UNBOUNDED, Mask
 from lextra.devices import module_device
 from lextra.model import GPT
 from lextra.positions import PositionScheme
+from lextra.serialize import Serializable, options
 
 KEY_BLOCK = 4096
 
@@ -73,40 +73,17 @@ def visible_prefix(s: Tensor) -> int:
 
 
 @dataclass
-class ResolutionSummary:
+class ResolutionSummary(Serializable):
     """What is saved of a resolution result: R, per-layer and per-head R (and their mean), and the score curves
     averaged over heads and over layers and heads, on the visible distances."""
 
-    r: float
+    r: float = field(metadata=options(key="R"))
     visible: int
-    r_per_layer: list[float]
-    r_per_head: list[list[float]]
-    r_head_mean: float
+    r_per_layer: list[float] = field(metadata=options(key="R_per_layer"))
+    r_per_head: list[list[float]] = field(metadata=options(key="R_per_head"))
+    r_head_mean: float = field(metadata=options(key="R_head_mean"))
     s: list[float]
     s_per_layer: list[list[float]]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "R": self.r,
-            "visible": self.visible,
-            "R_per_layer": self.r_per_layer,
-            "R_per_head": self.r_per_head,
-            "R_head_mean": self.r_head_mean,
-            "s": self.s,
-            "s_per_layer": self.s_per_layer,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ResolutionSummary:
-        return cls(
-            r=data["R"],
-            visible=data["visible"],
-            r_per_layer=data["R_per_layer"],
-            r_per_head=data["R_per_head"],
-            r_head_mean=data["R_head_mean"],
-            s=data["s"],
-            s_per_layer=data["s_per_layer"],
-        )
 
 
 @dataclass

@@ -3,10 +3,16 @@
 
 from lextra.attention.backends import (
     BACKENDS,
+    AttentionBackend,
+    AttentionContext,
+    AttentionExtension,
     attention,
     attention_logits,
+    choose_backend,
     chunked_attention,
     reference_attention,
+    register_backend,
+    run_attention,
 )
 from lextra.attention.flex import flex_attention_forward, flex_block_mask
 from lextra.attention.masks import MASKS, Mask, build_mask
@@ -14,12 +20,18 @@ from lextra.attention.masks import MASKS, Mask, build_mask
 __all__ = [
     "BACKENDS",
     "MASKS",
+    "AttentionBackend",
+    "AttentionContext",
+    "AttentionExtension",
     "Mask",
     "attention",
     "attention_logits",
     "build_mask",
+    "choose_backend",
     "chunked_attention",
     "flex_attention_forward",
     "flex_block_mask",
     "reference_attention",
+    "register_backend",
+    "run_attention",
 ]

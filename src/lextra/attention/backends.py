@@ -24,6 +24,12 @@ and score bias, a mask and an optional temperature, then softmax-attends:
   `chunked` (tiled): the fused call would need rotated copies of all of q and k on top of SDPA's own working
   memory. On CUDA (`cuda_backend`), `sdpa` (flash) when it applies, else `flex`, else `chunked`.
 
+Each backend is an `AttentionBackend` (`applies(ctx)`: None or why not; `run(q, k, v, ctx)`) registered by name
+(`register_backend`); `auto` asks the backends of the device type's order (`AUTO_ORDER`) in turn and runs the
+first that applies and does not decline. `attention(...)` builds the call's frozen `AttentionContext` (scheme,
+mask, positions, scale, temperature with any log-n scaling folded in, block size, extension, device) once; a
+call under a training-free extension method (`AttentionExtension`) runs its passes instead.
+
 The backends ask a mask only what it declares (`lextra.attention.masks.Mask`), never which mask it is, and a
 scheme only its interface (`lextra.positions.base.PositionScheme`).
 """
@@ -31,6 +37,9 @@ scheme only its interface (`lextra.positions.base.PositionScheme`).
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import ClassVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -41,6 +50,7 @@ from lextra.attention.masks import UNBOUNDED, CausalMask, Mask, build_mask
 from lextra.errors import ConfigError
 from lextra.positions.base import PositionScheme
 
+#: the built-in backends' names (`backend_names()` adds any registered later)
 BACKENDS = ("auto", "reference", "sdpa", "chunked", "flex")
 #: elements of one block's bias tensor (x batch broadcast); 2^24 fp32 = 64 MiB
 BIAS_BUDGET = 1 << 24
@@ -66,6 +76,233 @@ _FAR = 1 << 40
 _FLASH_WITH_LSE = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 
 
+@dataclass(frozen=True)
+class AttentionContext:
+    """Everything one attention call applies besides q, k and v, checked and normalised once.
+
+    `tau` is the temperature as a (H, Lq) -broadcastable fp32 tensor (a layer's log-n scaling folded in by the
+    layer), or None for 1; `extension` a training-free extension method the call attends through instead of the
+    backends. `device`, `dtype` and `head_dim` describe q, so a backend decides from the context alone.
+    """
+
+    scheme: PositionScheme | None
+    mask: Mask
+    q_pos: Tensor
+    k_pos: Tensor
+    scale: float
+    tau: Tensor | None = None
+    block_size: int | None = None
+    extension: AttentionExtension | None = None
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    dtype: torch.dtype = torch.float32
+    head_dim: int | None = None
+
+    @classmethod
+    def build(
+        cls,
+        q: Tensor,
+        k: Tensor,
+        *,
+        scheme: PositionScheme | None = None,
+        mask: Mask | str | None = "causal",
+        q_pos: Tensor | None = None,
+        k_pos: Tensor | None = None,
+        temperature: Tensor | float | None = None,
+        scale: float | None = None,
+        block_size: int | None = None,
+        extension: AttentionExtension | None = None,
+    ) -> AttentionContext:
+        """The context of `attention(q, k, v, ...)`: default positions (keys at 0..Lk-1, queries the last Lq of
+        them), scale 1/sqrt(D), the temperature normalised; mismatched lengths and bad temperatures refused."""
+        mask = build_mask(mask)
+        Lq, Lk = q.shape[-2], k.shape[-2]
+        if k_pos is None:
+            k_pos = torch.arange(Lk, device=q.device)
+        if q_pos is None:
+            q_pos = k_pos[Lk - Lq :] if Lq <= Lk else torch.arange(Lq, device=q.device)
+        if q_pos.numel() != Lq or k_pos.numel() != Lk:
+            raise ConfigError(
+                f"positions do not match lengths: q_pos {q_pos.numel()} vs Lq {Lq}, k_pos {k_pos.numel()} vs Lk {Lk}"
+            )
+        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+        tau = _temperature(temperature, q)
+        return cls(scheme, mask, q_pos, k_pos, scale, tau, block_size, extension, q.device, q.dtype, q.shape[-1])
+
+
+class AttentionBackend(ABC):
+    """One way to compute attention: `applies(ctx)` says why it cannot compute a call exactly (None: it can),
+    `run(q, k, v, ctx)` computes it. `declines(ctx)` is why `auto` passes it over although it applies (a cheaper
+    path exists); an explicitly chosen backend runs whenever it applies."""
+
+    name: ClassVar[str] = "backend"
+
+    @abstractmethod
+    def applies(self, ctx: AttentionContext) -> str | None:
+        """None when this backend computes the call exactly, else a one-line reason naming the fix."""
+
+    @abstractmethod
+    def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
+        """softmax((rotate(q) . rotate(k) * scale + bias) / tau, masked) v for this context."""
+
+    def declines(self, ctx: AttentionContext) -> str | None:
+        """Why `auto` skips this backend although it applies (default: never)."""
+        return None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class AttentionExtension(ABC):
+    """What a layer attends through instead of the backends: a training-free extension method's passes
+    (`lextra.extend.ExtendedAttention`). `retains` says which cached keys later queries still see."""
+
+    #: the method's name, for errors
+    name: str = "extension"
+
+    @abstractmethod
+    def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext, *, reference: bool = False) -> Tensor:
+        """Attention under the extension (`reference`: its dense ground truth instead of the fast path)."""
+
+    def retains(self, k_pos: Tensor, next_query: int) -> Tensor | None:
+        """Which cached keys a query at `next_query` or later can still see (None: all of them)."""
+        return None
+
+
+class ReferenceBackend(AttentionBackend):
+    """Dense scores with every modifier applied as a tensor: slow, obvious, ground truth."""
+
+    name = "reference"
+
+    def applies(self, ctx: AttentionContext) -> str | None:
+        return None
+
+    def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
+        return cast(
+            Tensor, reference_attention(q, k, v, ctx.scheme, ctx.mask, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau)
+        )
+
+
+class SdpaBackend(AttentionBackend):
+    """One fused `scaled_dot_product_attention` call."""
+
+    name = "sdpa"
+
+    def applies(self, ctx: AttentionContext) -> str | None:
+        return _sdpa_reason(ctx.scheme, ctx.mask, ctx.q_pos, ctx.k_pos)
+
+    def declines(self, ctx: AttentionContext) -> str | None:
+        scheme = ctx.scheme
+        if (
+            scheme is not None
+            and scheme.transforms_qk
+            and ctx.q_pos.numel() * ctx.k_pos.numel() >= TILED_MIN_PAIRS
+            and _tiles_apply(scheme, ctx.mask, ctx.q_pos, ctx.k_pos, ctx.device, ctx.dtype)
+        ):
+            return "a rotary scheme at long lengths: the tiled path holds no rotated copies of all of q and k"
+        return None
+
+    def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
+        return _sdpa_attention(q, k, v, ctx.scheme, ctx.mask, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau)
+
+
+class ChunkedBackend(AttentionBackend):
+    """Query blocks, each attending only the keys its mask allows (the tiled path inside); any call."""
+
+    name = "chunked"
+
+    def applies(self, ctx: AttentionContext) -> str | None:
+        return None
+
+    def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
+        return chunked_attention(
+            q, k, v, ctx.scheme, ctx.mask, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau, ctx.block_size
+        )
+
+
+#: FlexAttention's kernels on CUDA need a head dimension of at least this
+FLEX_MIN_HEAD_DIM = 16
+
+
+class FlexBackend(AttentionBackend):
+    """One compiled FlexAttention call (`lextra.attention.flex`)."""
+
+    name = "flex"
+
+    def applies(self, ctx: AttentionContext) -> str | None:
+        reason = flex_unsupported(ctx.scheme, ctx.q_pos, ctx.k_pos)
+        if reason is not None:
+            return reason
+        if ctx.device.type == "cuda" and ctx.head_dim is not None and ctx.head_dim < FLEX_MIN_HEAD_DIM:
+            return (
+                f"backend='flex' on CUDA needs a head dimension of at least {FLEX_MIN_HEAD_DIM}, not "
+                f"{ctx.head_dim}; use backend='chunked' (or 'auto')"
+            )
+        return None
+
+    def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
+        return flex_attention_forward(q, k, v, ctx.scheme, ctx.mask, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau)
+
+
+#: the backends by name (`attention(..., backend=NAME)`), and the order `auto` asks them in per device type
+REGISTERED: dict[str, AttentionBackend] = {}
+AUTO_ORDER: dict[str, list[str]] = {"cpu": [], "cuda": []}
+
+
+def register_backend(backend: AttentionBackend, *, auto: dict[str, int | None] | None = None) -> AttentionBackend:
+    """Add `backend` under its name; `auto` maps device types to the place `auto` asks it at (0 = first, None
+    = last; a device type not named does not consult it). Registering a name again replaces that backend."""
+    if not backend.name or backend.name == "auto":
+        raise ConfigError(f"an attention backend needs a name other than 'auto', got {backend.name!r}")
+    REGISTERED[backend.name] = backend
+    for order in AUTO_ORDER.values():
+        if backend.name in order:
+            order.remove(backend.name)
+    for device_type, place in (auto or {}).items():
+        order = AUTO_ORDER.setdefault(device_type, [])
+        order.insert(len(order) if place is None else place, backend.name)
+    return backend
+
+
+def unregister_backend(name: str) -> None:
+    """Remove a registered backend (and its places in `auto`'s orders)."""
+    REGISTERED.pop(name, None)
+    for order in AUTO_ORDER.values():
+        if name in order:
+            order.remove(name)
+
+
+register_backend(ReferenceBackend())
+register_backend(SdpaBackend(), auto={"cpu": None, "cuda": None})
+register_backend(ChunkedBackend(), auto={"cpu": None, "cuda": None})
+register_backend(FlexBackend(), auto={"cuda": 1})  # on CUDA between sdpa and chunked
+
+
+def backend_names() -> tuple[str, ...]:
+    """`auto` and every registered backend's name."""
+    return ("auto", *REGISTERED)
+
+
+def get_backend(name: str) -> AttentionBackend:
+    """The registered backend called `name` (ConfigError listing the known ones otherwise)."""
+    backend = REGISTERED.get(name)
+    if backend is None:
+        raise ConfigError(f"unknown attention backend {name!r}; choose one of {', '.join(backend_names())}")
+    return backend
+
+
+def choose_backend(ctx: AttentionContext) -> AttentionBackend:
+    """What `auto` runs: the first backend of the device type's order that applies and does not decline."""
+    order = AUTO_ORDER.get(ctx.device.type) or AUTO_ORDER["cpu"]
+    reasons = []
+    for name in order:
+        backend = REGISTERED[name]
+        reason = backend.applies(ctx) or backend.declines(ctx)
+        if reason is None:
+            return backend
+        reasons.append(f"{name}: {reason}")
+    raise ConfigError(f"no attention backend applies on {ctx.device.type} ({'; '.join(reasons)}); use 'reference'")
+
+
 def attention(
     q: Tensor,
     k: Tensor,
@@ -79,41 +316,43 @@ def attention(
     temperature: Tensor | float | None = None,
     scale: float | None = None,
     block_size: int | None = None,
+    extension: AttentionExtension | None = None,
 ) -> Tensor:
     """Position-aware attention of q (B, H, Lq, D), k (B, H, Lk, Dk), v (B, H, Lk, Dv).
 
     Positions are 1-D integer tensors (default: keys at 0..Lk-1, queries the last Lq of them). `temperature`
     divides the logits (scalar, per head (H,), or per head and query (H, Lq)). `scale` defaults to
-    1/sqrt(D) of the query's head dimension.
+    1/sqrt(D) of the query's head dimension. Under an `extension` the call runs its passes (its dense
+    reference for backend='reference'). Builds an `AttentionContext` and runs it (`run_attention`).
     """
-    mask = build_mask(mask)
-    Lq, Lk = q.shape[-2], k.shape[-2]
-    if k_pos is None:
-        k_pos = torch.arange(Lk, device=q.device)
-    if q_pos is None:
-        q_pos = k_pos[Lk - Lq :] if Lq <= Lk else torch.arange(Lq, device=q.device)
-    if q_pos.numel() != Lq or k_pos.numel() != Lk:
-        raise ConfigError(
-            f"positions do not match lengths: q_pos {q_pos.numel()} vs Lq {Lq}, k_pos {k_pos.numel()} vs Lk {Lk}"
-        )
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    tau = _temperature(temperature, q)
-    if backend not in BACKENDS:
-        raise ConfigError(f"unknown attention backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-    if backend == "auto":
-        backend = auto_backend(scheme, mask, q_pos, k_pos, q.device, q.dtype)
-    if backend == "reference":
-        return reference_attention(q, k, v, scheme, mask, q_pos, k_pos, scale, tau)
-    if backend == "sdpa":
-        if not _sdpa_applies(scheme, mask, q_pos, k_pos):
-            raise ConfigError(
-                "the sdpa backend runs one fused call: it cannot apply score biases, window/bca masks, "
-                "offset queries or xPos beyond its span; use backend='chunked' or 'auto'"
-            )
-        return _sdpa_attention(q, k, v, scheme, mask, q_pos, k_pos, scale, tau)
-    if backend == "flex":
-        return flex_attention_forward(q, k, v, scheme, mask, q_pos, k_pos, scale, tau)
-    return chunked_attention(q, k, v, scheme, mask, q_pos, k_pos, scale, tau, block_size)
+    ctx = AttentionContext.build(
+        q,
+        k,
+        scheme=scheme,
+        mask=mask,
+        q_pos=q_pos,
+        k_pos=k_pos,
+        temperature=temperature,
+        scale=scale,
+        block_size=block_size,
+        extension=extension,
+    )
+    return run_attention(q, k, v, ctx, backend)
+
+
+def run_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext, backend: str = "auto") -> Tensor:
+    """Attention for a built context: through its extension, the named backend (ConfigError with its reason
+    when that backend does not apply), or `auto`'s choice."""
+    chosen = None if backend == "auto" else get_backend(backend)
+    if ctx.extension is not None:
+        return ctx.extension.run(q, k, v, ctx, reference=backend == "reference")
+    if chosen is None:
+        chosen = choose_backend(ctx)
+    else:
+        reason = chosen.applies(ctx)
+        if reason is not None:
+            raise ConfigError(reason)
+    return chosen.run(q, k, v, ctx)
 
 
 def _temperature(temperature: Tensor | float | None, q: Tensor) -> Tensor | None:
@@ -139,18 +378,32 @@ def _span(q_pos: Tensor, k_pos: Tensor) -> int:
     return max(int(q_pos[-1]), int(k_pos[-1])) - min(int(q_pos[0]), int(k_pos[0])) + 1
 
 
-def _sdpa_applies(scheme: PositionScheme | None, mask: Mask, q_pos: Tensor, k_pos: Tensor) -> bool:
+#: why `sdpa` does not apply, with its fix
+_SDPA_FIX = "use backend='chunked' or 'auto'"
+
+
+def _sdpa_reason(scheme: PositionScheme | None, mask: Mask, q_pos: Tensor, k_pos: Tensor) -> str | None:
+    """Why one fused SDPA call cannot compute this exactly (None: it can)."""
     if scheme is not None and scheme.has_bias:
-        return False
+        return f"the sdpa backend runs one fused call: it cannot apply score biases ({scheme.name}'s); {_SDPA_FIX}"
     if not (mask.exactly_causal or mask.hides_nothing):
-        return False
+        return f"the sdpa backend runs one fused call and cannot apply the mask {mask!r}; {_SDPA_FIX}"
     if q_pos.numel() == 0 or k_pos.numel() == 0:
-        return False
+        return f"the sdpa backend needs at least one query and one key; {_SDPA_FIX}"
     if scheme is not None and scheme.rotate_span is not None and _span(q_pos, k_pos) > scheme.rotate_span:
-        return False
+        return (
+            f"the sdpa backend rotates all queries and keys in one call and {scheme.name} is exact within "
+            f"{scheme.rotate_span} positions, not {_span(q_pos, k_pos)}; {_SDPA_FIX}"
+        )
     if mask.hides_nothing:
-        return True
-    return q_pos.numel() == k_pos.numel() and bool((q_pos == k_pos).all()) and _contiguous(q_pos)
+        return None
+    if q_pos.numel() == k_pos.numel() and bool((q_pos == k_pos).all()) and _contiguous(q_pos):
+        return None
+    return f"the sdpa backend's causal call needs queries at the keys' own contiguous positions; {_SDPA_FIX}"
+
+
+def _sdpa_applies(scheme: PositionScheme | None, mask: Mask, q_pos: Tensor, k_pos: Tensor) -> bool:
+    return _sdpa_reason(scheme, mask, q_pos, k_pos) is None
 
 
 def auto_backend(
@@ -161,29 +414,17 @@ def auto_backend(
     device: torch.device | str = "cpu",
     dtype: torch.dtype = torch.float32,
 ) -> str:
-    """What `backend="auto"` runs for these positions under the current grad mode: "sdpa" or "chunked" on CPU,
-    `cuda_backend`'s choice on CUDA."""
-    if torch.device(device).type == "cuda":
-        return cuda_backend(scheme, mask, q_pos, k_pos)
-    if not _sdpa_applies(scheme, mask, q_pos, k_pos):
-        return "chunked"
-    rotary = scheme is not None and scheme.transforms_qk
-    if (
-        rotary
-        and q_pos.numel() * k_pos.numel() >= TILED_MIN_PAIRS
-        and _tiles_apply(scheme, mask, q_pos, k_pos, device, dtype)
-    ):
-        return "chunked"  # tiled: no full rotated copies of q and k
-    return "sdpa"
+    """What `backend="auto"` runs for these positions under the current grad mode (`choose_backend`): "sdpa" or
+    "chunked" on CPU, `cuda_backend`'s choice on CUDA."""
+    ctx = AttentionContext(scheme, mask, q_pos, k_pos, 1.0, device=torch.device(device), dtype=dtype)
+    return choose_backend(ctx).name
 
 
 def cuda_backend(scheme: PositionScheme | None, mask: Mask, q_pos: Tensor, k_pos: Tensor) -> str:
     """`auto` on CUDA: the fused flash kernel where one SDPA call is exact (no bias, causal or full, aligned
     positions), else `flex` (biases, windows, BCA, offset queries), else `chunked` (what flex refuses: xPos past
     its span). Decides from declarations and position values alone: it never touches the GPU."""
-    if _sdpa_applies(scheme, mask, q_pos, k_pos):
-        return "sdpa"
-    return "flex" if flex_unsupported(scheme, q_pos, k_pos) is None else "chunked"
+    return auto_backend(scheme, mask, q_pos, k_pos, "cuda")
 
 
 def attention_path(
@@ -338,7 +579,7 @@ def chunked_attention(
         else:  # keys in separate runs (sinks + a window): gathered into one block of keys
             index = torch.cat([torch.arange(lo, hi, device=k_pos.device) for lo, hi in spans])
             kp, kc, vc = k_pos[index], k.index_select(-2, index), v.index_select(-2, index)
-        if rotate_per_block:
+        if rotate_per_block and scheme is not None:
             qc, kc = scheme.rotate(qc, kc, qp, kp, seq_len)
         tau_block = None if tau is None else _block_tau(tau, start, stop)
         local = mask.within(int(qp[0]), int(qp[-1])) if keys_sorted and queries_sorted else mask
@@ -350,7 +591,8 @@ def chunked_attention(
             _emit(out, outputs, result.flip(-2), start, stop)
             continue
         allowed = None if local.hides_nothing else local.allowed(qp, kp)
-        if has_bias:
+        attn_mask: Tensor | None
+        if has_bias and scheme is not None:
             if not torch.is_grad_enabled():
                 bias = scheme.bias_into(qp, kp, workspace)  # possibly a reused buffer: modified in place below
                 if tau_block is not None:
@@ -450,6 +692,7 @@ def tiled_causal_attention(
     where the fused call needs rotated copies of all of q and k. A bias (FIRE's, per query and key) is built
     per tile into reused buffers and passed as the tile's float mask, the causal square's masked in.
     """
+    assert _FLASH_WITH_LSE is not None  # `_tiles_apply` checked it
     Lq = q.shape[-2]
     has_bias = scheme is not None and scheme.has_bias
     block = max(1, int(block_size or (BIAS_TILE if has_bias else TILE)))
@@ -474,7 +717,7 @@ def tiled_causal_attention(
                 qs = _scaled_query(qr, tau_block)
             else:  # keys alone (one query row passed along: xPos anchors its scales at the block's first query)
                 _, kr = _rotate(scheme, qc[..., :1, :], k[..., lo:hi, :], qp[:1], k_pos[lo:hi], seq_len)
-            if has_bias:
+            if has_bias and scheme is not None:
                 bias = _tile_bias(scheme, qp, k_pos[lo:hi], tau_block, causal, workspace)
                 part, part_lse = _FLASH_WITH_LSE(
                     qs, kr, v[..., lo:hi, :], 0.0, False, attn_mask=bias.to(qs.dtype), scale=scale
@@ -482,6 +725,7 @@ def tiled_causal_attention(
             else:
                 part, part_lse = _FLASH_WITH_LSE(qs, kr, v[..., lo:hi, :], 0.0, causal, scale=scale)
             acc, lse = merge_tiles(acc, lse, part, part_lse)
+        assert acc is not None  # every query block has its diagonal tile
         out[..., start:stop, :] = acc
     return out
 
@@ -521,7 +765,7 @@ def attention_with_lse(
     broadcastable to (B, H, Lq, Lk). A row that sees no key gets output 0 and log-sum-exp -inf.
     """
     use_flash = _FLASH_WITH_LSE is not None and not torch.is_grad_enabled() and q.device.type == "cpu"
-    if use_flash and q.dtype in (torch.float32, torch.bfloat16):
+    if use_flash and _FLASH_WITH_LSE is not None and q.dtype in (torch.float32, torch.bfloat16):
         attn_mask = None if mask is None else mask.to(q.dtype)
         out, lse = _FLASH_WITH_LSE(q, k, v, 0.0, causal, attn_mask=attn_mask, scale=scale)
         if mask is not None:  # the kernel reports log-sum-exp 0 for a row it was given no key for
@@ -540,7 +784,7 @@ def attention_with_lse(
     return (weights @ v.float()).to(v.dtype), lse.masked_fill(empty, float("-inf")).squeeze(-1)
 
 
-def _toeplitz_possible(scheme: PositionScheme, mask: Mask, q_pos: Tensor) -> bool:
+def _toeplitz_possible(scheme: PositionScheme | None, mask: Mask, q_pos: Tensor) -> bool:
     """Whether blocks will get their bias, or without a bias their mask, as a strided view of a table (so no
     per-block bias or mask memory; a float mask also spares SDPA converting a boolean one per block)."""
     local = mask.within(0, 0)  # BCA is causal within a query block that stays inside one of its blocks
@@ -579,7 +823,7 @@ def _toeplitz_bias(
     gather path.
     """
     biased = scheme is not None and scheme.has_bias
-    if biased and (not scheme.distance_only(qp) or (tau is not None and tau.shape[-1] != 1)):
+    if biased and scheme is not None and (not scheme.distance_only(qp) or (tau is not None and tau.shape[-1] != 1)):
         return None
     if not (_contiguous(qp) and _contiguous(kp)) or qp.numel() == 0 or kp.numel() == 0:
         return None
@@ -589,7 +833,7 @@ def _toeplitz_bias(
     allowed = mask.allowed_distance(distance)
     if allowed is None:
         return None
-    if not biased:  # the temperature is in the scaled queries
+    if not biased or scheme is None:  # the temperature is in the scaled queries
         table = torch.zeros(1, c + n - 1, device=qp.device)
     else:
         table = scheme.distance_bias(distance)

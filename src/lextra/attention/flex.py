@@ -3,10 +3,8 @@
 `flex_attention_forward` composes what a position scheme and a mask give it into FlexAttention's two hooks:
 - `score_mod(score, b, h, q_idx, kv_idx)`: the scheme's additive bias, read from the same per-distance table the
   CPU paths build (`PositionScheme.distance_bias`, indexed `table[h, (q_pos[q_idx] - lo) - k_pos[kv_idx]]`,
-  lo the smallest distance); FIRE past its threshold (a function of the query position, not only of m - n) as
-  its per-query form `MLP_h(psi(m - n) / (psi(max(m, L_thr)) + eps))`: psi(m - n) from a per-distance table,
-  the denominator from a per-query one, and the MLP (1 -> hidden ReLU -> H, piecewise linear in its input) as
-  slope * u + intercept of u's linear piece, the piece counted as the breakpoints below u. Tables
+  lo the smallest distance); a bias that depends on the query position itself (FIRE past its threshold) as
+  the code the scheme states for it (`PositionScheme.query_bias_mod`, over a `ScoreLayout`). Tables
   are tensors captured by the score_mod, so compiled code reads them (and, on CUDA, differentiates them).
   Temperatures and log-n scalings divide the logits: per head by dividing q and the table, per head and query
   inside the score_mod. FlexAttention's `scale` applies 1/sqrt(D) before the score_mod, so the order is the
@@ -26,7 +24,8 @@ per-distance tables pad to bucket(Lq) + bucket(Lk) entries (all distances of con
 compiled kernel is keyed by (score_mod kind: none, table, table per-query tau, FIRE, FIRE per-query tau;
 mask type and its options; dtype; batch, heads, head dims; the two length buckets), all static
 (`torch.compile(..., dynamic=False)`); lengths within one bucket reuse it. Up to `RECOMPILE_LIMIT` kernels
-are kept per process (torch's default of 8 would silently fall back to the eager, L x L path).
+are kept per process (torch's default of 8 would silently fall back to the eager, L x L path); one more raises
+`CompileBudgetError`.
 
 Limits: FlexAttention has no backward on CPU (forward only there; training on CPU refuses with a ConfigError);
 xPos rotates every query and key in one call, so it applies within its `rotate_span` only; a query that sees no
@@ -48,22 +47,22 @@ from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from lextra.attention.masks import UNBOUNDED, Mask, build_mask
 from lextra.errors import ConfigError
-from lextra.positions.base import PositionScheme
-from lextra.positions.bias import FIRE
+from lextra.positions.base import PositionScheme, QueryBias, ScoreLayout
 
 #: FlexAttention's sparse block (query and key): the unit of skipping and of padding
 BLOCK = 128
-#: compiled kernels kept per process (torch's `recompile_limit` while the flex call compiles)
-RECOMPILE_LIMIT = 64
+#: compiled kernels kept per process (torch's `recompile_limit` while the flex call compiles): the full GPU
+#: benchmark (benchmarks/gpu.py: its fp32 check, 16 per length at 4k-128k, training cells) needs about 76; a call
+#: past the limit fails with `CompileBudgetError` instead of running FlexAttention uncompiled (which builds the
+#: whole L x L score matrix)
+RECOMPILE_LIMIT = 256
 #: cached BlockMasks (each O((L / BLOCK)^2) int32 numbers)
 BLOCK_MASK_CACHE = 32
-#: FIRE's MLP widths the score modifier unrolls (one comparison per hidden unit and score)
-FIRE_MAX_HIDDEN = 64
 #: booleans evaluated per step when classifying blocks (rows of query blocks x their keys)
 MASK_BUDGET = 1 << 24
 
 ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
-BiasFn = Callable[[Tensor, Tensor, Tensor], Tensor]
+BiasFn = QueryBias
 
 _BLOCK_MASKS: OrderedDict[tuple, BlockMask] = OrderedDict()
 #: what each BlockMask `flex_block_mask` returned was built for: (mask repr, query positions, key positions)
@@ -238,39 +237,6 @@ def _table_bias(table: Tensor, q_shift: Tensor, k_rows: Tensor) -> BiasFn:
     return table_bias
 
 
-def _fire_bias(
-    fire: FIRE, layout: _Layout, n_table: int, device: torch.device, tau: Tensor | None
-) -> tuple[BiasFn, list[Tensor]]:
-    """FIRE's per-query bias MLP_h(psi(m - n) / (psi(max(m, L_thr)) + eps)), psi(x) = ln(|c x| + 1): psi(m - n)
-    from a per-distance table, the denominator per query, the MLP's linear piece as the number of breakpoints
-    below u (as `torch.bucketize`; padded with +inf to one per hidden unit, so its shape never changes)."""
-    distance = torch.arange(layout.lo, layout.lo + layout.n_distances, device=device).float()
-    psi = torch.log(torch.abs(fire.c * distance) + 1.0)
-    psi = F.pad(psi, (0, n_table - psi.numel()))
-    l_thr = fire.l_mult.abs() * fire.threshold
-    q_rows = layout.q_rows.to(device).float()
-    denominator = torch.log(torch.abs(fire.c * torch.maximum(q_rows, l_thr)) + 1.0) + fire.eps
-    breakpoints, slope, intercept = fire.linear_pieces()
-    hidden = fire.mlp[0].out_features
-    breakpoints = F.pad(breakpoints, (0, hidden - breakpoints.numel()), value=float("inf")).to(device)
-    slope = F.pad(slope, (0, hidden + 1 - slope.shape[1]), mode="replicate").to(device)
-    intercept = F.pad(intercept, (0, hidden + 1 - intercept.shape[1]), mode="replicate").to(device)
-    if tau is not None:  # per-head temperature: folded into the pieces
-        slope, intercept = slope / tau, intercept / tau
-    q_shift = (layout.q_rows - layout.lo).to(device)
-    k_rows = layout.k_rows.to(device)
-
-    def fire_bias(h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        u = psi[q_shift[q_idx] - k_rows[kv_idx]] / denominator[q_idx]
-        # a count, not a binary search: nested data-dependent loads make inductor's compile time explode
-        piece = torch.zeros_like(q_idx)
-        for unit in range(hidden):
-            piece = piece + (breakpoints[unit] < u).to(piece.dtype)
-        return intercept[h, piece] + slope[h, piece] * u
-
-    return fire_bias, [psi, denominator, slope, intercept]
-
-
 def _plain_mod(bias: BiasFn) -> ScoreMod:
     def add_bias(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         return (score + bias(h, q_idx, kv_idx)).to(score.dtype)
@@ -283,18 +249,6 @@ def _per_query_mod(bias: BiasFn, tau: Tensor) -> ScoreMod:
         return (score + bias(h, q_idx, kv_idx) / tau[h, q_idx]).to(score.dtype)
 
     return add_scaled_bias
-
-
-#: schemes whose bias depends on the query position itself: a builder of their per-query bias (and the tensors
-#: it captures) from (scheme, layout, table length, device, per-head temperature or None)
-PER_QUERY_BIAS: dict[type[PositionScheme], Callable[..., tuple[BiasFn, list[Tensor]]]] = {FIRE: _fire_bias}
-
-
-def _per_query_builder(scheme: PositionScheme) -> Callable[..., tuple[BiasFn, list[Tensor]]] | None:
-    for cls, builder in PER_QUERY_BIAS.items():
-        if isinstance(scheme, cls):
-            return builder
-    return None
 
 
 def flex_unsupported(scheme: PositionScheme | None, q_pos: Tensor, k_pos: Tensor) -> str | None:
@@ -310,16 +264,14 @@ def flex_unsupported(scheme: PositionScheme | None, q_pos: Tensor, k_pos: Tensor
                 f"backend='flex' rotates all queries and keys in one call and {scheme.name} is exact within "
                 f"{scheme.rotate_span} positions, not {span}; use backend='chunked' (or 'auto')"
             )
-    if scheme.has_bias and not scheme.distance_only(q_pos) and _per_query_builder(scheme) is None:
+    if scheme.has_bias and not scheme.distance_only(q_pos) and not scheme.has_query_bias_mod:
         return (
             f"backend='flex' has no score modifier for {scheme.name}'s per-query bias; "
             "use backend='chunked' (or 'auto')"
         )
-    if isinstance(scheme, FIRE) and scheme.mlp[0].out_features > FIRE_MAX_HIDDEN:
-        return (
-            f"backend='flex' unrolls FIRE's MLP into its score modifier up to {FIRE_MAX_HIDDEN} hidden units, "
-            f"not {scheme.mlp[0].out_features}; use backend='chunked' (or 'auto')"
-        )
+    limit = scheme.query_bias_limit() if scheme.has_bias else None
+    if limit is not None:
+        return f"backend='flex' {limit}; use backend='chunked' (or 'auto')"
     return None
 
 
@@ -401,8 +353,7 @@ def flex_attention_forward(
     score_mod, captured = None, [] if tau is None else [tau]
     if scheme is not None and scheme.has_bias:
         n_table = _table_length(layout)
-        builder = None if scheme.distance_only(q_pos) else _per_query_builder(scheme)
-        if builder is None:
+        if scheme.distance_only(q_pos):
             distance = torch.arange(layout.lo, layout.lo + layout.n_distances, device=device)
             table = scheme.distance_bias(distance).to(device)
             if head_tau is not None:
@@ -411,9 +362,12 @@ def flex_attention_forward(
             bias = _table_bias(table, (layout.q_rows - layout.lo).to(device), layout.k_rows.to(device))
             captured.append(table)
         else:
-            bias, tensors = builder(scheme, layout, n_table, device, head_tau)
+            score_layout = ScoreLayout(
+                layout.q_rows.to(device), layout.k_rows.to(device), layout.lo, layout.n_distances, n_table
+            )
+            bias, tensors = scheme.query_bias_mod(score_layout, head_tau)
             captured += tensors
-        if per_query_tau:
+        if tau is not None and per_query_tau:
             padded_tau = F.pad(tau.to(device).expand(H, Lq), (0, layout.pad_q - Lq), value=1.0)
             score_mod = _per_query_mod(bias, padded_tau)
         else:
@@ -429,6 +383,39 @@ def flex_attention_forward(
     if eager:
         out = flex_attention(qp, kp, vp, score_mod=score_mod, block_mask=block_mask, scale=scale)
     else:
-        with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
-            out = _compiled_flex()(qp, kp, vp, score_mod=score_mod, block_mask=block_mask, scale=scale)
+        out = _run_compiled(qp, kp, vp, score_mod=score_mod, block_mask=block_mask, scale=scale)
     return out[..., :Lq, :]
+
+
+class CompileBudgetError(ConfigError):
+    """FlexAttention would need more compiled kernels than `RECOMPILE_LIMIT` in this process."""
+
+
+def _budget_settings() -> dict[str, object]:
+    """Dynamo settings for lextra's budget, under the names of the installed torch (`recompile_*` from 2.7,
+    `cache_size_*` / `fail_on_cache_limit_hit` in 2.5 and 2.6)."""
+    config = torch._dynamo.config
+    new = hasattr(config, "fail_on_recompile_limit_hit")
+    limit, total, fail = (
+        ("recompile_limit", "accumulated_recompile_limit", "fail_on_recompile_limit_hit")
+        if new
+        else ("cache_size_limit", "accumulated_cache_size_limit", "fail_on_cache_limit_hit")
+    )
+    return {limit: RECOMPILE_LIMIT, total: max(getattr(config, total), 4 * RECOMPILE_LIMIT), fail: True}
+
+
+def _run_compiled(q: Tensor, k: Tensor, v: Tensor, **kwargs) -> Tensor:
+    """The compiled flex call under lextra's recompile budget; a call past it raises instead of falling back to
+    eager FlexAttention, whose L x L scores exhaust memory at long lengths."""
+    names = ("FailOnRecompileLimitHit", "FailOnCacheLimitHit")  # torch >= 2.7, 2.5 and 2.6
+    limit_hit = next(getattr(torch._dynamo.exc, name) for name in names if hasattr(torch._dynamo.exc, name))
+    try:
+        with torch._dynamo.config.patch(_budget_settings()):
+            return _compiled_flex()(q, k, v, **kwargs)
+    except limit_hit as err:
+        raise CompileBudgetError(
+            f"FlexAttention has compiled lextra.attention.flex.RECOMPILE_LIMIT = {RECOMPILE_LIMIT} kernels in this "
+            "process (one per length bucket, mask, score modifier, dtype and shape) and would need another; rather "
+            "than run it uncompiled (the full L x L scores), this call stops: raise RECOMPILE_LIMIT, or call "
+            "torch._dynamo.reset() between independent runs"
+        ) from err

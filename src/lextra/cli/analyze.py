@@ -11,8 +11,8 @@ from lextra.cli.options import (
     add_device,
     add_scheme_options,
     add_threads,
-    finite_float,
     non_negative_int,
+    percent,
     positive_int,
 )
 from lextra.errors import ConfigError
@@ -25,9 +25,9 @@ def add_analysis_inputs(parser: argparse.ArgumentParser) -> None:
         "--mask",
         action="append",
         default=None,
-        help="inference mask, repeatable: causal (default), bca, window:W",
+        help="inference mask, repeatable: causal, bca, window:W (default: causal)",
     )
-    parser.add_argument("--split", default="validation", choices=["validation", "test"])
+    parser.add_argument("--split", default="validation", choices=["validation", "test"], help="held-out split")
     add_corpus(parser, default=None, help_default="default: the corpus each model was trained on")
     add_threads(parser)
     add_device(parser)
@@ -70,7 +70,12 @@ def _print(out: str, name: str, plots: list[str]) -> None:
 
 
 @analyze.command(
-    "resolution", "attention resolution R (Sun 2022): empirical from checkpoints, theoretical from schemes"
+    "resolution",
+    "attention resolution R (Sun 2022): empirical from checkpoints, theoretical from schemes",
+    examples=(
+        "lextra analyze resolution runs/compare/models/rope runs/compare/models/alibi --out runs/resolution",
+        "lextra analyze resolution --scheme rope --scheme xpos --theory --out runs/resolution-theory",
+    ),
 )
 def _configure_resolution(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("checkpoints", nargs="*", help="model folders (RUN/model) or training run folders")
@@ -90,7 +95,7 @@ def _configure_resolution(parser: argparse.ArgumentParser) -> Handler:
 
         from lextra.cli.options import parse_option
         from lextra.pipelines.analyze import resolution_report
-        from lextra.pipelines.checkpoints import common_train_len, parse_lengths
+        from lextra.pipelines.checkpoints import analysis_lengths, common_train_len
         from lextra.positions import HeadDims, build_scheme
 
         if not args.checkpoints and not args.scheme:
@@ -103,7 +108,7 @@ def _configure_resolution(parser: argparse.ArgumentParser) -> Handler:
             torch.manual_seed(args.seed)
             schemes.append((name, build_scheme(name, dims, **options).to(args.device).eval()))
         train_len = common_train_len(checkpoints, args.train_len)
-        lengths = parse_lengths(args.lengths, train_len, (1, 2, 4))
+        lengths = analysis_lengths(args.lengths, train_len, (1, 2, 4))
         resolution_report(
             checkpoints,
             schemes,
@@ -122,25 +127,32 @@ def _configure_resolution(parser: argparse.ArgumentParser) -> Handler:
 
 
 @analyze.command(
-    "receptive-field", "empirical receptive field (Chi 2023): gradient share of recent tokens, ERF at 0.99"
+    "receptive-field",
+    "empirical receptive field (Chi 2023): gradient share of recent tokens, ERF at a 99 percent share",
+    examples=(
+        "lextra analyze receptive-field runs/compare/models/rope runs/compare/models/alibi --out runs/erf",
+        "lextra analyze receptive-field runs/alibi --threshold 90 --mask causal --mask bca --out runs/erf-90",
+    ),
 )
 def _configure_receptive_field(parser: argparse.ArgumentParser) -> Handler:
+    from lextra.analysis.receptive_field import THRESHOLD as ERF_THRESHOLD
+
     parser.add_argument("checkpoints", nargs="+", help="model folders (RUN/model) or training run folders")
     parser.add_argument(
         "--threshold",
-        type=finite_float(0.0, 1.0, low_open=True),
-        default=0.99,
-        help="cumulative share that defines the ERF, in (0, 1]",
+        type=percent(allow_zero=False),
+        default=round(100 * ERF_THRESHOLD, 6),
+        help="cumulative gradient share that defines the ERF, a percentage in (0, 100]",
     )
-    parser.add_argument("--batch-size", type=positive_int, default=8)
+    parser.add_argument("--batch-size", type=positive_int, default=8, help="segments per backward pass")
     _lengths_and_documents(parser, 16, "comma-separated segment lengths (default L_tr x 1,2,4,8)")
 
     def run(args: argparse.Namespace) -> int:
         from lextra.pipelines.analyze import receptive_field_report
-        from lextra.pipelines.checkpoints import common_train_len, parse_lengths
+        from lextra.pipelines.checkpoints import analysis_lengths, common_train_len
 
         masks, checkpoints, source = _prepare(args)
-        lengths = parse_lengths(args.lengths, common_train_len(checkpoints, 0), (1, 2, 4, 8))
+        lengths = analysis_lengths(args.lengths, common_train_len(checkpoints, 0), (1, 2, 4, 8))
         receptive_field_report(
             checkpoints,
             lengths,
@@ -148,7 +160,7 @@ def _configure_receptive_field(parser: argparse.ArgumentParser) -> Handler:
             source,
             args.out,
             documents=args.documents,
-            threshold=args.threshold,
+            threshold=args.threshold / 100,
             batch_size=max(1, args.batch_size),
         )
         _print(args.out, "receptive_field", ["receptive_field.png"])
@@ -158,19 +170,24 @@ def _configure_receptive_field(parser: argparse.ArgumentParser) -> Handler:
 
 
 @analyze.command(
-    "dispersion", "attention dispersion (Chi, Fan, Rudnicky 2023): entropy, max probability, layer-0 logits"
+    "dispersion",
+    "attention dispersion (Chi, Fan, Rudnicky 2023): entropy, max probability, layer-0 logits",
+    examples=(
+        "lextra analyze dispersion runs/compare/models/rope runs/compare/models/nope --out runs/dispersion",
+        "lextra analyze dispersion runs/alibi --lengths 128,1024 --documents 4 --out runs/dispersion-alibi",
+    ),
 )
 def _configure_dispersion(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("checkpoints", nargs="+", help="model folders (RUN/model) or training run folders")
-    parser.add_argument("--batch-size", type=positive_int, default=4)
+    parser.add_argument("--batch-size", type=positive_int, default=4, help="inputs per forward pass")
     _lengths_and_documents(parser, 8, "comma-separated input lengths (default L_tr x 1,2,4,8,16)")
 
     def run(args: argparse.Namespace) -> int:
         from lextra.pipelines.analyze import dispersion_report
-        from lextra.pipelines.checkpoints import common_train_len, parse_lengths
+        from lextra.pipelines.checkpoints import analysis_lengths, common_train_len
 
         masks, checkpoints, source = _prepare(args)
-        lengths = parse_lengths(args.lengths, common_train_len(checkpoints, 0), (1, 2, 4, 8, 16))
+        lengths = analysis_lengths(args.lengths, common_train_len(checkpoints, 0), (1, 2, 4, 8, 16))
         dispersion_report(
             checkpoints, lengths, masks, source, args.out, documents=args.documents, batch_size=max(1, args.batch_size)
         )

@@ -1,10 +1,16 @@
 """The `lextra` command tree: one way to declare a command or a command group, its shared options and its handler.
 
-A command is declared by decorating `configure(parser) -> handler` with `@command(NAME, HELP, options=...)`;
-`options` are shared option sets from `lextra.cli.options`, added after the command's own arguments (so a
-command's positionals come first). A group (`lextra retrieval ...`, `lextra hf ...`) is a `Group`, and its
-subcommands are declared with `@group.command(...)`. `main` parses, applies the shared runtime options (threads),
-runs the handler, and turns every `LextraError` into one line on stderr with exit code 2.
+A command is declared by decorating `configure(parser) -> handler` with
+`@command(NAME, HELP, options=..., examples=...)`; `options` are shared option sets from `lextra.cli.options`, added
+after the command's own arguments (so a command's positionals come first), and `examples` (one or two real
+invocations) become the `Examples:` epilog of its `--help`, which also shows every option's default. A group
+(`lextra retrieval ...`, `lextra hf ...`) is a `Group`, and its subcommands are declared with
+`@group.command(...)`; a group may name a `default` subcommand (`lextra ruler MODEL` runs `lextra ruler run MODEL`).
+Old spellings stay accepted without being shown: `ALIASES` maps a retired command to its new path
+(`lextra ruler-compare` -> `lextra ruler compare`), and `lextra.cli.options.add_aliased` gives an option hidden
+alternative names (`HelpFormatter` leaves them out).
+`main` parses, applies the shared runtime options (threads), runs the handler, and turns every `LextraError` into
+one line on stderr with exit code 2.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import importlib
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from lextra.errors import LextraError
 
@@ -35,14 +42,20 @@ COMMAND_MODULES = (
 )
 
 
+#: retired command spellings -> the command path they run (accepted, not listed in `--help`)
+ALIASES: dict[str, tuple[str, ...]] = {"ruler-compare": ("ruler", "compare")}
+
+
 @dataclass
 class Command:
-    """A leaf command: its help, how it adds its own arguments, and the shared option sets it takes."""
+    """A leaf command: its help, how it adds its own arguments, the shared option sets it takes and the example
+    invocations its `--help` ends with."""
 
     name: str
     help: str
     configure: Configure
     options: tuple[OptionSet, ...] = ()
+    examples: tuple[str, ...] = ()
 
 
 @dataclass
@@ -53,29 +66,63 @@ class Group:
     help: str
     options: tuple[OptionSet, ...] = ()
     children: dict[str, Command | Group] = field(default_factory=dict)
+    #: the subcommand run when the word after the group names none of its children (`lextra ruler MODEL`)
+    default: str | None = None
 
     def command(
-        self, name: str, help_text: str, *, options: Sequence[OptionSet] = ()
+        self, name: str, help_text: str, *, options: Sequence[OptionSet] = (), examples: Sequence[str] = ()
     ) -> Callable[[Configure], Configure]:
-        """Declare `lextra GROUP NAME`: the decorated function adds its arguments and returns the handler."""
+        """Declare `lextra GROUP NAME`: the decorated function adds its arguments and returns the handler;
+        `examples` are full invocations (`lextra ...`) shown at the end of its `--help`."""
 
         def register(configure: Configure) -> Configure:
             if name in self.children:
                 raise ValueError(f"command {self.name} {name!r} is declared twice")
-            self.children[name] = Command(name, help_text, configure, (*options, *self.options))
+            if not examples:
+                raise ValueError(f"command {self.name} {name!r} needs at least one example invocation")
+            self.children[name] = Command(name, help_text, configure, (*options, *self.options), tuple(examples))
             return configure
 
         return register
 
-    def group(self, name: str, help_text: str, *, options: Sequence[OptionSet] = ()) -> Group:
-        """Declare `lextra GROUP NAME ...`, a nested group."""
-        child = Group(name, help_text, (*options, *self.options))
+    def group(
+        self, name: str, help_text: str, *, options: Sequence[OptionSet] = (), default: str | None = None
+    ) -> Group:
+        """Declare `lextra GROUP NAME ...`, a nested group (`default`: the subcommand a bare `NAME ARGS` runs)."""
+        child = Group(name, help_text, (*options, *self.options), default=default)
         self.children[name] = child
         return child
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """`--help` with every option's default (unless its help already says what the default is), without the
+    hidden alias spellings of an option, and with the `Examples:` epilog printed as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if not action.option_strings or action.nargs == 0 or action.required or action.default is argparse.SUPPRESS:
+            return text
+        if "default" in text.lower():
+            return text
+        shown = "none" if action.default in (None, [], ()) else "%(default)s"
+        return f"{text} (default: {shown})"
+
+    def _format_action_invocation(self, action: argparse.Action) -> str:
+        hidden = getattr(action, "hidden_aliases", ())
+        if not hidden:
+            return super()._format_action_invocation(action)
+        shown = argparse.Action([s for s in action.option_strings if s not in hidden], action.dest, action.nargs)
+        shown.metavar, shown.choices = action.metavar, action.choices
+        return super()._format_action_invocation(shown)
+
+
 class Parser(argparse.ArgumentParser):
-    """An argument parser whose usage errors are one line: `lextra CMD: error: WHAT (see lextra CMD --help)`."""
+    """An argument parser whose usage errors are one line: `lextra CMD: error: WHAT (see lextra CMD --help)`, and
+    whose help shows defaults and examples (`HelpFormatter`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
@@ -84,14 +131,21 @@ class Parser(argparse.ArgumentParser):
 ROOT = Group("lextra", "Transformer length extrapolation toolkit.")
 
 
-def command(name: str, help_text: str, *, options: Sequence[OptionSet] = ()) -> Callable[[Configure], Configure]:
-    """Declare a top-level command `lextra NAME`."""
-    return ROOT.command(name, help_text, options=options)
+def command(
+    name: str, help_text: str, *, options: Sequence[OptionSet] = (), examples: Sequence[str] = ()
+) -> Callable[[Configure], Configure]:
+    """Declare a top-level command `lextra NAME` (`examples`: invocations shown at the end of its `--help`)."""
+    return ROOT.command(name, help_text, options=options, examples=examples)
 
 
-def group(name: str, help_text: str, *, options: Sequence[OptionSet] = ()) -> Group:
-    """Declare a top-level command group `lextra NAME SUBCOMMAND`."""
-    return ROOT.group(name, help_text, options=options)
+def group(name: str, help_text: str, *, options: Sequence[OptionSet] = (), default: str | None = None) -> Group:
+    """Declare a top-level command group `lextra NAME SUBCOMMAND` (`default`: the subcommand `lextra NAME ARGS`
+    runs when ARGS does not start with a subcommand's name)."""
+    return ROOT.group(name, help_text, options=options, default=default)
+
+
+def _epilog(examples: Sequence[str]) -> str | None:
+    return "Examples:\n" + "\n".join(f"  {e}" for e in examples) if examples else None
 
 
 def _add(parser: argparse.ArgumentParser, node: Command | Group, path: tuple[str, ...]) -> None:
@@ -103,7 +157,39 @@ def _add(parser: argparse.ArgumentParser, node: Command | Group, path: tuple[str
         return
     sub = parser.add_subparsers(dest=f"command_{len(path)}", required=True, metavar="COMMAND")
     for name, child in node.children.items():
-        _add(sub.add_parser(name, help=child.help, description=child.help), child, (*path, name))
+        examples = child.examples if isinstance(child, Command) else _group_examples(child)
+        kwargs = {"help": child.help, "description": child.help, "epilog": _epilog(examples)}
+        _add(sub.add_parser(name, **kwargs), child, (*path, name))
+
+
+def _group_examples(node: Group) -> tuple[str, ...]:
+    """A group's examples: the first example of each of its subcommands."""
+    found: list[str] = []
+    for child in node.children.values():
+        found += list(child.examples[:1] if isinstance(child, Command) else _group_examples(child)[:1])
+    return tuple(found)
+
+
+def expand_aliases(argv: Sequence[str]) -> list[str]:
+    """`argv` with a retired command spelling replaced by its path (`ALIASES`) and a group's `default`
+    subcommand inserted where the word after the group names none of its subcommands (nor asks for help)."""
+    args = list(argv)
+    if args and args[0] in ALIASES:
+        args[:1] = ALIASES[args[0]]
+    node: Command | Group = ROOT
+    for i, word in enumerate(args):
+        if not isinstance(node, Group):
+            break
+        if word in node.children:
+            node = node.children[word]
+            continue
+        if node is not ROOT and node.default is not None and word not in ("-h", "--help"):
+            args.insert(i, node.default)
+        break
+    else:
+        if isinstance(node, Group) and node is not ROOT and node.default is not None and args:
+            args.append(node.default)
+    return args
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -132,7 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run `lextra ARGS`; returns the exit code (2 for a user mistake, printed as one line)."""
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(expand_aliases(sys.argv[1:] if argv is None else argv))
     except SystemExit as done:  # argparse printed usage and a one-line error (exit 2), or --help (exit 0)
         return int(done.code or 0)
     name = f"lextra {args.command_path.split()[0]}"

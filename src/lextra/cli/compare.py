@@ -6,13 +6,24 @@ import argparse
 from pathlib import Path
 
 from lextra.cli.app import Handler, command
-from lextra.cli.options import add_device, add_evaluation, add_training, eval_config_from, train_config_from
+from lextra.cli.options import (
+    add_device,
+    add_evaluation,
+    add_training,
+    eval_config_from,
+    temperature_option,
+    train_config_from,
+)
 
 
 @command(
     "compare",
     "train and evaluate several schemes on the same data, seed and budget",
-    options=(add_training, add_device, add_evaluation),
+    options=(add_training, add_device, add_evaluation, temperature_option("log-length", files=False)),
+    examples=(
+        "lextra compare --out runs/compare",
+        "lextra compare --out runs/cmp --schemes rope,rope+bca,alibi,t5 --steps 300 --lengths 128,512,2048",
+    ),
 )
 def configure_compare(parser: argparse.ArgumentParser) -> Handler:
     from lextra.pipelines.compare import DEFAULT_VARIANTS

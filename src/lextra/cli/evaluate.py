@@ -18,36 +18,50 @@ from lextra.cli.options import (
     folder_safe,
     model_folder,
     positive_int,
+    temperature_file,
+    temperature_option,
 )
 
 
 @command(
     "eval",
     "perplexity of a trained model at many lengths under three protocols",
-    options=(add_rope_scaling, add_extend, add_threads, add_device, add_evaluation),
-)
+    options=(
+        add_rope_scaling, add_extend, add_threads, add_device, add_evaluation, temperature_option("log-length")
+    ),
+    examples=(
+        "lextra eval runs/alibi --lengths 128,256,512,1024",
+        "lextra eval runs/rope --rope-scaling yarn:4 --mask bca --protocols sliding --temperature log-length",
+    ),
+)  # fmt: skip
 def configure_eval(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("checkpoint", help="a model folder (RUN/model) or a training run folder")
     parser.add_argument("--out", default=None, help="results folder (default CHECKPOINT/eval-MASK)")
     parser.add_argument("--mask", default="causal", help="inference mask: causal, bca, window:W")
     add_corpus(parser, default=None, help_default="default: the corpus the model was trained on")
+    parser.add_argument(
+        "--log-dir",
+        default=None,
+        help="also write the perplexity curves (one per protocol, over lengths) as TensorBoard event files here",
+    )
 
     def run(args: argparse.Namespace) -> int:
         from lextra.data import prepare_for_model
         from lextra.evaluate import evaluate_model
         from lextra.io import atomic_write_json
-        from lextra.methods import apply_rope_scaling
-        from lextra.model import load_model, read_model_meta
+        from lextra.model import read_model_meta
+        from lextra.pipelines.loading import ModelOptions, load_lextra
         from lextra.reporting.perplexity import save_eval_outputs
+        from lextra.tensorboard import Board, require_tensorboard
 
+        if args.log_dir is not None:  # before any work
+            require_tensorboard()
         folder = model_folder(args.checkpoint)
         meta = read_model_meta(folder)
         data = prepare_for_model(meta, args.corpus, args.limit_chars)
-        model = load_model(folder, map_location=args.device)
-        label = model.config.scheme
-        if args.rope_scaling:
-            apply_rope_scaling(model, args.rope_scaling)
-            label += f"+{args.rope_scaling}"
+        options = ModelOptions(rope_scaling=args.rope_scaling, temperatures=temperature_file(args))
+        loaded = load_lextra(folder, options, args.device)
+        model, label = loaded.model, loaded.label
         config = eval_config_from(args, args.mask)
         label += apply_extend(model, args.extend, args.mask, config.resolved_lengths(model.config.train_len))
         label += "" if args.mask == "causal" else f"+{args.mask}"
@@ -56,6 +70,10 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
         out = Path(args.out or folder.parent / folder_safe(f"eval-{args.mask}{suffix}"))
         atomic_write_json(out / "results.json", {"model": str(folder), "corpus": data.corpus, **evaluation.to_dict()})
         paths = save_eval_outputs(out, label, evaluation)
+        if args.log_dir is not None:
+            board = Board(args.log_dir)
+            board.evaluation(evaluation, label.removeprefix(model.config.scheme).removeprefix("+") or "causal")
+            board.close()
         print(paths["table"].read_text())
         print(f"results: {out / 'results.json'}, plot: {paths['plot']}")
         return 0
@@ -67,10 +85,16 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
     "align",
     "temperature alignment: per-layer softmax temperatures for inputs of a target length",
     options=(add_threads, add_device),
+    examples=(
+        "lextra align runs/alibi --length 1024 --strategy pmax",
+        "lextra eval runs/alibi/model-pmax-1024 --lengths 1024",
+    ),
 )
 def configure_align(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("checkpoint", help="a model folder (RUN/model) or a training run folder")
-    parser.add_argument("--strategy", default="pmax", choices=["pmax", "entropy", "log-length"])
+    parser.add_argument(
+        "--strategy", default="pmax", choices=["pmax", "entropy", "log-length"], help="what the temperatures match"
+    )
     parser.add_argument("--length", type=positive_int, required=True, help="the target input length L_ex")
     parser.add_argument("--per-head", action="store_true", help="one temperature per head instead of per layer")
     parser.add_argument("--windows", type=positive_int, default=4, help="calibration windows from the validation split")

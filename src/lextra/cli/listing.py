@@ -7,7 +7,11 @@ import argparse
 from lextra.cli.app import Handler, command
 
 
-@command("list", "list every position scheme and mask with its options")
+@command(
+    "list",
+    "list every position scheme and mask with its options",
+    examples=("lextra list", "lextra list | grep -A1 '^rerope'"),
+)
 def configure_list(parser: argparse.ArgumentParser) -> Handler:
     def run(args: argparse.Namespace) -> int:
         from lextra.reporting.catalog import catalog_text

@@ -1,27 +1,47 @@
 """Option sets shared by several commands (data, threads, device, training, evaluation, retrieval evaluation), the
-argparse value types that refuse non-finite or out-of-range numbers, and the parsers of their values."""
+argparse value types that refuse non-finite or out-of-range numbers, and the parsers of their values.
+
+One name per concept: `--batch-size` is the batch of what a command does (training, or evaluation in a command that
+only evaluates; `--eval-batch-size` where a command does both), `--temperature` is `none`, `log-length` or an
+alignment.json, thresholds are percentages (0-100, RULER's unit). Old spellings (`--batch`, `--eval-batch`,
+`--temperatures`, `--layers`, `--width`, `--heads`) are hidden aliases (`add_aliased`). Defaults are
+read from the config dataclasses (`TrainConfig`, `GPTConfig`, `EvalConfig`, `RetrievalEval`, `RulerSettings`), so
+`--help` shows the values the library uses.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from lextra.errors import ConfigError
+from lextra.validate import parse_lengths
 
-DEFAULTS = {
-    "layers": 4,
-    "width": 128,
-    "heads": 4,
-    "train_len": 128,
-    "batch_size": 16,
-    "steps": 600,
-    "lr": 2e-3,
-    "position_lr_scale": 10.0,
-}
+
+def add_aliased(parser: argparse.ArgumentParser, name: str, *aliases: str, **kwargs: Any) -> argparse.Action:
+    """`parser.add_argument(name, *aliases, ...)` with `aliases` accepted (the same value) but left out of
+    `--help`: the old spellings of a renamed option."""
+    action = parser.add_argument(name, *aliases, **kwargs)
+    action.hidden_aliases = tuple(aliases)  # type: ignore[attr-defined]
+    return action
+
+
+def config_default(cls: type, name: str) -> Any:
+    """The default of field `name` of dataclass `cls` (its `default_factory()` when it has one)."""
+    for item in dataclasses.fields(cls):
+        if item.name == name:
+            if item.default is not dataclasses.MISSING:
+                return item.default
+            if item.default_factory is not dataclasses.MISSING:
+                return item.default_factory()
+            break
+    raise KeyError(f"{cls.__name__} has no field {name!r} with a default")
 
 
 # --- value types: argparse turns their ArgumentTypeError into one line and exit code 2 --------------------------
@@ -72,6 +92,25 @@ def finite_float(low: float | None = None, high: float | None = None, *, low_ope
 positive_float = finite_float(0.0, low_open=True)
 
 
+def percent(*, allow_zero: bool) -> Callable[[str], float]:
+    """An argparse type: a percentage in [0, 100] (or (0, 100] without `allow_zero`). A value in (0, 1] reads as a
+    fraction written in the wrong unit (0.99 for 99) and is refused, naming the unit."""
+
+    def parse(text: str) -> float:
+        value = _number(float, text, "a percentage")
+        low = "[0" if allow_zero else "(0"
+        if value < 0 or value > 100 or (value == 0 and not allow_zero):
+            raise argparse.ArgumentTypeError(f"is a percentage in {low}, 100], got {text!r}")
+        if 0 < value <= 1:
+            raise argparse.ArgumentTypeError(
+                f"is a percentage in {low}, 100], got {text!r}: a fraction? write {value * 100:g} for {value:g}"
+            )
+        return value
+
+    parse.__name__ = "percent"
+    return parse
+
+
 # --- value parsers ------------------------------------------------------------------------------------------------
 def parse_option(text: str) -> tuple[str, Any]:
     """KEY=VALUE with VALUE read as JSON when it parses (numbers, true/false, lists), else as a string."""
@@ -83,19 +122,6 @@ def parse_option(text: str) -> tuple[str, Any]:
     except json.JSONDecodeError:
         return key, value
     return key, parsed
-
-
-def parse_lengths(text: str | None) -> list[int] | None:
-    """Comma-separated positive token counts, or None when none are given (the caller's defaults apply)."""
-    if not text:
-        return None
-    try:
-        lengths = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ConfigError(f"--lengths takes comma-separated integers, got {text!r}") from None
-    if any(n < 1 for n in lengths):
-        raise ConfigError(f"--lengths must be positive integers, got {text!r}")
-    return lengths
 
 
 def parse_depths(text: str | None) -> list[float]:
@@ -115,8 +141,9 @@ def parse_depths(text: str | None) -> list[float]:
 
 def model_folder(path: str) -> Path:
     """A model folder, or a training run folder holding `model/`."""
-    folder = Path(path)
-    return folder / "model" if (folder / "model" / "config.json").exists() else folder
+    from lextra.pipelines.loading import model_folder as resolve
+
+    return resolve(path)
 
 
 # --- option sets --------------------------------------------------------------------------------------------------
@@ -163,15 +190,35 @@ def add_corpus(parser: argparse.ArgumentParser, *, default: str | None = "python
 
 
 def add_data(parser: argparse.ArgumentParser) -> None:
-    """--corpus, --tokenizer, --limit-chars, --threads: what a training run reads."""
-    add_corpus(parser)
-    parser.add_argument("--tokenizer", default="bytes", help="bytes, bpe[:VOCAB] or hf:/local/path")
+    """--corpus, --tokenizer, --limit-chars, --threads: what a training run reads (defaults: `TrainConfig`'s)."""
+    from lextra.train import TrainConfig
+
+    parser.add_argument(
+        "--corpus",
+        default=None,
+        help="python-code (built in), english, or a path (text files dir, .jsonl, saved HF dataset) "
+        f"(default: {config_default(TrainConfig, 'corpus')})",
+    )
+    parser.add_argument(
+        "--limit-chars", type=positive_int, default=None, help="use only the first N characters (default: all)"
+    )
+    parser.add_argument(
+        "--tokenizer",
+        default=None,
+        help=f"bytes, bpe[:VOCAB] or hf:/local/path (default: {config_default(TrainConfig, 'tokenizer')})",
+    )
     add_threads(parser)
 
 
 def add_scheme(parser: argparse.ArgumentParser) -> None:
-    """--scheme and repeatable --scheme-option KEY=VALUE."""
-    parser.add_argument("--scheme", default="rope", help="position scheme (see `lextra list`)")
+    """--scheme and repeatable --scheme-option KEY=VALUE (the model's `scheme` and `scheme_options`)."""
+    from lextra.model import GPTConfig
+
+    parser.add_argument(
+        "--scheme",
+        default=None,
+        help=f"position scheme (see `lextra list`) (default: {config_default(GPTConfig, 'scheme')})",
+    )
     add_scheme_options(parser, "scheme option, repeatable (e.g. base=500 or layout=interleaved)")
 
 
@@ -180,87 +227,203 @@ def add_scheme_options(parser: argparse.ArgumentParser, help_text: str) -> None:
     parser.add_argument("--scheme-option", action="append", default=[], metavar="KEY=VALUE", help=help_text)
 
 
+#: training flag (its argparse dest) -> the `TrainConfig` field it sets (`model.NAME`: a `GPTConfig` field)
+TRAIN_FLAGS: dict[str, str] = {
+    "corpus": "corpus",
+    "tokenizer": "tokenizer",
+    "limit_chars": "limit_chars",
+    "scheme": "model.scheme",
+    "scheme_option": "model.scheme_options",
+    "train_len": "model.train_len",
+    "n_layer": "model.n_layer",
+    "d_model": "model.d_model",
+    "n_head": "model.n_head",
+    "batch_size": "batch_size",
+    "steps": "steps",
+    "lr": "lr",
+    "warmup": "warmup",
+    "position_lr_scale": "position_lr_scale",
+    "seed": "seed",
+    "checkpoint_every": "checkpoint_every",
+    "init_from": "init_from",
+    "precision": "precision",
+    "tensorboard": "tensorboard",
+    "log_dir": "log_dir",
+}
+
+
 def add_training(parser: argparse.ArgumentParser) -> None:
-    """The model shape and the training budget, with the data options."""
-    add_data(parser)
-    parser.add_argument("--train-len", type=int_at_least(2), default=DEFAULTS["train_len"], help="training length")
-    parser.add_argument("--layers", type=positive_int, default=DEFAULTS["layers"])
-    parser.add_argument("--width", type=positive_int, default=DEFAULTS["width"], help="d_model")
-    parser.add_argument("--heads", type=positive_int, default=DEFAULTS["heads"])
-    parser.add_argument("--batch-size", type=positive_int, default=DEFAULTS["batch_size"])
-    parser.add_argument("--steps", type=positive_int, default=DEFAULTS["steps"])
-    parser.add_argument("--lr", type=positive_float, default=DEFAULTS["lr"])
-    parser.add_argument("--warmup", type=non_negative_int, default=50)
-    parser.add_argument(
-        "--position-lr-scale",
-        type=finite_float(0.0),
-        default=DEFAULTS["position_lr_scale"],
-        help="learning-rate multiplier for position-scheme parameters (T5 table, KERPLE, FIRE)",
-    )
-    parser.add_argument("--seed", type=non_negative_int, default=0)
-    parser.add_argument("--checkpoint-every", type=positive_int, default=200)
-    parser.add_argument("--init-from", default=None, help="start from this model folder's weights (fine-tuning)")
-    parser.add_argument(
-        "--precision",
-        default="fp32",
-        choices=["fp32", "bf16"],
-        help="bf16 autocast for matrix products (position math stays fp32)",
-    )
-
-
-def train_config_from(args: argparse.Namespace, scheme: str | None = None) -> Any:
-    """The `TrainConfig` the training options describe (validated)."""
+    """--config FILE, the model shape and the training budget, with the data options. Every flag sets the
+    `TrainConfig` field `TRAIN_FLAGS` names; one left out keeps the --config file's value, else the default."""
     from lextra.model import GPTConfig
     from lextra.train import TrainConfig
 
-    options = dict(parse_option(o) for o in getattr(args, "scheme_option", []))
-    model = GPTConfig(
-        n_layer=args.layers,
-        n_head=args.heads,
-        d_model=args.width,
-        train_len=args.train_len,
-        scheme=scheme or args.scheme,
-        scheme_options=options,
+    add_data(parser)
+    parser.add_argument(
+        "--config",
+        default=None,
+        metavar="FILE",
+        help="a TOML file of TrainConfig fields, with a [model] table of GPTConfig fields (or a study's [train] "
+        "section); a flag given explicitly overrides its value (default: none, every field at its default)",
     )
-    return TrainConfig(
-        corpus=args.corpus,
-        tokenizer=args.tokenizer,
-        limit_chars=args.limit_chars,
-        model=model,
-        batch_size=args.batch_size,
-        steps=args.steps,
-        lr=args.lr,
-        warmup=args.warmup,
-        seed=args.seed,
-        position_lr_scale=args.position_lr_scale,
-        precision=args.precision,
-        init_from=args.init_from,
-        checkpoint_every=args.checkpoint_every,
+
+    def add(name: str, cls: type, field_name: str, kind: Callable, text: str = "", aliases: tuple[str, ...] = ()):
+        default = config_default(cls, field_name)
+        help_text = f"{text} (default: {default})" if text else f"{cls.__name__}.{field_name} (default: {default})"
+        add_aliased(parser, name, *aliases, type=kind, default=None, help=help_text)
+
+    add("--train-len", GPTConfig, "train_len", int_at_least(2), "training length L_tr, tokens")
+    add("--n-layer", GPTConfig, "n_layer", positive_int, "layers", ("--layers",))
+    add("--d-model", GPTConfig, "d_model", positive_int, "model width", ("--width",))
+    add("--n-head", GPTConfig, "n_head", positive_int, "attention heads", ("--heads",))
+    add("--batch-size", TrainConfig, "batch_size", positive_int, "training windows per step")
+    add("--steps", TrainConfig, "steps", positive_int, "optimizer steps")
+    add("--lr", TrainConfig, "lr", positive_float, "peak learning rate")
+    add("--warmup", TrainConfig, "warmup", non_negative_int, "linear warmup steps")
+    add(
+        "--position-lr-scale",
+        TrainConfig,
+        "position_lr_scale",
+        finite_float(0.0),
+        "learning-rate multiplier for position-scheme parameters (T5 table, KERPLE, FIRE)",
     )
+    add("--seed", TrainConfig, "seed", non_negative_int, "seed of the initial weights and the training windows")
+    add("--checkpoint-every", TrainConfig, "checkpoint_every", positive_int, "steps between checkpoints")
+    parser.add_argument(
+        "--init-from", default=None, help="start from this model folder's weights (fine-tuning) (default: none)"
+    )
+    parser.add_argument(
+        "--precision",
+        default=None,
+        choices=["fp32", "bf16"],
+        help="bf16 autocast for matrix products (position math stays fp32) "
+        f"(default: {config_default(TrainConfig, 'precision')})",
+    )
+    parser.add_argument(
+        "--tensorboard",
+        action="store_true",
+        default=None,
+        help="also write the training curves as TensorBoard event files, in the run directory's tb/ "
+        "(needs pip install 'lextra[tensorboard]') (default: off)",
+    )
+    parser.add_argument(
+        "--log-dir",
+        default=None,
+        help="write the TensorBoard event files here (implies --tensorboard) (default: the run's tb/ when on)",
+    )
+
+
+def read_train_file(path: str | Path) -> Any:
+    """The `TrainConfig` a `--config` TOML file describes: TrainConfig fields with a [model] table of GPTConfig
+    fields, or the same inside a [train] section (a study's); an unknown key is one error naming the file."""
+    from lextra.train import TrainConfig
+
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as err:
+        raise ConfigError(f"--config {path}: cannot read it ({err.strerror or err})") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise ConfigError(f"--config {path} is not valid TOML ({err})") from None
+    values = dict(data.get("train", {}))
+    values.update({k: v for k, v in data.items() if k != "train"})
+    if "train" in data and "model" in data.get("train", {}) and "model" in data:
+        raise ConfigError(f"--config {path}: give the model fields once, in [model] or in [train.model]")
+    try:
+        return TrainConfig.from_dict(values)
+    except (ConfigError, TypeError) as err:
+        raise ConfigError(f"--config {path}: {err}") from None
+
+
+def train_config_from(args: argparse.Namespace, scheme: str | None = None) -> Any:
+    """The `TrainConfig` the training options describe (validated): the --config file (else the defaults), then
+    every flag given explicitly, then `scheme` when the command sets it (compare variants)."""
+    from lextra.train import TrainConfig
+
+    config = read_train_file(args.config) if getattr(args, "config", None) else TrainConfig()
+    for dest, target in TRAIN_FLAGS.items():
+        value = getattr(args, dest, None)
+        if value is None or value == []:
+            continue
+        if dest == "scheme_option":
+            value = {**config.model.scheme_options, **dict(parse_option(o) for o in value)}
+        holder, name = (config.model, target[6:]) if target.startswith("model.") else (config, target)
+        setattr(holder, name, value)
+    if scheme is not None:
+        config.model.scheme = scheme
+    return config.validate()
+
+
+def temperature_option(*schedules: str, files: bool = True) -> Callable[[argparse.ArgumentParser], None]:
+    """--temperature: `none`, one of `schedules` (`log-length`: tau = ln L_tr / ln L at each length L > L_tr) or,
+    with `files`, an alignment.json whose temperatures the model takes (`--temperatures FILE` is an alias)."""
+    words = ("none", *schedules)
+
+    def parse(text: str) -> str:
+        if text in words:
+            return text
+        if not files:
+            raise argparse.ArgumentTypeError(f"must be one of {', '.join(words)}, got {text!r}")
+        if not Path(text).is_file():
+            raise argparse.ArgumentTypeError(f"must be {', '.join(words)} or an alignment.json file; no file {text!r}")
+        return text
+
+    parse.__name__ = "temperature"
+    shown = " | ".join(words) + (" | FILE" if files else "")
+    parts = ["none: the model's own"]
+    if "log-length" in schedules:
+        parts.append("log-length: at each length L > L_tr every layer uses tau = ln L_tr / ln L")
+    if files:
+        parts.append("FILE: the temperatures of an alignment.json from `lextra align` / `lextra hf align`")
+
+    def add(parser: argparse.ArgumentParser) -> None:
+        add_aliased(
+            parser, "--temperature", *(("--temperatures",) if files else ()), type=parse, default="none",
+            metavar=shown.replace(" ", ""), help="; ".join(parts),
+        )  # fmt: skip
+
+    return add
+
+
+def temperature_schedule(args: argparse.Namespace) -> str:
+    """The per-length temperature schedule of `--temperature` (`none` when it names a file)."""
+    value = getattr(args, "temperature", "none")
+    return value if value in ("none", "log-length") else "none"
+
+
+def temperature_file(args: argparse.Namespace) -> str | None:
+    """The alignment.json `--temperature` names, or None for a schedule."""
+    value = getattr(args, "temperature", "none")
+    return None if value in ("none", "log-length") else value
 
 
 def add_evaluation(parser: argparse.ArgumentParser) -> None:
-    """Perplexity evaluation: lengths, protocols, stride, documents, split, backend, temperature."""
+    """Perplexity evaluation: lengths, protocols, stride, documents, split, backend (defaults: `EvalConfig`'s);
+    the command adds its `temperature_option`."""
+    from lextra.attention import BACKENDS
+    from lextra.evaluate import EvalConfig
+
     parser.add_argument("--lengths", default=None, help="comma-separated lengths (default L_tr x 1,2,4,8,16)")
-    parser.add_argument("--protocols", default="chunks,sliding,last-token")
+    parser.add_argument(
+        "--protocols",
+        default=",".join(config_default(EvalConfig, "protocols")),
+        help="comma-separated perplexity protocols",
+    )
     parser.add_argument("--stride", type=positive_int, default=None, help="sliding-window stride (default L/2)")
     parser.add_argument(
-        "--documents", type=positive_int, default=8, help="held-out documents evaluated at every length"
+        "--documents",
+        type=positive_int,
+        default=config_default(EvalConfig, "documents"),
+        help="held-out documents evaluated at every length",
     )
-    parser.add_argument("--split", default="test", choices=["validation", "test"])
-    from lextra.attention import BACKENDS
-
+    parser.add_argument(
+        "--split", default=config_default(EvalConfig, "split"), choices=["validation", "test"], help="held-out split"
+    )
     parser.add_argument(
         "--backend",
-        default="auto",
+        default=config_default(EvalConfig, "backend"),
         choices=BACKENDS,
         help="attention backend: auto picks the fastest exact one; flex (FlexAttention) needs CUDA for gradients",
-    )
-    parser.add_argument(
-        "--temperature",
-        default="none",
-        choices=["none", "log-length"],
-        help="log-length: at each length L > L_tr use tau = ln L_tr / ln L in every layer",
     )
 
 
@@ -276,7 +439,7 @@ def eval_config_from(args: argparse.Namespace, mask: str = "causal") -> Any:
         split=args.split,
         documents=args.documents,
         stride=args.stride,
-        temperature=args.temperature,
+        temperature=temperature_schedule(args),
     ).validate()
 
 
@@ -314,41 +477,70 @@ def apply_extend(model: Any, spec: str | None, mask: str | None = None, lengths:
     if not spec or spec == "none":
         return ""
     from lextra.attention import build_mask
-    from lextra.extend import apply_extension
+    from lextra.extend import InferenceSetup, build_extension
     from lextra.model import GPT
 
     if mask and not build_mask(mask, model.config.train_len).exactly_causal:
         raise ConfigError(f"--extend {spec} sets its own visibility over causal attention; drop --mask {mask}")
-    if isinstance(model, GPT):
-        method = apply_extension(model, spec)
-    elif hasattr(model, "set_extension"):
-        method = model.set_extension(spec)
-    else:
+    if not isinstance(model, GPT) and model.config.scheme != "rope":
         raise ConfigError("--extend applies to RoPE decoders (rope, xpos, coca models; Llama-family models), not T5")
+    method = build_extension(spec, model.config.train_len)
+    InferenceSetup(extension=method).apply(model)
     if method is not None and lengths:
         method.check_length(max(lengths))
     return f"+{spec}"
 
 
 def retrieval_evaluation(
-    *, with_task: bool = True, multiples: str = "1,2,4,8,16", samples: int = 20, batch: int = 8
+    *,
+    with_task: bool = True,
+    multiples: str = "1,2,4,8,16",
+    samples: int | None = None,
+    batch: int | None = None,
+    trains: bool = False,
 ) -> Callable[[argparse.ArgumentParser], None]:
-    """The retrieval evaluation option set: --task, --lengths, --depths, --samples, --candidates, --eval-seed,
-    --eval-batch, with the given defaults."""
+    """The retrieval evaluation option set: --task, --lengths, --depths, --samples, --candidates, --eval-seed and
+    the evaluation batch, with `RetrievalEval`'s defaults unless given. The batch is `--batch-size` in a command
+    that only evaluates, `--eval-batch-size` in one that also `trains` (whose `--batch-size` is the training batch);
+    `--eval-batch` stays an alias of either."""
+    from lextra.pipelines.retrieval import RetrievalEval
+
+    samples = config_default(RetrievalEval, "samples") if samples is None else samples
+    batch = config_default(RetrievalEval, "batch_size") if batch is None else batch
 
     def add(parser: argparse.ArgumentParser) -> None:
         if with_task:
-            parser.add_argument("--task", default="passkey", help="passkey, passkey-mj, lines, kv or code-key")
+            add_aliased(
+                parser, "--task", "--tasks", default="passkey", help="passkey, passkey-mj, lines, kv or code-key"
+            )
         parser.add_argument(
             "--lengths", default=None, help=f"comma-separated prompt lengths (default L_tr x {multiples})"
         )
         parser.add_argument("--depths", default=None, help="comma-separated needle depths (default 0,0.25,0.5,0.75,1)")
         parser.add_argument("--samples", type=positive_int, default=samples, help="prompts per (length, depth) cell")
         parser.add_argument(
-            "--candidates", type=int_at_least(2), default=5, help="answers ranked per prompt (gold + distractors)"
+            "--candidates",
+            type=int_at_least(2),
+            default=config_default(RetrievalEval, "candidates"),
+            help="answers ranked per prompt (gold + distractors)",
         )
-        parser.add_argument("--eval-seed", type=non_negative_int, default=0, help="seed of the evaluation prompts")
-        parser.add_argument("--eval-batch", type=positive_int, default=batch, help="prompts scored together")
+        parser.add_argument(
+            "--eval-seed",
+            type=non_negative_int,
+            default=config_default(RetrievalEval, "seed"),
+            help="seed of the evaluation prompts",
+        )
+        names = ("--eval-batch-size", "--eval-batch")
+        names = names if trains else ("--batch-size", *names)
+        add_aliased(
+            parser,
+            *names,
+            dest="eval_batch_size",
+            type=positive_int,
+            default=batch,
+            metavar="N",
+            help="prompts scored together",
+        )
 
     return add
 

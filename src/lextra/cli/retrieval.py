@@ -8,6 +8,7 @@ from typing import Any
 
 from lextra.cli.app import Handler, group
 from lextra.cli.options import (
+    add_aliased,
     add_device,
     add_extend,
     add_quiet,
@@ -17,7 +18,6 @@ from lextra.cli.options import (
     add_training,
     apply_extend,
     folder_safe,
-    model_folder,
     non_negative_int,
     parse_depths,
     parse_lengths,
@@ -46,16 +46,26 @@ def retrieval_settings(args: argparse.Namespace, multiples: tuple[int, ...] | No
         samples=args.samples,
         candidates=args.candidates,
         seed=args.eval_seed,
-        batch_size=args.eval_batch,
+        batch_size=args.eval_batch_size,
         multiples=multiples or DEFAULT_MULTIPLES,
     )
 
 
-@retrieval.command("train", "train a model on a retrieval task at L_tr", options=(add_scheme, add_training))
+@retrieval.command(
+    "train",
+    "train a model on a retrieval task at L_tr",
+    options=(add_scheme, add_training),
+    examples=(
+        "lextra retrieval train --out runs/passkey-alibi --scheme alibi --task passkey --steps 300",
+        "lextra retrieval train --out runs/kv-rope --task kv+lm --init-from runs/compare/models/rope/model",
+    ),
+)
 def configure_train(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("--out", required=True, help="run directory")
-    parser.add_argument(
+    add_aliased(
+        parser,
         "--task",
+        "--tasks",
         default="passkey",
         help="NAME, NAME+lm (half LM windows) or NAME:RATIO; NAME a retrieval task or ruler.niah / ruler.TASK "
         "(RULER prompts, evaluated with `lextra ruler`)",
@@ -83,6 +93,10 @@ def configure_train(parser: argparse.ArgumentParser) -> Handler:
     "eval",
     "accuracy over lengths x needle depths, with a heatmap",
     options=(add_rope_scaling, add_extend, add_threads, retrieval_evaluation()),
+    examples=(
+        "lextra retrieval eval runs/passkey-alibi --lengths 128,256,512 --samples 10",
+        "lextra retrieval eval runs/passkey-rope --rope-scaling yarn:4 --extend self_extend",
+    ),
 )
 def configure_eval(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("checkpoint", help="a model folder (RUN/model) or a training run folder")
@@ -91,19 +105,18 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
     def run(args: argparse.Namespace) -> int:
         from lextra.data import prepare_for_model
         from lextra.evaluate.retrieval import evaluation_task
-        from lextra.model import read_model_meta
-        from lextra.pipelines.retrieval import load_scaled
+        from lextra.pipelines.loading import ModelOptions, load_lextra
         from lextra.reporting.retrieval import save_retrieval_outputs
 
-        folder = model_folder(args.checkpoint)
-        model, label = load_scaled(folder, args.rope_scaling, args.device)
+        loaded = load_lextra(args.checkpoint, ModelOptions(rope_scaling=args.rope_scaling), args.device)
+        folder, model, label = loaded.folder, loaded.model, loaded.label
         settings = retrieval_settings(args)
         label += apply_extend(model, args.extend, None, settings.resolved_lengths(model.config.train_len))
-        task = evaluation_task(args.task, prepare_for_model(read_model_meta(folder)), args.candidates - 1)
+        task = evaluation_task(args.task, prepare_for_model(loaded.meta), args.candidates - 1)
         result = settings.run(model, task, label, progress=not args.quiet)
         result.model = str(folder)
         suffix = f"-{folder_safe(args.extend)}" if args.extend else ""
-        out = Path(args.out or folder.parent / f"retrieval-{task.name}{suffix}")
+        out = Path(args.out or Path(folder).parent / f"retrieval-{task.name}{suffix}")
         paths = save_retrieval_outputs(out, result)
         print(paths["table"].read_text())
         print(f"results: {paths['json']}, heatmap: {paths['heatmap']}")
@@ -115,11 +128,15 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
 @retrieval.command(
     "compare",
     "train each scheme on the task with one budget; one accuracy table",
-    options=(add_training, retrieval_evaluation(with_task=False)),
+    options=(add_training, retrieval_evaluation(with_task=False, trains=True)),
+    examples=(
+        "lextra retrieval compare --out runs/passkey --schemes rope,rope+dynamic,alibi --steps 300",
+        "lextra retrieval compare --out runs/kv --task kv+lm --init-from-compare runs/compare",
+    ),
 )
 def configure_compare(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("--out", required=True, help="comparison folder (finished models are reused)")
-    parser.add_argument("--task", default="passkey", help="training task spec (NAME, NAME+lm, NAME:RATIO)")
+    add_aliased(parser, "--task", "--tasks", default="passkey", help="training task spec (NAME, NAME+lm, NAME:RATIO)")
     parser.add_argument("--schemes", default=DEFAULT_COMPARE, help="variants: SCHEME or SCHEME+SCALING (rope+dynamic)")
     parser.add_argument(
         "--init-from-compare",
@@ -153,6 +170,10 @@ def configure_compare(parser: argparse.ArgumentParser) -> Handler:
     "completion",
     "next-line code completion by context length, with a truncation baseline",
     options=(add_rope_scaling, add_threads),
+    examples=(
+        "lextra retrieval completion runs/compare/models/rope runs/compare/models/alibi --out runs/completion",
+        "lextra retrieval completion runs/rope --out runs/completion-yarn --rope-scaling yarn:4 --lines 16",
+    ),
 )
 def configure_completion(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("checkpoints", nargs="+", help="model folders (RUN/model) or training run folders")
@@ -166,15 +187,14 @@ def configure_completion(parser: argparse.ArgumentParser) -> Handler:
         from lextra.data import prepare_for_model
         from lextra.evaluate.retrieval import evaluate_completion
         from lextra.io import atomic_write_json, atomic_write_text
-        from lextra.model import read_model_meta
-        from lextra.pipelines.retrieval import load_scaled
+        from lextra.pipelines.loading import ModelOptions, load_lextra
         from lextra.reporting.retrieval import completion_table
 
         results = {}
         for checkpoint in args.checkpoints:
-            folder = model_folder(checkpoint)
-            model, label = load_scaled(folder, args.rope_scaling, args.device)
-            data = prepare_for_model(read_model_meta(folder))
+            loaded = load_lextra(checkpoint, ModelOptions(rope_scaling=args.rope_scaling), args.device)
+            folder, model, label = loaded.folder, loaded.model, loaded.label
+            data = prepare_for_model(loaded.meta)
             result = evaluate_completion(
                 model,
                 data.splits["test"],

@@ -30,6 +30,10 @@ def _commit() -> str:
     "study",
     "the seed papers' comparisons at small scale from one config file, in one report",
     options=(add_threads, add_device, add_quiet),
+    examples=(
+        "lextra study experiments/study.toml --out runs/study",
+        "lextra study experiments/paper-scale.toml --out runs/paper --device cuda",
+    ),
 )
 def configure_study(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("config", help="a study TOML file, e.g. experiments/study.toml")

@@ -1,4 +1,5 @@
-"""`lextra train`: train a GPT with a position scheme at a training length (resumable)."""
+"""`lextra train`: train a GPT with a position scheme at a training length (resumable), from flags or from a
+`--config run.toml` file that any flag given overrides (`lextra.cli.options.TRAIN_FLAGS` maps flags to fields)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,10 @@ from lextra.cli.options import add_device, add_scheme, add_training, train_confi
     "train",
     "train a GPT with a position scheme at a training length",
     options=(add_scheme, add_training, add_device),
+    examples=(
+        "lextra train --out runs/alibi --scheme alibi --train-len 128 --steps 600",
+        "lextra train --config experiments/train.toml --out runs/fire --scheme fire --steps 300",
+    ),
 )
 def configure_train(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("--out", required=True, help="run directory")

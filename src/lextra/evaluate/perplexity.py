@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -33,8 +33,10 @@ from lextra.data.prepare import PreparedData
 from lextra.data.windows import encode_documents
 from lextra.devices import module_device
 from lextra.errors import ConfigError, DataError
+from lextra.extend import InferenceSetup
 from lextra.methods.align import log_length_temperature
 from lextra.model import GPT
+from lextra.serialize import Serializable, options
 from lextra.validate import check_int_list, check_optional_int, check_positive_int
 
 PROTOCOLS = ("chunks", "sliding", "last-token")
@@ -44,7 +46,7 @@ LOGIT_BUDGET = 1 << 26
 
 
 @dataclass
-class EvalConfig:
+class EvalConfig(Serializable):
     """What to evaluate: lengths (default L_tr x 1..16), protocols, inference-time mask and data size."""
 
     lengths: list[int] | None = None
@@ -91,9 +93,6 @@ class EvalConfig:
         if self.temperature not in ("none", "log-length"):
             raise ConfigError(f"evaluation temperature must be 'none' or 'log-length', got {self.temperature!r}")
         return self
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def evaluation_documents(data: PreparedData, split: str, need: int, count: int) -> tuple[list[Tensor], bool]:
@@ -180,23 +179,16 @@ def _last_token(doc: Tensor, L: int, span: int, targets: int) -> Iterator[tuple[
 
 
 @dataclass(frozen=True)
-class PerplexityPoint:
+class PerplexityPoint(Serializable):
     """One (protocol, length) cell: perplexity, mean next-token NLL and the number of tokens scored."""
 
     ppl: float
     nll: float
     tokens: int
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"ppl": self.ppl, "nll": self.nll, "tokens": self.tokens}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> PerplexityPoint:
-        return cls(ppl=data["ppl"], nll=data["nll"], tokens=data["tokens"])
-
 
 @dataclass
-class Evaluation:
+class Evaluation(Serializable):
     """Perplexity of one model per protocol and length, with what it was computed on (`to_dict` is the JSON)."""
 
     #: protocol -> length -> point, in evaluation order
@@ -207,8 +199,8 @@ class Evaluation:
     strides: dict[int, int]
     documents: int
     stitched: bool
-    #: the `EvalConfig.to_dict()` it was computed with, as saved
-    config: dict[str, Any]
+    #: the `EvalConfig.to_dict()` it was computed with, as saved (under "eval")
+    config: dict[str, Any] = field(metadata=options(key="eval"))
 
     @property
     def protocols(self) -> list[str]:
@@ -223,37 +215,6 @@ class Evaluation:
     def curve(self, protocol: str) -> dict[int, float]:
         """Perplexity by length under `protocol`."""
         return {n: p.ppl for n, p in self.results[protocol].items()}
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form: lengths as string keys, the config under "eval"."""
-        return {
-            "results": {
-                protocol: {str(n): p.to_dict() for n, p in by_length.items()}
-                for protocol, by_length in self.results.items()
-            },
-            "lengths": list(self.lengths),
-            "train_len": self.train_len,
-            "strides": {str(n): s for n, s in self.strides.items()},
-            "documents": self.documents,
-            "stitched": self.stitched,
-            "eval": self.config,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Evaluation:
-        """Read `to_dict`'s form (other keys of a saved record, such as "model", are ignored)."""
-        return cls(
-            results={
-                protocol: {int(n): PerplexityPoint.from_dict(p) for n, p in by_length.items()}
-                for protocol, by_length in data["results"].items()
-            },
-            lengths=list(data["lengths"]),
-            train_len=data["train_len"],
-            strides={int(n): s for n, s in data["strides"].items()},
-            documents=data["documents"],
-            stitched=data["stitched"],
-            config=data["eval"],
-        )
 
 
 @torch.no_grad()
@@ -283,7 +244,7 @@ def evaluate_model(
         bar.set_postfix(protocol=protocol, length=L)
         if config.temperature == "log-length":
             tau = log_length_temperature(train_len, L)
-            model.set_temperatures([[tau] * model.config.n_head for _ in range(model.config.n_layer)])
+            InferenceSetup(temperatures=[[tau] * model.config.n_head for _ in range(model.config.n_layer)]).apply(model)
         scorer = TokenScorer(model, config)
         groups: dict[int, tuple[list[Tensor], list[Tensor], list[int]]] = {}
         for doc in docs:
@@ -301,7 +262,7 @@ def evaluate_model(
         for windows, targets, firsts in groups.values():
             scorer.add(windows, targets, firsts)
         results.setdefault(protocol, {})[L] = scorer.result()
-    model.set_temperatures(saved_temperatures)
+    InferenceSetup(temperatures=saved_temperatures).apply(model)
     return Evaluation(
         results=results,
         lengths=lengths,

@@ -12,11 +12,14 @@ from lextra.extend.attention import (
     reference_extended_attention,
 )
 from lextra.extend.base import EXTENSIONS, ExtensionMethod, Pass, build_extension, check_scheme
+from lextra.extend.setup import KEEP, InferenceSetup
 
 __all__ = [
     "EXTENSIONS",
+    "KEEP",
     "ExtendedAttention",
     "ExtensionMethod",
+    "InferenceSetup",
     "Pass",
     "apply_extension",
     "build_extension",

@@ -12,12 +12,12 @@
   pass's lower distance edge is laid out so that it is exactly causal; a tile a band edge cuts is split into
   `SUB` x `SUB` pieces, of which those the pass hides are skipped and only those the edge crosses get a float
   mask (cached by their shape within a call).
-- `ExtendedAttention` / `apply_extension`: what a lextra model's attention layers call instead of `attention`
-  (`SelfAttention.attend`), so that full forwards and cached decoding use the same passes. Decoding needs no
-  rule of its own: a new query at position m runs the method's passes over the cached, un-rotated keys, which is
-  each author's decode rule (keys rotated at -d'(m, n) against an unrotated query) with the same numbers as the
-  full forward. Methods with a bounded view (attention sinks, LM-Infinite) let the cache evict keys no later
-  query sees (`ExtensionMethod.retains`).
+- `ExtendedAttention` / `apply_extension`: what a lextra model's attention layers attend through instead of the
+  backends (`SelfAttention.extension`, an `AttentionExtension`), so that full forwards and cached decoding use
+  the same passes. Decoding needs no rule of its own: a new query at position m runs the method's passes over
+  the cached, un-rotated keys, which is each author's decode rule (keys rotated at -d'(m, n) against an
+  unrotated query) with the same numbers as the full forward. Methods with a bounded view (attention sinks,
+  LM-Infinite) let the cache evict keys no later query sees (`ExtensionMethod.retains`).
 """
 
 from __future__ import annotations
@@ -26,16 +26,23 @@ import bisect
 import itertools
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
 
-from lextra.attention.backends import TILE, attention_with_lse, merge_tiles
+from lextra.attention.backends import (
+    TILE,
+    AttentionContext,
+    AttentionExtension,
+    attention,
+    attention_with_lse,
+    merge_tiles,
+)
 from lextra.attention.masks import Mask, build_mask
 from lextra.errors import ConfigError
 from lextra.extend.base import ExtensionMethod, Pass, build_extension, check_scheme, same_position
-from lextra.model import GPT
+from lextra.model import GPT, Block
 from lextra.positions.base import PositionScheme
 
 #: query x key pairs per step of the dense reference (its per-pair rotated copies of q and k)
@@ -111,6 +118,7 @@ def reference_extended_attention(
     """Dense attention of q (B, H, Lq, D), k (B, H, Lk, Dk), v under `method`, from its formula: each pair scored
     with the query rotated at d'(m, n) and the key at 0, one fp32 softmax over the visible pairs."""
     q_pos, k_pos, scale, seq_len, rows = _prepare(q, k, scheme, method, q_pos, k_pos, scale, temperature)
+    assert scheme is not None  # `check_scheme` refused None
     B, H, Lq, D = q.shape
     Lk, Dk = k.shape[-2], k.shape[-1]
     remapped, visible = method.remap(q_pos[:, None], k_pos[None, :])
@@ -255,7 +263,8 @@ def _tiled(
     for start, stop in _query_blocks(q_list, block if q_sorted else 1, run.period):
         qp, qc = q_pos[start:stop], q[..., start:stop, :]
         m_lo, m_hi = min(q_list[start:stop]), max(q_list[start:stop])
-        acc = lse = None
+        acc: Tensor | None = None
+        lse: Tensor | None = None
         if not grad:  # merged into in place, a slice at a time where band edges split a tile
             acc = torch.zeros(B, H, stop - start, v.shape[-1], dtype=torch.float32, device=q.device)
             lse = torch.full((B, H, stop - start), float("-inf"), device=q.device)
@@ -296,11 +305,12 @@ def _tiled(
                     if grad:
                         acc, lse = _merge_out_of_place(acc, lse, part, part_lse)
                     else:
+                        assert acc is not None and lse is not None  # allocated above without autograd
                         lse[..., r0:r1] = merge_tiles(acc[..., r0:r1, :], lse[..., r0:r1], part, part_lse)[1]
                     del part, part_lse  # freed before the next tile allocates its own
                 del kr
             del qr
-        if lse is None or bool((lse <= LSE_FLOOR).any()):
+        if acc is None or lse is None or bool((lse <= LSE_FLOOR).any()):
             raise ConfigError(f"{run.label}: queries at {m_lo}..{m_hi} see no key; their own positions must be keys")
         if out is None:
             outputs.append(acc.to(v.dtype))
@@ -421,39 +431,32 @@ def _merge_out_of_place(
     return acc * torch.exp(lse - total)[..., None] + part.float() * torch.exp(part_lse - total)[..., None], total
 
 
-class ExtendedAttention:
-    """A drop-in for `lextra.attention.attention` in a model layer (`SelfAttention.attend`) under `method`.
-
-    It takes `attention`'s keywords; the mask must be causal (the method sets its own visibility);
-    `backend="reference"` runs the dense reference, any other backend the fast path.
-    """
+class ExtendedAttention(AttentionExtension):
+    """A layer's attention under `method` (`SelfAttention.extension`, `attention(..., extension=)`): the fast
+    passes, or the dense reference for backend='reference'. The mask must be causal (the method sets its own
+    visibility). Calling it takes `attention`'s keywords."""
 
     def __init__(self, method: ExtensionMethod) -> None:
         self.method = method
+        self.name = method.name
 
-    def __call__(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        *,
-        scheme: PositionScheme | None = None,
-        mask: Mask | str | None = "causal",
-        q_pos: Tensor | None = None,
-        k_pos: Tensor | None = None,
-        backend: str = "auto",
-        temperature: Tensor | float | None = None,
-        scale: float | None = None,
-        block_size: int | None = None,
-    ) -> Tensor:
-        if not build_mask(mask).exactly_causal:
+    def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext, *, reference: bool = False) -> Tensor:
+        if not ctx.mask.exactly_causal:
             raise ConfigError(
                 f"extension {self.method.name!r} sets its own visibility over causal attention; "
-                f"use mask='causal', not {mask!r}"
+                f"use mask='causal', not {ctx.mask!r}"
             )
-        if backend == "reference":
-            return reference_extended_attention(q, k, v, scheme, self.method, q_pos, k_pos, scale, temperature)
-        return extended_attention(q, k, v, scheme, self.method, q_pos, k_pos, scale, temperature, block_size)
+        if reference:
+            return reference_extended_attention(
+                q, k, v, ctx.scheme, self.method, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau
+            )
+        return extended_attention(
+            q, k, v, ctx.scheme, self.method, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau, ctx.block_size
+        )
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor, **options: Any) -> Tensor:
+        """`attention(q, k, v, extension=self, **options)`."""
+        return attention(q, k, v, extension=self, **options)
 
     def retains(self, k_pos: Tensor, next_query: int) -> Tensor:
         """Which cached keys a query at `next_query` or later can still see (the cache evicts the others)."""
@@ -470,12 +473,12 @@ def apply_extension(model: GPT, method: ExtensionMethod | str | None, **options:
     evicts."""
     if method is None or method == "none":
         for block in model.blocks:
-            block.attn.attend = None
+            cast(Block, block).attn.extension = None
         return None
     built = build_extension(method, model.config.train_len, **options)
     for layer in range(model.config.n_layer):
         check_scheme(model.scheme_for(layer), built)
     hook = ExtendedAttention(built)
     for block in model.blocks:
-        block.attn.attend = hook
+        cast(Block, block).attn.extension = hook
     return built

@@ -8,6 +8,7 @@ to Hugging Face's own `rope_parameters` (`set_rope_scaling`); masks, temperature
 lextra's registered attention (`lextra.hf.attention`). `set_extension` applies a training-free extension method
 (`lextra.extend`): Hugging Face's rotary embedding then gives the identity (`IdentityRotary`) and lextra's
 attention rotates q and k at the method's remapped positions with Hugging Face's own frequencies (`HFRoPE`).
+`apply_setup` (what `lextra.extend.InferenceSetup.apply` calls) sets any of these in one step.
 
 `HFSeq2Seq` (T5 family) adapts the encoder: temperatures, masks and capture act on the encoder self-attention,
 retrieval is question answering (the prompt is the encoder input, the answer is decoded), and analysis reads the
@@ -31,7 +32,7 @@ from lextra.attention import build_mask
 from lextra.attention.masks import Mask
 from lextra.devices import module_device
 from lextra.errors import ConfigError
-from lextra.extend import ExtensionMethod, build_extension
+from lextra.extend import KEEP, ExtensionMethod, InferenceSetup, build_extension
 from lextra.hf.attention import (
     ATTENTION_NAME,
     AttentionState,
@@ -106,6 +107,33 @@ class _Adapter(ABC):
         """Move the wrapped model to `device`; its caches and lextra's attention inputs follow it there."""
         self.model.to(device)
         return self
+
+    def apply_setup(self, setup: InferenceSetup) -> None:
+        """Apply an `InferenceSetup` (`setup.apply(adapter)`): RoPE scaling, log scaling, temperatures, then an
+        extension's removal, the mask and an extension's addition (so a setup may swap a mask for one)."""
+        if setup.rope_scaling is not KEEP:
+            self.set_rope_scaling(setup.rope_scaling)
+        if setup.log_scaling is not KEEP:
+            self.set_log_scaling(setup.log_scaling)
+        if setup.temperatures is not KEEP:
+            self.set_temperatures(setup.temperatures)
+        removing = setup.extension is not KEEP and setup.extension in (None, "none")
+        if removing:
+            self.set_extension(None)
+        if setup.mask is not KEEP:
+            self.set_mask(setup.mask)
+        if setup.extension is not KEEP and not removing:
+            self.set_extension(setup.extension)
+
+    def set_rope_scaling(self, spec: str | dict | None) -> dict[str, Any]:
+        """Apply a RoPE scaling as Hugging Face `rope_parameters` (the Llama family)."""
+        raise ConfigError(f"{self.config.model_type} models have no RoPE to scale; drop the rope scaling")
+
+    def set_extension(self, spec: str | ExtensionMethod | None, **options: Any) -> ExtensionMethod | None:
+        """Apply a training-free extension method (the Llama family)."""
+        if spec is None or spec == "none":
+            return None
+        raise ConfigError(f"extension methods apply to rotary models, not {self.config.model_type}; drop --extend")
 
     def set_temperatures(self, temperatures: Any) -> None:
         """Per-layer, per-head softmax temperatures (n_layer, n_head); None resets them to 1."""

@@ -1,6 +1,7 @@
 """Inference-time methods for a trained model: RoPE scalings, temperature alignment, log-n scaling, and the names
 of the training-free extension methods among them (`extend:NAME[:KEY=VALUE,...]`)."""
 
+from lextra.extend import KEEP, InferenceSetup
 from lextra.methods.align import Alignment, align_temperatures, calibration_windows, log_length_temperature
 from lextra.methods.stretch import (
     EXTEND,
@@ -8,21 +9,27 @@ from lextra.methods.stretch import (
     TEMPERATURES,
     apply_rope_scaling,
     extension_method,
+    inference_setup,
     is_rotary,
+    known_methods,
     methods_for,
     prepared,
 )
 
 __all__ = [
     "EXTEND",
+    "KEEP",
     "ROPE_SCALINGS",
     "TEMPERATURES",
     "Alignment",
+    "InferenceSetup",
     "align_temperatures",
     "apply_rope_scaling",
     "calibration_windows",
     "extension_method",
+    "inference_setup",
     "is_rotary",
+    "known_methods",
     "log_length_temperature",
     "methods_for",
     "prepared",

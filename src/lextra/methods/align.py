@@ -17,7 +17,7 @@ positions of each window, under the model's causal mask.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -29,6 +29,7 @@ from lextra.data.prepare import PreparedData
 from lextra.data.windows import encode_documents
 from lextra.errors import ConfigError, DataError
 from lextra.model import GPT
+from lextra.serialize import Serializable
 
 STRATEGIES = ("pmax", "entropy", "log-length")
 TAU_RANGE = (1.0 / 32.0, 32.0)
@@ -36,7 +37,7 @@ BISECTION_STEPS = 40
 
 
 @dataclass
-class Alignment:
+class Alignment(Serializable):
     """Temperatures (n_layer x n_head) and the statistic per layer: target at L_tr, before and after at L_ex."""
 
     strategy: str
@@ -50,9 +51,6 @@ class Alignment:
     #: (layer, head) pairs whose temperature hit the search range: the target is out of reach (e.g. a head whose
     #: logits are nearly constant cannot be sharpened by any temperature)
     saturated: list[tuple[int, int]]
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def log_length_temperature(train_len: int, length: int) -> float:

@@ -12,11 +12,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from lextra.errors import ConfigError
-from lextra.extend import ExtensionMethod, apply_extension, build_extension, check_scheme
+from lextra.extend import ExtensionMethod, InferenceSetup, build_extension, check_scheme
 from lextra.methods.align import align_temperatures
 from lextra.model import GPT
 from lextra.positions.rotary import RotaryFrequencies
-from lextra.positions.scaling import parse_rope_scaling
 
 ROPE_SCALINGS = ("linear", "ntk", "dynamic", "yarn")
 TEMPERATURES = ("pmax", "entropy", "log-length")
@@ -31,10 +30,7 @@ def is_rotary(model: GPT) -> bool:
 
 def apply_rope_scaling(model: GPT, spec: str | dict[str, Any]) -> GPT:
     """Give a trained rope/xpos/coca model an inference-time frequency scaling (`yarn:4`, `dynamic:1`, a dict)."""
-    if not is_rotary(model):
-        raise ConfigError(f"rope scaling applies to rope, xpos and coca models, not {model.config.scheme!r}")
-    model.set_scheme_options(scaling=parse_rope_scaling(spec) if isinstance(spec, str) else dict(spec))
-    return model
+    return InferenceSetup(rope_scaling=spec).apply(model)
 
 
 def methods_for(model: GPT, extensions: Sequence[str] = ()) -> list[str]:
@@ -65,20 +61,34 @@ def _extension_applies(model: GPT, name: str) -> bool:
     return True
 
 
-def prepared(model: GPT, method: str, data: Any, length: int, factor: float, windows: int = 2) -> GPT:
-    """A copy of `model` with `method` applied for inputs of `length` tokens; static scalings use `factor`,
-    dynamic NTK uses factor 1 (s = L / L_tr at every length)."""
-    model = copy.deepcopy(model)
+def known_methods() -> str:
+    """The method names `prepared` takes, for errors."""
+    return ", ".join(["none", *ROPE_SCALINGS, *TEMPERATURES, "qwen", f"{EXTEND}NAME[:KEY=VALUE,...]"])
+
+
+def inference_setup(model: GPT, method: str, data: Any, length: int, factor: float, windows: int = 2) -> InferenceSetup:
+    """The `InferenceSetup` that `method` stands for on `model` at inputs of `length` tokens (alignment is
+    calibrated here, on `model` itself); ConfigError for a method name that is none of `known_methods()`."""
+    if method == "none":
+        return InferenceSetup()
     if method in ("linear", "ntk", "yarn"):
-        model.set_scheme_options(scaling={"type": method, "factor": float(factor)})
-    elif method == "dynamic":
-        model.set_scheme_options(scaling={"type": "dynamic", "factor": 1.0})
-    elif method in TEMPERATURES and length > model.config.train_len:
-        align_temperatures(model, data, method, length, windows=windows)
-    elif method == "qwen":
-        model.config.log_scaling = "qwen"
-        for block in model.blocks:
-            block.attn.log_scaling = "qwen"
-    elif method.startswith(EXTEND):
-        apply_extension(model, extension_method(method, model.config.train_len, [length]))
-    return model
+        return InferenceSetup(rope_scaling={"type": method, "factor": float(factor)})
+    if method == "dynamic":
+        return InferenceSetup(rope_scaling={"type": "dynamic", "factor": 1.0})
+    if method in TEMPERATURES:
+        if length <= model.config.train_len:
+            return InferenceSetup()
+        alignment = align_temperatures(model, data, method, length, windows=windows)
+        return InferenceSetup(temperatures=alignment.temperatures)
+    if method == "qwen":
+        return InferenceSetup(log_scaling="qwen")
+    if method.startswith(EXTEND):
+        return InferenceSetup(extension=extension_method(method, model.config.train_len, [length]))
+    raise ConfigError(f"unknown inference method {method!r}; choose one of {known_methods()}")
+
+
+def prepared(model: GPT, method: str, data: Any, length: int, factor: float, windows: int = 2) -> GPT:
+    """A copy of `model` with `method` applied for inputs of `length` tokens (`inference_setup`); static
+    scalings use `factor`, dynamic NTK uses factor 1 (s = L / L_tr at every length)."""
+    model = copy.deepcopy(model)
+    return inference_setup(model, method, data, length, factor, windows).apply(model)

@@ -25,6 +25,7 @@ from lextra.pipelines.checkpoints import Checkpoint, TextSource
 from lextra.positions import PositionScheme
 from lextra.reporting.plots import plot_cumulative, plot_dispersion, plot_logits, plot_scores
 from lextra.reporting.tables import markdown_table, string_keys, write_csv
+from lextra.serialize import Serializable
 
 RESOLUTION_CONVENTION = (
     "R(s) = sum_{i<N} e^{s_i} (e^{s_i} - e^{s_{i+1}}) / (sum_{i<N} e^{s_i})^2 with e^{s_N} = 0, over the N distances "
@@ -33,7 +34,7 @@ RESOLUTION_CONVENTION = (
 
 
 @dataclass
-class ResolutionRow:
+class ResolutionRow(Serializable):
     """One row of the resolution report: empirical or theory, its scheme, mask and checkpoint, R by length."""
 
     kind: str
@@ -42,28 +43,9 @@ class ResolutionRow:
     checkpoint: str | None
     by_length: dict[int, ResolutionSummary]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "scheme": self.scheme,
-            "mask": self.mask,
-            "checkpoint": self.checkpoint,
-            "by_length": {str(n): r.to_dict() for n, r in self.by_length.items()},
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ResolutionRow:
-        return cls(
-            kind=data["kind"],
-            scheme=data["scheme"],
-            mask=data["mask"],
-            checkpoint=data["checkpoint"],
-            by_length={int(n): ResolutionSummary.from_dict(r) for n, r in data["by_length"].items()},
-        )
-
 
 @dataclass
-class ReceptiveFieldRow:
+class ReceptiveFieldRow(Serializable):
     """One row of the receptive-field report: a checkpoint under a mask, its L_tr, the ERF by segment length."""
 
     scheme: str
@@ -72,28 +54,9 @@ class ReceptiveFieldRow:
     train_len: int
     by_length: dict[int, ReceptiveField]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "scheme": self.scheme,
-            "mask": self.mask,
-            "checkpoint": self.checkpoint,
-            "train_len": self.train_len,
-            "by_length": {str(n): r.to_dict() for n, r in self.by_length.items()},
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ReceptiveFieldRow:
-        return cls(
-            scheme=data["scheme"],
-            mask=data["mask"],
-            checkpoint=data["checkpoint"],
-            train_len=data["train_len"],
-            by_length={int(n): ReceptiveField.from_dict(r) for n, r in data["by_length"].items()},
-        )
-
 
 @dataclass
-class DispersionRow:
+class DispersionRow(Serializable):
     """One row of the dispersion report: a checkpoint under a mask, its layer count, dispersion by input length."""
 
     scheme: str
@@ -101,25 +64,6 @@ class DispersionRow:
     checkpoint: str
     layers: int
     by_length: dict[int, Dispersion]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "scheme": self.scheme,
-            "mask": self.mask,
-            "checkpoint": self.checkpoint,
-            "layers": self.layers,
-            "by_length": {str(n): d.to_dict() for n, d in self.by_length.items()},
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> DispersionRow:
-        return cls(
-            scheme=data["scheme"],
-            mask=data["mask"],
-            checkpoint=data["checkpoint"],
-            layers=data["layers"],
-            by_length={int(n): Dispersion.from_dict(d) for n, d in data["by_length"].items()},
-        )
 
 
 def markdown(rows: Mapping[str, Mapping[str, Any]], columns: Sequence[str], corner: str, digits: int = 3) -> str:

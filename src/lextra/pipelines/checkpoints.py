@@ -14,7 +14,9 @@ from torch import Tensor
 from lextra.data.prepare import PreparedData, model_data_spec, prepare_for_model
 from lextra.errors import ConfigError
 from lextra.evaluate import evaluation_documents
-from lextra.model import CONFIG_FILE, GPT, load_model, read_model_meta
+from lextra.model import CONFIG_FILE, GPT
+from lextra.pipelines.loading import load_lextra
+from lextra.validate import parse_lengths
 
 
 @dataclass
@@ -45,8 +47,8 @@ def load_checkpoints(paths: list[str], device: str | torch.device = "cpu") -> li
     loaded: list[Checkpoint] = []
     for path in paths:
         folder = resolve_checkpoint(path)
-        meta = read_model_meta(folder)
-        model = load_model(folder, map_location=device)
+        model_and_meta = load_lextra(folder, device=device)
+        model, meta = model_and_meta.model, model_and_meta.meta
         model.eval()
         label = model.config.scheme
         if any(c.label == label for c in loaded):
@@ -66,17 +68,10 @@ def common_train_len(checkpoints: list[Checkpoint], default: int) -> int:
     return values[0]
 
 
-def parse_lengths(text: str | None, train_len: int, multiples: tuple[int, ...]) -> list[int]:
-    """Comma-separated positive lengths, or L_tr times `multiples` when none are given."""
-    if not text:
-        return [train_len * m for m in multiples]
-    try:
-        lengths = sorted({int(x) for x in text.split(",") if x.strip()})
-    except ValueError:
-        raise ConfigError(f"--lengths takes comma-separated integers, got {text!r}") from None
-    if not lengths or lengths[0] < 2:
-        raise ConfigError(f"--lengths must be integers >= 2, got {text!r}")
-    return lengths
+def analysis_lengths(text: str | None, train_len: int, multiples: tuple[int, ...]) -> list[int]:
+    """An analysis' `--lengths` (distinct, ascending, each >= 2), or L_tr times `multiples` when none are given."""
+    lengths = parse_lengths(text, 2, distinct=True)
+    return [train_len * m for m in multiples] if lengths is None else lengths
 
 
 class TextSource:

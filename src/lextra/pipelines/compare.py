@@ -11,8 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import sys
-from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,8 @@ from lextra.model import WEIGHTS_FILE, load_model, read_model_meta
 from lextra.positions import SCHEMES
 from lextra.reporting.plots import plot_curves
 from lextra.reporting.tables import markdown_table, string_keys, write_csv
+from lextra.serialize import Serializable, options
+from lextra.tensorboard import Board, run_log_dir
 from lextra.train import CHECKPOINTS, FINAL, TrainConfig, train
 
 DEFAULT_VARIANTS = (
@@ -46,54 +47,27 @@ class Variant:
 
 
 @dataclass
-class VariantResult:
+class VariantResult(Serializable):
     """One evaluated variant: its evaluation and what it was computed for (the weights' checksum, scheme, mask)."""
 
     model_sha256: str
     scheme: str
     mask: str
-    evaluation: Evaluation
+    #: written inline: `results/<variant>.json` holds the evaluation's keys beside the fields above
+    evaluation: Evaluation = field(metadata=options(inline=True))
 
     def fingerprint(self) -> dict[str, Any]:
         """What a cached result must match to be reused: the weights' checksum and the evaluation settings."""
         return {"model_sha256": self.model_sha256, "eval": self.evaluation.config}
 
-    def to_dict(self) -> dict[str, Any]:
-        """`results/<variant>.json`: the fingerprint first, then the evaluation, then scheme and mask."""
-        return {**self.fingerprint(), **self.evaluation.to_dict(), "scheme": self.scheme, "mask": self.mask}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> VariantResult:
-        return cls(
-            model_sha256=data["model_sha256"],
-            scheme=data["scheme"],
-            mask=data["mask"],
-            evaluation=Evaluation.from_dict(data),
-        )
-
 
 @dataclass
-class Comparison:
+class Comparison(Serializable):
     """Every variant's result with the training and evaluation settings they share (`summary.json`)."""
 
     variants: dict[str, VariantResult]
     train: dict[str, Any]
     eval: dict[str, Any]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "variants": {label: v.to_dict() for label, v in self.variants.items()},
-            "train": self.train,
-            "eval": self.eval,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Comparison:
-        return cls(
-            variants={label: VariantResult.from_dict(v) for label, v in data["variants"].items()},
-            train=data["train"],
-            eval=data["eval"],
-        )
 
 
 def parse_variant(spec: str) -> Variant:
@@ -148,12 +122,16 @@ def compare(
     summary = Comparison(variants={}, train=base.to_dict(), eval=eval_config.to_dict())
     models: dict[str, Path] = {}
     for variant in parsed:
+        run_dir = out_dir / "models" / variant.scheme
+        # one TensorBoard run per scheme: its training curves and its variants' perplexity curves
+        log_dir = None if base.log_dir is None else str(Path(base.log_dir) / variant.scheme)
         if variant.scheme not in models:
             config = copy.deepcopy(base)
             config.model.scheme = variant.scheme
             config.model.scheme_options = {}
+            config.log_dir = log_dir
             _log(f"training {variant.scheme}")
-            models[variant.scheme] = train_or_reuse(config, out_dir / "models" / variant.scheme, progress, device)
+            models[variant.scheme] = train_or_reuse(config, run_dir, progress, device)
         model_dir = models[variant.scheme]
         result_path = out_dir / "results" / f"{variant.label.replace(':', '-')}.json"
         cell_eval = copy.deepcopy(eval_config)
@@ -172,6 +150,10 @@ def compare(
         evaluation = evaluate_model(model, data, cell_eval, progress=progress, label=variant.label)
         record = VariantResult(fingerprint["model_sha256"], variant.scheme, variant.mask, evaluation)
         atomic_write_json(result_path, record.to_dict())
+        if base.tensorboard:  # written when computed, so a reused result is not logged twice
+            board = Board(run_log_dir(log_dir, run_dir))
+            board.evaluation(evaluation, variant.mask)
+            board.close()
         summary.variants[variant.label] = record
     write_summary(out_dir, summary, base.model.train_len)
     return summary

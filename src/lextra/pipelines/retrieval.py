@@ -30,8 +30,8 @@ from lextra.evaluate.retrieval import (
 )
 from lextra.evaluate.ruler import RULER_TRAINING_TASKS
 from lextra.io import atomic_write_json, atomic_write_text
-from lextra.methods import apply_rope_scaling
-from lextra.model import load_model, read_model_meta
+from lextra.model import read_model_meta
+from lextra.pipelines.loading import ModelOptions, load_lextra
 from lextra.positions import SCHEMES
 from lextra.reporting.retrieval import plot_heatmap, retrieval_tables
 from lextra.train import CHECKPOINTS, FINAL, TrainConfig, train
@@ -103,13 +103,10 @@ def compare_pretrained(folder: str | Path, scheme: str) -> str:
 
 
 def load_scaled(folder: str | Path, rope_scaling: str | None, device: str | torch.device = "cpu") -> tuple[Any, str]:
-    """The model in `folder` on `device` with `rope_scaling` applied, and a label naming both."""
-    model = load_model(folder, map_location=device)
-    label = model.config.scheme
-    if rope_scaling:
-        apply_rope_scaling(model, rope_scaling)
-        label += f"+{rope_scaling}"
-    return model, label
+    """The model in `folder` on `device` with `rope_scaling` applied, and a label naming both
+    (`lextra.pipelines.loading.load_lextra`, kept for callers of this pair)."""
+    loaded = load_lextra(folder, ModelOptions(rope_scaling=rope_scaling), device)
+    return loaded.model, loaded.label
 
 
 def compare_retrieval(

@@ -178,32 +178,35 @@ def preflight(model: Any, tasks: Mapping[str, RulerTask], lengths: Sequence[int]
             check_vocabulary(model, [task.sample(length, 0, seed)], task.tokenizer)
 
 
-def run_ruler(
-    model: Any,
-    tokenizer: Tokenizer,
-    settings: RulerSettings,
-    out: str | Path,
-    *,
-    documents: Sequence[Document] | None = None,
-    chat: ChatFormat | None = None,
-    mask: str | None = None,
-    label: str = "",
-    model_name: str | None = None,
-    key: Mapping[str, Any] | None = None,
-    progress: bool = True,
-) -> RulerResult:
-    """Every (task, length) cell of `settings` for `model`, reusing saved cells whose key matches; writes the
-    outputs in `out` and returns the result. `key` names the model (weights checksum, method labels): a cell
-    computed for another key is recomputed. `model_name` (its folder or name) is recorded in the result. `mask`
-    is a lextra GPT's mask (a Hugging Face adapter holds its own)."""
+@dataclass
+class RulerTarget:
+    """What a RULER run evaluates and how its cells and results name it: the model and its tokenizer, the method
+    label, the key of the model (weights checksum, temperatures: a cell computed for another key is recomputed),
+    the mask of a lextra GPT (a Hugging Face adapter holds its own), the name recorded in the results (its folder),
+    the chat wrapping of the prompts and the essay documents (default: the settings' haystack corpus)."""
+
+    model: Any
+    tokenizer: Tokenizer
+    label: str = ""
+    key: Mapping[str, Any] | None = None
+    mask: str | None = None
+    name: str | None = None
+    chat: ChatFormat | None = None
+    documents: Sequence[Document] | None = None
+
+
+def run_ruler(target: RulerTarget, settings: RulerSettings, out: str | Path, *, progress: bool = True) -> RulerResult:
+    """Every (task, length) cell of `settings` for `target`, reusing saved cells whose key matches; writes the
+    outputs in `out` and returns the result."""
+    model, tokenizer, chat, mask, label = target.model, target.tokenizer, target.chat, target.mask, target.label
     settings.validate()
     out = Path(out)
     lengths = settings.resolved_lengths(model.config.train_len)
-    tasks = settings.build(tokenizer, documents, chat)
+    tasks = settings.build(tokenizer, target.documents, chat)
     preflight(model, tasks, lengths, settings.seed)
     wanted = range(settings.samples)
     keys = {
-        (name, n): cell_key(key, label, task, n, settings, tokenizer, chat, mask)
+        (name, n): cell_key(target.key, label, task, n, settings, tokenizer, chat, mask)
         for name, task in tasks.items()
         for n in lengths
     }
@@ -238,7 +241,7 @@ def run_ruler(
         threshold=float(settings.threshold),
         cells=cells,
         chat=chat is not None,
-        model=model_name,
+        model=target.name,
     )
     save_ruler_outputs(out, result)
     return result

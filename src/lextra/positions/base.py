@@ -10,6 +10,7 @@ A scheme fills only the places it uses; the attention layer composes them withou
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -18,6 +19,22 @@ from torch import Tensor, nn
 
 from lextra.errors import ConfigError
 from lextra.registry import Registry
+
+#: a per-query score bias as compiled FlexAttention code: (head, query index, key index) -> bias
+QueryBias = Callable[[Tensor, Tensor, Tensor], Tensor]
+
+
+@dataclass(frozen=True)
+class ScoreLayout:
+    """Where a compiled score modifier reads positions: query positions `q_rows` and key positions `k_rows` per
+    (padded) row index, on the call's device; distances q - k run from `lo` over `n_distances` values, and
+    per-distance tables are padded to `n_table` entries (`lextra.attention.flex`)."""
+
+    q_rows: Tensor
+    k_rows: Tensor
+    lo: int
+    n_distances: int
+    n_table: int
 
 
 @dataclass(frozen=True)
@@ -46,7 +63,9 @@ class PositionScheme(nn.Module):
     #: one instance serves every layer of a model (T5 computes its bias once per stack)
     shared_across_layers: ClassVar[bool] = False
     #: the rotation's numerics are only safe when queries in one call span at most this many positions
-    rotate_span: ClassVar[int | None] = None
+    rotate_span: int | None = None
+    #: a per-query bias (`bias_per_query`) the scheme can state as compiled score-modifier code (`query_bias_mod`)
+    has_query_bias_mod: ClassVar[bool] = False
 
     def __init__(self, dims: HeadDims) -> None:
         super().__init__()
@@ -105,6 +124,16 @@ class PositionScheme(nn.Module):
         call: a scheme may build it in buffers kept in `workspace` and reused from one query block to the next
         (FIRE's per-pair bias); the default returns a fresh `bias`."""
         return self.bias(q_pos, k_pos)
+
+    def query_bias_mod(self, layout: ScoreLayout, tau: Tensor | None) -> tuple[QueryBias, list[Tensor]]:
+        """The per-query bias (where `distance_only` is False) as traceable code for FlexAttention's score_mod,
+        divided by the per-head temperature `tau` (H, 1) when given, and the tensors that code captures. Only
+        schemes that declare `has_query_bias_mod` implement it (FIRE)."""
+        raise TypeError(f"scheme {self.name!r} has no per-query score modifier")
+
+    def query_bias_limit(self) -> str | None:
+        """Why this scheme's bias cannot be a compiled score modifier (a one-line reason), or None."""
+        return None
 
     def extra_repr(self) -> str:
         return ", ".join(f"{k}={v!r}" for k, v in self.options.items())

@@ -7,14 +7,18 @@ and are computed from a per-distance table; FIRE also depends on the query posit
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lextra.errors import ConfigError
-from lextra.positions.base import HeadDims, PositionScheme, register_scheme
+from lextra.positions.base import HeadDims, PositionScheme, QueryBias, ScoreLayout, register_scheme
 from lextra.validate import FLOAT32_MAX, check_bool, check_int, check_range
+
+#: FIRE's MLP widths its FlexAttention score modifier unrolls (one comparison per hidden unit and score)
+FLEX_MAX_HIDDEN = 64
 
 
 def alibi_slopes(n_heads: int) -> Tensor:
@@ -43,6 +47,7 @@ class ALiBi(PositionScheme):
     summary = "linear distance penalty -m_h (m - n) with geometric head slopes (Press 2022)"
     has_bias = True
     SLOPE_SHIFT_LIMIT: ClassVar[float] = 100.0
+    slopes: Tensor  # a buffer
 
     def __init__(self, dims: HeadDims, *, slope_shift: float = 0.0) -> None:
         super().__init__(dims)
@@ -223,6 +228,7 @@ class FIRE(PositionScheme):
     has_bias = True
     bias_per_query = True
     relative = False
+    has_query_bias_mod = True
 
     def __init__(
         self,
@@ -263,7 +269,7 @@ class FIRE(PositionScheme):
         hidden unit switches on: evaluate it exactly as slope * u + intercept of u's piece (no hidden layer
         per (query, key) pair). Returns sorted breakpoints (K,) and per-piece slope, intercept (H, K + 1), in
         `dtype`; differentiable in the MLP's weights under autograd."""
-        up, down = self.mlp[0], self.mlp[2]
+        up, down = cast(nn.Linear, self.mlp[0]), cast(nn.Linear, self.mlp[2])
         w, b = up.weight[:, 0].double(), up.bias.double()
         w2, b2 = down.weight.double(), down.bias.double()
         moving = w != 0
@@ -331,6 +337,43 @@ class FIRE(PositionScheme):
         distance = (q_pos[:, None] - k_pos[None, :]).float()
         denominator = self._psi(torch.maximum(q_pos.float(), l_thr)) + self.eps  # (Lq,)
         return self._mlp_heads(self._psi(distance) / denominator[:, None])  # (H, Lq, Lk)
+
+    def query_bias_limit(self) -> str | None:
+        hidden = cast(nn.Linear, self.mlp[0]).out_features
+        if hidden > FLEX_MAX_HIDDEN:
+            return f"unrolls FIRE's MLP into its score modifier up to {FLEX_MAX_HIDDEN} hidden units, not {hidden}"
+        return None
+
+    def query_bias_mod(self, layout: ScoreLayout, tau: Tensor | None) -> tuple[QueryBias, list[Tensor]]:
+        """MLP_h(psi(m - n) / (psi(max(m, L_thr)) + eps)) as score-modifier code: psi(m - n) from a per-distance
+        table, the denominator per query, the MLP's linear piece as the number of breakpoints below u (as
+        `torch.bucketize`; padded with +inf to one per hidden unit, so its shape never changes)."""
+        device = layout.q_rows.device
+        distance = torch.arange(layout.lo, layout.lo + layout.n_distances, device=device).float()
+        psi = torch.log(torch.abs(self.c * distance) + 1.0)
+        psi = F.pad(psi, (0, layout.n_table - psi.numel()))
+        l_thr = self.l_mult.abs() * self.threshold
+        q_rows = layout.q_rows.float()
+        denominator = torch.log(torch.abs(self.c * torch.maximum(q_rows, l_thr)) + 1.0) + self.eps
+        breakpoints, slope, intercept = self.linear_pieces()
+        hidden = cast(nn.Linear, self.mlp[0]).out_features
+        breakpoints = F.pad(breakpoints, (0, hidden - breakpoints.numel()), value=float("inf")).to(device)
+        slope = F.pad(slope, (0, hidden + 1 - slope.shape[1]), mode="replicate").to(device)
+        intercept = F.pad(intercept, (0, hidden + 1 - intercept.shape[1]), mode="replicate").to(device)
+        if tau is not None:  # per-head temperature: folded into the pieces
+            slope, intercept = slope / tau, intercept / tau
+        q_shift = layout.q_rows - layout.lo
+        k_rows = layout.k_rows
+
+        def fire_bias(h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            u = psi[q_shift[q_idx] - k_rows[kv_idx]] / denominator[q_idx]
+            # a count, not a binary search: nested data-dependent loads make inductor's compile time explode
+            piece = torch.zeros_like(q_idx)
+            for unit in range(hidden):
+                piece = piece + (breakpoints[unit] < u).to(piece.dtype)
+            return intercept[h, piece] + slope[h, piece] * u
+
+        return fire_bias, [psi, denominator, slope, intercept]
 
 
 def _buffer(workspace: dict[str, Tensor], name: str, numel: int, dtype: torch.dtype, device: torch.device) -> Tensor:

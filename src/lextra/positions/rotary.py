@@ -115,6 +115,7 @@ class RotaryFrequencies(PositionScheme):
     NTK, YaRN, Llama 3, LongRoPE; see `lextra.positions.scaling`) and its cos/sin attention factor."""
 
     transforms_qk = True
+    inv_freq: Tensor  # a buffer
 
     def _init_frequencies(self, base: float, scaling: dict[str, Any] | RopeScaling | None) -> None:
         self.base = check_range(f"{self.name}: base", base, 1.0, low_open=True, hint="RoPE uses 10000")
@@ -191,6 +192,7 @@ class XPos(RotaryFrequencies):
     """
 
     summary = "RoPE with an exponential decay zeta^((m-n)/B) (Sun 2022); finite at any length"
+    log_zeta: Tensor  # a buffer
 
     def __init__(
         self,

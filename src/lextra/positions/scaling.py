@@ -146,7 +146,7 @@ class RopeScaling:
                 f"got {self.low_freq_factor:g} and {self.high_freq_factor:g}"
             )
         if self.type == "longrope":
-            if self.attention_factor is None and self.factor > 1 and self.original_max_position_embeddings < 2:
+            if self.attention_factor is None and self.factor > 1 and (self.original_max_position_embeddings or 0) < 2:
                 raise ConfigError(
                     f"{where}: the default attention factor divides by ln L_tr, so "
                     "original_max_position_embeddings must be >= 2 (or give attention_factor)"
@@ -277,6 +277,7 @@ def _dynamic(scaling: RopeScaling, head_dim: int, base: float, seq_len: int | No
     by about 2e-7 relative.
     """
     train_len = scaling.original_max_position_embeddings
+    assert train_len is not None  # RopeScaling.validate requires it of this type
     length = train_len if seq_len is None else max(seq_len, train_len)
     factor = scaling.factor
     dynamic_base = base * ((factor * length / train_len) - (factor - 1)) ** (head_dim / (head_dim - 2))
@@ -297,6 +298,7 @@ def _yarn(scaling: RopeScaling, head_dim: int, base: float, seq_len: int | None)
     """
     factor = scaling.factor
     train_len = scaling.original_max_position_embeddings
+    assert train_len is not None  # RopeScaling.validate requires it of this type
     attention = scaling.attention_factor
     if attention is None:
         if scaling.mscale and scaling.mscale_all_dim:
@@ -332,6 +334,7 @@ def _llama3(scaling: RopeScaling, head_dim: int, base: float, seq_len: int | Non
     """
     factor, low, high = scaling.factor, scaling.low_freq_factor, scaling.high_freq_factor
     train_len = scaling.original_max_position_embeddings
+    assert train_len is not None  # RopeScaling.validate requires it of this type
     inv_freq = rope_inv_freq(head_dim, base)
     wavelength = 2 * math.pi / inv_freq
     long_wave, short_wave = train_len / low, train_len / high
@@ -352,6 +355,7 @@ def _longrope(scaling: RopeScaling, head_dim: int, base: float, seq_len: int | N
     A missing factor is max_position_embeddings / L_tr in HF (`from_hf` does the same).
     """
     train_len = scaling.original_max_position_embeddings
+    assert train_len is not None  # RopeScaling.validate requires it of this type
     attention = scaling.attention_factor
     if attention is None:
         factor = scaling.factor
@@ -537,12 +541,12 @@ def to_hf(scaling: RopeScaling, *, base: float | None = None) -> dict[str, Any]:
     out["original_max_position_embeddings"] = scaling.original_max_position_embeddings
     if scaling.type == "yarn":
         out.update(beta_fast=scaling.beta_fast, beta_slow=scaling.beta_slow, truncate=scaling.truncate)
-        optional = ("attention_factor", "mscale", "mscale_all_dim")
+        optional: tuple[str, ...] = ("attention_factor", "mscale", "mscale_all_dim")
     elif scaling.type == "llama3":
         out.update(low_freq_factor=scaling.low_freq_factor, high_freq_factor=scaling.high_freq_factor)
         optional = ()
     else:
-        out.update(short_factor=list(scaling.short_factor), long_factor=list(scaling.long_factor))
+        out.update(short_factor=list(scaling.short_factor or ()), long_factor=list(scaling.long_factor or ()))
         optional = ("attention_factor",)
     out.update({key: getattr(scaling, key) for key in optional if getattr(scaling, key) is not None})
     return out

@@ -11,8 +11,8 @@ from __future__ import annotations
 import difflib
 import random
 import sys
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -24,41 +24,28 @@ from lextra.errors import ConfigError, DataError
 from lextra.evaluate.retrieval.evaluate import default_lengths
 from lextra.evaluate.retrieval.scoring import greedy_continue, prefill
 from lextra.evaluate.retrieval.sources import row_seed
+from lextra.serialize import Serializable, options
 
 
 @dataclass(frozen=True)
-class LineScores:
+class LineScores(Serializable):
     """Next-line exact-match rate and mean edit similarity."""
 
     exact: float
     edit_sim: float
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"exact": self.exact, "edit_sim": self.edit_sim}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> LineScores:
-        return cls(exact=data["exact"], edit_sim=data["edit_sim"])
-
 
 @dataclass(frozen=True)
-class CompletionExample:
+class CompletionExample(Serializable):
     """A held-out line and its completions from the full and the truncated context."""
 
     target: str
     full: str
     truncated: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"target": self.target, "full": self.full, "truncated": self.truncated}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> CompletionExample:
-        return cls(target=data["target"], full=data["full"], truncated=data["truncated"])
-
 
 @dataclass
-class CompletionBucket:
+class CompletionBucket(Serializable):
     """One context length: lines scored, scores with the full and with the truncated context, three examples."""
 
     lines: int
@@ -66,26 +53,9 @@ class CompletionBucket:
     truncated: LineScores
     examples: list[CompletionExample]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "lines": self.lines,
-            "full": self.full.to_dict(),
-            "truncated": self.truncated.to_dict(),
-            "examples": [e.to_dict() for e in self.examples],
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> CompletionBucket:
-        return cls(
-            lines=data["lines"],
-            full=LineScores.from_dict(data["full"]),
-            truncated=LineScores.from_dict(data["truncated"]),
-            examples=[CompletionExample.from_dict(e) for e in data["examples"]],
-        )
-
 
 @dataclass
-class CompletionResult:
+class CompletionResult(Serializable):
     """Next-line completion of one model by context length (`to_dict` is the JSON, lengths as string keys)."""
 
     label: str
@@ -93,28 +63,7 @@ class CompletionResult:
     lengths: list[int]
     buckets: dict[int, CompletionBucket]
     #: the model folder or name, when the caller records it
-    model: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        data = {
-            "label": self.label,
-            "train_len": self.train_len,
-            "lengths": list(self.lengths),
-            "buckets": {str(n): b.to_dict() for n, b in self.buckets.items()},
-        }
-        if self.model is not None:
-            data["model"] = self.model
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> CompletionResult:
-        return cls(
-            label=data["label"],
-            train_len=data["train_len"],
-            lengths=list(data["lengths"]),
-            buckets={int(n): CompletionBucket.from_dict(b) for n, b in data["buckets"].items()},
-            model=data.get("model"),
-        )
+    model: str | None = field(default=None, metadata=options(omit_none=True))
 
 
 def edit_similarity(predicted: str, target: str) -> float:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import random
 import sys
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -18,6 +18,7 @@ from lextra.errors import ConfigError
 from lextra.evaluate.retrieval.scoring import score_prompts
 from lextra.evaluate.retrieval.sources import row_seed
 from lextra.evaluate.retrieval.tasks import RetrievalTask
+from lextra.serialize import Serializable, options
 
 DEFAULT_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 DEFAULT_MULTIPLES = (1, 2, 4, 8, 16)
@@ -25,34 +26,20 @@ METRICS = ("exact", "rank1", "mean_rank")
 
 
 @dataclass(frozen=True)
-class RetrievalExample:
+class RetrievalExample(Serializable):
     """A prompt's expected answer and what the model generated, kept to show failures."""
 
     answer: str
     generated: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"answer": self.answer, "generated": self.generated}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RetrievalExample:
-        return cls(answer=data["answer"], generated=data["generated"])
-
 
 @dataclass(frozen=True)
-class RetrievalScores:
+class RetrievalScores(Serializable):
     """Exact-match rate, rate of the gold answer ranked first, and its mean rank (1 = best)."""
 
     exact: float
     rank1: float
     mean_rank: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"exact": self.exact, "rank1": self.rank1, "mean_rank": self.mean_rank}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RetrievalScores:
-        return cls(exact=data["exact"], rank1=data["rank1"], mean_rank=data["mean_rank"])
 
     @classmethod
     def mean(cls, scores: Iterable[RetrievalScores]) -> RetrievalScores:
@@ -62,7 +49,7 @@ class RetrievalScores:
 
 
 @dataclass
-class RetrievalCell:
+class RetrievalCell(Serializable):
     """The scores of one (length, depth) cell, how many prompts they average, and the first two answers."""
 
     exact: float
@@ -75,23 +62,13 @@ class RetrievalCell:
     def scores(self) -> RetrievalScores:
         return RetrievalScores(self.exact, self.rank1, self.mean_rank)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**self.scores.to_dict(), "samples": self.samples, "examples": [e.to_dict() for e in self.examples]}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RetrievalCell:
-        return cls(
-            exact=data["exact"],
-            rank1=data["rank1"],
-            mean_rank=data["mean_rank"],
-            samples=data["samples"],
-            examples=[RetrievalExample.from_dict(e) for e in data["examples"]],
-        )
-
 
 @dataclass
-class RetrievalResult:
-    """Retrieval accuracy of one model over a length x depth grid; per-length and overall means derive from it."""
+class RetrievalResult(Serializable):
+    """Retrieval accuracy of one model over a length x depth grid; per-length and overall means derive from it.
+    Its JSON form has lengths and depths as string keys and the means too (recomputed on reading)."""
+
+    serialized_properties = ("by_length", "overall")
 
     task: str
     label: str
@@ -103,7 +80,7 @@ class RetrievalResult:
     #: length -> depth -> cell
     cells: dict[int, dict[float, RetrievalCell]]
     #: the model folder or name, when the caller records it
-    model: str | None = None
+    model: str | None = field(default=None, metadata=options(omit_none=True))
 
     @property
     def by_length(self) -> dict[int, RetrievalScores]:
@@ -121,42 +98,6 @@ class RetrievalResult:
 
     def cell(self, length: int, depth: float) -> RetrievalCell:
         return self.cells[int(length)][float(depth)]
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form: lengths and depths as string keys, "model" last when set."""
-        data = {
-            "task": self.task,
-            "label": self.label,
-            "lengths": list(self.lengths),
-            "depths": list(self.depths),
-            "samples": self.samples,
-            "candidates": self.candidates,
-            "seed": self.seed,
-            "cells": {str(n): {str(d): c.to_dict() for d, c in row.items()} for n, row in self.cells.items()},
-            "by_length": {str(n): s.to_dict() for n, s in self.by_length.items()},
-            "overall": self.overall.to_dict(),
-        }
-        if self.model is not None:
-            data["model"] = self.model
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RetrievalResult:
-        """Read `to_dict`'s form; `by_length` and `overall` are recomputed from the cells."""
-        return cls(
-            task=data["task"],
-            label=data["label"],
-            lengths=list(data["lengths"]),
-            depths=list(data["depths"]),
-            samples=data["samples"],
-            candidates=data["candidates"],
-            seed=data["seed"],
-            cells={
-                int(n): {float(d): RetrievalCell.from_dict(c) for d, c in row.items()}
-                for n, row in data["cells"].items()
-            },
-            model=data.get("model"),
-        )
 
 
 def default_lengths(train_len: int, multiples: Sequence[int] = DEFAULT_MULTIPLES) -> list[int]:

@@ -13,103 +13,54 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lextra.serialize import Serializable, options, rounded
+
 #: RULER's threshold: Llama-2-7B's average score at 4k tokens
 DEFAULT_THRESHOLD = 85.6
 
 
 @dataclass(frozen=True)
-class RulerExample:
+class RulerExample(Serializable):
     """A sample's references, what the model answered, and its score (0..1)."""
 
     references: list[str]
     output: str
     score: float
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"references": list(self.references), "output": self.output, "score": self.score}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RulerExample:
-        return cls(references=list(data["references"]), output=data["output"], score=data["score"])
-
 
 @dataclass(frozen=True)
-class RulerAnswer:
+class RulerAnswer(Serializable):
     """Sample `index` of a cell: its references, the model's answer, its score (0..1), the seconds it took
     (drawing the sample and its share of its batch) and the part of them its batch's prefill took (None when not
     recorded). A cell is a pure function of its answers."""
 
-    index: int
+    index: int = field(metadata=options(coerce=True))
     references: list[str]
     output: str
-    score: float
-    seconds: float
-    prefill_seconds: float | None = None
+    score: float = field(metadata=options(coerce=True))
+    seconds: float = field(metadata=options(encode=rounded(3), coerce=True))
+    prefill_seconds: float | None = field(
+        default=None, metadata=options(omit_none=True, encode=rounded(3), coerce=True)
+    )
 
     def example(self) -> RulerExample:
         return RulerExample(list(self.references), self.output, self.score)
 
-    def to_dict(self) -> dict[str, Any]:
-        data = {"index": self.index, **self.example().to_dict(), "seconds": round(self.seconds, 3)}
-        if self.prefill_seconds is not None:
-            data["prefill_seconds"] = round(self.prefill_seconds, 3)
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RulerAnswer:
-        return cls(
-            index=int(data["index"]),
-            references=list(data["references"]),
-            output=data["output"],
-            score=float(data["score"]),
-            seconds=float(data["seconds"]),
-            prefill_seconds=None if data.get("prefill_seconds") is None else float(data["prefill_seconds"]),
-        )
-
 
 @dataclass
-class RulerCell:
+class RulerCell(Serializable):
     """One (task, length): RULER's score (0..100), its Wilson 95% interval, the samples, the seconds taken and the
     part of them prefills took (None when not recorded): seconds / prefill_seconds is a sample's cost in forwards."""
 
     task: str
-    length: int
+    length: int = field(metadata=options(coerce=True))
     score: float
     low: float
     high: float
     samples: int
     seconds: float
     examples: list[RulerExample] = field(default_factory=list)
-    prefill_seconds: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        data = {
-            "task": self.task,
-            "length": self.length,
-            "score": self.score,
-            "low": self.low,
-            "high": self.high,
-            "samples": self.samples,
-            "seconds": self.seconds,
-            "examples": [e.to_dict() for e in self.examples],
-        }
-        if self.prefill_seconds is not None:
-            data["prefill_seconds"] = self.prefill_seconds
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RulerCell:
-        return cls(
-            task=data["task"],
-            length=int(data["length"]),
-            score=data["score"],
-            low=data["low"],
-            high=data["high"],
-            samples=data["samples"],
-            seconds=data["seconds"],
-            examples=[RulerExample.from_dict(e) for e in data.get("examples", [])],
-            prefill_seconds=data.get("prefill_seconds"),
-        )
+    prefill_seconds: float | None = field(default=None, metadata=options(omit_none=True))
 
 
 def effective_length(averages: Mapping[int, float], threshold: float = DEFAULT_THRESHOLD) -> int | None:
@@ -123,13 +74,15 @@ def effective_length(averages: Mapping[int, float], threshold: float = DEFAULT_T
 
 
 @dataclass
-class RulerResult:
+class RulerResult(Serializable):
     """A model's RULER cells over tasks x lengths (`to_dict` is the JSON; averages and the effective length are
     derived from the cells, so a reloaded result agrees)."""
 
+    serialized_properties = ("averages", "effective_length", "seconds")
+
     label: str
     tasks: list[str]
-    lengths: list[int]
+    lengths: list[int] = field(metadata=options(coerce=True))
     samples: int
     seed: int
     threshold: float
@@ -137,7 +90,7 @@ class RulerResult:
     cells: dict[str, dict[int, RulerCell]]
     chat: bool = False
     #: the model folder or name, when the caller records it
-    model: str | None = None
+    model: str | None = field(default=None, metadata=options(omit_none=True))
 
     def cell(self, task: str, length: int) -> RulerCell:
         return self.cells[task][int(length)]
@@ -183,39 +136,6 @@ class RulerResult:
                    "high": "", "samples": self.samples, "seconds": ""}  # fmt: skip
             rows.append(row)
         return rows
-
-    def to_dict(self) -> dict[str, Any]:
-        data = {
-            "label": self.label,
-            "tasks": list(self.tasks),
-            "lengths": list(self.lengths),
-            "samples": self.samples,
-            "seed": self.seed,
-            "threshold": self.threshold,
-            "chat": self.chat,
-            "cells": {t: {str(n): c.to_dict() for n, c in row.items()} for t, row in self.cells.items()},
-            "averages": {str(n): v for n, v in self.averages.items()},
-            "effective_length": self.effective_length,
-            "seconds": self.seconds,
-        }
-        if self.model is not None:
-            data["model"] = self.model
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RulerResult:
-        """Read `to_dict`'s form; averages and the effective length are recomputed from the cells."""
-        return cls(
-            label=data["label"],
-            tasks=list(data["tasks"]),
-            lengths=[int(n) for n in data["lengths"]],
-            samples=data["samples"],
-            seed=data["seed"],
-            threshold=data["threshold"],
-            cells={t: {int(n): RulerCell.from_dict(c) for n, c in row.items()} for t, row in data["cells"].items()},
-            chat=data.get("chat", False),
-            model=data.get("model"),
-        )
 
 
 def sorted_lengths(lengths: Sequence[int]) -> list[int]:

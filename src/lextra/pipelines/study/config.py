@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import copy
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lextra import serialize
 from lextra.attention.masks import build_mask
 from lextra.errors import ConfigError
 from lextra.methods import EXTEND, extension_method
-from lextra.model import check_fields
 from lextra.pipelines.ruler import SECTION_KEYS as RULER_SECTION_KEYS
 from lextra.pipelines.ruler import settings_from_section
 from lextra.positions import build_scheme
+from lextra.serialize import check_fields
 from lextra.train import TrainConfig
 
 
@@ -69,10 +69,7 @@ class StudyConfig:
         raise ConfigError(f"study: no model labelled {label!r}; models: {', '.join(m.label for m in self.models)}")
 
     def to_dict(self) -> dict[str, Any]:
-        data = copy.deepcopy(self.__dict__)
-        data["train"] = self.train.to_dict()
-        data["models"] = [m.__dict__ for m in self.models]
-        return data
+        return serialize.to_dict(self)
 
 
 SECTION_KEYS = {

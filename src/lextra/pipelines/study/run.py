@@ -25,8 +25,9 @@ from lextra.evaluate import EvalConfig, Evaluation, evaluate_model
 from lextra.evaluate.retrieval import RetrievalResult
 from lextra.io import atomic_write_json, sha256_file
 from lextra.methods import calibration_windows
-from lextra.model import WEIGHTS_FILE, load_model
+from lextra.model import WEIGHTS_FILE
 from lextra.pipelines.compare import train_or_reuse
+from lextra.pipelines.loading import ModelOptions, load_lextra
 from lextra.pipelines.study.config import ModelSpec, StudyConfig
 from lextra.reporting.study_results import (
     DispersionMeans,
@@ -96,7 +97,8 @@ class Study:
         return self._checksums[(label, seed)]
 
     def load(self, label: str, seed: int = 0):
-        return load_model(self.models[(label, seed)], map_location=self.device).eval()
+        """The trained model of (label, seed) on the study's device, in eval mode."""
+        return load_lextra(self.models[(label, seed)], device=self.device).model.eval()
 
     # --- stages ---------------------------------------------------------------------------------------------
     def train_all(self) -> None:
@@ -200,7 +202,6 @@ class Study:
     def retrieval(self) -> dict[str, RetrievalResult]:
         """Fine-tune each variant's LM model (seed 0) on the task; accuracy at every length and depth."""
         from lextra.evaluate.retrieval import build_task, evaluate_retrieval, register_task_spec
-        from lextra.methods import apply_rope_scaling
         from lextra.pipelines.retrieval import parse_scaled_variant
 
         section = dict(self.config.retrieval or {})
@@ -239,9 +240,7 @@ class Study:
             }
 
             def compute(label=label, scaling=scaling, variant=variant) -> RetrievalResult:
-                model = load_model(tuned[label], map_location=self.device).eval()
-                if scaling:
-                    apply_rope_scaling(model, scaling)
+                model = load_lextra(tuned[label], ModelOptions(rope_scaling=scaling), self.device).model.eval()
                 task = build_task(task_name, self.data.tokenizer, self.data.splits["test"])
                 return evaluate_retrieval(
                     model, task, self.config.lengths, depths, samples=samples, progress=self.progress, label=variant
@@ -292,7 +291,7 @@ class Study:
     def ruler(self) -> dict[str, Any]:
         """The RULER suite on each model (seed 0), cells resumable under `ruler/<label>/` with its own outputs; the
         models side by side in `ruler/comparison.md`, `comparison.csv` and `averages.png`."""
-        from lextra.pipelines.ruler import run_ruler, settings_from_section
+        from lextra.pipelines.ruler import RulerTarget, run_ruler, settings_from_section
         from lextra.reporting.ruler import save_ruler_comparison
 
         section = dict(self.config.ruler or {})
@@ -300,15 +299,10 @@ class Study:
         seed = self.config.seeds[0]
         results = {}
         for label in section.pop("models", [m.label for m in self.config.models]):
-            result = run_ruler(
-                self.load(label, seed),
-                self.data.tokenizer,
-                settings,
-                self.out / "ruler" / label,
-                label=label,
-                key={"weights": self.weights(label, seed)},
-                progress=self.progress,
+            target = RulerTarget(
+                self.load(label, seed), self.data.tokenizer, label=label, key={"weights": self.weights(label, seed)}
             )
+            result = run_ruler(target, settings, self.out / "ruler" / label, progress=self.progress)
             self.seconds += result.seconds
             results[label] = result
         save_ruler_comparison(self.out / "ruler", list(results.values()))
@@ -340,6 +334,8 @@ def train_config(study: StudyConfig, spec: ModelSpec, seed: int):
     config.model.scheme = spec.scheme
     config.model.scheme_options = dict(spec.options)
     config.seed = seed
+    if config.log_dir is not None:  # one TensorBoard run per model and seed
+        config.log_dir = str(Path(config.log_dir) / spec.label / f"seed{seed}")
     return config.validate()
 
 

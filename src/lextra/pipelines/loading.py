@@ -1,0 +1,228 @@
+"""Load what a command or a study evaluates: a lextra training run or model folder, a Hugging Face folder, a GGUF file
+or `smollm2`, with the inference-time changes it asks for (RoPE scaling, mask, temperatures, log-n scaling) applied,
+its tokenizer, a label naming the changes and the key that identifies it in resumable result cells.
+
+`load_model_spec` decides the kind from the spec itself: a folder whose config.json holds a lextra `model` section
+(or a run holding `model/`) is a lextra model; anything else is handed to `lextra.hf.load_hf` (which refuses hub
+names, files that are not .gguf and folders without config.json with one line each).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lextra.errors import ConfigError, DataError
+from lextra.evaluate.ruler import DEFAULT_HAYSTACK
+from lextra.extend import InferenceSetup
+
+
+@dataclass
+class ModelOptions:
+    """The inference-time changes applied while loading, and how the tokenizer is chosen.
+
+    `rope_scaling` is a `TYPE:FACTOR` spec (or a JSON dict), `mask` an inference mask spec, `temperatures` the path
+    of an alignment.json (`lextra align` / `lextra hf align`), `log_scaling` Qwen's log-n scaling (Hugging Face
+    models). `tokenizer` replaces the model's own (bytes, hf:PATH, or bpe[:VOCAB] trained on `haystack`'s train
+    split); `train_len` is the L_tr of a Hugging Face model (default its maximum); `quiet` hides the loading bars of
+    transformers."""
+
+    rope_scaling: str | None = None
+    mask: str | None = None
+    temperatures: str | None = None
+    log_scaling: str = "none"
+    tokenizer: str | None = None
+    haystack: str = DEFAULT_HAYSTACK
+    train_len: int | None = None
+    quiet: bool = False
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to evaluate: the model, its tokenizer (None when not asked for), the label its results carry,
+    the mask a lextra GPT runs with (a Hugging Face adapter holds its own: None), the name results record, a lextra
+    model's folder and metadata, and what `key` is made of."""
+
+    model: Any
+    tokenizer: Any
+    label: str
+    mask: str | None = None
+    name: str = ""
+    folder: Path | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    #: the weights file or folder of a Hugging Face model, checksummed when `key` is first read
+    weights_path: Path | None = None
+    temperatures: Any = None
+    _key: dict[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def is_lextra(self) -> bool:
+        return self.folder is not None
+
+    @property
+    def key(self) -> dict[str, Any]:
+        """What identifies the model in resumable result cells: its folder, the checksums of its weights and the
+        temperatures applied (computed once)."""
+        if self._key is None:
+            if self.folder is not None:
+                key: dict[str, Any] = {"model": str(self.folder), "weights": self.meta.get("weights_sha256")}
+            else:
+                path = self.weights_path or Path(self.name)
+                key = {"model": str(path.resolve()), "weights": weights_checksums(path)}
+            if self.temperatures is not None:
+                key["temperatures"] = self.temperatures
+            self._key = key
+        return dict(self._key)
+
+
+def model_folder(path: str | Path) -> Path:
+    """A model folder, or a training run folder holding `model/`."""
+    folder = Path(path)
+    return folder / "model" if (folder / "model" / "config.json").exists() else folder
+
+
+def lextra_folder(spec: str | Path) -> Path | None:
+    """The lextra model folder `spec` names (a model folder or a run holding `model/`), or None for anything else."""
+    folder = model_folder(spec)
+    try:
+        data = json.loads((folder / "config.json").read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return folder if isinstance(data, dict) and "model" in data and "model_type" not in data else None
+
+
+def read_temperatures(path: str | Path) -> tuple[Any, str]:
+    """The temperatures of an alignment.json (`lextra align` / `lextra hf align`) and its strategy."""
+    try:
+        saved = json.loads(Path(path).read_text())
+        return saved["temperatures"], str(saved.get("strategy", "file"))
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as err:
+        raise DataError(
+            f"--temperature {path}: not an alignment.json from `lextra align` / `lextra hf align` ({err})"
+        ) from err
+
+
+def build_tokenizer_spec(spec: str, haystack: str = DEFAULT_HAYSTACK) -> Any:
+    """A tokenizer spec: bytes, hf:PATH, or bpe[:VOCAB] trained on the `haystack` corpus's train split."""
+    from lextra.data import build_tokenizer, prepare_data
+
+    if spec.strip().startswith("bpe"):
+        return prepare_data(haystack, tokenizer=spec).tokenizer
+    return build_tokenizer(spec)
+
+
+def weights_checksums(path: Path) -> list[str]:
+    """sha256 of a model's weight files (a .gguf file, or a folder's .safetensors / .bin files)."""
+    from lextra.io import sha256_file
+
+    files = [path] if path.is_file() else sorted([*path.glob("*.safetensors"), *path.glob("*.bin")])
+    return [sha256_file(f) for f in files]
+
+
+def load_lextra(
+    spec: str | Path,
+    options: ModelOptions | None = None,
+    device: str | torch.device = "cpu",
+    *,
+    with_tokenizer: bool = False,
+) -> LoadedModel:
+    """A lextra model (a model folder or a run holding `model/`) on `device` with `options` applied; its label is
+    the scheme, then `+SCALING`, `+MASK`, `+tau-STRATEGY` for each change."""
+    from lextra.attention import build_mask
+    from lextra.data import tokenizer_from_config
+    from lextra.methods import apply_rope_scaling
+    from lextra.model import load_model, read_model_meta
+
+    options = options or ModelOptions()
+    folder = model_folder(spec)
+    model = load_model(folder, map_location=device)
+    meta = read_model_meta(folder)
+    label = model.config.scheme
+    if options.rope_scaling:
+        apply_rope_scaling(model, options.rope_scaling)
+        label += f"+{options.rope_scaling}"
+    tokenizer = None
+    if with_tokenizer:
+        if options.tokenizer:
+            tokenizer = build_tokenizer_spec(options.tokenizer, options.haystack)
+        else:
+            tokenizer = tokenizer_from_config(meta.get("tokenizer", {"kind": "bytes"}))
+    if options.mask:
+        build_mask(options.mask, model.config.train_len)  # an unknown mask fails before any work
+        label += f"+{options.mask}"
+    if options.log_scaling != "none":
+        raise ConfigError("--log-scaling applies to Hugging Face models; a lextra model's is set when it is trained")
+    temperatures = None
+    if options.temperatures:
+        temperatures, strategy = read_temperatures(options.temperatures)
+        InferenceSetup(temperatures=temperatures).apply(model)
+        label += f"+tau-{strategy}"
+    return LoadedModel(model, tokenizer, label, options.mask, str(folder), folder, meta, temperatures=temperatures)
+
+
+def load_hugging_face(
+    spec: str,
+    options: ModelOptions | None = None,
+    device: str | torch.device = "cpu",
+    *,
+    with_tokenizer: bool = False,
+) -> LoadedModel:
+    """A Hugging Face model (a folder with config.json, a .gguf file or `smollm2`) adapted on `device` with
+    `options` applied; its label is the file or folder name, then `+SCALING`, `+MASK`, `+logn-KIND`,
+    `+tau-STRATEGY`."""
+    from lextra.data import tokenizer_from_config
+    from lextra.hf import HFCausalLM, load_hf
+    from lextra.hf.load import resolve_model_path, tokenizer_config
+
+    options = options or ModelOptions()
+    if options.quiet:  # transformers' own loading bars too, so that a refusal after loading is one line
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    model = load_hf(spec, train_len=options.train_len, device=device)
+    label = Path(spec).stem if spec != "smollm2" else "smollm2"
+    changes: dict[str, Any] = {}
+    if options.rope_scaling:
+        if not isinstance(model, HFCausalLM):
+            raise ConfigError("--rope-scaling applies to RoPE (Llama-family) models, not T5")
+        changes["rope_scaling"] = options.rope_scaling
+        label += f"+{options.rope_scaling}"
+    if options.mask:
+        changes["mask"] = options.mask
+        label += f"+{options.mask}"
+    if options.log_scaling != "none":
+        changes["log_scaling"] = options.log_scaling
+        label += f"+logn-{options.log_scaling}"
+    temperatures = None
+    if options.temperatures:
+        temperatures, strategy = read_temperatures(options.temperatures)
+        changes["temperatures"] = temperatures
+        label += f"+tau-{strategy}"
+    InferenceSetup(**changes).apply(model)
+    tokenizer = None
+    if with_tokenizer:
+        if options.tokenizer:
+            tokenizer = build_tokenizer_spec(options.tokenizer, options.haystack)
+        else:
+            tokenizer = tokenizer_from_config(tokenizer_config(spec))
+    path = resolve_model_path(spec)
+    return LoadedModel(model, tokenizer, label, None, spec, weights_path=path, temperatures=temperatures)
+
+
+def load_model_spec(
+    spec: str,
+    options: ModelOptions | None = None,
+    device: str | torch.device = "cpu",
+    *,
+    with_tokenizer: bool = True,
+) -> LoadedModel:
+    """Whatever `spec` names -- a lextra run or model folder, a Hugging Face folder, a .gguf file or `smollm2` --
+    loaded on `device` with `options` applied (and its tokenizer, with `with_tokenizer`)."""
+    folder = lextra_folder(spec)
+    if folder is not None:
+        return load_lextra(folder, options, device, with_tokenizer=with_tokenizer)
+    return load_hugging_face(spec, options, device, with_tokenizer=with_tokenizer)

@@ -1,0 +1,191 @@
+"""`InferenceSetup`: one way to set a trained model's RoPE scaling, temperatures, log-n scaling, extension method
+and mask, on lextra GPTs and Hugging Face adapters, with the same numbers as the settings it replaces; and
+`prepared`, which goes through it and refuses method names it does not know."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import transformers
+
+from lextra.errors import ConfigError
+from lextra.extend import KEEP, ExtendedAttention, InferenceSetup, apply_extension
+from lextra.hf import HFCausalLM, HFSeq2Seq, adapt
+from lextra.methods import known_methods, prepared
+from lextra.model import GPT, GPTConfig
+
+VOCAB = 60
+
+
+def _gpt(scheme: str = "rope", seed: int = 0, **config) -> GPT:
+    """2 layers, L = 16, q and k scaled up so that attention depends on position."""
+    torch.manual_seed(seed)
+    model = GPT(GPTConfig(vocab_size=VOCAB, n_layer=2, n_head=2, d_model=32, train_len=16, scheme=scheme, **config))
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attn.q_proj.weight.mul_(8.0)
+            block.attn.k_proj.weight.mul_(8.0)
+    return model.eval()
+
+
+def _tokens(length: int = 40) -> torch.Tensor:
+    return torch.randint(0, VOCAB, (2, length), generator=torch.Generator().manual_seed(3))
+
+
+TAU = [[0.5, 2.0], [1.5, 0.75]]
+
+
+@torch.no_grad()
+def test_a_setup_gives_a_gpt_the_logits_of_the_settings_it_replaces() -> None:
+    base, ids = _gpt(), _tokens()
+    old = copy.deepcopy(base)
+    old.set_scheme_options(scaling={"type": "yarn", "factor": 2.0})
+    old.set_temperatures(TAU)
+    old.config.log_scaling = "qwen"
+    for block in old.blocks:
+        block.attn.log_scaling = "qwen"
+    new = InferenceSetup(rope_scaling="yarn:2", temperatures=TAU, log_scaling="qwen").apply(copy.deepcopy(base))
+    assert torch.equal(new(ids), old(ids))
+    assert new.config.to_dict() == old.config.to_dict()
+    assert not torch.allclose(new(ids), base(ids), atol=1e-3)
+    # and back: no scaling, temperatures 1, no log scaling is the trained model exactly
+    InferenceSetup(rope_scaling=None, temperatures=None, log_scaling="none").apply(new)
+    assert torch.equal(new(ids), base(ids)) and new.config.to_dict() == base.config.to_dict()
+
+
+@torch.no_grad()
+def test_a_setup_s_extension_is_apply_extension_and_its_reference() -> None:
+    base, ids = _gpt(), _tokens()
+    old = copy.deepcopy(base)
+    apply_extension(old, "rerope:window=8")
+    new = InferenceSetup(extension="rerope:window=8").apply(copy.deepcopy(base))
+    assert all(isinstance(block.attn.extension, ExtendedAttention) for block in new.blocks)
+    assert torch.equal(new(ids), old(ids))
+    assert (new(ids) - new(ids, backend="reference")).abs().max() < 1e-5
+    InferenceSetup(extension="none").apply(new)
+    assert all(block.attn.extension is None for block in new.blocks)
+    assert torch.equal(new(ids), base(ids))
+
+
+@torch.no_grad()
+def test_a_setup_s_mask_is_the_mask_calls_use_when_they_name_none() -> None:
+    model, ids = _gpt("alibi"), _tokens()
+    causal = model(ids)
+    InferenceSetup(mask="window:8").apply(model)
+    assert torch.equal(model(ids), model(ids, mask="window:8"))
+    assert not torch.allclose(model(ids), causal, atol=1e-4)
+    assert torch.equal(model(ids, mask="causal"), causal)  # a call's own mask wins
+    InferenceSetup(mask=None).apply(model)
+    assert model.mask is None and torch.equal(model(ids), causal)
+
+
+def test_a_setup_leaves_what_it_keeps_and_lists_what_it_changes() -> None:
+    setup = InferenceSetup(temperatures=None, log_scaling="qwen")
+    assert setup.changes() == {"temperatures": None, "log_scaling": "qwen"}
+    assert InferenceSetup().changes() == {} and InferenceSetup().rope_scaling is KEEP
+    model = _gpt()
+    InferenceSetup(temperatures=TAU).apply(model)
+    InferenceSetup(log_scaling="qwen").apply(model)
+    assert model.config.temperatures == TAU and model.config.log_scaling == "qwen"
+    with pytest.raises(AttributeError):
+        setup.mask = "causal"  # type: ignore[misc]
+
+
+def test_a_setup_refuses_what_the_model_cannot_take() -> None:
+    with pytest.raises(ConfigError, match="rope scaling applies to rope, xpos and coca models, not 'alibi'"):
+        InferenceSetup(rope_scaling="yarn:2").apply(_gpt("alibi"))
+    assert InferenceSetup(rope_scaling=None).apply(_gpt("alibi")).config.scheme_options == {}  # nothing to remove
+    with pytest.raises(ConfigError, match="cannot switch to 'ssmax'"):
+        InferenceSetup(log_scaling="ssmax").apply(_gpt())
+    with pytest.raises(ConfigError, match="cannot switch to 'none'"):
+        InferenceSetup(log_scaling="none").apply(_gpt(log_scaling="ssmax"))
+    with pytest.raises(ConfigError, match="log-n scaling must be one of none, qwen, ssmax"):
+        InferenceSetup(log_scaling="log").apply(_gpt())
+    with pytest.raises(ConfigError, match="shape"):
+        InferenceSetup(temperatures=[[1.0]]).apply(_gpt())
+    with pytest.raises(ConfigError, match="drop the mask"):
+        InferenceSetup(mask="window:8", extension="rerope:window=8").apply(_gpt())
+    extended = InferenceSetup(extension="rerope:window=8").apply(_gpt())
+    with pytest.raises(ConfigError, match="drop the mask"):
+        InferenceSetup(mask="bca:8").apply(extended)
+    with pytest.raises(ConfigError, match="not dict"):
+        InferenceSetup(temperatures=None).apply({})
+    with pytest.raises(ConfigError, match="AttentionExtension"):
+        extended.blocks[0].attn.attend = lambda *args, **kwargs: None
+
+
+@torch.no_grad()
+def test_prepared_goes_through_the_setup_and_refuses_unknown_methods() -> None:
+    base, ids = _gpt(), _tokens()
+    yarn = prepared(base, "yarn", None, 40, 2.0)
+    assert torch.equal(yarn(ids), InferenceSetup(rope_scaling="yarn:2").apply(copy.deepcopy(base))(ids))
+    dynamic = prepared(base, "dynamic", None, 40, 4.0)
+    assert dynamic.config.scheme_options["scaling"] == {"type": "dynamic", "factor": 1.0}
+    qwen = prepared(base, "qwen", None, 40, 2.0)
+    assert qwen.config.log_scaling == "qwen" and all(b.attn.log_scaling == "qwen" for b in qwen.blocks)
+    extended = prepared(base, "extend:rerope:window=8", None, 40, 2.0)
+    assert torch.equal(extended(ids), InferenceSetup(extension="rerope:window=8").apply(copy.deepcopy(base))(ids))
+    for unchanged in ("none", "pmax"):  # alignment at the training length: nothing to align
+        assert torch.equal(prepared(base, unchanged, None, 16, 2.0)(ids), base(ids))
+    assert base.config.scheme_options == {} and base.config.log_scaling == "none"  # the original is untouched
+    with pytest.raises(ConfigError, match="unknown inference method 'yarn2'; choose one of none, linear, ntk"):
+        prepared(base, "yarn2", None, 40, 2.0)
+    assert "extend:NAME" in known_methods()
+
+
+def _tiny_llama(seed: int = 0):
+    torch.manual_seed(seed)
+    config = transformers.AutoConfig.for_model(
+        "llama",
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=16,
+        rope_theta=10000.0,
+    )
+    return transformers.AutoModelForCausalLM.from_config(config).eval()
+
+
+@torch.no_grad()
+def test_a_setup_gives_a_hugging_face_adapter_the_logits_of_the_settings_it_replaces() -> None:
+    reference = _tiny_llama()
+    ids = _tokens(40)
+    tau = torch.tensor([[0.5, 1.0, 2.0, 3.0], [1.0, 1.5, 0.75, 1.25]])
+    old = adapt(copy.deepcopy(reference))
+    old.set_rope_scaling("yarn:2")
+    old.set_temperatures(tau)
+    old.set_log_scaling("qwen")
+    old.set_mask("window:12")
+    new = adapt(copy.deepcopy(reference))
+    assert isinstance(new, HFCausalLM)
+    setup = InferenceSetup(rope_scaling="yarn:2", temperatures=tau, log_scaling="qwen", mask="window:12")
+    assert setup.apply(new) is new
+    assert torch.equal(new(ids), old(ids))
+    assert not torch.allclose(new(ids), reference(ids).logits, atol=1e-3)
+    # swap the mask for an extension in one setup, as set_mask then set_extension would
+    old.set_mask(None)
+    old.set_extension("rerope:window=8")
+    InferenceSetup(mask=None, extension="rerope:window=8").apply(new)
+    assert new.extension is not None and torch.equal(new(ids), old(ids))
+    InferenceSetup(rope_scaling=None, temperatures=None, log_scaling="none", extension=None).apply(new)
+    assert (new(ids) - reference(ids).logits).abs().max() < 1e-5
+
+
+def test_a_t5_adapter_refuses_rope_scalings_and_extensions() -> None:
+    torch.manual_seed(0)
+    config = transformers.T5Config(
+        vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, decoder_start_token_id=0
+    )
+    model = adapt(transformers.T5ForConditionalGeneration(config).eval())
+    assert isinstance(model, HFSeq2Seq)
+    with pytest.raises(ConfigError, match="t5 models have no RoPE to scale"):
+        InferenceSetup(rope_scaling="yarn:2").apply(model)
+    with pytest.raises(ConfigError, match="extension methods apply to rotary models, not t5"):
+        InferenceSetup(extension="rerope").apply(model)
+    InferenceSetup(temperatures=torch.full((2, 4), 2.0), extension=None).apply(model)
+    assert model.config.temperatures == [[2.0] * 4] * 2

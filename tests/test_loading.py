@@ -1,0 +1,77 @@
+"""`lextra.pipelines.loading`: one function turns a lextra run or model folder, a Hugging Face folder, a GGUF file or
+`smollm2` into a loaded model with its tokenizer, label and result-cell key."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from lextra.errors import ConfigError, DataError
+from lextra.model import GPT, GPTConfig, save_model
+from lextra.pipelines.loading import (
+    LoadedModel,
+    ModelOptions,
+    lextra_folder,
+    load_lextra,
+    load_model_spec,
+    model_folder,
+    read_temperatures,
+)
+
+
+@pytest.fixture(scope="module")
+def run_folder(tmp_path_factory) -> Path:
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=2, n_head=2, d_model=16, train_len=32, scheme="rope"))
+    run = tmp_path_factory.mktemp("loading") / "run"
+    save_model(model, run / "model", extra={"tokenizer": {"kind": "bytes"}})
+    return run
+
+
+def test_a_run_and_its_model_folder_load_the_same_lextra_model(run_folder: Path) -> None:
+    assert model_folder(run_folder) == model_folder(run_folder / "model") == run_folder / "model"
+    assert lextra_folder(run_folder) == run_folder / "model"
+    by_run, by_folder = load_model_spec(str(run_folder)), load_model_spec(str(run_folder / "model"))
+    for loaded in (by_run, by_folder):
+        assert isinstance(loaded, LoadedModel) and loaded.is_lextra and loaded.folder == run_folder / "model"
+        assert loaded.label == "rope" and loaded.mask is None and loaded.name == str(run_folder / "model")
+        assert loaded.tokenizer.name == "bytes" and loaded.meta["tokenizer"] == {"kind": "bytes"}
+        assert loaded.key == {"model": str(run_folder / "model"), "weights": loaded.meta["weights_sha256"]}
+    assert loaded.meta["weights_sha256"] and len(loaded.meta["weights_sha256"]) == 64
+    tokens = torch.randint(0, 256, (1, 20))
+    assert torch.equal(by_run.model.eval()(tokens), by_folder.model.eval()(tokens))
+    assert load_lextra(run_folder).tokenizer is None  # asked for only where it is needed
+
+
+def test_options_are_applied_in_order_and_named_in_label_and_key(run_folder: Path, tmp_path: Path) -> None:
+    align = tmp_path / "alignment.json"
+    align.write_text(json.dumps({"strategy": "pmax", "temperatures": [[1.5, 0.5], [1.0, 2.0]]}))
+    options = ModelOptions(rope_scaling="linear:2", mask="window:8", temperatures=str(align))
+    loaded = load_model_spec(str(run_folder), options)
+    assert loaded.label == "rope+linear:2+window:8+tau-pmax" and loaded.mask == "window:8"
+    assert loaded.key["temperatures"] == [[1.5, 0.5], [1.0, 2.0]]
+    assert loaded.model.config.temperatures == [[1.5, 0.5], [1.0, 2.0]]
+    assert torch.equal(loaded.model.blocks[0].attn.temperature, torch.tensor([1.5, 0.5]))
+    plain = load_model_spec(str(run_folder))
+    tokens = torch.randint(0, 256, (1, 40))
+    assert not torch.allclose(plain.model.eval()(tokens), loaded.model.eval()(tokens))
+    assert read_temperatures(align) == ([[1.5, 0.5], [1.0, 2.0]], "pmax")
+
+
+def test_bad_options_and_specs_are_one_clear_error(run_folder: Path, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="--log-scaling applies to Hugging Face models"):
+        load_lextra(run_folder, ModelOptions(log_scaling="qwen"))
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(DataError, match=r"not an alignment\.json from `lextra align` / `lextra hf align`"):
+        load_lextra(run_folder, ModelOptions(temperatures=str(tmp_path / "bad.json")))
+    with pytest.raises(ConfigError, match="unknown mask"):
+        load_lextra(run_folder, ModelOptions(mask="bogus"))
+    hf_like = tmp_path / "hf"
+    hf_like.mkdir()
+    (hf_like / "config.json").write_text(json.dumps({"model_type": "llama", "model": "x"}))
+    assert lextra_folder(hf_like) is None and lextra_folder(tmp_path / "nothing") is None
+    with pytest.raises(DataError, match=r"no Hugging Face model at .*give a local folder with config\.json"):
+        load_model_spec(str(tmp_path / "nothing"))
