@@ -144,6 +144,7 @@ def test_every_training_flag_sets_a_config_field() -> None:
     own = {"help", "out", "resume", "config", "device", "threads", "quiet", "task", "schemes", "init_from_compare"}
     own |= {"lengths", "protocols", "stride", "documents", "split", "backend", "temperature"}  # compare's evaluation
     own |= {"depths", "samples", "candidates", "eval_seed", "eval_batch_size"}  # retrieval compare's evaluation
+    own |= {"data"}  # train's prepared folder: it sets TrainConfig.data itself (compare and retrieval read corpora)
     for path in (("train",), ("compare",), ("retrieval", "train"), ("retrieval", "compare")):
         parser = dict(leaf_commands(build_parser()))[path]
         dests = {a.dest for a in parser._actions} - own

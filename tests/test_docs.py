@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import re
 import shlex
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from lextra.attention.masks import build_mask
 from lextra.cli.app import build_parser
+from lextra.evaluate.retrieval.sources import parse_task_spec
+from lextra.extend import build_extension
+from lextra.model import GPT, GPTConfig, save_model
+from lextra.positions.scaling import parse_rope_scaling
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -24,6 +31,7 @@ FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
 INLINE_CODE = re.compile(r"`[^`\n]*`")
 HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
 BASH = re.compile(r"^```bash\n(.*?)^```", re.MULTILINE | re.DOTALL)
+PYTHON = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
 def prose(text: str) -> str:
@@ -130,3 +138,57 @@ def test_documented_commands_parse(page: str, command: str, capsys: pytest.Captu
         # `--help` exits with 0; an alignment.json that an earlier command of the page writes is the only input
         # a parser checks on disk
         assert stop.code == 0 or "an alignment.json file; no file" in error, f"{page}: `{command}`: {error}"
+
+
+#: how the spec-valued options of documented commands are read, for a model of training length L (the CLI reads
+#: these values once it has loaded the model)
+SPEC_READERS: dict[str, Callable[[str, int], object]] = {
+    "--extend": build_extension,
+    "--rope-scaling": lambda spec, _: parse_rope_scaling(spec),
+    "--mask": build_mask,
+    "--task": lambda spec, _: parse_task_spec(spec),
+}
+
+
+def training_length(words: list[str]) -> int:
+    """L of the model a documented command runs: SmolLM2's 8192, else its `--train-len`, else lextra's 128."""
+    if "smollm2" in words:
+        return 8192
+    return int(words[words.index("--train-len") + 1]) if "--train-len" in words else 128
+
+
+def documented_specs() -> list[tuple[str, str, str, int]]:
+    """(command, option, spec, L) for every spec-valued option in the documented commands, each once."""
+    found: dict[tuple[str, str, str, int], None] = {}
+    for _, command in documented_commands():
+        words = shlex.split(command)
+        for flag, value in itertools.pairwise(words):
+            if flag in SPEC_READERS:
+                found[command, flag, value, training_length(words)] = None
+    return list(found)
+
+
+def test_the_commands_show_every_kind_of_spec() -> None:
+    assert {flag for _, flag, _, _ in documented_specs()} == set(SPEC_READERS)
+
+
+@pytest.mark.parametrize(("command", "option", "spec", "train_len"), documented_specs())
+def test_documented_specs_build(command: str, option: str, spec: str, train_len: int) -> None:
+    SPEC_READERS[option](spec, train_len)
+
+
+def test_the_readme_library_snippets_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    save_model(GPT(GPTConfig(scheme="rope", train_len=128)), tmp_path / "runs" / "rope" / "model")
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {}
+    blocks = PYTHON.findall(README.read_text())
+    assert len(blocks) == 2
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), namespace)
+    assert namespace["out"].shape == (1, 8, 4096, 64)
+    assert namespace["bias"].shape == (8, 128, 4096)
+    model = namespace["model"]
+    assert model.config.scheme_options["scaling"] == {"type": "yarn", "factor": 4.0}
+    assert {repr(block.attn.extension.method) for block in model.blocks} == {
+        "self_extend(L=128, group=8, window=32, log_scale=False)"
+    }

@@ -12,6 +12,7 @@ so a run trained on a GPU resumes or evaluates on the CPU and back.
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
@@ -31,6 +32,7 @@ from tqdm import tqdm
 from lextra import serialize
 from lextra.data import TrainStream, eval_sequences
 from lextra.data.prepare import PreparedData, prepare_data
+from lextra.data.shards import PreparedShards
 from lextra.data.windows import encode_documents
 from lextra.devices import autocast, resolve_device
 from lextra.errors import CheckpointError, ConfigError, TrainingDivergedError
@@ -62,6 +64,9 @@ class TrainConfig:
     task: str | None = None
     #: start from this model folder's weights (fine-tuning, e.g. on a retrieval task); same architecture
     init_from: str | None = None
+    #: a prepared folder (`lextra data prepare`) read instead of the corpus; its source and limit replace
+    #: `corpus` and `limit_chars`, and `tokenizer` must be the one it was prepared with
+    data: str | None = field(default=None, metadata=serialize.options(omit_none=True))
     model: GPTConfig = field(default_factory=GPTConfig)
     batch_size: int = 16
     #: 600 steps: the budget `lextra train` and `lextra compare` (`make run`) use unless told otherwise
@@ -141,16 +146,34 @@ class BatchSource(Protocol):
 
 #: task name -> factory(config, data) of a BatchSource; other modules register tasks here
 BATCH_SOURCES: dict[str, Callable[[TrainConfig, PreparedData], BatchSource]] = {}
+#: the modules that register the built-in tasks, imported on the first lookup of a task
+BATCH_SOURCE_MODULES: tuple[str, ...] = ("lextra.evaluate.retrieval", "lextra.evaluate.ruler")
+#: callables that register a task spec missing from `BATCH_SOURCES` (e.g. `passkey:0.3`), or raise ConfigError
+BATCH_SOURCE_RESOLVERS: list[Callable[[str], object]] = []
 
 
 def batch_source(config: TrainConfig, data: PreparedData) -> BatchSource:
     """Plain language modelling on the corpus' train split, or the registered task named by `config.task`."""
     if config.task is None:
         return TrainStream.from_documents(data.splits["train"], data.tokenizer)
-    if config.task not in BATCH_SOURCES:
+    return resolve_task(config.task)(config, data)
+
+
+def resolve_task(task: str) -> Callable[[TrainConfig, PreparedData], BatchSource]:
+    """The `BATCH_SOURCES` factory of a task spec: the built-in tasks' modules are imported first (whatever the
+    caller imported), then a spec not registered yet is offered to `BATCH_SOURCE_RESOLVERS`."""
+    if task not in BATCH_SOURCES:
+        for module in BATCH_SOURCE_MODULES:
+            importlib.import_module(module)
+    if task not in BATCH_SOURCES:
+        for resolver in BATCH_SOURCE_RESOLVERS:
+            resolver(task)  # raises ConfigError naming the known tasks when the spec is not one
+            if task in BATCH_SOURCES:
+                break
+    if task not in BATCH_SOURCES:
         known = ", ".join(sorted(BATCH_SOURCES)) or "none registered"
-        raise ConfigError(f"unknown training task {config.task!r}; known tasks: {known}")
-    return BATCH_SOURCES[config.task](config, data)
+        raise ConfigError(f"unknown training task {task!r}; known tasks: {known}")
+    return BATCH_SOURCES[task]
 
 
 def learning_rate(config: TrainConfig, step: int) -> float:
@@ -274,6 +297,7 @@ COMPATIBLE_CHANGES = {
     "min_lr_ratio",
     "warmup",
     "grad_clip",
+    "data",  # the folder may move; its manifest's hash must match (`_check_same_data`)
 }
 
 
@@ -294,6 +318,31 @@ def _check_compatible(run_dir: Path, config: TrainConfig) -> None:
             f"cannot resume {run_dir} with an incompatible config ({detail}); "
             "use the original settings or a new --out directory"
         )
+
+
+def _check_same_data(run_dir: Path, shards: PreparedShards | None) -> None:
+    """Refuse to resume a run on prepared data other than what it was trained on (compared by manifest hash)."""
+    saved_path = run_dir / "config.json"
+    if not saved_path.exists():
+        return
+    saved = (json.loads(saved_path.read_text()).get("data") or {}).get("manifest_sha256")
+    now = shards.sha256 if shards is not None else None
+    if saved != now:
+        was = f"prepared data with manifest sha256 {saved[:12]}" if saved else "the raw corpus"
+        given = f"{shards.root} has manifest sha256 {now[:12]}" if shards is not None and now else "no --data given"
+        raise ConfigError(f"cannot resume {run_dir}: it was trained on {was}, {given}; resume with the data it used")
+
+
+def _open_data(config: TrainConfig) -> PreparedShards | None:
+    """The prepared folder of `config.data` (None without one); its source and limit become the config's."""
+    if config.data is None:
+        return None
+    shards = PreparedShards.open(config.data)
+    shards.check_tokenizer(config.tokenizer)
+    if config.task is not None:
+        raise ConfigError(f"--data feeds plain language modelling, not the task {config.task!r}; drop one of them")
+    config.corpus, config.limit_chars = shards.manifest["source"], shards.manifest["limit_chars"]
+    return shards
 
 
 def train(
@@ -319,14 +368,29 @@ def train(
         )
     if not resume and (run_dir / CHECKPOINTS).exists() and any((run_dir / CHECKPOINTS).glob("step_*")):
         raise ConfigError(f"{run_dir} already holds a training run; pass --resume to continue it or use a new --out")
-    data = prepare_data(config.corpus, config.tokenizer, config.limit_chars)
-    config.model.vocab_size = data.tokenizer.vocab_size
+    shards = _open_data(config)
+    data: PreparedData | None = None
+    stream: BatchSource
+    if shards is not None:
+        tokenizer = shards.tokenizer()
+    else:
+        data = prepare_data(config.corpus, config.tokenizer, config.limit_chars)
+        tokenizer = data.tokenizer
+    config.model.vocab_size = tokenizer.vocab_size
     if resume:
+        _check_same_data(run_dir, shards)
         _check_compatible(run_dir, config)
-    stream = batch_source(config, data)
-    extra = {"tokenizer": data.tokenizer.to_config(), "train": config.to_dict()}
+    if shards is not None:
+        stream = shards
+    else:
+        assert data is not None
+        stream = batch_source(config, data)
+    extra = {"tokenizer": tokenizer.to_config(), "train": config.to_dict()}
+    if shards is not None:
+        extra["data"] = {"path": str(shards.root), "manifest_sha256": shards.sha256}
     if world.is_main:
-        atomic_write_json(run_dir / "config.json", {"train": config.to_dict(), "tokenizer": extra["tokenizer"]})
+        saved = {"train": config.to_dict(), "tokenizer": extra["tokenizer"]}
+        atomic_write_json(run_dir / "config.json", saved | ({"data": extra["data"]} if shards is not None else {}))
     world.barrier()
 
     torch.manual_seed(config.seed)
@@ -343,7 +407,7 @@ def train(
         _truncate_metrics(metrics_path, start)
         if config.tensorboard:
             board = Board(run_log_dir(config.log_dir, run_dir), purge_step=start or None)
-    validation = [b.to(device) for b in _validation_batches(data, config)] if world.is_main else []
+    validation = [b.to(device) for b in _validation_batches(data, shards, config)] if world.is_main else []
     network = world.wrap(model)
     progress = progress and world.is_main
 
@@ -588,10 +652,16 @@ def _append_metrics(path: Path, record: dict[str, Any]) -> None:
         handle.write(json.dumps(record) + "\n")
 
 
-def _validation_batches(data: PreparedData, config: TrainConfig) -> list[torch.Tensor]:
+def _validation_batches(
+    data: PreparedData | None, shards: PreparedShards | None, config: TrainConfig
+) -> list[torch.Tensor]:
     if not config.eval_sequences:
         return []
-    tokens = encode_documents(data.splits["validation"], data.tokenizer)
+    if shards is not None:
+        tokens = shards.documents("validation")
+    else:
+        assert data is not None
+        tokens = encode_documents(data.splits["validation"], data.tokenizer)
     if not tokens:
         return []
     sequences, _ = eval_sequences(tokens, config.model.train_len, config.eval_sequences)

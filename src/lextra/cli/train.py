@@ -21,11 +21,20 @@ from lextra.cli.options import add_device, add_scheme, add_training, train_confi
 def configure_train(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("--out", required=True, help="run directory")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    parser.add_argument(
+        "--data",
+        default=None,
+        metavar="DIR",
+        help="train on a prepared folder (`lextra data prepare`) instead of reading --corpus; "
+        "--tokenizer must be the one it was prepared with",
+    )
 
     def run(args: argparse.Namespace) -> int:
         from lextra.train import train
 
-        final = train(train_config_from(args), args.out, resume=args.resume, device=args.device)
+        config = train_config_from(args)
+        config.data = args.data
+        final = train(config, args.out, resume=args.resume, device=args.device)
         print(f"model saved to {final}")
         return 0
 

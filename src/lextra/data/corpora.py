@@ -7,13 +7,14 @@ use documents that really are long instead of stitched-together short ones.
 from __future__ import annotations
 
 import ast
+import bisect
 import hashlib
 import importlib.util
 import json
 import math
 import os
 import sysconfig
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,26 +58,36 @@ def load_corpus(spec: str, *, text_field: str = "text", limit_chars: int | None 
     With `limit_chars`, documents are taken in order until their total length reaches the limit (in a mixture,
     each part contributes up to its equal share).
     """
+    return list(iter_documents(spec, text_field=text_field, limit_chars=limit_chars))
+
+
+def iter_documents(spec: str, *, text_field: str = "text", limit_chars: int | None = None) -> Iterator[Document]:
+    """The documents `load_corpus` returns, in the same order, one at a time (for streaming large corpora).
+
+    Only a mixture's document ids are held (to refuse an id found in two parts). A corpus without a non-empty
+    document raises `DataError` when the iteration reaches its end.
+    """
     if limit_chars is not None and (isinstance(limit_chars, bool) or limit_chars < 1):
         raise DataError(f"limit_chars must be a positive number of characters, got {limit_chars!r}")
     parts = mixture_parts(spec)
     if len(parts) > 1:
-        return _load_mixture(parts, text_field, limit_chars)
-    docs: list[Document] = []
+        yield from _iter_mixture(parts, text_field, limit_chars)
+        return
+    found = False
     total = 0
     for doc in _iter_corpus(spec, text_field):
         if not doc.text.strip():
             continue
-        docs.append(doc)
+        found = True
+        yield doc
         total += len(doc.text)
         if limit_chars is not None and total >= limit_chars:
             break
-    if not docs:
+    if not found:
         raise DataError(
             f"corpus {spec!r} has no non-empty documents; point it at UTF-8 text "
             f"(for JSONL or datasets, check that the text is in the field {text_field!r})"
         )
-    return docs
 
 
 def mixture_parts(spec: str) -> list[str]:
@@ -91,21 +102,19 @@ def mixture_parts(spec: str) -> list[str]:
     return parts
 
 
-def _load_mixture(parts: list[str], text_field: str, limit_chars: int | None) -> list[Document]:
+def _iter_mixture(parts: list[str], text_field: str, limit_chars: int | None) -> Iterator[Document]:
     """Every part's documents in order; a document id found in two parts is an error (ids decide splits)."""
     share = None if limit_chars is None else max(1, limit_chars // len(parts))
-    docs: list[Document] = []
     owner: dict[str, str] = {}
     for part in parts:
-        for doc in load_corpus(part, text_field=text_field, limit_chars=share):
+        for doc in iter_documents(part, text_field=text_field, limit_chars=share):
             if doc.id in owner:
                 raise DataError(
                     f"corpora {owner[doc.id]!r} and {part!r} both hold a document {doc.id!r}; "
                     "mix corpora whose document names differ (e.g. separate folders)"
                 )
             owner[doc.id] = part
-            docs.append(doc)
-    return docs
+            yield doc
 
 
 def _iter_corpus(spec: str, text_field: str) -> Iterator[Document]:
@@ -462,20 +471,46 @@ def split_corpus(docs: Sequence[Document], fractions: Sequence[float] = DEFAULT_
     """Partition documents by `split_of`, keeping corpus order; every split is disjoint from the others.
 
     With at least three documents, a split with a positive fraction that hashing left empty receives the
-    smallest-hash document of the largest split (deterministic), so tiny corpora still have all three splits.
+    smallest-hash document of the largest split (deterministic), so tiny corpora still have all three splits
+    (`split_overrides`).
     """
     values = _check_fractions(fractions)
+    moved = split_overrides((doc.id for doc in docs), values)
     parts: dict[str, list[Document]] = {name: [] for name in SPLITS}
     for doc in docs:
-        parts[split_of(doc.id, values)].append(doc)
-    if len(docs) >= 3:
-        for name, fraction in zip(SPLITS, values, strict=True):
-            if parts[name] or fraction == 0:
-                continue
-            donor = max(SPLITS, key=lambda s: (len(parts[s]), s == "train"))
-            if len(parts[donor]) < 2:
-                continue
-            moved = min(parts[donor], key=lambda d: (_unit_hash(d.id), d.id))
-            parts[donor].remove(moved)
-            parts[name].append(moved)
+        parts[moved.get(doc.id) or split_of(doc.id, values)].append(doc)
     return parts
+
+
+def split_overrides(doc_ids: Iterable[str], fractions: Sequence[float] = DEFAULT_FRACTIONS) -> dict[str, str]:
+    """The documents `split_corpus` moves out of their `split_of` split (id -> split), from the ids alone.
+
+    Streams the ids once, holding only counts and each split's two smallest hashes, so a corpus too large to
+    hold splits exactly like an in-memory one. With at least three documents, each empty split with a positive
+    fraction (in train, validation, test order) takes the smallest-(hash, id) document of the largest split
+    (train wins ties) when that split has at least two.
+    """
+    values = _check_fractions(fractions)
+    counts = dict.fromkeys(SPLITS, 0)
+    smallest: dict[str, list[tuple[float, str]]] = {name: [] for name in SPLITS}
+    for doc_id in doc_ids:
+        name = split_of(doc_id, values)
+        counts[name] += 1
+        key = (_unit_hash(doc_id), doc_id)
+        if len(smallest[name]) < 2 or key < smallest[name][-1]:
+            bisect.insort(smallest[name], key)
+            del smallest[name][2:]
+    moved: dict[str, str] = {}
+    if sum(counts.values()) < 3:
+        return moved
+    for name, fraction in zip(SPLITS, values, strict=True):
+        if counts[name] or fraction == 0:
+            continue
+        donor = max(SPLITS, key=lambda s: (counts[s], s == "train"))
+        if counts[donor] < 2:
+            continue
+        _, doc_id = smallest[donor].pop(0)
+        counts[donor] -= 1
+        counts[name] += 1
+        moved[doc_id] = name
+    return moved

@@ -60,6 +60,38 @@ def _window_seed(seed: int, step: int, rank: int) -> int:
     return int.from_bytes(hashlib.sha256(key).digest()[:8], "little") & (2**63 - 1)
 
 
+def window_starts(
+    n: int, step: int, batch_size: int, length: int, seed: int, rank: int = 0, world_size: int = 1
+) -> torch.Tensor:
+    """The (batch_size,) int64 start offsets of a batch of training windows of `length + 1` tokens in a stream of
+    `n` tokens: uniform over every valid offset, drawn by a generator seeded from (seed, step, rank) alone.
+
+    Every training batch source (the in-memory `TrainStream`, memory-mapped `PreparedShards`) draws its windows
+    here, so a run reads the same windows whatever stores its tokens.
+    """
+    for label, value, low in (("step", step, 0), ("batch_size", batch_size, 1), ("length", length, 1)):
+        if value < low:
+            raise DataError(f"{label} must be >= {low}, got {value}")
+    if not 0 <= rank < world_size:
+        raise DataError(f"rank must be in [0, world_size={world_size}), got {rank}")
+    if n < length + 1:
+        raise DataError(
+            f"the training stream has {n} tokens, fewer than training length + 1 = {length + 1}; "
+            "use a smaller training length or a bigger corpus"
+        )
+    generator = torch.Generator().manual_seed(_window_seed(seed, step, rank))
+    return torch.randint(0, n - length, (batch_size,), generator=generator, device="cpu")
+
+
+def gather_windows(tokens: np.ndarray, starts: torch.Tensor, length: int) -> torch.Tensor:
+    """The (len(starts), length + 1) int64 windows of a flat token array (in memory or memory-mapped) at `starts`.
+
+    One numpy gather: no thread pool, so its speed does not depend on how busy the other cores are.
+    """
+    index = starts.numpy()[:, None] + np.arange(length + 1)
+    return torch.from_numpy(np.asarray(tokens[index]).astype(np.int64))
+
+
 class TrainStream:
     """The training documents' tokens joined into one stream (with an optional separator token between them)."""
 
@@ -108,21 +140,8 @@ class TrainStream:
         only, so resuming at `step` reproduces the batch exactly and every rank draws different windows.
         Inputs are `batch[:, :-1]`, targets `batch[:, 1:]`.
         """
-        for label, value, low in (("step", step, 0), ("batch_size", batch_size, 1), ("length", length, 1)):
-            if value < low:
-                raise DataError(f"{label} must be >= {low}, got {value}")
-        if not 0 <= rank < world_size:
-            raise DataError(f"rank must be in [0, world_size={world_size}), got {rank}")
-        n = len(self)
-        if n < length + 1:
-            raise DataError(
-                f"the training stream has {n} tokens, fewer than training length + 1 = {length + 1}; "
-                "use a smaller training length or a bigger corpus"
-            )
-        generator = torch.Generator().manual_seed(_window_seed(seed, step, rank))
-        starts = torch.randint(0, n - length, (batch_size,), generator=generator, device="cpu")
-        index = starts[:, None] + torch.arange(length + 1, device="cpu")
-        return self.tokens[index].long()
+        starts = window_starts(len(self), step, batch_size, length, seed, rank, world_size)
+        return gather_windows(self.tokens.numpy(), starts, length)
 
 
 def eval_sequences(

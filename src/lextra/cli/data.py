@@ -1,0 +1,102 @@
+"""`lextra data prepare|verify`: tokenize a corpus once into memory-mapped shards (`lextra train --data DIR`)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from lextra.cli.app import Handler, group
+from lextra.cli.options import add_quiet, positive_int
+
+if TYPE_CHECKING:
+    from lextra.data.shards import PreparedShards
+
+data = group("data", "prepare a corpus once as memory-mapped token shards, and check prepared folders")
+
+
+@data.command(
+    "prepare",
+    "tokenize SOURCE into a prepared folder (resumes an unfinished one)",
+    options=(add_quiet,),
+    examples=(
+        "lextra data prepare python-code --tokenizer bpe:16384 --out data/python-code",
+        "lextra data prepare english+python-code --tokenizer bytes --out data/mixed --limit-chars 20000000",
+    ),
+)
+def configure_prepare(parser: argparse.ArgumentParser) -> Handler:
+    from lextra.data.shards import DEFAULT_SAMPLE_CHARS, DEFAULT_SHARD_CHARS, DTYPES
+
+    parser.add_argument(
+        "source", metavar="SOURCE", help="a corpus: python-code, english, a mixture A+B, or a path (as --corpus)"
+    )
+    parser.add_argument("--tokenizer", required=True, help="bytes, bpe[:VOCAB] or hf:/local/path")
+    parser.add_argument("--out", required=True, help="the prepared folder (new, or an unfinished prepare)")
+    parser.add_argument(
+        "--limit-chars", type=positive_int, default=None, help="use only the first N characters of the source"
+    )
+    parser.add_argument("--text-field", default="text", help="the text field of .jsonl files and datasets")
+    parser.add_argument(
+        "--dtype", default="auto", choices=["auto", *DTYPES], help="token file dtype (auto: the smallest that fits)"
+    )
+    parser.add_argument(
+        "--shard-chars",
+        type=positive_int,
+        default=DEFAULT_SHARD_CHARS,
+        help="source characters per shard: the memory bound and the unit a resumed prepare keeps",
+    )
+    parser.add_argument(
+        "--sample-chars",
+        type=positive_int,
+        default=DEFAULT_SAMPLE_CHARS,
+        help="train-split characters a bpe tokenizer is trained on",
+    )
+
+    def run(args: argparse.Namespace) -> int:
+        from lextra.data.shards import PreparedShards, prepare_shards
+
+        manifest = prepare_shards(
+            args.source,
+            args.tokenizer,
+            args.out,
+            limit_chars=args.limit_chars,
+            text_field=args.text_field,
+            dtype=args.dtype,
+            shard_chars=args.shard_chars,
+            sample_chars=args.sample_chars,
+            progress=not args.quiet,
+        )
+        print(_summary(PreparedShards.open(manifest.parent)))
+        return 0
+
+    return run
+
+
+@data.command(
+    "verify",
+    "check every file of a prepared folder against its manifest (sizes and sha256)",
+    examples=("lextra data verify data/python-code",),
+)
+def configure_verify(parser: argparse.ArgumentParser) -> Handler:
+    parser.add_argument("folder", metavar="DIR", help="a prepared folder")
+
+    def run(args: argparse.Namespace) -> int:
+        from lextra.data.shards import PreparedShards
+
+        prepared = PreparedShards.open(args.folder)
+        prepared.verify()
+        print(_summary(prepared))
+        return 0
+
+    return run
+
+
+def _summary(prepared: PreparedShards) -> str:
+    """The folder's tokenizer, dtype and manifest hash, then one line per split: documents and tokens."""
+    from lextra.data.corpora import SPLITS
+
+    lines = [
+        f"{prepared.root}: {prepared.tokenizer_spec}, {prepared.manifest['dtype']}, manifest {prepared.sha256[:12]}"
+    ]
+    for split in SPLITS:
+        lines.append(f"  {split}: {prepared.num_documents(split):,} documents, {prepared.num_tokens(split):,} tokens")
+    return "\n".join(lines)

@@ -1,0 +1,613 @@
+"""Prepared token shards: a corpus tokenized once into flat token files that every run maps with `np.memmap`.
+
+`prepare_shards(source, tokenizer, out_dir)` streams the documents of any corpus spec (`iter_documents`): a first
+read counts them and finds the few documents `split_corpus` would move between splits (`split_overrides`; only
+tiny corpora have any), so every document lands in exactly the split it has in memory; a `bpe:N` tokenizer is then
+trained on a bounded sample of the train split (`sample_chars`: the same tokenizer, and the same cache entry, as
+`prepare_data` when the train split fits in the sample); a last read encodes the documents in batches (the
+tokenizer's batch encoder). The source is cut into shards of about `shard_chars` characters; each shard writes,
+per split, a flat token file and an offsets file, and then a small record. A folder holds:
+
+- `prepare.json`: what is being prepared (source, tokenizer spec, limit, dtype, shard size), written first;
+- `scan.json`: the first read's result (documents, characters, moved documents), so a resumed prepare skips it;
+- `tokenizer.json`: the tokenizer's `to_config()`, written before the first shard;
+- `{split}-{shard:05d}.tokens`: the split's token ids of that shard (`uint8` for vocabularies of at most 256,
+  like the in-memory stream's compact rule, else `uint16` up to 65536, else `uint32`), documents joined by the
+  tokenizer's separator exactly as `TrainStream` joins them: a separator precedes every document but the
+  split's first, so the concatenation of a split's token files, in shard order, IS the training stream;
+- `{split}-{shard:05d}.offsets`: `int64` (documents, 2) rows of each document's [start, end) in that token file
+  (separators excluded);
+- `shard-{shard:05d}.json`: the shard's record (documents consumed, per split counts, sizes and sha256 of its
+  files), written last, so a shard is done exactly when its record exists;
+- `manifest.json`: written when every shard is done (format version, the request, source, tokenizer, dtype, per
+  split its documents and stream tokens (separators included), every file with its size and sha256). Its sha256
+  identifies the prepared data (`PreparedShards.sha256`).
+
+Every file is written as `NAME.partial` and renamed when complete, so a half-written file is never read; an
+interrupted prepare keeps its finished shards and redoes the rest. Memory is bounded by one shard's text
+(plus the BPE sample), never by the corpus.
+
+`PreparedShards.open(dir)` maps the token and offsets files copy-on-write (the files are never written; pages are
+read when used and shared by every process that maps them) and checks every file's size against the manifest
+(cheap); `verify()` checks every sha256 (a full read: run it on demand, e.g. after copying a folder; prepare
+hashes every file it wrote). Its `batch` draws the same windows as `TrainStream` from the same stream
+(`window_starts`), so a run on a prepared folder equals a run on the raw corpus, bit for bit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from lextra.data.corpora import DEFAULT_FRACTIONS, SPLITS, Document, iter_documents, split_of, split_overrides
+from lextra.data.tokenizers import DEFAULT_BPE_VOCAB, ByteTokenizer, Tokenizer, build_tokenizer, tokenizer_from_config
+from lextra.data.windows import gather_windows, window_starts
+from lextra.errors import DataError
+from lextra.io import atomic_write_json, sha256_file
+
+FORMAT_VERSION = 1
+"""Version of the folder layout; `PreparedShards.open` refuses another."""
+
+MANIFEST = "manifest.json"
+REQUEST = "prepare.json"
+TOKENIZER = "tokenizer.json"
+SCAN = "scan.json"
+
+DEFAULT_SHARD_CHARS = 16_000_000
+"""Characters of source text per shard: the memory bound of preparing and the unit of resuming."""
+
+DEFAULT_SAMPLE_CHARS = 100_000_000
+"""Characters of the train split a `bpe:N` tokenizer is trained on."""
+
+ENCODE_BATCH = 256
+"""Documents encoded (and appended to the shard's files) together."""
+
+DTYPES: dict[str, type[np.unsignedinteger]] = {"uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32}
+"""Token file dtypes by name."""
+
+
+def token_dtype(vocab_size: int, requested: str = "auto") -> str:
+    """The token file dtype for a vocabulary: the smallest of uint8/uint16/uint32 that holds every id, or the
+    `requested` one, refused when the vocabulary does not fit in it."""
+    if requested == "auto":
+        for name, dtype in DTYPES.items():
+            if vocab_size - 1 <= np.iinfo(dtype).max:
+                return name
+        raise DataError(f"a vocabulary of {vocab_size} ids does not fit in uint32; use a smaller tokenizer")
+    if requested not in DTYPES:
+        raise DataError(f"unknown token dtype {requested!r}; use auto, {', '.join(DTYPES)}")
+    if vocab_size - 1 > np.iinfo(DTYPES[requested]).max:
+        raise DataError(
+            f"a vocabulary of {vocab_size} ids does not fit in {requested} (ids up to "
+            f"{np.iinfo(DTYPES[requested]).max}); use --dtype auto or a larger dtype"
+        )
+    return requested
+
+
+def _normal_spec(spec: str) -> str:
+    """A tokenizer spec with its defaults spelled out (`bpe` is `bpe:8192`), for comparing two."""
+    spec = spec.strip()
+    return f"bpe:{DEFAULT_BPE_VOCAB}" if spec == "bpe" else spec
+
+
+def _prepare_command(source: str, tokenizer: str, out_dir: Path) -> str:
+    """The command line that (re)runs this prepare, for error messages."""
+    return f"lextra data prepare {source} --tokenizer {tokenizer} --out {out_dir}"
+
+
+# ----------------------------------------------------------------------------- preparing
+def _source_shards(docs: Iterable[Document], shard_chars: int) -> Iterator[list[Document]]:
+    """The documents cut into consecutive shards of at least `shard_chars` characters (the last may be smaller)."""
+    current: list[Document] = []
+    chars = 0
+    for doc in docs:
+        current.append(doc)
+        chars += len(doc.text)
+        if chars >= shard_chars:
+            yield current
+            current, chars = [], 0
+    if current:
+        yield current
+
+
+@dataclass
+class _Scan:
+    """What one read of the source tells before encoding: its size and the documents `split_corpus` moves."""
+
+    documents: int
+    chars: int
+    overrides: dict[str, str]
+
+    def split(self, doc: Document) -> str:
+        """The split of a document, exactly as `split_corpus` over the whole source decides it."""
+        return self.overrides.get(doc.id) or split_of(doc.id, DEFAULT_FRACTIONS)
+
+
+def _scan(docs: Iterable[Document], bar: tqdm) -> _Scan:
+    """Read the source once (ids and lengths only are kept), counting documents on `bar`."""
+    count, chars = 0, 0
+
+    def id_stream() -> Iterator[str]:
+        nonlocal count, chars
+        for doc in docs:
+            count += 1
+            chars += len(doc.text)
+            bar.update(1)
+            yield doc.id
+
+    overrides = split_overrides(id_stream(), DEFAULT_FRACTIONS)
+    bar.close()
+    return _Scan(count, chars, overrides)
+
+
+def _bpe_sample(docs: Iterable[Document], scan: _Scan, sample_chars: int) -> list[Document]:
+    """The leading train-split documents up to `sample_chars` characters (the last one whole): the whole train
+    split when it fits, which is what `prepare_data` trains on."""
+    sample: list[Document] = []
+    total = 0
+    for doc in docs:
+        if total >= sample_chars:
+            break
+        if scan.split(doc) == "train":
+            sample.append(doc)
+            total += len(doc.text)
+    return sample
+
+
+def _encode(tokenizer: Tokenizer, docs: Sequence[Document]) -> list[np.ndarray]:
+    """Token ids of each document (uint8 for bytes, else int64), as `encode_documents` computes them."""
+    if isinstance(tokenizer, ByteTokenizer):
+        return [np.frombuffer(doc.text.encode("utf-8"), dtype=np.uint8) for doc in docs]
+    return [np.asarray(ids, dtype=np.int64) for ids in tokenizer.encode_many([doc.text for doc in docs])]
+
+
+@dataclass
+class _SplitWriter:
+    """Appends one split's documents of one shard to `NAME.tokens.partial` and collects their offsets."""
+
+    tokens_path: Path
+    offsets_path: Path
+    dtype: type[np.unsignedinteger]
+    separator: int | None
+    joined: bool  #: whether an earlier document of this split exists (then this shard's first gets a separator)
+
+    def __post_init__(self) -> None:
+        self._handle = open(self._partial(self.tokens_path), "wb")  # noqa: SIM115 -- closed by finish/abort
+        self._offsets: list[tuple[int, int]] = []
+        self._position = 0
+
+    @staticmethod
+    def _partial(path: Path) -> Path:
+        return path.with_name(path.name + ".partial")
+
+    def write(self, ids: np.ndarray) -> None:
+        """Append one document (a separator first unless it is the split's first document)."""
+        limit = np.iinfo(self.dtype).max
+        unsafe = not np.can_cast(ids.dtype, self.dtype)
+        if unsafe and ids.size and (int(ids.min()) < 0 or int(ids.max()) > limit):
+            raise DataError(
+                f"token id {int(ids.max())} does not fit in {np.dtype(self.dtype).name}; "
+                "prepare again with --dtype auto or a larger dtype"
+            )
+        if self.joined and self.separator is not None:
+            self._handle.write(np.array([self.separator], dtype=self.dtype).tobytes())
+            self._position += 1
+        self._handle.write(ids.astype(self.dtype).tobytes())
+        self._offsets.append((self._position, self._position + int(ids.size)))
+        self._position += int(ids.size)
+        self.joined = True
+
+    def finish(self) -> dict[str, Any] | None:
+        """Rename the finished files into place and describe them (None when this shard has no document here)."""
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+        self._handle.close()
+        partial = self._partial(self.tokens_path)
+        if not self._offsets:
+            partial.unlink()
+            return None
+        offsets_partial = self._partial(self.offsets_path)
+        np.asarray(self._offsets, dtype=np.int64).reshape(-1, 2).tofile(offsets_partial)
+        entry = {
+            "documents": len(self._offsets),
+            "tokens": self._position,
+            "files": {},
+        }
+        for final, written in ((self.tokens_path, partial), (self.offsets_path, offsets_partial)):
+            entry["files"][final.suffix.lstrip(".")] = {
+                "name": final.name,
+                "bytes": written.stat().st_size,
+                "sha256": sha256_file(written),
+            }
+            os.replace(written, final)
+        return entry
+
+    def abort(self) -> None:
+        """Close and remove the partial files."""
+        self._handle.close()
+        for path in (self._partial(self.tokens_path), self._partial(self.offsets_path)):
+            path.unlink(missing_ok=True)
+
+
+def _load_request(out_dir: Path, request: dict[str, Any]) -> None:
+    """Refuse to continue an unfinished prepare of something else in `out_dir`; record the request otherwise."""
+    path = out_dir / REQUEST
+    if path.is_file():
+        try:
+            saved = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            saved = None
+        if saved != request:
+            was = saved or {}
+            raise DataError(
+                f"{out_dir} holds a prepare of {was.get('source')!r} with tokenizer {was.get('tokenizer')!r} "
+                f"(other settings); use another --out, or delete {out_dir} to prepare it anew"
+            )
+        return
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise DataError(f"{out_dir} is not empty and holds no prepared data; give an empty or new --out folder")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, request)
+
+
+def _finished_shards(out_dir: Path) -> list[dict[str, Any]]:
+    """The records of the consecutive finished shards 0, 1, ... whose files are all in place with their sizes;
+    files of later (unfinished or broken) shards and every `*.partial` file are removed."""
+    records: list[dict[str, Any]] = []
+    while True:
+        path = out_dir / f"shard-{len(records):05d}.json"
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            break
+        complete = all(
+            (out_dir / f["name"]).is_file() and (out_dir / f["name"]).stat().st_size == f["bytes"]
+            for entry in record["splits"].values()
+            for f in entry["files"].values()
+        )
+        if not complete:
+            break
+        records.append(record)
+    for path in out_dir.iterdir():
+        name = path.name
+        if name.endswith(".partial"):
+            path.unlink()
+            continue
+        stem = name.split(".")[0]
+        index = stem.rsplit("-", 1)[-1]
+        ours = stem.startswith("shard-") or stem.split("-")[0] in SPLITS
+        if ours and index.isdigit() and int(index) >= len(records):
+            path.unlink()
+    return records
+
+
+def prepare_shards(
+    source: str,
+    tokenizer: str,
+    out_dir: str | os.PathLike[str],
+    *,
+    limit_chars: int | None = None,
+    text_field: str = "text",
+    dtype: str = "auto",
+    shard_chars: int = DEFAULT_SHARD_CHARS,
+    sample_chars: int = DEFAULT_SAMPLE_CHARS,
+    cache_dir: str | os.PathLike[str] | None = None,
+    progress: bool = True,
+) -> Path:
+    """Tokenize `source` (any corpus spec) with `tokenizer` (a spec) into a prepared folder; returns its manifest.
+
+    Continues an unfinished prepare of the same request in `out_dir`; a finished one is returned as is.
+    `cache_dir` is the BPE tokenizer cache (as in `build_tokenizer`).
+    """
+    out = Path(out_dir).expanduser()
+    for label, value in (("shard_chars", shard_chars), ("sample_chars", sample_chars)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise DataError(f"{label} must be a positive number of characters, got {value!r}")
+    request = _request(source, tokenizer, limit_chars, text_field, dtype, shard_chars, sample_chars)
+    if (out / MANIFEST).is_file():
+        if PreparedShards.open(out).manifest["request"] != request:
+            raise DataError(f"{out} already holds other prepared data; use another --out or delete {out}")
+        return out / MANIFEST
+    _load_request(out, request)
+    records = _finished_shards(out)
+
+    def documents() -> Iterator[Document]:
+        return iter_documents(source, text_field=text_field, limit_chars=limit_chars)
+
+    if (out / SCAN).is_file():
+        scan = _Scan(**json.loads((out / SCAN).read_text(encoding="utf-8")))
+    else:
+        bar = tqdm(disable=not progress, unit="doc", desc=f"scan {source}", dynamic_ncols=True, file=sys.stderr)
+        scan = _scan(documents(), bar)
+        atomic_write_json(out / SCAN, asdict(scan))
+    if (out / TOKENIZER).is_file():
+        tok = tokenizer_from_config(json.loads((out / TOKENIZER).read_text(encoding="utf-8")))
+    else:
+        sample = _bpe_sample(documents(), scan, sample_chars) if tokenizer.strip().startswith("bpe") else None
+        if sample is not None and not sample:
+            raise DataError(f"source {source!r} has no training documents to train {tokenizer} on; use a bigger corpus")
+        tok = build_tokenizer(tokenizer, sample, cache_dir, corpus_name=source)
+        del sample
+        atomic_write_json(out / TOKENIZER, tok.to_config())
+    dtype_name = token_dtype(tok.vocab_size, dtype)
+    separator = tok.separator_id
+    if separator is not None and separator > np.iinfo(DTYPES[dtype_name]).max:
+        raise DataError(f"the separator id {separator} does not fit in {dtype_name}; use --dtype auto")
+    documents_before = {name: sum(r["splits"][name]["documents"] for r in records) for name in SPLITS}
+    bar = tqdm(
+        total=scan.documents,
+        initial=sum(r["source_documents"] for r in records),
+        disable=not progress,
+        unit="doc",
+        dynamic_ncols=True,
+        desc=f"prepare {source}",
+        file=sys.stderr,
+    )
+    started, tokens_done = time.perf_counter(), 0
+    for index, docs in enumerate(_source_shards(documents(), shard_chars)):
+        if index < len(records):
+            continue
+        writers = {
+            name: _SplitWriter(
+                out / f"{name}-{index:05d}.tokens",
+                out / f"{name}-{index:05d}.offsets",
+                DTYPES[dtype_name],
+                separator,
+                documents_before[name] > 0,
+            )
+            for name in SPLITS
+        }
+        try:
+            for start in range(0, len(docs), ENCODE_BATCH):
+                batch = docs[start : start + ENCODE_BATCH]
+                for doc, ids in zip(batch, _encode(tok, batch), strict=True):
+                    if ids.size:
+                        writers[scan.split(doc)].write(ids)
+                        tokens_done += int(ids.size)
+                rate = tokens_done / max(time.perf_counter() - started, 1e-9)
+                bar.set_postfix(tok_s=f"{rate:,.0f}", refresh=False)
+                bar.update(len(batch))
+            entries = {name: writer.finish() for name, writer in writers.items()}
+        except BaseException:
+            for writer in writers.values():
+                writer.abort()
+            raise
+        record = {
+            "shard": index,
+            "source_documents": len(docs),
+            "chars": sum(len(doc.text) for doc in docs),
+            "splits": {name: entry or {"documents": 0, "tokens": 0, "files": {}} for name, entry in entries.items()},
+        }
+        atomic_write_json(out / f"shard-{index:05d}.json", record)
+        records.append(record)
+        for name in SPLITS:
+            documents_before[name] += record["splits"][name]["documents"]
+    bar.close()
+    if sum(r["source_documents"] for r in records) != scan.documents:
+        raise DataError(
+            f"the source {source!r} changed while {out} was prepared ({scan.documents} documents when it was "
+            f"first read, {sum(r['source_documents'] for r in records)} now); delete {out} and prepare it again"
+        )
+    manifest = {
+        "format": FORMAT_VERSION,
+        "request": request,
+        "source": source,
+        "limit_chars": limit_chars,
+        "fractions": list(DEFAULT_FRACTIONS),
+        "tokenizer": {
+            "spec": tokenizer,
+            "name": tok.name,
+            "vocab_size": tok.vocab_size,
+            "separator": separator,
+            "config_sha256": sha256_file(out / TOKENIZER),
+        },
+        "dtype": dtype_name,
+        "source_documents": sum(r["source_documents"] for r in records),
+        "chars": sum(r["chars"] for r in records),
+        "splits": {
+            name: {
+                "documents": sum(r["splits"][name]["documents"] for r in records),
+                "tokens": sum(r["splits"][name]["tokens"] for r in records),
+                "shards": [
+                    {"shard": r["shard"], **r["splits"][name]} for r in records if r["splits"][name]["documents"]
+                ],
+            }
+            for name in SPLITS
+        },
+    }
+    atomic_write_json(out / MANIFEST, manifest)
+    return out / MANIFEST
+
+
+def _request(
+    source: str,
+    tokenizer: str,
+    limit_chars: int | None,
+    text_field: str,
+    dtype: str,
+    shard_chars: int,
+    sample_chars: int,
+) -> dict[str, Any]:
+    """What decides a prepared folder's content: an unfinished prepare continues only with the same request."""
+    return {
+        "format": FORMAT_VERSION,
+        "source": source,
+        "tokenizer": tokenizer,
+        "limit_chars": limit_chars,
+        "text_field": text_field,
+        "dtype": dtype,
+        "shard_chars": shard_chars,
+        "sample_chars": sample_chars,
+    }
+
+
+# ----------------------------------------------------------------------------- reading
+@dataclass(frozen=True)
+class _Part:
+    """One shard's token file of a split and its documents' offsets, both mapped, and its stream start."""
+
+    tokens: np.memmap
+    offsets: np.ndarray
+    start: int
+
+
+class PreparedShards:
+    """A prepared folder, mapped copy-on-write: training windows, evaluation documents, its tokenizer."""
+
+    def __init__(self, root: Path, manifest: dict[str, Any], digest: str, parts: dict[str, list[_Part]]) -> None:
+        """Use `PreparedShards.open`."""
+        self.root = root
+        self.manifest = manifest
+        self.sha256 = digest
+        self._parts = parts
+        self._starts = {name: np.array([p.start for p in ps], dtype=np.int64) for name, ps in parts.items()}
+        self.separator: int | None = manifest["tokenizer"]["separator"]
+
+    @classmethod
+    def open(cls, directory: str | os.PathLike[str]) -> PreparedShards:
+        """Map a prepared folder, checking its manifest and every file's presence and size (not sha256)."""
+        root = Path(directory).expanduser()
+        path = root / MANIFEST
+        if not path.is_file():
+            request = root / REQUEST
+            if request.is_file():
+                try:
+                    saved = json.loads(request.read_text(encoding="utf-8"))
+                    again = _prepare_command(saved["source"], saved["tokenizer"], root)
+                except (OSError, json.JSONDecodeError, KeyError, TypeError):
+                    again = "lextra data prepare ..."
+                raise DataError(f"{root} holds an unfinished prepare (no {MANIFEST}); run `{again}` again to finish it")
+            raise DataError(
+                f"{root} is not a prepared data folder (no {MANIFEST}); "
+                "make one with `lextra data prepare SOURCE --tokenizer SPEC --out DIR`"
+            )
+        raw = path.read_bytes()
+        try:
+            manifest = json.loads(raw)
+            version = manifest["format"]
+        except (json.JSONDecodeError, KeyError, TypeError) as err:
+            raise DataError(f"{path} is corrupt ({err}); prepare {root} again") from None
+        if version != FORMAT_VERSION:
+            raise DataError(
+                f"{root} was prepared in format {version}, this lextra reads format {FORMAT_VERSION}; prepare it again"
+            )
+        dtype = DTYPES[manifest["dtype"]]
+        parts: dict[str, list[_Part]] = {}
+        for name in SPLITS:
+            position = 0
+            parts[name] = []
+            for shard in manifest["splits"][name]["shards"]:
+                files = shard["files"]
+                for entry in files.values():
+                    file = root / entry["name"]
+                    size = file.stat().st_size if file.is_file() else None
+                    if size != entry["bytes"]:
+                        found = "missing" if size is None else f"{size} bytes, expected {entry['bytes']}"
+                        raise DataError(
+                            f"prepared shard {file} is {found}; "
+                            f"run `{_prepare_command(manifest['source'], manifest['tokenizer']['spec'], root)}` "
+                            "into a new folder"
+                        )
+                # copy-on-write: tensors may view the map (torch needs writable arrays), writes never reach the file
+                tokens = np.memmap(root / files["tokens"]["name"], dtype=dtype, mode="c")
+                offsets = np.memmap(root / files["offsets"]["name"], dtype=np.int64, mode="r").reshape(-1, 2)
+                parts[name].append(_Part(tokens, offsets, position))
+                position += int(tokens.size)
+        return cls(root, manifest, hashlib.sha256(raw).hexdigest(), parts)
+
+    def verify(self) -> None:
+        """Check the sha256 of every file against the manifest (reads everything); `DataError` on a mismatch."""
+        entries = [
+            entry
+            for name in SPLITS
+            for shard in self.manifest["splits"][name]["shards"]
+            for entry in shard["files"].values()
+        ]
+        tokenizer_entry = {"name": TOKENIZER, "sha256": self.manifest["tokenizer"]["config_sha256"]}
+        for entry in [*entries, tokenizer_entry]:
+            file = self.root / entry["name"]
+            if not file.is_file() or sha256_file(file) != entry["sha256"]:
+                again = _prepare_command(self.manifest["source"], self.manifest["tokenizer"]["spec"], self.root)
+                raise DataError(
+                    f"prepared file {file} is missing or corrupt (sha256 mismatch); run `{again}` into a new folder"
+                )
+
+    @property
+    def tokenizer_spec(self) -> str:
+        """The tokenizer spec the folder was prepared with (e.g. `bpe:8192`)."""
+        return str(self.manifest["tokenizer"]["spec"])
+
+    def tokenizer(self) -> Tokenizer:
+        """The tokenizer the folder was prepared with, rebuilt from its saved config."""
+        return tokenizer_from_config(json.loads((self.root / TOKENIZER).read_text(encoding="utf-8")))
+
+    def check_tokenizer(self, spec: str) -> None:
+        """Refuse a run whose tokenizer spec differs from the one the folder was prepared with."""
+        if _normal_spec(spec) != _normal_spec(self.tokenizer_spec):
+            raise DataError(
+                f"the prepared data {self.root} was tokenized with {self.tokenizer_spec}, the run asks for {spec}; "
+                f"pass --tokenizer {self.tokenizer_spec}, or prepare the source again with --tokenizer {spec}"
+            )
+
+    def num_tokens(self, split: str = "train") -> int:
+        """Tokens of a split's stream, separators included."""
+        return int(self.manifest["splits"][split]["tokens"])
+
+    def num_documents(self, split: str = "train") -> int:
+        """Documents of a split (those that encode to at least one token)."""
+        return int(self.manifest["splits"][split]["documents"])
+
+    def __len__(self) -> int:
+        """Tokens of the training stream, as `len(TrainStream)`."""
+        return self.num_tokens("train")
+
+    def span(self, split: str, start: int, stop: int) -> np.ndarray:
+        """Tokens [start, stop) of a split's stream (across shard files), as a new array of the file dtype."""
+        parts, starts = self._parts[split], self._starts[split]
+        first = int(np.searchsorted(starts, start, side="right")) - 1
+        pieces = []
+        index = first
+        while start < stop:
+            part = parts[index]
+            local = start - part.start
+            take = min(stop - start, int(part.tokens.size) - local)
+            pieces.append(part.tokens[local : local + take])
+            start += take
+            index += 1
+        return np.concatenate(pieces) if len(pieces) > 1 else np.array(pieces[0])
+
+    def batch(
+        self, step: int, batch_size: int, length: int, seed: int, rank: int = 0, world_size: int = 1
+    ) -> torch.Tensor:
+        """A (batch_size, length + 1) int64 batch of training windows: `TrainStream.batch` over the same stream."""
+        starts = window_starts(len(self), step, batch_size, length, seed, rank, world_size)
+        parts = self._parts["train"]
+        if len(parts) == 1:
+            return gather_windows(parts[0].tokens, starts, length)
+        rows = np.stack([self.span("train", int(s), int(s) + length + 1) for s in starts])
+        return torch.from_numpy(rows.astype(np.int64))
+
+    def documents(self, split: str, limit: int | None = None) -> list[torch.Tensor]:
+        """The split's documents (at most `limit`) as 1-D token tensors in corpus order, in the file dtype: what
+        `encode_documents` gives for the raw split, without re-tokenizing. They view the copy-on-write map, so
+        nothing is copied or read until used, and writing into one changes this process's copy only."""
+        if split not in SPLITS:
+            raise DataError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
+        out: list[torch.Tensor] = []
+        for part in self._parts[split]:
+            for start, stop in part.offsets:
+                if limit is not None and len(out) >= limit:
+                    return out
+                out.append(torch.from_numpy(part.tokens[int(start) : int(stop)]))
+        return out

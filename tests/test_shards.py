@@ -1,0 +1,465 @@
+"""Prepared token shards: the same splits, tokenizer, windows and evaluation documents as the raw corpus, files
+that are never half-read, an interrupted prepare that continues, and one clear error for each bad input."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from lextra.cli import main
+from lextra.data import (
+    Document,
+    PreparedShards,
+    TrainStream,
+    encode_documents,
+    eval_sequences,
+    iter_documents,
+    load_corpus,
+    prepare_data,
+    prepare_shards,
+    split_corpus,
+    split_overrides,
+)
+from lextra.data import shards as shards_module
+from lextra.data.shards import token_dtype
+from lextra.errors import ConfigError, DataError
+from lextra.io import sha256_file
+from lextra.model import GPTConfig, load_model
+from lextra.train import TrainConfig, train
+
+WORDS = [
+    "the",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "a",
+    "lazy",
+    "dog",
+    "while",
+    "seven",
+    "wizards",
+    "quietly",
+    "hex",
+    "jovial",
+    "kings",
+]
+
+
+@pytest.fixture(autouse=True)
+def _tokenizer_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Trained BPE tokenizers go to this test's folder."""
+    monkeypatch.setenv("LEXTRA_CACHE", str(tmp_path / "cache"))
+
+
+def _write_corpus(root: Path, documents: int = 60, seed: int = 0, prefix: str = "doc") -> str:
+    """A directory of `documents` text files of 200-1500 words each (some non-ASCII), enough for all splits."""
+    rng = random.Random(seed)
+    root.mkdir(parents=True)
+    for index in range(documents):
+        words = [rng.choice(WORDS) for _ in range(rng.randint(200, 1500))]
+        if index % 7 == 0:
+            words.append("caf\u00e9 \u00fcber \U0001f600")
+        (root / f"{prefix}{index:03d}.txt").write_text(" ".join(words) + "\n", encoding="utf-8")
+    (root / "empty.txt").write_text("  \n", encoding="utf-8")  # dropped, as by load_corpus
+    return str(root)
+
+
+def _raw(source: str, tokenizer: str, limit_chars: int | None = None):
+    """What a run on the raw corpus reads: the prepared data and its training stream."""
+    data = prepare_data(source, tokenizer, limit_chars)
+    return data, TrainStream.from_documents(data.splits["train"], data.tokenizer)
+
+
+@pytest.mark.parametrize(
+    ("tokenizer", "shard_chars", "dtype"),
+    [("bytes", 10**9, "uint8"), ("bytes", 20_000, "uint8"), ("bpe:300", 30_000, "uint16")],
+)
+def test_batches_equal_the_raw_training_stream_bit_for_bit(
+    tmp_path: Path, tokenizer: str, shard_chars: int, dtype: str
+) -> None:
+    source = _write_corpus(tmp_path / "corpus")
+    prepare_shards(source, tokenizer, tmp_path / "prepared", shard_chars=shard_chars, progress=False)
+    prepared = PreparedShards.open(tmp_path / "prepared")
+    data, stream = _raw(source, tokenizer)
+    assert prepared.manifest["dtype"] == dtype
+    assert prepared.tokenizer().to_config() == data.tokenizer.to_config()
+    shard_count = len(prepared.manifest["splits"]["train"]["shards"])
+    assert (shard_count == 1) == (shard_chars == 10**9)
+    assert len(prepared) == len(stream)
+    whole = prepared.span("train", 0, len(prepared)).astype(np.int64)
+    assert torch.equal(torch.from_numpy(whole), stream.tokens.long())  # windows across shard files included
+    for step in (0, 1, 7, 123):
+        for rank, world in ((0, 1), (0, 2), (1, 2)):
+            expected = stream.batch(step, 6, 97, seed=5, rank=rank, world_size=world)
+            got = prepared.batch(step, 6, 97, seed=5, rank=rank, world_size=world)
+            assert got.dtype == torch.long and torch.equal(got, expected), (step, rank)
+
+
+def test_splits_and_evaluation_documents_equal_the_raw_ones(tmp_path: Path) -> None:
+    source = _write_corpus(tmp_path / "corpus")
+    prepare_shards(source, "bytes", tmp_path / "prepared", shard_chars=25_000, progress=False)
+    prepared = PreparedShards.open(tmp_path / "prepared")
+    data, _ = _raw(source, "bytes")
+    for split in ("train", "validation", "test"):
+        raw = encode_documents(data.splits[split], data.tokenizer)
+        got = prepared.documents(split)
+        assert prepared.num_documents(split) == len(raw) == len(got) > 0, split
+        assert all(torch.equal(a, b.long()) for a, b in zip(raw, got, strict=True)), split
+    raw_test = encode_documents(data.splits["test"], data.tokenizer)
+    assert [t.numel() for t in prepared.documents("test", limit=2)] == [t.numel() for t in raw_test[:2]]
+    view = prepared.documents("test")[0]
+    original = view.clone()
+    view.zero_()  # a view of the copy-on-write map: this process's copy changes, the file does not
+    assert torch.equal(PreparedShards.open(tmp_path / "prepared").documents("test")[0], original)
+    prepared.verify()
+    prepared = PreparedShards.open(tmp_path / "prepared")
+    raw_train = encode_documents(data.splits["train"], data.tokenizer)
+    longest = max(t.numel() for t in raw_train)
+    for length, stitch in ((64, False), (longest, True)):  # whole-document windows, then stitched ones
+        expected, stitched = eval_sequences(raw_train, length, 3, separator=10)
+        got, got_stitched = eval_sequences(prepared.documents("train"), length, 3, separator=10)
+        assert got_stitched == stitched == stitch
+        assert len(got) == len(expected) == 3 and all(torch.equal(a, b) for a, b in zip(expected, got, strict=True))
+    manifest = prepared.manifest
+    assert manifest["source_documents"] == len(load_corpus(source))
+    assert manifest["chars"] == sum(len(d.text) for d in load_corpus(source))
+    for split in ("train", "validation", "test"):
+        assert manifest["splits"][split]["documents"] == len(data.splits[split])
+
+
+def test_tiny_corpora_split_as_in_memory(tmp_path: Path) -> None:
+    """The documents `split_corpus` moves to fill an empty split are found from the ids alone."""
+    cases = {("t", 3): 1, ("t", 5): 1, ("c", 4): 2}  # a validation donor, a train donor, two moves
+    for (prefix, count), moves in cases.items():
+        docs = [Document(f"{prefix}{i}.txt", f"text {i} " * 50) for i in range(count)]
+        parts = split_corpus(docs)
+        moved = split_overrides(d.id for d in docs)
+        assert len(moved) == moves
+        for name, part in parts.items():
+            for doc in part:
+                assert moved.get(doc.id, name) == name
+        root = tmp_path / f"tiny{prefix}{count}"
+        root.mkdir()
+        for doc in docs:
+            (root / doc.id).write_text(doc.text)
+        # one document per shard: the moves still apply across shards
+        prepare_shards(str(root), "bytes", tmp_path / f"p{prefix}{count}", shard_chars=1, progress=False)
+        prepared = PreparedShards.open(tmp_path / f"p{prefix}{count}")
+        data, stream = _raw(str(root), "bytes")
+        assert {s: prepared.num_documents(s) for s in parts} == {s: len(p) for s, p in data.splits.items()}
+        assert torch.equal(
+            torch.from_numpy(prepared.span("train", 0, len(prepared)).astype(np.int64)), stream.tokens.long()
+        )
+
+
+def test_bpe_is_trained_on_a_bounded_sample_of_the_train_split(tmp_path: Path, monkeypatch) -> None:
+    source = _write_corpus(tmp_path / "corpus", documents=30)
+    seen: list[list[str]] = []
+    build = shards_module.build_tokenizer
+
+    def spy(spec, docs, *args, **kwargs):
+        seen.append([d.id for d in docs])
+        return build(spec, docs, *args, **kwargs)
+
+    monkeypatch.setattr(shards_module, "build_tokenizer", spy)
+    prepare_shards(source, "bpe:300", tmp_path / "whole", progress=False)
+    train = split_corpus(load_corpus(source))["train"]
+    assert seen[0] == [d.id for d in train]  # the whole train split when it fits: prepare_data's tokenizer
+    prepare_shards(source, "bpe:300", tmp_path / "sampled", sample_chars=20_000, progress=False)
+    taken, total = [], 0
+    for doc in train:  # leading train documents until the sample reaches 20000 characters, the last one whole
+        if total >= 20_000:
+            break
+        taken.append(doc.id)
+        total += len(doc.text)
+    assert seen[1] == taken and 1 < len(taken) < len(train)
+
+
+def test_dtype_follows_the_vocabulary_and_refuses_one_that_does_not_fit(tmp_path: Path) -> None:
+    assert [token_dtype(v) for v in (256, 257, 65536, 65537, 2**32)] == [
+        "uint8",
+        "uint16",
+        "uint16",
+        "uint32",
+        "uint32",
+    ]
+    with pytest.raises(DataError) as err:
+        token_dtype(2**32 + 1)
+    assert str(err.value) == "a vocabulary of 4294967297 ids does not fit in uint32; use a smaller tokenizer"
+    with pytest.raises(DataError) as err:
+        token_dtype(300, "uint8")
+    assert str(err.value) == (
+        "a vocabulary of 300 ids does not fit in uint8 (ids up to 255); use --dtype auto or a larger dtype"
+    )
+    source = _write_corpus(tmp_path / "corpus", documents=10)
+    with pytest.raises(DataError, match="does not fit in uint8"):
+        prepare_shards(source, "bpe:300", tmp_path / "small", dtype="uint8", progress=False)
+    prepare_shards(source, "bytes", tmp_path / "wide", dtype="uint32", progress=False)
+    wide = PreparedShards.open(tmp_path / "wide")
+    assert wide.manifest["dtype"] == "uint32" and wide._parts["train"][0].tokens.dtype == np.uint32
+    narrow_dir = tmp_path / "narrow"
+    prepare_shards(source, "bytes", narrow_dir, progress=False)
+    narrow = PreparedShards.open(narrow_dir)
+    assert torch.equal(wide.batch(3, 4, 50, seed=1), narrow.batch(3, 4, 50, seed=1))
+
+
+class _InterruptError(Exception):
+    pass
+
+
+def test_an_interrupted_prepare_continues_with_its_finished_shards(tmp_path: Path, monkeypatch) -> None:
+    source = _write_corpus(tmp_path / "corpus", documents=40)
+    prepare_shards(source, "bytes", tmp_path / "straight", shard_chars=30_000, progress=False)
+    straight = PreparedShards.open(tmp_path / "straight")
+    shard_count = len(list((tmp_path / "straight").glob("shard-*.json")))
+    assert shard_count >= 4
+
+    encode = shards_module._encode
+    calls: list[int] = []
+
+    def failing(tokenizer, docs):
+        calls.append(len(docs))
+        if len(calls) == 3:  # inside the third shard (one encode batch per shard here)
+            raise _InterruptError
+        return encode(tokenizer, docs)
+
+    monkeypatch.setattr(shards_module, "_encode", failing)
+    out = tmp_path / "cut"
+    with pytest.raises(_InterruptError):
+        prepare_shards(source, "bytes", out, shard_chars=30_000, progress=False)
+    assert sorted(p.name for p in out.glob("shard-*.json")) == ["shard-00000.json", "shard-00001.json"]
+    assert not list(out.glob("*.partial")) and not (out / "manifest.json").exists()
+    with pytest.raises(DataError) as err:
+        PreparedShards.open(out)
+    assert str(err.value) == (
+        f"{out} holds an unfinished prepare (no manifest.json); run "
+        f"`lextra data prepare {source} --tokenizer bytes --out {out}` again to finish it"
+    )
+    # a half-written file left by a killed process is dropped, not read
+    (out / "train-00002.tokens.partial").write_bytes(b"\x01\x02")
+    (out / "train-00002.tokens").write_bytes(b"\x01\x02")
+    calls.clear()
+    monkeypatch.setattr(shards_module, "_encode", lambda tok, docs: (calls.append(len(docs)), encode(tok, docs))[1])
+    prepare_shards(source, "bytes", out, shard_chars=30_000, progress=False)
+    assert len(calls) == shard_count - 2  # the two finished shards were kept
+    resumed = PreparedShards.open(out)
+    assert resumed.sha256 == straight.sha256
+    assert (out / "manifest.json").read_bytes() == (tmp_path / "straight" / "manifest.json").read_bytes()
+    assert not list(out.glob("*.partial"))
+    resumed.verify()
+    assert prepare_shards(source, "bytes", out, shard_chars=30_000, progress=False) == out / "manifest.json"
+
+
+def test_a_missing_or_corrupt_shard_is_refused_in_one_line(tmp_path: Path) -> None:
+    source = _write_corpus(tmp_path / "corpus", documents=20)
+    out = tmp_path / "prepared"
+    prepare_shards(source, "bytes", out, progress=False)
+    manifest = json.loads((out / "manifest.json").read_text())
+    entry = manifest["splits"]["train"]["shards"][0]["files"]["tokens"]
+    assert (
+        entry["sha256"] == sha256_file(out / entry["name"]) and entry["bytes"] == (out / entry["name"]).stat().st_size
+    )
+    PreparedShards.open(out).verify()
+    data = bytearray((out / entry["name"]).read_bytes())
+    data[100] ^= 1
+    (out / entry["name"]).write_bytes(bytes(data))
+    prepared = PreparedShards.open(out)  # sizes agree: open does not read the files
+    again = f"lextra data prepare {source} --tokenizer bytes --out {out}"
+    with pytest.raises(DataError) as err:
+        prepared.verify()
+    assert str(err.value) == (
+        f"prepared file {out / entry['name']} is missing or corrupt (sha256 mismatch); run `{again}` into a new folder"
+    )
+    (out / entry["name"]).write_bytes(bytes(data[:-3]))
+    with pytest.raises(DataError) as err:
+        PreparedShards.open(out)
+    assert str(err.value) == (
+        f"prepared shard {out / entry['name']} is {len(data) - 3} bytes, expected {len(data)}; "
+        f"run `{again}` into a new folder"
+    )
+    (out / entry["name"]).unlink()
+    with pytest.raises(DataError, match="is missing; run"):
+        PreparedShards.open(out)
+
+
+def test_bad_sources_and_folders_are_refused_in_one_line(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "blank.txt").write_text("   \n")
+    with pytest.raises(DataError, match=r"has no non-empty documents; point it at UTF-8 text"):
+        prepare_shards(str(empty), "bytes", tmp_path / "out-empty", progress=False)
+    with pytest.raises(DataError) as err:
+        PreparedShards.open(tmp_path / "nowhere")
+    assert str(err.value) == (
+        f"{tmp_path / 'nowhere'} is not a prepared data folder (no manifest.json); "
+        "make one with `lextra data prepare SOURCE --tokenizer SPEC --out DIR`"
+    )
+    source = _write_corpus(tmp_path / "corpus", documents=10)
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "notes.txt").write_text("mine")
+    with pytest.raises(DataError, match="is not empty and holds no prepared data; give an empty or new --out"):
+        prepare_shards(source, "bytes", busy, progress=False)
+    prepare_shards(source, "bytes", tmp_path / "done", progress=False)
+    with pytest.raises(DataError, match="already holds other prepared data; use another --out"):
+        prepare_shards(source, "bpe:300", tmp_path / "done", progress=False)
+    prepared = PreparedShards.open(tmp_path / "done")
+    with pytest.raises(DataError) as err:
+        prepared.check_tokenizer("bpe:300")
+    assert str(err.value) == (
+        f"the prepared data {tmp_path / 'done'} was tokenized with bytes, the run asks for bpe:300; "
+        "pass --tokenizer bytes, or prepare the source again with --tokenizer bpe:300"
+    )
+    with pytest.raises(DataError, match="fewer than training length"):
+        prepared.batch(0, 2, 10**7, seed=0)
+    prepared.check_tokenizer(" bytes ")
+    prepare_shards(source, "bpe", tmp_path / "bpe", progress=False)
+    PreparedShards.open(tmp_path / "bpe").check_tokenizer("bpe:8192")  # `bpe` is `bpe:8192`
+
+
+def test_iter_documents_streams_what_load_corpus_returns(tmp_path: Path) -> None:
+    a = _write_corpus(tmp_path / "a", documents=5)
+    b = _write_corpus(tmp_path / "b", documents=5, seed=1, prefix="other")
+    for spec, limit in ((a, None), (a, 3_000), (f"{a}+{b}", None), (f"{a}+{b}", 9_000)):
+        assert list(iter_documents(spec, limit_chars=limit)) == load_corpus(spec, limit_chars=limit)
+
+
+def _tiny_run(source: str, steps: int = 6, **kwargs) -> TrainConfig:
+    model = GPTConfig(n_layer=1, n_head=2, d_model=32, train_len=32, scheme="alibi")
+    return TrainConfig(
+        corpus=source, model=model, batch_size=4, steps=steps, warmup=2, checkpoint_every=3, log_every=2, **kwargs
+    )
+
+
+def test_training_on_a_prepared_folder_equals_training_on_the_raw_corpus(tmp_path: Path) -> None:
+    source = _write_corpus(tmp_path / "corpus", documents=30)
+    prepare_shards(source, "bytes", tmp_path / "prepared", shard_chars=20_000, progress=False)
+    raw = load_model(train(_tiny_run(source, eval_sequences=2), tmp_path / "raw", progress=False))
+    # --corpus is not read with --data: the manifest's source is recorded instead
+    config = _tiny_run("python-code", eval_sequences=2, data=str(tmp_path / "prepared"))
+    prepared = load_model(train(config, tmp_path / "run", progress=False))
+    for (name, a), (_, b) in zip(raw.state_dict().items(), prepared.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+    metrics = [(tmp_path / run / "metrics.jsonl").read_text().splitlines() for run in ("raw", "run")]
+    losses = [[(r["step"], r["loss"], r.get("val_loss")) for r in map(json.loads, lines)] for lines in metrics]
+    assert losses[0] == losses[1] and losses[0][-1][2] is not None
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert saved["data"] == {
+        "path": str(tmp_path / "prepared"),
+        "manifest_sha256": PreparedShards.open(tmp_path / "prepared").sha256,
+    }
+    assert saved["train"]["corpus"] == source and saved["train"]["data"] == str(tmp_path / "prepared")
+
+
+class _StopError(Exception):
+    pass
+
+
+def _stop_at(step: int):
+    def hook(done: int) -> None:
+        if done == step:
+            raise _StopError
+
+    return hook
+
+
+def test_resume_needs_the_same_prepared_data(tmp_path: Path) -> None:
+    source = _write_corpus(tmp_path / "corpus", documents=30)
+    prepare_shards(source, "bytes", tmp_path / "a", progress=False)
+    prepare_shards(source, "bytes", tmp_path / "b", limit_chars=50_000, progress=False)
+    run = tmp_path / "run"
+    with pytest.raises(_StopError):
+        train(_tiny_run(source, data=str(tmp_path / "a")), run, progress=False, on_step=_stop_at(4))
+    first = PreparedShards.open(tmp_path / "a").sha256
+    other = PreparedShards.open(tmp_path / "b").sha256
+    with pytest.raises(ConfigError) as err:
+        train(_tiny_run(source, data=str(tmp_path / "b")), run, resume=True, progress=False)
+    assert str(err.value) == (
+        f"cannot resume {run}: it was trained on prepared data with manifest sha256 {first[:12]}, "
+        f"{tmp_path / 'b'} has manifest sha256 {other[:12]}; resume with the data it used"
+    )
+    with pytest.raises(ConfigError, match="no --data given; resume with the data it used"):
+        train(_tiny_run(source), run, resume=True, progress=False)
+    shutil.copytree(tmp_path / "a", tmp_path / "moved")  # the same data in another folder resumes
+    resumed = load_model(train(_tiny_run(source, data=str(tmp_path / "moved")), run, resume=True, progress=False))
+    whole = load_model(train(_tiny_run(source), tmp_path / "whole", progress=False))
+    for (name, a), (_, b) in zip(whole.state_dict().items(), resumed.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_cli_prepares_verifies_and_trains_with_one_line_errors(tmp_path: Path, capsys) -> None:
+    source = _write_corpus(tmp_path / "corpus", documents=20)
+    out = tmp_path / "prepared"
+    assert main(["data", "prepare", source, "--tokenizer", "bytes", "--out", str(out), "--quiet"]) == 0
+    prepared = PreparedShards.open(out)
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == f"{out}: bytes, uint8, manifest {prepared.sha256[:12]}"
+    assert printed[1] == (
+        f"  train: {prepared.num_documents('train'):,} documents, {prepared.num_tokens('train'):,} tokens"
+    )
+    assert main(["data", "verify", str(out)]) == 0
+    assert capsys.readouterr().out.splitlines() == printed
+    argv = ["train", "--out", str(tmp_path / "run"), "--data", str(out), "--steps", "2", "--layers", "1"]
+    argv += ["--width", "32", "--heads", "2", "--train-len", "32", "--batch-size", "2"]
+    assert main([*argv, "--tokenizer", "bpe:300"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"lextra train: error: the prepared data {out} was tokenized with bytes, the run asks for bpe:300; "
+        "pass --tokenizer bytes, or prepare the source again with --tokenizer bpe:300"
+    )
+    assert main(argv) == 0
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["data"]["manifest_sha256"] == prepared.sha256
+    capsys.readouterr()
+    name = prepared.manifest["splits"]["train"]["shards"][0]["files"]["tokens"]["name"]
+    data = bytearray((out / name).read_bytes())
+    data[0] ^= 1
+    (out / name).write_bytes(bytes(data))
+    assert main(["data", "verify", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"lextra data: error: prepared file {out / name} is missing or")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["data", "prepare", str(empty), "--tokenizer", "bytes", "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "has no non-empty documents" in err
+
+
+def test_a_source_that_changes_under_a_resumed_prepare_is_refused(tmp_path: Path, monkeypatch) -> None:
+    source = _write_corpus(tmp_path / "corpus", documents=20)
+    encode = shards_module._encode
+    calls: list[int] = []
+
+    def failing(tokenizer, docs):
+        calls.append(len(docs))
+        if len(calls) == 2:
+            raise _InterruptError
+        return encode(tokenizer, docs)
+
+    monkeypatch.setattr(shards_module, "_encode", failing)
+    out = tmp_path / "prepared"
+    with pytest.raises(_InterruptError):
+        prepare_shards(source, "bytes", out, shard_chars=30_000, progress=False)
+    monkeypatch.setattr(shards_module, "_encode", encode)
+    (tmp_path / "corpus" / "zzz-added.txt").write_text("a document added after the first read\n")
+    with pytest.raises(DataError) as err:
+        prepare_shards(source, "bytes", out, shard_chars=30_000, progress=False)
+    assert str(err.value) == (
+        f"the source {source!r} changed while {out} was prepared (20 documents when it was first read, 21 now); "
+        f"delete {out} and prepare it again"
+    )
+    assert not (out / "manifest.json").exists()
+
+
+def test_the_progress_bar_counts_documents_and_tokens_per_second(tmp_path: Path, capsys) -> None:
+    source = _write_corpus(tmp_path / "corpus", documents=12)
+    prepare_shards(source, "bytes", tmp_path / "prepared", progress=True)
+    err = capsys.readouterr().err
+    assert f"scan {source}: 12doc " in err
+    assert f"prepare {source}" in err and "12/12" in err and "doc" in err and "tok_s=" in err
