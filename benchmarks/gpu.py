@@ -45,6 +45,7 @@ import torch.nn.functional as F
 from lextra.attention import attention, build_mask
 from lextra.attention.backends import attention_path
 from lextra.attention.flex import RECOMPILE_LIMIT
+from lextra.devices import module_device
 from lextra.positions import SCHEMES, HeadDims, build_scheme
 from lextra.validate import parse_lengths
 
@@ -206,9 +207,9 @@ def attention_cells(args: argparse.Namespace, device: torch.device, names: list[
 
 def cell_path(scheme: Any, spec: str, L: int, device: torch.device, dtype: torch.dtype, grad: bool) -> str:
     """The path `backend="auto"` takes for a cell on `device` at `dtype`, in the cell's grad mode (forward cells
-    run under no_grad, where the CPU may tile; forward + backward cells with autograd). The choice is host-side
-    logic, so the positions stay on the CPU whatever the device."""
-    pos = torch.arange(L)
+    run under no_grad, where the CPU may tile; forward + backward cells with autograd). The positions are on the
+    scheme's device, where its parameters are: FIRE's choice compares them with its learned threshold."""
+    pos = torch.arange(L, device=module_device(scheme))
     with torch.set_grad_enabled(grad):
         return attention_path(scheme, build_mask(spec), pos, pos, device=device, dtype=dtype)
 
