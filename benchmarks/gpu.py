@@ -24,7 +24,7 @@ How to read it
 Usage
     .venv/bin/python benchmarks/gpu.py                                 # the whole run (CUDA)
     .venv/bin/python benchmarks/gpu.py --quick                         # 2k check, L = 4k, 16k; L_tr 1024 only
-    .venv/bin/python benchmarks/gpu.py --sized                         # make gpu-check's run (4k-64k, 128k for a subset)
+    .venv/bin/python benchmarks/gpu.py --sized                         # make gpu-check's run (4k-64k; 128k: a subset)
     .venv/bin/python benchmarks/gpu.py --device cpu --smoke            # the script itself, tiny sizes, on CPU
 """
 

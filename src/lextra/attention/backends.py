@@ -83,6 +83,21 @@ _FAR = 1 << 40
 _FLASH_WITH_LSE = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 
 
+def default_positions(q: Tensor, k: Tensor, q_pos: Tensor | None, k_pos: Tensor | None) -> tuple[Tensor, Tensor]:
+    """The positions `attention` uses: keys at 0..Lk-1 and queries the last Lq of them unless given; positions
+    that do not match the lengths are a ConfigError."""
+    Lq, Lk = q.shape[-2], k.shape[-2]
+    if k_pos is None:
+        k_pos = torch.arange(Lk, device=q.device)
+    if q_pos is None:
+        q_pos = k_pos[Lk - Lq :] if Lq <= Lk else torch.arange(Lq, device=q.device)
+    if q_pos.numel() != Lq or k_pos.numel() != Lk:
+        raise ConfigError(
+            f"positions do not match lengths: q_pos {q_pos.numel()} vs Lq {Lq}, k_pos {k_pos.numel()} vs Lk {Lk}"
+        )
+    return q_pos, k_pos
+
+
 @dataclass(frozen=True)
 class AttentionContext:
     """Everything one attention call applies besides q, k and v, checked and normalised once.
@@ -139,14 +154,7 @@ class AttentionContext:
         Lq, Lk = q.shape[-2], k.shape[-2]
         if layout is None and q_pos is None and k_pos is None:
             layout = PositionLayout.ranges(Lk - Lq if Lq <= Lk else 0, Lq, 0, Lk)
-        if k_pos is None:
-            k_pos = torch.arange(Lk, device=q.device)
-        if q_pos is None:
-            q_pos = k_pos[Lk - Lq :] if Lq <= Lk else torch.arange(Lq, device=q.device)
-        if q_pos.numel() != Lq or k_pos.numel() != Lk:
-            raise ConfigError(
-                f"positions do not match lengths: q_pos {q_pos.numel()} vs Lq {Lq}, k_pos {k_pos.numel()} vs Lk {Lk}"
-            )
+        q_pos, k_pos = default_positions(q, k, q_pos, k_pos)
         scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
         tau = _temperature(temperature, q)
         return cls(

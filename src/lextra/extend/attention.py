@@ -46,6 +46,7 @@ from lextra.attention.backends import (
     AttentionExtension,
     attention,
     attention_with_lse,
+    default_positions,
     get_backend,
     merge_tiles,
 )
@@ -68,20 +69,6 @@ LSE_FLOOR = -1e30
 _EMPTY, _FULL, _CAUSAL, _MASKED = range(4)
 
 
-def _positions(q: Tensor, k: Tensor, q_pos: Tensor | None, k_pos: Tensor | None) -> tuple[Tensor, Tensor]:
-    """Defaults as in `attention`: keys at 0..Lk-1, queries the last Lq of them."""
-    Lq, Lk = q.shape[-2], k.shape[-2]
-    if k_pos is None:
-        k_pos = torch.arange(Lk, device=q.device)
-    if q_pos is None:
-        q_pos = k_pos[Lk - Lq :] if Lq <= Lk else torch.arange(Lq, device=q.device)
-    if q_pos.numel() != Lq or k_pos.numel() != Lk:
-        raise ConfigError(
-            f"positions do not match lengths: q_pos {q_pos.numel()} vs Lq {Lq}, k_pos {k_pos.numel()} vs Lk {Lk}"
-        )
-    return q_pos, k_pos
-
-
 def _prepare(
     q: Tensor,
     k: Tensor,
@@ -97,7 +84,7 @@ def _prepare(
     `layout` when given, else read from the positions) and the per-row logit factor (Hx, Lq) (method's query
     scale over the temperature), or None."""
     check_scheme(scheme, method)
-    q_pos, k_pos = _positions(q, k, q_pos, k_pos)
+    q_pos, k_pos = default_positions(q, k, q_pos, k_pos)
     if layout is not None:
         seq_len = layout.seq_len or 1
     else:
@@ -260,7 +247,7 @@ def masked_attention(
     a BCA block is two flash calls (its causal square and the previous block) instead of many small ones.
     Exact; `masked_attention_applies` says when it runs the flash kernel (no autograd, CPU, fp32/bf16)."""
     mask = build_mask(mask)
-    q_pos, k_pos = _positions(q, k, q_pos, k_pos)
+    q_pos, k_pos = default_positions(q, k, q_pos, k_pos)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
 
     def passes(q_first: int, q_last: int) -> list[Pass]:
