@@ -23,6 +23,9 @@ from typing import Any
 from lextra.errors import ConfigError
 from lextra.validate import parse_lengths
 
+#: the built-in corpus names, for --help (`lextra.data.BUILTIN_CORPORA`, written out to keep torch out of --help)
+BUILTIN_CORPORA_HELP = "python-code, english (shakespeare+kjv), shakespeare, kjv, python-docs, brown"
+
 
 def add_aliased(parser: argparse.ArgumentParser, name: str, *aliases: str, **kwargs: Any) -> argparse.Action:
     """`parser.add_argument(name, *aliases, ...)` with `aliases` accepted (the same value) but left out of
@@ -182,7 +185,8 @@ def add_corpus(parser: argparse.ArgumentParser, *, default: str | None = "python
     parser.add_argument(
         "--corpus",
         default=default,
-        help=help_default or "python-code (built in), english, or a path (text files dir, .jsonl, saved HF dataset)",
+        help=help_default
+        or f"{BUILTIN_CORPORA_HELP}, a mixture A+B, or a path (text files dir, .jsonl, saved HF dataset)",
     )
     parser.add_argument(
         "--limit-chars", type=positive_int, default=None, help="use only the first N characters of the corpus"
@@ -196,7 +200,7 @@ def add_data(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--corpus",
         default=None,
-        help="python-code (built in), english, or a path (text files dir, .jsonl, saved HF dataset) "
+        help=f"{BUILTIN_CORPORA_HELP}, a mixture A+B, or a path (text files dir, .jsonl, saved HF dataset) "
         f"(default: {config_default(TrainConfig, 'corpus')})",
     )
     parser.add_argument(

