@@ -19,6 +19,15 @@ RELATIVE_SCHEMES = [n for n in ALL_SCHEMES if SCHEMES.get(n).relative]
 BIAS_SCHEMES = [n for n in ALL_SCHEMES if SCHEMES.get(n).has_bias]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _data_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Corpus specs that runs prepare (`lextra.data.shards.cached_shards`) go to one folder of this session (set
+    in the environment, so subprocesses use it too), not to the user's cache."""
+    from lextra.data.shards import DATA_CACHE_ENV
+
+    os.environ[DATA_CACHE_ENV] = str(tmp_path_factory.mktemp("data-cache"))
+
+
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)

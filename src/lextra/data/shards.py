@@ -36,9 +36,11 @@ hashes every file it wrote). Its `batch` draws the same windows as `TrainStream`
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -50,8 +52,23 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from lextra.data.corpora import DEFAULT_FRACTIONS, SPLITS, Document, iter_documents, split_of, split_overrides
-from lextra.data.tokenizers import DEFAULT_BPE_VOCAB, ByteTokenizer, Tokenizer, build_tokenizer, tokenizer_from_config
+from lextra.data.corpora import (
+    DEFAULT_FRACTIONS,
+    SPLITS,
+    Document,
+    iter_documents,
+    source_fingerprint,
+    split_of,
+    split_overrides,
+)
+from lextra.data.tokenizers import (
+    DEFAULT_BPE_VOCAB,
+    ByteTokenizer,
+    Tokenizer,
+    build_tokenizer,
+    resolve_cache_dir,
+    tokenizer_from_config,
+)
 from lextra.data.windows import gather_windows, window_starts
 from lextra.errors import DataError
 from lextra.io import atomic_write_json, sha256_file
@@ -611,3 +628,109 @@ class PreparedShards:
                     return out
                 out.append(torch.from_numpy(part.tokens[int(start) : int(stop)]))
         return out
+
+
+# ----------------------------------------------------------------------------- the cache of corpus specs
+DATA_CACHE_ENV = "LEXTRA_DATA_CACHE"
+"""Environment variable: the folder of `cached_shards` (default `data` beside the tokenizer cache); `off` makes
+runs read corpus specs into memory instead."""
+
+CACHE_WAIT_S = 6 * 3600.0
+"""How long `cached_shards` waits for another process (e.g. another torchrun rank) preparing the same entry."""
+
+
+def data_cache_dir() -> Path | None:
+    """Where corpus specs given to a run are prepared: `$LEXTRA_DATA_CACHE`, else `$LEXTRA_CACHE/data`, else
+    ~/.cache/lextra/data; None when `$LEXTRA_DATA_CACHE` is `off`."""
+    value = os.environ.get(DATA_CACHE_ENV, "").strip()
+    if value.lower() == "off":
+        return None
+    return Path(value).expanduser() if value else resolve_cache_dir().parent / "data"
+
+
+def cache_key(source: str, tokenizer: str, limit_chars: int | None, text_field: str = "text") -> str:
+    """The folder name of a cache entry: a readable prefix and a hash of (source, its files' sizes and times,
+    limit, tokenizer, text field); a changed corpus or a changed `hf:` tokenizer folder gets a new entry."""
+    spec = _normal_spec(tokenizer)
+    fingerprints = {"source": source_fingerprint(source)}
+    if spec.startswith("hf:"):
+        fingerprints["tokenizer"] = source_fingerprint(spec[3:])
+    key = json.dumps(
+        {
+            "format": FORMAT_VERSION,
+            "source": source,
+            "limit_chars": limit_chars,
+            "tokenizer": spec,
+            "text_field": text_field,
+            "files": fingerprints,
+        },
+        sort_keys=True,
+    )
+    slug = re.sub(r"[^A-Za-z0-9_.+-]+", "-", f"{source}-{spec}").strip("-.")[-60:] or "corpus"
+    return f"{slug}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+
+def cached_shards(
+    source: str,
+    tokenizer: str,
+    limit_chars: int | None = None,
+    *,
+    text_field: str = "text",
+    cache_dir: str | os.PathLike[str] | None = None,
+    progress: bool = True,
+    wait_s: float = CACHE_WAIT_S,
+) -> PreparedShards:
+    """`source` prepared with `tokenizer` in the data cache (`data_cache_dir()` unless `cache_dir`), the first
+    time by whichever process gets there first (others wait on a file lock), then only mapped.
+
+    The entry holds exactly the data a run on the raw corpus reads: the BPE is trained on the whole train split
+    (as `prepare_data` trains it), so its batches and validation documents equal the in-memory ones bit for bit.
+    """
+    root = Path(cache_dir).expanduser() if cache_dir is not None else data_cache_dir()
+    if root is None:
+        raise DataError(f"the data cache is off (${DATA_CACHE_ENV}=off); unset it or give a cache folder")
+    spec = _normal_spec(tokenizer)
+    folder = root / cache_key(source, spec, limit_chars, text_field)
+    if not (folder / MANIFEST).is_file():
+        # a bad source fails here, before a cache entry exists
+        next(iter_documents(source, text_field=text_field, limit_chars=limit_chars))
+        root.mkdir(parents=True, exist_ok=True)
+        with _file_lock(folder.with_name(folder.name + ".lock"), wait_s, folder):
+            if not (folder / MANIFEST).is_file():
+                prepare_shards(
+                    source,
+                    spec,
+                    folder,
+                    limit_chars=limit_chars,
+                    text_field=text_field,
+                    sample_chars=sys.maxsize,
+                    progress=progress,
+                )
+    try:
+        return PreparedShards.open(folder)
+    except DataError as err:
+        raise DataError(f"the data cache entry {folder} is damaged ({err}); delete {folder} and run again") from None
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path, wait_s: float, folder: Path) -> Iterator[None]:
+    """Hold an exclusive `flock` on `path` (created if needed), polling up to `wait_s` seconds for it."""
+    import fcntl
+
+    with open(path, "a+") as handle:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise DataError(
+                        f"waited {wait_s:.0f} s for another process preparing {folder} (it holds {path}); "
+                        f"wait for it to finish, or stop it and run again"
+                    ) from None
+                time.sleep(0.1)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
