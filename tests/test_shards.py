@@ -603,3 +603,64 @@ def test_a_damaged_cache_entry_is_refused_in_one_line(tmp_path: Path) -> None:
     message = str(err.value)
     assert message.startswith(f"the data cache entry {shards.root} is damaged (prepared shard ")
     assert message.endswith(f"); delete {shards.root} and run again") and "\n" not in message
+
+
+def _eval(model_dir: Path, out: Path, *extra: str) -> int:
+    """`lextra eval` of a tiny model at two lengths on two documents."""
+    argv = ["eval", str(model_dir), "--out", str(out), "--lengths", "32,64", "--documents", "2", "--split", "test"]
+    return main([*argv, *extra])
+
+
+def test_eval_reads_the_prepared_split_of_the_model_without_re_tokenizing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    source = _write_corpus(tmp_path / "corpus", documents=30)
+    monkeypatch.setenv(shards_module.DATA_CACHE_ENV, str(tmp_path / "data-cache"))
+    model_dir = train(_tiny_run(source), tmp_path / "run", progress=False)
+    entry = PreparedShards.open(json.loads((tmp_path / "run" / "config.json").read_text())["data"]["path"])
+    assert _eval(model_dir, tmp_path / "raw", "--corpus", source) == 0  # the raw corpus, tokenized now
+    raw = json.loads((tmp_path / "raw" / "results.json").read_text())
+    prepared = tmp_path / "prepared"
+    prepare_shards(source, "bytes", prepared, shard_chars=20_000, progress=False)
+    import lextra.data
+
+    monkeypatch.setattr(lextra.data, "prepare_for_model", lambda *args, **kwargs: pytest.fail("re-tokenized"))
+    for out, extra, folder in (("cached", (), entry), ("given", ("--data", str(prepared)), None)):
+        assert _eval(model_dir, tmp_path / out, *extra) == 0
+        got = json.loads((tmp_path / out / "results.json").read_text())
+        opened = folder or PreparedShards.open(prepared)
+        assert got.pop("data") == {"path": str(opened.root), "manifest_sha256": opened.sha256}
+        assert got == raw and got["corpus"] == source
+    capsys.readouterr()
+    assert _eval(model_dir, tmp_path / "both", "--data", str(prepared), "--corpus", source) == 2
+    assert capsys.readouterr().err.strip() == (
+        "lextra eval: error: --data replaces --corpus and --limit-chars (the folder holds its corpus); drop one"
+    )
+
+
+def test_eval_refuses_a_folder_of_another_tokenizer_in_one_line(tmp_path: Path, capsys) -> None:
+    source = _write_corpus(tmp_path / "corpus", documents=30)
+    model_dir = train(_tiny_run(source), tmp_path / "run", progress=False)
+    other = tmp_path / "bpe"
+    prepare_shards(source, "bpe:300", other, progress=False)
+    capsys.readouterr()
+    assert _eval(model_dir, tmp_path / "out", "--data", str(other)) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"lextra eval: error: the prepared data {other} was tokenized with bpe:300, not with the model's tokenizer "
+        "(bytes, trained on its own corpus); prepare the data with the model's tokenizer, or drop --data to read "
+        "the model's corpus"
+    )
+
+
+def test_a_moved_or_changed_training_folder_falls_back_to_the_corpus(tmp_path: Path, monkeypatch) -> None:
+    source = _write_corpus(tmp_path / "corpus", documents=30)
+    prepare_shards(source, "bytes", tmp_path / "prepared", progress=False)
+    model_dir = train(_tiny_run(source, data=str(tmp_path / "prepared")), tmp_path / "run", progress=False)
+    from lextra.model import read_model_meta
+
+    meta = read_model_meta(model_dir)
+    assert shards_module.shards_for_model(meta).root == tmp_path / "prepared"
+    shutil.move(tmp_path / "prepared", tmp_path / "moved")
+    assert shards_module.shards_for_model(meta) is None
+    prepare_shards(source, "bytes", tmp_path / "prepared", limit_chars=50_000, progress=False)  # other data there
+    assert shards_module.shards_for_model(meta) is None

@@ -193,6 +193,32 @@ def add_corpus(parser: argparse.ArgumentParser, *, default: str | None = "python
     )
 
 
+def add_eval_data(parser: argparse.ArgumentParser) -> None:
+    """--data: the prepared folder an evaluation reads its split from (instead of --corpus)."""
+    parser.add_argument(
+        "--data",
+        default=None,
+        metavar="DIR",
+        help="evaluate on a prepared folder's split (`lextra data prepare`, with the model's tokenizer), without "
+        "re-tokenizing (default: the folder the model was trained from, when it is still there; else --corpus)",
+    )
+
+
+def eval_data_from(args: argparse.Namespace, meta: dict[str, Any]) -> Any:
+    """The data an evaluation reads: the `--data` folder, the model's own prepared folder (no --corpus and no
+    --limit-chars given), or its corpus read with its tokenizer (`prepare_for_model`)."""
+    from lextra.data import prepare_for_model
+    from lextra.data.shards import shards_for_model
+
+    if args.data is not None and (args.corpus is not None or args.limit_chars is not None):
+        raise ConfigError("--data replaces --corpus and --limit-chars (the folder holds its corpus); drop one")
+    if args.data is not None or (args.corpus is None and args.limit_chars is None):
+        shards = shards_for_model(meta, args.data)
+        if shards is not None:
+            return shards
+    return prepare_for_model(meta, args.corpus, args.limit_chars)
+
+
 def add_data(parser: argparse.ArgumentParser) -> None:
     """--corpus, --tokenizer, --limit-chars, --threads: what a training run reads (defaults: `TrainConfig`'s)."""
     from lextra.train import TrainConfig

@@ -561,6 +561,24 @@ class PreparedShards:
                 )
 
     @property
+    def corpus(self) -> str:
+        """The source spec the folder was prepared from (what `PreparedData.corpus` names)."""
+        return str(self.manifest["source"])
+
+    def check_model_tokenizer(self, config: dict[str, Any]) -> None:
+        """Refuse to evaluate a model on data tokenized otherwise: `config` is the model's saved tokenizer config."""
+        mine = json.loads((self.root / TOKENIZER).read_text(encoding="utf-8"))
+        if mine != config:
+            theirs = config.get("kind", "?")
+            if theirs == "bpe" and "vocab_size" in config:
+                theirs = f"bpe:{config['vocab_size']}"
+            raise DataError(
+                f"the prepared data {self.root} was tokenized with {self.tokenizer_spec}, not with the model's "
+                f"tokenizer ({theirs}, trained on its own corpus); prepare the data with the model's tokenizer, "
+                "or drop --data to read the model's corpus"
+            )
+
+    @property
     def tokenizer_spec(self) -> str:
         """The tokenizer spec the folder was prepared with (e.g. `bpe:8192`)."""
         return str(self.manifest["tokenizer"]["spec"])
@@ -734,3 +752,24 @@ def _file_lock(path: Path, wait_s: float, folder: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def shards_for_model(meta: dict[str, Any], data: str | os.PathLike[str] | None = None) -> PreparedShards | None:
+    """The prepared data to evaluate a saved model on: the folder `data` (refused when tokenized otherwise than
+    the model), else the folder the model was trained from (`--data` or the data cache) when it is still there
+    with the manifest hash the run recorded; None when there is none (read the raw corpus)."""
+    if data is not None:
+        shards = PreparedShards.open(data)
+        shards.check_model_tokenizer(meta.get("tokenizer", {"kind": "bytes"}))
+        return shards
+    recorded = meta.get("data") or {}
+    path, digest = recorded.get("path"), recorded.get("manifest_sha256")
+    if not path or not digest or not (Path(path) / MANIFEST).is_file():
+        return None
+    try:
+        shards = PreparedShards.open(path)
+    except DataError:
+        return None
+    if shards.sha256 != digest:
+        return None
+    return shards
