@@ -323,7 +323,7 @@ def _check_same_data(run_dir: Path, shards: PreparedShards | None, *, cached: bo
         raise ConfigError(f"cannot resume {run_dir}: it was trained on {was}, {given}; resume with the data it used")
 
 
-def _open_data(config: TrainConfig, progress: bool = True) -> tuple[PreparedShards | None, bool]:
+def open_training_data(config: TrainConfig, progress: bool = True) -> tuple[PreparedShards | None, bool]:
     """The prepared folder of `config.data`, or the data cache's entry of `config.corpus` for plain language
     modelling (None for a task, or with the cache off), and whether it is the cache's. A `--data` folder's source
     and limit become the config's."""
@@ -362,7 +362,7 @@ def train(
         )
     if not resume and (run_dir / CHECKPOINTS).exists() and any((run_dir / CHECKPOINTS).glob("step_*")):
         raise ConfigError(f"{run_dir} already holds a training run; pass --resume to continue it or use a new --out")
-    shards, cached = _open_data(config, progress and world.is_main)
+    shards, cached = open_training_data(config, progress and world.is_main)
     data: PreparedData | None = None
     stream: BatchSource
     if shards is not None:
