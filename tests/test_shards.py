@@ -664,3 +664,91 @@ def test_a_moved_or_changed_training_folder_falls_back_to_the_corpus(tmp_path: P
     assert shards_module.shards_for_model(meta) is None
     prepare_shards(source, "bytes", tmp_path / "prepared", limit_chars=50_000, progress=False)  # other data there
     assert shards_module.shards_for_model(meta) is None
+
+
+# ----------------------------------------------------------------------------- weighted mixtures
+def _write_alphabet_corpus(root: Path, alphabet: str, documents: int, prefix: str) -> str:
+    """A directory of documents made of `alphabet` only, so a window tells which corpus it came from."""
+    rng = random.Random(prefix)
+    root.mkdir(parents=True)
+    for index in range(documents):
+        words = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 8))) for _ in range(rng.randint(50, 400))]
+        (root / f"{prefix}{index:03d}.txt").write_text(" ".join(words), encoding="utf-8")
+    return str(root)
+
+
+def test_weighted_mixture_specs_parse_and_refuse_bad_weights(tmp_path: Path) -> None:
+    from lextra.data.corpora import mixture_parts, mixture_weights
+
+    assert mixture_parts("english:0.3+python-code:0.7") == ["english", "python-code"]
+    assert mixture_weights("english:1+python-code:3") == [0.25, 0.75]
+    assert mixture_weights("english+python-code") is None and mixture_weights("english") is None
+    (tmp_path / "x:1+y:2").mkdir()  # an existing path is a path
+    assert mixture_parts(str(tmp_path / "x:1+y:2")) == [str(tmp_path / "x:1+y:2")]
+    with pytest.raises(DataError) as err:
+        mixture_parts("english:0.3+python-code")
+    assert str(err.value) == (
+        "corpus mixture 'english:0.3+python-code' weights some parts only; weight every part "
+        "(english:0.3+python-code:0.7) or none (english+python-code)"
+    )
+    with pytest.raises(DataError, match=r"the weight of 'english' must be positive, got 0.0$"):
+        mixture_weights("english:0+python-code:1")
+    with pytest.raises(DataError, match="names a corpus twice"):
+        mixture_parts("english:1+english:2")
+
+
+def test_a_weighted_mixture_draws_each_window_from_one_part_by_weight(tmp_path: Path) -> None:
+    letters = _write_alphabet_corpus(tmp_path / "letters", "abcdefgh", 30, "l")
+    digits = _write_alphabet_corpus(tmp_path / "digits", "0123456789", 30, "d")
+    spec = f"{letters}:1+{digits}:4"
+    prepare_shards(spec, "bytes", tmp_path / "mixed", shard_chars=20_000, progress=False)
+    mixed = PreparedShards.open(tmp_path / "mixed")
+    # each part's range of the training stream is that corpus' own training stream
+    for index, source in enumerate((letters, digits)):
+        prepare_shards(source, "bytes", tmp_path / f"alone{index}", progress=False)
+        alone = PreparedShards.open(tmp_path / f"alone{index}")
+        start, stop = mixed.part_ranges("train")[index]
+        assert np.array_equal(mixed.span("train", start, stop), alone.span("train", 0, len(alone)))
+        assert mixed.manifest["parts"][index]["splits"]["train"]["documents"] == alone.num_documents("train")
+    assert mixed.part_ranges()[1][0] == mixed.part_ranges()[0][1] + 1  # one separator between the parts
+    source = shards_module.training_batches(mixed)
+    assert isinstance(source, shards_module.WeightedMixture) and source.weights == [0.2, 0.8]
+    letter_ids, digit_ids = set(b"abcdefgh \n"), set(b"0123456789 \n")  # the separator is a newline
+    from_letters = 0
+    rows = 0
+    for step in range(150):
+        batch = source.batch(step, 16, 40, seed=3)
+        assert batch.shape == (16, 41) and batch.dtype == torch.long
+        assert torch.equal(batch, source.batch(step, 16, 40, seed=3))  # a pure function of (seed, step, rank)
+        for row in batch.tolist():
+            ids = set(row)
+            assert ids <= letter_ids or ids <= digit_ids, "a window crosses the parts"
+            from_letters += ids <= letter_ids and not ids <= {10, 32}
+            rows += 1
+    assert abs(from_letters / rows - 0.2) < 0.03, from_letters / rows
+    assert not torch.equal(source.batch(0, 16, 40, seed=3, rank=1, world_size=2), source.batch(0, 16, 40, seed=3))
+    with pytest.raises(DataError, match=r"^part 1 of the mixture has \d+ training tokens, fewer than training length"):
+        source.batch(0, 4, mixed.part_ranges()[0][1], seed=0)
+
+
+def test_training_on_a_weighted_mixture_resumes_exactly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    letters = _write_alphabet_corpus(tmp_path / "letters", "abcdefgh", 20, "l")
+    digits = _write_alphabet_corpus(tmp_path / "digits", "0123456789", 20, "d")
+    spec = f"{letters}:0.3+{digits}:0.7"
+    monkeypatch.setenv(shards_module.DATA_CACHE_ENV, str(tmp_path / "data-cache"))
+    whole = load_model(train(_tiny_run(spec), tmp_path / "whole", progress=False))
+    with pytest.raises(_StopError):
+        train(_tiny_run(spec), tmp_path / "run", progress=False, on_step=_stop_at(4))
+    resumed = load_model(train(_tiny_run(spec), tmp_path / "run", resume=True, progress=False))
+    for (name, a), (_, b) in zip(whole.state_dict().items(), resumed.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+    unweighted = load_model(train(_tiny_run(f"{letters}+{digits}"), tmp_path / "plain", progress=False))
+    pairs = zip(whole.state_dict().values(), unweighted.state_dict().values(), strict=True)
+    assert any(not torch.equal(a, b) for a, b in pairs)  # the weights change the windows
+    monkeypatch.setenv(shards_module.DATA_CACHE_ENV, "off")
+    with pytest.raises(ConfigError) as err:
+        train(_tiny_run(spec), tmp_path / "off", progress=False)
+    assert str(err.value) == (
+        f"a weighted mixture ({spec}) samples prepared parts, but LEXTRA_DATA_CACHE=off reads the corpus into "
+        "memory; use plain language modelling with the data cache on, or --data DIR"
+    )

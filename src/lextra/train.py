@@ -30,8 +30,9 @@ from tqdm import tqdm
 
 from lextra import serialize
 from lextra.data import TrainStream, eval_sequences
+from lextra.data.corpora import mixture_weights
 from lextra.data.prepare import PreparedData, prepare_data
-from lextra.data.shards import PreparedShards, cached_shards, data_cache_dir
+from lextra.data.shards import PreparedShards, cached_shards, data_cache_dir, training_batches
 from lextra.data.windows import encode_documents
 from lextra.devices import autocast, resolve_device
 from lextra.errors import CheckpointError, ConfigError, TrainingDivergedError
@@ -329,6 +330,12 @@ def open_training_data(config: TrainConfig, progress: bool = True) -> tuple[Prep
     and limit become the config's."""
     if config.data is None:
         if config.task is not None or data_cache_dir() is None:
+            if mixture_weights(config.corpus) is not None:
+                why = f"the task {config.task!r} reads" if config.task is not None else "LEXTRA_DATA_CACHE=off reads"
+                raise ConfigError(
+                    f"a weighted mixture ({config.corpus}) samples prepared parts, but {why} the corpus into memory; "
+                    "use plain language modelling with the data cache on, or --data DIR"
+                )
             return None, False
         return cached_shards(config.corpus, config.tokenizer, config.limit_chars, progress=progress), True
     shards = PreparedShards.open(config.data)
@@ -375,7 +382,7 @@ def train(
         _check_same_data(run_dir, shards, cached=cached)
         _check_compatible(run_dir, config)
     if shards is not None:
-        stream = shards
+        stream = training_batches(shards)
     else:
         assert data is not None
         stream = batch_source(config, data)

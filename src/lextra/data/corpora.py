@@ -86,6 +86,14 @@ def iter_documents(spec: str, *, text_field: str = "text", limit_chars: int | No
     Only a mixture's document ids are held (to refuse an id found in two parts). A corpus without a non-empty
     document raises `DataError` when the iteration reaches its end.
     """
+    for _, doc in iter_part_documents(spec, text_field=text_field, limit_chars=limit_chars):
+        yield doc
+
+
+def iter_part_documents(
+    spec: str, *, text_field: str = "text", limit_chars: int | None = None
+) -> Iterator[tuple[int, Document]]:
+    """`iter_documents`, each document with the index of the mixture part it comes from (0 for one corpus)."""
     if limit_chars is not None and (isinstance(limit_chars, bool) or limit_chars < 1):
         raise DataError(f"limit_chars must be a positive number of characters, got {limit_chars!r}")
     parts = mixture_parts(spec)
@@ -98,7 +106,7 @@ def iter_documents(spec: str, *, text_field: str = "text", limit_chars: int | No
         if not doc.text.strip():
             continue
         found = True
-        yield doc
+        yield 0, doc
         total += len(doc.text)
         if limit_chars is not None and total >= limit_chars:
             break
@@ -110,22 +118,59 @@ def iter_documents(spec: str, *, text_field: str = "text", limit_chars: int | No
 
 
 def mixture_parts(spec: str) -> list[str]:
-    """The corpora of a mixture spec `A+B` (one part for a plain name or an existing path that contains '+')."""
+    """The corpora of a mixture spec `A+B` (one part for a plain name or an existing path that contains '+');
+    the weights of a weighted mixture `A:0.3+B:0.7` are dropped (see `mixture_weights`)."""
+    return [name for name, _ in _weighted_parts(spec)]
+
+
+def mixture_weights(spec: str) -> list[float] | None:
+    """The sampling weights of a weighted mixture `A:0.3+B:0.7`, normalised to sum to 1 (None when unweighted).
+
+    Its documents are those of `A+B` (splits, tokenizer and evaluation alike); only training windows are drawn
+    from the parts in these proportions."""
+    weights = [weight for _, weight in _weighted_parts(spec)]
+    if weights[0] is None:
+        return None
+    total = sum(w for w in weights if w is not None)
+    return [w / total for w in weights if w is not None]
+
+
+_WEIGHT = re.compile(r"(?P<name>.+):(?P<weight>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)")
+"""A weighted mixture part, `NAME:WEIGHT`."""
+
+
+def _weighted_parts(spec: str) -> list[tuple[str, float | None]]:
+    """(corpus, weight or None) of each part of a mixture spec; every part is weighted, or none."""
     if "+" not in spec or Path(spec).expanduser().exists():
-        return [spec]
-    parts = [part.strip() for part in spec.split("+")]
-    if any(not part for part in parts):
-        raise DataError(f"corpus mixture {spec!r} has an empty part; write it as A+B, e.g. english+python-code")
-    if len(set(parts)) != len(parts):
+        return [(spec, None)]
+    parts: list[tuple[str, float | None]] = []
+    for part in (p.strip() for p in spec.split("+")):
+        if not part:
+            raise DataError(f"corpus mixture {spec!r} has an empty part; write it as A+B, e.g. english+python-code")
+        match = _WEIGHT.fullmatch(part)
+        if match is None or Path(part).expanduser().exists():
+            parts.append((part, None))
+            continue
+        weight = float(match["weight"])
+        if not math.isfinite(weight) or weight <= 0:
+            raise DataError(f"corpus mixture {spec!r}: the weight of {match['name']!r} must be positive, got {weight}")
+        parts.append((match["name"].strip(), weight))
+    if len({w is None for _, w in parts}) > 1:
+        raise DataError(
+            f"corpus mixture {spec!r} weights some parts only; weight every part (english:0.3+python-code:0.7) "
+            "or none (english+python-code)"
+        )
+    names = [name for name, _ in parts]
+    if len(set(names)) != len(names):
         raise DataError(f"corpus mixture {spec!r} names a corpus twice; list each once")
     return parts
 
 
-def _iter_mixture(parts: list[str], text_field: str, limit_chars: int | None) -> Iterator[Document]:
+def _iter_mixture(parts: list[str], text_field: str, limit_chars: int | None) -> Iterator[tuple[int, Document]]:
     """Every part's documents in order; a document id found in two parts is an error (ids decide splits)."""
     share = None if limit_chars is None else max(1, limit_chars // len(parts))
     owner: dict[str, str] = {}
-    for part in parts:
+    for index, part in enumerate(parts):
         for doc in iter_documents(part, text_field=text_field, limit_chars=share):
             if doc.id in owner:
                 raise DataError(
@@ -133,7 +178,7 @@ def _iter_mixture(parts: list[str], text_field: str, limit_chars: int | None) ->
                     "mix corpora whose document names differ (e.g. separate folders)"
                 )
             owner[doc.id] = part
-            yield doc
+            yield index, doc
 
 
 def _iter_corpus(spec: str, text_field: str) -> Iterator[Document]:

@@ -57,6 +57,9 @@ from lextra.data.corpora import (
     SPLITS,
     Document,
     iter_documents,
+    iter_part_documents,
+    mixture_parts,
+    mixture_weights,
     source_fingerprint,
     split_of,
     split_overrides,
@@ -69,7 +72,7 @@ from lextra.data.tokenizers import (
     resolve_cache_dir,
     tokenizer_from_config,
 )
-from lextra.data.windows import gather_windows, window_starts
+from lextra.data.windows import gather_windows, mixture_window_starts, window_starts
 from lextra.errors import DataError
 from lextra.io import atomic_write_json, sha256_file
 
@@ -124,12 +127,13 @@ def _prepare_command(source: str, tokenizer: str, out_dir: Path) -> str:
 
 
 # ----------------------------------------------------------------------------- preparing
-def _source_shards(docs: Iterable[Document], shard_chars: int) -> Iterator[list[Document]]:
-    """The documents cut into consecutive shards of at least `shard_chars` characters (the last may be smaller)."""
-    current: list[Document] = []
+def _source_shards(docs: Iterable[tuple[int, Document]], shard_chars: int) -> Iterator[list[tuple[int, Document]]]:
+    """The (part, document) pairs cut into consecutive shards of at least `shard_chars` characters (the last may
+    be smaller)."""
+    current: list[tuple[int, Document]] = []
     chars = 0
-    for doc in docs:
-        current.append(doc)
+    for part, doc in docs:
+        current.append((part, doc))
         chars += len(doc.text)
         if chars >= shard_chars:
             yield current
@@ -202,14 +206,16 @@ class _SplitWriter:
     def __post_init__(self) -> None:
         self._handle = open(self._partial(self.tokens_path), "wb")  # noqa: SIM115 -- closed by finish/abort
         self._offsets: list[tuple[int, int]] = []
+        self._parts: dict[int, list[int]] = {}  #: part -> [documents, tokens (separators excluded)]
         self._position = 0
 
     @staticmethod
     def _partial(path: Path) -> Path:
         return path.with_name(path.name + ".partial")
 
-    def write(self, ids: np.ndarray) -> None:
-        """Append one document (a separator first unless it is the split's first document)."""
+    def write(self, ids: np.ndarray, part: int = 0) -> None:
+        """Append one document of mixture part `part` (a separator first unless it is the split's first
+        document)."""
         limit = np.iinfo(self.dtype).max
         unsafe = not np.can_cast(ids.dtype, self.dtype)
         if unsafe and ids.size and (int(ids.min()) < 0 or int(ids.max()) > limit):
@@ -222,6 +228,9 @@ class _SplitWriter:
             self._position += 1
         self._handle.write(ids.astype(self.dtype).tobytes())
         self._offsets.append((self._position, self._position + int(ids.size)))
+        counts = self._parts.setdefault(part, [0, 0])
+        counts[0] += 1
+        counts[1] += int(ids.size)
         self._position += int(ids.size)
         self.joined = True
 
@@ -239,6 +248,7 @@ class _SplitWriter:
         entry = {
             "documents": len(self._offsets),
             "tokens": self._position,
+            "parts": {str(part): counts for part, counts in sorted(self._parts.items())},
             "files": {},
         }
         for final, written in ((self.tokens_path, partial), (self.offsets_path, offsets_partial)):
@@ -342,6 +352,9 @@ def prepare_shards(
     def documents() -> Iterator[Document]:
         return iter_documents(source, text_field=text_field, limit_chars=limit_chars)
 
+    def part_documents() -> Iterator[tuple[int, Document]]:
+        return iter_part_documents(source, text_field=text_field, limit_chars=limit_chars)
+
     if (out / SCAN).is_file():
         scan = _Scan(**json.loads((out / SCAN).read_text(encoding="utf-8")))
     else:
@@ -372,7 +385,7 @@ def prepare_shards(
         file=sys.stderr,
     )
     started, tokens_done = time.perf_counter(), 0
-    for index, docs in enumerate(_source_shards(documents(), shard_chars)):
+    for index, docs in enumerate(_source_shards(part_documents(), shard_chars)):
         if index < len(records):
             continue
         writers = {
@@ -388,9 +401,9 @@ def prepare_shards(
         try:
             for start in range(0, len(docs), ENCODE_BATCH):
                 batch = docs[start : start + ENCODE_BATCH]
-                for doc, ids in zip(batch, _encode(tok, batch), strict=True):
+                for (part, doc), ids in zip(batch, _encode(tok, [d for _, d in batch]), strict=True):
                     if ids.size:
-                        writers[scan.split(doc)].write(ids)
+                        writers[scan.split(doc)].write(ids, part)
                         tokens_done += int(ids.size)
                 rate = tokens_done / max(time.perf_counter() - started, 1e-9)
                 bar.set_postfix(tok_s=f"{rate:,.0f}", refresh=False)
@@ -403,8 +416,11 @@ def prepare_shards(
         record = {
             "shard": index,
             "source_documents": len(docs),
-            "chars": sum(len(doc.text) for doc in docs),
-            "splits": {name: entry or {"documents": 0, "tokens": 0, "files": {}} for name, entry in entries.items()},
+            "chars": sum(len(doc.text) for _, doc in docs),
+            "splits": {
+                name: entry or {"documents": 0, "tokens": 0, "parts": {}, "files": {}}
+                for name, entry in entries.items()
+            },
         }
         atomic_write_json(out / f"shard-{index:05d}.json", record)
         records.append(record)
@@ -443,8 +459,27 @@ def prepare_shards(
             for name in SPLITS
         },
     }
+    parts = _part_counts(source, records)
+    if parts is not None:
+        manifest["parts"] = parts
     atomic_write_json(out / MANIFEST, manifest)
     return out / MANIFEST
+
+
+def _part_counts(source: str, records: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """Per mixture part (in order) its source and, per split, its documents and tokens (separators excluded);
+    None when a shard was recorded without them."""
+    names = mixture_parts(source)
+    if any("parts" not in r["splits"][name] for r in records for name in SPLITS):
+        return None
+    out = []
+    for index, part in enumerate(names):
+        splits = {}
+        for name in SPLITS:
+            counts = [r["splits"][name]["parts"].get(str(index), [0, 0]) for r in records]
+            splits[name] = {"documents": sum(c[0] for c in counts), "tokens": sum(c[1] for c in counts)}
+        out.append({"source": part, "splits": splits})
+    return out
 
 
 def _request(
@@ -626,12 +661,32 @@ class PreparedShards:
         self, step: int, batch_size: int, length: int, seed: int, rank: int = 0, world_size: int = 1
     ) -> torch.Tensor:
         """A (batch_size, length + 1) int64 batch of training windows: `TrainStream.batch` over the same stream."""
-        starts = window_starts(len(self), step, batch_size, length, seed, rank, world_size)
+        return self.windows(window_starts(len(self), step, batch_size, length, seed, rank, world_size), length)
+
+    def windows(self, starts: torch.Tensor, length: int) -> torch.Tensor:
+        """The (len(starts), length + 1) int64 windows of the training stream at `starts`."""
         parts = self._parts["train"]
         if len(parts) == 1:
             return gather_windows(parts[0].tokens, starts, length)
         rows = np.stack([self.span("train", int(s), int(s) + length + 1) for s in starts])
         return torch.from_numpy(rows.astype(np.int64))
+
+    def part_ranges(self, split: str = "train") -> list[tuple[int, int]]:
+        """Each mixture part's [start, stop) range of a split's stream (its documents are consecutive there)."""
+        parts = self.manifest.get("parts")
+        if parts is None:
+            raise DataError(
+                f"{self.root} records no mixture parts (prepared by an older lextra); prepare it again to sample "
+                "its parts by weight"
+            )
+        gap = 0 if self.separator is None else 1
+        ranges, documents, tokens = [], 0, 0
+        for part in parts:
+            count, size = part["splits"][split]["documents"], part["splits"][split]["tokens"]
+            start = tokens + documents * gap
+            ranges.append((start, start + size + max(count - 1, 0) * gap))
+            documents, tokens = documents + count, tokens + size
+        return ranges
 
     def documents(self, split: str, limit: int | None = None) -> list[torch.Tensor]:
         """The split's documents (at most `limit`) as 1-D token tensors in corpus order, in the file dtype: what
@@ -773,3 +828,36 @@ def shards_for_model(meta: dict[str, Any], data: str | os.PathLike[str] | None =
     if shards.sha256 != digest:
         return None
     return shards
+
+
+class WeightedMixture:
+    """Training windows of a prepared weighted mixture (`A:0.3+B:0.7`): each window comes from one part, drawn
+    by weight (`mixture_window_starts`), so every part is seen in its share whatever its size."""
+
+    def __init__(self, shards: PreparedShards, weights: Sequence[float]) -> None:
+        self.shards = shards
+        self.weights = list(weights)
+        self.ranges = shards.part_ranges("train")
+        if len(self.ranges) != len(self.weights):
+            raise DataError(
+                f"{shards.root} holds {len(self.ranges)} mixture parts, the weights name {len(self.weights)}; "
+                "prepare the weighted mixture itself"
+            )
+
+    def __len__(self) -> int:
+        """Tokens of the training stream (every part's)."""
+        return len(self.shards)
+
+    def batch(
+        self, step: int, batch_size: int, length: int, seed: int, rank: int = 0, world_size: int = 1
+    ) -> torch.Tensor:
+        """A (batch_size, length + 1) int64 batch, a pure function of (seed, step, rank)."""
+        starts = mixture_window_starts(self.ranges, self.weights, step, batch_size, length, seed, rank, world_size)
+        return self.shards.windows(starts, length)
+
+
+def training_batches(shards: PreparedShards) -> PreparedShards | WeightedMixture:
+    """What a run draws its windows from: the folder's stream, or its parts by weight when it holds a weighted
+    mixture."""
+    weights = mixture_weights(shards.corpus)
+    return shards if weights is None else WeightedMixture(shards, weights)
