@@ -245,7 +245,7 @@ class _SplitWriter:
             return None
         offsets_partial = self._partial(self.offsets_path)
         np.asarray(self._offsets, dtype=np.int64).reshape(-1, 2).tofile(offsets_partial)
-        entry = {
+        entry: dict[str, Any] = {
             "documents": len(self._offsets),
             "tokens": self._position,
             "parts": {str(part): counts for part, counts in sorted(self._parts.items())},
@@ -413,7 +413,7 @@ def prepare_shards(
             for writer in writers.values():
                 writer.abort()
             raise
-        record = {
+        record: dict[str, Any] = {
             "shard": index,
             "source_documents": len(docs),
             "chars": sum(len(doc.text) for _, doc in docs),
