@@ -2,30 +2,29 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 
 import pytest
 import torch
 
+from lextra.data.shards import DATA_CACHE_ENV
 from lextra.devices import DEVICE_ENV
 from lextra.positions import SCHEMES, HeadDims, build_scheme
 
 # Set for the whole session as well (the fixture below only adjusts it per test), so that environments copied at
 # import time for subprocesses carry it too.
 os.environ[DEVICE_ENV] = "cpu"
+# Corpus specs that runs prepare (`lextra.data.shards.cached_shards`) go to a folder of this session, removed at
+# exit, not to the user's cache; set at import time too, for the subprocesses tests start.
+os.environ[DATA_CACHE_ENV] = tempfile.mkdtemp(prefix="lextra-data-cache-")
+atexit.register(shutil.rmtree, os.environ[DATA_CACHE_ENV], ignore_errors=True)
 
 ALL_SCHEMES = SCHEMES.names()
 RELATIVE_SCHEMES = [n for n in ALL_SCHEMES if SCHEMES.get(n).relative]
 BIAS_SCHEMES = [n for n in ALL_SCHEMES if SCHEMES.get(n).has_bias]
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _data_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Corpus specs that runs prepare (`lextra.data.shards.cached_shards`) go to one folder of this session (set
-    in the environment, so subprocesses use it too), not to the user's cache."""
-    from lextra.data.shards import DATA_CACHE_ENV
-
-    os.environ[DATA_CACHE_ENV] = str(tmp_path_factory.mktemp("data-cache"))
 
 
 @pytest.fixture(autouse=True)

@@ -4,8 +4,12 @@ that are never half-read, an interrupted prepare that continues, and one clear e
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -752,3 +756,56 @@ def test_training_on_a_weighted_mixture_resumes_exactly(tmp_path: Path, monkeypa
         f"a weighted mixture ({spec}) samples prepared parts, but LEXTRA_DATA_CACHE=off reads the corpus into "
         "memory; use plain language modelling with the data cache on, or --data DIR"
     )
+
+
+# ----------------------------------------------------------------------------- ranks: one prepares, all map
+_RANK_SCRIPT = """
+import json, sys
+from lextra.data.shards import cached_shards
+source, cache, prepare = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+shards = cached_shards(source, "bytes", cache_dir=cache, progress=False, prepare=prepare, wait_s=120)
+print(json.dumps({"root": str(shards.root), "sha256": shards.sha256, "tokens": len(shards)}))
+"""
+
+
+@pytest.mark.slow
+def test_only_the_preparing_process_writes_and_the_other_waits_for_the_manifest(tmp_path: Path) -> None:
+    source = _write_corpus(tmp_path / "corpus", documents=30)
+    cache = tmp_path / "data-cache"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+    def start(prepare: bool) -> subprocess.Popen:
+        argv = [sys.executable, "-c", _RANK_SCRIPT, source, str(cache), "1" if prepare else "0"]
+        return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    waiter = start(prepare=False)  # rank 1, started first: it must not prepare
+    time.sleep(1.0)
+    assert waiter.poll() is None and not cache.exists()
+    preparer = start(prepare=True)  # rank 0
+    results = []
+    for process in (preparer, waiter):
+        out, err = process.communicate(timeout=240)
+        assert process.returncode == 0, err[-2000:]
+        results.append(json.loads(out))
+    entry = cache / shards_module.cache_key(source, "bytes", None)
+    assert (
+        results[0]
+        == results[1]
+        == {
+            "root": str(entry),
+            "sha256": PreparedShards.open(entry).sha256,
+            "tokens": len(_raw(source, "bytes")[1]),
+        }
+    )
+
+
+def test_a_waiting_rank_gives_up_in_one_line(tmp_path: Path) -> None:
+    source = _write_corpus(tmp_path / "corpus", documents=5)
+    entry = tmp_path / "data-cache" / shards_module.cache_key(source, "bytes", None)
+    with pytest.raises(DataError) as err:
+        shards_module.cached_shards(source, "bytes", cache_dir=tmp_path / "data-cache", prepare=False, wait_s=0.3)
+    assert str(err.value) == (
+        f"waited 0 s for rank 0 to prepare {entry} (no manifest.json yet); see rank 0's error, or prepare the data "
+        "first (`lextra data prepare`) on a folder every rank can read and pass --data"
+    )
+    assert not entry.exists()

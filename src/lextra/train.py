@@ -324,10 +324,13 @@ def _check_same_data(run_dir: Path, shards: PreparedShards | None, *, cached: bo
         raise ConfigError(f"cannot resume {run_dir}: it was trained on {was}, {given}; resume with the data it used")
 
 
-def open_training_data(config: TrainConfig, progress: bool = True) -> tuple[PreparedShards | None, bool]:
+def open_training_data(
+    config: TrainConfig, progress: bool = True, *, prepare: bool = True
+) -> tuple[PreparedShards | None, bool]:
     """The prepared folder of `config.data`, or the data cache's entry of `config.corpus` for plain language
     modelling (None for a task, or with the cache off), and whether it is the cache's. A `--data` folder's source
-    and limit become the config's."""
+    and limit become the config's. Only a process that may `prepare` writes a cache entry; the others (torchrun
+    ranks but 0) wait for it."""
     if config.data is None:
         if config.task is not None or data_cache_dir() is None:
             if mixture_weights(config.corpus) is not None:
@@ -337,7 +340,8 @@ def open_training_data(config: TrainConfig, progress: bool = True) -> tuple[Prep
                     "use plain language modelling with the data cache on, or --data DIR"
                 )
             return None, False
-        return cached_shards(config.corpus, config.tokenizer, config.limit_chars, progress=progress), True
+        shards = cached_shards(config.corpus, config.tokenizer, config.limit_chars, progress=progress, prepare=prepare)
+        return shards, True
     shards = PreparedShards.open(config.data)
     shards.check_tokenizer(config.tokenizer)
     if config.task is not None:
@@ -369,7 +373,7 @@ def train(
         )
     if not resume and (run_dir / CHECKPOINTS).exists() and any((run_dir / CHECKPOINTS).glob("step_*")):
         raise ConfigError(f"{run_dir} already holds a training run; pass --resume to continue it or use a new --out")
-    shards, cached = open_training_data(config, progress and world.is_main)
+    shards, cached = open_training_data(config, progress and world.is_main, prepare=world.is_main)
     data: PreparedData | None = None
     stream: BatchSource
     if shards is not None:

@@ -752,9 +752,13 @@ def cached_shards(
     cache_dir: str | os.PathLike[str] | None = None,
     progress: bool = True,
     wait_s: float = CACHE_WAIT_S,
+    prepare: bool = True,
 ) -> PreparedShards:
     """`source` prepared with `tokenizer` in the data cache (`data_cache_dir()` unless `cache_dir`), the first
     time by whichever process gets there first (others wait on a file lock), then only mapped.
+
+    With `prepare=False` (torchrun ranks other than 0) the entry is never written: the call waits up to `wait_s`
+    seconds for its manifest, so every rank maps the files one rank prepared.
 
     The entry holds exactly the data a run on the raw corpus reads: the BPE is trained on the whole train split
     (as `prepare_data` trains it), so its batches and validation documents equal the in-memory ones bit for bit.
@@ -764,7 +768,9 @@ def cached_shards(
         raise DataError(f"the data cache is off (${DATA_CACHE_ENV}=off); unset it or give a cache folder")
     spec = _normal_spec(tokenizer)
     folder = root / cache_key(source, spec, limit_chars, text_field)
-    if not (folder / MANIFEST).is_file():
+    if not prepare:
+        _wait_for_manifest(folder, wait_s)
+    elif not (folder / MANIFEST).is_file():
         # a bad source fails here, before a cache entry exists
         next(iter_documents(source, text_field=text_field, limit_chars=limit_chars))
         root.mkdir(parents=True, exist_ok=True)
@@ -783,6 +789,18 @@ def cached_shards(
         return PreparedShards.open(folder)
     except DataError as err:
         raise DataError(f"the data cache entry {folder} is damaged ({err}); delete {folder} and run again") from None
+
+
+def _wait_for_manifest(folder: Path, wait_s: float) -> None:
+    """Poll for `folder`'s manifest (written last, by one rename) for up to `wait_s` seconds."""
+    deadline = time.monotonic() + wait_s
+    while not (folder / MANIFEST).is_file():
+        if time.monotonic() >= deadline:
+            raise DataError(
+                f"waited {wait_s:.0f} s for rank 0 to prepare {folder} (no {MANIFEST} yet); see rank 0's error, "
+                "or prepare the data first (`lextra data prepare`) on a folder every rank can read and pass --data"
+            )
+        time.sleep(0.1)
 
 
 @contextlib.contextmanager
