@@ -12,7 +12,7 @@ LINT_PATHS := src tests benchmarks experiments
 # What mypy checks ([tool.mypy] in pyproject.toml holds its settings).
 TYPED_PATHS := src/lextra/positions src/lextra/attention src/lextra/extend src/lextra/model.py src/lextra/train.py
 
-.PHONY: run test test-fast test-gpu lint bench bench-gpu bench-train bench-xt hf-model bench-hf corpora clean
+.PHONY: run test test-fast test-gpu gpu-check lint bench bench-gpu bench-train bench-xt hf-model bench-hf corpora clean
 
 # data.txt and the package itself go in with --no-deps (see data.txt), so pyproject's ranges pull nothing unpinned;
 # everything else is pinned in the files.
@@ -50,6 +50,12 @@ bench: $(STAMP)
 # One GPU: correctness against the reference, attention against flash SDPA at 4k-128k, training tokens/s.
 bench-gpu: $(STAMP)
 	$(PY) benchmarks/gpu.py --out benchmarks/results/gpu.json
+
+# The first run on a lent GPU, in one command under a budget (GPU_CHECK_SECONDS, default 480): the `gpu` tests
+# and the sized benchmark, benchmarks/results/gpu.md / .json, a summary. No install step: it takes the .venv that
+# `make` built on that machine, else the machine's own python3 with its CUDA torch (PY=... to choose).
+gpu-check:
+	benchmarks/gpu_check.sh
 
 BENCH_STAMP := $(VENV)/.installed-bench
 

@@ -13,6 +13,10 @@ import torch
 from lextra.data.shards import DATA_CACHE_ENV
 from lextra.devices import DEVICE_ENV
 from lextra.positions import SCHEMES, HeadDims, build_scheme
+from lextra.registry import load_env_plugins
+
+# `LEXTRA_PLUGINS=mine.py pytest tests` runs every test parametrised over a registry on the plugin's classes too
+load_env_plugins()
 
 # Set for the whole session as well (the fixture below only adjusts it per test), so that environments copied at
 # import time for subprocesses carry it too.

@@ -296,7 +296,7 @@ def test_eval_and_retrieval_eval_take_an_extension_method(tmp_path, capsys) -> N
         (["eval", "run", "--extend", "self_extend", "--lengths", "1024"], "valid up to 200 tokens, got 1024"),
         (["eval", "run", "--extend", "rerope:window=-1"], "rerope: window"),
         (["eval", "run", "--extend", "streaming"], "unknown extension method 'streaming'"),
-        (["retrieval", "eval", "run", "--extend", "lm_infinite:local"], "expected key=value"),
+        (["retrieval", "eval", "run", "--extend", "lm_infinite:local"], "set options as lm_infinite,key=value"),
     ]
     for argv, message in bad:
         argv = [str(tmp_path / a) if a in ("run", "alibi") else a for a in argv]

@@ -27,7 +27,7 @@ from lextra.attention.backends import AttentionExtension
 from lextra.attention.masks import Mask
 from lextra.errors import CheckpointError, ConfigError
 from lextra.io import atomic_write, atomic_write_json, sha256_file
-from lextra.positions import HeadDims, PositionScheme, build_scheme
+from lextra.positions import HeadDims, PositionScheme, build_scheme, split_scheme_spec
 from lextra.serialize import check_fields as check_fields  # re-exported: configs elsewhere check their keys
 from lextra.validate import check_bool, check_positive, check_range
 
@@ -56,6 +56,19 @@ class GPTConfig:
     #: log-n scaling of the logits: "none", "qwen" (x log_{L_tr} i past L_tr), "ssmax" (learned s_h x ln n)
     log_scaling: str = "none"
 
+    def __post_init__(self) -> None:
+        self.split_scheme_spec()
+
+    def split_scheme_spec(self) -> None:
+        """A scheme spec (`rope,base=500000`) becomes the scheme's name and options, explicit `scheme_options`
+        winning (`--scheme-option`); run on construction and by `validate`, for a spec assigned later."""
+        if isinstance(self.scheme, str) and any(c in self.scheme for c in ":,"):
+            if not isinstance(self.scheme_options, dict):
+                raise ConfigError(
+                    f"model config: scheme_options must be a dict of options, got {self.scheme_options!r}"
+                )
+            self.scheme, self.scheme_options = split_scheme_spec(self.scheme, self.scheme_options)
+
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_head
@@ -65,6 +78,7 @@ class GPTConfig:
 
     def validate(self) -> GPTConfig:
         """Refuse any value the model cannot be built from (before any work), naming the field and the fix."""
+        self.split_scheme_spec()
         for name in ("vocab_size", "n_layer", "n_head", "d_model", "train_len"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:

@@ -1,73 +1,422 @@
-"""A small name -> class registry with introspected options, used for schemes, masks and retrieval tasks."""
+"""Name -> class registries with declared, typed options, and the one spec grammar they all parse.
+
+A spec names a registered class and sets its options: `name[:positional][,key=value...]`, e.g. `window:256`,
+`window,width=256`, `yarn:4,beta_fast=16`, `self_extend,group=8` (and the older `self_extend:group=8`). The
+options are the class's keyword-only constructor parameters (or what it declares in `spec_options()`), typed by
+their annotations; a bare positional fills the option the class names in `positional`. Options a class derives
+from the context (the training length) are filled by its `resolve_options(options, **context)` and described by
+`derived_defaults`, so `lextra list` and the CLI help, generated from the same declarations, show them.
+
+A registry may name the modules that register into it: they are imported on its first lookup, so a registry is
+complete whatever the caller imported first. Plugins (`.py` files or modules that register classes) are imported
+by `load_plugins`; the command line imports those `LEXTRA_PLUGINS` names (comma-separated) before it parses.
+"""
 
 from __future__ import annotations
 
+import importlib
 import inspect
-from collections.abc import Callable
-from dataclasses import dataclass
+import json
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from lextra.errors import ConfigError
 
 T = TypeVar("T")
+_REQUIRED = inspect.Parameter.empty
 
 
 @dataclass(frozen=True)
 class Option:
-    """One settable option of a registered class: its name, default and annotation."""
+    """One settable option of a registered class: its name, default (`Option.REQUIRED` when none) and annotation."""
 
     name: str
     default: Any
     annotation: str
+    #: how the default is derived from the context when it is not given (e.g. "L_tr / 2"), or ""
+    derived: str = ""
+
+    REQUIRED = _REQUIRED
+
+    @property
+    def required(self) -> bool:
+        return self.default is _REQUIRED and not self.derived
+
+    def default_text(self) -> str:
+        """The default as `lextra list` shows it: the derivation, the value, or "required"."""
+        if self.derived:
+            return self.derived
+        if self.default is _REQUIRED:
+            return "required"
+        return repr(self.default)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A parsed spec: the name, the bare positional value (or None) and the `key=value` options, as text."""
+
+    name: str
+    positional: str | None = None
+    options: dict[str, str] = field(default_factory=dict)
+
+
+def _split_items(text: str) -> list[str]:
+    """Split at commas outside brackets, so list values such as `[1, 2]` stay whole."""
+    items, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        if char in "[(":
+            depth += 1
+        elif char in "])":
+            depth -= 1
+        elif char == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    items.append(text[start:])
+    return items
+
+
+def parse_spec(text: str, kind: str = "spec") -> Spec:
+    """`name[:positional][,key=value...]` -> Spec; an item after ':' that holds '=' is an option (the older
+    `name:key=value,...` spelling). Raises ConfigError on an empty name, an empty item or a repeated key."""
+    if not isinstance(text, str):
+        raise ConfigError(f"{kind}: expected a spec string such as 'name:value,key=value', got {text!r}")
+    text = text.strip()
+    cut = min((i for i in (text.find(":"), text.find(",")) if i >= 0), default=len(text))
+    name, sep, rest = text[:cut].strip(), text[cut : cut + 1], text[cut + 1 :]
+    if not name:
+        raise ConfigError(f"{kind} spec {text!r} has no name; the grammar is name[:positional][,key=value...]")
+    positional: str | None = None
+    options: dict[str, str] = {}
+    items = _split_items(rest) if sep else []
+    for index, item in enumerate(items):
+        item = item.strip()
+        key, eq, value = item.partition("=")
+        if index == 0 and sep == ":" and not eq:
+            if not item:
+                raise ConfigError(f"{kind} spec {text!r}: nothing after ':'; the grammar is name[:positional]...")
+            positional = item
+            continue
+        key, value = key.strip(), value.strip()
+        if not eq or not key or not value:
+            raise ConfigError(f"{kind} spec {text!r}: expected key=value, got {item!r}")
+        if key in options:
+            raise ConfigError(f"{kind} spec {text!r} sets {key!r} twice")
+        options[key] = value
+    return Spec(name, positional, options)
+
+
+def format_spec(name: str, options: Mapping[str, Any]) -> str:
+    """The spec text of `name` with these options: `window,width=64` (inverse of parse + convert)."""
+    items = [f"{key}={_value_text(value)}" for key, value in options.items()]
+    return ",".join([name, *items])
+
+
+def _value_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(_value_text(v) for v in value) + "]"
+    return str(value)
+
+
+# ---------------------------------------------------------------- values by annotation
+
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+def _type_words(annotation: str) -> tuple[set[str], bool]:
+    """The alternatives of an annotation text ("int | None" -> {"int"}, optional)."""
+    parts = {p.strip() for p in annotation.split("|")}
+    optional = "None" in parts
+    return parts - {"None"}, optional
+
+
+def type_name(annotation: str) -> str:
+    """A reader's name of an annotation: "an integer", "a number", "true or false", "a list of numbers", ..."""
+    words, optional = _type_words(annotation)
+    if words == {"bool"}:
+        text = "true or false"
+    elif words == {"int"}:
+        text = "an integer"
+    elif words & {"float", "int"} and words <= {"float", "int"}:
+        text = "a number"
+    elif any(w.startswith(("tuple", "list")) for w in words):
+        text = "a list of numbers such as [1,2]"
+    elif words == {"str"}:
+        text = "a string"
+    else:
+        text = "a value (JSON or text)"
+    return f"{text} or none" if optional else text
+
+
+def convert_value(raw: str, annotation: str) -> Any:
+    """A spec value read by its annotation (bool, int, float, str, tuples / lists of numbers, optional);
+    ValueError when it does not fit. Unannotated values are read as JSON when they parse, else as text."""
+    text = raw.strip()
+    words, optional = _type_words(annotation)
+    if optional and text.lower() in ("none", "null"):
+        return None
+    if words == {"bool"}:
+        if text.lower() in _TRUE:
+            return True
+        if text.lower() in _FALSE:
+            return False
+        raise ValueError(text)
+    if words == {"int"}:
+        return int(text)
+    if words & {"float", "int"} and words <= {"float", "int"}:
+        value = float(text)
+        if not math.isfinite(value):
+            raise ValueError(text)
+        return int(value) if "int" in words and "float" not in words else value
+    if any(w.startswith(("tuple", "list")) for w in words):
+        inner = text[1:-1] if text[:1] in "[(" and text[-1:] in "])" else text
+        values = tuple(float(v) for v in inner.replace(";", ",").split(",") if v.strip())
+        return list(values) if any(w.startswith("list") for w in words) else values
+    if words == {"str"}:
+        return text
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+# ---------------------------------------------------------------- the registry
 
 
 class Registry(Generic[T]):
-    """Maps names to classes; `build` validates keyword options against the class signature."""
+    """Maps names (and aliases) to classes; parses specs into validated, typed options; describes them.
 
-    def __init__(self, kind: str) -> None:
+    `modules` are imported on the first lookup (they register the built-in classes), so `names()`, `get()` and
+    `build()` see every class whatever was imported first.
+    """
+
+    def __init__(self, kind: str, modules: Iterable[str] = ()) -> None:
         self.kind = kind
         self._classes: dict[str, type[T]] = {}
+        self._aliases: dict[str, str] = {}
+        self._modules = tuple(modules)
+        self._filled = not self._modules
 
-    def register(self, name: str) -> Callable[[type[T]], type[T]]:
+    # --- registration -----------------------------------------------------------------------------
+    def register(self, name: str, *, aliases: Iterable[str] = ()) -> Callable[[type[T]], type[T]]:
+        """Class decorator: register under `name` (and `aliases`, accepted by lookups, not listed)."""
+
         def add(cls: type[T]) -> type[T]:
-            if name in self._classes:
-                raise ValueError(f"{self.kind} {name!r} is registered twice")
+            for key in (name, *aliases):
+                if key in self._classes or key in self._aliases:
+                    raise ValueError(f"{self.kind} {key!r} is registered twice")
             cls.name = name  # type: ignore[attr-defined]
             self._classes[name] = cls
+            self._aliases.update({alias: name for alias in aliases})
             return cls
 
         return add
 
+    def fill(self) -> None:
+        """Import the modules that register the built-in classes (once; re-entrant while they import)."""
+        if self._filled:
+            return
+        self._filled = True
+        for module in self._modules:
+            importlib.import_module(module)
+
+    # --- lookup -----------------------------------------------------------------------------------
     def names(self) -> list[str]:
+        self.fill()
         return list(self._classes)
 
-    def get(self, name: str) -> type[T]:
-        try:
-            return self._classes[name]
-        except KeyError:
+    def canonical(self, name: str) -> str:
+        """The registered name of `name` or of its alias (ConfigError listing the known names otherwise)."""
+        self.fill()
+        name = self._aliases.get(name, name)
+        if name not in self._classes:
             known = ", ".join(self._classes)
-            raise ConfigError(f"unknown {self.kind} {name!r}; known {self.kind}s: {known}") from None
+            raise ConfigError(f"unknown {self.kind} {name!r}; known {self.kind}s: {known}")
+        return name
 
+    def __contains__(self, name: object) -> bool:
+        self.fill()
+        return name in self._classes or name in self._aliases
+
+    def get(self, name: str) -> type[T]:
+        return self._classes[self.canonical(name)]
+
+    # --- options ----------------------------------------------------------------------------------
     def options(self, name: str) -> list[Option]:
-        """The keyword-only options of a class's constructor, with defaults (its settable knobs)."""
-        signature = inspect.signature(self.get(name).__init__)
+        """The class's settable options: its `spec_options()` if it declares them, else the keyword-only
+        parameters of its constructor, with defaults and the `derived_defaults` it describes."""
+        cls = self.get(name)
+        derived: dict[str, str] = getattr(cls, "derived_defaults", {}) or {}
+        declared = getattr(cls, "spec_options", None)
+        if declared is not None:
+            return [Option(o.name, o.default, o.annotation, o.derived or derived.get(o.name, "")) for o in declared()]
+        signature = inspect.signature(cls.__init__)
         return [
-            Option(p.name, p.default, _annotation_text(p.annotation))
+            Option(p.name, p.default, _annotation_text(p.annotation), derived.get(p.name, ""))
             for p in signature.parameters.values()
             if p.kind is inspect.Parameter.KEYWORD_ONLY
         ]
 
-    def check_options(self, name: str, options: dict[str, Any]) -> None:
+    def positional(self, name: str) -> str | None:
+        """The option a bare positional value fills (the class's `positional`), or None."""
+        return getattr(self.get(name), "positional", None)
+
+    def _listing(self, name: str) -> str:
+        return ", ".join(o.name for o in self.options(name)) or "none"
+
+    def check_options(self, name: str, options: Mapping[str, Any]) -> None:
+        """Refuse options the class does not declare, listing the ones it has."""
         valid = {o.name for o in self.options(name)}
         unknown = sorted(set(options) - valid)
         if unknown:
-            listing = ", ".join(sorted(valid)) or "none"
             raise ConfigError(
-                f"{self.kind} {name!r} has no option {', '.join(map(repr, unknown))}; its options: {listing}"
+                f"{self.kind} {self.canonical(name)!r} has no option {', '.join(map(repr, unknown))}; "
+                f"its options: {self._listing(name)}"
             )
+
+    def parse(self, spec: str | Spec) -> tuple[str, dict[str, Any]]:
+        """A spec -> (registered name, typed options it sets): unknown names, unknown options, values of the
+        wrong type and a positional given to a class that takes none are ConfigErrors naming the fix."""
+        parsed = spec if isinstance(spec, Spec) else parse_spec(spec, self.kind)
+        name = self.canonical(parsed.name)
+        raw = dict(parsed.options)
+        if parsed.positional is not None:
+            target = self.positional(name)
+            if target is None:
+                raise ConfigError(
+                    f"{self.kind} {name!r} takes no positional value, got {parsed.positional!r}; "
+                    f"set options as {name},key=value (its options: {self._listing(name)})"
+                )
+            if target in raw:
+                raise ConfigError(f"{self.kind} {name!r}: {target} is given twice (as ':' value and as {target}=)")
+            raw = {target: parsed.positional, **raw}
+        self.check_options(name, raw)
+        kinds = {o.name: o.annotation for o in self.options(name)}
+        return name, {key: self.convert(name, key, value, kinds[key]) for key, value in raw.items()}
+
+    def convert(self, name: str, key: str, raw: Any, annotation: str) -> Any:
+        """One option value from text by its annotation; non-text values pass unchanged."""
+        if not isinstance(raw, str):
+            return raw
+        try:
+            return convert_value(raw, annotation)
+        except ValueError:
+            raise ConfigError(
+                f"{self.kind} {name!r}: {key} takes {type_name(annotation)} ({annotation}), got {raw!r}; "
+                f"its options: {self._listing(name)}"
+            ) from None
+
+    def resolve(self, spec: str | Spec, context: Mapping[str, Any] | None = None, **overrides: Any) -> tuple:
+        """(class, options): the spec's typed options, `overrides` on top (checked, passed as they are), then
+        the class's `resolve_options(options, **context)` fills the defaults it derives from the context."""
+        name, options = self.parse(spec)
+        self.check_options(name, overrides)
+        options.update(overrides)
+        cls = self.get(name)
+        hook = getattr(cls, "resolve_options", None)
+        if hook is not None:
+            options = hook(dict(options), **dict(context or {}))
+        return cls, options
+
+    def build(self, spec: str | Spec, *args: Any, context: Mapping[str, Any] | None = None, **overrides: Any) -> T:
+        """`cls(*args, **options)` for the spec (see `resolve`)."""
+        cls, options = self.resolve(spec, context, **overrides)
+        return cls(*args, **options)
+
+    # --- description ------------------------------------------------------------------------------
+    def usage(self, name: str) -> str:
+        """The spec syntax of one class: `window[:width][,width=...]`, `causal`."""
+        positional = self.positional(name)
+        head = f"{name}[:{positional.upper()}]" if positional else name
+        return head + ("[,key=value...]" if self.options(name) else "")
+
+    def describe(self, name: str) -> str:
+        """One class's options with their defaults, as `lextra list` shows them: `width=L_tr`, "no options"."""
+        options = self.options(name)
+        if not options:
+            return "no options"
+        return ", ".join(f"{o.name}={o.default_text()}" for o in options)
+
+    def types_text(self, name: str) -> str:
+        """One class's option types: `width: int, log_scale: bool` ("" without options)."""
+        return ", ".join(f"{o.name}: {o.annotation or 'any'}" for o in self.options(name))
+
+    def help_text(self, *, limit: int | None = None) -> str:
+        """The registered names with their positional, for a CLI help line: `causal, window[:W], bca[:B], full`."""
+        parts = []
+        for name in self.names():
+            positional = self.positional(name)
+            parts.append(f"{name}[:{positional.upper()}]" if positional else name)
+        if limit is not None and len(parts) > limit:
+            parts = [*parts[:limit], "..."]
+        return ", ".join(parts)
 
 
 def _annotation_text(annotation: Any) -> str:
     if annotation is inspect.Parameter.empty:
         return ""
     return annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+
+
+# ---------------------------------------------------------------- plugins
+
+#: the environment variable naming plugin files or modules, comma-separated, that `lextra` imports before parsing
+PLUGINS_ENV = "LEXTRA_PLUGINS"
+_LOADED_PLUGINS: dict[str, Any] = {}
+_ENV_PLUGINS = {"loaded": False}
+
+
+def load_env_plugins() -> None:
+    """Import the plugins `LEXTRA_PLUGINS` names, once per process (the command line does before it parses, so
+    its help, its specs and its torchrun workers see what they register; so does the test suite's conftest)."""
+    if _ENV_PLUGINS["loaded"]:
+        return
+    _ENV_PLUGINS["loaded"] = True
+    import os
+
+    load_plugins(os.environ.get(PLUGINS_ENV, ""))
+
+
+def load_plugins(plugins: str | Iterable[str]) -> list[Any]:
+    """Import plugin modules, each a `.py` file path or a dotted module name (a comma-separated string or a list),
+    so the classes they register are in the registries; each is imported once. ConfigError names a missing
+    file or a module that fails to import."""
+    import importlib.util
+    import sys
+    import zlib
+    from pathlib import Path
+
+    items = plugins.split(",") if isinstance(plugins, str) else list(plugins)
+    modules = []
+    for item in (i.strip() for i in items):
+        if not item:
+            continue
+        path = Path(item).expanduser()
+        is_file = item.endswith(".py") or path.is_file()
+        key = str(path.resolve()) if is_file else item
+        if key in _LOADED_PLUGINS:
+            modules.append(_LOADED_PLUGINS[key])
+            continue
+        if is_file:
+            if not path.is_file():
+                raise ConfigError(f"plugin {item!r}: no such file; give a .py file or an importable module name")
+            name = f"lextra_plugin_{path.stem}_{zlib.crc32(key.encode()):08x}"
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+            sys.modules[name] = module
+            try:
+                spec.loader.exec_module(module)  # type: ignore[union-attr]
+            except Exception:
+                del sys.modules[name]
+                raise
+        else:
+            try:
+                module = importlib.import_module(item)
+            except ModuleNotFoundError as err:
+                raise ConfigError(f"plugin {item!r}: cannot import it ({err}); check the name or PYTHONPATH") from None
+        _LOADED_PLUGINS[key] = module
+        modules.append(module)
+    return modules

@@ -12,6 +12,7 @@ so a run trained on a GPU resumes or evaluates on the CPU and back.
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
@@ -66,7 +67,7 @@ class TrainConfig:
     init_from: str | None = None
     #: a prepared folder (`lextra data prepare`) read instead of the corpus; its source and limit replace
     #: `corpus` and `limit_chars`, and `tokenizer` must be the one it was prepared with
-    data: str | None = None
+    data: str | None = field(default=None, metadata=serialize.options(omit_none=True))
     model: GPTConfig = field(default_factory=GPTConfig)
     batch_size: int = 16
     #: 600 steps: the budget `lextra train` and `lextra compare` (`make run`) use unless told otherwise
@@ -146,16 +147,34 @@ class BatchSource(Protocol):
 
 #: task name -> factory(config, data) of a BatchSource; other modules register tasks here
 BATCH_SOURCES: dict[str, Callable[[TrainConfig, PreparedData], BatchSource]] = {}
+#: the modules that register the built-in tasks, imported on the first lookup of a task
+BATCH_SOURCE_MODULES: tuple[str, ...] = ("lextra.evaluate.retrieval", "lextra.evaluate.ruler")
+#: callables that register a task spec missing from `BATCH_SOURCES` (e.g. `passkey:0.3`), or raise ConfigError
+BATCH_SOURCE_RESOLVERS: list[Callable[[str], object]] = []
 
 
 def batch_source(config: TrainConfig, data: PreparedData) -> BatchSource:
     """Plain language modelling on the corpus' train split, or the registered task named by `config.task`."""
     if config.task is None:
         return TrainStream.from_documents(data.splits["train"], data.tokenizer)
-    if config.task not in BATCH_SOURCES:
+    return resolve_task(config.task)(config, data)
+
+
+def resolve_task(task: str) -> Callable[[TrainConfig, PreparedData], BatchSource]:
+    """The `BATCH_SOURCES` factory of a task spec: the built-in tasks' modules are imported first (whatever the
+    caller imported), then a spec not registered yet is offered to `BATCH_SOURCE_RESOLVERS`."""
+    if task not in BATCH_SOURCES:
+        for module in BATCH_SOURCE_MODULES:
+            importlib.import_module(module)
+    if task not in BATCH_SOURCES:
+        for resolver in BATCH_SOURCE_RESOLVERS:
+            resolver(task)  # raises ConfigError naming the known tasks when the spec is not one
+            if task in BATCH_SOURCES:
+                break
+    if task not in BATCH_SOURCES:
         known = ", ".join(sorted(BATCH_SOURCES)) or "none registered"
-        raise ConfigError(f"unknown training task {config.task!r}; known tasks: {known}")
-    return BATCH_SOURCES[config.task](config, data)
+        raise ConfigError(f"unknown training task {task!r}; known tasks: {known}")
+    return BATCH_SOURCES[task]
 
 
 def learning_rate(config: TrainConfig, step: int) -> float:

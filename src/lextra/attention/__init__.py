@@ -15,6 +15,7 @@ from lextra.attention.backends import (
     run_attention,
 )
 from lextra.attention.flex import flex_attention_forward, flex_block_mask
+from lextra.attention.layout import PositionLayout
 from lextra.attention.masks import MASKS, Mask, build_mask
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "AttentionContext",
     "AttentionExtension",
     "Mask",
+    "PositionLayout",
     "attention",
     "attention_logits",
     "build_mask",

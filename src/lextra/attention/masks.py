@@ -29,6 +29,8 @@ class Mask:
 
     name: ClassVar[str] = "mask"
     summary: ClassVar[str] = ""
+    #: the option a bare `name:VALUE` spec sets, or None
+    positional: ClassVar[str | None] = None
     #: no query sees a later key (k <= q wherever visible): a query block's keys stop at its last query
     causal: ClassVar[bool] = False
     #: the mask is plain causal attention (k <= q): fused kernels' `is_causal=True` and the tiled path apply
@@ -143,6 +145,17 @@ class WindowMask(Mask):
 
     summary = "sliding window: attend to the last `width` tokens (0 <= m - n < w)"
     causal = True
+    positional = "width"
+    derived_defaults: ClassVar[dict[str, str]] = {"width": "L_tr"}
+
+    @classmethod
+    def resolve_options(cls, options: dict[str, Any], train_len: int | None = None) -> dict[str, Any]:
+        """The width defaults to the training length."""
+        if "width" not in options:
+            if train_len is None:
+                raise ConfigError("window needs a width: use 'window:W' or pass width=W")
+            options["width"] = train_len
+        return options
 
     def __init__(self, *, width: int) -> None:
         if int(width) < 1:
@@ -173,6 +186,17 @@ class BlockCausalMask(Mask):
 
     summary = "blockwise causal (Sun 2022): own block causally + the previous block; block = L_tr/2"
     causal = True
+    positional = "block"
+    derived_defaults: ClassVar[dict[str, str]] = {"block": "L_tr / 2"}
+
+    @classmethod
+    def resolve_options(cls, options: dict[str, Any], train_len: int | None = None) -> dict[str, Any]:
+        """The block defaults to half the training length (Sun et al. 2022)."""
+        if "block" not in options:
+            if train_len is None or train_len < 2:
+                raise ConfigError("bca needs a block size: use 'bca:B' or give the training length")
+            options["block"] = train_len // 2
+        return options
 
     def __init__(self, *, block: int) -> None:
         if int(block) < 1:
@@ -223,36 +247,11 @@ class FullMask(Mask):
 
 
 def build_mask(spec: str | Mask | None, train_len: int | None = None, **options: Any) -> Mask:
-    """A mask from its name (`causal`, `window`, `bca`, `full`) or a spec like `window:256` / `bca:64`.
+    """A mask from its spec, `name[:positional][,key=value...]`: `causal`, `window:256`, `window,width=256`,
+    `bca:64`, `full` (see `MASKS`); keyword `options` override the spec's.
 
     Defaults tied to the training length: window width = L_tr, BCA block = L_tr / 2 (Sun et al. 2022).
     """
     if isinstance(spec, Mask):
         return spec
-    name, _, arg = (spec or "causal").partition(":")
-    cls = MASKS.get(name)
-    MASKS.check_options(name, options)
-    if name == "window":
-        if arg:
-            options.setdefault("width", _int_arg(name, arg))
-        if "width" not in options:
-            if train_len is None:
-                raise ConfigError("window needs a width: use 'window:W' or pass width=W")
-            options["width"] = train_len
-    elif name == "bca":
-        if arg:
-            options.setdefault("block", _int_arg(name, arg))
-        if "block" not in options:
-            if train_len is None or train_len < 2:
-                raise ConfigError("bca needs a block size: use 'bca:B' or give the training length")
-            options["block"] = train_len // 2
-    elif arg:
-        raise ConfigError(f"mask {name!r} takes no argument, got {spec!r}")
-    return cls(**options)
-
-
-def _int_arg(name: str, arg: str) -> int:
-    try:
-        return int(arg)
-    except ValueError:
-        raise ConfigError(f"mask {name!r}: expected an integer after ':', got {arg!r}") from None
+    return MASKS.build(spec or "causal", context={"train_len": train_len}, **options)

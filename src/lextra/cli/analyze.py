@@ -20,12 +20,14 @@ from lextra.errors import ConfigError
 
 def add_analysis_inputs(parser: argparse.ArgumentParser) -> None:
     """--out, --mask, --split, the corpus, threads and device: what every analysis shares."""
+    from lextra.reporting.catalog import mask_help
+
     parser.add_argument("--out", required=True, help="output folder (JSON, CSV, markdown table, PNG plots)")
     parser.add_argument(
         "--mask",
         action="append",
         default=None,
-        help="inference mask, repeatable: causal, bca, window:W (default: causal)",
+        help=f"repeatable; {mask_help()} (default: causal)",
     )
     parser.add_argument("--split", default="validation", choices=["validation", "test"], help="held-out split")
     add_corpus(parser, default=None, help_default="default: the corpus each model was trained on")

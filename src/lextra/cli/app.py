@@ -10,7 +10,8 @@ Old spellings stay accepted without being shown: `ALIASES` maps a retired comman
 (`lextra ruler-compare` -> `lextra ruler compare`), and `lextra.cli.options.add_aliased` gives an option hidden
 alternative names (`HelpFormatter` leaves them out).
 `main` parses, applies the shared runtime options (threads), runs the handler, and turns every `LextraError` into
-one line on stderr with exit code 2.
+one line on stderr with exit code 2. Plugins (`--plugin FILE`, `LEXTRA_PLUGINS`) are imported before the parser is
+built, so everything they register is in the help and specs.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lextra.errors import LextraError
+from lextra.registry import PLUGINS_ENV, load_env_plugins, load_plugins
 
 Handler = Callable[[argparse.Namespace], int]
 Configure = Callable[[argparse.ArgumentParser], Handler]
@@ -194,12 +196,44 @@ def expand_aliases(argv: Sequence[str]) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The whole `lextra` parser, after every command module has declared its commands."""
+    """The whole `lextra` parser, after the plugins of `LEXTRA_PLUGINS` are imported (so the help generated from
+    the registries lists what they register) and every command module has declared its commands."""
+    load_env_plugins()
     for module in COMMAND_MODULES:
         importlib.import_module(module)
     parser = Parser(prog="lextra", description=ROOT.help)
+    parser.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="FILE_OR_MODULE",
+        help=f"import this .py file or module first (its schemes, masks, scalings, methods, tasks); repeatable; "
+        f"also ${PLUGINS_ENV}=a.py,pkg.mod",
+    )
     _add(parser, ROOT, ())
     return parser
+
+
+def _take_plugins(argv: list[str]) -> list[str]:
+    """Import the top-level `--plugin X` / `--plugin=X` (those before the command name) and return argv without
+    them, so the parser built next already knows what they register."""
+    rest, plugins, index = [], [], 0
+    while index < len(argv):
+        arg = argv[index]
+        if arg == "--plugin" and index + 1 < len(argv):
+            plugins.append(argv[index + 1])
+            index += 2
+            continue
+        if arg.startswith("--plugin="):
+            plugins.append(arg.split("=", 1)[1])
+        elif not arg.startswith("-"):  # the command: what follows is its own
+            rest += argv[index:]
+            break
+        else:
+            rest.append(arg)
+        index += 1
+    load_plugins(plugins)
+    return rest
 
 
 def leaf_commands(
@@ -217,9 +251,14 @@ def leaf_commands(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run `lextra ARGS`; returns the exit code (2 for a user mistake, printed as one line)."""
-    parser = build_parser()
     try:
-        args = parser.parse_args(expand_aliases(sys.argv[1:] if argv is None else argv))
+        argv = _take_plugins(list(sys.argv[1:] if argv is None else argv))
+        parser = build_parser()
+    except LextraError as err:
+        print(f"lextra: error: {err}", file=sys.stderr)
+        return 2
+    try:
+        args = parser.parse_args(expand_aliases(argv))
     except SystemExit as done:  # argparse printed usage and a one-line error (exit 2), or --help (exit 0)
         return int(done.code or 0)
     name = f"lextra {args.command_path.split()[0]}"

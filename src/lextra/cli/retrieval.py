@@ -61,14 +61,15 @@ def retrieval_settings(args: argparse.Namespace, multiples: tuple[int, ...] | No
     ),
 )
 def configure_train(parser: argparse.ArgumentParser) -> Handler:
+    from lextra.reporting.catalog import task_help
+
     parser.add_argument("--out", required=True, help="run directory")
     add_aliased(
         parser,
         "--task",
         "--tasks",
         default="passkey",
-        help="NAME, NAME+lm (half LM windows) or NAME:RATIO; NAME a retrieval task or ruler.niah / ruler.TASK "
-        "(RULER prompts, evaluated with `lextra ruler`)",
+        help=task_help(training=True),
     )
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
 
@@ -135,8 +136,10 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
     ),
 )
 def configure_compare(parser: argparse.ArgumentParser) -> Handler:
+    from lextra.reporting.catalog import task_help
+
     parser.add_argument("--out", required=True, help="comparison folder (finished models are reused)")
-    add_aliased(parser, "--task", "--tasks", default="passkey", help="training task spec (NAME, NAME+lm, NAME:RATIO)")
+    add_aliased(parser, "--task", "--tasks", default="passkey", help=task_help(training=True))
     parser.add_argument("--schemes", default=DEFAULT_COMPARE, help="variants: SCHEME or SCHEME+SCALING (rope+dynamic)")
     parser.add_argument(
         "--init-from-compare",

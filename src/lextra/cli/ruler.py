@@ -51,10 +51,10 @@ ruler = group(
     ),
 )
 def configure_ruler(parser: argparse.ArgumentParser) -> Handler:
+    from lextra.reporting.catalog import mask_help, ruler_task_help
+
     parser.add_argument("model", help="a lextra run or model folder, a Hugging Face folder, a .gguf file or 'smollm2'")
-    add_aliased(
-        parser, "--tasks", "--task", default="all", help="'all' or comma-separated task names (see `lextra list`)"
-    )
+    add_aliased(parser, "--tasks", "--task", default="all", help=ruler_task_help())
     parser.add_argument("--lengths", default=None, help="comma-separated prompt lengths, tokens (default L_tr x 1,2,4)")
     parser.add_argument(
         "--samples",
@@ -82,7 +82,7 @@ def configure_ruler(parser: argparse.ArgumentParser) -> Handler:
         default=config_default(RulerSettings, "batch_size"),
         help="samples decoded together (any tasks)",
     )
-    parser.add_argument("--mask", default=None, help="inference mask: causal, window:W, bca[:B] (default: causal)")
+    parser.add_argument("--mask", default=None, help=f"{mask_help()} (default: causal)")
     parser.add_argument(
         "--tokenizer", default=None, help="default: the model's own; bytes, bpe[:VOCAB] or hf:PATH otherwise"
     )
@@ -98,10 +98,12 @@ def configure_ruler(parser: argparse.ArgumentParser) -> Handler:
     def run(args: argparse.Namespace) -> int:
         from lextra.evaluate.ruler import chat_format
         from lextra.pipelines.loading import ModelOptions, load_model_spec
-        from lextra.pipelines.ruler import RulerTarget, parse_tasks, run_ruler
+        from lextra.pipelines.ruler import RulerTarget, parse_task_list, run_ruler
 
+        tasks, task_options = parse_task_list(args.tasks)
         settings = RulerSettings(
-            tasks=parse_tasks(args.tasks),
+            tasks=tasks,
+            options=task_options,
             lengths=parse_lengths(args.lengths),
             samples=args.samples,
             seed=args.seed,

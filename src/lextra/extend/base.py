@@ -78,6 +78,8 @@ class ExtensionMethod(ABC):
 
     name: ClassVar[str] = "extension"
     summary: ClassVar[str] = ""
+    #: the option a bare `NAME:VALUE` spec sets, or None
+    positional: ClassVar[str | None] = None
     #: how each option left at None is derived from L (what `lextra list` shows as its default)
     derived_defaults: ClassVar[dict[str, str]] = {}
     #: query blocks of the fast path are cut at multiples of this many positions, or None
@@ -132,7 +134,7 @@ class ExtensionMethod(ABC):
         return f"{self.name}(L={self.train_len}{', ' if opts else ''}{opts})"
 
 
-EXTENSIONS: Registry[ExtensionMethod] = Registry("extension method")
+EXTENSIONS: Registry[ExtensionMethod] = Registry("extension method", modules=("lextra.extend.methods",))
 
 
 def check_scheme(scheme: PositionScheme | None, method: ExtensionMethod | str) -> None:
@@ -153,51 +155,14 @@ def check_scheme(scheme: PositionScheme | None, method: ExtensionMethod | str) -
 
 
 def build_extension(spec: str | ExtensionMethod, train_len: int, **options: Any) -> ExtensionMethod:
-    """A method from its name or a spec `NAME[:key=value,...]` (values parsed by the option's type), for a model
-    of training length `train_len`; keyword `options` override the spec's. Unknown names or options and values
-    out of range raise ConfigError naming the fix."""
+    """A method from its spec, `NAME[,key=value...]` (or the older `NAME:key=value,...`; values typed by each
+    option's annotation), for a model of training length `train_len`; keyword `options` override the spec's.
+    Unknown names or options and values out of range raise ConfigError naming the fix."""
     if isinstance(spec, ExtensionMethod):
         if options:
             raise ConfigError(f"options {sorted(options)} given with an already built method {spec!r}")
         return spec
-    name, _, arg = str(spec).partition(":")
-    name = name.strip()
-    cls = EXTENSIONS.get(name)
-    parsed = _parse_options(name, arg) if arg.strip() else {}
-    merged = {**parsed, **options}
-    EXTENSIONS.check_options(name, merged)
-    return cls(train_len, **merged)
-
-
-def _parse_options(name: str, text: str) -> dict[str, Any]:
-    """`key=value,...` into typed options (by each option's annotation: bool, int or float)."""
-    kinds = {o.name: o.annotation for o in EXTENSIONS.options(name)}
-    out: dict[str, Any] = {}
-    for item in text.split(","):
-        key, eq, raw = item.partition("=")
-        key, raw = key.strip(), raw.strip()
-        if not eq or not key or not raw:
-            raise ConfigError(f"extension {name!r}: expected key=value after ':', got {item.strip()!r}")
-        EXTENSIONS.check_options(name, {key: raw})
-        out[key] = _parse_value(name, key, raw, kinds[key])
-    return out
-
-
-def _parse_value(name: str, key: str, raw: str, annotation: str) -> Any:
-    if "bool" in annotation:
-        lowered = raw.lower()
-        if lowered in ("true", "1", "yes", "on"):
-            return True
-        if lowered in ("false", "0", "no", "off"):
-            return False
-        raise ConfigError(f"extension {name!r}: {key} takes true or false, got {raw!r}")
-    try:
-        if "int" in annotation:
-            return int(raw)
-        return float(raw)
-    except ValueError:
-        kind = "an integer" if "int" in annotation else "a number"
-        raise ConfigError(f"extension {name!r}: {key} takes {kind}, got {raw!r}") from None
+    return EXTENSIONS.build(str(spec), train_len, **options)
 
 
 def log_scale(m: Tensor, train_len: int) -> Tensor:

@@ -74,7 +74,7 @@ def parse_variant(spec: str) -> Variant:
     """`rope`, `rope+bca`, `alibi+window:64` -> Variant; the scheme and mask are validated."""
     spec = spec.strip()
     scheme, _, mask = spec.partition("+")
-    SCHEMES.get(scheme)
+    SCHEMES.parse(scheme)
     mask = mask or "causal"
     build_mask(mask, train_len=2)
     return Variant(spec, scheme, mask)

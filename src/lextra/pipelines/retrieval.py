@@ -33,6 +33,7 @@ from lextra.io import atomic_write_json, atomic_write_text
 from lextra.model import read_model_meta
 from lextra.pipelines.loading import ModelOptions, load_lextra
 from lextra.positions import SCHEMES
+from lextra.positions.scaling import parse_rope_scaling
 from lextra.reporting.retrieval import plot_heatmap, retrieval_tables
 from lextra.train import CHECKPOINTS, FINAL, TrainConfig, train
 
@@ -72,9 +73,11 @@ class RetrievalEval:
 def parse_scaled_variant(spec: str) -> tuple[str, str | None]:
     """`rope` -> ("rope", None); `rope+dynamic` -> ("rope", "dynamic:1"); `coca+yarn:4` -> ("coca", "yarn:4")."""
     scheme, _, scaling = spec.strip().partition("+")
-    SCHEMES.get(scheme)
-    if scaling and ":" not in scaling:
-        scaling += ":1"
+    SCHEMES.parse(scheme)
+    if scaling:
+        parse_rope_scaling(scaling)  # refuses unknown types and options
+        if not any(c in scaling for c in ":,{"):
+            scaling += ":1"
     return scheme, scaling or None
 
 

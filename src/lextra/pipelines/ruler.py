@@ -27,7 +27,6 @@ from lextra.errors import ConfigError, DataError
 from lextra.evaluate.ruler import (
     DEFAULT_HAYSTACK,
     DEFAULT_THRESHOLD,
-    RULER_TASK_NAMES,
     RULER_TASKS,
     ChatFormat,
     RulerAnswer,
@@ -41,6 +40,7 @@ from lextra.evaluate.ruler import (
     sorted_lengths,
 )
 from lextra.io import atomic_write_json
+from lextra.registry import format_spec
 from lextra.reporting.ruler import save_ruler_outputs
 
 #: lengths as multiples of L_tr when none are given
@@ -49,18 +49,42 @@ DEFAULT_MULTIPLES = (1, 2, 4)
 SECTION_KEYS = frozenset({"models", "tasks", "multiples", "samples", "seed", "threshold", "batch", "haystack"})
 
 
+def parse_task_list(spec: str | Sequence[str]) -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """`all` or task specs -> (distinct known names in the order given, their options): a comma-separated string
+    reads like one spec per task, an item `key=value` setting an option of the task before it
+    (`niah_single_1,vt,hops=2` -> vt with hops 2); `all` is every task in `RULER_TASKS`, plugins' included."""
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    items = [i.strip() for i in items if i.strip()]
+    known = RULER_TASKS.names()
+    if items == ["all"]:
+        return list(known), {}
+    if not items:
+        raise ConfigError(f"--tasks needs 'all' or task names; known: {', '.join(known)}")
+    names: list[str] = []
+    raw: dict[str, dict[str, str]] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if eq:
+            if not names:
+                raise ConfigError(f"--tasks {spec!r}: option {item!r} comes before any task; write TASK,{item}")
+            raw.setdefault(names[-1], {})[key.strip()] = value.strip()
+            continue
+        if item not in known:
+            raise ConfigError(f"unknown RULER task {item!r}; use 'all' or names from: {', '.join(known)}")
+        names.append(item)
+    options = {}
+    for name, values in raw.items():
+        options[name] = RULER_TASKS.parse(format_spec(name, values))[1]
+    return list(dict.fromkeys(names)), options
+
+
 def parse_tasks(spec: str | Sequence[str]) -> list[str]:
-    """`all`, a comma-separated string or a list of task names -> distinct known names, in the order given."""
-    names = spec.split(",") if isinstance(spec, str) else list(spec)
-    names = [n.strip() for n in names if n.strip()]
-    if names == ["all"]:
-        return list(RULER_TASK_NAMES)
-    if not names:
-        raise ConfigError(f"--tasks needs 'all' or task names; known: {', '.join(RULER_TASK_NAMES)}")
-    for name in names:
-        if name not in RULER_TASK_NAMES:
-            raise ConfigError(f"unknown RULER task {name!r}; use 'all' or names from: {', '.join(RULER_TASK_NAMES)}")
-    return list(dict.fromkeys(names))
+    """`all`, a comma-separated string or a list of task names -> distinct known names, in the order given; task
+    options (`vt,hops=2`) are refused here: `parse_task_list` reads them."""
+    names, options = parse_task_list(spec)
+    if options:
+        raise ConfigError(f"tasks {spec!r} set options ({sorted(options)}); give them as RulerSettings.options")
+    return names
 
 
 @dataclass
@@ -68,7 +92,7 @@ class RulerSettings:
     """What a RULER run evaluates: tasks, prompt lengths (default L_tr x `multiples`), samples per cell, the seed
     of the samples, the effective-length threshold, samples decoded together, task options, the essay corpus."""
 
-    tasks: list[str] = field(default_factory=lambda: list(RULER_TASK_NAMES))
+    tasks: list[str] = field(default_factory=lambda: RULER_TASKS.names())
     lengths: list[int] | None = None
     multiples: tuple[int, ...] = DEFAULT_MULTIPLES
     samples: int = 10
@@ -110,8 +134,10 @@ def settings_from_section(section: Mapping[str, Any]) -> RulerSettings:
     unknown = sorted(set(section) - SECTION_KEYS)
     if unknown:
         raise ConfigError(f"[ruler]: unknown keys {unknown}; known: {sorted(SECTION_KEYS)}")
+    tasks, options = parse_task_list(section.get("tasks", "all"))
     settings = RulerSettings(
-        tasks=parse_tasks(section.get("tasks", "all")),
+        tasks=tasks,
+        options=options,
         multiples=tuple(int(m) for m in section.get("multiples", DEFAULT_MULTIPLES)),
         samples=section.get("samples", 10),
         seed=section.get("seed", 0),

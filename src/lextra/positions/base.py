@@ -66,6 +66,8 @@ class PositionScheme(nn.Module):
     rotate_span: int | None = None
     #: a per-query bias (`bias_per_query`) the scheme can state as compiled score-modifier code (`query_bias_mod`)
     has_query_bias_mod: ClassVar[bool] = False
+    #: the option a bare `name:VALUE` spec sets, or None
+    positional: ClassVar[str | None] = None
 
     def __init__(self, dims: HeadDims) -> None:
         super().__init__()
@@ -139,22 +141,34 @@ class PositionScheme(nn.Module):
         return ", ".join(f"{k}={v!r}" for k, v in self.options.items())
 
 
-SCHEMES: Registry[PositionScheme] = Registry("position scheme")
+SCHEMES: Registry[PositionScheme] = Registry(
+    "position scheme",
+    modules=("lextra.positions.absolute", "lextra.positions.rotary", "lextra.positions.bias", "lextra.positions.coca"),
+)
 register_scheme = SCHEMES.register
 
 
+def split_scheme_spec(spec: str, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    """A scheme spec `rope,base=500000` -> ("rope", {"base": 500000.0}), typed; `options` (e.g. from
+    `--scheme-option K=V`) are checked and override the spec's."""
+    name, parsed = SCHEMES.parse(spec)
+    extra = dict(options or {})
+    SCHEMES.check_options(name, extra)
+    return name, {**parsed, **extra}
+
+
 def build_scheme(name: str, dims: HeadDims, **options: Any) -> PositionScheme:
-    """Instantiate a registered scheme with validated options (clear error on unknown names or options)."""
-    cls = SCHEMES.get(name)
-    SCHEMES.check_options(name, options)
+    """Instantiate a registered scheme from its name or spec (`rope,base=500000`) with validated options; keyword
+    `options` override the spec's (clear error on unknown names or options, or values of the wrong type)."""
+    cls, options = SCHEMES.resolve(name, **options)
     for key, value in options.items():
         if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"{name}: option {key} must be a finite number, got {value}")
+            raise ConfigError(f"{cls.name}: option {key} must be a finite number, got {value}")
     try:
         scheme = cls(dims, **options)
     except (TypeError, ValueError, ArithmeticError) as err:
         if isinstance(err, ConfigError):
             raise
-        raise ConfigError(f"{name}: invalid option value ({err}); see `lextra list` for the options") from None
+        raise ConfigError(f"{cls.name}: invalid option value ({err}); see `lextra list` for the options") from None
     scheme.options = dict(options)
     return scheme

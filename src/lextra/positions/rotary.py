@@ -15,7 +15,14 @@ from torch import Tensor
 
 from lextra.errors import ConfigError
 from lextra.positions.base import HeadDims, PositionScheme, register_scheme
-from lextra.positions.scaling import RopeScaling, depends_on_length, frequencies, rope_inv_freq
+from lextra.positions.scaling import (
+    SCALING_TYPES,
+    RopeScaling,
+    depends_on_length,
+    frequencies,
+    parse_rope_scaling,
+    rope_inv_freq,
+)
 from lextra.validate import check_bool, check_range
 
 Layout = Literal["half", "interleaved"]
@@ -92,17 +99,20 @@ def convert_qk_weight(weight: Tensor, n_heads: int, source: str, target: str) ->
 
 
 def build_rope_scaling(scaling: dict[str, Any] | RopeScaling | None, train_len: int) -> RopeScaling:
-    """A scheme's `scaling` option (a dict of RopeScaling fields, e.g. {"type": "yarn", "factor": 4}) as a
+    """A scheme's `scaling` option (a dict of RopeScaling fields, e.g. {"type": "yarn", "factor": 4}, or a spec) as a
     RopeScaling; `original_max_position_embeddings` defaults to the training length L_tr."""
     if scaling is None or isinstance(scaling, RopeScaling):
         return scaling or RopeScaling()
+    if isinstance(scaling, str):  # a scaling spec: `yarn:4`, `yarn:4,beta_fast=16` or JSON
+        scaling = parse_rope_scaling(scaling)
     if not isinstance(scaling, dict):
         raise ConfigError(f"rope scaling must be a dict like {{'type': 'yarn', 'factor': 4}}, got {scaling!r}")
     values = dict(scaling)
     for name in ("short_factor", "long_factor"):
         if values.get(name) is not None:
             values[name] = tuple(float(x) for x in values[name])
-    if values.get("type", "none") not in ("none", "linear", "ntk"):
+    kind = values.get("type", "none")
+    if kind in SCALING_TYPES and "original_max_position_embeddings" in SCALING_TYPES.get(kind).uses:
         values.setdefault("original_max_position_embeddings", train_len)
     try:
         return RopeScaling(**values)

@@ -1,5 +1,6 @@
-"""Human-readable listing of every registered position scheme, mask, training-free extension method and retrieval
-task with its options (`lextra list`)."""
+"""What `lextra list` prints and the CLI help lines that name registered classes, all generated from the
+registries (position schemes, masks, RoPE scalings, extension methods, retrieval and RULER tasks), so a class a
+plugin registers shows up everywhere with its spec syntax and options."""
 
 from __future__ import annotations
 
@@ -8,54 +9,98 @@ from lextra.evaluate.retrieval.tasks import TASKS
 from lextra.evaluate.ruler import RULER_TASKS
 from lextra.extend import EXTENSIONS
 from lextra.positions import SCHEMES
-from lextra.registry import Option, Registry
+from lextra.positions.scaling import SCALING_TYPES
+from lextra.registry import Registry
+
+GRAMMAR = "name[:positional][,key=value...]"
 
 
-def _options_text(options: list[Option]) -> str:
-    if not options:
-        return "no options"
-    return ", ".join(f"{o.name}={o.default!r}" for o in options)
-
-
-def _section(title: str, registry: Registry, extra: dict[str, str] | None = None) -> list[str]:
+def _section(title: str, registry: Registry) -> list[str]:
     lines = [title]
-    width = max(len(n) for n in registry.names())
-    for name in registry.names():
+    names = registry.names()
+    width = max((len(n) for n in names), default=0)
+    for name in names:
         cls = registry.get(name)
-        options = _options_text(registry.options(name))
-        if extra and name in extra:
-            options = extra[name]
         lines.append(f"  {name:<{width}}  {cls.summary}")
-        lines.append(f"  {'':<{width}}    options: {options}")
+        lines.append(f"  {'':<{width}}    options: {registry.describe(name)}")
+        types = registry.types_text(name)
+        lines.append(f"  {'':<{width}}    spec: {registry.usage(name)}" + (f" ({types})" if types else ""))
     return lines
 
 
+def sections() -> list[tuple[str, Registry]]:
+    """The registries `lextra list` shows, each with the flag that takes its specs."""
+    return [
+        ("position schemes (--scheme SPEC, e.g. rope,base=500000; or --scheme-option KEY=VALUE)", SCHEMES),
+        ("masks (--mask SPEC, e.g. window:256 or window,width=256)", MASKS),
+        (
+            "RoPE scalings of rotary models (--rope-scaling SPEC, e.g. yarn:4,beta_fast=16; or a JSON dict)",
+            SCALING_TYPES,
+        ),
+        (
+            "training-free extension methods of rotary models, L = the training length "
+            "(--extend SPEC, e.g. self_extend,group=8)",
+            EXTENSIONS,
+        ),
+        (
+            "retrieval tasks (--task SPEC: NAME[:RATIO][,ratio=R][,option=value...], e.g. passkey:0.3; NAME+lm = 0.5)",
+            TASKS,
+        ),
+        ("RULER tasks (lextra ruler ... --tasks NAME[,key=value...],NAME..., e.g. vt,hops=2)", RULER_TASKS),
+    ]
+
+
 def catalog_text() -> str:
-    """The text `lextra list` prints."""
-    mask_defaults = {
-        "window": "width (default L_tr); spec 'window:W'",
-        "bca": "block (default L_tr/2); spec 'bca:B'",
-    }
-    lines = _section("position schemes (--scheme NAME, options as --scheme-option KEY=VALUE):", SCHEMES)
-    lines.append("")
-    lines += _section("masks (--mask SPEC):", MASKS, mask_defaults)
-    lines.append("")
-    extension_options = {
-        name: ", ".join(
-            f"{o.name}={EXTENSIONS.get(name).derived_defaults.get(o.name, repr(o.default))}"
-            if o.default is None
-            else f"{o.name}={o.default!r}"
-            for o in EXTENSIONS.options(name)
-        )
-        for name in EXTENSIONS.names()
-    }
-    lines += _section(
-        "training-free extension methods of rotary models, L = the training length (--extend NAME[:KEY=VALUE,...]):",
-        EXTENSIONS,
-        extension_options,
-    )
-    lines.append("")
-    lines += _section("retrieval tasks (lextra retrieval ... --task NAME):", TASKS)
-    lines.append("")
-    lines += _section("RULER tasks (lextra ruler ... --tasks NAME,...):", RULER_TASKS)
+    """The text `lextra list` prints: every registered class with its spec syntax, summary and options."""
+    lines = [f"every spec reads {GRAMMAR}; a bare positional sets the option named in capitals", ""]
+    for index, (title, registry) in enumerate(sections()):
+        if index:
+            lines.append("")
+        lines += _section(f"{title}:", registry)
     return "\n".join(lines)
+
+
+def mask_help() -> str:
+    """The `--mask` help line."""
+    return f"inference mask: {MASKS.help_text()} (see `lextra list`)"
+
+
+def scheme_help() -> str:
+    """The `--scheme` help line."""
+    return f"position scheme spec, e.g. rope,base=500000: {SCHEMES.help_text()} (see `lextra list`)"
+
+
+def scaling_help() -> str:
+    """The `--rope-scaling` help line."""
+    return (
+        f"RoPE frequency scaling for rotary models, TYPE[:FACTOR][,key=value...] (e.g. yarn:4,beta_fast=16) or a JSON "
+        f"dict of RopeScaling fields; TYPE: {SCALING_TYPES.help_text()}, pi = linear (see `lextra list`)"
+    )
+
+
+def extension_help() -> str:
+    """The `--extend` help line."""
+    return (
+        f"training-free extension method for rotary models, NAME[,key=value...] (e.g. rerope,window=512): "
+        f"{EXTENSIONS.help_text()} (options: `lextra list`); combines with --rope-scaling (the method rotates "
+        "with the scaled frequencies); needs the causal mask"
+    )
+
+
+def task_help(*, training: bool = False) -> str:
+    """The `--task` help line (`training`: with the LM mixing ratio and the RULER training rows)."""
+    names = TASKS.help_text()
+    if not training:
+        return f"retrieval task, NAME[,option=value...]: {names} (see `lextra list`)"
+    return (
+        f"training task spec, NAME[:RATIO][,option=value...] (RATIO of task rows, the rest LM windows; NAME+lm = 0.5): "
+        f"{names}, or ruler.niah / ruler.TASK (RULER prompts, evaluated with `lextra ruler`)"
+    )
+
+
+def ruler_task_help() -> str:
+    """The `--tasks` help line of `lextra ruler`."""
+    return (
+        f"'all' or comma-separated RULER tasks, each TASK[,key=value...] (e.g. niah_single_1,vt,hops=2): "
+        f"{RULER_TASKS.help_text()}"
+    )

@@ -1,27 +1,30 @@
 """Training batches for retrieval tasks: windows of length + 1 tokens ending with the answer, optionally mixed
 with language-model windows, each a pure function of (seed, step, rank) so a resumed run sees the same data.
 
-A task spec is `NAME` (task rows only), `NAME+lm` (half task rows, half corpus windows) or `NAME:RATIO` (that
-fraction of task rows). `lextra.train.BATCH_SOURCES` holds `NAME` and `NAME+lm` for every task; call
-`register_task_spec` for other ratios (the `lextra retrieval train` command does). Tasks other than `TASKS` train
+A task spec is `NAME` (task rows only), `NAME:RATIO` or `NAME,ratio=RATIO` (that fraction of task rows, the rest
+corpus windows), with the task's options as `,key=value` (`passkey,digits=7`); the older `NAME+lm` is ratio 0.5.
+`lextra.train.BATCH_SOURCES` holds `NAME` and `NAME+lm` for every task; any other spec registers on first use
+(`register_task_spec`, a `BATCH_SOURCE_RESOLVERS` entry). Tasks other than `TASKS` train
 through `ROW_TASKS` (`lextra.evaluate.ruler` adds its `ruler.*` tasks there).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import torch
 
 from lextra.data import TrainStream
 from lextra.data.prepare import PreparedData
 from lextra.errors import ConfigError
-from lextra.evaluate.retrieval.tasks import TASK_NAMES, RetrievalTask, build_task
-from lextra.train import BATCH_SOURCES, TrainConfig
+from lextra.evaluate.retrieval.tasks import TASK_NAMES, TASKS, RetrievalTask, build_task
+from lextra.registry import format_spec, parse_spec
+from lextra.train import BATCH_SOURCE_RESOLVERS, BATCH_SOURCES, TrainConfig
 
 
 class RowTask(Protocol):
@@ -38,39 +41,57 @@ ROW_TASKS: dict[str, Callable[[TrainConfig, PreparedData], RowTask]] = {}
 
 
 def known_training_tasks() -> list[str]:
-    """Every task name a spec may use: `TASKS` and `ROW_TASKS`."""
-    return [*TASK_NAMES, *ROW_TASKS]
+    """Every task name a spec may use: `TASKS` and `ROW_TASKS` (the RULER rows are registered first)."""
+    importlib.import_module("lextra.evaluate.ruler")
+    return [*TASKS.names(), *ROW_TASKS]
 
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """A retrieval task and the fraction of batch rows it fills (the rest are language-model windows)."""
+    """A retrieval task, the fraction of batch rows it fills (the rest are language-model windows) and the
+    task's own options (e.g. passkey's `digits`)."""
 
     name: str
     ratio: float = 1.0
+    options: dict[str, Any] = field(default_factory=dict)
 
     @property
     def spec(self) -> str:
-        return self.name if self.ratio == 1.0 else f"{self.name}:{self.ratio:g}"
+        head = self.name if self.ratio == 1.0 else f"{self.name}:{self.ratio:g}"
+        return format_spec(head, self.options)
 
 
 def parse_task_spec(spec: str) -> TaskSpec:
-    """`passkey` -> ratio 1; `passkey+lm` -> 0.5; `passkey:0.3` -> 0.3; unknown names and ratios are errors."""
+    """A task spec in the one grammar, `NAME[:RATIO][,ratio=R][,option=value...]`: `passkey` -> ratio 1,
+    `passkey:0.3` or `passkey,ratio=0.3` -> 0.3, `passkey,digits=7` sets the task's option; the older
+    `passkey+lm` is ratio 0.5. Unknown names and options, and ratios outside (0, 1], are errors."""
     text = spec.strip()
     if text.endswith("+lm"):
-        name, ratio_text = text[: -len("+lm")], "0.5"
-    else:
-        name, _, ratio_text = text.partition(":")
-    try:
-        ratio = float(ratio_text) if ratio_text else 1.0
-    except ValueError:
-        raise ConfigError(f"task spec {spec!r}: the ratio after ':' must be a number in (0, 1]") from None
+        text = f"{text[: -len('+lm')]},ratio=0.5"
+    parsed = parse_spec(text, "retrieval task")
     known = known_training_tasks()
-    if name not in known:
-        raise ConfigError(f"unknown retrieval task {name!r} in {spec!r}; known: {', '.join(known)}")
+    if parsed.name not in known:
+        raise ConfigError(f"unknown retrieval task {parsed.name!r} in {spec!r}; known: {', '.join(known)}")
+    raw = dict(parsed.options)
+    ratio_text = raw.pop("ratio", None)
+    if parsed.positional is not None:
+        if ratio_text is not None:
+            raise ConfigError(f"task spec {spec!r} gives the ratio twice (after ':' and as ratio=)")
+        ratio_text = parsed.positional
+    try:
+        ratio = float(ratio_text) if ratio_text is not None else 1.0
+    except ValueError:
+        raise ConfigError(f"task spec {spec!r}: the ratio (after ':' or ratio=) must be a number in (0, 1]") from None
     if not 0.0 < ratio <= 1.0:
         raise ConfigError(f"task spec {spec!r}: the task ratio must be in (0, 1], got {ratio}")
-    return TaskSpec(name, ratio)
+    options: dict[str, Any] = {}
+    if raw:
+        if parsed.name not in TASKS:
+            raise ConfigError(f"task {parsed.name!r} has no options, got {', '.join(raw)}; its options: ratio")
+        TASKS.check_options(parsed.name, raw)
+        kinds = {o.name: o.annotation for o in TASKS.options(parsed.name)}
+        options = {key: TASKS.convert(parsed.name, key, value, kinds[key]) for key, value in raw.items()}
+    return TaskSpec(parsed.name, ratio, options)
 
 
 def row_seed(*parts: object) -> int:
@@ -112,7 +133,7 @@ def source_factory(spec: str):
         if parsed.name in ROW_TASKS:
             task: RowTask = ROW_TASKS[parsed.name](config, data)
         else:
-            task = build_task(parsed.name, data.tokenizer, data.splits["train"])
+            task = build_task(parsed.name, data.tokenizer, data.splits["train"], **parsed.options)
         lm = TrainStream.from_documents(data.splits["train"], data.tokenizer) if parsed.ratio < 1.0 else None
         return RetrievalSource(task, parsed.ratio, lm)
 
@@ -121,10 +142,13 @@ def source_factory(spec: str):
 
 def evaluation_task(spec: str, data: PreparedData, distractors: int = 4) -> RetrievalTask:
     """The task of `spec` for evaluation prompts: code-key hides its needles in the test split's files."""
-    name = parse_task_spec(spec).name
-    if name in ROW_TASKS:
-        raise ConfigError(f"task {name!r} is evaluated by its own suite, not by retrieval eval (e.g. `lextra ruler`)")
-    return build_task(name, data.tokenizer, data.splits["test"], distractors=distractors)
+    parsed = parse_task_spec(spec)
+    if parsed.name in ROW_TASKS:
+        raise ConfigError(
+            f"task {parsed.name!r} is evaluated by its own suite, not by retrieval eval (e.g. `lextra ruler`)"
+        )
+    options = {"distractors": distractors, **parsed.options}
+    return build_task(parsed.name, data.tokenizer, data.splits["test"], **options)
 
 
 def register_task_spec(spec: str) -> str:
@@ -137,3 +161,5 @@ def register_task_spec(spec: str) -> str:
 for _name in TASK_NAMES:
     register_task_spec(_name)
     register_task_spec(f"{_name}+lm")
+# any other spec (`passkey:0.3`, `kv,ratio=0.2`, a task registered later) registers on first use
+BATCH_SOURCE_RESOLVERS.append(register_task_spec)

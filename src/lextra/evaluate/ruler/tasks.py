@@ -126,7 +126,10 @@ class RulerTask(ABC):
         """Provided by each concrete task."""
 
 
-RULER_TASKS: Registry[RulerTask] = Registry("RULER task")
+RULER_TASKS: Registry[RulerTask] = Registry(
+    "RULER task",
+    modules=("lextra.evaluate.ruler.niah", "lextra.evaluate.ruler.tracking", "lextra.evaluate.ruler.aggregation"),
+)
 
 
 def build_ruler_task(
