@@ -521,7 +521,7 @@ def test_a_corpus_spec_is_prepared_once_into_the_cache_and_trains_as_the_raw_cor
             assert torch.equal(a, b), name
     saved = json.loads((tmp_path / "second" / "config.json").read_text())
     assert saved["data"] == {"path": str(entry), "manifest_sha256": prepared.sha256, "cache": True}
-    assert saved["train"]["data"] is None and saved["train"]["corpus"] == source
+    assert "data" not in saved["train"] and saved["train"]["corpus"] == source  # no --data given
     assert "data" not in json.loads((tmp_path / "raw" / "config.json").read_text())
 
 
