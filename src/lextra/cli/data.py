@@ -27,7 +27,9 @@ def configure_prepare(parser: argparse.ArgumentParser) -> Handler:
     from lextra.data.shards import DEFAULT_SAMPLE_CHARS, DEFAULT_SHARD_CHARS, DTYPES
 
     parser.add_argument(
-        "source", metavar="SOURCE", help=f"a corpus: {BUILTIN_CORPORA_HELP}, a mixture A+B, or a path (as --corpus)"
+        "source",
+        metavar="SOURCE",
+        help=f"a corpus: {BUILTIN_CORPORA_HELP}, a mixture A+B or A:0.3+B:0.7, or a path (as --corpus)",
     )
     parser.add_argument("--tokenizer", required=True, help="bytes, bpe[:VOCAB] or hf:/local/path")
     parser.add_argument("--out", required=True, help="the prepared folder (new, or an unfinished prepare)")

@@ -226,7 +226,8 @@ def add_data(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--corpus",
         default=None,
-        help=f"{BUILTIN_CORPORA_HELP}, a mixture A+B, or a path (text files dir, .jsonl, saved HF dataset) "
+        help=f"{BUILTIN_CORPORA_HELP}, a mixture A+B (weighted: A:0.3+B:0.7), or a path (text files dir, "
+        ".jsonl[.gz|.zst], saved HF dataset) "
         f"(default: {config_default(TrainConfig, 'corpus')})",
     )
     parser.add_argument(
