@@ -22,7 +22,7 @@ import copy
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -77,6 +77,9 @@ class HFCache:
 
 class _Adapter(ABC):
     """Shared state handling: the registered attention, masks, temperatures, log-n scaling."""
+
+    #: evaluations put the BOS its tokenizer adds by default before documents and prompts (`evaluation_prefix`)
+    bos_from_tokenizer: ClassVar[bool] = True
 
     def __init__(self, model: Any, config: HFConfigView, default_mask: str) -> None:
         register()
