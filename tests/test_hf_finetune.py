@@ -131,3 +131,17 @@ def test_bad_input_is_one_line_and_exit_2(base, corpus, tmp_path, capsys) -> Non
     assert "already holds a fine-tuning run; pass --resume" in one_line_error(capsys)
     assert main([*common, "--out", str(tmp_path / "d"), "--train-len", "48", "--resume"]) == 2
     assert "cannot resume" in one_line_error(capsys)
+
+
+def test_prepared_shards_train_exactly_as_the_corpus_does(base, corpus, tmp_path, capsys) -> None:
+    shards = tmp_path / "shards"
+    assert main(["data", "prepare", corpus, "--tokenizer", "bytes", "--out", str(shards), "--quiet"]) == 0
+    _, from_corpus = finetune(config(base, corpus, steps=2), tmp_path / "corpus-run", progress=False)
+    _, from_shards = finetune(config(base, corpus, steps=2, data=str(shards)), tmp_path / "data-run", progress=False)
+    want, got = from_corpus.state_dict(), from_shards.state_dict()
+    assert all(torch.equal(want[k], got[k]) for k in want)
+    capsys.readouterr()
+    common = ["hf", "finetune", str(base), "--data", str(shards), "--train-len", "32", "--quiet"]
+    assert main([*common, "--out", str(tmp_path / "x")]) == 2  # the model's own tokenizer was asked for
+    line = one_line_error(capsys)
+    assert f"was tokenized with bytes, not the model's own tokenizer ({base.resolve()})" in line

@@ -279,6 +279,7 @@ def _run_finetune(args: argparse.Namespace) -> int:
         train_len=args.train_len,
         corpus=args.corpus,
         tokenizer=args.tokenizer,
+        data=args.data,
         limit_chars=args.limit_chars,
         rope_scaling=args.rope_scaling,
         lora=args.lora,
@@ -310,6 +311,11 @@ def _run_finetune(args: argparse.Namespace) -> int:
     ),
 )
 def configure_finetune(parser: argparse.ArgumentParser) -> Handler:
+    parser.add_argument(
+        "--data",
+        default=None,
+        help="a prepared folder (`lextra data prepare SOURCE --tokenizer hf:MODEL`), not --corpus",
+    )
     parser.add_argument("--lora", default="r=8,alpha=16", help="r=R,alpha=A[,targets=q_proj+v_proj], or none: full")
     parser.add_argument("--trainable", default=None, help="parts trained in full beside LoRA: embed, norm")
     parser.add_argument("--steps", type=positive_int, default=100, help="optimizer steps")

@@ -28,8 +28,9 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
-from lextra.data import TrainStream
+from lextra.data import Tokenizer, TrainStream
 from lextra.data.prepare import PreparedData, prepare_data
+from lextra.data.shards import PreparedShards
 from lextra.devices import autocast, resolve_device
 from lextra.errors import CheckpointError, ConfigError, DataError
 from lextra.hf.load import load_config, resolve_model_path, tokenizer_config
@@ -96,6 +97,8 @@ class FinetuneConfig:
     train_len: int
     corpus: str = "english"
     tokenizer: str | None = None
+    #: a prepared folder (`lextra data prepare SOURCE --tokenizer hf:MODEL`) read instead of the corpus
+    data: str | None = None
     limit_chars: int | None = None
     rope_scaling: str | None = None
     lora: str | None = "r=8,alpha=16"
@@ -122,10 +125,30 @@ class FinetuneConfig:
 COMPATIBLE_CHANGES = {"steps", "checkpoint_every", "log_every"}
 
 
-def _data(config: FinetuneConfig) -> PreparedData:
+def _data(config: FinetuneConfig) -> tuple[Tokenizer, TrainStream | PreparedShards]:
+    """The tokenizer and the training stream: the prepared folder `config.data` (its tokenizer must be the run's:
+    `--tokenizer`, else the model's own), or the corpus' train split encoded with that tokenizer."""
+    if config.data is not None:
+        shards = PreparedShards.open(config.data)
+        if config.tokenizer:
+            shards.check_tokenizer(config.tokenizer)
+        else:
+            own = tokenizer_config(config.model)["path"]
+            prepared = shards.tokenizer()
+            if getattr(prepared, "path", None) != own:
+                raise DataError(
+                    f"the prepared data {shards.root} was tokenized with {shards.tokenizer_spec}, not the model's "
+                    f"own tokenizer ({own}); prepare it with --tokenizer hf:{own}, or pass --tokenizer "
+                    f"{shards.tokenizer_spec}"
+                )
+        return shards.tokenizer(), shards
+    data: PreparedData
     if config.tokenizer:
-        return prepare_data(config.corpus, tokenizer=config.tokenizer, limit_chars=config.limit_chars)
-    return prepare_data(config.corpus, limit_chars=config.limit_chars, tokenizer_config=tokenizer_config(config.model))
+        data = prepare_data(config.corpus, tokenizer=config.tokenizer, limit_chars=config.limit_chars)
+    else:
+        own = tokenizer_config(config.model)
+        data = prepare_data(config.corpus, limit_chars=config.limit_chars, tokenizer_config=own)
+    return data.tokenizer, TrainStream.from_documents(data.splits["train"], data.tokenizer)
 
 
 def build_model(config: FinetuneConfig, device: torch.device) -> tuple[Any, Any]:
@@ -297,17 +320,16 @@ def finetune(
         raise ConfigError(f"{run_dir} already holds a fine-tuning run; pass --resume to continue it or use a new --out")
     if resume:
         _check_compatible(run_dir, config)
-    data = _data(config)
-    stream = TrainStream.from_documents(data.splits["train"], data.tokenizer)
+    tokenizer, stream = _data(config)
     if len(stream) < config.train_len + 1:
         raise DataError(
-            f"the corpus' train split has {len(stream)} tokens, fewer than a window of {config.train_len + 1}; "
+            f"the training split has {len(stream)} tokens, fewer than a window of {config.train_len + 1}; "
             "use a bigger corpus or a shorter --train-len"
         )
     model, hf_config = build_model(config, device)
-    if int(data.tokenizer.vocab_size) > int(hf_config.vocab_size):
+    if int(tokenizer.vocab_size) > int(hf_config.vocab_size):
         raise ConfigError(
-            f"tokenizer {data.tokenizer.name} has {data.tokenizer.vocab_size} ids, more than the model's "
+            f"tokenizer {tokenizer.name} has {tokenizer.vocab_size} ids, more than the model's "
             f"{hf_config.vocab_size}; use the model's own tokenizer"
         )
     optimizer = make_optimizer(model, config)
@@ -319,7 +341,7 @@ def finetune(
                 break
             except CheckpointError as err:
                 print(f"lextra hf finetune: warning: skipping unusable checkpoint: {err}", file=sys.stderr)
-    atomic_write_json(run_dir / "config.json", {"finetune": config.to_dict(), "tokenizer": data.tokenizer.to_config()})
+    atomic_write_json(run_dir / "config.json", {"finetune": config.to_dict(), "tokenizer": tokenizer.to_config()})
     metrics = run_dir / "metrics.jsonl"
     if metrics.exists():  # a resumed run's log keeps the steps it still holds
         kept = [line for line in metrics.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= start]
