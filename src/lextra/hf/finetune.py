@@ -302,6 +302,21 @@ def merged_model(model: Any) -> Any:
     return model.eval()
 
 
+def train_step(
+    model: Any, optimizer: torch.optim.Optimizer, batch: torch.Tensor, grad_clip: float, precision: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward (under `precision`'s autocast), next-token cross-entropy of a (B, L + 1) batch, backward and
+    gradient clipping; the loss and the gradient norm (the caller checks them, then steps the optimizer)."""
+    device = batch.device
+    with autocast(precision, device):
+        logits = model(input_ids=batch[:, :-1]).logits
+    loss = F.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten())
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], grad_clip)
+    return loss.detach(), grad_norm
+
+
 def finetune(
     config: FinetuneConfig,
     run_dir: str | Path,
@@ -357,12 +372,7 @@ def finetune(
         for group in optimizer.param_groups:
             group["lr"] = lr
         batch = stream.batch(step, config.batch_size, L, config.seed).to(device)
-        with autocast(precision, device):
-            logits = model(input_ids=batch[:, :-1]).logits
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten())
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], config.grad_clip)
+        loss, grad_norm = train_step(model, optimizer, batch, config.grad_clip, precision)
         if not (torch.isfinite(loss) and torch.isfinite(grad_norm)):
             bar.close()
             raise ConfigError(
