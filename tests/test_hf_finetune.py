@@ -145,3 +145,20 @@ def test_prepared_shards_train_exactly_as_the_corpus_does(base, corpus, tmp_path
     assert main([*common, "--out", str(tmp_path / "x")]) == 2  # the model's own tokenizer was asked for
     line = one_line_error(capsys)
     assert f"was tokenized with bytes, not the model's own tokenizer ({base.resolve()})" in line
+
+
+def test_s2_attn_trains_in_groups_and_saves_a_full_attention_model(base, corpus, tmp_path, capsys) -> None:
+    _, full = finetune(config(base, corpus, steps=2), tmp_path / "full", progress=False)
+    final, s2 = finetune(config(base, corpus, steps=2, s2_group=16), tmp_path / "s2", progress=False)
+    assert s2.config._attn_implementation == "sdpa"  # evaluation and the saved model: full causal attention
+    assert not torch.equal(full.state_dict()["model.embed_tokens.weight"], s2.state_dict()["model.embed_tokens.weight"])
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(str(final)).eval()
+    ids = torch.randint(0, VOCAB, (1, 64), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        assert torch.allclose(loaded(ids).logits, s2(ids).logits, atol=1e-5)
+    common = ["hf", "finetune", str(base), "--tokenizer", "bytes", "--corpus", corpus, "--steps", "1", "--quiet"]
+    assert main([*common, "--out", str(tmp_path / "x"), "--train-len", "64", "--s2-attn", "24"]) == 2
+    assert "--s2-attn 24 does not divide the 64-token window into two or more groups" in one_line_error(capsys)
+    assert main([*common, "--out", str(tmp_path / "y"), "--train-len", "64", "--s2-attn"]) == 0  # G = 64 / 4
+    saved = json.loads((tmp_path / "y" / "config.json").read_text())["finetune"]
+    assert saved["s2_group"] == 16

@@ -28,6 +28,7 @@ from lextra.cli.options import (
     eval_config_from,
     int_at_least,
     parse_lengths,
+    positive_float,
     positive_int,
     retrieval_evaluation,
     temperature_file,
@@ -292,6 +293,7 @@ def _run_finetune(args: argparse.Namespace) -> int:
         checkpoint_every=args.checkpoint_every,
         log_every=args.log_every,
         gradient_checkpointing=not args.no_gradient_checkpointing,
+        s2_group=None if args.s2_attn is None else (args.s2_attn or args.train_len // 4),
     )
     if args.quiet:  # transformers' loading and saving bars too
         from transformers.utils import logging as hf_logging
@@ -320,7 +322,19 @@ def configure_finetune(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("--trainable", default=None, help="parts trained in full beside LoRA: embed, norm")
     parser.add_argument("--steps", type=positive_int, default=100, help="optimizer steps")
     parser.add_argument("--batch-size", type=positive_int, default=1, help="windows per step")
-    parser.add_argument("--lr", type=float, default=2e-4, help="peak learning rate (warmup, then cosine decay)")
+    parser.add_argument(
+        "--lr", type=positive_float, default=2e-4, help="peak learning rate (warmup, then cosine decay)"
+    )
+    parser.add_argument(
+        "--s2-attn",
+        nargs="?",
+        type=positive_int,
+        const=0,
+        default=None,
+        metavar="G",
+        help="LongLoRA's shifted sparse attention while training, groups of G tokens (default G: L/4); "
+        "the saved model runs full attention",
+    )
     parser.add_argument("--warmup", type=int_at_least(0), default=10, help="warmup steps")
     parser.add_argument("--seed", type=int_at_least(0), default=0, help="seed of the batches and of LoRA's init")
     parser.add_argument("--checkpoint-every", type=int_at_least(0), default=50, help="steps between checkpoints")

@@ -1,6 +1,6 @@
 """Fine-tuning a Hugging Face Llama-family model at a new context length: LoRA (through `peft`), optionally trainable
-embeddings and norms (LongLoRA's recipe), a RoPE scaling that becomes part of the saved config, gradient
-checkpointing, bf16 autocast on CUDA (fp32 on the CPU).
+embeddings and norms and S2-Attn (LongLoRA's recipe, `lextra.hf.s2attn`), a RoPE scaling that becomes part of the
+saved config, gradient checkpointing, bf16 autocast on CUDA (fp32 on the CPU).
 
 The run folder mirrors `lextra train`'s: `config.json`, `metrics.jsonl` (the same records: step, loss, lr,
 grad_norm, tokens_per_s), `checkpoints/step_N/` (the trainable weights, the optimizer and the RNG, written into a
@@ -35,6 +35,7 @@ from lextra.devices import autocast, resolve_device
 from lextra.errors import CheckpointError, ConfigError, DataError
 from lextra.hf.load import load_config, resolve_model_path, tokenizer_config
 from lextra.hf.models import CAUSAL_FAMILIES, hf_rope_parameters
+from lextra.hf.s2attn import check_group, disable_s2, enable_s2
 from lextra.io import atomic_write, atomic_write_json, atomic_write_text, sha256_file
 from lextra.train import CHECKPOINTS, FINAL, KEEP_CHECKPOINTS, LATEST, checkpoint_candidates, learning_rate
 
@@ -113,6 +114,8 @@ class FinetuneConfig:
     beta2: float = 0.95
     grad_clip: float = 1.0
     gradient_checkpointing: bool = True
+    #: LongLoRA's S2-Attn while training, in groups of this many tokens (None: full causal attention)
+    s2_group: int | None = None
     seed: int = 0
     checkpoint_every: int = 50
     log_every: int = 10
@@ -180,6 +183,8 @@ def build_model(config: FinetuneConfig, device: torch.device) -> tuple[Any, Any]
         str(path), config=hf_config, dtype=torch.float32, local_files_only=True
     )
     model.config.use_cache = False
+    if config.s2_group is not None:
+        enable_s2(model, check_group(config.s2_group, config.train_len))
     lora = parse_lora(config.lora)
     parts = parse_trainable(config.trainable)
     if lora is not None:
@@ -298,6 +303,7 @@ def merged_model(model: Any) -> Any:
         model = model.merge_and_unload()
     disable = getattr(model, "activation_checkpointing_disable", None) or model.gradient_checkpointing_disable
     disable()
+    disable_s2(model)
     model.config.use_cache = True
     return model.eval()
 
