@@ -162,3 +162,25 @@ def test_s2_attn_trains_in_groups_and_saves_a_full_attention_model(base, corpus,
     assert main([*common, "--out", str(tmp_path / "y"), "--train-len", "64", "--s2-attn"]) == 0  # G = 64 / 4
     saved = json.loads((tmp_path / "y" / "config.json").read_text())["finetune"]
     assert saved["s2_group"] == 16
+
+
+def test_the_models_own_tokenizer_reads_the_corpus_and_is_saved_beside_the_weights(base, corpus, tmp_path) -> None:
+    import shutil
+
+    from tokenizers import Tokenizer as Backend
+    from tokenizers import decoders, models, pre_tokenizers
+
+    folder = tmp_path / "llama"
+    shutil.copytree(base, folder)
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    backend = Backend(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    backend.add_special_tokens(["</s>"])
+    transformers.PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="</s>").save_pretrained(folder)
+    final, _ = finetune(config(folder, corpus, tokenizer=None, steps=1), tmp_path / "run", progress=False)
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())["tokenizer"]
+    assert saved == {"kind": "hf", "path": str(folder.resolve())}
+    tok = transformers.AutoTokenizer.from_pretrained(str(final))
+    assert tok("fox", add_special_tokens=False)["input_ids"] == [alphabet.index(c) for c in "fox"]
+    assert tok.eos_token == "</s>"
