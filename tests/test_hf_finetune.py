@@ -4,6 +4,7 @@ folder, resumed bit-identically, and its refusals."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -165,8 +166,6 @@ def test_s2_attn_trains_in_groups_and_saves_a_full_attention_model(base, corpus,
 
 
 def test_the_models_own_tokenizer_reads_the_corpus_and_is_saved_beside_the_weights(base, corpus, tmp_path) -> None:
-    import shutil
-
     from tokenizers import Tokenizer as Backend
     from tokenizers import decoders, models, pre_tokenizers
 
