@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
+from safetensors.torch import load_file
 
 from lextra.cli import main
 from lextra.errors import ConfigError
@@ -75,6 +76,8 @@ def test_the_saved_folder_is_plain_hugging_face_with_the_trained_rope_and_length
     assert [r["step"] for r in records] == [1, 2, 3, 4]
     assert all(set(r) == {"step", "loss", "lr", "grad_norm", "tokens_per_s"} for r in records)
     assert (tmp_path / "run" / "checkpoints" / "LATEST").read_text().strip() == "step_0000004"
+    last = load_file(str(tmp_path / "run" / "checkpoints" / "step_0000004" / "trainable.safetensors"))
+    assert any("lora_A" in name for name in last) and any("embed_tokens" in name for name in last)
 
 
 def test_an_interrupted_run_resumes_bit_identically(base, corpus, tmp_path) -> None:

@@ -37,7 +37,15 @@ from lextra.hf.load import load_config, resolve_model_path, tokenizer_config
 from lextra.hf.models import CAUSAL_FAMILIES, hf_rope_parameters
 from lextra.hf.s2attn import check_group, disable_s2, enable_s2
 from lextra.io import atomic_write, atomic_write_json, atomic_write_text, sha256_file
-from lextra.train import CHECKPOINTS, FINAL, KEEP_CHECKPOINTS, LATEST, checkpoint_candidates, learning_rate
+from lextra.train import (
+    CHECKPOINTS,
+    FINAL,
+    KEEP_CHECKPOINTS,
+    LATEST,
+    Distributed,
+    checkpoint_candidates,
+    learning_rate,
+)
 
 #: LoRA's default targets: the attention projections of the Llama family (LongLoRA's and PEFT's usual choice)
 DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -332,11 +340,18 @@ def finetune(
     device: str | torch.device | None = None,
     on_step: Callable[[int], None] | None = None,
 ) -> tuple[Path, Any]:
-    """Fine-tune `config.model` into `run_dir`; returns the saved Hugging Face folder and the merged model."""
+    """Fine-tune `config.model` into `run_dir`; returns the saved Hugging Face folder and the merged model. Under
+    torchrun every process takes its rows of the same global batch (DDP, as `lextra train`); the first writes."""
     run_dir = Path(run_dir)
     device = resolve_device(device)
     if config.train_len < 2 or config.steps < 1 or config.batch_size < 1:
         raise ConfigError("lextra hf finetune needs --train-len >= 2, --steps >= 1 and a batch size >= 1")
+    world = Distributed.from_environment(device)
+    if config.batch_size % world.size:
+        raise ConfigError(
+            f"the global batch ({config.batch_size}) must divide evenly over {world.size} processes; "
+            f"use a --batch-size that is a multiple of {world.size}"
+        )
     if not resume and any((run_dir / CHECKPOINTS).glob("step_*")):
         raise ConfigError(f"{run_dir} already holds a fine-tuning run; pass --resume to continue it or use a new --out")
     if resume:
@@ -362,11 +377,17 @@ def finetune(
                 break
             except CheckpointError as err:
                 print(f"lextra hf finetune: warning: skipping unusable checkpoint: {err}", file=sys.stderr)
-    atomic_write_json(run_dir / "config.json", {"finetune": config.to_dict(), "tokenizer": tokenizer.to_config()})
     metrics = run_dir / "metrics.jsonl"
-    if metrics.exists():  # a resumed run's log keeps the steps it still holds
-        kept = [line for line in metrics.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= start]
-        atomic_write_text(metrics, "".join(line + "\n" for line in kept))
+    if world.is_main:
+        saved = {"finetune": config.to_dict(), "tokenizer": tokenizer.to_config()}
+        atomic_write_json(run_dir / "config.json", saved)
+        if metrics.exists():  # a resumed run's log keeps the steps it still holds
+            lines = metrics.read_text().splitlines()
+            kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= start]
+            atomic_write_text(metrics, "".join(line + "\n" for line in kept))
+    world.barrier()
+    network = world.wrap(model)
+    progress = progress and world.is_main
     precision = "bf16" if device.type == "cuda" else "fp32"
     L = config.train_len
     bar = tqdm(total=config.steps, initial=start, disable=not progress, unit="step", dynamic_ncols=True,
@@ -377,10 +398,12 @@ def finetune(
         lr = learning_rate(config, step)  # type: ignore[arg-type]  # reads lr, warmup, steps, min_lr_ratio
         for group in optimizer.param_groups:
             group["lr"] = lr
-        batch = stream.batch(step, config.batch_size, L, config.seed).to(device)
-        loss, grad_norm = train_step(model, optimizer, batch, config.grad_clip, precision)
-        if not (torch.isfinite(loss) and torch.isfinite(grad_norm)):
+        batch = world.shard(stream.batch(step, config.batch_size, L, config.seed)).to(device)
+        loss, grad_norm = train_step(network, optimizer, batch, config.grad_clip, precision)
+        finite = torch.isfinite(loss) & torch.isfinite(grad_norm)
+        if world.total(finite.to(torch.float32).reshape(1)).item() < world.size:  # every process stops alike
             bar.close()
+            world.close()
             raise ConfigError(
                 f"step {step + 1}: the loss or gradient norm is not finite; resume from the last checkpoint "
                 "with a lower learning rate"
@@ -390,24 +413,30 @@ def finetune(
         window_tokens += config.batch_size * L
         if config.log_every and (done % config.log_every == 0 or done == config.steps):
             tokens_per_s = window_tokens / max(time.perf_counter() - window_start, 1e-9)
-            record = {"step": done, "loss": float(loss.detach()), "lr": lr, "grad_norm": float(grad_norm),
+            record = {"step": done, "loss": world.mean(loss), "lr": lr, "grad_norm": float(grad_norm),
                       "tokens_per_s": round(tokens_per_s, 1)}  # fmt: skip
             bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{tokens_per_s:,.0f}")
-            with open(metrics, "a") as handle:
-                handle.write(json.dumps(record) + "\n")
+            if world.is_main:
+                with open(metrics, "a") as handle:
+                    handle.write(json.dumps(record) + "\n")
             window_start, window_tokens = time.perf_counter(), 0
         if config.checkpoint_every and done % config.checkpoint_every == 0 and done < config.steps:
-            save_checkpoint(run_dir, model, optimizer, done)
+            if world.is_main:
+                save_checkpoint(run_dir, model, optimizer, done)
+            world.barrier()
         bar.update(1)
         if on_step is not None:
             on_step(done)
     bar.close()
-    save_checkpoint(run_dir, model, optimizer, config.steps)
+    if world.is_main:  # the last checkpoint holds the LoRA weights, before they are merged
+        save_checkpoint(run_dir, model, optimizer, config.steps)
     merged = merged_model(model)
     merged.config.max_position_embeddings = L
     final = run_dir / FINAL
-    merged.save_pretrained(final)
-    _save_tokenizer(config, final)
+    if world.is_main:
+        merged.save_pretrained(final)
+        _save_tokenizer(config, final)
+    world.close()
     return final, merged
 
 
