@@ -186,3 +186,28 @@ def test_the_models_own_tokenizer_reads_the_corpus_and_is_saved_beside_the_weigh
     tok = transformers.AutoTokenizer.from_pretrained(str(final))
     assert tok("fox", add_special_tokens=False)["input_ids"] == [alphabet.index(c) for c in "fox"]
     assert tok.eos_token == "</s>"
+
+
+@pytest.mark.slow
+def test_torchrun_with_two_processes_trains_what_one_process_does(base, corpus, tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from safetensors.torch import load_file as read
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    args = ["hf", "finetune", str(base), "--tokenizer", "bytes", "--corpus", corpus, "--train-len", "32",
+            "--steps", "2", "--batch-size", "2", "--warmup", "1", "--lr", "1e-2", "--device", "cpu",
+            "--quiet"]  # fmt: skip
+    one = [sys.executable, "-m", "lextra", *args, "--out", str(tmp_path / "one")]
+    two = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "lextra",
+           *args, "--out", str(tmp_path / "two")]  # fmt: skip
+    for command in (one, two):
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+    a = read(str(tmp_path / "one" / "model" / "model.safetensors"))
+    b = read(str(tmp_path / "two" / "model" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+    name = "model.layers.1.self_attn.v_proj.weight"
+    assert not torch.equal(a[name], tiny_llama().state_dict()[name])  # LoRA trained and merged
