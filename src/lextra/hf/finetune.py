@@ -371,7 +371,10 @@ def finetune(
     optimizer = make_optimizer(model, config)
     start = 0
     if resume:
-        for path in checkpoint_candidates(run_dir):
+        candidates = checkpoint_candidates(run_dir)
+        if not candidates:
+            print(f"lextra hf finetune: no checkpoint in {run_dir}; starting from step 0", file=sys.stderr)
+        for path in candidates:
             try:
                 start = load_checkpoint(path, model, optimizer)
                 break
