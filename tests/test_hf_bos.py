@@ -26,7 +26,7 @@ from lextra.evaluate.retrieval.tasks import PasskeyTask
 from lextra.evaluate.ruler import answer_samples, build_ruler_task
 from lextra.hf import adapt
 from lextra.model import GPT, GPTConfig, save_model
-from lextra.pipelines.ruler import RulerSettings
+from lextra.pipelines.ruler import RulerSettings, settings_from_section
 
 VOCAB = 260
 BOS, EOS = "<s>", "</s>"
@@ -192,5 +192,9 @@ def test_ruler_prompt_length_option_reaches_the_cells_and_refuses_unknown_rules(
     assert "argument --prompt-length: invalid choice: 'half'" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="unknown RULER prompt length 'half'; use ruler or exact"):
         RulerSettings(prompt_length="half").validate()
+    assert settings_from_section({"prompt_length": "exact"}).prompt_length == "exact"  # a study's [ruler] section
+    assert settings_from_section({}).prompt_length == "ruler"
+    with pytest.raises(ConfigError, match="unknown RULER prompt length 'all'"):
+        settings_from_section({"prompt_length": "all"})
     with pytest.raises(ConfigError, match="leaves no prompt after its 128-token answer budget"):
         build_ruler_task("niah_single_1", ByteTokenizer()).prompt_tokens(100)
