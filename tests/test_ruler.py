@@ -308,7 +308,9 @@ def test_a_model_that_reads_the_prompt_right_scores_100_and_stops_early(name, do
     assert cell.score == 100.0 and cell.samples == 3 and cell.low < 100.0 == cell.high
     assert cell.examples[0].score == 1.0 and cell.examples[0].references[0] in cell.examples[0].output
     # each batch (samples 0-1, then 2) decodes in chunks of 16 tokens until its longest answer is out
-    answers = [len(" " + " ".join(task.sample(2000, i).references)) for i in range(3)]
+    prompt = task.prompt_tokens(2000)  # RULER's rule: the prompts leave the answer budget of the 2000 tokens
+    assert prompt == 2000 - task.budget and task.prompt_tokens(2000, "exact") == 2000
+    answers = [len(" " + " ".join(task.sample(prompt, i).references)) for i in range(3)]
     chunks = [max(answers[:2]), answers[2]]
     assert model.calls == sum(min(task.budget, 16 * math.ceil(n / 16)) for n in chunks)
     if name.startswith("niah"):  # far below the 2 x 128 tokens of decoding to the budget

@@ -4,8 +4,12 @@ that are never half-read, an interrupted prepare that continues, and one clear e
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -339,10 +343,12 @@ def _tiny_run(source: str, steps: int = 6, **kwargs) -> TrainConfig:
     )
 
 
-def test_training_on_a_prepared_folder_equals_training_on_the_raw_corpus(tmp_path: Path) -> None:
+def test_training_on_a_prepared_folder_equals_training_on_the_raw_corpus(tmp_path: Path, monkeypatch) -> None:
     source = _write_corpus(tmp_path / "corpus", documents=30)
     prepare_shards(source, "bytes", tmp_path / "prepared", shard_chars=20_000, progress=False)
+    monkeypatch.setenv(shards_module.DATA_CACHE_ENV, "off")  # the raw corpus, read into memory
     raw = load_model(train(_tiny_run(source, eval_sequences=2), tmp_path / "raw", progress=False))
+    monkeypatch.delenv(shards_module.DATA_CACHE_ENV)
     # --corpus is not read with --data: the manifest's source is recorded instead
     config = _tiny_run("python-code", eval_sequences=2, data=str(tmp_path / "prepared"))
     prepared = load_model(train(config, tmp_path / "run", progress=False))
@@ -371,7 +377,7 @@ def _stop_at(step: int):
     return hook
 
 
-def test_resume_needs_the_same_prepared_data(tmp_path: Path) -> None:
+def test_resume_needs_the_same_prepared_data(tmp_path: Path, monkeypatch) -> None:
     source = _write_corpus(tmp_path / "corpus", documents=30)
     prepare_shards(source, "bytes", tmp_path / "a", progress=False)
     prepare_shards(source, "bytes", tmp_path / "b", limit_chars=50_000, progress=False)
@@ -386,8 +392,23 @@ def test_resume_needs_the_same_prepared_data(tmp_path: Path) -> None:
         f"cannot resume {run}: it was trained on prepared data with manifest sha256 {first[:12]}, "
         f"{tmp_path / 'b'} has manifest sha256 {other[:12]}; resume with the data it used"
     )
-    with pytest.raises(ConfigError, match="no --data given; resume with the data it used"):
+    cache = tmp_path / "data-cache"
+    monkeypatch.setenv(shards_module.DATA_CACHE_ENV, str(cache))
+    entry = cache / shards_module.cache_key(source, "bytes", None)
+    with pytest.raises(ConfigError) as err:
         train(_tiny_run(source), run, resume=True, progress=False)
+    assert str(err.value) == (
+        f"cannot resume {run}: it was trained on prepared data with manifest sha256 {first[:12]}, no --data given "
+        f"(the corpus' cache entry {entry} has manifest sha256 {PreparedShards.open(entry).sha256[:12]}); "
+        "resume with the data it used"
+    )
+    monkeypatch.setenv(shards_module.DATA_CACHE_ENV, "off")
+    with pytest.raises(ConfigError) as err:
+        train(_tiny_run(source), run, resume=True, progress=False)
+    assert str(err.value) == (
+        f"cannot resume {run}: it was trained on prepared data with manifest sha256 {first[:12]}, no --data given; "
+        "resume with the data it used"
+    )
     shutil.copytree(tmp_path / "a", tmp_path / "moved")  # the same data in another folder resumes
     resumed = load_model(train(_tiny_run(source, data=str(tmp_path / "moved")), run, resume=True, progress=False))
     whole = load_model(train(_tiny_run(source), tmp_path / "whole", progress=False))
@@ -463,3 +484,328 @@ def test_the_progress_bar_counts_documents_and_tokens_per_second(tmp_path: Path,
     err = capsys.readouterr().err
     assert f"scan {source}: 12doc " in err
     assert f"prepare {source}" in err and "12/12" in err and "doc" in err and "tok_s=" in err
+
+
+# ----------------------------------------------------------------------------- the data cache of corpus specs
+def _weights_and_losses(model_dir: Path, run_dir: Path) -> tuple[dict[str, torch.Tensor], list[tuple]]:
+    """A run's final weights and its logged (step, loss, validation loss)."""
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    losses = [(r["step"], r["loss"], r.get("val_loss")) for r in map(json.loads, lines)]
+    return load_model(model_dir).state_dict(), losses
+
+
+@pytest.mark.parametrize("tokenizer", ["bytes", "bpe:300"])
+def test_a_corpus_spec_is_prepared_once_into_the_cache_and_trains_as_the_raw_corpus(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tokenizer: str
+) -> None:
+    source = _write_corpus(tmp_path / "corpus", documents=30)
+    monkeypatch.setenv(shards_module.DATA_CACHE_ENV, "off")
+    config = _tiny_run(source, eval_sequences=2, tokenizer=tokenizer, limit_chars=120_000)
+    raw = _weights_and_losses(train(config, tmp_path / "raw", progress=False), tmp_path / "raw")
+    cache = tmp_path / "data-cache"
+    monkeypatch.setenv(shards_module.DATA_CACHE_ENV, str(cache))
+    config = _tiny_run(source, eval_sequences=2, tokenizer=tokenizer, limit_chars=120_000)
+    first = _weights_and_losses(train(config, tmp_path / "first", progress=False), tmp_path / "first")
+    entry = cache / shards_module.cache_key(source, tokenizer, 120_000)
+    assert sorted(p.name for p in cache.iterdir()) == sorted([entry.name, entry.name + ".lock"])
+    prepared = PreparedShards.open(entry)
+    assert prepared.manifest["source"] == source and prepared.manifest["limit_chars"] == 120_000
+    assert prepared.tokenizer_spec == tokenizer
+    # the second run maps the entry: nothing is prepared again
+    monkeypatch.setattr(shards_module, "prepare_shards", lambda *args, **kwargs: pytest.fail("prepared again"))
+    config = _tiny_run(source, eval_sequences=2, tokenizer=tokenizer, limit_chars=120_000)
+    second = _weights_and_losses(train(config, tmp_path / "second", progress=False), tmp_path / "second")
+    for run in (first, second):
+        assert run[1] == raw[1] and run[1][-1][2] is not None
+        for (name, a), (_, b) in zip(raw[0].items(), run[0].items(), strict=True):
+            assert torch.equal(a, b), name
+    saved = json.loads((tmp_path / "second" / "config.json").read_text())
+    assert saved["data"] == {"path": str(entry), "manifest_sha256": prepared.sha256, "cache": True}
+    assert "data" not in saved["train"] and saved["train"]["corpus"] == source  # no --data given
+    assert "data" not in json.loads((tmp_path / "raw" / "config.json").read_text())
+
+
+def test_the_cache_key_follows_the_source_files_limit_and_tokenizer(tmp_path: Path) -> None:
+    source = _write_corpus(tmp_path / "corpus", documents=5)
+    key = shards_module.cache_key(source, "bpe", None)
+    assert key == shards_module.cache_key(source, "bpe:8192", None)  # the default vocabulary spelled out
+    slug, digest = key.rsplit("-", 1)
+    assert slug.endswith("corpus-bpe-8192") and len(slug) <= 60 and len(digest) == 16
+    others = {
+        shards_module.cache_key(source, "bpe:300", None),
+        shards_module.cache_key(source, "bpe", 1000),
+        shards_module.cache_key(source, "bpe", None, text_field="body"),
+    }
+    assert key not in others and len(others) == 3
+    (tmp_path / "corpus" / "doc001.txt").write_text("changed\n", encoding="utf-8")
+    changed = shards_module.cache_key(source, "bpe", None)
+    assert changed != key
+    assert changed == shards_module.cache_key(source, "bpe", None)  # reading does not change it
+    (tmp_path / "corpus" / "new.txt").write_text("another document\n", encoding="utf-8")
+    assert shards_module.cache_key(source, "bpe", None) != changed
+
+
+def test_the_data_cache_folder_comes_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(shards_module.DATA_CACHE_ENV, str(tmp_path / "here"))
+    assert shards_module.data_cache_dir() == tmp_path / "here"
+    monkeypatch.setenv(shards_module.DATA_CACHE_ENV, "OFF")
+    assert shards_module.data_cache_dir() is None
+    with pytest.raises(DataError, match=r"^the data cache is off \(\$LEXTRA_DATA_CACHE=off\); unset it"):
+        shards_module.cached_shards(str(tmp_path), "bytes")
+    monkeypatch.delenv(shards_module.DATA_CACHE_ENV)
+    monkeypatch.setenv("LEXTRA_CACHE", str(tmp_path / "lextra"))
+    assert shards_module.data_cache_dir() == tmp_path / "lextra" / "data"
+
+
+def test_a_bad_source_leaves_no_cache_entry(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="does not exist"):
+        shards_module.cached_shards(str(tmp_path / "missing"), "bytes", cache_dir=tmp_path / "data-cache")
+    assert not (tmp_path / "data-cache").exists()
+
+
+def test_a_run_on_the_raw_corpus_resumes_on_its_cache_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = _write_corpus(tmp_path / "corpus", documents=30)
+    run = tmp_path / "run"
+    monkeypatch.setenv(shards_module.DATA_CACHE_ENV, "off")
+    with pytest.raises(_StopError):
+        train(_tiny_run(source), run, progress=False, on_step=_stop_at(4))
+    whole = load_model(train(_tiny_run(source), tmp_path / "whole", progress=False))
+    monkeypatch.setenv(shards_module.DATA_CACHE_ENV, str(tmp_path / "data-cache"))
+    resumed = load_model(train(_tiny_run(source), run, resume=True, progress=False))
+    for (name, a), (_, b) in zip(whole.state_dict().items(), resumed.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_a_process_waits_for_another_preparing_the_same_entry(tmp_path: Path) -> None:
+    import fcntl
+
+    source = _write_corpus(tmp_path / "corpus", documents=5)
+    cache = tmp_path / "data-cache"
+    cache.mkdir()
+    entry = cache / shards_module.cache_key(source, "bytes", None)
+    lock = entry.with_name(entry.name + ".lock")
+    with open(lock, "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another process preparing the entry
+        with pytest.raises(DataError) as err:
+            shards_module.cached_shards(source, "bytes", cache_dir=cache, progress=False, wait_s=0.3)
+        assert str(err.value) == (
+            f"waited 0 s for another process preparing {entry} (it holds {lock}); "
+            "wait for it to finish, or stop it and run again"
+        )
+        fcntl.flock(held, fcntl.LOCK_UN)
+    assert not entry.exists()
+    shards = shards_module.cached_shards(source, "bytes", cache_dir=cache, progress=False)
+    assert shards.root == entry and len(shards) == len(_raw(source, "bytes")[1])
+
+
+def test_a_damaged_cache_entry_is_refused_in_one_line(tmp_path: Path) -> None:
+    source = _write_corpus(tmp_path / "corpus", documents=5)
+    shards = shards_module.cached_shards(source, "bytes", cache_dir=tmp_path / "data-cache", progress=False)
+    (shards.root / "train-00000.tokens").unlink()
+    with pytest.raises(DataError) as err:
+        shards_module.cached_shards(source, "bytes", cache_dir=tmp_path / "data-cache", progress=False)
+    message = str(err.value)
+    assert message.startswith(f"the data cache entry {shards.root} is damaged (prepared shard ")
+    assert message.endswith(f"); delete {shards.root} and run again") and "\n" not in message
+
+
+def _eval(model_dir: Path, out: Path, *extra: str) -> int:
+    """`lextra eval` of a tiny model at two lengths on two documents."""
+    argv = ["eval", str(model_dir), "--out", str(out), "--lengths", "32,64", "--documents", "2", "--split", "test"]
+    return main([*argv, *extra])
+
+
+def test_eval_reads_the_prepared_split_of_the_model_without_re_tokenizing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    source = _write_corpus(tmp_path / "corpus", documents=30)
+    monkeypatch.setenv(shards_module.DATA_CACHE_ENV, str(tmp_path / "data-cache"))
+    model_dir = train(_tiny_run(source), tmp_path / "run", progress=False)
+    entry = PreparedShards.open(json.loads((tmp_path / "run" / "config.json").read_text())["data"]["path"])
+    assert _eval(model_dir, tmp_path / "raw", "--corpus", source) == 0  # the raw corpus, tokenized now
+    raw = json.loads((tmp_path / "raw" / "results.json").read_text())
+    prepared = tmp_path / "prepared"
+    prepare_shards(source, "bytes", prepared, shard_chars=20_000, progress=False)
+    import lextra.data
+
+    monkeypatch.setattr(lextra.data, "prepare_for_model", lambda *args, **kwargs: pytest.fail("re-tokenized"))
+    for out, extra, folder in (("cached", (), entry), ("given", ("--data", str(prepared)), None)):
+        assert _eval(model_dir, tmp_path / out, *extra) == 0
+        got = json.loads((tmp_path / out / "results.json").read_text())
+        opened = folder or PreparedShards.open(prepared)
+        assert got.pop("data") == {"path": str(opened.root), "manifest_sha256": opened.sha256}
+        assert got == raw and got["corpus"] == source
+    capsys.readouterr()
+    assert _eval(model_dir, tmp_path / "both", "--data", str(prepared), "--corpus", source) == 2
+    assert capsys.readouterr().err.strip() == (
+        "lextra eval: error: --data replaces --corpus and --limit-chars (the folder holds its corpus); drop one"
+    )
+
+
+def test_eval_refuses_a_folder_of_another_tokenizer_in_one_line(tmp_path: Path, capsys) -> None:
+    source = _write_corpus(tmp_path / "corpus", documents=30)
+    model_dir = train(_tiny_run(source), tmp_path / "run", progress=False)
+    other = tmp_path / "bpe"
+    prepare_shards(source, "bpe:300", other, progress=False)
+    capsys.readouterr()
+    assert _eval(model_dir, tmp_path / "out", "--data", str(other)) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"lextra eval: error: the prepared data {other} was tokenized with bpe:300, not with the model's tokenizer "
+        "(bytes, trained on its own corpus); prepare the data with the model's tokenizer, or drop --data to read "
+        "the model's corpus"
+    )
+
+
+def test_a_moved_or_changed_training_folder_falls_back_to_the_corpus(tmp_path: Path, monkeypatch) -> None:
+    source = _write_corpus(tmp_path / "corpus", documents=30)
+    prepare_shards(source, "bytes", tmp_path / "prepared", progress=False)
+    model_dir = train(_tiny_run(source, data=str(tmp_path / "prepared")), tmp_path / "run", progress=False)
+    from lextra.model import read_model_meta
+
+    meta = read_model_meta(model_dir)
+    assert shards_module.shards_for_model(meta).root == tmp_path / "prepared"
+    shutil.move(tmp_path / "prepared", tmp_path / "moved")
+    assert shards_module.shards_for_model(meta) is None
+    prepare_shards(source, "bytes", tmp_path / "prepared", limit_chars=50_000, progress=False)  # other data there
+    assert shards_module.shards_for_model(meta) is None
+
+
+# ----------------------------------------------------------------------------- weighted mixtures
+def _write_alphabet_corpus(root: Path, alphabet: str, documents: int, prefix: str) -> str:
+    """A directory of documents made of `alphabet` only, so a window tells which corpus it came from."""
+    rng = random.Random(prefix)
+    root.mkdir(parents=True)
+    for index in range(documents):
+        words = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 8))) for _ in range(rng.randint(50, 400))]
+        (root / f"{prefix}{index:03d}.txt").write_text(" ".join(words), encoding="utf-8")
+    return str(root)
+
+
+def test_weighted_mixture_specs_parse_and_refuse_bad_weights(tmp_path: Path) -> None:
+    from lextra.data.corpora import mixture_parts, mixture_weights
+
+    assert mixture_parts("english:0.3+python-code:0.7") == ["english", "python-code"]
+    assert mixture_weights("english:1+python-code:3") == [0.25, 0.75]
+    assert mixture_weights("english+python-code") is None and mixture_weights("english") is None
+    (tmp_path / "x:1+y:2").mkdir()  # an existing path is a path
+    assert mixture_parts(str(tmp_path / "x:1+y:2")) == [str(tmp_path / "x:1+y:2")]
+    with pytest.raises(DataError) as err:
+        mixture_parts("english:0.3+python-code")
+    assert str(err.value) == (
+        "corpus mixture 'english:0.3+python-code' weights some parts only; weight every part "
+        "(english:0.3+python-code:0.7) or none (english+python-code)"
+    )
+    with pytest.raises(DataError, match=r"the weight of 'english' must be positive, got 0.0$"):
+        mixture_weights("english:0+python-code:1")
+    with pytest.raises(DataError, match="names a corpus twice"):
+        mixture_parts("english:1+english:2")
+
+
+def test_a_weighted_mixture_draws_each_window_from_one_part_by_weight(tmp_path: Path) -> None:
+    letters = _write_alphabet_corpus(tmp_path / "letters", "abcdefgh", 30, "l")
+    digits = _write_alphabet_corpus(tmp_path / "digits", "0123456789", 30, "d")
+    spec = f"{letters}:1+{digits}:4"
+    prepare_shards(spec, "bytes", tmp_path / "mixed", shard_chars=20_000, progress=False)
+    mixed = PreparedShards.open(tmp_path / "mixed")
+    # each part's range of the training stream is that corpus' own training stream
+    for index, source in enumerate((letters, digits)):
+        prepare_shards(source, "bytes", tmp_path / f"alone{index}", progress=False)
+        alone = PreparedShards.open(tmp_path / f"alone{index}")
+        start, stop = mixed.part_ranges("train")[index]
+        assert np.array_equal(mixed.span("train", start, stop), alone.span("train", 0, len(alone)))
+        assert mixed.manifest["parts"][index]["splits"]["train"]["documents"] == alone.num_documents("train")
+    assert mixed.part_ranges()[1][0] == mixed.part_ranges()[0][1] + 1  # one separator between the parts
+    source = shards_module.training_batches(mixed)
+    assert isinstance(source, shards_module.WeightedMixture) and source.weights == [0.2, 0.8]
+    letter_ids, digit_ids = set(b"abcdefgh \n"), set(b"0123456789 \n")  # the separator is a newline
+    from_letters = 0
+    rows = 0
+    for step in range(150):
+        batch = source.batch(step, 16, 40, seed=3)
+        assert batch.shape == (16, 41) and batch.dtype == torch.long
+        assert torch.equal(batch, source.batch(step, 16, 40, seed=3))  # a pure function of (seed, step, rank)
+        for row in batch.tolist():
+            ids = set(row)
+            assert ids <= letter_ids or ids <= digit_ids, "a window crosses the parts"
+            from_letters += ids <= letter_ids and not ids <= {10, 32}
+            rows += 1
+    assert abs(from_letters / rows - 0.2) < 0.03, from_letters / rows
+    assert not torch.equal(source.batch(0, 16, 40, seed=3, rank=1, world_size=2), source.batch(0, 16, 40, seed=3))
+    with pytest.raises(DataError, match=r"^part 1 of the mixture has \d+ training tokens, fewer than training length"):
+        source.batch(0, 4, mixed.part_ranges()[0][1], seed=0)
+
+
+def test_training_on_a_weighted_mixture_resumes_exactly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    letters = _write_alphabet_corpus(tmp_path / "letters", "abcdefgh", 20, "l")
+    digits = _write_alphabet_corpus(tmp_path / "digits", "0123456789", 20, "d")
+    spec = f"{letters}:0.3+{digits}:0.7"
+    monkeypatch.setenv(shards_module.DATA_CACHE_ENV, str(tmp_path / "data-cache"))
+    whole = load_model(train(_tiny_run(spec), tmp_path / "whole", progress=False))
+    with pytest.raises(_StopError):
+        train(_tiny_run(spec), tmp_path / "run", progress=False, on_step=_stop_at(4))
+    resumed = load_model(train(_tiny_run(spec), tmp_path / "run", resume=True, progress=False))
+    for (name, a), (_, b) in zip(whole.state_dict().items(), resumed.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+    unweighted = load_model(train(_tiny_run(f"{letters}+{digits}"), tmp_path / "plain", progress=False))
+    pairs = zip(whole.state_dict().values(), unweighted.state_dict().values(), strict=True)
+    assert any(not torch.equal(a, b) for a, b in pairs)  # the weights change the windows
+    monkeypatch.setenv(shards_module.DATA_CACHE_ENV, "off")
+    with pytest.raises(ConfigError) as err:
+        train(_tiny_run(spec), tmp_path / "off", progress=False)
+    assert str(err.value) == (
+        f"a weighted mixture ({spec}) samples prepared parts, but LEXTRA_DATA_CACHE=off reads the corpus into "
+        "memory; use plain language modelling with the data cache on, or --data DIR"
+    )
+
+
+# ----------------------------------------------------------------------------- ranks: one prepares, all map
+_RANK_SCRIPT = """
+import json, sys
+from lextra.data.shards import cached_shards
+source, cache, prepare = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+shards = cached_shards(source, "bytes", cache_dir=cache, progress=False, prepare=prepare, wait_s=120)
+print(json.dumps({"root": str(shards.root), "sha256": shards.sha256, "tokens": len(shards)}))
+"""
+
+
+@pytest.mark.slow
+def test_only_the_preparing_process_writes_and_the_other_waits_for_the_manifest(tmp_path: Path) -> None:
+    source = _write_corpus(tmp_path / "corpus", documents=30)
+    cache = tmp_path / "data-cache"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+    def start(prepare: bool) -> subprocess.Popen:
+        argv = [sys.executable, "-c", _RANK_SCRIPT, source, str(cache), "1" if prepare else "0"]
+        return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    waiter = start(prepare=False)  # rank 1, started first: it must not prepare
+    time.sleep(1.0)
+    assert waiter.poll() is None and not cache.exists()
+    preparer = start(prepare=True)  # rank 0
+    results = []
+    for process in (preparer, waiter):
+        out, err = process.communicate(timeout=240)
+        assert process.returncode == 0, err[-2000:]
+        results.append(json.loads(out))
+    entry = cache / shards_module.cache_key(source, "bytes", None)
+    assert (
+        results[0]
+        == results[1]
+        == {
+            "root": str(entry),
+            "sha256": PreparedShards.open(entry).sha256,
+            "tokens": len(_raw(source, "bytes")[1]),
+        }
+    )
+
+
+def test_a_waiting_rank_gives_up_in_one_line(tmp_path: Path) -> None:
+    source = _write_corpus(tmp_path / "corpus", documents=5)
+    entry = tmp_path / "data-cache" / shards_module.cache_key(source, "bytes", None)
+    with pytest.raises(DataError) as err:
+        shards_module.cached_shards(source, "bytes", cache_dir=tmp_path / "data-cache", prepare=False, wait_s=0.3)
+    assert str(err.value) == (
+        f"waited 0 s for rank 0 to prepare {entry} (no manifest.json yet); see rank 0's error, or prepare the data "
+        "first (`lextra data prepare`) on a folder every rank can read and pass --data"
+    )
+    assert not entry.exists()

@@ -22,7 +22,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from lextra import serialize
-from lextra.attention import attention, build_mask
+from lextra.attention import PositionLayout, attention, build_mask
 from lextra.attention.backends import AttentionExtension
 from lextra.attention.masks import Mask
 from lextra.attention.s2 import shifted_sparse_attention
@@ -317,7 +317,10 @@ class SelfAttention(nn.Module):
         cache: KVCache | None = None,
         layer: int = 0,
         observer: LayerObserver | None = None,
+        layout: PositionLayout | None = None,
     ) -> Tensor:
+        """`layout`: the host-side facts of `positions` (queries and keys alike) when the caller knows them, so
+        that choosing a backend reads nothing from the device; ignored under a cache (its keys differ)."""
         B, L, _ = x.shape
         q, k, v = self.project(x)
         k_pos = positions
@@ -345,6 +348,7 @@ class SelfAttention(nn.Module):
             backend=backend,
             temperature=temperature,
             extension=self.extension,
+            layout=layout if cache is None else None,
         )
         if cache is not None and self.extension is not None:
             keep = self.extension.retains(k_pos, int(positions[-1]) + 1)
@@ -375,8 +379,8 @@ class Block(nn.Module):
         self.ln_mlp = nn.LayerNorm(config.d_model)
         self.mlp = MLP(config)
 
-    def forward(self, x, scheme, positions, mask, backend, cache=None, layer=0, observer=None) -> Tensor:
-        x = x + self.attn(self.ln_attn(x), scheme, positions, mask, backend, cache, layer, observer)
+    def forward(self, x, scheme, positions, mask, backend, cache=None, layer=0, observer=None, layout=None) -> Tensor:
+        x = x + self.attn(self.ln_attn(x), scheme, positions, mask, backend, cache, layer, observer, layout)
         return x + self.mlp(self.ln_mlp(x))
 
 
@@ -491,13 +495,15 @@ class GPT(nn.Module):
         `mask` None is the model's own (`GPT.mask`, causal unless an inference setup set one)."""
         L = embeddings.shape[1]
         start = cache.length if cache is not None else 0
+        layout = None
         if positions is None:
             positions = torch.arange(start, start + L, device=embeddings.device)
+            layout = PositionLayout.ranges(start, L, start, L)  # known on the host: no layer reads positions
         if mask is None:
             mask = self.mask
         mask = build_mask(mask, self.config.train_len) if not isinstance(mask, Mask) else mask
         x = self.forward_layers(
-            self.embed_inputs(embeddings, positions), positions, mask, backend, cache, observer=observer
+            self.embed_inputs(embeddings, positions), positions, mask, backend, cache, observer=observer, layout=layout
         )
         if cache is not None:
             cache.length += L
@@ -518,13 +524,15 @@ class GPT(nn.Module):
         start: int = 0,
         stop: int | None = None,
         observer: LayerObserver | None = None,
+        layout: PositionLayout | None = None,
     ) -> Tensor:
         """Hidden states x (B, L, d_model) through blocks start..stop - 1 (all by default), before the final norm.
 
-        `observer`, when given, is called with each layer's `AttentionInputs` just before that layer attends.
+        `observer`, when given, is called with each layer's `AttentionInputs` just before that layer attends;
+        `layout`, the positions' host-side facts where the caller knows them (`PositionLayout`).
         """
         for layer, block in itertools.islice(enumerate(self.blocks), start, stop):
-            x = block(x, self.scheme_for(layer), positions, mask, backend, cache, layer, observer)
+            x = block(x, self.scheme_for(layer), positions, mask, backend, cache, layer, observer, layout)
         return x
 
     def loss(self, tokens: Tensor, **kwargs: Any) -> Tensor:

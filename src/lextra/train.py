@@ -31,9 +31,10 @@ from tqdm import tqdm
 
 from lextra import serialize
 from lextra.data import TrainStream, eval_sequences
+from lextra.data.corpora import mixture_weights
 from lextra.data.positions import PositionSampler, build_sampler
 from lextra.data.prepare import PreparedData, prepare_data
-from lextra.data.shards import PreparedShards
+from lextra.data.shards import PreparedShards, cached_shards, data_cache_dir, training_batches
 from lextra.data.windows import encode_documents
 from lextra.devices import autocast, resolve_device
 from lextra.errors import CheckpointError, ConfigError, TrainingDivergedError
@@ -378,29 +379,52 @@ def _check_compatible(run_dir: Path, config: TrainConfig) -> None:
         )
 
 
-def _check_same_data(run_dir: Path, shards: PreparedShards | None) -> None:
-    """Refuse to resume a run on prepared data other than what it was trained on (compared by manifest hash)."""
+def _check_same_data(run_dir: Path, shards: PreparedShards | None, *, cached: bool = False) -> None:
+    """Refuse to resume a run on prepared data other than what it was trained on (compared by manifest hash).
+
+    A run on the raw corpus continues on its cache entry (`cached`): the two give the same batches."""
     saved_path = run_dir / "config.json"
     if not saved_path.exists():
         return
     saved = (json.loads(saved_path.read_text()).get("data") or {}).get("manifest_sha256")
     now = shards.sha256 if shards is not None else None
+    if saved is None and cached:
+        return
     if saved != now:
         was = f"prepared data with manifest sha256 {saved[:12]}" if saved else "the raw corpus"
-        given = f"{shards.root} has manifest sha256 {now[:12]}" if shards is not None and now else "no --data given"
+        if shards is not None and cached:
+            given = f"no --data given (the corpus' cache entry {shards.root} has manifest sha256 {shards.sha256[:12]})"
+        elif shards is not None:
+            given = f"{shards.root} has manifest sha256 {shards.sha256[:12]}"
+        else:
+            given = "no --data given"
         raise ConfigError(f"cannot resume {run_dir}: it was trained on {was}, {given}; resume with the data it used")
 
 
-def _open_data(config: TrainConfig) -> PreparedShards | None:
-    """The prepared folder of `config.data` (None without one); its source and limit become the config's."""
+def open_training_data(
+    config: TrainConfig, progress: bool = True, *, prepare: bool = True
+) -> tuple[PreparedShards | None, bool]:
+    """The prepared folder of `config.data`, or the data cache's entry of `config.corpus` for plain language
+    modelling (None for a task, or with the cache off), and whether it is the cache's. A `--data` folder's source
+    and limit become the config's. Only a process that may `prepare` writes a cache entry; the others (torchrun
+    ranks but 0) wait for it."""
     if config.data is None:
-        return None
+        if config.task is not None or data_cache_dir() is None:
+            if mixture_weights(config.corpus) is not None:
+                why = f"the task {config.task!r} reads" if config.task is not None else "LEXTRA_DATA_CACHE=off reads"
+                raise ConfigError(
+                    f"a weighted mixture ({config.corpus}) samples prepared parts, but {why} the corpus into memory; "
+                    "use plain language modelling with the data cache on, or --data DIR"
+                )
+            return None, False
+        shards = cached_shards(config.corpus, config.tokenizer, config.limit_chars, progress=progress, prepare=prepare)
+        return shards, True
     shards = PreparedShards.open(config.data)
     shards.check_tokenizer(config.tokenizer)
     if config.task is not None:
         raise ConfigError(f"--data feeds plain language modelling, not the task {config.task!r}; drop one of them")
     config.corpus, config.limit_chars = shards.manifest["source"], shards.manifest["limit_chars"]
-    return shards
+    return shards, False
 
 
 def train(
@@ -426,7 +450,7 @@ def train(
         )
     if not resume and (run_dir / CHECKPOINTS).exists() and any((run_dir / CHECKPOINTS).glob("step_*")):
         raise ConfigError(f"{run_dir} already holds a training run; pass --resume to continue it or use a new --out")
-    shards = _open_data(config)
+    shards, cached = open_training_data(config, progress and world.is_main, prepare=world.is_main)
     data: PreparedData | None = None
     stream: BatchSource
     if shards is not None:
@@ -437,16 +461,18 @@ def train(
     config.model.vocab_size = tokenizer.vocab_size
     continue_from(config)
     if resume:
-        _check_same_data(run_dir, shards)
+        _check_same_data(run_dir, shards, cached=cached)
         _check_compatible(run_dir, config)
     if shards is not None:
-        stream = shards
+        stream = training_batches(shards)
     else:
         assert data is not None
         stream = batch_source(config, data)
     extra = {"tokenizer": tokenizer.to_config(), "train": config.to_dict()}
     if shards is not None:
-        extra["data"] = {"path": str(shards.root), "manifest_sha256": shards.sha256}
+        extra["data"] = {"path": str(shards.root), "manifest_sha256": shards.sha256} | (
+            {"cache": True} if cached else {}
+        )
     if world.is_main:
         saved = {"train": config.to_dict(), "tokenizer": extra["tokenizer"]}
         atomic_write_json(run_dir / "config.json", saved | ({"data": extra["data"]} if shards is not None else {}))

@@ -10,11 +10,13 @@ from lextra.attention.backends import (
     attention_logits,
     choose_backend,
     chunked_attention,
+    default_positions,
     reference_attention,
     register_backend,
     run_attention,
 )
 from lextra.attention.flex import flex_attention_forward, flex_block_mask
+from lextra.attention.layout import PositionLayout
 from lextra.attention.masks import MASKS, Mask, build_mask
 from lextra.attention.s2 import s2_visible, shifted_sparse_attention
 
@@ -25,11 +27,13 @@ __all__ = [
     "AttentionContext",
     "AttentionExtension",
     "Mask",
+    "PositionLayout",
     "attention",
     "attention_logits",
     "build_mask",
     "choose_backend",
     "chunked_attention",
+    "default_positions",
     "flex_attention_forward",
     "flex_block_mask",
     "reference_attention",

@@ -7,7 +7,8 @@ and score bias, a mask and an optional temperature, then softmax-attends:
 
 - `reference`: dense (H, Lq, Lk) scores with every modifier applied as a tensor: slow, obvious, ground truth.
 - `sdpa`: one fused `scaled_dot_product_attention` call (is_causal / no mask); only for schemes without a bias,
-  a mask that is exactly causal or hides nothing, and queries aligned with keys.
+  a mask that is exactly causal or hides nothing, and queries aligned with keys, or one query at or after every
+  key under a causal mask (a cached decoding step: no mask at all).
 - `chunked`: queries in blocks; each block sees only the keys its mask declares (`Mask.key_spans`: a window's
   block touches width + block keys) and its bias is built for that block alone from the scheme's per-distance
   table, then one SDPA call per block. Memory O(H x block x keys) per step, never H x L x L; forward and
@@ -22,7 +23,12 @@ and score bias, a mask and an optional temperature, then softmax-attends:
   CPU, forward and backward on CUDA.
 - `auto`: on CPU, `sdpa` when it applies, else `chunked`. Rotary schemes at long lengths without autograd take
   `chunked` (tiled): the fused call would need rotated copies of all of q and k on top of SDPA's own working
-  memory. On CUDA (`cuda_backend`), `sdpa` (flash) when it applies, else `flex`, else `chunked`.
+  memory. On CUDA (`cuda_backend`), `sdpa` (flash) when it applies, else `flex`, else `chunked`. A single query
+  that `sdpa` cannot take (a decoding step with a bias, a window or BCA) goes to `chunked`, not `flex`: flex would
+  compile a kernel for every key-length bucket the cache grows through (20 up to 128k per mask and score
+  modifier, out of `RECOMPILE_LIMIT`) and build a BlockMask per step (its blocks move with the step), where the
+  chunked path runs one small SDPA call over the keys the mask declares, exactly, with nothing compiled. Calls
+  under an extension method run its passes (`lextra.extend.attention`: on CUDA one FlexAttention call per pass).
 
 Each backend is an `AttentionBackend` (`applies(ctx)`: None or why not; `run(q, k, v, ctx)`) registered by name
 (`register_backend`); `auto` asks the backends of the device type's order (`AUTO_ORDER`) in turn and runs the
@@ -46,6 +52,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lextra.attention.flex import flex_attention_forward, flex_unsupported
+from lextra.attention.layout import PositionLayout
 from lextra.attention.masks import UNBOUNDED, CausalMask, Mask, build_mask
 from lextra.errors import ConfigError
 from lextra.positions.base import PositionScheme
@@ -76,6 +83,21 @@ _FAR = 1 << 40
 _FLASH_WITH_LSE = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 
 
+def default_positions(q: Tensor, k: Tensor, q_pos: Tensor | None, k_pos: Tensor | None) -> tuple[Tensor, Tensor]:
+    """The positions `attention` uses: keys at 0..Lk-1 and queries the last Lq of them unless given; positions
+    that do not match the lengths are a ConfigError."""
+    Lq, Lk = q.shape[-2], k.shape[-2]
+    if k_pos is None:
+        k_pos = torch.arange(Lk, device=q.device)
+    if q_pos is None:
+        q_pos = k_pos[Lk - Lq :] if Lq <= Lk else torch.arange(Lq, device=q.device)
+    if q_pos.numel() != Lq or k_pos.numel() != Lk:
+        raise ConfigError(
+            f"positions do not match lengths: q_pos {q_pos.numel()} vs Lq {Lq}, k_pos {k_pos.numel()} vs Lk {Lk}"
+        )
+    return q_pos, k_pos
+
+
 @dataclass(frozen=True)
 class AttentionContext:
     """Everything one attention call applies besides q, k and v, checked and normalised once.
@@ -96,6 +118,17 @@ class AttentionContext:
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     dtype: torch.dtype = torch.float32
     head_dim: int | None = None
+    layout: PositionLayout | None = None
+
+    def __post_init__(self) -> None:
+        if self.layout is None:  # one device read here, so that no backend decision reads positions again
+            object.__setattr__(self, "layout", PositionLayout.of(self.q_pos, self.k_pos))
+
+    @property
+    def facts(self) -> PositionLayout:
+        """The positions' host-side facts (`layout`, always set after construction)."""
+        assert self.layout is not None  # set by __post_init__
+        return self.layout
 
     @classmethod
     def build(
@@ -111,22 +144,22 @@ class AttentionContext:
         scale: float | None = None,
         block_size: int | None = None,
         extension: AttentionExtension | None = None,
+        layout: PositionLayout | None = None,
     ) -> AttentionContext:
         """The context of `attention(q, k, v, ...)`: default positions (keys at 0..Lk-1, queries the last Lq of
-        them), scale 1/sqrt(D), the temperature normalised; mismatched lengths and bad temperatures refused."""
+        them), scale 1/sqrt(D), the temperature normalised; mismatched lengths and bad temperatures refused.
+        `layout`: the positions' host-side facts where the caller knows them (e.g. `PositionLayout.ranges`);
+        default positions need none, other positions are read once (`PositionLayout.of`)."""
         mask = build_mask(mask)
         Lq, Lk = q.shape[-2], k.shape[-2]
-        if k_pos is None:
-            k_pos = torch.arange(Lk, device=q.device)
-        if q_pos is None:
-            q_pos = k_pos[Lk - Lq :] if Lq <= Lk else torch.arange(Lq, device=q.device)
-        if q_pos.numel() != Lq or k_pos.numel() != Lk:
-            raise ConfigError(
-                f"positions do not match lengths: q_pos {q_pos.numel()} vs Lq {Lq}, k_pos {k_pos.numel()} vs Lk {Lk}"
-            )
+        if layout is None and q_pos is None and k_pos is None:
+            layout = PositionLayout.ranges(Lk - Lq if Lq <= Lk else 0, Lq, 0, Lk)
+        q_pos, k_pos = default_positions(q, k, q_pos, k_pos)
         scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
         tau = _temperature(temperature, q)
-        return cls(scheme, mask, q_pos, k_pos, scale, tau, block_size, extension, q.device, q.dtype, q.shape[-1])
+        return cls(
+            scheme, mask, q_pos, k_pos, scale, tau, block_size, extension, q.device, q.dtype, q.shape[-1], layout
+        )
 
 
 class AttentionBackend(ABC):
@@ -160,8 +193,11 @@ class AttentionExtension(ABC):
     name: str = "extension"
 
     @abstractmethod
-    def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext, *, reference: bool = False) -> Tensor:
-        """Attention under the extension (`reference`: its dense ground truth instead of the fast path)."""
+    def run(
+        self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext, *, reference: bool = False, backend: str = "auto"
+    ) -> Tensor:
+        """Attention under the extension (`reference`, or backend 'reference': its dense ground truth instead of
+        the fast path; `backend` the name the call asked for, which the extension may route by)."""
 
     def retains(self, k_pos: Tensor, next_query: int) -> Tensor | None:
         """Which cached keys a query at `next_query` or later can still see (None: all of them)."""
@@ -188,7 +224,7 @@ class SdpaBackend(AttentionBackend):
     name = "sdpa"
 
     def applies(self, ctx: AttentionContext) -> str | None:
-        return _sdpa_reason(ctx.scheme, ctx.mask, ctx.q_pos, ctx.k_pos)
+        return _sdpa_reason(ctx.scheme, ctx.mask, ctx.q_pos, ctx.k_pos, ctx.facts)
 
     def declines(self, ctx: AttentionContext) -> str | None:
         scheme = ctx.scheme
@@ -202,7 +238,7 @@ class SdpaBackend(AttentionBackend):
         return None
 
     def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-        return _sdpa_attention(q, k, v, ctx.scheme, ctx.mask, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau)
+        return _sdpa_attention(q, k, v, ctx.scheme, ctx.mask, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau, ctx.facts)
 
 
 class ChunkedBackend(AttentionBackend):
@@ -229,7 +265,7 @@ class FlexBackend(AttentionBackend):
     name = "flex"
 
     def applies(self, ctx: AttentionContext) -> str | None:
-        reason = flex_unsupported(ctx.scheme, ctx.q_pos, ctx.k_pos)
+        reason = flex_unsupported(ctx.scheme, ctx.q_pos, ctx.k_pos, ctx.facts)
         if reason is not None:
             return reason
         if ctx.device.type == "cuda" and ctx.head_dim is not None and ctx.head_dim < FLEX_MIN_HEAD_DIM:
@@ -239,8 +275,18 @@ class FlexBackend(AttentionBackend):
             )
         return None
 
+    def declines(self, ctx: AttentionContext) -> str | None:
+        if ctx.q_pos.numel() == 1:
+            return (
+                "a single query (a decoding step): the chunked path computes it exactly over the keys its mask "
+                "declares, with no compiled kernel per key-length bucket and no BlockMask to build per step"
+            )
+        return None
+
     def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-        return flex_attention_forward(q, k, v, ctx.scheme, ctx.mask, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau)
+        return flex_attention_forward(
+            q, k, v, ctx.scheme, ctx.mask, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau, layout=ctx.facts
+        )
 
 
 #: the backends by name (`attention(..., backend=NAME)`), and the order `auto` asks them in per device type
@@ -317,6 +363,7 @@ def attention(
     scale: float | None = None,
     block_size: int | None = None,
     extension: AttentionExtension | None = None,
+    layout: PositionLayout | None = None,
 ) -> Tensor:
     """Position-aware attention of q (B, H, Lq, D), k (B, H, Lk, Dk), v (B, H, Lk, Dv).
 
@@ -336,6 +383,7 @@ def attention(
         scale=scale,
         block_size=block_size,
         extension=extension,
+        layout=layout,
     )
     return run_attention(q, k, v, ctx, backend)
 
@@ -345,7 +393,7 @@ def run_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext, backen
     when that backend does not apply), or `auto`'s choice."""
     chosen = None if backend == "auto" else get_backend(backend)
     if ctx.extension is not None:
-        return ctx.extension.run(q, k, v, ctx, reference=backend == "reference")
+        return ctx.extension.run(q, k, v, ctx, reference=backend == "reference", backend=backend)
     if chosen is None:
         chosen = choose_backend(ctx)
     else:
@@ -374,36 +422,47 @@ def _contiguous(pos: Tensor) -> bool:
     return n == 0 or (int(pos[-1]) - int(pos[0]) == n - 1 and bool((pos.diff() == 1).all()))
 
 
-def _span(q_pos: Tensor, k_pos: Tensor) -> int:
-    return max(int(q_pos[-1]), int(k_pos[-1])) - min(int(q_pos[0]), int(k_pos[0])) + 1
-
-
 #: why `sdpa` does not apply, with its fix
 _SDPA_FIX = "use backend='chunked' or 'auto'"
 
 
-def _sdpa_reason(scheme: PositionScheme | None, mask: Mask, q_pos: Tensor, k_pos: Tensor) -> str | None:
-    """Why one fused SDPA call cannot compute this exactly (None: it can)."""
+def _sdpa_reason(
+    scheme: PositionScheme | None, mask: Mask, q_pos: Tensor, k_pos: Tensor, layout: PositionLayout | None = None
+) -> str | None:
+    """Why one fused SDPA call cannot compute this exactly (None: it can); decided from `layout` (read from the
+    positions when not given)."""
+    facts = layout if layout is not None else PositionLayout.of(q_pos, k_pos)
     if scheme is not None and scheme.has_bias:
         return f"the sdpa backend runs one fused call: it cannot apply score biases ({scheme.name}'s); {_SDPA_FIX}"
     if not (mask.exactly_causal or mask.hides_nothing):
         return f"the sdpa backend runs one fused call and cannot apply the mask {mask!r}; {_SDPA_FIX}"
-    if q_pos.numel() == 0 or k_pos.numel() == 0:
+    if facts.n_q == 0 or facts.n_k == 0:
         return f"the sdpa backend needs at least one query and one key; {_SDPA_FIX}"
-    if scheme is not None and scheme.rotate_span is not None and _span(q_pos, k_pos) > scheme.rotate_span:
+    if scheme is not None and scheme.rotate_span is not None and facts.span > scheme.rotate_span:
         return (
             f"the sdpa backend rotates all queries and keys in one call and {scheme.name} is exact within "
-            f"{scheme.rotate_span} positions, not {_span(q_pos, k_pos)}; {_SDPA_FIX}"
+            f"{scheme.rotate_span} positions, not {facts.span}; {_SDPA_FIX}"
         )
-    if mask.hides_nothing:
+    if mask.hides_nothing or _decoding_step(mask, facts):
         return None
-    if q_pos.numel() == k_pos.numel() and bool((q_pos == k_pos).all()) and _contiguous(q_pos):
+    if facts.same and facts.q_contiguous:
         return None
-    return f"the sdpa backend's causal call needs queries at the keys' own contiguous positions; {_SDPA_FIX}"
+    return (
+        "the sdpa backend's causal call needs queries at the keys' own contiguous positions, or one query after "
+        f"every key; {_SDPA_FIX}"
+    )
 
 
-def _sdpa_applies(scheme: PositionScheme | None, mask: Mask, q_pos: Tensor, k_pos: Tensor) -> bool:
-    return _sdpa_reason(scheme, mask, q_pos, k_pos) is None
+def _decoding_step(mask: Mask, facts: PositionLayout) -> bool:
+    """One query under a causal mask at or after every key (a cached decoding step): it sees all the keys, so
+    one SDPA call without a mask is exact (whatever the keys' positions, e.g. an evicted cache)."""
+    return mask.exactly_causal and facts.n_q == 1 and facts.n_k > 0 and facts.k_max <= facts.q_first
+
+
+def _sdpa_applies(
+    scheme: PositionScheme | None, mask: Mask, q_pos: Tensor, k_pos: Tensor, layout: PositionLayout | None = None
+) -> bool:
+    return _sdpa_reason(scheme, mask, q_pos, k_pos, layout) is None
 
 
 def auto_backend(
@@ -422,8 +481,9 @@ def auto_backend(
 
 def cuda_backend(scheme: PositionScheme | None, mask: Mask, q_pos: Tensor, k_pos: Tensor) -> str:
     """`auto` on CUDA: the fused flash kernel where one SDPA call is exact (no bias, causal or full, aligned
-    positions), else `flex` (biases, windows, BCA, offset queries), else `chunked` (what flex refuses: xPos past
-    its span). Decides from declarations and position values alone: it never touches the GPU."""
+    positions, or a causal decoding step), else `flex` (biases, windows, BCA, offset queries), else `chunked`
+    (what flex refuses: xPos past its span; single-query steps flex declines). Decides from declarations and
+    position values (no CUDA tensor is needed)."""
     return auto_backend(scheme, mask, q_pos, k_pos, "cuda")
 
 
@@ -500,9 +560,11 @@ def reference_attention(
     return (out, weights) if return_weights else out
 
 
-def _sdpa_attention(q, k, v, scheme, mask, q_pos, k_pos, scale, tau) -> Tensor:
-    qr, kr = _rotate(scheme, q, k, q_pos, k_pos)
-    return F.scaled_dot_product_attention(_scaled_query(qr, tau), kr, v, is_causal=mask.exactly_causal, scale=scale)
+def _sdpa_attention(q, k, v, scheme, mask, q_pos, k_pos, scale, tau, layout: PositionLayout | None = None) -> Tensor:
+    facts = layout if layout is not None else PositionLayout.of(q_pos, k_pos)
+    qr, kr = _rotate(scheme, q, k, q_pos, k_pos, facts.seq_len)
+    causal = mask.exactly_causal and not _decoding_step(mask, facts)  # is_causal is top-left aligned
+    return F.scaled_dot_product_attention(_scaled_query(qr, tau), kr, v, is_causal=causal, scale=scale)
 
 
 def _block_size(scheme: PositionScheme | None, n_keys: int, n_heads: int, requested: int | None) -> int:

@@ -27,6 +27,11 @@ mask type and its options; dtype; batch, heads, head dims; the two length bucket
 are kept per process (torch's default of 8 would silently fall back to the eager, L x L path); one more raises
 `CompileBudgetError`.
 
+Band passes (`flex_band_attention`, for `lextra.extend`): one call per pass of a training-free extension method
+over already rotated q and k, its visibility a band (key range x distance range) whose bounds are a captured
+tensor, so every method's passes share one kernel per pair of length buckets; returns each row's log-sum-exp
+for merging passes. Compiled on CUDA; eager on CPU (inductor's CPU flex has no log-sum-exp output).
+
 Limits: FlexAttention has no backward on CPU (forward only there; training on CPU refuses with a ConfigError);
 xPos rotates every query and key in one call, so it applies within its `rotate_span` only; a query that sees no
 key gets zeros (the reference gives NaN); a custom mask's `visible` must be traceable tensor code.
@@ -35,16 +40,19 @@ key gets zeros (the reference gives NaN); a custom mask's `visible` must be trac
 from __future__ import annotations
 
 import functools
+import warnings
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
+from lextra.attention.layout import PositionLayout
 from lextra.attention.masks import UNBOUNDED, Mask, build_mask
 from lextra.errors import ConfigError
 from lextra.positions.base import PositionScheme, QueryBias, ScoreLayout
@@ -99,11 +107,13 @@ class _Layout:
     n_distances: int  # distances lo .. lo + n_distances - 1
 
 
-def _layout(q_pos: Tensor, k_pos: Tensor) -> _Layout:
+def _layout(q_pos: Tensor, k_pos: Tensor, facts: PositionLayout | None = None) -> _Layout:
+    """Padded lengths and rows from the positions' host-side facts (read from them when not given)."""
+    facts = facts if facts is not None else PositionLayout.of(q_pos, k_pos)
     n_q, n_k = q_pos.numel(), k_pos.numel()
     pad_q, pad_k = padded_lengths(n_q, n_k)
-    q_lo, q_hi = int(q_pos.min()), int(q_pos.max())
-    k_lo, k_hi = int(k_pos.min()), int(k_pos.max())
+    q_lo, q_hi = facts.q_min, facts.q_max
+    k_lo, k_hi = facts.k_min, facts.k_max
     q_rows = torch.cat((q_pos, q_pos.new_full((pad_q - n_q,), q_hi)))
     k_rows = torch.cat((k_pos, k_pos.new_full((pad_k - n_k,), k_lo)))
     return _Layout(n_q, n_k, pad_q, pad_k, q_rows, k_rows, q_lo - k_hi, (q_hi - q_lo) + (k_hi - k_lo) + 1)
@@ -190,20 +200,28 @@ def _ordered(dense: Tensor) -> tuple[Tensor, Tensor]:
     return counts[None, None].contiguous(), indices[None, None].contiguous()
 
 
-def flex_block_mask(mask: Mask, q_pos: Tensor, k_pos: Tensor, device: torch.device | str | None = None) -> BlockMask:
+def flex_block_mask(
+    mask: Mask,
+    q_pos: Tensor,
+    k_pos: Tensor,
+    device: torch.device | str | None = None,
+    layout: PositionLayout | None = None,
+) -> BlockMask:
     """The BlockMask `flex_attention_forward` uses for these positions (padded to their buckets), cached when
-    both position runs are contiguous: pass it to every layer's call to skip the cache lookup."""
+    both position runs are contiguous: pass it to every layer's call to skip the cache lookup. The cache key
+    comes from `layout` (the positions' host-side facts; read once from them when not given)."""
     device = torch.device(device) if device is not None else q_pos.device
     q_pos, k_pos = q_pos.to(device), k_pos.to(device)
+    facts = layout if layout is not None else PositionLayout.of(q_pos, k_pos)
     key = None
-    if _contiguous(q_pos) and _contiguous(k_pos) and q_pos.numel() and k_pos.numel():
-        key = (type(mask), repr(mask), q_pos.numel(), k_pos.numel(), int(q_pos[0]), int(k_pos[0]), str(device))
+    if facts.q_contiguous and facts.k_contiguous and facts.n_q and facts.n_k:
+        key = (type(mask), repr(mask), facts.n_q, facts.n_k, facts.q_first, facts.k_first, str(device))
         cached = _BLOCK_MASKS.get(key)
         if cached is not None:
             _BLOCK_MASKS.move_to_end(key)
             return cached
-    layout = _layout(q_pos, k_pos)
-    partial, full = _classify_blocks(mask, layout, q_pos, k_pos)
+    padded = _layout(q_pos, k_pos, facts)
+    partial, full = _classify_blocks(mask, padded, q_pos, k_pos)
     counts, indices = _ordered(partial)
     full_counts, full_indices = _ordered(full)
     block_mask = BlockMask.from_kv_blocks(
@@ -212,8 +230,8 @@ def flex_block_mask(mask: Mask, q_pos: Tensor, k_pos: Tensor, device: torch.devi
         full_counts,
         full_indices,
         BLOCK_SIZE=BLOCK,
-        mask_mod=_mask_mod(mask, layout, device),
-        seq_lengths=(layout.pad_q, layout.pad_k),
+        mask_mod=_mask_mod(mask, padded, device),
+        seq_lengths=(padded.pad_q, padded.pad_k),
     )
     _BUILT[block_mask] = (repr(mask), q_pos, k_pos)
     if key is not None:
@@ -251,14 +269,18 @@ def _per_query_mod(bias: BiasFn, tau: Tensor) -> ScoreMod:
     return add_scaled_bias
 
 
-def flex_unsupported(scheme: PositionScheme | None, q_pos: Tensor, k_pos: Tensor) -> str | None:
+def flex_unsupported(
+    scheme: PositionScheme | None, q_pos: Tensor, k_pos: Tensor, layout: PositionLayout | None = None
+) -> str | None:
     """Why `flex` cannot compute this scheme at these positions (a one-line reason with the fix), or None.
 
-    Decides from the scheme's declarations and the positions' values alone (no device is touched)."""
+    Decides from the scheme's declarations and the positions' host-side facts (`layout`, read from the
+    positions when not given; a scheme whose bias form depends on parameter values, FIRE's threshold, reads
+    those)."""
     if scheme is None:
         return None
     if scheme.rotate_span is not None and q_pos.numel() and k_pos.numel():
-        span = max(int(q_pos.max()), int(k_pos.max())) - min(int(q_pos.min()), int(k_pos.min())) + 1
+        span = (layout if layout is not None else PositionLayout.of(q_pos, k_pos)).span
         if span > scheme.rotate_span:
             return (
                 f"backend='flex' rotates all queries and keys in one call and {scheme.name} is exact within "
@@ -322,29 +344,32 @@ def flex_attention_forward(
     *,
     block_mask: BlockMask | None = None,
     eager: bool = False,
+    layout: PositionLayout | None = None,
 ) -> Tensor:
     """softmax((rotate(q) . rotate(k) * scale + bias) / tau, masked) v through one FlexAttention call.
 
     q (B, H, Lq, D), k (B, H, Lk, Dk), v (B, H, Lk, Dv); positions 1-D integer tensors; `tau` None, a scalar,
     (H, 1) or (H, Lq) as `attention` normalises it. `block_mask` (optional) is `flex_block_mask(mask, q_pos,
-    k_pos)`; `eager` runs FlexAttention uncompiled (it then builds the full score matrix: small inputs only).
+    k_pos)`; `eager` runs FlexAttention uncompiled (it then builds the full score matrix: small inputs only);
+    `layout` the positions' host-side facts (read once from them when not given).
     """
     device, mask = q.device, build_mask(mask)
     H, Lq, Lk = q.shape[1], q.shape[-2], k.shape[-2]
     if Lq == 0 or Lk == 0:
         return q.new_zeros(*q.shape[:-1], v.shape[-1])
     q_pos, k_pos = q_pos.to(device), k_pos.to(device)
-    reason = flex_unsupported(scheme, q_pos, k_pos)
+    facts = layout if layout is not None else PositionLayout.of(q_pos, k_pos)
+    reason = flex_unsupported(scheme, q_pos, k_pos, facts)
     if reason is not None:
         raise ConfigError(reason)
-    layout = _layout(q_pos, k_pos)
+    padded = _layout(q_pos, k_pos, facts)
     if block_mask is None:
-        block_mask = flex_block_mask(mask, q_pos, k_pos, device)
+        block_mask = flex_block_mask(mask, q_pos, k_pos, device, facts)
     else:
         _check_block_mask(block_mask, mask, q_pos, k_pos)
 
     if scheme is not None and scheme.transforms_qk:
-        q, k = scheme.rotate(q, k, q_pos, k_pos)
+        q, k = scheme.rotate(q, k, q_pos, k_pos, facts.seq_len)
     per_query_tau = tau is not None and tau.dim() == 2 and tau.shape[-1] != 1
     if tau is not None:
         q = q / tau[..., None].to(q.dtype)
@@ -352,23 +377,23 @@ def flex_attention_forward(
 
     score_mod, captured = None, [] if tau is None else [tau]
     if scheme is not None and scheme.has_bias:
-        n_table = _table_length(layout)
+        n_table = _table_length(padded)
         if scheme.distance_only(q_pos):
-            distance = torch.arange(layout.lo, layout.lo + layout.n_distances, device=device)
+            distance = torch.arange(padded.lo, padded.lo + padded.n_distances, device=device)
             table = scheme.distance_bias(distance).to(device)
             if head_tau is not None:
                 table = table / head_tau
             table = F.pad(table, (0, n_table - table.shape[1]))
-            bias = _table_bias(table, (layout.q_rows - layout.lo).to(device), layout.k_rows.to(device))
+            bias = _table_bias(table, (padded.q_rows - padded.lo).to(device), padded.k_rows.to(device))
             captured.append(table)
         else:
             score_layout = ScoreLayout(
-                layout.q_rows.to(device), layout.k_rows.to(device), layout.lo, layout.n_distances, n_table
+                padded.q_rows.to(device), padded.k_rows.to(device), padded.lo, padded.n_distances, n_table
             )
             bias, tensors = scheme.query_bias_mod(score_layout, head_tau)
             captured += tensors
         if tau is not None and per_query_tau:
-            padded_tau = F.pad(tau.to(device).expand(H, Lq), (0, layout.pad_q - Lq), value=1.0)
+            padded_tau = F.pad(tau.to(device).expand(H, Lq), (0, padded.pad_q - Lq), value=1.0)
             score_mod = _per_query_mod(bias, padded_tau)
         else:
             score_mod = _plain_mod(bias)
@@ -379,7 +404,7 @@ def flex_attention_forward(
             "backend='flex' cannot train on CPU: FlexAttention has no backward on CPU; use backend='chunked' "
             "(or 'auto'), or run on CUDA"
         )
-    qp, kp, vp = _pad_rows(q, layout.pad_q), _pad_rows(k, layout.pad_k), _pad_rows(v, layout.pad_k)
+    qp, kp, vp = _pad_rows(q, padded.pad_q), _pad_rows(k, padded.pad_k), _pad_rows(v, padded.pad_k)
     if eager:
         out = flex_attention(qp, kp, vp, score_mod=score_mod, block_mask=block_mask, scale=scale)
     else:
@@ -419,3 +444,140 @@ def _run_compiled(q: Tensor, k: Tensor, v: Tensor, **kwargs) -> Tensor:
             "than run it uncompiled (the full L x L scores), this call stops: raise RECOMPILE_LIMIT, or call "
             "torch._dynamo.reset() between independent runs"
         ) from err
+
+
+# --------------------------------------------------------------------------------------------------------------
+# band passes: one call per pass of a training-free extension method (`lextra.extend.attention`)
+# --------------------------------------------------------------------------------------------------------------
+
+#: stands for "no position" in the per-block bounds of padding (far inside int64, so differences never overflow)
+_FAR_POSITION = 1 << 60
+_BAND_MASKS: OrderedDict[tuple, BlockMask] = OrderedDict()
+
+
+def _block_bounds(pos: Tensor, n_blocks: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Per block of `BLOCK` positions: the smallest and largest real position, whether it holds any real
+    position and whether it holds only real ones (padding past `pos.numel()`)."""
+    n, size = pos.numel(), n_blocks * BLOCK
+    pos = pos.long()
+    lo = F.pad(pos, (0, size - n), value=_FAR_POSITION).view(n_blocks, BLOCK).amin(1)
+    hi = F.pad(pos, (0, size - n), value=-_FAR_POSITION).view(n_blocks, BLOCK).amax(1)
+    starts = torch.arange(n_blocks, device=pos.device) * BLOCK
+    return lo, hi, starts < n, starts + BLOCK <= n
+
+
+def band_block_mask(
+    q_pos: Tensor,
+    k_pos: Tensor,
+    distance: tuple[int, int],
+    keys: tuple[int, int],
+    *,
+    first: tuple[int, int] | None = None,
+) -> BlockMask:
+    """The BlockMask of a band pass: pair (m, n) visible when `keys[0] <= n <= keys[1]` and `distance[0] <= m - n
+    <= distance[1]` (inclusive, `UNBOUNDED` for no limit), over queries and keys padded to `padded_lengths`.
+
+    Blocks are classified from each block's smallest and largest position (tensor code on the positions' device,
+    no host sync; exact for any positions, as the band is monotone in m and n): blocks the band hides are skipped,
+    blocks it shows in full run without the mask_mod. The band's bounds are a captured tensor, so passes of every
+    method share one compiled kernel per pair of length buckets. `first` = the first query and key positions when
+    both runs are contiguous (host-side facts): the mask is then cached by them, the lengths and the band."""
+    device = q_pos.device
+    n_q, n_k = q_pos.numel(), k_pos.numel()
+    pad_q, pad_k = padded_lengths(n_q, n_k)
+    key = None
+    if first is not None:
+        key = (n_q, n_k, *first, *distance, *keys, str(device))
+        cached = _BAND_MASKS.get(key)
+        if cached is not None:
+            _BAND_MASKS.move_to_end(key)
+            return cached
+    n_qb, n_kb = -(-pad_q // BLOCK), pad_k // BLOCK
+    m_lo, m_hi, q_real, q_whole = _block_bounds(q_pos, n_qb)
+    n_lo, n_hi, k_real, k_whole = _block_bounds(k_pos, n_kb)
+    (d_lo, d_hi), (k_lo, k_hi) = distance, keys
+    m_lo, m_hi, q_real, q_whole = m_lo[:, None], m_hi[:, None], q_real[:, None], q_whole[:, None]
+    hidden = (n_hi < k_lo) | (n_lo > k_hi) | (m_hi - n_lo < d_lo) | (m_lo - n_hi > d_hi)
+    some = q_real & k_real & ~hidden
+    shown = (k_lo <= n_lo) & (n_hi <= k_hi) & (m_lo - n_hi >= d_lo) & (m_hi - n_lo <= d_hi)
+    every = some & q_whole & k_whole & shown
+    counts, indices = _ordered(some & ~every)
+    full_counts, full_indices = _ordered(every)
+    q_rows = F.pad(q_pos.long(), (0, pad_q - n_q))
+    k_rows = F.pad(k_pos.long(), (0, pad_k - n_k))
+    bounds = torch.tensor([d_lo, d_hi, k_lo, k_hi], dtype=torch.long, device=device)
+    real_q, real_k = torch.tensor(n_q, device=device), torch.tensor(n_k, device=device)
+
+    def band_pairs(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        m, n = q_rows[q_idx], k_rows[kv_idx]
+        d = m - n
+        real = (q_idx < real_q) & (kv_idx < real_k)
+        return real & (d >= bounds[0]) & (d <= bounds[1]) & (n >= bounds[2]) & (n <= bounds[3])
+
+    block_mask = BlockMask.from_kv_blocks(
+        counts,
+        indices,
+        full_counts,
+        full_indices,
+        BLOCK_SIZE=BLOCK,
+        mask_mod=band_pairs,
+        seq_lengths=(pad_q, pad_k),
+    )
+    if key is not None:
+        _BAND_MASKS[key] = block_mask
+        while len(_BAND_MASKS) > BLOCK_MASK_CACHE:
+            _BAND_MASKS.popitem(last=False)
+    return block_mask
+
+
+def _lse_request() -> dict[str, Any]:
+    """FlexAttention's keyword for each row's log-sum-exp: `return_aux=AuxRequest(lse=True)` where torch has it
+    (`return_lse=True` is deprecated there), else `return_lse=True`."""
+    aux_request = getattr(torch.nn.attention.flex_attention, "AuxRequest", None)
+    return {"return_lse": True} if aux_request is None else {"return_aux": aux_request(lse=True)}
+
+
+def flex_band_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    q_pos: Tensor,
+    k_pos: Tensor,
+    distance: tuple[int, int],
+    keys: tuple[int, int],
+    scale: float,
+    *,
+    first: tuple[int, int] | None = None,
+    eager: bool | None = None,
+) -> tuple[Tensor, Tensor]:
+    """One FlexAttention call over a band pass of already rotated q (B, H, Lq, D), k, v: the pass's normalised
+    output (B, H, Lq, Dv) and its rows' log-sum-exp (B, H, Lq) fp32 (natural log; -inf, output 0, for a row the
+    pass hides entirely), for merging passes exactly (`lextra.attention.backends.merge_tiles`). `first`: see
+    `band_block_mask`.
+
+    On CUDA the call is compiled, under the recompile budget (forward and backward). On CPU it runs FlexAttention
+    eagerly (forward only): inductor's CPU flex kernel has no `return_lse`, and eager FlexAttention builds each
+    pass's Lq x Lk scores, so there it is for checking the passes on small inputs (CPU's fast path is the tiled
+    one). `eager` overrides that choice."""
+    Lq = q.shape[-2]
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    if needs_grad and q.device.type == "cpu":
+        raise ConfigError(
+            "backend='flex' cannot train on CPU: FlexAttention has no backward on CPU; use backend='chunked' "
+            "(or 'auto'), or run on CUDA"
+        )
+    block_mask = band_block_mask(q_pos, k_pos, distance, keys, first=first)
+    pad_q, pad_k = block_mask.seq_lengths
+    qp, kp, vp = _pad_rows(q, pad_q), _pad_rows(k, pad_k), _pad_rows(v, pad_k)
+    kwargs: dict[str, Any] = _lse_request()
+    if q.device.type == "cpu" if eager is None else eager:
+        with warnings.catch_warnings():  # eager on purpose: "called without torch.compile()"
+            warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+            result = flex_attention(qp, kp, vp, block_mask=block_mask, scale=scale, **kwargs)
+    else:
+        result = _run_compiled(qp, kp, vp, block_mask=block_mask, scale=scale, **kwargs)
+    out, aux = result
+    lse = aux if isinstance(aux, Tensor) else aux.lse
+    lse = lse[..., :Lq].float()
+    hidden = torch.isneginf(lse)
+    return out[..., :Lq, :].masked_fill(hidden[..., None], 0.0), lse

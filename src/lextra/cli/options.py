@@ -23,6 +23,9 @@ from typing import Any
 from lextra.errors import ConfigError
 from lextra.validate import parse_lengths
 
+#: the built-in corpus names, for --help (`lextra.data.BUILTIN_CORPORA`, written out to keep torch out of --help)
+BUILTIN_CORPORA_HELP = "python-code, english (shakespeare+kjv), shakespeare, kjv, python-docs, brown"
+
 
 def add_aliased(parser: argparse.ArgumentParser, name: str, *aliases: str, **kwargs: Any) -> argparse.Action:
     """`parser.add_argument(name, *aliases, ...)` with `aliases` accepted (the same value) but left out of
@@ -182,11 +185,38 @@ def add_corpus(parser: argparse.ArgumentParser, *, default: str | None = "python
     parser.add_argument(
         "--corpus",
         default=default,
-        help=help_default or "python-code (built in), english, or a path (text files dir, .jsonl, saved HF dataset)",
+        help=help_default
+        or f"{BUILTIN_CORPORA_HELP}, a mixture A+B, or a path (text files dir, .jsonl, saved HF dataset)",
     )
     parser.add_argument(
         "--limit-chars", type=positive_int, default=None, help="use only the first N characters of the corpus"
     )
+
+
+def add_eval_data(parser: argparse.ArgumentParser) -> None:
+    """--data: the prepared folder an evaluation reads its split from (instead of --corpus)."""
+    parser.add_argument(
+        "--data",
+        default=None,
+        metavar="DIR",
+        help="evaluate on a prepared folder's split (`lextra data prepare`, with the model's tokenizer), without "
+        "re-tokenizing (default: the folder the model was trained from, when it is still there; else --corpus)",
+    )
+
+
+def eval_data_from(args: argparse.Namespace, meta: dict[str, Any]) -> Any:
+    """The data an evaluation reads: the `--data` folder, the model's own prepared folder (no --corpus and no
+    --limit-chars given), or its corpus read with its tokenizer (`prepare_for_model`)."""
+    from lextra.data import prepare_for_model
+    from lextra.data.shards import shards_for_model
+
+    if args.data is not None and (args.corpus is not None or args.limit_chars is not None):
+        raise ConfigError("--data replaces --corpus and --limit-chars (the folder holds its corpus); drop one")
+    if args.data is not None or (args.corpus is None and args.limit_chars is None):
+        shards = shards_for_model(meta, args.data)
+        if shards is not None:
+            return shards
+    return prepare_for_model(meta, args.corpus, args.limit_chars)
 
 
 def add_data(parser: argparse.ArgumentParser) -> None:
@@ -196,7 +226,8 @@ def add_data(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--corpus",
         default=None,
-        help="python-code (built in), english, or a path (text files dir, .jsonl, saved HF dataset) "
+        help=f"{BUILTIN_CORPORA_HELP}, a mixture A+B (weighted: A:0.3+B:0.7), or a path (text files dir, "
+        ".jsonl[.gz|.zst], saved HF dataset) "
         f"(default: {config_default(TrainConfig, 'corpus')})",
     )
     parser.add_argument(

@@ -94,6 +94,13 @@ def configure_ruler(parser: argparse.ArgumentParser) -> Handler:
         default=config_default(RulerSettings, "haystack"),
         help="corpus whose test split is the essay haystack",
     )
+    parser.add_argument(
+        "--prompt-length",
+        default=config_default(RulerSettings, "prompt_length"),
+        choices=["ruler", "exact"],
+        help="ruler: a LENGTH cell's prompts leave the task's answer budget (prompt + answer <= LENGTH, RULER's "
+        "rule); exact: prompts of LENGTH tokens, the answer generated past it",
+    )
 
     def run(args: argparse.Namespace) -> int:
         from lextra.evaluate.ruler import chat_format
@@ -110,6 +117,7 @@ def configure_ruler(parser: argparse.ArgumentParser) -> Handler:
             threshold=args.threshold,
             batch_size=args.batch_size,
             haystack=args.haystack,
+            prompt_length=args.prompt_length,
         ).validate()
         options = ModelOptions(
             rope_scaling=args.rope_scaling,

@@ -9,12 +9,23 @@ from lextra.data.corpora import (
     Document,
     iter_documents,
     load_corpus,
+    mixture_parts,
+    mixture_weights,
+    source_fingerprint,
     split_corpus,
     split_of,
     split_overrides,
 )
 from lextra.data.prepare import PreparedData, model_data_spec, prepare_data, prepare_for_model
-from lextra.data.shards import PreparedShards, prepare_shards
+from lextra.data.shards import (
+    PreparedShards,
+    WeightedMixture,
+    cached_shards,
+    data_cache_dir,
+    prepare_shards,
+    shards_for_model,
+    training_batches,
+)
 from lextra.data.tokenizers import (
     BPETokenizer,
     ByteTokenizer,
@@ -23,7 +34,13 @@ from lextra.data.tokenizers import (
     build_tokenizer,
     tokenizer_from_config,
 )
-from lextra.data.windows import TrainStream, encode_documents, eval_sequences, window_starts
+from lextra.data.windows import (
+    TrainStream,
+    encode_documents,
+    eval_sequences,
+    mixture_window_starts,
+    window_starts,
+)
 
 __all__ = [
     "BUILTIN_CORPORA",
@@ -37,18 +54,27 @@ __all__ = [
     "PreparedShards",
     "Tokenizer",
     "TrainStream",
+    "WeightedMixture",
     "build_tokenizer",
+    "cached_shards",
+    "data_cache_dir",
     "encode_documents",
     "eval_sequences",
     "iter_documents",
     "load_corpus",
+    "mixture_parts",
+    "mixture_weights",
+    "mixture_window_starts",
     "model_data_spec",
     "prepare_data",
     "prepare_for_model",
     "prepare_shards",
+    "shards_for_model",
+    "source_fingerprint",
     "split_corpus",
     "split_of",
     "split_overrides",
     "tokenizer_from_config",
+    "training_batches",
     "window_starts",
 ]

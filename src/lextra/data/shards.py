@@ -36,9 +36,11 @@ hashes every file it wrote). Its `batch` draws the same windows as `TrainStream`
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -50,9 +52,27 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from lextra.data.corpora import DEFAULT_FRACTIONS, SPLITS, Document, iter_documents, split_of, split_overrides
-from lextra.data.tokenizers import DEFAULT_BPE_VOCAB, ByteTokenizer, Tokenizer, build_tokenizer, tokenizer_from_config
-from lextra.data.windows import gather_windows, window_starts
+from lextra.data.corpora import (
+    DEFAULT_FRACTIONS,
+    SPLITS,
+    Document,
+    iter_documents,
+    iter_part_documents,
+    mixture_parts,
+    mixture_weights,
+    source_fingerprint,
+    split_of,
+    split_overrides,
+)
+from lextra.data.tokenizers import (
+    DEFAULT_BPE_VOCAB,
+    ByteTokenizer,
+    Tokenizer,
+    build_tokenizer,
+    resolve_cache_dir,
+    tokenizer_from_config,
+)
+from lextra.data.windows import gather_windows, mixture_window_starts, window_starts
 from lextra.errors import DataError
 from lextra.io import atomic_write_json, sha256_file
 
@@ -107,12 +127,13 @@ def _prepare_command(source: str, tokenizer: str, out_dir: Path) -> str:
 
 
 # ----------------------------------------------------------------------------- preparing
-def _source_shards(docs: Iterable[Document], shard_chars: int) -> Iterator[list[Document]]:
-    """The documents cut into consecutive shards of at least `shard_chars` characters (the last may be smaller)."""
-    current: list[Document] = []
+def _source_shards(docs: Iterable[tuple[int, Document]], shard_chars: int) -> Iterator[list[tuple[int, Document]]]:
+    """The (part, document) pairs cut into consecutive shards of at least `shard_chars` characters (the last may
+    be smaller)."""
+    current: list[tuple[int, Document]] = []
     chars = 0
-    for doc in docs:
-        current.append(doc)
+    for part, doc in docs:
+        current.append((part, doc))
         chars += len(doc.text)
         if chars >= shard_chars:
             yield current
@@ -185,14 +206,16 @@ class _SplitWriter:
     def __post_init__(self) -> None:
         self._handle = open(self._partial(self.tokens_path), "wb")  # noqa: SIM115 -- closed by finish/abort
         self._offsets: list[tuple[int, int]] = []
+        self._parts: dict[int, list[int]] = {}  #: part -> [documents, tokens (separators excluded)]
         self._position = 0
 
     @staticmethod
     def _partial(path: Path) -> Path:
         return path.with_name(path.name + ".partial")
 
-    def write(self, ids: np.ndarray) -> None:
-        """Append one document (a separator first unless it is the split's first document)."""
+    def write(self, ids: np.ndarray, part: int = 0) -> None:
+        """Append one document of mixture part `part` (a separator first unless it is the split's first
+        document)."""
         limit = np.iinfo(self.dtype).max
         unsafe = not np.can_cast(ids.dtype, self.dtype)
         if unsafe and ids.size and (int(ids.min()) < 0 or int(ids.max()) > limit):
@@ -205,6 +228,9 @@ class _SplitWriter:
             self._position += 1
         self._handle.write(ids.astype(self.dtype).tobytes())
         self._offsets.append((self._position, self._position + int(ids.size)))
+        counts = self._parts.setdefault(part, [0, 0])
+        counts[0] += 1
+        counts[1] += int(ids.size)
         self._position += int(ids.size)
         self.joined = True
 
@@ -219,9 +245,10 @@ class _SplitWriter:
             return None
         offsets_partial = self._partial(self.offsets_path)
         np.asarray(self._offsets, dtype=np.int64).reshape(-1, 2).tofile(offsets_partial)
-        entry = {
+        entry: dict[str, Any] = {
             "documents": len(self._offsets),
             "tokens": self._position,
+            "parts": {str(part): counts for part, counts in sorted(self._parts.items())},
             "files": {},
         }
         for final, written in ((self.tokens_path, partial), (self.offsets_path, offsets_partial)):
@@ -325,6 +352,9 @@ def prepare_shards(
     def documents() -> Iterator[Document]:
         return iter_documents(source, text_field=text_field, limit_chars=limit_chars)
 
+    def part_documents() -> Iterator[tuple[int, Document]]:
+        return iter_part_documents(source, text_field=text_field, limit_chars=limit_chars)
+
     if (out / SCAN).is_file():
         scan = _Scan(**json.loads((out / SCAN).read_text(encoding="utf-8")))
     else:
@@ -355,7 +385,7 @@ def prepare_shards(
         file=sys.stderr,
     )
     started, tokens_done = time.perf_counter(), 0
-    for index, docs in enumerate(_source_shards(documents(), shard_chars)):
+    for index, docs in enumerate(_source_shards(part_documents(), shard_chars)):
         if index < len(records):
             continue
         writers = {
@@ -371,9 +401,9 @@ def prepare_shards(
         try:
             for start in range(0, len(docs), ENCODE_BATCH):
                 batch = docs[start : start + ENCODE_BATCH]
-                for doc, ids in zip(batch, _encode(tok, batch), strict=True):
+                for (part, doc), ids in zip(batch, _encode(tok, [d for _, d in batch]), strict=True):
                     if ids.size:
-                        writers[scan.split(doc)].write(ids)
+                        writers[scan.split(doc)].write(ids, part)
                         tokens_done += int(ids.size)
                 rate = tokens_done / max(time.perf_counter() - started, 1e-9)
                 bar.set_postfix(tok_s=f"{rate:,.0f}", refresh=False)
@@ -383,11 +413,14 @@ def prepare_shards(
             for writer in writers.values():
                 writer.abort()
             raise
-        record = {
+        record: dict[str, Any] = {
             "shard": index,
             "source_documents": len(docs),
-            "chars": sum(len(doc.text) for doc in docs),
-            "splits": {name: entry or {"documents": 0, "tokens": 0, "files": {}} for name, entry in entries.items()},
+            "chars": sum(len(doc.text) for _, doc in docs),
+            "splits": {
+                name: entry or {"documents": 0, "tokens": 0, "parts": {}, "files": {}}
+                for name, entry in entries.items()
+            },
         }
         atomic_write_json(out / f"shard-{index:05d}.json", record)
         records.append(record)
@@ -426,8 +459,27 @@ def prepare_shards(
             for name in SPLITS
         },
     }
+    parts = _part_counts(source, records)
+    if parts is not None:
+        manifest["parts"] = parts
     atomic_write_json(out / MANIFEST, manifest)
     return out / MANIFEST
+
+
+def _part_counts(source: str, records: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """Per mixture part (in order) its source and, per split, its documents and tokens (separators excluded);
+    None when a shard was recorded without them."""
+    names = mixture_parts(source)
+    if any("parts" not in r["splits"][name] for r in records for name in SPLITS):
+        return None
+    out = []
+    for index, part in enumerate(names):
+        splits = {}
+        for name in SPLITS:
+            counts = [r["splits"][name]["parts"].get(str(index), [0, 0]) for r in records]
+            splits[name] = {"documents": sum(c[0] for c in counts), "tokens": sum(c[1] for c in counts)}
+        out.append({"source": part, "splits": splits})
+    return out
 
 
 def _request(
@@ -544,6 +596,24 @@ class PreparedShards:
                 )
 
     @property
+    def corpus(self) -> str:
+        """The source spec the folder was prepared from (what `PreparedData.corpus` names)."""
+        return str(self.manifest["source"])
+
+    def check_model_tokenizer(self, config: dict[str, Any]) -> None:
+        """Refuse to evaluate a model on data tokenized otherwise: `config` is the model's saved tokenizer config."""
+        mine = json.loads((self.root / TOKENIZER).read_text(encoding="utf-8"))
+        if mine != config:
+            theirs = config.get("kind", "?")
+            if theirs == "bpe" and "vocab_size" in config:
+                theirs = f"bpe:{config['vocab_size']}"
+            raise DataError(
+                f"the prepared data {self.root} was tokenized with {self.tokenizer_spec}, not with the model's "
+                f"tokenizer ({theirs}, trained on its own corpus); prepare the data with the model's tokenizer, "
+                "or drop --data to read the model's corpus"
+            )
+
+    @property
     def tokenizer_spec(self) -> str:
         """The tokenizer spec the folder was prepared with (e.g. `bpe:8192`)."""
         return str(self.manifest["tokenizer"]["spec"])
@@ -591,12 +661,32 @@ class PreparedShards:
         self, step: int, batch_size: int, length: int, seed: int, rank: int = 0, world_size: int = 1
     ) -> torch.Tensor:
         """A (batch_size, length + 1) int64 batch of training windows: `TrainStream.batch` over the same stream."""
-        starts = window_starts(len(self), step, batch_size, length, seed, rank, world_size)
+        return self.windows(window_starts(len(self), step, batch_size, length, seed, rank, world_size), length)
+
+    def windows(self, starts: torch.Tensor, length: int) -> torch.Tensor:
+        """The (len(starts), length + 1) int64 windows of the training stream at `starts`."""
         parts = self._parts["train"]
         if len(parts) == 1:
             return gather_windows(parts[0].tokens, starts, length)
         rows = np.stack([self.span("train", int(s), int(s) + length + 1) for s in starts])
         return torch.from_numpy(rows.astype(np.int64))
+
+    def part_ranges(self, split: str = "train") -> list[tuple[int, int]]:
+        """Each mixture part's [start, stop) range of a split's stream (its documents are consecutive there)."""
+        parts = self.manifest.get("parts")
+        if parts is None:
+            raise DataError(
+                f"{self.root} records no mixture parts (prepared by an older lextra); prepare it again to sample "
+                "its parts by weight"
+            )
+        gap = 0 if self.separator is None else 1
+        ranges, documents, tokens = [], 0, 0
+        for part in parts:
+            count, size = part["splits"][split]["documents"], part["splits"][split]["tokens"]
+            start = tokens + documents * gap
+            ranges.append((start, start + size + max(count - 1, 0) * gap))
+            documents, tokens = documents + count, tokens + size
+        return ranges
 
     def documents(self, split: str, limit: int | None = None) -> list[torch.Tensor]:
         """The split's documents (at most `limit`) as 1-D token tensors in corpus order, in the file dtype: what
@@ -611,3 +701,181 @@ class PreparedShards:
                     return out
                 out.append(torch.from_numpy(part.tokens[int(start) : int(stop)]))
         return out
+
+
+# ----------------------------------------------------------------------------- the cache of corpus specs
+DATA_CACHE_ENV = "LEXTRA_DATA_CACHE"
+"""Environment variable: the folder of `cached_shards` (default `data` beside the tokenizer cache); `off` makes
+runs read corpus specs into memory instead."""
+
+CACHE_WAIT_S = 6 * 3600.0
+"""How long `cached_shards` waits for another process (e.g. another torchrun rank) preparing the same entry."""
+
+
+def data_cache_dir() -> Path | None:
+    """Where corpus specs given to a run are prepared: `$LEXTRA_DATA_CACHE`, else `$LEXTRA_CACHE/data`, else
+    ~/.cache/lextra/data; None when `$LEXTRA_DATA_CACHE` is `off`."""
+    value = os.environ.get(DATA_CACHE_ENV, "").strip()
+    if value.lower() == "off":
+        return None
+    return Path(value).expanduser() if value else resolve_cache_dir().parent / "data"
+
+
+def cache_key(source: str, tokenizer: str, limit_chars: int | None, text_field: str = "text") -> str:
+    """The folder name of a cache entry: a readable prefix and a hash of (source, its files' sizes and times,
+    limit, tokenizer, text field); a changed corpus or a changed `hf:` tokenizer folder gets a new entry."""
+    spec = _normal_spec(tokenizer)
+    fingerprints = {"source": source_fingerprint(source)}
+    if spec.startswith("hf:"):
+        fingerprints["tokenizer"] = source_fingerprint(spec[3:])
+    key = json.dumps(
+        {
+            "format": FORMAT_VERSION,
+            "source": source,
+            "limit_chars": limit_chars,
+            "tokenizer": spec,
+            "text_field": text_field,
+            "files": fingerprints,
+        },
+        sort_keys=True,
+    )
+    slug = re.sub(r"[^A-Za-z0-9_.+-]+", "-", f"{source}-{spec}").strip("-.")[-60:] or "corpus"
+    return f"{slug}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+
+def cached_shards(
+    source: str,
+    tokenizer: str,
+    limit_chars: int | None = None,
+    *,
+    text_field: str = "text",
+    cache_dir: str | os.PathLike[str] | None = None,
+    progress: bool = True,
+    wait_s: float = CACHE_WAIT_S,
+    prepare: bool = True,
+) -> PreparedShards:
+    """`source` prepared with `tokenizer` in the data cache (`data_cache_dir()` unless `cache_dir`), the first
+    time by whichever process gets there first (others wait on a file lock), then only mapped.
+
+    With `prepare=False` (torchrun ranks other than 0) the entry is never written: the call waits up to `wait_s`
+    seconds for its manifest, so every rank maps the files one rank prepared.
+
+    The entry holds exactly the data a run on the raw corpus reads: the BPE is trained on the whole train split
+    (as `prepare_data` trains it), so its batches and validation documents equal the in-memory ones bit for bit.
+    """
+    root = Path(cache_dir).expanduser() if cache_dir is not None else data_cache_dir()
+    if root is None:
+        raise DataError(f"the data cache is off (${DATA_CACHE_ENV}=off); unset it or give a cache folder")
+    spec = _normal_spec(tokenizer)
+    folder = root / cache_key(source, spec, limit_chars, text_field)
+    if not prepare:
+        _wait_for_manifest(folder, wait_s)
+    elif not (folder / MANIFEST).is_file():
+        # a bad source fails here, before a cache entry exists
+        next(iter_documents(source, text_field=text_field, limit_chars=limit_chars))
+        root.mkdir(parents=True, exist_ok=True)
+        with _file_lock(folder.with_name(folder.name + ".lock"), wait_s, folder):
+            if not (folder / MANIFEST).is_file():
+                prepare_shards(
+                    source,
+                    spec,
+                    folder,
+                    limit_chars=limit_chars,
+                    text_field=text_field,
+                    sample_chars=sys.maxsize,
+                    progress=progress,
+                )
+    try:
+        return PreparedShards.open(folder)
+    except DataError as err:
+        raise DataError(f"the data cache entry {folder} is damaged ({err}); delete {folder} and run again") from None
+
+
+def _wait_for_manifest(folder: Path, wait_s: float) -> None:
+    """Poll for `folder`'s manifest (written last, by one rename) for up to `wait_s` seconds."""
+    deadline = time.monotonic() + wait_s
+    while not (folder / MANIFEST).is_file():
+        if time.monotonic() >= deadline:
+            raise DataError(
+                f"waited {wait_s:.0f} s for rank 0 to prepare {folder} (no {MANIFEST} yet); see rank 0's error, "
+                "or prepare the data first (`lextra data prepare`) on a folder every rank can read and pass --data"
+            )
+        time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path, wait_s: float, folder: Path) -> Iterator[None]:
+    """Hold an exclusive `flock` on `path` (created if needed), polling up to `wait_s` seconds for it."""
+    import fcntl
+
+    with open(path, "a+") as handle:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise DataError(
+                        f"waited {wait_s:.0f} s for another process preparing {folder} (it holds {path}); "
+                        f"wait for it to finish, or stop it and run again"
+                    ) from None
+                time.sleep(0.1)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def shards_for_model(meta: dict[str, Any], data: str | os.PathLike[str] | None = None) -> PreparedShards | None:
+    """The prepared data to evaluate a saved model on: the folder `data` (refused when tokenized otherwise than
+    the model), else the folder the model was trained from (`--data` or the data cache) when it is still there
+    with the manifest hash the run recorded; None when there is none (read the raw corpus)."""
+    if data is not None:
+        shards = PreparedShards.open(data)
+        shards.check_model_tokenizer(meta.get("tokenizer", {"kind": "bytes"}))
+        return shards
+    recorded = meta.get("data") or {}
+    path, digest = recorded.get("path"), recorded.get("manifest_sha256")
+    if not path or not digest or not (Path(path) / MANIFEST).is_file():
+        return None
+    try:
+        shards = PreparedShards.open(path)
+    except DataError:
+        return None
+    if shards.sha256 != digest:
+        return None
+    return shards
+
+
+class WeightedMixture:
+    """Training windows of a prepared weighted mixture (`A:0.3+B:0.7`): each window comes from one part, drawn
+    by weight (`mixture_window_starts`), so every part is seen in its share whatever its size."""
+
+    def __init__(self, shards: PreparedShards, weights: Sequence[float]) -> None:
+        self.shards = shards
+        self.weights = list(weights)
+        self.ranges = shards.part_ranges("train")
+        if len(self.ranges) != len(self.weights):
+            raise DataError(
+                f"{shards.root} holds {len(self.ranges)} mixture parts, the weights name {len(self.weights)}; "
+                "prepare the weighted mixture itself"
+            )
+
+    def __len__(self) -> int:
+        """Tokens of the training stream (every part's)."""
+        return len(self.shards)
+
+    def batch(
+        self, step: int, batch_size: int, length: int, seed: int, rank: int = 0, world_size: int = 1
+    ) -> torch.Tensor:
+        """A (batch_size, length + 1) int64 batch, a pure function of (seed, step, rank)."""
+        starts = mixture_window_starts(self.ranges, self.weights, step, batch_size, length, seed, rank, world_size)
+        return self.shards.windows(starts, length)
+
+
+def training_batches(shards: PreparedShards) -> PreparedShards | WeightedMixture:
+    """What a run draws its windows from: the folder's stream, or its parts by weight when it holds a weighted
+    mixture."""
+    weights = mixture_weights(shards.corpus)
+    return shards if weights is None else WeightedMixture(shards, weights)

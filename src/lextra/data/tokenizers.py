@@ -55,6 +55,12 @@ class Tokenizer(ABC):
         """Token ids of several texts (subclasses batch this where the backend is faster in bulk)."""
         return [self.encode(text) for text in texts]
 
+    @property
+    def bos_prefix(self) -> list[int]:
+        """The BOS id a text gets by default, as a list (empty: none). `encode` never adds it; evaluations of
+        Hugging Face models put it before their documents and prompts, as the model's own tokenizer would."""
+        return []
+
     def __repr__(self) -> str:
         """Name and vocabulary size, for logs."""
         return f"{type(self).__name__}(name={self.name!r}, vocab_size={self.vocab_size})"
@@ -249,6 +255,12 @@ class HFTokenizer(Tokenizer):
         self.name = f"hf:{self.path}"
         self.vocab_size = len(tok)
         self.separator_id = tok.eos_token_id
+        self._bos_prefix = default_bos_prefix(tok)
+
+    @property
+    def bos_prefix(self) -> list[int]:
+        """`[bos_token_id]` when the tokenizer adds a BOS by default (Llama-family tokenizers), else empty."""
+        return list(self._bos_prefix)
 
     def encode(self, text: str) -> list[int]:
         """Token ids of `text`, without BOS/EOS."""
@@ -261,6 +273,18 @@ class HFTokenizer(Tokenizer):
     def to_config(self) -> dict[str, Any]:
         """The kind and the absolute local path."""
         return {"kind": "hf", "path": self.path}
+
+
+def default_bos_prefix(tok: Any) -> list[int]:
+    """`[bos]` when the Hugging Face tokenizer `tok` starts an encoded text with its BOS token by default (what
+    `tok(text)` does, e.g. Llama's), else `[]` (GPT-2 style tokenizers, T5's, which adds only an EOS)."""
+    bos = getattr(tok, "bos_token_id", None)
+    if bos is None:
+        return []
+    probe = "a"
+    plain = list(tok.encode(probe, add_special_tokens=False))
+    default = list(tok.encode(probe))
+    return [int(bos)] if default[:1] == [bos] and default[1 : 1 + len(plain)] == plain else []
 
 
 def tokenizer_from_config(config: dict[str, Any]) -> Tokenizer:

@@ -83,6 +83,42 @@ def window_starts(
     return torch.randint(0, n - length, (batch_size,), generator=generator, device="cpu")
 
 
+def mixture_window_starts(
+    ranges: Sequence[tuple[int, int]],
+    weights: Sequence[float],
+    step: int,
+    batch_size: int,
+    length: int,
+    seed: int,
+    rank: int = 0,
+    world_size: int = 1,
+) -> torch.Tensor:
+    """The (batch_size,) int64 window starts of a weighted mixture: each window's part is drawn with probability
+    `weights[k]`, then its start uniformly among the offsets whose `length + 1` tokens lie inside that part's
+    [start, stop) range of the stream; a pure function of (seed, step, rank), like `window_starts`."""
+    # the same checks of step, batch size, length and rank as one stream's
+    window_starts(max(stop - start for start, stop in ranges), step, batch_size, length, seed, rank, world_size)
+    if len(weights) != len(ranges) or any(not w > 0 for w in weights):
+        raise DataError(f"a mixture needs one positive weight per part, got {list(weights)} for {len(ranges)} parts")
+    for index, (start, stop) in enumerate(ranges):
+        if stop - start < length + 1:
+            raise DataError(
+                f"part {index + 1} of the mixture has {max(stop - start, 0)} training tokens, fewer than training "
+                f"length + 1 = {length + 1}; use a smaller training length or give that part more text"
+            )
+    key = f"lextra-mixture-windows:{seed}:{step}:{rank}".encode()
+    generator = torch.Generator().manual_seed(int.from_bytes(hashlib.sha256(key).digest()[:8], "little") >> 1)
+    parts = torch.multinomial(
+        torch.tensor(list(weights), dtype=torch.float64), batch_size, replacement=True, generator=generator
+    )
+    starts = torch.empty(batch_size, dtype=torch.long)
+    for index, (start, stop) in enumerate(ranges):
+        rows = (parts == index).nonzero().flatten()
+        if rows.numel():
+            starts[rows] = start + torch.randint(0, stop - start - length, (rows.numel(),), generator=generator)
+    return starts
+
+
 def gather_windows(tokens: np.ndarray, starts: torch.Tensor, length: int) -> torch.Tensor:
     """The (len(starts), length + 1) int64 windows of a flat token array (in memory or memory-mapped) at `starts`.
 

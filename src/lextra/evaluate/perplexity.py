@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,9 +30,11 @@ from tqdm import tqdm
 
 from lextra.attention.masks import build_mask
 from lextra.data.prepare import PreparedData
+from lextra.data.shards import PreparedShards
 from lextra.data.windows import encode_documents
 from lextra.devices import module_device
 from lextra.errors import ConfigError, DataError
+from lextra.evaluate.prefix import evaluation_prefix
 from lextra.extend import InferenceSetup
 from lextra.methods.align import log_length_temperature
 from lextra.model import GPT
@@ -95,16 +97,28 @@ class EvalConfig(Serializable):
         return self
 
 
-def evaluation_documents(data: PreparedData, split: str, need: int, count: int) -> tuple[list[Tensor], bool]:
+def evaluation_documents(
+    data: PreparedData | PreparedShards, split: str, need: int, count: int, prefix: Sequence[int] = ()
+) -> tuple[list[Tensor], bool]:
     """Up to `count` whole held-out documents of at least `need` tokens, cut to `need`; or, when none is that
-    long, consecutive pieces of the split's concatenated text (flagged True: documents were stitched)."""
-    if split not in data.splits:
+    long, consecutive pieces of the split's concatenated text (flagged True: documents were stitched). Each
+    document starts with `prefix` (a Hugging Face model's BOS, `evaluation_prefix`), counted in `need`.
+
+    A prepared folder gives its split's documents as stored (no re-tokenizing), the same tokens as the raw
+    split's; the documents taken are int64 either way."""
+    if split not in ("train", "validation", "test"):
         raise ConfigError(f"unknown split {split!r}; use train, validation or test")
-    tokens = encode_documents(data.splits[split], data.tokenizer)
-    long_docs = [t[:need] for t in tokens if t.numel() >= need][:count]
+    if isinstance(data, PreparedShards):
+        tokens = data.documents(split)
+    else:
+        tokens = encode_documents(data.splits[split], data.tokenizer)
+    if prefix:
+        head = torch.tensor(list(prefix), dtype=torch.long)
+        tokens = [torch.cat([head, t.long()]) for t in tokens]
+    long_docs = [t[:need].long() for t in tokens if t.numel() >= need][:count]
     if long_docs:
         return long_docs, False
-    stream = torch.cat(tokens) if tokens else torch.zeros(0, dtype=torch.long, device="cpu")
+    stream = torch.cat(tokens).long() if tokens else torch.zeros(0, dtype=torch.long, device="cpu")
     if stream.numel() < need:
         raise DataError(
             f"the {split} split has {stream.numel()} tokens, fewer than the {need} needed for the longest "
@@ -219,15 +233,18 @@ class Evaluation(Serializable):
 
 @torch.no_grad()
 def evaluate_model(
-    model: GPT, data: PreparedData, config: EvalConfig, *, progress: bool = True, label: str = ""
+    model: GPT, data: PreparedData | PreparedShards, config: EvalConfig, *, progress: bool = True, label: str = ""
 ) -> Evaluation:
-    """Perplexity per protocol and length, on the same documents at every length."""
+    """Perplexity per protocol and length, on the same documents at every length; a Hugging Face model's
+    documents start with the BOS its tokenizer adds by default (`evaluation_prefix`)."""
     config.validate()
     model.eval()
     train_len = model.config.train_len
     lengths = config.resolved_lengths(train_len)
     span = max(lengths) if config.span is None else max(config.span, *lengths)
-    docs, stitched = evaluation_documents(data, config.split, span + config.last_token_targets, config.documents)
+    need = span + config.last_token_targets
+    prefix = evaluation_prefix(model, data.tokenizer)
+    docs, stitched = evaluation_documents(data, config.split, need, config.documents, prefix)
     if stitched:
         print(
             f"lextra eval: warning: no {config.split} document has {span + config.last_token_targets} tokens; "

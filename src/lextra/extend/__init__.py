@@ -1,12 +1,14 @@
 """Training-free extension of pretrained rotary models: Self-Extend, ReRoPE / Leaky ReRoPE, Dual Chunk Attention,
 LM-Infinite, attention sinks and STRING, each a distance remap + a visibility rule + up to three passes merged
-exactly by log-sum-exp (`base`), with a dense reference and a fast tiled path (`attention`)."""
+exactly by log-sum-exp (`base`), with a dense reference, a fast tiled path and one FlexAttention call per pass
+(`attention`)."""
 
 from lextra.extend import methods  # noqa: F401  (registers the methods)
 from lextra.extend.attention import (
     ExtendedAttention,
     apply_extension,
     extended_attention,
+    flex_extended_attention,
     masked_attention,
     masked_attention_applies,
     reference_extended_attention,
@@ -25,6 +27,7 @@ __all__ = [
     "build_extension",
     "check_scheme",
     "extended_attention",
+    "flex_extended_attention",
     "masked_attention",
     "masked_attention_applies",
     "reference_extended_attention",

@@ -12,6 +12,15 @@
   pass's lower distance edge is laid out so that it is exactly causal; a tile a band edge cuts is split into
   `SUB` x `SUB` pieces, of which those the pass hides are skipped and only those the edge crosses get a float
   mask (cached by their shape within a call).
+- `flex_extended_attention` (backend='flex'; what `auto` runs on CUDA where flex applies): each pass is one
+  FlexAttention call (`lextra.attention.flex.flex_band_attention`) over the whole query range, or per `period`
+  block (DCA's chunks): q and all keys rotated at the pass's positions, the pass's band as a mask_mod and a
+  BlockMask built from block position bounds (cached by host-side facts when positions are contiguous), each
+  row's log-sum-exp returned, the passes merged by `merge_tiles` as the tiled path merges tiles (a row a pass
+  hides has log-sum-exp -inf and adds nothing; under autograd the floor `LSE_FLOOR` keeps gradients finite). On
+  CUDA a few kernel launches per pass instead of one flash call per tile; compiled, forward and backward. On
+  CPU FlexAttention runs eagerly (inductor's CPU kernel has no log-sum-exp output), forward only, Lq x Lk per
+  pass: for checking on small inputs; CPU's `auto` keeps the tiled path.
 - `ExtendedAttention` / `apply_extension`: what a lextra model's attention layers attend through instead of the
   backends (`SelfAttention.extension`, an `AttentionExtension`), so that full forwards and cached decoding use
   the same passes. Decoding needs no rule of its own: a new query at position m runs the method's passes over
@@ -25,7 +34,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import torch
@@ -37,8 +46,12 @@ from lextra.attention.backends import (
     AttentionExtension,
     attention,
     attention_with_lse,
+    default_positions,
+    get_backend,
     merge_tiles,
 )
+from lextra.attention.flex import flex_band_attention, flex_unsupported
+from lextra.attention.layout import PositionLayout
 from lextra.attention.masks import Mask, build_mask
 from lextra.errors import ConfigError
 from lextra.extend.base import ExtensionMethod, Pass, build_extension, check_scheme, same_position
@@ -56,20 +69,6 @@ LSE_FLOOR = -1e30
 _EMPTY, _FULL, _CAUSAL, _MASKED = range(4)
 
 
-def _positions(q: Tensor, k: Tensor, q_pos: Tensor | None, k_pos: Tensor | None) -> tuple[Tensor, Tensor]:
-    """Defaults as in `attention`: keys at 0..Lk-1, queries the last Lq of them."""
-    Lq, Lk = q.shape[-2], k.shape[-2]
-    if k_pos is None:
-        k_pos = torch.arange(Lk, device=q.device)
-    if q_pos is None:
-        q_pos = k_pos[Lk - Lq :] if Lq <= Lk else torch.arange(Lq, device=q.device)
-    if q_pos.numel() != Lq or k_pos.numel() != Lk:
-        raise ConfigError(
-            f"positions do not match lengths: q_pos {q_pos.numel()} vs Lq {Lq}, k_pos {k_pos.numel()} vs Lk {Lk}"
-        )
-    return q_pos, k_pos
-
-
 def _prepare(
     q: Tensor,
     k: Tensor,
@@ -79,13 +78,18 @@ def _prepare(
     k_pos: Tensor | None,
     scale: float | None,
     temperature: Tensor | float | None,
+    layout: PositionLayout | None = None,
 ) -> tuple[Tensor, Tensor, float, int, Tensor | None]:
-    """Checked positions, the softmax scale, the sequence length (for length-dependent RoPE scalings) and the
-    per-row logit factor (Hx, Lq) (method's query scale over the temperature), or None."""
+    """Checked positions, the softmax scale, the sequence length (for length-dependent RoPE scalings; from
+    `layout` when given, else read from the positions) and the per-row logit factor (Hx, Lq) (method's query
+    scale over the temperature), or None."""
     check_scheme(scheme, method)
-    q_pos, k_pos = _positions(q, k, q_pos, k_pos)
-    top = [int(p.max()) for p in (q_pos, k_pos) if p.numel()]
-    seq_len = max(top) + 1 if top else 1
+    q_pos, k_pos = default_positions(q, k, q_pos, k_pos)
+    if layout is not None:
+        seq_len = layout.seq_len or 1
+    else:
+        top = [int(p.max()) for p in (q_pos, k_pos) if p.numel()]
+        seq_len = max(top) + 1 if top else 1
     method.check_length(seq_len)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     return q_pos, k_pos, scale, seq_len, _row_factor(method.query_scale(q_pos), q_pos, temperature)
@@ -162,6 +166,69 @@ def extended_attention(
     return _tiled(q, k, v, tiles, q_pos, k_pos, scale, rows, block_size)
 
 
+def flex_extended_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    scheme: PositionScheme | None,
+    method: ExtensionMethod,
+    q_pos: Tensor | None = None,
+    k_pos: Tensor | None = None,
+    scale: float | None = None,
+    temperature: Tensor | float | None = None,
+    layout: PositionLayout | None = None,
+) -> Tensor:
+    """`extended_attention` with each pass one FlexAttention call (`lextra.attention.flex.flex_band_attention`):
+    queries in as few blocks as the method's `period` allows (one block without one), each pass rotating the
+    block's queries and all keys at its positions, its band as a BlockMask, merged by log-sum-exp. Forward only on
+    CPU; on CUDA forward and backward. Refuses what flex cannot rotate in one call (xPos past its span). With
+    `layout` (the positions' host-side facts) and contiguous queries, blocks, lengths and BlockMask keys come from
+    it: only the check that every query sees a key reads the device."""
+    q_pos, k_pos, scale, seq_len, rows = _prepare(q, k, scheme, method, q_pos, k_pos, scale, temperature, layout)
+    reason = flex_unsupported(scheme, q_pos, k_pos, layout)
+    if reason is not None:
+        raise ConfigError(reason)
+    B, H, Lq, _ = q.shape
+    if Lq == 0 or k.shape[-2] == 0:
+        return q.new_zeros(B, H, Lq, v.shape[-1])
+    run = _TileRun(scheme, method.passes, method.period, seq_len, repr(method))
+    q_list: list[int] | range
+    if layout is not None and layout.q_contiguous:
+        q_list = range(layout.q_first, layout.q_first + Lq)
+        k_first = layout.k_first if layout.k_contiguous else None
+    else:
+        q_list, k_list = q_pos.tolist(), k_pos.tolist()
+        k_first = k_list[0] if _runs(k_list) else None
+    q_runs = isinstance(q_list, range)
+    q_sorted = q_runs or all(a <= b for a, b in itertools.pairwise(q_list))
+    grad = torch.is_grad_enabled()
+    outputs: list[Tensor] = []
+    for start, stop in _query_blocks(q_list, Lq if q_sorted else 1, run.period):
+        qp, qc = q_pos[start:stop], q[..., start:stop, :]
+        block = q_list[start:stop]
+        first = (block[0], k_first) if k_first is not None and (q_runs or _runs(list(block))) else None
+        acc: Tensor | None = None
+        lse: Tensor | None = None
+        for p in run.passes(min(block), max(block)):
+            q_at = p.q_at(qp)
+            qr = run.queries(qc, k, q_at)
+            if rows is not None:
+                qr = qr * rows[..., start:stop, None].to(qr.dtype)
+            kr = run.keys(qc, k, q_at, p.k_at(k_pos))
+            part, part_lse = flex_band_attention(qr, kr, v, qp, k_pos, p.distance, p.keys, scale, first=first)
+            if grad:
+                acc, lse = _merge_out_of_place(acc, lse, part, part_lse)
+            else:
+                acc, lse = merge_tiles(acc, lse, part, part_lse)
+            del part, part_lse, qr, kr
+        if acc is None or lse is None or bool((lse <= LSE_FLOOR).any()):
+            raise ConfigError(
+                f"{run.label}: queries at {min(block)}..{max(block)} see no key; their own positions must be keys"
+            )
+        outputs.append(acc.to(v.dtype))
+    return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-2)
+
+
 def masked_attention(
     q: Tensor,
     k: Tensor,
@@ -180,7 +247,7 @@ def masked_attention(
     a BCA block is two flash calls (its causal square and the previous block) instead of many small ones.
     Exact; `masked_attention_applies` says when it runs the flash kernel (no autograd, CPU, fp32/bf16)."""
     mask = build_mask(mask)
-    q_pos, k_pos = _positions(q, k, q_pos, k_pos)
+    q_pos, k_pos = default_positions(q, k, q_pos, k_pos)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
 
     def passes(q_first: int, q_last: int) -> list[Pass]:
@@ -324,7 +391,7 @@ def _runs(positions: list[int]) -> bool:
     return all(b - a == 1 for a, b in itertools.pairwise(positions))
 
 
-def _query_blocks(q_list: list[int], block: int, period: int | None) -> list[tuple[int, int]]:
+def _query_blocks(q_list: Sequence[int], block: int, period: int | None) -> list[tuple[int, int]]:
     """Index ranges of at most `block` sorted queries, cut where positions cross a multiple of `period`."""
     ranges, start, n = [], 0, len(q_list)
     while start < n:
@@ -440,19 +507,40 @@ class ExtendedAttention(AttentionExtension):
         self.method = method
         self.name = method.name
 
-    def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext, *, reference: bool = False) -> Tensor:
+    def run(
+        self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext, *, reference: bool = False, backend: str = "auto"
+    ) -> Tensor:
         if not ctx.mask.exactly_causal:
             raise ConfigError(
                 f"extension {self.method.name!r} sets its own visibility over causal attention; "
                 f"use mask='causal', not {ctx.mask!r}"
             )
-        if reference:
+        if reference or backend == "reference":
             return reference_extended_attention(
                 q, k, v, ctx.scheme, self.method, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau
+            )
+        if backend == "flex" or (backend == "auto" and self.path(ctx) == "flex"):
+            if backend == "flex":
+                reason = self.flex_reason(ctx)
+                if reason is not None:
+                    raise ConfigError(reason)
+            return flex_extended_attention(
+                q, k, v, ctx.scheme, self.method, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau, ctx.facts
             )
         return extended_attention(
             q, k, v, ctx.scheme, self.method, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau, ctx.block_size
         )
+
+    def flex_reason(self, ctx: AttentionContext) -> str | None:
+        """Why the passes cannot run as FlexAttention calls here (None: they can), from the context alone."""
+        return get_backend("flex").applies(ctx)
+
+    def path(self, ctx: AttentionContext) -> str:
+        """What backend='auto' runs: "flex" (one FlexAttention call per pass) on CUDA where flex applies, else
+        "tiled" (query blocks x key tiles, one flash call each: the CPU's fastest exact path)."""
+        if ctx.device.type == "cuda" and self.flex_reason(ctx) is None:
+            return "flex"
+        return "tiled"
 
     def __call__(self, q: Tensor, k: Tensor, v: Tensor, **options: Any) -> Tensor:
         """`attention(q, k, v, extension=self, **options)`."""

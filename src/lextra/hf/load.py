@@ -44,7 +44,8 @@ def resolve_model_path(spec: str) -> Path:
     return path
 
 
-def _load_config(path: Path) -> Any:
+def load_config(path: Path) -> Any:
+    """The Hugging Face config of a model folder or GGUF file (local files only)."""
     from transformers import AutoConfig
 
     if path.suffix == ".gguf":
@@ -89,7 +90,7 @@ def load_hf(
     dequantised."""
     path = resolve_model_path(spec)
     try:
-        config = _load_config(path)
+        config = load_config(path)
     except (OSError, ValueError) as err:
         raise DataError(f"could not read a Hugging Face config from {path} ({err})") from err
     family = check_supported(config)

@@ -22,7 +22,7 @@ import copy
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -77,6 +77,9 @@ class HFCache:
 
 class _Adapter(ABC):
     """Shared state handling: the registered attention, masks, temperatures, log-n scaling."""
+
+    #: evaluations put the BOS its tokenizer adds by default before documents and prompts (`evaluation_prefix`)
+    bos_from_tokenizer: ClassVar[bool] = True
 
     def __init__(self, model: Any, config: HFConfigView, default_mask: str) -> None:
         register()
@@ -194,6 +197,29 @@ class IdentityRotary(torch.nn.Module):
         return torch.ones_like(cos), torch.zeros_like(sin)
 
 
+def hf_rope_parameters(cfg: Any, original: dict[str, Any], spec: str | dict | None) -> dict[str, Any]:
+    """The Hugging Face `rope_parameters` of a lextra RoPE scaling spec (`yarn:4`, a dict; None: `original`) for
+    a Llama-family config trained with plain RoPE `original`, at its `max_position_embeddings`; lextra's `ntk`
+    (no HF type) becomes its exact HF equivalent, rope_type "default" with the NTK base."""
+    from lextra.positions.rotary import build_rope_scaling
+    from lextra.positions.scaling import ntk_base, parse_rope_scaling, to_hf
+
+    base = float(original["rope_theta"])
+    if original.get("rope_type", "default") != "default":
+        raise ConfigError(
+            f"this model already uses rope_type {original['rope_type']!r}; lextra only adds a "
+            "scaling to models trained with plain RoPE"
+        )
+    if spec is None:
+        return dict(original)
+    raw = parse_rope_scaling(spec) if isinstance(spec, str) else dict(spec)
+    scaling = build_rope_scaling(raw, int(cfg.max_position_embeddings))
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    if scaling.type == "ntk":
+        return {"rope_type": "default", "rope_theta": ntk_base(scaling.factor, head_dim, base)}
+    return to_hf(scaling, base=base)
+
+
 class HFRoPE(RoPE):
     """lextra's RoPE in the half-split layout (Hugging Face's `rotate_half`) with the inverse frequencies and
     cos/sin factor that a Hugging Face rotary module holds at call time (`inv_freq`, `attention_scaling`: its
@@ -264,27 +290,8 @@ class HFCausalLM(_Adapter):
         lextra's `ntk` (no HF type) becomes its exact HF equivalent, rope_type "default" with the NTK base.
         Returns the parameters set. HF's dynamic NTK takes L_tr from `max_position_embeddings`.
         """
-        from lextra.positions.rotary import build_rope_scaling
-        from lextra.positions.scaling import ntk_base, parse_rope_scaling, to_hf
-
         cfg = self.model.config
-        base = float(self.original_rope["rope_theta"])
-        if self.original_rope.get("rope_type", "default") != "default":
-            raise ConfigError(
-                f"this model already uses rope_type {self.original_rope['rope_type']!r}; lextra only adds a "
-                "scaling to models trained with plain RoPE"
-            )
-        params: dict[str, Any]
-        if spec is None:
-            params = dict(self.original_rope)
-        else:
-            raw = parse_rope_scaling(spec) if isinstance(spec, str) else dict(spec)
-            scaling = build_rope_scaling(raw, int(cfg.max_position_embeddings))
-            head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-            if scaling.type == "ntk":
-                params = {"rope_type": "default", "rope_theta": ntk_base(scaling.factor, head_dim, base)}
-            else:
-                params = to_hf(scaling, base=base)
+        params = hf_rope_parameters(cfg, self.original_rope, spec)
         cfg.rope_parameters = params
         with torch.device(module_device(self)):  # Hugging Face builds its frequency buffers on the default device
             self.rotary = type(self.rotary)(config=cfg)

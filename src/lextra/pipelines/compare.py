@@ -29,7 +29,7 @@ from lextra.reporting.plots import plot_curves
 from lextra.reporting.tables import markdown_table, string_keys, write_csv
 from lextra.serialize import Serializable, options
 from lextra.tensorboard import Board, run_log_dir
-from lextra.train import CHECKPOINTS, FINAL, TrainConfig, train
+from lextra.train import CHECKPOINTS, FINAL, TrainConfig, open_training_data, train
 
 DEFAULT_VARIANTS = (
     "nope", "sinusoidal", "rope", "rope+bca", "xpos", "xpos+bca",
@@ -144,7 +144,10 @@ def compare(
                 _log(f"reusing {result_path}")
                 continue
         if data is None:
-            data = prepare_data(base.corpus, base.tokenizer, base.limit_chars)
+            # the prepared data the models trained on (the same documents, without re-tokenizing), else the corpus
+            data = open_training_data(copy.deepcopy(base), progress)[0] or prepare_data(
+                base.corpus, base.tokenizer, base.limit_chars
+            )
         model = load_model(model_dir, map_location=device)
         _log(f"evaluating {variant.label}")
         evaluation = evaluate_model(model, data, cell_eval, progress=progress, label=variant.label)

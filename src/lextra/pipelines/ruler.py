@@ -24,9 +24,11 @@ from tqdm import tqdm
 
 from lextra.data import Document, Tokenizer
 from lextra.errors import ConfigError, DataError
+from lextra.evaluate.prefix import evaluation_prefix
 from lextra.evaluate.ruler import (
     DEFAULT_HAYSTACK,
     DEFAULT_THRESHOLD,
+    PROMPT_LENGTHS,
     RULER_TASKS,
     ChatFormat,
     RulerAnswer,
@@ -46,7 +48,9 @@ from lextra.reporting.ruler import save_ruler_outputs
 #: lengths as multiples of L_tr when none are given
 DEFAULT_MULTIPLES = (1, 2, 4)
 #: the keys a study's [ruler] section takes
-SECTION_KEYS = frozenset({"models", "tasks", "multiples", "samples", "seed", "threshold", "batch", "haystack"})
+SECTION_KEYS = frozenset(
+    {"models", "tasks", "multiples", "samples", "seed", "threshold", "batch", "haystack", "prompt_length"}
+)
 
 
 def parse_task_list(spec: str | Sequence[str]) -> tuple[list[str], dict[str, dict[str, Any]]]:
@@ -90,7 +94,8 @@ def parse_tasks(spec: str | Sequence[str]) -> list[str]:
 @dataclass
 class RulerSettings:
     """What a RULER run evaluates: tasks, prompt lengths (default L_tr x `multiples`), samples per cell, the seed
-    of the samples, the effective-length threshold, samples decoded together, task options, the essay corpus."""
+    of the samples, the effective-length threshold, samples decoded together, task options, the essay corpus, and
+    how a length sizes the prompts (`PROMPT_LENGTHS`: "ruler", the length less the answer budget, or "exact")."""
 
     tasks: list[str] = field(default_factory=lambda: RULER_TASKS.names())
     lengths: list[int] | None = None
@@ -102,6 +107,7 @@ class RulerSettings:
     #: task -> {option: value}, e.g. {"vt": {"hops": 2}}
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
     haystack: str = DEFAULT_HAYSTACK
+    prompt_length: str = "ruler"
 
     def resolved_lengths(self, train_len: int) -> list[int]:
         """The prompt lengths, ascending: the given ones, else L_tr x `multiples`."""
@@ -120,6 +126,11 @@ class RulerSettings:
             raise ConfigError(f"the effective-length threshold is a score in [0, 100], got {self.threshold}")
         for name, options in self.options.items():
             RULER_TASKS.check_options(name, options)
+        if self.prompt_length not in PROMPT_LENGTHS:
+            raise ConfigError(
+                f"unknown RULER prompt length {self.prompt_length!r}; use {' or '.join(PROMPT_LENGTHS)} (ruler: the "
+                "length less the answer budget, RULER's rule; exact: prompts of the whole length)"
+            )
         return self
 
     def build(self, tokenizer: Tokenizer, documents: Sequence[Document] | None, chat: ChatFormat | None):
@@ -144,6 +155,7 @@ def settings_from_section(section: Mapping[str, Any]) -> RulerSettings:
         threshold=float(section.get("threshold", DEFAULT_THRESHOLD)),
         batch_size=section.get("batch", 8),
         haystack=str(section.get("haystack", DEFAULT_HAYSTACK)),
+        prompt_length=str(section.get("prompt_length", "ruler")),
     )
     return settings.validate()
 
@@ -180,9 +192,11 @@ def cell_key(
     tokenizer: Tokenizer,
     chat: ChatFormat | None,
     mask: str | None,
+    prefix: Sequence[int] = (),
 ) -> dict[str, Any]:
     """What a cell's answers depend on: the model (`key`), the method label, the task and its options, the
-    length and seed, the tokenizer, the chat wrapping, the mask and the essay corpus."""
+    length and seed, the tokenizer, the chat wrapping, the mask, the essay corpus, the prompt length rule and the
+    BOS before the prompts."""
     return {
         **(key or {}),
         "label": label,
@@ -194,14 +208,20 @@ def cell_key(
         "chat": None if chat is None else [chat.prefix, chat.suffix],
         "mask": mask,
         "haystack": settings.haystack if task.needs_documents else None,
+        "prompt_length": settings.prompt_length,
+        "bos": list(prefix),
     }
 
 
-def preflight(model: Any, tasks: Mapping[str, RulerTask], lengths: Sequence[int], seed: int) -> None:
+def preflight(
+    model: Any, tasks: Mapping[str, RulerTask], lengths: Sequence[int], seed: int, prompt_length: str = "ruler"
+) -> None:
     """Draw the first sample of every (task, length) so that bad lengths and tokenizers fail before any work."""
     for task in tasks.values():
+        prefix = evaluation_prefix(model, task.tokenizer)
         for length in lengths:
-            check_vocabulary(model, [task.sample(length, 0, seed)], task.tokenizer)
+            sample = task.sample(task.prompt_tokens(length, prompt_length), 0, seed, prefix=prefix)
+            check_vocabulary(model, [sample], task.tokenizer)
 
 
 @dataclass
@@ -229,10 +249,11 @@ def run_ruler(target: RulerTarget, settings: RulerSettings, out: str | Path, *, 
     out = Path(out)
     lengths = settings.resolved_lengths(model.config.train_len)
     tasks = settings.build(tokenizer, target.documents, chat)
-    preflight(model, tasks, lengths, settings.seed)
+    preflight(model, tasks, lengths, settings.seed, settings.prompt_length)
+    prefix = evaluation_prefix(model, tokenizer)
     wanted = range(settings.samples)
     keys = {
-        (name, n): cell_key(target.key, label, task, n, settings, tokenizer, chat, mask)
+        (name, n): cell_key(target.key, label, task, n, settings, tokenizer, chat, mask, prefix)
         for name, task in tasks.items()
         for n in lengths
     }
@@ -246,8 +267,9 @@ def run_ruler(target: RulerTarget, settings: RulerSettings, out: str | Path, *, 
         pending = [task for name, task in tasks.items() if todo[name]]
         # the samples the cells of this length lack share batches; each batch is saved as soon as it is decoded
         for batch in answer_samples(
-            model, pending, length, todo, settings.seed, batch_size=settings.batch_size, mask=mask
-        ):
+            model, pending, length, todo, settings.seed, batch_size=settings.batch_size, mask=mask,
+            prompt_length=settings.prompt_length,
+        ):  # fmt: skip
             for name, answer in batch:
                 answers[name, length][answer.index] = answer
             for name in dict.fromkeys(name for name, _ in batch):

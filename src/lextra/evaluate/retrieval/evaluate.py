@@ -15,6 +15,7 @@ import torch
 from tqdm import tqdm
 
 from lextra.errors import ConfigError
+from lextra.evaluate.prefix import evaluation_prefix
 from lextra.evaluate.retrieval.scoring import score_prompts
 from lextra.evaluate.retrieval.sources import row_seed
 from lextra.evaluate.retrieval.tasks import RetrievalTask
@@ -117,7 +118,8 @@ def evaluate_retrieval(
     progress: bool = False,
     label: str = "",
 ) -> RetrievalResult:
-    """Exact-match and rank-1 accuracy (and mean rank) per (length, depth) cell, per length and overall."""
+    """Exact-match and rank-1 accuracy (and mean rank) per (length, depth) cell, per length and overall; a
+    Hugging Face model's prompts of `length` tokens start with the BOS its tokenizer adds by default."""
     if samples < 1 or batch_size < 1:
         raise ConfigError(f"samples and batch size must be >= 1, got {samples} and {batch_size}")
     if not lengths or any(n < 1 for n in lengths):
@@ -126,19 +128,20 @@ def evaluate_retrieval(
     if hasattr(model, "eval"):
         model.eval()
     tokenizer = task.tokenizer
+    prefix = evaluation_prefix(model, tokenizer)
     cells: dict[int, dict[float, RetrievalCell]] = {}
     bar = tqdm(total=len(lengths) * len(depths), disable=not progress, desc=f"retrieval {label}", file=sys.stderr)
     for length in lengths:
         cells[int(length)] = {}
         for depth in depths:
             rng = random.Random(row_seed("eval", task.name, seed, length, depth))
-            drawn = [task.sample(length, depth, rng) for _ in range(samples)]
+            drawn = [task.sample(length - len(prefix), depth, rng) for _ in range(samples)]
             exact, ranks, examples = [], [], []
             for start in range(0, samples, batch_size):
                 chunk = drawn[start : start + batch_size]
                 scored = score_prompts(
                     model,
-                    [s.prompt_ids for s in chunk],
+                    [prefix + s.prompt_ids for s in chunk],
                     [s.answer_ids for s in chunk],
                     [[task.encode(d) for d in s.distractors] for s in chunk],
                 )

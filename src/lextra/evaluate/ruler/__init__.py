@@ -35,7 +35,7 @@ from lextra.evaluate.ruler.scoring import (
     string_match_part,
     wilson_interval,
 )
-from lextra.evaluate.ruler.tasks import RULER_TASKS, RulerSample, RulerTask, build_ruler_task
+from lextra.evaluate.ruler.tasks import PROMPT_LENGTHS, RULER_TASKS, RulerSample, RulerTask, build_ruler_task
 from lextra.evaluate.ruler.training import NIAH_TASKS, RULER_TRAINING_TASKS, RulerRows, build_ruler_rows
 from lextra.evaluate.ruler.words import WORDS, corpus_words
 
@@ -47,6 +47,7 @@ __all__ = [
     "DEPTHS",
     "NIAH_TASKS",
     "NOISE",
+    "PROMPT_LENGTHS",
     "RULER_TASKS",
     "RULER_TASK_NAMES",
     "RULER_TRAINING_TASKS",

@@ -27,6 +27,7 @@ from lextra.attention import build_mask
 from lextra.attention.masks import Mask
 from lextra.data import ByteTokenizer, Tokenizer
 from lextra.errors import ConfigError, DataError
+from lextra.evaluate.prefix import evaluation_prefix
 from lextra.evaluate.retrieval.scoring import greedy_continue, prefill
 from lextra.evaluate.ruler.results import RulerAnswer, RulerCell
 from lextra.evaluate.ruler.scoring import sample_score, string_match_all, wilson_interval
@@ -132,12 +133,14 @@ def answer_samples(
     batch_size: int = 8,
     mask: str | Mask | None = None,
     progress: bool = False,
+    prompt_length: str = "ruler",
 ) -> Iterator[list[tuple[str, RulerAnswer]]]:
     """The model's answers to samples `indices[task.name]` of each task at `length`, one batch at a time as
-    (task name, answer) pairs, so that a caller can save them as they come.
+    (task name, answer) pairs, so that a caller can save them as they come. Prompts are sized by `prompt_length`
+    (`RulerTask.prompt_tokens`) and a Hugging Face model's start with its tokenizer's BOS (`evaluation_prefix`).
 
-    Every prompt of a length has the same length, so samples of different tasks share batches (sorted by answer
-    budget, so that a batch decodes about as long as each of its rows needs); a batch's time is shared equally by
+    Samples are sorted by answer budget (so that a batch decodes about as long as each of its rows needs) and
+    samples of different tasks whose prompts have one length share batches; a batch's time is shared equally by
     its rows, and drawing a task's samples by its samples."""
     if batch_size < 1:
         raise ConfigError(f"RULER needs a batch size >= 1, got {batch_size}")
@@ -145,6 +148,7 @@ def answer_samples(
         raise ConfigError("the tasks of one RULER run share one tokenizer")
     if hasattr(model, "eval"):
         model.eval()
+    prefix = evaluation_prefix(model, tasks[0].tokenizer) if tasks else []
     drawing: dict[str, float] = {}
     drawn: dict[str, list[RulerSample]] = {}
     wanted = {task.name: list(indices.get(task.name, ())) for task in tasks}
@@ -155,7 +159,12 @@ def answer_samples(
                 continue
             start = time.perf_counter()
             drawn[task.name] = list(
-                pool.map(lambda index, task=task: task.sample(length, index, seed), wanted[task.name])
+                pool.map(
+                    lambda index, task=task: task.sample(
+                        task.prompt_tokens(length, prompt_length), index, seed, prefix=prefix
+                    ),
+                    wanted[task.name],
+                )
             )
             check_vocabulary(model, drawn[task.name], task.tokenizer)
             drawing[task.name] = (time.perf_counter() - start) / len(wanted[task.name])
@@ -163,8 +172,7 @@ def answer_samples(
     rows = sorted(((name, s) for name, samples in drawn.items() for s in samples), key=lambda row: budgets[row[0]])
     resolved = resolve_mask(model, mask)
     bar = tqdm(total=len(rows), disable=not progress, desc=f"ruler {length}", file=sys.stderr, leave=False)
-    for first in range(0, len(rows), batch_size):
-        batch = rows[first : first + batch_size]
+    for batch in length_batches(rows, batch_size):
         start, timings = time.perf_counter(), {}
         texts = generate(
             model,
@@ -183,6 +191,19 @@ def answer_samples(
         ]  # fmt: skip
         bar.update(len(batch))
     bar.close()
+
+
+def length_batches(rows: Sequence[tuple[str, RulerSample]], batch_size: int) -> Iterator[list[tuple[str, RulerSample]]]:
+    """Consecutive runs of at most `batch_size` rows whose prompts have one length (RULER's rule sizes each task's
+    prompts by its answer budget, so rows sorted by budget change length only between budgets)."""
+    batch: list[tuple[str, RulerSample]] = []
+    for row in rows:
+        if batch and (len(batch) == batch_size or len(row[1].prompt_ids) != len(batch[0][1].prompt_ids)):
+            yield batch
+            batch = []
+        batch.append(row)
+    if batch:
+        yield batch
 
 
 def cell_from_answers(task: str, length: int, answers: Sequence[RulerAnswer]) -> RulerCell:
@@ -209,15 +230,18 @@ def evaluate_length(
     batch_size: int = 8,
     mask: str | Mask | None = None,
     progress: bool = False,
+    prompt_length: str = "ruler",
 ) -> dict[str, RulerCell]:
-    """RULER's score of `model` on samples 0..`samples`-1 of each task at `length`, with its interval and seconds."""
+    """RULER's score of `model` on samples 0..`samples`-1 of each task at `length`, with its interval and seconds
+    (prompts sized by `prompt_length`, as in `answer_samples`)."""
     if samples < 1:
         raise ConfigError(f"RULER needs samples >= 1, got {samples}")
     answers: dict[str, dict[int, RulerAnswer]] = {task.name: {} for task in tasks}
     indices = {task.name: range(samples) for task in tasks}
     for batch in answer_samples(
-        model, tasks, length, indices, seed, batch_size=batch_size, mask=mask, progress=progress
-    ):
+        model, tasks, length, indices, seed, batch_size=batch_size, mask=mask, progress=progress,
+        prompt_length=prompt_length,
+    ):  # fmt: skip
         for name, answer in batch:
             answers[name][answer.index] = answer
     return {
@@ -236,7 +260,11 @@ def evaluate_cell(
     batch_size: int = 8,
     mask: str | Mask | None = None,
     progress: bool = False,
+    prompt_length: str = "ruler",
 ) -> RulerCell:
     """RULER's score of `model` on `samples` samples of `task` at `length` (`evaluate_length` of one task)."""
-    cells = evaluate_length(model, [task], length, samples, seed, batch_size=batch_size, mask=mask, progress=progress)
+    cells = evaluate_length(
+        model, [task], length, samples, seed, batch_size=batch_size, mask=mask, progress=progress,
+        prompt_length=prompt_length,
+    )  # fmt: skip
     return cells[task.name]

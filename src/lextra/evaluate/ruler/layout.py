@@ -1,7 +1,7 @@
 """Prompts of an exact token length: a template around a haystack of units (noise sentences, essay words, list
 entries), sized by a search on the unit count, then padded at the token level to the exact length.
 
-A prompt is `[chat prefix] prefix context [pad] question [chat suffix] answer_prefix`, each piece encoded on its
+A prompt is `[BOS] [chat prefix] prefix context [pad] question [chat suffix] answer_prefix`, each piece encoded on its
 own and the ids concatenated (pieces meet at spaces or newlines, where byte-level BPE splits anyway). The context
 is encoded in chunks, runs of haystack units and each needle alone, so every needle's token span is known. The
 unit count n is the largest whose prompt fits; the tokens still missing (fewer than about one unit) are the
@@ -131,10 +131,13 @@ class Fitter:
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text)) if text else []
 
-    def fit(self, draft: Draft, length: int) -> Layout:
-        """The prompt of exactly `length` tokens with the most haystack units that fit."""
+    def fit(self, draft: Draft, length: int, prefix: Sequence[int] = ()) -> Layout:
+        """The prompt of exactly `length` tokens with the most haystack units that fit, opened by `prefix` (a BOS)
+        unless the chat template's text already starts with it."""
         chat = self.chat or ChatFormat("", "")
-        head = self.encode(chat.prefix) + self.encode(draft.prefix)
+        opening = self.encode(chat.prefix)
+        prefix = list(prefix)
+        head = ([] if opening[: len(prefix)] == prefix else prefix) + opening + self.encode(draft.prefix)
         tail = self.encode(draft.question) + self.encode(chat.suffix) + self.encode(draft.answer_prefix)
         budget = length - len(head) - len(tail)
         costs: dict[int, tuple[int, list[list[int]]]] = {}

@@ -1,10 +1,10 @@
 """The RULER task base: a registry of generators, the sample they make, and what every sample guarantees.
 
 A sample is a pure function of (task, length, index, seed): its generator is `random.Random` seeded from those by
-SHA-256 (`layout.sample_seed`). Its prompt has exactly `length` tokens for the task's tokenizer. The convention:
-`length` counts the whole prompt (template, haystack, question and answer prefix) and the answer budget (`budget`,
-RULER's tokens_to_generate) is generated on top of it; RULER itself caps prompt + budget at its length, so a
-RULER prompt of "4k" is `budget` tokens shorter than ours. Needle depths: the first needle of sample `index` sits
+SHA-256 (`layout.sample_seed`). Its prompt has exactly `length` tokens for the task's tokenizer (template, haystack,
+question and answer prefix, and a BOS when one is asked for). A RULER cell of length L follows RULER's rule,
+prompt + tokens_to_generate <= L: its prompts have `prompt_tokens(L)` = L - `budget` tokens; the rule "exact" gives
+them all L tokens and generates the budget on top. Needle depths: the first needle of sample `index` sits
 at `spread_depth(index, ...)`, so the samples of a cell spread over RULER's 40 depths, the others at random ones.
 """
 
@@ -20,6 +20,9 @@ from lextra.data import Document, Tokenizer
 from lextra.errors import ConfigError, DataError
 from lextra.evaluate.ruler.layout import DEPTHS, ChatFormat, Draft, Fitter, sample_seed, spread_depth
 from lextra.registry import Registry
+
+#: how a cell's length L sizes its prompts: "ruler" (L less the answer budget, RULER's rule) or "exact" (all L)
+PROMPT_LENGTHS = ("ruler", "exact")
 
 
 @dataclass
@@ -72,8 +75,30 @@ class RulerTask(ABC):
         """How many items the sample places at depths (0: none)."""
         return 0
 
-    def sample(self, length: int, index: int, seed: int = 0, depths: Sequence[float] | None = None) -> RulerSample:
-        """The sample `index` of `length` tokens; `depths` (one per needle, in [0, 1]) overrides the spread ones."""
+    def prompt_tokens(self, length: int, rule: str = "ruler") -> int:
+        """The prompt length of a cell of `length` tokens under `rule` (`PROMPT_LENGTHS`): RULER's leaves the
+        answer budget free (prompt + budget = `length`), "exact" gives the prompt all `length` tokens."""
+        if rule not in PROMPT_LENGTHS:
+            raise ConfigError(f"unknown RULER prompt length {rule!r}; use {' or '.join(PROMPT_LENGTHS)}")
+        tokens = length - self.budget if rule == "ruler" else length
+        if tokens < 1:
+            raise ConfigError(
+                f"RULER task {self.name!r}: a {length}-token cell leaves no prompt after its {self.budget}-token "
+                "answer budget; use a longer length or --prompt-length exact"
+            )
+        return tokens
+
+    def sample(
+        self,
+        length: int,
+        index: int,
+        seed: int = 0,
+        depths: Sequence[float] | None = None,
+        *,
+        prefix: Sequence[int] = (),
+    ) -> RulerSample:
+        """The sample `index` of `length` tokens; `depths` (one per needle, in [0, 1]) overrides the spread ones;
+        `prefix` (a Hugging Face model's BOS, `evaluation_prefix`) opens the prompt and counts in `length`."""
         if isinstance(length, bool) or not isinstance(length, int) or length < 1:
             raise ConfigError(f"RULER lengths must be positive integers, got {length!r}")
         rng = random.Random(sample_seed(self.name, length, index, seed))
@@ -86,7 +111,7 @@ class RulerTask(ABC):
             if len(asked) != self.needles or any(not 0.0 <= d <= 1.0 for d in asked):
                 raise ConfigError(f"RULER task {self.name!r} takes {self.needles} depths in [0, 1], got {asked}")
         draft = self.draft(rng, length, asked)
-        layout = self.fitter.fit(draft, length)
+        layout = self.fitter.fit(draft, length, prefix)
         self.check_encoding(layout.ids, draft.references)
         return RulerSample(
             task=self.name,

@@ -50,8 +50,9 @@ class StudyConfig:
     #: {"models": [...], "methods": [...]}: inference-time methods on trained models; a method may be a
     #: training-free extension method, "extend:NAME[:KEY=VALUE,...]" (rotary models only)
     stretch: dict[str, Any] | None = None
-    #: {"models", "tasks", "multiples", "samples", "seed", "threshold", "batch", "haystack"}: the RULER suite
-    #: (`lextra.pipelines.ruler`) on the models (default all, seed 0) at L_tr x multiples (default the study's)
+    #: {"models", "tasks", "multiples", "samples", "seed", "threshold", "batch", "haystack", "prompt_length"}: the
+    #: RULER suite (`lextra.pipelines.ruler`) on the models (default all, seed 0) at L_tr x multiples (default the
+    #: study's)
     ruler: dict[str, Any] | None = None
 
     @property

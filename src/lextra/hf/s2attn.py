@@ -1,0 +1,113 @@
+"""LongLoRA's shifted sparse attention (S2-Attn, Chen et al. 2023, arXiv 2309.12307) for Hugging Face Llama models
+during training: the window is cut into groups of G tokens that attend causally within themselves, and half the
+heads see the groups shifted by G/2, so that information flows between neighbouring groups. At evaluation (the
+module not training) the model runs full causal attention, as the authors do.
+
+`s2_attention` is the `AttentionInterface` entry (`attn_implementation="lextra_s2"`): half the heads rolled by -G/2
+along the sequence, causal SDPA over (..., G, G) blocks, rolled back, the authors' shift-and-reshape
+(`forward_noflashattn` in dvlab-research/LongLoRA's llama_attn_replace.py) without the copies. `s2_mask` is the
+same rule written as a per-head (H, L, L) boolean mask; the tests check that the two and the authors' code agree,
+the wrap-around of the shifted heads' last group included (its first G/2 tokens come from the window's end).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from lextra.errors import ConfigError
+
+S2_ATTENTION = "lextra_s2"
+#: LongLoRA's default group: a quarter of the training window
+DEFAULT_GROUP_RATIO = 4
+
+
+def check_group(group: int, window: int) -> int:
+    """`group` when it is even and divides `window` into at least two groups, else a one-line error."""
+    if isinstance(group, bool) or not isinstance(group, int) or group < 2 or group % 2:
+        raise ConfigError(f"--s2-attn {group}: the group size must be an even integer >= 2 (half of it is the shift)")
+    if window % group or window == group:
+        raise ConfigError(
+            f"--s2-attn {group} does not divide the {window}-token window into two or more groups; "
+            f"use a divisor such as {window // DEFAULT_GROUP_RATIO}"
+        )
+    return group
+
+
+def s2_mask(length: int, group: int, heads: int, device: torch.device | str | None = None) -> Tensor:
+    """(heads, length, length) True where query i may see key j: j <= i in i's group of `group` tokens; the
+    second half of the heads does the same on the sequence rolled by -group/2 (position t = (i - group/2) mod L)."""
+    i = torch.arange(length, device=device)
+    plain = (i[None, :] <= i[:, None]) & (i[:, None] // group == i[None, :] // group)
+    t = (i - group // 2) % length
+    shifted = (t[None, :] <= t[:, None]) & (t[:, None] // group == t[None, :] // group)
+    half = heads // 2
+    return torch.cat([plain.expand(half, -1, -1), shifted.expand(heads - half, -1, -1)])
+
+
+def _roll_half(x: Tensor, shift: int) -> Tensor:
+    """`x` (B, H, L, ...) with the second half of the heads rolled by `shift` along L."""
+    half = x.shape[1] // 2
+    return torch.cat([x[:, :half], x[:, half:].roll(shift, dims=2)], dim=1)
+
+
+def s2_attention(
+    module: Any,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attention_mask: Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs: Any,
+) -> tuple[Tensor, None]:
+    """q (B, H, L, D), k and v (B, Hkv, L, D) -> ((B, L, H, D), None): S2-Attn with `module.lextra_s2_group` while
+    the module trains, full causal attention otherwise."""
+    B, H, L, D = query.shape
+    if key.shape[1] != H:  # grouped-query attention: every query head gets its key/value head
+        key = key.repeat_interleave(H // key.shape[1], dim=1)
+        value = value.repeat_interleave(H // value.shape[1], dim=1)
+    p = dropout if module.training else 0.0
+    if not module.training:
+        mask = attention_mask
+        if mask is None and L > 1:  # causal, the queries being the last L of the keys (a cache holds the rest)
+            Lk = key.shape[2]
+            mask = torch.ones(L, Lk, dtype=torch.bool, device=query.device).tril(Lk - L)
+        out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling)
+        return out.transpose(1, 2).contiguous(), None
+    if attention_mask is not None or key.shape[2] != L:
+        raise ConfigError("S2-Attn trains on whole unpadded windows without a cache; pass no attention mask")
+    group = check_group(int(module.lextra_s2_group), L)
+    shift = group // 2
+    q, k, v = (_roll_half(x, -shift).reshape(B, H, L // group, group, D) for x in (query, key, value))
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p, scale=scaling)
+    out = _roll_half(out.reshape(B, H, L, D), shift)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def register_s2() -> None:
+    """Make `attn_implementation="lextra_s2"` known to transformers (idempotent)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(S2_ATTENTION, s2_attention)
+    AttentionMaskInterface.register(S2_ATTENTION, sdpa_mask)
+
+
+def enable_s2(model: Any, group: int) -> None:
+    """Train `model` (a Hugging Face Llama-family model, before any peft wrapping) with S2-Attn in groups of
+    `group` tokens; `disable_s2` restores SDPA."""
+    register_s2()
+    model.set_attn_implementation(S2_ATTENTION)
+    layers = model.model.layers
+    for layer in layers:
+        layer.self_attn.lextra_s2_group = group
+
+
+def disable_s2(model: Any) -> None:
+    """Back to Hugging Face's SDPA attention (what the saved model runs with)."""
+    if getattr(model.config, "_attn_implementation", None) == S2_ATTENTION:
+        model.set_attn_implementation("sdpa")
