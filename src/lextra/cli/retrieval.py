@@ -14,6 +14,7 @@ from lextra.cli.options import (
     add_quiet,
     add_rope_scaling,
     add_scheme,
+    add_text_data,
     add_threads,
     add_training,
     apply_extend,
@@ -102,9 +103,10 @@ def configure_train(parser: argparse.ArgumentParser) -> Handler:
 def configure_eval(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("checkpoint", help="a model folder (RUN/model) or a training run folder")
     parser.add_argument("--out", default=None, help="results folder (default CHECKPOINT/retrieval-TASK)")
+    add_text_data(parser)
 
     def run(args: argparse.Namespace) -> int:
-        from lextra.data import prepare_for_model
+        from lextra.data.shards import text_data_for_model
         from lextra.evaluate.retrieval import evaluation_task
         from lextra.pipelines.loading import ModelOptions, load_lextra
         from lextra.reporting.retrieval import save_retrieval_outputs
@@ -113,7 +115,7 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
         folder, model, label = loaded.folder, loaded.model, loaded.label
         settings = retrieval_settings(args)
         label += apply_extend(model, args.extend, None, settings.resolved_lengths(model.config.train_len))
-        task = evaluation_task(args.task, prepare_for_model(loaded.meta), args.candidates - 1)
+        task = evaluation_task(args.task, text_data_for_model(loaded.meta, args.data), args.candidates - 1)
         result = settings.run(model, task, label, progress=not args.quiet)
         result.model = str(folder)
         suffix = f"-{folder_safe(args.extend)}" if args.extend else ""
@@ -147,14 +149,23 @@ def configure_compare(parser: argparse.ArgumentParser) -> Handler:
         metavar="DIR",
         help="fine-tune each scheme from DIR/models/SCHEME/model (a `lextra compare` folder: LM-pretrained models)",
     )
+    parser.add_argument(
+        "--data",
+        default=None,
+        metavar="DIR",
+        help="train on a prepared folder (`lextra data prepare`, --tokenizer its own) and build the evaluation "
+        "prompts from its test split, decoded (default: read --corpus)",
+    )
 
     def run(args: argparse.Namespace) -> int:
         from lextra.pipelines.retrieval import compare_retrieval
 
         out = Path(args.out)
+        config = train_config_from(args, scheme="nope")
+        config.data = args.data
         compare_retrieval(
             [v for v in args.schemes.split(",") if v.strip()],
-            train_config_from(args, scheme="nope"),
+            config,
             args.task,
             retrieval_settings(args),
             out,

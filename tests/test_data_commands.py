@@ -1,0 +1,123 @@
+"""Commands that build text prompts (`retrieval`, `hf retrieval`, `ruler`) or evaluate (`hf eval`) on a prepared
+folder (`--data DIR`): the same numbers as on the raw corpus with the same tokenizer, and a folder of another
+tokenizer refused in one line."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from lextra.cli import main
+from lextra.data import PreparedShards, prepare_data, prepare_shards
+from lextra.data.shards import DecodedDocuments, text_data_for_model
+from lextra.model import GPTConfig, load_model, read_model_meta
+from lextra.train import TrainConfig, train
+
+WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "seven", "wizards", "hex", "kings"]
+
+
+@pytest.fixture(autouse=True)
+def _caches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Trained BPE tokenizers and cache entries go to this test's folder."""
+    monkeypatch.setenv("LEXTRA_CACHE", str(tmp_path / "cache"))
+
+
+def _write_corpus(root: Path, documents: int = 30) -> str:
+    """Text files of 100-600 words (some non-ASCII, one of them empty and dropped)."""
+    rng = random.Random(0)
+    root.mkdir(parents=True)
+    for index in range(documents):
+        words = [rng.choice(WORDS) for _ in range(rng.randint(100, 600))]
+        if index % 5 == 0:
+            words.append("caf\u00e9 \u00fcber \U0001f600")
+        (root / f"doc{index:03d}.txt").write_text(" ".join(words) + "\n", encoding="utf-8")
+    (root / "empty.txt").write_text(" \n", encoding="utf-8")
+    return str(root)
+
+
+def _tiny_model(source: str, out: Path) -> Path:
+    model = GPTConfig(n_layer=1, n_head=2, d_model=32, train_len=32, scheme="alibi")
+    config = TrainConfig(corpus=source, model=model, batch_size=4, steps=2, warmup=1, checkpoint_every=2, log_every=1)
+    return train(config, out, progress=False, device="cpu")
+
+
+@pytest.mark.parametrize("tokenizer", ["bytes", "bpe:300"])
+def test_decoded_texts_are_the_raw_documents(tmp_path: Path, tokenizer: str) -> None:
+    source = _write_corpus(tmp_path / "corpus")
+    prepare_shards(source, tokenizer, tmp_path / "prepared", shard_chars=20_000, progress=False)
+    shards = PreparedShards.open(tmp_path / "prepared")
+    raw = prepare_data(source, tokenizer)
+    data = shards.prepared_data()
+    assert data.corpus == raw.corpus and data.tokenizer.to_config() == raw.tokenizer.to_config()
+    for split, documents in raw.splits.items():
+        texts = shards.texts(split)
+        assert isinstance(texts, DecodedDocuments) and len(texts) == len(documents) > 0
+        assert [d.text for d in texts] == [d.text for d in documents]
+        assert [d.text for d in data.splits[split]] == [d.text for d in documents]
+        assert [d.id for d in texts[:]] == [f"{split}/{i}" for i in range(len(texts))] == [d.id for d in texts]
+        assert texts[-1].text == documents[-1].text
+    with pytest.raises(IndexError):
+        shards.texts("test")[len(raw.splits["test"])]
+
+
+def _retrieval(model_dir: Path, out: Path, *extra: str) -> int:
+    argv = ["retrieval", "eval", str(model_dir), "--task", "code-key", "--lengths", "96", "--samples", "2"]
+    return main([*argv, "--depths", "0.5", "--out", str(out), "--device", "cpu", "--quiet", *extra])
+
+
+def test_retrieval_eval_on_a_prepared_folder_equals_the_raw_corpus(tmp_path: Path, capsys) -> None:
+    source = _write_corpus(tmp_path / "corpus")
+    model_dir = _tiny_model(source, tmp_path / "run")
+    prepare_shards(source, "bytes", tmp_path / "prepared", progress=False)
+    assert _retrieval(model_dir, tmp_path / "raw") == 0
+    assert _retrieval(model_dir, tmp_path / "given", "--data", str(tmp_path / "prepared")) == 0
+    files = sorted(p.name for p in (tmp_path / "raw").iterdir())
+    assert files == sorted(p.name for p in (tmp_path / "given").iterdir())
+    for name in files:
+        if name.endswith((".md", ".json", ".csv")):
+            assert (tmp_path / "raw" / name).read_text() == (tmp_path / "given" / name).read_text(), name
+    meta = read_model_meta(model_dir)
+    assert [d.text for d in text_data_for_model(meta, tmp_path / "prepared").splits["test"]] == [
+        d.text for d in prepare_data(source).splits["test"]
+    ]
+    other = tmp_path / "bpe"
+    prepare_shards(source, "bpe:300", other, progress=False)
+    capsys.readouterr()
+    assert _retrieval(model_dir, tmp_path / "other", "--data", str(other)) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"lextra retrieval: error: the prepared data {other} was tokenized with bpe:300, not with the model's "
+        "tokenizer (bytes, trained on its own corpus); prepare the data with the model's tokenizer, or drop --data "
+        "to read the model's corpus"
+    )
+
+
+def _compare(out: Path, *extra: str) -> int:
+    argv = ["retrieval", "compare", "--out", str(out), "--schemes", "alibi", "--task", "code-key", "--steps", "2"]
+    shape = ["--n-layer", "1", "--d-model", "32", "--n-head", "2", "--train-len", "96", "--batch-size", "2"]
+    budget = ["--warmup", "1", "--lengths", "96", "--samples", "2", "--depths", "0.5", "--device", "cpu", "--quiet"]
+    return main([*argv, *shape, *budget, *extra])
+
+
+def test_retrieval_compare_trains_and_evaluates_on_a_prepared_folder_as_on_the_raw_corpus(
+    tmp_path: Path, capsys
+) -> None:
+    source = _write_corpus(tmp_path / "corpus")
+    prepare_shards(source, "bytes", tmp_path / "prepared", progress=False)
+    assert _compare(tmp_path / "raw", "--corpus", source) == 0
+    assert _compare(tmp_path / "given", "--data", str(tmp_path / "prepared")) == 0
+    raw, given = (load_model(tmp_path / name / "models" / "alibi" / "model").state_dict() for name in ("raw", "given"))
+    assert raw.keys() == given.keys() and all(torch.equal(raw[k], given[k]) for k in raw)
+    assert (tmp_path / "raw" / "table.md").read_text() == (tmp_path / "given" / "table.md").read_text()
+    saved = json.loads((tmp_path / "given" / "models" / "alibi" / "config.json").read_text())
+    assert saved["data"]["path"] == str(tmp_path / "prepared")
+    capsys.readouterr()
+    assert _compare(tmp_path / "other", "--data", str(tmp_path / "prepared"), "--tokenizer", "bpe:300") == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "lextra retrieval: training alibi",
+        f"lextra retrieval: error: the prepared data {tmp_path / 'prepared'} was tokenized with bytes, the run asks "
+        "for bpe:300; pass --tokenizer bytes, or prepare the source again with --tokenizer bpe:300",
+    ]
