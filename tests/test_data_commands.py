@@ -121,3 +121,74 @@ def test_retrieval_compare_trains_and_evaluates_on_a_prepared_folder_as_on_the_r
         f"lextra retrieval: error: the prepared data {tmp_path / 'prepared'} was tokenized with bytes, the run asks "
         "for bpe:300; pass --tokenizer bytes, or prepare the source again with --tokenizer bpe:300",
     ]
+
+
+# ----------------------------------------------------------------------------- Hugging Face models
+def _tiny_llama(folder: Path) -> Path:
+    """A random two-layer Llama over 260 ids (bytes), saved without a tokenizer."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.AutoConfig.for_model(
+        "llama",
+        vocab_size=260,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=32,
+    )
+    transformers.AutoModelForCausalLM.from_config(config).eval().save_pretrained(folder)
+    return folder
+
+
+def test_hf_commands_on_a_prepared_folder_equal_the_raw_corpus(tmp_path: Path, capsys) -> None:
+    source = _write_corpus(tmp_path / "corpus")
+    model = str(_tiny_llama(tmp_path / "llama"))
+    prepared = tmp_path / "prepared"
+    prepare_shards(source, "bytes", prepared, shard_chars=20_000, progress=False)
+    common = [model, "--tokenizer", "bytes", "--quiet", "--threads", "1", "--device", "cpu"]
+    actions = {
+        "eval": ["--lengths", "16,64", "--protocols", "chunks,sliding", "--documents", "2"],
+        "retrieval": ["--task", "code-key", "--lengths", "96", "--depths", "0.5", "--samples", "2"],
+        "align": ["--length", "64", "--windows", "1", "--max-rows", "16"],
+    }
+    for action, extra in actions.items():
+        assert main(["hf", action, *common, *extra, "--corpus", source, "--out", str(tmp_path / "raw" / action)]) == 0
+        given = ["--data", str(prepared), "--out", str(tmp_path / "given" / action)]
+        assert main(["hf", action, *common, *extra, *given]) == 0
+        for file in sorted((tmp_path / "raw" / action).iterdir()):
+            if file.suffix in (".json", ".md", ".csv"):
+                want, got = file.read_text(), (tmp_path / "given" / action / file.name).read_text()
+                if action == "eval" and file.name == "results.json":
+                    got_json = json.loads(got)
+                    assert got_json.pop("data") == {
+                        "path": str(prepared),
+                        "manifest_sha256": PreparedShards.open(prepared).sha256,
+                    }
+                    assert got_json == json.loads(want)
+                else:
+                    assert got == want, (action, file.name)
+    assert set(json.loads((tmp_path / "given" / "eval" / "results.json").read_text())["results"]) == {
+        "chunks",
+        "sliding",
+    }
+    other = tmp_path / "bpe"
+    prepare_shards(source, "bpe:300", other, progress=False)
+    capsys.readouterr()
+    for action in ("eval", "retrieval"):
+        assert main(["hf", action, *common, *actions[action], "--data", str(other), "--out", str(tmp_path / "x")]) == 2
+        assert capsys.readouterr().err.strip() == (
+            f"lextra hf: error: the prepared data {other} was tokenized with bpe:300, the run asks for bytes; pass "
+            "--tokenizer bpe:300, or prepare the source again with --tokenizer bytes"
+        )
+    own = Path(model).resolve()
+    assert main(["hf", "eval", model, "--quiet", "--data", str(prepared), "--out", str(tmp_path / "y")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"lextra hf: error: the prepared data {prepared} was tokenized with bytes, not the model's own tokenizer "
+        f"({own}); prepare it with --tokenizer hf:{own}, or pass --tokenizer bytes"
+    )
+    assert main(["hf", "eval", *common, "--data", str(prepared), "--corpus", source]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "lextra hf: error: --data replaces --corpus and --limit-chars (the folder holds its corpus); drop one"
+    )
