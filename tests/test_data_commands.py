@@ -14,8 +14,13 @@ import torch
 from lextra.cli import main
 from lextra.data import PreparedShards, prepare_data, prepare_shards
 from lextra.data.shards import DecodedDocuments, text_data_for_model
+from lextra.data.tokenizers import ByteTokenizer
+from lextra.evaluate.ruler import haystack_documents
 from lextra.model import GPTConfig, load_model, read_model_meta
+from lextra.pipelines.ruler import RulerSettings
 from lextra.train import TrainConfig, train
+
+BYTES = ByteTokenizer()
 
 WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "seven", "wizards", "hex", "kings"]
 
@@ -191,4 +196,41 @@ def test_hf_commands_on_a_prepared_folder_equal_the_raw_corpus(tmp_path: Path, c
     assert main(["hf", "eval", *common, "--data", str(prepared), "--corpus", source]) == 2
     assert capsys.readouterr().err.strip() == (
         "lextra hf: error: --data replaces --corpus and --limit-chars (the folder holds its corpus); drop one"
+    )
+
+
+# ----------------------------------------------------------------------------- RULER
+def _ruler(model_dir: Path, out: Path, *extra: str) -> dict:
+    argv = ["ruler", "run", str(model_dir), "--tasks", "niah_single_2", "--lengths", "700", "--samples", "2"]
+    assert main([*argv, "--out", str(out), "--quiet", "--threads", "1", "--device", "cpu", *extra]) == 0
+    result = json.loads((out / "results.json").read_text())
+    for cells in result["cells"].values():
+        for cell in cells.values():
+            cell.pop("seconds"), cell.pop("prefill_seconds", None)
+    result.pop("seconds", None)
+    return result
+
+
+def test_ruler_takes_its_haystack_from_a_prepared_folder_as_from_the_corpus(tmp_path: Path, capsys) -> None:
+    source = _write_corpus(tmp_path / "corpus")
+    model_dir = _tiny_model(source, tmp_path / "run")
+    raw = _ruler(model_dir, tmp_path / "raw", "--haystack", source)
+    assert raw["cells"]["niah_single_2"]["700"]["samples"] == 2
+    for tokenizer in ("bytes", "bpe:300"):  # the haystack is text, encoded again with the model's tokenizer
+        prepare_shards(source, tokenizer, tmp_path / tokenizer, progress=False)
+        given = _ruler(model_dir, tmp_path / f"given-{tokenizer}", "--data", str(tmp_path / tokenizer))
+        assert given == raw
+    key = json.loads((tmp_path / "given-bytes" / "cells" / "niah_single_2-700.json").read_text())["key"]
+    assert key["haystack"] == source  # named as --haystack names it, so the cells are shared
+    settings = RulerSettings(tasks=["niah_single_2"], haystack=source)
+    want = settings.build(BYTES, None, None)["niah_single_2"]
+    got = settings.build(BYTES, PreparedShards.open(tmp_path / "bpe:300").texts("test"), None)["niah_single_2"]
+    other = settings.build(BYTES, haystack_documents(), None)["niah_single_2"]  # the built-in essays differ
+    prompts = [task.sample(task.prompt_tokens(700, "ruler"), 0, 0).prompt_ids for task in (want, got, other)]
+    assert prompts[0] == prompts[1] != prompts[2]
+    capsys.readouterr()
+    argv = ["ruler", "run", str(model_dir), "--out", str(tmp_path / "x"), "--data", str(tmp_path / "bytes")]
+    assert main([*argv, "--haystack", source]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "lextra ruler: error: --data replaces --haystack (the folder's test split is the haystack); drop one"
     )
