@@ -234,3 +234,80 @@ def test_ruler_takes_its_haystack_from_a_prepared_folder_as_from_the_corpus(tmp_
     assert capsys.readouterr().err.strip() == (
         "lextra ruler: error: --data replaces --haystack (the folder's test split is the haystack); drop one"
     )
+
+
+# ----------------------------------------------------------------------------- studies
+STUDY = """
+name = "tiny"
+multiples = [1, 2]
+protocols = ["chunks", "sliding"]
+masks = ["causal"]
+documents = 1
+{data}
+[train]
+{train}
+steps = 2
+batch_size = 2
+checkpoint_every = 0
+eval_sequences = 2
+[train.model]
+train_len = 128
+n_layer = 1
+d_model = 32
+n_head = 2
+[[models]]
+label = "rope"
+scheme = "rope"
+[analysis]
+documents = 1
+[retrieval]
+task = "code-key"
+variants = ["rope"]
+steps = 1
+samples = 1
+depths = [0.5]
+"""
+
+
+def _study(tmp_path: Path, name: str, data: str = "", train: str = "") -> dict:
+    config = tmp_path / f"{name}.toml"
+    config.write_text(STUDY.format(data=data, train=train))
+    assert main(["study", str(config), "--out", str(tmp_path / name), "--quiet", "--threads", "1"]) == 0
+    results = json.loads((tmp_path / name / "study.json").read_text())
+    for key in ("config", "compute_minutes"):
+        results.pop(key)
+    return results
+
+
+def test_a_study_on_a_prepared_folder_equals_the_study_on_the_raw_corpus(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = _write_corpus(tmp_path / "corpus")
+    prepared = tmp_path / "prepared"
+    prepare_shards(source, "bytes", prepared, shard_chars=20_000, progress=False)
+    raw = _study(tmp_path, "raw", train=f'corpus = "{source}"')
+    assert set(raw["perplexity"]["causal"]["rope"]["0"]["results"]) == {"chunks", "sliding"}
+    assert raw["analysis"] and raw["retrieval"]
+    import lextra.data.prepare
+
+    monkeypatch.setattr(lextra.data.prepare, "load_corpus", lambda *a, **k: pytest.fail("read the raw corpus"))
+    assert _study(tmp_path, "section", data=f'[data]\npath = "{prepared}"') == raw
+    assert _study(tmp_path, "train-data", train=f'data = "{prepared}"') == raw
+    saved = json.loads((tmp_path / "section" / "models" / "rope" / "seed0" / "config.json").read_text())
+    assert saved["data"]["path"] == str(prepared)
+    other = tmp_path / "bpe"
+    prepare_shards(source, "bpe:300", other, progress=False)
+    capsys.readouterr()
+    config = tmp_path / "other.toml"
+    config.write_text(STUDY.format(data=f'[data]\npath = "{other}"', train=""))
+    assert main(["study", str(config), "--out", str(tmp_path / "other"), "--quiet"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"lextra study: error: the prepared data {other} was tokenized with bpe:300, the run asks for bytes; pass "
+        "--tokenizer bpe:300, or prepare the source again with --tokenizer bytes"
+    )
+    config.write_text(STUDY.format(data=f'[data]\npath = "{other}"', train=f'data = "{prepared}"'))
+    assert main(["study", str(config), "--out", str(tmp_path / "other"), "--quiet"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"lextra study: error: {config}: [data] path = '{other}' and [train] data = '{prepared}' name two folders; "
+        "keep one"
+    )
