@@ -120,6 +120,10 @@ def test_retrieval_compare_trains_and_evaluates_on_a_prepared_folder_as_on_the_r
     saved = json.loads((tmp_path / "given" / "models" / "alibi" / "config.json").read_text())
     assert saved["data"]["path"] == str(tmp_path / "prepared")
     capsys.readouterr()
+    assert _compare(tmp_path / "both", "--data", str(tmp_path / "prepared"), "--corpus", source) == 2
+    assert capsys.readouterr().err.strip() == (
+        "lextra retrieval: error: --data replaces --corpus and --limit-chars (the folder holds its corpus); drop one"
+    )
     assert _compare(tmp_path / "other", "--data", str(tmp_path / "prepared"), "--tokenizer", "bpe:300") == 2
     assert capsys.readouterr().err.strip().splitlines() == [
         "lextra retrieval: training alibi",

@@ -26,6 +26,7 @@ from lextra.cli.options import (
     retrieval_evaluation,
     train_config_from,
 )
+from lextra.errors import ConfigError
 
 DEFAULT_COMPARE = "rope,rope+dynamic,alibi,coca,coca+dynamic,nope,t5,sandwich"
 
@@ -160,6 +161,8 @@ def configure_compare(parser: argparse.ArgumentParser) -> Handler:
     def run(args: argparse.Namespace) -> int:
         from lextra.pipelines.retrieval import compare_retrieval
 
+        if args.data is not None and (args.corpus is not None or args.limit_chars is not None):
+            raise ConfigError("--data replaces --corpus and --limit-chars (the folder holds its corpus); drop one")
         out = Path(args.out)
         config = train_config_from(args, scheme="nope")
         config.data = args.data
