@@ -119,6 +119,12 @@ def test_retrieval_compare_trains_and_evaluates_on_a_prepared_folder_as_on_the_r
     assert (tmp_path / "raw" / "table.md").read_text() == (tmp_path / "given" / "table.md").read_text()
     saved = json.loads((tmp_path / "given" / "models" / "alibi" / "config.json").read_text())
     assert saved["data"]["path"] == str(tmp_path / "prepared")
+    shape = ["--task", "code-key", "--steps", "2", "--n-layer", "1", "--d-model", "32", "--n-head", "2"]
+    shape += ["--train-len", "96", "--batch-size", "2", "--warmup", "1", "--scheme", "alibi", "--quiet"]
+    for name, extra in (("train-raw", ["--corpus", source]), ("train-given", ["--data", str(tmp_path / "prepared")])):
+        assert main(["retrieval", "train", "--out", str(tmp_path / name), *shape, *extra]) == 0
+        trained = load_model(tmp_path / name / "model").state_dict()
+        assert trained.keys() == raw.keys() and all(torch.equal(raw[k], trained[k]) for k in raw)
     capsys.readouterr()
     assert _compare(tmp_path / "both", "--data", str(tmp_path / "prepared"), "--corpus", source) == 2
     assert capsys.readouterr().err.strip() == (

@@ -53,6 +53,27 @@ def retrieval_settings(args: argparse.Namespace, multiples: tuple[int, ...] | No
     )
 
 
+def add_task_data(parser: argparse.ArgumentParser, *, evaluates: bool = False) -> None:
+    """--data: a prepared folder whose decoded documents a task trains on (and, `evaluates`, is prompted from)."""
+    also = " and build the evaluation prompts from its test split" if evaluates else ""
+    parser.add_argument(
+        "--data",
+        default=None,
+        metavar="DIR",
+        help=f"train on a prepared folder's documents (`lextra data prepare`, --tokenizer its own), decoded{also} "
+        "(default: read --corpus)",
+    )
+
+
+def task_train_config(args: argparse.Namespace, scheme: str | None = None) -> Any:
+    """The training options' `TrainConfig` with the --data folder (refused beside --corpus / --limit-chars)."""
+    if args.data is not None and (args.corpus is not None or args.limit_chars is not None):
+        raise ConfigError("--data replaces --corpus and --limit-chars (the folder holds its corpus); drop one")
+    config = train_config_from(args, scheme=scheme)
+    config.data = args.data
+    return config
+
+
 @retrieval.command(
     "train",
     "train a model on a retrieval task at L_tr",
@@ -74,12 +95,13 @@ def configure_train(parser: argparse.ArgumentParser) -> Handler:
         help=task_help(training=True),
     )
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    add_task_data(parser)
 
     def run(args: argparse.Namespace) -> int:
         from lextra.pipelines.retrieval import train_on_task
 
         final = train_on_task(
-            train_config_from(args),
+            task_train_config(args),
             args.task,
             args.out,
             resume=args.resume,
@@ -150,25 +172,15 @@ def configure_compare(parser: argparse.ArgumentParser) -> Handler:
         metavar="DIR",
         help="fine-tune each scheme from DIR/models/SCHEME/model (a `lextra compare` folder: LM-pretrained models)",
     )
-    parser.add_argument(
-        "--data",
-        default=None,
-        metavar="DIR",
-        help="train on a prepared folder (`lextra data prepare`, --tokenizer its own) and build the evaluation "
-        "prompts from its test split, decoded (default: read --corpus)",
-    )
+    add_task_data(parser, evaluates=True)
 
     def run(args: argparse.Namespace) -> int:
         from lextra.pipelines.retrieval import compare_retrieval
 
-        if args.data is not None and (args.corpus is not None or args.limit_chars is not None):
-            raise ConfigError("--data replaces --corpus and --limit-chars (the folder holds its corpus); drop one")
         out = Path(args.out)
-        config = train_config_from(args, scheme="nope")
-        config.data = args.data
         compare_retrieval(
             [v for v in args.schemes.split(",") if v.strip()],
-            config,
+            task_train_config(args, scheme="nope"),
             args.task,
             retrieval_settings(args),
             out,
