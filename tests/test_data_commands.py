@@ -108,7 +108,7 @@ def _compare(out: Path, *extra: str) -> int:
 
 
 def test_retrieval_compare_trains_and_evaluates_on_a_prepared_folder_as_on_the_raw_corpus(
-    tmp_path: Path, capsys
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     source = _write_corpus(tmp_path / "corpus")
     prepare_shards(source, "bytes", tmp_path / "prepared", progress=False)
@@ -125,6 +125,18 @@ def test_retrieval_compare_trains_and_evaluates_on_a_prepared_folder_as_on_the_r
         assert main(["retrieval", "train", "--out", str(tmp_path / name), *shape, *extra]) == 0
         trained = load_model(tmp_path / name / "model").state_dict()
         assert trained.keys() == raw.keys() and all(torch.equal(raw[k], trained[k]) for k in raw)
+    # passkey+lm: half the rows language modelling, drawn from the folder's tokens without encoding them again
+    shape = [{"code-key": "passkey+lm", "96": "128"}.get(word, word) for word in shape]
+    assert main(["retrieval", "train", "--out", str(tmp_path / "lm-raw"), *shape, "--corpus", source]) == 0
+    import lextra.evaluate.retrieval.sources as sources
+
+    monkeypatch.setattr(sources.TrainStream, "from_documents", lambda *a, **k: pytest.fail("encoded again"))
+    assert (
+        main(["retrieval", "train", "--out", str(tmp_path / "lm-given"), *shape, "--data", str(tmp_path / "prepared")])
+        == 0
+    )
+    want, got = (load_model(tmp_path / name / "model").state_dict() for name in ("lm-raw", "lm-given"))
+    assert all(torch.equal(want[k], got[k]) for k in want)
     capsys.readouterr()
     assert _compare(tmp_path / "both", "--data", str(tmp_path / "prepared"), "--corpus", source) == 2
     assert capsys.readouterr().err.strip() == (

@@ -726,9 +726,9 @@ class PreparedShards:
 
     def prepared_data(self) -> PreparedData:
         """The folder as `PreparedData` (what `prepare_data` gives for its source and tokenizer): every split's
-        documents decoded lazily (`texts`), and the folder's tokenizer."""
+        documents decoded lazily (`texts`), the folder's tokenizer, and the folder as the train split's `stream`."""
         splits: dict[str, Any] = {name: self.texts(name) for name in SPLITS}
-        return PreparedData(self.corpus, splits, self.tokenizer())
+        return PreparedData(self.corpus, splits, self.tokenizer(), stream=self)
 
 
 class DecodedDocuments(Sequence[Document]):
