@@ -406,8 +406,8 @@ def open_training_data(
 ) -> tuple[PreparedShards | None, bool]:
     """The prepared folder of `config.data`, or the data cache's entry of `config.corpus` for plain language
     modelling (None for a task, or with the cache off), and whether it is the cache's. A `--data` folder's source
-    and limit become the config's. Only a process that may `prepare` writes a cache entry; the others (torchrun
-    ranks but 0) wait for it."""
+    and limit become the config's (a task trains on its documents decoded). Only a process that may `prepare`
+    writes a cache entry; the others (torchrun ranks but 0) wait for it."""
     if config.data is None:
         if config.task is not None or data_cache_dir() is None:
             if mixture_weights(config.corpus) is not None:
@@ -421,8 +421,6 @@ def open_training_data(
         return shards, True
     shards = PreparedShards.open(config.data)
     shards.check_tokenizer(config.tokenizer)
-    if config.task is not None:
-        raise ConfigError(f"--data feeds plain language modelling, not the task {config.task!r}; drop one of them")
     config.corpus, config.limit_chars = shards.manifest["source"], shards.manifest["limit_chars"]
     return shards, False
 
@@ -463,10 +461,13 @@ def train(
     if resume:
         _check_same_data(run_dir, shards, cached=cached)
         _check_compatible(run_dir, config)
-    if shards is not None:
+    if shards is not None and config.task is None:
         stream = training_batches(shards)
     else:
-        assert data is not None
+        # a task builds its samples from text: a prepared folder's documents decoded (`PreparedShards.texts`)
+        if data is None:
+            assert shards is not None
+            data = shards.prepared_data()
         stream = batch_source(config, data)
     extra = {"tokenizer": tokenizer.to_config(), "train": config.to_dict()}
     if shards is not None:

@@ -36,6 +36,9 @@ from lextra.cli.options import (
 )
 from lextra.errors import ConfigError
 
+DEFAULT_CORPUS = "english"
+"""The corpus `hf` actions read when neither --corpus nor --data is given."""
+
 
 def add_hf_model(parser: argparse.ArgumentParser) -> None:
     """The model and every stretching option that `hf` subcommands share."""
@@ -45,7 +48,15 @@ def add_hf_model(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--train-len", type=int_at_least(2), default=None, help="L_tr (default: max_position_embeddings)"
     )
-    add_corpus(parser, default="english", help_default="python-code, english, or a path")
+    add_corpus(parser, default=None, help_default=f"python-code, english, or a path (default: {DEFAULT_CORPUS})")
+    parser.add_argument(
+        "--data",
+        default=None,
+        metavar="DIR",
+        help="a prepared folder read instead of --corpus (`lextra data prepare SOURCE --tokenizer hf:MODEL`, or "
+        "with the --tokenizer given): eval, analyze, align and finetune read its tokens, retrieval its test split "
+        "decoded",
+    )
     parser.add_argument("--tokenizer", default=None, help="default: the model's own; e.g. bytes for tiny test models")
     parser.add_argument(
         "--mask",
@@ -83,13 +94,25 @@ def load_adapted(args: argparse.Namespace) -> tuple[Any, str]:
     return loaded.model, loaded.label
 
 
-def _data(args: argparse.Namespace) -> Any:
+def _data(args: argparse.Namespace, *, text: bool = False) -> Any:
+    """What an action reads: the --data folder (refused when tokenized otherwise than the model, or than
+    --tokenizer) as tokens, or with `text` as `PreparedData` of its decoded documents; else --corpus read with
+    the model's tokenizer (or --tokenizer)."""
     from lextra.data import prepare_data
     from lextra.hf.load import tokenizer_config
 
+    if args.data is not None:
+        from lextra.data.shards import PreparedShards
+
+        if args.corpus is not None or args.limit_chars is not None:
+            raise ConfigError("--data replaces --corpus and --limit-chars (the folder holds its corpus); drop one")
+        shards = PreparedShards.open(args.data)
+        shards.check_hf_tokenizer(tokenizer_config(args.model)["path"], args.tokenizer)
+        return shards.prepared_data() if text else shards
+    corpus = args.corpus or DEFAULT_CORPUS
     if args.tokenizer:
-        return prepare_data(args.corpus, tokenizer=args.tokenizer, limit_chars=args.limit_chars)
-    return prepare_data(args.corpus, limit_chars=args.limit_chars, tokenizer_config=tokenizer_config(args.model))
+        return prepare_data(corpus, tokenizer=args.tokenizer, limit_chars=args.limit_chars)
+    return prepare_data(corpus, limit_chars=args.limit_chars, tokenizer_config=tokenizer_config(args.model))
 
 
 def _out(args: argparse.Namespace, action: str) -> Path:
@@ -107,9 +130,13 @@ def _run_eval(args: argparse.Namespace) -> int:
         raise ConfigError("perplexity needs a decoder-only (Llama-family) model; for T5 use retrieval or analyze")
     config = eval_config_from(args, args.mask or "causal")
     label += apply_extend(model, args.extend, args.mask, config.resolved_lengths(model.config.train_len))
-    evaluation = evaluate_model(model, _data(args), config, progress=not args.quiet, label=label)
+    data = _data(args)
+    evaluation = evaluate_model(model, data, config, progress=not args.quiet, label=label)
     out = _out(args, "eval")
-    atomic_write_json(out / "results.json", {"model": args.model, "corpus": args.corpus, **evaluation.to_dict()})
+    source = {"corpus": data.corpus}
+    if args.data is not None:
+        source["data"] = {"path": str(data.root), "manifest_sha256": data.sha256}
+    atomic_write_json(out / "results.json", {"model": args.model, **source, **evaluation.to_dict()})
     paths = save_eval_outputs(out, label, evaluation)
     print(paths["table"].read_text())
     print(f"results: {out / 'results.json'}, plot: {paths['plot']}")
@@ -124,7 +151,7 @@ def _run_retrieval(args: argparse.Namespace) -> int:
     model, label = load_adapted(args)
     settings = retrieval_settings(args, (1, 2))
     label += apply_extend(model, args.extend, args.mask, settings.resolved_lengths(model.config.train_len))
-    task = evaluation_task(args.task, _data(args), args.candidates - 1)
+    task = evaluation_task(args.task, _data(args, text=True), args.candidates - 1)
     result = settings.run(model, task, label, progress=not args.quiet)
     result.model = args.model
     paths = save_retrieval_outputs(_out(args, f"retrieval-{task.name}"), result)
@@ -278,7 +305,7 @@ def _run_finetune(args: argparse.Namespace) -> int:
     config = FinetuneConfig(
         model=args.model,
         train_len=args.train_len,
-        corpus=args.corpus,
+        corpus=args.corpus or DEFAULT_CORPUS,
         tokenizer=args.tokenizer,
         data=args.data,
         limit_chars=args.limit_chars,
@@ -313,11 +340,6 @@ def _run_finetune(args: argparse.Namespace) -> int:
     ),
 )
 def configure_finetune(parser: argparse.ArgumentParser) -> Handler:
-    parser.add_argument(
-        "--data",
-        default=None,
-        help="a prepared folder (`lextra data prepare SOURCE --tokenizer hf:MODEL`), not --corpus",
-    )
     parser.add_argument("--lora", default="r=8,alpha=16", help="r=R,alpha=A[,targets=q_proj+v_proj], or none: full")
     parser.add_argument("--trainable", default=None, help="parts trained in full beside LoRA: embed, norm")
     parser.add_argument("--steps", type=positive_int, default=100, help="optimizer steps")

@@ -219,6 +219,17 @@ def eval_data_from(args: argparse.Namespace, meta: dict[str, Any]) -> Any:
     return prepare_for_model(meta, args.corpus, args.limit_chars)
 
 
+def add_text_data(parser: argparse.ArgumentParser, what: str = "prompts") -> None:
+    """--data: the prepared folder whose test split, decoded with its tokenizer, gives a text task's documents."""
+    parser.add_argument(
+        "--data",
+        default=None,
+        metavar="DIR",
+        help=f"build the {what} from a prepared folder's test split (`lextra data prepare`), decoded with its "
+        "tokenizer, which must be the model's (default: the model's corpus)",
+    )
+
+
 def add_data(parser: argparse.ArgumentParser) -> None:
     """--corpus, --tokenizer, --limit-chars, --threads: what a training run reads (defaults: `TrainConfig`'s)."""
     from lextra.train import TrainConfig

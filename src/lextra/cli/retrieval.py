@@ -14,6 +14,7 @@ from lextra.cli.options import (
     add_quiet,
     add_rope_scaling,
     add_scheme,
+    add_text_data,
     add_threads,
     add_training,
     apply_extend,
@@ -25,6 +26,7 @@ from lextra.cli.options import (
     retrieval_evaluation,
     train_config_from,
 )
+from lextra.errors import ConfigError
 
 DEFAULT_COMPARE = "rope,rope+dynamic,alibi,coca,coca+dynamic,nope,t5,sandwich"
 
@@ -51,6 +53,27 @@ def retrieval_settings(args: argparse.Namespace, multiples: tuple[int, ...] | No
     )
 
 
+def add_task_data(parser: argparse.ArgumentParser, *, evaluates: bool = False) -> None:
+    """--data: a prepared folder whose decoded documents a task trains on (and, `evaluates`, is prompted from)."""
+    also = " and build the evaluation prompts from its test split" if evaluates else ""
+    parser.add_argument(
+        "--data",
+        default=None,
+        metavar="DIR",
+        help=f"train on a prepared folder's documents (`lextra data prepare`, --tokenizer its own), decoded{also} "
+        "(default: read --corpus)",
+    )
+
+
+def task_train_config(args: argparse.Namespace, scheme: str | None = None) -> Any:
+    """The training options' `TrainConfig` with the --data folder (refused beside --corpus / --limit-chars)."""
+    if args.data is not None and (args.corpus is not None or args.limit_chars is not None):
+        raise ConfigError("--data replaces --corpus and --limit-chars (the folder holds its corpus); drop one")
+    config = train_config_from(args, scheme=scheme)
+    config.data = args.data
+    return config
+
+
 @retrieval.command(
     "train",
     "train a model on a retrieval task at L_tr",
@@ -72,12 +95,13 @@ def configure_train(parser: argparse.ArgumentParser) -> Handler:
         help=task_help(training=True),
     )
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    add_task_data(parser)
 
     def run(args: argparse.Namespace) -> int:
         from lextra.pipelines.retrieval import train_on_task
 
         final = train_on_task(
-            train_config_from(args),
+            task_train_config(args),
             args.task,
             args.out,
             resume=args.resume,
@@ -102,9 +126,10 @@ def configure_train(parser: argparse.ArgumentParser) -> Handler:
 def configure_eval(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("checkpoint", help="a model folder (RUN/model) or a training run folder")
     parser.add_argument("--out", default=None, help="results folder (default CHECKPOINT/retrieval-TASK)")
+    add_text_data(parser)
 
     def run(args: argparse.Namespace) -> int:
-        from lextra.data import prepare_for_model
+        from lextra.data.shards import text_data_for_model
         from lextra.evaluate.retrieval import evaluation_task
         from lextra.pipelines.loading import ModelOptions, load_lextra
         from lextra.reporting.retrieval import save_retrieval_outputs
@@ -113,7 +138,7 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
         folder, model, label = loaded.folder, loaded.model, loaded.label
         settings = retrieval_settings(args)
         label += apply_extend(model, args.extend, None, settings.resolved_lengths(model.config.train_len))
-        task = evaluation_task(args.task, prepare_for_model(loaded.meta), args.candidates - 1)
+        task = evaluation_task(args.task, text_data_for_model(loaded.meta, args.data), args.candidates - 1)
         result = settings.run(model, task, label, progress=not args.quiet)
         result.model = str(folder)
         suffix = f"-{folder_safe(args.extend)}" if args.extend else ""
@@ -147,6 +172,7 @@ def configure_compare(parser: argparse.ArgumentParser) -> Handler:
         metavar="DIR",
         help="fine-tune each scheme from DIR/models/SCHEME/model (a `lextra compare` folder: LM-pretrained models)",
     )
+    add_task_data(parser, evaluates=True)
 
     def run(args: argparse.Namespace) -> int:
         from lextra.pipelines.retrieval import compare_retrieval
@@ -154,7 +180,7 @@ def configure_compare(parser: argparse.ArgumentParser) -> Handler:
         out = Path(args.out)
         compare_retrieval(
             [v for v in args.schemes.split(",") if v.strip()],
-            train_config_from(args, scheme="nope"),
+            task_train_config(args, scheme="nope"),
             args.task,
             retrieval_settings(args),
             out,

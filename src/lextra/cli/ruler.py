@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from lextra.cli.app import Handler, group
 from lextra.cli.options import (
@@ -91,8 +92,15 @@ def configure_ruler(parser: argparse.ArgumentParser) -> Handler:
     )
     parser.add_argument(
         "--haystack",
-        default=config_default(RulerSettings, "haystack"),
-        help="corpus whose test split is the essay haystack",
+        default=None,
+        help=f"corpus whose test split is the essay haystack (default: {config_default(RulerSettings, 'haystack')})",
+    )
+    parser.add_argument(
+        "--data",
+        default=None,
+        metavar="DIR",
+        help="take the essay haystack from a prepared folder's test split (`lextra data prepare`), decoded with "
+        "its tokenizer (any tokenizer: the prompts are encoded again with the model's), instead of --haystack",
     )
     parser.add_argument(
         "--prompt-length",
@@ -108,6 +116,7 @@ def configure_ruler(parser: argparse.ArgumentParser) -> Handler:
         from lextra.pipelines.ruler import RulerTarget, parse_task_list, run_ruler
 
         tasks, task_options = parse_task_list(args.tasks)
+        haystack, documents = haystack_from(args)
         settings = RulerSettings(
             tasks=tasks,
             options=task_options,
@@ -116,7 +125,7 @@ def configure_ruler(parser: argparse.ArgumentParser) -> Handler:
             seed=args.seed,
             threshold=args.threshold,
             batch_size=args.batch_size,
-            haystack=args.haystack,
+            haystack=haystack,
             prompt_length=args.prompt_length,
         ).validate()
         options = ModelOptions(
@@ -124,7 +133,7 @@ def configure_ruler(parser: argparse.ArgumentParser) -> Handler:
             mask=args.mask,
             temperatures=temperature_file(args),
             tokenizer=args.tokenizer,
-            haystack=args.haystack,
+            haystack=haystack,
             train_len=args.train_len,
             quiet=args.quiet,
         )
@@ -136,7 +145,14 @@ def configure_ruler(parser: argparse.ArgumentParser) -> Handler:
         label += "+chat" if chat is not None else ""
         out = Path(args.out)
         target = RulerTarget(
-            model, loaded.tokenizer, label=label, key=loaded.key, mask=loaded.mask, name=loaded.name, chat=chat
+            model,
+            loaded.tokenizer,
+            label=label,
+            key=loaded.key,
+            mask=loaded.mask,
+            name=loaded.name,
+            chat=chat,
+            documents=documents,
         )
         result = run_ruler(target, settings, out, progress=not args.quiet)
         print((out / "table.md").read_text())
@@ -145,6 +161,25 @@ def configure_ruler(parser: argparse.ArgumentParser) -> Handler:
         return 0
 
     return run
+
+
+def haystack_from(args: argparse.Namespace) -> tuple[str, Any]:
+    """The haystack's name (what the cells record) and its documents: with --data the prepared folder's test
+    split decoded (`PreparedShards.texts`), named by the folder's source as `--haystack SOURCE` names it (so the
+    cells are shared), else the --haystack corpus (None: `RulerSettings` reads it)."""
+    if args.data is None:
+        return args.haystack or config_default(RulerSettings, "haystack"), None
+    from lextra.data.shards import PreparedShards
+    from lextra.errors import ConfigError, DataError
+
+    if args.haystack is not None:
+        raise ConfigError("--data replaces --haystack (the folder's test split is the haystack); drop one")
+    shards = PreparedShards.open(args.data)
+    documents = shards.texts("test")
+    if not len(documents):
+        raise DataError(f"{shards.root} has no test-split documents to hide needles in; prepare a larger corpus")
+    limit = shards.manifest.get("limit_chars")
+    return (shards.corpus if limit is None else f"{shards.corpus} (first {limit} characters)"), documents
 
 
 @ruler.command(

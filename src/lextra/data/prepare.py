@@ -16,6 +16,9 @@ class PreparedData:
     corpus: str
     splits: dict[str, list[Document]]
     tokenizer: Tokenizer
+    #: the train split's windows already encoded (a prepared folder's `PreparedShards`, whose `batch` draws what
+    #: `TrainStream.from_documents(splits["train"], tokenizer).batch` draws), so tasks need not encode it again
+    stream: Any = None
 
 
 def prepare_data(

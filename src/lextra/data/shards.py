@@ -64,6 +64,7 @@ from lextra.data.corpora import (
     split_of,
     split_overrides,
 )
+from lextra.data.prepare import PreparedData, prepare_for_model
 from lextra.data.tokenizers import (
     DEFAULT_BPE_VOCAB,
     ByteTokenizer,
@@ -630,6 +631,20 @@ class PreparedShards:
                 f"pass --tokenizer {self.tokenizer_spec}, or prepare the source again with --tokenizer {spec}"
             )
 
+    def check_hf_tokenizer(self, own: str, spec: str | None = None) -> None:
+        """Refuse data for a Hugging Face model tokenized otherwise: with `spec` (the run's --tokenizer) that
+        spec, else the model's own tokenizer at the resolved path `own` (prepared with `--tokenizer hf:OWN`)."""
+        if spec:
+            self.check_tokenizer(spec)
+            return
+        saved = json.loads((self.root / TOKENIZER).read_text(encoding="utf-8"))
+        if saved.get("kind") != "hf" or saved.get("path") != own:
+            raise DataError(
+                f"the prepared data {self.root} was tokenized with {self.tokenizer_spec}, not the model's "
+                f"own tokenizer ({own}); prepare it with --tokenizer hf:{own}, or pass --tokenizer "
+                f"{self.tokenizer_spec}"
+            )
+
     def num_tokens(self, split: str = "train") -> int:
         """Tokens of a split's stream, separators included."""
         return int(self.manifest["splits"][split]["tokens"])
@@ -701,6 +716,51 @@ class PreparedShards:
                     return out
                 out.append(torch.from_numpy(part.tokens[int(start) : int(stop)]))
         return out
+
+    def texts(self, split: str) -> DecodedDocuments:
+        """The split's documents as text (decoded lazily with the folder's tokenizer; see `DecodedDocuments`):
+        for tasks whose prompts are built from text (retrieval needles and haystacks, RULER essays)."""
+        if split not in SPLITS:
+            raise DataError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
+        return DecodedDocuments(self, split)
+
+    def prepared_data(self) -> PreparedData:
+        """The folder as `PreparedData` (what `prepare_data` gives for its source and tokenizer): every split's
+        documents decoded lazily (`texts`), the folder's tokenizer, and the folder as the train split's `stream`."""
+        splits: dict[str, Any] = {name: self.texts(name) for name in SPLITS}
+        return PreparedData(self.corpus, splits, self.tokenizer(), stream=self)
+
+
+class DecodedDocuments(Sequence[Document]):
+    """A prepared split's documents as text, decoded with the folder's tokenizer when first read (then kept).
+
+    The folder stores tokens, not texts: each document's text is `tokenizer.decode` of its tokens, which is the
+    original text exactly for `bytes` and byte-level `bpe:N` (tested on the fixtures; a Hugging Face tokenizer
+    that normalizes may differ). Its id is `SPLIT/INDEX` (the folder records no document ids)."""
+
+    def __init__(self, shards: PreparedShards, split: str) -> None:
+        self._tokens = shards.documents(split)
+        self._split = split
+        self._tokenizer: Tokenizer | None = None
+        self._shards = shards
+        self._texts: dict[int, Document] = {}
+
+    def __len__(self) -> int:
+        return len(self._tokens)
+
+    def _document(self, index: int) -> Document:
+        if index not in self._texts:
+            if self._tokenizer is None:
+                self._tokenizer = self._shards.tokenizer()
+            text = self._tokenizer.decode(self._tokens[index].tolist())
+            self._texts[index] = Document(f"{self._split}/{index}", text)
+        return self._texts[index]
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self._document(i) for i in range(len(self))[index]]
+        position = range(len(self))[index]  # IndexError as a list raises it
+        return self._document(position)
 
 
 # ----------------------------------------------------------------------------- the cache of corpus specs
@@ -846,6 +906,17 @@ def shards_for_model(meta: dict[str, Any], data: str | os.PathLike[str] | None =
     if shards.sha256 != digest:
         return None
     return shards
+
+
+def text_data_for_model(meta: dict[str, Any], data: str | os.PathLike[str] | None = None) -> PreparedData:
+    """The documents and tokenizer a text task (retrieval prompts) reads for a saved model: the prepared folder
+    `data` decoded (`PreparedShards.prepared_data`; refused when tokenized otherwise than the model), else the
+    model's corpus read with its tokenizer (`prepare_for_model`)."""
+    if data is None:
+        return prepare_for_model(meta)
+    shards = shards_for_model(meta, data)
+    assert shards is not None  # a given folder is opened or refused
+    return shards.prepared_data()
 
 
 class WeightedMixture:

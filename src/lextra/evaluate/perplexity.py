@@ -243,7 +243,8 @@ def evaluate_model(
     lengths = config.resolved_lengths(train_len)
     span = max(lengths) if config.span is None else max(config.span, *lengths)
     need = span + config.last_token_targets
-    prefix = evaluation_prefix(model, data.tokenizer)
+    tokenizer = data.tokenizer() if isinstance(data, PreparedShards) else data.tokenizer
+    prefix = evaluation_prefix(model, tokenizer)
     docs, stitched = evaluation_documents(data, config.split, need, config.documents, prefix)
     if stitched:
         print(

@@ -141,17 +141,7 @@ def _data(config: FinetuneConfig) -> tuple[Tokenizer, TrainStream | PreparedShar
     `--tokenizer`, else the model's own), or the corpus' train split encoded with that tokenizer."""
     if config.data is not None:
         shards = PreparedShards.open(config.data)
-        if config.tokenizer:
-            shards.check_tokenizer(config.tokenizer)
-        else:
-            own = tokenizer_config(config.model)["path"]
-            prepared = shards.tokenizer()
-            if getattr(prepared, "path", None) != own:
-                raise DataError(
-                    f"the prepared data {shards.root} was tokenized with {shards.tokenizer_spec}, not the model's "
-                    f"own tokenizer ({own}); prepare it with --tokenizer hf:{own}, or pass --tokenizer "
-                    f"{shards.tokenizer_spec}"
-                )
+        shards.check_hf_tokenizer(tokenizer_config(config.model)["path"], config.tokenizer)
         return shards.tokenizer(), shards
     data: PreparedData
     if config.tokenizer:

@@ -26,6 +26,7 @@ from torch import Tensor
 from lextra.analysis.capture import LayerAttention, layer_attention
 from lextra.data import eval_sequences
 from lextra.data.prepare import PreparedData
+from lextra.data.shards import PreparedShards
 from lextra.data.windows import encode_documents
 from lextra.errors import ConfigError, DataError
 from lextra.model import GPT
@@ -109,9 +110,13 @@ def _solve(layer: _LayerLogits, statistic: str, target: Tensor, per_head: bool, 
     return ((lo + hi) / 2).exp().float().expand(heads).clone()
 
 
-def calibration_windows(data: PreparedData, length: int, count: int, split: str) -> Tensor:
-    """`count` token windows (count, length) of a held-out split, on the CPU (models move their inputs)."""
-    tokens = encode_documents(data.splits[split], data.tokenizer)
+def calibration_windows(data: PreparedData | PreparedShards, length: int, count: int, split: str) -> Tensor:
+    """`count` token windows (count, length) of a held-out split, on the CPU (models move their inputs); a
+    prepared folder's split is read as tokens, without re-tokenizing."""
+    if isinstance(data, PreparedShards):
+        tokens = data.documents(split)
+    else:
+        tokens = encode_documents(data.splits[split], data.tokenizer)
     if not tokens:
         raise DataError(f"the {split} split is empty; calibration needs held-out text")
     sequences, _ = eval_sequences(tokens, length, count)
@@ -131,7 +136,7 @@ def _layer_statistics(model: Any, tokens: Tensor, statistic: str, mask: str, max
 @torch.no_grad()
 def align_temperatures(
     model: GPT | Any,
-    data: PreparedData,
+    data: PreparedData | PreparedShards,
     strategy: str,
     length: int,
     *,

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from lextra.data import prepare_for_model
+from lextra.data.shards import text_data_for_model
 from lextra.devices import resolve_device
 from lextra.errors import ConfigError
 from lextra.evaluate.retrieval import (
@@ -160,7 +160,7 @@ def compare_retrieval(
             )
         model, _ = load_scaled(models[scheme], scaling, device)
         _log(f"evaluating {label}")
-        prompts = evaluation_task(task, prepare_for_model(meta), settings.candidates - 1)
+        prompts = evaluation_task(task, text_data_for_model(meta, base.data), settings.candidates - 1)
         result = settings.run(model, prompts, label, progress)
         result.model = str(models[scheme])
         results[label] = result

@@ -134,7 +134,10 @@ def source_factory(spec: str):
             task: RowTask = ROW_TASKS[parsed.name](config, data)
         else:
             task = build_task(parsed.name, data.tokenizer, data.splits["train"], **parsed.options)
-        lm = TrainStream.from_documents(data.splits["train"], data.tokenizer) if parsed.ratio < 1.0 else None
+        lm = None
+        if parsed.ratio < 1.0:
+            stream = data.stream
+            lm = stream if stream is not None else TrainStream.from_documents(data.splits["train"], data.tokenizer)
         return RetrievalSource(task, parsed.ratio, lm)
 
     return factory

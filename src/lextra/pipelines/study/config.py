@@ -83,10 +83,22 @@ SECTION_KEYS = {
 
 
 def parse_study(data: dict[str, Any], where: str = "study config") -> StudyConfig:
-    """Validate a parsed TOML document into a StudyConfig; unknown keys and schemes are errors."""
-    check_fields(StudyConfig, data, where)
+    """Validate a parsed TOML document into a StudyConfig; unknown keys and schemes are errors. A `[data]`
+    section's `path` (a prepared folder) is `[train] data`: training maps its shards, evaluations read its
+    splits."""
     values = dict(data)
-    train = values.get("train", {})
+    train = dict(values.get("train", {}))
+    section = values.pop("data", None)
+    if section is not None:
+        if not isinstance(section, dict) or set(section) != {"path"}:
+            raise ConfigError(f"{where} [data]: takes one key, path = DIR (a `lextra data prepare` folder)")
+        if train.get("data") not in (None, section["path"]):
+            raise ConfigError(
+                f"{where}: [data] path = {section['path']!r} and [train] data = {train['data']!r} name two folders; "
+                "keep one"
+            )
+        train["data"] = section["path"]
+    check_fields(StudyConfig, values, where)
     values["train"] = TrainConfig.from_dict(train).validate()
     models = []
     for entry in values.get("models", []):

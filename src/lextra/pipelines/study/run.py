@@ -19,7 +19,7 @@ import torch
 
 from lextra.analysis import dispersion, empirical_scores, receptive_field
 from lextra.attention import build_mask
-from lextra.data import PreparedData, prepare_data
+from lextra.data import PreparedData, PreparedShards, prepare_data
 from lextra.devices import resolve_device
 from lextra.evaluate import EvalConfig, Evaluation, evaluate_model
 from lextra.evaluate.retrieval import RetrievalResult
@@ -55,7 +55,8 @@ class Study:
         self.device = resolve_device(device)
         #: the code versions that computed the cells used (recorded in each cell)
         self.commits: set[str] = set()
-        self._data: PreparedData | None = None
+        self._data: PreparedData | PreparedShards | None = None
+        self._texts: PreparedData | None = None
         self.models: dict[tuple[str, int], Path] = {}
         self._checksums: dict[tuple[str, int], str] = {}
         #: compute seconds of every cell used, whether computed now or in an earlier invocation
@@ -63,11 +64,26 @@ class Study:
 
     # --- plumbing -------------------------------------------------------------------------------------------
     @property
-    def data(self) -> PreparedData:
+    def data(self) -> PreparedData | PreparedShards:
+        """What evaluations read: the prepared folder of `[train] data` (its tokens, not re-tokenized; refused when
+        prepared with another tokenizer than the study's), else the corpus read and tokenized now."""
         if self._data is None:
             train = self.config.train
-            self._data = prepare_data(train.corpus, train.tokenizer, train.limit_chars)
+            if train.data is not None:
+                shards = PreparedShards.open(train.data)
+                shards.check_tokenizer(train.tokenizer)
+                self._data = shards
+            else:
+                self._data = prepare_data(train.corpus, train.tokenizer, train.limit_chars)
         return self._data
+
+    @property
+    def texts(self) -> PreparedData:
+        """What text tasks read (retrieval prompts): `data`, a prepared folder's documents decoded lazily."""
+        if self._texts is None:
+            data = self.data
+            self._texts = data.prepared_data() if isinstance(data, PreparedShards) else data
+        return self._texts
 
     def cell(self, section: str, name: str, key: dict[str, Any], compute: Callable[[], Any], kind: Any = None) -> Any:
         """The cached result for `key`, or compute, save and return it; `kind` (a class with `from_dict` and
@@ -241,7 +257,7 @@ class Study:
 
             def compute(label=label, scaling=scaling, variant=variant) -> RetrievalResult:
                 model = load_lextra(tuned[label], ModelOptions(rope_scaling=scaling), self.device).model.eval()
-                task = build_task(task_name, self.data.tokenizer, self.data.splits["test"])
+                task = build_task(task_name, self.texts.tokenizer, self.texts.splits["test"])
                 return evaluate_retrieval(
                     model, task, self.config.lengths, depths, samples=samples, progress=self.progress, label=variant
                 )
@@ -300,7 +316,7 @@ class Study:
         results = {}
         for label in section.pop("models", [m.label for m in self.config.models]):
             target = RulerTarget(
-                self.load(label, seed), self.data.tokenizer, label=label, key={"weights": self.weights(label, seed)}
+                self.load(label, seed), self.texts.tokenizer, label=label, key={"weights": self.weights(label, seed)}
             )
             result = run_ruler(target, settings, self.out / "ruler" / label, progress=self.progress)
             self.seconds += result.seconds
