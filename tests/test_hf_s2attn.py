@@ -11,8 +11,9 @@ import pytest
 import torch
 import transformers
 
+from lextra.attention.s2 import s2_visible
 from lextra.errors import ConfigError
-from lextra.hf.s2attn import check_group, disable_s2, enable_s2, s2_attention, s2_mask
+from lextra.hf.s2attn import check_group, disable_s2, enable_s2, s2_attention
 
 
 def authors_s2(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group: int) -> torch.Tensor:
@@ -55,7 +56,7 @@ def test_s2_attention_equals_the_authors_code_and_the_mask(length: int, group: i
     module = SimpleNamespace(training=True, lextra_s2_group=group)
     ours, _ = s2_attention(module, q, k, v, None)
     assert torch.allclose(ours, authors_s2(q, k, v, group), atol=1e-6)  # the authors take the softmax in fp32
-    mask = s2_mask(length, group, 4)
+    mask = s2_visible(length, 4, group)
     dense = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2)
     assert torch.allclose(ours, dense, atol=1e-12)
     # the first half of the heads stays within its groups; the shifted half's last group wraps around

@@ -5,9 +5,10 @@ module not training) the model runs full causal attention, as the authors do.
 
 `s2_attention` is the `AttentionInterface` entry (`attn_implementation="lextra_s2"`): half the heads rolled by -G/2
 along the sequence, causal SDPA over (..., G, G) blocks, rolled back, the authors' shift-and-reshape
-(`forward_noflashattn` in dvlab-research/LongLoRA's llama_attn_replace.py) without the copies. `s2_mask` is the
-same rule written as a per-head (H, L, L) boolean mask; the tests check that the two and the authors' code agree,
-the wrap-around of the shifted heads' last group included (its first G/2 tokens come from the window's end).
+(`forward_noflashattn` in dvlab-research/LongLoRA's llama_attn_replace.py) without the copies. The same rule as a
+per-head (H, L, L) boolean mask is `lextra.attention.s2.s2_visible`; the tests check that the two and the authors'
+code agree, the wrap-around of the shifted heads' last group included (its first G/2 tokens come from the window's
+end).
 """
 
 from __future__ import annotations
@@ -35,17 +36,6 @@ def check_group(group: int, window: int) -> int:
             f"use a divisor such as {window // DEFAULT_GROUP_RATIO}"
         )
     return group
-
-
-def s2_mask(length: int, group: int, heads: int, device: torch.device | str | None = None) -> Tensor:
-    """(heads, length, length) True where query i may see key j: j <= i in i's group of `group` tokens; the
-    second half of the heads does the same on the sequence rolled by -group/2 (position t = (i - group/2) mod L)."""
-    i = torch.arange(length, device=device)
-    plain = (i[None, :] <= i[:, None]) & (i[:, None] // group == i[None, :] // group)
-    t = (i - group // 2) % length
-    shifted = (t[None, :] <= t[:, None]) & (t[:, None] // group == t[None, :] // group)
-    half = heads // 2
-    return torch.cat([plain.expand(half, -1, -1), shifted.expand(heads - half, -1, -1)])
 
 
 def _roll_half(x: Tensor, shift: int) -> Tensor:
