@@ -337,9 +337,8 @@ def _run_finetune(args: argparse.Namespace) -> int:
     "fine-tune a Llama-family model at a new context length (LoRA, RoPE scaling), saved as a Hugging Face folder",
     examples=(
         "lextra hf finetune models/llama --out runs/hf/ft-yarn --train-len 8192 --rope-scaling yarn:4 --steps 400",
-        "lextra hf finetune models/llama --out runs/hf/ft --train-len 4096 --lora r=8,alpha=16 --trainable embed,norm",
-        "lextra hf finetune models/llama --out runs/hf/ft-pose --train-len 2048 --rope-scaling yarn:16 "
-        "--positions pose:32768",
+        "lextra hf finetune models/llama --out runs/hf/ft-pose --train-len 2048 --positions pose:32768 "
+        "--lora r=8,alpha=16 --trainable embed,norm",
     ),
 )
 def configure_finetune(parser: argparse.ArgumentParser) -> Handler:
