@@ -13,8 +13,10 @@ step), and the learning rate is `lextra.train.learning_rate` of the step, so `re
 Other than `contiguous` (the model's own 0..L-1, no `position_ids` passed), each step's vector, drawn from (seed,
 step) for the global batch as `lextra train` draws it, is the forward's `position_ids`, with an all-ones
 `attention_mask` beside it: without a mask transformers reads position ids that skip as packed sequences and would
-cut the attention at every skip. S2-Attn is position-independent: it regroups and rolls the tokens of the window by
-their index, after RoPE has rotated the queries and keys at whatever positions they were given.
+cut the attention at every skip. The saved `max_position_embeddings` is the larger of the window and the
+sampler's limit (PoSE's target, randomized's max): the positions trained. S2-Attn is position-independent: it
+regroups and rolls the tokens of the window by their index, after RoPE has rotated the queries and keys at whatever
+positions they were given.
 """
 
 from __future__ import annotations
