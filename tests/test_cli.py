@@ -67,6 +67,25 @@ def test_list_prints_every_extension_method_with_its_options_and_derived_default
     assert "group=8, window=L/4, log_scale=False" in out and "chunk=3L/4, local=L/16" in out
 
 
+def test_list_prints_every_position_sampler_with_its_options(capsys) -> None:
+    from lextra.data.positions import SAMPLERS
+
+    assert main(["list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    title = next(i for i, line in enumerate(lines) if line.startswith("position samplers"))
+    assert "--positions SPEC" in lines[title] and "lextra hf finetune" in lines[title]
+    assert sorted(SAMPLERS.names()) == ["contiguous", "pose", "randomized"]
+    for name in SAMPLERS.names():
+        row = next(i for i, line in enumerate(lines) if i > title and line.split()[:1] == [name])
+        assert SAMPLERS.get(name).summary in lines[row]
+        assert lines[row + 1].split("options: ")[1] == SAMPLERS.describe(name)
+    rows = {line.split()[0]: lines[i + 1].strip() for i, line in enumerate(lines[title + 1 : title + 10], title + 1)
+            if line.startswith("  ") and not line.startswith("   ")}  # fmt: skip
+    assert rows == {"contiguous": "options: no options", "pose": "options: target=16 x L_tr, chunks=2",
+                    "randomized": "options: max=16 x L_tr"}  # fmt: skip
+    assert "spec: pose[:TARGET][,key=value...] (target: int | None, chunks: int)" in "\n".join(lines)
+
+
 # --- one spelling per concept, defaults and examples in --help ----------------------------------------------------
 def _parse(argv: list[str]) -> dict:
     """The namespace `lextra ARGV` parses to (aliases expanded as `main` does), without running it."""

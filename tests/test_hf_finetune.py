@@ -211,3 +211,132 @@ def test_torchrun_with_two_processes_trains_what_one_process_does(base, corpus, 
     assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
     name = "model.layers.1.self_attn.v_proj.weight"
     assert not torch.equal(a[name], tiny_llama().state_dict()[name])  # LoRA trained and merged
+
+
+# --- --positions: the sampler's position ids reach the forward --------------------------------------------------
+def record_forwards(monkeypatch) -> list[dict]:
+    """Every training forward's position_ids and attention_mask (at the Llama model) and what the first attention
+    layer receives (its attention_mask and rotary cos/sin), captured by hooks on the model `finetune` builds."""
+    import lextra.hf.finetune as ft
+
+    calls: list[dict] = []
+    original = ft.build_model
+
+    def build(config, device):
+        model, hf_config = original(config, device)
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+
+        def model_hook(module, args, kwargs):
+            calls.append({"position_ids": kwargs.get("position_ids"), "attention_mask": kwargs.get("attention_mask"),
+                          "rows": kwargs["input_ids"].shape[0], "rotary": base.model.rotary_emb})  # fmt: skip
+
+        def attention_hook(module, args, kwargs):
+            calls[-1] |= {"layer_mask": kwargs.get("attention_mask"), "cos_sin": kwargs["position_embeddings"]}
+
+        base.model.register_forward_pre_hook(model_hook, with_kwargs=True)
+        base.model.layers[0].self_attn.register_forward_pre_hook(attention_hook, with_kwargs=True)
+        return model, hf_config
+
+    monkeypatch.setattr(ft, "build_model", build)
+    return calls
+
+
+@pytest.mark.parametrize("s2_group", [None, 16])
+def test_the_forward_runs_at_the_samplers_positions_with_full_attention(base, corpus, tmp_path, monkeypatch, s2_group):
+    from lextra.data.positions import build_sampler
+
+    calls = record_forwards(monkeypatch)
+    run = config(base, corpus, positions="pose:256", steps=3, batch_size=2, s2_group=s2_group)
+    final, merged = finetune(run, tmp_path / "run", progress=False)
+    sampler = build_sampler("pose:256", 64)
+    assert len(calls) == 3
+    for step, call in enumerate(calls):
+        want = sampler.positions(0, step)
+        assert not torch.equal(want, torch.arange(64))  # PoSE skips
+        assert call["rows"] == 2 and torch.equal(call["position_ids"], want[None].expand(2, -1))
+        assert torch.equal(call["attention_mask"], torch.ones(2, 64, dtype=torch.long))
+        # the layers attend causally over the whole window (no mask: SDPA's causal path), not cut at the skips as
+        # transformers does for position ids that skip without an attention mask (packed sequences)
+        assert call["layer_mask"] is None
+        cos, sin = call["rotary"](torch.zeros(1, dtype=torch.float32), want[None].expand(2, -1))
+        assert torch.equal(call["cos_sin"][0], cos) and torch.equal(call["cos_sin"][1], sin)
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())["finetune"]
+    assert saved["positions"] == "pose:256"
+    assert merged.config.max_position_embeddings == 256  # the positions trained reach PoSE's target
+    assert transformers.AutoConfig.from_pretrained(str(final)).max_position_embeddings == 256
+
+
+def test_contiguous_passes_no_positions_and_explicit_positions_compute_the_same_step(
+    base, corpus, tmp_path, monkeypatch
+) -> None:
+    from lextra.hf.finetune import build_model, make_optimizer, train_step
+
+    calls = record_forwards(monkeypatch)
+    _, merged = finetune(config(base, corpus, positions="contiguous", steps=2), tmp_path / "run", progress=False)
+    assert [(c["position_ids"], c["attention_mask"]) for c in calls] == [(None, None)] * 2  # today's forward
+    assert merged.config.max_position_embeddings == 64
+    # the sampler path at positions 0..L-1 (position ids and an all-ones mask) is the default forward exactly
+    batch = torch.randint(0, VOCAB, (2, 65), generator=torch.Generator().manual_seed(7))
+    results = []
+    for positions in (None, torch.arange(64)):
+        model, _ = build_model(config(base, corpus), torch.device("cpu"))
+        optimizer = make_optimizer(model, config(base, corpus))
+        loss, grad_norm = train_step(model.train(), optimizer, batch, 1.0, "fp32", positions)
+        results.append((loss, grad_norm, [p.grad for p in model.parameters() if p.requires_grad]))
+    (loss_a, norm_a, grads_a), (loss_b, norm_b, grads_b) = results
+    assert torch.equal(loss_a, loss_b) and torch.equal(norm_a, norm_b)
+    assert all(torch.equal(a, b) for a, b in zip(grads_a, grads_b, strict=True))
+
+
+def test_a_pose_run_resumes_bit_identically(base, corpus, tmp_path) -> None:
+    pose = config(base, corpus, positions="pose:256,chunks=3")
+    _, whole = finetune(pose, tmp_path / "whole", progress=False)
+
+    def stop(done: int) -> None:
+        if done == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        finetune(pose, tmp_path / "cut", progress=False, on_step=stop)
+    respelled = config(base, corpus, positions="pose,target=256,chunks=3")  # the same sampler, spelled otherwise
+    _, resumed = finetune(respelled, tmp_path / "cut", resume=True, progress=False)
+    want, got = whole.state_dict(), resumed.state_dict()
+    assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
+    _, plain = finetune(config(base, corpus), tmp_path / "plain", progress=False)
+    name = "model.embed_tokens.weight"
+    assert not torch.equal(plain.state_dict()[name], whole.state_dict()[name])  # the positions changed the training
+
+
+def test_position_refusals_are_one_line_and_exit_2(base, corpus, tmp_path, capsys) -> None:
+    common = ["hf", "finetune", str(base), "--tokenizer", "bytes", "--corpus", corpus, "--steps", "2", "--quiet",
+              "--train-len", "64"]  # fmt: skip
+    assert main([*common, "--out", str(tmp_path / "a"), "--positions", "pose:32"]) == 2
+    assert "pose: target (32) is below the training window L_tr (64); set target >= 64" in one_line_error(capsys)
+    assert not (tmp_path / "a" / "config.json").exists()
+    assert main([*common, "--out", str(tmp_path / "b"), "--positions", "shuffled"]) == 2
+    assert "shuffled" in one_line_error(capsys)
+    assert main([*common, "--out", str(tmp_path / "c"), "--positions", "pose:256", "--checkpoint-every", "1"]) == 0
+    capsys.readouterr()
+    assert main([*common, "--out", str(tmp_path / "c"), "--positions", "randomized:256", "--resume"]) == 2
+    line = one_line_error(capsys)
+    assert "cannot resume" in line and "positions: saved 'pose:256', now 'randomized:256'" in line
+    assert main([*common, "--out", str(tmp_path / "c"), "--resume"]) == 2  # the default is another sampler too
+    assert "positions: saved 'pose:256', now 'contiguous'" in one_line_error(capsys)
+
+
+def test_a_run_saved_without_positions_resumes_as_contiguous(base, corpus, tmp_path) -> None:
+    _, whole = finetune(config(base, corpus), tmp_path / "whole", progress=False)
+
+    def stop(done: int) -> None:
+        if done == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        finetune(config(base, corpus), tmp_path / "cut", progress=False, on_step=stop)
+    saved_path = tmp_path / "cut" / "config.json"
+    saved = json.loads(saved_path.read_text())
+    del saved["finetune"]["positions"]  # a run folder written before --positions existed
+    saved_path.write_text(json.dumps(saved))
+    _, resumed = finetune(config(base, corpus), tmp_path / "cut", resume=True, progress=False)
+    want, got = whole.state_dict(), resumed.state_dict()
+    assert all(torch.equal(want[k], got[k]) for k in want)

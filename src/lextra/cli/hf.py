@@ -321,6 +321,7 @@ def _run_finetune(args: argparse.Namespace) -> int:
         log_every=args.log_every,
         gradient_checkpointing=not args.no_gradient_checkpointing,
         s2_group=None if args.s2_attn is None else (args.s2_attn or args.train_len // 4),
+        positions=args.positions,
     )
     if args.quiet:  # transformers' loading and saving bars too
         from transformers.utils import logging as hf_logging
@@ -336,7 +337,8 @@ def _run_finetune(args: argparse.Namespace) -> int:
     "fine-tune a Llama-family model at a new context length (LoRA, RoPE scaling), saved as a Hugging Face folder",
     examples=(
         "lextra hf finetune models/llama --out runs/hf/ft-yarn --train-len 8192 --rope-scaling yarn:4 --steps 400",
-        "lextra hf finetune models/llama --out runs/hf/ft --train-len 4096 --lora r=8,alpha=16 --trainable embed,norm",
+        "lextra hf finetune models/llama --out runs/hf/ft-pose --train-len 2048 --positions pose:32768 "
+        "--lora r=8,alpha=16 --trainable embed,norm",
     ),
 )
 def configure_finetune(parser: argparse.ArgumentParser) -> Handler:
@@ -357,8 +359,17 @@ def configure_finetune(parser: argparse.ArgumentParser) -> Handler:
         help="LongLoRA's shifted sparse attention while training, groups of G tokens (default G: L/4); "
         "the saved model runs full attention",
     )
+    parser.add_argument(
+        "--positions",
+        default="contiguous",
+        metavar="NAME[:OPTIONS]",
+        help="position ids the windows are trained at: contiguous (0..L-1), pose[:TARGET][,chunks=N] (PoSE, target "
+        "default 16 x L; the saved max_position_embeddings), randomized[:MAX] (see `lextra list`)",
+    )
     parser.add_argument("--warmup", type=int_at_least(0), default=10, help="warmup steps")
-    parser.add_argument("--seed", type=int_at_least(0), default=0, help="seed of the batches and of LoRA's init")
+    parser.add_argument(
+        "--seed", type=int_at_least(0), default=0, help="seed of the batches, the positions and LoRA's init"
+    )
     parser.add_argument("--checkpoint-every", type=int_at_least(0), default=50, help="steps between checkpoints")
     parser.add_argument("--log-every", type=int_at_least(0), default=10, help="steps between metrics records")
     parser.add_argument(

@@ -8,6 +8,15 @@ temporary folder then renamed; `checkpoints/LATEST` names the newest), and at th
 Face folder (`save_pretrained`, LoRA merged, `rope_parameters` and `max_position_embeddings` set to what was
 trained) that plain `transformers` loads. Batches are `TrainStream.batch(step, ...)`, a pure function of (seed,
 step), and the learning rate is `lextra.train.learning_rate` of the step, so `resume=True` continues bit-identically.
+
+`positions` names a position sampler (`lextra.data.positions`: `contiguous`, `pose[:TARGET]`, `randomized[:MAX]`).
+Other than `contiguous` (the model's own 0..L-1, no `position_ids` passed), each step's vector, drawn from (seed,
+step) for the global batch as `lextra train` draws it, is the forward's `position_ids`, with an all-ones
+`attention_mask` beside it: without a mask transformers reads position ids that skip as packed sequences and would
+cut the attention at every skip. The saved `max_position_embeddings` is the larger of the window and the
+sampler's limit (PoSE's target, randomized's max): the positions trained. S2-Attn is position-independent: it
+regroups and rolls the tokens of the window by their index, after RoPE has rotated the queries and keys at whatever
+positions they were given.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
 from lextra.data import Tokenizer, TrainStream
+from lextra.data.positions import PositionSampler, build_sampler
 from lextra.data.prepare import PreparedData, prepare_data
 from lextra.data.shards import PreparedShards
 from lextra.devices import autocast, resolve_device
@@ -124,12 +134,18 @@ class FinetuneConfig:
     gradient_checkpointing: bool = True
     #: LongLoRA's S2-Attn while training, in groups of this many tokens (None: full causal attention)
     s2_group: int | None = None
+    #: the position sampler the windows are read at (`lextra.data.positions`), e.g. pose:32768
+    positions: str = "contiguous"
     seed: int = 0
     checkpoint_every: int = 50
     log_every: int = 10
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def sampler(self) -> PositionSampler:
+        """The position sampler `positions` names at this run's window (a bad spec: one-line ConfigError)."""
+        return build_sampler(self.positions, self.train_len)
 
 
 #: what a resumed run may change: its length, logging and checkpoint interval
@@ -285,8 +301,15 @@ def _check_compatible(run_dir: Path, config: FinetuneConfig) -> None:
     saved_path = run_dir / "config.json"
     if not saved_path.exists():
         return
-    saved = json.loads(saved_path.read_text())["finetune"]
+    defaults = {f.name: f.default for f in dataclasses.fields(FinetuneConfig)}
+    saved = defaults | json.loads(saved_path.read_text())["finetune"]  # a run saved before a setting existed
     current = config.to_dict()
+    if saved["positions"] != current["positions"] and saved["train_len"] == current["train_len"]:
+        try:  # two spellings of one sampler (pose:4096, pose,target=4096) are the same setting
+            if build_sampler(saved["positions"], config.train_len).spec() == config.sampler().spec():
+                saved["positions"] = current["positions"]
+        except ConfigError:
+            pass
     differences = [k for k in current if k not in COMPATIBLE_CHANGES and saved.get(k) != current[k]]
     if differences:
         detail = "; ".join(f"{k}: saved {saved.get(k)!r}, now {current[k]!r}" for k in differences[:4])
@@ -307,13 +330,23 @@ def merged_model(model: Any) -> Any:
 
 
 def train_step(
-    model: Any, optimizer: torch.optim.Optimizer, batch: torch.Tensor, grad_clip: float, precision: str
+    model: Any,
+    optimizer: torch.optim.Optimizer,
+    batch: torch.Tensor,
+    grad_clip: float,
+    precision: str,
+    positions: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward (under `precision`'s autocast), next-token cross-entropy of a (B, L + 1) batch, backward and
-    gradient clipping; the loss and the gradient norm (the caller checks them, then steps the optimizer)."""
+    gradient clipping; the loss and the gradient norm (the caller checks them, then steps the optimizer).
+    `positions` (L,): every row's position ids (None: the model's default 0..L-1)."""
     device = batch.device
+    inputs = batch[:, :-1]
+    extra: dict[str, torch.Tensor] = {}
+    if positions is not None:  # the mask keeps transformers from reading the skips as packed sequences
+        extra = {"position_ids": positions[None].expand(inputs.shape[0], -1), "attention_mask": torch.ones_like(inputs)}
     with autocast(precision, device):
-        logits = model(input_ids=batch[:, :-1]).logits
+        logits = model(input_ids=inputs, **extra).logits
     loss = F.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten())
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
@@ -344,6 +377,7 @@ def finetune(
         )
     if not resume and any((run_dir / CHECKPOINTS).glob("step_*")):
         raise ConfigError(f"{run_dir} already holds a fine-tuning run; pass --resume to continue it or use a new --out")
+    sampler = config.sampler()
     if resume:
         _check_compatible(run_dir, config)
     tokenizer, stream = _data(config)
@@ -392,7 +426,9 @@ def finetune(
         for group in optimizer.param_groups:
             group["lr"] = lr
         batch = world.shard(stream.batch(step, config.batch_size, L, config.seed)).to(device)
-        loss, grad_norm = train_step(network, optimizer, batch, config.grad_clip, precision)
+        # one position vector per step, the same on every process (drawn for the global batch: rank 0)
+        positions = None if sampler.contiguous else sampler.positions(config.seed, step).to(device)
+        loss, grad_norm = train_step(network, optimizer, batch, config.grad_clip, precision, positions)
         finite = torch.isfinite(loss) & torch.isfinite(grad_norm)
         if world.total(finite.to(torch.float32).reshape(1)).item() < world.size:  # every process stops alike
             bar.close()
@@ -424,7 +460,7 @@ def finetune(
     if world.is_main:  # the last checkpoint holds the LoRA weights, before they are merged
         save_checkpoint(run_dir, model, optimizer, config.steps)
     merged = merged_model(model)
-    merged.config.max_position_embeddings = L
+    merged.config.max_position_embeddings = max(L, sampler.limit)  # the positions trained: PoSE's target
     final = run_dir / FINAL
     if world.is_main:
         merged.save_pretrained(final)

@@ -1,10 +1,11 @@
 """What `lextra list` prints and the CLI help lines that name registered classes, all generated from the
-registries (position schemes, masks, RoPE scalings, extension methods, retrieval and RULER tasks), so a class a
-plugin registers shows up everywhere with its spec syntax and options."""
+registries (position schemes, masks, RoPE scalings, extension methods, position samplers, retrieval and RULER
+tasks), so a class a plugin registers shows up everywhere with its spec syntax and options."""
 
 from __future__ import annotations
 
 from lextra.attention.masks import MASKS
+from lextra.data.positions import SAMPLERS
 from lextra.evaluate.retrieval.tasks import TASKS
 from lextra.evaluate.ruler import RULER_TASKS
 from lextra.extend import EXTENSIONS
@@ -41,6 +42,11 @@ def sections() -> list[tuple[str, Registry]]:
             "training-free extension methods of rotary models, L = the training length "
             "(--extend SPEC, e.g. self_extend,group=8)",
             EXTENSIONS,
+        ),
+        (
+            "position samplers of the training windows, L_tr = the training length "
+            "(lextra train / lextra hf finetune --positions SPEC, e.g. pose:32768 or randomized,max=2048)",
+            SAMPLERS,
         ),
         (
             "retrieval tasks (--task SPEC: NAME[:RATIO][,ratio=R][,option=value...], e.g. passkey:0.3; NAME+lm = 0.5)",
