@@ -337,3 +337,23 @@ def test_the_example_train_config_holds_the_defaults() -> None:
 
     example = Path(__file__).parents[1] / "experiments" / "train.toml"
     assert read_train_file(example).validate().to_dict() == TrainConfig().validate().to_dict()
+
+
+def test_a_reader_that_leaves_early_ends_the_command_quietly() -> None:
+    """`lextra list | head -1`: the closed pipe ends the command with exit 0 and no traceback (a one-page pipe, so
+    that the listing cannot fit in it before the reader leaves)."""
+    import fcntl
+    import os
+    import subprocess
+    import sys
+
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)
+    command = [sys.executable, "-m", "lextra", "list"]
+    with subprocess.Popen(command, stdout=write_end, stderr=subprocess.PIPE) as process:
+        os.close(write_end)
+        first = os.read(read_end, 40)
+        os.close(read_end)
+        code = process.wait(timeout=120)
+        err = process.stderr.read().decode() if process.stderr else ""
+    assert first.startswith(b"every spec reads") and code == 0 and err == ""

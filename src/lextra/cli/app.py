@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import textwrap
 from collections.abc import Callable, Iterator, Sequence
@@ -278,3 +279,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{name}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader left (`lextra list | head`): stop quietly, as other command-line tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

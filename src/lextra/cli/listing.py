@@ -1,4 +1,5 @@
-"""`lextra list`: every registered position scheme and mask with its options."""
+"""`lextra list`: every registered scheme, mask, RoPE scaling, extension method, task and position sampler, with
+its options and spec syntax (generated from the registries)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from lextra.cli.app import Handler, command
 
 @command(
     "list",
-    "list every position scheme and mask with its options",
+    "list every scheme, mask, RoPE scaling, extension method, task and position sampler with its options",
     examples=("lextra list", "lextra list | grep -A1 '^rerope'"),
 )
 def configure_list(parser: argparse.ArgumentParser) -> Handler:
