@@ -9,7 +9,8 @@ What it measures
       (the in-memory stream), at L_tr x batch (default 1024 x 32), `--batches` consecutive steps; the two give
       the same batches bit for bit (tests/test_shards.py), so only the speed differs.
     - first step: seconds from calling `lextra.train.train` until its first optimizer step is done, on the
-      prepared folder (`data=`) and on the raw corpus (the tokenizer cached in both), one-layer model; torch's
+      prepared folder (`data=`) and on the raw corpus read in memory (`LEXTRA_DATA_CACHE=off`; the tokenizer
+      cached in both), one-layer model; torch's
       one-off import of `torch._dynamo` (AdamW's first use, about 5 s here) is done before the clock starts.
     - peak RSS of preparing synthetic corpora of `--rss-mb` sizes (the source's documents repeated with distinct
       ids, as one .jsonl file): it must not grow with the corpus.
@@ -109,6 +110,8 @@ def work_first_step(task: dict[str, Any]) -> dict[str, Any]:
     from lextra.train import TrainConfig, train
 
     torch.optim.AdamW([torch.zeros(1, requires_grad=True)])  # its first use imports torch._dynamo: seconds, not data
+    if not task["prepared"]:  # the raw corpus read in memory, as before the data cache (which would read shards)
+        os.environ["LEXTRA_DATA_CACHE"] = "off"
     model = GPTConfig(n_layer=1, n_head=2, d_model=64, train_len=128, scheme="rope")
     config = TrainConfig(
         corpus=task["source"],
