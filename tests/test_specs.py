@@ -249,3 +249,14 @@ def test_ruler_task_lists_take_each_task_s_options() -> None:
     ):
         with pytest.raises(ConfigError, match=message):
             parse_tasks(bad) if "RulerSettings" in message else parse_task_list(bad)
+
+
+def test_a_class_that_leaves_an_abstract_method_undefined_is_not_registered() -> None:
+    from lextra.data.positions import SAMPLERS, PositionSampler
+    from lextra.positions.scaling import SCALING_TYPES, ScalingType
+
+    with pytest.raises(TypeError, match=r"RoPE scaling 'half_done' leaves frequencies undefined"):
+        SCALING_TYPES.register("half_done")(type("HalfDone", (ScalingType,), {}))
+    with pytest.raises(TypeError, match=r"position sampler 'no_draw' leaves draw undefined"):
+        SAMPLERS.register("no_draw")(type("NoDraw", (PositionSampler,), {}))
+    assert "half_done" not in SCALING_TYPES.names() and "no_draw" not in SAMPLERS.names()

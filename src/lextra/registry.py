@@ -205,6 +205,9 @@ class Registry(Generic[T]):
         """Class decorator: register under `name` (and `aliases`, accepted by lookups, not listed)."""
 
         def add(cls: type[T]) -> type[T]:
+            if inspect.isabstract(cls):
+                missing = ", ".join(sorted(getattr(cls, "__abstractmethods__", ())))
+                raise TypeError(f"{self.kind} {name!r} leaves {missing} undefined; define it to register the class")
             for key in (name, *aliases):
                 if key in self._classes or key in self._aliases:
                     raise ValueError(f"{self.kind} {key!r} is registered twice")

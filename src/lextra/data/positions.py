@@ -14,6 +14,7 @@ one draw, not of B).
 from __future__ import annotations
 
 import hashlib
+from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 import torch
@@ -27,7 +28,7 @@ from lextra.validate import check_int
 DEFAULT_FACTOR = 16
 
 
-class PositionSampler:
+class PositionSampler(ABC):
     """Base class of the sampler registry: `positions(seed, step, rank)` gives the (L_tr,) int64 position ids."""
 
     name: ClassVar[str] = "sampler"
@@ -50,8 +51,9 @@ class PositionSampler:
     def positions(self, seed: int, step: int, rank: int = 0) -> Tensor:
         return self.draw(torch.Generator().manual_seed(_position_seed(self.name, seed, step, rank)))
 
+    @abstractmethod
     def draw(self, generator: torch.Generator) -> Tensor:
-        raise NotImplementedError
+        """The (L_tr,) int64 positions of one step, from `generator` alone."""
 
     def spec(self) -> str:
         return self.name

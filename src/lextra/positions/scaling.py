@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, TypeAlias
@@ -165,7 +166,7 @@ _HF_COMMON = frozenset({"rope_type", "type", "rope_theta", "partial_rotary_facto
 Need = Callable[[str], Any]
 
 
-class ScalingType:
+class ScalingType(ABC):
     """Base class of the `SCALING_TYPES` registry: one RoPE scaling type, never instantiated.
 
     A type declares the `RopeScaling` fields it reads (`uses`; these are its spec options), whether it needs the
@@ -205,16 +206,18 @@ class ScalingType:
 
     @classmethod
     def check(cls, scaling: RopeScaling, where: str) -> None:
-        """Checks of this type's own fields beyond the common ones (factor, L_tr, attention_factor)."""
+        """Checks of this type's own fields beyond the common ones (factor, L_tr, attention_factor); none here."""
+        return
 
     @classmethod
     def check_head_dim(cls, scaling: RopeScaling, head_dim: int) -> None:
-        """Checks that need the head dimension (beyond it being even and >= `min_head_dim`)."""
+        """Checks that need the head dimension (beyond it being even and >= `min_head_dim`); none here."""
+        return
 
     @classmethod
+    @abstractmethod
     def frequencies(cls, scaling: RopeScaling, head_dim: int, base: float, seq_len: int | None) -> tuple[Tensor, float]:
         """The scaled inverse frequencies (D/2,) fp32 and the cos/sin multiplier."""
-        raise NotImplementedError
 
     @classmethod
     def hf_keys(cls, hf_type: str) -> frozenset[str]:
@@ -242,6 +245,7 @@ class ScalingType:
 
 
 SCALING_TYPES: Registry[ScalingType] = Registry("RoPE scaling")
+
 register_scaling = SCALING_TYPES.register
 
 
