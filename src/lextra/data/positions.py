@@ -62,6 +62,17 @@ class PositionSampler(ABC):
 SAMPLERS: Registry[PositionSampler] = Registry("position sampler")
 
 
+def _reach(sampler: str, option: str, value: int | None, train_len: int) -> int:
+    """A sampler's largest length option: `value`, default DEFAULT_FACTOR x L_tr, refused below the window."""
+    reach = DEFAULT_FACTOR * train_len if value is None else check_int(f"{sampler}: {option}", value, 1)
+    if reach < train_len:
+        raise ConfigError(
+            f"{sampler}: {option} ({reach}) is below the training window L_tr ({train_len}); "
+            f"set {option} >= {train_len}, e.g. --positions {sampler}:{DEFAULT_FACTOR * train_len}"
+        )
+    return reach
+
+
 def _position_seed(name: str, seed: int, step: int, rank: int) -> int:
     """A 63-bit generator seed from (sampler, seed, step, rank) alone, unrelated to the window seeds."""
     key = f"lextra-train-positions:{name}:{seed}:{step}:{rank}".encode()
@@ -107,12 +118,7 @@ class PoSE(PositionSampler):
 
     def __init__(self, train_len: int, *, target: int | None = None, chunks: int = 2) -> None:
         super().__init__(train_len)
-        self.target = DEFAULT_FACTOR * train_len if target is None else check_int("pose: target", target, 1)
-        if self.target < train_len:
-            raise ConfigError(
-                f"pose: target ({self.target}) is below the training window L_tr ({train_len}); "
-                f"set target >= {train_len}, e.g. --positions pose:{DEFAULT_FACTOR * train_len}"
-            )
+        self.target = _reach("pose", "target", target, train_len)
         self.chunks = check_int("pose: chunks", chunks, 1)
         if self.chunks > train_len:
             raise ConfigError(
@@ -152,12 +158,7 @@ class Randomized(PositionSampler):
 
     def __init__(self, train_len: int, *, max: int | None = None) -> None:
         super().__init__(train_len)
-        self.max = DEFAULT_FACTOR * train_len if max is None else check_int("randomized: max", max, 1)
-        if self.max < train_len:
-            raise ConfigError(
-                f"randomized: max ({self.max}) is below the training window L_tr ({train_len}); "
-                f"set max >= {train_len}, e.g. --positions randomized:{DEFAULT_FACTOR * train_len}"
-            )
+        self.max = _reach("randomized", "max", max, train_len)
 
     @property
     def limit(self) -> int:

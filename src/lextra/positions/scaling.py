@@ -232,9 +232,7 @@ class ScalingType(ABC):
         if "factor" in cls.uses:
             values["factor"] = need("factor")
         if cls.needs_train_length:
-            values["original_max_position_embeddings"] = (
-                params.get("original_max_position_embeddings") or max_position_embeddings
-            )
+            values["original_max_position_embeddings"] = hf_train_length(params, max_position_embeddings)
         return RopeScaling(cls.name, **values)
 
     @classmethod
@@ -242,6 +240,17 @@ class ScalingType(ABC):
         """The Hugging Face keys of this scaling besides rope_type and rope_theta (default: every used field
         not None)."""
         return {key: getattr(scaling, key) for key in _FIELDS if key in cls.uses and getattr(scaling, key) is not None}
+
+
+def hf_train_length(params: Mapping[str, Any], max_position_embeddings: int) -> int:
+    """L_tr of a Hugging Face rope dict: its original_max_position_embeddings, else the config's length."""
+    return params.get("original_max_position_embeddings") or max_position_embeddings
+
+
+def hf_factor(params: Mapping[str, Any], train_len: int, max_position_embeddings: int) -> float:
+    """The dict's factor, else the extension ratio the config states (max_position_embeddings / L_tr)."""
+    factor = params.get("factor")
+    return max_position_embeddings / train_len if factor is None else factor
 
 
 SCALING_TYPES: Registry[ScalingType] = Registry("RoPE scaling")
@@ -470,11 +479,10 @@ class YarnScaling(ScalingType):
 
     @classmethod
     def from_hf(cls, params: Mapping[str, Any], need: Need, hf_type: str, max_position_embeddings: int) -> RopeScaling:
-        train_len = params.get("original_max_position_embeddings") or max_position_embeddings
-        factor = params.get("factor")
+        train_len = hf_train_length(params, max_position_embeddings)
         return RopeScaling(
             "yarn",
-            factor=max_position_embeddings / train_len if factor is None else factor,
+            factor=hf_factor(params, train_len, max_position_embeddings),
             original_max_position_embeddings=train_len,
             attention_factor=params.get("attention_factor"),
             beta_fast=params.get("beta_fast") or 32.0,
@@ -526,7 +534,7 @@ class Llama3Scaling(ScalingType):
         return RopeScaling(
             "llama3",
             factor=need("factor"),
-            original_max_position_embeddings=params.get("original_max_position_embeddings") or max_position_embeddings,
+            original_max_position_embeddings=hf_train_length(params, max_position_embeddings),
             low_freq_factor=need("low_freq_factor"),
             high_freq_factor=need("high_freq_factor"),
         )
@@ -588,11 +596,10 @@ class LongRopeScaling(ScalingType):
 
     @classmethod
     def from_hf(cls, params: Mapping[str, Any], need: Need, hf_type: str, max_position_embeddings: int) -> RopeScaling:
-        train_len = params.get("original_max_position_embeddings") or max_position_embeddings
-        factor = params.get("factor")
+        train_len = hf_train_length(params, max_position_embeddings)
         return RopeScaling(
             "longrope",
-            factor=max_position_embeddings / train_len if factor is None else factor,
+            factor=hf_factor(params, train_len, max_position_embeddings),
             original_max_position_embeddings=train_len,
             attention_factor=params.get("attention_factor"),
             short_factor=need("short_factor"),
