@@ -4,10 +4,12 @@
 # 128..2048 over 8 held-out documents and passkey at 2048 (10 prompts over 5 depths) for each row.
 #   experiments/extend_by_training.sh [OUT] [STEPS_LONG]   (OUT default runs/extend-by-training; STEPS_LONG: the
 #   continued-training steps, default 100). Pass --device cuda through DEVICE=cuda to run on a GPU.
+#   SCHEME=alibi (or fire, any non-rotary scheme) runs the rows that need no RoPE: the base, PoSE, randomized.
 set -euo pipefail
 OUT=${1:-runs/extend-by-training}
 STEPS_LONG=${2:-100}
 DEVICE=${DEVICE:-auto}
+SCHEME=${SCHEME:-rope}
 PY=${PY:-python}
 mkdir -p "$OUT"
 
@@ -25,6 +27,16 @@ evaluate() {  # NAME ARGS...: sliding perplexity 128..2048 and passkey at 2048
     "$PY" -m lextra retrieval eval "$model" --out "$OUT/passkey-$name" --lengths 2048 --samples 2 --quiet \
         --device "$DEVICE" "$@"
 }
+
+if [ "$SCHEME" != rope ]; then
+    train "$SCHEME" --scheme "$SCHEME"
+    train "$SCHEME-pose" --scheme "$SCHEME" --positions pose:2048
+    train "$SCHEME-randomized" --scheme "$SCHEME" --positions randomized:2048
+    for name in "$SCHEME" "$SCHEME-pose" "$SCHEME-randomized"; do
+        evaluate "$name" "$OUT/$name/model"
+    done
+    exit 0
+fi
 
 train rope --scheme rope
 train pose --scheme rope --positions pose:2048

@@ -4,7 +4,10 @@ folder, resumed bit-identically, and its refusals."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -189,28 +192,100 @@ def test_the_models_own_tokenizer_reads_the_corpus_and_is_saved_beside_the_weigh
 
 
 @pytest.mark.slow
-def test_torchrun_with_two_processes_trains_what_one_process_does(base, corpus, tmp_path) -> None:
-    import os
-    import subprocess
-    import sys
-
-    from safetensors.torch import load_file as read
-
+def run_lextra(args: list[str], processes: int = 1) -> None:
+    """`lextra ARGS` in a subprocess, under torchrun with `processes` > 1 (gloo on the CPU)."""
+    launcher = [sys.executable, "-m", "lextra"]
+    if processes > 1:
+        launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}",
+                    "-m", "lextra"]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([*launcher, *args], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def saved_weights(run: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(run / "model" / "model.safetensors"))
+
+
+def close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
+@pytest.fixture(scope="module")
+def one_process_run(base, corpus, tmp_path_factory) -> tuple[list[str], Path]:
+    """The common arguments of the torchrun tests and the one-process run they must reproduce."""
     args = ["hf", "finetune", str(base), "--tokenizer", "bytes", "--corpus", corpus, "--train-len", "32",
             "--steps", "2", "--batch-size", "2", "--warmup", "1", "--lr", "1e-2", "--device", "cpu",
-            "--quiet"]  # fmt: skip
-    one = [sys.executable, "-m", "lextra", *args, "--out", str(tmp_path / "one")]
-    two = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "lextra",
-           *args, "--out", str(tmp_path / "two")]  # fmt: skip
-    for command in (one, two):
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+            "--trainable", "norm", "--checkpoint-every", "1", "--quiet"]  # fmt: skip
+    out = tmp_path_factory.mktemp("one") / "run"
+    run_lextra([*args, "--out", str(out)])
+    return args, out
+
+
+SHARD_SPY = """
+import json, os, sys
+import lextra.hf.finetune as ft
+from lextra.cli import main
+from lextra.hf.fsdp import is_sharded
+
+def spy(model, device, world_size):
+    out = ft_shard(model, device, world_size)
+    params = list(model.parameters())
+    record = {"sharded": all(is_sharded(p) for p in params), "total": sum(p.numel() for p in params),
+              "local": sum(p.to_local().numel() for p in params)}
+    with open(sys.argv[1] + "." + os.environ["RANK"], "w") as handle:
+        json.dump(record, handle)
+    return out
+
+ft_shard, ft.shard_model = ft.shard_model, spy
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize("sharding", [[], ["--fsdp"]], ids=["ddp", "fsdp"])
+def test_torchrun_with_two_processes_trains_what_one_process_does(one_process_run, tmp_path, sharding) -> None:
+    args, one = one_process_run
+    if sharding:  # through a script that records what each process holds once the model is sharded
+        script, record = tmp_path / "spy.py", tmp_path / "shards"
+        script.write_text(SHARD_SPY)
+        done = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script),
+             str(record), *args, "--fsdp", "--out", str(tmp_path / "two")],
+            env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
         assert done.returncode == 0, done.stderr[-2000:]
-    a = read(str(tmp_path / "one" / "model" / "model.safetensors"))
-    b = read(str(tmp_path / "two" / "model" / "model.safetensors"))
-    assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+        held = [json.loads(Path(f"{record}.{rank}").read_text()) for rank in (0, 1)]
+        assert all(h["sharded"] for h in held)
+        assert sum(h["local"] for h in held) == held[0]["total"] and max(h["local"] for h in held) < held[0]["total"]
+    else:
+        run_lextra([*args, "--out", str(tmp_path / "two")], processes=2)
+    a, b = saved_weights(one), saved_weights(tmp_path / "two")
+    assert close(a, b)
     name = "model.layers.1.self_attn.v_proj.weight"
     assert not torch.equal(a[name], tiny_llama().state_dict()[name])  # LoRA trained and merged
+    for step in ("step_0000001", "step_0000002"):  # the checkpoints hold full tensors, sharded or not
+        x = load_file(str(one / "checkpoints" / step / "optimizer.safetensors"))
+        y = load_file(str(tmp_path / "two" / "checkpoints" / step / "optimizer.safetensors"))
+        assert close(x, y)
+
+
+def test_a_sharded_checkpoint_resumes_in_one_process_and_the_other_way(one_process_run, tmp_path) -> None:
+    args, one = one_process_run
+    for first, then in ((2, 1), (1, 2)):
+        run = tmp_path / f"{first}-then-{then}"
+        run_lextra([*args, *(["--fsdp"] if first > 1 else []), "--out", str(run)], first)
+        shutil.rmtree(run / "checkpoints" / "step_0000002")  # cut after step 1's checkpoint
+        shutil.rmtree(run / "model")
+        (run / "checkpoints" / "LATEST").write_text("step_0000001\n")
+        run_lextra([*args, *(["--fsdp"] if then > 1 else []), "--out", str(run), "--resume"], then)
+        assert close(saved_weights(one), saved_weights(run)), run.name
+
+
+def test_fsdp_without_torchrun_is_one_line_and_exit_2(base, corpus, tmp_path, capsys) -> None:
+    args = ["hf", "finetune", str(base), "--tokenizer", "bytes", "--corpus", corpus, "--train-len", "32", "--fsdp",
+            "--steps", "1", "--quiet", "--out", str(tmp_path / "run")]  # fmt: skip
+    assert main(args) == 2
+    assert "--fsdp shards the model over torchrun's processes; run under torchrun" in one_line_error(capsys)
 
 
 # --- --positions: the sampler's position ids reach the forward --------------------------------------------------
@@ -340,3 +415,46 @@ def test_a_run_saved_without_positions_resumes_as_contiguous(base, corpus, tmp_p
     _, resumed = finetune(config(base, corpus), tmp_path / "cut", resume=True, progress=False)
     want, got = whole.state_dict(), resumed.state_dict()
     assert all(torch.equal(want[k], got[k]) for k in want)
+
+
+def test_a_model_loaded_from_gguf_saves_as_the_plain_model_it_is(tmp_path) -> None:
+    """transformers dequantises GGUF weights into ordinary tensors but keeps its quantizer, so save_pretrained
+    refuses; `as_plain_model` (what finetune applies to a GGUF base) drops it and the folder reloads equal."""
+    from types import SimpleNamespace
+
+    from lextra.hf.load import as_plain_model
+
+    def loaded_from_gguf(method: str = "gguf"):
+        model = tiny_llama()
+        model.hf_quantizer = SimpleNamespace(quantization_config=SimpleNamespace(quant_method=method))
+        model.is_quantized = True
+        return model
+
+    with pytest.raises(ValueError, match="not serializable"):
+        loaded_from_gguf().save_pretrained(tmp_path / "refused")
+    as_plain_model(loaded_from_gguf()).save_pretrained(tmp_path / "plain")
+    reloaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "plain")
+    want, got = tiny_llama().state_dict(), reloaded.state_dict()
+    assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
+    with pytest.raises(ConfigError, match=r"is quantized \(bitsandbytes\); give a floating-point model"):
+        as_plain_model(loaded_from_gguf("bitsandbytes"))
+    still = loaded_from_gguf()
+    still.lm_head.weight = torch.nn.Parameter(torch.zeros(VOCAB, 32, dtype=torch.int8), requires_grad=False)
+    with pytest.raises(ConfigError, match="still quantized"):
+        as_plain_model(still)
+
+
+def test_pose_windows_below_the_model_window_may_train_a_rope_scaling_that_reaches_the_target(
+    base, corpus, tmp_path
+) -> None:
+    """A 16-token window with PoSE positions up to 128 trains YaRN 4 on a 32-token model (the refusal is for
+    windows whose positions stay below the window the scaling stretches)."""
+    run = config(base, corpus, train_len=16, positions="pose:128", rope_scaling="yarn:4", steps=1, checkpoint_every=0)
+    final, _ = finetune(run, tmp_path / "run", progress=False)
+    saved = json.loads((final / "config.json").read_text())
+    assert saved["max_position_embeddings"] == 128
+    assert (
+        saved["rope_parameters"]["factor"] == 4.0 and saved["rope_parameters"]["original_max_position_embeddings"] == 32
+    )
+    with pytest.raises(ConfigError, match="reach past it with --positions pose:TARGET"):
+        finetune(config(base, corpus, train_len=16, positions="pose:24", rope_scaling="yarn:4"), tmp_path / "b")

@@ -322,6 +322,7 @@ def _run_finetune(args: argparse.Namespace) -> int:
         gradient_checkpointing=not args.no_gradient_checkpointing,
         s2_group=None if args.s2_attn is None else (args.s2_attn or args.train_len // 4),
         positions=args.positions,
+        fsdp=args.fsdp,
     )
     if args.quiet:  # transformers' loading and saving bars too
         from transformers.utils import logging as hf_logging
@@ -339,6 +340,8 @@ def _run_finetune(args: argparse.Namespace) -> int:
         "lextra hf finetune models/llama --out runs/hf/ft-yarn --train-len 8192 --rope-scaling yarn:4 --steps 400",
         "lextra hf finetune models/llama --out runs/hf/ft-pose --train-len 2048 --positions pose:32768 "
         "--lora r=8,alpha=16 --trainable embed,norm",
+        "torchrun --nproc-per-node 8 -m lextra hf finetune models/llama --out runs/hf/ft --train-len 8192 "
+        "--rope-scaling yarn:4 --batch-size 8 --fsdp",
     ),
 )
 def configure_finetune(parser: argparse.ArgumentParser) -> Handler:
@@ -376,4 +379,10 @@ def configure_finetune(parser: argparse.ArgumentParser) -> Handler:
         "--no-gradient-checkpointing", action="store_true", help="keep activations (faster, more memory)"
     )
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    parser.add_argument(
+        "--fsdp",
+        action="store_true",
+        help="under torchrun, shard weights, gradients and optimizer state over the processes (FSDP2) instead of "
+        "replicating the model (DDP): for models that do not fit one GPU",
+    )
     return _run_finetune

@@ -43,7 +43,8 @@ from lextra.data.prepare import PreparedData, prepare_data
 from lextra.data.shards import PreparedShards
 from lextra.devices import autocast, resolve_device
 from lextra.errors import CheckpointError, ConfigError, DataError
-from lextra.hf.load import load_config, resolve_model_path, tokenizer_config
+from lextra.hf.fsdp import full_tensor, is_sharded, placed_like, shard_model
+from lextra.hf.load import as_plain_model, load_config, pretrained_source, resolve_model_path, tokenizer_config
 from lextra.hf.models import CAUSAL_FAMILIES, hf_rope_parameters
 from lextra.hf.s2attn import check_group, disable_s2, enable_s2
 from lextra.io import atomic_write, atomic_write_json, atomic_write_text, sha256_file
@@ -139,6 +140,8 @@ class FinetuneConfig:
     seed: int = 0
     checkpoint_every: int = 50
     log_every: int = 10
+    #: shard the model over torchrun's processes with FSDP2 (`lextra.hf.fsdp`) instead of replicating it (DDP)
+    fsdp: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -148,8 +151,9 @@ class FinetuneConfig:
         return build_sampler(self.positions, self.train_len)
 
 
-#: what a resumed run may change: its length, logging and checkpoint interval
-COMPATIBLE_CHANGES = {"steps", "checkpoint_every", "log_every"}
+#: what a resumed run may change: its length, logging and checkpoint interval, and whether it is sharded (a
+#: checkpoint holds full tensors either way)
+COMPATIBLE_CHANGES = {"steps", "checkpoint_every", "log_every", "fsdp"}
 
 
 def _data(config: FinetuneConfig) -> tuple[Tokenizer, TrainStream | PreparedShards]:
@@ -174,27 +178,25 @@ def build_model(config: FinetuneConfig, device: torch.device) -> tuple[Any, Any]
     from transformers import AutoModelForCausalLM
 
     path = resolve_model_path(config.model)
-    if path.suffix == ".gguf":
-        raise ConfigError(
-            f"{path}: fine-tuning needs a Hugging Face folder, not a GGUF file; save it with save_pretrained"
-        )
     hf_config = load_config(path)
     if getattr(hf_config, "model_type", None) not in CAUSAL_FAMILIES:
         raise ConfigError(
             f"lextra hf finetune trains Llama-family models ({', '.join(CAUSAL_FAMILIES)}), "
             f"not {getattr(hf_config, 'model_type', None)!r}"
         )
-    window = int(hf_config.max_position_embeddings)
-    if config.rope_scaling and config.train_len < window:
+    window, reach = int(hf_config.max_position_embeddings), max(config.train_len, config.sampler().limit)
+    if config.rope_scaling and reach < window:
         raise ConfigError(
             f"--train-len {config.train_len} is below the model's window ({window} tokens) that --rope-scaling "
-            f"stretches; train at {window} or more, or drop --rope-scaling"
+            f"stretches; train at {window} or more, reach past it with --positions pose:TARGET, or drop "
+            "--rope-scaling"
         )
     original = dict(hf_config.rope_parameters or {})
     hf_config.rope_parameters = hf_rope_parameters(hf_config, original, config.rope_scaling)
     torch.manual_seed(config.seed)
-    model = AutoModelForCausalLM.from_pretrained(
-        str(path), config=hf_config, dtype=torch.float32, local_files_only=True
+    folder, kwargs = pretrained_source(path)  # GGUF weights are dequantised to fp32
+    model = as_plain_model(
+        AutoModelForCausalLM.from_pretrained(folder, config=hf_config, dtype=torch.float32, **kwargs)
     )
     model.config.use_cache = False
     if config.s2_group is not None:
@@ -232,8 +234,18 @@ def _with_lora(model: Any, lora: LoraSpec) -> Any:
 
 
 def trainable_state(model: Any) -> dict[str, torch.Tensor]:
-    """The parameters that train, by name, on the CPU."""
-    return {n: p.detach().contiguous().cpu() for n, p in model.named_parameters() if p.requires_grad}
+    """The parameters that train, by name, whole and on the CPU (a collective when the model is sharded)."""
+    return {n: full_tensor(p.detach()).contiguous().cpu() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def optimizer_state(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
+    """The optimizer's per-parameter state as full CPU tensors named `INDEX.KEY`, and its param groups (a
+    collective when the parameters are sharded)."""
+    state = optimizer.state_dict()
+    tensors = {
+        f"{i}.{k}": full_tensor(v.detach()).contiguous().cpu() for i, e in state["state"].items() for k, v in e.items()
+    }
+    return tensors, state["param_groups"]
 
 
 def make_optimizer(model: Any, config: FinetuneConfig) -> torch.optim.AdamW:
@@ -245,23 +257,31 @@ def make_optimizer(model: Any, config: FinetuneConfig) -> torch.optim.AdamW:
     return torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2))
 
 
-def save_checkpoint(run_dir: Path, model: Any, optimizer: torch.optim.Optimizer, step: int) -> Path:
-    """checkpoints/step_N: trainable weights, optimizer state and RNG, staged then renamed; LATEST points at it."""
+def save_checkpoint(
+    run_dir: Path, model: Any, optimizer: torch.optim.Optimizer, step: int, *, write: bool = True
+) -> Path:
+    """checkpoints/step_N: trainable weights, optimizer state and RNG, staged then renamed; LATEST points at it.
+    A sharded model is gathered on every process (each calls this) and only the one with `write` writes."""
     root = run_dir / CHECKPOINTS
     final, staging = root / f"step_{step:07d}", root / f".step_{step:07d}.tmp"
+    sharded = any(is_sharded(p) for p in model.parameters())
+    if not (write or sharded):
+        return final
+    weights = trainable_state(model)
+    tensors, param_groups = optimizer_state(optimizer)
+    if not write:
+        return final
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    state = optimizer.state_dict()
-    tensors = {f"{i}.{k}": v.detach().contiguous().cpu() for i, e in state["state"].items() for k, v in e.items()}
-    atomic_write(staging / "trainable.safetensors", lambda tmp: save_file(trainable_state(model), str(tmp)))
+    atomic_write(staging / "trainable.safetensors", lambda tmp: save_file(weights, str(tmp)))
     atomic_write(staging / "optimizer.safetensors", lambda tmp: save_file(tensors, str(tmp)))
     record: dict[str, Any] = {
         "step": step,
-        "param_groups": state["param_groups"],
+        "param_groups": param_groups,
         "sha256": {f: sha256_file(staging / f) for f in ("trainable.safetensors", "optimizer.safetensors")},
         "torch_rng_state": torch.get_rng_state().tolist(),
     }
-    if torch.cuda.is_available() and any(p.is_cuda for p in model.parameters()):
+    if torch.cuda.is_available() and any(p.device.type == "cuda" for p in model.parameters()):
         record["cuda_rng_state"] = torch.cuda.get_rng_state().tolist()
     atomic_write_json(staging / "state.json", record)
     shutil.rmtree(final, ignore_errors=True)
@@ -285,11 +305,13 @@ def load_checkpoint(path: Path, model: Any, optimizer: torch.optim.Optimizer) ->
     params = dict(model.named_parameters())
     with torch.no_grad():
         for name, value in weights.items():
-            params[name].copy_(value)
+            params[name].copy_(placed_like(value, params[name]))
+    by_index = [p for group in optimizer.param_groups for p in group["params"]]  # state_dict()'s numbering
     state: dict[int, dict[str, torch.Tensor]] = {}
     for name, value in load_file(str(path / "optimizer.safetensors")).items():
         index, key = name.split(".", 1)
-        state.setdefault(int(index), {})[key] = value
+        param = by_index[int(index)]
+        state.setdefault(int(index), {})[key] = placed_like(value, param) if value.shape == param.shape else value
     optimizer.load_state_dict({"state": state, "param_groups": record["param_groups"]})
     torch.set_rng_state(torch.tensor(record["torch_rng_state"], dtype=torch.uint8))
     if "cuda_rng_state" in record and torch.cuda.is_available():
@@ -351,7 +373,7 @@ def train_step(
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     grad_norm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], grad_clip)
-    return loss.detach(), grad_norm
+    return loss.detach(), full_tensor(grad_norm)
 
 
 def finetune(
@@ -363,8 +385,9 @@ def finetune(
     device: str | torch.device | None = None,
     on_step: Callable[[int], None] | None = None,
 ) -> tuple[Path, Any]:
-    """Fine-tune `config.model` into `run_dir`; returns the saved Hugging Face folder and the merged model. Under
-    torchrun every process takes its rows of the same global batch (DDP, as `lextra train`); the first writes."""
+    """Fine-tune `config.model` into `run_dir`; returns the saved Hugging Face folder and the merged model (None
+    on the other processes of a sharded run). Under torchrun every process takes its rows of the same global
+    batch, the model replicated (DDP, as `lextra train`) or with `config.fsdp` sharded (FSDP2); the first writes."""
     run_dir = Path(run_dir)
     device = resolve_device(device)
     if config.train_len < 2 or config.steps < 1 or config.batch_size < 1:
@@ -387,6 +410,8 @@ def finetune(
             "use a bigger corpus or a shorter --train-len"
         )
     model, hf_config = build_model(config, device)
+    if config.fsdp:
+        shard_model(model, device, world.size)
     if int(tokenizer.vocab_size) > int(hf_config.vocab_size):
         raise ConfigError(
             f"tokenizer {tokenizer.name} has {tokenizer.vocab_size} ids, more than the model's "
@@ -413,7 +438,7 @@ def finetune(
             kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= start]
             atomic_write_text(metrics, "".join(line + "\n" for line in kept))
     world.barrier()
-    network = world.wrap(model)
+    network = model if config.fsdp else world.wrap(model)
     progress = progress and world.is_main
     precision = "bf16" if device.type == "cuda" else "fp32"
     L = config.train_len
@@ -450,23 +475,35 @@ def finetune(
                     handle.write(json.dumps(record) + "\n")
             window_start, window_tokens = time.perf_counter(), 0
         if config.checkpoint_every and done % config.checkpoint_every == 0 and done < config.steps:
-            if world.is_main:
-                save_checkpoint(run_dir, model, optimizer, done)
+            save_checkpoint(run_dir, model, optimizer, done, write=world.is_main)
             world.barrier()
         bar.update(1)
         if on_step is not None:
             on_step(done)
     bar.close()
-    if world.is_main:  # the last checkpoint holds the LoRA weights, before they are merged
-        save_checkpoint(run_dir, model, optimizer, config.steps)
-    merged = merged_model(model)
-    merged.config.max_position_embeddings = max(L, sampler.limit)  # the positions trained: PoSE's target
+    # the last checkpoint holds the LoRA weights, before they are merged
+    save_checkpoint(run_dir, model, optimizer, config.steps, write=world.is_main)
     final = run_dir / FINAL
-    if world.is_main:
+    if config.fsdp:  # the trained weights gathered, then merged into an unsharded copy on the first process
+        weights = trainable_state(model)
+        model = _unsharded(config, weights) if world.is_main else None
+    merged = merged_model(model) if model is not None else None
+    if world.is_main and merged is not None:
+        merged.config.max_position_embeddings = max(L, sampler.limit)  # the positions trained: PoSE's target
         merged.save_pretrained(final)
         _save_tokenizer(config, final)
     world.close()
     return final, merged
+
+
+def _unsharded(config: FinetuneConfig, weights: dict[str, torch.Tensor]) -> Any:
+    """The run's model built again on the CPU, unsharded, holding the trained `weights`."""
+    model, _ = build_model(dataclasses.replace(config, fsdp=False), torch.device("cpu"))
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, value in weights.items():
+            params[name].copy_(value)
+    return model
 
 
 def _save_tokenizer(config: FinetuneConfig, folder: Path) -> None:
@@ -476,8 +513,7 @@ def _save_tokenizer(config: FinetuneConfig, folder: Path) -> None:
     from transformers import AutoTokenizer
 
     try:
-        AutoTokenizer.from_pretrained(str(resolve_model_path(config.model)), local_files_only=True).save_pretrained(
-            folder
-        )
+        source, kwargs = pretrained_source(resolve_model_path(config.model))
+        AutoTokenizer.from_pretrained(source, **kwargs).save_pretrained(folder)
     except (OSError, ValueError):
         print(f"lextra hf finetune: note: {config.model} has no tokenizer to save beside the model", file=sys.stderr)

@@ -44,13 +44,38 @@ def resolve_model_path(spec: str) -> Path:
     return path
 
 
+def pretrained_source(path: Path) -> tuple[str, dict[str, Any]]:
+    """What `from_pretrained` takes for a model folder or GGUF file: the folder and, for GGUF, its file name."""
+    if path.suffix == ".gguf":
+        return str(path.parent), {"gguf_file": path.name, "local_files_only": True}
+    return str(path), {"local_files_only": True}
+
+
+def as_plain_model(model: Any) -> Any:
+    """`model` loaded from a GGUF file, marked as the plain floating-point model it is: transformers dequantises
+    GGUF weights into ordinary tensors yet keeps its quantizer attached, which makes `save_pretrained` refuse.
+    A model with weights still quantized (none that are not floating point may remain) is an error."""
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is None:
+        return model
+    method = getattr(getattr(quantizer, "quantization_config", None), "quant_method", None)
+    if getattr(method, "value", method) != "gguf":
+        raise ConfigError(f"{type(model).__name__} is quantized ({method}); give a floating-point model")
+    if any(not p.is_floating_point() for p in model.parameters()):
+        raise ConfigError("the GGUF weights are still quantized after loading; give a floating-point model folder")
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    return model
+
+
 def load_config(path: Path) -> Any:
     """The Hugging Face config of a model folder or GGUF file (local files only)."""
     from transformers import AutoConfig
 
-    if path.suffix == ".gguf":
-        return AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
-    return AutoConfig.from_pretrained(str(path), local_files_only=True)
+    folder, kwargs = pretrained_source(path)
+    return AutoConfig.from_pretrained(folder, **kwargs)
 
 
 def check_supported(config: Any) -> str:
@@ -97,12 +122,9 @@ def load_hf(
     from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
     loader = AutoModelForCausalLM if family == "causal" else AutoModelForSeq2SeqLM
-    kwargs: dict[str, Any] = {"dtype": dtype, "local_files_only": True}
+    folder, kwargs = pretrained_source(path)
     try:
-        if path.suffix == ".gguf":
-            model = loader.from_pretrained(str(path.parent), gguf_file=path.name, **kwargs)
-        else:
-            model = loader.from_pretrained(str(path), **kwargs)
+        model = loader.from_pretrained(folder, dtype=dtype, **kwargs)
     except ImportError as err:
         raise DataError(f"loading {path} needs a missing package ({err}); for GGUF: {SMOLLM2_INSTALL}") from err
     except (OSError, ValueError) as err:
