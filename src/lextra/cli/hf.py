@@ -340,8 +340,6 @@ def _run_finetune(args: argparse.Namespace) -> int:
         "lextra hf finetune models/llama --out runs/hf/ft-yarn --train-len 8192 --rope-scaling yarn:4 --steps 400",
         "lextra hf finetune models/llama --out runs/hf/ft-pose --train-len 2048 --positions pose:32768 "
         "--lora r=8,alpha=16 --trainable embed,norm",
-        "torchrun --nproc-per-node 8 -m lextra hf finetune models/llama --out runs/hf/ft --train-len 8192 "
-        "--rope-scaling yarn:4 --batch-size 8 --fsdp",
     ),
 )
 def configure_finetune(parser: argparse.ArgumentParser) -> Handler:

@@ -233,18 +233,29 @@ def _with_lora(model: Any, lora: LoraSpec) -> Any:
     return get_peft_model(model, config)
 
 
-def trainable_state(model: Any) -> dict[str, torch.Tensor]:
+def _gathered(items: Any, keep: bool) -> dict[str, torch.Tensor]:
+    """(name, tensor) pairs as whole CPU tensors, gathered one at a time when sharded (every process takes part;
+    only one with `keep` holds the copies, so the host holds one full state, not one per process)."""
+    out: dict[str, torch.Tensor] = {}
+    for name, value in items:
+        whole = full_tensor(value.detach())
+        if keep:
+            out[name] = whole.contiguous().cpu()
+    return out
+
+
+def trainable_state(model: Any, keep: bool = True) -> dict[str, torch.Tensor]:
     """The parameters that train, by name, whole and on the CPU (a collective when the model is sharded)."""
-    return {n: full_tensor(p.detach()).contiguous().cpu() for n, p in model.named_parameters() if p.requires_grad}
+    return _gathered(((n, p) for n, p in model.named_parameters() if p.requires_grad), keep)
 
 
-def optimizer_state(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
-    """The optimizer's per-parameter state as full CPU tensors named `INDEX.KEY`, and its param groups (a
+def optimizer_state(
+    optimizer: torch.optim.Optimizer, keep: bool = True
+) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
+    """The optimizer's per-parameter state as whole CPU tensors named `INDEX.KEY`, and its param groups (a
     collective when the parameters are sharded)."""
     state = optimizer.state_dict()
-    tensors = {
-        f"{i}.{k}": full_tensor(v.detach()).contiguous().cpu() for i, e in state["state"].items() for k, v in e.items()
-    }
+    tensors = _gathered(((f"{i}.{k}", v) for i, e in state["state"].items() for k, v in e.items()), keep)
     return tensors, state["param_groups"]
 
 
@@ -267,8 +278,8 @@ def save_checkpoint(
     sharded = any(is_sharded(p) for p in model.parameters())
     if not (write or sharded):
         return final
-    weights = trainable_state(model)
-    tensors, param_groups = optimizer_state(optimizer)
+    weights = trainable_state(model, keep=write)
+    tensors, param_groups = optimizer_state(optimizer, keep=write)
     if not write:
         return final
     shutil.rmtree(staging, ignore_errors=True)
@@ -485,7 +496,7 @@ def finetune(
     save_checkpoint(run_dir, model, optimizer, config.steps, write=world.is_main)
     final = run_dir / FINAL
     if config.fsdp:  # the trained weights gathered, then merged into an unsharded copy on the first process
-        weights = trainable_state(model)
+        weights = trainable_state(model, keep=world.is_main)
         model = _unsharded(config, weights) if world.is_main else None
     merged = merged_model(model) if model is not None else None
     if world.is_main and merged is not None:
