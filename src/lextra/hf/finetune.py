@@ -1,6 +1,8 @@
 """Fine-tuning a Hugging Face Llama-family model at a new context length: LoRA (through `peft`), optionally trainable
 embeddings and norms and S2-Attn (LongLoRA's recipe, `lextra.hf.s2attn`), a RoPE scaling that becomes part of the
-saved config, gradient checkpointing, bf16 autocast on CUDA (fp32 on the CPU).
+saved config, gradient checkpointing, bf16 autocast on CUDA (fp32 on the CPU). The base is a Hugging Face folder
+or a GGUF file (dequantised to fp32 as it loads); under torchrun the model is replicated (DDP) or, with `fsdp`,
+sharded (FSDP2, `lextra.hf.fsdp`).
 
 The run folder mirrors `lextra train`'s: `config.json`, `metrics.jsonl` (the same records: step, loss, lr,
 grad_norm, tokens_per_s), `checkpoints/step_N/` (the trainable weights, the optimizer and the RNG, written into a
