@@ -251,6 +251,14 @@ def trainable_state(model: Any, keep: bool = True) -> dict[str, torch.Tensor]:
     return _gathered(((n, p) for n, p in model.named_parameters() if p.requires_grad), keep)
 
 
+def load_trainable(model: Any, weights: dict[str, torch.Tensor]) -> None:
+    """Copy whole tensors by name into the model's parameters, sharded as each parameter is."""
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, value in weights.items():
+            params[name].copy_(placed_like(value, params[name]))
+
+
 def optimizer_state(
     optimizer: torch.optim.Optimizer, keep: bool = True
 ) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
@@ -314,11 +322,7 @@ def load_checkpoint(path: Path, model: Any, optimizer: torch.optim.Optimizer) ->
                 raise CheckpointError(f"checkpoint {path}: {name} is corrupt (checksum mismatch)")
     except (OSError, json.JSONDecodeError, KeyError) as err:
         raise CheckpointError(f"checkpoint {path} is incomplete ({err})") from None
-    weights = load_file(str(path / "trainable.safetensors"))
-    params = dict(model.named_parameters())
-    with torch.no_grad():
-        for name, value in weights.items():
-            params[name].copy_(placed_like(value, params[name]))
+    load_trainable(model, load_file(str(path / "trainable.safetensors")))
     by_index = [p for group in optimizer.param_groups for p in group["params"]]  # state_dict()'s numbering
     state: dict[int, dict[str, torch.Tensor]] = {}
     for name, value in load_file(str(path / "optimizer.safetensors")).items():
@@ -512,10 +516,7 @@ def finetune(
 def _unsharded(config: FinetuneConfig, weights: dict[str, torch.Tensor]) -> Any:
     """The run's model built again on the CPU, unsharded, holding the trained `weights`."""
     model, _ = build_model(dataclasses.replace(config, fsdp=False), torch.device("cpu"))
-    params = dict(model.named_parameters())
-    with torch.no_grad():
-        for name, value in weights.items():
-            params[name].copy_(value)
+    load_trainable(model, weights)
     return model
 
 

@@ -22,10 +22,10 @@ def load_hf_tokenizer(path: str | Path) -> Any:
     """The transformers tokenizer of a local folder or .gguf file (offline)."""
     from transformers import AutoTokenizer
 
-    location = Path(path)
-    if location.suffix == ".gguf":
-        return AutoTokenizer.from_pretrained(str(location.parent), gguf_file=location.name, local_files_only=True)
-    return AutoTokenizer.from_pretrained(str(location), local_files_only=True)
+    from lextra.hf.load import pretrained_source
+
+    folder, kwargs = pretrained_source(Path(path))
+    return AutoTokenizer.from_pretrained(folder, **kwargs)
 
 
 def template_parts(hf_tokenizer: Any) -> ChatFormat:
