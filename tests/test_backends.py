@@ -270,10 +270,11 @@ def test_only_partially_visible_columns_are_masked() -> None:
 
 @pytest.mark.slow
 def test_tiled_rotary_attention_holds_no_rotated_copies_of_q_and_k() -> None:
-    """The fused call holds rotated q and k besides its output (4x the output at 16k); the tiled path holds the
-    output and O(tile) buffers (the issue's bound: 2x plain SDPA, whose extra memory is its output)."""
+    """The fused call holds rotated q and k besides its output (about 3x the output at 16k, a little less where the
+    allocator reuses the warm-up's pages); the tiled path holds the output and O(tile) buffers (the issue's bound:
+    2x plain SDPA, whose extra memory is its output)."""
     fused, tiled = _extra_memory("rope", backend="sdpa"), _extra_memory("rope")
-    assert fused["extra_mib"] > 3 * fused["out_mib"], fused
+    assert fused["extra_mib"] > 2.5 * fused["out_mib"], fused
     assert tiled["extra_mib"] < 2 * tiled["out_mib"], tiled
 
 
