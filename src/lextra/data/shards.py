@@ -37,6 +37,7 @@ hashes every file it wrote). Its `batch` draws the same windows as `TrainStream`
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -73,7 +74,7 @@ from lextra.data.tokenizers import (
     resolve_cache_dir,
     tokenizer_from_config,
 )
-from lextra.data.windows import gather_windows, mixture_window_starts, window_starts
+from lextra.data.windows import JoinedTokens, mixture_window_starts, window_starts
 from lextra.errors import DataError
 from lextra.io import atomic_write_json, sha256_file
 
@@ -680,11 +681,12 @@ class PreparedShards:
 
     def windows(self, starts: torch.Tensor, length: int) -> torch.Tensor:
         """The (len(starts), length + 1) int64 windows of the training stream at `starts`."""
-        parts = self._parts["train"]
-        if len(parts) == 1:
-            return gather_windows(parts[0].tokens, starts, length)
-        rows = np.stack([self.span("train", int(s), int(s) + length + 1) for s in starts])
-        return torch.from_numpy(rows.astype(np.int64))
+        return self._train_tokens.windows(starts, length)
+
+    @functools.cached_property
+    def _train_tokens(self) -> JoinedTokens:
+        """The training stream's token files, read as one stream (they stay mapped while this object lives)."""
+        return JoinedTokens([part.tokens for part in self._parts["train"]])
 
     def part_ranges(self, split: str = "train") -> list[tuple[int, int]]:
         """Each mixture part's [start, stop) range of a split's stream (its documents are consecutive there)."""

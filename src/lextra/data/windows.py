@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
+from numpy.lib.stride_tricks import as_strided
 
 from lextra.data.corpora import Document
 from lextra.data.tokenizers import ByteTokenizer, Tokenizer
@@ -119,13 +120,94 @@ def mixture_window_starts(
     return starts
 
 
+def _window_rows(tokens: np.ndarray, rows: int, length: int) -> np.ndarray:
+    """A read-only (rows, length + 1) strided view of `tokens` whose row i is tokens [i, i + length + 1): every
+    window as a row, without a copy (rows past the array's end must never be read)."""
+    step = tokens.strides[0]
+    return as_strided(np.asarray(tokens), shape=(rows, length + 1), strides=(step, step), writeable=False)
+
+
 def gather_windows(tokens: np.ndarray, starts: torch.Tensor, length: int) -> torch.Tensor:
     """The (len(starts), length + 1) int64 windows of a flat token array (in memory or memory-mapped) at `starts`.
 
-    One numpy gather: no thread pool, so its speed does not depend on how busy the other cores are.
+    One numpy row gather from a strided view of every window (no index array of batch x length offsets, and no
+    thread pool, so its speed does not depend on how busy the other cores are); a start out of range is an
+    IndexError.
     """
-    index = starts.numpy()[:, None] + np.arange(length + 1)
-    return torch.from_numpy(np.asarray(tokens[index]).astype(np.int64))
+    view = _window_rows(tokens, max(tokens.size - length, 0), length)
+    return torch.from_numpy(view[starts.numpy()].astype(np.int64))
+
+
+class JoinedTokens:
+    """A token stream stored as consecutive flat arrays of one dtype (a split's shard files, each mapped on its
+    own), read as one: `windows` gathers a batch of windows anywhere in it with one numpy gather, as fast as
+    from one array.
+
+    The arrays lie somewhere in the address space; a strided view that starts at the lowest one reaches each
+    array's tokens at a fixed row offset (its address minus the lowest, in tokens), so one index array, the
+    windows' rows in that view, gathers every window that lies inside one array. Only those rows are read: a
+    row is computed from the array the start falls in and kept only when its window ends inside that array.
+    The rare window that runs from one array into the next, and every window when the arrays' addresses are not
+    a whole number of tokens apart, is copied piece by piece. The windows are those of the joined stream.
+    """
+
+    def __init__(self, pieces: Sequence[np.ndarray]) -> None:
+        if not pieces or len({piece.dtype for piece in pieces}) != 1:
+            raise DataError("a joined token stream needs one or more flat arrays of one dtype")
+        self.pieces = [np.asarray(piece).reshape(-1) for piece in pieces]
+        sizes = np.array([piece.size for piece in self.pieces], dtype=np.int64)
+        #: piece k holds the stream's tokens [bounds[k], bounds[k + 1])
+        self.bounds = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+        item = self.pieces[0].itemsize
+        addresses = np.array([piece.ctypes.data for piece in self.pieces], dtype=np.int64)
+        self._base = self.pieces[int(np.argmin(addresses))]
+        offsets = addresses - addresses.min()
+        contiguous = all(piece.strides[0] == item for piece in self.pieces)
+        self._joinable = contiguous and bool(np.all(offsets % item == 0))
+        self._sizes = sizes
+        #: the row, in the view from the lowest array, of each piece's first token
+        self._first_row = offsets // item
+        self._extent = int((self._first_row + sizes).max())
+        self._views: dict[int, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return int(self.bounds[-1])
+
+    def _view(self, length: int) -> np.ndarray:
+        """Every window of `length + 1` tokens as a row: of the one array, or of the view from the lowest one."""
+        if length not in self._views:
+            extent = self.pieces[0].size if len(self.pieces) == 1 else self._extent
+            self._views[length] = _window_rows(self._base, max(extent - length, 0), length)
+        return self._views[length]
+
+    def windows(self, starts: torch.Tensor, length: int) -> torch.Tensor:
+        """The (len(starts), length + 1) int64 windows of the stream at `starts` (each in [0, len - length))."""
+        at = starts.numpy()
+        view = self._view(length)
+        if len(self.pieces) == 1:
+            return torch.from_numpy(view[at].astype(np.int64))
+        piece = np.searchsorted(self.bounds[1:-1], at, side="right")
+        local = at - self.bounds[piece]
+        inside = (local >= 0) & (local <= self._sizes[piece] - (length + 1))
+        if self._joinable and inside.all():
+            return torch.from_numpy(view[local + self._first_row[piece]].astype(np.int64))
+        if not self._joinable:
+            inside[:] = False
+        out = np.empty((at.size, length + 1), dtype=np.int64)
+        out[inside] = view[local[inside] + self._first_row[piece[inside]]]
+        for row in np.flatnonzero(~inside):
+            start = int(at[row])
+            if not 0 <= start <= len(self) - length - 1:
+                raise DataError(
+                    f"a training window starts at {start}, outside 0..{len(self) - length - 1} (windows of "
+                    f"{length + 1} tokens in a stream of {len(self)})"
+                )
+            index, offset, filled = int(piece[row]), int(local[row]), 0
+            while filled < length + 1:
+                take = min(length + 1 - filled, int(self.pieces[index].size) - offset)
+                out[row, filled : filled + take] = self.pieces[index][offset : offset + take]
+                filled, offset, index = filled + take, 0, index + 1
+        return torch.from_numpy(out)
 
 
 class TrainStream:
