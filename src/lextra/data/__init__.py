@@ -35,9 +35,13 @@ from lextra.data.tokenizers import (
     tokenizer_from_config,
 )
 from lextra.data.windows import (
+    ORDERS,
+    EpochOrder,
     TrainStream,
     encode_documents,
+    epoch_window_starts,
     eval_sequences,
+    in_order,
     mixture_window_starts,
     window_starts,
 )
@@ -45,10 +49,12 @@ from lextra.data.windows import (
 __all__ = [
     "BUILTIN_CORPORA",
     "DEFAULT_FRACTIONS",
+    "ORDERS",
     "SPLITS",
     "BPETokenizer",
     "ByteTokenizer",
     "Document",
+    "EpochOrder",
     "HFTokenizer",
     "PreparedData",
     "PreparedShards",
@@ -59,7 +65,9 @@ __all__ = [
     "cached_shards",
     "data_cache_dir",
     "encode_documents",
+    "epoch_window_starts",
     "eval_sequences",
+    "in_order",
     "iter_documents",
     "load_corpus",
     "mixture_parts",

@@ -74,7 +74,14 @@ from lextra.data.tokenizers import (
     resolve_cache_dir,
     tokenizer_from_config,
 )
-from lextra.data.windows import JoinedTokens, mixture_window_starts, window_starts
+from lextra.data.windows import (
+    EpochOrder,
+    JoinedTokens,
+    check_order,
+    in_order,
+    mixture_window_starts,
+    window_starts,
+)
 from lextra.errors import DataError
 from lextra.io import atomic_write_json, sha256_file
 
@@ -947,8 +954,17 @@ class WeightedMixture:
         return self.shards.windows(starts, length)
 
 
-def training_batches(shards: PreparedShards) -> PreparedShards | WeightedMixture:
-    """What a run draws its windows from: the folder's stream, or its parts by weight when it holds a weighted
-    mixture."""
+def training_batches(shards: PreparedShards, order: str = "iid") -> PreparedShards | WeightedMixture | EpochOrder:
+    """What a run draws its windows from, in `order` (`ORDERS`): the folder's stream, i.i.d. or in epochs, or its
+    parts by weight when it holds a weighted mixture (i.i.d. only: weights say how often each part is drawn, an
+    epoch draws every window once)."""
+    check_order(order)
     weights = mixture_weights(shards.corpus)
-    return shards if weights is None else WeightedMixture(shards, weights)
+    if weights is not None:
+        if order == "epoch":
+            raise DataError(
+                f"{shards.root} holds a weighted mixture ({shards.corpus}), whose windows are drawn by weight; "
+                "epoch order draws every window once, so use --order iid, or an unweighted mixture A+B"
+            )
+        return WeightedMixture(shards, weights)
+    return in_order(shards, order)
