@@ -186,7 +186,7 @@ def add_corpus(parser: argparse.ArgumentParser, *, default: str | None = "python
         "--corpus",
         default=default,
         help=help_default
-        or f"{BUILTIN_CORPORA_HELP}, a mixture A+B, or a path (text files dir, .jsonl, saved HF dataset)",
+        or f"{BUILTIN_CORPORA_HELP}, a mixture A+B, or a path (text files dir, .jsonl, .parquet, saved HF dataset)",
     )
     parser.add_argument(
         "--limit-chars", type=positive_int, default=None, help="use only the first N characters of the corpus"
@@ -238,7 +238,7 @@ def add_data(parser: argparse.ArgumentParser) -> None:
         "--corpus",
         default=None,
         help=f"{BUILTIN_CORPORA_HELP}, a mixture A+B (weighted: A:0.3+B:0.7), or a path (text files dir, "
-        ".jsonl[.gz|.zst], saved HF dataset) "
+        ".jsonl[.gz|.zst], .parquet, saved HF dataset) "
         f"(default: {config_default(TrainConfig, 'corpus')})",
     )
     parser.add_argument(
