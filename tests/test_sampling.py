@@ -84,7 +84,9 @@ def _global_windows(n: int, batch: int, length: int, seed: int, steps: int) -> n
     return np.concatenate([epoch_window_starts(n, s, batch, length, seed).numpy() for s in range(steps)])
 
 
-@pytest.mark.parametrize(("n", "batch", "length"), [(1000, 4, 32), (1000, 7, 9), (35, 8, 16), (5, 3, 4)])
+@pytest.mark.parametrize(
+    ("n", "batch", "length"), [(1000, 4, 32), (1000, 7, 9), (35, 8, 16), (5, 3, 4), (20_001, 3000, 1)]
+)
 def test_every_window_is_drawn_exactly_once_per_epoch(n: int, batch: int, length: int) -> None:
     windows = epoch_windows(n, length)
     assert windows == (n - 1) // length
@@ -102,8 +104,7 @@ def test_every_window_is_drawn_exactly_once_per_epoch(n: int, batch: int, length
 
 def test_the_permutation_is_a_bijection_at_any_size_and_looks_random() -> None:
     for windows in (1, 2, 3, 10, 99, 1000, 4099):
-        keys = np.tile(np.array(list(range(1, EPOCH_ROUNDS + 1)), dtype=np.uint64) * 7919, (windows, 1))
-        image = epoch_permutation(np.arange(windows), windows, keys)
+        image = epoch_permutation(np.arange(windows), windows, [7919 * r for r in range(1, EPOCH_ROUNDS + 1)])
         assert np.array_equal(np.sort(image), np.arange(windows)), windows
     image = epoch_window_starts(10**6 + 1, 0, 4096, 1, seed=0).numpy()  # 10^6 windows of one token
     assert len(set(image.tolist())) == 4096

@@ -134,35 +134,50 @@ def _mix(values: np.ndarray, keys: np.ndarray) -> np.ndarray:
     return h ^ (h >> _SHIFT_1)
 
 
-def epoch_permutation(index: np.ndarray, windows: int, keys: np.ndarray) -> np.ndarray:
+def epoch_permutation(index: np.ndarray, windows: int, keys: Sequence[int]) -> np.ndarray:
     """Where each `index` in [0, windows) goes under a keyed pseudo-random permutation of [0, windows): memory and
     time O(len(index)), whatever `windows` is.
 
     A Feistel network on Z_a x Z_b (a = ceil(sqrt(windows)), b = ceil(windows / a)) with modular addition and
     halves that alternate between the two sizes, as in format-preserving encryption (Bellare, Ristenpart, Rogaway
-    & Stegers 2009, FFX); `EPOCH_ROUNDS` rounds, round r keyed by `keys[r]` (one row per index, so one call may
-    span epochs). It permutes [0, a b); the fewer than `a` values past `windows` are walked back into range by
-    applying it again (cycle walking; Black & Rogaway 2002), which ends because a permutation's cycle through a
-    value in range returns to range.
+    & Stegers 2009, FFX); `EPOCH_ROUNDS` rounds, round r keyed by `keys[r]`. It permutes [0, a b); the fewer than
+    `a` values past `windows` are walked back into range by applying it again (cycle walking; Black & Rogaway
+    2002), which ends because a permutation's cycle through a value in range returns to range.
     """
     if windows == 1:
         return np.zeros_like(index)
     a = int(np.ceil(np.sqrt(windows)))
     b = -(-windows // a)
     a_, b_ = np.uint64(a), np.uint64(b)
+    round_keys = [np.uint64(key) for key in keys]
     out = index.astype(np.uint64)
-    keys = keys.astype(np.uint64)
     todo = np.arange(out.size)
     while todo.size:
-        x, k = out[todo], keys[todo]
-        left, right = x // b_, x % b_  # left in Z_a, right in Z_b
+        x = out[todo]
+        left: np.ndarray = x // b_  # in Z_a
+        right: np.ndarray = x % b_  # in Z_b
         for r in range(EPOCH_ROUNDS):
             size = a_ if r % 2 == 0 else b_
-            left, right = right, (left + _mix(right, k[:, r]) % size) % size
+            left, right = right, (left + _mix(right, round_keys[r]) % size) % size
         # after an even number of rounds left is in Z_a and right in Z_b again
         out[todo] = left * b_ + right
         todo = todo[out[todo] >= np.uint64(windows)]
     return out.astype(np.int64)
+
+
+EPOCH_BLOCK = 8192
+"""Consecutive positions of an epoch whose windows are permuted together and kept (64 KiB): a batch reads its
+windows from the block it falls in, so the permutation's per-call cost is paid once per block, not per batch."""
+
+
+@functools.lru_cache(maxsize=8)
+def _epoch_block(seed: int, epoch: int, windows: int, block: int) -> np.ndarray:
+    """The windows at positions [block EPOCH_BLOCK, (block + 1) EPOCH_BLOCK) of epoch `epoch` (read-only)."""
+    low = block * EPOCH_BLOCK
+    index = np.arange(low, min(low + EPOCH_BLOCK, windows), dtype=np.int64)
+    out = epoch_permutation(index, windows, _epoch_keys(seed, epoch))
+    out.setflags(write=False)
+    return out
 
 
 def epoch_window_starts(
@@ -180,12 +195,19 @@ def epoch_window_starts(
     _check_batch(n, step, batch_size, length, rank, world_size)
     windows = epoch_windows(n, length)
     first = (step * world_size + rank) * batch_size
-    drawn = first + np.arange(batch_size, dtype=np.int64)
-    epochs, index = np.divmod(drawn, windows)
-    low = int(epochs[0])
-    table = np.array([_epoch_keys(seed, e) for e in range(low, int(epochs[-1]) + 1)], dtype=np.uint64)
-    order = epoch_permutation(index, windows, table[epochs - low])
-    return torch.from_numpy(order * length)
+    epoch, position = divmod(first, windows)
+    block, offset = divmod(position, EPOCH_BLOCK)
+    if position + batch_size <= min(windows, (block + 1) * EPOCH_BLOCK):  # one epoch, one block: one slice
+        table = _epoch_block(seed, epoch, windows, block)
+        return torch.from_numpy(table[offset : offset + batch_size] * length)
+    epochs, index = np.divmod(first + np.arange(batch_size, dtype=np.int64), windows)
+    blocks = index // EPOCH_BLOCK
+    out = np.empty(batch_size, dtype=np.int64)
+    cuts = np.flatnonzero((np.diff(epochs) != 0) | (np.diff(blocks) != 0)) + 1
+    for low, high in zip([0, *cuts.tolist()], [*cuts.tolist(), batch_size], strict=True):
+        epoch, block = int(epochs[low]), int(blocks[low])
+        out[low:high] = _epoch_block(seed, epoch, windows, block)[index[low:high] - block * EPOCH_BLOCK]
+    return torch.from_numpy(out * length)
 
 
 def epoch_position(n: int, step: int, batch_size: int, length: int) -> dict[str, int]:
