@@ -532,7 +532,6 @@ class PreparedShards:
         self.manifest = manifest
         self.sha256 = digest
         self._parts = parts
-        self._starts = {name: np.array([p.start for p in ps], dtype=np.int64) for name, ps in parts.items()}
         self.separator: int | None = manifest["tokenizer"]["separator"]
 
     @classmethod
@@ -667,18 +666,7 @@ class PreparedShards:
 
     def span(self, split: str, start: int, stop: int) -> np.ndarray:
         """Tokens [start, stop) of a split's stream (across shard files), as a new array of the file dtype."""
-        parts, starts = self._parts[split], self._starts[split]
-        first = int(np.searchsorted(starts, start, side="right")) - 1
-        pieces = []
-        index = first
-        while start < stop:
-            part = parts[index]
-            local = start - part.start
-            take = min(stop - start, int(part.tokens.size) - local)
-            pieces.append(part.tokens[local : local + take])
-            start += take
-            index += 1
-        return np.concatenate(pieces) if len(pieces) > 1 else np.array(pieces[0])
+        return self._stream(split).span(start, stop)
 
     def batch(
         self, step: int, batch_size: int, length: int, seed: int, rank: int = 0, world_size: int = 1
@@ -688,12 +676,17 @@ class PreparedShards:
 
     def windows(self, starts: torch.Tensor, length: int) -> torch.Tensor:
         """The (len(starts), length + 1) int64 windows of the training stream at `starts`."""
-        return self._train_tokens.windows(starts, length)
+        return self._stream("train").windows(starts, length)
 
     @functools.cached_property
-    def _train_tokens(self) -> JoinedTokens:
-        """The training stream's token files, read as one stream (they stay mapped while this object lives)."""
-        return JoinedTokens([part.tokens for part in self._parts["train"]])
+    def _streams(self) -> dict[str, JoinedTokens]:
+        return {}
+
+    def _stream(self, split: str) -> JoinedTokens:
+        """A split's token files read as one stream (they stay mapped while this object lives)."""
+        if split not in self._streams:
+            self._streams[split] = JoinedTokens([part.tokens for part in self._parts[split]])
+        return self._streams[split]
 
     def part_ranges(self, split: str = "train") -> list[tuple[int, int]]:
         """Each mixture part's [start, stop) range of a split's stream (its documents are consecutive there)."""

@@ -274,74 +274,96 @@ def gather_windows(tokens: np.ndarray, starts: torch.Tensor, length: int) -> tor
 
 class JoinedTokens:
     """A token stream stored as consecutive flat arrays of one dtype (a split's shard files, each mapped on its
-    own), read as one: `windows` gathers a batch of windows anywhere in it with one numpy gather, as fast as
-    from one array.
+    own), read as one: `windows` gathers a batch of windows anywhere in it with one numpy gather, as fast as from
+    one array.
 
     The arrays lie somewhere in the address space; a strided view that starts at the lowest one reaches each
-    array's tokens at a fixed row offset (its address minus the lowest, in tokens), so one index array, the
-    windows' rows in that view, gathers every window that lies inside one array. Only those rows are read: a
-    row is computed from the array the start falls in and kept only when its window ends inside that array.
-    The rare window that runs from one array into the next, and every window when the arrays' addresses are not
-    a whole number of tokens apart, is copied piece by piece. The windows are those of the joined stream.
+    array's tokens at a fixed row offset (its address minus the lowest, in tokens). For a window length L, the
+    windows that run from one array into the next are served by a seam: the L tokens before each boundary and the
+    L after it, copied once into one small array (2 L tokens per boundary) that the view reaches too. The stream's
+    window starts then fall into segments (an array's inside, a seam), each with its row offset: one
+    `searchsorted` finds every start's segment, and one gather reads the windows. Only rows of real windows are
+    read: a start is refused unless its window lies in the stream, and its segment's rows hold it whole.
     """
 
     def __init__(self, pieces: Sequence[np.ndarray]) -> None:
         if not pieces or len({piece.dtype for piece in pieces}) != 1:
             raise DataError("a joined token stream needs one or more flat arrays of one dtype")
-        self.pieces = [np.asarray(piece).reshape(-1) for piece in pieces]
+        if any(piece.ndim != 1 or not piece.flags.c_contiguous for piece in pieces):
+            raise DataError("a joined token stream needs flat contiguous arrays (copy a strided one first)")
+        self.pieces = [np.asarray(piece) for piece in pieces if piece.size]  # an empty one holds no window
+        if not self.pieces:
+            raise DataError("a joined token stream needs at least one token")
         sizes = np.array([piece.size for piece in self.pieces], dtype=np.int64)
         #: piece k holds the stream's tokens [bounds[k], bounds[k + 1])
         self.bounds = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
-        item = self.pieces[0].itemsize
-        addresses = np.array([piece.ctypes.data for piece in self.pieces], dtype=np.int64)
-        self._base = self.pieces[int(np.argmin(addresses))]
-        offsets = addresses - addresses.min()
-        contiguous = all(piece.strides[0] == item for piece in self.pieces)
-        self._joinable = contiguous and bool(np.all(offsets % item == 0))
-        self._sizes = sizes
-        #: the row, in the view from the lowest array, of each piece's first token
-        self._first_row = offsets // item
-        self._extent = int((self._first_row + sizes).max())
-        self._views: dict[int, np.ndarray] = {}
+        self._layouts: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
 
     def __len__(self) -> int:
         return int(self.bounds[-1])
 
-    def _view(self, length: int) -> np.ndarray:
-        """Every window of `length + 1` tokens as a row: of the one array, or of the view from the lowest one."""
-        if length not in self._views:
-            extent = self.pieces[0].size if len(self.pieces) == 1 else self._extent
-            self._views[length] = _window_rows(self._base, max(extent - length, 0), length)
-        return self._views[length]
+    def span(self, start: int, stop: int) -> np.ndarray:
+        """Tokens [start, stop) of the stream, as a new array."""
+        first = int(np.searchsorted(self.bounds, start, side="right")) - 1
+        pieces = []
+        for index in range(max(first, 0), len(self.pieces)):
+            low, high = int(self.bounds[index]), int(self.bounds[index + 1])
+            if low >= stop:
+                break
+            pieces.append(self.pieces[index][max(start - low, 0) : min(stop, high) - low])
+        return np.concatenate(pieces) if pieces else self.pieces[0][:0].copy()
+
+    def _layout(self, length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """For windows of `length + 1` tokens: the view of every window as a row, its segments' first starts and
+        row offsets, and the seams it reads (kept alive here)."""
+        if length in self._layouts:
+            return self._layouts[length]
+        bounds, count = self.bounds, len(self.pieces)
+        if count == 1:
+            view = _window_rows(self.pieces[0], max(len(self) - length, 0), length)
+            layout = (view, np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64), self.pieces[0][:0])
+            self._layouts[length] = layout
+            return layout
+        seam_spans = [(max(int(b) - length, 0), min(int(b) + length, len(self))) for b in bounds[1:-1]]
+        seams = np.concatenate([self.span(low, high) for low, high in seam_spans] or [self.pieces[0][:0]])
+        arrays = [*self.pieces, seams]
+        item = seams.itemsize
+        addresses = np.array([array.ctypes.data for array in arrays], dtype=np.int64)
+        lowest = int(np.argmin(addresses))
+        if np.any((addresses - addresses[lowest]) % item):
+            raise DataError("the token arrays are not aligned to their dtype; copy them first")
+        rows = (addresses - addresses[lowest]) // item  # each array's first row in the view
+        extent = int(max(row + array.size for row, array in zip(rows.tolist(), arrays, strict=True)))
+        view = _window_rows(arrays[lowest], max(extent - length, 0), length)
+        firsts, shifts = [], []
+        seam_row = int(rows[-1])
+        for k in range(count):
+            firsts.append(int(bounds[k]))
+            shifts.append(int(rows[k]) - int(bounds[k]))
+            if k + 1 < count:  # starts whose window crosses the boundary at bounds[k + 1] read the seam
+                low, high = seam_spans[k]
+                firsts.append(max(int(bounds[k]), int(bounds[k + 1]) - length))
+                shifts.append(seam_row - low)
+                seam_row += high - low
+        layout = (view, np.array(firsts, dtype=np.int64), np.array(shifts, dtype=np.int64), seams)
+        self._layouts[length] = layout
+        return layout
 
     def windows(self, starts: torch.Tensor, length: int) -> torch.Tensor:
         """The (len(starts), length + 1) int64 windows of the stream at `starts` (each in [0, len - length))."""
-        at = starts.numpy()
-        view = self._view(length)
+        at = starts.numpy().astype(np.int64, copy=False)
+        last = len(self) - length  # starts are < last
+        if at.size and (last < 1 or not bool((at.view(np.uint64) < np.uint64(max(last, 0))).all())):
+            bad = int(at[(at < 0) | (at >= last)][0])
+            raise DataError(
+                f"a training window starts at {bad}, outside 0..{last - 1} (windows of {length + 1} tokens in a "
+                f"stream of {len(self)})"
+            )
+        view, firsts, shifts, _ = self._layout(length)
         if len(self.pieces) == 1:
             return torch.from_numpy(view[at].astype(np.int64))
-        piece = np.searchsorted(self.bounds[1:-1], at, side="right")
-        local = at - self.bounds[piece]
-        inside = (local >= 0) & (local <= self._sizes[piece] - (length + 1))
-        if self._joinable and inside.all():
-            return torch.from_numpy(view[local + self._first_row[piece]].astype(np.int64))
-        if not self._joinable:
-            inside[:] = False
-        out = np.empty((at.size, length + 1), dtype=np.int64)
-        out[inside] = view[local[inside] + self._first_row[piece[inside]]]
-        for row in np.flatnonzero(~inside):
-            start = int(at[row])
-            if not 0 <= start <= len(self) - length - 1:
-                raise DataError(
-                    f"a training window starts at {start}, outside 0..{len(self) - length - 1} (windows of "
-                    f"{length + 1} tokens in a stream of {len(self)})"
-                )
-            index, offset, filled = int(piece[row]), int(local[row]), 0
-            while filled < length + 1:
-                take = min(length + 1 - filled, int(self.pieces[index].size) - offset)
-                out[row, filled : filled + take] = self.pieces[index][offset : offset + take]
-                filled, offset, index = filled + take, 0, index + 1
-        return torch.from_numpy(out)
+        segment = np.searchsorted(firsts, at, side="right") - 1
+        return torch.from_numpy(view[at + shifts[segment]].astype(np.int64))
 
 
 class TrainStream:
