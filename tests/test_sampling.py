@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_shards import _stop_at, _StopError
 
 from lextra.cli import main
 from lextra.cli.app import build_parser
@@ -153,18 +154,6 @@ def _run(source: str, **kwargs: object) -> TrainConfig:
     model = GPTConfig(n_layer=1, n_head=2, d_model=32, train_len=32, scheme="alibi")
     fields = {"batch_size": 4, "steps": 12, "warmup": 2, "checkpoint_every": 3, "log_every": 2, "order": "epoch"}
     return TrainConfig(corpus=source, model=model, eval_sequences=0, **{**fields, **kwargs})  # type: ignore[arg-type]
-
-
-class _StopError(Exception):
-    pass
-
-
-def _stop_at(step: int):
-    def hook(done: int) -> None:
-        if done == step:
-            raise _StopError
-
-    return hook
 
 
 def _same_weights(a: Path, b: Path) -> bool:
