@@ -26,7 +26,8 @@ from lextra.data import (
     training_batches,
 )
 from lextra.data import shards as shards_module
-from lextra.data.windows import EPOCH_ROUNDS, JoinedTokens, epoch_permutation, epoch_windows
+from lextra.data.orders import EPOCH_ROUNDS, epoch_permutation, epoch_windows
+from lextra.data.windows import JoinedTokens
 from lextra.errors import CheckpointError, ConfigError, DataError
 from lextra.model import GPTConfig, load_model
 from lextra.train import TrainConfig, train

@@ -16,6 +16,7 @@ from lextra.data.corpora import (
     split_of,
     split_overrides,
 )
+from lextra.data.orders import ORDERS, EpochOrder, epoch_window_starts, in_order
 from lextra.data.prepare import PreparedData, model_data_spec, prepare_data, prepare_for_model
 from lextra.data.shards import (
     PreparedShards,
@@ -35,13 +36,9 @@ from lextra.data.tokenizers import (
     tokenizer_from_config,
 )
 from lextra.data.windows import (
-    ORDERS,
-    EpochOrder,
     TrainStream,
     encode_documents,
-    epoch_window_starts,
     eval_sequences,
-    in_order,
     mixture_window_starts,
     window_starts,
 )

@@ -65,6 +65,7 @@ from lextra.data.corpora import (
     split_of,
     split_overrides,
 )
+from lextra.data.orders import EpochOrder, check_order, in_order
 from lextra.data.prepare import PreparedData, prepare_for_model
 from lextra.data.tokenizers import (
     DEFAULT_BPE_VOCAB,
@@ -74,14 +75,7 @@ from lextra.data.tokenizers import (
     resolve_cache_dir,
     tokenizer_from_config,
 )
-from lextra.data.windows import (
-    EpochOrder,
-    JoinedTokens,
-    check_order,
-    in_order,
-    mixture_window_starts,
-    window_starts,
-)
+from lextra.data.windows import JoinedTokens, mixture_window_starts, window_starts
 from lextra.errors import DataError
 from lextra.io import atomic_write_json, sha256_file
 
