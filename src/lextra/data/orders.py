@@ -53,9 +53,9 @@ def _epoch_keys(seed: int, epoch: int) -> tuple[int, ...]:
     return tuple(int.from_bytes(raw[8 * r : 8 * r + 8], "little") for r in range(EPOCH_ROUNDS))
 
 
-def _mix(values: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """A 64-bit hash of each (value, key) pair (the SplitMix64 finaliser of their sum; Steele et al. 2014)."""
-    h = values + keys
+def _mix(values: np.ndarray, key: np.uint64) -> np.ndarray:
+    """A 64-bit hash of each value under `key` (the SplitMix64 finaliser of their sum; Steele et al. 2014)."""
+    h = values + key
     h = (h ^ (h >> _SHIFT_1)) * _MIX_1
     h = (h ^ (h >> _SHIFT_2)) * _MIX_2
     return h ^ (h >> _SHIFT_1)
