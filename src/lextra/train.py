@@ -144,6 +144,11 @@ class TrainConfig:
                 f"{where} order epoch visits the windows of a text stream, but the task {self.task!r} builds its "
                 "own samples; drop the task or use order iid"
             )
+        if self.order == "epoch" and self.data is None and mixture_weights(self.corpus) is not None:
+            raise ConfigError(
+                f"{where} order epoch draws every window once, but the weighted mixture {self.corpus} draws its "
+                "parts by weight; use order iid, or the unweighted mixture (A+B)"
+            )
         self.sampler()
         check_s2_attn(self.s2_attn, self.model)
         return self

