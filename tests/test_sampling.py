@@ -138,7 +138,9 @@ def test_epoch_order_is_chosen_by_name_and_refused_where_it_cannot_apply() -> No
         TrainConfig(order="random").validate()
     with pytest.raises(ConfigError, match=r"order epoch visits the windows of a text stream, but the task 'passkey'"):
         TrainConfig(order="epoch", task="passkey").validate()
-    with pytest.raises(ConfigError, match=r"but the weighted mixture english:1\+kjv:2 draws its parts by weight"):
+    with pytest.raises(
+        ConfigError, match=r"but the weighted mixture shakespeare:1\+python-code:2 draws its parts by weight"
+    ):
         TrainConfig(order="epoch", corpus="shakespeare:1+python-code:2").validate()  # before any data is read
 
 
