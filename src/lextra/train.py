@@ -570,9 +570,9 @@ def train(
                 "grad_norm": grad_norm.item(),
                 "tokens_per_s": round(tokens_per_s, 1),
             }
-            if isinstance(stream, EpochOrder):  # epochs done, as a fraction
-                where = stream.position(done, config.batch_size, L)
-                record["epoch"] = round(where["epoch"] + where["window"] / where["windows"], 4)
+            position = _position(stream, done, config)
+            if position is not None:  # epochs done, as a fraction
+                record["epoch"] = round(position["epoch"] + position["window"] / position["windows"], 4)
             bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{tokens_per_s:,.0f}")
             window_start, window_tokens = time.perf_counter(), 0
         if validation and ((config.eval_every and done % config.eval_every == 0) or done == config.steps):
