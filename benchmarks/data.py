@@ -8,6 +8,10 @@ What it measures
     - sampling: batches/s and tokens/s of `PreparedShards.batch` (from the memmap) against `TrainStream.batch`
       (the in-memory stream), at L_tr x batch (default 1024 x 32), `--batches` consecutive steps; the two give
       the same batches bit for bit (tests/test_shards.py), so only the speed differs.
+    - shards and order: batches/s of the same training stream prepared as one shard file and as `--shards`
+      files (the same windows bit for bit; tests/test_sampling.py), each in i.i.d. order (`PreparedShards.batch`)
+      and in epoch order (`EpochOrder`), interleaved in `--rounds` rounds in one process (median of the rounds),
+      timed in CPU seconds of the process (`time.process_time`), so that other jobs on the machine do not count.
     - first step: seconds from calling `lextra.train.train` until its first optimizer step is done, on the
       prepared folder (`data=`) and on the raw corpus read in memory (`LEXTRA_DATA_CACHE=off`; the tokenizer
       cached in both), one-layer model; torch's
@@ -74,7 +78,8 @@ def work_prepare(task: dict[str, Any]) -> dict[str, Any]:
 
     out = Path(task["out"])
     start = time.perf_counter()
-    prepare_shards(task["source"], task["tokenizer"], out, limit_chars=_limit(task), progress=False)
+    extra = {"shard_chars": task["shard_chars"]} if "shard_chars" in task else {}
+    prepare_shards(task["source"], task["tokenizer"], out, limit_chars=_limit(task), progress=False, **extra)
     seconds = time.perf_counter() - start
     prepared = PreparedShards.open(out)
     tokens = sum(prepared.num_tokens(s) for s in ("train", "validation", "test"))
@@ -139,7 +144,39 @@ def work_first_step(task: dict[str, Any]) -> dict[str, Any]:
     return {"seconds": first[0], "peak_rss_mib": _peak_rss_mib()}
 
 
-WORKERS = {"encode": work_encode, "prepare": work_prepare, "sample": work_sample, "first_step": work_first_step}
+def work_shards(task: dict[str, Any]) -> dict[str, Any]:
+    """Batches/s of one shard file against several, in i.i.d. and in epoch order, interleaved in rounds."""
+    from lextra.data import EpochOrder, PreparedShards
+
+    folders = {"one": PreparedShards.open(task["one"]), "many": PreparedShards.open(task["many"])}
+    sources = {
+        f"{name}/{order}": (EpochOrder(shards) if order == "epoch" else shards)
+        for name, shards in folders.items()
+        for order in ("iid", "epoch")
+    }
+    rates: dict[str, list[float]] = {name: [] for name in sources}
+    for source in sources.values():
+        source.batch(0, task["batch"], task["length"], seed=0)  # warm-up (page cache, allocator)
+    for _ in range(task["rounds"]):
+        for name, source in sources.items():
+            start = time.process_time()  # CPU time: other jobs on a shared machine do not count
+            for step in range(task["batches"]):
+                source.batch(step, task["batch"], task["length"], seed=0)
+            rates[name].append(task["batches"] / (time.process_time() - start))
+    files = {name: len(shards.manifest["splits"]["train"]["shards"]) for name, shards in folders.items()}
+    return {"batches_per_s": {name: statistics.median(r) for name, r in rates.items()}, "files": files}
+
+
+# ----------------------------------------------------------------------------- checksum_cost
+
+
+WORKERS = {
+    "encode": work_encode,
+    "prepare": work_prepare,
+    "sample": work_sample,
+    "shards": work_shards,
+    "first_step": work_first_step,
+}
 
 
 # ----------------------------------------------------------------------------- driver
@@ -189,6 +226,8 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=1024)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--batches", type=int, default=200)
+    parser.add_argument("--shards", type=int, default=10, help="shard files of the multi-shard folder")
+    parser.add_argument("--rounds", type=int, default=10, help="interleaved rounds of the shards-and-order cell")
     parser.add_argument("--rss-mb", default="25,100", help="synthetic corpus sizes (MB) for peak RSS; '' skips")
     parser.add_argument("--rss-tokenizer", default="bytes")
     parser.add_argument("--quick", action="store_true", help="1M characters, 1 repeat, 50 batches, RSS at 5,20 MB")
@@ -225,6 +264,19 @@ def main() -> None:
         results["sampling"] = {
             name: {key: median([s[name][key] for s in samples]) for key in ("batches_per_s", "tokens_per_s")}
             for name in ("memmap", "in-memory")
+        }
+        many = folder / "many"
+        chars = prepare[0]["chars"]
+        shard_chars = max(1, chars // args.shards)
+        prepare_many = {**base, "kind": "prepare", "out": str(many), "shard_chars": shard_chars}
+        run_cell(prepare_many)
+        cells = [
+            run_cell({"kind": "shards", "one": prepared, "many": str(many), "rounds": args.rounds, **sizes})
+            for _ in range(args.repeats)
+        ]
+        results["shards"] = {
+            "files": cells[0]["files"],
+            "batches_per_s": {k: median([c["batches_per_s"][k] for c in cells]) for k in cells[0]["batches_per_s"]},
         }
         first = {}
         for label, flag in (("prepared", True), ("raw", False)):
@@ -285,6 +337,20 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> str:
     ]
     for name in ("memmap", "in-memory"):
         lines.append(f"| {name} | {s[name]['batches_per_s']:,.0f} | {s[name]['tokens_per_s']:,.0f} |")
+    shards = results["shards"]
+    rate, files = shards["batches_per_s"], shards["files"]
+    lines += [
+        "",
+        f"| sampling at {args.length} x {args.batch}, batches per CPU second | i.i.d. | epoch order | epoch / i.i.d. |",
+        "|---|---|---|---|",
+    ]
+    for name in ("one", "many"):
+        iid, epoch = rate[f"{name}/iid"], rate[f"{name}/epoch"]
+        lines.append(f"| {files[name]} shard file(s) | {iid:,.0f} | {epoch:,.0f} | {iid / epoch:.2f}x the time |")
+    lines.append(
+        f"| {files['many']} files against 1 | {rate['one/iid'] / rate['many/iid']:.2f}x the time | "
+        f"{rate['one/epoch'] / rate['many/epoch']:.2f}x the time | |"
+    )
     lines += ["", "| first training step | seconds | peak RSS MiB |", "|---|---|---|"]
     for name in ("prepared", "raw"):
         lines.append(f"| {name} | {f[name]['seconds']:.2f} | {f[name]['peak_rss_mib']:,.0f} |")

@@ -256,7 +256,7 @@ def test_missing_and_empty_corpora_raise_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(DataError) as err:
         load_corpus(str(missing))
     assert str(err.value) == (
-        f"corpus path {missing} does not exist; give a directory of text files, a .jsonl file, "
+        f"corpus path {missing} does not exist; give a directory of text files, a .jsonl or .parquet file, "
         "a saved Hugging Face dataset, or one of the built-in corpora: "
         "python-code, english, shakespeare, kjv, python-docs, brown"
     )

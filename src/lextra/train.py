@@ -30,7 +30,7 @@ from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
 from lextra import serialize
-from lextra.data import TrainStream, eval_sequences
+from lextra.data import ORDERS, EpochOrder, TrainStream, eval_sequences, in_order
 from lextra.data.corpora import mixture_weights
 from lextra.data.positions import PositionSampler, build_sampler
 from lextra.data.prepare import PreparedData, prepare_data
@@ -99,12 +99,15 @@ class TrainConfig:
     #: LongLoRA's shifted sparse attention in training with groups of this many tokens (0: off); evaluation and
     #: the saved model attend with full causal attention
     s2_attn: int = 0
+    #: the order of the training windows (`lextra.data.ORDERS`): `iid` draws each uniformly from every offset;
+    #: `epoch` draws every non-overlapping window once per epoch, in a permutation keyed by (seed, epoch)
+    order: str = "iid"
 
     #: where a run's curves go, not what it trains: left out of `to_dict`, so saved configs, study cells and
     #: reused models compare equal with TensorBoard on or off
     LOGGING_ONLY: ClassVar[tuple[str, ...]] = ("tensorboard", "log_dir")
     #: fields left out of `to_dict` at these values, so configs saved before they existed compare equal
-    OMIT_DEFAULTS: ClassVar[dict[str, Any]] = {"positions": "contiguous", "s2_attn": 0}
+    OMIT_DEFAULTS: ClassVar[dict[str, Any]] = {"positions": "contiguous", "s2_attn": 0, "order": "iid"}
 
     def validate(self) -> TrainConfig:
         """Refuse every non-finite or out-of-range number before any work; integral counts become ints."""
@@ -134,6 +137,18 @@ class TrainConfig:
             require_tensorboard()
         self.model.validate()
         self.s2_attn = check_int(f"{where} s2_attn", self.s2_attn, 0)
+        if self.order not in ORDERS:
+            raise ConfigError(f"{where} order must be one of {', '.join(ORDERS)}, got {self.order!r}")
+        if self.order == "epoch" and self.task is not None:
+            raise ConfigError(
+                f"{where} order epoch visits the windows of a text stream, but the task {self.task!r} builds its "
+                "own samples; drop the task or use order iid"
+            )
+        if self.order == "epoch" and self.data is None and mixture_weights(self.corpus) is not None:
+            raise ConfigError(
+                f"{where} order epoch draws every window once, but the weighted mixture {self.corpus} draws its "
+                "parts by weight; use order iid, or the unweighted mixture (A+B)"
+            )
         self.sampler()
         check_s2_attn(self.s2_attn, self.model)
         return self
@@ -214,7 +229,7 @@ BATCH_SOURCE_RESOLVERS: list[Callable[[str], object]] = []
 def batch_source(config: TrainConfig, data: PreparedData) -> BatchSource:
     """Plain language modelling on the corpus' train split, or the registered task named by `config.task`."""
     if config.task is None:
-        return TrainStream.from_documents(data.splits["train"], data.tokenizer)
+        return in_order(TrainStream.from_documents(data.splits["train"], data.tokenizer), config.order)
     return resolve_task(config.task)(config, data)
 
 
@@ -281,8 +296,16 @@ def _load_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.T
     optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
 
 
-def save_checkpoint(run_dir: Path, model: GPT, optimizer: torch.optim.Optimizer, step: int, extra: dict) -> Path:
-    """Write checkpoints/step_N atomically (into a temporary folder, then renamed) and point LATEST at it."""
+def save_checkpoint(
+    run_dir: Path,
+    model: GPT,
+    optimizer: torch.optim.Optimizer,
+    step: int,
+    extra: dict,
+    position: dict[str, int] | None = None,
+) -> Path:
+    """Write checkpoints/step_N atomically (into a temporary folder, then renamed) and point LATEST at it;
+    `position` (where an epoch-order run stands in its data) goes into its state.json."""
     root = run_dir / CHECKPOINTS
     final = root / f"step_{step:07d}"
     staging = root / f".step_{step:07d}.tmp"
@@ -296,6 +319,8 @@ def save_checkpoint(run_dir: Path, model: GPT, optimizer: torch.optim.Optimizer,
         "optimizer_sha256": sha256_file(staging / "optimizer.safetensors"),
         "torch_rng_state": torch.get_rng_state().tolist(),
     }
+    if position is not None:
+        state["data_position"] = position
     device = next(model.parameters()).device
     if device.type == "cuda":  # dropout on the GPU draws from its own generator
         state["cuda_rng_state"] = torch.cuda.get_rng_state(device).tolist()
@@ -462,7 +487,7 @@ def train(
         _check_same_data(run_dir, shards, cached=cached)
         _check_compatible(run_dir, config)
     if shards is not None and config.task is None:
-        stream = training_batches(shards)
+        stream = training_batches(shards, config.order)
     else:
         # a task builds its samples from text: a prepared folder's documents decoded (`PreparedShards.texts`)
         if data is None:
@@ -485,6 +510,7 @@ def train(
     start = 0
     if resume:
         model, optimizer, start = _resume(run_dir, config, model, optimizer, device)
+        _check_position(run_dir, stream, start, config)
     if config.init_from and start == 0:  # a resumed run already holds weights past the initial ones
         _initialise_from(model, config.init_from)
     metrics_path = run_dir / "metrics.jsonl"
@@ -544,6 +570,9 @@ def train(
                 "grad_norm": grad_norm.item(),
                 "tokens_per_s": round(tokens_per_s, 1),
             }
+            position = _position(stream, done, config)
+            if position is not None:  # epochs done, as a fraction
+                record["epoch"] = round(position["epoch"] + position["window"] / position["windows"], 4)
             bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{tokens_per_s:,.0f}")
             window_start, window_tokens = time.perf_counter(), 0
         if validation and ((config.eval_every and done % config.eval_every == 0) or done == config.steps):
@@ -557,7 +586,7 @@ def train(
         if config.checkpoint_every and done % config.checkpoint_every == 0 and done < config.steps:
             _check_weights(world, bar, model, run_dir, config, done, lr)
             if world.is_main:
-                save_checkpoint(run_dir, model, optimizer, done, extra)
+                save_checkpoint(run_dir, model, optimizer, done, extra, _position(stream, done, config))
             world.barrier()
         bar.update(1)
         if on_step is not None:
@@ -568,7 +597,7 @@ def train(
         board.close()
     final = run_dir / FINAL
     if world.is_main:
-        save_checkpoint(run_dir, model, optimizer, config.steps, extra)
+        save_checkpoint(run_dir, model, optimizer, config.steps, extra, _position(stream, config.steps, config))
         save_model(model, final, extra={**extra, "steps": config.steps})
     world.close()
     return final
@@ -775,6 +804,28 @@ def _resume(
             errors.append(str(err))
             print(f"lextra train: warning: skipping unusable checkpoint: {err}", file=sys.stderr)
     raise CheckpointError("no usable checkpoint to resume from: " + " | ".join(errors))
+
+
+def _position(stream: BatchSource, step: int, config: TrainConfig) -> dict[str, int] | None:
+    """Where an epoch-order run stands after `step` steps (None in i.i.d. order)."""
+    if not isinstance(stream, EpochOrder):
+        return None
+    return stream.position(step, config.batch_size, config.model.train_len)
+
+
+def _check_position(run_dir: Path, stream: BatchSource, start: int, config: TrainConfig) -> None:
+    """Refuse to resume an epoch-order run whose checkpoint stands elsewhere in the data than step `start` of
+    this stream does (the batches follow from the step, so this holds unless the windows of the data changed)."""
+    expected = _position(stream, start, config)
+    if expected is None or start == 0:
+        return
+    state_path = run_dir / CHECKPOINTS / f"step_{start:07d}" / "state.json"
+    saved = json.loads(state_path.read_text()).get("data_position")
+    if saved != expected:
+        raise CheckpointError(
+            f"cannot resume {run_dir}: its checkpoint at step {start} stands at {saved} in the data, this run's "
+            f"windows put step {start} at {expected}; resume with the data it used"
+        )
 
 
 def _truncate_metrics(path: Path, step: int) -> None:

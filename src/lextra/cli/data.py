@@ -36,7 +36,11 @@ def configure_prepare(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument(
         "--limit-chars", type=positive_int, default=None, help="use only the first N characters of the source"
     )
-    parser.add_argument("--text-field", default="text", help="the text field of .jsonl files and datasets")
+    parser.add_argument(
+        "--text-field",
+        default="text",
+        help="the text field of .jsonl files, the text column of .parquet files and datasets",
+    )
     parser.add_argument(
         "--dtype", default="auto", choices=["auto", *DTYPES], help="token file dtype (auto: the smallest that fits)"
     )

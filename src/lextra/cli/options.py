@@ -186,7 +186,7 @@ def add_corpus(parser: argparse.ArgumentParser, *, default: str | None = "python
         "--corpus",
         default=default,
         help=help_default
-        or f"{BUILTIN_CORPORA_HELP}, a mixture A+B, or a path (text files dir, .jsonl, saved HF dataset)",
+        or f"{BUILTIN_CORPORA_HELP}, a mixture A+B, or a path (text files dir, .jsonl, .parquet, saved HF dataset)",
     )
     parser.add_argument(
         "--limit-chars", type=positive_int, default=None, help="use only the first N characters of the corpus"
@@ -238,7 +238,7 @@ def add_data(parser: argparse.ArgumentParser) -> None:
         "--corpus",
         default=None,
         help=f"{BUILTIN_CORPORA_HELP}, a mixture A+B (weighted: A:0.3+B:0.7), or a path (text files dir, "
-        ".jsonl[.gz|.zst], saved HF dataset) "
+        ".jsonl[.gz|.zst], .parquet, saved HF dataset) "
         f"(default: {config_default(TrainConfig, 'corpus')})",
     )
     parser.add_argument(
@@ -294,12 +294,14 @@ TRAIN_FLAGS: dict[str, str] = {
     "log_dir": "log_dir",
     "positions": "positions",
     "s2_attn": "s2_attn",
+    "order": "order",
 }
 
 
 def add_training(parser: argparse.ArgumentParser) -> None:
     """--config FILE, the model shape and the training budget, with the data options. Every flag sets the
     `TrainConfig` field `TRAIN_FLAGS` names; one left out keeps the --config file's value, else the default."""
+    from lextra.data import ORDERS
     from lextra.model import GPTConfig
     from lextra.train import TrainConfig
 
@@ -355,6 +357,14 @@ def add_training(parser: argparse.ArgumentParser) -> None:
         metavar="G",
         help="train with LongLoRA's shifted sparse attention in groups of G tokens (G even, dividing --train-len; "
         "0: off); evaluation attends fully causally (default: 0)",
+    )
+    parser.add_argument(
+        "--order",
+        default=None,
+        choices=ORDERS,
+        help="order of the training windows: iid draws each uniformly at random from every offset; epoch draws "
+        "every non-overlapping window once per epoch, in a permutation per (seed, epoch) "
+        f"(default: {config_default(TrainConfig, 'order')})",
     )
     parser.add_argument(
         "--rope-scaling",

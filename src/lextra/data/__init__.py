@@ -16,6 +16,7 @@ from lextra.data.corpora import (
     split_of,
     split_overrides,
 )
+from lextra.data.orders import ORDERS, EpochOrder, epoch_window_starts, in_order
 from lextra.data.prepare import PreparedData, model_data_spec, prepare_data, prepare_for_model
 from lextra.data.shards import (
     PreparedShards,
@@ -45,10 +46,12 @@ from lextra.data.windows import (
 __all__ = [
     "BUILTIN_CORPORA",
     "DEFAULT_FRACTIONS",
+    "ORDERS",
     "SPLITS",
     "BPETokenizer",
     "ByteTokenizer",
     "Document",
+    "EpochOrder",
     "HFTokenizer",
     "PreparedData",
     "PreparedShards",
@@ -59,7 +62,9 @@ __all__ = [
     "cached_shards",
     "data_cache_dir",
     "encode_documents",
+    "epoch_window_starts",
     "eval_sequences",
+    "in_order",
     "iter_documents",
     "load_corpus",
     "mixture_parts",

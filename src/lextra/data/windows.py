@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
+from numpy.lib.stride_tricks import as_strided
 
 from lextra.data.corpora import Document
 from lextra.data.tokenizers import ByteTokenizer, Tokenizer
@@ -69,6 +70,13 @@ def window_starts(
     Every training batch source (the in-memory `TrainStream`, memory-mapped `PreparedShards`) draws its windows
     here, so a run reads the same windows whatever stores its tokens.
     """
+    check_batch(n, step, batch_size, length, rank, world_size)
+    generator = torch.Generator().manual_seed(_window_seed(seed, step, rank))
+    return torch.randint(0, n - length, (batch_size,), generator=generator, device="cpu")
+
+
+def check_batch(n: int, step: int, batch_size: int, length: int, rank: int, world_size: int) -> None:
+    """Refuse a step, batch size, length or rank out of range, and a stream shorter than one window."""
     for label, value, low in (("step", step, 0), ("batch_size", batch_size, 1), ("length", length, 1)):
         if value < low:
             raise DataError(f"{label} must be >= {low}, got {value}")
@@ -79,8 +87,6 @@ def window_starts(
             f"the training stream has {n} tokens, fewer than training length + 1 = {length + 1}; "
             "use a smaller training length or a bigger corpus"
         )
-    generator = torch.Generator().manual_seed(_window_seed(seed, step, rank))
-    return torch.randint(0, n - length, (batch_size,), generator=generator, device="cpu")
 
 
 def mixture_window_starts(
@@ -119,13 +125,106 @@ def mixture_window_starts(
     return starts
 
 
-def gather_windows(tokens: np.ndarray, starts: torch.Tensor, length: int) -> torch.Tensor:
-    """The (len(starts), length + 1) int64 windows of a flat token array (in memory or memory-mapped) at `starts`.
+def _window_rows(tokens: np.ndarray, rows: int, length: int) -> np.ndarray:
+    """A read-only (rows, length + 1) strided view of `tokens` whose row i is tokens [i, i + length + 1): every
+    window as a row, without a copy (rows past the array's end must never be read)."""
+    step = tokens.strides[0]
+    return as_strided(np.asarray(tokens), shape=(rows, length + 1), strides=(step, step), writeable=False)
 
-    One numpy gather: no thread pool, so its speed does not depend on how busy the other cores are.
+
+class JoinedTokens:
+    """A token stream stored as consecutive flat arrays of one dtype (a split's shard files, each mapped on its
+    own; or one array), read as one: `windows` gathers a batch of windows anywhere in it with one numpy row
+    gather from a strided view of every window (no index array of batch x length offsets, and no thread pool, so
+    its speed does not depend on how busy the other cores are), as fast across arrays as from one.
+
+    The arrays lie somewhere in the address space; a strided view that starts at the lowest one reaches each
+    array's tokens at a fixed row offset (its address minus the lowest, in tokens). For a window length L, the
+    windows that run from one array into the next are served by a seam: the L tokens before each boundary and the
+    L after it, copied once into one small array (2 L tokens per boundary) that the view reaches too. The stream's
+    window starts then fall into segments (an array's inside, a seam), each with its row offset: one
+    `searchsorted` finds every start's segment, and one gather reads the windows. Only rows of real windows are
+    read: a start is refused unless its window lies in the stream, and its segment's rows hold it whole.
     """
-    index = starts.numpy()[:, None] + np.arange(length + 1)
-    return torch.from_numpy(np.asarray(tokens[index]).astype(np.int64))
+
+    def __init__(self, pieces: Sequence[np.ndarray]) -> None:
+        if not pieces or len({piece.dtype for piece in pieces}) != 1:
+            raise DataError("a joined token stream needs one or more flat arrays of one dtype")
+        if any(piece.ndim != 1 or not piece.flags.c_contiguous for piece in pieces):
+            raise DataError("a joined token stream needs flat contiguous arrays (copy a strided one first)")
+        self.pieces = [np.asarray(piece) for piece in pieces if piece.size]  # an empty one holds no window
+        if not self.pieces:
+            raise DataError("a joined token stream needs at least one token")
+        sizes = np.array([piece.size for piece in self.pieces], dtype=np.int64)
+        #: piece k holds the stream's tokens [bounds[k], bounds[k + 1])
+        self.bounds = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+        self._layouts: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def __len__(self) -> int:
+        return int(self.bounds[-1])
+
+    def span(self, start: int, stop: int) -> np.ndarray:
+        """Tokens [start, stop) of the stream, as a new array."""
+        first = int(np.searchsorted(self.bounds, start, side="right")) - 1
+        pieces = []
+        for index in range(max(first, 0), len(self.pieces)):
+            low, high = int(self.bounds[index]), int(self.bounds[index + 1])
+            if low >= stop:
+                break
+            pieces.append(self.pieces[index][max(start - low, 0) : min(stop, high) - low])
+        return np.concatenate(pieces) if pieces else self.pieces[0][:0].copy()
+
+    def _layout(self, length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """For windows of `length + 1` tokens: the view of every window as a row, its segments' first starts and
+        row offsets, and the seams it reads (kept alive here)."""
+        if length in self._layouts:
+            return self._layouts[length]
+        bounds, count = self.bounds, len(self.pieces)
+        if count == 1:
+            view = _window_rows(self.pieces[0], max(len(self) - length, 0), length)
+            layout = (view, np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64), self.pieces[0][:0])
+            self._layouts[length] = layout
+            return layout
+        seam_spans = [(max(int(b) - length, 0), min(int(b) + length, len(self))) for b in bounds[1:-1]]
+        seams = np.concatenate([self.span(low, high) for low, high in seam_spans] or [self.pieces[0][:0]])
+        arrays = [*self.pieces, seams]
+        item = seams.itemsize
+        addresses = np.array([array.ctypes.data for array in arrays], dtype=np.int64)
+        lowest = int(np.argmin(addresses))
+        if np.any((addresses - addresses[lowest]) % item):
+            raise DataError("the token arrays are not aligned to their dtype; copy them first")
+        rows = (addresses - addresses[lowest]) // item  # each array's first row in the view
+        extent = int(max(row + array.size for row, array in zip(rows.tolist(), arrays, strict=True)))
+        view = _window_rows(arrays[lowest], max(extent - length, 0), length)
+        firsts, shifts = [], []
+        seam_row = int(rows[-1])
+        for k in range(count):
+            firsts.append(int(bounds[k]))
+            shifts.append(int(rows[k]) - int(bounds[k]))
+            if k + 1 < count:  # starts whose window crosses the boundary at bounds[k + 1] read the seam
+                low, high = seam_spans[k]
+                firsts.append(max(int(bounds[k]), int(bounds[k + 1]) - length))
+                shifts.append(seam_row - low)
+                seam_row += high - low
+        layout = (view, np.array(firsts, dtype=np.int64), np.array(shifts, dtype=np.int64), seams)
+        self._layouts[length] = layout
+        return layout
+
+    def windows(self, starts: torch.Tensor, length: int) -> torch.Tensor:
+        """The (len(starts), length + 1) int64 windows of the stream at `starts` (each in [0, len - length))."""
+        at = starts.numpy().astype(np.int64, copy=False)
+        last = len(self) - length  # starts are < last
+        if at.size and (last < 1 or not bool((at.view(np.uint64) < np.uint64(max(last, 0))).all())):
+            bad = int(at[(at < 0) | (at >= last)][0])
+            raise DataError(
+                f"a training window starts at {bad}, outside 0..{last - 1} (windows of {length + 1} tokens in a "
+                f"stream of {len(self)})"
+            )
+        view, firsts, shifts, _ = self._layout(length)
+        if len(self.pieces) == 1:
+            return torch.from_numpy(view[at].astype(np.int64))
+        segment = np.searchsorted(firsts, at, side="right") - 1
+        return torch.from_numpy(view[at + shifts[segment]].astype(np.int64))
 
 
 class TrainStream:
@@ -157,6 +256,7 @@ class TrainStream:
         self.tokens = torch.from_numpy(np.ascontiguousarray(flat))
         self.separator = separator
         self.num_documents = len(arrays)
+        self._joined = JoinedTokens([self.tokens.numpy()])
 
     @classmethod
     def from_documents(cls, docs: Sequence[Document], tokenizer: Tokenizer) -> TrainStream:
@@ -176,8 +276,11 @@ class TrainStream:
         only, so resuming at `step` reproduces the batch exactly and every rank draws different windows.
         Inputs are `batch[:, :-1]`, targets `batch[:, 1:]`.
         """
-        starts = window_starts(len(self), step, batch_size, length, seed, rank, world_size)
-        return gather_windows(self.tokens.numpy(), starts, length)
+        return self.windows(window_starts(len(self), step, batch_size, length, seed, rank, world_size), length)
+
+    def windows(self, starts: torch.Tensor, length: int) -> torch.Tensor:
+        """The (len(starts), length + 1) int64 windows of the stream at `starts`."""
+        return self._joined.windows(starts, length)
 
 
 def eval_sequences(
