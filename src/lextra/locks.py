@@ -76,8 +76,26 @@ def hold_lock(path: str | os.PathLike[str], what: str, *, wait_s: float = 0.0) -
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def folder_lock(folder: str | os.PathLike[str], what: str) -> contextlib.AbstractContextManager[None]:
-    """The lock of one folder (`folder/.lock`, the folder created if needed), refused at once when held."""
+@contextlib.contextmanager
+def folder_lock(folder: str | os.PathLike[str], what: str) -> Iterator[None]:
+    """The lock of one folder (`folder/.lock`), refused at once when held. The folder is created if needed, and
+    removed again when the body left nothing in it but the lock (a command that failed before writing)."""
     root = Path(folder)
+    created = not root.exists()
     root.mkdir(parents=True, exist_ok=True)
-    return hold_lock(root / LOCK_NAME, what)
+    try:
+        with hold_lock(root / LOCK_NAME, what):
+            yield
+    finally:
+        if created and [p.name for p in root.iterdir()] == [LOCK_NAME]:
+            (root / LOCK_NAME).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                root.rmdir()
+
+
+def run_lock(run_dir: str | os.PathLike[str], what: str = "the run folder") -> contextlib.AbstractContextManager[None]:
+    """The lock of a run folder, held by the process that writes it (torchrun's rank 0; the others, which only
+    read it, take none)."""
+    if int(os.environ.get("RANK", "0")) != 0:
+        return contextlib.nullcontext()
+    return folder_lock(run_dir, f"{what} {run_dir}")

@@ -11,6 +11,7 @@ The stamp is `.verified.json` inside the folder, or, when the folder is read-onl
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -118,10 +119,8 @@ def check_files(root: Path, expected: Iterable[Expected], fix: str) -> int:
         stamp[item.name] = [*key, item.recorded]
         _VERIFIED.add(memo)
     if read and stamp is not None:
-        try:
+        with contextlib.suppress(OSError):  # no stamp: the next process verifies again
             atomic_write_json(stamp_file, {"format": 1, "files": stamp})
-        except OSError:
-            pass  # no stamp: the next process verifies again
     return read
 
 
@@ -180,7 +179,9 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgp
 def tokenizer_files(folder: Path) -> list[str]:
     """The files of a Hugging Face model folder its tokenizer may read: every top-level file but weights."""
     return sorted(
-        p.name for p in folder.iterdir() if p.is_file() and not p.name.startswith(".") and not p.name.endswith(WEIGHT_SUFFIXES)
+        p.name
+        for p in folder.iterdir()
+        if p.is_file() and not p.name.startswith(".") and not p.name.endswith(WEIGHT_SUFFIXES)
     )
 
 

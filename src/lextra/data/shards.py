@@ -68,18 +68,6 @@ from lextra.data.corpora import (
     split_of,
     split_overrides,
 )
-from lextra.data.prepare import PreparedData, prepare_for_model
-from lextra.data.tokenizers import (
-    DEFAULT_BPE_VOCAB,
-    ByteTokenizer,
-    HFTokenizer,
-    Tokenizer,
-    build_tokenizer,
-    check_tokenizer_spec,
-    resolve_cache_dir,
-    tokenizer_from_config,
-)
-from lextra.data.windows import gather_windows, mixture_window_starts, window_starts
 from lextra.data.integrity import (
     FAST_HASH,
     STAMP,
@@ -92,6 +80,18 @@ from lextra.data.integrity import (
     tokenizer_files,
 )
 from lextra.data.manifest import validate_manifest
+from lextra.data.prepare import PreparedData, prepare_for_model
+from lextra.data.tokenizers import (
+    DEFAULT_BPE_VOCAB,
+    ByteTokenizer,
+    HFTokenizer,
+    Tokenizer,
+    build_tokenizer,
+    check_tokenizer_spec,
+    resolve_cache_dir,
+    tokenizer_from_config,
+)
+from lextra.data.windows import gather_windows, mixture_window_starts, window_starts
 from lextra.errors import DataError, LextraError
 from lextra.io import atomic_write_json, sha256_file
 from lextra.locks import LOCK_NAME, folder_lock, hold_lock
@@ -503,21 +503,15 @@ def prepare_shards(
     if dtype != "auto":
         token_dtype(2, dtype)
     next(iter_documents(source, text_field=text_field, limit_chars=limit_chars))
-    existed = out.exists()
-    try:
-        with folder_lock(out, f"the prepared folder {out}"):
-            before = {p.name for p in out.iterdir()}
-            try:
-                return _prepare_locked(out, request, cache_dir, progress, workers)
-            except LextraError:  # a bad input: remove what this run wrote, so the corrected command runs
-                for path in out.iterdir():
-                    if path.name not in before and path.name != LOCK_NAME:
-                        shutil.rmtree(path) if path.is_dir() else path.unlink()
-                raise
-    except LextraError:
-        if not existed and {p.name for p in out.iterdir()} <= {LOCK_NAME}:
-            shutil.rmtree(out, ignore_errors=True)
-        raise
+    with folder_lock(out, f"the prepared folder {out}"):
+        before = {p.name for p in out.iterdir()}
+        try:
+            return _prepare_locked(out, request, cache_dir, progress, workers)
+        except LextraError:  # a bad input: remove what this run wrote, so the corrected command runs
+            for path in out.iterdir():
+                if path.name not in before and path.name != LOCK_NAME:
+                    shutil.rmtree(path) if path.is_dir() else path.unlink()
+            raise
 
 
 def _prepare_locked(
@@ -554,7 +548,9 @@ def _prepare_locked(
         tok = _hf_tokenizer(tokenizer, out)
         atomic_write_json(out / TOKENIZER, tok.to_config())
     else:
-        sample = _bpe_sample(documents(), scan, request["sample_chars"]) if tokenizer.strip().startswith("bpe") else None
+        sample = (
+            _bpe_sample(documents(), scan, request["sample_chars"]) if tokenizer.strip().startswith("bpe") else None
+        )
         if sample is not None and not sample:
             raise DataError(f"source {source!r} has no training documents to train {tokenizer} on; use a bigger corpus")
         tok = build_tokenizer(tokenizer, sample, cache_dir, corpus_name=source)
@@ -739,7 +735,9 @@ class PreparedShards:
         root = Path(directory).expanduser()
         path = root / MANIFEST
         if root.exists() and not root.is_dir():
-            raise DataError(f"{root} is a file, not a prepared data folder; give the folder `lextra data prepare` wrote")
+            raise DataError(
+                f"{root} is a file, not a prepared data folder; give the folder `lextra data prepare` wrote"
+            )
         if not path.is_file():
             again = unfinished_command(root)
             if (root / REQUEST).is_file():
