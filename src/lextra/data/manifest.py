@@ -74,6 +74,7 @@ def _hex(node: Any, key: str, where: str, length: int, *, optional: bool = False
 def _check(manifest: Any, dtypes: dict[str, type[np.unsignedinteger]], splits: Collection[str]) -> None:
     if not isinstance(manifest, dict):
         raise _FieldError("manifest", f"expected an object, got {_describe(manifest)}")
+    _field(manifest, "format", "", (int,))
     request = _field(manifest, "request", "", (dict,))
     for key in ("source", "tokenizer"):
         _field(request, key, "request", (str,))
@@ -130,7 +131,8 @@ def _check(manifest: Any, dtypes: dict[str, type[np.unsignedinteger]], splits: C
             _field(shard, "parts", at, (dict,), optional=True)
             files = _field(shard, "files", at, (dict,))
             if set(files) != {"tokens", "offsets"}:
-                raise _FieldError(f"{at}.files", f"expected tokens, offsets; got {', '.join(map(str, files)) or 'none'}")
+                found = ", ".join(map(str, files)) or "none"
+                raise _FieldError(f"{at}.files", f"expected tokens and offsets, got {found}")
             sizes = {"tokens": shard_tokens * np.dtype(dtype).itemsize, "offsets": shard_documents * 16}
             for kind, size in sizes.items():
                 _file_entry(files[kind], f"{at}.files.{kind}", f"{split}-{index:05d}.{kind}", size)
@@ -151,14 +153,17 @@ def _check(manifest: Any, dtypes: dict[str, type[np.unsignedinteger]], splits: C
         first = _field(skipped, "first", "skipped", (list,))
         if not all(isinstance(name, str) for name in first):
             raise _FieldError("skipped.first", f"expected file names, got {_describe(first)}")
+    gap = 0 if separator is None else 1
     for split in splits if parts is not None else ():
-        total = 0
+        total, tokens = 0, 0
         for position, part in enumerate(parts or []):
             at = f"parts[{position}]"
             _field(part, "source", at, (str,))
             counts = _field(_field(part, "splits", at, (dict,)), split, f"{at}.splits", (dict,))
             total += _count(counts, "documents", f"{at}.splits.{split}")
-            _count(counts, "tokens", f"{at}.splits.{split}")
+            tokens += _count(counts, "tokens", f"{at}.splits.{split}")
+        if total and tokens + (total - 1) * gap != table[split]["tokens"]:
+            raise _FieldError("parts", f"parts hold {tokens} {split} tokens, which the split's do not match")
         if total != table[split]["documents"]:
             raise _FieldError("parts", f"parts hold {total} {split} documents, the split {table[split]['documents']}")
 
@@ -188,3 +193,18 @@ def validate_manifest(
         _check(manifest, dtypes, splits)
     except _FieldError as fail:
         raise ManifestError(f"{label} is malformed ({fail}); {fix}") from None
+
+
+def check_tokenizer_record(manifest: dict[str, Any], config: Any, label: str, fix: str) -> None:
+    """Refuse a manifest whose vocabulary size or separator differ from its tokenizer's saved `config` (where the
+    config tells them without loading: bytes, and lextra's BPE, whose separator is its first special token)."""
+    kind = config.get("kind") if isinstance(config, dict) else None
+    known = {"bytes": (256, ord("\n")), "bpe": (config.get("vocab_size") if kind == "bpe" else None, 0)}
+    if kind not in known:
+        return
+    recorded = manifest["tokenizer"]
+    vocab, separator = known[kind]
+    for key, value in (("vocab_size", vocab), ("separator", separator)):
+        if recorded[key] != value:
+            problem = f"the {kind} tokenizer of tokenizer.json has {value}, the manifest records {recorded[key]}"
+            raise ManifestError(f"{label} is malformed (tokenizer.{key}: {problem}); {fix}")

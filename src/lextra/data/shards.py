@@ -79,7 +79,7 @@ from lextra.data.integrity import (
     source_state,
     tokenizer_files,
 )
-from lextra.data.manifest import validate_manifest
+from lextra.data.manifest import check_tokenizer_record, validate_manifest
 from lextra.data.prepare import PreparedData, prepare_for_model
 from lextra.data.tokenizers import (
     DEFAULT_BPE_VOCAB,
@@ -752,16 +752,22 @@ class PreparedShards:
         raw = path.read_bytes()
         try:
             manifest = json.loads(raw)
-            version = manifest["format"]
-        except (ValueError, KeyError, TypeError) as err:
+        except ValueError as err:
             raise DataError(f"{path} is corrupt ({err}); prepare {root} again") from None
-        if version != FORMAT_VERSION:
+        version = manifest.get("format") if isinstance(manifest, dict) else None
+        if isinstance(version, int) and not isinstance(version, bool) and version != FORMAT_VERSION:
             raise DataError(
                 f"{root} was prepared in format {version}, this lextra reads format {FORMAT_VERSION}; prepare it again"
             )
         request = manifest.get("request") if isinstance(manifest.get("request"), dict) else {}
         again = f"run `{_prepare_command(request, root)}` into a new folder"
-        validate_manifest(manifest, DTYPES, SPLITS, str(path), f"prepare the data again: {again}")
+        fix = f"prepare the data again: {again}"
+        validate_manifest(manifest, DTYPES, SPLITS, str(path), fix)
+        try:
+            config = json.loads((root / TOKENIZER).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            raise DataError(f"{root / TOKENIZER} is missing or not JSON; {again}") from None
+        check_tokenizer_record(manifest, config, str(path), fix)
         dtype = DTYPES[manifest["dtype"]]
         entries = [
             entry
