@@ -15,7 +15,7 @@ import contextlib
 import hashlib
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -160,7 +160,7 @@ def source_state(spec: str, *, full: bool = False) -> dict[str, list[int | str]]
     return state
 
 
-def describe_change(before: dict[str, object], after: dict[str, object]) -> str:
+def describe_change(before: Mapping[str, object], after: Mapping[str, object]) -> str:
     """The first difference between two {file: fingerprint} tables, in words ('' when equal)."""
     for name in sorted(set(before) | set(after)):
         if name not in after:
