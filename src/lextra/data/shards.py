@@ -454,7 +454,7 @@ def _finished_shards(out_dir: Path) -> list[dict[str, Any]]:
     for path in out_dir.iterdir():
         name = path.name
         if name.endswith(".partial"):
-            path.unlink()
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
             continue
         stem = name.split(".")[0]
         index = stem.rsplit("-", 1)[-1]
