@@ -260,6 +260,11 @@ def test_a_malformed_manifest_or_a_file_as_out_is_one_line_from_the_cli(tmp_path
     assert a_file.read_text() == "mine"
     assert main(_train_argv(tmp_path / "run", a_file)) == 2
     _one_line(capsys.readouterr().err, f"lextra train: error: {a_file} is a file, not a prepared data folder")
+    assert main(_train_argv(a_file, out)) == 2  # --out of a run naming a file
+    assert _one_line(capsys.readouterr().err, "lextra train: error: ") == (
+        f"lextra train: error: the run folder {a_file} is a file, not a folder; give a new folder, or the folder "
+        "it wrote before"
+    )
 
 
 # ----------------------------------------------------------------------------- one writer

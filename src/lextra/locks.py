@@ -81,6 +81,8 @@ def folder_lock(folder: str | os.PathLike[str], what: str) -> Iterator[None]:
     """The lock of one folder (`folder/.lock`), refused at once when held. The folder is created if needed, and
     removed again when the body left nothing in it but the lock (a command that failed before writing)."""
     root = Path(folder)
+    if root.exists() and not root.is_dir():
+        raise LockedError(f"{what} is a file, not a folder; give a new folder, or the folder it wrote before")
     created = not root.exists()
     root.mkdir(parents=True, exist_ok=True)
     try:

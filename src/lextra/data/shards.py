@@ -785,7 +785,9 @@ class PreparedShards:
             expected = [Expected(e["name"], e["sha256"], e.get(FAST_HASH)) for e in entries]
             expected.append(Expected(TOKENIZER, manifest["tokenizer"]["config_sha256"]))
             copied = manifest["tokenizer"].get("files", {})
-            expected += [Expected(f"{TOKENIZER_DIR}/{n}", e["sha256"], e.get(FAST_HASH)) for n, e in copied.items()]
+            expected += [
+                Expected(f"{TOKENIZER_DIR}/{e['name']}", e["sha256"], e.get(FAST_HASH)) for e in copied.values()
+            ]
             check_files(root, expected, f"copy the folder again from where it came from, or {again}")
         parts: dict[str, list[_Part]] = {}
         for name in SPLITS:
@@ -810,8 +812,8 @@ class PreparedShards:
         ]
         tokenizer_entry = {"name": TOKENIZER, "sha256": self.manifest["tokenizer"]["config_sha256"]}
         copied = [
-            {"name": f"{TOKENIZER_DIR}/{name}", "sha256": entry["sha256"]}
-            for name, entry in self.manifest["tokenizer"].get("files", {}).items()
+            {"name": f"{TOKENIZER_DIR}/{entry['name']}", "sha256": entry["sha256"]}
+            for entry in self.manifest["tokenizer"].get("files", {}).values()
         ]
         for entry in [*entries, tokenizer_entry, *copied]:
             file = self.root / entry["name"]
