@@ -116,6 +116,9 @@ DEFAULT_SAMPLE_CHARS = 100_000_000
 ENCODE_BATCH = 256
 """Documents encoded (and appended to the shard's files) together."""
 
+SKIPPED_NAMED = 5
+"""How many skipped files a manifest (and the summary of `lextra data prepare`) names."""
+
 DTYPES: dict[str, type[np.unsignedinteger]] = {"uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32}
 """Token file dtypes by name."""
 
@@ -203,7 +206,8 @@ class _Scan:
     documents: int
     chars: int
     overrides: dict[str, str]
-    skipped: list[str] = field(default_factory=list)  #: files a directory source skipped (binary, not UTF-8)
+    skipped: int = 0  #: files a directory source skipped (binary, not UTF-8)
+    skipped_first: list[str] = field(default_factory=list)  #: the first `SKIPPED_NAMED` of them
 
     def split(self, doc: Document) -> str:
         """The split of a document, exactly as `split_corpus` over the whole source decides it."""
@@ -226,7 +230,7 @@ def _scan(docs: Iterable[Document], bar: tqdm) -> _Scan:
     with skipped_files() as skipped:
         overrides = split_overrides(id_stream(), DEFAULT_FRACTIONS)
     bar.close()
-    return _Scan(count, chars, overrides, skipped)
+    return _Scan(count, chars, overrides, len(skipped), skipped[:SKIPPED_NAMED])
 
 
 def _bpe_sample(docs: Iterable[Document], scan: _Scan, sample_chars: int) -> list[Document]:
@@ -287,8 +291,11 @@ def _encoding_pool(tokenizer: Tokenizer, workers: int) -> Iterator[Executor | No
     from concurrent.futures import ProcessPoolExecutor
 
     context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker, initargs=(tokenizer,)) as pool:
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker, initargs=(tokenizer,))
+    try:
         yield pool
+    finally:  # an interrupted prepare does not wait for the rest of the shard's batches
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 @dataclass
@@ -536,9 +543,10 @@ def _prepare_locked(
         bar = tqdm(disable=not progress, unit="doc", desc=f"scan {source}", dynamic_ncols=True, file=sys.stderr)
         scan = _scan(documents(), bar)
         if strict and scan.skipped:
+            skipped = _skipped_text(scan.skipped, scan.skipped_first)
             raise DataError(
-                f"{_skipped_text(scan.skipped)} of {source} are binary or not UTF-8 text (--strict); convert or "
-                "remove them, or drop --strict to skip them"
+                f"{skipped} of {source} are binary or not UTF-8 text (--strict); convert or remove them, or drop "
+                "--strict to skip them"
             )
         atomic_write_json(out / SCAN, asdict(scan))
     is_hf = tokenizer.strip().startswith("hf:")
@@ -648,7 +656,7 @@ def _prepare_locked(
     if (out / TOKENIZER_DIR).is_dir():
         manifest["tokenizer"]["files"] = copied_files(out / TOKENIZER_DIR)
     if scan.skipped:
-        manifest["skipped"] = {"files": len(scan.skipped), "first": scan.skipped[:SKIPPED_NAMED]}
+        manifest["skipped"] = {"files": scan.skipped, "first": scan.skipped_first}
     parts = _part_counts(source, records)
     if parts is not None:
         manifest["parts"] = parts
@@ -656,14 +664,10 @@ def _prepare_locked(
     return out / MANIFEST
 
 
-SKIPPED_NAMED = 5
-"""How many skipped files a manifest (and the summary of `lextra data prepare`) names."""
-
-
-def _skipped_text(skipped: Sequence[str]) -> str:
+def _skipped_text(count: int, first: Sequence[str]) -> str:
     """`N files (a, b, ...)`: the count and the first few names."""
-    more = ", ..." if len(skipped) > SKIPPED_NAMED else ""
-    return f"{len(skipped)} file{'s' if len(skipped) != 1 else ''} ({', '.join(skipped[:SKIPPED_NAMED])}{more})"
+    more = ", ..." if count > len(first) else ""
+    return f"{count} file{'s' if count != 1 else ''} ({', '.join(first)}{more})"
 
 
 def _part_counts(source: str, records: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
