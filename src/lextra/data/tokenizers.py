@@ -236,11 +236,7 @@ class HFTokenizer(Tokenizer):
         """Load with `AutoTokenizer.from_pretrained(path, local_files_only=True)`; `origin` is the folder `path`
         is a copy of (a prepared folder's own copy), which the tokenizer then names as its path."""
         location = Path(path).expanduser()
-        if not location.exists():
-            raise DataError(
-                f"Hugging Face tokenizer path {location} does not exist; give a local directory "
-                "with tokenizer files (hub names are not downloaded)"
-            )
+        _check_hf_path(location)
         try:
             from transformers import AutoTokenizer
         except ImportError as err:
@@ -279,6 +275,15 @@ class HFTokenizer(Tokenizer):
     def to_config(self) -> dict[str, Any]:
         """The kind and the absolute local path."""
         return {"kind": "hf", "path": self.path}
+
+
+def _check_hf_path(location: Path) -> None:
+    """Refuse a Hugging Face tokenizer path that does not exist (hub names are never downloaded)."""
+    if not location.exists():
+        raise DataError(
+            f"Hugging Face tokenizer path {location} does not exist; give a local directory "
+            "with tokenizer files (hub names are not downloaded)"
+        )
 
 
 def default_bos_prefix(tok: Any) -> list[int]:
@@ -346,10 +351,6 @@ def check_tokenizer_spec(spec: str) -> None:
         path = spec.removeprefix("hf:")
         if not path:
             raise DataError("tokenizer 'hf:' needs a local path, e.g. hf:/models/llama")
-        if not Path(path).expanduser().exists():
-            raise DataError(
-                f"Hugging Face tokenizer path {Path(path).expanduser()} does not exist; give a local directory "
-                "with tokenizer files (hub names are not downloaded)"
-            )
+        _check_hf_path(Path(path).expanduser())
         return
     raise DataError(f"unknown tokenizer {spec!r}; use {_TOKENIZER_SPECS}")
