@@ -2,8 +2,9 @@
 
 The kernel drops a `flock` when its process dies (kill -9 included), so a lock is never stuck; the pid in the
 file only names the holder. A lock file that still names a pid when it is taken belonged to a process that died
-without releasing it: taking it over is said on stderr. A clean release empties the file (it is not removed, so
-a process waiting on it never holds a lock on a deleted file while another takes a new one).
+without releasing it: taking it over is said on stderr. A clean release empties the file; it is not removed (so a
+process waiting on it never holds a lock on a deleted file while another takes a new one), except with a folder
+that the command created and left empty (a command that failed before writing leaves nothing behind).
 """
 
 from __future__ import annotations
@@ -85,14 +86,14 @@ def folder_lock(folder: str | os.PathLike[str], what: str) -> Iterator[None]:
         raise LockedError(f"{what} is a file, not a folder; give a new folder, or the folder it wrote before")
     created = not root.exists()
     root.mkdir(parents=True, exist_ok=True)
-    try:
-        with hold_lock(root / LOCK_NAME, what):
+    with hold_lock(root / LOCK_NAME, what):
+        try:
             yield
-    finally:
-        if created and [p.name for p in root.iterdir()] == [LOCK_NAME]:
-            (root / LOCK_NAME).unlink(missing_ok=True)
-            with contextlib.suppress(OSError):
-                root.rmdir()
+        finally:  # still holding the lock: only the process that made the folder, and holds it, removes it
+            if created and [p.name for p in root.iterdir()] == [LOCK_NAME]:
+                (root / LOCK_NAME).unlink(missing_ok=True)
+                with contextlib.suppress(OSError):
+                    root.rmdir()
 
 
 def run_lock(run_dir: str | os.PathLike[str], what: str = "the run folder") -> contextlib.AbstractContextManager[None]:
