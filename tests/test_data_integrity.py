@@ -559,7 +559,7 @@ def _tiny_hf_tokenizer(folder: Path) -> Path:
     return folder
 
 
-def test_a_hugging_face_tokenizer_is_copied_into_the_folder_and_checked(tmp_path: Path, monkeypatch) -> None:
+def test_a_hugging_face_tokenizer_is_copied_into_the_folder_and_checked(tmp_path: Path) -> None:
     original = _tiny_hf_tokenizer(tmp_path / "hf")
     source = _write_corpus(tmp_path / "corpus", documents=10)
     out = tmp_path / "prepared"
