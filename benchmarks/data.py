@@ -16,6 +16,9 @@ What it measures
       prepared folder (`data=`) and on the raw corpus read in memory (`LEXTRA_DATA_CACHE=off`; the tokenizer
       cached in both), one-layer model; torch's
       one-off import of `torch._dynamo` (AdamW's first use, about 5 s here) is done before the clock starts.
+    - checksum on read: seconds of `PreparedShards.open` on a `--checksum-mb` folder (bytes) the first time (every
+      file hashed with xxh3-128, the stamp written), warm (a later process: the stamp says the files are
+      unchanged) and without the check (`check=False`); the files are in the page cache in all three.
     - peak RSS of preparing synthetic corpora of `--rss-mb` sizes (the source's documents repeated with distinct
       ids, as one .jsonl file): it must not grow with the corpus.
 
@@ -168,6 +171,17 @@ def work_shards(task: dict[str, Any]) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- checksum_cost
+def work_checksum(task: dict[str, Any]) -> dict[str, Any]:
+    """One `PreparedShards.open` of the folder, timed: the first (its stamp removed), warm, or unchecked."""
+    from lextra.data import PreparedShards
+    from lextra.data.integrity import STAMP
+
+    out = Path(task["out"])
+    if task["first"]:
+        (out / STAMP).unlink(missing_ok=True)
+    start = time.perf_counter()
+    PreparedShards.open(out, check=task["check"])
+    return {"seconds": time.perf_counter() - start}
 
 
 WORKERS = {
@@ -176,6 +190,7 @@ WORKERS = {
     "sample": work_sample,
     "shards": work_shards,
     "first_step": work_first_step,
+    "checksum": work_checksum,
 }
 
 
@@ -212,6 +227,24 @@ def synthetic_jsonl(task: dict[str, Any], megabytes: int, path: Path) -> None:
     subprocess.run([sys.executable, "-c", code, task["source"], str(megabytes), str(path)], check=True, env=env)
 
 
+def checksum_cost(base: dict[str, Any], folder: Path, megabytes: int, repeats: int) -> dict[str, Any]:
+    """Seconds to open a prepared folder of about `megabytes` MB (bytes tokenizer): the first open, which hashes
+    every file, a warm (stamped) open and an unchecked one, each in a fresh process, interleaved; medians."""
+    corpus = folder / "checksum.jsonl"
+    synthetic_jsonl(base, megabytes, corpus)
+    out = folder / "checksum"
+    run_cell({"kind": "prepare", "source": str(corpus), "tokenizer": "bytes", "limit_chars": 0, "out": str(out)})
+    corpus.unlink()
+    size = sum(p.stat().st_size for p in out.iterdir() if p.suffix in (".tokens", ".offsets"))
+    cells = {"first": (True, True), "warm": (False, True), "unchecked": (False, False)}
+    seconds: dict[str, list[float]] = {name: [] for name in cells}
+    for _ in range(repeats):
+        for name, (first, check) in cells.items():
+            cell = run_cell({"kind": "checksum", "out": str(out), "first": first, "check": check})
+            seconds[name].append(cell["seconds"])
+    return {"megabytes": size / 1e6, **{name: median(values) for name, values in seconds.items()}}
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values)
 
@@ -230,6 +263,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10, help="interleaved rounds of the shards-and-order cell")
     parser.add_argument("--rss-mb", default="25,100", help="synthetic corpus sizes (MB) for peak RSS; '' skips")
     parser.add_argument("--rss-tokenizer", default="bytes")
+    parser.add_argument("--checksum-mb", type=int, default=50, help="folder size (MB) the checksum on read is timed on")
     parser.add_argument("--quick", action="store_true", help="1M characters, 1 repeat, 50 batches, RSS at 5,20 MB")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "data.json"))
     args = parser.parse_args()
@@ -293,6 +327,8 @@ def main() -> None:
                 "peak_rss_mib": median([r["peak_rss_mib"] for r in runs]),
             }
         results["first_step"] = first
+        if args.checksum_mb:
+            results["checksum"] = checksum_cost(base, folder, args.checksum_mb, args.repeats)
         rss = []
         for megabytes in [int(x) for x in args.rss_mb.split(",") if x.strip()]:
             corpus = folder / f"synthetic-{megabytes}.jsonl"
@@ -354,6 +390,12 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> str:
     lines += ["", "| first training step | seconds | peak RSS MiB |", "|---|---|---|"]
     for name in ("prepared", "raw"):
         lines.append(f"| {name} | {f[name]['seconds']:.2f} | {f[name]['peak_rss_mib']:,.0f} |")
+    if results.get("checksum"):
+        c = results["checksum"]
+        lines += ["", f"| opening a {c['megabytes']:.0f} MB prepared folder | ms |", "|---|---|"]
+        for name, label in (("first", "first open (every file hashed)"), ("warm", "warm (stamped)")):
+            lines.append(f"| {label} | {c[name] * 1e3:.1f} |")
+        lines.append(f"| without the check | {c['unchecked'] * 1e3:.1f} |")
     if results["rss"]:
         lines += [
             "",

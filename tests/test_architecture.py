@@ -15,7 +15,7 @@ ROOT = Path(lextra.__file__).parent
 
 #: top-level components by layer, lowest first; a component imports only from its own or lower layers
 LAYERS = [
-    {"errors", "io", "registry", "serialize", "validate", "devices", "tensorboard"},
+    {"errors", "io", "locks", "registry", "serialize", "validate", "devices", "tensorboard"},
     {"positions"},
     {"attention"},
     {"model", "data"},

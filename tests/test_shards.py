@@ -245,7 +245,7 @@ def test_an_interrupted_prepare_continues_with_its_finished_shards(tmp_path: Pat
         PreparedShards.open(out)
     assert str(err.value) == (
         f"{out} holds an unfinished prepare (no manifest.json); run "
-        f"`lextra data prepare {source} --tokenizer bytes --out {out}` again to finish it"
+        f"`lextra data prepare {source} --tokenizer bytes --out {out} --shard-chars 30000` again to finish it"
     )
     # a half-written file left by a killed process is dropped, not read
     (out / "train-00002.tokens.partial").write_bytes(b"\x01\x02")
@@ -275,8 +275,14 @@ def test_a_missing_or_corrupt_shard_is_refused_in_one_line(tmp_path: Path) -> No
     data = bytearray((out / entry["name"]).read_bytes())
     data[100] ^= 1
     (out / entry["name"]).write_bytes(bytes(data))
-    prepared = PreparedShards.open(out)  # sizes agree: open does not read the files
     again = f"lextra data prepare {source} --tokenizer bytes --out {out}"
+    with pytest.raises(DataError) as err:  # sizes agree: the checksum on open sees the flipped bit
+        PreparedShards.open(out)
+    assert str(err.value) == (
+        f"prepared file {out / entry['name']} is corrupt (xxh3_128 checksum mismatch); copy the folder again from "
+        f"where it came from, or run `{again}` into a new folder"
+    )
+    prepared = PreparedShards.open(out, check=False)
     with pytest.raises(DataError) as err:
         prepared.verify()
     assert str(err.value) == (
@@ -472,8 +478,8 @@ def test_a_source_that_changes_under_a_resumed_prepare_is_refused(tmp_path: Path
     with pytest.raises(DataError) as err:
         prepare_shards(source, "bytes", out, shard_chars=30_000, progress=False)
     assert str(err.value) == (
-        f"the source {source!r} changed while {out} was prepared (20 documents when it was first read, 21 now); "
-        f"delete {out} and prepare it again"
+        f"the source {source!r} changed since {out} was started ({Path(source).resolve()}/zzz-added.txt was "
+        f"added), so its finished shards are stale; delete {out} and prepare it again, or use another --out"
     )
     assert not (out / "manifest.json").exists()
 
@@ -589,7 +595,7 @@ def test_a_process_waits_for_another_preparing_the_same_entry(tmp_path: Path) ->
         with pytest.raises(DataError) as err:
             shards_module.cached_shards(source, "bytes", cache_dir=cache, progress=False, wait_s=0.3)
         assert str(err.value) == (
-            f"waited 0 s for another process preparing {entry} (it holds {lock}); "
+            f"the data cache entry {entry} is being written by another process (waited 0 s), which holds {lock}; "
             "wait for it to finish, or stop it and run again"
         )
         fcntl.flock(held, fcntl.LOCK_UN)

@@ -25,6 +25,10 @@ class DataError(LextraError):
     """A missing or empty corpus, or an unreadable data file."""
 
 
+class LockedError(DataError):
+    """A folder (prepared data, a run) that another process is writing: it holds the folder's lock."""
+
+
 class TrainingDivergedError(LextraError):
     """A training run whose loss, gradient norm or weights became non-finite; it stopped before saving them.
 

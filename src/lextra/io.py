@@ -16,6 +16,7 @@ def atomic_write(path: str | Path, write: Callable[[Path], object]) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp makes 0600: give the mode any other new file gets
     os.close(fd)
     tmp = Path(tmp_name)
     try:
@@ -26,6 +27,20 @@ def atomic_write(path: str | Path, write: Callable[[Path], object]) -> None:
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def current_umask() -> int:
+    """The process's umask (read from /proc where it can be, so it is never changed even for a moment)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

@@ -39,6 +39,7 @@ from lextra.data.windows import encode_documents
 from lextra.devices import autocast, resolve_device
 from lextra.errors import CheckpointError, ConfigError, TrainingDivergedError
 from lextra.io import atomic_write, atomic_write_json, atomic_write_text, sha256_file
+from lextra.locks import run_lock
 from lextra.model import GPT, GPTConfig, load_model, read_model_meta, save_model
 from lextra.positions.scaling import SCALING_TYPES
 from lextra.tensorboard import Board, require_tensorboard, run_log_dir
@@ -461,9 +462,23 @@ def train(
 ) -> Path:
     """Train a model on `device` (see `resolve_device`; None: CUDA when available, the LOCAL_RANK GPU under
     torchrun); returns the folder of the final model (`run_dir/model`). `on_step(done)` runs after every step
-    (progress hooks, tests that interrupt a run)."""
+    (progress hooks, tests that interrupt a run). One process at a time writes `run_dir` (`lextra.locks`)."""
     config.validate()
     run_dir = Path(run_dir)
+    with run_lock(run_dir):
+        return _train(config, run_dir, resume=resume, progress=progress, on_step=on_step, device=device)
+
+
+def _train(
+    config: TrainConfig,
+    run_dir: Path,
+    *,
+    resume: bool,
+    progress: bool,
+    on_step: Callable[[int], None] | None,
+    device: str | torch.device | None,
+) -> Path:
+    """`train` in the run folder whose lock this process holds."""
     device = resolve_device(device)
     world = Distributed.from_environment(device)
     if config.batch_size % world.size:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import TYPE_CHECKING
 
 from lextra.cli.app import Handler, group
@@ -56,21 +57,41 @@ def configure_prepare(parser: argparse.ArgumentParser) -> Handler:
         default=DEFAULT_SAMPLE_CHARS,
         help="train-split characters a bpe tokenizer is trained on",
     )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse files a folder source would skip (binary, not UTF-8), and fingerprint the source by whole-file "
+        "hashes (a resumed prepare then notices any edit)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=positive_int,
+        default=1,
+        help="encode in N processes (the same bytes as 1; a tokenizer that encodes in threads, bpe or a fast "
+        "Hugging Face one, uses its threads instead)",
+    )
 
     def run(args: argparse.Namespace) -> int:
-        from lextra.data.shards import PreparedShards, prepare_shards
+        from lextra.data.shards import PreparedShards, prepare_shards, unfinished_command
 
-        manifest = prepare_shards(
-            args.source,
-            args.tokenizer,
-            args.out,
-            limit_chars=args.limit_chars,
-            text_field=args.text_field,
-            dtype=args.dtype,
-            shard_chars=args.shard_chars,
-            sample_chars=args.sample_chars,
-            progress=not args.quiet,
-        )
+        try:
+            manifest = prepare_shards(
+                args.source,
+                args.tokenizer,
+                args.out,
+                limit_chars=args.limit_chars,
+                text_field=args.text_field,
+                dtype=args.dtype,
+                shard_chars=args.shard_chars,
+                sample_chars=args.sample_chars,
+                progress=not args.quiet,
+                strict=args.strict,
+                workers=args.workers,
+            )
+        except KeyboardInterrupt:
+            again = unfinished_command(args.out)
+            print(f"lextra data: interrupted{f'; run `{again}` to continue' if again else ''}", file=sys.stderr)
+            return 130
         print(_summary(PreparedShards.open(manifest.parent)))
         return 0
 
@@ -88,7 +109,7 @@ def configure_verify(parser: argparse.ArgumentParser) -> Handler:
     def run(args: argparse.Namespace) -> int:
         from lextra.data.shards import PreparedShards
 
-        prepared = PreparedShards.open(args.folder)
+        prepared = PreparedShards.open(args.folder, check=False)  # verify reads every file itself
         prepared.verify()
         print(_summary(prepared))
         return 0
@@ -105,4 +126,11 @@ def _summary(prepared: PreparedShards) -> str:
     ]
     for split in SPLITS:
         lines.append(f"  {split}: {prepared.num_documents(split):,} documents, {prepared.num_tokens(split):,} tokens")
+    skipped = prepared.manifest.get("skipped")
+    if skipped:
+        count, first = skipped["files"], skipped["first"]
+        named = ", ".join(first) + (", ..." if count > len(first) else "")
+        lines.append(
+            f"  skipped {count:,} file{'s' if count != 1 else ''}, binary or not UTF-8 (--strict refuses them): {named}"
+        )
     return "\n".join(lines)

@@ -30,6 +30,7 @@ from lextra.cli.options import (
     parse_lengths,
     positive_float,
     positive_int,
+    refuse_corpus_with_data,
     retrieval_evaluation,
     temperature_file,
     temperature_option,
@@ -104,8 +105,7 @@ def _data(args: argparse.Namespace, *, text: bool = False) -> Any:
     if args.data is not None:
         from lextra.data.shards import PreparedShards
 
-        if args.corpus is not None or args.limit_chars is not None:
-            raise ConfigError("--data replaces --corpus and --limit-chars (the folder holds its corpus); drop one")
+        refuse_corpus_with_data(args)
         shards = PreparedShards.open(args.data)
         shards.check_hf_tokenizer(tokenizer_config(args.model)["path"], args.tokenizer)
         return shards.prepared_data() if text else shards
@@ -302,6 +302,7 @@ def _run_finetune(args: argparse.Namespace) -> int:
         raise ConfigError("--mask and --log-scaling are evaluation options; lextra hf finetune trains causal attention")
     if args.out is None:
         raise ConfigError("lextra hf finetune needs --out DIR (the run folder; the model goes to DIR/model)")
+    refuse_corpus_with_data(args)
     config = FinetuneConfig(
         model=args.model,
         train_len=args.train_len,

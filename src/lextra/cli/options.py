@@ -204,14 +204,19 @@ def add_eval_data(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def refuse_corpus_with_data(args: argparse.Namespace) -> None:
+    """Refuse --corpus or --limit-chars beside --data: the prepared folder holds its corpus."""
+    if getattr(args, "data", None) is not None and (args.corpus is not None or args.limit_chars is not None):
+        raise ConfigError("--data replaces --corpus and --limit-chars (the folder holds its corpus); drop one")
+
+
 def eval_data_from(args: argparse.Namespace, meta: dict[str, Any]) -> Any:
     """The data an evaluation reads: the `--data` folder, the model's own prepared folder (no --corpus and no
     --limit-chars given), or its corpus read with its tokenizer (`prepare_for_model`)."""
     from lextra.data import prepare_for_model
     from lextra.data.shards import shards_for_model
 
-    if args.data is not None and (args.corpus is not None or args.limit_chars is not None):
-        raise ConfigError("--data replaces --corpus and --limit-chars (the folder holds its corpus); drop one")
+    refuse_corpus_with_data(args)
     if args.data is not None or (args.corpus is None and args.limit_chars is None):
         shards = shards_for_model(meta, args.data)
         if shards is not None:

@@ -23,10 +23,10 @@ from lextra.cli.options import (
     parse_depths,
     parse_lengths,
     positive_int,
+    refuse_corpus_with_data,
     retrieval_evaluation,
     train_config_from,
 )
-from lextra.errors import ConfigError
 
 DEFAULT_COMPARE = "rope,rope+dynamic,alibi,coca,coca+dynamic,nope,t5,sandwich"
 
@@ -67,8 +67,7 @@ def add_task_data(parser: argparse.ArgumentParser, *, evaluates: bool = False) -
 
 def task_train_config(args: argparse.Namespace, scheme: str | None = None) -> Any:
     """The training options' `TrainConfig` with the --data folder (refused beside --corpus / --limit-chars)."""
-    if args.data is not None and (args.corpus is not None or args.limit_chars is not None):
-        raise ConfigError("--data replaces --corpus and --limit-chars (the folder holds its corpus); drop one")
+    refuse_corpus_with_data(args)
     config = train_config_from(args, scheme=scheme)
     config.data = args.data
     return config

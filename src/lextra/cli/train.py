@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from lextra.cli.app import Handler, command
-from lextra.cli.options import add_device, add_scheme, add_training, train_config_from
+from lextra.cli.options import add_device, add_scheme, add_training, refuse_corpus_with_data, train_config_from
 
 
 @command(
@@ -32,6 +32,7 @@ def configure_train(parser: argparse.ArgumentParser) -> Handler:
     def run(args: argparse.Namespace) -> int:
         from lextra.train import train
 
+        refuse_corpus_with_data(args)
         config = train_config_from(args)
         config.data = args.data
         final = train(config, args.out, resume=args.resume, device=args.device)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import bisect
 import contextlib
+import contextvars
 import gzip
 import hashlib
 import importlib.util
@@ -224,18 +225,52 @@ def source_fingerprint(spec: str) -> str:
                 digest.update(f"{stat.st_size} {stat.st_mtime_ns}\n".encode())
                 continue
             entries = []
-            skip = _UNREAD_DIRS if part == "python-code" else frozenset({"__pycache__"})
-            for dirpath, dirnames, filenames in os.walk(root):
-                dirnames[:] = [d for d in dirnames if not d.startswith(".") and d not in skip]
-                for name in filenames:
-                    path = Path(dirpath) / name
-                    try:
-                        stat = path.stat()
-                    except OSError:
-                        continue
-                    entries.append(f"{path.relative_to(root).as_posix()} {stat.st_size} {stat.st_mtime_ns}\n")
+            for path in _root_files(part, root):
+                try:
+                    stat = path.stat()
+                except OSError:
+                    continue
+                entries.append(f"{path.relative_to(root).as_posix()} {stat.st_size} {stat.st_mtime_ns}\n")
             digest.update("".join(sorted(entries)).encode())
     return digest.hexdigest()
+
+
+def _root_files(part: str, root: Path) -> Iterator[Path]:
+    """Every file under the folder `root` of corpus `part` (hidden folders and those it does not read skipped)."""
+    skip = _UNREAD_DIRS if part == "python-code" else frozenset({"__pycache__"})
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".") and d not in skip]
+        for name in filenames:
+            yield Path(dirpath) / name
+
+
+def source_files(spec: str) -> list[tuple[str, Path]]:
+    """(name, path) of every file a corpus spec reads (each part of a mixture), in a stable order: what
+    `lextra.data.integrity.source_state` fingerprints."""
+    files: list[tuple[str, Path]] = []
+    for part in mixture_parts(spec):
+        for root in _source_roots(part):
+            if root.is_dir():
+                found = sorted((p.relative_to(root).as_posix(), p) for p in _root_files(part, root))
+                files += [(f"{root}/{name}", path) for name, path in found]
+            else:
+                files.append((str(root), root))
+    return files
+
+
+_SKIPPED: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("lextra_skipped_files", default=None)
+"""Where `skipped_files` collects the files directory sources skip (None: not collected)."""
+
+
+@contextlib.contextmanager
+def skipped_files() -> Iterator[list[str]]:
+    """Collect, while the body reads corpora, the files a directory source skips (binary or not UTF-8 text)."""
+    found: list[str] = []
+    token = _SKIPPED.set(found)
+    try:
+        yield found
+    finally:
+        _SKIPPED.reset(token)
 
 
 _UNREAD_DIRS = frozenset({"site-packages", "dist-packages", "__pycache__"})
@@ -527,6 +562,8 @@ def _iter_text_directory(root: Path, text_field: str) -> Iterator[Document]:
         text = _read_utf8(path)
         if text is not None:
             yield Document(rel, text)
+        elif (skipped := _SKIPPED.get()) is not None:
+            skipped.append(str(path))
 
 
 JSONL_SUFFIXES: tuple[str, ...] = (".jsonl", ".jsonl.gz", ".jsonl.zst")

@@ -42,10 +42,13 @@ import hashlib
 import json
 import os
 import re
+import shlex
+import shutil
 import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from concurrent.futures import Executor
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -61,23 +64,39 @@ from lextra.data.corpora import (
     iter_part_documents,
     mixture_parts,
     mixture_weights,
+    skipped_files,
     source_fingerprint,
     split_of,
     split_overrides,
 )
+from lextra.data.integrity import (
+    FAST_HASH,
+    STAMP,
+    Expected,
+    check_files,
+    copied_files,
+    describe_change,
+    fast_hash_file,
+    source_state,
+    tokenizer_files,
+)
+from lextra.data.manifest import check_tokenizer_record, validate_manifest
 from lextra.data.orders import EpochOrder, check_order, in_order
 from lextra.data.prepare import PreparedData, prepare_for_model
 from lextra.data.tokenizers import (
     DEFAULT_BPE_VOCAB,
     ByteTokenizer,
+    HFTokenizer,
     Tokenizer,
     build_tokenizer,
+    check_tokenizer_spec,
     resolve_cache_dir,
     tokenizer_from_config,
 )
 from lextra.data.windows import JoinedTokens, mixture_window_starts, window_starts
-from lextra.errors import DataError
+from lextra.errors import DataError, LextraError
 from lextra.io import atomic_write_json, sha256_file
+from lextra.locks import LOCK_NAME, folder_lock, hold_lock
 
 FORMAT_VERSION = 1
 """Version of the folder layout; `PreparedShards.open` refuses another."""
@@ -86,6 +105,9 @@ MANIFEST = "manifest.json"
 REQUEST = "prepare.json"
 TOKENIZER = "tokenizer.json"
 SCAN = "scan.json"
+TOKENIZER_DIR = "tokenizer"
+"""The folder of a Hugging Face tokenizer's files, copied in by `prepare` (the folder then uses its own copy)."""
+SOURCE_STATE = "source.json"
 
 DEFAULT_SHARD_CHARS = 16_000_000
 """Characters of source text per shard: the memory bound of preparing and the unit of resuming."""
@@ -95,6 +117,9 @@ DEFAULT_SAMPLE_CHARS = 100_000_000
 
 ENCODE_BATCH = 256
 """Documents encoded (and appended to the shard's files) together."""
+
+SKIPPED_NAMED = 5
+"""How many skipped files a manifest (and the summary of `lextra data prepare`) names."""
 
 DTYPES: dict[str, type[np.unsignedinteger]] = {"uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32}
 """Token file dtypes by name."""
@@ -124,9 +149,40 @@ def _normal_spec(spec: str) -> str:
     return f"bpe:{DEFAULT_BPE_VOCAB}" if spec == "bpe" else spec
 
 
-def _prepare_command(source: str, tokenizer: str, out_dir: Path) -> str:
-    """The command line that (re)runs this prepare, for error messages."""
-    return f"lextra data prepare {source} --tokenizer {tokenizer} --out {out_dir}"
+_OPTION_DEFAULTS: dict[str, Any] = {
+    "limit_chars": None,
+    "text_field": "text",
+    "dtype": "auto",
+    "shard_chars": DEFAULT_SHARD_CHARS,
+    "sample_chars": DEFAULT_SAMPLE_CHARS,
+    "strict": False,
+}
+"""The request's options and their defaults: `_prepare_command` spells out every other value."""
+
+
+def _prepare_command(request: dict[str, Any], out_dir: Path) -> str:
+    """The command line that (re)runs the prepare of `request` (every non-default option spelled out, so it runs
+    as printed), for messages."""
+    words = ["lextra data prepare", shlex.quote(str(request.get("source", "SOURCE")))]
+    words += ["--tokenizer", shlex.quote(str(request.get("tokenizer", "SPEC"))), "--out", shlex.quote(str(out_dir))]
+    for key, default in _OPTION_DEFAULTS.items():
+        value = request.get(key, default)
+        if value != default:
+            flag = "--" + key.replace("_", "-")
+            words += [flag] if value is True else [flag, shlex.quote(str(value))]
+    return " ".join(words)
+
+
+def unfinished_command(out_dir: str | os.PathLike[str]) -> str | None:
+    """The command that continues the unfinished prepare in `out_dir` (None when there is none)."""
+    out = Path(out_dir).expanduser()
+    try:
+        request = json.loads((out / REQUEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(request, dict) or (out / MANIFEST).is_file():
+        return None
+    return _prepare_command(request, out)
 
 
 # ----------------------------------------------------------------------------- preparing
@@ -152,6 +208,8 @@ class _Scan:
     documents: int
     chars: int
     overrides: dict[str, str]
+    skipped: int = 0  #: files a directory source skipped (binary, not UTF-8)
+    skipped_first: list[str] = field(default_factory=list)  #: the first `SKIPPED_NAMED` of them
 
     def split(self, doc: Document) -> str:
         """The split of a document, exactly as `split_corpus` over the whole source decides it."""
@@ -159,7 +217,8 @@ class _Scan:
 
 
 def _scan(docs: Iterable[Document], bar: tqdm) -> _Scan:
-    """Read the source once (ids and lengths only are kept), counting documents on `bar`."""
+    """Read the source once (ids and lengths only are kept), counting documents on `bar` and the files it
+    skips."""
     count, chars = 0, 0
 
     def id_stream() -> Iterator[str]:
@@ -170,9 +229,10 @@ def _scan(docs: Iterable[Document], bar: tqdm) -> _Scan:
             bar.update(1)
             yield doc.id
 
-    overrides = split_overrides(id_stream(), DEFAULT_FRACTIONS)
+    with skipped_files() as skipped:
+        overrides = split_overrides(id_stream(), DEFAULT_FRACTIONS)
     bar.close()
-    return _Scan(count, chars, overrides)
+    return _Scan(count, chars, overrides, len(skipped), skipped[:SKIPPED_NAMED])
 
 
 def _bpe_sample(docs: Iterable[Document], scan: _Scan, sample_chars: int) -> list[Document]:
@@ -194,6 +254,50 @@ def _encode(tokenizer: Tokenizer, docs: Sequence[Document]) -> list[np.ndarray]:
     if isinstance(tokenizer, ByteTokenizer):
         return [np.frombuffer(doc.text.encode("utf-8"), dtype=np.uint8) for doc in docs]
     return [np.asarray(ids, dtype=np.int64) for ids in tokenizer.encode_many([doc.text for doc in docs])]
+
+
+_WORKER_TOKENIZER: Tokenizer | None = None
+"""The tokenizer of an encoding worker process (set by `_start_worker`)."""
+
+
+def _start_worker(tokenizer: Tokenizer) -> None:
+    global _WORKER_TOKENIZER
+    _WORKER_TOKENIZER = tokenizer
+
+
+def _encode_in_worker(docs: Sequence[Document]) -> list[np.ndarray]:
+    assert _WORKER_TOKENIZER is not None
+    return _encode(_WORKER_TOKENIZER, docs)
+
+
+def _encoded_batches(
+    tokenizer: Tokenizer, docs: Sequence[tuple[int, Document]], pool: Executor | None
+) -> Iterator[tuple[list[tuple[int, Document]], list[np.ndarray]]]:
+    """One shard's (part, document) pairs in batches of `ENCODE_BATCH`, each with its documents' token ids:
+    encoded here, or by the worker processes of `pool` (every batch of the shard in flight, results in order)."""
+    batches = [list(docs[start : start + ENCODE_BATCH]) for start in range(0, len(docs), ENCODE_BATCH)]
+    if pool is None:
+        for batch in batches:
+            yield batch, _encode(tokenizer, [doc for _, doc in batch])
+        return
+    yield from zip(batches, pool.map(_encode_in_worker, [[doc for _, doc in b] for b in batches]), strict=True)
+
+
+@contextlib.contextmanager
+def _encoding_pool(tokenizer: Tokenizer, workers: int) -> Iterator[Executor | None]:
+    """`workers` encoding processes (None for one, or for a tokenizer that already encodes in threads)."""
+    if workers <= 1 or tokenizer.threaded:
+        yield None
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = multiprocessing.get_context("fork")
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker, initargs=(tokenizer,))
+    try:
+        yield pool
+    finally:  # an interrupted prepare does not wait for the rest of the shard's batches
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 @dataclass
@@ -259,6 +363,7 @@ class _SplitWriter:
                 "name": final.name,
                 "bytes": written.stat().st_size,
                 "sha256": sha256_file(written),
+                FAST_HASH: fast_hash_file(written),
             }
             os.replace(written, final)
         return entry
@@ -271,24 +376,70 @@ class _SplitWriter:
 
 
 def _load_request(out_dir: Path, request: dict[str, Any]) -> None:
-    """Refuse to continue an unfinished prepare of something else in `out_dir`; record the request otherwise."""
+    """Refuse to continue an unfinished prepare of something else in `out_dir` (one with no finished shard is
+    started anew: nothing is lost); record the request otherwise."""
     path = out_dir / REQUEST
     if path.is_file():
         try:
             saved = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
+        except (OSError, ValueError):
             saved = None
-        if saved != request:
-            was = saved or {}
+        if saved == request:
+            return
+        if (out_dir / "shard-00000.json").is_file():
+            was = saved if isinstance(saved, dict) else {}
             raise DataError(
-                f"{out_dir} holds a prepare of {was.get('source')!r} with tokenizer {was.get('tokenizer')!r} "
-                f"(other settings); use another --out, or delete {out_dir} to prepare it anew"
+                f"{out_dir} holds an unfinished prepare with other settings (`{_prepare_command(was, out_dir)}`); "
+                f"run that to finish it, use another --out, or delete {out_dir} to prepare it anew"
             )
-        return
-    if out_dir.exists() and any(out_dir.iterdir()):
+        for stale in out_dir.iterdir():
+            if stale.name != LOCK_NAME:
+                shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
+    elif any(p.name not in (LOCK_NAME, STAMP) for p in out_dir.iterdir()):
         raise DataError(f"{out_dir} is not empty and holds no prepared data; give an empty or new --out folder")
-    out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(path, request)
+
+
+def _check_source_state(out_dir: Path, source: str, strict: bool) -> None:
+    """Record the source's fingerprint when a prepare starts; refuse to continue one whose source changed since
+    (a file added, removed, or different in size, mtime or content), naming the first difference."""
+    state = source_state(source, full=strict)
+    path = out_dir / SOURCE_STATE
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        atomic_write_json(path, {"full": strict, "files": state})
+        return
+    change = describe_change(saved, state)
+    if change:
+        raise DataError(
+            f"the source {source!r} changed since {out_dir} was started ({change}), so its finished shards are "
+            f"stale; delete {out_dir} and prepare it again, or use another --out"
+        )
+
+
+def _hf_tokenizer(spec: str, out_dir: Path) -> Tokenizer:
+    """A Hugging Face tokenizer read from the folder's own copy of its files (copied when the prepare starts;
+    a resumed prepare refuses an original that changed since). A `.gguf` file is read in place (not copied)."""
+    original = Path(spec.strip().removeprefix("hf:")).expanduser().resolve()
+    if original.is_file():
+        return HFTokenizer(original)
+    copy = out_dir / TOKENIZER_DIR
+    if copy.is_dir():
+        change = describe_change(copied_files(copy), copied_files(original, tokenizer_files(original)))
+        if change:
+            raise DataError(
+                f"the tokenizer {original} changed since {out_dir} was started ({change}); delete {out_dir} and "
+                "prepare it again, or use another --out"
+            )
+    else:
+        partial = out_dir / (TOKENIZER_DIR + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir()
+        for name in tokenizer_files(original):
+            shutil.copyfile(original / name, partial / name)
+        os.replace(partial, copy)
+    return HFTokenizer(copy, origin=str(original))
 
 
 def _finished_shards(out_dir: Path) -> list[dict[str, Any]]:
@@ -312,7 +463,7 @@ def _finished_shards(out_dir: Path) -> list[dict[str, Any]]:
     for path in out_dir.iterdir():
         name = path.name
         if name.endswith(".partial"):
-            path.unlink()
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
             continue
         stem = name.split(".")[0]
         index = stem.rsplit("-", 1)[-1]
@@ -334,22 +485,52 @@ def prepare_shards(
     sample_chars: int = DEFAULT_SAMPLE_CHARS,
     cache_dir: str | os.PathLike[str] | None = None,
     progress: bool = True,
+    strict: bool = False,
+    workers: int = 1,
 ) -> Path:
     """Tokenize `source` (any corpus spec) with `tokenizer` (a spec) into a prepared folder; returns its manifest.
 
-    Continues an unfinished prepare of the same request in `out_dir`; a finished one is returned as is.
-    `cache_dir` is the BPE tokenizer cache (as in `build_tokenizer`).
+    Continues an unfinished prepare of the same request (and the same source files) in `out_dir`; a finished one
+    is returned as is. One process at a time writes a folder (`lextra.locks`); a bad input found on the way
+    leaves the folder as it was. `strict` refuses files a directory source would skip and fingerprints the
+    source by whole-file hashes; `workers` encodes in that many processes (the same bytes; a tokenizer that
+    already encodes in threads uses one). `cache_dir` is the BPE tokenizer cache (as in `build_tokenizer`).
     """
     out = Path(out_dir).expanduser()
-    for label, value in (("shard_chars", shard_chars), ("sample_chars", sample_chars)):
+    for label, value in (("shard_chars", shard_chars), ("sample_chars", sample_chars), ("workers", workers)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise DataError(f"{label} must be a positive number of characters, got {value!r}")
-    request = _request(source, tokenizer, limit_chars, text_field, dtype, shard_chars, sample_chars)
+            raise DataError(f"{label} must be a positive integer, got {value!r}")
+    if out.exists() and not out.is_dir():
+        raise DataError(f"--out {out} is a file; give a new or empty folder to prepare into")
+    request = _request(source, tokenizer, limit_chars, text_field, dtype, shard_chars, sample_chars, strict)
     if (out / MANIFEST).is_file():
         if PreparedShards.open(out).manifest["request"] != request:
             raise DataError(f"{out} already holds other prepared data; use another --out or delete {out}")
         return out / MANIFEST
+    # inputs are checked before anything is written
+    check_tokenizer_spec(tokenizer)
+    if dtype != "auto":
+        token_dtype(2, dtype)
+    next(iter_documents(source, text_field=text_field, limit_chars=limit_chars))
+    with folder_lock(out, f"the prepared folder {out}"):
+        before = {p.name for p in out.iterdir()}
+        try:
+            return _prepare_locked(out, request, cache_dir, progress, workers)
+        except LextraError:  # a bad input: remove what this run wrote, so the corrected command runs
+            for path in out.iterdir():
+                if path.name not in before and path.name != LOCK_NAME:
+                    shutil.rmtree(path) if path.is_dir() else path.unlink()
+            raise
+
+
+def _prepare_locked(
+    out: Path, request: dict[str, Any], cache_dir: str | os.PathLike[str] | None, progress: bool, workers: int
+) -> Path:
+    """`prepare_shards` of `request` into `out`, whose lock this process holds."""
+    source, tokenizer, text_field = request["source"], request["tokenizer"], request["text_field"]
+    limit_chars, strict = request["limit_chars"], bool(request.get("strict", False))
     _load_request(out, request)
+    _check_source_state(out, source, strict)
     records = _finished_shards(out)
 
     def documents() -> Iterator[Document]:
@@ -363,17 +544,29 @@ def prepare_shards(
     else:
         bar = tqdm(disable=not progress, unit="doc", desc=f"scan {source}", dynamic_ncols=True, file=sys.stderr)
         scan = _scan(documents(), bar)
+        if strict and scan.skipped:
+            skipped = _skipped_text(scan.skipped, scan.skipped_first)
+            raise DataError(
+                f"{skipped} of {source} are binary or not UTF-8 text (--strict); convert or remove them, or drop "
+                "--strict to skip them"
+            )
         atomic_write_json(out / SCAN, asdict(scan))
-    if (out / TOKENIZER).is_file():
+    is_hf = tokenizer.strip().startswith("hf:")
+    if (out / TOKENIZER).is_file() and not is_hf:
         tok = tokenizer_from_config(json.loads((out / TOKENIZER).read_text(encoding="utf-8")))
+    elif is_hf:
+        tok = _hf_tokenizer(tokenizer, out)
+        atomic_write_json(out / TOKENIZER, tok.to_config())
     else:
-        sample = _bpe_sample(documents(), scan, sample_chars) if tokenizer.strip().startswith("bpe") else None
+        sample = (
+            _bpe_sample(documents(), scan, request["sample_chars"]) if tokenizer.strip().startswith("bpe") else None
+        )
         if sample is not None and not sample:
             raise DataError(f"source {source!r} has no training documents to train {tokenizer} on; use a bigger corpus")
         tok = build_tokenizer(tokenizer, sample, cache_dir, corpus_name=source)
         del sample
         atomic_write_json(out / TOKENIZER, tok.to_config())
-    dtype_name = token_dtype(tok.vocab_size, dtype)
+    dtype_name = token_dtype(tok.vocab_size, request["dtype"])
     separator = tok.separator_id
     if separator is not None and separator > np.iinfo(DTYPES[dtype_name]).max:
         raise DataError(f"the separator id {separator} does not fit in {dtype_name}; use --dtype auto")
@@ -388,47 +581,47 @@ def prepare_shards(
         file=sys.stderr,
     )
     started, tokens_done = time.perf_counter(), 0
-    for index, docs in enumerate(_source_shards(part_documents(), shard_chars)):
-        if index < len(records):
-            continue
-        writers = {
-            name: _SplitWriter(
-                out / f"{name}-{index:05d}.tokens",
-                out / f"{name}-{index:05d}.offsets",
-                DTYPES[dtype_name],
-                separator,
-                documents_before[name] > 0,
-            )
-            for name in SPLITS
-        }
-        try:
-            for start in range(0, len(docs), ENCODE_BATCH):
-                batch = docs[start : start + ENCODE_BATCH]
-                for (part, doc), ids in zip(batch, _encode(tok, [d for _, d in batch]), strict=True):
-                    if ids.size:
-                        writers[scan.split(doc)].write(ids, part)
-                        tokens_done += int(ids.size)
-                rate = tokens_done / max(time.perf_counter() - started, 1e-9)
-                bar.set_postfix(tok_s=f"{rate:,.0f}", refresh=False)
-                bar.update(len(batch))
-            entries = {name: writer.finish() for name, writer in writers.items()}
-        except BaseException:
-            for writer in writers.values():
-                writer.abort()
-            raise
-        record: dict[str, Any] = {
-            "shard": index,
-            "source_documents": len(docs),
-            "chars": sum(len(doc.text) for _, doc in docs),
-            "splits": {
-                name: entry or {"documents": 0, "tokens": 0, "parts": {}, "files": {}}
-                for name, entry in entries.items()
-            },
-        }
-        atomic_write_json(out / f"shard-{index:05d}.json", record)
-        records.append(record)
-        for name in SPLITS:
-            documents_before[name] += record["splits"][name]["documents"]
+    with _encoding_pool(tok, workers) as pool:
+        for index, docs in enumerate(_source_shards(part_documents(), request["shard_chars"])):
+            if index < len(records):
+                continue
+            writers = {
+                name: _SplitWriter(
+                    out / f"{name}-{index:05d}.tokens",
+                    out / f"{name}-{index:05d}.offsets",
+                    DTYPES[dtype_name],
+                    separator,
+                    documents_before[name] > 0,
+                )
+                for name in SPLITS
+            }
+            try:
+                for batch, encoded in _encoded_batches(tok, docs, pool):
+                    for (part, doc), ids in zip(batch, encoded, strict=True):
+                        if ids.size:
+                            writers[scan.split(doc)].write(ids, part)
+                            tokens_done += int(ids.size)
+                    rate = tokens_done / max(time.perf_counter() - started, 1e-9)
+                    bar.set_postfix(tok_s=f"{rate:,.0f}", refresh=False)
+                    bar.update(len(batch))
+                entries = {name: writer.finish() for name, writer in writers.items()}
+            except BaseException:
+                for writer in writers.values():
+                    writer.abort()
+                raise
+            record: dict[str, Any] = {
+                "shard": index,
+                "source_documents": len(docs),
+                "chars": sum(len(doc.text) for _, doc in docs),
+                "splits": {
+                    name: entry or {"documents": 0, "tokens": 0, "parts": {}, "files": {}}
+                    for name, entry in entries.items()
+                },
+            }
+            atomic_write_json(out / f"shard-{index:05d}.json", record)
+            records.append(record)
+            for name in SPLITS:
+                documents_before[name] += record["splits"][name]["documents"]
     bar.close()
     if sum(r["source_documents"] for r in records) != scan.documents:
         raise DataError(
@@ -462,11 +655,21 @@ def prepare_shards(
             for name in SPLITS
         },
     }
+    if (out / TOKENIZER_DIR).is_dir():
+        manifest["tokenizer"]["files"] = copied_files(out / TOKENIZER_DIR)
+    if scan.skipped:
+        manifest["skipped"] = {"files": scan.skipped, "first": scan.skipped_first}
     parts = _part_counts(source, records)
     if parts is not None:
         manifest["parts"] = parts
-    atomic_write_json(out / MANIFEST, manifest)
+    atomic_write_json(out / MANIFEST, manifest)  # last: the folder is complete exactly when it exists
     return out / MANIFEST
+
+
+def _skipped_text(count: int, first: Sequence[str]) -> str:
+    """`N files (a, b, ...)`: the count and the first few names."""
+    more = ", ..." if count > len(first) else ""
+    return f"{count} file{'s' if count != 1 else ''} ({', '.join(first)}{more})"
 
 
 def _part_counts(source: str, records: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
@@ -493,6 +696,7 @@ def _request(
     dtype: str,
     shard_chars: int,
     sample_chars: int,
+    strict: bool = False,
 ) -> dict[str, Any]:
     """What decides a prepared folder's content: an unfinished prepare continues only with the same request."""
     return {
@@ -504,7 +708,7 @@ def _request(
         "dtype": dtype,
         "shard_chars": shard_chars,
         "sample_chars": sample_chars,
-    }
+    } | ({"strict": True} if strict else {})
 
 
 # ----------------------------------------------------------------------------- reading
@@ -529,19 +733,23 @@ class PreparedShards:
         self.separator: int | None = manifest["tokenizer"]["separator"]
 
     @classmethod
-    def open(cls, directory: str | os.PathLike[str]) -> PreparedShards:
-        """Map a prepared folder, checking its manifest and every file's presence and size (not sha256)."""
+    def open(cls, directory: str | os.PathLike[str], *, check: bool = True) -> PreparedShards:
+        """Map a prepared folder, checking its manifest against the schema, every file's presence and size, and
+        (with `check`) every file's checksum the first time this folder's files are opened unchanged (see
+        `lextra.data.integrity`)."""
         root = Path(directory).expanduser()
         path = root / MANIFEST
+        if root.exists() and not root.is_dir():
+            raise DataError(
+                f"{root} is a file, not a prepared data folder; give the folder `lextra data prepare` wrote"
+            )
         if not path.is_file():
-            request = root / REQUEST
-            if request.is_file():
-                try:
-                    saved = json.loads(request.read_text(encoding="utf-8"))
-                    again = _prepare_command(saved["source"], saved["tokenizer"], root)
-                except (OSError, json.JSONDecodeError, KeyError, TypeError):
-                    again = "lextra data prepare ..."
-                raise DataError(f"{root} holds an unfinished prepare (no {MANIFEST}); run `{again}` again to finish it")
+            again = unfinished_command(root)
+            if (root / REQUEST).is_file():
+                raise DataError(
+                    f"{root} holds an unfinished prepare (no {MANIFEST}); "
+                    f"run `{again or 'lextra data prepare ...'}` again to finish it"
+                )
             raise DataError(
                 f"{root} is not a prepared data folder (no {MANIFEST}); "
                 "make one with `lextra data prepare SOURCE --tokenizer SPEC --out DIR`"
@@ -549,30 +757,49 @@ class PreparedShards:
         raw = path.read_bytes()
         try:
             manifest = json.loads(raw)
-            version = manifest["format"]
-        except (json.JSONDecodeError, KeyError, TypeError) as err:
+        except ValueError as err:
             raise DataError(f"{path} is corrupt ({err}); prepare {root} again") from None
-        if version != FORMAT_VERSION:
+        version = manifest.get("format") if isinstance(manifest, dict) else None
+        if isinstance(version, int) and not isinstance(version, bool) and version != FORMAT_VERSION:
             raise DataError(
                 f"{root} was prepared in format {version}, this lextra reads format {FORMAT_VERSION}; prepare it again"
             )
+        request = manifest.get("request") if isinstance(manifest.get("request"), dict) else {}
+        again = f"run `{_prepare_command(request, root)}` into a new folder"
+        fix = f"prepare the data again: {again}"
+        validate_manifest(manifest, DTYPES, SPLITS, str(path), fix)
+        try:
+            config = json.loads((root / TOKENIZER).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            raise DataError(f"{root / TOKENIZER} is missing or not JSON; {again}") from None
+        check_tokenizer_record(manifest, config, str(path), fix)
         dtype = DTYPES[manifest["dtype"]]
+        entries = [
+            entry
+            for name in SPLITS
+            for shard in manifest["splits"][name]["shards"]
+            for entry in shard["files"].values()
+        ]
+        for entry in entries:
+            file = root / entry["name"]
+            size = file.stat().st_size if file.is_file() else None
+            if size != entry["bytes"]:
+                found = "missing" if size is None else f"{size} bytes, expected {entry['bytes']}"
+                raise DataError(f"prepared shard {file} is {found}; {again}")
+        if check:
+            expected = [Expected(e["name"], e["sha256"], e.get(FAST_HASH)) for e in entries]
+            expected.append(Expected(TOKENIZER, manifest["tokenizer"]["config_sha256"]))
+            copied = manifest["tokenizer"].get("files", {})
+            expected += [
+                Expected(f"{TOKENIZER_DIR}/{e['name']}", e["sha256"], e.get(FAST_HASH)) for e in copied.values()
+            ]
+            check_files(root, expected, f"copy the folder again from where it came from, or {again}")
         parts: dict[str, list[_Part]] = {}
         for name in SPLITS:
             position = 0
             parts[name] = []
             for shard in manifest["splits"][name]["shards"]:
                 files = shard["files"]
-                for entry in files.values():
-                    file = root / entry["name"]
-                    size = file.stat().st_size if file.is_file() else None
-                    if size != entry["bytes"]:
-                        found = "missing" if size is None else f"{size} bytes, expected {entry['bytes']}"
-                        raise DataError(
-                            f"prepared shard {file} is {found}; "
-                            f"run `{_prepare_command(manifest['source'], manifest['tokenizer']['spec'], root)}` "
-                            "into a new folder"
-                        )
                 # copy-on-write: tensors may view the map (torch needs writable arrays), writes never reach the file
                 tokens = np.memmap(root / files["tokens"]["name"], dtype=dtype, mode="c")
                 offsets = np.memmap(root / files["offsets"]["name"], dtype=np.int64, mode="r").reshape(-1, 2)
@@ -589,10 +816,14 @@ class PreparedShards:
             for entry in shard["files"].values()
         ]
         tokenizer_entry = {"name": TOKENIZER, "sha256": self.manifest["tokenizer"]["config_sha256"]}
-        for entry in [*entries, tokenizer_entry]:
+        copied = [
+            {"name": f"{TOKENIZER_DIR}/{entry['name']}", "sha256": entry["sha256"]}
+            for entry in self.manifest["tokenizer"].get("files", {}).values()
+        ]
+        for entry in [*entries, tokenizer_entry, *copied]:
             file = self.root / entry["name"]
             if not file.is_file() or sha256_file(file) != entry["sha256"]:
-                again = _prepare_command(self.manifest["source"], self.manifest["tokenizer"]["spec"], self.root)
+                again = _prepare_command(self.manifest["request"], self.root)
                 raise DataError(
                     f"prepared file {file} is missing or corrupt (sha256 mismatch); run `{again}` into a new folder"
                 )
@@ -621,8 +852,12 @@ class PreparedShards:
         return str(self.manifest["tokenizer"]["spec"])
 
     def tokenizer(self) -> Tokenizer:
-        """The tokenizer the folder was prepared with, rebuilt from its saved config."""
-        return tokenizer_from_config(json.loads((self.root / TOKENIZER).read_text(encoding="utf-8")))
+        """The tokenizer the folder was prepared with, rebuilt from its saved config (a Hugging Face tokenizer
+        from the folder's own copy of its files, checked on open, when it holds one)."""
+        config = json.loads((self.root / TOKENIZER).read_text(encoding="utf-8"))
+        if config.get("kind") == "hf" and (self.root / TOKENIZER_DIR).is_dir():
+            return HFTokenizer(self.root / TOKENIZER_DIR, origin=config["path"])
+        return tokenizer_from_config(config)
 
     def check_tokenizer(self, spec: str) -> None:
         """Refuse a run whose tokenizer spec differs from the one the folder was prepared with."""
@@ -830,7 +1065,7 @@ def cached_shards(
         # a bad source fails here, before a cache entry exists
         next(iter_documents(source, text_field=text_field, limit_chars=limit_chars))
         root.mkdir(parents=True, exist_ok=True)
-        with _file_lock(folder.with_name(folder.name + ".lock"), wait_s, folder):
+        with hold_lock(folder.with_name(folder.name + ".lock"), f"the data cache entry {folder}", wait_s=wait_s):
             if not (folder / MANIFEST).is_file():
                 prepare_shards(
                     source,
@@ -857,30 +1092,6 @@ def _wait_for_manifest(folder: Path, wait_s: float) -> None:
                 "or prepare the data first (`lextra data prepare`) on a folder every rank can read and pass --data"
             )
         time.sleep(0.1)
-
-
-@contextlib.contextmanager
-def _file_lock(path: Path, wait_s: float, folder: Path) -> Iterator[None]:
-    """Hold an exclusive `flock` on `path` (created if needed), polling up to `wait_s` seconds for it."""
-    import fcntl
-
-    with open(path, "a+") as handle:
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise DataError(
-                        f"waited {wait_s:.0f} s for another process preparing {folder} (it holds {path}); "
-                        f"wait for it to finish, or stop it and run again"
-                    ) from None
-                time.sleep(0.1)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def shards_for_model(meta: dict[str, Any], data: str | os.PathLike[str] | None = None) -> PreparedShards | None:

@@ -38,6 +38,8 @@ class Tokenizer(ABC):
     name: str
     vocab_size: int
     separator_id: int | None = None
+    #: whether `encode_many` already encodes in parallel threads (then worker processes add nothing)
+    threaded: bool = False
 
     @abstractmethod
     def encode(self, text: str) -> list[int]:
@@ -88,6 +90,8 @@ class ByteTokenizer(Tokenizer):
 
 class BPETokenizer(Tokenizer):
     """A byte-level BPE (GPT-2 style pre-tokenisation) from the `tokenizers` library; trained by `train`."""
+
+    threaded = True  # the Rust backend encodes a batch in parallel
 
     def __init__(self, backend: Any, *, source: str = "") -> None:
         """Wrap a trained `tokenizers.Tokenizer`; `source` notes where it came from (cache file), for logs."""
@@ -228,14 +232,11 @@ def resolve_cache_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
 class HFTokenizer(Tokenizer):
     """A Hugging Face tokenizer read from a local directory (or a local .gguf file); never downloads."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        """Load with `AutoTokenizer.from_pretrained(path, local_files_only=True)`."""
+    def __init__(self, path: str | os.PathLike[str], *, origin: str | None = None) -> None:
+        """Load with `AutoTokenizer.from_pretrained(path, local_files_only=True)`; `origin` is the folder `path`
+        is a copy of (a prepared folder's own copy), which the tokenizer then names as its path."""
         location = Path(path).expanduser()
-        if not location.exists():
-            raise DataError(
-                f"Hugging Face tokenizer path {location} does not exist; give a local directory "
-                "with tokenizer files (hub names are not downloaded)"
-            )
+        _check_hf_path(location)
         try:
             from transformers import AutoTokenizer
         except ImportError as err:
@@ -251,8 +252,9 @@ class HFTokenizer(Tokenizer):
             raise DataError(f"no Hugging Face tokenizer could be loaded from {location} ({err})") from err
         tok.model_max_length = sys.maxsize  # we cut windows ourselves: silence "sequence too long" warnings
         self._tok = tok
-        self.path = str(location.resolve())
+        self.path = origin or str(location.resolve())
         self.name = f"hf:{self.path}"
+        self.threaded = bool(getattr(tok, "is_fast", False))
         self.vocab_size = len(tok)
         self.separator_id = tok.eos_token_id
         self._bos_prefix = default_bos_prefix(tok)
@@ -273,6 +275,15 @@ class HFTokenizer(Tokenizer):
     def to_config(self) -> dict[str, Any]:
         """The kind and the absolute local path."""
         return {"kind": "hf", "path": self.path}
+
+
+def _check_hf_path(location: Path) -> None:
+    """Refuse a Hugging Face tokenizer path that does not exist (hub names are never downloaded)."""
+    if not location.exists():
+        raise DataError(
+            f"Hugging Face tokenizer path {location} does not exist; give a local directory "
+            "with tokenizer files (hub names are not downloaded)"
+        )
 
 
 def default_bos_prefix(tok: Any) -> list[int]:
@@ -312,18 +323,34 @@ def build_tokenizer(
     `corpus_name` (the corpus spec) names the cache file.
     """
     spec = spec.strip()
+    check_tokenizer_spec(spec)
     if spec == "bytes":
         return ByteTokenizer()
+    if spec.startswith("hf:"):
+        return HFTokenizer(spec.removeprefix("hf:"))
+    if docs is None:
+        raise DataError(f"tokenizer {spec!r} is trained on the corpus; pass the training documents")
+    size_text = spec.partition(":")[2] or str(DEFAULT_BPE_VOCAB)
+    return BPETokenizer.train(docs, int(size_text), cache_dir=cache_dir, corpus_name=corpus_name)
+
+
+def check_tokenizer_spec(spec: str) -> None:
+    """Refuse a malformed tokenizer spec (unknown kind, a bad BPE size, an `hf:` path that does not exist)
+    without building anything: what a prepare checks before it writes."""
+    spec = spec.strip()
+    if spec == "bytes":
+        return
     if spec == "bpe" or spec.startswith("bpe:"):
         size_text = spec.partition(":")[2] or str(DEFAULT_BPE_VOCAB)
         if not size_text.isdigit():
             raise DataError(f"tokenizer {spec!r}: the vocab size must be an integer, e.g. bpe:4096")
-        if docs is None:
-            raise DataError(f"tokenizer {spec!r} is trained on the corpus; pass the training documents")
-        return BPETokenizer.train(docs, int(size_text), cache_dir=cache_dir, corpus_name=corpus_name)
+        if int(size_text) < 257:
+            raise DataError(f"BPE vocab size must be an integer >= 257 (256 bytes + 1 special), got {size_text}")
+        return
     if spec.startswith("hf:"):
         path = spec.removeprefix("hf:")
         if not path:
             raise DataError("tokenizer 'hf:' needs a local path, e.g. hf:/models/llama")
-        return HFTokenizer(path)
+        _check_hf_path(Path(path).expanduser())
+        return
     raise DataError(f"unknown tokenizer {spec!r}; use {_TOKENIZER_SPECS}")

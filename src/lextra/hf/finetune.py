@@ -50,6 +50,7 @@ from lextra.hf.load import as_plain_model, load_config, pretrained_source, resol
 from lextra.hf.models import CAUSAL_FAMILIES, hf_rope_parameters
 from lextra.hf.s2attn import check_group, disable_s2, enable_s2
 from lextra.io import atomic_write, atomic_write_json, atomic_write_text, sha256_file
+from lextra.locks import run_lock
 from lextra.train import (
     CHECKPOINTS,
     FINAL,
@@ -404,8 +405,23 @@ def finetune(
 ) -> tuple[Path, Any]:
     """Fine-tune `config.model` into `run_dir`; returns the saved Hugging Face folder and the merged model (None
     on the other processes of a sharded run). Under torchrun every process takes its rows of the same global
-    batch, the model replicated (DDP, as `lextra train`) or with `config.fsdp` sharded (FSDP2); the first writes."""
+    batch, the model replicated (DDP, as `lextra train`) or with `config.fsdp` sharded (FSDP2); the first writes,
+    holding the run folder's lock (`lextra.locks`)."""
     run_dir = Path(run_dir)
+    with run_lock(run_dir):
+        return _finetune(config, run_dir, resume=resume, progress=progress, device=device, on_step=on_step)
+
+
+def _finetune(
+    config: FinetuneConfig,
+    run_dir: Path,
+    *,
+    resume: bool,
+    progress: bool,
+    device: str | torch.device | None,
+    on_step: Callable[[int], None] | None,
+) -> tuple[Path, Any]:
+    """`finetune` in the run folder whose lock this process holds."""
     device = resolve_device(device)
     if config.train_len < 2 or config.steps < 1 or config.batch_size < 1:
         raise ConfigError("lextra hf finetune needs --train-len >= 2, --steps >= 1 and a batch size >= 1")

@@ -1,0 +1,199 @@
+"""Check on read: a prepared folder's files are hashed the first time they are mapped, then trusted while unchanged.
+
+`prepare` records each file's xxh3-128 (Collet, xxHash; `xxhash` package) beside the sha256 that `lextra data
+verify` checks. `check_files` compares every file with its recorded hash once: a file verified before (in this
+process, or by an earlier one that left a stamp of its size, mtime, ctime and inode) is not read again. A folder
+prepared before the fast hash existed is checked by sha256 once and stamped the same way.
+
+The stamp is `.verified.json` inside the folder, or, when the folder is read-only, a file under the lextra cache
+(`$LEXTRA_CACHE/verified/`). A lost or stale stamp costs one re-read, never a wrong answer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from lextra.data.tokenizers import resolve_cache_dir
+from lextra.errors import DataError
+from lextra.io import atomic_write_json, sha256_file
+
+FAST_HASH = "xxh3_128"
+"""The name of the fast hash in a manifest's file entries."""
+
+STAMP = ".verified.json"
+"""The file inside a prepared folder recording which files were verified, and as what."""
+
+_BLOCK = 1 << 23
+
+_VERIFIED: set[tuple[str, tuple[int, ...], str]] = set()
+"""(path, stat key, hash) of the files this process verified: a second open reads no stamp either."""
+
+
+def fast_hash_file(path: str | os.PathLike[str]) -> str:
+    """The xxh3-128 of a file's bytes, as hex (read in 8 MiB blocks)."""
+    import xxhash
+
+    digest = xxhash.xxh3_128()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(_BLOCK), b""):
+            digest.update(block)
+    return str(digest.hexdigest())
+
+
+def fast_hash_bytes(data: bytes) -> str:
+    """The xxh3-128 of `data`, as hex."""
+    import xxhash
+
+    return str(xxhash.xxh3_128(data).hexdigest())
+
+
+@dataclass(frozen=True)
+class Expected:
+    """A file of a folder and the hash it must have: `fast` (xxh3-128) when recorded, else `sha256`."""
+
+    name: str
+    sha256: str
+    fast: str | None = None
+
+    @property
+    def recorded(self) -> str:
+        return f"{FAST_HASH}:{self.fast}" if self.fast else f"sha256:{self.sha256}"
+
+    def actual(self, path: Path) -> str:
+        return f"{FAST_HASH}:{fast_hash_file(path)}" if self.fast else f"sha256:{sha256_file(path)}"
+
+
+def _stat_key(path: Path) -> tuple[int, ...]:
+    stat = path.stat()
+    return (stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
+
+
+def stamp_path(root: Path) -> Path:
+    """Where the verified stamp of folder `root` lives: inside it, or in the cache when it is read-only."""
+    if os.access(root, os.W_OK):
+        return root / STAMP
+    key = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:24]
+    return resolve_cache_dir().parent / "verified" / f"{key}.json"
+
+
+def _read_stamp(path: Path) -> dict[str, list]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        files = data["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return files if isinstance(files, dict) else {}
+
+
+def check_files(root: Path, expected: Iterable[Expected], fix: str) -> int:
+    """Verify each file of `root` against its recorded hash unless verified unchanged before; returns how many
+    files were read. A mismatch raises `DataError` naming the file and `fix`."""
+    stamp_file = stamp_path(root)
+    stamp: dict[str, list] | None = None
+    read = 0
+    for item in expected:
+        path = root / item.name
+        try:
+            key = _stat_key(path)
+        except OSError:
+            raise DataError(f"prepared file {path} is missing; {fix}") from None
+        memo = (str(path.resolve()), key, item.recorded)
+        if memo in _VERIFIED:
+            continue
+        if stamp is None:
+            stamp = _read_stamp(stamp_file)
+        if stamp.get(item.name) == [*key, item.recorded]:
+            _VERIFIED.add(memo)
+            continue
+        actual = item.actual(path)
+        read += 1
+        if actual != item.recorded:
+            kind = actual.split(":")[0]
+            raise DataError(f"prepared file {path} is corrupt ({kind} checksum mismatch); {fix}")
+        stamp[item.name] = [*key, item.recorded]
+        _VERIFIED.add(memo)
+    if read and stamp is not None:
+        with contextlib.suppress(OSError):  # no stamp: the next process verifies again
+            atomic_write_json(stamp_file, {"format": 1, "files": stamp})
+    return read
+
+
+def forget_verified() -> None:
+    """Drop this process's memory of verified files (tests measuring a first open)."""
+    _VERIFIED.clear()
+
+
+# ----------------------------------------------------------------------------- what a resumed prepare compares
+EDGE_BLOCK = 1 << 16
+"""Bytes hashed at each end of a source file by the quick fingerprint (`source_state`)."""
+
+
+def _edges_hash(path: Path, size: int) -> str:
+    """xxh3-128 of a file's first and last `EDGE_BLOCK` bytes (the whole file when smaller than two)."""
+    with open(path, "rb") as handle:
+        if size <= 2 * EDGE_BLOCK:
+            return fast_hash_bytes(handle.read())
+        head = handle.read(EDGE_BLOCK)
+        handle.seek(size - EDGE_BLOCK)
+        return fast_hash_bytes(head + handle.read(EDGE_BLOCK))
+
+
+def source_state(spec: str, *, full: bool = False) -> dict[str, list[int | str]]:
+    """Per file a corpus spec reads: [size, mtime_ns, content hash], the hash of its first and last 64 KiB, or of
+    the whole file with `full`; what a resumed prepare compares to refuse a source that changed since."""
+    from lextra.data.corpora import source_files
+
+    state: dict[str, list[int | str]] = {}
+    for name, path in source_files(spec):
+        try:
+            stat = path.stat()
+            digest = fast_hash_file(path) if full else _edges_hash(path, stat.st_size)
+        except OSError:
+            continue
+        state[name] = [stat.st_size, stat.st_mtime_ns, digest]
+    return state
+
+
+def describe_change(before: Mapping[str, object], after: Mapping[str, object]) -> str:
+    """The first difference between two {file: fingerprint} tables, in words ('' when equal)."""
+    for name in sorted(set(before) | set(after)):
+        if name not in after:
+            return f"{name} was removed"
+        if name not in before:
+            return f"{name} was added"
+        if before[name] != after[name]:
+            return f"{name} was modified"
+    return ""
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack", ".onnx", ".ckpt", ".npz")
+"""Files of a model folder that hold weights: not part of its tokenizer, never copied."""
+
+
+def tokenizer_files(folder: Path) -> list[str]:
+    """The files of a Hugging Face model folder its tokenizer may read: every top-level file but weights."""
+    return sorted(
+        p.name
+        for p in folder.iterdir()
+        if p.is_file() and not p.name.startswith(".") and not p.name.endswith(WEIGHT_SUFFIXES)
+    )
+
+
+def copied_files(folder: Path, names: Iterable[str] | None = None) -> dict[str, dict[str, object]]:
+    """{name: {bytes, sha256, xxh3_128}} of the files `names` (default: every file) of `folder`."""
+    chosen = sorted(p.name for p in folder.iterdir() if p.is_file()) if names is None else list(names)
+    return {
+        name: {
+            "name": name,
+            "bytes": (folder / name).stat().st_size,
+            "sha256": sha256_file(folder / name),
+            FAST_HASH: fast_hash_file(folder / name),
+        }
+        for name in chosen
+    }
