@@ -621,3 +621,22 @@ def test_workers_write_the_same_bytes_as_one_process(tmp_path: Path, capsys) -> 
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "three" / name).read_bytes(), name
     assert main([*argv, "--out", str(tmp_path / "none"), "--workers", "0"]) == 2
     assert not (tmp_path / "none").exists()
+
+
+def test_a_models_corrupt_training_folder_is_named_when_evaluation_falls_back_to_the_raw_corpus(
+    tmp_path: Path, capsys
+) -> None:
+    source = _write_corpus(tmp_path / "corpus", documents=10)
+    out = tmp_path / "prepared"
+    prepare_shards(source, "bytes", out, progress=False)
+    meta = {"data": {"path": str(out), "manifest_sha256": PreparedShards.open(out).sha256}}
+    assert shards_module.shards_for_model(meta) is not None
+    capsys.readouterr()
+    name = json.loads((out / "manifest.json").read_text())["splits"]["validation"]["shards"][0]["files"]["tokens"]
+    data = bytearray((out / name["name"]).read_bytes())
+    data[0] ^= 1
+    (out / name["name"]).write_bytes(bytes(data))
+    forget_verified()
+    assert shards_module.shards_for_model(meta) is None
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not reading the model's prepared folder" in err and "corrupt" in err, err

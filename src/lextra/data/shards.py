@@ -1097,7 +1097,8 @@ def _wait_for_manifest(folder: Path, wait_s: float) -> None:
 def shards_for_model(meta: dict[str, Any], data: str | os.PathLike[str] | None = None) -> PreparedShards | None:
     """The prepared data to evaluate a saved model on: the folder `data` (refused when tokenized otherwise than
     the model), else the folder the model was trained from (`--data` or the data cache) when it is still there
-    with the manifest hash the run recorded; None when there is none (read the raw corpus)."""
+    with the manifest hash the run recorded; None when there is none (read the raw corpus), said in one line on
+    stderr where the folder is there but fails its checks."""
     if data is not None:
         shards = PreparedShards.open(data)
         shards.check_model_tokenizer(meta.get("tokenizer", {"kind": "bytes"}))
@@ -1108,7 +1109,8 @@ def shards_for_model(meta: dict[str, Any], data: str | os.PathLike[str] | None =
         return None
     try:
         shards = PreparedShards.open(path)
-    except DataError:
+    except DataError as error:
+        print(f"lextra: not reading the model's prepared folder ({error}); reading its raw corpus", file=sys.stderr)
         return None
     if shards.sha256 != digest:
         return None
