@@ -7,6 +7,7 @@ from pathlib import Path
 
 from lextra.cli.app import Handler, command
 from lextra.cli.options import (
+    SpecList,
     add_device,
     add_evaluation,
     add_training,
@@ -31,16 +32,18 @@ def configure_compare(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("--out", required=True, help="comparison folder (finished cells are reused)")
     parser.add_argument(
         "--schemes",
-        default=",".join(DEFAULT_VARIANTS),
-        help="comma-separated variants: SCHEME or SCHEME+MASK (e.g. rope+bca, alibi+window:64)",
+        "--scheme",
+        action=SpecList,
+        default=list(DEFAULT_VARIANTS),
+        help="variants, repeatable, each a list separated by ';' (or ',' where unambiguous): SCHEME or "
+        "SCHEME+MASK, e.g. rope,base=500000;rope+bca;alibi+window:64 (default: " + ",".join(DEFAULT_VARIANTS) + ")",
     )
 
     def run(args: argparse.Namespace) -> int:
         from lextra.pipelines.compare import compare
 
         base = train_config_from(args, scheme="nope")
-        variants = [v for v in args.schemes.split(",") if v.strip()]
-        compare(variants, base, eval_config_from(args), args.out, device=args.device)
+        compare(args.schemes, base, eval_config_from(args), args.out, device=args.device)
         out = Path(args.out)
         print((out / "table.md").read_text())
         print(f"plot: {out / 'perplexity.png'}")

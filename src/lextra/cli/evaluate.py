@@ -12,6 +12,7 @@ from lextra.cli.options import (
     add_eval_data,
     add_evaluation,
     add_extend,
+    add_mask,
     add_rope_scaling,
     add_threads,
     apply_extend,
@@ -37,12 +38,10 @@ from lextra.cli.options import (
     ),
 )  # fmt: skip
 def configure_eval(parser: argparse.ArgumentParser) -> Handler:
-    from lextra.reporting.catalog import mask_help
-
     parser.add_argument("checkpoint", help="a model folder (RUN/model) or a training run folder")
     parser.add_argument("--out", default=None, help="results folder (default CHECKPOINT/eval-MASK)")
-    parser.add_argument("--mask", default="causal", help=mask_help())
-    add_corpus(parser, default=None, help_default="default: the corpus the model was trained on")
+    add_mask(parser)
+    add_corpus(parser, default=None, default_text="the corpus the model was trained on")
     add_eval_data(parser)
     parser.add_argument(
         "--log-dir",

@@ -8,6 +8,7 @@ from typing import Any
 
 from lextra.cli.app import Handler, group
 from lextra.cli.options import (
+    SpecList,
     add_aliased,
     add_device,
     add_extend,
@@ -28,7 +29,7 @@ from lextra.cli.options import (
 )
 from lextra.errors import ConfigError
 
-DEFAULT_COMPARE = "rope,rope+dynamic,alibi,coca,coca+dynamic,nope,t5,sandwich"
+DEFAULT_COMPARE = ("rope", "rope+dynamic", "alibi", "coca", "coca+dynamic", "nope", "t5", "sandwich")
 
 retrieval = group(
     "retrieval",
@@ -165,7 +166,14 @@ def configure_compare(parser: argparse.ArgumentParser) -> Handler:
 
     parser.add_argument("--out", required=True, help="comparison folder (finished models are reused)")
     add_aliased(parser, "--task", "--tasks", default="passkey", help=task_help(training=True))
-    parser.add_argument("--schemes", default=DEFAULT_COMPARE, help="variants: SCHEME or SCHEME+SCALING (rope+dynamic)")
+    parser.add_argument(
+        "--schemes",
+        "--scheme",
+        action=SpecList,
+        default=list(DEFAULT_COMPARE),
+        help="variants, repeatable, each a list separated by ';' (or ',' where unambiguous): SCHEME or "
+        "SCHEME+SCALING, e.g. rope;rope+dynamic;rope,base=500000 (default: " + ",".join(DEFAULT_COMPARE) + ")",
+    )
     parser.add_argument(
         "--init-from-compare",
         default=None,
@@ -179,7 +187,7 @@ def configure_compare(parser: argparse.ArgumentParser) -> Handler:
 
         out = Path(args.out)
         compare_retrieval(
-            [v for v in args.schemes.split(",") if v.strip()],
+            args.schemes,
             task_train_config(args, scheme="nope"),
             args.task,
             retrieval_settings(args),

@@ -71,6 +71,11 @@ def mask_help() -> str:
     return f"inference mask: {MASKS.help_text()} (see `lextra list`)"
 
 
+def sampler_help() -> str:
+    """The `--positions` help line."""
+    return f"position sampler of the training windows: {SAMPLERS.help_text()} (options: `lextra list`)"
+
+
 def scheme_help() -> str:
     """The `--scheme` help line."""
     return f"position scheme spec, e.g. rope,base=500000: {SCHEMES.help_text()} (see `lextra list`)"
@@ -107,6 +112,6 @@ def task_help(*, training: bool = False) -> str:
 def ruler_task_help() -> str:
     """The `--tasks` help line of `lextra ruler`."""
     return (
-        f"'all' or comma-separated RULER tasks, each TASK[,key=value...] (e.g. niah_single_1,vt,hops=2): "
+        f"'all' or RULER tasks, each TASK[,key=value...], repeatable or a list (e.g. niah_single_1;vt,hops=2): "
         f"{RULER_TASKS.help_text()}"
     )
