@@ -271,6 +271,7 @@ class Registry(Generic[T]):
         self._aliases: dict[str, str] = {}
         self._modules = tuple(modules)
         self._filled = not self._modules
+        self._listeners: list[Callable[[str, type[T]], None]] = []
 
     # --- registration -----------------------------------------------------------------------------
     def register(self, name: str, *, aliases: Iterable[str] = ()) -> Callable[[type[T]], type[T]]:
@@ -286,9 +287,18 @@ class Registry(Generic[T]):
             cls.name = name  # type: ignore[attr-defined]
             self._classes[name] = cls
             self._aliases.update({alias: name for alias in aliases})
+            for listener in self._listeners:
+                listener(name, cls)
             return cls
 
         return add
+
+    def on_register(self, listener: Callable[[str, type[T]], None]) -> None:
+        """Call `listener(name, cls)` for every class registered so far and for each one registered later (a
+        registry derived from this one, e.g. the training task of each retrieval task, plugins' included)."""
+        self._listeners.append(listener)
+        for name, cls in list(self._classes.items()):
+            listener(name, cls)
 
     def fill(self) -> None:
         """Import the modules that register the built-in classes (once; re-entrant while they import)."""
