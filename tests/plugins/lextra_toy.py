@@ -21,6 +21,7 @@ from lextra.evaluate.ruler.tasks import RULER_TASKS
 from lextra.extend.base import EXTENSIONS, ExtensionMethod, Pass, constant_position, int_option, same_position
 from lextra.positions import HeadDims, PositionScheme, register_scheme
 from lextra.positions.scaling import RopeScaling, ScalingType, register_scaling, rope_inv_freq
+from lextra.validate import check_range
 
 
 # --- a position scheme: a score bias -slope * (m - n), the same on every head ----------------------------------
@@ -33,9 +34,7 @@ class ToyBias(PositionScheme):
 
     def __init__(self, dims: HeadDims, *, slope: float = 0.5) -> None:
         super().__init__(dims)
-        if not 0 <= slope < 1e6:
-            raise ConfigError(f"toy_bias: slope must be in [0, 1e6), got {slope}")
-        self.slope = float(slope)
+        self.slope = check_range("toy_bias: slope", slope, 0.0, 1e6, high_open=True)
 
     def distance_bias(self, distance: Tensor) -> Tensor:
         return (-self.slope * distance.abs().float()).expand(self.dims.n_heads, *distance.shape)
