@@ -223,3 +223,31 @@ def test_only_a_top_level_plugin_flag_loads_a_plugin(capsys) -> None:
         "lextra: error: plugin 'no_such_lextra_plugin_module': cannot import it (No module named "
         "'no_such_lextra_plugin_module'); check the name or PYTHONPATH"
     ]
+
+
+def test_a_model_saved_with_a_plugin_scheme_names_the_plugin_flag_when_loaded_without_it(tmp_path: Path) -> None:
+    folder = tmp_path / "toy"
+    _python(
+        "import json, os\nfrom lextra.registry import load_plugins\nload_plugins(os.environ['LEXTRA_PLUGINS'])\n"
+        "from lextra.model import GPT, GPTConfig, save_model\n"
+        "config = GPTConfig(vocab_size=256, n_layer=1, d_model=32, n_head=2, train_len=16, scheme='toy_bias')\n"
+        f"save_model(GPT(config), {str(folder)!r})\nprint(json.dumps({{}}))"
+    )
+    failed = _lextra("eval", str(folder), "--lengths", "16", "--documents", "1", env=_env(None), code=2)
+    line = failed.stderr.strip()
+    assert "\n" not in line and "unknown position scheme 'toy_bias'" in line
+    assert "pass `lextra --plugin FILE` or set LEXTRA_PLUGINS=FILE" in line
+    # with the plugin it loads (and evaluates)
+    _lextra("eval", str(folder), "--lengths", "16", "--documents", "1", "--threads", "1", "--out", str(tmp_path / "e"))
+
+
+def test_scheme_options_from_the_command_line_are_typed_by_the_plugin_class() -> None:
+    values = _python(
+        "import json\nfrom lextra.registry import load_env_plugins\nload_env_plugins()\n"
+        "from lextra.cli.options import scheme_options\n"
+        "try:\n    scheme_options('toy_bias', ['slope=nan'])\n    error = ''\n"
+        "except Exception as err:\n    error = f'{type(err).__name__}: {err}'\n"
+        "print(json.dumps({'typed': scheme_options('toy_bias', ['slope=0.25']), 'error': error}))"
+    )
+    assert values["typed"] == {"slope": 0.25}
+    assert values["error"].startswith("ConfigError: position scheme 'toy_bias': slope takes a number")

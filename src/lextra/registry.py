@@ -319,7 +319,10 @@ class Registry(Generic[T]):
         name = self._aliases.get(name, name)
         if name not in self._classes:
             known = ", ".join(self._classes)
-            raise ConfigError(f"unknown {self.kind} {name!r}; known {self.kind}s: {known}")
+            raise ConfigError(
+                f"unknown {self.kind} {name!r}; known {self.kind}s: {known} (one a plugin registers? pass "
+                f"`lextra --plugin FILE` or set {PLUGINS_ENV}=FILE)"
+            )
         return name
 
     def __contains__(self, name: object) -> bool:
