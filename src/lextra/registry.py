@@ -468,6 +468,11 @@ def load_env_plugins() -> None:
     load_plugins(os.environ.get(PLUGINS_ENV, ""))
 
 
+def loaded_plugins() -> list[str]:
+    """The plugins imported so far (files by their resolved path, modules by name)."""
+    return list(_LOADED_PLUGINS)
+
+
 def load_plugins(plugins: str | Iterable[str]) -> list[Any]:
     """Import plugin modules, each a `.py` file path or a dotted module name (a comma-separated string or a list),
     so the classes they register are in the registries; each is imported once. ConfigError names a missing

@@ -651,12 +651,12 @@ def retrieval_evaluation(
     the evaluation batch, with `RetrievalEval`'s defaults unless given. The batch is `--batch-size` in a command
     that only evaluates, `--eval-batch-size` in one that also `trains` (whose `--batch-size` is the training batch);
     `--eval-batch` stays an alias of either."""
-    from lextra.pipelines.retrieval import RetrievalEval
-
-    samples = config_default(RetrievalEval, "samples") if samples is None else samples
-    batch = config_default(RetrievalEval, "batch_size") if batch is None else batch
 
     def add(parser: argparse.ArgumentParser) -> None:
+        from lextra.pipelines.retrieval import RetrievalEval
+
+        default_samples = config_default(RetrievalEval, "samples") if samples is None else samples
+        default_batch = config_default(RetrievalEval, "batch_size") if batch is None else batch
         if with_task:
             from lextra.reporting.catalog import task_help
 
@@ -665,7 +665,9 @@ def retrieval_evaluation(
             "--lengths", default=None, help=f"comma-separated prompt lengths (default L_tr x {multiples})"
         )
         parser.add_argument("--depths", default=None, help="comma-separated needle depths (default 0,0.25,0.5,0.75,1)")
-        parser.add_argument("--samples", type=positive_int, default=samples, help="prompts per (length, depth) cell")
+        parser.add_argument(
+            "--samples", type=positive_int, default=default_samples, help="prompts per (length, depth) cell"
+        )
         parser.add_argument(
             "--candidates",
             type=int_at_least(2),
@@ -685,7 +687,7 @@ def retrieval_evaluation(
             *names,
             dest="eval_batch_size",
             type=positive_int,
-            default=batch,
+            default=default_batch,
             metavar="N",
             help="prompts scored together",
         )

@@ -34,7 +34,6 @@ from lextra.cli.options import (
     temperature_file,
     temperature_option,
 )
-from lextra.pipelines.ruler import RulerSettings
 
 ruler = group(
     "ruler",
@@ -54,6 +53,7 @@ ruler = group(
     ),
 )
 def configure_ruler(parser: argparse.ArgumentParser) -> Handler:
+    from lextra.pipelines.ruler import RulerSettings
     from lextra.reporting.catalog import ruler_task_help
 
     parser.add_argument("model", help="a lextra run or model folder, a Hugging Face folder, a .gguf file or 'smollm2'")
@@ -170,6 +170,8 @@ def haystack_from(args: argparse.Namespace) -> tuple[str, Any]:
     split decoded (`PreparedShards.texts`), named by the folder's source as `--haystack SOURCE` names it (so the
     cells are shared), else the --haystack corpus (None: `RulerSettings` reads it)."""
     if args.data is None:
+        from lextra.pipelines.ruler import RulerSettings
+
         return args.haystack or config_default(RulerSettings, "haystack"), None
     from lextra.data.shards import PreparedShards
     from lextra.errors import ConfigError, DataError
