@@ -111,7 +111,7 @@ def _option_blocks(text: str) -> dict[str, str]:
 
 def test_every_command_help_shows_every_default_and_an_examples_epilog() -> None:
     hidden = {"--batch", "--eval-batch", "--eval-batch-size", "--temperatures", "--layers", "--width", "--heads"}
-    hidden |= {"--tasks", "--task"}
+    hidden |= {"--tasks", "--task", "--eval-seed"}
     seen = set()
     for path, parser in leaf_commands(build_parser()):
         text = parser.format_help()

@@ -10,6 +10,7 @@ from lextra.cli.options import (
     SpecList,
     add_device,
     add_evaluation,
+    add_quiet,
     add_training,
     eval_config_from,
     temperature_option,
@@ -20,7 +21,7 @@ from lextra.cli.options import (
 @command(
     "compare",
     "train and evaluate several schemes on the same data, seed and budget",
-    options=(add_training, add_device, add_evaluation, temperature_option("log-length", files=False)),
+    options=(add_training, add_device, add_evaluation, temperature_option("log-length", files=False), add_quiet),
     examples=(
         "lextra compare --out runs/compare",
         "lextra compare --out runs/cmp --schemes rope,rope+bca,alibi,t5 --steps 300 --lengths 128,512,2048",
@@ -43,7 +44,7 @@ def configure_compare(parser: argparse.ArgumentParser) -> Handler:
         from lextra.pipelines.compare import compare
 
         base = train_config_from(args, scheme="nope")
-        compare(args.schemes, base, eval_config_from(args), args.out, device=args.device)
+        compare(args.schemes, base, eval_config_from(args), args.out, progress=not args.quiet, device=args.device)
         out = Path(args.out)
         print((out / "table.md").read_text())
         print(f"plot: {out / 'perplexity.png'}")

@@ -13,6 +13,7 @@ from lextra.cli.options import (
     add_evaluation,
     add_extend,
     add_mask,
+    add_quiet,
     add_rope_scaling,
     add_threads,
     apply_extend,
@@ -30,7 +31,13 @@ from lextra.cli.options import (
     "eval",
     "perplexity of a trained model at many lengths under three protocols",
     options=(
-        add_rope_scaling, add_extend, add_threads, add_device, add_evaluation, temperature_option("log-length")
+        add_rope_scaling,
+        add_extend,
+        add_threads,
+        add_device,
+        add_evaluation,
+        temperature_option("log-length"),
+        add_quiet,
     ),
     examples=(
         "lextra eval runs/alibi --lengths 128,256,512,1024",
@@ -69,7 +76,7 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
         config = eval_config_from(args, args.mask)
         label += apply_extend(model, args.extend, args.mask, config.resolved_lengths(model.config.train_len))
         label += "" if args.mask == "causal" else f"+{args.mask}"
-        evaluation = evaluate_model(model, data, config, label=label)
+        evaluation = evaluate_model(model, data, config, progress=not args.quiet, label=label)
         suffix = f"-{args.extend}" if args.extend else ""
         out = Path(args.out or folder.parent / folder_safe(f"eval-{args.mask}{suffix}"))
         source = {"corpus": data.corpus}

@@ -1,10 +1,13 @@
 """Option sets shared by several commands (data, threads, device, training, evaluation, retrieval evaluation), the
 argparse value types that refuse non-finite or out-of-range numbers, and the parsers of their values.
 
-One name per concept: `--batch-size` is the batch of what a command does (training, or evaluation in a command that
-only evaluates; `--eval-batch-size` where a command does both), `--temperature` is `none`, `log-length` or an
-alignment.json, thresholds are percentages (0-100, RULER's unit). Old spellings (`--batch`, `--eval-batch`,
-`--temperatures`, `--layers`, `--width`, `--heads`) are hidden aliases (`add_aliased`). Defaults are
+One name per concept: `--batch-size` and `--seed` are the batch and seed of what a command does (training, or
+evaluation in a command that only evaluates; `--eval-batch-size` and `--eval-seed` where a command does both),
+`--n-head` the heads, `--task` one task and `--tasks` a list, `--temperature` is `none`, `log-length` or an
+alignment.json, thresholds are percentages (0-100, RULER's unit), `--quiet` turns off the progress bars of every
+command that shows them. List flags (`--schemes`, `--tasks`, analyze's `--scheme` and `--mask`) are `SpecList`s.
+Old spellings (`--batch`, `--eval-batch`, `--eval-seed`, `--temperatures`, `--layers`, `--width`, `--heads`) are
+hidden aliases (`add_aliased`). Defaults are
 read from the config dataclasses (`TrainConfig`, `GPTConfig`, `EvalConfig`, `RetrievalEval`, `RulerSettings`), so
 `--help` shows the values the library uses.
 """
@@ -647,10 +650,11 @@ def retrieval_evaluation(
     batch: int | None = None,
     trains: bool = False,
 ) -> Callable[[argparse.ArgumentParser], None]:
-    """The retrieval evaluation option set: --task, --lengths, --depths, --samples, --candidates, --eval-seed and
-    the evaluation batch, with `RetrievalEval`'s defaults unless given. The batch is `--batch-size` in a command
-    that only evaluates, `--eval-batch-size` in one that also `trains` (whose `--batch-size` is the training batch);
-    `--eval-batch` stays an alias of either."""
+    """The retrieval evaluation option set: --task, --lengths, --depths, --samples, --candidates, the seed of the
+    prompts and the evaluation batch, with `RetrievalEval`'s defaults unless given. The seed and the batch are
+    `--seed` and `--batch-size` in a command that only evaluates, `--eval-seed` and `--eval-batch-size` in one that
+    also `trains` (whose `--seed` and `--batch-size` are training's); the `--eval-` spellings stay aliases of
+    either, as `--eval-batch` does."""
 
     def add(parser: argparse.ArgumentParser) -> None:
         from lextra.pipelines.retrieval import RetrievalEval
@@ -674,8 +678,11 @@ def retrieval_evaluation(
             default=config_default(RetrievalEval, "candidates"),
             help="answers ranked per prompt (gold + distractors)",
         )
-        parser.add_argument(
-            "--eval-seed",
+        seeds = ("--eval-seed",) if trains else ("--seed", "--eval-seed")
+        add_aliased(
+            parser,
+            *seeds,
+            dest="eval_seed",
             type=non_negative_int,
             default=config_default(RetrievalEval, "seed"),
             help="seed of the evaluation prompts",

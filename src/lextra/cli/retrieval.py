@@ -218,7 +218,15 @@ def configure_completion(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("--lengths", default=None, help="context lengths (default L_tr x 1,2,4,8,16)")
     parser.add_argument("--lines", type=positive_int, default=32, help="held-out lines per context length")
     parser.add_argument("--max-new", type=positive_int, default=96, help="most tokens generated per line")
-    parser.add_argument("--eval-seed", type=non_negative_int, default=0, help="seed of the held-out lines drawn")
+    add_aliased(
+        parser,
+        "--seed",
+        "--eval-seed",
+        dest="eval_seed",
+        type=non_negative_int,
+        default=0,
+        help="seed of the held-out lines drawn",
+    )
 
     def run(args: argparse.Namespace) -> int:
         from lextra.data import prepare_for_model
