@@ -7,11 +7,11 @@ from pathlib import Path
 
 from lextra.cli.app import Handler, command
 from lextra.cli.options import (
-    SpecList,
     add_device,
     add_evaluation,
     add_quiet,
     add_training,
+    add_variants,
     eval_config_from,
     temperature_option,
     train_config_from,
@@ -31,14 +31,7 @@ def configure_compare(parser: argparse.ArgumentParser) -> Handler:
     from lextra.pipelines.compare import DEFAULT_VARIANTS
 
     parser.add_argument("--out", required=True, help="comparison folder (finished cells are reused)")
-    parser.add_argument(
-        "--schemes",
-        "--scheme",
-        action=SpecList,
-        default=list(DEFAULT_VARIANTS),
-        help="variants, repeatable, each a list separated by ';' (or ',' where unambiguous): SCHEME or "
-        "SCHEME+MASK, e.g. rope,base=500000;rope+bca;alibi+window:64 (default: " + ",".join(DEFAULT_VARIANTS) + ")",
-    )
+    add_variants(parser, DEFAULT_VARIANTS, "MASK", "rope,base=500000;rope+bca;alibi+window:64")
 
     def run(args: argparse.Namespace) -> int:
         from lextra.pipelines.compare import compare

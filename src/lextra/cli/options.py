@@ -56,6 +56,19 @@ class SpecList(argparse.Action):
         setattr(namespace, self.dest, items)
 
 
+def add_variants(parser: argparse.ArgumentParser, defaults: tuple[str, ...], second: str, example: str) -> None:
+    """--schemes (also --scheme): the variants a comparison trains and evaluates, a repeatable spec list of
+    SCHEME[+`second`] (`lextra.registry.split_compound`)."""
+    parser.add_argument(
+        "--schemes",
+        "--scheme",
+        action=SpecList,
+        default=list(defaults),
+        help=f"variants, repeatable, each a list separated by ';' (or ',' where unambiguous): SCHEME or "
+        f"SCHEME+{second}, e.g. {example} (default: {','.join(defaults)})",
+    )
+
+
 def add_spec_list(
     parser: argparse.ArgumentParser, *names: str, default: list[str] | None = None, **kwargs: Any
 ) -> argparse.Action:

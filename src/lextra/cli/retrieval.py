@@ -8,7 +8,6 @@ from typing import Any
 
 from lextra.cli.app import Handler, group
 from lextra.cli.options import (
-    SpecList,
     add_aliased,
     add_device,
     add_extend,
@@ -18,6 +17,7 @@ from lextra.cli.options import (
     add_text_data,
     add_threads,
     add_training,
+    add_variants,
     apply_extend,
     folder_safe,
     non_negative_int,
@@ -166,14 +166,7 @@ def configure_compare(parser: argparse.ArgumentParser) -> Handler:
 
     parser.add_argument("--out", required=True, help="comparison folder (finished models are reused)")
     add_aliased(parser, "--task", "--tasks", default="passkey", help=task_help(training=True))
-    parser.add_argument(
-        "--schemes",
-        "--scheme",
-        action=SpecList,
-        default=list(DEFAULT_COMPARE),
-        help="variants, repeatable, each a list separated by ';' (or ',' where unambiguous): SCHEME or "
-        "SCHEME+SCALING, e.g. rope;rope+dynamic;rope,base=500000 (default: " + ",".join(DEFAULT_COMPARE) + ")",
-    )
+    add_variants(parser, DEFAULT_COMPARE, "SCALING", "rope;rope+dynamic;rope,base=500000")
     parser.add_argument(
         "--init-from-compare",
         default=None,
