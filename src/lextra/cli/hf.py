@@ -340,7 +340,14 @@ def _run_finetune(args: argparse.Namespace) -> int:
     ),
 )
 def configure_finetune(parser: argparse.ArgumentParser) -> Handler:
-    parser.add_argument("--lora", default="r=8,alpha=16", help="r=R,alpha=A[,targets=q_proj+v_proj], or none: full")
+    from lextra.hf.finetune import ADAPTERS
+
+    parser.add_argument(
+        "--lora",
+        default="r=8,alpha=16",
+        help=f"a LoRA spec, {ADAPTERS.usage('lora')} ({ADAPTERS.describe('lora')}), or its options alone "
+        "(r=8,alpha=16,targets=q_proj+v_proj), or none: full fine-tuning",
+    )
     parser.add_argument("--trainable", default=None, help="parts trained in full beside LoRA: embed, norm")
     parser.add_argument("--steps", type=positive_int, default=100, help="optimizer steps")
     parser.add_argument("--batch-size", type=positive_int, default=1, help="windows per step")
