@@ -313,6 +313,11 @@ class Registry(Generic[T]):
         self.fill()
         return list(self._classes)
 
+    def aliases(self) -> dict[str, str]:
+        """Alias -> the registered name it stands for (`pi` -> `linear`)."""
+        self.fill()
+        return dict(self._aliases)
+
     def canonical(self, name: str) -> str:
         """The registered name of `name` or of its alias (ConfigError listing the known names otherwise)."""
         self.fill()

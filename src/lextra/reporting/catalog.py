@@ -83,9 +83,10 @@ def scheme_help() -> str:
 
 def scaling_help() -> str:
     """The `--rope-scaling` help line."""
+    aliases = "".join(f", {alias} = {name}" for alias, name in SCALING_TYPES.aliases().items())
     return (
         f"RoPE frequency scaling for rotary models, TYPE[:FACTOR][,key=value...] (e.g. yarn:4,beta_fast=16) or a JSON "
-        f"dict of RopeScaling fields; TYPE: {SCALING_TYPES.help_text()}, pi = linear (see `lextra list`)"
+        f"dict of RopeScaling fields; TYPE: {SCALING_TYPES.help_text()}{aliases} (see `lextra list`)"
     )
 
 
