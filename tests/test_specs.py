@@ -312,7 +312,7 @@ def test_scheme_options_are_typed_by_the_scheme() -> None:
     for items, message in (
         (["slope_shift=nan"], "slope_shift takes a number"),
         (["slope=1"], "has no option 'slope'; its options: slope_shift"),
-        (["slope_shift"], "expected key=value"),
+        (["slope_shift"], "must look like KEY=VALUE"),
     ):
         with pytest.raises(ConfigError, match=message):
             scheme_options("alibi", items)

@@ -169,7 +169,10 @@ def parse_options(items: Iterable[str], kind: str = "spec") -> dict[str, str]:
     `parse_spec` reads its items; `Registry.parse` then types them."""
     options: dict[str, str] = {}
     for item in items:
-        options.pop(item.partition("=")[0].strip(), None)  # a later value of a repeated key wins
+        key, eq, value = item.partition("=")
+        if not (eq and key.strip() and value.strip()):
+            raise ConfigError(f"{kind} option {item!r} must look like KEY=VALUE")
+        options.pop(key.strip(), None)  # a later value of a repeated key wins
         _add_option(options, item.strip(), f"{kind} option {item!r}")
     return options
 
