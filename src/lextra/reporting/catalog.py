@@ -52,7 +52,7 @@ def sections() -> list[tuple[str, Registry]]:
             "retrieval tasks (--task SPEC: NAME[:RATIO][,ratio=R][,option=value...], e.g. passkey:0.3; NAME+lm = 0.5)",
             TASKS,
         ),
-        ("RULER tasks (lextra ruler ... --tasks NAME[,key=value...],NAME..., e.g. vt,hops=2)", RULER_TASKS),
+        ("RULER tasks (lextra ruler ... --tasks SPEC;SPEC..., repeatable, e.g. niah_single_1;vt,hops=2)", RULER_TASKS),
     ]
 
 
