@@ -15,7 +15,7 @@ ROOT = Path(lextra.__file__).parent
 
 #: top-level components by layer, lowest first; a component imports only from its own or lower layers
 LAYERS = [
-    {"errors", "io", "locks", "registry", "serialize", "validate", "devices", "tensorboard"},
+    {"errors", "io", "locks", "registry", "serialize", "validate", "devices", "tensorboard", "training_tasks"},
     {"positions"},
     {"attention"},
     {"model", "data"},
@@ -36,17 +36,54 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _fill_lists(tree: ast.AST) -> list[ast.AST]:
+    """The registration lists of a module: a `Registry(..., modules=(...))` argument or a constant named
+    `*_MODULES`: the modules they name register into this one (they import it), so they are not its imports."""
+    found: list[ast.AST] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "Registry":
+            found += [k.value for k in node.keywords if k.arg == "modules"]
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id.endswith("_MODULES") for t in targets) and node.value is not None:
+                found.append(node.value)
+    return found
+
+
+def _module_string(node: ast.AST) -> str | None:
+    """The lextra module a string constant names (`"lextra.evaluate.ruler"`), or None."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        text = node.value
+        if text == "lextra" or (text.startswith("lextra.") and all(p.isidentifier() for p in text.split("."))):
+            return text
+    return None
+
+
 def _imports(path: Path) -> list[tuple[str, list[str], bool]]:
-    """(module imported, names taken from it, whether at module level) for every `lextra` import in the file."""
-    tree = ast.parse(path.read_text())
+    """(module imported, names taken from it, whether at module level) for every `lextra` import in the file:
+    import statements, `import_module("lextra...")` / `__import__` calls and any other string naming a lextra
+    module (a name imported later by a variable), except the registration lists (`_fill_lists`)."""
+    return _imports_of(ast.parse(path.read_text()))
+
+
+def _imports_of(tree: ast.Module) -> list[tuple[str, list[str], bool]]:
     top = {id(node) for node in tree.body}
+    registering = {id(n) for fill in _fill_lists(tree) for n in ast.walk(fill)}
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("lextra"):
             found.append((node.module, [a.name for a in node.names], id(node) in top))
         elif isinstance(node, ast.Import):
             found += [(a.name, [], id(node) in top) for a in node.names if a.name.startswith("lextra")]
+        elif id(node) not in registering and (name := _module_string(node)):
+            found.append((name, [], False))
     return found
+
+
+def _registrations(path: Path) -> list[str]:
+    """The modules a file's registration lists name."""
+    tree = ast.parse(path.read_text())
+    return [name for fill in _fill_lists(tree) for n in ast.walk(fill) if (name := _module_string(n))]
 
 
 MODULES = {_module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
@@ -139,3 +176,30 @@ def test_no_import_cycles(level: str) -> None:
 def test_the_cycle_finder_finds_cycles() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_string_imports_are_imports() -> None:
+    """`import_module("lextra...")` and strings naming a module count as imports; a registration list does not."""
+    tree = ast.parse(
+        "import importlib\n"
+        "def f():\n    importlib.import_module('lextra.evaluate.ruler')\n"
+        "LATER = ('lextra.train', 'not.lextra', 'lextra has spaces')\n"
+        "REG = Registry('kind', modules=('lextra.positions.rotary',))\n"
+        "FILL_MODULES = ('lextra.cli.train',)\n"
+    )
+    assert sorted(target for target, _, _ in _imports_of(tree)) == ["lextra.evaluate.ruler", "lextra.train"]
+
+
+def test_registration_lists_name_modules_that_register_into_them() -> None:
+    """Each module a registry fills itself from imports the registry's module (so the edge points down)."""
+    offenders = []
+    for module, path in MODULES.items():
+        for name in _registrations(path):
+            if name not in MODULES:
+                offenders.append(f"{module} names {name}, which does not exist")
+            elif not any(
+                target == module or module in (f"{target}.{n}" for n in names)
+                for target, names, _ in _imports(MODULES[name])
+            ):
+                offenders.append(f"{module} names {name}, which does not import it")
+    assert not offenders, offenders

@@ -111,7 +111,7 @@ def _option_blocks(text: str) -> dict[str, str]:
 
 def test_every_command_help_shows_every_default_and_an_examples_epilog() -> None:
     hidden = {"--batch", "--eval-batch", "--eval-batch-size", "--temperatures", "--layers", "--width", "--heads"}
-    hidden |= {"--tasks", "--task"}
+    hidden |= {"--tasks", "--task", "--eval-seed"}
     seen = set()
     for path, parser in leaf_commands(build_parser()):
         text = parser.format_help()
@@ -357,3 +357,34 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly() -> None:
         code = process.wait(timeout=120)
         err = process.stderr.read().decode() if process.stderr else ""
     assert first.startswith(b"every spec reads") and code == 0 and err == ""
+
+
+def test_help_and_list_import_neither_torch_nor_the_library(tmp_path) -> None:
+    """`lextra --help` and `lextra list` (its cached text after a first run) stay light: no torch, well under 0.5 s
+    in the process (the interpreter's own start aside)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import json, sys, time\nstart = time.perf_counter()\nfrom lextra.cli import main\n"
+        "main(sys.argv[1:])\n"
+        "print(json.dumps({'torch': 'torch' in sys.modules, 'seconds': time.perf_counter() - start}))"
+    )
+    env = {**os.environ, "LEXTRA_CACHE": str(tmp_path)}
+    env.pop("LEXTRA_PLUGINS", None)
+
+    def run(*argv: str) -> tuple[list[str], dict]:
+        done = subprocess.run([sys.executable, "-c", code, *argv], env=env, capture_output=True, text=True, check=True)
+        lines = done.stdout.strip().splitlines()
+        return lines[:-1], json.loads(lines[-1])
+
+    generated, first = run("list")  # the first run builds the registries and caches the text
+    assert first["torch"] and list((tmp_path / "catalog").glob("*.txt"))
+    cached, measured = run("list")
+    assert cached == generated and any(line.startswith("  rope ") for line in cached)
+    assert not measured["torch"] and measured["seconds"] < 0.5, measured
+    for argv in (["--help"], ["retrieval", "--help"]):
+        _, measured = run(*argv)
+        assert not measured["torch"] and measured["seconds"] < 0.5, (argv, measured)

@@ -33,6 +33,10 @@ SPECS = {
     "sinks": "sinks",
     "string": "string",
 }
+#: docs/extending.md's example method (tests/plugins/lextra_toy.py), tested when `LEXTRA_PLUGINS` loads it; a
+#: plugin's own method adds its entry here the same way
+PLUGIN_SPECS = {"clip": "clip,cap=8"}
+SPECS.update({name: spec for name, spec in PLUGIN_SPECS.items() if name in EXTENSIONS})
 
 
 def _inputs(scheme_name: str, n: int, seed: int = 0):

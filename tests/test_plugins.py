@@ -205,7 +205,7 @@ def test_docs_show_the_plugin_code() -> None:
     doc = (Path(__file__).parent.parent / "docs" / "extending.md").read_text()
     source = PLUGIN.read_text()
     blocks = [b for b in re.findall(r"```python\n(.*?)```", doc, flags=re.S) if b.lstrip().startswith("@")]
-    assert len(blocks) == 6
+    assert len(blocks) == 7
     for block in blocks:
         assert block.strip() in source
 
@@ -223,3 +223,76 @@ def test_only_a_top_level_plugin_flag_loads_a_plugin(capsys) -> None:
         "lextra: error: plugin 'no_such_lextra_plugin_module': cannot import it (No module named "
         "'no_such_lextra_plugin_module'); check the name or PYTHONPATH"
     ]
+
+
+def test_a_model_saved_with_a_plugin_scheme_names_the_plugin_flag_when_loaded_without_it(tmp_path: Path) -> None:
+    folder = tmp_path / "toy"
+    _python(
+        "import json, os\nfrom lextra.registry import load_plugins\nload_plugins(os.environ['LEXTRA_PLUGINS'])\n"
+        "from lextra.model import GPT, GPTConfig, save_model\n"
+        "config = GPTConfig(vocab_size=256, n_layer=1, d_model=32, n_head=2, train_len=16, scheme='toy_bias')\n"
+        f"save_model(GPT(config), {str(folder)!r})\nprint(json.dumps({{}}))"
+    )
+    failed = _lextra("eval", str(folder), "--lengths", "16", "--documents", "1", env=_env(None), code=2)
+    line = failed.stderr.strip()
+    assert "\n" not in line and "unknown position scheme 'toy_bias'" in line
+    assert "pass `lextra --plugin FILE` or set LEXTRA_PLUGINS=FILE" in line
+    # with the plugin it loads (and evaluates)
+    _lextra("eval", str(folder), "--lengths", "16", "--documents", "1", "--threads", "1", "--out", str(tmp_path / "e"))
+
+
+def test_scheme_options_from_the_command_line_are_typed_by_the_plugin_class() -> None:
+    values = _python(
+        "import json\nfrom lextra.registry import load_env_plugins\nload_env_plugins()\n"
+        "from lextra.cli.options import scheme_options\n"
+        "try:\n    scheme_options('toy_bias', ['slope=nan'])\n    error = ''\n"
+        "except Exception as err:\n    error = f'{type(err).__name__}: {err}'\n"
+        "print(json.dumps({'typed': scheme_options('toy_bias', ['slope=0.25']), 'error': error}))"
+    )
+    assert values["typed"] == {"slope": 0.25}
+    assert values["error"].startswith("ConfigError: position scheme 'toy_bias': slope takes a number")
+
+
+def test_a_scaling_type_declares_a_parameter_ropescaling_lacks(tmp_path: Path) -> None:
+    """The plugin's `power_pi` reads `alpha`, which RopeScaling has no field for: parsed, typed and checked from
+    its spec, applied at inference, trained with, saved and loaded back with the same frequencies."""
+    values = _python(
+        f"""
+import json, os, torch
+from lextra.registry import load_env_plugins
+load_env_plugins()
+from lextra.extend import InferenceSetup
+from lextra.model import GPT, GPTConfig, load_model, save_model
+from lextra.positions.scaling import SCALING_TYPES, RopeScaling, parse_rope_scaling, rope_inv_freq
+spec = parse_rope_scaling("power_pi:4,alpha=0.25")
+scaling = RopeScaling.of(spec)
+errors = []
+for bad in ("power_pi:4,alpha=2", "power_pi:4,alpha=x", "power_pi:4,beta=1"):
+    try:
+        RopeScaling.of(parse_rope_scaling(bad))
+    except Exception as err:
+        errors.append(str(err))
+config = GPTConfig(vocab_size=256, n_layer=1, d_model=32, n_head=2, train_len=16, scheme="rope")
+model = InferenceSetup(rope_scaling="power_pi:4,alpha=0.25").apply(GPT(config))
+applied = model.positions[0].inv_freq
+trained = GPT(GPTConfig(vocab_size=256, n_layer=1, d_model=32, n_head=2, train_len=16, scheme="rope",
+                        scheme_options={{"scaling": spec}}))
+save_model(trained, {str(tmp_path / "m")!r})
+loaded = load_model({str(tmp_path / "m")!r}).positions[0]
+expected = rope_inv_freq(16) / 4**0.25
+print(json.dumps({{
+    "spec": spec, "alpha": scaling.alpha, "dict": scaling.as_dict(), "errors": errors,
+    "options": SCALING_TYPES.describe("power_pi"),
+    "applied": bool(torch.equal(applied, expected)),
+    "saved": json.loads(open({str(tmp_path / "m" / "config.json")!r}).read()),
+    "loaded": bool(torch.equal(loaded.inv_freq, expected)) and loaded.scaling == scaling,
+}}))
+"""
+    )
+    assert values["spec"] == {"type": "power_pi", "factor": 4.0, "alpha": 0.25} and values["alpha"] == 0.25
+    assert values["dict"] == values["spec"] and values["options"] == "factor=1.0, alpha=0.5"
+    assert "alpha must be" in values["errors"][0] and "alpha takes a number" in values["errors"][1]
+    assert "has no option 'beta'; its options: factor, alpha" in values["errors"][2]
+    assert values["applied"] and values["loaded"]
+    saved = values["saved"].get("model", values["saved"])
+    assert saved["scheme_options"]["scaling"] == {"type": "power_pi", "factor": 4.0, "alpha": 0.25}

@@ -177,7 +177,7 @@ def test_spec_errors_name_the_problem_and_the_fix(build, message: str) -> None:
 
 
 def test_describe_and_help_come_from_the_declarations() -> None:
-    assert MASKS.help_text() == "causal, window[:WIDTH], bca[:BLOCK], full"
+    assert MASKS.help_text().startswith("causal, window[:WIDTH], bca[:BLOCK], full")  # then plugins' masks
     assert MASKS.usage("window") == "window[:WIDTH][,key=value...]" and MASKS.usage("causal") == "causal"
     assert MASKS.describe("bca") == "block=L_tr / 2" and MASKS.describe("full") == "no options"
     assert EXTENSIONS.describe("rerope") == "window=L/8, log_scale=True"
@@ -260,3 +260,59 @@ def test_a_class_that_leaves_an_abstract_method_undefined_is_not_registered() ->
     with pytest.raises(TypeError, match=r"position sampler 'no_draw' leaves draw undefined"):
         SAMPLERS.register("no_draw")(type("NoDraw", (PositionSampler,), {}))
     assert "half_done" not in SCALING_TYPES.names() and "no_draw" not in SAMPLERS.names()
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ("rope,base=500000;alibi", ["rope,base=500000", "alibi"]),
+        ("rope,base=500000,alibi", ["rope,base=500000", "alibi"]),  # unambiguous with commas too
+        ("rope,rope+bca,alibi+window:64", ["rope", "rope+bca", "alibi+window:64"]),
+        (["rope,base=500000", "alibi"], ["rope,base=500000", "alibi"]),  # a repeated flag
+        ('rope,scaling={"type": "yarn", "factor": 4};t5', ['rope,scaling={"type": "yarn", "factor": 4}', "t5"]),
+        ('rope,scaling={"type":"yarn","factor":4},alibi', ['rope,scaling={"type":"yarn","factor":4}', "alibi"]),
+        ("vt,hops=2,niah_single_1", ["vt,hops=2", "niah_single_1"]),
+        (" ; rope ;", ["rope"]),
+    ],
+)
+def test_spec_lists_split_at_semicolons_and_unambiguous_commas(values, expected) -> None:
+    from lextra.registry import split_specs
+
+    assert split_specs(values) == expected
+
+
+def test_list_flags_are_repeatable_and_keep_json_whole() -> None:
+    from lextra.cli.app import build_parser
+    from lextra.pipelines.compare import parse_variant
+
+    parser = build_parser(("compare",))
+    a = parser.parse_args(["compare", "--out", "x", "--schemes", "rope,base=500000;alibi"])
+    b = parser.parse_args(["compare", "--out", "x", "--scheme", "rope,base=500000", "--scheme", "alibi"])
+    assert a.schemes == b.schemes == ["rope,base=500000", "alibi"]
+    variant = parse_variant("rope,base=500000+window:64")
+    assert (variant.scheme, variant.mask) == ("rope,base=500000", "window:64")
+    with pytest.raises(ConfigError, match="unknown position scheme 'base=500000'"):
+        parse_variant("base=500000")
+    with pytest.raises(ConfigError, match="comes before any scheme; write SCHEME,base=1"):
+        from lextra.registry import split_specs
+
+        split_specs("base=1;rope", "scheme")
+    # a JSON option inside a spec is read whole by the spec parser, then by the option's type
+    assert SCHEMES.parse('rope,scaling={"type": "yarn", "factor": 4}')[1] == {"scaling": {"type": "yarn", "factor": 4}}
+
+
+def test_scheme_options_are_typed_by_the_scheme() -> None:
+    from lextra.cli.options import scheme_options
+
+    assert scheme_options("rope,base=10", ["base=500000", "layout=interleaved"]) == {
+        "base": 500000.0,
+        "layout": "interleaved",
+    }
+    assert scheme_options("alibi", ["slope_shift=1", "slope_shift=2"]) == {"slope_shift": 2.0}  # the last wins
+    for items, message in (
+        (["slope_shift=nan"], "slope_shift takes a number"),
+        (["slope=1"], "has no option 'slope'; its options: slope_shift"),
+        (["slope_shift"], "must look like KEY=VALUE"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            scheme_options("alibi", items)

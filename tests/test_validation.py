@@ -20,7 +20,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lextra.cli import main
-from lextra.cli.options import parse_option
 from lextra.errors import CheckpointError, ConfigError, TrainingDivergedError
 from lextra.evaluate import EvalConfig
 from lextra.model import GPT, GPTConfig, load_model, save_model
@@ -110,6 +109,12 @@ RULES: dict[tuple[str, str], tuple[str, Any]] = {
     ("fire", "threshold"): ("float", lambda v: 0 < v <= FLOAT32_MAX),
     ("fire", "eps"): ("float", lambda v: 1e-30 <= v <= 1),
 }
+#: the numeric options of docs/extending.md's example scheme (tests/plugins/lextra_toy.py), checked when
+#: `LEXTRA_PLUGINS` loads it; a plugin's own scheme adds its entry here the same way
+PLUGIN_RULES: dict[tuple[str, str], tuple[str, Any]] = {
+    ("toy_bias", "slope"): ("float", lambda v: 0 <= v < 1e6),
+}
+RULES.update({key: rule for key, rule in PLUGIN_RULES.items() if key[0] in SCHEMES})
 OPTIONS = sorted(RULES)
 
 
@@ -139,8 +144,16 @@ def _expected(scheme: str, option: str, value: Any) -> bool:
     return bool(accepts(value))
 
 
+def _json_value(text: str) -> Any:
+    """A value as a config file or the Python API may hand it over: JSON when it parses, else the text."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
 def _build(scheme: str, option: str, text: str):
-    _key, value = parse_option(f"{option}={text}")
+    value = _json_value(text)
     return value, lambda: build_scheme(scheme, DIMS, **{option: value})
 
 
@@ -253,7 +266,7 @@ def test_out_of_range_config_values_are_refused_naming_the_field(config: str, na
 @given(case=st.sampled_from(NUMERIC_FIELDS), text=st.sampled_from(NON_FINITE_TEXT))
 def test_non_finite_config_numbers_are_refused(case: tuple[str, str], text: str) -> None:
     config, name = case
-    _key, value = parse_option(f"{name}={text}")
+    value = _json_value(text)
     if config == "eval" and name == "lengths":
         value = [16, value]
     with pytest.raises(ConfigError, match=name):

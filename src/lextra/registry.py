@@ -62,19 +62,73 @@ class Spec:
     options: dict[str, str] = field(default_factory=dict)
 
 
-def _split_items(text: str) -> list[str]:
-    """Split at commas outside brackets, so list values such as `[1, 2]` stay whole."""
-    items, depth, start = [], 0, 0
+_OPEN, _CLOSE = "[({", "])}"
+
+
+def _split_outside(text: str, separators: str) -> list[str]:
+    """Split at `separators` outside brackets, braces and quotes, so `[1, 2]` and `{"a": 1, "b": 2}` stay whole."""
+    items, depth, start, quote = [], 0, 0, ""
     for i, char in enumerate(text):
-        if char in "[(":
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "\"'":
+            quote = char
+        elif char in _OPEN:
             depth += 1
-        elif char in "])":
+        elif char in _CLOSE:
             depth -= 1
-        elif char == "," and depth == 0:
+        elif char in separators and depth == 0:
             items.append(text[start:i])
             start = i + 1
     items.append(text[start:])
     return items
+
+
+def _split_items(text: str) -> list[str]:
+    """Split a spec's items at commas outside brackets, braces and quotes."""
+    return _split_outside(text, ",")
+
+
+def _is_option(item: str) -> bool:
+    """Whether a list item is a `key=value` option (of the spec before it) rather than a spec of its own."""
+    key, eq, _ = item.partition("=")
+    return bool(eq) and key.strip().isidentifier()
+
+
+def split_specs(values: str | Iterable[str], kind: str = "spec") -> list[str]:
+    """A list of specs: each string holds specs separated by `;`, or by commas where that is unambiguous (an item
+    `key=value` after a comma is an option of the spec before it), brackets, braces and quotes kept whole:
+    `rope,base=500000;alibi` and `rope,base=500000,alibi` -> [`rope,base=500000`, `alibi`]; a list of strings
+    (a repeated flag) is the concatenation of theirs. ConfigError on an option before any spec or after `;`."""
+    texts = [values] if isinstance(values, str) else list(values)
+    specs: list[str] = []
+    for text in texts:
+        for group in _split_outside(text, ";"):
+            current: list[str] = []
+            for item in (i.strip() for i in _split_items(group)):
+                if not item:
+                    continue
+                if _is_option(item):
+                    if not current:
+                        word = kind.split()[-1]
+                        raise ConfigError(
+                            f"{kind} list {text!r}: option {item!r} comes before any {word}; "
+                            f"write {word.upper()},{item}"
+                        )
+                    current.append(item)
+                    continue
+                if current:
+                    specs.append(",".join(current))
+                current = [item]
+            if current:
+                specs.append(",".join(current))
+    return specs
+
+
+def split_compound(text: str) -> list[str]:
+    """The specs of a compound joined by `+` outside brackets, braces and quotes (`rope+window:64`, a scheme and
+    a mask): the one grammar's way to give several classes' specs as one word."""
+    return [part.strip() for part in _split_outside(text, "+")]
 
 
 def parse_spec(text: str, kind: str = "spec") -> Spec:
@@ -92,19 +146,35 @@ def parse_spec(text: str, kind: str = "spec") -> Spec:
     items = _split_items(rest) if sep else []
     for index, item in enumerate(items):
         item = item.strip()
-        key, eq, value = item.partition("=")
-        if index == 0 and sep == ":" and not eq:
+        if index == 0 and sep == ":" and "=" not in item:
             if not item:
                 raise ConfigError(f"{kind} spec {text!r}: nothing after ':'; the grammar is name[:positional]...")
             positional = item
             continue
-        key, value = key.strip(), value.strip()
-        if not eq or not key or not value:
-            raise ConfigError(f"{kind} spec {text!r}: expected key=value, got {item!r}")
-        if key in options:
-            raise ConfigError(f"{kind} spec {text!r} sets {key!r} twice")
-        options[key] = value
+        _add_option(options, item, f"{kind} spec {text!r}")
     return Spec(name, positional, options)
+
+
+def _add_option(options: dict[str, str], item: str, where: str) -> None:
+    key, eq, value = (part.strip() for part in item.partition("="))
+    if not eq or not key or not value:
+        raise ConfigError(f"{where}: expected key=value, got {item!r}")
+    if key in options:
+        raise ConfigError(f"{where} sets {key!r} twice")
+    options[key] = value
+
+
+def parse_options(items: Iterable[str], kind: str = "spec") -> dict[str, str]:
+    """`key=value` texts given one by one (a repeated `--scheme-option`) -> a spec's raw options, read as
+    `parse_spec` reads its items; `Registry.parse` then types them."""
+    options: dict[str, str] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not (eq and key.strip() and value.strip()):
+            raise ConfigError(f"{kind} option {item!r} must look like KEY=VALUE")
+        options.pop(key.strip(), None)  # a later value of a repeated key wins
+        _add_option(options, item.strip(), f"{kind} option {item!r}")
+    return options
 
 
 def format_spec(name: str, options: Mapping[str, Any]) -> str:
@@ -142,6 +212,8 @@ def type_name(annotation: str) -> str:
         text = "an integer"
     elif words & {"float", "int"} and words <= {"float", "int"}:
         text = "a number"
+    elif any(w.startswith(("tuple", "list")) and "str" in w for w in words):
+        text = "names joined by + such as a+b"
     elif any(w.startswith(("tuple", "list")) for w in words):
         text = "a list of numbers such as [1,2]"
     elif words == {"str"}:
@@ -173,6 +245,9 @@ def convert_value(raw: str, annotation: str) -> Any:
         return int(value) if "int" in words and "float" not in words else value
     if any(w.startswith(("tuple", "list")) for w in words):
         inner = text[1:-1] if text[:1] in "[(" and text[-1:] in "])" else text
+        if any("str" in w for w in words):  # names: `q_proj+v_proj` or `[q_proj,v_proj]`
+            names = [v.strip().strip("\"'") for v in inner.replace("+", ",").split(",") if v.strip()]
+            return names if any(w.startswith("list") for w in words) else tuple(names)
         values = tuple(float(v) for v in inner.replace(";", ",").split(",") if v.strip())
         return list(values) if any(w.startswith("list") for w in words) else values
     if words == {"str"}:
@@ -199,6 +274,7 @@ class Registry(Generic[T]):
         self._aliases: dict[str, str] = {}
         self._modules = tuple(modules)
         self._filled = not self._modules
+        self._listeners: list[Callable[[str, type[T]], None]] = []
 
     # --- registration -----------------------------------------------------------------------------
     def register(self, name: str, *, aliases: Iterable[str] = ()) -> Callable[[type[T]], type[T]]:
@@ -214,9 +290,18 @@ class Registry(Generic[T]):
             cls.name = name  # type: ignore[attr-defined]
             self._classes[name] = cls
             self._aliases.update({alias: name for alias in aliases})
+            for listener in self._listeners:
+                listener(name, cls)
             return cls
 
         return add
+
+    def on_register(self, listener: Callable[[str, type[T]], None]) -> None:
+        """Call `listener(name, cls)` for every class registered so far and for each one registered later (a
+        registry derived from this one, e.g. the training task of each retrieval task, plugins' included)."""
+        self._listeners.append(listener)
+        for name, cls in list(self._classes.items()):
+            listener(name, cls)
 
     def fill(self) -> None:
         """Import the modules that register the built-in classes (once; re-entrant while they import)."""
@@ -231,13 +316,21 @@ class Registry(Generic[T]):
         self.fill()
         return list(self._classes)
 
+    def aliases(self) -> dict[str, str]:
+        """Alias -> the registered name it stands for (`pi` -> `linear`)."""
+        self.fill()
+        return dict(self._aliases)
+
     def canonical(self, name: str) -> str:
         """The registered name of `name` or of its alias (ConfigError listing the known names otherwise)."""
         self.fill()
         name = self._aliases.get(name, name)
         if name not in self._classes:
             known = ", ".join(self._classes)
-            raise ConfigError(f"unknown {self.kind} {name!r}; known {self.kind}s: {known}")
+            raise ConfigError(
+                f"unknown {self.kind} {name!r}; known {self.kind}s: {known} (one a plugin registers? pass "
+                f"`lextra --plugin FILE` or set {PLUGINS_ENV}=FILE)"
+            )
         return name
 
     def __contains__(self, name: object) -> bool:
@@ -381,6 +474,11 @@ def load_env_plugins() -> None:
     import os
 
     load_plugins(os.environ.get(PLUGINS_ENV, ""))
+
+
+def loaded_plugins() -> list[str]:
+    """The plugins imported so far (files by their resolved path, modules by name)."""
+    return list(_LOADED_PLUGINS)
 
 
 def load_plugins(plugins: str | Iterable[str]) -> list[Any]:

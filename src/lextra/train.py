@@ -12,7 +12,6 @@ so a run trained on a GPU resumes or evaluates on the CPU and back.
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import os
@@ -43,6 +42,7 @@ from lextra.locks import run_lock
 from lextra.model import GPT, GPTConfig, load_model, read_model_meta, save_model
 from lextra.positions.scaling import SCALING_TYPES
 from lextra.tensorboard import Board, require_tensorboard, run_log_dir
+from lextra.training_tasks import TRAINING_TASKS
 from lextra.validate import check_bool, check_int, check_positive, check_positive_int, check_range
 
 CHECKPOINTS = "checkpoints"
@@ -221,8 +221,6 @@ class BatchSource(Protocol):
 
 #: task name -> factory(config, data) of a BatchSource; other modules register tasks here
 BATCH_SOURCES: dict[str, Callable[[TrainConfig, PreparedData], BatchSource]] = {}
-#: the modules that register the built-in tasks, imported on the first lookup of a task
-BATCH_SOURCE_MODULES: tuple[str, ...] = ("lextra.evaluate.retrieval", "lextra.evaluate.ruler")
 #: callables that register a task spec missing from `BATCH_SOURCES` (e.g. `passkey:0.3`), or raise ConfigError
 BATCH_SOURCE_RESOLVERS: list[Callable[[str], object]] = []
 
@@ -238,8 +236,7 @@ def resolve_task(task: str) -> Callable[[TrainConfig, PreparedData], BatchSource
     """The `BATCH_SOURCES` factory of a task spec: the built-in tasks' modules are imported first (whatever the
     caller imported), then a spec not registered yet is offered to `BATCH_SOURCE_RESOLVERS`."""
     if task not in BATCH_SOURCES:
-        for module in BATCH_SOURCE_MODULES:
-            importlib.import_module(module)
+        TRAINING_TASKS.fill()  # the modules that register the built-in tasks
     if task not in BATCH_SOURCES:
         for resolver in BATCH_SOURCE_RESOLVERS:
             resolver(task)  # raises ConfigError naming the known tasks when the spec is not one

@@ -21,6 +21,8 @@ from lextra.evaluate.ruler.tasks import RULER_TASKS
 from lextra.extend.base import EXTENSIONS, ExtensionMethod, Pass, constant_position, int_option, same_position
 from lextra.positions import HeadDims, PositionScheme, register_scheme
 from lextra.positions.scaling import RopeScaling, ScalingType, register_scaling, rope_inv_freq
+from lextra.registry import Option
+from lextra.validate import check_range
 
 
 # --- a position scheme: a score bias -slope * (m - n), the same on every head ----------------------------------
@@ -33,9 +35,7 @@ class ToyBias(PositionScheme):
 
     def __init__(self, dims: HeadDims, *, slope: float = 0.5) -> None:
         super().__init__(dims)
-        if not 0 <= slope < 1e6:
-            raise ConfigError(f"toy_bias: slope must be in [0, 1e6), got {slope}")
-        self.slope = float(slope)
+        self.slope = check_range("toy_bias: slope", slope, 0.0, 1e6, high_open=True)
 
     def distance_bias(self, distance: Tensor) -> Tensor:
         return (-self.slope * distance.abs().float()).expand(self.dims.n_heads, *distance.shape)
@@ -74,6 +74,24 @@ class SqrtInterpolation(ScalingType):
     @classmethod
     def frequencies(cls, scaling: RopeScaling, head_dim: int, base: float, seq_len: int | None) -> tuple[Tensor, float]:
         return rope_inv_freq(head_dim, base) / math.sqrt(scaling.factor), 1.0
+
+
+# --- a RoPE scaling with a parameter of its own: interpolate by s^alpha ------------------------------------------
+@register_scaling("power_pi")
+class PowerInterpolation(ScalingType):
+    """Position interpolation by s^alpha: theta_k / s^alpha (alpha 0 is none, 1/2 sqrt_pi, 1 linear)."""
+
+    summary = "toy: theta_k / s^alpha, alpha its own parameter; no Hugging Face type"
+    uses = frozenset({"factor"})
+    params = (Option("alpha", 0.5, "float"),)
+
+    @classmethod
+    def check(cls, scaling: RopeScaling, where: str) -> None:
+        check_range(f"{where}: alpha", scaling.alpha, 0.0, 1.0)
+
+    @classmethod
+    def frequencies(cls, scaling: RopeScaling, head_dim: int, base: float, seq_len: int | None) -> tuple[Tensor, float]:
+        return rope_inv_freq(head_dim, base) / scaling.factor**scaling.alpha, 1.0
 
 
 # --- an extension method: distances clipped at `cap` --------------------------------------------------------------

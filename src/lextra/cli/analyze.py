@@ -7,9 +7,12 @@ from pathlib import Path
 
 from lextra.cli.app import Handler, group
 from lextra.cli.options import (
+    add_aliased,
     add_corpus,
     add_device,
+    add_mask,
     add_scheme_options,
+    add_spec_list,
     add_threads,
     non_negative_int,
     percent,
@@ -20,17 +23,10 @@ from lextra.errors import ConfigError
 
 def add_analysis_inputs(parser: argparse.ArgumentParser) -> None:
     """--out, --mask, --split, the corpus, threads and device: what every analysis shares."""
-    from lextra.reporting.catalog import mask_help
-
     parser.add_argument("--out", required=True, help="output folder (JSON, CSV, markdown table, PNG plots)")
-    parser.add_argument(
-        "--mask",
-        action="append",
-        default=None,
-        help=f"repeatable; {mask_help()} (default: causal)",
-    )
+    add_mask(parser, default=None, default_text="causal", repeatable=True)
     parser.add_argument("--split", default="validation", choices=["validation", "test"], help="held-out split")
-    add_corpus(parser, default=None, help_default="default: the corpus each model was trained on")
+    add_corpus(parser, default=None, default_text="the corpus each model was trained on")
     add_threads(parser)
     add_device(parser)
 
@@ -81,12 +77,15 @@ def _print(out: str, name: str, plots: list[str]) -> None:
 )
 def _configure_resolution(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("checkpoints", nargs="*", help="model folders (RUN/model) or training run folders")
-    parser.add_argument(
-        "--scheme", action="append", default=[], help="theoretical R of a scheme alone (repeatable), no training"
+    add_spec_list(
+        parser,
+        "--scheme",
+        default=[],
+        help="theoretical R of schemes alone, no training: a spec list (rope,base=500000;alibi), repeatable",
     )
     add_scheme_options(parser, "option for every --scheme")
     parser.add_argument("--theory", action="store_true", help="also theoretical rows from each checkpoint's scheme")
-    parser.add_argument("--heads", type=positive_int, default=4, help="heads of a --scheme (default 4)")
+    add_aliased(parser, "--n-head", "--heads", type=positive_int, default=4, help="heads of a --scheme (default 4)")
     parser.add_argument("--head-dim", type=positive_int, default=32, help="head dimension of a --scheme (default 32)")
     parser.add_argument("--train-len", type=positive_int, default=128, help="L_tr of a --scheme (BCA block = L_tr / 2)")
     parser.add_argument("--seed", type=non_negative_int, default=0, help="seed of a --scheme's initial parameters")
@@ -95,7 +94,7 @@ def _configure_resolution(parser: argparse.ArgumentParser) -> Handler:
     def run(args: argparse.Namespace) -> int:
         import torch
 
-        from lextra.cli.options import parse_option
+        from lextra.cli.options import scheme_options
         from lextra.pipelines.analyze import resolution_report
         from lextra.pipelines.checkpoints import analysis_lengths, common_train_len
         from lextra.positions import HeadDims, build_scheme
@@ -103,11 +102,11 @@ def _configure_resolution(parser: argparse.ArgumentParser) -> Handler:
         if not args.checkpoints and not args.scheme:
             raise ConfigError("give at least one checkpoint or --scheme NAME")
         masks, checkpoints, source = _prepare(args)
-        options = dict(parse_option(o) for o in args.scheme_option)
-        dims = HeadDims(args.heads, args.head_dim, args.heads * args.head_dim, args.train_len)
+        dims = HeadDims(args.n_head, args.head_dim, args.n_head * args.head_dim, args.train_len)
         schemes = []
         for name in args.scheme:
             torch.manual_seed(args.seed)
+            options = scheme_options(name, args.scheme_option)
             schemes.append((name, build_scheme(name, dims, **options).to(args.device).eval()))
         train_len = common_train_len(checkpoints, args.train_len)
         lengths = analysis_lengths(args.lengths, train_len, (1, 2, 4))

@@ -157,8 +157,12 @@ def _epilog(examples: Sequence[str]) -> str | None:
     return "Examples:\n" + "\n".join(f"  {e}" for e in examples) if examples else None
 
 
-def _add(parser: argparse.ArgumentParser, node: Command | Group, path: tuple[str, ...]) -> None:
+def _add(
+    parser: argparse.ArgumentParser, node: Command | Group, path: tuple[str, ...], wanted: tuple[str, ...] | None
+) -> None:
     if isinstance(node, Command):
+        if wanted is not None and wanted[: len(path)] != path:
+            return  # named in its group's help; its options (and their imports) only when it is the one run
         handler = node.configure(parser)
         for add_options in node.options:
             add_options(parser)
@@ -168,7 +172,7 @@ def _add(parser: argparse.ArgumentParser, node: Command | Group, path: tuple[str
     for name, child in node.children.items():
         examples = child.examples if isinstance(child, Command) else _group_examples(child)
         kwargs = {"help": child.help, "description": child.help, "epilog": _epilog(examples)}
-        _add(sub.add_parser(name, **kwargs), child, (*path, name))
+        _add(sub.add_parser(name, **kwargs), child, (*path, name), wanted)
 
 
 def _group_examples(node: Group) -> tuple[str, ...]:
@@ -201,12 +205,31 @@ def expand_aliases(argv: Sequence[str]) -> list[str]:
     return args
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The whole `lextra` parser, after the plugins of `LEXTRA_PLUGINS` are imported (so the help generated from
-    the registries lists what they register) and every command module has declared its commands."""
+def declare_commands() -> None:
+    """Import the plugins of `LEXTRA_PLUGINS`, then the modules that declare the commands (once each)."""
     load_env_plugins()
     for module in COMMAND_MODULES:
         importlib.import_module(module)
+
+
+def command_words(argv: Sequence[str]) -> tuple[str, ...]:
+    """The command path `argv` names (`("retrieval", "eval")`), after `expand_aliases`; () for none."""
+    node: Command | Group = ROOT
+    path: list[str] = []
+    for word in argv:
+        if not isinstance(node, Group) or word not in node.children:
+            break
+        node = node.children[word]
+        path.append(word)
+    return tuple(path)
+
+
+def build_parser(command: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The `lextra` parser, after the plugins of `LEXTRA_PLUGINS` are imported (so the help generated from the
+    registries lists what they register) and every command module has declared its commands. With `command` (a
+    path from `command_words`) only that command adds its options: the others are names in the help, so
+    `lextra --help` and `lextra list` import neither torch nor the library."""
+    declare_commands()
     parser = Parser(prog="lextra", description=ROOT.help)
     parser.add_argument(
         "--plugin",
@@ -216,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"import this .py file or module first (its schemes, masks, scalings, methods, tasks); repeatable; "
         f"also ${PLUGINS_ENV}=a.py,pkg.mod",
     )
-    _add(parser, ROOT, ())
+    _add(parser, ROOT, (), None if command is None else tuple(command))
     return parser
 
 
@@ -259,12 +282,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run `lextra ARGS`; returns the exit code (2 for a user mistake, printed as one line)."""
     try:
         argv = _take_plugins(list(sys.argv[1:] if argv is None else argv))
-        parser = build_parser()
+        declare_commands()
+        argv = expand_aliases(argv)
+        parser = build_parser(command_words(argv))
     except LextraError as err:
         print(f"lextra: error: {err}", file=sys.stderr)
         return 2
     try:
-        args = parser.parse_args(expand_aliases(argv))
+        args = parser.parse_args(argv)
     except SystemExit as done:  # argparse printed usage and a one-line error (exit 2), or --help (exit 0)
         return int(done.code or 0)
     name = f"lextra {args.command_path.split()[0]}"

@@ -9,7 +9,9 @@ from lextra.cli.app import Handler, command
 from lextra.cli.options import (
     add_device,
     add_evaluation,
+    add_quiet,
     add_training,
+    add_variants,
     eval_config_from,
     temperature_option,
     train_config_from,
@@ -19,7 +21,7 @@ from lextra.cli.options import (
 @command(
     "compare",
     "train and evaluate several schemes on the same data, seed and budget",
-    options=(add_training, add_device, add_evaluation, temperature_option("log-length", files=False)),
+    options=(add_training, add_device, add_evaluation, temperature_option("log-length", files=False), add_quiet),
     examples=(
         "lextra compare --out runs/compare",
         "lextra compare --out runs/cmp --schemes rope,rope+bca,alibi,t5 --steps 300 --lengths 128,512,2048",
@@ -29,18 +31,13 @@ def configure_compare(parser: argparse.ArgumentParser) -> Handler:
     from lextra.pipelines.compare import DEFAULT_VARIANTS
 
     parser.add_argument("--out", required=True, help="comparison folder (finished cells are reused)")
-    parser.add_argument(
-        "--schemes",
-        default=",".join(DEFAULT_VARIANTS),
-        help="comma-separated variants: SCHEME or SCHEME+MASK (e.g. rope+bca, alibi+window:64)",
-    )
+    add_variants(parser, DEFAULT_VARIANTS, "MASK", "rope,base=500000;rope+bca;alibi+window:64")
 
     def run(args: argparse.Namespace) -> int:
         from lextra.pipelines.compare import compare
 
         base = train_config_from(args, scheme="nope")
-        variants = [v for v in args.schemes.split(",") if v.strip()]
-        compare(variants, base, eval_config_from(args), args.out, device=args.device)
+        compare(args.schemes, base, eval_config_from(args), args.out, progress=not args.quiet, device=args.device)
         out = Path(args.out)
         print((out / "table.md").read_text())
         print(f"plot: {out / 'perplexity.png'}")

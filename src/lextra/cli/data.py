@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from lextra.cli.app import Handler, group
-from lextra.cli.options import BUILTIN_CORPORA_HELP, add_quiet, positive_int
+from lextra.cli.options import add_quiet, corpora_help, positive_int
 
 if TYPE_CHECKING:
     from lextra.data.shards import PreparedShards
@@ -30,7 +30,7 @@ def configure_prepare(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument(
         "source",
         metavar="SOURCE",
-        help=f"a corpus: {BUILTIN_CORPORA_HELP}, a mixture A+B or A:0.3+B:0.7, or a path (as --corpus)",
+        help=f"a corpus: {corpora_help()}, a mixture A+B or A:0.3+B:0.7, or a path (as --corpus)",
     )
     parser.add_argument("--tokenizer", required=True, help="bytes, bpe[:VOCAB] or hf:/local/path")
     parser.add_argument("--out", required=True, help="the prepared folder (new, or an unfinished prepare)")

@@ -12,6 +12,8 @@ from lextra.cli.options import (
     add_eval_data,
     add_evaluation,
     add_extend,
+    add_mask,
+    add_quiet,
     add_rope_scaling,
     add_threads,
     apply_extend,
@@ -29,7 +31,13 @@ from lextra.cli.options import (
     "eval",
     "perplexity of a trained model at many lengths under three protocols",
     options=(
-        add_rope_scaling, add_extend, add_threads, add_device, add_evaluation, temperature_option("log-length")
+        add_rope_scaling,
+        add_extend,
+        add_threads,
+        add_device,
+        add_evaluation,
+        temperature_option("log-length"),
+        add_quiet,
     ),
     examples=(
         "lextra eval runs/alibi --lengths 128,256,512,1024",
@@ -37,12 +45,10 @@ from lextra.cli.options import (
     ),
 )  # fmt: skip
 def configure_eval(parser: argparse.ArgumentParser) -> Handler:
-    from lextra.reporting.catalog import mask_help
-
     parser.add_argument("checkpoint", help="a model folder (RUN/model) or a training run folder")
     parser.add_argument("--out", default=None, help="results folder (default CHECKPOINT/eval-MASK)")
-    parser.add_argument("--mask", default="causal", help=mask_help())
-    add_corpus(parser, default=None, help_default="default: the corpus the model was trained on")
+    add_mask(parser)
+    add_corpus(parser, default=None, default_text="the corpus the model was trained on")
     add_eval_data(parser)
     parser.add_argument(
         "--log-dir",
@@ -70,7 +76,7 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
         config = eval_config_from(args, args.mask)
         label += apply_extend(model, args.extend, args.mask, config.resolved_lengths(model.config.train_len))
         label += "" if args.mask == "causal" else f"+{args.mask}"
-        evaluation = evaluate_model(model, data, config, label=label)
+        evaluation = evaluate_model(model, data, config, progress=not args.quiet, label=label)
         suffix = f"-{args.extend}" if args.extend else ""
         out = Path(args.out or folder.parent / folder_safe(f"eval-{args.mask}{suffix}"))
         source = {"corpus": data.corpus}

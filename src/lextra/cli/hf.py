@@ -22,7 +22,10 @@ from lextra.cli.options import (
     add_device,
     add_evaluation,
     add_extend,
+    add_mask,
+    add_positions,
     add_quiet,
+    add_rope_scaling,
     add_threads,
     apply_extend,
     eval_config_from,
@@ -43,13 +46,11 @@ DEFAULT_CORPUS = "english"
 
 def add_hf_model(parser: argparse.ArgumentParser) -> None:
     """The model and every stretching option that `hf` subcommands share."""
-    from lextra.reporting.catalog import mask_help, scaling_help
-
     parser.add_argument("model", help="local HF folder (config.json), a .gguf file, or 'smollm2'")
     parser.add_argument(
         "--train-len", type=int_at_least(2), default=None, help="L_tr (default: max_position_embeddings)"
     )
-    add_corpus(parser, default=None, help_default=f"python-code, english, or a path (default: {DEFAULT_CORPUS})")
+    add_corpus(parser, default=None, default_text=DEFAULT_CORPUS)
     parser.add_argument(
         "--data",
         default=None,
@@ -59,12 +60,8 @@ def add_hf_model(parser: argparse.ArgumentParser) -> None:
         "decoded",
     )
     parser.add_argument("--tokenizer", default=None, help="default: the model's own; e.g. bytes for tiny test models")
-    parser.add_argument(
-        "--mask",
-        default=None,
-        help=f"{mask_help()} (default: the model's, causal or full)",
-    )
-    parser.add_argument("--rope-scaling", default=None, metavar="TYPE:FACTOR", help=f"{scaling_help()} (default: none)")
+    add_mask(parser, default=None, default_text="the model's, causal or full")
+    add_rope_scaling(parser)
     parser.add_argument("--log-scaling", default="none", choices=["none", "qwen"], help="log-n scaling of the logits")
     parser.add_argument("--out", default=None, help="results folder (default: runs/hf/ACTION)")
     add_threads(parser)
@@ -344,7 +341,14 @@ def _run_finetune(args: argparse.Namespace) -> int:
     ),
 )
 def configure_finetune(parser: argparse.ArgumentParser) -> Handler:
-    parser.add_argument("--lora", default="r=8,alpha=16", help="r=R,alpha=A[,targets=q_proj+v_proj], or none: full")
+    from lextra.hf.finetune import ADAPTERS
+
+    parser.add_argument(
+        "--lora",
+        default="r=8,alpha=16",
+        help=f"a LoRA spec, {ADAPTERS.usage('lora')} ({ADAPTERS.describe('lora')}), or its options alone "
+        "(r=8,alpha=16,targets=q_proj+v_proj), or none: full fine-tuning",
+    )
     parser.add_argument("--trainable", default=None, help="parts trained in full beside LoRA: embed, norm")
     parser.add_argument("--steps", type=positive_int, default=100, help="optimizer steps")
     parser.add_argument("--batch-size", type=positive_int, default=1, help="windows per step")
@@ -361,12 +365,8 @@ def configure_finetune(parser: argparse.ArgumentParser) -> Handler:
         help="LongLoRA's shifted sparse attention while training, groups of G tokens (default G: L/4); "
         "the saved model runs full attention",
     )
-    parser.add_argument(
-        "--positions",
-        default="contiguous",
-        metavar="NAME[:OPTIONS]",
-        help="position ids the windows are trained at: contiguous (0..L-1), pose[:TARGET][,chunks=N] (PoSE, target "
-        "default 16 x L; the saved max_position_embeddings), randomized[:MAX] (see `lextra list`)",
+    add_positions(
+        parser, default="contiguous", default_text="contiguous; pose's target is the saved max_position_embeddings"
     )
     parser.add_argument("--warmup", type=int_at_least(0), default=10, help="warmup steps")
     parser.add_argument(

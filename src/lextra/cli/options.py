@@ -1,10 +1,13 @@
 """Option sets shared by several commands (data, threads, device, training, evaluation, retrieval evaluation), the
 argparse value types that refuse non-finite or out-of-range numbers, and the parsers of their values.
 
-One name per concept: `--batch-size` is the batch of what a command does (training, or evaluation in a command that
-only evaluates; `--eval-batch-size` where a command does both), `--temperature` is `none`, `log-length` or an
-alignment.json, thresholds are percentages (0-100, RULER's unit). Old spellings (`--batch`, `--eval-batch`,
-`--temperatures`, `--layers`, `--width`, `--heads`) are hidden aliases (`add_aliased`). Defaults are
+One name per concept: `--batch-size` and `--seed` are the batch and seed of what a command does (training, or
+evaluation in a command that only evaluates; `--eval-batch-size` and `--eval-seed` where a command does both),
+`--n-head` the heads, `--task` one task and `--tasks` a list, `--temperature` is `none`, `log-length` or an
+alignment.json, thresholds are percentages (0-100, RULER's unit), `--quiet` turns off the progress bars of every
+command that shows them. List flags (`--schemes`, `--tasks`, analyze's `--scheme` and `--mask`) are `SpecList`s.
+Old spellings (`--batch`, `--eval-batch`, `--eval-seed`, `--temperatures`, `--layers`, `--width`, `--heads`) are
+hidden aliases (`add_aliased`). Defaults are
 read from the config dataclasses (`TrainConfig`, `GPTConfig`, `EvalConfig`, `RetrievalEval`, `RulerSettings`), so
 `--help` shows the values the library uses.
 """
@@ -13,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import tomllib
 from collections.abc import Callable
@@ -23,8 +25,55 @@ from typing import Any
 from lextra.errors import ConfigError
 from lextra.validate import parse_lengths
 
-#: the built-in corpus names, for --help (`lextra.data.BUILTIN_CORPORA`, written out to keep torch out of --help)
-BUILTIN_CORPORA_HELP = "python-code, english (shakespeare+kjv), shakespeare, kjv, python-docs, brown"
+
+def corpora_help() -> str:
+    """The built-in corpus names (`lextra.data.BUILTIN_CORPORA`), for --help."""
+    from lextra.data import BUILTIN_CORPORA
+
+    return ", ".join(BUILTIN_CORPORA)
+
+
+class SpecList(argparse.Action):
+    """A list flag of the spec grammar: repeatable (`--scheme A --scheme B`), each value a `;`- or (where
+    unambiguous) comma-separated list (`rope,base=500000;alibi`), brackets and braces kept whole
+    (`lextra.registry.split_specs`); the first occurrence replaces the default."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        from lextra.registry import split_specs
+
+        current = getattr(namespace, self.dest, None)
+        items = [] if current is None or current is self.default else list(current)
+        try:
+            items += split_specs(values)
+        except ConfigError as err:
+            raise argparse.ArgumentError(self, str(err)) from None
+        setattr(namespace, self.dest, items)
+
+
+def add_variants(parser: argparse.ArgumentParser, defaults: tuple[str, ...], second: str, example: str) -> None:
+    """--schemes (also --scheme): the variants a comparison trains and evaluates, a repeatable spec list of
+    SCHEME[+`second`] (`lextra.registry.split_compound`)."""
+    parser.add_argument(
+        "--schemes",
+        "--scheme",
+        action=SpecList,
+        default=list(defaults),
+        help=f"variants, repeatable, each a list separated by ';' (or ',' where unambiguous): SCHEME or "
+        f"SCHEME+{second}, e.g. {example} (default: {','.join(defaults)})",
+    )
+
+
+def add_spec_list(
+    parser: argparse.ArgumentParser, *names: str, default: list[str] | None = None, **kwargs: Any
+) -> argparse.Action:
+    """A `SpecList` flag (`names[1:]` hidden aliases); its value is the list of specs (`default` when not given)."""
+    return add_aliased(parser, *names, action=SpecList, default=default, **kwargs)
 
 
 def add_aliased(parser: argparse.ArgumentParser, name: str, *aliases: str, **kwargs: Any) -> argparse.Action:
@@ -115,16 +164,13 @@ def percent(*, allow_zero: bool) -> Callable[[str], float]:
 
 
 # --- value parsers ------------------------------------------------------------------------------------------------
-def parse_option(text: str) -> tuple[str, Any]:
-    """KEY=VALUE with VALUE read as JSON when it parses (numbers, true/false, lists), else as a string."""
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise ConfigError(f"scheme option {text!r} must look like KEY=VALUE, e.g. base=500000")
-    try:
-        parsed = json.loads(value)
-    except json.JSONDecodeError:
-        return key, value
-    return key, parsed
+def scheme_options(scheme: str, items: list[str]) -> dict[str, Any]:
+    """Repeated `--scheme-option KEY=VALUE` values, typed by the scheme's declared options (the registry's
+    parsing: `slope=nan` or an unknown key is one ConfigError naming the scheme's options)."""
+    from lextra.positions import SCHEMES
+    from lextra.registry import Spec, parse_options, parse_spec
+
+    return SCHEMES.parse(Spec(parse_spec(scheme, "scheme").name, None, parse_options(items, "scheme")))[1]
 
 
 def parse_depths(text: str | None) -> list[float]:
@@ -180,13 +226,13 @@ def apply_runtime(args: argparse.Namespace) -> None:
         args.device = resolve_device(args.device)
 
 
-def add_corpus(parser: argparse.ArgumentParser, *, default: str | None = "python-code", help_default: str = "") -> None:
-    """--corpus and --limit-chars."""
+def add_corpus(parser: argparse.ArgumentParser, *, default: str | None = "python-code", default_text: str = "") -> None:
+    """--corpus and --limit-chars (`default_text`: what the default means, when not the value itself)."""
+    shown = f" (default: {default_text})" if default_text else ""
     parser.add_argument(
         "--corpus",
         default=default,
-        help=help_default
-        or f"{BUILTIN_CORPORA_HELP}, a mixture A+B, or a path (text files dir, .jsonl, .parquet, saved HF dataset)",
+        help=f"{corpora_help()}, a mixture A+B, or a path (text files dir, .jsonl, .parquet, saved HF dataset){shown}",
     )
     parser.add_argument(
         "--limit-chars", type=positive_int, default=None, help="use only the first N characters of the corpus"
@@ -242,7 +288,7 @@ def add_data(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--corpus",
         default=None,
-        help=f"{BUILTIN_CORPORA_HELP}, a mixture A+B (weighted: A:0.3+B:0.7), or a path (text files dir, "
+        help=f"{corpora_help()}, a mixture A+B (weighted: A:0.3+B:0.7), or a path (text files dir, "
         ".jsonl[.gz|.zst], .parquet, saved HF dataset) "
         f"(default: {config_default(TrainConfig, 'corpus')})",
     )
@@ -347,14 +393,7 @@ def add_training(parser: argparse.ArgumentParser) -> None:
         help="start from this model folder's weights (fine-tuning; continued training at a new --train-len, with "
         "--rope-scaling for rotary schemes; the optimizer starts fresh) (default: none)",
     )
-    parser.add_argument(
-        "--positions",
-        default=None,
-        metavar="NAME[:OPTIONS]",
-        help="position sampler of the training windows: contiguous, pose[:TARGET][,chunks=N] (PoSE, target "
-        "default 16 x L_tr), randomized[:MAX] (Ruoss 2023, max default 16 x L_tr) "
-        f"(default: {config_default(TrainConfig, 'positions')})",
-    )
+    add_positions(parser, default=None, default_text=config_default(TrainConfig, "positions"))
     parser.add_argument(
         "--s2-attn",
         type=non_negative_int,
@@ -371,12 +410,10 @@ def add_training(parser: argparse.ArgumentParser) -> None:
         "every non-overlapping window once per epoch, in a permutation per (seed, epoch) "
         f"(default: {config_default(TrainConfig, 'order')})",
     )
-    parser.add_argument(
-        "--rope-scaling",
-        default=None,
-        metavar="TYPE:FACTOR",
-        help="RoPE scaling trained with and saved in the model (e.g. yarn:4, linear:4; none removes it), for "
-        "rotary schemes; with --init-from its original length is the source model's L_tr (default: none)",
+    add_rope_scaling(
+        parser,
+        "; trained with and saved in the model (none removes it); with --init-from its original length is the "
+        "source model's L_tr",
     )
     parser.add_argument(
         "--precision",
@@ -450,7 +487,8 @@ def train_config_from(args: argparse.Namespace, scheme: str | None = None) -> An
         if value is None or value == []:
             continue
         if dest == "scheme_option":
-            value = {**config.model.scheme_options, **dict(parse_option(o) for o in value)}
+            config.model.split_scheme_spec()
+            value = {**config.model.scheme_options, **scheme_options(config.model.scheme, value)}
         holder, name = (config.model, target[6:]) if target.startswith("model.") else (config, target)
         setattr(holder, name, value)
     if scheme is not None:
@@ -508,7 +546,7 @@ def temperature_file(args: argparse.Namespace) -> str | None:
 def add_evaluation(parser: argparse.ArgumentParser) -> None:
     """Perplexity evaluation: lengths, protocols, stride, documents, split, backend (defaults: `EvalConfig`'s);
     the command adds its `temperature_option`."""
-    from lextra.attention import BACKENDS
+    from lextra.attention.backends import backend_names
     from lextra.evaluate import EvalConfig
 
     parser.add_argument("--lengths", default=None, help="comma-separated lengths (default L_tr x 1,2,4,8,16)")
@@ -529,10 +567,22 @@ def add_evaluation(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--backend",
+        type=backend_name,
         default=config_default(EvalConfig, "backend"),
-        choices=BACKENDS,
-        help="attention backend: auto picks the fastest exact one; flex (FlexAttention) needs CUDA for gradients",
+        help=f"attention backend: {', '.join(backend_names())}; auto picks the fastest exact one; flex "
+        "(FlexAttention) needs CUDA for gradients",
     )
+
+
+def backend_name(text: str) -> str:
+    """An argparse type: a registered attention backend's name (or auto)."""
+    from lextra.attention.backends import backend_names
+
+    if text not in backend_names():
+        raise argparse.ArgumentTypeError(
+            f"unknown attention backend {text!r}; choose one of {', '.join(backend_names())}"
+        )
+    return text
 
 
 def eval_config_from(args: argparse.Namespace, mask: str = "causal") -> Any:
@@ -551,11 +601,41 @@ def eval_config_from(args: argparse.Namespace, mask: str = "causal") -> Any:
     ).validate()
 
 
-def add_rope_scaling(parser: argparse.ArgumentParser) -> None:
-    """--rope-scaling TYPE:FACTOR or a JSON dict."""
+def add_rope_scaling(parser: argparse.ArgumentParser, more: str = "") -> None:
+    """--rope-scaling TYPE:FACTOR or a JSON dict (help: the scaling registry's types, then `more`)."""
     from lextra.reporting.catalog import scaling_help
 
-    parser.add_argument("--rope-scaling", default=None, metavar="TYPE:FACTOR", help=scaling_help())
+    parser.add_argument(
+        "--rope-scaling", default=None, metavar="TYPE:FACTOR", help=f"{scaling_help()}{more} (default: none)"
+    )
+
+
+def add_positions(parser: argparse.ArgumentParser, *, default: str | None, default_text: str) -> None:
+    """--positions SPEC: the position sampler of the training windows (help: the sampler registry's names)."""
+    from lextra.reporting.catalog import sampler_help
+
+    parser.add_argument(
+        "--positions",
+        default=default,
+        metavar="NAME[:OPTIONS]",
+        help=f"{sampler_help()} (default: {default_text})",
+    )
+
+
+def add_mask(
+    parser: argparse.ArgumentParser, *, default: str | None = "causal", default_text: str = "", repeatable: bool = False
+) -> None:
+    """--mask SPEC: the inference mask (help: the mask registry's names); `repeatable`: a spec list, one result
+    per mask."""
+    from lextra.reporting.catalog import mask_help
+
+    shown = f" (default: {default_text})" if default_text else ""
+    if repeatable:
+        add_spec_list(
+            parser, "--mask", default=default, help=f"a list (window:64;bca), repeatable; {mask_help()}{shown}"
+        )
+    else:
+        parser.add_argument("--mask", default=default, help=f"{mask_help()}{shown}")
 
 
 def add_extend(parser: argparse.ArgumentParser) -> None:
@@ -598,16 +678,17 @@ def retrieval_evaluation(
     batch: int | None = None,
     trains: bool = False,
 ) -> Callable[[argparse.ArgumentParser], None]:
-    """The retrieval evaluation option set: --task, --lengths, --depths, --samples, --candidates, --eval-seed and
-    the evaluation batch, with `RetrievalEval`'s defaults unless given. The batch is `--batch-size` in a command
-    that only evaluates, `--eval-batch-size` in one that also `trains` (whose `--batch-size` is the training batch);
-    `--eval-batch` stays an alias of either."""
-    from lextra.pipelines.retrieval import RetrievalEval
-
-    samples = config_default(RetrievalEval, "samples") if samples is None else samples
-    batch = config_default(RetrievalEval, "batch_size") if batch is None else batch
+    """The retrieval evaluation option set: --task, --lengths, --depths, --samples, --candidates, the seed of the
+    prompts and the evaluation batch, with `RetrievalEval`'s defaults unless given. The seed and the batch are
+    `--seed` and `--batch-size` in a command that only evaluates, `--eval-seed` and `--eval-batch-size` in one that
+    also `trains` (whose `--seed` and `--batch-size` are training's); the `--eval-` spellings stay aliases of
+    either, as `--eval-batch` does."""
 
     def add(parser: argparse.ArgumentParser) -> None:
+        from lextra.pipelines.retrieval import RetrievalEval
+
+        default_samples = config_default(RetrievalEval, "samples") if samples is None else samples
+        default_batch = config_default(RetrievalEval, "batch_size") if batch is None else batch
         if with_task:
             from lextra.reporting.catalog import task_help
 
@@ -616,15 +697,20 @@ def retrieval_evaluation(
             "--lengths", default=None, help=f"comma-separated prompt lengths (default L_tr x {multiples})"
         )
         parser.add_argument("--depths", default=None, help="comma-separated needle depths (default 0,0.25,0.5,0.75,1)")
-        parser.add_argument("--samples", type=positive_int, default=samples, help="prompts per (length, depth) cell")
+        parser.add_argument(
+            "--samples", type=positive_int, default=default_samples, help="prompts per (length, depth) cell"
+        )
         parser.add_argument(
             "--candidates",
             type=int_at_least(2),
             default=config_default(RetrievalEval, "candidates"),
             help="answers ranked per prompt (gold + distractors)",
         )
-        parser.add_argument(
-            "--eval-seed",
+        seeds = ("--eval-seed",) if trains else ("--seed", "--eval-seed")
+        add_aliased(
+            parser,
+            *seeds,
+            dest="eval_seed",
             type=non_negative_int,
             default=config_default(RetrievalEval, "seed"),
             help="seed of the evaluation prompts",
@@ -636,7 +722,7 @@ def retrieval_evaluation(
             *names,
             dest="eval_batch_size",
             type=positive_int,
-            default=batch,
+            default=default_batch,
             metavar="N",
             help="prompts scored together",
         )

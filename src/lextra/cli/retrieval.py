@@ -17,6 +17,7 @@ from lextra.cli.options import (
     add_text_data,
     add_threads,
     add_training,
+    add_variants,
     apply_extend,
     folder_safe,
     non_negative_int,
@@ -28,7 +29,7 @@ from lextra.cli.options import (
     train_config_from,
 )
 
-DEFAULT_COMPARE = "rope,rope+dynamic,alibi,coca,coca+dynamic,nope,t5,sandwich"
+DEFAULT_COMPARE = ("rope", "rope+dynamic", "alibi", "coca", "coca+dynamic", "nope", "t5", "sandwich")
 
 retrieval = group(
     "retrieval",
@@ -164,7 +165,7 @@ def configure_compare(parser: argparse.ArgumentParser) -> Handler:
 
     parser.add_argument("--out", required=True, help="comparison folder (finished models are reused)")
     add_aliased(parser, "--task", "--tasks", default="passkey", help=task_help(training=True))
-    parser.add_argument("--schemes", default=DEFAULT_COMPARE, help="variants: SCHEME or SCHEME+SCALING (rope+dynamic)")
+    add_variants(parser, DEFAULT_COMPARE, "SCALING", "rope;rope+dynamic;rope,base=500000")
     parser.add_argument(
         "--init-from-compare",
         default=None,
@@ -178,7 +179,7 @@ def configure_compare(parser: argparse.ArgumentParser) -> Handler:
 
         out = Path(args.out)
         compare_retrieval(
-            [v for v in args.schemes.split(",") if v.strip()],
+            args.schemes,
             task_train_config(args, scheme="nope"),
             args.task,
             retrieval_settings(args),
@@ -209,7 +210,15 @@ def configure_completion(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("--lengths", default=None, help="context lengths (default L_tr x 1,2,4,8,16)")
     parser.add_argument("--lines", type=positive_int, default=32, help="held-out lines per context length")
     parser.add_argument("--max-new", type=positive_int, default=96, help="most tokens generated per line")
-    parser.add_argument("--eval-seed", type=non_negative_int, default=0, help="seed of the held-out lines drawn")
+    add_aliased(
+        parser,
+        "--seed",
+        "--eval-seed",
+        dest="eval_seed",
+        type=non_negative_int,
+        default=0,
+        help="seed of the held-out lines drawn",
+    )
 
     def run(args: argparse.Namespace) -> int:
         from lextra.data import prepare_for_model

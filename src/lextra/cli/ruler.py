@@ -19,8 +19,10 @@ from lextra.cli.options import (
     add_aliased,
     add_device,
     add_extend,
+    add_mask,
     add_quiet,
     add_rope_scaling,
+    add_spec_list,
     add_threads,
     apply_extend,
     config_default,
@@ -32,7 +34,6 @@ from lextra.cli.options import (
     temperature_file,
     temperature_option,
 )
-from lextra.pipelines.ruler import RulerSettings
 
 ruler = group(
     "ruler",
@@ -52,10 +53,11 @@ ruler = group(
     ),
 )
 def configure_ruler(parser: argparse.ArgumentParser) -> Handler:
-    from lextra.reporting.catalog import mask_help, ruler_task_help
+    from lextra.pipelines.ruler import RulerSettings
+    from lextra.reporting.catalog import ruler_task_help
 
     parser.add_argument("model", help="a lextra run or model folder, a Hugging Face folder, a .gguf file or 'smollm2'")
-    add_aliased(parser, "--tasks", "--task", default="all", help=ruler_task_help())
+    add_spec_list(parser, "--tasks", "--task", default=["all"], help=ruler_task_help())
     parser.add_argument("--lengths", default=None, help="comma-separated prompt lengths, tokens (default L_tr x 1,2,4)")
     parser.add_argument(
         "--samples",
@@ -83,7 +85,7 @@ def configure_ruler(parser: argparse.ArgumentParser) -> Handler:
         default=config_default(RulerSettings, "batch_size"),
         help="samples decoded together (any tasks)",
     )
-    parser.add_argument("--mask", default=None, help=f"{mask_help()} (default: causal)")
+    add_mask(parser, default=None, default_text="causal")
     parser.add_argument(
         "--tokenizer", default=None, help="default: the model's own; bytes, bpe[:VOCAB] or hf:PATH otherwise"
     )
@@ -168,6 +170,8 @@ def haystack_from(args: argparse.Namespace) -> tuple[str, Any]:
     split decoded (`PreparedShards.texts`), named by the folder's source as `--haystack SOURCE` names it (so the
     cells are shared), else the --haystack corpus (None: `RulerSettings` reads it)."""
     if args.data is None:
+        from lextra.pipelines.ruler import RulerSettings
+
         return args.haystack or config_default(RulerSettings, "haystack"), None
     from lextra.data.shards import PreparedShards
     from lextra.errors import ConfigError, DataError

@@ -6,13 +6,20 @@ from __future__ import annotations
 import argparse
 
 from lextra.cli.app import Handler, command
-from lextra.cli.options import add_device, add_scheme, add_training, refuse_corpus_with_data, train_config_from
+from lextra.cli.options import (
+    add_device,
+    add_quiet,
+    add_scheme,
+    add_training,
+    refuse_corpus_with_data,
+    train_config_from,
+)
 
 
 @command(
     "train",
     "train a GPT with a position scheme at a training length",
-    options=(add_scheme, add_training, add_device),
+    options=(add_scheme, add_training, add_device, add_quiet),
     examples=(
         "lextra train --out runs/alibi --scheme alibi --train-len 128 --steps 600",
         "lextra train --config experiments/train.toml --out runs/fire --scheme fire --steps 300",
@@ -35,7 +42,7 @@ def configure_train(parser: argparse.ArgumentParser) -> Handler:
         refuse_corpus_with_data(args)
         config = train_config_from(args)
         config.data = args.data
-        final = train(config, args.out, resume=args.resume, device=args.device)
+        final = train(config, args.out, resume=args.resume, progress=not args.quiet, device=args.device)
         print(f"model saved to {final}")
         return 0
 

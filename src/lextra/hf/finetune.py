@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -51,6 +51,7 @@ from lextra.hf.models import CAUSAL_FAMILIES, hf_rope_parameters
 from lextra.hf.s2attn import check_group, disable_s2, enable_s2
 from lextra.io import atomic_write, atomic_write_json, atomic_write_text, sha256_file
 from lextra.locks import run_lock
+from lextra.registry import Option, Registry
 from lextra.train import (
     CHECKPOINTS,
     FINAL,
@@ -67,40 +68,46 @@ DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
 TRAINABLE_PARTS = {"embed": ("embed_tokens", "lm_head"), "norm": ("norm",)}
 
 
-@dataclass
-class LoraSpec:
-    """LoRA's rank, alpha (the update is scaled by alpha / r) and the linear modules it adapts."""
+#: the fine-tuning adapters `--lora` names (`lora`); a spec of the one grammar, `lora:8,alpha=16`
+ADAPTERS: Registry[LoraSpec] = Registry("fine-tuning adapter")
 
+
+@ADAPTERS.register("lora")
+@dataclass(kw_only=True)
+class LoraSpec:
+    """LoRA (Hu et al. 2021, arXiv 2106.09685): rank `r`, `alpha` (the update is scaled by alpha / r) and the
+    linear modules it adapts (`targets`, names joined by +)."""
+
+    summary: ClassVar[str] = "LoRA: low-rank updates of the target linear modules"
+    positional: ClassVar[str] = "r"
     r: int = 8
     alpha: float = 16.0
     targets: list[str] = field(default_factory=lambda: list(DEFAULT_TARGETS))
 
+    def __post_init__(self) -> None:
+        if self.r < 1 or self.alpha <= 0 or not self.targets:
+            raise ConfigError(f"--lora: r must be >= 1, alpha > 0 and targets non-empty, got {self}")
+
+    @classmethod
+    def spec_options(cls) -> list[Option]:
+        """The fields, with `targets` shown as its default names joined by +."""
+        return [
+            Option("r", 8, "int"),
+            Option("alpha", 16.0, "float"),
+            Option("targets", "+".join(DEFAULT_TARGETS), "list[str]"),
+        ]
+
 
 def parse_lora(spec: str | None) -> LoraSpec | None:
-    """`r=8,alpha=16[,targets=q_proj+v_proj]` -> LoraSpec; None or "none" -> None (full fine-tuning)."""
+    """A LoRA spec of the one grammar, `lora[:R][,alpha=A][,targets=q_proj+v_proj]`, or the documented
+    `r=8,alpha=16[,targets=...]` (the same options without the name); None or "none" -> None (full fine-tuning)."""
     if spec is None or spec.strip() in ("", "none"):
         return None
-    lora = LoraSpec()
-    for item in spec.split(","):
-        key, eq, value = (part.strip() for part in item.partition("="))
-        try:
-            if not eq:
-                raise ValueError
-            if key == "r":
-                lora.r = int(value)
-            elif key == "alpha":
-                lora.alpha = float(value)
-            elif key == "targets":
-                lora.targets = [t for t in value.split("+") if t]
-            else:
-                raise KeyError(key)
-        except KeyError:
-            raise ConfigError(f"--lora {spec!r}: unknown option {key!r}; use r=, alpha= and targets=A+B") from None
-        except ValueError:
-            raise ConfigError(f"--lora {spec!r}: {item!r} is not KEY=NUMBER; e.g. --lora r=8,alpha=16") from None
-    if lora.r < 1 or lora.alpha <= 0 or not lora.targets:
-        raise ConfigError(f"--lora {spec!r}: r must be >= 1, alpha > 0 and targets non-empty")
-    return lora
+    text = spec.strip()
+    if "=" in text.split(",")[0]:
+        text = f"lora,{text}"
+    name, options = ADAPTERS.parse(text)
+    return ADAPTERS.get(name)(**options)
 
 
 def parse_trainable(spec: str | None) -> list[str]:

@@ -5,7 +5,6 @@ from lextra.extend import KEEP, InferenceSetup
 from lextra.methods.align import Alignment, align_temperatures, calibration_windows, log_length_temperature
 from lextra.methods.stretch import (
     EXTEND,
-    ROPE_SCALINGS,
     TEMPERATURES,
     apply_rope_scaling,
     extension_method,
@@ -14,12 +13,12 @@ from lextra.methods.stretch import (
     known_methods,
     methods_for,
     prepared,
+    rope_scalings,
 )
 
 __all__ = [
     "EXTEND",
     "KEEP",
-    "ROPE_SCALINGS",
     "TEMPERATURES",
     "Alignment",
     "InferenceSetup",
@@ -33,4 +32,5 @@ __all__ = [
     "log_length_temperature",
     "methods_for",
     "prepared",
+    "rope_scalings",
 ]

@@ -16,11 +16,16 @@ from lextra.extend import ExtensionMethod, InferenceSetup, build_extension, chec
 from lextra.methods.align import align_temperatures
 from lextra.model import GPT
 from lextra.positions.rotary import RotaryFrequencies
+from lextra.positions.scaling import SCALING_TYPES
 
-ROPE_SCALINGS = ("linear", "ntk", "dynamic", "yarn")
 TEMPERATURES = ("pmax", "entropy", "log-length")
 #: prefix of an extension method's name among the methods: `extend:rerope`, `extend:self_extend:group=4`
 EXTEND = "extend:"
+
+
+def rope_scalings() -> list[str]:
+    """The RoPE scaling types stretching tries (`ScalingType.stretch`, plugins' included), in registry order."""
+    return [name for name in SCALING_TYPES.names() if SCALING_TYPES.get(name).stretch]
 
 
 def is_rotary(model: GPT) -> bool:
@@ -38,7 +43,7 @@ def methods_for(model: GPT, extensions: Sequence[str] = ()) -> list[str]:
     given `extend:...` methods where the model's scheme takes them."""
     rotary = is_rotary(model)
     taken = [m for m in extensions if rotary and _extension_applies(model, m)]
-    return ["none", *(ROPE_SCALINGS if rotary else ()), *TEMPERATURES, "qwen", *taken]
+    return ["none", *(rope_scalings() if rotary else ()), *TEMPERATURES, "qwen", *taken]
 
 
 def extension_method(name: str, train_len: int, lengths: Sequence[int] = ()) -> ExtensionMethod:
@@ -63,7 +68,7 @@ def _extension_applies(model: GPT, name: str) -> bool:
 
 def known_methods() -> str:
     """The method names `prepared` takes, for errors."""
-    return ", ".join(["none", *ROPE_SCALINGS, *TEMPERATURES, "qwen", f"{EXTEND}NAME[:KEY=VALUE,...]"])
+    return ", ".join(["none", *rope_scalings(), *TEMPERATURES, "qwen", f"{EXTEND}NAME[:KEY=VALUE,...]"])
 
 
 def inference_setup(model: GPT, method: str, data: Any, length: int, factor: float, windows: int = 2) -> InferenceSetup:
@@ -71,10 +76,8 @@ def inference_setup(model: GPT, method: str, data: Any, length: int, factor: flo
     calibrated here, on `model` itself); ConfigError for a method name that is none of `known_methods()`."""
     if method == "none":
         return InferenceSetup()
-    if method in ("linear", "ntk", "yarn"):
-        return InferenceSetup(rope_scaling={"type": method, "factor": float(factor)})
-    if method == "dynamic":
-        return InferenceSetup(rope_scaling={"type": "dynamic", "factor": 1.0})
+    if method in rope_scalings():
+        return InferenceSetup(rope_scaling={"type": method, "factor": SCALING_TYPES.get(method).stretch_factor(factor)})
     if method in TEMPERATURES:
         if length <= model.config.train_len:
             return InferenceSetup()

@@ -25,6 +25,7 @@ from lextra.evaluate import EvalConfig, Evaluation, evaluate_model
 from lextra.io import atomic_write_json, atomic_write_text, sha256_file
 from lextra.model import WEIGHTS_FILE, load_model, read_model_meta
 from lextra.positions import SCHEMES
+from lextra.registry import split_compound
 from lextra.reporting.plots import plot_curves
 from lextra.reporting.tables import markdown_table, string_keys, write_csv
 from lextra.serialize import Serializable, options
@@ -71,11 +72,14 @@ class Comparison(Serializable):
 
 
 def parse_variant(spec: str) -> Variant:
-    """`rope`, `rope+bca`, `alibi+window:64` -> Variant; the scheme and mask are validated."""
+    """`rope`, `rope,base=500000`, `rope+bca`, `alibi+window:64` -> Variant: a scheme spec, then optionally `+` a
+    mask spec (`lextra.registry.split_compound`); both are validated."""
     spec = spec.strip()
-    scheme, _, mask = spec.partition("+")
+    parts = split_compound(spec)
+    if len(parts) > 2:
+        raise ConfigError(f"variant {spec!r}: give a scheme and at most one mask, SCHEME[+MASK]")
+    scheme, mask = parts[0], (parts[1] if len(parts) > 1 else "causal")
     SCHEMES.parse(scheme)
-    mask = mask or "causal"
     build_mask(mask, train_len=2)
     return Variant(spec, scheme, mask)
 

@@ -34,6 +34,7 @@ from lextra.model import read_model_meta
 from lextra.pipelines.loading import ModelOptions, load_lextra
 from lextra.positions import SCHEMES
 from lextra.positions.scaling import parse_rope_scaling
+from lextra.registry import split_compound
 from lextra.reporting.retrieval import plot_heatmap, retrieval_tables
 from lextra.train import CHECKPOINTS, FINAL, TrainConfig, train
 
@@ -72,7 +73,10 @@ class RetrievalEval:
 
 def parse_scaled_variant(spec: str) -> tuple[str, str | None]:
     """`rope` -> ("rope", None); `rope+dynamic` -> ("rope", "dynamic:1"); `coca+yarn:4` -> ("coca", "yarn:4")."""
-    scheme, _, scaling = spec.strip().partition("+")
+    parts = split_compound(spec.strip())
+    if len(parts) > 2:
+        raise ConfigError(f"variant {spec!r}: give a scheme and at most one RoPE scaling, SCHEME[+SCALING]")
+    scheme, scaling = parts[0], (parts[1] if len(parts) > 1 else "")
     SCHEMES.parse(scheme)
     if scaling:
         parse_rope_scaling(scaling)  # refuses unknown types and options

@@ -42,7 +42,7 @@ from lextra.evaluate.ruler import (
     sorted_lengths,
 )
 from lextra.io import atomic_write_json
-from lextra.registry import format_spec
+from lextra.registry import parse_spec, split_specs
 from lextra.reporting.ruler import save_ruler_outputs
 
 #: lengths as multiples of L_tr when none are given
@@ -54,31 +54,25 @@ SECTION_KEYS = frozenset(
 
 
 def parse_task_list(spec: str | Sequence[str]) -> tuple[list[str], dict[str, dict[str, Any]]]:
-    """`all` or task specs -> (distinct known names in the order given, their options): a comma-separated string
-    reads like one spec per task, an item `key=value` setting an option of the task before it
-    (`niah_single_1,vt,hops=2` -> vt with hops 2); `all` is every task in `RULER_TASKS`, plugins' included."""
-    items = spec.split(",") if isinstance(spec, str) else list(spec)
-    items = [i.strip() for i in items if i.strip()]
+    """`all` or a list of task specs (`lextra.registry.split_specs`: `niah_single_1;vt,hops=2`, or with commas
+    where unambiguous, `niah_single_1,vt,hops=2`: an item `key=value` sets an option of the task before it) ->
+    (distinct known names in the order given, their typed options); `all` is every task in `RULER_TASKS`."""
+    items = split_specs(spec, "task")
     known = RULER_TASKS.names()
     if items == ["all"]:
         return list(known), {}
     if not items:
         raise ConfigError(f"--tasks needs 'all' or task names; known: {', '.join(known)}")
     names: list[str] = []
-    raw: dict[str, dict[str, str]] = {}
+    options: dict[str, dict[str, Any]] = {}
     for item in items:
-        key, eq, value = item.partition("=")
-        if eq:
-            if not names:
-                raise ConfigError(f"--tasks {spec!r}: option {item!r} comes before any task; write TASK,{item}")
-            raw.setdefault(names[-1], {})[key.strip()] = value.strip()
-            continue
-        if item not in known:
-            raise ConfigError(f"unknown RULER task {item!r}; use 'all' or names from: {', '.join(known)}")
-        names.append(item)
-    options = {}
-    for name, values in raw.items():
-        options[name] = RULER_TASKS.parse(format_spec(name, values))[1]
+        name = parse_spec(item, "RULER task").name
+        if name not in RULER_TASKS:
+            raise ConfigError(f"unknown RULER task {name!r}; use 'all' or names from: {', '.join(known)}")
+        name, values = RULER_TASKS.parse(item)
+        names.append(name)
+        if values:
+            options.setdefault(name, {}).update(values)
     return list(dict.fromkeys(names)), options
 
 

@@ -115,7 +115,7 @@ def build_rope_scaling(scaling: dict[str, Any] | RopeScaling | None, train_len: 
     if kind in SCALING_TYPES and "original_max_position_embeddings" in SCALING_TYPES.get(kind).uses:
         values.setdefault("original_max_position_embeddings", train_len)
     try:
-        return RopeScaling(**values)
+        return RopeScaling.of(values)
     except TypeError as err:
         raise ConfigError(f"rope scaling {scaling!r}: {err}") from None
 

@@ -83,6 +83,9 @@ class RopeScaling:
     high_freq_factor: float = 4.0
     short_factor: tuple[float, ...] | None = None
     long_factor: tuple[float, ...] | None = None
+    #: the parameters the type declares beyond these fields (`ScalingType.params`), as sorted (name, value) pairs;
+    #: read as attributes (`scaling.alpha`); `RopeScaling.of` builds them from a flat dict
+    params: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.type, str) or self.type not in SCALING_TYPES:
@@ -92,6 +95,7 @@ class RopeScaling:
             )
         object.__setattr__(self, "type", SCALING_TYPES.canonical(self.type))
         where = f"RoPE scaling {self.type!r}"
+        self._fill_params(where)
         self._normalise_numbers(where)
         self._check_unused(where)
         kind = self.kind
@@ -150,16 +154,66 @@ class RopeScaling:
                     raise ConfigError(f"{where}: {name} must be a list of numbers, got {values!r}")
                 object.__setattr__(self, name, tuple(number(name, v) for v in values))
 
+    @classmethod
+    def of(cls, values: Mapping[str, Any]) -> RopeScaling:
+        """A RopeScaling from a flat dict (a saved `scaling` option, a parsed spec, JSON): RopeScaling's fields, and
+        the parameters the type declares (`ScalingType.params`) gathered into `params`; any other key is refused,
+        naming what the type reads."""
+        values = dict(values)
+        params = dict(values.pop("params", None) or ())
+        extra = {key: values.pop(key) for key in list(values) if key not in _FIELDS}
+        if extra and params:
+            raise ConfigError(f"RoPE scaling {values.get('type')!r}: give its parameters flat or in params, not both")
+        return cls(**values, params=tuple((params or extra).items()))
+
+    def __getattr__(self, name: str) -> Any:
+        """A declared parameter of the type (`ScalingType.params`) by name."""
+        if not name.startswith("__"):
+            for key, value in object.__getattribute__(self, "params"):
+                if key == name:
+                    return value
+        raise AttributeError(f"RoPE scaling has no parameter {name!r}")
+
+    def as_dict(self) -> dict[str, Any]:
+        """The flat dict `RopeScaling.of` reads back: the type, its fields that differ from the defaults, and its
+        declared parameters."""
+        out: dict[str, Any] = {"type": self.type}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name not in ("type", "params") and value != f.default:
+                out[f.name] = list(value) if isinstance(value, tuple) else value
+        out.update(self.params)
+        return out
+
+    def _fill_params(self, where: str) -> None:
+        """`params` as the type declares them: defaults filled in, sorted by name; an undeclared one is refused."""
+        declared = {option.name: option for option in self.kind.params}
+        given = dict(self.params) if isinstance(self.params, tuple | list) else dict(self.params or {})
+        unknown = sorted(set(given) - set(declared))
+        if unknown:
+            reads = ", ".join(sorted(self.kind.uses | set(declared))) or "no parameters"
+            raise ConfigError(f"{where} has no parameter {', '.join(unknown)}; it reads {reads}")
+        for name, option in declared.items():
+            value = given.get(name, option.default)
+            if value is Option.REQUIRED:
+                raise ConfigError(f"{where} needs {name} ({option.annotation})")
+            given[name] = value
+        object.__setattr__(self, "params", tuple(sorted(given.items())))
+
     def _check_unused(self, where: str) -> None:
         """Reject non-default values in fields this type never reads (a typo or a parameter on the wrong type)."""
         used = self.kind.uses
-        stray = [f.name for f in fields(self) if f.name not in used | {"type"} and getattr(self, f.name) != f.default]
+        stray = [
+            f.name
+            for f in fields(self)
+            if f.name not in used | {"type", "params"} and getattr(self, f.name) != f.default
+        ]
         if stray:
             reads = ", ".join(sorted(used)) or "no parameters"
             raise ConfigError(f"{where} does not use {', '.join(stray)}; it reads {reads}")
 
 
-_FIELDS = {f.name: f for f in fields(RopeScaling)}
+_FIELDS = {f.name: f for f in fields(RopeScaling) if f.name != "params"}
 #: keys every Hugging Face rope dict may hold whatever its type
 _HF_COMMON = frozenset({"rope_type", "type", "rope_theta", "partial_rotary_factor"})
 #: how `ScalingType.from_hf` asks for a key Hugging Face requires (ConfigError naming it when missing)
@@ -179,6 +233,11 @@ class ScalingType(ABC):
     summary: ClassVar[str] = ""
     #: the RopeScaling fields this type reads (every other field must keep its default)
     uses: ClassVar[frozenset[str]] = frozenset()
+    #: the type's own parameters that RopeScaling has no field for (name, default, annotation): spec options,
+    #: validated by `check`, read as `scaling.NAME`, saved flat beside the fields
+    params: ClassVar[tuple[Option, ...]] = ()
+    #: `lextra stretch` (`lextra.methods`) tries the type with the factor `stretch_factor` gives
+    stretch: ClassVar[bool] = False
     #: a bare `TYPE:VALUE` spec sets this field
     positional: ClassVar[str | None] = "factor"
     #: the type needs original_max_position_embeddings (L_tr); a scheme fills it with its training length
@@ -196,13 +255,19 @@ class ScalingType(ABC):
 
     @classmethod
     def spec_options(cls) -> list[Option]:
-        """The fields of `uses`, in RopeScaling's order, with their annotations and defaults (the spec options)."""
+        """The fields of `uses`, in RopeScaling's order, with their annotations and defaults, then the type's own
+        `params` (the spec options)."""
         out = []
         for name, f in _FIELDS.items():
             if name in cls.uses:
                 annotation = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
                 out.append(Option(name, f.default, annotation))
-        return out
+        return [*out, *cls.params]
+
+    @classmethod
+    def stretch_factor(cls, ratio: float) -> float:
+        """The factor `lextra stretch` sets for inputs `ratio` times L_tr (the ratio itself here)."""
+        return ratio
 
     @classmethod
     def check(cls, scaling: RopeScaling, where: str) -> None:
@@ -323,6 +388,7 @@ class LinearScaling(ScalingType):
 
     summary = "position interpolation (Chen 2023, alias pi): theta_k / s"
     uses = frozenset({"factor"})
+    stretch = True
     hf_type = "linear"
     hf_reads = ("proportional",)
 
@@ -348,6 +414,7 @@ class NtkScaling(ScalingType):
     summary = "NTK-aware static scaling (bloc97 2023): base * s^(D/(D-2)); no Hugging Face type"
     uses = frozenset({"factor"})
     min_head_dim = 4
+    stretch = True
 
     @classmethod
     def frequencies(cls, scaling: RopeScaling, head_dim: int, base: float, seq_len: int | None) -> tuple[Tensor, float]:
@@ -382,6 +449,12 @@ class DynamicScaling(ScalingType):
     length_dependent = True
     hf_type = "dynamic"
     min_head_dim = 4
+    stretch = True
+
+    @classmethod
+    def stretch_factor(cls, ratio: float) -> float:
+        """1: the base grows with the current length itself, at its unscaled slope."""
+        return 1.0
 
     @classmethod
     def frequencies(cls, scaling: RopeScaling, head_dim: int, base: float, seq_len: int | None) -> tuple[Tensor, float]:
@@ -424,6 +497,7 @@ class YarnScaling(ScalingType):
     """
 
     summary = "YaRN (Peng 2023): per-dimension ramp between extrapolation and interpolation, attention factor"
+    stretch = True
     uses = frozenset(
         {
             "factor",

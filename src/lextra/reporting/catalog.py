@@ -52,7 +52,7 @@ def sections() -> list[tuple[str, Registry]]:
             "retrieval tasks (--task SPEC: NAME[:RATIO][,ratio=R][,option=value...], e.g. passkey:0.3; NAME+lm = 0.5)",
             TASKS,
         ),
-        ("RULER tasks (lextra ruler ... --tasks NAME[,key=value...],NAME..., e.g. vt,hops=2)", RULER_TASKS),
+        ("RULER tasks (lextra ruler ... --tasks SPEC;SPEC..., repeatable, e.g. niah_single_1;vt,hops=2)", RULER_TASKS),
     ]
 
 
@@ -71,6 +71,11 @@ def mask_help() -> str:
     return f"inference mask: {MASKS.help_text()} (see `lextra list`)"
 
 
+def sampler_help() -> str:
+    """The `--positions` help line."""
+    return f"position sampler of the training windows: {SAMPLERS.help_text()} (options: `lextra list`)"
+
+
 def scheme_help() -> str:
     """The `--scheme` help line."""
     return f"position scheme spec, e.g. rope,base=500000: {SCHEMES.help_text()} (see `lextra list`)"
@@ -78,9 +83,10 @@ def scheme_help() -> str:
 
 def scaling_help() -> str:
     """The `--rope-scaling` help line."""
+    aliases = "".join(f", {alias} = {name}" for alias, name in SCALING_TYPES.aliases().items())
     return (
         f"RoPE frequency scaling for rotary models, TYPE[:FACTOR][,key=value...] (e.g. yarn:4,beta_fast=16) or a JSON "
-        f"dict of RopeScaling fields; TYPE: {SCALING_TYPES.help_text()}, pi = linear (see `lextra list`)"
+        f"dict of RopeScaling fields; TYPE: {SCALING_TYPES.help_text()}{aliases} (see `lextra list`)"
     )
 
 
@@ -107,6 +113,6 @@ def task_help(*, training: bool = False) -> str:
 def ruler_task_help() -> str:
     """The `--tasks` help line of `lextra ruler`."""
     return (
-        f"'all' or comma-separated RULER tasks, each TASK[,key=value...] (e.g. niah_single_1,vt,hops=2): "
+        f"'all' or RULER tasks, each TASK[,key=value...], repeatable or a list (e.g. niah_single_1;vt,hops=2): "
         f"{RULER_TASKS.help_text()}"
     )

@@ -19,14 +19,9 @@ from lextra.evaluate.retrieval.evaluate import (
     default_lengths,
     evaluate_retrieval,
 )
-from lextra.evaluate.retrieval.sources import (
-    RetrievalSource,
-    TaskSpec,
-    evaluation_task,
-    parse_task_spec,
-    register_task_spec,
-)
+from lextra.evaluate.retrieval.sources import RetrievalSource, evaluation_task, register_task_spec
 from lextra.evaluate.retrieval.tasks import TASK_NAMES, TASKS, RetrievalTask, Sample, build_task
+from lextra.training_tasks import TaskSpec, parse_task_spec
 
 __all__ = [
     "DEFAULT_DEPTHS",

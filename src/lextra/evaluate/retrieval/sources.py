@@ -4,17 +4,15 @@ with language-model windows, each a pure function of (seed, step, rank) so a res
 A task spec is `NAME` (task rows only), `NAME:RATIO` or `NAME,ratio=RATIO` (that fraction of task rows, the rest
 corpus windows), with the task's options as `,key=value` (`passkey,digits=7`); the older `NAME+lm` is ratio 0.5.
 `lextra.train.BATCH_SOURCES` holds `NAME` and `NAME+lm` for every task; any other spec registers on first use
-(`register_task_spec`, a `BATCH_SOURCE_RESOLVERS` entry). Tasks other than `TASKS` train
-through `ROW_TASKS` (`lextra.evaluate.ruler` adds its `ruler.*` tasks there).
+(`register_task_spec`, a `BATCH_SOURCE_RESOLVERS` entry). Every retrieval task, plugins' included, is a training
+task of `lextra.training_tasks.TRAINING_TASKS` (`lextra.evaluate.ruler.training` adds its `ruler.*` rows there),
+whose parser reads the specs (`parse_task_spec`).
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib
 import random
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
@@ -23,8 +21,9 @@ from lextra.data import TrainStream
 from lextra.data.prepare import PreparedData
 from lextra.errors import ConfigError
 from lextra.evaluate.retrieval.tasks import TASK_NAMES, TASKS, RetrievalTask, build_task
-from lextra.registry import format_spec, parse_spec
+from lextra.registry import Option
 from lextra.train import BATCH_SOURCE_RESOLVERS, BATCH_SOURCES, TrainConfig
+from lextra.training_tasks import TRAINING_TASKS, TrainingTask, parse_task_spec
 
 
 class RowTask(Protocol):
@@ -35,63 +34,26 @@ class RowTask(Protocol):
     def training_row(self, length: int, rng: random.Random) -> list[int]: ...
 
 
-#: training tasks beyond `TASKS`: name -> the task built for a run (its config and prepared data: train split,
-#: tokenizer); a builder refuses a training length its rows cannot fill
-ROW_TASKS: dict[str, Callable[[TrainConfig, PreparedData], RowTask]] = {}
-
-
 def known_training_tasks() -> list[str]:
-    """Every task name a spec may use: `TASKS` and `ROW_TASKS` (the RULER rows are registered first)."""
-    importlib.import_module("lextra.evaluate.ruler")
-    return [*TASKS.names(), *ROW_TASKS]
+    """Every task name a spec may use: the registered training tasks (retrieval tasks and RULER rows)."""
+    return TRAINING_TASKS.names()
 
 
-@dataclass(frozen=True)
-class TaskSpec:
-    """A retrieval task, the fraction of batch rows it fills (the rest are language-model windows) and the
-    task's own options (e.g. passkey's `digits`)."""
+def _register_retrieval_task(name: str, task: type[RetrievalTask]) -> None:
+    """The training task of retrieval task `name`: its rows are `build_task`'s over the train split."""
 
-    name: str
-    ratio: float = 1.0
-    options: dict[str, Any] = field(default_factory=dict)
+    class RetrievalTraining(TrainingTask):
+        summary = task.summary
 
-    @property
-    def spec(self) -> str:
-        head = self.name if self.ratio == 1.0 else f"{self.name}:{self.ratio:g}"
-        return format_spec(head, self.options)
+        @classmethod
+        def task_options(cls) -> list[Option]:
+            return TASKS.options(name)
 
+        @classmethod
+        def rows(cls, config: TrainConfig, data: PreparedData, options: dict[str, Any]) -> RowTask:
+            return build_task(name, data.tokenizer, data.splits["train"], **options)
 
-def parse_task_spec(spec: str) -> TaskSpec:
-    """A task spec in the one grammar, `NAME[:RATIO][,ratio=R][,option=value...]`: `passkey` -> ratio 1,
-    `passkey:0.3` or `passkey,ratio=0.3` -> 0.3, `passkey,digits=7` sets the task's option; the older
-    `passkey+lm` is ratio 0.5. Unknown names and options, and ratios outside (0, 1], are errors."""
-    text = spec.strip()
-    if text.endswith("+lm"):
-        text = f"{text[: -len('+lm')]},ratio=0.5"
-    parsed = parse_spec(text, "retrieval task")
-    known = known_training_tasks()
-    if parsed.name not in known:
-        raise ConfigError(f"unknown retrieval task {parsed.name!r} in {spec!r}; known: {', '.join(known)}")
-    raw = dict(parsed.options)
-    ratio_text = raw.pop("ratio", None)
-    if parsed.positional is not None:
-        if ratio_text is not None:
-            raise ConfigError(f"task spec {spec!r} gives the ratio twice (after ':' and as ratio=)")
-        ratio_text = parsed.positional
-    try:
-        ratio = float(ratio_text) if ratio_text is not None else 1.0
-    except ValueError:
-        raise ConfigError(f"task spec {spec!r}: the ratio (after ':' or ratio=) must be a number in (0, 1]") from None
-    if not 0.0 < ratio <= 1.0:
-        raise ConfigError(f"task spec {spec!r}: the task ratio must be in (0, 1], got {ratio}")
-    options: dict[str, Any] = {}
-    if raw:
-        if parsed.name not in TASKS:
-            raise ConfigError(f"task {parsed.name!r} has no options, got {', '.join(raw)}; its options: ratio")
-        TASKS.check_options(parsed.name, raw)
-        kinds = {o.name: o.annotation for o in TASKS.options(parsed.name)}
-        options = {key: TASKS.convert(parsed.name, key, value, kinds[key]) for key, value in raw.items()}
-    return TaskSpec(parsed.name, ratio, options)
+    TRAINING_TASKS.register(name)(RetrievalTraining)
 
 
 def row_seed(*parts: object) -> int:
@@ -130,10 +92,7 @@ def source_factory(spec: str):
     parsed = parse_task_spec(spec)
 
     def factory(config: TrainConfig, data: PreparedData) -> RetrievalSource:
-        if parsed.name in ROW_TASKS:
-            task: RowTask = ROW_TASKS[parsed.name](config, data)
-        else:
-            task = build_task(parsed.name, data.tokenizer, data.splits["train"], **parsed.options)
+        task: RowTask = TRAINING_TASKS.get(parsed.name).rows(config, data, parsed.options)
         lm = None
         if parsed.ratio < 1.0:
             stream = data.stream
@@ -146,7 +105,7 @@ def source_factory(spec: str):
 def evaluation_task(spec: str, data: PreparedData, distractors: int = 4) -> RetrievalTask:
     """The task of `spec` for evaluation prompts: code-key hides its needles in the test split's files."""
     parsed = parse_task_spec(spec)
-    if parsed.name in ROW_TASKS:
+    if not TRAINING_TASKS.get(parsed.name).retrieval_evaluated:
         raise ConfigError(
             f"task {parsed.name!r} is evaluated by its own suite, not by retrieval eval (e.g. `lextra ruler`)"
         )
@@ -161,6 +120,7 @@ def register_task_spec(spec: str) -> str:
     return spec
 
 
+TASKS.on_register(_register_retrieval_task)
 for _name in TASK_NAMES:
     register_task_spec(_name)
     register_task_spec(f"{_name}+lm")

@@ -11,15 +11,17 @@ evaluation prompts hide their needles in the test split.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from lextra.data import Tokenizer
 from lextra.data.prepare import PreparedData
 from lextra.errors import ConfigError
-from lextra.evaluate.retrieval.sources import ROW_TASKS, register_task_spec
+from lextra.evaluate.retrieval.sources import register_task_spec
 from lextra.evaluate.ruler.haystack import DEFAULT_HAYSTACK, haystack_documents
 from lextra.evaluate.ruler.tasks import RULER_TASKS, RulerTask, build_ruler_task
 from lextra.train import TrainConfig
+from lextra.training_tasks import TRAINING_TASKS, TrainingTask
 
 #: the needle-in-a-haystack tasks `ruler.niah` mixes
 NIAH_TASKS = tuple(name for name in RULER_TASKS.names() if name.startswith("niah_"))
@@ -58,19 +60,26 @@ def build_ruler_rows(name: str, tokenizer: Tokenizer, haystack: str = DEFAULT_HA
     return RulerRows(name, tasks)
 
 
-def _factory(name: str) -> Callable[[TrainConfig, PreparedData], RulerRows]:
-    def build(config: TrainConfig, data: PreparedData) -> RulerRows:
-        rows = build_ruler_rows(name, data.tokenizer)
-        rows.check(config.model.train_len + 1)
-        return rows
+def _register_rows(name: str) -> None:
+    """`name` (`ruler.niah`, `ruler.<task>`) as a training task of RULER rows, checked at the run's length."""
 
-    return build
+    class RulerTraining(TrainingTask):
+        summary = "RULER prompts and answers as training rows (evaluated with `lextra ruler`)"
+        retrieval_evaluated = False
+
+        @classmethod
+        def rows(cls, config: TrainConfig, data: PreparedData, options: dict[str, Any]) -> RulerRows:
+            rows = build_ruler_rows(name, data.tokenizer)
+            rows.check(config.model.train_len + 1)
+            return rows
+
+    TRAINING_TASKS.register(name)(RulerTraining)
 
 
-#: the training task names this module adds to `ROW_TASKS`
+#: the training task names this module adds to `TRAINING_TASKS`
 RULER_TRAINING_TASKS = ("ruler.niah", *(f"ruler.{name}" for name in RULER_TASKS.names()))
 
 for _name in RULER_TRAINING_TASKS:
-    ROW_TASKS[_name] = _factory(_name)
+    _register_rows(_name)
     register_task_spec(_name)
     register_task_spec(f"{_name}+lm")
