@@ -1,4 +1,4 @@
-"""Attention masks (the fourth place position enters): causal, sliding window, blockwise causal, full.
+"""Attention masks (the fourth place position enters): causal, sliding window, blockwise causal, chunked, full.
 
 A mask is a visibility rule, `visible(q, k)`, plus what it knows about that rule, declared so that the backends
 can take their fast paths without knowing which mask it is: a rule in the distance d = m - n alone
@@ -230,6 +230,59 @@ class BlockCausalMask(Mask):
     @property
     def options(self) -> dict[str, Any]:
         return {"block": self.block}
+
+
+@MASKS.register("chunk")
+class ChunkMask(Mask):
+    """Chunked attention (Llama 4's `attention_chunk_size`, `create_chunked_causal_mask`): positions split into
+    chunks of `size`; a query attends causally within its own chunk only, so no query sees more than `size` keys."""
+
+    summary = "chunked: attend causally within your own chunk of `size` tokens (Llama 4)"
+    causal = True
+    positional = "size"
+    derived_defaults: ClassVar[dict[str, str]] = {"size": "L_tr"}
+
+    @classmethod
+    def resolve_options(cls, options: dict[str, Any], train_len: int | None = None) -> dict[str, Any]:
+        """The chunk size defaults to the training length."""
+        if "size" not in options:
+            if train_len is None:
+                raise ConfigError("chunk needs a size: use 'chunk:C' or pass size=C")
+            options["size"] = train_len
+        return options
+
+    def __init__(self, *, size: int) -> None:
+        if int(size) < 1:
+            raise ConfigError(f"chunk: size must be >= 1, got {size}")
+        self.size = int(size)
+
+    def visible(self, q: Tensor, k: Tensor) -> Tensor:
+        return (k <= q) & (k // self.size == q // self.size)
+
+    def key_range(self, q_first: int, q_last: int) -> tuple[int, int]:
+        return (q_first // self.size) * self.size, q_last
+
+    @property
+    def period(self) -> int:  # type: ignore[override]
+        return self.size
+
+    def within(self, q_first: int, q_last: int) -> Mask:
+        """Queries inside one chunk see their chunk's keys from its start on, causally."""
+        return CausalMask() if q_first // self.size == q_last // self.size else self
+
+    def band(self, q_first: int, q_last: int) -> tuple[tuple[int, int], tuple[int, int]] | None:
+        """Inside one chunk: the keys from the chunk's start on, causally."""
+        if q_first // self.size != q_last // self.size:
+            return None
+        return ((q_first // self.size) * self.size, UNBOUNDED), (0, UNBOUNDED)
+
+    def visible_keys(self, q_pos: Tensor, k_first: int, k_last: int) -> Tensor:
+        first = ((q_pos // self.size) * self.size).clamp(min=k_first)
+        return (q_pos.clamp(max=k_last) - first + 1).clamp(min=1)
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return {"size": self.size}
 
 
 @MASKS.register("full")
