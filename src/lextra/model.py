@@ -60,7 +60,7 @@ class GPTConfig:
     log_scaling: str = "none"
     #: a layer plan (`lextra.attention.plan`: per-layer scheme, mask and pieces, or a preset such as `gemma3`);
     #: None: every layer is `scheme` with `scheme_options`, causal (today's model)
-    layers: str | None = field(default=None, metadata=serialize.options(omit_none=True))
+    layer_plan: str | None = field(default=None, metadata=serialize.options(omit_none=True))
 
     def __post_init__(self) -> None:
         self.split_scheme_spec()
@@ -84,24 +84,24 @@ class GPTConfig:
 
     def plan(self) -> list[LayerVariant]:
         """Each layer's attention variant: the layer plan's, else `scheme` with its options on every layer."""
-        if self.layers is None:
+        if self.layer_plan is None:
             return [LayerVariant(self.scheme, dict(self.scheme_options))] * self.n_layer
-        return parse_plan(self.layers, self.n_layer)
+        return parse_plan(self.layer_plan, self.n_layer)
 
     def _check_plan(self) -> None:
         """A plan names each layer's scheme itself: `scheme` then follows its first layer (for labels); a different
         `scheme` given beside it, or an absolute embedding on some layers only, is refused."""
-        if self.layers is None:
+        if self.layer_plan is None:
             return
-        if not isinstance(self.layers, str):
-            raise ConfigError(f"model config: layers must be a layer plan text such as 'gemma3', got {self.layers!r}")
+        if not isinstance(self.layer_plan, str):
+            raise ConfigError(f"model config: layer_plan must be a plan text such as 'gemma3', got {self.layer_plan!r}")
         variants = self.plan()
         first = variants[0]
         given = (self.scheme, self.scheme_options)
         if given not in (("rope", {}), (first.scheme, first.scheme_options)):
             raise ConfigError(
                 f"model config: the layer plan names each layer's scheme; drop scheme={self.scheme!r} (and its "
-                "options) or drop layers"
+                "options) or drop layer_plan"
             )
         self.scheme, self.scheme_options = first.scheme, dict(first.scheme_options)
         dims = self.head_dims()
@@ -551,10 +551,10 @@ class GPT(nn.Module):
             positions[index[layer]].load_state_dict(self.scheme_for(layer).state_dict())
         device = next(self.parameters()).device
         self.positions, self.scheme_index, self.variants = positions.to(device), index, variants
-        if self.config.layers is None and len({v.key() for v in variants}) == 1:
+        if self.config.layer_plan is None and len({v.key() for v in variants}) == 1:
             self.config.scheme_options = dict(variants[0].scheme_options)
         else:
-            self.config.layers = format_plan(variants)
+            self.config.layer_plan = format_plan(variants)
             self.config.scheme, self.config.scheme_options = variants[0].scheme, dict(variants[0].scheme_options)
 
     def set_s2_attn(self, group: int) -> None:

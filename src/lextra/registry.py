@@ -63,12 +63,12 @@ class Spec:
 
 
 def _split_items(text: str) -> list[str]:
-    """Split at commas outside brackets, so list values such as `[1, 2]` stay whole."""
+    """Split at commas outside brackets and braces, so list values such as `[1, 2]` and JSON objects stay whole."""
     items, depth, start = [], 0, 0
     for i, char in enumerate(text):
-        if char in "[(":
+        if char in "[({":
             depth += 1
-        elif char in "])":
+        elif char in "])}":
             depth -= 1
         elif char == "," and depth == 0:
             items.append(text[start:i])
@@ -118,6 +118,8 @@ def _value_text(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, list | tuple):
         return "[" + ",".join(_value_text(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return json.dumps(value, separators=(",", ":"), sort_keys=True)
     return str(value)
 
 

@@ -66,17 +66,17 @@ def _top_level_split(text: str, separator: str) -> list[str]:
     """Split at `separator` outside brackets and parentheses."""
     items, depth, start = [], 0, 0
     for i, char in enumerate(text):
-        if char in "[(":
+        if char in "[({":
             depth += 1
-        elif char in "])":
+        elif char in "])}":
             depth -= 1
             if depth < 0:
-                raise ConfigError(f"layer plan {text!r}: unbalanced ')' or ']'")
+                raise ConfigError(f"layer plan {text!r}: unbalanced ')', ']' or '}}'")
         elif char == separator and depth == 0:
             items.append(text[start:i])
             start = i + 1
     if depth:
-        raise ConfigError(f"layer plan {text!r}: unbalanced '(' or '['")
+        raise ConfigError(f"layer plan {text!r}: unbalanced '(', '[' or '{{'")
     items.append(text[start:])
     return items
 

@@ -64,11 +64,14 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
         folder = model_folder(args.checkpoint)
         meta = read_model_meta(folder)
         data = eval_data_from(args, meta)
-        options = ModelOptions(rope_scaling=args.rope_scaling, temperatures=temperature_file(args))
+        options = ModelOptions(
+            rope_scaling=args.rope_scaling, temperatures=temperature_file(args), layers=args.layers_select
+        )
         loaded = load_lextra(folder, options, args.device)
         model, label = loaded.model, loaded.label
         config = eval_config_from(args, args.mask)
-        label += apply_extend(model, args.extend, args.mask, config.resolved_lengths(model.config.train_len))
+        lengths = config.resolved_lengths(model.config.train_len)
+        label += apply_extend(model, args.extend, args.mask, lengths, args.layers_select)
         label += "" if args.mask == "causal" else f"+{args.mask}"
         evaluation = evaluate_model(model, data, config, label=label)
         suffix = f"-{args.extend}" if args.extend else ""

@@ -134,10 +134,12 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
         from lextra.pipelines.loading import ModelOptions, load_lextra
         from lextra.reporting.retrieval import save_retrieval_outputs
 
-        loaded = load_lextra(args.checkpoint, ModelOptions(rope_scaling=args.rope_scaling), args.device)
+        options = ModelOptions(rope_scaling=args.rope_scaling, layers=args.layers_select)
+        loaded = load_lextra(args.checkpoint, options, args.device)
         folder, model, label = loaded.folder, loaded.model, loaded.label
         settings = retrieval_settings(args)
-        label += apply_extend(model, args.extend, None, settings.resolved_lengths(model.config.train_len))
+        lengths = settings.resolved_lengths(model.config.train_len)
+        label += apply_extend(model, args.extend, None, lengths, args.layers_select)
         task = evaluation_task(args.task, text_data_for_model(loaded.meta, args.data), args.candidates - 1)
         result = settings.run(model, task, label, progress=not args.quiet)
         result.model = str(folder)
@@ -221,7 +223,8 @@ def configure_completion(parser: argparse.ArgumentParser) -> Handler:
 
         results = {}
         for checkpoint in args.checkpoints:
-            loaded = load_lextra(checkpoint, ModelOptions(rope_scaling=args.rope_scaling), args.device)
+            options = ModelOptions(rope_scaling=args.rope_scaling, layers=args.layers_select)
+            loaded = load_lextra(checkpoint, options, args.device)
             folder, model, label = loaded.folder, loaded.model, loaded.label
             data = prepare_for_model(loaded.meta)
             result = evaluate_completion(

@@ -136,12 +136,14 @@ def configure_ruler(parser: argparse.ArgumentParser) -> Handler:
             haystack=haystack,
             train_len=args.train_len,
             quiet=args.quiet,
+            layers=args.layers_select,
         )
         loaded = load_model_spec(args.model, options, args.device)
         model = loaded.model
         chat = chat_format(loaded.tokenizer) if args.chat else None
         label = loaded.label
-        label += apply_extend(model, args.extend, args.mask, settings.resolved_lengths(model.config.train_len))
+        lengths = settings.resolved_lengths(model.config.train_len)
+        label += apply_extend(model, args.extend, args.mask, lengths, args.layers_select)
         label += "+chat" if chat is not None else ""
         out = Path(args.out)
         target = RulerTarget(
