@@ -106,9 +106,10 @@ class GPTConfig:
         self.scheme, self.scheme_options = first.scheme, dict(first.scheme_options)
         dims = self.head_dims()
         distinct = {v.key(): v for v in variants}
-        embedding = {
-            v.scheme for v in distinct.values() if build_scheme(v.scheme, dims, **v.scheme_options).adds_embedding
-        }
+        with torch.random.fork_rng(devices=[]):  # checking the options draws no number the model's init would
+            embedding = {
+                v.scheme for v in distinct.values() if build_scheme(v.scheme, dims, **v.scheme_options).adds_embedding
+            }
         if embedding and len(distinct) > 1:
             raise ConfigError(
                 f"model config: {', '.join(sorted(embedding))} adds its positions to the input embedding once, so it "

@@ -8,7 +8,7 @@ has it) and `setup.apply(model)` applies them the same way to a lextra `GPT` and
 On a lextra GPT with a layer plan, `layers` names the layers the RoPE scaling, the extension method, the log-n
 scaling and the temperature tuning apply to (`rotary`, `global`, `local`, `nope`, `all` or indices such as `0,3`
 or `2-4`); by default each applies to the layers that can take it (rotary layers for a scaling or an extension
-method, every layer for a log-n scaling, the global layers for temperature tuning), and a layer named that cannot
+method, every layer for a log-n scaling, the NoPE layers for temperature tuning, as Llama 4), and a layer named that cannot
 take it is refused (Self-Extend on a NoPE layer), so "YaRN on the global layers only" is
 `InferenceSetup(rope_scaling="yarn:4", layers="global")`.
 """
@@ -65,7 +65,7 @@ class InferenceSetup:
       "none" removes it.
     - `mask`: the mask calls use when they name none (causal, window:W, bca[:B], full); None: the default.
     - `temp_tuning`: Llama 4's query temperature (`temp_tuning,beta=0.1,gamma=8192`) on the selected layers
-      (default the global ones); None or "none" removes it there.
+      (default the NoPE ones, as Llama 4); None or "none" removes it there.
     - `layers`: which layers of a lextra GPT the scaling, extension, log-n scaling and temperature tuning
       apply to (module docstring); None: the layers that can take each.
     """
@@ -132,7 +132,10 @@ def _apply_to_gpt(setup: InferenceSetup, model: GPT) -> None:
     if setup.log_scaling is not KEEP:
         _set_log_scaling(model, setup.log_scaling, _chosen(model, setup.layers, "all", "log-n scaling", _any))
     if setup.temp_tuning is not KEEP:
-        _set_temp_tuning(model, setup.temp_tuning, _chosen(model, setup.layers, "global", "temp_tuning", _any))
+        layers = _chosen(model, setup.layers, "nope", "temp_tuning", _any)
+        if not layers:
+            raise ConfigError("temp_tuning applies to the NoPE layers by default and this model has none; name layers")
+        _set_temp_tuning(model, setup.temp_tuning, layers)
     if setup.temperatures is not KEEP:
         model.set_temperatures(setup.temperatures)
     if setup.extension is not KEEP and setup.extension in (None, "none"):
