@@ -41,7 +41,7 @@ def test_a_one_variant_plan_is_todays_model_bit_for_bit(plan: str, scheme: str) 
     planned = _tiny(plan)
     tokens = torch.randint(0, 61, (2, 40))
     assert list(today.state_dict()) == list(planned.state_dict())
-    assert all(torch.equal(a, b) for a, b in zip(today.state_dict().values(), planned.state_dict().values()))
+    assert all(torch.equal(a, b) for a, b in zip(today.state_dict().values(), planned.state_dict().values(), strict=True))
     assert len(today.positions) == len(planned.positions)
     assert torch.equal(today(tokens), planned(tokens))
 
@@ -100,7 +100,9 @@ def test_a_plan_refuses_a_different_scheme_beside_it_and_per_layer_absolute_embe
 
 EXPECTED_PRESETS = {
     # layer kinds of the first 8 layers: scheme, mask name, pieces
-    "gemma3": [("rope", "window", ["qknorm"])] * 5 + [("rope", "causal", ["qknorm"])] + [("rope", "window", ["qknorm"])] * 2,
+    "gemma3": [("rope", "window", ["qknorm"])] * 5
+    + [("rope", "causal", ["qknorm"])]
+    + [("rope", "window", ["qknorm"])] * 2,
     "irope": ([("rope", "chunk", ["qknorm"])] * 3 + [("nope", "causal", ["temp_tuning"])]) * 2,
     "rnope-swa": ([("rope", "window", [])] * 3 + [("nope", "causal", [])]) * 2,
     "smollm3": ([("rope", "causal", [])] * 3 + [("nope", "causal", [])]) * 2,
@@ -300,7 +302,7 @@ def _piece_args(options: dict) -> dict:
 SCHEMES_BY_CASE = ["rope", "alibi", "rope,proportional=0.5", "alibi", "rope,fraction=0.5", "rope"]
 
 
-@pytest.mark.parametrize(("mask", "options", "scheme"), [(*c, s) for c, s in zip(PIECE_CASES, SCHEMES_BY_CASE)])
+@pytest.mark.parametrize(("mask", "options", "scheme"), [(*c, s) for c, s in zip(PIECE_CASES, SCHEMES_BY_CASE, strict=True)])
 def test_each_piece_equals_its_reference_in_every_backend(mask: str, options: dict, scheme: str) -> None:
     built = build_scheme(scheme, HeadDims(2, 16, 32, 16))
     q, k, v = _qkv(L=300)
@@ -392,9 +394,9 @@ def test_yarn_on_the_global_layers_only() -> None:
 
 def test_inference_changes_refuse_layers_that_cannot_take_them() -> None:
     model = _tiny("rnope-swa,window=6")
-    with pytest.raises(ConfigError, match="rope scaling cannot apply to layer 3 .*'nope' does not rotate"):
+    with pytest.raises(ConfigError, match=r"rope scaling cannot apply to layer 3 .*'nope' does not rotate"):
         InferenceSetup(rope_scaling="yarn:4", layers="all").apply(model)
-    with pytest.raises(ConfigError, match="extension 'self_extend' cannot apply to layer 3 .*'nope'"):
+    with pytest.raises(ConfigError, match=r"extension 'self_extend' cannot apply to layer 3 .*'nope'"):
         InferenceSetup(extension="self_extend,group=4", layers="3").apply(model)
     with pytest.raises(ConfigError, match="applies to no layer of this model"):
         InferenceSetup(extension="self_extend,group=4").apply(model)  # every rotary layer has its own window
@@ -423,8 +425,8 @@ def test_the_cli_trains_a_plan_and_lists_the_presets(tmp_path, capsys) -> None:
     assert main(["list"]) == 0
     listing = capsys.readouterr().out
     assert all(name in listing for name in PRESETS) and "temp_tuning" in listing and "chunk[:SIZE]" in listing
-    code = main(["train", "--out", str(tmp_path / "run"), "--layer-plan", "gpt-oss,window=4", "--steps", "2",
-                 "--train-len", "16", "--n-layer", "2", "--d-model", "32", "--n-head", "2", "--batch-size", "2"])  # fmt: skip
+    shape = ["--train-len", "16", "--n-layer", "2", "--d-model", "32", "--n-head", "2", "--batch-size", "2"]
+    code = main(["train", "--out", str(tmp_path / "run"), "--layer-plan", "gpt-oss,window=4", "--steps", "2", *shape])
     assert code == 0
     model = load_model(tmp_path / "run" / "model")
     assert model.config.layer_plan == "gpt-oss,window=4" and model.blocks[0].attn.sinks is not None

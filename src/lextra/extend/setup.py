@@ -8,8 +8,8 @@ has it) and `setup.apply(model)` applies them the same way to a lextra `GPT` and
 On a lextra GPT with a layer plan, `layers` names the layers the RoPE scaling, the extension method, the log-n
 scaling and the temperature tuning apply to (`rotary`, `global`, `local`, `nope`, `all` or indices such as `0,3`
 or `2-4`); by default each applies to the layers that can take it (rotary layers for a scaling or an extension
-method, every layer for a log-n scaling, the NoPE layers for temperature tuning, as Llama 4), and a layer named that cannot
-take it is refused (Self-Extend on a NoPE layer), so "YaRN on the global layers only" is
+method, every layer for a log-n scaling, the NoPE layers for temperature tuning, as Llama 4), and a layer named
+that cannot take it is refused (Self-Extend on a NoPE layer), so "YaRN on the global layers only" is
 `InferenceSetup(rope_scaling="yarn:4", layers="global")`.
 """
 
