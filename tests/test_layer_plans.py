@@ -41,7 +41,8 @@ def test_a_one_variant_plan_is_todays_model_bit_for_bit(plan: str, scheme: str) 
     planned = _tiny(plan)
     tokens = torch.randint(0, 61, (2, 40))
     assert list(today.state_dict()) == list(planned.state_dict())
-    assert all(torch.equal(a, b) for a, b in zip(today.state_dict().values(), planned.state_dict().values(), strict=True))
+    pairs = zip(today.state_dict().values(), planned.state_dict().values(), strict=True)
+    assert all(torch.equal(a, b) for a, b in pairs)
     assert len(today.positions) == len(planned.positions)
     assert torch.equal(today(tokens), planned(tokens))
 
@@ -302,7 +303,10 @@ def _piece_args(options: dict) -> dict:
 SCHEMES_BY_CASE = ["rope", "alibi", "rope,proportional=0.5", "alibi", "rope,fraction=0.5", "rope"]
 
 
-@pytest.mark.parametrize(("mask", "options", "scheme"), [(*c, s) for c, s in zip(PIECE_CASES, SCHEMES_BY_CASE, strict=True)])
+CASES = [(*case, scheme) for case, scheme in zip(PIECE_CASES, SCHEMES_BY_CASE, strict=True)]
+
+
+@pytest.mark.parametrize(("mask", "options", "scheme"), CASES)
 def test_each_piece_equals_its_reference_in_every_backend(mask: str, options: dict, scheme: str) -> None:
     built = build_scheme(scheme, HeadDims(2, 16, 32, 16))
     q, k, v = _qkv(L=300)
