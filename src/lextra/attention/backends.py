@@ -919,19 +919,23 @@ def scored_attention(
 ) -> Tensor:
     """Query blocks with their scores written out (fp32), for what no fused kernel applies: a softcap (tanh on
     every score) and learned sinks under autograd. Each block sees only the keys its mask declares, as in
-    `chunked_attention`; memory O(H x block x keys) per step (`BIAS_BUDGET`)."""
+    `chunked_attention`. Under autograd a block's scores are one (B, H, block, keys) tensor (`BIAS_BUDGET`);
+    without, they are cache-sized tiles of `SCORED_TILE` x `SCORED_KEY_TILE`, each tile's softmax merged by its
+    log-sum-exp (`merge_tiles`), the operations in place."""
     Lq, Lk = q.shape[-2], k.shape[-2]
+    grad = torch.is_grad_enabled()
     keys_sorted = _contiguous(k_pos)
     queries_sorted = bool((q_pos.diff() >= 0).all()) if Lq > 1 else True
     window = _typical_keys(mask, Lk, block_size or MAX_BLOCK)
     block = block_size or int(min(MAX_BLOCK, max(MIN_BLOCK, BIAS_BUDGET // max(1, window * q.shape[1]))))
+    if not grad and block_size is None:
+        block = SCORED_TILE
     per_block = scheme is not None and scheme.transforms_qk and scheme.rotate_span is not None
     if per_block and scheme is not None and scheme.rotate_span is not None:
         block = min(block, scheme.rotate_span)
     seq_len = max(int(q_pos.max()), int(k_pos.max())) + 1 if Lk else None
     if not per_block:
         q, k = _rotate(scheme, q, k, q_pos, k_pos)
-    grad = torch.is_grad_enabled()
     out = None if grad else q.new_empty(*q.shape[:-1], v.shape[-1])
     outputs: list[Tensor] = []
     for start, stop in _query_blocks(q_pos, block, mask, queries_sorted):
@@ -939,26 +943,118 @@ def scored_attention(
         spans = [(0, Lk)]
         if keys_sorted and queries_sorted:
             spans = _key_indices(mask, int(qp[0]), int(qp[-1]), int(k_pos[0]), Lk)
-        index = torch.cat([torch.arange(lo, hi, device=k_pos.device) for lo, hi in spans])
-        kp, kc, vc = k_pos[index], k.index_select(-2, index), v.index_select(-2, index)
+        if len(spans) == 1:
+            lo, hi = spans[0]
+            kp, kc, vc = k_pos[lo:hi], k[..., lo:hi, :], v[..., lo:hi, :]
+        else:
+            index = torch.cat([torch.arange(lo, hi, device=k_pos.device) for lo, hi in spans])
+            kp, kc, vc = k_pos[index], k.index_select(-2, index), v.index_select(-2, index)
         if per_block and scheme is not None:
             qc, kc = scheme.rotate(qc, kc, qp, kp, seq_len)
-        scores = (qc.float() @ kc.float().transpose(-1, -2)) * scale
-        if scheme is not None and scheme.has_bias:
-            scores = scores + scheme.bias(qp, kp)
-        if tau is not None:
-            scores = scores / _block_tau(tau, start, stop)[..., None]
-        if softcap is not None:
-            scores = torch.tanh(scores / softcap) * softcap
         local = mask.within(int(qp[0]), int(qp[-1])) if keys_sorted and queries_sorted else mask
-        if not local.hides_nothing:
-            scores = scores.masked_fill(~local.allowed(qp, kp), float("-inf"))
-        lse = torch.logsumexp(scores, dim=-1)
-        result = torch.exp(scores - lse.masked_fill(torch.isneginf(lse), 0.0)[..., None]) @ vc.float()
+        tau_block = None if tau is None else _block_tau(tau, start, stop)
+        if grad:
+            scores = (qc.float() @ kc.float().transpose(-1, -2)) * scale
+            if scheme is not None and scheme.has_bias:
+                scores = scores + scheme.bias(qp, kp)
+            if tau_block is not None:
+                scores = scores / tau_block[..., None]
+            if softcap is not None:
+                scores = torch.tanh(scores / softcap) * softcap
+            if not local.hides_nothing:
+                scores = scores.masked_fill(~local.allowed(qp, kp), float("-inf"))
+            lse = torch.logsumexp(scores, dim=-1)
+            result = torch.exp(scores - lse.masked_fill(torch.isneginf(lse), 0.0)[..., None]) @ vc.float()
+        else:
+            result, lse = _scored_tiles(qc.float(), kc, vc, scheme, local, qp, kp, scale, tau_block, softcap)
         if sinks is not None:
             result = with_sinks(result, lse, sinks)
         _emit(out, outputs, result.to(v.dtype), start, stop)
     return out if out is not None else torch.cat(outputs, dim=-2)
+
+
+#: the no-autograd scored path's tile: query block x key chunk, (B, H, 128, 512) fp32 = 2 MiB at 8 heads
+SCORED_TILE = 128
+SCORED_KEY_TILE = 512
+
+
+def _scored_tiles(
+    qc: Tensor,
+    kc: Tensor,
+    vc: Tensor,
+    scheme: PositionScheme | None,
+    local: Mask,
+    qp: Tensor,
+    kp: Tensor,
+    scale: float,
+    tau: Tensor | None,
+    softcap: float | None,
+) -> tuple[Tensor, Tensor]:
+    """One query block's output and log-sum-exp over its keys in chunks of `SCORED_KEY_TILE`, without autograd:
+    each tile's scores scaled, biased, tempered and capped in place, masked where the mask hides some of them,
+    normalised by the tile's log-sum-exp and merged exactly (`merge_tiles`). A softcap of at most `BOUNDED_CAP`
+    with nothing added after it bounds every score by the cap, so exp(score) cannot overflow fp32 (e^60 x 10^12
+    keys < 3 x 10^38): tiles then accumulate exp(score) v and the row sums directly, without a log-sum-exp."""
+    if softcap is not None and softcap <= BOUNDED_CAP:
+        return _capped_tiles(qc, kc, vc, scheme, local, qp, kp, scale, tau, softcap)
+    acc = lse = None
+    for lo in range(0, max(1, kp.numel()), SCORED_KEY_TILE):
+        hi = min(lo + SCORED_KEY_TILE, kp.numel())
+        scores = torch.matmul(qc, kc[..., lo:hi, :].float().transpose(-1, -2)).mul_(scale)
+        if scheme is not None and scheme.has_bias:
+            scores.add_(scheme.bias(qp, kp[lo:hi]))
+        if tau is not None:
+            scores.div_(tau[..., None])
+        if softcap is not None:
+            scores.div_(softcap).tanh_().mul_(softcap)
+        if not local.hides_nothing:
+            allowed = local.allowed(qp, kp[lo:hi])
+            if not bool(allowed.all()):
+                scores.masked_fill_(~allowed, float("-inf"))
+        part_lse = torch.logsumexp(scores, dim=-1)
+        scores.sub_(part_lse.masked_fill(torch.isneginf(part_lse), 0.0)[..., None]).exp_()
+        acc, lse = merge_tiles(acc, lse, torch.matmul(scores, vc[..., lo:hi, :].float()), part_lse)
+    assert acc is not None and lse is not None  # at least one tile
+    return acc, lse
+
+
+#: softcaps up to this bound scores so that their exponentials sum without overflow (`_scored_tiles`)
+BOUNDED_CAP = 60.0
+
+
+def _capped_tiles(
+    qc: Tensor,
+    kc: Tensor,
+    vc: Tensor,
+    scheme: PositionScheme | None,
+    local: Mask,
+    qp: Tensor,
+    kp: Tensor,
+    scale: float,
+    tau: Tensor | None,
+    softcap: float,
+) -> tuple[Tensor, Tensor]:
+    """`_scored_tiles` for scores bounded by a softcap: sum_n exp(s_mn) v_n and sum_n exp(s_mn) over tiles, then one
+    division; the log-sum-exp is the log of the row sum (-inf where a row sees no key, its output 0)."""
+    acc = total = None
+    q_scaled = qc * (scale / softcap) if tau is None else qc * (scale / softcap) / tau[..., None]
+    for lo in range(0, max(1, kp.numel()), SCORED_KEY_TILE):
+        hi = min(lo + SCORED_KEY_TILE, kp.numel())
+        scores = torch.matmul(q_scaled, kc[..., lo:hi, :].float().transpose(-1, -2))
+        if scheme is not None and scheme.has_bias:
+            bias = scheme.bias(qp, kp[lo:hi]) / softcap
+            scores.add_(bias if tau is None else bias / tau[..., None])
+        scores.tanh_().mul_(softcap)
+        if not local.hides_nothing:
+            allowed = local.allowed(qp, kp[lo:hi])
+            if not bool(allowed.all()):
+                scores.masked_fill_(~allowed, float("-inf"))
+        scores.exp_()
+        part, rows = torch.matmul(scores, vc[..., lo:hi, :].float()), scores.sum(-1)
+        acc, total = (part, rows) if acc is None or total is None else (acc.add_(part), total.add_(rows))
+    assert acc is not None and total is not None  # at least one tile
+    acc.div_(total.clamp(min=torch.finfo(total.dtype).tiny)[..., None])
+    return acc, torch.log(total)
 
 
 def _tile_bias(
