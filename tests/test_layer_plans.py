@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import virtual_device as vd
+from test_analysis import corpus  # noqa: F401  (the fixture)
 
 from lextra.attention import attention, build_mask
 from lextra.attention.pieces import PIECES, QKNorm, temperature_tuning_scale
@@ -435,3 +436,39 @@ def test_the_cli_trains_a_plan_and_lists_the_presets(tmp_path, capsys) -> None:
     model = load_model(tmp_path / "run" / "model")
     assert model.config.layer_plan == "gpt-oss,window=4" and model.blocks[0].attn.sinks is not None
     assert math.isfinite(float(model.blocks[1].attn.sinks.logits.detach().sum()))
+
+
+# ------------------------------------------------------------------------------------------------ analyses
+
+
+def test_analyses_report_a_hybrids_local_and_global_layers_apart(tmp_path, corpus) -> None:  # noqa: F811
+    from lextra.analysis import layer_attention
+    from lextra.analysis.resolution import resolution
+    from lextra.cli.app import main
+
+    config = GPTConfig(n_layer=3, n_head=2, d_model=32, train_len=16, layer_plan="2*(rope+window:4+sinks);nope+softcap:3")
+    model = GPT(config).eval()
+    with torch.no_grad():
+        model.blocks[0].attn.sinks.logits.fill_(1.5)
+    tokens = torch.randint(0, 256, (1, 12))
+    views = list(layer_attention(model, tokens))
+    assert [view.mask.options for view in views] == [{"width": 4}, {"width": 4}, {}]  # each layer's own mask
+    weights = torch.cat([block.weights() for block in views[0].blocks()], dim=-2)
+    assert bool((weights.sum(-1) < 0.99).all())  # the sink takes its share of every row
+    assert views[2].softcap == 3.0 and all(bool(b.logits.abs().le(3.0).all()) for b in views[2].blocks())
+    extra = {"train": {"corpus": str(corpus)}, "tokenizer": {"kind": "bytes"}}
+    folder = save_model(model, tmp_path / "hybrid", extra=extra)
+    out = tmp_path / "res"
+    argv = ["analyze", "resolution", str(folder), "--train-len", "16", "--lengths", "16", "--documents", "2"]
+    assert main([*argv, "--out", str(out)]) == 0
+    data = json.loads((out / "resolution.json").read_text())
+    label = next(iter(data["table"]))
+    per_layer = torch.tensor(data["rows"][label]["by_length"]["16"]["s_per_layer"])
+    kinds = data["table_by_layer_kind"]
+    assert kinds[f"{label} local layers"]["16"] == pytest.approx(resolution(per_layer[:2].mean(0)), rel=1e-6)
+    assert kinds[f"{label} global layers"]["16"] == pytest.approx(resolution(per_layer[2:].mean(0)), rel=1e-6)
+    out = tmp_path / "disp"
+    argv = ["analyze", "dispersion", str(folder), "--lengths", "8,16", "--documents", "2", "--out", str(out)]
+    assert main(argv) == 0
+    table = (out / "dispersion.md").read_text()
+    assert f"{label} local layers" in table and f"{label} global layers" in table

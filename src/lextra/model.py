@@ -263,7 +263,8 @@ class AttentionInputs:
     """What one attention layer is about to score, as an observer of `GPT.forward_layers` sees it.
 
     `q` (B, H, Lq, D) and `k` (B, H, Lk, Dk) are the projections before the scheme's position transform (cached
-    keys included), `temperature` is the softmax temperature the layer applies (None, (H,) or (H, Lq)).
+    keys included, after QK-norm), `temperature` is the softmax temperature the layer applies (None, (H,) or
+    (H, Lq)), `mask` the layer's own (a plan's window or chunk) or the call's, `sinks` and `softcap` the layer's.
     """
 
     layer: int
@@ -274,6 +275,8 @@ class AttentionInputs:
     k_pos: Tensor
     mask: Mask
     temperature: Tensor | None
+    sinks: Tensor | None = None
+    softcap: float | None = None
 
 
 #: called with each layer's inputs just before it attends; it may raise to stop the forward pass there
@@ -399,9 +402,9 @@ class SelfAttention(nn.Module):
             k, v = cache.extend(layer, k, v, positions, rotated=rotated)
             k_pos = cache.key_positions(layer, positions)
         temperature = self.query_temperature(positions, k_pos, mask)
-        if observer is not None:
-            observer(AttentionInputs(layer, q, k, scheme, positions, k_pos, mask, temperature))
         sinks = None if self.sinks is None else self.sinks.logits
+        if observer is not None:
+            observer(AttentionInputs(layer, q, k, scheme, positions, k_pos, mask, temperature, sinks, self.softcap))
         if self.extension is not None and (sinks is not None or self.softcap is not None):
             raise ConfigError(
                 f"extension {self.extension.name!r} does not apply learned sinks or a softcap; apply it to the "
