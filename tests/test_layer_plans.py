@@ -446,7 +446,8 @@ def test_analyses_report_a_hybrids_local_and_global_layers_apart(tmp_path, corpu
     from lextra.analysis.resolution import resolution
     from lextra.cli.app import main
 
-    config = GPTConfig(n_layer=3, n_head=2, d_model=32, train_len=16, layer_plan="2*(rope+window:4+sinks);nope+softcap:3")
+    plan = "2*(rope+window:4+sinks);nope+softcap:3"
+    config = GPTConfig(n_layer=3, n_head=2, d_model=32, train_len=16, layer_plan=plan)
     model = GPT(config).eval()
     with torch.no_grad():
         model.blocks[0].attn.sinks.logits.fill_(1.5)
