@@ -473,3 +473,20 @@ def test_analyses_report_a_hybrids_local_and_global_layers_apart(tmp_path, corpu
     assert main(argv) == 0
     table = (out / "dispersion.md").read_text()
     assert f"{label} local layers" in table and f"{label} global layers" in table
+
+
+def test_the_hybrids_study_trains_each_plan_it_names() -> None:
+    from pathlib import Path
+
+    from lextra.pipelines.study import load_study, parse_study
+    from lextra.pipelines.study.run import train_config
+
+    study = load_study(Path(__file__).parent.parent / "experiments" / "hybrids.toml")
+    configs = {spec.label: train_config(study, spec, 0).model for spec in study.models}
+    assert configs["rope"].layer_plan is None and configs["nope"].scheme == "nope"
+    assert [v.scheme for v in configs["rnope-swa"].plan()] == ["rope", "rope", "rope", "nope"]
+    assert configs["irope"].plan()[3].pieces["temp_tuning"] == {"beta": 0.1, "gamma": 128.0}
+    assert set(study.retrieval["variants"]) == set(configs)
+    bad = {"train": {"model": {"n_layer": 4}}, "models": [{"label": "x", "layer_plan": "rope+windw:3"}]}
+    with pytest.raises(ConfigError, match="'windw' is neither a mask"):
+        parse_study(bad)
