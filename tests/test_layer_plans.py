@@ -78,7 +78,7 @@ def test_the_grammar_repeats_groups_and_cycles_to_n_layer() -> None:
         ("rope+windw:4", "'windw' is neither a mask"),
         ("rope+window:4+chunk:8", "names two masks"),
         ("rope+sinks+sinks", "names 'sinks' twice"),
-        ("3*(rope;nope", "unbalanced"),
+        ("3*(rope;nope", "an opening .* without its closing one"),
         ("window:4", "not a position scheme"),
         ("gemma3,windw=4", "preset 'gemma3' has no option windw; its options: window"),
         ("gemma3,window=-4", "must be a positive int"),

@@ -62,17 +62,22 @@ class Spec:
     options: dict[str, str] = field(default_factory=dict)
 
 
-def _split_items(text: str) -> list[str]:
-    """Split at commas outside brackets and braces, so list values such as `[1, 2]` and JSON objects stay whole."""
+def split_top_level(text: str, separator: str = ",") -> list[str]:
+    """Split at `separator` outside brackets, parentheses and braces, so list values such as `[1, 2]`, JSON objects
+    and a layer plan's `(...)` groups stay whole; ConfigError on unbalanced brackets."""
     items, depth, start = [], 0, 0
     for i, char in enumerate(text):
         if char in "[({":
             depth += 1
         elif char in "])}":
             depth -= 1
-        elif char == "," and depth == 0:
+            if depth < 0:
+                raise ConfigError(f"{text!r}: a closing ')', ']' or '}}' without its opening one")
+        elif char == separator and depth == 0:
             items.append(text[start:i])
             start = i + 1
+    if depth:
+        raise ConfigError(f"{text!r}: an opening '(', '[' or '{{' without its closing one")
     items.append(text[start:])
     return items
 
@@ -89,7 +94,7 @@ def parse_spec(text: str, kind: str = "spec") -> Spec:
         raise ConfigError(f"{kind} spec {text!r} has no name; the grammar is name[:positional][,key=value...]")
     positional: str | None = None
     options: dict[str, str] = {}
-    items = _split_items(rest) if sep else []
+    items = split_top_level(rest) if sep else []
     for index, item in enumerate(items):
         item = item.strip()
         key, eq, value = item.partition("=")

@@ -124,6 +124,16 @@ class AttentionContext:
     #: logit softcapping: scores become tanh(s / softcap) softcap before the mask (Gemma 2), or None
     softcap: float | None = None
 
+    @property
+    def core(self) -> tuple[PositionScheme | None, Mask, Tensor, Tensor, float, Tensor | None]:
+        """(scheme, mask, q_pos, k_pos, scale, tau): the leading arguments of every backend's function."""
+        return self.scheme, self.mask, self.q_pos, self.k_pos, self.scale, self.tau
+
+    @property
+    def pieces(self) -> dict[str, Tensor | float | None]:
+        """The layer-plan pieces a backend applies itself: `sinks` and `softcap`, as keyword arguments."""
+        return {"sinks": self.sinks, "softcap": self.softcap}
+
     def __post_init__(self) -> None:
         if self.layout is None:  # one device read here, so that no backend decision reads positions again
             object.__setattr__(self, "layout", PositionLayout.of(self.q_pos, self.k_pos))
@@ -236,22 +246,7 @@ class ReferenceBackend(AttentionBackend):
         return None
 
     def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-        return cast(
-            Tensor,
-            reference_attention(
-                q,
-                k,
-                v,
-                ctx.scheme,
-                ctx.mask,
-                ctx.q_pos,
-                ctx.k_pos,
-                ctx.scale,
-                ctx.tau,
-                sinks=ctx.sinks,
-                softcap=ctx.softcap,
-            ),
-        )
+        return cast(Tensor, reference_attention(q, k, v, *ctx.core, **ctx.pieces))  # type: ignore[arg-type]
 
 
 class SdpaBackend(AttentionBackend):
@@ -295,20 +290,7 @@ class ChunkedBackend(AttentionBackend):
         return None
 
     def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-        return chunked_attention(
-            q,
-            k,
-            v,
-            ctx.scheme,
-            ctx.mask,
-            ctx.q_pos,
-            ctx.k_pos,
-            ctx.scale,
-            ctx.tau,
-            ctx.block_size,
-            sinks=ctx.sinks,
-            softcap=ctx.softcap,
-        )
+        return chunked_attention(q, k, v, *ctx.core, ctx.block_size, **ctx.pieces)  # type: ignore[arg-type]
 
 
 #: FlexAttention's kernels on CUDA need a head dimension of at least this
@@ -340,20 +322,7 @@ class FlexBackend(AttentionBackend):
         return None
 
     def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-        return flex_attention_forward(
-            q,
-            k,
-            v,
-            ctx.scheme,
-            ctx.mask,
-            ctx.q_pos,
-            ctx.k_pos,
-            ctx.scale,
-            ctx.tau,
-            layout=ctx.facts,
-            sinks=ctx.sinks,
-            softcap=ctx.softcap,
-        )
+        return flex_attention_forward(q, k, v, *ctx.core, layout=ctx.facts, **ctx.pieces)  # type: ignore[arg-type]
 
 
 #: the backends by name (`attention(..., backend=NAME)`), and the order `auto` asks them in per device type

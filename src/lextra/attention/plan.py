@@ -25,7 +25,7 @@ from lextra.attention.masks import MASKS
 from lextra.attention.pieces import PIECES, piece_options
 from lextra.errors import ConfigError
 from lextra.positions.base import SCHEMES, split_scheme_spec
-from lextra.registry import format_spec, parse_spec
+from lextra.registry import format_spec, parse_spec, split_top_level
 
 
 @dataclass(frozen=True)
@@ -60,25 +60,6 @@ class LayerVariant:
     def key(self) -> str:
         """The scheme's identity (name and options), for sharing one scheme instance among layers."""
         return json.dumps([self.scheme, self.scheme_options], sort_keys=True, default=str)
-
-
-def _top_level_split(text: str, separator: str) -> list[str]:
-    """Split at `separator` outside brackets and parentheses."""
-    items, depth, start = [], 0, 0
-    for i, char in enumerate(text):
-        if char in "[({":
-            depth += 1
-        elif char in "])}":
-            depth -= 1
-            if depth < 0:
-                raise ConfigError(f"layer plan {text!r}: unbalanced ')', ']' or '}}'")
-        elif char == separator and depth == 0:
-            items.append(text[start:i])
-            start = i + 1
-    if depth:
-        raise ConfigError(f"layer plan {text!r}: unbalanced '(', '[' or '{{'")
-    items.append(text[start:])
-    return items
 
 
 def parse_variant(text: str) -> LayerVariant:
@@ -117,7 +98,7 @@ def parse_variant(text: str) -> LayerVariant:
 def parse_pattern(text: str) -> list[LayerVariant]:
     """The plan's pattern (before it is repeated over the layers): variants, `N*V` and `N*(...)` groups."""
     variants: list[LayerVariant] = []
-    for raw in _top_level_split(text, ";"):
+    for raw in split_top_level(text, ";"):
         item = raw.strip()
         if not item:
             raise ConfigError(f"layer plan {text!r} has an empty layer (two ';' in a row or a trailing ';')")
