@@ -945,6 +945,8 @@ def scored_attention(
 #: the no-autograd scored path's tile: query block x key chunk, (B, H, 128, 512) fp32 = 2 MiB at 8 heads
 SCORED_TILE = 128
 SCORED_KEY_TILE = 512
+#: softcaps up to this bound scores so that their exponentials sum without overflow (`_scored_tiles`)
+BOUNDED_CAP = 60.0
 
 
 def _scored_tiles(
@@ -962,68 +964,38 @@ def _scored_tiles(
     """One query block's output and log-sum-exp over its keys in chunks of `SCORED_KEY_TILE`, without autograd:
     each tile's scores scaled, biased, tempered and capped in place, masked where the mask hides some of them,
     normalised by the tile's log-sum-exp and merged exactly (`merge_tiles`). A softcap of at most `BOUNDED_CAP`
-    with nothing added after it bounds every score by the cap, so exp(score) cannot overflow fp32 (e^60 x 10^12
-    keys < 3 x 10^38): tiles then accumulate exp(score) v and the row sums directly, without a log-sum-exp."""
-    if softcap is not None and softcap <= BOUNDED_CAP:
-        return _capped_tiles(qc, kc, vc, scheme, local, qp, kp, scale, tau, softcap)
+    bounds every score by the cap, so exp(score) cannot overflow fp32 (e^60 x 10^12 keys < 3 x 10^38): tiles then
+    accumulate exp(score) v and the row sums directly, without a log-sum-exp, and divide once at the end."""
+    bounded = softcap is not None and softcap <= BOUNDED_CAP
+    divisor = softcap if bounded and softcap is not None else 1.0  # the scores come out divided by it
+    q_scaled = qc * (scale / divisor) if tau is None else qc * (scale / divisor) / tau[..., None]
     acc = lse = None
-    for lo in range(0, max(1, kp.numel()), SCORED_KEY_TILE):
-        hi = min(lo + SCORED_KEY_TILE, kp.numel())
-        scores = torch.matmul(qc, kc[..., lo:hi, :].float().transpose(-1, -2)).mul_(scale)
-        if scheme is not None and scheme.has_bias:
-            scores.add_(scheme.bias(qp, kp[lo:hi]))
-        if tau is not None:
-            scores.div_(tau[..., None])
-        if softcap is not None:
-            scores.div_(softcap).tanh_().mul_(softcap)
-        if not local.hides_nothing:
-            allowed = local.allowed(qp, kp[lo:hi])
-            if not bool(allowed.all()):
-                scores.masked_fill_(~allowed, float("-inf"))
-        part_lse = torch.logsumexp(scores, dim=-1)
-        scores.sub_(part_lse.masked_fill(torch.isneginf(part_lse), 0.0)[..., None]).exp_()
-        acc, lse = merge_tiles(acc, lse, torch.matmul(scores, vc[..., lo:hi, :].float()), part_lse)
-    assert acc is not None and lse is not None  # at least one tile
-    return acc, lse
-
-
-#: softcaps up to this bound scores so that their exponentials sum without overflow (`_scored_tiles`)
-BOUNDED_CAP = 60.0
-
-
-def _capped_tiles(
-    qc: Tensor,
-    kc: Tensor,
-    vc: Tensor,
-    scheme: PositionScheme | None,
-    local: Mask,
-    qp: Tensor,
-    kp: Tensor,
-    scale: float,
-    tau: Tensor | None,
-    softcap: float,
-) -> tuple[Tensor, Tensor]:
-    """`_scored_tiles` for scores bounded by a softcap: sum_n exp(s_mn) v_n and sum_n exp(s_mn) over tiles, then one
-    division; the log-sum-exp is the log of the row sum (-inf where a row sees no key, its output 0)."""
-    acc = total = None
-    q_scaled = qc * (scale / softcap) if tau is None else qc * (scale / softcap) / tau[..., None]
     for lo in range(0, max(1, kp.numel()), SCORED_KEY_TILE):
         hi = min(lo + SCORED_KEY_TILE, kp.numel())
         scores = torch.matmul(q_scaled, kc[..., lo:hi, :].float().transpose(-1, -2))
         if scheme is not None and scheme.has_bias:
-            bias = scheme.bias(qp, kp[lo:hi]) / softcap
+            bias = scheme.bias(qp, kp[lo:hi]) / divisor
             scores.add_(bias if tau is None else bias / tau[..., None])
-        scores.tanh_().mul_(softcap)
+        if softcap is not None:
+            (scores if bounded else scores.div_(softcap)).tanh_().mul_(softcap)
         if not local.hides_nothing:
             allowed = local.allowed(qp, kp[lo:hi])
             if not bool(allowed.all()):
                 scores.masked_fill_(~allowed, float("-inf"))
-        scores.exp_()
-        part, rows = torch.matmul(scores, vc[..., lo:hi, :].float()), scores.sum(-1)
-        acc, total = (part, rows) if acc is None or total is None else (acc.add_(part), total.add_(rows))
-    assert acc is not None and total is not None  # at least one tile
-    acc.div_(total.clamp(min=torch.finfo(total.dtype).tiny)[..., None])
-    return acc, torch.log(total)
+        if bounded:  # lse holds the row sums of exp(score) until the end
+            scores.exp_()
+            part, rows = torch.matmul(scores, vc[..., lo:hi, :].float()), scores.sum(-1)
+            acc, lse = (part, rows) if acc is None or lse is None else (acc.add_(part), lse.add_(rows))
+            continue
+        part_lse = torch.logsumexp(scores, dim=-1)
+        scores.sub_(part_lse.masked_fill(torch.isneginf(part_lse), 0.0)[..., None]).exp_()
+        acc, lse = merge_tiles(acc, lse, torch.matmul(scores, vc[..., lo:hi, :].float()), part_lse)
+    assert acc is not None and lse is not None  # at least one tile
+    if bounded:
+        acc.div_(lse.clamp(min=torch.finfo(lse.dtype).tiny)[..., None])
+        lse = torch.log(lse)
+    return acc, lse
+
 
 
 def _tile_bias(
