@@ -3,14 +3,15 @@ plain causal SDPA, and of a hybrid plan's forward next to the sum of its layers 
 
 What it measures
     At length L (default 16384), batch 1, 8 heads, head dim 64, fp32, under `torch.no_grad()`, single-threaded
-    (`--threads`): the median wall time of `--repeats` calls (after one warm-up call at L) of
+    (`--threads`), the median over `--repeats` back-to-back pairs (after one warm-up call of each) of the ratio of
     - `sdpa`: `F.scaled_dot_product_attention(q, k, v, is_causal=True)`, the baseline every ratio divides by;
     - each piece through `attention(..., backend="auto")`: `chunk:C` (NoPE), `sinks` (causal), `softcap:50`
       (causal), `rope,fraction=0.25` (partial rotary), `rope,proportional=0.75` (p-RoPE), `temp_tuning` (a per-query
       temperature), and `qknorm` / `gate` as their own operations plus RoPE attention;
     - a hybrid plan (`--plan`, default `rnope-swa,window=1024` on 4 layers of width 512): `GPT.forward_layers`
       over all layers, against the sum of each layer run alone (`forward_layers(start=i, stop=i + 1)`).
-    Ratios are measured in one run, so they compare like with like on a busy machine; the absolute times are not.
+    Each ratio is a median of pairs run back to back, so it compares like with like on a machine whose load
+    changes; the absolute times are not comparable across runs.
 
 Usage
     .venv/bin/python benchmarks/hybrids.py                      # L = 16384, 3 repeats, JSON to stdout's last line
@@ -37,15 +38,23 @@ from lextra.positions import HeadDims, build_scheme
 HEADS, HEAD_DIM = 8, 64
 
 
-def median_time(call: Callable[[], object], repeats: int) -> float:
-    """Median seconds of `repeats` calls after one warm-up call."""
+def timed(call: Callable[[], object]) -> float:
+    """Seconds of one call."""
+    start = time.perf_counter()
     call()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return time.perf_counter() - start
+
+
+def paired_ratio(call: Callable[[], object], base: Callable[[], object], repeats: int) -> tuple[float, float, float]:
+    """(median ratio, median seconds, median base seconds) of `repeats` back-to-back pairs of `call` and `base`,
+    after one warm-up call of each: pairs, so that a machine whose load changes divides like by like."""
+    call(), base()
+    pairs = [(timed(call), timed(base)) for _ in range(repeats)]
+    return (
+        statistics.median(a / b for a, b in pairs),
+        statistics.median(a for a, _ in pairs),
+        statistics.median(b for _, b in pairs),
+    )
 
 
 def piece_calls(length: int, chunk: int) -> dict[str, Callable[[], object]]:
@@ -68,7 +77,6 @@ def piece_calls(length: int, chunk: int) -> dict[str, Callable[[], object]]:
 
     return {
         "sdpa": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
-        "rope": lambda: attention(q, k, v, scheme=rope),
         f"chunk:{chunk}": lambda: attention(q, k, v, mask=f"chunk:{chunk}"),
         "sinks": lambda: attention(q, k, v, sinks=sinks),
         "rope+sinks": lambda: attention(q, k, v, scheme=rope, sinks=sinks),
@@ -82,18 +90,19 @@ def piece_calls(length: int, chunk: int) -> dict[str, Callable[[], object]]:
 
 
 def hybrid_times(plan: str, length: int, n_layer: int, repeats: int) -> dict[str, float]:
-    """The plan's forward over all layers and the sum of its layers run alone."""
+    """The plan's forward over all layers against the sum of its layers run alone, in pairs (`paired_ratio`)."""
     config = GPTConfig(n_layer=n_layer, n_head=HEADS, d_model=HEADS * HEAD_DIM, train_len=128, layer_plan=plan)
     model = GPT(config).eval()
     x = torch.randn(1, length, config.d_model)
     positions = torch.arange(length)
     mask = build_mask("causal")
-    whole = median_time(lambda: model.forward_layers(x, positions, mask), repeats)
-    alone = [
-        median_time(lambda i=i: model.forward_layers(x, positions, mask, start=i, stop=i + 1), repeats)
-        for i in range(n_layer)
-    ]
-    return {"whole_s": whole, "layers_alone_s": sum(alone), "ratio": whole / sum(alone)}
+
+    def alone() -> None:
+        for i in range(n_layer):
+            model.forward_layers(x, positions, mask, start=i, stop=i + 1)
+
+    ratio, whole, layers = paired_ratio(lambda: model.forward_layers(x, positions, mask), alone, repeats)
+    return {"whole_s": whole, "layers_alone_s": layers, "ratio": ratio}
 
 
 def main() -> None:
@@ -109,10 +118,12 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     with torch.no_grad():
-        times = {name: median_time(call, args.repeats) for name, call in piece_calls(args.length, args.chunk).items()}
-        base = times["sdpa"]
-        for name, seconds in times.items():
-            print(f"{name:<24} {seconds * 1000:9.1f} ms  {seconds / base:5.2f}x sdpa", flush=True)
+        calls = piece_calls(args.length, args.chunk)
+        base = calls.pop("sdpa")
+        ratios, times = {}, {}
+        for name, call in calls.items():
+            ratios[name], times[name], times[f"sdpa (paired with {name})"] = paired_ratio(call, base, args.repeats)
+            print(f"{name:<24} {times[name] * 1000:9.1f} ms  {ratios[name]:5.2f}x sdpa (median of pairs)", flush=True)
         hybrid = hybrid_times(args.plan, args.length, args.n_layer, args.repeats)
     print(f"plan {args.plan}: whole {hybrid['whole_s']:.2f} s, layers alone {hybrid['layers_alone_s']:.2f} s, "
           f"{hybrid['ratio']:.3f}x")  # fmt: skip
@@ -121,7 +132,7 @@ def main() -> None:
         "threads": args.threads,
         "repeats": args.repeats,
         "times_s": times,
-        "ratio_to_sdpa": {name: seconds / base for name, seconds in times.items()},
+        "ratio_to_sdpa": ratios,
         "hybrid": {"plan": args.plan, "n_layer": args.n_layer, **hybrid},
     }
     if args.out:
