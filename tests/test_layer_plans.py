@@ -493,3 +493,27 @@ def test_the_hybrids_study_trains_each_plan_it_names() -> None:
     bad = {"train": {"model": {"n_layer": 4}}, "models": [{"label": "x", "layer_plan": "rope+windw:3"}]}
     with pytest.raises(ConfigError, match="'windw' is neither a mask"):
         parse_study(bad)
+
+
+def test_a_hybrid_training_step_on_cuda_equals_the_cpu_step() -> None:
+    """A plan with every piece trains on the virtual CUDA device (flex with sinks and a softcap, chunked, sdpa) with
+    the CPU's loss and gradients."""
+    import copy
+
+    plan = "rope+window:6+sinks+softcap:3+qknorm+gate;nope+temp_tuning,beta=0.5,gamma=4;rope,fraction=0.5+chunk:8"
+    model = GPT(GPTConfig(vocab_size=61, n_layer=3, n_head=2, d_model=32, train_len=16, layer_plan=plan)).train()
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(0.05 * torch.randn_like(param))
+    twin = copy.deepcopy(model)
+    tokens = torch.randint(0, 61, (2, 24))
+    loss = model.loss(tokens)
+    loss.backward()
+    with vd.virtual_cuda() as mode:
+        twin.to("cuda")
+        twin_loss = twin.loss(vd.virtual(tokens))
+        twin_loss.backward()
+    assert mode.flex_calls >= 2 and abs(vd.plain(twin_loss).item() - loss.item()) < TOL
+    for (name, param), (_, moved) in zip(model.named_parameters(), twin.named_parameters(), strict=True):
+        assert isinstance(moved.grad, vd.VirtualTensor), name
+        assert (vd.plain(moved.grad) - param.grad).abs().max() <= 1e-5 * (1 + float(param.grad.abs().max())), name
