@@ -570,12 +570,6 @@ class GPT(nn.Module):
     def scheme_for(self, layer: int) -> PositionScheme:
         return cast(PositionScheme, self.positions[self.scheme_index[layer]])
 
-    def layer_mask(self, layer: int, mask: Mask) -> Mask:
-        """The mask layer `layer` attends with under a call's `mask`: its own (a plan's window or chunk) if it has
-        one, else the call's."""
-        own = cast(Block, self.blocks[layer]).attn.own_mask
-        return mask if own is None else own
-
     def new_cache(self) -> KVCache:
         """An empty key/value cache for incremental decoding with `model(tokens, cache=cache)`."""
         return KVCache(self.config.n_layer)
@@ -603,7 +597,8 @@ class GPT(nn.Module):
     ) -> Tensor:
         """`features` from token embeddings (B, L, d_model), so callers can differentiate with respect to them.
 
-        `mask` None is the model's own (`GPT.mask`, causal unless an inference setup set one)."""
+        `mask` None is the model's own (`GPT.mask`, causal unless an inference setup set one); a layer plan's local
+        layers (a window, a chunk) attend with their own mask whatever the call's."""
         L = embeddings.shape[1]
         start = cache.length if cache is not None else 0
         layout = None
