@@ -997,7 +997,6 @@ def _scored_tiles(
     return acc, lse
 
 
-
 def _tile_bias(
     scheme: PositionScheme, qp: Tensor, kp: Tensor, tau: Tensor | None, causal: bool, workspace: dict[str, Tensor]
 ) -> Tensor:

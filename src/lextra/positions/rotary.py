@@ -61,12 +61,14 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
     return out.to(x.dtype)
 
 
-def _apply_rotary_half_inference(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+def _apply_rotary_half_inference(x: Tensor, cos: Tensor, sin: Tensor, out: Tensor | None = None) -> Tensor:
     """`apply_rotary` for the half layout without autograd: four passes into one output (no temporaries, no cat);
-    the same products and sums, so the same values."""
+    the same products and sums, so the same values. `out`: where to write them (a slice of a larger tensor)."""
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]
-    out = torch.empty(torch.broadcast_shapes(x.shape, (*cos.shape[:-1], x.shape[-1])), dtype=x.dtype, device=x.device)
+    if out is None:
+        shape = torch.broadcast_shapes(x.shape, (*cos.shape[:-1], x.shape[-1]))
+        out = torch.empty(shape, dtype=x.dtype, device=x.device)
     out1, out2 = out[..., :half], out[..., half:]
     torch.mul(x1, cos, out=out1)
     out1.sub_(x2 * sin)
@@ -231,9 +233,15 @@ class RoPE(RotaryFrequencies):
         return apply_rotary(q, cos_q, sin_q, self.layout), apply_rotary(k, cos_k, sin_k, self.layout)
 
     def _partial(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        """Rotate the first `rotary_dim` channels of x, pass the rest (HF's partial rotary, e.g. Phi)."""
+        """Rotate the first `rotary_dim` channels of x, pass the rest (HF's partial rotary, e.g. Phi); without
+        autograd in fp32, written into one output (no cat)."""
         R = self.rotary_dim
-        return torch.cat((apply_rotary(x[..., :R], cos, sin, "half"), x[..., R:]), dim=-1)
+        if torch.is_grad_enabled() or x.dtype != torch.float32:
+            return torch.cat((apply_rotary(x[..., :R], cos, sin, "half"), x[..., R:]), dim=-1)
+        out = torch.empty(torch.broadcast_shapes(x.shape, (*cos.shape[:-1], x.shape[-1])), device=x.device)
+        _apply_rotary_half_inference(x[..., :R], cos, sin, out=out[..., :R])
+        out[..., R:] = x[..., R:]
+        return out
 
 
 @register_scheme("xpos")
