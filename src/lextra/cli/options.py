@@ -271,7 +271,7 @@ def add_scheme(parser: argparse.ArgumentParser) -> None:
         metavar="PLAN",
         help="a layer plan instead of --scheme: each layer's scheme+mask+pieces, ';' between layers, N*(...) repeats, "
         f"the pattern repeated over the layers (e.g. '3*(rope+window:64);nope'), or a preset: {', '.join(PRESETS)} "
-        "(e.g. gemma3,window=64; see `lextra list`) (default: every layer --scheme)",
+        "(e.g. gemma3,window=64; see `lextra list`); none: every layer is --scheme (default: None)",
     )
 
 

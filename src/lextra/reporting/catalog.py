@@ -37,11 +37,6 @@ def sections() -> list[tuple[str, Registry]]:
         ("position schemes (--scheme SPEC, e.g. rope,base=500000; or --scheme-option KEY=VALUE)", SCHEMES),
         ("masks (--mask SPEC, e.g. window:256 or window,width=256)", MASKS),
         (
-            "attention pieces of a layer plan (--layer-plan: SCHEME[+MASK][+PIECE...] per layer, ';' between layers, "
-            "N*(...) repeats, e.g. '3*(rope,base=10000+window:1024+qknorm);rope,base=1000000+sinks')",
-            PIECES,
-        ),
-        (
             "RoPE scalings of rotary models (--rope-scaling SPEC, e.g. yarn:4,beta_fast=16; or a JSON dict)",
             SCALING_TYPES,
         ),
@@ -60,6 +55,11 @@ def sections() -> list[tuple[str, Registry]]:
             TASKS,
         ),
         ("RULER tasks (lextra ruler ... --tasks NAME[,key=value...],NAME..., e.g. vt,hops=2)", RULER_TASKS),
+        (
+            "attention pieces of a layer plan (--layer-plan: SCHEME[+MASK][+PIECE...] per layer, ';' between layers, "
+            "N*(...) repeats, e.g. '3*(rope,base=10000+window:1024+qknorm);rope,base=1000000+sinks')",
+            PIECES,
+        ),
     ]
 
 
