@@ -4,9 +4,10 @@
   `k_norm`, learned weight; `weight=false` is Llama 4's weightless `Llama4TextL2Norm`, which commutes with the
   rotation because RoPE keeps each pair's norm).
 - `gate`: a sigmoid gate on each head's attention output, computed from the layer input (Qiu et al. 2025,
-  arXiv 2505.06708, qiuzh20/gated_attention): `elementwise` (one gate per channel, the authors' recommended G1)
-  or `headwise` (one per head). The authors widen `q_proj` by the gate's rows; a separate `gate_proj` is the same
-  linear map with its rows kept apart.
+  arXiv 2505.06708, qiuzh20/gated_attention): `elementwise` (one gate per channel, the G1 gate the paper and the
+  authors' README recommend; their config leaves both kinds off by default) or `headwise` (one per head). The
+  authors' code widens `q_proj` by the gate's rows and multiplies before `o_proj`; a separate projection is the
+  same linear map with its rows kept apart.
 - `sinks`: one learned logit per head in every softmax's denominator (gpt-oss's `eager_attention_forward`: the
   logit is concatenated to the masked scores and its probability dropped); applied by the backends.
 - `softcap:C`: scores become tanh(s / C) C before the mask (Gemma 2's `attn_logit_softcapping`); applied by the
