@@ -150,7 +150,7 @@ def test_scheme_specs_and_scheme_options() -> None:
 @pytest.mark.parametrize(
     ("build", "message"),
     [
-        (lambda: build_mask("windw:4"), "unknown mask 'windw'; known masks: causal, window, bca, full"),
+        (lambda: build_mask("windw:4"), "unknown mask 'windw'; known masks: causal, window, bca, chunk, full"),
         (lambda: build_mask("window,w=4"), "mask 'window' has no option 'w'; its options: width"),
         (
             lambda: build_mask("window:abc"),
@@ -177,7 +177,7 @@ def test_spec_errors_name_the_problem_and_the_fix(build, message: str) -> None:
 
 
 def test_describe_and_help_come_from_the_declarations() -> None:
-    assert MASKS.help_text().startswith("causal, window[:WIDTH], bca[:BLOCK], full")  # then plugins' masks
+    assert MASKS.help_text().startswith("causal, window[:WIDTH], bca[:BLOCK], chunk[:SIZE], full")  # then plugins'
     assert MASKS.usage("window") == "window[:WIDTH][,key=value...]" and MASKS.usage("causal") == "causal"
     assert MASKS.describe("bca") == "block=L_tr / 2" and MASKS.describe("full") == "no options"
     assert EXTENSIONS.describe("rerope") == "window=L/8, log_scale=True"

@@ -91,6 +91,9 @@ RULES: dict[tuple[str, str], tuple[str, Any]] = {
     ("sinusoidal", "scale"): ("float", lambda v: 0 <= v <= FLOAT32_MAX),
     ("learned", "max_len"): ("int", lambda v: 1 <= v <= 2**20),
     ("rope", "base"): ("float", lambda v: v > 1),
+    # partial rotary rotates an even number (at least 2) of the 8 channels, or all of them
+    ("rope", "fraction"): ("float", lambda v: 0 < v <= 1 and (v == 1 or (int(8 * v) >= 2 and int(8 * v) % 2 == 0))),
+    ("rope", "proportional"): ("float", lambda v: 0 < v <= 1),
     ("xpos", "base"): ("float", lambda v: v > 1),
     ("xpos", "scale_base"): ("float", lambda v: 1 <= v <= 1e12),
     ("coca", "base"): ("float", lambda v: v > 1),

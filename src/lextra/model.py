@@ -25,6 +25,8 @@ from lextra import serialize
 from lextra.attention import PositionLayout, attention, build_mask
 from lextra.attention.backends import AttentionExtension
 from lextra.attention.masks import Mask
+from lextra.attention.pieces import OutputGate, QKNorm, Sinks, TemperatureTuning
+from lextra.attention.plan import LayerVariant, format_plan, parse_plan
 from lextra.attention.s2 import shifted_sparse_attention
 from lextra.errors import CheckpointError, ConfigError
 from lextra.io import atomic_write, atomic_write_json, sha256_file
@@ -56,6 +58,9 @@ class GPTConfig:
     temperatures: list[list[float]] | None = None
     #: log-n scaling of the logits: "none", "qwen" (x log_{L_tr} i past L_tr), "ssmax" (learned s_h x ln n)
     log_scaling: str = "none"
+    #: a layer plan (`lextra.attention.plan`: per-layer scheme, mask and pieces, or a preset such as `gemma3`);
+    #: None: every layer is `scheme` with `scheme_options`, causal (today's model)
+    layer_plan: str | None = field(default=None, metadata=serialize.options(omit_none=True))
 
     def __post_init__(self) -> None:
         self.split_scheme_spec()
@@ -77,6 +82,40 @@ class GPTConfig:
     def head_dims(self) -> HeadDims:
         return HeadDims(self.n_head, self.head_dim, self.d_model, self.train_len)
 
+    def plan(self) -> list[LayerVariant]:
+        """Each layer's attention variant: the layer plan's, else `scheme` with its options on every layer."""
+        if self.layer_plan is None:
+            return [LayerVariant(self.scheme, dict(self.scheme_options))] * self.n_layer
+        return parse_plan(self.layer_plan, self.n_layer)
+
+    def _check_plan(self) -> None:
+        """A plan names each layer's scheme itself: `scheme` then follows its first layer (for labels); a different
+        `scheme` given beside it, or an absolute embedding on some layers only, is refused."""
+        if self.layer_plan is None:
+            return
+        if not isinstance(self.layer_plan, str):
+            raise ConfigError(f"model config: layer_plan must be a plan text such as 'gemma3', got {self.layer_plan!r}")
+        variants = self.plan()
+        first = variants[0]
+        given = (self.scheme, self.scheme_options)
+        if given not in (("rope", {}), (first.scheme, first.scheme_options)):
+            raise ConfigError(
+                f"model config: the layer plan names each layer's scheme; drop scheme={self.scheme!r} (and its "
+                "options) or drop layer_plan"
+            )
+        self.scheme, self.scheme_options = first.scheme, dict(first.scheme_options)
+        dims = self.head_dims()
+        distinct = {v.key(): v for v in variants}
+        with torch.random.fork_rng(devices=[]):  # checking the options draws no number the model's init would
+            embedding = {
+                v.scheme for v in distinct.values() if build_scheme(v.scheme, dims, **v.scheme_options).adds_embedding
+            }
+        if embedding and len(distinct) > 1:
+            raise ConfigError(
+                f"model config: {', '.join(sorted(embedding))} adds its positions to the input embedding once, so it "
+                "cannot be one layer's scheme in a plan; use it on every layer or choose a per-layer scheme"
+            )
+
     def validate(self) -> GPTConfig:
         """Refuse any value the model cannot be built from (before any work), naming the field and the fix."""
         self.split_scheme_spec()
@@ -95,6 +134,7 @@ class GPTConfig:
         check_bool("model config: tie_embeddings", self.tie_embeddings)
         if not isinstance(self.scheme_options, dict):
             raise ConfigError(f"model config: scheme_options must be a dict of options, got {self.scheme_options!r}")
+        self._check_plan()
         build_scheme(self.scheme, self.head_dims(), **self.scheme_options)  # raises on bad names/options
         if self.log_scaling not in LOG_SCALINGS:
             known = ", ".join(LOG_SCALINGS)
@@ -223,7 +263,8 @@ class AttentionInputs:
     """What one attention layer is about to score, as an observer of `GPT.forward_layers` sees it.
 
     `q` (B, H, Lq, D) and `k` (B, H, Lk, Dk) are the projections before the scheme's position transform (cached
-    keys included), `temperature` is the softmax temperature the layer applies (None, (H,) or (H, Lq)).
+    keys included, after QK-norm), `temperature` is the softmax temperature the layer applies (None, (H,) or
+    (H, Lq)), `mask` the layer's own (a plan's window or chunk) or the call's, `sinks` and `softcap` the layer's.
     """
 
     layer: int
@@ -234,6 +275,8 @@ class AttentionInputs:
     k_pos: Tensor
     mask: Mask
     temperature: Tensor | None
+    sinks: Tensor | None = None
+    softcap: float | None = None
 
 
 #: called with each layer's inputs just before it attends; it may raise to stop the forward pass there
@@ -251,8 +294,9 @@ class SelfAttention(nn.Module):
 
     temperature: Tensor | None  # a buffer
 
-    def __init__(self, config: GPTConfig, key_dim: int) -> None:
+    def __init__(self, config: GPTConfig, key_dim: int, variant: LayerVariant | None = None) -> None:
         super().__init__()
+        variant = variant or LayerVariant(config.scheme, dict(config.scheme_options))
         H, D = config.n_head, config.head_dim
         self.n_head, self.head_dim, self.key_dim = H, D, key_dim
         self.q_proj = nn.Linear(config.d_model, H * D, bias=False)
@@ -260,7 +304,18 @@ class SelfAttention(nn.Module):
         self.v_proj = nn.Linear(config.d_model, H * D, bias=False)
         self.o_proj = nn.Linear(H * D, config.d_model, bias=False)
         self.dropout = nn.Dropout(config.dropout)
-        self.train_len, self.log_scaling = config.train_len, config.log_scaling
+        pieces = variant.pieces
+        self.train_len = config.train_len
+        self.log_scaling = pieces["logn"].get("kind", "qwen") if "logn" in pieces else config.log_scaling
+        dims = config.head_dims()
+        #: the layer's own mask (a plan's window, chunk, ...), or None: the call's mask (causal by default)
+        self.own_mask: Mask | None = build_mask(variant.mask, config.train_len) if variant.mask != "causal" else None
+        #: the plan's pieces (`lextra.attention.pieces`); None where the layer has none
+        self.qknorm = QKNorm(dims, **pieces["qknorm"]) if "qknorm" in pieces else None
+        self.gate = OutputGate(dims, **pieces["gate"]) if "gate" in pieces else None
+        self.sinks = Sinks(dims) if "sinks" in pieces else None
+        self.softcap: float | None = float(pieces["softcap"].get("cap", 50.0)) if "softcap" in pieces else None
+        self.temp_tuning = TemperatureTuning(dims, **pieces["temp_tuning"]) if "temp_tuning" in pieces else None
         #: per-head temperature (softmax(logits / tau)); None means 1 (set by temperature alignment)
         self.register_buffer("temperature", None, persistent=False)
         #: a training-free extension method the layer attends through (`lextra.extend.apply_extension`); the
@@ -268,7 +323,7 @@ class SelfAttention(nn.Module):
         self.extension: AttentionExtension | None = None
         #: LongLoRA's S2-Attn group size while training (0: off); eval mode always attends fully causally
         self.s2_group = 0
-        if config.log_scaling == "ssmax":
+        if self.log_scaling == "ssmax":
             # Scalable-Softmax (Nakanishi 2025, arXiv 2501.19399): logits x s_h ln n, s_h learned;
             # 1 / ln L_tr makes the factor 1 at n = L_tr
             self.ssmax_scale = nn.Parameter(torch.full((H,), 1.0 / math.log(max(2, config.train_len))))
@@ -295,7 +350,18 @@ class SelfAttention(nn.Module):
         return q, k, v
 
     def query_temperature(self, q_pos: Tensor, k_pos: Tensor, mask: Mask) -> Tensor | None:
-        """The softmax temperature: the layer's (H,) times log-n scaling per query, as (H,) or (H, Lq)."""
+        """The softmax temperature: the layer's (H,) times log-n scaling per query, as (H,) or (H, Lq), divided by
+        Llama 4's temperature tuning where the layer has it (it multiplies the queries)."""
+        tau = self.log_temperature(q_pos, k_pos, mask)
+        if self.temp_tuning is None:
+            return tau
+        inverse = 1.0 / self.temp_tuning.scale(q_pos)[None]  # (1, Lq)
+        if tau is None:
+            return inverse
+        return (tau[:, None] if tau.dim() == 1 else tau) * inverse
+
+    def log_temperature(self, q_pos: Tensor, k_pos: Tensor, mask: Mask) -> Tensor | None:
+        """The layer's (H,) temperature times its log-n scaling per query, as (H,) or (H, Lq)."""
         tau = self.temperature
         if self.log_scaling == "none":
             return tau
@@ -323,6 +389,10 @@ class SelfAttention(nn.Module):
         that choosing a backend reads nothing from the device; ignored under a cache (its keys differ)."""
         B, L, _ = x.shape
         q, k, v = self.project(x)
+        if self.qknorm is not None:
+            q, k = self.qknorm(q, k)
+        if self.own_mask is not None:
+            mask = self.own_mask
         k_pos = positions
         # plain RoPE under a cache: keys are cached rotated, so a decoding step rotates one key, not all of them
         rotated = cache is not None and self.extension is None and observer is None and scheme.rotates_keys_alone
@@ -332,11 +402,17 @@ class SelfAttention(nn.Module):
             k, v = cache.extend(layer, k, v, positions, rotated=rotated)
             k_pos = cache.key_positions(layer, positions)
         temperature = self.query_temperature(positions, k_pos, mask)
+        sinks = None if self.sinks is None else self.sinks.logits
         if observer is not None:
-            observer(AttentionInputs(layer, q, k, scheme, positions, k_pos, mask, temperature))
+            observer(AttentionInputs(layer, q, k, scheme, positions, k_pos, mask, temperature, sinks, self.softcap))
+        if self.extension is not None and (sinks is not None or self.softcap is not None):
+            raise ConfigError(
+                f"extension {self.extension.name!r} does not apply learned sinks or a softcap; apply it to the "
+                "layers without them (--layers-select)"
+            )
         if self.s2_group and self.training and cache is None and self.extension is None:
             out = shifted_sparse_attention(q, k, v, self.s2_group, scheme, positions, positions, temperature)
-            return self.dropout(self.o_proj(out.transpose(1, 2).reshape(B, L, -1)))
+            return self.dropout(self.o_proj(self._gated(x, out).transpose(1, 2).reshape(B, L, -1)))
         out = attention(
             q,
             k,
@@ -349,12 +425,18 @@ class SelfAttention(nn.Module):
             temperature=temperature,
             extension=self.extension,
             layout=layout if cache is None else None,
+            sinks=sinks,
+            softcap=self.softcap,
         )
         if cache is not None and self.extension is not None:
             keep = self.extension.retains(k_pos, int(positions[-1]) + 1)
             if keep is not None:
                 cache.evict(layer, keep, k_pos)
-        return self.dropout(self.o_proj(out.transpose(1, 2).reshape(B, L, -1)))
+        return self.dropout(self.o_proj(self._gated(x, out).transpose(1, 2).reshape(B, L, -1)))
+
+    def _gated(self, x: Tensor, out: Tensor) -> Tensor:
+        """The attention output (B, H, L, D) through the layer's output gate, if it has one."""
+        return out if self.gate is None else self.gate(x, out)
 
 
 class MLP(nn.Module):
@@ -372,10 +454,10 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """Pre-norm transformer block: x + attn(ln(x)), then x + mlp(ln(x))."""
 
-    def __init__(self, config: GPTConfig, key_dim: int) -> None:
+    def __init__(self, config: GPTConfig, key_dim: int, variant: LayerVariant | None = None) -> None:
         super().__init__()
         self.ln_attn = nn.LayerNorm(config.d_model)
-        self.attn = SelfAttention(config, key_dim)
+        self.attn = SelfAttention(config, key_dim, variant)
         self.ln_mlp = nn.LayerNorm(config.d_model)
         self.mlp = MLP(config)
 
@@ -390,19 +472,14 @@ class GPT(nn.Module):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         self.config = config.validate()
-        dims = config.head_dims()
-        first = build_scheme(config.scheme, dims, **config.scheme_options)
-        shared = first.shared_across_layers or first.adds_embedding or not any(True for _ in first.parameters())
-        others = (
-            []
-            if shared
-            else [build_scheme(config.scheme, dims, **config.scheme_options) for _ in range(config.n_layer - 1)]
-        )
-        #: one scheme for all layers (parameter-free, absolute, or T5), else one per layer
-        self.positions = nn.ModuleList([first, *others])
+        #: each layer's attention variant (the layer plan, or the config's scheme on every layer)
+        self.variants = config.plan()
+        self.positions, self.scheme_index = self._build_schemes(self.variants)
         self.embed = nn.Embedding(config.vocab_size, config.d_model)
         self.drop = nn.Dropout(config.dropout)
-        self.blocks = nn.ModuleList(Block(config, first.key_dim()) for _ in range(config.n_layer))
+        self.blocks = nn.ModuleList(
+            Block(config, self.scheme_for(layer).key_dim(), variant) for layer, variant in enumerate(self.variants)
+        )
         self.ln_f = nn.LayerNorm(config.d_model)
         self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self._init_weights()
@@ -412,6 +489,25 @@ class GPT(nn.Module):
         #: causal
         self.mask: Mask | None = None
         self.set_temperatures(config.temperatures)
+
+    def _build_schemes(self, variants: list[LayerVariant]) -> tuple[nn.ModuleList, list[int]]:
+        """The position schemes and each layer's index into them: layers with the same scheme and options share
+        one instance when it holds no per-layer parameters (parameter-free, absolute, or T5), else one per layer,
+        built in layer order (a one-variant plan builds exactly what a single scheme did)."""
+        dims = self.config.head_dims()
+        schemes: list[PositionScheme] = []
+        index: list[int] = []
+        shared: dict[str, int] = {}
+        for variant in variants:
+            if variant.key() in shared:
+                index.append(shared[variant.key()])
+                continue
+            scheme = build_scheme(variant.scheme, dims, **variant.scheme_options)
+            if scheme.shared_across_layers or scheme.adds_embedding or not any(True for _ in scheme.parameters()):
+                shared[variant.key()] = len(schemes)
+            index.append(len(schemes))
+            schemes.append(scheme)
+        return nn.ModuleList(schemes), index
 
     def set_temperatures(self, temperatures: Tensor | list[list[float]] | None) -> None:
         """Per-layer, per-head softmax temperatures (n_layer, n_head), recorded in the config so they are saved
@@ -444,17 +540,26 @@ class GPT(nn.Module):
             if name.endswith(("o_proj.weight", "down.weight")):
                 nn.init.normal_(param, std=0.02 / math.sqrt(2 * self.config.n_layer))
 
-    def set_scheme_options(self, **options: Any) -> None:
-        """Rebuild the position scheme(s) with changed options, keeping learned parameters: how inference-time
-        methods such as a RoPE scaling are applied to a trained model."""
-        merged = {**self.config.scheme_options, **options}
-        dims = self.config.head_dims()
-        fresh = [build_scheme(self.config.scheme, dims, **merged) for _ in self.positions]
-        for old, new in zip(self.positions, fresh, strict=True):
-            new.load_state_dict(old.state_dict())
+    def set_scheme_options(self, layers: list[int] | None = None, drop: tuple[str, ...] = (), **options: Any) -> None:
+        """Rebuild the position schemes of `layers` (default: all) with changed options (`drop`: options removed
+        first), keeping learned parameters: how inference-time methods such as a RoPE scaling are applied to a
+        trained model. A model without a layer plan keeps `scheme_options`; a plan is rewritten layer by layer."""
+        chosen = range(self.config.n_layer) if layers is None else layers
+        variants = list(self.variants)
+        for layer in chosen:
+            old = variants[layer]
+            kept = {k: v for k, v in old.scheme_options.items() if k not in drop}
+            variants[layer] = LayerVariant(old.scheme, {**kept, **options}, old.mask, old.pieces)
+        positions, index = self._build_schemes(variants)
+        for layer in range(self.config.n_layer):  # learned scheme parameters carry over from each layer's old one
+            positions[index[layer]].load_state_dict(self.scheme_for(layer).state_dict())
         device = next(self.parameters()).device
-        self.positions = nn.ModuleList(fresh).to(device)
-        self.config.scheme_options = merged
+        self.positions, self.scheme_index, self.variants = positions.to(device), index, variants
+        if self.config.layer_plan is None and len({v.key() for v in variants}) == 1:
+            self.config.scheme_options = dict(variants[0].scheme_options)
+        else:
+            self.config.layer_plan = format_plan(variants)
+            self.config.scheme, self.config.scheme_options = variants[0].scheme, dict(variants[0].scheme_options)
 
     def set_s2_attn(self, group: int) -> None:
         """Train with LongLoRA's S2-Attn in groups of `group` tokens (0: off); it applies in training mode only,
@@ -463,7 +568,7 @@ class GPT(nn.Module):
             cast(Block, block).attn.s2_group = int(group)
 
     def scheme_for(self, layer: int) -> PositionScheme:
-        return cast(PositionScheme, self.positions[layer if len(self.positions) > 1 else 0])
+        return cast(PositionScheme, self.positions[self.scheme_index[layer]])
 
     def new_cache(self) -> KVCache:
         """An empty key/value cache for incremental decoding with `model(tokens, cache=cache)`."""
@@ -492,7 +597,8 @@ class GPT(nn.Module):
     ) -> Tensor:
         """`features` from token embeddings (B, L, d_model), so callers can differentiate with respect to them.
 
-        `mask` None is the model's own (`GPT.mask`, causal unless an inference setup set one)."""
+        `mask` None is the model's own (`GPT.mask`, causal unless an inference setup set one); a layer plan's local
+        layers (a window, a chunk) attend with their own mask whatever the call's."""
         L = embeddings.shape[1]
         start = cache.length if cache is not None else 0
         layout = None

@@ -65,8 +65,9 @@ class Spec:
 _OPEN, _CLOSE = "[({", "])}"
 
 
-def _split_outside(text: str, separators: str) -> list[str]:
-    """Split at `separators` outside brackets, braces and quotes, so `[1, 2]` and `{"a": 1, "b": 2}` stay whole."""
+def split_top_level(text: str, separators: str = ",") -> list[str]:
+    """Split at any of `separators` outside brackets, parentheses, braces and quotes, so `[1, 2]`,
+    `{"a": 1, "b": 2}` and a layer plan's `(...)` groups stay whole; ConfigError on unbalanced brackets."""
     items, depth, start, quote = [], 0, 0, ""
     for i, char in enumerate(text):
         if quote:
@@ -77,16 +78,15 @@ def _split_outside(text: str, separators: str) -> list[str]:
             depth += 1
         elif char in _CLOSE:
             depth -= 1
+            if depth < 0:
+                raise ConfigError(f"{text!r}: a closing ')', ']' or '}}' without its opening one")
         elif char in separators and depth == 0:
             items.append(text[start:i])
             start = i + 1
+    if depth:
+        raise ConfigError(f"{text!r}: an opening '(', '[' or '{{' without its closing one")
     items.append(text[start:])
     return items
-
-
-def _split_items(text: str) -> list[str]:
-    """Split a spec's items at commas outside brackets, braces and quotes."""
-    return _split_outside(text, ",")
 
 
 def _is_option(item: str) -> bool:
@@ -103,9 +103,9 @@ def split_specs(values: str | Iterable[str], kind: str = "spec") -> list[str]:
     texts = [values] if isinstance(values, str) else list(values)
     specs: list[str] = []
     for text in texts:
-        for group in _split_outside(text, ";"):
+        for group in split_top_level(text, ";"):
             current: list[str] = []
-            for item in (i.strip() for i in _split_items(group)):
+            for item in (i.strip() for i in split_top_level(group)):
                 if not item:
                     continue
                 if _is_option(item):
@@ -128,7 +128,7 @@ def split_specs(values: str | Iterable[str], kind: str = "spec") -> list[str]:
 def split_compound(text: str) -> list[str]:
     """The specs of a compound joined by `+` outside brackets, braces and quotes (`rope+window:64`, a scheme and
     a mask): the one grammar's way to give several classes' specs as one word."""
-    return [part.strip() for part in _split_outside(text, "+")]
+    return [part.strip() for part in split_top_level(text, "+")]
 
 
 def parse_spec(text: str, kind: str = "spec") -> Spec:
@@ -143,7 +143,7 @@ def parse_spec(text: str, kind: str = "spec") -> Spec:
         raise ConfigError(f"{kind} spec {text!r} has no name; the grammar is name[:positional][,key=value...]")
     positional: str | None = None
     options: dict[str, str] = {}
-    items = _split_items(rest) if sep else []
+    items = split_top_level(rest) if sep else []
     for index, item in enumerate(items):
         item = item.strip()
         if index == 0 and sep == ":" and "=" not in item:
@@ -188,6 +188,8 @@ def _value_text(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, list | tuple):
         return "[" + ",".join(_value_text(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return json.dumps(value, separators=(",", ":"), sort_keys=True)
     return str(value)
 
 

@@ -34,6 +34,8 @@ class LogitBlock:
     k_pos: Tensor
     logits: Tensor
     allowed: Tensor
+    #: the layer's learned sink logits (H,): one more term in each softmax's denominator, or None
+    sinks: Tensor | None = None
 
     @property
     def distance(self) -> Tensor:
@@ -41,8 +43,13 @@ class LogitBlock:
         return self.q_pos[:, None] - self.k_pos[None, :]
 
     def weights(self) -> Tensor:
-        """Softmax over the allowed keys (masked keys get weight 0), (B, H, c, n)."""
-        return torch.softmax(self.logits.masked_fill(~self.allowed, float("-inf")), dim=-1)
+        """Softmax over the allowed keys (masked keys get weight 0; with sinks, each row's weights sum to less
+        than 1 by the sink's share), (B, H, c, n)."""
+        logits = self.logits.masked_fill(~self.allowed, float("-inf"))
+        if self.sinks is None:
+            return torch.softmax(logits, dim=-1)
+        column = self.sinks.float().reshape(1, -1, 1, 1).expand(*logits.shape[:-1], 1)
+        return torch.softmax(torch.cat((logits, column), dim=-1), dim=-1)[..., :-1]
 
 
 @dataclass
@@ -64,6 +71,9 @@ class LayerAttention:
     block_size: int = DEFAULT_BLOCK
     bias: Tensor | None = None
     scale: float | None = None
+    #: the layer's learned sinks (H,) and logit softcap (a plan's pieces), or None
+    sinks: Tensor | None = None
+    softcap: float | None = None
 
     def blocks(self, rows: Tensor | None = None) -> Iterator[LogitBlock]:
         """Query blocks in order, each with the logits of the keys its mask can reach (as the chunked backend).
@@ -89,7 +99,9 @@ class LayerAttention:
             else:
                 logits = attention_logits(q, k, self.scheme, qp, kp, scale=scale) + self.bias[..., idx, lo:hi]
                 logits = logits if tau is None else logits / tau[..., None]
-            yield LogitBlock(qp, kp, logits, self.mask.allowed(qp, kp))
+            if self.softcap is not None:
+                logits = torch.tanh(logits / self.softcap) * self.softcap
+            yield LogitBlock(qp, kp, logits, self.mask.allowed(qp, kp), self.sinks)
 
 
 class CapturedLayer(Exception):  # noqa: N818  (a control-flow signal, not an error)
@@ -145,9 +157,9 @@ def _observe(
     """Run block `layer` on hidden states x until it is about to attend, and return what it would attend with."""
 
     def stop(inputs: AttentionInputs) -> None:
-        raise CapturedLayer(
-            LayerAttention(layer, inputs.q, inputs.k, inputs.scheme, inputs.q_pos, mask, inputs.temperature, block_size)
-        )
+        view = LayerAttention(layer, inputs.q, inputs.k, inputs.scheme, inputs.q_pos, inputs.mask, inputs.temperature)
+        view.block_size, view.sinks, view.softcap = block_size, inputs.sinks, inputs.softcap
+        raise CapturedLayer(view)
 
     try:
         model.forward_layers(x, positions, mask, backend, start=layer, stop=layer + 1, observer=stop)

@@ -51,7 +51,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lextra.attention.flex import flex_attention_forward, flex_unsupported
+from lextra.attention.flex import flex_attention_forward, flex_unsupported, with_sinks
 from lextra.attention.layout import PositionLayout
 from lextra.attention.masks import UNBOUNDED, CausalMask, Mask, build_mask
 from lextra.errors import ConfigError
@@ -119,6 +119,20 @@ class AttentionContext:
     dtype: torch.dtype = torch.float32
     head_dim: int | None = None
     layout: PositionLayout | None = None
+    #: learned sink logits (H,): one more term exp(sink_h) in each softmax's denominator (gpt-oss), or None
+    sinks: Tensor | None = None
+    #: logit softcapping: scores become tanh(s / softcap) softcap before the mask (Gemma 2), or None
+    softcap: float | None = None
+
+    @property
+    def core(self) -> tuple[PositionScheme | None, Mask, Tensor, Tensor, float, Tensor | None]:
+        """(scheme, mask, q_pos, k_pos, scale, tau): the leading arguments of every backend's function."""
+        return self.scheme, self.mask, self.q_pos, self.k_pos, self.scale, self.tau
+
+    @property
+    def pieces(self) -> dict[str, Tensor | float | None]:
+        """The layer-plan pieces a backend applies itself: `sinks` and `softcap`, as keyword arguments."""
+        return {"sinks": self.sinks, "softcap": self.softcap}
 
     def __post_init__(self) -> None:
         if self.layout is None:  # one device read here, so that no backend decision reads positions again
@@ -145,6 +159,8 @@ class AttentionContext:
         block_size: int | None = None,
         extension: AttentionExtension | None = None,
         layout: PositionLayout | None = None,
+        sinks: Tensor | None = None,
+        softcap: float | None = None,
     ) -> AttentionContext:
         """The context of `attention(q, k, v, ...)`: default positions (keys at 0..Lk-1, queries the last Lq of
         them), scale 1/sqrt(D), the temperature normalised; mismatched lengths and bad temperatures refused.
@@ -157,8 +173,25 @@ class AttentionContext:
         q_pos, k_pos = default_positions(q, k, q_pos, k_pos)
         scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
         tau = _temperature(temperature, q)
+        if sinks is not None and tuple(sinks.shape) != (q.shape[1],):
+            raise ConfigError(f"sinks must hold one logit per head ({q.shape[1]},), got shape {tuple(sinks.shape)}")
+        if softcap is not None and not (math.isfinite(softcap) and softcap > 0):
+            raise ConfigError(f"softcap must be a positive number, got {softcap!r}")
         return cls(
-            scheme, mask, q_pos, k_pos, scale, tau, block_size, extension, q.device, q.dtype, q.shape[-1], layout
+            scheme,
+            mask,
+            q_pos,
+            k_pos,
+            scale,
+            tau,
+            block_size,
+            extension,
+            q.device,
+            q.dtype,
+            q.shape[-1],
+            layout,
+            sinks,
+            softcap,
         )
 
 
@@ -213,9 +246,7 @@ class ReferenceBackend(AttentionBackend):
         return None
 
     def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-        return cast(
-            Tensor, reference_attention(q, k, v, ctx.scheme, ctx.mask, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau)
-        )
+        return cast(Tensor, reference_attention(q, k, v, *ctx.core, **ctx.pieces))  # type: ignore[arg-type]
 
 
 class SdpaBackend(AttentionBackend):
@@ -224,6 +255,13 @@ class SdpaBackend(AttentionBackend):
     name = "sdpa"
 
     def applies(self, ctx: AttentionContext) -> str | None:
+        if ctx.softcap is not None:
+            return f"the sdpa backend runs one fused call and cannot cap its scores (softcap); {_SDPA_FIX}"
+        if ctx.sinks is not None and not _lse_kernel_applies(ctx.device, ctx.dtype):
+            return (
+                "the sdpa backend applies sinks through the CPU flash kernel's log-sum-exp, without autograd, in "
+                f"fp32 or bf16; {_SDPA_FIX}"
+            )
         return _sdpa_reason(ctx.scheme, ctx.mask, ctx.q_pos, ctx.k_pos, ctx.facts)
 
     def declines(self, ctx: AttentionContext) -> str | None:
@@ -238,7 +276,9 @@ class SdpaBackend(AttentionBackend):
         return None
 
     def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-        return _sdpa_attention(q, k, v, ctx.scheme, ctx.mask, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau, ctx.facts)
+        return _sdpa_attention(
+            q, k, v, ctx.scheme, ctx.mask, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau, ctx.facts, ctx.sinks
+        )
 
 
 class ChunkedBackend(AttentionBackend):
@@ -250,9 +290,7 @@ class ChunkedBackend(AttentionBackend):
         return None
 
     def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-        return chunked_attention(
-            q, k, v, ctx.scheme, ctx.mask, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau, ctx.block_size
-        )
+        return chunked_attention(q, k, v, *ctx.core, ctx.block_size, **ctx.pieces)  # type: ignore[arg-type]
 
 
 #: FlexAttention's kernels on CUDA need a head dimension of at least this
@@ -284,9 +322,7 @@ class FlexBackend(AttentionBackend):
         return None
 
     def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-        return flex_attention_forward(
-            q, k, v, ctx.scheme, ctx.mask, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau, layout=ctx.facts
-        )
+        return flex_attention_forward(q, k, v, *ctx.core, layout=ctx.facts, **ctx.pieces)  # type: ignore[arg-type]
 
 
 #: the backends by name (`attention(..., backend=NAME)`), and the order `auto` asks them in per device type
@@ -364,13 +400,17 @@ def attention(
     block_size: int | None = None,
     extension: AttentionExtension | None = None,
     layout: PositionLayout | None = None,
+    sinks: Tensor | None = None,
+    softcap: float | None = None,
 ) -> Tensor:
     """Position-aware attention of q (B, H, Lq, D), k (B, H, Lk, Dk), v (B, H, Lk, Dv).
 
     Positions are 1-D integer tensors (default: keys at 0..Lk-1, queries the last Lq of them). `temperature`
     divides the logits (scalar, per head (H,), or per head and query (H, Lq)). `scale` defaults to
     1/sqrt(D) of the query's head dimension. Under an `extension` the call runs its passes (its dense
-    reference for backend='reference'). Builds an `AttentionContext` and runs it (`run_attention`).
+    reference for backend='reference'). `sinks` (H,) adds a learned logit per head to each softmax's
+    denominator (gpt-oss); `softcap` caps the scores as tanh(s / c) c before the mask (Gemma 2). Builds an
+    `AttentionContext` and runs it (`run_attention`).
     """
     ctx = AttentionContext.build(
         q,
@@ -384,6 +424,8 @@ def attention(
         block_size=block_size,
         extension=extension,
         layout=layout,
+        sinks=sinks,
+        softcap=softcap,
     )
     return run_attention(q, k, v, ctx, backend)
 
@@ -551,20 +593,49 @@ def reference_attention(
     scale: float,
     tau: Tensor | None = None,
     return_weights: bool = False,
+    *,
+    sinks: Tensor | None = None,
+    softcap: float | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
-    """Dense scores with every modifier applied as a tensor, in fp32: the ground truth for tests."""
+    """Dense scores with every modifier applied as a tensor, in fp32: the ground truth for tests.
+
+    `softcap` caps the scores (tanh(s / c) c, Gemma 2's eager order: after scaling, before the mask); `sinks`
+    (H,) are concatenated to the masked scores as one more column, whose probability is dropped after the
+    softmax (gpt-oss's `eager_attention_forward`)."""
     logits = attention_logits(q, k, scheme, q_pos, k_pos, scale, tau)
+    if softcap is not None:
+        logits = torch.tanh(logits / softcap) * softcap
     logits = logits.masked_fill(~mask.allowed(q_pos, k_pos), float("-inf"))
-    weights = torch.softmax(logits, dim=-1)
+    if sinks is None:
+        weights = torch.softmax(logits, dim=-1)
+    else:
+        column = sinks.float().reshape(1, -1, 1, 1).expand(*logits.shape[:-1], 1)
+        weights = torch.softmax(torch.cat((logits, column), dim=-1), dim=-1)[..., :-1]
     out = (weights @ v.float()).to(v.dtype)
     return (out, weights) if return_weights else out
 
 
-def _sdpa_attention(q, k, v, scheme, mask, q_pos, k_pos, scale, tau, layout: PositionLayout | None = None) -> Tensor:
+def _sdpa_attention(
+    q, k, v, scheme, mask, q_pos, k_pos, scale, tau, layout: PositionLayout | None = None, sinks=None
+) -> Tensor:
     facts = layout if layout is not None else PositionLayout.of(q_pos, k_pos)
     qr, kr = _rotate(scheme, q, k, q_pos, k_pos, facts.seq_len)
     causal = mask.exactly_causal and not _decoding_step(mask, facts)  # is_causal is top-left aligned
-    return F.scaled_dot_product_attention(_scaled_query(qr, tau), kr, v, is_causal=causal, scale=scale)
+    if sinks is None:
+        return F.scaled_dot_product_attention(_scaled_query(qr, tau), kr, v, is_causal=causal, scale=scale)
+    assert _FLASH_WITH_LSE is not None  # `_lse_kernel_applies` checked it
+    out, lse = _FLASH_WITH_LSE(_scaled_query(qr, tau), kr, v, 0.0, causal, scale=scale)
+    return with_sinks(out, lse, sinks)
+
+
+def _lse_kernel_applies(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether torch's CPU flash kernel with log-sum-exp runs here: no autograd, CPU, fp32 or bf16."""
+    return (
+        _FLASH_WITH_LSE is not None
+        and not torch.is_grad_enabled()
+        and device.type == "cpu"
+        and dtype in (torch.float32, torch.bfloat16)
+    )
 
 
 def _block_size(scheme: PositionScheme | None, n_keys: int, n_heads: int, requested: int | None) -> int:
@@ -601,13 +672,19 @@ def chunked_attention(
     scale: float,
     tau: Tensor | None = None,
     block_size: int | None = None,
+    *,
+    sinks: Tensor | None = None,
+    softcap: float | None = None,
 ) -> Tensor:
-    """Query blocks, each attending only the keys its mask allows, with its bias built on the fly."""
+    """Query blocks, each attending only the keys its mask allows, with its bias built on the fly. Sinks and a
+    softcap: the tiled path merges the sinks as one more tile (causal, no softcap), else `scored_attention`."""
     Lq, Lk = q.shape[-2], k.shape[-2]
     if Lq == 0:
         return q.new_zeros(*q.shape[:-1], v.shape[-1])
-    if _tiles_apply(scheme, mask, q_pos, k_pos, q.device, q.dtype):
-        return tiled_causal_attention(q, k, v, scheme, q_pos, k_pos, scale, tau, block_size)
+    if softcap is None and _tiles_apply(scheme, mask, q_pos, k_pos, q.device, q.dtype):
+        return tiled_causal_attention(q, k, v, scheme, q_pos, k_pos, scale, tau, block_size, sinks=sinks)
+    if sinks is not None or softcap is not None:
+        return scored_attention(q, k, v, scheme, mask, q_pos, k_pos, scale, tau, block_size, sinks, softcap)
     # rotate each block's queries and keys where that is needed (xPos's span) or cheap and lean (without autograd,
     # a window's or BCA's block sees ~width + block keys): no rotated copies of all of q and k
     bounded = _keys_per_block(mask, MAX_BLOCK) is not None
@@ -743,6 +820,8 @@ def tiled_causal_attention(
     scale: float,
     tau: Tensor | None = None,
     block_size: int | None = None,
+    *,
+    sinks: Tensor | None = None,
 ) -> Tensor:
     """Causal attention as query blocks x key chunks, without autograd (CPU): exact, and lean for rotary schemes.
 
@@ -752,7 +831,8 @@ def tiled_causal_attention(
     diagonal tile, so no tile has a fully masked row. A rotary scheme rotates each tile's queries and keys on the
     fly (xPos anchored at the query block, as in `chunked`), so extra memory is the output plus O(tile) buffers,
     where the fused call needs rotated copies of all of q and k. A bias (FIRE's, per query and key) is built
-    per tile into reused buffers and passed as the tile's float mask, the causal square's masked in.
+    per tile into reused buffers and passed as the tile's float mask, the causal square's masked in. Learned
+    `sinks` (H,) are one more tile of log-sum-exp sink_h and output 0 (`with_sinks`).
     """
     assert _FLASH_WITH_LSE is not None  # `_tiles_apply` checked it
     Lq = q.shape[-2]
@@ -787,9 +867,134 @@ def tiled_causal_attention(
             else:
                 part, part_lse = _FLASH_WITH_LSE(qs, kr, v[..., lo:hi, :], 0.0, causal, scale=scale)
             acc, lse = merge_tiles(acc, lse, part, part_lse)
-        assert acc is not None  # every query block has its diagonal tile
-        out[..., start:stop, :] = acc
+        assert acc is not None and lse is not None  # every query block has its diagonal tile
+        out[..., start:stop, :] = acc if sinks is None else with_sinks(acc, lse, sinks)
     return out
+
+
+def scored_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    scheme: PositionScheme | None,
+    mask: Mask,
+    q_pos: Tensor,
+    k_pos: Tensor,
+    scale: float,
+    tau: Tensor | None,
+    block_size: int | None,
+    sinks: Tensor | None,
+    softcap: float | None,
+) -> Tensor:
+    """Query blocks with their scores written out (fp32), for what no fused kernel applies: a softcap (tanh on
+    every score) and learned sinks under autograd. Each block sees only the keys its mask declares, as in
+    `chunked_attention`. Under autograd a block's scores are one (B, H, block, keys) tensor (`BIAS_BUDGET`);
+    without, they are cache-sized tiles of `SCORED_TILE` x `SCORED_KEY_TILE`, each tile's softmax merged by its
+    log-sum-exp (`merge_tiles`), the operations in place."""
+    Lq, Lk = q.shape[-2], k.shape[-2]
+    grad = torch.is_grad_enabled()
+    keys_sorted = _contiguous(k_pos)
+    queries_sorted = bool((q_pos.diff() >= 0).all()) if Lq > 1 else True
+    window = _typical_keys(mask, Lk, block_size or MAX_BLOCK)
+    block = block_size or int(min(MAX_BLOCK, max(MIN_BLOCK, BIAS_BUDGET // max(1, window * q.shape[1]))))
+    if not grad and block_size is None:
+        block = SCORED_TILE
+    per_block = scheme is not None and scheme.transforms_qk and scheme.rotate_span is not None
+    if per_block and scheme is not None and scheme.rotate_span is not None:
+        block = min(block, scheme.rotate_span)
+    seq_len = max(int(q_pos.max()), int(k_pos.max())) + 1 if Lk else None
+    if not per_block:
+        q, k = _rotate(scheme, q, k, q_pos, k_pos)
+    out = None if grad else q.new_empty(*q.shape[:-1], v.shape[-1])
+    outputs: list[Tensor] = []
+    for start, stop in _query_blocks(q_pos, block, mask, queries_sorted):
+        qp, qc = q_pos[start:stop], q[..., start:stop, :]
+        spans = [(0, Lk)]
+        if keys_sorted and queries_sorted:
+            spans = _key_indices(mask, int(qp[0]), int(qp[-1]), int(k_pos[0]), Lk)
+        if len(spans) == 1:
+            lo, hi = spans[0]
+            kp, kc, vc = k_pos[lo:hi], k[..., lo:hi, :], v[..., lo:hi, :]
+        else:
+            index = torch.cat([torch.arange(lo, hi, device=k_pos.device) for lo, hi in spans])
+            kp, kc, vc = k_pos[index], k.index_select(-2, index), v.index_select(-2, index)
+        if per_block and scheme is not None:
+            qc, kc = scheme.rotate(qc, kc, qp, kp, seq_len)
+        local = mask.within(int(qp[0]), int(qp[-1])) if keys_sorted and queries_sorted else mask
+        tau_block = None if tau is None else _block_tau(tau, start, stop)
+        if grad:
+            scores = (qc.float() @ kc.float().transpose(-1, -2)) * scale
+            if scheme is not None and scheme.has_bias:
+                scores = scores + scheme.bias(qp, kp)
+            if tau_block is not None:
+                scores = scores / tau_block[..., None]
+            if softcap is not None:
+                scores = torch.tanh(scores / softcap) * softcap
+            if not local.hides_nothing:
+                scores = scores.masked_fill(~local.allowed(qp, kp), float("-inf"))
+            lse = torch.logsumexp(scores, dim=-1)
+            result = torch.exp(scores - lse.masked_fill(torch.isneginf(lse), 0.0)[..., None]) @ vc.float()
+        else:
+            result, lse = _scored_tiles(qc.float(), kc, vc, scheme, local, qp, kp, scale, tau_block, softcap)
+        if sinks is not None:
+            result = with_sinks(result, lse, sinks)
+        _emit(out, outputs, result.to(v.dtype), start, stop)
+    return out if out is not None else torch.cat(outputs, dim=-2)
+
+
+#: the no-autograd scored path's tile: query block x key chunk, (B, H, 128, 512) fp32 = 2 MiB at 8 heads
+SCORED_TILE = 128
+SCORED_KEY_TILE = 512
+#: softcaps up to this bound scores so that their exponentials sum without overflow (`_scored_tiles`)
+BOUNDED_CAP = 60.0
+
+
+def _scored_tiles(
+    qc: Tensor,
+    kc: Tensor,
+    vc: Tensor,
+    scheme: PositionScheme | None,
+    local: Mask,
+    qp: Tensor,
+    kp: Tensor,
+    scale: float,
+    tau: Tensor | None,
+    softcap: float | None,
+) -> tuple[Tensor, Tensor]:
+    """One query block's output and log-sum-exp over its keys in chunks of `SCORED_KEY_TILE`, without autograd:
+    each tile's scores scaled, biased, tempered and capped in place, masked where the mask hides some of them,
+    normalised by the tile's log-sum-exp and merged exactly (`merge_tiles`). A softcap of at most `BOUNDED_CAP`
+    bounds every score by the cap, so exp(score) cannot overflow fp32 (e^60 x 10^12 keys < 3 x 10^38): tiles then
+    accumulate exp(score) v and the row sums directly, without a log-sum-exp, and divide once at the end."""
+    bounded = softcap is not None and softcap <= BOUNDED_CAP
+    divisor = softcap if bounded and softcap is not None else 1.0  # the scores come out divided by it
+    q_scaled = qc * (scale / divisor) if tau is None else qc * (scale / divisor) / tau[..., None]
+    acc = lse = None
+    for lo in range(0, max(1, kp.numel()), SCORED_KEY_TILE):
+        hi = min(lo + SCORED_KEY_TILE, kp.numel())
+        scores = torch.matmul(q_scaled, kc[..., lo:hi, :].float().transpose(-1, -2))
+        if scheme is not None and scheme.has_bias:
+            bias = scheme.bias(qp, kp[lo:hi]) / divisor
+            scores.add_(bias if tau is None else bias / tau[..., None])
+        if softcap is not None:
+            (scores if bounded else scores.div_(softcap)).tanh_().mul_(softcap)
+        if not local.hides_nothing:
+            allowed = local.allowed(qp, kp[lo:hi])
+            if not bool(allowed.all()):
+                scores.masked_fill_(~allowed, float("-inf"))
+        if bounded:  # lse holds the row sums of exp(score) until the end
+            scores.exp_()
+            part, rows = torch.matmul(scores, vc[..., lo:hi, :].float()), scores.sum(-1)
+            acc, lse = (part, rows) if acc is None or lse is None else (acc.add_(part), lse.add_(rows))
+            continue
+        part_lse = torch.logsumexp(scores, dim=-1)
+        scores.sub_(part_lse.masked_fill(torch.isneginf(part_lse), 0.0)[..., None]).exp_()
+        acc, lse = merge_tiles(acc, lse, torch.matmul(scores, vc[..., lo:hi, :].float()), part_lse)
+    assert acc is not None and lse is not None  # at least one tile
+    if bounded:
+        acc.div_(lse.clamp(min=torch.finfo(lse.dtype).tiny)[..., None])
+        lse = torch.log(lse)
+    return acc, lse
 
 
 def _tile_bias(

@@ -345,8 +345,14 @@ def flex_attention_forward(
     block_mask: BlockMask | None = None,
     eager: bool = False,
     layout: PositionLayout | None = None,
+    sinks: Tensor | None = None,
+    softcap: float | None = None,
 ) -> Tensor:
     """softmax((rotate(q) . rotate(k) * scale + bias) / tau, masked) v through one FlexAttention call.
+
+    `softcap` caps the scores in the score_mod (tanh(s / c) c after bias and temperature); `sinks` (H,) re-weigh
+    each row by its log-sum-exp (out x sigmoid(lse - sink_h)): compiled on CUDA, eager on CPU (inductor's CPU flex
+    kernel returns no log-sum-exp).
 
     q (B, H, Lq, D), k (B, H, Lk, Dk), v (B, H, Lk, Dv); positions 1-D integer tensors; `tau` None, a scalar,
     (H, 1) or (H, Lq) as `attention` normalises it. `block_mask` (optional) is `flex_block_mask(mask, q_pos,
@@ -397,6 +403,8 @@ def flex_attention_forward(
             score_mod = _per_query_mod(bias, padded_tau)
         else:
             score_mod = _plain_mod(bias)
+    if softcap is not None:
+        score_mod = _capped_mod(score_mod, softcap)
 
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, *captured))
     if needs_grad and device.type == "cpu":
@@ -405,11 +413,40 @@ def flex_attention_forward(
             "(or 'auto'), or run on CUDA"
         )
     qp, kp, vp = _pad_rows(q, padded.pad_q), _pad_rows(k, padded.pad_k), _pad_rows(v, padded.pad_k)
+    if sinks is not None:
+        kwargs: dict[str, Any] = _lse_request()
+        if eager or device.type == "cpu":
+            with warnings.catch_warnings():  # eager on purpose on CPU: "called without torch.compile"
+                warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+                result = flex_attention(qp, kp, vp, score_mod=score_mod, block_mask=block_mask, scale=scale, **kwargs)
+        else:
+            result = _run_compiled(qp, kp, vp, score_mod=score_mod, block_mask=block_mask, scale=scale, **kwargs)
+        out, aux = result
+        lse = (aux if isinstance(aux, Tensor) else aux.lse)[..., :Lq].float()
+        return with_sinks(out[..., :Lq, :].masked_fill(torch.isneginf(lse)[..., None], 0.0), lse, sinks)
     if eager:
         out = flex_attention(qp, kp, vp, score_mod=score_mod, block_mask=block_mask, scale=scale)
     else:
         out = _run_compiled(qp, kp, vp, score_mod=score_mod, block_mask=block_mask, scale=scale)
     return out[..., :Lq, :]
+
+
+def _capped_mod(inner: ScoreMod | None, cap: float) -> ScoreMod:
+    """Gemma 2's softcap on top of `inner` (or the plain score): tanh(s / cap) cap."""
+
+    def capped(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        value = score if inner is None else inner(score, b, h, q_idx, kv_idx)
+        return (torch.tanh(value / cap) * cap).to(score.dtype)
+
+    return capped
+
+
+def with_sinks(out: Tensor, lse: Tensor, sinks: Tensor) -> Tensor:
+    """Softmax output `out` (B, H, L, D) of rows with log-sum-exp `lse` (B, H, L) re-normalised with one more
+    term exp(sink_h) in each denominator: out x sigmoid(lse - sink_h) (exact: a row's weights are e^s / Z, and Z
+    becomes Z + e^sink). A row that saw no key (lse -inf) stays 0."""
+    factor = torch.sigmoid(lse.float() - sinks.float().reshape(-1, 1))
+    return (out.float() * factor[..., None]).to(out.dtype)
 
 
 class CompileBudgetError(ConfigError):

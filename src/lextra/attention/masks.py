@@ -1,4 +1,4 @@
-"""Attention masks (the fourth place position enters): causal, sliding window, blockwise causal, full.
+"""Attention masks (the fourth place position enters): causal, sliding window, blockwise causal, chunked, full.
 
 A mask is a visibility rule, `visible(q, k)`, plus what it knows about that rule, declared so that the backends
 can take their fast paths without knowing which mask it is: a rule in the distance d = m - n alone
@@ -179,14 +179,50 @@ class WindowMask(Mask):
         return {"width": self.width}
 
 
+class BlockedMask(Mask):
+    """Causal attention cut into blocks of `block` positions: a query sees, causally, the keys of its own block and
+    of the `lookback` blocks before it (BCA: 1, chunked attention: 0). Not registered itself."""
+
+    causal = True
+    lookback: ClassVar[int] = 0
+    block: int
+
+    def visible(self, q: Tensor, k: Tensor) -> Tensor:
+        return (k <= q) & (k // self.block >= q // self.block - self.lookback)
+
+    def _first_key(self, q_first: int) -> int:
+        return (q_first // self.block - self.lookback) * self.block
+
+    def key_range(self, q_first: int, q_last: int) -> tuple[int, int]:
+        return self._first_key(q_first), q_last
+
+    @property
+    def period(self) -> int:  # type: ignore[override]
+        return self.block
+
+    def within(self, q_first: int, q_last: int) -> Mask:
+        """Queries inside one block see their keys (from `key_range`'s first on) causally: the causal mask."""
+        return CausalMask() if q_first // self.block == q_last // self.block else self
+
+    def band(self, q_first: int, q_last: int) -> tuple[tuple[int, int], tuple[int, int]] | None:
+        """Inside one block: the keys from `key_range`'s first on, causally."""
+        if q_first // self.block != q_last // self.block:
+            return None
+        return (self._first_key(q_first), UNBOUNDED), (0, UNBOUNDED)
+
+    def visible_keys(self, q_pos: Tensor, k_first: int, k_last: int) -> Tensor:
+        first = ((q_pos // self.block - self.lookback) * self.block).clamp(min=k_first)
+        return (q_pos.clamp(max=k_last) - first + 1).clamp(min=1)
+
+
 @MASKS.register("bca")
-class BlockCausalMask(Mask):
+class BlockCausalMask(BlockedMask):
     """Blockwise causal attention (Sun et al. 2022, arXiv 2212.10554; inference only): positions split into
     blocks of `block` (L_tr / 2); a query attends causally within its block and to the whole previous block."""
 
     summary = "blockwise causal (Sun 2022): own block causally + the previous block; block = L_tr/2"
-    causal = True
     positional = "block"
+    lookback = 1
     derived_defaults: ClassVar[dict[str, str]] = {"block": "L_tr / 2"}
 
     @classmethod
@@ -203,33 +239,42 @@ class BlockCausalMask(Mask):
             raise ConfigError(f"bca: block must be >= 1, got {block}")
         self.block = int(block)
 
-    def visible(self, q: Tensor, k: Tensor) -> Tensor:
-        return (k <= q) & (k // self.block >= q // self.block - 1)
-
-    def key_range(self, q_first: int, q_last: int) -> tuple[int, int]:
-        return (q_first // self.block - 1) * self.block, q_last
-
-    @property
-    def period(self) -> int:  # type: ignore[override]
-        return self.block
-
-    def within(self, q_first: int, q_last: int) -> Mask:
-        """Queries inside one block see keys from the previous block's start on, causally: the causal mask."""
-        return CausalMask() if q_first // self.block == q_last // self.block else self
-
-    def band(self, q_first: int, q_last: int) -> tuple[tuple[int, int], tuple[int, int]] | None:
-        """Inside one block: the keys from the previous block's start on, causally."""
-        if q_first // self.block != q_last // self.block:
-            return None
-        return ((q_first // self.block - 1) * self.block, UNBOUNDED), (0, UNBOUNDED)
-
-    def visible_keys(self, q_pos: Tensor, k_first: int, k_last: int) -> Tensor:
-        first = ((q_pos // self.block - 1) * self.block).clamp(min=k_first)
-        return (q_pos.clamp(max=k_last) - first + 1).clamp(min=1)
-
     @property
     def options(self) -> dict[str, Any]:
         return {"block": self.block}
+
+
+@MASKS.register("chunk")
+class ChunkMask(BlockedMask):
+    """Chunked attention (Llama 4's `attention_chunk_size`, `create_chunked_causal_mask`): positions split into
+    chunks of `size`; a query attends causally within its own chunk only, so no query sees more than `size` keys."""
+
+    summary = "chunked: attend causally within your own chunk of `size` tokens (Llama 4)"
+    positional = "size"
+    lookback = 0
+    derived_defaults: ClassVar[dict[str, str]] = {"size": "L_tr"}
+
+    @classmethod
+    def resolve_options(cls, options: dict[str, Any], train_len: int | None = None) -> dict[str, Any]:
+        """The chunk size defaults to the training length."""
+        if "size" not in options:
+            if train_len is None:
+                raise ConfigError("chunk needs a size: use 'chunk:C' or pass size=C")
+            options["size"] = train_len
+        return options
+
+    def __init__(self, *, size: int) -> None:
+        if int(size) < 1:
+            raise ConfigError(f"chunk: size must be >= 1, got {size}")
+        self.block = int(size)
+
+    @property
+    def size(self) -> int:
+        return self.block
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return {"size": self.block}
 
 
 @MASKS.register("full")

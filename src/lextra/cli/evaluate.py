@@ -14,7 +14,7 @@ from lextra.cli.options import (
     add_extend,
     add_mask,
     add_quiet,
-    add_rope_scaling,
+    add_rope_scaling_by_layer,
     add_threads,
     apply_extend,
     eval_config_from,
@@ -31,7 +31,7 @@ from lextra.cli.options import (
     "eval",
     "perplexity of a trained model at many lengths under three protocols",
     options=(
-        add_rope_scaling,
+        add_rope_scaling_by_layer,
         add_extend,
         add_threads,
         add_device,
@@ -70,11 +70,14 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
         folder = model_folder(args.checkpoint)
         meta = read_model_meta(folder)
         data = eval_data_from(args, meta)
-        options = ModelOptions(rope_scaling=args.rope_scaling, temperatures=temperature_file(args))
+        options = ModelOptions(
+            rope_scaling=args.rope_scaling, temperatures=temperature_file(args), layers=args.layers_select
+        )
         loaded = load_lextra(folder, options, args.device)
         model, label = loaded.model, loaded.label
         config = eval_config_from(args, args.mask)
-        label += apply_extend(model, args.extend, args.mask, config.resolved_lengths(model.config.train_len))
+        lengths = config.resolved_lengths(model.config.train_len)
+        label += apply_extend(model, args.extend, args.mask, lengths, args.layers_select)
         label += "" if args.mask == "causal" else f"+{args.mask}"
         evaluation = evaluate_model(model, data, config, progress=not args.quiet, label=label)
         suffix = f"-{args.extend}" if args.extend else ""

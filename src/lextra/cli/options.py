@@ -314,6 +314,16 @@ def add_scheme(parser: argparse.ArgumentParser) -> None:
         help=f"{scheme_help()} (default: {config_default(GPTConfig, 'scheme')})",
     )
     add_scheme_options(parser, "scheme option, repeatable (e.g. base=500 or layout=interleaved)")
+    from lextra.attention.plan import PRESETS
+
+    parser.add_argument(
+        "--layer-plan",
+        default=None,
+        metavar="PLAN",
+        help="a layer plan instead of --scheme: each layer's scheme+mask+pieces, ';' between layers, N*(...) repeats, "
+        f"the pattern repeated over the layers (e.g. '3*(rope+window:64);nope'), or a preset: {', '.join(PRESETS)} "
+        "(e.g. gemma3,window=64; see `lextra list`); none: every layer is --scheme (default: None)",
+    )
 
 
 def add_scheme_options(parser: argparse.ArgumentParser, help_text: str) -> None:
@@ -328,6 +338,7 @@ TRAIN_FLAGS: dict[str, str] = {
     "limit_chars": "limit_chars",
     "scheme": "model.scheme",
     "scheme_option": "model.scheme_options",
+    "layer_plan": "model.layer_plan",
     "train_len": "model.train_len",
     "n_layer": "model.n_layer",
     "d_model": "model.d_model",
@@ -610,6 +621,18 @@ def add_rope_scaling(parser: argparse.ArgumentParser, more: str = "") -> None:
     )
 
 
+def add_rope_scaling_by_layer(parser: argparse.ArgumentParser) -> None:
+    """--rope-scaling and --layers-select: the inference-time options of a lextra model, whose layers differ."""
+    add_rope_scaling(parser)
+    parser.add_argument(
+        "--layers-select",
+        default=None,
+        metavar="LAYERS",
+        help="the layers of a lextra model --rope-scaling and --extend apply to: rotary, global, local, nope, all or "
+        "indices such as 0,3 or 2-4 (default: the layers that can take each)",
+    )
+
+
 def add_positions(parser: argparse.ArgumentParser, *, default: str | None, default_text: str) -> None:
     """--positions SPEC: the position sampler of the training windows (help: the sampler registry's names)."""
     from lextra.reporting.catalog import sampler_help
@@ -650,9 +673,16 @@ def folder_safe(spec: str) -> str:
     return spec.translate(str.maketrans({":": "-", ",": "-", "=": ""}))
 
 
-def apply_extend(model: Any, spec: str | None, mask: str | None = None, lengths: list[int] | None = None) -> str:
-    """Apply `--extend SPEC` to a lextra GPT or a Hugging Face decoder, refusing a mask other than causal and
-    lengths past the method's maximum before any work; returns the label suffix (`+SPEC`, or '' without one)."""
+def apply_extend(
+    model: Any,
+    spec: str | None,
+    mask: str | None = None,
+    lengths: list[int] | None = None,
+    layers: str | None = None,
+) -> str:
+    """Apply `--extend SPEC` to a lextra GPT or a Hugging Face decoder (on the `--layers-select` layers of a
+    lextra GPT), refusing a mask other than causal and lengths past the method's maximum before any work; returns
+    the label suffix (`+SPEC`, or '' without one)."""
     if not spec or spec == "none":
         return ""
     from lextra.attention import build_mask
@@ -664,7 +694,9 @@ def apply_extend(model: Any, spec: str | None, mask: str | None = None, lengths:
     if not isinstance(model, GPT) and model.config.scheme != "rope":
         raise ConfigError("--extend applies to RoPE decoders (rope, xpos, coca models; Llama-family models), not T5")
     method = build_extension(spec, model.config.train_len)
-    InferenceSetup(extension=method).apply(model)
+    if layers is not None and not isinstance(model, GPT):
+        raise ConfigError("--layers-select applies to lextra models; a Hugging Face model takes --extend everywhere")
+    InferenceSetup(extension=method, layers=layers).apply(model)
     if method is not None and lengths:
         method.check_length(max(lengths))
     return f"+{spec}"

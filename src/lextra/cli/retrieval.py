@@ -12,7 +12,7 @@ from lextra.cli.options import (
     add_device,
     add_extend,
     add_quiet,
-    add_rope_scaling,
+    add_rope_scaling_by_layer,
     add_scheme,
     add_text_data,
     add_threads,
@@ -117,7 +117,7 @@ def configure_train(parser: argparse.ArgumentParser) -> Handler:
 @retrieval.command(
     "eval",
     "accuracy over lengths x needle depths, with a heatmap",
-    options=(add_rope_scaling, add_extend, add_threads, retrieval_evaluation()),
+    options=(add_rope_scaling_by_layer, add_extend, add_threads, retrieval_evaluation()),
     examples=(
         "lextra retrieval eval runs/passkey-alibi --lengths 128,256,512 --samples 10",
         "lextra retrieval eval runs/passkey-rope --rope-scaling yarn:4 --extend self_extend",
@@ -134,10 +134,12 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
         from lextra.pipelines.loading import ModelOptions, load_lextra
         from lextra.reporting.retrieval import save_retrieval_outputs
 
-        loaded = load_lextra(args.checkpoint, ModelOptions(rope_scaling=args.rope_scaling), args.device)
+        options = ModelOptions(rope_scaling=args.rope_scaling, layers=args.layers_select)
+        loaded = load_lextra(args.checkpoint, options, args.device)
         folder, model, label = loaded.folder, loaded.model, loaded.label
         settings = retrieval_settings(args)
-        label += apply_extend(model, args.extend, None, settings.resolved_lengths(model.config.train_len))
+        lengths = settings.resolved_lengths(model.config.train_len)
+        label += apply_extend(model, args.extend, None, lengths, args.layers_select)
         task = evaluation_task(args.task, text_data_for_model(loaded.meta, args.data), args.candidates - 1)
         result = settings.run(model, task, label, progress=not args.quiet)
         result.model = str(folder)
@@ -198,7 +200,7 @@ def configure_compare(parser: argparse.ArgumentParser) -> Handler:
 @retrieval.command(
     "completion",
     "next-line code completion by context length, with a truncation baseline",
-    options=(add_rope_scaling, add_threads),
+    options=(add_rope_scaling_by_layer, add_threads),
     examples=(
         "lextra retrieval completion runs/compare/models/rope runs/compare/models/alibi --out runs/completion",
         "lextra retrieval completion runs/rope --out runs/completion-yarn --rope-scaling yarn:4 --lines 16",
@@ -229,7 +231,8 @@ def configure_completion(parser: argparse.ArgumentParser) -> Handler:
 
         results = {}
         for checkpoint in args.checkpoints:
-            loaded = load_lextra(checkpoint, ModelOptions(rope_scaling=args.rope_scaling), args.device)
+            options = ModelOptions(rope_scaling=args.rope_scaling, layers=args.layers_select)
+            loaded = load_lextra(checkpoint, options, args.device)
             folder, model, label = loaded.folder, loaded.model, loaded.label
             data = prepare_for_model(loaded.meta)
             result = evaluate_completion(

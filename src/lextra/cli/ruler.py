@@ -21,7 +21,7 @@ from lextra.cli.options import (
     add_extend,
     add_mask,
     add_quiet,
-    add_rope_scaling,
+    add_rope_scaling_by_layer,
     add_spec_list,
     add_threads,
     apply_extend,
@@ -46,7 +46,7 @@ ruler = group(
 @ruler.command(
     "run",
     "RULER-style long-context suite: 11 synthetic tasks at exact lengths, scores and the effective length",
-    options=(add_rope_scaling, add_extend, temperature_option(), add_threads, add_device, add_quiet),
+    options=(add_rope_scaling_by_layer, add_extend, temperature_option(), add_threads, add_device, add_quiet),
     examples=(
         "lextra ruler run smollm2 --lengths 4096,8192 --samples 10 --out runs/ruler/smollm2",
         "lextra ruler run runs/ruler-toy --tasks niah_single_1,vt --rope-scaling yarn:4 --out runs/ruler/toy-yarn",
@@ -138,12 +138,14 @@ def configure_ruler(parser: argparse.ArgumentParser) -> Handler:
             haystack=haystack,
             train_len=args.train_len,
             quiet=args.quiet,
+            layers=args.layers_select,
         )
         loaded = load_model_spec(args.model, options, args.device)
         model = loaded.model
         chat = chat_format(loaded.tokenizer) if args.chat else None
         label = loaded.label
-        label += apply_extend(model, args.extend, args.mask, settings.resolved_lengths(model.config.train_len))
+        lengths = settings.resolved_lengths(model.config.train_len)
+        label += apply_extend(model, args.extend, args.mask, lengths, args.layers_select)
         label += "+chat" if chat is not None else ""
         out = Path(args.out)
         target = RulerTarget(

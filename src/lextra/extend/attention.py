@@ -554,19 +554,22 @@ class ExtendedAttention(AttentionExtension):
         return f"ExtendedAttention({self.method!r})"
 
 
-def apply_extension(model: GPT, method: ExtensionMethod | str | None, **options: Any) -> ExtensionMethod | None:
-    """Make every attention layer of `model` attend under `method` (a built method or a spec such as
-    'self_extend:group=4', with `options` overriding), checked against the model's scheme first; None or "none"
-    removes it. Returns the method. The model's KV cache then keeps un-rotated keys and, for bounded methods,
-    evicts."""
+def apply_extension(
+    model: GPT, method: ExtensionMethod | str | None, *, layers: list[int] | None = None, **options: Any
+) -> ExtensionMethod | None:
+    """Make the attention layers `layers` of `model` (default: all) attend under `method` (a built method or a spec
+    such as 'self_extend:group=4', with `options` overriding), checked against each layer's scheme first, the
+    other layers without one; None or "none" removes it. Returns the method. The model's KV cache then keeps
+    un-rotated keys and, for bounded methods, evicts."""
     if method is None or method == "none":
         for block in model.blocks:
             cast(Block, block).attn.extension = None
         return None
     built = build_extension(method, model.config.train_len, **options)
-    for layer in range(model.config.n_layer):
+    chosen = set(range(model.config.n_layer) if layers is None else layers)
+    for layer in sorted(chosen):
         check_scheme(model.scheme_for(layer), built)
     hook = ExtendedAttention(built)
-    for block in model.blocks:
-        cast(Block, block).attn.extension = hook
+    for layer, block in enumerate(model.blocks):
+        cast(Block, block).attn.extension = hook if layer in chosen else None
     return built

@@ -113,7 +113,10 @@ class _Adapter(ABC):
 
     def apply_setup(self, setup: InferenceSetup) -> None:
         """Apply an `InferenceSetup` (`setup.apply(adapter)`): RoPE scaling, log scaling, temperatures, then an
-        extension's removal, the mask and an extension's addition (so a setup may swap a mask for one)."""
+        extension's removal, the mask and an extension's addition (so a setup may swap a mask for one). Layer
+        selection and temperature tuning are a lextra GPT's (its layer plan's) and refused here."""
+        if setup.layers is not None or setup.temp_tuning is not KEEP:
+            raise ConfigError("layer selection and temp_tuning apply to lextra models; drop them here")
         if setup.rope_scaling is not KEEP:
             self.set_rope_scaling(setup.rope_scaling)
         if setup.log_scaling is not KEEP:

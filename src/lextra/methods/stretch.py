@@ -30,12 +30,13 @@ def rope_scalings() -> list[str]:
 
 def is_rotary(model: GPT) -> bool:
     """Whether the model's scheme rotates q and k (rope, xpos, coca), so RoPE scalings apply."""
-    return isinstance(model.positions[0], RotaryFrequencies)
+    return any(isinstance(scheme, RotaryFrequencies) for scheme in model.positions)
 
 
-def apply_rope_scaling(model: GPT, spec: str | dict[str, Any]) -> GPT:
-    """Give a trained rope/xpos/coca model an inference-time frequency scaling (`yarn:4`, `dynamic:1`, a dict)."""
-    return InferenceSetup(rope_scaling=spec).apply(model)
+def apply_rope_scaling(model: GPT, spec: str | dict[str, Any], layers: str | None = None) -> GPT:
+    """Give a trained rope/xpos/coca model an inference-time frequency scaling (`yarn:4`, `dynamic:1`, a dict), on
+    the `layers` a selector names (default: its rotary layers)."""
+    return InferenceSetup(rope_scaling=spec, layers=layers).apply(model)
 
 
 def methods_for(model: GPT, extensions: Sequence[str] = ()) -> list[str]:

@@ -17,6 +17,7 @@ from lextra.analysis.resolution import (
     ResolutionSummary,
     empirical_scores,
     model_theoretical,
+    resolution,
     scheme_resolution,
 )
 from lextra.attention import build_mask
@@ -79,6 +80,17 @@ def markdown(rows: Mapping[str, Mapping[str, Any]], columns: Sequence[str], corn
     return markdown_table(rows, columns, corner, cell)
 
 
+def layer_kinds(model: Any) -> dict[str, list[int]]:
+    """A hybrid's layers by kind (`local`: a plan's window or chunk layers, `global`: the others), so analyses
+    report them apart; {} for a model whose layers are all of one kind (or that has no layer plan)."""
+    variants = getattr(model, "variants", None) or []
+    kinds = {
+        "local": [i for i, v in enumerate(variants) if v.local],
+        "global": [i for i, v in enumerate(variants) if not v.local],
+    }
+    return kinds if all(kinds.values()) else {}
+
+
 def mask_suffix(mask: str) -> str:
     """Row-label suffix of an inference mask: none for causal, else `+mask` (as `lextra compare` names variants)."""
     return "" if mask == "causal" else f"+{mask}"
@@ -110,6 +122,7 @@ def resolution_report(
     """R at every length: empirical rows per checkpoint and mask, theory rows per scheme (and per checkpoint)."""
     out = Path(out)
     rows: dict[str, ResolutionRow] = {}
+    kinds: dict[str, dict[str, list[int]]] = {}
 
     def add(label: str, kind: str, scheme: str, mask: str, origin: str | None, compute: Callable) -> None:
         by_length: dict[int, ResolutionSummary] = {}
@@ -123,6 +136,7 @@ def resolution_report(
         for mask in masks:
             spec = build_mask(mask, ckpt.train_len)
             label = ckpt.label + mask_suffix(mask)
+            kinds[label] = layer_kinds(ckpt.model)
             _log(f"resolution of {label}")
             add(
                 label,
@@ -155,12 +169,23 @@ def resolution_report(
     columns = [str(n) for n in lengths]
     table_rows = {label: {str(n): row.by_length[n].r for n in lengths} for label, row in rows.items()}
     head_rows = {label: {str(n): row.by_length[n].r_head_mean for n in lengths} for label, row in rows.items()}
+    kind_rows = {
+        f"{label} {kind} layers": {
+            str(n): resolution(torch.tensor(rows[label].by_length[n].s_per_layer)[layers].mean(0)) for n in lengths
+        }
+        for label, by_kind in kinds.items()
+        for kind, layers in by_kind.items()
+    }
     table = (
         f"### attention resolution R of s averaged over layers and heads (rows: scheme, columns: input length; "
         f"L_tr = {train_len})\n\n" + markdown(table_rows, columns, "R", digits=4) + "\n\n"
         "### R of each layer and head, averaged over layers and heads\n\n"
         + markdown(head_rows, columns, "mean R", digits=4)
     )
+    if kind_rows:
+        table += "\n\n### R of s averaged over a hybrid's local and global layers apart\n\n" + markdown(
+            kind_rows, columns, "R", digits=4
+        )
     data = {
         "analysis": "resolution",
         "convention": RESOLUTION_CONVENTION,
@@ -171,6 +196,7 @@ def resolution_report(
         "split": source.split,
         "table": table_rows,
         "table_head_mean": head_rows,
+        "table_by_layer_kind": kind_rows,
         "rows": {label: row.to_dict() for label, row in rows.items()},
     }
     records = [
@@ -267,11 +293,13 @@ def dispersion_report(
     """Mean row entropy and max probability per layer against length; first-layer logit distribution."""
     out = Path(out)
     rows: dict[str, DispersionRow] = {}
+    kinds: dict[str, dict[str, list[int]]] = {}
     for ckpt in checkpoints:
         texts = source.texts(ckpt, max(lengths), documents)
         for mask in masks:
             spec = build_mask(mask, ckpt.train_len)
             label = ckpt.label + mask_suffix(mask)
+            kinds[label] = layer_kinds(ckpt.model)
             _log(f"dispersion of {label}")
             with torch.no_grad():
                 by_length = {n: dispersion(ckpt.model, texts[:, :n], spec, batch_size=batch_size) for n in lengths}
@@ -289,6 +317,10 @@ def dispersion_report(
             for layer in range(row.layers):
                 table_rows[f"{label} L{layer}"] = {str(n): row.by_length[n].per_layer(key)[layer] for n in lengths}
             table_rows[f"{label} mean"] = {str(n): getattr(row.by_length[n].mean, key) for n in lengths}
+            for kind, layers in kinds[label].items():
+                table_rows[f"{label} {kind} layers"] = {
+                    str(n): sum(row.by_length[n].per_layer(key)[i] for i in layers) / len(layers) for n in lengths
+                }
         for mask in masks:
             first = next(row for row in rows.values() if row.mask == mask)
             table_rows[f"uniform rows ({mask})"] = {str(n): getattr(first.by_length[n].uniform, key) for n in lengths}

@@ -50,7 +50,7 @@ def load_checkpoints(paths: list[str], device: str | torch.device = "cpu") -> li
         model_and_meta = load_lextra(folder, device=device)
         model, meta = model_and_meta.model, model_and_meta.meta
         model.eval()
-        label = model.config.scheme
+        label = model.config.layer_plan or model.config.scheme
         if any(c.label == label for c in loaded):
             run = folder.parent.name if folder.name == "model" else folder.name
             label = f"{label}@{run}"

@@ -39,6 +39,9 @@ class ModelOptions:
     haystack: str = DEFAULT_HAYSTACK
     train_len: int | None = None
     quiet: bool = False
+    #: the layers of a lextra model the RoPE scaling applies to (`lextra.attention.plan.select_layers`); None: its
+    #: rotary layers
+    layers: str | None = None
 
 
 @dataclass
@@ -141,10 +144,10 @@ def load_lextra(
     folder = model_folder(spec)
     model = load_model(folder, map_location=device)
     meta = read_model_meta(folder)
-    label = model.config.scheme
+    label = model.config.layer_plan or model.config.scheme
     if options.rope_scaling:
-        apply_rope_scaling(model, options.rope_scaling)
-        label += f"+{options.rope_scaling}"
+        apply_rope_scaling(model, options.rope_scaling, options.layers)
+        label += f"+{options.rope_scaling}" + (f"@{options.layers}" if options.layers else "")
     tokenizer = None
     if with_tokenizer:
         if options.tokenizer:
@@ -179,6 +182,8 @@ def load_hugging_face(
     from lextra.hf.load import resolve_model_path, tokenizer_config
 
     options = options or ModelOptions()
+    if options.layers is not None:
+        raise ConfigError("--layers-select applies to lextra models; a Hugging Face model is scaled on every layer")
     if options.quiet:  # transformers' own loading bars too, so that a refusal after loading is one line
         from transformers.utils import logging as hf_logging
 

@@ -61,12 +61,14 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
     return out.to(x.dtype)
 
 
-def _apply_rotary_half_inference(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+def _apply_rotary_half_inference(x: Tensor, cos: Tensor, sin: Tensor, out: Tensor | None = None) -> Tensor:
     """`apply_rotary` for the half layout without autograd: four passes into one output (no temporaries, no cat);
-    the same products and sums, so the same values."""
+    the same products and sums, so the same values. `out`: where to write them (a slice of a larger tensor)."""
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]
-    out = torch.empty(torch.broadcast_shapes(x.shape, (*cos.shape[:-1], x.shape[-1])), dtype=x.dtype, device=x.device)
+    if out is None:
+        shape = torch.broadcast_shapes(x.shape, (*cos.shape[:-1], x.shape[-1]))
+        out = torch.empty(shape, dtype=x.dtype, device=x.device)
     out1, out2 = out[..., :half], out[..., half:]
     torch.mul(x1, cos, out=out1)
     out1.sub_(x2 * sin)
@@ -126,13 +128,26 @@ class RotaryFrequencies(PositionScheme):
 
     transforms_qk = True
     inv_freq: Tensor  # a buffer
+    #: channels of each head that rotate (the first ones; partial rotary), the rest pass unchanged
+    rotary_dim: int
+    #: frequencies kept (the highest; p-RoPE), the rest set to 0 (no rotation); None keeps all
+    kept_frequencies: int | None = None
 
     def _init_frequencies(self, base: float, scaling: dict[str, Any] | RopeScaling | None) -> None:
         self.base = check_range(f"{self.name}: base", base, 1.0, low_open=True, hint="RoPE uses 10000")
         self.scaling = build_rope_scaling(scaling, self.dims.train_len)
-        inv_freq, factor = frequencies(self.scaling, self.dims.head_dim, self.base, None)
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        if not hasattr(self, "rotary_dim"):
+            self.rotary_dim = self.dims.head_dim
+        inv_freq, factor = frequencies(self.scaling, self.rotary_dim, self.base, None)
+        self.register_buffer("inv_freq", self._truncated(inv_freq), persistent=False)
         self.attention_factor = factor
+
+    def _truncated(self, inv_freq: Tensor) -> Tensor:
+        """p-RoPE: the lowest frequencies (the last ones) set to 0, so their channels are not rotated."""
+        kept = self.kept_frequencies
+        if kept is None or kept >= inv_freq.numel():
+            return inv_freq
+        return torch.cat((inv_freq[:kept], inv_freq.new_zeros(inv_freq.numel() - kept)))
 
     def frequencies_for(self, seq_len: int | None) -> tuple[Tensor, float]:
         """Inverse frequencies and cos/sin factor for a sequence of `seq_len` positions (dynamic, longrope): a few
@@ -141,8 +156,8 @@ class RotaryFrequencies(PositionScheme):
         if not depends_on_length(self.scaling):
             return self.inv_freq, self.attention_factor
         with torch.device("cpu"):
-            inv_freq, factor = frequencies(self.scaling, self.dims.head_dim, self.base, seq_len)
-        return inv_freq.to(self.inv_freq.device), factor
+            inv_freq, factor = frequencies(self.scaling, self.rotary_dim, self.base, seq_len)
+        return self._truncated(inv_freq).to(self.inv_freq.device), factor
 
     def angles(self, positions: Tensor, seq_len: int | None) -> tuple[Tensor, Tensor]:
         """cos and sin (L, D/2) of the scaled angles, times the scaling's attention factor."""
@@ -165,16 +180,42 @@ class RoPE(RotaryFrequencies):
 
     `scaling` applies an inference-time frequency scaling, e.g. {"type": "dynamic", "factor": 2}; its
     frequencies and cos/sin factor equal Hugging Face's `rope_scaling` of the same parameters.
+    `fraction` < 1 is partial rotary (GPT-NeoX, Pythia 0.25, Phi-2 0.4; HF's `partial_rotary_factor`): the first
+    R = int(D x fraction) channels of each head rotate, NeoX layout within them, with frequencies base^(-2k/R),
+    and the rest pass unchanged. `proportional` < 1 is p-RoPE (Barbero et al. 2024, arXiv 2410.06205; HF's
+    `proportional` rope type): the int(p D / 2) highest frequencies base^(-2k/D) are kept and the lowest set to
+    0, so those channels carry no position.
     """
 
-    summary = "rotary embedding (Su 2021): q/k pairs rotated by p * base^(-2k/D); optional scaling"
+    summary = "rotary embedding (Su 2021): q/k pairs rotated by p * base^(-2k/D); scaling, fraction, proportional"
 
     def __init__(
-        self, dims: HeadDims, *, base: float = 10000.0, layout: str = "half", scaling: dict | None = None
+        self,
+        dims: HeadDims,
+        *,
+        base: float = 10000.0,
+        layout: str = "half",
+        scaling: dict | None = None,
+        fraction: float = 1.0,
+        proportional: float = 1.0,
     ) -> None:
         super().__init__(dims)
         check_rotary_dims(dims.head_dim, "rope", layout)
         self.layout = layout
+        fraction = check_range("rope: fraction", fraction, 0.0, 1.0, low_open=True, hint="Pythia uses 0.25")
+        proportional = check_range("rope: proportional", proportional, 0.0, 1.0, low_open=True, hint="e.g. 0.75")
+        if fraction < 1 and proportional < 1:
+            raise ConfigError("rope: fraction (partial rotary) and proportional (p-RoPE) exclude each other; set one")
+        rotary_dim = int(dims.head_dim * fraction)
+        if fraction < 1 and (rotary_dim < 2 or rotary_dim % 2):
+            raise ConfigError(
+                f"rope: fraction {fraction} rotates {rotary_dim} of {dims.head_dim} channels; it must rotate an even "
+                "number, at least 2"
+            )
+        if fraction < 1 and layout != "half":
+            raise ConfigError("rope: partial rotary (fraction < 1) uses the NeoX half layout; drop layout=interleaved")
+        self.rotary_dim = rotary_dim
+        self.kept_frequencies = int(proportional * dims.head_dim // 2) if proportional < 1 else None
         self._init_frequencies(base, scaling)
 
     @property
@@ -187,7 +228,20 @@ class RoPE(RotaryFrequencies):
         length = sequence_length(q_pos, k_pos, seq_len)
         cos_q, sin_q = self.angles(q_pos, length)
         cos_k, sin_k = (cos_q, sin_q) if k_pos is q_pos else self.angles(k_pos, length)
+        if self.rotary_dim < self.dims.head_dim:
+            return self._partial(q, cos_q, sin_q), self._partial(k, cos_k, sin_k)
         return apply_rotary(q, cos_q, sin_q, self.layout), apply_rotary(k, cos_k, sin_k, self.layout)
+
+    def _partial(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        """Rotate the first `rotary_dim` channels of x, pass the rest (HF's partial rotary, e.g. Phi); without
+        autograd in fp32, written into one output (no cat)."""
+        R = self.rotary_dim
+        if torch.is_grad_enabled() or x.dtype != torch.float32:
+            return torch.cat((apply_rotary(x[..., :R], cos, sin, "half"), x[..., R:]), dim=-1)
+        out = torch.empty(torch.broadcast_shapes(x.shape, (*cos.shape[:-1], x.shape[-1])), device=x.device)
+        _apply_rotary_half_inference(x[..., :R], cos, sin, out=out[..., :R])
+        out[..., R:] = x[..., R:]
+        return out
 
 
 @register_scheme("xpos")

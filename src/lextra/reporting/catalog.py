@@ -5,6 +5,8 @@ tasks), so a class a plugin registers shows up everywhere with its spec syntax a
 from __future__ import annotations
 
 from lextra.attention.masks import MASKS
+from lextra.attention.pieces import PIECES
+from lextra.attention.plan import PRESETS
 from lextra.data.positions import SAMPLERS
 from lextra.evaluate.retrieval.tasks import TASKS
 from lextra.evaluate.ruler import RULER_TASKS
@@ -53,6 +55,11 @@ def sections() -> list[tuple[str, Registry]]:
             TASKS,
         ),
         ("RULER tasks (lextra ruler ... --tasks SPEC;SPEC..., repeatable, e.g. niah_single_1;vt,hops=2)", RULER_TASKS),
+        (
+            "attention pieces of a layer plan (--layer-plan: SCHEME[+MASK][+PIECE...] per layer, ';' between layers, "
+            "N*(...) repeats, e.g. '3*(rope,base=10000+window:1024+qknorm);rope,base=1000000+sinks')",
+            PIECES,
+        ),
     ]
 
 
@@ -63,7 +70,19 @@ def catalog_text() -> str:
         if index:
             lines.append("")
         lines += _section(f"{title}:", registry)
-    return "\n".join(lines)
+    return "\n".join([*lines, "", *preset_lines()])
+
+
+def preset_lines() -> list[str]:
+    """The layer-plan presets (--layer-plan NAME[,option=value...]) with their summaries, options and plans."""
+    lines = ["layer plan presets (--layer-plan NAME[,option=value...], e.g. gemma3,window=64):"]
+    width = max(len(name) for name in PRESETS)
+    for name, preset in PRESETS.items():
+        options = ", ".join(f"{key}={value}" for key, value in preset.defaults.items())
+        lines.append(f"  {name:<{width}}  {preset.summary}")
+        lines.append(f"  {'':<{width}}    options: {options}")
+        lines.append(f"  {'':<{width}}    plan: {preset.template}")
+    return lines
 
 
 def mask_help() -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,11 +21,13 @@ from lextra.train import TrainConfig
 
 @dataclass
 class ModelSpec:
-    """One trained model: a label, a scheme and its options (ablations are options: alibi slope_shift, ...)."""
+    """One trained model: a label, a scheme and its options (ablations are options: alibi slope_shift, ...), or a
+    layer plan (`lextra.attention.plan`: a hybrid such as `rnope-swa,window=32`) naming each layer's."""
 
     label: str
-    scheme: str
+    scheme: str = "rope"
     options: dict[str, Any] = field(default_factory=dict)
+    layer_plan: str | None = field(default=None, metadata=serialize.options(omit_none=True))
 
 
 @dataclass
@@ -102,12 +105,20 @@ def parse_study(data: dict[str, Any], where: str = "study config") -> StudyConfi
     values["train"] = TrainConfig.from_dict(train).validate()
     models = []
     for entry in values.get("models", []):
-        if not isinstance(entry, dict) or "label" not in entry or "scheme" not in entry:
-            raise ConfigError(f"{where}: each [[models]] entry needs a label and a scheme, got {entry!r}")
+        if not isinstance(entry, dict) or "label" not in entry or not ({"scheme", "layer_plan"} & set(entry)):
+            raise ConfigError(f"{where}: each [[models]] entry needs a label and a scheme or layer_plan, got {entry!r}")
         check_fields(ModelSpec, entry, f"{where} [[models]] {entry.get('label')!r}")
-        # builds the scheme once: unknown names and out-of-range or non-finite options fail before any training
-        build_scheme(entry["scheme"], values["train"].model.head_dims(), **entry.get("options", {}))
-        models.append(ModelSpec(entry["label"], entry["scheme"], dict(entry.get("options", {}))))
+        spec = ModelSpec(
+            entry["label"], entry.get("scheme", "rope"), dict(entry.get("options", {})), entry.get("layer_plan")
+        )
+        # builds the scheme (or the plan's) once: unknown names and bad options fail before any training
+        if spec.layer_plan is None:
+            build_scheme(spec.scheme, values["train"].model.head_dims(), **spec.options)
+        else:
+            model = copy.deepcopy(values["train"].model)
+            model.scheme, model.scheme_options, model.layer_plan = spec.scheme, dict(spec.options), spec.layer_plan
+            model.validate()
+        models.append(spec)
     if not models:
         raise ConfigError(f"{where}: no [[models]] to train")
     labels = [m.label for m in models]

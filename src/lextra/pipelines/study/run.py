@@ -226,8 +226,13 @@ class Study:
         depths = [float(d) for d in section.get("depths", [0.0, 0.25, 0.5, 0.75, 1.0])]
         results: dict[str, RetrievalResult] = {}
         tuned: dict[str, Path] = {}
+        labels = {spec.label for spec in self.config.models}
         for variant in section.get("variants", []):
-            scheme, scaling = parse_scaled_variant(variant)
+            name, _, scaled = variant.partition("+")
+            if name in labels:  # a model's label (a hybrid's), then its scaling, if any
+                scheme, scaling = name, parse_scaled_variant(f"rope+{scaled}")[1] if scaled else None
+            else:
+                scheme, scaling = parse_scaled_variant(variant)
             label = self.config.model(scheme).label
             if label not in tuned:
                 config = train_config(self.config, self.config.model(label), self.config.seeds[0])
@@ -349,6 +354,7 @@ def train_config(study: StudyConfig, spec: ModelSpec, seed: int):
     config = copy.deepcopy(study.train)
     config.model.scheme = spec.scheme
     config.model.scheme_options = dict(spec.options)
+    config.model.layer_plan = spec.layer_plan
     config.seed = seed
     if config.log_dir is not None:  # one TensorBoard run per model and seed
         config.log_dir = str(Path(config.log_dir) / spec.label / f"seed{seed}")

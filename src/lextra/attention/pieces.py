@@ -1,0 +1,167 @@
+"""Attention pieces a layer of a plan may add (`lextra.attention.plan`): each a registry entry with its options.
+
+- `qknorm`: RMSNorm over each head's channels of q and k before the position transform (Qwen3's `q_norm` /
+  `k_norm`, learned weight; `weight=false` is Llama 4's weightless `Llama4TextL2Norm`, which commutes with the
+  rotation because RoPE keeps each pair's norm).
+- `gate`: a sigmoid gate on each head's attention output, computed from the layer input (Qiu et al. 2025,
+  arXiv 2505.06708, qiuzh20/gated_attention): `elementwise` (one gate per channel, the G1 gate the paper and the
+  authors' README recommend; their config leaves both kinds off by default) or `headwise` (one per head). The
+  authors' code widens `q_proj` by the gate's rows and multiplies before `o_proj`; a separate projection is the
+  same linear map with its rows kept apart.
+- `sinks`: one learned logit per head in every softmax's denominator (gpt-oss's `eager_attention_forward`: the
+  logit is concatenated to the masked scores and its probability dropped); applied by the backends.
+- `softcap:C`: scores become tanh(s / C) C before the mask (Gemma 2's `attn_logit_softcapping`); applied by the
+  backends.
+- `temp_tuning`: Llama 4's attention temperature tuning: the query at position p is multiplied by
+  1 + beta log1p(floor((p + 1) / gamma)) (`attn_scale` beta 0.1, `floor_scale` gamma 8192).
+- `logn:KIND`: the layer's own log-n scaling (`none`, `qwen`, `ssmax`), as the model-wide `log_scaling`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from lextra.errors import ConfigError
+from lextra.positions.base import HeadDims
+from lextra.registry import Registry
+from lextra.validate import check_bool, check_positive
+
+
+class AttentionPiece(nn.Module):
+    """Base class of the `PIECES` registry: built with the layer's `HeadDims` and its options."""
+
+    name: ClassVar[str] = "piece"
+    summary: ClassVar[str] = ""
+    positional: ClassVar[str | None] = None
+
+    def __init__(self, dims: HeadDims) -> None:
+        super().__init__()
+        self.dims = dims
+
+
+PIECES: Registry[AttentionPiece] = Registry("attention piece")
+
+
+def head_rms_norm(x: Tensor, weight: Tensor | None, eps: float) -> Tensor:
+    """RMSNorm over the last dimension in fp32, cast back, then the weight (Qwen3RMSNorm's order)."""
+    xf = x.float()
+    normed = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+    return normed if weight is None else weight * normed
+
+
+@PIECES.register("qknorm")
+class QKNorm(AttentionPiece):
+    """RMSNorm per head on q and k before the position transform (Qwen3, OLMo 2; Llama 4 without weight)."""
+
+    summary = "RMSNorm per head on q and k (Qwen3; weight=false: Llama 4's L2 norm)"
+
+    def __init__(self, dims: HeadDims, *, eps: float = 1e-6, weight: bool = True) -> None:
+        super().__init__(dims)
+        self.eps = check_positive("qknorm: eps", eps)
+        self.learned = check_bool("qknorm: weight", weight)
+        self.q_weight = nn.Parameter(torch.ones(dims.head_dim)) if weight else None
+        self.k_weight = nn.Parameter(torch.ones(dims.head_dim)) if weight else None
+
+    def forward(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        return head_rms_norm(q, self.q_weight, self.eps), head_rms_norm(k, self.k_weight, self.eps)
+
+
+GATE_KINDS = ("elementwise", "headwise")
+
+
+@PIECES.register("gate")
+class OutputGate(AttentionPiece):
+    """out_h <- out_h * sigmoid(x W_g) per head (elementwise: per channel; headwise: one per head), x the layer
+    input (Qiu et al. 2025, arXiv 2505.06708)."""
+
+    summary = "sigmoid gate on each head's output from the layer input (Qiu 2025); kind elementwise|headwise"
+    positional = "kind"
+
+    def __init__(self, dims: HeadDims, *, kind: str = "elementwise") -> None:
+        super().__init__(dims)
+        if kind not in GATE_KINDS:
+            raise ConfigError(f"gate: kind must be one of {', '.join(GATE_KINDS)}, got {kind!r}")
+        self.kind = kind
+        width = dims.head_dim if kind == "elementwise" else 1
+        self.proj = nn.Linear(dims.d_model, dims.n_heads * width, bias=False)
+
+    def forward(self, x: Tensor, out: Tensor) -> Tensor:
+        """x (B, L, d_model), out (B, H, L, D) -> gated out (B, H, L, D)."""
+        B, L, _ = x.shape
+        score = self.proj(x).view(B, L, self.dims.n_heads, -1).transpose(1, 2)
+        return out * torch.sigmoid(score).to(out.dtype)
+
+
+@PIECES.register("sinks")
+class Sinks(AttentionPiece):
+    """One learned logit per head added to each softmax's denominator (gpt-oss); zero-initialised here (gpt-oss
+    draws N(0, 0.02))."""
+
+    summary = "learned attention sink: one logit per head in the softmax denominator (gpt-oss)"
+
+    def __init__(self, dims: HeadDims) -> None:
+        super().__init__(dims)
+        self.logits = nn.Parameter(torch.zeros(dims.n_heads))
+
+
+@PIECES.register("softcap")
+class Softcap(AttentionPiece):
+    """Scores capped as tanh(s / cap) cap before the mask (Gemma 2's attention logit softcapping, cap 50)."""
+
+    summary = "logit softcapping: tanh(s / cap) * cap (Gemma 2, cap 50)"
+    positional = "cap"
+
+    def __init__(self, dims: HeadDims, *, cap: float = 50.0) -> None:
+        super().__init__(dims)
+        self.cap = check_positive("softcap: cap", cap)
+
+
+def temperature_tuning_scale(positions: Tensor, beta: float, gamma: float) -> Tensor:
+    """Llama 4's query scale 1 + beta log1p(floor((p + 1) / gamma)) per position, fp32 (Lq,)."""
+    return torch.log1p(torch.floor((positions.float() + 1.0) / gamma)) * beta + 1.0
+
+
+@PIECES.register("temp_tuning")
+class TemperatureTuning(AttentionPiece):
+    """Queries scaled by 1 + beta log1p(floor((p + 1) / gamma)) (Llama 4's attn_temperature_tuning on its NoPE
+    layers; the scaling of Nakanishi 2025, arXiv 2501.19399, floored in steps of gamma)."""
+
+    summary = "Llama 4's query temperature 1 + beta log1p(floor((p+1)/gamma)); beta 0.1, gamma 8192"
+    positional = "beta"
+
+    def __init__(self, dims: HeadDims, *, beta: float = 0.1, gamma: float = 8192.0) -> None:
+        super().__init__(dims)
+        self.beta = float(beta)
+        if not math.isfinite(self.beta) or self.beta < 0:
+            raise ConfigError(f"temp_tuning: beta must be a finite number >= 0, got {beta!r}")
+        self.gamma = check_positive("temp_tuning: gamma", gamma)
+
+    def scale(self, positions: Tensor) -> Tensor:
+        return temperature_tuning_scale(positions, self.beta, self.gamma)
+
+
+LOG_KINDS = ("none", "qwen", "ssmax")
+
+
+@PIECES.register("logn")
+class LogN(AttentionPiece):
+    """The layer's log-n scaling: `qwen` (x log_{L_tr} i past L_tr) or `ssmax` (learned s_h ln n)."""
+
+    summary = "the layer's log-n scaling: qwen or ssmax (as --log-scaling, for this layer alone)"
+    positional = "kind"
+
+    def __init__(self, dims: HeadDims, *, kind: str = "qwen") -> None:
+        super().__init__(dims)
+        if kind not in LOG_KINDS:
+            raise ConfigError(f"logn: kind must be one of {', '.join(LOG_KINDS)}, got {kind!r}")
+        self.kind = kind
+
+
+def piece_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
+    """A piece's options, checked by building it once on tiny dims (bad values raise a ConfigError)."""
+    PIECES.build(name, HeadDims(1, 2, 2, 2), **options)
+    return options
