@@ -18,7 +18,7 @@ LAYERS = [
     {"errors", "io", "registry", "serialize", "validate", "devices", "tensorboard"},
     {"positions"},
     {"attention"},
-    {"model", "data"},
+    {"model", "data", "compile"},
     {"train"},
     {"analysis"},
     {"extend"},
