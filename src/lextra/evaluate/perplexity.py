@@ -173,14 +173,15 @@ class TokenScorer:
         # per protocol, each row's first scored position (L: the protocol does not score that row)
         firsts = {p: [e[2].get(p, L) for e in entries] for p in self.nll}
         firsts = {p: f for p, f in firsts.items() if min(f) < L}
-        hidden = self.model.features(inputs, mask=self.mask, backend=self.config.backend)
         lo = min(min(f) for f in firsts.values())
+        # the features of the scored positions alone: the last block computes no other row (`GPT.features`)
+        hidden = self.model.features(inputs, mask=self.mask, backend=self.config.backend, last=L - lo)
         starts = {p: torch.tensor(f, device=hidden.device)[:, None] for p, f in firsts.items()}
         # full-vocabulary logits for a slice of positions at a time: (rows x L x vocab) never exists at once
         step = max(1, LOGIT_BUDGET // (len(entries) * self.model.config.vocab_size))
         for a in range(lo, L, step):
             b = min(a + step, L)
-            logits = self.model.head(hidden[:, a:b]).float()
+            logits = self.model.head(hidden[:, a - lo : b - lo]).float()
             nll = F.cross_entropy(logits.flatten(0, 1), gold[:, a:b].flatten(), reduction="none").view(len(entries), -1)
             at = torch.arange(a, b, device=hidden.device)[None, :]
             for p, first in firsts.items():
