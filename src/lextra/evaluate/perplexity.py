@@ -189,8 +189,9 @@ class TokenScorer:
                 self.count[p] += sum(max(0, b - max(a, f)) for f in first)
 
     def result(self, protocol: str) -> PerplexityPoint:
-        mean = float(self.nll[protocol]) / max(1, self.count[protocol])
-        return PerplexityPoint(ppl=math.exp(mean), nll=mean, tokens=self.count[protocol])
+        count = self.count.get(protocol, 0)
+        mean = float(self.nll.get(protocol, 0.0)) / max(1, count)
+        return PerplexityPoint(ppl=math.exp(mean), nll=mean, tokens=count)
 
 
 def _chunks(doc: Tensor, L: int, span: int) -> Iterator[tuple[Tensor, Tensor, int]]:
