@@ -10,6 +10,7 @@ from lextra.compile import StepLoss
 from lextra.data.prepare import prepare_data
 from lextra.errors import ConfigError
 from lextra.evaluate import EvalConfig, evaluate_model
+from lextra.extend import EXTENSIONS, apply_extension
 from lextra.model import GPT, GPTConfig
 from lextra.pipelines.compare import PhaseClock
 from lextra.train import TrainConfig, make_optimizer, train
@@ -43,6 +44,18 @@ def test_last_rows_under_a_mask_and_temperatures() -> None:
     with torch.no_grad():
         full = model.features(tokens, mask="bca:16")
         torch.testing.assert_close(model.features(tokens, mask="bca:16", last=5), full[:, -5:], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("method", EXTENSIONS.names())
+def test_last_rows_under_every_extension_method(method: str) -> None:
+    torch.manual_seed(0)
+    model = GPT(tiny()).eval()
+    apply_extension(model, method)
+    tokens = torch.randint(0, 256, (2, 100))
+    with torch.no_grad():
+        full = model.features(tokens)
+        for last in (1, 37):
+            torch.testing.assert_close(model.features(tokens, last=last), full[:, -last:], rtol=1e-5, atol=2e-6)
 
 
 @pytest.fixture(scope="module")
