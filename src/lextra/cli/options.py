@@ -389,7 +389,7 @@ def add_training(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="run the training step's forward and loss through torch.compile (inductor; needs a C++ compiler on "
         "the CPU; a scheme it fails on trains eagerly, with a warning naming why); off by default, since on small "
-        "CPU models its compile time exceeds what it saves (default: off)",
+        f"CPU models its compile time exceeds what it saves (default: {config_default(TrainConfig, 'compile')})",
     )
 
 
