@@ -18,7 +18,7 @@ LAYERS = [
     {"errors", "io", "locks", "registry", "serialize", "validate", "devices", "tensorboard", "training_tasks"},
     {"positions"},
     {"attention"},
-    {"model", "data"},
+    {"model", "data", "compile"},
     {"train"},
     {"analysis"},
     {"extend"},

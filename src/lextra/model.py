@@ -384,16 +384,20 @@ class SelfAttention(nn.Module):
         layer: int = 0,
         observer: LayerObserver | None = None,
         layout: PositionLayout | None = None,
+        queries: int | None = None,
     ) -> Tensor:
-        """`layout`: the host-side facts of `positions` (queries and keys alike) when the caller knows them, so
-        that choosing a backend reads nothing from the device; ignored under a cache (its keys differ)."""
+        """`layout`: the host-side facts of the query and key positions when the caller knows them, so that
+        choosing a backend reads nothing from the device; ignored under a cache (its keys differ). `queries`: only
+        the last that many rows are wanted (no cache): their queries alone attend, to every row's key."""
         B, L, _ = x.shape
         q, k, v = self.project(x)
         if self.qknorm is not None:
             q, k = self.qknorm(q, k)
         if self.own_mask is not None:
             mask = self.own_mask
-        k_pos = positions
+        k_pos = q_pos = positions
+        if queries is not None:
+            q, q_pos, L, x = q[:, :, -queries:], positions[-queries:], queries, x[:, -queries:]
         # plain RoPE under a cache: keys are cached rotated, so a decoding step rotates one key, not all of them
         rotated = cache is not None and self.extension is None and observer is None and scheme.rotates_keys_alone
         if rotated:
@@ -401,10 +405,10 @@ class SelfAttention(nn.Module):
         if cache is not None:
             k, v = cache.extend(layer, k, v, positions, rotated=rotated)
             k_pos = cache.key_positions(layer, positions)
-        temperature = self.query_temperature(positions, k_pos, mask)
+        temperature = self.query_temperature(q_pos, k_pos, mask)
         sinks = None if self.sinks is None else self.sinks.logits
         if observer is not None:
-            observer(AttentionInputs(layer, q, k, scheme, positions, k_pos, mask, temperature, sinks, self.softcap))
+            observer(AttentionInputs(layer, q, k, scheme, q_pos, k_pos, mask, temperature, sinks, self.softcap))
         if self.extension is not None and (sinks is not None or self.softcap is not None):
             raise ConfigError(
                 f"extension {self.extension.name!r} does not apply learned sinks or a softcap; apply it to the "
@@ -419,7 +423,7 @@ class SelfAttention(nn.Module):
             v,
             scheme=None if rotated else scheme,
             mask=mask,
-            q_pos=positions,
+            q_pos=q_pos,
             k_pos=k_pos,
             backend=backend,
             temperature=temperature,
@@ -461,8 +465,12 @@ class Block(nn.Module):
         self.ln_mlp = nn.LayerNorm(config.d_model)
         self.mlp = MLP(config)
 
-    def forward(self, x, scheme, positions, mask, backend, cache=None, layer=0, observer=None, layout=None) -> Tensor:
-        x = x + self.attn(self.ln_attn(x), scheme, positions, mask, backend, cache, layer, observer, layout)
+    def forward(
+        self, x, scheme, positions, mask, backend, cache=None, layer=0, observer=None, layout=None, queries=None
+    ) -> Tensor:
+        """`queries`: only the last that many rows are computed and returned (see `SelfAttention.forward`)."""
+        out = self.attn(self.ln_attn(x), scheme, positions, mask, backend, cache, layer, observer, layout, queries)
+        x = (x if queries is None else x[:, -queries:]) + out
         return x + self.mlp(self.ln_mlp(x))
 
 
@@ -594,12 +602,17 @@ class GPT(nn.Module):
         backend: str = "auto",
         cache: KVCache | None = None,
         observer: LayerObserver | None = None,
+        last: int | None = None,
     ) -> Tensor:
         """`features` from token embeddings (B, L, d_model), so callers can differentiate with respect to them.
 
         `mask` None is the model's own (`GPT.mask`, causal unless an inference setup set one); a layer plan's local
-        layers (a window, a chunk) attend with their own mask whatever the call's."""
+        layers (a window, a chunk) attend with their own mask whatever the call's. `last`: only the last that many
+        positions' features are wanted (B, last, d_model), as in scoring: the final block computes those rows alone
+        (every row's keys and values still), the same values as slicing the full result."""
         L = embeddings.shape[1]
+        if last is not None and (cache is not None or not 0 < last <= L):
+            raise ValueError(f"last={last} needs 1 <= last <= L ({L}) and no cache")
         start = cache.length if cache is not None else 0
         layout = None
         if positions is None:
@@ -608,9 +621,22 @@ class GPT(nn.Module):
         if mask is None:
             mask = self.mask
         mask = build_mask(mask, self.config.train_len) if not isinstance(mask, Mask) else mask
+        final = self.config.n_layer - 1
         x = self.forward_layers(
-            self.embed_inputs(embeddings, positions), positions, mask, backend, cache, observer=observer, layout=layout
+            self.embed_inputs(embeddings, positions),
+            positions,
+            mask,
+            backend,
+            cache,
+            observer=observer,
+            layout=layout,
+            stop=final if last is not None else None,
         )
+        if last is not None:
+            rows = None if layout is None else PositionLayout.ranges(start + L - last, last, start, L)
+            x = self.blocks[final](
+                x, self.scheme_for(final), positions, mask, backend, None, final, observer, rows, last
+            )
         if cache is not None:
             cache.length += L
         return self.ln_f(x)

@@ -24,18 +24,18 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 import torch
-import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
 from lextra import serialize
+from lextra.compile import StepLoss
 from lextra.data import ORDERS, EpochOrder, TrainStream, eval_sequences, in_order
 from lextra.data.corpora import mixture_weights
 from lextra.data.positions import PositionSampler, build_sampler
 from lextra.data.prepare import PreparedData, prepare_data
 from lextra.data.shards import PreparedShards, cached_shards, data_cache_dir, training_batches
 from lextra.data.windows import encode_documents
-from lextra.devices import autocast, resolve_device
+from lextra.devices import resolve_device
 from lextra.errors import CheckpointError, ConfigError, TrainingDivergedError
 from lextra.io import atomic_write, atomic_write_json, atomic_write_text, sha256_file
 from lextra.locks import run_lock
@@ -49,6 +49,8 @@ CHECKPOINTS = "checkpoints"
 LATEST = "LATEST"
 FINAL = "model"
 KEEP_CHECKPOINTS = 2
+#: parameter dtypes AdamW's fused CPU and CUDA kernels take
+FUSED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 @dataclass
@@ -103,10 +105,13 @@ class TrainConfig:
     #: the order of the training windows (`lextra.data.ORDERS`): `iid` draws each uniformly from every offset;
     #: `epoch` draws every non-overlapping window once per epoch, in a permutation keyed by (seed, epoch)
     order: str = "iid"
+    #: run the step's forward and loss through `torch.compile` (inductor; `lextra.compile`); off by default: on the
+    #: main job's CPU shape its compile time exceeds what it saves (benchmarks/README.md, `main_job.py`)
+    compile: bool = False
 
-    #: where a run's curves go, not what it trains: left out of `to_dict`, so saved configs, study cells and
-    #: reused models compare equal with TensorBoard on or off
-    LOGGING_ONLY: ClassVar[tuple[str, ...]] = ("tensorboard", "log_dir")
+    #: how a run is carried out, not what it trains (where its curves go, whether its step is compiled): left out
+    #: of `to_dict`, so saved configs, study cells and reused models compare equal either way
+    LOGGING_ONLY: ClassVar[tuple[str, ...]] = ("tensorboard", "log_dir", "compile")
     #: fields left out of `to_dict` at these values, so configs saved before they existed compare equal
     OMIT_DEFAULTS: ClassVar[dict[str, Any]] = {"positions": "contiguous", "s2_attn": 0, "order": "iid"}
 
@@ -130,6 +135,7 @@ class TrainConfig:
         if self.precision not in ("fp32", "bf16"):
             raise ConfigError(f"training config: precision must be fp32 or bf16, got {self.precision!r}")
         self.tensorboard = check_bool(f"{where} tensorboard", self.tensorboard)
+        self.compile = check_bool(f"{where} compile", self.compile)
         if self.log_dir is not None:
             if not isinstance(self.log_dir, str) or not self.log_dir.strip():
                 raise ConfigError(f"{where} log_dir must be a folder path, got {self.log_dir!r}")
@@ -272,7 +278,10 @@ def make_optimizer(model: GPT, config: TrainConfig) -> torch.optim.AdamW:
         {"params": no_decay, "weight_decay": 0.0, "lr_scale": 1.0},
         {"params": list(model.positions.parameters()), "weight_decay": 0.0, "lr_scale": config.position_lr_scale},
     ]
-    return torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2))
+    params = list(model.parameters())
+    # one fused kernel per parameter group (not a Python loop over tensors) where torch has one for these tensors
+    fused = all(p.device.type in ("cpu", "cuda") and p.dtype in FUSED_DTYPES for p in params)
+    return torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2), fused=fused)
 
 
 # ----------------------------------------------------------------------------- checkpoints
@@ -548,6 +557,9 @@ def _train(
         file=sys.stderr,
     )
     model.train()
+    step_loss = StepLoss(network, config.precision, device, compile=config.compile, label=config.model.scheme)
+    parameters = list(model.parameters())
+    foreach = all(p.device.type in ("cpu", "cuda") for p in parameters)  # one norm kernel for all gradients
     window_start, window_tokens = time.perf_counter(), 0
     for step in range(start, config.steps):
         lr = learning_rate(config, step)
@@ -557,12 +569,9 @@ def _train(
         batch = world.shard(stream.batch(step, config.batch_size, L, config.seed)).to(device)
         # one position vector per step, the same on every process (drawn for the global batch: rank 0)
         positions = None if sampler.contiguous else sampler.positions(config.seed, step).to(device)
-        with autocast(config.precision, device):
-            logits = network(batch[:, :-1], positions=positions)
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten())
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+        loss = step_loss(batch, positions)
+        grad_norm = torch.nn.utils.clip_grad_norm_(parameters, config.grad_clip, foreach=foreach)
         done = step + 1
         failed = _non_finite(world, loss, grad_norm)
         if failed:  # before the update, so the weights in memory and on disk are the last good ones
@@ -605,6 +614,8 @@ def _train(
             on_step(done)
     _check_weights(world, bar, model, run_dir, config, config.steps, learning_rate(config, config.steps - 1))
     bar.close()
+    if step_loss.summary() and world.is_main:
+        print(f"lextra train: {config.model.scheme}: {step_loss.summary()}", file=sys.stderr)
     if board is not None:
         board.close()
     final = run_dir / FINAL

@@ -354,6 +354,7 @@ TRAIN_FLAGS: dict[str, str] = {
     "precision": "precision",
     "tensorboard": "tensorboard",
     "log_dir": "log_dir",
+    "compile": "compile",
     "positions": "positions",
     "s2_attn": "s2_attn",
     "order": "order",
@@ -444,6 +445,14 @@ def add_training(parser: argparse.ArgumentParser) -> None:
         "--log-dir",
         default=None,
         help="write the TensorBoard event files here (implies --tensorboard) (default: the run's tb/ when on)",
+    )
+    parser.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run the training step's forward and loss through torch.compile (inductor; needs a C++ compiler on "
+        "the CPU; a scheme it fails on trains eagerly, with a warning naming why); off by default, since on small "
+        f"CPU models its compile time exceeds what it saves (default: {config_default(TrainConfig, 'compile')})",
     )
 
 

@@ -128,45 +128,70 @@ def evaluation_documents(
     return [stream[i * need : (i + 1) * need] for i in range(pieces)], True
 
 
-class TokenScorer:
-    """Sums next-token log-likelihoods of chosen positions, batching windows of equal length.
+#: where a window lies: (document index, first token, end), so the same window met by two protocols runs once
+WindowKey = tuple[int, int, int]
 
-    Windows are moved to the model's device and the sum stays there (fp64), read once by `result`.
+
+class TokenScorer:
+    """Sums next-token log-likelihoods of chosen positions, per protocol, running each distinct window once.
+
+    `add` files a window under its place in its document; a window several protocols score (every chunk is also
+    a sliding window) gets one forward pass, whose per-position losses each protocol sums from its own first
+    scored position. `run` stacks windows of equal length into batches of `max_batch_tokens`, moved to the model's
+    device; the sums stay there (fp64), read once by `result`.
     """
 
     def __init__(self, model: GPT, config: EvalConfig) -> None:
         self.model, self.config = model, config
         self.device = module_device(model)
         self.mask = build_mask(config.mask, model.config.train_len)
-        self.nll = torch.zeros((), dtype=torch.float64, device=self.device)
-        self.count = 0
+        self.windows: dict[WindowKey, tuple[Tensor, Tensor, dict[str, int]]] = {}
+        self.nll: dict[str, Tensor] = {}
+        self.count: dict[str, int] = {}
 
-    def add(self, windows: list[Tensor], targets: list[Tensor], scored_from: list[int]) -> None:
-        """windows[i] (L,) input tokens, targets[i] (L,) next tokens; score positions >= scored_from[i]."""
-        if not windows:
-            return
-        L = windows[0].numel()
-        per_batch = max(1, self.config.max_batch_tokens // L)
-        for start in range(0, len(windows), per_batch):
-            inputs = torch.stack(windows[start : start + per_batch]).to(self.device)
-            gold = torch.stack(targets[start : start + per_batch]).to(self.device)
-            first = scored_from[start : start + per_batch]
-            hidden = self.model.features(inputs, mask=self.mask, backend=self.config.backend)
-            lo = min(first)
-            starts = torch.tensor(first, device=hidden.device)[:, None]
-            # full-vocabulary logits for a slice of positions at a time: (rows x L x vocab) never exists at once
-            step = max(1, LOGIT_BUDGET // (len(first) * self.model.config.vocab_size))
-            for a in range(lo, L, step):
-                b = min(a + step, L)
-                logits = self.model.head(hidden[:, a:b]).float()
-                nll = F.cross_entropy(logits.flatten(0, 1), gold[:, a:b].flatten(), reduction="none")
-                keep = torch.arange(a, b, device=hidden.device)[None, :] >= starts
-                self.nll += torch.where(keep, nll.view(len(first), -1), 0.0).sum().double()
-                self.count += sum(max(0, b - max(a, f)) for f in first)
+    def add(self, protocol: str, key: WindowKey, window: Tensor, target: Tensor, scored_from: int) -> None:
+        """window (L,) input tokens, target (L,) next tokens, scored from position `scored_from` for `protocol`."""
+        self.nll.setdefault(protocol, torch.zeros((), dtype=torch.float64, device=self.device))
+        self.count.setdefault(protocol, 0)
+        entry = self.windows.setdefault(key, (window, target, {}))
+        entry[2][protocol] = scored_from
 
-    def result(self) -> PerplexityPoint:
-        mean = float(self.nll) / max(1, self.count)
-        return PerplexityPoint(ppl=math.exp(mean), nll=mean, tokens=self.count)
+    def run(self) -> None:
+        """Score every window filed so far (one forward pass each), then forget them."""
+        by_length: dict[int, list[tuple[Tensor, Tensor, dict[str, int]]]] = {}
+        for entry in self.windows.values():
+            by_length.setdefault(entry[0].numel(), []).append(entry)
+        self.windows = {}
+        for L, entries in by_length.items():
+            per_batch = max(1, self.config.max_batch_tokens // L)
+            for start in range(0, len(entries), per_batch):
+                self._score(entries[start : start + per_batch], L)
+
+    def _score(self, entries: list[tuple[Tensor, Tensor, dict[str, int]]], L: int) -> None:
+        inputs = torch.stack([e[0] for e in entries]).to(self.device)
+        gold = torch.stack([e[1] for e in entries]).to(self.device)
+        # per protocol, each row's first scored position (L: the protocol does not score that row)
+        firsts = {p: [e[2].get(p, L) for e in entries] for p in self.nll}
+        firsts = {p: f for p, f in firsts.items() if min(f) < L}
+        lo = min(min(f) for f in firsts.values())
+        # the features of the scored positions alone: the last block computes no other row (`GPT.features`)
+        hidden = self.model.features(inputs, mask=self.mask, backend=self.config.backend, last=L - lo)
+        starts = {p: torch.tensor(f, device=hidden.device)[:, None] for p, f in firsts.items()}
+        # full-vocabulary logits for a slice of positions at a time: (rows x L x vocab) never exists at once
+        step = max(1, LOGIT_BUDGET // (len(entries) * self.model.config.vocab_size))
+        for a in range(lo, L, step):
+            b = min(a + step, L)
+            logits = self.model.head(hidden[:, a - lo : b - lo]).float()
+            nll = F.cross_entropy(logits.flatten(0, 1), gold[:, a:b].flatten(), reduction="none").view(len(entries), -1)
+            at = torch.arange(a, b, device=hidden.device)[None, :]
+            for p, first in firsts.items():
+                self.nll[p] += torch.where(at >= starts[p], nll, 0.0).sum().double()
+                self.count[p] += sum(max(0, b - max(a, f)) for f in first)
+
+    def result(self, protocol: str) -> PerplexityPoint:
+        count = self.count.get(protocol, 0)
+        mean = float(self.nll.get(protocol, 0.0)) / max(1, count)
+        return PerplexityPoint(ppl=math.exp(mean), nll=mean, tokens=count)
 
 
 def _chunks(doc: Tensor, L: int, span: int) -> Iterator[tuple[Tensor, Tensor, int]]:
@@ -190,6 +215,21 @@ def _sliding(doc: Tensor, L: int, span: int, stride: int) -> Iterator[tuple[Tens
 def _last_token(doc: Tensor, L: int, span: int, targets: int) -> Iterator[tuple[Tensor, Tensor, int]]:
     for t in range(span, span + targets):
         yield doc[t - L : t], doc[t - L + 1 : t + 1], L - 1
+
+
+def _windows(
+    protocol: str, doc: Tensor, L: int, span: int, config: EvalConfig
+) -> Iterator[tuple[int, Tensor, Tensor, int]]:
+    """(first token's index in `doc`, window, targets, first scored position) of one protocol at length L."""
+    if protocol == "chunks":
+        pieces = _chunks(doc, L, span)
+    elif protocol == "sliding":
+        pieces = _sliding(doc, L, span, config.resolved_stride(L))
+    else:
+        pieces = _last_token(doc, L, span, config.last_token_targets)
+    for window, target, first in pieces:
+        # windows are views of `doc`: their storage offset is where they start
+        yield window.storage_offset() - doc.storage_offset(), window, target, first
 
 
 @dataclass(frozen=True)
@@ -252,34 +292,25 @@ def evaluate_model(
             "evaluating on stitched text",
             file=sys.stderr,
         )
-    results: dict[str, dict[int, PerplexityPoint]] = {}
-    cells = [(p, L) for p in config.protocols for L in lengths]
+    results: dict[str, dict[int, PerplexityPoint]] = {p: {} for p in config.protocols}
     bar = tqdm(
-        cells, disable=not progress, desc=f"eval {label}".strip(), unit="cell", file=sys.stderr, dynamic_ncols=True
+        lengths, disable=not progress, desc=f"eval {label}".strip(), unit="length", file=sys.stderr, dynamic_ncols=True
     )
     saved_temperatures = model.config.temperatures
-    for protocol, L in bar:
-        bar.set_postfix(protocol=protocol, length=L)
+    for L in bar:
+        bar.set_postfix(length=L)
         if config.temperature == "log-length":
             tau = log_length_temperature(train_len, L)
             InferenceSetup(temperatures=[[tau] * model.config.n_head for _ in range(model.config.n_layer)]).apply(model)
+        # every protocol's windows at this length, each distinct window run once (`TokenScorer`)
         scorer = TokenScorer(model, config)
-        groups: dict[int, tuple[list[Tensor], list[Tensor], list[int]]] = {}
-        for doc in docs:
-            if protocol == "chunks":
-                pieces = _chunks(doc, L, span)
-            elif protocol == "sliding":
-                pieces = _sliding(doc, L, span, config.resolved_stride(L))
-            else:
-                pieces = _last_token(doc, L, span, config.last_token_targets)
-            for window, target, first in pieces:
-                group = groups.setdefault(window.numel(), ([], [], []))
-                group[0].append(window)
-                group[1].append(target)
-                group[2].append(first)
-        for windows, targets, firsts in groups.values():
-            scorer.add(windows, targets, firsts)
-        results.setdefault(protocol, {})[L] = scorer.result()
+        for protocol in config.protocols:
+            for index, doc in enumerate(docs):
+                for begin, window, target, first in _windows(protocol, doc, L, span, config):
+                    scorer.add(protocol, (index, begin, begin + window.numel()), window, target, first)
+        scorer.run()
+        for protocol in config.protocols:
+            results[protocol][L] = scorer.result(protocol)
     InferenceSetup(temperatures=saved_temperatures).apply(model)
     return Evaluation(
         results=results,

@@ -265,10 +265,14 @@ class HFCausalLM(_Adapter):
 
     # --- perplexity ---------------------------------------------------------------------------------------
     @torch.no_grad()
-    def features(self, tokens: Tensor, mask: str | Mask | None = None, backend: str = "auto") -> Tensor:
-        """Final hidden states (B, L, d) under `mask` (the adapter's current mask when None)."""
+    def features(
+        self, tokens: Tensor, mask: str | Mask | None = None, backend: str = "auto", last: int | None = None
+    ) -> Tensor:
+        """Final hidden states (B, L, d) under `mask` (the adapter's current mask when None); `last`: those of the
+        last that many positions only (computed for every position, then sliced)."""
         with self.using_mask(mask):
-            return self.inner(input_ids=tokens, use_cache=False).last_hidden_state
+            hidden = self.inner(input_ids=tokens, use_cache=False).last_hidden_state
+        return hidden if last is None else hidden[:, -last:]
 
     def head(self, hidden: Tensor) -> Tensor:
         return self.model.lm_head(hidden)

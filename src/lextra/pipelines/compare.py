@@ -8,9 +8,12 @@ again with the same settings; an interrupted training resumes from its last chec
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import sys
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -125,6 +128,7 @@ def compare(
     data = None
     summary = Comparison(variants={}, train=base.to_dict(), eval=eval_config.to_dict())
     models: dict[str, Path] = {}
+    clock = PhaseClock()
     for variant in parsed:
         run_dir = out_dir / "models" / variant.scheme
         # one TensorBoard run per scheme: its training curves and its variants' perplexity curves
@@ -135,7 +139,8 @@ def compare(
             config.model.scheme_options = {}
             config.log_dir = log_dir
             _log(f"training {variant.scheme}")
-            models[variant.scheme] = train_or_reuse(config, run_dir, progress, device)
+            with clock.phase("training"):
+                models[variant.scheme] = train_or_reuse(config, run_dir, progress, device)
         model_dir = models[variant.scheme]
         result_path = out_dir / "results" / f"{variant.label.replace(':', '-')}.json"
         cell_eval = copy.deepcopy(eval_config)
@@ -147,14 +152,16 @@ def compare(
                 summary.variants[variant.label] = VariantResult.from_dict(cached)
                 _log(f"reusing {result_path}")
                 continue
-        if data is None:
-            # the prepared data the models trained on (the same documents, without re-tokenizing), else the corpus
-            data = open_training_data(copy.deepcopy(base), progress)[0] or prepare_data(
-                base.corpus, base.tokenizer, base.limit_chars
-            )
-        model = load_model(model_dir, map_location=device)
-        _log(f"evaluating {variant.label}")
-        evaluation = evaluate_model(model, data, cell_eval, progress=progress, label=variant.label)
+        with clock.phase("evaluation"):
+            if data is None:
+                # the prepared data the models trained on (the same documents, without re-tokenizing), else the
+                # corpus
+                data = open_training_data(copy.deepcopy(base), progress)[0] or prepare_data(
+                    base.corpus, base.tokenizer, base.limit_chars
+                )
+            model = load_model(model_dir, map_location=device)
+            _log(f"evaluating {variant.label}")
+            evaluation = evaluate_model(model, data, cell_eval, progress=progress, label=variant.label)
         record = VariantResult(fingerprint["model_sha256"], variant.scheme, variant.mask, evaluation)
         atomic_write_json(result_path, record.to_dict())
         if base.tensorboard:  # written when computed, so a reused result is not logged twice
@@ -163,7 +170,32 @@ def compare(
             board.close()
         summary.variants[variant.label] = record
     write_summary(out_dir, summary, base.model.train_len)
+    _log(clock.report())
     return summary
+
+
+class PhaseClock:
+    """Wall time per phase of a command (training, evaluation), and in all since it was made."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.seconds: dict[str, float] = {}
+        self.counts: dict[str, int] = {}
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+            self.counts[name] = self.counts.get(name, 0) + 1
+
+    def report(self) -> str:
+        """`wall time 812 s: training 590 s (10 runs), evaluation 201 s (12 runs)`."""
+        parts = [f"{name} {s:.0f} s ({self.counts[name]} runs)" for name, s in self.seconds.items()]
+        total = time.perf_counter() - self.start
+        return f"wall time {total:.0f} s" + (": " + ", ".join(parts) if parts else "")
 
 
 def write_summary(out_dir: Path, summary: Comparison, train_len: int) -> None:
