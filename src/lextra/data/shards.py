@@ -714,11 +714,10 @@ def _request(
 # ----------------------------------------------------------------------------- reading
 @dataclass(frozen=True)
 class _Part:
-    """One shard's token file of a split and its documents' offsets, both mapped, and its stream start."""
+    """One shard's token file of a split and its documents' offsets, both mapped."""
 
     tokens: np.memmap
     offsets: np.ndarray
-    start: int
 
 
 class PreparedShards:
@@ -796,15 +795,13 @@ class PreparedShards:
             check_files(root, expected, f"copy the folder again from where it came from, or {again}")
         parts: dict[str, list[_Part]] = {}
         for name in SPLITS:
-            position = 0
             parts[name] = []
             for shard in manifest["splits"][name]["shards"]:
                 files = shard["files"]
                 # copy-on-write: tensors may view the map (torch needs writable arrays), writes never reach the file
                 tokens = np.memmap(root / files["tokens"]["name"], dtype=dtype, mode="c")
                 offsets = np.memmap(root / files["offsets"]["name"], dtype=np.int64, mode="r").reshape(-1, 2)
-                parts[name].append(_Part(tokens, offsets, position))
-                position += int(tokens.size)
+                parts[name].append(_Part(tokens, offsets))
         return cls(root, manifest, hashlib.sha256(raw).hexdigest(), parts)
 
     def verify(self) -> None:
