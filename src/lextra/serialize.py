@@ -180,7 +180,8 @@ def from_dict(cls: type[T], data: Mapping[str, Any], *, refuse_unknown: str | No
     if refuse_unknown is not None:
         check_fields(cls, data, refuse_unknown)
     reader = _Reader(cls, refuse_unknown)
-    hints = _hints(cls)
+    dataclass_type: type = cls  # the cache keys on the class; mypy cannot prove an arbitrary type[T] hashable
+    hints = _hints(dataclass_type)
     all_fields = [f for f in fields(cls) if f.init]  # type: ignore[arg-type]
     claimed = {json_key(f) for f in all_fields if not f.metadata.get(INLINE)}
     values: dict[str, Any] = {}
