@@ -61,48 +61,17 @@ class PreparedShards:
         (with `check`) every file's checksum the first time this folder's files are opened unchanged (see
         `lextra.data.integrity`)."""
         root = Path(directory).expanduser()
-        path = root / MANIFEST
-        if root.exists() and not root.is_dir():
-            raise DataError(
-                f"{root} is a file, not a prepared data folder; give the folder `lextra data prepare` wrote"
-            )
-        if not path.is_file():
-            again = unfinished_command(root)
-            if (root / REQUEST).is_file():
-                raise DataError(
-                    f"{root} holds an unfinished prepare (no {MANIFEST}); "
-                    f"run `{again or 'lextra data prepare ...'}` again to finish it"
-                )
-            raise DataError(
-                f"{root} is not a prepared data folder (no {MANIFEST}); "
-                "make one with `lextra data prepare SOURCE --tokenizer SPEC --out DIR`"
-            )
-        raw = path.read_bytes()
-        try:
-            manifest = json.loads(raw)
-        except ValueError as err:
-            raise DataError(f"{path} is corrupt ({err}); prepare {root} again") from None
-        version = manifest.get("format") if isinstance(manifest, dict) else None
-        if isinstance(version, int) and not isinstance(version, bool) and version != FORMAT_VERSION:
-            raise DataError(
-                f"{root} was prepared in format {version}, this lextra reads format {FORMAT_VERSION}; prepare it again"
-            )
+        raw, manifest = _read_manifest(root)
         request = manifest.get("request") if isinstance(manifest.get("request"), dict) else {}
         again = f"run `{prepare_command(request, root)}` into a new folder"
         fix = f"prepare the data again: {again}"
-        validate_manifest(manifest, DTYPES, SPLITS, str(path), fix)
+        validate_manifest(manifest, DTYPES, SPLITS, str(root / MANIFEST), fix)
         try:
             config = json.loads((root / TOKENIZER).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             raise DataError(f"{root / TOKENIZER} is missing or not JSON; {again}") from None
-        check_tokenizer_record(manifest, config, str(path), fix)
-        dtype = DTYPES[manifest["dtype"]]
-        entries = [
-            entry
-            for name in SPLITS
-            for shard in manifest["splits"][name]["shards"]
-            for entry in shard["files"].values()
-        ]
+        check_tokenizer_record(manifest, config, str(root / MANIFEST), fix)
+        entries = _file_entries(manifest)
         for entry in entries:
             file = root / entry["name"]
             size = file.stat().st_size if file.is_file() else None
@@ -117,25 +86,11 @@ class PreparedShards:
                 Expected(f"{TOKENIZER_DIR}/{e['name']}", e["sha256"], e.get(FAST_HASH)) for e in copied.values()
             ]
             check_files(root, expected, f"copy the folder again from where it came from, or {again}")
-        parts: dict[str, list[Part]] = {}
-        for name in SPLITS:
-            parts[name] = []
-            for shard in manifest["splits"][name]["shards"]:
-                files = shard["files"]
-                # copy-on-write: tensors may view the map (torch needs writable arrays), writes never reach the file
-                tokens = np.memmap(root / files["tokens"]["name"], dtype=dtype, mode="c")
-                offsets = np.memmap(root / files["offsets"]["name"], dtype=np.int64, mode="r").reshape(-1, 2)
-                parts[name].append(Part(tokens, offsets))
-        return cls(root, manifest, hashlib.sha256(raw).hexdigest(), parts)
+        return cls(root, manifest, hashlib.sha256(raw).hexdigest(), _map_parts(root, manifest))
 
     def verify(self) -> None:
         """Check the sha256 of every file against the manifest (reads everything); `DataError` on a mismatch."""
-        entries = [
-            entry
-            for name in SPLITS
-            for shard in self.manifest["splits"][name]["shards"]
-            for entry in shard["files"].values()
-        ]
+        entries = _file_entries(self.manifest)
         tokenizer_entry = {"name": TOKENIZER, "sha256": self.manifest["tokenizer"]["config_sha256"]}
         copied = [
             {"name": f"{TOKENIZER_DIR}/{entry['name']}", "sha256": entry["sha256"]}
@@ -281,6 +236,58 @@ class PreparedShards:
         documents decoded lazily (`texts`), the folder's tokenizer, and the folder as the train split's `stream`."""
         splits: dict[str, Any] = {name: self.texts(name) for name in SPLITS}
         return PreparedData(self.corpus, splits, self.tokenizer(), stream=self)
+
+
+def _read_manifest(root: Path) -> tuple[bytes, Any]:
+    """The bytes of a folder's manifest and its JSON (checked against the schema by the caller); one line naming
+    the fix where the folder is a file, unfinished, not a prepared folder, corrupt or of another format."""
+    path = root / MANIFEST
+    if root.exists() and not root.is_dir():
+        raise DataError(f"{root} is a file, not a prepared data folder; give the folder `lextra data prepare` wrote")
+    if not path.is_file():
+        again = unfinished_command(root)
+        if (root / REQUEST).is_file():
+            raise DataError(
+                f"{root} holds an unfinished prepare (no {MANIFEST}); "
+                f"run `{again or 'lextra data prepare ...'}` again to finish it"
+            )
+        raise DataError(
+            f"{root} is not a prepared data folder (no {MANIFEST}); "
+            "make one with `lextra data prepare SOURCE --tokenizer SPEC --out DIR`"
+        )
+    raw = path.read_bytes()
+    try:
+        manifest = json.loads(raw)
+    except ValueError as err:
+        raise DataError(f"{path} is corrupt ({err}); prepare {root} again") from None
+    version = manifest.get("format") if isinstance(manifest, dict) else None
+    if isinstance(version, int) and not isinstance(version, bool) and version != FORMAT_VERSION:
+        raise DataError(
+            f"{root} was prepared in format {version}, this lextra reads format {FORMAT_VERSION}; prepare it again"
+        )
+    return raw, manifest
+
+
+def _file_entries(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The manifest's entry (name, bytes, hashes) of every token and offsets file, split by split."""
+    return [
+        entry for name in SPLITS for shard in manifest["splits"][name]["shards"] for entry in shard["files"].values()
+    ]
+
+
+def _map_parts(root: Path, manifest: dict[str, Any]) -> dict[str, list[Part]]:
+    """Every split's shard files, mapped: tokens copy-on-write (tensors may view the map, as torch needs writable
+    arrays; writes never reach the file), offsets read-only."""
+    dtype = DTYPES[manifest["dtype"]]
+    parts: dict[str, list[Part]] = {}
+    for name in SPLITS:
+        parts[name] = []
+        for shard in manifest["splits"][name]["shards"]:
+            files = shard["files"]
+            tokens = np.memmap(root / files["tokens"]["name"], dtype=dtype, mode="c")
+            offsets = np.memmap(root / files["offsets"]["name"], dtype=np.int64, mode="r").reshape(-1, 2)
+            parts[name].append(Part(tokens, offsets))
+    return parts
 
 
 class DecodedDocuments(Sequence[Document]):
