@@ -171,8 +171,8 @@ def _add(
     sub = parser.add_subparsers(dest=f"command_{len(path)}", required=True, metavar="COMMAND")
     for name, child in node.children.items():
         examples = child.examples if isinstance(child, Command) else _group_examples(child)
-        kwargs = {"help": child.help, "description": child.help, "epilog": _epilog(examples)}
-        _add(sub.add_parser(name, **kwargs), child, (*path, name), wanted)
+        child_parser = sub.add_parser(name, help=child.help, description=child.help, epilog=_epilog(examples))
+        _add(child_parser, child, (*path, name), wanted)
 
 
 def _group_examples(node: Group) -> tuple[str, ...]:
