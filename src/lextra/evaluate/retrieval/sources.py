@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
@@ -92,7 +93,7 @@ class RetrievalSource:
         return torch.stack(rows)
 
 
-def source_factory(spec: str):
+def source_factory(spec: str) -> Callable[[TrainConfig, PreparedData], RetrievalSource]:
     """The `BATCH_SOURCES` factory for a task spec: code-key hides needles in the train split's files."""
     parsed = parse_task_spec(spec)
 
