@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from lextra.analysis.resolution import (
     scheme_resolution,
 )
 from lextra.attention import build_mask
+from lextra.attention.masks import Mask
 from lextra.io import atomic_write_json, atomic_write_text
 from lextra.pipelines.checkpoints import Checkpoint, TextSource
 from lextra.positions import PositionScheme
@@ -97,6 +98,20 @@ def mask_suffix(mask: str) -> str:
 
 def _log(message: str) -> None:
     print(f"lextra analyze: {message}", file=sys.stderr, flush=True)
+
+
+def _variants(
+    checkpoints: list[Checkpoint], masks: list[str], source: TextSource, length: int, documents: int, what: str
+) -> Iterator[tuple[Checkpoint, str, torch.Tensor, Mask, str]]:
+    """Each (checkpoint, mask) an analysis reports: the checkpoint's held-out texts of `length` tokens, the mask
+    built for its L_tr and the row label (logged as `what of LABEL`)."""
+    for ckpt in checkpoints:
+        texts = source.texts(ckpt, length, documents)
+        for mask in masks:
+            spec = build_mask(mask, ckpt.train_len)
+            label = ckpt.label + mask_suffix(mask)
+            _log(f"{what} of {label}")
+            yield ckpt, mask, texts, spec, label
 
 
 def _write(out: Path, name: str, data: dict[str, Any], records: list[dict[str, Any]], table: str) -> None:
@@ -179,19 +194,14 @@ def _resolution_rows(
     """The resolution rows by label (empirical and theory) and each empirical row's layers by kind."""
     rows: dict[str, ResolutionRow] = {}
     kinds: dict[str, dict[str, list[int]]] = {}
-    for ckpt in checkpoints:
-        texts = source.texts(ckpt, max(lengths), documents)
-        for mask in masks:
-            spec = build_mask(mask, ckpt.train_len)
-            label = ckpt.label + mask_suffix(mask)
-            kinds[label] = layer_kinds(ckpt.model)
-            _log(f"resolution of {label}")
-            scheme, folder = ckpt.model.config.scheme, str(ckpt.folder)
-            empirical = {n: empirical_scores(ckpt.model, texts[:, :n], spec).summary() for n in lengths}
-            rows[label] = ResolutionRow("empirical", scheme, mask, folder, empirical)
-            if theory:
-                trained = {n: model_theoretical(ckpt.model, n, spec).summary() for n in lengths}
-                rows[f"{label} [theory, trained]"] = ResolutionRow("theory", scheme, mask, folder, trained)
+    for ckpt, mask, texts, spec, label in _variants(checkpoints, masks, source, max(lengths), documents, "resolution"):
+        kinds[label] = layer_kinds(ckpt.model)
+        scheme, folder = ckpt.model.config.scheme, str(ckpt.folder)
+        empirical = {n: empirical_scores(ckpt.model, texts[:, :n], spec).summary() for n in lengths}
+        rows[label] = ResolutionRow("empirical", scheme, mask, folder, empirical)
+        if theory:
+            trained = {n: model_theoretical(ckpt.model, n, spec).summary() for n in lengths}
+            rows[f"{label} [theory, trained]"] = ResolutionRow("theory", scheme, mask, folder, trained)
     for name, position in schemes:
         for mask in masks:
             spec = build_mask(mask, position.dims.train_len)
@@ -219,12 +229,13 @@ def receptive_field_report(
     """
     out = Path(out)
     rows: dict[str, ReceptiveFieldRow] = {}
-    for ckpt in checkpoints:
-        segments = source.texts(ckpt, max(lengths) + 1, documents)
-        for mask in masks:
-            label = ckpt.label + mask_suffix(mask)
-            _log(f"receptive field of {label}")
-            rows[label] = _receptive_field_row(ckpt, segments, mask, lengths, threshold, batch_size)
+    variants = _variants(checkpoints, masks, source, max(lengths) + 1, documents, "receptive field")
+    for ckpt, mask, segments, spec, label in variants:
+        by_length = {
+            n: receptive_field(ckpt.model, segments[:, -(n + 1) :], spec, threshold=threshold, batch_size=batch_size)
+            for n in lengths
+        }
+        rows[label] = ReceptiveFieldRow(ckpt.model.config.scheme, mask, str(ckpt.folder), ckpt.train_len, by_length)
     columns = [str(n) for n in lengths]
     table_rows = {
         label: {"L_tr": row.train_len, **{str(n): row.by_length[n].erf for n in lengths}} for label, row in rows.items()
@@ -261,18 +272,6 @@ def receptive_field_report(
     return data
 
 
-def _receptive_field_row(
-    ckpt: Checkpoint, segments: torch.Tensor, mask: str, lengths: list[int], threshold: float, batch_size: int
-) -> ReceptiveFieldRow:
-    """One checkpoint's ERF under `mask` at every segment length (the last L + 1 tokens of `segments`)."""
-    spec = build_mask(mask, ckpt.train_len)
-    by_length = {
-        n: receptive_field(ckpt.model, segments[:, -(n + 1) :], spec, threshold=threshold, batch_size=batch_size)
-        for n in lengths
-    }
-    return ReceptiveFieldRow(ckpt.model.config.scheme, mask, str(ckpt.folder), ckpt.train_len, by_length)
-
-
 def dispersion_report(
     checkpoints: list[Checkpoint],
     lengths: list[int],
@@ -287,17 +286,12 @@ def dispersion_report(
     out = Path(out)
     rows: dict[str, DispersionRow] = {}
     kinds: dict[str, dict[str, list[int]]] = {}
-    for ckpt in checkpoints:
-        texts = source.texts(ckpt, max(lengths), documents)
-        for mask in masks:
-            spec = build_mask(mask, ckpt.train_len)
-            label = ckpt.label + mask_suffix(mask)
-            kinds[label] = layer_kinds(ckpt.model)
-            _log(f"dispersion of {label}")
-            with torch.no_grad():
-                by_length = {n: dispersion(ckpt.model, texts[:, :n], spec, batch_size=batch_size) for n in lengths}
-            config = ckpt.model.config
-            rows[label] = DispersionRow(config.scheme, mask, str(ckpt.folder), config.n_layer, by_length)
+    for ckpt, mask, texts, spec, label in _variants(checkpoints, masks, source, max(lengths), documents, "dispersion"):
+        kinds[label] = layer_kinds(ckpt.model)
+        with torch.no_grad():
+            by_length = {n: dispersion(ckpt.model, texts[:, :n], spec, batch_size=batch_size) for n in lengths}
+        config = ckpt.model.config
+        rows[label] = DispersionRow(config.scheme, mask, str(ckpt.folder), config.n_layer, by_length)
     table = _dispersion_tables(rows, kinds, masks, lengths)
     data = {
         "analysis": "dispersion",
