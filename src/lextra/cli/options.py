@@ -80,7 +80,7 @@ def add_aliased(parser: argparse.ArgumentParser, name: str, *aliases: str, **kwa
     """`parser.add_argument(name, *aliases, ...)` with `aliases` accepted (the same value) but left out of
     `--help`: the old spellings of a renamed option."""
     action = parser.add_argument(name, *aliases, **kwargs)
-    action.hidden_aliases = tuple(aliases)  # type: ignore[attr-defined]
+    action.hidden_aliases = tuple(aliases)  # type: ignore[attr-defined]  # our own mark, read by HelpFormatter
     return action
 
 
