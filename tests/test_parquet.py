@@ -11,7 +11,7 @@ import pytest
 
 from lextra.cli import main
 from lextra.data import PreparedShards, iter_documents, load_corpus, prepare_shards
-from lextra.data import corpora as corpora_module
+from lextra.data.corpora import formats as formats_module
 from lextra.errors import DataError
 
 
@@ -45,7 +45,7 @@ def test_a_parquet_file_gives_one_document_per_row_in_order(tmp_path: Path) -> N
 
 def test_a_parquet_file_is_read_a_batch_of_rows_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = _write(tmp_path / "big.parquet", {"text": [f"document {i}" for i in range(100)]}, row_group_size=10)
-    monkeypatch.setattr(corpora_module, "PARQUET_BATCH_ROWS", 4)
+    monkeypatch.setattr(formats_module, "PARQUET_BATCH_ROWS", 4)
     pulled: list[int] = []
     original = pq.ParquetFile.iter_batches
 

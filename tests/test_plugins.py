@@ -296,3 +296,14 @@ print(json.dumps({{
     assert values["applied"] and values["loaded"]
     saved = values["saved"].get("model", values["saved"])
     assert saved["scheme_options"]["scaling"] == {"type": "power_pi", "factor": 4.0, "alpha": 0.25}
+
+
+def test_a_plugin_file_that_is_not_python_is_one_line(tmp_path: Path) -> None:
+    from lextra.errors import ConfigError
+    from lextra.registry import load_plugins
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a module\n")
+    with pytest.raises(ConfigError) as err:
+        load_plugins(str(notes))
+    assert str(err.value) == f"plugin {str(notes)!r}: {notes} is not a Python file; give a .py file"

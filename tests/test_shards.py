@@ -31,7 +31,10 @@ from lextra.data import (
     split_overrides,
 )
 from lextra.data import shards as shards_module
+from lextra.data.shards import cache as cache_module
+from lextra.data.shards import encode as encode_module
 from lextra.data.shards import token_dtype
+from lextra.data.shards import writer as writer_module
 from lextra.errors import ConfigError, DataError
 from lextra.io import sha256_file
 from lextra.model import GPTConfig, load_model
@@ -167,13 +170,13 @@ def test_tiny_corpora_split_as_in_memory(tmp_path: Path) -> None:
 def test_bpe_is_trained_on_a_bounded_sample_of_the_train_split(tmp_path: Path, monkeypatch) -> None:
     source = _write_corpus(tmp_path / "corpus", documents=30)
     seen: list[list[str]] = []
-    build = shards_module.build_tokenizer
+    build = writer_module.build_tokenizer
 
     def spy(spec, docs, *args, **kwargs):
         seen.append([d.id for d in docs])
         return build(spec, docs, *args, **kwargs)
 
-    monkeypatch.setattr(shards_module, "build_tokenizer", spy)
+    monkeypatch.setattr(writer_module, "build_tokenizer", spy)
     prepare_shards(source, "bpe:300", tmp_path / "whole", progress=False)
     train = split_corpus(load_corpus(source))["train"]
     assert seen[0] == [d.id for d in train]  # the whole train split when it fits: prepare_data's tokenizer
@@ -226,7 +229,7 @@ def test_an_interrupted_prepare_continues_with_its_finished_shards(tmp_path: Pat
     shard_count = len(list((tmp_path / "straight").glob("shard-*.json")))
     assert shard_count >= 4
 
-    encode = shards_module._encode
+    encode = encode_module._encode
     calls: list[int] = []
 
     def failing(tokenizer, docs):
@@ -235,7 +238,7 @@ def test_an_interrupted_prepare_continues_with_its_finished_shards(tmp_path: Pat
             raise _InterruptError
         return encode(tokenizer, docs)
 
-    monkeypatch.setattr(shards_module, "_encode", failing)
+    monkeypatch.setattr(encode_module, "_encode", failing)
     out = tmp_path / "cut"
     with pytest.raises(_InterruptError):
         prepare_shards(source, "bytes", out, shard_chars=30_000, progress=False)
@@ -251,7 +254,7 @@ def test_an_interrupted_prepare_continues_with_its_finished_shards(tmp_path: Pat
     (out / "train-00002.tokens.partial").write_bytes(b"\x01\x02")
     (out / "train-00002.tokens").write_bytes(b"\x01\x02")
     calls.clear()
-    monkeypatch.setattr(shards_module, "_encode", lambda tok, docs: (calls.append(len(docs)), encode(tok, docs))[1])
+    monkeypatch.setattr(encode_module, "_encode", lambda tok, docs: (calls.append(len(docs)), encode(tok, docs))[1])
     prepare_shards(source, "bytes", out, shard_chars=30_000, progress=False)
     assert len(calls) == shard_count - 2  # the two finished shards were kept
     resumed = PreparedShards.open(out)
@@ -460,7 +463,7 @@ def test_cli_prepares_verifies_and_trains_with_one_line_errors(tmp_path: Path, c
 
 def test_a_source_that_changes_under_a_resumed_prepare_is_refused(tmp_path: Path, monkeypatch) -> None:
     source = _write_corpus(tmp_path / "corpus", documents=20)
-    encode = shards_module._encode
+    encode = encode_module._encode
     calls: list[int] = []
 
     def failing(tokenizer, docs):
@@ -469,11 +472,11 @@ def test_a_source_that_changes_under_a_resumed_prepare_is_refused(tmp_path: Path
             raise _InterruptError
         return encode(tokenizer, docs)
 
-    monkeypatch.setattr(shards_module, "_encode", failing)
+    monkeypatch.setattr(encode_module, "_encode", failing)
     out = tmp_path / "prepared"
     with pytest.raises(_InterruptError):
         prepare_shards(source, "bytes", out, shard_chars=30_000, progress=False)
-    monkeypatch.setattr(shards_module, "_encode", encode)
+    monkeypatch.setattr(encode_module, "_encode", encode)
     (tmp_path / "corpus" / "zzz-added.txt").write_text("a document added after the first read\n")
     with pytest.raises(DataError) as err:
         prepare_shards(source, "bytes", out, shard_chars=30_000, progress=False)
@@ -518,7 +521,7 @@ def test_a_corpus_spec_is_prepared_once_into_the_cache_and_trains_as_the_raw_cor
     assert prepared.manifest["source"] == source and prepared.manifest["limit_chars"] == 120_000
     assert prepared.tokenizer_spec == tokenizer
     # the second run maps the entry: nothing is prepared again
-    monkeypatch.setattr(shards_module, "prepare_shards", lambda *args, **kwargs: pytest.fail("prepared again"))
+    monkeypatch.setattr(cache_module, "prepare_shards", lambda *args, **kwargs: pytest.fail("prepared again"))
     config = _tiny_run(source, eval_sequences=2, tokenizer=tokenizer, limit_chars=120_000)
     second = _weights_and_losses(train(config, tmp_path / "second", progress=False), tmp_path / "second")
     for run in (first, second):

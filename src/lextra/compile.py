@@ -21,7 +21,9 @@ from torch import Tensor, nn
 from lextra.devices import autocast
 
 
-def next_token_loss(network: nn.Module, precision: str, device: torch.device, batch: Tensor, positions: Tensor | None):
+def next_token_loss(
+    network: nn.Module, precision: str, device: torch.device, batch: Tensor, positions: Tensor | None
+) -> Tensor:
     """Mean next-token cross-entropy of a (B, L + 1) batch, the logits under the run's autocast, the loss in fp32."""
     with autocast(precision, device):
         logits = network(batch[:, :-1], positions=positions)

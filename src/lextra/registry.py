@@ -289,7 +289,7 @@ class Registry(Generic[T]):
             for key in (name, *aliases):
                 if key in self._classes or key in self._aliases:
                     raise ValueError(f"{self.kind} {key!r} is registered twice")
-            cls.name = name  # type: ignore[attr-defined]
+            cls.name = name  # type: ignore[attr-defined]  # T declares no `name`: every registered class gets one here
             self._classes[name] = cls
             self._aliases.update({alias: name for alias in aliases})
             for listener in self._listeners:
@@ -508,10 +508,12 @@ def load_plugins(plugins: str | Iterable[str]) -> list[Any]:
                 raise ConfigError(f"plugin {item!r}: no such file; give a .py file or an importable module name")
             name = f"lextra_plugin_{path.stem}_{zlib.crc32(key.encode()):08x}"
             spec = importlib.util.spec_from_file_location(name, path)
-            module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+            if spec is None or spec.loader is None:
+                raise ConfigError(f"plugin {item!r}: {path} is not a Python file; give a .py file")
+            module = importlib.util.module_from_spec(spec)
             sys.modules[name] = module
             try:
-                spec.loader.exec_module(module)  # type: ignore[union-attr]
+                spec.loader.exec_module(module)
             except Exception:
                 del sys.modules[name]
                 raise

@@ -21,11 +21,14 @@ import functools
 import types
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, Field, fields, is_dataclass
-from typing import Any, Self, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from lextra.errors import ConfigError
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")
 
 #: metadata keys (see `options`)
 KEY, OMIT_NONE, ENCODE, DECODE, COERCE, INLINE = "key", "omit_none", "encode", "decode", "coerce", "inline"
@@ -180,8 +183,9 @@ def from_dict(cls: type[T], data: Mapping[str, Any], *, refuse_unknown: str | No
     if refuse_unknown is not None:
         check_fields(cls, data, refuse_unknown)
     reader = _Reader(cls, refuse_unknown)
-    hints = _hints(cls)
-    all_fields = [f for f in fields(cls) if f.init]  # type: ignore[arg-type]
+    dataclass_type: type = cls  # the cache keys on the class; mypy cannot prove an arbitrary type[T] hashable
+    hints = _hints(dataclass_type)
+    all_fields = [f for f in fields(cls) if f.init]
     claimed = {json_key(f) for f in all_fields if not f.metadata.get(INLINE)}
     values: dict[str, Any] = {}
     for f in all_fields:
@@ -203,6 +207,9 @@ def from_dict(cls: type[T], data: Mapping[str, Any], *, refuse_unknown: str | No
 
 class Serializable:
     """A dataclass base giving `to_dict` / `from_dict` by the rules above (unknown keys ignored)."""
+
+    if TYPE_CHECKING:  # every subclass is a dataclass
+        __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)

@@ -139,8 +139,9 @@ def layer_attention(
     `tokens` may live anywhere: they are moved to the model's device.
     """
     tokens = tokens.to(module_device(model))
-    if hasattr(model, "layer_attention"):  # Hugging Face adapters capture their own attention inputs
-        yield from model.layer_attention(tokens, mask, block_size=block_size)
+    own_capture = getattr(model, "layer_attention", None)  # Hugging Face adapters capture their own inputs
+    if own_capture is not None:
+        yield from own_capture(tokens, mask, block_size=block_size)
         return
     model.eval()
     mask = build_mask(mask, model.config.train_len)

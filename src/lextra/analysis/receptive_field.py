@@ -98,10 +98,16 @@ def effective_receptive_field(curve: Tensor, threshold: float = THRESHOLD) -> in
 
 
 def receptive_field(
-    model: GPT, segments: Tensor, mask: str | Mask | None = "causal", *, threshold: float = THRESHOLD, **kwargs
+    model: GPT,
+    segments: Tensor,
+    mask: str | Mask | None = "causal",
+    *,
+    threshold: float = THRESHOLD,
+    batch_size: int = 8,
+    backend: str = "auto",
 ) -> ReceptiveField:
     """ERF of the segment-averaged curve, each segment's own ERF, and the curve itself."""
-    shares = gradient_shares(model, segments, mask, **kwargs)
+    shares = gradient_shares(model, segments, mask, batch_size=batch_size, backend=backend)
     curve = cumulative_curve(shares)
     own = [effective_receptive_field(row.cumsum(0), threshold) for row in shares]
     return ReceptiveField(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lextra.cli.app import Handler, group
 from lextra.cli.options import (
@@ -19,6 +20,9 @@ from lextra.cli.options import (
     positive_int,
 )
 from lextra.errors import ConfigError
+
+if TYPE_CHECKING:
+    from lextra.pipelines.checkpoints import Checkpoint, TextSource
 
 
 def add_analysis_inputs(parser: argparse.ArgumentParser) -> None:
@@ -45,7 +49,7 @@ def _lengths_and_documents(parser: argparse.ArgumentParser, documents: int, leng
     )
 
 
-def _prepare(args: argparse.Namespace):
+def _prepare(args: argparse.Namespace) -> tuple[list[str], list[Checkpoint], TextSource]:
     """Masks, checkpoints and the text source shared by the three analyses."""
     from lextra.attention import build_mask
     from lextra.pipelines.checkpoints import TextSource, load_checkpoints

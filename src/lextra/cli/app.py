@@ -23,7 +23,7 @@ import sys
 import textwrap
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from lextra.errors import LextraError
 from lextra.registry import PLUGINS_ENV, load_env_plugins, load_plugins
@@ -133,7 +133,7 @@ class Parser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
@@ -171,8 +171,8 @@ def _add(
     sub = parser.add_subparsers(dest=f"command_{len(path)}", required=True, metavar="COMMAND")
     for name, child in node.children.items():
         examples = child.examples if isinstance(child, Command) else _group_examples(child)
-        kwargs = {"help": child.help, "description": child.help, "epilog": _epilog(examples)}
-        _add(sub.add_parser(name, **kwargs), child, (*path, name), wanted)
+        child_parser = sub.add_parser(name, help=child.help, description=child.help, epilog=_epilog(examples))
+        _add(child_parser, child, (*path, name), wanted)
 
 
 def _group_examples(node: Group) -> tuple[str, ...]:

@@ -191,8 +191,8 @@ def _run_analyze(args: argparse.Namespace) -> int:
     atomic_write_json(out / f"{args.kind}.json", {"model": args.model, "label": label, "mask": mask, "by_length": rows})
     header = "| length | " + ("entropy (nats) | uniform | max prob |" if args.kind == "dispersion" else "R |")
     lines = [header, "|---:|" + ("---:|" * (3 if args.kind == "dispersion" else 1))]
-    for length, row in rows.items():
-        lines.append(f"| {length} | {_summary(args.kind, row)} |")
+    for shown, row in rows.items():
+        lines.append(f"| {shown} | {_summary(args.kind, row)} |")
     print("\n".join(lines))
     print(f"results: {out / f'{args.kind}.json'}")
     return 0

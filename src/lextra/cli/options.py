@@ -80,7 +80,7 @@ def add_aliased(parser: argparse.ArgumentParser, name: str, *aliases: str, **kwa
     """`parser.add_argument(name, *aliases, ...)` with `aliases` accepted (the same value) but left out of
     `--help`: the old spellings of a renamed option."""
     action = parser.add_argument(name, *aliases, **kwargs)
-    action.hidden_aliases = tuple(aliases)  # type: ignore[attr-defined]
+    action.hidden_aliases = tuple(aliases)  # type: ignore[attr-defined]  # our own mark, read by HelpFormatter
     return action
 
 
@@ -663,9 +663,8 @@ def add_mask(
 
     shown = f" (default: {default_text})" if default_text else ""
     if repeatable:
-        add_spec_list(
-            parser, "--mask", default=default, help=f"a list (window:64;bca), repeatable; {mask_help()}{shown}"
-        )
+        specs = None if default is None else [default]
+        add_spec_list(parser, "--mask", default=specs, help=f"a list (window:64;bca), repeatable; {mask_help()}{shown}")
     else:
         parser.add_argument("--mask", default=default, help=f"{mask_help()}{shown}")
 
@@ -679,7 +678,7 @@ def add_extend(parser: argparse.ArgumentParser) -> None:
 
 def folder_safe(spec: str) -> str:
     """A mask or method spec as part of a folder name: `rerope:window=512` -> `rerope-window512`."""
-    return spec.translate(str.maketrans({":": "-", ",": "-", "=": ""}))
+    return spec.translate(str.maketrans(":,", "--", "="))
 
 
 def apply_extend(
@@ -756,7 +755,7 @@ def retrieval_evaluation(
             default=config_default(RetrievalEval, "seed"),
             help="seed of the evaluation prompts",
         )
-        names = ("--eval-batch-size", "--eval-batch")
+        names: tuple[str, ...] = ("--eval-batch-size", "--eval-batch")
         names = names if trains else ("--batch-size", *names)
         add_aliased(
             parser,

@@ -137,6 +137,7 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
         options = ModelOptions(rope_scaling=args.rope_scaling, layers=args.layers_select)
         loaded = load_lextra(args.checkpoint, options, args.device)
         folder, model, label = loaded.folder, loaded.model, loaded.label
+        assert folder is not None, "load_lextra gives a lextra model with its folder"
         settings = retrieval_settings(args)
         lengths = settings.resolved_lengths(model.config.train_len)
         label += apply_extend(model, args.extend, None, lengths, args.layers_select)
@@ -144,7 +145,7 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
         result = settings.run(model, task, label, progress=not args.quiet)
         result.model = str(folder)
         suffix = f"-{folder_safe(args.extend)}" if args.extend else ""
-        out = Path(args.out or Path(folder).parent / f"retrieval-{task.name}{suffix}")
+        out = Path(args.out or folder.parent / f"retrieval-{task.name}{suffix}")
         paths = save_retrieval_outputs(out, result)
         print(paths["table"].read_text())
         print(f"results: {paths['json']}, heatmap: {paths['heatmap']}")

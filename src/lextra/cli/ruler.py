@@ -53,69 +53,15 @@ ruler = group(
     ),
 )
 def configure_ruler(parser: argparse.ArgumentParser) -> Handler:
-    from lextra.pipelines.ruler import RulerSettings
-    from lextra.reporting.catalog import ruler_task_help
-
     parser.add_argument("model", help="a lextra run or model folder, a Hugging Face folder, a .gguf file or 'smollm2'")
-    add_spec_list(parser, "--tasks", "--task", default=["all"], help=ruler_task_help())
-    parser.add_argument("--lengths", default=None, help="comma-separated prompt lengths, tokens (default L_tr x 1,2,4)")
-    parser.add_argument(
-        "--samples",
-        type=positive_int,
-        default=config_default(RulerSettings, "samples"),
-        help="samples per (task, length) cell",
-    )
-    parser.add_argument("--out", required=True, help="results folder (finished cells in it are reused)")
-    parser.add_argument(
-        "--threshold",
-        type=percent(allow_zero=True),
-        default=config_default(RulerSettings, "threshold"),
-        help="effective length: the largest length whose average score (a percentage, 0-100), and every shorter "
-        "one's, is at least this (default: RULER's %(default)s)",
-    )
-    parser.add_argument("--chat", action="store_true", help="wrap prompts in the model's chat template")
-    parser.add_argument(
-        "--seed", type=non_negative_int, default=config_default(RulerSettings, "seed"), help="seed of the samples"
-    )
-    add_aliased(
-        parser,
-        "--batch-size",
-        "--batch",
-        type=positive_int,
-        default=config_default(RulerSettings, "batch_size"),
-        help="samples decoded together (any tasks)",
-    )
+    _add_sampling(parser)
     add_mask(parser, default=None, default_text="causal")
-    parser.add_argument(
-        "--tokenizer", default=None, help="default: the model's own; bytes, bpe[:VOCAB] or hf:PATH otherwise"
-    )
-    parser.add_argument(
-        "--train-len", type=int_at_least(2), default=None, help="L_tr of a Hugging Face model (default its maximum)"
-    )
-    parser.add_argument(
-        "--haystack",
-        default=None,
-        help=f"corpus whose test split is the essay haystack (default: {config_default(RulerSettings, 'haystack')})",
-    )
-    parser.add_argument(
-        "--data",
-        default=None,
-        metavar="DIR",
-        help="take the essay haystack from a prepared folder's test split (`lextra data prepare`), decoded with "
-        "its tokenizer (any tokenizer: the prompts are encoded again with the model's), instead of --haystack",
-    )
-    parser.add_argument(
-        "--prompt-length",
-        default=config_default(RulerSettings, "prompt_length"),
-        choices=["ruler", "exact"],
-        help="ruler: a LENGTH cell's prompts leave the task's answer budget (prompt + answer <= LENGTH, RULER's "
-        "rule); exact: prompts of LENGTH tokens, the answer generated past it",
-    )
+    _add_model_and_haystack(parser)
 
     def run(args: argparse.Namespace) -> int:
         from lextra.evaluate.ruler import chat_format
         from lextra.pipelines.loading import ModelOptions, load_model_spec
-        from lextra.pipelines.ruler import RulerTarget, parse_task_list, run_ruler
+        from lextra.pipelines.ruler import RulerSettings, RulerTarget, parse_task_list, run_ruler
 
         tasks, task_options = parse_task_list(args.tasks)
         haystack, documents = haystack_from(args)
@@ -165,6 +111,72 @@ def configure_ruler(parser: argparse.ArgumentParser) -> Handler:
         return 0
 
     return run
+
+
+def _add_sampling(parser: argparse.ArgumentParser) -> None:
+    """`ruler run`'s tasks, lengths, samples, output folder, threshold, chat template, seed and batch size."""
+    from lextra.pipelines.ruler import RulerSettings
+    from lextra.reporting.catalog import ruler_task_help
+
+    add_spec_list(parser, "--tasks", "--task", default=["all"], help=ruler_task_help())
+    parser.add_argument("--lengths", default=None, help="comma-separated prompt lengths, tokens (default L_tr x 1,2,4)")
+    parser.add_argument(
+        "--samples",
+        type=positive_int,
+        default=config_default(RulerSettings, "samples"),
+        help="samples per (task, length) cell",
+    )
+    parser.add_argument("--out", required=True, help="results folder (finished cells in it are reused)")
+    parser.add_argument(
+        "--threshold",
+        type=percent(allow_zero=True),
+        default=config_default(RulerSettings, "threshold"),
+        help="effective length: the largest length whose average score (a percentage, 0-100), and every shorter "
+        "one's, is at least this (default: RULER's %(default)s)",
+    )
+    parser.add_argument("--chat", action="store_true", help="wrap prompts in the model's chat template")
+    parser.add_argument(
+        "--seed", type=non_negative_int, default=config_default(RulerSettings, "seed"), help="seed of the samples"
+    )
+    add_aliased(
+        parser,
+        "--batch-size",
+        "--batch",
+        type=positive_int,
+        default=config_default(RulerSettings, "batch_size"),
+        help="samples decoded together (any tasks)",
+    )
+
+
+def _add_model_and_haystack(parser: argparse.ArgumentParser) -> None:
+    """`ruler run`'s tokenizer and L_tr of a Hugging Face model, the essay haystack, and the prompt length rule."""
+    from lextra.pipelines.ruler import RulerSettings
+
+    parser.add_argument(
+        "--tokenizer", default=None, help="default: the model's own; bytes, bpe[:VOCAB] or hf:PATH otherwise"
+    )
+    parser.add_argument(
+        "--train-len", type=int_at_least(2), default=None, help="L_tr of a Hugging Face model (default its maximum)"
+    )
+    parser.add_argument(
+        "--haystack",
+        default=None,
+        help=f"corpus whose test split is the essay haystack (default: {config_default(RulerSettings, 'haystack')})",
+    )
+    parser.add_argument(
+        "--data",
+        default=None,
+        metavar="DIR",
+        help="take the essay haystack from a prepared folder's test split (`lextra data prepare`), decoded with "
+        "its tokenizer (any tokenizer: the prompts are encoded again with the model's), instead of --haystack",
+    )
+    parser.add_argument(
+        "--prompt-length",
+        default=config_default(RulerSettings, "prompt_length"),
+        choices=["ruler", "exact"],
+        help="ruler: a LENGTH cell's prompts leave the task's answer budget (prompt + answer <= LENGTH, RULER's "
+        "rule); exact: prompts of LENGTH tokens, the answer generated past it",
+    )
 
 
 def haystack_from(args: argparse.Namespace) -> tuple[str, Any]:

@@ -75,14 +75,7 @@ def _check(manifest: Any, dtypes: dict[str, type[np.unsignedinteger]], splits: C
     if not isinstance(manifest, dict):
         raise _FieldError("manifest", f"expected an object, got {_describe(manifest)}")
     _field(manifest, "format", "", (int,))
-    request = _field(manifest, "request", "", (dict,))
-    for key in ("source", "tokenizer"):
-        _field(request, key, "request", (str,))
-    for key in ("text_field", "dtype"):
-        _field(request, key, "request", (str,), optional=True)
-    for key in ("shard_chars", "sample_chars"):
-        if key in request:
-            _count(request, key, "request", 1)
+    _check_request(_field(manifest, "request", "", (dict,)))
     _field(manifest, "source", "", (str,))
     limit = _field(manifest, "limit_chars", "", (int, type(None)))
     if limit is not None and limit < 1:
@@ -90,17 +83,7 @@ def _check(manifest: Any, dtypes: dict[str, type[np.unsignedinteger]], splits: C
     fractions = _field(manifest, "fractions", "", (list,))
     if len(fractions) != 3 or not all(isinstance(f, int | float) and not isinstance(f, bool) for f in fractions):
         raise _FieldError("fractions", f"expected three numbers, got {_describe(fractions)}")
-    tokenizer = _field(manifest, "tokenizer", "", (dict,))
-    _field(tokenizer, "spec", "tokenizer", (str,))
-    _field(tokenizer, "name", "tokenizer", (str,))
-    vocab = _count(tokenizer, "vocab_size", "tokenizer", 1)
-    separator = _field(tokenizer, "separator", "tokenizer", (int, type(None)))
-    if separator is not None and not 0 <= separator < vocab:
-        raise _FieldError("tokenizer.separator", f"must be an id below the vocabulary size {vocab}, got {separator}")
-    _hex(tokenizer, "config_sha256", "tokenizer", 64)
-    copied = _field(tokenizer, "files", "tokenizer", (dict,), optional=True) or {}
-    for name, entry in copied.items():
-        _file_entry(entry, f"tokenizer.files.{name}", None)
+    vocab, separator = _check_tokenizer(_field(manifest, "tokenizer", "", (dict,)))
     dtype_name = _field(manifest, "dtype", "", (str,))
     if dtype_name not in dtypes:
         raise _FieldError("dtype", f"unknown token dtype {dtype_name!r} (known: {', '.join(dtypes)})")
@@ -112,38 +95,7 @@ def _check(manifest: Any, dtypes: dict[str, type[np.unsignedinteger]], splits: C
     table = _field(manifest, "splits", "", (dict,))
     if set(table) != set(splits):
         raise _FieldError("splits", f"expected {', '.join(splits)}, got {', '.join(map(str, table)) or 'none'}")
-    documents_total = 0
-    for split in splits:
-        where = f"splits.{split}"
-        entry = _field(table, split, "splits", (dict,))
-        documents, tokens = _count(entry, "documents", where), _count(entry, "tokens", where)
-        shard_list = _field(entry, "shards", where, (list,))
-        sums, previous = [0, 0], -1
-        for position, shard in enumerate(shard_list):
-            at = f"{where}.shards[{position}]"
-            if not isinstance(shard, dict):
-                raise _FieldError(at, f"expected an object, got {_describe(shard)}")
-            index = _count(shard, "shard", at)
-            if index <= previous:
-                raise _FieldError(f"{at}.shard", f"shards must be in increasing order, got {index} after {previous}")
-            previous = index
-            shard_documents, shard_tokens = _count(shard, "documents", at, 1), _count(shard, "tokens", at, 1)
-            _field(shard, "parts", at, (dict,), optional=True)
-            files = _field(shard, "files", at, (dict,))
-            if set(files) != {"tokens", "offsets"}:
-                found = ", ".join(map(str, files)) or "none"
-                raise _FieldError(f"{at}.files", f"expected tokens and offsets, got {found}")
-            sizes = {"tokens": shard_tokens * np.dtype(dtype).itemsize, "offsets": shard_documents * 16}
-            for kind, size in sizes.items():
-                _file_entry(files[kind], f"{at}.files.{kind}", f"{split}-{index:05d}.{kind}", size)
-            sums[0] += shard_documents
-            sums[1] += shard_tokens
-        if sums != [documents, tokens]:
-            raise _FieldError(
-                where,
-                f"records {documents} documents and {tokens} tokens, its shards sum to {sums[0]} and {sums[1]}",
-            )
-        documents_total += documents
+    documents_total = sum(_check_split(_field(table, split, "splits", (dict,)), split, dtype) for split in splits)
     if documents_total > source_documents:
         raise _FieldError("source_documents", f"{source_documents} is fewer than the splits' {documents_total}")
     parts = _field(manifest, "parts", "", (list,), optional=True)
@@ -153,10 +105,75 @@ def _check(manifest: Any, dtypes: dict[str, type[np.unsignedinteger]], splits: C
         first = _field(skipped, "first", "skipped", (list,))
         if not all(isinstance(name, str) for name in first):
             raise _FieldError("skipped.first", f"expected file names, got {_describe(first)}")
+    if parts is not None:
+        _check_parts(parts, table, splits, separator)
+
+
+def _check_request(request: dict[str, Any]) -> None:
+    for key in ("source", "tokenizer"):
+        _field(request, key, "request", (str,))
+    for key in ("text_field", "dtype"):
+        _field(request, key, "request", (str,), optional=True)
+    for key in ("shard_chars", "sample_chars"):
+        if key in request:
+            _count(request, key, "request", 1)
+
+
+def _check_tokenizer(tokenizer: dict[str, Any]) -> tuple[int, int | None]:
+    """The tokenizer record's fields; returns its vocabulary size and separator id."""
+    _field(tokenizer, "spec", "tokenizer", (str,))
+    _field(tokenizer, "name", "tokenizer", (str,))
+    vocab = _count(tokenizer, "vocab_size", "tokenizer", 1)
+    separator = _field(tokenizer, "separator", "tokenizer", (int, type(None)))
+    if separator is not None and not 0 <= separator < vocab:
+        raise _FieldError("tokenizer.separator", f"must be an id below the vocabulary size {vocab}, got {separator}")
+    _hex(tokenizer, "config_sha256", "tokenizer", 64)
+    copied = _field(tokenizer, "files", "tokenizer", (dict,), optional=True) or {}
+    for name, entry in copied.items():
+        _file_entry(entry, f"tokenizer.files.{name}", None)
+    return vocab, separator
+
+
+def _check_split(entry: dict[str, Any], split: str, dtype: type[np.unsignedinteger]) -> int:
+    """One split's totals and shards (in increasing order, their files sized by their counts, summing to the
+    totals); returns its documents."""
+    where = f"splits.{split}"
+    documents, tokens = _count(entry, "documents", where), _count(entry, "tokens", where)
+    shard_list = _field(entry, "shards", where, (list,))
+    sums, previous = [0, 0], -1
+    for position, shard in enumerate(shard_list):
+        at = f"{where}.shards[{position}]"
+        if not isinstance(shard, dict):
+            raise _FieldError(at, f"expected an object, got {_describe(shard)}")
+        index = _count(shard, "shard", at)
+        if index <= previous:
+            raise _FieldError(f"{at}.shard", f"shards must be in increasing order, got {index} after {previous}")
+        previous = index
+        shard_documents, shard_tokens = _count(shard, "documents", at, 1), _count(shard, "tokens", at, 1)
+        _field(shard, "parts", at, (dict,), optional=True)
+        files = _field(shard, "files", at, (dict,))
+        if set(files) != {"tokens", "offsets"}:
+            found = ", ".join(map(str, files)) or "none"
+            raise _FieldError(f"{at}.files", f"expected tokens and offsets, got {found}")
+        sizes = {"tokens": shard_tokens * np.dtype(dtype).itemsize, "offsets": shard_documents * 16}
+        for kind, size in sizes.items():
+            _file_entry(files[kind], f"{at}.files.{kind}", f"{split}-{index:05d}.{kind}", size)
+        sums[0] += shard_documents
+        sums[1] += shard_tokens
+    if sums != [documents, tokens]:
+        raise _FieldError(
+            where,
+            f"records {documents} documents and {tokens} tokens, its shards sum to {sums[0]} and {sums[1]}",
+        )
+    return documents
+
+
+def _check_parts(parts: list[Any], table: dict[str, Any], splits: Collection[str], separator: int | None) -> None:
+    """Each mixture part's counts per split, summing to the split's documents and stream tokens."""
     gap = 0 if separator is None else 1
-    for split in splits if parts is not None else ():
+    for split in splits:
         total, tokens = 0, 0
-        for position, part in enumerate(parts or []):
+        for position, part in enumerate(parts):
             at = f"parts[{position}]"
             _field(part, "source", at, (str,))
             counts = _field(_field(part, "splits", at, (dict,)), split, f"{at}.splits", (dict,))

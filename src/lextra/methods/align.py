@@ -86,11 +86,10 @@ class _LayerLogits:
 
     def statistic(self, name: str, tau: Tensor) -> Tensor:
         """Per-head mean of `pmax` or `entropy` over every kept query row."""
-        total = None
+        total = torch.zeros_like(tau)
         for logits in self.blocks:
             pmax, entropy = row_statistics(logits, tau)
-            value = (pmax if name == "pmax" else entropy) * logits.shape[2]
-            total = value if total is None else total + value
+            total = total + (pmax if name == "pmax" else entropy) * logits.shape[2]
         return total / self.rows
 
 
@@ -165,8 +164,8 @@ def align_temperatures(
     target = _layer_statistics(model, short, statistic, mask, max_rows)
     before = _layer_statistics(model, long, statistic, mask, max_rows)
     if strategy == "log-length":
-        tau = log_length_temperature(train_len, length)
-        model.set_temperatures([[tau] * heads for _ in range(layers)])
+        closed_form = log_length_temperature(train_len, length)
+        model.set_temperatures([[closed_form] * heads for _ in range(layers)])
     else:
         solved = [[1.0] * heads for _ in range(layers)]
         # bottom up: the generator runs each layer with the temperature set here before yielding the next one
@@ -176,7 +175,9 @@ def align_temperatures(
             model.set_temperatures(solved)
     after = _layer_statistics(model, long, statistic, mask, max_rows)
     bounds = torch.tensor([math.log(TAU_RANGE[0]), math.log(TAU_RANGE[1])], device="cpu")
-    log_tau = torch.tensor(model.config.temperatures, device="cpu").log()
+    temperatures: list[list[float]] | None = model.config.temperatures
+    assert temperatures is not None, "every strategy sets the temperatures above"
+    log_tau = torch.tensor(temperatures, device="cpu").log()
     near = ((log_tau[..., None] - bounds).abs() < 1e-3).any(-1)
     saturated = [(int(i), int(j)) for i, j in near.nonzero().tolist()]
     return Alignment(
@@ -184,7 +185,7 @@ def align_temperatures(
         length=length,
         train_len=train_len,
         per_head=per_head,
-        temperatures=model.config.temperatures,
+        temperatures=temperatures,
         target=[float(t.mean()) for t in target],
         before=[float(t.mean()) for t in before],
         after=[float(t.mean()) for t in after],

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,7 +13,6 @@ import torch
 from lextra.analysis.dispersion import Dispersion, dispersion
 from lextra.analysis.receptive_field import THRESHOLD, ReceptiveField, receptive_field
 from lextra.analysis.resolution import (
-    ResolutionResult,
     ResolutionSummary,
     empirical_scores,
     model_theoretical,
@@ -21,6 +20,7 @@ from lextra.analysis.resolution import (
     scheme_resolution,
 )
 from lextra.attention import build_mask
+from lextra.attention.masks import Mask
 from lextra.io import atomic_write_json, atomic_write_text
 from lextra.pipelines.checkpoints import Checkpoint, TextSource
 from lextra.positions import PositionScheme
@@ -100,7 +100,21 @@ def _log(message: str) -> None:
     print(f"lextra analyze: {message}", file=sys.stderr, flush=True)
 
 
-def _write(out: Path, name: str, data: dict, records: list[dict], table: str) -> None:
+def _variants(
+    checkpoints: list[Checkpoint], masks: list[str], source: TextSource, length: int, documents: int, what: str
+) -> Iterator[tuple[Checkpoint, str, torch.Tensor, Mask, str]]:
+    """Each (checkpoint, mask) an analysis reports: the checkpoint's held-out texts of `length` tokens, the mask
+    built for its L_tr and the row label (logged as `what of LABEL`)."""
+    for ckpt in checkpoints:
+        texts = source.texts(ckpt, length, documents)
+        for mask in masks:
+            spec = build_mask(mask, ckpt.train_len)
+            label = ckpt.label + mask_suffix(mask)
+            _log(f"{what} of {label}")
+            yield ckpt, mask, texts, spec, label
+
+
+def _write(out: Path, name: str, data: dict[str, Any], records: list[dict[str, Any]], table: str) -> None:
     """NAME.json, NAME.csv and NAME.md in `out`, each written atomically."""
     atomic_write_json(out / f"{name}.json", data)
     write_csv(out / f"{name}.csv", records)
@@ -118,55 +132,10 @@ def resolution_report(
     documents: int = 8,
     theory: bool = False,
     train_len: int,
-) -> dict:
+) -> dict[str, Any]:
     """R at every length: empirical rows per checkpoint and mask, theory rows per scheme (and per checkpoint)."""
     out = Path(out)
-    rows: dict[str, ResolutionRow] = {}
-    kinds: dict[str, dict[str, list[int]]] = {}
-
-    def add(label: str, kind: str, scheme: str, mask: str, origin: str | None, compute: Callable) -> None:
-        by_length: dict[int, ResolutionSummary] = {}
-        for length in lengths:
-            result: ResolutionResult = compute(length)
-            by_length[length] = result.summary()
-        rows[label] = ResolutionRow(kind, scheme, mask, origin, by_length)
-
-    for ckpt in checkpoints:
-        texts = source.texts(ckpt, max(lengths), documents)
-        for mask in masks:
-            spec = build_mask(mask, ckpt.train_len)
-            label = ckpt.label + mask_suffix(mask)
-            kinds[label] = layer_kinds(ckpt.model)
-            _log(f"resolution of {label}")
-            add(
-                label,
-                "empirical",
-                ckpt.model.config.scheme,
-                mask,
-                str(ckpt.folder),
-                lambda n, m=spec, c=ckpt, t=texts: empirical_scores(c.model, t[:, :n], m),
-            )
-            if theory:
-                add(
-                    f"{label} [theory, trained]",
-                    "theory",
-                    ckpt.model.config.scheme,
-                    mask,
-                    str(ckpt.folder),
-                    lambda n, m=spec, c=ckpt: model_theoretical(c.model, n, m),
-                )
-    for name, scheme in schemes:
-        for mask in masks:
-            spec = build_mask(mask, scheme.dims.train_len)
-            add(
-                f"{name}{mask_suffix(mask)} [theory]",
-                "theory",
-                name,
-                mask,
-                None,
-                lambda n, m=spec, s=scheme: scheme_resolution(s, n, m),
-            )
-    columns = [str(n) for n in lengths]
+    rows, kinds = _resolution_rows(checkpoints, schemes, lengths, masks, source, documents, theory)
     table_rows = {label: {str(n): row.by_length[n].r for n in lengths} for label, row in rows.items()}
     head_rows = {label: {str(n): row.by_length[n].r_head_mean for n in lengths} for label, row in rows.items()}
     kind_rows = {
@@ -176,6 +145,7 @@ def resolution_report(
         for label, by_kind in kinds.items()
         for kind, layers in by_kind.items()
     }
+    columns = [str(n) for n in lengths]
     table = (
         f"### attention resolution R of s averaged over layers and heads (rows: scheme, columns: input length; "
         f"L_tr = {train_len})\n\n" + markdown(table_rows, columns, "R", digits=4) + "\n\n"
@@ -212,6 +182,34 @@ def resolution_report(
     return data
 
 
+def _resolution_rows(
+    checkpoints: list[Checkpoint],
+    schemes: list[tuple[str, PositionScheme]],
+    lengths: list[int],
+    masks: list[str],
+    source: TextSource,
+    documents: int,
+    theory: bool,
+) -> tuple[dict[str, ResolutionRow], dict[str, dict[str, list[int]]]]:
+    """The resolution rows by label (empirical and theory) and each empirical row's layers by kind."""
+    rows: dict[str, ResolutionRow] = {}
+    kinds: dict[str, dict[str, list[int]]] = {}
+    for ckpt, mask, texts, spec, label in _variants(checkpoints, masks, source, max(lengths), documents, "resolution"):
+        kinds[label] = layer_kinds(ckpt.model)
+        scheme, folder = ckpt.model.config.scheme, str(ckpt.folder)
+        empirical = {n: empirical_scores(ckpt.model, texts[:, :n], spec).summary() for n in lengths}
+        rows[label] = ResolutionRow("empirical", scheme, mask, folder, empirical)
+        if theory:
+            trained = {n: model_theoretical(ckpt.model, n, spec).summary() for n in lengths}
+            rows[f"{label} [theory, trained]"] = ResolutionRow("theory", scheme, mask, folder, trained)
+    for name, position in schemes:
+        for mask in masks:
+            spec = build_mask(mask, position.dims.train_len)
+            by_length = {n: scheme_resolution(position, n, spec).summary() for n in lengths}
+            rows[f"{name}{mask_suffix(mask)} [theory]"] = ResolutionRow("theory", name, mask, None, by_length)
+    return rows, kinds
+
+
 def receptive_field_report(
     checkpoints: list[Checkpoint],
     lengths: list[int],
@@ -222,7 +220,7 @@ def receptive_field_report(
     documents: int = 16,
     threshold: float = THRESHOLD,
     batch_size: int = 8,
-) -> dict:
+) -> dict[str, Any]:
     """ERF of every checkpoint and mask at every segment length, against its training length.
 
     Segments are the last L + 1 tokens of the same held-out texts at every length L, so the scored (last) token is
@@ -231,19 +229,13 @@ def receptive_field_report(
     """
     out = Path(out)
     rows: dict[str, ReceptiveFieldRow] = {}
-    for ckpt in checkpoints:
-        segments = source.texts(ckpt, max(lengths) + 1, documents)
-        for mask in masks:
-            spec = build_mask(mask, ckpt.train_len)
-            label = ckpt.label + mask_suffix(mask)
-            _log(f"receptive field of {label}")
-            by_length = {
-                n: receptive_field(
-                    ckpt.model, segments[:, -(n + 1) :], spec, threshold=threshold, batch_size=batch_size
-                )
-                for n in lengths
-            }
-            rows[label] = ReceptiveFieldRow(ckpt.model.config.scheme, mask, str(ckpt.folder), ckpt.train_len, by_length)
+    variants = _variants(checkpoints, masks, source, max(lengths) + 1, documents, "receptive field")
+    for ckpt, mask, segments, spec, label in variants:
+        by_length = {
+            n: receptive_field(ckpt.model, segments[:, -(n + 1) :], spec, threshold=threshold, batch_size=batch_size)
+            for n in lengths
+        }
+        rows[label] = ReceptiveFieldRow(ckpt.model.config.scheme, mask, str(ckpt.folder), ckpt.train_len, by_length)
     columns = [str(n) for n in lengths]
     table_rows = {
         label: {"L_tr": row.train_len, **{str(n): row.by_length[n].erf for n in lengths}} for label, row in rows.items()
@@ -289,23 +281,53 @@ def dispersion_report(
     *,
     documents: int = 8,
     batch_size: int = 4,
-) -> dict:
+) -> dict[str, Any]:
     """Mean row entropy and max probability per layer against length; first-layer logit distribution."""
     out = Path(out)
     rows: dict[str, DispersionRow] = {}
     kinds: dict[str, dict[str, list[int]]] = {}
-    for ckpt in checkpoints:
-        texts = source.texts(ckpt, max(lengths), documents)
-        for mask in masks:
-            spec = build_mask(mask, ckpt.train_len)
-            label = ckpt.label + mask_suffix(mask)
-            kinds[label] = layer_kinds(ckpt.model)
-            _log(f"dispersion of {label}")
-            with torch.no_grad():
-                by_length = {n: dispersion(ckpt.model, texts[:, :n], spec, batch_size=batch_size) for n in lengths}
-            rows[label] = DispersionRow(
-                ckpt.model.config.scheme, mask, str(ckpt.folder), ckpt.model.config.n_layer, by_length
-            )
+    for ckpt, mask, texts, spec, label in _variants(checkpoints, masks, source, max(lengths), documents, "dispersion"):
+        kinds[label] = layer_kinds(ckpt.model)
+        with torch.no_grad():
+            by_length = {n: dispersion(ckpt.model, texts[:, :n], spec, batch_size=batch_size) for n in lengths}
+        config = ckpt.model.config
+        rows[label] = DispersionRow(config.scheme, mask, str(ckpt.folder), config.n_layer, by_length)
+    table = _dispersion_tables(rows, kinds, masks, lengths)
+    data = {
+        "analysis": "dispersion",
+        "lengths": lengths,
+        "masks": masks,
+        "documents": documents,
+        "split": source.split,
+        "rows": {label: row.to_dict() for label, row in rows.items()},
+    }
+    records = [
+        {
+            "row": label,
+            "length": n,
+            "layer": layer,
+            "entropy": result.entropy[layer],
+            "max_prob": result.max_prob[layer],
+            "uniform_entropy": result.uniform.entropy,
+            "uniform_max_prob": result.uniform.max_prob,
+        }
+        for label, row in rows.items()
+        for n, result in row.by_length.items()
+        for layer in range(row.layers)
+    ]
+    _write(out, "dispersion", data, records, table)
+    by_label = {label: row.by_length for label, row in rows.items()}
+    plot_dispersion(by_label, lengths, max(row.layers for row in rows.values()), out / "dispersion.png")
+    first_layers = {label: {n: r.first_layer for n, r in row.by_length.items()} for label, row in rows.items()}
+    plot_logits(first_layers, lengths, out / "first_layer_logits.png")
+    return data
+
+
+def _dispersion_tables(
+    rows: Mapping[str, DispersionRow], kinds: Mapping[str, dict[str, list[int]]], masks: list[str], lengths: list[int]
+) -> str:
+    """The dispersion report's markdown: entropy and max probability per layer (and per kind of layer of a
+    hybrid, and for uniform rows), then the first layer's top logit spread."""
     columns = [str(n) for n in lengths]
     tables = []
     for key, title in (
@@ -333,39 +355,4 @@ def dispersion_report(
         "### first layer, last query row: top logit in standard deviations above the row mean\n\n"
         + markdown(spread, columns, "top z", digits=2)
     )
-    data = {
-        "analysis": "dispersion",
-        "lengths": lengths,
-        "masks": masks,
-        "documents": documents,
-        "split": source.split,
-        "rows": {label: row.to_dict() for label, row in rows.items()},
-    }
-    records = [
-        {
-            "row": label,
-            "length": n,
-            "layer": layer,
-            "entropy": result.entropy[layer],
-            "max_prob": result.max_prob[layer],
-            "uniform_entropy": result.uniform.entropy,
-            "uniform_max_prob": result.uniform.max_prob,
-        }
-        for label, row in rows.items()
-        for n, result in row.by_length.items()
-        for layer in range(row.layers)
-    ]
-    table = "\n\n".join(tables)
-    _write(out, "dispersion", data, records, table)
-    plot_dispersion(
-        {label: row.by_length for label, row in rows.items()},
-        lengths,
-        max(row.layers for row in rows.values()),
-        out / "dispersion.png",
-    )
-    plot_logits(
-        {label: {n: r.first_layer for n, r in row.by_length.items()} for label, row in rows.items()},
-        lengths,
-        out / "first_layer_logits.png",
-    )
-    return data
+    return "\n\n".join(tables)

@@ -127,7 +127,9 @@ class RulerSettings:
             )
         return self
 
-    def build(self, tokenizer: Tokenizer, documents: Sequence[Document] | None, chat: ChatFormat | None):
+    def build(
+        self, tokenizer: Tokenizer, documents: Sequence[Document] | None, chat: ChatFormat | None
+    ) -> dict[str, RulerTask]:
         """The tasks, built for `tokenizer` (an essay haystack reads `documents`, default: `haystack`'s)."""
         if documents is None and any(RULER_TASKS.get(n).needs_documents for n in self.tasks):
             documents = haystack_documents(self.haystack)

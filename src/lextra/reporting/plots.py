@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from lextra.analysis import Dispersion, FirstLayerLogits
@@ -13,7 +14,7 @@ from lextra.io import atomic_write
 Curves = Mapping[str, Mapping[str, Mapping[str, float]]]  # protocol -> row label -> length -> value
 
 
-def pyplot():
+def pyplot() -> ModuleType:
     """matplotlib.pyplot on the Agg backend (no display needed)."""
     import matplotlib
 

@@ -4,7 +4,7 @@ arXiv id) and a sentence, computed from the numbers, on what agrees in direction
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -76,8 +76,9 @@ def mean_spread(values: list[float]) -> str:
     return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
 
 
-def _agreement(ours: Mapping[str, float], paper: Mapping[str, float], trend, what: str) -> str:
-    agree, differ = [], []
+def _agreement(ours: Mapping[str, float], paper: Mapping[str, float], trend: Callable[[float], str], what: str) -> str:
+    agree: list[str] = []
+    differ: list[str] = []
     for label, ratio in ours.items():
         key = label if label in paper else None
         if key is None:
@@ -101,6 +102,7 @@ def perplexity_section(
 ) -> list[str]:
     lines = ["## Perplexity beyond the training length", ""]
     curves: dict[str, dict[str, dict[str, float]]] = {}
+    texts: dict[str, dict[str, dict[str, str]]] = {}
     growth: dict[str, float] = {}
     for mask, by_label in results.items():
         for label, by_seed in by_label.items():
@@ -108,16 +110,16 @@ def perplexity_section(
             for protocol in protocols:
                 values = {str(n): [ev.ppl(protocol, n) for ev in by_seed.values()] for n in lengths}
                 curves.setdefault(protocol, {})[row] = {n: statistics.mean(v) for n, v in values.items()}
-                curves.setdefault(f"{protocol}:text", {})[row] = {n: mean_spread(v) for n, v in values.items()}
-    for protocol in [p for p in curves if not p.endswith(":text")]:
+                texts.setdefault(protocol, {})[row] = {n: mean_spread(v) for n, v in values.items()}
+    for protocol in curves:
         lines += [f"### {protocol} protocol (rows: model, columns: length)", ""]
-        lines += [markdown_table(curves[f"{protocol}:text"], lengths, "model", cell=str), ""]
-    reference = "sliding" if "sliding" in curves else next(p for p in curves if not p.endswith(":text"))
+        lines += [markdown_table(texts[protocol], lengths, "model", cell=str), ""]
+    reference = "sliding" if "sliding" in curves else next(iter(curves))
     far = str(4 * train_len) if 4 * train_len in lengths else str(lengths[-1])
-    for row, values in curves[reference].items():
-        growth[row] = values[far] / values[str(train_len)]
+    for row, means in curves[reference].items():
+        growth[row] = means[far] / means[str(train_len)]
     plot = plot_curves(
-        {p: c for p, c in curves.items() if not p.endswith(":text")},
+        curves,
         train_len,
         plots / "perplexity.png",
         title=f"trained at L_tr = {train_len}",
@@ -245,7 +247,7 @@ def stretch_section(stretch: Mapping[str, Mapping[int, float]], lengths: list[in
         }
         for model in best
     }
-    ranked = [model for model, t in temps.items() if t and min(t, key=t.get) == "pmax"]
+    ranked = [model for model, t in temps.items() if t and min(t, key=t.__getitem__) == "pmax"]
     if any(temps.values()):
         lines += [
             "",

@@ -18,7 +18,7 @@ from lextra.errors import ConfigError
 from lextra.evaluate.prefix import evaluation_prefix
 from lextra.evaluate.retrieval.scoring import score_prompts
 from lextra.evaluate.retrieval.sources import row_seed
-from lextra.evaluate.retrieval.tasks import RetrievalTask
+from lextra.evaluate.retrieval.tasks import RetrievalTask, Sample
 from lextra.serialize import Serializable, options
 
 DEFAULT_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -127,8 +127,7 @@ def evaluate_retrieval(
     was_training = getattr(model, "training", False)
     if hasattr(model, "eval"):
         model.eval()
-    tokenizer = task.tokenizer
-    prefix = evaluation_prefix(model, tokenizer)
+    prefix = evaluation_prefix(model, task.tokenizer)
     cells: dict[int, dict[float, RetrievalCell]] = {}
     bar = tqdm(total=len(lengths) * len(depths), disable=not progress, desc=f"retrieval {label}", file=sys.stderr)
     for length in lengths:
@@ -136,27 +135,7 @@ def evaluate_retrieval(
         for depth in depths:
             rng = random.Random(row_seed("eval", task.name, seed, length, depth))
             drawn = [task.sample(length - len(prefix), depth, rng) for _ in range(samples)]
-            exact, ranks, examples = [], [], []
-            for start in range(0, samples, batch_size):
-                chunk = drawn[start : start + batch_size]
-                scored = score_prompts(
-                    model,
-                    [prefix + s.prompt_ids for s in chunk],
-                    [s.answer_ids for s in chunk],
-                    [[task.encode(d) for d in s.distractors] for s in chunk],
-                )
-                exact.extend(scored["exact"])
-                ranks.extend(scored["rank"])
-                for s, generated in zip(chunk, scored["generated"], strict=True):
-                    if len(examples) < 2:
-                        examples.append(RetrievalExample(s.answer_text, tokenizer.decode(generated)))
-            cells[int(length)][float(depth)] = RetrievalCell(
-                exact=sum(exact) / len(exact),
-                rank1=sum(r == 1 for r in ranks) / len(ranks),
-                mean_rank=sum(ranks) / len(ranks),
-                samples=len(exact),
-                examples=examples,
-            )
+            cells[int(length)][float(depth)] = _score_cell(model, task, prefix, drawn, batch_size)
             bar.update(1)
     bar.close()
     if was_training:
@@ -170,6 +149,35 @@ def evaluate_retrieval(
         candidates=task.num_distractors + 1,
         seed=seed,
         cells=cells,
+    )
+
+
+def _score_cell(
+    model: Any, task: RetrievalTask, prefix: list[int], drawn: Sequence[Sample], batch_size: int
+) -> RetrievalCell:
+    """One (length, depth) cell: the drawn prompts scored in batches; the first two answers kept as examples."""
+    exact: list[bool] = []
+    ranks: list[int] = []
+    examples: list[RetrievalExample] = []
+    for start in range(0, len(drawn), batch_size):
+        chunk = drawn[start : start + batch_size]
+        scored = score_prompts(
+            model,
+            [prefix + s.prompt_ids for s in chunk],
+            [s.answer_ids for s in chunk],
+            [[task.encode(d) for d in s.distractors] for s in chunk],
+        )
+        exact.extend(scored["exact"])
+        ranks.extend(scored["rank"])
+        for s, generated in zip(chunk, scored["generated"], strict=True):
+            if len(examples) < 2:
+                examples.append(RetrievalExample(s.answer_text, task.tokenizer.decode(generated)))
+    return RetrievalCell(
+        exact=sum(exact) / len(exact),
+        rank1=sum(r == 1 for r in ranks) / len(ranks),
+        mean_rank=sum(ranks) / len(ranks),
+        samples=len(exact),
+        examples=examples,
     )
 
 

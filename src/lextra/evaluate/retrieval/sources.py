@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
@@ -29,7 +30,8 @@ from lextra.training_tasks import TRAINING_TASKS, TrainingTask, parse_task_spec
 class RowTask(Protocol):
     """What training needs of a task: its name and one row of exactly `length` tokens, answer last."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def training_row(self, length: int, rng: random.Random) -> list[int]: ...
 
@@ -76,7 +78,11 @@ class RetrievalSource:
         """(batch_size, length + 1) int64; rows and their kinds depend on (seed, step, rank) only."""
         if not 0 <= rank < world_size:
             raise ConfigError(f"rank must be in [0, world_size={world_size}), got {rank}")
-        lm_rows = self.lm.batch(step, batch_size, length, seed, rank, world_size) if self.ratio < 1.0 else None
+        lm_rows = (
+            None
+            if self.lm is None or self.ratio >= 1.0
+            else self.lm.batch(step, batch_size, length, seed, rank, world_size)
+        )
         rows = []
         for row in range(batch_size):
             rng = random.Random(row_seed(self.task.name, seed, step, rank, row))
@@ -87,7 +93,7 @@ class RetrievalSource:
         return torch.stack(rows)
 
 
-def source_factory(spec: str):
+def source_factory(spec: str) -> Callable[[TrainConfig, PreparedData], RetrievalSource]:
     """The `BATCH_SOURCES` factory for a task spec: code-key hides needles in the train split's files."""
     parsed = parse_task_spec(spec)
 

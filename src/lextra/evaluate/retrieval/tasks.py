@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -91,7 +91,7 @@ def _check_depth(depth: float) -> float:
 
 def _distinct_numbers(rng: random.Random, count: int, digits: int, exclude: Sequence[str] = ()) -> list[str]:
     """`count` distinct random numbers of exactly `digits` digits (no leading zero), not in `exclude`."""
-    seen, out = set(exclude), []
+    seen, out = set(exclude), list[str]()
     while len(out) < count:
         value = str(rng.randint(10 ** (digits - 1), 10**digits - 1))
         if value not in seen:
@@ -398,4 +398,5 @@ def build_task(
         return cls(tokenizer, **options)
     if not documents:
         raise DataError(f"task {name!r} needs code documents (a corpus split) to hide its needle in")
-    return cls(tokenizer, documents, **options)
+    with_documents: Callable[..., RetrievalTask] = cls  # `needs_documents`: the constructor takes them second
+    return with_documents(tokenizer, documents, **options)

@@ -29,7 +29,7 @@ from lextra.data import ByteTokenizer, Tokenizer
 from lextra.errors import ConfigError, DataError
 from lextra.evaluate.prefix import evaluation_prefix
 from lextra.evaluate.retrieval.scoring import greedy_continue, prefill
-from lextra.evaluate.ruler.results import RulerAnswer, RulerCell
+from lextra.evaluate.ruler.results import RulerAnswer, RulerCell, total_if_known
 from lextra.evaluate.ruler.scoring import sample_score, string_match_all, wilson_interval
 from lextra.evaluate.ruler.tasks import RulerSample, RulerTask
 from lextra.model import GPT
@@ -173,7 +173,8 @@ def answer_samples(
     resolved = resolve_mask(model, mask)
     bar = tqdm(total=len(rows), disable=not progress, desc=f"ruler {length}", file=sys.stderr, leave=False)
     for batch in length_batches(rows, batch_size):
-        start, timings = time.perf_counter(), {}
+        start = time.perf_counter()
+        timings: dict[str, float] = {}
         texts = generate(
             model,
             [s.prompt_ids for _, s in batch],
@@ -214,8 +215,8 @@ def cell_from_answers(task: str, length: int, answers: Sequence[RulerAnswer]) ->
     score = string_match_all([a.output for a in answers], [a.references for a in answers])
     low, high = wilson_interval(score, len(answers))
     seconds = round(sum(a.seconds for a in answers), 3)
-    prefills = [a.prefill_seconds for a in answers]
-    prefill = None if None in prefills else round(sum(prefills), 3)
+    prefill = total_if_known([a.prefill_seconds for a in answers])
+    prefill = None if prefill is None else round(prefill, 3)
     examples = [a.example() for a in answers[:2]]
     return RulerCell(task, length, score, low, high, len(answers), seconds, examples, prefill)
 

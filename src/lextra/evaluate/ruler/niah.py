@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 from lextra.data import Document, Tokenizer
@@ -24,6 +24,8 @@ from lextra.evaluate.ruler.words import WORDS
 
 NEEDLE = "One of the special magic {kind} for {key} is: {value}."
 KINDS = ("words", "numbers", "uuids")
+Haystack = tuple[Callable[[int], list[Chunk]], Callable[[int], str]]
+"""A haystack's `context(n)` (its first n units with the needles inserted) and `pad(n)` (text after them)."""
 
 
 def random_item(kind: str, rng: random.Random, digits: int) -> str:
@@ -123,7 +125,7 @@ class NeedleTask(RulerTask):
 
         return Draft(instruction, question, answer_prefix, references, context, pad, depths=list(depths))
 
-    def essay_context(self, rng: random.Random, placed: list[tuple[float, str]]):
+    def essay_context(self, rng: random.Random, placed: list[tuple[float, str]]) -> Haystack:
         """Words of the essay stream from a seeded sentence start; needles at the sentence boundaries nearest
         their depths, joined by spaces (RULER inserts them between sentences)."""
         essay = self.essay
@@ -140,7 +142,7 @@ class NeedleTask(RulerTask):
 
         return context, pad
 
-    def needle_context(self, rng: random.Random, placed: list[tuple[float, str]], used: set[str]):
+    def needle_context(self, rng: random.Random, placed: list[tuple[float, str]], used: set[str]) -> Haystack:
         """A haystack of distractor needles (other keys, other values), one per line, drawn as needed from a
         generator of their own, so the first n are the same whatever n."""
         stream = random.Random(rng.getrandbits(64))
@@ -163,7 +165,7 @@ class NeedleTask(RulerTask):
         return context, pad
 
 
-def _variant(name: str, summary: str, **config: object):
+def _variant(name: str, summary: str, **config: object) -> type[RulerTask]:
     """Register a NIAH variant of RULER's synthetic.yaml under `name`."""
     attributes = {"summary": summary, "needs_documents": config.get("haystack") == "essay", **config}
     title = "".join(part.capitalize() for part in name.split("_"))

@@ -19,6 +19,12 @@ from lextra.serialize import Serializable, options, rounded
 DEFAULT_THRESHOLD = 85.6
 
 
+def total_if_known(parts: Sequence[float | None]) -> float | None:
+    """The sum of `parts`, or None when any part was not recorded."""
+    known = [p for p in parts if p is not None]
+    return sum(known) if len(known) == len(parts) else None
+
+
 @dataclass(frozen=True)
 class RulerExample(Serializable):
     """A sample's references, what the model answered, and its score (0..1)."""
@@ -112,8 +118,7 @@ class RulerResult(Serializable):
     @property
     def prefill_seconds(self) -> float | None:
         """The part of `seconds` the prefills took, when every cell recorded it."""
-        parts = [c.prefill_seconds for row in self.cells.values() for c in row.values()]
-        return None if None in parts else sum(parts)
+        return total_if_known([c.prefill_seconds for row in self.cells.values() for c in row.values()])
 
     def records(self) -> list[dict[str, Any]]:
         """CSV rows: one per cell, then one `average` row per length (no interval: tasks differ in kind)."""

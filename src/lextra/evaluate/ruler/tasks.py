@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -172,4 +172,5 @@ def build_ruler_task(
         return cls(tokenizer, chat=chat, **options)
     if not documents:
         raise DataError(f"RULER task {name!r} hides its needles in essays: give it documents (a corpus split)")
-    return cls(tokenizer, documents, chat=chat, **options)
+    with_documents: Callable[..., RulerTask] = cls  # `needs_documents`: the constructor takes them second
+    return with_documents(tokenizer, documents, chat=chat, **options)

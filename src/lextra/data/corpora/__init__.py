@@ -1,0 +1,53 @@
+"""Text corpora as lists of documents: built-in corpora, local files, saved Hugging Face datasets; hash splits.
+
+Every loader works offline. A document stays whole from loading to evaluation, so long-context evaluation can
+use documents that really are long instead of stitched-together short ones. `sources` turns a corpus spec into
+documents, `builtin` and `formats` read them, `splits` assigns each to train, validation or test.
+"""
+
+from lextra.data.corpora.builtin import (
+    BROWN_INSTALL_HINT,
+    BUILTIN_CORPORA,
+    ENGLISH_INSTALL_HINT,
+    PYTHON_DOCS_INSTALL_HINT,
+    brown_dirs,
+    untag_brown,
+)
+from lextra.data.corpora.document import Document
+from lextra.data.corpora.formats import JSONL_SUFFIXES, PARQUET_SUFFIX, ZSTD_INSTALL_HINT, skipped_files
+from lextra.data.corpora.sources import (
+    iter_documents,
+    iter_part_documents,
+    load_corpus,
+    mixture_parts,
+    mixture_weights,
+    source_files,
+    source_fingerprint,
+)
+from lextra.data.corpora.splits import DEFAULT_FRACTIONS, SPLITS, split_corpus, split_of, split_overrides
+
+__all__ = [
+    "BROWN_INSTALL_HINT",
+    "BUILTIN_CORPORA",
+    "DEFAULT_FRACTIONS",
+    "ENGLISH_INSTALL_HINT",
+    "JSONL_SUFFIXES",
+    "PARQUET_SUFFIX",
+    "PYTHON_DOCS_INSTALL_HINT",
+    "SPLITS",
+    "ZSTD_INSTALL_HINT",
+    "Document",
+    "brown_dirs",
+    "iter_documents",
+    "iter_part_documents",
+    "load_corpus",
+    "mixture_parts",
+    "mixture_weights",
+    "skipped_files",
+    "source_files",
+    "source_fingerprint",
+    "split_corpus",
+    "split_of",
+    "split_overrides",
+    "untag_brown",
+]

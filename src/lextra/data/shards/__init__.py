@@ -1,0 +1,79 @@
+"""Prepared token shards: a corpus tokenized once into flat token files that every run maps with `np.memmap`.
+
+`prepare_shards(source, tokenizer, out_dir)` streams the documents of any corpus spec (`iter_documents`): a first
+read counts them and finds the few documents `split_corpus` would move between splits (`split_overrides`; only
+tiny corpora have any), so every document lands in exactly the split it has in memory; a `bpe:N` tokenizer is then
+trained on a bounded sample of the train split (`sample_chars`: the same tokenizer, and the same cache entry, as
+`prepare_data` when the train split fits in the sample); a last read encodes the documents in batches (the
+tokenizer's batch encoder). The source is cut into shards of about `shard_chars` characters; each shard writes,
+per split, a flat token file and an offsets file, and then a small record. A folder holds:
+
+- `prepare.json`: what is being prepared (source, tokenizer spec, limit, dtype, shard size), written first;
+- `scan.json`: the first read's result (documents, characters, moved documents), so a resumed prepare skips it;
+- `tokenizer.json`: the tokenizer's `to_config()`, written before the first shard;
+- `{split}-{shard:05d}.tokens`: the split's token ids of that shard (`uint8` for vocabularies of at most 256,
+  like the in-memory stream's compact rule, else `uint16` up to 65536, else `uint32`), documents joined by the
+  tokenizer's separator exactly as `TrainStream` joins them: a separator precedes every document but the
+  split's first, so the concatenation of a split's token files, in shard order, IS the training stream;
+- `{split}-{shard:05d}.offsets`: `int64` (documents, 2) rows of each document's [start, end) in that token file
+  (separators excluded);
+- `shard-{shard:05d}.json`: the shard's record (documents consumed, per split counts, sizes and sha256 of its
+  files), written last, so a shard is done exactly when its record exists;
+- `manifest.json`: written when every shard is done (format version, the request, source, tokenizer, dtype, per
+  split its documents and stream tokens (separators included), every file with its size and sha256). Its sha256
+  identifies the prepared data (`PreparedShards.sha256`).
+
+Every file is written as `NAME.partial` and renamed when complete, so a half-written file is never read; an
+interrupted prepare keeps its finished shards and redoes the rest. Memory is bounded by one shard's text
+(plus the BPE sample), never by the corpus.
+
+`PreparedShards.open(dir)` maps the token and offsets files copy-on-write (the files are never written; pages are
+read when used and shared by every process that maps them) and checks every file's size against the manifest
+(cheap); `verify()` checks every sha256 (a full read: run it on demand, e.g. after copying a folder; prepare
+hashes every file it wrote). Its `batch` draws the same windows as `TrainStream` from the same stream
+(`window_starts`), so a run on a prepared folder equals a run on the raw corpus, bit for bit.
+"""
+
+from lextra.data.shards.cache import (
+    CACHE_WAIT_S,
+    DATA_CACHE_ENV,
+    cache_key,
+    cached_shards,
+    data_cache_dir,
+    shards_for_model,
+    text_data_for_model,
+)
+from lextra.data.shards.layout import (
+    DEFAULT_SAMPLE_CHARS,
+    DEFAULT_SHARD_CHARS,
+    DTYPES,
+    FORMAT_VERSION,
+    MANIFEST,
+    token_dtype,
+    unfinished_command,
+)
+from lextra.data.shards.mixture import WeightedMixture, training_batches
+from lextra.data.shards.reader import DecodedDocuments, PreparedShards
+from lextra.data.shards.writer import prepare_shards
+
+__all__ = [
+    "CACHE_WAIT_S",
+    "DATA_CACHE_ENV",
+    "DEFAULT_SAMPLE_CHARS",
+    "DEFAULT_SHARD_CHARS",
+    "DTYPES",
+    "FORMAT_VERSION",
+    "MANIFEST",
+    "DecodedDocuments",
+    "PreparedShards",
+    "WeightedMixture",
+    "cache_key",
+    "cached_shards",
+    "data_cache_dir",
+    "prepare_shards",
+    "shards_for_model",
+    "text_data_for_model",
+    "token_dtype",
+    "training_batches",
+    "unfinished_command",
+]

@@ -1,0 +1,322 @@
+"""Reading a prepared folder: `PreparedShards.open` maps its files copy-on-write after checking the manifest, the
+files' sizes and (once per unchanged folder) their checksums; windows, documents and texts are read from the maps."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from lextra.data.corpora import SPLITS, Document
+from lextra.data.integrity import FAST_HASH, Expected, check_files
+from lextra.data.manifest import check_tokenizer_record, validate_manifest
+from lextra.data.prepare import PreparedData
+from lextra.data.shards.layout import (
+    DTYPES,
+    FORMAT_VERSION,
+    MANIFEST,
+    REQUEST,
+    TOKENIZER,
+    TOKENIZER_DIR,
+    normal_spec,
+    prepare_command,
+    unfinished_command,
+)
+from lextra.data.tokenizers import HFTokenizer, Tokenizer, tokenizer_from_config
+from lextra.data.windows import JoinedTokens, window_starts
+from lextra.errors import DataError
+from lextra.io import sha256_file
+
+
+@dataclass(frozen=True)
+class Part:
+    """One shard's token file of a split and its documents' offsets, both mapped."""
+
+    tokens: np.memmap
+    offsets: np.ndarray
+
+
+class PreparedShards:
+    """A prepared folder, mapped copy-on-write: training windows, evaluation documents, its tokenizer."""
+
+    def __init__(self, root: Path, manifest: dict[str, Any], digest: str, parts: dict[str, list[Part]]) -> None:
+        """Use `PreparedShards.open`."""
+        self.root = root
+        self.manifest = manifest
+        self.sha256 = digest
+        self._parts = parts
+        self.separator: int | None = manifest["tokenizer"]["separator"]
+
+    @classmethod
+    def open(cls, directory: str | os.PathLike[str], *, check: bool = True) -> PreparedShards:
+        """Map a prepared folder, checking its manifest against the schema, every file's presence and size, and
+        (with `check`) every file's checksum the first time this folder's files are opened unchanged (see
+        `lextra.data.integrity`)."""
+        root = Path(directory).expanduser()
+        raw, manifest = _read_manifest(root)
+        request = manifest.get("request") if isinstance(manifest.get("request"), dict) else {}
+        again = f"run `{prepare_command(request, root)}` into a new folder"
+        fix = f"prepare the data again: {again}"
+        validate_manifest(manifest, DTYPES, SPLITS, str(root / MANIFEST), fix)
+        try:
+            config = json.loads((root / TOKENIZER).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            raise DataError(f"{root / TOKENIZER} is missing or not JSON; {again}") from None
+        check_tokenizer_record(manifest, config, str(root / MANIFEST), fix)
+        entries = _file_entries(manifest)
+        for entry in entries:
+            file = root / entry["name"]
+            size = file.stat().st_size if file.is_file() else None
+            if size != entry["bytes"]:
+                found = "missing" if size is None else f"{size} bytes, expected {entry['bytes']}"
+                raise DataError(f"prepared shard {file} is {found}; {again}")
+        if check:
+            expected = [Expected(e["name"], e["sha256"], e.get(FAST_HASH)) for e in entries]
+            expected.append(Expected(TOKENIZER, manifest["tokenizer"]["config_sha256"]))
+            copied = manifest["tokenizer"].get("files", {})
+            expected += [
+                Expected(f"{TOKENIZER_DIR}/{e['name']}", e["sha256"], e.get(FAST_HASH)) for e in copied.values()
+            ]
+            check_files(root, expected, f"copy the folder again from where it came from, or {again}")
+        return cls(root, manifest, hashlib.sha256(raw).hexdigest(), _map_parts(root, manifest))
+
+    def verify(self) -> None:
+        """Check the sha256 of every file against the manifest (reads everything); `DataError` on a mismatch."""
+        entries = _file_entries(self.manifest)
+        tokenizer_entry = {"name": TOKENIZER, "sha256": self.manifest["tokenizer"]["config_sha256"]}
+        copied = [
+            {"name": f"{TOKENIZER_DIR}/{entry['name']}", "sha256": entry["sha256"]}
+            for entry in self.manifest["tokenizer"].get("files", {}).values()
+        ]
+        for entry in [*entries, tokenizer_entry, *copied]:
+            file = self.root / entry["name"]
+            if not file.is_file() or sha256_file(file) != entry["sha256"]:
+                again = prepare_command(self.manifest["request"], self.root)
+                raise DataError(
+                    f"prepared file {file} is missing or corrupt (sha256 mismatch); run `{again}` into a new folder"
+                )
+
+    @property
+    def corpus(self) -> str:
+        """The source spec the folder was prepared from (what `PreparedData.corpus` names)."""
+        return str(self.manifest["source"])
+
+    def check_model_tokenizer(self, config: dict[str, Any]) -> None:
+        """Refuse to evaluate a model on data tokenized otherwise: `config` is the model's saved tokenizer config."""
+        mine = json.loads((self.root / TOKENIZER).read_text(encoding="utf-8"))
+        if mine != config:
+            theirs = config.get("kind", "?")
+            if theirs == "bpe" and "vocab_size" in config:
+                theirs = f"bpe:{config['vocab_size']}"
+            raise DataError(
+                f"the prepared data {self.root} was tokenized with {self.tokenizer_spec}, not with the model's "
+                f"tokenizer ({theirs}, trained on its own corpus); prepare the data with the model's tokenizer, "
+                "or drop --data to read the model's corpus"
+            )
+
+    @property
+    def tokenizer_spec(self) -> str:
+        """The tokenizer spec the folder was prepared with (e.g. `bpe:8192`)."""
+        return str(self.manifest["tokenizer"]["spec"])
+
+    def tokenizer(self) -> Tokenizer:
+        """The tokenizer the folder was prepared with, rebuilt from its saved config (a Hugging Face tokenizer
+        from the folder's own copy of its files, checked on open, when it holds one)."""
+        config = json.loads((self.root / TOKENIZER).read_text(encoding="utf-8"))
+        if config.get("kind") == "hf" and (self.root / TOKENIZER_DIR).is_dir():
+            return HFTokenizer(self.root / TOKENIZER_DIR, origin=config["path"])
+        return tokenizer_from_config(config)
+
+    def check_tokenizer(self, spec: str) -> None:
+        """Refuse a run whose tokenizer spec differs from the one the folder was prepared with."""
+        if normal_spec(spec) != normal_spec(self.tokenizer_spec):
+            raise DataError(
+                f"the prepared data {self.root} was tokenized with {self.tokenizer_spec}, the run asks for {spec}; "
+                f"pass --tokenizer {self.tokenizer_spec}, or prepare the source again with --tokenizer {spec}"
+            )
+
+    def check_hf_tokenizer(self, own: str, spec: str | None = None) -> None:
+        """Refuse data for a Hugging Face model tokenized otherwise: with `spec` (the run's --tokenizer) that
+        spec, else the model's own tokenizer at the resolved path `own` (prepared with `--tokenizer hf:OWN`)."""
+        if spec:
+            self.check_tokenizer(spec)
+            return
+        saved = json.loads((self.root / TOKENIZER).read_text(encoding="utf-8"))
+        if saved.get("kind") != "hf" or saved.get("path") != own:
+            raise DataError(
+                f"the prepared data {self.root} was tokenized with {self.tokenizer_spec}, not the model's "
+                f"own tokenizer ({own}); prepare it with --tokenizer hf:{own}, or pass --tokenizer "
+                f"{self.tokenizer_spec}"
+            )
+
+    def num_tokens(self, split: str = "train") -> int:
+        """Tokens of a split's stream, separators included."""
+        return int(self.manifest["splits"][split]["tokens"])
+
+    def num_documents(self, split: str = "train") -> int:
+        """Documents of a split (those that encode to at least one token)."""
+        return int(self.manifest["splits"][split]["documents"])
+
+    def __len__(self) -> int:
+        """Tokens of the training stream, as `len(TrainStream)`."""
+        return self.num_tokens("train")
+
+    def span(self, split: str, start: int, stop: int) -> np.ndarray:
+        """Tokens [start, stop) of a split's stream (across shard files), as a new array of the file dtype."""
+        return self._stream(split).span(start, stop)
+
+    def batch(
+        self, step: int, batch_size: int, length: int, seed: int, rank: int = 0, world_size: int = 1
+    ) -> torch.Tensor:
+        """A (batch_size, length + 1) int64 batch of training windows: `TrainStream.batch` over the same stream."""
+        return self.windows(window_starts(len(self), step, batch_size, length, seed, rank, world_size), length)
+
+    def windows(self, starts: torch.Tensor, length: int) -> torch.Tensor:
+        """The (len(starts), length + 1) int64 windows of the training stream at `starts`."""
+        return self._stream("train").windows(starts, length)
+
+    @functools.cached_property
+    def _streams(self) -> dict[str, JoinedTokens]:
+        return {}
+
+    def _stream(self, split: str) -> JoinedTokens:
+        """A split's token files read as one stream (they stay mapped while this object lives)."""
+        if split not in self._streams:
+            self._streams[split] = JoinedTokens([part.tokens for part in self._parts[split]])
+        return self._streams[split]
+
+    def part_ranges(self, split: str = "train") -> list[tuple[int, int]]:
+        """Each mixture part's [start, stop) range of a split's stream (its documents are consecutive there)."""
+        parts = self.manifest.get("parts")
+        if parts is None:
+            raise DataError(
+                f"{self.root} records no mixture parts (prepared by an older lextra); prepare it again to sample "
+                "its parts by weight"
+            )
+        gap = 0 if self.separator is None else 1
+        ranges, documents, tokens = [], 0, 0
+        for part in parts:
+            count, size = part["splits"][split]["documents"], part["splits"][split]["tokens"]
+            start = tokens + documents * gap
+            ranges.append((start, start + size + max(count - 1, 0) * gap))
+            documents, tokens = documents + count, tokens + size
+        return ranges
+
+    def documents(self, split: str, limit: int | None = None) -> list[torch.Tensor]:
+        """The split's documents (at most `limit`) as 1-D token tensors in corpus order, in the file dtype: what
+        `encode_documents` gives for the raw split, without re-tokenizing. They view the copy-on-write map, so
+        nothing is copied or read until used, and writing into one changes this process's copy only."""
+        if split not in SPLITS:
+            raise DataError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
+        out: list[torch.Tensor] = []
+        for part in self._parts[split]:
+            for start, stop in part.offsets:
+                if limit is not None and len(out) >= limit:
+                    return out
+                out.append(torch.from_numpy(part.tokens[int(start) : int(stop)]))
+        return out
+
+    def texts(self, split: str) -> DecodedDocuments:
+        """The split's documents as text (decoded lazily with the folder's tokenizer; see `DecodedDocuments`):
+        for tasks whose prompts are built from text (retrieval needles and haystacks, RULER essays)."""
+        if split not in SPLITS:
+            raise DataError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
+        return DecodedDocuments(self, split)
+
+    def prepared_data(self) -> PreparedData:
+        """The folder as `PreparedData` (what `prepare_data` gives for its source and tokenizer): every split's
+        documents decoded lazily (`texts`), the folder's tokenizer, and the folder as the train split's `stream`."""
+        splits: dict[str, Any] = {name: self.texts(name) for name in SPLITS}
+        return PreparedData(self.corpus, splits, self.tokenizer(), stream=self)
+
+
+def _read_manifest(root: Path) -> tuple[bytes, Any]:
+    """The bytes of a folder's manifest and its JSON (checked against the schema by the caller); one line naming
+    the fix where the folder is a file, unfinished, not a prepared folder, corrupt or of another format."""
+    path = root / MANIFEST
+    if root.exists() and not root.is_dir():
+        raise DataError(f"{root} is a file, not a prepared data folder; give the folder `lextra data prepare` wrote")
+    if not path.is_file():
+        again = unfinished_command(root)
+        if (root / REQUEST).is_file():
+            raise DataError(
+                f"{root} holds an unfinished prepare (no {MANIFEST}); "
+                f"run `{again or 'lextra data prepare ...'}` again to finish it"
+            )
+        raise DataError(
+            f"{root} is not a prepared data folder (no {MANIFEST}); "
+            "make one with `lextra data prepare SOURCE --tokenizer SPEC --out DIR`"
+        )
+    raw = path.read_bytes()
+    try:
+        manifest = json.loads(raw)
+    except ValueError as err:
+        raise DataError(f"{path} is corrupt ({err}); prepare {root} again") from None
+    version = manifest.get("format") if isinstance(manifest, dict) else None
+    if isinstance(version, int) and not isinstance(version, bool) and version != FORMAT_VERSION:
+        raise DataError(
+            f"{root} was prepared in format {version}, this lextra reads format {FORMAT_VERSION}; prepare it again"
+        )
+    return raw, manifest
+
+
+def _file_entries(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The manifest's entry (name, bytes, hashes) of every token and offsets file, split by split."""
+    return [
+        entry for name in SPLITS for shard in manifest["splits"][name]["shards"] for entry in shard["files"].values()
+    ]
+
+
+def _map_parts(root: Path, manifest: dict[str, Any]) -> dict[str, list[Part]]:
+    """Every split's shard files, mapped: tokens copy-on-write (tensors may view the map, as torch needs writable
+    arrays; writes never reach the file), offsets read-only."""
+    dtype = DTYPES[manifest["dtype"]]
+    parts: dict[str, list[Part]] = {}
+    for name in SPLITS:
+        parts[name] = []
+        for shard in manifest["splits"][name]["shards"]:
+            files = shard["files"]
+            tokens = np.memmap(root / files["tokens"]["name"], dtype=dtype, mode="c")
+            offsets = np.memmap(root / files["offsets"]["name"], dtype=np.int64, mode="r").reshape(-1, 2)
+            parts[name].append(Part(tokens, offsets))
+    return parts
+
+
+class DecodedDocuments(Sequence[Document]):
+    """A prepared split's documents as text, decoded with the folder's tokenizer when first read (then kept).
+
+    The folder stores tokens, not texts: each document's text is `tokenizer.decode` of its tokens, which is the
+    original text exactly for `bytes` and byte-level `bpe:N` (tested on the fixtures; a Hugging Face tokenizer
+    that normalizes may differ). Its id is `SPLIT/INDEX` (the folder records no document ids)."""
+
+    def __init__(self, shards: PreparedShards, split: str) -> None:
+        self._tokens = shards.documents(split)
+        self._split = split
+        self._tokenizer: Tokenizer | None = None
+        self._shards = shards
+        self._texts: dict[int, Document] = {}
+
+    def __len__(self) -> int:
+        return len(self._tokens)
+
+    def _document(self, index: int) -> Document:
+        if index not in self._texts:
+            if self._tokenizer is None:
+                self._tokenizer = self._shards.tokenizer()
+            text = self._tokenizer.decode(self._tokens[index].tolist())
+            self._texts[index] = Document(f"{self._split}/{index}", text)
+        return self._texts[index]
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self._document(i) for i in range(len(self))[index]]
+        position = range(len(self))[index]  # IndexError as a list raises it
+        return self._document(position)
