@@ -7,18 +7,19 @@ sharded (FSDP2, `lextra.hf.fsdp`).
 The run folder mirrors `lextra train`'s: `config.json`, `metrics.jsonl` (the same records: step, loss, lr,
 grad_norm, tokens_per_s), `checkpoints/step_N/` (the trainable weights, the optimizer and the RNG, written into a
 temporary folder then renamed; `checkpoints/LATEST` names the newest), and at the end `model/`, a standard Hugging
-Face folder (`save_pretrained`, LoRA merged, `rope_parameters` and `max_position_embeddings` set to what was
-trained) that plain `transformers` loads. Batches are `TrainStream.batch(step, ...)`, a pure function of (seed,
+Face folder (LoRA merged, written by `lextra.hf.export`: the RoPE scaling in both config forms, so every
+supported transformers version reads it, and `max_position_embeddings` as the method's authors set it) that plain
+`transformers` loads. Batches are `TrainStream.batch(step, ...)`, a pure function of (seed,
 step), and the learning rate is `lextra.train.learning_rate` of the step, so `resume=True` continues bit-identically.
 
 `positions` names a position sampler (`lextra.data.positions`: `contiguous`, `pose[:TARGET]`, `randomized[:MAX]`).
 Other than `contiguous` (the model's own 0..L-1, no `position_ids` passed), each step's vector, drawn from (seed,
 step) for the global batch as `lextra train` draws it, is the forward's `position_ids`, with an all-ones
 `attention_mask` beside it: without a mask transformers reads position ids that skip as packed sequences and would
-cut the attention at every skip. The saved `max_position_embeddings` is the larger of the window and the
-sampler's limit (PoSE's target, randomized's max): the positions trained. S2-Attn is position-independent: it
-regroups and rolls the tokens of the window by their index, after RoPE has rotated the queries and keys at whatever
-positions they were given.
+cut the attention at every skip. Without a YaRN or dynamic scaling, the saved `max_position_embeddings` is the
+larger of the window and the sampler's limit (PoSE's target, randomized's max): the positions trained. S2-Attn is
+position-independent: it regroups the tokens of the window by their index, after RoPE has rotated the queries and
+keys at whatever positions they were given.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from lextra.data.prepare import PreparedData, prepare_data
 from lextra.data.shards import PreparedShards
 from lextra.devices import autocast, resolve_device
 from lextra.errors import CheckpointError, ConfigError, DataError
+from lextra.hf.export import export_model
 from lextra.hf.fsdp import full_tensor, is_sharded, placed_like, shard_model
 from lextra.hf.load import as_plain_model, load_config, pretrained_source, resolve_model_path, tokenizer_config
 from lextra.hf.models import CAUSAL_FAMILIES, hf_rope_parameters
@@ -529,8 +531,7 @@ def _finetune(
         model = _unsharded(config, weights) if world.is_main else None
     merged = merged_model(model) if model is not None else None
     if world.is_main and merged is not None:
-        merged.config.max_position_embeddings = max(L, sampler.limit)  # the positions trained: PoSE's target
-        merged.save_pretrained(final)
+        export_model(merged, final, original=int(hf_config.max_position_embeddings), trained=max(L, sampler.limit))
         _save_tokenizer(config, final)
     world.close()
     return final, merged
