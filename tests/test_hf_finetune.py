@@ -112,7 +112,7 @@ def test_lora_and_trainable_specs() -> None:
     with pytest.raises(ConfigError, match="r takes an integer"):
         parse_lora("r=x")
     assert parse_lora("lora:16,targets=q_proj") == parse_lora("r=16,targets=q_proj")  # the spec grammar
-    with pytest.raises(ConfigError, match="unknown part 'heads'; use embed, norm"):
+    with pytest.raises(ConfigError, match="unknown part 'heads'; use embed, head, norm"):
         parse_trainable("heads")
 
 
