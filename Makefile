@@ -27,13 +27,13 @@ $(STAMP): $(REQ)/runtime.txt $(REQ)/test.txt $(REQ)/transitive.txt $(REQ)/tensor
 	touch $(STAMP)
 
 # The lowest transformers pyproject admits, beside the pinned one (not in the environment): a test loads a
-# fine-tuned folder with both (requirements/transformers-oldest.txt).
+# fine-tuned folder with both (requirements/oldest/transformers.txt).
 OLDEST_HF := $(VENV)/transformers-oldest
 OLDEST_STAMP := $(OLDEST_HF)/.installed
 
-$(OLDEST_STAMP): $(STAMP) $(REQ)/transformers-oldest.txt
+$(OLDEST_STAMP): $(STAMP) $(REQ)/oldest/transformers.txt
 	rm -rf $(OLDEST_HF)
-	$(PIP) --no-deps --target $(OLDEST_HF) -r $(REQ)/transformers-oldest.txt
+	$(PIP) --no-deps --target $(OLDEST_HF) -r $(REQ)/oldest/transformers.txt
 	touch $(OLDEST_STAMP)
 
 run: $(STAMP)

