@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
-from test_hf_finetune import VOCAB, tiny_llama
+from test_hf_finetune import VOCAB
 
 from lextra.hf.export import legacy_rope_keys, saved_length
 from lextra.hf.finetune import FinetuneConfig, finetune
@@ -30,21 +30,6 @@ ROOT = Path(__file__).resolve().parents[1]
 OLDEST = Path(os.environ.get("LEXTRA_TRANSFORMERS_OLDEST", Path(sys.prefix) / "transformers-oldest"))
 
 
-@pytest.fixture(scope="module")
-def base(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("base") / "llama"
-    tiny_llama().save_pretrained(folder)  # max_position_embeddings 32, head_dim 8
-    return folder
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> str:
-    folder = tmp_path_factory.mktemp("corpus")
-    for i in range(8):
-        (folder / f"doc{i}.txt").write_text(f"{i} the quick brown fox jumps over the lazy dog; " * 30)
-    return str(folder)
-
-
 def tune(base: Path, corpus: str, out: Path, **changes) -> Path:
     settings = dict(model=str(base), train_len=64, corpus=corpus, tokenizer="bytes", steps=1, warmup=1, lr=1e-2,
                     checkpoint_every=0, log_every=0)  # fmt: skip
@@ -53,7 +38,7 @@ def tune(base: Path, corpus: str, out: Path, **changes) -> Path:
 
 
 @pytest.fixture(scope="module")
-def folders(base, corpus, tmp_path_factory) -> dict[str, Path]:
+def folders(tiny_hf_base, tiny_hf_corpus, tmp_path_factory) -> dict[str, Path]:
     """One fine-tuned folder per kind of saved RoPE (YaRN through PoSE, so its target exceeds factor x original)."""
     root = tmp_path_factory.mktemp("tuned")
     runs = {
@@ -62,7 +47,7 @@ def folders(base, corpus, tmp_path_factory) -> dict[str, Path]:
         "ntk": dict(rope_scaling="ntk:2"),
         "linear": dict(rope_scaling="linear:2"),
     }
-    return {name: tune(base, corpus, root / name, **changes) for name, changes in runs.items()}
+    return {name: tune(tiny_hf_base, tiny_hf_corpus, root / name, **changes) for name, changes in runs.items()}
 
 
 def saved(folder: Path) -> dict:
@@ -82,8 +67,10 @@ def test_dynamic_ntk_keeps_the_original_length_so_the_saved_model_runs_the_train
     assert model.model.rotary_emb.inv_freq[1] < 0.07  # plain RoPE's is 10000 ** -0.25 = 0.1
 
 
-def test_pose_with_dynamic_ntk_keeps_the_original_length_too(base, corpus, tmp_path) -> None:
-    final = tune(base, corpus, tmp_path / "run", rope_scaling="dynamic:2", train_len=32, positions="pose:128")
+def test_pose_with_dynamic_ntk_keeps_the_original_length_too(tiny_hf_base, tiny_hf_corpus, tmp_path) -> None:
+    final = tune(
+        tiny_hf_base, tiny_hf_corpus, tmp_path / "run", rope_scaling="dynamic:2", train_len=32, positions="pose:128"
+    )
     assert saved(final)["max_position_embeddings"] == 32
 
 

@@ -12,28 +12,12 @@ import pytest
 import torch
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
-from test_hf_finetune import tiny_llama
 
 from lextra.cli import main
 from lextra.data.corpora import load_corpus
 from lextra.errors import ConfigError
 from lextra.hf import finetune as finetune_module
 from lextra.hf.finetune import FinetuneConfig, build_model, finetune
-
-
-@pytest.fixture(scope="module")
-def base(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("base") / "llama"
-    tiny_llama().save_pretrained(folder)
-    return folder
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> str:
-    folder = tmp_path_factory.mktemp("corpus")
-    for i in range(8):
-        (folder / f"doc{i}.txt").write_text(f"{i} the quick brown fox jumps over the lazy dog; " * 30)
-    return str(folder)
 
 
 def settings(base: Path, corpus: str, **changes) -> FinetuneConfig:
@@ -50,8 +34,8 @@ def settings(base: Path, corpus: str, **changes) -> FinetuneConfig:
         ("embed,head", {"embed_tokens", "lm_head"}, {"norm"}),
     ],
 )
-def test_trainable_names_embed_head_and_norm_apart(base, corpus, parts, trained, frozen) -> None:
-    model, _ = build_model(settings(base, corpus, trainable=parts), torch.device("cpu"))
+def test_trainable_names_embed_head_and_norm_apart(tiny_hf_base, tiny_hf_corpus, parts, trained, frozen) -> None:
+    model, _ = build_model(settings(tiny_hf_base, tiny_hf_corpus, trainable=parts), torch.device("cpu"))
     full = {name for name, p in model.named_parameters() if p.requires_grad and "lora" not in name}
     for key in trained:
         assert any(key in name for name in full), key
@@ -65,9 +49,9 @@ def one_line(capsys) -> str:
     return lines[0]
 
 
-def test_s2_roll_is_saved_and_refused_without_s2_attn(base, corpus, tmp_path, capsys) -> None:
-    common = ["hf", "finetune", str(base), "--tokenizer", "bytes", "--corpus", corpus, "--steps", "1", "--quiet",
-              "--train-len", "32", "--checkpoint-every", "0"]  # fmt: skip
+def test_s2_roll_is_saved_and_refused_without_s2_attn(tiny_hf_base, tiny_hf_corpus, tmp_path, capsys) -> None:
+    common = ["hf", "finetune", str(tiny_hf_base), "--tokenizer", "bytes", "--corpus", tiny_hf_corpus, "--steps", "1",
+              "--quiet", "--train-len", "32", "--checkpoint-every", "0"]  # fmt: skip
     assert main([*common, "--out", str(tmp_path / "a"), "--s2-roll"]) == 2
     assert "--s2-roll chooses how S2-Attn shifts; give --s2-attn [G] too, or drop --s2-roll" in one_line(capsys)
     assert main([*common, "--out", str(tmp_path / "b"), "--s2-attn", "8", "--s2-roll"]) == 0
@@ -75,17 +59,28 @@ def test_s2_roll_is_saved_and_refused_without_s2_attn(base, corpus, tmp_path, ca
     assert saved["s2_group"] == 8 and saved["s2_roll"] is True
 
 
-def test_a_run_that_rolled_before_the_default_changed_resumes_only_rolling(base, corpus, tmp_path) -> None:
+def test_a_run_that_rolled_before_the_default_changed_resumes_only_rolling(
+    tiny_hf_base, tiny_hf_corpus, tmp_path
+) -> None:
     run = tmp_path / "old"
-    finetune(settings(base, corpus, s2_group=8, s2_roll=True, steps=2, checkpoint_every=1), run, progress=False)
+    finetune(
+        settings(tiny_hf_base, tiny_hf_corpus, s2_group=8, s2_roll=True, steps=2, checkpoint_every=1),
+        run,
+        progress=False,
+    )
     saved = json.loads((run / "config.json").read_text())
     del saved["finetune"]["s2_roll"]  # as a run saved before the option existed
     (run / "config.json").write_text(json.dumps(saved))
     with pytest.raises(ConfigError, match="s2_roll: saved True, now False"):
-        finetune(settings(base, corpus, s2_group=8, steps=3, checkpoint_every=1), run, resume=True, progress=False)
+        finetune(
+            settings(tiny_hf_base, tiny_hf_corpus, s2_group=8, steps=3, checkpoint_every=1),
+            run,
+            resume=True,
+            progress=False,
+        )
 
 
-def test_pose_content_skip_trains_at_the_samplers_draws(base, corpus, tmp_path, monkeypatch) -> None:
+def test_pose_content_skip_trains_at_the_samplers_draws(tiny_hf_base, tiny_hf_corpus, tmp_path, monkeypatch) -> None:
     seen: list[tuple[torch.Tensor, torch.Tensor | None]] = []
     step = finetune_module.train_step
 
@@ -94,9 +89,9 @@ def test_pose_content_skip_trains_at_the_samplers_draws(base, corpus, tmp_path, 
         return step(model, optimizer, batch, grad_clip, precision, positions)
 
     monkeypatch.setattr(finetune_module, "train_step", spy)
-    sampler = settings(base, corpus, train_len=16, positions="pose:128,span=5").sampler()
+    sampler = settings(tiny_hf_base, tiny_hf_corpus, train_len=16, positions="pose:128,span=5").sampler()
     seed = next(s for s in range(100) if int(sampler.window(s, 0)[1][-1]) > 16)  # type: ignore[index]  # a skip
-    config = settings(base, corpus, train_len=16, positions="pose:128,span=5", seed=seed)
+    config = settings(tiny_hf_base, tiny_hf_corpus, train_len=16, positions="pose:128,span=5", seed=seed)
     final, _ = finetune(config, tmp_path / "run", progress=False)
     ((batch, positions),) = seen
     want, index = config.sampler().window(config.seed, 0)
