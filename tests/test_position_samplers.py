@@ -28,7 +28,7 @@ def tiny_config(scheme: str = "rope", steps: int = 12, **kwargs) -> TrainConfig:
 
 def test_registry_names_the_three_samplers() -> None:
     assert SAMPLERS.names() == ["contiguous", "pose", "randomized"]
-    assert SAMPLERS.describe("pose") == "target=16 x L_tr, chunks=2"
+    assert SAMPLERS.describe("pose") == "target=16 x L_tr, chunks=2, span=1"
     assert SAMPLERS.describe("randomized") == "max=16 x L_tr"
 
 

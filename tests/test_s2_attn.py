@@ -1,5 +1,6 @@
-"""LongLoRA's S2-Attn (`lextra train --s2-attn G`): equal to the authors' shift-and-reshape formulation, training
-only, full causal attention at evaluation, and one clear error for a group that does not fit."""
+"""LongLoRA's S2-Attn (`lextra train --s2-attn G`): equal to the authors' training path (no wrap-around) and, with
+`wrap`, to their shift-and-reshape pseudo-code; training only, full causal attention at evaluation, and one clear
+error for a group that does not fit."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import math
 
 import pytest
 import torch
+from test_hf_s2attn import authors_s2_flash
 
 from lextra.attention import s2_visible, shifted_sparse_attention
 from lextra.cli import main
@@ -49,21 +51,36 @@ def test_s2_attn_equals_the_authors_shift_and_reshape(heads: int, length: int, g
     positions = torch.arange(length)
     qr, kr = rope.rotate(q, k, positions, positions)  # the authors rotate before they shift
     expected = authors_s2_attn(qr, kr, v, group)
-    got = shifted_sparse_attention(q, k, v, group, rope, positions, positions)
+    got = shifted_sparse_attention(q, k, v, group, rope, positions, positions, wrap=True)
     torch.testing.assert_close(got.double(), expected, atol=1e-6, rtol=1e-5)
-    plain = shifted_sparse_attention(q, k, v, group, None, positions, positions)
+    plain = shifted_sparse_attention(q, k, v, group, None, positions, positions, wrap=True)
     torch.testing.assert_close(plain.double(), authors_s2_attn(q, k, v, group), atol=1e-6, rtol=1e-5)
 
 
+@pytest.mark.parametrize(("heads", "length", "group"), [(4, 32, 8), (2, 16, 16), (4, 24, 4)])
+def test_s2_attn_defaults_to_the_authors_training_path_without_wrap_around(heads: int, length: int, group: int) -> None:
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, heads, length, 8, dtype=torch.float64) for _ in range(3))
+    rope = build_scheme("rope", HeadDims(heads, 8, 8 * heads, length))
+    positions = torch.arange(length)
+    qr, kr = rope.rotate(q, k, positions, positions)
+    got = shifted_sparse_attention(q, k, v, group, rope, positions, positions)
+    torch.testing.assert_close(got.double(), authors_s2_flash(qr, kr, v, group).transpose(1, 2), atol=1e-6, rtol=1e-5)
+
+
 def test_the_mask_groups_half_the_heads_and_shifts_the_rest() -> None:
-    visible = s2_visible(8, 2, 4)
+    visible, wrapped = s2_visible(8, 2, 4), s2_visible(8, 2, 4, wrap=True)
     plain = torch.zeros(8, 8, dtype=torch.bool)
     plain[:4, :4] = plain[4:, 4:] = True
-    assert torch.equal(visible[0], plain.tril())
-    # shifted head: groups {2..5} and, wrapping as the authors' roll does, {6, 7, 0, 1}
+    assert torch.equal(visible[0], plain.tril()) and torch.equal(wrapped[0], plain.tril())
+    # shifted head: groups {0, 1}, {2..5}, {6, 7}, as the authors' training path (forward_flashattn)
     assert visible[1, 5].tolist() == [False, False, True, True, True, True, False, False]
-    assert visible[1, 1].tolist() == [True, True, False, False, False, False, True, True]
+    assert visible[1, 1].tolist() == [True, True] + [False] * 6
     assert visible[1, 7].tolist() == [False] * 6 + [True, True]
+    # with wrap: {2..5} and, as the authors' roll (forward_noflashattn) does, {6, 7, 0, 1}
+    assert wrapped[1, 5].tolist() == [False, False, True, True, True, True, False, False]
+    assert wrapped[1, 1].tolist() == [True, True, False, False, False, False, True, True]
+    assert wrapped[1, 7].tolist() == [False] * 6 + [True, True]
 
 
 def test_s2_attn_applies_in_training_only() -> None:
@@ -77,8 +94,8 @@ def test_s2_attn_applies_in_training_only() -> None:
     model.train()
     sparse = model(tokens)
     assert (sparse - full).abs().max() > 1e-3
-    # the shifted heads' wrapped group lets the window's first token see its last ones, as the authors' roll does
-    assert (sparse[:, 0] - full[:, 0]).abs().max() > 1e-3
+    # no wrap-around: the window's first token sees itself only, in every layer, as under full causal attention
+    torch.testing.assert_close(sparse[:, 0], full[:, 0], atol=1e-6, rtol=1e-6)
     model.eval()
     torch.testing.assert_close(model(tokens), full, atol=0, rtol=0)
     model.set_s2_attn(0)

@@ -184,6 +184,11 @@ class TrainConfig:
 def check_sampler(sampler: PositionSampler, model: GPTConfig) -> None:
     """Refuse a sampler the model's scheme cannot serve: a learned table shorter than the positions it draws, and
     Scalable-Softmax, whose n counts keys at contiguous positions."""
+    if sampler.read_length != sampler.train_len:
+        raise ConfigError(
+            f"--positions {sampler.spec()} skips content (PoSE's span), which lextra hf finetune reads; "
+            "lextra train keeps its windows contiguous: use span=1"
+        )
     if sampler.contiguous:
         return
     if model.scheme == "learned":

@@ -2,13 +2,14 @@
 
 In training, the window is cut into groups of G tokens and each token attends causally within its group; the
 second half of the heads (heads H//2..H-1, as the authors' `qkv[:, :, num_heads // 2:]`) has its groups shifted
-by G/2, so information flows between neighbouring groups. The authors roll those heads' q, k and v by -G/2 along
-the sequence, attend blockwise causally and roll the output back; that equals, exactly, attention of every query
-i to the keys j with g(i) == g(j) and t(j) <= t(i), where t is a token's index in the rolled order ((i - G/2) mod L
-in shifted heads, i in the others) and g = t // G. The rolled order wraps: in shifted heads the window's first G/2
-tokens share the last group with its last G/2 tokens, and see them, as in the authors' code. The position
-transform is applied at the tokens' own positions before the shift, as the authors rotate q and k before rolling.
-Evaluation attends with full causal attention (the model applies S2-Attn in training mode only).
+by G/2, so information flows between neighbouring groups. Query i sees key j when g(i) == g(j) and t(j) <= t(i),
+t being a token's index in the shifted order and g = t // G. By default this is the authors' training path,
+`forward_flashattn` (LongLoRA's default `use_flash_attn=True`): t = i + G/2 in shifted heads, so their first and
+last G/2 tokens form half groups and nothing wraps around. With `wrap` it is `forward_noflashattn`, which rolls those
+heads by -G/2: t = (i - G/2) mod L, so the window's first G/2 tokens share the last group with its last G/2 tokens
+and see them (a leak, the maintainers say in LongLoRA issue 90). The position transform is applied at the tokens'
+own positions before the shift, as the authors rotate q and k before shifting. Evaluation attends with full causal
+attention (the model applies S2-Attn in training mode only).
 """
 
 from __future__ import annotations
@@ -20,10 +21,13 @@ from lextra.attention.backends import attention_logits
 from lextra.positions import PositionScheme
 
 
-def s2_visible(length: int, n_head: int, group: int, device: torch.device | str = "cpu") -> Tensor:
-    """Boolean (H, L, L): True where query i of head h may attend key j under S2-Attn with groups of `group`."""
+def s2_visible(
+    length: int, n_head: int, group: int, device: torch.device | str = "cpu", *, wrap: bool = False
+) -> Tensor:
+    """Boolean (H, L, L): True where query i of head h may attend key j under S2-Attn with groups of `group`
+    (`wrap`: the shifted heads rolled, their last group wrapping around to the window's start)."""
     index = torch.arange(length, device=device)
-    rolled = (index - group // 2) % length
+    rolled = (index - group // 2) % length if wrap else index + group // 2
 
     def grouped_causal(t: Tensor) -> Tensor:
         return (t[:, None] // group == t[None, :] // group) & (t[None, :] <= t[:, None])
@@ -43,15 +47,18 @@ def shifted_sparse_attention(
     k_pos: Tensor,
     tau: Tensor | None = None,
     scale: float | None = None,
+    *,
+    wrap: bool = False,
 ) -> Tensor:
     """S2-Attn of q (B, H, L, D), k, v over one window (Lq == Lk), dense in fp32: (B, H, L, D) in v's dtype.
 
-    The logits are the scheme's at (q_pos, k_pos), exactly as full attention scores them; only the mask differs.
+    The logits are the scheme's at (q_pos, k_pos), exactly as full attention scores them; only the mask (`s2_visible`
+    with `wrap`) differs.
     """
     H, L = q.shape[1], q.shape[2]
     if k.shape[-2] != L or L % group:
         raise ValueError(f"S2-Attn needs one window whose length ({L}) the group ({group}) divides")
     logits = attention_logits(q, k, scheme, q_pos, k_pos, scale, tau)
-    logits = logits.masked_fill(~s2_visible(L, H, group, q.device), float("-inf"))
+    logits = logits.masked_fill(~s2_visible(L, H, group, q.device, wrap=wrap), float("-inf"))
     weights = torch.softmax(logits, dim=-1)
     return (weights @ v.float()).to(v.dtype)

@@ -50,7 +50,7 @@ def add_hf_model(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--train-len", type=int_at_least(2), default=None, help="L_tr (default: max_position_embeddings)"
     )
-    add_corpus(parser, default=None, default_text=DEFAULT_CORPUS)
+    add_corpus(parser, default=None, default_text=f"{DEFAULT_CORPUS}; hf finetune: kjv")
     parser.add_argument(
         "--data",
         default=None,
@@ -303,7 +303,7 @@ def _run_finetune(args: argparse.Namespace) -> int:
     config = FinetuneConfig(
         model=args.model,
         train_len=args.train_len,
-        corpus=args.corpus or DEFAULT_CORPUS,
+        corpus=args.corpus or FinetuneConfig.corpus,
         tokenizer=args.tokenizer,
         data=args.data,
         limit_chars=args.limit_chars,
@@ -319,6 +319,7 @@ def _run_finetune(args: argparse.Namespace) -> int:
         log_every=args.log_every,
         gradient_checkpointing=not args.no_gradient_checkpointing,
         s2_group=None if args.s2_attn is None else (args.s2_attn or args.train_len // 4),
+        s2_roll=args.s2_roll,
         positions=args.positions,
         fsdp=args.fsdp,
     )
@@ -349,7 +350,7 @@ def configure_finetune(parser: argparse.ArgumentParser) -> Handler:
         help=f"a LoRA spec, {ADAPTERS.usage('lora')} ({ADAPTERS.describe('lora')}), or its options alone "
         "(r=8,alpha=16,targets=q_proj+v_proj), or none: full fine-tuning",
     )
-    parser.add_argument("--trainable", default=None, help="parts trained in full beside LoRA: embed, norm")
+    parser.add_argument("--trainable", default=None, help="parts trained in full beside LoRA: embed, head, norm")
     parser.add_argument("--steps", type=positive_int, default=100, help="optimizer steps")
     parser.add_argument("--batch-size", type=positive_int, default=1, help="windows per step")
     parser.add_argument(
@@ -362,11 +363,18 @@ def configure_finetune(parser: argparse.ArgumentParser) -> Handler:
         const=0,
         default=None,
         metavar="G",
-        help="LongLoRA's shifted sparse attention while training, groups of G tokens (default G: L/4); "
-        "the saved model runs full attention",
+        help="LongLoRA's shifted sparse attention while training, groups of G tokens (default G: L/4), the "
+        "shifted heads grouped without wrap-around as the authors train; the saved model runs full attention",
+    )
+    parser.add_argument(
+        "--s2-roll",
+        action="store_true",
+        help="S2-Attn as LongLoRA's forward_noflashattn: the shifted heads rolled, the last tokens wrapping around",
     )
     add_positions(
-        parser, default="contiguous", default_text="contiguous; pose's target is the saved max_position_embeddings"
+        parser,
+        default="contiguous",
+        default_text="contiguous; pose's target is the saved max_position_embeddings, except under yarn or dynamic",
     )
     parser.add_argument("--warmup", type=int_at_least(0), default=10, help="warmup steps")
     parser.add_argument(

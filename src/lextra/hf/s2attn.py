@@ -3,12 +3,14 @@ during training: the window is cut into groups of G tokens that attend causally 
 heads see the groups shifted by G/2, so that information flows between neighbouring groups. At evaluation (the
 module not training) the model runs full causal attention, as the authors do.
 
-`s2_attention` is the `AttentionInterface` entry (`attn_implementation="lextra_s2"`): half the heads rolled by -G/2
-along the sequence, causal SDPA over (..., G, G) blocks, rolled back, the authors' shift-and-reshape
-(`forward_noflashattn` in dvlab-research/LongLoRA's llama_attn_replace.py) without the copies. The same rule as a
-per-head (H, L, L) boolean mask is `lextra.attention.s2.s2_visible`; the tests check that the two and the authors'
-code agree, the wrap-around of the shifted heads' last group included (its first G/2 tokens come from the window's
-end).
+`s2_attention` is the `AttentionInterface` entry (`attn_implementation="lextra_s2"`). By default it is the authors'
+training path, `forward_flashattn` in dvlab-research/LongLoRA's llama_attn_replace.py (their default,
+`use_flash_attn=True`): the shifted heads' groups start at G/2, 3G/2, ..., and their first and last G/2 tokens form
+two half groups of their own, so nothing wraps around (the wrap is what the maintainers call a leak, LongLoRA issue
+90). With `roll` (`--s2-roll`) it is their `forward_noflashattn`: those heads rolled by -G/2, so the window's
+first G/2 tokens share the last group with its last G/2 tokens and see them. Both are causal SDPA over (..., G, G)
+blocks without copies of the scores; the same rules as a per-head (H, L, L) boolean mask are
+`lextra.attention.s2.s2_visible(..., wrap=)`, and the tests hold both to ports of the authors' two functions.
 """
 
 from __future__ import annotations
@@ -71,11 +73,37 @@ def s2_attention(
     if attention_mask is not None or key.shape[2] != L:
         raise ConfigError("S2-Attn trains on whole unpadded windows without a cache; pass no attention mask")
     group = check_group(int(module.lextra_s2_group), L)
-    shift = group // 2
-    q, k, v = (_roll_half(x, -shift).reshape(B, H, L // group, group, D) for x in (query, key, value))
-    out = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p, scale=scaling)
-    out = _roll_half(out.reshape(B, H, L, D), shift)
+    if getattr(module, "lextra_s2_roll", False):
+        shift = group // 2
+        q, k, v = (_roll_half(x, -shift).reshape(B, H, L // group, group, D) for x in (query, key, value))
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p, scale=scaling)
+        out = _roll_half(out.reshape(B, H, L, D), shift)
+    else:
+        out = _shifted_groups(query, key, value, group, p, scaling)
     return out.transpose(1, 2).contiguous(), None
+
+
+def _grouped_causal(qkv: tuple[Tensor, Tensor, Tensor], size: int, dropout: float, scale: float | None) -> Tensor:
+    """Causal attention within consecutive blocks of `size` tokens: q, k, v (B, h, n * size, D) -> (B, h, n * size,
+    D)."""
+    B, h, L, D = qkv[0].shape
+    q, k, v = (x.reshape(B, h, L // size, size, D) for x in qkv)
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout, scale=scale)
+    return out.reshape(B, h, L, D)
+
+
+def _shifted_groups(q: Tensor, k: Tensor, v: Tensor, group: int, dropout: float, scale: float | None) -> Tensor:
+    """S2-Attn without wrap-around (the authors' `forward_flashattn`): heads 0..H//2-1 in groups 0..G-1, G..2G-1,
+    ...; the others in the half group 0..G/2-1, groups G/2..3G/2-1, ..., and the half group L-G/2..L-1."""
+    half, shift, L = q.shape[1] // 2, group // 2, q.shape[2]
+    plain = _grouped_causal((q[:, :half], k[:, :half], v[:, :half]), group, dropout, scale)
+    qs, ks, vs = q[:, half:], k[:, half:], v[:, half:]
+    middle = _grouped_causal((qs[:, :, shift:-shift], ks[:, :, shift:-shift], vs[:, :, shift:-shift]), group,
+                             dropout, scale)  # fmt: skip
+    ends = [torch.cat((x[:, :, :shift], x[:, :, L - shift :]), 2) for x in (qs, ks, vs)]
+    edge = _grouped_causal((ends[0], ends[1], ends[2]), shift, dropout, scale)  # the two half groups
+    shifted = torch.cat((edge[:, :, :shift], middle, edge[:, :, shift:]), dim=2)
+    return torch.cat((plain, shifted), dim=1)
 
 
 def register_s2() -> None:
@@ -87,14 +115,16 @@ def register_s2() -> None:
     AttentionMaskInterface.register(S2_ATTENTION, sdpa_mask)
 
 
-def enable_s2(model: Any, group: int) -> None:
+def enable_s2(model: Any, group: int, *, roll: bool = False) -> None:
     """Train `model` (a Hugging Face Llama-family model, before any peft wrapping) with S2-Attn in groups of
-    `group` tokens; `disable_s2` restores SDPA."""
+    `group` tokens, the shifted heads grouped without wrap-around (`roll`: rolled, wrapping); `disable_s2`
+    restores SDPA."""
     register_s2()
     model.set_attn_implementation(S2_ATTENTION)
     layers = model.model.layers
     for layer in layers:
         layer.self_attn.lextra_s2_group = group
+        layer.self_attn.lextra_s2_roll = bool(roll)
 
 
 def disable_s2(model: Any) -> None:

@@ -1,0 +1,76 @@
+"""The Hugging Face folder a fine-tuned model is saved as, read the same by every supported transformers version.
+
+Three rules, each checked against the method's own code:
+- `max_position_embeddings` as the method's authors set it. Dynamic NTK (emozilla 2023; HF's
+  `_compute_dynamic_ntk_parameters`) reads it as the original length L_tr, so it stays the base model's: saving the
+  trained window would make the saved model run plain RoPE up to that window. YaRN (Peng et al. 2023, arXiv
+  2309.00071) saves factor x original (the authors' released configs, and what transformers checks the factor
+  against, warning on every load otherwise). Other types keep the longest position trained (the window, or a
+  position sampler's limit such as PoSE's target).
+- `config.json` holds both forms: `rope_parameters` (transformers 5) and the 4.x keys, `rope_scaling` (with
+  `rope_type` and its older name `type`, the factor, `original_max_position_embeddings`, betas, ...) and a
+  top-level `rope_theta`. transformers 4.x ignores `rope_parameters` and would run plain RoPE at theta 10000;
+  transformers 5 reads `rope_scaling` first (filling its `rope_theta` from the top level), so both forms carry the
+  same numbers.
+- `rope_scaling` leaves out `rope_theta` (4.x warns on a key it does not know) and is null for plain RoPE, as
+  released 4.x checkpoints write it; dynamic's dict has no `original_max_position_embeddings` (transformers 5 warns
+  on it, and neither version reads it for dynamic).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from lextra.io import atomic_write_json
+
+#: the rope types whose saved `max_position_embeddings` is the base model's own (HF reads it as L_tr)
+KEEPS_ORIGINAL_LENGTH = frozenset({"dynamic"})
+
+
+def saved_length(rope: dict[str, Any], original: int, trained: int) -> int:
+    """`max_position_embeddings` to save for `rope` (a `rope_parameters` dict): `original` (the base model's
+    length, the one training ran with) for dynamic NTK, factor x original_max_position_embeddings for YaRN,
+    else `trained` (the largest position trained, exclusive)."""
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    if kind in KEEPS_ORIGINAL_LENGTH:
+        return int(original)
+    if kind == "yarn":
+        return math.ceil(float(rope["factor"]) * int(rope.get("original_max_position_embeddings") or original))
+    return int(trained)
+
+
+def legacy_rope_keys(rope: dict[str, Any]) -> dict[str, Any]:
+    """The transformers 4.x keys of a `rope_parameters` dict: `rope_scaling` (None for plain RoPE) and the
+    top-level `rope_theta`."""
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    scaling: dict[str, Any] | None = None
+    if kind != "default":
+        scaling = {"rope_type": kind, "type": kind}
+        for key, value in rope.items():
+            if key in ("rope_type", "type", "rope_theta"):
+                continue
+            if kind in KEEPS_ORIGINAL_LENGTH and key == "original_max_position_embeddings":
+                continue
+            scaling[key] = float(value) if key in ("factor", "beta_fast", "beta_slow") else value
+    return {"rope_scaling": scaling, "rope_theta": float(rope["rope_theta"])}
+
+
+def export_model(model: Any, folder: str | Path, *, original: int, trained: int) -> Path:
+    """Save `model` (a plain Hugging Face causal LM, LoRA merged) into `folder` with `max_position_embeddings`
+    and the RoPE keys above; `original` is the base model's length, `trained` the largest position trained."""
+    folder = Path(folder)
+    rope = dict(model.config.rope_parameters)
+    model.config.max_position_embeddings = saved_length(rope, original, trained)
+    model.save_pretrained(folder)
+    path = folder / "config.json"
+    saved = json.loads(path.read_text())
+    saved["rope_parameters"] = rope
+    saved.update(legacy_rope_keys(rope))
+    atomic_write_json(path, saved)
+    return folder
+
+
+__all__ = ["KEEPS_ORIGINAL_LENGTH", "export_model", "legacy_rope_keys", "saved_length"]
