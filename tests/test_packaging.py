@@ -134,7 +134,8 @@ def test_makefile_pins_nothing_and_installs_from_requirements() -> None:
     makefile = (ROOT / "Makefile").read_text()
     assert "==" not in makefile, "versions belong in requirements/, not the Makefile"
     assert not re.search(r"pip install[^\n]*\b[\w.-]+(?:>=|<=|~=|!=)\d", makefile)
-    for name in ("runtime.txt", "test.txt", "transitive.txt", "tensorboard.txt", "harness.txt", "data.txt", "bench.txt", "hf.txt"):
+    names = ("runtime.txt", "test.txt", "transitive.txt", "tensorboard.txt", "harness.txt", "data.txt", "bench.txt")
+    for name in (*names, "hf.txt"):
         assert f"$(REQ)/{name}" in makefile, f"the Makefile does not install requirements/{name}"
     for name in ("data.txt", "hf.txt"):  # see their comments
         assert re.search(rf"--no-deps -r \$\(REQ\)/{re.escape(name)}", makefile)

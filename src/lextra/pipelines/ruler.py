@@ -272,7 +272,8 @@ def run_ruler(target: RulerTarget, settings: RulerSettings, out: str | Path, *, 
             bar.update(len(batch))
     bar.close()
     cells = {
-        name: {n: cell_from_answers(name, n, [answers[name, n][i] for i in wanted]) for n in lengths} for name in tasks
+        name: {n: cell_from_answers(name, n, [answers[name, n][i] for i in wanted], task.answer_score) for n in lengths}
+        for name, task in tasks.items()
     }
     result = RulerResult(
         label=label,

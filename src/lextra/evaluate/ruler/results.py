@@ -42,6 +42,8 @@ class RulerAnswer(Serializable):
     prefill_seconds: float | None = field(
         default=None, metadata=options(omit_none=True, encode=rounded(3), coerce=True)
     )
+    #: the question asked, kept where the task's score reads it (BABILong's); None for RULER's tasks
+    question: str | None = field(default=None, metadata=options(omit_none=True))
 
     def example(self) -> RulerExample:
         return RulerExample(list(self.references), self.output, self.score)
