@@ -93,6 +93,12 @@ class RulerResult(Serializable):
     chat: bool = False
     #: the model folder or name, when the caller records it
     model: str | None = field(default=None, metadata=options(omit_none=True))
+    #: the suite the tasks are from, when not RULER's (BABILong)
+    suite: str | None = field(default=None, metadata=options(omit_none=True))
+
+    @property
+    def suite_name(self) -> str:
+        return self.suite or "RULER"
 
     def cell(self, task: str, length: int) -> RulerCell:
         return self.cells[task][int(length)]
