@@ -5,12 +5,13 @@ runs its own."""
 
 from lextra.evaluate.babilong.scoring import answer_complete, compare_answers, first_sentence, process_results
 from lextra.evaluate.babilong.tasks import BABILONG_TASKS, PROMPTS, BabilongTask, SentenceStream, build_babilong_task
-from lextra.evaluate.babilong.world import DEFAULT_FACTS, LABELS, STORIES, Story, World
+from lextra.evaluate.babilong.world import DEFAULT_FACTS, LABELS, MIN_FACTS, STORIES, Story, World
 
 __all__ = [
     "BABILONG_TASKS",
     "DEFAULT_FACTS",
     "LABELS",
+    "MIN_FACTS",
     "PROMPTS",
     "STORIES",
     "BabilongTask",

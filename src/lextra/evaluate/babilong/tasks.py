@@ -21,7 +21,7 @@ from typing import ClassVar
 from lextra.data import Document, Tokenizer
 from lextra.errors import ConfigError, DataError
 from lextra.evaluate.babilong.scoring import answer_complete, compare_answers
-from lextra.evaluate.babilong.world import DEFAULT_FACTS, LABELS, STORIES
+from lextra.evaluate.babilong.world import DEFAULT_FACTS, LABELS, MIN_FACTS, STORIES
 from lextra.evaluate.ruler import ChatFormat, RulerTask
 from lextra.evaluate.ruler.layout import Chunk, Draft, insertion_index, interleave
 from lextra.registry import Registry
@@ -98,8 +98,9 @@ class BabilongTask(RulerTask):
     ) -> None:
         facts = DEFAULT_FACTS[self.qa] if facts is None else facts
         super().__init__(tokenizer, chat, {"facts": facts, "start": start, "end": end, "budget": budget})
-        if isinstance(facts, bool) or not isinstance(facts, int) or facts < 2:
-            raise ConfigError(f"BABILong task {self.name!r}: facts must be an integer >= 2, got {facts!r}")
+        least = MIN_FACTS[self.qa]
+        if isinstance(facts, bool) or not isinstance(facts, int) or facts < least:
+            raise ConfigError(f"BABILong task {self.name!r}: facts must be an integer >= {least}, got {facts!r}")
         if self.qa == "qa4" and facts != 2:
             raise ConfigError("BABILong task 'qa4' tells two facts (bAbI's two argument relations); drop facts=")
         if not 0.0 <= float(start) < float(end) <= 1.0:

@@ -22,6 +22,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from lextra.errors import ConfigError
+
 ACTORS = ("Mary", "John", "Daniel", "Sandra")
 #: qa5's actors
 GIVERS = ("Bill", "Fred", "Jeff", "Mary")
@@ -157,7 +159,7 @@ def qa2(rng: random.Random, facts: int) -> Story:
         if known:
             item = rng.choice(known)
             return Story(told, f"Where is the {item}?", str(world.location(item)))
-    raise RuntimeError(f"qa2: no object was taken in {ATTEMPTS} stories of {facts} facts; use more facts")
+    raise ConfigError(f"qa2: no object was taken in {ATTEMPTS} stories of {facts} facts; use more facts")
 
 
 def qa3(rng: random.Random, facts: int) -> Story:
@@ -170,7 +172,7 @@ def qa3(rng: random.Random, facts: int) -> Story:
             item = rng.choice(fit)
             trail = world.history[item]
             return Story(told, f"Where was the {item} before the {trail[-1]}?", trail[-2])
-    raise RuntimeError(f"qa3: no object moved twice in {ATTEMPTS} stories of {facts} facts; use more facts")
+    raise ConfigError(f"qa3: no object moved twice in {ATTEMPTS} stories of {facts} facts; use more facts")
 
 
 def qa4(rng: random.Random, facts: int = 2) -> Story:
@@ -190,7 +192,7 @@ def qa4(rng: random.Random, facts: int = 2) -> Story:
             question = f"What is the {x} {d} of?"
         if len(answers) == 1:
             return Story(told, question, answers.pop())
-    raise RuntimeError("qa4: no unambiguous question found")
+    raise ConfigError("qa4: no unambiguous question found")
 
 
 def qa5(rng: random.Random, facts: int) -> Story:
@@ -211,9 +213,11 @@ def qa5(rng: random.Random, facts: int) -> Story:
             ]
         )
         return Story(told, question, answer)
-    raise RuntimeError(f"qa5: no gift in {ATTEMPTS} stories of {facts} facts; use more facts")
+    raise ConfigError(f"qa5: no gift in {ATTEMPTS} stories of {facts} facts; use more facts")
 
 
 #: the generators, and the facts a story has by default (bAbI's stories range from 2 to dozens)
 STORIES: dict[str, Callable[[random.Random, int], Story]] = {"qa1": qa1, "qa2": qa2, "qa3": qa3, "qa4": qa4, "qa5": qa5}
 DEFAULT_FACTS = {"qa1": 6, "qa2": 10, "qa3": 14, "qa4": 2, "qa5": 10}
+#: the fewest facts a story can answer its question with (qa3: a move, a take, a move; qa5: two moves, take, give)
+MIN_FACTS = {"qa1": 1, "qa2": 2, "qa3": 3, "qa4": 2, "qa5": 4}
