@@ -21,6 +21,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 from lextra.errors import ConfigError
 
@@ -102,18 +103,18 @@ def act(rng: random.Random, world: World, actors: tuple[str, ...], kinds: tuple[
     for actor in actors:
         here = world.where.get(actor)
         if "move" in kinds:
-            options.append(("move", lambda a=actor: _move(rng, world, a)))
+            options.append(("move", partial(_move, rng, world, actor)))
         if here is None:
             continue
         free = [o for o in OBJECTS if o not in world.holder and world.lies.get(o, here) == here]
         held = [o for o in OBJECTS if world.holder.get(o) == actor]
         mates = [b for b in actors if b != actor and world.where.get(b) == here]
         if "take" in kinds and free:
-            options.append(("take", lambda a=actor, f=free: _take(rng, world, a, f)))
+            options.append(("take", partial(_take, rng, world, actor, free)))
         if "drop" in kinds and held:
-            options.append(("drop", lambda a=actor, h=held: _drop(rng, world, a, h)))
+            options.append(("drop", partial(_drop, rng, world, actor, held)))
         if "give" in kinds and held and mates:
-            options.append(("give", lambda a=actor, h=held, m=mates: _give(rng, world, a, h, m)))
+            options.append(("give", partial(_give, rng, world, actor, held, mates)))
     kind = rng.choice(sorted({k for k, _ in options}))
     return rng.choice([run for k, run in options if k == kind])()
 
