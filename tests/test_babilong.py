@@ -148,7 +148,7 @@ def test_scoring_follows_babilongs_rule(target: str, output: str, question: str,
 
 
 @pytest.mark.slow
-def test_babilong_commands_run_compare_and_write_lm_eval_tasks(tmp_path: Path) -> None:
+def test_babilong_commands_run_compare_and_write_lm_eval_tasks(tmp_path: Path, capsys) -> None:
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=256, n_layer=1, n_head=2, d_model=32, train_len=32, scheme="rope"))
     save_model(model.eval(), tmp_path / "run" / "model", extra={"tokenizer": {"kind": "bytes"}})
@@ -168,6 +168,9 @@ def test_babilong_commands_run_compare_and_write_lm_eval_tasks(tmp_path: Path) -
         ]
         assert saved["cells"][task]["900"]["score"] == round(100 * sum(rescored) / 2, 2)
     assert "BABILong" in (out / "table.md").read_text()
+    for bad, needle in ((["--tasks", "qa9"], "unknown BABILong task 'qa9'"), (["--tasks", "qa3,facts=1"], ">= 3")):
+        assert main(["babilong", str(tmp_path / "run"), *common[2:], *bad, "--out", str(out), "--threads", "1"]) == 2
+        assert needle in capsys.readouterr().err
     assert main(["babilong", "compare", str(out), "--out", str(tmp_path / "cmp")]) == 0
     assert (tmp_path / "cmp" / "comparison.md").read_text().startswith("### BABILong average")
     tasks = tmp_path / "tasks"
