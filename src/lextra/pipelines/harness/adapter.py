@@ -27,7 +27,7 @@ from lm_eval.api.registry import register_model
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm import tqdm
 
-from lextra.devices import module_device
+from lextra.devices import module_device, resolve_device
 from lextra.errors import ConfigError
 from lextra.evaluate.prefix import evaluation_prefix
 from lextra.evaluate.ruler.evaluate import generate, resolve_mask
@@ -49,8 +49,10 @@ class LextraLM(TemplateLM):
             raise ConfigError("the lextra model takes a number as batch_size, not 'auto'")
         self.args = ModelArgs.from_dict({"pretrained": pretrained, **kwargs})
         options = ModelOptions(tokenizer=self.args.tokenizer, train_len=self.args.train_len, quiet=True)
-        loaded = load_model_spec(self.args.pretrained, options, self.args.device)
+        loaded = load_model_spec(self.args.pretrained, options, resolve_device(self.args.device))
         self.model, self.lextra_tokenizer = loaded.model, loaded.tokenizer
+        if not hasattr(self.model, "features"):
+            raise ConfigError("lm-eval's lextra model runs decoders (lextra models, the Llama family), not T5")
         train_len = int(self.model.config.train_len)
         self.max_length = self.args.max_length or train_len
         setup = self.args.setup(train_len)

@@ -24,7 +24,7 @@ class ModelArgs:
     (`window:64`), `temperature` (an alignment.json of `lextra align`), `log_scaling` (`qwen`), `temp_tuning` and
     `layers` (a lextra model's layer selector). `tokenizer` replaces the model's own, `train_len` is a Hugging Face
     model's L_tr, `max_length` the longest input (the rolling-perplexity window; default L_tr), `batch_size` the
-    rows run together, `device` where the model runs."""
+    rows run together, `device` where the model runs (auto: CUDA when available)."""
 
     pretrained: str
     rope_scaling: str | None = None
@@ -38,7 +38,7 @@ class ModelArgs:
     train_len: int | None = None
     max_length: int | None = None
     batch_size: int = 8
-    device: str = "cpu"
+    device: str = "auto"
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> ModelArgs:
