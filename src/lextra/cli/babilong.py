@@ -24,12 +24,9 @@ babilong = group(
 
 
 def task_help() -> str:
-    from lextra.evaluate.babilong import BABILONG_TASKS
+    from lextra.reporting.catalog import babilong_task_help
 
-    return (
-        "'all' or BABILong tasks, each TASK[,facts=N,start=F,end=F,budget=N], repeatable or a list (e.g. "
-        f"qa1;qa2,facts=20): {BABILONG_TASKS.help_text()}"
-    )
+    return babilong_task_help()
 
 
 @babilong.command(

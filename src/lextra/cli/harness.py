@@ -63,9 +63,10 @@ def configure_harness(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("--train-len", type=int_at_least(2), default=None, help="L_tr of a Hugging Face model")
 
     def run(args: argparse.Namespace) -> int:
-        from lextra.pipelines.harness import HarnessSettings, require_lm_eval, run_harness
+        from lextra.pipelines.harness import HarnessSettings, offline, require_lm_eval, run_harness
 
         require_lm_eval()
+        offline()
         settings = HarnessSettings(
             tasks=list(args.tasks),
             include_path=list(args.include_path),

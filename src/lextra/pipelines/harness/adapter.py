@@ -32,6 +32,7 @@ from lextra.errors import ConfigError
 from lextra.evaluate.prefix import evaluation_prefix
 from lextra.evaluate.ruler.evaluate import generate, resolve_mask
 from lextra.extend import ExtensionMethod
+from lextra.pipelines.harness.run import offline
 from lextra.pipelines.harness.setup import ModelArgs, parse_model_args
 from lextra.pipelines.loading import ModelOptions, load_model_spec
 
@@ -45,6 +46,7 @@ class LextraLM(TemplateLM):
 
     def __init__(self, pretrained: str = "", **kwargs: Any) -> None:
         super().__init__()
+        offline()  # before transformers and datasets are imported: they read the switches then
         if kwargs.get("batch_size") == "auto":
             raise ConfigError("the lextra model takes a number as batch_size, not 'auto'")
         self.args = ModelArgs.from_dict({"pretrained": pretrained, **kwargs})
