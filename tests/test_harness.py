@@ -187,3 +187,17 @@ def test_lextra_harness_cli_writes_json_csv_and_table(
         main([*bad, "--tasks", "lextra_rolling", "--extend", "self_extend:group=2,window=8", "--max-length", "99"]) == 2
     )
     assert "valid up to 56 tokens" in capsys.readouterr().err
+
+
+def test_scores_do_not_depend_on_batching_or_logit_slices(lextra_run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(1)
+    enc = ByteTokenizer().encode
+    pairs = [(enc(text(rng, 10 + i % 3)), enc(text(rng, 3 + i % 4))) for i in range(7)]
+    one = LextraLM(pretrained=str(lextra_run), batch_size=1).scores(pairs)
+    lm = LextraLM(pretrained=str(lextra_run), batch_size=4)
+    together = lm.scores(pairs)
+    monkeypatch.setattr("lextra.pipelines.harness.adapter.LOGIT_BUDGET", 1)  # one position's logits at a time
+    sliced = lm.scores(pairs)
+    for (a, ga), (b, gb), (c, gc) in zip(one, together, sliced, strict=True):
+        assert a == pytest.approx(b, abs=1e-5) and a == pytest.approx(c, abs=1e-5) and ga == gb == gc
+    assert all(total < 0 for total, _ in one)

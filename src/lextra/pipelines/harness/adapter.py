@@ -21,7 +21,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
@@ -29,6 +28,7 @@ from tqdm import tqdm
 
 from lextra.devices import module_device, resolve_device
 from lextra.errors import ConfigError
+from lextra.evaluate.perplexity import LOGIT_BUDGET
 from lextra.evaluate.prefix import evaluation_prefix
 from lextra.evaluate.ruler.evaluate import generate, resolve_mask
 from lextra.extend import ExtensionMethod
@@ -120,18 +120,32 @@ class LextraLM(TemplateLM):
         for length, members in rows.items():
             for start in range(0, len(members), self.args.batch_size):
                 batch = members[start : start + self.args.batch_size]
-                counts = {i: min(len(pairs[i][1]), length) for i in batch}
-                scored = max(counts.values())
+                counts = [min(len(pairs[i][1]), length) for i in batch]
                 tokens = torch.tensor([inputs[i] for i in batch], dtype=torch.long, device=self.device)
-                hidden = self.model.features(tokens[:, :-1], mask=self.mask, last=scored)
-                logprobs = F.log_softmax(self.model.head(hidden).float(), dim=-1)
-                for row, i in enumerate(batch):
-                    n = counts[i]
-                    gold = tokens[row, -n:]
-                    picked = logprobs[row, -n:]
-                    total = float(picked.gather(1, gold[:, None]).sum())
-                    out[i] = (total, bool((picked.argmax(dim=-1) == gold).all()))
+                totals, greedy = self.score_rows(tokens, counts)
+                for i, total, hit in zip(batch, totals.tolist(), greedy.tolist(), strict=True):
+                    out[i] = (float(total), bool(hit))
         return out
+
+    def score_rows(self, tokens: torch.Tensor, counts: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sum of the log-probabilities of each row's last `counts[r]` tokens given the ones before, and whether
+        each is the greedy choice; logits a slice of positions at a time (`LOGIT_BUDGET`), never the whole
+        (rows x length x vocabulary) at once."""
+        scored = max(counts)
+        hidden = self.model.features(tokens[:, :-1], mask=self.mask, last=scored)
+        gold = tokens[:, -scored:]
+        first = torch.tensor([scored - n for n in counts], device=hidden.device)[:, None]
+        totals = torch.zeros(len(counts), dtype=torch.float64, device=hidden.device)
+        greedy = torch.ones(len(counts), dtype=torch.bool, device=hidden.device)
+        step = max(1, LOGIT_BUDGET // (len(counts) * int(self.model.config.vocab_size)))
+        for a in range(0, scored, step):
+            b = min(a + step, scored)
+            logits = self.model.head(hidden[:, a:b]).float()
+            picked = logits.gather(2, gold[:, a:b, None])[..., 0] - logits.logsumexp(dim=-1)
+            valid = torch.arange(a, b, device=hidden.device)[None, :] >= first
+            totals += torch.where(valid, picked, 0.0).sum(dim=1).double()
+            greedy &= torch.where(valid, logits.argmax(dim=-1) == gold[:, a:b], True).all(dim=1)
+        return totals, greedy
 
     def _loglikelihood_tokens(self, requests: list[Any], disable_tqdm: bool = False, **kwargs: Any) -> list:
         results = self.scores([(context, continuation) for _, context, continuation in requests])
