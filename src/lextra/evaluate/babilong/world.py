@@ -98,7 +98,8 @@ class World:
 
 
 def act(rng: random.Random, world: World, actors: tuple[str, ...], kinds: tuple[str, ...]) -> str:
-    """One event of a kind in `kinds` (move, take, drop, give) that the world allows, applied; its sentence."""
+    """One event of a kind in `kinds` (move, take, drop, give; a kind drawn by its share of `kinds` among those the
+    world allows now), applied; its sentence."""
     options: list[tuple[str, Callable[[], str]]] = []
     for actor in actors:
         here = world.where.get(actor)
@@ -115,7 +116,8 @@ def act(rng: random.Random, world: World, actors: tuple[str, ...], kinds: tuple[
             options.append(("drop", partial(_drop, rng, world, actor, held)))
         if "give" in kinds and held and mates:
             options.append(("give", partial(_give, rng, world, actor, held, mates)))
-    kind = rng.choice(sorted({k for k, _ in options}))
+    possible = {k for k, _ in options}
+    kind = rng.choice([k for k in kinds if k in possible])  # a kind named twice in `kinds` is twice as likely
     return rng.choice([run for k, run in options if k == kind])()
 
 
