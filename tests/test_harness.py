@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
+from test_hf_bos import save_tokenizer
 
 from lextra.cli import main
 from lextra.data import ByteTokenizer, Document
@@ -94,27 +95,31 @@ def hf_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
     config = transformers.LlamaConfig(vocab_size=260, num_key_value_heads=2, max_position_embeddings=TRAIN_LEN, **sizes)
     folder = tmp_path_factory.mktemp("hf") / "llama"
     transformers.LlamaForCausalLM(config).eval().save_pretrained(folder)
-    return folder
+    return save_tokenizer(folder, bos=True)  # byte-level ids, every text after <s> (as Llama's)
 
 
 def lextra_numbers(lm: LextraLM, tasks: Path) -> dict[str, list]:
-    """lextra's own evaluation of the three tasks' text: chunks perplexity, candidate log-likelihoods, greedy text."""
+    """lextra's own evaluation of the three tasks' text: chunks perplexity, candidate log-likelihoods, greedy text
+    (a Hugging Face model's prompts after its BOS, as lextra's evaluations feed it)."""
+    tokenizer, prefix = lm.lextra_tokenizer, list(lm.prefix)
     docs = [json.loads(line)["text"] for line in (tasks / "rolling.jsonl").read_text().splitlines()]
-    # the rolling document follows the separator (lm-eval's prefix token): lextra scores the tokens after it
-    data = PreparedData("t", {"test": [Document(str(i), "\n" + d + "!") for i, d in enumerate(docs)]}, ByteTokenizer())
+    # the rolling document follows lm-eval's prefix token: the BOS, else the separator (a newline in bytes)
+    opening = "" if prefix else "\n"
+    data = PreparedData("t", {"test": [Document(str(i), opening + d + "!") for i, d in enumerate(docs)]}, tokenizer)
     config = EvalConfig(lengths=[WINDOW], protocols=["chunks"], documents=len(docs), last_token_targets=1,
                         span=CHUNKS * WINDOW)  # fmt: skip
     ppl = evaluate_model(lm.model, data, config, progress=False).ppl("chunks", WINDOW)
-    enc = ByteTokenizer().encode
     logliks = []
     for line in (tasks / "choice.jsonl").read_text().splitlines():
         doc = json.loads(line)
-        cands = [enc(" " + c) for c in doc["choices"]]
-        logliks.append(score_prompts(lm.model, [enc(doc["context"])], [cands[0]], [cands[1:]])["loglik"][0])
+        cands = [tokenizer.encode(" " + c) for c in doc["choices"]]
+        prompt = prefix + tokenizer.encode(doc["context"])
+        logliks.append(score_prompts(lm.model, [prompt], [cands[0]], [cands[1:]])["loglik"][0])
     greedy = []
     for line in (tasks / "gen.jsonl").read_text().splitlines():
-        ids = score_prompts(lm.model, [enc(json.loads(line)["prompt"])], [[0] * 4])["generated"][0]
-        greedy.append(ByteTokenizer().decode(ids).split("\n")[0])
+        prompt = prefix + tokenizer.encode(json.loads(line)["prompt"])
+        ids = score_prompts(lm.model, [prompt], [[0] * 4])["generated"][0]
+        greedy.append(tokenizer.decode(ids).split("\n")[0])
     return {"ppl": [ppl], "loglik": logliks, "greedy": greedy}
 
 
@@ -146,8 +151,8 @@ def test_lextra_run_under_self_extend_equals_lextras_own_numbers(lextra_run: Pat
 
 @pytest.mark.slow
 def test_hf_llama_under_self_extend_equals_lextras_own_numbers(hf_llama: Path, tasks: Path) -> None:
-    lm = LextraLM(pretrained=str(hf_llama), tokenizer="bytes", extend=EXTEND, max_length=WINDOW, batch_size=3)
-    assert lm.model.extension is not None
+    lm = LextraLM(pretrained=str(hf_llama), extend=EXTEND, max_length=WINDOW, batch_size=3)
+    assert lm.model.extension is not None and lm.prefix == [lm.prefix_token_id] == [256]  # its BOS
     check_equal(lm, tasks)
 
 
