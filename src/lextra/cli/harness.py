@@ -13,28 +13,23 @@ from typing import Any
 
 from lextra.cli.app import Handler, command
 from lextra.cli.options import (
-    add_device,
-    add_extend,
     add_mask,
-    add_quiet,
-    add_rope_scaling_by_layer,
     add_spec_list,
-    add_threads,
     int_at_least,
     non_negative_int,
     positive_int,
     temperature_file,
-    temperature_option,
 )
+from lextra.cli.ruler import RUN_OPTIONS
 
 
 @command(
     "harness",
     "lm-evaluation-harness tasks on a lextra or Hugging Face model under any inference setup (offline)",
-    options=(add_rope_scaling_by_layer, add_extend, temperature_option(), add_threads, add_device, add_quiet),
+    options=RUN_OPTIONS,  # the stretching options of `lextra ruler run`
     examples=(
         "lextra harness runs/rope --tasks my_task --include-path tasks/ --extend self_extend:group=4 --out runs/h",
-        "lextra harness smollm2 --tasks babilong_offline_qa1 --include-path runs/babilong-tasks --max-length 8192",
+        "lextra harness smollm2 --tasks babilong_offline --include-path runs/babilong-tasks --max-length 8192",
     ),
 )
 def configure_harness(parser: argparse.ArgumentParser) -> Handler:
@@ -67,6 +62,8 @@ def configure_harness(parser: argparse.ArgumentParser) -> Handler:
 
         require_lm_eval()
         offline()
+        if args.quiet:
+            quiet()
         settings = HarnessSettings(
             tasks=list(args.tasks),
             include_path=list(args.include_path),
@@ -88,6 +85,15 @@ def configure_harness(parser: argparse.ArgumentParser) -> Handler:
         return 0
 
     return run
+
+
+def quiet() -> None:
+    """No progress bars (`datasets`', lm-eval's tqdm bars) and no lm-eval messages below errors."""
+    import logging
+    import os
+
+    os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] = os.environ["TQDM_DISABLE"] = "1"
+    logging.getLogger("lm_eval").setLevel(logging.ERROR)
 
 
 def _model_args(args: argparse.Namespace) -> dict[str, Any]:
