@@ -88,11 +88,12 @@ def configure_harness(parser: argparse.ArgumentParser) -> Handler:
 
 
 def quiet() -> None:
-    """No progress bars (`datasets`', lm-eval's tqdm bars) and no lm-eval messages below errors."""
+    """No progress bars from `datasets` and no lm-eval messages below errors (lm-eval's request-building bar
+    stays)."""
     import logging
     import os
 
-    os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] = os.environ["TQDM_DISABLE"] = "1"
+    os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] = "1"
     logging.getLogger("lm_eval").setLevel(logging.ERROR)
 
 
