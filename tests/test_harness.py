@@ -185,6 +185,8 @@ def test_lextra_harness_cli_writes_json_csv_and_table(
     assert math.isfinite(row["value"]) and row["value"] > 1
     assert "byte_perplexity" in (out / "results.csv").read_text()
     assert "lextra_rolling" in (out / "table.md").read_text()
+    assert main(["harness", str(lextra_run), "--tasks", "t", "--include-path", str(tmp_path / "none"), "--quiet"]) == 2
+    assert "is not a folder of lm-eval task YAMLs" in capsys.readouterr().err
     bad = ["harness", str(lextra_run), "--include-path", str(tasks), "--only-local", "--quiet"]
     assert main([*bad, "--tasks", "no_such_task"]) == 2
     assert "lm-eval knows no task 'no_such_task'" in capsys.readouterr().err
@@ -206,3 +208,12 @@ def test_scores_do_not_depend_on_batching_or_logit_slices(lextra_run: Path, monk
     for (a, ga), (b, gb), (c, gc) in zip(one, together, sliced, strict=True):
         assert a == pytest.approx(b, abs=1e-5) and a == pytest.approx(c, abs=1e-5) and ga == gb == gc
     assert all(total < 0 for total, _ in one)
+
+
+def test_harness_without_lm_eval_is_one_line(lextra_run: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "lm_eval" else real(name, *a))
+    assert main(["harness", str(lextra_run), "--tasks", "t", "--quiet"]) == 2
+    assert "pip install 'lextra[harness]'" in capsys.readouterr().err
