@@ -58,8 +58,8 @@ def tasks(tmp_path_factory: pytest.TempPathFactory) -> Path:
     rng = random.Random(0)
     # contexts without a trailing space (lm-eval moves one into the continuation)
     choice = [{"context": text(rng, 20 + i).strip(), "choices": [text(rng, 4 + i % 3) for _ in range(3)],
-               "gold": i % 3} for i in range(4)]  # fmt: skip
-    gen = [{"prompt": text(rng, 24), "answer": "milk"} for _ in range(3)]
+               "gold": i % 3} for i in range(3)]  # fmt: skip
+    gen = [{"prompt": text(rng, 24), "answer": "milk"} for _ in range(2)]
     rolling = [{"text": text(rng, CHUNKS * WINDOW)} for _ in range(2)]
     for name, rows in (("choice", choice), ("gen", gen), ("rolling", rolling)):
         (root / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
