@@ -168,6 +168,18 @@ def test_babilong_commands_run_compare_and_write_lm_eval_tasks(tmp_path: Path, c
         ]
         assert saved["cells"][task]["900"]["score"] == round(100 * sum(rescored) / 2, 2)
     assert "BABILong" in (out / "table.md").read_text()
+    # a resumed cell is scored again by BABILong's rule: both outputs hold the target, one names another label too
+    doctored = json.loads((out / "cells" / "qa1-900.json").read_text())
+    first, second = doctored["answers"]
+    first["output"] = f"It is the {first['references'][0]}. Not the garden or the hallway."
+    second["output"] = (
+        f"The hallway or the {second['references'][0]}."
+        if second["references"][0] != "hallway"
+        else "The kitchen or the hallway."
+    )
+    (out / "cells" / "qa1-900.json").write_text(json.dumps(doctored))
+    assert main(["babilong", str(tmp_path / "run"), *common, "--out", str(out), "--threads", "1"]) == 0
+    assert json.loads((out / "results.json").read_text())["cells"]["qa1"]["900"]["score"] == 50.0
     for bad, needle in ((["--tasks", "qa9"], "unknown BABILong task 'qa9'"), (["--tasks", "qa3,facts=1"], ">= 3")):
         assert main(["babilong", str(tmp_path / "run"), *common[2:], *bad, "--out", str(out), "--threads", "1"]) == 2
         assert needle in capsys.readouterr().err
