@@ -176,8 +176,8 @@ def test_lextra_harness_cli_writes_json_csv_and_table(
     lextra_run: Path, tasks: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "out"
-    code = main(["harness", str(lextra_run), "--tasks", "lextra_rolling", "--include-path", str(tasks),
-                 "--extend", EXTEND, "--max-length", str(WINDOW), "--out", str(out), "--quiet"])  # fmt: skip
+    code = main(["harness", str(lextra_run), "--tasks", "lextra_rolling", "--include-path", str(tasks), "--extend",
+                 EXTEND, "--max-length", str(WINDOW), "--out", str(out), "--quiet", "--log-samples"])  # fmt: skip
     assert code == 0
     saved = json.loads((out / "results.json").read_text())
     assert saved["label"] == f"rope+{EXTEND}" and saved["model_args"]["extend"] == EXTEND
@@ -185,6 +185,8 @@ def test_lextra_harness_cli_writes_json_csv_and_table(
     assert math.isfinite(row["value"]) and row["value"] > 1
     assert "byte_perplexity" in (out / "results.csv").read_text()
     assert "lextra_rolling" in (out / "table.md").read_text()
+    logged = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert [row["task"] for row in logged] == ["lextra_rolling"] * 2 and all(row["resps"] for row in logged)
     assert main(["harness", str(lextra_run), "--tasks", "t", "--include-path", str(tmp_path / "none"), "--quiet"]) == 2
     assert "is not a folder of lm-eval task YAMLs" in capsys.readouterr().err
     bad = ["harness", str(lextra_run), "--include-path", str(tasks), "--only-local", "--quiet"]

@@ -52,6 +52,9 @@ def configure_harness(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument(
         "--bootstrap-iters", type=non_negative_int, default=1000, help="bootstrap iterations of the standard errors"
     )
+    parser.add_argument(
+        "--log-samples", action="store_true", help="also write each document's prompt and responses to samples.jsonl"
+    )
     add_mask(parser, default=None, default_text="causal")
     parser.add_argument("--log-scaling", default=None, choices=["none", "qwen"], help="log-n scaling of the logits")
     parser.add_argument("--tokenizer", default=None, help="default: the model's own; e.g. bytes for tiny test models")
@@ -72,6 +75,7 @@ def configure_harness(parser: argparse.ArgumentParser) -> Handler:
             limit=args.limit,
             seed=args.seed,
             bootstrap_iters=args.bootstrap_iters,
+            log_samples=args.log_samples,
         ).validate()
         model_args = _model_args(args)
         from lextra.pipelines.harness.adapter import LextraLM
@@ -81,7 +85,7 @@ def configure_harness(parser: argparse.ArgumentParser) -> Handler:
         out = Path(args.out or Path("runs") / "harness" / Path(args.model).name)
         paths = _save(out, results, lm, model_args, settings.tasks)
         print(paths["table"].read_text())
-        print(f"results: {paths['json']}, {paths['csv']}")
+        print(f"results: {paths['json']}, {paths['csv']}" + (f", {paths['samples']}" if "samples" in paths else ""))
         return 0
 
     return run
@@ -120,4 +124,6 @@ def _save(out: Path, results: dict[str, Any], lm: Any, model_args: dict[str, Any
     from lextra.pipelines.harness import summary
     from lextra.reporting.harness import save_harness_outputs
 
-    return save_harness_outputs(out, summary(results, lm.label, lm.model_name, model_args, tasks))
+    return save_harness_outputs(
+        out, summary(results, lm.label, lm.model_name, model_args, tasks), results.get("samples")
+    )
