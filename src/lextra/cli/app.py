@@ -43,6 +43,8 @@ COMMAND_MODULES = (
     "lextra.cli.retrieval",
     "lextra.cli.hf",
     "lextra.cli.ruler",
+    "lextra.cli.babilong",
+    "lextra.cli.harness",
     "lextra.cli.study",
 )
 

@@ -35,6 +35,9 @@ from lextra.cli.options import (
     temperature_option,
 )
 
+#: the shared option sets of a suite run (`lextra ruler run`, `lextra babilong run`)
+RUN_OPTIONS = (add_rope_scaling_by_layer, add_extend, temperature_option(), add_threads, add_device, add_quiet)
+
 ruler = group(
     "ruler",
     "RULER-style long-context suite: run it on a model (`ruler run`, also `lextra ruler MODEL`) or set runs side "
@@ -46,26 +49,35 @@ ruler = group(
 @ruler.command(
     "run",
     "RULER-style long-context suite: 11 synthetic tasks at exact lengths, scores and the effective length",
-    options=(add_rope_scaling_by_layer, add_extend, temperature_option(), add_threads, add_device, add_quiet),
+    options=RUN_OPTIONS,
     examples=(
         "lextra ruler run smollm2 --lengths 4096,8192 --samples 10 --out runs/ruler/smollm2",
         "lextra ruler run runs/ruler-toy --tasks niah_single_1,vt --rope-scaling yarn:4 --out runs/ruler/toy-yarn",
     ),
 )
 def configure_ruler(parser: argparse.ArgumentParser) -> Handler:
+    from lextra.pipelines.ruler import RulerSettings
+    from lextra.reporting.catalog import ruler_task_help
+
+    return configure_suite(parser, RulerSettings, ruler_task_help())
+
+
+def configure_suite(parser: argparse.ArgumentParser, suite: Any, task_help: str) -> Handler:
+    """The options and the handler of a run of a RULER-style suite: `suite` is `RulerSettings` or a subclass
+    naming another registry of tasks (`lextra babilong run`)."""
     parser.add_argument("model", help="a lextra run or model folder, a Hugging Face folder, a .gguf file or 'smollm2'")
-    _add_sampling(parser)
+    _add_sampling(parser, suite, task_help)
     add_mask(parser, default=None, default_text="causal")
-    _add_model_and_haystack(parser)
+    _add_model_and_haystack(parser, suite)
 
     def run(args: argparse.Namespace) -> int:
         from lextra.evaluate.ruler import chat_format
         from lextra.pipelines.loading import ModelOptions, load_model_spec
-        from lextra.pipelines.ruler import RulerSettings, RulerTarget, parse_task_list, run_ruler
+        from lextra.pipelines.ruler import RulerTarget, parse_task_list, run_ruler
 
-        tasks, task_options = parse_task_list(args.tasks)
+        tasks, task_options = parse_task_list(args.tasks, suite.registry)
         haystack, documents = haystack_from(args)
-        settings = RulerSettings(
+        settings = suite(
             tasks=tasks,
             options=task_options,
             lengths=parse_lengths(args.lengths),
@@ -113,45 +125,40 @@ def configure_ruler(parser: argparse.ArgumentParser) -> Handler:
     return run
 
 
-def _add_sampling(parser: argparse.ArgumentParser) -> None:
-    """`ruler run`'s tasks, lengths, samples, output folder, threshold, chat template, seed and batch size."""
-    from lextra.pipelines.ruler import RulerSettings
-    from lextra.reporting.catalog import ruler_task_help
-
-    add_spec_list(parser, "--tasks", "--task", default=["all"], help=ruler_task_help())
+def _add_sampling(parser: argparse.ArgumentParser, suite: Any, task_help: str) -> None:
+    """A suite run's tasks, lengths, samples, output folder, threshold, chat template, seed and batch size."""
+    add_spec_list(parser, "--tasks", "--task", default=["all"], help=task_help)
     parser.add_argument("--lengths", default=None, help="comma-separated prompt lengths, tokens (default L_tr x 1,2,4)")
     parser.add_argument(
         "--samples",
         type=positive_int,
-        default=config_default(RulerSettings, "samples"),
+        default=config_default(suite, "samples"),
         help="samples per (task, length) cell",
     )
     parser.add_argument("--out", required=True, help="results folder (finished cells in it are reused)")
     parser.add_argument(
         "--threshold",
         type=percent(allow_zero=True),
-        default=config_default(RulerSettings, "threshold"),
+        default=config_default(suite, "threshold"),
         help="effective length: the largest length whose average score (a percentage, 0-100), and every shorter "
         "one's, is at least this (default: RULER's %(default)s)",
     )
     parser.add_argument("--chat", action="store_true", help="wrap prompts in the model's chat template")
     parser.add_argument(
-        "--seed", type=non_negative_int, default=config_default(RulerSettings, "seed"), help="seed of the samples"
+        "--seed", type=non_negative_int, default=config_default(suite, "seed"), help="seed of the samples"
     )
     add_aliased(
         parser,
         "--batch-size",
         "--batch",
         type=positive_int,
-        default=config_default(RulerSettings, "batch_size"),
+        default=config_default(suite, "batch_size"),
         help="samples decoded together (any tasks)",
     )
 
 
-def _add_model_and_haystack(parser: argparse.ArgumentParser) -> None:
-    """`ruler run`'s tokenizer and L_tr of a Hugging Face model, the essay haystack, and the prompt length rule."""
-    from lextra.pipelines.ruler import RulerSettings
-
+def _add_model_and_haystack(parser: argparse.ArgumentParser, suite: Any) -> None:
+    """A suite run's tokenizer, training length, haystack (a corpus or a prepared folder) and prompt-length rule."""
     parser.add_argument(
         "--tokenizer", default=None, help="default: the model's own; bytes, bpe[:VOCAB] or hf:PATH otherwise"
     )
@@ -161,7 +168,7 @@ def _add_model_and_haystack(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--haystack",
         default=None,
-        help=f"corpus whose test split is the essay haystack (default: {config_default(RulerSettings, 'haystack')})",
+        help=f"corpus whose test split is the essay haystack (default: {config_default(suite, 'haystack')})",
     )
     parser.add_argument(
         "--data",
@@ -172,7 +179,7 @@ def _add_model_and_haystack(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--prompt-length",
-        default=config_default(RulerSettings, "prompt_length"),
+        default=config_default(suite, "prompt_length"),
         choices=["ruler", "exact"],
         help="ruler: a LENGTH cell's prompts leave the task's answer budget (prompt + answer <= LENGTH, RULER's "
         "rule); exact: prompts of LENGTH tokens, the answer generated past it",

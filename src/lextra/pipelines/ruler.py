@@ -18,7 +18,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from tqdm import tqdm
 
@@ -42,7 +42,7 @@ from lextra.evaluate.ruler import (
     sorted_lengths,
 )
 from lextra.io import atomic_write_json
-from lextra.registry import parse_spec, split_specs
+from lextra.registry import Registry, parse_spec, split_specs
 from lextra.reporting.ruler import save_ruler_outputs
 
 #: lengths as multiples of L_tr when none are given
@@ -53,12 +53,15 @@ SECTION_KEYS = frozenset(
 )
 
 
-def parse_task_list(spec: str | Sequence[str]) -> tuple[list[str], dict[str, dict[str, Any]]]:
+def parse_task_list(
+    spec: str | Sequence[str], registry: Registry[RulerTask] = RULER_TASKS
+) -> tuple[list[str], dict[str, dict[str, Any]]]:
     """`all` or a list of task specs (`lextra.registry.split_specs`: `niah_single_1;vt,hops=2`, or with commas
     where unambiguous, `niah_single_1,vt,hops=2`: an item `key=value` sets an option of the task before it) ->
-    (distinct known names in the order given, their typed options); `all` is every task in `RULER_TASKS`."""
+    (distinct known names in the order given, their typed options); `all` is every task in `registry` (RULER's, or
+    BABILong's)."""
     items = split_specs(spec, "task")
-    known = RULER_TASKS.names()
+    known = registry.names()
     if items == ["all"]:
         return list(known), {}
     if not items:
@@ -66,20 +69,20 @@ def parse_task_list(spec: str | Sequence[str]) -> tuple[list[str], dict[str, dic
     names: list[str] = []
     options: dict[str, dict[str, Any]] = {}
     for item in items:
-        name = parse_spec(item, "RULER task").name
-        if name not in RULER_TASKS:
-            raise ConfigError(f"unknown RULER task {name!r}; use 'all' or names from: {', '.join(known)}")
-        name, values = RULER_TASKS.parse(item)
+        name = parse_spec(item, registry.kind).name
+        if name not in registry:
+            raise ConfigError(f"unknown {registry.kind} {name!r}; use 'all' or names from: {', '.join(known)}")
+        name, values = registry.parse(item)
         names.append(name)
         if values:
             options.setdefault(name, {}).update(values)
     return list(dict.fromkeys(names)), options
 
 
-def parse_tasks(spec: str | Sequence[str]) -> list[str]:
+def parse_tasks(spec: str | Sequence[str], registry: Registry[RulerTask] = RULER_TASKS) -> list[str]:
     """`all`, a comma-separated string or a list of task names -> distinct known names, in the order given; task
     options (`vt,hops=2`) are refused here: `parse_task_list` reads them."""
-    names, options = parse_task_list(spec)
+    names, options = parse_task_list(spec, registry)
     if options:
         raise ConfigError(f"tasks {spec!r} set options ({sorted(options)}); give them as RulerSettings.options")
     return names
@@ -102,13 +105,16 @@ class RulerSettings:
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
     haystack: str = DEFAULT_HAYSTACK
     prompt_length: str = "ruler"
+    #: the tasks' registry and the suite's name in the results (a subclass runs another suite's tasks)
+    registry: ClassVar[Registry[RulerTask]] = RULER_TASKS
+    suite: ClassVar[str] = "RULER"
 
     def resolved_lengths(self, train_len: int) -> list[int]:
         """The prompt lengths, ascending: the given ones, else L_tr x `multiples`."""
         return sorted_lengths(self.lengths or [train_len * m for m in self.multiples])
 
     def validate(self) -> RulerSettings:
-        self.tasks = parse_tasks(self.tasks)
+        self.tasks = parse_tasks(self.tasks, self.registry)
         for what, value in (("samples", self.samples), ("batch size", self.batch_size)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"RULER {what} must be an integer >= 1, got {value!r}")
@@ -119,7 +125,7 @@ class RulerSettings:
         if not 0.0 <= float(self.threshold) <= 100.0:
             raise ConfigError(f"the effective-length threshold is a score in [0, 100], got {self.threshold}")
         for name, options in self.options.items():
-            RULER_TASKS.check_options(name, options)
+            self.registry.check_options(name, options)
         if self.prompt_length not in PROMPT_LENGTHS:
             raise ConfigError(
                 f"unknown RULER prompt length {self.prompt_length!r}; use {' or '.join(PROMPT_LENGTHS)} (ruler: the "
@@ -274,7 +280,8 @@ def run_ruler(target: RulerTarget, settings: RulerSettings, out: str | Path, *, 
             bar.update(len(batch))
     bar.close()
     cells = {
-        name: {n: cell_from_answers(name, n, [answers[name, n][i] for i in wanted]) for n in lengths} for name in tasks
+        name: {n: cell_from_answers(name, n, [answers[name, n][i] for i in wanted], task.answer_score) for n in lengths}
+        for name, task in tasks.items()
     }
     result = RulerResult(
         label=label,
@@ -286,6 +293,7 @@ def run_ruler(target: RulerTarget, settings: RulerSettings, out: str | Path, *, 
         cells=cells,
         chat=chat is not None,
         model=target.name,
+        suite=None if settings.suite == "RULER" else settings.suite,
     )
     save_ruler_outputs(out, result)
     return result

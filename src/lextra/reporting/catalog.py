@@ -1,6 +1,6 @@
 """What `lextra list` prints and the CLI help lines that name registered classes, all generated from the
-registries (position schemes, masks, RoPE scalings, extension methods, position samplers, retrieval and RULER
-tasks), so a class a plugin registers shows up everywhere with its spec syntax and options."""
+registries (position schemes, masks, RoPE scalings, extension methods, position samplers, retrieval, RULER and
+BABILong tasks), so a class a plugin registers shows up everywhere with its spec syntax and options."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from lextra.attention.masks import MASKS
 from lextra.attention.pieces import PIECES
 from lextra.attention.plan import PRESETS
 from lextra.data.positions import SAMPLERS
+from lextra.evaluate.babilong import BABILONG_TASKS
 from lextra.evaluate.retrieval.tasks import TASKS
 from lextra.evaluate.ruler import RULER_TASKS
 from lextra.extend import EXTENSIONS
@@ -55,6 +56,10 @@ def sections() -> list[tuple[str, Registry]]:
             TASKS,
         ),
         ("RULER tasks (lextra ruler ... --tasks SPEC;SPEC..., repeatable, e.g. niah_single_1;vt,hops=2)", RULER_TASKS),
+        (
+            "BABILong tasks (lextra babilong ... --tasks SPEC;SPEC..., repeatable, e.g. qa1;qa2,facts=20)",
+            BABILONG_TASKS,
+        ),
         (
             "attention pieces of a layer plan (--layer-plan: SCHEME[+MASK][+PIECE...] per layer, ';' between layers, "
             "N*(...) repeats, e.g. '3*(rope,base=10000+window:1024+qknorm);rope,base=1000000+sinks')",
@@ -134,4 +139,12 @@ def ruler_task_help() -> str:
     return (
         f"'all' or RULER tasks, each TASK[,key=value...], repeatable or a list (e.g. niah_single_1;vt,hops=2): "
         f"{RULER_TASKS.help_text()}"
+    )
+
+
+def babilong_task_help() -> str:
+    """The `--tasks` help line of `lextra babilong`."""
+    return (
+        "'all' or BABILong tasks, each TASK[,facts=N,start=F,end=F,budget=N], repeatable or a list (e.g. "
+        f"qa1;qa2,facts=20): {BABILONG_TASKS.help_text()}"
     )

@@ -31,7 +31,8 @@ def ruler_table(result: RulerResult) -> str:
     prefill = result.prefill_seconds
     cost = f" ({result.seconds / prefill:.2f}x their prefills)" if prefill else ""
     return (
-        f"### RULER: {result.label} ({result.samples} sample{'s' if result.samples != 1 else ''} per cell, "
+        f"### {result.suite_name}: {result.label} ({result.samples} sample{'s' if result.samples != 1 else ''} per "
+        "cell, "
         f"score [Wilson 95%])\n\n{table}\n\n"
         f"effective length (average >= {result.threshold:g} at it and every shorter length): {effective_text(result)}"
         f"\n\ncompute: {result.seconds:.0f} s{cost}"
@@ -55,7 +56,7 @@ def plot_ruler_heatmap(result: RulerResult, path: str | Path) -> Path:
             ax.text(j, i, f"{value:.0f}", ha="center", va="center", fontsize=7)
     ax.axhline(len(result.tasks) - 0.5, color="black", linewidth=1.0)
     ax.set_xlabel("prompt length (tokens)")
-    ax.set_title(f"RULER {result.label}: effective length {effective_text(result)}", fontsize=9)
+    ax.set_title(f"{result.suite_name} {result.label}: effective length {effective_text(result)}", fontsize=9)
     fig.colorbar(image, ax=ax, fraction=0.046)
     fig.tight_layout()
     return save_figure(fig, path)
@@ -90,8 +91,9 @@ def ruler_comparison(results: Sequence[RulerResult]) -> str:
         for r in results
     }
     thresholds = ", ".join(sorted({f"{r.threshold:g}" for r in results}))
+    suite = suite_of(results)
     parts = [
-        f"### RULER average score per length (effective length at threshold {thresholds}; - = not run)",
+        f"### {suite} average score per length (effective length at threshold {thresholds}; - = not run)",
         markdown_table(summary, columns, "run", cell=lambda value: value or "-"),
     ]
     tasks = list(dict.fromkeys(t for r in results for t in r.tasks))
@@ -103,6 +105,11 @@ def ruler_comparison(results: Sequence[RulerResult]) -> str:
         rows["average"] = {r.label: f"{r.averages[n]:.1f}" for r in results if n in r.lengths}
         parts += [f"### {n} tokens: score [Wilson 95%]", markdown_table(rows, labels, "task", cell=lambda v: v or "-")]
     return "\n\n".join(parts)
+
+
+def suite_of(results: Sequence[RulerResult]) -> str:
+    """The suite the runs are from ("RULER", "BABILong"; several joined by '+')."""
+    return "+".join(dict.fromkeys(r.suite_name for r in results))
 
 
 def cell_at(result: RulerResult, task: str, length: int) -> RulerCell | None:
@@ -124,8 +131,8 @@ def plot_ruler_averages(results: Sequence[RulerResult], path: str | Path) -> Pat
     ax.get_xaxis().set_major_formatter(lambda value, _: f"{value:g}")
     ax.set_ylim(-2, 102)
     ax.set_xlabel("prompt length (tokens)")
-    ax.set_ylabel("RULER average score")
-    ax.set_title("RULER: average over the tasks (legend: effective length)", fontsize=9)
+    ax.set_ylabel(f"{suite_of(results)} average score")
+    ax.set_title(f"{suite_of(results)}: average over the tasks (legend: effective length)", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
     return save_figure(fig, path)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -30,7 +30,7 @@ from lextra.errors import ConfigError, DataError
 from lextra.evaluate.prefix import evaluation_prefix
 from lextra.evaluate.retrieval.scoring import greedy_continue, prefill
 from lextra.evaluate.ruler.results import RulerAnswer, RulerCell, total_if_known
-from lextra.evaluate.ruler.scoring import sample_score, string_match_all, wilson_interval
+from lextra.evaluate.ruler.scoring import sample_score, wilson_interval
 from lextra.evaluate.ruler.tasks import RulerSample, RulerTask
 from lextra.model import GPT
 
@@ -70,10 +70,11 @@ def generate(
     *,
     mask: Mask | None = None,
     timings: dict[str, float] | None = None,
+    finished: Callable[[int, str], bool] | None = None,
 ) -> list[str]:
     """Greedy answers (text) of equal-length prompts, at most `budget` tokens each (one for all, or one per row),
-    stopping early once every row has ended its text, used its budget or contains all its references. `timings`,
-    when given, receives the prefill's seconds as "prefill"."""
+    stopping early once every row has ended its text, used its budget or is `finished(row, text so far)` (default:
+    contains all its references). `timings`, when given, receives the prefill's seconds as "prefill"."""
     if len({len(p) for p in prompts}) != 1:
         raise ValueError("generate needs prompts of one length")
     budgets = [budget] * len(prompts) if isinstance(budget, int) else [int(b) for b in budget]
@@ -96,7 +97,8 @@ def generate(
             ended = stop is not None and stop in row
             rows[r].extend(row[: row.index(stop)] if ended else row)
             del rows[r][budgets[r] :]
-            answered = sample_score(decode(tokenizer, rows[r]), references[r]) == 1
+            text = decode(tokenizer, rows[r])
+            answered = finished(r, text) if finished is not None else sample_score(text, references[r]) == 1
             done[r] = ended or len(rows[r]) >= budgets[r] or answered
         if all(done) or produced >= longest or tokens.shape[1] == 0:
             break
@@ -172,6 +174,7 @@ def answer_samples(
     rows = sorted(((name, s) for name, samples in drawn.items() for s in samples), key=lambda row: budgets[row[0]])
     resolved = resolve_mask(model, mask)
     bar = tqdm(total=len(rows), disable=not progress, desc=f"ruler {length}", file=sys.stderr, leave=False)
+    by_name = {task.name: task for task in tasks}
     for batch in length_batches(rows, batch_size):
         start = time.perf_counter()
         timings: dict[str, float] = {}
@@ -183,15 +186,27 @@ def answer_samples(
             [budgets[name] for name, _ in batch],
             mask=resolved,
             timings=timings,
+            finished=tasks_finished(by_name, batch),
         )
         share, prefill_share = (time.perf_counter() - start) / len(batch), timings["prefill"] / len(batch)
-        yield [
-            (name, RulerAnswer(s.index, list(s.references), text, sample_score(text, s.references),
-                               share + drawing[name], prefill_share))
-            for (name, s), text in zip(batch, texts, strict=True)
-        ]  # fmt: skip
+        yield [(name, answer_of(by_name[name], s, text, share + drawing[name], prefill_share))
+               for (name, s), text in zip(batch, texts, strict=True)]  # fmt: skip
         bar.update(len(batch))
     bar.close()
+
+
+def answer_of(task: RulerTask, sample: RulerSample, text: str, seconds: float, prefill: float) -> RulerAnswer:
+    """The answer `text` to `sample`, scored by its task's rule (with the question where the task keeps it)."""
+    question = sample.question if task.keeps_question else None
+    score = task.score(text, sample.references, sample.question)
+    return RulerAnswer(sample.index, list(sample.references), text, score, seconds, prefill, question)
+
+
+def tasks_finished(
+    tasks: Mapping[str, RulerTask], batch: Sequence[tuple[str, RulerSample]]
+) -> Callable[[int, str], bool]:
+    """`generate`'s stop rule for a batch: row r is done when its task says so (`RulerTask.finished`)."""
+    return lambda r, text: tasks[batch[r][0]].finished(text, batch[r][1].references, batch[r][1].question)
 
 
 def length_batches(rows: Sequence[tuple[str, RulerSample]], batch_size: int) -> Iterator[list[tuple[str, RulerSample]]]:
@@ -207,18 +222,23 @@ def length_batches(rows: Sequence[tuple[str, RulerSample]], batch_size: int) -> 
         yield batch
 
 
-def cell_from_answers(task: str, length: int, answers: Sequence[RulerAnswer]) -> RulerCell:
-    """RULER's score of a cell's answers, its Wilson interval, their seconds (and their prefills' when every
-    answer recorded them) and the first two as examples."""
+def cell_from_answers(
+    task: str, length: int, answers: Sequence[RulerAnswer], score: Callable[[RulerAnswer], float] | None = None
+) -> RulerCell:
+    """The cell's score: the mean of `score(answer)` (default RULER's share of references contained, so the mean is
+    `string_match_all` of the outputs; a task scoring otherwise passes `RulerTask.answer_score`) as a percentage
+    rounded to two decimals, its Wilson interval, their seconds (and their prefills' when every answer recorded
+    them) and the first two as examples."""
     if not answers:
         raise ValueError(f"RULER cell {task}@{length} has no answers")
-    score = string_match_all([a.output for a in answers], [a.references for a in answers])
-    low, high = wilson_interval(score, len(answers))
+    rule = score or (lambda a: sample_score(a.output, a.references))
+    score_ = round(sum(rule(a) for a in answers) / len(answers) * 100, 2)
+    low, high = wilson_interval(score_, len(answers))
     seconds = round(sum(a.seconds for a in answers), 3)
     prefill = total_if_known([a.prefill_seconds for a in answers])
     prefill = None if prefill is None else round(prefill, 3)
     examples = [a.example() for a in answers[:2]]
-    return RulerCell(task, length, score, low, high, len(answers), seconds, examples, prefill)
+    return RulerCell(task, length, score_, low, high, len(answers), seconds, examples, prefill)
 
 
 def evaluate_length(
@@ -246,7 +266,9 @@ def evaluate_length(
         for name, answer in batch:
             answers[name][answer.index] = answer
     return {
-        task.name: cell_from_answers(task.name, length, [answers[task.name][i] for i in range(samples)])
+        task.name: cell_from_answers(
+            task.name, length, [answers[task.name][i] for i in range(samples)], task.answer_score
+        )
         for task in tasks
     }
 

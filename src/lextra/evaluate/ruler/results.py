@@ -48,6 +48,8 @@ class RulerAnswer(Serializable):
     prefill_seconds: float | None = field(
         default=None, metadata=options(omit_none=True, encode=rounded(3), coerce=True)
     )
+    #: the question asked, kept where the task's score reads it (BABILong's); None for RULER's tasks
+    question: str | None = field(default=None, metadata=options(omit_none=True))
 
     def example(self) -> RulerExample:
         return RulerExample(list(self.references), self.output, self.score)
@@ -97,6 +99,12 @@ class RulerResult(Serializable):
     chat: bool = False
     #: the model folder or name, when the caller records it
     model: str | None = field(default=None, metadata=options(omit_none=True))
+    #: the suite the tasks are from, when not RULER's (BABILong)
+    suite: str | None = field(default=None, metadata=options(omit_none=True))
+
+    @property
+    def suite_name(self) -> str:
+        return self.suite or "RULER"
 
     def cell(self, task: str, length: int) -> RulerCell:
         return self.cells[task][int(length)]

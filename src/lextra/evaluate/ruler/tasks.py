@@ -19,6 +19,8 @@ from typing import Any, ClassVar
 from lextra.data import Document, Tokenizer
 from lextra.errors import ConfigError, DataError
 from lextra.evaluate.ruler.layout import DEPTHS, ChatFormat, Draft, Fitter, sample_seed, spread_depth
+from lextra.evaluate.ruler.results import RulerAnswer
+from lextra.evaluate.ruler.scoring import sample_score
 from lextra.registry import Registry
 
 #: how a cell's length L sizes its prompts: "ruler" (L less the answer budget, RULER's rule) or "exact" (all L)
@@ -47,6 +49,8 @@ class RulerSample:
     text: str
     #: tokens to generate for the answer
     budget: int
+    #: the question asked (BABILong's scoring leaves out the labels it names)
+    question: str = ""
 
 
 class RulerTask(ABC):
@@ -56,6 +60,8 @@ class RulerTask(ABC):
     summary: ClassVar[str] = ""
     #: the constructor takes the documents of an essay haystack after the tokenizer
     needs_documents: ClassVar[bool] = False
+    #: its answers keep the question asked, which its score reads (BABILong's leaves out the labels it names)
+    keeps_question: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -126,7 +132,21 @@ class RulerTask(ABC):
             units=layout.units,
             text=layout.text,
             budget=self.budget,
+            question=draft.question,
         )
+
+    def score(self, prediction: str, references: Sequence[str], question: str = "") -> float:
+        """An answer's score (0..1); RULER's: the share of the references it contains (`sample_score`)."""
+        return sample_score(prediction, references)
+
+    def finished(self, prediction: str, references: Sequence[str], question: str = "") -> bool:
+        """Whether decoding may stop, more output being unable to change the score (RULER's: every reference is
+        in it, and more text only adds text)."""
+        return self.score(prediction, references, question) == 1
+
+    def answer_score(self, answer: RulerAnswer) -> float:
+        """A saved answer's score by this task's rule (a cell is scored again from its outputs)."""
+        return self.score(answer.output, answer.references, answer.question or "")
 
     def training_row(self, length: int, rng: random.Random) -> list[int]:
         """A prompt then its answer (" a, b." after the answer prefix), exactly `length` tokens: content and
