@@ -227,7 +227,7 @@ SHARD_SPY = """
 import json, os, sys
 import lextra.hf.finetune as ft
 from lextra.cli import main
-from lextra.hf.fsdp import is_sharded
+from lextra.train.distributed import is_sharded
 
 def spy(model, device, world_size):
     out = ft_shard(model, device, world_size)
