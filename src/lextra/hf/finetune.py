@@ -130,8 +130,8 @@ class FinetuneConfig(LoopConfig):
     limit_chars: int | None = None
     #: the RoPE scaling trained with and saved in the model's config, TYPE:FACTOR (None: the model's own)
     rope_scaling: str | None = None
-    #: a LoRA spec, lora[:R][,alpha=A][,targets=q_proj+v_proj], or its options alone (r=8,alpha=16), or none:
-    #: full fine-tuning
+    #: the LoRA adapter: its spec, or its options alone (r=8,alpha=16,targets=q_proj+v_proj), or none: full
+    #: fine-tuning
     lora: str | None = "r=8,alpha=16"
     #: parts trained in full beside LoRA, comma-separated: embed, norm
     trainable: str | None = None

@@ -83,8 +83,7 @@ class LoopConfig:
     tensorboard: bool = False
     #: where those event files go (turns tensorboard on); None: the run directory's tb/
     log_dir: str | None = None
-    #: the position sampler the training windows are read at (`lextra.data.positions`): `contiguous`,
-    #: `pose[:TARGET][,chunks=N]`, `randomized[:MAX]`
+    #: the position ids the training windows are read at (`lextra.data.positions`)
     positions: str = "contiguous"
     #: the order of the training windows (`lextra.data.ORDERS`): `iid` draws each uniformly from every offset;
     #: `epoch` draws every non-overlapping window once per epoch, in a permutation keyed by (seed, epoch)
