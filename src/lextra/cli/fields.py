@@ -43,11 +43,12 @@ def add_field_flags(
     cls: type,
     names: Iterable[str],
     *,
-    kinds: Mapping[str, Callable[[str], Any]] | None = None,
+    options: Mapping[str, Mapping[str, Any]] | None = None,
     more: Mapping[str, str] | None = None,
 ) -> None:
     """`--NAME` for each of `names` (fields of dataclass `cls`): help from the field's doc (then `more[name]`),
-    type from its annotation unless `kinds[name]` gives one; default None (see the module docstring)."""
+    type from its annotation; `options[name]` adds or replaces argparse settings (a stricter `type`, `choices`,
+    `metavar`); default None (see the module docstring)."""
     from lextra.train import field_docs
 
     hints, docs = typing.get_type_hints(cls), field_docs(cls)
@@ -55,10 +56,12 @@ def add_field_flags(
         kind = _scalar(hints[name])
         default = config_default(cls, name)
         text = f"{docs[name]}{(more or {}).get(name, '')} (default: {default})".replace("%", "%%")
+        settings: dict[str, Any] = {"default": None, "help": text}
         if kind is bool:
-            parser.add_argument(flag(name), action=argparse.BooleanOptionalAction, default=None, help=text)
+            settings["action"] = argparse.BooleanOptionalAction
         else:
-            parser.add_argument(flag(name), type=(kinds or {}).get(name) or TYPES[kind], default=None, help=text)
+            settings["type"] = TYPES[kind]
+        parser.add_argument(flag(name), **(settings | dict((options or {}).get(name, {}))))
 
 
 def add_config_file(parser: argparse.ArgumentParser, what: str) -> None:
@@ -96,6 +99,9 @@ def read_config_file(path: str | Path, section: str) -> dict[str, Any]:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise ConfigError(f"--config {path} is not valid TOML ({err})") from None
     values = dict(data.get(section, {}))
+    twice = sorted(set(values) & set(data) - {section})
+    if twice:
+        raise ConfigError(f"--config {path}: give {twice[0]} once, at the top level or in [{section}]")
     values.update({k: v for k, v in data.items() if k != section})
     return values
 

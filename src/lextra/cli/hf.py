@@ -358,10 +358,12 @@ def configure_finetune(parser: argparse.ArgumentParser) -> Handler:
     add_config_file(parser, "FinetuneConfig fields (or a [finetune] table of them)")
     lora = f"; the spec: {ADAPTERS.usage('lora')} ({ADAPTERS.describe('lora')})"
     positions = f"; {sampler_help()}; pose's target is the saved max_position_embeddings"
+    from lextra.data import ORDERS
+
+    strict = {"batch_size": {"type": positive_int}, "steps": {"type": positive_int}, "order": {"choices": ORDERS}}
     add_field_flags(
-        parser, FinetuneConfig, finetune_fields(), kinds={"batch_size": positive_int, "steps": positive_int},
-        more={"lora": lora, "positions": positions},
-    )  # fmt: skip
+        parser, FinetuneConfig, finetune_fields(), options=strict, more={"lora": lora, "positions": positions}
+    )
     parser.add_argument(
         "--s2-attn",
         nargs="?",

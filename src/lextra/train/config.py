@@ -153,7 +153,8 @@ class TrainConfig(LoopConfig):
     limit_chars: int | None = None
     #: a registered batch source other than plain language modelling (e.g. a retrieval task), or None
     task: str | None = None
-    #: start from this model folder's weights (fine-tuning, e.g. on a retrieval task); same architecture
+    #: start from this model folder's weights (fine-tuning on a task; continued training at a new --train-len, with
+    #: --rope-scaling for rotary schemes); the same architecture, the optimizer starts fresh
     init_from: str | None = None
     #: a prepared folder (`lextra data prepare`) read instead of the corpus; its source and limit replace
     #: `corpus` and `limit_chars`, and `tokenizer` must be the one it was prepared with
