@@ -10,7 +10,7 @@ PIP := $(PY) -m pip install -q --disable-pip-version-check
 PYTEST := OMP_NUM_THREADS=2 $(PY) -m pytest
 LINT_PATHS := src tests benchmarks experiments
 # What mypy checks ([tool.mypy] in pyproject.toml holds its settings).
-TYPED_PATHS := src/lextra/positions src/lextra/attention src/lextra/extend src/lextra/model.py src/lextra/train.py src/lextra/compile.py
+TYPED_PATHS := src/lextra/positions src/lextra/attention src/lextra/extend src/lextra/model.py src/lextra/train src/lextra/compile.py
 
 .PHONY: run test test-fast test-gpu gpu-check lint bench bench-gpu bench-train bench-xt hf-model bench-hf corpora clean
 

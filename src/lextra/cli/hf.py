@@ -360,7 +360,8 @@ def configure_finetune(parser: argparse.ArgumentParser) -> Handler:
     positions = f"; {sampler_help()}; pose's target is the saved max_position_embeddings"
     from lextra.data import ORDERS
 
-    strict = {"batch_size": {"type": positive_int}, "steps": {"type": positive_int}, "order": {"choices": ORDERS}}
+    strict: dict[str, dict[str, Any]] = {"batch_size": {"type": positive_int}, "steps": {"type": positive_int}}
+    strict["order"] = {"choices": ORDERS}
     add_field_flags(
         parser, FinetuneConfig, finetune_fields(), options=strict, more={"lora": lora, "positions": positions}
     )

@@ -345,7 +345,7 @@ def finetune(
     folder and the merged model (None on the other processes of a sharded run). Under torchrun every process takes
     its rows of the same global batch, the model replicated (DDP) or with `config.fsdp` sharded (FSDP2)."""
     trainer = Trainer(HFTarget(config), run_dir, resume=resume, progress=progress, device=device, on_step=on_step)
-    return trainer.run()  # type: ignore[no-any-return]
+    return trainer.run()
 
 
 class HFTarget:
@@ -394,7 +394,7 @@ class HFTarget:
                 f"{hf_config.vocab_size}; use the model's own tokenizer"
             )
         self.model, self.precision = model, "bf16" if device.type == "cuda" else "fp32"
-        return model  # type: ignore[no-any-return]
+        return model
 
     def optimizer(self) -> torch.optim.Optimizer:
         return make_optimizer(self.model, self.config)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -138,12 +138,12 @@ def is_sharded(value: Any) -> bool:
 
 def full_tensor(value: torch.Tensor) -> torch.Tensor:
     """The whole tensor behind a DTensor (a collective: every process calls it), or `value` itself."""
-    return value.full_tensor() if is_sharded(value) else value
+    return cast(Any, value).full_tensor() if is_sharded(value) else value
 
 
 def local_tensor(value: torch.Tensor) -> torch.Tensor:
     """This process's part of a DTensor (no communication), or `value` itself."""
-    return value.to_local() if is_sharded(value) else value
+    return cast(Any, value).to_local() if is_sharded(value) else value
 
 
 def placed_like(value: torch.Tensor, like: Any) -> torch.Tensor:

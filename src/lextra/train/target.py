@@ -23,14 +23,25 @@ StepFunction = Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]
 class TrainingTarget(Protocol):
     """A model the `Trainer` trains; methods are called in the order written here."""
 
-    #: the run's settings (the Trainer reads the `LoopConfig` fields)
-    config: LoopConfig
-    #: the command whose messages these are, e.g. "lextra train"
-    command: str
-    #: the progress bar's label, e.g. "train rope"
-    label: str
-    #: what the run is called in messages, e.g. "training"
-    kind: str
+    @property
+    def config(self) -> LoopConfig:
+        """The run's settings (the Trainer reads the `LoopConfig` fields)."""
+        ...
+
+    @property
+    def command(self) -> str:
+        """The command whose messages these are, e.g. "lextra train"."""
+        ...
+
+    @property
+    def label(self) -> str:
+        """The progress bar's label, e.g. "train rope"."""
+        ...
+
+    @property
+    def kind(self) -> str:
+        """What the run is called in messages, e.g. "training"."""
+        ...
 
     def open_data(self, world: Distributed, run_dir: Path, resume: bool, progress: bool) -> None:
         """Read the data (setting `stream`), and when resuming refuse settings or data the run cannot continue
@@ -71,8 +82,8 @@ class TrainingTarget(Protocol):
         """The step's forward, loss and backward over `network` (the model, or its DDP wrapper)."""
         ...
 
-    def trainable(self) -> list[torch.nn.Parameter]:
-        """The parameters that train (clipped and checked for finiteness)."""
+    def trainable(self) -> list[tuple[str, torch.nn.Parameter]]:
+        """The parameters that train, by name (clipped and checked for finiteness)."""
         ...
 
     def save_weights(self, folder: Path | None) -> None:
