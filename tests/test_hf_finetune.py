@@ -529,6 +529,14 @@ def test_finetune_reads_a_config_file_then_set_then_flags(base, corpus, tmp_path
     assert (resolved.train_len, resolved.steps, resolved.lr, resolved.warmup) == (64, 3, 5e-4, 2)
     assert (resolved.gradient_checkpointing, resolved.s2_group, resolved.order) == (False, 16, "epoch")
     assert (resolved.batch_size, resolved.lora, resolved.corpus) == (1, "r=8,alpha=16", corpus)  # file, defaults
+    example = Path(__file__).parents[1] / "experiments" / "finetune.toml"  # the example the help names
+    shipped = finetune_config_from(build_parser().parse_args(["hf", "finetune", "m", "--config", str(example)]))
+    assert (shipped.train_len, shipped.rope_scaling, shipped.trainable, shipped.steps) == (
+        8192,
+        "yarn:4",
+        "embed,norm",
+        400,
+    )
     file.write_text("train_len = 64\nstepz = 3\n")
     assert main(["hf", "finetune", str(base), "--config", str(file), "--out", str(tmp_path / "r")]) == 2
     line = one_line_error(capsys)
