@@ -1,6 +1,6 @@
 """Command-line flags generated from a config dataclass's fields, and the `--config FILE` they override.
 
-`add_field_flags(parser, Config, names)` adds `--field-name` for each named field: its type from the annotation
+`add_field_flags(parser, Config, names, types)` adds `--field-name` for each named field: its type from the annotation
 (an int, a finite float, a string, or `--flag/--no-flag` for a bool), its help from the field's `#:` comment
 (`lextra.train.field_docs`) and its default shown from the dataclass, the one place it lives. Every flag's own
 default is None, so a flag left out keeps the value of the `--config` TOML file, else the dataclass's; `given`
@@ -11,6 +11,7 @@ also one without a flag, the value read as TOML (a bare word is a string), as to
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import tomllib
 import types
 import typing
@@ -18,11 +19,19 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from lextra.cli.options import config_default, finite_float, non_negative_int
 from lextra.errors import ConfigError
 
-#: the argparse type of a field's annotation (numbers refused when non-finite; ranges are the config's `validate`)
-TYPES: dict[type, Callable[[str], Any]] = {int: non_negative_int, float: finite_float(), str: str}
+
+def config_default(cls: type, name: str) -> Any:
+    """The default of field `name` of dataclass `cls` (its `default_factory()` when it has one)."""
+    for item in dataclasses.fields(cls):
+        if item.name == name:
+            if item.default is not dataclasses.MISSING:
+                return item.default
+            if item.default_factory is not dataclasses.MISSING:
+                return item.default_factory()
+            break
+    raise KeyError(f"{cls.__name__} has no field {name!r} with a default")
 
 
 def flag(name: str) -> str:
@@ -42,13 +51,14 @@ def add_field_flags(
     parser: argparse.ArgumentParser,
     cls: type,
     names: Iterable[str],
+    types: Mapping[type, Callable[[str], Any]],
     *,
     options: Mapping[str, Mapping[str, Any]] | None = None,
     more: Mapping[str, str] | None = None,
 ) -> None:
     """`--NAME` for each of `names` (fields of dataclass `cls`): help from the field's doc (then `more[name]`),
-    type from its annotation; `options[name]` adds or replaces argparse settings (a stricter `type`, `choices`,
-    `metavar`); default None (see the module docstring)."""
+    type `types[annotation]` (`lextra.cli.options.FIELD_TYPES`); `options[name]` adds or replaces argparse
+    settings (a stricter `type`, `choices`, `metavar`); default None (see the module docstring)."""
     from lextra.train import field_docs
 
     hints, docs = typing.get_type_hints(cls), field_docs(cls)
@@ -60,7 +70,7 @@ def add_field_flags(
         if kind is bool:
             settings["action"] = argparse.BooleanOptionalAction
         else:
-            settings["type"] = TYPES[kind]
+            settings["type"] = types[kind]
         parser.add_argument(flag(name), **(settings | dict((options or {}).get(name, {}))))
 
 

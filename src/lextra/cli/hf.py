@@ -18,6 +18,7 @@ from typing import Any
 
 from lextra.cli.app import Handler, group
 from lextra.cli.options import (
+    FIELD_TYPES,
     add_corpus,
     add_device,
     add_evaluation,
@@ -363,7 +364,12 @@ def configure_finetune(parser: argparse.ArgumentParser) -> Handler:
     strict: dict[str, dict[str, Any]] = {"batch_size": {"type": positive_int}, "steps": {"type": positive_int}}
     strict["order"] = {"choices": ORDERS}
     add_field_flags(
-        parser, FinetuneConfig, finetune_fields(), options=strict, more={"lora": lora, "positions": positions}
+        parser,
+        FinetuneConfig,
+        finetune_fields(),
+        FIELD_TYPES,
+        options=strict,
+        more={"lora": lora, "positions": positions},
     )
     parser.add_argument(
         "--s2-attn",

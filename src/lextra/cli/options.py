@@ -15,12 +15,12 @@ read from the config dataclasses (`TrainConfig`, `GPTConfig`, `EvalConfig`, `Ret
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from lextra.cli.fields import config_default
 from lextra.errors import ConfigError
 from lextra.validate import parse_lengths
 
@@ -83,18 +83,6 @@ def add_aliased(parser: argparse.ArgumentParser, name: str, *aliases: str, **kwa
     return action
 
 
-def config_default(cls: type, name: str) -> Any:
-    """The default of field `name` of dataclass `cls` (its `default_factory()` when it has one)."""
-    for item in dataclasses.fields(cls):
-        if item.name == name:
-            if item.default is not dataclasses.MISSING:
-                return item.default
-            if item.default_factory is not dataclasses.MISSING:
-                return item.default_factory()
-            break
-    raise KeyError(f"{cls.__name__} has no field {name!r} with a default")
-
-
 # --- value types: argparse turns their ArgumentTypeError into one line and exit code 2 --------------------------
 def _number(kind: Callable[[str], Any], text: str, what: str) -> Any:
     try:
@@ -141,6 +129,9 @@ def finite_float(low: float | None = None, high: float | None = None, *, low_ope
 
 
 positive_float = finite_float(0.0, low_open=True)
+#: the argparse type of a generated flag by its field's annotation (`lextra.cli.fields`): numbers refused when
+#: non-finite; ranges are the config's `validate`
+FIELD_TYPES: dict[type, Callable[[str], Any]] = {int: non_negative_int, float: finite_float(), str: str}
 
 
 def percent(*, allow_zero: bool) -> Callable[[str], float]:
@@ -402,7 +393,12 @@ def add_training(parser: argparse.ArgumentParser) -> None:
         "precision": {"choices": ["fp32", "bf16"]},
     }
     add_field_flags(
-        parser, TrainConfig, GENERATED_TRAIN_FLAGS, options=strict, more={"positions": f"; {sampler_help()}"}
+        parser,
+        TrainConfig,
+        GENERATED_TRAIN_FLAGS,
+        FIELD_TYPES,
+        options=strict,
+        more={"positions": f"; {sampler_help()}"},
     )
     add_rope_scaling(
         parser,
