@@ -130,8 +130,9 @@ def finite_float(low: float | None = None, high: float | None = None, *, low_ope
 
 positive_float = finite_float(0.0, low_open=True)
 #: the argparse type of a generated flag by its field's annotation (`lextra.cli.fields`): numbers refused when
-#: non-finite; ranges are the config's `validate`
-FIELD_TYPES: dict[type, Callable[[str], Any]] = {int: non_negative_int, float: finite_float(), str: str}
+#: non-finite or negative (no training setting is; a flag that may be passes its own type), the rest of each
+#: range by the config's `validate`
+FIELD_TYPES: dict[type, Callable[[str], Any]] = {int: non_negative_int, float: finite_float(0.0), str: str}
 
 
 def percent(*, allow_zero: bool) -> Callable[[str], float]:
