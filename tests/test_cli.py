@@ -160,19 +160,8 @@ def test_every_training_flag_sets_a_config_field() -> None:
     model_fields = {f.name for f in fields(GPTConfig)}
     for target in TRAIN_FLAGS.values():
         assert (target[6:] in model_fields) if target.startswith("model.") else (target in train_fields), target
-    own = {
-        "help",
-        "out",
-        "resume",
-        "config",
-        "set",
-        "device",
-        "threads",
-        "quiet",
-        "task",
-        "schemes",
-        "init_from_compare",
-    }
+    own = {"help", "out", "resume", "config", "device", "threads", "quiet", "task", "schemes", "init_from_compare"}
+    own |= {"set"}  # --set KEY=VALUE sets any field by name
     own |= {"lengths", "protocols", "stride", "documents", "split", "backend", "temperature"}  # compare's evaluation
     own |= {"depths", "samples", "candidates", "eval_seed", "eval_batch_size"}  # retrieval compare's evaluation
     own |= {"data"}  # train's prepared folder: it sets TrainConfig.data itself (compare and retrieval read corpora)
