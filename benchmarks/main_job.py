@@ -79,7 +79,7 @@ def build_step(name: str, seed: int = 0) -> tuple[Callable[[], float], Any, Any]
 
     from lextra.compile import StepLoss
     from lextra.model import GPT
-    from lextra.train import TrainConfig, _non_finite, make_optimizer
+    from lextra.train import TrainConfig, make_optimizer, non_finite
 
     config = TrainConfig()
     torch.manual_seed(seed)
@@ -102,7 +102,7 @@ def build_step(name: str, seed: int = 0) -> tuple[Callable[[], float], Any, Any]
         optimizer.zero_grad(set_to_none=True)
         loss = step_loss(tokens, None)
         norm = torch.nn.utils.clip_grad_norm_(params, config.grad_clip, foreach=foreach)
-        if check and _non_finite(world, loss, norm):
+        if check and non_finite(world, loss, norm):
             raise FloatingPointError("non-finite loss or gradient norm in the benchmark")
         optimizer.step()
         return float(loss.detach())
@@ -111,7 +111,7 @@ def build_step(name: str, seed: int = 0) -> tuple[Callable[[], float], Any, Any]
 
 
 class _World:
-    """One process: `lextra.train._non_finite` sums over processes through this."""
+    """One process: `lextra.train.non_finite` sums over processes through this."""
 
     def total(self, values: Any) -> Any:
         return values

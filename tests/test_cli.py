@@ -81,9 +81,9 @@ def test_list_prints_every_position_sampler_with_its_options(capsys) -> None:
         assert lines[row + 1].split("options: ")[1] == SAMPLERS.describe(name)
     rows = {line.split()[0]: lines[i + 1].strip() for i, line in enumerate(lines[title + 1 : title + 10], title + 1)
             if line.startswith("  ") and not line.startswith("   ")}  # fmt: skip
-    assert rows == {"contiguous": "options: no options", "pose": "options: target=16 x L_tr, chunks=2",
+    assert rows == {"contiguous": "options: no options", "pose": "options: target=16 x L_tr, chunks=2, span=1",
                     "randomized": "options: max=16 x L_tr"}  # fmt: skip
-    assert "spec: pose[:TARGET][,key=value...] (target: int | None, chunks: int)" in "\n".join(lines)
+    assert "spec: pose[:TARGET][,key=value...] (target: int | None, chunks: int, span: int)" in "\n".join(lines)
 
 
 # --- one spelling per concept, defaults and examples in --help ----------------------------------------------------
@@ -161,6 +161,7 @@ def test_every_training_flag_sets_a_config_field() -> None:
     for target in TRAIN_FLAGS.values():
         assert (target[6:] in model_fields) if target.startswith("model.") else (target in train_fields), target
     own = {"help", "out", "resume", "config", "device", "threads", "quiet", "task", "schemes", "init_from_compare"}
+    own |= {"set"}  # --set KEY=VALUE sets any field by name
     own |= {"lengths", "protocols", "stride", "documents", "split", "backend", "temperature"}  # compare's evaluation
     own |= {"depths", "samples", "candidates", "eval_seed", "eval_batch_size"}  # retrieval compare's evaluation
     own |= {"data"}  # train's prepared folder: it sets TrainConfig.data itself (compare and retrieval read corpora)

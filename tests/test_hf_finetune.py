@@ -227,7 +227,7 @@ SHARD_SPY = """
 import json, os, sys
 import lextra.hf.finetune as ft
 from lextra.cli import main
-from lextra.hf.fsdp import is_sharded
+from lextra.train.distributed import is_sharded
 
 def spy(model, device, world_size):
     out = ft_shard(model, device, world_size)
@@ -459,3 +459,85 @@ def test_pose_windows_below_the_model_window_may_train_a_rope_scaling_that_reach
     )
     with pytest.raises(ConfigError, match="reach past it with --positions pose:TARGET"):
         finetune(config(base, corpus, train_len=16, positions="pose:24", rope_scaling="yarn:4"), tmp_path / "b")
+
+
+# --- the one Trainer: what `lextra train` has, fine-tuning has too ------------------------------------------------
+def test_epoch_order_and_tensorboard_resume_to_the_straight_runs_weights_optimizer_and_losses(
+    base, corpus, tmp_path
+) -> None:
+    run = config(base, corpus, order="epoch", tensorboard=True, batch_size=2)
+    _, whole = finetune(run, tmp_path / "whole", progress=False)
+
+    def stop(done: int) -> None:
+        if done == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        finetune(run, tmp_path / "cut", progress=False, on_step=stop)
+    state = json.loads((tmp_path / "cut" / "checkpoints" / "step_0000002" / "state.json").read_text())
+    assert state["data_position"]["window"] == 4 and state["data_position"]["epoch"] == 0  # 2 steps x 2 windows
+    _, resumed = finetune(run, tmp_path / "cut", resume=True, progress=False)
+    want, got = whole.state_dict(), resumed.state_dict()
+    assert all(torch.equal(want[k], got[k]) for k in want)
+    for name in ("trainable.safetensors", "optimizer.safetensors"):
+        a, b = (load_file(str(tmp_path / r / "checkpoints" / "step_0000004" / name)) for r in ("whole", "cut"))
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
+
+    def records(name: str) -> list[dict]:
+        lines = (tmp_path / name / "metrics.jsonl").read_text().splitlines()
+        return [{k: v for k, v in json.loads(line).items() if k != "tokens_per_s"} for line in lines]
+
+    assert records("cut") == records("whole") and all("epoch" in r for r in records("cut"))
+    assert list((tmp_path / "cut" / "tb").glob("events.out.tfevents.*"))
+
+
+def test_a_diverging_finetune_stops_before_saving_and_names_the_last_good_checkpoint(
+    base, corpus, tmp_path, monkeypatch
+) -> None:
+    import lextra.hf.finetune as ft
+    from lextra.errors import TrainingDivergedError
+
+    seen: dict = {}
+    original = ft.build_model
+
+    def build(config, device):
+        seen["model"], hf_config = original(config, device)
+        return seen["model"], hf_config
+
+    def poison(done: int) -> None:
+        if done == 2:  # a non-finite LoRA weight: step 3's loss and gradient go non-finite
+            with torch.no_grad():
+                next(p for n, p in seen["model"].named_parameters() if "lora_B" in n).fill_(float("nan"))
+
+    monkeypatch.setattr(ft, "build_model", build)
+    with pytest.raises(TrainingDivergedError, match="training diverged at step 3 of 4") as caught:
+        finetune(config(base, corpus), tmp_path / "run", progress=False, on_step=poison)
+    assert "step 2" in str(caught.value) and "--resume and a lower learning rate, e.g. --lr 0.001" in str(caught.value)
+    assert (tmp_path / "run" / "checkpoints" / "LATEST").read_text().strip() == "step_0000002"
+    assert not (tmp_path / "run" / "model").exists()
+
+
+def test_finetune_reads_a_config_file_then_set_then_flags(base, corpus, tmp_path, capsys) -> None:
+    from lextra.cli.app import build_parser
+    from lextra.cli.hf import finetune_config_from
+
+    file = tmp_path / "ft.toml"
+    file.write_text(f'train_len = 64\nsteps = 7\nlr = 1e-3\ncorpus = "{corpus}"\n[finetune]\nwarmup = 2\n')
+    argv = ["hf", "finetune", str(base), "--config", str(file), "--out", "o", "--set", "lr=5e-4", "--steps", "3",
+            "--no-gradient-checkpointing", "--s2-attn", "--order", "epoch", "--tokenizer", "bytes"]  # fmt: skip
+    resolved = finetune_config_from(build_parser().parse_args(argv))
+    assert (resolved.train_len, resolved.steps, resolved.lr, resolved.warmup) == (64, 3, 5e-4, 2)
+    assert (resolved.gradient_checkpointing, resolved.s2_group, resolved.order) == (False, 16, "epoch")
+    assert (resolved.batch_size, resolved.lora, resolved.corpus) == (1, "r=8,alpha=16", corpus)  # file, defaults
+    example = Path(__file__).parents[1] / "experiments" / "finetune.toml"  # the example the help names
+    shipped = finetune_config_from(build_parser().parse_args(["hf", "finetune", "m", "--config", str(example)]))
+    assert (shipped.train_len, shipped.rope_scaling, shipped.trainable, shipped.steps) == (
+        8192,
+        "yarn:4",
+        "embed,norm",
+        400,
+    )
+    file.write_text("train_len = 64\nstepz = 3\n")
+    assert main(["hf", "finetune", str(base), "--config", str(file), "--out", str(tmp_path / "r")]) == 2
+    line = one_line_error(capsys)
+    assert f"--config {file}: fine-tuning config: unknown field(s) stepz" in line

@@ -82,13 +82,13 @@ def test_a_run_that_rolled_before_the_default_changed_resumes_only_rolling(
 
 def test_pose_content_skip_trains_at_the_samplers_draws(tiny_hf_base, tiny_hf_corpus, tmp_path, monkeypatch) -> None:
     seen: list[tuple[torch.Tensor, torch.Tensor | None]] = []
-    step = finetune_module.train_step
+    step = finetune_module.step_loss
 
-    def spy(model, optimizer, batch, grad_clip, precision, positions=None):
+    def spy(model, batch, precision, positions=None):
         seen.append((batch, positions))
-        return step(model, optimizer, batch, grad_clip, precision, positions)
+        return step(model, batch, precision, positions)
 
-    monkeypatch.setattr(finetune_module, "train_step", spy)
+    monkeypatch.setattr(finetune_module, "step_loss", spy)
     sampler = settings(tiny_hf_base, tiny_hf_corpus, train_len=16, positions="pose:128,span=5").sampler()
     seed = next(s for s in range(100) if int(sampler.window(s, 0)[1][-1]) > 16)  # type: ignore[index]  # a skip
     config = settings(tiny_hf_base, tiny_hf_corpus, train_len=16, positions="pose:128,span=5", seed=seed)

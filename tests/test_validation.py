@@ -328,7 +328,7 @@ def _poison_after(step: int, model_of: dict[str, GPT]):
 @pytest.fixture
 def capture_model(monkeypatch) -> dict[str, GPT]:
     """Records the model `train` builds, so a hook can reach its weights."""
-    import lextra.train as train_module
+    import lextra.train.gpt as train_module
 
     seen: dict[str, GPT] = {}
     original = train_module.GPT

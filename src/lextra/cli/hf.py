@@ -18,12 +18,12 @@ from typing import Any
 
 from lextra.cli.app import Handler, group
 from lextra.cli.options import (
+    FIELD_TYPES,
     add_corpus,
     add_device,
     add_evaluation,
     add_extend,
     add_mask,
-    add_positions,
     add_quiet,
     add_rope_scaling,
     add_threads,
@@ -31,7 +31,6 @@ from lextra.cli.options import (
     eval_config_from,
     int_at_least,
     parse_lengths,
-    positive_float,
     positive_int,
     refuse_corpus_with_data,
     retrieval_evaluation,
@@ -290,39 +289,50 @@ def configure_align(parser: argparse.ArgumentParser) -> Handler:
     return _run_align
 
 
-def _run_finetune(args: argparse.Namespace) -> int:
-    from lextra.hf.finetune import FinetuneConfig, finetune
+#: the `FinetuneConfig` fields the `hf` group's shared options set (`add_hf_model`); --s2-attn sets `s2_group`
+SHARED_FIELDS = ("train_len", "corpus", "tokenizer", "data", "limit_chars", "rope_scaling")
 
-    if args.train_len is None:
+
+def finetune_fields() -> list[str]:
+    """The `FinetuneConfig` fields `hf finetune` generates a flag for: all but the model, the shared ones and the
+    S2-Attn group (whose --s2-attn takes an optional value)."""
+    from dataclasses import fields
+
+    from lextra.hf.finetune import FinetuneConfig
+
+    return [f.name for f in fields(FinetuneConfig) if f.name not in ("model", "s2_group", *SHARED_FIELDS)]
+
+
+def finetune_config_from(args: argparse.Namespace) -> Any:
+    """The `FinetuneConfig` of the command line (validated): the --config file, then --set, then every flag given."""
+    from lextra.cli.fields import apply_settings, given, read_config_file
+    from lextra.hf.finetune import FinetuneConfig
+    from lextra.serialize import from_dict
+
+    refuse_corpus_with_data(args)
+    values = read_config_file(args.config, "finetune") if args.config else {}
+    values = apply_settings(values, args.set) | given(args, (*SHARED_FIELDS, *finetune_fields()))
+    values["model"] = args.model
+    if "train_len" not in values:
         raise ConfigError("lextra hf finetune needs --train-len L (the window it trains at)")
+    if args.s2_attn is not None:
+        values["s2_group"] = args.s2_attn or values["train_len"] // 4
+    where = f"--config {args.config}: " if args.config else ""
+    try:
+        config = from_dict(FinetuneConfig, values, refuse_unknown="fine-tuning config")
+    except (ConfigError, TypeError) as err:
+        raise ConfigError(f"{where}{err}") from None
+    return config.validate()
+
+
+def _run_finetune(args: argparse.Namespace) -> int:
+    from lextra.hf.finetune import finetune
+
     if args.mask or args.log_scaling != "none":
         raise ConfigError("--mask and --log-scaling are evaluation options; lextra hf finetune trains causal attention")
     if args.out is None:
         raise ConfigError("lextra hf finetune needs --out DIR (the run folder; the model goes to DIR/model)")
-    refuse_corpus_with_data(args)
-    config = FinetuneConfig(
-        model=args.model,
-        train_len=args.train_len,
-        corpus=args.corpus or FinetuneConfig.corpus,
-        tokenizer=args.tokenizer,
-        data=args.data,
-        limit_chars=args.limit_chars,
-        rope_scaling=args.rope_scaling,
-        lora=args.lora,
-        trainable=args.trainable,
-        steps=args.steps,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        warmup=args.warmup,
-        seed=args.seed,
-        checkpoint_every=args.checkpoint_every,
-        log_every=args.log_every,
-        gradient_checkpointing=not args.no_gradient_checkpointing,
-        s2_group=None if args.s2_attn is None else (args.s2_attn or args.train_len // 4),
-        s2_roll=args.s2_roll,
-        positions=args.positions,
-        fsdp=args.fsdp,
-    )
+    config = finetune_config_from(args)
     if args.quiet:  # transformers' loading and saving bars too
         from transformers.utils import logging as hf_logging
 
@@ -337,24 +347,29 @@ def _run_finetune(args: argparse.Namespace) -> int:
     "fine-tune a Llama-family model at a new context length (LoRA, RoPE scaling), saved as a Hugging Face folder",
     examples=(
         "lextra hf finetune models/llama --out runs/hf/ft-yarn --train-len 8192 --rope-scaling yarn:4 --steps 400",
-        "lextra hf finetune models/llama --out runs/hf/ft-pose --train-len 2048 --positions pose:32768 "
-        "--lora r=8,alpha=16 --trainable embed,norm",
+        "lextra hf finetune models/llama --config experiments/finetune.toml --out runs/hf/ft-pose --train-len 2048 "
+        "--positions pose:32768 --trainable embed,norm --set lr=1e-4",
     ),
 )
 def configure_finetune(parser: argparse.ArgumentParser) -> Handler:
-    from lextra.hf.finetune import ADAPTERS
+    from lextra.cli.fields import add_config_file, add_field_flags
+    from lextra.hf.finetune import ADAPTERS, FinetuneConfig
+    from lextra.reporting.catalog import sampler_help
 
-    parser.add_argument(
-        "--lora",
-        default="r=8,alpha=16",
-        help=f"a LoRA spec, {ADAPTERS.usage('lora')} ({ADAPTERS.describe('lora')}), or its options alone "
-        "(r=8,alpha=16,targets=q_proj+v_proj), or none: full fine-tuning",
-    )
-    parser.add_argument("--trainable", default=None, help="parts trained in full beside LoRA: embed, head, norm")
-    parser.add_argument("--steps", type=positive_int, default=100, help="optimizer steps")
-    parser.add_argument("--batch-size", type=positive_int, default=1, help="windows per step")
-    parser.add_argument(
-        "--lr", type=positive_float, default=2e-4, help="peak learning rate (warmup, then cosine decay)"
+    add_config_file(parser, "FinetuneConfig fields (or a [finetune] table of them)")
+    lora = f"; the spec: {ADAPTERS.usage('lora')} ({ADAPTERS.describe('lora')})"
+    positions = f"; {sampler_help()}; pose's target is the saved max_position_embeddings"
+    from lextra.data import ORDERS
+
+    strict: dict[str, dict[str, Any]] = {"batch_size": {"type": positive_int}, "steps": {"type": positive_int}}
+    strict["order"] = {"choices": ORDERS}
+    add_field_flags(
+        parser,
+        FinetuneConfig,
+        finetune_fields(),
+        FIELD_TYPES,
+        options=strict,
+        more={"lora": lora, "positions": positions},
     )
     parser.add_argument(
         "--s2-attn",
@@ -364,32 +379,8 @@ def configure_finetune(parser: argparse.ArgumentParser) -> Handler:
         default=None,
         metavar="G",
         help="LongLoRA's shifted sparse attention while training, groups of G tokens (default G: L/4), the "
-        "shifted heads grouped without wrap-around as the authors train; the saved model runs full attention",
-    )
-    parser.add_argument(
-        "--s2-roll",
-        action="store_true",
-        help="S2-Attn as LongLoRA's forward_noflashattn: the shifted heads rolled, the last tokens wrapping around",
-    )
-    add_positions(
-        parser,
-        default="contiguous",
-        default_text="contiguous; pose's target is the saved max_position_embeddings, except under yarn or dynamic",
-    )
-    parser.add_argument("--warmup", type=int_at_least(0), default=10, help="warmup steps")
-    parser.add_argument(
-        "--seed", type=int_at_least(0), default=0, help="seed of the batches, the positions and LoRA's init"
-    )
-    parser.add_argument("--checkpoint-every", type=int_at_least(0), default=50, help="steps between checkpoints")
-    parser.add_argument("--log-every", type=int_at_least(0), default=10, help="steps between metrics records")
-    parser.add_argument(
-        "--no-gradient-checkpointing", action="store_true", help="keep activations (faster, more memory)"
+        "shifted heads grouped without wrap-around as the authors train (--s2-roll: rolled, as their "
+        "forward_noflashattn); the saved model runs full attention (default: off)",
     )
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
-    parser.add_argument(
-        "--fsdp",
-        action="store_true",
-        help="under torchrun, shard weights, gradients and optimizer state over the processes (FSDP2) instead of "
-        "replicating the model (DDP): for models that do not fit one GPU",
-    )
     return _run_finetune

@@ -15,13 +15,12 @@ read from the config dataclasses (`TrainConfig`, `GPTConfig`, `EvalConfig`, `Ret
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from lextra.cli.fields import config_default
 from lextra.errors import ConfigError
 from lextra.validate import parse_lengths
 
@@ -84,18 +83,6 @@ def add_aliased(parser: argparse.ArgumentParser, name: str, *aliases: str, **kwa
     return action
 
 
-def config_default(cls: type, name: str) -> Any:
-    """The default of field `name` of dataclass `cls` (its `default_factory()` when it has one)."""
-    for item in dataclasses.fields(cls):
-        if item.name == name:
-            if item.default is not dataclasses.MISSING:
-                return item.default
-            if item.default_factory is not dataclasses.MISSING:
-                return item.default_factory()
-            break
-    raise KeyError(f"{cls.__name__} has no field {name!r} with a default")
-
-
 # --- value types: argparse turns their ArgumentTypeError into one line and exit code 2 --------------------------
 def _number(kind: Callable[[str], Any], text: str, what: str) -> Any:
     try:
@@ -142,6 +129,10 @@ def finite_float(low: float | None = None, high: float | None = None, *, low_ope
 
 
 positive_float = finite_float(0.0, low_open=True)
+#: the argparse type of a generated flag by its field's annotation (`lextra.cli.fields`): numbers refused when
+#: non-finite or negative (no training setting is; a flag that may be passes its own type), the rest of each
+#: range by the config's `validate`
+FIELD_TYPES: dict[type, Callable[[str], Any]] = {int: non_negative_int, float: finite_float(0.0), str: str}
 
 
 def percent(*, allow_zero: bool) -> Callable[[str], float]:
@@ -361,20 +352,28 @@ TRAIN_FLAGS: dict[str, str] = {
 }
 
 
+#: the `TrainConfig` fields whose flags `add_training` generates (`lextra.cli.fields`); each is its own dest
+GENERATED_TRAIN_FLAGS = (
+    "batch_size", "steps", "lr", "min_lr_ratio", "warmup", "weight_decay", "beta1", "beta2", "grad_clip",
+    "position_lr_scale", "seed", "checkpoint_every", "log_every", "eval_every", "eval_sequences", "init_from",
+    "positions", "s2_attn", "order", "precision", "tensorboard", "log_dir", "compile",
+)  # fmt: skip
+TRAIN_FLAGS.update({name: name for name in GENERATED_TRAIN_FLAGS})
+
+
 def add_training(parser: argparse.ArgumentParser) -> None:
-    """--config FILE, the model shape and the training budget, with the data options. Every flag sets the
-    `TrainConfig` field `TRAIN_FLAGS` names; one left out keeps the --config file's value, else the default."""
+    """--config FILE and --set, the model shape and the training settings, with the data options. Every flag sets
+    the `TrainConfig` field `TRAIN_FLAGS` names (those of `GENERATED_TRAIN_FLAGS` generated from the fields: help
+    from their docs, defaults from the dataclass); one left out keeps the --config file's value, else the default."""
+    from lextra.cli.fields import add_config_file, add_field_flags
     from lextra.data import ORDERS
     from lextra.model import GPTConfig
+    from lextra.reporting.catalog import sampler_help
     from lextra.train import TrainConfig
 
     add_data(parser)
-    parser.add_argument(
-        "--config",
-        default=None,
-        metavar="FILE",
-        help="a TOML file of TrainConfig fields, with a [model] table of GPTConfig fields (or a study's [train] "
-        "section); a flag given explicitly overrides its value (default: none, every field at its default)",
+    add_config_file(
+        parser, "TrainConfig fields, with a [model] table of GPTConfig fields (or a study's [train] section)"
     )
 
     def add(name: str, cls: type, field_name: str, kind: Callable, text: str = "", aliases: tuple[str, ...] = ()):
@@ -386,96 +385,42 @@ def add_training(parser: argparse.ArgumentParser) -> None:
     add("--n-layer", GPTConfig, "n_layer", positive_int, "layers", ("--layers",))
     add("--d-model", GPTConfig, "d_model", positive_int, "model width", ("--width",))
     add("--n-head", GPTConfig, "n_head", positive_int, "attention heads", ("--heads",))
-    add("--batch-size", TrainConfig, "batch_size", positive_int, "training windows per step")
-    add("--steps", TrainConfig, "steps", positive_int, "optimizer steps")
-    add("--lr", TrainConfig, "lr", positive_float, "peak learning rate")
-    add("--warmup", TrainConfig, "warmup", non_negative_int, "linear warmup steps")
-    add(
-        "--position-lr-scale",
+    strict: dict[str, dict[str, Any]] = {name: {"type": positive_int} for name in ("batch_size", "steps")} | {
+        "lr": {"type": positive_float},
+        "position_lr_scale": {"type": finite_float(0.0)},
+        "positions": {"metavar": "NAME[:OPTIONS]"},
+        "s2_attn": {"metavar": "G"},
+        "order": {"choices": ORDERS},
+        "precision": {"choices": ["fp32", "bf16"]},
+    }
+    add_field_flags(
+        parser,
         TrainConfig,
-        "position_lr_scale",
-        finite_float(0.0),
-        "learning-rate multiplier for position-scheme parameters (T5 table, KERPLE, FIRE)",
-    )
-    add("--seed", TrainConfig, "seed", non_negative_int, "seed of the initial weights and the training windows")
-    add("--checkpoint-every", TrainConfig, "checkpoint_every", positive_int, "steps between checkpoints")
-    parser.add_argument(
-        "--init-from",
-        default=None,
-        help="start from this model folder's weights (fine-tuning; continued training at a new --train-len, with "
-        "--rope-scaling for rotary schemes; the optimizer starts fresh) (default: none)",
-    )
-    add_positions(parser, default=None, default_text=config_default(TrainConfig, "positions"))
-    parser.add_argument(
-        "--s2-attn",
-        type=non_negative_int,
-        default=None,
-        metavar="G",
-        help="train with LongLoRA's shifted sparse attention in groups of G tokens (G even, dividing --train-len; "
-        "0: off); evaluation attends fully causally (default: 0)",
-    )
-    parser.add_argument(
-        "--order",
-        default=None,
-        choices=ORDERS,
-        help="order of the training windows: iid draws each uniformly at random from every offset; epoch draws "
-        "every non-overlapping window once per epoch, in a permutation per (seed, epoch) "
-        f"(default: {config_default(TrainConfig, 'order')})",
+        GENERATED_TRAIN_FLAGS,
+        FIELD_TYPES,
+        options=strict,
+        more={"positions": f"; {sampler_help()}"},
     )
     add_rope_scaling(
         parser,
         "; trained with and saved in the model (none removes it); with --init-from its original length is the "
         "source model's L_tr",
     )
-    parser.add_argument(
-        "--precision",
-        default=None,
-        choices=["fp32", "bf16"],
-        help="bf16 autocast for matrix products (position math stays fp32) "
-        f"(default: {config_default(TrainConfig, 'precision')})",
-    )
-    parser.add_argument(
-        "--tensorboard",
-        action="store_true",
-        default=None,
-        help="also write the training curves as TensorBoard event files, in the run directory's tb/ "
-        "(needs pip install 'lextra[tensorboard]') (default: off)",
-    )
-    parser.add_argument(
-        "--log-dir",
-        default=None,
-        help="write the TensorBoard event files here (implies --tensorboard) (default: the run's tb/ when on)",
-    )
-    parser.add_argument(
-        "--compile",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="run the training step's forward and loss through torch.compile (inductor; needs a C++ compiler on "
-        "the CPU; a scheme it fails on trains eagerly, with a warning naming why); off by default, since on small "
-        f"CPU models its compile time exceeds what it saves (default: {config_default(TrainConfig, 'compile')})",
-    )
 
 
-def read_train_file(path: str | Path) -> Any:
-    """The `TrainConfig` a `--config` TOML file describes: TrainConfig fields with a [model] table of GPTConfig
-    fields, or the same inside a [train] section (a study's); an unknown key is one error naming the file."""
+def read_train_file(path: str | Path | None, settings: list[str] | None = None) -> Any:
+    """The `TrainConfig` a `--config` TOML file describes (None: the defaults), with `--set KEY=VALUE` settings
+    applied: TrainConfig fields with a [model] table of GPTConfig fields, or the same inside a [train] section (a
+    study's); an unknown key is one error naming the file."""
+    from lextra.cli.fields import apply_settings, read_config_file
     from lextra.train import TrainConfig
 
-    path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except OSError as err:
-        raise ConfigError(f"--config {path}: cannot read it ({err.strerror or err})") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-        raise ConfigError(f"--config {path} is not valid TOML ({err})") from None
-    values = dict(data.get("train", {}))
-    values.update({k: v for k, v in data.items() if k != "train"})
-    if "train" in data and "model" in data.get("train", {}) and "model" in data:
-        raise ConfigError(f"--config {path}: give the model fields once, in [model] or in [train.model]")
+    values = read_config_file(path, "train") if path is not None else {}
+    values = apply_settings(values, settings or [])
     try:
         return TrainConfig.from_dict(values)
     except (ConfigError, TypeError) as err:
-        raise ConfigError(f"--config {path}: {err}") from None
+        raise ConfigError(f"--config {path}: {err}" if path is not None else str(err)) from None
 
 
 def check_rotary(scheme: str, flag: str) -> None:
@@ -499,9 +444,7 @@ def with_rope_scaling(options: dict[str, Any], spec: str) -> dict[str, Any]:
 def train_config_from(args: argparse.Namespace, scheme: str | None = None) -> Any:
     """The `TrainConfig` the training options describe (validated): the --config file (else the defaults), then
     every flag given explicitly, then `scheme` when the command sets it (compare variants)."""
-    from lextra.train import TrainConfig
-
-    config = read_train_file(args.config) if getattr(args, "config", None) else TrainConfig()
+    config = read_train_file(getattr(args, "config", None), getattr(args, "set", None))
     for dest, target in TRAIN_FLAGS.items():
         value = getattr(args, dest, None)
         if value is None or value == []:

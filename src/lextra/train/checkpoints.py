@@ -1,0 +1,180 @@
+"""Checkpoints of any training target: `checkpoints/step_N/` holds the target's weights (what it writes: a lextra
+model folder, a Hugging Face run's trainable tensors), `optimizer.safetensors` (whole tensors, gathered when the
+model is sharded) and `state.json` (the step, the optimizer's groups, the RNG, where an epoch-order run stands in
+its data, and the sha256 of every file), written into a temporary folder and renamed; `checkpoints/LATEST` names the
+newest, and the `KEEP_CHECKPOINTS` newest are kept. Loading verifies every file first, so a resume skips a corrupt
+or partial checkpoint for the one before it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from lextra.errors import CheckpointError, ConfigError
+from lextra.io import atomic_write, atomic_write_json, atomic_write_text, sha256_file
+from lextra.train.distributed import gathered, placed_like
+
+CHECKPOINTS = "checkpoints"
+LATEST = "LATEST"
+FINAL = "model"
+KEEP_CHECKPOINTS = 2
+STATE = "state.json"
+OPTIMIZER = "optimizer.safetensors"
+
+
+class Weights(Protocol):
+    """What a checkpoint asks of a training target: write its weights into a folder, read them back."""
+
+    def save_weights(self, folder: Path | None) -> None:
+        """Write the trainable state into `folder`; every process calls it (None: take part in gathering a sharded
+        model's tensors, write nothing)."""
+        ...
+
+    def load_weights(self, folder: Path) -> None:
+        """Copy the weights of a checkpoint folder into the model (CheckpointError when they are unusable)."""
+        ...
+
+
+def optimizer_state(
+    optimizer: torch.optim.Optimizer, keep: bool = True
+) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
+    """The optimizer's per-parameter state as whole CPU tensors named `INDEX.KEY`, and its param groups (a
+    collective when the parameters are sharded)."""
+    state = optimizer.state_dict()
+    tensors = gathered(((f"{i}.{k}", v) for i, e in state["state"].items() for k, v in e.items()), keep)
+    return tensors, state["param_groups"]
+
+
+def load_optimizer(
+    optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], param_groups: list[dict[str, Any]]
+) -> None:
+    """Restore `optimizer_state`'s tensors, each laid out as its parameter is (sharded or on its device)."""
+    by_index = [p for group in optimizer.param_groups for p in group["params"]]  # state_dict()'s numbering
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for name, value in tensors.items():
+        index, key = name.split(".", 1)
+        param = by_index[int(index)]
+        state.setdefault(int(index), {})[key] = placed_like(value, param) if value.shape == param.shape else value
+    optimizer.load_state_dict({"state": state, "param_groups": param_groups})
+
+
+def save_checkpoint(
+    run_dir: Path,
+    target: Weights,
+    optimizer: torch.optim.Optimizer,
+    step: int,
+    *,
+    write: bool = True,
+    position: dict[str, int] | None = None,
+    device: torch.device | None = None,
+) -> Path:
+    """checkpoints/step_N, staged then renamed; LATEST points at it. Every process calls it (a sharded model is
+    gathered); only the one with `write` writes. `position`: where an epoch-order run stands in its data."""
+    root = run_dir / CHECKPOINTS
+    final, staging = root / f"step_{step:07d}", root / f".step_{step:07d}.tmp"
+    if write:
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+    target.save_weights(staging if write else None)
+    tensors, param_groups = optimizer_state(optimizer, keep=write)
+    if not write:
+        return final
+    atomic_write(staging / OPTIMIZER, lambda tmp: save_file(tensors, str(tmp)))
+    record: dict[str, Any] = {
+        "step": step,
+        "optimizer": {"param_groups": param_groups},
+        "sha256": {p.name: sha256_file(p) for p in sorted(staging.iterdir()) if p.is_file()},
+        "torch_rng_state": torch.get_rng_state().tolist(),
+    }
+    if position is not None:
+        record["data_position"] = position
+    if device is not None and device.type == "cuda":  # dropout on the GPU draws from its own generator
+        record["cuda_rng_state"] = torch.cuda.get_rng_state(device).tolist()
+    atomic_write_json(staging / STATE, record)
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(staging, final)
+    atomic_write_text(root / LATEST, final.name + "\n")
+    for old in sorted(root.glob("step_*"))[:-KEEP_CHECKPOINTS]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def read_state(path: Path) -> dict[str, Any]:
+    """A checkpoint's state.json with every file it names verified against its sha256 (checkpoints written before
+    the one format: the optimizer's digest alone, the param groups at the top level)."""
+    try:
+        record = json.loads((path / STATE).read_text())
+        digests = record.get("sha256") or {OPTIMIZER: record["optimizer_sha256"]}
+        record.setdefault("optimizer", {"param_groups": record.get("param_groups")})
+    except (OSError, json.JSONDecodeError, KeyError, AttributeError) as err:
+        raise CheckpointError(f"checkpoint {path} has a missing or corrupt {STATE} ({err})") from None
+    for name, digest in digests.items():
+        if not (path / name).is_file() or sha256_file(path / name) != digest:
+            raise CheckpointError(f"checkpoint {path}: {name} is missing or corrupt (checksum mismatch)")
+    return record
+
+
+def load_checkpoint(path: Path, target: Weights, optimizer: torch.optim.Optimizer, device: torch.device) -> int:
+    """Restore a checkpoint (every file verified first) into the target, the optimizer and the RNG; the step."""
+    record = read_state(path)
+    target.load_weights(path)
+    load_optimizer(optimizer, load_file(str(path / OPTIMIZER)), record["optimizer"]["param_groups"])
+    torch.set_rng_state(torch.tensor(record["torch_rng_state"], dtype=torch.uint8, device="cpu"))
+    if device.type == "cuda" and "cuda_rng_state" in record:
+        torch.cuda.set_rng_state(torch.tensor(record["cuda_rng_state"], dtype=torch.uint8, device="cpu"), device)
+    return int(record["step"])
+
+
+def checkpoint_candidates(run_dir: Path) -> list[Path]:
+    """Checkpoint folders, newest first (LATEST's target first when it names one)."""
+    root = run_dir / CHECKPOINTS
+    found = sorted(root.glob("step_*"), reverse=True)
+    latest = root / LATEST
+    if latest.exists():
+        named = root / latest.read_text().strip()
+        if named in found:
+            found.remove(named)
+            found.insert(0, named)
+    return found
+
+
+def resume(run_dir: Path, target: Weights, optimizer: torch.optim.Optimizer, device: torch.device, command: str) -> int:
+    """Load the newest usable checkpoint of `run_dir` (warning past unusable ones); the step it ends, 0 without
+    one. Every checkpoint unusable: CheckpointError naming why each was."""
+    candidates = checkpoint_candidates(run_dir)
+    if not candidates:
+        print(f"{command}: no checkpoint in {run_dir}; starting from step 0", file=sys.stderr)
+        return 0
+    errors = []
+    for path in candidates:
+        try:
+            return load_checkpoint(path, target, optimizer, device)
+        except CheckpointError as err:
+            errors.append(str(err))
+            print(f"{command}: warning: skipping unusable checkpoint: {err}", file=sys.stderr)
+    raise CheckpointError("no usable checkpoint to resume from: " + " | ".join(errors))
+
+
+def saved_position(run_dir: Path, step: int) -> Any:
+    """The data position the checkpoint of `step` recorded (None when it recorded none)."""
+    state_path = run_dir / CHECKPOINTS / f"step_{step:07d}" / STATE
+    return json.loads(state_path.read_text()).get("data_position")
+
+
+def refuse_changes(run_dir: Path, saved: dict[str, Any], current: dict[str, Any], allowed: frozenset[str]) -> None:
+    """Refuse to resume `run_dir` with settings that differ from the saved ones in anything but `allowed`."""
+    differences = [k for k in current if k not in allowed and saved.get(k) != current[k]]
+    if differences:
+        detail = "; ".join(f"{k}: saved {saved.get(k)!r}, now {current[k]!r}" for k in differences[:4])
+        raise ConfigError(
+            f"cannot resume {run_dir} with an incompatible config ({detail}); "
+            "use the original settings or a new --out directory"
+        )

@@ -1,0 +1,283 @@
+"""The lextra GPT training target (`GPTTarget`): its data (a prepared folder, the data cache's entry of the corpus,
+or a training task), the model (seeded, optionally from `init_from`'s weights), AdamW with a learning rate of its
+own for position-scheme parameters, the compiled or eager step (`lextra.compile.StepLoss`), a validation loss, and
+at the end the model folder `run_dir/model` (`lextra.model.save_model`). A checkpoint's weights are a model folder
+too, so any checkpoint loads as a model. `train(config, run_dir)` runs it under the `Trainer`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lextra.compile import StepLoss
+from lextra.data import eval_sequences
+from lextra.data.positions import PositionSampler
+from lextra.data.prepare import PreparedData, prepare_data
+from lextra.data.shards import PreparedShards, training_batches
+from lextra.data.windows import encode_documents
+from lextra.errors import CheckpointError, ConfigError
+from lextra.model import GPT, GPTConfig, load_model, read_model_meta, save_model
+from lextra.positions.scaling import SCALING_TYPES
+from lextra.train.checkpoints import FINAL, refuse_changes
+from lextra.train.config import TrainConfig
+from lextra.train.distributed import Distributed
+from lextra.train.loop import Trainer
+from lextra.train.target import StepFunction
+from lextra.train.tasks import BatchSource, batch_source, check_same_data, open_training_data
+
+#: parameter dtypes AdamW's fused CPU and CUDA kernels take
+FUSED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+#: model fields continued training may change from its --init-from model (the RoPE scaling is a scheme option)
+CONTINUE_CHANGES = ("train_len", "temperatures")
+
+
+def train(
+    config: TrainConfig,
+    run_dir: str | Path,
+    *,
+    resume: bool = False,
+    progress: bool = True,
+    on_step: Callable[[int], None] | None = None,
+    device: str | torch.device | None = None,
+) -> Path:
+    """Train a GPT on `device` (see `Trainer`); returns the folder of the final model (`run_dir/model`)."""
+    config.validate()
+    trainer = Trainer(GPTTarget(config), run_dir, resume=resume, progress=progress, device=device, on_step=on_step)
+    return Path(trainer.run())
+
+
+def make_optimizer(model: GPT, config: TrainConfig) -> torch.optim.AdamW:
+    """AdamW; weight decay only on the network's matrices; position-scheme parameters (T5 table, KERPLE, FIRE,
+    learned positions) get no decay and their own learning rate, lr * position_lr_scale."""
+    scheme_params = {id(p) for p in model.positions.parameters()}
+    decay: list[torch.nn.Parameter] = []
+    no_decay: list[torch.nn.Parameter] = []
+    for param in model.parameters():
+        if id(param) not in scheme_params:
+            (decay if param.dim() >= 2 else no_decay).append(param)
+    groups = [
+        {"params": decay, "weight_decay": config.weight_decay, "lr_scale": 1.0},
+        {"params": no_decay, "weight_decay": 0.0, "lr_scale": 1.0},
+        {"params": list(model.positions.parameters()), "weight_decay": 0.0, "lr_scale": config.position_lr_scale},
+    ]
+    params = list(model.parameters())
+    # one fused kernel per parameter group (not a Python loop over tensors) where torch has one for these tensors
+    fused = all(p.device.type in ("cpu", "cuda") and p.dtype in FUSED_DTYPES for p in params)
+    return torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2), fused=fused)
+
+
+class GPTTarget:
+    """A lextra GPT as a `TrainingTarget` (see `lextra.train.target` for what each method does)."""
+
+    command = "lextra train"
+    kind = "training"
+
+    def __init__(self, config: TrainConfig) -> None:
+        if config.fsdp:
+            raise ConfigError("--fsdp shards Hugging Face models (lextra hf finetune); lextra train replicates (DDP)")
+        self.config = config
+        self.label = f"train {config.model.scheme}"
+        self.extra: dict[str, Any] = {}
+        self._stream: BatchSource | None = None
+        self._model: GPT | None = None
+        self.validation: list[torch.Tensor] = []
+        self.step_loss: StepLoss | None = None
+
+    @property
+    def stream(self) -> BatchSource:
+        assert self._stream is not None, "open_data first"
+        return self._stream
+
+    @property
+    def model(self) -> GPT:
+        assert self._model is not None, "build first"
+        return self._model
+
+    @property
+    def length(self) -> int:
+        return self.config.model.train_len
+
+    def sampler(self) -> PositionSampler:
+        return self.config.sampler()
+
+    def open_data(self, world: Distributed, run_dir: Path, resume: bool, progress: bool) -> None:
+        config = self.config
+        shards, cached = open_training_data(config, progress, prepare=world.is_main)
+        data: PreparedData | None = None
+        if shards is not None:
+            tokenizer = shards.tokenizer()
+        else:
+            data = prepare_data(config.corpus, config.tokenizer, config.limit_chars)
+            tokenizer = data.tokenizer
+        config.model.vocab_size = tokenizer.vocab_size
+        continue_from(config)
+        if resume:
+            check_same_data(run_dir, shards, cached=cached)
+            self._check_resumable(run_dir)
+        if shards is not None and config.task is None:
+            self._stream = training_batches(shards, config.order)
+        else:  # a task builds its samples from text: a prepared folder's documents decoded (`PreparedShards.texts`)
+            data = data if data is not None else shards.prepared_data()  # type: ignore[union-attr]
+            self._stream = batch_source(config, data)
+        self.extra = {"tokenizer": tokenizer.to_config(), "train": config.to_dict()}
+        if shards is not None:
+            self.extra["data"] = {"path": str(shards.root), "manifest_sha256": shards.sha256} | (
+                {"cache": True} if cached else {}
+            )
+        if world.is_main:
+            self.validation = validation_batches(data, shards, config)
+
+    def _check_resumable(self, run_dir: Path) -> None:
+        """Refuse to resume with a config that changes anything but `TrainConfig.RESUMABLE`."""
+        saved_path = run_dir / "config.json"
+        if not saved_path.exists():
+            return
+        try:
+            saved = json.loads(saved_path.read_text())["train"]
+        except (json.JSONDecodeError, KeyError, TypeError) as err:
+            raise CheckpointError(f"{saved_path} is corrupt ({err}); start a new run directory") from None
+        refuse_changes(run_dir, saved, self.config.to_dict(), self.config.RESUMABLE)
+
+    def run_record(self) -> dict[str, Any]:
+        return {k: self.extra[k] for k in ("train", "tokenizer", "data") if k in self.extra}
+
+    def build(self, device: torch.device, world: Distributed) -> GPT:
+        torch.manual_seed(self.config.seed)
+        self._model = GPT(self.config.model).to(device)  # built on the CPU: the same initial weights on every device
+        self._model.set_s2_attn(self.config.s2_attn)
+        self.device = device
+        self.validation = [b.to(device) for b in self.validation]
+        return self._model
+
+    def optimizer(self) -> torch.optim.Optimizer:
+        return make_optimizer(self.model, self.config)
+
+    def started(self, start: int) -> None:
+        if self.config.init_from and start == 0:  # a resumed run already holds weights past the initial ones
+            _initialise_from(self.model, self.config.init_from)
+
+    def step_function(self, network: torch.nn.Module) -> StepFunction:
+        config = self.config
+        self.step_loss = StepLoss(network, config.precision, self.device, compile=config.compile,
+                                  label=config.model.scheme)  # fmt: skip
+        return self.step_loss
+
+    def trainable(self) -> list[tuple[str, torch.nn.Parameter]]:
+        return list(self.model.named_parameters())
+
+    def save_weights(self, folder: Path | None) -> None:
+        if folder is not None:
+            save_model(self.model, folder, extra=self.extra)
+
+    def load_weights(self, folder: Path) -> None:
+        self.model.load_state_dict(load_model(folder, map_location=self.device).state_dict())
+
+    def validation_loss(self, done: int) -> float | None:
+        config = self.config
+        if not self.validation or not ((config.eval_every and done % config.eval_every == 0) or done == config.steps):
+            return None
+        loss = validation_loss(self.model, self.validation)
+        self.model.train()
+        return loss
+
+    def divergence_causes(self) -> list[str]:
+        causes = []
+        if self.config.model.scheme_options:
+            options = ", ".join(f"{k}={v!r}" for k, v in self.config.model.scheme_options.items())
+            causes.append(f"an extreme scheme option ({options})")
+        if self.config.precision == "bf16":
+            causes.append("bf16 overflow (try --precision fp32)")
+        return causes
+
+    def finish(self, run_dir: Path, world: Distributed) -> Path:
+        if self.step_loss is not None and self.step_loss.summary() and world.is_main:
+            print(f"lextra train: {self.config.model.scheme}: {self.step_loss.summary()}", file=sys.stderr)
+        final = run_dir / FINAL
+        if world.is_main:
+            save_model(self.model, final, extra={**self.extra, "steps": self.config.steps})
+        return final
+
+
+def _comparable(model: GPTConfig) -> dict[str, Any]:
+    data = model.to_dict()
+    for name in CONTINUE_CHANGES:
+        data.pop(name, None)
+    data["scheme_options"] = {k: v for k, v in model.scheme_options.items() if k != "scaling"}
+    return data
+
+
+def continue_from(config: TrainConfig) -> GPTConfig | None:
+    """Check `config.init_from` against this run's model before any work: the same scheme and shape, changing at
+    most the training length and the RoPE scaling. A scaling without an original length gets the source's (its
+    own scaling's original length, else its L_tr), so `--train-len 512 --rope-scaling yarn:4` on a model trained
+    at 128 scales from 128. Returns the source's config (None without --init-from)."""
+    if not config.init_from:
+        return None
+    meta = read_model_meta(config.init_from)
+    source = GPTConfig.from_dict(meta["model"])
+    mine, theirs = _comparable(config.model), _comparable(source)
+    differences = [k for k in mine if mine[k] != theirs.get(k)]
+    if differences:
+        detail = "; ".join(f"{k}: model {theirs.get(k)!r}, this run {mine[k]!r}" for k in differences[:4])
+        raise ConfigError(
+            f"--init-from {config.init_from}: its model config differs from this run's ({detail}); only "
+            "--train-len and --rope-scaling may change, so set the other model options as the model has them"
+        )
+    scaling = config.model.scheme_options.get("scaling")
+    if isinstance(scaling, dict) and scaling.get("type", "none") in SCALING_TYPES:
+        uses = SCALING_TYPES.get(scaling["type"]).uses
+        if "original_max_position_embeddings" in uses and "original_max_position_embeddings" not in scaling:
+            before = source.scheme_options.get("scaling")
+            original = before.get("original_max_position_embeddings") if isinstance(before, dict) else None
+            scaling = {**scaling, "original_max_position_embeddings": original or source.train_len}
+            config.model.scheme_options = {**config.model.scheme_options, "scaling": scaling}
+            config.model.validate()
+    return source
+
+
+def _initialise_from(model: GPT, folder: str) -> None:
+    """Copy a saved model's weights into `model` (same scheme and shape; `continue_from` checked the config)."""
+    source = load_model(folder)
+    mismatched = [
+        name
+        for name, tensor in source.state_dict().items()
+        if name in model.state_dict() and model.state_dict()[name].shape != tensor.shape
+    ]
+    if mismatched:
+        raise ConfigError(
+            f"--init-from {folder}: its weights {', '.join(mismatched[:3])} have other shapes at --train-len "
+            f"{model.config.train_len} (a table sized by L_tr); keep its --train-len or set the table size "
+            "(e.g. --scheme-option max_len=...) as the model has it"
+        )
+    model.load_state_dict(source.state_dict())
+
+
+def validation_batches(
+    data: PreparedData | None, shards: PreparedShards | None, config: TrainConfig
+) -> list[torch.Tensor]:
+    """Fixed validation windows at the training length from the validation split ([] when there are none)."""
+    if not config.eval_sequences:
+        return []
+    if shards is not None:
+        tokens = shards.documents("validation")
+    else:
+        assert data is not None
+        tokens = encode_documents(data.splits["validation"], data.tokenizer)
+    if not tokens:
+        return []
+    sequences, _ = eval_sequences(tokens, config.model.train_len, config.eval_sequences)
+    return [torch.stack(sequences)]
+
+
+@torch.no_grad()
+def validation_loss(model: GPT, batches: list[torch.Tensor]) -> float:
+    """Mean next-token loss over fixed validation windows at the training length."""
+    model.eval()
+    losses = [float(model.loss(batch)) for batch in batches]
+    return sum(losses) / len(losses)

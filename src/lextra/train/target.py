@@ -1,0 +1,107 @@
+"""The training target protocol: what the `Trainer` asks of the thing it trains. A lextra GPT (`GPTTarget`,
+`lextra.train.gpt`) and a Hugging Face model with optional LoRA (`HFTarget`, `lextra.hf.finetune`) implement it;
+the Trainer owns everything else (steps, schedule, checkpoints, resume, divergence stop, metrics, torchrun).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from lextra.data.positions import PositionSampler
+from lextra.train.config import LoopConfig
+from lextra.train.distributed import Distributed
+from lextra.train.tasks import BatchSource
+
+#: `loss = step(batch, positions)`: forward, loss and backward of this process's rows of a step
+StepFunction = Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]
+
+
+class TrainingTarget(Protocol):
+    """A model the `Trainer` trains; methods are called in the order written here."""
+
+    @property
+    def config(self) -> LoopConfig:
+        """The run's settings (the Trainer reads the `LoopConfig` fields)."""
+        ...
+
+    @property
+    def command(self) -> str:
+        """The command whose messages these are, e.g. "lextra train"."""
+        ...
+
+    @property
+    def label(self) -> str:
+        """The progress bar's label, e.g. "train rope"."""
+        ...
+
+    @property
+    def kind(self) -> str:
+        """What the run is called in messages, e.g. "training"."""
+        ...
+
+    def open_data(self, world: Distributed, run_dir: Path, resume: bool, progress: bool) -> None:
+        """Read the data (setting `stream`), and when resuming refuse settings or data the run cannot continue
+        with; nothing written yet."""
+        ...
+
+    @property
+    def stream(self) -> BatchSource:
+        """The training batches: (global batch, length + 1) token ids, a pure function of (step, seed)."""
+        ...
+
+    @property
+    def length(self) -> int:
+        """The training window, tokens."""
+        ...
+
+    def sampler(self) -> PositionSampler:
+        """The position sampler of the training windows."""
+        ...
+
+    def run_record(self) -> dict[str, Any]:
+        """What `config.json` holds: the settings a resume compares against."""
+        ...
+
+    def build(self, device: torch.device, world: Distributed) -> torch.nn.Module:
+        """The model on `device`, seeded, trainable parameters set, sharded when `config.fsdp` (FSDP2)."""
+        ...
+
+    def optimizer(self) -> torch.optim.Optimizer:
+        """A fresh optimizer over the trainable parameters (a checkpoint may then restore its state)."""
+        ...
+
+    def started(self, start: int) -> None:
+        """Called once the run knows its first step (0, or the resumed checkpoint's)."""
+        ...
+
+    def step_function(self, network: torch.nn.Module) -> StepFunction:
+        """The step's forward, loss and backward over `network` (the model, or its DDP wrapper)."""
+        ...
+
+    def trainable(self) -> list[tuple[str, torch.nn.Parameter]]:
+        """The parameters that train, by name (clipped and checked for finiteness)."""
+        ...
+
+    def save_weights(self, folder: Path | None) -> None:
+        """Write the trainable state into a checkpoint folder (None: take part in a sharded gather only)."""
+        ...
+
+    def load_weights(self, folder: Path) -> None:
+        """Copy a checkpoint folder's weights into the model."""
+        ...
+
+    def validation_loss(self, done: int) -> float | None:
+        """The validation loss to log after step `done` (None: none due, or the target has none)."""
+        ...
+
+    def divergence_causes(self) -> list[str]:
+        """Likely causes of a non-finite step besides the learning rate."""
+        ...
+
+    def finish(self, run_dir: Path, world: Distributed) -> Any:
+        """Write what the run produces (every process calls it) and return it."""
+        ...

@@ -1,0 +1,104 @@
+"""Where a lextra GPT run's batches come from: plain language modelling on a prepared folder or the data cache's
+entry of the corpus, or a registered training task (`BATCH_SOURCES`; retrieval and RULER tasks register there), and
+the check that a resumed run reads the data it was trained on.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+import torch
+
+from lextra.data import TrainStream, in_order
+from lextra.data.corpora import mixture_weights
+from lextra.data.prepare import PreparedData
+from lextra.data.shards import PreparedShards, cached_shards, data_cache_dir
+from lextra.errors import ConfigError
+from lextra.train.config import TrainConfig
+from lextra.training_tasks import TRAINING_TASKS
+
+
+class BatchSource(Protocol):
+    """Where training batches come from: (batch_size, length + 1) token ids, a pure function of its arguments."""
+
+    def batch(
+        self, step: int, batch_size: int, length: int, seed: int, rank: int = 0, world_size: int = 1
+    ) -> torch.Tensor: ...
+
+
+#: task name -> factory(config, data) of a BatchSource; other modules register tasks here
+BATCH_SOURCES: dict[str, Callable[[TrainConfig, PreparedData], BatchSource]] = {}
+#: callables that register a task spec missing from `BATCH_SOURCES` (e.g. `passkey:0.3`), or raise ConfigError
+BATCH_SOURCE_RESOLVERS: list[Callable[[str], object]] = []
+
+
+def batch_source(config: TrainConfig, data: PreparedData) -> BatchSource:
+    """Plain language modelling on the corpus' train split, or the registered task named by `config.task`."""
+    if config.task is None:
+        return in_order(TrainStream.from_documents(data.splits["train"], data.tokenizer), config.order)
+    return resolve_task(config.task)(config, data)
+
+
+def resolve_task(task: str) -> Callable[[TrainConfig, PreparedData], BatchSource]:
+    """The `BATCH_SOURCES` factory of a task spec: the built-in tasks' modules are imported first (whatever the
+    caller imported), then a spec not registered yet is offered to `BATCH_SOURCE_RESOLVERS`."""
+    if task not in BATCH_SOURCES:
+        TRAINING_TASKS.fill()  # the modules that register the built-in tasks
+    if task not in BATCH_SOURCES:
+        for resolver in BATCH_SOURCE_RESOLVERS:
+            resolver(task)  # raises ConfigError naming the known tasks when the spec is not one
+            if task in BATCH_SOURCES:
+                break
+    if task not in BATCH_SOURCES:
+        known = ", ".join(sorted(BATCH_SOURCES)) or "none registered"
+        raise ConfigError(f"unknown training task {task!r}; known tasks: {known}")
+    return BATCH_SOURCES[task]
+
+
+def open_training_data(
+    config: TrainConfig, progress: bool = True, *, prepare: bool = True
+) -> tuple[PreparedShards | None, bool]:
+    """The prepared folder of `config.data`, or the data cache's entry of `config.corpus` for plain language
+    modelling (None for a task, or with the cache off), and whether it is the cache's. A `--data` folder's source
+    and limit become the config's (a task trains on its documents decoded). Only a process that may `prepare`
+    writes a cache entry; the others (torchrun ranks but 0) wait for it."""
+    if config.data is None:
+        if config.task is not None or data_cache_dir() is None:
+            if mixture_weights(config.corpus) is not None:
+                why = f"the task {config.task!r} reads" if config.task is not None else "LEXTRA_DATA_CACHE=off reads"
+                raise ConfigError(
+                    f"a weighted mixture ({config.corpus}) samples prepared parts, but {why} the corpus into memory; "
+                    "use plain language modelling with the data cache on, or --data DIR"
+                )
+            return None, False
+        shards = cached_shards(config.corpus, config.tokenizer, config.limit_chars, progress=progress, prepare=prepare)
+        return shards, True
+    shards = PreparedShards.open(config.data)
+    shards.check_tokenizer(config.tokenizer)
+    config.corpus, config.limit_chars = shards.manifest["source"], shards.manifest["limit_chars"]
+    return shards, False
+
+
+def check_same_data(run_dir: Path, shards: PreparedShards | None, *, cached: bool = False) -> None:
+    """Refuse to resume a run on prepared data other than what it was trained on (compared by manifest hash).
+
+    A run on the raw corpus continues on its cache entry (`cached`): the two give the same batches."""
+    saved_path = run_dir / "config.json"
+    if not saved_path.exists():
+        return
+    saved = (json.loads(saved_path.read_text()).get("data") or {}).get("manifest_sha256")
+    now = shards.sha256 if shards is not None else None
+    if saved is None and cached:
+        return
+    if saved != now:
+        was = f"prepared data with manifest sha256 {saved[:12]}" if saved else "the raw corpus"
+        if shards is not None and cached:
+            given = f"no --data given (the corpus' cache entry {shards.root} has manifest sha256 {shards.sha256[:12]})"
+        elif shards is not None:
+            given = f"{shards.root} has manifest sha256 {shards.sha256[:12]}"
+        else:
+            given = "no --data given"
+        raise ConfigError(f"cannot resume {run_dir}: it was trained on {was}, {given}; resume with the data it used")
