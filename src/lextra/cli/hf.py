@@ -78,13 +78,11 @@ hf = group(
 
 def load_adapted(args: argparse.Namespace) -> tuple[Any, str]:
     """The adapted model with every stretching option applied, and a label naming them."""
-    from lextra.pipelines.loading import ModelOptions, load_hugging_face
+    from lextra.pipelines.loading import ModelOptions, load_hugging_face, setup_from
 
     options = ModelOptions(
-        rope_scaling=args.rope_scaling,
-        mask=args.mask,
+        setup_from(rope_scaling=args.rope_scaling, mask=args.mask, log_scaling=args.log_scaling),
         temperatures=temperature_file(args),
-        log_scaling=args.log_scaling,
         train_len=args.train_len,
         quiet=args.quiet,
     )
