@@ -199,10 +199,12 @@ class HFCausalLM(_Adapter):
             vocab_size=int(cfg.vocab_size),
         )
         super().__init__(model, view, "causal")
-        #: Hugging Face's rotary embedding as loaded; `_install_rotation` puts it (rebuilt when scaled) or an
-        #: `IdentityRotary` in the model
-        self.rotary = self.inner.rotary_emb
+        #: Hugging Face's rotary embedding as loaded (the template of scaled ones), and the one it rotates with now
+        #: (`rotary`, rebuilt when a scaling changes its parameters; under an extension the model holds an
+        #: `IdentityRotary` and lextra rotates)
+        self.template_rotary = self.rotary = self.inner.rotary_emb
         self.original_rope = copy.deepcopy(dict(cfg.rope_parameters))
+        self._rotary_params = self.original_rope
         modules = self.attention_modules()
         self.head_dim = int(modules[0].head_dim)
         self.layers = describe_layers(cfg, modules, self.head_dim, self._rotary_dim())
@@ -233,7 +235,7 @@ class HFCausalLM(_Adapter):
 
     def _rotary_dim(self) -> int:
         keys = [key for key in (self.rope_key(i) for i in range(self.config.n_layer)) if key is not None]
-        return 2 * inv_freq_of(self.rotary, keys[0] if keys else None).numel()
+        return 2 * inv_freq_of(self.template_rotary, keys[0] if keys else None).numel()
 
     def rope_key(self, layer: int) -> str | None:
         """The layer type whose `rope_parameters` the layer uses (Gemma 3, OLMo 3), or None where they are flat."""
@@ -351,8 +353,13 @@ class HFCausalLM(_Adapter):
         native = self._native_parameters()
         if native is not None:
             cfg.rope_parameters = native
-            with torch.device(device):
-                self.inner.rotary_emb = type(self.rotary)(config=cfg)
+            if native == self.original_rope:
+                self.rotary = self.template_rotary
+            elif native != self._rotary_params:
+                with torch.device(device):
+                    self.rotary = type(self.template_rotary)(config=cfg)
+            self._rotary_params = native
+            self.inner.rotary_emb = self.rotary
             self.state.rotaries = None
             return
         cfg.rope_parameters = copy.deepcopy(self.original_rope)
@@ -366,11 +373,11 @@ class HFCausalLM(_Adapter):
             key, params = self.rope_key(layer), self._layer_params(layer)
             name = json.dumps([key, params], sort_keys=True, default=str)
             if name not in sources:
-                sources[name] = (scaled_source(self.rotary, cfg, key, params, device), key)
+                sources[name] = (scaled_source(self.template_rotary, cfg, key, params, device), key)
             source = sources[name][0]
             rotaries.append(HFRoPE(source, key, dims, self.layers.layout, self.layers.fraction))
         self.state.rotaries = rotaries
-        self.inner.rotary_emb = IdentityRotary(self.rotary, list(sources.values()))
+        self.inner.rotary_emb = IdentityRotary(self.template_rotary, list(sources.values()))
 
     # --- analysis --------------------------------------------------------------------------------------------
     @torch.no_grad()
