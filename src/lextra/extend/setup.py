@@ -193,7 +193,10 @@ def _rope_scaling(setup: InferenceSetup, target: InferenceTarget) -> None:
     if not layers:
         if scaling is None:
             return  # nothing to remove
-        raise ConfigError(f"rope scaling applies to rope, xpos and coca layers; {target._rotary_reason(0)}")
+        raise ConfigError(
+            f"rope scaling applies to rope, xpos and coca models, not {target.variants[0].scheme!r}: "
+            f"layer 0: {target._rotary_reason(0)}"
+        )
     target._scale_rope(scaling, layers)
 
 
@@ -205,12 +208,6 @@ def _set_mask(setup: InferenceSetup, target: InferenceTarget) -> None:
 
 
 def _add_extension(setup: InferenceSetup, target: InferenceTarget, spec: str | ExtensionMethod) -> None:
-    current = target._inference_state()[0]
-    if current is not None and not current.exactly_causal:
-        name = spec if isinstance(spec, str) else spec.name
-        raise ConfigError(
-            f"extension {name!r} sets its own visibility over causal attention; drop the mask {current!r}"
-        )
     built = build_extension(spec, target.config.train_len)
 
     def takes(layer: int) -> str | None:
@@ -219,6 +216,11 @@ def _add_extension(setup: InferenceSetup, target: InferenceTarget, spec: str | E
     layers = _chosen(target, setup.layers, select_layers(target.variants, "all"), f"extension {built.name!r}", takes)
     if not layers:
         raise ConfigError(f"extension {built.name!r} applies to no layer of this model: layer 0: {takes(0)}")
+    current = target._inference_state()[0]
+    if current is not None and not current.exactly_causal:
+        raise ConfigError(
+            f"extension {built.name!r} sets its own visibility over causal attention; drop the mask {current!r}"
+        )
     target._set_extension(built, layers)
 
 

@@ -119,10 +119,10 @@ class _Adapter(ABC):
         return []
 
     def _rotary_reason(self, layer: int) -> str | None:
-        return f"{self.config.model_type} layers have no RoPE to scale"
+        return f"{self.config.model_type} models have no RoPE to scale; drop the rope scaling"
 
     def _extension_reason(self, layer: int, method: ExtensionMethod) -> str | None:
-        return f"{self.config.model_type} layers have no rotation to remap"
+        return f"extension methods apply to rotary models, not {self.config.model_type}; drop --extend"
 
     def _scale_rope(self, scaling: dict[str, Any] | None, layers: list[int]) -> None:
         raise ConfigError(f"{self.config.model_type} models have no RoPE to scale; drop the rope scaling")
