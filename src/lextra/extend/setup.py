@@ -215,7 +215,11 @@ def _add_extension(setup: InferenceSetup, target: InferenceTarget, spec: str | E
 
     layers = _chosen(target, setup.layers, select_layers(target.variants, "all"), f"extension {built.name!r}", takes)
     if not layers:
-        raise ConfigError(f"extension {built.name!r} applies to no layer of this model: layer 0: {takes(0)}")
+        reasons: dict[str, int] = {}
+        for layer in range(len(target.variants)):
+            reasons.setdefault(str(takes(layer)), layer)
+        why = "; ".join(f"layer {layer}: {reason}" for reason, layer in reasons.items())
+        raise ConfigError(f"extension {built.name!r} applies to no layer of this model: {why}")
     current = target._inference_state()[0]
     if current is not None and not current.exactly_causal:
         raise ConfigError(
