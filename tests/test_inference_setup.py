@@ -10,13 +10,13 @@ import pytest
 import torch
 import transformers
 
-from lextra.errors import ConfigError
 from lextra.attention.masks import build_mask
+from lextra.errors import ConfigError
 from lextra.extend import KEEP, ExtendedAttention, InferenceSetup, apply_extension, build_extension
-from lextra.positions.scaling import parse_rope_scaling
 from lextra.hf import HFCausalLM, HFSeq2Seq, adapt
 from lextra.methods import known_methods, prepared
 from lextra.model import GPT, GPTConfig
+from lextra.positions.scaling import parse_rope_scaling
 
 VOCAB = 60
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
 from lextra.attention.masks import Mask, build_mask
 from lextra.attention.pieces import PIECES
@@ -51,8 +51,11 @@ class InferenceTarget(Protocol):
     methods return why a layer cannot take a change (None: it can); the setters apply without checking, so
     `InferenceSetup` is the one way in."""
 
-    variants: list[LayerVariant]
-    config: Any
+    @property
+    def variants(self) -> list[LayerVariant]: ...
+
+    @property
+    def config(self) -> Any: ...
 
     def _default_scaling_layers(self) -> list[int]: ...
 
@@ -201,7 +204,7 @@ def _rope_scaling(setup: InferenceSetup, target: InferenceTarget) -> None:
 
 
 def _set_mask(setup: InferenceSetup, target: InferenceTarget) -> None:
-    mask = None if setup.mask is None else build_mask(setup.mask, target.config.train_len)
+    mask = None if setup.mask is None else build_mask(cast("str | Mask", setup.mask), target.config.train_len)
     if target._inference_state()[1] and mask is not None and not mask.exactly_causal:
         raise ConfigError(f"an extension method sets its own visibility over causal attention; drop the mask {mask!r}")
     target._set_mask(mask)

@@ -133,11 +133,13 @@ def lextra_attention(
     layer = int(getattr(module, "layer_idx", 0) or 0)
     sinks, softcap = kwargs.get("s_aux"), kwargs.get("softcap")
     plain = position_bias is None and attention_mask is None and sinks is None and softcap is None
-    if state is not None and state.extension is not None and layer in state.extended:
-        out = _extended(query, key, value, attention_mask, state, layer, q_pos, k_pos, scale)
+    method = state.extension if state is not None and layer in state.extended else None
+    if state is not None and method is not None:
+        out = _extended(query, key, value, attention_mask, state, method, layer, q_pos, k_pos, scale)
         return out.transpose(1, 2).contiguous(), None
-    if state is not None and state.rotaries is not None and state.rotaries[layer] is not None:
-        query, key = state.rotaries[layer].rotate(query, key, q_pos, k_pos)
+    rotary = state.rotaries[layer] if state is not None and state.rotaries is not None else None
+    if rotary is not None:
+        query, key = rotary.rotate(query, key, q_pos, k_pos)
     if plain and _sees_every_key(module, state, layer, q_pos, k_pos):
         return _folded_attention(query, key, value, scale).transpose(1, 2).contiguous(), None
     key, value = _repeat_kv(key, H), _repeat_kv(value, H)
@@ -214,6 +216,7 @@ def _extended(
     value: Tensor,
     attention_mask: Tensor | None,
     state: AttentionState,
+    method: ExtensionMethod,
     layer: int,
     q_pos: Tensor,
     k_pos: Tensor,
@@ -226,12 +229,12 @@ def _extended(
     per key/value head and never expanded."""
     if state.capture_layer == layer:
         raise ConfigError(
-            f"analyses and alignment read rotated q and k, which extension {state.extension.name!r} does not "
+            f"analyses and alignment read rotated q and k, which extension {method.name!r} does not "
             "produce; run them without --extend"
         )
     if not _plain_causal(attention_mask, q_pos, k_pos):
         raise ConfigError(
-            f"extension {state.extension.name!r} runs on unpadded causal inputs; score prompts of one length "
+            f"extension {method.name!r} runs on unpadded causal inputs; score prompts of one length "
             "together (padding masks are not supported under an extension)"
         )
     tau = query_temperature(state, layer, q_pos)
@@ -240,10 +243,10 @@ def _extended(
     groups = H // key.shape[1]
     if Lq == 1 and tau is None:
         folded = query.reshape(B, key.shape[1], groups, D)
-        out = extended_attention(folded, key, value, rotary, state.extension, q_pos.repeat(groups), k_pos, scale)
+        out = extended_attention(folded, key, value, rotary, method, q_pos.repeat(groups), k_pos, scale)
         return out.reshape(B, H, 1, value.shape[-1])
     key, value = _repeat_kv(key, H), _repeat_kv(value, H)
-    return extended_attention(query, key, value, rotary, state.extension, q_pos, k_pos, scale, tau)
+    return extended_attention(query, key, value, rotary, method, q_pos, k_pos, scale, tau)
 
 
 def _plain_causal(attention_mask: Tensor | None, q_pos: Tensor, k_pos: Tensor) -> bool:
@@ -304,7 +307,7 @@ def lextra_mask(*args: Any, attention_mask: Tensor | None = None, **kwargs: Any)
 
     if attention_mask is None or bool(attention_mask.all()):
         return None
-    return sdpa_mask(*args, attention_mask=attention_mask, **{**kwargs, "allow_is_causal_skip": False})
+    return sdpa_mask(*args, **{**kwargs, "attention_mask": attention_mask, "allow_is_causal_skip": False})
 
 
 def register() -> None:
