@@ -15,7 +15,7 @@ from lextra.analysis import layer_attention
 from lextra.errors import ConfigError
 from lextra.extend import InferenceSetup
 from lextra.hf import HFCausalLM, adapt
-from lextra.hf.families import CAUSAL_FAMILIES
+from lextra.hf.families import DECODER_FAMILIES
 
 VOCAB = 96
 WINDOW = 8
@@ -109,7 +109,7 @@ def ids(length: int = 40, batch: int = 2) -> torch.Tensor:
 
 
 def test_every_adapted_family_is_tested() -> None:
-    assert set(FAMILIES) == set(CAUSAL_FAMILIES) == set(PLANS)
+    assert set(FAMILIES) == set(DECODER_FAMILIES) == set(PLANS)
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
@@ -149,6 +149,23 @@ def test_captured_attention_of_each_kind_of_layer_equals_eager_weights(family: s
         for b in view.blocks():
             got[..., int(b.q_pos[0]) : int(b.q_pos[-1]) + 1, int(b.k_pos[0]) : int(b.k_pos[-1]) + 1] = b.weights()
         assert (got - weights).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("family", [f for f in FAMILIES if f not in ("gpt_oss", "phi3")])
+@torch.no_grad()
+def test_a_scaling_on_the_rotary_layers_equals_transformers_scaled_model(family: str) -> None:
+    """`--rope-scaling linear:2 --layers-select rotary` gives the family's own model with that scaling in its
+    `rope_parameters` (every rotary layer; Hugging Face's rotation, NoPE layers untouched). gpt-oss ships YaRN
+    (refused: lextra scales plain RoPE), Phi-3's config accepts only `longrope`, so neither has such a model."""
+    plain = tiny(family)
+    params = copy.deepcopy(plain.config.rope_parameters)
+    for entry in [v for v in params.values() if isinstance(v, dict)] or [params]:
+        entry.update(rope_type="linear", factor=2.0)
+    scaled = tiny(family, rope_parameters=params)
+    scaled.load_state_dict(plain.state_dict())
+    tokens = ids()
+    model = InferenceSetup(rope_scaling="linear:2", layers="rotary").apply(adapt(copy.deepcopy(plain)))
+    assert (model(tokens) - scaled(tokens).logits).abs().max() < 1e-5
 
 
 @torch.no_grad()

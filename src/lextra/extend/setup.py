@@ -87,14 +87,16 @@ class InferenceSetup:
 
     - `rope_scaling`: a spec (`yarn:4`, `dynamic:1`) or a dict of RopeScaling fields; None removes it.
     - `temperatures`: (n_layer, n_head) positive softmax temperatures; None resets them to 1.
-    - `log_scaling`: "none" or "qwen" (and "ssmax" on a GPT trained with it).
+    - `log_scaling`: a name of `lextra.positions.logn.LOG_SCALINGS`: "none" or "qwen" (and "ssmax" on a GPT
+      trained with it).
     - `extension`: a training-free extension method (a spec such as `self_extend:group=4`, or built); None or
       "none" removes it.
-    - `mask`: the mask calls use when they name none (causal, window:W, bca[:B], full); None: the default.
+    - `mask`: the mask calls use when they name none (causal, window:W, bca[:B], full), on the layers without
+      their own (a sliding or chunked layer keeps its mask); None: the default.
     - `temp_tuning`: Llama 4's query temperature (`temp_tuning,beta=0.1,gamma=8192`) on the selected layers
       (default the NoPE ones, as Llama 4); None or "none" removes it there.
-    - `layers`: which layers of a lextra GPT the scaling, extension, log-n scaling and temperature tuning
-      apply to (module docstring); None: the layers that can take each.
+    - `layers`: which layers (of a lextra GPT or a Hugging Face decoder) the scaling, extension, log-n scaling
+      and temperature tuning apply to (module docstring); None: the layers that can take each.
     """
 
     rope_scaling: str | dict[str, Any] | Keep | None = KEEP

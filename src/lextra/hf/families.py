@@ -27,7 +27,7 @@ from lextra.attention.plan import LayerVariant
 from lextra.errors import ConfigError
 
 #: the `model_type`s adapted by `lextra.hf.HFCausalLM`
-CAUSAL_FAMILIES = (
+DECODER_FAMILIES = (
     "llama",
     "mistral",
     "qwen2",

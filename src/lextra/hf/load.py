@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from lextra.errors import ConfigError, DataError
-from lextra.hf.models import CAUSAL_FAMILIES, SEQ2SEQ_FAMILIES, HFCausalLM, HFSeq2Seq
+from lextra.hf.models import DECODER_FAMILIES, SEQ2SEQ_FAMILIES, HFCausalLM, HFSeq2Seq
 
 SMOLLM2 = "smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -81,7 +81,7 @@ def load_config(path: Path) -> Any:
 def check_supported(config: Any) -> str:
     """The family ("causal" or "seq2seq") of a config, or an error naming what lextra would need."""
     model_type = getattr(config, "model_type", None)
-    if model_type in CAUSAL_FAMILIES:
+    if model_type in DECODER_FAMILIES:
         rope = getattr(config, "rope_parameters", None) or {}
         keyed = [value for value in rope.values() if isinstance(value, dict)]
         if not all("rope_theta" in params for params in keyed or [rope]):
@@ -91,7 +91,7 @@ def check_supported(config: Any) -> str:
         return "seq2seq"
     raise ConfigError(
         f"Hugging Face model_type {model_type!r} is not supported; lextra adapts the decoders "
-        f"{', '.join(CAUSAL_FAMILIES)} and the T5 family ({', '.join(SEQ2SEQ_FAMILIES)}). "
+        f"{', '.join(DECODER_FAMILIES)} and the T5 family ({', '.join(SEQ2SEQ_FAMILIES)}). "
         "Another architecture needs its layers described in lextra.hf.families"
     )
 

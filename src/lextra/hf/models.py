@@ -1,6 +1,6 @@
 """Adapters that give Hugging Face models the interface lextra's evaluators use.
 
-`HFCausalLM` (the decoder families of `lextra.hf.families.CAUSAL_FAMILIES`: Llama, Mistral, Qwen 2/3, Gemma 2/3,
+`HFCausalLM` (the decoder families of `lextra.hf.families.DECODER_FAMILIES`: Llama, Mistral, Qwen 2/3, Gemma 2/3,
 SmolLM3, gpt-oss, Phi, Phi-3, Cohere2, OLMo 2/3) offers what `lextra.evaluate`, `lextra.evaluate.retrieval`,
 `lextra.analysis` and `lextra.methods` call on a GPT: `features` / `head` (perplexity), `model(tokens, cache=)` and
 `new_cache()` (retrieval by greedy decoding and likelihood ranking), `layer_attention` (resolution, dispersion,
@@ -38,12 +38,24 @@ from lextra.devices import module_device
 from lextra.errors import ConfigError
 from lextra.extend import ExtensionMethod
 from lextra.hf.attention import ATTENTION_NAME, AttentionState, check_temperatures, register
-from lextra.hf.families import CAUSAL_FAMILIES, describe_layers
+from lextra.hf.families import DECODER_FAMILIES, describe_layers
 from lextra.hf.rotary import HFRoPE, IdentityRotary, call_rotary, hf_rope_parameters, inv_freq_of, scaled_source
 from lextra.positions.base import HeadDims, PositionScheme
 from lextra.positions.logn import check_log_scaling
 
-__all__ = ["CAUSAL_FAMILIES", "SEQ2SEQ_FAMILIES", "HFCausalLM", "HFRoPE", "HFSeq2Seq", "IdentityRotary"]
+__all__ = [
+    "CAUSAL_FAMILIES",
+    "DECODER_FAMILIES",
+    "SEQ2SEQ_FAMILIES",
+    "HFCausalLM",
+    "HFRoPE",
+    "HFSeq2Seq",
+    "IdentityRotary",
+    "hf_rope_parameters",
+]
+
+#: the families `lextra hf finetune` trains (tested there); the adapter evaluates every one of `DECODER_FAMILIES`
+CAUSAL_FAMILIES = ("llama", "mistral", "qwen2")
 SEQ2SEQ_FAMILIES = ("t5",)
 
 
@@ -186,7 +198,7 @@ class _Adapter(ABC):
 
 
 class HFCausalLM(_Adapter):
-    """A decoder `*ForCausalLM` of the families in `CAUSAL_FAMILIES` with lextra's evaluation interface."""
+    """A decoder `*ForCausalLM` of the families in `DECODER_FAMILIES` with lextra's evaluation interface."""
 
     def __init__(self, model: Any, train_len: int | None = None) -> None:
         cfg = model.config
@@ -391,6 +403,7 @@ class HFCausalLM(_Adapter):
         """
         L = tokens.shape[1]
         positions = torch.arange(L, device=tokens.device)[None].expand(tokens.shape[0], L)
+        self.state.position_ids = positions  # the layers are called one by one, not through the model's forward
         with self.using_mask(mask):
             hidden = self.inner.embed_tokens(tokens)
             for index, layer in enumerate(self.inner.layers[: self.config.n_layer]):
