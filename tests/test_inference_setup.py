@@ -43,7 +43,7 @@ TAU = [[0.5, 2.0], [1.5, 0.75]]
 def test_a_setup_gives_a_gpt_the_logits_of_the_settings_it_replaces() -> None:
     base, ids = _gpt(), _tokens()
     old = copy.deepcopy(base)
-    old.set_scheme_options(scaling={"type": "yarn", "factor": 2.0})
+    old._set_scheme_options(scaling={"type": "yarn", "factor": 2.0})
     old._set_temperatures(TAU)
     old.config.log_scaling = "qwen"
     for block in old.blocks:

@@ -540,7 +540,7 @@ class GPT(nn.Module):
             if name.endswith(("o_proj.weight", "down.weight")):
                 nn.init.normal_(param, std=0.02 / math.sqrt(2 * self.config.n_layer))
 
-    def set_scheme_options(self, layers: list[int] | None = None, drop: tuple[str, ...] = (), **options: Any) -> None:
+    def _set_scheme_options(self, layers: list[int] | None = None, drop: tuple[str, ...] = (), **options: Any) -> None:
         """Rebuild the position schemes of `layers` (default: all) with changed options (`drop`: options removed
         first), keeping learned parameters: how inference-time methods such as a RoPE scaling are applied to a
         trained model. A model without a layer plan keeps `scheme_options`; a plan is rewritten layer by layer."""

@@ -1,7 +1,7 @@
 """A lextra `GPT` as an `InferenceTarget`: the primitive operations `InferenceSetup.apply` orders and checks.
 
 The GPT lives below `lextra.extend` (its extension machinery wraps the model's attention layers), so its
-primitives are written here, over the GPT's own state: per-layer schemes (`set_scheme_options`), each layer's
+primitives are written here, over the GPT's own state: per-layer schemes (`_set_scheme_options`), each layer's
 log-n scaling and temperature tuning, the call mask, temperatures and `apply_extension`.
 """
 
@@ -60,9 +60,9 @@ class GPTTarget:
     def _scale_rope(self, scaling: dict[str, Any] | None, layers: list[int]) -> None:
         if scaling is None:
             if any("scaling" in self.variants[layer].scheme_options for layer in layers):
-                self.model.set_scheme_options(layers, drop=("scaling",))
+                self.model._set_scheme_options(layers, drop=("scaling",))
             return
-        self.model.set_scheme_options(layers, drop=("scaling",), scaling=scaling)
+        self.model._set_scheme_options(layers, drop=("scaling",), scaling=scaling)
 
     def _set_log_scaling(self, kind: str, layers: list[int]) -> None:
         for layer in layers:

@@ -7,7 +7,7 @@ log-n scaling, and capture of one layer's attention inputs for analysis. It is e
 its outputs equal Hugging Face's own `sdpa` / `eager` attention (tested). A decoding step that sees every cached
 key runs one SDPA call with grouped-query heads folded into the query axis, on the cache as it is.
 
-Under a training-free extension method (`AttentionState.extension`, set by `HFCausalLM.set_extension`) the model's
+Under a training-free extension method (`AttentionState.extension`, set through `InferenceSetup`) the model's
 rotary embedding returns the identity, so q and k arrive un-rotated (and the cache holds un-rotated keys); this
 function then runs `lextra.extend.extended_attention`, which rotates them at the method's remapped positions with
 `AttentionState.rotary`, a lextra RoPE whose frequencies are Hugging Face's own (scalings included).
