@@ -165,26 +165,32 @@ def lextra_attention(
                     softcap=softcap,
                 )
             )
-    if plain and masked_attention_applies(mask, query):
-        out = masked_attention(query, key, value, mask, q_pos, k_pos, scale, tau)
-    elif position_bias is None and attention_mask is None:
-        out = attention(
+    extras = _Extras(mask, q_pos, k_pos, scale, tau, position_bias, attention_mask, sinks, softcap)
+    return _attend(query, key, value, extras).transpose(1, 2).contiguous(), None
+
+
+def _attend(query: Tensor, key: Tensor, value: Tensor, extras: _Extras) -> Tensor:
+    """q, k, v (B, H, L, D) under `extras`: the tiled masked path where it is faster, lextra's attention without a
+    bias or padding, else the dense computation."""
+    dense = extras.position_bias is not None or extras.attention_mask is not None
+    plain = not dense and extras.sinks is None and extras.softcap is None
+    if plain and masked_attention_applies(extras.mask, query):
+        return masked_attention(query, key, value, extras.mask, extras.q_pos, extras.k_pos, extras.scale, extras.tau)
+    if not dense:
+        return attention(
             query,
             key,
             value,
             scheme=None,
-            mask=mask,
-            q_pos=q_pos,
-            k_pos=k_pos,
-            temperature=tau,
-            scale=scale,
-            sinks=sinks,
-            softcap=softcap,
+            mask=extras.mask,
+            q_pos=extras.q_pos,
+            k_pos=extras.k_pos,
+            temperature=extras.tau,
+            scale=extras.scale,
+            sinks=extras.sinks,
+            softcap=extras.softcap,
         )
-    else:
-        extras = _Extras(mask, q_pos, k_pos, scale, tau, position_bias, attention_mask, sinks, softcap)
-        out = _dense(query, key, value, extras)
-    return out.transpose(1, 2).contiguous(), None
+    return _dense(query, key, value, extras)
 
 
 def _sees_every_key(module: Any, state: AttentionState | None, layer: int, q_pos: Tensor, k_pos: Tensor) -> bool:
