@@ -23,7 +23,7 @@ import torch
 from harness import add_threads, csv_list, machine_meta, md_table, ratio_text, write_report
 from transformers import AutoModelForCausalLM, DynamicCache, LlamaConfig
 
-from lextra.extend import EXTENSIONS
+from lextra.extend import EXTENSIONS, InferenceSetup
 from lextra.hf import HFCausalLM, adapt
 
 SHAPES = dict(
@@ -83,7 +83,7 @@ def main() -> int:
                                  args.steps)  # fmt: skip
         cells["Hugging Face sdpa + DynamicCache"][str(length)] = baseline
         for method in methods:
-            ours.set_extension(None if method == "none" else method)
+            InferenceSetup(extension=None if method == "none" else method).apply(ours)
             cache = ours.new_cache()
             filled(cache.hf, layers, kv_heads, length, head_dim, 0)
             ms, got = step_ms(ours, cache, args.steps)

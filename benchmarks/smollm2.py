@@ -38,7 +38,7 @@ from lextra.evaluate.perplexity import EvalConfig, TokenScorer, evaluation_docum
 from lextra.evaluate.retrieval import DEFAULT_DEPTHS
 from lextra.evaluate.retrieval.scoring import score_prompts
 from lextra.evaluate.retrieval.tasks import PasskeyTask
-from lextra.extend import EXTENSIONS
+from lextra.extend import EXTENSIONS, InferenceSetup
 from lextra.hf import HFCausalLM, load_hf
 from lextra.hf.load import tokenizer_config
 from lextra.io import atomic_write_json, atomic_write_text
@@ -53,20 +53,20 @@ METHODS = ("none", "linear", "dynamic", "yarn", "log-length", "pmax", *EXTENSION
 
 def configure(model: HFCausalLM, method: str, factor: float, length: int, data, out: Path) -> None:
     """Reset the model, then apply `method` for inputs of `length` tokens."""
-    model.set_extension(None)
-    model.set_rope_scaling(None)
-    model.set_temperatures(None)
+    InferenceSetup(extension=None, rope_scaling=None, temperatures=None).apply(model)
     if method in EXTENSIONS.names():
-        model.set_extension(method).check_length(length)
+        InferenceSetup(extension=method).apply(model)
+        assert model.extension is not None
+        model.extension.check_length(length)
     elif method in ("linear", "dynamic", "yarn"):
-        model.set_rope_scaling(f"{method}:{factor:g}")
+        InferenceSetup(rope_scaling=f"{method}:{factor:g}").apply(model)
     elif method == "log-length" and length > model.config.train_len:
         tau = log_length_temperature(model.config.train_len, length)
-        model.set_temperatures([[tau] * model.config.n_head for _ in range(model.config.n_layer)])
+        InferenceSetup(temperatures=[[tau] * model.config.n_head for _ in range(model.config.n_layer)]).apply(model)
     elif method == "pmax" and length > model.config.train_len:
         saved = out / f"pmax-{length}.json"
         if saved.exists():
-            model.set_temperatures(json.loads(saved.read_text())["temperatures"])
+            InferenceSetup(temperatures=json.loads(saved.read_text())["temperatures"]).apply(model)
         else:
             alignment = align_temperatures(model, data, "pmax", length, windows=1, max_rows=256)
             atomic_write_json(saved, alignment.to_dict())

@@ -32,6 +32,7 @@ from lextra.errors import ConfigError
 from lextra.evaluate import EvalConfig, evaluate_model
 from lextra.evaluate.retrieval import evaluate_completion
 from lextra.evaluate.retrieval.scoring import score_prompts
+from lextra.extend import InferenceSetup
 from lextra.methods.align import align_temperatures, calibration_windows
 from lextra.model import GPT, GPTConfig, load_model
 from lextra.train import TrainConfig, train
@@ -320,9 +321,9 @@ def test_hugging_face_adapters_take_their_device_from_the_model(data) -> None:
                 model, data, "pmax", 40, windows=1, mask=model.default_mask, max_rows=16
             ).to_dict()
             found[f"{name} aligned score"] = score_prompts(model, prompts, answers, distractors)
-        llama.set_rope_scaling("yarn:2")
+        InferenceSetup(rope_scaling="yarn:2").apply(llama)
         found["yarn"] = evaluate_model(llama, data, evaluation, progress=False).to_dict()
-        llama.set_rope_scaling(None)
+        InferenceSetup(rope_scaling=None).apply(llama)
         return found
 
     want = run(adapt(tiny_causal(), train_len=16), adapt(tiny_t5(), train_len=16))

@@ -19,6 +19,7 @@ from lextra.errors import ConfigError, DataError
 from lextra.evaluate import EvalConfig, evaluate_model
 from lextra.evaluate.perplexity import evaluation_documents
 from lextra.evaluate.retrieval.scoring import score_prompts
+from lextra.extend import InferenceSetup
 from lextra.hf import HFCausalLM, HFSeq2Seq, adapt, load_hf
 from lextra.hf.attention import query_temperature
 from lextra.methods.align import align_temperatures
@@ -60,6 +61,15 @@ def tiny_t5(seed: int = 0):
         relative_attention_max_distance=16,
     )
     return transformers.T5ForConditionalGeneration(config).eval()
+
+
+def setup(model, **changes):
+    """Apply an `InferenceSetup` (the one way in) and return what it set: the RoPE parameters Hugging Face then
+    holds for a scaling, the method for an extension."""
+    InferenceSetup(**changes).apply(model)
+    if "rope_scaling" in changes:
+        return model.model.config.rope_parameters
+    return model.extension if "extension" in changes else None
 
 
 def tokens(batch: int = 2, length: int = 48, seed: int = 1) -> torch.Tensor:
@@ -117,17 +127,17 @@ def test_temperature_divides_the_logits_like_a_scaled_query_projection() -> None
     ids = tokens()
     tau = torch.tensor([[0.5, 1.0, 2.0, 3.0]])
     model = adapt(copy.deepcopy(reference))
-    model.set_temperatures(tau)
+    setup(model, temperatures=tau)
     # heads 0-1 share k/v head 0, heads 2-3 head 1; q rows of head h scaled by 1 / tau_h is the same softmax
     scaled = copy.deepcopy(reference)
     q = scaled.model.layers[0].self_attn.q_proj.weight
     q.data = (q.view(4, 16, 64) / tau[0][:, None, None]).view_as(q)
     assert torch.allclose(model(ids), scaled(ids).logits, atol=1e-5)
     assert not torch.allclose(model(ids), reference(ids).logits, atol=1e-3)
-    model.set_temperatures(None)
+    setup(model, temperatures=None)
     assert torch.allclose(model(ids), reference(ids).logits, atol=1e-6)
     with pytest.raises(ConfigError, match="shape"):
-        model.set_temperatures(torch.ones(2, 4))
+        setup(model, temperatures=torch.ones(2, 4))
 
 
 @torch.no_grad()
@@ -135,7 +145,7 @@ def test_qwen_log_scaling_changes_only_queries_past_the_training_length() -> Non
     reference = tiny_causal(layers=1, max_pos=16)
     ids = tokens(length=40)
     model = adapt(copy.deepcopy(reference))
-    model.set_log_scaling("qwen")
+    setup(model, log_scaling="qwen")
     factor = 1.0 / query_temperature(model.state, 0, torch.arange(40))
     assert torch.allclose(factor[0, :16], torch.ones(16))
     assert math.isclose(float(factor[0, 39]), math.log(40) / math.log(16), rel_tol=1e-6)
@@ -143,7 +153,7 @@ def test_qwen_log_scaling_changes_only_queries_past_the_training_length() -> Non
     assert torch.allclose(got[:, :16], want[:, :16], atol=1e-6)
     assert not torch.allclose(got[:, 16:], want[:, 16:], atol=1e-3)
     with pytest.raises(ConfigError, match="ssmax"):
-        model.set_log_scaling("ssmax")
+        setup(model, log_scaling="ssmax")
 
 
 @pytest.mark.parametrize("mask", ["bca:8", "window:8"])
@@ -151,15 +161,15 @@ def test_qwen_log_scaling_changes_only_queries_past_the_training_length() -> Non
 def test_masks_hide_exactly_the_keys_they_should(mask: str) -> None:
     model = adapt(tiny_causal(layers=1))
     ids = tokens(batch=1, length=40)
-    model.set_mask(mask)
+    setup(model, mask=mask)
     base = model(ids)
     changed = ids.clone()
     changed[0, 5] = (changed[0, 5] + 1) % VOCAB
     diff = (model(changed) - base).abs().amax(-1)[0]
     # window:8 sees keys p-7..p; bca:8 sees its block and the previous one (both cover position 5 up to 15)
     assert bool((diff[5:13] > 0).all()) and float(diff[16:].max()) == 0.0
-    model.set_mask("window:100")  # a window wider than the input is causal attention
-    model.set_mask(None)
+    setup(model, mask="window:100")  # a window wider than the input is causal attention
+    setup(model, mask=None)
     assert torch.allclose(model(ids), model.model(ids).logits)
 
 
@@ -171,7 +181,7 @@ def test_rope_scaling_is_delegated_to_hugging_face_with_lextras_frequencies(spec
     raw = {"type": spec.split(":")[0], "factor": float(spec.split(":")[1])}
     if raw["type"] == "llama3":
         raw.update(low_freq_factor=1.0, high_freq_factor=4.0)
-    params = model.set_rope_scaling(raw)
+    params = setup(model, rope_scaling=raw)
     assert params.get("rope_theta") is not None
     scaling = build_rope_scaling(raw, 16)
     L = 64
@@ -182,7 +192,7 @@ def test_rope_scaling_is_delegated_to_hugging_face_with_lextras_frequencies(spec
     assert torch.allclose(cos[0, :, :8], angles.cos() * factor, atol=1e-5)
     ids = tokens(length=L)
     assert not torch.allclose(model(ids), reference(ids).logits, atol=1e-4)
-    model.set_rope_scaling(None)
+    setup(model, rope_scaling=None)
     assert torch.allclose(model(ids), reference(ids).logits, atol=1e-6)
 
 
@@ -415,14 +425,14 @@ def test_an_extension_that_changes_nothing_gives_hugging_faces_logits(spec: str,
     reference = adapt(position_sensitive(max_pos=64))
     model = adapt(copy.deepcopy(reference.model))
     if scaling:
-        reference.set_rope_scaling(scaling)
-        model.set_rope_scaling(scaling)
+        setup(reference, rope_scaling=scaling)
+        setup(model, rope_scaling=scaling)
     ids = tokens(length=56)
     want = reference(ids)
-    model.set_extension(spec)
+    setup(model, extension=spec)
     assert type(model.inner.rotary_emb).__name__ == "IdentityRotary"
     assert (model(ids) - want).abs().max() < 1e-5
-    model.set_extension("none")
+    setup(model, extension="none")
     assert model.inner.rotary_emb is model.rotary
     assert (model(ids) - want).abs().max() == 0
 
@@ -454,12 +464,12 @@ def test_each_layer_equals_the_dense_reference_of_its_method(spec: str, scaling:
     model = adapt(position_sensitive())
     options: dict = {}
     if scaling:
-        params = model.set_rope_scaling(scaling)
+        params = setup(model, rope_scaling=scaling)
         if scaling.startswith("ntk"):
             options["base"] = params["rope_theta"]  # lextra's ntk is HF's default RoPE with a larger base
         else:
             options["scaling"] = parse_rope_scaling(scaling)
-    method = model.set_extension(spec)
+    method = setup(model, extension=spec)
     ids = tokens(length=90)
     inputs, outputs, handles = _attention_in_out(model)
     full = model(ids)
@@ -492,7 +502,7 @@ def test_cached_decoding_under_a_method_equals_the_full_forward_past_the_trainin
     real = hf_attention.extended_attention
     monkeypatch.setattr(hf_attention, "extended_attention", lambda q, *a: shapes.append(q.shape[1:3]) or real(q, *a))
     model = adapt(position_sensitive())
-    model.set_extension(spec)
+    setup(model, extension=spec)
     ids = tokens(length=90)
     full = model(ids)
     cache = model.new_cache()
@@ -514,8 +524,8 @@ def test_a_length_dependent_scaling_under_a_method_re_rotates_the_cache_at_every
     when they were added). One layer: a deeper layer's cached keys come from earlier steps' outputs, which were
     computed with those steps' frequencies, in any cache."""
     model = adapt(position_sensitive(layers=1))
-    model.set_rope_scaling("dynamic:2")
-    model.set_extension("rerope")
+    setup(model, rope_scaling="dynamic:2")
+    setup(model, extension="rerope")
     ids = tokens(length=90)
     cache = model.new_cache()
     steps = [model(ids[:, :7], cache=cache)] + [model(ids[:, t : t + 1], cache=cache) for t in range(7, 90)]
@@ -528,13 +538,13 @@ def test_a_length_dependent_scaling_under_a_method_re_rotates_the_cache_at_every
 @torch.no_grad()
 def test_an_extension_refuses_masks_padding_analysis_and_unknown_names() -> None:
     model = adapt(position_sensitive())
-    model.set_mask("bca:8")
+    setup(model, mask="bca:8")
     with pytest.raises(ConfigError, match="drop the mask"):
-        model.set_extension("rerope")
-    model.set_mask(None)
-    model.set_extension("rerope")
-    with pytest.raises(ConfigError, match="use mask causal"):
-        model.set_mask("window:8")
+        setup(model, extension="rerope")
+    setup(model, mask=None)
+    setup(model, extension="rerope")
+    with pytest.raises(ConfigError, match="drop the mask"):
+        setup(model, mask="window:8")
     ids = tokens(length=20)
     padded = torch.ones_like(ids)
     padded[0, :3] = 0
@@ -543,9 +553,9 @@ def test_an_extension_refuses_masks_padding_analysis_and_unknown_names() -> None
     with pytest.raises(ConfigError, match="without --extend"):
         next(iter(model.layer_attention(ids)))
     with pytest.raises(ConfigError, match="unknown extension method 'yarn'"):
-        model.set_extension("yarn")
+        setup(model, extension="yarn")
     with pytest.raises(ConfigError, match="below L = 32"):
-        model.set_extension("rerope:window=32")
+        setup(model, extension="rerope:window=32")
 
 
 def test_hf_cli_extend_labels_results_and_refuses_bad_input(tmp_path: Path, capsys) -> None:

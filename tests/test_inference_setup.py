@@ -10,11 +10,13 @@ import pytest
 import torch
 import transformers
 
+from lextra.attention.masks import build_mask
 from lextra.errors import ConfigError
-from lextra.extend import KEEP, ExtendedAttention, InferenceSetup, apply_extension
+from lextra.extend import KEEP, ExtendedAttention, InferenceSetup, apply_extension, build_extension
 from lextra.hf import HFCausalLM, HFSeq2Seq, adapt
 from lextra.methods import known_methods, prepared
 from lextra.model import GPT, GPTConfig
+from lextra.positions.scaling import parse_rope_scaling
 
 VOCAB = 60
 
@@ -41,8 +43,8 @@ TAU = [[0.5, 2.0], [1.5, 0.75]]
 def test_a_setup_gives_a_gpt_the_logits_of_the_settings_it_replaces() -> None:
     base, ids = _gpt(), _tokens()
     old = copy.deepcopy(base)
-    old.set_scheme_options(scaling={"type": "yarn", "factor": 2.0})
-    old.set_temperatures(TAU)
+    old._set_scheme_options(scaling={"type": "yarn", "factor": 2.0})
+    old._set_temperatures(TAU)
     old.config.log_scaling = "qwen"
     for block in old.blocks:
         block.attn.log_scaling = "qwen"
@@ -157,19 +159,19 @@ def test_a_setup_gives_a_hugging_face_adapter_the_logits_of_the_settings_it_repl
     ids = _tokens(40)
     tau = torch.tensor([[0.5, 1.0, 2.0, 3.0], [1.0, 1.5, 0.75, 1.25]])
     old = adapt(copy.deepcopy(reference))
-    old.set_rope_scaling("yarn:2")
-    old.set_temperatures(tau)
-    old.set_log_scaling("qwen")
-    old.set_mask("window:12")
+    old._scale_rope(parse_rope_scaling("yarn:2"), [0, 1])
+    old._set_temperatures(tau)
+    old._set_log_scaling("qwen", [0, 1])
+    old._set_mask(build_mask("window:12", 16))
     new = adapt(copy.deepcopy(reference))
     assert isinstance(new, HFCausalLM)
     setup = InferenceSetup(rope_scaling="yarn:2", temperatures=tau, log_scaling="qwen", mask="window:12")
     assert setup.apply(new) is new
     assert torch.equal(new(ids), old(ids))
     assert not torch.allclose(new(ids), reference(ids).logits, atol=1e-3)
-    # swap the mask for an extension in one setup, as set_mask then set_extension would
-    old.set_mask(None)
-    old.set_extension("rerope:window=8")
+    # swap the mask for an extension in one setup, as the mask then the extension primitives would
+    old._set_mask(None)
+    old._set_extension(build_extension("rerope:window=8", 16), [0, 1])
     InferenceSetup(mask=None, extension="rerope:window=8").apply(new)
     assert new.extension is not None and torch.equal(new(ids), old(ids))
     InferenceSetup(rope_scaling=None, temperatures=None, log_scaling="none", extension=None).apply(new)

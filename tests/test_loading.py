@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from lextra.errors import ConfigError, DataError
+from lextra.extend import InferenceSetup
 from lextra.model import GPT, GPTConfig, save_model
 from lextra.pipelines.loading import (
     LoadedModel,
@@ -49,7 +50,7 @@ def test_a_run_and_its_model_folder_load_the_same_lextra_model(run_folder: Path)
 def test_options_are_applied_in_order_and_named_in_label_and_key(run_folder: Path, tmp_path: Path) -> None:
     align = tmp_path / "alignment.json"
     align.write_text(json.dumps({"strategy": "pmax", "temperatures": [[1.5, 0.5], [1.0, 2.0]]}))
-    options = ModelOptions(rope_scaling="linear:2", mask="window:8", temperatures=str(align))
+    options = ModelOptions(InferenceSetup(rope_scaling="linear:2", mask="window:8"), temperatures=str(align))
     loaded = load_model_spec(str(run_folder), options)
     assert loaded.label == "rope+linear:2+window:8+tau-pmax" and loaded.mask == "window:8"
     assert loaded.key["temperatures"] == [[1.5, 0.5], [1.0, 2.0]]
@@ -61,14 +62,20 @@ def test_options_are_applied_in_order_and_named_in_label_and_key(run_folder: Pat
     assert read_temperatures(align) == ([[1.5, 0.5], [1.0, 2.0]], "pmax")
 
 
+def test_a_log_scaling_applies_to_a_lextra_model_as_its_inference_setup(run_folder: Path) -> None:
+    loaded = load_lextra(run_folder, ModelOptions(InferenceSetup(log_scaling="qwen")))
+    assert loaded.label == "rope+logn-qwen" and loaded.model.config.log_scaling == "qwen"
+    assert all(block.attn.log_scaling == "qwen" for block in loaded.model.blocks)
+    with pytest.raises(ConfigError, match="ssmax is a learned per-head scale"):
+        load_lextra(run_folder, ModelOptions(InferenceSetup(log_scaling="ssmax")))
+
+
 def test_bad_options_and_specs_are_one_clear_error(run_folder: Path, tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="--log-scaling applies to Hugging Face models"):
-        load_lextra(run_folder, ModelOptions(log_scaling="qwen"))
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(DataError, match=r"not an alignment\.json from `lextra align` / `lextra hf align`"):
         load_lextra(run_folder, ModelOptions(temperatures=str(tmp_path / "bad.json")))
     with pytest.raises(ConfigError, match="unknown mask"):
-        load_lextra(run_folder, ModelOptions(mask="bogus"))
+        load_lextra(run_folder, ModelOptions(InferenceSetup(mask="bogus")))
     hf_like = tmp_path / "hf"
     hf_like.mkdir()
     (hf_like / "config.json").write_text(json.dumps({"model_type": "llama", "model": "x"}))

@@ -282,7 +282,7 @@ def test_temperatures_must_be_positive_and_finite() -> None:
         GPTConfig(**base, temperatures=[[1.0, math.inf]]).validate()
     model = GPT(GPTConfig(**base))
     with pytest.raises(ConfigError, match="positive and finite"):
-        model.set_temperatures([[1.0, math.nan]])
+        model._set_temperatures([[1.0, math.nan]])
 
 
 @pytest.mark.parametrize(

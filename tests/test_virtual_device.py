@@ -21,7 +21,7 @@ import lextra.attention.flex as flex
 from lextra.analysis import layer_attention
 from lextra.attention import attention, attention_logits, build_mask
 from lextra.attention.backends import attention_path
-from lextra.extend import EXTENSIONS, apply_extension
+from lextra.extend import EXTENSIONS, InferenceSetup, apply_extension
 from lextra.hf import adapt
 from lextra.model import GPT, GPTConfig
 from lextra.positions.bias import FLEX_MAX_HIDDEN
@@ -330,7 +330,7 @@ def test_a_t5_encoder_decoder_through_the_adapter_on_cuda_equals_the_cpu_path() 
 @pytest.mark.parametrize("method", EXTENSIONS.names())
 def test_every_extension_method_on_the_hugging_face_adapter_on_cuda_equals_the_cpu_path(method: str) -> None:
     model = adapt(tiny_causal(layers=1))
-    model.set_extension(method)
+    InferenceSetup(extension=method).apply(model)
     ids = hf_tokens(length=40)
     with torch.no_grad():
         want = model(ids)
@@ -358,10 +358,10 @@ def test_captured_attention_on_cuda_equals_the_cpu_capture(which: str) -> None:
     """The analyses' view of each layer (q, k, scheme, temperatures; weights block by block) on the device."""
     if which == "gpt":
         model, ids, mask = _tiny("fire", log_scaling="qwen").eval(), torch.randint(0, 61, (1, 40)), "window:9"
-        model.set_temperatures([[0.5, 2.0], [1.5, 1.0]])
+        InferenceSetup(temperatures=[[0.5, 2.0], [1.5, 1.0]]).apply(model)
     else:
         model, ids, mask = adapt(tiny_causal()), hf_tokens(length=40), "causal"
-        model.set_temperatures(torch.tensor([[0.5, 1.0, 2.0, 3.0], [1.0, 1.0, 0.7, 1.3]]))
+        InferenceSetup(temperatures=torch.tensor([[0.5, 1.0, 2.0, 3.0], [1.0, 1.0, 0.7, 1.3]])).apply(model)
     with torch.no_grad():
         want = _captured_weights(model, ids, mask)
         with vd.virtual_cuda():

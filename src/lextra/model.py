@@ -31,11 +31,11 @@ from lextra.attention.s2 import shifted_sparse_attention
 from lextra.errors import CheckpointError, ConfigError
 from lextra.io import atomic_write, atomic_write_json, sha256_file
 from lextra.positions import HeadDims, PositionScheme, build_scheme, split_scheme_spec
+from lextra.positions.logn import check_log_scaling, qwen_log_factor
 from lextra.serialize import check_fields as check_fields  # re-exported: configs elsewhere check their keys
 from lextra.validate import check_bool, check_positive, check_range
 
 CONFIG_FILE = "config.json"
-LOG_SCALINGS = ("none", "qwen", "ssmax")
 WEIGHTS_FILE = "model.safetensors"
 FORMAT_VERSION = 1
 
@@ -136,9 +136,7 @@ class GPTConfig:
             raise ConfigError(f"model config: scheme_options must be a dict of options, got {self.scheme_options!r}")
         self._check_plan()
         build_scheme(self.scheme, self.head_dims(), **self.scheme_options)  # raises on bad names/options
-        if self.log_scaling not in LOG_SCALINGS:
-            known = ", ".join(LOG_SCALINGS)
-            raise ConfigError(f"model config: log_scaling must be one of {known}, got {self.log_scaling!r}")
+        check_log_scaling(self.log_scaling, what="model config: log_scaling")
         if self.temperatures is not None:
             shape_ok = len(self.temperatures) == self.n_layer and all(len(t) == self.n_head for t in self.temperatures)
             if not shape_ok:
@@ -281,12 +279,6 @@ class AttentionInputs:
 
 #: called with each layer's inputs just before it attends; it may raise to stop the forward pass there
 LayerObserver = Callable[[AttentionInputs], None]
-
-
-def qwen_log_factor(q_pos: Tensor, train_len: int) -> Tensor:
-    """Qwen's log-n scaling: the query at 1-based position i > L_tr is multiplied by log_{L_tr} i, (Lq,) fp32."""
-    i = q_pos.to(torch.float64) + 1
-    return torch.where(i > train_len, torch.log(i) / math.log(train_len), 1.0).float()
 
 
 class SelfAttention(nn.Module):
@@ -496,7 +488,7 @@ class GPT(nn.Module):
         #: the mask calls use when they name none (an inference setup's, `lextra.extend.InferenceSetup`); None:
         #: causal
         self.mask: Mask | None = None
-        self.set_temperatures(config.temperatures)
+        self._set_temperatures(config.temperatures)
 
     def _build_schemes(self, variants: list[LayerVariant]) -> tuple[nn.ModuleList, list[int]]:
         """The position schemes and each layer's index into them: layers with the same scheme and options share
@@ -517,7 +509,7 @@ class GPT(nn.Module):
             schemes.append(scheme)
         return nn.ModuleList(schemes), index
 
-    def set_temperatures(self, temperatures: Tensor | list[list[float]] | None) -> None:
+    def _set_temperatures(self, temperatures: Tensor | list[list[float]] | None) -> None:
         """Per-layer, per-head softmax temperatures (n_layer, n_head), recorded in the config so they are saved
         with the model and applied in every backend; None resets them to 1."""
         if temperatures is None:
@@ -548,7 +540,7 @@ class GPT(nn.Module):
             if name.endswith(("o_proj.weight", "down.weight")):
                 nn.init.normal_(param, std=0.02 / math.sqrt(2 * self.config.n_layer))
 
-    def set_scheme_options(self, layers: list[int] | None = None, drop: tuple[str, ...] = (), **options: Any) -> None:
+    def _set_scheme_options(self, layers: list[int] | None = None, drop: tuple[str, ...] = (), **options: Any) -> None:
         """Rebuild the position schemes of `layers` (default: all) with changed options (`drop`: options removed
         first), keeping learned parameters: how inference-time methods such as a RoPE scaling are applied to a
         trained model. A model without a layer plan keeps `scheme_options`; a plan is rewritten layer by layer."""

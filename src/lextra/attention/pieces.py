@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from lextra.errors import ConfigError
 from lextra.positions.base import HeadDims
+from lextra.positions.logn import check_log_scaling
 from lextra.registry import Registry
 from lextra.validate import check_bool, check_positive
 
@@ -144,9 +145,6 @@ class TemperatureTuning(AttentionPiece):
         return temperature_tuning_scale(positions, self.beta, self.gamma)
 
 
-LOG_KINDS = ("none", "qwen", "ssmax")
-
-
 @PIECES.register("logn")
 class LogN(AttentionPiece):
     """The layer's log-n scaling: `qwen` (x log_{L_tr} i past L_tr) or `ssmax` (learned s_h ln n)."""
@@ -156,9 +154,7 @@ class LogN(AttentionPiece):
 
     def __init__(self, dims: HeadDims, *, kind: str = "qwen") -> None:
         super().__init__(dims)
-        if kind not in LOG_KINDS:
-            raise ConfigError(f"logn: kind must be one of {', '.join(LOG_KINDS)}, got {kind!r}")
-        self.kind = kind
+        self.kind = check_log_scaling(kind, what="logn: kind")
 
 
 def piece_options(name: str, options: dict[str, Any]) -> dict[str, Any]:

@@ -61,7 +61,7 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
         from lextra.evaluate import evaluate_model
         from lextra.io import atomic_write_json
         from lextra.model import read_model_meta
-        from lextra.pipelines.loading import ModelOptions, load_lextra
+        from lextra.pipelines.loading import ModelOptions, load_lextra, setup_from
         from lextra.reporting.perplexity import save_eval_outputs
         from lextra.tensorboard import Board, require_tensorboard
 
@@ -71,7 +71,7 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
         meta = read_model_meta(folder)
         data = eval_data_from(args, meta)
         options = ModelOptions(
-            rope_scaling=args.rope_scaling, temperatures=temperature_file(args), layers=args.layers_select
+            setup_from(rope_scaling=args.rope_scaling, layers=args.layers_select), temperatures=temperature_file(args)
         )
         loaded = load_lextra(folder, options, args.device)
         model, label = loaded.model, loaded.label

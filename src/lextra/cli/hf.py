@@ -23,9 +23,10 @@ from lextra.cli.options import (
     add_device,
     add_evaluation,
     add_extend,
+    add_log_scaling,
     add_mask,
     add_quiet,
-    add_rope_scaling,
+    add_rope_scaling_by_layer,
     add_threads,
     apply_extend,
     eval_config_from,
@@ -60,8 +61,8 @@ def add_hf_model(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--tokenizer", default=None, help="default: the model's own; e.g. bytes for tiny test models")
     add_mask(parser, default=None, default_text="the model's, causal or full")
-    add_rope_scaling(parser)
-    parser.add_argument("--log-scaling", default="none", choices=["none", "qwen"], help="log-n scaling of the logits")
+    add_rope_scaling_by_layer(parser)
+    add_log_scaling(parser)
     parser.add_argument("--out", default=None, help="results folder (default: runs/hf/ACTION)")
     add_threads(parser)
     add_device(parser)
@@ -70,20 +71,20 @@ def add_hf_model(parser: argparse.ArgumentParser) -> None:
 
 hf = group(
     "hf",
-    "evaluations, analyses and inference-time methods on Hugging Face models (Llama and T5 families)",
+    "evaluations, analyses and inference-time methods on Hugging Face models (decoders and T5)",
     options=(add_hf_model,),
 )
 
 
 def load_adapted(args: argparse.Namespace) -> tuple[Any, str]:
     """The adapted model with every stretching option applied, and a label naming them."""
-    from lextra.pipelines.loading import ModelOptions, load_hugging_face
+    from lextra.pipelines.loading import ModelOptions, load_hugging_face, setup_from
 
     options = ModelOptions(
-        rope_scaling=args.rope_scaling,
-        mask=args.mask,
+        setup_from(
+            rope_scaling=args.rope_scaling, mask=args.mask, log_scaling=args.log_scaling, layers=args.layers_select
+        ),
         temperatures=temperature_file(args),
-        log_scaling=args.log_scaling,
         train_len=args.train_len,
         quiet=args.quiet,
     )
@@ -125,7 +126,8 @@ def _run_eval(args: argparse.Namespace) -> int:
     if not isinstance(model, HFCausalLM):
         raise ConfigError("perplexity needs a decoder-only (Llama-family) model; for T5 use retrieval or analyze")
     config = eval_config_from(args, args.mask or "causal")
-    label += apply_extend(model, args.extend, args.mask, config.resolved_lengths(model.config.train_len))
+    lengths = config.resolved_lengths(model.config.train_len)
+    label += apply_extend(model, args.extend, args.mask, lengths, args.layers_select)
     data = _data(args)
     evaluation = evaluate_model(model, data, config, progress=not args.quiet, label=label)
     out = _out(args, "eval")
@@ -146,7 +148,8 @@ def _run_retrieval(args: argparse.Namespace) -> int:
 
     model, label = load_adapted(args)
     settings = retrieval_settings(args, (1, 2))
-    label += apply_extend(model, args.extend, args.mask, settings.resolved_lengths(model.config.train_len))
+    lengths = settings.resolved_lengths(model.config.train_len)
+    label += apply_extend(model, args.extend, args.mask, lengths, args.layers_select)
     task = evaluation_task(args.task, _data(args, text=True), args.candidates - 1)
     result = settings.run(model, task, label, progress=not args.quiet)
     result.model = args.model

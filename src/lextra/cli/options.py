@@ -573,14 +573,21 @@ def add_rope_scaling(parser: argparse.ArgumentParser, more: str = "") -> None:
     )
 
 
+def add_log_scaling(parser: argparse.ArgumentParser) -> None:
+    """--log-scaling NAME: an inference-time log-n scaling (help: the log-n scaling registry's names)."""
+    from lextra.reporting.catalog import log_scaling_help
+
+    parser.add_argument("--log-scaling", default="none", metavar="NAME", help=log_scaling_help())
+
+
 def add_rope_scaling_by_layer(parser: argparse.ArgumentParser) -> None:
-    """--rope-scaling and --layers-select: the inference-time options of a lextra model, whose layers differ."""
+    """--rope-scaling and --layers-select: the inference-time options of a model whose layers differ."""
     add_rope_scaling(parser)
     parser.add_argument(
         "--layers-select",
         default=None,
         metavar="LAYERS",
-        help="the layers of a lextra model --rope-scaling and --extend apply to: rotary, global, local, nope, all or "
+        help="the layers --rope-scaling, --log-scaling and --extend apply to: rotary, global, local, nope, all or "
         "indices such as 0,3 or 2-4 (default: the layers that can take each)",
     )
 
@@ -631,8 +638,8 @@ def apply_extend(
     lengths: list[int] | None = None,
     layers: str | None = None,
 ) -> str:
-    """Apply `--extend SPEC` to a lextra GPT or a Hugging Face decoder (on the `--layers-select` layers of a
-    lextra GPT), refusing a mask other than causal and lengths past the method's maximum before any work; returns
+    """Apply `--extend SPEC` to a lextra GPT or a Hugging Face decoder (on the `--layers-select` layers),
+    refusing a mask other than causal and lengths past the method's maximum before any work; returns
     the label suffix (`+SPEC`, or '' without one)."""
     if not spec or spec == "none":
         return ""
@@ -643,10 +650,8 @@ def apply_extend(
     if mask and not build_mask(mask, model.config.train_len).exactly_causal:
         raise ConfigError(f"--extend {spec} sets its own visibility over causal attention; drop --mask {mask}")
     if not isinstance(model, GPT) and model.config.scheme != "rope":
-        raise ConfigError("--extend applies to RoPE decoders (rope, xpos, coca models; Llama-family models), not T5")
+        raise ConfigError("--extend applies to RoPE decoders (rope, xpos, coca models; Hugging Face decoders), not T5")
     method = build_extension(spec, model.config.train_len)
-    if layers is not None and not isinstance(model, GPT):
-        raise ConfigError("--layers-select applies to lextra models; a Hugging Face model takes --extend everywhere")
     InferenceSetup(extension=method, layers=layers).apply(model)
     if method is not None and lengths:
         method.check_length(max(lengths))

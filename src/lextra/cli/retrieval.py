@@ -131,10 +131,10 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
     def run(args: argparse.Namespace) -> int:
         from lextra.data.shards import text_data_for_model
         from lextra.evaluate.retrieval import evaluation_task
-        from lextra.pipelines.loading import ModelOptions, load_lextra
+        from lextra.pipelines.loading import ModelOptions, load_lextra, setup_from
         from lextra.reporting.retrieval import save_retrieval_outputs
 
-        options = ModelOptions(rope_scaling=args.rope_scaling, layers=args.layers_select)
+        options = ModelOptions(setup_from(rope_scaling=args.rope_scaling, layers=args.layers_select))
         loaded = load_lextra(args.checkpoint, options, args.device)
         folder, model, label = loaded.folder, loaded.model, loaded.label
         assert folder is not None, "load_lextra gives a lextra model with its folder"
@@ -227,12 +227,12 @@ def configure_completion(parser: argparse.ArgumentParser) -> Handler:
         from lextra.data import prepare_for_model
         from lextra.evaluate.retrieval import evaluate_completion
         from lextra.io import atomic_write_json, atomic_write_text
-        from lextra.pipelines.loading import ModelOptions, load_lextra
+        from lextra.pipelines.loading import ModelOptions, load_lextra, setup_from
         from lextra.reporting.retrieval import completion_table
 
         results = {}
         for checkpoint in args.checkpoints:
-            options = ModelOptions(rope_scaling=args.rope_scaling, layers=args.layers_select)
+            options = ModelOptions(setup_from(rope_scaling=args.rope_scaling, layers=args.layers_select))
             loaded = load_lextra(checkpoint, options, args.device)
             folder, model, label = loaded.folder, loaded.model, loaded.label
             data = prepare_for_model(loaded.meta)

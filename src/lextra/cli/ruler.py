@@ -72,7 +72,7 @@ def configure_suite(parser: argparse.ArgumentParser, suite: Any, task_help: str)
 
     def run(args: argparse.Namespace) -> int:
         from lextra.evaluate.ruler import chat_format
-        from lextra.pipelines.loading import ModelOptions, load_model_spec
+        from lextra.pipelines.loading import ModelOptions, load_model_spec, setup_from
         from lextra.pipelines.ruler import RulerTarget, parse_task_list, run_ruler
 
         tasks, task_options = parse_task_list(args.tasks, suite.registry)
@@ -89,14 +89,12 @@ def configure_suite(parser: argparse.ArgumentParser, suite: Any, task_help: str)
             prompt_length=args.prompt_length,
         ).validate()
         options = ModelOptions(
-            rope_scaling=args.rope_scaling,
-            mask=args.mask,
+            setup_from(rope_scaling=args.rope_scaling, mask=args.mask, layers=args.layers_select),
             temperatures=temperature_file(args),
             tokenizer=args.tokenizer,
             haystack=haystack,
             train_len=args.train_len,
             quiet=args.quiet,
-            layers=args.layers_select,
         )
         loaded = load_model_spec(args.model, options, args.device)
         model = loaded.model

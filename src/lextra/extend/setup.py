@@ -2,31 +2,32 @@
 
 A trained model runs at inference with a RoPE scaling, softmax temperatures, a log-n scaling, a training-free
 extension method and a mask. An `InferenceSetup` states any of them (a field left at `KEEP` stays as the model
-has it) and `setup.apply(model)` applies them the same way to a lextra `GPT` and to a Hugging Face adapter
-(`lextra.hf`, through its `apply_setup`), refusing what the model cannot take with a ConfigError.
+has it) and `setup.apply(model)` checks and orders them once, over the primitive operations of an
+`InferenceTarget` that a lextra `GPT` (through `lextra.extend.gpt_target`) and the Hugging Face adapters
+(`lextra.hf`) implement alike, refusing what the model cannot take with a ConfigError.
 
-On a lextra GPT with a layer plan, `layers` names the layers the RoPE scaling, the extension method, the log-n
-scaling and the temperature tuning apply to (`rotary`, `global`, `local`, `nope`, `all` or indices such as `0,3`
-or `2-4`); by default each applies to the layers that can take it (rotary layers for a scaling or an extension
-method, every layer for a log-n scaling, the NoPE layers for temperature tuning, as Llama 4), and a layer named
-that cannot take it is refused (Self-Extend on a NoPE layer), so "YaRN on the global layers only" is
-`InferenceSetup(rope_scaling="yarn:4", layers="global")`.
+`layers` names the layers the RoPE scaling, the extension method, the log-n scaling and the temperature tuning
+apply to (`rotary`, `global`, `local`, `nope`, `all` or indices such as `0,3` or `2-4`, read from each layer's
+variant in layer-plan vocabulary); by default each applies to the layers that can take it (the target's
+scaled layers for a scaling -- every rotary layer of a GPT; a Hugging Face model's global rotary ones, as
+transformers scales Gemma 3 --, rotary layers for an extension method, every layer for a log-n scaling, the NoPE
+layers for temperature tuning, as Llama 4), and a layer named that cannot take it is refused (Self-Extend on a
+NoPE layer), so "YaRN on the global layers only" is `InferenceSetup(rope_scaling="yarn:4", layers="global")`.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
 from lextra.attention.masks import Mask, build_mask
-from lextra.attention.pieces import PIECES, TemperatureTuning
-from lextra.attention.plan import select_layers
+from lextra.attention.pieces import PIECES
+from lextra.attention.plan import LayerVariant, select_layers
 from lextra.errors import ConfigError
-from lextra.extend.attention import apply_extension
-from lextra.extend.base import ExtensionMethod, build_extension, check_scheme
-from lextra.model import GPT, Block
-from lextra.positions.rotary import RotaryFrequencies
+from lextra.extend.base import ExtensionMethod, build_extension
+from lextra.positions.logn import check_log_scaling
 from lextra.positions.scaling import parse_rope_scaling
 
 
@@ -40,15 +41,41 @@ class Keep(enum.Enum):
 
 
 KEEP = Keep.KEEP
-#: log-n scalings of a lextra GPT ("ssmax" is learned: only a model trained with it has it)
-GPT_LOG_SCALINGS = ("none", "qwen", "ssmax")
 
 
 @runtime_checkable
-class SetupTarget(Protocol):
-    """A model that applies an `InferenceSetup` itself (the Hugging Face adapters)."""
+class InferenceTarget(Protocol):
+    """The primitive operations `InferenceSetup.apply` orders and checks; each acts on the layers it is given.
 
-    def apply_setup(self, setup: InferenceSetup) -> None: ...
+    `variants` describes every layer in layer-plan vocabulary and `config.train_len` is L_tr. The `_reason`
+    methods return why a layer cannot take a change (None: it can); the setters apply without checking, so
+    `InferenceSetup` is the one way in."""
+
+    @property
+    def variants(self) -> list[LayerVariant]: ...
+
+    @property
+    def config(self) -> Any: ...
+
+    def _default_scaling_layers(self) -> list[int]: ...
+
+    def _rotary_reason(self, layer: int) -> str | None: ...
+
+    def _extension_reason(self, layer: int, method: ExtensionMethod) -> str | None: ...
+
+    def _scale_rope(self, scaling: dict[str, Any] | None, layers: list[int]) -> None: ...
+
+    def _set_log_scaling(self, kind: str, layers: list[int]) -> None: ...
+
+    def _set_temp_tuning(self, options: dict[str, Any] | None, layers: list[int]) -> None: ...
+
+    def _set_temperatures(self, temperatures: Any) -> None: ...
+
+    def _set_mask(self, mask: Mask | None) -> None: ...
+
+    def _inference_state(self) -> tuple[Mask | None, bool]: ...
+
+    def _set_extension(self, method: ExtensionMethod | None, layers: list[int]) -> None: ...
 
 
 ModelT = TypeVar("ModelT")
@@ -60,14 +87,16 @@ class InferenceSetup:
 
     - `rope_scaling`: a spec (`yarn:4`, `dynamic:1`) or a dict of RopeScaling fields; None removes it.
     - `temperatures`: (n_layer, n_head) positive softmax temperatures; None resets them to 1.
-    - `log_scaling`: "none" or "qwen" (and "ssmax" on a GPT trained with it).
+    - `log_scaling`: a name of `lextra.positions.logn.LOG_SCALINGS`: "none" or "qwen" (and "ssmax" on a GPT
+      trained with it).
     - `extension`: a training-free extension method (a spec such as `self_extend:group=4`, or built); None or
       "none" removes it.
-    - `mask`: the mask calls use when they name none (causal, window:W, bca[:B], full); None: the default.
+    - `mask`: the mask calls use when they name none (causal, window:W, bca[:B], full), on the layers without
+      their own (a sliding or chunked layer keeps its mask); None: the default.
     - `temp_tuning`: Llama 4's query temperature (`temp_tuning,beta=0.1,gamma=8192`) on the selected layers
       (default the NoPE ones, as Llama 4); None or "none" removes it there.
-    - `layers`: which layers of a lextra GPT the scaling, extension, log-n scaling and temperature tuning
-      apply to (module docstring); None: the layers that can take each.
+    - `layers`: which layers (of a lextra GPT or a Hugging Face decoder) the scaling, extension, log-n scaling
+      and temperature tuning apply to (module docstring); None: the layers that can take each.
     """
 
     rope_scaling: str | dict[str, Any] | Keep | None = KEEP
@@ -97,24 +126,33 @@ class InferenceSetup:
 
     def apply(self, model: ModelT) -> ModelT:
         """Apply this setup to `model` in place (a lextra GPT or a Hugging Face adapter) and return it."""
-        if isinstance(model, GPT):
-            _apply_to_gpt(self, model)
-        elif isinstance(model, SetupTarget):
-            model.apply_setup(self)
-        else:
-            raise ConfigError(
-                f"an inference setup applies to a lextra GPT or a Hugging Face adapter (lextra.hf), not "
-                f"{type(model).__name__}"
-            )
+        _apply(self, inference_target(model))
         return model
 
 
-def _chosen(model: GPT, selector: str | None, default: str, what: str, fits: Any) -> list[int]:
+def inference_target(model: Any) -> InferenceTarget:
+    """The `InferenceTarget` of a model: a Hugging Face adapter is one; a lextra GPT is wrapped
+    (`lextra.extend.gpt_target`)."""
+    from lextra.extend.gpt_target import GPTTarget
+    from lextra.model import GPT
+
+    if isinstance(model, GPT):
+        return GPTTarget(model)
+    if isinstance(model, InferenceTarget):
+        return model
+    raise ConfigError(
+        f"an inference setup applies to a lextra GPT or a Hugging Face adapter (lextra.hf), not {type(model).__name__}"
+    )
+
+
+def _chosen(
+    target: InferenceTarget, selector: str | None, default: list[int], what: str, fits: Callable[[int], str | None]
+) -> list[int]:
     """The layers `what` applies to: the selector's (each checked by `fits(layer)`, which returns why a layer cannot
-    take it, or None), else the `default` kind's layers that can take it."""
+    take it, or None), else the `default` layers that can take it."""
     if selector is None:
-        return [layer for layer in select_layers(model.variants, default) if fits(layer) is None]
-    chosen = select_layers(model.variants, selector)
+        return [layer for layer in default if fits(layer) is None]
+    chosen = select_layers(target.variants, selector)
     if not chosen:
         raise ConfigError(f"layer selector {selector!r} names no layer of this model; {what} applies to none")
     for layer in chosen:
@@ -124,105 +162,82 @@ def _chosen(model: GPT, selector: str | None, default: str, what: str, fits: Any
     return chosen
 
 
-def _apply_to_gpt(setup: InferenceSetup, model: GPT) -> None:
-    """RoPE scaling, then log scaling, temperatures, mask, temperature tuning and extension (checked against the
-    scaled schemes), each on its layers."""
-    if setup.rope_scaling is not KEEP:
-        _set_rope_scaling(model, setup)
-    if setup.log_scaling is not KEEP:
-        _set_log_scaling(model, setup.log_scaling, _chosen(model, setup.layers, "all", "log-n scaling", _any))
-    if setup.temp_tuning is not KEEP:
-        layers = _chosen(model, setup.layers, "nope", "temp_tuning", _any)
-        if not layers:
-            raise ConfigError("temp_tuning applies to the NoPE layers by default and this model has none; name layers")
-        _set_temp_tuning(model, setup.temp_tuning, layers)
-    if setup.temperatures is not KEEP:
-        model.set_temperatures(setup.temperatures)
-    if setup.extension is not KEEP and setup.extension in (None, "none"):
-        apply_extension(model, None)
-    if setup.mask is not KEEP:
-        mask = build_mask(setup.mask, model.config.train_len)
-        if any(cast(Block, block).attn.extension is not None for block in model.blocks) and not mask.exactly_causal:
-            raise ConfigError(
-                f"an extension method sets its own visibility over causal attention; drop the mask {mask!r}"
-            )
-        model.mask = None if setup.mask is None else mask
-    if setup.extension is not KEEP and setup.extension not in (None, "none"):
-        if model.mask is not None and not model.mask.exactly_causal:
-            raise ConfigError(
-                f"extension {setup.extension!r} sets its own visibility over causal attention; drop the mask "
-                f"{model.mask!r}"
-            )
-        built = build_extension(setup.extension, model.config.train_len)
-
-        def takes(layer: int) -> str | None:
-            try:
-                check_scheme(model.scheme_for(layer), built)
-            except ConfigError:
-                return f"its scheme {model.variants[layer].scheme!r} has no rotation to remap"
-            attn = cast(Block, model.blocks[layer]).attn
-            if attn.sinks is not None or attn.softcap is not None:
-                return "it has learned sinks or a softcap"
-            if attn.own_mask is not None:
-                return f"it attends through its own mask {attn.own_mask!r}, and the method sets its own visibility"
-            return None
-
-        layers = _chosen(model, setup.layers, "rotary", f"extension {built.name!r}", takes)
-        if not layers:  # no layer takes it: a plain model's refusal names its scheme, a plan's its first layer's
-            check_scheme(model.scheme_for(0), built)
-            raise ConfigError(f"extension {built.name!r} applies to no layer of this model: layer 0: {takes(0)}")
-        apply_extension(model, built, layers=layers)
-
-
 def _any(layer: int) -> None:
     return None
 
 
-def _set_rope_scaling(model: GPT, setup: InferenceSetup) -> None:
-    """The scaling on the selected rotary layers (default: every rotary one); None removes it there."""
+def _apply(setup: InferenceSetup, target: InferenceTarget) -> None:
+    """RoPE scaling, then log scaling, temperature tuning, temperatures, an extension's removal, the mask and an
+    extension's addition (so a setup may swap a mask for one), each on its layers."""
+    every = list(range(len(target.variants)))
+    if setup.rope_scaling is not KEEP:
+        _rope_scaling(setup, target)
+    if setup.log_scaling is not KEEP:
+        kind = check_log_scaling(str(setup.log_scaling))
+        target._set_log_scaling(kind, _chosen(target, setup.layers, every, "log-n scaling", _any))
+    if setup.temp_tuning is not KEEP:
+        nope = select_layers(target.variants, "nope")
+        layers = _chosen(target, setup.layers, nope, "temp_tuning", _any)
+        if not layers:
+            raise ConfigError("temp_tuning applies to the NoPE layers by default and this model has none; name layers")
+        target._set_temp_tuning(_temp_tuning_options(setup.temp_tuning), layers)
+    if setup.temperatures is not KEEP:
+        target._set_temperatures(setup.temperatures)
+    if setup.extension is not KEEP and setup.extension in (None, "none"):
+        target._set_extension(None, [])
+    if setup.mask is not KEEP:
+        _set_mask(setup, target)
+    if setup.extension is not KEEP and setup.extension not in (None, "none"):
+        _add_extension(setup, target, setup.extension)
 
-    def rotary(layer: int) -> str | None:
-        if isinstance(model.scheme_for(layer), RotaryFrequencies):
-            return None
-        return f"its scheme {model.variants[layer].scheme!r} does not rotate q and k"
 
-    layers = _chosen(model, setup.layers, "rotary", "rope scaling", rotary)
+def _rope_scaling(setup: InferenceSetup, target: InferenceTarget) -> None:
+    """The scaling on the selected rotary layers (default: the target's); None removes it there."""
     scaling = setup.scaling_dict()
-    if scaling is None and not any("scaling" in model.variants[layer].scheme_options for layer in layers):
-        return  # nothing to remove
+    layers = _chosen(target, setup.layers, target._default_scaling_layers(), "rope scaling", target._rotary_reason)
     if not layers:
-        raise ConfigError(f"rope scaling applies to rope, xpos and coca models, not {model.config.scheme!r}")
-    if scaling is None:
-        model.set_scheme_options(layers, drop=("scaling",))
-    else:
-        model.set_scheme_options(layers, drop=("scaling",), scaling=scaling)
+        if scaling is None:
+            return  # nothing to remove
+        raise ConfigError(
+            f"rope scaling applies to rope, xpos and coca models, not {target.variants[0].scheme!r}: "
+            f"layer 0: {target._rotary_reason(0)}"
+        )
+    target._scale_rope(scaling, layers)
 
 
-def _set_temp_tuning(model: GPT, spec: str | None, layers: list[int]) -> None:
-    """Llama 4's temperature tuning on `layers` (None or "none": removed there)."""
-    piece = None
-    if spec not in (None, "none"):
-        name, options = PIECES.parse(str(spec))
-        if name != "temp_tuning":
-            raise ConfigError(f"temp_tuning takes a spec such as 'temp_tuning,beta=0.1,gamma=8192', got {spec!r}")
-        piece = options
-    for layer in layers:
-        attn = cast(Block, model.blocks[layer]).attn
-        attn.temp_tuning = None if piece is None else TemperatureTuning(model.config.head_dims(), **piece)
+def _set_mask(setup: InferenceSetup, target: InferenceTarget) -> None:
+    mask = None if setup.mask is None else build_mask(cast("str | Mask", setup.mask), target.config.train_len)
+    if target._inference_state()[1] and mask is not None and not mask.exactly_causal:
+        raise ConfigError(f"an extension method sets its own visibility over causal attention; drop the mask {mask!r}")
+    target._set_mask(mask)
 
 
-def _set_log_scaling(model: GPT, kind: str, layers: list[int] | None = None) -> None:
-    if kind not in GPT_LOG_SCALINGS:
-        raise ConfigError(f"log-n scaling must be one of {', '.join(GPT_LOG_SCALINGS)}, got {kind!r}")
-    chosen = range(model.config.n_layer) if layers is None else layers
-    for layer in chosen:
-        attn = cast(Block, model.blocks[layer]).attn
-        if (kind == "ssmax") != (attn.log_scaling == "ssmax"):
-            raise ConfigError(
-                f"ssmax is a learned per-head scale: a model trained with log_scaling={attn.log_scaling!r} "
-                f"cannot switch to {kind!r}; train with --log-scaling ssmax, or use 'qwen' or 'none'"
-            )
-    if layers is None or len(chosen) == model.config.n_layer:
-        model.config.log_scaling = kind
-    for layer in chosen:
-        cast(Block, model.blocks[layer]).attn.log_scaling = kind
+def _add_extension(setup: InferenceSetup, target: InferenceTarget, spec: str | ExtensionMethod) -> None:
+    built = build_extension(spec, target.config.train_len)
+
+    def takes(layer: int) -> str | None:
+        return target._extension_reason(layer, built)
+
+    layers = _chosen(target, setup.layers, select_layers(target.variants, "all"), f"extension {built.name!r}", takes)
+    if not layers:
+        reasons: dict[str, int] = {}
+        for layer in range(len(target.variants)):
+            reasons.setdefault(str(takes(layer)), layer)
+        why = "; ".join(f"layer {layer}: {reason}" for reason, layer in reasons.items())
+        raise ConfigError(f"extension {built.name!r} applies to no layer of this model: {why}")
+    current = target._inference_state()[0]
+    if current is not None and not current.exactly_causal:
+        raise ConfigError(
+            f"extension {built.name!r} sets its own visibility over causal attention; drop the mask {current!r}"
+        )
+    target._set_extension(built, layers)
+
+
+def _temp_tuning_options(spec: str | Keep | None) -> dict[str, Any] | None:
+    """The options of a temperature tuning spec (None or "none": removed)."""
+    if spec in (None, "none"):
+        return None
+    name, options = PIECES.parse(str(spec))
+    if name != "temp_tuning":
+        raise ConfigError(f"temp_tuning takes a spec such as 'temp_tuning,beta=0.1,gamma=8192', got {spec!r}")
+    return dict(options)

@@ -1,4 +1,5 @@
-"""lextra's evaluations, analyses and inference-time methods on Hugging Face models (Llama and T5 families)."""
+"""lextra's evaluations, analyses and inference-time methods on Hugging Face models (the decoder families of
+`lextra.hf.families` and T5)."""
 
 from lextra.hf.attention import ATTENTION_NAME, AttentionState, lextra_attention, register
 from lextra.hf.load import adapt, load_hf, smollm2_path

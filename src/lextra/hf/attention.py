@@ -7,7 +7,7 @@ log-n scaling, and capture of one layer's attention inputs for analysis. It is e
 its outputs equal Hugging Face's own `sdpa` / `eager` attention (tested). A decoding step that sees every cached
 key runs one SDPA call with grouped-query heads folded into the query axis, on the cache as it is.
 
-Under a training-free extension method (`AttentionState.extension`, set by `HFCausalLM.set_extension`) the model's
+Under a training-free extension method (`AttentionState.extension`, set through `InferenceSetup`) the model's
 rotary embedding returns the identity, so q and k arrive un-rotated (and the cache holds un-rotated keys); this
 function then runs `lextra.extend.extended_attention`, which rotates them at the method's remapped positions with
 `AttentionState.rotary`, a lextra RoPE whose frequencies are Hugging Face's own (scalings included).
@@ -19,7 +19,7 @@ decoder and cross attention) run the plain computation: causal when the module i
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -29,13 +29,13 @@ from torch import Tensor
 from lextra.analysis.capture import CapturedLayer, LayerAttention
 from lextra.attention import attention
 from lextra.attention.masks import CausalMask, FullMask, Mask
+from lextra.attention.pieces import TemperatureTuning
 from lextra.errors import ConfigError
 from lextra.extend import ExtensionMethod, extended_attention, masked_attention, masked_attention_applies
-from lextra.model import qwen_log_factor
 from lextra.positions.base import PositionScheme
+from lextra.positions.logn import log_scaling_factor
 
 ATTENTION_NAME = "lextra"
-LOG_SCALINGS = ("none", "qwen")
 #: at most this many queries take the folded grouped-query path when they see every key (decoding steps)
 FOLD_MAX_QUERIES = 64
 
@@ -48,29 +48,67 @@ class AttentionState:
     train_len: int
     #: (n_layer, n_head) softmax temperatures, or None for 1
     temperatures: Tensor | None = None
-    #: "none" or "qwen" (the query at 1-based position i > L_tr multiplied by log_{L_tr} i)
+    #: a log-n scaling name (`lextra.extend.LOG_SCALINGS`): "none" or "qwen" (the query at 1-based position
+    #: i > L_tr multiplied by log_{L_tr} i), on the layers `log_layers` names (None: every layer)
     log_scaling: str = "none"
+    log_layers: frozenset[int] | None = None
     #: when set, the layer with this index records its attention inputs and stops the forward pass
     capture_layer: int | None = None
-    #: a training-free extension method; q and k then arrive un-rotated and are rotated by `rotary`
+    #: a training-free extension method, on the layers `extended` names; q and k then arrive un-rotated
     extension: ExtensionMethod | None = None
-    #: the RoPE scheme rotating q and k under `extension` (Hugging Face's frequencies)
-    rotary: PositionScheme | None = None
+    extended: frozenset[int] = frozenset()
+    #: each layer's own mask (a sliding window, Llama 4's chunks), None where the layer uses `mask`
+    layer_masks: list[Mask | None] = field(default_factory=list)
+    #: when lextra rotates q and k (an extension, or a scaling on some layers only): each layer's RoPE (Hugging
+    #: Face's frequencies; None for a NoPE layer); None while Hugging Face rotates them itself
+    rotaries: list[PositionScheme | None] | None = None
+    #: Llama 4's query temperature tuning added by lextra, per layer index
+    temp_tuning: dict[int, TemperatureTuning] = field(default_factory=dict)
+    #: the position ids of the current forward, recorded by the adapter for families whose attention modules do
+    #: not receive them (Llama 4)
+    position_ids: Tensor | None = None
+
+    def layer_mask(self, layer: int) -> Mask:
+        own = self.layer_masks[layer] if layer < len(self.layer_masks) else None
+        return self.mask if own is None else own
 
 
 def query_temperature(state: AttentionState, layer: int, q_pos: Tensor) -> Tensor | None:
-    """The layer's temperature (H,) times the log-n factor per query: None, (H,) or (H, Lq)."""
+    """The layer's temperature (H,) times the log-n factor and the temperature tuning per query: None, (H,) or
+    (H, Lq)."""
     tau = None if state.temperatures is None else state.temperatures[layer].to(q_pos.device)
-    if state.log_scaling == "none":
+    factors: list[Tensor] = []
+    if state.log_scaling != "none" and (state.log_layers is None or layer in state.log_layers):
+        factors.append(log_scaling_factor(state.log_scaling, q_pos, state.train_len))
+    tuning = state.temp_tuning.get(layer)
+    if tuning is not None:
+        factors.append(tuning.scale(q_pos).to(q_pos.device))
+    if not factors:
         return tau
-    factor = qwen_log_factor(q_pos, state.train_len)[None]
-    return 1.0 / factor if tau is None else tau[:, None] / factor
+    factor = factors[0] if len(factors) == 1 else factors[0] * factors[1]
+    return 1.0 / factor[None] if tau is None else tau[:, None] / factor[None]
 
 
 def _repeat_kv(x: Tensor, heads: int) -> Tensor:
     """Grouped-query attention: each of the Hkv key/value heads serves heads / Hkv query heads."""
     groups = heads // x.shape[1]
     return x if groups == 1 else x.repeat_interleave(groups, dim=1)
+
+
+def _positions(
+    query: Tensor, key: Tensor, state: AttentionState | None, kwargs: dict[str, Any]
+) -> tuple[Tensor, Tensor]:
+    """Query positions (from `position_ids`, else the last Lq of the keys) and key positions: the Lk keys a cache
+    hands over are the latest ones, ending at the last query (a sliding-window cache holds only the last few)."""
+    Lq, Lk = query.shape[2], key.shape[2]
+    position_ids = kwargs.get("position_ids")
+    if position_ids is None and state is not None:
+        position_ids = state.position_ids
+    if position_ids is not None and position_ids.shape[-1] == Lq and Lq <= Lk:
+        q_pos = position_ids.reshape(-1, Lq)[0].to(torch.long)
+        k_pos = torch.arange(Lk, device=query.device) + (q_pos[-1] + 1 - Lk)
+        return q_pos, k_pos
+    return torch.arange(Lk - Lq, Lk, device=query.device), torch.arange(Lk, device=query.device)
 
 
 def lextra_attention(
@@ -84,47 +122,75 @@ def lextra_attention(
     position_bias: Tensor | None = None,
     **kwargs: Any,
 ) -> tuple[Tensor, None]:
-    """The `AttentionInterface` entry: q (B, H, Lq, D), k and v (B, Hkv, Lk, D) -> ((B, Lq, H, D), None)."""
+    """The `AttentionInterface` entry: q (B, H, Lq, D), k and v (B, Hkv, Lk, D) -> ((B, Lq, H, D), None).
+    gpt-oss hands its learned sinks as `s_aux`, Gemma 2 its logit cap as `softcap`."""
     if module.training and dropout > 0:
         raise ConfigError("lextra's Hugging Face attention is for evaluation; call model.eval() first")
-    H, Lq, D = query.shape[1:]
-    Lk = key.shape[2]
+    H, D = query.shape[1], query.shape[3]
     scale = D**-0.5 if scaling is None else float(scaling)
-    position_ids = kwargs.get("position_ids")
-    if position_ids is not None and position_ids.shape[-1] == Lq and Lq <= Lk:
-        q_pos = position_ids.reshape(-1, Lq)[0].to(torch.long)
-    else:
-        q_pos = torch.arange(Lk - Lq, Lk, device=query.device)
-    k_pos = torch.arange(Lk, device=query.device)
     state: AttentionState | None = getattr(module, "lextra_state", None)
+    q_pos, k_pos = _positions(query, key, state, kwargs)
     layer = int(getattr(module, "layer_idx", 0) or 0)
-    if position_bias is None and attention_mask is None and _sees_every_key(module, state, layer, q_pos, k_pos):
-        return _folded_attention(query, key, value, scale).transpose(1, 2).contiguous(), None
-    if state is not None and state.extension is not None:
-        out = _extended(query, key, value, attention_mask, state, layer, q_pos, k_pos, scale)
+    sinks, softcap = kwargs.get("s_aux"), kwargs.get("softcap")
+    plain = position_bias is None and attention_mask is None and sinks is None and softcap is None
+    method = state.extension if state is not None and layer in state.extended else None
+    if state is not None and method is not None:
+        out = _extended(query, key, value, attention_mask, state, method, layer, q_pos, k_pos, scale)
         return out.transpose(1, 2).contiguous(), None
+    rotary = state.rotaries[layer] if state is not None and state.rotaries is not None else None
+    if rotary is not None:
+        query, key = rotary.rotate(query, key, q_pos, k_pos)
+    if plain and _sees_every_key(module, state, layer, q_pos, k_pos):
+        return _folded_attention(query, key, value, scale).transpose(1, 2).contiguous(), None
     key, value = _repeat_kv(key, H), _repeat_kv(value, H)
     if state is None:
-        mask: Mask = CausalMask() if getattr(module, "is_causal", False) and Lq > 1 else FullMask()
+        mask: Mask = CausalMask() if getattr(module, "is_causal", False) and query.shape[2] > 1 else FullMask()
         tau = None
     else:
-        mask = state.mask
+        mask = state.layer_mask(layer)
         tau = query_temperature(state, layer, q_pos)
         if state.capture_layer == layer:
             raise CapturedLayer(
                 LayerAttention(
-                    layer, query.float(), key.float(), None, q_pos, mask, tau, bias=position_bias, scale=scale
+                    layer,
+                    query.float(),
+                    key.float(),
+                    None,
+                    q_pos,
+                    mask,
+                    tau,
+                    bias=position_bias,
+                    scale=scale,
+                    sinks=sinks,
+                    softcap=softcap,
                 )
             )
-    if position_bias is None and attention_mask is None and masked_attention_applies(mask, query):
-        out = masked_attention(query, key, value, mask, q_pos, k_pos, scale, tau)
-    elif position_bias is None and attention_mask is None:
-        out = attention(
-            query, key, value, scheme=None, mask=mask, q_pos=q_pos, k_pos=k_pos, temperature=tau, scale=scale
+    extras = _Extras(mask, q_pos, k_pos, scale, tau, position_bias, attention_mask, sinks, softcap)
+    return _attend(query, key, value, extras).transpose(1, 2).contiguous(), None
+
+
+def _attend(query: Tensor, key: Tensor, value: Tensor, extras: _Extras) -> Tensor:
+    """q, k, v (B, H, L, D) under `extras`: the tiled masked path where it is faster, lextra's attention without a
+    bias or padding, else the dense computation."""
+    dense = extras.position_bias is not None or extras.attention_mask is not None
+    plain = not dense and extras.sinks is None and extras.softcap is None
+    if plain and masked_attention_applies(extras.mask, query):
+        return masked_attention(query, key, value, extras.mask, extras.q_pos, extras.k_pos, extras.scale, extras.tau)
+    if not dense:
+        return attention(
+            query,
+            key,
+            value,
+            scheme=None,
+            mask=extras.mask,
+            q_pos=extras.q_pos,
+            k_pos=extras.k_pos,
+            temperature=extras.tau,
+            scale=extras.scale,
+            sinks=extras.sinks,
+            softcap=extras.softcap,
         )
-    else:
-        out = _dense(query, key, value, mask, q_pos, k_pos, scale, tau, position_bias, attention_mask)
-    return out.transpose(1, 2).contiguous(), None
+    return _dense(query, key, value, extras)
 
 
 def _sees_every_key(module: Any, state: AttentionState | None, layer: int, q_pos: Tensor, k_pos: Tensor) -> bool:
@@ -134,9 +200,9 @@ def _sees_every_key(module: Any, state: AttentionState | None, layer: int, q_pos
         return False
     if state is None:
         return not (getattr(module, "is_causal", False) and q_pos.numel() > 1)
-    if state.extension is not None or state.temperatures is not None or state.log_scaling != "none":
+    if state.temperatures is not None or query_temperature(state, layer, q_pos) is not None:
         return False
-    return state.capture_layer != layer and bool(state.mask.allowed(q_pos, k_pos).all())
+    return state.capture_layer != layer and bool(state.layer_mask(layer).allowed(q_pos, k_pos).all())
 
 
 def _folded_attention(query: Tensor, key: Tensor, value: Tensor, scale: float) -> Tensor:
@@ -156,6 +222,7 @@ def _extended(
     value: Tensor,
     attention_mask: Tensor | None,
     state: AttentionState,
+    method: ExtensionMethod,
     layer: int,
     q_pos: Tensor,
     k_pos: Tensor,
@@ -168,23 +235,24 @@ def _extended(
     per key/value head and never expanded."""
     if state.capture_layer == layer:
         raise ConfigError(
-            f"analyses and alignment read rotated q and k, which extension {state.extension.name!r} does not "
+            f"analyses and alignment read rotated q and k, which extension {method.name!r} does not "
             "produce; run them without --extend"
         )
     if not _plain_causal(attention_mask, q_pos, k_pos):
         raise ConfigError(
-            f"extension {state.extension.name!r} runs on unpadded causal inputs; score prompts of one length "
+            f"extension {method.name!r} runs on unpadded causal inputs; score prompts of one length "
             "together (padding masks are not supported under an extension)"
         )
     tau = query_temperature(state, layer, q_pos)
+    rotary = state.rotaries[layer] if state.rotaries is not None else None
     B, H, Lq, D = query.shape
     groups = H // key.shape[1]
     if Lq == 1 and tau is None:
         folded = query.reshape(B, key.shape[1], groups, D)
-        out = extended_attention(folded, key, value, state.rotary, state.extension, q_pos.repeat(groups), k_pos, scale)
+        out = extended_attention(folded, key, value, rotary, method, q_pos.repeat(groups), k_pos, scale)
         return out.reshape(B, H, 1, value.shape[-1])
     key, value = _repeat_kv(key, H), _repeat_kv(value, H)
-    return extended_attention(query, key, value, state.rotary, state.extension, q_pos, k_pos, scale, tau)
+    return extended_attention(query, key, value, rotary, method, q_pos, k_pos, scale, tau)
 
 
 def _plain_causal(attention_mask: Tensor | None, q_pos: Tensor, k_pos: Tensor) -> bool:
@@ -196,52 +264,65 @@ def _plain_causal(attention_mask: Tensor | None, q_pos: Tensor, k_pos: Tensor) -
     return bool((visible == causal).all())
 
 
-def _dense(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    mask: Mask,
-    q_pos: Tensor,
-    k_pos: Tensor,
-    scale: float,
-    tau: Tensor | None,
-    position_bias: Tensor | None,
-    attention_mask: Tensor | None,
-) -> Tensor:
+@dataclass
+class _Extras:
+    """What scores a dense attention besides q and k: the mask and positions, scale, temperatures, a bias (T5), a
+    padding mask from Hugging Face (None, boolean or additive 0 / min), learned sinks (H,) and a logit cap."""
+
+    mask: Mask
+    q_pos: Tensor
+    k_pos: Tensor
+    scale: float
+    tau: Tensor | None
+    position_bias: Tensor | None
+    attention_mask: Tensor | None
+    sinks: Tensor | None
+    softcap: float | None
+
+
+def _dense(query: Tensor, key: Tensor, value: Tensor, extras: _Extras) -> Tensor:
     """Attention with a materialised bias or padding mask (T5, padded batches): logits in fp32."""
-    logits = (query.float() @ key.float().transpose(-1, -2)) * scale
-    if position_bias is not None:
-        logits = logits + position_bias.float()
-    allowed = mask.allowed(q_pos, k_pos)[None, None]
-    if attention_mask is not None:
-        if attention_mask.dtype == torch.bool:
-            allowed = allowed & attention_mask
+    logits = (query.float() @ key.float().transpose(-1, -2)) * extras.scale
+    if extras.softcap is not None:
+        logits = torch.tanh(logits / extras.softcap) * extras.softcap
+    if extras.position_bias is not None:
+        logits = logits + extras.position_bias.float()
+    allowed = extras.mask.allowed(extras.q_pos, extras.k_pos)[None, None]
+    padding = extras.attention_mask
+    if padding is not None:
+        if padding.dtype == torch.bool:
+            allowed = allowed & padding
         else:
-            logits = logits + attention_mask.float()
-    if tau is not None:
-        t = torch.as_tensor(tau, dtype=torch.float32, device=logits.device)
+            logits = logits + padding.float()
+    if extras.tau is not None:
+        t = torch.as_tensor(extras.tau, dtype=torch.float32, device=logits.device)
         logits = logits / (t[:, None, None] if t.dim() == 1 else t[..., None])
     logits = logits.masked_fill(~allowed, float("-inf"))
-    weights = torch.softmax(logits, dim=-1).nan_to_num(0.0)  # fully masked rows (padding) attend to nothing
-    return (weights @ value.float()).to(query.dtype)
+    if extras.sinks is not None:
+        column = extras.sinks.float().reshape(1, -1, 1, 1).expand(*logits.shape[:-1], 1)
+        weights = torch.softmax(torch.cat((logits, column), dim=-1), dim=-1)[..., :-1]
+    else:
+        weights = torch.softmax(logits, dim=-1)
+    return (weights.nan_to_num(0.0) @ value.float()).to(query.dtype)  # fully masked rows attend to nothing
+
+
+def lextra_mask(*args: Any, attention_mask: Tensor | None = None, **kwargs: Any) -> Tensor | None:
+    """The mask transformers builds for "lextra": None when nothing is padded (each adapted layer applies its own
+    mask, `AttentionState.layer_mask`: causal, a sliding window, Llama 4's chunks), else `sdpa_mask`'s (padding)."""
+    from transformers.masking_utils import sdpa_mask
+
+    if attention_mask is None or bool(attention_mask.all()):
+        return None
+    return sdpa_mask(*args, **{**kwargs, "attention_mask": attention_mask, "allow_is_causal_skip": False})
 
 
 def register() -> None:
     """Make `attn_implementation="lextra"` known to transformers (idempotent)."""
     from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    from transformers.masking_utils import AttentionMaskInterface
 
     AttentionInterface.register(ATTENTION_NAME, lextra_attention)
-    AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
-
-
-def check_log_scaling(kind: str) -> str:
-    if kind not in LOG_SCALINGS:
-        raise ConfigError(
-            f"log-n scaling {kind!r} is not available on Hugging Face models; choose from {', '.join(LOG_SCALINGS)} "
-            "(ssmax needs a learned per-head scale, i.e. training)"
-        )
-    return kind
+    AttentionMaskInterface.register(ATTENTION_NAME, lextra_mask)
 
 
 def check_temperatures(values: Any, layers: int, heads: int) -> Tensor:

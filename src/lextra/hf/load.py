@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from lextra.errors import ConfigError, DataError
-from lextra.hf.models import CAUSAL_FAMILIES, SEQ2SEQ_FAMILIES, HFCausalLM, HFSeq2Seq
+from lextra.hf.models import DECODER_FAMILIES, SEQ2SEQ_FAMILIES, HFCausalLM, HFSeq2Seq
 
 SMOLLM2 = "smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -81,17 +81,18 @@ def load_config(path: Path) -> Any:
 def check_supported(config: Any) -> str:
     """The family ("causal" or "seq2seq") of a config, or an error naming what lextra would need."""
     model_type = getattr(config, "model_type", None)
-    if model_type in CAUSAL_FAMILIES:
+    if model_type in DECODER_FAMILIES:
         rope = getattr(config, "rope_parameters", None) or {}
-        if "rope_theta" not in rope:
+        keyed = [value for value in rope.values() if isinstance(value, dict)]
+        if not all("rope_theta" in params for params in keyed or [rope]):
             raise ConfigError(f"{model_type} config has no rope_parameters['rope_theta']; lextra needs it for RoPE")
         return "causal"
     if model_type in SEQ2SEQ_FAMILIES:
         return "seq2seq"
     raise ConfigError(
-        f"Hugging Face model_type {model_type!r} is not supported; lextra adapts the Llama family "
-        f"({', '.join(CAUSAL_FAMILIES)}: RoPE decoders) and the T5 family ({', '.join(SEQ2SEQ_FAMILIES)}). "
-        "Another architecture needs an adapter in lextra.hf.models that names its attention modules"
+        f"Hugging Face model_type {model_type!r} is not supported; lextra adapts the decoders "
+        f"{', '.join(DECODER_FAMILIES)} and the T5 family ({', '.join(SEQ2SEQ_FAMILIES)}). "
+        "Another architecture needs its layers described in lextra.hf.families"
     )
 
 

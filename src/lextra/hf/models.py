@@ -1,14 +1,15 @@
 """Adapters that give Hugging Face models the interface lextra's evaluators use.
 
-`HFCausalLM` (Llama family: llama, mistral, qwen2) offers what `lextra.evaluate`, `lextra.evaluate.retrieval`,
+`HFCausalLM` (the decoder families of `lextra.hf.families.DECODER_FAMILIES`: Llama, Mistral, Qwen 2/3, Gemma 2/3,
+SmolLM3, gpt-oss, Phi, Phi-3, Cohere2, OLMo 2/3) offers what `lextra.evaluate`, `lextra.evaluate.retrieval`,
 `lextra.analysis` and `lextra.methods` call on a GPT: `features` / `head` (perplexity), `model(tokens, cache=)` and
 `new_cache()` (retrieval by greedy decoding and likelihood ranking), `layer_attention` (resolution, dispersion,
-alignment), `set_temperatures`, and a `config` with `n_layer`, `n_head`, `train_len`. RoPE scalings are delegated
-to Hugging Face's own `rope_parameters` (`set_rope_scaling`); masks, temperatures and log-n scaling run in
-lextra's registered attention (`lextra.hf.attention`). `set_extension` applies a training-free extension method
-(`lextra.extend`): Hugging Face's rotary embedding then gives the identity (`IdentityRotary`) and lextra's
-attention rotates q and k at the method's remapped positions with Hugging Face's own frequencies (`HFRoPE`).
-`apply_setup` (what `lextra.extend.InferenceSetup.apply` calls) sets any of these in one step.
+alignment), and a `config` with `n_layer`, `n_head`, `train_len`. Its layers are described in layer-plan
+vocabulary (`variants`, `lextra.hf.families`), and it implements the primitives of `lextra.extend.InferenceTarget`,
+so `InferenceSetup.apply` sets RoPE scalings, log-n scaling, temperatures, masks and extension methods on the
+layers they apply to. Masks, temperatures and log-n scaling run in lextra's registered attention
+(`lextra.hf.attention`); RoPE is Hugging Face's own where a scaling applies alike to the layers that share
+frequencies, else lextra rotates each layer with Hugging Face's frequencies (`lextra.hf.rotary`).
 
 `HFSeq2Seq` (T5 family) adapts the encoder: temperatures, masks and capture act on the encoder self-attention,
 retrieval is question answering (the prompt is the encoder input, the answer is decoded), and analysis reads the
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,19 +32,29 @@ from torch import Tensor
 from lextra.analysis.capture import DEFAULT_BLOCK, CapturedLayer, LayerAttention
 from lextra.attention import build_mask
 from lextra.attention.masks import Mask
+from lextra.attention.pieces import TemperatureTuning
+from lextra.attention.plan import LayerVariant
 from lextra.devices import module_device
 from lextra.errors import ConfigError
-from lextra.extend import KEEP, ExtensionMethod, InferenceSetup, build_extension
-from lextra.hf.attention import (
-    ATTENTION_NAME,
-    AttentionState,
-    check_log_scaling,
-    check_temperatures,
-    register,
-)
-from lextra.positions.base import HeadDims
-from lextra.positions.rotary import RoPE
+from lextra.extend import ExtensionMethod
+from lextra.hf.attention import ATTENTION_NAME, AttentionState, check_temperatures, register
+from lextra.hf.families import DECODER_FAMILIES, describe_layers
+from lextra.hf.rotary import HFRoPE, IdentityRotary, call_rotary, hf_rope_parameters, inv_freq_of, scaled_source
+from lextra.positions.base import HeadDims, PositionScheme
+from lextra.positions.logn import check_log_scaling
 
+__all__ = [
+    "CAUSAL_FAMILIES",
+    "DECODER_FAMILIES",
+    "SEQ2SEQ_FAMILIES",
+    "HFCausalLM",
+    "HFRoPE",
+    "HFSeq2Seq",
+    "IdentityRotary",
+    "hf_rope_parameters",
+]
+
+#: the families `lextra hf finetune` trains (tested there); the adapter evaluates every one of `DECODER_FAMILIES`
 CAUSAL_FAMILIES = ("llama", "mistral", "qwen2")
 SEQ2SEQ_FAMILIES = ("t5",)
 
@@ -76,7 +88,8 @@ class HFCache:
 
 
 class _Adapter(ABC):
-    """Shared state handling: the registered attention, masks, temperatures, log-n scaling."""
+    """Shared state handling: the registered attention, masks, temperatures, log-n scaling; the primitive
+    operations of `lextra.extend.InferenceTarget` that `InferenceSetup.apply` orders and checks."""
 
     #: evaluations put the BOS its tokenizer adds by default before documents and prompts (`evaluation_prefix`)
     bos_from_tokenizer: ClassVar[bool] = True
@@ -94,6 +107,8 @@ class _Adapter(ABC):
             raise ConfigError(f"found {len(modules)} attention layers, expected {config.n_layer}")
         for module in modules:
             module.lextra_state = self.state
+        #: each layer in plan vocabulary (`lextra.attention.plan`), what `--layers-select` reads
+        self.variants: list[LayerVariant] = [LayerVariant(config.scheme, {}, default_mask)] * config.n_layer
 
     @abstractmethod
     def attention_modules(self) -> list[Any]:
@@ -111,37 +126,28 @@ class _Adapter(ABC):
         self.model.to(device)
         return self
 
-    def apply_setup(self, setup: InferenceSetup) -> None:
-        """Apply an `InferenceSetup` (`setup.apply(adapter)`): RoPE scaling, log scaling, temperatures, then an
-        extension's removal, the mask and an extension's addition (so a setup may swap a mask for one). Layer
-        selection and temperature tuning are a lextra GPT's (its layer plan's) and refused here."""
-        if setup.layers is not None or setup.temp_tuning is not KEEP:
-            raise ConfigError("layer selection and temp_tuning apply to lextra models; drop them here")
-        if setup.rope_scaling is not KEEP:
-            self.set_rope_scaling(setup.rope_scaling)
-        if setup.log_scaling is not KEEP:
-            self.set_log_scaling(setup.log_scaling)
-        if setup.temperatures is not KEEP:
-            self.set_temperatures(setup.temperatures)
-        removing = setup.extension is not KEEP and setup.extension in (None, "none")
-        if removing:
-            self.set_extension(None)
-        if setup.mask is not KEEP:
-            self.set_mask(setup.mask)
-        if setup.extension is not KEEP and not removing:
-            self.set_extension(setup.extension)
+    # --- the inference target's primitives (`InferenceSetup.apply` is the way in) -------------------------
+    def _default_scaling_layers(self) -> list[int]:
+        return []
 
-    def set_rope_scaling(self, spec: str | dict | None) -> dict[str, Any]:
-        """Apply a RoPE scaling as Hugging Face `rope_parameters` (the Llama family)."""
+    def _rotary_reason(self, layer: int) -> str | None:
+        return f"{self.config.model_type} models have no RoPE to scale; drop the rope scaling"
+
+    def _extension_reason(self, layer: int, method: ExtensionMethod) -> str | None:
+        return f"extension methods apply to rotary models, not {self.config.model_type}; drop --extend"
+
+    def _scale_rope(self, scaling: dict[str, Any] | None, layers: list[int]) -> None:
         raise ConfigError(f"{self.config.model_type} models have no RoPE to scale; drop the rope scaling")
 
-    def set_extension(self, spec: str | ExtensionMethod | None, **options: Any) -> ExtensionMethod | None:
-        """Apply a training-free extension method (the Llama family)."""
-        if spec is None or spec == "none":
-            return None
-        raise ConfigError(f"extension methods apply to rotary models, not {self.config.model_type}; drop --extend")
+    def _set_extension(self, method: ExtensionMethod | None, layers: list[int]) -> None:
+        if method is not None:
+            raise ConfigError(f"extension methods apply to rotary models, not {self.config.model_type}; drop --extend")
 
-    def set_temperatures(self, temperatures: Any) -> None:
+    def _inference_state(self) -> tuple[Mask | None, bool]:
+        """The mask calls use when they name none, and whether an extension method is applied."""
+        return self.state.mask, self.state.extension is not None
+
+    def _set_temperatures(self, temperatures: Any) -> None:
         """Per-layer, per-head softmax temperatures (n_layer, n_head); None resets them to 1."""
         if temperatures is None:
             self.state.temperatures, self.config.temperatures = None, None
@@ -149,19 +155,25 @@ class _Adapter(ABC):
         tau = check_temperatures(temperatures, self.config.n_layer, self.config.n_head)
         self.state.temperatures, self.config.temperatures = tau.to(module_device(self)), tau.tolist()
 
-    def set_log_scaling(self, kind: str) -> None:
-        """ "qwen": queries past L_tr multiplied by log_{L_tr} i; "none" turns it off."""
-        self.state.log_scaling = self.config.log_scaling = check_log_scaling(kind)
+    def _set_log_scaling(self, kind: str, layers: list[int]) -> None:
+        """An inference-time log-n scaling (`lextra.positions.logn`) on `layers`."""
+        check_log_scaling(kind, inference=True, what=f"log-n scaling of a {self.config.model_type} model")
+        self.state.log_scaling = self.config.log_scaling = kind
+        self.state.log_layers = None if len(layers) == self.config.n_layer else frozenset(layers)
 
-    def set_mask(self, spec: str | Mask | None) -> None:
-        """The mask every adapted layer uses from now on (causal, window:W, bca[:B], full)."""
-        mask = build_mask(spec or self.default_mask, self.config.train_len)
-        if self.state.extension is not None and not mask.exactly_causal:
-            raise ConfigError(
-                f"extension {self.state.extension.name!r} sets its own visibility over causal attention; "
-                f"use mask causal, not {spec!r}"
-            )
-        self.state.mask = mask
+    def _set_temp_tuning(self, options: dict[str, Any] | None, layers: list[int]) -> None:
+        """Llama 4's query temperature tuning on `layers` (None: removed there)."""
+        for layer in layers:
+            if options is None:
+                self.state.temp_tuning.pop(layer, None)
+            else:
+                head_dim = int(self.attention_modules()[layer].head_dim)
+                dims = HeadDims(self.config.n_head, head_dim, self.config.n_head * head_dim, self.config.train_len)
+                self.state.temp_tuning[layer] = TemperatureTuning(dims, **options)
+
+    def _set_mask(self, mask: Mask | None) -> None:
+        """The mask of every layer without its own (causal, window:W, bca[:B], full); None: the default."""
+        self.state.mask = mask or build_mask(self.default_mask, self.config.train_len)
 
     @contextlib.contextmanager
     def using_mask(self, spec: str | Mask | None) -> Iterator[None]:
@@ -185,61 +197,8 @@ class _Adapter(ABC):
         raise ConfigError(f"layer {layer} was never reached; is the model's attention lextra's?")
 
 
-class IdentityRotary(torch.nn.Module):
-    """Stands in for a Llama-family model's rotary embedding under an extension method: it runs the real one (so
-    that dynamic NTK and LongRoPE update their frequencies for this input, as Hugging Face would) and returns
-    cos = 1, sin = 0, so `apply_rotary_pos_emb` leaves q and k exactly as projected and the cache holds
-    un-rotated keys."""
-
-    def __init__(self, source: torch.nn.Module) -> None:
-        super().__init__()
-        self.source = source
-
-    def forward(self, x: Tensor, position_ids: Tensor) -> tuple[Tensor, Tensor]:
-        cos, sin = self.source(x, position_ids)
-        return torch.ones_like(cos), torch.zeros_like(sin)
-
-
-def hf_rope_parameters(cfg: Any, original: dict[str, Any], spec: str | dict | None) -> dict[str, Any]:
-    """The Hugging Face `rope_parameters` of a lextra RoPE scaling spec (`yarn:4`, a dict; None: `original`) for
-    a Llama-family config trained with plain RoPE `original`, at its `max_position_embeddings`; lextra's `ntk`
-    (no HF type) becomes its exact HF equivalent, rope_type "default" with the NTK base."""
-    from lextra.positions.rotary import build_rope_scaling
-    from lextra.positions.scaling import ntk_base, parse_rope_scaling, to_hf
-
-    base = float(original["rope_theta"])
-    if original.get("rope_type", "default") != "default":
-        raise ConfigError(
-            f"this model already uses rope_type {original['rope_type']!r}; lextra only adds a "
-            "scaling to models trained with plain RoPE"
-        )
-    if spec is None:
-        return dict(original)
-    raw = parse_rope_scaling(spec) if isinstance(spec, str) else dict(spec)
-    scaling = build_rope_scaling(raw, int(cfg.max_position_embeddings))
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    if scaling.type == "ntk":
-        return {"rope_type": "default", "rope_theta": ntk_base(scaling.factor, head_dim, base)}
-    return to_hf(scaling, base=base)
-
-
-class HFRoPE(RoPE):
-    """lextra's RoPE in the half-split layout (Hugging Face's `rotate_half`) with the inverse frequencies and
-    cos/sin factor that a Hugging Face rotary module holds at call time (`inv_freq`, `attention_scaling`: its
-    scaling's, e.g. YaRN's, and dynamic NTK's after its forward updated them), so that rotating at remapped
-    positions is exactly Hugging Face's RoPE there."""
-
-    def __init__(self, source: torch.nn.Module, n_heads: int, head_dim: int, train_len: int) -> None:
-        super().__init__(HeadDims(n_heads, head_dim, n_heads * head_dim, train_len))
-        self.sources = [source]  # a plain list: not a submodule of this scheme
-
-    def frequencies_for(self, seq_len: int | None) -> tuple[Tensor, float]:
-        source = self.sources[0]
-        return source.inv_freq, float(source.attention_scaling)
-
-
 class HFCausalLM(_Adapter):
-    """A Llama-family `*ForCausalLM` with lextra's evaluation interface."""
+    """A decoder `*ForCausalLM` of the families in `DECODER_FAMILIES` with lextra's evaluation interface."""
 
     def __init__(self, model: Any, train_len: int | None = None) -> None:
         cfg = model.config
@@ -251,10 +210,33 @@ class HFCausalLM(_Adapter):
             model_type=cfg.model_type,
             vocab_size=int(cfg.vocab_size),
         )
-        self.original_rope = dict(cfg.rope_parameters)
         super().__init__(model, view, "causal")
-        #: Hugging Face's rotary embedding (under an extension method the model holds an `IdentityRotary` of it)
-        self.rotary = self.inner.rotary_emb
+        #: Hugging Face's rotary embedding as loaded (the template of scaled ones), and the one it rotates with now
+        #: (`rotary`, rebuilt when a scaling changes its parameters; under an extension the model holds an
+        #: `IdentityRotary` and lextra rotates)
+        self.template_rotary = self.rotary = self.inner.rotary_emb
+        self.original_rope = copy.deepcopy(dict(cfg.rope_parameters))
+        self._rotary_params = self.original_rope
+        modules = self.attention_modules()
+        self.head_dim = int(modules[0].head_dim)
+        self.layers = describe_layers(cfg, modules, self.head_dim, self._rotary_dim())
+        self.variants = self.layers.variants
+        self.state.layer_masks = [build_mask(v.mask, view.train_len) if v.local else None for v in self.variants]
+        #: each layer's RoPE scaling (a dict of RopeScaling fields; None: the model's own RoPE)
+        self.scalings: list[dict[str, Any] | None] = [None] * view.n_layer
+        self.inner.register_forward_pre_hook(self._record_positions, with_kwargs=True)
+
+    def _record_positions(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Record the forward's position ids for the attention (Llama 4's modules are not handed them)."""
+        positions = kwargs.get("position_ids")
+        if positions is None:
+            tokens = kwargs.get("input_ids", args[0] if args else None)
+            if tokens is None:
+                tokens = kwargs["inputs_embeds"]
+            cache = kwargs.get("cache", kwargs.get("past_key_values"))
+            start = int(cache.get_seq_length()) if cache is not None else 0
+            positions = torch.arange(start, start + tokens.shape[1], device=tokens.device)[None]
+        self.state.position_ids = positions
 
     @property
     def inner(self) -> Any:
@@ -262,6 +244,18 @@ class HFCausalLM(_Adapter):
 
     def attention_modules(self) -> list[Any]:
         return [layer.self_attn for layer in self.inner.layers[: self.config.n_layer]]
+
+    def _rotary_dim(self) -> int:
+        keys = [key for key in (self.rope_key(i) for i in range(self.config.n_layer)) if key is not None]
+        return 2 * inv_freq_of(self.template_rotary, keys[0] if keys else None).numel()
+
+    def rope_key(self, layer: int) -> str | None:
+        """The layer type whose `rope_parameters` the layer uses (Gemma 3, OLMo 3), or None where they are flat."""
+        params = self.original_rope
+        types = getattr(self.model.config, "layer_types", None)
+        if types and isinstance(params.get(types[layer]), dict):
+            return str(types[layer])
+        return None
 
     # --- perplexity ---------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -275,7 +269,15 @@ class HFCausalLM(_Adapter):
         return hidden if last is None else hidden[:, -last:]
 
     def head(self, hidden: Tensor) -> Tensor:
-        return self.model.lm_head(hidden)
+        """Logits as the family's `*ForCausalLM` makes them: Cohere's `logit_scale`, Gemma's final softcap."""
+        logits = self.model.lm_head(hidden)
+        scale = getattr(self.model, "logit_scale", None)
+        if scale is not None:
+            logits = logits * scale
+        cap = getattr(self.model.config, "final_logit_softcapping", None)
+        if cap is not None:
+            logits = torch.tanh(logits / cap) * cap
+        return logits
 
     # --- decoding ------------------------------------------------------------------------------------------
     def new_cache(self) -> HFCache:
@@ -290,65 +292,104 @@ class HFCausalLM(_Adapter):
             return self.model(input_ids=tokens, use_cache=False).logits
         return self.model(input_ids=tokens, cache=cache.hf, use_cache=True).logits
 
-    # --- RoPE scaling, delegated to Hugging Face --------------------------------------------------------------
-    def set_rope_scaling(self, spec: str | dict | None) -> dict[str, Any]:
-        """Apply a RoPE scaling (`yarn:2`, `dynamic:2`, a dict, or None to restore) as HF `rope_parameters`.
-
-        lextra's `ntk` (no HF type) becomes its exact HF equivalent, rope_type "default" with the NTK base.
-        Returns the parameters set. HF's dynamic NTK takes L_tr from `max_position_embeddings`.
-        """
-        cfg = self.model.config
-        params = hf_rope_parameters(cfg, self.original_rope, spec)
-        cfg.rope_parameters = params
-        with torch.device(module_device(self)):  # Hugging Face builds its frequency buffers on the default device
-            self.rotary = type(self.rotary)(config=cfg)
-        self._install_rotary()
-        return params
-
-    # --- training-free extension methods -------------------------------------------------------------------
+    # --- RoPE scaling and extension methods, per layer ------------------------------------------------------
     @property
     def extension(self) -> ExtensionMethod | None:
         return self.state.extension
 
-    def set_extension(self, spec: str | ExtensionMethod | None, **options: Any) -> ExtensionMethod | None:
-        """Apply a training-free extension method (`rerope`, `self_extend:group=4`, a built method; None or
-        "none" removes it), for this model's L_tr. Combines with `set_rope_scaling` (the method rotates with
-        the scaled frequencies) and temperatures; the mask must be causal. Returns the method."""
-        if spec is None or spec == "none":
-            self.state.extension, self.state.rotary = None, None
-            self._install_rotary()
+    def _default_scaling_layers(self) -> list[int]:
+        """The global rotary layers (Gemma 3's scaling applies to its full-attention layers, as transformers
+        does; sliding layers never see distances past their window), or every rotary layer where none is global."""
+        rotary = [i for i, v in enumerate(self.variants) if v.rotary]
+        return [i for i in rotary if not self.variants[i].local] or rotary
+
+    def _rotary_reason(self, layer: int) -> str | None:
+        return None if self.variants[layer].rotary else "it is a NoPE layer, with no RoPE to scale"
+
+    def _extension_reason(self, layer: int, method: ExtensionMethod) -> str | None:
+        variant = self.variants[layer]
+        if not variant.rotary:
+            return "it is a NoPE layer, with no rotation to remap"
+        if variant.local:
+            return (
+                f"it attends through a {variant.mask} mask (the model's sliding_window or chunk size), and the "
+                "method sets its own visibility; to attend causally instead, set sliding_window to null in the "
+                "model's config.json"
+            )
+        if "sinks" in variant.pieces or "softcap" in variant.pieces:
+            return "it has learned sinks or a softcap"
+        return None
+
+    def _scale_rope(self, scaling: dict[str, Any] | None, layers: list[int]) -> None:
+        """Scale the RoPE of `layers` (None: restore the model's own there)."""
+        for layer in layers:
+            key = self.rope_key(layer)
+            original = self.original_rope[key] if key else self.original_rope
+            hf_rope_parameters(self.model.config, original, scaling)  # refuses before anything changes
+            self.scalings[layer] = None if scaling is None else dict(scaling)
+        self._install_rotation()
+
+    def _set_extension(self, method: ExtensionMethod | None, layers: list[int]) -> None:
+        """Apply a training-free extension method on `layers` (None removes it); q and k of every rotary layer
+        are then rotated by lextra (the method's remapped positions on `layers`, plain ones elsewhere)."""
+        self.state.extension, self.state.extended = method, frozenset(layers if method is not None else ())
+        self._install_rotation()
+
+    def _layer_params(self, layer: int) -> dict[str, Any]:
+        key = self.rope_key(layer)
+        original = self.original_rope[key] if key else self.original_rope
+        return hf_rope_parameters(self.model.config, original, self.scalings[layer])
+
+    def _native_parameters(self) -> dict[str, Any] | None:
+        """The `rope_parameters` under which Hugging Face's own rotary module rotates every layer as asked, or
+        None when layers that share frequencies need different ones (or an extension needs lextra to rotate)."""
+        if self.state.extension is not None:
             return None
-        method = build_extension(spec, self.config.train_len, **options)
-        if not self.state.mask.exactly_causal:
-            raise ConfigError(
-                f"extension {method.name!r} sets its own visibility over causal attention; "
-                f"drop the mask {self.state.mask!r}"
-            )
-        self._check_full_rotary()
-        self.state.extension = method
-        self._install_rotary()
-        return method
+        per_key: dict[str | None, dict[str, Any]] = {}
+        for layer, variant in enumerate(self.variants):
+            if not variant.rotary:
+                continue
+            params = self._layer_params(layer)
+            key = self.rope_key(layer)
+            if per_key.setdefault(key, params) != params:
+                return None
+        if None in per_key:
+            return per_key[None]
+        return {**self.original_rope, **{str(key): params for key, params in per_key.items()}}
 
-    def _check_full_rotary(self) -> None:
-        """Extension methods rotate every channel pair of a head, as Llama-family RoPE does."""
+    def _install_rotation(self) -> None:
+        """Hugging Face rotates with scaled `rope_parameters` where that is exact, else lextra rotates each layer
+        (`lextra.hf.rotary`)."""
         cfg = self.model.config
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        if 2 * self.rotary.inv_freq.numel() != head_dim:
-            raise ConfigError(
-                f"extension methods rotate the whole head (dimension {head_dim}), but this model's RoPE rotates "
-                f"{2 * self.rotary.inv_freq.numel()} channels (partial rotary); use the model without --extend"
-            )
-
-    def _install_rotary(self) -> None:
-        """Put Hugging Face's rotary embedding in the model, or its identity stand-in under an extension (with the
-        lextra RoPE that then rotates q and k, reading the frequencies of that same rotary module)."""
-        if self.state.extension is None:
+        device = module_device(self)
+        native = self._native_parameters()
+        if native is not None:
+            cfg.rope_parameters = native
+            if native == self.original_rope:
+                self.rotary = self.template_rotary
+            elif native != self._rotary_params:
+                with torch.device(device):
+                    self.rotary = type(self.template_rotary)(config=cfg)
+            self._rotary_params = native
             self.inner.rotary_emb = self.rotary
+            self.state.rotaries = None
             return
-        cfg = self.model.config
-        head_dim = 2 * self.rotary.inv_freq.numel()
-        self.state.rotary = HFRoPE(self.rotary, cfg.num_attention_heads, head_dim, self.config.train_len)
-        self.inner.rotary_emb = IdentityRotary(self.rotary)
+        cfg.rope_parameters = copy.deepcopy(self.original_rope)
+        sources: dict[str, tuple[torch.nn.Module, str | None]] = {}
+        rotaries: list[PositionScheme | None] = []
+        dims = HeadDims(self.config.n_head, self.head_dim, self.config.n_head * self.head_dim, self.config.train_len)
+        for layer, variant in enumerate(self.variants):
+            if not variant.rotary:
+                rotaries.append(None)
+                continue
+            key, params = self.rope_key(layer), self._layer_params(layer)
+            name = json.dumps([key, params], sort_keys=True, default=str)
+            if name not in sources:
+                sources[name] = (scaled_source(self.template_rotary, cfg, key, params, device), key)
+            source = sources[name][0]
+            rotaries.append(HFRoPE(source, key, dims, self.layers.layout, self.layers.fraction))
+        self.state.rotaries = rotaries
+        self.inner.rotary_emb = IdentityRotary(self.template_rotary, list(sources.values()))
 
     # --- analysis --------------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -362,12 +403,13 @@ class HFCausalLM(_Adapter):
         """
         L = tokens.shape[1]
         positions = torch.arange(L, device=tokens.device)[None].expand(tokens.shape[0], L)
+        self.state.position_ids = positions  # the layers are called one by one, not through the model's forward
         with self.using_mask(mask):
             hidden = self.inner.embed_tokens(tokens)
-            rotary = self.inner.rotary_emb(hidden, position_ids=positions)
             for index, layer in enumerate(self.inner.layers[: self.config.n_layer]):
+                rotary = call_rotary(self.inner.rotary_emb, hidden, positions, self.rope_key(index))
 
-                def run(layer: Any = layer, hidden: Tensor = hidden) -> Tensor:
+                def run(layer: Any = layer, hidden: Tensor = hidden, rotary: Any = rotary) -> Tensor:
                     return layer(hidden, attention_mask=None, position_ids=positions, position_embeddings=rotary)
 
                 view = self._capture(index, run)

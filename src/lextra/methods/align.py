@@ -29,6 +29,7 @@ from lextra.data.prepare import PreparedData
 from lextra.data.shards import PreparedShards
 from lextra.data.windows import encode_documents
 from lextra.errors import ConfigError, DataError
+from lextra.extend import InferenceSetup
 from lextra.model import GPT
 from lextra.serialize import Serializable
 
@@ -157,7 +158,7 @@ def align_temperatures(
     if length < 2 or windows < 1:
         raise ConfigError(f"alignment needs a length >= 2 and windows >= 1, got {length} and {windows}")
     model.eval()
-    model.set_temperatures(None)
+    InferenceSetup(temperatures=None).apply(model)
     statistic = "entropy" if strategy == "entropy" else "pmax"
     short = calibration_windows(data, train_len, windows, split)
     long = calibration_windows(data, length, windows, split)
@@ -165,14 +166,14 @@ def align_temperatures(
     before = _layer_statistics(model, long, statistic, mask, max_rows)
     if strategy == "log-length":
         closed_form = log_length_temperature(train_len, length)
-        model.set_temperatures([[closed_form] * heads for _ in range(layers)])
+        InferenceSetup(temperatures=[[closed_form] * heads for _ in range(layers)]).apply(model)
     else:
         solved = [[1.0] * heads for _ in range(layers)]
         # bottom up: the generator runs each layer with the temperature set here before yielding the next one
         for view in layer_attention(model, long, mask):
             tau = _solve(_LayerLogits(view, max_rows), statistic, target[view.layer], per_head, heads)
             solved[view.layer] = tau.tolist()
-            model.set_temperatures(solved)
+            InferenceSetup(temperatures=solved).apply(model)
     after = _layer_statistics(model, long, statistic, mask, max_rows)
     bounds = torch.tensor([math.log(TAU_RANGE[0]), math.log(TAU_RANGE[1])], device="cpu")
     temperatures: list[list[float]] | None = model.config.temperatures

@@ -10,38 +10,77 @@ names, files that are not .gguf and folders without config.json with one line ea
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from lextra.errors import ConfigError, DataError
+from lextra.errors import DataError
 from lextra.evaluate.ruler import DEFAULT_HAYSTACK
-from lextra.extend import InferenceSetup
+from lextra.extend import KEEP, InferenceSetup
 
 
 @dataclass
 class ModelOptions:
     """The inference-time changes applied while loading, and how the tokenizer is chosen.
 
-    `rope_scaling` is a `TYPE:FACTOR` spec (or a JSON dict), `mask` an inference mask spec, `temperatures` the path
-    of an alignment.json (`lextra align` / `lextra hf align`), `log_scaling` Qwen's log-n scaling (Hugging Face
-    models). `tokenizer` replaces the model's own (bytes, hf:PATH, or bpe[:VOCAB] trained on `haystack`'s train
-    split); `train_len` is the L_tr of a Hugging Face model (default its maximum); `quiet` hides the loading bars of
-    transformers."""
+    `setup` is the `InferenceSetup` applied to the model (RoPE scaling, mask, log-n scaling, extension, the layers
+    they apply to); `temperatures` the path of an alignment.json (`lextra align` / `lextra hf align`), whose
+    temperatures join the setup. `tokenizer` replaces the model's own (bytes, hf:PATH, or bpe[:VOCAB] trained on
+    `haystack`'s train split); `train_len` is the L_tr of a Hugging Face model (default its maximum); `quiet` hides
+    the loading bars of transformers."""
 
-    rope_scaling: str | None = None
-    mask: str | None = None
+    setup: InferenceSetup = field(default_factory=InferenceSetup)
     temperatures: str | None = None
-    log_scaling: str = "none"
     tokenizer: str | None = None
     haystack: str = DEFAULT_HAYSTACK
     train_len: int | None = None
     quiet: bool = False
-    #: the layers of a lextra model the RoPE scaling applies to (`lextra.attention.plan.select_layers`); None: its
-    #: rotary layers
-    layers: str | None = None
+
+    def loaded_setup(self) -> tuple[InferenceSetup, str, Any]:
+        """The setup with the alignment file's temperatures, the label suffix naming each change, and the
+        temperatures (None without a file)."""
+        setup, label = self.setup, setup_label(self.setup)
+        if not self.temperatures:
+            return setup, label, None
+        temperatures, strategy = read_temperatures(self.temperatures)
+        return replace(setup, temperatures=temperatures), f"{label}+tau-{strategy}", temperatures
+
+
+def setup_from(
+    *,
+    rope_scaling: str | None = None,
+    mask: str | None = None,
+    log_scaling: str | None = "none",
+    layers: str | None = None,
+) -> InferenceSetup:
+    """The `InferenceSetup` of command-line values: each one unset (None; "none" for the log-n scaling) leaves the
+    model as it is."""
+    return InferenceSetup(
+        rope_scaling=rope_scaling or KEEP,
+        mask=mask or KEEP,
+        log_scaling=KEEP if log_scaling in (None, "none") else log_scaling,
+        layers=layers,
+    )
+
+
+def setup_label(setup: InferenceSetup) -> str:
+    """`+SCALING[@LAYERS]`, `+MASK`, `+logn-KIND`, `+extend-METHOD` for what a setup changes."""
+    changes = setup.changes()
+    label = ""
+    if changes.get("rope_scaling") is not None:
+        scaling = changes["rope_scaling"]
+        label += f"+{scaling if isinstance(scaling, str) else json.dumps(scaling, sort_keys=True)}"
+        label += f"@{setup.layers}" if setup.layers else ""
+    if changes.get("mask") is not None:
+        label += f"+{changes['mask']}"
+    if changes.get("log_scaling") not in (None, "none"):
+        label += f"+logn-{changes['log_scaling']}"
+    if changes.get("extension") not in (None, "none"):
+        extension = changes["extension"]
+        label += f"+extend-{extension if isinstance(extension, str) else extension.name}"
+    return label
 
 
 @dataclass
@@ -134,37 +173,25 @@ def load_lextra(
     with_tokenizer: bool = False,
 ) -> LoadedModel:
     """A lextra model (a model folder or a run holding `model/`) on `device` with `options` applied; its label is
-    the scheme, then `+SCALING`, `+MASK`, `+tau-STRATEGY` for each change."""
-    from lextra.attention import build_mask
+    the scheme (or layer plan), then the setup's changes (`setup_label`) and `+tau-STRATEGY`."""
     from lextra.data import tokenizer_from_config
-    from lextra.methods import apply_rope_scaling
     from lextra.model import load_model, read_model_meta
 
     options = options or ModelOptions()
     folder = model_folder(spec)
     model = load_model(folder, map_location=device)
     meta = read_model_meta(folder)
-    label = model.config.layer_plan or model.config.scheme
-    if options.rope_scaling:
-        apply_rope_scaling(model, options.rope_scaling, options.layers)
-        label += f"+{options.rope_scaling}" + (f"@{options.layers}" if options.layers else "")
+    setup, suffix, temperatures = options.loaded_setup()
+    setup.apply(model)
     tokenizer = None
     if with_tokenizer:
         if options.tokenizer:
             tokenizer = build_tokenizer_spec(options.tokenizer, options.haystack)
         else:
             tokenizer = tokenizer_from_config(meta.get("tokenizer", {"kind": "bytes"}))
-    if options.mask:
-        build_mask(options.mask, model.config.train_len)  # an unknown mask fails before any work
-        label += f"+{options.mask}"
-    if options.log_scaling != "none":
-        raise ConfigError("--log-scaling applies to Hugging Face models; a lextra model's is set when it is trained")
-    temperatures = None
-    if options.temperatures:
-        temperatures, strategy = read_temperatures(options.temperatures)
-        InferenceSetup(temperatures=temperatures).apply(model)
-        label += f"+tau-{strategy}"
-    return LoadedModel(model, tokenizer, label, options.mask, str(folder), folder, meta, temperatures=temperatures)
+    mask = setup.mask if isinstance(setup.mask, str) else None
+    label = (model.config.layer_plan or model.config.scheme) + suffix
+    return LoadedModel(model, tokenizer, label, mask, str(folder), folder, meta, temperatures=temperatures)
 
 
 def load_hugging_face(
@@ -175,39 +202,20 @@ def load_hugging_face(
     with_tokenizer: bool = False,
 ) -> LoadedModel:
     """A Hugging Face model (a folder with config.json, a .gguf file or `smollm2`) adapted on `device` with
-    `options` applied; its label is the file or folder name, then `+SCALING`, `+MASK`, `+logn-KIND`,
+    `options` applied; its label is the file or folder name, then the setup's changes (`setup_label`) and
     `+tau-STRATEGY`."""
     from lextra.data import tokenizer_from_config
-    from lextra.hf import HFCausalLM, load_hf
+    from lextra.hf import load_hf
     from lextra.hf.load import resolve_model_path, tokenizer_config
 
     options = options or ModelOptions()
-    if options.layers is not None:
-        raise ConfigError("--layers-select applies to lextra models; a Hugging Face model is scaled on every layer")
     if options.quiet:  # transformers' own loading bars too, so that a refusal after loading is one line
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
     model = load_hf(spec, train_len=options.train_len, device=device)
-    label = Path(spec).stem if spec != "smollm2" else "smollm2"
-    changes: dict[str, Any] = {}
-    if options.rope_scaling:
-        if not isinstance(model, HFCausalLM):
-            raise ConfigError("--rope-scaling applies to RoPE (Llama-family) models, not T5")
-        changes["rope_scaling"] = options.rope_scaling
-        label += f"+{options.rope_scaling}"
-    if options.mask:
-        changes["mask"] = options.mask
-        label += f"+{options.mask}"
-    if options.log_scaling != "none":
-        changes["log_scaling"] = options.log_scaling
-        label += f"+logn-{options.log_scaling}"
-    temperatures = None
-    if options.temperatures:
-        temperatures, strategy = read_temperatures(options.temperatures)
-        changes["temperatures"] = temperatures
-        label += f"+tau-{strategy}"
-    InferenceSetup(**changes).apply(model)
+    setup, suffix, temperatures = options.loaded_setup()
+    setup.apply(model)
     tokenizer = None
     if with_tokenizer:
         if options.tokenizer:
@@ -215,6 +223,7 @@ def load_hugging_face(
         else:
             tokenizer = tokenizer_from_config(tokenizer_config(spec))
     path = resolve_model_path(spec)
+    label = (Path(spec).stem if spec != "smollm2" else "smollm2") + suffix
     return LoadedModel(model, tokenizer, label, None, spec, weights_path=path, temperatures=temperatures)
 
 

@@ -31,7 +31,7 @@ from lextra.evaluate.retrieval import (
 from lextra.evaluate.ruler import RULER_TRAINING_TASKS
 from lextra.io import atomic_write_json, atomic_write_text
 from lextra.model import read_model_meta
-from lextra.pipelines.loading import ModelOptions, load_lextra
+from lextra.pipelines.loading import ModelOptions, load_lextra, setup_from
 from lextra.positions import SCHEMES
 from lextra.positions.scaling import parse_rope_scaling
 from lextra.registry import split_compound
@@ -112,7 +112,7 @@ def compare_pretrained(folder: str | Path, scheme: str) -> str:
 def load_scaled(folder: str | Path, rope_scaling: str | None, device: str | torch.device = "cpu") -> tuple[Any, str]:
     """The model in `folder` on `device` with `rope_scaling` applied, and a label naming both
     (`lextra.pipelines.loading.load_lextra`, kept for callers of this pair)."""
-    loaded = load_lextra(folder, ModelOptions(rope_scaling=rope_scaling), device)
+    loaded = load_lextra(folder, ModelOptions(setup_from(rope_scaling=rope_scaling)), device)
     return loaded.model, loaded.label
 
 

@@ -13,6 +13,7 @@ from lextra.evaluate.retrieval.tasks import TASKS
 from lextra.evaluate.ruler import RULER_TASKS
 from lextra.extend import EXTENSIONS
 from lextra.positions import SCHEMES
+from lextra.positions.logn import log_scaling_names
 from lextra.positions.scaling import SCALING_TYPES
 from lextra.registry import Registry
 
@@ -112,6 +113,12 @@ def scaling_help() -> str:
         f"RoPE frequency scaling for rotary models, TYPE[:FACTOR][,key=value...] (e.g. yarn:4,beta_fast=16) or a JSON "
         f"dict of RopeScaling fields; TYPE: {SCALING_TYPES.help_text()}{aliases} (see `lextra list`)"
     )
+
+
+def log_scaling_help() -> str:
+    """The `--log-scaling` help line: the scalings that apply at inference (a learned one needs training)."""
+    names = ", ".join(log_scaling_names(inference=True))
+    return f"log-n scaling of the logits: {names} (default: none; ssmax is learned: `lextra train --log-scaling`)"
 
 
 def extension_help() -> str:

@@ -27,7 +27,7 @@ from lextra.io import atomic_write_json, sha256_file
 from lextra.methods import calibration_windows
 from lextra.model import WEIGHTS_FILE
 from lextra.pipelines.compare import train_or_reuse
-from lextra.pipelines.loading import ModelOptions, load_lextra
+from lextra.pipelines.loading import ModelOptions, load_lextra, setup_from
 from lextra.pipelines.study.config import ModelSpec, StudyConfig
 from lextra.reporting.study_results import (
     DispersionMeans,
@@ -261,7 +261,9 @@ class Study:
             }
 
             def compute(label=label, scaling=scaling, variant=variant) -> RetrievalResult:
-                model = load_lextra(tuned[label], ModelOptions(rope_scaling=scaling), self.device).model.eval()
+                model = load_lextra(
+                    tuned[label], ModelOptions(setup_from(rope_scaling=scaling)), self.device
+                ).model.eval()
                 task = build_task(task_name, self.texts.tokenizer, self.texts.splits["test"])
                 return evaluate_retrieval(
                     model, task, self.config.lengths, depths, samples=samples, progress=self.progress, label=variant
