@@ -48,6 +48,10 @@ def scored_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> 
     if not per_block:
         q, k = rotate(scheme, q, k, q_pos, k_pos)
     out = None if grad else q.new_empty(*q.shape[:-1], v.shape[-1])
+    out_dtype = v.dtype
+    if not grad and softcap is not None and softcap <= BOUNDED_CAP:
+        # a column of ones: each tile's product with v also gives its rows' sums of exp(score) (`scored_tiles`)
+        v = torch.cat((v.float(), v.new_ones(*v.shape[:-1], 1, dtype=torch.float32)), dim=-1)
     outputs: list[Tensor] = []
     for start, stop in query_blocks(q_pos, block, mask, queries_sorted):
         qp, qc = q_pos[start:stop], q[..., start:stop, :]
@@ -72,7 +76,7 @@ def scored_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> 
             result, lse = scored_tiles(qc.float(), kc, vc, scheme, local, qp, kp, scale, tau_block, softcap)
         if sinks is not None:
             result = with_sinks(result, lse, sinks)
-        emit(out, outputs, result.to(v.dtype), start, stop)
+        emit(out, outputs, result.to(out_dtype), start, stop)
     return out if out is not None else torch.cat(outputs, dim=-2)
 
 
@@ -101,7 +105,8 @@ def scored_tiles(
     each tile's scores scaled, biased, tempered and capped in place, masked where the mask hides some of them,
     normalised by the tile's log-sum-exp and merged exactly (`merge_tiles`). A softcap of at most `BOUNDED_CAP`
     bounds every score by the cap, so exp(score) cannot overflow fp32 (e^60 x 10^12 keys < 3 x 10^38): tiles then
-    accumulate exp(score) v and the row sums directly, without a log-sum-exp, and divide once at the end."""
+    accumulate exp(score) v and the row sums directly, without a log-sum-exp, and divide once at the end; `vc`
+    then carries a last column of ones, so one product gives both (no separate pass summing the scores)."""
     bounded = softcap is not None and softcap <= BOUNDED_CAP
     divisor = softcap if bounded and softcap is not None else 1.0  # the scores come out divided by it
     q_scaled = qc * (scale / divisor) if tau is None else qc * (scale / divisor) / tau[..., None]
@@ -119,15 +124,15 @@ def scored_tiles(
             if not bool(allowed.all()):
                 scores.masked_fill_(~allowed, float("-inf"))
         if bounded:  # lse holds the row sums of exp(score) until the end
-            scores.exp_()
-            part, rows = torch.matmul(scores, vc[..., lo:hi, :].float()), scores.sum(-1)
-            acc, lse = (part, rows) if acc is None or lse is None else (acc.add_(part), lse.add_(rows))
+            part = torch.matmul(scores.exp_(), vc[..., lo:hi, :])
+            acc = part if acc is None else acc.add_(part)
             continue
         part_lse = torch.logsumexp(scores, dim=-1)
         scores.sub_(part_lse.masked_fill(torch.isneginf(part_lse), 0.0)[..., None]).exp_()
         acc, lse = merge_tiles(acc, lse, torch.matmul(scores, vc[..., lo:hi, :].float()), part_lse)
-    assert acc is not None and lse is not None  # at least one tile
+    assert acc is not None  # at least one tile
     if bounded:
-        acc.div_(lse.clamp(min=torch.finfo(lse.dtype).tiny)[..., None])
-        lse = torch.log(lse)
+        rows = acc[..., -1]
+        return acc[..., :-1] / rows.clamp(min=torch.finfo(rows.dtype).tiny)[..., None], torch.log(rows)
+    assert lse is not None
     return acc, lse
