@@ -11,7 +11,7 @@ import itertools
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -670,9 +670,8 @@ class GPT(nn.Module):
         `observer`, when given, is called with each layer's `AttentionInputs` just before that layer attends;
         `layout`, the positions' host-side facts where the caller knows them (`PositionLayout`).
         """
-        inputs = LayerInputs(self.scheme_for(0), positions, mask, backend, cache, 0, observer, layout)
         for layer, block in itertools.islice(enumerate(self.blocks), start, stop):
-            x = block(x, replace(inputs, scheme=self.scheme_for(layer), layer=layer))
+            x = block(x, LayerInputs(self.scheme_for(layer), positions, mask, backend, cache, layer, observer, layout))
         return x
 
     def loss(self, tokens: Tensor, **kwargs: Any) -> Tensor:

@@ -21,7 +21,7 @@ import functools
 import types
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, Field, fields, is_dataclass
-from typing import Any, Self, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import Any, Self, TypeVar, Union, cast, get_args, get_origin, get_type_hints
 
 from lextra.errors import ConfigError
 
@@ -180,7 +180,7 @@ def from_dict(cls: type[T], data: Mapping[str, Any], *, refuse_unknown: str | No
     if refuse_unknown is not None:
         check_fields(cls, data, refuse_unknown)
     reader = _Reader(cls, refuse_unknown)
-    hints = _hints(cls)
+    hints = _hints(cast(type, cls))  # a plain type: lru_cache keys need Hashable, which mypy may not see in type[T]
     all_fields = [f for f in fields(cls) if f.init]  # type: ignore[arg-type]
     claimed = {json_key(f) for f in all_fields if not f.metadata.get(INLINE)}
     values: dict[str, Any] = {}
