@@ -519,3 +519,34 @@ def test_position_layouts_from_tensors_and_from_ranges_agree() -> None:
     assert (gaps.k_contiguous, gaps.q_contiguous, gaps.same, gaps.k_max, gaps.span, gaps.seq_len) == (
         False, True, False, 9, 10, 10,
     )  # fmt: skip
+
+
+def test_the_backend_choice_travels_in_the_context() -> None:
+    """The context carries the backend a call asks for; one dispatch resolves it (or refuses with the reason)."""
+    scheme = make_scheme("alibi", n_heads=2, head_dim=8)
+    q, k, v = qkv(scheme, 40)
+    ctx = backends.AttentionContext.build(q, k, scheme=scheme, mask="window:9", backend="reference")
+    assert ctx.backend == "reference" and backends.resolve_backend(ctx).name == "reference"
+    with torch.no_grad():
+        ref = attention(q, k, v, scheme=scheme, mask="window:9", backend="reference")
+        assert torch.equal(backends.run_attention(q, k, v, ctx), ref)
+    with pytest.raises(ConfigError, match="cannot apply score biases"):
+        backends.resolve_backend(backends.AttentionContext.build(q, k, scheme=scheme, backend="sdpa"))
+
+
+def test_s2_attn_runs_as_a_wrapper_through_the_dispatch() -> None:
+    """S2-Attn is an `AttentionExtension`: any backend name computes its dense pass, equal to the function; what it
+    cannot apply (sinks, a window its group does not divide) is refused in one line."""
+    from lextra.attention import S2Attention, shifted_sparse_attention
+
+    scheme = make_scheme("rope", n_heads=2, head_dim=8)
+    q, k, v = qkv(scheme, 16)
+    pos = torch.arange(16)
+    want = shifted_sparse_attention(q, k, v, 4, scheme, pos, pos)
+    for name in ("auto", "chunked"):
+        got = attention(q, k, v, scheme=scheme, extension=S2Attention(4), backend=name)
+        assert torch.equal(got, want)
+    with pytest.raises(ConfigError, match="S2-Attn does not apply learned sinks"):
+        attention(q, k, v, scheme=scheme, extension=S2Attention(4), sinks=torch.zeros(2))
+    with pytest.raises(ConfigError, match=r"the group \(5\) divides"):
+        attention(q, k, v, scheme=scheme, extension=S2Attention(5))
