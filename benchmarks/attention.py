@@ -331,7 +331,11 @@ def absolute_markdown(cells: list[Cell], schemes: list[str], masks: list[str], l
 
 def machine_info(args: argparse.Namespace) -> dict[str, Any]:
     """The harness's machine metadata plus this benchmark's shape and training length."""
-    sources = ("src/lextra/attention/backends.py", "src/lextra/positions/bias.py")
+    sources = (
+        "src/lextra/attention/backends/chunked.py",
+        "src/lextra/attention/backends/tiled.py",
+        "src/lextra/positions/bias.py",
+    )
     return harness.machine_meta(args.threads, sources) | {
         "shape": {"batch": BATCH, "heads": HEADS, "head_dim": HEAD_DIM, "dtype": "float32"},
         "train_len": args.train_len,

@@ -155,7 +155,14 @@ def main(argv: list[str] | None = None) -> int:
             args.baseline_every,
             lambda L=L, repeats=repeats: Cell(BASELINE, BASELINE, L, repeats),
         )
-    meta = harness.machine_meta(args.threads, ("src/lextra/extend/attention.py", "src/lextra/attention/backends.py"))
+    meta = harness.machine_meta(
+        args.threads,
+        (
+            "src/lextra/extend/attention.py",
+            "src/lextra/attention/backends/chunked.py",
+            "src/lextra/attention/backends/tiled.py",
+        ),
+    )
     meta |= {"shape": {"batch": BATCH, "heads": HEADS, "head_dim": HEAD_DIM, "dtype": "float32"}}
     meta["train_len"] = args.train_len
     total_s = harness.run_cells(

@@ -7,7 +7,8 @@ What it measures
     - `sdpa`: `F.scaled_dot_product_attention(q, k, v, is_causal=True)`, the baseline every ratio divides by;
     - each piece through `attention(..., backend="auto")`: `chunk:C` (NoPE), `sinks` (causal), `softcap:50`
       (causal), `rope,fraction=0.25` (partial rotary), `rope,proportional=0.75` (p-RoPE), `temp_tuning` (a per-query
-      temperature), and `qknorm` / `gate` as their own operations plus RoPE attention;
+      temperature), `gate` as its own projection and gating over causal NoPE attention (the piece's cost alone),
+      and `qknorm` / `gate` as their own operations plus RoPE attention;
     - a hybrid plan (`--plan`, default `rnope-swa,window=1024` on 4 layers of width 512): `GPT.forward_layers`
       over all layers, against the sum of each layer run alone (`forward_layers(start=i, stop=i + 1)`).
     Each ratio is a median of pairs run back to back, so it compares like with like on a machine whose load
@@ -85,6 +86,7 @@ def piece_calls(length: int, chunk: int) -> dict[str, Callable[[], object]]:
         "rope,proportional=0.75": lambda: attention(q, k, v, scheme=proportional),
         "temp_tuning": lambda: attention(q, k, v, temperature=tau),
         "rope+qknorm": normed,
+        "gate": lambda: gate(x, attention(q, k, v)),
         "rope+gate": lambda: gate(x, attention(q, k, v, scheme=rope)),
     }
 

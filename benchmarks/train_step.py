@@ -296,7 +296,13 @@ def main(argv: list[str] | None = None) -> int:
     lengths = [int(x) for x in csv_list(args.lengths)]
     cells = plan(schemes, lengths, args.baseline_every)
     meta = harness.machine_meta(
-        args.threads, ("src/lextra/attention/backends.py", "src/lextra/positions/bias.py", "src/lextra/model.py")
+        args.threads,
+        (
+            "src/lextra/attention/backends/chunked.py",
+            "src/lextra/attention/backends/tiled.py",
+            "src/lextra/positions/bias.py",
+            "src/lextra/model.py",
+        ),
     )
     print(
         f"train-step benchmark: {len(schemes)} schemes x L_tr={lengths}, {len(cells)} subprocess cells, "

@@ -286,7 +286,12 @@ def main(argv: list[str] | None = None) -> int:
     lengths = [int(x) for x in csv_list(args.lengths)]
     xt_version = check_x_transformers(models)
     cells = [Cell(m, L, harness.default_repeats(args.repeats, L, LONG)) for L in lengths for m in models]
-    sources = ("src/lextra/attention/backends.py", "src/lextra/positions/bias.py", "src/lextra/model.py")
+    sources = (
+        "src/lextra/attention/backends/chunked.py",
+        "src/lextra/attention/backends/tiled.py",
+        "src/lextra/positions/bias.py",
+        "src/lextra/model.py",
+    )
     meta = harness.machine_meta(args.threads, sources) | {"x_transformers": xt_version}
     print(
         f"x-transformers comparison: {len(models)} models x L={lengths}, {len(cells)} subprocess cells, "

@@ -19,7 +19,7 @@ from lextra.analysis.receptive_field import (
     receptive_field,
 )
 from lextra.analysis.resolution import empirical_scores, resolution, scheme_resolution, theoretical_scores
-from lextra.attention import attention_logits, build_mask, reference_attention
+from lextra.attention import AttentionContext, attention_logits, build_mask, reference_attention
 from lextra.cli import main
 from lextra.model import GPT, GPTConfig, save_model
 from lextra.pipelines.checkpoints import TextSource, load_checkpoints
@@ -135,9 +135,8 @@ def _brute_force_scores(model: GPT, tokens: torch.Tensor, mask_spec: str) -> tup
         k = attn.k_proj(x).view(B, N, attn.n_head, -1).transpose(1, 2)
         v = attn.v_proj(x).view(B, N, attn.n_head, -1).transpose(1, 2)
         tau = None if attn.temperature is None else attn.temperature[:, None]
-        result, w = reference_attention(
-            q, k, v, scheme, mask, positions, positions, 1 / math.sqrt(q.shape[-1]), tau, True
-        )
+        ctx = AttentionContext.build(q, k, scheme=scheme, mask=mask, q_pos=positions, k_pos=positions, temperature=tau)
+        result, w = reference_attention(q, k, v, ctx, return_weights=True)
         torch.testing.assert_close(attn.o_proj(result.transpose(1, 2).reshape(B, N, -1)), out)  # hooks saw the model
         logits = attention_logits(q, k, scheme, positions, positions, tau=tau)
         allowed = mask.allowed(positions, positions)

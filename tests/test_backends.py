@@ -16,7 +16,9 @@ from conftest import ALL_SCHEMES, make_scheme, qkv
 import lextra.attention.backends as backends
 import lextra.attention.flex as flex
 from lextra.attention import attention, build_mask
-from lextra.attention.backends import _sdpa_applies, auto_backend
+from lextra.attention.backends import auto_backend, sdpa, tiled
+from lextra.attention.backends.common import mask_in_place
+from lextra.attention.backends.sdpa import sdpa_applies
 from lextra.errors import ConfigError
 from lextra.positions import SCHEMES
 
@@ -40,7 +42,7 @@ def _assert_backends_agree(
     q, k, v = qkv(scheme, length, batch=1, grad=True)
     ref_out, ref_grads = _run(scheme, q, k, v, mask, "reference", **kwargs)
     pos = torch.arange(length)
-    if "auto" in backends and not _sdpa_applies(scheme, build_mask(mask), pos, pos):
+    if "auto" in backends and not sdpa_applies(scheme, build_mask(mask), pos, pos):
         backends = tuple(b for b in backends if b != "auto") + ("chunked",) * ("chunked" not in backends)
     for backend in backends:
         out, grads = _run(scheme, q, k, v, mask, backend, **kwargs)
@@ -95,16 +97,16 @@ def test_queries_offset_from_keys_as_in_cached_decoding(name: str) -> None:
 def test_auto_picks_the_fused_kernel_only_where_it_is_exact() -> None:
     pos = torch.arange(100)
     causal, window = build_mask("causal"), build_mask("window:10")
-    assert _sdpa_applies(make_scheme("rope"), causal, pos, pos)
-    assert _sdpa_applies(make_scheme("coca"), causal, pos, pos)
-    assert _sdpa_applies(None, causal, pos, pos)
-    assert not _sdpa_applies(make_scheme("alibi"), causal, pos, pos)
-    assert not _sdpa_applies(make_scheme("rope"), window, pos, pos)
-    assert not _sdpa_applies(make_scheme("rope"), causal, pos[-3:], pos)
+    assert sdpa_applies(make_scheme("rope"), causal, pos, pos)
+    assert sdpa_applies(make_scheme("coca"), causal, pos, pos)
+    assert sdpa_applies(None, causal, pos, pos)
+    assert not sdpa_applies(make_scheme("alibi"), causal, pos, pos)
+    assert not sdpa_applies(make_scheme("rope"), window, pos, pos)
+    assert not sdpa_applies(make_scheme("rope"), causal, pos[-3:], pos)
     xpos = make_scheme("xpos")
-    assert _sdpa_applies(xpos, causal, pos, pos)
+    assert sdpa_applies(xpos, causal, pos, pos)
     long = torch.arange(xpos.rotate_span + 1)
-    assert not _sdpa_applies(xpos, causal, long, long)
+    assert not sdpa_applies(xpos, causal, long, long)
 
 
 def test_sdpa_backend_refuses_biases_with_a_clear_error() -> None:
@@ -226,9 +228,12 @@ def test_tiled_path_equals_reference(name: str, length: int, queries: int, tile:
     pos = torch.arange(length)
     tau = torch.linspace(0.6, 1.4, queries).repeat(2, 1)
     with torch.no_grad():
-        assert backends._tiles_apply(scheme, build_mask("causal"), pos[-queries:], pos, q.device)
+        assert tiled.tiles_apply(scheme, build_mask("causal"), pos[-queries:], pos, q.device)
         ref = attention(q, k, v, scheme=scheme, q_pos=pos[-queries:], backend="reference", temperature=tau)
-        fast = backends.tiled_causal_attention(q, k, v, scheme, pos[-queries:], pos, 8**-0.5, tau, tile)
+        ctx = backends.AttentionContext.build(
+            q, k, scheme=scheme, q_pos=pos[-queries:], k_pos=pos, scale=8**-0.5, temperature=tau, block_size=tile
+        )
+        fast = tiled.tiled_causal_attention(q, k, v, ctx)
         via_chunked = attention(q, k, v, scheme=scheme, backend="chunked", block_size=tile, temperature=tau)
     assert (fast - ref).abs().max() <= TOL
     assert torch.equal(via_chunked, fast)
@@ -247,24 +252,24 @@ def test_tiled_path_keeps_bfloat16_inputs_accurate() -> None:
 def test_auto_tiles_rotary_schemes_only_at_long_lengths_without_autograd(monkeypatch) -> None:
     causal, pos = build_mask("causal"), torch.arange(100)
     rope, alibi = make_scheme("rope"), make_scheme("alibi")
-    monkeypatch.setattr(backends, "TILED_MIN_PAIRS", 100 * 100)
+    monkeypatch.setattr(sdpa, "TILED_MIN_PAIRS", 100 * 100)
     with torch.no_grad():
         assert auto_backend(rope, causal, pos, pos) == "chunked"
         assert auto_backend(rope, causal, pos[:99], pos[:99]) == "sdpa"  # below the pair threshold
         assert auto_backend(None, causal, pos, pos) == "sdpa"  # nothing to rotate: the fused call is lean
         assert auto_backend(alibi, causal, pos, pos) == "chunked"
     assert auto_backend(rope, causal, pos, pos) == "sdpa"  # under autograd: the fused kernel's backward
-    assert not backends._tiles_apply(rope, build_mask("window:10"), pos, pos, "cpu")
-    assert not backends._tiles_apply(alibi, causal, pos, pos, "cpu")
+    assert not tiled.tiles_apply(rope, build_mask("window:10"), pos, pos, "cpu")
+    assert not tiled.tiles_apply(alibi, causal, pos, pos, "cpu")
 
 
 def test_only_partially_visible_columns_are_masked() -> None:
     bias = torch.zeros(2, 3, 6)
     allowed = build_mask("causal").allowed(torch.arange(3, 6), torch.arange(6))
-    backends._mask_in_place(bias, allowed)
+    mask_in_place(bias, allowed)
     assert torch.equal(torch.isfinite(bias), allowed.expand(2, -1, -1))
     untouched = torch.zeros(2, 3, 6)
-    backends._mask_in_place(untouched, torch.ones(3, 6, dtype=torch.bool))
+    mask_in_place(untouched, torch.ones(3, 6, dtype=torch.bool))
     assert torch.equal(untouched, torch.zeros(2, 3, 6))
 
 
@@ -373,7 +378,7 @@ class _WindowsOnly(backends.AttentionBackend):
 
     def run(self, q, k, v, ctx):
         self.calls += 1
-        return backends.reference_attention(q, k, v, ctx.scheme, ctx.mask, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau)
+        return backends.reference_attention(q, k, v, ctx)
 
 
 @pytest.fixture
@@ -514,3 +519,34 @@ def test_position_layouts_from_tensors_and_from_ranges_agree() -> None:
     assert (gaps.k_contiguous, gaps.q_contiguous, gaps.same, gaps.k_max, gaps.span, gaps.seq_len) == (
         False, True, False, 9, 10, 10,
     )  # fmt: skip
+
+
+def test_the_backend_choice_travels_in_the_context() -> None:
+    """The context carries the backend a call asks for; one dispatch resolves it (or refuses with the reason)."""
+    scheme = make_scheme("alibi", n_heads=2, head_dim=8)
+    q, k, v = qkv(scheme, 40)
+    ctx = backends.AttentionContext.build(q, k, scheme=scheme, mask="window:9", backend="reference")
+    assert ctx.backend == "reference" and backends.resolve_backend(ctx).name == "reference"
+    with torch.no_grad():
+        ref = attention(q, k, v, scheme=scheme, mask="window:9", backend="reference")
+        assert torch.equal(backends.run_attention(q, k, v, ctx), ref)
+    with pytest.raises(ConfigError, match="cannot apply score biases"):
+        backends.resolve_backend(backends.AttentionContext.build(q, k, scheme=scheme, backend="sdpa"))
+
+
+def test_s2_attn_runs_as_a_wrapper_through_the_dispatch() -> None:
+    """S2-Attn is an `AttentionExtension`: any backend name computes its dense pass, equal to the function; what it
+    cannot apply (sinks, a window its group does not divide) is refused in one line."""
+    from lextra.attention import S2Attention, shifted_sparse_attention
+
+    scheme = make_scheme("rope", n_heads=2, head_dim=8)
+    q, k, v = qkv(scheme, 16)
+    pos = torch.arange(16)
+    want = shifted_sparse_attention(q, k, v, 4, scheme, pos, pos)
+    for name in ("auto", "chunked"):
+        got = attention(q, k, v, scheme=scheme, extension=S2Attention(4), backend=name)
+        assert torch.equal(got, want)
+    with pytest.raises(ConfigError, match="S2-Attn does not apply learned sinks"):
+        attention(q, k, v, scheme=scheme, extension=S2Attention(4), sinks=torch.zeros(2))
+    with pytest.raises(ConfigError, match=r"the group \(5\) divides"):
+        attention(q, k, v, scheme=scheme, extension=S2Attention(5))

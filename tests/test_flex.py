@@ -21,7 +21,7 @@ from torch.nn.attention.flex_attention import create_block_mask
 
 import lextra.attention.flex as flex
 from lextra.attention import attention, build_mask
-from lextra.attention.backends import auto_backend, cuda_backend, reference_attention
+from lextra.attention.backends import AttentionContext, auto_backend, cuda_backend, reference_attention
 from lextra.errors import ConfigError
 from lextra.positions.bias import FLEX_MAX_HIDDEN
 
@@ -35,6 +35,13 @@ FIRE_OPTIONS = {"threshold": 40.0}
 def _scheme(name: str, **options):
     options = {**(FIRE_OPTIONS if name == "fire" else {}), **options}
     return make_scheme(name, n_heads=HEADS, head_dim=HEAD_DIM, train_len=64, **options).eval()
+
+
+def _ctx(q, k, scheme, mask, q_pos, k_pos, scale, tau=None) -> AttentionContext:
+    """The context `attention` builds for these arguments."""
+    return AttentionContext.build(
+        q, k, scheme=scheme, mask=mask, q_pos=q_pos, k_pos=k_pos, scale=scale, temperature=tau
+    )
 
 
 def _case(name: str, mask: str, n_keys: int, n_queries: int, tau: str | None):
@@ -56,8 +63,10 @@ def _error(name: str, mask: str, n_keys: int, n_queries: int, tau: str | None, e
     scheme, mask_, q, k, v, q_pos, k_pos, temperature = _case(name, mask, n_keys, n_queries, tau)
     scale = HEAD_DIM**-0.5
     with torch.no_grad():
-        ref = reference_attention(q, k, v, scheme, mask_, q_pos, k_pos, scale, temperature)
-        out = flex.flex_attention_forward(q, k, v, scheme, mask_, q_pos, k_pos, scale, temperature, eager=eager)
+        ref = reference_attention(q, k, v, _ctx(q, k, scheme, mask_, q_pos, k_pos, scale, temperature))
+        out = flex.flex_attention_forward(
+            q, k, v, _ctx(q, k, scheme, mask_, q_pos, k_pos, scale, temperature), eager=eager
+        )
     assert out.shape == ref.shape
     return float((out - ref).abs().max())
 
@@ -160,8 +169,8 @@ def test_fire_below_its_threshold_reads_its_distance_table() -> None:
     q, k, v = qkv(scheme, 200, batch=1)
     pos = torch.arange(200)
     with torch.no_grad():
-        ref = reference_attention(q, k, v, scheme, build_mask("causal"), pos, pos, 0.25)
-        out = flex.flex_attention_forward(q, k, v, scheme, build_mask("causal"), pos, pos, 0.25, eager=True)
+        ref = reference_attention(q, k, v, _ctx(q, k, scheme, build_mask("causal"), pos, pos, 0.25))
+        out = flex.flex_attention_forward(q, k, v, _ctx(q, k, scheme, build_mask("causal"), pos, pos, 0.25), eager=True)
     assert scheme.distance_only(pos) and (out - ref).abs().max() <= TOL
 
 
@@ -178,7 +187,9 @@ def test_attention_dispatches_flex_with_temperature() -> None:
 def test_empty_inputs_give_empty_outputs() -> None:
     scheme = _scheme("alibi")
     q, k, v = qkv(scheme, 0, batch=1, key_length=5)
-    out = flex.flex_attention_forward(q, k, v, scheme, build_mask("causal"), torch.arange(0), torch.arange(5), 0.25)
+    out = flex.flex_attention_forward(
+        q, k, v, _ctx(q, k, scheme, build_mask("causal"), torch.arange(0), torch.arange(5), 0.25)
+    )
     assert out.shape == (1, HEADS, 0, HEAD_DIM)
 
 
@@ -198,7 +209,7 @@ def test_flex_refuses_autograd_on_cpu() -> None:
         attention(q, k, v, scheme=_scheme("rope"), backend="flex")
     pos = torch.arange(50)
     with torch.no_grad():
-        out = flex.flex_attention_forward(q, k, v, scheme, build_mask("causal"), pos, pos, 0.25, eager=True)
+        out = flex.flex_attention_forward(q, k, v, _ctx(q, k, scheme, build_mask("causal"), pos, pos, 0.25), eager=True)
     assert out.shape == (1, HEADS, 50, HEAD_DIM)
 
 
@@ -206,17 +217,23 @@ def test_flex_refuses_a_block_mask_that_does_not_match() -> None:
     scheme, mask, q, k, v, q_pos, k_pos, _ = _case("alibi", "causal", 200, 200, None)
     foreign = create_block_mask(lambda b, h, q_idx, kv_idx: kv_idx <= q_idx, None, None, 256, 256, device="cpu")
     with torch.no_grad(), pytest.raises(ConfigError, match=r"not built by lextra\.attention\.flex\.flex_block_mask"):
-        flex.flex_attention_forward(q, k, v, scheme, mask, q_pos, k_pos, 0.25, block_mask=foreign, eager=True)
+        flex.flex_attention_forward(
+            q, k, v, _ctx(q, k, scheme, mask, q_pos, k_pos, 0.25), block_mask=foreign, eager=True
+        )
     other = flex.flex_block_mask(mask, q_pos[:190], k_pos[:190])  # the same 256 bucket, other lengths
     with torch.no_grad(), pytest.raises(ConfigError, match="built for causal\\(\\) over 190 queries"):
-        flex.flex_attention_forward(q, k, v, scheme, mask, q_pos, k_pos, 0.25, block_mask=other, eager=True)
+        flex.flex_attention_forward(q, k, v, _ctx(q, k, scheme, mask, q_pos, k_pos, 0.25), block_mask=other, eager=True)
     window = flex.flex_block_mask(build_mask("window:8"), q_pos, k_pos)
     with torch.no_grad(), pytest.raises(ConfigError, match="window\\(width=8\\)"):
-        flex.flex_attention_forward(q, k, v, scheme, mask, q_pos, k_pos, 0.25, block_mask=window, eager=True)
+        flex.flex_attention_forward(
+            q, k, v, _ctx(q, k, scheme, mask, q_pos, k_pos, 0.25), block_mask=window, eager=True
+        )
     own = flex.flex_block_mask(mask, q_pos, k_pos)
     with torch.no_grad():
-        out = flex.flex_attention_forward(q, k, v, scheme, mask, q_pos, k_pos, 0.25, block_mask=own, eager=True)
-        ref = reference_attention(q, k, v, scheme, mask, q_pos, k_pos, 0.25)
+        out = flex.flex_attention_forward(
+            q, k, v, _ctx(q, k, scheme, mask, q_pos, k_pos, 0.25), block_mask=own, eager=True
+        )
+        ref = reference_attention(q, k, v, _ctx(q, k, scheme, mask, q_pos, k_pos, 0.25))
     assert (out - ref).abs().max() <= TOL
 
 

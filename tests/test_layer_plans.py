@@ -19,7 +19,7 @@ from lextra.attention.pieces import PIECES, QKNorm, temperature_tuning_scale
 from lextra.attention.plan import PRESETS, format_plan, parse_plan, select_layers
 from lextra.errors import ConfigError
 from lextra.extend import InferenceSetup
-from lextra.model import GPT, GPTConfig, load_model, save_model
+from lextra.model import GPT, GPTConfig, LayerInputs, load_model, save_model
 from lextra.positions import HeadDims, build_scheme
 
 TOL = 1e-5
@@ -229,7 +229,7 @@ def test_temperature_tuning_is_llama4s_query_scale() -> None:
     q, k, v = attn.project(x)
     scaled = q * temperature_tuning_scale(torch.arange(23), 0.5, 4.0)[:, None]
     want = attn.o_proj(attention(scaled, k, v, backend="reference").transpose(1, 2).reshape(1, 23, -1))
-    got = attn(x, model.scheme_for(0), torch.arange(23), build_mask("causal"), "auto")
+    got = attn(x, LayerInputs(model.scheme_for(0), torch.arange(23), build_mask("causal"), "auto"))
     assert (got - want).abs().max() < TOL
 
 

@@ -12,9 +12,8 @@ from conftest import make_scheme, qkv
 from torch import Tensor
 from torch.nn.attention.flex_attention import create_mask
 
-import lextra.attention.backends as backends
 from lextra.attention import Mask, attention, build_mask
-from lextra.attention.backends import attention_path
+from lextra.attention.backends import attention_path, chunked, common, tiled
 from lextra.positions.base import PositionScheme
 
 TOL = 1e-5
@@ -164,7 +163,7 @@ def test_lambda_blocks_touch_only_their_sinks_and_window(monkeypatch) -> None:
         assert len(seen) == math.ceil(1000 / 64)
         assert max(seen) == most
         assert (out - ref).abs().max() <= TOL
-    assert backends._typical_keys(LambdaMask(4, 37), 10**6, 64) == 4 + 36 + 64  # sizes the bias budget
+    assert common.typical_keys(LambdaMask(4, 37), 10**6, 64) == 4 + 36 + 64  # sizes the bias budget
 
 
 def test_a_distance_rule_gets_the_strided_table_path(monkeypatch) -> None:
@@ -176,14 +175,14 @@ def test_a_distance_rule_gets_the_strided_table_path(monkeypatch) -> None:
         assert attention_path(scheme, UndeclaredDilatedMask(), pos, pos) == "chunked/gathered"
     assert attention_path(make_scheme("t5"), DilatedWindowMask(9, 3), pos, pos) == "chunked/gathered"  # learned
     views: list[bool] = []
-    toeplitz = backends._toeplitz_bias
+    toeplitz = chunked.toeplitz_bias
 
     def recording(*args, **kwargs) -> Tensor | None:
         table = toeplitz(*args, **kwargs)
         views.append(table is not None)
         return table
 
-    monkeypatch.setattr(backends, "_toeplitz_bias", recording)
+    monkeypatch.setattr(chunked, "toeplitz_bias", recording)
     q, k, v = qkv(scheme, 300, batch=1)
     with torch.no_grad():
         ref = attention(q, k, v, scheme=scheme, mask=DilatedWindowMask(9, 3), backend="reference")
@@ -229,7 +228,7 @@ def test_plain_causal_declared_outside_the_package_is_tiled_and_exact() -> None:
     q, k, v = qkv(scheme, 37, key_length=300)
     pos = torch.arange(300)
     with torch.no_grad():
-        assert backends._tiles_apply(scheme, PlainCausalMask(), pos[-37:], pos, "cpu")
+        assert tiled.tiles_apply(scheme, PlainCausalMask(), pos[-37:], pos, "cpu")
         ref = attention(q, k, v, scheme=scheme, q_pos=pos[-37:], backend="reference")
         fast = attention(q, k, v, scheme=scheme, mask=PlainCausalMask(), q_pos=pos[-37:], backend="chunked")
     assert (fast - ref).abs().max() <= TOL

@@ -11,10 +11,10 @@ import pytest
 import torch
 from test_hf_s2attn import authors_s2_flash
 
-from lextra.attention import s2_visible, shifted_sparse_attention
+from lextra.attention import build_mask, s2_visible, shifted_sparse_attention
 from lextra.cli import main
 from lextra.errors import ConfigError
-from lextra.model import GPT, GPTConfig, load_model
+from lextra.model import GPT, GPTConfig, LayerInputs, load_model
 from lextra.positions import build_scheme
 from lextra.positions.base import HeadDims
 from lextra.train import TrainConfig, train
@@ -139,7 +139,7 @@ def test_s2_attn_with_pose_positions_scores_at_the_sampled_positions() -> None:
     logits = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1]) + model.scheme_for(0).bias(positions, positions)
     direct = torch.softmax(logits.masked_fill(~s2_visible(16, 2, 4), float("-inf")), -1) @ v
     torch.testing.assert_close(expected, direct, atol=1e-5, rtol=1e-5)
-    out = attn(h, model.scheme_for(0), positions, None, "auto")
+    out = attn(h, LayerInputs(model.scheme_for(0), positions, build_mask("causal"), "auto"))
     torch.testing.assert_close(out, attn.o_proj(expected.transpose(1, 2).reshape(1, 16, -1)), atol=1e-5, rtol=1e-5)
 
 

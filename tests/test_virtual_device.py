@@ -16,11 +16,11 @@ from conftest import ALL_SCHEMES, make_scheme, qkv
 from test_hf import tiny_causal
 from test_hf import tokens as hf_tokens
 
-import lextra.attention.backends as backends
+import lextra.attention.context as context
 import lextra.attention.flex as flex
 from lextra.analysis import layer_attention
 from lextra.attention import attention, attention_logits, build_mask
-from lextra.attention.backends import attention_path
+from lextra.attention.backends import AttentionContext, attention_path
 from lextra.extend import EXTENSIONS, InferenceSetup, apply_extension
 from lextra.hf import adapt
 from lextra.model import GPT, GPTConfig
@@ -98,7 +98,7 @@ def test_emulated_flex_equals_eager_flex_and_refuses_captured_cpu_tensors(monkey
 
     monkeypatch.setattr(flex, "_run_compiled", spy)
     with torch.no_grad():
-        flex.flex_attention_forward(q, k, v, scheme, build_mask("causal"), pos, pos, 0.25)
+        flex.flex_attention_forward(q, k, v, AttentionContext.build(q, k, scheme=scheme, scale=0.25))
         blocks = captured["block_mask"]  # 3 x 3 blocks of 128: hidden, partial and full ones
         assert int(blocks.kv_num_blocks.sum()) > 0 and int(blocks.full_kv_num_blocks.sum()) > 0
         assert int(blocks.kv_num_blocks.sum() + blocks.full_kv_num_blocks.sum()) < 9
@@ -506,14 +506,14 @@ def test_a_key_index_table_built_without_its_device_is_caught(monkeypatch) -> No
 def test_a_temperature_left_on_the_cpu_is_caught(monkeypatch) -> None:
     """`attention`'s temperature made without `device=`: SDPA's query division mixes devices."""
     scheme = make_scheme("rope", n_heads=2)
-    real = backends._temperature
+    real = context._temperature
     q, k, v = qkv(scheme, 40)
     tau = torch.tensor([0.5, 2.0])
     with torch.no_grad(), vd.virtual_cuda():
         scheme.to("cuda")
         qv, kv, vv = (vd.virtual(t) for t in (q, k, v))
         attention(qv, kv, vv, scheme=scheme, temperature=tau.to("cuda"))  # the real code: no mix
-        monkeypatch.setattr(backends, "_temperature", lambda t, q: None if t is None else vd.plain(real(t, q)))
+        monkeypatch.setattr(context, "_temperature", lambda t, q: None if t is None else vd.plain(real(t, q)))
         with pytest.raises(
             vd.DeviceMixError,
             match=r"^device mix in TensorBase.div: CPU tensor\(s\) of shape \(2, 1, 1\) next to cuda:0",

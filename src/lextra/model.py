@@ -27,7 +27,7 @@ from lextra.attention.backends import AttentionExtension
 from lextra.attention.masks import Mask
 from lextra.attention.pieces import OutputGate, QKNorm, Sinks, TemperatureTuning
 from lextra.attention.plan import LayerVariant, format_plan, parse_plan
-from lextra.attention.s2 import shifted_sparse_attention
+from lextra.attention.s2 import S2Attention
 from lextra.errors import CheckpointError, ConfigError
 from lextra.io import atomic_write, atomic_write_json, sha256_file
 from lextra.positions import HeadDims, PositionScheme, build_scheme, split_scheme_spec
@@ -281,6 +281,24 @@ class AttentionInputs:
 LayerObserver = Callable[[AttentionInputs], None]
 
 
+@dataclass(frozen=True)
+class LayerInputs:
+    """What a block needs besides its hidden states: the layer's scheme and index, the positions, the call's mask
+    and backend, the cache, an observer, the positions' host-side facts where the caller knows them (`layout`;
+    ignored under a cache, whose keys differ) and `queries`: only the last that many rows are wanted (no cache),
+    their queries alone attending to every row's key."""
+
+    scheme: PositionScheme
+    positions: Tensor
+    mask: Mask
+    backend: str = "auto"
+    cache: KVCache | None = None
+    layer: int = 0
+    observer: LayerObserver | None = None
+    layout: PositionLayout | None = None
+    queries: int | None = None
+
+
 class SelfAttention(nn.Module):
     """Multi-head self-attention whose positions come entirely from the scheme it is handed."""
 
@@ -365,33 +383,22 @@ class SelfAttention(nn.Module):
             factor = self.ssmax_scale[:, None] * torch.log(n)[None]
         return 1.0 / factor if tau is None else tau[:, None] / factor
 
-    def forward(
-        self,
-        x: Tensor,
-        scheme: PositionScheme,
-        positions: Tensor,
-        mask: Mask,
-        backend: str,
-        cache: KVCache | None = None,
-        layer: int = 0,
-        observer: LayerObserver | None = None,
-        layout: PositionLayout | None = None,
-        queries: int | None = None,
-    ) -> Tensor:
-        """`layout`: the host-side facts of the query and key positions when the caller knows them, so that
-        choosing a backend reads nothing from the device; ignored under a cache (its keys differ). `queries`: only
-        the last that many rows are wanted (no cache): their queries alone attend, to every row's key."""
+    def forward(self, x: Tensor, inputs: LayerInputs) -> Tensor:
+        """The layer's attention output (B, L, d_model) for hidden states x (B, L, d_model); the last
+        `inputs.queries` rows alone when it is set."""
         B, L, _ = x.shape
+        scheme, positions, cache, layer = inputs.scheme, inputs.positions, inputs.cache, inputs.layer
         q, k, v = self.project(x)
         if self.qknorm is not None:
             q, k = self.qknorm(q, k)
-        if self.own_mask is not None:
-            mask = self.own_mask
+        mask = inputs.mask if self.own_mask is None else self.own_mask
         k_pos = q_pos = positions
-        if queries is not None:
-            q, q_pos, L, x = q[:, :, -queries:], positions[-queries:], queries, x[:, -queries:]
+        rows = inputs.queries
+        if rows is not None:
+            q, q_pos, L, x = q[:, :, -rows:], positions[-rows:], rows, x[:, -rows:]
         # plain RoPE under a cache: keys are cached rotated, so a decoding step rotates one key, not all of them
-        rotated = cache is not None and self.extension is None and observer is None and scheme.rotates_keys_alone
+        observed = inputs.observer is not None
+        rotated = cache is not None and self.extension is None and not observed and scheme.rotates_keys_alone
         if rotated:
             q, k = scheme.rotate(q, k, positions, positions)
         if cache is not None:
@@ -399,16 +406,13 @@ class SelfAttention(nn.Module):
             k_pos = cache.key_positions(layer, positions)
         temperature = self.query_temperature(q_pos, k_pos, mask)
         sinks = None if self.sinks is None else self.sinks.logits
-        if observer is not None:
-            observer(AttentionInputs(layer, q, k, scheme, q_pos, k_pos, mask, temperature, sinks, self.softcap))
+        if inputs.observer is not None:
+            inputs.observer(AttentionInputs(layer, q, k, scheme, q_pos, k_pos, mask, temperature, sinks, self.softcap))
         if self.extension is not None and (sinks is not None or self.softcap is not None):
             raise ConfigError(
                 f"extension {self.extension.name!r} does not apply learned sinks or a softcap; apply it to the "
                 "layers without them (--layers-select)"
             )
-        if self.s2_group and self.training and cache is None and self.extension is None:
-            out = shifted_sparse_attention(q, k, v, self.s2_group, scheme, positions, positions, temperature)
-            return self.dropout(self.o_proj(self._gated(x, out).transpose(1, 2).reshape(B, L, -1)))
         out = attention(
             q,
             k,
@@ -417,10 +421,10 @@ class SelfAttention(nn.Module):
             mask=mask,
             q_pos=q_pos,
             k_pos=k_pos,
-            backend=backend,
+            backend=inputs.backend,
             temperature=temperature,
-            extension=self.extension,
-            layout=layout if cache is None else None,
+            extension=self._wrapper(cache),
+            layout=inputs.layout if cache is None else None,
             sinks=sinks,
             softcap=self.softcap,
         )
@@ -429,6 +433,12 @@ class SelfAttention(nn.Module):
             if keep is not None:
                 cache.evict(layer, keep, k_pos)
         return self.dropout(self.o_proj(self._gated(x, out).transpose(1, 2).reshape(B, L, -1)))
+
+    def _wrapper(self, cache: KVCache | None) -> AttentionExtension | None:
+        """What the layer attends through: its extension, S2-Attn while training without a cache, or None."""
+        if self.extension is None and self.s2_group and self.training and cache is None:
+            return S2Attention(self.s2_group)
+        return self.extension
 
     def _gated(self, x: Tensor, out: Tensor) -> Tensor:
         """The attention output (B, H, L, D) through the layer's output gate, if it has one."""
@@ -457,12 +467,10 @@ class Block(nn.Module):
         self.ln_mlp = nn.LayerNorm(config.d_model)
         self.mlp = MLP(config)
 
-    def forward(
-        self, x, scheme, positions, mask, backend, cache=None, layer=0, observer=None, layout=None, queries=None
-    ) -> Tensor:
-        """`queries`: only the last that many rows are computed and returned (see `SelfAttention.forward`)."""
-        out = self.attn(self.ln_attn(x), scheme, positions, mask, backend, cache, layer, observer, layout, queries)
-        x = (x if queries is None else x[:, -queries:]) + out
+    def forward(self, x: Tensor, inputs: LayerInputs) -> Tensor:
+        """x (B, L, d_model) -> (B, L, d_model); the last `inputs.queries` rows alone when it is set."""
+        out = self.attn(self.ln_attn(x), inputs)
+        x = (x if inputs.queries is None else x[:, -inputs.queries :]) + out
         return x + self.mlp(self.ln_mlp(x))
 
 
@@ -626,9 +634,8 @@ class GPT(nn.Module):
         )
         if last is not None:
             rows = None if layout is None else PositionLayout.ranges(start + L - last, last, start, L)
-            x = self.blocks[final](
-                x, self.scheme_for(final), positions, mask, backend, None, final, observer, rows, last
-            )
+            inputs = LayerInputs(self.scheme_for(final), positions, mask, backend, None, final, observer, rows, last)
+            x = self.blocks[final](x, inputs)
         if cache is not None:
             cache.length += L
         return self.ln_f(x)
@@ -656,7 +663,7 @@ class GPT(nn.Module):
         `layout`, the positions' host-side facts where the caller knows them (`PositionLayout`).
         """
         for layer, block in itertools.islice(enumerate(self.blocks), start, stop):
-            x = block(x, self.scheme_for(layer), positions, mask, backend, cache, layer, observer, layout)
+            x = block(x, LayerInputs(self.scheme_for(layer), positions, mask, backend, cache, layer, observer, layout))
         return x
 
     def loss(self, tokens: Tensor, **kwargs: Any) -> Tensor:

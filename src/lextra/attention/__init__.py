@@ -6,6 +6,7 @@ from lextra.attention.backends import (
     AttentionBackend,
     AttentionContext,
     AttentionExtension,
+    AttentionOptions,
     attention,
     attention_logits,
     choose_backend,
@@ -18,7 +19,7 @@ from lextra.attention.backends import (
 from lextra.attention.flex import flex_attention_forward, flex_block_mask
 from lextra.attention.layout import PositionLayout
 from lextra.attention.masks import MASKS, Mask, build_mask
-from lextra.attention.s2 import s2_visible, shifted_sparse_attention
+from lextra.attention.s2 import S2Attention, s2_visible, shifted_sparse_attention
 
 __all__ = [
     "BACKENDS",
@@ -26,8 +27,10 @@ __all__ = [
     "AttentionBackend",
     "AttentionContext",
     "AttentionExtension",
+    "AttentionOptions",
     "Mask",
     "PositionLayout",
+    "S2Attention",
     "attention",
     "attention_logits",
     "build_mask",

@@ -52,8 +52,9 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
+from lextra.attention.context import AttentionContext
 from lextra.attention.layout import PositionLayout
-from lextra.attention.masks import UNBOUNDED, Mask, build_mask
+from lextra.attention.masks import UNBOUNDED, Mask
 from lextra.errors import ConfigError
 from lextra.positions.base import PositionScheme, QueryBias, ScoreLayout
 
@@ -332,21 +333,7 @@ def _check_block_mask(block_mask: BlockMask, mask: Mask, q_pos: Tensor, k_pos: T
 
 
 def flex_attention_forward(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    scheme: PositionScheme | None,
-    mask: Mask | str,
-    q_pos: Tensor,
-    k_pos: Tensor,
-    scale: float,
-    tau: Tensor | None = None,
-    *,
-    block_mask: BlockMask | None = None,
-    eager: bool = False,
-    layout: PositionLayout | None = None,
-    sinks: Tensor | None = None,
-    softcap: float | None = None,
+    q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext, *, block_mask: BlockMask | None = None, eager: bool = False
 ) -> Tensor:
     """softmax((rotate(q) . rotate(k) * scale + bias) / tau, masked) v through one FlexAttention call.
 
@@ -354,17 +341,17 @@ def flex_attention_forward(
     each row by its log-sum-exp (out x sigmoid(lse - sink_h)): compiled on CUDA, eager on CPU (inductor's CPU flex
     kernel returns no log-sum-exp).
 
-    q (B, H, Lq, D), k (B, H, Lk, Dk), v (B, H, Lk, Dv); positions 1-D integer tensors; `tau` None, a scalar,
-    (H, 1) or (H, Lq) as `attention` normalises it. `block_mask` (optional) is `flex_block_mask(mask, q_pos,
-    k_pos)`; `eager` runs FlexAttention uncompiled (it then builds the full score matrix: small inputs only);
-    `layout` the positions' host-side facts (read once from them when not given).
+    q (B, H, Lq, D), k (B, H, Lk, Dk), v (B, H, Lk, Dv); the context's temperature None, (H, 1) or (H, Lq).
+    `block_mask` (optional) is `flex_block_mask(ctx.mask, ctx.q_pos, ctx.k_pos)`; `eager` runs FlexAttention
+    uncompiled (it then builds the full score matrix: small inputs only).
     """
-    device, mask = q.device, build_mask(mask)
+    scheme, mask, scale, tau, sinks, softcap = ctx.scheme, ctx.mask, ctx.scale, ctx.tau, ctx.sinks, ctx.softcap
+    device = q.device
     H, Lq, Lk = q.shape[1], q.shape[-2], k.shape[-2]
     if Lq == 0 or Lk == 0:
         return q.new_zeros(*q.shape[:-1], v.shape[-1])
-    q_pos, k_pos = q_pos.to(device), k_pos.to(device)
-    facts = layout if layout is not None else PositionLayout.of(q_pos, k_pos)
+    q_pos, k_pos = ctx.q_pos.to(device), ctx.k_pos.to(device)
+    facts = ctx.facts
     reason = flex_unsupported(scheme, q_pos, k_pos, facts)
     if reason is not None:
         raise ConfigError(reason)

@@ -10,6 +10,9 @@ heads by -G/2: t = (i - G/2) mod L, so the window's first G/2 tokens share the l
 and see them (a leak, the maintainers say in LongLoRA issue 90). The position transform is applied at the tokens'
 own positions before the shift, as the authors rotate q and k before shifting. Evaluation attends with full causal
 attention (the model applies S2-Attn in training mode only).
+
+`S2Attention` is the wrapper a lextra layer attends through while training with S2-Attn: whatever backend the
+call names, it computes the dense S2 pass (`S2Backend`), through the same dispatch as every other call.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import torch
 from torch import Tensor
 
 from lextra.attention.backends import attention_logits
+from lextra.attention.context import AttentionBackend, AttentionContext, AttentionExtension
 from lextra.positions import PositionScheme
 
 
@@ -62,3 +66,35 @@ def shifted_sparse_attention(
     logits = logits.masked_fill(~s2_visible(L, H, group, q.device, wrap=wrap), float("-inf"))
     weights = torch.softmax(logits, dim=-1)
     return (weights @ v.float()).to(v.dtype)
+
+
+class S2Backend(AttentionBackend):
+    """The dense S2-Attn pass over one window (`shifted_sparse_attention`) with the context's scheme, positions,
+    scale and temperature."""
+
+    name = "s2"
+
+    def __init__(self, group: int) -> None:
+        self.group = group
+
+    def applies(self, ctx: AttentionContext) -> str | None:
+        if ctx.sinks is not None or ctx.softcap is not None:
+            return "S2-Attn does not apply learned sinks or a softcap; train those layers without S2-Attn"
+        n_q, n_k = ctx.facts.n_q, ctx.facts.n_k
+        if n_q != n_k or n_q % self.group:
+            return f"S2-Attn needs one window whose length ({n_q} queries, {n_k} keys) the group ({self.group}) divides"
+        return None
+
+    def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
+        return shifted_sparse_attention(q, k, v, self.group, ctx.scheme, ctx.q_pos, ctx.k_pos, ctx.tau, ctx.scale)
+
+
+class S2Attention(AttentionExtension):
+    """S2-Attn with groups of `group` tokens as a wrapper: every backend name runs `S2Backend` (its one path)."""
+
+    def __init__(self, group: int) -> None:
+        self.backend = S2Backend(group)
+        self.name = f"s2_attn:{group}"
+
+    def backend_for(self, ctx: AttentionContext) -> AttentionBackend:
+        return self.backend

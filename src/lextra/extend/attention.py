@@ -35,15 +35,17 @@ import bisect
 import itertools
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import Any, Unpack, cast
 
 import torch
 from torch import Tensor
 
 from lextra.attention.backends import (
     TILE,
+    AttentionBackend,
     AttentionContext,
     AttentionExtension,
+    AttentionOptions,
     attention,
     attention_with_lse,
     default_positions,
@@ -498,42 +500,76 @@ def _merge_out_of_place(
     return acc * torch.exp(lse - total)[..., None] + part.float() * torch.exp(part_lse - total)[..., None], total
 
 
+class _PassesBackend(AttentionBackend):
+    """A backend computing a call under an extension method's passes (`ExtendedAttention.backend_for`)."""
+
+    def __init__(self, method: ExtensionMethod) -> None:
+        self.method = method
+
+    def applies(self, ctx: AttentionContext) -> str | None:
+        return None
+
+
+class ExtendedReference(_PassesBackend):
+    """The method's dense reference (`reference_extended_attention`): what backend='reference' runs under it."""
+
+    name = "reference"
+
+    def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
+        return reference_extended_attention(q, k, v, ctx.scheme, self.method, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau)
+
+
+class ExtendedTiles(_PassesBackend):
+    """Query blocks x passes x key tiles (`extended_attention`): the CPU's fastest exact path under a method."""
+
+    name = "tiled"
+
+    def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
+        return extended_attention(
+            q, k, v, ctx.scheme, self.method, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau, ctx.block_size
+        )
+
+
+class ExtendedFlex(_PassesBackend):
+    """One FlexAttention call per pass (`flex_extended_attention`), where the flex backend applies."""
+
+    name = "flex"
+
+    def applies(self, ctx: AttentionContext) -> str | None:
+        return get_backend("flex").applies(ctx)
+
+    def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
+        return flex_extended_attention(
+            q, k, v, ctx.scheme, self.method, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau, ctx.facts
+        )
+
+
 class ExtendedAttention(AttentionExtension):
-    """A layer's attention under `method` (`SelfAttention.extension`, `attention(..., extension=)`): the fast
-    passes, or the dense reference for backend='reference'. The mask must be causal (the method sets its own
-    visibility). Calling it takes `attention`'s keywords."""
+    """A layer's attention under `method` (`SelfAttention.extension`, `attention(..., extension=)`): a wrapper
+    whose backends are the method's dense reference (backend 'reference'), its passes as FlexAttention calls
+    ('flex'; what 'auto' runs on CUDA where flex applies) and its tiled passes (any other backend). The mask must
+    be causal (the method sets its own visibility). Calling it takes `attention`'s keywords."""
 
     def __init__(self, method: ExtensionMethod) -> None:
         self.method = method
         self.name = method.name
+        self.backends: dict[str, AttentionBackend] = {
+            backend.name: backend
+            for backend in (ExtendedReference(method), ExtendedTiles(method), ExtendedFlex(method))
+        }
 
-    def run(
-        self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext, *, reference: bool = False, backend: str = "auto"
-    ) -> Tensor:
+    def backend_for(self, ctx: AttentionContext) -> AttentionBackend:
         if not ctx.mask.exactly_causal:
             raise ConfigError(
                 f"extension {self.method.name!r} sets its own visibility over causal attention; "
                 f"use mask='causal', not {ctx.mask!r}"
             )
-        if reference or backend == "reference":
-            return reference_extended_attention(
-                q, k, v, ctx.scheme, self.method, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau
-            )
-        if backend == "flex" or (backend == "auto" and self.path(ctx) == "flex"):
-            if backend == "flex":
-                reason = self.flex_reason(ctx)
-                if reason is not None:
-                    raise ConfigError(reason)
-            return flex_extended_attention(
-                q, k, v, ctx.scheme, self.method, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau, ctx.facts
-            )
-        return extended_attention(
-            q, k, v, ctx.scheme, self.method, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau, ctx.block_size
-        )
+        name = self.path(ctx) if ctx.backend == "auto" else ctx.backend
+        return self.backends.get(name, self.backends["tiled"])
 
     def flex_reason(self, ctx: AttentionContext) -> str | None:
         """Why the passes cannot run as FlexAttention calls here (None: they can), from the context alone."""
-        return get_backend("flex").applies(ctx)
+        return self.backends["flex"].applies(ctx)
 
     def path(self, ctx: AttentionContext) -> str:
         """What backend='auto' runs: "flex" (one FlexAttention call per pass) on CUDA where flex applies, else
@@ -542,9 +578,10 @@ class ExtendedAttention(AttentionExtension):
             return "flex"
         return "tiled"
 
-    def __call__(self, q: Tensor, k: Tensor, v: Tensor, **options: Any) -> Tensor:
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor, **options: Unpack[AttentionOptions]) -> Tensor:
         """`attention(q, k, v, extension=self, **options)`."""
-        return attention(q, k, v, extension=self, **options)
+        options["extension"] = self
+        return attention(q, k, v, **options)
 
     def retains(self, k_pos: Tensor, next_query: int) -> Tensor:
         """Which cached keys a query at `next_query` or later can still see (the cache evicts the others)."""

@@ -1,0 +1,94 @@
+"""The functional attention call and its backends: `reference`, `sdpa`, `chunked`, `flex`, and `auto`.
+
+`attention(q, k, v, scheme=..., mask=..., q_pos=..., k_pos=...)` applies a position scheme's q/k transform and
+score bias, a mask and an optional temperature, then softmax-attends:
+
+    out = softmax((rotate(q) . rotate(k) * scale + bias) / tau, masked) v
+
+One backend per module, each an `AttentionBackend` taking `run(q, k, v, ctx)` (`lextra.attention.context`):
+- `reference` (`reference.py`): dense (H, Lq, Lk) scores with every modifier applied as a tensor: ground truth.
+- `sdpa` (`sdpa.py`): one fused `scaled_dot_product_attention` call where it is exact.
+- `chunked` (`chunked.py`): queries in blocks, each seeing only the keys its mask declares, its bias built for
+  that block alone; inside it the tiled path (`tiled.py`: exactly causal without a per-distance bias, query
+  blocks x key chunks merged by log-sum-exp) and the scored path (`scored.py`: softcaps, sinks under autograd).
+- `flex` (`flex.py`): one compiled FlexAttention call (`lextra.attention.flex`).
+- `auto`: on CPU, `sdpa` when it applies, else `chunked`. Rotary schemes at long lengths without autograd take
+  `chunked` (tiled): the fused call would need rotated copies of all of q and k on top of SDPA's own working
+  memory. On CUDA (`cuda_backend`), `sdpa` (flash) when it applies, else `flex`, else `chunked`. A single query
+  that `sdpa` cannot take (a decoding step with a bias, a window or BCA) goes to `chunked`, not `flex`: flex would
+  compile a kernel for every key-length bucket the cache grows through (20 up to 128k per mask and score
+  modifier, out of `RECOMPILE_LIMIT`) and build a BlockMask per step (its blocks move with the step), where the
+  chunked path runs one small SDPA call over the keys the mask declares, exactly, with nothing compiled.
+The dispatch (`dispatch.py`) keeps the registry (`register_backend`) and `auto`'s order per device type
+(`AUTO_ORDER`), and routes a call under an extension or wrapper (`ctx.extension`: a training-free method's
+passes, S2-Attn) to the backend the wrapper names for it.
+
+The backends ask a mask only what it declares (`lextra.attention.masks.Mask`), never which mask it is, and a
+scheme only its interface (`lextra.positions.base.PositionScheme`).
+"""
+
+from lextra.attention.backends.chunked import ChunkedBackend, chunked_attention
+from lextra.attention.backends.common import TILE, attention_logits, attention_with_lse, merge_tiles
+from lextra.attention.backends.dispatch import (
+    AUTO_ORDER,
+    REGISTERED,
+    attention,
+    attention_path,
+    auto_backend,
+    backend_names,
+    choose_backend,
+    cuda_backend,
+    get_backend,
+    register_backend,
+    resolve_backend,
+    run_attention,
+    unregister_backend,
+)
+from lextra.attention.backends.flex import FlexBackend
+from lextra.attention.backends.reference import ReferenceBackend, reference_attention
+from lextra.attention.backends.sdpa import SdpaBackend
+from lextra.attention.context import (
+    AttentionBackend,
+    AttentionContext,
+    AttentionExtension,
+    AttentionOptions,
+    default_positions,
+)
+from lextra.attention.layout import PositionLayout
+
+register_backend(ReferenceBackend())
+register_backend(SdpaBackend(), auto={"cpu": None, "cuda": None})
+register_backend(ChunkedBackend(), auto={"cpu": None, "cuda": None})
+register_backend(FlexBackend(), auto={"cuda": 1})  # on CUDA between sdpa and chunked
+
+#: the built-in backends' names (`backend_names()` adds any registered later)
+BACKENDS = ("auto", "reference", "sdpa", "chunked", "flex")
+
+__all__ = [
+    "AUTO_ORDER",
+    "BACKENDS",
+    "REGISTERED",
+    "TILE",
+    "AttentionBackend",
+    "AttentionContext",
+    "AttentionExtension",
+    "AttentionOptions",
+    "PositionLayout",
+    "attention",
+    "attention_logits",
+    "attention_path",
+    "attention_with_lse",
+    "auto_backend",
+    "backend_names",
+    "choose_backend",
+    "chunked_attention",
+    "cuda_backend",
+    "default_positions",
+    "get_backend",
+    "merge_tiles",
+    "reference_attention",
+    "register_backend",
+    "resolve_backend",
+    "run_attention",
+    "unregister_backend",
+]

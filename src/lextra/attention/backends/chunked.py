@@ -1,0 +1,177 @@
+"""The `chunked` backend: queries in blocks; each block sees only the keys its mask declares (`Mask.key_spans`: a
+window's block touches width + block keys) and its bias is built for that block alone from the scheme's
+per-distance table, then one SDPA call per block. Memory O(H x block x keys) per step, never H x L x L; forward
+and backward on any device. Without autograd the blocks write into one preallocated output (no list of block
+outputs and no `cat`). Exactly causal calls without a per-distance bias take the tiled path
+(`lextra.attention.backends.tiled`); softcaps and sinks the scored path (`lextra.attention.backends.scored`)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from lextra.attention.backends.common import (
+    BIAS_BUDGET,
+    LEAN_BLOCK,
+    MAX_BLOCK,
+    MIN_BLOCK,
+    TRAIN_BIAS_BLOCK,
+    block_tau,
+    contiguous,
+    emit,
+    key_block,
+    keys_per_block,
+    mask_in_place,
+    query_blocks,
+    rotate,
+    scaled_query,
+    toeplitz_possible,
+    typical_keys,
+)
+from lextra.attention.backends.scored import scored_attention
+from lextra.attention.backends.tiled import tiled_causal_attention, tiles_apply
+from lextra.attention.context import AttentionBackend, AttentionContext
+from lextra.attention.masks import Mask
+from lextra.positions.base import PositionScheme
+
+
+def block_size_for(scheme: PositionScheme | None, n_keys: int, n_heads: int, requested: int | None) -> int:
+    if requested is not None:
+        return max(1, int(requested))
+    if scheme is None or not scheme.has_bias:
+        size = MAX_BLOCK
+    else:
+        # FIRE past its threshold evaluates its MLP as linear pieces per (query, key) pair: under autograd in fp64
+        # (gathered slopes and intercepts, their product and the input: about 5 fp32 words per head); without,
+        # the bias, an offset, the input and its piece index
+        if not scheme.bias_per_query:
+            per_pair = n_heads
+        elif torch.is_grad_enabled():
+            per_pair = 5 * n_heads + 3
+        else:
+            per_pair = 2 * n_heads + 3
+        size = BIAS_BUDGET // max(1, n_keys * per_pair)
+        if TRAIN_BIAS_BLOCK:
+            size = min(size, TRAIN_BIAS_BLOCK)
+    if scheme is not None and scheme.rotate_span is not None:
+        size = min(size, scheme.rotate_span)
+    return int(min(MAX_BLOCK, max(MIN_BLOCK, size)))
+
+
+def chunked_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
+    """Query blocks, each attending only the keys its mask allows, with its bias built on the fly. Sinks and a
+    softcap: the tiled path merges the sinks as one more tile (causal, no softcap), else `scored_attention`."""
+    scheme, mask, q_pos, k_pos, scale, tau = ctx.scheme, ctx.mask, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau
+    block_size = ctx.block_size
+    Lq, Lk = q.shape[-2], k.shape[-2]
+    if Lq == 0:
+        return q.new_zeros(*q.shape[:-1], v.shape[-1])
+    if ctx.softcap is None and tiles_apply(scheme, mask, q_pos, k_pos, q.device, q.dtype):
+        return tiled_causal_attention(q, k, v, ctx)
+    if ctx.sinks is not None or ctx.softcap is not None:
+        return scored_attention(q, k, v, ctx)
+    # rotate each block's queries and keys where that is needed (xPos's span) or cheap and lean (without autograd,
+    # a window's or BCA's block sees ~width + block keys): no rotated copies of all of q and k
+    bounded = keys_per_block(mask, MAX_BLOCK) is not None
+    rotate_per_block = (
+        scheme is not None
+        and scheme.transforms_qk
+        and (scheme.rotate_span is not None or (bounded and not torch.is_grad_enabled()))
+    )
+    seq_len = max(int(q_pos.max()), int(k_pos.max())) + 1 if Lk else None  # one length for every block
+    if not rotate_per_block:
+        q, k = rotate(scheme, q, k, q_pos, k_pos)
+    keys_sorted = contiguous(k_pos)
+    queries_sorted = bool((q_pos.diff() >= 0).all()) if Lq > 1 else True
+    has_bias = scheme is not None and scheme.has_bias
+    window = typical_keys(mask, Lk, block_size or MAX_BLOCK)
+    lean = toeplitz_possible(scheme, mask, q_pos)  # biases and masks as strided views of one table
+    block = LEAN_BLOCK if lean and block_size is None else block_size_for(scheme, window, q.shape[1], block_size)
+    # without autograd each block writes into one output tensor; under autograd a list and one cat
+    out = None if torch.is_grad_enabled() else q.new_empty(*q.shape[:-1], v.shape[-1])
+    outputs: list[Tensor] = []
+    workspace: dict[str, Tensor] = {}  # per-block bias buffers, reused (`PositionScheme.bias_into`)
+    for start, stop in query_blocks(q_pos, block, mask, queries_sorted):
+        qp, qc = q_pos[start:stop], q[..., start:stop, :]
+        # keys in separate runs (sinks + a window) are gathered into one block of keys
+        kp, kc, vc = key_block(mask, qp, k, v, k_pos, keys_sorted and queries_sorted)
+        if rotate_per_block and scheme is not None:
+            qc, kc = scheme.rotate(qc, kc, qp, kp, seq_len)
+        tau_block = None if tau is None else block_tau(tau, start, stop)
+        local = mask.within(int(qp[0]), int(qp[-1])) if keys_sorted and queries_sorted else mask
+        toeplitz = toeplitz_bias(scheme, local, qp, kp, tau_block) if lean or has_bias else None
+        if toeplitz is not None:
+            # rows reversed so that the bias is a stride-(1, 1) view of one table: no (H, Lq, Lk) tensor is built
+            flipped = scaled_query(qc, tau_block).flip(-2)
+            result = F.scaled_dot_product_attention(flipped, kc, vc, attn_mask=toeplitz.to(qc.dtype), scale=scale)
+            emit(out, outputs, result.flip(-2), start, stop)
+            continue
+        allowed = None if local.hides_nothing else local.allowed(qp, kp)
+        attn_mask: Tensor | None
+        if has_bias and scheme is not None:
+            if not torch.is_grad_enabled():
+                bias = scheme.bias_into(qp, kp, workspace)  # possibly a reused buffer: modified in place below
+                if tau_block is not None:
+                    bias.div_(tau_block[..., None])
+                if allowed is not None:
+                    mask_in_place(bias, allowed)
+            else:
+                bias = scheme.bias(qp, kp)
+                if tau_block is not None:
+                    bias = bias / tau_block[..., None]
+                if allowed is not None:
+                    bias = bias.masked_fill(~allowed, float("-inf"))
+            attn_mask = bias.to(qc.dtype)[None]  # 4-D: the flash kernel
+        else:
+            attn_mask = allowed
+        result = F.scaled_dot_product_attention(scaled_query(qc, tau_block), kc, vc, attn_mask=attn_mask, scale=scale)
+        emit(out, outputs, result, start, stop)
+    return out if out is not None else torch.cat(outputs, dim=-2)
+
+
+def toeplitz_bias(
+    scheme: PositionScheme | None, mask: Mask, qp: Tensor, kp: Tensor, tau: Tensor | None
+) -> Tensor | None:
+    """The block's masked bias as a view (1, H, c, n) of one per-distance table, rows in reverse order; without a
+    bias, the mask alone as a (1, 1, c, n) view of a 0 / -inf table.
+
+    Applies when the bias and the mask depend on m - n alone and positions are contiguous: then with rows
+    reversed, entry (a, b) holds table[a + b], i.e. `as_strided` with strides (1, 1). Only without autograd
+    through the table (overlapping views have no cheap backward): learned tables under training take the
+    gather path.
+    """
+    biased = scheme is not None and scheme.has_bias
+    if biased and scheme is not None and (not scheme.distance_only(qp) or (tau is not None and tau.shape[-1] != 1)):
+        return None
+    if not (contiguous(qp) and contiguous(kp)) or qp.numel() == 0 or kp.numel() == 0:
+        return None
+    c, n = qp.numel(), kp.numel()
+    d_max = int(qp[-1]) - int(kp[0])
+    distance = d_max - torch.arange(c + n - 1, device=qp.device)  # y -> d = d_max - y
+    allowed = mask.allowed_distance(distance)
+    if allowed is None:
+        return None
+    if not biased or scheme is None:  # the temperature is in the scaled queries
+        table = torch.zeros(1, c + n - 1, device=qp.device)
+    else:
+        table = scheme.distance_bias(distance)
+        if table.requires_grad:
+            return None
+        if tau is not None:
+            table = table / tau
+    table = table.masked_fill(~allowed, float("-inf")).contiguous()
+    # 4-D: torch 2.13's CPU SDPA sends a 3-D float mask to its slow math kernel, a 4-D one to the flash kernel
+    return table.as_strided((1, table.shape[0], c, n), (0, table.stride(0), 1, 1))
+
+
+class ChunkedBackend(AttentionBackend):
+    """Query blocks, each attending only the keys its mask allows (the tiled path inside); any call."""
+
+    name = "chunked"
+
+    def applies(self, ctx: AttentionContext) -> str | None:
+        return None
+
+    def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
+        return chunked_attention(q, k, v, ctx)

@@ -1,0 +1,218 @@
+"""What the backends share: block and tile sizes, the rotation and temperature helpers, the key spans a query block
+sees, and the exact log-sum-exp merge of tiles (`merge_tiles`, `attention_with_lse`)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from lextra.attention.masks import UNBOUNDED, Mask
+from lextra.positions.base import PositionScheme
+
+#: elements of one block's bias tensor (x batch broadcast); 2^24 fp32 = 64 MiB
+BIAS_BUDGET = 1 << 24
+MAX_BLOCK = 1024
+#: query block for biases passed as strided table views: small blocks skip most of the masked upper triangle,
+#: which SDPA would otherwise compute and discard (benchmarks/README.md compares 256 with 1024)
+LEAN_BLOCK = 256
+#: cap for blocks whose bias is gathered (learned tables under autograd): SDPA then runs its math kernel, which
+#: computes the whole (block x keys) rectangle, so smaller blocks skip more of the masked triangle
+TRAIN_BIAS_BLOCK: int | None = 256
+MIN_BLOCK = 16
+#: query block = key chunk of the tiled path: the size that balances the flash kernel's per-call efficiency
+#: against per-tile memory (see benchmarks/README.md)
+TILE = 1024
+#: a query position far from the sequence start, where a mask's keys per query block are their steady number
+FAR = 1 << 40
+#: torch's CPU flash kernel, which also returns each row's log-sum-exp (what merging tiles exactly needs)
+FLASH_WITH_LSE = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+
+
+def contiguous(pos: Tensor) -> bool:
+    """Whether positions go up by exactly 1 (an empty run does)."""
+    n = pos.numel()
+    return n == 0 or (int(pos[-1]) - int(pos[0]) == n - 1 and bool((pos.diff() == 1).all()))
+
+
+def rotate(
+    scheme: PositionScheme | None, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, seq_len: int | None = None
+) -> tuple[Tensor, Tensor]:
+    """q and k through the scheme's position transform (unchanged for schemes without one)."""
+    if scheme is None or not scheme.transforms_qk:
+        return q, k
+    return scheme.rotate(q, k, q_pos, k_pos, seq_len)
+
+
+def scaled_query(q: Tensor, tau: Tensor | None) -> Tensor:
+    """Dividing the logits by tau is dividing q by tau (per head, and per query when tau is (H, Lq))."""
+    return q if tau is None else q / tau[..., None].to(q.dtype)
+
+
+def block_tau(tau: Tensor, start: int, stop: int) -> Tensor:
+    """The temperature of queries start..stop - 1 ((H, 1) temperatures are every block's)."""
+    return tau if tau.shape[-1] == 1 else tau[..., start:stop]
+
+
+def attention_logits(
+    q: Tensor,
+    k: Tensor,
+    scheme: PositionScheme | None,
+    q_pos: Tensor,
+    k_pos: Tensor,
+    scale: float | None = None,
+    tau: Tensor | None = None,
+) -> Tensor:
+    """Pre-softmax, pre-mask logits (B, H, Lq, Lk) in fp32: (rotate(q) . rotate(k) * scale + bias) / tau."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    qr, kr = rotate(scheme, q, k, q_pos, k_pos)
+    logits = (qr.float() @ kr.float().transpose(-1, -2)) * scale
+    if scheme is not None and scheme.has_bias:
+        logits = logits + scheme.bias(q_pos, k_pos)
+    if tau is not None:
+        logits = logits / tau[..., None]
+    return logits
+
+
+def lse_kernel_applies(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether torch's CPU flash kernel with log-sum-exp runs here: no autograd, CPU, fp32 or bf16."""
+    return (
+        FLASH_WITH_LSE is not None
+        and not torch.is_grad_enabled()
+        and device.type == "cpu"
+        and dtype in (torch.float32, torch.bfloat16)
+    )
+
+
+def merge_tiles(acc: Tensor | None, lse: Tensor | None, part: Tensor, part_lse: Tensor) -> tuple[Tensor, Tensor]:
+    """Fold one tile's normalised output and log-sum-exp into the running ones (fp32 accumulation, in place).
+
+    A row that no tile so far lets see a key (log-sum-exp -inf on both sides, output 0) stays at 0 and -inf.
+    """
+    if acc is None or lse is None:
+        return part.float(), part_lse
+    total = torch.logaddexp(lse, part_lse)
+    base = total.masked_fill(torch.isneginf(total), 0.0)
+    acc.mul_(torch.exp(lse - base)[..., None]).addcmul_(part, torch.exp(part_lse - base)[..., None])
+    return acc, total
+
+
+def attention_with_lse(
+    q: Tensor, k: Tensor, v: Tensor, scale: float, *, causal: bool = False, mask: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """One tile's softmax attention and its rows' log-sum-exp (B, H, Lq) in fp32, for merging tiles exactly.
+
+    torch's CPU flash kernel without autograd (fp32, bf16); otherwise the same computed explicitly in fp32 (any
+    device, differentiable). `causal` is top-left aligned (key j <= query i); `mask` is a float 0 / -inf tensor
+    broadcastable to (B, H, Lq, Lk). A row that sees no key gets output 0 and log-sum-exp -inf.
+    """
+    use_flash = FLASH_WITH_LSE is not None and not torch.is_grad_enabled() and q.device.type == "cpu"
+    if use_flash and FLASH_WITH_LSE is not None and q.dtype in (torch.float32, torch.bfloat16):
+        attn_mask = None if mask is None else mask.to(q.dtype)
+        out, lse = FLASH_WITH_LSE(q, k, v, 0.0, causal, attn_mask=attn_mask, scale=scale)
+        if mask is not None:  # the kernel reports log-sum-exp 0 for a row it was given no key for
+            lse = lse.masked_fill(torch.isneginf(mask).all(-1), float("-inf"))
+        return out, lse.float()
+    logits = (q.float() @ k.float().transpose(-1, -2)) * scale
+    if causal:
+        hidden = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).triu(1)
+        logits = logits.masked_fill(hidden, float("-inf"))
+    if mask is not None:
+        logits = logits + mask.float()
+    empty = torch.isneginf(logits).all(-1, keepdim=True)  # rows without keys: finite logits, then weight 0
+    logits = logits.masked_fill(empty, 0.0)
+    lse = torch.logsumexp(logits, dim=-1, keepdim=True)
+    weights = torch.exp(logits - lse).masked_fill(empty, 0.0)
+    return (weights @ v.float()).to(v.dtype), lse.masked_fill(empty, float("-inf")).squeeze(-1)
+
+
+def query_blocks(q_pos: Tensor, block: int, mask: Mask, sorted_queries: bool) -> list[tuple[int, int]]:
+    """Query index ranges of at most `block`, cut at the mask's own block boundaries (BCA) when it has them,
+    so that each range sees the mask as a function of distance alone."""
+    Lq = q_pos.numel()
+    period = mask.period if sorted_queries and contiguous(q_pos) else None
+    ranges, start = [], 0
+    while start < Lq:
+        stop = min(start + block, Lq)
+        if period:
+            stop = min(stop, start + period - int(q_pos[start]) % period)
+        ranges.append((start, stop))
+        start = stop
+    return ranges
+
+
+def key_indices(mask: Mask, q_first: int, q_last: int, k0: int, n_keys: int) -> list[tuple[int, int]]:
+    """Index ranges [lo, hi) into sorted, contiguous keys starting at position k0 that hold every key visible to
+    queries in [q_first, q_last], from the mask's `key_spans`: clipped, merged where they touch, one at least."""
+    ranges: list[tuple[int, int]] = []
+    for first, last in sorted(mask.key_spans(q_first, q_last)):
+        lo = max(0, min(n_keys, first - k0)) if first > -UNBOUNDED else 0
+        hi = max(lo, min(n_keys, last - k0 + 1)) if last < UNBOUNDED else n_keys
+        if ranges and lo <= ranges[-1][1]:
+            ranges[-1] = (ranges[-1][0], max(ranges[-1][1], hi))
+        elif hi > lo or not ranges:
+            ranges.append((lo, hi))
+    if len(ranges) > 1 and ranges[0][0] == ranges[0][1]:
+        ranges.pop(0)
+    return ranges
+
+
+def emit(out: Tensor | None, outputs: list[Tensor], block: Tensor, start: int, stop: int) -> None:
+    """Store one query block's result: into the preallocated output, or (under autograd) onto the list."""
+    if out is None:
+        outputs.append(block)
+    else:
+        out[..., start:stop, :] = block
+
+
+def mask_in_place(bias: Tensor, allowed: Tensor) -> None:
+    """Set the disallowed entries of an (H, c, n) bias to -inf, touching only the key columns some query of the
+    block may not see (a causal block's last c columns), not the whole (H, c, n) tensor."""
+    partial = (~allowed).any(0).nonzero()
+    if partial.numel():
+        lo, hi = int(partial[0]), int(partial[-1]) + 1
+        bias[..., lo:hi].masked_fill_(~allowed[:, lo:hi], float("-inf"))
+
+
+def typical_keys(mask: Mask, n_keys: int, block: int) -> int:
+    """Keys one query block sees at most: sizes the bias budget (a window sees width + block keys)."""
+    count = keys_per_block(mask, block)
+    return n_keys if count is None else min(n_keys, count)
+
+
+def keys_per_block(mask: Mask, block: int) -> int | None:
+    """Keys a block of `block` queries far from the start can see (`key_spans`), or None when that number grows
+    with the block's position (causal, full); the block starts on one of the mask's period boundaries."""
+    far = FAR - FAR % mask.period if mask.period else FAR
+    spans = mask.key_spans(far, far + block - 1)
+    if any(first <= -UNBOUNDED or last >= UNBOUNDED for first, last in spans):
+        return None
+    count = sum(max(0, last - first + 1) for first, last in spans)
+    return count if count < far else None
+
+
+def key_block(
+    mask: Mask, qp: Tensor, k: Tensor, v: Tensor, k_pos: Tensor, sorted_runs: bool
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The key positions, keys and values a query block at `qp` sees (`key_indices` of the mask's spans when
+    queries and keys are sorted runs; all keys otherwise): one slice, or the runs gathered into one block."""
+    Lk = k_pos.numel()
+    spans = key_indices(mask, int(qp[0]), int(qp[-1]), int(k_pos[0]), Lk) if sorted_runs else [(0, Lk)]
+    if len(spans) == 1:
+        lo, hi = spans[0]
+        return k_pos[lo:hi], k[..., lo:hi, :], v[..., lo:hi, :]
+    index = torch.cat([torch.arange(lo, hi, device=k_pos.device) for lo, hi in spans])
+    return k_pos[index], k.index_select(-2, index), v.index_select(-2, index)
+
+
+def toeplitz_possible(scheme: PositionScheme | None, mask: Mask, q_pos: Tensor) -> bool:
+    """Whether blocks will get their bias, or without a bias their mask, as a strided view of a table (so no
+    per-block bias or mask memory; a float mask also spares SDPA converting a boolean one per block)."""
+    local = mask.within(0, 0)  # BCA is causal within a query block that stays inside one of its blocks
+    if local.allowed_distance(q_pos[:1]) is None:
+        return False
+    if scheme is None or not scheme.has_bias:
+        return not local.hides_nothing  # nothing to mask: no mask at all
+    frozen = not torch.is_grad_enabled() or not any(p.requires_grad for p in scheme.parameters())
+    return frozen and scheme.distance_only(q_pos)

@@ -1,0 +1,151 @@
+"""The shared dispatch: the registry of backends by name, `auto`'s order per device type, and the one entry
+`run_attention(q, k, v, ctx)` that every call goes through (`attention(q, k, v, **options)` builds the context).
+
+A call under an extension or wrapper (`ctx.extension`) runs the backend the wrapper names for the backend the
+call asked for (`AttentionExtension.backend_for`); any other call runs the named backend (a ConfigError with its
+reason when it does not apply) or, for "auto", the first of the device type's order that applies and does not
+decline (`choose_backend`).
+"""
+
+from __future__ import annotations
+
+from typing import Unpack
+
+import torch
+from torch import Tensor
+
+from lextra.attention.backends.common import toeplitz_possible
+from lextra.attention.backends.tiled import tiles_apply
+from lextra.attention.context import AttentionBackend, AttentionContext, AttentionOptions
+from lextra.attention.masks import Mask
+from lextra.errors import ConfigError
+from lextra.positions.base import PositionScheme
+
+#: the backends by name (`attention(..., backend=NAME)`), and the order `auto` asks them in per device type
+REGISTERED: dict[str, AttentionBackend] = {}
+AUTO_ORDER: dict[str, list[str]] = {"cpu": [], "cuda": []}
+
+
+def register_backend(backend: AttentionBackend, *, auto: dict[str, int | None] | None = None) -> AttentionBackend:
+    """Add `backend` under its name; `auto` maps device types to the place `auto` asks it at (0 = first, None
+    = last; a device type not named does not consult it). Registering a name again replaces that backend."""
+    if not backend.name or backend.name == "auto":
+        raise ConfigError(f"an attention backend needs a name other than 'auto', got {backend.name!r}")
+    REGISTERED[backend.name] = backend
+    for order in AUTO_ORDER.values():
+        if backend.name in order:
+            order.remove(backend.name)
+    for device_type, place in (auto or {}).items():
+        order = AUTO_ORDER.setdefault(device_type, [])
+        order.insert(len(order) if place is None else place, backend.name)
+    return backend
+
+
+def unregister_backend(name: str) -> None:
+    """Remove a registered backend (and its places in `auto`'s orders)."""
+    REGISTERED.pop(name, None)
+    for order in AUTO_ORDER.values():
+        if name in order:
+            order.remove(name)
+
+
+def backend_names() -> tuple[str, ...]:
+    """`auto` and every registered backend's name."""
+    return ("auto", *REGISTERED)
+
+
+def get_backend(name: str) -> AttentionBackend:
+    """The registered backend called `name` (ConfigError listing the known ones otherwise)."""
+    backend = REGISTERED.get(name)
+    if backend is None:
+        raise ConfigError(f"unknown attention backend {name!r}; choose one of {', '.join(backend_names())}")
+    return backend
+
+
+def choose_backend(ctx: AttentionContext) -> AttentionBackend:
+    """What `auto` runs: the first backend of the device type's order that applies and does not decline."""
+    order = AUTO_ORDER.get(ctx.device.type) or AUTO_ORDER["cpu"]
+    reasons = []
+    for name in order:
+        backend = REGISTERED[name]
+        reason = backend.applies(ctx) or backend.declines(ctx)
+        if reason is None:
+            return backend
+        reasons.append(f"{name}: {reason}")
+    raise ConfigError(f"no attention backend applies on {ctx.device.type} ({'; '.join(reasons)}); use 'reference'")
+
+
+def resolve_backend(ctx: AttentionContext) -> AttentionBackend:
+    """The backend that computes `ctx`: its wrapper's choice, `auto`'s, or the named one if it applies."""
+    if ctx.backend != "auto":
+        get_backend(ctx.backend)  # an unknown name is refused before any wrapper routes it
+    if ctx.extension is not None:
+        chosen = ctx.extension.backend_for(ctx)
+    elif ctx.backend == "auto":
+        return choose_backend(ctx)
+    else:
+        chosen = get_backend(ctx.backend)
+    reason = chosen.applies(ctx)
+    if reason is not None:
+        raise ConfigError(reason)
+    return chosen
+
+
+def run_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
+    """Attention for a built context, through the backend `resolve_backend` picks."""
+    return resolve_backend(ctx).run(q, k, v, ctx)
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, **options: Unpack[AttentionOptions]) -> Tensor:
+    """Position-aware attention of q (B, H, Lq, D), k (B, H, Lk, Dk), v (B, H, Lk, Dv):
+
+        out = softmax((rotate(q) . rotate(k) * scale + bias) / tau, masked) v
+
+    `options` (`AttentionOptions`): scheme, mask (causal by default), positions (keys at 0..Lk-1, queries the last
+    Lq of them), backend ("auto"), temperature, scale (1/sqrt(D)), block size, extension, layout, sinks, softcap.
+    Builds the call's `AttentionContext` once and runs it (`run_attention`)."""
+    return run_attention(q, k, v, AttentionContext.build(q, k, **options))
+
+
+def auto_backend(
+    scheme: PositionScheme | None,
+    mask: Mask,
+    q_pos: Tensor,
+    k_pos: Tensor,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> str:
+    """What `backend="auto"` runs for these positions under the current grad mode (`choose_backend`): "sdpa" or
+    "chunked" on CPU, `cuda_backend`'s choice on CUDA."""
+    ctx = AttentionContext(scheme, mask, q_pos, k_pos, 1.0, device=torch.device(device), dtype=dtype)
+    return choose_backend(ctx).name
+
+
+def cuda_backend(scheme: PositionScheme | None, mask: Mask, q_pos: Tensor, k_pos: Tensor) -> str:
+    """`auto` on CUDA: the fused flash kernel where one SDPA call is exact (no bias, causal or full, aligned
+    positions, or a causal decoding step), else `flex` (biases, windows, BCA, offset queries), else `chunked`
+    (what flex refuses: xPos past its span; single-query steps flex declines). Decides from declarations and
+    position values (no CUDA tensor is needed)."""
+    return auto_backend(scheme, mask, q_pos, k_pos, "cuda")
+
+
+def attention_path(
+    scheme: PositionScheme | None,
+    mask: Mask,
+    q_pos: Tensor,
+    k_pos: Tensor,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> str:
+    """How `backend="auto"` computes attention here, under the current grad mode (for benchmarks and logs):
+    `sdpa` (one fused call), `flex` (one FlexAttention call, CUDA), `tiled` (query x key tiles merged by
+    log-sum-exp), `chunked/strided` (query blocks, bias a strided view of a per-distance table),
+    `chunked/gathered` (bias built per block), `chunked` (no bias)."""
+    choice = auto_backend(scheme, mask, q_pos, k_pos, device, dtype)
+    if choice in ("sdpa", "flex"):
+        return choice
+    if tiles_apply(scheme, mask, q_pos, k_pos, device, dtype):
+        return "tiled"
+    if scheme is None or not scheme.has_bias:
+        return "chunked"
+    return "chunked/strided" if toeplitz_possible(scheme, mask, q_pos) else "chunked/gathered"

@@ -1,0 +1,45 @@
+"""The `reference` backend: dense scores with every modifier applied as a tensor, in fp32. Slow, obvious, the
+ground truth every other backend is tested against."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from lextra.attention.backends.common import attention_logits
+from lextra.attention.context import AttentionBackend, AttentionContext
+
+
+def reference_attention(
+    q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext, *, return_weights: bool = False
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Dense attention of q (B, H, Lq, D), k, v for `ctx` in fp32 (and the weights, with `return_weights`).
+
+    A softcap caps the scores (tanh(s / c) c, Gemma 2's eager order: after scaling, before the mask); sinks (H,)
+    are concatenated to the masked scores as one more column, whose probability is dropped after the softmax
+    (gpt-oss's `eager_attention_forward`)."""
+    logits = attention_logits(q, k, ctx.scheme, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau)
+    if ctx.softcap is not None:
+        logits = torch.tanh(logits / ctx.softcap) * ctx.softcap
+    logits = logits.masked_fill(~ctx.mask.allowed(ctx.q_pos, ctx.k_pos), float("-inf"))
+    if ctx.sinks is None:
+        weights = torch.softmax(logits, dim=-1)
+    else:
+        column = ctx.sinks.float().reshape(1, -1, 1, 1).expand(*logits.shape[:-1], 1)
+        weights = torch.softmax(torch.cat((logits, column), dim=-1), dim=-1)[..., :-1]
+    out = (weights @ v.float()).to(v.dtype)
+    return (out, weights) if return_weights else out
+
+
+class ReferenceBackend(AttentionBackend):
+    """Dense scores with every modifier applied as a tensor: slow, obvious, ground truth."""
+
+    name = "reference"
+
+    def applies(self, ctx: AttentionContext) -> str | None:
+        return None
+
+    def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
+        out = reference_attention(q, k, v, ctx)
+        assert isinstance(out, Tensor)  # no weights asked for
+        return out

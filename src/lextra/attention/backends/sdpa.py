@@ -1,0 +1,94 @@
+"""The `sdpa` backend: one fused `scaled_dot_product_attention` call, for schemes without a bias, a mask that is
+exactly causal or hides nothing, and queries aligned with keys, or one query at or after every key under a causal
+mask (a cached decoding step: no mask at all). Learned sinks go through the CPU flash kernel's log-sum-exp."""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor
+
+from lextra.attention.backends.common import FLASH_WITH_LSE, lse_kernel_applies, rotate, scaled_query
+from lextra.attention.backends.tiled import TILED_MIN_PAIRS, tiles_apply
+from lextra.attention.context import AttentionBackend, AttentionContext
+from lextra.attention.flex import with_sinks
+from lextra.attention.layout import PositionLayout
+from lextra.attention.masks import Mask
+from lextra.positions.base import PositionScheme
+
+#: why `sdpa` does not apply, with its fix
+SDPA_FIX = "use backend='chunked' or 'auto'"
+
+
+def sdpa_reason(scheme: PositionScheme | None, mask: Mask, facts: PositionLayout) -> str | None:
+    """Why one fused SDPA call cannot compute this exactly (None: it can), decided from the positions' facts."""
+    if scheme is not None and scheme.has_bias:
+        return f"the sdpa backend runs one fused call: it cannot apply score biases ({scheme.name}'s); {SDPA_FIX}"
+    if not (mask.exactly_causal or mask.hides_nothing):
+        return f"the sdpa backend runs one fused call and cannot apply the mask {mask!r}; {SDPA_FIX}"
+    if facts.n_q == 0 or facts.n_k == 0:
+        return f"the sdpa backend needs at least one query and one key; {SDPA_FIX}"
+    if scheme is not None and scheme.rotate_span is not None and facts.span > scheme.rotate_span:
+        return (
+            f"the sdpa backend rotates all queries and keys in one call and {scheme.name} is exact within "
+            f"{scheme.rotate_span} positions, not {facts.span}; {SDPA_FIX}"
+        )
+    if mask.hides_nothing or decoding_step(mask, facts):
+        return None
+    if facts.same and facts.q_contiguous:
+        return None
+    return (
+        "the sdpa backend's causal call needs queries at the keys' own contiguous positions, or one query after "
+        f"every key; {SDPA_FIX}"
+    )
+
+
+def decoding_step(mask: Mask, facts: PositionLayout) -> bool:
+    """One query under a causal mask at or after every key (a cached decoding step): it sees all the keys, so
+    one SDPA call without a mask is exact (whatever the keys' positions, e.g. an evicted cache)."""
+    return mask.exactly_causal and facts.n_q == 1 and facts.n_k > 0 and facts.k_max <= facts.q_first
+
+
+def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
+    """One fused call (`is_causal` for a causal mask, which SDPA aligns top-left; none for a decoding step)."""
+    qr, kr = rotate(ctx.scheme, q, k, ctx.q_pos, ctx.k_pos, ctx.seq_len)
+    causal = ctx.mask.exactly_causal and not decoding_step(ctx.mask, ctx.facts)
+    if ctx.sinks is None:
+        return F.scaled_dot_product_attention(scaled_query(qr, ctx.tau), kr, v, is_causal=causal, scale=ctx.scale)
+    assert FLASH_WITH_LSE is not None  # `lse_kernel_applies` checked it
+    out, lse = FLASH_WITH_LSE(scaled_query(qr, ctx.tau), kr, v, 0.0, causal, scale=ctx.scale)
+    return with_sinks(out, lse, ctx.sinks)
+
+
+class SdpaBackend(AttentionBackend):
+    """One fused `scaled_dot_product_attention` call."""
+
+    name = "sdpa"
+
+    def applies(self, ctx: AttentionContext) -> str | None:
+        if ctx.softcap is not None:
+            return f"the sdpa backend runs one fused call and cannot cap its scores (softcap); {SDPA_FIX}"
+        if ctx.sinks is not None and not lse_kernel_applies(ctx.device, ctx.dtype):
+            return (
+                "the sdpa backend applies sinks through the CPU flash kernel's log-sum-exp, without autograd, in "
+                f"fp32 or bf16; {SDPA_FIX}"
+            )
+        return sdpa_reason(ctx.scheme, ctx.mask, ctx.facts)
+
+    def declines(self, ctx: AttentionContext) -> str | None:
+        scheme = ctx.scheme
+        if (
+            scheme is not None
+            and scheme.transforms_qk
+            and ctx.q_pos.numel() * ctx.k_pos.numel() >= TILED_MIN_PAIRS
+            and tiles_apply(scheme, ctx.mask, ctx.q_pos, ctx.k_pos, ctx.device, ctx.dtype)
+        ):
+            return "a rotary scheme at long lengths: the tiled path holds no rotated copies of all of q and k"
+        return None
+
+    def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
+        return sdpa_attention(q, k, v, ctx)
+
+
+def sdpa_applies(scheme: PositionScheme | None, mask: Mask, q_pos: Tensor, k_pos: Tensor) -> bool:
+    """Whether one fused SDPA call computes attention at these positions exactly (`sdpa_reason`)."""
+    return sdpa_reason(scheme, mask, PositionLayout.of(q_pos, k_pos)) is None
