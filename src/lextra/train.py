@@ -553,11 +553,11 @@ def _train(
         disable=not progress,
         unit="step",
         dynamic_ncols=True,
-        desc=f"train {config.model.scheme}",
+        desc=f"train {config.model.label}",
         file=sys.stderr,
     )
     model.train()
-    step_loss = StepLoss(network, config.precision, device, compile=config.compile, label=config.model.scheme)
+    step_loss = StepLoss(network, config.precision, device, compile=config.compile, label=config.model.label)
     parameters = list(model.parameters())
     foreach = all(p.device.type in ("cpu", "cuda") for p in parameters)  # one norm kernel for all gradients
     window_start, window_tokens = time.perf_counter(), 0
@@ -615,7 +615,7 @@ def _train(
     _check_weights(world, bar, model, run_dir, config, config.steps, learning_rate(config, config.steps - 1))
     bar.close()
     if step_loss.summary() and world.is_main:
-        print(f"lextra train: {config.model.scheme}: {step_loss.summary()}", file=sys.stderr)
+        print(f"lextra train: {config.model.label}: {step_loss.summary()}", file=sys.stderr)
     if board is not None:
         board.close()
     final = run_dir / FINAL
