@@ -39,7 +39,8 @@ def test_plans_are_compared_beside_schemes_and_labelled_in_training(tmp_path, ca
         (["--layer-plan", "swan,window=32"], "give LABEL=PLAN"),
         (["--layer-plan", "a b=rope"], "give LABEL=PLAN"),
         (["--layer-plan", "x=ropey"], "'ropey', not a position scheme"),
-        (["--schemes", "rope", "--layer-plan", "rope=nope"], "name a scheme compared too"),
+        (["--schemes", "rope+bca", "--layer-plan", "rope=nope"], "name a scheme compared too"),
+        (["--schemes", "rope", "--layer-plan", "rope=nope"], "the label(s) rope name two variants"),
         (["--layer-plan", "a=rope", "--layer-plan", "a=nope"], "the label(s) a name two variants"),
     ],
 )
