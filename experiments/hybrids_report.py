@@ -73,7 +73,7 @@ def sinks_table(folder: Path, labels: list[str], config: Any, documents: int) ->
     """Rows: model x length; columns: the mean attention weight on the first token in each layer."""
     data = prepare_data(config.train.corpus, config.train.tokenizer, config.train.limit_chars)
     L = config.train_len
-    lines = []
+    lines: list[str] = []
     for n in (L, 8 * L):
         texts = calibration_windows(data, n, documents, "test")
         for label in labels:
