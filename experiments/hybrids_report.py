@@ -39,7 +39,11 @@ def perplexity_table(folder: Path, labels: list[str], lengths: list[int], train_
     lines = [head, "|" + "---|" * (len(lengths) + 1)]
     for label in labels:
         result = cell(folder, "perplexity", f"{label}-causal-seed0")
-        row = ["-"] * len(lengths) if result is None else [f"{result['chunks'][str(n)]['ppl']:.2f}" for n in lengths]
+        row = (
+            ["-"] * len(lengths)
+            if result is None
+            else [f"{result['results']['chunks'][str(n)]['ppl']:.2f}" for n in lengths]
+        )
         lines.append(f"| {label} | " + " | ".join(row) + " |")
     return "\n".join(lines)
 
