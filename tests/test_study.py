@@ -248,5 +248,5 @@ def test_retrieval_multiples_choose_the_passkey_lengths() -> None:
     with pytest.raises(ConfigError, match="multiples"):
         parse_study({"models": models, "retrieval": {"task": "passkey", "multiples": "4"}})
     hybrids = load_study(Path(__file__).parents[1] / "experiments" / "hybrids.toml")
-    assert hybrids.retrieval is not None and hybrids.retrieval["multiples"] == [4, 16]
+    assert hybrids.retrieval is not None and hybrids.retrieval["multiples"] == [1, 4, 16]
     assert {m.label for m in hybrids.models} >= {"rope", "nope", "rnope-swa", "swan", "rope-gate", "rope-sinks"}
