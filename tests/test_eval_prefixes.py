@@ -57,7 +57,6 @@ def _check(model: GPT, data, config: EvalConfig) -> None:
     [
         ("rope", None, "causal"),
         ("t5", None, "bca"),
-        ("xpos", None, "causal"),
         ("sinusoidal", None, "causal"),
         ("rope", "rope+window:4+sinks;nope+temp_tuning,gamma=8", "causal"),
     ],
