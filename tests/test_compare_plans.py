@@ -10,7 +10,7 @@ import pytest
 from lextra.cli import main
 
 SHAPE = ["--steps", "2", "--n-layer", "2", "--d-model", "32", "--n-head", "2", "--train-len", "32", "--batch-size", "2"]
-EVAL = ["--lengths", "32,64", "--documents", "1", "--limit-chars", "200000"]
+EVAL = ["--lengths", "32", "--documents", "1", "--limit-chars", "400000"]
 PLAN = "2*(rope+window:8);nope"
 
 
