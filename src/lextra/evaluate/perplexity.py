@@ -326,6 +326,26 @@ class Evaluation(Serializable):
         return {n: p.ppl for n, p in self.results[protocol].items()}
 
 
+def _file_windows(
+    model: GPT, config: EvalConfig, docs: list[Tensor], lengths: list[int], span: int
+) -> list[tuple[list[int], TokenScorer, list[tuple[list[_Window], int]]]]:
+    """Every window of every protocol and length filed in a `TokenScorer` (each distinct window run once,
+    prefixes shared where `prefix_invariant`), as (lengths, scorer, its batches): one scorer for all lengths, or
+    one per length when the temperature changes with the length."""
+    share = config.temperature == "none" and prefix_invariant(model, build_mask(config.mask, model.config.train_len))
+    groups = [lengths] if config.temperature == "none" else [[L] for L in lengths]
+    scorers = []
+    for group in groups:
+        scorer = TokenScorer(model, config, share_prefixes=share)
+        for L in group:
+            for protocol in config.protocols:
+                for index, doc in enumerate(docs):
+                    for begin, window, target, first in _windows(protocol, doc, L, span, config):
+                        scorer.add((protocol, L), (index, begin, begin + window.numel()), window, target, first)
+        scorers.append((group, scorer, scorer.batches()))
+    return scorers
+
+
 @torch.no_grad()
 def evaluate_model(
     model: GPT, data: PreparedData | PreparedShards, config: EvalConfig, *, progress: bool = True, label: str = ""
@@ -347,20 +367,7 @@ def evaluate_model(
             "evaluating on stitched text",
             file=sys.stderr,
         )
-    # every window of every protocol and length, each distinct window run once (`TokenScorer`); one scorer per
-    # length when the temperature changes with the length
-    mask = build_mask(config.mask, train_len)
-    share = config.temperature == "none" and prefix_invariant(model, mask)
-    groups = [lengths] if config.temperature == "none" else [[L] for L in lengths]
-    scorers = []
-    for group in groups:
-        scorer = TokenScorer(model, config, share_prefixes=share)
-        for L in group:
-            for protocol in config.protocols:
-                for index, doc in enumerate(docs):
-                    for begin, window, target, first in _windows(protocol, doc, L, span, config):
-                        scorer.add((protocol, L), (index, begin, begin + window.numel()), window, target, first)
-        scorers.append((group, scorer, scorer.batches()))
+    scorers = _file_windows(model, config, docs, lengths, span)
     bar = tqdm(
         total=sum(len(batches) for _, _, batches in scorers),
         disable=not progress,
