@@ -239,3 +239,14 @@ def test_stretch_takes_extension_methods_and_keeps_earlier_cells(tmp_path: Path,
         parse_study({**base, "stretch": {"models": ["a"], "methods": ["extend:ntk"]}})
     with pytest.raises(LengthError, match="valid up to"):  # self_extend's default group reaches 6.25 L, not 16 L
         parse_study({**base, "stretch": {"models": ["a"], "methods": ["extend:self_extend"]}})
+
+
+def test_retrieval_multiples_choose_the_passkey_lengths() -> None:
+    models = [{"label": "a", "scheme": "rope"}]
+    with pytest.raises(ConfigError, match="multiples"):
+        parse_study({"models": models, "retrieval": {"task": "passkey", "multiples": [0]}})
+    with pytest.raises(ConfigError, match="multiples"):
+        parse_study({"models": models, "retrieval": {"task": "passkey", "multiples": "4"}})
+    hybrids = load_study(Path(__file__).parents[1] / "experiments" / "hybrids.toml")
+    assert hybrids.retrieval is not None and hybrids.retrieval["multiples"] == [1, 4, 16]
+    assert {m.label for m in hybrids.models} >= {"rope", "nope", "rnope-swa", "swan", "rope-gate", "rope-sinks"}

@@ -82,6 +82,11 @@ class GPTConfig:
     def head_dims(self) -> HeadDims:
         return HeadDims(self.n_head, self.head_dim, self.d_model, self.train_len)
 
+    @property
+    def label(self) -> str:
+        """What progress bars and messages call the model: its layer plan as written, else its scheme."""
+        return self.scheme if self.layer_plan is None else self.layer_plan
+
     def plan(self) -> list[LayerVariant]:
         """Each layer's attention variant: the layer plan's, else `scheme` with its options on every layer."""
         if self.layer_plan is None:

@@ -25,10 +25,12 @@ from lextra.analysis.resolution import (
     scheme_resolution,
     theoretical_scores,
 )
+from lextra.analysis.sinks import FirstTokenMass, first_token_mass
 
 __all__ = [
     "Dispersion",
     "FirstLayerLogits",
+    "FirstTokenMass",
     "LayerAttention",
     "LogitBlock",
     "QQSummary",
@@ -39,6 +41,7 @@ __all__ = [
     "dispersion",
     "effective_receptive_field",
     "empirical_scores",
+    "first_token_mass",
     "gradient_shares",
     "layer_attention",
     "model_theoretical",

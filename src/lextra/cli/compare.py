@@ -25,6 +25,7 @@ from lextra.cli.options import (
     examples=(
         "lextra compare --out runs/compare",
         "lextra compare --out runs/cmp --schemes rope,rope+bca,alibi,t5 --steps 300 --lengths 128,512,2048",
+        "lextra compare --out runs/hyb --schemes rope --layer-plan swan=swan,window=32 --layer-plan 'h=2*rope;nope'",
     ),
 )
 def configure_compare(parser: argparse.ArgumentParser) -> Handler:
@@ -32,12 +33,32 @@ def configure_compare(parser: argparse.ArgumentParser) -> Handler:
 
     parser.add_argument("--out", required=True, help="comparison folder (finished cells are reused)")
     add_variants(parser, DEFAULT_VARIANTS, "MASK", "rope,base=500000;rope+bca;alibi+window:64")
+    parser.add_argument(
+        "--layer-plan",
+        action="append",
+        default=[],
+        dest="plans",  # not the model's `layer_plan` (TRAIN_FLAGS): one model per plan
+        metavar="LABEL=PLAN",
+        help="also train and evaluate a layer plan, labelled LABEL in the tables, repeatable (one plan each: a "
+        "plan's own ';' stays whole), e.g. swan=swan,window=32 or 'hybrid=3*(rope+window:32);nope'; with "
+        "--layer-plan and no --schemes only the plans are compared (default: none)",
+    )
+    schemes_default = parser.get_default("schemes")
 
     def run(args: argparse.Namespace) -> int:
         from lextra.pipelines.compare import compare
 
         base = train_config_from(args, scheme="nope")
-        compare(args.schemes, base, eval_config_from(args), args.out, progress=not args.quiet, device=args.device)
+        schemes = [] if args.plans and args.schemes is schemes_default else args.schemes
+        compare(
+            schemes,
+            base,
+            eval_config_from(args),
+            args.out,
+            plans=args.plans,
+            progress=not args.quiet,
+            device=args.device,
+        )
         out = Path(args.out)
         print((out / "table.md").read_text())
         print(f"plot: {out / 'perplexity.png'}")

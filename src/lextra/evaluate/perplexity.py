@@ -21,14 +21,14 @@ import math
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from tqdm import tqdm
 
-from lextra.attention.masks import build_mask
+from lextra.attention.masks import Mask, build_mask
 from lextra.data.prepare import PreparedData
 from lextra.data.shards import PreparedShards
 from lextra.data.windows import encode_documents
@@ -37,7 +37,8 @@ from lextra.errors import ConfigError, DataError
 from lextra.evaluate.prefix import evaluation_prefix
 from lextra.extend import InferenceSetup
 from lextra.methods.align import log_length_temperature
-from lextra.model import GPT
+from lextra.model import GPT, Block
+from lextra.positions.scaling import depends_on_length
 from lextra.serialize import Serializable, options
 from lextra.validate import check_int_list, check_optional_int, check_positive_int
 
@@ -130,53 +131,106 @@ def evaluation_documents(
 
 #: where a window lies: (document index, first token, end), so the same window met by two protocols runs once
 WindowKey = tuple[int, int, int]
+#: what a result sums: (protocol, evaluation length)
+Cell = tuple[str, int]
+
+
+@dataclass
+class _Window:
+    """A window's input and next tokens, and per cell the positions it scores: [first, stop)."""
+
+    tokens: Tensor
+    target: Tensor
+    scores: dict[Cell, tuple[int, int]] = field(default_factory=dict)
+
+
+def prefix_invariant(model: Any, mask: Mask) -> bool:
+    """True when a window's per-position losses are those of the same positions in a longer window starting at the
+    same token: a lextra GPT whose every layer attends causally (the call's mask and each layer's own), with no
+    training-free extension method and no RoPE scaling that depends on the sequence length (dynamic NTK,
+    LongRoPE). Positions then count from the window's start in both, and causal attention never lets a position
+    see past itself, so position p's hidden states are the same in both windows."""
+    if not isinstance(model, GPT) or not mask.causal:
+        return False
+    for block in model.blocks:
+        attn = cast(Block, block).attn
+        if attn.extension is not None or (attn.own_mask is not None and not attn.own_mask.causal):
+            return False
+    for scheme in model.positions:
+        scaling = getattr(scheme, "scaling", None)
+        if scaling is not None and depends_on_length(scaling):
+            return False
+    return True
 
 
 class TokenScorer:
-    """Sums next-token log-likelihoods of chosen positions, per protocol, running each distinct window once.
+    """Sums next-token log-likelihoods of chosen positions per cell (protocol, length), running each window once.
 
     `add` files a window under its place in its document; a window several protocols score (every chunk is also
-    a sliding window) gets one forward pass, whose per-position losses each protocol sums from its own first
-    scored position. `run` stacks windows of equal length into batches of `max_batch_tokens`, moved to the model's
-    device; the sums stay there (fp64), read once by `result`.
+    a sliding window) gets one forward pass, whose per-position losses each cell sums over its own positions.
+    With `share_prefixes` (`prefix_invariant` models) a window runs inside the longest filed window that starts at
+    the same token (a chunk of L at offset kL is the first half of the sliding window of 2L there), and its cells
+    sum that window's first positions. `batches` stacks windows of equal length into batches of
+    `max_batch_tokens`, `score` runs one on the model's device; the sums stay there (fp64), read once by
+    `result`.
     """
 
-    def __init__(self, model: GPT, config: EvalConfig) -> None:
-        self.model, self.config = model, config
+    def __init__(self, model: GPT, config: EvalConfig, share_prefixes: bool = False) -> None:
+        self.model, self.config, self.share_prefixes = model, config, share_prefixes
         self.device = module_device(model)
         self.mask = build_mask(config.mask, model.config.train_len)
-        self.windows: dict[WindowKey, tuple[Tensor, Tensor, dict[str, int]]] = {}
-        self.nll: dict[str, Tensor] = {}
-        self.count: dict[str, int] = {}
+        self.windows: dict[WindowKey, _Window] = {}
+        self.nll: dict[Cell, Tensor] = {}
+        self.count: dict[Cell, int] = {}
 
-    def add(self, protocol: str, key: WindowKey, window: Tensor, target: Tensor, scored_from: int) -> None:
-        """window (L,) input tokens, target (L,) next tokens, scored from position `scored_from` for `protocol`."""
-        self.nll.setdefault(protocol, torch.zeros((), dtype=torch.float64, device=self.device))
-        self.count.setdefault(protocol, 0)
-        entry = self.windows.setdefault(key, (window, target, {}))
-        entry[2][protocol] = scored_from
+    def add(self, cell: Cell, key: WindowKey, window: Tensor, target: Tensor, scored_from: int) -> None:
+        """window (L,) input tokens, target (L,) next tokens, scored from position `scored_from` for `cell`."""
+        self.nll.setdefault(cell, torch.zeros((), dtype=torch.float64, device=self.device))
+        self.count.setdefault(cell, 0)
+        entry = self.windows.setdefault(key, _Window(window, target))
+        entry.scores[cell] = (scored_from, window.numel())
 
-    def run(self) -> None:
-        """Score every window filed so far (one forward pass each), then forget them."""
-        by_length: dict[int, list[tuple[Tensor, Tensor, dict[str, int]]]] = {}
-        for entry in self.windows.values():
-            by_length.setdefault(entry[0].numel(), []).append(entry)
+    def hosts(self) -> list[_Window]:
+        """The windows to run: every filed window, or with `share_prefixes` the longest per (document, start)
+        holding the cells of the shorter ones there."""
+        if not self.share_prefixes:
+            return list(self.windows.values())
+        longest: dict[tuple[int, int], WindowKey] = {}
+        for key in self.windows:
+            start = key[:2]
+            if start not in longest or key[2] > longest[start][2]:
+                longest[start] = key
+        for key, entry in self.windows.items():
+            host = self.windows[longest[key[:2]]]
+            if host is not entry:
+                host.scores.update(entry.scores)
+        return [self.windows[key] for key in longest.values()]
+
+    def batches(self) -> list[tuple[list[_Window], int]]:
+        """The windows to run in batches of one length each, and that length; forgets the filed windows."""
+        by_length: dict[int, list[_Window]] = {}
+        for entry in self.hosts():
+            by_length.setdefault(entry.tokens.numel(), []).append(entry)
         self.windows = {}
+        out = []
         for L, entries in by_length.items():
             per_batch = max(1, self.config.max_batch_tokens // L)
-            for start in range(0, len(entries), per_batch):
-                self._score(entries[start : start + per_batch], L)
+            out += [(entries[start : start + per_batch], L) for start in range(0, len(entries), per_batch)]
+        return out
 
-    def _score(self, entries: list[tuple[Tensor, Tensor, dict[str, int]]], L: int) -> None:
-        inputs = torch.stack([e[0] for e in entries]).to(self.device)
-        gold = torch.stack([e[1] for e in entries]).to(self.device)
-        # per protocol, each row's first scored position (L: the protocol does not score that row)
-        firsts = {p: [e[2].get(p, L) for e in entries] for p in self.nll}
-        firsts = {p: f for p, f in firsts.items() if min(f) < L}
-        lo = min(min(f) for f in firsts.values())
+    def score(self, entries: list[_Window], L: int) -> None:
+        """Run one batch of windows of length L and add their losses to their cells."""
+        inputs = torch.stack([e.tokens for e in entries]).to(self.device)
+        gold = torch.stack([e.target for e in entries]).to(self.device)
+        cells = list(dict.fromkeys(c for e in entries for c in e.scores))
+        # per cell, each row's scored positions [first, stop) ([L, L): the cell does not score that row)
+        spans = {c: [e.scores.get(c, (L, L)) for e in entries] for c in cells}
+        lo = min(first for span in spans.values() for first, _ in span)
         # the features of the scored positions alone: the last block computes no other row (`GPT.features`)
         hidden = self.model.features(inputs, mask=self.mask, backend=self.config.backend, last=L - lo)
-        starts = {p: torch.tensor(f, device=hidden.device)[:, None] for p, f in firsts.items()}
+        bounds = {
+            c: torch.tensor(span, device=hidden.device).T[:, :, None] for c, span in spans.items()
+        }  # (2, rows, 1)
         # full-vocabulary logits for a slice of positions at a time: (rows x L x vocab) never exists at once
         step = max(1, LOGIT_BUDGET // (len(entries) * self.model.config.vocab_size))
         for a in range(lo, L, step):
@@ -184,13 +238,14 @@ class TokenScorer:
             logits = self.model.head(hidden[:, a - lo : b - lo]).float()
             nll = F.cross_entropy(logits.flatten(0, 1), gold[:, a:b].flatten(), reduction="none").view(len(entries), -1)
             at = torch.arange(a, b, device=hidden.device)[None, :]
-            for p, first in firsts.items():
-                self.nll[p] += torch.where(at >= starts[p], nll, 0.0).sum().double()
-                self.count[p] += sum(max(0, b - max(a, f)) for f in first)
+            for c, span in spans.items():
+                inside = (at >= bounds[c][0]) & (at < bounds[c][1])
+                self.nll[c] += torch.where(inside, nll, 0.0).sum().double()
+                self.count[c] += sum(max(0, min(b, stop) - max(a, first)) for first, stop in span)
 
-    def result(self, protocol: str) -> PerplexityPoint:
-        count = self.count.get(protocol, 0)
-        mean = float(self.nll.get(protocol, 0.0)) / max(1, count)
+    def result(self, cell: Cell) -> PerplexityPoint:
+        count = self.count.get(cell, 0)
+        mean = float(self.nll.get(cell, 0.0)) / max(1, count)
         return PerplexityPoint(ppl=math.exp(mean), nll=mean, tokens=count)
 
 
@@ -229,7 +284,7 @@ def _windows(
         pieces = _last_token(doc, L, span, config.last_token_targets)
     for window, target, first in pieces:
         # windows are views of `doc`: their storage offset is where they start
-        yield window.storage_offset() - doc.storage_offset(), window, target, first
+        yield int(window.storage_offset() - doc.storage_offset()), window, target, first
 
 
 @dataclass(frozen=True)
@@ -271,6 +326,26 @@ class Evaluation(Serializable):
         return {n: p.ppl for n, p in self.results[protocol].items()}
 
 
+def _file_windows(
+    model: GPT, config: EvalConfig, docs: list[Tensor], lengths: list[int], span: int
+) -> list[tuple[list[int], TokenScorer, list[tuple[list[_Window], int]]]]:
+    """Every window of every protocol and length filed in a `TokenScorer` (each distinct window run once,
+    prefixes shared where `prefix_invariant`), as (lengths, scorer, its batches): one scorer for all lengths, or
+    one per length when the temperature changes with the length."""
+    share = config.temperature == "none" and prefix_invariant(model, build_mask(config.mask, model.config.train_len))
+    groups = [lengths] if config.temperature == "none" else [[L] for L in lengths]
+    scorers = []
+    for group in groups:
+        scorer = TokenScorer(model, config, share_prefixes=share)
+        for L in group:
+            for protocol in config.protocols:
+                for index, doc in enumerate(docs):
+                    for begin, window, target, first in _windows(protocol, doc, L, span, config):
+                        scorer.add((protocol, L), (index, begin, begin + window.numel()), window, target, first)
+        scorers.append((group, scorer, scorer.batches()))
+    return scorers
+
+
 @torch.no_grad()
 def evaluate_model(
     model: GPT, data: PreparedData | PreparedShards, config: EvalConfig, *, progress: bool = True, label: str = ""
@@ -292,25 +367,28 @@ def evaluate_model(
             "evaluating on stitched text",
             file=sys.stderr,
         )
-    results: dict[str, dict[int, PerplexityPoint]] = {p: {} for p in config.protocols}
+    scorers = _file_windows(model, config, docs, lengths, span)
     bar = tqdm(
-        lengths, disable=not progress, desc=f"eval {label}".strip(), unit="length", file=sys.stderr, dynamic_ncols=True
+        total=sum(len(batches) for _, _, batches in scorers),
+        disable=not progress,
+        desc=f"eval {label}".strip(),
+        unit="batch",
+        file=sys.stderr,
+        dynamic_ncols=True,
     )
     saved_temperatures = model.config.temperatures
-    for L in bar:
-        bar.set_postfix(length=L)
+    results: dict[str, dict[int, PerplexityPoint]] = {p: {} for p in config.protocols}
+    for group, scorer, batches in scorers:
         if config.temperature == "log-length":
-            tau = log_length_temperature(train_len, L)
+            tau = log_length_temperature(train_len, group[0])
             InferenceSetup(temperatures=[[tau] * model.config.n_head for _ in range(model.config.n_layer)]).apply(model)
-        # every protocol's windows at this length, each distinct window run once (`TokenScorer`)
-        scorer = TokenScorer(model, config)
-        for protocol in config.protocols:
-            for index, doc in enumerate(docs):
-                for begin, window, target, first in _windows(protocol, doc, L, span, config):
-                    scorer.add(protocol, (index, begin, begin + window.numel()), window, target, first)
-        scorer.run()
-        for protocol in config.protocols:
-            results[protocol][L] = scorer.result(protocol)
+        for entries, L in batches:
+            scorer.score(entries, L)
+            bar.update(1)
+        for L in group:
+            for protocol in config.protocols:
+                results[protocol][L] = scorer.result((protocol, L))
+    bar.close()
     InferenceSetup(temperatures=saved_temperatures).apply(model)
     return Evaluation(
         results=results,

@@ -11,9 +11,10 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,11 +44,18 @@ DEFAULT_VARIANTS = (
 
 @dataclass(frozen=True)
 class Variant:
-    """A trained scheme evaluated with an inference-time mask (`causal` unless the spec says otherwise)."""
+    """A trained scheme evaluated with an inference-time mask (`causal` unless the spec says otherwise), or a
+    trained layer plan (`plan`; its layers' own masks, causal elsewhere)."""
 
     label: str
     scheme: str
     mask: str
+    plan: str | None = None
+
+    @property
+    def model(self) -> str:
+        """The trained model it evaluates, its folder under `models/`: the scheme, or the plan's label."""
+        return self.scheme if self.plan is None else self.label
 
 
 @dataclass
@@ -87,6 +95,33 @@ def parse_variant(spec: str) -> Variant:
     return Variant(spec, scheme, mask)
 
 
+#: what a plan's label may hold: it names a folder and a table row
+PLAN_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def parse_plan_variant(spec: str) -> Variant:
+    """`LABEL=PLAN` (`swan=swan,window=32`, `hybrid=3*(rope+window:32);nope`) -> a plan Variant; the label must be
+    a plain name (letters, digits, `.`, `_`, `-`), the plan is checked when its model is configured."""
+    label, sep, plan = spec.partition("=")
+    label, plan = label.strip(), plan.strip()
+    if not sep or not plan or not PLAN_LABEL.fullmatch(label):
+        raise ConfigError(
+            f"--layer-plan {spec!r}: give LABEL=PLAN with LABEL a plain name, e.g. --layer-plan swan=swan,window=32"
+        )
+    return Variant(label, plan, "causal", plan)
+
+
+def variant_config(base: TrainConfig, variant: Variant) -> TrainConfig:
+    """The training config of a variant's model: `base` with its scheme (options cleared), or its plan."""
+    config = copy.deepcopy(base)
+    config.model.scheme_options = {}
+    if variant.plan is None:
+        config.model.scheme, config.model.layer_plan = variant.scheme, None
+    else:  # the plan names every layer's scheme; `scheme` follows its first layer
+        config.model.scheme, config.model.layer_plan = "rope", variant.plan
+    return config.validate()
+
+
 def train_or_reuse(
     config: TrainConfig, run_dir: Path, progress: bool, device: str | torch.device | None = None
 ) -> Path:
@@ -112,40 +147,43 @@ def compare(
     eval_config: EvalConfig,
     out_dir: str | Path,
     *,
+    plans: Sequence[str] = (),
     progress: bool = True,
     device: str | torch.device | None = None,
 ) -> Comparison:
-    """Train each distinct scheme once, evaluate each variant, write the summary files; return the summary.
+    """Train each distinct scheme and each layer plan (`LABEL=PLAN`) once, evaluate each variant, write the summary
+    files; return the summary.
 
     Everything runs on `device` (None: CUDA when available); cached cells do not depend on it.
     """
     out_dir = Path(out_dir)
     device = resolve_device(device)
-    parsed = [parse_variant(v) for v in variants]
+    parsed = [parse_variant(v) for v in variants] + [parse_plan_variant(p) for p in plans]
     if not parsed:
-        raise ConfigError("compare needs at least one scheme")
+        raise ConfigError("compare needs at least one scheme or --layer-plan")
+    _check_labels(parsed)
+    configs = {v.model: variant_config(base, v) for v in parsed}  # every plan checked before any training
     eval_config.validate()
     data = None
     summary = Comparison(variants={}, train=base.to_dict(), eval=eval_config.to_dict())
     models: dict[str, Path] = {}
     clock = PhaseClock()
     for variant in parsed:
-        run_dir = out_dir / "models" / variant.scheme
-        # one TensorBoard run per scheme: its training curves and its variants' perplexity curves
-        log_dir = None if base.log_dir is None else str(Path(base.log_dir) / variant.scheme)
-        if variant.scheme not in models:
-            config = copy.deepcopy(base)
-            config.model.scheme = variant.scheme
-            config.model.scheme_options = {}
+        run_dir = out_dir / "models" / variant.model
+        # one TensorBoard run per model: its training curves and its variants' perplexity curves
+        log_dir = None if base.log_dir is None else str(Path(base.log_dir) / variant.model)
+        if variant.model not in models:
+            config = configs[variant.model]
             config.log_dir = log_dir
-            _log(f"training {variant.scheme}")
+            _log(f"training {variant.model}")
             with clock.phase("training"):
-                models[variant.scheme] = train_or_reuse(config, run_dir, progress, device)
-        model_dir = models[variant.scheme]
+                models[variant.model] = train_or_reuse(config, run_dir, progress, device)
+        model_dir = models[variant.model]
         result_path = out_dir / "results" / f"{variant.label.replace(':', '-')}.json"
         cell_eval = copy.deepcopy(eval_config)
         cell_eval.mask = variant.mask
-        fingerprint = {"model_sha256": sha256_file(model_dir / WEIGHTS_FILE), "eval": cell_eval.to_dict()}
+        weights = sha256_file(model_dir / WEIGHTS_FILE)
+        fingerprint = {"model_sha256": weights, "eval": cell_eval.to_dict()}
         if result_path.exists():
             cached = json.loads(result_path.read_text())
             if {k: cached.get(k) for k in fingerprint} == fingerprint:
@@ -162,7 +200,7 @@ def compare(
             model = load_model(model_dir, map_location=device)
             _log(f"evaluating {variant.label}")
             evaluation = evaluate_model(model, data, cell_eval, progress=progress, label=variant.label)
-        record = VariantResult(fingerprint["model_sha256"], variant.scheme, variant.mask, evaluation)
+        record = VariantResult(weights, variant.scheme, variant.mask, evaluation)
         atomic_write_json(result_path, record.to_dict())
         if base.tensorboard:  # written when computed, so a reused result is not logged twice
             board = Board(run_log_dir(log_dir, run_dir))
@@ -172,6 +210,18 @@ def compare(
     write_summary(out_dir, summary, base.model.train_len)
     _log(clock.report())
     return summary
+
+
+def _check_labels(variants: list[Variant]) -> None:
+    """Refuse two variants of one label, and a plan labelled as a scheme variant's model (one folder each)."""
+    labels = [v.label for v in variants]
+    repeated = sorted({label for label in labels if labels.count(label) > 1})
+    if repeated:
+        raise ConfigError(f"compare: the label(s) {', '.join(repeated)} name two variants; give each its own")
+    schemes = {v.scheme for v in variants if v.plan is None}
+    clash = sorted(v.label for v in variants if v.plan is not None and v.label in schemes)
+    if clash:
+        raise ConfigError(f"compare: --layer-plan label(s) {', '.join(clash)} name a scheme compared too; rename them")
 
 
 class PhaseClock:

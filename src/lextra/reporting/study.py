@@ -204,6 +204,8 @@ def retrieval_section(
 ) -> list[str]:
     from lextra.reporting.retrieval import plot_heatmap
 
+    # the prompts' own lengths (a study's [retrieval] multiples may differ from its perplexity lengths)
+    lengths = list(next(iter(retrieval.values())).lengths) if retrieval else lengths
     by_length = {v: r.by_length for v, r in retrieval.items()}
     exact = {v: {str(n): scores[n].exact for n in lengths} for v, scores in by_length.items()}
     rank = {v: {str(n): scores[n].rank1 for n in lengths} for v, scores in by_length.items()}
@@ -213,7 +215,7 @@ def retrieval_section(
     for variant, result in retrieval.items():
         path = plot_heatmap(result, plots / f"passkey-{variant.replace('+', '_').replace(':', '-')}.png")
         lines += [f"![{variant}]({path.parent.name}/{path.name})"]
-    beyond = {v: statistics.mean(row[str(n)] for n in lengths if n > train_len) for v, row in exact.items()}
+    beyond = {v: statistics.mean([row[str(n)] for n in lengths if n > train_len] or [0.0]) for v, row in exact.items()}
     lines += ["", f"**Paper**: {PAPER_PASSKEY}", ""]
     sentence = "Exact match averaged over the lengths past L_tr: " + ", ".join(
         f"{v} {a:.2f}" for v, a in beyond.items()

@@ -82,7 +82,7 @@ class GPTTarget:
         if config.fsdp:
             raise ConfigError("--fsdp shards Hugging Face models (lextra hf finetune); lextra train replicates (DDP)")
         self.config = config
-        self.label = f"train {config.model.scheme}"
+        self.label = f"train {config.model.label}"
         self.extra: dict[str, Any] = {}
         self._stream: BatchSource | None = None
         self._model: GPT | None = None
@@ -165,7 +165,7 @@ class GPTTarget:
     def step_function(self, network: torch.nn.Module) -> StepFunction:
         config = self.config
         self.step_loss = StepLoss(network, config.precision, self.device, compile=config.compile,
-                                  label=config.model.scheme)  # fmt: skip
+                                  label=config.model.label)  # fmt: skip
         return self.step_loss
 
     def trainable(self) -> list[tuple[str, torch.nn.Parameter]]:
@@ -197,7 +197,7 @@ class GPTTarget:
 
     def finish(self, run_dir: Path, world: Distributed) -> Path:
         if self.step_loss is not None and self.step_loss.summary() and world.is_main:
-            print(f"lextra train: {self.config.model.scheme}: {self.step_loss.summary()}", file=sys.stderr)
+            print(f"lextra train: {self.config.model.label}: {self.step_loss.summary()}", file=sys.stderr)
         final = run_dir / FINAL
         if world.is_main:
             save_model(self.model, final, extra={**self.extra, "steps": self.config.steps})

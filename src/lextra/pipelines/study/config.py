@@ -17,6 +17,7 @@ from lextra.pipelines.ruler import settings_from_section
 from lextra.positions import build_scheme
 from lextra.serialize import check_fields
 from lextra.train import TrainConfig
+from lextra.validate import check_int_list
 
 
 @dataclass
@@ -48,7 +49,8 @@ class StudyConfig:
     analysis: dict[str, Any] | None = None
     #: {"models": [...], "widths": [...]}: windowed attention over a sweep of w, set against each model's ERF
     window_sweep: dict[str, Any] | None = None
-    #: {"task", "variants", "steps", "lr", "warmup", "samples"}: fine-tune each LM model on the task
+    #: {"task", "variants", "steps", "lr", "warmup", "samples", "depths", "multiples"}: fine-tune each LM model on
+    #: the task, then prompts at L_tr x multiples (default the study's)
     retrieval: dict[str, Any] | None = None
     #: {"models": [...], "methods": [...]}: inference-time methods on trained models; a method may be a
     #: training-free extension method, "extend:NAME[:KEY=VALUE,...]" (rotary models only)
@@ -79,7 +81,7 @@ class StudyConfig:
 SECTION_KEYS = {
     "analysis": {"documents"},
     "window_sweep": {"models", "widths"},
-    "retrieval": {"task", "variants", "steps", "lr", "warmup", "samples", "depths"},
+    "retrieval": {"task", "variants", "steps", "lr", "warmup", "samples", "depths", "multiples"},
     "stretch": {"models", "methods", "windows"},
     "ruler": set(RULER_SECTION_KEYS),
 }
@@ -136,6 +138,9 @@ def parse_study(data: dict[str, Any], where: str = "study config") -> StudyConfi
         build_mask(mask, config.train_len)
     if not config.seeds:
         raise ConfigError(f"{where}: seeds must list at least one seed")
+    retrieval_multiples = (config.retrieval or {}).get("multiples")
+    if retrieval_multiples is not None:
+        check_int_list(f"{where} [retrieval] multiples", retrieval_multiples, 1)
     for name in ("window_sweep", "stretch"):
         for label in (getattr(config, name) or {}).get("models", []):
             config.model(label)

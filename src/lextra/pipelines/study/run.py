@@ -224,6 +224,7 @@ class Study:
         task_name = section.get("task", "passkey")
         samples = int(section.get("samples", 10))
         depths = [float(d) for d in section.get("depths", [0.0, 0.25, 0.5, 0.75, 1.0])]
+        lengths = [self.config.train_len * int(m) for m in section.get("multiples", self.config.multiples)]
         results: dict[str, RetrievalResult] = {}
         tuned: dict[str, Path] = {}
         labels = {spec.label for spec in self.config.models}
@@ -255,7 +256,7 @@ class Study:
             key = {
                 "weights": sha256_file(tuned[label] / WEIGHTS_FILE),
                 "scaling": scaling,
-                "lengths": self.config.lengths,
+                "lengths": lengths,
                 "samples": samples,
                 "depths": depths,
             }
@@ -266,7 +267,7 @@ class Study:
                 ).model.eval()
                 task = build_task(task_name, self.texts.tokenizer, self.texts.splits["test"])
                 return evaluate_retrieval(
-                    model, task, self.config.lengths, depths, samples=samples, progress=self.progress, label=variant
+                    model, task, lengths, depths, samples=samples, progress=self.progress, label=variant
                 )
 
             results[variant] = self.cell("retrieval", variant, key, compute, kind=RetrievalResult)

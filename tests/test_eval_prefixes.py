@@ -1,0 +1,90 @@
+"""Evaluation windows share prefixes across lengths only where that is exact (`prefix_invariant`), and every cell
+equals the definition: each window run alone, its scored positions' next-token losses summed."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from lextra.attention.masks import build_mask
+from lextra.data.prepare import prepare_data
+from lextra.evaluate import EvalConfig, evaluate_model
+from lextra.evaluate.perplexity import _windows, evaluation_documents, prefix_invariant
+from lextra.extend import InferenceSetup, apply_extension
+from lextra.model import GPT, GPTConfig
+
+SETTINGS = {"lengths": [8, 16, 32], "documents": 1, "last_token_targets": 2, "max_batch_tokens": 64}
+
+
+@pytest.fixture(scope="module")
+def data():
+    return prepare_data("python-code", limit_chars=40_000)
+
+
+def _model(scheme: str = "rope", plan: str | None = None) -> GPT:
+    torch.manual_seed(0)
+    return GPT(GPTConfig(n_layer=2, n_head=2, d_model=32, train_len=8, scheme=scheme, layer_plan=plan)).eval()
+
+
+@torch.no_grad()
+def _definition(model: GPT, data, config: EvalConfig) -> dict[tuple[str, int], tuple[float, int]]:
+    """Every window of every protocol and length run alone: mean NLL and tokens per cell."""
+    span = max(config.lengths)
+    docs, _ = evaluation_documents(data, "test", span + config.last_token_targets, config.documents)
+    out = {}
+    for L in config.lengths:
+        for protocol in config.protocols:
+            total, count = 0.0, 0
+            for doc in docs:
+                for _, window, target, first in _windows(protocol, doc, L, span, config):
+                    logits = model(window[None], mask=config.mask)[0]
+                    total += float(F.cross_entropy(logits[first:], target[first:], reduction="sum"))
+                    count += window.numel() - first
+            out[(protocol, L)] = (total / count, count)
+    return out
+
+
+def _check(model: GPT, data, config: EvalConfig) -> None:
+    got = evaluate_model(model, data, config, progress=False)
+    for (protocol, L), (nll, tokens) in _definition(model, data, config).items():
+        assert got.point(protocol, L).tokens == tokens
+        assert got.point(protocol, L).nll == pytest.approx(nll, rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("scheme", "plan", "mask"),
+    [
+        ("rope", None, "causal"),
+        ("t5", None, "bca"),
+        ("sinusoidal", None, "causal"),
+        ("rope", "rope+window:4+sinks;nope+temp_tuning,gamma=8", "causal"),
+    ],
+)
+def test_shared_prefixes_give_each_window_alone(data, scheme: str, plan: str | None, mask: str) -> None:
+    model = _model(scheme, plan)
+    assert prefix_invariant(model, build_mask(mask, 8))
+    _check(model, data, EvalConfig(mask=mask, **SETTINGS))
+
+
+def test_a_short_window_runs_inside_the_long_one(data) -> None:
+    """chunks of 8 and 16 at offsets 0 and 16 run inside the chunks of 32 and 16 there: 64 rows, not 3 x 32."""
+    model = _model()
+    rows: list[int] = []
+    model.blocks[0].mlp.register_forward_hook(
+        lambda module, args, out: rows.append(args[0].shape[0] * args[0].shape[1])
+    )
+    config = EvalConfig(protocols=["chunks"], lengths=[8, 16, 32], documents=1, max_batch_tokens=64)
+    evaluate_model(model, data, config, progress=False)
+    assert sum(rows) == 32 + 16 + 8 + 8  # windows from offsets 0, 16, 8 and 24
+
+
+def test_length_dependent_models_are_not_shared_and_stay_exact(data) -> None:
+    model = _model()
+    InferenceSetup(rope_scaling="dynamic:2").apply(model)
+    assert not prefix_invariant(model, build_mask("causal", 8))
+    _check(model, data, EvalConfig(protocols=["chunks", "sliding"], **SETTINGS))
+    assert not prefix_invariant(_model(), build_mask("full", 8))
+    extended = _model()
+    apply_extension(extended, "self_extend")
+    assert not prefix_invariant(extended, build_mask("causal", 8))
