@@ -21,7 +21,7 @@ import math
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import torch
 import torch.nn.functional as F
@@ -144,6 +144,19 @@ class _Window:
     scores: dict[Cell, tuple[int, int]] = field(default_factory=dict)
 
 
+class ScoredModel(Protocol):
+    """What perplexity reads from a model: a lextra `GPT` or a Hugging Face decoder adapter (`lextra.hf`)."""
+
+    @property
+    def config(self) -> Any: ...  # train_len, vocab_size, n_layer, n_head, temperatures
+
+    def eval(self) -> Any: ...
+
+    def features(self, tokens: Tensor, *, mask: str | Mask | None, backend: str, last: int | None) -> Tensor: ...
+
+    def head(self, hidden: Tensor) -> Tensor: ...
+
+
 def prefix_invariant(model: Any, mask: Mask) -> bool:
     """True when a window's per-position losses are those of the same positions in a longer window starting at the
     same token: a lextra GPT whose every layer attends causally (the call's mask and each layer's own), with no
@@ -175,7 +188,7 @@ class TokenScorer:
     `result`.
     """
 
-    def __init__(self, model: GPT, config: EvalConfig, share_prefixes: bool = False) -> None:
+    def __init__(self, model: ScoredModel, config: EvalConfig, share_prefixes: bool = False) -> None:
         self.model, self.config, self.share_prefixes = model, config, share_prefixes
         self.device = module_device(model)
         self.mask = build_mask(config.mask, model.config.train_len)
@@ -327,7 +340,7 @@ class Evaluation(Serializable):
 
 
 def _file_windows(
-    model: GPT, config: EvalConfig, docs: list[Tensor], lengths: list[int], span: int
+    model: ScoredModel, config: EvalConfig, docs: list[Tensor], lengths: list[int], span: int
 ) -> list[tuple[list[int], TokenScorer, list[tuple[list[_Window], int]]]]:
     """Every window of every protocol and length filed in a `TokenScorer` (each distinct window run once,
     prefixes shared where `prefix_invariant`), as (lengths, scorer, its batches): one scorer for all lengths, or
@@ -348,7 +361,12 @@ def _file_windows(
 
 @torch.no_grad()
 def evaluate_model(
-    model: GPT, data: PreparedData | PreparedShards, config: EvalConfig, *, progress: bool = True, label: str = ""
+    model: ScoredModel,
+    data: PreparedData | PreparedShards,
+    config: EvalConfig,
+    *,
+    progress: bool = True,
+    label: str = "",
 ) -> Evaluation:
     """Perplexity per protocol and length, on the same documents at every length; a Hugging Face model's
     documents start with the BOS its tokenizer adds by default (`evaluation_prefix`)."""

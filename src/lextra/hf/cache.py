@@ -30,17 +30,20 @@ class GrowingLayer(DynamicLayer):
 
     def _holds_views(self) -> bool:
         """Whether `keys` / `values` are still the filled part of the buffers (transformers may have replaced them)."""
-        buffers = (self.key_buffer, self.value_buffer)
-        if buffers[0] is None or buffers[1] is None:
-            return False
+        pairs = ((self.keys, self.key_buffer), (self.values, self.value_buffer))
         return all(
-            t.data_ptr() == b.data_ptr() and t.stride() == b.stride() and t.shape[:2] == b.shape[:2]
-            for t, b in zip((self.keys, self.values), buffers, strict=True)
+            t is not None
+            and b is not None
+            and t.data_ptr() == b.data_ptr()
+            and t.stride() == b.stride()
+            and t.shape[:2] == b.shape[:2]
+            for t, b in pairs
         )
 
     def _reserve(self, total: int) -> None:
         """Buffers holding the current keys and values with room for `total` tokens and more."""
         capacity = total + max(MIN_ROOM, int(total * ROOM_SHARE))
+        assert self.keys is not None, "an initialised layer holds keys"
         held = self.keys.shape[-2]
         for name in ("key", "value"):
             current = getattr(self, f"{name}s")
@@ -55,13 +58,17 @@ class GrowingLayer(DynamicLayer):
             self.lazy_initialization(key_states, value_states)
             self.keys = key_states.new_empty((*key_states.shape[:2], 0, key_states.shape[-1]))
             self.values = value_states.new_empty((*value_states.shape[:2], 0, value_states.shape[-1]))
+        assert self.keys is not None, "initialised above"
         held, new = self.keys.shape[-2], key_states.shape[-2]
-        if not self._holds_views() or held + new > self.key_buffer.shape[-2]:
+        room = self.key_buffer.shape[-2] if self.key_buffer is not None and self._holds_views() else -1
+        if held + new > room:
             self._reserve(held + new)
-        self.key_buffer[:, :, held : held + new].copy_(key_states)
-        self.value_buffer[:, :, held : held + new].copy_(value_states)
-        self.keys = self.key_buffer[:, :, : held + new]
-        self.values = self.value_buffer[:, :, : held + new]
+        key_buffer, value_buffer = self.key_buffer, self.value_buffer
+        assert key_buffer is not None and value_buffer is not None, "_reserve makes both buffers"
+        key_buffer[:, :, held : held + new].copy_(key_states)
+        value_buffer[:, :, held : held + new].copy_(value_states)
+        self.keys = key_buffer[:, :, : held + new]
+        self.values = value_buffer[:, :, : held + new]
         return self.keys, self.values
 
 

@@ -263,7 +263,13 @@ def _with_lora(model: Any, lora: LoraSpec) -> Any:
             f"--lora: {model.config.model_type} has no linear modules named {', '.join(missing)}; "
             f"give targets=A+B from: {'+'.join(sorted(names))}"
         )
-    config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, target_modules=list(lora.targets), lora_dropout=0.0)
+    # peft annotates lora_alpha as int but only divides it by r, so a fractional alpha (LoraSpec's float) is exact
+    config = LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,  # type: ignore[arg-type]
+        target_modules=list(lora.targets),
+        lora_dropout=0.0,
+    )
     return get_peft_model(model, config)
 
 

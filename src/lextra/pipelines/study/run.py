@@ -12,6 +12,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from lextra.reporting.study_results import (
     StudyResults,
     WindowSweep,
 )
+from lextra.train import TrainConfig
 
 
 class Study:
@@ -112,6 +114,14 @@ class Study:
             self._checksums[(label, seed)] = sha256_file(self.models[(label, seed)] / WEIGHTS_FILE)
         return self._checksums[(label, seed)]
 
+    def _train(self, config: TrainConfig, run_dir: Path) -> str:
+        """A training cell's value: the trained (or reused) model folder."""
+        return str(train_or_reuse(config, run_dir, self.progress, self.device))
+
+    def _evaluate(self, label: str, seed: int, ev: EvalConfig, progress: bool, name: str) -> Evaluation:
+        """A perplexity cell's value: model `label` (seed `seed`) evaluated under `ev`."""
+        return evaluate_model(self.load(label, seed), self.data, ev, progress=progress, label=name)
+
     def load(self, label: str, seed: int = 0):
         """The trained model of (label, seed) on the study's device, in eval mode."""
         return load_lextra(self.models[(label, seed)], device=self.device).model.eval()
@@ -126,9 +136,7 @@ class Study:
                     "training",
                     f"{spec.label}-seed{seed}",
                     config.to_dict(),
-                    lambda config=config, run_dir=run_dir: str(
-                        train_or_reuse(config, run_dir, self.progress, self.device)
-                    ),
+                    partial(self._train, config, run_dir),
                 )
                 self.models[(spec.label, seed)] = Path(final)
 
@@ -149,9 +157,7 @@ class Study:
                         "perplexity",
                         f"{spec.label}-{mask}-seed{seed}",
                         key,
-                        lambda spec=spec, seed=seed, ev=ev: evaluate_model(
-                            self.load(spec.label, seed), self.data, ev, progress=self.progress, label=spec.label
-                        ),
+                        partial(self._evaluate, spec.label, seed, ev, self.progress, spec.label),
                         kind=Evaluation,
                     )
                     results.setdefault(mask, {}).setdefault(spec.label, {})[seed] = result
@@ -167,7 +173,7 @@ class Study:
             seed = self.config.seeds[0]
             key = {"weights": self.weights(spec.label, seed), "documents": documents, "lengths": self.config.lengths}
             results[spec.label] = self.cell(
-                "analysis", spec.label, key, lambda spec=spec: self._analyse(spec, documents, L), kind=ModelAnalysis
+                "analysis", spec.label, key, partial(self._analyse, spec, documents, L), kind=ModelAnalysis
             )
         return results
 
@@ -207,7 +213,7 @@ class Study:
                     "window",
                     f"{label}-w{width}",
                     key,
-                    lambda label=label, ev=ev: evaluate_model(self.load(label), self.data, ev, progress=False),
+                    partial(self._evaluate, label, 0, ev, False, ""),
                     kind=Evaluation,
                 )
                 row[width] = result.ppl("sliding", length)
@@ -248,9 +254,7 @@ class Study:
                         "training",
                         f"{label}-{task_name}",
                         config.to_dict(),
-                        lambda config=config, run_dir=run_dir: str(
-                            train_or_reuse(config, run_dir, self.progress, self.device)
-                        ),
+                        partial(self._train, config, run_dir),
                     )
                 )
             key = {
