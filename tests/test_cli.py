@@ -162,6 +162,7 @@ def test_every_training_flag_sets_a_config_field() -> None:
         assert (target[6:] in model_fields) if target.startswith("model.") else (target in train_fields), target
     own = {"help", "out", "resume", "config", "device", "threads", "quiet", "task", "schemes", "init_from_compare"}
     own |= {"set"}  # --set KEY=VALUE sets any field by name
+    own |= {"plans"}  # compare's --layer-plan LABEL=PLAN: models beside --schemes
     own |= {"lengths", "protocols", "stride", "documents", "split", "backend", "temperature"}  # compare's evaluation
     own |= {"depths", "samples", "candidates", "eval_seed", "eval_batch_size"}  # retrieval compare's evaluation
     own |= {"data"}  # train's prepared folder: it sets TrainConfig.data itself (compare and retrieval read corpora)

@@ -24,8 +24,7 @@ from lextra.cli.options import (
     options=(add_training, add_device, add_evaluation, temperature_option("log-length", files=False), add_quiet),
     examples=(
         "lextra compare --out runs/compare",
-        "lextra compare --out runs/cmp --schemes rope,rope+bca,alibi,t5 --steps 300 --lengths 128,512,2048",
-        "lextra compare --out runs/hyb --schemes rope --layer-plan swan=swan,window=32 --layer-plan 'h=2*rope;nope'",
+        "lextra compare --out runs/cmp --schemes rope,rope+bca,alibi,t5 --layer-plan swan=swan,window=32 --steps 300",
     ),
 )
 def configure_compare(parser: argparse.ArgumentParser) -> Handler:
