@@ -26,6 +26,7 @@ from lextra.cli.options import (
     add_positions,
     add_quiet,
     add_rope_scaling,
+    add_setup,
     add_threads,
     apply_extend,
     eval_config_from,
@@ -35,6 +36,7 @@ from lextra.cli.options import (
     positive_int,
     refuse_corpus_with_data,
     retrieval_evaluation,
+    setup_into_args,
     temperature_file,
     temperature_option,
 )
@@ -67,6 +69,7 @@ def add_hf_model(parser: argparse.ArgumentParser) -> None:
     add_threads(parser)
     add_device(parser)
     add_quiet(parser)
+    add_setup(parser)
 
 
 hf = group(
@@ -80,6 +83,7 @@ def load_adapted(args: argparse.Namespace) -> tuple[Any, str]:
     """The adapted model with every stretching option applied, and a label naming them."""
     from lextra.pipelines.loading import ModelOptions, load_hugging_face
 
+    setup_into_args(args, f"lextra {args.command_path}")
     options = ModelOptions(
         rope_scaling=args.rope_scaling,
         mask=args.mask,
@@ -293,6 +297,7 @@ def configure_align(parser: argparse.ArgumentParser) -> Handler:
 def _run_finetune(args: argparse.Namespace) -> int:
     from lextra.hf.finetune import FinetuneConfig, finetune
 
+    setup_into_args(args, "lextra hf finetune")
     if args.train_len is None:
         raise ConfigError("lextra hf finetune needs --train-len L (the window it trains at)")
     if args.mask or args.log_scaling != "none":

@@ -22,6 +22,7 @@ from lextra.cli.options import (
     add_mask,
     add_quiet,
     add_rope_scaling_by_layer,
+    add_setup,
     add_spec_list,
     add_threads,
     apply_extend,
@@ -31,6 +32,7 @@ from lextra.cli.options import (
     parse_lengths,
     percent,
     positive_int,
+    setup_into_args,
     temperature_file,
     temperature_option,
 )
@@ -46,7 +48,15 @@ ruler = group(
 @ruler.command(
     "run",
     "RULER-style long-context suite: 11 synthetic tasks at exact lengths, scores and the effective length",
-    options=(add_rope_scaling_by_layer, add_extend, temperature_option(), add_threads, add_device, add_quiet),
+    options=(
+        add_rope_scaling_by_layer,
+        add_extend,
+        temperature_option(),
+        add_threads,
+        add_device,
+        add_quiet,
+        add_setup,
+    ),
     examples=(
         "lextra ruler run smollm2 --lengths 4096,8192 --samples 10 --out runs/ruler/smollm2",
         "lextra ruler run runs/ruler-toy --tasks niah_single_1,vt --rope-scaling yarn:4 --out runs/ruler/toy-yarn",
@@ -117,6 +127,7 @@ def configure_ruler(parser: argparse.ArgumentParser) -> Handler:
         from lextra.pipelines.loading import ModelOptions, load_model_spec
         from lextra.pipelines.ruler import RulerTarget, parse_task_list, run_ruler
 
+        setup_into_args(args, "lextra ruler run")
         tasks, task_options = parse_task_list(args.tasks)
         haystack, documents = haystack_from(args)
         settings = RulerSettings(

@@ -148,11 +148,11 @@ def _run(args: argparse.Namespace) -> int:
         geometry=lambda: rope_geometry(model),
         stream=None if args.quiet else sys.stderr,
     )
-    if result.best is None:
-        raise ConfigError(f"no candidate fit in --budget {args.budget:g} s; give a larger budget")
+    if result.best is None or result.best.refused:
+        why = "no candidate fit in the budget" if result.best is None else f"every candidate was refused: {result.best.refused}"
+        raise ConfigError(f"{why}; nothing written to {out}")
     from lextra.extend import InferenceSetup
 
-    checked = _verify(args, result, model, data, objective_settings)
     record = {
         "model": args.model,
         "train_len": model.config.train_len,
@@ -161,10 +161,13 @@ def _run(args: argparse.Namespace) -> int:
         "objective": objective_settings.to_dict(),
         "corpus": data.corpus,
         **result.record(),
-        **({"verification": checked} if checked else {}),
     }
-    save_setup(out, InferenceSetup(**result.best.setup), tune=record)
+    best = InferenceSetup(**result.best.setup)
+    save_setup(out, best, tune=record)  # written before the verification, which may take long
     print(_table(result))
+    checked = _verify(args, result, model, data, objective_settings)
+    if checked:
+        save_setup(out, best, tune={**record, "verification": checked})
     why = {"budget": " (budget spent)", "interrupted": " (interrupted)"}.get(result.stopped or "", "")
     print(f"{len(result.trials)} candidates in {result.seconds:.0f} s{why}; best: {_label(result.best)}")
     if checked:
