@@ -836,6 +836,7 @@ def setup_into_args(args: argparse.Namespace, command: str) -> None:
             raise ConfigError(f"setup file {path} sets {name}, which {command} does not take; remove it from the file")
         if dest in given and getattr(args, dest) != text:
             raise ConfigError(
-                f"{flag} {getattr(args, dest)} contradicts setup file {path} ({name}: {text}); drop {flag} or edit the file"
+                f"{flag} {getattr(args, dest)} contradicts setup file {path} ({name}: {text}); "
+                f"drop {flag} or edit the file"
             )
         setattr(args, dest, text)

@@ -149,7 +149,11 @@ def _run(args: argparse.Namespace) -> int:
         stream=None if args.quiet else sys.stderr,
     )
     if result.best is None or result.best.refused:
-        why = "no candidate fit in the budget" if result.best is None else f"every candidate was refused: {result.best.refused}"
+        why = (
+            "no candidate fit in the budget"
+            if result.best is None
+            else f"every candidate was refused: {result.best.refused}"
+        )
         raise ConfigError(f"{why}; nothing written to {out}")
     from lextra.extend import InferenceSetup
 
@@ -176,9 +180,7 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _verify(
-    args: argparse.Namespace, result: Any, model: Any, data: Any, settings: Any
-) -> dict[str, Any] | None:
+def _verify(args: argparse.Namespace, result: Any, model: Any, data: Any, settings: Any) -> dict[str, Any] | None:
     """--verify-length: the rows of `lextra.pipelines.tune.verify` and their settings, or None."""
     if args.verify_length is None:
         return None

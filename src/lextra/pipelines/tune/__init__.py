@@ -5,7 +5,7 @@ passkey accuracy, within a time budget, and write the best as a setup file (`lex
 from lextra.pipelines.tune.evolution import EvolutionConfig, crossover, evolution_search, monotone, mutate, yarn_factors
 from lextra.pipelines.tune.objective import MeasuredObjective, ObjectiveSettings, reset, rope_geometry
 from lextra.pipelines.tune.run import BASELINE, TuneResult, TuneSettings, run_search, verify
-from lextra.pipelines.tune.search import Budget, Score, Stopped, Tracker, Trial, coordinate_search, grid
+from lextra.pipelines.tune.search import Budget, Score, SearchStoppedError, Tracker, Trial, coordinate_search, grid
 from lextra.pipelines.tune.space import METHODS, SPACES, MethodSpace, parse_methods
 
 __all__ = [
@@ -18,7 +18,7 @@ __all__ = [
     "MethodSpace",
     "ObjectiveSettings",
     "Score",
-    "Stopped",
+    "SearchStoppedError",
     "Tracker",
     "Trial",
     "TuneResult",

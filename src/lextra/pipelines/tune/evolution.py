@@ -19,14 +19,13 @@ and the search stops when the budget is spent (`Tracker`) rather than after a fi
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import torch
-
 from lextra.extend import InferenceSetup
-from lextra.pipelines.tune.search import Stopped, Tracker, Trial
+from lextra.pipelines.tune.search import SearchStoppedError, Tracker, Trial
 from lextra.positions.scaling import RopeScaling, frequencies, rope_inv_freq
 
 Factors = tuple[float, ...]
@@ -58,7 +57,7 @@ class EvolutionConfig:
 
 def monotone(factors: Sequence[float]) -> bool:
     """LongRoPE's constraint: factors never decrease along the dimensions."""
-    return all(b >= a for a, b in zip(factors, factors[1:], strict=False))
+    return all(b >= a for a, b in itertools.pairwise(factors))
 
 
 def _grid(low: float, high: float, step: float) -> list[float]:
@@ -164,7 +163,9 @@ def evolution_search(
             parents = sorted(population, key=lambda f: scored[f].loss)[: config.parents]
             population = list(parents)
             for _ in range(config.mutations):
-                child = mutate(parents[rng.randrange(len(parents))], scale, config.step, seen, rng, config.max_mutation_try)
+                child = mutate(
+                    parents[rng.randrange(len(parents))], scale, config.step, seen, rng, config.max_mutation_try
+                )
                 if child is not None:
                     measure(child)
                     population.append(child)
@@ -176,6 +177,6 @@ def evolution_search(
                 if child is not None:
                     measure(child)
                     population.append(child)
-    except Stopped:
+    except SearchStoppedError:
         pass
     return best

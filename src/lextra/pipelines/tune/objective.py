@@ -120,4 +120,3 @@ def _inv_freq(model: Any) -> Any:
     if rotary is None or not hasattr(rotary, "inv_freq"):
         raise ConfigError("LongRoPE rescales RoPE frequencies; this model has none (a Llama-family model has)")
     return rotary.inv_freq
-

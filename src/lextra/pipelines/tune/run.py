@@ -3,6 +3,7 @@ share of what is left when its turn comes; the record of every candidate and the
 
 from __future__ import annotations
 
+import contextlib
 import random
 import sys
 import time
@@ -13,7 +14,7 @@ from typing import Any, TextIO
 from lextra.errors import ConfigError, LengthError
 from lextra.extend import InferenceSetup
 from lextra.pipelines.tune.evolution import EvolutionConfig, evolution_search, yarn_factors
-from lextra.pipelines.tune.search import Budget, Objective, Stopped, Tracker, Trial, coordinate_search
+from lextra.pipelines.tune.search import Budget, Objective, SearchStoppedError, Tracker, Trial, coordinate_search
 from lextra.pipelines.tune.space import SPACES
 
 #: the reference every search measures first: the model as trained (no scaling, no extension)
@@ -93,10 +94,8 @@ def run_search(
     overall = Budget(settings.budget, clock)
     tracker = Tracker(objective, overall, stream=stream)
     scale = settings.length / train_len
-    try:
+    with contextlib.suppress(SearchStoppedError):
         tracker.evaluate(BASELINE, {}, InferenceSetup(rope_scaling=None, extension=None))
-    except Stopped:
-        pass
     for index, method in enumerate(settings.methods):
         if tracker.stopped == "interrupted":
             break
@@ -136,7 +135,10 @@ def verify(
                 began = clock()
                 try:
                     score = objective(InferenceSetup(**trial.setup))
-                except (ConfigError, LengthError) as err:  # e.g. Self-Extend's settings reach fewer tokens than this length
+                except (
+                    ConfigError,
+                    LengthError,
+                ) as err:  # e.g. Self-Extend's settings reach fewer tokens than this length
                     done[key] = {"refused": str(err)}
                 else:
                     done[key] = {"loss": score.loss, **score.parts, "seconds": round(clock() - began, 3)}

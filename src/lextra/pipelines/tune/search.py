@@ -81,7 +81,7 @@ class Trial:
         }
 
 
-class Stopped(Exception):
+class SearchStoppedError(Exception):
     """The budget is spent (or Ctrl-C): the search ends with the best so far."""
 
 
@@ -112,22 +112,22 @@ class Tracker:
         return sum(t.seconds for t in self.trials) / len(self.trials) if self.trials else 0.0
 
     def evaluate(self, space_name: str, values: Values, setup: InferenceSetup) -> Trial:
-        """The candidate's trial (measured now, or the earlier one of the same setup); raises Stopped when the
-        budget cannot fit it."""
+        """The candidate's trial (measured now, or the earlier one of the same setup); raises SearchStoppedError
+        when the budget cannot fit it."""
         stored = setup_fields(setup)
         key = json.dumps(stored, sort_keys=True)
         if key in self.seen:
             return self.seen[key]
         if self.stopped is not None or not self.limit.allows(self.mean_cost()):
             self.stopped = self.stopped or "budget"
-            raise Stopped(self.stopped)
+            raise SearchStoppedError(self.stopped)
         began = self.budget.clock()
         refused = None
         try:
             score = self.objective(setup)
         except KeyboardInterrupt:
             self.stopped = "interrupted"
-            raise Stopped(self.stopped) from None
+            raise SearchStoppedError(self.stopped) from None
         except (ConfigError, LengthError) as err:  # the model refuses this candidate: recorded, never the best
             score, refused = Score(math.inf), str(err)
         trial = Trial(
@@ -204,5 +204,5 @@ def coordinate_search(space: MethodSpace, tracker: Tracker, *, max_grid: int = 1
                         best, moved = trial, True
                 current = dict(best.values)
         return best
-    except Stopped:
+    except SearchStoppedError:
         return best

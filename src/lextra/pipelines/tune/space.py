@@ -90,7 +90,11 @@ def dca_space(train_len: int, target: int) -> MethodSpace:
     locals_ = _ints(L // 32, L // 16, L // 8)
     default = {"chunk": max(2, 3 * L // 4), "local": max(1, L // 16)}
     return MethodSpace(
-        "dca", {"chunk": chunks, "local": locals_}, default, lambda v: _extension(_spec("dca", v)), _fits("dca", L, target)
+        "dca",
+        {"chunk": chunks, "local": locals_},
+        default,
+        lambda v: _extension(_spec("dca", v)),
+        _fits("dca", L, target),
     )
 
 
@@ -160,5 +164,7 @@ def parse_methods(text: str) -> list[str]:
         return list(METHODS)
     unknown = [n for n in names if n not in METHODS]
     if unknown or not names:
-        raise ConfigError(f"--methods: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(METHODS)}")
+        raise ConfigError(
+            f"--methods: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(METHODS)}"
+        )
     return names
