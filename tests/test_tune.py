@@ -178,6 +178,21 @@ def test_progress_lines_name_speed_eta_and_the_best(capsys) -> None:
     assert lines[1].startswith("tune [2] dca:chunk=192,local=16: loss 1.0000") and len(lines) == 4
 
 
+def test_a_candidate_the_model_refuses_is_recorded_and_the_search_goes_on() -> None:
+    from lextra.errors import LengthError
+
+    def objective(setup: InferenceSetup) -> Score:
+        if _extension_values(setup)["group"] == 8:
+            raise LengthError("too long for this group")
+        return Score(float(_extension_values(setup)["window"]))
+
+    tracker = Tracker(objective, Budget(None), stream=None)
+    best = coordinate_search(self_extend_space(256, 1024), tracker)
+    refused = [t for t in tracker.trials if t.refused]
+    assert len(refused) == 4 and all(t.values["group"] == 8 and t.to_dict()["loss"] is None for t in refused)
+    assert best is not None and best.refused is None and best.values["window"] == 16
+
+
 # ----------------------------------------------------------------------------- setup files
 def test_a_setup_file_round_trips(tmp_path: Path) -> None:
     scaling = {"type": "longrope", "factor": 4.0, "short_factor": [1.0] * 4, "long_factor": [1.0, 1.5, 2.0, 4.0]}

@@ -2,8 +2,10 @@
 lines -- and the grid / coordinate search over a method's discrete settings.
 
 An objective maps a candidate's `InferenceSetup` to a `Score` (lower `loss` is better). A search starts a candidate
-only while the budget, less the mean cost of the candidates so far, is not spent; Ctrl-C stops it the same way. Either
-way the best candidate so far is kept and returned with the record.
+only when the mean cost of the candidates so far fits in what is left of the budget (and, from a method's second
+candidate on, in what is left of that method's share); Ctrl-C stops it the same way. Either way the best candidate
+so far is kept and returned with the record. A candidate the model refuses (a ConfigError or LengthError) is recorded
+with an infinite loss and the search goes on.
 """
 
 from __future__ import annotations
@@ -118,7 +120,10 @@ class Tracker:
         key = json.dumps(stored, sort_keys=True)
         if key in self.seen:
             return self.seen[key]
-        if self.stopped is not None or not self.limit.allows(self.mean_cost()):
+        # a method's first candidate (its defaults) needs only the whole budget; later ones its share too
+        first = not any(t.method == space_name for t in self.trials)
+        fits = self.budget.allows(self.mean_cost()) and (first or self.limit.allows(self.mean_cost()))
+        if self.stopped is not None or not fits:
             self.stopped = self.stopped or "budget"
             raise SearchStoppedError(self.stopped)
         began = self.budget.clock()
