@@ -70,47 +70,33 @@ def _fits(name: str, train_len: int, target: int) -> Callable[[Values], bool]:
     return valid
 
 
+def _extension_space(name: str, params: dict[str, tuple[Any, ...]], defaults: Values, L: int, T: int) -> MethodSpace:
+    """An extension method's space: its setups are `NAME:k=v,...` with no RoPE scaling; valid if it reaches T."""
+    return MethodSpace(name, params, defaults, lambda v: _extension(_spec(name, v)), _fits(name, L, T))
+
+
 def self_extend_space(train_len: int, target: int) -> MethodSpace:
     L = train_len
     groups = tuple(g for g in (2, 4, 8, 16, 32, 64) if (L - L // 16) * g + L // 16 >= target) or (64,)
     windows = _ints(L // 16, L // 8, L // 4, L // 2, high=L - 1)
-    default = {"group": 8, "window": max(1, L // 4)}
-    return MethodSpace(
-        "self_extend",
-        {"group": groups, "window": windows},
-        default,
-        lambda v: _extension(_spec("self_extend", v)),
-        _fits("self_extend", L, target),
-    )
+    defaults = {"group": 8, "window": max(1, L // 4)}
+    return _extension_space("self_extend", {"group": groups, "window": windows}, defaults, L, target)
 
 
 def dca_space(train_len: int, target: int) -> MethodSpace:
     L = train_len
     chunks = _ints(L // 2, 5 * L // 8, 3 * L // 4, 7 * L // 8, low=2, high=L)
-    locals_ = _ints(L // 32, L // 16, L // 8)
-    default = {"chunk": max(2, 3 * L // 4), "local": max(1, L // 16)}
-    return MethodSpace(
-        "dca",
-        {"chunk": chunks, "local": locals_},
-        default,
-        lambda v: _extension(_spec("dca", v)),
-        _fits("dca", L, target),
-    )
+    defaults = {"chunk": max(2, 3 * L // 4), "local": max(1, L // 16)}
+    return _extension_space("dca", {"chunk": chunks, "local": _ints(L // 32, L // 16, L // 8)}, defaults, L, target)
 
 
 def string_space(train_len: int, target: int) -> MethodSpace:
     L = train_len
     offsets = _ints(0.25 * L, 0.33 * L, 0.4 * L, 0.5 * L, low=2, high=L - 1)
-    default_offset = max(2, int(0.33 * L))
-    locals_ = _ints(32, 64, 128, 256, high=max(1, default_offset - 1))
-    default = {"offset": default_offset, "local": max(1, min(128, default_offset // 2))}
-    return MethodSpace(
-        "string",
-        {"offset": offsets, "local": locals_},
-        default,
-        lambda v: _extension(_spec("string", v)),
-        _fits("string", L, target),
-    )
+    offset = max(2, int(0.33 * L))
+    locals_ = _ints(32, 64, 128, 256, high=max(1, offset - 1))
+    defaults = {"offset": offset, "local": max(1, min(128, offset // 2))}
+    return _extension_space("string", {"offset": offsets, "local": locals_}, defaults, L, target)
 
 
 def _scaling(values: Values, kind: str) -> InferenceSetup:
