@@ -328,6 +328,15 @@ def test_setup_and_flags_together_a_contradiction_is_refused(tiny, tmp_path: Pat
     )
     assert main([*base, "--ext", "string", "--out", str(tmp_path / "abbreviated")]) == 2  # argparse's abbreviation
     assert "--extend string contradicts setup file" in capsys.readouterr().err
+    tune = ["tune", tiny["run"], "--corpus", tiny["corpus"], "--quiet", "--out", str(tmp_path / "t.json")]
+    for extra, message in (
+        (["--length", "32"], "lextra tune: error: --length 32: tune for a length beyond the model's L_tr = 32"),
+        (["--length", "64", "--methods", "yarn,selfextend"], "--methods: unknown selfextend; choose from self_extend"),
+        (["--length", "64", "--train-len", "16"], "--train-len applies to Hugging Face models"),
+    ):
+        assert main([*tune, *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0]
     bad = tmp_path / "bad.json"
     bad.write_text('{"format": "lextra-setup", "version": 1, "setup": {"extension": "nope"}}')
     assert main([*base[:-4], "--setup", str(bad), "--out", str(tmp_path / "bad")]) == 2

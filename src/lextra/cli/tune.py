@@ -137,6 +137,14 @@ def _run(args: argparse.Namespace) -> int:
     options = ModelOptions(tokenizer=args.tokenizer, train_len=args.train_len, quiet=args.quiet)
     loaded = load_model_spec(args.model, options, args.device, with_tokenizer=True)
     model = loaded.model
+    if loaded.is_lextra and args.train_len is not None:
+        raise ConfigError(
+            "--train-len applies to Hugging Face models; a lextra model's L_tr is the one it was trained at"
+        )
+    if args.length <= model.config.train_len:
+        raise ConfigError(
+            f"--length {args.length}: tune for a length beyond the model's L_tr = {model.config.train_len}"
+        )
     reset(model)
     data = _held_out(args, loaded)
     settings = TuneSettings(methods, args.length, args.budget, args.max_grid, evolution, args.seed)
