@@ -28,6 +28,7 @@ from lextra.pipelines.tune import (
     evolution_search,
     monotone,
     mutate,
+    rope_geometry,
     run_search,
     yarn_factors,
 )
@@ -127,6 +128,9 @@ def test_the_initial_factors_are_yarns() -> None:
     assert len(factors) == 32 and monotone(factors)
     assert factors[0] == pytest.approx(1.0) and factors[-1] == pytest.approx(8.0)  # extrapolated / interpolated
     assert 1.0 < factors[12] < 8.0  # YaRN's ramp in between
+    model = GPT(GPTConfig(vocab_size=256, n_layer=1, n_head=2, d_model=64, train_len=32, scheme="rope,base=500000"))
+    head_dim, base = rope_geometry(model)
+    assert head_dim == 32 and base == pytest.approx(500000.0, rel=1e-5)
 
 
 # ----------------------------------------------------------------------------- the budget

@@ -146,6 +146,7 @@ def _run(args: argparse.Namespace) -> int:
             f"--length {args.length}: tune for a length beyond the model's L_tr = {model.config.train_len}"
         )
     reset(model)
+    geometry = rope_geometry(model) if "longrope" in methods else (0, 0.0)  # of the unscaled model, read now
     data = _held_out(args, loaded)
     settings = TuneSettings(methods, args.length, args.budget, args.max_grid, evolution, args.seed)
     objective = MeasuredObjective(model, data, objective_settings)
@@ -153,7 +154,7 @@ def _run(args: argparse.Namespace) -> int:
         objective,
         settings,
         model.config.train_len,
-        geometry=lambda: rope_geometry(model),
+        geometry=lambda: geometry,
         stream=None if args.quiet else sys.stderr,
     )
     if result.best is None or result.best.refused:
