@@ -46,6 +46,7 @@ COMMAND_MODULES = (
     "lextra.cli.babilong",
     "lextra.cli.harness",
     "lextra.cli.study",
+    "lextra.cli.tune",
 )
 
 

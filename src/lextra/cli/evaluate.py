@@ -15,6 +15,7 @@ from lextra.cli.options import (
     add_mask,
     add_quiet,
     add_rope_scaling_by_layer,
+    add_setup,
     add_threads,
     apply_extend,
     eval_config_from,
@@ -22,6 +23,7 @@ from lextra.cli.options import (
     folder_safe,
     model_folder,
     positive_int,
+    setup_into_args,
     temperature_file,
     temperature_option,
 )
@@ -38,6 +40,7 @@ from lextra.cli.options import (
         add_evaluation,
         temperature_option("log-length"),
         add_quiet,
+        add_setup,
     ),
     examples=(
         "lextra eval runs/alibi --lengths 128,256,512,1024",
@@ -65,6 +68,7 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
         from lextra.reporting.perplexity import save_eval_outputs
         from lextra.tensorboard import Board, require_tensorboard
 
+        setup_into_args(args, "lextra eval")
         if args.log_dir is not None:  # before any work
             require_tensorboard()
         folder = model_folder(args.checkpoint)

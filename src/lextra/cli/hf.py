@@ -27,6 +27,7 @@ from lextra.cli.options import (
     add_mask,
     add_quiet,
     add_rope_scaling_by_layer,
+    add_setup,
     add_threads,
     apply_extend,
     eval_config_from,
@@ -35,6 +36,7 @@ from lextra.cli.options import (
     positive_int,
     refuse_corpus_with_data,
     retrieval_evaluation,
+    setup_into_args,
     temperature_file,
     temperature_option,
 )
@@ -67,6 +69,7 @@ def add_hf_model(parser: argparse.ArgumentParser) -> None:
     add_threads(parser)
     add_device(parser)
     add_quiet(parser)
+    add_setup(parser)
 
 
 hf = group(
@@ -80,6 +83,7 @@ def load_adapted(args: argparse.Namespace) -> tuple[Any, str]:
     """The adapted model with every stretching option applied, and a label naming them."""
     from lextra.pipelines.loading import ModelOptions, load_hugging_face, setup_from
 
+    setup_into_args(args, f"lextra {args.command_path}")
     options = ModelOptions(
         setup_from(
             rope_scaling=args.rope_scaling, mask=args.mask, log_scaling=args.log_scaling, layers=args.layers_select
@@ -312,6 +316,7 @@ def finetune_config_from(args: argparse.Namespace) -> Any:
     from lextra.hf.finetune import FinetuneConfig
     from lextra.serialize import from_dict
 
+    setup_into_args(args, "lextra hf finetune")
     refuse_corpus_with_data(args)
     values = read_config_file(args.config, "finetune") if args.config else {}
     values = apply_settings(values, args.set) | given(args, (*SHARED_FIELDS, *finetune_fields()))

@@ -15,6 +15,7 @@ read from the config dataclasses (`TrainConfig`, `GPTConfig`, `EvalConfig`, `Ret
 from __future__ import annotations
 
 import argparse
+import json
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -721,3 +722,68 @@ def retrieval_evaluation(
 def add_quiet(parser: argparse.ArgumentParser) -> None:
     """--quiet: no progress bars."""
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+#: setup file field -> the argparse dest of the flag that states it (`--setup FILE`)
+SETUP_FLAGS = {
+    "rope_scaling": "rope_scaling",
+    "extension": "extend",
+    "mask": "mask",
+    "log_scaling": "log_scaling",
+    "layers": "layers_select",
+}
+
+
+def add_setup(parser: argparse.ArgumentParser) -> None:
+    """--setup FILE: a setup file (`lextra tune`, `lextra.extend.setup_file`) whose fields stand for the flags
+    --rope-scaling, --extend, --mask, --log-scaling and --layers-select; the flags given on the command line are
+    recorded, so `setup_into_args` can refuse one that contradicts the file."""
+    parser.add_argument(
+        "--setup",
+        default=None,
+        metavar="FILE",
+        help="an inference setup file (from `lextra tune`) standing for --rope-scaling, --extend, --mask, "
+        "--log-scaling and --layers-select; a flag that contradicts it is refused",
+    )
+    parse = parser.parse_known_args
+
+    def parse_recording(args: Any = None, namespace: Any = None) -> Any:
+        parsed, extras = parse(args, namespace)
+        given = set()
+        for word in args or ():
+            flag = str(word).split("=", 1)[0]
+            known = parser._option_string_actions
+            names = [flag] if flag in known else [s for s in known if flag.startswith("--") and s.startswith(flag)]
+            if len(names) == 1:  # the flag, or its unique abbreviation (argparse accepts those)
+                given.add(known[names[0]].dest)
+        parsed.given_flags = sorted(given)
+        return parsed, extras
+
+    parser.parse_known_args = parse_recording  # type: ignore[method-assign]
+
+
+def setup_into_args(args: argparse.Namespace, command: str) -> None:
+    """Put the `--setup` file's fields into the flags they stand for. A field the file sets that the command
+    has no flag for, or a flag given explicitly with another value, is refused in one line (the file's fields
+    are not overridden: edit the file, or drop the flag). A null field leaves the flag as it is."""
+    path = getattr(args, "setup", None)
+    if path is None:
+        return
+    from lextra.extend.setup_file import read_setup_file
+
+    setup = read_setup_file(path).setup
+    given = set(getattr(args, "given_flags", ()))
+    for name, value in setup.changes().items():
+        dest = SETUP_FLAGS[name]
+        if value is None:
+            continue
+        text = json.dumps(value) if isinstance(value, dict) else str(value)
+        flag = "--" + dest.replace("_", "-")
+        if not hasattr(args, dest):
+            raise ConfigError(f"setup file {path} sets {name}, which {command} does not take; remove it from the file")
+        if dest in given and getattr(args, dest) != text:
+            raise ConfigError(
+                f"{flag} {getattr(args, dest)} contradicts setup file {path} ({name}: {text}); "
+                f"drop {flag} or edit the file"
+            )
+        setattr(args, dest, text)

@@ -22,6 +22,7 @@ from lextra.cli.options import (
     add_mask,
     add_quiet,
     add_rope_scaling_by_layer,
+    add_setup,
     add_spec_list,
     add_threads,
     apply_extend,
@@ -31,12 +32,21 @@ from lextra.cli.options import (
     parse_lengths,
     percent,
     positive_int,
+    setup_into_args,
     temperature_file,
     temperature_option,
 )
 
 #: the shared option sets of a suite run (`lextra ruler run`, `lextra babilong run`)
-RUN_OPTIONS = (add_rope_scaling_by_layer, add_extend, temperature_option(), add_threads, add_device, add_quiet)
+RUN_OPTIONS = (
+    add_rope_scaling_by_layer,
+    add_extend,
+    temperature_option(),
+    add_threads,
+    add_device,
+    add_quiet,
+    add_setup,
+)
 
 ruler = group(
     "ruler",
@@ -75,6 +85,7 @@ def configure_suite(parser: argparse.ArgumentParser, suite: Any, task_help: str)
         from lextra.pipelines.loading import ModelOptions, load_model_spec, setup_from
         from lextra.pipelines.ruler import RulerTarget, parse_task_list, run_ruler
 
+        setup_into_args(args, f"lextra {args.command_path}")
         tasks, task_options = parse_task_list(args.tasks, suite.registry)
         haystack, documents = haystack_from(args)
         settings = suite(

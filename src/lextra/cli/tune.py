@@ -1,0 +1,266 @@
+"""`lextra tune MODEL --length T`: search the settings of extension methods and RoPE scalings for a model at a target
+length against perplexity plus passkey accuracy, within a time budget, and write the best as a setup file that
+`eval`, `hf eval`, `ruler`, `hf finetune` (and every `hf` action) take with `--setup FILE`.
+
+MODEL is a lextra run or model folder, a Hugging Face folder, a .gguf file or `smollm2`
+(`lextra.pipelines.loading.load_model_spec`). Progress goes to stderr, one line per candidate (its score, the best
+so far, tokens per second, elapsed time and ETA); Ctrl-C or the budget ends the search with the best so far.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from lextra.cli.app import Handler, command
+from lextra.cli.options import (
+    add_corpus,
+    add_device,
+    add_quiet,
+    add_threads,
+    int_at_least,
+    parse_depths,
+    positive_float,
+    positive_int,
+)
+from lextra.errors import ConfigError
+
+DEFAULT_HF_CORPUS = "english"
+
+
+def add_search(parser: argparse.ArgumentParser) -> None:
+    """What is searched and how long."""
+    from lextra.pipelines.tune import METHODS
+
+    parser.add_argument("--length", type=int_at_least(2), required=True, help="the target length T, tokens")
+    parser.add_argument(
+        "--methods",
+        default="self_extend,dca,string,yarn",
+        help=f"comma-separated methods searched, or all: {', '.join(METHODS)} (ntk: static vs dynamic NTK and the "
+        "factor; longrope: LongRoPE's evolutionary search of per-dimension factors)",
+    )
+    parser.add_argument(
+        "--budget", type=positive_float, default=None, metavar="SECONDS", help="stop after this long, keeping the best"
+    )
+    parser.add_argument(
+        "--max-grid", type=positive_int, default=16, help="search every combination of a method up to this many"
+    )
+    parser.add_argument("--out", required=True, help="the setup file written (JSON), with the search's record")
+    parser.add_argument("--seed", type=int_at_least(0), default=0, help="seed of the passkey prompts and the evolution")
+
+
+def add_objective(parser: argparse.ArgumentParser) -> None:
+    """How each candidate is measured."""
+    parser.add_argument("--depths", default=None, help="passkey depths (default 0,0.25,0.5,0.75,1)")
+    parser.add_argument("--samples", type=positive_int, default=1, help="passkey prompts per depth")
+    parser.add_argument("--documents", type=positive_int, default=1, help="held-out documents for perplexity")
+    parser.add_argument(
+        "--passkey-weight",
+        type=float,
+        default=1.0,
+        help="loss = ln(ppl) + WEIGHT * (1 - passkey accuracy); 0 tunes perplexity alone",
+    )
+    parser.add_argument(
+        "--verify-length",
+        type=int_at_least(2),
+        default=None,
+        help="after the search, measure the baseline, each method's defaults and its best again at this length",
+    )
+    parser.add_argument("--verify-depths", default=None, help="passkey depths of --verify-length (default: --depths)")
+    parser.add_argument("--train-len", type=int_at_least(2), default=None, help="L_tr of a Hugging Face model")
+    parser.add_argument("--tokenizer", default=None, help="default: the model's own (bytes for tiny test models)")
+
+
+def add_evolution(parser: argparse.ArgumentParser) -> None:
+    """LongRoPE's hyper-parameters (defaults: its dim_mono_llama.json)."""
+    from lextra.pipelines.tune import EvolutionConfig
+
+    defaults = EvolutionConfig()
+    for name in ("population", "parents", "mutations", "crossovers", "iterations"):
+        parser.add_argument(
+            f"--{name}", type=int_at_least(0), default=getattr(defaults, name), help=f"LongRoPE evolution: {name}"
+        )
+    parser.add_argument("--step", type=positive_float, default=defaults.step, help="LongRoPE: grid step of the factors")
+
+
+@command(
+    "tune",
+    "search extension / scaling settings for a target length; write the best as a setup file (--setup FILE)",
+    options=(add_search, add_objective, add_evolution, add_threads, add_device, add_quiet),
+    examples=(
+        "lextra tune smollm2 --length 16384 --methods self_extend,yarn --budget 1800 --out setups/smollm2-16k.json",
+        "lextra hf eval smollm2 --lengths 16384 --setup setups/smollm2-16k.json",
+    ),
+)
+def configure_tune(parser: argparse.ArgumentParser) -> Handler:
+    parser.add_argument("model", help="a lextra run or model folder, a Hugging Face folder, a .gguf file or 'smollm2'")
+    add_corpus(parser, default=None, default_text=f"a lextra model's own corpus; {DEFAULT_HF_CORPUS} for HF models")
+    return _run
+
+
+def _run(args: argparse.Namespace) -> int:
+    from lextra.extend.setup_file import save_setup
+    from lextra.pipelines.loading import ModelOptions, load_model_spec
+    from lextra.pipelines.tune import (
+        EvolutionConfig,
+        MeasuredObjective,
+        ObjectiveSettings,
+        TuneSettings,
+        parse_methods,
+        reset,
+        rope_geometry,
+        run_search,
+    )
+
+    methods = tuple(parse_methods(args.methods))
+    evolution = EvolutionConfig(
+        population=args.population,
+        parents=args.parents,
+        mutations=args.mutations,
+        crossovers=args.crossovers,
+        iterations=args.iterations,
+        step=args.step,
+    )
+    objective_settings = ObjectiveSettings(
+        length=args.length,
+        depths=tuple(parse_depths(args.depths)),
+        samples=args.samples,
+        documents=args.documents,
+        passkey_weight=args.passkey_weight,
+        seed=args.seed,
+    )
+    out = Path(args.out)
+    if out.is_dir():
+        raise ConfigError(f"--out {out} is a folder; name the setup file to write (e.g. {out / 'setup.json'})")
+    options = ModelOptions(tokenizer=args.tokenizer, train_len=args.train_len, quiet=args.quiet)
+    loaded = load_model_spec(args.model, options, args.device, with_tokenizer=True)
+    model = loaded.model
+    if loaded.is_lextra and args.train_len is not None:
+        raise ConfigError(
+            "--train-len applies to Hugging Face models; a lextra model's L_tr is the one it was trained at"
+        )
+    if args.length <= model.config.train_len:
+        raise ConfigError(
+            f"--length {args.length}: tune for a length beyond the model's L_tr = {model.config.train_len}"
+        )
+    reset(model)
+    geometry = rope_geometry(model) if "longrope" in methods else (0, 0.0)  # of the unscaled model, read now
+    data = _held_out(args, loaded)
+    settings = TuneSettings(methods, args.length, args.budget, args.max_grid, evolution, args.seed)
+    objective = MeasuredObjective(model, data, objective_settings)
+    result = run_search(
+        objective,
+        settings,
+        model.config.train_len,
+        geometry=lambda: geometry,
+        stream=None if args.quiet else sys.stderr,
+    )
+    if result.best is None or result.best.refused:
+        why = (
+            "no candidate fit in the budget"
+            if result.best is None
+            else f"every candidate was refused: {result.best.refused}"
+        )
+        raise ConfigError(f"{why}; nothing written to {out}")
+    from lextra.extend import InferenceSetup
+
+    record = {
+        "model": args.model,
+        "train_len": model.config.train_len,
+        "target_length": args.length,
+        "methods": list(methods),
+        "objective": objective_settings.to_dict(),
+        "corpus": data.corpus,
+        **result.record(),
+    }
+    best = InferenceSetup(**result.best.setup)
+    save_setup(out, best, tune=record)  # written before the verification, which may take long
+    print(_table(result))
+    checked = _verify(args, result, model, data, objective_settings)
+    if checked:
+        save_setup(out, best, tune={**record, "verification": checked})
+    why = {"budget": " (budget spent)", "interrupted": " (interrupted)"}.get(result.stopped or "", "")
+    print(f"{len(result.trials)} candidates in {result.seconds:.0f} s{why}; best: {_label(result.best)}")
+    if checked:
+        print(_verify_table(checked, args.verify_length))
+    print(f"setup: {out} (use with --setup {out})")
+    return 0
+
+
+def _verify(args: argparse.Namespace, result: Any, model: Any, data: Any, settings: Any) -> dict[str, Any] | None:
+    """--verify-length: the rows of `lextra.pipelines.tune.verify` and their settings, or None."""
+    if args.verify_length is None:
+        return None
+    from dataclasses import replace
+
+    from lextra.pipelines.tune import MeasuredObjective, verify
+
+    depths = tuple(parse_depths(args.verify_depths)) if args.verify_depths else settings.depths
+    checked = replace(settings, length=args.verify_length, depths=depths)
+    rows = verify(result, MeasuredObjective(model, data, checked), stream=None if args.quiet else sys.stderr)
+    return {"objective": checked.to_dict(), "rows": rows}
+
+
+def _verify_table(checked: dict[str, Any], length: int) -> str:
+    """The verification rows: perplexity and passkey per depth at `length`."""
+    depths = checked["objective"]["depths"]
+    head = " | ".join(f"passkey@{d:g}" for d in depths)
+    lines = [
+        f"at {length} tokens:",
+        f"| method | setting | ppl | {head} | passkey | seconds |",
+        "|---|---|---:|" + "---:|" * (len(depths) + 2),
+    ]
+    from lextra.extend import InferenceSetup
+    from lextra.extend.setup_file import setup_summary
+
+    for row in checked["rows"]:
+        label = f"| {row['method']} {row['kind']} | {setup_summary(InferenceSetup(**row['setup']))} |"
+        if "refused" in row:
+            lines.append(f"{label} refused: {row['refused']} |" + " |" * (len(depths) + 2))
+            continue
+        cells = " | ".join(f"{row[f'passkey@{d:g}']:.2f}" for d in depths)
+        lines.append(f"{label} {row['ppl']:.3f} | {cells} | {row['passkey']:.2f} | {row['seconds']:.0f} |")
+    return "\n".join(lines)
+
+
+def _held_out(args: argparse.Namespace, loaded: Any) -> Any:
+    """The text the objective reads: --corpus (default a lextra model's own corpus, english for HF models) with
+    the model's tokenizer (or --tokenizer)."""
+    from lextra.data import prepare_data, prepare_for_model
+
+    if loaded.is_lextra and args.tokenizer is None:
+        return prepare_for_model(loaded.meta, args.corpus, args.limit_chars)
+    corpus = args.corpus or DEFAULT_HF_CORPUS
+    if args.tokenizer is not None:
+        return prepare_data(corpus, tokenizer=args.tokenizer, limit_chars=args.limit_chars)
+    from lextra.hf.load import tokenizer_config
+
+    return prepare_data(corpus, limit_chars=args.limit_chars, tokenizer_config=tokenizer_config(args.model))
+
+
+def _label(trial: Any) -> str:
+    from lextra.extend import InferenceSetup
+    from lextra.extend.setup_file import setup_summary
+
+    return setup_summary(InferenceSetup(**trial.setup))
+
+
+def _table(result: Any) -> str:
+    """Each method's defaults against its best: loss, perplexity, passkey, candidates and seconds."""
+    lines = [
+        "| method | setting | loss | ppl | passkey | candidates | seconds |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, entry in result.per_method().items():
+        rows = [("default", entry["default"])]
+        if entry["best"] is not entry["default"]:
+            rows.append(("tuned", entry["best"]))
+        for kind, trial in rows:
+            spent = f"{entry['candidates']} | {entry['seconds']:.0f}" if kind == "default" else " | "
+            lines.append(
+                f"| {name} {kind} | {_label(trial)} | {trial.loss:.4f} | {trial.parts.get('ppl', float('nan')):.3f} | "
+                f"{trial.parts.get('passkey', float('nan')):.2f} | {spent} |"
+            )
+    return "\n".join(lines)
