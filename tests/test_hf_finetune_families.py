@@ -4,6 +4,7 @@ where it does not), and a saved folder that plain transformers loads with the me
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from types import SimpleNamespace
@@ -104,3 +105,27 @@ def test_s2_attn_takes_a_sliding_layers_own_mask_and_refuses_a_padded_one() -> N
     padded[:, 0] = False
     with pytest.raises(ConfigError, match="S2-Attn trains on whole unpadded windows"):
         s2_attention(layer, q, k, v, padded[None, None])
+
+
+def test_a_rope_scaling_on_gemma3_applies_to_its_global_layers_and_saves_in_both_forms(
+    tiny_hf_corpus: str, tmp_path: Path
+) -> None:
+    """Per-layer-type RoPE (Gemma 3): the scaling trains and saves on the full-attention layers' entry, the
+    sliding layers keep theirs; config.json's 4.x keys are the global layers' (and `rope_local_base_freq`)."""
+    tiny("gemma3_text", vocab_size=VOCAB).save_pretrained(tmp_path / "gemma3")
+    settings = run_config(tmp_path / "gemma3", tiny_hf_corpus, train_len=32, rope_scaling="linear:2", s2_group=None)
+    final, merged = finetune(settings, tmp_path / "run", progress=False)
+    saved = json.loads((final / "config.json").read_text())
+    assert saved["rope_parameters"]["full_attention"] == {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e6}
+    assert saved["rope_parameters"]["sliding_attention"] == {"rope_type": "default", "rope_theta": 10000.0}
+    assert saved["rope_scaling"] == {"rope_type": "linear", "type": "linear", "factor": 2.0}
+    assert (saved["rope_theta"], saved["rope_local_base_freq"], saved["max_position_embeddings"]) == (1e6, 1e4, 32)
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(str(final)).eval()
+    rotary = loaded.model.rotary_emb
+    plain = 1.0 / 1e6 ** (torch.arange(0, 16, 2) / 16)
+    assert torch.allclose(merged.model.rotary_emb.full_attention_inv_freq, plain / 2)  # what trained: linear x2
+    assert torch.allclose(rotary.full_attention_inv_freq, plain / 2)
+    assert torch.allclose(rotary.sliding_attention_inv_freq, 1.0 / 1e4 ** (torch.arange(0, 16, 2) / 16))
+    tokens = torch.randint(3, VOCAB, (1, 32), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        assert (loaded(tokens).logits - merged(tokens).logits).abs().max() < 1e-5
