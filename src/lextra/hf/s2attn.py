@@ -161,8 +161,8 @@ def register_s2() -> None:
 
 
 def enable_s2(model: Any, group: int, *, roll: bool = False) -> None:
-    """Train `model` (a Hugging Face decoder that `check_s2_layers` passes, before any peft wrapping) with S2-Attn in groups of
-    `group` tokens, the shifted heads grouped without wrap-around (`roll`: rolled, wrapping); `disable_s2`
+    """Train `model` (a Hugging Face decoder that `check_s2_layers` passes, before any peft wrapping) with S2-Attn
+    in groups of `group` tokens, the shifted heads grouped without wrap-around (`roll`: rolled, wrapping); `disable_s2`
     restores SDPA."""
     register_s2()
     model.set_attn_implementation(S2_ATTENTION)
