@@ -1,9 +1,10 @@
-"""The Hugging Face training target: a decoder of any family `lextra.hf` adapts (`DECODER_FAMILIES`) fine-tuned
-at a new context length under the one `Trainer` (`lextra.train`): LoRA (through `peft`, on the family's attention
+"""The Hugging Face training target: a decoder of any family `lextra.hf` adapts (`DECODER_FAMILIES`) fine-tuned at a new
+context length under the one `Trainer` (`lextra.train`): LoRA (through `peft`, on the family's attention
 projections), optionally trainable embeddings, head and norms and S2-Attn where the family's attention allows it
 (LongLoRA's recipe, `lextra.hf.s2attn`), a RoPE scaling that becomes part of the saved config, gradient
-checkpointing, bf16 autocast on CUDA (fp32 on the CPU). The base is a Hugging Face folder or a GGUF file (dequantised to fp32 as it loads); under
-torchrun the model is replicated (DDP) or, with `fsdp`, sharded (FSDP2, `lextra.hf.fsdp`).
+checkpointing, bf16 autocast on CUDA (fp32 on the CPU). The base is a Hugging Face folder or a GGUF file (dequantised
+to fp32 as it loads); under torchrun the model is replicated (DDP) or, with `fsdp`, sharded (FSDP2,
+`lextra.hf.fsdp`).
 
 The run folder is `lextra train`'s (`lextra.train.checkpoints`): `config.json`, `metrics.jsonl` (step, loss, lr,
 grad_norm, tokens_per_s), `checkpoints/step_N/` (`trainable.safetensors`: the parameters that train, whole; the
