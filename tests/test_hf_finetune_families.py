@@ -8,6 +8,7 @@ import json
 import re
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
@@ -18,6 +19,7 @@ from test_hf_families import FAMILIES, WINDOW, tiny
 from lextra.errors import ConfigError
 from lextra.hf.families import DECODER_FAMILIES
 from lextra.hf.finetune import FinetuneConfig, build_model, default_targets, finetune
+from lextra.hf import s2attn
 from lextra.hf.s2attn import s2_attention
 
 #: the bytes tokenizer's ids
@@ -29,7 +31,7 @@ S2_REFUSED = {"gemma2": "softcaps", "gpt_oss": "sinks", "llama4_text": "chunks"}
 def run_config(base: Path, corpus: str, **changes: object) -> FinetuneConfig:
     options = dict(model=str(base), train_len=16, corpus=corpus, tokenizer="bytes", steps=2, warmup=1, lr=1e-2,
                    trainable="embed,head,norm", lora="r=4,alpha=8", s2_group=WINDOW, checkpoint_every=2,
-                   log_every=1, gradient_checkpointing=False)  # fmt: skip
+                   log_every=1)  # fmt: skip
     return FinetuneConfig(**(options | changes))  # type: ignore[arg-type]
 
 
@@ -50,11 +52,18 @@ def test_every_decoder_family_is_fine_tuned_here() -> None:
 
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_each_family_fine_tunes_with_lora_and_saves_a_folder_with_the_merged_logits(
-    family: str, tiny_hf_corpus: str, tmp_path: Path
+    family: str, tiny_hf_corpus: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two LoRA steps (S2-Attn in groups of the sliding window where allowed): finite losses, LoRA's B matrices
     moved from zero on exactly the family's attention projections, the named parts trained, and the saved folder's
     logits equal to the merged model's to 1e-5."""
+    grouped: list[int] = []  # the layers that ran S2-Attn while training
+
+    def spy(module: Any, *args: Any, **kwargs: Any) -> Any:
+        grouped.extend([module.layer_idx] if module.training else [])
+        return s2_attention(module, *args, **kwargs)
+
+    monkeypatch.setattr(s2attn, "s2_attention", spy)
     base = tmp_path / family
     reference = tiny(family, vocab_size=VOCAB)
     reference.save_pretrained(base)
@@ -65,6 +74,7 @@ def test_each_family_fine_tunes_with_lora_and_saves_a_folder_with_the_merged_log
     final, merged = finetune(run_config(base, tiny_hf_corpus, s2_group=s2), tmp_path / "run", progress=False)
     losses = [float(line.split('"loss": ')[1].split(",")[0]) for line in (tmp_path / "run" / "metrics.jsonl").open()]
     assert len(losses) == 2 and all(torch.isfinite(torch.tensor(losses)))
+    assert set(grouped) == (set() if s2 is None else set(range(reference.config.num_hidden_layers)))
     trained = load_file(str(tmp_path / "run" / "checkpoints" / "step_0000002" / "trainable.safetensors"))
     lora_b = {name: value for name, value in trained.items() if "lora_B" in name}
     targets = {name.split(".lora_B")[0].rsplit(".", 1)[-1] for name in lora_b}
