@@ -17,9 +17,9 @@ from safetensors.torch import load_file
 from test_hf_families import FAMILIES, WINDOW, tiny
 
 from lextra.errors import ConfigError
+from lextra.hf import s2attn
 from lextra.hf.families import DECODER_FAMILIES
 from lextra.hf.finetune import FinetuneConfig, build_model, default_targets, finetune
-from lextra.hf import s2attn
 from lextra.hf.s2attn import s2_attention
 
 #: the bytes tokenizer's ids
