@@ -15,6 +15,9 @@ Three rules, each checked against the method's own code:
 - `rope_scaling` leaves out `rope_theta` (4.x warns on a key it does not know) and is null for plain RoPE, as
   released 4.x checkpoints write it; dynamic's dict has no `original_max_position_embeddings` (transformers 5 warns
   on it, and neither version reads it for dynamic).
+Where `rope_parameters` are kept per layer type (Gemma 3, OLMo 3) the 4.x keys and the saved length follow the
+full-attention layers' entry (4.x's `rope_scaling` and `rope_theta` are theirs), and Gemma 3's sliding layers' base
+is 4.x's `rope_local_base_freq`.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from lextra.io import atomic_write_json
 
 #: the rope types whose saved `max_position_embeddings` is the base model's own (HF reads it as L_tr)
 KEEPS_ORIGINAL_LENGTH = frozenset({"dynamic"})
+#: the transformers 4.x key of the sliding layers' RoPE base, for families with per-layer-type `rope_parameters`
+LOCAL_BASE_KEYS = {"gemma3_text": "rope_local_base_freq"}
 
 
 def saved_length(rope: dict[str, Any], original: int, trained: int) -> int:
@@ -63,14 +68,18 @@ def export_model(model: Any, folder: str | Path, *, original: int, trained: int)
     and the RoPE keys above; `original` is the base model's length, `trained` the largest position trained."""
     folder = Path(folder)
     rope = dict(model.config.rope_parameters)
-    model.config.max_position_embeddings = saved_length(rope, original, trained)
+    full = rope["full_attention"] if isinstance(rope.get("full_attention"), dict) else rope
+    model.config.max_position_embeddings = saved_length(full, original, trained)
     model.save_pretrained(folder)
     path = folder / "config.json"
     saved = json.loads(path.read_text())
     saved["rope_parameters"] = rope
-    saved.update(legacy_rope_keys(rope))
+    saved.update(legacy_rope_keys(full))
+    local_key = LOCAL_BASE_KEYS.get(model.config.model_type)
+    if local_key is not None and isinstance(rope.get("sliding_attention"), dict):
+        saved[local_key] = float(rope["sliding_attention"]["rope_theta"])
     atomic_write_json(path, saved)
     return folder
 
 
-__all__ = ["KEEPS_ORIGINAL_LENGTH", "export_model", "legacy_rope_keys", "saved_length"]
+__all__ = ["KEEPS_ORIGINAL_LENGTH", "LOCAL_BASE_KEYS", "export_model", "legacy_rope_keys", "saved_length"]

@@ -26,7 +26,7 @@ from typing import Any
 from lextra.attention.plan import LayerVariant
 from lextra.errors import ConfigError
 
-#: the `model_type`s adapted by `lextra.hf.HFCausalLM`
+#: the `model_type`s adapted by `lextra.hf.HFCausalLM` and trained by `lextra hf finetune`
 DECODER_FAMILIES = (
     "llama",
     "mistral",
@@ -108,6 +108,11 @@ def _pieces(cfg: Any, module: Any, rotary: bool) -> dict[str, dict[str, Any]]:
     if getattr(module, "attn_temperature_tuning", False) and not rotary:
         pieces["temp_tuning"] = {"beta": float(module.attn_scale), "gamma": float(module.floor_scale)}
     return pieces
+
+
+def attention_kinds(cfg: Any, modules: list[Any]) -> list[tuple[str, dict[str, dict[str, Any]]]]:
+    """Each layer's mask spec and attention pieces (what replacing its attention function must respect)."""
+    return [(_mask(cfg, i), _pieces(cfg, m, _rotates(cfg, m, i))) for i, m in enumerate(modules)]
 
 
 def describe_layers(cfg: Any, modules: list[Any], head_dim: int, rotary_dim: int) -> FamilyLayers:

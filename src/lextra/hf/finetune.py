@@ -1,8 +1,10 @@
-"""The Hugging Face training target: a Llama-family model fine-tuned at a new context length under the one `Trainer`
-(`lextra.train`): LoRA (through `peft`), optionally trainable embeddings and norms and S2-Attn (LongLoRA's recipe,
-`lextra.hf.s2attn`), a RoPE scaling that becomes part of the saved config, gradient checkpointing, bf16 autocast on
-CUDA (fp32 on the CPU). The base is a Hugging Face folder or a GGUF file (dequantised to fp32 as it loads); under
-torchrun the model is replicated (DDP) or, with `fsdp`, sharded (FSDP2, `lextra.hf.fsdp`).
+"""The Hugging Face training target: a decoder of any family `lextra.hf` adapts (`DECODER_FAMILIES`) fine-tuned at a new
+context length under the one `Trainer` (`lextra.train`): LoRA (through `peft`, on the family's attention
+projections), optionally trainable embeddings, head and norms and S2-Attn where the family's attention allows it
+(LongLoRA's recipe, `lextra.hf.s2attn`), a RoPE scaling that becomes part of the saved config, gradient
+checkpointing, bf16 autocast on CUDA (fp32 on the CPU). The base is a Hugging Face folder or a GGUF file (dequantised
+to fp32 as it loads); under torchrun the model is replicated (DDP) or, with `fsdp`, sharded (FSDP2,
+`lextra.hf.fsdp`).
 
 The run folder is `lextra train`'s (`lextra.train.checkpoints`): `config.json`, `metrics.jsonl` (step, loss, lr,
 grad_norm, tokens_per_s), `checkpoints/step_N/` (`trainable.safetensors`: the parameters that train, whole; the
@@ -29,7 +31,7 @@ import dataclasses
 import json
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -46,8 +48,8 @@ from lextra.errors import ConfigError, DataError
 from lextra.hf.export import export_model
 from lextra.hf.fsdp import shard_model
 from lextra.hf.load import as_plain_model, load_config, pretrained_source, resolve_model_path, tokenizer_config
-from lextra.hf.models import CAUSAL_FAMILIES, hf_rope_parameters
-from lextra.hf.s2attn import check_group, disable_s2, enable_s2
+from lextra.hf.models import DECODER_FAMILIES, hf_rope_parameters
+from lextra.hf.s2attn import check_group, check_s2_layers, disable_s2, enable_s2
 from lextra.io import atomic_write
 from lextra.registry import Option, Registry
 from lextra.train import FINAL, BatchSource, Distributed, LoopConfig, Trainer
@@ -58,9 +60,18 @@ from lextra.train.target import StepFunction
 
 #: the file of a checkpoint that holds the parameters that train
 TRAINABLE = "trainable.safetensors"
-#: LoRA's default targets: the attention projections of the Llama family (LongLoRA's and PEFT's usual choice)
+#: LoRA's default targets: the attention projections (LongLoRA's and PEFT's usual choice), by the Llama names that
+#: every decoder family uses except those in `FAMILY_TARGETS`
 DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
-#: what `trainable` may name, each alone: the input token embeddings, the output head (`lm_head`) and every RMSNorm.
+#: the attention projections of the families that name them otherwise (transformers 5.24's modeling files): Phi-3
+#: fuses q, k and v into `qkv_proj`; Phi's output projection is `dense`
+FAMILY_TARGETS: dict[str, tuple[str, ...]] = {
+    "phi3": ("qkv_proj", "o_proj"),
+    "phi": ("q_proj", "k_proj", "v_proj", "dense"),
+}
+#: what `trainable` may name, each alone, matched as parts of parameter names in every family: the input token
+#: embeddings (`embed_tokens`), the output head (`lm_head`, its bias in Phi) and every norm (RMSNorm or LayerNorm:
+#: the layers' `*_layernorm`, the final `norm` or Phi's `final_layernorm`, QK-norms `q_norm`/`k_norm`).
 #: LongLoRA's recipe (Chen et al. 2023, arXiv 2309.12307; their `trainable_params` "embed,norm") trains
 #: `embed_tokens` and the norms, not the head. A model with tied embeddings has one matrix for both: `embed` and
 #: `head` then both train it.
@@ -75,26 +86,32 @@ ADAPTERS: Registry[LoraSpec] = Registry("fine-tuning adapter")
 @dataclass(kw_only=True)
 class LoraSpec:
     """LoRA (Hu et al. 2021, arXiv 2106.09685): rank `r`, `alpha` (the update is scaled by alpha / r) and the
-    linear modules it adapts (`targets`, names joined by +)."""
+    linear modules it adapts (`targets`, names joined by +; None: the family's attention projections,
+    `default_targets`)."""
 
     summary: ClassVar[str] = "LoRA: low-rank updates of the target linear modules"
     positional: ClassVar[str] = "r"
     r: int = 8
     alpha: float = 16.0
-    targets: list[str] = field(default_factory=lambda: list(DEFAULT_TARGETS))
+    targets: list[str] | None = None
 
     def __post_init__(self) -> None:
-        if self.r < 1 or self.alpha <= 0 or not self.targets:
+        if self.r < 1 or self.alpha <= 0 or self.targets == []:
             raise ConfigError(f"--lora: r must be >= 1, alpha > 0 and targets non-empty, got {self}")
 
     @classmethod
     def spec_options(cls) -> list[Option]:
-        """The fields, with `targets` shown as its default names joined by +."""
+        """The fields, with `targets` derived from the model's family."""
         return [
             Option("r", 8, "int"),
             Option("alpha", 16.0, "float"),
-            Option("targets", "+".join(DEFAULT_TARGETS), "list[str]"),
+            Option("targets", None, "list[str]", derived="the family's attention projections"),
         ]
+
+
+def default_targets(model_type: str) -> tuple[str, ...]:
+    """LoRA's default targets for a family: its attention projections."""
+    return FAMILY_TARGETS.get(model_type, DEFAULT_TARGETS)
 
 
 def parse_lora(spec: str | None) -> LoraSpec | None:
@@ -211,9 +228,9 @@ def build_model(config: FinetuneConfig, device: torch.device) -> tuple[Any, Any]
 
     path = resolve_model_path(config.model)
     hf_config = load_config(path)
-    if getattr(hf_config, "model_type", None) not in CAUSAL_FAMILIES:
+    if getattr(hf_config, "model_type", None) not in DECODER_FAMILIES:
         raise ConfigError(
-            f"lextra hf finetune trains Llama-family models ({', '.join(CAUSAL_FAMILIES)}), "
+            f"lextra hf finetune trains the decoder families {', '.join(DECODER_FAMILIES)}, "
             f"not {getattr(hf_config, 'model_type', None)!r}"
         )
     window, reach = int(hf_config.max_position_embeddings), max(config.train_len, config.sampler().limit)
@@ -223,8 +240,7 @@ def build_model(config: FinetuneConfig, device: torch.device) -> tuple[Any, Any]
             f"stretches; train at {window} or more, reach past it with --positions pose:TARGET, or drop "
             "--rope-scaling"
         )
-    original = dict(hf_config.rope_parameters or {})
-    hf_config.rope_parameters = hf_rope_parameters(hf_config, original, config.rope_scaling)
+    hf_config.rope_parameters = _scaled_rope(hf_config, config.rope_scaling)
     torch.manual_seed(config.seed)
     folder, kwargs = pretrained_source(path)  # GGUF weights are dequantised to fp32
     model = as_plain_model(
@@ -232,7 +248,9 @@ def build_model(config: FinetuneConfig, device: torch.device) -> tuple[Any, Any]
     )
     model.config.use_cache = False
     if config.s2_group is not None:
-        enable_s2(model, check_group(config.s2_group, config.train_len), roll=config.s2_roll)
+        group = check_group(config.s2_group, config.train_len)
+        check_s2_layers(model, group)
+        enable_s2(model, group, roll=config.s2_roll)
     elif config.s2_roll:
         raise ConfigError("--s2-roll chooses how S2-Attn shifts; give --s2-attn [G] too, or drop --s2-roll")
     lora = parse_lora(config.lora)
@@ -251,13 +269,26 @@ def build_model(config: FinetuneConfig, device: torch.device) -> tuple[Any, Any]
     return model.to(device), hf_config
 
 
+def _scaled_rope(hf_config: Any, spec: str | None) -> dict[str, Any]:
+    """The model's `rope_parameters` with the run's RoPE scaling (None: the model's own, e.g. gpt-oss's YaRN).
+    Where they are kept per layer type (Gemma 3, OLMo 3) the scaling applies to the full-attention layers' entry,
+    as transformers applies a `rope_scaling` there (their `convert_rope_params_to_dict`)."""
+    original = dict(hf_config.rope_parameters or {})
+    if spec is None:
+        return original
+    if isinstance(original.get("full_attention"), dict):
+        return {**original, "full_attention": hf_rope_parameters(hf_config, original["full_attention"], spec)}
+    return hf_rope_parameters(hf_config, original, spec)
+
+
 def _with_lora(model: Any, lora: LoraSpec) -> Any:
     try:
         from peft import LoraConfig, get_peft_model
     except ImportError as err:
         raise ConfigError("--lora needs peft; pip install the version pinned in requirements/hf.txt") from err
     names = {name.rsplit(".", 1)[-1] for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)}
-    missing = [t for t in lora.targets if t not in names]
+    targets = lora.targets or list(default_targets(model.config.model_type))
+    missing = [t for t in targets if t not in names]
     if missing:
         raise ConfigError(
             f"--lora: {model.config.model_type} has no linear modules named {', '.join(missing)}; "
@@ -267,7 +298,7 @@ def _with_lora(model: Any, lora: LoraSpec) -> Any:
     config = LoraConfig(
         r=lora.r,
         lora_alpha=lora.alpha,  # type: ignore[arg-type]
-        target_modules=list(lora.targets),
+        target_modules=targets,
         lora_dropout=0.0,
     )
     return get_peft_model(model, config)

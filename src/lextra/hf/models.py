@@ -44,7 +44,6 @@ from lextra.positions.base import HeadDims, PositionScheme
 from lextra.positions.logn import check_log_scaling
 
 __all__ = [
-    "CAUSAL_FAMILIES",
     "DECODER_FAMILIES",
     "SEQ2SEQ_FAMILIES",
     "HFCausalLM",
@@ -54,8 +53,6 @@ __all__ = [
     "hf_rope_parameters",
 ]
 
-#: the families `lextra hf finetune` trains (tested there); the adapter evaluates every one of `DECODER_FAMILIES`
-CAUSAL_FAMILIES = ("llama", "mistral", "qwen2")
 SEQ2SEQ_FAMILIES = ("t5",)
 
 

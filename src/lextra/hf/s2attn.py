@@ -1,4 +1,4 @@
-"""LongLoRA's shifted sparse attention (S2-Attn, Chen et al. 2023, arXiv 2309.12307) for Hugging Face Llama models
+"""LongLoRA's shifted sparse attention (S2-Attn, Chen et al. 2023, arXiv 2309.12307) for Hugging Face decoders
 during training: the window is cut into groups of G tokens that attend causally within themselves, and half the
 heads see the groups shifted by G/2, so that information flows between neighbouring groups. At evaluation (the
 module not training) the model runs full causal attention, as the authors do.
@@ -11,6 +11,11 @@ two half groups of their own, so nothing wraps around (the wrap is what the main
 first G/2 tokens share the last group with its last G/2 tokens and see them. Both are causal SDPA over (..., G, G)
 blocks without copies of the scores; the same rules as a per-head (H, L, L) boolean mask are
 `lextra.attention.s2.s2_visible(..., wrap=)`, and the tests hold both to ports of the authors' two functions.
+
+The grouped SDPA replaces a layer's attention exactly only where that attention is causal softmax over the visible
+keys: `check_s2_layers` refuses layers with learned sinks (gpt-oss), a logit softcap (Gemma 2) or chunked attention
+(Llama 4's chunks cut the shifted groups), and sliding windows narrower than a group (a window of W >= G tokens
+sees all of every group, so S2-Attn there is exact; QK-norm, NoPE and partial rotary act before the function).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lextra.errors import ConfigError
+from lextra.hf.families import attention_kinds
 
 S2_ATTENTION = "lextra_s2"
 #: LongLoRA's default group: a quarter of the training window
@@ -70,7 +76,7 @@ def s2_attention(
             mask = torch.ones(L, Lk, dtype=torch.bool, device=query.device).tril(Lk - L)
         out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling)
         return out.transpose(1, 2).contiguous(), None
-    if attention_mask is not None or key.shape[2] != L:
+    if key.shape[2] != L or not _unpadded(attention_mask, L, getattr(module, "lextra_s2_window", None)):
         raise ConfigError("S2-Attn trains on whole unpadded windows without a cache; pass no attention mask")
     group = check_group(int(module.lextra_s2_group), L)
     if getattr(module, "lextra_s2_roll", False):
@@ -81,6 +87,19 @@ def s2_attention(
     else:
         out = _shifted_groups(query, key, value, group, p, scaling)
     return out.transpose(1, 2).contiguous(), None
+
+
+def _unpadded(mask: Tensor | None, length: int, window: int | None) -> bool:
+    """Whether `mask` hides nothing but what the layer's own causal (sliding `window`) mask hides: None, or the
+    boolean band Hugging Face builds for a sliding layer of an unpadded window (which S2-Attn's groups, no wider
+    than the window, lie inside)."""
+    if mask is None:
+        return True
+    if window is None or mask.dtype != torch.bool:
+        return False
+    i = torch.arange(length, device=mask.device)
+    band = (i[:, None] >= i[None, :]) & (i[:, None] - i[None, :] < window)
+    return bool((mask == band).all())
 
 
 def _grouped_causal(qkv: tuple[Tensor, Tensor, Tensor], size: int, dropout: float, scale: float | None) -> Tensor:
@@ -106,6 +125,32 @@ def _shifted_groups(q: Tensor, k: Tensor, v: Tensor, group: int, dropout: float,
     return torch.cat((plain, shifted), dim=1)
 
 
+def _s2_refusal(mask: str, pieces: dict[str, Any], group: int) -> str | None:
+    """Why S2-Attn in groups of `group` would not be this layer's attention restricted to the groups (None: it is)."""
+    if "sinks" in pieces:
+        return "has learned attention sinks"
+    if "softcap" in pieces:
+        return "softcaps its attention logits"
+    if mask.startswith("chunk:"):
+        return f"attends in chunks of {mask.split(':')[1]} tokens, which the shifted groups cross"
+    if mask.startswith("window:") and int(mask.split(":")[1]) < group:
+        return f"slides a window of {mask.split(':')[1]} tokens, narrower than the group of {group}"
+    return None
+
+
+def check_s2_layers(model: Any, group: int) -> None:
+    """Refuse S2-Attn (one line) on a model with a layer where the grouped attention is not exact (module doc)."""
+    modules = [layer.self_attn for layer in model.model.layers]
+    for index, (mask, pieces) in enumerate(attention_kinds(model.config, modules)):
+        reason = _s2_refusal(mask, pieces, group)
+        if reason is not None:
+            hint = "use a group no wider than the window" if reason.startswith("slides") else "drop --s2-attn"
+            raise ConfigError(
+                f"--s2-attn {group}: {model.config.model_type} layer {index} {reason}, so S2-Attn's grouped causal "
+                f"attention would not be its attention; {hint}"
+            )
+
+
 def register_s2() -> None:
     """Make `attn_implementation="lextra_s2"` known to transformers (idempotent)."""
     from transformers import AttentionInterface
@@ -116,15 +161,18 @@ def register_s2() -> None:
 
 
 def enable_s2(model: Any, group: int, *, roll: bool = False) -> None:
-    """Train `model` (a Hugging Face Llama-family model, before any peft wrapping) with S2-Attn in groups of
-    `group` tokens, the shifted heads grouped without wrap-around (`roll`: rolled, wrapping); `disable_s2`
+    """Train `model` (a Hugging Face decoder that `check_s2_layers` passes, before any peft wrapping) with S2-Attn
+    in groups of `group` tokens, the shifted heads grouped without wrap-around (`roll`: rolled, wrapping); `disable_s2`
     restores SDPA."""
     register_s2()
     model.set_attn_implementation(S2_ATTENTION)
     layers = model.model.layers
-    for layer in layers:
+    kinds = attention_kinds(model.config, [layer.self_attn for layer in layers])
+    for layer, (mask, _) in zip(layers, kinds, strict=True):
         layer.self_attn.lextra_s2_group = group
         layer.self_attn.lextra_s2_roll = bool(roll)
+        #: a sliding layer's window, whose mask Hugging Face hands the attention function
+        layer.self_attn.lextra_s2_window = int(mask.split(":")[1]) if mask.startswith("window:") else None
 
 
 def disable_s2(model: Any) -> None:
