@@ -370,3 +370,21 @@ def test_hf_eval_and_hf_finetune_read_a_setup(tiny, tmp_path: Path, capsys) -> N
         f"lextra hf: error: setup file {extension} sets extension, which lextra hf finetune does not take; remove it "
         "from the file"
     )
+
+
+def test_harness_reads_a_setup_into_the_lextra_models_arguments(tmp_path: Path) -> None:
+    """`lextra harness --setup FILE` hands the file's changes to lm-eval's `lextra` model as its arguments."""
+    from lextra.cli.app import build_parser
+    from lextra.cli.harness import _model_args
+    from lextra.cli.options import setup_into_args
+
+    setup = tmp_path / "se.json"
+    save_setup(setup, InferenceSetup(rope_scaling="yarn:2", extension="self_extend:group=4,window=8", mask="causal"))
+    args = build_parser().parse_args(["harness", "run", "--tasks", "t", "--setup", str(setup)])
+    setup_into_args(args, "lextra harness")
+    values = _model_args(args)
+    assert (values["rope_scaling"], values["extend"], values["mask"]) == (
+        "yarn:2",
+        "self_extend:group=4,window=8",
+        "causal",
+    )

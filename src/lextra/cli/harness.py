@@ -18,6 +18,7 @@ from lextra.cli.options import (
     int_at_least,
     non_negative_int,
     positive_int,
+    setup_into_args,
     temperature_file,
 )
 from lextra.cli.ruler import RUN_OPTIONS
@@ -63,6 +64,7 @@ def configure_harness(parser: argparse.ArgumentParser) -> Handler:
     def run(args: argparse.Namespace) -> int:
         from lextra.pipelines.harness import HarnessSettings, offline, require_lm_eval, run_harness
 
+        setup_into_args(args, "lextra harness")
         require_lm_eval()
         offline()
         if args.quiet:
