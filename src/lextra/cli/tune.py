@@ -20,6 +20,7 @@ from lextra.cli.options import (
     add_device,
     add_quiet,
     add_threads,
+    finite_float,
     int_at_least,
     parse_depths,
     positive_float,
@@ -58,7 +59,7 @@ def add_objective(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--documents", type=positive_int, default=1, help="held-out documents for perplexity")
     parser.add_argument(
         "--passkey-weight",
-        type=float,
+        type=finite_float(0.0),
         default=1.0,
         help="loss = ln(ppl) + WEIGHT * (1 - passkey accuracy); 0 tunes perplexity alone",
     )
