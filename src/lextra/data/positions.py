@@ -226,9 +226,12 @@ class Randomized(PositionSampler):
 
 
 class BatchSource(Protocol):
-    """What `sampled_batch` reads windows from: a token stream or prepared shards (`batch` -> (B, length + 1))."""
+    """Where training batches come from (a token stream, prepared shards, a training task): (batch_size,
+    length + 1) token ids, a pure function of its arguments."""
 
-    def batch(self, step: int, batch_size: int, length: int, seed: int) -> Tensor: ...
+    def batch(
+        self, step: int, batch_size: int, length: int, seed: int, rank: int = 0, world_size: int = 1
+    ) -> Tensor: ...
 
 
 def sampled_batch(

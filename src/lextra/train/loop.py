@@ -162,11 +162,12 @@ class Trainer:
             metrics.record(record)
 
     def _position(self, step: int) -> dict[str, int] | None:
-        """Where an epoch-order run stands after `step` steps (None in i.i.d. order)."""
+        """Where an epoch-order run stands after `step` steps (None in i.i.d. order), in windows as `sampled_batch`
+        reads them (`read_length`: longer than the target's length where the sampler skips content)."""
         stream = self.target.stream
         if not isinstance(stream, EpochOrder):
             return None
-        return stream.position(step, self.config.batch_size, self.target.length)
+        return stream.position(step, self.config.batch_size, self.sampler.read_length)
 
     def _check_position(self, start: int) -> None:
         """Refuse to resume an epoch-order run whose checkpoint stands elsewhere in the data than step `start` of

@@ -8,26 +8,15 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
-
-import torch
 
 from lextra.data import TrainStream, in_order
 from lextra.data.corpora import mixture_weights
+from lextra.data.positions import BatchSource
 from lextra.data.prepare import PreparedData
 from lextra.data.shards import PreparedShards, cached_shards, data_cache_dir
 from lextra.errors import ConfigError
 from lextra.train.config import TrainConfig
 from lextra.training_tasks import TRAINING_TASKS
-
-
-class BatchSource(Protocol):
-    """Where training batches come from: (batch_size, length + 1) token ids, a pure function of its arguments."""
-
-    def batch(
-        self, step: int, batch_size: int, length: int, seed: int, rank: int = 0, world_size: int = 1
-    ) -> torch.Tensor: ...
-
 
 #: task name -> factory(config, data) of a BatchSource; other modules register tasks here
 BATCH_SOURCES: dict[str, Callable[[TrainConfig, PreparedData], BatchSource]] = {}
