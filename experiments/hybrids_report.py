@@ -1,13 +1,13 @@
 """The tables of docs/hybrids.md from a finished (or partly finished) `lextra study experiments/hybrids.toml` folder.
 
 Reads the study's cells (`cells/perplexity`, `cells/retrieval`): perplexity per model at every length under the
-`chunks` protocol, passkey exact match per length with its Wilson 95% interval (Wilson 1927) over the prompts,
-then measures the attention weight on the first token per layer (`lextra.analysis.first_token_mass`, the sink
-measure of Qiu et al. 2025, arXiv 2505.06708) for the models named by `--sinks` on held-out windows of L_tr and
-8 L_tr tokens.
+`chunks` protocol, passkey exact match and rank-1 rate per length with their Wilson 95% intervals (Wilson 1927)
+over the prompts, then measures the attention weight on the first token per layer
+(`lextra.analysis.first_token_mass`, the sink measure of Qiu et al. 2025, arXiv 2505.06708) for the models named by
+`--sinks` on held-out windows of L_tr and 8 L_tr tokens.
 
 Usage
-    PYTHONPATH=src .venv/bin/python experiments/hybrids_report.py runs/hybrids --sinks rope,rope-gate,rope-sinks
+    PYTHONPATH=src .venv/bin/python experiments/hybrids_report.py runs/hybrids --sinks rope,rope-gate,rope-sinks,nope
 """
 
 from __future__ import annotations
@@ -48,8 +48,9 @@ def perplexity_table(folder: Path, labels: list[str], lengths: list[int], train_
     return "\n".join(lines)
 
 
-def passkey_table(folder: Path, labels: list[str], train_len: int) -> str:
-    """Rows: models; columns: exact match (%) per prompt length with its Wilson 95% interval over the prompts."""
+def passkey_table(folder: Path, labels: list[str], train_len: int, metric: str = "exact") -> str:
+    """Rows: models; columns: the prompts scored right by `metric` per prompt length (`exact`: greedy exact match;
+    `rank1`: the gold key ranked first among the candidates by log-likelihood) with the Wilson 95% interval."""
     rows, lengths = {}, None
     for label in labels:
         result = cell(folder, "retrieval", label)
@@ -60,7 +61,7 @@ def passkey_table(folder: Path, labels: list[str], train_len: int) -> str:
         for n in lengths:
             depths = result["cells"][str(n)].values()
             prompts = sum(c["samples"] for c in depths)
-            hits = round(sum(c["exact"] * c["samples"] for c in depths))
+            hits = round(sum(c[metric] * c["samples"] for c in depths))
             low, high = wilson_interval(100.0 * hits / prompts, prompts)
             row.append(f"{hits}/{prompts} ({low:.0f}-{high:.0f}%)")
         rows[label] = row
@@ -106,6 +107,8 @@ def main() -> None:
     print(perplexity_table(args.folder, labels, config.lengths, config.train_len))
     print("\n### Passkey exact match after fine-tuning at L_tr\n")
     print(passkey_table(args.folder, labels, config.train_len))
+    print("\n### Passkey: gold key ranked first among the candidates\n")
+    print(passkey_table(args.folder, labels, config.train_len, "rank1"))
     if args.sinks:
         print("\n### Attention weight on the first token, per layer\n")
         print(sinks_table(args.folder, [s for s in args.sinks.split(",") if s], config, args.documents))
