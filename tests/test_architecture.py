@@ -1,5 +1,6 @@
 """The layers import one way: the library never imports the CLI, each layer uses only the layers below it (public
-names only), and neither packages nor modules import each other in a cycle."""
+names only), and neither packages nor modules import each other in a cycle; no function is over 60 lines without a
+reason in its docstring."""
 
 from __future__ import annotations
 
@@ -203,3 +204,42 @@ def test_registration_lists_name_modules_that_register_into_them() -> None:
             ):
                 offenders.append(f"{module} names {name}, which does not import it")
     assert not offenders, offenders
+
+
+#: the longest function (signature, docstring and body) without "Over 60 lines: <reason>" in its docstring
+MAX_FUNCTION_LINES = 60
+LONG_REASON = "Over 60 lines:"
+
+
+def _long_functions(tree: ast.AST) -> list[tuple[str, int, int]]:
+    """(name, first line, lines) of each function or method in `tree` over `MAX_FUNCTION_LINES` whose docstring
+    gives no reason (`LONG_REASON`)."""
+    return [
+        (node.name, node.lineno, node.end_lineno - node.lineno + 1)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.end_lineno is not None
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+        and LONG_REASON not in (ast.get_docstring(node) or "")
+    ]
+
+
+def test_no_function_is_over_60_lines_without_a_reason_in_its_docstring() -> None:
+    offenders = [
+        f"{path.relative_to(ROOT.parent)}:{line} {name} is {lines} lines; split it by job, or say why not in its "
+        f'docstring ("{LONG_REASON} <reason>")'
+        for path in MODULES.values()
+        for name, line, lines in _long_functions(ast.parse(path.read_text()))
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_length_check_finds_long_functions_and_reads_reasons() -> None:
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES - 1))
+    code = f"def fits():\n{body}def too_long():\n{body}    return 0\nclass C:\n    async def method(self):\n"
+    code += "".join(f"        x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
+    reasoned = f'def reasoned():\n    """Over 60 lines: one table."""\n{body}    return 0\n'
+    assert [(name, lines) for name, _, lines in _long_functions(ast.parse(code + reasoned))] == [
+        ("too_long", MAX_FUNCTION_LINES + 1),
+        ("method", MAX_FUNCTION_LINES + 1),
+    ]

@@ -363,17 +363,19 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly() -> None:
 
 
 def test_help_and_list_import_neither_torch_nor_the_library(tmp_path) -> None:
-    """`lextra --help` and `lextra list` (its cached text after a first run) stay light: no torch, well under 0.5 s
-    in the process (the interpreter's own start aside)."""
+    """`lextra --help` and `lextra list` (its cached text after a first run) stay light: no torch, numpy or
+    transformers, under 0.5 s of CPU time in the process (the interpreter's own start aside; CPU, not wall, time so
+    that other processes on the machine do not count; the least of 3 runs)."""
     import json
     import os
     import subprocess
     import sys
 
     code = (
-        "import json, sys, time\nstart = time.perf_counter()\nfrom lextra.cli import main\n"
+        "import json, sys, time\nstart = time.process_time()\nfrom lextra.cli import main\n"
         "main(sys.argv[1:])\n"
-        "print(json.dumps({'torch': 'torch' in sys.modules, 'seconds': time.perf_counter() - start}))"
+        "heavy = sorted(m for m in ('torch', 'numpy', 'transformers') if m in sys.modules)\n"
+        "print(json.dumps({'heavy': heavy, 'seconds': time.process_time() - start}))"
     )
     env = {**os.environ, "LEXTRA_CACHE": str(tmp_path)}
     env.pop("LEXTRA_PLUGINS", None)
@@ -383,11 +385,17 @@ def test_help_and_list_import_neither_torch_nor_the_library(tmp_path) -> None:
         lines = done.stdout.strip().splitlines()
         return lines[:-1], json.loads(lines[-1])
 
+    def least_of_3(*argv: str) -> tuple[list[str], dict]:
+        """The first run's output; the modules any of 3 runs imported and the least CPU time of them."""
+        runs = [run(*argv) for _ in range(3)]
+        heavy = sorted({m for _, r in runs for m in r["heavy"]})
+        return runs[0][0], {"heavy": heavy, "seconds": min(r["seconds"] for _, r in runs)}
+
     generated, first = run("list")  # the first run builds the registries and caches the text
-    assert first["torch"] and list((tmp_path / "catalog").glob("*.txt"))
-    cached, measured = run("list")
+    assert "torch" in first["heavy"] and list((tmp_path / "catalog").glob("*.txt"))
+    cached, measured = least_of_3("list")
     assert cached == generated and any(line.startswith("  rope ") for line in cached)
-    assert not measured["torch"] and measured["seconds"] < 0.5, measured
+    assert not measured["heavy"] and measured["seconds"] < 0.5, measured
     for argv in (["--help"], ["retrieval", "--help"]):
-        _, measured = run(*argv)
-        assert not measured["torch"] and measured["seconds"] < 0.5, (argv, measured)
+        _, measured = least_of_3(*argv)
+        assert not measured["heavy"] and measured["seconds"] < 0.5, (argv, measured)

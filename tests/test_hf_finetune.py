@@ -243,38 +243,50 @@ sys.exit(main(sys.argv[2:]))
 """
 
 
+@pytest.fixture(scope="module")
+def fsdp_run(one_process_run, tmp_path_factory) -> tuple[Path, list[dict]]:
+    """The one-process run's arguments under torchrun with two processes and --fsdp, through a script that records
+    what each process holds once the model is sharded: the run's folder and each process's record. Done once for
+    the tests that compare it with one process and resume it in one."""
+    args, _ = one_process_run
+    root = tmp_path_factory.mktemp("fsdp")
+    script, record = root / "spy.py", root / "shards"
+    script.write_text(SHARD_SPY)
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script),
+         str(record), *args, "--fsdp", "--out", str(root / "two")],
+        env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return root / "two", [json.loads(Path(f"{record}.{rank}").read_text()) for rank in (0, 1)]
+
+
 @pytest.mark.parametrize("sharding", [[], ["--fsdp"]], ids=["ddp", "fsdp"])
-def test_torchrun_with_two_processes_trains_what_one_process_does(one_process_run, tmp_path, sharding) -> None:
+def test_torchrun_with_two_processes_trains_what_one_process_does(one_process_run, request, tmp_path, sharding) -> None:
     args, one = one_process_run
-    if sharding:  # through a script that records what each process holds once the model is sharded
-        script, record = tmp_path / "spy.py", tmp_path / "shards"
-        script.write_text(SHARD_SPY)
-        done = subprocess.run(
-            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script),
-             str(record), *args, "--fsdp", "--out", str(tmp_path / "two")],
-            env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
-        assert done.returncode == 0, done.stderr[-2000:]
-        held = [json.loads(Path(f"{record}.{rank}").read_text()) for rank in (0, 1)]
+    if sharding:  # the FSDP run records what each process holds once the model is sharded
+        two, held = request.getfixturevalue("fsdp_run")
         assert all(h["sharded"] for h in held)
         assert sum(h["local"] for h in held) == held[0]["total"] and max(h["local"] for h in held) < held[0]["total"]
     else:
-        run_lextra([*args, "--out", str(tmp_path / "two")], processes=2)
-    a, b = saved_weights(one), saved_weights(tmp_path / "two")
+        two = tmp_path / "two"
+        run_lextra([*args, "--out", str(two)], processes=2)
+    a, b = saved_weights(one), saved_weights(two)
     assert close(a, b)
     name = "model.layers.1.self_attn.v_proj.weight"
     assert not torch.equal(a[name], tiny_llama().state_dict()[name])  # LoRA trained and merged
     for step in ("step_0000001", "step_0000002"):  # the checkpoints hold full tensors, sharded or not
         x = load_file(str(one / "checkpoints" / step / "optimizer.safetensors"))
-        y = load_file(str(tmp_path / "two" / "checkpoints" / step / "optimizer.safetensors"))
+        y = load_file(str(two / "checkpoints" / step / "optimizer.safetensors"))
         assert close(x, y)
 
 
-def test_a_sharded_checkpoint_resumes_in_one_process_and_the_other_way(one_process_run, tmp_path) -> None:
+def test_a_sharded_checkpoint_resumes_in_one_process_and_the_other_way(one_process_run, fsdp_run, tmp_path) -> None:
+    """The first part of each run is a copy of the one-process run or of the FSDP run (the same arguments)."""
     args, one = one_process_run
     for first, then in ((2, 1), (1, 2)):
         run = tmp_path / f"{first}-then-{then}"
-        run_lextra([*args, *(["--fsdp"] if first > 1 else []), "--out", str(run)], first)
+        shutil.copytree(fsdp_run[0] if first > 1 else one, run)
         shutil.rmtree(run / "checkpoints" / "step_0000002")  # cut after step 1's checkpoint
         shutil.rmtree(run / "model")
         (run / "checkpoints" / "LATEST").write_text("step_0000001\n")

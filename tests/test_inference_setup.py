@@ -115,7 +115,9 @@ def test_a_setup_refuses_what_the_model_cannot_take() -> None:
     with pytest.raises(ConfigError, match="not dict"):
         InferenceSetup(temperatures=None).apply({})
     with pytest.raises(ConfigError, match="AttentionExtension"):
-        extended.blocks[0].attn.attend = lambda *args, **kwargs: None
+        extended.blocks[0].attn._set_extension(lambda *args, **kwargs: None)
+    with pytest.raises(AttributeError, match="no setter"):  # read-only: a setup or apply_extension sets it
+        extended.blocks[0].attn.extension = None
 
 
 @torch.no_grad()

@@ -45,6 +45,20 @@ def _python(code: str, env: dict[str, str] | None = None) -> dict:
     return json.loads(_run(["-c", code], env).stdout.strip().splitlines()[-1])
 
 
+EACH = """
+import json, sys
+from lextra.cli import main
+for argv in json.loads(sys.argv[1]):
+    assert main(argv) == 0, argv
+"""
+
+
+def _lextra_each(*commands: list[str]) -> None:
+    """`lextra COMMAND` for each of `commands` in turn, all in one fresh interpreter (torch is imported once),
+    each expected to succeed."""
+    _run(["-c", EACH, json.dumps(commands)])
+
+
 def test_list_shows_every_plugin_class_with_its_options() -> None:
     out = _lextra("list").stdout.splitlines()
     expected = {
@@ -151,12 +165,21 @@ print(json.dumps({
 
 @pytest.mark.slow
 def test_a_tiny_run_uses_every_plugin_class_by_its_spec(tmp_path: Path) -> None:
-    toy, rope = tmp_path / "toy", tmp_path / "rope"
-    _lextra("train", "--out", str(toy), "--scheme", "toy_bias,slope=0.25", *TINY)
+    toy, rope, task = tmp_path / "toy", tmp_path / "rope", tmp_path / "task"
+    args = ["--rope-scaling", "sqrt_pi:4", "--extend", "clip,cap=8", "--lengths", "64", "--documents", "1"]
+    retrieval = ["--lengths", "48", "--depths", "0.5", "--samples", "2", "--candidates", "3", "--quiet"]
+    _lextra_each(
+        ["train", "--out", str(toy), "--scheme", "toy_bias,slope=0.25", *TINY],
+        ["eval", str(toy), "--mask", "stride:3", "--lengths", "32,64", "--documents", "1", "--threads", "1"],
+        ["train", "--out", str(rope), "--scheme", "rope", *TINY],
+        ["eval", str(rope), *args, "--threads", "1", "--out", str(tmp_path / "stretched")],
+        ["eval", str(rope), *args[4:], "--threads", "1", "--out", str(tmp_path / "plain")],
+        ["retrieval", "train", "--out", str(task), "--task", "toy-key:0.5", "--scheme", "toy_bias", *TINY],
+        ["retrieval", "eval", str(task), "--task", "toy-key", *retrieval, "--threads", "1", "--device", "cpu"],
+    )
     saved = json.loads((toy / "model" / "config.json").read_text())
     model = saved.get("model", saved)
     assert model["scheme"] == "toy_bias" and model["scheme_options"] == {"slope": 0.25}
-    _lextra("eval", str(toy), "--mask", "stride:3", "--lengths", "32,64", "--documents", "1", "--threads", "1")
     assert json.loads((toy / "eval-stride-3" / "results.json").read_text())["eval"]["mask"] == "stride:3"
     # the trained model under the plugin mask: a key at distance 1 is hidden, one at distance 3 is seen
     hidden = _python(
@@ -179,10 +202,6 @@ print(json.dumps({{"near": bool(torch.equal(last(near), base)), "far": bool(torc
     )
     assert hidden == {"near": True, "far": False}
 
-    _lextra("train", "--out", str(rope), "--scheme", "rope", *TINY)
-    args = ["--rope-scaling", "sqrt_pi:4", "--extend", "clip,cap=8", "--lengths", "64", "--documents", "1"]
-    _lextra("eval", str(rope), *args, "--threads", "1", "--out", str(tmp_path / "stretched"))
-    _lextra("eval", str(rope), *args[4:], "--threads", "1", "--out", str(tmp_path / "plain"))
     assert "| rope+sqrt_pi:4+clip,cap=8 |" in (tmp_path / "stretched" / "table.md").read_text()
     stretched, plain = (
         json.loads((tmp_path / p / "results.json").read_text())["results"] for p in ("stretched", "plain")
@@ -190,11 +209,7 @@ print(json.dumps({{"near": bool(torch.equal(last(near), base)), "far": bool(torc
     assert stretched["chunks"]["64"]["tokens"] == plain["chunks"]["64"]["tokens"]
     assert stretched["chunks"]["64"]["nll"] != plain["chunks"]["64"]["nll"]  # the scaling and the method both act
 
-    task = tmp_path / "task"
-    _lextra("retrieval", "train", "--out", str(task), "--task", "toy-key:0.5", "--scheme", "toy_bias", *TINY)
     assert json.loads((task / "config.json").read_text())["train"]["task"] == "toy-key:0.5"
-    retrieval = ["--lengths", "48", "--depths", "0.5", "--samples", "2", "--candidates", "3", "--quiet"]
-    _lextra("retrieval", "eval", str(task), "--task", "toy-key", *retrieval, "--threads", "1", "--device", "cpu")
     result = json.loads((task / "retrieval-toy-key" / "results.json").read_text())
     assert result["task"] == "toy-key" and result["cells"]["48"]["0.5"]["samples"] == 2
     assert all(len(e["answer"]) == 6 for e in result["cells"]["48"]["0.5"]["examples"])  # " " + 5 digits
@@ -227,18 +242,19 @@ def test_only_a_top_level_plugin_flag_loads_a_plugin(capsys) -> None:
 
 def test_a_model_saved_with_a_plugin_scheme_names_the_plugin_flag_when_loaded_without_it(tmp_path: Path) -> None:
     folder = tmp_path / "toy"
-    _python(
+    # saved with the plugin, and with it the saved model loads (and evaluates), in one interpreter
+    assert _python(
         "import json, os\nfrom lextra.registry import load_plugins\nload_plugins(os.environ['LEXTRA_PLUGINS'])\n"
-        "from lextra.model import GPT, GPTConfig, save_model\n"
+        "from lextra.cli import main\nfrom lextra.model import GPT, GPTConfig, save_model\n"
         "config = GPTConfig(vocab_size=256, n_layer=1, d_model=32, n_head=2, train_len=16, scheme='toy_bias')\n"
-        f"save_model(GPT(config), {str(folder)!r})\nprint(json.dumps({{}}))"
-    )
+        f"save_model(GPT(config), {str(folder)!r})\n"
+        f"argv = ['eval', {str(folder)!r}, '--lengths', '16', '--documents', '1', '--threads', '1', '--out', "
+        f"{str(tmp_path / 'e')!r}]\nprint(json.dumps({{'code': main(argv)}}))"
+    ) == {"code": 0}
     failed = _lextra("eval", str(folder), "--lengths", "16", "--documents", "1", env=_env(None), code=2)
     line = failed.stderr.strip()
     assert "\n" not in line and "unknown position scheme 'toy_bias'" in line
     assert "pass `lextra --plugin FILE` or set LEXTRA_PLUGINS=FILE" in line
-    # with the plugin it loads (and evaluates)
-    _lextra("eval", str(folder), "--lengths", "16", "--documents", "1", "--threads", "1", "--out", str(tmp_path / "e"))
 
 
 def test_scheme_options_from_the_command_line_are_typed_by_the_plugin_class() -> None:

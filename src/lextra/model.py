@@ -333,9 +333,7 @@ class SelfAttention(nn.Module):
         self.temp_tuning = TemperatureTuning(dims, **pieces["temp_tuning"]) if "temp_tuning" in pieces else None
         #: per-head temperature (softmax(logits / tau)); None means 1 (set by temperature alignment)
         self.register_buffer("temperature", None, persistent=False)
-        #: a training-free extension method the layer attends through (`lextra.extend.apply_extension`); the
-        #: cache evicts the keys its `retains` drops
-        self.extension: AttentionExtension | None = None
+        self._extension: AttentionExtension | None = None
         #: LongLoRA's S2-Attn group size while training (0: off); eval mode always attends fully causally
         self.s2_group = 0
         if self.log_scaling == "ssmax":
@@ -344,17 +342,18 @@ class SelfAttention(nn.Module):
             self.ssmax_scale = nn.Parameter(torch.full((H,), 1.0 / math.log(max(2, config.train_len))))
 
     @property
-    def attend(self) -> AttentionExtension | None:
-        """The layer's extension (the name older code assigns; `extension` is the attribute)."""
-        return self.extension
+    def extension(self) -> AttentionExtension | None:
+        """The training-free extension method the layer attends through, or None; the cache evicts the keys its
+        `retains` drops. Read-only: `lextra.extend.apply_extension` (or an `InferenceSetup`) sets it."""
+        return self._extension
 
-    @attend.setter
-    def attend(self, extension: AttentionExtension | None) -> None:
+    def _set_extension(self, extension: AttentionExtension | None) -> None:
+        """Attend through `extension` (None: the plain backends); what `apply_extension` calls."""
         if extension is not None and not isinstance(extension, AttentionExtension):
             raise ConfigError(
                 f"a layer attends through an AttentionExtension (lextra.extend.apply_extension), not {extension!r}"
             )
-        self.extension = extension
+        self._extension = extension
 
     def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """q (B, H, L, D), pre-transform k (B, H, L, Dk) and v (B, H, L, D) for hidden states x (B, L, d)."""

@@ -345,9 +345,9 @@ def flex_attention_forward(
     `block_mask` (optional) is `flex_block_mask(ctx.mask, ctx.q_pos, ctx.k_pos)`; `eager` runs FlexAttention
     uncompiled (it then builds the full score matrix: small inputs only).
     """
-    scheme, mask, scale, tau, sinks, softcap = ctx.scheme, ctx.mask, ctx.scale, ctx.tau, ctx.sinks, ctx.softcap
+    scheme, mask, tau = ctx.scheme, ctx.mask, ctx.tau
     device = q.device
-    H, Lq, Lk = q.shape[1], q.shape[-2], k.shape[-2]
+    Lq, Lk = q.shape[-2], k.shape[-2]
     if Lq == 0 or Lk == 0:
         return q.new_zeros(*q.shape[:-1], v.shape[-1])
     q_pos, k_pos = ctx.q_pos.to(device), ctx.k_pos.to(device)
@@ -360,62 +360,97 @@ def flex_attention_forward(
         block_mask = flex_block_mask(mask, q_pos, k_pos, device, facts)
     else:
         _check_block_mask(block_mask, mask, q_pos, k_pos)
-
     if scheme is not None and scheme.transforms_qk:
         q, k = scheme.rotate(q, k, q_pos, k_pos, facts.seq_len)
-    per_query_tau = tau is not None and tau.dim() == 2 and tau.shape[-1] != 1
     if tau is not None:
         q = q / tau[..., None].to(q.dtype)
-    head_tau = None if tau is None or per_query_tau else tau.reshape(-1, 1).expand(H, 1).to(device)
+    score_mod, captured = _score_mod(scheme, tau, padded, q_pos, q.shape[1], ctx.softcap)
+    _refuse_cpu_training(q, k, v, *captured)
+    qp, kp, vp = _pad_rows(q, padded.pad_q), _pad_rows(k, padded.pad_k), _pad_rows(v, padded.pad_k)
+    if ctx.sinks is not None:
+        out, lse = _flex_with_lse(
+            qp, kp, vp, Lq, eager or device.type == "cpu", score_mod=score_mod, block_mask=block_mask, scale=ctx.scale
+        )
+        return with_sinks(out, lse, ctx.sinks)
+    if eager:
+        out = flex_attention(qp, kp, vp, score_mod=score_mod, block_mask=block_mask, scale=ctx.scale)
+    else:
+        out = _run_compiled(qp, kp, vp, score_mod=score_mod, block_mask=block_mask, scale=ctx.scale)
+    return out[..., :Lq, :]
 
+
+def _score_mod(
+    scheme: PositionScheme | None,
+    tau: Tensor | None,
+    padded: _Layout,
+    q_pos: Tensor,
+    n_heads: int,
+    softcap: float | None,
+) -> tuple[ScoreMod | None, list[Tensor]]:
+    """The call's score_mod (None: plain scores) and the tensors it captures (the temperature, the scheme's
+    tables): the scheme's bias over a per-query temperature (a per-head one is divided into the table and the
+    queries), capped by `softcap`."""
+    per_query_tau = tau is not None and tau.dim() == 2 and tau.shape[-1] != 1
+    head_tau = None if tau is None or per_query_tau else tau.reshape(-1, 1).expand(n_heads, 1).to(q_pos.device)
     score_mod, captured = None, [] if tau is None else [tau]
     if scheme is not None and scheme.has_bias:
-        n_table = _table_length(padded)
-        if scheme.distance_only(q_pos):
-            distance = torch.arange(padded.lo, padded.lo + padded.n_distances, device=device)
-            table = scheme.distance_bias(distance).to(device)
-            if head_tau is not None:
-                table = table / head_tau
-            table = F.pad(table, (0, n_table - table.shape[1]))
-            bias = _table_bias(table, (padded.q_rows - padded.lo).to(device), padded.k_rows.to(device))
-            captured.append(table)
-        else:
-            score_layout = ScoreLayout(
-                padded.q_rows.to(device), padded.k_rows.to(device), padded.lo, padded.n_distances, n_table
-            )
-            bias, tensors = scheme.query_bias_mod(score_layout, head_tau)
-            captured += tensors
+        bias, tensors = _bias(scheme, padded, q_pos, head_tau)
+        captured += tensors
         if tau is not None and per_query_tau:
-            padded_tau = F.pad(tau.to(device).expand(H, Lq), (0, padded.pad_q - Lq), value=1.0)
+            n_q = padded.n_q
+            padded_tau = F.pad(tau.to(q_pos.device).expand(n_heads, n_q), (0, padded.pad_q - n_q), value=1.0)
             score_mod = _per_query_mod(bias, padded_tau)
         else:
             score_mod = _plain_mod(bias)
     if softcap is not None:
         score_mod = _capped_mod(score_mod, softcap)
+    return score_mod, captured
 
-    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, *captured))
-    if needs_grad and device.type == "cpu":
+
+def _bias(
+    scheme: PositionScheme, padded: _Layout, q_pos: Tensor, head_tau: Tensor | None
+) -> tuple[BiasFn, list[Tensor]]:
+    """The scheme's bias as FlexAttention indexes it, and the tensors it captures: a per-distance table where the
+    bias depends on the distance alone, else the scheme's own per-query code (`PositionScheme.query_bias_mod`)."""
+    device = q_pos.device
+    n_table = _table_length(padded)
+    if scheme.distance_only(q_pos):
+        distance = torch.arange(padded.lo, padded.lo + padded.n_distances, device=device)
+        table = scheme.distance_bias(distance).to(device)
+        if head_tau is not None:
+            table = table / head_tau
+        table = F.pad(table, (0, n_table - table.shape[1]))
+        return _table_bias(table, (padded.q_rows - padded.lo).to(device), padded.k_rows.to(device)), [table]
+    rows = ScoreLayout(padded.q_rows.to(device), padded.k_rows.to(device), padded.lo, padded.n_distances, n_table)
+    return scheme.query_bias_mod(rows, head_tau)
+
+
+def _refuse_cpu_training(*tensors: Tensor) -> None:
+    """FlexAttention has no backward on CPU: refuse a call autograd would differentiate there."""
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+    if needs_grad and tensors[0].device.type == "cpu":
         raise ConfigError(
             "backend='flex' cannot train on CPU: FlexAttention has no backward on CPU; use backend='chunked' "
             "(or 'auto'), or run on CUDA"
         )
-    qp, kp, vp = _pad_rows(q, padded.pad_q), _pad_rows(k, padded.pad_k), _pad_rows(v, padded.pad_k)
-    if sinks is not None:
-        kwargs: dict[str, Any] = _lse_request()
-        if eager or device.type == "cpu":
-            with warnings.catch_warnings():  # eager on purpose on CPU: "called without torch.compile"
-                warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
-                result = flex_attention(qp, kp, vp, score_mod=score_mod, block_mask=block_mask, scale=scale, **kwargs)
-        else:
-            result = _run_compiled(qp, kp, vp, score_mod=score_mod, block_mask=block_mask, scale=scale, **kwargs)
-        out, aux = result
-        lse = (aux if isinstance(aux, Tensor) else aux.lse)[..., :Lq].float()
-        return with_sinks(out[..., :Lq, :].masked_fill(torch.isneginf(lse)[..., None], 0.0), lse, sinks)
+
+
+def _flex_with_lse(
+    qp: Tensor, kp: Tensor, vp: Tensor, n_queries: int, eager: bool, **kwargs: Any
+) -> tuple[Tensor, Tensor]:
+    """A FlexAttention call on padded q, k, v returning each row's log-sum-exp: the first `n_queries` rows of the
+    output (0 where a row saw no key) and their log-sum-exp (fp32, -inf there). `eager` runs it uncompiled (on
+    CPU on purpose: inductor's CPU flex kernel returns no log-sum-exp)."""
+    kwargs.update(_lse_request())
     if eager:
-        out = flex_attention(qp, kp, vp, score_mod=score_mod, block_mask=block_mask, scale=scale)
+        with warnings.catch_warnings():  # eager on purpose: "called without torch.compile()"
+            warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+            result = flex_attention(qp, kp, vp, **kwargs)
     else:
-        out = _run_compiled(qp, kp, vp, score_mod=score_mod, block_mask=block_mask, scale=scale)
-    return out[..., :Lq, :]
+        result = _run_compiled(qp, kp, vp, **kwargs)
+    out, aux = result
+    lse = (aux if isinstance(aux, Tensor) else aux.lse)[..., :n_queries].float()
+    return out[..., :n_queries, :].masked_fill(torch.isneginf(lse)[..., None], 0.0), lse
 
 
 def _capped_mod(inner: ScoreMod | None, cap: float) -> ScoreMod:
@@ -516,6 +551,30 @@ def band_block_mask(
         if cached is not None:
             _BAND_MASKS.move_to_end(key)
             return cached
+    partial, every = _band_blocks(q_pos, k_pos, pad_q, pad_k, distance, keys)
+    counts, indices = _ordered(partial)
+    full_counts, full_indices = _ordered(every)
+    block_mask = BlockMask.from_kv_blocks(
+        counts,
+        indices,
+        full_counts,
+        full_indices,
+        BLOCK_SIZE=BLOCK,
+        mask_mod=_band_mod(q_pos, k_pos, pad_q, pad_k, distance, keys),
+        seq_lengths=(pad_q, pad_k),
+    )
+    if key is not None:
+        _BAND_MASKS[key] = block_mask
+        while len(_BAND_MASKS) > BLOCK_MASK_CACHE:
+            _BAND_MASKS.popitem(last=False)
+    return block_mask
+
+
+def _band_blocks(
+    q_pos: Tensor, k_pos: Tensor, pad_q: int, pad_k: int, distance: tuple[int, int], keys: tuple[int, int]
+) -> tuple[Tensor, Tensor]:
+    """(partial, full): boolean (query blocks, key blocks), the blocks the band shows in part (they run the
+    mask_mod) and in full, from each block's smallest and largest position (see `band_block_mask`)."""
     n_qb, n_kb = -(-pad_q // BLOCK), pad_k // BLOCK
     m_lo, m_hi, q_real, q_whole = _block_bounds(q_pos, n_qb)
     n_lo, n_hi, k_real, k_whole = _block_bounds(k_pos, n_kb)
@@ -525,12 +584,19 @@ def band_block_mask(
     some = q_real & k_real & ~hidden
     shown = (k_lo <= n_lo) & (n_hi <= k_hi) & (m_lo - n_hi >= d_lo) & (m_hi - n_lo <= d_hi)
     every = some & q_whole & k_whole & shown
-    counts, indices = _ordered(some & ~every)
-    full_counts, full_indices = _ordered(every)
-    q_rows = F.pad(q_pos.long(), (0, pad_q - n_q))
-    k_rows = F.pad(k_pos.long(), (0, pad_k - n_k))
-    bounds = torch.tensor([d_lo, d_hi, k_lo, k_hi], dtype=torch.long, device=device)
-    real_q, real_k = torch.tensor(n_q, device=device), torch.tensor(n_k, device=device)
+    return some & ~every, every
+
+
+def _band_mod(
+    q_pos: Tensor, k_pos: Tensor, pad_q: int, pad_k: int, distance: tuple[int, int], keys: tuple[int, int]
+) -> Callable[..., Tensor]:
+    """The band's mask_mod: a real query and key whose positions lie in the band; its bounds are a captured
+    tensor, so every band shares one compiled kernel."""
+    device = q_pos.device
+    q_rows = F.pad(q_pos.long(), (0, pad_q - q_pos.numel()))
+    k_rows = F.pad(k_pos.long(), (0, pad_k - k_pos.numel()))
+    bounds = torch.tensor([*distance, *keys], dtype=torch.long, device=device)
+    real_q, real_k = torch.tensor(q_pos.numel(), device=device), torch.tensor(k_pos.numel(), device=device)
 
     def band_pairs(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         m, n = q_rows[q_idx], k_rows[kv_idx]
@@ -538,20 +604,7 @@ def band_block_mask(
         real = (q_idx < real_q) & (kv_idx < real_k)
         return real & (d >= bounds[0]) & (d <= bounds[1]) & (n >= bounds[2]) & (n <= bounds[3])
 
-    block_mask = BlockMask.from_kv_blocks(
-        counts,
-        indices,
-        full_counts,
-        full_indices,
-        BLOCK_SIZE=BLOCK,
-        mask_mod=band_pairs,
-        seq_lengths=(pad_q, pad_k),
-    )
-    if key is not None:
-        _BAND_MASKS[key] = block_mask
-        while len(_BAND_MASKS) > BLOCK_MASK_CACHE:
-            _BAND_MASKS.popitem(last=False)
-    return block_mask
+    return band_pairs
 
 
 def _lse_request() -> dict[str, Any]:
@@ -583,25 +636,9 @@ def flex_band_attention(
     eagerly (forward only): inductor's CPU flex kernel has no `return_lse`, and eager FlexAttention builds each
     pass's Lq x Lk scores, so there it is for checking the passes on small inputs (CPU's fast path is the tiled
     one). `eager` overrides that choice."""
-    Lq = q.shape[-2]
-    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-    if needs_grad and q.device.type == "cpu":
-        raise ConfigError(
-            "backend='flex' cannot train on CPU: FlexAttention has no backward on CPU; use backend='chunked' "
-            "(or 'auto'), or run on CUDA"
-        )
+    _refuse_cpu_training(q, k, v)
     block_mask = band_block_mask(q_pos, k_pos, distance, keys, first=first)
     pad_q, pad_k = block_mask.seq_lengths
     qp, kp, vp = _pad_rows(q, pad_q), _pad_rows(k, pad_k), _pad_rows(v, pad_k)
-    kwargs: dict[str, Any] = _lse_request()
-    if q.device.type == "cpu" if eager is None else eager:
-        with warnings.catch_warnings():  # eager on purpose: "called without torch.compile()"
-            warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
-            result = flex_attention(qp, kp, vp, block_mask=block_mask, scale=scale, **kwargs)
-    else:
-        result = _run_compiled(qp, kp, vp, block_mask=block_mask, scale=scale, **kwargs)
-    out, aux = result
-    lse = aux if isinstance(aux, Tensor) else aux.lse
-    lse = lse[..., :Lq].float()
-    hidden = torch.isneginf(lse)
-    return out[..., :Lq, :].masked_fill(hidden[..., None], 0.0), lse
+    eager = q.device.type == "cpu" if eager is None else eager
+    return _flex_with_lse(qp, kp, vp, q.shape[-2], eager, block_mask=block_mask, scale=scale)

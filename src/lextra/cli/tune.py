@@ -102,62 +102,18 @@ def configure_tune(parser: argparse.ArgumentParser) -> Handler:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from lextra.extend import InferenceSetup
     from lextra.extend.setup_file import save_setup
-    from lextra.pipelines.loading import ModelOptions, load_model_spec
-    from lextra.pipelines.tune import (
-        EvolutionConfig,
-        MeasuredObjective,
-        ObjectiveSettings,
-        TuneSettings,
-        parse_methods,
-        reset,
-        rope_geometry,
-        run_search,
-    )
+    from lextra.pipelines.tune import parse_methods
 
     methods = tuple(parse_methods(args.methods))
-    evolution = EvolutionConfig(
-        population=args.population,
-        parents=args.parents,
-        mutations=args.mutations,
-        crossovers=args.crossovers,
-        iterations=args.iterations,
-        step=args.step,
-    )
-    objective_settings = ObjectiveSettings(
-        length=args.length,
-        depths=tuple(parse_depths(args.depths)),
-        samples=args.samples,
-        documents=args.documents,
-        passkey_weight=args.passkey_weight,
-        seed=args.seed,
-    )
+    evolution, objective_settings = _evolution(args), _objective_settings(args)
     out = Path(args.out)
     if out.is_dir():
         raise ConfigError(f"--out {out} is a folder; name the setup file to write (e.g. {out / 'setup.json'})")
-    options = ModelOptions(tokenizer=args.tokenizer, train_len=args.train_len, quiet=args.quiet)
-    loaded = load_model_spec(args.model, options, args.device, with_tokenizer=True)
+    loaded = _load(args)
     model = loaded.model
-    if loaded.is_lextra and args.train_len is not None:
-        raise ConfigError(
-            "--train-len applies to Hugging Face models; a lextra model's L_tr is the one it was trained at"
-        )
-    if args.length <= model.config.train_len:
-        raise ConfigError(
-            f"--length {args.length}: tune for a length beyond the model's L_tr = {model.config.train_len}"
-        )
-    reset(model)
-    geometry = rope_geometry(model) if "longrope" in methods else (0, 0.0)  # of the unscaled model, read now
-    data = _held_out(args, loaded)
-    settings = TuneSettings(methods, args.length, args.budget, args.max_grid, evolution, args.seed)
-    objective = MeasuredObjective(model, data, objective_settings)
-    result = run_search(
-        objective,
-        settings,
-        model.config.train_len,
-        geometry=lambda: geometry,
-        stream=None if args.quiet else sys.stderr,
-    )
+    data, result = _search(args, loaded, methods, evolution, objective_settings)
     if result.best is None or result.best.refused:
         why = (
             "no candidate fit in the budget"
@@ -165,8 +121,6 @@ def _run(args: argparse.Namespace) -> int:
             else f"every candidate was refused: {result.best.refused}"
         )
         raise ConfigError(f"{why}; nothing written to {out}")
-    from lextra.extend import InferenceSetup
-
     record = {
         "model": args.model,
         "train_len": model.config.train_len,
@@ -188,6 +142,75 @@ def _run(args: argparse.Namespace) -> int:
         print(_verify_table(checked, args.verify_length))
     print(f"setup: {out} (use with --setup {out})")
     return 0
+
+
+def _evolution(args: argparse.Namespace) -> Any:
+    """LongRoPE's evolution settings (`EvolutionConfig`) from the flags."""
+    from lextra.pipelines.tune import EvolutionConfig
+
+    return EvolutionConfig(
+        population=args.population,
+        parents=args.parents,
+        mutations=args.mutations,
+        crossovers=args.crossovers,
+        iterations=args.iterations,
+        step=args.step,
+    )
+
+
+def _objective_settings(args: argparse.Namespace) -> Any:
+    """How each candidate is measured (`ObjectiveSettings`) from the flags."""
+    from lextra.pipelines.tune import ObjectiveSettings
+
+    return ObjectiveSettings(
+        length=args.length,
+        depths=tuple(parse_depths(args.depths)),
+        samples=args.samples,
+        documents=args.documents,
+        passkey_weight=args.passkey_weight,
+        seed=args.seed,
+    )
+
+
+def _load(args: argparse.Namespace) -> Any:
+    """The model MODEL names, with its tokenizer; refuses --train-len on a lextra model and a --length within
+    its L_tr."""
+    from lextra.pipelines.loading import ModelOptions, load_model_spec
+
+    options = ModelOptions(tokenizer=args.tokenizer, train_len=args.train_len, quiet=args.quiet)
+    loaded = load_model_spec(args.model, options, args.device, with_tokenizer=True)
+    if loaded.is_lextra and args.train_len is not None:
+        raise ConfigError(
+            "--train-len applies to Hugging Face models; a lextra model's L_tr is the one it was trained at"
+        )
+    if args.length <= loaded.model.config.train_len:
+        raise ConfigError(
+            f"--length {args.length}: tune for a length beyond the model's L_tr = {loaded.model.config.train_len}"
+        )
+    return loaded
+
+
+def _search(
+    args: argparse.Namespace, loaded: Any, methods: tuple[str, ...], evolution: Any, objective_settings: Any
+) -> tuple[Any, Any]:
+    """(the held-out data, the search's result): `run_search` over `methods` on the loaded model, from its
+    unscaled state."""
+    from lextra.pipelines.tune import MeasuredObjective, TuneSettings, reset, rope_geometry, run_search
+
+    model = loaded.model
+    reset(model)
+    geometry = rope_geometry(model) if "longrope" in methods else (0, 0.0)  # of the unscaled model, read now
+    data = _held_out(args, loaded)
+    settings = TuneSettings(methods, args.length, args.budget, args.max_grid, evolution, args.seed)
+    objective = MeasuredObjective(model, data, objective_settings)
+    result = run_search(
+        objective,
+        settings,
+        model.config.train_len,
+        geometry=lambda: geometry,
+        stream=None if args.quiet else sys.stderr,
+    )
+    return data, result
 
 
 def _verify(args: argparse.Namespace, result: Any, model: Any, data: Any, settings: Any) -> dict[str, Any] | None:

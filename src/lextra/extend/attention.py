@@ -194,41 +194,63 @@ def flex_extended_attention(
     if Lq == 0 or k.shape[-2] == 0:
         return q.new_zeros(B, H, Lq, v.shape[-1])
     run = _TileRun(scheme, method.passes, method.period, seq_len, repr(method))
-    q_list: list[int] | range
-    if layout is not None and layout.q_contiguous:
-        q_list = range(layout.q_first, layout.q_first + Lq)
-        k_first = layout.k_first if layout.k_contiguous else None
-    else:
-        q_list, k_list = q_pos.tolist(), k_pos.tolist()
-        k_first = k_list[0] if _runs(k_list) else None
+    q_list, k_first = _host_positions(q_pos, k_pos, layout)
     q_runs = isinstance(q_list, range)
     q_sorted = q_runs or all(a <= b for a, b in itertools.pairwise(q_list))
-    grad = torch.is_grad_enabled()
     outputs: list[Tensor] = []
     for start, stop in _query_blocks(q_list, Lq if q_sorted else 1, run.period):
-        qp, qc = q_pos[start:stop], q[..., start:stop, :]
         block = q_list[start:stop]
         first = (block[0], k_first) if k_first is not None and (q_runs or _runs(list(block))) else None
-        acc: Tensor | None = None
-        lse: Tensor | None = None
-        for p in run.passes(min(block), max(block)):
-            q_at = p.q_at(qp)
-            qr = run.queries(qc, k, q_at)
-            if rows is not None:
-                qr = qr * rows[..., start:stop, None].to(qr.dtype)
-            kr = run.keys(qc, k, q_at, p.k_at(k_pos))
-            part, part_lse = flex_band_attention(qr, kr, v, qp, k_pos, p.distance, p.keys, scale, first=first)
-            if grad:
-                acc, lse = _merge_out_of_place(acc, lse, part, part_lse)
-            else:
-                acc, lse = merge_tiles(acc, lse, part, part_lse)
-            del part, part_lse, qr, kr
-        if acc is None or lse is None or bool((lse <= LSE_FLOOR).any()):
-            raise ConfigError(
-                f"{run.label}: queries at {min(block)}..{max(block)} see no key; their own positions must be keys"
-            )
+        factor = None if rows is None else rows[..., start:stop, None]
+        queries = (q_pos[start:stop], q[..., start:stop, :], min(block), max(block))
+        acc = _flex_block(run, queries, k, v, k_pos, factor, scale, first)
         outputs.append(acc.to(v.dtype))
     return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-2)
+
+
+def _host_positions(
+    q_pos: Tensor, k_pos: Tensor, layout: PositionLayout | None
+) -> tuple[list[int] | range, int | None]:
+    """The query positions on the host (a range when `layout` says they are contiguous, read from the device
+    otherwise) and the first key position when the keys are contiguous, else None."""
+    if layout is not None and layout.q_contiguous:
+        q_list = range(layout.q_first, layout.q_first + q_pos.numel())
+        return q_list, layout.k_first if layout.k_contiguous else None
+    k_list = k_pos.tolist()
+    return q_pos.tolist(), k_list[0] if _runs(k_list) else None
+
+
+def _flex_block(
+    run: _TileRun,
+    queries: tuple[Tensor, Tensor, int, int],
+    k: Tensor,
+    v: Tensor,
+    k_pos: Tensor,
+    factor: Tensor | None,
+    scale: float,
+    first: tuple[int, int] | None,
+) -> Tensor:
+    """One query block's passes as FlexAttention calls merged by log-sum-exp (fp32): `queries` = their positions,
+    their q, the first and last position; `factor` their rows' logit factor (1 or H, c, 1)."""
+    qp, qc, m_lo, m_hi = queries
+    grad = torch.is_grad_enabled()
+    acc: Tensor | None = None
+    lse: Tensor | None = None
+    for p in run.passes(m_lo, m_hi):
+        q_at = p.q_at(qp)
+        qr = run.queries(qc, k, q_at)
+        if factor is not None:
+            qr = qr * factor.to(qr.dtype)
+        kr = run.keys(qc, k, q_at, p.k_at(k_pos))
+        part, part_lse = flex_band_attention(qr, kr, v, qp, k_pos, p.distance, p.keys, scale, first=first)
+        if grad:
+            acc, lse = _merge_out_of_place(acc, lse, part, part_lse)
+        else:
+            acc, lse = merge_tiles(acc, lse, part, part_lse)
+        del part, part_lse, qr, kr
+    if acc is None or lse is None or bool((lse <= LSE_FLOOR).any()):
+        raise ConfigError(f"{run.label}: queries at {m_lo}..{m_hi} see no key; their own positions must be keys")
+    return acc
 
 
 def masked_attention(
@@ -321,71 +343,124 @@ def _tiled(
     block = max(1, int(block_size or TILE))
     if run.scheme is not None and run.scheme.rotate_span is not None:
         block = min(block, run.scheme.rotate_span)
-    q_list, k_list = q_pos.tolist(), k_pos.tolist()
-    q_sorted = all(a <= b for a, b in itertools.pairwise(q_list))
-    k_sorted = all(a <= b for a, b in itertools.pairwise(k_list))
-    contiguous = _runs(q_list) and _runs(k_list)
-    grad = torch.is_grad_enabled()
-    out = None if grad else q.new_empty(B, H, Lq, v.shape[-1])
+    call = _TiledCall(q, k, v, run, q_pos, k_pos, scale, rows, block)
+    q_sorted = all(a <= b for a, b in itertools.pairwise(call.q_list))
+    out = None if call.grad else q.new_empty(B, H, Lq, v.shape[-1])
     outputs: list[Tensor] = []
-    masks: dict[tuple[int, ...], Tensor] = {}
-    for start, stop in _query_blocks(q_list, block if q_sorted else 1, run.period):
-        qp, qc = q_pos[start:stop], q[..., start:stop, :]
-        m_lo, m_hi = min(q_list[start:stop]), max(q_list[start:stop])
-        acc: Tensor | None = None
-        lse: Tensor | None = None
-        if not grad:  # merged into in place, a slice at a time where band edges split a tile
-            acc = torch.zeros(B, H, stop - start, v.shape[-1], dtype=torch.float32, device=q.device)
-            lse = torch.full((B, H, stop - start), float("-inf"), device=q.device)
-        for p in run.passes(m_lo, m_hi):
-            first_pos, last_pos = max(p.keys[0], m_lo - p.distance[1]), min(p.keys[1], m_hi - p.distance[0])
-            if last_pos < first_pos:
-                continue
-            if k_sorted:
-                i0, i1 = bisect.bisect_left(k_list, first_pos), bisect.bisect_right(k_list, last_pos)
-                anchor = min(max(bisect.bisect_left(k_list, m_lo - p.distance[0]), i0), i1)
-            else:
-                i0, i1, anchor = 0, Lk, 0
-            if i1 <= i0:
-                continue
-            q_at = p.q_at(qp)
-            qr = run.queries(qc, k, q_at)
-            if rows is not None:
-                factor = rows[..., start:stop, None].to(qr.dtype)
-                fresh = not grad and qr.data_ptr() != qc.data_ptr()  # the rotation's own output: scaled in place
-                qr = qr.mul_(factor) if fresh else qr * factor
-            for lo, hi in _tiles(i0, i1, anchor, stop - start, block):
-                n_lo, n_hi = (k_list[lo], k_list[hi - 1]) if k_sorted else (min(k_list[lo:hi]), max(k_list[lo:hi]))
-                kind = _classify(p, m_lo, m_hi, n_lo, n_hi, contiguous)
-                if kind == _EMPTY:
-                    continue
-                kr = run.keys(qc, k[..., lo:hi, :], q_at, p.k_at(k_pos[lo:hi]))
-                vc = v[..., lo:hi, :]
-                tile = (p, m_lo, n_lo, qp, k_pos[lo:hi])
-                for r0, r1, c0, c1, piece, mask in _pieces(tile, kind, contiguous and not grad, masks):
-                    part, part_lse = attention_with_lse(
-                        qr[..., r0:r1, :],
-                        kr[..., c0:c1, :],
-                        vc[..., c0:c1, :],
-                        scale,
-                        causal=piece == _CAUSAL,
-                        mask=mask,
-                    )
-                    if grad:
-                        acc, lse = _merge_out_of_place(acc, lse, part, part_lse)
-                    else:
-                        assert acc is not None and lse is not None  # allocated above without autograd
-                        lse[..., r0:r1] = merge_tiles(acc[..., r0:r1, :], lse[..., r0:r1], part, part_lse)[1]
-                    del part, part_lse  # freed before the next tile allocates its own
-                del kr
-            del qr
-        if acc is None or lse is None or bool((lse <= LSE_FLOOR).any()):
-            raise ConfigError(f"{run.label}: queries at {m_lo}..{m_hi} see no key; their own positions must be keys")
+    for start, stop in _query_blocks(call.q_list, block if q_sorted else 1, run.period):
+        acc = call.block(start, stop)
         if out is None:
             outputs.append(acc.to(v.dtype))
         else:
             out[..., start:stop, :] = acc
     return out if out is not None else torch.cat(outputs, dim=-2)
+
+
+class _TiledCall:
+    """One `_tiled` call: its inputs, the positions' host-side facts and the float masks its tiles share; `block`
+    computes a query block's output (fp32) over every pass and key tile."""
+
+    def __init__(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        run: _TileRun,
+        q_pos: Tensor,
+        k_pos: Tensor,
+        scale: float,
+        rows: Tensor | None,
+        block: int,
+    ) -> None:
+        self.q, self.k, self.v, self.run, self.q_pos, self.k_pos = q, k, v, run, q_pos, k_pos
+        self.scale, self.rows, self.width = scale, rows, block
+        self.q_list, self.k_list = q_pos.tolist(), k_pos.tolist()
+        self.k_sorted = all(a <= b for a, b in itertools.pairwise(self.k_list))
+        self.contiguous = _runs(self.q_list) and _runs(self.k_list)
+        self.grad = torch.is_grad_enabled()
+        self.masks: dict[tuple[int, ...], Tensor] = {}
+
+    def block(self, start: int, stop: int) -> Tensor:
+        """The output (B, H, stop - start, Dv) fp32 of queries start:stop."""
+        B, H = self.q.shape[:2]
+        m_lo, m_hi = min(self.q_list[start:stop]), max(self.q_list[start:stop])
+        acc: Tensor | None = None
+        lse: Tensor | None = None
+        if not self.grad:  # merged into in place, a slice at a time where band edges split a tile
+            acc = torch.zeros(B, H, stop - start, self.v.shape[-1], dtype=torch.float32, device=self.q.device)
+            lse = torch.full((B, H, stop - start), float("-inf"), device=self.q.device)
+        for p in self.run.passes(m_lo, m_hi):
+            acc, lse = self._pass(p, start, stop, (m_lo, m_hi), acc, lse)
+        if acc is None or lse is None or bool((lse <= LSE_FLOOR).any()):
+            raise ConfigError(
+                f"{self.run.label}: queries at {m_lo}..{m_hi} see no key; their own positions must be keys"
+            )
+        return acc
+
+    def _key_range(self, p: Pass, m_lo: int, m_hi: int) -> tuple[int, int, int] | None:
+        """The key indices [i0, i1) pass `p` may show queries m_lo..m_hi and the index its lower distance edge
+        crosses (the anchor of `_tiles`); None when it shows them no key."""
+        first_pos, last_pos = max(p.keys[0], m_lo - p.distance[1]), min(p.keys[1], m_hi - p.distance[0])
+        if last_pos < first_pos:
+            return None
+        if self.k_sorted:
+            k_list = self.k_list
+            i0, i1 = bisect.bisect_left(k_list, first_pos), bisect.bisect_right(k_list, last_pos)
+            anchor = min(max(bisect.bisect_left(k_list, m_lo - p.distance[0]), i0), i1)
+        else:
+            i0, i1, anchor = 0, len(self.k_list), 0
+        return None if i1 <= i0 else (i0, i1, anchor)
+
+    def _pass(
+        self, p: Pass, start: int, stop: int, span: tuple[int, int], acc: Tensor | None, lse: Tensor | None
+    ) -> tuple[Tensor | None, Tensor | None]:
+        """Merge pass `p` over queries start:stop (positions `span`) into (acc, lse), one key tile at a time."""
+        keys = self._key_range(p, *span)
+        if keys is None:
+            return acc, lse
+        qp, qc = self.q_pos[start:stop], self.q[..., start:stop, :]
+        q_at = p.q_at(qp)
+        qr = self.run.queries(qc, self.k, q_at)
+        if self.rows is not None:
+            factor = self.rows[..., start:stop, None].to(qr.dtype)
+            fresh = not self.grad and qr.data_ptr() != qc.data_ptr()  # the rotation's own output: scaled in place
+            qr = qr.mul_(factor) if fresh else qr * factor
+        for lo, hi in _tiles(*keys, stop - start, self.width):
+            acc, lse = self._tile(p, (qp, qc, qr, q_at), span, lo, hi, acc, lse)
+        return acc, lse
+
+    def _tile(
+        self,
+        p: Pass,
+        queries: tuple[Tensor, Tensor, Tensor, Tensor],
+        span: tuple[int, int],
+        lo: int,
+        hi: int,
+        acc: Tensor | None,
+        lse: Tensor | None,
+    ) -> tuple[Tensor | None, Tensor | None]:
+        """Merge keys lo:hi under pass `p` into (acc, lse): `queries` = positions, q, rotated q and the positions
+        they are rotated at; the tile's pieces (`_pieces`) one flash call each."""
+        qp, qc, qr, q_at = queries
+        k_list = self.k_list
+        n_lo, n_hi = (k_list[lo], k_list[hi - 1]) if self.k_sorted else (min(k_list[lo:hi]), max(k_list[lo:hi]))
+        kind = _classify(p, *span, n_lo, n_hi, self.contiguous)
+        if kind == _EMPTY:
+            return acc, lse
+        kr = self.run.keys(qc, self.k[..., lo:hi, :], q_at, p.k_at(self.k_pos[lo:hi]))
+        vc = self.v[..., lo:hi, :]
+        tile = (p, span[0], n_lo, qp, self.k_pos[lo:hi])
+        for r0, r1, c0, c1, piece, mask in _pieces(tile, kind, self.contiguous and not self.grad, self.masks):
+            part, part_lse = attention_with_lse(
+                qr[..., r0:r1, :], kr[..., c0:c1, :], vc[..., c0:c1, :], self.scale, causal=piece == _CAUSAL, mask=mask
+            )
+            if self.grad:
+                acc, lse = _merge_out_of_place(acc, lse, part, part_lse)
+            else:
+                assert acc is not None and lse is not None  # allocated above without autograd
+                lse[..., r0:r1] = merge_tiles(acc[..., r0:r1, :], lse[..., r0:r1], part, part_lse)[1]
+            del part, part_lse  # freed before the next tile allocates its own
+        return acc, lse
 
 
 def _runs(positions: list[int]) -> bool:
@@ -600,7 +675,7 @@ def apply_extension(
     un-rotated keys and, for bounded methods, evicts."""
     if method is None or method == "none":
         for block in model.blocks:
-            cast(Block, block).attn.extension = None
+            cast(Block, block).attn._set_extension(None)
         return None
     built = build_extension(method, model.config.train_len, **options)
     chosen = set(range(model.config.n_layer) if layers is None else layers)
@@ -608,5 +683,5 @@ def apply_extension(
         check_scheme(model.scheme_for(layer), built)
     hook = ExtendedAttention(built)
     for layer, block in enumerate(model.blocks):
-        cast(Block, block).attn.extension = hook if layer in chosen else None
+        cast(Block, block).attn._set_extension(hook if layer in chosen else None)
     return built

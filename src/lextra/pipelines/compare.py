@@ -158,11 +158,7 @@ def compare(
     """
     out_dir = Path(out_dir)
     device = resolve_device(device)
-    parsed = [parse_variant(v) for v in variants] + [parse_plan_variant(p) for p in plans]
-    if not parsed:
-        raise ConfigError("compare needs at least one scheme or --layer-plan")
-    _check_labels(parsed)
-    configs = {v.model: variant_config(base, v) for v in parsed}  # every plan checked before any training
+    parsed, configs = _parsed(variants, plans, base)
     eval_config.validate()
     data = None
     summary = Comparison(variants={}, train=base.to_dict(), eval=eval_config.to_dict())
@@ -184,32 +180,62 @@ def compare(
         cell_eval.mask = variant.mask
         weights = sha256_file(model_dir / WEIGHTS_FILE)
         fingerprint = {"model_sha256": weights, "eval": cell_eval.to_dict()}
-        if result_path.exists():
-            cached = json.loads(result_path.read_text())
-            if {k: cached.get(k) for k in fingerprint} == fingerprint:
-                summary.variants[variant.label] = VariantResult.from_dict(cached)
-                _log(f"reusing {result_path}")
-                continue
+        reused = _reused(result_path, fingerprint)
+        if reused is not None:
+            summary.variants[variant.label] = reused
+            continue
         with clock.phase("evaluation"):
             if data is None:
-                # the prepared data the models trained on (the same documents, without re-tokenizing), else the
-                # corpus
-                data = open_training_data(copy.deepcopy(base), progress)[0] or prepare_data(
-                    base.corpus, base.tokenizer, base.limit_chars
-                )
+                data = _evaluation_data(base, progress)
             model = load_model(model_dir, map_location=device)
             _log(f"evaluating {variant.label}")
             evaluation = evaluate_model(model, data, cell_eval, progress=progress, label=variant.label)
         record = VariantResult(weights, variant.scheme, variant.mask, evaluation)
         atomic_write_json(result_path, record.to_dict())
         if base.tensorboard:  # written when computed, so a reused result is not logged twice
-            board = Board(run_log_dir(log_dir, run_dir))
-            board.evaluation(evaluation, variant.mask)
-            board.close()
+            _log_evaluation(run_log_dir(log_dir, run_dir), evaluation, variant.mask)
         summary.variants[variant.label] = record
     write_summary(out_dir, summary, base.model.train_len)
     _log(clock.report())
     return summary
+
+
+def _parsed(
+    variants: list[str], plans: Sequence[str], base: TrainConfig
+) -> tuple[list[Variant], dict[str, TrainConfig]]:
+    """The variants and layer plans parsed and their labels checked, and each model's training config: every plan
+    is checked before any training."""
+    parsed = [parse_variant(v) for v in variants] + [parse_plan_variant(p) for p in plans]
+    if not parsed:
+        raise ConfigError("compare needs at least one scheme or --layer-plan")
+    _check_labels(parsed)
+    return parsed, {v.model: variant_config(base, v) for v in parsed}
+
+
+def _reused(result_path: Path, fingerprint: dict[str, Any]) -> VariantResult | None:
+    """The saved result at `result_path` when it was computed for `fingerprint` (the weights and the evaluation
+    settings), else None."""
+    if not result_path.exists():
+        return None
+    cached = json.loads(result_path.read_text())
+    if {k: cached.get(k) for k in fingerprint} != fingerprint:
+        return None
+    _log(f"reusing {result_path}")
+    return VariantResult.from_dict(cached)
+
+
+def _evaluation_data(base: TrainConfig, progress: bool) -> Any:
+    """The prepared data the models trained on (the same documents, without re-tokenizing), else the corpus."""
+    return open_training_data(copy.deepcopy(base), progress)[0] or prepare_data(
+        base.corpus, base.tokenizer, base.limit_chars
+    )
+
+
+def _log_evaluation(log_dir: str | Path, evaluation: Evaluation, mask: str) -> None:
+    """A variant's perplexity curves in its model's TensorBoard run."""
+    board = Board(log_dir)
+    board.evaluation(evaluation, mask)
+    board.close()
 
 
 def _check_labels(variants: list[Variant]) -> None:

@@ -71,14 +71,7 @@ def chunked_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) ->
         return tiled_causal_attention(q, k, v, ctx)
     if ctx.sinks is not None or ctx.softcap is not None:
         return scored_attention(q, k, v, ctx)
-    # rotate each block's queries and keys where that is needed (xPos's span) or cheap and lean (without autograd,
-    # a window's or BCA's block sees ~width + block keys): no rotated copies of all of q and k
-    bounded = keys_per_block(mask, MAX_BLOCK) is not None
-    rotate_per_block = (
-        scheme is not None
-        and scheme.transforms_qk
-        and (scheme.rotate_span is not None or (bounded and not torch.is_grad_enabled()))
-    )
+    rotate_per_block = _rotates_per_block(scheme, mask)
     seq_len = max(int(q_pos.max()), int(k_pos.max())) + 1 if Lk else None  # one length for every block
     if not rotate_per_block:
         q, k = rotate(scheme, q, k, q_pos, k_pos)
@@ -108,26 +101,50 @@ def chunked_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) ->
             emit(out, outputs, result.flip(-2), start, stop)
             continue
         allowed = None if local.hides_nothing else local.allowed(qp, kp)
-        attn_mask: Tensor | None
-        if has_bias and scheme is not None:
-            if not torch.is_grad_enabled():
-                bias = scheme.bias_into(qp, kp, workspace)  # possibly a reused buffer: modified in place below
-                if tau_block is not None:
-                    bias.div_(tau_block[..., None])
-                if allowed is not None:
-                    mask_in_place(bias, allowed)
-            else:
-                bias = scheme.bias(qp, kp)
-                if tau_block is not None:
-                    bias = bias / tau_block[..., None]
-                if allowed is not None:
-                    bias = bias.masked_fill(~allowed, float("-inf"))
-            attn_mask = bias.to(qc.dtype)[None]  # 4-D: the flash kernel
-        else:
-            attn_mask = allowed
+        attn_mask = _block_mask(scheme, qp, kp, allowed, tau_block, workspace, qc.dtype)
         result = F.scaled_dot_product_attention(scaled_query(qc, tau_block), kc, vc, attn_mask=attn_mask, scale=scale)
         emit(out, outputs, result, start, stop)
     return out if out is not None else torch.cat(outputs, dim=-2)
+
+
+def _rotates_per_block(scheme: PositionScheme | None, mask: Mask) -> bool:
+    """Whether each block rotates its own queries and keys: where that is needed (xPos's span) or cheap and lean
+    (without autograd, a window's or BCA's block sees ~width + block keys): no rotated copies of all of q and k."""
+    bounded = keys_per_block(mask, MAX_BLOCK) is not None
+    return (
+        scheme is not None
+        and scheme.transforms_qk
+        and (scheme.rotate_span is not None or (bounded and not torch.is_grad_enabled()))
+    )
+
+
+def _block_mask(
+    scheme: PositionScheme | None,
+    qp: Tensor,
+    kp: Tensor,
+    allowed: Tensor | None,
+    tau: Tensor | None,
+    workspace: dict[str, Tensor],
+    dtype: torch.dtype,
+) -> Tensor | None:
+    """A block's SDPA mask: the scheme's bias over the temperature, -inf where `allowed` hides a pair, 4-D in
+    `dtype` (the flash kernel); without a bias the boolean `allowed` (None: every pair visible). Without autograd
+    the bias is built in a reused `workspace` buffer and modified in place."""
+    if scheme is None or not scheme.has_bias:
+        return allowed
+    if not torch.is_grad_enabled():
+        bias = scheme.bias_into(qp, kp, workspace)  # possibly a reused buffer: modified in place below
+        if tau is not None:
+            bias.div_(tau[..., None])
+        if allowed is not None:
+            mask_in_place(bias, allowed)
+    else:
+        bias = scheme.bias(qp, kp)
+        if tau is not None:
+            bias = bias / tau[..., None]
+        if allowed is not None:
+            bias = bias.masked_fill(~allowed, float("-inf"))
+    return bias.to(dtype)[None]
 
 
 def toeplitz_bias(

@@ -151,25 +151,7 @@ def answer_samples(
     if hasattr(model, "eval"):
         model.eval()
     prefix = evaluation_prefix(model, tasks[0].tokenizer) if tasks else []
-    drawing: dict[str, float] = {}
-    drawn: dict[str, list[RulerSample]] = {}
-    wanted = {task.name: list(indices.get(task.name, ())) for task in tasks}
-    threads = min(max(map(len, wanted.values()), default=1), os.cpu_count() or 1, DRAW_THREADS)
-    with ThreadPoolExecutor(max(1, threads)) as pool:
-        for task in tasks:  # tokenizers release the GIL: samples are drawn side by side
-            if not wanted[task.name]:
-                continue
-            start = time.perf_counter()
-            drawn[task.name] = list(
-                pool.map(
-                    lambda index, task=task: task.sample(
-                        task.prompt_tokens(length, prompt_length), index, seed, prefix=prefix
-                    ),
-                    wanted[task.name],
-                )
-            )
-            check_vocabulary(model, drawn[task.name], task.tokenizer)
-            drawing[task.name] = (time.perf_counter() - start) / len(wanted[task.name])
+    drawn, drawing = _draw(model, tasks, length, indices, seed, prefix, prompt_length)
     budgets = {task.name: task.budget for task in tasks}
     rows = sorted(((name, s) for name, samples in drawn.items() for s in samples), key=lambda row: budgets[row[0]])
     resolved = resolve_mask(model, mask)
@@ -193,6 +175,39 @@ def answer_samples(
                for (name, s), text in zip(batch, texts, strict=True)]  # fmt: skip
         bar.update(len(batch))
     bar.close()
+
+
+def _draw(
+    model: Any,
+    tasks: Sequence[RulerTask],
+    length: int,
+    indices: Mapping[str, Sequence[int]],
+    seed: int,
+    prefix: list[int],
+    prompt_length: str,
+) -> tuple[dict[str, list[RulerSample]], dict[str, float]]:
+    """Samples `indices[task.name]` of each task at `length` (checked against the model's vocabulary), drawn side
+    by side in threads (tokenizers release the GIL), and the seconds drawing took per sample of each task."""
+    drawing: dict[str, float] = {}
+    drawn: dict[str, list[RulerSample]] = {}
+    wanted = {task.name: list(indices.get(task.name, ())) for task in tasks}
+    threads = min(max(map(len, wanted.values()), default=1), os.cpu_count() or 1, DRAW_THREADS)
+    with ThreadPoolExecutor(max(1, threads)) as pool:
+        for task in tasks:
+            if not wanted[task.name]:
+                continue
+            start = time.perf_counter()
+            drawn[task.name] = list(
+                pool.map(
+                    lambda index, task=task: task.sample(
+                        task.prompt_tokens(length, prompt_length), index, seed, prefix=prefix
+                    ),
+                    wanted[task.name],
+                )
+            )
+            check_vocabulary(model, drawn[task.name], task.tokenizer)
+            drawing[task.name] = (time.perf_counter() - start) / len(wanted[task.name])
+    return drawn, drawing
 
 
 def answer_of(task: RulerTask, sample: RulerSample, text: str, seconds: float, prefill: float) -> RulerAnswer:

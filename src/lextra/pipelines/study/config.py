@@ -105,19 +105,33 @@ def parse_study(data: dict[str, Any], where: str = "study config") -> StudyConfi
         train["data"] = section["path"]
     check_fields(StudyConfig, values, where)
     values["train"] = TrainConfig.from_dict(train).validate()
+    values["models"] = _parse_models(values.get("models", []), values["train"], where)
+    for name, keys in SECTION_KEYS.items():
+        section = values.get(name)
+        if section is not None:
+            unknown = sorted(set(section) - keys)
+            if unknown:
+                raise ConfigError(f"{where} [{name}]: unknown keys {unknown}; known: {sorted(keys)}")
+    config = StudyConfig(**values)
+    _check_sections(config, where)
+    return config
+
+
+def _parse_models(entries: list[Any], train: TrainConfig, where: str) -> list[ModelSpec]:
+    """The `[[models]]` entries as ModelSpecs, each scheme (or plan) built once so that unknown names and bad
+    options fail before any training; at least one, with distinct labels."""
     models = []
-    for entry in values.get("models", []):
+    for entry in entries:
         if not isinstance(entry, dict) or "label" not in entry or not ({"scheme", "layer_plan"} & set(entry)):
             raise ConfigError(f"{where}: each [[models]] entry needs a label and a scheme or layer_plan, got {entry!r}")
         check_fields(ModelSpec, entry, f"{where} [[models]] {entry.get('label')!r}")
         spec = ModelSpec(
             entry["label"], entry.get("scheme", "rope"), dict(entry.get("options", {})), entry.get("layer_plan")
         )
-        # builds the scheme (or the plan's) once: unknown names and bad options fail before any training
         if spec.layer_plan is None:
-            build_scheme(spec.scheme, values["train"].model.head_dims(), **spec.options)
+            build_scheme(spec.scheme, train.model.head_dims(), **spec.options)
         else:
-            model = copy.deepcopy(values["train"].model)
+            model = copy.deepcopy(train.model)
             model.scheme, model.scheme_options, model.layer_plan = spec.scheme, dict(spec.options), spec.layer_plan
             model.validate()
         models.append(spec)
@@ -126,14 +140,12 @@ def parse_study(data: dict[str, Any], where: str = "study config") -> StudyConfi
     labels = [m.label for m in models]
     if len(set(labels)) != len(labels):
         raise ConfigError(f"{where}: model labels must be distinct, got {labels}")
-    values["models"] = models
-    for name, keys in SECTION_KEYS.items():
-        section = values.get(name)
-        if section is not None:
-            unknown = sorted(set(section) - keys)
-            if unknown:
-                raise ConfigError(f"{where} [{name}]: unknown keys {unknown}; known: {sorted(keys)}")
-    config = StudyConfig(**values)
+    return models
+
+
+def _check_sections(config: StudyConfig, where: str) -> None:
+    """The sections' values: masks, seeds, retrieval multiples, the model labels sections name, RULER's settings
+    and the extension methods `[stretch]` runs (their options and the longest length)."""
     for mask in config.masks:
         build_mask(mask, config.train_len)
     if not config.seeds:
@@ -151,7 +163,6 @@ def parse_study(data: dict[str, Any], where: str = "study config") -> StudyConfi
     for method in (config.stretch or {}).get("methods") or []:
         if isinstance(method, str) and method.startswith(EXTEND):  # options and the longest length checked now
             extension_method(method, config.train_len, config.lengths)
-    return config
 
 
 def load_study(path: str | Path) -> StudyConfig:
