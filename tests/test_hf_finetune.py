@@ -225,12 +225,12 @@ def one_process_run(base, corpus, tmp_path_factory) -> tuple[list[str], Path]:
 
 SHARD_SPY = """
 import json, os, sys
-import lextra.hf.finetune as ft
+import lextra.train.loop as ft
 from lextra.cli import main
-from lextra.train.distributed import is_sharded
+from lextra.train.sharding import is_sharded
 
-def spy(model, device, world_size):
-    out = ft_shard(model, device, world_size)
+def spy(model, units, device, world_size):
+    out = ft_shard(model, units, device, world_size)
     params = list(model.parameters())
     record = {"sharded": all(is_sharded(p) for p in params), "total": sum(p.numel() for p in params),
               "local": sum(p.to_local().numel() for p in params)}

@@ -679,10 +679,13 @@ class GPT(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
 
-def save_model(model: GPT, directory: str | Path, extra: dict[str, Any] | None = None) -> Path:
-    """Write `model.safetensors` then `config.json` (with the weights' sha256), each atomically."""
+def save_model(
+    model: GPT, directory: str | Path, extra: dict[str, Any] | None = None, state: dict[str, Tensor] | None = None
+) -> Path:
+    """Write `model.safetensors` then `config.json` (with the weights' sha256), each atomically. `state`: the
+    model's weights as whole CPU tensors when the caller has them (a sharded model's, gathered); None: the model's."""
     directory = Path(directory)
-    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    state = {k: v.detach().contiguous().cpu() for k, v in (model.state_dict() if state is None else state).items()}
     if model.config.tie_embeddings:
         state.pop("head.weight", None)
     weights = directory / WEIGHTS_FILE

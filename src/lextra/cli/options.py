@@ -357,7 +357,7 @@ TRAIN_FLAGS: dict[str, str] = {
 GENERATED_TRAIN_FLAGS = (
     "batch_size", "steps", "lr", "min_lr_ratio", "warmup", "weight_decay", "beta1", "beta2", "grad_clip",
     "position_lr_scale", "seed", "checkpoint_every", "log_every", "eval_every", "eval_sequences", "init_from",
-    "positions", "s2_attn", "order", "precision", "tensorboard", "log_dir", "compile",
+    "positions", "s2_attn", "order", "precision", "tensorboard", "log_dir", "compile", "fsdp",
 )  # fmt: skip
 TRAIN_FLAGS.update({name: name for name in GENERATED_TRAIN_FLAGS})
 

@@ -3,8 +3,9 @@ context length under the one `Trainer` (`lextra.train`): LoRA (through `peft`, o
 projections), optionally trainable embeddings, head and norms and S2-Attn where the family's attention allows it
 (LongLoRA's recipe, `lextra.hf.s2attn`), a RoPE scaling that becomes part of the saved config, gradient
 checkpointing, bf16 autocast on CUDA (fp32 on the CPU). The base is a Hugging Face folder or a GGUF file (dequantised
-to fp32 as it loads); under torchrun the model is replicated (DDP) or, with `fsdp`, sharded (FSDP2,
-`lextra.hf.fsdp`).
+to fp32 as it loads); under torchrun the model is replicated (DDP) or, with `fsdp`, sharded (FSDP2: the `Trainer`
+shards each decoder layer, then the model, `lextra.train.sharding`), for models whose weights, gradients and AdamW
+state do not fit one device; autocast (bf16 on CUDA) runs inside the sharded model, parameters stay fp32.
 
 The run folder is `lextra train`'s (`lextra.train.checkpoints`): `config.json`, `metrics.jsonl` (step, loss, lr,
 grad_norm, tokens_per_s), `checkpoints/step_N/` (`trainable.safetensors`: the parameters that train, whole; the
@@ -46,7 +47,6 @@ from lextra.data.shards import PreparedShards, training_batches
 from lextra.devices import autocast
 from lextra.errors import ConfigError, DataError
 from lextra.hf.export import export_model
-from lextra.hf.fsdp import shard_model
 from lextra.hf.load import as_plain_model, load_config, pretrained_source, resolve_model_path, tokenizer_config
 from lextra.hf.models import DECODER_FAMILIES, hf_rope_parameters
 from lextra.hf.s2attn import check_group, check_s2_layers, disable_s2, enable_s2
@@ -54,8 +54,8 @@ from lextra.io import atomic_write
 from lextra.registry import Option, Registry
 from lextra.train import FINAL, BatchSource, Distributed, LoopConfig, Trainer
 from lextra.train.checkpoints import refuse_changes
-from lextra.train.distributed import gathered, placed_like
 from lextra.train.loop import clip_gradients
+from lextra.train.sharding import gathered, load_full
 from lextra.train.target import StepFunction
 
 #: the file of a checkpoint that holds the parameters that train
@@ -309,12 +309,13 @@ def trainable_state(model: Any, keep: bool = True) -> dict[str, torch.Tensor]:
     return gathered(((n, p) for n, p in model.named_parameters() if p.requires_grad), keep)
 
 
-def load_trainable(model: Any, weights: dict[str, torch.Tensor]) -> None:
-    """Copy whole tensors by name into the model's parameters, sharded as each parameter is."""
-    params = dict(model.named_parameters())
-    with torch.no_grad():
-        for name, value in weights.items():
-            params[name].copy_(placed_like(value, params[name]))
+def decoder_layers(model: Any) -> list[torch.nn.Module]:
+    """The decoder layers of a (LoRA-wrapped) Llama-family model: the units FSDP gathers one at a time."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    layers = getattr(getattr(base, "model", None), "layers", None)
+    if layers is None:
+        raise ConfigError(f"--fsdp: {type(base).__name__} has no model.layers to shard; run without --fsdp")
+    return list(layers)
 
 
 def make_optimizer(model: Any, config: FinetuneConfig) -> torch.optim.AdamW:
@@ -442,8 +443,6 @@ class HFTarget:
     def build(self, device: torch.device, world: Distributed) -> torch.nn.Module:
         model, hf_config = build_model(self.config, device)
         self.original_length = int(hf_config.max_position_embeddings)
-        if self.config.fsdp:
-            shard_model(model, device, world.size)
         assert self.tokenizer is not None
         if int(self.tokenizer.vocab_size) > int(hf_config.vocab_size):
             raise ConfigError(
@@ -452,6 +451,9 @@ class HFTarget:
             )
         self.model, self.precision = model, "bf16" if device.type == "cuda" else "fp32"
         return model
+
+    def shard_units(self) -> list[torch.nn.Module]:
+        return decoder_layers(self.model)
 
     def optimizer(self) -> torch.optim.Optimizer:
         return make_optimizer(self.model, self.config)
@@ -471,7 +473,7 @@ class HFTarget:
             atomic_write(folder / TRAINABLE, lambda tmp: save_file(weights, str(tmp)))
 
     def load_weights(self, folder: Path) -> None:
-        load_trainable(self.model, load_file(str(folder / TRAINABLE)))
+        load_full(self.model, load_file(str(folder / TRAINABLE)))
 
     def validation_loss(self, done: int) -> float | None:
         return None
@@ -498,7 +500,7 @@ class HFTarget:
 def _unsharded(config: FinetuneConfig, weights: dict[str, torch.Tensor]) -> Any:
     """The run's model built again on the CPU, unsharded, holding the trained `weights`."""
     model, _ = build_model(dataclasses.replace(config, fsdp=False), torch.device("cpu"))
-    load_trainable(model, weights)
+    load_full(model, weights)
     return model
 
 

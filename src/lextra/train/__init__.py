@@ -1,6 +1,6 @@
 """The one training stack: a `Trainer` (`loop`) runs a training target (`target`: a lextra GPT, `gpt`; a Hugging
 Face model, `lextra.hf.finetune`) with its settings (`config`), checkpoints (`checkpoints`), curves (`metrics`),
-torchrun replication and sharding (`distributed`), and a GPT run's batch sources (`tasks`).
+torchrun replication (`distributed`), FSDP2 sharding (`sharding`), and a GPT run's batch sources (`tasks`).
 
 A run directory holds `config.json`, `metrics.jsonl`, `checkpoints/step_N/` (each written atomically;
 `checkpoints/LATEST` names the newest), TensorBoard event files in `tb/` (or `log_dir`) when asked, and when done

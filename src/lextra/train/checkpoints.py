@@ -20,7 +20,7 @@ from safetensors.torch import load_file, save_file
 
 from lextra.errors import CheckpointError, ConfigError
 from lextra.io import atomic_write, atomic_write_json, atomic_write_text, sha256_file
-from lextra.train.distributed import gathered, placed_like
+from lextra.train.sharding import gathered, placed_like
 
 CHECKPOINTS = "checkpoints"
 LATEST = "LATEST"

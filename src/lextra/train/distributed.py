@@ -1,19 +1,12 @@
-"""torchrun plumbing for the `Trainer`: `Distributed` (rank, world size, the process group; DDP replication) and
-FSDP2 sharding (torch's per-parameter `fully_shard`: every process holds 1/N of each parameter, gradient and
-optimizer state, and gathers a block's weights only while it runs). The helpers move between sharded tensors
-(DTensors) and the full CPU tensors a checkpoint holds, so a checkpoint is the same file whether the run was sharded
-or not, and resumes either way.
+"""torchrun plumbing for the `Trainer`: `Distributed` (rank, world size, the process group; DDP replication).
+Sharding instead of replicating (FSDP2) is `lextra.train.sharding`.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
-from typing import Any, cast
 
 import torch
-
-from lextra.errors import ConfigError
 
 
 class Distributed:
@@ -96,70 +89,3 @@ class Distributed:
 
             dist.barrier()
             dist.destroy_process_group()
-
-
-def _api() -> tuple[Any, Any, Any]:
-    """fully_shard, DTensor and distribute_tensor (public in torch 2.6; torch 2.5 names them under _composable)."""
-    try:
-        from torch.distributed.fsdp import fully_shard
-    except ImportError:  # torch 2.5
-        from torch.distributed._composable.fsdp import fully_shard
-    from torch.distributed.tensor import DTensor, distribute_tensor
-
-    return fully_shard, DTensor, distribute_tensor
-
-
-def shard_blocks(
-    blocks: Iterable[torch.nn.Module], root: torch.nn.Module, device: torch.device, world_size: int
-) -> None:
-    """Shard each of `blocks`, then `root` (the parameters no block holds), in place over the `world_size`
-    processes of the default group (one mesh dimension); their parameters become DTensors."""
-    if world_size < 2:
-        raise ConfigError(
-            "--fsdp shards the model over torchrun's processes; run under torchrun --nproc-per-node N with N >= 2, "
-            "or drop --fsdp"
-        )
-    from torch.distributed.device_mesh import init_device_mesh
-
-    fully_shard, _, _ = _api()
-    mesh = init_device_mesh(device.type, (world_size,))
-    for block in blocks:
-        fully_shard(block, mesh=mesh)
-    fully_shard(root, mesh=mesh)
-
-
-def is_sharded(value: Any) -> bool:
-    """Whether `value` is a DTensor (a sharded parameter, gradient norm or optimizer state)."""
-    if not torch.distributed.is_available():
-        return False
-    _, dtensor, _ = _api()
-    return isinstance(value, dtensor)
-
-
-def full_tensor(value: torch.Tensor) -> torch.Tensor:
-    """The whole tensor behind a DTensor (a collective: every process calls it), or `value` itself."""
-    return cast(Any, value).full_tensor() if is_sharded(value) else value
-
-
-def local_tensor(value: torch.Tensor) -> torch.Tensor:
-    """This process's part of a DTensor (no communication), or `value` itself."""
-    return cast(Any, value).to_local() if is_sharded(value) else value
-
-
-def placed_like(value: torch.Tensor, like: Any) -> torch.Tensor:
-    """A full tensor `value` laid out as `like`: sharded as `like` is when it is a DTensor, else on its device."""
-    if is_sharded(like):
-        _, _, distribute_tensor = _api()
-        return distribute_tensor(value.to(like.to_local().device), like.device_mesh, like.placements)
-    return value.to(like.device)
-
-
-def gathered(items: Iterable[tuple[str, torch.Tensor]], keep: bool) -> dict[str, torch.Tensor]:
-    """(name, tensor) pairs as whole CPU tensors, gathered one at a time when sharded (every process takes part;
-    only one with `keep` holds the copies, so the host holds one full state, not one per process)."""
-    out: dict[str, torch.Tensor] = {}
-    for name, value in items:
-        whole = full_tensor(value.detach())
-        if keep:
-            out[name] = whole.contiguous().cpu()
-    return out

@@ -28,6 +28,7 @@ from lextra.train.checkpoints import FINAL, refuse_changes
 from lextra.train.config import TrainConfig
 from lextra.train.distributed import Distributed
 from lextra.train.loop import Trainer
+from lextra.train.sharding import gathered, load_full
 from lextra.train.target import StepFunction
 from lextra.train.tasks import BatchSource, batch_source, check_same_data, open_training_data
 
@@ -79,8 +80,6 @@ class GPTTarget:
     kind = "training"
 
     def __init__(self, config: TrainConfig) -> None:
-        if config.fsdp:
-            raise ConfigError("--fsdp shards Hugging Face models (lextra hf finetune); lextra train replicates (DDP)")
         self.config = config
         self.label = f"train {config.model.label}"
         self.extra: dict[str, Any] = {}
@@ -130,7 +129,7 @@ class GPTTarget:
             self.extra["data"] = {"path": str(shards.root), "manifest_sha256": shards.sha256} | (
                 {"cache": True} if cached else {}
             )
-        if world.is_main:
+        if world.is_main or config.fsdp:  # a sharded model's forward is a collective: every process evaluates
             self.validation = validation_batches(data, shards, config)
 
     def _check_resumable(self, run_dir: Path) -> None:
@@ -155,6 +154,9 @@ class GPTTarget:
         self.validation = [b.to(device) for b in self.validation]
         return self._model
 
+    def shard_units(self) -> list[torch.nn.Module]:
+        return list(self.model.blocks)  # the root keeps the tied embedding and head, and the position schemes
+
     def optimizer(self) -> torch.optim.Optimizer:
         return make_optimizer(self.model, self.config)
 
@@ -172,11 +174,18 @@ class GPTTarget:
         return list(self.model.named_parameters())
 
     def save_weights(self, folder: Path | None) -> None:
+        state = self.full_state(keep=folder is not None)
         if folder is not None:
-            save_model(self.model, folder, extra=self.extra)
+            save_model(self.model, folder, extra=self.extra, state=state)
 
     def load_weights(self, folder: Path) -> None:
-        self.model.load_state_dict(load_model(folder, map_location=self.device).state_dict())
+        load_full(self.model, load_model(folder).state_dict())
+
+    def full_state(self, keep: bool) -> dict[str, torch.Tensor]:
+        """The model's weights as whole CPU tensors, the tied head left out (gathered when sharded: every process
+        calls it; only one with `keep` holds them)."""
+        tied = self.config.model.tie_embeddings
+        return gathered(((k, v) for k, v in self.model.state_dict().items() if not (tied and k == "head.weight")), keep)
 
     def validation_loss(self, done: int) -> float | None:
         config = self.config
@@ -199,8 +208,9 @@ class GPTTarget:
         if self.step_loss is not None and self.step_loss.summary() and world.is_main:
             print(f"lextra train: {self.config.model.label}: {self.step_loss.summary()}", file=sys.stderr)
         final = run_dir / FINAL
+        state = self.full_state(keep=world.is_main)
         if world.is_main:
-            save_model(self.model, final, extra={**self.extra, "steps": self.config.steps})
+            save_model(self.model, final, extra={**self.extra, "steps": self.config.steps}, state=state)
         return final
 
 
@@ -255,7 +265,7 @@ def _initialise_from(model: GPT, folder: str) -> None:
             f"{model.config.train_len} (a table sized by L_tr); keep its --train-len or set the table size "
             "(e.g. --scheme-option max_len=...) as the model has it"
         )
-    model.load_state_dict(source.state_dict())
+    load_full(model, source.state_dict())
 
 
 def validation_batches(

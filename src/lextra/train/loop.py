@@ -26,8 +26,9 @@ from lextra.io import atomic_write_json
 from lextra.locks import run_lock
 from lextra.train.checkpoints import CHECKPOINTS, checkpoint_candidates, resume, save_checkpoint, saved_position
 from lextra.train.config import learning_rate
-from lextra.train.distributed import Distributed, full_tensor, is_sharded, local_tensor
+from lextra.train.distributed import Distributed
 from lextra.train.metrics import Metrics
+from lextra.train.sharding import check_sharding, full_tensor, is_sharded, local_tensor, shard_model
 from lextra.train.target import StepFunction, TrainingTarget
 
 
@@ -62,6 +63,7 @@ class Trainer:
         config, target, run_dir = self.config, self.target, self.run_dir
         self.device = resolve_device(self.device_spec)
         world = self.world = Distributed.from_environment(self.device)
+        check_sharding(config.fsdp, world.size)
         if config.batch_size % world.size:
             raise ConfigError(
                 f"the global batch ({config.batch_size}) must divide evenly over {world.size} processes; "
@@ -76,6 +78,8 @@ class Trainer:
             atomic_write_json(run_dir / "config.json", target.run_record())
         world.barrier()
         model = target.build(self.device, world)
+        if config.fsdp:  # every target alike: its units one at a time, then the root
+            shard_model(model, target.shard_units(), self.device, world.size)
         optimizer = target.optimizer()
         start = resume(run_dir, target, optimizer, self.device, target.command) if self.resume else 0
         self._check_position(start)

@@ -1,6 +1,7 @@
 """The training target protocol: what the `Trainer` asks of the thing it trains. A lextra GPT (`GPTTarget`,
 `lextra.train.gpt`) and a Hugging Face model with optional LoRA (`HFTarget`, `lextra.hf.finetune`) implement it;
-the Trainer owns everything else (steps, schedule, checkpoints, resume, divergence stop, metrics, torchrun).
+the Trainer owns everything else (steps, schedule, checkpoints, resume, divergence stop, metrics, torchrun: DDP, or
+FSDP2 sharding over the units the target names).
 """
 
 from __future__ import annotations
@@ -67,7 +68,13 @@ class TrainingTarget(Protocol):
         ...
 
     def build(self, device: torch.device, world: Distributed) -> torch.nn.Module:
-        """The model on `device`, seeded, trainable parameters set, sharded when `config.fsdp` (FSDP2)."""
+        """The model on `device`, seeded, trainable parameters set (whole: with `config.fsdp` the Trainer shards
+        it next, `lextra.train.sharding.shard_model`)."""
+        ...
+
+    def shard_units(self) -> list[torch.nn.Module]:
+        """The modules FSDP2 shards one at a time (a GPT's blocks, a decoder's layers); the model itself is the
+        root, holding the rest (weights tied across units must live in the root)."""
         ...
 
     def optimizer(self) -> torch.optim.Optimizer:
