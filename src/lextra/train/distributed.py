@@ -4,6 +4,7 @@ Sharding instead of replicating (FSDP2) is `lextra.train.sharding`.
 
 from __future__ import annotations
 
+import atexit
 import os
 
 import torch
@@ -32,11 +33,12 @@ class Distributed:
 
         if device.type == "cuda":
             torch.cuda.set_device(device)
-        if not dist.is_initialized():
+        if not dist.is_initialized():  # one group per process, kept for every run it makes (compare, study)
             if device.type == "cuda":
                 dist.init_process_group("nccl", device_id=device)
             else:
                 dist.init_process_group("gloo")
+            atexit.register(_destroy_group)
         return cls(dist.get_rank(), dist.get_world_size(), device)
 
     @property
@@ -84,8 +86,13 @@ class Distributed:
             dist.barrier()
 
     def close(self) -> None:
-        if self.size > 1:
-            import torch.distributed as dist
+        """The end of one run: every process waits for the others. The process group stays for the process's next
+        run (a group made again after it is destroyed may wait forever under torchrun); it goes at exit."""
+        self.barrier()
 
-            dist.barrier()
-            dist.destroy_process_group()
+
+def _destroy_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
