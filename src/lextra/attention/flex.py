@@ -217,29 +217,40 @@ def flex_block_mask(
     key = None
     if facts.q_contiguous and facts.k_contiguous and facts.n_q and facts.n_k:
         key = (type(mask), repr(mask), facts.n_q, facts.n_k, facts.q_first, facts.k_first, str(device))
-        cached = _BLOCK_MASKS.get(key)
+        cached = _cached(_BLOCK_MASKS, key)
         if cached is not None:
-            _BLOCK_MASKS.move_to_end(key)
             return cached
     padded = _layout(q_pos, k_pos, facts)
     partial, full = _classify_blocks(mask, padded, q_pos, k_pos)
-    counts, indices = _ordered(partial)
-    full_counts, full_indices = _ordered(full)
-    block_mask = BlockMask.from_kv_blocks(
-        counts,
-        indices,
-        full_counts,
-        full_indices,
-        BLOCK_SIZE=BLOCK,
-        mask_mod=_mask_mod(mask, padded, device),
-        seq_lengths=(padded.pad_q, padded.pad_k),
-    )
+    block_mask = _from_blocks(partial, full, _mask_mod(mask, padded, device), (padded.pad_q, padded.pad_k))
     _BUILT[block_mask] = (repr(mask), q_pos, k_pos)
     if key is not None:
-        _BLOCK_MASKS[key] = block_mask
-        while len(_BLOCK_MASKS) > BLOCK_MASK_CACHE:
-            _BLOCK_MASKS.popitem(last=False)
+        _remember(_BLOCK_MASKS, key, block_mask)
     return block_mask
+
+
+def _from_blocks(partial: Tensor, full: Tensor, mask_mod: Any, seq_lengths: tuple[int, int]) -> BlockMask:
+    """A BlockMask from (query blocks, key blocks) booleans: `partial` blocks run `mask_mod`, `full` ones do not."""
+    counts, indices = _ordered(partial)
+    full_counts, full_indices = _ordered(full)
+    return BlockMask.from_kv_blocks(
+        counts, indices, full_counts, full_indices, BLOCK_SIZE=BLOCK, mask_mod=mask_mod, seq_lengths=seq_lengths
+    )
+
+
+def _cached(cache: OrderedDict[tuple, BlockMask], key: tuple) -> BlockMask | None:
+    """The BlockMask cached under `key` (marked most recently used), or None."""
+    found = cache.get(key)
+    if found is not None:
+        cache.move_to_end(key)
+    return found
+
+
+def _remember(cache: OrderedDict[tuple, BlockMask], key: tuple, block_mask: BlockMask) -> None:
+    """Cache `block_mask` under `key`, dropping the least recently used beyond `BLOCK_MASK_CACHE` entries."""
+    cache[key] = block_mask
+    while len(cache) > BLOCK_MASK_CACHE:
+        cache.popitem(last=False)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -547,26 +558,13 @@ def band_block_mask(
     key = None
     if first is not None:
         key = (n_q, n_k, *first, *distance, *keys, str(device))
-        cached = _BAND_MASKS.get(key)
+        cached = _cached(_BAND_MASKS, key)
         if cached is not None:
-            _BAND_MASKS.move_to_end(key)
             return cached
     partial, every = _band_blocks(q_pos, k_pos, pad_q, pad_k, distance, keys)
-    counts, indices = _ordered(partial)
-    full_counts, full_indices = _ordered(every)
-    block_mask = BlockMask.from_kv_blocks(
-        counts,
-        indices,
-        full_counts,
-        full_indices,
-        BLOCK_SIZE=BLOCK,
-        mask_mod=_band_mod(q_pos, k_pos, pad_q, pad_k, distance, keys),
-        seq_lengths=(pad_q, pad_k),
-    )
+    block_mask = _from_blocks(partial, every, _band_mod(q_pos, k_pos, pad_q, pad_k, distance, keys), (pad_q, pad_k))
     if key is not None:
-        _BAND_MASKS[key] = block_mask
-        while len(_BAND_MASKS) > BLOCK_MASK_CACHE:
-            _BAND_MASKS.popitem(last=False)
+        _remember(_BAND_MASKS, key, block_mask)
     return block_mask
 
 
