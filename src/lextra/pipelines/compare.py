@@ -163,7 +163,7 @@ def compare(
         raise ConfigError("compare needs at least one scheme or --layer-plan")
     _check_labels(parsed)
     configs = {v.model: variant_config(base, v) for v in parsed}  # every plan checked before any training
-    eval_config.validate()
+    eval_config = eval_config.validate().for_device(device)  # `auto` precision resolved: cached cells name theirs
     data = None
     summary = Comparison(variants={}, train=base.to_dict(), eval=eval_config.to_dict())
     models: dict[str, Path] = {}
@@ -271,6 +271,7 @@ def write_summary(out_dir: Path, summary: Comparison, train_len: int) -> None:
             "protocol": p,
             "length": n,
             **point.to_dict(),
+            "precision": record.evaluation.precision,
         }
         for label, record in variants.items()
         for p in protocols

@@ -8,7 +8,6 @@ outputs and no `cat`). Exactly causal calls without a per-distance bias take the
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from lextra.attention.backends.common import (
@@ -20,9 +19,11 @@ from lextra.attention.backends.common import (
     block_tau,
     contiguous,
     emit,
+    float_mask,
     key_block,
     keys_per_block,
     mask_in_place,
+    masked_sdpa,
     query_blocks,
     rotate,
     scaled_query,
@@ -104,7 +105,7 @@ def chunked_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) ->
         if toeplitz is not None:
             # rows reversed so that the bias is a stride-(1, 1) view of one table: no (H, Lq, Lk) tensor is built
             flipped = scaled_query(qc, tau_block).flip(-2)
-            result = F.scaled_dot_product_attention(flipped, kc, vc, attn_mask=toeplitz.to(qc.dtype), scale=scale)
+            result = masked_sdpa(flipped, kc, vc, float_mask(toeplitz, qc), scale)
             emit(out, outputs, result.flip(-2), start, stop)
             continue
         allowed = None if local.hides_nothing else local.allowed(qp, kp)
@@ -122,10 +123,10 @@ def chunked_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) ->
                     bias = bias / tau_block[..., None]
                 if allowed is not None:
                     bias = bias.masked_fill(~allowed, float("-inf"))
-            attn_mask = bias.to(qc.dtype)[None]  # 4-D: the flash kernel
+            attn_mask = float_mask(bias, qc)[None]  # 4-D: the flash kernel
         else:
             attn_mask = allowed
-        result = F.scaled_dot_product_attention(scaled_query(qc, tau_block), kc, vc, attn_mask=attn_mask, scale=scale)
+        result = masked_sdpa(scaled_query(qc, tau_block), kc, vc, attn_mask, scale)
         emit(out, outputs, result, start, stop)
     return out if out is not None else torch.cat(outputs, dim=-2)
 
