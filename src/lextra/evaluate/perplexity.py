@@ -358,12 +358,16 @@ class Evaluation(Serializable):
     stitched: bool
     #: the `EvalConfig.to_dict()` it was computed with, as saved (under "eval")
     config: dict[str, Any] = field(metadata=options(key="eval"))
-    #: the precision the forwards ran in (`EvalConfig.precision` with `auto` resolved): fp32 or bf16
-    precision: str = "fp32"
 
     @property
     def protocols(self) -> list[str]:
         return list(self.results)
+
+    @property
+    def precision(self) -> str:
+        """The precision the forwards ran in, `auto` resolved: the saved `eval.precision`, absent for fp32 (as in
+        every result written before evaluations had a precision)."""
+        return str(self.config.get("precision", "fp32"))
 
     def point(self, protocol: str, length: int) -> PerplexityPoint:
         return self.results[protocol][int(length)]
@@ -453,5 +457,4 @@ def evaluate_model(
         documents=len(docs),
         stitched=stitched,
         config=config.to_dict(),
-        precision=config.precision,
     )
