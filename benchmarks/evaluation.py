@@ -2,11 +2,12 @@
 
 What it measures
     For each scheme, `evaluate_model` with `lextra compare`'s default settings (lengths L_tr x 1..16, the three
-    protocols, 8 documents) on the main job's model (width 128, 4 layers; seed 0 initial weights, or the trained
-    weights `--models` names: the time does not depend on training, the precision's NLL difference does) and the
-    built-in corpus. Each (round, tree, thread count) runs in a fresh subprocess with that tree's `src` on
-    `PYTHONPATH`; inside it every scheme is evaluated once per `--precisions` entry, the precisions one after the
-    other (their order reversed every other round), so the runs compared share the machine's load.
+    protocols, 8 documents unless `--documents`) on the main job's model (width 128, 4 layers; seed 0 initial
+    weights, or the trained weights `--models` names: the time does not depend on training, the precision's NLL
+    difference does) and the built-in corpus. Each (round, tree, thread count) runs in a fresh subprocess with
+    that tree's `src` on `PYTHONPATH`; inside it every scheme is evaluated once per `--precisions` entry, the
+    precisions one after the other (their order reversed every other round), so the runs compared share the
+    machine's load.
     Reported per scheme and thread count: median seconds per (tree, precision) over the rounds, scored tokens/s,
     the speed-up over the first (tree, precision), and the largest relative difference of any cell's NLL from it.
 
@@ -56,7 +57,8 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
         out[scheme] = {}
         for precision in spec["precisions"]:
             start = time.perf_counter()
-            evaluation = evaluate_model(model, data, EvalConfig(precision=precision), progress=False)
+            settings = EvalConfig(precision=precision, documents=int(spec["documents"]))
+            evaluation = evaluate_model(model, data, settings, progress=False)
             seconds = time.perf_counter() - start
             cells = {f"{p}@{n}": [pt.nll, pt.tokens] for p, row in evaluation.results.items() for n, pt in row.items()}
             out[scheme][precision] = {"seconds": seconds, "cells": cells, "used": evaluation.precision}
@@ -80,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--schemes", default="rope,alibi,t5", help="comma list of schemes")
     parser.add_argument("--models", default="", help="trained weights to time instead: SCHEME=FOLDER,...")
     parser.add_argument("--precisions", default="fp32", help="comma list of evaluation precisions (fp32,bf16,auto)")
+    parser.add_argument("--documents", type=int, default=8, help="documents per evaluation (compare's: 8)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds; every tree runs once per round")
     parser.add_argument("--threads", default="2", help="comma list of torch thread counts")
     harness.add_out_worker(parser, "benchmarks/results/evaluation.json")
@@ -94,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         order = precisions if round_index % 2 == 0 else precisions[::-1]
         for n in threads:
             for tree in trees:
-                spec = {"schemes": schemes, "threads": n, "precisions": order, "models": models}
+                spec = {"schemes": schemes, "threads": n, "precisions": order, "models": models,
+                        "documents": args.documents}  # fmt: skip
                 env = {**os.environ, "PYTHONPATH": f"{tree}/src", "OMP_NUM_THREADS": n}
                 done = subprocess.run(
                     [sys.executable, __file__, "--worker", json.dumps(spec)], env=env, capture_output=True, text=True
