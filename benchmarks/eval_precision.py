@@ -2,7 +2,7 @@
 
 What it measures
     For each scheme and seed, the model `lextra train --out ROOT/<scheme>-<seed>` saved is evaluated with `lextra
-    compare`'s defaults (L_tr x 1..16, three protocols, 8 documents) in fp32 and in bf16 (`EvalConfig.precision`).
+    compare`'s defaults (L_tr x 1..16, three protocols, 8 documents unless `--documents`) in fp32 and in bf16 (`EvalConfig.precision`).
     Per scheme: the largest relative difference bf16 vs fp32 of any cell's NLL and perplexity (over the seeds), the
     seed-to-seed relative difference of the fp32 cells (median and smallest over cells; with two or more seeds),
     the smallest per-cell ratio seed difference / precision difference, and whether every bf16 value is finite.
@@ -25,7 +25,7 @@ import harness
 from harness import HelpFormatter, csv_list, md_table
 
 
-def evaluate(folder: Path, threads: int) -> dict[str, dict[str, tuple[float, float]]]:
+def evaluate(folder: Path, threads: int, documents: int) -> dict[str, dict[str, tuple[float, float]]]:
     """{precision: {cell: (nll, ppl)}} of one trained model, fp32 and bf16."""
     import torch
 
@@ -40,7 +40,7 @@ def evaluate(folder: Path, threads: int) -> dict[str, dict[str, tuple[float, flo
     model = load_model(folder, map_location="cpu")
     out = {}
     for precision in ("fp32", "bf16"):
-        evaluation = evaluate_model(model, data, EvalConfig(precision=precision), progress=False)
+        evaluation = evaluate_model(model, data, EvalConfig(precision=precision, documents=documents), progress=False)
         out[precision] = {
             f"{p}@{n}": (pt.nll, pt.ppl) for p, row in evaluation.results.items() for n, pt in row.items()
         }
@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--schemes", default="rope,alibi,fire", help="comma list of schemes")
     parser.add_argument("--seeds", default="0,1", help="comma list of seeds (the first two are compared)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--documents", type=int, default=8, help="documents per evaluation (compare's: 8)")
     parser.add_argument("--out", default="benchmarks/results/eval_precision.json", help="results JSON (+ .md)")
     args = parser.parse_args(argv)
     results: dict[str, Any] = {}
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         for seed in (int(s) for s in csv_list(args.seeds)):
             folder = Path(args.root) / f"{scheme}-{seed}" / "model"
             if folder.exists():
-                by_seed[seed] = evaluate(folder, args.threads)
+                by_seed[seed] = evaluate(folder, args.threads, args.documents)
                 print(f"{scheme} seed {seed} done", file=sys.stderr)
         if by_seed:
             results[scheme] = by_seed
