@@ -2,8 +2,8 @@
 
 What it measures
     For each scheme and seed, the model `lextra train --out ROOT/<scheme>-<seed>` saved is evaluated with `lextra
-    compare`'s defaults (L_tr x 1..16, three protocols, 8 documents unless `--documents`) in fp32 and in bf16 (`EvalConfig.precision`).
-    Per scheme: the largest relative difference bf16 vs fp32 of any cell's NLL and perplexity (over the seeds), the
+    compare`'s defaults (L_tr x 1..16, three protocols, 8 documents unless `--documents`) in fp32 and in bf16
+    (`EvalConfig.precision`). Per scheme: the largest relative difference bf16 vs fp32 of any cell's NLL and perplexity (over the seeds), the
     seed-to-seed relative difference of the fp32 cells (median and smallest over cells; with two or more seeds),
     the smallest per-cell ratio seed difference / precision difference, and whether every bf16 value is finite.
 
