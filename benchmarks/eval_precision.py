@@ -3,9 +3,10 @@
 What it measures
     For each scheme and seed, the model `lextra train --out ROOT/<scheme>-<seed>` saved is evaluated with `lextra
     compare`'s defaults (L_tr x 1..16, three protocols, 8 documents unless `--documents`) in fp32 and in bf16
-    (`EvalConfig.precision`). Per scheme: the largest relative difference bf16 vs fp32 of any cell's NLL and perplexity (over the seeds), the
-    seed-to-seed relative difference of the fp32 cells (median and smallest over cells; with two or more seeds),
-    the smallest per-cell ratio seed difference / precision difference, and whether every bf16 value is finite.
+    (`EvalConfig.precision`). Per scheme: the largest relative difference bf16 vs fp32 of any cell's NLL and
+    perplexity (over the seeds), the seed-to-seed relative difference of the fp32 cells (median and smallest over
+    cells; with two or more seeds), the smallest per-cell ratio seed difference / precision difference, and whether
+    every bf16 value is finite.
 
 Usage
     lextra train --out runs/prec/rope-0 --scheme rope --seed 0   # and rope-1, alibi-0, ... (the main job's shape)
