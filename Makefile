@@ -37,7 +37,7 @@ $(OLDEST_STAMP): $(STAMP) $(REQ)/oldest/transformers.txt
 	touch $(OLDEST_STAMP)
 
 run: $(STAMP)
-	$(PY) -m lextra compare --out $(RUN_DIR)
+	$(PY) -m lextra compare --out $(RUN_DIR) --eval-precision auto
 
 # Everything that runs on a CPU; tests marked `gpu` are deselected (not skipped).
 test: $(STAMP) $(OLDEST_STAMP)

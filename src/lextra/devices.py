@@ -21,6 +21,8 @@ DEVICE_CHOICES = "auto, cpu, cuda or cuda:N"
 #: suite's CPU tests set it, so `make test` computes the same on every machine)
 DEVICE_ENV = "LEXTRA_DEVICE"
 PRECISIONS = ("fp32", "bf16")
+#: what an evaluation may ask for: a precision, or `auto` (bf16 where the device multiplies bf16 natively)
+EVAL_PRECISIONS = (*PRECISIONS, "auto")
 
 
 def torchrun_local() -> tuple[int, int] | None:
@@ -107,3 +109,31 @@ def autocast(precision: str, device: torch.device | str) -> AbstractContextManag
     if precision == "fp32":
         return contextlib.nullcontext()
     raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+
+
+def native_bf16(device: torch.device | str) -> bool:
+    """Whether `device` multiplies bf16 matrices natively: a CUDA GPU torch reports bf16 support for, or a CPU
+    with AMX-BF16 or AVX512-BF16 (on any other CPU bf16 products are emulated, slower than fp32)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if device.type != "cpu":
+        return False
+    capabilities = cpu_capabilities()
+    return bool(capabilities.get("amx_bf16") or capabilities.get("avx512_bf16"))
+
+
+def cpu_capabilities() -> dict[str, Any]:
+    """The CPU's instruction-set flags as torch reports them (`torch.cpu.get_capabilities`; empty if unknown)."""
+    probe = getattr(torch.cpu, "get_capabilities", None)
+    return dict(probe()) if callable(probe) else {}
+
+
+def resolve_precision(precision: str, device: torch.device | str) -> str:
+    """The precision an evaluation runs in: `fp32` or `bf16` as given, `auto` -> bf16 where `native_bf16`, else
+    fp32; anything else is a one-line `ConfigError` naming the choices."""
+    if precision not in EVAL_PRECISIONS:
+        raise ConfigError(f"evaluation precision must be one of {', '.join(EVAL_PRECISIONS)}, got {precision!r}")
+    if precision == "auto":
+        return "bf16" if native_bf16(device) else "fp32"
+    return precision

@@ -536,6 +536,22 @@ def add_evaluation(parser: argparse.ArgumentParser) -> None:
         help=f"attention backend: {', '.join(backend_names())}; auto picks the fastest exact one; flex "
         "(FlexAttention) needs CUDA for gradients",
     )
+    add_eval_precision(parser)
+
+
+def add_eval_precision(parser: argparse.ArgumentParser) -> None:
+    """--eval-precision fp32|bf16|auto: the precision of the evaluation's forwards (`EvalConfig.precision`)."""
+    from lextra.devices import EVAL_PRECISIONS
+    from lextra.evaluate import EvalConfig
+
+    parser.add_argument(
+        "--eval-precision",
+        choices=EVAL_PRECISIONS,
+        default=config_default(EvalConfig, "precision"),
+        help="precision of the evaluation's forwards: bf16 runs the matrix products under bf16 autocast (positions, "
+        "rotary angles, biases, logits and losses stay fp32, sums fp64); auto is bf16 where the device multiplies "
+        "bf16 natively (a CUDA GPU with bf16, a CPU with AMX-BF16 or AVX512-BF16), else fp32",
+    )
 
 
 def backend_name(text: str) -> str:
@@ -562,6 +578,7 @@ def eval_config_from(args: argparse.Namespace, mask: str = "causal") -> Any:
         documents=args.documents,
         stride=args.stride,
         temperature=temperature_schedule(args),
+        precision=args.eval_precision,
     ).validate()
 
 

@@ -17,6 +17,7 @@ chunks and sliding score the same max(L) tokens at every L; last-token scores th
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from collections.abc import Iterator, Sequence
@@ -32,7 +33,7 @@ from lextra.attention.masks import Mask, build_mask
 from lextra.data.prepare import PreparedData
 from lextra.data.shards import PreparedShards
 from lextra.data.windows import encode_documents
-from lextra.devices import module_device
+from lextra.devices import EVAL_PRECISIONS, autocast, module_device, resolve_precision
 from lextra.errors import ConfigError, DataError
 from lextra.evaluate.prefix import evaluation_prefix
 from lextra.extend import InferenceSetup
@@ -65,6 +66,21 @@ class EvalConfig(Serializable):
     temperature: str = "none"
     #: tokens of each document scored by chunks/sliding (default max(lengths)); fix it to compare separate runs
     span: int | None = None
+    #: "fp32", "bf16" (the forward's matrix products under bf16 autocast; positions, angles, biases, logits and
+    #: losses stay fp32, sums fp64) or "auto" (bf16 where the device multiplies bf16 natively, else fp32)
+    precision: str = "fp32"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form; `precision` is left out at fp32, so results and cache keys from before it existed (all
+        fp32) compare equal, and a cell computed at another precision does not."""
+        values = super().to_dict()
+        if values.get("precision") == "fp32":
+            del values["precision"]
+        return values
+
+    def for_device(self, device: torch.device | str) -> EvalConfig:
+        """A copy with `auto` precision resolved for `device` (`lextra.devices.resolve_precision`)."""
+        return dataclasses.replace(self, precision=resolve_precision(self.precision, device))
 
     def resolved_lengths(self, train_len: int) -> list[int]:
         lengths = self.lengths or [train_len * m for m in LENGTH_MULTIPLES]
@@ -95,6 +111,10 @@ class EvalConfig(Serializable):
         build_mask(self.mask, train_len=2)  # raises on a bad spec
         if self.temperature not in ("none", "log-length"):
             raise ConfigError(f"evaluation temperature must be 'none' or 'log-length', got {self.temperature!r}")
+        if self.precision not in EVAL_PRECISIONS:
+            raise ConfigError(
+                f"evaluation precision must be one of {', '.join(EVAL_PRECISIONS)}, got {self.precision!r}"
+            )
         return self
 
 
@@ -185,12 +205,15 @@ class TokenScorer:
     the same token (a chunk of L at offset kL is the first half of the sliding window of 2L there), and its cells
     sum that window's first positions. `batches` stacks windows of equal length into batches of
     `max_batch_tokens`, `score` runs one on the model's device; the sums stay there (fp64), read once by
-    `result`.
+    `result`. Under bf16 (`config.precision`, `auto` resolved for the device) the features run under bf16
+    autocast; the head, the losses and their sums run as in fp32.
     """
 
     def __init__(self, model: ScoredModel, config: EvalConfig, share_prefixes: bool = False) -> None:
         self.model, self.config, self.share_prefixes = model, config, share_prefixes
         self.device = module_device(model)
+        self.precision = resolve_precision(config.precision, self.device)
+        self.head_dtype = _parameter_dtype(model)
         self.mask = build_mask(config.mask, model.config.train_len)
         self.windows: dict[WindowKey, _Window] = {}
         self.nll: dict[Cell, Tensor] = {}
@@ -240,7 +263,9 @@ class TokenScorer:
         spans = {c: [e.scores.get(c, (L, L)) for e in entries] for c in cells}
         lo = min(first for span in spans.values() for first, _ in span)
         # the features of the scored positions alone: the last block computes no other row (`GPT.features`)
-        hidden = self.model.features(inputs, mask=self.mask, backend=self.config.backend, last=L - lo)
+        with autocast(self.precision, self.device):
+            hidden = self.model.features(inputs, mask=self.mask, backend=self.config.backend, last=L - lo)
+        hidden = hidden.to(self.head_dtype)  # the head (logits) in the model's own dtype, outside autocast
         bounds = {
             c: torch.tensor(span, device=hidden.device).T[:, :, None] for c, span in spans.items()
         }  # (2, rows, 1)
@@ -251,15 +276,25 @@ class TokenScorer:
             logits = self.model.head(hidden[:, a - lo : b - lo]).float()
             nll = F.cross_entropy(logits.flatten(0, 1), gold[:, a:b].flatten(), reduction="none").view(len(entries), -1)
             at = torch.arange(a, b, device=hidden.device)[None, :]
+            nll = nll.double()  # summed in fp64: a cell sums up to millions of losses
             for c, span in spans.items():
                 inside = (at >= bounds[c][0]) & (at < bounds[c][1])
-                self.nll[c] += torch.where(inside, nll, 0.0).sum().double()
+                self.nll[c] += torch.where(inside, nll, 0.0).sum()
                 self.count[c] += sum(max(0, min(b, stop) - max(a, first)) for first, stop in span)
 
     def result(self, cell: Cell) -> PerplexityPoint:
         count = self.count.get(cell, 0)
         mean = float(self.nll.get(cell, 0.0)) / max(1, count)
         return PerplexityPoint(ppl=math.exp(mean), nll=mean, tokens=count)
+
+
+def _parameter_dtype(model: Any) -> torch.dtype:
+    """The dtype of a model's first floating-point parameter (fp32 when it has none): what its head takes."""
+    parameters = getattr(model, "parameters", None)
+    for tensor in parameters() if callable(parameters) else ():
+        if tensor.is_floating_point():
+            return tensor.dtype
+    return torch.float32
 
 
 def _chunks(doc: Tensor, L: int, span: int) -> Iterator[tuple[Tensor, Tensor, int]]:
@@ -328,6 +363,12 @@ class Evaluation(Serializable):
     def protocols(self) -> list[str]:
         return list(self.results)
 
+    @property
+    def precision(self) -> str:
+        """The precision the forwards ran in, `auto` resolved: the saved `eval.precision`, absent for fp32 (as in
+        every result written before evaluations had a precision)."""
+        return str(self.config.get("precision", "fp32"))
+
     def point(self, protocol: str, length: int) -> PerplexityPoint:
         return self.results[protocol][int(length)]
 
@@ -370,7 +411,7 @@ def evaluate_model(
 ) -> Evaluation:
     """Perplexity per protocol and length, on the same documents at every length; a Hugging Face model's
     documents start with the BOS its tokenizer adds by default (`evaluation_prefix`)."""
-    config.validate()
+    config = config.validate().for_device(module_device(model))
     model.eval()
     train_len = model.config.train_len
     lengths = config.resolved_lengths(train_len)

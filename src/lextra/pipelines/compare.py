@@ -159,7 +159,7 @@ def compare(
     out_dir = Path(out_dir)
     device = resolve_device(device)
     parsed, configs = _parsed(variants, plans, base)
-    eval_config.validate()
+    eval_config = eval_config.validate().for_device(device)  # `auto` precision resolved: cached cells name theirs
     data = None
     summary = Comparison(variants={}, train=base.to_dict(), eval=eval_config.to_dict())
     models: dict[str, Path] = {}
@@ -297,6 +297,7 @@ def write_summary(out_dir: Path, summary: Comparison, train_len: int) -> None:
             "protocol": p,
             "length": n,
             **point.to_dict(),
+            "precision": record.evaluation.precision,
         }
         for label, record in variants.items()
         for p in protocols

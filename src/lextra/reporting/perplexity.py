@@ -14,7 +14,7 @@ def save_eval_outputs(out_dir: str | Path, label: str, evaluation: Evaluation) -
     """results.csv, table.md and perplexity.png for one evaluated model."""
     out_dir = Path(out_dir)
     records = [
-        {"model": label, "protocol": protocol, "length": n, **point.to_dict()}
+        {"model": label, "protocol": protocol, "length": n, **point.to_dict(), "precision": evaluation.precision}
         for protocol, by_length in evaluation.results.items()
         for n, point in by_length.items()
     ]

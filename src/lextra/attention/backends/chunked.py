@@ -8,7 +8,6 @@ outputs and no `cat`). Exactly causal calls without a per-distance bias take the
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from lextra.attention.backends.common import (
@@ -20,9 +19,11 @@ from lextra.attention.backends.common import (
     block_tau,
     contiguous,
     emit,
+    float_mask,
     key_block,
     keys_per_block,
     mask_in_place,
+    masked_sdpa,
     query_blocks,
     rotate,
     scaled_query,
@@ -97,12 +98,12 @@ def chunked_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) ->
         if toeplitz is not None:
             # rows reversed so that the bias is a stride-(1, 1) view of one table: no (H, Lq, Lk) tensor is built
             flipped = scaled_query(qc, tau_block).flip(-2)
-            result = F.scaled_dot_product_attention(flipped, kc, vc, attn_mask=toeplitz.to(qc.dtype), scale=scale)
+            result = masked_sdpa(flipped, kc, vc, float_mask(toeplitz, qc), scale)
             emit(out, outputs, result.flip(-2), start, stop)
             continue
         allowed = None if local.hides_nothing else local.allowed(qp, kp)
-        attn_mask = _block_mask(scheme, qp, kp, allowed, tau_block, workspace, qc.dtype)
-        result = F.scaled_dot_product_attention(scaled_query(qc, tau_block), kc, vc, attn_mask=attn_mask, scale=scale)
+        attn_mask = _block_mask(scheme, qp, kp, allowed, tau_block, workspace, qc)
+        result = masked_sdpa(scaled_query(qc, tau_block), kc, vc, attn_mask, scale)
         emit(out, outputs, result, start, stop)
     return out if out is not None else torch.cat(outputs, dim=-2)
 
@@ -125,11 +126,11 @@ def _block_mask(
     allowed: Tensor | None,
     tau: Tensor | None,
     workspace: dict[str, Tensor],
-    dtype: torch.dtype,
+    q: Tensor,
 ) -> Tensor | None:
-    """A block's SDPA mask: the scheme's bias over the temperature, -inf where `allowed` hides a pair, 4-D in
-    `dtype` (the flash kernel); without a bias the boolean `allowed` (None: every pair visible). Without autograd
-    the bias is built in a reused `workspace` buffer and modified in place."""
+    """A block's SDPA mask: the scheme's bias over the temperature, -inf where `allowed` hides a pair, 4-D in the
+    dtype `float_mask` gives for `q` (the flash kernel); without a bias the boolean `allowed` (None: every pair
+    visible). Without autograd the bias is built in a reused `workspace` buffer and modified in place."""
     if scheme is None or not scheme.has_bias:
         return allowed
     if not torch.is_grad_enabled():
@@ -144,7 +145,7 @@ def _block_mask(
             bias = bias / tau[..., None]
         if allowed is not None:
             bias = bias.masked_fill(~allowed, float("-inf"))
-    return bias.to(dtype)[None]
+    return float_mask(bias, q)[None]
 
 
 def toeplitz_bias(

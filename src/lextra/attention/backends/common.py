@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from lextra.attention.masks import UNBOUNDED, Mask
@@ -46,8 +47,25 @@ def rotate(
 
 
 def scaled_query(q: Tensor, tau: Tensor | None) -> Tensor:
-    """Dividing the logits by tau is dividing q by tau (per head, and per query when tau is (H, Lq))."""
-    return q if tau is None else q / tau[..., None].to(q.dtype)
+    """Dividing the logits by tau is dividing q by tau (per head, and per query when tau is (H, Lq)); the quotient
+    is taken in fp32 (tau is fp32) and rounded to q's dtype once."""
+    return q if tau is None else (q.float() / tau[..., None]).to(q.dtype)
+
+
+def float_mask(mask: Tensor, q: Tensor) -> Tensor:
+    """A float mask (a bias, 0 / -inf) in the dtype a kernel adds it to q's scores in: fp32 on the CPU without
+    autograd, where the flash kernel accumulates scores in fp32 and takes an fp32 mask beside bf16 q (a bf16 bias
+    would keep 8 bits: ALiBi's slope x distance at 16 L_tr, say, rounded to steps of 1/32), else q's dtype."""
+    if q.device.type == "cpu" and not torch.is_grad_enabled():
+        return mask.float()
+    return mask.to(q.dtype)
+
+
+def masked_sdpa(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, scale: float) -> Tensor:
+    """`scaled_dot_product_attention` in q's dtype outside autocast, which would cast a float mask to bf16 (q, k
+    and v are in the dtype autocast's projections made them); the mask as `float_mask` gives it."""
+    with torch.autocast(q.device.type, enabled=False):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=scale)
 
 
 def block_tau(tau: Tensor, start: int, stop: int) -> Tensor:
@@ -109,7 +127,7 @@ def attention_with_lse(
     """
     use_flash = FLASH_WITH_LSE is not None and not torch.is_grad_enabled() and q.device.type == "cpu"
     if use_flash and FLASH_WITH_LSE is not None and q.dtype in (torch.float32, torch.bfloat16):
-        attn_mask = None if mask is None else mask.to(q.dtype)
+        attn_mask = None if mask is None else float_mask(mask, q)
         out, lse = FLASH_WITH_LSE(q, k, v, 0.0, causal, attn_mask=attn_mask, scale=scale)
         if mask is not None:  # the kernel reports log-sum-exp 0 for a row it was given no key for
             lse = lse.masked_fill(torch.isneginf(mask).all(-1), float("-inf"))

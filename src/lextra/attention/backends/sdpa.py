@@ -4,6 +4,7 @@ mask (a cached decoding step: no mask at all). Learned sinks go through the CPU 
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -48,14 +49,40 @@ def decoding_step(mask: Mask, facts: PositionLayout) -> bool:
     return mask.exactly_causal and facts.n_q == 1 and facts.n_k > 0 and facts.k_max <= facts.q_first
 
 
+#: head dims up to which torch's CPU flash kernel runs its unmasked call slower in bf16 than in fp32 (0.81x at 32,
+#: 0.87x at 64, 1.13x at 128; benchmarks/README.md, bf16 evaluation): there a bf16 call without autograd runs in fp32
+CPU_FP32_HEAD_DIM = 64
+
+
+def fp32_kernel(q: Tensor, k: Tensor, v: Tensor) -> bool:
+    """Whether the fused call takes q, k, v in fp32 although bf16 autocast made some of them bf16: on the CPU,
+    without autograd, at head dims up to `CPU_FP32_HEAD_DIM` (more exact, and faster there)."""
+    return (
+        q.device.type == "cpu"
+        and torch.bfloat16 in (q.dtype, k.dtype, v.dtype)
+        and not torch.is_grad_enabled()
+        and q.shape[-1] <= CPU_FP32_HEAD_DIM
+    )
+
+
 def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-    """One fused call (`is_causal` for a causal mask, which SDPA aligns top-left; none for a decoding step)."""
+    """One fused call (`is_causal` for a causal mask, which SDPA aligns top-left; none for a decoding step); in
+    fp32 where `fp32_kernel` says so (outside autocast, which would cast back to bf16), the output then in bf16."""
     qr, kr = rotate(ctx.scheme, q, k, ctx.q_pos, ctx.k_pos, ctx.seq_len)
     causal = ctx.mask.exactly_causal and not decoding_step(ctx.mask, ctx.facts)
+    qs = scaled_query(qr, ctx.tau)
+    if fp32_kernel(qs, kr, v):
+        with torch.autocast(q.device.type, enabled=False):
+            return _fused(qs.float(), kr.float(), v.float(), ctx, causal).to(torch.bfloat16)
+    return _fused(qs, kr, v, ctx, causal)
+
+
+def _fused(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext, causal: bool) -> Tensor:
+    """The fused call on scaled, rotated q and k: SDPA, or with sinks the CPU flash kernel's log-sum-exp."""
     if ctx.sinks is None:
-        return F.scaled_dot_product_attention(scaled_query(qr, ctx.tau), kr, v, is_causal=causal, scale=ctx.scale)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=ctx.scale)
     assert FLASH_WITH_LSE is not None  # `lse_kernel_applies` checked it
-    out, lse = FLASH_WITH_LSE(scaled_query(qr, ctx.tau), kr, v, 0.0, causal, scale=ctx.scale)
+    out, lse = FLASH_WITH_LSE(q, k, v, 0.0, causal, scale=ctx.scale)
     return with_sinks(out, lse, ctx.sinks)
 
 

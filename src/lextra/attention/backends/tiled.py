@@ -13,6 +13,7 @@ from lextra.attention.backends.common import (
     TILE,
     block_tau,
     contiguous,
+    float_mask,
     mask_in_place,
     merge_tiles,
     rotate,
@@ -98,7 +99,7 @@ def tiled_causal_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContex
             if has_bias and scheme is not None:
                 bias = tile_bias(scheme, qp, k_pos[lo:hi], tau_block, causal, workspace)
                 part, part_lse = FLASH_WITH_LSE(
-                    qs, kr, v[..., lo:hi, :], 0.0, False, attn_mask=bias.to(qs.dtype), scale=scale
+                    qs, kr, v[..., lo:hi, :], 0.0, False, attn_mask=float_mask(bias, qs), scale=scale
                 )
             else:
                 part, part_lse = FLASH_WITH_LSE(qs, kr, v[..., lo:hi, :], 0.0, causal, scale=scale)

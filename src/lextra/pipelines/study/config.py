@@ -10,6 +10,7 @@ from typing import Any
 
 from lextra import serialize
 from lextra.attention.masks import build_mask
+from lextra.devices import EVAL_PRECISIONS
 from lextra.errors import ConfigError
 from lextra.methods import EXTEND, extension_method
 from lextra.pipelines.ruler import SECTION_KEYS as RULER_SECTION_KEYS
@@ -45,6 +46,8 @@ class StudyConfig:
     #: inference masks every model is evaluated with
     masks: list[str] = field(default_factory=lambda: ["causal", "bca"])
     documents: int = 8
+    #: the precision of the perplexity evaluations: fp32, bf16 or auto (`lextra.evaluate.EvalConfig.precision`)
+    eval_precision: str = "fp32"
     #: {"documents": N} to run resolution, receptive field and dispersion; None skips them
     analysis: dict[str, Any] | None = None
     #: {"models": [...], "widths": [...]}: windowed attention over a sweep of w, set against each model's ERF
@@ -144,8 +147,13 @@ def _parse_models(entries: list[Any], train: TrainConfig, where: str) -> list[Mo
 
 
 def _check_sections(config: StudyConfig, where: str) -> None:
-    """The sections' values: masks, seeds, retrieval multiples, the model labels sections name, RULER's settings
-    and the extension methods `[stretch]` runs (their options and the longest length)."""
+    """The sections' values: the evaluation precision, masks, seeds, retrieval multiples, the model labels
+    sections name, RULER's settings and the extension methods `[stretch]` runs (their options and the longest
+    length)."""
+    if config.eval_precision not in EVAL_PRECISIONS:
+        raise ConfigError(
+            f"{where}: eval_precision must be one of {', '.join(EVAL_PRECISIONS)}, got {config.eval_precision!r}"
+        )
     for mask in config.masks:
         build_mask(mask, config.train_len)
     if not config.seeds:

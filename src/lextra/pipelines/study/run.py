@@ -118,6 +118,12 @@ class Study:
         """A training cell's value: the trained (or reused) model folder."""
         return str(train_or_reuse(config, run_dir, self.progress, self.device))
 
+    def eval_config(self, **fields: Any) -> EvalConfig:
+        """A perplexity cell's `EvalConfig` (validated) at the study's `eval_precision`, `auto` resolved for the
+        study's device: a cell's key names the precision it runs in."""
+        ev = EvalConfig(**fields, precision=self.config.eval_precision).validate()
+        return ev.for_device(self.device)
+
     def _evaluate(self, label: str, seed: int, ev: EvalConfig, progress: bool, name: str) -> Evaluation:
         """A perplexity cell's value: model `label` (seed `seed`) evaluated under `ev`."""
         return evaluate_model(self.load(label, seed), self.data, ev, progress=progress, label=name)
@@ -146,12 +152,12 @@ class Study:
         for mask in self.config.masks:
             for spec in self.config.models:
                 for seed in self.config.seeds:
-                    ev = EvalConfig(
+                    ev = self.eval_config(
                         lengths=self.config.lengths,
                         protocols=list(self.config.protocols),
                         mask=mask,
                         documents=self.config.documents,
-                    ).validate()
+                    )
                     key = {"weights": self.weights(spec.label, seed), "eval": ev.to_dict()}
                     result = self.cell(
                         "perplexity",
@@ -205,9 +211,9 @@ class Study:
             seed = self.config.seeds[0]
             row: dict[int, float] = {}
             for width in section.get("widths", []):
-                ev = EvalConfig(
+                ev = self.eval_config(
                     lengths=[length], protocols=["sliding"], mask=f"window:{width}", documents=self.config.documents
-                ).validate()
+                )
                 key = {"weights": self.weights(label, seed), "eval": ev.to_dict()}
                 result = self.cell(
                     "window",
@@ -294,12 +300,12 @@ class Study:
                     continue
                 row: dict[int, float] = {}
                 for length in self.config.lengths:
-                    ev = EvalConfig(
+                    ev = self.eval_config(
                         lengths=[length],
                         protocols=["sliding"],
                         documents=self.config.documents,
                         span=max(self.config.lengths),
-                    ).validate()
+                    )
                     key = {
                         "weights": self.weights(label, self.config.seeds[0]),
                         "method": method,
