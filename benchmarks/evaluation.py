@@ -56,12 +56,17 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
             model = load_model(folder, map_location="cpu")
         out[scheme] = {}
         for precision in spec["precisions"]:
+            if precision != "fp32" and "precision" not in EvalConfig.__dataclass_fields__:
+                continue  # a tree from before evaluation precisions: fp32 only
             start = time.perf_counter()
-            settings = EvalConfig(precision=precision, documents=int(spec["documents"]))
+            # fp32 named only when asked for otherwise: trees from before `precision` existed evaluate in fp32
+            chosen = {} if precision == "fp32" else {"precision": precision}
+            settings = EvalConfig(documents=int(spec["documents"]), **chosen)
             evaluation = evaluate_model(model, data, settings, progress=False)
             seconds = time.perf_counter() - start
             cells = {f"{p}@{n}": [pt.nll, pt.tokens] for p, row in evaluation.results.items() for n, pt in row.items()}
-            out[scheme][precision] = {"seconds": seconds, "cells": cells, "used": evaluation.precision}
+            used = getattr(evaluation, "precision", "fp32")
+            out[scheme][precision] = {"seconds": seconds, "cells": cells, "used": used}
     return out
 
 
@@ -107,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
                 if "error" in result:
                     raise SystemExit(f"{tree}: {result['error']}")
                 runs[f"{tree}|{n}"].append(result)
-                took = ", ".join(f"{s} {p} {result[s][p]['seconds']:.1f} s" for s in schemes for p in order)
+                ran = [(s, p) for s in schemes for p in order if p in result[s]]
+                took = ", ".join(f"{s} {p} {result[s][p]['seconds']:.1f} s" for s, p in ran)
                 print(f"round {round_index + 1}/{args.rounds} {tree}, {n} thread(s): {took}", file=sys.stderr)
     rows = [row for n in threads for scheme in schemes for row in table_rows(runs, trees, n, scheme, precisions)]
     header = ["scheme", "threads", "tree", "precision", "seconds (median)", "rounds", "scored tokens/s",
@@ -132,7 +138,9 @@ def table_rows(
     rows = []
     for tree in trees:
         for precision in precisions:
-            mine = [r[scheme][precision] for r in runs[f"{tree}|{threads}"]]
+            mine = [r[scheme][precision] for r in runs[f"{tree}|{threads}"] if precision in r[scheme]]
+            if not mine:
+                continue
             seconds = statistics.median(m["seconds"] for m in mine)
             new = mine[0]["cells"]
             diff = max(abs(new[c][0] - old[c][0]) / abs(old[c][0]) for c in old)

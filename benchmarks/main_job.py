@@ -41,6 +41,7 @@ LEVERS = {
     "no-finite-check": "without the per-step finiteness check (its host sync)",
     "compile": "forward and loss through torch.compile (inductor)",
     "after": "lextra.train's step now: fused AdamW, foreach clip, finiteness check, eager (compile off)",
+    "bf16": "`after` under bf16 autocast (`--precision bf16`): the matrix products in bf16, weights and AdamW in fp32",
 }
 
 
@@ -89,12 +90,13 @@ def build_step(name: str, seed: int = 0) -> tuple[Callable[[], float], Any, Any]
     tokens = torch.randint(0, config.model.vocab_size, (config.batch_size, config.model.train_len + 1))
     params = list(model.parameters())
     optimizer = make_optimizer(model, config)  # fused
-    if name not in ("fused-adamw", "after"):
+    if name not in ("fused-adamw", "after", "bf16"):
         optimizer = torch.optim.AdamW(optimizer.param_groups, lr=config.lr, betas=(config.beta1, config.beta2))
     for group in optimizer.param_groups:
         group["lr"] = config.lr * group["lr_scale"]
-    step_loss = StepLoss(model, config.precision, device, compile=name == "compile", label="rope")
-    foreach = name in ("foreach-clip", "after")
+    precision = "bf16" if name == "bf16" else config.precision
+    step_loss = StepLoss(model, precision, device, compile=name == "compile", label="rope")
+    foreach = name in ("foreach-clip", "after", "bf16")
     check = name != "no-finite-check"
     world = _World()
 
