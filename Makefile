@@ -64,8 +64,8 @@ bench: $(STAMP)
 bench-gpu: $(STAMP)
 	$(PY) benchmarks/gpu.py --out benchmarks/results/gpu.json
 
-# The first run on a lent GPU, in one command under a budget (GPU_CHECK_SECONDS, default 480): the `gpu` tests
-# and the sized benchmark, benchmarks/results/gpu.md / .json, a summary. No install step: it takes the .venv that
+# The first run on a lent GPU, in one command under a budget (GPU_CHECK_SECONDS, default 480): the `gpu` tests,
+# the layer-plan pieces on CUDA and the sized benchmark, benchmarks/results/gpu.md / .json, a summary. No install step: it takes the .venv that
 # `make` built on that machine, else the machine's own python3 with its CUDA torch (PY=... to choose).
 gpu-check:
 	benchmarks/gpu_check.sh

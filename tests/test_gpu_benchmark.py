@@ -127,3 +127,43 @@ def test_gpu_check_stops_at_once_where_torch_sees_no_gpu(tmp_path: Path) -> None
     assert done.returncode == 2
     assert "gpu-check: torch sees no CUDA device" in done.stderr
     assert not list(tmp_path.iterdir())  # nothing ran, nothing was written
+
+
+def _load_hybrids():
+    spec = importlib.util.spec_from_file_location("hybrids_benchmark", BENCHMARK.parent / "hybrids.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_pieces_benchmark_times_forward_and_backward_of_every_piece(tmp_path: Path, monkeypatch) -> None:
+    """`make gpu-check`'s second step, run on the CPU at a toy length: every piece is timed against SDPA, with
+    `--backward` each call's backward runs (gradients reach q), and the record says what was measured."""
+    bench = _load_hybrids()
+    backwards = []
+    plain = bench.with_backward
+
+    def counted(call):
+        both = plain(call)
+
+        def run():
+            out = both()
+            backwards.append(out.grad_fn is not None)
+            return out
+
+        return run
+
+    monkeypatch.setattr(bench, "with_backward", counted)
+    out = tmp_path / "hybrids.json"
+    bench.main(["--length", "96", "--chunk", "32", "--repeats", "1", "--n-layer", "2", "--backward", "--out", str(out)])
+    record = json.loads(out.read_text())
+    pieces = {"chunk:32", "sinks", "rope+sinks", "softcap:50", "rope,fraction=0.25", "rope,proportional=0.75",
+              "temp_tuning", "rope+qknorm", "gate", "rope+gate"}  # fmt: skip
+    assert set(record["ratio_to_sdpa"]) == pieces
+    assert all(math.isfinite(r) and r > 0 for r in record["ratio_to_sdpa"].values())
+    assert (record["device"], record["dtype"], record["backward"]) == ("cpu", "fp32", True)
+    assert backwards and all(backwards)  # every timed call, the SDPA baseline included, ran under autograd
+    assert record["hybrid"]["n_layer"] == 2 and record["hybrid"]["ratio"] > 0
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit):  # where torch sees no GPU, refused before anything runs
+        bench.parse_args(["--device", "cuda"])

@@ -369,6 +369,34 @@ def test_each_piece_takes_cudas_path_with_the_cpu_numbers(mask: str, options: di
         assert (vd.plain(mine) - theirs).abs().max() < 1e-4 and (vd.plain(other) - theirs).abs().max() < 1e-4
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("mask", "options", "scheme"), CASES)
+def test_each_piece_on_a_cuda_gpu_matches_the_reference(mask: str, options: dict, scheme: str, dtype) -> None:
+    """On a real GPU, `auto` (flex: the softcap in the score_mod, sinks from the log-sum-exp, the chunk mask as a
+    block mask) gives the fp32 reference's output and gradients, the sinks' gradient included."""
+    device = torch.device("cuda")
+    tol = 1e-4 if dtype == torch.float32 else 5e-2  # bf16: 8 mantissa bits in inputs, outputs and gradients
+    built = build_scheme(scheme, HeadDims(2, 16, 32, 64)).to(device)
+    q, k, v = (x.to(device) for x in _qkv(L=333))
+    args = _piece_args(options)
+    sinks = None if args["sinks"] is None else args["sinks"].to(device)
+    weight = torch.randn(2, 2, 333, 16, device=device)
+
+    def run(backend: str, cast: torch.dtype) -> list[torch.Tensor]:
+        leaves = [x.to(cast).requires_grad_(True) for x in (q, k, v)]
+        extra = [] if sinks is None else [sinks.clone().requires_grad_(True)]
+        out = attention(*leaves, scheme=built, mask=mask, backend=backend, sinks=extra[0] if extra else None,
+                        softcap=args["softcap"])  # fmt: skip
+        grads = torch.autograd.grad((out.float() * weight).sum(), leaves + extra)
+        return [out.detach().float(), *(g.float() for g in grads)]
+
+    want = run("reference", torch.float32)
+    got = run("auto", dtype)
+    for i, (mine, theirs) in enumerate(zip(got, want, strict=True)):
+        assert (mine - theirs).abs().max() <= tol * max(1.0, float(theirs.abs().max())), i
+
+
 def test_sinks_on_the_tiled_path_merge_as_one_more_tile() -> None:
     q, k, v = _qkv(L=700)
     sinks = torch.tensor([2.0, -0.5])
