@@ -116,6 +116,15 @@ def test_unknown_precision_is_refused_in_one_line(capsys) -> None:
     assert parse_study({"models": models, "eval_precision": "auto"}).eval_precision == "auto"
 
 
+def test_a_study_writes_its_precision_only_when_not_fp32_and_reads_it_back() -> None:
+    models = [{"label": "r", "scheme": "rope"}]
+    default = parse_study({"models": models}).to_dict()
+    assert "eval_precision" not in default  # as every study written before the setting existed
+    written = parse_study({"models": models, "eval_precision": "bf16"}).to_dict()
+    assert written["eval_precision"] == "bf16"
+    assert parse_study(json.loads(json.dumps(written))).to_dict() == written
+
+
 def _rows(path: Path) -> list[dict[str, str]]:
     with path.open() as handle:
         return list(csv.DictReader(handle))

@@ -78,7 +78,12 @@ class StudyConfig:
         raise ConfigError(f"study: no model labelled {label!r}; models: {', '.join(m.label for m in self.models)}")
 
     def to_dict(self) -> dict[str, Any]:
-        return serialize.to_dict(self)
+        """The JSON form; `eval_precision` is left out at fp32, so a study written before it existed reads and
+        writes as it did (as `EvalConfig.to_dict` leaves out its `precision`)."""
+        values = serialize.to_dict(self)
+        if values.get("eval_precision") == "fp32":
+            del values["eval_precision"]
+        return values
 
 
 SECTION_KEYS = {
