@@ -114,3 +114,30 @@ def test_sigkill_at_a_random_step_then_resume_gives_identical_weights(tmp_path, 
         assert torch.equal(whole[name], resumed[name]), name
     logged = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert logged == [10, 20, 30, 40, 48]  # every 10 steps and the last: nothing lost, nothing repeated
+
+
+def _compare(out: Path, processes: int) -> subprocess.CompletedProcess:
+    tiny = [a for a in TINY if a not in ("--scheme", "kerple_log")]
+    command = _command(out, processes)
+    command[command.index("train")] = "compare"
+    command = command[: command.index("--out") + 2] + tiny
+    command += ["--schemes", "nope,rope,rope+bca", "--steps", "4", "--lengths", "32,64", "--documents", "1", "--quiet"]
+    return subprocess.run(command, check=True, env=ENV, capture_output=True, text=True, timeout=300)
+
+
+def test_compare_under_torchrun_shares_the_evaluations_out_and_equals_one_process(tmp_path) -> None:
+    """Two processes train each model together, evaluate each variant once between them (not once each), and
+    write the summary of one process; the first process alone prints the tables."""
+    one, two = _compare(tmp_path / "one", 1), _compare(tmp_path / "two", 2)
+    evaluated = sorted(line.split()[-1] for line in two.stderr.splitlines() if "lextra compare: evaluating" in line)
+    assert evaluated == ["nope", "rope", "rope+bca"]
+    assert two.stdout.count("plot: ") == 1 and one.stdout.count("plot: ") == 1
+    first = json.loads((tmp_path / "one" / "summary.json").read_text())
+    second = json.loads((tmp_path / "two" / "summary.json").read_text())
+    assert list(second["variants"]) == list(first["variants"]) == ["nope", "rope", "rope+bca"]
+    for label, result in first["variants"].items():
+        for protocol, row in result["results"].items():
+            for length, cell in row.items():
+                theirs = second["variants"][label]["results"][protocol][length]
+                assert theirs["tokens"] == cell["tokens"]
+                assert theirs["nll"] == pytest.approx(cell["nll"], rel=1e-5), (label, protocol, length)

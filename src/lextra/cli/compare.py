@@ -46,6 +46,7 @@ def configure_compare(parser: argparse.ArgumentParser) -> Handler:
 
     def run(args: argparse.Namespace) -> int:
         from lextra.pipelines.compare import compare
+        from lextra.train import main_process
 
         base = train_config_from(args, scheme="nope")
         schemes = [] if args.plans and args.schemes is schemes_default else args.schemes
@@ -58,6 +59,8 @@ def configure_compare(parser: argparse.ArgumentParser) -> Handler:
             progress=not args.quiet,
             device=args.device,
         )
+        if not main_process():  # under torchrun the first process prints the tables
+            return 0
         out = Path(args.out)
         print((out / "table.md").read_text())
         print(f"plot: {out / 'perplexity.png'}")

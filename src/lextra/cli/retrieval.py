@@ -99,6 +99,7 @@ def configure_train(parser: argparse.ArgumentParser) -> Handler:
 
     def run(args: argparse.Namespace) -> int:
         from lextra.pipelines.retrieval import train_on_task
+        from lextra.train import main_process
 
         final = train_on_task(
             task_train_config(args),
@@ -108,7 +109,8 @@ def configure_train(parser: argparse.ArgumentParser) -> Handler:
             progress=not args.quiet,
             device=args.device,
         )
-        print(f"model saved to {final}")
+        if main_process():  # one line under torchrun
+            print(f"model saved to {final}")
         return 0
 
     return run

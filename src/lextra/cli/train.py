@@ -37,13 +37,14 @@ def configure_train(parser: argparse.ArgumentParser) -> Handler:
     )
 
     def run(args: argparse.Namespace) -> int:
-        from lextra.train import train
+        from lextra.train import main_process, train
 
         refuse_corpus_with_data(args)
         config = train_config_from(args)
         config.data = args.data
         final = train(config, args.out, resume=args.resume, progress=not args.quiet, device=args.device)
-        print(f"model saved to {final}")
+        if main_process():  # one line under torchrun
+            print(f"model saved to {final}")
         return 0
 
     return run

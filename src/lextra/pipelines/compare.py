@@ -34,7 +34,7 @@ from lextra.reporting.plots import plot_curves
 from lextra.reporting.tables import markdown_table, string_keys, write_csv
 from lextra.serialize import Serializable, options
 from lextra.tensorboard import Board, run_log_dir
-from lextra.train import CHECKPOINTS, FINAL, TrainConfig, open_training_data, train
+from lextra.train import CHECKPOINTS, FINAL, Distributed, TrainConfig, open_training_data, train
 
 DEFAULT_VARIANTS = (
     "nope", "sinusoidal", "rope", "rope+bca", "xpos", "xpos+bca",
@@ -154,50 +154,90 @@ def compare(
     """Train each distinct scheme and each layer plan (`LABEL=PLAN`) once, evaluate each variant, write the summary
     files; return the summary.
 
-    Everything runs on `device` (None: CUDA when available); cached cells do not depend on it.
+    Everything runs on `device` (None: CUDA when available); cached cells do not depend on it. Under torchrun every
+    process trains every model (DDP or FSDP), then the variants still to evaluate are shared out among the
+    processes, each on its own device; the first process writes the summary, which every process returns.
     """
     out_dir = Path(out_dir)
     device = resolve_device(device)
     parsed, configs = _parsed(variants, plans, base)
     eval_config = eval_config.validate().for_device(device)  # `auto` precision resolved: cached cells name theirs
-    data = None
-    summary = Comparison(variants={}, train=base.to_dict(), eval=eval_config.to_dict())
-    models: dict[str, Path] = {}
     clock = PhaseClock()
-    for variant in parsed:
-        run_dir = out_dir / "models" / variant.model
-        # one TensorBoard run per model: its training curves and its variants' perplexity curves
-        log_dir = None if base.log_dir is None else str(Path(base.log_dir) / variant.model)
+    models: dict[str, Path] = {}
+    for variant in parsed:  # every process trains every model, in one order (a collective under torchrun)
         if variant.model not in models:
             config = configs[variant.model]
-            config.log_dir = log_dir
+            config.log_dir = _log_dir(base, variant)
             _log(f"training {variant.model}")
             with clock.phase("training"):
-                models[variant.model] = train_or_reuse(config, run_dir, progress, device)
-        model_dir = models[variant.model]
-        result_path = out_dir / "results" / f"{variant.label.replace(':', '-')}.json"
-        cell_eval = copy.deepcopy(eval_config)
-        cell_eval.mask = variant.mask
-        weights = sha256_file(model_dir / WEIGHTS_FILE)
-        fingerprint = {"model_sha256": weights, "eval": cell_eval.to_dict()}
-        reused = _reused(result_path, fingerprint)
-        if reused is not None:
-            summary.variants[variant.label] = reused
-            continue
+                models[variant.model] = train_or_reuse(config, out_dir / "models" / variant.model, progress, device)
+    world = Distributed.from_environment(device)
+    cells = [_Cell(out_dir, variant, models[variant.model], eval_config) for variant in parsed]
+    results = {cell.variant.label: cell.reused() for cell in cells}
+    pending = [cell for cell in cells if results[cell.variant.label] is None]
+    data = None
+    for cell in pending[world.rank :: world.size]:
         with clock.phase("evaluation"):
             if data is None:
                 data = _evaluation_data(base, progress)
-            model = load_model(model_dir, map_location=device)
-            _log(f"evaluating {variant.label}")
-            evaluation = evaluate_model(model, data, cell_eval, progress=progress, label=variant.label)
-        record = VariantResult(weights, variant.scheme, variant.mask, evaluation)
-        atomic_write_json(result_path, record.to_dict())
-        if base.tensorboard:  # written when computed, so a reused result is not logged twice
-            _log_evaluation(run_log_dir(log_dir, run_dir), evaluation, variant.mask)
-        summary.variants[variant.label] = record
-    write_summary(out_dir, summary, base.model.train_len)
-    _log(clock.report())
+            results[cell.variant.label] = cell.evaluate(data, base, progress, device)
+    world.barrier()  # every result file written
+    summary = Comparison(variants={}, train=base.to_dict(), eval=eval_config.to_dict())
+    for cell in cells:
+        summary.variants[cell.variant.label] = results[cell.variant.label] or cell.written()
+    if world.is_main:
+        write_summary(out_dir, summary, base.model.train_len)
+        _log(clock.report())
+    world.barrier()  # the summary files written before any process reads them
     return summary
+
+
+def _log_dir(base: TrainConfig, variant: Variant) -> str | None:
+    """One TensorBoard run per model: its training curves and its variants' perplexity curves."""
+    return None if base.log_dir is None else str(Path(base.log_dir) / variant.model)
+
+
+@dataclass
+class _Cell:
+    """One variant's evaluation: where its result goes and the fingerprint (weights, settings) it is cached by."""
+
+    out_dir: Path
+    variant: Variant
+    model_dir: Path
+    eval_config: EvalConfig
+
+    def __post_init__(self) -> None:
+        self.settings = copy.deepcopy(self.eval_config)
+        self.settings.mask = self.variant.mask
+        self.weights = sha256_file(self.model_dir / WEIGHTS_FILE)
+        self.path = self.out_dir / "results" / f"{self.variant.label.replace(':', '-')}.json"
+        self.fingerprint = {"model_sha256": self.weights, "eval": self.settings.to_dict()}
+
+    def reused(self) -> VariantResult | None:
+        """The saved result when it was computed for this fingerprint, else None."""
+        result = _saved_result(self.path, self.fingerprint)
+        if result is not None:
+            _log(f"reusing {self.path}")
+        return result
+
+    def written(self) -> VariantResult:
+        """The result another process computed (after the barrier that follows the evaluations)."""
+        result = _saved_result(self.path, self.fingerprint)
+        if result is None:
+            raise RuntimeError(f"no result for {self.variant.label} at {self.path} after every process evaluated")
+        return result
+
+    def evaluate(self, data: Any, base: TrainConfig, progress: bool, device: torch.device) -> VariantResult:
+        """Evaluate the variant's model, write its result file (and TensorBoard curves) and return it."""
+        model = load_model(self.model_dir, map_location=device)
+        _log(f"evaluating {self.variant.label}")
+        evaluation = evaluate_model(model, data, self.settings, progress=progress, label=self.variant.label)
+        record = VariantResult(self.weights, self.variant.scheme, self.variant.mask, evaluation)
+        atomic_write_json(self.path, record.to_dict())
+        if base.tensorboard:  # written when computed, so a reused result is not logged twice
+            run_dir = self.out_dir / "models" / self.variant.model
+            _log_evaluation(run_log_dir(_log_dir(base, self.variant), run_dir), evaluation, self.variant.mask)
+        return record
 
 
 def _parsed(
@@ -212,7 +252,7 @@ def _parsed(
     return parsed, {v.model: variant_config(base, v) for v in parsed}
 
 
-def _reused(result_path: Path, fingerprint: dict[str, Any]) -> VariantResult | None:
+def _saved_result(result_path: Path, fingerprint: dict[str, Any]) -> VariantResult | None:
     """The saved result at `result_path` when it was computed for `fingerprint` (the weights and the evaluation
     settings), else None."""
     if not result_path.exists():
@@ -220,7 +260,6 @@ def _reused(result_path: Path, fingerprint: dict[str, Any]) -> VariantResult | N
     cached = json.loads(result_path.read_text())
     if {k: cached.get(k) for k in fingerprint} != fingerprint:
         return None
-    _log(f"reusing {result_path}")
     return VariantResult.from_dict(cached)
 
 

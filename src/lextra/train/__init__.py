@@ -10,7 +10,7 @@ device-independent, so a run trained on a GPU resumes or evaluates on the CPU an
 
 from lextra.train.checkpoints import CHECKPOINTS, FINAL, KEEP_CHECKPOINTS, LATEST, checkpoint_candidates
 from lextra.train.config import LoopConfig, TrainConfig, check_s2_attn, check_sampler, field_docs, learning_rate
-from lextra.train.distributed import Distributed
+from lextra.train.distributed import Distributed, main_process
 from lextra.train.gpt import GPTTarget, continue_from, make_optimizer, train, validation_loss
 from lextra.train.loop import Trainer, non_finite
 from lextra.train.target import TrainingTarget
@@ -44,6 +44,7 @@ __all__ = [
     "continue_from",
     "field_docs",
     "learning_rate",
+    "main_process",
     "make_optimizer",
     "non_finite",
     "open_training_data",

@@ -91,6 +91,11 @@ class Distributed:
         self.barrier()
 
 
+def main_process() -> bool:
+    """Whether this is the process that reports: the first of a torchrun launch (RANK 0), or the only one."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
 def _destroy_group() -> None:
     import torch.distributed as dist
 
