@@ -129,11 +129,16 @@ def cpu_capabilities() -> dict[str, Any]:
     return dict(probe()) if callable(probe) else {}
 
 
+def check_eval_precision(precision: str, name: str = "evaluation precision") -> str:
+    """`precision` if it is one of `EVAL_PRECISIONS`, else a one-line `ConfigError` naming `name` and the choices."""
+    if precision not in EVAL_PRECISIONS:
+        raise ConfigError(f"{name} must be one of {', '.join(EVAL_PRECISIONS)}, got {precision!r}")
+    return precision
+
+
 def resolve_precision(precision: str, device: torch.device | str) -> str:
     """The precision an evaluation runs in: `fp32` or `bf16` as given, `auto` -> bf16 where `native_bf16`, else
-    fp32; anything else is a one-line `ConfigError` naming the choices."""
-    if precision not in EVAL_PRECISIONS:
-        raise ConfigError(f"evaluation precision must be one of {', '.join(EVAL_PRECISIONS)}, got {precision!r}")
-    if precision == "auto":
+    fp32; anything else is refused (`check_eval_precision`)."""
+    if check_eval_precision(precision) == "auto":
         return "bf16" if native_bf16(device) else "fp32"
     return precision

@@ -33,7 +33,7 @@ from lextra.attention.masks import Mask, build_mask
 from lextra.data.prepare import PreparedData
 from lextra.data.shards import PreparedShards
 from lextra.data.windows import encode_documents
-from lextra.devices import EVAL_PRECISIONS, autocast, module_device, resolve_precision
+from lextra.devices import autocast, check_eval_precision, module_device, resolve_precision
 from lextra.errors import ConfigError, DataError
 from lextra.evaluate.prefix import evaluation_prefix
 from lextra.extend import InferenceSetup
@@ -111,10 +111,7 @@ class EvalConfig(Serializable):
         build_mask(self.mask, train_len=2)  # raises on a bad spec
         if self.temperature not in ("none", "log-length"):
             raise ConfigError(f"evaluation temperature must be 'none' or 'log-length', got {self.temperature!r}")
-        if self.precision not in EVAL_PRECISIONS:
-            raise ConfigError(
-                f"evaluation precision must be one of {', '.join(EVAL_PRECISIONS)}, got {self.precision!r}"
-            )
+        check_eval_precision(self.precision)
         return self
 
 
@@ -205,14 +202,13 @@ class TokenScorer:
     the same token (a chunk of L at offset kL is the first half of the sliding window of 2L there), and its cells
     sum that window's first positions. `batches` stacks windows of equal length into batches of
     `max_batch_tokens`, `score` runs one on the model's device; the sums stay there (fp64), read once by
-    `result`. Under bf16 (`config.precision`, `auto` resolved for the device) the features run under bf16
+    `result`. Under bf16 (`config.precision`, `auto` resolved by `evaluate_model`) the features run under bf16
     autocast; the head, the losses and their sums run as in fp32.
     """
 
     def __init__(self, model: ScoredModel, config: EvalConfig, share_prefixes: bool = False) -> None:
         self.model, self.config, self.share_prefixes = model, config, share_prefixes
         self.device = module_device(model)
-        self.precision = resolve_precision(config.precision, self.device)
         self.head_dtype = _parameter_dtype(model)
         self.mask = build_mask(config.mask, model.config.train_len)
         self.windows: dict[WindowKey, _Window] = {}
@@ -263,7 +259,7 @@ class TokenScorer:
         spans = {c: [e.scores.get(c, (L, L)) for e in entries] for c in cells}
         lo = min(first for span in spans.values() for first, _ in span)
         # the features of the scored positions alone: the last block computes no other row (`GPT.features`)
-        with autocast(self.precision, self.device):
+        with autocast(self.config.precision, self.device):
             hidden = self.model.features(inputs, mask=self.mask, backend=self.config.backend, last=L - lo)
         hidden = hidden.to(self.head_dtype)  # the head (logits) in the model's own dtype, outside autocast
         bounds = {

@@ -172,7 +172,8 @@ def compare(
             with clock.phase("training"):
                 models[variant.model] = train_or_reuse(config, out_dir / "models" / variant.model, progress, device)
     world = Distributed.from_environment(device)
-    cells = [_Cell(out_dir, variant, models[variant.model], eval_config) for variant in parsed]
+    weights = {model: sha256_file(folder / WEIGHTS_FILE) for model, folder in models.items()}  # once per model
+    cells = [_Cell(out_dir, variant, models[variant.model], weights[variant.model], eval_config) for variant in parsed]
     results = {cell.variant.label: cell.reused() for cell in cells}
     pending = [cell for cell in cells if results[cell.variant.label] is None]
     data = None
@@ -204,12 +205,12 @@ class _Cell:
     out_dir: Path
     variant: Variant
     model_dir: Path
+    weights: str  # the sha256 of the model's weights file
     eval_config: EvalConfig
 
     def __post_init__(self) -> None:
         self.settings = copy.deepcopy(self.eval_config)
         self.settings.mask = self.variant.mask
-        self.weights = sha256_file(self.model_dir / WEIGHTS_FILE)
         self.path = self.out_dir / "results" / f"{self.variant.label.replace(':', '-')}.json"
         self.fingerprint = {"model_sha256": self.weights, "eval": self.settings.to_dict()}
 

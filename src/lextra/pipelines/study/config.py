@@ -10,7 +10,7 @@ from typing import Any
 
 from lextra import serialize
 from lextra.attention.masks import build_mask
-from lextra.devices import EVAL_PRECISIONS
+from lextra.devices import check_eval_precision
 from lextra.errors import ConfigError
 from lextra.methods import EXTEND, extension_method
 from lextra.pipelines.ruler import SECTION_KEYS as RULER_SECTION_KEYS
@@ -155,10 +155,7 @@ def _check_sections(config: StudyConfig, where: str) -> None:
     """The sections' values: the evaluation precision, masks, seeds, retrieval multiples, the model labels
     sections name, RULER's settings and the extension methods `[stretch]` runs (their options and the longest
     length)."""
-    if config.eval_precision not in EVAL_PRECISIONS:
-        raise ConfigError(
-            f"{where}: eval_precision must be one of {', '.join(EVAL_PRECISIONS)}, got {config.eval_precision!r}"
-        )
+    check_eval_precision(config.eval_precision, f"{where}: eval_precision")
     for mask in config.masks:
         build_mask(mask, config.train_len)
     if not config.seeds:
