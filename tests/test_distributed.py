@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -129,7 +130,7 @@ def test_compare_under_torchrun_shares_the_evaluations_out_and_equals_one_proces
     """Two processes train each model together, evaluate each variant once between them (not once each), and
     write the summary of one process; the first process alone prints the tables."""
     one, two = _compare(tmp_path / "one", 1), _compare(tmp_path / "two", 2)
-    evaluated = sorted(line.split()[-1] for line in two.stderr.splitlines() if "lextra compare: evaluating" in line)
+    evaluated = sorted(re.findall(r"^lextra compare: evaluating (\S+)$", two.stderr, flags=re.MULTILINE))
     assert evaluated == ["nope", "rope", "rope+bca"]
     assert two.stdout.count("plot: ") == 1 and one.stdout.count("plot: ") == 1
     first = json.loads((tmp_path / "one" / "summary.json").read_text())
@@ -141,3 +142,13 @@ def test_compare_under_torchrun_shares_the_evaluations_out_and_equals_one_proces
                 theirs = second["variants"][label]["results"][protocol][length]
                 assert theirs["tokens"] == cell["tokens"]
                 assert theirs["nll"] == pytest.approx(cell["nll"], rel=1e-5), (label, protocol, length)
+
+
+def test_a_status_line_is_one_write_so_processes_sharing_stderr_never_split_it(capsys, monkeypatch) -> None:
+    """print() writes the message and its newline apart: two ranks on one pipe could run their lines together."""
+    from lextra.pipelines.log import log
+
+    writes: list[str] = []
+    monkeypatch.setattr(sys.stderr, "write", writes.append)
+    log("compare", "evaluating rope+bca")
+    assert writes == ["lextra compare: evaluating rope+bca\n"]

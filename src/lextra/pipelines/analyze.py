@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from lextra.attention import build_mask
 from lextra.attention.masks import Mask
 from lextra.io import atomic_write_json, atomic_write_text
 from lextra.pipelines.checkpoints import Checkpoint, TextSource
+from lextra.pipelines.log import log
 from lextra.positions import PositionScheme
 from lextra.reporting.plots import plot_cumulative, plot_dispersion, plot_logits, plot_scores
 from lextra.reporting.tables import markdown_table, string_keys, write_csv
@@ -97,7 +97,7 @@ def mask_suffix(mask: str) -> str:
 
 
 def _log(message: str) -> None:
-    print(f"lextra analyze: {message}", file=sys.stderr, flush=True)
+    log("analyze", message)
 
 
 def _variants(

@@ -12,7 +12,6 @@ import contextlib
 import copy
 import json
 import re
-import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from lextra.errors import ConfigError
 from lextra.evaluate import EvalConfig, Evaluation, evaluate_model
 from lextra.io import atomic_write_json, atomic_write_text, sha256_file
 from lextra.model import WEIGHTS_FILE, load_model, read_model_meta
+from lextra.pipelines.log import log
 from lextra.positions import SCHEMES
 from lextra.registry import split_compound
 from lextra.reporting.plots import plot_curves
@@ -354,4 +354,4 @@ def write_summary(out_dir: Path, summary: Comparison, train_len: int) -> None:
 
 
 def _log(message: str) -> None:
-    print(f"lextra compare: {message}", file=sys.stderr, flush=True)
+    log("compare", message)

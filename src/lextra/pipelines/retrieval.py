@@ -8,7 +8,6 @@ Layout of the output folder: `models/<scheme>/` (training runs), `results/<varia
 from __future__ import annotations
 
 import copy
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from lextra.evaluate.ruler import RULER_TRAINING_TASKS
 from lextra.io import atomic_write_json, atomic_write_text
 from lextra.model import read_model_meta
 from lextra.pipelines.loading import ModelOptions, load_lextra, setup_from
+from lextra.pipelines.log import log
 from lextra.positions import SCHEMES
 from lextra.positions.scaling import parse_rope_scaling
 from lextra.registry import split_compound
@@ -178,4 +178,4 @@ def compare_retrieval(
 
 
 def _log(message: str) -> None:
-    print(f"lextra retrieval: {message}", file=sys.stderr, flush=True)
+    log("retrieval", message)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import json
-import sys
 import time
 from collections.abc import Callable
 from functools import partial
@@ -29,6 +28,7 @@ from lextra.methods import calibration_windows
 from lextra.model import WEIGHTS_FILE
 from lextra.pipelines.compare import train_or_reuse
 from lextra.pipelines.loading import ModelOptions, load_lextra, setup_from
+from lextra.pipelines.log import log
 from lextra.pipelines.study.config import ModelSpec, StudyConfig
 from lextra.reporting.study_results import (
     DispersionMeans,
@@ -97,7 +97,7 @@ class Study:
                 self.seconds += saved.get("seconds", 0.0)
                 self.commits.add(saved.get("commit", "unknown"))
                 return saved["result"] if kind is None else kind.from_dict(saved["result"])
-        log(f"{section}: {name}")
+        log("study", f"{section}: {name}")
         start = time.time()
         result = compute()
         seconds = time.time() - start
@@ -372,7 +372,3 @@ def train_config(study: StudyConfig, spec: ModelSpec, seed: int):
     if config.log_dir is not None:  # one TensorBoard run per model and seed
         config.log_dir = str(Path(config.log_dir) / spec.label / f"seed{seed}")
     return config.validate()
-
-
-def log(message: str) -> None:
-    print(f"lextra study: {message}", file=sys.stderr, flush=True)
