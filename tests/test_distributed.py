@@ -152,3 +152,75 @@ def test_a_status_line_is_one_write_so_processes_sharing_stderr_never_split_it(c
     monkeypatch.setattr(sys.stderr, "write", writes.append)
     log("compare", "evaluating rope+bca")
     assert writes == ["lextra compare: evaluating rope+bca\n"]
+
+
+STUDY = """
+name = "shared"
+multiples = [1, 2]
+protocols = ["chunks"]
+masks = ["causal", "bca"]
+documents = 1
+[train]
+corpus = "python-code"
+limit_chars = 400000
+steps = 4
+batch_size = 4
+warmup = 2
+checkpoint_every = 0
+eval_sequences = 2
+[train.model]
+train_len = 32
+n_layer = 2
+d_model = 32
+n_head = 2
+[[models]]
+label = "rope"
+scheme = "rope"
+[[models]]
+label = "alibi"
+scheme = "alibi"
+[analysis]
+documents = 1
+[window_sweep]
+models = ["rope", "alibi"]
+widths = [8, 16]
+"""
+
+
+def _study(config: Path, out: Path, processes: int) -> subprocess.CompletedProcess:
+    command = _command(out, processes)
+    command = [*command[: command.index("train")], "study", str(config), "--out", str(out)]
+    command += ["--quiet", "--threads", "1", "--device", "cpu"]
+    return subprocess.run(command, check=True, env=ENV, capture_output=True, text=True, timeout=300)
+
+
+def test_a_study_under_torchrun_computes_each_cell_once_and_equals_one_process(tmp_path) -> None:
+    """Two processes train each model together, then share out the other cells (each computed by one of them) and
+    the first process alone writes the report; every number equals a one-process study's."""
+    config = tmp_path / "study.toml"
+    config.write_text(STUDY)
+    one, two = _study(config, tmp_path / "one", 1), _study(config, tmp_path / "two", 2)
+    computed = sorted(re.findall(r"^lextra study: (\S+: \S+)$", two.stderr, flags=re.MULTILINE))
+    expected = sorted(re.findall(r"^lextra study: (\S+: \S+)$", one.stderr, flags=re.MULTILINE))
+    trained = ["training: alibi-seed0", "training: rope-seed0"]
+    assert expected == sorted(
+        trained
+        + [f"perplexity: {m}-{k}-seed0" for m in ("rope", "alibi") for k in ("causal", "bca")]
+        + [f"analysis: {m}" for m in ("rope", "alibi")]
+        + [f"window: {m}-w{w}" for m in ("rope", "alibi") for w in (8, 16)]
+    )
+    assert sorted(computed) == sorted(expected + trained)  # training is every process's, every other cell one's
+    assert two.stdout.count("## Perplexity") == 1 == one.stdout.count("## Perplexity")
+    first = json.loads((tmp_path / "one" / "study.json").read_text())
+    second = json.loads((tmp_path / "two" / "study.json").read_text())
+    for mask, models in first["perplexity"].items():
+        for label, seeds in models.items():
+            for protocol, row in seeds["0"]["results"].items():
+                for length, cell in row.items():
+                    theirs = second["perplexity"][mask][label]["0"]["results"][protocol][length]
+                    assert theirs["tokens"] == cell["tokens"]
+                    assert theirs["nll"] == pytest.approx(cell["nll"], rel=1e-5), (mask, label, protocol, length)
+    for label, sweep in first["window_sweep"].items():  # ppl by width, and the ERF
+        assert second["window_sweep"][label] == pytest.approx(sweep, rel=1e-5)
+    for label, analysis in first["analysis"].items():
+        assert second["analysis"][label]["receptive_field"] == pytest.approx(analysis["receptive_field"], rel=1e-4)

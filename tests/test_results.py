@@ -25,7 +25,7 @@ from lextra.evaluate.retrieval import (
 from lextra.model import GPT, GPTConfig
 from lextra.pipelines.analyze import DispersionRow, ReceptiveFieldRow, ResolutionRow
 from lextra.pipelines.compare import Comparison, VariantResult
-from lextra.pipelines.study import Study, parse_study
+from lextra.pipelines.study import Cell, Study, parse_study
 from lextra.reporting.study_results import ModelAnalysis, StudyResults
 
 OLD = Path(__file__).parent / "data" / "results_v0"
@@ -118,7 +118,7 @@ def test_old_study_cells_are_reused_as_typed_results(tmp_path: Path, name: str, 
     folder.mkdir(parents=True)
     (folder / "old.json").write_text((OLD / "study_cells" / f"{name}.json").read_text())
     study = Study(parse_study({"models": [{"label": "rope", "scheme": "rope"}]}), tmp_path)
-    cached = study.cell(name, "old", old["key"], lambda: pytest.fail("recomputed an old cell"), kind)
+    (cached,) = study.cells([Cell(name, "old", old["key"], lambda: pytest.fail("recomputed an old cell"), kind)])
     assert isinstance(cached, kind) and cached == kind.from_dict(old["result"])
     assert study.commits == {old["commit"]} and study.seconds == old["seconds"]
 

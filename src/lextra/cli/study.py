@@ -43,10 +43,13 @@ def configure_study(parser: argparse.ArgumentParser) -> Handler:
         import torch
 
         from lextra.pipelines.study import Study, load_study, write_report
+        from lextra.train import main_process
 
         config = load_study(args.config)
         start, commit = time.time(), _commit()
         results = Study(config, args.out, progress=not args.quiet, commit=commit, device=args.device).run()
+        if not main_process():  # under torchrun the first process writes and prints the report
+            return 0
         header = [
             f"# {config.name}",
             "",

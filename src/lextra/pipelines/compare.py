@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import json
 import re
 import time
@@ -28,6 +29,7 @@ from lextra.evaluate import EvalConfig, Evaluation, evaluate_model
 from lextra.io import atomic_write_json, atomic_write_text, sha256_file
 from lextra.model import WEIGHTS_FILE, load_model, read_model_meta
 from lextra.pipelines.log import log
+from lextra.pipelines.sharing import share_out
 from lextra.positions import SCHEMES
 from lextra.registry import split_compound
 from lextra.reporting.plots import plot_curves
@@ -156,7 +158,8 @@ def compare(
 
     Everything runs on `device` (None: CUDA when available); cached cells do not depend on it. Under torchrun every
     process trains every model (DDP or FSDP), then the variants still to evaluate are shared out among the
-    processes, each on its own device; the first process writes the summary, which every process returns.
+    processes (`share_out`), each on its own device; the first process writes the summary, which every process
+    returns.
     """
     out_dir = Path(out_dir)
     device = resolve_device(device)
@@ -175,14 +178,13 @@ def compare(
     weights = {model: sha256_file(folder / WEIGHTS_FILE) for model, folder in models.items()}  # once per model
     cells = [_Cell(out_dir, variant, models[variant.model], weights[variant.model], eval_config) for variant in parsed]
     results = {cell.variant.label: cell.reused() for cell in cells}
-    pending = [cell for cell in cells if results[cell.variant.label] is None]
-    data = None
-    for cell in pending[world.rank :: world.size]:
+    data = functools.cache(functools.partial(_evaluation_data, base, progress))  # read at the first evaluation here
+
+    def evaluate(cell: _Cell) -> None:
         with clock.phase("evaluation"):
-            if data is None:
-                data = _evaluation_data(base, progress)
-            results[cell.variant.label] = cell.evaluate(data, base, progress, device)
-    world.barrier()  # every result file written
+            results[cell.variant.label] = cell.evaluate(data(), base, progress, device)
+
+    share_out(cells, world, evaluate, lambda cell: results[cell.variant.label] is not None or cell.written_now())
     summary = Comparison(variants={}, train=base.to_dict(), eval=eval_config.to_dict())
     for cell in cells:
         summary.variants[cell.variant.label] = results[cell.variant.label] or cell.written()
@@ -221,8 +223,12 @@ class _Cell:
             _log(f"reusing {self.path}")
         return result
 
+    def written_now(self) -> bool:
+        """Whether the result file holds a result for this fingerprint (another process's, while it waits)."""
+        return _saved_result(self.path, self.fingerprint) is not None
+
     def written(self) -> VariantResult:
-        """The result another process computed (after the barrier that follows the evaluations)."""
+        """The result another process computed (after `share_out` saw it written)."""
         result = _saved_result(self.path, self.fingerprint)
         if result is None:
             raise RuntimeError(f"no result for {self.variant.label} at {self.path} after every process evaluated")

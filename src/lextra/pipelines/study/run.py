@@ -10,7 +10,8 @@ from __future__ import annotations
 import copy
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from lextra.model import WEIGHTS_FILE
 from lextra.pipelines.compare import train_or_reuse
 from lextra.pipelines.loading import ModelOptions, load_lextra, setup_from
 from lextra.pipelines.log import log
+from lextra.pipelines.sharing import share_out
 from lextra.pipelines.study.config import ModelSpec, StudyConfig
 from lextra.reporting.study_results import (
     DispersionMeans,
@@ -37,12 +39,27 @@ from lextra.reporting.study_results import (
     StudyResults,
     WindowSweep,
 )
-from lextra.train import TrainConfig
+from lextra.train import Distributed, TrainConfig
+
+
+@dataclass
+class Cell:
+    """One result of a study: its section and name (its file `cells/<section>/<name>.json`), the key it is cached
+    by, how to compute it, the class that types it (`from_dict` / `to_dict`; None: saved as it is) and, when the
+    result counts its own compute seconds (some computed in earlier invocations), how to read them."""
+
+    section: str
+    name: str
+    key: dict[str, Any]
+    compute: Callable[[], Any]
+    kind: Any = None
+    seconds: Callable[[Any], float] | None = None
 
 
 class Study:
     """One study run in `out`: trained models, cached cells and the collected results, computed on `device`
-    (None: CUDA when available); cell keys do not hold the device, so cells computed anywhere are reused."""
+    (None: CUDA when available); cell keys do not hold the device, so cells computed anywhere are reused. Under
+    torchrun every process trains each model together and the other cells are shared out (`cells`)."""
 
     def __init__(
         self,
@@ -59,6 +76,7 @@ class Study:
         self.commits: set[str] = set()
         self._data: PreparedData | PreparedShards | None = None
         self._texts: PreparedData | None = None
+        self._world: Distributed | None = None
         self.models: dict[tuple[str, int], Path] = {}
         self._checksums: dict[tuple[str, int], str] = {}
         #: compute seconds of every cell used, whether computed now or in an earlier invocation
@@ -87,25 +105,68 @@ class Study:
             self._texts = data.prepared_data() if isinstance(data, PreparedShards) else data
         return self._texts
 
-    def cell(self, section: str, name: str, key: dict[str, Any], compute: Callable[[], Any], kind: Any = None) -> Any:
-        """The cached result for `key`, or compute, save and return it; `kind` (a class with `from_dict` and
-        `to_dict`, such as `Evaluation`) types the result, which is otherwise saved and returned as it is."""
-        path = self.out / "cells" / section / f"{name.replace(':', '-').replace('+', '_')}.json"
-        if path.exists():
-            saved = json.loads(path.read_text())
-            if saved.get("key") == key:
-                self.seconds += saved.get("seconds", 0.0)
-                self.commits.add(saved.get("commit", "unknown"))
-                return saved["result"] if kind is None else kind.from_dict(saved["result"])
-        log("study", f"{section}: {name}")
+    @property
+    def world(self) -> Distributed:
+        """The torchrun processes running this study (one without torchrun): training is their collective, the
+        other cells are shared out among them."""
+        if self._world is None:
+            self._world = Distributed.from_environment(self.device)
+        return self._world
+
+    def cells(self, jobs: Sequence[Cell]) -> list[Any]:
+        """Each cell's cached result, else computed and saved. Under torchrun each process computes its share of
+        the missing cells (`share_out`) and reads the others' from their files."""
+        results: dict[int, Any] = {}
+        for i, job in enumerate(jobs):
+            record = self._saved(job)
+            if record is not None:
+                results[i] = self._reuse(job, record)
+
+        def compute(i: int) -> None:
+            results[i] = self._compute(jobs[i])
+
+        share_out(range(len(jobs)), self.world, compute, lambda i: i in results or self._saved(jobs[i]) is not None)
+        for i in range(len(jobs)):
+            if i not in results:  # another process's
+                results[i] = self._reuse(jobs[i], self._saved(jobs[i]))
+        return [results[i] for i in range(len(jobs))]
+
+    def train_cell(self, name: str, config: TrainConfig, run_dir: Path) -> Path:
+        """A training cell: the trained (or reused) model folder. Every process trains it, together (DDP/FSDP)."""
+        job = Cell("training", name, config.to_dict(), partial(self._train, config, run_dir))
+        record = self._saved(job)
+        return Path(self._compute(job) if record is None else self._reuse(job, record))
+
+    def _path(self, job: Cell) -> Path:
+        return self.out / "cells" / job.section / f"{job.name.replace(':', '-').replace('+', '_')}.json"
+
+    def _saved(self, job: Cell) -> dict[str, Any] | None:
+        """The saved record of `job` when it was computed for its key, else None."""
+        path = self._path(job)
+        if not path.exists():
+            return None
+        record = json.loads(path.read_text())
+        return record if record.get("key") == job.key else None
+
+    def _reuse(self, job: Cell, record: dict[str, Any] | None) -> Any:
+        """A saved record's result, typed; its compute seconds and commit are counted."""
+        if record is None:
+            raise RuntimeError(f"no result for {job.section}/{job.name} after every process computed its share")
+        self.seconds += record.get("seconds", 0.0)
+        self.commits.add(record.get("commit", "unknown"))
+        return record["result"] if job.kind is None else job.kind.from_dict(record["result"])
+
+    def _compute(self, job: Cell) -> Any:
+        """Compute a cell, save it with its key, seconds and commit, and return its result."""
+        log("study", f"{job.section}: {job.name}")
         start = time.time()
-        result = compute()
-        seconds = time.time() - start
+        result = job.compute()
+        seconds = time.time() - start if job.seconds is None else job.seconds(result)
         self.seconds += seconds
         self.commits.add(self.commit)
-        saved = result if kind is None else result.to_dict()
-        record = {"key": key, "result": saved, "seconds": round(seconds, 1), "commit": self.commit}
-        atomic_write_json(path, record)
+        saved = result if job.kind is None else result.to_dict()
+        record = {"key": job.key, "result": saved, "seconds": round(seconds, 1), "commit": self.commit}
+        atomic_write_json(self._path(job), record)
         return result
 
     def weights(self, label: str, seed: int) -> str:
@@ -138,17 +199,11 @@ class Study:
             for seed in self.config.seeds:
                 config = train_config(self.config, spec, seed)
                 run_dir = self.out / "models" / spec.label / f"seed{seed}"
-                final = self.cell(
-                    "training",
-                    f"{spec.label}-seed{seed}",
-                    config.to_dict(),
-                    partial(self._train, config, run_dir),
-                )
-                self.models[(spec.label, seed)] = Path(final)
+                self.models[(spec.label, seed)] = self.train_cell(f"{spec.label}-seed{seed}", config, run_dir)
 
     def perplexity(self) -> dict[str, dict[str, dict[int, Evaluation]]]:
         """{mask: {label: {seed: evaluation}}} under every protocol at every length."""
-        results: dict[str, dict[str, dict[int, Evaluation]]] = {}
+        places, jobs = [], []
         for mask in self.config.masks:
             for spec in self.config.models:
                 for seed in self.config.seeds:
@@ -159,14 +214,12 @@ class Study:
                         documents=self.config.documents,
                     )
                     key = {"weights": self.weights(spec.label, seed), "eval": ev.to_dict()}
-                    result = self.cell(
-                        "perplexity",
-                        f"{spec.label}-{mask}-seed{seed}",
-                        key,
-                        partial(self._evaluate, spec.label, seed, ev, self.progress, spec.label),
-                        kind=Evaluation,
-                    )
-                    results.setdefault(mask, {}).setdefault(spec.label, {})[seed] = result
+                    compute = partial(self._evaluate, spec.label, seed, ev, self.progress, spec.label)
+                    jobs.append(Cell("perplexity", f"{spec.label}-{mask}-seed{seed}", key, compute, Evaluation))
+                    places.append((mask, spec.label, seed))
+        results: dict[str, dict[str, dict[int, Evaluation]]] = {}
+        for (mask, label, seed), result in zip(places, self.cells(jobs), strict=True):
+            results.setdefault(mask, {}).setdefault(label, {})[seed] = result
         return results
 
     def analysis(self) -> dict[str, ModelAnalysis]:
@@ -174,14 +227,18 @@ class Study:
         section = self.config.analysis or {}
         documents = int(section.get("documents", 4))
         L = self.config.train_len
-        results: dict[str, ModelAnalysis] = {}
-        for spec in self.config.models:
-            seed = self.config.seeds[0]
-            key = {"weights": self.weights(spec.label, seed), "documents": documents, "lengths": self.config.lengths}
-            results[spec.label] = self.cell(
-                "analysis", spec.label, key, partial(self._analyse, spec, documents, L), kind=ModelAnalysis
+        seed = self.config.seeds[0]
+        jobs = [
+            Cell(
+                "analysis",
+                spec.label,
+                {"weights": self.weights(spec.label, seed), "documents": documents, "lengths": self.config.lengths},
+                partial(self._analyse, spec, documents, L),
+                ModelAnalysis,
             )
-        return results
+            for spec in self.config.models
+        ]
+        return {spec.label: result for spec, result in zip(self.config.models, self.cells(jobs), strict=True)}
 
     @torch.no_grad()
     def _analyse_no_grad(self, model, texts, lengths) -> tuple[dict[str, dict[int, float]], dict[int, DispersionMeans]]:
@@ -205,27 +262,24 @@ class Study:
     def window_sweep(self, analysis: dict[str, ModelAnalysis]) -> dict[str, WindowSweep]:
         """Sliding-protocol perplexity at the longest length under window:w, for each model and w."""
         section = self.config.window_sweep or {}
-        results: dict[str, WindowSweep] = {}
-        length = max(self.config.lengths)
+        length, seed = max(self.config.lengths), self.config.seeds[0]
+        places, jobs = [], []
         for label in section.get("models", []):
-            seed = self.config.seeds[0]
-            row: dict[int, float] = {}
             for width in section.get("widths", []):
                 ev = self.eval_config(
                     lengths=[length], protocols=["sliding"], mask=f"window:{width}", documents=self.config.documents
                 )
                 key = {"weights": self.weights(label, seed), "eval": ev.to_dict()}
-                result = self.cell(
-                    "window",
-                    f"{label}-w{width}",
-                    key,
-                    partial(self._evaluate, label, 0, ev, False, ""),
-                    kind=Evaluation,
-                )
-                row[width] = result.ppl("sliding", length)
-            erf = analysis[label].receptive_field.erf if label in analysis else None
-            results[label] = WindowSweep(ppl=row, erf=erf)
-        return results
+                compute = partial(self._evaluate, label, 0, ev, False, "")
+                jobs.append(Cell("window", f"{label}-w{width}", key, compute, Evaluation))
+                places.append((label, width))
+        rows: dict[str, dict[int, float]] = {label: {} for label in section.get("models", [])}
+        for (label, width), result in zip(places, self.cells(jobs), strict=True):
+            rows[label][width] = result.ppl("sliding", length)
+        return {
+            label: WindowSweep(ppl=row, erf=analysis[label].receptive_field.erf if label in analysis else None)
+            for label, row in rows.items()
+        }
 
     def retrieval(self) -> dict[str, RetrievalResult]:
         """Fine-tune each variant's LM model (seed 0) on the task; accuracy at every length and depth."""
@@ -237,51 +291,52 @@ class Study:
         samples = int(section.get("samples", 10))
         depths = [float(d) for d in section.get("depths", [0.0, 0.25, 0.5, 0.75, 1.0])]
         lengths = [self.config.train_len * int(m) for m in section.get("multiples", self.config.multiples)]
-        results: dict[str, RetrievalResult] = {}
-        tuned: dict[str, Path] = {}
         labels = {spec.label for spec in self.config.models}
+        seed = self.config.seeds[0]
+        variants: list[tuple[str, str, Any]] = []  # (variant, the label of its model, its RoPE scaling)
         for variant in section.get("variants", []):
             name, _, scaled = variant.partition("+")
             if name in labels:  # a model's label (a hybrid's), then its scaling, if any
                 scheme, scaling = name, parse_scaled_variant(f"rope+{scaled}")[1] if scaled else None
             else:
                 scheme, scaling = parse_scaled_variant(variant)
-            label = self.config.model(scheme).label
+            variants.append((variant, self.config.model(scheme).label, scaling))
+        tuned: dict[str, Path] = {}
+        for _, label, _ in variants:  # each model fine-tuned once, by every process together
             if label not in tuned:
-                config = train_config(self.config, self.config.model(label), self.config.seeds[0])
+                config = train_config(self.config, self.config.model(label), seed)
                 config.task = register_task_spec(task_name)
-                config.init_from = str(self.models[(label, self.config.seeds[0])])
+                config.init_from = str(self.models[(label, seed)])
                 config.steps = int(section.get("steps", 1500))
                 config.lr = float(section.get("lr", 1e-3))
                 config.warmup = int(section.get("warmup", 50))
-                run_dir = self.out / "retrieval" / label
-                tuned[label] = Path(
-                    self.cell(
-                        "training",
-                        f"{label}-{task_name}",
-                        config.to_dict(),
-                        partial(self._train, config, run_dir),
-                    )
-                )
-            key = {
-                "weights": sha256_file(tuned[label] / WEIGHTS_FILE),
-                "scaling": scaling,
-                "lengths": lengths,
-                "samples": samples,
-                "depths": depths,
-            }
+                tuned[label] = self.train_cell(f"{label}-{task_name}", config, self.out / "retrieval" / label)
+        checksums = {label: sha256_file(folder / WEIGHTS_FILE) for label, folder in tuned.items()}
 
-            def compute(label=label, scaling=scaling, variant=variant) -> RetrievalResult:
-                model = load_lextra(
-                    tuned[label], ModelOptions(setup_from(rope_scaling=scaling)), self.device
-                ).model.eval()
-                task = build_task(task_name, self.texts.tokenizer, self.texts.splits["test"])
-                return evaluate_retrieval(
-                    model, task, lengths, depths, samples=samples, progress=self.progress, label=variant
-                )
+        def compute(variant: str, label: str, scaling: Any) -> RetrievalResult:
+            model = load_lextra(tuned[label], ModelOptions(setup_from(rope_scaling=scaling)), self.device).model.eval()
+            task = build_task(task_name, self.texts.tokenizer, self.texts.splits["test"])
+            return evaluate_retrieval(
+                model, task, lengths, depths, samples=samples, progress=self.progress, label=variant
+            )
 
-            results[variant] = self.cell("retrieval", variant, key, compute, kind=RetrievalResult)
-        return results
+        jobs = [
+            Cell(
+                "retrieval",
+                variant,
+                {
+                    "weights": checksums[label],
+                    "scaling": scaling,
+                    "lengths": lengths,
+                    "samples": samples,
+                    "depths": depths,
+                },
+                partial(compute, variant, label, scaling),
+                RetrievalResult,
+            )
+            for variant, label, scaling in variants
+        ]
+        return {variant: result for (variant, _, _), result in zip(variants, self.cells(jobs), strict=True)}
 
     def stretch(self) -> dict[str, dict[int, float]]:
         """Sliding-protocol perplexity of each model under each inference-time method at every length."""
@@ -292,13 +347,18 @@ class Study:
         extensions = [m for m in wanted or [] if m.startswith(EXTEND)]
         windows = int(section.get("windows", 2))
         factor = float(max(self.config.multiples))
+        seed = self.config.seeds[0]
         results: dict[str, dict[int, float]] = {}
         for label in section.get("models", []):
-            base = self.load(label, self.config.seeds[0])
-            for method in methods_for(base, extensions):
-                if wanted and method not in wanted:
-                    continue
-                row: dict[int, float] = {}
+            base = self.load(label, seed)
+            methods = [m for m in methods_for(base, extensions) if not wanted or m in wanted]
+
+            def compute(method: str, length: int, ev: EvalConfig, base=base) -> Evaluation:
+                model = prepared(base, method, self.data, length, factor, windows)
+                return evaluate_model(model, self.data, ev, progress=False)
+
+            places, jobs = [], []
+            for method in methods:
                 for length in self.config.lengths:
                     ev = self.eval_config(
                         lengths=[length],
@@ -306,40 +366,55 @@ class Study:
                         documents=self.config.documents,
                         span=max(self.config.lengths),
                     )
-                    key = {
-                        "weights": self.weights(label, self.config.seeds[0]),
-                        "method": method,
-                        "eval": ev.to_dict(),
-                        "w": windows,
-                    }
-
-                    def compute(method=method, length=length, ev=ev, base=base) -> Evaluation:
-                        model = prepared(base, method, self.data, length, factor, windows)
-                        return evaluate_model(model, self.data, ev, progress=False)
-
-                    result = self.cell("stretch", f"{label}-{method}-{length}", key, compute, kind=Evaluation)
-                    row[length] = result.ppl("sliding", length)
-                results[f"{label} + {method}"] = row
+                    key = {"weights": self.weights(label, seed), "method": method, "eval": ev.to_dict(), "w": windows}
+                    jobs.append(
+                        Cell(
+                            "stretch",
+                            f"{label}-{method}-{length}",
+                            key,
+                            partial(compute, method, length, ev),
+                            Evaluation,
+                        )
+                    )
+                    places.append((method, length))
+            for method in methods:
+                results[f"{label} + {method}"] = {}
+            for (method, length), result in zip(places, self.cells(jobs), strict=True):
+                results[f"{label} + {method}"][length] = result.ppl("sliding", length)
         return results
 
     def ruler(self) -> dict[str, Any]:
-        """The RULER suite on each model (seed 0), cells resumable under `ruler/<label>/` with its own outputs; the
-        models side by side in `ruler/comparison.md`, `comparison.csv` and `averages.png`."""
+        """The RULER suite on each model (seed 0): one cell per model, its answers resumable under `ruler/<label>/`
+        with its own outputs; the models side by side in `ruler/comparison.md`, `comparison.csv` and
+        `averages.png`."""
+        from lextra.evaluate.ruler import RulerResult
         from lextra.pipelines.ruler import RulerTarget, run_ruler, settings_from_section
         from lextra.reporting.ruler import save_ruler_comparison
 
-        section = dict(self.config.ruler or {})
-        settings = settings_from_section({"multiples": self.config.multiples, **section})
+        section = {"multiples": self.config.multiples, **(self.config.ruler or {})}
+        labels = section.pop("models", [m.label for m in self.config.models])
+        settings = settings_from_section(section)
         seed = self.config.seeds[0]
-        results = {}
-        for label in section.pop("models", [m.label for m in self.config.models]):
-            target = RulerTarget(
-                self.load(label, seed), self.texts.tokenizer, label=label, key={"weights": self.weights(label, seed)}
+
+        def compute(label: str) -> RulerResult:
+            key = {"weights": self.weights(label, seed)}
+            target = RulerTarget(self.load(label, seed), self.texts.tokenizer, label=label, key=key)
+            return run_ruler(target, settings, self.out / "ruler" / label, progress=self.progress)
+
+        jobs = [
+            Cell(
+                "ruler",
+                label,
+                {"weights": self.weights(label, seed), "ruler": section},
+                partial(compute, label),
+                RulerResult,
+                seconds=lambda result: result.seconds,  # its answers' seconds, earlier invocations' included
             )
-            result = run_ruler(target, settings, self.out / "ruler" / label, progress=self.progress)
-            self.seconds += result.seconds
-            results[label] = result
-        save_ruler_comparison(self.out / "ruler", list(results.values()))
+            for label in labels
+        ]
+        results = dict(zip(labels, self.cells(jobs), strict=True))
+        if self.world.is_main:
+            save_ruler_comparison(self.out / "ruler", list(results.values()))
         return results
 
     def run(self) -> StudyResults:
@@ -358,7 +433,9 @@ class Study:
             self.ruler()
         results.compute_minutes = round(self.seconds / 60, 1)
         results.cell_commits = sorted(self.commits)
-        atomic_write_json(self.out / "study.json", results.to_dict())
+        if self.world.is_main:
+            atomic_write_json(self.out / "study.json", results.to_dict())
+        self.world.barrier()  # study.json written before any process returns
         return results
 
 

@@ -1,0 +1,37 @@
+"""Work shared out among torchrun's processes: each does its share, then waits for the others' results on disk."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from lextra.train import Distributed
+
+T = TypeVar("T")
+
+
+def share_out(
+    items: Sequence[T],
+    world: Distributed,
+    run: Callable[[T], object],
+    done: Callable[[T], bool],
+    *,
+    poll: float = 1.0,
+) -> None:
+    """`run` each item of this process's share that is not `done`, then wait until every other item is `done`.
+
+    The share is every `world.size`-th item from the process's rank, taken whether or not the item is done: only its
+    own process decides to compute an item, so no two processes take one, however their views of the saved files
+    differ. The wait polls `done` (the result files in the shared output folder) rather than a barrier, whose
+    timeout (10 minutes for NCCL, 30 for gloo) an evaluation that takes longer would exceed. On one process this
+    runs every item that is not done, in order.
+    """
+    for item in items[world.rank :: world.size]:
+        if not done(item):
+            run(item)
+    others = [item for i, item in enumerate(items) if i % world.size != world.rank]
+    while others:
+        others = [item for item in others if not done(item)]
+        if others:
+            time.sleep(poll)
