@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from test_study import STRETCH, _corpus
 
 # Each test starts training processes (torchrun and SIGKILL): seconds apiece on 2 cores.
 pytestmark = pytest.mark.slow
@@ -154,39 +155,6 @@ def test_a_status_line_is_one_write_so_processes_sharing_stderr_never_split_it(c
     assert writes == ["lextra compare: evaluating rope+bca\n"]
 
 
-STUDY = """
-name = "shared"
-multiples = [1, 2]
-protocols = ["chunks"]
-masks = ["causal", "bca"]
-documents = 1
-[train]
-corpus = "python-code"
-limit_chars = 400000
-steps = 4
-batch_size = 4
-warmup = 2
-checkpoint_every = 0
-eval_sequences = 2
-[train.model]
-train_len = 32
-n_layer = 2
-d_model = 32
-n_head = 2
-[[models]]
-label = "rope"
-scheme = "rope"
-[[models]]
-label = "alibi"
-scheme = "alibi"
-[analysis]
-documents = 1
-[window_sweep]
-models = ["rope", "alibi"]
-widths = [8, 16]
-"""
-
-
 def _study(config: Path, out: Path, processes: int) -> subprocess.CompletedProcess:
     command = _command(out, processes)
     command = [*command[: command.index("train")], "study", str(config), "--out", str(out)]
@@ -198,17 +166,13 @@ def test_a_study_under_torchrun_computes_each_cell_once_and_equals_one_process(t
     """Two processes train each model together, then share out the other cells (each computed by one of them) and
     the first process alone writes the report; every number equals a one-process study's."""
     config = tmp_path / "study.toml"
-    config.write_text(STUDY)
+    sections = '[analysis]\ndocuments = 1\n[window_sweep]\nmodels = ["rope", "alibi"]\nwidths = [8, 16]\n'
+    config.write_text(STRETCH.format(corpus=_corpus(tmp_path), methods='["none"]') + sections)
     one, two = _study(config, tmp_path / "one", 1), _study(config, tmp_path / "two", 2)
-    computed = sorted(re.findall(r"^lextra study: (\S+: \S+)$", two.stderr, flags=re.MULTILINE))
-    expected = sorted(re.findall(r"^lextra study: (\S+: \S+)$", one.stderr, flags=re.MULTILINE))
-    trained = ["training: alibi-seed0", "training: rope-seed0"]
-    assert expected == sorted(
-        trained
-        + [f"perplexity: {m}-{k}-seed0" for m in ("rope", "alibi") for k in ("causal", "bca")]
-        + [f"analysis: {m}" for m in ("rope", "alibi")]
-        + [f"window: {m}-w{w}" for m in ("rope", "alibi") for w in (8, 16)]
-    )
+    computed = sorted(re.findall(r"^lextra study: (\S+): (\S+)$", two.stderr, flags=re.MULTILINE))
+    expected = sorted(re.findall(r"^lextra study: (\S+): (\S+)$", one.stderr, flags=re.MULTILINE))
+    assert {section for section, _ in expected} == {"training", "perplexity", "analysis", "window", "stretch"}
+    trained = [cell for cell in expected if cell[0] == "training"]
     assert sorted(computed) == sorted(expected + trained)  # training is every process's, every other cell one's
     assert two.stdout.count("## Perplexity") == 1 == one.stdout.count("## Perplexity")
     first = json.loads((tmp_path / "one" / "study.json").read_text())
@@ -224,3 +188,5 @@ def test_a_study_under_torchrun_computes_each_cell_once_and_equals_one_process(t
         assert second["window_sweep"][label] == pytest.approx(sweep, rel=1e-5)
     for label, analysis in first["analysis"].items():
         assert second["analysis"][label]["receptive_field"] == pytest.approx(analysis["receptive_field"], rel=1e-4)
+    for method, row in first["stretch"].items():
+        assert second["stretch"][method] == pytest.approx(row, rel=1e-5)
