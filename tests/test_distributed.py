@@ -190,3 +190,29 @@ def test_a_study_under_torchrun_computes_each_cell_once_and_equals_one_process(t
         assert second["analysis"][label]["receptive_field"] == pytest.approx(analysis["receptive_field"], rel=1e-4)
     for method, row in first["stretch"].items():
         assert second["stretch"][method] == pytest.approx(row, rel=1e-5)
+
+
+def test_retrieval_compare_under_torchrun_evaluates_each_variant_once_and_equals_one_process(tmp_path) -> None:
+    def compare(out: Path, processes: int) -> subprocess.CompletedProcess:
+        command = _command(out, processes)
+        command = [*command[: command.index("train")], "retrieval", "compare", "--task", "passkey", "--out", str(out)]
+        command += ["--schemes", "rope,rope+dynamic,alibi", "--lengths", "112,224", "--depths", "0,1", "--samples", "2"]
+        tiny = TINY[: TINY.index("--scheme")] + TINY[TINY.index("--scheme") + 2 :]
+        tiny[tiny.index("--train-len") + 1] = "112"
+        tiny[tiny.index("--limit-chars") + 1] = "1000000"  # a validation split long enough for the prompts
+        command += [*tiny, "--steps", "3", "--quiet"]
+        return subprocess.run(command, check=True, env=ENV, capture_output=True, text=True, timeout=300)
+
+    one, two = compare(tmp_path / "one", 1), compare(tmp_path / "two", 2)
+    evaluated = sorted(re.findall(r"^lextra retrieval: evaluating (\S+)$", two.stderr, flags=re.MULTILINE))
+    assert evaluated == ["alibi", "rope", "rope+dynamic"]
+    assert two.stdout.count("results: ") == one.stdout.count("results: ") == 1
+    first = json.loads((tmp_path / "one" / "summary.json").read_text())
+    second = json.loads((tmp_path / "two" / "summary.json").read_text())
+    assert sorted(second["variants"]) == sorted(first["variants"]) == ["alibi", "rope", "rope+dynamic"]
+    for label, result in first["variants"].items():
+        theirs = second["variants"][label]
+        for length, row in result["cells"].items():
+            for depth, cell in row.items():
+                assert theirs["cells"][length][depth]["samples"] == cell["samples"]
+                assert theirs["cells"][length][depth]["mean_rank"] == pytest.approx(cell["mean_rank"], rel=1e-6)

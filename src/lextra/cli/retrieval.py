@@ -181,6 +181,7 @@ def configure_compare(parser: argparse.ArgumentParser) -> Handler:
 
     def run(args: argparse.Namespace) -> int:
         from lextra.pipelines.retrieval import compare_retrieval
+        from lextra.train import main_process
 
         out = Path(args.out)
         compare_retrieval(
@@ -193,8 +194,9 @@ def configure_compare(parser: argparse.ArgumentParser) -> Handler:
             progress=not args.quiet,
             device=args.device,
         )
-        print((out / "table.md").read_text())
-        print(f"results: {out / 'summary.json'}, heatmaps: {out / 'heatmaps'}")
+        if main_process():  # under torchrun the first process prints the table
+            print((out / "table.md").read_text())
+            print(f"results: {out / 'summary.json'}, heatmaps: {out / 'heatmaps'}")
         return 0
 
     return run

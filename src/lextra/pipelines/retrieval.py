@@ -8,6 +8,8 @@ Layout of the output folder: `models/<scheme>/` (training runs), `results/<varia
 from __future__ import annotations
 
 import copy
+import json
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,11 +34,12 @@ from lextra.io import atomic_write_json, atomic_write_text
 from lextra.model import read_model_meta
 from lextra.pipelines.loading import ModelOptions, load_lextra, setup_from
 from lextra.pipelines.log import log
+from lextra.pipelines.sharing import share_out
 from lextra.positions import SCHEMES
 from lextra.positions.scaling import parse_rope_scaling
 from lextra.registry import split_compound
 from lextra.reporting.retrieval import plot_heatmap, retrieval_tables
-from lextra.train import CHECKPOINTS, FINAL, TrainConfig, train
+from lextra.train import CHECKPOINTS, FINAL, Distributed, TrainConfig, train
 
 
 @dataclass
@@ -128,7 +131,8 @@ def compare_retrieval(
     device: str | torch.device | None = None,
 ) -> dict[str, RetrievalResult]:
     """Train each distinct scheme once on `task`, evaluate each variant, all on `device` (None: CUDA when
-    available); write the summary and return the results."""
+    available); write the summary and return the results. Under torchrun every process trains each scheme together,
+    then the variants are shared out (each evaluated by one process) and the first process writes the summary."""
     out = Path(out)
     device = resolve_device(device)
     if not variants:
@@ -140,41 +144,81 @@ def compare_retrieval(
         )
     parsed = {v: parse_scaled_variant(v) for v in variants}
     models: dict[str, Path] = {}
-    results: dict[str, RetrievalResult] = {}
-    for label, (scheme, scaling) in parsed.items():
+    for scheme, _ in parsed.values():  # every process trains each scheme, in one order (a collective under torchrun)
         if scheme not in models:
-            run_dir = out / "models" / scheme
-            final = run_dir / FINAL
-            if (final / "config.json").exists():
-                _log(f"reusing {final}")
-            else:
-                _log(f"training {scheme}")
-                config = copy.deepcopy(base)
-                config.model.scheme = scheme
-                if init_from_compare:
-                    config.init_from = compare_pretrained(init_from_compare, scheme)
-                resume = (run_dir / CHECKPOINTS).exists()
-                final = train_on_task(config, task, run_dir, resume=resume, progress=progress, device=device)
-            models[scheme] = final
-        meta = read_model_meta(models[scheme])
-        trained_on = meta.get("train", {}).get("task")
-        if trained_on != task:
-            raise ConfigError(
-                f"{models[scheme]} was trained on task {trained_on!r}, not {task!r}; use a new --out folder"
-            )
+            models[scheme] = _trained(scheme, base, task, out, init_from_compare, progress, device)
+    world = Distributed.from_environment(device)
+    run = world.first(uuid.uuid4().hex)  # this invocation: each result file is marked with it once written
+    results: dict[str, RetrievalResult] = {}
+
+    def evaluate(label: str) -> None:
+        scheme, scaling = parsed[label]
         model, _ = load_scaled(models[scheme], scaling, device)
         _log(f"evaluating {label}")
+        meta = read_model_meta(models[scheme])
         prompts = evaluation_task(task, text_data_for_model(meta, base.data), settings.candidates - 1)
         result = settings.run(model, prompts, label, progress)
         result.model = str(models[scheme])
-        results[label] = result
-        name = label.replace(":", "-").replace("+", "_")
+        name = _file_name(label)
         atomic_write_json(out / "results" / f"{name}.json", result.to_dict())
         plot_heatmap(result, out / "heatmaps" / f"{name}.png")
-    summary = {"task": task, "variants": {label: r.to_dict() for label, r in results.items()}}
-    atomic_write_json(out / "summary.json", summary)
-    atomic_write_text(out / "table.md", retrieval_tables(results) + "\n")
+        atomic_write_text(_run_marker(out, label), run)
+        results[label] = result
+
+    def written(label: str) -> bool:
+        marker = _run_marker(out, label)
+        return label in results or (marker.exists() and marker.read_text() == run)
+
+    share_out(list(parsed), world, evaluate, written)
+    for label in parsed:  # another process's
+        if label not in results:
+            path = out / "results" / f"{_file_name(label)}.json"
+            results[label] = RetrievalResult.from_dict(json.loads(path.read_text()))
+    results = {label: results[label] for label in parsed}
+    if world.is_main:
+        summary = {"task": task, "variants": {label: r.to_dict() for label, r in results.items()}}
+        atomic_write_json(out / "summary.json", summary)
+        atomic_write_text(out / "table.md", retrieval_tables(results) + "\n")
+    world.barrier()  # the summary written before any process returns
     return results
+
+
+def _trained(
+    scheme: str,
+    base: TrainConfig,
+    task: str,
+    out: Path,
+    init_from_compare: str | None,
+    progress: bool,
+    device: torch.device,
+) -> Path:
+    """The final model of `scheme` fine-tuned on `task` under `out/models/` (reused, resumed or trained), checked
+    to have been trained on `task`."""
+    run_dir = out / "models" / scheme
+    final = run_dir / FINAL
+    if (final / "config.json").exists():
+        _log(f"reusing {final}")
+    else:
+        _log(f"training {scheme}")
+        config = copy.deepcopy(base)
+        config.model.scheme = scheme
+        if init_from_compare:
+            config.init_from = compare_pretrained(init_from_compare, scheme)
+        resume = (run_dir / CHECKPOINTS).exists()
+        final = train_on_task(config, task, run_dir, resume=resume, progress=progress, device=device)
+    trained_on = read_model_meta(final).get("train", {}).get("task")
+    if trained_on != task:
+        raise ConfigError(f"{final} was trained on task {trained_on!r}, not {task!r}; use a new --out folder")
+    return final
+
+
+def _file_name(label: str) -> str:
+    return label.replace(":", "-").replace("+", "_")
+
+
+def _run_marker(out: Path, label: str) -> Path:
+    """The file naming the invocation that wrote a variant's result (how the other processes know it is new)."""
+    return out / "results" / f".{_file_name(label)}.run"
 
 
 def _log(message: str) -> None:

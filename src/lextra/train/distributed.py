@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import atexit
 import os
+from typing import TypeVar
 
 import torch
+
+T = TypeVar("T")
 
 
 class Distributed:
@@ -78,6 +81,16 @@ class Distributed:
             values = values.clone()
             dist.all_reduce(values)
         return values
+
+    def first(self, value: T) -> T:
+        """The first process's `value` on every process (`value` itself on one process)."""
+        if self.size == 1:
+            return value
+        import torch.distributed as dist
+
+        box = [value]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
 
     def barrier(self) -> None:
         if self.size > 1:
