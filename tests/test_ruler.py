@@ -599,7 +599,7 @@ def test_bad_input_exits_2_with_one_line_naming_the_fix(tiny_folder, tmp_path, c
 
 
 # --- a study's [ruler] section --------------------------------------------------------------------------------------
-def test_a_study_ruler_section_is_checked_and_runs_resumable_cells(tiny_folder, tmp_path) -> None:
+def test_a_study_ruler_section_is_checked_and_runs_resumable_cells(tiny_folder, tmp_path, monkeypatch) -> None:
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     for i in range(6):
@@ -633,3 +633,8 @@ def test_a_study_ruler_section_is_checked_and_runs_resumable_cells(tiny_folder, 
     again.models[("rope", 0)] = tiny_folder / "model"
     assert again.ruler()["rope"].to_dict() == results["rope"].to_dict()
     assert {p.name: p.stat().st_mtime_ns for p in (folder / "cells").iterdir()} == stamps
+    # a finished model's RULER is a study cell: a third run reads it without running the suite
+    monkeypatch.setattr("lextra.pipelines.ruler.run_ruler", lambda *a, **k: pytest.fail("ran a finished RULER cell"))
+    third = Study(config, tmp_path / "study", progress=False)
+    third.models[("rope", 0)] = tiny_folder / "model"
+    assert third.ruler()["rope"].to_dict() == results["rope"].to_dict()

@@ -9,6 +9,7 @@ two QA tasks, which need downloaded datasets.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,9 +21,9 @@ DEFAULT_THRESHOLD = 85.6
 
 
 def total_if_known(parts: Sequence[float | None]) -> float | None:
-    """The sum of `parts`, or None when any part was not recorded."""
+    """The sum of `parts` (exactly rounded, so in any order), or None when any part was not recorded."""
     known = [p for p in parts if p is not None]
-    return sum(known) if len(known) == len(parts) else None
+    return math.fsum(known) if len(known) == len(parts) else None
 
 
 @dataclass(frozen=True)
@@ -120,8 +121,9 @@ class RulerResult(Serializable):
 
     @property
     def seconds(self) -> float:
-        """Compute seconds of every cell (whenever it was computed)."""
-        return sum(c.seconds for row in self.cells.values() for c in row.values())
+        """Compute seconds of every cell (whenever it was computed), summed exactly: a result read back with its
+        cells in another order has the same total."""
+        return math.fsum(c.seconds for row in self.cells.values() for c in row.values())
 
     @property
     def prefill_seconds(self) -> float | None:
