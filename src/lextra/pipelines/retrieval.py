@@ -135,14 +135,7 @@ def compare_retrieval(
     then the variants are shared out (each evaluated by one process) and the first process writes the summary."""
     out = Path(out)
     device = resolve_device(device)
-    if not variants:
-        raise ConfigError("--schemes needs at least one variant")
-    if parse_task_spec(task).name in RULER_TRAINING_TASKS:
-        raise ConfigError(
-            f"retrieval compare evaluates retrieval tasks; train on {task!r} with `lextra retrieval train` and "
-            "evaluate with `lextra ruler`"
-        )
-    parsed = {v: parse_scaled_variant(v) for v in variants}
+    parsed = _parsed_request(variants, task)
     models: dict[str, Path] = {}
     for scheme, _ in parsed.values():  # every process trains each scheme, in one order (a collective under torchrun)
         if scheme not in models:
@@ -181,6 +174,18 @@ def compare_retrieval(
         atomic_write_text(out / "table.md", retrieval_tables(results) + "\n")
     world.barrier()  # the summary written before any process returns
     return results
+
+
+def _parsed_request(variants: list[str], task: str) -> dict[str, tuple[str, str | None]]:
+    """Each variant's scheme and RoPE scaling, the task checked to be a retrieval task."""
+    if not variants:
+        raise ConfigError("--schemes needs at least one variant")
+    if parse_task_spec(task).name in RULER_TRAINING_TASKS:
+        raise ConfigError(
+            f"retrieval compare evaluates retrieval tasks; train on {task!r} with `lextra retrieval train` and "
+            "evaluate with `lextra ruler`"
+        )
+    return {v: parse_scaled_variant(v) for v in variants}
 
 
 def _trained(
