@@ -216,3 +216,34 @@ def test_retrieval_compare_under_torchrun_evaluates_each_variant_once_and_equals
             for depth, cell in row.items():
                 assert theirs["cells"][length][depth]["samples"] == cell["samples"]
                 assert theirs["cells"][length][depth]["mean_rank"] == pytest.approx(cell["mean_rank"], rel=1e-6)
+
+
+def test_ruler_under_torchrun_shares_the_cells_out_and_equals_one_process(tmp_path) -> None:
+    """Each process answers every other (task, length) cell; the first writes the outputs; the answers and the
+    scores equal one process's (batch size 1: every sample decoded alone in both runs)."""
+    from test_ruler import tiny_gpt
+
+    from lextra.model import save_model
+
+    save_model(tiny_gpt(), tmp_path / "model", extra={"tokenizer": {"kind": "bytes"}})
+
+    def ruler(out: Path, processes: int) -> subprocess.CompletedProcess:
+        command = _command(out, processes)
+        command = [*command[: command.index("train")], "ruler", "run", str(tmp_path / "model"), "--out", str(out)]
+        command += ["--tasks", "niah_single_1;vt;fwe", "--lengths", "1700,1900", "--samples", "2", "--batch-size", "1"]
+        command += ["--threshold", "0", "--quiet", "--threads", "1", "--device", "cpu"]
+        return subprocess.run(command, check=True, env=ENV, capture_output=True, text=True, timeout=300)
+
+    one, two = ruler(tmp_path / "one", 1), ruler(tmp_path / "two", 2)
+    shares = re.findall(r"lextra ruler: process (\d) of 2: (\d+) of (\d+) cells$", two.stderr, flags=re.MULTILINE)
+    assert sorted(shares) == [("0", "3", "6"), ("1", "3", "6")]
+    assert two.stdout.count("effective length: ") == one.stdout.count("effective length: ") == 1
+    first = json.loads((tmp_path / "one" / "results.json").read_text())
+    second = json.loads((tmp_path / "two" / "results.json").read_text())
+    for task, row in first["cells"].items():
+        for length, cell in row.items():
+            theirs = second["cells"][task][length]
+            assert (theirs["score"], theirs["samples"]) == (cell["score"], cell["samples"]), (task, length)
+            mine = json.loads((tmp_path / "one" / "cells" / f"{task}-{length}.json").read_text())["answers"]
+            other = json.loads((tmp_path / "two" / "cells" / f"{task}-{length}.json").read_text())["answers"]
+            assert [(a["index"], a["output"]) for a in other] == [(a["index"], a["output"]) for a in mine]

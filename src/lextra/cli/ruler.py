@@ -81,24 +81,15 @@ def configure_suite(parser: argparse.ArgumentParser, suite: Any, task_help: str)
     _add_model_and_haystack(parser, suite)
 
     def run(args: argparse.Namespace) -> int:
+        from lextra.devices import resolve_device
         from lextra.evaluate.ruler import chat_format
         from lextra.pipelines.loading import ModelOptions, load_model_spec, setup_from
-        from lextra.pipelines.ruler import RulerTarget, parse_task_list, run_ruler
+        from lextra.pipelines.ruler import RulerTarget, run_ruler
+        from lextra.train import Distributed
 
         setup_into_args(args, f"lextra {args.command_path}")
-        tasks, task_options = parse_task_list(args.tasks, suite.registry)
         haystack, documents = haystack_from(args)
-        settings = suite(
-            tasks=tasks,
-            options=task_options,
-            lengths=parse_lengths(args.lengths),
-            samples=args.samples,
-            seed=args.seed,
-            threshold=args.threshold,
-            batch_size=args.batch_size,
-            haystack=haystack,
-            prompt_length=args.prompt_length,
-        ).validate()
+        settings = _suite_settings(args, suite, haystack)
         options = ModelOptions(
             setup_from(rope_scaling=args.rope_scaling, mask=args.mask, layers=args.layers_select),
             temperatures=temperature_file(args),
@@ -125,13 +116,33 @@ def configure_suite(parser: argparse.ArgumentParser, suite: Any, task_help: str)
             chat=chat,
             documents=documents,
         )
-        result = run_ruler(target, settings, out, progress=not args.quiet)
-        print((out / "table.md").read_text())
-        print(f"results: {out / 'results.json'}, {out / 'results.csv'}, heatmap: {out / 'heatmap.png'}")
-        print(f"effective length: {result.effective_length} (threshold {result.threshold:g})")
+        world = Distributed.from_environment(resolve_device(args.device))  # torchrun: cells shared out
+        result = run_ruler(target, settings, out, progress=not args.quiet, world=world)
+        if world.is_main:
+            print((out / "table.md").read_text())
+            print(f"results: {out / 'results.json'}, {out / 'results.csv'}, heatmap: {out / 'heatmap.png'}")
+            print(f"effective length: {result.effective_length} (threshold {result.threshold:g})")
         return 0
 
     return run
+
+
+def _suite_settings(args: argparse.Namespace, suite: Any, haystack: str) -> Any:
+    """The validated settings of a suite run from its options."""
+    from lextra.pipelines.ruler import parse_task_list
+
+    tasks, task_options = parse_task_list(args.tasks, suite.registry)
+    return suite(
+        tasks=tasks,
+        options=task_options,
+        lengths=parse_lengths(args.lengths),
+        samples=args.samples,
+        seed=args.seed,
+        threshold=args.threshold,
+        batch_size=args.batch_size,
+        haystack=haystack,
+        prompt_length=args.prompt_length,
+    ).validate()
 
 
 def _add_sampling(parser: argparse.ArgumentParser, suite: Any, task_help: str) -> None:

@@ -42,8 +42,11 @@ from lextra.evaluate.ruler import (
     sorted_lengths,
 )
 from lextra.io import atomic_write_json
+from lextra.pipelines.log import log
+from lextra.pipelines.sharing import wait_for
 from lextra.registry import Registry, parse_spec, split_specs
 from lextra.reporting.ruler import save_ruler_outputs
+from lextra.train import Distributed
 
 #: lengths as multiples of L_tr when none are given
 DEFAULT_MULTIPLES = (1, 2, 4)
@@ -243,9 +246,22 @@ class RulerTarget:
     documents: Sequence[Document] | None = None
 
 
-def run_ruler(target: RulerTarget, settings: RulerSettings, out: str | Path, *, progress: bool = True) -> RulerResult:
+def run_ruler(
+    target: RulerTarget,
+    settings: RulerSettings,
+    out: str | Path,
+    *,
+    progress: bool = True,
+    world: Distributed | None = None,
+) -> RulerResult:
     """Every (task, length) cell of `settings` for `target`, reusing saved cells whose key matches; writes the
-    outputs in `out` and returns the result."""
+    outputs in `out` and returns the result.
+
+    Under `world` (torchrun's processes, each with its own copy of the model) the cells are shared out: each process
+    answers what its cells lack (every size-th cell from its rank), then waits for the others' answer files
+    (`wait_for`, no collective's timeout); the first process writes the outputs. Every process returns the result.
+    """
+    world = world or Distributed()
     model, tokenizer, chat, mask, label = target.model, target.tokenizer, target.chat, target.mask, target.label
     settings.validate()
     out = Path(out)
@@ -260,25 +276,16 @@ def run_ruler(target: RulerTarget, settings: RulerSettings, out: str | Path, *, 
         for n in lengths
     }
     answers = {cell: read_answers(cell_path(out, *cell), keys[cell]) for cell in keys}
-    missing = {cell: [i for i in wanted if i not in held] for cell, held in answers.items()}
-    total = len(keys) * settings.samples
-    bar = tqdm(total=total, initial=total - sum(map(len, missing.values())), disable=not progress, unit="sample",
-               desc=f"ruler {label}", file=sys.stderr)  # fmt: skip
-    for length in lengths:
-        todo = {name: missing[name, length] for name in tasks}
-        pending = [task for name, task in tasks.items() if todo[name]]
-        # the samples the cells of this length lack share batches; each batch is saved as soon as it is decoded
-        for batch in answer_samples(
-            model, pending, length, todo, settings.seed, batch_size=settings.batch_size, mask=mask,
-            prompt_length=settings.prompt_length,
-        ):  # fmt: skip
-            for name, answer in batch:
-                answers[name, length][answer.index] = answer
-            for name in dict.fromkeys(name for name, _ in batch):
-                write_answers(cell_path(out, name, length), keys[name, length], answers[name, length])
-            bar.set_postfix_str(f"{length} tokens")
-            bar.update(len(batch))
-    bar.close()
+    mine = list(keys)[world.rank :: world.size]
+    if world.size > 1:
+        log("ruler", f"process {world.rank} of {world.size}: {len(mine)} of {len(keys)} cells")
+    _answer_missing(target, settings, tasks, {cell: answers[cell] for cell in mine}, keys, out, progress)
+
+    def complete(cell: tuple[str, int]) -> bool:
+        answers[cell] = read_answers(cell_path(out, *cell), keys[cell])
+        return all(i in answers[cell] for i in wanted)
+
+    wait_for([cell for cell in keys if cell not in mine], complete)
     cells = {
         name: {n: cell_from_answers(name, n, [answers[name, n][i] for i in wanted], task.answer_score) for n in lengths}
         for name, task in tasks.items()
@@ -295,8 +302,42 @@ def run_ruler(target: RulerTarget, settings: RulerSettings, out: str | Path, *, 
         model=target.name,
         suite=None if settings.suite == "RULER" else settings.suite,
     )
-    save_ruler_outputs(out, result)
+    if world.is_main:
+        save_ruler_outputs(out, result)
+    world.barrier()  # the outputs written before any process returns
     return result
+
+
+def _answer_missing(
+    target: RulerTarget,
+    settings: RulerSettings,
+    tasks: Mapping[str, RulerTask],
+    answers: Mapping[tuple[str, int], dict[int, RulerAnswer]],
+    keys: Mapping[tuple[str, int], Any],
+    out: Path,
+    progress: bool,
+) -> None:
+    """Answer the samples each cell of `answers` (its saved answers, filled in here) lacks; the samples a length's
+    cells lack share batches, and each batch is saved as soon as it is decoded."""
+    wanted = range(settings.samples)
+    missing = {cell: [i for i in wanted if i not in held] for cell, held in answers.items()}
+    total = len(answers) * settings.samples
+    bar = tqdm(total=total, initial=total - sum(map(len, missing.values())), disable=not progress, unit="sample",
+               desc=f"ruler {target.label}", file=sys.stderr)  # fmt: skip
+    for length in dict.fromkeys(n for _, n in answers):
+        todo = {name: missing.get((name, length), []) for name in tasks}
+        pending = [task for name, task in tasks.items() if todo[name]]
+        for batch in answer_samples(
+            target.model, pending, length, todo, settings.seed, batch_size=settings.batch_size, mask=target.mask,
+            prompt_length=settings.prompt_length,
+        ):  # fmt: skip
+            for name, answer in batch:
+                answers[name, length][answer.index] = answer
+            for name in dict.fromkeys(name for name, _ in batch):
+                write_answers(cell_path(out, name, length), keys[name, length], answers[name, length])
+            bar.set_postfix_str(f"{length} tokens")
+            bar.update(len(batch))
+    bar.close()
 
 
 def read_ruler_result(path: str | Path) -> RulerResult:

@@ -30,8 +30,13 @@ def share_out(
     for item in items[world.rank :: world.size]:
         if not done(item):
             run(item)
-    others = [item for i, item in enumerate(items) if i % world.size != world.rank]
-    while others:
-        others = [item for item in others if not done(item)]
-        if others:
+    wait_for([item for i, item in enumerate(items) if i % world.size != world.rank], done, poll=poll)
+
+
+def wait_for(items: Sequence[T], done: Callable[[T], bool], *, poll: float = 1.0) -> None:
+    """Return once `done(item)` has held for every item, checking those still pending every `poll` seconds."""
+    pending = list(items)
+    while pending:
+        pending = [item for item in pending if not done(item)]
+        if pending:
             time.sleep(poll)
