@@ -10,6 +10,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -68,10 +70,26 @@ def _losses(run: Path) -> list[float]:
     return [json.loads(line)["loss"] for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
+def _side_by_side(
+    run: Callable[[int], subprocess.CompletedProcess],
+) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess]:
+    """`run(1)` and `run(2)` (one process, then two under torchrun) at the same time: their start-ups overlap."""
+    with ThreadPoolExecutor(2) as pool:
+        one, two = pool.submit(run, 1), pool.submit(run, 2)
+        return one.result(), two.result()
+
+
 def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path) -> None:
     steps = ["--steps", "8", "--checkpoint-every", "4"]
-    subprocess.run(_command(tmp_path / "one", 1, *steps), check=True, env=ENV, capture_output=True, timeout=300)
-    subprocess.run(_command(tmp_path / "two", 2, *steps), check=True, env=ENV, capture_output=True, timeout=300)
+    _side_by_side(
+        lambda processes: subprocess.run(
+            _command(tmp_path / ("one", "two")[processes - 1], processes, *steps),
+            check=True,
+            env=ENV,
+            capture_output=True,
+            timeout=300,
+        )
+    )
     one, two = _weights(tmp_path / "one"), _weights(tmp_path / "two")
     assert one.keys() == two.keys()
     for name in one:
@@ -130,7 +148,7 @@ def _compare(out: Path, processes: int) -> subprocess.CompletedProcess:
 def test_compare_under_torchrun_shares_the_evaluations_out_and_equals_one_process(tmp_path) -> None:
     """Two processes train each model together, evaluate each variant once between them (not once each), and
     write the summary of one process; the first process alone prints the tables."""
-    one, two = _compare(tmp_path / "one", 1), _compare(tmp_path / "two", 2)
+    one, two = _side_by_side(lambda processes: _compare(tmp_path / ("one", "two")[processes - 1], processes))
     evaluated = sorted(re.findall(r"lextra compare: evaluating (\S+)$", two.stderr, flags=re.MULTILINE))
     assert evaluated == ["nope", "rope", "rope+bca"]
     assert two.stdout.count("plot: ") == 1 and one.stdout.count("plot: ") == 1
@@ -168,7 +186,7 @@ def test_a_study_under_torchrun_computes_each_cell_once_and_equals_one_process(t
     config = tmp_path / "study.toml"
     sections = '[analysis]\ndocuments = 1\n[window_sweep]\nmodels = ["rope", "alibi"]\nwidths = [8, 16]\n'
     config.write_text(STRETCH.format(corpus=_corpus(tmp_path), methods='["none"]') + sections)
-    one, two = _study(config, tmp_path / "one", 1), _study(config, tmp_path / "two", 2)
+    one, two = _side_by_side(lambda processes: _study(config, tmp_path / ("one", "two")[processes - 1], processes))
     computed = sorted(re.findall(r"lextra study: (\S+): (\S+)$", two.stderr, flags=re.MULTILINE))
     expected = sorted(re.findall(r"lextra study: (\S+): (\S+)$", one.stderr, flags=re.MULTILINE))
     assert {section for section, _ in expected} == {"training", "perplexity", "analysis", "window", "stretch"}
@@ -203,7 +221,7 @@ def test_retrieval_compare_under_torchrun_evaluates_each_variant_once_and_equals
         command += [*tiny, "--steps", "3", "--quiet"]
         return subprocess.run(command, check=True, env=ENV, capture_output=True, text=True, timeout=300)
 
-    one, two = compare(tmp_path / "one", 1), compare(tmp_path / "two", 2)
+    one, two = _side_by_side(lambda processes: compare(tmp_path / ("one", "two")[processes - 1], processes))
     evaluated = sorted(re.findall(r"lextra retrieval: evaluating (\S+)$", two.stderr, flags=re.MULTILINE))
     assert evaluated == ["alibi", "rope", "rope+dynamic"]
     assert two.stdout.count("results: ") == one.stdout.count("results: ") == 1
@@ -234,7 +252,7 @@ def test_ruler_under_torchrun_shares_the_cells_out_and_equals_one_process(tmp_pa
         command += ["--threshold", "0", "--quiet", "--threads", "1", "--device", "cpu"]
         return subprocess.run(command, check=True, env=ENV, capture_output=True, text=True, timeout=300)
 
-    one, two = ruler(tmp_path / "one", 1), ruler(tmp_path / "two", 2)
+    one, two = _side_by_side(lambda processes: ruler(tmp_path / ("one", "two")[processes - 1], processes))
     shares = re.findall(r"lextra ruler: process (\d) of 2: (\d+) of (\d+) cells$", two.stderr, flags=re.MULTILINE)
     assert sorted(shares) == [("0", "3", "6"), ("1", "3", "6")]
     assert two.stdout.count("effective length: ") == one.stdout.count("effective length: ") == 1
