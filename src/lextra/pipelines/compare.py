@@ -184,10 +184,14 @@ def compare(
         with clock.phase("evaluation"):
             results[cell.variant.label] = cell.evaluate(data(), base, progress, device)
 
-    share_out(cells, world, evaluate, lambda cell: results[cell.variant.label] is not None or cell.written_now())
-    summary = Comparison(variants={}, train=base.to_dict(), eval=eval_config.to_dict())
-    for cell in cells:
-        summary.variants[cell.variant.label] = results[cell.variant.label] or cell.written()
+    def saved(cell: _Cell) -> bool:  # reads another process's result once it is written
+        if results[cell.variant.label] is None:
+            results[cell.variant.label] = _saved_result(cell.path, cell.fingerprint)
+        return results[cell.variant.label] is not None
+
+    share_out(cells, world, evaluate, saved)
+    finished = {label: result for label, result in results.items() if result is not None}  # all, after share_out
+    summary = Comparison(variants=finished, train=base.to_dict(), eval=eval_config.to_dict())
     if world.is_main:
         write_summary(out_dir, summary, base.model.train_len)
         _log(clock.report())
@@ -221,17 +225,6 @@ class _Cell:
         result = _saved_result(self.path, self.fingerprint)
         if result is not None:
             _log(f"reusing {self.path}")
-        return result
-
-    def written_now(self) -> bool:
-        """Whether the result file holds a result for this fingerprint (another process's, while it waits)."""
-        return _saved_result(self.path, self.fingerprint) is not None
-
-    def written(self) -> VariantResult:
-        """The result another process computed (after `share_out` saw it written)."""
-        result = _saved_result(self.path, self.fingerprint)
-        if result is None:
-            raise RuntimeError(f"no result for {self.variant.label} at {self.path} after every process evaluated")
         return result
 
     def evaluate(self, data: Any, base: TrainConfig, progress: bool, device: torch.device) -> VariantResult:

@@ -158,15 +158,14 @@ def compare_retrieval(
         atomic_write_text(_run_marker(out, label), run)
         results[label] = result
 
-    def written(label: str) -> bool:
+    def written(label: str) -> bool:  # reads another process's result once its marker names this invocation
         marker = _run_marker(out, label)
-        return label in results or (marker.exists() and marker.read_text() == run)
-
-    share_out(list(parsed), world, evaluate, written)
-    for label in parsed:  # another process's
-        if label not in results:
+        if label not in results and marker.exists() and marker.read_text() == run:
             path = out / "results" / f"{_file_name(label)}.json"
             results[label] = RetrievalResult.from_dict(json.loads(path.read_text()))
+        return label in results
+
+    share_out(list(parsed), world, evaluate, written)
     results = {label: results[label] for label in parsed}
     if world.is_main:
         summary = {"task": task, "variants": {label: r.to_dict() for label, r in results.items()}}

@@ -117,18 +117,19 @@ class Study:
         """Each cell's cached result, else computed and saved. Under torchrun each process computes its share of
         the missing cells (`share_out`) and reads the others' from their files."""
         results: dict[int, Any] = {}
-        for i, job in enumerate(jobs):
-            record = self._saved(job)
-            if record is not None:
-                results[i] = self._reuse(job, record)
 
         def compute(i: int) -> None:
             results[i] = self._compute(jobs[i])
 
-        share_out(range(len(jobs)), self.world, compute, lambda i: i in results or self._saved(jobs[i]) is not None)
-        for i in range(len(jobs)):
-            if i not in results:  # another process's
-                results[i] = self._reuse(jobs[i], self._saved(jobs[i]))
+        def saved(i: int) -> bool:  # reads a cached cell, or another process's once it is written
+            if i not in results:
+                record = self._saved(jobs[i])
+                if record is None:
+                    return False
+                results[i] = self._reuse(jobs[i], record)
+            return True
+
+        share_out(range(len(jobs)), self.world, compute, saved)
         return [results[i] for i in range(len(jobs))]
 
     def train_cell(self, name: str, config: TrainConfig, run_dir: Path) -> Path:
@@ -148,10 +149,8 @@ class Study:
         record = json.loads(path.read_text())
         return record if record.get("key") == job.key else None
 
-    def _reuse(self, job: Cell, record: dict[str, Any] | None) -> Any:
+    def _reuse(self, job: Cell, record: dict[str, Any]) -> Any:
         """A saved record's result, typed; its compute seconds and commit are counted."""
-        if record is None:
-            raise RuntimeError(f"no result for {job.section}/{job.name} after every process computed its share")
         self.seconds += record.get("seconds", 0.0)
         self.commits.add(record.get("commit", "unknown"))
         return record["result"] if job.kind is None else job.kind.from_dict(record["result"])
