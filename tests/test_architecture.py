@@ -19,7 +19,7 @@ LAYERS = [
     {"errors", "io", "locks", "registry", "serialize", "validate", "devices", "tensorboard", "training_tasks"},
     {"positions"},
     {"attention"},
-    {"model", "data", "compile"},
+    {"model", "data", "compile", "tasks"},
     {"train"},
     {"analysis"},
     {"extend"},

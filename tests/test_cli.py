@@ -166,6 +166,7 @@ def test_every_training_flag_sets_a_config_field() -> None:
     own |= {"lengths", "protocols", "stride", "documents", "split", "backend", "temperature"}  # compare's evaluation
     own |= {"eval_precision"}  # compare's evaluation precision (EvalConfig.precision)
     own |= {"depths", "samples", "candidates", "eval_seed", "eval_batch_size"}  # retrieval compare's evaluation
+    own |= {"task_lengths"}  # train's --task-lengths: it sets TrainConfig.task_lengths with --task
     own |= {"data"}  # train's prepared folder: it sets TrainConfig.data itself (compare and retrieval read corpora)
     own |= {"rope_scaling"}  # the scheme option `scaling`, which `train_config_from` sets after --scheme-option
     for path in (("train",), ("compare",), ("retrieval", "train"), ("retrieval", "compare")):

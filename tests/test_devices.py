@@ -162,7 +162,7 @@ def test_every_command_that_runs_a_model_takes_device() -> None:
         "analyze resolution", "analyze receptive-field", "analyze dispersion",
         "retrieval train", "retrieval eval", "retrieval compare", "retrieval completion",
         "hf eval", "hf retrieval", "hf analyze", "hf align", "hf finetune", "ruler run", "babilong run",
-        "harness", "tune",
+        "harness", "tune", "tasks eval",
     }  # fmt: skip
 
 

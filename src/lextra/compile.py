@@ -30,6 +30,20 @@ def next_token_loss(
     return F.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten())
 
 
+def answer_loss(
+    network: nn.Module, precision: str, device: torch.device, batch: Tensor, positions: Tensor | None, *, mask: str
+) -> Tensor:
+    """Mean cross-entropy over the answer targets of a task batch (B, 2, W): inputs and targets stacked, targets
+    -100 (ignored) where no answer symbol is predicted (`lextra.tasks.encoding`); attention under `mask`."""
+    with autocast(precision, device):
+        logits = network(batch[:, 0], positions=positions, mask=mask)
+    return F.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1].flatten(), ignore_index=-100)
+
+
+#: a step's loss: (network, precision, device, batch, positions) -> scalar
+LossFunction = Callable[[nn.Module, str, torch.device, Tensor, Tensor | None], Tensor]
+
+
 def compiled_graphs() -> int:
     """Graphs dynamo has compiled in this process so far."""
     from torch._dynamo.utils import counters
@@ -38,26 +52,36 @@ def compiled_graphs() -> int:
 
 
 class StepLoss:
-    """`loss = step(batch, positions)` runs the forward and the loss, then the backward; returns the loss.
+    """`loss = step(batch, positions)` runs the forward and the loss (`loss`: next-token by default), then the
+    backward; returns the loss.
 
     With `compile`, the forward and loss go through `torch.compile` (the backward is compiled with them by
-    AOTAutograd). `compile_s` and `graphs` count the calls that compiled new graphs; `fallback` is why the
-    compiled step was given up (None while it runs, or when it was never asked for).
+    AOTAutograd), with static shapes unless `dynamic` is None (torch's automatic dynamic shapes: one recompile, then
+    one graph for every width, as task batches need). `compile_s` and `graphs` count the calls that compiled new
+    graphs; `fallback` is why the compiled step was given up (None while it runs, or when it was never asked for).
     """
 
     def __init__(
-        self, network: nn.Module, precision: str, device: torch.device, *, compile: bool = False, label: str = ""
+        self,
+        network: nn.Module,
+        precision: str,
+        device: torch.device,
+        *,
+        compile: bool = False,
+        label: str = "",
+        loss: LossFunction = next_token_loss,
+        dynamic: bool | None = False,
     ) -> None:
-        self.network, self.precision, self.device, self.label = network, precision, device, label
+        self.network, self.precision, self.device, self.label, self.loss = network, precision, device, label, loss
         self.compiled: Callable[..., Tensor] | None = None
         self.compile_s, self.graphs = 0.0, 0
         self.fallback: str | None = None
         if compile:
             torch._dynamo.reset()
-            self.compiled = torch.compile(self._eager, dynamic=False)
+            self.compiled = torch.compile(self._eager, dynamic=dynamic)
 
     def _eager(self, batch: Tensor, positions: Tensor | None) -> Tensor:
-        return next_token_loss(self.network, self.precision, self.device, batch, positions)
+        return self.loss(self.network, self.precision, self.device, batch, positions)
 
     def __call__(self, batch: Tensor, positions: Tensor | None = None) -> Tensor:
         if self.compiled is None:

@@ -45,7 +45,8 @@ class TrainingTask(ABC):
 
 
 TRAINING_TASKS: Registry[TrainingTask] = Registry(
-    "training task", modules=("lextra.evaluate.retrieval.sources", "lextra.evaluate.ruler.training")
+    "training task",
+    modules=("lextra.evaluate.retrieval.sources", "lextra.evaluate.ruler.training", "lextra.tasks.registered"),
 )
 
 

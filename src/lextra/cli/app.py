@@ -44,6 +44,7 @@ COMMAND_MODULES = (
     "lextra.cli.hf",
     "lextra.cli.ruler",
     "lextra.cli.babilong",
+    "lextra.cli.tasks",
     "lextra.cli.harness",
     "lextra.cli.study",
     "lextra.cli.tune",

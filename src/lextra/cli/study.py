@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from lextra.cli.app import Handler, command
-from lextra.cli.options import add_device, add_quiet, add_threads
+from lextra.cli.options import add_device, add_quiet, add_threads, positive_int
 
 
 def _commit() -> str:
@@ -38,15 +38,24 @@ def _commit() -> str:
 def configure_study(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("config", help="a study TOML file, e.g. experiments/study.toml")
     parser.add_argument("--out", required=True, help="study folder (finished cells are reused)")
+    parser.add_argument(
+        "--jobs",
+        type=positive_int,
+        default=1,
+        help="a task study's cells run side by side in this many processes of one thread each (default 1)",
+    )
 
     def run(args: argparse.Namespace) -> int:
         import torch
 
         from lextra.pipelines.study import Study, load_study, write_report
+        from lextra.pipelines.task_study import TaskStudyConfig
         from lextra.train import main_process
 
         config = load_study(args.config)
         start, commit = time.time(), _commit()
+        if isinstance(config, TaskStudyConfig):
+            return _task_study(config, args, commit, start)
         results = Study(config, args.out, progress=not args.quiet, commit=commit, device=args.device).run()
         if not main_process():  # under torchrun the first process writes and prints the report
             return 0
@@ -72,3 +81,35 @@ def configure_study(parser: argparse.ArgumentParser) -> Handler:
         return 0
 
     return run
+
+
+def _task_study(config, args: argparse.Namespace, commit: str, start: float) -> int:
+    """A length-generalization study (`kind = "tasks"`): its cells, then report.md, results.csv, study.json."""
+    import torch
+
+    from lextra.pipelines.task_study import TaskStudy
+
+    study = TaskStudy(config, args.out, progress=not args.quiet, commit=commit, device=args.device, jobs=args.jobs)
+    results = study.run()
+    train = config.train
+    header = [
+        f"# {config.name}",
+        "",
+        f"Produced by `lextra study {shlex.quote(args.config)} --out {shlex.quote(args.out)} --jobs {args.jobs}` at "
+        f"`{commit}`; torch {torch.__version__}, {platform.machine()}; "
+        f"{results.to_dict()['compute_minutes']} min of compute over all cells (this invocation: "
+        f"{(time.time() - start) / 60:.1f} min of wall time).",
+        "",
+        f"Training: {train.steps} steps x {train.batch_size} examples, lr {train.lr:g}, {train.model.n_layer} layers, "
+        f"width {train.model.d_model}, {train.model.n_head} heads; seeds {config.seeds}; {config.samples} examples "
+        "per length. Models: "
+        + ", ".join(f"{m.label} ({m.layer_plan or m.scheme}, {m.positions})" for m in config.models)
+        + ".",
+        "",
+        *([config.paper, ""] if config.paper else []),
+        *([config.notes, ""] if config.notes else []),
+    ]
+    report = results.write(Path(args.out), header)
+    print(report.read_text())
+    print(f"report: {report}", file=sys.stderr)
+    return 0

@@ -36,12 +36,27 @@ def configure_train(parser: argparse.ArgumentParser) -> Handler:
         "--tokenizer must be the one it was prepared with",
     )
 
+    parser.add_argument(
+        "--task",
+        default=None,
+        metavar="SPEC",
+        help="train on a length-generalization task (`lextra list` shows them: ruoss.*, kazemnejad.*, zhou.addition, "
+        "mqar) instead of text; its alphabet sets the vocabulary and its widest training row L_tr",
+    )
+    parser.add_argument(
+        "--task-lengths", default=None, metavar="LOW-HIGH", help="the task's training lengths (default: its paper's)"
+    )
+
     def run(args: argparse.Namespace) -> int:
         from lextra.train import main_process, train
 
         refuse_corpus_with_data(args)
         config = train_config_from(args)
         config.data = args.data
+        if args.task is not None or args.task_lengths is not None:
+            config.task = args.task if args.task is not None else config.task
+            config.task_lengths = args.task_lengths if args.task_lengths is not None else config.task_lengths
+            config.validate()
         final = train(config, args.out, resume=args.resume, progress=not args.quiet, device=args.device)
         if main_process():  # one line under torchrun
             print(f"model saved to {final}")

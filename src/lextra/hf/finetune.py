@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
 from lextra.data import Tokenizer, TrainStream, in_order
-from lextra.data.positions import PositionSampler, build_sampler
+from lextra.data.positions import PositionSampler, build_sampler, sampled_batch
 from lextra.data.prepare import PreparedData, prepare_data
 from lextra.data.shards import PreparedShards, training_batches
 from lextra.devices import autocast
@@ -418,6 +418,7 @@ class HFTarget:
         self.precision = "fp32"
         #: the base model's window (`max_position_embeddings`), which the saved folder keeps where HF reads it
         self.original_length = 0
+        self._sampler: PositionSampler | None = None
 
     @property
     def stream(self) -> BatchSource:
@@ -430,6 +431,11 @@ class HFTarget:
 
     def sampler(self) -> PositionSampler:
         return self.config.sampler()
+
+    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self._sampler is None:
+            self._sampler = self.sampler()
+        return sampled_batch(self._sampler, self.stream, step, self.config.batch_size, self.config.seed)
 
     def open_data(self, world: Distributed, run_dir: Path, resume: bool, progress: bool) -> None:
         if resume:

@@ -16,17 +16,24 @@ from lextra.positions import SCHEMES
 from lextra.positions.logn import log_scaling_names
 from lextra.positions.scaling import SCALING_TYPES
 from lextra.registry import Registry
+from lextra.tasks import AlgorithmicTask
+from lextra.training_tasks import TRAINING_TASKS
 
 GRAMMAR = "name[:positional][,key=value...]"
 
 
-def _section(title: str, registry: Registry) -> list[str]:
+def _section(title: str, registry: Registry, names: list[str] | None = None) -> list[str]:
     lines = [title]
-    names = registry.names()
+    names = registry.names() if names is None else names
     width = max((len(n) for n in names), default=0)
     for name in names:
         cls = registry.get(name)
         lines.append(f"  {name:<{width}}  {cls.summary}")
+        if isinstance(cls, type) and issubclass(cls, AlgorithmicTask):
+            lines.append(
+                f"  {'':<{width}}    {cls.style} style, {cls.score.replace('_', '-')} score; lengths "
+                f"{cls.train_lengths.text()} in training, {cls.test_lengths.text()} at test; {cls.suite.paper}"
+            )
         lines.append(f"  {'':<{width}}    options: {registry.describe(name)}")
         types = registry.types_text(name)
         lines.append(f"  {'':<{width}}    spec: {registry.usage(name)}" + (f" ({types})" if types else ""))
@@ -76,7 +83,12 @@ def catalog_text() -> str:
         if index:
             lines.append("")
         lines += _section(f"{title}:", registry)
-    return "\n".join([*lines, "", *preset_lines()])
+    tasks = [n for n in TRAINING_TASKS.names() if issubclass(TRAINING_TASKS.get(n), AlgorithmicTask)]
+    title = (
+        "length-generalization tasks (lextra train --task SPEC, lextra tasks eval, study tasks = [...]; "
+        "e.g. ruoss.reverse_string or mqar,shift=gaps):"
+    )
+    return "\n".join([*lines, "", *_section(title, TRAINING_TASKS, tasks), "", *preset_lines()])
 
 
 def preset_lines() -> list[str]:

@@ -20,6 +20,7 @@ from lextra.data.corpora import mixture_weights
 from lextra.data.positions import PositionSampler, build_sampler
 from lextra.errors import ConfigError
 from lextra.model import GPTConfig
+from lextra.tasks import TaskBatches, algorithmic_task, parse_lengths
 from lextra.tensorboard import require_tensorboard
 from lextra.validate import check_bool, check_int, check_positive, check_positive_int, check_range
 
@@ -153,6 +154,8 @@ class TrainConfig(LoopConfig):
     limit_chars: int | None = None
     #: a registered batch source other than plain language modelling (e.g. a retrieval task), or None
     task: str | None = None
+    #: a length-generalization task's training lengths, LOW-HIGH in the task's own unit (None: its paper's range)
+    task_lengths: str | None = field(default=None, metadata=serialize.options(omit_none=True))
     #: start from this model folder's weights (fine-tuning on a task; continued training at a new --train-len, with
     #: --rope-scaling for rotary schemes); the same architecture, the optimizer starts fresh
     init_from: str | None = None
@@ -208,9 +211,23 @@ class TrainConfig(LoopConfig):
                 f"{where} order epoch draws every window once, but the weighted mixture {self.corpus} draws its "
                 "parts by weight; use order iid, or the unweighted mixture (A+B)"
             )
+        self._fit_task(where)
         self.sampler()
         check_s2_attn(self.s2_attn, self.model)
         return self
+
+    def _fit_task(self, where: str) -> None:
+        """A length-generalization task sets the model's vocabulary (its alphabet and specials) and L_tr (its widest
+        training row: what learned tables and derived defaults such as randomized's max follow)."""
+        task = algorithmic_task(self.task) if self.task is not None else None
+        if task is None:
+            if self.task_lengths is not None:
+                raise ConfigError(f"{where} task_lengths applies to a length-generalization task; drop it or set task")
+            return
+        lengths = parse_lengths(self.task_lengths or task.train_lengths, f"{where} task_lengths")
+        self.model.vocab_size = task.vocab_size
+        self.model.train_len = TaskBatches(task, lengths).max_width()
+        self.model.validate()
 
     def sampler(self) -> PositionSampler:
         """The position sampler `positions` names, checked against the model it feeds (see `check_sampler`)."""

@@ -10,26 +10,29 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from lextra.compile import StepLoss
+from lextra.compile import StepLoss, answer_loss, next_token_loss
 from lextra.data import eval_sequences
-from lextra.data.positions import PositionSampler
+from lextra.data.positions import PositionSampler, sampled_batch
 from lextra.data.prepare import PreparedData, prepare_data
 from lextra.data.shards import PreparedShards, training_batches
 from lextra.data.windows import encode_documents
 from lextra.errors import CheckpointError, ConfigError
 from lextra.model import GPT, GPTConfig, load_model, read_model_meta, save_model
 from lextra.positions.scaling import SCALING_TYPES
+from lextra.tasks import TaskBatches, algorithmic_task, parse_lengths
 from lextra.train.checkpoints import FINAL, refuse_changes
 from lextra.train.config import TrainConfig
 from lextra.train.distributed import Distributed
 from lextra.train.loop import Trainer
 from lextra.train.sharding import gathered, load_full
 from lextra.train.target import StepFunction
+from lextra.train.task_runs import task_mask, task_positions, task_record
 from lextra.train.tasks import BatchSource, batch_source, check_same_data, open_training_data
 
 #: parameter dtypes AdamW's fused CPU and CUDA kernels take
@@ -87,6 +90,9 @@ class GPTTarget:
         self._model: GPT | None = None
         self.validation: list[torch.Tensor] = []
         self.step_loss: StepLoss | None = None
+        #: a length-generalization task's batches (None: text, or a retrieval task's rows)
+        self.task_batches: TaskBatches | None = None
+        self._sampler: PositionSampler | None = None
 
     @property
     def stream(self) -> BatchSource:
@@ -105,8 +111,25 @@ class GPTTarget:
     def sampler(self) -> PositionSampler:
         return self.config.sampler()
 
+    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        config = self.config
+        if self._sampler is None:
+            self._sampler = self.sampler()
+        if self.task_batches is None:
+            return sampled_batch(self._sampler, self.stream, step, config.batch_size, config.seed)
+        tokens = self.task_batches.batch(step, config.batch_size, 0, config.seed)
+        return tokens, task_positions(self._sampler, tokens.shape[-1], config.seed, step)
+
     def open_data(self, world: Distributed, run_dir: Path, resume: bool, progress: bool) -> None:
         config = self.config
+        task = algorithmic_task(config.task) if config.task is not None else None
+        if task is not None:
+            if resume:
+                self._check_resumable(run_dir)
+            self.task_batches = TaskBatches(task, parse_lengths(config.task_lengths or task.train_lengths))
+            self._stream = self.task_batches
+            self.extra = {"task": task_record(task, self.task_batches.lengths), "train": config.to_dict()}
+            return
         shards, cached = open_training_data(config, progress, prepare=world.is_main)
         data: PreparedData | None = None
         if shards is not None:
@@ -144,7 +167,7 @@ class GPTTarget:
         refuse_changes(run_dir, saved, self.config.to_dict(), self.config.RESUMABLE)
 
     def run_record(self) -> dict[str, Any]:
-        return {k: self.extra[k] for k in ("train", "tokenizer", "data") if k in self.extra}
+        return {k: self.extra[k] for k in ("train", "tokenizer", "task", "data") if k in self.extra}
 
     def build(self, device: torch.device, world: Distributed) -> GPT:
         torch.manual_seed(self.config.seed)
@@ -166,8 +189,14 @@ class GPTTarget:
 
     def step_function(self, network: torch.nn.Module) -> StepFunction:
         config = self.config
+        loss = (
+            next_token_loss
+            if self.task_batches is None
+            else partial(answer_loss, mask=task_mask(self.task_batches.task))
+        )
         self.step_loss = StepLoss(network, config.precision, self.device, compile=config.compile,
-                                  label=config.model.label)  # fmt: skip
+                                  label=config.model.label, loss=loss,
+                                  dynamic=False if self.task_batches is None else None)  # fmt: skip
         return self.step_loss
 
     def trainable(self) -> list[tuple[str, torch.nn.Parameter]]:

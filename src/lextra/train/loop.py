@@ -19,7 +19,6 @@ import torch
 from tqdm import tqdm
 
 from lextra.data import EpochOrder
-from lextra.data.positions import sampled_batch
 from lextra.devices import resolve_device
 from lextra.errors import CheckpointError, ConfigError, TrainingDivergedError
 from lextra.io import atomic_write_json
@@ -120,9 +119,8 @@ class Trainer:
         for group in optimizer.param_groups:
             group["lr"] = lr * group.get("lr_scale", 1.0)
         # the global batch is the same whatever the number of processes; each takes its own rows. One position
-        # vector per step, the same on every process (drawn for the global batch: rank 0); windows are read longer
-        # where the sampler skips content (PoSE's span)
-        tokens, drawn = sampled_batch(self.sampler, target.stream, step, config.batch_size, config.seed)
+        # vector per step, the same on every process (drawn for the global batch: rank 0)
+        tokens, drawn = target.batch(step)
         batch = world.shard(tokens)
         positions = None if drawn is None else drawn.to(self.device)
         optimizer.zero_grad(set_to_none=True)

@@ -63,6 +63,11 @@ class TrainingTarget(Protocol):
         """The position sampler of the training windows."""
         ...
 
+    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Global batch `step` (a pure function of the step and the seed) and its positions (None: the model's
+        own): `lextra.data.positions.sampled_batch` over `stream` for text, a task's (B, 2, W) inputs and targets."""
+        ...
+
     def run_record(self) -> dict[str, Any]:
         """What `config.json` holds: the settings a resume compares against."""
         ...

@@ -15,6 +15,7 @@ from lextra.errors import ConfigError
 from lextra.methods import EXTEND, extension_method
 from lextra.pipelines.ruler import SECTION_KEYS as RULER_SECTION_KEYS
 from lextra.pipelines.ruler import settings_from_section
+from lextra.pipelines.task_study import TaskStudyConfig, parse_task_study
 from lextra.positions import build_scheme
 from lextra.serialize import check_fields
 from lextra.train import TrainConfig
@@ -175,8 +176,8 @@ def _check_sections(config: StudyConfig, where: str) -> None:
             extension_method(method, config.train_len, config.lengths)
 
 
-def load_study(path: str | Path) -> StudyConfig:
-    """Read and validate a study TOML file."""
+def load_study(path: str | Path) -> StudyConfig | TaskStudyConfig:
+    """Read and validate a study TOML file: a length-generalization study where it says `kind = "tasks"`."""
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"study config {path} does not exist; see experiments/study.toml for an example")
@@ -184,4 +185,6 @@ def load_study(path: str | Path) -> StudyConfig:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"study config {path} is not valid TOML ({err})") from None
+    if data.get("kind") == "tasks":
+        return parse_task_study(data, str(path))
     return parse_study(data, str(path))

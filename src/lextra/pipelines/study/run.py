@@ -8,7 +8,6 @@ Layout of the output folder: `models/<label>/seed<k>/` (training runs), `retriev
 from __future__ import annotations
 
 import copy
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from lextra.pipelines.compare import train_or_reuse
 from lextra.pipelines.loading import ModelOptions, load_lextra, setup_from
 from lextra.pipelines.log import log
 from lextra.pipelines.sharing import share_out
+from lextra.pipelines.study.cells import cell_path, read_cell, write_cell
 from lextra.pipelines.study.config import ModelSpec, StudyConfig
 from lextra.reporting.study_results import (
     DispersionMeans,
@@ -139,15 +139,11 @@ class Study:
         return Path(self._compute(job) if record is None else self._reuse(job, record))
 
     def _path(self, job: Cell) -> Path:
-        return self.out / "cells" / job.section / f"{job.name.replace(':', '-').replace('+', '_')}.json"
+        return cell_path(self.out, job.section, job.name)
 
     def _saved(self, job: Cell) -> dict[str, Any] | None:
         """The saved record of `job` when it was computed for its key, else None."""
-        path = self._path(job)
-        if not path.exists():
-            return None
-        record = json.loads(path.read_text())
-        return record if record.get("key") == job.key else None
+        return read_cell(self._path(job), job.key)
 
     def _reuse(self, job: Cell, record: dict[str, Any]) -> Any:
         """A saved record's result, typed; its compute seconds and commit are counted."""
@@ -163,9 +159,7 @@ class Study:
         seconds = time.time() - start if job.seconds is None else job.seconds(result)
         self.seconds += seconds
         self.commits.add(self.commit)
-        saved = result if job.kind is None else result.to_dict()
-        record = {"key": job.key, "result": saved, "seconds": round(seconds, 1), "commit": self.commit}
-        atomic_write_json(self._path(job), record)
+        write_cell(self._path(job), job.key, result if job.kind is None else result.to_dict(), seconds, self.commit)
         return result
 
     def weights(self, label: str, seed: int) -> str:

@@ -1,0 +1,137 @@
+"""Run a length-generalization study: every (task, model, seed) trained and scored once, cached as a cell
+(`cells/tasks/<task>-<model>-seed<k>.json`, keyed by the training config and the scoring settings), so an
+interrupted study resumes cell by cell; `jobs` cells run side by side in worker processes of one thread each."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import multiprocessing
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lextra.evaluate.tasks import evaluate_task, load_task_model
+from lextra.pipelines.compare import train_or_reuse
+from lextra.pipelines.log import log
+from lextra.pipelines.study.cells import cell_path, read_cell, write_cell
+from lextra.pipelines.task_study.config import TaskModelSpec, TaskStudyConfig
+from lextra.reporting.tasks import TaskStudyResults, UnitScores
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One cell: a task spec, a model and a seed."""
+
+    task: str
+    model: TaskModelSpec
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.task.replace(',', '_').replace('=', '')}-{self.model.label}-seed{self.seed}"
+
+
+class TaskStudy:
+    """A task study in `out` on `device`; `jobs` > 1 runs cells in that many worker processes (one thread each)."""
+
+    def __init__(
+        self,
+        config: TaskStudyConfig,
+        out: str | Path,
+        *,
+        progress: bool = True,
+        commit: str = "unknown",
+        device: str | None = None,
+        jobs: int = 1,
+    ) -> None:
+        self.config, self.out, self.progress, self.commit = config, Path(out), progress, commit
+        self.device, self.jobs = device, jobs
+
+    def units(self) -> list[Unit]:
+        c = self.config
+        return [Unit(task, model, seed) for task in c.tasks for model in c.models for seed in c.seeds]
+
+    def key(self, unit: Unit) -> dict[str, Any]:
+        """What a cell's result depends on: the training config and the scoring settings."""
+        config = self.config
+        task = next(t for s, t in zip(config.tasks, config.task_list(), strict=True) if s == unit.task)
+        inside, beyond = config.lengths_for(task, unit.task)
+        return {
+            "train": config.train_config(unit.model, unit.task, unit.seed).to_dict(),
+            "inside": inside,
+            "beyond": beyond,
+            "samples": config.samples,
+        }
+
+    def path(self, unit: Unit) -> Path:
+        return cell_path(self.out, "tasks", unit.name)
+
+    def compute(self, unit: Unit) -> dict[str, Any]:
+        """Train (or reuse) the unit's model, score it inside and beyond its training range, save the cell."""
+        key = self.key(unit)
+        start = time.time()
+        config = self.config.train_config(unit.model, unit.task, unit.seed)
+        run_dir = self.out / "models" / unit.name
+        folder = train_or_reuse(config, run_dir, self.progress, self.device)
+        trained = time.time() - start
+        run = load_task_model(folder, self.device or "cpu")
+        seed = 1_000 + unit.seed  # test examples differ from training's
+        inside = evaluate_task(run, key["inside"], samples=self.config.samples, seed=seed)
+        beyond = evaluate_task(run, key["beyond"], samples=self.config.samples, seed=seed)
+        result = UnitScores(
+            task=unit.task, model=unit.model.label, seed=unit.seed, inside=inside, beyond=beyond,
+            train_seconds=round(trained, 1), score_seconds=round(time.time() - start - trained, 1),
+        )  # fmt: skip
+        write_cell(self.path(unit), key, result.to_dict(), time.time() - start, self.commit)
+        return result.to_dict()
+
+    def saved(self, unit: Unit) -> UnitScores | None:
+        record = read_cell(self.path(unit), self.key(unit))
+        return None if record is None else UnitScores.from_dict(record["result"])
+
+    def run(self) -> TaskStudyResults:
+        """Every cell, computed where missing (in `jobs` processes), then the results of all."""
+        units = self.units()
+        missing = [u for u in units if self.saved(u) is None]
+        log("study", f"{len(units) - len(missing)} of {len(units)} cells saved; computing {len(missing)}")
+        start = time.time()
+        if self.jobs > 1 and len(missing) > 1:
+            context = multiprocessing.get_context("spawn")
+            with concurrent.futures.ProcessPoolExecutor(self.jobs, mp_context=context, initializer=_one_thread) as pool:
+                futures = {pool.submit(_compute_in_worker, self._worker_args(), u): u for u in missing}
+                for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
+                    future.result()
+                    self._progress(done, len(missing), start, futures[future])
+        else:
+            for done, unit in enumerate(missing, 1):
+                self.compute(unit)
+                self._progress(done, len(missing), start, unit)
+        scores = [self.saved(u) for u in units]
+        return TaskStudyResults(self.config, [s for s in scores if s is not None])
+
+    def _worker_args(self) -> dict[str, Any]:
+        return {"config": self.config, "out": str(self.out), "commit": self.commit, "device": self.device}
+
+    def _progress(self, done: int, total: int, start: float, unit: Unit) -> None:
+        elapsed = time.time() - start
+        eta = elapsed / done * (total - done)
+        log("study", f"cell {done}/{total} done ({unit.name}); {elapsed / 60:.1f} min so far, ETA {eta / 60:.1f} min")
+
+
+def _one_thread() -> None:
+    torch.set_num_threads(1)
+
+
+def _compute_in_worker(args: dict[str, Any], unit: Unit) -> None:
+    """A worker process's cell (no progress bars: several workers share the terminal)."""
+    try:
+        TaskStudy(args["config"], args["out"], progress=False, commit=args["commit"], device=args["device"]).compute(
+            unit
+        )
+    except Exception as error:  # the worker's traceback would be lost in the pool: name the cell
+        print(f"lextra study: cell {unit.name} failed: {error}", file=sys.stderr)
+        raise

@@ -1,0 +1,27 @@
+"""Ruoss et al.'s reverse_string (context-free): a binary string, answered by the string reversed."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lextra.tasks.base import AlgorithmicTask, TaskBatch
+from lextra.tasks.ruoss.suite import RUOSS, TEST, TRAIN
+from lextra.training_tasks import TRAINING_TASKS
+
+
+@TRAINING_TASKS.register("ruoss.reverse_string")
+class ReverseString(AlgorithmicTask):
+    """Input {0,1}^L, output the L symbols in reverse order; per-token accuracy (the authors'
+    `reverse_string.ReverseString`)."""
+
+    summary = "binary string -> its reverse (Ruoss 2023, context-free)"
+    suite = RUOSS
+    style = "encoder"
+    score = "per_token"
+    alphabet = ("0", "1")
+    train_lengths, test_lengths = TRAIN, TEST
+
+    def generate(self, length: int, count: int, rng: np.random.Generator) -> TaskBatch:
+        length = self.check_length(length)
+        inputs = rng.integers(0, 2, size=(count, length), dtype=np.int64)
+        return TaskBatch(inputs, inputs[:, ::-1].copy())

@@ -1,0 +1,222 @@
+"""The length-generalization task layer: encoding in both styles, training on a task through the one Trainer
+(exact resume), scoring (decoder exact match equals greedy decoding), intervals, the study's gating and report, and
+the bad inputs the issue names."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from lextra.errors import ConfigError
+from lextra.evaluate.tasks import check_beyond, evaluate_task, load_task_model, score_length
+from lextra.model import GPT, GPTConfig
+from lextra.pipelines.task_study import parse_task_study
+from lextra.reporting.intervals import Interval, t_quantile
+from lextra.tasks import (
+    IGNORE,
+    PAD,
+    LengthRange,
+    TaskBatch,
+    TaskBatches,
+    build_task,
+    check_task_mask,
+    encode,
+    generate_rows,
+    parse_lengths,
+)
+from lextra.train import TrainConfig
+from lextra.train.gpt import train
+
+
+def test_encoder_encoding_puts_answers_at_placeholders() -> None:
+    task = build_task("ruoss.reverse_string")
+    batch = TaskBatch(np.array([[0, 1, 1]]), np.array([[1, 1, 0]]))
+    encoded = encode(task, batch)
+    answer = task.special("<answer>")
+    assert encoded.inputs.tolist() == [[0, 1, 1, answer, answer, answer]]
+    assert encoded.targets.tolist() == [[IGNORE, IGNORE, IGNORE, 1, 1, 0]]
+    assert encoded.scored.tolist() == [[False, False, False, True, True, True]]
+
+
+def test_decoder_encoding_shifts_answers_and_pads_rows() -> None:
+    task = build_task("ruoss.reverse_string")  # its alphabet serves; the style is set per test
+    task.style, task.score = "decoder", "exact"  # type: ignore[misc]
+    eos, pad = task.special("<eos>"), task.special("<pad>")
+    batch = TaskBatch(np.array([[0, 1, PAD], [1, 1, 0]]), np.array([[1, PAD], [0, 1]]))
+    encoded = encode(task, batch)
+    # row 0 is 0 1 | 1 <eos> <pad> <pad>, fed without its last token
+    assert encoded.inputs.tolist() == [[0, 1, 1, eos, pad], [1, 1, 0, 0, 1]]
+    assert encoded.targets.tolist() == [[IGNORE, 1, eos, IGNORE, IGNORE], [IGNORE, IGNORE, 0, 1, eos]]
+    assert encoded.scored.tolist() == [[False, True, True, False, False], [False, False, True, True, True]]
+
+
+def test_generate_rows_keeps_row_order_and_lengths() -> None:
+    task = build_task("ruoss.reverse_string")
+    lengths = np.array([3, 5, 3, 4])
+    batch = generate_rows(task, lengths, np.random.default_rng(0))
+    assert [len(batch.row(i)[0]) for i in range(4)] == [3, 5, 3, 4]
+    for i in range(4):
+        inputs, outputs = batch.row(i)
+        assert outputs == inputs[::-1]
+
+
+def test_training_batches_are_a_function_of_seed_and_step() -> None:
+    source = TaskBatches(build_task("ruoss.reverse_string"), LengthRange(1, 40))
+    a, b = source.batch(7, 8, 0, seed=3), source.batch(7, 8, 0, seed=3)
+    assert torch.equal(a, b)
+    assert not torch.equal(a, source.batch(8, 8, 0, seed=3))
+    widths = {source.batch(s, 8, 0, seed=3).shape[-1] for s in range(30)}
+    assert len(widths) > 5 and max(widths) <= 80  # one length per step (Ruoss et al.), up to 2 x 40
+
+
+def _config(**changes) -> TrainConfig:
+    values = dict(task="ruoss.reverse_string", task_lengths="1-6", steps=40, batch_size=16, lr=3e-3, warmup=5,
+                  eval_sequences=0, checkpoint_every=20, model=GPTConfig(n_layer=1, d_model=32, n_head=2))  # fmt: skip
+    values.update(changes)
+    return TrainConfig(**values).validate()
+
+
+def test_task_sets_vocabulary_and_training_length() -> None:
+    config = _config()
+    assert config.model.vocab_size == 5 and config.model.train_len == 12  # {0,1} + 3 specials; 6 inputs + 6 answers
+
+
+@pytest.mark.slow
+def test_task_training_learns_and_resumes_exactly(tmp_path) -> None:
+    config = _config(positions="randomized:64")
+    final = train(config, tmp_path / "a", progress=False)
+    stopped = {}
+
+    def interrupt(done: int) -> None:
+        if done == 20:
+            stopped["yes"] = True
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(_config(positions="randomized:64"), tmp_path / "b", progress=False, on_step=interrupt)
+    resumed = train(_config(positions="randomized:64"), tmp_path / "b", progress=False, resume=True)
+    a, b = (json.loads((f / "config.json").read_text())["weights_sha256"] for f in (final, resumed))
+    assert stopped and a == b
+    run = load_task_model(final)
+    assert run.sampler.spec() == "randomized,max=64" and run.train_lengths == LengthRange(1, 6)
+    first = [json.loads(line)["loss"] for line in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
+    assert first[-1] < first[0]
+
+
+def _tiny_decoder_run(tmp_path):
+    """A random decoder-task model saved as a run would be (no training: decoding only needs a model)."""
+    config = _config(task="kazemnejad.copy", task_lengths="1-6", steps=1)
+    return load_task_model(train(config, tmp_path / "copy", progress=False))
+
+
+@pytest.mark.slow
+def test_decoder_scores_equal_cached_greedy_decoding(tmp_path) -> None:
+    """Each row's answer is the model's own greedy continuation (3 tokens, decoded with the KV cache): the one-pass
+    score must find those 3 tokens right and judge the <eos> step exactly as the cached decoder's next argmax."""
+    run = _tiny_decoder_run(tmp_path)
+    task, model = run.task, run.model.eval()
+    batch = task.generate(4, 12, np.random.default_rng(5))
+    eos, steps = task.special("<eos>"), 3
+    outputs, eos_right = np.full((len(batch), steps), PAD), []
+    with torch.no_grad():
+        for i in range(len(batch)):
+            cache = model.new_cache()
+            logits = model(torch.tensor([batch.row(i)[0]]), cache=cache)
+            chain = []
+            for _ in range(steps + 1):
+                chain.append(int(logits[0, -1].argmax()))
+                logits = model(torch.tensor([[chain[-1]]]), cache=cache)
+            outputs[i] = chain[:steps]
+            eos_right.append(chain[steps] == eos)
+    forced = TaskBatch(batch.inputs, outputs)
+    task.generate = lambda length, count, rng: forced  # type: ignore[method-assign]
+    score = score_length(run, 4, samples=len(batch), seed=0, batch_size=5)
+    assert score.per_token == pytest.approx((steps * len(batch) + sum(eos_right)) / ((steps + 1) * len(batch)))
+    assert score.exact == pytest.approx(sum(eos_right) / len(batch))
+
+
+def test_interval_matches_student_t() -> None:
+    values = [0.5, 0.7, 0.9]
+    interval = Interval.of(values)
+    sd = math.sqrt(sum((v - 0.7) ** 2 for v in values) / 2)
+    assert interval.mean == pytest.approx(0.7)
+    assert interval.half == pytest.approx(4.303 * sd / math.sqrt(3))
+    assert t_quantile(40) == 1.96 and math.isnan(Interval.of([0.3]).half)
+    assert Interval(0.9, 0.01, 3).separated(Interval(0.8, 0.05, 3))
+    assert not Interval(0.9, 0.06, 3).separated(Interval(0.8, 0.05, 3))
+
+
+def _study(**changes) -> dict:
+    data = {
+        "kind": "tasks", "seeds": [0, 1], "tasks": ["ruoss.reverse_string"], "samples": 8, "train_points": 2,
+        "test_points": 2, "train_lengths": {"ruoss.reverse_string": "1-4"},
+        "test_lengths": {"ruoss.reverse_string": "5-8"},
+        "train": {"steps": 2, "batch_size": 4, "model": {"n_layer": 1, "d_model": 16, "n_head": 2}},
+        "models": [{"label": "rope", "scheme": "rope"}, {"label": "nope", "scheme": "nope", "positions": "contiguous"}],
+    }  # fmt: skip
+    data.update(changes)
+    return data
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"seeds": []}, "seeds is empty"),
+        ({"tasks": ["ruoss.no_such_task"]}, "unknown"),
+        ({"tasks": ["ruoss.reverse_string,modulus=3"]}, "no option"),
+        ({"test_lengths": {"ruoss.reverse_string": "3-8"}}, "inside the training range"),
+        ({"models": [{"label": "x", "scheme": "nope", "positions": "warp"}]}, "position sampler"),
+        ({"train": {"task": "passkey"}}, "set per task"),
+    ],
+)
+def test_study_bad_input_fails_before_training(changes, message) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_task_study(_study(**changes))
+
+
+def test_bad_task_inputs_name_the_fix() -> None:
+    with pytest.raises(ConfigError, match="not a length-generalization task"):
+        build_task("passkey")
+    with pytest.raises(ConfigError, match="needs a bidirectional mask"):
+        check_task_mask(build_task("ruoss.reverse_string"), True, "causal")
+    with pytest.raises(ConfigError, match="needs a causal mask"):
+        check_task_mask(build_task("kazemnejad.copy"), False, "full")
+    with pytest.raises(ConfigError, match="inside the training range"):
+        check_beyond([30, 50], LengthRange(1, 40))
+    with pytest.raises(ConfigError, match="LOW-HIGH"):
+        parse_lengths("ten")
+    with pytest.raises(ConfigError, match="task_lengths applies"):
+        TrainConfig(task_lengths="1-4").validate()
+
+
+def test_vocabulary_too_small_is_refused(tmp_path) -> None:
+    from lextra.data.positions import build_sampler
+    from lextra.evaluate.tasks import TaskModel
+
+    model = GPT(GPTConfig(vocab_size=3, n_layer=1, d_model=16, n_head=2, train_len=16))
+    run = TaskModel(
+        model, build_task("ruoss.reverse_string"), LengthRange(1, 8), build_sampler("contiguous", 16), tmp_path
+    )
+    with pytest.raises(ConfigError, match="needs 5 tokens"):
+        evaluate_task(run, [4], samples=2)
+
+
+@pytest.mark.slow
+def test_task_study_gates_reports_and_resumes(tmp_path) -> None:
+    from lextra.pipelines.task_study import TaskStudy
+
+    config = parse_task_study(_study())
+    results = TaskStudy(config, tmp_path, progress=False).run()
+    assert len(results.units) == 4
+    for cell in results.cells.values():  # 2 steps learn nothing: no model enters the extrapolation column
+        assert not cell.entered and "not learned" in cell.text()
+    report = results.write(tmp_path, ["# t"])
+    assert "not learned (0/2 seeds" in report.read_text()
+    rows = (tmp_path / "results.csv").read_text().splitlines()
+    assert len(rows) == 1 + 4 * (2 + 2)
+    again = TaskStudy(config, tmp_path, progress=False)
+    assert all(again.saved(u) is not None for u in again.units())  # cached: nothing recomputed
