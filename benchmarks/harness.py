@@ -12,6 +12,7 @@ import json
 import os
 import platform
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -54,6 +55,18 @@ def ratio_text(value: float | None) -> str:
     if value is None:
         return "-"
     return f"{value:.2f}x" if value < 10 else f"{value:.1f}x" if value < 100 else f"{value:.0f}x"
+
+
+def matmul_rate(torch: Any, n: int = 2048, repeats: int = 3) -> float:
+    """GFLOP/s of one n x n fp32 matmul (median of `repeats`)."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - start)
+    return 2 * n**3 / statistics.median(times) / 1e9
 
 
 def md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

@@ -45,18 +45,6 @@ LEVERS = {
 }
 
 
-def matmul_rate(torch: Any, n: int = 2048, repeats: int = 3) -> float:
-    """GFLOP/s of one n x n fp32 matmul (median of `repeats`)."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    a @ b
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        a @ b
-        times.append(time.perf_counter() - start)
-    return 2 * n**3 / statistics.median(times) / 1e9
-
-
 def step_gemms(torch: Any, config: Any, tokens: int) -> tuple[Callable[[], None], float]:
     """The step's matrix products (forward, input gradient, weight gradient of each linear layer and the head),
     and their GFLOP."""
@@ -163,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     ceilings: list[float] = []
     times: dict[str, list[float]] = {name: [] for name in names}
     for round_index in range(args.rounds):
-        rates.append(matmul_rate(torch))
+        rates.append(harness.matmul_rate(torch))
         start = time.perf_counter()
         gemms()
         ceilings.append(gemm_gflop / (time.perf_counter() - start))

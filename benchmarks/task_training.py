@@ -7,8 +7,7 @@ What it measures
         loss, backward, clipping and AdamW, eager and through `torch.compile` (`dynamic=None`: one recompile, then
         one graph for every width). Reported: median tokens/s over the timed steps, and its share of the matmul
         rate: the step's matrix FLOPs (6 x parameters x tokens + 12 x layers x width x W^2 x batch for attention) per
-        second over the FLOP/s of one (10240 x 64) @ (64 x 256) fp32 matmul on the same thread, measured in the same
-        process.
+        second over the FLOP/s of a 2048 x 2048 fp32 matmul on the same thread, measured in the same process.
     (3) Two runs side by side, one thread each (two processes), against one alone: the summed tokens/s.
 
 Usage
@@ -26,6 +25,7 @@ import sys
 import time
 from pathlib import Path
 
+import harness
 import numpy as np
 import torch
 
@@ -57,18 +57,6 @@ def data_rates(batch: int = 128, repeats: int = 5) -> dict[str, float]:
     return rates
 
 
-def matmul_flops(repeats: int = 30) -> float:
-    a, b = torch.randn(10240, 64), torch.randn(64, 256)
-    for _ in range(5):
-        a @ b
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        a @ b
-        times.append(time.perf_counter() - start)
-    return 2 * 10240 * 64 * 256 / statistics.median(times)
-
-
 def step_rates(steps: int, compile: bool, batch: int = 128) -> dict[str, float]:
     """Median tokens/s of a training step at Ruoss et al.'s shape, and the share of the matmul rate."""
     task = build_task("ruoss.reverse_string")
@@ -80,7 +68,7 @@ def step_rates(steps: int, compile: bool, batch: int = 128) -> dict[str, float]:
     loss = StepLoss(model, "fp32", torch.device("cpu"), compile=compile, loss=_full_mask_loss, dynamic=None)
     source = TaskBatches(task, LengthRange(1, 40))
     params = sum(p.numel() for p in model.parameters())
-    rates, shares, peak = [], [], matmul_flops()
+    rates, shares, peak = [], [], harness.matmul_rate(torch) * 1e9
     for step in range(steps + 5):
         tokens = source.batch(step, batch, 0, seed=0)
         start = time.perf_counter()

@@ -5,27 +5,23 @@ from __future__ import annotations
 import numpy as np
 
 from lextra.errors import ConfigError
-from lextra.tasks.base import PAD, AlgorithmicTask, TaskBatch
-from lextra.tasks.kazemnejad.suite import ARITHMETIC_TEST, ARITHMETIC_TRAIN, KAZEMNEJAD, pack, strip_zeros
+from lextra.tasks.base import PAD, TaskBatch
+from lextra.tasks.kazemnejad.suite import ARITHMETIC_TEST, ARITHMETIC_TRAIN, KazemnejadTask, pack, strip_zeros
 from lextra.training_tasks import TRAINING_TASKS
 
 COMPUTE, PLUS, QUESTION, THE, ANSWER, IS, DOT = range(10, 17)
 
 
 @TRAINING_TASKS.register("kazemnejad.addition")
-class Addition(AlgorithmicTask):
+class Addition(KazemnejadTask):
     """Two numbers, digit by digit (no leading zeros), and their sum (Kazemnejad et al. 2023, arXiv 2305.19466).
     The authors draw a digit-count pair (uniform over pairs, 4..8 each in training; at test at least one 9..16)
     and the numbers uniformly with those counts; a length here is the longer count, the pair uniform among those
     with that maximum, the other count from `min_digits` (the builder's `--train_min`)."""
 
     summary = "Compute a + b ? -> The answer is a+b . (Kazemnejad 2023)"
-    suite = KAZEMNEJAD
-    style = "decoder"
-    score = "exact"
     alphabet = (*"0123456789", "Compute", "+", "?", "The", "answer", "is", ".")
     train_lengths, test_lengths = ARITHMETIC_TRAIN, ARITHMETIC_TEST
-    mixed_lengths = True
 
     def __init__(self, *, min_digits: int = 4) -> None:
         super().__init__()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from lextra.tasks.base import AlgorithmicTask, TaskBatch
-from lextra.tasks.kazemnejad.suite import KAZEMNEJAD, SEQUENCE_TEST, SEQUENCE_TRAIN, SYMBOLS, choose, pack
+from lextra.tasks.base import TaskBatch
+from lextra.tasks.kazemnejad.suite import SEQUENCE_TEST, SEQUENCE_TRAIN, SYMBOLS, KazemnejadTask, choose, pack
 from lextra.training_tasks import TRAINING_TASKS
 
 #: the builder's `--copy_task_type` values (split prefixes cmc, cmc2x, rsc, rsc2x, rdc)
@@ -20,19 +20,15 @@ COPY, SEP, NEXT, REPLACE, WITH, IN = range(len(SYMBOLS), len(SYMBOLS) + 6)
 
 
 @TRAINING_TASKS.register("kazemnejad.copy")
-class Copy(AlgorithmicTask):
+class Copy(KazemnejadTask):
     """L tokens drawn uniformly from 100 after `Copy:`, copied (Kazemnejad et al. 2023, arXiv 2305.19466); the
     `_2x` variants answer twice (`[NEXT]` between, or one token 2L times), `repeat_double_char` reads `Replace a
     with b in a .. a`. The authors' tokens are T5 one-token strings (the repeat variants use each of the first few
     hundred once per length); here 100 symbols, drawn per row."""
 
     summary = "Copy: tokens [SEP] -> the tokens (Kazemnejad 2023)"
-    suite = KAZEMNEJAD
-    style = "decoder"
-    score = "exact"
     alphabet = (*SYMBOLS, "Copy:", "[SEP]", "[NEXT]", "Replace", "with", "in")
     train_lengths, test_lengths = SEQUENCE_TRAIN, SEQUENCE_TEST
-    mixed_lengths = True
 
     def __init__(self, *, variant: str = "copy_multi_char") -> None:
         super().__init__()

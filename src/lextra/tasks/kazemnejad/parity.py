@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from lextra.tasks.base import AlgorithmicTask, LengthRange, TaskBatch
-from lextra.tasks.kazemnejad.suite import ARITHMETIC_TEST, KAZEMNEJAD, listed, pack
+from lextra.tasks.base import LengthRange, TaskBatch
+from lextra.tasks.kazemnejad.suite import ARITHMETIC_TEST, KazemnejadTask, listed, pack
 from lextra.training_tasks import TRAINING_TASKS
 
 WORDS: tuple[str, ...] = ("Is", "the", "number", "of", "1's", "even", "in", "sequence", "[", ",", "]", "?")
@@ -15,17 +15,13 @@ THE_, ANSWER, IS, YES, NO, DOT = range(14, 20)
 
 
 @TRAINING_TASKS.register("kazemnejad.parity")
-class Parity(AlgorithmicTask):
+class Parity(KazemnejadTask):
     """L uniform bits, answered `Yes` when the number of 1s is even, else `No` (Kazemnejad et al. 2023, arXiv
     2305.19466); the builder's training lengths start at 3."""
 
     summary = "Is the number of 1's even in the sequence [ bits ] ? -> The answer is Yes/No . (Kazemnejad 2023)"
-    suite = KAZEMNEJAD
-    style = "decoder"
-    score = "exact"
     alphabet = ("0", "1", *WORDS)
     train_lengths, test_lengths = LengthRange(3, 8), ARITHMETIC_TEST
-    mixed_lengths = True
 
     def generate(self, length: int, count: int, rng: np.random.Generator) -> TaskBatch:
         length = self.check_length(length)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from lextra.tasks.base import AlgorithmicTask, TaskBatch
-from lextra.tasks.kazemnejad.suite import KAZEMNEJAD, SEQUENCE_TEST, SEQUENCE_TRAIN, SYMBOLS, choose, pack
+from lextra.tasks.base import TaskBatch
+from lextra.tasks.kazemnejad.suite import SEQUENCE_TEST, SEQUENCE_TRAIN, SYMBOLS, KazemnejadTask, choose, pack
 from lextra.training_tasks import TRAINING_TASKS
 
 #: the builder's `--task_type` values (split prefixes mc, mc2x, mcrv)
@@ -14,18 +14,14 @@ REVERSE, SEP, NEXT = range(len(SYMBOLS), len(SYMBOLS) + 3)
 
 
 @TRAINING_TASKS.register("kazemnejad.reverse")
-class Reverse(AlgorithmicTask):
+class Reverse(KazemnejadTask):
     """L tokens drawn uniformly from 100 after `Reverse:`, answered reversed (Kazemnejad et al. 2023, arXiv
     2305.19466); `multi_char_2x` answers `rev [NEXT] rev`, `multi_char_rev_cop` `rev [NEXT] tokens`. The authors'
     tokens are the first 100 one-token T5 strings; here 100 symbols."""
 
     summary = "Reverse: tokens [SEP] -> the tokens reversed (Kazemnejad 2023)"
-    suite = KAZEMNEJAD
-    style = "decoder"
-    score = "exact"
     alphabet = (*SYMBOLS, "Reverse:", "[SEP]", "[NEXT]")
     train_lengths, test_lengths = SEQUENCE_TRAIN, SEQUENCE_TEST
-    mixed_lengths = True
 
     def __init__(self, *, variant: str = "multi_char") -> None:
         super().__init__()

@@ -8,8 +8,8 @@ import functools
 import numpy as np
 
 from lextra.errors import ConfigError
-from lextra.tasks.base import PAD, AlgorithmicTask, LengthRange, TaskBatch
-from lextra.tasks.kazemnejad.suite import KAZEMNEJAD
+from lextra.tasks.base import PAD, LengthRange, TaskBatch
+from lextra.tasks.kazemnejad.suite import KazemnejadTask
 from lextra.training_tasks import TRAINING_TASKS
 
 COMMAND_WORDS: tuple[str, ...] = ("walk", "look", "run", "jump", "turn", "left", "right", "opposite", "around")
@@ -62,19 +62,15 @@ def _pool(solve: bool) -> dict[int, tuple[np.ndarray, np.ndarray]]:
 
 
 @TRAINING_TASKS.register("kazemnejad.scan")
-class Scan(AlgorithmicTask):
+class Scan(KazemnejadTask):
     """A SCAN command (Lake and Baroni 2018, arXiv 1711.00350) answered by its actions; the authors pool SCAN's length
     split (train and test) and cut it at 25 actions (17,774 commands <= 25, 3,136 above), training on a fixed 90% of
     the short ones. Here a length is an action count and its commands are drawn uniformly; counts no command has
     (23, 29, 31, ...) are refused."""
 
     summary = "Solve: command [SEP] -> actions (SCAN length split, Kazemnejad 2023)"
-    suite = KAZEMNEJAD
-    style = "decoder"
-    score = "exact"
     alphabet = ALPHABET
     train_lengths, test_lengths = TRAIN, TEST
-    mixed_lengths = True
 
     def __init__(self, *, solve: bool = True) -> None:
         super().__init__()

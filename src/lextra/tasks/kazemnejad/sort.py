@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from lextra.tasks.base import AlgorithmicTask, TaskBatch
+from lextra.tasks.base import TaskBatch
 from lextra.tasks.kazemnejad.suite import (
     ARITHMETIC_TEST,
     ARITHMETIC_TRAIN,
-    KAZEMNEJAD,
+    KazemnejadTask,
     choose,
     listed,
     number_digits,
@@ -25,18 +25,14 @@ SORT, THE, FOLLOWING, LIST, OPEN, COMMA, CLOSE, DOT, THE_, SORTED, IS = range(le
 
 
 @TRAINING_TASKS.register("kazemnejad.sort")
-class Sort(AlgorithmicTask):
+class Sort(KazemnejadTask):
     """A list of L items, answered sorted (Kazemnejad et al. 2023, arXiv 2305.19466): `single_token` draws from 50
     tokens ordered by their index (the authors': the first 50 one-token T5 strings, here 0-9 a-z A-N),
     `multi_digit` numbers 10..9999 written digit by digit; items comma-separated, as the authors' strings."""
 
     summary = "Sort the following list [ .. ] . -> The sorted list is [ .. ] . (Kazemnejad 2023)"
-    suite = KAZEMNEJAD
-    style = "decoder"
-    score = "exact"
     alphabet = (*TOKENS, *WORDS)
     train_lengths, test_lengths = ARITHMETIC_TRAIN, ARITHMETIC_TEST
-    mixed_lengths = True
 
     def __init__(self, *, variant: str = "single_token") -> None:
         super().__init__()

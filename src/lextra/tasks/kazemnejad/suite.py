@@ -4,11 +4,12 @@ whole-word symbols, and rows of different lengths are packed left and right-padd
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 import numpy as np
 
 from lextra.errors import ConfigError
-from lextra.tasks.base import PAD, LengthRange, Suite
+from lextra.tasks.base import PAD, AlgorithmicTask, LengthRange, Suite
 
 KAZEMNEJAD = Suite(
     name="kazemnejad",
@@ -79,3 +80,13 @@ def number_digits(values: np.ndarray, width: int) -> np.ndarray:
     """Non-negative ints (...) below 10**width -> their decimal digits (..., width), leading zeros as PAD."""
     powers = 10 ** np.arange(width - 1, -1, -1, dtype=np.int64)
     return strip_zeros((np.asarray(values, np.int64)[..., None] // powers) % 10)
+
+
+class KazemnejadTask(AlgorithmicTask):
+    """What every task of the suite shares: decoder style (answers decoded after the input), exact match, lengths
+    mixed within a batch as the authors' data sets are. Registered subclasses only; this class is not a task."""
+
+    suite: ClassVar[Suite] = KAZEMNEJAD
+    style: ClassVar[str] = "decoder"
+    score: ClassVar[str] = "exact"
+    mixed_lengths: ClassVar[bool] = True

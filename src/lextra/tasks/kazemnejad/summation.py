@@ -5,25 +5,21 @@ from __future__ import annotations
 import numpy as np
 
 from lextra.errors import ConfigError
-from lextra.tasks.base import AlgorithmicTask, TaskBatch
-from lextra.tasks.kazemnejad.suite import ARITHMETIC_TEST, ARITHMETIC_TRAIN, KAZEMNEJAD, listed, number_digits, pack
+from lextra.tasks.base import TaskBatch
+from lextra.tasks.kazemnejad.suite import ARITHMETIC_TEST, ARITHMETIC_TRAIN, KazemnejadTask, listed, number_digits, pack
 from lextra.training_tasks import TRAINING_TASKS
 
 COMPUTE, PLUS, DOT, SEP, THE, ANSWER, IS = range(10, 17)
 
 
 @TRAINING_TASKS.register("kazemnejad.summation")
-class Summation(AlgorithmicTask):
+class Summation(KazemnejadTask):
     """L digits 1-9, answered by their sum modulo `modulo` written digit by digit (Kazemnejad et al. 2023, arXiv
     2305.19466; the authors' `s2s_sum` configuration uses modulo 10)."""
 
     summary = "Compute: v1 + .. + vL . [SEP] -> The answer is sum % 10 . (Kazemnejad 2023)"
-    suite = KAZEMNEJAD
-    style = "decoder"
-    score = "exact"
     alphabet = (*"0123456789", "Compute:", "+", ".", "[SEP]", "The", "answer", "is")
     train_lengths, test_lengths = ARITHMETIC_TRAIN, ARITHMETIC_TEST
-    mixed_lengths = True
 
     def __init__(self, *, modulo: int = 10) -> None:
         super().__init__()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from lextra.tasks.base import AlgorithmicTask, TaskBatch
-from lextra.tasks.ruoss.suite import RUOSS, TEST, TRAIN
+from lextra.tasks.base import TaskBatch
+from lextra.tasks.ruoss.suite import RuossTask
 from lextra.training_tasks import TRAINING_TASKS
 
 #: the operator between the numbers (the authors' input index 2) and our index of their terminator (output index 2)
@@ -69,7 +69,7 @@ def terminated(result: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 @TRAINING_TASKS.register("ruoss.binary_addition")
-class BinaryAddition(AlgorithmicTask):
+class BinaryAddition(RuossTask):
     """Input `n + m`, two little-endian binary numbers with leading zeros of lengths k (uniform in 1..L-2) and
     L-1-k, each uniform over its nonzero values; output L + 1 symbols: n + m little-endian without leading zeros,
     the terminator `$`, then 0s. The score counts the symbols up to `$`, the loss all (the authors'
@@ -77,11 +77,7 @@ class BinaryAddition(AlgorithmicTask):
     number in 0..2^L-2 (no `+`) and the output that number. Their output index 2 (terminator) is our `$`."""
 
     summary = "little-endian binary n+m -> the sum (Ruoss 2023, context-sensitive)"
-    suite = RUOSS
-    style = "encoder"
-    score = "per_token"
     alphabet = ("0", "1", "+", "$")
-    train_lengths, test_lengths = TRAIN, TEST
 
     def generate(self, length: int, count: int, rng: np.random.Generator) -> TaskBatch:
         length = self.check_length(length)

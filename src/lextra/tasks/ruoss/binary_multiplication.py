@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from lextra.tasks.base import AlgorithmicTask, TaskBatch
+from lextra.tasks.base import TaskBatch
 from lextra.tasks.ruoss import binary_addition as addition
-from lextra.tasks.ruoss.suite import RUOSS, TEST, TRAIN
+from lextra.tasks.ruoss.suite import RuossTask
 from lextra.training_tasks import TRAINING_TASKS
 
 
 @TRAINING_TASKS.register("ruoss.binary_multiplication")
-class BinaryMultiplication(AlgorithmicTask):
+class BinaryMultiplication(RuossTask):
     """Input `n * m` drawn as binary_addition's (lengths k uniform in 1..L-2 and L-1-k, nonzero numbers,
     little-endian with leading zeros); output L symbols: n * m little-endian without leading zeros, the terminator
     `$`, then 0s. The score counts the symbols up to `$`, the loss all (the authors' `binary_multiplication`). At
@@ -20,11 +20,7 @@ class BinaryMultiplication(AlgorithmicTask):
     `0 $` (L = 2) whatever it is. Their output index 2 (terminator) is our `$`."""
 
     summary = "little-endian binary n*m -> the product (Ruoss 2023, context-sensitive)"
-    suite = RUOSS
-    style = "encoder"
-    score = "per_token"
     alphabet = ("0", "1", "*", "$")
-    train_lengths, test_lengths = TRAIN, TEST
 
     def generate(self, length: int, count: int, rng: np.random.Generator) -> TaskBatch:
         length = self.check_length(length)

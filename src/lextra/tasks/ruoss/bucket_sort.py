@@ -4,23 +4,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from lextra.tasks.base import AlgorithmicTask, TaskBatch
+from lextra.tasks.base import TaskBatch
 from lextra.tasks.ruoss.duplicate_string import check_at_least
-from lextra.tasks.ruoss.suite import RUOSS, TEST, TRAIN
+from lextra.tasks.ruoss.suite import RuossTask
 from lextra.training_tasks import TRAINING_TASKS
 
 
 @TRAINING_TASKS.register("ruoss.bucket_sort")
-class BucketSort(AlgorithmicTask):
+class BucketSort(RuossTask):
     """Input uniform over {0..symbols-1}^L, output its L symbols in increasing order (the authors'
     `bucket_sort.BucketSort`, `vocab_size` = `symbols`, 5 in the paper)."""
 
     summary = "string over 5 symbols -> the string sorted (Ruoss 2023, context-sensitive)"
-    suite = RUOSS
-    style = "encoder"
-    score = "per_token"
     alphabet: tuple[str, ...] = ("0", "1", "2", "3", "4")
-    train_lengths, test_lengths = TRAIN, TEST
 
     def __init__(self, *, symbols: int = 5) -> None:
         super().__init__()

@@ -7,22 +7,17 @@ import math
 
 import numpy as np
 
-from lextra.tasks.base import AlgorithmicTask, TaskBatch
-from lextra.tasks.ruoss.suite import RUOSS, TEST, TRAIN
+from lextra.tasks.base import TaskBatch
+from lextra.tasks.ruoss.suite import RuossTask
 from lextra.training_tasks import TRAINING_TASKS
 
 
 @TRAINING_TASKS.register("ruoss.compute_sqrt")
-class ComputeSqrt(AlgorithmicTask):
+class ComputeSqrt(RuossTask):
     """Input: a number uniform in 1..2^L-1 as L big-endian bits (leading zeros kept); output its floor square
     root as ceil(L/2) big-endian bits, leading zeros kept (the authors' `compute_sqrt.ComputeSqrt`)."""
 
     summary = "big-endian binary number -> floor of its square root (Ruoss 2023, context-sensitive)"
-    suite = RUOSS
-    style = "encoder"
-    score = "per_token"
-    alphabet = ("0", "1")
-    train_lengths, test_lengths = TRAIN, TEST
 
     def generate(self, length: int, count: int, rng: np.random.Generator) -> TaskBatch:
         length = self.check_length(length)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from lextra.errors import ConfigError
-from lextra.tasks.base import AlgorithmicTask, TaskBatch
-from lextra.tasks.ruoss.suite import RUOSS, TEST, TRAIN
+from lextra.tasks.base import TaskBatch
+from lextra.tasks.ruoss.suite import RuossTask
 from lextra.training_tasks import TRAINING_TASKS
 
 
@@ -18,17 +18,12 @@ def check_at_least(task: str, name: str, value: int, low: int) -> int:
 
 
 @TRAINING_TASKS.register("ruoss.duplicate_string")
-class DuplicateString(AlgorithmicTask):
+class DuplicateString(RuossTask):
     """Input uniform over {0..symbols-1}^L, output the L symbols `duplication` times in a row, 2L by default
     (the authors' `duplicate_string.DuplicateString`, whose `vocab_size` is `symbols` here; the paper: binary
     strings, written twice)."""
 
     summary = "string -> the string twice (Ruoss 2023, context-sensitive)"
-    suite = RUOSS
-    style = "encoder"
-    score = "per_token"
-    alphabet: tuple[str, ...] = ("0", "1")
-    train_lengths, test_lengths = TRAIN, TEST
 
     def __init__(self, *, symbols: int = 2, duplication: int = 2) -> None:
         super().__init__()

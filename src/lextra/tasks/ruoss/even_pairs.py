@@ -4,23 +4,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from lextra.tasks.base import AlgorithmicTask, TaskBatch
-from lextra.tasks.ruoss.suite import RUOSS, TEST, TRAIN
+from lextra.tasks.base import TaskBatch
+from lextra.tasks.ruoss.suite import RuossTask
 from lextra.training_tasks import TRAINING_TASKS
 
 
 @TRAINING_TASKS.register("ruoss.even_pairs")
-class EvenPairs(AlgorithmicTask):
+class EvenPairs(RuossTask):
     """Input uniform {0,1}^L, output one symbol: the number of adjacent pairs `01` and `10` mod 2 (1: odd), i.e.
     whether the first and last symbols differ; 0 at L = 1 (the authors' `even_pairs.EvenPairs`, as the paper
     describes it)."""
 
     summary = "binary string -> parity of its 01/10 pairs (Ruoss 2023, regular)"
-    suite = RUOSS
-    style = "encoder"
-    score = "per_token"
-    alphabet = ("0", "1")
-    train_lengths, test_lengths = TRAIN, TEST
 
     def generate(self, length: int, count: int, rng: np.random.Generator) -> TaskBatch:
         length = self.check_length(length)

@@ -5,26 +5,22 @@ from __future__ import annotations
 
 import numpy as np
 
-from lextra.tasks.base import AlgorithmicTask, TaskBatch
-from lextra.tasks.ruoss.suite import RUOSS, TEST, TRAIN
+from lextra.tasks.base import TaskBatch
+from lextra.tasks.ruoss.suite import RuossTask
 from lextra.training_tasks import TRAINING_TASKS
 
 MISSING, EMPTY = 2, 3
 
 
 @TRAINING_TASKS.register("ruoss.missing_duplicate")
-class MissingDuplicate(AlgorithmicTask):
+class MissingDuplicate(RuossTask):
     """Input: w w for w uniform in {0,1}^(L//2), one position uniform in 0..2(L//2)-1 replaced by `?`, then `#`
     (the empty token) if L is odd; output one symbol, the hidden bit (the authors'
     `missing_duplicate_string.MissingDuplicateString`). At L = 1 the input is `1` and the output 1, as in their
     code. Indices as theirs: 0, 1, ? (missing), # (empty)."""
 
     summary = "string twice with one symbol hidden -> the hidden symbol (Ruoss 2023, context-sensitive)"
-    suite = RUOSS
-    style = "encoder"
-    score = "per_token"
     alphabet = ("0", "1", "?", "#")
-    train_lengths, test_lengths = TRAIN, TEST
 
     def generate(self, length: int, count: int, rng: np.random.Generator) -> TaskBatch:
         length = self.check_length(length)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from lextra.errors import ConfigError
-from lextra.tasks.base import AlgorithmicTask, TaskBatch
-from lextra.tasks.ruoss.suite import RUOSS, TEST, TRAIN
+from lextra.tasks.base import TaskBatch
+from lextra.tasks.ruoss.suite import RuossTask
 from lextra.training_tasks import TRAINING_TASKS
 
 #: the operator symbols after the digits, in the authors' order (`OP_BY_CHARACTER`); `_` (blank) is never drawn
@@ -14,7 +14,7 @@ OPERATORS = ("+", "-", "*", "_")
 
 
 @TRAINING_TASKS.register("ruoss.modular_arithmetic")
-class ModularArithmetic(AlgorithmicTask):
+class ModularArithmetic(RuossTask):
     """Input: digits uniform in 0..m-1 at even positions, operators uniform over + - * at odd positions; output
     one symbol, the value mod m with * binding tighter than + and - (the authors' `modular_arithmetic`, m = 5
     in the paper). Indices as theirs: digit d is d, + - * _ are m..m+3 (`_` is in their one-hot width but never
@@ -22,11 +22,7 @@ class ModularArithmetic(AlgorithmicTask):
     products could wrap for ~16 chained nonzero factors, which this exact arithmetic does not reproduce."""
 
     summary = "digits mod m with + - * -> the value (Ruoss 2023, regular)"
-    suite = RUOSS
-    style = "encoder"
-    score = "per_token"
     alphabet = (*(str(d) for d in range(5)), *OPERATORS)
-    train_lengths, test_lengths = TRAIN, TEST
 
     def __init__(self, *, modulus: int = 5) -> None:
         super().__init__()

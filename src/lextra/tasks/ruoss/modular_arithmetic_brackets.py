@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from lextra.errors import ConfigError
-from lextra.tasks.base import AlgorithmicTask, TaskBatch
-from lextra.tasks.ruoss.suite import RUOSS, TEST, TRAIN
+from lextra.tasks.base import TaskBatch
+from lextra.tasks.ruoss.suite import RuossTask
 from lextra.training_tasks import TRAINING_TASKS
 
 #: the symbols after the digits, in the authors' order (`alphabet_to_int`); `x` is in their one-hot width only
@@ -61,7 +61,7 @@ def sample_expressions(
 
 
 @TRAINING_TASKS.register("ruoss.modular_arithmetic_brackets")
-class ModularArithmeticBrackets(AlgorithmicTask):
+class ModularArithmeticBrackets(RuossTask):
     """Input: a random fully bracketed expression of exactly L symbols, grown top down as the authors'
     `generate_one_expression_and_result` does (length 1..4: d, -d, (d), (-d); else `(left op right)` with the
     left length uniform in 1..L-4, op uniform over + - *, digits uniform mod m); output one symbol, its value
@@ -69,11 +69,7 @@ class ModularArithmeticBrackets(AlgorithmicTask):
     Indices as theirs: digit d is d, + - * ( ) x are m..m+5 (`x` is in their one-hot width but never drawn)."""
 
     summary = "bracketed expression mod m -> the value (Ruoss 2023, context-free)"
-    suite = RUOSS
-    style = "encoder"
-    score = "per_token"
     alphabet = (*(str(d) for d in range(5)), *SYMBOLS)
-    train_lengths, test_lengths = TRAIN, TEST
 
     def __init__(self, *, modulus: int = 5, mult: bool = True) -> None:
         super().__init__()

@@ -4,24 +4,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from lextra.tasks.base import AlgorithmicTask, TaskBatch
+from lextra.tasks.base import TaskBatch
 from lextra.tasks.ruoss.duplicate_string import check_at_least
-from lextra.tasks.ruoss.suite import RUOSS, TEST, TRAIN
+from lextra.tasks.ruoss.suite import RuossTask
 from lextra.training_tasks import TRAINING_TASKS
 
 
 @TRAINING_TASKS.register("ruoss.odds_first")
-class OddsFirst(AlgorithmicTask):
+class OddsFirst(RuossTask):
     """Input uniform over {0..symbols-1}^L, output the L symbols reordered as s[1::2] ++ s[0::2] (the authors'
     `odds_first.OddsFirst`, `vocab_size` = `symbols`, 2 in the paper). The paper writes s1 s3 s5 ... s2 s4 ...
     (1-indexed odd positions first); the code puts the 1-indexed even positions s2 s4 ... first, as here."""
 
     summary = "string -> symbols at (0-indexed) odd positions, then even ones (Ruoss 2023, context-sensitive)"
-    suite = RUOSS
-    style = "encoder"
-    score = "per_token"
-    alphabet: tuple[str, ...] = ("0", "1")
-    train_lengths, test_lengths = TRAIN, TEST
 
     def __init__(self, *, symbols: int = 2) -> None:
         super().__init__()

@@ -4,22 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from lextra.tasks.base import AlgorithmicTask, TaskBatch
-from lextra.tasks.ruoss.suite import RUOSS, TEST, TRAIN
+from lextra.tasks.base import TaskBatch
+from lextra.tasks.ruoss.suite import RuossTask
 from lextra.training_tasks import TRAINING_TASKS
 
 
 @TRAINING_TASKS.register("ruoss.parity_check")
-class ParityCheck(AlgorithmicTask):
+class ParityCheck(RuossTask):
     """Input uniform {0,1}^L, output one symbol: the count of 1s mod 2 (the authors' `parity_check.ParityCheck`,
     as the paper describes it)."""
 
     summary = "binary string -> its number of 1s mod 2 (Ruoss 2023, regular)"
-    suite = RUOSS
-    style = "encoder"
-    score = "per_token"
-    alphabet = ("0", "1")
-    train_lengths, test_lengths = TRAIN, TEST
 
     def generate(self, length: int, count: int, rng: np.random.Generator) -> TaskBatch:
         length = self.check_length(length)

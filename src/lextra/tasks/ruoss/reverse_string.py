@@ -4,22 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from lextra.tasks.base import AlgorithmicTask, TaskBatch
-from lextra.tasks.ruoss.suite import RUOSS, TEST, TRAIN
+from lextra.tasks.base import TaskBatch
+from lextra.tasks.ruoss.suite import RuossTask
 from lextra.training_tasks import TRAINING_TASKS
 
 
 @TRAINING_TASKS.register("ruoss.reverse_string")
-class ReverseString(AlgorithmicTask):
+class ReverseString(RuossTask):
     """Input {0,1}^L, output the L symbols in reverse order; per-token accuracy (the authors'
     `reverse_string.ReverseString`)."""
 
     summary = "binary string -> its reverse (Ruoss 2023, context-free)"
-    suite = RUOSS
-    style = "encoder"
-    score = "per_token"
-    alphabet = ("0", "1")
-    train_lengths, test_lengths = TRAIN, TEST
 
     def generate(self, length: int, count: int, rng: np.random.Generator) -> TaskBatch:
         length = self.check_length(length)

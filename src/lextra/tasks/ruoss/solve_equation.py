@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from lextra.tasks.base import AlgorithmicTask, TaskBatch
+from lextra.tasks.base import TaskBatch
 from lextra.tasks.ruoss.modular_arithmetic_brackets import check_modulus, sample_expressions
-from lextra.tasks.ruoss.suite import RUOSS, TEST, TRAIN
+from lextra.tasks.ruoss.suite import RuossTask
 from lextra.training_tasks import TRAINING_TASKS
 
 #: the symbols after the digits, in the authors' order for this task (`alphabet_to_int`: no `*`)
@@ -14,7 +14,7 @@ SYMBOLS = ("+", "-", "(", ")", "x", "=")
 
 
 @TRAINING_TASKS.register("ruoss.solve_equation")
-class SolveEquation(AlgorithmicTask):
+class SolveEquation(RuossTask):
     """Input `E = v`: a modular_arithmetic_brackets expression E of L - 2 symbols drawn with + and - only (the
     authors' `solve_equation`, mult=False), one digit of it replaced by `x`, and its value v; output one symbol,
     the replaced digit (the unique solution). As in their code the digit is the first one at or after a uniform
@@ -22,11 +22,7 @@ class SolveEquation(AlgorithmicTask):
     Indices as theirs: digit d is d, + - ( ) x = are m..m+5; m = 5 in the paper."""
 
     summary = "bracketed equation mod m with one x -> x (Ruoss 2023, context-free)"
-    suite = RUOSS
-    style = "encoder"
-    score = "per_token"
     alphabet = (*(str(d) for d in range(5)), *SYMBOLS)
-    train_lengths, test_lengths = TRAIN, TEST
 
     def __init__(self, *, modulus: int = 5) -> None:
         super().__init__()

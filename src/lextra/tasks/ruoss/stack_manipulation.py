@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from lextra.tasks.base import AlgorithmicTask, TaskBatch
-from lextra.tasks.ruoss.suite import RUOSS, TEST, TRAIN
+from lextra.tasks.base import TaskBatch
+from lextra.tasks.ruoss.suite import RuossTask
 from lextra.training_tasks import TRAINING_TASKS
 
 POP, PUSH0, PUSH1, END = 2, 3, 4, 5
 
 
 @TRAINING_TASKS.register("ruoss.stack_manipulation")
-class StackManipulation(AlgorithmicTask):
+class StackManipulation(RuossTask):
     """Input: a stack of k bits, k uniform in 1..L-1, given bottom to top, then L - k actions uniform over POP,
     PUSH0, PUSH1 (a POP on an empty stack does nothing); output L + 1 symbols: the final stack top to bottom,
     the terminator, then 0s. The score counts the symbols up to the terminator, the loss all (the authors'
@@ -20,11 +20,7 @@ class StackManipulation(AlgorithmicTask):
     one bit b and the output `b $`. Input indices as theirs; their output terminator (index 2) is our `$`."""
 
     summary = "stack + POP/PUSH actions -> the final stack, top first (Ruoss 2023, context-free)"
-    suite = RUOSS
-    style = "encoder"
-    score = "per_token"
     alphabet = ("0", "1", "POP", "PUSH0", "PUSH1", "$")
-    train_lengths, test_lengths = TRAIN, TEST
 
     def generate(self, length: int, count: int, rng: np.random.Generator) -> TaskBatch:
         length = self.check_length(length)

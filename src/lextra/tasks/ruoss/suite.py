@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from lextra.tasks.base import LengthRange, Suite
+from typing import ClassVar
+
+from lextra.tasks.base import AlgorithmicTask, LengthRange, Suite
 
 RUOSS = Suite(
     name="ruoss",
@@ -13,3 +15,16 @@ RUOSS = Suite(
 #: the authors' training range and the test range lextra uses by default (their example averages 41..100)
 TRAIN = LengthRange(1, 40)
 TEST = LengthRange(41, 100)
+
+
+class RuossTask(AlgorithmicTask):
+    """What every task of the suite shares: encoder style (answers at placeholders, a `full` mask), per-token
+    accuracy, binary input unless a task says otherwise, the authors' training and test lengths. Registered
+    subclasses only; this class is not a task."""
+
+    suite: ClassVar[Suite] = RUOSS
+    style: ClassVar[str] = "encoder"
+    score: ClassVar[str] = "per_token"
+    alphabet: tuple[str, ...] = ("0", "1")
+    train_lengths: ClassVar[LengthRange] = TRAIN
+    test_lengths: ClassVar[LengthRange] = TEST
