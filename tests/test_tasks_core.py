@@ -220,3 +220,28 @@ def test_task_study_gates_reports_and_resumes(tmp_path) -> None:
     assert len(rows) == 1 + 4 * (2 + 2)
     again = TaskStudy(config, tmp_path, progress=False)
     assert all(again.saved(u) is not None for u in again.units())  # cached: nothing recomputed
+
+
+@pytest.mark.slow
+def test_cli_trains_scores_and_refuses_bad_input_with_one_line(tmp_path, capsys) -> None:
+    from lextra.cli.app import main
+
+    run = tmp_path / "rev"
+    common = ["--n-layer", "1", "--d-model", "16", "--n-head", "2", "--steps", "2", "--batch-size", "4", "--quiet"]
+    assert main(["train", "--out", str(run), "--task", "ruoss.reverse_string", "--task-lengths", "1-4", *common]) == 0
+    assert main(["tasks", "eval", str(run), "--lengths", "5-6", "--samples", "4", "--beyond", "--quiet"]) == 0
+    saved = json.loads((run / "tasks-5-6" / "results.json").read_text())
+    assert [s["length"] for s in saved["scores"]] == [5, 6] and saved["train_lengths"] == "1-4"
+    assert (run / "tasks-5-6" / "scores.csv").read_text().count("\n") == 3
+    capsys.readouterr()
+    bad = [
+        (["train", "--out", str(tmp_path / "x"), "--task", "ruoss.nope", *common], "unknown"),
+        (["tasks", "eval", str(run), "--lengths", "3-6", "--beyond"], "inside the training range"),
+        (["tasks", "eval", str(run), "--mask", "causal"], "needs a bidirectional mask"),
+        (["tasks", "eval", str(run), "--lengths", "x"], "LOW-HIGH"),
+    ]
+    for argv, message in bad:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], (argv, err)
+    assert not (tmp_path / "x").exists() and not (run / "tasks-3-6").exists()  # nothing written
