@@ -29,12 +29,15 @@ import harness
 import numpy as np
 import torch
 
+from lextra.attention import build_mask
 from lextra.compile import StepLoss, answer_loss
 from lextra.model import GPT, GPTConfig
 from lextra.tasks import AlgorithmicTask, LengthRange, TaskBatches, build_task, encode, task_rng
 from lextra.train import TrainConfig
 from lextra.train.gpt import make_optimizer
 from lextra.training_tasks import TRAINING_TASKS
+
+FULL = build_mask("full", 1)
 
 
 def data_rates(batch: int = 128, repeats: int = 5) -> dict[str, float]:
@@ -90,7 +93,7 @@ def step_rates(steps: int, compile: bool, batch: int = 128) -> dict[str, float]:
 
 
 def _full_mask_loss(network, precision, device, batch, positions):
-    return answer_loss(network, precision, device, batch, positions, mask="full")
+    return answer_loss(network, precision, device, batch, positions, mask=FULL)
 
 
 def side_by_side(steps: int) -> dict[str, float]:

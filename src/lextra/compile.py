@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from lextra.attention import Mask
 from lextra.devices import autocast
 
 
@@ -31,7 +32,13 @@ def next_token_loss(
 
 
 def answer_loss(
-    network: nn.Module, precision: str, device: torch.device, batch: Tensor, positions: Tensor | None, *, mask: str
+    network: nn.Module,
+    precision: str,
+    device: torch.device,
+    batch: Tensor,
+    positions: Tensor | None,
+    *,
+    mask: str | Mask,
 ) -> Tensor:
     """Mean cross-entropy over the answer targets of a task batch (B, 2, W): inputs and targets stacked, targets
     -100 (ignored) where no answer symbol is predicted (`lextra.tasks.encoding`); attention under `mask`."""

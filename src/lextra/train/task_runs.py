@@ -9,13 +9,15 @@ from typing import Any
 
 from torch import Tensor
 
+from lextra.attention import Mask, build_mask
 from lextra.data.positions import PositionSampler, build_sampler
 from lextra.tasks import AlgorithmicTask, LengthRange
 
 
-def task_mask(task: AlgorithmicTask) -> str:
-    """The mask a task's examples are read under: bidirectional for encoder style, causal for decoder style."""
-    return "full" if task.style == "encoder" else "causal"
+def task_mask(task: AlgorithmicTask) -> Mask:
+    """The mask a task's examples are read under: bidirectional for encoder style, causal for decoder style (built
+    once: a compiled step then traces no spec parsing)."""
+    return build_mask("full" if task.style == "encoder" else "causal", 1)
 
 
 @cache
