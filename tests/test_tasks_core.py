@@ -191,6 +191,12 @@ def test_bad_task_inputs_name_the_fix() -> None:
         parse_lengths("ten")
     with pytest.raises(ConfigError, match="task_lengths applies"):
         TrainConfig(task_lengths="1-4").validate()
+    windowed = GPTConfig(n_layer=2, d_model=16, n_head=2, layer_plan="rope+window:8;rope")
+    with pytest.raises(ConfigError, match=r"needs a bidirectional mask, not window,width=8 \(layer 0"):
+        TrainConfig(task="ruoss.reverse_string", model=windowed).validate()
+    bidirectional = GPTConfig(n_layer=2, d_model=16, n_head=2, layer_plan="rope+full;rope")
+    with pytest.raises(ConfigError, match="needs a causal mask"):
+        TrainConfig(task="kazemnejad.copy", model=bidirectional).validate()
 
 
 def test_vocabulary_too_small_is_refused(tmp_path) -> None:

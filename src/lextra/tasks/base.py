@@ -212,7 +212,7 @@ def check_task_mask(task: AlgorithmicTask, causal: bool, mask: str) -> None:
     if task.style == "encoder" and causal:
         raise ConfigError(
             f"task {task.name} is encoder-style (answers read at placeholders after the input, Ruoss et al.) and "
-            f"needs a bidirectional mask; drop --mask {mask} (its runs use full)"
+            f"needs a bidirectional mask, not {mask}; drop it (its runs use full)"
         )
     if task.style == "decoder" and not causal:
         raise ConfigError(

@@ -15,12 +15,13 @@ from functools import cache
 from typing import Any, ClassVar
 
 from lextra import serialize
+from lextra.attention import build_mask
 from lextra.data import ORDERS
 from lextra.data.corpora import mixture_weights
 from lextra.data.positions import PositionSampler, build_sampler
 from lextra.errors import ConfigError
 from lextra.model import GPTConfig
-from lextra.tasks import TaskBatches, algorithmic_task, parse_lengths
+from lextra.tasks import TaskBatches, algorithmic_task, check_task_mask, parse_lengths
 from lextra.tensorboard import require_tensorboard
 from lextra.validate import check_bool, check_int, check_positive, check_positive_int, check_range
 
@@ -225,6 +226,10 @@ class TrainConfig(LoopConfig):
                 raise ConfigError(f"{where} task_lengths applies to a length-generalization task; drop it or set task")
             return
         lengths = parse_lengths(self.task_lengths or task.train_lengths, f"{where} task_lengths")
+        for layer, variant in enumerate(self.model.plan()):  # a plan's own masks must suit the task's style too
+            if variant.mask != "causal":  # a causal layer follows the call's mask (full for encoder tasks)
+                causal = build_mask(variant.mask, self.model.train_len).causal
+                check_task_mask(task, causal, f"{variant.mask} (layer {layer} of the layer plan)")
         self.model.vocab_size = task.vocab_size
         self.model.train_len = TaskBatches(task, lengths).max_width()
         self.model.validate()
