@@ -401,3 +401,10 @@ def test_help_and_list_import_neither_torch_nor_the_library(tmp_path) -> None:
     for argv in (["--help"], ["retrieval", "--help"]):
         _, measured = least_of_3(*argv)
         assert not measured["heavy"] and measured["seconds"] < 0.5, (argv, measured)
+
+
+def test_threads_must_be_positive(capsys) -> None:
+    for value in ("0", "-2"):
+        assert main(["tasks", "eval", "nowhere", "--threads", value]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert "--threads" in err[-1] and value in err[-1]

@@ -190,7 +190,9 @@ def model_folder(path: str) -> Path:
 # --- option sets --------------------------------------------------------------------------------------------------
 def add_threads(parser: argparse.ArgumentParser) -> None:
     """--threads: torch's intra-op threads (applied by `apply_runtime` before the handler runs)."""
-    parser.add_argument("--threads", type=non_negative_int, default=0, help="torch threads (default: torch's choice)")
+    parser.add_argument(
+        "--threads", type=positive_int, default=None, help="torch threads, 1 or more (default: torch's choice)"
+    )
 
 
 def add_device(parser: argparse.ArgumentParser) -> None:
@@ -207,8 +209,8 @@ def add_device(parser: argparse.ArgumentParser) -> None:
 def apply_runtime(args: argparse.Namespace) -> None:
     """Apply the runtime options every command shares (threads; the device, resolved to a `torch.device` in
     `args.device`) before its handler runs: a device torch cannot use ends the command before any work."""
-    threads = getattr(args, "threads", 0)
-    if threads:
+    threads = getattr(args, "threads", None)
+    if threads is not None:
         import torch
 
         torch.set_num_threads(threads)
