@@ -12,7 +12,7 @@ LINT_PATHS := src tests benchmarks experiments
 # What mypy checks: all of the package ([tool.mypy] in pyproject.toml holds its settings).
 TYPED_PATHS := src/lextra
 
-.PHONY: run test test-fast test-gpu gpu-check lint bench bench-gpu bench-train bench-xt hf-model bench-hf corpora clean
+.PHONY: setup run test test-fast test-gpu gpu-check lint bench bench-gpu bench-train bench-xt hf-model bench-hf corpora clean
 
 # data.txt and the package itself go in with --no-deps (see data.txt), so pyproject's ranges pull nothing unpinned;
 # everything else is pinned in the files.
@@ -35,6 +35,9 @@ $(OLDEST_STAMP): $(STAMP) $(REQ)/oldest/transformers.txt
 	rm -rf $(OLDEST_HF)
 	$(PIP) --no-deps --target $(OLDEST_HF) -r $(REQ)/oldest/transformers.txt
 	touch $(OLDEST_STAMP)
+
+# What `make run` and `make test` do first, alone: the pinned .venv (and the oldest admitted transformers beside it).
+setup: $(STAMP) $(OLDEST_STAMP)
 
 run: $(STAMP)
 	$(PY) -m lextra compare --out $(RUN_DIR) --eval-precision auto
