@@ -278,6 +278,10 @@ def test_train_config_file_is_read_and_every_flag_given_overrides_it(tmp_path, c
     out = tmp_path / "run"
     argv = ["train", "--config", str(config), "--out", str(out), "--steps", "2", "--d-model", "32", "--seed", "0"]
     assert main([*argv, "--threads", "1", "--device", "cpu"]) == 0
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    train_loss, val_loss = records[-1]["loss"], next(r["val_loss"] for r in reversed(records) if "val_loss" in r)
+    printed = f"final train loss {train_loss:.4f}, validation loss {val_loss:.4f}\nmodel saved to {out / 'model'}"
+    assert printed in capsys.readouterr().out  # the run's last losses, then where its model is
     saved = json.loads((out / "config.json").read_text())["train"]
     assert saved["steps"] == 2 and saved["seed"] == 0  # flags win, also one equal to the default
     assert saved["batch_size"] == 2 and saved["warmup"] == 1 and saved["limit_chars"] == 300000  # from the file

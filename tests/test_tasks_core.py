@@ -235,6 +235,8 @@ def test_cli_trains_scores_and_refuses_bad_input_with_one_line(tmp_path, capsys)
     run = tmp_path / "rev"
     common = ["--n-layer", "1", "--d-model", "16", "--n-head", "2", "--steps", "2", "--batch-size", "4", "--quiet"]
     assert main(["train", "--out", str(run), "--task", "ruoss.reverse_string", "--task-lengths", "1-4", *common]) == 0
+    last = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+    assert f"final train loss {last['loss']:.4f}\nmodel saved to" in capsys.readouterr().out  # a task run: no val loss
     assert main(["tasks", "eval", str(run), "--lengths", "5-6", "--samples", "4", "--beyond", "--quiet"]) == 0
     saved = json.loads((run / "tasks-5-6" / "results.json").read_text())
     assert [s["length"] for s in saved["scores"]] == [5, 6] and saved["train_lengths"] == "1-4"

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from lextra.cli.app import Handler, command
 from lextra.cli.options import (
@@ -48,7 +49,7 @@ def configure_train(parser: argparse.ArgumentParser) -> Handler:
     )
 
     def run(args: argparse.Namespace) -> int:
-        from lextra.train import main_process, train
+        from lextra.train import final_losses, main_process, train
 
         refuse_corpus_with_data(args)
         config = train_config_from(args)
@@ -58,7 +59,11 @@ def configure_train(parser: argparse.ArgumentParser) -> Handler:
             config.task_lengths = args.task_lengths if args.task_lengths is not None else config.task_lengths
             config.validate()
         final = train(config, args.out, resume=args.resume, progress=not args.quiet, device=args.device)
-        if main_process():  # one line under torchrun
+        if main_process():  # one line each under torchrun
+            losses = final_losses(Path(args.out))
+            names = {"loss": "train loss", "val_loss": "validation loss"}
+            if losses:
+                print("final " + ", ".join(f"{names[k]} {v:.4f}" for k, v in losses.items()))
             print(f"model saved to {final}")
         return 0
 

@@ -13,6 +13,7 @@ from lextra.train.config import LoopConfig, TrainConfig, check_s2_attn, check_sa
 from lextra.train.distributed import Distributed, main_process
 from lextra.train.gpt import GPTTarget, continue_from, make_optimizer, train, validation_loss
 from lextra.train.loop import Trainer, non_finite
+from lextra.train.metrics import final_losses
 from lextra.train.target import TrainingTarget
 from lextra.train.tasks import (
     BATCH_SOURCE_RESOLVERS,
@@ -43,6 +44,7 @@ __all__ = [
     "checkpoint_candidates",
     "continue_from",
     "field_docs",
+    "final_losses",
     "learning_rate",
     "main_process",
     "make_optimizer",

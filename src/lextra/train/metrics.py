@@ -24,6 +24,17 @@ def truncate_metrics(path: Path, step: int) -> None:
     atomic_write_text(path, "".join(line + "\n" for line in kept))
 
 
+def final_losses(run_dir: Path) -> dict[str, float]:
+    """The last logged training loss (`loss`) and validation loss (`val_loss`) of a run, those it has."""
+    path = Path(run_dir) / METRICS
+    found: dict[str, float] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            record = json.loads(line) if line.strip() else {}
+            found.update({k: float(record[k]) for k in ("loss", "val_loss") if k in record})
+    return found
+
+
 class Metrics:
     """The writer of one run's curves from step `start` on (only the process that `write`s writes)."""
 
