@@ -180,7 +180,12 @@ def test_babilong_commands_run_compare_and_write_lm_eval_tasks(tmp_path: Path, c
     (out / "cells" / "qa1-900.json").write_text(json.dumps(doctored))
     assert main(["babilong", str(tmp_path / "run"), *common, "--out", str(out), "--threads", "1"]) == 0
     assert json.loads((out / "results.json").read_text())["cells"]["qa1"]["900"]["score"] == 50.0
-    for bad, needle in ((["--tasks", "qa9"], "unknown BABILong task 'qa9'"), (["--tasks", "qa3,facts=1"], ">= 3")):
+    too_short = (["--tasks", "qa1", "--lengths", "100"], "BABILong task 'qa1' needs prompts of at least")
+    for bad, needle in (
+        (["--tasks", "qa9"], "unknown BABILong task 'qa9'"),
+        (["--tasks", "qa3,facts=1"], ">= 3"),
+        too_short,
+    ):
         assert main(["babilong", str(tmp_path / "run"), *common[2:], *bad, "--out", str(out), "--threads", "1"]) == 2
         assert needle in capsys.readouterr().err
     assert main(["babilong", "compare", str(out), "--out", str(tmp_path / "cmp")]) == 0

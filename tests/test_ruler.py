@@ -587,7 +587,11 @@ def test_bad_input_exits_2_with_one_line_naming_the_fix(tiny_folder, tmp_path, c
     assert "unknown RULER task 'niah_single_9'" in line and "use 'all' or names from: niah_single_1" in line
     assert main([*base, "--lengths", "1000", "--tasks", "vt"]) == 2
     line = one_line_error(capsys)
-    assert re.search(r"RULER task 'vt' needs prompts of at least \d+ tokens .* use a longer length", line)
+    found = re.search(r"RULER task 'vt' needs prompts of at least (\d+) tokens .* got a (\d+)-token prompt .* "
+                      r"less its (\d+)-token answer budget\); use lengths of at least (\d+)", line)  # fmt: skip
+    assert found, line
+    needed, prompt, budget, advised = map(int, found.groups())
+    assert prompt + budget == 1000 and advised == needed + budget  # the prompt is the length less the budget
     assert main([*base, "--samples", "0"]) == 2
     assert "argument --samples: must be an integer >= 1, got '0'" in one_line_error(capsys)
     words = Backend(models.WordLevel(vocab={"[UNK]": 0, "A": 1, "special": 2}, unk_token="[UNK]"))

@@ -83,6 +83,7 @@ class BabilongTask(RulerTask):
 
     needs_documents: ClassVar[bool] = True
     keeps_question: ClassVar[bool] = True
+    suite_name: ClassVar[str] = "BABILong"
     qa: ClassVar[str] = "qa1"
 
     def __init__(

@@ -123,10 +123,13 @@ def cycle_ids(ids: Sequence[int], count: int) -> list[int]:
 
 
 class Fitter:
-    """Fits drafts into exact token lengths for one tokenizer (and chat format); `task` names errors."""
+    """Fits drafts into exact token lengths for one tokenizer (and chat format); `task` names errors, `suite` the
+    task's suite in them (RULER, BABILong), `budget` the answer budget a cell's prompt leaves free."""
 
-    def __init__(self, tokenizer: Tokenizer, task: str, chat: ChatFormat | None = None) -> None:
-        self.tokenizer, self.task, self.chat = tokenizer, task, chat
+    def __init__(
+        self, tokenizer: Tokenizer, task: str, chat: ChatFormat | None = None, *, suite: str = "RULER", budget: int = 0
+    ) -> None:
+        self.tokenizer, self.task, self.chat, self.suite, self.budget = tokenizer, task, chat, suite, budget
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text)) if text else []
@@ -150,20 +153,22 @@ class Fitter:
 
         least = cost(draft.minimum)
         if least > budget:
+            needed = length - budget + least
             raise ConfigError(
-                f"RULER task {self.task!r} needs prompts of at least {length - budget + least} tokens with this "
-                f"tokenizer (its template, needles and question), got {length}; use a longer length or drop the task"
+                f"{self.suite} task {self.task!r} needs prompts of at least {needed} tokens with this tokenizer (its "
+                f"template, needles and question), got a {length}-token prompt (a cell's length less its "
+                f"{self.budget}-token answer budget); use lengths of at least {needed + self.budget} or drop the task"
             )
         units = largest_fitting(cost, budget, draft.minimum, draft.maximum)
         used = cost(units)
         if draft.maximum is not None and units == draft.maximum and used < budget:
             raise ConfigError(
-                f"RULER task {self.task!r} runs out of haystack at {length} tokens (all {units} units fill only "
+                f"{self.suite} task {self.task!r} runs out of haystack at {length} tokens (all {units} units fill only "
                 f"{length - budget + used}); use shorter lengths for it"
             )
         pad_ids = self.encode(draft.pad(units)) if used < budget else []
         if used < budget and not pad_ids:
-            raise DataError(f"the tokenizer encodes RULER task {self.task!r}'s padding text to no tokens")
+            raise DataError(f"the tokenizer encodes {self.suite} task {self.task!r}'s padding text to no tokens")
         ids = list(head)
         text = chat.prefix + draft.prefix
         spans: list[tuple[int, int]] = []

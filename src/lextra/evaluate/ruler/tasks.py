@@ -62,6 +62,8 @@ class RulerTask(ABC):
     needs_documents: ClassVar[bool] = False
     #: its answers keep the question asked, which its score reads (BABILong's leaves out the labels it names)
     keeps_question: ClassVar[bool] = False
+    #: what messages call the task's suite
+    suite_name: ClassVar[str] = "RULER"
 
     def __init__(
         self,
@@ -74,7 +76,7 @@ class RulerTask(ABC):
             raise ConfigError(f"RULER task {self.name!r}: budget (tokens to generate) must be >= 1, got {budget!r}")
         self.tokenizer, self.chat, self.options = tokenizer, chat, dict(options)
         self.budget = budget
-        self.fitter = Fitter(tokenizer, self.name, chat)
+        self.fitter = Fitter(tokenizer, self.name, chat, suite=self.suite_name, budget=budget)
 
     @property
     def needles(self) -> int:
