@@ -412,3 +412,13 @@ def test_threads_must_be_positive(capsys) -> None:
         assert main(["tasks", "eval", "nowhere", "--threads", value]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert "--threads" in err[-1] and value in err[-1]
+
+
+def test_an_unknown_flag_points_to_its_commands_help(capsys) -> None:
+    for argv, prog in (
+        (["eval", "run", "--bogus"], "lextra eval"),
+        (["ruler", "run", "m", "--out", "o", "-z"], "lextra ruler run"),
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"{prog}: error: unrecognized arguments: {argv[-1]} (see `{prog} --help`)"]

@@ -293,7 +293,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"lextra: error: {err}", file=sys.stderr)
         return 2
     try:
-        args = parser.parse_args(argv)
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:  # named by the command that was given them, whose --help lists what it takes
+            leaf = dict(leaf_commands(parser)).get(tuple(getattr(args, "command_path", "").split()), parser)
+            leaf.error(f"unrecognized arguments: {' '.join(unknown)}")
     except SystemExit as done:  # argparse printed usage and a one-line error (exit 2), or --help (exit 0)
         return int(done.code or 0)
     name = f"lextra {args.command_path.split()[0]}"
