@@ -388,3 +388,17 @@ def test_harness_reads_a_setup_into_the_lextra_models_arguments(tmp_path: Path) 
         "self_extend:group=4,window=8",
         "causal",
     )
+
+
+def test_the_table_shows_a_refused_candidate_by_its_reason() -> None:
+    import math
+
+    from lextra.cli.tune import _table
+    from lextra.pipelines.tune.run import TuneResult
+    from lextra.pipelines.tune.search import Trial
+
+    refused = Trial("self_extend", {}, {"extension": "self_extend,group=8"}, math.inf, {}, 1.0, 0, "too long")
+    tuned = Trial("yarn", {}, {"rope_scaling": "yarn:4"}, 2.5, {"ppl": 12.18}, 2.0, 10)
+    table = _table(TuneResult([refused, tuned], tuned, 3.0, None, None))
+    assert "| refused: too long | - | - |" in table and "inf" not in table and "nan" not in table
+    assert "| 2.5000 | 12.180 | - |" in table  # a part the tuner did not measure shows as '-'

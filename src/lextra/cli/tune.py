@@ -10,6 +10,7 @@ so far, tokens per second, elapsed time and ETA); Ctrl-C or the budget ends the 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -283,8 +284,15 @@ def _table(result: Any) -> str:
             rows.append(("tuned", entry["best"]))
         for kind, trial in rows:
             spent = f"{entry['candidates']} | {entry['seconds']:.0f}" if kind == "default" else " | "
-            lines.append(
-                f"| {name} {kind} | {_label(trial)} | {trial.loss:.4f} | {trial.parts.get('ppl', float('nan')):.3f} | "
-                f"{trial.parts.get('passkey', float('nan')):.2f} | {spent} |"
-            )
+            if trial.refused:  # no loss to show: the reason, in the loss column
+                scores = f"refused: {trial.refused} | - | -"
+            else:
+                ppl, passkey = (trial.parts.get(k) for k in ("ppl", "passkey"))
+                scores = f"{trial.loss:.4f} | {_number(ppl, 3)} | {_number(passkey, 2)}"
+            lines.append(f"| {name} {kind} | {_label(trial)} | {scores} | {spent} |")
     return "\n".join(lines)
+
+
+def _number(value: float | None, digits: int) -> str:
+    """A table cell: the value, or `-` where the tuner did not measure it."""
+    return "-" if value is None or math.isnan(value) else f"{value:.{digits}f}"
