@@ -82,3 +82,12 @@ def test_bad_options_and_specs_are_one_clear_error(run_folder: Path, tmp_path: P
     assert lextra_folder(hf_like) is None and lextra_folder(tmp_path / "nothing") is None
     with pytest.raises(DataError, match=r"no Hugging Face model at .*give a local folder with config\.json"):
         load_model_spec(str(tmp_path / "nothing"))
+
+
+def test_a_fine_tuned_hugging_face_folder_is_labelled_by_its_run() -> None:
+    from lextra.pipelines.loading import hf_label
+
+    assert hf_label("runs/ft-yarn/model") == "ft-yarn"  # lextra hf finetune --out runs/ft-yarn
+    assert hf_label("runs/ft-yarn/model/") == "ft-yarn"
+    assert hf_label("models/SmolLM2-135M") == "SmolLM2-135M" and hf_label("w/model.gguf") == "model"
+    assert hf_label("smollm2") == "smollm2"

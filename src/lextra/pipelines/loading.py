@@ -223,8 +223,17 @@ def load_hugging_face(
         else:
             tokenizer = tokenizer_from_config(tokenizer_config(spec))
     path = resolve_model_path(spec)
-    label = (Path(spec).stem if spec != "smollm2" else "smollm2") + suffix
+    label = hf_label(spec) + suffix
     return LoadedModel(model, tokenizer, label, None, spec, weights_path=path, temperatures=temperatures)
+
+
+def hf_label(spec: str) -> str:
+    """What a Hugging Face model's results are labelled: its file or folder name; a fine-tuned run's `model/` folder
+    (`lextra hf finetune --out RUN` writes RUN/model) by its run's name; `smollm2` as it is."""
+    if spec == "smollm2":
+        return spec
+    path = Path(spec)
+    return path.parent.name if path.name == "model" and path.parent.name else path.stem
 
 
 def load_model_spec(
