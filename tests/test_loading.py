@@ -91,3 +91,11 @@ def test_a_fine_tuned_hugging_face_folder_is_labelled_by_its_run() -> None:
     assert hf_label("runs/ft-yarn/model/") == "ft-yarn"
     assert hf_label("models/SmolLM2-135M") == "SmolLM2-135M" and hf_label("w/model.gguf") == "model"
     assert hf_label("smollm2") == "smollm2"
+
+
+def test_a_layer_plans_label_names_a_scaling_once(tmp_path: Path) -> None:
+    model = GPT(GPTConfig(n_layer=2, n_head=2, d_model=16, train_len=32, layer_plan="rope;rope+window:8"))
+    save_model(model, tmp_path / "model", extra={"tokenizer": {"kind": "bytes"}})
+    loaded = load_model_spec(str(tmp_path), ModelOptions(InferenceSetup(rope_scaling="yarn:4")))
+    assert loaded.label == "rope;rope+window:8+yarn:4"  # the plan as trained, then the change
+    assert "yarn" in loaded.model.config.layer_plan  # the model itself carries the scaling
