@@ -422,3 +422,26 @@ def test_an_unknown_flag_points_to_its_commands_help(capsys) -> None:
         assert main(argv) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert err == [f"{prog}: error: unrecognized arguments: {argv[-1]} (see `{prog} --help`)"]
+
+
+@pytest.mark.slow
+def test_help_is_printed_from_the_cache_without_importing_torch(tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    probe = (
+        "import contextlib, io, sys\n"
+        "from lextra.cli import main\n"
+        "out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out):\n"
+        "    code = main(['eval', '--help'])\n"
+        "print(code, 'torch' in sys.modules, len(out.getvalue()), hash(out.getvalue()))\n"
+    )
+    env = {**os.environ, "LEXTRA_CACHE": str(tmp_path), "PYTHONHASHSEED": "0"}
+    env.pop("LEXTRA_PLUGINS", None)
+    run = lambda: subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)  # noqa: E731
+    first, second = run().stdout.split(), run().stdout.split()
+    assert first[:2] == ["0", "True"]  # generated: the parser imports the library
+    assert second[:2] == ["0", "False"] and second[2:] == first[2:]  # the same text, no torch
+    assert len(list((tmp_path / "help").glob("*.txt"))) == 1

@@ -17,7 +17,9 @@ built, so everything they register is in the help and specs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import io
 import os
 import sys
 import textwrap
@@ -25,8 +27,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+from lextra.cli.cache import read_cached, store_cached
 from lextra.errors import LextraError
-from lextra.registry import PLUGINS_ENV, load_env_plugins, load_plugins
+from lextra.registry import PLUGINS_ENV, load_env_plugins, load_plugins, loaded_plugins
 
 Handler = Callable[[argparse.Namespace], int]
 Configure = Callable[[argparse.ArgumentParser], Handler]
@@ -283,9 +286,40 @@ def leaf_commands(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run `lextra ARGS`; returns the exit code (2 for a user mistake, printed as one line)."""
+    """Run `lextra ARGS`; returns the exit code (2 for a user mistake, printed as one line). A `--help` is printed
+    from the help cache when this source tree has written it (`lextra.cli.cache`: no torch imported)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not HELP_FLAGS & set(argv) or not _help_cacheable(argv):
+        return _main(argv)
+    key = "\0".join(argv)
+    text = read_cached("help", key)
+    if text is not None:
+        sys.stdout.write(text)
+        return 0
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        code = _main(argv)
+    sys.stdout.write(buffer.getvalue())
+    if code == 0 and buffer.getvalue():
+        store_cached("help", key, buffer.getvalue())
+    return code
+
+
+#: the flags that ask for a command's help
+HELP_FLAGS = frozenset({"-h", "--help"})
+
+
+def _help_cacheable(argv: list[str]) -> bool:
+    """A help text depends on the source tree alone: not where plugins register classes, or where this process has
+    imported the library already (its code may have registered some)."""
+    plugins = os.environ.get(PLUGINS_ENV) or any(a == "--plugin" or a.startswith("--plugin=") for a in argv)
+    return not plugins and not loaded_plugins() and "lextra.positions" not in sys.modules
+
+
+def _main(argv: list[str]) -> int:
+    """`main` without the help cache."""
     try:
-        argv = _take_plugins(list(sys.argv[1:] if argv is None else argv))
+        argv = _take_plugins(argv)
         declare_commands()
         argv = expand_aliases(argv)
         parser = build_parser(command_words(argv))
