@@ -270,8 +270,8 @@ def test_eval_and_retrieval_eval_take_an_extension_method(tmp_path, capsys) -> N
     train(tiny_config("rope", steps=3), tmp_path / "run", progress=False)
     common = ["--lengths", "32,96", "--documents", "2", "--protocols", "chunks"]
     assert main(["eval", str(tmp_path / "run"), "--extend", "rerope", *common]) == 0
-    saved = json.loads((tmp_path / "run" / "eval-causal-rerope" / "results.json").read_text())
-    assert "| rope+rerope |" in (tmp_path / "run" / "eval-causal-rerope" / "table.md").read_text()
+    saved = json.loads((tmp_path / "run" / "eval-rerope" / "results.json").read_text())
+    assert "| rope+rerope |" in (tmp_path / "run" / "eval-rerope" / "table.md").read_text()
     out = tmp_path / "both"
     assert main(["eval", str(tmp_path / "run"), "--rope-scaling", "yarn:2", "--extend", "dca:local=4", *common,
                  "--out", str(out)]) == 0  # fmt: skip
@@ -303,3 +303,25 @@ def test_eval_and_retrieval_eval_take_an_extension_method(tmp_path, capsys) -> N
         assert main(argv) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], err
+
+
+def test_evaluations_with_other_setups_keep_their_own_folders_and_rerun_from_their_file(tmp_path, capsys) -> None:
+    train(tiny_config("rope", steps=2), tmp_path / "run", progress=False)
+    run, common = tmp_path / "run", ["--lengths", "32,64", "--documents", "2", "--protocols", "chunks", "--quiet"]
+    assert main(["eval", str(run), *common]) == 0
+    assert main(["eval", str(run), "--rope-scaling", "yarn:2", *common]) == 0
+    plain, yarn = (json.loads((run / name / "results.json").read_text()) for name in ("eval-causal", "eval-yarn-2"))
+    assert plain["setup"] == "causal" and yarn["setup"] == "yarn:2" and yarn["label"] == "rope+yarn:2"
+    assert yarn["rerun"]["arguments"]["rope_scaling"] == "yarn:2" and yarn["rerun"]["commit"]
+    capsys.readouterr()
+    assert main(["eval", str(run), *common]) == 2  # the plain folder exists: nothing overwritten
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pass --overwrite" in err[0]
+    again = tmp_path / "again"
+    assert main(["eval", "--from", str(run / "eval-yarn-2" / "results.json"), "--out", str(again), "--quiet"]) == 0
+    rerun = json.loads((again / "results.json").read_text())
+    assert rerun["results"] == yarn["results"] and rerun["label"] == yarn["label"]  # the same numbers
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({**plain, "rerun": {"lextra": "0.0.1", "arguments": {}}}))
+    assert main(["eval", "--from", str(old)]) == 2
+    assert "lacks commit" in capsys.readouterr().err

@@ -23,10 +23,13 @@ from lextra.cli.options import (
     folder_safe,
     model_folder,
     positive_int,
+    rerun_into_args,
+    rerun_record,
     setup_into_args,
     temperature_file,
     temperature_option,
 )
+from lextra.errors import ConfigError
 
 
 @command(
@@ -48,8 +51,20 @@ from lextra.cli.options import (
     ),
 )  # fmt: skip
 def configure_eval(parser: argparse.ArgumentParser) -> Handler:
-    parser.add_argument("checkpoint", help="a model folder (RUN/model) or a training run folder")
-    parser.add_argument("--out", default=None, help="results folder (default CHECKPOINT/eval-MASK)")
+    parser.add_argument(
+        "checkpoint", nargs="?", default=None, help="a model folder (RUN/model) or a training run folder"
+    )
+    parser.add_argument(
+        "--out", default=None, help="results folder (default: RUN/eval-SETUP, named by the inference setup)"
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace the results in an existing --out folder")
+    parser.add_argument(
+        "--from",
+        dest="from_file",
+        default=None,
+        metavar="RESULTS",
+        help="rerun the evaluation a results.json records (model, setup, settings); flags given here win",
+    )
     add_mask(parser)
     add_corpus(parser, default=None, default_text="the corpus the model was trained on")
     add_eval_data(parser)
@@ -68,6 +83,9 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
         from lextra.reporting.perplexity import save_eval_outputs
         from lextra.tensorboard import Board, require_tensorboard
 
+        rerun_into_args(args, "lextra eval")
+        if args.checkpoint is None:
+            raise ConfigError("lextra eval needs a model folder (or --from RESULTS.json); give RUN or RUN/model")
         setup_into_args(args, "lextra eval")
         if args.log_dir is not None:  # before any work
             require_tensorboard()
@@ -83,13 +101,19 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
         lengths = config.resolved_lengths(model.config.train_len)
         label += apply_extend(model, args.extend, args.mask, lengths, args.layers_select)
         label += "" if args.mask == "causal" else f"+{args.mask}"
+        setup = label.removeprefix(model.config.layer_plan or model.config.scheme).removeprefix("+") or "causal"
+        out = Path(args.out or folder.parent / folder_safe(f"eval-{setup.replace('+', '_')}"))
+        if (out / "results.json").exists() and not args.overwrite:
+            raise ConfigError(
+                f"{out} already holds results ({out / 'results.json'}); pass --overwrite to replace them or give "
+                "another --out"
+            )
         evaluation = evaluate_model(model, data, config, progress=not args.quiet, label=label)
-        suffix = f"-{args.extend}" if args.extend else ""
-        out = Path(args.out or folder.parent / folder_safe(f"eval-{args.mask}{suffix}"))
         source = {"corpus": data.corpus}
         if isinstance(data, PreparedShards):
             source["data"] = {"path": str(data.root), "manifest_sha256": data.sha256}
-        atomic_write_json(out / "results.json", {"model": str(folder), **source, **evaluation.to_dict()})
+        record = {"model": str(folder), "label": label, "setup": setup, **source}
+        atomic_write_json(out / "results.json", {**record, **evaluation.to_dict(), "rerun": rerun_record(args)})
         paths = save_eval_outputs(out, label, evaluation)
         if args.log_dir is not None:
             board = Board(args.log_dir)

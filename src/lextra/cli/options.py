@@ -806,3 +806,66 @@ def setup_into_args(args: argparse.Namespace, command: str) -> None:
                 f"drop {flag} or edit the file"
             )
         setattr(args, dest, text)
+
+
+def source_commit() -> str:
+    """The git commit of lextra's working tree (with `+dirty` when it has changes), or `unknown`."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, check=True)  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+#: what a rerun of `lextra eval --from results.json` does not take from the file: where and how this run goes
+RERUN_SKIPS = frozenset({"out", "from_file", "overwrite", "quiet", "device", "threads", "log_dir", "handler",
+                         "command_path", "given_flags", "plugin", "setup"})  # fmt: skip
+#: the fields a results file needs to be rerun
+RERUN_FIELDS = ("lextra", "commit", "arguments")
+
+
+def rerun_record(args: argparse.Namespace) -> dict[str, Any]:
+    """What `--from` needs to rerun an evaluation: lextra's version and commit, and every argument that decides the
+    numbers (the command words, the model, the inference setup, the evaluation settings)."""
+    import lextra
+
+    arguments = {k: v for k, v in vars(args).items() if k not in RERUN_SKIPS and not k.startswith("command_")}
+    return {"lextra": lextra.__version__, "commit": source_commit(), "arguments": arguments}
+
+
+def rerun_into_args(args: argparse.Namespace, command: str) -> None:
+    """Fill the arguments from `--from FILE`'s record (those given on this command line win); a file without a
+    record, or whose record misses fields, is refused in one line."""
+    path = getattr(args, "from_file", None)
+    if path is None:
+        return
+    try:
+        record = json.loads(Path(path).read_text())["rerun"]
+        missing = [name for name in RERUN_FIELDS if name not in record]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ConfigError(
+            f"--from {path}: not a results file with a rerun record (written by {command} of this lextra version); "
+            "give a results.json that lextra eval wrote"
+        ) from None
+    if missing:
+        raise ConfigError(
+            f"--from {path}: its rerun record (lextra {record.get('lextra', '?')}) lacks {', '.join(missing)}; "
+            f"rerun the evaluation with its flags instead"
+        )
+    given = set(getattr(args, "given_flags", ()))
+    if getattr(args, "checkpoint", None):
+        given.add("checkpoint")
+    unknown = sorted(set(record["arguments"]) - set(vars(args)))
+    if unknown:
+        raise ConfigError(
+            f"--from {path}: written by lextra {record['lextra']}, it sets {', '.join(unknown)}, which {command} "
+            "does not take; rerun with this version's flags"
+        )
+    for dest, value in record["arguments"].items():
+        if dest not in given:
+            setattr(args, dest, value)

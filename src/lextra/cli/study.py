@@ -5,25 +5,12 @@ from __future__ import annotations
 import argparse
 import platform
 import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from lextra.cli.app import Handler, command
-from lextra.cli.options import add_device, add_quiet, add_threads, positive_int
-
-
-def _commit() -> str:
-    """The git commit of the working tree (with `+dirty` when it has changes), or `unknown`."""
-    root = Path(__file__).resolve().parents[2]
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, check=True)  # fmt: skip
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+from lextra.cli.options import add_device, add_quiet, add_threads, positive_int, source_commit
 
 
 @command(
@@ -53,7 +40,7 @@ def configure_study(parser: argparse.ArgumentParser) -> Handler:
         from lextra.train import main_process
 
         config = load_study(args.config)
-        start, commit = time.time(), _commit()
+        start, commit = time.time(), source_commit()
         if isinstance(config, TaskStudyConfig):
             return _task_study(config, args, commit, start)
         results = Study(config, args.out, progress=not args.quiet, commit=commit, device=args.device).run()
