@@ -325,3 +325,19 @@ def test_evaluations_with_other_setups_keep_their_own_folders_and_rerun_from_the
     old.write_text(json.dumps({**plain, "rerun": {"lextra": "0.0.1", "arguments": {}}}))
     assert main(["eval", "--from", str(old)]) == 2
     assert "lacks commit" in capsys.readouterr().err
+
+
+def test_a_quiet_evaluation_that_will_take_minutes_says_so_once(monkeypatch, capsys) -> None:
+    import lextra.evaluate.perplexity as perplexity
+    from lextra.model import GPT
+
+    monkeypatch.setattr(perplexity, "ESTIMATE_AFTER_S", -1.0)  # every evaluation counts as long
+    monkeypatch.setattr(perplexity, "ESTIMATE_WARMUP_S", 0.0)
+    model = GPT(GPTConfig(n_layer=1, n_head=2, d_model=16, train_len=16, scheme="rope"))
+    data = prepare_data("python-code", "bytes", LIMIT)
+    config = EvalConfig(lengths=[16, 32], protocols=["chunks"], documents=2, max_batch_tokens=16)
+    evaluate_model(model, data, config, progress=False, label="rope")
+    lines = [line for line in capsys.readouterr().err.splitlines() if "tokens to score" in line]
+    assert len(lines) == 1 and lines[0].startswith("lextra eval: rope: ") and "min more at the" in lines[0], lines
+    evaluate_model(model, data, config, progress=True, label="rope")  # a progress bar shows its own ETA instead
+    assert "tokens to score" not in capsys.readouterr().err

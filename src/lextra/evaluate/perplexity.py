@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
@@ -396,6 +397,36 @@ def _file_windows(
     return scorers
 
 
+#: an evaluation projected to take longer than this (seconds) says so once, with its estimate, even when quiet
+ESTIMATE_AFTER_S = 60.0
+#: seconds of work the rate is measured over before the estimate
+ESTIMATE_WARMUP_S = 2.0
+
+
+class _Estimate:
+    """Once `ESTIMATE_AFTER_S` seconds of work remain at the rate measured so far (after `ESTIMATE_WARMUP_S`), a line on
+    stderr: the tokens to score and the expected time, for a quiet evaluation (a progress bar shows its own ETA)."""
+
+    def __init__(self, total: int, label: str, *, announce: bool) -> None:
+        self.total, self.label, self.pending = total, label, announce
+        self.done, self.start = 0, time.perf_counter()
+
+    def update(self, tokens: int) -> None:
+        self.done += tokens
+        elapsed = time.perf_counter() - self.start
+        if not self.pending or elapsed < ESTIMATE_WARMUP_S or self.done >= self.total:
+            return
+        rate = self.done / elapsed
+        remaining = (self.total - self.done) / rate
+        self.pending = False
+        if remaining > ESTIMATE_AFTER_S:
+            print(
+                f"lextra eval: {self.label or 'model'}: {self.total:,} tokens to score, about {remaining / 60:.1f} min "
+                f"more at the {rate:,.0f} tokens/s measured so far (longer lengths run slower per token)",
+                file=sys.stderr,
+            )
+
+
 @torch.no_grad()
 def evaluate_model(
     model: ScoredModel,
@@ -423,14 +454,17 @@ def evaluate_model(
             file=sys.stderr,
         )
     scorers = _file_windows(model, config, docs, lengths, span)
+    total = sum(len(entries) * L for _, _, batches in scorers for entries, L in batches)
     bar = tqdm(
-        total=sum(len(batches) for _, _, batches in scorers),
+        total=total,
         disable=not progress,
         desc=f"eval {label}".strip(),
-        unit="batch",
+        unit="tok",
+        unit_scale=True,
         file=sys.stderr,
         dynamic_ncols=True,
     )
+    estimate = _Estimate(total, label, announce=not progress)
     saved_temperatures = model.config.temperatures
     results: dict[str, dict[int, PerplexityPoint]] = {p: {} for p in config.protocols}
     for group, scorer, batches in scorers:
@@ -439,7 +473,8 @@ def evaluate_model(
             InferenceSetup(temperatures=[[tau] * model.config.n_head for _ in range(model.config.n_layer)]).apply(model)
         for entries, L in batches:
             scorer.score(entries, L)
-            bar.update(1)
+            bar.update(len(entries) * L)
+            estimate.update(len(entries) * L)
         for L in group:
             for protocol in config.protocols:
                 results[protocol][L] = scorer.result((protocol, L))
