@@ -341,3 +341,31 @@ def test_a_quiet_evaluation_that_will_take_minutes_says_so_once(monkeypatch, cap
     assert len(lines) == 1 and lines[0].startswith("lextra eval: rope: ") and "min more at the" in lines[0], lines
     evaluate_model(model, data, config, progress=True, label="rope")  # a progress bar shows its own ETA instead
     assert "tokens to score" not in capsys.readouterr().err
+
+
+def test_report_sets_evaluated_models_side_by_side_with_a_summary_column(tmp_path, capsys) -> None:
+    common = ["--lengths", "32,64,128", "--documents", "2", "--protocols", "chunks", "--quiet"]
+    for scheme in ("rope", "alibi"):
+        train(tiny_config(scheme, steps=2), tmp_path / scheme, progress=False)
+        assert main(["eval", str(tmp_path / scheme), *common]) == 0
+    folders = [str(tmp_path / scheme / "eval-causal") for scheme in ("rope", "alibi")]
+    assert main(["report", *folders, "--out", str(tmp_path / "report")]) == 0
+    table = (tmp_path / "report" / "table.md").read_text()
+    ppl = {
+        s: json.loads((tmp_path / s / "eval-causal" / "results.json").read_text())["results"]["chunks"]
+        for s in ("rope", "alibi")
+    }
+    for scheme in ("rope", "alibi"):
+        ratio = ppl[scheme]["128"]["ppl"] / ppl[scheme]["32"]["ppl"]
+        assert f"| {scheme} | {ppl[scheme]['32']['ppl']:.2f} |" in table and f"| {ratio:.2f} |" in table
+    assert "4x / 1x" in table and "No interval" in table
+    rows = [
+        line.split("|")[1].strip()
+        for line in table.splitlines()
+        if line.startswith("| rope") or line.startswith("| alibi")
+    ]
+    ratios = {s: ppl[s]["128"]["ppl"] / ppl[s]["32"]["ppl"] for s in ("rope", "alibi")}
+    assert rows == sorted(ratios, key=ratios.__getitem__)  # ranked by the summary column
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "rope"), "--out", str(tmp_path / "x")]) == 2
+    assert "holds no lextra eval results.json" in capsys.readouterr().err

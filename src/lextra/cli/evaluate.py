@@ -181,3 +181,46 @@ def configure_align(parser: argparse.ArgumentParser) -> Handler:
         return 0
 
     return run
+
+
+@command(
+    "report",
+    "perplexity of several evaluated models or setups side by side: one table and plot, a ppl(k L_tr)/ppl(L_tr) column",
+    examples=(
+        "lextra report runs/rope/eval-causal runs/alibi/eval-causal runs/rope/eval-yarn-4 --out runs/report",
+        "lextra report runs/*/eval-causal --out runs/report --multiple 8",
+    ),
+)
+def configure_report(parser: argparse.ArgumentParser) -> Handler:
+    parser.add_argument("results", nargs="+", help="evaluation folders (lextra eval's RUN/eval-SETUP) or results.json")
+    parser.add_argument("--out", required=True, help="where table.md, results.csv and perplexity.png go")
+    parser.add_argument(
+        "--multiple", type=positive_int, default=None, help="k of the summary column (default: largest)"
+    )
+
+    def run(args: argparse.Namespace) -> int:
+        import json
+
+        from lextra.evaluate import Evaluation
+        from lextra.reporting.perplexity import side_by_side
+
+        evaluations = {}
+        for given in args.results:
+            path = Path(given) / "results.json" if Path(given).is_dir() else Path(given)
+            try:
+                record = json.loads(path.read_text())
+                evaluation = Evaluation.from_dict(record)
+            except (OSError, ValueError, KeyError, TypeError):
+                raise ConfigError(
+                    f"{given} holds no lextra eval results.json; give lextra eval's output folders"
+                ) from None
+            label = record.get("label") or path.parent.name
+            if label in evaluations:
+                label = f"{label} ({path.parent})"
+            evaluations[label] = evaluation
+        paths = side_by_side(evaluations, args.out, summary_multiple=args.multiple)
+        print(paths["table"].read_text())
+        print(f"table: {paths['table']}, plot: {paths['plot']}")
+        return 0
+
+    return run
