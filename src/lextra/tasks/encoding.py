@@ -132,9 +132,14 @@ class TaskBatches:
         return torch.stack((encoded.inputs, encoded.targets), dim=1)
 
     def max_width(self) -> int:
-        """The widest training row: what the model's L_tr is set to (learned tables, derived defaults)."""
+        """The widest training row, over 2048 examples of each of the two longest lengths (a row's width can vary
+        with its content: a carry, a SCAN command's words): what the model's L_tr is set to (learned tables,
+        derived defaults)."""
         rng = task_rng(0, 0x11D7)
-        return encode(self.task, self.task.generate(self.task.length_values(self.lengths)[-1], 4, rng)).width
+        return max(
+            encode(self.task, self.task.generate(n, 2048, rng)).width
+            for n in self.task.length_values(self.lengths)[-2:]
+        )
 
 
 def parse_lengths(text: str | LengthRange, what: str = "lengths") -> LengthRange:
