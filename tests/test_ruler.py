@@ -209,7 +209,7 @@ def test_depths_spread_over_the_grid_and_bad_depths_are_refused() -> None:
     assert len(DEPTHS) == 40 and DEPTHS[0] == 0.0 and DEPTHS[-1] == 1.0
     with pytest.raises(ConfigError, match="takes 1 depths in \\[0, 1\\]"):
         task.sample(1200, 0, depths=[1.5])
-    with pytest.raises(ConfigError, match=r"at least \d+ tokens .* got 300; use a longer length"):
+    with pytest.raises(ConfigError, match=r"at least \d+ tokens .* got a 300-token prompt .*; use lengths of at least"):
         task.sample(300, 0)
 
 

@@ -32,6 +32,22 @@ from lextra.cli.options import (
 from lextra.errors import ConfigError
 
 
+def _add_results_options(parser: argparse.ArgumentParser) -> None:
+    """The model (or the results file to rerun) and where results go."""
+    parser.add_argument(
+        "checkpoint", nargs="?", default=None, help="a model folder (RUN/model) or a training run folder"
+    )
+    parser.add_argument("--out", default=None, help="results folder (default: RUN/eval-SETUP, named by the setup)")
+    parser.add_argument("--overwrite", action="store_true", help="replace the results in an existing --out folder")
+    parser.add_argument(
+        "--from",
+        dest="from_file",
+        default=None,
+        metavar="RESULTS",
+        help="rerun the evaluation a results.json records (model, setup, settings); flags given here win",
+    )
+
+
 @command(
     "eval",
     "perplexity of a trained model at many lengths under three protocols",
@@ -51,20 +67,7 @@ from lextra.errors import ConfigError
     ),
 )  # fmt: skip
 def configure_eval(parser: argparse.ArgumentParser) -> Handler:
-    parser.add_argument(
-        "checkpoint", nargs="?", default=None, help="a model folder (RUN/model) or a training run folder"
-    )
-    parser.add_argument(
-        "--out", default=None, help="results folder (default: RUN/eval-SETUP, named by the inference setup)"
-    )
-    parser.add_argument("--overwrite", action="store_true", help="replace the results in an existing --out folder")
-    parser.add_argument(
-        "--from",
-        dest="from_file",
-        default=None,
-        metavar="RESULTS",
-        help="rerun the evaluation a results.json records (model, setup, settings); flags given here win",
-    )
+    _add_results_options(parser)
     add_mask(parser)
     add_corpus(parser, default=None, default_text="the corpus the model was trained on")
     add_eval_data(parser)
@@ -102,12 +105,7 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
         label += apply_extend(model, args.extend, args.mask, lengths, args.layers_select)
         label += "" if args.mask == "causal" else f"+{args.mask}"
         setup = label.removeprefix(model.config.layer_plan or model.config.scheme).removeprefix("+") or "causal"
-        out = Path(args.out or folder.parent / folder_safe(f"eval-{setup.replace('+', '_')}"))
-        if (out / "results.json").exists() and not args.overwrite:
-            raise ConfigError(
-                f"{out} already holds results ({out / 'results.json'}); pass --overwrite to replace them or give "
-                "another --out"
-            )
+        out = _results_folder(args, folder, setup)
         evaluation = evaluate_model(model, data, config, progress=not args.quiet, label=label)
         source = {"corpus": data.corpus}
         if isinstance(data, PreparedShards):
@@ -124,6 +122,17 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
         return 0
 
     return run
+
+
+def _results_folder(args: argparse.Namespace, folder: Path, setup: str) -> Path:
+    """`--out`, else RUN/eval-SETUP; one that holds results already is refused unless `--overwrite`."""
+    out = Path(args.out or folder.parent / folder_safe(f"eval-{setup.replace('+', '_')}"))
+    if (out / "results.json").exists() and not args.overwrite:
+        raise ConfigError(
+            f"{out} already holds results ({out / 'results.json'}); pass --overwrite to replace them or give another "
+            "--out"
+        )
+    return out
 
 
 @command(

@@ -455,15 +455,8 @@ def evaluate_model(
         )
     scorers = _file_windows(model, config, docs, lengths, span)
     total = sum(len(entries) * L for _, _, batches in scorers for entries, L in batches)
-    bar = tqdm(
-        total=total,
-        disable=not progress,
-        desc=f"eval {label}".strip(),
-        unit="tok",
-        unit_scale=True,
-        file=sys.stderr,
-        dynamic_ncols=True,
-    )
+    bar = tqdm(total=total, disable=not progress, desc=f"eval {label}".strip(), unit="tok", unit_scale=True,
+               file=sys.stderr, dynamic_ncols=True)  # fmt: skip
     estimate = _Estimate(total, label, announce=not progress)
     saved_temperatures = model.config.temperatures
     results: dict[str, dict[int, PerplexityPoint]] = {p: {} for p in config.protocols}
