@@ -221,7 +221,7 @@ def test_task_study_gates_reports_and_resumes(tmp_path) -> None:
     for cell in results.cells.values():  # 2 steps learn nothing: no model enters the extrapolation column
         assert not cell.entered and "not learned" in cell.text()
     report = results.write(tmp_path, ["# t"])
-    assert "not learned (0/2 seeds" in report.read_text()
+    assert "not learned (0/2 seeds" in report.read_text() and "scores >= 95% inside" in report.read_text()
     rows = (tmp_path / "results.csv").read_text().splitlines()
     assert len(rows) == 1 + 4 * (2 + 2)
     again = TaskStudy(config, tmp_path, progress=False)

@@ -133,8 +133,8 @@ class TaskStudyResults:
         c = self.config
         lines = [
             f"Score: the task's own (per-token or exact match), in %, mean ± 95% interval over seeds {c.seeds}. "
-            "A model enters a task's extrapolation column only where every seed scores >= {c.threshold:.0%} inside its "
-            "training range; otherwise the cell says `not learned` with its in-distribution score. `>` in the "
+            f"A model enters a task's extrapolation column only where every seed scores >= {c.threshold:.0%} inside "
+            "its training range; otherwise the cell says `not learned` with its in-distribution score. `>` in the "
             "ranking marks a difference larger than both intervals; `≈` one they do not decide.",
             "",
         ]
