@@ -148,6 +148,8 @@ def test_interval_matches_student_t() -> None:
     assert t_quantile(40) == 1.96 and math.isnan(Interval.of([0.3]).half)
     assert Interval(0.9, 0.01, 3).separated(Interval(0.8, 0.05, 3))
     assert not Interval(0.9, 0.06, 3).separated(Interval(0.8, 0.05, 3))
+    assert Interval(0.517, 1.04, 3).text(100, within=(0.0, 1.0)) == "51.7 (0.0-100.0)"  # a score stays in 0..100
+    assert Interval(0.5, 0.1, 3).text(100, within=(0.0, 1.0)) == "50.0 ± 10.0"
 
 
 def _study(**changes) -> dict:

@@ -54,10 +54,16 @@ class Interval:
             return False
         return self.low > other.high or other.low > self.high
 
-    def text(self, scale: float = 1.0, digits: int = 1) -> str:
-        """`mean ± half` (scaled, e.g. x100 for percent); the mean alone with one value."""
+    def text(self, scale: float = 1.0, digits: int = 1, within: tuple[float, float] | None = None) -> str:
+        """`mean ± half` (scaled, e.g. x100 for percent); the mean alone with one value. `within`: the range the
+        values can take (a score's 0..1): an interval reaching past it is written clipped, `mean (low-high)`."""
         mean = f"{self.mean * scale:.{digits}f}"
-        return mean if math.isnan(self.half) else f"{mean} ± {self.half * scale:.{digits}f}"
+        if math.isnan(self.half):
+            return mean
+        if within is not None and (self.low < within[0] or self.high > within[1]):
+            low, high = max(self.low, within[0]) * scale, min(self.high, within[1]) * scale
+            return f"{mean} ({low:.{digits}f}-{high:.{digits}f})"
+        return f"{mean} ± {self.half * scale:.{digits}f}"
 
     def to_dict(self) -> dict[str, float | int | None]:
         return {"mean": self.mean, "ci95": None if math.isnan(self.half) else self.half, "n": self.n}

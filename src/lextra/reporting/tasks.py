@@ -17,6 +17,9 @@ from lextra.io import atomic_write_json, atomic_write_text
 from lextra.reporting.intervals import Interval
 from lextra.reporting.plots import pyplot, save_figure
 
+#: what a task's score can be: intervals are written clipped to it
+SCORE_RANGE = (0.0, 1.0)
+
 
 @dataclass
 class UnitScores:
@@ -68,8 +71,8 @@ class CellSummary:
 
     def text(self) -> str:
         if self.entered:
-            return self.beyond.text(100)
-        return f"not learned ({self.mastered}/{self.seeds} seeds; in-dist {self.inside.text(100)})"
+            return self.beyond.text(100, within=SCORE_RANGE)
+        return f"not learned ({self.mastered}/{self.seeds} seeds; in-dist {self.inside.text(100, within=SCORE_RANGE)})"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -132,7 +135,8 @@ class TaskStudyResults:
     def markdown(self) -> str:
         c = self.config
         lines = [
-            f"Score: the task's own (per-token or exact match), in %, mean ± 95% interval over seeds {c.seeds}. "
+            f"Score: the task's own (per-token or exact match), in %, mean ± 95% interval over seeds {c.seeds} "
+            "(`mean (low-high)` where the interval is clipped to 0-100). "
             f"A model enters a task's extrapolation column only where every seed scores >= {c.threshold:.0%} inside "
             "its training range; otherwise the cell says `not learned` with its in-distribution score. `>` in the "
             "ranking marks a difference larger than both intervals; `≈` one they do not decide.",
@@ -148,7 +152,9 @@ class TaskStudyResults:
                 paper = self.published(task, model)
                 value = "" if paper is None else ("not found" if paper.value is None else f"{paper.value:g}")
                 source = "" if paper is None else paper.source
-                lines.append(f"| {model} | {cell.inside.text(100)} | {cell.text()} | {value} | {source} |")
+                lines.append(
+                    f"| {model} | {cell.inside.text(100, within=SCORE_RANGE)} | {cell.text()} | {value} | {source} |"
+                )
             ranked = self.ranking(task)
             if ranked:
                 order = " ".join(f"{cell.model} {'>' if above else '≈'}" for cell, above in ranked).rstrip(" >≈")
