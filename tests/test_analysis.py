@@ -319,7 +319,7 @@ def test_receptive_field_command_reports_the_window_bound(tmp_path, corpus) -> N
     assert data["table"]["rope"]["L_tr"] == 8 and (out / "receptive_field.png").exists()
 
 
-def test_dispersion_command_matches_uniform_rows_for_a_model_without_queries(tmp_path, corpus) -> None:
+def test_dispersion_command_matches_uniform_rows_for_a_model_without_queries(tmp_path, corpus, capsys) -> None:
     model = tiny_model("nope")
     for block in model.blocks:
         torch.nn.init.zeros_(block.attn.q_proj.weight)
@@ -334,6 +334,22 @@ def test_dispersion_command_matches_uniform_rows_for_a_model_without_queries(tmp
         assert result["uniform"]["entropy"] == pytest.approx(uniform, rel=1e-12)
     assert (out / "dispersion.png").exists() and (out / "first_layer_logits.png").exists()
     assert "| nope L1 |" in (out / "dispersion.md").read_text()
+    capsys.readouterr()
+    argv = [
+        "analyze",
+        "dispersion",
+        ckpt,
+        "--lengths",
+        "8",
+        "--documents",
+        "1",
+        "--out",
+        str(tmp_path / "q"),
+        "--quiet",
+    ]
+    assert main(argv) == 0  # --quiet: where the results are, not the table
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert len(printed) == 1 and printed[0].startswith("results: ")
 
 
 @pytest.mark.parametrize(

@@ -33,6 +33,7 @@ def add_analysis_inputs(parser: argparse.ArgumentParser) -> None:
     add_corpus(parser, default=None, default_text="the corpus each model was trained on")
     add_threads(parser)
     add_device(parser)
+    parser.add_argument("--quiet", action="store_true", help="print only where the results are, not their table")
 
 
 analyze = group(
@@ -63,10 +64,11 @@ def _prepare(args: argparse.Namespace) -> tuple[list[str], list[Checkpoint], Tex
     return masks, checkpoints, TextSource(args.split, args.corpus, args.limit_chars)
 
 
-def _print(out: str, name: str, plots: list[str]) -> None:
-    """Print the markdown table a command wrote, then where its files are."""
+def _print(out: str, name: str, plots: list[str], quiet: bool = False) -> None:
+    """Print the markdown table a command wrote (unless `quiet`), then where its files are."""
     folder = Path(out)
-    print((folder / f"{name}.md").read_text())
+    if not quiet:
+        print((folder / f"{name}.md").read_text())
     figures = ", ".join(str(folder / p) for p in plots)
     print(f"results: {folder / (name + '.json')}, {folder / (name + '.csv')}; plots: {figures}")
 
@@ -125,7 +127,7 @@ def _configure_resolution(parser: argparse.ArgumentParser) -> Handler:
             theory=args.theory,
             train_len=train_len,
         )
-        _print(args.out, "resolution", ["resolution.png"])
+        _print(args.out, "resolution", ["resolution.png"], args.quiet)
         return 0
 
     return run
@@ -168,7 +170,7 @@ def _configure_receptive_field(parser: argparse.ArgumentParser) -> Handler:
             threshold=args.threshold / 100,
             batch_size=max(1, args.batch_size),
         )
-        _print(args.out, "receptive_field", ["receptive_field.png"])
+        _print(args.out, "receptive_field", ["receptive_field.png"], args.quiet)
         return 0
 
     return run
@@ -196,7 +198,7 @@ def _configure_dispersion(parser: argparse.ArgumentParser) -> Handler:
         dispersion_report(
             checkpoints, lengths, masks, source, args.out, documents=args.documents, batch_size=max(1, args.batch_size)
         )
-        _print(args.out, "dispersion", ["dispersion.png", "first_layer_logits.png"])
+        _print(args.out, "dispersion", ["dispersion.png", "first_layer_logits.png"], args.quiet)
         return 0
 
     return run
