@@ -31,6 +31,7 @@ from lextra.evaluate.ruler import (
     PROMPT_LENGTHS,
     RULER_TASKS,
     ChatFormat,
+    PromptTooShortError,
     RulerAnswer,
     RulerResult,
     RulerTask,
@@ -221,12 +222,26 @@ def cell_key(
 def preflight(
     model: Any, tasks: Mapping[str, RulerTask], lengths: Sequence[int], seed: int, prompt_length: str = "ruler"
 ) -> None:
-    """Draw the first sample of every (task, length) so that bad lengths and tokenizers fail before any work."""
+    """Draw the first sample of every (task, length) so that bad lengths and tokenizers fail before any work; every
+    task too long for a length is named in the one error (with the cell length it needs), not one per try."""
+    short: list[tuple[PromptTooShortError, int]] = []
     for task in tasks.values():
         prefix = evaluation_prefix(model, task.tokenizer)
         for length in lengths:
-            sample = task.sample(task.prompt_tokens(length, prompt_length), 0, seed, prefix=prefix)
+            try:
+                sample = task.sample(task.prompt_tokens(length, prompt_length), 0, seed, prefix=prefix)
+            except PromptTooShortError as error:
+                short.append((error, length))
+                break
             check_vocabulary(model, [sample], task.tokenizer)
+    if len(short) == 1:
+        raise short[0][0]
+    if short:
+        needs = ", ".join(f"{e.task!r} needs {e.needed} (asked {length})" for e, length in short)
+        raise ConfigError(
+            f"{len(short)} tasks do not fit their cells with this tokenizer (prompt and answer budget): {needs}; use "
+            "longer lengths or drop them"
+        )
 
 
 @dataclass

@@ -18,7 +18,7 @@ from lextra.evaluate.ruler.evaluate import (
     generate,
 )
 from lextra.evaluate.ruler.haystack import DEFAULT_HAYSTACK, NOISE, EssayStream, haystack_documents
-from lextra.evaluate.ruler.layout import DEPTHS, ChatFormat, sample_seed, spread_depth
+from lextra.evaluate.ruler.layout import DEPTHS, ChatFormat, PromptTooShortError, sample_seed, spread_depth
 from lextra.evaluate.ruler.results import (
     DEFAULT_THRESHOLD,
     RulerAnswer,
@@ -54,6 +54,7 @@ __all__ = [
     "WORDS",
     "ChatFormat",
     "EssayStream",
+    "PromptTooShortError",
     "RulerAnswer",
     "RulerCell",
     "RulerExample",

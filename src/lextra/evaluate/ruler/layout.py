@@ -122,6 +122,15 @@ def cycle_ids(ids: Sequence[int], count: int) -> list[int]:
     return [ids[i % len(ids)] for i in range(count)]
 
 
+class PromptTooShortError(ConfigError):
+    """A cell's prompt is shorter than a task's template, needles and question: `needed` is the shortest cell length
+    that fits (prompt and answer budget)."""
+
+    def __init__(self, message: str, task: str, needed: int) -> None:
+        super().__init__(message)
+        self.task, self.needed = task, needed
+
+
 class Fitter:
     """Fits drafts into exact token lengths for one tokenizer (and chat format); `task` names errors, `suite` the
     task's suite in them (RULER, BABILong), `budget` the answer budget a cell's prompt leaves free."""
@@ -154,10 +163,12 @@ class Fitter:
         least = cost(draft.minimum)
         if least > budget:
             needed = length - budget + least
-            raise ConfigError(
+            raise PromptTooShortError(
                 f"{self.suite} task {self.task!r} needs prompts of at least {needed} tokens with this tokenizer (its "
                 f"template, needles and question), got a {length}-token prompt (a cell's length less its "
-                f"{self.budget}-token answer budget); use lengths of at least {needed + self.budget} or drop the task"
+                f"{self.budget}-token answer budget); use lengths of at least {needed + self.budget} or drop the task",
+                self.task,
+                needed + self.budget,
             )
         units = largest_fitting(cost, budget, draft.minimum, draft.maximum)
         used = cost(units)
