@@ -351,12 +351,7 @@ class Registry(Generic[T]):
         declared = getattr(cls, "spec_options", None)
         if declared is not None:
             return [Option(o.name, o.default, o.annotation, o.derived or derived.get(o.name, "")) for o in declared()]
-        signature = inspect.signature(cls.__init__)
-        return [
-            Option(p.name, p.default, _annotation_text(p.annotation), derived.get(p.name, ""))
-            for p in signature.parameters.values()
-            if p.kind is inspect.Parameter.KEYWORD_ONLY
-        ]
+        return constructor_options(cls, derived)
 
     def positional(self, name: str) -> str | None:
         """The option a bare positional value fills (the class's `positional`), or None."""
@@ -451,6 +446,16 @@ class Registry(Generic[T]):
         if limit is not None and len(parts) > limit:
             parts = [*parts[:limit], "..."]
         return ", ".join(parts)
+
+
+def constructor_options(cls: type, derived: Mapping[str, str] | None = None) -> list[Option]:
+    """A class's keyword-only constructor parameters as options (default, annotation, derivation text)."""
+    signature = inspect.signature(cls.__init__)  # type: ignore[misc]
+    return [
+        Option(p.name, p.default, _annotation_text(p.annotation), (derived or {}).get(p.name, ""))
+        for p in signature.parameters.values()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    ]
 
 
 def _annotation_text(annotation: Any) -> str:

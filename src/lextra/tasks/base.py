@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from lextra.errors import ConfigError
-from lextra.registry import Option
+from lextra.registry import Option, constructor_options
 from lextra.training_tasks import TRAINING_TASKS, TrainingTask, parse_task_spec
 
 #: the padding value of `TaskBatch` arrays (a row shorter than the batch's width; never a symbol)
@@ -119,14 +119,8 @@ class AlgorithmicTask(TrainingTask):
     # ---- the registry's view -----------------------------------------------------------------------------
     @classmethod
     def task_options(cls) -> list[Option]:
-        import inspect
-
-        signature = inspect.signature(cls.__init__)
-        return [
-            Option(p.name, p.default, p.annotation if isinstance(p.annotation, str) else p.annotation.__name__)
-            for p in signature.parameters.values()
-            if p.kind is inspect.Parameter.KEYWORD_ONLY
-        ]
+        """The task's keyword-only constructor parameters."""
+        return constructor_options(cls)
 
     @classmethod
     def spec_options(cls) -> list[Option]:
