@@ -310,6 +310,8 @@ def test_evaluations_with_other_setups_keep_their_own_folders_and_rerun_from_the
     run, common = tmp_path / "run", ["--lengths", "32,64", "--documents", "2", "--protocols", "chunks", "--quiet"]
     assert main(["eval", str(run), *common]) == 0
     assert main(["eval", str(run), "--rope-scaling", "yarn:2", *common]) == 0
+    assert main(["eval", str(run), "--temperature", "log-length", *common]) == 0
+    assert json.loads((run / "eval-tau-log-length" / "results.json").read_text())["label"] == "rope+tau-log-length"
     plain, yarn = (json.loads((run / name / "results.json").read_text()) for name in ("eval-causal", "eval-yarn-2"))
     assert plain["setup"] == "causal" and yarn["setup"] == "yarn:2" and yarn["label"] == "rope+yarn:2"
     assert yarn["rerun"]["arguments"]["rope_scaling"] == "yarn:2" and yarn["rerun"]["commit"]

@@ -104,6 +104,7 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
         lengths = config.resolved_lengths(model.config.train_len)
         label += apply_extend(model, args.extend, args.mask, lengths, args.layers_select)
         label += "" if args.mask == "causal" else f"+{args.mask}"
+        label += "+tau-log-length" if config.temperature == "log-length" else ""  # a setup too: its own folder
         setup = label.removeprefix(model.config.layer_plan or model.config.scheme).removeprefix("+") or "causal"
         out = _results_folder(args, folder, setup)
         evaluation = evaluate_model(model, data, config, progress=not args.quiet, label=label)
