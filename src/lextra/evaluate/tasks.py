@@ -106,6 +106,7 @@ def score_length(
     device = next(model.parameters()).device
     randomized = (not run.sampler.contiguous) if randomize is None else randomize
     rng = task_rng(seed, 0xE7A1, length)
+    mask = task_mask(task)
     correct = total = exact = 0
     for start in range(0, samples, batch_size):
         batch = encode(task, task.generate(length, min(batch_size, samples - start), rng))
@@ -118,7 +119,7 @@ def score_length(
                 )
             positions = task_positions(run.sampler, batch.width, seed, 1_000_003 * length + start)
             positions = positions.to(device) if positions is not None else None
-        features = model.features(batch.inputs.to(device), positions=positions, mask=task_mask(task))
+        features = model.features(batch.inputs.to(device), positions=positions, mask=mask)
         answer = batch.targets != IGNORE
         predicted = torch.full_like(batch.targets, IGNORE)
         predicted[answer] = model.head(features[answer.to(device)]).argmax(-1).cpu()

@@ -10,13 +10,14 @@ right-padded with `<pad>` (ignored targets), which a causal mask keeps from ever
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from lextra.errors import ConfigError
-from lextra.tasks.base import PAD, AlgorithmicTask, LengthRange, TaskBatch, task_rng
+from lextra.tasks.base import PAD, AlgorithmicTask, LengthRange, TaskBatch, build_task, task_rng
 
 #: the target value cross-entropy ignores
 IGNORE = -100
@@ -132,14 +133,16 @@ class TaskBatches:
         return torch.stack((encoded.inputs, encoded.targets), dim=1)
 
     def max_width(self) -> int:
-        """The widest training row, over 2048 examples of each of the two longest lengths (a row's width can vary
-        with its content: a carry, a SCAN command's words): what the model's L_tr is set to (learned tables,
-        derived defaults)."""
-        rng = task_rng(0, 0x11D7)
-        return max(
-            encode(self.task, self.task.generate(n, 2048, rng)).width
-            for n in self.task.length_values(self.lengths)[-2:]
-        )
+        """The widest training row: what the model's L_tr is set to (learned tables, derived defaults)."""
+        return _widest_row(self.task.spec(), self.lengths)
+
+
+@cache
+def _widest_row(spec: str, lengths: LengthRange) -> int:
+    """The widest row over 2048 examples of each of the two longest lengths (a row's width can vary with its
+    content: a carry, a SCAN command's words); cached, as every validation of a task run's config asks for it."""
+    task, rng = build_task(spec), task_rng(0, 0x11D7)
+    return max(encode(task, task.generate(n, 2048, rng)).width for n in task.length_values(lengths)[-2:])
 
 
 def parse_lengths(text: str | LengthRange, what: str = "lengths") -> LengthRange:

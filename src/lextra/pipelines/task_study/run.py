@@ -20,6 +20,7 @@ from lextra.pipelines.log import log
 from lextra.pipelines.study.cells import cell_path, read_cell, write_cell
 from lextra.pipelines.task_study.config import TaskModelSpec, TaskStudyConfig
 from lextra.reporting.tasks import TaskStudyResults, UnitScores
+from lextra.tasks import build_task
 
 
 @dataclass(frozen=True)
@@ -50,22 +51,25 @@ class TaskStudy:
     ) -> None:
         self.config, self.out, self.progress, self.commit = config, Path(out), progress, commit
         self.device, self.jobs = device, jobs
+        self._keys: dict[str, dict[str, Any]] = {}
 
     def units(self) -> list[Unit]:
         c = self.config
         return [Unit(task, model, seed) for task in c.tasks for model in c.models for seed in c.seeds]
 
     def key(self, unit: Unit) -> dict[str, Any]:
-        """What a cell's result depends on: the training config and the scoring settings."""
-        config = self.config
-        task = next(t for s, t in zip(config.tasks, config.task_list(), strict=True) if s == unit.task)
-        inside, beyond = config.lengths_for(task, unit.task)
-        return {
-            "train": config.train_config(unit.model, unit.task, unit.seed).to_dict(),
-            "inside": inside,
-            "beyond": beyond,
-            "samples": config.samples,
-        }
+        """What a cell's result depends on: the training config and the scoring settings (worked out once per
+        cell: `run` asks before and after computing)."""
+        if unit.name not in self._keys:
+            config = self.config
+            inside, beyond = config.lengths_for(build_task(unit.task), unit.task)
+            self._keys[unit.name] = {
+                "train": config.train_config(unit.model, unit.task, unit.seed).to_dict(),
+                "inside": inside,
+                "beyond": beyond,
+                "samples": config.samples,
+            }
+        return self._keys[unit.name]
 
     def path(self, unit: Unit) -> Path:
         return cell_path(self.out, "tasks", unit.name)
