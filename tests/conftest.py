@@ -71,6 +71,18 @@ def qkv(scheme, length: int, batch: int = 2, key_length: int | None = None, grad
 SETTING_KEYS = ("config", "eval", "train", "key")
 
 
+def with_intervals(shape):
+    """An evaluation's `json_shape` as written before intervals, with what evaluations now add: each point's
+    interval and per-document sums, the span and the documents' sources (wherever an evaluation lies in it)."""
+    if isinstance(shape, dict):
+        shape = {key: with_intervals(value) for key, value in shape.items()}
+        if {"ppl", "nll", "tokens"} <= set(shape):
+            shape.update(low="float", high="float", nll_by_document=["float"], tokens_by_document=["int"])
+        if "stitched" in shape:
+            shape.update(span="int", sources=[{"index": "int", "offset": "int", "sha1": "str"}])
+    return shape
+
+
 def json_shape(data):
     """The structure of saved JSON: keys (numeric ones, such as lengths, depths, seeds, as '#'; settings left out)
     and value types, lists by their first element; results of the same kind agree on it whatever their numbers."""

@@ -663,7 +663,7 @@ def test_eval_sequences_stitch_only_when_no_document_is_long_enough() -> None:
     sequences, stitched = eval_sequences(docs, length=7, max_sequences=5, separator=99)
     assert stitched
     assert [s.tolist() for s in sequences] == [[0, 1, 2, 3, 4, 5, 99, 10], [11, 12, 13, 14, 15, 99, 20, 21]]
-    with pytest.raises(DataError, match=r"has 20 tokens in all, fewer than length \+ 1 = 31"):
+    with pytest.raises(DataError, match=r"has 20 tokens in all, fewer than the 31 needed"):
         eval_sequences(docs, length=30, max_sequences=5, separator=99)
 
 

@@ -28,28 +28,30 @@ def _model(scheme: str = "rope", plan: str | None = None) -> GPT:
 
 
 @torch.no_grad()
-def _definition(model: GPT, data, config: EvalConfig) -> dict[tuple[str, int], tuple[float, int]]:
-    """Every window of every protocol and length run alone: mean NLL and tokens per cell."""
-    span = max(config.lengths)
-    docs, _ = evaluation_documents(data, "test", span + config.last_token_targets, config.documents)
+def _definition(model: GPT, data, config: EvalConfig) -> dict[tuple[str, int], tuple[list[float], list[int]]]:
+    """Every window of every protocol and length run alone: NLL sum and tokens per cell and document."""
+    span = config.resolved_span(model.config.train_len, config.lengths)
+    docs, _, _ = evaluation_documents(data, "test", span + config.last_token_targets, config.documents)
     out = {}
     for L in config.lengths:
         for protocol in config.protocols:
-            total, count = 0.0, 0
-            for doc in docs:
+            totals, counts = [0.0] * len(docs), [0] * len(docs)
+            for i, doc in enumerate(docs):
                 for _, window, target, first in _windows(protocol, doc, L, span, config):
                     logits = model(window[None], mask=config.mask)[0]
-                    total += float(F.cross_entropy(logits[first:], target[first:], reduction="sum"))
-                    count += window.numel() - first
-            out[(protocol, L)] = (total / count, count)
+                    totals[i] += float(F.cross_entropy(logits[first:], target[first:], reduction="sum"))
+                    counts[i] += window.numel() - first
+            out[(protocol, L)] = (totals, counts)
     return out
 
 
 def _check(model: GPT, data, config: EvalConfig) -> None:
     got = evaluate_model(model, data, config, progress=False)
-    for (protocol, L), (nll, tokens) in _definition(model, data, config).items():
-        assert got.point(protocol, L).tokens == tokens
-        assert got.point(protocol, L).nll == pytest.approx(nll, rel=1e-6)
+    for (protocol, L), (totals, counts) in _definition(model, data, config).items():
+        point = got.point(protocol, L)
+        assert point.tokens == sum(counts) and point.tokens_by_document == counts
+        assert point.nll == pytest.approx(sum(totals) / sum(counts), rel=1e-6)
+        assert point.nll_by_document == pytest.approx(totals, rel=1e-6)  # each document's own sum
 
 
 @pytest.mark.parametrize(
@@ -74,7 +76,7 @@ def test_a_short_window_runs_inside_the_long_one(data) -> None:
     model.blocks[0].mlp.register_forward_hook(
         lambda module, args, out: rows.append(args[0].shape[0] * args[0].shape[1])
     )
-    config = EvalConfig(protocols=["chunks"], lengths=[8, 16, 32], documents=1, max_batch_tokens=64)
+    config = EvalConfig(protocols=["chunks"], lengths=[8, 16, 32], documents=1, max_batch_tokens=64, span=32)
     evaluate_model(model, data, config, progress=False)
     assert sum(rows) == 32 + 16 + 8 + 8  # windows from offsets 0, 16, 8 and 24
 

@@ -300,9 +300,10 @@ def _corpus(tmp_path: Path) -> str:
 def test_perplexity_on_an_adapted_model_equals_a_direct_computation(tmp_path: Path) -> None:
     data = prepare_data(_corpus(tmp_path))
     model = adapt(tiny_causal())
-    result = evaluate_model(model, data, EvalConfig(lengths=[32], protocols=["chunks"], documents=2), progress=False)
+    config = EvalConfig(lengths=[32], protocols=["chunks"], documents=2, span=32)
+    result = evaluate_model(model, data, config, progress=False)
     cell = result.point("chunks", 32)
-    picked, _ = evaluation_documents(data, "test", 33, 2)  # the documents the evaluator scored
+    picked, _, _ = evaluation_documents(data, "test", 48, 2)  # the documents the evaluator scored (+16 targets)
     nll, count = 0.0, 0
     for doc in picked:
         logits = model.model(doc[None, :32]).logits[0]
@@ -386,8 +387,14 @@ def test_hf_cli_align_then_analyze_a_t5_encoder(tmp_path: Path) -> None:
     assert main(["hf", "analyze", "dispersion", *common, "--lengths", "128", "--out", str(plain)]) == 0
     assert main(["hf", "analyze", "dispersion", *common, "--lengths", "128", "--out", str(aligned),
                  "--temperature", str(out / "alignment.json")]) == 0  # fmt: skip
-    before = json.loads((plain / "dispersion.json").read_text())["by_length"]["128"]["entropy"]
-    after = json.loads((aligned / "dispersion.json").read_text())["by_length"]["128"]["entropy"]
+    before, after = (next(iter(json.loads((d / "dispersion.json").read_text())["rows"].values()))["by_length"]["128"]
+                     ["entropy"] for d in (plain, aligned))  # fmt: skip
+    # the report `lextra analyze dispersion` writes: the CSV's per-layer rows, the markdown tables, the plots
+    rows = (plain / "dispersion.csv").read_text().splitlines()
+    assert rows[0].startswith("row,length,layer,entropy") and len(rows) == 1 + 2  # one length, two layers
+    assert float(rows[1].split(",")[3]) == pytest.approx(before[0])
+    assert "mean attention entropy (nats)" in (plain / "dispersion.md").read_text()
+    assert all((plain / f).stat().st_size > 5_000 for f in ("dispersion.png", "first_layer_logits.png"))
     assert before == pytest.approx(alignment["before"], rel=1e-4)  # the alignment's windows are the first texts
     assert after == pytest.approx(alignment["after"], rel=1e-3)
 

@@ -111,11 +111,14 @@ def test_perplexity_scores_the_documents_as_the_tokenizer_encodes_them(tokenizer
     data = prepare_data(corpus(tmp_path), tokenizer=f"hf:{tokenizers[kind]}")
     reference = transformers.AutoTokenizer.from_pretrained(str(tokenizers[kind]))
     model = adapt(tiny_llama())
-    config = EvalConfig(lengths=[32], protocols=["chunks"], documents=2, last_token_targets=1)
+    config = EvalConfig(lengths=[32], protocols=["chunks"], documents=2, last_token_targets=1, span=32)
     result = evaluate_model(model, data, config, progress=False)
-    picked, stitched = evaluation_documents(data, "test", 33, 2, evaluation_prefix(model, data.tokenizer))
-    long = [d for d in data.splits["test"] if len(reference(d.text)["input_ids"]) >= 33][:2]
-    assert not stitched and [p.tolist() for p in picked] == [reference(d.text)["input_ids"][:33] for d in long]
+    picked, stitched, _ = evaluation_documents(data, "test", 33, 2, evaluation_prefix(model, data.tokenizer))
+    head = [256] if kind == "bos" else []
+    bodies = [ids[len(head) :] for ids in (reference(d.text)["input_ids"] for d in data.splits["test"])]
+    size = 33 - len(head)  # the opening piece of each long document, then their second pieces (BOS before each)
+    expected = [head + b[r * size : (r + 1) * size] for r in range(2) for b in bodies if len(b) >= (r + 1) * size][:2]
+    assert not stitched and [p.tolist() for p in picked] == expected
     assert (picked[0][0] == 256) == (kind == "bos")
     nll = 0.0
     for doc in picked:  # the model reads the tokenizer's own encoding, BOS first where it adds one

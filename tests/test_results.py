@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import json_shape
+from conftest import json_shape, with_intervals
 
 from lextra.analysis import dispersion, empirical_scores, receptive_field
 from lextra.data import ByteTokenizer, Document
@@ -148,12 +148,16 @@ def test_a_fresh_evaluation_has_the_keys_of_an_old_one(tmp_path: Path) -> None:
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     for i in range(24):
-        (corpus / f"d{i}.txt").write_text(f"document {i}: " + "lorem ipsum dolor sit amet " * (10 + i))
+        (corpus / f"d{i}.txt").write_text(f"document {i}: " + " ".join(str(j * j + i) for j in range(60 + i)))
     evaluation = evaluate_model(
-        tiny_model(), prepare_data(str(corpus)), EvalConfig(lengths=[32, 64], documents=2), progress=False
+        tiny_model(),
+        prepare_data(str(corpus)),
+        EvalConfig(lengths=[32, 64], documents=2, span=64, split="train"),
+        progress=False,
     )
     old = {k: v for k, v in load("eval.json").items() if k not in ("model", "corpus")}
-    assert json_shape(evaluation.to_dict()) == json_shape(old)
+    # what an old file lacks: each point's interval and per-document sums, the span and the documents' sources
+    assert json_shape(evaluation.to_dict()) == with_intervals(json_shape(old))
     assert Evaluation.from_dict(json.loads(written(evaluation.to_dict()))) == evaluation
 
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import json_shape
+from conftest import json_shape, with_intervals
 
 from lextra.cli import main
 from lextra.data.prepare import prepare_data
@@ -101,16 +101,20 @@ def test_a_tiny_study_end_to_end_with_cached_cells(tmp_path: Path, monkeypatch: 
     data = prepare_data(study.train.corpus)
     model = load_model(out / "models" / "rope" / "seed0" / "model")
     direct = evaluate_model(model, data, EvalConfig(lengths=[128, 256], protocols=["chunks", "sliding"],
-                                                    mask="bca", documents=2), progress=False)  # fmt: skip
+                                                    mask="bca", documents=2, span=256), progress=False)  # fmt: skip
     assert results["perplexity"]["bca"]["rope"]["0"]["results"] == direct.to_dict()["results"]
     # the keys the untyped study wrote for this config (tests/data/results_v0)
     old = Path(__file__).parent / "data" / "results_v0"
-    assert json_shape(results) == json_shape(json.loads((old / "study.json").read_text()))
+    expected = with_intervals(json_shape(json.loads((old / "study.json").read_text())))
+    for row in expected["window_sweep"].values():  # and the intervals of the window sweep and the stretch
+        row["intervals"] = {"#": ["float"]}
+    expected["stretch_intervals"] = {row: {"#": ["float"]} for row in expected["stretch"]}
+    assert json_shape(results) == expected
     for cell, kind in [("perplexity/rope-bca-seed0", "perplexity"), ("analysis/rope", "analysis"),
                        ("retrieval/rope_dynamic", "retrieval"), ("window/rope-w16", "window"),
                        ("stretch/alibi-x4-log-length-256", "stretch")]:  # fmt: skip
         new_shape = json_shape(json.loads((out / "cells" / f"{cell}.json").read_text()))
-        assert new_shape == json_shape(json.loads((old / "study_cells" / f"{kind}.json").read_text()))
+        assert new_shape == with_intervals(json_shape(json.loads((old / "study_cells" / f"{kind}.json").read_text())))
     # the alibi model really has the shifted slopes
     alibi = load_model(out / "models" / "alibi-x4" / "seed0" / "model")
     assert alibi.config.scheme_options == {"slope_shift": 2.0}
@@ -134,10 +138,8 @@ def test_markdown_to_html_tables_lists_and_missing_plots(tmp_path: Path) -> None
     assert "[missing plot nope.png]" in page
 
 
-def test_several_seeds_are_reported_as_mean_and_spread(tmp_path: Path) -> None:
-    from lextra.reporting.study import mean_spread, perplexity_section
-
-    assert mean_spread([7.0]) == "7.00" and mean_spread([1.0, 3.0]) == "2.00 ± 1.41"
+def test_several_seeds_are_reported_as_mean_and_t_interval(tmp_path: Path) -> None:
+    from lextra.reporting.study import perplexity_section
 
     def evaluation(ppl_at_128: float) -> Evaluation:
         points = {128: PerplexityPoint(ppl_at_128, 0.0, 1), 256: PerplexityPoint(2 * ppl_at_128, 0.0, 1)}
@@ -145,7 +147,9 @@ def test_several_seeds_are_reported_as_mean_and_spread(tmp_path: Path) -> None:
 
     results = {"causal": {"rope": {0: evaluation(6.0), 1: evaluation(8.0)}}}
     text = "\n".join(perplexity_section(results, [128, 256], 128, tmp_path, ["sliding"]))
-    assert "| rope | 7.00 ± 1.41 | 14.00 ± 2.83 |" in text
+    # two seeds 6 and 8: mean 7, sd sqrt(2), half-width t(0.975, 1) x sd / sqrt(2) = 12.706
+    assert "| rope | 7.00 ± 12.71 | 14.00 ± 25.41 |" in text
+    assert "mean over seeds ± the half-width of its 95% t-interval (2 seeds)" in text
     assert "rope (rises steeply: x2.00" in text  # the growth of the mean curve, against the paper's
 
 

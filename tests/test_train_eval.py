@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import json_shape
+from conftest import json_shape, with_intervals
 
 from lextra.cli import main
 from lextra.data.prepare import prepare_data
@@ -127,11 +127,11 @@ def test_perplexity_equals_a_direct_computation(tmp_path) -> None:
     model = load_model(final).eval()
     data = prepare_data("python-code", limit_chars=LIMIT)
     result = evaluate_model(
-        model, data, EvalConfig(lengths=[32, 64], documents=2, last_token_targets=3), progress=False
+        model, data, EvalConfig(lengths=[32, 64], documents=2, last_token_targets=3, span=64), progress=False
     )
     from lextra.evaluate import evaluation_documents
 
-    docs, stitched = evaluation_documents(data, "test", 64 + 3, 2)
+    docs, stitched, _ = evaluation_documents(data, "test", 64 + 3, 2)
     assert not stitched
     with torch.no_grad():
         direct = torch.stack([model.loss(d[None, :65]) for d in docs]).mean()
@@ -175,7 +175,7 @@ def test_compare_reuses_finished_cells(tmp_path, capsys) -> None:
     old = Path(__file__).parent / "data" / "results_v0"  # written by the untyped compare for the same variants
     for new_file, old_file in (("summary.json", "compare_summary.json"), ("results/rope.json", "compare_cell.json")):
         new_shape = json_shape(json.loads((tmp_path / new_file).read_text()))
-        assert new_shape == json_shape(json.loads((old / old_file).read_text()))
+        assert new_shape == with_intervals(json_shape(json.loads((old / old_file).read_text())))
     capsys.readouterr()
     second = compare(["alibi", "alibi+bca", "rope"], base, evaluation, tmp_path, progress=False)
     assert capsys.readouterr().err.count("reusing") == 3
@@ -213,7 +213,7 @@ def test_user_mistakes_exit_2_with_one_clear_line(tmp_path, capsys, argv: list[s
 
 
 def test_eval_applies_a_rope_scaling_only_where_it_should(tmp_path, capsys) -> None:
-    train(tiny_config("rope", steps=3), tmp_path / "run", progress=False)
+    train(tiny_config("rope", steps=20), tmp_path / "run", progress=False)  # enough that positions matter
     results = {}
     for spec in (None, "dynamic:2"):
         out = tmp_path / f"eval-{spec}"
@@ -267,7 +267,7 @@ def test_eval_and_retrieval_eval_take_an_extension_method(tmp_path, capsys) -> N
     from lextra.extend import apply_extension
     from lextra.methods import apply_rope_scaling
 
-    train(tiny_config("rope", steps=3), tmp_path / "run", progress=False)
+    train(tiny_config("rope", steps=20), tmp_path / "run", progress=False)  # enough that positions matter
     common = ["--lengths", "32,96", "--documents", "2", "--protocols", "chunks"]
     assert main(["eval", str(tmp_path / "run"), "--extend", "rerope", *common]) == 0
     saved = json.loads((tmp_path / "run" / "eval-rerope" / "results.json").read_text())
@@ -323,6 +323,11 @@ def test_evaluations_with_other_setups_keep_their_own_folders_and_rerun_from_the
     assert main(["eval", "--from", str(run / "eval-yarn-2" / "results.json"), "--out", str(again), "--quiet"]) == 0
     rerun = json.loads((again / "results.json").read_text())
     assert rerun["results"] == yarn["results"] and rerun["label"] == yarn["label"]  # the same numbers
+    assert rerun["sources"] == yarn["sources"] and rerun["span"] == yarn["span"] == 16 * 32  # the same tokens
+    older = tmp_path / "older.json"  # written before the span was recorded: it scored max(lengths) per document
+    older.write_text(json.dumps({k: v for k, v in yarn.items() if k != "span"}))
+    assert main(["eval", "--from", str(older), "--out", str(tmp_path / "older"), "--quiet"]) == 0
+    assert json.loads((tmp_path / "older" / "results.json").read_text())["span"] == 64
     old = tmp_path / "old.json"
     old.write_text(json.dumps({**plain, "rerun": {"lextra": "0.0.1", "arguments": {}}}))
     assert main(["eval", "--from", str(old)]) == 2
@@ -346,7 +351,7 @@ def test_a_quiet_evaluation_that_will_take_minutes_says_so_once(monkeypatch, cap
 
 
 def test_report_sets_evaluated_models_side_by_side_with_a_summary_column(tmp_path, capsys) -> None:
-    common = ["--lengths", "32,64,128", "--documents", "2", "--protocols", "chunks", "--quiet"]
+    common = ["--lengths", "32,64,128", "--span", "128", "--documents", "2", "--protocols", "chunks", "--quiet"]
     for scheme in ("rope", "alibi"):
         train(tiny_config(scheme, steps=2), tmp_path / scheme, progress=False)
         assert main(["eval", str(tmp_path / scheme), *common]) == 0
@@ -359,8 +364,9 @@ def test_report_sets_evaluated_models_side_by_side_with_a_summary_column(tmp_pat
     }
     for scheme in ("rope", "alibi"):
         ratio = ppl[scheme]["128"]["ppl"] / ppl[scheme]["32"]["ppl"]
-        assert f"| {scheme} | {ppl[scheme]['32']['ppl']:.2f} |" in table and f"| {ratio:.2f} |" in table
-    assert "4x / 1x" in table and "No interval" in table
+        half = (ppl[scheme]["32"]["high"] - ppl[scheme]["32"]["low"]) / 2
+        assert f"| {scheme} | {ppl[scheme]['32']['ppl']:.2f} ± {half:.2f} |" in table and f"| {ratio:.3f} ± " in table
+    assert "4x / 1x" in table and "bootstrap interval over documents" in table and "below next" in table
     rows = [
         line.split("|")[1].strip()
         for line in table.splitlines()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from lextra.cli.app import Handler, command
@@ -87,6 +88,7 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
         from lextra.tensorboard import Board, require_tensorboard
 
         rerun_into_args(args, "lextra eval")
+        _span_of_an_older_file(args)
         if args.checkpoint is None:
             raise ConfigError("lextra eval needs a model folder (or --from RESULTS.json); give RUN or RUN/model")
         setup_into_args(args, "lextra eval")
@@ -111,7 +113,8 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
         source = {"corpus": data.corpus}
         if isinstance(data, PreparedShards):
             source["data"] = {"path": str(data.root), "manifest_sha256": data.sha256}
-        record = {"model": str(folder), "label": label, "setup": setup, **source}
+        seed = (meta.get("train") or {}).get("seed")  # the training seed: `report` pools a label's seeds
+        record = {"model": str(folder), "label": label, "setup": setup, "seed": seed, **source}
         atomic_write_json(out / "results.json", {**record, **evaluation.to_dict(), "rerun": rerun_record(args)})
         paths = save_eval_outputs(out, label, evaluation)
         if args.log_dir is not None:
@@ -193,9 +196,20 @@ def configure_align(parser: argparse.ArgumentParser) -> Handler:
     return run
 
 
+def _span_of_an_older_file(args: argparse.Namespace) -> None:
+    """A results file from before the span was recorded scored max(lengths) tokens per document: rerun it so,
+    unless --span is given."""
+    if args.from_file is None or args.span is not None:
+        return
+    saved = json.loads(Path(args.from_file).read_text())  # readable: rerun_into_args has read it
+    if "span" not in saved and saved.get("lengths"):
+        args.span = max(int(n) for n in saved["lengths"])
+
+
 @command(
     "report",
-    "perplexity of several evaluated models or setups side by side: one table and plot, a ppl(k L_tr)/ppl(L_tr) column",
+    "perplexity of several evaluated models or setups side by side, with confidence intervals: one table and plot, a "
+    "ppl(k L_tr)/ppl(L_tr) column; results of one label trained with several seeds pool into one row",
     examples=(
         "lextra report runs/rope/eval-causal runs/alibi/eval-causal runs/rope/eval-yarn-4 --out runs/report",
         "lextra report runs/*/eval-causal --out runs/report --multiple 8",
@@ -209,12 +223,11 @@ def configure_report(parser: argparse.ArgumentParser) -> Handler:
     )
 
     def run(args: argparse.Namespace) -> int:
-        import json
-
         from lextra.evaluate import Evaluation
         from lextra.reporting.perplexity import side_by_side
 
-        evaluations = {}
+        evaluations: dict[str, list[Evaluation]] = {}
+        seeds: dict[str, list[object]] = {}
         for given in args.results:
             path = Path(given) / "results.json" if Path(given).is_dir() else Path(given)
             try:
@@ -224,10 +237,11 @@ def configure_report(parser: argparse.ArgumentParser) -> Handler:
                 raise ConfigError(
                     f"{given} holds no lextra eval results.json; give lextra eval's output folders"
                 ) from None
-            label = record.get("label") or path.parent.name
-            if label in evaluations:
+            label, seed = record.get("label") or path.parent.name, record.get("seed")
+            if label in evaluations and (seed is None or seed in seeds[label]):  # not another seed: its own row
                 label = f"{label} ({path.parent})"
-            evaluations[label] = evaluation
+            evaluations.setdefault(label, []).append(evaluation)
+            seeds.setdefault(label, []).append(seed)
         paths = side_by_side(evaluations, args.out, summary_multiple=args.multiple)
         print(paths["table"].read_text())
         print(f"table: {paths['table']}, plot: {paths['plot']}")

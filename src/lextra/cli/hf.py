@@ -170,44 +170,45 @@ def _texts(args: argparse.Namespace, data: Any, length: int) -> Any:
 
 
 def _run_analyze(args: argparse.Namespace) -> int:
+    """Dispersion through the report `lextra analyze dispersion` writes (JSON, CSV, markdown, plots); resolution's
+    R by length as JSON and a table."""
     from lextra.analysis import dispersion, empirical_scores
     from lextra.io import atomic_write_json
+    from lextra.pipelines.analyze import DispersionRow, layer_kinds, write_dispersion
 
     model, label = load_adapted(args)
     data = _data(args)
     lengths = parse_lengths(args.lengths) or [model.config.train_len, 2 * model.config.train_len]
     mask = args.mask or model.default_mask
+    out = _out(args, args.kind)
+    if args.kind == "dispersion":
+        by_length = {n: dispersion(model, _texts(args, data, n), mask, batch_size=1) for n in lengths}
+        for n, result in by_length.items():
+            print(f"{label} dispersion at {n}: {_summary(result)}", file=sys.stderr)
+        row = DispersionRow(model.config.scheme, mask, str(args.model), model.config.n_layer, by_length)
+        write_dispersion(out, {label: row}, {label: layer_kinds(model)}, [mask], lengths, documents=args.texts,
+                         split="validation")  # fmt: skip
+        print((out / "dispersion.md").read_text())
+        print(f"results: {out / 'dispersion.json'} (.csv, .md), plots: {out / 'dispersion.png'}, "
+              f"{out / 'first_layer_logits.png'}")  # fmt: skip
+        return 0
     rows: dict[str, Any] = {}
     for length in lengths:
-        texts = _texts(args, data, length)
-        if args.kind == "dispersion":
-            result = dispersion(model, texts, mask, batch_size=1)
-            rows[str(length)] = {
-                "entropy": result.entropy,
-                "max_prob": result.max_prob,
-                "entropy_mean": result.entropy_mean,
-                "max_prob_mean": result.max_prob_mean,
-                "uniform": result.uniform.to_dict(),
-            }
-        else:
-            summary = empirical_scores(model, texts, mask, batch_size=1).summary()
-            rows[str(length)] = {"r": summary.r, "r_per_layer": summary.r_per_layer, "R_head_mean": summary.r_head_mean}
-        print(f"{label} {args.kind} at {length}: {_summary(args.kind, rows[str(length)])}", file=sys.stderr)
-    out = _out(args, args.kind)
-    atomic_write_json(out / f"{args.kind}.json", {"model": args.model, "label": label, "mask": mask, "by_length": rows})
-    header = "| length | " + ("entropy (nats) | uniform | max prob |" if args.kind == "dispersion" else "R |")
-    lines = [header, "|---:|" + ("---:|" * (3 if args.kind == "dispersion" else 1))]
-    for shown, row in rows.items():
-        lines.append(f"| {shown} | {_summary(args.kind, row)} |")
-    print("\n".join(lines))
-    print(f"results: {out / f'{args.kind}.json'}")
+        summary = empirical_scores(model, _texts(args, data, length), mask, batch_size=1).summary()
+        rows[str(length)] = {"r": summary.r, "r_per_layer": summary.r_per_layer, "R_head_mean": summary.r_head_mean}
+        print(f"{label} resolution at {length}: R = {summary.r:.4g}", file=sys.stderr)
+    atomic_write_json(out / "resolution.json", {"model": args.model, "label": label, "mask": mask, "by_length": rows})
+    print("\n".join(["| length | R |", "|---:|---:|", *(f"| {n} | {row['r']:.4g} |" for n, row in rows.items())]))
+    print(f"results: {out / 'resolution.json'}")
     return 0
 
 
-def _summary(kind: str, row: dict[str, Any]) -> str:
-    if kind == "dispersion":
-        return f"{row['entropy_mean']:.3f} | {row['uniform']['entropy']:.3f} | {row['max_prob_mean']:.3f}"
-    return f"{row['r']:.4g}"
+def _summary(result: Any) -> str:
+    """One dispersion result's mean entropy against uniform attention's, and its mean maximum probability."""
+    return (
+        f"entropy {result.entropy_mean:.3f} nats (uniform {result.uniform.entropy:.3f}), "
+        f"max prob {result.max_prob_mean:.3f}"
+    )
 
 
 def _run_align(args: argparse.Namespace) -> int:
@@ -238,7 +239,7 @@ def _run_align(args: argparse.Namespace) -> int:
     "perplexity at many lengths (decoder-only models)",
     options=(add_evaluation, temperature_option("log-length"), add_extend),
     examples=(
-        "lextra hf eval smollm2 --lengths 2048,4096,8192 --protocols sliding --documents 4",
+        "lextra hf eval smollm2 --lengths 2048,4096,8192 --span 8192 --protocols sliding --documents 4",
         "lextra hf eval models/llama-tiny --rope-scaling yarn:4 --extend self_extend --out runs/hf/eval-yarn",
     ),
 )
@@ -280,7 +281,7 @@ def configure_analyze(parser: argparse.ArgumentParser) -> Handler:
     "temperature alignment (pmax, entropy, log-length) for a target length",
     examples=(
         "lextra hf align smollm2 --length 8192 --strategy pmax --out runs/hf/align-8k",
-        "lextra hf eval smollm2 --lengths 8192 --temperature runs/hf/align-8k/alignment.json",
+        "lextra hf eval smollm2 --lengths 8192 --span 8192 --temperature runs/hf/align-8k/alignment.json",
     ),
 )
 def configure_align(parser: argparse.ArgumentParser) -> Handler:

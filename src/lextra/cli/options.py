@@ -526,7 +526,15 @@ def add_evaluation(parser: argparse.ArgumentParser) -> None:
         "--documents",
         type=positive_int,
         default=config_default(EvalConfig, "documents"),
-        help="held-out documents evaluated at every length",
+        help="held-out documents (pieces) evaluated at every length: the unit the intervals resample",
+    )
+    parser.add_argument(
+        "--span",
+        type=positive_int,
+        default=None,
+        metavar="TOKENS",
+        help="tokens scored per document at every length (default 16 x L_tr, whatever --lengths asks, so a length's "
+        "perplexity does not change with the others asked; at least the longest length)",
     )
     parser.add_argument(
         "--split", default=config_default(EvalConfig, "split"), choices=["validation", "test"], help="held-out split"
@@ -578,6 +586,7 @@ def eval_config_from(args: argparse.Namespace, mask: str = "causal") -> Any:
         backend=args.backend,
         split=args.split,
         documents=args.documents,
+        span=args.span,
         stride=args.stride,
         temperature=temperature_schedule(args),
         precision=args.eval_precision,

@@ -38,6 +38,7 @@ from lextra.data.tokenizers import (
 from lextra.data.windows import (
     TrainStream,
     encode_documents,
+    eval_pieces,
     eval_sequences,
     mixture_window_starts,
     window_starts,
@@ -63,6 +64,7 @@ __all__ = [
     "data_cache_dir",
     "encode_documents",
     "epoch_window_starts",
+    "eval_pieces",
     "eval_sequences",
     "in_order",
     "iter_documents",

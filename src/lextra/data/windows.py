@@ -286,43 +286,58 @@ class TrainStream:
 def eval_sequences(
     token_docs: Sequence[torch.Tensor], length: int, max_sequences: int, *, separator: int | None = None
 ) -> tuple[list[torch.Tensor], bool]:
-    """Up to `max_sequences` int64 windows of exactly `length + 1` tokens, and whether documents were stitched.
+    """Up to `max_sequences` int64 windows of exactly `length + 1` tokens, and whether documents were stitched
+    (`eval_pieces`, without where each came from)."""
+    sequences, stitched, _ = eval_pieces(token_docs, length + 1, max_sequences, separator=separator)
+    return sequences, stitched
 
-    Normally every window lies inside one document with at least `length + 1` tokens: first the opening window
-    of each such document in corpus order, then their second non-overlapping windows, and so on. If no
-    document is that long, the documents are concatenated (joined by `separator` when given) and cut into
-    consecutive windows instead, and the flag is True: perplexity at that length then measures text that
-    crosses document boundaries, which callers should report.
+
+def eval_pieces(
+    token_docs: Sequence[torch.Tensor], need: int, max_pieces: int, *, separator: int | None = None
+) -> tuple[list[torch.Tensor], bool, list[tuple[int, int]]]:
+    """Up to `max_pieces` int64 pieces of exactly `need` tokens, whether documents were stitched, and where each
+    piece starts: (document index, offset), or (-1, offset in the joined text) when stitched.
+
+    Normally every piece lies inside one document with at least `need` tokens: first the opening piece of each
+    such document in corpus order, then their second non-overlapping pieces, and so on. If no document is that
+    long, the documents are concatenated (joined by `separator` when given) and cut into consecutive pieces
+    instead, and the flag is True: perplexity then measures text that crosses document boundaries, which callers
+    should report.
     """
-    if length < 1:
-        raise DataError(f"evaluation length must be >= 1, got {length}")
-    if max_sequences < 1:
-        raise DataError(f"max_sequences must be >= 1, got {max_sequences}")
-    need = length + 1
-    docs = [t.reshape(-1) for t in token_docs if t.numel() > 0]
+    if need < 2:
+        raise DataError(f"evaluation length must be >= 1, got {need - 1}")
+    if max_pieces < 1:
+        raise DataError(f"max_sequences must be >= 1, got {max_pieces}")
+    docs = [(i, t.reshape(-1)) for i, t in enumerate(token_docs) if t.numel() > 0]
     if not docs:
         raise DataError("no evaluation tokens; the evaluation split is empty, use a bigger corpus")
-    long_docs = [t for t in docs if t.numel() >= need]
-    sequences: list[torch.Tensor] = []
+    long_docs = [(i, t) for i, t in docs if t.numel() >= need]
+    pieces: list[torch.Tensor] = []
+    origins: list[tuple[int, int]] = []
     if long_docs:
         round_index = 0
-        while long_docs and len(sequences) < max_sequences:
+        while long_docs and len(pieces) < max_pieces:
             start, stop = round_index * need, (round_index + 1) * need
-            long_docs = [t for t in long_docs if t.numel() >= stop]
-            for t in long_docs[: max_sequences - len(sequences)]:
-                sequences.append(t[start:stop].to(torch.long, copy=True))
+            long_docs = [(i, t) for i, t in long_docs if t.numel() >= stop]
+            for i, t in long_docs[: max_pieces - len(pieces)]:
+                pieces.append(t[start:stop].to(torch.long, copy=True))
+                origins.append((i, start))
             round_index += 1
-        return sequences, False
-    pieces: list[torch.Tensor] = []
-    for index, t in enumerate(docs):
+        return pieces, False, origins
+    parts: list[torch.Tensor] = []
+    for index, (_, t) in enumerate(docs):
         if index and separator is not None:
-            pieces.append(torch.tensor([separator], dtype=t.dtype, device="cpu"))
-        pieces.append(t)
-    stream = torch.cat([p.long() for p in pieces])
+            parts.append(torch.tensor([separator], dtype=t.dtype, device="cpu"))
+        parts.append(t)
+    stream = torch.cat([p.long() for p in parts])
     if stream.numel() < need:
         raise DataError(
-            f"the evaluation text has {stream.numel()} tokens in all, fewer than length + 1 = {need}; "
+            f"the evaluation text has {stream.numel()} tokens in all, fewer than the {need} needed; "
             "evaluate at a shorter length or use a bigger corpus"
         )
-    count = min(max_sequences, stream.numel() // need)
-    return [stream[i * need : (i + 1) * need].clone() for i in range(count)], True
+    count = min(max_pieces, stream.numel() // need)
+    return (
+        [stream[i * need : (i + 1) * need].clone() for i in range(count)],
+        True,
+        [(-1, i * need) for i in range(count)],
+    )

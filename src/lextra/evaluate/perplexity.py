@@ -1,9 +1,13 @@
-"""Perplexity at many lengths under three protocols, on the same held-out documents at every length.
+"""Perplexity at many lengths under three protocols, on the same held-out tokens at every length.
 
-Each evaluation document is a whole held-out document cut to `max(lengths) + last_token_targets` tokens
-(documents are never stitched unless none is long enough, which the result then says). Protocols:
+Each evaluation document is a whole held-out document cut to `span + last_token_targets` tokens, where the span
+(tokens scored per document) is 16 x L_tr unless set, whatever lengths are asked: a cell's perplexity does not
+depend on the other lengths evaluated with it, and every length scores the same `documents x span` tokens.
+Documents are never stitched unless none is long enough, which the result then says. Each cell keeps its NLL sum
+per document, from which its 95% interval is bootstrapped over documents (`lextra.evaluate.bootstrap`).
+Protocols:
 
-- `chunks`: the first max(L)+1 tokens in non-overlapping chunks of L (as in the tables of Press et al. 2022,
+- `chunks`: the first span+1 tokens in non-overlapping chunks of L (as in the tables of Press et al. 2022,
   arXiv 2108.12409); each token's context is its offset in its chunk, so short chunks suffer the "early token
   curse".
 - `sliding`: windows of L tokens moving by `stride` (default L/2); each window scores only the tokens no earlier
@@ -12,12 +16,13 @@ Each evaluation document is a whole held-out document cut to `max(lengths) + las
 - `last-token` (Chi et al. 2023): the same final `last_token_targets` tokens of each document are scored with
   exactly L - 1... L preceding tokens visible, so only the visible context changes with L.
 
-chunks and sliding score the same max(L) tokens at every L; last-token scores the same K tokens at every L.
+chunks and sliding score the same span tokens at every L; last-token scores the same K tokens at every L.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import sys
 import time
@@ -33,9 +38,10 @@ from tqdm import tqdm
 from lextra.attention.masks import Mask, build_mask
 from lextra.data.prepare import PreparedData
 from lextra.data.shards import PreparedShards
-from lextra.data.windows import encode_documents
+from lextra.data.windows import encode_documents, eval_pieces
 from lextra.devices import autocast, check_eval_precision, module_device, resolve_precision
 from lextra.errors import ConfigError, DataError
+from lextra.evaluate.bootstrap import ppl_interval
 from lextra.evaluate.prefix import evaluation_prefix
 from lextra.extend import InferenceSetup
 from lextra.methods.align import log_length_temperature
@@ -46,6 +52,8 @@ from lextra.validate import check_int_list, check_optional_int, check_positive_i
 
 PROTOCOLS = ("chunks", "sliding", "last-token")
 LENGTH_MULTIPLES = (1, 2, 4, 8, 16)
+#: the default span (tokens scored per document) as a multiple of L_tr: the longest default length
+SPAN_MULTIPLE = max(LENGTH_MULTIPLES)
 #: most logits (rows x positions x vocabulary) scored at once: 2^26 fp32 values = 256 MiB
 LOGIT_BUDGET = 1 << 26
 
@@ -65,7 +73,8 @@ class EvalConfig(Serializable):
     max_batch_tokens: int = 16384
     #: "none", or "log-length": at each length L > L_tr every layer uses tau = ln L_tr / ln L (no calibration)
     temperature: str = "none"
-    #: tokens of each document scored by chunks/sliding (default max(lengths)); fix it to compare separate runs
+    #: tokens of each document scored by chunks/sliding at every length (default SPAN_MULTIPLE x L_tr, not
+    #: derived from the lengths asked, so a cell's value is the same whichever other lengths run with it)
     span: int | None = None
     #: "fp32", "bf16" (the forward's matrix products under bf16 autocast; positions, angles, biases, logits and
     #: losses stay fp32, sums fp64) or "auto" (bf16 where the device multiplies bf16 natively, else fp32)
@@ -88,6 +97,18 @@ class EvalConfig(Serializable):
         if any(int(n) < 1 for n in lengths):
             raise ConfigError(f"evaluation lengths must be positive, got {lengths}")
         return sorted({int(n) for n in lengths})
+
+    def resolved_span(self, train_len: int, lengths: Sequence[int]) -> int:
+        """The tokens scored per document: the configured span, else SPAN_MULTIPLE x L_tr; refused when one window
+        of the longest length does not fit in it."""
+        span = self.span or SPAN_MULTIPLE * train_len
+        if max(lengths) > span:
+            raise ConfigError(
+                f"evaluation length {max(lengths)} is longer than the {span} tokens scored per document (the span, "
+                f"default {SPAN_MULTIPLE} x L_tr): pass --span {max(lengths)} or more, the same to every evaluation "
+                "you compare"
+            )
+        return span
 
     def resolved_stride(self, length: int) -> int:
         """The sliding stride at evaluation length L: the configured one, else L / 2 (each scored token then
@@ -118,33 +139,44 @@ class EvalConfig(Serializable):
 
 def evaluation_documents(
     data: PreparedData | PreparedShards, split: str, need: int, count: int, prefix: Sequence[int] = ()
-) -> tuple[list[Tensor], bool]:
-    """Up to `count` whole held-out documents of at least `need` tokens, cut to `need`; or, when none is that
-    long, consecutive pieces of the split's concatenated text (flagged True: documents were stitched). Each
-    document starts with `prefix` (a Hugging Face model's BOS, `evaluation_prefix`), counted in `need`.
+) -> tuple[list[Tensor], bool, list[dict[str, Any]]]:
+    """Up to `count` held-out pieces of `need` tokens (`eval_pieces`): the opening piece of each document that long
+    in split order, then their second pieces and so on, so a corpus of few long documents still gives `count`
+    pieces to bootstrap over; or, when no document is that long, consecutive pieces of the split's joined text
+    (flagged True: documents were stitched). Each piece starts with `prefix` (a Hugging Face model's BOS,
+    `evaluation_prefix`), counted in `need`. The third value says where each came from (its document's index in
+    the split and its offset there, or its offset in the joined text) and the SHA-1 of its tokens, so a rerun can
+    check it scored the same text.
 
     A prepared folder gives its split's documents as stored (no re-tokenizing), the same tokens as the raw
-    split's; the documents taken are int64 either way."""
+    split's; the pieces taken are int64 either way."""
     if split not in ("train", "validation", "test"):
         raise ConfigError(f"unknown split {split!r}; use train, validation or test")
     if isinstance(data, PreparedShards):
         tokens = data.documents(split)
     else:
         tokens = encode_documents(data.splits[split], data.tokenizer)
-    if prefix:
-        head = torch.tensor(list(prefix), dtype=torch.long)
-        tokens = [torch.cat([head, t.long()]) for t in tokens]
-    long_docs = [t[:need].long() for t in tokens if t.numel() >= need][:count]
-    if long_docs:
-        return long_docs, False
-    stream = torch.cat(tokens).long() if tokens else torch.zeros(0, dtype=torch.long, device="cpu")
-    if stream.numel() < need:
+    head = torch.tensor(list(prefix), dtype=torch.long, device="cpu")
+    try:
+        pieces, stitched, origins = eval_pieces(tokens, need - head.numel(), count)
+    except DataError:
+        total = sum(int(t.numel()) for t in tokens)
         raise DataError(
-            f"the {split} split has {stream.numel()} tokens, fewer than the {need} needed for the longest "
-            "evaluation length; evaluate at shorter lengths or use a bigger corpus"
-        )
-    pieces = min(count, stream.numel() // need)
-    return [stream[i * need : (i + 1) * need] for i in range(pieces)], True
+            f"the {split} split has {total} tokens, fewer than the {need} one evaluation document needs (the span "
+            "and the last-token targets); lower --span or use a bigger corpus"
+        ) from None
+    pieces = [torch.cat([head, piece]) for piece in pieces]
+    sources = [
+        {"offset": start, "sha1": _fingerprint(piece)} if index < 0
+        else {"index": index, "offset": start, "sha1": _fingerprint(piece)}
+        for (index, start), piece in zip(origins, pieces, strict=True)
+    ]  # fmt: skip
+    return pieces, stitched, sources
+
+
+def _fingerprint(tokens: Tensor) -> str:
+    """The SHA-1 of a document's token ids (int64, little-endian): what a rerun compares."""
+    return hashlib.sha1(tokens.to(torch.int64).numpy().astype("<i8").tobytes()).hexdigest()
 
 
 #: where a window lies: (document index, first token, end), so the same window met by two protocols runs once
@@ -159,6 +191,7 @@ class _Window:
 
     tokens: Tensor
     target: Tensor
+    document: int
     scores: dict[Cell, tuple[int, int]] = field(default_factory=dict)
 
 
@@ -202,25 +235,26 @@ class TokenScorer:
     With `share_prefixes` (`prefix_invariant` models) a window runs inside the longest filed window that starts at
     the same token (a chunk of L at offset kL is the first half of the sliding window of 2L there), and its cells
     sum that window's first positions. `batches` stacks windows of equal length into batches of
-    `max_batch_tokens`, `score` runs one on the model's device; the sums stay there (fp64), read once by
-    `result`. Under bf16 (`config.precision`, `auto` resolved by `evaluate_model`) the features run under bf16
-    autocast; the head, the losses and their sums run as in fp32.
+    `max_batch_tokens`, `score` runs one on the model's device; the sums (fp64, one per cell and document) stay
+    there, read once by `result`. Under bf16 (`config.precision`, `auto` resolved by `evaluate_model`) the
+    features run under bf16 autocast; the head, the losses and their sums run as in fp32.
     """
 
-    def __init__(self, model: ScoredModel, config: EvalConfig, share_prefixes: bool = False) -> None:
+    def __init__(self, model: ScoredModel, config: EvalConfig, documents: int, share_prefixes: bool = False) -> None:
         self.model, self.config, self.share_prefixes = model, config, share_prefixes
+        self.documents = documents
         self.device = module_device(model)
         self.head_dtype = _parameter_dtype(model)
         self.mask = build_mask(config.mask, model.config.train_len)
         self.windows: dict[WindowKey, _Window] = {}
-        self.nll: dict[Cell, Tensor] = {}
-        self.count: dict[Cell, int] = {}
+        self.nll: dict[Cell, Tensor] = {}  # cell -> (documents,) NLL sums
+        self.count: dict[Cell, list[int]] = {}  # cell -> scored tokens per document
 
     def add(self, cell: Cell, key: WindowKey, window: Tensor, target: Tensor, scored_from: int) -> None:
         """window (L,) input tokens, target (L,) next tokens, scored from position `scored_from` for `cell`."""
-        self.nll.setdefault(cell, torch.zeros((), dtype=torch.float64, device=self.device))
-        self.count.setdefault(cell, 0)
-        entry = self.windows.setdefault(key, _Window(window, target))
+        self.nll.setdefault(cell, torch.zeros(self.documents, dtype=torch.float64, device=self.device))
+        self.count.setdefault(cell, [0] * self.documents)
+        entry = self.windows.setdefault(key, _Window(window, target, key[0]))
         entry.scores[cell] = (scored_from, window.numel())
 
     def hosts(self) -> list[_Window]:
@@ -266,6 +300,7 @@ class TokenScorer:
         bounds = {
             c: torch.tensor(span, device=hidden.device).T[:, :, None] for c, span in spans.items()
         }  # (2, rows, 1)
+        documents = torch.tensor([e.document for e in entries], device=hidden.device)
         # full-vocabulary logits for a slice of positions at a time: (rows x L x vocab) never exists at once
         step = max(1, LOGIT_BUDGET // (len(entries) * self.model.config.vocab_size))
         for a in range(lo, L, step):
@@ -276,13 +311,13 @@ class TokenScorer:
             nll = nll.double()  # summed in fp64: a cell sums up to millions of losses
             for c, span in spans.items():
                 inside = (at >= bounds[c][0]) & (at < bounds[c][1])
-                self.nll[c] += torch.where(inside, nll, 0.0).sum()
-                self.count[c] += sum(max(0, min(b, stop) - max(a, first)) for first, stop in span)
+                self.nll[c].index_add_(0, documents, torch.where(inside, nll, 0.0).sum(1))
+                for entry, (first, stop) in zip(entries, span, strict=True):
+                    self.count[c][entry.document] += max(0, min(b, stop) - max(a, first))
 
     def result(self, cell: Cell) -> PerplexityPoint:
-        count = self.count.get(cell, 0)
-        mean = float(self.nll.get(cell, 0.0)) / max(1, count)
-        return PerplexityPoint(ppl=math.exp(mean), nll=mean, tokens=count)
+        """The cell's perplexity over all its tokens, with its per-document sums and their bootstrap interval."""
+        return PerplexityPoint.of(self.nll[cell].tolist(), self.count[cell])
 
 
 def _parameter_dtype(model: Any) -> torch.dtype:
@@ -334,11 +369,36 @@ def _windows(
 
 @dataclass(frozen=True)
 class PerplexityPoint(Serializable):
-    """One (protocol, length) cell: perplexity, mean next-token NLL and the number of tokens scored."""
+    """One (protocol, length) cell: perplexity, mean next-token NLL, the number of tokens scored, the 95% interval
+    of the perplexity bootstrapped over documents (`low`, `high`; None with one document) and the per-document NLL
+    sums and token counts it came from (what a paired ratio's interval resamples)."""
 
     ppl: float
     nll: float
     tokens: int
+    low: float | None = field(default=None, metadata=options(omit_none=True))
+    high: float | None = field(default=None, metadata=options(omit_none=True))
+    nll_by_document: list[float] | None = field(default=None, metadata=options(omit_none=True))
+    tokens_by_document: list[int] | None = field(default=None, metadata=options(omit_none=True))
+
+    @classmethod
+    def of(cls, nll_by_document: Sequence[float], tokens_by_document: Sequence[int]) -> PerplexityPoint:
+        """The point of per-document NLL sums and token counts."""
+        nll, tokens = [float(n) for n in nll_by_document], [int(t) for t in tokens_by_document]
+        mean = math.fsum(nll) / max(1, sum(tokens))
+        interval = ppl_interval(nll, tokens)
+        low, high = interval if interval is not None else (None, None)
+        return cls(math.exp(mean), mean, sum(tokens), low, high, nll, tokens)
+
+    @property
+    def half(self) -> float | None:
+        """Half the interval's width (what `ppl ± half` shows), None without an interval."""
+        return None if self.low is None or self.high is None else (self.high - self.low) / 2
+
+    def text(self, digits: int = 2) -> str:
+        """`20.83 ± 0.41`, or the perplexity alone without an interval."""
+        half = self.half
+        return f"{self.ppl:.{digits}f}" + ("" if half is None else f" ± {half:.{digits}f}")
 
 
 @dataclass
@@ -355,6 +415,11 @@ class Evaluation(Serializable):
     stitched: bool
     #: the `EvalConfig.to_dict()` it was computed with, as saved (under "eval")
     config: dict[str, Any] = field(metadata=options(key="eval"))
+    #: tokens scored per document by chunks and sliding at every length
+    span: int | None = field(default=None, metadata=options(omit_none=True))
+    #: where each document came from (`evaluation_documents`): its index in the split, or its offset in the joined
+    #: text when stitched, and the SHA-1 of its tokens (None in results written before they were recorded)
+    sources: list[dict[str, Any]] | None = field(default=None, metadata=options(omit_none=True))
 
     @property
     def protocols(self) -> list[str]:
@@ -387,7 +452,7 @@ def _file_windows(
     groups = [lengths] if config.temperature == "none" else [[L] for L in lengths]
     scorers = []
     for group in groups:
-        scorer = TokenScorer(model, config, share_prefixes=share)
+        scorer = TokenScorer(model, config, len(docs), share_prefixes=share)
         for L in group:
             for protocol in config.protocols:
                 for index, doc in enumerate(docs):
@@ -427,6 +492,32 @@ class _Estimate:
             )
 
 
+def _scored_documents(
+    model: ScoredModel, data: PreparedData | PreparedShards, config: EvalConfig, span: int
+) -> tuple[list[Tensor], bool, list[dict[str, Any]]]:
+    """The evaluation's documents (`evaluation_documents`, BOS first for a model whose tokenizer adds one), with a
+    warning on stderr where they are stitched or fewer than asked."""
+    need = span + config.last_token_targets
+    tokenizer = data.tokenizer() if isinstance(data, PreparedShards) else data.tokenizer
+    prefix = evaluation_prefix(model, tokenizer)
+    docs, stitched, sources = evaluation_documents(data, config.split, need, config.documents, prefix)
+    if stitched:
+        print(
+            f"lextra eval: warning: no {config.split} document has {need} tokens (the span {span} + "
+            f"{config.last_token_targets} last-token targets); evaluating on stitched text",
+            file=sys.stderr,
+        )
+    elif len(docs) < config.documents:
+        print(
+            f"lextra eval: warning: {len(docs)} of the {config.documents} documents asked: the {config.split} split "
+            f"holds only {len(docs)} piece(s) of {need} tokens (the span {span} + {config.last_token_targets} "
+            f"last-token targets){'; one gives no interval' if len(docs) == 1 else ''}; lower --span or use a "
+            "bigger corpus",
+            file=sys.stderr,
+        )
+    return docs, stitched, sources
+
+
 @torch.no_grad()
 def evaluate_model(
     model: ScoredModel,
@@ -436,23 +527,15 @@ def evaluate_model(
     progress: bool = True,
     label: str = "",
 ) -> Evaluation:
-    """Perplexity per protocol and length, on the same documents at every length; a Hugging Face model's
-    documents start with the BOS its tokenizer adds by default (`evaluation_prefix`)."""
+    """Perplexity per protocol and length with its 95% interval over documents, on the same tokens at every length
+    (`EvalConfig.resolved_span`); a Hugging Face model's documents start with the BOS its tokenizer adds by default
+    (`evaluation_prefix`)."""
     config = config.validate().for_device(module_device(model))
     model.eval()
     train_len = model.config.train_len
     lengths = config.resolved_lengths(train_len)
-    span = max(lengths) if config.span is None else max(config.span, *lengths)
-    need = span + config.last_token_targets
-    tokenizer = data.tokenizer() if isinstance(data, PreparedShards) else data.tokenizer
-    prefix = evaluation_prefix(model, tokenizer)
-    docs, stitched = evaluation_documents(data, config.split, need, config.documents, prefix)
-    if stitched:
-        print(
-            f"lextra eval: warning: no {config.split} document has {span + config.last_token_targets} tokens; "
-            "evaluating on stitched text",
-            file=sys.stderr,
-        )
+    span = config.resolved_span(train_len, lengths)
+    docs, stitched, sources = _scored_documents(model, data, config, span)
     scorers = _file_windows(model, config, docs, lengths, span)
     total = sum(len(entries) * L for _, _, batches in scorers for entries, L in batches)
     bar = tqdm(total=total, disable=not progress, desc=f"eval {label}".strip(), unit="tok", unit_scale=True,
@@ -481,4 +564,6 @@ def evaluate_model(
         documents=len(docs),
         stitched=stitched,
         config=config.to_dict(),
+        span=span,
+        sources=sources,
     )

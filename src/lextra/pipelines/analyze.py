@@ -292,13 +292,29 @@ def dispersion_report(
             by_length = {n: dispersion(ckpt.model, texts[:, :n], spec, batch_size=batch_size) for n in lengths}
         config = ckpt.model.config
         rows[label] = DispersionRow(config.scheme, mask, str(ckpt.folder), config.n_layer, by_length)
+    return write_dispersion(out, rows, kinds, masks, lengths, documents=documents, split=source.split)
+
+
+def write_dispersion(
+    out: str | Path,
+    rows: Mapping[str, DispersionRow],
+    kinds: Mapping[str, dict[str, list[int]]],
+    masks: list[str],
+    lengths: list[int],
+    *,
+    documents: int,
+    split: str,
+) -> dict[str, Any]:
+    """dispersion.json, .csv, .md, dispersion.png and first_layer_logits.png of measured rows (a lextra model's or
+    a Hugging Face model's, `lextra hf analyze dispersion`); returns the JSON's content."""
+    out = Path(out)
     table = _dispersion_tables(rows, kinds, masks, lengths)
     data = {
         "analysis": "dispersion",
         "lengths": lengths,
         "masks": masks,
         "documents": documents,
-        "split": source.split,
+        "split": split,
         "rows": {label: row.to_dict() for label, row in rows.items()},
     }
     records = [

@@ -82,13 +82,13 @@ class TextSource:
         self._prepared: dict[str, PreparedData] = {}
 
     def texts(self, checkpoint: Checkpoint, need: int, count: int) -> Tensor:
-        """`count` texts of `need` tokens (T, need) on the CPU: whole held-out documents cut to length where
-        possible (the analyses move them to the model's device)."""
+        """`count` texts of `need` tokens (T, need) on the CPU: held-out pieces of whole documents where they are
+        long enough (`evaluation_documents`; the analyses move them to the model's device)."""
         key = json.dumps(model_data_spec(checkpoint.meta, self.corpus, self.limit_chars), sort_keys=True)
         if key not in self._prepared:
             self._prepared[key] = prepare_for_model(checkpoint.meta, self.corpus, self.limit_chars)
         data = self._prepared[key]
-        docs, stitched = evaluation_documents(data, self.split, need, count)
+        docs, stitched, _ = evaluation_documents(data, self.split, need, count)
         if stitched:
             print(
                 f"lextra analyze: warning: no {self.split} document of {data.corpus} has {need} tokens; "

@@ -26,14 +26,13 @@ from lextra.data.prepare import prepare_data
 from lextra.devices import resolve_device
 from lextra.errors import ConfigError
 from lextra.evaluate import EvalConfig, Evaluation, evaluate_model
-from lextra.io import atomic_write_json, atomic_write_text, sha256_file
+from lextra.io import atomic_write_json, sha256_file
 from lextra.model import WEIGHTS_FILE, load_model, read_model_meta
 from lextra.pipelines.log import log
 from lextra.pipelines.sharing import share_out
 from lextra.positions import SCHEMES
 from lextra.registry import split_compound
-from lextra.reporting.plots import plot_curves
-from lextra.reporting.tables import markdown_table, string_keys, write_csv
+from lextra.reporting.perplexity import perplexity_report
 from lextra.serialize import Serializable, options
 from lextra.tensorboard import Board, run_log_dir
 from lextra.train import CHECKPOINTS, FINAL, Distributed, TrainConfig, open_training_data, train
@@ -165,6 +164,8 @@ def compare(
     device = resolve_device(device)
     parsed, configs = _parsed(variants, plans, base)
     eval_config = eval_config.validate().for_device(device)  # `auto` precision resolved: cached cells name theirs
+    train_len = base.model.train_len  # the span resolved: cached cells name the tokens they scored
+    eval_config.span = eval_config.resolved_span(train_len, eval_config.resolved_lengths(train_len))
     clock = PhaseClock()
     models: dict[str, Path] = {}
     for variant in parsed:  # every process trains every model, in one order (a collective under torchrun)
@@ -314,41 +315,10 @@ class PhaseClock:
 
 
 def write_summary(out_dir: Path, summary: Comparison, train_len: int) -> None:
-    """summary.json, results.csv, table.md (one table per protocol) and perplexity.png."""
-    variants = summary.variants
-    first = next(iter(variants.values())).evaluation
-    lengths, protocols = first.lengths, first.protocols
-    curves = {
-        protocol: {label: string_keys(record.evaluation.curve(protocol)) for label, record in variants.items()}
-        for protocol in protocols
-    }
-    tables = [
-        f"### perplexity, {p} protocol (rows: scheme, columns: evaluation length)\n\n"
-        + markdown_table(curves[p], lengths, "scheme")
-        for p in protocols
-    ]
-    atomic_write_text(out_dir / "table.md", "\n\n".join(tables) + "\n")
-    records = [
-        {
-            "variant": label,
-            "scheme": record.scheme,
-            "mask": record.mask,
-            "protocol": p,
-            "length": n,
-            **point.to_dict(),
-            "precision": record.evaluation.precision,
-        }
-        for label, record in variants.items()
-        for p in protocols
-        for n, point in record.evaluation.results[p].items()
-    ]
-    write_csv(out_dir / "results.csv", records)
-    plot_curves(
-        curves,
-        train_len,
-        out_dir / "perplexity.png",
-        title=f"trained at L_tr = {train_len}: perplexity beyond the training length",
-    )
+    """summary.json, and through the one perplexity report (`perplexity_report`): results.csv, table.md (one table
+    per protocol, ± 95% intervals over documents, ranked by ppl(k L_tr)/ppl(L_tr)) and perplexity.png."""
+    rows = {label: [record.evaluation] for label, record in summary.variants.items()}
+    perplexity_report(rows, out_dir, title=f"trained at L_tr = {train_len}: perplexity beyond the training length")
     atomic_write_json(out_dir / "summary.json", summary.to_dict())
 
 

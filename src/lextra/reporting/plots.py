@@ -12,6 +12,8 @@ from lextra.analysis import Dispersion, FirstLayerLogits
 from lextra.io import atomic_write
 
 Curves = Mapping[str, Mapping[str, Mapping[str, float]]]  # protocol -> row label -> length -> value
+#: protocol -> row label -> length -> (low, high) of the value's 95% interval
+Bands = Mapping[str, Mapping[str, Mapping[str, tuple[float, float]]]]
 
 
 def pyplot() -> ModuleType:
@@ -54,10 +56,16 @@ def figure_legend(fig: Any, ax: Any) -> None:
 
 
 def plot_curves(
-    curves: Curves, train_len: int, path: str | Path, *, ylabel: str = "perplexity", title: str = ""
+    curves: Curves,
+    train_len: int,
+    path: str | Path,
+    *,
+    ylabel: str = "perplexity",
+    title: str = "",
+    bands: Bands | None = None,
 ) -> Path:
     """One panel per protocol, one line per row label (a colour per scheme, dotted with a mask); log-x lengths,
-    log-y values, L_tr marked; the legend right of the panels."""
+    log-y values, L_tr marked; the legend right of the panels. `bands`: each line's 95% interval, shaded."""
     plt = pyplot()
     protocols = list(curves)
     styles = line_styles(list(dict.fromkeys(label for rows in curves.values() for label in rows)))
@@ -67,6 +75,11 @@ def plot_curves(
             xs = sorted(int(n) for n in values)
             ys = [values[str(n)] for n in xs]
             ax.plot(xs, ys, marker="o", markersize=3, label=label, **styles[label])
+            band = (bands or {}).get(protocol, {}).get(label, {})
+            shown = [n for n in xs if str(n) in band]
+            if shown:
+                low, high = zip(*(band[str(n)] for n in shown), strict=True)
+                ax.fill_between(shown, low, high, color=styles[label]["color"], alpha=0.18, linewidth=0)
         ax.axvline(train_len, color="black", linestyle="--", linewidth=0.8)
         ax.text(train_len, 0.98, " L_tr", transform=ax.get_xaxis_transform(), va="top", fontsize=8)
         ax.set_xscale("log", base=2)

@@ -4,7 +4,7 @@ arXiv id) and a sentence, computed from the numbers, on what agrees in direction
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +12,7 @@ from lextra.evaluate import Evaluation
 from lextra.evaluate.retrieval import RetrievalResult
 from lextra.io import atomic_write_text
 from lextra.reporting.html import markdown_to_html
+from lextra.reporting.perplexity import interval_note, ppl_estimate
 from lextra.reporting.plots import plot_curves
 from lextra.reporting.study_results import ModelAnalysis, StudyResults, WindowSweep
 from lextra.reporting.tables import format_value, markdown_table, string_keys
@@ -58,7 +59,14 @@ PAPER_WINDOW = (
 
 
 def _number(value: Any) -> str:
-    return str(value) if isinstance(value, int) else format_value(value)
+    return value if isinstance(value, str) else str(value) if isinstance(value, int) else format_value(value)
+
+
+def _with_interval(value: float, interval: Sequence[float] | None) -> str:
+    """`20.83 ± 0.41` (half the 95% interval's width), or the value alone where none was saved."""
+    if not interval:
+        return format_value(value)
+    return f"{value:.2f} ± {(interval[1] - interval[0]) / 2:.2f}"
 
 
 def _trend(ratio: float) -> str:
@@ -67,13 +75,6 @@ def _trend(ratio: float) -> str:
 
 def _r_trend(ratio: float) -> str:
     return "holds" if ratio >= 0.8 else ("falls" if ratio >= 0.4 else "collapses")
-
-
-def mean_spread(values: list[float]) -> str:
-    """`m` for one value, `m ± sd` for several."""
-    if len(values) == 1:
-        return f"{values[0]:.2f}"
-    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
 
 
 def _agreement(ours: Mapping[str, float], paper: Mapping[str, float], trend: Callable[[float], str], what: str) -> str:
@@ -103,17 +104,24 @@ def perplexity_section(
     lines = ["## Perplexity beyond the training length", ""]
     curves: dict[str, dict[str, dict[str, float]]] = {}
     texts: dict[str, dict[str, dict[str, str]]] = {}
+    bands: dict[str, dict[str, dict[str, tuple[float, float]]]] = {}
     growth: dict[str, float] = {}
+    rows: dict[str, list[Evaluation]] = {}
     for mask, by_label in results.items():
         for label, by_seed in by_label.items():
             row = label if mask == "causal" else f"{label}+{mask}"
+            rows[row] = list(by_seed.values())
             for protocol in protocols:
-                values = {str(n): [ev.ppl(protocol, n) for ev in by_seed.values()] for n in lengths}
-                curves.setdefault(protocol, {})[row] = {n: statistics.mean(v) for n, v in values.items()}
-                texts.setdefault(protocol, {})[row] = {n: mean_spread(v) for n, v in values.items()}
+                estimates = {str(n): ppl_estimate(rows[row], protocol, n) for n in lengths}
+                curves.setdefault(protocol, {})[row] = {n: e.value for n, e in estimates.items()}
+                texts.setdefault(protocol, {})[row] = {n: e.text() for n, e in estimates.items()}
+                bands.setdefault(protocol, {})[row] = {
+                    n: (e.low, e.high) for n, e in estimates.items() if e.low is not None and e.high is not None
+                }
     for protocol in curves:
-        lines += [f"### {protocol} protocol (rows: model, columns: length)", ""]
+        lines += [f"### {protocol} protocol (rows: model, columns: length; ppl ± 95% interval)", ""]
         lines += [markdown_table(texts[protocol], lengths, "model", cell=str), ""]
+    lines += [interval_note(rows), ""]
     reference = "sliding" if "sliding" in curves else next(iter(curves))
     far = str(4 * train_len) if 4 * train_len in lengths else str(lengths[-1])
     for row, means in curves[reference].items():
@@ -123,6 +131,7 @@ def perplexity_section(
         train_len,
         plots / "perplexity.png",
         title=f"trained at L_tr = {train_len}",
+        bands=bands,
     )
     lines += [f"![perplexity]({plot.parent.name}/{plot.name})", "", f"**Paper**: {PAPER_PERPLEXITY}", ""]
     lines += [_agreement(growth, PAPER_GROWTH, _trend, f"{reference} ppl at {far} over ppl at L_tr"), ""]
@@ -174,7 +183,12 @@ def analysis_section(
 def window_section(sweep: Mapping[str, WindowSweep], length: int, causal: Mapping[str, float | None]) -> list[str]:
     widths = [str(w) for w in next(iter(sweep.values())).ppl]
     rows = {
-        label: {**string_keys(row.ppl), "no window": causal.get(label), "ERF": row.erf} for label, row in sweep.items()
+        label: {
+            **{str(w): _with_interval(v, (row.intervals or {}).get(w)) for w, v in row.ppl.items()},
+            "no window": causal.get(label),
+            "ERF": row.erf,
+        }
+        for label, row in sweep.items()
     }
     lines = [f"## Windowed attention: sliding-protocol ppl at {length} under window:w, against the ERF", ""]
     lines += [markdown_table(rows, [*widths, "no window", "ERF"], "model (w ->)", cell=_number), ""]
@@ -232,10 +246,18 @@ def retrieval_section(
     return lines
 
 
-def stretch_section(stretch: Mapping[str, Mapping[int, float]], lengths: list[int], train_len: int) -> list[str]:
-    lines = ["## Inference-time methods (sliding-protocol ppl, no retraining)", ""]
-    table = {row: string_keys(values) for row, values in stretch.items()}
-    lines += [markdown_table(table, lengths, "model + method"), "", f"**Paper**: {PAPER_TEMPERATURE}", ""]
+def stretch_section(
+    stretch: Mapping[str, Mapping[int, float]],
+    lengths: list[int],
+    train_len: int,
+    intervals: Mapping[str, Mapping[int, Sequence[float]]] | None = None,
+) -> list[str]:
+    lines = ["## Inference-time methods (sliding-protocol ppl ± 95% interval over documents, no retraining)", ""]
+    table = {
+        row: {str(n): _with_interval(v, (intervals or {}).get(row, {}).get(n)) for n, v in values.items()}
+        for row, values in stretch.items()
+    }
+    lines += [markdown_table(table, lengths, "model + method", cell=str), "", f"**Paper**: {PAPER_TEMPERATURE}", ""]
     far = lengths[-1]
     best: dict[str, tuple[str, float]] = {}
     for row, values in stretch.items():
@@ -280,7 +302,7 @@ def write_report(results: StudyResults, out: Path, header: list[str]) -> tuple[P
     if results.retrieval:
         lines += retrieval_section(results.retrieval, lengths, train_len, plots)
     if results.stretch:
-        lines += stretch_section(results.stretch, lengths, train_len)
+        lines += stretch_section(results.stretch, lengths, train_len, results.stretch_intervals)
     text = "\n".join(lines) + "\n"
     atomic_write_text(out / "report.md", text)
     atomic_write_text(out / "report.html", markdown_to_html(text, out, config.get("name", "study")))

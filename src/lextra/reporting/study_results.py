@@ -54,6 +54,8 @@ class WindowSweep(Serializable):
     #: window width -> perplexity, written inline (the widths are keys beside "erf")
     ppl: dict[int, float] = field(metadata=options(inline=True))
     erf: int | None
+    #: window width -> [low, high] of the perplexity's 95% interval over documents (absent in older studies)
+    intervals: dict[int, list[float]] | None = field(default=None, metadata=options(omit_none=True))
 
 
 @dataclass
@@ -69,5 +71,7 @@ class StudyResults(Serializable):
     retrieval: dict[str, RetrievalResult] | None = field(default=None, metadata=options(omit_none=True))
     #: "model + method" -> length -> sliding-protocol perplexity
     stretch: dict[str, dict[int, float]] | None = field(default=None, metadata=options(omit_none=True))
+    #: "model + method" -> length -> [low, high] of that perplexity's 95% interval over documents
+    stretch_intervals: dict[str, dict[int, list[float]]] | None = field(default=None, metadata=options(omit_none=True))
     compute_minutes: float = 0.0
     cell_commits: list[str] = field(default_factory=list)

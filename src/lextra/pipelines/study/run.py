@@ -174,7 +174,9 @@ class Study:
 
     def eval_config(self, **fields: Any) -> EvalConfig:
         """A perplexity cell's `EvalConfig` (validated) at the study's `eval_precision`, `auto` resolved for the
-        study's device: a cell's key names the precision it runs in."""
+        study's device: a cell's key names the precision it runs in. Every cell scores the same tokens per document
+        (the span: the study's longest length), named in its key."""
+        fields.setdefault("span", max(self.config.lengths))
         ev = EvalConfig(**fields, precision=self.config.eval_precision).validate()
         return ev.for_device(self.device)
 
@@ -267,10 +269,16 @@ class Study:
                 jobs.append(Cell("window", f"{label}-w{width}", key, compute, Evaluation))
                 places.append((label, width))
         rows: dict[str, dict[int, float]] = {label: {} for label in section.get("models", [])}
+        intervals: dict[str, dict[int, list[float]]] = {label: {} for label in rows}
         for (label, width), result in zip(places, self.cells(jobs), strict=True):
             rows[label][width] = result.ppl("sliding", length)
+            intervals[label].update(_interval(result, length, width))
         return {
-            label: WindowSweep(ppl=row, erf=analysis[label].receptive_field.erf if label in analysis else None)
+            label: WindowSweep(
+                ppl=row,
+                erf=analysis[label].receptive_field.erf if label in analysis else None,
+                intervals=intervals[label] or None,  # None: one document, no interval
+            )
             for label, row in rows.items()
         }
 
@@ -331,8 +339,9 @@ class Study:
         ]
         return {variant: result for (variant, _, _), result in zip(variants, self.cells(jobs), strict=True)}
 
-    def stretch(self) -> dict[str, dict[int, float]]:
-        """Sliding-protocol perplexity of each model under each inference-time method at every length."""
+    def stretch(self) -> tuple[dict[str, dict[int, float]], dict[str, dict[int, list[float]]]]:
+        """Sliding-protocol perplexity of each model under each inference-time method at every length, and each
+        one's 95% interval over documents."""
         from lextra.methods import EXTEND, methods_for, prepared
 
         section = self.config.stretch or {}
@@ -342,6 +351,7 @@ class Study:
         factor = float(max(self.config.multiples))
         seed = self.config.seeds[0]
         results: dict[str, dict[int, float]] = {}
+        intervals: dict[str, dict[int, list[float]]] = {}
         for label in section.get("models", []):
             base = self.load(label, seed)
             methods = [m for m in methods_for(base, extensions) if not wanted or m in wanted]
@@ -357,7 +367,6 @@ class Study:
                         lengths=[length],
                         protocols=["sliding"],
                         documents=self.config.documents,
-                        span=max(self.config.lengths),
                     )
                     key = {"weights": self.weights(label, seed), "method": method, "eval": ev.to_dict(), "w": windows}
                     jobs.append(
@@ -372,9 +381,11 @@ class Study:
                     places.append((method, length))
             for method in methods:
                 results[f"{label} + {method}"] = {}
+                intervals[f"{label} + {method}"] = {}
             for (method, length), result in zip(places, self.cells(jobs), strict=True):
                 results[f"{label} + {method}"][length] = result.ppl("sliding", length)
-        return results
+                intervals[f"{label} + {method}"].update(_interval(result, length, length))
+        return results, {row: found for row, found in intervals.items() if found}
 
     def ruler(self) -> dict[str, Any]:
         """The RULER suite on each model (seed 0): one cell per model, its answers resumable under `ruler/<label>/`
@@ -421,7 +432,8 @@ class Study:
         if self.config.retrieval is not None:
             results.retrieval = self.retrieval()
         if self.config.stretch is not None:
-            results.stretch = self.stretch()
+            results.stretch, stretch_intervals = self.stretch()
+            results.stretch_intervals = stretch_intervals or None
         if self.config.ruler is not None:  # its files are under ruler/<label>/, not in study.json
             self.ruler()
         results.compute_minutes = round(self.seconds / 60, 1)
@@ -442,3 +454,9 @@ def train_config(study: StudyConfig, spec: ModelSpec, seed: int):
     if config.log_dir is not None:  # one TensorBoard run per model and seed
         config.log_dir = str(Path(config.log_dir) / spec.label / f"seed{seed}")
     return config.validate()
+
+
+def _interval(evaluation: Evaluation, length: int, key: int) -> dict[int, list[float]]:
+    """{key: [low, high]} of the sliding-protocol perplexity at `length`, or {} where it has no interval."""
+    point = evaluation.point("sliding", length)
+    return {} if point.low is None or point.high is None else {key: [point.low, point.high]}

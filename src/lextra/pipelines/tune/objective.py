@@ -2,7 +2,7 @@
 target length, for one candidate setup at a time on one loaded model.
 
 loss = ln(perplexity) + passkey_weight * (1 - passkey accuracy): perplexity is lextra's `chunks` protocol on the first
-`documents` held-out documents cut to T tokens (`lextra eval` / `lextra hf eval` give the same number), passkey
+`documents` held-out pieces of T tokens (`lextra eval` / `lextra hf eval` with `--span T` give the same number), passkey
 accuracy the exact-match share of lextra's passkey task at T tokens over the depths (`lextra hf retrieval` /
 `lextra retrieval eval`). With the default weight, one depth of five found or lost weighs as much as a 22% change of
 perplexity.
@@ -68,6 +68,7 @@ class MeasuredObjective:
             lengths=[settings.length],
             protocols=["chunks"],
             documents=settings.documents,
+            span=settings.length,  # one window of the target length per document, whatever L_tr is
             backend=settings.backend,
             split=settings.split,
         ).validate()
