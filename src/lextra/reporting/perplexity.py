@@ -48,6 +48,7 @@ class Estimate:
         """`20.83 ± 0.41` (half the interval's width), or the value alone without an interval."""
         if self.low is None or self.high is None:
             return format_value(self.value)
+        digits = 0 if self.value >= 1000 else digits  # 41230 ± 5120, as `format_value` writes large values
         return f"{self.value:.{digits}f} ± {(self.high - self.low) / 2:.{digits}f}"
 
     def below(self, other: Estimate) -> bool:
@@ -135,7 +136,7 @@ def perplexity_report(
                 str(r["column"]): (float(r["low"]), float(r["high"])) for r in by_column if r["low"] is not None
             }
     notes = [interval_note(rows)]
-    if layout.summary:
+    if layout.summary and len(rows) > 1:
         notes.append(
             f"`below next`: whether the row's {layout.ratio_name} interval lies wholly below the next row's (a "
             "difference the intervals decide); `no`: the ranking between the two is not established."
@@ -143,7 +144,8 @@ def perplexity_report(
     atomic_write_text(out_dir / "table.md", "\n\n".join([*tables, *notes]) + "\n")
     write_csv(out_dir / "results.csv", [{k: v for k, v in r.items() if k != "column"} for r in records])
     train_len = 1 if by_multiple else evaluations[0].train_len
-    plot = plot_curves(curves, train_len, out_dir / "perplexity.png", title=title, bands=bands)
+    xlabel = "evaluation length (multiples of L_tr)" if by_multiple else "evaluation length (tokens)"
+    plot = plot_curves(curves, train_len, out_dir / "perplexity.png", title=title, bands=bands, xlabel=xlabel)
     return {"table": out_dir / "table.md", "csv": out_dir / "results.csv", "plot": plot}
 
 
@@ -169,10 +171,13 @@ def _protocol_table(
     header = [layout.name(c) for c in layout.columns]
     if layout.summary:
         order = sorted(ratios, key=lambda label: ratios[label].value)
-        for here, after in zip(order, [*order[1:], None], strict=True):
-            cells[here]["below next"] = "-" if after is None else ("yes" if ratios[here].below(ratios[after]) else "no")
+        header.append(layout.ratio_name)
+        if len(order) > 1:  # a ranking: which neighbours the intervals separate
+            for here, after in zip(order, [*order[1:], None], strict=True):
+                below = "-" if after is None else ("yes" if ratios[here].below(ratios[after]) else "no")
+                cells[here]["below next"] = below
+            header.append("below next")
         cells = {label: cells[label] for label in order}
-        header += [layout.ratio_name, "below next"]
     caption = f"### {protocol} (ppl ± 95% interval by {'multiple of L_tr' if layout.by_multiple else 'length'}"
     caption += f"; ranked by {layout.ratio_name})" if layout.summary else ")"
     return caption + "\n\n" + markdown_table(cells, header, "model", cell=str), records

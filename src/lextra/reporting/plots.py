@@ -63,6 +63,7 @@ def plot_curves(
     ylabel: str = "perplexity",
     title: str = "",
     bands: Bands | None = None,
+    xlabel: str = "evaluation length (tokens)",
 ) -> Path:
     """One panel per protocol, one line per row label (a colour per scheme, dotted with a mask); log-x lengths,
     log-y values, L_tr marked; the legend right of the panels. `bands`: each line's 95% interval, shaded."""
@@ -84,7 +85,7 @@ def plot_curves(
         ax.text(train_len, 0.98, " L_tr", transform=ax.get_xaxis_transform(), va="top", fontsize=8)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_xlabel("evaluation length (tokens)")
+        ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.set_title(protocol)
         ax.grid(True, which="both", alpha=0.3)
