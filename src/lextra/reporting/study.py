@@ -12,7 +12,7 @@ from lextra.evaluate import Evaluation
 from lextra.evaluate.retrieval import RetrievalResult
 from lextra.io import atomic_write_text
 from lextra.reporting.html import markdown_to_html
-from lextra.reporting.perplexity import interval_note, ppl_estimate
+from lextra.reporting.perplexity import perplexity_report, ppl_estimate
 from lextra.reporting.plots import plot_curves
 from lextra.reporting.study_results import ModelAnalysis, StudyResults, WindowSweep
 from lextra.reporting.tables import format_value, markdown_table, string_keys
@@ -101,39 +101,25 @@ def perplexity_section(
     plots: Path,
     protocols: list[str],
 ) -> list[str]:
+    """The perplexity tables and plot through the one perplexity report (`perplexity_report`, written beside the
+    plots in `perplexity/`: seeds pooled with their t-interval, ranked by ppl(k L_tr) / ppl(L_tr)), then how the
+    growth compares with the paper's."""
     lines = ["## Perplexity beyond the training length", ""]
-    curves: dict[str, dict[str, dict[str, float]]] = {}
-    texts: dict[str, dict[str, dict[str, str]]] = {}
-    bands: dict[str, dict[str, dict[str, tuple[float, float]]]] = {}
-    growth: dict[str, float] = {}
-    rows: dict[str, list[Evaluation]] = {}
-    for mask, by_label in results.items():
-        for label, by_seed in by_label.items():
-            row = label if mask == "causal" else f"{label}+{mask}"
-            rows[row] = list(by_seed.values())
-            for protocol in protocols:
-                estimates = {str(n): ppl_estimate(rows[row], protocol, n) for n in lengths}
-                curves.setdefault(protocol, {})[row] = {n: e.value for n, e in estimates.items()}
-                texts.setdefault(protocol, {})[row] = {n: e.text() for n, e in estimates.items()}
-                bands.setdefault(protocol, {})[row] = {
-                    n: (e.low, e.high) for n, e in estimates.items() if e.low is not None and e.high is not None
-                }
-    for protocol in curves:
-        lines += [f"### {protocol} protocol (rows: model, columns: length; ppl ± 95% interval)", ""]
-        lines += [markdown_table(texts[protocol], lengths, "model", cell=str), ""]
-    lines += [interval_note(rows), ""]
-    reference = "sliding" if "sliding" in curves else next(iter(curves))
-    far = str(4 * train_len) if 4 * train_len in lengths else str(lengths[-1])
-    for row, means in curves[reference].items():
-        growth[row] = means[far] / means[str(train_len)]
-    plot = plot_curves(
-        curves,
-        train_len,
-        plots / "perplexity.png",
-        title=f"trained at L_tr = {train_len}",
-        bands=bands,
-    )
-    lines += [f"![perplexity]({plot.parent.name}/{plot.name})", "", f"**Paper**: {PAPER_PERPLEXITY}", ""]
+    rows = {
+        (label if mask == "causal" else f"{label}+{mask}"): list(by_seed.values())
+        for mask, by_label in results.items()
+        for label, by_seed in by_label.items()
+    }
+    folder = plots.parent / "perplexity"
+    paths = perplexity_report(rows, folder, title=f"trained at L_tr = {train_len}")
+    lines += [paths["table"].read_text().strip(), ""]
+    reference = "sliding" if "sliding" in protocols else protocols[0]
+    far = 4 * train_len if 4 * train_len in lengths else lengths[-1]
+    growth = {
+        row: ppl_estimate(evs, reference, far).value / ppl_estimate(evs, reference, train_len).value
+        for row, evs in rows.items()
+    }
+    lines += [f"![perplexity]({folder.name}/{paths['plot'].name})", "", f"**Paper**: {PAPER_PERPLEXITY}", ""]
     lines += [_agreement(growth, PAPER_GROWTH, _trend, f"{reference} ppl at {far} over ppl at L_tr"), ""]
     return lines
 
