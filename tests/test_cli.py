@@ -164,7 +164,7 @@ def test_every_training_flag_sets_a_config_field() -> None:
     own |= {"set"}  # --set KEY=VALUE sets any field by name
     own |= {"plans"}  # compare's --layer-plan LABEL=PLAN: models beside --schemes
     # compare's evaluation
-    own |= {"lengths", "protocols", "stride", "documents", "span", "split", "backend", "temperature"}
+    own |= {"lengths", "protocols", "stride", "documents", "span", "split", "backend", "temperature", "seeds"}
     own |= {"eval_precision"}  # compare's evaluation precision (EvalConfig.precision)
     own |= {"depths", "samples", "candidates", "eval_seed", "eval_batch_size"}  # retrieval compare's evaluation
     own |= {"task_lengths"}  # train's --task-lengths: it sets TrainConfig.task_lengths with --task

@@ -350,6 +350,24 @@ def test_a_quiet_evaluation_that_will_take_minutes_says_so_once(monkeypatch, cap
     assert "tokens to score" not in capsys.readouterr().err
 
 
+def test_compare_over_seeds_pools_each_variant_into_a_mean_with_its_t_interval(tmp_path, capsys) -> None:
+    base = tiny_config("nope", steps=2)
+    evaluation = EvalConfig(lengths=[32, 64], protocols=["chunks"], documents=2, span=64)
+    summary = compare(["rope", "rope+bca"], base, evaluation, tmp_path, seeds=[0, 1], progress=False)
+    assert set(summary.variants) == {"rope-seed0", "rope-seed1", "rope+bca-seed0", "rope+bca-seed1"}
+    assert {summary.variants[f"rope-seed{k}"].seed for k in (0, 1)} == {0, 1}
+    trained = [load_model(tmp_path / "models" / "rope" / f"seed{k}" / "model") for k in (0, 1)]
+    assert not torch.equal(trained[0].blocks[0].attn.q_proj.weight, trained[1].blocks[0].attn.q_proj.weight)
+    table = (tmp_path / "table.md").read_text()
+    ppl = [summary.variants[f"rope-seed{k}"].evaluation.ppl("chunks", 64) for k in (0, 1)]
+    mean, half = (ppl[0] + ppl[1]) / 2, 12.706 * abs(ppl[0] - ppl[1]) / 2  # t(0.975, 1) x sd / sqrt(2)
+    assert "| rope | " in table and f"| {mean:.2f} ± {half:.2f} |" in table
+    assert "95% t-interval (2 seeds)" in table
+    capsys.readouterr()
+    compare(["rope", "rope+bca"], base, evaluation, tmp_path, seeds=[0, 1], progress=False)
+    assert capsys.readouterr().err.count("reusing") == 4
+
+
 def test_report_sets_evaluated_models_side_by_side_with_a_summary_column(tmp_path, capsys) -> None:
     common = ["--lengths", "32,64,128", "--span", "128", "--documents", "2", "--protocols", "chunks", "--quiet"]
     for scheme in ("rope", "alibi"):

@@ -1,4 +1,4 @@
-"""`lextra compare`: train and evaluate several schemes on the same data, seed and budget."""
+"""`lextra compare`: train and evaluate several schemes (and seeds) on the same data and budget."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from lextra.cli.options import (
     temperature_option,
     train_config_from,
 )
+from lextra.errors import ConfigError
 
 
 @command(
@@ -24,7 +25,7 @@ from lextra.cli.options import (
     options=(add_training, add_device, add_evaluation, temperature_option("log-length", files=False), add_quiet),
     examples=(
         "lextra compare --out runs/compare",
-        "lextra compare --out runs/cmp --schemes rope,rope+bca,alibi,t5 --layer-plan swan=swan,window=32 --steps 300",
+        "lextra compare --out runs/cmp --schemes rope,rope+bca,alibi --layer-plan swan=swan,window=32 --seeds 0,1,2",
     ),
 )
 def configure_compare(parser: argparse.ArgumentParser) -> Handler:
@@ -42,6 +43,13 @@ def configure_compare(parser: argparse.ArgumentParser) -> Handler:
         "plan's own ';' stays whole), e.g. swan=swan,window=32 or 'hybrid=3*(rope+window:32);nope'; with "
         "--layer-plan and no --schemes only the plans are compared (default: none)",
     )
+    parser.add_argument(
+        "--seeds",
+        default=None,
+        metavar="S,S,...",
+        help="train every model once per seed; the tables pool a variant's seeds into one row, the mean with its 95%% "
+        "t-interval (default: --seed alone)",
+    )
     schemes_default = parser.get_default("schemes")
 
     def run(args: argparse.Namespace) -> int:
@@ -56,6 +64,7 @@ def configure_compare(parser: argparse.ArgumentParser) -> Handler:
             eval_config_from(args),
             args.out,
             plans=args.plans,
+            seeds=_seeds(args.seeds),
             progress=not args.quiet,
             device=args.device,
         )
@@ -68,3 +77,16 @@ def configure_compare(parser: argparse.ArgumentParser) -> Handler:
         return 0
 
     return run
+
+
+def _seeds(text: str | None) -> list[int]:
+    """`--seeds 0,1,2` -> [0, 1, 2] (distinct, >= 0); none given: []."""
+    if text is None:
+        return []
+    try:
+        seeds = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise ConfigError(f"--seeds {text!r}: give comma-separated whole numbers, e.g. --seeds 0,1,2") from None
+    if any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
+        raise ConfigError(f"--seeds {text!r}: give distinct seeds >= 0, e.g. --seeds 0,1,2")
+    return seeds

@@ -1,9 +1,11 @@
-"""`lextra compare`: train one model per scheme on the same data, seed and budget, evaluate every variant
+"""`lextra compare`: train one model per scheme (per seed) on the same data and budget, evaluate every variant
 (a scheme plus an inference-time mask, e.g. `rope+bca`), and report one table and one plot.
 
-Layout of the output folder: `models/<scheme>/` (training runs), `results/<variant>.json` (evaluations),
-`summary.json`, `results.csv`, `table.md`, `perplexity.png`. Finished cells are reused when the command runs
-again with the same settings; an interrupted training resumes from its last checkpoint.
+Layout of the output folder: `models/<scheme>/` (training runs; `models/<scheme>/seed<k>/` with several seeds),
+`results/<variant>.json` (evaluations; `<variant>-seed<k>.json`), `summary.json`, `results.csv`, `table.md`,
+`perplexity.png`: the one perplexity report, a variant's seeds pooled into one row (mean with its t-interval).
+Finished cells are reused when the command runs again with the same settings; an interrupted training resumes from
+its last checkpoint.
 """
 
 from __future__ import annotations
@@ -68,6 +70,8 @@ class VariantResult(Serializable):
     mask: str
     #: written inline: `results/<variant>.json` holds the evaluation's keys beside the fields above
     evaluation: Evaluation = field(metadata=options(inline=True))
+    #: the training seed, where the comparison trains several (a result of one seed leaves it out)
+    seed: int | None = field(default=None, metadata=options(omit_none=True))
 
     def fingerprint(self) -> dict[str, Any]:
         """What a cached result must match to be reused: the weights' checksum and the evaluation settings."""
@@ -76,7 +80,8 @@ class VariantResult(Serializable):
 
 @dataclass
 class Comparison(Serializable):
-    """Every variant's result with the training and evaluation settings they share (`summary.json`)."""
+    """Every variant's result with the training and evaluation settings they share (`summary.json`); with several
+    seeds one entry per variant and seed (`<variant>-seed<k>`)."""
 
     variants: dict[str, VariantResult]
     train: dict[str, Any]
@@ -149,11 +154,12 @@ def compare(
     out_dir: str | Path,
     *,
     plans: Sequence[str] = (),
+    seeds: Sequence[int] = (),
     progress: bool = True,
     device: str | torch.device | None = None,
 ) -> Comparison:
-    """Train each distinct scheme and each layer plan (`LABEL=PLAN`) once, evaluate each variant, write the summary
-    files; return the summary.
+    """Train each distinct scheme and each layer plan (`LABEL=PLAN`) once per seed (`seeds`; none: `base.seed`
+    alone), evaluate each variant, write the summary files; return the summary.
 
     Everything runs on `device` (None: CUDA when available); cached cells do not depend on it. Under torchrun every
     process trains every model (DDP or FSDP), then the variants still to evaluate are shared out among the
@@ -166,43 +172,75 @@ def compare(
     eval_config = eval_config.validate().for_device(device)  # `auto` precision resolved: cached cells name theirs
     train_len = base.model.train_len  # the span resolved: cached cells name the tokens they scored
     eval_config.span = eval_config.resolved_span(train_len, eval_config.resolved_lengths(train_len))
+    runs = _seeds(seeds, base)
     clock = PhaseClock()
-    models: dict[str, Path] = {}
+    models: dict[tuple[str, int | None], Path] = {}
     for variant in parsed:  # every process trains every model, in one order (a collective under torchrun)
-        if variant.model not in models:
-            config = configs[variant.model]
-            config.log_dir = _log_dir(base, variant)
-            _log(f"training {variant.model}")
-            with clock.phase("training"):
-                models[variant.model] = train_or_reuse(config, out_dir / "models" / variant.model, progress, device)
+        for seed in runs:
+            if (variant.model, seed) not in models:
+                config = copy.deepcopy(configs[variant.model])
+                config.seed = base.seed if seed is None else seed
+                config.log_dir = _log_dir(base, variant, seed)
+                _log(f"training {variant.model}" + ("" if seed is None else f", seed {seed}"))
+                with clock.phase("training"):
+                    models[variant.model, seed] = train_or_reuse(
+                        config, _model_dir(out_dir, variant, seed), progress, device
+                    )
     world = Distributed.from_environment(device)
-    weights = {model: sha256_file(folder / WEIGHTS_FILE) for model, folder in models.items()}  # once per model
-    cells = [_Cell(out_dir, variant, models[variant.model], weights[variant.model], eval_config) for variant in parsed]
-    results = {cell.variant.label: cell.reused() for cell in cells}
+    weights = {key: sha256_file(folder / WEIGHTS_FILE) for key, folder in models.items()}  # once per model
+    cells = [
+        _Cell(out_dir, variant, models[variant.model, seed], weights[variant.model, seed], eval_config, seed)
+        for variant in parsed
+        for seed in runs
+    ]
+    results = {cell.key: cell.reused() for cell in cells}
     data = functools.cache(functools.partial(_evaluation_data, base, progress))  # read at the first evaluation here
 
     def evaluate(cell: _Cell) -> None:
         with clock.phase("evaluation"):
-            results[cell.variant.label] = cell.evaluate(data(), base, progress, device)
+            results[cell.key] = cell.evaluate(data(), base, progress, device)
 
     def saved(cell: _Cell) -> bool:  # reads another process's result once it is written
-        if results[cell.variant.label] is None:
-            results[cell.variant.label] = _saved_result(cell.path, cell.fingerprint)
-        return results[cell.variant.label] is not None
+        if results[cell.key] is None:
+            results[cell.key] = _saved_result(cell.path, cell.fingerprint)
+        return results[cell.key] is not None
 
     share_out(cells, world, evaluate, saved)
-    finished = {label: result for label, result in results.items() if result is not None}  # all, after share_out
+    finished = {key: result for key, result in results.items() if result is not None}  # all, after share_out
     summary = Comparison(variants=finished, train=base.to_dict(), eval=eval_config.to_dict())
     if world.is_main:
-        write_summary(out_dir, summary, base.model.train_len)
+        rows: dict[str, list[Evaluation]] = {}
+        for cell in cells:
+            rows.setdefault(cell.variant.label, []).append(finished[cell.key].evaluation)
+        write_summary(out_dir, summary, rows, base.model.train_len)
         _log(clock.report())
     world.barrier()  # the summary files written before any process reads them
     return summary
 
 
-def _log_dir(base: TrainConfig, variant: Variant) -> str | None:
-    """One TensorBoard run per model: its training curves and its variants' perplexity curves."""
-    return None if base.log_dir is None else str(Path(base.log_dir) / variant.model)
+def _seeds(seeds: Sequence[int], base: TrainConfig) -> list[int | None]:
+    """The seeds to train: [None] (the base config's seed, the one-seed layout) unless several are given."""
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"compare --seeds {','.join(map(str, seeds))}: a seed is repeated; give each once")
+    if len(seeds) <= 1:
+        if seeds:
+            base.seed = seeds[0]
+        return [None]
+    return list(seeds)
+
+
+def _model_dir(out_dir: Path, variant: Variant, seed: int | None) -> Path:
+    """Where a variant's model trains: `models/<model>/`, or `models/<model>/seed<k>/` with several seeds."""
+    folder = out_dir / "models" / variant.model
+    return folder if seed is None else folder / f"seed{seed}"
+
+
+def _log_dir(base: TrainConfig, variant: Variant, seed: int | None = None) -> str | None:
+    """One TensorBoard run per model (and seed): its training curves and its variants' perplexity curves."""
+    if base.log_dir is None:
+        return None
+    folder = Path(base.log_dir) / variant.model
+    return str(folder if seed is None else folder / f"seed{seed}")
 
 
 @dataclass
@@ -214,11 +252,13 @@ class _Cell:
     model_dir: Path
     weights: str  # the sha256 of the model's weights file
     eval_config: EvalConfig
+    seed: int | None = None  # None: the comparison trains one seed
 
     def __post_init__(self) -> None:
         self.settings = copy.deepcopy(self.eval_config)
         self.settings.mask = self.variant.mask
-        self.path = self.out_dir / "results" / f"{self.variant.label.replace(':', '-')}.json"
+        self.key = self.variant.label if self.seed is None else f"{self.variant.label}-seed{self.seed}"
+        self.path = self.out_dir / "results" / f"{self.key.replace(':', '-')}.json"
         self.fingerprint = {"model_sha256": self.weights, "eval": self.settings.to_dict()}
 
     def reused(self) -> VariantResult | None:
@@ -233,11 +273,11 @@ class _Cell:
         model = load_model(self.model_dir, map_location=device)
         _log(f"evaluating {self.variant.label}")
         evaluation = evaluate_model(model, data, self.settings, progress=progress, label=self.variant.label)
-        record = VariantResult(self.weights, self.variant.scheme, self.variant.mask, evaluation)
+        record = VariantResult(self.weights, self.variant.scheme, self.variant.mask, evaluation, self.seed)
         atomic_write_json(self.path, record.to_dict())
         if base.tensorboard:  # written when computed, so a reused result is not logged twice
-            run_dir = self.out_dir / "models" / self.variant.model
-            _log_evaluation(run_log_dir(_log_dir(base, self.variant), run_dir), evaluation, self.variant.mask)
+            board_dir = run_log_dir(_log_dir(base, self.variant, self.seed), self.model_dir.parent)
+            _log_evaluation(board_dir, evaluation, self.variant.mask)
         return record
 
 
@@ -314,10 +354,10 @@ class PhaseClock:
         return f"wall time {total:.0f} s" + (": " + ", ".join(parts) if parts else "")
 
 
-def write_summary(out_dir: Path, summary: Comparison, train_len: int) -> None:
+def write_summary(out_dir: Path, summary: Comparison, rows: dict[str, list[Evaluation]], train_len: int) -> None:
     """summary.json, and through the one perplexity report (`perplexity_report`): results.csv, table.md (one table
-    per protocol, ± 95% intervals over documents, ranked by ppl(k L_tr)/ppl(L_tr)) and perplexity.png."""
-    rows = {label: [record.evaluation] for label, record in summary.variants.items()}
+    per protocol, ± 95% intervals over documents or seeds, ranked by ppl(k L_tr)/ppl(L_tr)) and perplexity.png;
+    `rows`: each variant's evaluations, one per seed."""
     perplexity_report(rows, out_dir, title=f"trained at L_tr = {train_len}: perplexity beyond the training length")
     atomic_write_json(out_dir / "summary.json", summary.to_dict())
 
