@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lextra.attention import attention_logits, build_mask
+from lextra.attention import attention_logits, build_mask, cap_scores, sink_softmax
 from lextra.attention.masks import UNBOUNDED, Mask
 from lextra.devices import module_device
 from lextra.model import GPT, AttentionInputs
@@ -45,11 +45,7 @@ class LogitBlock:
     def weights(self) -> Tensor:
         """Softmax over the allowed keys (masked keys get weight 0; with sinks, each row's weights sum to less
         than 1 by the sink's share), (B, H, c, n)."""
-        logits = self.logits.masked_fill(~self.allowed, float("-inf"))
-        if self.sinks is None:
-            return torch.softmax(logits, dim=-1)
-        column = self.sinks.float().reshape(1, -1, 1, 1).expand(*logits.shape[:-1], 1)
-        return torch.softmax(torch.cat((logits, column), dim=-1), dim=-1)[..., :-1]
+        return sink_softmax(self.logits.masked_fill(~self.allowed, float("-inf")), self.sinks)
 
 
 @dataclass
@@ -100,7 +96,7 @@ class LayerAttention:
                 logits = attention_logits(q, k, self.scheme, qp, kp, scale=scale) + self.bias[..., idx, lo:hi]
                 logits = logits if tau is None else logits / tau[..., None]
             if self.softcap is not None:
-                logits = torch.tanh(logits / self.softcap) * self.softcap
+                logits = cap_scores(logits, self.softcap)
             yield LogitBlock(qp, kp, logits, self.mask.allowed(qp, kp), self.sinks)
 
 

@@ -9,12 +9,14 @@ from lextra.attention.backends import (
     AttentionOptions,
     attention,
     attention_logits,
+    cap_scores,
     choose_backend,
     chunked_attention,
     default_positions,
     reference_attention,
     register_backend,
     run_attention,
+    sink_softmax,
 )
 from lextra.attention.flex import flex_attention_forward, flex_block_mask
 from lextra.attention.layout import PositionLayout
@@ -34,6 +36,7 @@ __all__ = [
     "attention",
     "attention_logits",
     "build_mask",
+    "cap_scores",
     "choose_backend",
     "chunked_attention",
     "default_positions",
@@ -44,4 +47,5 @@ __all__ = [
     "run_attention",
     "s2_visible",
     "shifted_sparse_attention",
+    "sink_softmax",
 ]

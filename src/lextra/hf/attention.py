@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lextra.analysis.capture import CapturedLayer, LayerAttention
-from lextra.attention import attention
+from lextra.attention import attention, cap_scores, sink_softmax
 from lextra.attention.masks import CausalMask, FullMask, Mask
 from lextra.attention.pieces import TemperatureTuning
 from lextra.errors import ConfigError
@@ -284,7 +284,7 @@ def _dense(query: Tensor, key: Tensor, value: Tensor, extras: _Extras) -> Tensor
     """Attention with a materialised bias or padding mask (T5, padded batches): logits in fp32."""
     logits = (query.float() @ key.float().transpose(-1, -2)) * extras.scale
     if extras.softcap is not None:
-        logits = torch.tanh(logits / extras.softcap) * extras.softcap
+        logits = cap_scores(logits, extras.softcap)
     if extras.position_bias is not None:
         logits = logits + extras.position_bias.float()
     allowed = extras.mask.allowed(extras.q_pos, extras.k_pos)[None, None]
@@ -297,12 +297,7 @@ def _dense(query: Tensor, key: Tensor, value: Tensor, extras: _Extras) -> Tensor
     if extras.tau is not None:
         t = torch.as_tensor(extras.tau, dtype=torch.float32, device=logits.device)
         logits = logits / (t[:, None, None] if t.dim() == 1 else t[..., None])
-    logits = logits.masked_fill(~allowed, float("-inf"))
-    if extras.sinks is not None:
-        column = extras.sinks.float().reshape(1, -1, 1, 1).expand(*logits.shape[:-1], 1)
-        weights = torch.softmax(torch.cat((logits, column), dim=-1), dim=-1)[..., :-1]
-    else:
-        weights = torch.softmax(logits, dim=-1)
+    weights = sink_softmax(logits.masked_fill(~allowed, float("-inf")), extras.sinks)
     return (weights.nan_to_num(0.0) @ value.float()).to(query.dtype)  # fully masked rows attend to nothing
 
 

@@ -28,7 +28,14 @@ scheme only its interface (`lextra.positions.base.PositionScheme`).
 """
 
 from lextra.attention.backends.chunked import ChunkedBackend, chunked_attention
-from lextra.attention.backends.common import TILE, attention_logits, attention_with_lse, merge_tiles
+from lextra.attention.backends.common import (
+    TILE,
+    attention_logits,
+    attention_with_lse,
+    cap_scores,
+    merge_tiles,
+    sink_softmax,
+)
 from lextra.attention.backends.dispatch import (
     AUTO_ORDER,
     REGISTERED,
@@ -80,6 +87,7 @@ __all__ = [
     "attention_with_lse",
     "auto_backend",
     "backend_names",
+    "cap_scores",
     "choose_backend",
     "chunked_attention",
     "cuda_backend",
@@ -90,5 +98,6 @@ __all__ = [
     "register_backend",
     "resolve_backend",
     "run_attention",
+    "sink_softmax",
     "unregister_backend",
 ]

@@ -3,10 +3,9 @@ ground truth every other backend is tested against."""
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
-from lextra.attention.backends.common import attention_logits
+from lextra.attention.backends.common import attention_logits, cap_scores, sink_softmax
 from lextra.attention.context import AttentionBackend, AttentionContext
 
 
@@ -20,13 +19,9 @@ def reference_attention(
     (gpt-oss's `eager_attention_forward`)."""
     logits = attention_logits(q, k, ctx.scheme, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau)
     if ctx.softcap is not None:
-        logits = torch.tanh(logits / ctx.softcap) * ctx.softcap
+        logits = cap_scores(logits, ctx.softcap)
     logits = logits.masked_fill(~ctx.mask.allowed(ctx.q_pos, ctx.k_pos), float("-inf"))
-    if ctx.sinks is None:
-        weights = torch.softmax(logits, dim=-1)
-    else:
-        column = ctx.sinks.float().reshape(1, -1, 1, 1).expand(*logits.shape[:-1], 1)
-        weights = torch.softmax(torch.cat((logits, column), dim=-1), dim=-1)[..., :-1]
+    weights = sink_softmax(logits, ctx.sinks)
     out = (weights @ v.float()).to(v.dtype)
     return (out, weights) if return_weights else out
 

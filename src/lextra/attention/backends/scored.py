@@ -11,6 +11,7 @@ from lextra.attention.backends.common import (
     MAX_BLOCK,
     MIN_BLOCK,
     block_tau,
+    cap_scores,
     contiguous,
     emit,
     key_block,
@@ -67,7 +68,7 @@ def scored_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> 
             if tau_block is not None:
                 scores = scores / tau_block[..., None]
             if softcap is not None:
-                scores = torch.tanh(scores / softcap) * softcap
+                scores = cap_scores(scores, softcap)
             if not local.hides_nothing:
                 scores = scores.masked_fill(~local.allowed(qp, kp), float("-inf"))
             lse = torch.logsumexp(scores, dim=-1)
