@@ -621,18 +621,6 @@ def add_rope_scaling_by_layer(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_positions(parser: argparse.ArgumentParser, *, default: str | None, default_text: str) -> None:
-    """--positions SPEC: the position sampler of the training windows (help: the sampler registry's names)."""
-    from lextra.reporting.catalog import sampler_help
-
-    parser.add_argument(
-        "--positions",
-        default=default,
-        metavar="NAME[:OPTIONS]",
-        help=f"{sampler_help()} (default: {default_text})",
-    )
-
-
 def add_mask(
     parser: argparse.ArgumentParser, *, default: str | None = "causal", default_text: str = "", repeatable: bool = False
 ) -> None:

@@ -174,18 +174,8 @@ def compare(
     eval_config.span = eval_config.resolved_span(train_len, eval_config.resolved_lengths(train_len))
     runs = _seeds(seeds, base)
     clock = PhaseClock()
-    models: dict[tuple[str, int | None], Path] = {}
-    for variant in parsed:  # every process trains every model, in one order (a collective under torchrun)
-        for seed in runs:
-            if (variant.model, seed) not in models:
-                config = copy.deepcopy(configs[variant.model])
-                config.seed = base.seed if seed is None else seed
-                config.log_dir = _log_dir(base, variant, seed)
-                _log(f"training {variant.model}" + ("" if seed is None else f", seed {seed}"))
-                with clock.phase("training"):
-                    models[variant.model, seed] = train_or_reuse(
-                        config, _model_dir(out_dir, variant, seed), progress, device
-                    )
+    with clock.phase("training"):
+        models = _train_all(parsed, configs, runs, base, out_dir, progress, device)
     world = Distributed.from_environment(device)
     weights = {key: sha256_file(folder / WEIGHTS_FILE) for key, folder in models.items()}  # once per model
     cells = [
@@ -216,6 +206,31 @@ def compare(
         _log(clock.report())
     world.barrier()  # the summary files written before any process reads them
     return summary
+
+
+def _train_all(
+    parsed: list[Variant],
+    configs: dict[str, TrainConfig],
+    runs: list[int | None],
+    base: TrainConfig,
+    out_dir: Path,
+    progress: bool,
+    device: torch.device,
+) -> dict[tuple[str, int | None], Path]:
+    """Each model (scheme or plan) trained, or reused, once per seed: (model, seed) -> its final folder. Every
+    process trains every model, in one order (a collective under torchrun)."""
+    models: dict[tuple[str, int | None], Path] = {}
+    for variant in parsed:
+        for seed in runs:
+            if (variant.model, seed) not in models:
+                config = copy.deepcopy(configs[variant.model])
+                config.seed = base.seed if seed is None else seed
+                config.log_dir = _log_dir(base, variant, seed)
+                _log(f"training {variant.model}" + ("" if seed is None else f", seed {seed}"))
+                models[variant.model, seed] = train_or_reuse(
+                    config, _model_dir(out_dir, variant, seed), progress, device
+                )
+    return models
 
 
 def _seeds(seeds: Sequence[int], base: TrainConfig) -> list[int | None]:

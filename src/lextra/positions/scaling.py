@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, TypeAlias
 
@@ -236,7 +236,7 @@ class ScalingType(ABC):
     #: the type's own parameters that RopeScaling has no field for (name, default, annotation): spec options,
     #: validated by `check`, read as `scaling.NAME`, saved flat beside the fields
     params: ClassVar[tuple[Option, ...]] = ()
-    #: `lextra stretch` (`lextra.methods`) tries the type with the factor `stretch_factor` gives
+    #: a study's `[stretch]` section (`lextra.methods.stretch`) tries the type with the factor `stretch_factor` gives
     stretch: ClassVar[bool] = False
     #: a bare `TYPE:VALUE` spec sets this field
     positional: ClassVar[str | None] = "factor"
@@ -266,7 +266,7 @@ class ScalingType(ABC):
 
     @classmethod
     def stretch_factor(cls, ratio: float) -> float:
-        """The factor `lextra stretch` sets for inputs `ratio` times L_tr (the ratio itself here)."""
+        """The factor a study's `[stretch]` section sets for inputs `ratio` times L_tr (the ratio itself here)."""
         return ratio
 
     @classmethod
@@ -683,26 +683,6 @@ class LongRopeScaling(ScalingType):
 
 #: the built-in types, in listing order (`SCALING_TYPES.names()` also holds types registered later)
 KNOWN_TYPES: tuple[str, ...] = tuple(SCALING_TYPES.names())
-#: the built-in types whose frequencies change with the sequence length
-LENGTH_DEPENDENT_TYPES: tuple[str, ...] = tuple(n for n in KNOWN_TYPES if SCALING_TYPES.get(n).length_dependent)
-
-
-class _Frequencies(Mapping[str, Callable[..., tuple[Tensor, float]]]):
-    """`SCALINGS[type](scaling, head_dim, base, seq_len)`: every registered type's frequency function."""
-
-    def __getitem__(self, name: str) -> Callable[..., tuple[Tensor, float]]:
-        if name not in SCALING_TYPES:
-            raise KeyError(name)
-        return SCALING_TYPES.get(name).frequencies
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(SCALING_TYPES.names())
-
-    def __len__(self) -> int:
-        return len(SCALING_TYPES.names())
-
-
-SCALINGS: Mapping[str, Callable[..., tuple[Tensor, float]]] = _Frequencies()
 
 
 def frequencies(
@@ -832,8 +812,6 @@ def parse_rope_scaling(spec: str) -> dict[str, Any]:
 
 __all__ = [
     "KNOWN_TYPES",
-    "LENGTH_DEPENDENT_TYPES",
-    "SCALINGS",
     "SCALING_TYPES",
     "RopeScaling",
     "ScalingType",
