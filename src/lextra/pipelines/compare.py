@@ -174,8 +174,7 @@ def compare(
     eval_config.span = eval_config.resolved_span(train_len, eval_config.resolved_lengths(train_len))
     runs = _seeds(seeds, base)
     clock = PhaseClock()
-    with clock.phase("training"):
-        models = _train_all(parsed, configs, runs, base, out_dir, progress, device)
+    models = _train_all(parsed, configs, runs, base, out_dir, progress, device, clock)
     world = Distributed.from_environment(device)
     weights = {key: sha256_file(folder / WEIGHTS_FILE) for key, folder in models.items()}  # once per model
     cells = [
@@ -216,6 +215,7 @@ def _train_all(
     out_dir: Path,
     progress: bool,
     device: torch.device,
+    clock: PhaseClock,
 ) -> dict[tuple[str, int | None], Path]:
     """Each model (scheme or plan) trained, or reused, once per seed: (model, seed) -> its final folder. Every
     process trains every model, in one order (a collective under torchrun)."""
@@ -227,9 +227,9 @@ def _train_all(
                 config.seed = base.seed if seed is None else seed
                 config.log_dir = _log_dir(base, variant, seed)
                 _log(f"training {variant.model}" + ("" if seed is None else f", seed {seed}"))
-                models[variant.model, seed] = train_or_reuse(
-                    config, _model_dir(out_dir, variant, seed), progress, device
-                )
+                with clock.phase("training"):
+                    folder = train_or_reuse(config, _model_dir(out_dir, variant, seed), progress, device)
+                models[variant.model, seed] = folder
     return models
 
 
