@@ -25,7 +25,7 @@ from lextra import serialize
 from lextra.attention import PositionLayout, attention, build_mask
 from lextra.attention.backends import AttentionExtension
 from lextra.attention.masks import Mask
-from lextra.attention.pieces import OutputGate, QKNorm, Sinks, TemperatureTuning
+from lextra.attention.pieces import LogN, OutputGate, QKNorm, Sinks, Softcap, TemperatureTuning
 from lextra.attention.plan import LayerVariant, format_plan, parse_plan
 from lextra.attention.s2 import S2Attention
 from lextra.errors import CheckpointError, ConfigError
@@ -321,15 +321,16 @@ class SelfAttention(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
         pieces = variant.pieces
         self.train_len = config.train_len
-        self.log_scaling = pieces["logn"].get("kind", "qwen") if "logn" in pieces else config.log_scaling
         dims = config.head_dims()
+        # the pieces' defaults live in their classes: read them from a built piece
+        self.log_scaling = LogN(dims, **pieces["logn"]).kind if "logn" in pieces else config.log_scaling
         #: the layer's own mask (a plan's window, chunk, ...), or None: the call's mask (causal by default)
         self.own_mask: Mask | None = build_mask(variant.mask, config.train_len) if variant.mask != "causal" else None
         #: the plan's pieces (`lextra.attention.pieces`); None where the layer has none
         self.qknorm = QKNorm(dims, **pieces["qknorm"]) if "qknorm" in pieces else None
         self.gate = OutputGate(dims, **pieces["gate"]) if "gate" in pieces else None
         self.sinks = Sinks(dims) if "sinks" in pieces else None
-        self.softcap: float | None = float(pieces["softcap"].get("cap", 50.0)) if "softcap" in pieces else None
+        self.softcap: float | None = Softcap(dims, **pieces["softcap"]).cap if "softcap" in pieces else None
         self.temp_tuning = TemperatureTuning(dims, **pieces["temp_tuning"]) if "temp_tuning" in pieces else None
         #: per-head temperature (softmax(logits / tau)); None means 1 (set by temperature alignment)
         self.register_buffer("temperature", None, persistent=False)
