@@ -281,8 +281,10 @@ def test_temperatures_must_be_positive_and_finite() -> None:
     with pytest.raises(ConfigError, match="temperatures must be a finite number > 0, got inf"):
         GPTConfig(**base, temperatures=[[1.0, math.inf]]).validate()
     model = GPT(GPTConfig(**base))
-    with pytest.raises(ConfigError, match="positive and finite"):
-        model._set_temperatures([[1.0, math.nan]])
+    with pytest.raises(ConfigError, match="temperatures must be a finite number > 0, got nan"):
+        model._set_temperatures([[1.0, math.nan]])  # the same check as the config's
+    with pytest.raises(ConfigError, match="temperatures must be 1 lists of 2 positive numbers"):
+        model._set_temperatures(torch.ones(2, 2))
 
 
 @pytest.mark.parametrize(

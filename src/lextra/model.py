@@ -33,7 +33,7 @@ from lextra.io import atomic_write, atomic_write_json, sha256_file
 from lextra.positions import HeadDims, PositionScheme, build_scheme, split_scheme_spec
 from lextra.positions.logn import check_log_scaling, qwen_log_factor
 from lextra.serialize import check_fields as check_fields  # re-exported: configs elsewhere check their keys
-from lextra.validate import check_bool, check_positive, check_range
+from lextra.validate import check_bool, check_positive, check_range, check_temperatures
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -143,14 +143,8 @@ class GPTConfig:
         build_scheme(self.scheme, self.head_dims(), **self.scheme_options)  # raises on bad names/options
         check_log_scaling(self.log_scaling, what="model config: log_scaling")
         if self.temperatures is not None:
-            shape_ok = len(self.temperatures) == self.n_layer and all(len(t) == self.n_head for t in self.temperatures)
-            if not shape_ok:
-                raise ConfigError(
-                    f"model config: temperatures must be {self.n_layer} lists of {self.n_head} positive numbers"
-                )
-            for layer in self.temperatures:
-                for value in layer:
-                    check_positive("model config: temperatures", value, hint="each is a softmax temperature")
+            what = "model config: temperatures"
+            self.temperatures = check_temperatures(self.temperatures, self.n_layer, self.n_head, what=what)
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -530,12 +524,8 @@ class GPT(nn.Module):
                 cast(Block, block).attn.temperature = None
             self.config.temperatures = None
             return
-        values = torch.as_tensor(temperatures, dtype=torch.float32, device="cpu")
-        expected = (self.config.n_layer, self.config.n_head)
-        if tuple(values.shape) != expected or not bool(((values > 0) & torch.isfinite(values)).all()):
-            raise ConfigError(
-                f"temperatures must be positive and finite with shape {expected}, got shape {tuple(values.shape)}"
-            )
+        checked = check_temperatures(temperatures, self.config.n_layer, self.config.n_head)
+        values = torch.tensor(checked, dtype=torch.float32, device="cpu")
         device = self.embed.weight.device
         for block, tau in zip(self.blocks, values, strict=True):
             cast(Block, block).attn.temperature = tau.to(device)

@@ -113,6 +113,18 @@ def check_int(name: str, value: object, low: int | None = None, high: int | None
     return integer
 
 
+def check_temperatures(values: object, layers: int, heads: int, *, what: str = "temperatures") -> list[list[float]]:
+    """Per-layer, per-head softmax temperatures (nested lists, or anything with `tolist`, such as a tensor) as
+    `layers` lists of `heads` floats, each finite and > 0."""
+    rows = values.tolist() if hasattr(values, "tolist") else values
+    shape_ok = isinstance(rows, list | tuple) and len(rows) == layers
+    shape_ok = shape_ok and all(isinstance(r, list | tuple) and len(r) == heads for r in cast(list, rows))
+    if not shape_ok:
+        raise ConfigError(f"{what} must be {layers} lists of {heads} positive numbers (one per layer and head)")
+    hint = "each is a softmax temperature"
+    return [[check_positive(what, value, hint=hint) for value in row] for row in cast(list, rows)]
+
+
 def check_positive_int(name: str, value: object, *, hint: str = "") -> int:
     """`value` as an int if it is an integer >= 1."""
     return check_int(name, value, 1, hint=hint)

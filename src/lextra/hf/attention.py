@@ -18,7 +18,6 @@ decoder and cross attention) run the plain computation: causal when the module i
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -318,11 +317,3 @@ def register() -> None:
 
     AttentionInterface.register(ATTENTION_NAME, lextra_attention)
     AttentionMaskInterface.register(ATTENTION_NAME, lextra_mask)
-
-
-def check_temperatures(values: Any, layers: int, heads: int) -> Tensor:
-    """Positive (layers, heads) temperatures as fp32."""
-    tau = torch.as_tensor(values, dtype=torch.float32, device="cpu")
-    if tuple(tau.shape) != (layers, heads) or not bool((tau > 0).all()) or not math.isfinite(float(tau.sum())):
-        raise ConfigError(f"temperatures must be positive with shape ({layers}, {heads}), got {tuple(tau.shape)}")
-    return tau

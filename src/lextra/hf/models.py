@@ -37,11 +37,12 @@ from lextra.attention.plan import LayerVariant
 from lextra.devices import module_device
 from lextra.errors import ConfigError
 from lextra.extend import ExtensionMethod
-from lextra.hf.attention import ATTENTION_NAME, AttentionState, check_temperatures, register
+from lextra.hf.attention import ATTENTION_NAME, AttentionState, register
 from lextra.hf.families import DECODER_FAMILIES, describe_layers
 from lextra.hf.rotary import HFRoPE, IdentityRotary, call_rotary, hf_rope_parameters, inv_freq_of, scaled_source
 from lextra.positions.base import HeadDims, PositionScheme
 from lextra.positions.logn import check_log_scaling
+from lextra.validate import check_temperatures
 
 __all__ = [
     "DECODER_FAMILIES",
@@ -149,7 +150,7 @@ class _Adapter(ABC):
         if temperatures is None:
             self.state.temperatures, self.config.temperatures = None, None
             return
-        tau = check_temperatures(temperatures, self.config.n_layer, self.config.n_head)
+        tau = torch.tensor(check_temperatures(temperatures, self.config.n_layer, self.config.n_head))
         self.state.temperatures, self.config.temperatures = tau.to(module_device(self)), tau.tolist()
 
     def _set_log_scaling(self, kind: str, layers: list[int]) -> None:
