@@ -31,7 +31,7 @@ from lextra.attention.s2 import S2Attention
 from lextra.errors import CheckpointError, ConfigError
 from lextra.io import atomic_write, atomic_write_json, sha256_file
 from lextra.positions import HeadDims, PositionScheme, build_scheme, split_scheme_spec
-from lextra.positions.logn import check_log_scaling, qwen_log_factor
+from lextra.positions.logn import LOG_SCALINGS, check_log_scaling, log_scaling_factor
 from lextra.serialize import check_fields as check_fields  # re-exported: configs elsewhere check their keys
 from lextra.validate import check_bool, check_positive, check_range, check_temperatures
 
@@ -374,9 +374,9 @@ class SelfAttention(nn.Module):
         tau = self.temperature
         if self.log_scaling == "none":
             return tau
-        if self.log_scaling == "qwen":
-            factor = qwen_log_factor(q_pos, self.train_len)[None]
-        else:
+        if not LOG_SCALINGS.get(self.log_scaling).learned:  # a fixed function of position (the registry's)
+            factor = log_scaling_factor(self.log_scaling, q_pos, self.train_len)[None]
+        else:  # Scalable-Softmax, the one learned scaling: the layer's s_h times ln n
             # a row that sees one key has softmax 1 at any temperature; n >= 2 keeps its factor (and gradient) finite
             n = mask.visible_keys(q_pos, int(k_pos[0]), int(k_pos[-1])).to(torch.float32).clamp(min=2.0)
             factor = self.ssmax_scale[:, None] * torch.log(n)[None]
