@@ -105,7 +105,7 @@ def test_a_setup_refuses_what_the_model_cannot_take() -> None:
         InferenceSetup(log_scaling="none").apply(_gpt(log_scaling="ssmax"))
     with pytest.raises(ConfigError, match="log-n scaling must be one of none, qwen, ssmax"):
         InferenceSetup(log_scaling="log").apply(_gpt())
-    with pytest.raises(ConfigError, match="shape"):
+    with pytest.raises(ConfigError, match=r"temperatures must be \d+ lists of \d+ positive numbers"):
         InferenceSetup(temperatures=[[1.0]]).apply(_gpt())
     with pytest.raises(ConfigError, match="drop the mask"):
         InferenceSetup(mask="window:8", extension="rerope:window=8").apply(_gpt())

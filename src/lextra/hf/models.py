@@ -150,7 +150,7 @@ class _Adapter(ABC):
         if temperatures is None:
             self.state.temperatures, self.config.temperatures = None, None
             return
-        tau = torch.tensor(check_temperatures(temperatures, self.config.n_layer, self.config.n_head))
+        tau = torch.tensor(check_temperatures(temperatures, self.config.n_layer, self.config.n_head), device="cpu")
         self.state.temperatures, self.config.temperatures = tau.to(module_device(self)), tau.tolist()
 
     def _set_log_scaling(self, kind: str, layers: list[int]) -> None:
