@@ -390,16 +390,6 @@ class PerplexityPoint(Serializable):
         low, high = interval if interval is not None else (None, None)
         return cls(math.exp(mean), mean, sum(tokens), low, high, nll, tokens)
 
-    @property
-    def half(self) -> float | None:
-        """Half the interval's width (what `ppl ± half` shows), None without an interval."""
-        return None if self.low is None or self.high is None else (self.high - self.low) / 2
-
-    def text(self, digits: int = 2) -> str:
-        """`20.83 ± 0.41`, or the perplexity alone without an interval."""
-        half = self.half
-        return f"{self.ppl:.{digits}f}" + ("" if half is None else f" ± {half:.{digits}f}")
-
 
 @dataclass
 class Evaluation(Serializable):
