@@ -117,3 +117,20 @@ def test_seeds_of_one_label_pool_into_a_mean_with_a_t_interval(tmp_path: Path) -
     mean, sd = float(np.mean(ppl32)), float(np.std(ppl32, ddof=1))
     assert f"| {mean:.2f} ± {4.303 * sd / math.sqrt(3):.2f} |" in table  # t(0.975, 2) = 4.303
     assert "95% t-interval (3 seeds)" in table
+
+
+def test_report_pools_result_files_of_one_label_and_several_seeds(tmp_path: Path, capsys) -> None:
+    import json
+
+    folders = []
+    for seed, shift in ((0, 0.0), (1, 0.1), (None, 0.2)):  # a file without a seed is its own row
+        folder = tmp_path / f"eval-{seed}"
+        folder.mkdir()
+        evaluation = _evaluation(16, {16: [2.0 + shift, 2.2], 32: [2.1 + shift, 2.3]})
+        folder.joinpath("results.json").write_text(json.dumps({"label": "rope", "seed": seed, **evaluation.to_dict()}))
+        folders.append(str(folder))
+    assert main(["report", *folders, "--out", str(tmp_path / "report")]) == 0
+    table = (tmp_path / "report" / "table.md").read_text()
+    rows = [line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| rope")]
+    assert sorted(rows) == ["rope", f"rope ({tmp_path / 'eval-None'})"]  # seeds 0, 1 pooled; the seedless apart
+    assert "95% t-interval (2 seeds)" in table and "bootstrap interval over documents" in table
