@@ -80,13 +80,13 @@ def configure_compare(parser: argparse.ArgumentParser) -> Handler:
 
 
 def _seeds(text: str | None) -> list[int]:
-    """`--seeds 0,1,2` -> [0, 1, 2] (distinct, >= 0); none given: []."""
+    """`--seeds 0,1,2` -> [0, 1, 2] (each >= 0; `compare` refuses a repeated one); none given: []."""
     if text is None:
         return []
     try:
         seeds = [int(part) for part in text.split(",")]
     except ValueError:
         raise ConfigError(f"--seeds {text!r}: give comma-separated whole numbers, e.g. --seeds 0,1,2") from None
-    if any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
-        raise ConfigError(f"--seeds {text!r}: give distinct seeds >= 0, e.g. --seeds 0,1,2")
+    if any(s < 0 for s in seeds):
+        raise ConfigError(f"--seeds {text!r}: give seeds >= 0, e.g. --seeds 0,1,2")
     return seeds

@@ -1,7 +1,8 @@
 """Perplexity at many lengths under three protocols, on the same held-out tokens at every length.
 
-Each evaluation document is a whole held-out document cut to `span + last_token_targets` tokens, where the span
-(tokens scored per document) is 16 x L_tr unless set, whatever lengths are asked: a cell's perplexity does not
+Each evaluation document is a held-out piece of `span + last_token_targets` tokens (`evaluation_documents`: the
+opening piece of each long enough document, then their second pieces), where the span (tokens scored per document)
+is 16 x L_tr unless set, whatever lengths are asked: a cell's perplexity does not
 depend on the other lengths evaluated with it, and every length scores the same `documents x span` tokens.
 Documents are never stitched unless none is long enough, which the result then says. Each cell keeps its NLL sum
 per document, from which its 95% interval is bootstrapped over documents (`lextra.evaluate.bootstrap`).

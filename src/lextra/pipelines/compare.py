@@ -172,7 +172,7 @@ def compare(
     eval_config = eval_config.validate().for_device(device)  # `auto` precision resolved: cached cells name theirs
     train_len = base.model.train_len  # the span resolved: cached cells name the tokens they scored
     eval_config.span = eval_config.resolved_span(train_len, eval_config.resolved_lengths(train_len))
-    runs = _seeds(seeds, base)
+    base, runs = _seeds(seeds, base)
     clock = PhaseClock()
     models = _train_all(parsed, configs, runs, base, out_dir, progress, device, clock)
     world = Distributed.from_environment(device)
@@ -233,15 +233,15 @@ def _train_all(
     return models
 
 
-def _seeds(seeds: Sequence[int], base: TrainConfig) -> list[int | None]:
-    """The seeds to train: [None] (the base config's seed, the one-seed layout) unless several are given."""
+def _seeds(seeds: Sequence[int], base: TrainConfig) -> tuple[TrainConfig, list[int | None]]:
+    """The base config (a copy with its seed set where one seed is given) and the seeds to train: [None] (the base
+    config's seed, the one-seed layout) unless several are given."""
     if len(set(seeds)) != len(seeds):
         raise ConfigError(f"compare --seeds {','.join(map(str, seeds))}: a seed is repeated; give each once")
-    if len(seeds) <= 1:
-        if seeds:
-            base.seed = seeds[0]
-        return [None]
-    return list(seeds)
+    if len(seeds) == 1:
+        base = copy.deepcopy(base)
+        base.seed = seeds[0]
+    return base, [None] if len(seeds) <= 1 else list(seeds)
 
 
 def _model_dir(out_dir: Path, variant: Variant, seed: int | None) -> Path:

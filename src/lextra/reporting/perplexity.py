@@ -103,12 +103,14 @@ def perplexity_report(
     *,
     by_multiple: bool = False,
     summary_multiple: int | None = None,
+    summary_required: bool = False,
     title: str = "",
 ) -> dict[str, Path]:
     """table.md (one table per protocol: each row's perplexity ± its interval per length, a summary column
     ppl(k L_tr)/ppl(L_tr) when the lengths have L_tr and k L_tr, rows ranked by it), results.csv and
     perplexity.png (bands). Columns are the lengths, or with `by_multiple` the multiples of each row's L_tr (rows
-    trained at different lengths). `rows`: label -> its evaluations (one per seed)."""
+    trained at different lengths). `rows`: label -> its evaluations (one per seed). `summary_required`: refuse
+    rows that lack L_tr or k L_tr instead of leaving the summary column out."""
     out_dir = Path(out_dir)
     evaluations = [ev for evs in rows.values() for ev in evs]
     if not evaluations:
@@ -121,6 +123,11 @@ def perplexity_report(
             + (" (as multiples of each model's L_tr)" if by_multiple else "")
         )
     layout = _Layout(columns, by_multiple, _summary_multiple(evaluations, columns, by_multiple, summary_multiple))
+    if summary_required and layout.summary is None:
+        raise ConfigError(
+            "the evaluations do not all have the lengths L_tr and k x L_tr the summary needs; evaluate them with the "
+            "same --lengths as multiples of each model's L_tr"
+        )
     tables: list[str] = []
     records: list[dict[str, object]] = []
     curves: dict[str, dict[str, dict[str, float]]] = {}
@@ -193,16 +200,10 @@ def side_by_side(
 ) -> dict[str, Path]:
     """Several rows (label -> one evaluation per seed) by multiple of L_tr in one table per protocol and one plot,
     ranked by ppl(k L_tr)/ppl(L_tr) (k the largest multiple they share, or `summary_multiple`)."""
-    paths = perplexity_report(
-        evaluations, out_dir, by_multiple=True, summary_multiple=summary_multiple,
+    return perplexity_report(
+        evaluations, out_dir, by_multiple=True, summary_multiple=summary_multiple, summary_required=True,
         title="perplexity by multiple of L_tr",
     )  # fmt: skip
-    if summary_multiple is None and "/ 1x" not in paths["table"].read_text():
-        raise ConfigError(
-            "the evaluations do not all have the lengths L_tr and k x L_tr the summary needs; evaluate them with the "
-            "same --lengths as multiples of each model's L_tr"
-        )
-    return paths
 
 
 def _columns(evaluations: Sequence[Evaluation], by_multiple: bool) -> list[int]:

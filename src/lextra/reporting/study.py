@@ -12,7 +12,7 @@ from lextra.evaluate import Evaluation
 from lextra.evaluate.retrieval import RetrievalResult
 from lextra.io import atomic_write_text
 from lextra.reporting.html import markdown_to_html
-from lextra.reporting.perplexity import perplexity_report, ppl_estimate
+from lextra.reporting.perplexity import Estimate, perplexity_report, ppl_estimate
 from lextra.reporting.plots import plot_curves
 from lextra.reporting.study_results import ModelAnalysis, StudyResults, WindowSweep
 from lextra.reporting.tables import format_value, markdown_table, string_keys
@@ -63,10 +63,9 @@ def _number(value: Any) -> str:
 
 
 def _with_interval(value: float, interval: Sequence[float] | None) -> str:
-    """`20.83 ± 0.41` (half the 95% interval's width), or the value alone where none was saved."""
-    if not interval:
-        return format_value(value)
-    return f"{value:.2f} ± {(interval[1] - interval[0]) / 2:.2f}"
+    """`20.83 ± 0.41` as the perplexity report writes it, or the value alone where no interval was saved."""
+    low, high = interval if interval else (None, None)
+    return Estimate(value, low, high, "documents" if interval else "").text()
 
 
 def _trend(ratio: float) -> str:
