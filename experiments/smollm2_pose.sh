@@ -24,13 +24,13 @@ if [ ! -f "$OUT/pose-yarn/model/config.json" ]; then
         --device "$DEVICE" $( [ -d "$OUT/pose-yarn/checkpoints" ] && echo --resume )
 fi
 MODEL="$OUT/pose-yarn/model"
-"$PY" -m lextra hf eval "$MODEL" --protocols chunks --documents 1 --corpus english --lengths 8192,16384,32768 \
+"$PY" -m lextra eval "$MODEL" --protocols chunks --documents 1 --corpus english --lengths 8192,16384,32768 \
     --out "$OUT/eval-pose-yarn" --threads "$THREADS" --device "$DEVICE"
-"$PY" -m lextra hf retrieval "$MODEL" --task passkey --lengths 32768 --samples "$SAMPLES" \
+"$PY" -m lextra retrieval eval "$MODEL" --task passkey --lengths 32768 --samples "$SAMPLES" \
     --out "$OUT/passkey-pose-yarn" --threads "$THREADS" --device "$DEVICE" --quiet
 # the training-free reference at the same length: the base model with YaRN 4 (its perplexity, and that of none,
-# DCA and Self-Extend, is measured by the same `lextra hf eval smollm2 ...` with --rope-scaling / --extend)
-"$PY" -m lextra hf retrieval smollm2 --rope-scaling yarn:4 --task passkey --lengths 32768 --samples "$SAMPLES" \
+# DCA and Self-Extend, is measured by the same `lextra eval smollm2 ...` with --rope-scaling / --extend)
+"$PY" -m lextra retrieval eval smollm2 --rope-scaling yarn:4 --task passkey --lengths 32768 --samples "$SAMPLES" \
     --out "$OUT/passkey-yarn" --threads "$THREADS" --device "$DEVICE" --quiet
-"$PY" -m lextra hf eval smollm2 --rope-scaling yarn:4 --protocols chunks --documents 1 --corpus english \
+"$PY" -m lextra eval smollm2 --rope-scaling yarn:4 --protocols chunks --documents 1 --corpus english \
     --lengths 8192,16384,32768 --out "$OUT/eval-yarn" --threads "$THREADS" --device "$DEVICE"

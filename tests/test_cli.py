@@ -189,7 +189,6 @@ def test_every_training_flag_sets_a_config_field() -> None:
         (["retrieval", "eval", "M", "--eval-batch", "3"], ["retrieval", "eval", "M", "--batch-size", "3"]),
         (["retrieval", "eval", "M", "--eval-batch-size", "3"], ["retrieval", "eval", "M", "--batch-size", "3"]),
         (["retrieval", "eval", "M", "--tasks", "kv"], ["retrieval", "eval", "M", "--task", "kv"]),
-        (["hf", "retrieval", "M", "--eval-batch", "2"], ["hf", "retrieval", "M", "--batch-size", "2"]),
         (
             ["retrieval", "compare", "--out", "o", "--eval-batch", "3", "--batch-size", "5"],
             ["retrieval", "compare", "--out", "o", "--eval-batch-size", "3", "--batch-size", "5"],
@@ -208,7 +207,7 @@ def test_old_spellings_parse_to_the_same_values(old: list[str], new: list[str]) 
 def test_temperatures_file_is_an_alias_and_a_missing_file_or_wrong_word_is_one_line(tmp_path, capsys) -> None:
     align = tmp_path / "alignment.json"
     align.write_text('{"temperatures": [[1.0]], "strategy": "pmax"}')
-    for command in (["ruler", "M", "--out", "o"], ["hf", "eval", "M"], ["hf", "analyze", "dispersion", "M"]):
+    for command in (["ruler", "M", "--out", "o"], ["eval", "M"], ["analyze", "dispersion", "M", "--out", "o"]):
         old = _parse([*command, "--temperatures", str(align)])
         assert old == _parse([*command, "--temperature", str(align)]) and old["temperature"] == str(align)
     assert _parse(["eval", "M", "--temperature", "log-length"])["temperature"] == "log-length"

@@ -1,5 +1,5 @@
-"""Commands that build text prompts (`retrieval`, `hf retrieval`, `ruler`) or evaluate (`hf eval`) on a prepared
-folder (`--data DIR`): the same numbers as on the raw corpus with the same tokenizer, and a folder of another
+"""Commands that build text prompts (`retrieval`, `ruler`) or evaluate (`eval`, `align`, `analyze`) on a prepared
+folder (`--data DIR`), with lextra and Hugging Face models: the same numbers as on the raw corpus with the same tokenizer, and a folder of another
 tokenizer refused in one line."""
 
 from __future__ import annotations
@@ -179,11 +179,19 @@ def test_hf_commands_on_a_prepared_folder_equal_the_raw_corpus(tmp_path: Path, c
         "eval": ["--lengths", "16,64", "--protocols", "chunks,sliding", "--documents", "2"],
         "retrieval": ["--task", "code-key", "--lengths", "96", "--depths", "0.5", "--samples", "2"],
         "align": ["--length", "64", "--windows", "1", "--max-rows", "16"],
+        "dispersion": ["--lengths", "32", "--documents", "2"],
+    }
+    words = {
+        "eval": ["eval"],
+        "retrieval": ["retrieval", "eval"],
+        "align": ["align"],
+        "dispersion": ["analyze", "dispersion"],
     }
     for action, extra in actions.items():
-        assert main(["hf", action, *common, *extra, "--corpus", source, "--out", str(tmp_path / "raw" / action)]) == 0
+        raw = ["--corpus", source, "--out", str(tmp_path / "raw" / action)]
+        assert main([*words[action], *common, *extra, *raw]) == 0
         given = ["--data", str(prepared), "--out", str(tmp_path / "given" / action)]
-        assert main(["hf", action, *common, *extra, *given]) == 0
+        assert main([*words[action], *common, *extra, *given]) == 0
         for file in sorted((tmp_path / "raw" / action).iterdir()):
             if file.suffix in (".json", ".md", ".csv"):
                 want, got = file.read_text(), (tmp_path / "given" / action / file.name).read_text()
@@ -193,7 +201,10 @@ def test_hf_commands_on_a_prepared_folder_equal_the_raw_corpus(tmp_path: Path, c
                         "path": str(prepared),
                         "manifest_sha256": PreparedShards.open(prepared).sha256,
                     }
-                    assert got_json == json.loads(want)
+                    want_json = json.loads(want)  # the rerun records differ by the flags: --data, --corpus
+                    assert got_json.pop("rerun")["arguments"]["data"] == str(prepared)
+                    assert want_json.pop("rerun")["arguments"]["corpus"] == source
+                    assert got_json == want_json
                 else:
                     assert got == want, (action, file.name)
     assert set(json.loads((tmp_path / "given" / "eval" / "results.json").read_text())["results"]) == {
@@ -204,20 +215,21 @@ def test_hf_commands_on_a_prepared_folder_equal_the_raw_corpus(tmp_path: Path, c
     prepare_shards(source, "bpe:300", other, progress=False)
     capsys.readouterr()
     for action in ("eval", "retrieval"):
-        assert main(["hf", action, *common, *actions[action], "--data", str(other), "--out", str(tmp_path / "x")]) == 2
+        wrong = ["--data", str(other), "--out", str(tmp_path / "x")]
+        assert main([*words[action], *common, *actions[action], *wrong]) == 2
         assert capsys.readouterr().err.strip() == (
-            f"lextra hf: error: the prepared data {other} was tokenized with bpe:300, the run asks for bytes; pass "
-            "--tokenizer bpe:300, or prepare the source again with --tokenizer bytes"
+            f"lextra {words[action][0]}: error: the prepared data {other} was tokenized with bpe:300, the run asks "
+            "for bytes; pass --tokenizer bpe:300, or prepare the source again with --tokenizer bytes"
         )
     own = Path(model).resolve()
-    assert main(["hf", "eval", model, "--quiet", "--data", str(prepared), "--out", str(tmp_path / "y")]) == 2
+    assert main(["eval", model, "--quiet", "--data", str(prepared), "--out", str(tmp_path / "y")]) == 2
     assert capsys.readouterr().err.strip() == (
-        f"lextra hf: error: the prepared data {prepared} was tokenized with bytes, not the model's own tokenizer "
+        f"lextra eval: error: the prepared data {prepared} was tokenized with bytes, not the model's own tokenizer "
         f"({own}); prepare it with --tokenizer hf:{own}, or pass --tokenizer bytes"
     )
-    assert main(["hf", "eval", *common, "--data", str(prepared), "--corpus", source]) == 2
+    assert main(["eval", *common, "--data", str(prepared), "--corpus", source]) == 2
     assert capsys.readouterr().err.strip() == (
-        "lextra hf: error: --data replaces --corpus and --limit-chars (the folder holds its corpus); drop one"
+        "lextra eval: error: --data replaces --corpus and --limit-chars (the folder holds its corpus); drop one"
     )
 
 

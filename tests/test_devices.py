@@ -163,7 +163,7 @@ def test_every_command_that_runs_a_model_takes_device() -> None:
         "train", "eval", "align", "compare", "study",
         "analyze resolution", "analyze receptive-field", "analyze dispersion",
         "retrieval train", "retrieval eval", "retrieval compare", "retrieval completion",
-        "hf eval", "hf retrieval", "hf analyze", "hf align", "hf finetune", "ruler run", "babilong run",
+        "hf finetune", "ruler run", "babilong run",
         "harness", "tune", "tasks eval",
     }  # fmt: skip
 
@@ -187,7 +187,6 @@ def _run(argv: list[str]) -> tuple[int, str]:
         ["retrieval", "train", *TINY],
         ["retrieval", "eval", "MODEL"],
         ["retrieval", "completion", "MODEL"],
-        ["hf", "eval", "MODEL"],
         ["study", "experiments/study.toml"],
     ],
     ids=lambda argv: " ".join(argv[:2]),

@@ -159,7 +159,7 @@ def test_hf_eval_in_bf16_is_fp32_within_bf16_rounding(tmp_path: Path) -> None:
     results = {}
     for precision in ("fp32", "bf16"):
         out = tmp_path / precision
-        assert main(["hf", "eval", *common, "--eval-precision", precision, "--out", str(out)]) == 0
+        assert main(["eval", *common, "--eval-precision", precision, "--out", str(out)]) == 0
         results[precision] = json.loads((out / "results.json").read_text())
         assert {row["precision"] for row in _rows(out / "results.csv")} == {precision}
     assert results["bf16"]["eval"]["precision"] == "bf16" and "precision" not in results["fp32"]["eval"]

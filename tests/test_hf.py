@@ -361,18 +361,18 @@ def test_hf_cli_eval_and_retrieval(tmp_path: Path) -> None:
     corpus = _corpus(tmp_path)
     common = [str(tmp_path / "llama"), "--tokenizer", "bytes", "--corpus", corpus, "--quiet", "--threads", "1"]
     out = tmp_path / "eval"
-    code = main(["hf", "eval", *common, "--lengths", "16,32", "--protocols", "chunks", "--documents", "2",
+    code = main(["eval", *common, "--lengths", "16,32", "--protocols", "chunks", "--documents", "2",
                  "--rope-scaling", "yarn:2", "--out", str(out)])  # fmt: skip
     assert code == 0
     saved = json.loads((out / "results.json").read_text())
     assert set(saved["results"]["chunks"]) == {"16", "32"}
     out = tmp_path / "passkey"
-    code = main(["hf", "retrieval", *common, "--lengths", "120", "--depths", "0.5", "--samples", "2",
+    code = main(["retrieval", "eval", *common, "--lengths", "120", "--depths", "0.5", "--samples", "2",
                  "--mask", "bca", "--out", str(out)])  # fmt: skip
     assert code == 0
     result = json.loads((out / "results.json").read_text())
     assert result["cells"]["120"]["0.5"]["samples"] == 2 and "bca" in result["label"]
-    assert main(["hf", "eval", str(tmp_path / "nothing"), "--quiet"]) == 2
+    assert main(["eval", str(tmp_path / "nothing"), "--quiet"]) == 2
 
 
 def test_hf_cli_align_then_analyze_a_t5_encoder(tmp_path: Path) -> None:
@@ -380,12 +380,14 @@ def test_hf_cli_align_then_analyze_a_t5_encoder(tmp_path: Path) -> None:
     common = [str(tmp_path / "t5"), "--tokenizer", "bytes", "--corpus", _corpus(tmp_path), "--train-len", "32"]
     common += ["--quiet", "--threads", "1"]
     out = tmp_path / "align"
-    assert main(["hf", "align", *common, "--length", "128", "--strategy", "entropy", "--out", str(out)]) == 0
+    argv = ["align", *common, "--length", "128", "--strategy", "entropy", "--windows", "2", "--out", str(out)]
+    assert main(argv) == 0
     alignment = json.loads((out / "alignment.json").read_text())
     assert alignment["after"] == pytest.approx(alignment["target"], rel=1e-3)
     plain, aligned = tmp_path / "plain", tmp_path / "aligned"
-    assert main(["hf", "analyze", "dispersion", *common, "--lengths", "128", "--out", str(plain)]) == 0
-    assert main(["hf", "analyze", "dispersion", *common, "--lengths", "128", "--out", str(aligned),
+    common += ["--documents", "2"]  # the alignment's two windows
+    assert main(["analyze", "dispersion", *common, "--lengths", "128", "--out", str(plain)]) == 0
+    assert main(["analyze", "dispersion", *common, "--lengths", "128", "--out", str(aligned),
                  "--temperature", str(out / "alignment.json")]) == 0  # fmt: skip
     before, after = (next(iter(json.loads((d / "dispersion.json").read_text())["rows"].values()))["by_length"]["128"]
                      ["entropy"] for d in (plain, aligned))  # fmt: skip
@@ -571,13 +573,13 @@ def test_hf_cli_extend_labels_results_and_refuses_bad_input(tmp_path: Path, caps
     corpus = _corpus(tmp_path)
     common = [str(tmp_path / "llama"), "--tokenizer", "bytes", "--corpus", corpus, "--quiet", "--threads", "1"]
     out = tmp_path / "eval"
-    code = main(["hf", "eval", *common, "--lengths", "16,64", "--protocols", "chunks", "--documents", "2",
+    code = main(["eval", *common, "--lengths", "16,64", "--protocols", "chunks", "--documents", "2",
                  "--rope-scaling", "yarn:2", "--extend", "dca:local=2", "--out", str(out)])  # fmt: skip
     assert code == 0
     assert "| llama+yarn:2+dca:local=2 |" in (out / "table.md").read_text()
     assert set(json.loads((out / "results.json").read_text())["results"]["chunks"]) == {"16", "64"}
     out = tmp_path / "passkey"
-    code = main(["hf", "retrieval", *common, "--lengths", "120", "--depths", "0.5", "--samples", "1",
+    code = main(["retrieval", "eval", *common, "--lengths", "120", "--depths", "0.5", "--samples", "1",
                  "--extend", "sinks", "--out", str(out)])  # fmt: skip
     assert code == 0
     assert json.loads((out / "results.json").read_text())["label"] == "llama+sinks"
@@ -590,9 +592,9 @@ def test_hf_cli_extend_labels_results_and_refuses_bad_input(tmp_path: Path, caps
         ("--extend", "rerope", "--mask", "bca"),
     ]
     for extra in bad:
-        assert main(["hf", "eval", *common, "--protocols", "chunks", *extra]) == 2
+        assert main(["eval", *common, "--protocols", "chunks", *extra]) == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and err[0].startswith("lextra hf: error: ")
+        assert len(err) == 1 and err[0].startswith("lextra eval: error: ")
     t5 = [str(tmp_path / "t5"), "--tokenizer", "bytes", "--corpus", corpus, "--quiet", "--lengths", "32"]
-    assert main(["hf", "retrieval", *t5, "--extend", "rerope"]) == 2
+    assert main(["retrieval", "eval", *t5, "--extend", "rerope"]) == 2
     assert "not T5" in capsys.readouterr().err

@@ -72,7 +72,7 @@ def test_a_log_scaling_applies_to_a_lextra_model_as_its_inference_setup(run_fold
 
 def test_bad_options_and_specs_are_one_clear_error(run_folder: Path, tmp_path: Path) -> None:
     (tmp_path / "bad.json").write_text("{}")
-    with pytest.raises(DataError, match=r"not an alignment\.json from `lextra align` / `lextra hf align`"):
+    with pytest.raises(DataError, match=r"not an alignment\.json from `lextra align`"):
         load_lextra(run_folder, ModelOptions(temperatures=str(tmp_path / "bad.json")))
     with pytest.raises(ConfigError, match="unknown mask"):
         load_lextra(run_folder, ModelOptions(InferenceSetup(mask="bogus")))

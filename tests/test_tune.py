@@ -352,7 +352,7 @@ def test_hf_eval_and_hf_finetune_read_a_setup(tiny, tmp_path: Path, capsys) -> N
     setup = tmp_path / "yarn.json"
     save_setup(setup, InferenceSetup(rope_scaling="yarn:2", extension=None))
     common = [tiny["llama"], "--tokenizer", "bytes", "--corpus", tiny["corpus"], "--quiet", "--threads", "1"]
-    hf_eval = ["hf", "eval", *common, "--lengths", "64", "--protocols", "chunks", "--documents", "1"]
+    hf_eval = ["eval", *common, "--lengths", "64", "--protocols", "chunks", "--documents", "1"]
     assert main([*hf_eval, "--setup", str(setup), "--out", str(tmp_path / "a")]) == 0
     assert main([*hf_eval, "--rope-scaling", "yarn:2", "--out", str(tmp_path / "b")]) == 0
     a, b = (json.loads((tmp_path / x / "results.json").read_text())["results"] for x in "ab")

@@ -23,6 +23,7 @@ from lextra.analysis.capture import batches
 from lextra.attention import build_mask
 from lextra.attention.masks import Mask
 from lextra.devices import module_device
+from lextra.errors import ConfigError
 from lextra.model import GPT
 from lextra.serialize import Serializable
 
@@ -70,6 +71,11 @@ def gradient_shares(
 
     `segments` (S, L + 1): the first L tokens are the input, the last one is the target of the last input token.
     """
+    if not hasattr(model, "features_from_embeddings"):
+        raise ConfigError(
+            "the receptive field is measured on decoders (a lextra GPT, a Hugging Face decoder); this model has no "
+            "causal language-model head: use dispersion or resolution"
+        )
     model.eval()
     mask = build_mask(mask, model.config.train_len)
     device = module_device(model)

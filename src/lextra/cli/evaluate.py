@@ -1,4 +1,5 @@
-"""`lextra eval` (perplexity of a trained model at many lengths) and `lextra align` (temperature alignment)."""
+"""`lextra eval` (perplexity at many lengths), `lextra align` (temperature alignment) and `lextra report` (evaluations
+side by side), on lextra models and Hugging Face models alike."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ import json
 from pathlib import Path
 
 from lextra.cli.app import Handler, command
+from lextra.cli.models import MODEL_HELP, add_any_model, load_any
 from lextra.cli.options import (
     add_corpus,
     add_device,
     add_eval_data,
     add_evaluation,
     add_extend,
+    add_log_scaling,
     add_mask,
     add_quiet,
     add_rope_scaling_by_layer,
@@ -22,12 +25,10 @@ from lextra.cli.options import (
     eval_config_from,
     eval_data_from,
     folder_safe,
-    model_folder,
     positive_int,
     rerun_into_args,
     rerun_record,
     setup_into_args,
-    temperature_file,
     temperature_option,
 )
 from lextra.errors import ConfigError
@@ -35,10 +36,13 @@ from lextra.errors import ConfigError
 
 def _add_results_options(parser: argparse.ArgumentParser) -> None:
     """The model (or the results file to rerun) and where results go."""
+    parser.add_argument("checkpoint", nargs="?", default=None, metavar="MODEL", help=MODEL_HELP)
     parser.add_argument(
-        "checkpoint", nargs="?", default=None, help="a model folder (RUN/model) or a training run folder"
+        "--out",
+        default=None,
+        help="results folder (default: RUN/eval-SETUP for a lextra model, runs/hf/NAME/eval-SETUP for another; "
+        "named by the setup)",
     )
-    parser.add_argument("--out", default=None, help="results folder (default: RUN/eval-SETUP, named by the setup)")
     parser.add_argument("--overwrite", action="store_true", help="replace the results in an existing --out folder")
     parser.add_argument(
         "--from",
@@ -51,9 +55,10 @@ def _add_results_options(parser: argparse.ArgumentParser) -> None:
 
 @command(
     "eval",
-    "perplexity of a trained model at many lengths under three protocols",
+    "perplexity of a model (lextra or Hugging Face) at many lengths under three protocols",
     options=(
         add_rope_scaling_by_layer,
+        add_log_scaling,
         add_extend,
         add_threads,
         add_device,
@@ -61,16 +66,19 @@ def _add_results_options(parser: argparse.ArgumentParser) -> None:
         temperature_option("log-length"),
         add_quiet,
         add_setup,
+        add_any_model,
     ),
     examples=(
-        "lextra eval runs/alibi --lengths 128,256,512,1024",
         "lextra eval runs/rope --rope-scaling yarn:4 --mask bca --protocols sliding --temperature log-length",
+        "lextra eval smollm2 --lengths 2048,4096,8192 --span 8192 --protocols sliding --documents 4",
     ),
 )  # fmt: skip
 def configure_eval(parser: argparse.ArgumentParser) -> Handler:
+    from lextra.pipelines.loading import HF_CORPUS
+
     _add_results_options(parser)
-    add_mask(parser)
-    add_corpus(parser, default=None, default_text="the corpus the model was trained on")
+    add_mask(parser, default=None, default_text="causal")
+    add_corpus(parser, default=None, default_text=f"the corpus a lextra model was trained on; {HF_CORPUS} otherwise")
     add_eval_data(parser)
     parser.add_argument(
         "--log-dir",
@@ -82,44 +90,38 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
         from lextra.data.shards import PreparedShards
         from lextra.evaluate import evaluate_model
         from lextra.io import atomic_write_json
-        from lextra.model import read_model_meta
-        from lextra.pipelines.loading import ModelOptions, load_lextra, setup_from
         from lextra.reporting.perplexity import save_eval_outputs
         from lextra.tensorboard import Board, require_tensorboard
 
         rerun_into_args(args, "lextra eval")
         _span_of_an_older_file(args)
         if args.checkpoint is None:
-            raise ConfigError("lextra eval needs a model folder (or --from RESULTS.json); give RUN or RUN/model")
+            raise ConfigError("lextra eval needs a model (or --from RESULTS.json); give RUN, RUN/model or a HF model")
         setup_into_args(args, "lextra eval")
         if args.log_dir is not None:  # before any work
             require_tensorboard()
-        folder = model_folder(args.checkpoint)
-        meta = read_model_meta(folder)
-        data = eval_data_from(args, meta)
-        options = ModelOptions(
-            setup_from(rope_scaling=args.rope_scaling, layers=args.layers_select), temperatures=temperature_file(args)
-        )
-        loaded = load_lextra(folder, options, args.device)
-        model, label = loaded.model, loaded.label
-        config = eval_config_from(args, args.mask)
+        config = eval_config_from(args, args.mask or "causal")
+        loaded = load_any(args, args.checkpoint, args.mask)
+        model = loaded.model
+        if not loaded.is_lextra and not _decoder(model):
+            raise ConfigError("perplexity needs a decoder-only model; for T5 use `lextra retrieval eval` or analyze")
+        data = eval_data_from(args, loaded.meta)
         lengths = config.resolved_lengths(model.config.train_len)
-        label += apply_extend(model, args.extend, args.mask, lengths, args.layers_select)
-        label += "" if args.mask == "causal" else f"+{args.mask}"
+        label = loaded.label + apply_extend(model, args.extend, args.mask, lengths, args.layers_select)
         label += "+tau-log-length" if config.temperature == "log-length" else ""  # a setup too: its own folder
-        setup = label.removeprefix(model.config.layer_plan or model.config.scheme).removeprefix("+") or "causal"
-        out = _results_folder(args, folder, setup)
+        setup = label.removeprefix(loaded.base).removeprefix("+") or "causal"
+        out = _results_folder(args, loaded.results_root, setup)
         evaluation = evaluate_model(model, data, config, progress=not args.quiet, label=label)
         source = {"corpus": data.corpus}
         if isinstance(data, PreparedShards):
             source["data"] = {"path": str(data.root), "manifest_sha256": data.sha256}
-        seed = (meta.get("train") or {}).get("seed")  # the training seed: `report` pools a label's seeds
-        record = {"model": str(folder), "label": label, "setup": setup, "seed": seed, **source}
+        seed = (loaded.meta.get("train") or {}).get("seed")  # the training seed: `report` pools a label's seeds
+        record = {"model": loaded.name, "label": label, "setup": setup, "seed": seed, **source}
         atomic_write_json(out / "results.json", {**record, **evaluation.to_dict(), "rerun": rerun_record(args)})
         paths = save_eval_outputs(out, label, evaluation)
         if args.log_dir is not None:
             board = Board(args.log_dir)
-            board.evaluation(evaluation, label.removeprefix(model.config.scheme).removeprefix("+") or "causal")
+            board.evaluation(evaluation, setup)
             board.close()
         print(paths["table"].read_text())
         print(f"results: {out / 'results.json'}, plot: {paths['plot']}")
@@ -128,9 +130,16 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
     return run
 
 
-def _results_folder(args: argparse.Namespace, folder: Path, setup: str) -> Path:
-    """`--out`, else RUN/eval-SETUP; one that holds results already is refused unless `--overwrite`."""
-    out = Path(args.out or folder.parent / folder_safe(f"eval-{setup.replace('+', '_')}"))
+def _decoder(model: object) -> bool:
+    """Whether a Hugging Face adapter is a decoder-only model (perplexity's kind)."""
+    from lextra.hf import HFCausalLM
+
+    return isinstance(model, HFCausalLM)
+
+
+def _results_folder(args: argparse.Namespace, root: Path, setup: str) -> Path:
+    """`--out`, else ROOT/eval-SETUP; one that holds results already is refused unless `--overwrite`."""
+    out = Path(args.out or root / folder_safe(f"eval-{setup.replace('+', '_')}"))
     if (out / "results.json").exists() and not args.overwrite:
         raise ConfigError(
             f"{out} already holds results ({out / 'results.json'}); pass --overwrite to replace them or give another "
@@ -141,41 +150,72 @@ def _results_folder(args: argparse.Namespace, folder: Path, setup: str) -> Path:
 
 @command(
     "align",
-    "temperature alignment: per-layer softmax temperatures for inputs of a target length",
-    options=(add_threads, add_device),
+    "temperature alignment: per-layer softmax temperatures for inputs of a target length (a lextra model's aligned "
+    "copy is saved; a Hugging Face model's temperatures go to alignment.json, read back by --temperature FILE)",
+    options=(add_rope_scaling_by_layer, add_log_scaling, add_threads, add_device, add_quiet, add_any_model),
     examples=(
         "lextra align runs/alibi --length 1024 --strategy pmax",
-        "lextra eval runs/alibi/model-pmax-1024 --lengths 1024",
+        "lextra align smollm2 --length 8192 --strategy pmax --out runs/hf/align-8k",
     ),
-)
+)  # fmt: skip
 def configure_align(parser: argparse.ArgumentParser) -> Handler:
-    parser.add_argument("checkpoint", help="a model folder (RUN/model) or a training run folder")
+    from lextra.pipelines.loading import HF_CORPUS
+
+    parser.add_argument("checkpoint", metavar="MODEL", help=MODEL_HELP)
     parser.add_argument(
         "--strategy", default="pmax", choices=["pmax", "entropy", "log-length"], help="what the temperatures match"
     )
     parser.add_argument("--length", type=positive_int, required=True, help="the target input length L_ex")
     parser.add_argument("--per-head", action="store_true", help="one temperature per head instead of per layer")
     parser.add_argument("--windows", type=positive_int, default=4, help="calibration windows from the validation split")
-    parser.add_argument("--out", default=None, help="aligned model folder (default CHECKPOINT-STRATEGY-LENGTH)")
+    parser.add_argument(
+        "--max-rows",
+        type=positive_int,
+        default=None,
+        help="query rows sampled per window, a memory bound (default: every row of a lextra model, 1024 of another)",
+    )
+    add_mask(parser, default=None, default_text="the model's own: causal, full for T5")
+    add_corpus(parser, default=None, default_text=f"the corpus a lextra model was trained on; {HF_CORPUS} otherwise")
+    add_eval_data(parser)
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="the aligned model folder (a lextra model; default MODEL-STRATEGY-LENGTH) or the folder of "
+        "alignment.json (default runs/hf/NAME/align-STRATEGY-LENGTH)",
+    )
 
     def run(args: argparse.Namespace) -> int:
-        from lextra.data import prepare_for_model
         from lextra.io import atomic_write_json
         from lextra.methods import align_temperatures
-        from lextra.model import load_model, read_model_meta, save_model
+        from lextra.model import save_model
         from lextra.reporting.tables import markdown_table
 
-        folder = model_folder(args.checkpoint)
-        meta = read_model_meta(folder)
-        data = prepare_for_model(meta)
-        model = load_model(folder, map_location=args.device)
+        loaded = load_any(args, args.checkpoint, args.mask)
+        if loaded.is_lextra and loaded.label != loaded.base:
+            raise ConfigError(
+                f"lextra align saves the aligned copy of a lextra model as trained; drop the setup ({loaded.setup}) "
+                "and give it to the aligned copy's evaluation instead"
+            )
+        model = loaded.model
         result = align_temperatures(
-            model, data, args.strategy, args.length, windows=args.windows, per_head=args.per_head
+            model,
+            eval_data_from(args, loaded.meta),
+            args.strategy,
+            args.length,
+            windows=args.windows,
+            per_head=args.per_head,
+            mask=args.mask or getattr(model, "default_mask", "causal"),
+            max_rows=args.max_rows or (None if loaded.is_lextra else 1024),
         )
-        out = Path(args.out or f"{folder}-{args.strategy}-{args.length}")
-        extra = {k: v for k, v in meta.items() if k in ("tokenizer", "train")}
-        save_model(model, out, extra={**extra, "alignment": result.to_dict()})
-        atomic_write_json(out / "alignment.json", result.to_dict())
+        if loaded.folder is not None:
+            out = Path(args.out or f"{loaded.folder}-{args.strategy}-{args.length}")
+            extra = {k: v for k, v in loaded.meta.items() if k in ("tokenizer", "train")}
+            save_model(model, out, extra={**extra, "alignment": result.to_dict()})
+            atomic_write_json(out / "alignment.json", result.to_dict())
+        else:
+            out = Path(args.out or loaded.results_root / f"align-{args.strategy}-{args.length}")
+            atomic_write_json(out / "alignment.json", {"model": loaded.name, "label": loaded.label,
+                                                       **result.to_dict()})  # fmt: skip
         statistic = "entropy" if args.strategy == "entropy" else "pmax"
         rows = {
             f"layer {i}": {
@@ -190,7 +230,10 @@ def configure_align(parser: argparse.ArgumentParser) -> Handler:
         print(markdown_table(rows, ["target", "before", "after", "tau"], "layer"))
         if result.saturated:
             print(f"warning: target out of reach for (layer, head) {result.saturated}: temperature at its bound")
-        print(f"aligned model saved to {out}")
+        if loaded.folder is not None:
+            print(f"aligned model saved to {out}")
+        else:
+            print(f"temperatures: {out / 'alignment.json'} (use with --temperature)")
         return 0
 
     return run

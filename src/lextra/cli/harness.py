@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from lextra.cli.app import Handler, command
+from lextra.cli.models import MODEL_HELP, add_any_model
 from lextra.cli.options import (
     add_mask,
     add_spec_list,
@@ -34,7 +35,7 @@ from lextra.cli.ruler import RUN_OPTIONS
     ),
 )
 def configure_harness(parser: argparse.ArgumentParser) -> Handler:
-    parser.add_argument("model", help="a lextra run or model folder, a Hugging Face folder, a .gguf file or 'smollm2'")
+    parser.add_argument("model", help=MODEL_HELP)
     add_spec_list(parser, "--tasks", "--task", required=True, help="lm-eval task names (or task YAML files)")
     parser.add_argument(
         "--include-path", action="append", default=[], metavar="DIR", help="a folder of task YAMLs (repeatable)"
@@ -58,8 +59,7 @@ def configure_harness(parser: argparse.ArgumentParser) -> Handler:
     )
     add_mask(parser, default=None, default_text="causal")
     parser.add_argument("--log-scaling", default=None, choices=["none", "qwen"], help="log-n scaling of the logits")
-    parser.add_argument("--tokenizer", default=None, help="default: the model's own; e.g. bytes for tiny test models")
-    parser.add_argument("--train-len", type=int_at_least(2), default=None, help="L_tr of a Hugging Face model")
+    add_any_model(parser)
 
     def run(args: argparse.Namespace) -> int:
         from lextra.pipelines.harness import HarnessSettings, offline, require_lm_eval, run_harness

@@ -486,7 +486,7 @@ def temperature_option(*schedules: str, files: bool = True) -> Callable[[argpars
     if "log-length" in schedules:
         parts.append("log-length: at each length L > L_tr every layer uses tau = ln L_tr / ln L")
     if files:
-        parts.append("FILE: the temperatures of an alignment.json from `lextra align` / `lextra hf align`")
+        parts.append("FILE: the temperatures of an alignment.json from `lextra align`")
 
     def add(parser: argparse.ArgumentParser) -> None:
         add_aliased(

@@ -7,13 +7,18 @@ from pathlib import Path
 from typing import Any
 
 from lextra.cli.app import Handler, group
+from lextra.cli.models import MODEL_HELP, add_any_model, load_any
 from lextra.cli.options import (
     add_aliased,
+    add_corpus,
     add_device,
     add_extend,
+    add_log_scaling,
+    add_mask,
     add_quiet,
     add_rope_scaling_by_layer,
     add_scheme,
+    add_setup,
     add_text_data,
     add_threads,
     add_training,
@@ -26,9 +31,13 @@ from lextra.cli.options import (
     positive_int,
     refuse_corpus_with_data,
     retrieval_evaluation,
+    setup_into_args,
+    temperature_option,
     train_config_from,
 )
 
+#: the default lengths of a Hugging Face model's retrieval: L_tr and 2 L_tr (its L_tr is long)
+HF_MULTIPLES = (1, 2)
 DEFAULT_COMPARE = ("rope", "rope+dynamic", "alibi", "coca", "coca+dynamic", "nope", "t5", "sandwich")
 
 retrieval = group(
@@ -118,36 +127,53 @@ def configure_train(parser: argparse.ArgumentParser) -> Handler:
 
 @retrieval.command(
     "eval",
-    "accuracy over lengths x needle depths, with a heatmap",
-    options=(add_rope_scaling_by_layer, add_extend, add_threads, retrieval_evaluation()),
+    "accuracy over lengths x needle depths, with a heatmap, of a lextra or Hugging Face model",
+    options=(
+        add_rope_scaling_by_layer,
+        add_log_scaling,
+        add_extend,
+        add_threads,
+        retrieval_evaluation(),
+        temperature_option(),
+        add_setup,
+        add_any_model,
+    ),
     examples=(
-        "lextra retrieval eval runs/passkey-alibi --lengths 128,256,512 --samples 10",
         "lextra retrieval eval runs/passkey-rope --rope-scaling yarn:4 --extend self_extend",
+        "lextra retrieval eval smollm2 --rope-scaling dynamic:4 --lengths 4096,16384 --samples 4 --batch-size 1",
     ),
 )
 def configure_eval(parser: argparse.ArgumentParser) -> Handler:
-    parser.add_argument("checkpoint", help="a model folder (RUN/model) or a training run folder")
-    parser.add_argument("--out", default=None, help="results folder (default CHECKPOINT/retrieval-TASK)")
+    from lextra.pipelines.loading import HF_CORPUS
+
+    parser.add_argument("checkpoint", metavar="MODEL", help=MODEL_HELP)
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="results folder (default: RUN/retrieval-TASK for a lextra model, runs/hf/NAME/retrieval-TASK for another)",
+    )
+    add_mask(parser, default=None, default_text="the model's own: causal, full for T5")
+    add_corpus(parser, default=None, default_text=f"the corpus a lextra model was trained on; {HF_CORPUS} otherwise")
     add_text_data(parser)
 
     def run(args: argparse.Namespace) -> int:
         from lextra.data.shards import text_data_for_model
         from lextra.evaluate.retrieval import evaluation_task
-        from lextra.pipelines.loading import ModelOptions, load_lextra, setup_from
         from lextra.reporting.retrieval import save_retrieval_outputs
 
-        options = ModelOptions(setup_from(rope_scaling=args.rope_scaling, layers=args.layers_select))
-        loaded = load_lextra(args.checkpoint, options, args.device)
-        folder, model, label = loaded.folder, loaded.model, loaded.label
-        assert folder is not None, "load_lextra gives a lextra model with its folder"
-        settings = retrieval_settings(args)
+        setup_into_args(args, "lextra retrieval eval")
+        refuse_corpus_with_data(args)
+        loaded = load_any(args, args.checkpoint, args.mask)
+        model, label = loaded.model, loaded.label
+        settings = retrieval_settings(args, None if loaded.is_lextra else HF_MULTIPLES)
         lengths = settings.resolved_lengths(model.config.train_len)
-        label += apply_extend(model, args.extend, None, lengths, args.layers_select)
-        task = evaluation_task(args.task, text_data_for_model(loaded.meta, args.data), args.candidates - 1)
+        label += apply_extend(model, args.extend, args.mask, lengths, args.layers_select)
+        data = text_data_for_model(loaded.meta, args.data, args.corpus, args.limit_chars)
+        task = evaluation_task(args.task, data, args.candidates - 1)
         result = settings.run(model, task, label, progress=not args.quiet)
-        result.model = str(folder)
+        result.model = loaded.name
         suffix = f"-{folder_safe(args.extend)}" if args.extend else ""
-        out = Path(args.out or folder.parent / f"retrieval-{task.name}{suffix}")
+        out = Path(args.out or loaded.results_root / f"retrieval-{task.name}{suffix}")
         paths = save_retrieval_outputs(out, result)
         print(paths["table"].read_text())
         print(f"results: {paths['json']}, heatmap: {paths['heatmap']}")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lextra.cli.app import Handler, group
+from lextra.cli.models import MODEL_HELP, add_any_model
 from lextra.cli.options import (
     add_aliased,
     add_device,
@@ -27,7 +28,6 @@ from lextra.cli.options import (
     add_threads,
     apply_extend,
     config_default,
-    int_at_least,
     non_negative_int,
     parse_lengths,
     percent,
@@ -75,7 +75,7 @@ def configure_ruler(parser: argparse.ArgumentParser) -> Handler:
 def configure_suite(parser: argparse.ArgumentParser, suite: Any, task_help: str) -> Handler:
     """The options and the handler of a run of a RULER-style suite: `suite` is `RulerSettings` or a subclass
     naming another registry of tasks (`lextra babilong run`)."""
-    parser.add_argument("model", help="a lextra run or model folder, a Hugging Face folder, a .gguf file or 'smollm2'")
+    parser.add_argument("model", help=MODEL_HELP)
     _add_sampling(parser, suite, task_help)
     add_mask(parser, default=None, default_text="causal")
     _add_model_and_haystack(parser, suite)
@@ -179,12 +179,7 @@ def _add_sampling(parser: argparse.ArgumentParser, suite: Any, task_help: str) -
 
 def _add_model_and_haystack(parser: argparse.ArgumentParser, suite: Any) -> None:
     """A suite run's tokenizer, training length, haystack (a corpus or a prepared folder) and prompt-length rule."""
-    parser.add_argument(
-        "--tokenizer", default=None, help="default: the model's own; bytes, bpe[:VOCAB] or hf:PATH otherwise"
-    )
-    parser.add_argument(
-        "--train-len", type=int_at_least(2), default=None, help="L_tr of a Hugging Face model (default its maximum)"
-    )
+    add_any_model(parser)
     parser.add_argument(
         "--haystack",
         default=None,

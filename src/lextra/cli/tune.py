@@ -1,6 +1,6 @@
 """`lextra tune MODEL --length T`: search the settings of extension methods and RoPE scalings for a model at a target
 length against perplexity plus passkey accuracy, within a time budget, and write the best as a setup file that
-`eval`, `hf eval`, `ruler`, `hf finetune` (and every `hf` action) take with `--setup FILE`.
+`eval`, `retrieval eval`, `ruler`, `harness` and `hf finetune` take with `--setup FILE`.
 
 MODEL is a lextra run or model folder, a Hugging Face folder, a .gguf file or `smollm2`
 (`lextra.pipelines.loading.load_model_spec`). Progress goes to stderr, one line per candidate (its score, the best
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from lextra.cli.app import Handler, command
+from lextra.cli.models import MODEL_HELP, add_any_model
 from lextra.cli.options import (
     add_corpus,
     add_device,
@@ -71,8 +72,7 @@ def add_objective(parser: argparse.ArgumentParser) -> None:
         help="after the search, measure the baseline, each method's defaults and its best again at this length",
     )
     parser.add_argument("--verify-depths", default=None, help="passkey depths of --verify-length (default: --depths)")
-    parser.add_argument("--train-len", type=int_at_least(2), default=None, help="L_tr of a Hugging Face model")
-    parser.add_argument("--tokenizer", default=None, help="default: the model's own (bytes for tiny test models)")
+    add_any_model(parser)
 
 
 def add_evolution(parser: argparse.ArgumentParser) -> None:
@@ -93,11 +93,11 @@ def add_evolution(parser: argparse.ArgumentParser) -> None:
     options=(add_search, add_objective, add_evolution, add_threads, add_device, add_quiet),
     examples=(
         "lextra tune smollm2 --length 16384 --methods self_extend,yarn --budget 1800 --out setups/smollm2-16k.json",
-        "lextra hf eval smollm2 --lengths 16384 --setup setups/smollm2-16k.json",
+        "lextra eval smollm2 --lengths 16384 --span 16384 --setup setups/smollm2-16k.json",
     ),
 )
 def configure_tune(parser: argparse.ArgumentParser) -> Handler:
-    parser.add_argument("model", help="a lextra run or model folder, a Hugging Face folder, a .gguf file or 'smollm2'")
+    parser.add_argument("model", help=MODEL_HELP)
     add_corpus(parser, default=None, default_text=f"a lextra model's own corpus; {DEFAULT_HF_CORPUS} for HF models")
     return _run
 
@@ -174,16 +174,11 @@ def _objective_settings(args: argparse.Namespace) -> Any:
 
 
 def _load(args: argparse.Namespace) -> Any:
-    """The model MODEL names, with its tokenizer; refuses --train-len on a lextra model and a --length within
-    its L_tr."""
+    """The model MODEL names, with its tokenizer; refuses a --length within its L_tr."""
     from lextra.pipelines.loading import ModelOptions, load_model_spec
 
     options = ModelOptions(tokenizer=args.tokenizer, train_len=args.train_len, quiet=args.quiet)
     loaded = load_model_spec(args.model, options, args.device, with_tokenizer=True)
-    if loaded.is_lextra and args.train_len is not None:
-        raise ConfigError(
-            "--train-len applies to Hugging Face models; a lextra model's L_tr is the one it was trained at"
-        )
     if args.length <= loaded.model.config.train_len:
         raise ConfigError(
             f"--length {args.length}: tune for a length beyond the model's L_tr = {loaded.model.config.train_len}"

@@ -266,6 +266,19 @@ class HFCausalLM(_Adapter):
             hidden = self.inner(input_ids=tokens, use_cache=False).last_hidden_state
         return hidden if last is None else hidden[:, -last:]
 
+    def embed(self, tokens: Tensor) -> Tensor:
+        """The token embeddings (B, L, d) the model's forward starts from (a family's own scaling of them, such as
+        Gemma's sqrt(d), is applied inside the forward, as on token ids)."""
+        return self.model.get_input_embeddings()(tokens)
+
+    def features_from_embeddings(
+        self, embeddings: Tensor, mask: str | Mask | None = None, backend: str = "auto"
+    ) -> Tensor:
+        """Final hidden states (B, L, d) from token embeddings at positions 0..L-1, with gradients (the receptive
+        field's)."""
+        with self.using_mask(mask):
+            return self.inner(inputs_embeds=embeddings, use_cache=False).last_hidden_state
+
     def head(self, hidden: Tensor) -> Tensor:
         """Logits as the family's `*ForCausalLM` makes them: Cohere's `logit_scale`, Gemma's final softcap."""
         logits = self.model.lm_head(hidden)

@@ -196,7 +196,7 @@ def _resolution_rows(
     kinds: dict[str, dict[str, list[int]]] = {}
     for ckpt, mask, texts, spec, label in _variants(checkpoints, masks, source, max(lengths), documents, "resolution"):
         kinds[label] = layer_kinds(ckpt.model)
-        scheme, folder = ckpt.model.config.scheme, str(ckpt.folder)
+        scheme, folder = ckpt.model.config.scheme, ckpt.name
         empirical = {n: empirical_scores(ckpt.model, texts[:, :n], spec).summary() for n in lengths}
         rows[label] = ResolutionRow("empirical", scheme, mask, folder, empirical)
         if theory:
@@ -235,7 +235,7 @@ def receptive_field_report(
             n: receptive_field(ckpt.model, segments[:, -(n + 1) :], spec, threshold=threshold, batch_size=batch_size)
             for n in lengths
         }
-        rows[label] = ReceptiveFieldRow(ckpt.model.config.scheme, mask, str(ckpt.folder), ckpt.train_len, by_length)
+        rows[label] = ReceptiveFieldRow(ckpt.model.config.scheme, mask, ckpt.name, ckpt.train_len, by_length)
     columns = [str(n) for n in lengths]
     table_rows = {
         label: {"L_tr": row.train_len, **{str(n): row.by_length[n].erf for n in lengths}} for label, row in rows.items()
@@ -291,7 +291,7 @@ def dispersion_report(
         with torch.no_grad():
             by_length = {n: dispersion(ckpt.model, texts[:, :n], spec, batch_size=batch_size) for n in lengths}
         config = ckpt.model.config
-        rows[label] = DispersionRow(config.scheme, mask, str(ckpt.folder), config.n_layer, by_length)
+        rows[label] = DispersionRow(config.scheme, mask, ckpt.name, config.n_layer, by_length)
     return write_dispersion(out, rows, kinds, masks, lengths, documents=documents, split=source.split)
 
 
@@ -305,8 +305,8 @@ def write_dispersion(
     documents: int,
     split: str,
 ) -> dict[str, Any]:
-    """dispersion.json, .csv, .md, dispersion.png and first_layer_logits.png of measured rows (a lextra model's or
-    a Hugging Face model's, `lextra hf analyze dispersion`); returns the JSON's content."""
+    """dispersion.json, .csv, .md, dispersion.png and first_layer_logits.png of measured rows; returns the JSON's
+    content."""
     out = Path(out)
     table = _dispersion_tables(rows, kinds, masks, lengths)
     data = {

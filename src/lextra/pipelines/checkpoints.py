@@ -4,59 +4,63 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from lextra.data.prepare import PreparedData, model_data_spec, prepare_for_model
+from lextra.data.shards import PreparedShards, shards_for_model
 from lextra.errors import ConfigError
 from lextra.evaluate import evaluation_documents
-from lextra.model import CONFIG_FILE, GPT
-from lextra.pipelines.loading import load_lextra
+from lextra.pipelines.loading import ModelOptions, lextra_folder, load_model_spec
 from lextra.validate import parse_lengths
 
 
 @dataclass
 class Checkpoint:
-    """A loaded model, the folder it came from, its metadata and the label its table rows carry."""
+    """A loaded model (a lextra GPT or a Hugging Face adapter), the spec it came from (a lextra model's folder), its
+    metadata (the corpus and tokenizer its texts are read with), the label its table rows carry and the mask it
+    runs under unless one is asked for."""
 
-    folder: Path
-    model: GPT
+    name: str
+    model: Any
     meta: dict[str, Any]
     label: str
+    default_mask: str = "causal"
 
     @property
     def train_len(self) -> int:
         return self.model.config.train_len
 
 
-def resolve_checkpoint(path: str | Path) -> Path:
-    """A model folder, or a training run folder holding `model/` (as `lextra eval` accepts)."""
-    folder = Path(path)
-    if (folder / "model" / CONFIG_FILE).exists():
-        folder = folder / "model"
-    return folder
-
-
-def load_checkpoints(paths: list[str], device: str | torch.device = "cpu") -> list[Checkpoint]:
-    """Load every checkpoint onto `device`; labels are scheme names, made unique with the run folder's name when
-    they repeat."""
+def load_checkpoints(
+    specs: list[str],
+    device: str | torch.device = "cpu",
+    options: ModelOptions | None = None,
+    *,
+    hf_train_len: bool = False,
+) -> list[Checkpoint]:
+    """Load every model `specs` name (`load_model_spec`: lextra runs or model folders, Hugging Face folders, .gguf
+    files, `smollm2`) onto `device` with `options` applied; labels are the scheme, plan or model name with the
+    setup's changes, made unique with the run folder's name when they repeat. With `hf_train_len` the options'
+    L_tr is that of the Hugging Face models only (a lextra model keeps its own) instead of refused on a lextra one."""
     loaded: list[Checkpoint] = []
-    for path in paths:
-        folder = resolve_checkpoint(path)
-        model_and_meta = load_lextra(folder, device=device)
-        model, meta = model_and_meta.model, model_and_meta.meta
-        model.eval()
-        label = model.config.layer_plan or model.config.scheme
-        if any(c.label == label for c in loaded):
+    for spec in specs:
+        chosen = options
+        if hf_train_len and options is not None and lextra_folder(spec) is not None:
+            chosen = replace(options, train_len=None)
+        model_and_meta = load_model_spec(spec, chosen, device, with_tokenizer=False)
+        model, label = model_and_meta.model.eval(), model_and_meta.label
+        if any(c.label == label for c in loaded) and model_and_meta.folder is not None:
+            folder = model_and_meta.folder
             run = folder.parent.name if folder.name == "model" else folder.name
             label = f"{label}@{run}"
         if any(c.label == label for c in loaded):
-            raise ConfigError(f"checkpoint {path} is given twice; list each checkpoint once")
-        loaded.append(Checkpoint(folder, model, meta, label))
+            raise ConfigError(f"checkpoint {spec} is given twice; list each checkpoint once")
+        default = getattr(model, "default_mask", "causal")
+        loaded.append(Checkpoint(model_and_meta.name, model, model_and_meta.meta, label, default))
     return loaded
 
 
@@ -75,18 +79,31 @@ def analysis_lengths(text: str | None, train_len: int, multiples: tuple[int, ...
 
 
 class TextSource:
-    """Held-out texts of each checkpoint's training corpus and tokenizer, prepared once per corpus."""
+    """Held-out texts of each checkpoint's training corpus and tokenizer (or of `corpus`, or of the prepared folder
+    `data`, checked against each model's tokenizer), prepared once per corpus."""
 
-    def __init__(self, split: str = "validation", corpus: str | None = None, limit_chars: int | None = None) -> None:
-        self.split, self.corpus, self.limit_chars = split, corpus, limit_chars
-        self._prepared: dict[str, PreparedData] = {}
+    def __init__(
+        self,
+        split: str = "validation",
+        corpus: str | None = None,
+        limit_chars: int | None = None,
+        data: str | None = None,
+    ) -> None:
+        self.split, self.corpus, self.limit_chars, self.data = split, corpus, limit_chars, data
+        self._prepared: dict[str, PreparedData | PreparedShards] = {}
 
     def texts(self, checkpoint: Checkpoint, need: int, count: int) -> Tensor:
         """`count` texts of `need` tokens (T, need) on the CPU: held-out pieces of whole documents where they are
         long enough (`evaluation_documents`; the analyses move them to the model's device)."""
-        key = json.dumps(model_data_spec(checkpoint.meta, self.corpus, self.limit_chars), sort_keys=True)
-        if key not in self._prepared:
-            self._prepared[key] = prepare_for_model(checkpoint.meta, self.corpus, self.limit_chars)
+        if self.data is not None:
+            shards = shards_for_model(checkpoint.meta, self.data)  # refused where tokenized otherwise
+            assert shards is not None  # a given folder is opened or refused
+            key = f"data:{shards.root}"
+            self._prepared.setdefault(key, shards)
+        else:
+            key = json.dumps(model_data_spec(checkpoint.meta, self.corpus, self.limit_chars), sort_keys=True)
+            if key not in self._prepared:
+                self._prepared[key] = prepare_for_model(checkpoint.meta, self.corpus, self.limit_chars)
         data = self._prepared[key]
         docs, stitched, _ = evaluation_documents(data, self.split, need, count)
         if stitched:

@@ -4,7 +4,8 @@ its tokenizer, a label naming the changes and the key that identifies it in resu
 
 `load_model_spec` decides the kind from the spec itself: a folder whose config.json holds a lextra `model` section
 (or a run holding `model/`) is a lextra model; anything else is handed to `lextra.hf.load_hf` (which refuses hub
-names, files that are not .gguf and folders without config.json with one line each).
+names, files that are not .gguf and folders without config.json with one line each). Either kind comes with the
+metadata its evaluations read (`LoadedModel.meta`: the corpus and the tokenizer), so one command serves both.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 import torch
 
-from lextra.errors import DataError
+from lextra.errors import ConfigError, DataError
 from lextra.evaluate.ruler import DEFAULT_HAYSTACK
 from lextra.extend import KEEP, InferenceSetup
 
@@ -26,7 +27,7 @@ class ModelOptions:
     """The inference-time changes applied while loading, and how the tokenizer is chosen.
 
     `setup` is the `InferenceSetup` applied to the model (RoPE scaling, mask, log-n scaling, extension, the layers
-    they apply to); `temperatures` the path of an alignment.json (`lextra align` / `lextra hf align`), whose
+    they apply to); `temperatures` the path of an alignment.json (`lextra align`), whose
     temperatures join the setup. `tokenizer` replaces the model's own (bytes, hf:PATH, or bpe[:VOCAB] trained on
     `haystack`'s train split); `train_len` is the L_tr of a Hugging Face model (default its maximum); `quiet` hides
     the loading bars of transformers."""
@@ -83,11 +84,17 @@ def setup_label(setup: InferenceSetup) -> str:
     return label
 
 
+HF_CORPUS = "english"
+"""The corpus a Hugging Face model is evaluated on when no --corpus or --data is given."""
+
+
 @dataclass
 class LoadedModel:
-    """A model ready to evaluate: the model, its tokenizer (None when not asked for), the label its results carry,
-    the mask a lextra GPT runs with (a Hugging Face adapter holds its own: None), the name results record, a lextra
-    model's folder and metadata, and what `key` is made of."""
+    """A model ready to evaluate: the model, its tokenizer (None when not asked for), the label its results carry
+    (`base`, the model's own name, then the setup's changes), the mask a lextra GPT runs with (a Hugging Face
+    adapter holds its own: None), the name results record, a lextra model's folder, the metadata evaluations read
+    (a lextra model's saved one; for a Hugging Face model its corpus, tokenizer and `hf` record) and what `key` is
+    made of."""
 
     model: Any
     tokenizer: Any
@@ -96,6 +103,7 @@ class LoadedModel:
     name: str = ""
     folder: Path | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    base: str = ""
     #: the weights file or folder of a Hugging Face model, checksummed when `key` is first read
     weights_path: Path | None = None
     temperatures: Any = None
@@ -104,6 +112,18 @@ class LoadedModel:
     @property
     def is_lextra(self) -> bool:
         return self.folder is not None
+
+    @property
+    def setup(self) -> str:
+        """What the label adds to the model's own name (`yarn:4+bca`), or `causal` where nothing changes."""
+        return self.label.removeprefix(self.base).removeprefix("+") or "causal"
+
+    @property
+    def results_root(self) -> Path:
+        """Where a command's results go by default: a lextra model's run folder; runs/hf/NAME for another."""
+        if self.folder is not None:
+            return self.folder.parent
+        return Path("runs") / "hf" / self.base
 
     @property
     def key(self) -> dict[str, Any]:
@@ -138,14 +158,12 @@ def lextra_folder(spec: str | Path) -> Path | None:
 
 
 def read_temperatures(path: str | Path) -> tuple[Any, str]:
-    """The temperatures of an alignment.json (`lextra align` / `lextra hf align`) and its strategy."""
+    """The temperatures of an alignment.json (`lextra align`) and its strategy."""
     try:
         saved = json.loads(Path(path).read_text())
         return saved["temperatures"], str(saved.get("strategy", "file"))
     except (OSError, json.JSONDecodeError, KeyError, TypeError) as err:
-        raise DataError(
-            f"--temperature {path}: not an alignment.json from `lextra align` / `lextra hf align` ({err})"
-        ) from err
+        raise DataError(f"--temperature {path}: not an alignment.json from `lextra align` ({err})") from err
 
 
 def build_tokenizer_spec(spec: str, haystack: str = DEFAULT_HAYSTACK) -> Any:
@@ -191,7 +209,8 @@ def load_lextra(
         else:
             tokenizer = tokenizer_from_config(meta.get("tokenizer", {"kind": "bytes"}))
     mask = setup.mask if isinstance(setup.mask, str) else None
-    return LoadedModel(model, tokenizer, label, mask, str(folder), folder, meta, temperatures=temperatures)
+    base = model.config.layer_plan or model.config.scheme
+    return LoadedModel(model, tokenizer, label, mask, str(folder), folder, meta, base, temperatures=temperatures)
 
 
 def load_hugging_face(
@@ -216,15 +235,22 @@ def load_hugging_face(
     model = load_hf(spec, train_len=options.train_len, device=device)
     setup, suffix, temperatures = options.loaded_setup()
     setup.apply(model)
-    tokenizer = None
-    if with_tokenizer:
-        if options.tokenizer:
-            tokenizer = build_tokenizer_spec(options.tokenizer, options.haystack)
-        else:
-            tokenizer = tokenizer_from_config(tokenizer_config(spec))
+    if options.tokenizer:
+        chosen = build_tokenizer_spec(options.tokenizer, options.haystack)
+        config = chosen.to_config()
+    else:
+        config = tokenizer_config(spec)
+        chosen = tokenizer_from_config(config) if with_tokenizer else None
     path = resolve_model_path(spec)
-    label = hf_label(spec) + suffix
-    return LoadedModel(model, tokenizer, label, None, spec, weights_path=path, temperatures=temperatures)
+    meta = {
+        "train": {"corpus": HF_CORPUS},
+        "tokenizer": config,
+        "hf": {"path": str(path.resolve()), "tokenizer": options.tokenizer},
+    }
+    base = hf_label(spec)
+    return LoadedModel(
+        model, chosen if with_tokenizer else None, base + suffix, None, spec, None, meta, base, path, temperatures
+    )
 
 
 def hf_label(spec: str) -> str:
@@ -244,8 +270,13 @@ def load_model_spec(
     with_tokenizer: bool = True,
 ) -> LoadedModel:
     """Whatever `spec` names -- a lextra run or model folder, a Hugging Face folder, a .gguf file or `smollm2` --
-    loaded on `device` with `options` applied (and its tokenizer, with `with_tokenizer`)."""
+    loaded on `device` with `options` applied (and its tokenizer, with `with_tokenizer`). An L_tr
+    (`options.train_len`) for a lextra model is refused: its L_tr is the one it was trained at."""
     folder = lextra_folder(spec)
     if folder is not None:
+        if options is not None and options.train_len is not None:
+            raise ConfigError(
+                "--train-len applies to Hugging Face models; a lextra model's L_tr is the one it was trained at"
+            )
         return load_lextra(folder, options, device, with_tokenizer=with_tokenizer)
     return load_hugging_face(spec, options, device, with_tokenizer=with_tokenizer)

@@ -127,7 +127,10 @@ def shards_for_model(meta: dict[str, Any], data: str | os.PathLike[str] | None =
     stderr where the folder is there but fails its checks."""
     if data is not None:
         shards = PreparedShards.open(data)
-        shards.check_model_tokenizer(meta.get("tokenizer", {"kind": "bytes"}))
+        if "hf" in meta:  # a Hugging Face model: its own tokenizer, or the spec it is run with
+            shards.check_hf_tokenizer(meta["hf"]["path"], meta["hf"].get("tokenizer"))
+        else:
+            shards.check_model_tokenizer(meta.get("tokenizer", {"kind": "bytes"}))
         return shards
     recorded = meta.get("data") or {}
     path, digest = recorded.get("path"), recorded.get("manifest_sha256")
@@ -143,12 +146,17 @@ def shards_for_model(meta: dict[str, Any], data: str | os.PathLike[str] | None =
     return shards
 
 
-def text_data_for_model(meta: dict[str, Any], data: str | os.PathLike[str] | None = None) -> PreparedData:
+def text_data_for_model(
+    meta: dict[str, Any],
+    data: str | os.PathLike[str] | None = None,
+    corpus: str | None = None,
+    limit_chars: int | None = None,
+) -> PreparedData:
     """The documents and tokenizer a text task (retrieval prompts) reads for a saved model: the prepared folder
-    `data` decoded (`PreparedShards.prepared_data`; refused when tokenized otherwise than the model), else the
-    model's corpus read with its tokenizer (`prepare_for_model`)."""
+    `data` decoded (`PreparedShards.prepared_data`; refused when tokenized otherwise than the model), else
+    `corpus` (default the model's) read with its tokenizer (`prepare_for_model`)."""
     if data is None:
-        return prepare_for_model(meta)
+        return prepare_for_model(meta, corpus, limit_chars)
     shards = shards_for_model(meta, data)
     assert shards is not None  # a given folder is opened or refused
     return shards.prepared_data()

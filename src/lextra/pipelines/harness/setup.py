@@ -1,5 +1,5 @@
 """The `lextra` model's arguments (lm-eval's `--model_args`): which model, how it is loaded, and the inference setup
-(`lextra.extend.InferenceSetup`) applied to it, as `lextra eval` / `lextra hf eval` apply theirs.
+(`lextra.extend.InferenceSetup`) applied to it, as `lextra eval` applies its own.
 
 lm-eval splits `--model_args` at every comma, but lextra's specs hold commas (`self_extend:group=4,window=16`):
 `parse_model_args` joins an item whose key is not an argument back onto the value before it.

@@ -2,10 +2,9 @@
 target length, for one candidate setup at a time on one loaded model.
 
 loss = ln(perplexity) + passkey_weight * (1 - passkey accuracy): perplexity is lextra's `chunks` protocol on the first
-`documents` held-out pieces of T tokens (`lextra eval` / `lextra hf eval` with `--span T` give the same number), passkey
-accuracy the exact-match share of lextra's passkey task at T tokens over the depths (`lextra hf retrieval` /
-`lextra retrieval eval`). With the default weight, one depth of five found or lost weighs as much as a 22% change of
-perplexity.
+`documents` held-out pieces of T tokens (`lextra eval` with `--span T` gives the same number), passkey accuracy the
+exact-match share of lextra's passkey task at T tokens over the depths (`lextra retrieval eval`). With the default
+weight, one depth of five found or lost weighs as much as a 22% change of perplexity.
 """
 
 from __future__ import annotations
