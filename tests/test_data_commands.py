@@ -1,6 +1,6 @@
 """Commands that build text prompts (`retrieval`, `ruler`) or evaluate (`eval`, `align`, `analyze`) on a prepared
-folder (`--data DIR`), with lextra and Hugging Face models: the same numbers as on the raw corpus with the same tokenizer, and a folder of another
-tokenizer refused in one line."""
+folder (`--data DIR`), with lextra and Hugging Face models: the same numbers as on the raw corpus with the same
+tokenizer, and a folder of another tokenizer refused in one line."""
 
 from __future__ import annotations
 

@@ -213,10 +213,10 @@ def test_qknorm_equals_qwen3_rms_norm_and_llama4_l2_norm() -> None:
     with torch.no_grad():
         learned.q_weight.normal_()
         hf.weight.copy_(learned.q_weight)
-    assert torch.equal(learned(x, y)[0], hf(x))
+    assert torch.equal(learned.transform_qk(x, y)[0], hf(x))
     plain = QKNorm(dims, weight=False, eps=1e-5)
     assert plain.q_weight is None and not list(plain.parameters())
-    assert torch.equal(plain(x, y)[1], Llama4TextL2Norm(1e-5)(y))
+    assert torch.equal(plain.transform_qk(x, y)[1], Llama4TextL2Norm(1e-5)(y))
 
 
 def test_temperature_tuning_is_llama4s_query_scale() -> None:
@@ -239,9 +239,9 @@ def test_the_output_gate_is_a_sigmoid_of_the_layer_input_per_head() -> None:
     elementwise, headwise = PIECES.build("gate", dims), PIECES.build("gate:headwise", dims)
     assert elementwise.proj.weight.shape == (32, 32) and headwise.proj.weight.shape == (2, 32)
     score = (x @ elementwise.proj.weight.T).view(1, 5, 2, 16).transpose(1, 2)
-    assert torch.allclose(elementwise(x, out), out * torch.sigmoid(score))
+    assert torch.allclose(elementwise.transform_output(x, out), out * torch.sigmoid(score))
     per_head = (x @ headwise.proj.weight.T).transpose(1, 2)[..., None]  # (1, H, 5, 1): one gate per head
-    assert torch.allclose(headwise(x, out), out * torch.sigmoid(per_head))
+    assert torch.allclose(headwise.transform_output(x, out), out * torch.sigmoid(per_head))
 
 
 def test_partial_rotary_equals_phis_rotation_of_the_first_channels() -> None:
@@ -449,7 +449,7 @@ def test_temperature_tuning_at_inference_on_the_nope_layers() -> None:
     with torch.no_grad():
         before = model(tokens)
         InferenceSetup(temp_tuning="temp_tuning,beta=2,gamma=4").apply(model)
-        assert [b.attn.temp_tuning is not None for b in model.blocks] == [False, False, False, True]
+        assert ["temp_tuning" in b.attn.piece_names for b in model.blocks] == [False, False, False, True]
         assert (model(tokens) - before).abs().max() > 1e-3
         InferenceSetup(temp_tuning=None).apply(model)
         assert torch.equal(model(tokens), before)

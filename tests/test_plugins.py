@@ -1,5 +1,5 @@
-"""Plugins: a scheme, mask, RoPE scaling, extension method, retrieval task and RULER task defined outside the
-package (tests/plugins/lextra_toy.py, the worked examples of docs/extending.md) are listed by `lextra list`,
+"""Plugins: a scheme, mask, RoPE scaling, attention piece, extension method, retrieval task and RULER task defined
+outside the package (tests/plugins/lextra_toy.py, the worked examples of docs/extending.md) are listed by `lextra list`,
 named in the generated help and usable by their specs from the command line, in fresh interpreters."""
 
 from __future__ import annotations
@@ -65,6 +65,7 @@ def test_list_shows_every_plugin_class_with_its_options() -> None:
         "toy_bias": ("options: slope=0.5", "spec: toy_bias[,key=value...] (slope: float)"),
         "stride": ("options: step=2", "spec: stride[:STEP][,key=value...] (step: int)"),
         "sqrt_pi": ("options: factor=1.0", "spec: sqrt_pi[:FACTOR][,key=value...] (factor: float)"),
+        "toy_qscale": ("options: factor=2.0", "spec: toy_qscale[:FACTOR][,key=value...] (factor: float)"),
         "clip": ("options: cap=L/2", "spec: clip[,key=value...] (cap: int | None)"),
         "toy-key": ("options: digits=5, distractors=4", "spec: toy-key[,key=value...]"),
         "niah_pair": ("options: digits=7, budget=128", "spec: niah_pair[,key=value...]"),
@@ -163,6 +164,40 @@ print(json.dumps({
     assert values["key"] == [40, 1] and values["spec"] == [0.25, {"digits": 3}]
 
 
+def test_a_plugin_piece_trains_in_a_plan_and_acts_in_every_backend(tmp_path: Path) -> None:
+    """`rope;rope+toy_qscale:3` trained from the command line is the plain two-layer model whose second layer's
+    query projection is three times larger, in every backend: the piece is built through its registry and applied
+    through its hook, like the built-in pieces."""
+    run = tmp_path / "run"
+    errors = _python(
+        f"""
+import dataclasses, json, os, torch
+from lextra.registry import load_plugins
+load_plugins(os.environ["LEXTRA_PLUGINS"])
+from lextra.cli import main
+from lextra.model import GPT, load_model
+argv = {TINY!r}
+argv[argv.index("--layers") + 1] = "2"
+assert main(["train", "--out", {str(run)!r}, "--layer-plan", "rope;rope+toy_qscale:3", *argv]) == 0
+model = load_model({str(run / "model")!r}).eval()
+plain = GPT(dataclasses.replace(model.config, layer_plan="rope;rope")).eval()
+plain.load_state_dict(model.state_dict())
+with torch.no_grad():
+    plain.blocks[1].attn.q_proj.weight.mul_(3.0)
+    tokens = torch.randint(0, 256, (2, 40), generator=torch.Generator().manual_seed(0))
+    scaled = {{b: float((model(tokens, backend=b) - plain(tokens, backend=b)).abs().max())
+              for b in ("reference", "sdpa", "chunked", "flex")}}
+    unscaled = plain.blocks[1].attn.q_proj.weight.div_(3.0)
+    moved = float((model(tokens, backend="reference") - plain(tokens, backend="reference")).abs().max())
+print(json.dumps({{"pieces": model.blocks[1].attn.piece_names, "first": model.blocks[0].attn.piece_names,
+                  "factor": model.blocks[1].attn.toy_qscale.factor, "scaled": scaled, "moved": moved}}))
+"""
+    )
+    assert errors["pieces"] == ["toy_qscale"] and errors["first"] == [] and errors["factor"] == 3.0
+    assert all(error < 1e-5 for error in errors["scaled"].values()), errors["scaled"]
+    assert errors["moved"] > 100 * max(errors["scaled"].values())  # without the factor they differ: the piece acts
+
+
 @pytest.mark.slow
 def test_a_tiny_run_uses_every_plugin_class_by_its_spec(tmp_path: Path) -> None:
     toy, rope, task = tmp_path / "toy", tmp_path / "rope", tmp_path / "task"
@@ -220,7 +255,7 @@ def test_docs_show_the_plugin_code() -> None:
     doc = (Path(__file__).parent.parent / "docs" / "extending.md").read_text()
     source = PLUGIN.read_text()
     blocks = [b for b in re.findall(r"```python\n(.*?)```", doc, flags=re.S) if b.lstrip().startswith("@")]
-    assert len(blocks) == 7
+    assert len(blocks) == 8
     for block in blocks:
         assert block.strip() in source
 

@@ -25,7 +25,7 @@ from lextra import serialize
 from lextra.attention import PositionLayout, attention, build_mask
 from lextra.attention.backends import AttentionExtension
 from lextra.attention.masks import Mask
-from lextra.attention.pieces import LogN, OutputGate, QKNorm, Sinks, Softcap, TemperatureTuning
+from lextra.attention.pieces import PIECES, SINGLE_VALUED, AttentionPiece
 from lextra.attention.plan import LayerVariant, format_plan, parse_plan
 from lextra.attention.s2 import S2Attention
 from lextra.errors import CheckpointError, ConfigError
@@ -313,19 +313,17 @@ class SelfAttention(nn.Module):
         self.v_proj = nn.Linear(config.d_model, H * D, bias=False)
         self.o_proj = nn.Linear(H * D, config.d_model, bias=False)
         self.dropout = nn.Dropout(config.dropout)
-        pieces = variant.pieces
         self.train_len = config.train_len
         dims = config.head_dims()
-        # the pieces' defaults live in their classes: read them from a built piece
-        self.log_scaling = LogN(dims, **pieces["logn"]).kind if "logn" in pieces else config.log_scaling
         #: the layer's own mask (a plan's window, chunk, ...), or None: the call's mask (causal by default)
         self.own_mask: Mask | None = build_mask(variant.mask, config.train_len) if variant.mask != "causal" else None
-        #: the plan's pieces (`lextra.attention.pieces`); None where the layer has none
-        self.qknorm = QKNorm(dims, **pieces["qknorm"]) if "qknorm" in pieces else None
-        self.gate = OutputGate(dims, **pieces["gate"]) if "gate" in pieces else None
-        self.sinks = Sinks(dims) if "sinks" in pieces else None
-        self.softcap: float | None = Softcap(dims, **pieces["softcap"]).cap if "softcap" in pieces else None
-        self.temp_tuning = TemperatureTuning(dims, **pieces["temp_tuning"]) if "temp_tuning" in pieces else None
+        #: the names of the plan's pieces (`lextra.attention.pieces`), in its order; each piece, built by its
+        #: registry entry, is the submodule of its name (`attn.qknorm`, `attn.sinks`, a plugin's)
+        self.piece_names: list[str] = []
+        for name, options in variant.pieces.items():
+            self.set_piece(name, PIECES.build(name, dims, **options))
+        logn = self._piece_value("log_scaling")
+        self.log_scaling = config.log_scaling if logn is None else logn
         #: per-head temperature (softmax(logits / tau)); None means 1 (set by temperature alignment)
         self.register_buffer("temperature", None, persistent=False)
         self._extension: AttentionExtension | None = None
@@ -335,6 +333,41 @@ class SelfAttention(nn.Module):
             # Scalable-Softmax (Nakanishi 2025, arXiv 2501.19399): logits x s_h ln n, s_h learned;
             # 1 / ln L_tr makes the factor 1 at n = L_tr
             self.ssmax_scale = nn.Parameter(torch.full((H,), 1.0 / math.log(max(2, config.train_len))))
+
+    def set_piece(self, name: str, piece: AttentionPiece | None) -> None:
+        """Add the piece `name` (replacing one of that name), or remove it with None; a second piece giving a
+        value a layer takes once (a sink, a cap, a log-n scaling) is refused."""
+        if name in self.piece_names:
+            self.piece_names.remove(name)
+            delattr(self, name)
+        if piece is None:
+            return
+        if hasattr(self, name):
+            raise ConfigError(f"attention piece {name!r} is named as a part of the attention layer; rename it")
+        for hook in SINGLE_VALUED:
+            if getattr(piece, hook) is not None and self._piece_value(hook) is not None:
+                raise ConfigError(f"a layer takes one {hook.replace('_', ' ')}; piece {name!r} gives a second one")
+        self.add_module(name, piece)
+        self.piece_names.append(name)
+
+    @property
+    def pieces(self) -> list[AttentionPiece]:
+        """The layer's pieces in the plan's order."""
+        return [getattr(self, name) for name in self.piece_names]
+
+    def _piece_value(self, hook: str) -> Any:
+        """The one value a piece gives for a single-valued hook (`SINGLE_VALUED`), or None."""
+        return next((v for v in (getattr(p, hook) for p in self.pieces) if v is not None), None)
+
+    @property
+    def sink_logits(self) -> Tensor | None:
+        """The learned sink logit of each head (H,), or None."""
+        return self._piece_value("sink_logits")
+
+    @property
+    def score_cap(self) -> float | None:
+        """The layer's score softcap, or None."""
+        return self._piece_value("score_cap")
 
     @property
     def extension(self) -> AttentionExtension | None:
@@ -362,9 +395,14 @@ class SelfAttention(nn.Module):
         """The softmax temperature: the layer's (H,) times log-n scaling per query, as (H,) or (H, Lq), divided by
         Llama 4's temperature tuning where the layer has it (it multiplies the queries)."""
         tau = self.log_temperature(q_pos, k_pos, mask)
-        if self.temp_tuning is None:
+        scale = None
+        for piece in self.pieces:
+            factor = piece.query_scale(q_pos)
+            if factor is not None:
+                scale = factor if scale is None else scale * factor
+        if scale is None:
             return tau
-        inverse = 1.0 / self.temp_tuning.scale(q_pos)[None]  # (1, Lq)
+        inverse = 1.0 / (scale[None] if scale.dim() == 1 else scale)  # (1, Lq) or (H, Lq)
         if tau is None:
             return inverse
         return (tau[:, None] if tau.dim() == 1 else tau) * inverse
@@ -388,8 +426,8 @@ class SelfAttention(nn.Module):
         B, L, _ = x.shape
         scheme, positions, cache, layer = inputs.scheme, inputs.positions, inputs.cache, inputs.layer
         q, k, v = self.project(x)
-        if self.qknorm is not None:
-            q, k = self.qknorm(q, k)
+        for piece in self.pieces:
+            q, k = piece.transform_qk(q, k)
         mask = inputs.mask if self.own_mask is None else self.own_mask
         k_pos = q_pos = positions
         rows = inputs.queries
@@ -404,10 +442,10 @@ class SelfAttention(nn.Module):
             k, v = cache.extend(layer, k, v, positions, rotated=rotated)
             k_pos = cache.key_positions(layer, positions)
         temperature = self.query_temperature(q_pos, k_pos, mask)
-        sinks = None if self.sinks is None else self.sinks.logits
+        sinks, softcap = self.sink_logits, self.score_cap
         if inputs.observer is not None:
-            inputs.observer(AttentionInputs(layer, q, k, scheme, q_pos, k_pos, mask, temperature, sinks, self.softcap))
-        if self.extension is not None and (sinks is not None or self.softcap is not None):
+            inputs.observer(AttentionInputs(layer, q, k, scheme, q_pos, k_pos, mask, temperature, sinks, softcap))
+        if self.extension is not None and (sinks is not None or softcap is not None):
             raise ConfigError(
                 f"extension {self.extension.name!r} does not apply learned sinks or a softcap; apply it to the "
                 "layers without them (--layers-select)"
@@ -425,23 +463,21 @@ class SelfAttention(nn.Module):
             extension=self._wrapper(cache),
             layout=inputs.layout if cache is None else None,
             sinks=sinks,
-            softcap=self.softcap,
+            softcap=softcap,
         )
         if cache is not None and self.extension is not None:
             keep = self.extension.retains(k_pos, int(positions[-1]) + 1)
             if keep is not None:
                 cache.evict(layer, keep, k_pos)
-        return self.dropout(self.o_proj(self._gated(x, out).transpose(1, 2).reshape(B, L, -1)))
+        for piece in self.pieces:
+            out = piece.transform_output(x, out)
+        return self.dropout(self.o_proj(out.transpose(1, 2).reshape(B, L, -1)))
 
     def _wrapper(self, cache: KVCache | None) -> AttentionExtension | None:
         """What the layer attends through: its extension, S2-Attn while training without a cache, or None."""
         if self.extension is None and self.s2_group and self.training and cache is None:
             return S2Attention(self.s2_group)
         return self.extension
-
-    def _gated(self, x: Tensor, out: Tensor) -> Tensor:
-        """The attention output (B, H, L, D) through the layer's output gate, if it has one."""
-        return out if self.gate is None else self.gate(x, out)
 
 
 class MLP(nn.Module):

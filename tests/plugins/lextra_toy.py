@@ -1,5 +1,6 @@
-"""An example plugin: one position scheme, mask, RoPE scaling, extension method, retrieval task and RULER task,
-each one small class in its registry (the worked examples of docs/extending.md; tests/test_plugins.py runs them).
+"""An example plugin: one position scheme, mask, RoPE scaling, attention piece, extension method, retrieval task
+and RULER task, each one small class in its registry (the worked examples of docs/extending.md;
+tests/test_plugins.py runs them).
 
 Use it with `LEXTRA_PLUGINS=tests/plugins/lextra_toy.py lextra list` or `lextra --plugin tests/plugins/lextra_toy.py`.
 """
@@ -14,6 +15,7 @@ import torch
 from torch import Tensor
 
 from lextra.attention.masks import MASKS, UNBOUNDED, Mask
+from lextra.attention.pieces import PIECES, AttentionPiece
 from lextra.errors import ConfigError
 from lextra.evaluate.retrieval.tasks import TASKS, PasskeyTask
 from lextra.evaluate.ruler.niah import NeedleTask
@@ -92,6 +94,22 @@ class PowerInterpolation(ScalingType):
     @classmethod
     def frequencies(cls, scaling: RopeScaling, head_dim: int, base: float, seq_len: int | None) -> tuple[Tensor, float]:
         return rope_inv_freq(head_dim, base) / scaling.factor**scaling.alpha, 1.0
+
+
+# --- an attention piece: every query multiplied by one factor ---------------------------------------------------
+@PIECES.register("toy_qscale")
+class QueryScale(AttentionPiece):
+    """Every query multiplied by `factor` (a sharper softmax above 1): the piece acts through one hook."""
+
+    summary = "toy: every query multiplied by factor"
+    positional = "factor"
+
+    def __init__(self, dims: HeadDims, *, factor: float = 2.0) -> None:
+        super().__init__(dims)
+        self.factor = check_range("toy_qscale: factor", factor, 0.0, 1e6, low_open=True)
+
+    def query_scale(self, positions: Tensor) -> Tensor:
+        return torch.full(positions.shape, self.factor, device=positions.device)
 
 
 # --- an extension method: distances clipped at `cap` --------------------------------------------------------------

@@ -33,7 +33,13 @@ from lextra.validate import check_bool, check_positive
 
 
 class AttentionPiece(nn.Module):
-    """Base class of the `PIECES` registry: built with the layer's `HeadDims` and its options."""
+    """Base class of the `PIECES` registry: built with the layer's `HeadDims` and its options.
+
+    A layer builds every piece its plan names through this registry and applies each through the hooks below, in
+    the plan's order; each hook's default leaves attention as it is, so a piece overrides only the hooks it acts
+    through. The hooks act outside the attention kernel (q and k before the position transform, a per-query
+    scale, the heads' output) or hand the kernel one value every backend takes (a sink logit per head, a score
+    cap), so a piece runs in every backend."""
 
     name: ClassVar[str] = "piece"
     summary: ClassVar[str] = ""
@@ -42,6 +48,38 @@ class AttentionPiece(nn.Module):
     def __init__(self, dims: HeadDims) -> None:
         super().__init__()
         self.dims = dims
+
+    def transform_qk(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        """q (B, H, Lq, D) and k (B, H, Lk, Dk) before the position transform."""
+        return q, k
+
+    def query_scale(self, positions: Tensor) -> Tensor | None:
+        """A factor (Lq,) or (H, Lq) on the queries at these positions (it divides the softmax temperature), or
+        None."""
+        return None
+
+    def transform_output(self, x: Tensor, out: Tensor) -> Tensor:
+        """The heads' output (B, H, L, D) before the output projection; x (B, L, d_model) is the layer input."""
+        return out
+
+    @property
+    def sink_logits(self) -> Tensor | None:
+        """One logit per head (H,) in every softmax's denominator, or None."""
+        return None
+
+    @property
+    def score_cap(self) -> float | None:
+        """Scores become tanh(s / cap) cap before the mask, or None."""
+        return None
+
+    @property
+    def log_scaling(self) -> str | None:
+        """The layer's own log-n scaling (`none`, `qwen`, `ssmax`) in place of the model's, or None."""
+        return None
+
+
+#: the hooks of which a layer takes one value (two pieces giving one are refused)
+SINGLE_VALUED = ("sink_logits", "score_cap", "log_scaling")
 
 
 PIECES: Registry[AttentionPiece] = Registry("attention piece")
@@ -67,7 +105,7 @@ class QKNorm(AttentionPiece):
         self.q_weight = nn.Parameter(torch.ones(dims.head_dim)) if weight else None
         self.k_weight = nn.Parameter(torch.ones(dims.head_dim)) if weight else None
 
-    def forward(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+    def transform_qk(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         return head_rms_norm(q, self.q_weight, self.eps), head_rms_norm(k, self.k_weight, self.eps)
 
 
@@ -90,7 +128,7 @@ class OutputGate(AttentionPiece):
         width = dims.head_dim if kind == "elementwise" else 1
         self.proj = nn.Linear(dims.d_model, dims.n_heads * width, bias=False)
 
-    def forward(self, x: Tensor, out: Tensor) -> Tensor:
+    def transform_output(self, x: Tensor, out: Tensor) -> Tensor:
         """x (B, L, d_model), out (B, H, L, D) -> gated out (B, H, L, D)."""
         B, L, _ = x.shape
         score = self.proj(x).view(B, L, self.dims.n_heads, -1).transpose(1, 2)
@@ -108,6 +146,10 @@ class Sinks(AttentionPiece):
         super().__init__(dims)
         self.logits = nn.Parameter(torch.zeros(dims.n_heads))
 
+    @property
+    def sink_logits(self) -> Tensor:
+        return self.logits
+
 
 @PIECES.register("softcap")
 class Softcap(AttentionPiece):
@@ -119,6 +161,10 @@ class Softcap(AttentionPiece):
     def __init__(self, dims: HeadDims, *, cap: float = 50.0) -> None:
         super().__init__(dims)
         self.cap = check_positive("softcap: cap", cap)
+
+    @property
+    def score_cap(self) -> float:
+        return self.cap
 
 
 def temperature_tuning_scale(positions: Tensor, beta: float, gamma: float) -> Tensor:
@@ -141,7 +187,7 @@ class TemperatureTuning(AttentionPiece):
             raise ConfigError(f"temp_tuning: beta must be a finite number >= 0, got {beta!r}")
         self.gamma = check_positive("temp_tuning: gamma", gamma)
 
-    def scale(self, positions: Tensor) -> Tensor:
+    def query_scale(self, positions: Tensor) -> Tensor:
         return temperature_tuning_scale(positions, self.beta, self.gamma)
 
 
@@ -155,6 +201,10 @@ class LogN(AttentionPiece):
     def __init__(self, dims: HeadDims, *, kind: str = "qwen") -> None:
         super().__init__(dims)
         self.kind = check_log_scaling(kind, what="logn: kind")
+
+    @property
+    def log_scaling(self) -> str:
+        return self.kind
 
 
 def piece_options(name: str, options: dict[str, Any]) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from lextra.attention.masks import Mask
-from lextra.attention.pieces import TemperatureTuning
+from lextra.attention.pieces import PIECES
 from lextra.attention.plan import LayerVariant
 from lextra.errors import ConfigError
 from lextra.extend.attention import apply_extension
@@ -51,7 +51,7 @@ class GPTTarget:
                 else f"its scheme {self.variants[layer].scheme!r} has no rotation to remap"
             )
         attn = self._attn(layer)
-        if attn.sinks is not None or attn.softcap is not None:
+        if attn.sink_logits is not None or attn.score_cap is not None:
             return "it has learned sinks or a softcap"
         if attn.own_mask is not None:
             return f"it attends through its own mask {attn.own_mask!r}, and the method sets its own visibility"
@@ -79,8 +79,8 @@ class GPTTarget:
 
     def _set_temp_tuning(self, options: dict[str, Any] | None, layers: list[int]) -> None:
         for layer in layers:
-            tuning = None if options is None else TemperatureTuning(self.config.head_dims(), **options)
-            self._attn(layer).temp_tuning = tuning
+            tuning = None if options is None else PIECES.build("temp_tuning", self.config.head_dims(), **options)
+            self._attn(layer).set_piece("temp_tuning", tuning)
 
     def _set_temperatures(self, temperatures: Any) -> None:
         self.model._set_temperatures(temperatures)

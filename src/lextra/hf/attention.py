@@ -81,7 +81,7 @@ def query_temperature(state: AttentionState, layer: int, q_pos: Tensor) -> Tenso
         factors.append(log_scaling_factor(state.log_scaling, q_pos, state.train_len))
     tuning = state.temp_tuning.get(layer)
     if tuning is not None:
-        factors.append(tuning.scale(q_pos).to(q_pos.device))
+        factors.append(tuning.query_scale(q_pos).to(q_pos.device))
     if not factors:
         return tau
     factor = factors[0] if len(factors) == 1 else factors[0] * factors[1]
