@@ -13,9 +13,9 @@ from lextra.attention.masks import MASKS
 from lextra.cli import main
 from lextra.cli.app import build_parser, expand_aliases, leaf_commands
 from lextra.cli.options import train_config_from
-from lextra.evaluate.retrieval.tasks import TASKS
 from lextra.extend import EXTENSIONS
 from lextra.positions import SCHEMES
+from lextra.tasks.retrieval import TASKS
 
 
 def test_list_prints_every_scheme_mask_and_task_with_its_options(capsys) -> None:

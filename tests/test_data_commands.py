@@ -15,9 +15,9 @@ from lextra.cli import main
 from lextra.data import PreparedShards, prepare_data, prepare_shards
 from lextra.data.shards import DecodedDocuments, text_data_for_model
 from lextra.data.tokenizers import ByteTokenizer
-from lextra.evaluate.ruler import haystack_documents
 from lextra.model import GPTConfig, load_model, read_model_meta
 from lextra.pipelines.ruler import RulerSettings
+from lextra.tasks.ruler import haystack_documents
 from lextra.train import TrainConfig, train
 
 BYTES = ByteTokenizer()
@@ -128,7 +128,7 @@ def test_retrieval_compare_trains_and_evaluates_on_a_prepared_folder_as_on_the_r
     # passkey+lm: half the rows language modelling, drawn from the folder's tokens without encoding them again
     shape = [{"code-key": "passkey+lm", "96": "128"}.get(word, word) for word in shape]
     assert main(["retrieval", "train", "--out", str(tmp_path / "lm-raw"), *shape, "--corpus", source]) == 0
-    import lextra.evaluate.retrieval.sources as sources
+    import lextra.tasks.rows as sources
 
     monkeypatch.setattr(sources.TrainStream, "from_documents", lambda *a, **k: pytest.fail("encoded again"))
     assert (

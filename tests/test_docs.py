@@ -15,10 +15,10 @@ import pytest
 
 from lextra.attention.masks import build_mask
 from lextra.cli.app import build_parser
-from lextra.evaluate.retrieval.sources import parse_task_spec
 from lextra.extend import build_extension
 from lextra.model import GPT, GPTConfig, save_model
 from lextra.positions.scaling import parse_rope_scaling
+from lextra.tasks.registry import parse_task_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

@@ -21,12 +21,13 @@ from lextra.errors import ConfigError
 from lextra.evaluate import EvalConfig, evaluate_model, evaluation_documents
 from lextra.evaluate.prefix import evaluation_prefix
 from lextra.evaluate.retrieval import evaluate_retrieval
-from lextra.evaluate.retrieval.sources import row_seed
-from lextra.evaluate.retrieval.tasks import PasskeyTask
-from lextra.evaluate.ruler import answer_samples, build_ruler_task
+from lextra.evaluate.ruler import answer_samples
 from lextra.hf import adapt
 from lextra.model import GPT, GPTConfig, save_model
 from lextra.pipelines.ruler import RulerSettings, settings_from_section
+from lextra.tasks.retrieval import PasskeyTask
+from lextra.tasks.rows import row_seed
+from lextra.tasks.ruler import build_ruler_task
 
 VOCAB = 260
 BOS, EOS = "<s>", "</s>"

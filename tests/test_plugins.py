@@ -119,8 +119,9 @@ bias = scheme.bias(pos, pos)
 inv, att = frequencies(RopeScaling(**parse_rope_scaling("sqrt_pi:4")), 16)
 clip = build_extension("clip,cap=3", 32)
 from lextra.data.tokenizers import ByteTokenizer
-from lextra.evaluate.retrieval import build_task, parse_task_spec
-from lextra.evaluate.ruler import build_ruler_task
+from lextra.tasks.retrieval import build_task
+from lextra.tasks.registry import parse_task_spec
+from lextra.tasks.ruler import build_ruler_task
 import random
 pair = build_ruler_task("niah_pair", ByteTokenizer()).sample(1500, 0)
 key = build_task("toy-key", ByteTokenizer()).sample(40, 0.5, random.Random(0))

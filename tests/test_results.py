@@ -15,18 +15,13 @@ from lextra.analysis import dispersion, empirical_scores, receptive_field
 from lextra.data import ByteTokenizer, Document
 from lextra.data.prepare import prepare_data
 from lextra.evaluate import EvalConfig, Evaluation, evaluate_model
-from lextra.evaluate.retrieval import (
-    CompletionResult,
-    RetrievalResult,
-    build_task,
-    evaluate_completion,
-    evaluate_retrieval,
-)
+from lextra.evaluate.retrieval import CompletionResult, RetrievalResult, evaluate_completion, evaluate_retrieval
 from lextra.model import GPT, GPTConfig
 from lextra.pipelines.analyze import DispersionRow, ReceptiveFieldRow, ResolutionRow
 from lextra.pipelines.compare import Comparison, VariantResult
 from lextra.pipelines.study import Cell, Study, parse_study
 from lextra.reporting.study_results import ModelAnalysis, StudyResults
+from lextra.tasks.retrieval import build_task
 
 OLD = Path(__file__).parent / "data" / "results_v0"
 

@@ -15,14 +15,6 @@ from lextra.cli import main
 from lextra.data import ByteTokenizer, Document, build_tokenizer
 from lextra.data.prepare import prepare_data
 from lextra.errors import ConfigError, DataError
-from lextra.evaluate.retrieval import (
-    TASK_NAMES,
-    TASKS,
-    RetrievalSource,
-    build_task,
-    parse_task_spec,
-    register_task_spec,
-)
 from lextra.evaluate.retrieval.completion import (
     LineScores,
     edit_similarity,
@@ -34,7 +26,10 @@ from lextra.evaluate.retrieval.evaluate import RetrievalScores, evaluate_retriev
 from lextra.evaluate.retrieval.scoring import candidate_loglik, gold_rank, prefill, score_prompts
 from lextra.model import GPT, GPTConfig, KVCache
 from lextra.reporting.retrieval import save_retrieval_outputs
-from lextra.train import BATCH_SOURCES, TrainConfig, batch_source
+from lextra.tasks.registry import TRAINING_TASKS, parse_task_spec
+from lextra.tasks.retrieval import TASK_NAMES, TASKS, build_task
+from lextra.tasks.rows import RowSource
+from lextra.train import TrainConfig, batch_source
 
 torch.set_num_threads(1)
 
@@ -156,21 +151,21 @@ def test_tasks_are_built_through_the_registry_with_their_options() -> None:
 
 
 # ----------------------------------------------------------------------------- training batches
-def test_task_specs_parse_and_register() -> None:
+def test_task_specs_parse_and_every_task_is_in_the_one_training_registry() -> None:
     assert parse_task_spec("passkey").ratio == 1.0
     assert parse_task_spec("kv+lm").ratio == 0.5
     assert parse_task_spec("lines:0.25").ratio == 0.25
     for bad in ("passkey:2", "passkey:x", "needle"):
         with pytest.raises(ConfigError):
             parse_task_spec(bad)
-    assert "passkey" in BATCH_SOURCES and "code-key+lm" in BATCH_SOURCES
-    assert register_task_spec("passkey:0.3") in BATCH_SOURCES
+    names = set(TRAINING_TASKS.names())  # retrieval, RULER and algorithmic tasks alike
+    assert set(TASK_NAMES) <= names and {"ruler.niah", "ruoss.reverse_string", "mqar"} <= names
 
 
 @pytest.mark.parametrize("name", [*SIMPLE_TASKS, "code-key"])
 def test_batches_are_pure_and_end_with_the_answer(name) -> None:
     task = make_task(name)
-    source = RetrievalSource(task)
+    source = RowSource(task)
     length = 300 if name == "passkey-mj" else 128
     batch = source.batch(5, 4, length, seed=3)
     assert batch.shape == (4, length + 1) and batch.dtype == torch.long

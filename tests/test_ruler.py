@@ -22,30 +22,32 @@ from lextra.data import ByteTokenizer, Document, build_tokenizer
 from lextra.errors import ConfigError, DataError
 from lextra.evaluate.retrieval.scoring import prefill
 from lextra.evaluate.ruler import (
-    DEPTHS,
-    RULER_TASK_NAMES,
-    WORDS,
-    ChatFormat,
     RulerCell,
     RulerResult,
-    build_ruler_task,
     check_vocabulary,
-    corpus_words,
     effective_length,
     evaluate_cell,
     generate,
-    haystack_documents,
-    postprocess,
-    sample_seed,
-    string_match_all,
-    string_match_part,
     template_parts,
-    wilson_interval,
 )
 from lextra.hf import adapt
 from lextra.model import GPT, GPTConfig, save_model
 from lextra.pipelines.study import Study, parse_study
 from lextra.reporting.ruler import save_ruler_outputs
+from lextra.tasks.ruler import (
+    DEPTHS,
+    RULER_TASK_NAMES,
+    WORDS,
+    ChatFormat,
+    build_ruler_task,
+    corpus_words,
+    haystack_documents,
+    postprocess,
+    sample_seed,
+    string_match_all,
+    string_match_part,
+    wilson_interval,
+)
 
 torch.set_num_threads(1)
 
@@ -223,7 +225,7 @@ def test_samples_are_pure_functions_of_task_length_index_and_seed(documents) -> 
     assert first.sample(2000, 4, seed=2).prompt_ids != a.prompt_ids
     # the seed is SHA-256 of the parts, not Python's salted hash(): another process with another salt agrees
     code = (
-        "from lextra.data import ByteTokenizer; from lextra.evaluate.ruler import build_ruler_task, sample_seed;"
+        "from lextra.data import ByteTokenizer; from lextra.tasks.ruler import build_ruler_task, sample_seed;"
         "print(sample_seed('x', 1), build_ruler_task('vt', ByteTokenizer()).sample(2000, 3, 7).prompt_ids[-300:])"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}

@@ -14,9 +14,10 @@ from lextra.cli import main
 from lextra.data import ByteTokenizer
 from lextra.data.prepare import prepare_data
 from lextra.errors import ConfigError
-from lextra.evaluate.retrieval import evaluation_task, parse_task_spec
-from lextra.evaluate.ruler import NIAH_TASKS, RULER_TASK_NAMES, RULER_TRAINING_TASKS, build_ruler_rows
-from lextra.train import BATCH_SOURCES, TrainConfig
+from lextra.evaluate.retrieval import evaluation_task
+from lextra.tasks.registry import parse_task_spec
+from lextra.tasks.ruler import NIAH_TASKS, RULER_TASK_NAMES, RULER_TRAINING_TASKS, build_ruler_rows
+from lextra.train import TrainConfig, batch_source
 
 torch.set_num_threads(1)
 
@@ -61,15 +62,15 @@ def test_the_niah_mix_draws_every_needle_task_and_rows_depend_on_the_generator_o
     assert rows.training_row(900, random.Random(1)) != rows.training_row(900, random.Random(2))
 
 
-def test_specs_register_as_batch_sources_and_their_batches_are_reproducible() -> None:
+def test_specs_are_training_tasks_and_their_batches_are_reproducible() -> None:
     assert set(RULER_TRAINING_TASKS) == {"ruler.niah", *(f"ruler.{n}" for n in RULER_TASK_NAMES)}
     assert parse_task_spec("ruler.niah+lm").ratio == 0.5 and parse_task_spec("ruler.vt:0.3").name == "ruler.vt"
     with pytest.raises(ConfigError, match=r"unknown retrieval task 'ruler\.nope'.*ruler\.niah"):
         parse_task_spec("ruler.nope")
     data = prepare_data("python-code", limit_chars=200_000)
-    config = TrainConfig()
+    config = TrainConfig(task="ruler.niah+lm")
     config.model.train_len = 900
-    source = BATCH_SOURCES["ruler.niah+lm"](config, data)
+    source = batch_source(config, data)
     batch = source.batch(step=3, batch_size=6, length=900, seed=0)
     assert batch.shape == (6, 901) and batch.dtype == torch.long
     assert torch.equal(batch, source.batch(step=3, batch_size=6, length=900, seed=0))
@@ -80,10 +81,10 @@ def test_specs_register_as_batch_sources_and_their_batches_are_reproducible() ->
 
 def test_a_training_length_too_short_for_a_task_or_a_retrieval_eval_of_one_is_refused() -> None:
     data = prepare_data("python-code", limit_chars=200_000)
-    config = TrainConfig()
+    config = TrainConfig(task="ruler.niah")
     config.model.train_len = 400
     with pytest.raises(ConfigError, match=r"'ruler.niah' at --train-len 400: RULER task 'niah_\w+' needs prompts"):
-        BATCH_SOURCES["ruler.niah"](config, data)
+        batch_source(config, data)
     with pytest.raises(ConfigError, match="lextra ruler"):
         evaluation_task("ruler.niah", data)
 

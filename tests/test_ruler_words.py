@@ -1,4 +1,4 @@
-"""The RULER word list is package data (`lextra/evaluate/ruler/words.txt`), identical to the list the module held."""
+"""The RULER word list is package data (`lextra/tasks/ruler/words.txt`), identical to the list the module held."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import hashlib
 import tomllib
 from pathlib import Path
 
-from lextra.evaluate.ruler import WORDS
-from lextra.evaluate.ruler.words import WORDS_FILE, load_words
+from lextra.tasks.ruler import WORDS
+from lextra.tasks.ruler.words import WORDS_FILE, load_words
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -23,5 +23,5 @@ def test_the_word_list_is_the_one_the_module_held() -> None:
 
 def test_the_word_file_ships_as_package_data() -> None:
     package_data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
-    assert WORDS_FILE in package_data["lextra.evaluate.ruler"]
-    assert (ROOT / "src" / "lextra" / "evaluate" / "ruler" / WORDS_FILE).read_text().splitlines() == list(WORDS)
+    assert WORDS_FILE in package_data["lextra.tasks.ruler"]
+    assert (ROOT / "src" / "lextra" / "tasks" / "ruler" / WORDS_FILE).read_text().splitlines() == list(WORDS)

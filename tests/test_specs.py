@@ -14,7 +14,6 @@ import lextra
 from lextra.attention import build_mask
 from lextra.attention.masks import MASKS
 from lextra.errors import ConfigError
-from lextra.evaluate.retrieval import parse_task_spec
 from lextra.extend import EXTENSIONS, build_extension
 from lextra.model import GPTConfig
 from lextra.pipelines.compare import parse_variant
@@ -22,6 +21,7 @@ from lextra.pipelines.retrieval import parse_scaled_variant
 from lextra.positions import SCHEMES, HeadDims, build_scheme, split_scheme_spec
 from lextra.positions.scaling import SCALING_TYPES, RopeScaling, parse_rope_scaling
 from lextra.registry import Registry, Spec, convert_value, format_spec, parse_spec
+from lextra.tasks.registry import parse_task_spec
 
 DIMS = HeadDims(2, 16, 32, 64)
 

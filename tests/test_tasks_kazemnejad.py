@@ -11,7 +11,6 @@ from functools import partial
 import numpy as np
 import pytest
 
-import lextra.tasks.registered  # noqa: F401  (registers the tasks)
 from lextra.errors import ConfigError
 from lextra.tasks import PAD, AlgorithmicTask, LengthRange, TaskBatch, build_task, encode, generate_rows
 from lextra.tasks.kazemnejad.addition import Addition
@@ -21,7 +20,7 @@ from lextra.tasks.kazemnejad.scan import Scan, scan_pairs
 from lextra.tasks.kazemnejad.sort import VARIANTS as SORT_VARIANTS
 from lextra.tasks.kazemnejad.sort import Sort
 from lextra.tasks.kazemnejad.suite import KAZEMNEJAD, SYMBOLS
-from lextra.training_tasks import TRAINING_TASKS
+from lextra.tasks.registry import TRAINING_TASKS
 
 NAMES = ("copy", "reverse", "addition", "sort", "parity", "summation", "scan")
 Words = list[str]

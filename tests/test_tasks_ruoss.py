@@ -17,7 +17,7 @@ import pytest
 
 from lextra.errors import ConfigError
 from lextra.tasks.base import AlgorithmicTask
-from lextra.training_tasks import TRAINING_TASKS
+from lextra.tasks.registry import TRAINING_TASKS
 
 #: a port: a row's input symbols -> the output symbols the authors' code writes, and the scored positions
 #: (None: all, their default `accuracy_mask`)

@@ -9,8 +9,8 @@ import pytest
 from lextra.errors import ConfigError
 from lextra.tasks import PAD, TaskBatch, build_task, encode, task_rng
 from lextra.tasks.mqar import MQAR
+from lextra.tasks.registry import TRAINING_TASKS
 from lextra.tasks.zhou import HINT_LETTERS, ZhouAddition
-from lextra.training_tasks import TRAINING_TASKS
 
 
 def digits(number: int, width: int) -> np.ndarray:

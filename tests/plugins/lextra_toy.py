@@ -17,13 +17,13 @@ from torch import Tensor
 from lextra.attention.masks import MASKS, UNBOUNDED, Mask
 from lextra.attention.pieces import PIECES, AttentionPiece
 from lextra.errors import ConfigError
-from lextra.evaluate.retrieval.tasks import TASKS, PasskeyTask
-from lextra.evaluate.ruler.niah import NeedleTask
-from lextra.evaluate.ruler.tasks import RULER_TASKS
 from lextra.extend.base import EXTENSIONS, ExtensionMethod, Pass, constant_position, int_option, same_position
 from lextra.positions import HeadDims, PositionScheme, register_scheme
 from lextra.positions.scaling import RopeScaling, ScalingType, register_scaling, rope_inv_freq
 from lextra.registry import Option
+from lextra.tasks.retrieval import TASKS, PasskeyTask
+from lextra.tasks.ruler.niah import NeedleTask
+from lextra.tasks.ruler.tasks import RULER_TASKS
 from lextra.validate import check_range
 
 

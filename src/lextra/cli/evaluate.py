@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lextra.cli.app import Handler, command
 from lextra.cli.models import MODEL_HELP, add_any_model, load_any
@@ -32,6 +33,10 @@ from lextra.cli.options import (
     temperature_option,
 )
 from lextra.errors import ConfigError
+
+if TYPE_CHECKING:
+    from lextra.methods.align import Alignment
+    from lextra.pipelines.loading import LoadedModel
 
 
 def _add_results_options(parser: argparse.ArgumentParser) -> None:
@@ -185,10 +190,7 @@ def configure_align(parser: argparse.ArgumentParser) -> Handler:
     )
 
     def run(args: argparse.Namespace) -> int:
-        from lextra.io import atomic_write_json
         from lextra.methods import align_temperatures
-        from lextra.model import save_model
-        from lextra.reporting.tables import markdown_table
 
         loaded = load_any(args, args.checkpoint, args.mask)
         if loaded.is_lextra and loaded.label != loaded.base:
@@ -207,29 +209,8 @@ def configure_align(parser: argparse.ArgumentParser) -> Handler:
             mask=args.mask or getattr(model, "default_mask", "causal"),
             max_rows=args.max_rows or (None if loaded.is_lextra else 1024),
         )
-        if loaded.folder is not None:
-            out = Path(args.out or f"{loaded.folder}-{args.strategy}-{args.length}")
-            extra = {k: v for k, v in loaded.meta.items() if k in ("tokenizer", "train")}
-            save_model(model, out, extra={**extra, "alignment": result.to_dict()})
-            atomic_write_json(out / "alignment.json", result.to_dict())
-        else:
-            out = Path(args.out or loaded.results_root / f"align-{args.strategy}-{args.length}")
-            atomic_write_json(out / "alignment.json", {"model": loaded.name, "label": loaded.label,
-                                                       **result.to_dict()})  # fmt: skip
-        statistic = "entropy" if args.strategy == "entropy" else "pmax"
-        rows = {
-            f"layer {i}": {
-                "target": result.target[i],
-                "before": result.before[i],
-                "after": result.after[i],
-                "tau": sum(t) / len(t),
-            }
-            for i, t in enumerate(result.temperatures)
-        }
-        print(f"mean {statistic}: target at L_tr = {result.train_len}, before and after at L_ex = {args.length}")
-        print(markdown_table(rows, ["target", "before", "after", "tau"], "layer"))
-        if result.saturated:
-            print(f"warning: target out of reach for (layer, head) {result.saturated}: temperature at its bound")
+        out = _save_alignment(args, loaded, result)
+        _print_alignment(result, args.strategy, args.length)
         if loaded.folder is not None:
             print(f"aligned model saved to {out}")
         else:
@@ -237,6 +218,40 @@ def configure_align(parser: argparse.ArgumentParser) -> Handler:
         return 0
 
     return run
+
+
+def _save_alignment(args: argparse.Namespace, loaded: LoadedModel, result: Alignment) -> Path:
+    """Where the alignment goes: a lextra model's aligned copy (with alignment.json beside its weights), or
+    alignment.json alone for another model; returns the folder."""
+    from lextra.io import atomic_write_json
+    from lextra.model import save_model
+
+    if loaded.folder is not None:
+        out = Path(args.out or f"{loaded.folder}-{args.strategy}-{args.length}")
+        extra = {k: v for k, v in loaded.meta.items() if k in ("tokenizer", "train")}
+        save_model(loaded.model, out, extra={**extra, "alignment": result.to_dict()})
+        atomic_write_json(out / "alignment.json", result.to_dict())
+        return out
+    out = Path(args.out or loaded.results_root / f"align-{args.strategy}-{args.length}")
+    atomic_write_json(out / "alignment.json", {"model": loaded.name, "label": loaded.label, **result.to_dict()})
+    return out
+
+
+def _print_alignment(result: Alignment, strategy: str, length: int) -> None:
+    """Each layer's statistic (target at L_tr, before and after at L_ex) and mean temperature, and the heads whose
+    target was out of reach."""
+    from lextra.reporting.tables import markdown_table
+
+    statistic = "entropy" if strategy == "entropy" else "pmax"
+    rows = {
+        f"layer {i}": {"target": result.target[i], "before": result.before[i], "after": result.after[i],
+                       "tau": sum(t) / len(t)}
+        for i, t in enumerate(result.temperatures)
+    }  # fmt: skip
+    print(f"mean {statistic}: target at L_tr = {result.train_len}, before and after at L_ex = {length}")
+    print(markdown_table(rows, ["target", "before", "after", "tau"], "layer"))
+    if result.saturated:
+        print(f"warning: target out of reach for (layer, head) {result.saturated}: temperature at its bound")
 
 
 def _span_of_an_older_file(args: argparse.Namespace) -> None:

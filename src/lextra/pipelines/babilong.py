@@ -17,10 +17,10 @@ from typing import Any, ClassVar
 
 from lextra.data import Document, Tokenizer
 from lextra.evaluate.babilong import BABILONG_TASKS, LABELS, BabilongTask, build_babilong_task
-from lextra.evaluate.ruler import ChatFormat, RulerTask, haystack_documents
 from lextra.io import atomic_write_text
 from lextra.pipelines.ruler import RulerSettings
 from lextra.registry import Registry
+from lextra.tasks.ruler import ChatFormat, RulerTask, haystack_documents
 
 #: the tag every written task carries (`--tasks babilong_offline` runs them all)
 TAG = "babilong_offline"

@@ -18,8 +18,8 @@ from typing import Any
 import torch
 
 from lextra.errors import ConfigError, DataError
-from lextra.evaluate.ruler import DEFAULT_HAYSTACK
 from lextra.extend import KEEP, InferenceSetup
+from lextra.tasks.ruler import DEFAULT_HAYSTACK
 
 
 @dataclass

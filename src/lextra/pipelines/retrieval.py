@@ -26,10 +26,7 @@ from lextra.evaluate.retrieval import (
     default_lengths,
     evaluate_retrieval,
     evaluation_task,
-    parse_task_spec,
-    register_task_spec,
 )
-from lextra.evaluate.ruler import RULER_TRAINING_TASKS
 from lextra.io import atomic_write_json, atomic_write_text
 from lextra.model import read_model_meta
 from lextra.pipelines.loading import ModelOptions, load_lextra, setup_from
@@ -39,6 +36,8 @@ from lextra.positions import SCHEMES
 from lextra.positions.scaling import parse_rope_scaling
 from lextra.registry import split_compound
 from lextra.reporting.retrieval import plot_heatmap, retrieval_tables
+from lextra.tasks.registry import parse_task_spec
+from lextra.tasks.ruler import RULER_TRAINING_TASKS
 from lextra.train import CHECKPOINTS, FINAL, Distributed, TrainConfig, train
 
 
@@ -100,7 +99,7 @@ def train_on_task(
     """Train `config` on the retrieval task spec `task` (NAME, NAME+lm, NAME:RATIO; NAME a retrieval task or one of
     `RULER_TRAINING_TASKS`) on `device`; returns the final model."""
     config = copy.deepcopy(config)
-    config.task = register_task_spec(task)
+    config.task = task
     return train(config, out, resume=resume, progress=progress, device=device)
 
 

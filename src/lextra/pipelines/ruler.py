@@ -26,20 +26,12 @@ from lextra.data import Document, Tokenizer
 from lextra.errors import ConfigError, DataError
 from lextra.evaluate.prefix import evaluation_prefix
 from lextra.evaluate.ruler import (
-    DEFAULT_HAYSTACK,
     DEFAULT_THRESHOLD,
-    PROMPT_LENGTHS,
-    RULER_TASKS,
-    ChatFormat,
-    PromptTooShortError,
     RulerAnswer,
     RulerResult,
-    RulerTask,
     answer_samples,
-    build_ruler_task,
     cell_from_answers,
     check_vocabulary,
-    haystack_documents,
     sorted_lengths,
 )
 from lextra.io import atomic_write_json
@@ -47,6 +39,16 @@ from lextra.pipelines.log import log
 from lextra.pipelines.sharing import wait_for
 from lextra.registry import Registry, parse_spec, split_specs
 from lextra.reporting.ruler import save_ruler_outputs
+from lextra.tasks.ruler import (
+    DEFAULT_HAYSTACK,
+    PROMPT_LENGTHS,
+    RULER_TASKS,
+    ChatFormat,
+    PromptTooShortError,
+    RulerTask,
+    build_ruler_task,
+    haystack_documents,
+)
 from lextra.train import Distributed
 
 #: lengths as multiples of L_tr when none are given
@@ -302,7 +304,7 @@ def run_ruler(
 
     wait_for([cell for cell in keys if cell not in mine], complete)
     cells = {
-        name: {n: cell_from_answers(name, n, [answers[name, n][i] for i in wanted], task.answer_score) for n in lengths}
+        name: {n: cell_from_answers(task, n, [answers[name, n][i] for i in wanted]) for n in lengths}
         for name, task in tasks.items()
     }
     result = RulerResult(

@@ -9,15 +9,15 @@ from lextra.attention.pieces import PIECES
 from lextra.attention.plan import PRESETS
 from lextra.data.positions import SAMPLERS
 from lextra.evaluate.babilong import BABILONG_TASKS
-from lextra.evaluate.retrieval.tasks import TASKS
-from lextra.evaluate.ruler import RULER_TASKS
 from lextra.extend import EXTENSIONS
 from lextra.positions import SCHEMES
 from lextra.positions.logn import log_scaling_names
 from lextra.positions.scaling import SCALING_TYPES
 from lextra.registry import Registry
 from lextra.tasks import AlgorithmicTask
-from lextra.training_tasks import TRAINING_TASKS
+from lextra.tasks.registry import TRAINING_TASKS
+from lextra.tasks.retrieval import TASKS
+from lextra.tasks.ruler import RULER_TASKS
 
 GRAMMAR = "name[:positional][,key=value...]"
 

@@ -1,6 +1,9 @@
-"""Seeded generators and scorers of the field's length-generalization tasks (`lextra.tasks.base`), registered in
-`lextra.training_tasks.TRAINING_TASKS`; `lextra.tasks.encoding` turns their examples into model tensors."""
+"""The tasks a model trains and is tested on, each a seeded generator registered in its registry: the field's
+length-generalization tasks (`lextra.tasks.base`; `lextra.tasks.encoding` turns their examples into model
+tensors), retrieval prompts (`lextra.tasks.retrieval`) and RULER's (`lextra.tasks.ruler`), all of them training
+tasks of `lextra.tasks.registry.TRAINING_TASKS` (retrieval and RULER rows through `lextra.tasks.rows`)."""
 
+from lextra.tasks import registered  # noqa: F401  (registers every task module of the package)
 from lextra.tasks.base import (
     PAD,
     SPECIALS,

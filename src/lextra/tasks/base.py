@@ -1,5 +1,5 @@
 """The algorithmic and synthetic length-generalization tasks: one class per task, registered in the training-task
-registry (`lextra.training_tasks.TRAINING_TASKS`) under `SUITE.name` (`ruoss.reverse_string`, `kazemnejad.copy`,
+registry (`lextra.tasks.registry.TRAINING_TASKS`) under `SUITE.name` (`ruoss.reverse_string`, `kazemnejad.copy`,
 `zhou.addition`, `mqar`).
 
 A task is a seeded, vectorised generator over its own alphabet: `generate(length, count, rng)` returns a
@@ -22,7 +22,7 @@ import numpy as np
 
 from lextra.errors import ConfigError
 from lextra.registry import Option, constructor_options
-from lextra.training_tasks import TRAINING_TASKS, TrainingTask, parse_task_spec
+from lextra.tasks.registry import TRAINING_TASKS, TrainingTask, parse_task_spec
 
 #: the padding value of `TaskBatch` arrays (a row shorter than the batch's width; never a symbol)
 PAD = -1

@@ -10,7 +10,7 @@ import numpy as np
 
 from lextra.errors import ConfigError
 from lextra.tasks.base import PAD, AlgorithmicTask, LengthRange, Suite, TaskBatch
-from lextra.training_tasks import TRAINING_TASKS
+from lextra.tasks.registry import TRAINING_TASKS
 
 ZHOU = Suite(
     name="zhou",

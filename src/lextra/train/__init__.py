@@ -16,17 +16,12 @@ from lextra.train.loop import Trainer, non_finite
 from lextra.train.metrics import final_losses
 from lextra.train.target import TrainingTarget
 from lextra.train.tasks import (
-    BATCH_SOURCE_RESOLVERS,
-    BATCH_SOURCES,
     BatchSource,
     batch_source,
     open_training_data,
-    resolve_task,
 )
 
 __all__ = [
-    "BATCH_SOURCES",
-    "BATCH_SOURCE_RESOLVERS",
     "CHECKPOINTS",
     "FINAL",
     "KEEP_CHECKPOINTS",
@@ -50,7 +45,6 @@ __all__ = [
     "make_optimizer",
     "non_finite",
     "open_training_data",
-    "resolve_task",
     "train",
     "validation_loss",
 ]

@@ -1,12 +1,11 @@
 """Where a lextra GPT run's batches come from: plain language modelling on a prepared folder or the data cache's
-entry of the corpus, or a registered training task (`BATCH_SOURCES`; retrieval and RULER tasks register there), and
-the check that a resumed run reads the data it was trained on.
+entry of the corpus, or the rows of a training task (`lextra.tasks.registry.TRAINING_TASKS`: retrieval and RULER
+prompts mixed with corpus windows), and the check that a resumed run reads the data it was trained on.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 from lextra.data import TrainStream, in_order
@@ -15,36 +14,16 @@ from lextra.data.positions import BatchSource
 from lextra.data.prepare import PreparedData
 from lextra.data.shards import PreparedShards, cached_shards, data_cache_dir
 from lextra.errors import ConfigError
+from lextra.tasks.registry import parse_task_spec
+from lextra.tasks.rows import row_source
 from lextra.train.config import TrainConfig
-from lextra.training_tasks import TRAINING_TASKS
-
-#: task name -> factory(config, data) of a BatchSource; other modules register tasks here
-BATCH_SOURCES: dict[str, Callable[[TrainConfig, PreparedData], BatchSource]] = {}
-#: callables that register a task spec missing from `BATCH_SOURCES` (e.g. `passkey:0.3`), or raise ConfigError
-BATCH_SOURCE_RESOLVERS: list[Callable[[str], object]] = []
 
 
 def batch_source(config: TrainConfig, data: PreparedData) -> BatchSource:
-    """Plain language modelling on the corpus' train split, or the registered task named by `config.task`."""
+    """Plain language modelling on the corpus' train split, or the rows of the training task `config.task`."""
     if config.task is None:
         return in_order(TrainStream.from_documents(data.splits["train"], data.tokenizer), config.order)
-    return resolve_task(config.task)(config, data)
-
-
-def resolve_task(task: str) -> Callable[[TrainConfig, PreparedData], BatchSource]:
-    """The `BATCH_SOURCES` factory of a task spec: the built-in tasks' modules are imported first (whatever the
-    caller imported), then a spec not registered yet is offered to `BATCH_SOURCE_RESOLVERS`."""
-    if task not in BATCH_SOURCES:
-        TRAINING_TASKS.fill()  # the modules that register the built-in tasks
-    if task not in BATCH_SOURCES:
-        for resolver in BATCH_SOURCE_RESOLVERS:
-            resolver(task)  # raises ConfigError naming the known tasks when the spec is not one
-            if task in BATCH_SOURCES:
-                break
-    if task not in BATCH_SOURCES:
-        known = ", ".join(sorted(BATCH_SOURCES)) or "none registered"
-        raise ConfigError(f"unknown training task {task!r}; known tasks: {known}")
-    return BATCH_SOURCES[task]
+    return row_source(parse_task_spec(config.task), config, data)
 
 
 def open_training_data(

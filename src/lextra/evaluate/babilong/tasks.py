@@ -22,9 +22,9 @@ from lextra.data import Document, Tokenizer
 from lextra.errors import ConfigError, DataError
 from lextra.evaluate.babilong.scoring import answer_complete, compare_answers
 from lextra.evaluate.babilong.world import DEFAULT_FACTS, LABELS, MIN_FACTS, STORIES
-from lextra.evaluate.ruler import ChatFormat, RulerTask
-from lextra.evaluate.ruler.layout import Chunk, Draft, insertion_index, interleave
 from lextra.registry import Registry
+from lextra.tasks.ruler import ChatFormat, RulerTask
+from lextra.tasks.ruler.layout import Chunk, Draft, insertion_index, interleave
 
 #: a haystack sentence has this many words at least (BABILong drops sentences under 10 tokens) and at most
 SENTENCE_WORDS = (5, 80)

@@ -1,6 +1,5 @@
-"""Retrieval beyond the training length: passkey, lines, key-value and code-key prompts, training batches for
-them (registered in `lextra.train.BATCH_SOURCES` on import), greedy and likelihood-rank scoring, and next-line
-code completion by context length."""
+"""Retrieval beyond the training length: the tasks of `lextra.tasks.retrieval` scored over a length x depth grid
+(greedy and likelihood-rank scoring), and next-line code completion by context length."""
 
 from lextra.evaluate.retrieval.completion import (
     CompletionBucket,
@@ -18,16 +17,12 @@ from lextra.evaluate.retrieval.evaluate import (
     RetrievalScores,
     default_lengths,
     evaluate_retrieval,
+    evaluation_task,
 )
-from lextra.evaluate.retrieval.sources import RetrievalSource, evaluation_task, register_task_spec
-from lextra.evaluate.retrieval.tasks import TASK_NAMES, TASKS, RetrievalTask, Sample, build_task
-from lextra.training_tasks import TaskSpec, parse_task_spec
 
 __all__ = [
     "DEFAULT_DEPTHS",
     "DEFAULT_MULTIPLES",
-    "TASKS",
-    "TASK_NAMES",
     "CompletionBucket",
     "CompletionExample",
     "CompletionResult",
@@ -36,15 +31,8 @@ __all__ = [
     "RetrievalExample",
     "RetrievalResult",
     "RetrievalScores",
-    "RetrievalSource",
-    "RetrievalTask",
-    "Sample",
-    "TaskSpec",
-    "build_task",
     "default_lengths",
     "evaluate_completion",
     "evaluate_retrieval",
     "evaluation_task",
-    "parse_task_spec",
-    "register_task_spec",
 ]

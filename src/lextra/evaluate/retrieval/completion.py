@@ -23,8 +23,8 @@ from lextra.devices import module_device
 from lextra.errors import ConfigError, DataError
 from lextra.evaluate.retrieval.evaluate import default_lengths
 from lextra.evaluate.retrieval.scoring import greedy_continue, prefill
-from lextra.evaluate.retrieval.sources import row_seed
 from lextra.serialize import Serializable, options
+from lextra.tasks.rows import row_seed
 
 
 @dataclass(frozen=True)

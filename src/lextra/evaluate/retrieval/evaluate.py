@@ -14,12 +14,14 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from lextra.data.prepare import PreparedData
 from lextra.errors import ConfigError
 from lextra.evaluate.prefix import evaluation_prefix
 from lextra.evaluate.retrieval.scoring import score_prompts
-from lextra.evaluate.retrieval.sources import row_seed
-from lextra.evaluate.retrieval.tasks import RetrievalTask, Sample
 from lextra.serialize import Serializable, options
+from lextra.tasks.registry import TRAINING_TASKS, parse_task_spec
+from lextra.tasks.retrieval import RetrievalTask, Sample, build_task
+from lextra.tasks.rows import row_seed
 
 DEFAULT_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 DEFAULT_MULTIPLES = (1, 2, 4, 8, 16)
@@ -184,3 +186,14 @@ def _score_cell(
 def _mean(values: Iterable[float]) -> float:
     values = list(values)
     return sum(values) / len(values)
+
+
+def evaluation_task(spec: str, data: PreparedData, distractors: int = 4) -> RetrievalTask:
+    """The task of `spec` for evaluation prompts: code-key hides its needles in the test split's files."""
+    parsed = parse_task_spec(spec)
+    if not TRAINING_TASKS.get(parsed.name).retrieval_evaluated:
+        raise ConfigError(
+            f"task {parsed.name!r} is evaluated by its own suite, not by retrieval eval (e.g. `lextra ruler`)"
+        )
+    options = {"distractors": distractors, **parsed.options}
+    return build_task(parsed.name, data.tokenizer, data.splits["test"], **options)

@@ -12,7 +12,7 @@ from typing import Any
 
 from lextra.data import HFTokenizer, Tokenizer
 from lextra.errors import ConfigError
-from lextra.evaluate.ruler.layout import ChatFormat
+from lextra.tasks.ruler.layout import ChatFormat
 
 #: stands for the user's message while the template is rendered
 MARKER = "\u2063RULER-PROMPT\u2063"

@@ -30,9 +30,9 @@ from lextra.errors import ConfigError, DataError
 from lextra.evaluate.prefix import evaluation_prefix
 from lextra.evaluate.retrieval.scoring import greedy_continue, prefill
 from lextra.evaluate.ruler.results import RulerAnswer, RulerCell, total_if_known
-from lextra.evaluate.ruler.scoring import sample_score, wilson_interval
-from lextra.evaluate.ruler.tasks import RulerSample, RulerTask
 from lextra.model import GPT
+from lextra.tasks.ruler.scoring import sample_score, wilson_interval
+from lextra.tasks.ruler.tasks import RulerSample, RulerTask
 
 #: tokens decoded between checks of whether every row is done
 CHUNK = 16
@@ -237,23 +237,21 @@ def length_batches(rows: Sequence[tuple[str, RulerSample]], batch_size: int) -> 
         yield batch
 
 
-def cell_from_answers(
-    task: str, length: int, answers: Sequence[RulerAnswer], score: Callable[[RulerAnswer], float] | None = None
-) -> RulerCell:
-    """The cell's score: the mean of `score(answer)` (default RULER's share of references contained, so the mean is
-    `string_match_all` of the outputs; a task scoring otherwise passes `RulerTask.answer_score`) as a percentage
-    rounded to two decimals, its Wilson interval, their seconds (and their prefills' when every answer recorded
-    them) and the first two as examples."""
+def cell_from_answers(task: RulerTask, length: int, answers: Sequence[RulerAnswer]) -> RulerCell:
+    """The cell's score: the mean of the task's score of each saved answer (RULER's share of references contained,
+    so the mean is `string_match_all` of the outputs; BABILong's reads the question) as a percentage rounded to two
+    decimals, its Wilson interval, their seconds (and their prefills' when every answer recorded them) and the
+    first two as examples."""
     if not answers:
-        raise ValueError(f"RULER cell {task}@{length} has no answers")
-    rule = score or (lambda a: sample_score(a.output, a.references))
-    score_ = round(sum(rule(a) for a in answers) / len(answers) * 100, 2)
+        raise ValueError(f"RULER cell {task.name}@{length} has no answers")
+    scores = [task.score(a.output, a.references, a.question or "") for a in answers]
+    score_ = round(sum(scores) / len(answers) * 100, 2)
     low, high = wilson_interval(score_, len(answers))
     seconds = round(sum(a.seconds for a in answers), 3)
     prefill = total_if_known([a.prefill_seconds for a in answers])
     prefill = None if prefill is None else round(prefill, 3)
     examples = [a.example() for a in answers[:2]]
-    return RulerCell(task, length, score_, low, high, len(answers), seconds, examples, prefill)
+    return RulerCell(task.name, length, score_, low, high, len(answers), seconds, examples, prefill)
 
 
 def evaluate_length(
@@ -281,10 +279,7 @@ def evaluate_length(
         for name, answer in batch:
             answers[name][answer.index] = answer
     return {
-        task.name: cell_from_answers(
-            task.name, length, [answers[task.name][i] for i in range(samples)], task.answer_score
-        )
-        for task in tasks
+        task.name: cell_from_answers(task, length, [answers[task.name][i] for i in range(samples)]) for task in tasks
     }
 
 

@@ -284,8 +284,9 @@ class Study:
 
     def retrieval(self) -> dict[str, RetrievalResult]:
         """Fine-tune each variant's LM model (seed 0) on the task; accuracy at every length and depth."""
-        from lextra.evaluate.retrieval import build_task, evaluate_retrieval, register_task_spec
+        from lextra.evaluate.retrieval import evaluate_retrieval
         from lextra.pipelines.retrieval import parse_scaled_variant
+        from lextra.tasks.retrieval import build_task
 
         section = dict(self.config.retrieval or {})
         task_name = section.get("task", "passkey")
@@ -306,7 +307,7 @@ class Study:
         for _, label, _ in variants:  # each model fine-tuned once, by every process together
             if label not in tuned:
                 config = train_config(self.config, self.config.model(label), seed)
-                config.task = register_task_spec(task_name)
+                config.task = task_name
                 config.init_from = str(self.models[(label, seed)])
                 config.steps = int(section.get("steps", 1500))
                 config.lr = float(section.get("lr", 1e-3))

@@ -7,7 +7,7 @@ import numpy as np
 from lextra.errors import ConfigError
 from lextra.tasks.base import PAD, TaskBatch
 from lextra.tasks.kazemnejad.suite import ARITHMETIC_TEST, ARITHMETIC_TRAIN, KazemnejadTask, pack, strip_zeros
-from lextra.training_tasks import TRAINING_TASKS
+from lextra.tasks.registry import TRAINING_TASKS
 
 COMPUTE, PLUS, QUESTION, THE, ANSWER, IS, DOT = range(10, 17)
 

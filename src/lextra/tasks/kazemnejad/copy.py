@@ -6,7 +6,7 @@ import numpy as np
 
 from lextra.tasks.base import TaskBatch
 from lextra.tasks.kazemnejad.suite import SEQUENCE_TEST, SEQUENCE_TRAIN, SYMBOLS, KazemnejadTask, choose, pack
-from lextra.training_tasks import TRAINING_TASKS
+from lextra.tasks.registry import TRAINING_TASKS
 
 #: the builder's `--copy_task_type` values (split prefixes cmc, cmc2x, rsc, rsc2x, rdc)
 VARIANTS = (

@@ -6,7 +6,7 @@ import numpy as np
 
 from lextra.tasks.base import LengthRange, TaskBatch
 from lextra.tasks.kazemnejad.suite import ARITHMETIC_TEST, KazemnejadTask, listed, pack
-from lextra.training_tasks import TRAINING_TASKS
+from lextra.tasks.registry import TRAINING_TASKS
 
 WORDS: tuple[str, ...] = ("Is", "the", "number", "of", "1's", "even", "in", "sequence", "[", ",", "]", "?")
 WORDS += ("The", "answer", "is", "Yes", "No", ".")

@@ -6,7 +6,7 @@ import numpy as np
 
 from lextra.tasks.base import TaskBatch
 from lextra.tasks.kazemnejad.suite import SEQUENCE_TEST, SEQUENCE_TRAIN, SYMBOLS, KazemnejadTask, choose, pack
-from lextra.training_tasks import TRAINING_TASKS
+from lextra.tasks.registry import TRAINING_TASKS
 
 #: the builder's `--task_type` values (split prefixes mc, mc2x, mcrv)
 VARIANTS = ("multi_char", "multi_char_2x", "multi_char_rev_cop")

@@ -10,7 +10,7 @@ import numpy as np
 from lextra.errors import ConfigError
 from lextra.tasks.base import PAD, LengthRange, TaskBatch
 from lextra.tasks.kazemnejad.suite import KazemnejadTask
-from lextra.training_tasks import TRAINING_TASKS
+from lextra.tasks.registry import TRAINING_TASKS
 
 COMMAND_WORDS: tuple[str, ...] = ("walk", "look", "run", "jump", "turn", "left", "right", "opposite", "around")
 COMMAND_WORDS += ("twice", "thrice", "and", "after")

@@ -14,7 +14,7 @@ from lextra.tasks.kazemnejad.suite import (
     number_digits,
     pack,
 )
-from lextra.training_tasks import TRAINING_TASKS
+from lextra.tasks.registry import TRAINING_TASKS
 
 #: single token (split `len_sngd_tr8_ts16`) or multi digit (`len_mltd_tr8_ts16`)
 VARIANTS = ("single_token", "multi_digit")

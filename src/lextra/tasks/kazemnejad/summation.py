@@ -7,7 +7,7 @@ import numpy as np
 from lextra.errors import ConfigError
 from lextra.tasks.base import TaskBatch
 from lextra.tasks.kazemnejad.suite import ARITHMETIC_TEST, ARITHMETIC_TRAIN, KazemnejadTask, listed, number_digits, pack
-from lextra.training_tasks import TRAINING_TASKS
+from lextra.tasks.registry import TRAINING_TASKS
 
 COMPUTE, PLUS, DOT, SEP, THE, ANSWER, IS = range(10, 17)
 

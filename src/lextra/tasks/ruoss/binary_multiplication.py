@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from lextra.tasks.base import TaskBatch
+from lextra.tasks.registry import TRAINING_TASKS
 from lextra.tasks.ruoss import binary_addition as addition
 from lextra.tasks.ruoss.suite import RuossTask
-from lextra.training_tasks import TRAINING_TASKS
 
 
 @TRAINING_TASKS.register("ruoss.binary_multiplication")

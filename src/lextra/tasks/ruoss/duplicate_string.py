@@ -6,8 +6,8 @@ import numpy as np
 
 from lextra.errors import ConfigError
 from lextra.tasks.base import TaskBatch
+from lextra.tasks.registry import TRAINING_TASKS
 from lextra.tasks.ruoss.suite import RuossTask
-from lextra.training_tasks import TRAINING_TASKS
 
 
 def check_at_least(task: str, name: str, value: int, low: int) -> int:

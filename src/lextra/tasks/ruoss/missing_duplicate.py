@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from lextra.tasks.base import TaskBatch
+from lextra.tasks.registry import TRAINING_TASKS
 from lextra.tasks.ruoss.suite import RuossTask
-from lextra.training_tasks import TRAINING_TASKS
 
 MISSING, EMPTY = 2, 3
 

@@ -6,8 +6,8 @@ import numpy as np
 
 from lextra.errors import ConfigError
 from lextra.tasks.base import TaskBatch
+from lextra.tasks.registry import TRAINING_TASKS
 from lextra.tasks.ruoss.suite import RuossTask
-from lextra.training_tasks import TRAINING_TASKS
 
 #: the operator symbols after the digits, in the authors' order (`OP_BY_CHARACTER`); `_` (blank) is never drawn
 OPERATORS = ("+", "-", "*", "_")

@@ -6,8 +6,8 @@ import numpy as np
 
 from lextra.errors import ConfigError
 from lextra.tasks.base import TaskBatch
+from lextra.tasks.registry import TRAINING_TASKS
 from lextra.tasks.ruoss.suite import RuossTask
-from lextra.training_tasks import TRAINING_TASKS
 
 #: the symbols after the digits, in the authors' order (`alphabet_to_int`); `x` is in their one-hot width only
 SYMBOLS = ("+", "-", "*", "(", ")", "x")

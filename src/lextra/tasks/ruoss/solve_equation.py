@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from lextra.tasks.base import TaskBatch
+from lextra.tasks.registry import TRAINING_TASKS
 from lextra.tasks.ruoss.modular_arithmetic_brackets import check_modulus, sample_expressions
 from lextra.tasks.ruoss.suite import RuossTask
-from lextra.training_tasks import TRAINING_TASKS
 
 #: the symbols after the digits, in the authors' order for this task (`alphabet_to_int`: no `*`)
 SYMBOLS = ("+", "-", "(", ")", "x", "=")

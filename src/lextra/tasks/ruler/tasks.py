@@ -18,10 +18,9 @@ from typing import Any, ClassVar
 
 from lextra.data import Document, Tokenizer
 from lextra.errors import ConfigError, DataError
-from lextra.evaluate.ruler.layout import DEPTHS, ChatFormat, Draft, Fitter, sample_seed, spread_depth
-from lextra.evaluate.ruler.results import RulerAnswer
-from lextra.evaluate.ruler.scoring import sample_score
 from lextra.registry import Registry
+from lextra.tasks.ruler.layout import DEPTHS, ChatFormat, Draft, Fitter, sample_seed, spread_depth
+from lextra.tasks.ruler.scoring import sample_score
 
 #: how a cell's length L sizes its prompts: "ruler" (L less the answer budget, RULER's rule) or "exact" (all L)
 PROMPT_LENGTHS = ("ruler", "exact")
@@ -146,10 +145,6 @@ class RulerTask(ABC):
         in it, and more text only adds text)."""
         return self.score(prediction, references, question) == 1
 
-    def answer_score(self, answer: RulerAnswer) -> float:
-        """A saved answer's score by this task's rule (a cell is scored again from its outputs)."""
-        return self.score(answer.output, answer.references, answer.question or "")
-
     def training_row(self, length: int, rng: random.Random) -> list[int]:
         """A prompt then its answer (" a, b." after the answer prefix), exactly `length` tokens: content and
         depths drawn from `rng`, the prompt fitted to what the answer leaves."""
@@ -175,7 +170,7 @@ class RulerTask(ABC):
 
 RULER_TASKS: Registry[RulerTask] = Registry(
     "RULER task",
-    modules=("lextra.evaluate.ruler.niah", "lextra.evaluate.ruler.tracking", "lextra.evaluate.ruler.aggregation"),
+    modules=("lextra.tasks.ruler.niah", "lextra.tasks.ruler.tracking", "lextra.tasks.ruler.aggregation"),
 )
 
 

@@ -1,4 +1,5 @@
-"""Seeded, tokenizer-agnostic retrieval prompts with the needle at a chosen depth in a chosen token length.
+"""Seeded, tokenizer-agnostic retrieval prompts with the needle at a chosen depth in a chosen token length; every
+task of `TASKS` (plugins' included) is also a training task whose rows are its prompts with their answers.
 
 A prompt is built from pieces whose token ids are concatenated (filler is cut at the token level), so its length
 in tokens is exactly the target for every task and tokenizer. `prompt_text` is the pieces' decoded text; with a
@@ -21,7 +22,8 @@ import numpy as np
 
 from lextra.data import Document, Tokenizer, encode_documents
 from lextra.errors import ConfigError, DataError
-from lextra.registry import Registry
+from lextra.registry import Option, Registry
+from lextra.tasks.registry import TRAINING_TASKS, TrainingTask
 
 PASSKEY_INSTRUCTION = (
     "There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. "
@@ -400,3 +402,23 @@ def build_task(
         raise DataError(f"task {name!r} needs code documents (a corpus split) to hide its needle in")
     with_documents: Callable[..., RetrievalTask] = cls  # `needs_documents`: the constructor takes them second
     return with_documents(tokenizer, documents, **options)
+
+
+def _register_training_task(name: str, task: type[RetrievalTask]) -> None:
+    """The training task of retrieval task `name`: its rows are `build_task`'s over the train split."""
+
+    class RetrievalTraining(TrainingTask):
+        summary = task.summary
+
+        @classmethod
+        def task_options(cls) -> list[Option]:
+            return TASKS.options(name)
+
+        @classmethod
+        def rows(cls, config: Any, data: Any, options: dict[str, Any]) -> RetrievalTask:
+            return build_task(name, data.tokenizer, data.splits["train"], **options)
+
+    TRAINING_TASKS.register(name)(RetrievalTraining)
+
+
+TASKS.on_register(_register_training_task)

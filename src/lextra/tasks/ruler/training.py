@@ -17,11 +17,9 @@ from typing import Any
 from lextra.data import Tokenizer
 from lextra.data.prepare import PreparedData
 from lextra.errors import ConfigError
-from lextra.evaluate.retrieval.sources import register_task_spec
-from lextra.evaluate.ruler.haystack import DEFAULT_HAYSTACK, haystack_documents
-from lextra.evaluate.ruler.tasks import RULER_TASKS, RulerTask, build_ruler_task
-from lextra.train import TrainConfig
-from lextra.training_tasks import TRAINING_TASKS, TrainingTask
+from lextra.tasks.registry import TRAINING_TASKS, TrainingTask
+from lextra.tasks.ruler.haystack import DEFAULT_HAYSTACK, haystack_documents
+from lextra.tasks.ruler.tasks import RULER_TASKS, RulerTask, build_ruler_task
 
 #: the needle-in-a-haystack tasks `ruler.niah` mixes
 NIAH_TASKS = tuple(name for name in RULER_TASKS.names() if name.startswith("niah_"))
@@ -68,7 +66,7 @@ def _register_rows(name: str) -> None:
         retrieval_evaluated = False
 
         @classmethod
-        def rows(cls, config: TrainConfig, data: PreparedData, options: dict[str, Any]) -> RulerRows:
+        def rows(cls, config: Any, data: PreparedData, options: dict[str, Any]) -> RulerRows:
             rows = build_ruler_rows(name, data.tokenizer)
             rows.check(config.model.train_len + 1)
             return rows
@@ -81,5 +79,3 @@ RULER_TRAINING_TASKS = ("ruler.niah", *(f"ruler.{name}" for name in RULER_TASKS.
 
 for _name in RULER_TRAINING_TASKS:
     _register_rows(_name)
-    register_task_spec(_name)
-    register_task_spec(f"{_name}+lm")

@@ -17,10 +17,10 @@ from typing import ClassVar
 
 from lextra.data import Document, Tokenizer
 from lextra.errors import ConfigError
-from lextra.evaluate.ruler.haystack import NOISE, EssayStream
-from lextra.evaluate.ruler.layout import ChatFormat, Chunk, Draft, insertion_index, interleave
-from lextra.evaluate.ruler.tasks import RULER_TASKS, RulerTask
-from lextra.evaluate.ruler.words import WORDS
+from lextra.tasks.ruler.haystack import NOISE, EssayStream
+from lextra.tasks.ruler.layout import ChatFormat, Chunk, Draft, insertion_index, interleave
+from lextra.tasks.ruler.tasks import RULER_TASKS, RulerTask
+from lextra.tasks.ruler.words import WORDS
 
 NEEDLE = "One of the special magic {kind} for {key} is: {value}."
 KINDS = ("words", "numbers", "uuids")

@@ -1,6 +1,6 @@
-"""The training tasks a run can draw rows from (`TrainConfig.task`): one registry in a low layer, so the modules
-that define tasks (`lextra.evaluate.retrieval.sources` for the retrieval tasks, `lextra.evaluate.ruler.training`
-for RULER's rows) register into it and nothing imports them by name but the registry's own fill list.
+"""The training tasks a run can draw rows from (`TrainConfig.task`): one registry that every task module of
+`lextra.tasks` registers into (the algorithmic tasks, the retrieval tasks' rows, RULER's rows); importing
+`lextra.tasks` imports them all, so the registry is complete whatever the caller imported.
 
 A task spec is one spec of the registry grammar: `NAME[:RATIO][,ratio=R][,option=value...]`, the ratio (the
 fraction of batch rows the task fills, the rest language-model windows; default 1) its positional option and the
@@ -44,10 +44,7 @@ class TrainingTask(ABC):
         `training_row(length, rng)`; it refuses a training length its rows cannot fill."""
 
 
-TRAINING_TASKS: Registry[TrainingTask] = Registry(
-    "training task",
-    modules=("lextra.evaluate.retrieval.sources", "lextra.evaluate.ruler.training", "lextra.tasks.registered"),
-)
+TRAINING_TASKS: Registry[TrainingTask] = Registry("training task")
 
 
 @dataclass(frozen=True)

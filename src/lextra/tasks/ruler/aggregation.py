@@ -19,9 +19,9 @@ import string
 
 from lextra.data import Tokenizer
 from lextra.errors import ConfigError
-from lextra.evaluate.ruler.layout import ChatFormat, Chunk, Draft
-from lextra.evaluate.ruler.tasks import RULER_TASKS, RulerTask
-from lextra.evaluate.ruler.words import WORDS
+from lextra.tasks.ruler.layout import ChatFormat, Chunk, Draft
+from lextra.tasks.ruler.tasks import RULER_TASKS, RulerTask
+from lextra.tasks.ruler.words import WORDS
 
 CWE_INSTRUCTION = (
     "Below is a numbered list of words. In these words, some appear more often than others. "

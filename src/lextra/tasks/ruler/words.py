@@ -29,7 +29,7 @@ def corpus_words(docs: Sequence[Document], min_count: int = 5, shortest: int = 4
 
 def load_words() -> tuple[str, ...]:
     """The built-in list, read from the package's `words.txt` (one word a line, sorted)."""
-    text = resources.files("lextra.evaluate.ruler").joinpath(WORDS_FILE).read_text(encoding="utf-8")
+    text = resources.files("lextra.tasks.ruler").joinpath(WORDS_FILE).read_text(encoding="utf-8")
     return tuple(text.split())
 
 

@@ -14,9 +14,9 @@ import string
 
 from lextra.data import Tokenizer
 from lextra.errors import ConfigError
-from lextra.evaluate.ruler.haystack import NOISE
-from lextra.evaluate.ruler.layout import ChatFormat, Chunk, Draft, insertion_index, interleave
-from lextra.evaluate.ruler.tasks import RULER_TASKS, RulerTask
+from lextra.tasks.ruler.haystack import NOISE
+from lextra.tasks.ruler.layout import ChatFormat, Chunk, Draft, insertion_index, interleave
+from lextra.tasks.ruler.tasks import RULER_TASKS, RulerTask
 
 INSTRUCTION = "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n"
 QUESTION = "\nQuestion: Find all variables that are assigned the value {value} in the text above."
