@@ -37,13 +37,13 @@ from lextra.errors import LextraError
 from lextra.evaluate.perplexity import EvalConfig, TokenScorer, evaluation_documents
 from lextra.evaluate.retrieval import DEFAULT_DEPTHS
 from lextra.evaluate.retrieval.scoring import score_prompts
-from lextra.evaluate.retrieval.tasks import PasskeyTask
 from lextra.extend import EXTENSIONS, InferenceSetup
 from lextra.hf import HFCausalLM, load_hf
 from lextra.hf.load import tokenizer_config
 from lextra.io import atomic_write_json, atomic_write_text
 from lextra.methods.align import align_temperatures, log_length_temperature
 from lextra.reporting.tables import markdown_table
+from lextra.tasks.retrieval import PasskeyTask
 from lextra.validate import parse_lengths
 
 #: the context lengths measured unless --lengths says otherwise

@@ -33,9 +33,9 @@ from lextra.attention import build_mask
 from lextra.compile import StepLoss, answer_loss
 from lextra.model import GPT, GPTConfig
 from lextra.tasks import AlgorithmicTask, LengthRange, TaskBatches, build_task, encode, task_rng
+from lextra.tasks.registry import TRAINING_TASKS
 from lextra.train import TrainConfig
 from lextra.train.gpt import make_optimizer
-from lextra.training_tasks import TRAINING_TASKS
 
 FULL = build_mask("full", 1)
 

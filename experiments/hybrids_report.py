@@ -21,10 +21,10 @@ import torch
 
 from lextra.analysis import first_token_mass
 from lextra.data import prepare_data
-from lextra.evaluate.ruler import wilson_interval
 from lextra.methods import calibration_windows
 from lextra.pipelines.loading import load_lextra
 from lextra.pipelines.study import load_study
+from lextra.tasks.ruler import wilson_interval
 
 
 def cell(folder: Path, section: str, name: str) -> dict[str, Any] | None:
