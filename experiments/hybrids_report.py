@@ -1,8 +1,10 @@
 """The tables of docs/hybrids.md from a finished (or partly finished) `lextra study experiments/hybrids.toml` folder.
 
 Reads the study's cells (`cells/perplexity`, `cells/retrieval`): perplexity per model at every length under the
-`chunks` protocol, passkey exact match and rank-1 rate per length with their Wilson 95% intervals (Wilson 1927)
-over the prompts, then measures the attention weight on the first token per layer
+`chunks` protocol and passkey exact match and rank-1 rate per length: with one seed, the prompts right with their
+Wilson 95% interval (Wilson 1927); with several, the mean over the seeds that have finished with its 95%
+t-interval (and how many seeds). A model enters the verdict (ppl(16x) / ppl(1x) <= 1.05 and >= 90% exact at 16x)
+only where every seed retrieves >= 90% at L_tr. Then it measures the attention weight on the first token per layer
 (`lextra.analysis.first_token_mass`, the sink measure of Qiu et al. 2025, arXiv 2505.06708) for the models named by
 `--sinks` on held-out windows of L_tr and 8 L_tr tokens.
 
@@ -24,6 +26,7 @@ from lextra.data import prepare_data
 from lextra.methods import calibration_windows
 from lextra.pipelines.loading import load_lextra
 from lextra.pipelines.study import load_study
+from lextra.reporting.intervals import Interval
 from lextra.tasks.ruler import wilson_interval
 
 
@@ -33,43 +36,95 @@ def cell(folder: Path, section: str, name: str) -> dict[str, Any] | None:
     return json.loads(path.read_text())["result"] if path.exists() else None
 
 
-def perplexity_table(folder: Path, labels: list[str], lengths: list[int], train_len: int) -> str:
-    """Rows: models; columns: chunks-protocol perplexity at each length (x L_tr)."""
-    head = "| model | " + " | ".join(f"{n // train_len}x ({n})" for n in lengths) + " |"
-    lines = [head, "|" + "---|" * (len(lengths) + 1)]
+def seed_cells(folder: Path, section: str, name: str, seeds: list[int]) -> list[dict[str, Any]]:
+    """The finished cells of every seed (a one-seed study names its retrieval cells without the seed)."""
+    if section == "retrieval" and len(seeds) == 1:
+        found = cell(folder, section, name)
+        return [found] if found is not None else []
+    suffix = "-causal" if section == "perplexity" else ""
+    return [c for seed in seeds if (c := cell(folder, section, f"{name}{suffix}-seed{seed}")) is not None]
+
+
+def pooled(values: list[float], scale: float = 1.0, digits: int = 2) -> str:
+    """The mean over seeds with its 95% t-interval and the number of seeds; '-' for none."""
+    if not values:
+        return "-"
+    spread = Interval.of(values)
+    return spread.text(scale, digits) + ("" if len(values) == 1 else f" (n={len(values)})")
+
+
+def perplexity_table(folder: Path, labels: list[str], lengths: list[int], train_len: int, seeds: list[int]) -> str:
+    """Rows: models; columns: chunks-protocol perplexity at each length (x L_tr) and ppl(16x) / ppl(1x)."""
+    head = "| model | " + " | ".join(f"{n // train_len}x ({n})" for n in lengths) + " | last / 1x |"
+    lines = [head, "|" + "---|" * (len(lengths) + 2)]
     for label in labels:
-        result = cell(folder, "perplexity", f"{label}-causal-seed0")
-        row = (
-            ["-"] * len(lengths)
-            if result is None
-            else [f"{result['results']['chunks'][str(n)]['ppl']:.2f}" for n in lengths]
-        )
-        lines.append(f"| {label} | " + " | ".join(row) + " |")
+        results = seed_cells(folder, "perplexity", label, seeds)
+        ppl = [[r["results"]["chunks"][str(n)]["ppl"] for r in results] for n in lengths]
+        ratios = [r["results"]["chunks"][str(lengths[-1])]["ppl"] / r["results"]["chunks"][str(lengths[0])]["ppl"]
+                  for r in results]  # fmt: skip
+        lines.append(f"| {label} | " + " | ".join(pooled(v) for v in ppl) + f" | {pooled(ratios)} |")
     return "\n".join(lines)
 
 
-def passkey_table(folder: Path, labels: list[str], train_len: int, metric: str = "exact") -> str:
-    """Rows: models; columns: the prompts scored right by `metric` per prompt length (`exact`: greedy exact match;
-    `rank1`: the gold key ranked first among the candidates by log-likelihood) with the Wilson 95% interval."""
+def passkey_rates(result: dict[str, Any], metric: str) -> dict[int, tuple[int, int]]:
+    """Length -> (prompts scored right by `metric`, prompts) of one retrieval cell."""
+    rates = {}
+    for n in result["lengths"]:
+        depths = result["cells"][str(n)].values()
+        prompts = sum(c["samples"] for c in depths)
+        rates[n] = (round(sum(c[metric] * c["samples"] for c in depths)), prompts)
+    return rates
+
+
+def passkey_table(folder: Path, labels: list[str], train_len: int, seeds: list[int], metric: str = "exact") -> str:
+    """Rows: models; columns: per prompt length, the prompts scored right by `metric` (`exact`: greedy exact match;
+    `rank1`: the gold key ranked first among the candidates by log-likelihood): one seed's count with its Wilson
+    95% interval, or the seeds' mean rate with its t-interval."""
     rows, lengths = {}, None
     for label in labels:
-        result = cell(folder, "retrieval", label)
-        if result is None:
+        results = seed_cells(folder, "retrieval", label, seeds)
+        if not results:
             continue
-        lengths = result["lengths"]
+        lengths = results[0]["lengths"]
+        per_seed = [passkey_rates(r, metric) for r in results]
         row = []
         for n in lengths:
-            depths = result["cells"][str(n)].values()
-            prompts = sum(c["samples"] for c in depths)
-            hits = round(sum(c[metric] * c["samples"] for c in depths))
-            low, high = wilson_interval(100.0 * hits / prompts, prompts)
-            row.append(f"{hits}/{prompts} ({low:.0f}-{high:.0f}%)")
+            if len(per_seed) == 1:
+                hits, prompts = per_seed[0][n]
+                low, high = wilson_interval(100.0 * hits / prompts, prompts)
+                row.append(f"{hits}/{prompts} ({low:.0f}-{high:.0f}%)")
+            else:
+                row.append(pooled([hits / prompts for hits, prompts in (s[n] for s in per_seed)], 100.0, 0) + "%")
         rows[label] = row
     if lengths is None:
         return "(no passkey cell yet)"
     head = "| model | " + " | ".join(f"{n // train_len}x ({n})" for n in lengths) + " |"
     lines = [head, "|" + "---|" * (len(lengths) + 1)]
     lines += [f"| {label} | " + " | ".join(row) + " |" for label, row in rows.items()]
+    return "\n".join(lines)
+
+
+def verdict(folder: Path, labels: list[str], config: Any) -> str:
+    """Which models keep ppl(16x) / ppl(1x) <= 1.05 and retrieve >= 90% exact at 16x (means over seeds), counted
+    only where every seed retrieves >= 90% exact at L_tr."""
+    seeds, lines = config.seeds, []
+    for label in labels:
+        ppl, keys = seed_cells(folder, "perplexity", label, seeds), seed_cells(folder, "retrieval", label, seeds)
+        if len(ppl) < len(seeds) or len(keys) < len(seeds):
+            lines.append(f"- {label}: {len(keys)} of {len(seeds)} seeds finished; no verdict yet")
+            continue
+        first, last = config.lengths[0], config.lengths[-1]
+        ratio = Interval.of([r["results"]["chunks"][str(last)]["ppl"] / r["results"]["chunks"][str(first)]["ppl"]
+                             for r in ppl])  # fmt: skip
+        rates = [passkey_rates(r, "exact") for r in keys]
+        inside = [hits / prompts for hits, prompts in (r[config.train_len] for r in rates)]
+        far = Interval.of([hits / prompts for hits, prompts in (r[max(r)] for r in rates)])
+        if min(inside) < 0.9:
+            lines.append(f"- {label}: not learned at L_tr (exact per seed {', '.join(f'{x:.2f}' for x in inside)})")
+            continue
+        keeps = ratio.mean <= 1.05 and far.mean >= 0.9
+        lines.append(f"- {label}: ppl ratio {ratio.text(digits=2)}, exact at 16x {far.text(100.0, 0)}% -> "
+                     + ("keeps both" if keeps else "does not keep both"))  # fmt: skip
     return "\n".join(lines)
 
 
@@ -104,11 +159,13 @@ def main() -> None:
     config = load_study(args.config)
     labels = [m.label for m in config.models]
     print("### Perplexity (chunks protocol)\n")
-    print(perplexity_table(args.folder, labels, config.lengths, config.train_len))
+    print(perplexity_table(args.folder, labels, config.lengths, config.train_len, config.seeds))
     print("\n### Passkey exact match after fine-tuning at L_tr\n")
-    print(passkey_table(args.folder, labels, config.train_len))
+    print(passkey_table(args.folder, labels, config.train_len, config.seeds))
     print("\n### Passkey: gold key ranked first among the candidates\n")
-    print(passkey_table(args.folder, labels, config.train_len, "rank1"))
+    print(passkey_table(args.folder, labels, config.train_len, config.seeds, "rank1"))
+    print("\n### Perplexity within 1.05x and >= 90% exact at 16x\n")
+    print(verdict(args.folder, labels, config))
     if args.sinks:
         print("\n### Attention weight on the first token, per layer\n")
         print(sinks_table(args.folder, [s for s in args.sinks.split(",") if s], config, args.documents))

@@ -109,6 +109,7 @@ def test_a_tiny_study_end_to_end_with_cached_cells(tmp_path: Path, monkeypatch: 
     for row in expected["window_sweep"].values():  # and the intervals of the window sweep and the stretch
         row["intervals"] = {"#": ["float"]}
     expected["stretch_intervals"] = {row: {"#": ["float"]} for row in expected["stretch"]}
+    expected["retrieval"] = {v: {"#": shape} for v, shape in expected["retrieval"].items()}  # variant -> seed -> ...
     assert json_shape(results) == expected
     for cell, kind in [("perplexity/rope-bca-seed0", "perplexity"), ("analysis/rope", "analysis"),
                        ("retrieval/rope_dynamic", "retrieval"), ("window/rope-w16", "window"),
@@ -254,3 +255,24 @@ def test_retrieval_multiples_choose_the_passkey_lengths() -> None:
     hybrids = load_study(Path(__file__).parents[1] / "experiments" / "hybrids.toml")
     assert hybrids.retrieval is not None and hybrids.retrieval["multiples"] == [1, 4, 16]
     assert {m.label for m in hybrids.models} >= {"rope", "nope", "rnope-swa", "swan", "rope-gate", "rope-sinks"}
+
+
+def test_the_passkey_section_gives_the_mean_over_seeds_with_its_interval(tmp_path: Path) -> None:
+    """Several seeds of a variant: each length's exact match is their mean with the t-interval over the seeds; one
+    seed is its own value, as before."""
+    from lextra.evaluate.retrieval import RetrievalCell, RetrievalResult
+    from lextra.reporting.intervals import Interval
+    from lextra.reporting.study import retrieval_section
+
+    def result(exact: dict[int, float]) -> RetrievalResult:
+        cells = {n: {0.5: RetrievalCell(e, 1.0, 1.0, 10, [])} for n, e in exact.items()}
+        return RetrievalResult("passkey", "m", [128, 512], [0.5], 10, 5, 0, cells)
+
+    seeds = {0: result({128: 1.0, 512: 0.6}), 1: result({128: 0.9, 512: 0.2}), 2: result({128: 1.0, 512: 0.4})}
+    lines = retrieval_section({"swa": seeds, "one": {0: result({128: 0.7, 512: 0.1})}}, [128, 512], 128, tmp_path)
+    text = "\n".join(lines)
+    spread = Interval.of([0.6, 0.2, 0.4])
+    assert "mean ± 95% interval over 3 seeds" in text
+    assert f"| swa | 0.97 ± {(Interval.of([1.0, 0.9, 1.0]).high - Interval.of([1.0, 0.9, 1.0]).low) / 2:.2f} |" in text
+    assert f"{spread.mean:.2f} ± {(spread.high - spread.low) / 2:.2f}" in text
+    assert "| one | 0.7 | 0.1 |" in text or "| one | 0.70 | 0.10 |" in text

@@ -325,7 +325,15 @@ def add_scheme_options(parser: argparse.ArgumentParser, help_text: str) -> None:
     parser.add_argument("--scheme-option", action="append", default=[], metavar="KEY=VALUE", help=help_text)
 
 
-#: training flag (its argparse dest) -> the `TrainConfig` field it sets (`model.NAME`: a `GPTConfig` field)
+#: the `TrainConfig` fields whose flags `add_training` generates (`lextra.cli.fields`); each is its own dest
+GENERATED_TRAIN_FLAGS = (
+    "batch_size", "steps", "lr", "min_lr_ratio", "warmup", "weight_decay", "beta1", "beta2", "grad_clip",
+    "position_lr_scale", "seed", "checkpoint_every", "log_every", "eval_every", "eval_sequences", "init_from",
+    "positions", "s2_attn", "order", "precision", "tensorboard", "log_dir", "compile", "fsdp",
+)  # fmt: skip
+
+#: training flag (its argparse dest) -> the `TrainConfig` field it sets (`model.NAME`: a `GPTConfig` field): the
+#: data and model flags written by hand, then every generated one
 TRAIN_FLAGS: dict[str, str] = {
     "corpus": "corpus",
     "tokenizer": "tokenizer",
@@ -337,31 +345,8 @@ TRAIN_FLAGS: dict[str, str] = {
     "n_layer": "model.n_layer",
     "d_model": "model.d_model",
     "n_head": "model.n_head",
-    "batch_size": "batch_size",
-    "steps": "steps",
-    "lr": "lr",
-    "warmup": "warmup",
-    "position_lr_scale": "position_lr_scale",
-    "seed": "seed",
-    "checkpoint_every": "checkpoint_every",
-    "init_from": "init_from",
-    "precision": "precision",
-    "tensorboard": "tensorboard",
-    "log_dir": "log_dir",
-    "compile": "compile",
-    "positions": "positions",
-    "s2_attn": "s2_attn",
-    "order": "order",
+    **{name: name for name in GENERATED_TRAIN_FLAGS},
 }
-
-
-#: the `TrainConfig` fields whose flags `add_training` generates (`lextra.cli.fields`); each is its own dest
-GENERATED_TRAIN_FLAGS = (
-    "batch_size", "steps", "lr", "min_lr_ratio", "warmup", "weight_decay", "beta1", "beta2", "grad_clip",
-    "position_lr_scale", "seed", "checkpoint_every", "log_every", "eval_every", "eval_sequences", "init_from",
-    "positions", "s2_attn", "order", "precision", "tensorboard", "log_dir", "compile", "fsdp",
-)  # fmt: skip
-TRAIN_FLAGS.update({name: name for name in GENERATED_TRAIN_FLAGS})
 
 
 def add_training(parser: argparse.ArgumentParser) -> None:

@@ -19,7 +19,7 @@ from lextra.model import GPT, Block
 from lextra.positions.rotary import RotaryFrequencies
 
 
-class GPTTarget:
+class GPTInferenceTarget:
     """The `InferenceTarget` primitives over a lextra GPT (module docstring)."""
 
     def __init__(self, model: GPT) -> None:

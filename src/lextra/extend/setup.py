@@ -133,11 +133,11 @@ class InferenceSetup:
 def inference_target(model: Any) -> InferenceTarget:
     """The `InferenceTarget` of a model: a Hugging Face adapter is one; a lextra GPT is wrapped
     (`lextra.extend.gpt_target`)."""
-    from lextra.extend.gpt_target import GPTTarget
+    from lextra.extend.gpt_target import GPTInferenceTarget
     from lextra.model import GPT
 
     if isinstance(model, GPT):
-        return GPTTarget(model)
+        return GPTInferenceTarget(model)
     if isinstance(model, InferenceTarget):
         return model
     raise ConfigError(

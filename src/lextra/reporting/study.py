@@ -199,19 +199,37 @@ def window_section(sweep: Mapping[str, WindowSweep], length: int, causal: Mappin
 
 
 def retrieval_section(
-    retrieval: Mapping[str, RetrievalResult], lengths: list[int], train_len: int, plots: Path
+    retrieval: Mapping[str, Mapping[int, RetrievalResult]], lengths: list[int], train_len: int, plots: Path
 ) -> list[str]:
+    """The passkey tables (greedy exact match, gold ranked first: per variant and length, the mean over seeds with
+    its 95% t-interval where there are several), each variant's heatmap (its first seed) and the comparison with
+    the paper."""
     from lextra.reporting.retrieval import plot_heatmap
 
+    first = {v: next(iter(by_seed.values())) for v, by_seed in retrieval.items()}
     # the prompts' own lengths (a study's [retrieval] multiples may differ from its perplexity lengths)
-    lengths = list(next(iter(retrieval.values())).lengths) if retrieval else lengths
-    by_length = {v: r.by_length for v, r in retrieval.items()}
-    exact = {v: {str(n): scores[n].exact for n in lengths} for v, scores in by_length.items()}
-    rank = {v: {str(n): scores[n].rank1 for n in lengths} for v, scores in by_length.items()}
+    lengths = list(next(iter(first.values())).lengths) if first else lengths
+
+    def estimates(metric: str) -> dict[str, dict[str, Estimate]]:
+        return {
+            v: {
+                str(n): Estimate.of_seeds(
+                    [getattr(r.by_length[n], metric) for r in by_seed.values()], [None] * len(by_seed)
+                )
+                for n in lengths
+            }
+            for v, by_seed in retrieval.items()
+        }
+
+    exact_estimates, rank_estimates = estimates("exact"), estimates("rank1")
+    exact = {v: {n: e.value for n, e in row.items()} for v, row in exact_estimates.items()}
+    seeds = max((len(by_seed) for by_seed in retrieval.values()), default=1)
+    over = f", mean ± 95% interval over {seeds} seeds" if seeds > 1 else ""
     lines = ["## Passkey retrieval after fine-tuning at L_tr", ""]
-    lines += ["### greedy exact match", "", markdown_table(exact, lengths, "model"), ""]
-    lines += ["### gold key ranked first of 5", "", markdown_table(rank, lengths, "model"), ""]
-    for variant, result in retrieval.items():
+    for title, table in (("greedy exact match", exact_estimates), ("gold key ranked first of 5", rank_estimates)):
+        cell = lambda e: "-" if e is None else e.text()  # noqa: E731
+        lines += [f"### {title}{over}", "", markdown_table(table, lengths, "model", cell), ""]
+    for variant, result in first.items():
         path = plot_heatmap(result, plots / f"passkey-{variant.replace('+', '_').replace(':', '-')}.png")
         lines += [f"![{variant}]({path.parent.name}/{path.name})"]
     beyond = {v: statistics.mean([row[str(n)] for n in lengths if n > train_len] or [0.0]) for v, row in exact.items()}

@@ -68,7 +68,8 @@ class StudyResults(Serializable):
     perplexity: dict[str, dict[str, dict[int, Evaluation]]]
     analysis: dict[str, ModelAnalysis] | None = field(default=None, metadata=options(omit_none=True))
     window_sweep: dict[str, WindowSweep] | None = field(default=None, metadata=options(omit_none=True))
-    retrieval: dict[str, RetrievalResult] | None = field(default=None, metadata=options(omit_none=True))
+    #: variant -> seed -> passkey results after fine-tuning
+    retrieval: dict[str, dict[int, RetrievalResult]] | None = field(default=None, metadata=options(omit_none=True))
     #: "model + method" -> length -> sliding-protocol perplexity
     stretch: dict[str, dict[int, float]] | None = field(default=None, metadata=options(omit_none=True))
     #: "model + method" -> length -> [low, high] of that perplexity's 95% interval over documents

@@ -22,7 +22,7 @@ from lextra.attention import build_mask
 from lextra.data import PreparedData, PreparedShards, prepare_data
 from lextra.devices import resolve_device
 from lextra.evaluate import EvalConfig, Evaluation, evaluate_model
-from lextra.evaluate.retrieval import RetrievalResult
+from lextra.evaluate.retrieval import RetrievalResult, evaluate_retrieval
 from lextra.io import atomic_write_json, sha256_file
 from lextra.methods import calibration_windows
 from lextra.model import WEIGHTS_FILE
@@ -39,6 +39,7 @@ from lextra.reporting.study_results import (
     StudyResults,
     WindowSweep,
 )
+from lextra.tasks.retrieval import build_task
 from lextra.train import Distributed, TrainConfig
 
 
@@ -282,63 +283,76 @@ class Study:
             for label, row in rows.items()
         }
 
-    def retrieval(self) -> dict[str, RetrievalResult]:
-        """Fine-tune each variant's LM model (seed 0) on the task; accuracy at every length and depth."""
-        from lextra.evaluate.retrieval import evaluate_retrieval
-        from lextra.pipelines.retrieval import parse_scaled_variant
-        from lextra.tasks.retrieval import build_task
-
+    def retrieval(self) -> dict[str, dict[int, RetrievalResult]]:
+        """Fine-tune each variant's LM model of every seed on the task; accuracy at every length and depth, per
+        variant and seed (the same prompts for every model)."""
         section = dict(self.config.retrieval or {})
         task_name = section.get("task", "passkey")
         samples = int(section.get("samples", 10))
         depths = [float(d) for d in section.get("depths", [0.0, 0.25, 0.5, 0.75, 1.0])]
         lengths = [self.config.train_len * int(m) for m in section.get("multiples", self.config.multiples)]
-        labels = {spec.label for spec in self.config.models}
-        seed = self.config.seeds[0]
-        variants: list[tuple[str, str, Any]] = []  # (variant, the label of its model, its RoPE scaling)
-        for variant in section.get("variants", []):
-            name, _, scaled = variant.partition("+")
-            if name in labels:  # a model's label (a hybrid's), then its scaling, if any
-                scheme, scaling = name, parse_scaled_variant(f"rope+{scaled}")[1] if scaled else None
-            else:
-                scheme, scaling = parse_scaled_variant(variant)
-            variants.append((variant, self.config.model(scheme).label, scaling))
-        tuned: dict[str, Path] = {}
-        for _, label, _ in variants:  # each model fine-tuned once, by every process together
-            if label not in tuned:
-                config = train_config(self.config, self.config.model(label), seed)
-                config.task = task_name
-                config.init_from = str(self.models[(label, seed)])
-                config.steps = int(section.get("steps", 1500))
-                config.lr = float(section.get("lr", 1e-3))
-                config.warmup = int(section.get("warmup", 50))
-                tuned[label] = self.train_cell(f"{label}-{task_name}", config, self.out / "retrieval" / label)
-        checksums = {label: sha256_file(folder / WEIGHTS_FILE) for label, folder in tuned.items()}
+        variants = self._retrieval_variants(section)
+        tuned = {
+            (label, seed): self._fine_tune(label, seed, task_name, section)
+            for _, label, _ in variants
+            for seed in self.config.seeds
+        }  # each model fine-tuned once, by every process together
+        checksums = {key: sha256_file(folder / WEIGHTS_FILE) for key, folder in tuned.items()}
 
-        def compute(variant: str, label: str, scaling: Any) -> RetrievalResult:
-            model = load_lextra(tuned[label], ModelOptions(setup_from(rope_scaling=scaling)), self.device).model.eval()
+        def compute(variant: str, label: str, seed: int, scaling: Any) -> RetrievalResult:
+            folder = tuned[(label, seed)]
+            model = load_lextra(folder, ModelOptions(setup_from(rope_scaling=scaling)), self.device).model.eval()
             task = build_task(task_name, self.texts.tokenizer, self.texts.splits["test"])
             return evaluate_retrieval(
                 model, task, lengths, depths, samples=samples, progress=self.progress, label=variant
             )
 
+        places = [(variant, seed) for variant, _, _ in variants for seed in self.config.seeds]
         jobs = [
             Cell(
                 "retrieval",
-                variant,
-                {
-                    "weights": checksums[label],
-                    "scaling": scaling,
-                    "lengths": lengths,
-                    "samples": samples,
-                    "depths": depths,
-                },
-                partial(compute, variant, label, scaling),
+                variant if len(self.config.seeds) == 1 else f"{variant}-seed{seed}",
+                {"weights": checksums[(label, seed)], "scaling": scaling, "lengths": lengths, "samples": samples,
+                 "depths": depths},
+                partial(compute, variant, label, seed, scaling),
                 RetrievalResult,
             )
             for variant, label, scaling in variants
-        ]
-        return {variant: result for (variant, _, _), result in zip(variants, self.cells(jobs), strict=True)}
+            for seed in self.config.seeds
+        ]  # fmt: skip
+        results: dict[str, dict[int, RetrievalResult]] = {}
+        for (variant, seed), result in zip(places, self.cells(jobs), strict=True):
+            results.setdefault(variant, {})[seed] = result
+        return results
+
+    def _retrieval_variants(self, section: dict[str, Any]) -> list[tuple[str, str, Any]]:
+        """(variant, the label of its model, its RoPE scaling) for each of the section's variants: a model's label
+        (a hybrid's) or a scheme, then a scaling, if any."""
+        from lextra.pipelines.retrieval import parse_scaled_variant
+
+        labels = {spec.label for spec in self.config.models}
+        variants = []
+        for variant in section.get("variants", []):
+            name, _, scaled = variant.partition("+")
+            if name in labels:
+                scheme, scaling = name, parse_scaled_variant(f"rope+{scaled}")[1] if scaled else None
+            else:
+                scheme, scaling = parse_scaled_variant(variant)
+            variants.append((variant, self.config.model(scheme).label, scaling))
+        return variants
+
+    def _fine_tune(self, label: str, seed: int, task: str, section: dict[str, Any]) -> Path:
+        """The model `label` of `seed` fine-tuned on the retrieval task (a training cell: trained once, reused)."""
+        config = train_config(self.config, self.config.model(label), seed)
+        config.task = task
+        config.init_from = str(self.models[(label, seed)])
+        config.steps = int(section.get("steps", 1500))
+        config.lr = float(section.get("lr", 1e-3))
+        config.warmup = int(section.get("warmup", 50))
+        one_seed = len(self.config.seeds) == 1  # a one-seed study keeps its earlier folders
+        name = f"{label}-{task}" if one_seed else f"{label}-{task}-seed{seed}"
+        folder = self.out / "retrieval" / label if one_seed else self.out / "retrieval" / label / f"seed{seed}"
+        return self.train_cell(name, config, folder)
 
     def stretch(self) -> tuple[dict[str, dict[int, float]], dict[str, dict[int, list[float]]]]:
         """Sliding-protocol perplexity of each model under each inference-time method at every length, and each
