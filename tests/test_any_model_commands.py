@@ -93,7 +93,7 @@ def test_a_hugging_face_decoder_runs_from_embeddings_as_from_tokens(tmp_path) ->
 
     model = load_hf(_llama(tmp_path / "llama"))
     ids = torch.randint(0, 260, (2, 12), generator=torch.Generator().manual_seed(0))
-    embeddings = model.embed(ids).detach().requires_grad_(True)
+    embeddings = model.input_embeddings(ids).detach().requires_grad_(True)
     logits = model.head(model.features_from_embeddings(embeddings))
     assert torch.allclose(logits, model(ids), atol=1e-6)
     logits[:, -1].sum().backward()

@@ -302,7 +302,7 @@ def test_train_config_file_is_read_and_every_flag_given_overrides_it(tmp_path, c
     ("text", "needle"),
     [
         ("stepz = 3\n", "unknown field(s) stepz; known: batch_size"),
-        ("[model]\nwidht = 3\n", "model config: unknown field(s) widht; known: d_model"),
+        ("[model]\nwidht = 3\n", "model config: unknown field(s) widht; known: abacus, d_model"),
         ("steps = 3\n[model\n", "is not valid TOML"),
         ("steps = 0\n", "steps"),
     ],

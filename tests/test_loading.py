@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lextra.errors import ConfigError, DataError
+from lextra.errors import CheckpointError, ConfigError, DataError
 from lextra.extend import InferenceSetup
 from lextra.model import GPT, GPTConfig, save_model
 from lextra.pipelines.loading import (
@@ -80,7 +80,9 @@ def test_bad_options_and_specs_are_one_clear_error(run_folder: Path, tmp_path: P
     hf_like.mkdir()
     (hf_like / "config.json").write_text(json.dumps({"model_type": "llama", "model": "x"}))
     assert lextra_folder(hf_like) is None and lextra_folder(tmp_path / "nothing") is None
-    with pytest.raises(DataError, match=r"no Hugging Face model at .*give a local folder with config\.json"):
+    with pytest.raises(
+        CheckpointError, match=r"no checkpoint at .*a lextra run or model folder, a Hugging Face folder"
+    ):
         load_model_spec(str(tmp_path / "nothing"))
 
 

@@ -31,6 +31,7 @@ from lextra.attention.s2 import S2Attention
 from lextra.errors import CheckpointError, ConfigError
 from lextra.io import atomic_write, atomic_write_json, sha256_file
 from lextra.positions import HeadDims, PositionScheme, build_scheme, split_scheme_spec
+from lextra.positions.abacus import AbacusEmbedding, check_abacus
 from lextra.positions.logn import LOG_SCALINGS, check_log_scaling, log_scaling_factor
 from lextra.serialize import check_fields as check_fields  # re-exported: configs elsewhere check their keys
 from lextra.validate import check_bool, check_positive, check_range, check_temperatures
@@ -61,6 +62,8 @@ class GPTConfig:
     #: a layer plan (`lextra.attention.plan`: per-layer scheme, mask and pieces, or a preset such as `gemma3`);
     #: None: every layer is `scheme` with `scheme_options`, causal (today's model)
     layer_plan: str | None = field(default=None, metadata=serialize.options(omit_none=True))
+    #: Abacus embeddings of digit places (`lextra.positions.abacus`): {"max_k", "positions", "digits"}; None: none
+    abacus: dict[str, Any] | None = field(default=None, metadata=serialize.options(omit_none=True))
 
     def __post_init__(self) -> None:
         self.split_scheme_spec()
@@ -142,6 +145,8 @@ class GPTConfig:
         self._check_plan()
         build_scheme(self.scheme, self.head_dims(), **self.scheme_options)  # raises on bad names/options
         check_log_scaling(self.log_scaling, what="model config: log_scaling")
+        if self.abacus is not None:
+            self.abacus = check_abacus(self.abacus, self.vocab_size)
         if self.temperatures is not None:
             what = "model config: temperatures"
             self.temperatures = check_temperatures(self.temperatures, self.n_layer, self.n_head, what=what)
@@ -176,6 +181,8 @@ class KVCache:
         #: positions of a layer's cached keys once it has evicted some, else None
         self.positions: list[Tensor | None] = [None] * n_layer
         self.length = 0
+        #: each row's place in its digit run at the last cached token (Abacus embeddings), or None
+        self.abacus_run: Tensor | None = None
         #: per layer, key and value buffers with room to grow; `keys` / `values` are views of their first rows
         self.buffers: list[tuple[Tensor, Tensor] | None] = [None] * n_layer
         #: per layer, whether its keys are cached after the position transform (None: nothing cached yet)
@@ -252,6 +259,7 @@ class KVCache:
         clone.positions = list(self.positions)
         clone.rotated = list(self.rotated)
         clone.length = self.length
+        clone.abacus_run = self.abacus_run
         return clone
 
 
@@ -519,6 +527,7 @@ class GPT(nn.Module):
         self.variants = config.plan()
         self.positions, self.scheme_index = self._build_schemes(self.variants)
         self.embed = nn.Embedding(config.vocab_size, config.d_model)
+        self.abacus = self._build_abacus(config)
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(
             Block(config, self.scheme_for(layer).key_dim(), variant) for layer, variant in enumerate(self.variants)
@@ -532,6 +541,19 @@ class GPT(nn.Module):
         #: causal
         self.mask: Mask | None = None
         self._set_temperatures(config.temperatures)
+
+    @staticmethod
+    def _build_abacus(config: GPTConfig) -> AbacusEmbedding | None:
+        """The Abacus table the config asks for (its digits found), or None."""
+        if config.abacus is None:
+            return None
+        if "digits" not in config.abacus:
+            raise ConfigError(
+                "model config: abacus has no digits yet; training finds them from the task or tokenizer, or give "
+                "abacus.digits"
+            )
+        options = config.abacus
+        return AbacusEmbedding(config.d_model, options["digits"], options["max_k"], options["positions"])
 
     def _build_schemes(self, variants: list[LayerVariant]) -> tuple[nn.ModuleList, list[int]]:
         """The position schemes and each layer's index into them: layers with the same scheme and options share
@@ -622,7 +644,18 @@ class GPT(nn.Module):
 
         Options as for `features_from_embeddings`: positions, mask, backend, cache, observer.
         """
-        return self.features_from_embeddings(self.embed(tokens), **options)
+        return self.features_from_embeddings(self.input_embeddings(tokens, options.get("cache")), **options)
+
+    def input_embeddings(self, tokens: Tensor, cache: KVCache | None = None) -> Tensor:
+        """The token embeddings (B, L, d_model), plus the Abacus embedding of each digit's place where the model has
+        one (a cache carries each row's digit run across decoding steps)."""
+        embeddings = self.embed(tokens)
+        if self.abacus is None:
+            return embeddings
+        places, run = self.abacus(tokens, None if cache is None else cache.abacus_run)
+        if cache is not None:
+            cache.abacus_run = run
+        return embeddings + places
 
     def features_from_embeddings(
         self,

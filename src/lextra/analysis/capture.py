@@ -142,7 +142,7 @@ def layer_attention(
     model.eval()
     mask = build_mask(mask, model.config.train_len)
     positions = torch.arange(tokens.shape[1], device=tokens.device)
-    x = model.embed_inputs(model.embed(tokens), positions)
+    x = model.embed_inputs(model.input_embeddings(tokens), positions)
     for layer in range(model.config.n_layer):
         yield _observe(model, x, layer, positions, mask, backend, block_size)
         x = model.forward_layers(x, positions, mask, backend, start=layer, stop=layer + 1)

@@ -2,7 +2,7 @@
 reaches.
 
 For each segment, g_m = ||d loss_last / d e_m|| is the gradient norm of the last token's next-token loss with
-respect to the token embedding e_m at every position m (taken at the output of `model.embed`, before any
+respect to the token embedding e_m at every position m (taken at the output of `model.input_embeddings`, before any
 absolute position signal is added, which is the same gradient). Norms are normalised to sum 1 per segment and
 listed from the most recent token backwards; the curve averaged over N segments is accumulated, and the ERF is
 the smallest number of recent tokens whose cumulative share reaches the threshold (0.99).
@@ -83,7 +83,7 @@ def gradient_shares(
     with frozen(model), torch.enable_grad():
         for batch in batches(segments.to(device), batch_size):
             inputs, target = batch[:, :-1], batch[:, -1]
-            embeddings = model.embed(inputs).detach().requires_grad_(True)
+            embeddings = model.input_embeddings(inputs).detach().requires_grad_(True)
             logits = logits_from_embeddings(model, embeddings, mask, backend)[:, -1]
             loss = F.cross_entropy(logits.float(), target, reduction="sum")  # segments are independent
             (grad,) = torch.autograd.grad(loss, embeddings)

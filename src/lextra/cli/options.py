@@ -345,8 +345,14 @@ TRAIN_FLAGS: dict[str, str] = {
     "n_layer": "model.n_layer",
     "d_model": "model.d_model",
     "n_head": "model.n_head",
+    "abacus": "model.abacus",
     **{name: name for name in GENERATED_TRAIN_FLAGS},
 }
+
+
+def abacus_option(text: str) -> dict[str, int]:
+    """`--abacus MAX_K` as the model config's abacus options."""
+    return {"max_k": int_at_least(0)(text)}
 
 
 def add_training(parser: argparse.ArgumentParser) -> None:
@@ -373,6 +379,14 @@ def add_training(parser: argparse.ArgumentParser) -> None:
     add("--n-layer", GPTConfig, "n_layer", positive_int, "layers", ("--layers",))
     add("--d-model", GPTConfig, "d_model", positive_int, "model width", ("--width",))
     add("--n-head", GPTConfig, "n_head", positive_int, "attention heads", ("--heads",))
+    parser.add_argument(
+        "--abacus",
+        type=abacus_option,
+        default=None,
+        metavar="MAX_K",
+        help="Abacus embeddings of each digit's place in its number (McLeish 2024), places shifted by a random "
+        "0..MAX_K in training (the authors' 99); the digits' tokens come from the task or tokenizer (default: None)",
+    )
     strict: dict[str, dict[str, Any]] = {name: {"type": positive_int} for name in ("batch_size", "steps")} | {
         "lr": {"type": positive_float},
         "position_lr_scale": {"type": finite_float(0.0)},

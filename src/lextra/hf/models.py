@@ -266,7 +266,7 @@ class HFCausalLM(_Adapter):
             hidden = self.inner(input_ids=tokens, use_cache=False).last_hidden_state
         return hidden if last is None else hidden[:, -last:]
 
-    def embed(self, tokens: Tensor) -> Tensor:
+    def input_embeddings(self, tokens: Tensor) -> Tensor:
         """The token embeddings (B, L, d) the model's forward starts from (a family's own scaling of them, such as
         Gemma's sqrt(d), is applied inside the forward, as on token ids)."""
         return self.model.get_input_embeddings()(tokens)

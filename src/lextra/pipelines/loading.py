@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from lextra.errors import ConfigError, DataError
+from lextra.errors import CheckpointError, ConfigError, DataError
 from lextra.extend import KEEP, InferenceSetup
 from lextra.tasks.ruler import DEFAULT_HAYSTACK
 
@@ -279,4 +279,11 @@ def load_model_spec(
                 "--train-len applies to Hugging Face models; a lextra model's L_tr is the one it was trained at"
             )
         return load_lextra(folder, options, device, with_tokenizer=with_tokenizer)
+    from lextra.hf.load import SMOLLM2
+
+    if spec != SMOLLM2 and not Path(spec).expanduser().exists():
+        raise CheckpointError(
+            f"no checkpoint at {spec}: give a lextra run or model folder, a Hugging Face folder with config.json, "
+            f"a .gguf file, or '{SMOLLM2}' (hub names are not downloaded)"
+        )
     return load_hugging_face(spec, options, device, with_tokenizer=with_tokenizer)

@@ -21,6 +21,7 @@ from lextra.data.corpora import mixture_weights
 from lextra.data.positions import PositionSampler, build_sampler
 from lextra.errors import ConfigError
 from lextra.model import GPTConfig
+from lextra.positions.abacus import abacus_digits
 from lextra.tasks import TaskBatches, algorithmic_task, check_task_mask, parse_lengths
 from lextra.tensorboard import require_tensorboard
 from lextra.validate import check_bool, check_int, check_positive, check_positive_int, check_range
@@ -232,6 +233,8 @@ class TrainConfig(LoopConfig):
                 check_task_mask(task, causal, f"{variant.mask} (layer {layer} of the layer plan)")
         self.model.vocab_size = task.vocab_size
         self.model.train_len = TaskBatches(task, lengths).max_width()
+        if self.model.abacus is not None and "digits" not in self.model.abacus:
+            self.model.abacus["digits"] = abacus_digits(task.vocabulary, f"task {task.name}")
         self.model.validate()
 
     def sampler(self) -> PositionSampler:

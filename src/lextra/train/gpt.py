@@ -24,6 +24,7 @@ from lextra.data.shards import PreparedShards, training_batches
 from lextra.data.windows import encode_documents
 from lextra.errors import CheckpointError, ConfigError
 from lextra.model import GPT, GPTConfig, load_model, read_model_meta, save_model
+from lextra.positions.abacus import tokenizer_digits
 from lextra.positions.scaling import SCALING_TYPES
 from lextra.tasks import TaskBatches, algorithmic_task, parse_lengths
 from lextra.train.checkpoints import FINAL, refuse_changes
@@ -138,6 +139,8 @@ class GPTTarget:
             data = prepare_data(config.corpus, config.tokenizer, config.limit_chars)
             tokenizer = data.tokenizer
         config.model.vocab_size = tokenizer.vocab_size
+        if config.model.abacus is not None and "digits" not in config.model.abacus:
+            config.model.abacus["digits"] = tokenizer_digits(tokenizer.encode, f"tokenizer {config.tokenizer!r}")
         continue_from(config)
         if resume:
             check_same_data(run_dir, shards, cached=cached)
