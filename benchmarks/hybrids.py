@@ -92,13 +92,13 @@ def piece_calls(length: int, chunk: int, device: torch.device, dtype: torch.dtyp
     proportional = build_scheme("rope,proportional=0.75", dims).to(device)
     sinks = torch.randn(HEADS, device=device)
     tuning = PIECES.build("temp_tuning,beta=0.1,gamma=1024", dims)
-    tau = (1.0 / tuning.scale(torch.arange(length))[None]).to(device)
+    tau = (1.0 / tuning.query_scale(torch.arange(length))[None]).to(device)
     qknorm = PIECES.build("qknorm", dims).to(device, dtype)
     gate = PIECES.build("gate", dims).to(device, dtype)
     x = torch.randn(1, length, HEADS * HEAD_DIM, device=device, dtype=dtype)
 
     def normed() -> object:
-        qn, kn = qknorm(q, k)
+        qn, kn = qknorm.transform_qk(q, k)
         return attention(qn, kn, v, scheme=rope)
 
     return {
@@ -111,8 +111,8 @@ def piece_calls(length: int, chunk: int, device: torch.device, dtype: torch.dtyp
         "rope,proportional=0.75": lambda: attention(q, k, v, scheme=proportional),
         "temp_tuning": lambda: attention(q, k, v, temperature=tau),
         "rope+qknorm": normed,
-        "gate": lambda: gate(x, attention(q, k, v)),
-        "rope+gate": lambda: gate(x, attention(q, k, v, scheme=rope)),
+        "gate": lambda: gate.transform_output(x, attention(q, k, v)),
+        "rope+gate": lambda: gate.transform_output(x, attention(q, k, v, scheme=rope)),
     }
 
 

@@ -303,7 +303,7 @@ def write_report(results: StudyResults, out: Path, header: list[str]) -> tuple[P
         }
         lines += window_section(results.window_sweep, lengths[-1], causal)
     if results.retrieval:
-        lines += retrieval_section(results.retrieval, lengths, train_len, plots)
+        lines += retrieval_section(results.retrieval_by_seed(), lengths, train_len, plots)
     if results.stretch:
         lines += stretch_section(results.stretch, lengths, train_len, results.stretch_intervals)
     text = "\n".join(lines) + "\n"

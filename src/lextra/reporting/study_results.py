@@ -68,11 +68,24 @@ class StudyResults(Serializable):
     perplexity: dict[str, dict[str, dict[int, Evaluation]]]
     analysis: dict[str, ModelAnalysis] | None = field(default=None, metadata=options(omit_none=True))
     window_sweep: dict[str, WindowSweep] | None = field(default=None, metadata=options(omit_none=True))
-    #: variant -> seed -> passkey results after fine-tuning
-    retrieval: dict[str, dict[int, RetrievalResult]] | None = field(default=None, metadata=options(omit_none=True))
+    #: variant -> passkey results after fine-tuning, of the study's first seed
+    retrieval: dict[str, RetrievalResult] | None = field(default=None, metadata=options(omit_none=True))
+    #: seed -> variant -> passkey results, of the study's other seeds (None: a one-seed study)
+    retrieval_other_seeds: dict[int, dict[str, RetrievalResult]] | None = field(
+        default=None, metadata=options(omit_none=True)
+    )
     #: "model + method" -> length -> sliding-protocol perplexity
     stretch: dict[str, dict[int, float]] | None = field(default=None, metadata=options(omit_none=True))
     #: "model + method" -> length -> [low, high] of that perplexity's 95% interval over documents
     stretch_intervals: dict[str, dict[int, list[float]]] | None = field(default=None, metadata=options(omit_none=True))
     compute_minutes: float = 0.0
     cell_commits: list[str] = field(default_factory=list)
+
+    def retrieval_by_seed(self) -> dict[str, dict[int, RetrievalResult]]:
+        """Variant -> seed -> passkey results, every seed's (the first keyed by the config's first seed)."""
+        first = (self.config.get("seeds") or [0])[0]
+        by_seed = {variant: {first: result} for variant, result in (self.retrieval or {}).items()}
+        for seed, results in (self.retrieval_other_seeds or {}).items():
+            for variant, result in results.items():
+                by_seed.setdefault(variant, {})[seed] = result
+        return by_seed

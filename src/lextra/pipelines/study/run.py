@@ -445,7 +445,12 @@ class Study:
         if self.config.window_sweep is not None:
             results.window_sweep = self.window_sweep(results.analysis or {})
         if self.config.retrieval is not None:
-            results.retrieval = self.retrieval()
+            by_seed = self.retrieval()
+            first, *others = self.config.seeds
+            results.retrieval = {variant: seeds[first] for variant, seeds in by_seed.items()}
+            results.retrieval_other_seeds = {
+                seed: {variant: seeds[seed] for variant, seeds in by_seed.items()} for seed in others
+            } or None
         if self.config.stretch is not None:
             results.stretch, stretch_intervals = self.stretch()
             results.stretch_intervals = stretch_intervals or None
