@@ -36,7 +36,7 @@ def test_continuing_at_a_new_length_saves_the_scaling_with_the_source_length(sou
     assert saved["scheme_options"]["scaling"] == {"type": "yarn", "factor": 2.0, "original_max_position_embeddings": 32}
     model, before = load_model(final), load_model(source)
     scaling = model.scheme_for(0).scaling
-    assert (scaling.type, scaling.factor, scaling.original_max_position_embeddings) == ("yarn", 2.0, 32)
+    assert (scaling.rope_type, scaling["factor"], scaling["original_max_position_embeddings"]) == ("yarn", 2.0, 32)
     for (name, a), (_, b) in zip(model.state_dict().items(), before.state_dict().items(), strict=True):
         torch.testing.assert_close(a, b, atol=1e-8, rtol=0, msg=name)  # it started from the source's weights
     # the optimizer started fresh: its state holds the one step of this run, not the source's six
@@ -87,7 +87,7 @@ def test_the_cli_continues_with_a_rope_scaling_that_eval_uses(source, tmp_path, 
     argv += ["--limit-chars", str(LIMIT)]
     assert main(argv) == 0
     model = load_model(out / "model")
-    assert model.config.train_len == 64 and model.scheme_for(0).scaling.type == "yarn"
+    assert model.config.train_len == 64 and model.scheme_for(0).scaling.rope_type == "yarn"
     capsys.readouterr()
     assert main([*argv[:2], str(tmp_path / "bad"), *argv[3:], "--scheme", "alibi"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

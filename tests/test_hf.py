@@ -178,8 +178,8 @@ def test_masks_hide_exactly_the_keys_they_should(mask: str) -> None:
 def test_rope_scaling_is_delegated_to_hugging_face_with_lextras_frequencies(spec: str) -> None:
     reference = tiny_causal(max_pos=16)
     model = adapt(copy.deepcopy(reference))
-    raw = {"type": spec.split(":")[0], "factor": float(spec.split(":")[1])}
-    if raw["type"] == "llama3":
+    raw = {"rope_type": spec.split(":")[0], "factor": float(spec.split(":")[1])}
+    if raw["rope_type"] == "llama3":
         raw.update(low_freq_factor=1.0, high_freq_factor=4.0)
     params = setup(model, rope_scaling=raw)
     assert params.get("rope_theta") is not None

@@ -43,7 +43,7 @@ TAU = [[0.5, 2.0], [1.5, 0.75]]
 def test_a_setup_gives_a_gpt_the_logits_of_the_settings_it_replaces() -> None:
     base, ids = _gpt(), _tokens()
     old = copy.deepcopy(base)
-    old._set_scheme_options(scaling={"type": "yarn", "factor": 2.0})
+    old._set_scheme_options(scaling={"rope_type": "yarn", "factor": 2.0})
     old._set_temperatures(TAU)
     old.config.log_scaling = "qwen"
     for block in old.blocks:
@@ -126,7 +126,7 @@ def test_prepared_goes_through_the_setup_and_refuses_unknown_methods() -> None:
     yarn = prepared(base, "yarn", None, 40, 2.0)
     assert torch.equal(yarn(ids), InferenceSetup(rope_scaling="yarn:2").apply(copy.deepcopy(base))(ids))
     dynamic = prepared(base, "dynamic", None, 40, 4.0)
-    assert dynamic.config.scheme_options["scaling"] == {"type": "dynamic", "factor": 1.0}
+    assert dynamic.config.scheme_options["scaling"] == {"rope_type": "dynamic", "factor": 1.0}
     qwen = prepared(base, "qwen", None, 40, 2.0)
     assert qwen.config.log_scaling == "qwen" and all(b.attn.log_scaling == "qwen" for b in qwen.blocks)
     extended = prepared(base, "extend:rerope:window=8", None, 40, 2.0)

@@ -419,7 +419,7 @@ def test_yarn_on_the_global_layers_only() -> None:
     model = _tiny("gemma3,window=6", n_layer=6)
     InferenceSetup(rope_scaling="yarn:4", layers="global").apply(model)
     scaled = [layer for layer, v in enumerate(model.variants) if "scaling" in v.scheme_options]
-    assert scaled == [5] and model.scheme_for(5).scaling.type == "yarn"
+    assert scaled == [5] and model.scheme_for(5).scaling.rope_type == "yarn"
     assert "scaling" not in model.scheme_for(0).options
     assert GPTConfig.from_dict(model.config.to_dict()).plan() == model.variants  # the plan records it
     InferenceSetup(rope_scaling="yarn:4").apply(model)  # default: every rotary layer

@@ -111,7 +111,8 @@ load_plugins(os.environ["LEXTRA_PLUGINS"])
 from lextra.attention import build_mask
 from lextra.extend import build_extension
 from lextra.positions import HeadDims, build_scheme
-from lextra.positions.scaling import RopeScaling, frequencies, parse_rope_scaling, rope_inv_freq, to_hf
+from lextra.positions.scaling import RopeScaling, frequencies, parse_rope_scaling, rope_inv_freq
+from lextra.positions.scaling_hf import to_hf
 mask = build_mask("stride:3")
 pos = torch.arange(7)
 scheme = build_scheme("toy_bias,slope=0.25", HeadDims(2, 8, 16, 32))
@@ -305,8 +306,8 @@ def test_scheme_options_from_the_command_line_are_typed_by_the_plugin_class() ->
     assert values["error"].startswith("ConfigError: position scheme 'toy_bias': slope takes a number")
 
 
-def test_a_scaling_type_declares_a_parameter_ropescaling_lacks(tmp_path: Path) -> None:
-    """The plugin's `power_pi` reads `alpha`, which RopeScaling has no field for: parsed, typed and checked from
+def test_a_scaling_type_declares_a_parameter_of_its_own(tmp_path: Path) -> None:
+    """The plugin's `power_pi` declares `alpha`, a parameter no other type has: parsed, typed and checked from
     its spec, applied at inference, trained with, saved and loaded back with the same frequencies."""
     values = _python(
         f"""
@@ -317,11 +318,11 @@ from lextra.extend import InferenceSetup
 from lextra.model import GPT, GPTConfig, load_model, save_model
 from lextra.positions.scaling import SCALING_TYPES, RopeScaling, parse_rope_scaling, rope_inv_freq
 spec = parse_rope_scaling("power_pi:4,alpha=0.25")
-scaling = RopeScaling.of(spec)
+scaling = RopeScaling(**spec)
 errors = []
 for bad in ("power_pi:4,alpha=2", "power_pi:4,alpha=x", "power_pi:4,beta=1"):
     try:
-        RopeScaling.of(parse_rope_scaling(bad))
+        RopeScaling(**parse_rope_scaling(bad))
     except Exception as err:
         errors.append(str(err))
 config = GPTConfig(vocab_size=256, n_layer=1, d_model=32, n_head=2, train_len=16, scheme="rope")
@@ -333,7 +334,7 @@ save_model(trained, {str(tmp_path / "m")!r})
 loaded = load_model({str(tmp_path / "m")!r}).positions[0]
 expected = rope_inv_freq(16) / 4**0.25
 print(json.dumps({{
-    "spec": spec, "alpha": scaling.alpha, "dict": scaling.as_dict(), "errors": errors,
+    "spec": spec, "alpha": scaling["alpha"], "dict": dict(scaling), "errors": errors,
     "options": SCALING_TYPES.describe("power_pi"),
     "applied": bool(torch.equal(applied, expected)),
     "saved": json.loads(open({str(tmp_path / "m" / "config.json")!r}).read()),
@@ -341,13 +342,13 @@ print(json.dumps({{
 }}))
 """
     )
-    assert values["spec"] == {"type": "power_pi", "factor": 4.0, "alpha": 0.25} and values["alpha"] == 0.25
+    assert values["spec"] == {"rope_type": "power_pi", "factor": 4.0, "alpha": 0.25} and values["alpha"] == 0.25
     assert values["dict"] == values["spec"] and values["options"] == "factor=1.0, alpha=0.5"
     assert "alpha must be" in values["errors"][0] and "alpha takes a number" in values["errors"][1]
     assert "has no option 'beta'; its options: factor, alpha" in values["errors"][2]
     assert values["applied"] and values["loaded"]
     saved = values["saved"].get("model", values["saved"])
-    assert saved["scheme_options"]["scaling"] == {"type": "power_pi", "factor": 4.0, "alpha": 0.25}
+    assert saved["scheme_options"]["scaling"] == {"rope_type": "power_pi", "factor": 4.0, "alpha": 0.25}
 
 
 def test_a_plugin_file_that_is_not_python_is_one_line(tmp_path: Path) -> None:

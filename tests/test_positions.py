@@ -392,7 +392,7 @@ def test_scaled_rope_matches_hugging_face_rotary_embedding(scaling: dict) -> Non
     from transformers import LlamaConfig
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
-    from lextra.positions.scaling import to_hf
+    from lextra.positions.scaling_hf import to_hf
 
     train_len, D = 64, 32
     scheme = make_scheme("rope", n_heads=2, head_dim=D, train_len=train_len, scaling=scaling)

@@ -13,15 +13,9 @@ import torch
 
 from lextra.errors import ConfigError
 from lextra.positions.rotary import rope_inv_freq
-from lextra.positions.scaling import (
-    KNOWN_TYPES,
-    RopeScaling,
-    depends_on_length,
-    frequencies,
-    from_hf,
-    ntk_base,
-    to_hf,
-)
+from lextra.positions.scaling import RopeScaling, depends_on_length, frequencies
+from lextra.positions.scaling_hf import from_hf, to_hf
+from lextra.positions.scaling_types import KNOWN_TYPES, ntk_base
 
 HEAD_DIMS = (32, 64, 128)
 BASES = (10000.0, 500000.0)
@@ -347,7 +341,7 @@ def test_longrope_switches_lists_after_the_training_length() -> None:
 
 
 def test_depends_on_length() -> None:
-    scalings = {scaling.type: scaling for scaling, _, _ in make_cases(4.0, 64).values()}
+    scalings = {scaling.rope_type: scaling for scaling, _, _ in make_cases(4.0, 64).values()}
     scalings["ntk"] = RopeScaling("ntk", factor=4)
     assert set(scalings) == set(KNOWN_TYPES)
     assert {t for t, s in scalings.items() if depends_on_length(s)} == {"dynamic", "longrope"}
@@ -389,9 +383,9 @@ def test_from_hf_legacy_and_defaults() -> None:
     }
     with pytest.warns(UserWarning, match="ignores original_max_position_embeddings=4096"):
         dynamic = from_hf({"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 4096}, **kwargs)
-    assert dynamic.original_max_position_embeddings == 8192  # as HF: the model's max_position_embeddings
+    assert dynamic["original_max_position_embeddings"] == 8192  # as HF: the model's max_position_embeddings
     with pytest.warns(UserWarning, match="ignoring keys it does not use: beta_fast"):
-        assert from_hf({"rope_type": "linear", "factor": 2.0, "beta_fast": 8}, **kwargs).type == "linear"
+        assert from_hf({"rope_type": "linear", "factor": 2.0, "beta_fast": 8}, **kwargs).rope_type == "linear"
 
 
 def test_inputs_are_not_mutated_and_lists_become_tuples() -> None:
@@ -399,7 +393,7 @@ def test_inputs_are_not_mutated_and_lists_become_tuples() -> None:
     hf_dict = {"rope_type": "longrope", "factor": 4.0, "short_factor": short, "long_factor": long}
     before = copy.deepcopy(hf_dict)
     scaling = from_hf(hf_dict, head_dim=64, base=10000.0, max_position_embeddings=4096)
-    assert hf_dict == before and scaling.short_factor == tuple(short) and isinstance(scaling.long_factor, tuple)
+    assert hf_dict == before and scaling["short_factor"] == tuple(short) and isinstance(scaling["long_factor"], tuple)
     assert to_hf(scaling)["short_factor"] == short
 
 
@@ -410,6 +404,10 @@ BAD: dict[str, tuple[Callable[[], object], str]] = {
     "unknown type": (
         lambda: RopeScaling("ntk-aware"),
         "known types: none, linear, ntk, dynamic, yarn, llama3, longrope",
+    ),
+    "two types": (
+        lambda: RopeScaling(rope_type="yarn", type="linear"),
+        "rope_type given twice, as 'yarn' and 'linear'",
     ),
     "factor below 1": (lambda: RopeScaling("linear", factor=0.5), "factor must be >= 1"),
     "factor nan": (lambda: RopeScaling("linear", factor=float("nan")), "factor must be a finite number"),

@@ -87,14 +87,20 @@ def test_masks_old_and_new_spellings_build_the_same_mask() -> None:
 
 
 def test_scalings_old_and_new_spellings() -> None:
-    assert parse_rope_scaling("yarn:4") == {"type": "yarn", "factor": 4.0}
-    assert parse_rope_scaling("yarn:4,beta_fast=16") == {"type": "yarn", "factor": 4.0, "beta_fast": 16.0}
-    assert parse_rope_scaling("linear,factor=2") == parse_rope_scaling("linear:2") == {"type": "linear", "factor": 2.0}
-    assert parse_rope_scaling("yarn") == {"type": "yarn", "factor": 1.0}
-    assert parse_rope_scaling("none") == {"type": "none"}
+    assert parse_rope_scaling("yarn:4") == {"rope_type": "yarn", "factor": 4.0}
+    assert parse_rope_scaling("yarn:4,beta_fast=16") == {"rope_type": "yarn", "factor": 4.0, "beta_fast": 16.0}
+    assert (
+        parse_rope_scaling("linear,factor=2")
+        == parse_rope_scaling("linear:2")
+        == {"rope_type": "linear", "factor": 2.0}
+    )
+    assert parse_rope_scaling("yarn") == {"rope_type": "yarn", "factor": 1.0}
+    assert parse_rope_scaling("none") == {"rope_type": "none"}
     assert parse_rope_scaling('{"type": "yarn", "factor": 4}') == {"type": "yarn", "factor": 4}  # JSON stays
+    # a saved scaling's legacy "type" key reads as rope_type, as Hugging Face reads it
+    assert RopeScaling(type="linear", factor=2) == RopeScaling(rope_type="linear", factor=2)
     # "pi" is linear: same value, same equality and hash, saved as "linear"
-    assert parse_rope_scaling("pi:2") == {"type": "linear", "factor": 2.0}
+    assert parse_rope_scaling("pi:2") == {"rope_type": "linear", "factor": 2.0}
     assert RopeScaling("pi", factor=2) == RopeScaling("linear", factor=2.0)
     assert hash(RopeScaling("pi", factor=2)) == hash(RopeScaling("linear", factor=2))
     assert "pi" not in SCALING_TYPES.names() and "pi" in SCALING_TYPES

@@ -74,7 +74,7 @@ def test_coordinate_search_finds_the_planted_yarn_setting_without_the_whole_grid
 
     def objective(setup: InferenceSetup) -> Score:
         scaling = dict(setup.rope_scaling)  # type: ignore[arg-type]
-        assert scaling.pop("type") == "yarn" and setup.extension is None
+        assert scaling.pop("rope_type") == "yarn" and setup.extension is None
         scaling.setdefault("attention_factor", None)
         return Score(sum(scaling[k] != v for k, v in planted.items()))
 
@@ -109,7 +109,7 @@ def test_evolution_finds_the_planted_factors_and_every_candidate_is_monotone() -
 
     def objective(setup: InferenceSetup) -> Score:
         scaling = setup.rope_scaling
-        assert isinstance(scaling, dict) and scaling["type"] == "longrope" and scaling["factor"] == 4.0
+        assert isinstance(scaling, dict) and scaling["rope_type"] == "longrope" and scaling["factor"] == 4.0
         factors = scaling["long_factor"]
         candidates.append(factors)
         return Score(sum(abs(f - p) for f, p in zip(factors, planted, strict=True)))

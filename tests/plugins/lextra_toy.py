@@ -71,11 +71,11 @@ class SqrtInterpolation(ScalingType):
     """Position interpolation by sqrt(s): theta_k / sqrt(s), half way (in log scale) between none and linear."""
 
     summary = "toy: theta_k / sqrt(s); no Hugging Face type"
-    uses = frozenset({"factor"})
+    params = (Option("factor", 1.0, "float"),)
 
     @classmethod
     def frequencies(cls, scaling: RopeScaling, head_dim: int, base: float, seq_len: int | None) -> tuple[Tensor, float]:
-        return rope_inv_freq(head_dim, base) / math.sqrt(scaling.factor), 1.0
+        return rope_inv_freq(head_dim, base) / math.sqrt(scaling["factor"]), 1.0
 
 
 # --- a RoPE scaling with a parameter of its own: interpolate by s^alpha ------------------------------------------
@@ -84,16 +84,15 @@ class PowerInterpolation(ScalingType):
     """Position interpolation by s^alpha: theta_k / s^alpha (alpha 0 is none, 1/2 sqrt_pi, 1 linear)."""
 
     summary = "toy: theta_k / s^alpha, alpha its own parameter; no Hugging Face type"
-    uses = frozenset({"factor"})
-    params = (Option("alpha", 0.5, "float"),)
+    params = (Option("factor", 1.0, "float"), Option("alpha", 0.5, "float"))
 
     @classmethod
     def check(cls, scaling: RopeScaling, where: str) -> None:
-        check_range(f"{where}: alpha", scaling.alpha, 0.0, 1.0)
+        check_range(f"{where}: alpha", scaling["alpha"], 0.0, 1.0)
 
     @classmethod
     def frequencies(cls, scaling: RopeScaling, head_dim: int, base: float, seq_len: int | None) -> tuple[Tensor, float]:
-        return rope_inv_freq(head_dim, base) / scaling.factor**scaling.alpha, 1.0
+        return rope_inv_freq(head_dim, base) / scaling["factor"] ** scaling["alpha"], 1.0
 
 
 # --- an attention piece: every query multiplied by one factor ---------------------------------------------------

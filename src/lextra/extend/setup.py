@@ -85,7 +85,7 @@ ModelT = TypeVar("ModelT")
 class InferenceSetup:
     """What inference changes on a trained model; each field `KEEP` (the default) leaves it as it is.
 
-    - `rope_scaling`: a spec (`yarn:4`, `dynamic:1`) or a dict of RopeScaling fields; None removes it.
+    - `rope_scaling`: a spec (`yarn:4`, `dynamic:1`) or a `rope_parameters` dict; None removes it.
     - `temperatures`: (n_layer, n_head) positive softmax temperatures; None resets them to 1.
     - `log_scaling`: a name of `lextra.positions.logn.LOG_SCALINGS`: "none" or "qwen" (and "ssmax" on a GPT
       trained with it).
@@ -116,7 +116,7 @@ class InferenceSetup:
         }
 
     def scaling_dict(self) -> dict[str, Any] | None:
-        """`rope_scaling` as a dict of RopeScaling fields (None: no scaling); only when it is set."""
+        """`rope_scaling` as `rope_parameters` (None: no scaling); only when it is set."""
         spec = self.rope_scaling
         if spec is KEEP:
             raise ConfigError("this setup leaves the rope scaling as it is")

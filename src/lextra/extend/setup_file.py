@@ -2,7 +2,7 @@
 `--setup FILE`, and that other tools read with `load_setup(path)`.
 
 A file is a JSON object `{"format": "lextra-setup", "version": 1, "setup": {...}, ...}`. `setup` holds any of the
-fields `rope_scaling` (a spec such as `yarn:4`, or a JSON object of RopeScaling fields, such as LongRoPE's
+fields `rope_scaling` (a spec such as `yarn:4`, or a JSON `rope_parameters` object, such as LongRoPE's
 per-dimension factors), `extension` (a spec such as `self_extend:group=4,window=512`), `mask`, `log_scaling` and
 `layers`; a field left out stays as the model has it, a field set to null removes it (as `InferenceSetup`'s `KEEP`
 and None). Anything else at the top level (`lextra tune` writes its search record under `tune`) is kept and ignored
@@ -95,17 +95,17 @@ def load_setup(path: str | Path) -> InferenceSetup:
 def _checked(name: str, value: Any) -> Any:
     """A field's value, checked as far as it can be without a model (spec names and options, types)."""
     if name == "rope_scaling":
-        from lextra.positions.scaling import SCALING_TYPES, parse_rope_scaling
+        from lextra.positions.scaling import SCALING_TYPES, parse_rope_scaling, scaling_type_of
 
         if value is None:
             return None
         if isinstance(value, str):
             parse_rope_scaling(value)
             return value
-        if isinstance(value, dict) and isinstance(value.get("type", value.get("rope_type")), str):
-            SCALING_TYPES.get(str(value.get("type", value.get("rope_type"))))
+        if isinstance(value, dict) and isinstance(value.get("rope_type", value.get("type")), str):
+            SCALING_TYPES.get(scaling_type_of(value))
             return dict(value)
-        raise ConfigError("expected a scaling spec (yarn:4), an object with a 'type', or null")
+        raise ConfigError("expected a scaling spec (yarn:4), an object with a 'rope_type', or null")
     if name in ("extension", "mask"):
         if value is None:
             return None
@@ -144,7 +144,7 @@ def setup_summary(setup: InferenceSetup) -> str:
 
 def _scaling_label(scaling: dict[str, Any]) -> str:
     """A scaling object as a spec-like label: `yarn,factor=4,beta_fast=16`, `longrope,factor=4 (32 factors)`."""
-    kind = str(scaling.get("type", scaling.get("rope_type", "scaling")))
+    kind = str(scaling.get("rope_type", scaling.get("type", "scaling")))
     items = [
         f"{k}={v:g}"
         for k, v in scaling.items()

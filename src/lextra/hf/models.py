@@ -220,7 +220,7 @@ class HFCausalLM(_Adapter):
         self.layers = describe_layers(cfg, modules, self.head_dim, self._rotary_dim())
         self.variants = self.layers.variants
         self.state.layer_masks = [build_mask(v.mask, view.train_len) if v.local else None for v in self.variants]
-        #: each layer's RoPE scaling (a dict of RopeScaling fields; None: the model's own RoPE)
+        #: each layer's RoPE scaling (`rope_parameters`; None: the model's own RoPE)
         self.scalings: list[dict[str, Any] | None] = [None] * view.n_layer
         self.inner.register_forward_pre_hook(self._record_positions, with_kwargs=True)
 

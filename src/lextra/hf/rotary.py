@@ -21,7 +21,9 @@ from torch import Tensor
 from lextra.errors import ConfigError
 from lextra.positions.base import HeadDims
 from lextra.positions.rotary import RoPE, build_rope_scaling
-from lextra.positions.scaling import ntk_base, parse_rope_scaling, to_hf
+from lextra.positions.scaling import parse_rope_scaling
+from lextra.positions.scaling_hf import to_hf
+from lextra.positions.scaling_types import ntk_base
 
 #: keys of `rope_parameters` that describe the model rather than a scaling, kept under any scaling
 MODEL_KEYS = ("partial_rotary_factor",)
@@ -77,9 +79,9 @@ def hf_rope_parameters(cfg: Any, original: dict[str, Any], spec: str | dict | No
     scaling = build_rope_scaling(raw, int(cfg.max_position_embeddings))
     kept = {key: original[key] for key in MODEL_KEYS if key in original}
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    if scaling.type == "ntk":
+    if scaling.rope_type == "ntk":
         rotated = int(head_dim * float(original.get("partial_rotary_factor", 1.0)))
-        return {**kept, "rope_type": "default", "rope_theta": ntk_base(scaling.factor, rotated, base)}
+        return {**kept, "rope_type": "default", "rope_theta": ntk_base(scaling["factor"], rotated, base)}
     return {**kept, **to_hf(scaling, base=base)}
 
 

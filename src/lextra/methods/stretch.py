@@ -78,7 +78,9 @@ def inference_setup(model: GPT, method: str, data: Any, length: int, factor: flo
     if method == "none":
         return InferenceSetup()
     if method in rope_scalings():
-        return InferenceSetup(rope_scaling={"type": method, "factor": SCALING_TYPES.get(method).stretch_factor(factor)})
+        return InferenceSetup(
+            rope_scaling={"rope_type": method, "factor": SCALING_TYPES.get(method).stretch_factor(factor)}
+        )
     if method in TEMPERATURES:
         if length <= model.config.train_len:
             return InferenceSetup()

@@ -8,6 +8,7 @@ Rotation runs in fp32 whatever the model dtype, and is cast back afterwards.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import torch
@@ -17,11 +18,13 @@ from lextra.errors import ConfigError
 from lextra.positions.base import HeadDims, PositionScheme, register_scheme
 from lextra.positions.scaling import (
     SCALING_TYPES,
+    TRAIN_LENGTH,
     RopeScaling,
     depends_on_length,
     frequencies,
     parse_rope_scaling,
     rope_inv_freq,
+    scaling_type_of,
 )
 from lextra.validate import check_bool, check_range
 
@@ -100,26 +103,22 @@ def convert_qk_weight(weight: Tensor, n_heads: int, source: str, target: str) ->
     return rows[:, perm].reshape(weight.shape)
 
 
-def build_rope_scaling(scaling: dict[str, Any] | RopeScaling | None, train_len: int) -> RopeScaling:
-    """A scheme's `scaling` option (a dict of RopeScaling fields, e.g. {"type": "yarn", "factor": 4}, or a spec) as a
-    RopeScaling; `original_max_position_embeddings` defaults to the training length L_tr."""
-    if scaling is None or isinstance(scaling, RopeScaling):
-        return scaling or RopeScaling()
+def build_rope_scaling(scaling: Mapping[str, Any] | str | None, train_len: int) -> RopeScaling:
+    """A scheme's `scaling` option (`rope_parameters` such as {"rope_type": "yarn", "factor": 4}, a RopeScaling or a
+    spec) as a RopeScaling; `original_max_position_embeddings` defaults to the training length L_tr."""
+    if scaling is None:
+        return RopeScaling()
+    if isinstance(scaling, RopeScaling):
+        return scaling
     if isinstance(scaling, str):  # a scaling spec: `yarn:4`, `yarn:4,beta_fast=16` or JSON
         scaling = parse_rope_scaling(scaling)
-    if not isinstance(scaling, dict):
-        raise ConfigError(f"rope scaling must be a dict like {{'type': 'yarn', 'factor': 4}}, got {scaling!r}")
+    if not isinstance(scaling, Mapping) or not all(isinstance(key, str) for key in scaling):
+        raise ConfigError(f"rope scaling must be a dict like {{'rope_type': 'yarn', 'factor': 4}}, got {scaling!r}")
     values = dict(scaling)
-    for name in ("short_factor", "long_factor"):
-        if values.get(name) is not None:
-            values[name] = tuple(float(x) for x in values[name])
-    kind = values.get("type", "none")
-    if kind in SCALING_TYPES and "original_max_position_embeddings" in SCALING_TYPES.get(kind).uses:
-        values.setdefault("original_max_position_embeddings", train_len)
-    try:
-        return RopeScaling.of(values)
-    except TypeError as err:
-        raise ConfigError(f"rope scaling {scaling!r}: {err}") from None
+    kind = scaling_type_of(values)
+    if kind in SCALING_TYPES and SCALING_TYPES.get(kind).declares(TRAIN_LENGTH):
+        values.setdefault(TRAIN_LENGTH, train_len)
+    return RopeScaling(**values)
 
 
 class RotaryFrequencies(PositionScheme):
@@ -133,7 +132,7 @@ class RotaryFrequencies(PositionScheme):
     #: frequencies kept (the highest; p-RoPE), the rest set to 0 (no rotation); None keeps all
     kept_frequencies: int | None = None
 
-    def _init_frequencies(self, base: float, scaling: dict[str, Any] | RopeScaling | None) -> None:
+    def _init_frequencies(self, base: float, scaling: Mapping[str, Any] | str | None) -> None:
         self.base = check_range(f"{self.name}: base", base, 1.0, low_open=True, hint="RoPE uses 10000")
         self.scaling = build_rope_scaling(scaling, self.dims.train_len)
         if not hasattr(self, "rotary_dim"):
@@ -178,7 +177,7 @@ def sequence_length(q_pos: Tensor, k_pos: Tensor, seq_len: int | None) -> int | 
 class RoPE(RotaryFrequencies):
     """Rotary position embedding (Su et al. 2021, arXiv 2104.09864): rotate each channel pair of q and k by p * theta_k.
 
-    `scaling` applies an inference-time frequency scaling, e.g. {"type": "dynamic", "factor": 2}; its
+    `scaling` applies an inference-time frequency scaling, e.g. {"rope_type": "dynamic", "factor": 2}; its
     frequencies and cos/sin factor equal Hugging Face's `rope_scaling` of the same parameters.
     `fraction` < 1 is partial rotary (GPT-NeoX, Pythia 0.25, Phi-2 0.4; HF's `partial_rotary_factor`): the first
     R = int(D x fraction) channels of each head rotate, NeoX layout within them, with frequencies base^(-2k/R),

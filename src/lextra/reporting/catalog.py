@@ -123,7 +123,7 @@ def scaling_help() -> str:
     aliases = "".join(f", {alias} = {name}" for alias, name in SCALING_TYPES.aliases().items())
     return (
         f"RoPE frequency scaling for rotary models, TYPE[:FACTOR][,key=value...] (e.g. yarn:4,beta_fast=16) or a JSON "
-        f"dict of RopeScaling fields; TYPE: {SCALING_TYPES.help_text()}{aliases} (see `lextra list`)"
+        f"rope_parameters object; TYPE: {SCALING_TYPES.help_text()}{aliases} (see `lextra list`)"
     )
 
 

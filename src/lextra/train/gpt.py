@@ -25,7 +25,7 @@ from lextra.data.windows import encode_documents
 from lextra.errors import CheckpointError, ConfigError
 from lextra.model import GPT, GPTConfig, load_model, read_model_meta, save_model
 from lextra.positions.abacus import tokenizer_digits
-from lextra.positions.scaling import SCALING_TYPES
+from lextra.positions.scaling import SCALING_TYPES, TRAIN_LENGTH, scaling_type_of
 from lextra.tasks import TaskBatches, algorithmic_task, parse_lengths
 from lextra.train.checkpoints import FINAL, refuse_changes
 from lextra.train.config import TrainConfig
@@ -272,14 +272,17 @@ def continue_from(config: TrainConfig) -> GPTConfig | None:
             "--train-len and --rope-scaling may change, so set the other model options as the model has them"
         )
     scaling = config.model.scheme_options.get("scaling")
-    if isinstance(scaling, dict) and scaling.get("type", "none") in SCALING_TYPES:
-        uses = SCALING_TYPES.get(scaling["type"]).uses
-        if "original_max_position_embeddings" in uses and "original_max_position_embeddings" not in scaling:
-            before = source.scheme_options.get("scaling")
-            original = before.get("original_max_position_embeddings") if isinstance(before, dict) else None
-            scaling = {**scaling, "original_max_position_embeddings": original or source.train_len}
-            config.model.scheme_options = {**config.model.scheme_options, "scaling": scaling}
-            config.model.validate()
+    if (
+        isinstance(scaling, dict)
+        and scaling_type_of(scaling) in SCALING_TYPES
+        and SCALING_TYPES.get(scaling_type_of(scaling)).declares(TRAIN_LENGTH)
+        and TRAIN_LENGTH not in scaling
+    ):
+        before = source.scheme_options.get("scaling")
+        original = before.get(TRAIN_LENGTH) if isinstance(before, dict) else None
+        scaling = {**scaling, TRAIN_LENGTH: original or source.train_len}
+        config.model.scheme_options = {**config.model.scheme_options, "scaling": scaling}
+        config.model.validate()
     return source
 
 

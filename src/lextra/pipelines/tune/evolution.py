@@ -120,7 +120,7 @@ def longrope_setup(factors: Sequence[float], scale: float, train_len: int) -> In
     half = len(factors)
     return InferenceSetup(
         rope_scaling={
-            "type": "longrope",
+            "rope_type": "longrope",
             "factor": float(scale),
             "original_max_position_embeddings": int(train_len),
             "short_factor": [1.0] * half,

@@ -101,7 +101,7 @@ def string_space(train_len: int, target: int) -> MethodSpace:
 
 def _scaling(values: Values, kind: str) -> InferenceSetup:
     options = {k: v for k, v in values.items() if v is not None}
-    return InferenceSetup(rope_scaling={"type": kind, **options}, extension=None)
+    return InferenceSetup(rope_scaling={"rope_type": kind, **options}, extension=None)
 
 
 def yarn_space(train_len: int, target: int) -> MethodSpace:
@@ -127,7 +127,7 @@ def ntk_space(train_len: int, target: int) -> MethodSpace:
 
     def make(values: Values) -> InferenceSetup:
         kind = "dynamic" if values["dynamic"] else "ntk"
-        return InferenceSetup(rope_scaling={"type": kind, "factor": values["factor"]}, extension=None)
+        return InferenceSetup(rope_scaling={"rope_type": kind, "factor": values["factor"]}, extension=None)
 
     return MethodSpace("ntk", {"dynamic": (False, True), "factor": factors}, {"dynamic": False, "factor": s}, make)
 
