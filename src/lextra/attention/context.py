@@ -2,7 +2,8 @@
 interfaces, and the keyword options `attention(q, k, v, **options)` builds a context from.
 
 Every backend computes `run(q, k, v, ctx)`: the context carries everything a call applies besides q, k and v
-(scheme, mask, positions, scale, temperature, block size, sinks, softcap), the backend it asked for (`backend`,
+(scheme, mask, positions, scale, temperature, block size, sinks, softcap, a materialised score bias and padding
+mask), the backend it asked for (`backend`,
 "auto" by default) and the extension or wrapper it attends through (`extension`), checked and normalised once.
 An extension (a training-free method's passes, S2-Attn) is a wrapper: it names the backend that computes a call
 under it (`AttentionExtension.backend_for`), so one dispatch (`lextra.attention.backends.run_attention`) serves
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar, TypedDict, Unpack
 
 import torch
@@ -31,7 +32,9 @@ class AttentionOptions(TypedDict, total=False):
     `temperature` divides the logits (scalar, (H,) or (H, Lq)); `scale` defaults to 1/sqrt(D); `backend` names a
     registered backend or "auto"; `layout` gives the positions' host-side facts where the caller knows them;
     `sinks` (H,) adds a learned logit per head to each softmax's denominator (gpt-oss); `softcap` caps the scores
-    as tanh(s / c) c before the mask (Gemma 2)."""
+    as tanh(s / c) c before the mask (Gemma 2); `score_bias` is an additive score tensor broadcastable to
+    (B, H, Lq, Lk) (T5's `position_bias`); `padding` a padding mask broadcastable to (B, 1|H, Lq, Lk), boolean
+    (True: visible) or additive (0 visible, the dtype's min hidden; Hugging Face's `attention_mask`)."""
 
     scheme: PositionScheme | None
     mask: Mask | str | None
@@ -45,6 +48,8 @@ class AttentionOptions(TypedDict, total=False):
     layout: PositionLayout | None
     sinks: Tensor | None
     softcap: float | None
+    score_bias: Tensor | None
+    padding: Tensor | None
 
 
 def default_positions(q: Tensor, k: Tensor, q_pos: Tensor | None, k_pos: Tensor | None) -> tuple[Tensor, Tensor]:
@@ -70,6 +75,9 @@ class AttentionContext:
     layer), or None for 1; `extension` the wrapper the call attends through (a training-free extension method,
     S2-Attn), or None; `backend` the backend the call asked for ("auto": the first of the device's order that
     applies). `device`, `dtype` and `head_dim` describe q, so a backend decides from the context alone.
+
+    `score_bias` and `padding` are materialised (B|1, H|1, Lq|1, Lk) tensors (Hugging Face's T5 bias and padding
+    masks): only backends that declare `takes_bias_and_padding` run a call that carries them.
     """
 
     scheme: PositionScheme | None
@@ -90,6 +98,12 @@ class AttentionContext:
     softcap: float | None = None
     #: the backend the call asked for: a registered name or "auto"
     backend: str = "auto"
+    #: an additive fp32 score tensor (B|1, H|1, Lq|1, Lk), added with the scheme's bias: after the scale, before
+    #: the temperature and the softcap (T5's `position_bias`), or None
+    score_bias: Tensor | None = None
+    #: a boolean padding mask (B|1, H|1, Lq|1, Lk), True where a pair is visible, combined with `mask`, or None;
+    #: a row it hides entirely attends to nothing (output 0)
+    padding: Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.layout is None:  # one device read here, so that no backend decision reads positions again
@@ -105,6 +119,31 @@ class AttentionContext:
     def seq_len(self) -> int | None:
         """The largest position + 1 (what length-dependent scalings use), or None without positions."""
         return self.facts.seq_len
+
+    @property
+    def materialised(self) -> bool:
+        """Whether the call carries a materialised score bias or padding mask."""
+        return self.score_bias is not None or self.padding is not None
+
+    def allowed(self) -> Tensor:
+        """The visible (query, key) pairs: the mask's (Lq, Lk), and with padding (B|1, H|1, Lq, Lk)."""
+        allowed = self.mask.allowed(self.q_pos, self.k_pos)
+        return allowed if self.padding is None else allowed & self.padding
+
+    def rows(self, start: int, stop: int) -> AttentionContext:
+        """The context of queries start..stop - 1 alone (a query block): positions, temperature, score bias and
+        padding sliced to those rows."""
+        tau = self.tau
+        if tau is not None and tau.dim() > 0 and tau.shape[-1] != 1:
+            tau = tau[..., start:stop]
+        return replace(
+            self,
+            q_pos=self.q_pos[start:stop],
+            tau=tau,
+            score_bias=_query_rows(self.score_bias, start, stop),
+            padding=_query_rows(self.padding, start, stop),
+            layout=None,
+        )
 
     @classmethod
     def build(cls, q: Tensor, k: Tensor, **options: Unpack[AttentionOptions]) -> AttentionContext:
@@ -123,6 +162,8 @@ class AttentionContext:
             raise ConfigError(f"sinks must hold one logit per head ({q.shape[1]},), got shape {tuple(sinks.shape)}")
         if softcap is not None and not (math.isfinite(softcap) and softcap > 0):
             raise ConfigError(f"softcap must be a positive number, got {softcap!r}")
+        score_bias = _score_bias(options.get("score_bias"), q, k)
+        padding = _padding(options.get("padding"), q, k)
         return cls(
             options.get("scheme"),
             mask,
@@ -139,7 +180,44 @@ class AttentionContext:
             sinks,
             softcap,
             options.get("backend", "auto"),
+            score_bias,
+            padding,
         )
+
+
+def _check_pairs(name: str, tensor: Tensor, q: Tensor, k: Tensor) -> None:
+    """A ConfigError unless `tensor` is 4-D and broadcastable to (B, H, Lq, Lk)."""
+    target = (q.shape[0], q.shape[1], q.shape[-2], k.shape[-2])
+    if tensor.dim() != 4 or any(n not in (1, t) for n, t in zip(tensor.shape, target, strict=True)):
+        raise ConfigError(f"{name} must be broadcastable to (B, H, Lq, Lk) = {target}, got {tuple(tensor.shape)}")
+
+
+def _score_bias(bias: Tensor | None, q: Tensor, k: Tensor) -> Tensor | None:
+    """The score bias as an fp32 tensor on q's device (checked against the lengths), or None."""
+    if bias is None:
+        return None
+    _check_pairs("score_bias", bias, q, k)
+    return bias.to(device=q.device, dtype=torch.float32)
+
+
+def _padding(padding: Tensor | None, q: Tensor, k: Tensor) -> Tensor | None:
+    """A padding mask as a boolean `allowed` tensor: kept when boolean; an additive one (0 visible, the dtype's
+    min hidden, as Hugging Face builds them) visible where it is 0. Other dtypes are a ConfigError."""
+    if padding is None:
+        return None
+    _check_pairs("padding", padding, q, k)
+    if padding.dtype == torch.bool:
+        return padding.to(q.device)
+    if not padding.is_floating_point():
+        raise ConfigError(f"padding must be boolean or an additive float mask, got dtype {padding.dtype}")
+    return (padding == 0).to(q.device)
+
+
+def _query_rows(tensor: Tensor | None, start: int, stop: int) -> Tensor | None:
+    """Rows start..stop - 1 of a (.., Lq|1, Lk) tensor (a broadcast query axis stays as it is)."""
+    if tensor is None or tensor.shape[-2] == 1:
+        return tensor
+    return tensor[..., start:stop, :]
 
 
 def _temperature(temperature: Tensor | float | None, q: Tensor) -> Tensor | None:
@@ -162,6 +240,9 @@ class AttentionBackend(ABC):
     path exists); an explicitly chosen backend runs whenever it applies."""
 
     name: ClassVar[str] = "backend"
+    #: whether `run` applies a context's `score_bias` and `padding`; the dispatch never runs a backend that does not
+    #: on a call that carries them
+    takes_bias_and_padding: ClassVar[bool] = False
 
     @abstractmethod
     def applies(self, ctx: AttentionContext) -> str | None:

@@ -13,7 +13,9 @@
   a `BlockMask` built blockwise from `Mask.allowed` over the keys `Mask.key_spans` declares (never a full
   L x L tensor), cached per (mask, lengths, first positions, device): blocks the mask hides are never computed,
   blocks it shows in full skip the mask_mod.
-Rotary schemes and CoCA rotate q and k before the call (`PositionScheme.rotate`).
+Rotary schemes and CoCA rotate q and k before the call (`PositionScheme.rotate`). A materialised score bias
+(Hugging Face's T5 bias) is a captured (B|1, H|1, Lq|1, Lk) tensor the score_mod adds over the temperature; a
+padding mask a captured boolean tensor combined into the BlockMask's mask_mod (that BlockMask built per call).
 
 Bucket rule (what compiles). FlexAttention compiles one kernel per input shape, so lengths are padded:
 `bucket(n)` is 1 for n = 1 (decoding) and otherwise the smallest of 128 x {1, 2, 3, 4, 6, 8, 12, 16, 24, ...}
@@ -371,11 +373,13 @@ def flex_attention_forward(
         block_mask = flex_block_mask(mask, q_pos, k_pos, device, facts)
     else:
         _check_block_mask(block_mask, mask, q_pos, k_pos)
+    if ctx.padding is not None:
+        block_mask = _with_padding(block_mask, ctx.padding, padded)
     if scheme is not None and scheme.transforms_qk:
         q, k = scheme.rotate(q, k, q_pos, k_pos, facts.seq_len)
     if tau is not None:
         q = q / tau[..., None].to(q.dtype)
-    score_mod, captured = _score_mod(scheme, tau, padded, q_pos, q.shape[1], ctx.softcap)
+    score_mod, captured = _score_mod(scheme, tau, padded, q_pos, q.shape[1], ctx.softcap, ctx.score_bias)
     _refuse_cpu_training(q, k, v, *captured)
     qp, kp, vp = _pad_rows(q, padded.pad_q), _pad_rows(k, padded.pad_k), _pad_rows(v, padded.pad_k)
     if ctx.sinks is not None:
@@ -397,10 +401,11 @@ def _score_mod(
     q_pos: Tensor,
     n_heads: int,
     softcap: float | None,
+    score_bias: Tensor | None = None,
 ) -> tuple[ScoreMod | None, list[Tensor]]:
     """The call's score_mod (None: plain scores) and the tensors it captures (the temperature, the scheme's
-    tables): the scheme's bias over a per-query temperature (a per-head one is divided into the table and the
-    queries), capped by `softcap`."""
+    tables, a materialised score bias): the scheme's bias over a per-query temperature (a per-head one is divided
+    into the table and the queries), plus the score bias over the temperature, capped by `softcap`."""
     per_query_tau = tau is not None and tau.dim() == 2 and tau.shape[-1] != 1
     head_tau = None if tau is None or per_query_tau else tau.reshape(-1, 1).expand(n_heads, 1).to(q_pos.device)
     score_mod, captured = None, [] if tau is None else [tau]
@@ -413,6 +418,11 @@ def _score_mod(
             score_mod = _per_query_mod(bias, padded_tau)
         else:
             score_mod = _plain_mod(bias)
+    if score_bias is not None:
+        tempered = score_bias if tau is None else score_bias / tau.to(score_bias.device)[..., None]
+        table = _padded_pairs(tempered, padded, 0.0)
+        captured.append(table)
+        score_mod = _tensor_bias_mod(score_mod, _pair_reader(table))
     if softcap is not None:
         score_mod = _capped_mod(score_mod, softcap)
     return score_mod, captured
@@ -462,6 +472,49 @@ def _flex_with_lse(
     out, aux = result
     lse = (aux if isinstance(aux, Tensor) else aux.lse)[..., :n_queries].float()
     return out[..., :n_queries, :].masked_fill(torch.isneginf(lse)[..., None], 0.0), lse
+
+
+def _padded_pairs(pairs: Tensor, padded: _Layout, fill: float | bool) -> Tensor:
+    """A (B|1, H|1, Lq|1, Lk|1) tensor over padded queries and keys: keys expanded to Lk and padded to the key
+    bucket, real queries padded to the query bucket (a broadcast query axis stays 1), new entries `fill`."""
+    pairs = pairs.expand(*pairs.shape[:-1], padded.n_k)
+    rows = 1 if pairs.shape[-2] == 1 else padded.pad_q
+    out = pairs.new_full((*pairs.shape[:-2], rows, padded.pad_k), fill)
+    out[..., : pairs.shape[-2], : padded.n_k] = pairs
+    return out
+
+
+def _pair_reader(pairs: Tensor) -> Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]:
+    """Reads a padded (B|1, H|1, Lq|1, Lk) tensor at (b, h, q_idx, kv_idx), broadcast axes at index 0."""
+    per_b, per_h, per_q = pairs.shape[0] > 1, pairs.shape[1] > 1, pairs.shape[2] > 1
+
+    def read(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return pairs[b if per_b else 0, h if per_h else 0, q_idx if per_q else 0, kv_idx]
+
+    return read
+
+
+def _tensor_bias_mod(inner: ScoreMod | None, read: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]) -> ScoreMod:
+    """`inner` (or the plain score) plus a materialised score bias read per pair."""
+
+    def add_pair_bias(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        value = score if inner is None else inner(score, b, h, q_idx, kv_idx)
+        return (value + read(b, h, q_idx, kv_idx)).to(score.dtype)
+
+    return add_pair_bias
+
+
+def _with_padding(block_mask: BlockMask, padding: Tensor, padded: _Layout) -> BlockMask:
+    """`block_mask` with a padding mask (B|1, H|1, Lq|1, Lk) boolean, True visible) added to its mask_mod: every
+    block it computes runs the combined mask_mod (the padding may hide part of any block); built per call."""
+    visible = _pair_reader(_padded_pairs(padding, padded, False))
+    base = block_mask.mask_mod
+
+    def padded_pairs(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return base(b, h, q_idx, kv_idx) & visible(b, h, q_idx, kv_idx)
+
+    blocks = block_mask.to_dense()[0, 0].bool()
+    return _from_blocks(blocks, torch.zeros_like(blocks), padded_pairs, block_mask.seq_lengths)
 
 
 def _capped_mod(inner: ScoreMod | None, cap: float) -> ScoreMod:

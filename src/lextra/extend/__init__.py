@@ -5,6 +5,8 @@ exactly by log-sum-exp (`base`), with a dense reference, a fast tiled path and o
 
 from lextra.extend import methods  # noqa: F401  (registers the methods)
 from lextra.extend.attention import (
+    BANDED_MASKS,
+    BandedMasks,
     ExtendedAttention,
     apply_extension,
     extended_attention,
@@ -17,8 +19,10 @@ from lextra.extend.base import EXTENSIONS, ExtensionMethod, Pass, build_extensio
 from lextra.extend.setup import KEEP, InferenceSetup
 
 __all__ = [
+    "BANDED_MASKS",
     "EXTENSIONS",
     "KEEP",
+    "BandedMasks",
     "ExtendedAttention",
     "ExtensionMethod",
     "InferenceSetup",

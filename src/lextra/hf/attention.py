@@ -5,7 +5,10 @@ T5: with its bucket bias passed as `position_bias`) and hands them to this funct
 adds at inference: a mask (causal, window, BCA; `full` for encoders), per-layer and per-head temperatures, Qwen's
 log-n scaling, and capture of one layer's attention inputs for analysis. It is exact: with the default settings
 its outputs equal Hugging Face's own `sdpa` / `eager` attention (tested). A decoding step that sees every cached
-key runs one SDPA call with grouped-query heads folded into the query axis, on the cache as it is.
+key runs one SDPA call with grouped-query heads folded into the query axis, on the cache as it is. Every other
+call is one `lextra.attention.attention` call, T5's `position_bias` its score bias and Hugging Face's padding mask
+its padding, so a model reaches every backend (`reference`, `sdpa`, `chunked`, `flex`); it attends through
+`lextra.extend.BANDED_MASKS`, which sends windows and BCA on CPU to the tiles of their bands.
 
 Under a training-free extension method (`AttentionState.extension`, set through `InferenceSetup`) the model's
 rotary embedding returns the identity, so q and k arrive un-rotated (and the cache holds un-rotated keys); this
@@ -26,11 +29,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lextra.analysis.capture import CapturedLayer, LayerAttention
-from lextra.attention import attention, cap_scores, sink_softmax
+from lextra.attention import attention
 from lextra.attention.masks import CausalMask, FullMask, Mask
 from lextra.attention.pieces import TemperatureTuning
 from lextra.errors import ConfigError
-from lextra.extend import ExtensionMethod, extended_attention, masked_attention, masked_attention_applies
+from lextra.extend import BANDED_MASKS, ExtensionMethod, extended_attention
 from lextra.positions.base import PositionScheme
 from lextra.positions.logn import log_scaling_factor
 
@@ -142,54 +145,37 @@ def lextra_attention(
     if plain and _sees_every_key(module, state, layer, q_pos, k_pos):
         return _folded_attention(query, key, value, scale).transpose(1, 2).contiguous(), None
     key, value = _repeat_kv(key, H), _repeat_kv(value, H)
+    mask, tau = _mask_and_temperature(module, state, layer, q_pos)
+    if state is not None and state.capture_layer == layer:
+        inputs = (layer, query.float(), key.float(), None, q_pos, mask, tau)
+        raise CapturedLayer(LayerAttention(*inputs, bias=position_bias, scale=scale, sinks=sinks, softcap=softcap))
+    out = attention(
+        query,
+        key,
+        value,
+        mask=mask,
+        q_pos=q_pos,
+        k_pos=k_pos,
+        temperature=tau,
+        scale=scale,
+        sinks=sinks,
+        softcap=softcap,
+        score_bias=position_bias,
+        padding=attention_mask,
+        extension=BANDED_MASKS,
+    )
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _mask_and_temperature(
+    module: Any, state: AttentionState | None, layer: int, q_pos: Tensor
+) -> tuple[Mask, Tensor | None]:
+    """The layer's mask and temperature: its state's, or without one causal when the module is causal (and has more
+    than one query), else full, and no temperature."""
     if state is None:
-        mask: Mask = CausalMask() if getattr(module, "is_causal", False) and query.shape[2] > 1 else FullMask()
-        tau = None
-    else:
-        mask = state.layer_mask(layer)
-        tau = query_temperature(state, layer, q_pos)
-        if state.capture_layer == layer:
-            raise CapturedLayer(
-                LayerAttention(
-                    layer,
-                    query.float(),
-                    key.float(),
-                    None,
-                    q_pos,
-                    mask,
-                    tau,
-                    bias=position_bias,
-                    scale=scale,
-                    sinks=sinks,
-                    softcap=softcap,
-                )
-            )
-    extras = _Extras(mask, q_pos, k_pos, scale, tau, position_bias, attention_mask, sinks, softcap)
-    return _attend(query, key, value, extras).transpose(1, 2).contiguous(), None
-
-
-def _attend(query: Tensor, key: Tensor, value: Tensor, extras: _Extras) -> Tensor:
-    """q, k, v (B, H, L, D) under `extras`: the tiled masked path where it is faster, lextra's attention without a
-    bias or padding, else the dense computation."""
-    dense = extras.position_bias is not None or extras.attention_mask is not None
-    plain = not dense and extras.sinks is None and extras.softcap is None
-    if plain and masked_attention_applies(extras.mask, query):
-        return masked_attention(query, key, value, extras.mask, extras.q_pos, extras.k_pos, extras.scale, extras.tau)
-    if not dense:
-        return attention(
-            query,
-            key,
-            value,
-            scheme=None,
-            mask=extras.mask,
-            q_pos=extras.q_pos,
-            k_pos=extras.k_pos,
-            temperature=extras.tau,
-            scale=extras.scale,
-            sinks=extras.sinks,
-            softcap=extras.softcap,
-        )
-    return _dense(query, key, value, extras)
+        causal = getattr(module, "is_causal", False) and q_pos.numel() > 1
+        return (CausalMask() if causal else FullMask()), None
+    return state.layer_mask(layer), query_temperature(state, layer, q_pos)
 
 
 def _sees_every_key(module: Any, state: AttentionState | None, layer: int, q_pos: Tensor, k_pos: Tensor) -> bool:
@@ -261,43 +247,6 @@ def _plain_causal(attention_mask: Tensor | None, q_pos: Tensor, k_pos: Tensor) -
     visible = attention_mask if attention_mask.dtype == torch.bool else attention_mask == 0
     causal = k_pos[None, :] <= q_pos[:, None]
     return bool((visible == causal).all())
-
-
-@dataclass
-class _Extras:
-    """What scores a dense attention besides q and k: the mask and positions, scale, temperatures, a bias (T5), a
-    padding mask from Hugging Face (None, boolean or additive 0 / min), learned sinks (H,) and a logit cap."""
-
-    mask: Mask
-    q_pos: Tensor
-    k_pos: Tensor
-    scale: float
-    tau: Tensor | None
-    position_bias: Tensor | None
-    attention_mask: Tensor | None
-    sinks: Tensor | None
-    softcap: float | None
-
-
-def _dense(query: Tensor, key: Tensor, value: Tensor, extras: _Extras) -> Tensor:
-    """Attention with a materialised bias or padding mask (T5, padded batches): logits in fp32."""
-    logits = (query.float() @ key.float().transpose(-1, -2)) * extras.scale
-    if extras.softcap is not None:
-        logits = cap_scores(logits, extras.softcap)
-    if extras.position_bias is not None:
-        logits = logits + extras.position_bias.float()
-    allowed = extras.mask.allowed(extras.q_pos, extras.k_pos)[None, None]
-    padding = extras.attention_mask
-    if padding is not None:
-        if padding.dtype == torch.bool:
-            allowed = allowed & padding
-        else:
-            logits = logits + padding.float()
-    if extras.tau is not None:
-        t = torch.as_tensor(extras.tau, dtype=torch.float32, device=logits.device)
-        logits = logits / (t[:, None, None] if t.dim() == 1 else t[..., None])
-    weights = sink_softmax(logits.masked_fill(~allowed, float("-inf")), extras.sinks)
-    return (weights.nan_to_num(0.0) @ value.float()).to(query.dtype)  # fully masked rows attend to nothing
 
 
 def lextra_mask(*args: Any, attention_mask: Tensor | None = None, **kwargs: Any) -> Tensor | None:

@@ -19,6 +19,11 @@ One backend per module, each an `AttentionBackend` taking `run(q, k, v, ctx)` (`
   compile a kernel for every key-length bucket the cache grows through (20 up to 128k per mask and score
   modifier, out of `RECOMPILE_LIMIT`) and build a BlockMask per step (its blocks move with the step), where the
   chunked path runs one small SDPA call over the keys the mask declares, exactly, with nothing compiled.
+A materialised score bias or padding mask (`AttentionContext.score_bias`, `.padding`: Hugging Face's T5 bias and
+padded batches) is taken by every built-in backend: `reference` adds and masks them densely, `sdpa` passes them as
+one float mask and `chunked` as each query block's rows of it (`materialised.py`; a softcap there runs the block
+densely), `flex` reads them in its score_mod and mask_mod. The dispatch runs such a call only on a backend that
+declares `takes_bias_and_padding`.
 The dispatch (`dispatch.py`) keeps the registry (`register_backend`) and `auto`'s order per device type
 (`AUTO_ORDER`), and routes a call under an extension or wrapper (`ctx.extension`: a training-free method's
 passes, S2-Attn) to the backend the wrapper names for it.

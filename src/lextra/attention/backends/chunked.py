@@ -3,7 +3,8 @@ window's block touches width + block keys) and its bias is built for that block 
 per-distance table, then one SDPA call per block. Memory O(H x block x keys) per step, never H x L x L; forward
 and backward on any device. Without autograd the blocks write into one preallocated output (no list of block
 outputs and no `cat`). Exactly causal calls without a per-distance bias take the tiled path
-(`lextra.attention.backends.tiled`); softcaps and sinks the scored path (`lextra.attention.backends.scored`)."""
+(`lextra.attention.backends.tiled`); softcaps and sinks the scored path (`lextra.attention.backends.scored`); a
+materialised score bias or padding mask is sliced per query block (`lextra.attention.backends.materialised`)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from lextra.attention.backends.common import (
     toeplitz_possible,
     typical_keys,
 )
+from lextra.attention.backends.materialised import materialised_blocks
 from lextra.attention.backends.scored import scored_attention
 from lextra.attention.backends.tiled import tiled_causal_attention, tiles_apply
 from lextra.attention.context import AttentionBackend, AttentionContext
@@ -68,6 +70,8 @@ def chunked_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) ->
     Lq, Lk = q.shape[-2], k.shape[-2]
     if Lq == 0:
         return q.new_zeros(*q.shape[:-1], v.shape[-1])
+    if ctx.materialised:
+        return materialised_blocks(q, k, v, ctx)
     if ctx.softcap is None and tiles_apply(scheme, mask, q_pos, k_pos, q.device, q.dtype):
         return tiled_causal_attention(q, k, v, ctx)
     if ctx.sinks is not None or ctx.softcap is not None:
@@ -187,6 +191,7 @@ class ChunkedBackend(AttentionBackend):
     """Query blocks, each attending only the keys its mask allows (the tiled path inside); any call."""
 
     name = "chunked"
+    takes_bias_and_padding = True
 
     def applies(self, ctx: AttentionContext) -> str | None:
         return None

@@ -96,13 +96,17 @@ def attention_logits(
     k_pos: Tensor,
     scale: float | None = None,
     tau: Tensor | None = None,
+    score_bias: Tensor | None = None,
 ) -> Tensor:
-    """Pre-softmax, pre-mask logits (B, H, Lq, Lk) in fp32: (rotate(q) . rotate(k) * scale + bias) / tau."""
+    """Pre-softmax, pre-mask logits (B, H, Lq, Lk) in fp32: (rotate(q) . rotate(k) * scale + bias) / tau, the
+    bias the scheme's plus a materialised `score_bias` (broadcastable to (B, H, Lq, Lk))."""
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     qr, kr = rotate(scheme, q, k, q_pos, k_pos)
     logits = (qr.float() @ kr.float().transpose(-1, -2)) * scale
     if scheme is not None and scheme.has_bias:
         logits = logits + scheme.bias(q_pos, k_pos)
+    if score_bias is not None:
+        logits = logits + score_bias.float()
     if tau is not None:
         logits = logits / tau[..., None]
     return logits

@@ -62,13 +62,24 @@ def get_backend(name: str) -> AttentionBackend:
     return backend
 
 
+def applies(backend: AttentionBackend, ctx: AttentionContext) -> str | None:
+    """Why `backend` cannot compute `ctx` exactly (None: it can): a call with a materialised score bias or padding
+    mask needs a backend that takes them (`takes_bias_and_padding`), then the backend's own `applies`."""
+    if ctx.materialised and not backend.takes_bias_and_padding:
+        return (
+            f"the {backend.name} backend does not apply a materialised score bias or padding mask; "
+            "use backend='reference', 'sdpa', 'chunked' or 'flex' (or 'auto')"
+        )
+    return backend.applies(ctx)
+
+
 def choose_backend(ctx: AttentionContext) -> AttentionBackend:
     """What `auto` runs: the first backend of the device type's order that applies and does not decline."""
     order = AUTO_ORDER.get(ctx.device.type) or AUTO_ORDER["cpu"]
     reasons = []
     for name in order:
         backend = REGISTERED[name]
-        reason = backend.applies(ctx) or backend.declines(ctx)
+        reason = applies(backend, ctx) or backend.declines(ctx)
         if reason is None:
             return backend
         reasons.append(f"{name}: {reason}")
@@ -85,7 +96,7 @@ def resolve_backend(ctx: AttentionContext) -> AttentionBackend:
         return choose_backend(ctx)
     else:
         chosen = get_backend(ctx.backend)
-    reason = chosen.applies(ctx)
+    reason = applies(chosen, ctx)
     if reason is not None:
         raise ConfigError(reason)
     return chosen
@@ -102,7 +113,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, **options: Unpack[AttentionOption
         out = softmax((rotate(q) . rotate(k) * scale + bias) / tau, masked) v
 
     `options` (`AttentionOptions`): scheme, mask (causal by default), positions (keys at 0..Lk-1, queries the last
-    Lq of them), backend ("auto"), temperature, scale (1/sqrt(D)), block size, extension, layout, sinks, softcap.
+    Lq of them), backend ("auto"), temperature, scale (1/sqrt(D)), block size, extension, layout, sinks, softcap,
+    score bias and padding mask (Hugging Face's T5 bias and padded batches).
     Builds the call's `AttentionContext` once and runs it (`run_attention`)."""
     return run_attention(q, k, v, AttentionContext.build(q, k, **options))
 

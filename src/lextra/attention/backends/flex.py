@@ -1,6 +1,7 @@
 """The `flex` backend: one compiled FlexAttention call (`lextra.attention.flex`): biases as score modifiers read
 from the per-distance tables, masks as a mask_mod and a cached BlockMask, lengths padded to a few buckets; forward
-on CPU, forward and backward on CUDA."""
+on CPU, forward and backward on CUDA. A materialised score bias is a captured tensor read by the score_mod, a
+padding mask one read by the BlockMask's mask_mod."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ class FlexBackend(AttentionBackend):
     """One compiled FlexAttention call (`lextra.attention.flex`)."""
 
     name = "flex"
+    takes_bias_and_padding = True
 
     def applies(self, ctx: AttentionContext) -> str | None:
         reason = flex_unsupported(ctx.scheme, ctx.q_pos, ctx.k_pos, ctx.facts)

@@ -16,12 +16,15 @@ def reference_attention(
 
     A softcap caps the scores (tanh(s / c) c, Gemma 2's eager order: after scaling, before the mask); sinks (H,)
     are concatenated to the masked scores as one more column, whose probability is dropped after the softmax
-    (gpt-oss's `eager_attention_forward`)."""
-    logits = attention_logits(q, k, ctx.scheme, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau)
+    (gpt-oss's `eager_attention_forward`). A materialised score bias is added with the scheme's bias, before the
+    temperature; a padding mask hides pairs with the mask, and a row it hides entirely attends to nothing (0)."""
+    logits = attention_logits(q, k, ctx.scheme, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau, ctx.score_bias)
     if ctx.softcap is not None:
         logits = cap_scores(logits, ctx.softcap)
-    logits = logits.masked_fill(~ctx.mask.allowed(ctx.q_pos, ctx.k_pos), float("-inf"))
+    logits = logits.masked_fill(~ctx.allowed(), float("-inf"))
     weights = sink_softmax(logits, ctx.sinks)
+    if ctx.padding is not None:
+        weights = weights.nan_to_num(0.0)
     out = (weights @ v.float()).to(v.dtype)
     return (out, weights) if return_weights else out
 
@@ -30,6 +33,7 @@ class ReferenceBackend(AttentionBackend):
     """Dense scores with every modifier applied as a tensor: slow, obvious, ground truth."""
 
     name = "reference"
+    takes_bias_and_padding = True
 
     def applies(self, ctx: AttentionContext) -> str | None:
         return None

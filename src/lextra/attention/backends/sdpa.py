@@ -1,6 +1,7 @@
 """The `sdpa` backend: one fused `scaled_dot_product_attention` call, for schemes without a bias, a mask that is
 exactly causal or hides nothing, and queries aligned with keys, or one query at or after every key under a causal
-mask (a cached decoding step: no mask at all). Learned sinks go through the CPU flash kernel's log-sum-exp."""
+mask (a cached decoding step: no mask at all). Learned sinks go through the CPU flash kernel's log-sum-exp. A
+materialised score bias or padding mask is passed as one float mask (`lextra.attention.backends.materialised`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lextra.attention.backends.common import FLASH_WITH_LSE, lse_kernel_applies, rotate, scaled_query
+from lextra.attention.backends.materialised import materialised_attention
 from lextra.attention.backends.tiled import TILED_MIN_PAIRS, tiles_apply
 from lextra.attention.context import AttentionBackend, AttentionContext
 from lextra.attention.flex import with_sinks
@@ -67,7 +69,10 @@ def fp32_kernel(q: Tensor, k: Tensor, v: Tensor) -> bool:
 
 def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
     """One fused call (`is_causal` for a causal mask, which SDPA aligns top-left; none for a decoding step); in
-    fp32 where `fp32_kernel` says so (outside autocast, which would cast back to bf16), the output then in bf16."""
+    fp32 where `fp32_kernel` says so (outside autocast, which would cast back to bf16), the output then in bf16.
+    A materialised score bias or padding mask goes into the call as its float mask."""
+    if ctx.materialised:
+        return materialised_attention(q, k, v, ctx)
     qr, kr = rotate(ctx.scheme, q, k, ctx.q_pos, ctx.k_pos, ctx.seq_len)
     causal = ctx.mask.exactly_causal and not decoding_step(ctx.mask, ctx.facts)
     qs = scaled_query(qr, ctx.tau)
@@ -90,6 +95,7 @@ class SdpaBackend(AttentionBackend):
     """One fused `scaled_dot_product_attention` call."""
 
     name = "sdpa"
+    takes_bias_and_padding = True
 
     def applies(self, ctx: AttentionContext) -> str | None:
         if ctx.softcap is not None:
