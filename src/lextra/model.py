@@ -652,7 +652,7 @@ class GPT(nn.Module):
         embeddings = self.embed(tokens)
         if self.abacus is None:
             return embeddings
-        places, run = self.abacus(tokens, None if cache is None else cache.abacus_run)
+        places, run = self.abacus(tokens) if cache is None else self.abacus(tokens, cache.abacus_run, cache.length)
         if cache is not None:
             cache.abacus_run = run
         return embeddings + places

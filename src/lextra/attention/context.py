@@ -3,8 +3,8 @@ interfaces, and the keyword options `attention(q, k, v, **options)` builds a con
 
 Every backend computes `run(q, k, v, ctx)`: the context carries everything a call applies besides q, k and v
 (scheme, mask, positions, scale, temperature, block size, sinks, softcap, a materialised score bias and padding
-mask), the backend it asked for (`backend`,
-"auto" by default) and the extension or wrapper it attends through (`extension`), checked and normalised once.
+mask), the backend it asked for (`backend`, "auto" by default) and the extension or wrapper it attends through
+(`extension`), checked and normalised once.
 An extension (a training-free method's passes, S2-Attn) is a wrapper: it names the backend that computes a call
 under it (`AttentionExtension.backend_for`), so one dispatch (`lextra.attention.backends.run_attention`) serves
 plain and extended calls alike.

@@ -50,17 +50,21 @@ class AbacusEmbedding(nn.Module):
         self.digits: Tensor
         self.register_buffer("digits", torch.tensor(list(digits), dtype=torch.long), persistent=False)
 
-    def forward(self, tokens: Tensor, carried: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        places, run = digit_places(tokens, self.digits.to(tokens.device), carried)
+    def forward(self, tokens: Tensor, carried: Tensor | None = None, before: int = 0) -> tuple[Tensor, Tensor]:
+        """`before`: how many tokens came before these (a cache's length), which bounds `carried`: the places are
+        read back from the device only when that bound could pass the table."""
+        places, run = digit_places(tokens, self.digits, carried)
+        k = 0
         if self.training and self.max_k > 0:
-            k = torch.randint(0, self.max_k + 1, ()).item()
+            k = int(torch.randint(0, self.max_k + 1, ()))
             places = torch.where(places > 0, places + k, places)
-        longest = int(places.max()) if places.numel() else 0
-        if longest >= self.positions:
-            raise ConfigError(
-                f"abacus: a number reaches place {longest}, beyond the table's {self.positions} rows (max_k "
-                f"{self.max_k} included in training); raise abacus positions or use shorter numbers"
-            )
+        if before + tokens.shape[-1] + k >= self.positions and places.numel():
+            longest = int(places.max())
+            if longest >= self.positions:
+                raise ConfigError(
+                    f"abacus: a number reaches place {longest}, beyond the table's {self.positions} rows (max_k "
+                    f"{self.max_k} included in training); raise abacus positions or use shorter numbers"
+                )
         return self.table(places), run
 
 
