@@ -472,6 +472,7 @@ class SelfAttention(nn.Module):
             layout=inputs.layout if cache is None else None,
             sinks=sinks,
             softcap=softcap,
+            kernel=self._piece_value("attention_kernel"),
         )
         if cache is not None and self.extension is not None:
             keep = self.extension.retains(k_pos, int(positions[-1]) + 1)

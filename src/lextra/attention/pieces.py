@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from lextra.attention.context import AttentionKernel
 from lextra.errors import ConfigError
 from lextra.positions.base import HeadDims
 from lextra.positions.logn import check_log_scaling
@@ -77,12 +78,17 @@ class AttentionPiece(nn.Module):
         """The layer's own log-n scaling (`none`, `qwen`, `ssmax`) in place of the model's, or None."""
         return None
 
+    @property
+    def attention_kernel(self) -> AttentionKernel | None:
+        """An attention that replaces the softmax (stick-breaking) and computes the layer's call, or None."""
+        return None
+
 
 #: the hooks of which a layer takes one value (two pieces giving one are refused)
-SINGLE_VALUED = ("sink_logits", "score_cap", "log_scaling")
+SINGLE_VALUED = ("sink_logits", "score_cap", "log_scaling", "attention_kernel")
 
 
-PIECES: Registry[AttentionPiece] = Registry("attention piece")
+PIECES: Registry[AttentionPiece] = Registry("attention piece", modules=("lextra.attention.stickbreak",))
 
 
 def head_rms_norm(x: Tensor, weight: Tensor | None, eps: float) -> Tensor:

@@ -103,7 +103,10 @@ def resolve_backend(ctx: AttentionContext) -> AttentionBackend:
 
 
 def run_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-    """Attention for a built context, through the backend `resolve_backend` picks."""
+    """Attention for a built context, through the backend `resolve_backend` picks (or the context's own kernel,
+    an attention that is not a softmax)."""
+    if ctx.kernel is not None:
+        return ctx.kernel.run(q, k, v, ctx)
     return resolve_backend(ctx).run(q, k, v, ctx)
 
 
