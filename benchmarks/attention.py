@@ -28,6 +28,14 @@ How to read it
     Extra memory is RSS, so it includes what glibc keeps after `free`: read it as an order of magnitude, the time
     ratio as the precise number (benchmarks/README.md, "How it measures").
 
+Attention that replaces the softmax (`--pieces`)
+    A piece whose `attention_kernel` computes the layer's call (stick-breaking, `stickbreak`) is one more row,
+    `nope+PIECE`: the same call with `kernel=` that piece (its tiled walk under `auto`).
+
+Forward and backward (`--backward`)
+    Every cell, the SDPA baseline included, times one forward call and the backward pass of its output's sum
+    (q, k and v require gradients), in place of the forward under `no_grad`.
+
 The `flex` backend (`--backend flex`)
     The same cells through `attention(..., backend="flex")` (FlexAttention compiled, `lextra.attention.flex`).
     Its warm-up call runs at the measured length L, since a compiled kernel is specific to L's bucket: it
@@ -41,6 +49,7 @@ Usage
     .venv/bin/python benchmarks/attention.py --quick               # smoke run, L = 256, 1024
     .venv/bin/python benchmarks/attention.py --schemes rope,alibi --masks causal --lengths 1024,4096
     .venv/bin/python benchmarks/attention.py --backend flex --schemes rope,fire --lengths 4096 --out flex.json
+    .venv/bin/python benchmarks/attention.py --schemes nope --masks causal --lengths 16384 --backward  # + stickbreak
 """
 
 from __future__ import annotations
@@ -63,6 +72,8 @@ HEAD_DIM = 64
 DEFAULT_LENGTHS = (1024, 4096, 16384, 32768)
 QUICK_LENGTHS = (256, 1024)
 DEFAULT_MASKS = ("causal", "window", "bca")
+#: attention pieces that replace the softmax, benchmarked as rows `nope+PIECE`
+DEFAULT_PIECES = ("stickbreak",)
 LONG = 16384  # at and above this length a cell repeats once by default
 WARMUP_LEN = 128
 BASELINE = "sdpa"
@@ -83,7 +94,9 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
     torch.set_num_threads(int(spec["threads"]))
     torch.manual_seed(0)
     L, repeats = int(spec["length"]), int(spec["repeats"])
+    backward = bool(spec.get("backward", False))
     result: dict[str, Any] = {"num_threads": torch.get_num_threads()}
+    kernel = None
 
     if spec["kind"] == BASELINE:
         key_dim = HEAD_DIM
@@ -95,20 +108,27 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
     else:
         import lextra.attention.backends as backends
         from lextra.attention import attention, build_mask
+        from lextra.attention.pieces import PIECES
         from lextra.positions import HeadDims, build_scheme
 
         train_len = int(spec["train_len"])
-        scheme = build_scheme(spec["scheme"], HeadDims(HEADS, HEAD_DIM, HEADS * HEAD_DIM, train_len)).eval()
+        dims = HeadDims(HEADS, HEAD_DIM, HEADS * HEAD_DIM, train_len)
+        scheme_spec, *piece_names = spec["scheme"].split("+")
+        scheme = build_scheme(scheme_spec, dims).eval()
+        for name in piece_names:  # `--pieces`: the piece's own attention in place of the softmax
+            kernel = PIECES.build(name, dims).attention_kernel or kernel
         mask = build_mask(spec["mask"], train_len=train_len)
         key_dim = scheme.key_dim()
         pos = torch.arange(L)
         backend = spec.get("backend", "auto")
-        with torch.no_grad():
+        with torch.set_grad_enabled(backward):
             result["backend"] = backends.attention_path(scheme, mask, pos, pos) if backend == "auto" else backend
+        if kernel is not None:
+            result["backend"] = f"{'+'.join(piece_names)}/{backend}"
         uses_sdpa = result["backend"] == "sdpa"
         result["mask_repr"] = repr(mask)
         result["backends_sha"] = file_sha(backends.__file__)
-        if not uses_sdpa:
+        if not uses_sdpa and kernel is None:
             try:  # private helpers: informative only, so tolerate their changing
                 typical = backends._typical_keys(mask, L, backends.MAX_BLOCK)
                 result["block_size"] = backends._block_size(scheme, typical, HEADS, None)
@@ -116,16 +136,25 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
                 result["block_size"] = f"unknown ({exc!r})"
 
         def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            return attention(q, k, v, scheme=scheme, mask=mask, backend=backend)
+            return attention(q, k, v, scheme=scheme, mask=mask, backend=backend, kernel=kernel)
+
+    forward = call
+    if backward:
+
+        def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            out = forward(q, k, v)
+            out.sum().backward()
+            q.grad = k.grad = v.grad = None
+            return out.detach()
 
     def inputs(n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return (
-            torch.randn(BATCH, HEADS, n, HEAD_DIM),
-            torch.randn(BATCH, HEADS, n, key_dim),
-            torch.randn(BATCH, HEADS, n, HEAD_DIM),
+            torch.randn(BATCH, HEADS, n, HEAD_DIM, requires_grad=backward),
+            torch.randn(BATCH, HEADS, n, key_dim, requires_grad=backward),
+            torch.randn(BATCH, HEADS, n, HEAD_DIM, requires_grad=backward),
         )
 
-    with torch.no_grad():
+    with torch.set_grad_enabled(backward):
         call(*inputs(min(WARMUP_LEN, L)))  # one-off allocations (kernels, thread pools, caches) happen here
         q, k, v = inputs(L)
         if result["backend"] == "flex":  # compile for L's bucket and build its BlockMask, then forget that peak
@@ -191,6 +220,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--lengths", default=",".join(map(str, DEFAULT_LENGTHS)), help="comma list of L")
     parser.add_argument(
+        "--pieces",
+        default=",".join(DEFAULT_PIECES),
+        help="comma list of attention pieces that replace the softmax, each a row nope+PIECE ('none': no such row)",
+    )
+    parser.add_argument(
+        "--backward", action="store_true", help="time forward + backward (gradients of q, k, v) in every cell"
+    )
+    parser.add_argument(
         "--backend",
         default="auto",
         choices=["auto", "flex"],
@@ -245,6 +282,7 @@ def cell_spec(cell: Cell, args: argparse.Namespace) -> dict[str, Any]:
         "threads": args.threads,
         "train_len": args.train_len,
         "backend": args.backend,
+        "backward": args.backward,
     }
 
 
@@ -348,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker is not None:
         return harness.worker_main(run_cell, args.worker, error_chars=None)
     schemes = harness.scheme_names(args.schemes)
+    schemes += [f"nope+{piece}" for piece in csv_list(args.pieces) if piece != "none"]
     masks = [mask_spec(m, args.train_len) for m in csv_list(args.masks)]
     lengths = [int(x) for x in csv_list(args.lengths)]
     cells = plan(schemes, masks, lengths, args)
@@ -375,7 +414,8 @@ def main(argv: list[str] | None = None) -> int:
 
     footer = (
         f"\ntorch {meta['torch']}, {args.threads} thread(s), {meta['cpu_model']}, {meta['date']}, "
-        f"batch {BATCH}, {HEADS} heads, head dim {HEAD_DIM}, fp32, forward under no_grad; "
+        f"batch {BATCH}, {HEADS} heads, head dim {HEAD_DIM}, fp32, "
+        f"{'forward + backward' if args.backward else 'forward under no_grad'}; "
         f"total {total_s / 60:.1f} min\n"
     )
     report = (
@@ -397,6 +437,7 @@ def main(argv: list[str] | None = None) -> int:
             "baseline_every": args.baseline_every,
             "warmup_len": WARMUP_LEN,
             "backend": args.backend,
+            "backward": args.backward,
         },
         "baseline": {str(L): v for L, v in baselines.items()},
         "cells": [

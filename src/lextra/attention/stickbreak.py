@@ -47,6 +47,9 @@ TILE = 128
 #: (query, key) pairs per row block of the row path (x batch x heads): 2^20 fp32 scores = 4 MiB per head
 ROW_BUDGET = 1 << 20
 REMAINDERS = ("bias", "value", "none")
+#: the tiled walk's log weights are clamped here before exp: exp below fp32's smallest normal number (e^-87.3)
+#: takes a slow denormal path on CPUs (5 to 10 times slower), and a weight of e^-87 per key is far below rounding
+LOG_FLOOR = -87.0
 #: the backends that run stick-breaking attention, and the path each takes
 PATHS = {"reference": "dense", "chunked": "tiled", "auto": "tiled"}
 
@@ -71,7 +74,9 @@ def _scores(
 ) -> Tensor:
     """fp32 scores z = (q . k scale + bias) / tau, capped where the call has a softcap (the softmax layers' order);
     `tau` is (1|H, ..., Lq|1) against the scores' head and query axes."""
-    z = (qr.float() @ kr.float().transpose(-1, -2)) * scale
+    z = qr.float() @ kr.float().transpose(-1, -2)
+    if scale != 1.0:
+        z = z * scale
     if bias is not None:
         z = z + bias
     if tau is not None:
@@ -140,13 +145,26 @@ def _tile_step(
     scale: float,
     softcap: float | None,
     visible: Tensor | None,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """One diagonal of tiles: query blocks qb (B, H, n, T, D) against key tiles kb, vb (B, H, n, T, .) that end
-    where the keys `carry` (B, H, n, T) has broken begin; -> (out, mass, carry over this tile too)."""
+) -> tuple[Tensor, Tensor]:
+    """One diagonal of tiles: query blocks qb (B, H, n, T, D) against key tiles kb, vb (B, H, n, T, .) held in
+    reverse order (nearest key first; vb's last channel is ones), left of the keys whose softplus `carry`
+    (B, H, n, T) sums: log A_j = logsigmoid(z_j) - (softplus of the keys nearer than j), logsigmoid(z) as
+    z - softplus(z), the nearer keys' sum a plain cumulative sum shifted by one; -> (weights @ vb, carry plus this
+    tile's softplus)."""
     z = _scores(qb, kb, scale, bias, tau, softcap)
-    log_w, broken = stick(z, visible)
-    weights = (log_w - carry[..., None]).exp()
-    return weights @ vb.float(), weights.sum(-1), carry + broken
+    broken = F.softplus(z)
+    if visible is not None:
+        broken = broken.masked_fill(~visible, 0.0)
+    through = broken.cumsum(-1)
+    before = F.pad(through[..., :-1], (1, 0))  # the softplus of the nearer keys alone (no cancellation against j's)
+    if torch.is_grad_enabled():
+        log_w = z - broken - before - carry[..., None]
+    else:  # in place: the forward alone keeps one (n, T, T) buffer fewer
+        log_w = z.sub_(broken).sub_(before).sub_(carry[..., None])
+    weights = log_w.clamp(LOG_FLOOR, 0.0).exp()  # at most 0: a hidden pair's z may be large, and exp(z) inf
+    if visible is not None:
+        weights = weights.masked_fill(~visible, 0.0)
+    return weights @ vb, carry + through[..., -1]
 
 
 def tiles_apply(ctx: AttentionContext) -> bool:
@@ -164,7 +182,8 @@ def tiled_stickbreak(
     """The tiled walk (`tiles_apply`): query blocks of T rows walk key tiles from the diagonal leftwards, each row
     carrying the softplus its stick has lost so far; step t takes the t-th tile left of the diagonal for every block
     at once ((B, H, L / T, T, T) scores, O(L x T) memory), and a block is done after the step that reaches key 0.
-    A distance bias is one (H, T, T) tile per step (the distances repeat along a diagonal of tiles)."""
+    A distance bias is one (H, T, T) tile per step (the distances repeat along a diagonal of tiles); the weights'
+    sum comes out of the value matmul as one more channel of ones."""
     qr, kr = rotate(ctx.scheme, q, k, ctx.q_pos, ctx.k_pos)
     B, H, L, _ = qr.shape
     T = max(1, int(ctx.block_size or TILE))
@@ -174,7 +193,9 @@ def tiled_stickbreak(
     def blocks(x: Tensor) -> Tensor:
         return F.pad(x, (0, 0, 0, pad)).reshape(*x.shape[:2], nb, T, x.shape[-1])
 
-    q5, k5, v5 = blocks(qr), blocks(kr), blocks(v)
+    q5 = blocks(qr.float() * ctx.scale)  # the scale applied once, to the queries
+    k5 = blocks(kr).flip(-2)  # each tile's keys nearest first: the stick breaks along a plain cumulative sum
+    v5 = blocks(torch.cat((v.float(), v.new_ones((*v.shape[:-1], 1), dtype=torch.float32)), -1)).flip(-2)
     tau = _tau(ctx)
     per_query = tau is not None and tau.shape[-1] != 1
     if tau is not None:
@@ -182,34 +203,32 @@ def tiled_stickbreak(
     offsets = torch.arange(T, device=q.device)
     first = int(ctx.facts.q_first)
     diagonal = offsets[None, :] <= offsets[:, None] if attend_current else offsets[None, :] < offsets[:, None]
+    diagonal = diagonal.flip(-1)
     scheme = ctx.scheme
     carry = q.new_zeros((B, H, nb, T), dtype=torch.float32)
     acc: Tensor | None = None
-    mass: Tensor | None = None
-    outs, masses = [], []
+    outs = []
     for t in range(nb):
         n = nb - t
         bias = None
         if scheme is not None and scheme.has_bias:
-            bias = scheme.bias(first + t * T + offsets, first + offsets)[:, None]
+            bias = scheme.bias(first + t * T + offsets, first + offsets).flip(-1)[:, None]
         args = (q5[:, :, t:], k5[:, :, :n], v5[:, :, :n], carry, bias)
         rest = (
             tau[:, t:] if per_query and tau is not None else tau,
-            ctx.scale,
+            1.0,
             ctx.softcap,
             diagonal if t == 0 else None,
         )
         if torch.is_grad_enabled():
-            out, weight, carry = checkpoint(_tile_step, *args, *rest, use_reentrant=False)
+            out, carry = checkpoint(_tile_step, *args, *rest, use_reentrant=False)
         else:
-            out, weight, carry = _tile_step(*args, *rest)
+            out, carry = _tile_step(*args, *rest)
         acc = out if acc is None else acc[:, :, 1:] + out
-        mass = weight if mass is None else mass[:, :, 1:] + weight
         outs.append(acc[:, :, 0].clone())  # block t is done: no later tile reaches it
-        masses.append(mass[:, :, 0].clone())
         carry = carry[:, :, 1:]
     out = torch.stack(outs, 2).reshape(B, H, nb * T, -1)[:, :, :L]
-    return out, torch.stack(masses, 2).reshape(B, H, nb * T)[:, :, :L]
+    return out[..., :-1], out[..., -1]
 
 
 @PIECES.register("stickbreak")
