@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from lextra.attention import attention
+from lextra.attention import attention, stickbreak
 from lextra.attention.pieces import PIECES
 from lextra.attention.stickbreak import StickBreaking
 from lextra.cli import main
@@ -169,6 +169,21 @@ def test_gradients_of_the_tiled_and_row_paths_equal_the_references(scheme, mask,
         return list(torch.autograd.grad((out * weight).sum(), leaves))
 
     for mine, theirs in zip(grads("chunked"), grads("reference"), strict=True):
+        assert (mine - theirs).abs().max() < 1e-4 * max(1.0, float(theirs.abs().max()))
+
+
+def test_query_blocks_walking_in_groups_equal_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Groups of 3 query blocks of 8 rows (a budget of 3 x 8 x 8 scores per head): forward and gradients."""
+    monkeypatch.setattr(stickbreak, "GROUP_BUDGET", 2 * 2 * 3 * 8 * 8)
+    q, k, v = (x.requires_grad_(True) for x in _qkv(L=61))
+    args = _args("alibi", True, False, 61)
+    piece = _piece(remainder="value")
+
+    def run(backend: str) -> list[torch.Tensor]:
+        out = attention(q, k, v, kernel=piece, backend=backend, block_size=8, **args)
+        return [out.detach(), *torch.autograd.grad((out * out).sum(), [q, k, v])]
+
+    for mine, theirs in zip(run("chunked"), run("reference"), strict=True):
         assert (mine - theirs).abs().max() < 1e-4 * max(1.0, float(theirs.abs().max()))
 
 

@@ -44,6 +44,9 @@ from lextra.validate import check_bool
 
 #: keys per tile (and queries per block) of the tiled walk
 TILE = 128
+#: scores per step of the tiled walk (x batch x heads): the query blocks that walk together, so that a step's
+#: (blocks, T, T) buffers stay in cache; 2^21 fp32 scores = 8 MiB
+GROUP_BUDGET = 1 << 21
 #: (query, key) pairs per row block of the row path (x batch x heads): 2^20 fp32 scores = 4 MiB per head
 ROW_BUDGET = 1 << 20
 REMAINDERS = ("bias", "value", "none")
@@ -180,8 +183,9 @@ def tiled_stickbreak(
     q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext, attend_current: bool
 ) -> tuple[Tensor, Tensor]:
     """The tiled walk (`tiles_apply`): query blocks of T rows walk key tiles from the diagonal leftwards, each row
-    carrying the softplus its stick has lost so far; step t takes the t-th tile left of the diagonal for every block
-    at once ((B, H, L / T, T, T) scores, O(L x T) memory), and a block is done after the step that reaches key 0.
+    carrying the softplus its stick has lost so far; step t takes the t-th tile left of the diagonal for a group of
+    blocks at once (`GROUP_BUDGET` scores: O(T^2) memory per step, O(L x T) in all), and a block is done after the
+    step that reaches key 0.
     A distance bias is one (H, T, T) tile per step (the distances repeat along a diagonal of tiles); the weights'
     sum comes out of the value matmul as one more channel of ones."""
     qr, kr = rotate(ctx.scheme, q, k, ctx.q_pos, ctx.k_pos)
@@ -205,28 +209,32 @@ def tiled_stickbreak(
     diagonal = offsets[None, :] <= offsets[:, None] if attend_current else offsets[None, :] < offsets[:, None]
     diagonal = diagonal.flip(-1)
     scheme = ctx.scheme
-    carry = q.new_zeros((B, H, nb, T), dtype=torch.float32)
-    acc: Tensor | None = None
+    group = max(1, GROUP_BUDGET // (B * H * T * T))
     outs = []
-    for t in range(nb):
-        n = nb - t
-        bias = None
-        if scheme is not None and scheme.has_bias:
-            bias = scheme.bias(first + t * T + offsets, first + offsets).flip(-1)[:, None]
-        args = (q5[:, :, t:], k5[:, :, :n], v5[:, :, :n], carry, bias)
-        rest = (
-            tau[:, t:] if per_query and tau is not None else tau,
-            1.0,
-            ctx.softcap,
-            diagonal if t == 0 else None,
-        )
-        if torch.is_grad_enabled():
-            out, carry = checkpoint(_tile_step, *args, *rest, use_reentrant=False)
-        else:
-            out, carry = _tile_step(*args, *rest)
-        acc = out if acc is None else acc[:, :, 1:] + out
-        outs.append(acc[:, :, 0].clone())  # block t is done: no later tile reaches it
-        carry = carry[:, :, 1:]
+    for g0 in range(0, nb, group):  # query blocks g0..g1 - 1 walk together
+        g1 = min(nb, g0 + group)
+        carry = q.new_zeros((B, H, g1 - g0, T), dtype=torch.float32)
+        acc: Tensor | None = None
+        for t in range(g1):  # the t-th key tile left of each block's diagonal, for the blocks it exists for
+            lo = max(g0, t)
+            bias = None
+            if scheme is not None and scheme.has_bias:
+                bias = scheme.bias(first + t * T + offsets, first + offsets).flip(-1)[:, None]
+            args = (q5[:, :, lo:g1], k5[:, :, lo - t : g1 - t], v5[:, :, lo - t : g1 - t], carry, bias)
+            rest = (
+                tau[:, lo:g1] if per_query and tau is not None else tau,
+                1.0,
+                ctx.softcap,
+                diagonal if t == 0 else None,
+            )
+            if torch.is_grad_enabled():
+                out, carry = checkpoint(_tile_step, *args, *rest, use_reentrant=False)
+            else:
+                out, carry = _tile_step(*args, *rest)
+            acc = out if acc is None else acc + out
+            if t >= g0:  # block t is done: no later tile reaches it
+                outs.append(acc[:, :, 0].clone())
+                acc, carry = acc[:, :, 1:], carry[:, :, 1:]
     out = torch.stack(outs, 2).reshape(B, H, nb * T, -1)[:, :, :L]
     return out[..., :-1], out[..., -1]
 
