@@ -12,7 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from lextra.attention import attention, stickbreak
+from lextra.analysis.capture import layer_attention
+from lextra.attention import S2Attention, attention, stickbreak
 from lextra.attention.pieces import PIECES
 from lextra.attention.stickbreak import StickBreaking
 from lextra.cli import main
@@ -287,6 +288,7 @@ def test_a_model_trains_with_gradients_into_the_remainder_and_the_norm() -> None
         ({"mask": "full"}, "use a causal mask"),
         ({"sinks": torch.zeros(2)}, "drop the sinks piece"),
         ({"padding": torch.ones(1, 1, 20, 20, dtype=torch.bool)}, "materialised score bias or padding"),
+        ({"extension": S2Attention(4)}, "does not run under 's2_attn:4'"),
     ],
 )
 def test_what_it_cannot_run_is_refused_in_one_line(options: dict, needle: str) -> None:
@@ -296,6 +298,11 @@ def test_what_it_cannot_run_is_refused_in_one_line(options: dict, needle: str) -
     assert "\n" not in str(err.value)
     with pytest.raises(ConfigError, match="remainder must be one of bias, value, none"):
         _piece(remainder="current")
+
+
+def test_the_analyses_refuse_a_model_without_softmax_attention() -> None:
+    with pytest.raises(ConfigError, match="layer 1 replaces the softmax"):
+        next(layer_attention(_tiny("rope;nope+stickbreak"), torch.randint(0, 61, (1, 8))))
 
 
 def test_the_command_line_refuses_a_plan_it_cannot_run_with_exit_2(tmp_path, capsys) -> None:

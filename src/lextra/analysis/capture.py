@@ -20,6 +20,7 @@ from torch import Tensor
 from lextra.attention import attention_logits, build_mask, cap_scores, sink_softmax
 from lextra.attention.masks import UNBOUNDED, Mask
 from lextra.devices import module_device
+from lextra.errors import ConfigError
 from lextra.model import GPT, AttentionInputs
 from lextra.positions import PositionScheme
 
@@ -139,6 +140,14 @@ def layer_attention(
     if own_capture is not None:
         yield from own_capture(tokens, mask, block_size=block_size)
         return
+    replaced = [
+        i for i, block in enumerate(model.blocks) if any(p.attention_kernel is not None for p in block.attn.pieces)
+    ]
+    if replaced:
+        raise ConfigError(
+            f"the analyses read softmax attention; layer {replaced[0]} replaces the softmax (stickbreak): "
+            "analyse a model without it"
+        )
     model.eval()
     mask = build_mask(mask, model.config.train_len)
     positions = torch.arange(tokens.shape[1], device=tokens.device)
