@@ -123,7 +123,7 @@ def test_one_cached_decoding_step_equals_the_authors_decoding_function() -> None
 
 # ------------------------------------------------------------------------------ every path against the reference
 CASES = [
-    ("nope", "causal", False, False),
+    ("nope", "causal", "scalar", False),
     ("rope", "causal", True, False),
     ("alibi", "causal", True, True),  # a per-distance bias added to z: one (H, T, T) tile per diagonal
     ("fire", "causal", False, False),  # a per-query bias: the row path
@@ -134,7 +134,7 @@ CASES = [
 
 def _args(scheme: str, temperature: bool, softcap: bool, L: int) -> dict:
     built = build_scheme(scheme, HeadDims(2, 16, 32, 16))
-    tau = torch.rand(2, L) + 0.5 if temperature else None
+    tau = 1.3 if temperature == "scalar" else torch.rand(2, L) + 0.5 if temperature else None
     return {"scheme": built, "temperature": tau, "softcap": 3.0 if softcap else None}
 
 
@@ -243,7 +243,7 @@ class _LargestTensor(TorchDispatchMode):
         return out
 
 
-def test_the_tiled_walk_never_builds_an_L_by_L_tensor_forward_or_backward() -> None:
+def test_the_tiled_walk_never_builds_a_quadratic_tensor_forward_or_backward() -> None:
     L, T = 1024, 32
     q, k, v = (x.requires_grad_(True) for x in _qkv(B=1, H=1, L=L, D=8))
     piece = _piece(1, 8)

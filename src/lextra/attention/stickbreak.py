@@ -6,8 +6,8 @@ between them left, z_ij = q_i . k_j / sqrt(D) (the authors' inverse temperature,
 
     log A_ij = logsigmoid(z_ij) - sum_{j<k<i} softplus(z_ik),     out_i = sum_j A_ij v_j + (1 - sum_j A_ij) u_i,
 
-computed in log space in fp32 (no product of many (1 - beta) in linear space). As in the authors' code, and
-where the paper is silent:
+computed in log space in fp32 (no product of many (1 - beta) in linear space). The paper states the weights
+alone; what follows is the authors' code, which lextra follows:
 - `attend_current=false` (their default): a query sees the keys strictly before it (their mask is
   `triu(0)`), so the first token attends to nothing; `true` includes the diagonal;
 - keys the mask hides take nothing and break nothing (their `masked_fill`: log beta -1e5, log(1 - beta) 0);
@@ -44,10 +44,10 @@ from lextra.validate import check_bool
 
 #: keys per tile (and queries per block) of the tiled walk
 TILE = 128
-#: scores per step of the tiled walk (x batch x heads): the query blocks that walk together, so that a step's
-#: (blocks, T, T) buffers stay in cache; 2^21 fp32 scores = 8 MiB
+#: scores per step of the tiled walk, batch and heads included: it sets how many query blocks walk together, so
+#: that a step's (B, H, blocks, T, T) buffers stay small; 2^21 fp32 scores = 8 MiB
 GROUP_BUDGET = 1 << 21
-#: (query, key) pairs per row block of the row path (x batch x heads): 2^20 fp32 scores = 4 MiB per head
+#: (query, key) pairs per row block of the row path, per batch row and head: 2^20 fp32 scores = 4 MiB
 ROW_BUDGET = 1 << 20
 REMAINDERS = ("bias", "value", "none")
 #: the tiled walk's log weights are clamped here before exp: exp below fp32's smallest normal number (e^-87.3)
@@ -107,7 +107,10 @@ def _dense(
 
 def _tau(ctx: AttentionContext) -> Tensor | None:
     """The temperature as (1|H, Lq|1) (None for 1)."""
-    return None if ctx.tau is None else ctx.tau.reshape(-1, ctx.tau.shape[-1])
+    tau = ctx.tau
+    if tau is None:
+        return None
+    return tau.reshape(1, 1) if tau.dim() == 0 else tau.reshape(-1, tau.shape[-1])
 
 
 def dense_stickbreak(
