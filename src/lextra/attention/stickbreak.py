@@ -43,7 +43,7 @@ from lextra.positions.base import HeadDims
 from lextra.validate import check_bool
 
 #: keys per tile (and queries per block) of the tiled walk
-TILE = 128
+TILE = 256
 #: scores per step of the tiled walk, batch and heads included: it sets how many query blocks walk together, so
 #: that a step's (B, H, blocks, T, T) buffers stay small; 2^21 fp32 scores = 8 MiB
 GROUP_BUDGET = 1 << 21
