@@ -329,7 +329,8 @@ def add_scheme_options(parser: argparse.ArgumentParser, help_text: str) -> None:
 GENERATED_TRAIN_FLAGS = (
     "batch_size", "steps", "lr", "min_lr_ratio", "warmup", "weight_decay", "beta1", "beta2", "grad_clip",
     "position_lr_scale", "seed", "checkpoint_every", "log_every", "eval_every", "eval_sequences", "init_from",
-    "positions", "s2_attn", "order", "precision", "tensorboard", "log_dir", "compile", "fsdp",
+    "positions", "s2_attn", "order", "precision", "tensorboard", "log_dir", "compile", "fsdp", "mixed_window",
+    "mixed_share",
 )  # fmt: skip
 
 #: training flag (its argparse dest) -> the `TrainConfig` field it sets (`model.NAME`: a `GPTConfig` field): the
@@ -392,6 +393,8 @@ def add_training(parser: argparse.ArgumentParser) -> None:
         "position_lr_scale": {"type": finite_float(0.0)},
         "positions": {"metavar": "NAME[:OPTIONS]"},
         "s2_attn": {"metavar": "G"},
+        "mixed_window": {"metavar": "SHORT:LONG"},
+        "mixed_share": {"type": finite_float(0.0)},
         "order": {"choices": ORDERS},
         "precision": {"choices": ["fp32", "bf16"]},
     }

@@ -24,6 +24,7 @@ from lextra.model import GPTConfig
 from lextra.positions.abacus import abacus_digits
 from lextra.tasks import TaskBatches, algorithmic_task, check_task_mask, parse_lengths
 from lextra.tensorboard import require_tensorboard
+from lextra.train.mixed import MixedWindow, check_mixed_run
 from lextra.validate import check_bool, check_int, check_positive, check_positive_int, check_range
 
 
@@ -180,12 +181,22 @@ class TrainConfig(LoopConfig):
     #: run the step's forward and loss through `torch.compile` (inductor; `lextra.compile`); off by default: on the
     #: main job's CPU shape its compile time exceeds what it saves (benchmarks/README.md, `main_job.py`)
     compile: bool = False
+    #: mixed context-window training (LongRoPE2): SHORT:LONG, LONG the training length; a share `mixed_share` of the
+    #: steps cut into SHORT windows under the RoPE scaling's short side (`lextra.train.mixed`); None: off
+    mixed_window: str | None = field(default=None, metadata=serialize.options(omit_none=True))
+    #: the share of mixed-window steps at the short window
+    mixed_share: float = 0.5
 
     #: how a run is carried out, not what it trains (where its curves go, whether its step is compiled or sharded):
     #: left out of `to_dict`, so saved configs, study cells and reused models compare equal either way
     LOGGING_ONLY: ClassVar[tuple[str, ...]] = ("tensorboard", "log_dir", "compile", "fsdp")
     #: fields left out of `to_dict` at these values, so configs saved before they existed compare equal
-    OMIT_DEFAULTS: ClassVar[dict[str, Any]] = {"positions": "contiguous", "s2_attn": 0, "order": "iid"}
+    OMIT_DEFAULTS: ClassVar[dict[str, Any]] = {
+        "positions": "contiguous",
+        "s2_attn": 0,
+        "order": "iid",
+        "mixed_share": 0.5,
+    }
     #: what a resumed GPT run may change besides `LoopConfig.RESUMABLE`
     RESUMABLE = LoopConfig.RESUMABLE | {"eval_every", "eval_sequences", "data"}  # data: checked by manifest hash
 
@@ -216,7 +227,16 @@ class TrainConfig(LoopConfig):
         self._fit_task(where)
         self.sampler()
         check_s2_attn(self.s2_attn, self.model)
+        self.mixed()
         return self
+
+    def mixed(self) -> MixedWindow | None:
+        """The mixed context window `mixed_window` names, checked against the run (None: off)."""
+        if self.mixed_window is None:
+            return None
+        mixed = MixedWindow.parse(self.mixed_window, self.mixed_share, self.model.train_len)
+        check_mixed_run(self, mixed)
+        return mixed
 
     def _fit_task(self, where: str) -> None:
         """A length-generalization task sets the model's vocabulary (its alphabet and specials) and L_tr (its widest

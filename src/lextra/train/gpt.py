@@ -31,6 +31,7 @@ from lextra.train.checkpoints import FINAL, refuse_changes
 from lextra.train.config import TrainConfig
 from lextra.train.distributed import Distributed
 from lextra.train.loop import Trainer
+from lextra.train.mixed import MixedWindow, resolve_mixed_scaling
 from lextra.train.sharding import gathered, load_full
 from lextra.train.target import StepFunction
 from lextra.train.task_runs import task_mask, task_positions, task_record
@@ -94,6 +95,8 @@ class GPTTarget:
         #: a length-generalization task's batches (None: text, or a retrieval task's rows)
         self.task_batches: TaskBatches | None = None
         self._sampler: PositionSampler | None = None
+        #: mixed context-window training's windows (None: every step at L_tr)
+        self._mixed: MixedWindow | None = None
 
     @property
     def stream(self) -> BatchSource:
@@ -117,7 +120,10 @@ class GPTTarget:
         if self._sampler is None:
             self._sampler = self.sampler()
         if self.task_batches is None:
-            return sampled_batch(self._sampler, self.stream, step, config.batch_size, config.seed)
+            tokens, positions = sampled_batch(self._sampler, self.stream, step, config.batch_size, config.seed)
+            if self._mixed is not None and self._mixed.is_short(config.seed, step):
+                return self._mixed.cut(tokens), positions
+            return tokens, positions
         tokens = self.task_batches.batch(step, config.batch_size, 0, config.seed)
         return tokens, task_positions(self._sampler, tokens.shape[-1], config.seed, step)
 
@@ -142,6 +148,9 @@ class GPTTarget:
         if config.model.abacus is not None and "digits" not in config.model.abacus:
             config.model.abacus["digits"] = tokenizer_digits(tokenizer.encode, f"tokenizer {config.tokenizer!r}")
         continue_from(config)
+        self._mixed = config.mixed()
+        if self._mixed is not None:
+            resolve_mixed_scaling(config, self._mixed)
         if resume:
             check_same_data(run_dir, shards, cached=cached)
             self._check_resumable(run_dir)
