@@ -282,3 +282,42 @@ def test_settings_packing_cannot_serve_are_refused(changes: dict, match: str) ->
         TrainConfig(**(base | changes)).validate()
     with pytest.raises(ConfigError, match="pack must be one of none, documents"):
         TrainConfig(pack="docs").validate()
+
+
+def test_retrieval_training_packs_its_corpus_windows_and_keeps_each_task_row_one_document(
+    tmp_path: Path, capsys
+) -> None:
+    """`lextra retrieval train --task passkey+lm --pack documents` trains; its corpus rows are packed windows and its
+    task rows one document each; a task without corpus windows has nothing to pack: one line, exit 2."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i in range(16):
+        (corpus / f"d{i:02d}.txt").write_text(f"document {i} says " + "hello world " * (3 + 4 * (i % 6)))
+    shape = ["--steps", "2", "--n-layer", "1", "--d-model", "16", "--n-head", "2", "--train-len", "128",
+             "--batch-size", "4", "--warmup", "1", "--corpus", str(corpus), "--pack", "documents", "--quiet"]  # fmt: skip
+    assert main(["retrieval", "train", "--out", str(tmp_path / "mixed"), "--task", "passkey+lm", *shape]) == 0
+    from lextra.data import prepare_data
+    from lextra.tasks.registry import parse_task_spec
+    from lextra.tasks.rows import row_source
+    from lextra.train.packing import packed_source
+
+    config = TrainConfig(corpus=str(corpus), model=GPTConfig(train_len=128), task="passkey+lm", pack="documents")
+    source = packed_source(row_source(parse_task_spec("passkey+lm"), config, prepare_data(str(corpus), "bytes")))
+    batch = torch.cat([source.batch(step, 8, 128, seed=0) for step in range(4)])
+    ids = batch[:, 1]
+    assert batch.shape == (32, 2, 129)
+    kinds = {"task": 0, "packed": 0}
+    for row in range(32):
+        if bool((ids[row] == 0).all()) and "pass key" in bytes(batch[row, 0].tolist()).decode("utf-8", "replace"):
+            kinds["task"] += 1
+        else:  # every document after the first starts whole ("document N says ...")
+            text = batch[row, 0]
+            for cut in (torch.nonzero(ids[row][1:] != ids[row][:-1]).flatten() + 1).tolist():
+                if int(ids[row][cut]) != PADDING:
+                    assert bytes(text[cut : cut + 9].tolist()) == b"document ", row
+            kinds["packed"] += 1
+    assert kinds["task"] and kinds["packed"]
+    capsys.readouterr()
+    assert main(["retrieval", "train", "--out", str(tmp_path / "alone"), "--task", "passkey", *shape]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "trains on its rows alone" in err
