@@ -294,7 +294,8 @@ def test_retrieval_training_packs_its_corpus_windows_and_keeps_each_task_row_one
     for i in range(16):
         (corpus / f"d{i:02d}.txt").write_text(f"document {i} says " + "hello world " * (3 + 4 * (i % 6)))
     shape = ["--steps", "2", "--n-layer", "1", "--d-model", "16", "--n-head", "2", "--train-len", "128",
-             "--batch-size", "4", "--warmup", "1", "--corpus", str(corpus), "--pack", "documents", "--quiet"]  # fmt: skip
+             "--batch-size", "4", "--warmup", "1", "--corpus", str(corpus), "--pack", "documents"]  # fmt: skip
+    shape.append("--quiet")
     assert main(["retrieval", "train", "--out", str(tmp_path / "mixed"), "--task", "passkey+lm", *shape]) == 0
     from lextra.data import prepare_data
     from lextra.tasks.registry import parse_task_spec
