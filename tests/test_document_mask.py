@@ -10,7 +10,6 @@ import math
 import pytest
 import torch
 from conftest import make_scheme
-from torch.nn.attention.flex_attention import create_block_mask
 
 import lextra.attention.flex as flex
 from lextra.attention import attention
@@ -55,10 +54,16 @@ def test_the_mask_is_attention_gyms_document_causal_mask() -> None:
 def test_flex_block_mask_skips_every_block_across_documents() -> None:
     ids = torch.repeat_interleave(torch.arange(2), 256)  # two documents of two 128-blocks each
     pos = torch.arange(512)
-    ours = flex.flex_block_mask(DocumentMask(ids), pos, pos)
-    theirs = create_block_mask(ours.mask_mod, None, None, 512, 512, device="cpu")
-    assert torch.equal(ours.to_dense(), theirs.to_dense())
+    mask = DocumentMask(ids)
+    ours = flex.flex_block_mask(mask, pos, pos)
+    tiles = mask.allowed(pos, pos).view(4, 128, 4, 128).transpose(1, 2)  # (query block, key block, 128, 128)
+    some, every = tiles.any(-1).any(-1), tiles.all(-1).all(-1)
+    assert torch.equal(ours.to_dense()[0, 0].bool(), some)
+    assert torch.equal(ours.kv_num_blocks[0, 0] + ours.full_kv_num_blocks[0, 0], some.sum(-1).int())
+    assert torch.equal(ours.full_kv_num_blocks[0, 0], every.sum(-1).int())
     assert int(ours.kv_num_blocks.sum()) == 4 and int(ours.full_kv_num_blocks.sum()) == 2  # diagonal; one below
+    q_idx, kv_idx = pos[:, None], pos[None, :]
+    assert torch.equal(ours.mask_mod(0, 0, q_idx, kv_idx), mask.allowed(pos, pos))
 
 
 @pytest.mark.parametrize("scheme", ["nope", "rope", "alibi", "t5", "kerple_log", "sandwich"])
