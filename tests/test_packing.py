@@ -322,3 +322,36 @@ def test_retrieval_training_packs_its_corpus_windows_and_keeps_each_task_row_one
     assert main(["retrieval", "train", "--out", str(tmp_path / "alone"), "--task", "passkey", *shape]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "trains on its rows alone" in err
+
+
+@pytest.mark.slow
+def test_two_processes_train_packed_documents_as_one_process_does(tmp_path: Path) -> None:
+    """Under torchrun (DDP, gloo) each process runs its rows' documents, a different number of calls per process,
+    and weighs them by the global batch's targets: the weights and losses equal one process's."""
+    import os
+    import subprocess
+    import sys
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i in range(40):
+        (corpus / f"d{i:02d}.txt").write_text(f"document {i}: " + "some words here " * (1 + (i * 5) % 13))
+    args = ["train", "--corpus", str(corpus), "--n-layer", "1", "--d-model", "16", "--n-head", "2", "--train-len",
+            "64", "--batch-size", "4", "--steps", "3", "--warmup", "1", "--log-every", "1", "--pack", "documents",
+            "--scheme", "rope", "--device", "cpu", "--quiet"]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, "-m", "lextra", *args, "--out", str(tmp_path / "one")], check=True, env=env,
+                   capture_output=True, timeout=300)  # fmt: skip
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "lextra"]
+    subprocess.run([*torchrun, *args, "--out", str(tmp_path / "two")], check=True, env=env, capture_output=True,
+                   timeout=300)  # fmt: skip
+    from safetensors.torch import load_file
+
+    one, two = (load_file(str(tmp_path / run / "model" / "model.safetensors")) for run in ("one", "two"))
+    for name in one:
+        torch.testing.assert_close(two[name], one[name], atol=1e-5, rtol=1e-4, msg=name)
+    losses = [
+        [json.loads(line)["loss"] for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
+        for run in ("one", "two")
+    ]
+    assert losses[1] == pytest.approx(losses[0], rel=1e-5)

@@ -9,8 +9,9 @@ tables, FIRE's per-query bias and log-n scalings included) and every backend: no
 another document, so no cross-document tile is computed at all, and the fused causal kernels (flash SDPA) apply.
 Padding sits after each document's last token, where a causal mask keeps it out of every real row. Buckets round
 lengths up to a quarter of their power of two (at most 25% padding), so a step makes at most about 4 log2(L)
-calls; each call's loss is its share of the batch's mean, backpropagated at once (under DDP only the last call
-synchronises gradients).
+calls; each call's loss is its share of the global batch's mean (the targets counted over every process, so
+torchrun trains what one process does), backpropagated at once (under DDP only the last call synchronises
+gradients).
 """
 
 from __future__ import annotations
@@ -79,6 +80,20 @@ def bucket_rows(tokens: Tensor, units: list[tuple[int, int, int]], length: int) 
     return inputs, targets
 
 
+def global_targets(local: int, device: torch.device) -> tuple[int, int]:
+    """The targets of the whole global batch (summed over torchrun's processes) and the number of processes, so
+    every process weighs its documents' losses as one process holding the whole batch would."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return local, 1
+    processes = torch.distributed.get_world_size()
+    if processes > 1:
+        on = device if torch.distributed.get_backend() == "nccl" else torch.device("cpu")
+        count = torch.tensor([local], dtype=torch.long, device=on)
+        torch.distributed.all_reduce(count)
+        local = int(count.item())
+    return local, processes
+
+
 def packed_step(
     network: torch.nn.Module, forward: Forward, batch: Tensor, precision: str, device: torch.device
 ) -> Tensor:
@@ -87,7 +102,8 @@ def packed_step(
     returns that mean, detached. `forward` maps input rows to logits through `network` (or its DDP wrapper)."""
     tokens, ids = batch[:, 0], batch[:, 1]
     grouped = buckets(document_units(ids), tokens.shape[-1] - 1)
-    count = sum(stop - start - 1 for units in grouped.values() for _, start, stop in units)
+    local = sum(stop - start - 1 for units in grouped.values() for _, start, stop in units)
+    count, processes = global_targets(local, device)
     total = torch.zeros((), device=device)
     no_sync = getattr(network, "no_sync", None)
     for index, (length, units) in enumerate(grouped.items()):
@@ -97,7 +113,7 @@ def packed_step(
             with autocast(precision, device):
                 logits = forward(inputs)
             loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100, reduction="sum")
-            share = loss / max(count, 1)
+            share = loss * processes / max(count, 1)  # DDP averages the processes' gradients
             share.backward()
         total = total + share.detach()
     return total
