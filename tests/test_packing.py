@@ -79,7 +79,6 @@ def test_packed_batches_follow_the_order_and_resume_exactly() -> None:
     for row in range(4):
         ids, tokens = batch[row, 1], batch[row, 0]
         assert int(ids[0]) == 0 and torch.equal(tokens, stream.tokens.long()[_begin(stream, tokens)][: tokens.numel()])
-    assert epoch.position(3, 4, 12) == EpochOrder(stream).position(3, 4, 12)
 
 
 def _begin(stream: TrainStream, tokens: torch.Tensor) -> slice:
@@ -355,3 +354,29 @@ def test_two_processes_train_packed_documents_as_one_process_does(tmp_path: Path
         for run in ("one", "two")
     ]
     assert losses[1] == pytest.approx(losses[0], rel=1e-5)
+
+
+def test_a_weighted_mixture_packs_whole_documents_of_the_part_each_draw_chose(tmp_path: Path) -> None:
+    """Packed windows of a weighted mixture keep its draws by weight: each window lies inside one part (a part
+    begins with a document, so moving a draw back to its document's start never leaves the part)."""
+    from lextra.data.shards import WeightedMixture
+
+    parts = []
+    for name, alphabet in (("letters", "abcdefgh"), ("digits", "0123456789")):
+        root = tmp_path / name
+        root.mkdir()
+        for i in range(20):
+            (root / f"{name}{i:02d}.txt").write_text((alphabet * 40)[: 5 + (i * 7) % 31])
+        parts.append(str(root))
+    prepare_shards(f"{parts[0]}:0.3+{parts[1]}:0.7", "bytes", tmp_path / "prepared", progress=False)
+    shards = PreparedShards.open(tmp_path / "prepared")
+    mixture = WeightedMixture(shards, [0.3, 0.7])
+    packed = PackedDocuments(mixture, stream_document_starts(mixture))
+    letters = {ord(c) for c in "abcdefgh"}
+    for step in range(6):
+        batch = packed.batch(step, 8, 24, seed=1)
+        for row in range(8):
+            real = batch[row, 0][batch[row, 1] != PADDING]
+            ids = set(real.tolist()) - {int(shards.separator)} if shards.separator is not None else set(real.tolist())
+            assert ids <= letters or not ids & letters, "a window crosses the parts"
+            assert int(batch[row, 1, 0]) == 0

@@ -47,18 +47,17 @@ def pack_window(starts: DocumentStarts, drawn: int, need: int) -> tuple[int, np.
     first = starts.start_of(drawn)
     following = starts.starts_after(first, first + need)
     begin = first if int(following[0]) - first <= need else drawn  # a unit longer than a window is split
-    cuts = starts.starts_after(begin, begin + need)
+    end = begin + need
     ids = np.full(need, PADDING, dtype=np.int64)
-    unit_start, document = begin, 0
-    for unit_end in cuts.tolist():
-        if unit_end <= begin + need:  # a whole unit
+    unit_start = begin
+    for document, unit_end in enumerate(starts.starts_after(begin, end).tolist()):
+        if unit_end <= end:  # a whole unit
             ids[unit_start - begin : unit_end - begin] = document
         elif unit_start == begin or unit_end - unit_start > need:  # longer than a window: its head fills the rest
             ids[unit_start - begin :] = document
-        break_now = unit_end >= begin + need
-        unit_start, document = unit_end, document + 1
-        if break_now:
+        if unit_end >= end:  # the rest is padding unless the unit that does not fit was split above
             break
+        unit_start = unit_end
     return begin, ids
 
 
@@ -101,12 +100,6 @@ class PackedDocuments:
             ids.append(row)
         tokens = stream.windows(torch.tensor(begins, dtype=torch.long), length)  # type: ignore[attr-defined]
         return torch.stack((tokens, torch.from_numpy(np.stack(ids))), dim=1)
-
-    def position(self, step: int, batch_size: int, length: int) -> dict[str, int] | None:
-        """Where an epoch-order run stands (the draws' epoch; `EpochOrder.position`), None in other orders."""
-        if isinstance(self.source, EpochOrder):
-            return self.source.position(step, batch_size, length)
-        return None
 
 
 def stream_document_starts(stream: object) -> DocumentStarts:
