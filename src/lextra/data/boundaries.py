@@ -38,9 +38,6 @@ class DocumentStarts:
         after = self.length
         for index in range(piece, len(self.starts)):
             base, array = int(self.bases[index]), self.starts[index]
-            if base > high and found:
-                after = int(array[0]) + base
-                break
             first = int(np.searchsorted(array, low - base, side="right"))
             last = int(np.searchsorted(array, high - base, side="right"))
             found.append(np.asarray(array[first:last], dtype=np.int64) + base)
