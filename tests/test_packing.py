@@ -380,3 +380,13 @@ def test_a_weighted_mixture_packs_whole_documents_of_the_part_each_draw_chose(tm
             ids = set(real.tolist()) - {int(shards.separator)} if shards.separator is not None else set(real.tolist())
             assert ids <= letters or not ids & letters, "a window crosses the parts"
             assert int(batch[row, 1, 0]) == 0
+
+
+def test_the_mode_reads_from_a_config_file_and_set(tmp_path: Path) -> None:
+    from lextra.cli.options import read_train_file
+
+    path = tmp_path / "train.toml"
+    path.write_text('pack = "documents"\n[model]\ntrain_len = 32\n')
+    assert read_train_file(path).pack == "documents"
+    assert read_train_file(None, ["pack=documents"]).pack == "documents"
+    assert read_train_file(None).pack == "none"
