@@ -18,6 +18,7 @@ from lextra import serialize
 from lextra.attention import build_mask
 from lextra.data import ORDERS
 from lextra.data.corpora import mixture_weights
+from lextra.data.packing import check_pack
 from lextra.data.positions import PositionSampler, build_sampler
 from lextra.errors import ConfigError
 from lextra.model import GPTConfig
@@ -95,6 +96,10 @@ class LoopConfig:
     #: under torchrun, shard weights, gradients and optimizer state over the processes (FSDP2) instead of
     #: replicating the model (DDP)
     fsdp: bool = False
+    #: how the training windows are filled (`lextra.data.packing.PACK_MODES`): `none` cuts them from the token
+    #: stream across document boundaries; `documents` fills them with whole documents, each attending only to
+    #: itself at positions from its own start (Zhao et al. 2024, arXiv 2402.13991)
+    pack: str = "none"
 
     #: what a resumed run may change: its length, logging and sharding, and the schedule (lr, min_lr_ratio, warmup,
     #: grad_clip), so that a run that diverged continues from its last good checkpoint with a lower learning rate
@@ -127,6 +132,9 @@ class LoopConfig:
             require_tensorboard()
         if self.order not in ORDERS:
             raise ConfigError(f"{where} order must be one of {', '.join(ORDERS)}, got {self.order!r}")
+        check_pack(self.pack, where)
+        if self.pack != "none":
+            check_packable(self, where)
 
 
 def learning_rate(config: LoopConfig, step: int) -> float:
@@ -195,6 +203,7 @@ class TrainConfig(LoopConfig):
         "positions": "contiguous",
         "s2_attn": 0,
         "order": "iid",
+        "pack": "none",
         "mixed_share": 0.5,
     }
     #: what a resumed GPT run may change besides `LoopConfig.RESUMABLE`
@@ -227,6 +236,8 @@ class TrainConfig(LoopConfig):
         self._fit_task(where)
         self.sampler()
         check_s2_attn(self.s2_attn, self.model)
+        if self.pack != "none":
+            check_packed_model(self, where)
         self.mixed()
         return self
 
@@ -317,3 +328,37 @@ def check_s2_attn(group: int, model: GPTConfig) -> None:
         raise ConfigError(f"--s2-attn shifts half the heads, but the model has {model.n_head}; use n_head >= 2")
     if model.log_scaling == "ssmax":
         raise ConfigError("--s2-attn hides keys that log_scaling ssmax counts; use another log_scaling or drop one")
+
+
+def check_packable(config: LoopConfig, where: str) -> None:
+    """Refuse loop settings packed documents cannot serve: sampled positions (each document's positions restart
+    at 0) and FSDP (a packed step makes one call per document length, a number that differs between processes)."""
+    if config.positions.split(":")[0].split(",")[0] != "contiguous":
+        raise ConfigError(
+            f"{where} pack documents numbers positions from each document's start, so positions "
+            f"{config.positions!r} cannot apply; drop --positions or --pack"
+        )
+    if config.fsdp:
+        raise ConfigError(f"{where} pack documents runs under DDP, not FSDP (its calls differ by process); drop --fsdp")
+
+
+def check_packed_model(config: TrainConfig, where: str) -> None:
+    """Refuse a GPT run packed documents cannot serve: a task (it builds its own rows), a compiled step (its
+    calls change shape every step), S2-Attn (its groups cut the window) and a layer that is not causal (padding
+    after a document must stay unseen)."""
+    reasons = {
+        "task": config.task is not None
+        and algorithmic_task(config.task) is not None
+        and f"the task {config.task!r} builds its own samples",
+        "compile": config.compile and "its calls change shape every step (compile recompiles)",
+        "s2_attn": config.s2_attn and "S2-Attn's groups cut the window, not the documents",
+    }
+    for name, why in reasons.items():
+        if why:
+            raise ConfigError(f"{where} pack documents cannot train with {name}: {why}; drop --pack or {name}")
+    for layer, variant in enumerate(config.model.plan()):
+        if not build_mask(variant.mask, config.model.train_len).causal:
+            raise ConfigError(
+                f"{where} pack documents needs causal attention, but layer {layer} attends with {variant.mask}; "
+                "drop --pack or use a causal mask"
+            )

@@ -32,6 +32,7 @@ from lextra.train.config import TrainConfig
 from lextra.train.distributed import Distributed
 from lextra.train.loop import Trainer
 from lextra.train.mixed import MixedWindow, resolve_mixed_scaling
+from lextra.train.packing import packed_source, packed_step
 from lextra.train.sharding import gathered, load_full
 from lextra.train.target import StepFunction
 from lextra.train.task_runs import task_mask, task_positions, task_record
@@ -119,6 +120,8 @@ class GPTTarget:
         config = self.config
         if self._sampler is None:
             self._sampler = self.sampler()
+        if config.pack != "none":  # (B, 2, L + 1): tokens and document ids; each document numbers its own positions
+            return self.stream.batch(step, config.batch_size, config.model.train_len, config.seed), None
         if self.task_batches is None:
             tokens, positions = sampled_batch(self._sampler, self.stream, step, config.batch_size, config.seed)
             if self._mixed is not None and self._mixed.is_short(config.seed, step):
@@ -159,6 +162,8 @@ class GPTTarget:
         else:  # a task builds its samples from text: a prepared folder's documents decoded (`PreparedShards.texts`)
             data = data if data is not None else shards.prepared_data()  # type: ignore[union-attr]
             self._stream = batch_source(config, data)
+        if config.pack != "none":
+            self._stream = packed_source(self._stream)
         self.extra = {"tokenizer": tokenizer.to_config(), "train": config.to_dict()}
         if shards is not None:
             self.extra["data"] = {"path": str(shards.root), "manifest_sha256": shards.sha256} | (
@@ -201,6 +206,8 @@ class GPTTarget:
 
     def step_function(self, network: torch.nn.Module) -> StepFunction:
         config = self.config
+        if config.pack != "none":
+            return lambda batch, positions: packed_step(network, network, batch, config.precision, self.device)
         loss = (
             next_token_loss
             if self.task_batches is None

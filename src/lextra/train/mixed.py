@@ -83,6 +83,8 @@ def check_mixed_run(config: Any, mixed: MixedWindow) -> None:
     where = f"mixed_window {mixed.short}:{mixed.long}"
     if config.task is not None:
         raise ConfigError(f"{where} cuts text windows, but the task {config.task!r} builds its own rows; drop one")
+    if config.pack != "none":
+        raise ConfigError(f"{where} cuts windows into fixed pieces; drop --pack {config.pack} or the mixed window")
     if config.positions != "contiguous":
         raise ConfigError(f"{where} numbers each piece from 0; drop --positions {config.positions}")
     if config.model.layer_plan:
