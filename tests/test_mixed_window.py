@@ -127,6 +127,7 @@ def test_a_mixed_run_resumed_equals_a_straight_one_and_saves_the_longrope_scalin
         (["--mixed-window", "8:32", "--rope-scaling", "yarn:4", "--mixed-share", "1"], "strictly between 0 and 1"),
         (["--mixed-window", "8:32", "--rope-scaling", "yarn:4", "--positions", "pose:128"], "drop --positions"),
         (["--mixed-window", "8:32", "--rope-scaling", "dynamic:4"], "changes them with the length"),
+        (["--mixed-window", "8:32", "--rope-scaling", "yarn:4", "--pack", "documents"], "drop --pack documents"),
         (["--mixed-window", "8:32", "--rope-scaling", ORIGINAL_32], "must lie between the short window"),
     ],
 )
