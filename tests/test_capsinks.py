@@ -1,0 +1,246 @@
+"""Training-free extension methods on layers with a score softcap (Gemma 2) and learned sinks (gpt-oss): every
+method's dense reference, tiled passes and FlexAttention passes against a float64 formula written here, on lextra
+models (full forward and cached decoding) and the layers they apply to by default."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import Tensor
+
+from lextra.errors import ConfigError
+from lextra.extend import (
+    EXTENSIONS,
+    ExtensionMethod,
+    InferenceSetup,
+    build_extension,
+    extended_attention,
+    flex_extended_attention,
+    reference_extended_attention,
+)
+from lextra.extend.capsinks import LayerScores
+from lextra.model import GPT, GPTConfig
+from lextra.positions import HeadDims, build_scheme
+
+L = 64
+N = 300
+BASE = 10000.0
+#: every method at L = 64 (Self-Extend's group wide enough for 300 tokens, LM-Infinite with 3 global tokens)
+SPECS = {
+    "self_extend": "self_extend:group=16",
+    "rerope": "rerope",
+    "leaky_rerope": "leaky_rerope",
+    "dca": "dca",
+    "lm_infinite": "lm_infinite:n_global=3",
+    "sinks": "sinks",
+    "string": "string",
+}
+SINKS = torch.tensor([0.7, -1.2])
+#: (softcap, sinks): each alone and both (a cap of 2 bites: the scores' spread is about 1)
+CASES = {"softcap": (2.0, None), "sinks": (None, SINKS), "both": (2.0, SINKS)}
+
+
+def _rotated_scores(q: Tensor, k: Tensor, distance: Tensor) -> Tensor:
+    """float64 q_m . k_n with q rotated at `distance` (Lq, Lk) and k at 0, half-split RoPE of base 10000 (pair i
+    on channels i and i + D/2 at frequency BASE^(-2i/D))."""
+    q, k = q.double(), k.double()
+    half = q.shape[-1] // 2
+    freq = BASE ** (-torch.arange(half, dtype=torch.float64) * 2 / q.shape[-1])
+    angle = distance.double()[..., None] * freq  # (Lq, Lk, D/2)
+    cos, sin = torch.cos(angle), torch.sin(angle)
+    q1, q2 = q[..., :half], q[..., half:]  # (B, H, Lq, D/2)
+    k1, k2 = k[..., :half], k[..., half:]
+    r1 = q1[..., :, None, :] * cos - q2[..., :, None, :] * sin  # (B, H, Lq, Lk, D/2)
+    r2 = q2[..., :, None, :] * cos + q1[..., :, None, :] * sin
+    return (r1 * k1[..., None, :, :]).sum(-1) + (r2 * k2[..., None, :, :]).sum(-1)
+
+
+def dense_formula(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    method: ExtensionMethod,
+    q_pos: Tensor,
+    k_pos: Tensor,
+    softcap: float | None,
+    sinks: Tensor | None,
+    tau: Tensor | None = None,
+) -> Tensor:
+    """The method's attention with Gemma 2's cap and gpt-oss's sinks, in float64 from the definitions: scores at
+    the remapped distance, scaled (times the method's query scale, over the temperature), capped as
+    google-deepmind/gemma's `Attention` caps them (tanh(s / c) c before the mask), then gpt-oss's `sdpa`
+    (openai/gpt-oss, gpt_oss/torch/model.py): the sink logit concatenated as one more column of the masked
+    scores, one softmax, that column dropped."""
+    distance, visible = method.remap(q_pos[:, None], k_pos[None, :])
+    scores = _rotated_scores(q, k, distance.expand(q_pos.numel(), k_pos.numel())) / math.sqrt(q.shape[-1])
+    factor = method.query_scale(q_pos)  # the method's own logit scale per query (ReRoPE's log n), or None
+    if factor is not None:
+        scores = scores * factor.double()[:, None]
+    if tau is not None:
+        scores = scores / tau.double()[:, None, None]
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    scores = scores.masked_fill(~visible, float("-inf"))
+    if sinks is not None:
+        column = sinks.double().reshape(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+        scores = torch.cat((scores, column), dim=-1)
+    weights = torch.softmax(scores, dim=-1)
+    if sinks is not None:
+        weights = weights[..., :-1]
+    return weights @ v.double()
+
+
+def _inputs(n: int = N, seed: int = 0) -> tuple[Tensor, Tensor, Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(1, 2, n, 16, generator=gen) for _ in range(3))  # type: ignore[return-value]
+
+
+def _scheme():
+    return build_scheme("rope", HeadDims(2, 16, 32, L), base=BASE)
+
+
+def test_every_registered_method_is_tested() -> None:
+    assert set(SPECS) == set(EXTENSIONS.names()) - {"clip"}  # clip: docs/extending.md's plugin, when loaded
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("name", list(SPECS))
+@torch.no_grad()
+def test_each_method_with_a_softcap_and_sinks_equals_the_dense_formula(name: str, case: str) -> None:
+    """Reference, tiled passes (two block sizes; the last rows and one row, as a cache asks) and FlexAttention
+    passes, under a temperature, against the float64 formula; and the cap and sinks change the output."""
+    softcap, sinks = CASES[case]
+    q, k, v = _inputs()
+    scheme, method = _scheme(), build_extension(SPECS[name], L)
+    scores, tau, pos = LayerScores(softcap, sinks), torch.tensor([0.8, 1.3]), torch.arange(N)
+    want = dense_formula(q, k, v, method, pos, pos, softcap, sinks, tau).float()
+    ref = reference_extended_attention(q, k, v, scheme, method, temperature=tau, scores=scores)
+    assert (ref - want).abs().max() < 1e-5
+    for block in (100, None):
+        tiled = extended_attention(q, k, v, scheme, method, temperature=tau, block_size=block, scores=scores)
+        assert (tiled - want).abs().max() < 1e-5
+    last = extended_attention(q[..., -5:, :], k, v, scheme, method, temperature=tau, block_size=3, scores=scores)
+    assert (last - want[..., -5:, :]).abs().max() < 1e-5
+    assert (flex_extended_attention(q, k, v, scheme, method, temperature=tau, scores=scores) - want).abs().max() < 1e-5
+    plain = reference_extended_attention(q, k, v, scheme, method, temperature=tau)
+    assert (plain - want).abs().max() > 1e-2
+
+
+@torch.no_grad()
+def test_the_sink_enters_the_merged_denominator_once_not_once_per_pass() -> None:
+    """DCA runs three passes per query block past its second chunk, each with its own softmax; the merged rows
+    equal the formula's one softmax with the sink once, where a sink in each pass's denominator would not."""
+    q, k, v = _inputs()
+    scheme, method = _scheme(), build_extension("dca", L)
+    pos = torch.arange(N)
+    want = dense_formula(q, k, v, method, pos, pos, None, SINKS).float()
+    assert len(method.passes(200, 210)) == 3
+    ours = extended_attention(q, k, v, scheme, method, scores=LayerScores(sinks=SINKS))
+    assert (ours - want).abs().max() < 1e-5
+    thrice = dense_formula(q, k, v, method, pos, pos, None, SINKS + math.log(3)).float()  # e^sink per pass
+    assert (ours[..., 200:, :] - thrice[..., 200:, :]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("name", ["dca", "leaky_rerope"])
+def test_under_autograd_the_capped_passes_agree_and_have_finite_gradients(name: str) -> None:
+    q, k, v = (x.requires_grad_() for x in _inputs(120))
+    scheme, method = _scheme(), build_extension(SPECS[name], 32)
+    pos = torch.arange(120)
+    out = extended_attention(q, k, v, scheme, method, scores=LayerScores(2.0, SINKS), block_size=50)
+    want = dense_formula(q.detach(), k.detach(), v.detach(), method, pos, pos, 2.0, SINKS).float()
+    assert (out.detach() - want).abs().max() < 1e-5
+    out.square().sum().backward()
+    grads = [x.grad for x in (q, k, v)]
+    assert all(g is not None and bool(g.isfinite().all()) and float(g.abs().max()) > 0 for g in grads)
+
+
+@torch.no_grad()
+def test_decoding_sinks_per_folded_row_equal_sinks_per_head() -> None:
+    """A decoding step with the query heads that share a key/value head folded into rows (Hugging Face's
+    grouped-query decoding) takes the sinks per (key/value head, row) and gives each head's own output."""
+    gen = torch.Generator().manual_seed(2)
+    q = torch.randn(1, 4, 1, 16, generator=gen)
+    k, v = torch.randn(1, 2, 90, 16, generator=gen), torch.randn(1, 2, 90, 16, generator=gen)
+    sinks = torch.tensor([0.3, -0.5, 1.1, -2.0])
+    scheme, method = _scheme(), build_extension("self_extend:group=16,window=8", 16)
+    wide = (k.repeat_interleave(2, 1), v.repeat_interleave(2, 1))
+    heads = extended_attention(q, *wide, scheme, method, torch.tensor([89]), None, scores=LayerScores(2.0, sinks))
+    rows = LayerScores(2.0, sinks.reshape(2, 2))
+    folded = extended_attention(q.reshape(1, 2, 2, 16), k, v, scheme, method, torch.tensor([89, 89]), scores=rows)
+    assert (folded.reshape(1, 4, 1, 16) - heads).abs().max() < 1e-6
+
+
+# ------------------------------------------------------------------------------------------- lextra models
+#: Gemma 2's and gpt-oss's layers in plan vocabulary (window 8, then a global layer)
+PLANS = {"gemma2": "rope+window:8+softcap:3;rope+softcap:3", "gpt-oss": "rope+window:8+sinks;rope+sinks"}
+
+
+def _tiny(plan: str) -> GPT:
+    torch.manual_seed(0)
+    config = GPTConfig(vocab_size=50, n_layer=2, n_head=2, d_model=32, train_len=32, layer_plan=plan)
+    model = GPT(config).eval()
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attn.q_proj.weight.mul_(6.0)
+            block.attn.k_proj.weight.mul_(6.0)
+            for name, param in block.attn.named_parameters():
+                if "sinks" in name:
+                    param.copy_(torch.tensor([0.5, -0.5]))
+    return model
+
+
+@pytest.mark.parametrize("family", list(PLANS))
+@torch.no_grad()
+def test_a_lextra_model_of_each_family_extends_its_global_layer_exactly(family: str) -> None:
+    """By default the method takes the global layer (the sliding one sets its own visibility); the layer's output
+    equals the formula on its own inputs (its softcap or sinks applied), and the full forward, the reference,
+    FlexAttention and cached decoding agree."""
+    model = _tiny(PLANS[family])
+    tokens = torch.randint(0, 50, (1, 100), generator=torch.Generator().manual_seed(1))
+    plain = model(tokens)
+    InferenceSetup(extension="self_extend:group=4,window=8").apply(model)
+    attns = [block.attn for block in model.blocks]
+    assert [attn.extension is not None for attn in attns] == [False, True]
+    seen: dict[str, Tensor] = {}
+
+    def observe(inputs) -> None:
+        if inputs.layer == 1:
+            seen.update(q=inputs.q, k=inputs.k, q_pos=inputs.q_pos, k_pos=inputs.k_pos)
+            seen["softcap"], seen["sinks"] = inputs.softcap, inputs.sinks
+
+    captured: list[Tensor] = []
+    hooks = [attns[1].v_proj.register_forward_hook(lambda m, a, out: captured.append(out))]
+    hooks.append(attns[1].o_proj.register_forward_pre_hook(lambda m, a: captured.append(a[0])))
+    full = model(tokens, observer=observe)
+    for hook in hooks:
+        hook.remove()
+    v = captured[0].view(1, 100, 2, 16).transpose(1, 2)
+    method = attns[1].extension.method
+    want = dense_formula(seen["q"], seen["k"], v, method, seen["q_pos"], seen["k_pos"], seen["softcap"], seen["sinks"])
+    assert (family == "gemma2") == (seen["softcap"] is not None) and (family == "gpt-oss") == (
+        seen["sinks"] is not None
+    )
+    assert (captured[1] - want.transpose(1, 2).reshape(1, 100, 32).float()).abs().max() < 1e-5
+    assert (model(tokens, backend="reference") - full).abs().max() < 1e-5
+    assert (model(tokens, backend="flex") - full).abs().max() < 1e-5
+    cache = model.new_cache()
+    steps = [model(tokens[:, :40], cache=cache)] + [model(tokens[:, i : i + 1], cache=cache) for i in range(40, 100)]
+    assert (torch.cat(steps, dim=1) - full).abs().max() < 1e-5
+    assert (full[:, 40:] - plain[:, 40:]).abs().max() > 1e-3  # the method is active past its window
+
+
+def test_a_sliding_layer_named_by_layers_select_is_refused_in_one_line() -> None:
+    with pytest.raises(ConfigError, match=r"cannot apply to layer 0 \(it attends through its own mask") as caught:
+        InferenceSetup(extension="rerope", layers="0").apply(_tiny(PLANS["gpt-oss"]))
+    assert "\n" not in str(caught.value)
+
+
+def test_a_model_no_layer_of_which_takes_the_method_names_each_reason() -> None:
+    model = _tiny("rope+window:8+softcap:3;nope+sinks")
+    with pytest.raises(
+        ConfigError, match=r"applies to no layer of this model: layer 0: .*mask .*; layer 1: "
+    ) as caught:
+        InferenceSetup(extension="self_extend").apply(model)
+    assert "\n" not in str(caught.value)
