@@ -20,9 +20,9 @@ from lextra.extend import (
     flex_extended_attention,
     reference_extended_attention,
 )
-from lextra.extend.capsinks import LayerScores
+from lextra.extend.capsinks import PLAIN_SCORES, LayerScores
 from lextra.model import GPT, GPTConfig
-from lextra.positions import HeadDims, build_scheme
+from lextra.positions import HeadDims, PositionScheme, build_scheme
 
 L = 64
 N = 300
@@ -42,14 +42,15 @@ SINKS = torch.tensor([0.7, -1.2])
 CASES = {"softcap": (2.0, None), "sinks": (None, SINKS), "both": (2.0, SINKS)}
 
 
-def _rotated_scores(q: Tensor, k: Tensor, distance: Tensor) -> Tensor:
-    """float64 q_m . k_n with q rotated at `distance` (Lq, Lk) and k at 0, half-split RoPE of base 10000 (pair i
-    on channels i and i + D/2 at frequency BASE^(-2i/D))."""
+def _rotated_scores(q: Tensor, k: Tensor, distance: Tensor, freq: Tensor | None = None, factor: float = 1.0) -> Tensor:
+    """float64 q_m . k_n with q rotated at `distance` (Lq, Lk) and k at 0, half-split RoPE (pair i on channels i
+    and i + D/2) at inverse frequencies `freq` (default BASE^(-2i/D)) with cos and sin times `factor` (YaRN's)."""
     q, k = q.double(), k.double()
     half = q.shape[-1] // 2
-    freq = BASE ** (-torch.arange(half, dtype=torch.float64) * 2 / q.shape[-1])
-    angle = distance.double()[..., None] * freq  # (Lq, Lk, D/2)
-    cos, sin = torch.cos(angle), torch.sin(angle)
+    if freq is None:
+        freq = BASE ** (-torch.arange(half, dtype=torch.float64) * 2 / q.shape[-1])
+    angle = distance.double()[..., None] * freq.double()  # (Lq, Lk, D/2)
+    cos, sin = torch.cos(angle) * factor**2, torch.sin(angle) * factor**2  # q's factor and k's
     q1, q2 = q[..., :half], q[..., half:]  # (B, H, Lq, D/2)
     k1, k2 = k[..., :half], k[..., half:]
     r1 = q1[..., :, None, :] * cos - q2[..., :, None, :] * sin  # (B, H, Lq, Lk, D/2)
@@ -67,29 +68,61 @@ def dense_formula(
     softcap: float | None,
     sinks: Tensor | None,
     tau: Tensor | None = None,
+    *,
+    scale: float | None = None,
+    rotation: tuple[Tensor, float] | None = None,
 ) -> Tensor:
     """The method's attention with Gemma 2's cap and gpt-oss's sinks, in float64 from the definitions: scores at
-    the remapped distance, scaled (times the method's query scale, over the temperature), capped as
+    the remapped distance (RoPE at `rotation` = inverse frequencies and cos/sin factor, default base 10000),
+    scaled (times the method's query scale, over the temperature (H,) or (H, Lq)), capped as
     google-deepmind/gemma's `Attention` caps them (tanh(s / c) c before the mask), then gpt-oss's `sdpa`
-    (openai/gpt-oss, gpt_oss/torch/model.py): the sink logit concatenated as one more column of the masked
-    scores, one softmax, that column dropped."""
+    (openai/gpt-oss, gpt_oss/torch/model.py): the sink logit (per head, or per head and query row) concatenated
+    as one more column of the masked scores, one softmax, that column dropped."""
     distance, visible = method.remap(q_pos[:, None], k_pos[None, :])
-    scores = _rotated_scores(q, k, distance.expand(q_pos.numel(), k_pos.numel())) / math.sqrt(q.shape[-1])
-    factor = method.query_scale(q_pos)  # the method's own logit scale per query (ReRoPE's log n), or None
-    if factor is not None:
-        scores = scores * factor.double()[:, None]
+    freq, factor = rotation if rotation is not None else (None, 1.0)
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = _rotated_scores(q, k, distance.expand(q_pos.numel(), k_pos.numel()), freq, factor) * scale
+    row_scale = method.query_scale(q_pos)  # the method's own logit scale per query (ReRoPE's log n), or None
+    if row_scale is not None:
+        scores = scores * row_scale.double()[:, None]
     if tau is not None:
-        scores = scores / tau.double()[:, None, None]
+        scores = scores / (tau.double()[:, None, None] if tau.dim() == 1 else tau.double()[..., None])
     if softcap is not None:
         scores = torch.tanh(scores / softcap) * softcap
     scores = scores.masked_fill(~visible, float("-inf"))
     if sinks is not None:
-        column = sinks.double().reshape(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+        column = sinks.double().reshape(1, sinks.shape[0], -1, 1).expand(*scores.shape[:-1], 1)
         scores = torch.cat((scores, column), dim=-1)
     weights = torch.softmax(scores, dim=-1)
     if sinks is not None:
         weights = weights[..., :-1]
     return weights @ v.double()
+
+
+def formula_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    scheme: PositionScheme,
+    method: ExtensionMethod,
+    q_pos: Tensor | None = None,
+    k_pos: Tensor | None = None,
+    scale: float | None = None,
+    temperature: Tensor | None = None,
+    block_size: int | None = None,
+    scores: LayerScores = PLAIN_SCORES,
+) -> Tensor:
+    """`extended_attention`'s signature over `dense_formula`, rotating at the scheme's own RoPE frequencies: what
+    the command tests run in its place."""
+    Lq, Lk = q.shape[-2], k.shape[-2]
+    q_pos = torch.arange(Lk - Lq, Lk) if q_pos is None else q_pos.cpu()
+    k_pos = torch.arange(Lk) if k_pos is None else k_pos.cpu()
+    inv_freq, factor = scheme.frequencies_for(None)
+    tau = None if temperature is None else torch.as_tensor(temperature)
+    out = dense_formula(
+        q, k, v, method, q_pos, k_pos, scores.softcap, scores.sinks, tau, scale=scale, rotation=(inv_freq, factor)
+    )
+    return out.to(v.dtype)
 
 
 def _inputs(n: int = N, seed: int = 0) -> tuple[Tensor, Tensor, Tensor]:
