@@ -8,11 +8,15 @@ import math
 
 import pytest
 import torch
+import virtual_device as vd
 from torch import Tensor
 
+from lextra.attention import attention
+from lextra.attention.backends import AttentionContext
 from lextra.errors import ConfigError
 from lextra.extend import (
     EXTENSIONS,
+    ExtendedAttention,
     ExtensionMethod,
     InferenceSetup,
     build_extension,
@@ -277,3 +281,51 @@ def test_a_model_no_layer_of_which_takes_the_method_names_each_reason() -> None:
     ) as caught:
         InferenceSetup(extension="self_extend").apply(model)
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("name", ["dca", "leaky_rerope"])
+def test_on_the_virtual_cuda_device_auto_runs_capped_flex_passes_with_the_cpu_numbers(name: str) -> None:
+    """On the virtual CUDA device (`virtual_device.py`) `auto` runs the passes through FlexAttention, the cap in
+    its score_mod and the sinks on the merged log-sum-exp: the CPU reference's forward and gradients, no device
+    mix."""
+    q, k, v = (x.requires_grad_() for x in _inputs(150))
+    scheme, method = _scheme(), build_extension(SPECS[name], 32)
+    hook, weight = ExtendedAttention(method), torch.randn(1, 2, 150, 16)
+
+    def run(backend: str, *tensors: Tensor) -> list[Tensor]:
+        qs, ks, vs, w, sinks = tensors
+        out = attention(qs, ks, vs, scheme=scheme, extension=hook, backend=backend, softcap=2.0, sinks=sinks)
+        return [out.detach(), *torch.autograd.grad((out * w).sum(), [qs, ks, vs])]
+
+    want = run("reference", q, k, v, weight, SINKS)
+    with vd.virtual_cuda() as mode:
+        scheme.to("cuda")
+        got = run("auto", *(vd.virtual(t) for t in (q, k, v, weight, SINKS)))
+        flex_calls = mode.flex_calls
+        scheme.to("cpu")
+    assert flex_calls >= len(method.passes(100, 100))
+    for mine, theirs in zip(got, want, strict=True):
+        assert isinstance(mine, vd.VirtualTensor) and (vd.plain(mine) - theirs).abs().max() < 1e-4
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["dca", "self_extend"])
+def test_cuda_flex_passes_with_a_softcap_and_sinks_forward_and_backward_match_the_reference(name: str) -> None:
+    """On CUDA `auto` runs the capped passes through compiled FlexAttention (the cap a score_mod) and the sinks on
+    the merged log-sum-exp: forward and q/k/v gradients against the dense reference (fp32)."""
+    device = torch.device("cuda")
+    q, k, v = _inputs(777)
+    scheme, method = _scheme().to(device), build_extension(SPECS[name], L)
+    hook, sinks = ExtendedAttention(method), SINKS.to(device)
+    q, k, v = (x.to(device).requires_grad_(True) for x in (q, k, v))
+    weights = torch.cos(torch.arange(q.numel(), device=device, dtype=torch.float32)).view_as(q)
+    results = []
+    for backend in ("auto", "reference"):
+        out = attention(q, k, v, scheme=scheme, extension=hook, backend=backend, softcap=2.0, sinks=sinks)
+        results.append((out.detach(), torch.autograd.grad((out * weights).sum(), (q, k, v))))
+    ctx = AttentionContext.build(q, k, scheme=scheme, extension=hook, softcap=2.0, sinks=sinks)
+    assert hook.path(ctx) == "flex"
+    (out, grads), (ref, ref_grads) = results
+    assert (out - ref).abs().max() < 1e-5
+    for grad, expected in zip(grads, ref_grads, strict=True):
+        assert (grad - expected).abs().max() <= 1e-4 * max(1.0, float(expected.abs().max()))

@@ -1,32 +1,27 @@
 """Attention under a training-free extension method: the dense reference, the fast tiled path, the model hook.
 
 - `reference_extended_attention`: from the formula. Each pair's remapped distance d'(m, n) and visibility come
-  from `method.remap`; the pair is scored with its query rotated at d' and its key at 0 (the schemes allowed here
-  are relative, so that is the score at any positions a, b with a - b = d'); one softmax over the visible pairs.
-  Dense (H, Lq, Lk) logits: small inputs and tests only.
-- `extended_attention`: query blocks x the method's passes x key tiles. Each pass rotates the block's queries at
-  its query positions and each key tile at its key positions, on the fly (no rotated copy of q or k, no Lq x Lk
-  tensor); each tile is one flash call that also returns its rows' log-sum-exp
-  (`lextra.attention.backends.attention_with_lse`), and the tiles of all passes merge exactly
-  (`merge_tiles`). Tiles a pass hides entirely are skipped; tiles it shows entirely run unmasked; the tile at a
-  pass's lower distance edge is laid out so that it is exactly causal; a tile a band edge cuts is split into
-  `SUB` x `SUB` pieces, of which those the pass hides are skipped and only those the edge crosses get a float
-  mask (cached by their shape within a call).
+  from `method.remap`; the pair is scored with its query rotated at d' and its key at 0 (the schemes allowed are
+  relative: that is the score at any a, b with a - b = d'); one softmax over the visible pairs. Dense (H, Lq, Lk).
+- `extended_attention`: query blocks x the method's passes x key tiles. Each pass rotates the block's queries and
+  each key tile at its positions on the fly (no rotated copy of q or k, no Lq x Lk tensor); each tile is one flash
+  call that also returns its rows' log-sum-exp (`attention_with_lse`), and the tiles of all passes merge exactly
+  (`merge_tiles`). Tiles a pass hides are skipped, tiles it shows in full run unmasked, the tile at a pass's lower
+  distance edge is laid out exactly causal; a tile a band edge cuts is split into `SUB` x `SUB` pieces, of which
+  hidden ones are skipped and only those the edge crosses get a float mask (cached by shape within a call).
 - `flex_extended_attention` (backend='flex'; what `auto` runs on CUDA where flex applies): each pass is one
   FlexAttention call (`lextra.attention.flex.flex_band_attention`) over the whole query range, or per `period`
-  block (DCA's chunks): q and all keys rotated at the pass's positions, the pass's band as a mask_mod and a
-  BlockMask built from block position bounds (cached by host-side facts when positions are contiguous), each
-  row's log-sum-exp returned, the passes merged by `merge_tiles` as the tiled path merges tiles (a row a pass
-  hides has log-sum-exp -inf and adds nothing; under autograd the floor `LSE_FLOOR` keeps gradients finite). On
-  CUDA a few kernel launches per pass instead of one flash call per tile; compiled, forward and backward. On
-  CPU FlexAttention runs eagerly (inductor's CPU kernel has no log-sum-exp output), forward only, Lq x Lk per
-  pass: for checking on small inputs; CPU's `auto` keeps the tiled path.
+  block (DCA's chunks): q and all keys rotated at the pass's positions, its band as a mask_mod and a BlockMask from
+  block position bounds (cached by host-side facts when positions are contiguous), the passes merged by their rows'
+  log-sum-exp (a row a pass hides has -inf and adds nothing; under autograd the floor `LSE_FLOOR` keeps gradients
+  finite). On CUDA compiled, forward and backward; on CPU eager (inductor's CPU kernel has no log-sum-exp output),
+  forward only, Lq x Lk per pass: for checking on small inputs, CPU's `auto` keeps the tiled path.
+- In all three a layer's softcap caps each pass's scores, its sinks join the merged denominator once (`scores`).
 - `ExtendedAttention` / `apply_extension`: what a lextra model's attention layers attend through instead of the
-  backends (`SelfAttention.extension`, an `AttentionExtension`), so that full forwards and cached decoding use
-  the same passes. Decoding needs no rule of its own: a new query at position m runs the method's passes over
-  the cached, un-rotated keys, which is each author's decode rule (keys rotated at -d'(m, n) against an
-  unrotated query) with the same numbers as the full forward. Methods with a bounded view (attention sinks,
-  LM-Infinite) let the cache evict keys no later query sees (`ExtensionMethod.retains`).
+  backends (`SelfAttention.extension`), so that full forwards and cached decoding use the same passes. Decoding
+  needs no rule of its own: a new query at m runs the method's passes over the cached, un-rotated keys, which is
+  each author's decode rule (keys rotated at -d'(m, n) against an unrotated query) with the full forward's
+  numbers. Methods with a bounded view (sinks, LM-Infinite) let the cache evict keys no later query sees.
 """
 
 from __future__ import annotations
@@ -360,7 +355,7 @@ class _TileRun:
         scores: LayerScores = PLAIN_SCORES,
     ) -> None:
         self.scheme, self.passes, self.period, self.seq_len, self.label = scheme, passes, period, seq_len, label
-        self.scores, self.cap = scores, {} if scores.softcap is None else {"softcap": scores.softcap}
+        self.scores, self.cap = scores, scores.flex
 
     def queries(self, qc: Tensor, k: Tensor, at: Tensor) -> Tensor:
         if self.scheme is None:

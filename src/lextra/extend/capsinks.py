@@ -10,12 +10,13 @@ the one softmax over every visible pair, whose denominator takes the sink once (
     out_m = sum_n exp(cap(s'_mn)) v_n / (exp(sink_h) + sum_n exp(cap(s'_mn)))
 
 `LayerScores` carries both through the dense reference (`cap`, `softmax`), each tile of the tiled passes
-(`attend`), each FlexAttention pass (`softcap`, a score_mod there) and the end of every merge (`finish`).
+(`attend`), each FlexAttention pass (`flex`: the cap a score_mod there) and the end of every merge (`finish`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -67,6 +68,11 @@ class LayerScores:
         lse = torch.logsumexp(scores, dim=-1, keepdim=True)
         weights = torch.exp(scores - lse).masked_fill(empty, 0.0)
         return (weights @ v.float()).to(v.dtype), lse.masked_fill(empty, float("-inf")).squeeze(-1)
+
+    @property
+    def flex(self) -> dict[str, Any]:
+        """`flex_band_attention`'s keywords for the softcap (none without one)."""
+        return {} if self.softcap is None else {"softcap": self.softcap}
 
     def finish(self, out: Tensor, lse: Tensor, rows: slice) -> Tensor:
         """The merged output (B, H, r, Dv) of query rows `rows` with their log-sum-exp over every pass (B, H, r),

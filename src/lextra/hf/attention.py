@@ -13,7 +13,8 @@ its padding, so a model reaches every backend (`reference`, `sdpa`, `chunked`, `
 Under a training-free extension method (`AttentionState.extension`, set through `InferenceSetup`) the model's
 rotary embedding returns the identity, so q and k arrive un-rotated (and the cache holds un-rotated keys); this
 function then runs `lextra.extend.extended_attention`, which rotates them at the method's remapped positions with
-`AttentionState.rotary`, a lextra RoPE whose frequencies are Hugging Face's own (scalings included).
+`AttentionState.rotary`, a lextra RoPE whose frequencies are Hugging Face's own (scalings included), and applies
+the layer's softcap (Gemma 2) to each pass's scores and its sinks (gpt-oss) once to the merged softmax.
 
 Each adapted attention module carries an `AttentionState` as `module.lextra_state`; modules without one (T5's
 decoder and cross attention) run the plain computation: causal when the module is causal, else full.
