@@ -242,10 +242,10 @@ def _extended(
         if scores.sinks is not None:  # query head h is row h % groups of key/value head h // groups
             scores = LayerScores(scores.softcap, scores.sinks.reshape(key.shape[1], groups))
         at = q_pos.repeat(groups)
-        out = extended_attention(folded, key, value, rotary, method, at, k_pos, scale, scores=scores)
+        out = extended_attention(folded, key, value, rotary, method, at, k_pos, scale, None, None, scores)
         return out.reshape(B, H, 1, value.shape[-1])
     key, value = _repeat_kv(key, H), _repeat_kv(value, H)
-    return extended_attention(query, key, value, rotary, method, q_pos, k_pos, scale, tau, scores=scores)
+    return extended_attention(query, key, value, rotary, method, q_pos, k_pos, scale, tau, None, scores)
 
 
 def _plain_causal(attention_mask: Tensor | None, q_pos: Tensor, k_pos: Tensor) -> bool:
