@@ -329,3 +329,27 @@ def test_cuda_flex_passes_with_a_softcap_and_sinks_forward_and_backward_match_th
     assert (out - ref).abs().max() < 1e-5
     for grad, expected in zip(grads, ref_grads, strict=True):
         assert (grad - expected).abs().max() <= 1e-4 * max(1.0, float(expected.abs().max()))
+
+
+@pytest.mark.parametrize("cap", [2.0, 60.0, 100.0])
+def test_a_capped_tile_without_autograd_equals_the_explicit_one(cap: float) -> None:
+    """The in-place tile (pieces of 128 x 512; caps up to 60 summed without a log-sum-exp, wider ones merged by
+    it) equals the explicit computation, causal and with a float mask hiding whole rows, at scores up to 150."""
+    gen = torch.Generator().manual_seed(4)
+    q, k, v = (
+        torch.randn(1, 2, 300, 16, generator=gen) * 12,
+        torch.randn(1, 2, 700, 16, generator=gen),
+        torch.randn(1, 2, 700, 16, generator=gen),
+    )
+    mask = torch.zeros(1, 1, 300, 700).masked_fill_(torch.rand(300, 700, generator=gen) < 0.3, float("-inf"))
+    mask[..., 5, :] = float("-inf")
+    scores = LayerScores(cap)
+    for options in ({"causal": True}, {"mask": mask}):
+        with torch.enable_grad():
+            want, want_lse = scores.attend(q, k, v, 0.25, **options)
+        with torch.no_grad():
+            out, lse = scores.attend(q, k, v, 0.25, **options)
+        assert (out - want.detach()).abs().max() < 1e-5 * max(1.0, cap / 20)  # fp32 rounding of scores up to cap
+        finite = torch.isfinite(want_lse)
+        assert torch.equal(finite, torch.isfinite(lse)) and (lse - want_lse.detach())[finite].abs().max() < 1e-4
+    assert bool(torch.isneginf(lse[..., 5]).all()) and bool((out[..., 5, :] == 0).all())
