@@ -156,3 +156,13 @@ def test_ruler_run_with_self_extend_on_gemma2_and_gpt_oss_matches_the_formula(tm
         assert runs["extended"]["samples"] == 2 and len(runs["extended"]["examples"][0]["output"]) > 0
         assert max(calls) > 400 and 2 in calls  # the formula ran the prefill and the folded decoding steps
         assert runs["extended"] == runs["formula"]  # the greedy answers, token for token, and their scores
+
+
+def test_a_sliding_layer_named_for_a_method_is_one_line_exit_2_and_nothing_written(tmp_path, corpus, capsys) -> None:
+    gpt_oss, out = _hf("gpt_oss", tmp_path / "gpt_oss"), tmp_path / "out"
+    capsys.readouterr()  # what saving the model printed
+    argv = ["eval", gpt_oss, "--tokenizer", "bytes", "--corpus", corpus, "--lengths", "16", "--out", str(out)]
+    assert main([*argv, "--extend", "rerope", "--layers-select", "0", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot apply to layer 0 (it attends through a window:6 mask" in err[0]
+    assert not out.exists()
