@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 import virtual_device as vd
+from test_extend import SPECS  # every method at L = 64 (and a loaded plugin's)
 from torch import Tensor
 
 from lextra.attention import attention
@@ -16,31 +17,22 @@ from lextra.attention.backends import AttentionContext
 from lextra.errors import ConfigError
 from lextra.extend import (
     EXTENSIONS,
+    PLAIN_SCORES,
     ExtendedAttention,
     ExtensionMethod,
     InferenceSetup,
+    LayerScores,
     build_extension,
     extended_attention,
     flex_extended_attention,
     reference_extended_attention,
 )
-from lextra.extend.capsinks import PLAIN_SCORES, LayerScores
 from lextra.model import GPT, GPTConfig
 from lextra.positions import HeadDims, PositionScheme, build_scheme
 
 L = 64
 N = 300
 BASE = 10000.0
-#: every method at L = 64 (Self-Extend's group wide enough for 300 tokens, LM-Infinite with 3 global tokens)
-SPECS = {
-    "self_extend": "self_extend:group=16",
-    "rerope": "rerope",
-    "leaky_rerope": "leaky_rerope",
-    "dca": "dca",
-    "lm_infinite": "lm_infinite:n_global=3",
-    "sinks": "sinks",
-    "string": "string",
-}
 SINKS = torch.tensor([0.7, -1.2])
 #: (softcap, sinks): each alone and both (a cap of 2 bites: the scores' spread is about 1)
 CASES = {"softcap": (2.0, None), "sinks": (None, SINKS), "both": (2.0, SINKS)}
@@ -139,7 +131,7 @@ def _scheme():
 
 
 def test_every_registered_method_is_tested() -> None:
-    assert set(SPECS) == set(EXTENSIONS.names()) - {"clip"}  # clip: docs/extending.md's plugin, when loaded
+    assert set(SPECS) == set(EXTENSIONS.names())
 
 
 @pytest.mark.parametrize("case", list(CASES))

@@ -34,8 +34,7 @@ from lextra.attention import attention
 from lextra.attention.masks import CausalMask, FullMask, Mask
 from lextra.attention.pieces import TemperatureTuning
 from lextra.errors import ConfigError
-from lextra.extend import BANDED_MASKS, ExtensionMethod, extended_attention
-from lextra.extend.capsinks import LayerScores
+from lextra.extend import BANDED_MASKS, ExtensionMethod, LayerScores, extended_attention
 from lextra.positions.base import PositionScheme
 from lextra.positions.logn import log_scaling_factor
 
