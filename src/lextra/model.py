@@ -453,11 +453,6 @@ class SelfAttention(nn.Module):
         sinks, softcap = self.sink_logits, self.score_cap
         if inputs.observer is not None:
             inputs.observer(AttentionInputs(layer, q, k, scheme, q_pos, k_pos, mask, temperature, sinks, softcap))
-        if self.extension is not None and (sinks is not None or softcap is not None):
-            raise ConfigError(
-                f"extension {self.extension.name!r} does not apply learned sinks or a softcap; apply it to the "
-                "layers without them (--layers-select)"
-            )
         out = attention(
             q,
             k,
