@@ -1,7 +1,7 @@
 """Differential attention (Ye et al. 2024, arXiv 2410.05258): the difference of two softmax maps over one value.
 
-Each head's q and k (width D) split into halves (q1, q2), (k1, k2) of width D/2; the layer's attention runs twice,
-on (q1, k1, v) and (q2, k2, v), each a normalised softmax map applied to the whole value (width D), and
+Each head's q and k (width D) split into halves (q1, q2), (k1, k2) of width D/2; the layer's attention runs on
+(q1, k1, v) and (q2, k2, v), each a normalised softmax map applied to the whole value (width D), and
 
     out_h = RMSNorm(A1 v - lambda A2 v) (1 - lambda_init),   lambda = exp(lq1 . lk1) - exp(lq2 . lk2) + lambda_init
 
@@ -14,6 +14,8 @@ variants) differ, this follows the code:
   exp(-0.3 (l - 1)) for l in 1..L, the same numbers);
 - lambda is one scalar per layer, shared by its heads: lq1, lk1, lq2, lk2 are vectors of the half width drawn
   N(0, 0.1), their dot products exponentiated in fp32;
+- each map runs as two calls, one per half of the value (`multihead_flashdiff_2.py`, the authors' form for
+  kernels whose q, k and v share one width: SDPA's flash kernel and lextra's tiles need it), concatenated;
 - the scores are scaled by (D/2)^-0.5, the half width (the attention call's default scale on a half);
 - `subln` is an RMSNorm over the whole head (width D, eps 1e-5) with one learned weight shared by all heads,
   normalised in fp32, cast back, then weighted;
@@ -64,7 +66,10 @@ def half_width_scheme(scheme: PositionScheme, width: int) -> PositionScheme:
             f"diffattn rebuilds the q/k transform of scheme {scheme.name!r} at the half width, which a learned "
             "transform cannot be; use rope, xpos, a bias scheme or nope"
         )
-    half = build_scheme(scheme.name, replace(scheme.dims, head_dim=width), **scheme.options)
+    try:
+        half = build_scheme(scheme.name, replace(scheme.dims, head_dim=width), **scheme.options)
+    except ConfigError as err:
+        raise ConfigError(f"diffattn rotates half-heads of width {width}: {err}") from None
     buffer = next(scheme.buffers(), None)
     return half if buffer is None else half.to(buffer.device)
 
@@ -122,13 +127,19 @@ class DifferentialAttention(AttentionPiece):
     def attend(self, q: Tensor, k: Tensor, v: Tensor, *, call: AttentionCall, layer: int, **options: Any) -> Tensor:
         """q (B, H, Lq, D), k (B, H, Lk, D) before the position transform, v (B, H, Lk, D) -> (B, H, Lq, D)."""
         half = self.dims.head_dim // 2
-        if q.shape[-1] != 2 * half or k.shape[-1] != 2 * half:
-            raise ConfigError(
-                f"diffattn splits heads of width {2 * half}; got q of width {q.shape[-1]} and k of width "
-                f"{k.shape[-1]} (a scheme with another key width, such as coca, cannot take it)"
-            )
         options["scheme"] = self._half_scheme(options.get("scheme"))
-        first = call(q[..., :half], k[..., :half], v, **options)  # A1 v (B, H, Lq, D)
-        second = call(q[..., half:], k[..., half:], v, **options)  # A2 v
-        diff = first - self.lambda_full(layer).to(first.dtype) * second
+        if q.shape[-1] != 2 * half or k.shape[-1] != 2 * half or v.shape[-1] != 2 * half:
+            raise ConfigError(
+                f"diffattn splits heads of width {2 * half}; got q, k, v of widths {q.shape[-1]}, {k.shape[-1]}, "
+                f"{v.shape[-1]} (a scheme with another key width, such as coca, cannot take it)"
+            )
+        maps = []
+        for rows in (slice(None, half), slice(half, None)):  # A1 v, then A2 v (B, H, Lq, D)
+            qi, ki = q[..., rows], k[..., rows]
+            maps.append(
+                torch.cat(
+                    [call(qi, ki, v[..., cols], **options) for cols in (slice(None, half), slice(half, None))], -1
+                )
+            )
+        diff = maps[0] - self.lambda_full(layer).to(maps[0].dtype) * maps[1]
         return head_rms_norm(diff, self.subln_weight, SUBLN_EPS) * (1.0 - self.lambda_init(layer))

@@ -97,6 +97,7 @@ class AttentionPiece(nn.Module):
 #: the hooks of which a layer takes one value (two pieces giving one are refused)
 SINGLE_VALUED = ("sink_logits", "score_cap", "log_scaling")
 
+
 def attend_through(pieces: Sequence[AttentionPiece], call: AttentionCall, layer: int) -> AttentionCall:
     """`call` (the layer's attention) run through the pieces' `attend` hooks, the first piece outermost."""
     for piece in reversed(pieces):
