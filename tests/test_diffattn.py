@@ -227,11 +227,11 @@ def _eager_flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **options: ob
 @pytest.mark.parametrize(("scheme", "mask", "extra"), CASES)
 def test_every_backend_matches_the_reference(scheme: str, mask: str, extra: dict) -> None:
     """reference, sdpa, chunked (query blocks; exactly causal calls take its tiles), flex and auto, each map run
-    by the backend, at 300 positions in blocks of 64."""
+    by the backend, at 200 positions in blocks of 64."""
     torch.manual_seed(1)
     piece = DifferentialAttention(HeadDims(HEADS, 16, D_MODEL, 64))
     built = build_scheme(scheme, HeadDims(HEADS, 16, D_MODEL, 64))
-    q, k, v = (torch.randn(2, HEADS, 300, 16) for _ in range(3))
+    q, k, v = (torch.randn(2, HEADS, 200, 16) for _ in range(3))
     options = {"scheme": built, "mask": mask, **extra}
     with torch.no_grad():
         want = piece.attend(q, k, v, call=attention, layer=2, backend="reference", **options)
@@ -339,3 +339,23 @@ def test_bad_input_is_one_line_config_error(plan: str, d_model: int, message: st
         config = GPTConfig(vocab_size=61, n_layer=1, n_head=2, d_model=d_model, train_len=16, layer_plan=plan)
         GPT(config)(torch.randint(0, 61, (1, 5)))
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_cli_refuses_it_in_one_line_with_exit_2(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    from lextra.cli import main
+
+    common = ["--n-layer", "1", "--d-model", "32", "--n-head", "2", "--train-len", "16", "--steps", "1"]
+    plan = "rope+diffattn,lambda_init=2"
+    code = main(["train", "--out", str(tmp_path / "m"), "--layer-plan", plan, *common, "--quiet"])
+    error = capsys.readouterr().err.strip()
+    assert code == 2 and "diffattn: lambda_init must be a number in [0, 1), got 2.0" in error and "\n" not in error
+
+
+def test_a_single_map_analysis_refuses_its_layers() -> None:
+    from lextra.analysis.capture import layer_attention
+
+    model = _model("rope;rope+diffattn", n_layer=2)
+    layers = layer_attention(model, torch.randint(0, 61, (1, 12)))
+    assert next(layers).layer == 0  # a plain layer is captured
+    with pytest.raises(ConfigError, match="layer 1 attends through 'diffattn', not one softmax map"):
+        next(layers)
