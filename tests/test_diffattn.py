@@ -359,3 +359,16 @@ def test_a_single_map_analysis_refuses_its_layers() -> None:
     assert next(layers).layer == 0  # a plain layer is captured
     with pytest.raises(ConfigError, match="layer 1 attends through 'diffattn', not one softmax map"):
         next(layers)
+
+
+def test_it_saves_and_loads(tmp_path) -> None:
+    from lextra.model import load_model, save_model
+
+    model = _model("rope+diffattn,lambda_init=0.5;alibi+diffattn", n_layer=2)
+    _randomise(model)
+    loaded = load_model(save_model(model, tmp_path / "m"))
+    tokens = torch.randint(0, 61, (1, 20))
+    assert "blocks.1.attn.diffattn.lambda_q2" in loaded.state_dict()
+    assert loaded.blocks[0].attn.diffattn.fixed_lambda_init == 0.5
+    with torch.no_grad():
+        assert torch.equal(loaded(tokens), model(tokens))
