@@ -215,6 +215,7 @@ CASES = [
     ("rope", "window:64", {"sinks": torch.tensor([0.7, -1.3])}),
     ("alibi", "causal", {"softcap": 20.0}),
     ("nope", "bca:32", {}),
+    ("xpos", "causal", {}),
 ]
 
 

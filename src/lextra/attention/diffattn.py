@@ -133,13 +133,10 @@ class DifferentialAttention(AttentionPiece):
                 f"diffattn splits heads of width {2 * half}; got q, k, v of widths {q.shape[-1]}, {k.shape[-1]}, "
                 f"{v.shape[-1]} (a scheme with another key width, such as coca, cannot take it)"
             )
-        maps = []
-        for rows in (slice(None, half), slice(half, None)):  # A1 v, then A2 v (B, H, Lq, D)
-            qi, ki = q[..., rows], k[..., rows]
-            maps.append(
-                torch.cat(
-                    [call(qi, ki, v[..., cols], **options) for cols in (slice(None, half), slice(half, None))], -1
-                )
-            )
-        diff = maps[0] - self.lambda_full(layer).to(maps[0].dtype) * maps[1]
+        lam = self.lambda_full(layer)
+        parts = []  # per half of the value: A1 v_c - lambda A2 v_c (B, H, Lq, D/2), one map's output freed at a time
+        for cols in (slice(None, half), slice(half, None)):
+            first = call(q[..., :half], k[..., :half], v[..., cols], **options)
+            parts.append(first - lam.to(first.dtype) * call(q[..., half:], k[..., half:], v[..., cols], **options))
+        diff = torch.cat(parts, -1)
         return head_rms_norm(diff, self.subln_weight, SUBLN_EPS) * (1.0 - self.lambda_init(layer))
