@@ -11,13 +11,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lextra.attention import AttentionContext, attention, flex_attention_forward
+from lextra.analysis.capture import layer_attention
+from lextra.attention import AttentionContext, attention, build_mask, flex_attention_forward
 from lextra.attention.diffattn import DifferentialAttention, lambda_init_at
 from lextra.attention.pieces import PIECES
+from lextra.cli import main
 from lextra.errors import ConfigError
 from lextra.extend import InferenceSetup
-from lextra.model import GPT, GPTConfig, LayerInputs
+from lextra.model import GPT, GPTConfig, LayerInputs, load_model, save_model
 from lextra.positions import HeadDims, build_scheme
+from lextra.positions.rotary import layout_permutation
+from lextra.reporting.catalog import catalog_text
 
 TOL = 1e-5
 D_MODEL, HEADS = 32, 2  # heads of width 16: two maps of width 8 each
@@ -117,8 +121,6 @@ def _weights(model: GPT, layer: int) -> dict[str, torch.Tensor]:
 def _layer_out(model: GPT, layer: int, x: torch.Tensor, backend: str = "reference") -> torch.Tensor:
     positions = torch.arange(x.shape[1])
     mask = model.blocks[layer].attn.own_mask
-    from lextra.attention import build_mask
-
     inputs = LayerInputs(model.scheme_for(layer), positions, mask or build_mask("causal"), backend, None, layer)
     return model.blocks[layer].attn(x, inputs)
 
@@ -184,8 +186,6 @@ def test_has_the_authors_gradients() -> None:
 
 def test_neox_rope_is_the_authors_map_with_channels_permuted() -> None:
     """`rope` (half layout) equals `rope,layout=interleaved` once each half-head's q/k rows are permuted."""
-    from lextra.positions.rotary import layout_permutation
-
     inter = _model("rope,layout=interleaved+diffattn", n_layer=1).double()
     neox = _model("rope+diffattn", n_layer=1).double()
     neox.load_state_dict(inter.state_dict())
@@ -280,8 +280,6 @@ def test_an_extension_method_runs_on_each_map_and_its_cache_agrees() -> None:
 def test_fp32_at_64k_positions_is_finite_and_matches_the_authors_float64(scheme: str) -> None:
     """The last queries of a 65,536-token sequence (all keys visible), fp32, against the float64 port fed the same
     fp32 rotary angles (fp32 angles at 64k are off by ~4e-3 rad in any fp32 RoPE model; that is not checked here)."""
-    from lextra.attention import build_mask
-
     model = _model(f"{scheme}+diffattn", n_layer=1)
     _randomise(model)
     L, rows = 65536, 4
@@ -320,8 +318,6 @@ def test_it_trains_lambda_and_subln() -> None:
 
 
 def test_it_is_listed_with_the_pieces() -> None:
-    from lextra.reporting.catalog import catalog_text
-
     assert "diffattn" in PIECES.names()
     assert "diffattn" in catalog_text()
 
@@ -343,8 +339,6 @@ def test_bad_input_is_one_line_config_error(plan: str, d_model: int, message: st
 
 
 def test_the_cli_refuses_it_in_one_line_with_exit_2(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
-    from lextra.cli import main
-
     common = ["--n-layer", "1", "--d-model", "32", "--n-head", "2", "--train-len", "16", "--steps", "1"]
     plan = "rope+diffattn,lambda_init=2"
     code = main(["train", "--out", str(tmp_path / "m"), "--layer-plan", plan, *common, "--quiet"])
@@ -353,8 +347,6 @@ def test_the_cli_refuses_it_in_one_line_with_exit_2(tmp_path, capsys: pytest.Cap
 
 
 def test_a_single_map_analysis_refuses_its_layers() -> None:
-    from lextra.analysis.capture import layer_attention
-
     model = _model("rope;rope+diffattn", n_layer=2)
     layers = layer_attention(model, torch.randint(0, 61, (1, 12)))
     assert next(layers).layer == 0  # a plain layer is captured
@@ -363,8 +355,6 @@ def test_a_single_map_analysis_refuses_its_layers() -> None:
 
 
 def test_it_saves_and_loads(tmp_path) -> None:
-    from lextra.model import load_model, save_model
-
     model = _model("rope+diffattn,lambda_init=0.5;alibi+diffattn", n_layer=2)
     _randomise(model)
     loaded = load_model(save_model(model, tmp_path / "m"))
