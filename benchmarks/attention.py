@@ -36,11 +36,18 @@ The `flex` backend (`--backend flex`)
     and the peak RSS reset (`/proc/self/clear_refs`), so the timed calls' extra memory is their own, as in a
     model where every layer reuses the compiled kernel and the BlockMask.
 
+Attention pieces and the backward pass (`--pieces`, `--backward`)
+    `--pieces diffattn` adds a row `SCHEME+diffattn` per scheme: the piece's `attend` hook around the call, as a
+    layer runs it (differential attention: two maps of half-width q/k, each as two calls on the value's halves).
+    `--backward` times forward and backward (the gradients of q, k and v from the output's sum), the SDPA
+    baseline's too, with autograd on.
+
 Usage
     .venv/bin/python benchmarks/attention.py                       # all schemes x masks, L = 1k, 4k, 16k, 32k
     .venv/bin/python benchmarks/attention.py --quick               # smoke run, L = 256, 1024
     .venv/bin/python benchmarks/attention.py --schemes rope,alibi --masks causal --lengths 1024,4096
     .venv/bin/python benchmarks/attention.py --backend flex --schemes rope,fire --lengths 4096 --out flex.json
+    .venv/bin/python benchmarks/attention.py --schemes rope --pieces diffattn --masks causal --lengths 16384 --backward
 """
 
 from __future__ import annotations
@@ -98,12 +105,14 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
         from lextra.positions import HeadDims, build_scheme
 
         train_len = int(spec["train_len"])
-        scheme = build_scheme(spec["scheme"], HeadDims(HEADS, HEAD_DIM, HEADS * HEAD_DIM, train_len)).eval()
+        scheme_spec, *piece_names = spec["scheme"].split("+")  # `rope+diffattn`: a scheme and attention pieces
+        dims = HeadDims(HEADS, HEAD_DIM, HEADS * HEAD_DIM, train_len)
+        scheme = build_scheme(scheme_spec, dims).eval()
         mask = build_mask(spec["mask"], train_len=train_len)
         key_dim = scheme.key_dim()
         pos = torch.arange(L)
         backend = spec.get("backend", "auto")
-        with torch.no_grad():
+        with torch.enable_grad() if spec.get("backward") else torch.no_grad():  # `auto` decides by grad mode
             result["backend"] = backends.attention_path(scheme, mask, pos, pos) if backend == "auto" else backend
         uses_sdpa = result["backend"] == "sdpa"
         result["mask_repr"] = repr(mask)
@@ -118,14 +127,32 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
         def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             return attention(q, k, v, scheme=scheme, mask=mask, backend=backend)
 
+        if piece_names:  # the pieces' `attend` hooks around the call, as a layer runs them
+            from lextra.attention.pieces import PIECES, attend_through
+
+            attend = attend_through([PIECES.build(name, dims) for name in piece_names], attention, 0)
+
+            def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+                return attend(q, k, v, scheme=scheme, mask=mask, backend=backend)
+
+    backward = bool(spec.get("backward"))
+
     def inputs(n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return (
-            torch.randn(BATCH, HEADS, n, HEAD_DIM),
-            torch.randn(BATCH, HEADS, n, key_dim),
-            torch.randn(BATCH, HEADS, n, HEAD_DIM),
+            torch.randn(BATCH, HEADS, n, HEAD_DIM, requires_grad=backward),
+            torch.randn(BATCH, HEADS, n, key_dim, requires_grad=backward),
+            torch.randn(BATCH, HEADS, n, HEAD_DIM, requires_grad=backward),
         )
 
-    with torch.no_grad():
+    if backward:  # forward and backward of the output's sum, the inputs' gradients dropped each call
+        forward = call
+
+        def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            out = forward(q, k, v)
+            torch.autograd.grad(out.sum(), (q, k, v))
+            return out
+
+    with torch.enable_grad() if backward else torch.no_grad():
         call(*inputs(min(WARMUP_LEN, L)))  # one-off allocations (kernels, thread pools, caches) happen here
         q, k, v = inputs(L)
         if result["backend"] == "flex":  # compile for L's bucket and build its BlockMask, then forget that peak
@@ -196,6 +223,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         choices=["auto", "flex"],
         help="the scheme cells' backend: auto, or flex (FlexAttention compiled; see the module docstring)",
     )
+    parser.add_argument(
+        "--pieces",
+        default="",
+        help="comma list of attention pieces (e.g. diffattn): each adds a row SCHEME+PIECE per scheme, the piece's "
+        "attend hook run around the call as a layer runs it",
+    )
+    parser.add_argument(
+        "--backward",
+        action="store_true",
+        help="time forward and backward (gradients of q, k, v from the output's sum), the baseline too",
+    )
     harness.add_quick_repeats(parser, QUICK_LENGTHS, LONG)
     harness.add_threads(parser)
     parser.add_argument("--train-len", type=int, default=1024, help="training length: window width, 2x bca block")
@@ -245,6 +283,7 @@ def cell_spec(cell: Cell, args: argparse.Namespace) -> dict[str, Any]:
         "threads": args.threads,
         "train_len": args.train_len,
         "backend": args.backend,
+        "backward": args.backward,
     }
 
 
@@ -348,6 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker is not None:
         return harness.worker_main(run_cell, args.worker, error_chars=None)
     schemes = harness.scheme_names(args.schemes)
+    schemes += [f"{scheme}+{piece}" for piece in csv_list(args.pieces) for scheme in schemes]
     masks = [mask_spec(m, args.train_len) for m in csv_list(args.masks)]
     lengths = [int(x) for x in csv_list(args.lengths)]
     cells = plan(schemes, masks, lengths, args)
@@ -375,7 +415,8 @@ def main(argv: list[str] | None = None) -> int:
 
     footer = (
         f"\ntorch {meta['torch']}, {args.threads} thread(s), {meta['cpu_model']}, {meta['date']}, "
-        f"batch {BATCH}, {HEADS} heads, head dim {HEAD_DIM}, fp32, forward under no_grad; "
+        f"batch {BATCH}, {HEADS} heads, head dim {HEAD_DIM}, fp32, "
+        f"{'forward and backward' if args.backward else 'forward under no_grad'}; "
         f"total {total_s / 60:.1f} min\n"
     )
     report = (
@@ -397,6 +438,8 @@ def main(argv: list[str] | None = None) -> int:
             "baseline_every": args.baseline_every,
             "warmup_len": WARMUP_LEN,
             "backend": args.backend,
+            "pieces": csv_list(args.pieces),
+            "backward": args.backward,
         },
         "baseline": {str(L): v for L, v in baselines.items()},
         "cells": [

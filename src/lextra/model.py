@@ -25,7 +25,7 @@ from lextra import serialize
 from lextra.attention import PositionLayout, attention, build_mask
 from lextra.attention.backends import AttentionExtension
 from lextra.attention.masks import Mask
-from lextra.attention.pieces import PIECES, SINGLE_VALUED, AttentionPiece
+from lextra.attention.pieces import PIECES, SINGLE_VALUED, AttentionPiece, attend_through
 from lextra.attention.plan import LayerVariant, format_plan, parse_plan
 from lextra.attention.s2 import S2Attention
 from lextra.errors import CheckpointError, ConfigError
@@ -442,8 +442,8 @@ class SelfAttention(nn.Module):
         if rows is not None:
             q, q_pos, L, x = q[:, :, -rows:], positions[-rows:], rows, x[:, -rows:]
         # plain RoPE under a cache: keys are cached rotated, so a decoding step rotates one key, not all of them
-        observed = inputs.observer is not None
-        rotated = cache is not None and self.extension is None and not observed and scheme.rotates_keys_alone
+        untransformed = inputs.observer is not None or any(piece.transforms_in_attend for piece in self.pieces)
+        rotated = cache is not None and self.extension is None and not untransformed and scheme.rotates_keys_alone
         if rotated:
             q, k = scheme.rotate(q, k, positions, positions)
         if cache is not None:
@@ -453,7 +453,7 @@ class SelfAttention(nn.Module):
         sinks, softcap = self.sink_logits, self.score_cap
         if inputs.observer is not None:
             inputs.observer(AttentionInputs(layer, q, k, scheme, q_pos, k_pos, mask, temperature, sinks, softcap))
-        out = attention(
+        out = attend_through(self.pieces, attention, layer)(
             q,
             k,
             v,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
@@ -20,7 +20,8 @@ from torch import Tensor
 from lextra.attention import attention_logits, build_mask, cap_scores, sink_softmax
 from lextra.attention.masks import UNBOUNDED, Mask
 from lextra.devices import module_device
-from lextra.model import GPT, AttentionInputs
+from lextra.errors import ConfigError
+from lextra.model import GPT, AttentionInputs, Block
 from lextra.positions import PositionScheme
 
 DEFAULT_BLOCK = 256
@@ -151,7 +152,11 @@ def layer_attention(
 def _observe(
     model: GPT, x: Tensor, layer: int, positions: Tensor, mask: Mask, backend: str, block_size: int
 ) -> LayerAttention:
-    """Run block `layer` on hidden states x until it is about to attend, and return what it would attend with."""
+    """Run block `layer` on hidden states x until it is about to attend, and return what it would attend with; a
+    layer whose piece runs the attention itself (differential attention's two maps) has no one map to capture."""
+    own = [p.name for p in cast(Block, model.blocks[layer]).attn.pieces if p.transforms_in_attend]
+    if own:
+        raise ConfigError(f"layer {layer} attends through {own[0]!r}, not one softmax map; analyse a model without it")
 
     def stop(inputs: AttentionInputs) -> None:
         view = LayerAttention(layer, inputs.q, inputs.k, inputs.scheme, inputs.q_pos, inputs.mask, inputs.temperature)

@@ -15,11 +15,14 @@
 - `temp_tuning`: Llama 4's attention temperature tuning: the query at position p is multiplied by
   1 + beta log1p(floor((p + 1) / gamma)) (`attn_scale` beta 0.1, `floor_scale` gamma 8192).
 - `logn:KIND`: the layer's own log-n scaling (`none`, `qwen`, `ssmax`), as the model-wide `log_scaling`.
+- `diffattn`: differential attention (`lextra.attention.diffattn`), through the `attend` hook.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, ClassVar
 
 import torch
@@ -30,6 +33,9 @@ from lextra.positions.base import HeadDims
 from lextra.positions.logn import check_log_scaling
 from lextra.registry import Registry
 from lextra.validate import check_bool, check_positive
+
+#: `lextra.attention.attention`'s signature: q, k, v and its keyword options -> the heads' output
+AttentionCall = Callable[..., Tensor]
 
 
 class AttentionPiece(nn.Module):
@@ -44,6 +50,9 @@ class AttentionPiece(nn.Module):
     name: ClassVar[str] = "piece"
     summary: ClassVar[str] = ""
     positional: ClassVar[str | None] = None
+    #: `attend` hands the attention call a position transform of its own (differential attention's half-width
+    #: RoPE): the layer then transforms neither q nor k before it, and a KV cache holds keys untransformed
+    transforms_in_attend: ClassVar[bool] = False
 
     def __init__(self, dims: HeadDims) -> None:
         super().__init__()
@@ -61,6 +70,13 @@ class AttentionPiece(nn.Module):
     def transform_output(self, x: Tensor, out: Tensor) -> Tensor:
         """The heads' output (B, H, L, D) before the output projection; x (B, L, d_model) is the layer input."""
         return out
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, *, call: AttentionCall, layer: int, **options: Any) -> Tensor:
+        """The heads' output (B, H, Lq, D) for q, k and v as the layer hands them to attention: `call(q, k, v,
+        **options)` is the layer's attention (the next piece's `attend`, last `lextra.attention.attention`) with
+        its options (scheme, mask, positions, backend, temperature, sinks, ...); `layer` is the layer's 0-based
+        depth. A piece may call it more than once or change an option; the default calls it once as it is."""
+        return call(q, k, v, **options)
 
     @property
     def sink_logits(self) -> Tensor | None:
@@ -82,7 +98,14 @@ class AttentionPiece(nn.Module):
 SINGLE_VALUED = ("sink_logits", "score_cap", "log_scaling")
 
 
-PIECES: Registry[AttentionPiece] = Registry("attention piece")
+def attend_through(pieces: Sequence[AttentionPiece], call: AttentionCall, layer: int) -> AttentionCall:
+    """`call` (the layer's attention) run through the pieces' `attend` hooks, the first piece outermost."""
+    for piece in reversed(pieces):
+        call = partial(piece.attend, call=call, layer=layer)
+    return call
+
+
+PIECES: Registry[AttentionPiece] = Registry("attention piece", modules=("lextra.attention.diffattn",))
 
 
 def head_rms_norm(x: Tensor, weight: Tensor | None, eps: float) -> Tensor:
