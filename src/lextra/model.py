@@ -24,6 +24,7 @@ from torch import Tensor, nn
 from lextra import serialize
 from lextra.attention import PositionLayout, attention, build_mask
 from lextra.attention.backends import AttentionExtension
+from lextra.attention.fox import forget_inputs, piece_state_rows
 from lextra.attention.masks import Mask
 from lextra.attention.pieces import PIECES, SINGLE_VALUED, AttentionPiece
 from lextra.attention.plan import LayerVariant, format_plan, parse_plan
@@ -187,6 +188,7 @@ class KVCache:
         self.buffers: list[tuple[Tensor, Tensor] | None] = [None] * n_layer
         #: per layer, whether its keys are cached after the position transform (None: nothing cached yet)
         self.rotated: list[bool | None] = [None] * n_layer
+        self.piece_state: list[dict[str, Tensor]] = [{} for _ in range(n_layer)]  # what pieces carry (FoX's c)
 
     def extend(
         self, layer: int, k: Tensor, v: Tensor, positions: Tensor | None = None, rotated: bool = False
@@ -260,6 +262,7 @@ class KVCache:
         clone.rotated = list(self.rotated)
         clone.length = self.length
         clone.abacus_run = self.abacus_run
+        clone.piece_state = [piece_state_rows(state, repeats) for state in self.piece_state]
         return clone
 
 
@@ -434,6 +437,8 @@ class SelfAttention(nn.Module):
         B, L, _ = x.shape
         scheme, positions, cache, layer = inputs.scheme, inputs.positions, inputs.cache, inputs.layer
         q, k, v = self.project(x)
+        state = None if cache is None else cache.piece_state[layer]
+        q, k, v, forget = forget_inputs(self.pieces, x, q, k, v, state, inputs.queries)
         for piece in self.pieces:
             q, k = piece.transform_qk(q, k)
         mask = inputs.mask if self.own_mask is None else self.own_mask
@@ -472,6 +477,7 @@ class SelfAttention(nn.Module):
             layout=inputs.layout if cache is None else None,
             sinks=sinks,
             softcap=softcap,
+            forget=forget,
         )
         if cache is not None and self.extension is not None:
             keep = self.extension.retains(k_pos, int(positions[-1]) + 1)

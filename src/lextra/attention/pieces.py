@@ -77,12 +77,24 @@ class AttentionPiece(nn.Module):
         """The layer's own log-n scaling (`none`, `qwen`, `ssmax`) in place of the model's, or None."""
         return None
 
+    def mix_inputs(
+        self, x: Tensor, q: Tensor, k: Tensor, v: Tensor, state: dict[str, Tensor] | None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """q, k, v (B, H, L, D) right after the projections, from the layer input x (B, L, d_model); `state` is the
+        layer's piece state in a KV cache (what the piece carries from step to step), None without a cache."""
+        return q, k, v
+
+    def log_forget_gates(self, x: Tensor) -> Tensor | None:
+        """Log forget gates (B, H, L) fp32 whose cumulative sums bias the scores (FoX, `lextra.attention.fox`),
+        or None."""
+        return None
+
 
 #: the hooks of which a layer takes one value (two pieces giving one are refused)
 SINGLE_VALUED = ("sink_logits", "score_cap", "log_scaling")
 
 
-PIECES: Registry[AttentionPiece] = Registry("attention piece")
+PIECES: Registry[AttentionPiece] = Registry("attention piece", modules=("lextra.attention.fox",))
 
 
 def head_rms_norm(x: Tensor, weight: Tensor | None, eps: float) -> Tensor:

@@ -1,0 +1,42 @@
+"""The forget bias of Forgetting Attention (Lin et al. 2025, arXiv 2503.02130) as two per-head vectors.
+
+Score (i, j) gains D_ij = c_i - c_j = sum_{l=j+1..i} log f_l, with c_t = sum_{l<=t} log f_l the cumulative log
+forget gate (log f from `logsigmoid`, fp32). A call carries c at its queries (B, H, Lq) and at its keys (B, H, Lk);
+a tile's bias is their outer difference, built for that tile alone, so no L x L tensor exists outside the dense
+reference (`pairs()` without arguments).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+def cumulative_log_gates(log_f: Tensor, start: Tensor | None = None) -> Tensor:
+    """c_t = start + sum_{l<=t} log f_l along the last axis of log f (B, H, L), returned in fp32.
+
+    The sum runs in fp64 and is rounded once, so c carries one rounding at 64k positions instead of one per step
+    (the authors' kernel takes a float32 cumulative sum); `start` (B, H) is the c of the last cached token."""
+    c = torch.cumsum(log_f.double(), dim=-1)
+    if start is not None:
+        c = c + start.double()[..., None]
+    return c.float()
+
+
+@dataclass(frozen=True)
+class ForgetBias:
+    """c at the call's queries (B, H, Lq) and keys (B, H, Lk), fp32: D_ij = queries_i - keys_j."""
+
+    queries: Tensor
+    keys: Tensor
+
+    def rows(self, start: int, stop: int) -> ForgetBias:
+        """The bias of queries start..stop - 1 alone."""
+        return ForgetBias(self.queries[..., start:stop], self.keys)
+
+    def pairs(self, q: slice = slice(None), k: slice | Tensor = slice(None)) -> Tensor:
+        """D for the queries `q` and keys `k` (a slice or an index tensor): (B, H, lq, lk) fp32."""
+        keys = self.keys[..., k] if isinstance(k, slice) else self.keys.index_select(-1, k)
+        return self.queries[..., q, None] - keys[..., None, :]
