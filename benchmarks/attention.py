@@ -36,11 +36,18 @@ The `flex` backend (`--backend flex`)
     and the peak RSS reset (`/proc/self/clear_refs`), so the timed calls' extra memory is their own, as in a
     model where every layer reuses the compiled kernel and the BlockMask.
 
+Content-dependent attention (`--content fox`) and training (`--backward`)
+    `--content fox` adds Forgetting Attention's row (Lin et al. 2025, arXiv 2503.02130): no position encoding and
+    a forget bias c_i - c_j from random log forget gates (logsigmoid of N(3, 1) logits), through `auto` (the
+    forget tiles on CPU, `lextra.attention.backends.forget`). `--backward` times forward and backward (q, k, v
+    and the gates requiring grad, the baseline's q, k, v too) instead of the forward under no_grad.
+
 Usage
     .venv/bin/python benchmarks/attention.py                       # all schemes x masks, L = 1k, 4k, 16k, 32k
     .venv/bin/python benchmarks/attention.py --quick               # smoke run, L = 256, 1024
     .venv/bin/python benchmarks/attention.py --schemes rope,alibi --masks causal --lengths 1024,4096
     .venv/bin/python benchmarks/attention.py --backend flex --schemes rope,fire --lengths 4096 --out flex.json
+    .venv/bin/python benchmarks/attention.py --schemes none --content fox --masks causal --lengths 16384 --backward
 """
 
 from __future__ import annotations
@@ -66,6 +73,8 @@ DEFAULT_MASKS = ("causal", "window", "bca")
 LONG = 16384  # at and above this length a cell repeats once by default
 WARMUP_LEN = 128
 BASELINE = "sdpa"
+#: content-dependent attention rows (`--content`): not position schemes, so built here
+CONTENT_ROWS = ("fox",)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -84,6 +93,8 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
     torch.manual_seed(0)
     L, repeats = int(spec["length"]), int(spec["repeats"])
     result: dict[str, Any] = {"num_threads": torch.get_num_threads()}
+    backward = bool(spec.get("backward", False))
+    extra: dict[str, torch.Tensor] = {}
 
     if spec["kind"] == BASELINE:
         key_dim = HEAD_DIM
@@ -92,6 +103,26 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
         result["backend"] = "sdpa"
+    elif spec["scheme"] == "fox":
+        from lextra.attention import attention, build_mask
+        from lextra.attention.backends.forget import forget_backend
+        from lextra.attention.forget_bias import ForgetBias, cumulative_log_gates
+
+        key_dim = HEAD_DIM
+        mask = build_mask(spec["mask"], train_len=int(spec["train_len"]))
+
+        def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            logits = extra.get("gates")
+            if logits is None or logits.shape[-1] != q.shape[-2]:
+                logits = extra["gates"] = (torch.randn(BATCH, HEADS, q.shape[-2]) + 3.0).requires_grad_(backward)
+            c = cumulative_log_gates(F.logsigmoid(logits))
+            return attention(q, k, v, mask=mask, forget=ForgetBias(c, c))
+
+        pos = torch.arange(L)
+        probe = torch.zeros(BATCH, HEADS, 1)
+        with torch.no_grad():
+            ctx = backends_context(q_pos=pos, k_pos=pos, mask=mask, forget=ForgetBias(probe, probe))
+            result["backend"] = "forget/" + forget_backend(ctx).name
     else:
         import lextra.attention.backends as backends
         from lextra.attention import attention, build_mask
@@ -120,13 +151,20 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
 
     def inputs(n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return (
-            torch.randn(BATCH, HEADS, n, HEAD_DIM),
-            torch.randn(BATCH, HEADS, n, key_dim),
-            torch.randn(BATCH, HEADS, n, HEAD_DIM),
+            torch.randn(BATCH, HEADS, n, HEAD_DIM).requires_grad_(backward),
+            torch.randn(BATCH, HEADS, n, key_dim).requires_grad_(backward),
+            torch.randn(BATCH, HEADS, n, HEAD_DIM).requires_grad_(backward),
         )
 
-    with torch.no_grad():
-        call(*inputs(min(WARMUP_LEN, L)))  # one-off allocations (kernels, thread pools, caches) happen here
+    def step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """One timed call: the forward, and with `backward` its backward from a gradient of ones."""
+        out = call(q, k, v)
+        if backward:
+            out.backward(torch.ones_like(out))
+
+    with torch.set_grad_enabled(backward):
+        step(*inputs(min(WARMUP_LEN, L)))  # one-off allocations (kernels, thread pools, caches) happen here
+        extra.clear()
         q, k, v = inputs(L)
         if result["backend"] == "flex":  # compile for L's bucket and build its BlockMask, then forget that peak
             start = time.perf_counter()
@@ -134,7 +172,7 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
             result["first_call_ms"] = (time.perf_counter() - start) * 1e3
             reset_peak_rss()
         rss_before = harness.rss_now_kib()
-        times_ms, peak_before, peak_after = harness.timed_calls(lambda: call(q, k, v), repeats)
+        times_ms, peak_before, peak_after = harness.timed_calls(lambda: step(q, k, v), repeats)
     result.update(
         times_ms=times_ms,
         time_ms=statistics.median(times_ms),
@@ -144,6 +182,16 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
         peak_before_mib=peak_before / 1024,
     )
     return result
+
+
+def backends_context(**options: Any) -> Any:
+    """An `AttentionContext` over these positions (what `auto` decides from), on expanded zeros."""
+    import torch
+
+    from lextra.attention.backends import AttentionContext
+
+    probe = torch.zeros(BATCH, HEADS, 1, HEAD_DIM).expand(-1, -1, options["k_pos"].numel(), -1)
+    return AttentionContext.build(probe, probe, **options)
 
 
 def reset_peak_rss() -> None:
@@ -182,7 +230,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "relative to plain causal SDPA at the same length.",
         formatter_class=HelpFormatter,
     )
-    parser.add_argument("--schemes", default="all", help="comma list of position schemes, or 'all'")
+    parser.add_argument("--schemes", default="all", help="comma list of position schemes, 'all' or 'none'")
+    parser.add_argument(
+        "--content", default="", help=f"comma list of content-dependent attention rows ({', '.join(CONTENT_ROWS)})"
+    )
+    parser.add_argument(
+        "--backward", action="store_true", help="time forward + backward (inputs require grad), baseline included"
+    )
     parser.add_argument(
         "--masks",
         default=",".join(DEFAULT_MASKS),
@@ -245,6 +299,7 @@ def cell_spec(cell: Cell, args: argparse.Namespace) -> dict[str, Any]:
         "threads": args.threads,
         "train_len": args.train_len,
         "backend": args.backend,
+        "backward": args.backward,
     }
 
 
@@ -347,7 +402,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.worker is not None:
         return harness.worker_main(run_cell, args.worker, error_chars=None)
-    schemes = harness.scheme_names(args.schemes)
+    schemes = [] if args.schemes == "none" else harness.scheme_names(args.schemes)
+    content = csv_list(args.content)
+    unknown = sorted(set(content) - set(CONTENT_ROWS))
+    if unknown:
+        raise SystemExit(f"--content: unknown rows {', '.join(unknown)}; known: {', '.join(CONTENT_ROWS)}")
+    schemes += content
     masks = [mask_spec(m, args.train_len) for m in csv_list(args.masks)]
     lengths = [int(x) for x in csv_list(args.lengths)]
     cells = plan(schemes, masks, lengths, args)
@@ -375,7 +435,8 @@ def main(argv: list[str] | None = None) -> int:
 
     footer = (
         f"\ntorch {meta['torch']}, {args.threads} thread(s), {meta['cpu_model']}, {meta['date']}, "
-        f"batch {BATCH}, {HEADS} heads, head dim {HEAD_DIM}, fp32, forward under no_grad; "
+        f"batch {BATCH}, {HEADS} heads, head dim {HEAD_DIM}, fp32, "
+        f"{'forward + backward' if args.backward else 'forward under no_grad'}; "
         f"total {total_s / 60:.1f} min\n"
     )
     report = (
@@ -397,6 +458,7 @@ def main(argv: list[str] | None = None) -> int:
             "baseline_every": args.baseline_every,
             "warmup_len": WARMUP_LEN,
             "backend": args.backend,
+            "backward": args.backward,
         },
         "baseline": {str(L): v for L, v in baselines.items()},
         "cells": [

@@ -127,9 +127,18 @@ class ForgetChunked(AttentionBackend):
         ranges = _key_ranges(ctx)
         tile_mask = _tile_mask(ctx)
         return TiledForgetAttention.apply(
-            qs, kr, v, forget.queries, forget.keys, _inverse_tau(ctx, forget), ctx.scale, block, chunk, ranges,
+            qs,
+            kr,
+            v,
+            forget.queries,
+            forget.keys,
+            _inverse_tau(ctx, forget),
+            ctx.scale,
+            block,
+            chunk,
+            ranges,
             tile_mask,
-        )  # fmt: skip
+        )
 
 
 def _key_ranges(ctx: AttentionContext) -> Callable[[int, int], list[tuple[int, int]]]:
