@@ -4,6 +4,9 @@ Score (i, j) gains D_ij = c_i - c_j = sum_{l=j+1..i} log f_l, with c_t = sum_{l<
 forget gate (log f from `logsigmoid`, fp32). A call carries c at its queries (B, H, Lq) and at its keys (B, H, Lk);
 a tile's bias is their outer difference, built for that tile alone, so no L x L tensor exists outside the dense
 reference (`pairs()` without arguments).
+
+c is held in fp64 and each difference rounded to fp32 once: at 64k positions c reaches -10^5 or below, where two
+fp32 sums keep about two decimals of their difference (the authors' kernel subtracts fp32 sums).
 """
 
 from __future__ import annotations
@@ -13,21 +16,28 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+#: why a forget bias cannot join a mask that shows later keys
+FULL_MASK_REASON = "fox: the forget bias is defined for keys at or before the query; use a causal mask, not 'full'"
+
+
+def bias_scheme_reason(name: str) -> str:
+    """Why a forget bias cannot join scheme `name`'s additive bias (one line naming the fix)."""
+    return (
+        f"fox: the forget gate already is the layer's additive bias; {name!r} adds a second one, a combination the "
+        "authors' layer does not define (it takes RoPE or none); use nope or a rotary scheme"
+    )
+
 
 def cumulative_log_gates(log_f: Tensor, start: Tensor | None = None) -> Tensor:
-    """c_t = start + sum_{l<=t} log f_l along the last axis of log f (B, H, L), returned in fp32.
-
-    The sum runs in fp64 and is rounded once, so c carries one rounding at 64k positions instead of one per step
-    (the authors' kernel takes a float32 cumulative sum); `start` (B, H) is the c of the last cached token."""
+    """c_t = start + sum_{l<=t} log f_l along the last axis of log f (B, H, L), in fp64 (module docstring);
+    `start` (B, H) is the c of the last cached token."""
     c = torch.cumsum(log_f.double(), dim=-1)
-    if start is not None:
-        c = c + start.double()[..., None]
-    return c.float()
+    return c if start is None else c + start.double()[..., None]
 
 
 @dataclass(frozen=True)
 class ForgetBias:
-    """c at the call's queries (B, H, Lq) and keys (B, H, Lk), fp32: D_ij = queries_i - keys_j."""
+    """c at the call's queries (B, H, Lq) and keys (B, H, Lk), fp64: D_ij = queries_i - keys_j."""
 
     queries: Tensor
     keys: Tensor
@@ -37,6 +47,6 @@ class ForgetBias:
         return ForgetBias(self.queries[..., start:stop], self.keys)
 
     def pairs(self, q: slice = slice(None), k: slice | Tensor = slice(None)) -> Tensor:
-        """D for the queries `q` and keys `k` (a slice or an index tensor): (B, H, lq, lk) fp32."""
+        """D for the queries `q` and keys `k` (a slice or an index tensor): (B, H, lq, lk), rounded to fp32."""
         keys = self.keys[..., k] if isinstance(k, slice) else self.keys.index_select(-1, k)
-        return self.queries[..., q, None] - keys[..., None, :]
+        return (self.queries[..., q, None] - keys[..., None, :]).float()

@@ -23,10 +23,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lextra.attention.forget_bias import ForgetBias, cumulative_log_gates
+from lextra.attention.forget_bias import FULL_MASK_REASON, ForgetBias, bias_scheme_reason, cumulative_log_gates
 from lextra.attention.pieces import PIECES, AttentionPiece
 from lextra.errors import ConfigError
-from lextra.positions.base import HeadDims
+from lextra.positions.base import HeadDims, PositionScheme
 from lextra.validate import check_bool
 
 #: the authors' epsilons: QK-norm (`GroupNorm` default) and the output norm (`norm_eps`)
@@ -82,6 +82,15 @@ class ForgetGate(AttentionPiece):
         self.k_norm = nn.Parameter(torch.ones(H, D)) if on["qknorm"] else None
         self.out_norm = nn.Parameter(torch.ones(H, D)) if on["onorm"] else None
         self.ogate = nn.Linear(d, H * D, bias=False) if on["ogate"] else None
+
+    @classmethod
+    def check_layer(cls, scheme: type[PositionScheme], mask: str) -> None:
+        """The forget bias is defined for causal attention (or a causal subset of it), beside RoPE or no position
+        encoding: a scheme with its own additive bias or a full mask is refused (`forget_reason`, at call time)."""
+        if scheme.has_bias:
+            raise ConfigError(bias_scheme_reason(scheme.name))
+        if mask.split(":")[0].split(",")[0] == "full":
+            raise ConfigError(FULL_MASK_REASON)
 
     def _alpha(self, proj: nn.Linear, x: Tensor) -> Tensor:
         """The shift weight sigmoid(w_h . x_t) as (B, H, L) fp32."""

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from lextra.errors import ConfigError
-from lextra.positions.base import HeadDims
+from lextra.positions.base import HeadDims, PositionScheme
 from lextra.positions.logn import check_log_scaling
 from lextra.registry import Registry
 from lextra.validate import check_bool, check_positive
@@ -76,6 +76,10 @@ class AttentionPiece(nn.Module):
     def log_scaling(self) -> str | None:
         """The layer's own log-n scaling (`none`, `qwen`, `ssmax`) in place of the model's, or None."""
         return None
+
+    @classmethod
+    def check_layer(cls, scheme: type[PositionScheme], mask: str) -> None:
+        """Refuse (ConfigError) a layer whose scheme class or mask spec the piece is undefined with; any by default."""
 
     def mix_inputs(
         self, x: Tensor, q: Tensor, k: Tensor, v: Tensor, state: dict[str, Tensor] | None

@@ -32,7 +32,7 @@ from lextra.attention.backends.forget_tiled import FORGET_BLOCK, FORGET_KEY_CHUN
 from lextra.attention.backends.reference import reference_attention
 from lextra.attention.context import AttentionBackend, AttentionContext
 from lextra.attention.flex import flex_block_mask, padded_lengths
-from lextra.attention.forget_bias import ForgetBias
+from lextra.attention.forget_bias import FULL_MASK_REASON, ForgetBias, bias_scheme_reason
 from lextra.errors import ConfigError
 
 
@@ -44,12 +44,9 @@ def forget_reason(ctx: AttentionContext) -> str | None:
             "positions); drop the extension method or S2-Attn on FoX layers"
         )
     if ctx.scheme is not None and ctx.scheme.has_bias:
-        return (
-            f"fox: the forget gate already is the layer's additive bias; {ctx.scheme.name!r} adds a second one, a "
-            "combination the authors' layer does not define (it takes RoPE or none); use nope or a rotary scheme"
-        )
+        return bias_scheme_reason(ctx.scheme.name)
     if ctx.mask.hides_nothing:
-        return "fox: the forget bias is defined for keys at or before the query; use a causal mask, not 'full'"
+        return FULL_MASK_REASON
     if ctx.sinks is not None or ctx.softcap is not None:
         return "fox: sinks and softcaps are not defined with the forget bias; drop the sinks / softcap piece"
     if ctx.materialised:
@@ -197,13 +194,13 @@ class ForgetFlex(AttentionBackend):
         if rows is None:
 
             def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-                return score + (cq[b, h, q_idx] - ck[b, h, kv_idx])
+                return score + (cq[b, h, q_idx] - ck[b, h, kv_idx]).to(score.dtype)
 
         else:
             inverse = F.pad(rows, (0, pad_q - Lq), value=1.0)
 
             def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-                return score + (cq[b, h, q_idx] - ck[b, h, kv_idx]) * inverse[0, h, q_idx]
+                return score + (cq[b, h, q_idx] - ck[b, h, kv_idx]).to(score.dtype) * inverse[0, h, q_idx]
 
         block_mask = flex_block_mask(ctx.mask, ctx.q_pos, ctx.k_pos, q.device, ctx.facts)
         qp, kp, vp = (F.pad(t, (0, 0, 0, n - t.shape[-2])) for t, n in ((qs, pad_q), (kr, pad_k), (v, pad_k)))
