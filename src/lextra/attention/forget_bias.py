@@ -5,8 +5,9 @@ forget gate (log f from `logsigmoid`, fp32). A call carries c at its queries (B,
 a tile's bias is their outer difference, built for that tile alone, so no L x L tensor exists outside the dense
 reference (`pairs()` without arguments).
 
-c is held in fp64 and each difference rounded to fp32 once: at 64k positions c reaches -10^5 or below, where two
-fp32 sums keep about two decimals of their difference (the authors' kernel subtracts fp32 sums).
+c is summed and held in fp64 and a tile subtracts it as two fp32 parts (`tile_difference`), so each difference is
+rounded about once: at 64k positions c reaches -10^5 or below, where two fp32 sums keep about two decimals of their
+difference (the authors' kernel subtracts fp32 sums).
 """
 
 from __future__ import annotations
@@ -33,6 +34,23 @@ def cumulative_log_gates(log_f: Tensor, start: Tensor | None = None) -> Tensor:
     `start` (B, H) is the c of the last cached token."""
     c = torch.cumsum(log_f.double(), dim=-1)
     return c if start is None else c + start.double()[..., None]
+
+
+def split_fp32(c: Tensor) -> tuple[Tensor, Tensor]:
+    """c (fp64) as two fp32 tensors hi + lo: hi = c rounded, lo = what the rounding dropped."""
+    hi = c.float()
+    return hi, (c - hi.double()).float()
+
+
+def tile_difference(cq: Tensor, ck: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+    """c_i - c_j for a tile's queries cq (B, H, c) and keys ck (B, H, n) as (B, H, c, n) in `dtype`. In fp32 as
+    (hi_i - hi_j) + (lo_i - lo_j) of `split_fp32`: nearby sums subtract exactly (their hi within a factor 2), so
+    the result is c_i - c_j rounded about once, with no (c, n) work in fp64."""
+    if dtype == torch.float64:
+        return cq.double()[..., :, None] - ck.double()[..., None, :]
+    (hq, lq), (hk, lk) = split_fp32(cq), split_fp32(ck)
+    diff = hq[..., :, None] - hk[..., None, :]
+    return diff.add_(lq[..., :, None]).sub_(lk[..., None, :]).to(dtype)
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from lextra.attention.backends.forget_tiled import FORGET_BLOCK, FORGET_KEY_CHUN
 from lextra.attention.backends.reference import reference_attention
 from lextra.attention.context import AttentionBackend, AttentionContext
 from lextra.attention.flex import flex_block_mask, padded_lengths
-from lextra.attention.forget_bias import FULL_MASK_REASON, ForgetBias, bias_scheme_reason
+from lextra.attention.forget_bias import FULL_MASK_REASON, ForgetBias, bias_scheme_reason, split_fp32
 from lextra.errors import ConfigError
 
 
@@ -150,10 +150,23 @@ def _key_ranges(ctx: AttentionContext) -> Callable[[int, int], list[tuple[int, i
 
 
 def _tile_mask(ctx: AttentionContext) -> Callable[[int, int, int, int], Tensor | None]:
-    """A tile's visible pairs (c, n), or None where the mask shows the whole tile."""
+    """A tile's visible pairs (c, n), or None where the mask shows the whole tile. Over contiguous positions a mask
+    of the distance alone is first asked about the tile's c + n distances: a tile it shows whole or hides whole
+    needs no (c, n) evaluation."""
+    mask, q_pos, k_pos = ctx.mask, ctx.q_pos, ctx.k_pos
+    runs = contiguous(q_pos) and contiguous(k_pos) and q_pos.numel() > 0 and k_pos.numel() > 0
+    q0, k0 = (int(q_pos[0]), int(k_pos[0])) if runs else (0, 0)
+    empty = torch.zeros(0, 0, dtype=torch.bool)
 
     def tile(start: int, stop: int, lo: int, hi: int) -> Tensor | None:
-        allowed = ctx.mask.allowed(ctx.q_pos[start:stop], ctx.k_pos[lo:hi])
+        if runs:
+            span = torch.arange((q0 + start) - (k0 + hi - 1), (q0 + stop - 1) - (k0 + lo) + 1)
+            seen = mask.allowed_distance(span)
+            if seen is not None and bool(seen.all()):
+                return None
+            if seen is not None and not bool(seen.any()):
+                return empty
+        allowed = mask.allowed(q_pos[start:stop], k_pos[lo:hi])
         return None if bool(allowed.all()) else allowed
 
     return tile
@@ -187,20 +200,23 @@ class ForgetFlex(AttentionBackend):
         pad_q, pad_k = padded_lengths(Lq, Lk)
         qr, kr = rotate(ctx.scheme, q, k, ctx.q_pos, ctx.k_pos, ctx.seq_len)
         qs = scaled_query(qr, ctx.tau)
-        cq = F.pad(ctx.forget.queries, (0, pad_q - Lq))
-        ck = F.pad(ctx.forget.keys, (0, pad_k - Lk))
+        (hq, lq), (hk, lk) = (
+            split_fp32(F.pad(c, (0, n - c.shape[-1])))
+            for c, n in ((ctx.forget.queries, pad_q), (ctx.forget.keys, pad_k))
+        )
         rows = _inverse_tau(ctx, ctx.forget)
 
         if rows is None:
 
             def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-                return score + (cq[b, h, q_idx] - ck[b, h, kv_idx]).to(score.dtype)
+                return score + ((hq[b, h, q_idx] - hk[b, h, kv_idx]) + (lq[b, h, q_idx] - lk[b, h, kv_idx]))
 
         else:
             inverse = F.pad(rows, (0, pad_q - Lq), value=1.0)
 
             def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-                return score + (cq[b, h, q_idx] - ck[b, h, kv_idx]).to(score.dtype) * inverse[0, h, q_idx]
+                diff = (hq[b, h, q_idx] - hk[b, h, kv_idx]) + (lq[b, h, q_idx] - lk[b, h, kv_idx])
+                return score + diff * inverse[0, h, q_idx]
 
         block_mask = flex_block_mask(ctx.mask, ctx.q_pos, ctx.k_pos, q.device, ctx.facts)
         qp, kp, vp = (F.pad(t, (0, 0, 0, n - t.shape[-2])) for t, n in ((qs, pad_q), (kr, pad_k), (v, pad_k)))

@@ -14,6 +14,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lextra.attention.backends.common import attention_with_lse, merge_tiles
+from lextra.attention.forget_bias import tile_difference
+
 #: query rows per block and keys per chunk: a (B, H, 512, 1024) fp32 score tile is 2 MiB per batch row and head
 FORGET_BLOCK = 512
 FORGET_KEY_CHUNK = 1024
@@ -38,11 +41,92 @@ def _scores(
     qs: Tensor, k: Tensor, cq: Tensor, ck: Tensor, rows: Tensor | None, allowed: Tensor | None
 ) -> tuple[Tensor, Tensor]:
     """One tile's logits (B, H, c, n) fp32: (q . k) + (c_i - c_j) r_i, hidden pairs -inf; and c_i - c_j."""
-    diff = (cq[..., :, None] - ck[..., None, :]).to(qs.dtype)
+    diff = tile_difference(cq, ck, qs.dtype)
     scores = qs @ k.to(qs.dtype).transpose(-1, -2) + (diff if rows is None else diff * rows[..., None])
     if allowed is not None:
         scores = scores.masked_fill(~allowed, float("-inf"))
     return scores, diff
+
+
+def _online_forward(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    cq: Tensor,
+    ck: Tensor,
+    rows: Tensor | None,
+    scale: float,
+    block: int,
+    chunk: int,
+    key_ranges: KeyRanges,
+    tile_mask: TileMask,
+    work: torch.dtype,
+) -> tuple[Tensor, Tensor]:
+    """The forward as explicit tiles in `work` precision with an online softmax: output and rows' log-sum-exp."""
+    B, H, Lq, _ = q.shape
+    out = torch.zeros(B, H, Lq, v.shape[-1], dtype=work, device=q.device)
+    lse = torch.full((B, H, Lq), float("-inf"), dtype=work, device=q.device)
+    for start, stop, chunks in _tiles(Lq, block, chunk, key_ranges):
+        qs = q[..., start:stop, :].to(work) * scale
+        r = None if rows is None else rows[..., start:stop]
+        m = torch.full((B, H, stop - start), float("-inf"), dtype=work, device=q.device)
+        total = torch.zeros_like(m)
+        acc = out[..., start:stop, :]
+        for lo, hi in chunks:
+            allowed = tile_mask(start, stop, lo, hi)
+            if allowed is not None and not bool(allowed.any()):
+                continue
+            s, _ = _scores(qs, k[..., lo:hi, :], cq[..., start:stop], ck[..., lo:hi], r, allowed)
+            new_m = torch.maximum(m, s.amax(-1))
+            base = new_m.masked_fill(torch.isneginf(new_m), 0.0)
+            p = torch.exp(s - base[..., None])
+            shrink = torch.exp(m - base)
+            total = total * shrink + p.sum(-1)
+            acc.mul_(shrink[..., None]).add_(p @ v[..., lo:hi, :].to(work))
+            m = new_m
+        seen = total > 0
+        acc.div_(torch.where(seen, total, 1.0)[..., None])
+        lse[..., start:stop] = torch.where(seen, m + torch.log(total), float("-inf"))
+    return out, lse
+
+
+def _flash_forward(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    cq: Tensor,
+    ck: Tensor,
+    rows: Tensor | None,
+    scale: float,
+    block: int,
+    chunk: int,
+    key_ranges: KeyRanges,
+    tile_mask: TileMask,
+) -> tuple[Tensor, Tensor]:
+    """The forward on the CPU: one flash call per tile, its bias (fp32, hidden pairs -inf) as the float mask, tiles
+    merged by log-sum-exp (`merge_tiles`); output and rows' log-sum-exp in fp32."""
+    B, H, Lq, _ = q.shape
+    out = torch.zeros(B, H, Lq, v.shape[-1], dtype=torch.float32)
+    lse = torch.full((B, H, Lq), float("-inf"))
+    for start, stop, chunks in _tiles(Lq, block, chunk, key_ranges):
+        acc = row_lse = None
+        r = None if rows is None else rows[..., start:stop, None]
+        for lo, hi in chunks:
+            allowed = tile_mask(start, stop, lo, hi)
+            if allowed is not None and not bool(allowed.any()):
+                continue
+            bias = tile_difference(cq[..., start:stop], ck[..., lo:hi])
+            bias = bias if r is None else bias.mul_(r)
+            if allowed is not None:
+                bias.masked_fill_(~allowed, float("-inf"))
+            part, part_lse = attention_with_lse(
+                q[..., start:stop, :], k[..., lo:hi, :], v[..., lo:hi, :], scale, mask=bias
+            )
+            acc, row_lse = merge_tiles(acc, row_lse, part, part_lse)
+        if acc is not None and row_lse is not None:
+            out[..., start:stop, :] = acc
+            lse[..., start:stop] = row_lse
+    return out, lse
 
 
 class TiledForgetAttention(torch.autograd.Function):
@@ -64,31 +148,11 @@ class TiledForgetAttention(torch.autograd.Function):
         key_ranges: KeyRanges,
         tile_mask: TileMask,
     ) -> Tensor:
-        B, H, Lq, _ = q.shape
         work = torch.promote_types(q.dtype, torch.float32)
-        out = torch.zeros(B, H, Lq, v.shape[-1], dtype=work, device=q.device)
-        lse = torch.full((B, H, Lq), float("-inf"), dtype=work, device=q.device)
-        for start, stop, chunks in _tiles(Lq, block, chunk, key_ranges):
-            qs = q[..., start:stop, :].to(work) * scale
-            r = None if rows is None else rows[..., start:stop]
-            m = torch.full((B, H, stop - start), float("-inf"), dtype=work, device=q.device)
-            total = torch.zeros_like(m)
-            acc = out[..., start:stop, :]
-            for lo, hi in chunks:
-                allowed = tile_mask(start, stop, lo, hi)
-                if allowed is not None and not bool(allowed.any()):
-                    continue
-                s, _ = _scores(qs, k[..., lo:hi, :], cq[..., start:stop], ck[..., lo:hi], r, allowed)
-                new_m = torch.maximum(m, s.amax(-1))
-                base = new_m.masked_fill(torch.isneginf(new_m), 0.0)
-                p = torch.exp(s - base[..., None])
-                shrink = torch.exp(m - base)
-                total = total * shrink + p.sum(-1)
-                acc.mul_(shrink[..., None]).add_(p @ v[..., lo:hi, :].to(work))
-                m = new_m
-            seen = total > 0
-            acc.div_(torch.where(seen, total, 1.0)[..., None])
-            lse[..., start:stop] = torch.where(seen, m + torch.log(total), float("-inf"))
+        if q.device.type == "cpu" and q.dtype in (torch.float32, torch.bfloat16):
+            out, lse = _flash_forward(q, k, v, cq, ck, rows, scale, block, chunk, key_ranges, tile_mask)
+        else:
+            out, lse = _online_forward(q, k, v, cq, ck, rows, scale, block, chunk, key_ranges, tile_mask, work)
         ctx.save_for_backward(q, k, v, cq, ck, rows, out, lse)
         ctx.settings = (scale, block, chunk, key_ranges, tile_mask)
         return out.to(v.dtype)
