@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from lextra.analysis.capture import layer_attention
 from lextra.attention import attention, build_mask
 from lextra.attention.backends.forget_tiled import TiledForgetAttention
 from lextra.attention.forget_bias import ForgetBias, cumulative_log_gates
@@ -276,3 +277,20 @@ def test_the_cli_exits_2_with_one_line_on_a_bias_scheme(tmp_path, capsys) -> Non
     assert main(["train", "--out", str(tmp_path / "r"), "--layer-plan", "alibi+fox", "--steps", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "fox:" in err[0] and "'alibi'" in err[0], err
+
+
+def test_analyses_see_the_forget_bias() -> None:
+    """The attention a capture reports (`lextra analyze`) is the one the layer computes, forget bias included."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=1, n_head=2, d_model=32, train_len=16, layer_plan="nope+fox"))
+    with torch.no_grad():
+        model.blocks[0].attn.fox.fgate.bias.fill_(-1.0)
+    tokens = torch.randint(0, 256, (1, 20))
+    view = next(layer_attention(model, tokens, block_size=20))
+    (block,) = view.blocks()
+    assert view.forget is not None
+    c = view.forget.keys.double()
+    scores = view.q.double() @ view.k.double().transpose(-1, -2) / math.sqrt(16) + c[..., :, None] - c[..., None, :]
+    causal = torch.ones(20, 20, dtype=torch.bool).tril()
+    expected = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
+    torch.testing.assert_close(block.weights().double(), expected, atol=1e-6, rtol=0)

@@ -24,6 +24,7 @@ from torch import Tensor, nn
 from lextra import serialize
 from lextra.attention import PositionLayout, attention, build_mask
 from lextra.attention.backends import AttentionExtension
+from lextra.attention.forget_bias import ForgetBias
 from lextra.attention.fox import forget_inputs, piece_state_rows
 from lextra.attention.masks import Mask
 from lextra.attention.pieces import PIECES, SINGLE_VALUED, AttentionPiece
@@ -285,6 +286,7 @@ class AttentionInputs:
     temperature: Tensor | None
     sinks: Tensor | None = None
     softcap: float | None = None
+    forget: ForgetBias | None = None  # FoX's forget bias (c at the queries and keys), or None
 
 
 #: called with each layer's inputs just before it attends; it may raise to stop the forward pass there
@@ -457,7 +459,9 @@ class SelfAttention(nn.Module):
         temperature = self.query_temperature(q_pos, k_pos, mask)
         sinks, softcap = self.sink_logits, self.score_cap
         if inputs.observer is not None:
-            inputs.observer(AttentionInputs(layer, q, k, scheme, q_pos, k_pos, mask, temperature, sinks, softcap))
+            inputs.observer(
+                AttentionInputs(layer, q, k, scheme, q_pos, k_pos, mask, temperature, sinks, softcap, forget)
+            )
         if self.extension is not None and (sinks is not None or softcap is not None):
             raise ConfigError(
                 f"extension {self.extension.name!r} does not apply learned sinks or a softcap; apply it to the "
