@@ -31,7 +31,7 @@ from lextra.attention.backends.common import contiguous, key_indices, masked_sdp
 from lextra.attention.backends.forget_tiled import FORGET_BLOCK, FORGET_KEY_CHUNK, TiledForgetAttention
 from lextra.attention.backends.reference import reference_attention
 from lextra.attention.context import AttentionBackend, AttentionContext
-from lextra.attention.flex import flex_block_mask, padded_lengths
+from lextra.attention.flex import RECOMPILE_LIMIT, flex_block_mask, padded_lengths
 from lextra.attention.forget_bias import FULL_MASK_REASON, ForgetBias, bias_scheme_reason, split_fp32
 from lextra.errors import ConfigError
 
@@ -178,6 +178,20 @@ def _compiled_flex() -> Callable[..., Tensor]:
     return torch.compile(flex_attention, dynamic=False)
 
 
+def _run_compiled_flex(*args: Tensor, **kwargs: object) -> Tensor:
+    """The compiled call under lextra's recompile budget (`RECOMPILE_LIMIT`): past it, dynamo raises rather than
+    run FlexAttention uncompiled (the full L x L scores)."""
+    config = torch._dynamo.config
+    new = hasattr(config, "fail_on_recompile_limit_hit")  # torch >= 2.7; 2.5 and 2.6 name it cache_size_*
+    limit, fail = (
+        ("recompile_limit", "fail_on_recompile_limit_hit") if new else ("cache_size_limit", "fail_on_cache_limit_hit")
+    )
+    with config.patch({limit: RECOMPILE_LIMIT, fail: True}):
+        out = _compiled_flex()(*args, **kwargs)
+    assert isinstance(out, Tensor)
+    return out
+
+
 class ForgetFlex(AttentionBackend):
     """FlexAttention whose score_mod adds (c_q[b, h, i] - c_k[b, h, j]) / tau; compiled on CUDA, eager on CPU
     (forward only there, as every flex call)."""
@@ -225,7 +239,7 @@ class ForgetFlex(AttentionBackend):
                 warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
                 out = flex_attention(qp, kp, vp, score_mod=score_mod, block_mask=block_mask, scale=ctx.scale)
         else:
-            out = _compiled_flex()(qp, kp, vp, score_mod=score_mod, block_mask=block_mask, scale=ctx.scale)
+            out = _run_compiled_flex(qp, kp, vp, score_mod=score_mod, block_mask=block_mask, scale=ctx.scale)
         assert isinstance(out, Tensor)
         return out[..., :Lq, :]
 

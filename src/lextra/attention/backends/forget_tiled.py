@@ -134,7 +134,7 @@ class TiledForgetAttention(torch.autograd.Function):
     None. Rows that see no key give 0."""
 
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: Any,
         q: Tensor,
         k: Tensor,
@@ -158,7 +158,7 @@ class TiledForgetAttention(torch.autograd.Function):
         return out.to(v.dtype)
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         q, k, v, cq, ck, rows, out, lse = ctx.saved_tensors
         scale, block, chunk, key_ranges, tile_mask = ctx.settings
         work = out.dtype
