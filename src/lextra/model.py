@@ -189,7 +189,8 @@ class KVCache:
         self.buffers: list[tuple[Tensor, Tensor] | None] = [None] * n_layer
         #: per layer, whether its keys are cached after the position transform (None: nothing cached yet)
         self.rotated: list[bool | None] = [None] * n_layer
-        self.piece_state: list[dict[str, Tensor]] = [{} for _ in range(n_layer)]  # what pieces carry (FoX's c)
+        #: per layer, what its attention pieces carry from step to step (FoX: c of the cached keys, the last k, v)
+        self.piece_state: list[dict[str, Tensor]] = [{} for _ in range(n_layer)]
 
     def extend(
         self, layer: int, k: Tensor, v: Tensor, positions: Tensor | None = None, rotated: bool = False
