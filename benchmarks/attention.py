@@ -36,6 +36,11 @@ The `flex` backend (`--backend flex`)
     and the peak RSS reset (`/proc/self/clear_refs`), so the timed calls' extra memory is their own, as in a
     model where every layer reuses the compiled kernel and the BlockMask.
 
+Content-dependent attention (`--content fox`)
+    `--content fox` adds Forgetting Attention's row (Lin et al. 2025, arXiv 2503.02130): no position encoding and
+    a forget bias c_i - c_j from random log forget gates (logsigmoid of N(3, 1) logits), through `auto` (the
+    forget tiles on CPU, `lextra.attention.backends.forget`); with `--backward` the gates require grad too.
+
 Attention pieces and the backward pass (`--pieces`, `--backward`)
     `--pieces diffattn` adds a row `SCHEME+diffattn` per scheme: the piece's `attend` hook around the call, as a
     layer runs it (differential attention: two maps of half-width q/k, each as two calls on the value's halves).
@@ -48,6 +53,7 @@ Usage
     .venv/bin/python benchmarks/attention.py --schemes rope,alibi --masks causal --lengths 1024,4096
     .venv/bin/python benchmarks/attention.py --backend flex --schemes rope,fire --lengths 4096 --out flex.json
     .venv/bin/python benchmarks/attention.py --schemes rope --pieces diffattn --masks causal --lengths 16384 --backward
+    .venv/bin/python benchmarks/attention.py --schemes none --content fox --masks causal --lengths 16384 --backward
 """
 
 from __future__ import annotations
@@ -79,6 +85,8 @@ BASELINE = "sdpa"
 # worker: one cell in a fresh process (torch is only ever imported here, never in the driver, so that the
 # driver's own RSS does not leak into a worker's ru_maxrss through fork/exec)
 # --------------------------------------------------------------------------------------------------------------
+#: content-dependent attention rows (`--content`): not position schemes, so built here
+CONTENT_ROWS = ("fox",)
 
 
 def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
@@ -92,6 +100,8 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
     L, repeats = int(spec["length"]), int(spec["repeats"])
     result: dict[str, Any] = {"num_threads": torch.get_num_threads()}
 
+    backward = bool(spec.get("backward"))
+    extra: dict[str, torch.Tensor] = {}
     if spec["kind"] == BASELINE:
         key_dim = HEAD_DIM
 
@@ -99,6 +109,26 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
         result["backend"] = "sdpa"
+    elif spec["scheme"] == "fox":
+        from lextra.attention import attention, build_mask
+        from lextra.attention.backends.forget import forget_backend
+        from lextra.attention.forget_bias import ForgetBias, cumulative_log_gates
+
+        key_dim = HEAD_DIM
+        mask = build_mask(spec["mask"], train_len=int(spec["train_len"]))
+
+        def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            logits = extra.get("gates")
+            if logits is None or logits.shape[-1] != q.shape[-2]:
+                logits = extra["gates"] = (torch.randn(BATCH, HEADS, q.shape[-2]) + 3.0).requires_grad_(backward)
+            c = cumulative_log_gates(F.logsigmoid(logits))
+            return attention(q, k, v, mask=mask, forget=ForgetBias(c, c))
+
+        pos = torch.arange(L)
+        probe = torch.zeros(BATCH, HEADS, 1)
+        with torch.no_grad():
+            ctx = backends_context(q_pos=pos, k_pos=pos, mask=mask, forget=ForgetBias(probe, probe))
+            result["backend"] = "forget/" + forget_backend(ctx).name
     else:
         import lextra.attention.backends as backends
         from lextra.attention import attention, build_mask
@@ -135,8 +165,6 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
             def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
                 return attend(q, k, v, scheme=scheme, mask=mask, backend=backend)
 
-    backward = bool(spec.get("backward"))
-
     def inputs(n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return (
             torch.randn(BATCH, HEADS, n, HEAD_DIM, requires_grad=backward),
@@ -154,6 +182,7 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
 
     with torch.enable_grad() if backward else torch.no_grad():
         call(*inputs(min(WARMUP_LEN, L)))  # one-off allocations (kernels, thread pools, caches) happen here
+        extra.clear()
         q, k, v = inputs(L)
         if result["backend"] == "flex":  # compile for L's bucket and build its BlockMask, then forget that peak
             start = time.perf_counter()
@@ -171,6 +200,16 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
         peak_before_mib=peak_before / 1024,
     )
     return result
+
+
+def backends_context(**options: Any) -> Any:
+    """An `AttentionContext` over these positions (what `auto` decides from), on expanded zeros."""
+    import torch
+
+    from lextra.attention.backends import AttentionContext
+
+    probe = torch.zeros(BATCH, HEADS, 1, HEAD_DIM).expand(-1, -1, options["k_pos"].numel(), -1)
+    return AttentionContext.build(probe, probe, **options)
 
 
 def reset_peak_rss() -> None:
@@ -209,7 +248,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "relative to plain causal SDPA at the same length.",
         formatter_class=HelpFormatter,
     )
-    parser.add_argument("--schemes", default="all", help="comma list of position schemes, or 'all'")
+    parser.add_argument("--schemes", default="all", help="comma list of position schemes, 'all' or 'none'")
+    parser.add_argument(
+        "--content", default="", help=f"comma list of content-dependent attention rows ({', '.join(CONTENT_ROWS)})"
+    )
     parser.add_argument(
         "--masks",
         default=",".join(DEFAULT_MASKS),
@@ -386,8 +428,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.worker is not None:
         return harness.worker_main(run_cell, args.worker, error_chars=None)
-    schemes = harness.scheme_names(args.schemes)
+    schemes = [] if args.schemes == "none" else harness.scheme_names(args.schemes)
     schemes += [f"{scheme}+{piece}" for piece in csv_list(args.pieces) for scheme in schemes]
+    content = csv_list(args.content)
+    unknown = sorted(set(content) - set(CONTENT_ROWS))
+    if unknown:
+        raise SystemExit(f"--content: unknown rows {', '.join(unknown)}; known: {', '.join(CONTENT_ROWS)}")
+    schemes += content
     masks = [mask_spec(m, args.train_len) for m in csv_list(args.masks)]
     lengths = [int(x) for x in csv_list(args.lengths)]
     cells = plan(schemes, masks, lengths, args)

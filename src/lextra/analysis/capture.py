@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from lextra.attention import attention_logits, build_mask, cap_scores, sink_softmax
+from lextra.attention.forget_bias import ForgetBias, tile_difference
 from lextra.attention.masks import UNBOUNDED, Mask
 from lextra.devices import module_device
 from lextra.errors import ConfigError
@@ -71,6 +72,8 @@ class LayerAttention:
     #: the layer's learned sinks (H,) and logit softcap (a plan's pieces), or None
     sinks: Tensor | None = None
     softcap: float | None = None
+    #: FoX's forget bias (c at the queries and keys, `lextra.attention.forget_bias`), or None
+    forget: ForgetBias | None = None
 
     def blocks(self, rows: Tensor | None = None) -> Iterator[LogitBlock]:
         """Query blocks in order, each with the logits of the keys its mask can reach (as the chunked backend).
@@ -96,6 +99,9 @@ class LayerAttention:
             else:
                 logits = attention_logits(q, k, self.scheme, qp, kp, scale=scale) + self.bias[..., idx, lo:hi]
                 logits = logits if tau is None else logits / tau[..., None]
+            if self.forget is not None:  # over the temperature, as the backends add it
+                diff = tile_difference(self.forget.queries[..., idx], self.forget.keys[..., lo:hi])
+                logits = logits + (diff if tau is None else diff / tau[..., None])
             if self.softcap is not None:
                 logits = cap_scores(logits, self.softcap)
             yield LogitBlock(qp, kp, logits, self.mask.allowed(qp, kp), self.sinks)
@@ -161,6 +167,7 @@ def _observe(
     def stop(inputs: AttentionInputs) -> None:
         view = LayerAttention(layer, inputs.q, inputs.k, inputs.scheme, inputs.q_pos, inputs.mask, inputs.temperature)
         view.block_size, view.sinks, view.softcap = block_size, inputs.sinks, inputs.softcap
+        view.forget = inputs.forget
         raise CapturedLayer(view)
 
     try:

@@ -20,6 +20,7 @@ from typing import ClassVar, TypedDict, Unpack
 import torch
 from torch import Tensor
 
+from lextra.attention.forget_bias import ForgetBias
 from lextra.attention.layout import PositionLayout
 from lextra.attention.masks import Mask, build_mask
 from lextra.errors import ConfigError
@@ -50,6 +51,7 @@ class AttentionOptions(TypedDict, total=False):
     softcap: float | None
     score_bias: Tensor | None
     padding: Tensor | None
+    forget: ForgetBias | None
 
 
 def default_positions(q: Tensor, k: Tensor, q_pos: Tensor | None, k_pos: Tensor | None) -> tuple[Tensor, Tensor]:
@@ -104,6 +106,9 @@ class AttentionContext:
     #: a boolean padding mask (B|1, H|1, Lq|1, Lk), True where a pair is visible, combined with `mask`, or None;
     #: a row it hides entirely attends to nothing (output 0)
     padding: Tensor | None = None
+    #: FoX's forget bias c_i - c_j as c at the queries and keys (`lextra.attention.forget_bias`), or None; a call
+    #: carrying it runs the backends' forget paths (`lextra.attention.backends.forget`)
+    forget: ForgetBias | None = None
 
     def __post_init__(self) -> None:
         if self.layout is None:  # one device read here, so that no backend decision reads positions again
@@ -182,6 +187,7 @@ class AttentionContext:
             options.get("backend", "auto"),
             score_bias,
             padding,
+            options.get("forget"),
         )
 
 

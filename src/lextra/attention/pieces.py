@@ -29,7 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from lextra.errors import ConfigError
-from lextra.positions.base import HeadDims
+from lextra.positions.base import HeadDims, PositionScheme
 from lextra.positions.logn import check_log_scaling
 from lextra.registry import Registry
 from lextra.validate import check_bool, check_positive
@@ -93,6 +93,22 @@ class AttentionPiece(nn.Module):
         """The layer's own log-n scaling (`none`, `qwen`, `ssmax`) in place of the model's, or None."""
         return None
 
+    @classmethod
+    def check_layer(cls, scheme: type[PositionScheme], mask: str) -> None:
+        """Refuse (ConfigError) a layer whose scheme class or mask spec the piece is undefined with; any by default."""
+
+    def mix_inputs(
+        self, x: Tensor, q: Tensor, k: Tensor, v: Tensor, state: dict[str, Tensor] | None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """q, k, v (B, H, L, D) right after the projections, from the layer input x (B, L, d_model); `state` is the
+        layer's piece state in a KV cache (what the piece carries from step to step), None without a cache."""
+        return q, k, v
+
+    def log_forget_gates(self, x: Tensor) -> Tensor | None:
+        """Log forget gates (B, H, L) fp32 whose cumulative sums bias the scores (FoX, `lextra.attention.fox`),
+        or None."""
+        return None
+
 
 #: the hooks of which a layer takes one value (two pieces giving one are refused)
 SINGLE_VALUED = ("sink_logits", "score_cap", "log_scaling")
@@ -105,7 +121,9 @@ def attend_through(pieces: Sequence[AttentionPiece], call: AttentionCall, layer:
     return call
 
 
-PIECES: Registry[AttentionPiece] = Registry("attention piece", modules=("lextra.attention.diffattn",))
+PIECES: Registry[AttentionPiece] = Registry(
+    "attention piece", modules=("lextra.attention.diffattn", "lextra.attention.fox")
+)
 
 
 def head_rms_norm(x: Tensor, weight: Tensor | None, eps: float) -> Tensor:

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from lextra.attention.backends.common import toeplitz_possible
+from lextra.attention.backends.forget import forget_backend
 from lextra.attention.backends.tiled import tiles_apply
 from lextra.attention.context import AttentionBackend, AttentionContext, AttentionOptions
 from lextra.attention.masks import Mask
@@ -88,6 +89,8 @@ def choose_backend(ctx: AttentionContext) -> AttentionBackend:
 
 def resolve_backend(ctx: AttentionContext) -> AttentionBackend:
     """The backend that computes `ctx`: its wrapper's choice, `auto`'s, or the named one if it applies."""
+    if ctx.forget is not None:  # FoX's forget bias: each backend's forget path
+        return forget_backend(ctx)
     if ctx.backend != "auto":
         get_backend(ctx.backend)  # an unknown name is refused before any wrapper routes it
     if ctx.extension is not None:
