@@ -16,6 +16,7 @@ from torch import Tensor
 
 from lextra.attention.backends.common import toeplitz_possible
 from lextra.attention.backends.tiled import tiles_apply
+from lextra.attention.content import content_backend
 from lextra.attention.context import AttentionBackend, AttentionContext, AttentionOptions
 from lextra.attention.masks import Mask
 from lextra.errors import ConfigError
@@ -90,7 +91,9 @@ def resolve_backend(ctx: AttentionContext) -> AttentionBackend:
     """The backend that computes `ctx`: its wrapper's choice, `auto`'s, or the named one if it applies."""
     if ctx.backend != "auto":
         get_backend(ctx.backend)  # an unknown name is refused before any wrapper routes it
-    if ctx.extension is not None:
+    if ctx.scheme is not None and ctx.scheme.content_dependent:  # CoPE: only its own backends compute it
+        chosen = content_backend(ctx)
+    elif ctx.extension is not None:
         chosen = ctx.extension.backend_for(ctx)
     elif ctx.backend == "auto":
         return choose_backend(ctx)
