@@ -138,6 +138,8 @@ def _expected_label(mask: str, offset: bool, scheme) -> str:
     chunked where flex refuses (xPos past its rotate span, FIRE wider than flex unrolls)."""
     if scheme.rotate_span is not None and scheme.rotate_span < 40:
         return "chunked"
+    if scheme.content_dependent:  # CoPE: its tiled path, on any device
+        return "chunked"
     if scheme.name == "fire" and scheme.mlp[0].out_features > FLEX_MAX_HIDDEN:
         return "chunked"
     fused = not scheme.has_bias and mask == "causal" and not offset

@@ -3,8 +3,9 @@
 - `reference`: dense (B, H, Lq, Lk) scores, gates and counts in fp32, as the authors' module computes them.
 - `chunked` (and `auto`): query blocks, each walking its key tiles from the diagonal leftwards and carrying each
   row's running gate count into the next tile on the left, the tiles merged by an online softmax: memory
-  O(Lq x tile), any mask (a tile's visibility from `Mask.allowed`), any device. Under autograd each query block
-  is recomputed in the backward pass (activation checkpointing), so training keeps O(L x tile) too. A decoding
+  O(Lq x tile), any mask (a tile's visibility from `Mask.allowed`), any device. Under autograd on the CPU each
+  query block is recomputed in the backward pass (activation checkpointing), so training keeps O(L x tile) too
+  (other devices keep the tiles' activations: O(Lq x Lk), no recomputation). A decoding
   step (one query over the cached keys) is the same walk over one row: equal to the full forward.
 - `flex` and `sdpa` are refused: a score_mod or a fused kernel sees one score at a time and cannot carry the
   reverse cumulative sum of gates along a query's keys.
@@ -116,13 +117,16 @@ def cope_tiled(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor
     Lq = q.shape[-2]
     tile = max(1, int(ctx.block_size or COPE_TILE))
     training = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, scheme.pos_emb))
+    recompute = training and q.device.type == "cpu"
     out = None if training else q.new_empty(*q.shape[:-1], v.shape[-1])
     outputs: list[Tensor] = []
     for start in range(0, Lq, tile):
         qc = q[..., start : start + tile, :]
-        if training:
+        if recompute:
             block = checkpoint(_query_block, qc, k, v, scheme, ctx, start, tile, use_reentrant=False)
             outputs.append(block.to(v.dtype))
+        elif training:
+            outputs.append(_query_block(qc, k, v, scheme, ctx, start, tile).to(v.dtype))
         else:
             assert out is not None
             out[..., start : start + tile, :] = _query_block(qc, k, v, scheme, ctx, start, tile)

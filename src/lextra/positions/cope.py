@@ -33,15 +33,13 @@ def reverse_cumsum(gates: Tensor) -> Tensor:
     return gates.flip(-1).cumsum(-1).flip(-1)
 
 
-def interpolate(table: Tensor, positions: Tensor) -> Tensor:
-    """Position logits read at fractional positions: table (..., c, npos) at positions (..., c, n), in
-    [0, npos - 1], as table[ceil p] w + table[floor p] (1 - w), w = p - floor p (differentiable in p; the indices
-    are not)."""
-    floor = positions.floor()
-    weight = positions - floor
-    low = table.gather(-1, floor.long())
-    high = table.gather(-1, positions.ceil().long())
-    return high * weight + low * (1.0 - weight)
+def interpolate(table: Tensor, floor: Tensor, weight: Tensor, last: int) -> Tensor:
+    """Position logits read at fractional positions floor + weight (weight in [0, 1)): table (..., c, npos) at
+    (..., c, n) as table[ceil p] w + table[floor p] (1 - w), both indices clamped to `last` (a count past the table
+    reads its last entry, as the authors' clamp to npos - 1 does); differentiable in the weight, not the indices."""
+    low = floor.clamp(max=last)
+    high = (floor + (weight > 0).long()).clamp(max=last)
+    return table.gather(-1, high) * weight + table.gather(-1, low) * (1.0 - weight)
 
 
 @register_scheme("cope")
@@ -85,10 +83,18 @@ class CoPE(PositionScheme):
         """The position logits of one block of keys, and each row's gate count up to its first key.
 
         `table` (B, H, c, npos) from `table_logits`; `gates` (B, H, c, n) already 0 where masked; `carried`
-        (B, H, c) the count of the keys right of the block (the tiled path walks key tiles leftwards), or None.
-        Returns q . e(p) (B, H, c, n) unscaled and the counts (B, H, c) to carry to the next block on the left."""
+        (B, H, c) the count of the keys right of the block in fp64 (the tiled path walks key tiles leftwards), or
+        None. A count is split into the carried whole part and the block's own fp32 sum (at most n + 1), so its
+        fraction keeps fp32's precision of small numbers at any length (a bare fp32 count of 64k gates is
+        resolved to 1/256 only). Returns q . e(p) (B, H, c, n) unscaled and the counts (B, H, c) in fp64 to carry
+        to the next block on the left."""
+        whole = torch.zeros_like(gates[..., 0], dtype=torch.float64) if carried is None else carried.floor()
         counts = reverse_cumsum(gates)
         if carried is not None:
-            counts = counts + carried[..., None]
-        total = counts[..., 0] if counts.shape[-1] else (carried if carried is not None else counts.sum(-1))
-        return interpolate(table, counts.clamp(max=self.npos - 1)), total
+            counts = counts + (carried - whole).float()[..., None]
+        steps = counts.floor()
+        floor = whole.long()[..., None] + steps.long()
+        if not counts.shape[-1]:  # no keys: the count is what was carried
+            return table.new_zeros(gates.shape), whole if carried is None else carried
+        total = whole + counts[..., 0].double()
+        return interpolate(table, floor, counts - steps, self.npos - 1), total

@@ -76,6 +76,8 @@ def applies(backend: AttentionBackend, ctx: AttentionContext) -> str | None:
 
 def choose_backend(ctx: AttentionContext) -> AttentionBackend:
     """What `auto` runs: the first backend of the device type's order that applies and does not decline."""
+    if ctx.scheme is not None and ctx.scheme.content_dependent:
+        return content_backend(ctx)
     order = AUTO_ORDER.get(ctx.device.type) or AUTO_ORDER["cpu"]
     reasons = []
     for name in order:
