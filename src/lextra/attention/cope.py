@@ -41,7 +41,7 @@ def _cope(ctx: AttentionContext) -> CoPE:
     return scheme
 
 
-def _finish(logits: Tensor, scheme: CoPE, ctx: AttentionContext, tau: Tensor | None) -> Tensor:
+def _finish(logits: Tensor, ctx: AttentionContext, tau: Tensor | None) -> Tensor:
     """Position-biased logits over the temperature, capped (the order of `reference_attention`)."""
     if tau is not None:
         logits = logits / tau[..., None]
@@ -54,8 +54,8 @@ def cope_reference(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Te
     allowed = ctx.mask.allowed(ctx.q_pos, ctx.k_pos)
     scores = (q.float() @ k.float().transpose(-1, -2)) * ctx.scale
     gates = torch.sigmoid(scores) * allowed
-    position, _ = scheme.position_logits(scheme.table_logits(q), gates)
-    logits = _finish(scores + position * scheme.position_scale(ctx.scale), scheme, ctx, ctx.tau)
+    position, _ = scheme.position_logits(scheme.position_tables(q, scheme.position_scale(ctx.scale)), gates)
+    logits = _finish(scores + position, ctx, ctx.tau)
     weights = sink_softmax(logits.masked_fill(~allowed, float("-inf")), ctx.sinks)
     return (weights @ v.float()).to(v.dtype)
 
@@ -74,33 +74,45 @@ def _key_tiles(ctx: AttentionContext, start: int, stop: int, tile: int) -> list[
     return tiles
 
 
+def _fully_visible(ctx: AttentionContext, q_index: int, hi: int) -> bool:
+    """Whether every query from index `q_index` on sees every key before index `hi` (causal runs: no mask)."""
+    facts = ctx.facts
+    if ctx.mask.hides_nothing:
+        return True
+    aligned = ctx.mask.exactly_causal and facts.q_contiguous and facts.k_contiguous
+    return aligned and facts.k_first + hi - 1 <= facts.q_first + q_index
+
+
 def _query_block(q: Tensor, k: Tensor, v: Tensor, scheme: CoPE, ctx: AttentionContext, start: int, tile: int) -> Tensor:
     """One query block's CoPE attention (B, H, c, Dv) in fp32, walking its key tiles right to left with each
-    row's gate count carried and an online softmax (running max, denominator and output)."""
+    row's gate count carried and an online softmax (running max, denominator and output). Each tile's keys are
+    taken last first, so that a cumulative sum along them is the reverse one the counts need."""
     B, H, c, _ = q.shape
-    stop = start + c
-    qp = ctx.q_pos[start:stop]
-    tau = None if ctx.tau is None else (ctx.tau if ctx.tau.shape[-1] == 1 else ctx.tau[..., start:stop])
-    table = scheme.table_logits(q)
-    qf = q.float()
-    scale, position_scale = ctx.scale, scheme.position_scale(ctx.scale)
+    qp = ctx.q_pos[start : start + c]
+    tau = None if ctx.tau is None else (ctx.tau if ctx.tau.shape[-1] == 1 else ctx.tau[..., start : start + c])
+    tables = scheme.position_tables(q, scheme.position_scale(ctx.scale))
+    qs = q.float() * ctx.scale
     carried: Tensor | None = None
-    top = qf.new_full((B, H, c), float("-inf"))
-    denominator = qf.new_zeros(B, H, c)
-    acc = qf.new_zeros(B, H, c, v.shape[-1])
-    for lo, hi in _key_tiles(ctx, start, stop, tile):
-        allowed = ctx.mask.allowed(qp, ctx.k_pos[lo:hi])
-        scores = (qf @ k[..., lo:hi, :].float().transpose(-1, -2)) * scale
-        gates = torch.sigmoid(scores) * allowed
-        position, carried = scheme.position_logits(table, gates, carried)
-        logits = _finish(scores + position * position_scale, scheme, ctx, tau)
-        logits = logits.masked_fill(~allowed, float("-inf"))
+    top = qs.new_full((B, H, c), float("-inf"))
+    denominator = qs.new_zeros(B, H, c)
+    acc = qs.new_zeros(B, H, c, v.shape[-1])
+    for lo, hi in _key_tiles(ctx, start, start + c, tile):
+        keys = k[..., lo:hi, :].flip(-2).float()
+        scores = qs @ keys.transpose(-1, -2)
+        gates = torch.sigmoid(scores)
+        hidden = None if _fully_visible(ctx, start, hi) else ~ctx.mask.allowed(qp, ctx.k_pos[lo:hi].flip(0))
+        if hidden is not None:
+            gates = gates.masked_fill(hidden, 0.0)
+        position, carried = scheme.position_logits(tables, gates, carried, reversed_keys=True)
+        logits = _finish(scores + position, ctx, tau)
+        if hidden is not None:
+            logits = logits.masked_fill(hidden, float("-inf"))
         new_top = torch.maximum(top, logits.amax(-1))
         base = new_top.masked_fill(torch.isneginf(new_top), 0.0)
         decay = torch.exp(top - base)
         weights = torch.exp(logits - base[..., None])
         denominator = denominator * decay + weights.sum(-1)
-        acc = acc * decay[..., None] + weights @ v[..., lo:hi, :].float()
+        acc = acc * decay[..., None] + weights @ v[..., lo:hi, :].flip(-2).float()
         top = new_top
     if ctx.sinks is not None:  # one more column of logit sink_h whose weight is dropped
         sink = ctx.sinks.float().view(1, H, 1).expand(B, H, c)

@@ -33,15 +33,6 @@ def reverse_cumsum(gates: Tensor) -> Tensor:
     return gates.flip(-1).cumsum(-1).flip(-1)
 
 
-def interpolate(table: Tensor, floor: Tensor, weight: Tensor, last: int) -> Tensor:
-    """Position logits read at fractional positions floor + weight (weight in [0, 1)): table (..., c, npos) at
-    (..., c, n) as table[ceil p] w + table[floor p] (1 - w), both indices clamped to `last` (a count past the table
-    reads its last entry, as the authors' clamp to npos - 1 does); differentiable in the weight, not the indices."""
-    low = floor.clamp(max=last)
-    high = (floor + (weight > 0).long()).clamp(max=last)
-    return table.gather(-1, high) * weight + table.gather(-1, low) * (1.0 - weight)
-
-
 @register_scheme("cope")
 class CoPE(PositionScheme):
     """Contextual position encoding: p_ij counts the query's sigmoid gates over keys j..i; the logits add
@@ -75,26 +66,37 @@ class CoPE(PositionScheme):
         """The factor on q . e(p) in the logits: the score's scale (the authors' code), or 1 with `nodiv`."""
         return 1.0 if self.nodiv else scale
 
-    def table_logits(self, q: Tensor) -> Tensor:
-        """q . e[t] for every integer position t: (B, H, c, npos) in fp32 from q (B, H, c, D)."""
-        return q.float() @ self.pos_emb.float()
+    def position_tables(self, q: Tensor, factor: float) -> tuple[Tensor, Tensor]:
+        """q . e[t] x factor for every integer position t, and its slope to the next entry (0 at the last one), each
+        (B, H, c, npos) in fp32 from q (B, H, c, D): a count p reads table[floor p] + (p - floor p) slope[floor p],
+        the authors' table[ceil p] w + table[floor p] (1 - w)."""
+        table = (q.float() @ self.pos_emb.float()) * factor
+        slope = torch.cat((table[..., 1:] - table[..., :-1], torch.zeros_like(table[..., :1])), dim=-1)
+        return table, slope
 
-    def position_logits(self, table: Tensor, gates: Tensor, carried: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def position_logits(
+        self, tables: tuple[Tensor, Tensor], gates: Tensor, carried: Tensor | None = None, reversed_keys: bool = False
+    ) -> tuple[Tensor, Tensor]:
         """The position logits of one block of keys, and each row's gate count up to its first key.
 
-        `table` (B, H, c, npos) from `table_logits`; `gates` (B, H, c, n) already 0 where masked; `carried`
-        (B, H, c) the count of the keys right of the block in fp64 (the tiled path walks key tiles leftwards), or
-        None. A count is split into the carried whole part and the block's own fp32 sum (at most n + 1), so its
-        fraction keeps fp32's precision of small numbers at any length (a bare fp32 count of 64k gates is
-        resolved to 1/256 only). Returns q . e(p) (B, H, c, n) unscaled and the counts (B, H, c) in fp64 to carry
-        to the next block on the left."""
-        whole = torch.zeros_like(gates[..., 0], dtype=torch.float64) if carried is None else carried.floor()
-        counts = reverse_cumsum(gates)
-        if carried is not None:
+        `tables` from `position_tables`; `gates` (B, H, c, n) already 0 where masked, the keys in order (the last
+        one nearest the query) or, with `reversed_keys`, from the last one back (then a plain cumulative sum is
+        the reverse one); `carried` (B, H, c) the count of the keys right of the block in fp64 (the tiled path
+        walks key tiles leftwards), or None. A count is the carried whole part plus the block's own fp32 sum (at
+        most n + 1), so its fraction keeps fp32's precision of small numbers at any length (a bare fp32 count of
+        64k gates is resolved to 1/256). Counts past npos - 1 read the last entry (the authors' clamp). Returns
+        the position logits (B, H, c, n) and the counts (B, H, c) in fp64 to carry to the next block on the left.
+        At an exactly integral count the slope's gradient is the next entry's (the authors' is 0 there)."""
+        table, slope = tables
+        counts = gates.cumsum(-1) if reversed_keys else reverse_cumsum(gates)
+        whole = None if carried is None else carried.floor()
+        if carried is not None and whole is not None:
             counts = counts + (carried - whole).float()[..., None]
         steps = counts.floor()
-        floor = whole.long()[..., None] + steps.long()
+        index = steps if whole is None else steps + whole.float()[..., None]  # whole numbers: exact below 2^24
+        index = index.clamp(max=self.npos - 1).long()
+        logits = torch.addcmul(table.gather(-1, index), slope.gather(-1, index), counts - steps)
         if not counts.shape[-1]:  # no keys: the count is what was carried
-            return table.new_zeros(gates.shape), whole if carried is None else carried
-        total = whole + counts[..., 0].double()
-        return interpolate(table, floor, counts - steps, self.npos - 1), total
+            return logits, carried if carried is not None else gates.new_zeros(gates.shape[:-1], dtype=torch.float64)
+        first = counts[..., -1] if reversed_keys else counts[..., 0]
+        return logits, first.double() if whole is None else whole + first.double()
