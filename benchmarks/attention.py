@@ -41,6 +41,7 @@ Usage
     .venv/bin/python benchmarks/attention.py --quick               # smoke run, L = 256, 1024
     .venv/bin/python benchmarks/attention.py --schemes rope,alibi --masks causal --lengths 1024,4096
     .venv/bin/python benchmarks/attention.py --backend flex --schemes rope,fire --lengths 4096 --out flex.json
+    .venv/bin/python benchmarks/attention.py --backward --schemes cope --masks causal --lengths 16384  # fwd + bwd
 """
 
 from __future__ import annotations
@@ -125,16 +126,23 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
             torch.randn(BATCH, HEADS, n, HEAD_DIM),
         )
 
-    with torch.no_grad():
-        call(*inputs(min(WARMUP_LEN, L)))  # one-off allocations (kernels, thread pools, caches) happen here
-        q, k, v = inputs(L)
+    backward = bool(spec.get("backward"))
+
+    def step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        out = call(q, k, v)
+        if backward:  # forward and backward: the gradients of q, k, v (and the scheme's parameters)
+            out.sum().backward()
+
+    with torch.set_grad_enabled(backward):
+        step(*(t.requires_grad_(backward) for t in inputs(min(WARMUP_LEN, L))))  # one-off allocations happen here
+        q, k, v = (t.requires_grad_(backward) for t in inputs(L))
         if result["backend"] == "flex":  # compile for L's bucket and build its BlockMask, then forget that peak
             start = time.perf_counter()
             call(q, k, v)
             result["first_call_ms"] = (time.perf_counter() - start) * 1e3
             reset_peak_rss()
         rss_before = harness.rss_now_kib()
-        times_ms, peak_before, peak_after = harness.timed_calls(lambda: call(q, k, v), repeats)
+        times_ms, peak_before, peak_after = harness.timed_calls(lambda: step(q, k, v), repeats)
     result.update(
         times_ms=times_ms,
         time_ms=statistics.median(times_ms),
@@ -196,6 +204,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         choices=["auto", "flex"],
         help="the scheme cells' backend: auto, or flex (FlexAttention compiled; see the module docstring)",
     )
+    parser.add_argument(
+        "--backward",
+        action="store_true",
+        help="time forward and backward (q, k, v requiring grad; the baseline's too) instead of the forward alone",
+    )
     harness.add_quick_repeats(parser, QUICK_LENGTHS, LONG)
     harness.add_threads(parser)
     parser.add_argument("--train-len", type=int, default=1024, help="training length: window width, 2x bca block")
@@ -245,6 +258,7 @@ def cell_spec(cell: Cell, args: argparse.Namespace) -> dict[str, Any]:
         "threads": args.threads,
         "train_len": args.train_len,
         "backend": args.backend,
+        "backward": args.backward,
     }
 
 
@@ -375,7 +389,8 @@ def main(argv: list[str] | None = None) -> int:
 
     footer = (
         f"\ntorch {meta['torch']}, {args.threads} thread(s), {meta['cpu_model']}, {meta['date']}, "
-        f"batch {BATCH}, {HEADS} heads, head dim {HEAD_DIM}, fp32, forward under no_grad; "
+        f"batch {BATCH}, {HEADS} heads, head dim {HEAD_DIM}, fp32, "
+        f"{'forward and backward' if args.backward else 'forward under no_grad'}; "
         f"total {total_s / 60:.1f} min\n"
     )
     report = (

@@ -41,11 +41,16 @@ def _cope(ctx: AttentionContext) -> CoPE:
     return scheme
 
 
-def _finish(logits: Tensor, ctx: AttentionContext, tau: Tensor | None) -> Tensor:
-    """Position-biased logits over the temperature, capped (the order of `reference_attention`)."""
+def _finish(logits: Tensor, ctx: AttentionContext, tau: Tensor | None, inplace: bool = False) -> Tensor:
+    """Position-biased logits over the temperature, capped (the order of `reference_attention`); `inplace`
+    overwrites `logits` (no autograd)."""
     if tau is not None:
-        logits = logits / tau[..., None]
-    return logits if ctx.softcap is None else cap_scores(logits, ctx.softcap)
+        logits = logits.div_(tau[..., None]) if inplace else logits / tau[..., None]
+    if ctx.softcap is None:
+        return logits
+    if inplace:
+        return logits.div_(ctx.softcap).tanh_().mul_(ctx.softcap)
+    return cap_scores(logits, ctx.softcap)
 
 
 def cope_reference(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
@@ -96,21 +101,24 @@ def _query_block(q: Tensor, k: Tensor, v: Tensor, scheme: CoPE, ctx: AttentionCo
     top = qs.new_full((B, H, c), float("-inf"))
     denominator = qs.new_zeros(B, H, c)
     acc = qs.new_zeros(B, H, c, v.shape[-1])
+    inplace = not torch.is_grad_enabled()  # then every (c, n) step overwrites one buffer
     for lo, hi in _key_tiles(ctx, start, start + c, tile):
         keys = k[..., lo:hi, :].flip(-2).float()
         scores = qs @ keys.transpose(-1, -2)
         gates = torch.sigmoid(scores)
         hidden = None if _fully_visible(ctx, start, hi) else ~ctx.mask.allowed(qp, ctx.k_pos[lo:hi].flip(0))
         if hidden is not None:
-            gates = gates.masked_fill(hidden, 0.0)
-        position, carried = scheme.position_logits(tables, gates, carried, reversed_keys=True)
-        logits = _finish(scores + position, ctx, tau)
+            gates = gates.masked_fill_(hidden, 0.0) if inplace else gates.masked_fill(hidden, 0.0)
+        position, carried = scheme.position_logits(tables, gates, carried, reversed_keys=True, inplace=inplace)
+        logits = _finish(position.add_(scores) if inplace else scores + position, ctx, tau, inplace)
         if hidden is not None:
-            logits = logits.masked_fill(hidden, float("-inf"))
+            logits = (
+                logits.masked_fill_(hidden, float("-inf")) if inplace else logits.masked_fill(hidden, float("-inf"))
+            )
         new_top = torch.maximum(top, logits.amax(-1))
         base = new_top.masked_fill(torch.isneginf(new_top), 0.0)
         decay = torch.exp(top - base)
-        weights = torch.exp(logits - base[..., None])
+        weights = logits.sub_(base[..., None]).exp_() if inplace else torch.exp(logits - base[..., None])
         denominator = denominator * decay + weights.sum(-1)
         acc = acc * decay[..., None] + weights @ v[..., lo:hi, :].flip(-2).float()
         top = new_top

@@ -70,12 +70,17 @@ class CoPE(PositionScheme):
         """q . e[t] x factor for every integer position t, and its slope to the next entry (0 at the last one), each
         (B, H, c, npos) in fp32 from q (B, H, c, D): a count p reads table[floor p] + (p - floor p) slope[floor p],
         the authors' table[ceil p] w + table[floor p] (1 - w)."""
-        table = (q.float() @ self.pos_emb.float()) * factor
+        table = (q.float() * factor) @ self.pos_emb.float()
         slope = torch.cat((table[..., 1:] - table[..., :-1], torch.zeros_like(table[..., :1])), dim=-1)
         return table, slope
 
     def position_logits(
-        self, tables: tuple[Tensor, Tensor], gates: Tensor, carried: Tensor | None = None, reversed_keys: bool = False
+        self,
+        tables: tuple[Tensor, Tensor],
+        gates: Tensor,
+        carried: Tensor | None = None,
+        reversed_keys: bool = False,
+        inplace: bool = False,
     ) -> tuple[Tensor, Tensor]:
         """The position logits of one block of keys, and each row's gate count up to its first key.
 
@@ -86,17 +91,25 @@ class CoPE(PositionScheme):
         most n + 1), so its fraction keeps fp32's precision of small numbers at any length (a bare fp32 count of
         64k gates is resolved to 1/256). Counts past npos - 1 read the last entry (the authors' clamp). Returns
         the position logits (B, H, c, n) and the counts (B, H, c) in fp64 to carry to the next block on the left.
-        At an exactly integral count the slope's gradient is the next entry's (the authors' is 0 there)."""
+        At an exactly integral count the slope's gradient is the next entry's (the authors' is 0 there).
+        `inplace` (no autograd) overwrites `gates` as it goes instead of allocating each step anew."""
         table, slope = tables
-        counts = gates.cumsum(-1) if reversed_keys else reverse_cumsum(gates)
+        if not gates.shape[-1]:  # no keys: the count is what was carried
+            none = gates.new_zeros(gates.shape[:-1], dtype=torch.float64)
+            return table.new_zeros(gates.shape), none if carried is None else carried
+        counts = reverse_cumsum(gates) if not reversed_keys else gates.cumsum_(-1) if inplace else gates.cumsum(-1)
         whole = None if carried is None else carried.floor()
         if carried is not None and whole is not None:
-            counts = counts + (carried - whole).float()[..., None]
+            fraction = (carried - whole).float()[..., None]
+            counts = counts.add_(fraction) if inplace else counts + fraction
+        first = (counts[..., -1] if reversed_keys else counts[..., 0]).double()
+        total = first if whole is None else whole + first
         steps = counts.floor()
-        index = steps if whole is None else steps + whole.float()[..., None]  # whole numbers: exact below 2^24
-        index = index.clamp(max=self.npos - 1).long()
-        logits = torch.addcmul(table.gather(-1, index), slope.gather(-1, index), counts - steps)
-        if not counts.shape[-1]:  # no keys: the count is what was carried
-            return logits, carried if carried is not None else gates.new_zeros(gates.shape[:-1], dtype=torch.float64)
-        first = counts[..., -1] if reversed_keys else counts[..., 0]
-        return logits, first.double() if whole is None else whole + first.double()
+        weight = counts.sub_(steps) if inplace else counts - steps
+        if whole is not None:  # whole numbers: exact in fp32 below 2^24
+            steps.add_(whole.float()[..., None])  # `steps` is floor's fresh output, which nothing else reads
+        index = steps.clamp_(max=self.npos - 1).long()
+        logits = table.gather(-1, index)
+        if inplace:
+            return logits.addcmul_(slope.gather(-1, index), weight), total
+        return torch.addcmul(logits, slope.gather(-1, index), weight), total
