@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from conftest import make_scheme
 
+from lextra.analysis import layer_attention
 from lextra.attention import attention
 from lextra.errors import ConfigError
 from lextra.model import GPT, GPTConfig
@@ -16,9 +17,10 @@ from lextra.model import GPT, GPTConfig
 TOL = 1e-5
 
 
-def authors_cope(q, k, v, pos_emb, npos, nodiv=False):
+def authors_cope(q, k, v, pos_emb, npos, nodiv=False, weights=False):
     """The authors' `ContextPosSelfAttn.forward` (facebookresearch/RAM, projects/cope/src/cope/context_position.py;
-    default flags: gates from the attention keys, causal 0/1 mask), ported to float64 on (B*H, L, D) tensors."""
+    default flags: gates from the attention keys, causal 0/1 mask), ported to float64 on (B*H, L, D) tensors;
+    `weights`: the attention weights instead of the output."""
     head_dim = q.shape[-1]
     L = q.shape[-2]
     mask = torch.ones(L, L, dtype=q.dtype).tril()[None]
@@ -34,7 +36,8 @@ def authors_cope(q, k, v, pos_emb, npos, nodiv=False):
     else:
         logits = (gate_logits + pos_logits) / math.sqrt(head_dim)
     logits = logits + mask.log()
-    return torch.bmm(torch.softmax(logits, dim=-1), v)
+    attn = torch.softmax(logits, dim=-1)
+    return attn if weights else torch.bmm(attn, v)
 
 
 def _inputs(scheme, length, batch=2, queries=None, grad=False, scale=1.0):
@@ -198,3 +201,17 @@ def test_counts_past_the_table_are_refused_without_clamping() -> None:
             model(tokens)
     with pytest.raises(ConfigError, match="cope: npos"):
         GPTConfig(scheme="cope,npos=1").validate()
+
+
+def test_analyses_read_copes_own_weights() -> None:
+    """The analyses' capture (`layer_attention`) gives a CoPE layer's weights as the authors' module computes them
+    from the layer's q and k, in query blocks that see only the keys their mask reaches."""
+    torch.manual_seed(2)
+    model = GPT(GPTConfig(vocab_size=61, n_layer=1, n_head=2, d_model=16, train_len=8, scheme="cope"))
+    with torch.no_grad():
+        model.positions[0].pos_emb.normal_(0.0, 0.5)
+    view = next(layer_attention(model, torch.randint(0, 61, (1, 19)), block_size=5))
+    got = torch.cat([torch.nn.functional.pad(b.weights(), (0, 19 - b.logits.shape[-1])) for b in view.blocks()], -2)
+    q, k = (t.double().reshape(2, 19, 8) for t in (view.q, view.k))
+    want = authors_cope(q, k, k, model.positions[0].pos_emb.double()[None], 9, weights=True)
+    assert (got.double().reshape(2, 19, 19) - want).abs().max() <= TOL

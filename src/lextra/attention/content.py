@@ -9,6 +9,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
+from torch import Tensor
+
 from lextra.attention.context import AttentionBackend, AttentionContext
 from lextra.errors import ConfigError
 from lextra.registry import Registry
@@ -23,6 +25,11 @@ class ContentAttention(ABC):
     def backend_for(self, ctx: AttentionContext) -> AttentionBackend:
         """The backend computing `ctx` for the backend it asked for (`ctx.backend`); a one-line ConfigError naming
         the ones it has where it has none."""
+
+    @abstractmethod
+    def logits(self, q: Tensor, k: Tensor, ctx: AttentionContext) -> Tensor:
+        """Dense pre-mask logits (B, H, Lq, Lk) in fp32 of q (B, H, Lq, D) against k for `ctx`: what analyses read
+        (`lextra.analysis.capture`); keys the mask hides enter nothing but are not set to -inf."""
 
 
 CONTENT: Registry[ContentAttention] = Registry("content-dependent attention", modules=("lextra.attention.cope",))
@@ -40,3 +47,10 @@ def content_backend(ctx: AttentionContext) -> AttentionBackend:
             "without it (no extension method, no S2-Attn)"
         )
     return CONTENT.get(scheme.name)().backend_for(ctx)
+
+
+def content_logits(q: Tensor, k: Tensor, ctx: AttentionContext) -> Tensor:
+    """The dense pre-mask logits of a content-dependent scheme's call (`ContentAttention.logits`)."""
+    scheme = ctx.scheme
+    assert scheme is not None and scheme.content_dependent  # callers ask only for such schemes
+    return CONTENT.get(scheme.name)().logits(q, k, ctx)

@@ -53,14 +53,22 @@ def _finish(logits: Tensor, ctx: AttentionContext, tau: Tensor | None, inplace: 
     return cap_scores(logits, ctx.softcap)
 
 
-def cope_reference(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-    """Dense CoPE attention of q (B, H, Lq, D), k (B, H, Lk, D), v for `ctx`, in fp32: the ground truth."""
+def cope_logits(q: Tensor, k: Tensor, ctx: AttentionContext, allowed: Tensor | None = None) -> Tensor:
+    """Dense CoPE logits (B, H, Lq, Lk) in fp32 before the mask (masked keys count nothing), as the authors'
+    module computes them: gates sigmoid(q . k scale) masked, counted from each key to the query, clamped,
+    interpolated, then over the temperature and capped."""
     scheme = _cope(ctx)
-    allowed = ctx.mask.allowed(ctx.q_pos, ctx.k_pos)
+    allowed = ctx.mask.allowed(ctx.q_pos, ctx.k_pos) if allowed is None else allowed
     scores = (q.float() @ k.float().transpose(-1, -2)) * ctx.scale
     gates = torch.sigmoid(scores) * allowed
     position, _ = scheme.position_logits(scheme.position_tables(q, scheme.position_scale(ctx.scale)), gates)
-    logits = _finish(scores + position, ctx, ctx.tau)
+    return _finish(scores + position, ctx, ctx.tau)
+
+
+def cope_reference(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
+    """Dense CoPE attention of q (B, H, Lq, D), k (B, H, Lk, D), v for `ctx`, in fp32: the ground truth."""
+    allowed = ctx.mask.allowed(ctx.q_pos, ctx.k_pos)
+    logits = cope_logits(q, k, ctx, allowed)
     weights = sink_softmax(logits.masked_fill(~allowed, float("-inf")), ctx.sinks)
     return (weights @ v.float()).to(v.dtype)
 
@@ -195,3 +203,6 @@ class CopeAttention(ContentAttention):
             f"cope: backend {ctx.backend!r} cannot add gate-counted positions to its scores; use backend chunked "
             "(tiled) or reference"
         )
+
+    def logits(self, q: Tensor, k: Tensor, ctx: AttentionContext) -> Tensor:
+        return cope_logits(q, k, ctx)
