@@ -4,8 +4,9 @@
 - `chunked` (and `auto`): query blocks, each walking its key tiles from the diagonal leftwards and carrying each
   row's running gate count into the next tile on the left, the tiles merged by an online softmax: memory
   O(Lq x tile), any mask (a tile's visibility from `Mask.allowed`), any device. Under autograd on the CPU each
-  query block is recomputed in the backward pass (activation checkpointing), so training keeps O(L x tile) too
-  (other devices keep the tiles' activations: O(Lq x Lk), no recomputation). A decoding
+  block of `COPE_TRAIN_ROWS` queries is recomputed in the backward pass (activation checkpointing), so training
+  holds one block's tiles over its keys at a time: O(L x rows) (other devices keep every tile's activations:
+  O(Lq x Lk), no recomputation). A decoding
   step (one query over the cached keys) is the same walk over one row: equal to the full forward.
 - `flex` and `sdpa` are refused: a score_mod or a fused kernel sees one score at a time and cannot carry the
   reverse cumulative sum of gates along a query's keys.
@@ -30,6 +31,8 @@ from lextra.positions.cope import CoPE
 
 #: query rows and keys of one tile: (B, H, 256, 256) fp32 is 256 KiB per head
 COPE_TILE = 256
+#: query rows of a block recomputed in the backward pass: its tiles' activations over all its keys are held at once
+COPE_TRAIN_ROWS = 64
 
 
 def _cope(ctx: AttentionContext) -> CoPE:
@@ -148,8 +151,9 @@ def cope_tiled(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor
     recompute = training and q.device.type == "cpu"
     out = None if training else q.new_empty(*q.shape[:-1], v.shape[-1])
     outputs: list[Tensor] = []
-    for start in range(0, Lq, tile):
-        qc = q[..., start : start + tile, :]
+    rows = min(tile, COPE_TRAIN_ROWS) if recompute else tile
+    for start in range(0, Lq, rows):
+        qc = q[..., start : start + rows, :]
         if recompute:
             block = checkpoint(_query_block, qc, k, v, scheme, ctx, start, tile, use_reentrant=False)
             outputs.append(block.to(v.dtype))
