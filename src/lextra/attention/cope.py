@@ -6,8 +6,8 @@
   O(Lq x tile), any mask (a tile's visibility from `Mask.allowed`), any device. Under autograd on the CPU each
   block of `COPE_TRAIN_ROWS` queries is recomputed in the backward pass (activation checkpointing), so training
   holds one block's tiles over its keys at a time: O(L x rows) (other devices keep every tile's activations:
-  O(Lq x Lk), no recomputation). A decoding
-  step (one query over the cached keys) is the same walk over one row: equal to the full forward.
+  O(Lq x Lk), no recomputation). A decoding step (one query over the cached keys) is the same walk over one row:
+  equal to the full forward.
 - `flex` and `sdpa` are refused: a score_mod or a fused kernel sees one score at a time and cannot carry the
   reverse cumulative sum of gates along a query's keys.
 
@@ -143,7 +143,8 @@ def _query_block(q: Tensor, k: Tensor, v: Tensor, scheme: CoPE, ctx: AttentionCo
 
 
 def cope_tiled(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-    """CoPE attention in query blocks x key tiles (`_query_block`), each block checkpointed under autograd."""
+    """CoPE attention in query blocks x key tiles (`_query_block`), each block recomputed in the backward pass
+    on the CPU."""
     scheme = _cope(ctx)
     Lq = q.shape[-2]
     tile = max(1, int(ctx.block_size or COPE_TILE))
@@ -161,7 +162,7 @@ def cope_tiled(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor
             outputs.append(_query_block(qc, k, v, scheme, ctx, start, tile).to(v.dtype))
         else:
             assert out is not None
-            out[..., start : start + tile, :] = _query_block(qc, k, v, scheme, ctx, start, tile)
+            out[..., start : start + rows, :] = _query_block(qc, k, v, scheme, ctx, start, tile)
     return out if out is not None else torch.cat(outputs, dim=-2) if outputs else q.new_zeros(*q.shape[:-1], 0)
 
 
