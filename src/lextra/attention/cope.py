@@ -163,7 +163,9 @@ def cope_tiled(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor
         else:
             assert out is not None
             out[..., start : start + rows, :] = _query_block(qc, k, v, scheme, ctx, start, tile)
-    return out if out is not None else torch.cat(outputs, dim=-2) if outputs else q.new_zeros(*q.shape[:-1], 0)
+    if out is not None:
+        return out
+    return torch.cat(outputs, dim=-2) if outputs else q.new_zeros(*q.shape[:-1], v.shape[-1])
 
 
 class CopeReference(AttentionBackend):
