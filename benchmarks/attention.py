@@ -54,6 +54,7 @@ Usage
     .venv/bin/python benchmarks/attention.py --backend flex --schemes rope,fire --lengths 4096 --out flex.json
     .venv/bin/python benchmarks/attention.py --schemes rope --pieces diffattn --masks causal --lengths 16384 --backward
     .venv/bin/python benchmarks/attention.py --schemes none --content fox --masks causal --lengths 16384 --backward
+    .venv/bin/python benchmarks/attention.py --schemes cope --masks causal --lengths 16384 --backward
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ from typing import Any, cast
 import torch
 from torch import Tensor
 
-from lextra.attention import attention_logits, build_mask, cap_scores, sink_softmax
+from lextra.attention import AttentionContext, attention_logits, build_mask, cap_scores, sink_softmax
+from lextra.attention.content import content_logits
 from lextra.attention.forget_bias import ForgetBias, tile_difference
 from lextra.attention.masks import UNBOUNDED, Mask
 from lextra.devices import module_device
@@ -94,7 +95,9 @@ class LayerAttention:
             kp = self.positions[lo:hi]
             tau = _block_tau(self.temperature, idx)
             q, k = self.q[..., idx, :], self.k[..., lo:hi, :]
-            if self.bias is None:
+            if self.scheme is not None and self.scheme.content_dependent:  # CoPE: gates over the block's keys
+                logits = content_logits(q, k, AttentionContext(self.scheme, self.mask, qp, kp, scale, tau))
+            elif self.bias is None:
                 logits = attention_logits(q, k, self.scheme, qp, kp, scale=scale, tau=tau)
             else:
                 logits = attention_logits(q, k, self.scheme, qp, kp, scale=scale) + self.bias[..., idx, lo:hi]

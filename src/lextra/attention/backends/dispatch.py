@@ -17,6 +17,7 @@ from torch import Tensor
 from lextra.attention.backends.common import toeplitz_possible
 from lextra.attention.backends.forget import forget_backend
 from lextra.attention.backends.tiled import tiles_apply
+from lextra.attention.content import content_backend
 from lextra.attention.context import AttentionBackend, AttentionContext, AttentionOptions
 from lextra.attention.masks import Mask
 from lextra.errors import ConfigError
@@ -76,6 +77,8 @@ def applies(backend: AttentionBackend, ctx: AttentionContext) -> str | None:
 
 def choose_backend(ctx: AttentionContext) -> AttentionBackend:
     """What `auto` runs: the first backend of the device type's order that applies and does not decline."""
+    if ctx.scheme is not None and ctx.scheme.content_dependent:
+        return content_backend(ctx)
     order = AUTO_ORDER.get(ctx.device.type) or AUTO_ORDER["cpu"]
     reasons = []
     for name in order:
@@ -93,7 +96,9 @@ def resolve_backend(ctx: AttentionContext) -> AttentionBackend:
         return forget_backend(ctx)
     if ctx.backend != "auto":
         get_backend(ctx.backend)  # an unknown name is refused before any wrapper routes it
-    if ctx.extension is not None:
+    if ctx.scheme is not None and ctx.scheme.content_dependent:  # CoPE: only its own backends compute it
+        chosen = content_backend(ctx)
+    elif ctx.extension is not None:
         chosen = ctx.extension.backend_for(ctx)
     elif ctx.backend == "auto":
         return choose_backend(ctx)
