@@ -28,14 +28,6 @@ How to read it
     Extra memory is RSS, so it includes what glibc keeps after `free`: read it as an order of magnitude, the time
     ratio as the precise number (benchmarks/README.md, "How it measures").
 
-Attention that replaces the softmax (`--pieces`)
-    A piece whose `attention_kernel` computes the layer's call (stick-breaking, `stickbreak`) is one more row,
-    `nope+PIECE`: the same call with `kernel=` that piece (its tiled walk under `auto`).
-
-Forward and backward (`--backward`)
-    Every cell, the SDPA baseline included, times one forward call and the backward pass of its output's sum
-    (q, k and v require gradients), in place of the forward under `no_grad`.
-
 The `flex` backend (`--backend flex`)
     The same cells through `attention(..., backend="flex")` (FlexAttention compiled, `lextra.attention.flex`).
     Its warm-up call runs at the measured length L, since a compiled kernel is specific to L's bucket: it
@@ -44,12 +36,25 @@ The `flex` backend (`--backend flex`)
     and the peak RSS reset (`/proc/self/clear_refs`), so the timed calls' extra memory is their own, as in a
     model where every layer reuses the compiled kernel and the BlockMask.
 
+Content-dependent attention (`--content fox`)
+    `--content fox` adds Forgetting Attention's row (Lin et al. 2025, arXiv 2503.02130): no position encoding and
+    a forget bias c_i - c_j from random log forget gates (logsigmoid of N(3, 1) logits), through `auto` (the
+    forget tiles on CPU, `lextra.attention.backends.forget`); with `--backward` the gates require grad too.
+
+Attention pieces and the backward pass (`--pieces`, `--backward`)
+    `--pieces diffattn` adds a row `SCHEME+diffattn` per scheme: the piece's `attend` hook around the call, as a
+    layer runs it (differential attention: two maps of half-width q/k, each as two calls on the value's halves).
+    `--backward` times forward and backward (the gradients of q, k and v from the output's sum), the SDPA
+    baseline's too, with autograd on.
+
 Usage
     .venv/bin/python benchmarks/attention.py                       # all schemes x masks, L = 1k, 4k, 16k, 32k
     .venv/bin/python benchmarks/attention.py --quick               # smoke run, L = 256, 1024
     .venv/bin/python benchmarks/attention.py --schemes rope,alibi --masks causal --lengths 1024,4096
     .venv/bin/python benchmarks/attention.py --backend flex --schemes rope,fire --lengths 4096 --out flex.json
-    .venv/bin/python benchmarks/attention.py --schemes nope --masks causal --lengths 16384 --backward  # + stickbreak
+    .venv/bin/python benchmarks/attention.py --schemes rope --pieces diffattn --masks causal --lengths 16384 --backward
+    .venv/bin/python benchmarks/attention.py --schemes none --content fox --masks causal --lengths 16384 --backward
+    .venv/bin/python benchmarks/attention.py --schemes cope --masks causal --lengths 16384 --backward
 """
 
 from __future__ import annotations
@@ -72,8 +77,6 @@ HEAD_DIM = 64
 DEFAULT_LENGTHS = (1024, 4096, 16384, 32768)
 QUICK_LENGTHS = (256, 1024)
 DEFAULT_MASKS = ("causal", "window", "bca")
-#: attention pieces that replace the softmax, benchmarked as rows `nope+PIECE`
-DEFAULT_PIECES = ("stickbreak",)
 LONG = 16384  # at and above this length a cell repeats once by default
 WARMUP_LEN = 128
 BASELINE = "sdpa"
@@ -83,6 +86,8 @@ BASELINE = "sdpa"
 # worker: one cell in a fresh process (torch is only ever imported here, never in the driver, so that the
 # driver's own RSS does not leak into a worker's ru_maxrss through fork/exec)
 # --------------------------------------------------------------------------------------------------------------
+#: content-dependent attention rows (`--content`): not position schemes, so built here
+CONTENT_ROWS = ("fox",)
 
 
 def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
@@ -94,10 +99,10 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
     torch.set_num_threads(int(spec["threads"]))
     torch.manual_seed(0)
     L, repeats = int(spec["length"]), int(spec["repeats"])
-    backward = bool(spec.get("backward", False))
     result: dict[str, Any] = {"num_threads": torch.get_num_threads()}
-    kernel = None
 
+    backward = bool(spec.get("backward"))
+    extra: dict[str, torch.Tensor] = {}
     if spec["kind"] == BASELINE:
         key_dim = HEAD_DIM
 
@@ -105,30 +110,45 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
         result["backend"] = "sdpa"
+    elif spec["scheme"] == "fox":
+        from lextra.attention import attention, build_mask
+        from lextra.attention.backends.forget import forget_backend
+        from lextra.attention.forget_bias import ForgetBias, cumulative_log_gates
+
+        key_dim = HEAD_DIM
+        mask = build_mask(spec["mask"], train_len=int(spec["train_len"]))
+
+        def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            logits = extra.get("gates")
+            if logits is None or logits.shape[-1] != q.shape[-2]:
+                logits = extra["gates"] = (torch.randn(BATCH, HEADS, q.shape[-2]) + 3.0).requires_grad_(backward)
+            c = cumulative_log_gates(F.logsigmoid(logits))
+            return attention(q, k, v, mask=mask, forget=ForgetBias(c, c))
+
+        pos = torch.arange(L)
+        probe = torch.zeros(BATCH, HEADS, 1)
+        with torch.no_grad():
+            ctx = backends_context(q_pos=pos, k_pos=pos, mask=mask, forget=ForgetBias(probe, probe))
+            result["backend"] = "forget/" + forget_backend(ctx).name
     else:
         import lextra.attention.backends as backends
         from lextra.attention import attention, build_mask
-        from lextra.attention.pieces import PIECES
         from lextra.positions import HeadDims, build_scheme
 
         train_len = int(spec["train_len"])
+        scheme_spec, *piece_names = spec["scheme"].split("+")  # `rope+diffattn`: a scheme and attention pieces
         dims = HeadDims(HEADS, HEAD_DIM, HEADS * HEAD_DIM, train_len)
-        scheme_spec, *piece_names = spec["scheme"].split("+")
         scheme = build_scheme(scheme_spec, dims).eval()
-        for name in piece_names:  # `--pieces`: the piece's own attention in place of the softmax
-            kernel = PIECES.build(name, dims).attention_kernel or kernel
         mask = build_mask(spec["mask"], train_len=train_len)
         key_dim = scheme.key_dim()
         pos = torch.arange(L)
         backend = spec.get("backend", "auto")
-        with torch.set_grad_enabled(backward):
+        with torch.enable_grad() if spec.get("backward") else torch.no_grad():  # `auto` decides by grad mode
             result["backend"] = backends.attention_path(scheme, mask, pos, pos) if backend == "auto" else backend
-        if kernel is not None:
-            result["backend"] = f"{'+'.join(piece_names)}/{backend}"
         uses_sdpa = result["backend"] == "sdpa"
         result["mask_repr"] = repr(mask)
         result["backends_sha"] = file_sha(backends.__file__)
-        if not uses_sdpa and kernel is None:
+        if not uses_sdpa:
             try:  # private helpers: informative only, so tolerate their changing
                 typical = backends._typical_keys(mask, L, backends.MAX_BLOCK)
                 result["block_size"] = backends._block_size(scheme, typical, HEADS, None)
@@ -136,16 +156,15 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
                 result["block_size"] = f"unknown ({exc!r})"
 
         def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            return attention(q, k, v, scheme=scheme, mask=mask, backend=backend, kernel=kernel)
+            return attention(q, k, v, scheme=scheme, mask=mask, backend=backend)
 
-    forward = call
-    if backward:
+        if piece_names:  # the pieces' `attend` hooks around the call, as a layer runs them
+            from lextra.attention.pieces import PIECES, attend_through
 
-        def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            out = forward(q, k, v)
-            out.sum().backward()
-            q.grad = k.grad = v.grad = None
-            return out.detach()
+            attend = attend_through([PIECES.build(name, dims) for name in piece_names], attention, 0)
+
+            def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+                return attend(q, k, v, scheme=scheme, mask=mask, backend=backend)
 
     def inputs(n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return (
@@ -154,8 +173,17 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
             torch.randn(BATCH, HEADS, n, HEAD_DIM, requires_grad=backward),
         )
 
-    with torch.set_grad_enabled(backward):
+    if backward:  # forward and backward of the output's sum, the inputs' gradients dropped each call
+        forward = call
+
+        def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            out = forward(q, k, v)
+            torch.autograd.grad(out.sum(), (q, k, v))
+            return out
+
+    with torch.enable_grad() if backward else torch.no_grad():
         call(*inputs(min(WARMUP_LEN, L)))  # one-off allocations (kernels, thread pools, caches) happen here
+        extra.clear()
         q, k, v = inputs(L)
         if result["backend"] == "flex":  # compile for L's bucket and build its BlockMask, then forget that peak
             start = time.perf_counter()
@@ -173,6 +201,16 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
         peak_before_mib=peak_before / 1024,
     )
     return result
+
+
+def backends_context(**options: Any) -> Any:
+    """An `AttentionContext` over these positions (what `auto` decides from), on expanded zeros."""
+    import torch
+
+    from lextra.attention.backends import AttentionContext
+
+    probe = torch.zeros(BATCH, HEADS, 1, HEAD_DIM).expand(-1, -1, options["k_pos"].numel(), -1)
+    return AttentionContext.build(probe, probe, **options)
 
 
 def reset_peak_rss() -> None:
@@ -211,7 +249,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "relative to plain causal SDPA at the same length.",
         formatter_class=HelpFormatter,
     )
-    parser.add_argument("--schemes", default="all", help="comma list of position schemes, or 'all'")
+    parser.add_argument("--schemes", default="all", help="comma list of position schemes, 'all' or 'none'")
+    parser.add_argument(
+        "--content", default="", help=f"comma list of content-dependent attention rows ({', '.join(CONTENT_ROWS)})"
+    )
     parser.add_argument(
         "--masks",
         default=",".join(DEFAULT_MASKS),
@@ -220,18 +261,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--lengths", default=",".join(map(str, DEFAULT_LENGTHS)), help="comma list of L")
     parser.add_argument(
-        "--pieces",
-        default=",".join(DEFAULT_PIECES),
-        help="comma list of attention pieces that replace the softmax, each a row nope+PIECE ('none': no such row)",
-    )
-    parser.add_argument(
-        "--backward", action="store_true", help="time forward + backward (gradients of q, k, v) in every cell"
-    )
-    parser.add_argument(
         "--backend",
         default="auto",
         choices=["auto", "flex"],
         help="the scheme cells' backend: auto, or flex (FlexAttention compiled; see the module docstring)",
+    )
+    parser.add_argument(
+        "--pieces",
+        default="",
+        help="comma list of attention pieces (e.g. diffattn): each adds a row SCHEME+PIECE per scheme, the piece's "
+        "attend hook run around the call as a layer runs it",
+    )
+    parser.add_argument(
+        "--backward",
+        action="store_true",
+        help="time forward and backward (gradients of q, k, v from the output's sum), the baseline too",
     )
     harness.add_quick_repeats(parser, QUICK_LENGTHS, LONG)
     harness.add_threads(parser)
@@ -385,8 +429,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.worker is not None:
         return harness.worker_main(run_cell, args.worker, error_chars=None)
-    schemes = harness.scheme_names(args.schemes)
-    schemes += [f"nope+{piece}" for piece in csv_list(args.pieces) if piece != "none"]
+    schemes = [] if args.schemes == "none" else harness.scheme_names(args.schemes)
+    schemes += [f"{scheme}+{piece}" for piece in csv_list(args.pieces) for scheme in schemes]
+    content = csv_list(args.content)
+    unknown = sorted(set(content) - set(CONTENT_ROWS))
+    if unknown:
+        raise SystemExit(f"--content: unknown rows {', '.join(unknown)}; known: {', '.join(CONTENT_ROWS)}")
+    schemes += content
     masks = [mask_spec(m, args.train_len) for m in csv_list(args.masks)]
     lengths = [int(x) for x in csv_list(args.lengths)]
     cells = plan(schemes, masks, lengths, args)
@@ -415,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
     footer = (
         f"\ntorch {meta['torch']}, {args.threads} thread(s), {meta['cpu_model']}, {meta['date']}, "
         f"batch {BATCH}, {HEADS} heads, head dim {HEAD_DIM}, fp32, "
-        f"{'forward + backward' if args.backward else 'forward under no_grad'}; "
+        f"{'forward and backward' if args.backward else 'forward under no_grad'}; "
         f"total {total_s / 60:.1f} min\n"
     )
     report = (
@@ -437,6 +486,7 @@ def main(argv: list[str] | None = None) -> int:
             "baseline_every": args.baseline_every,
             "warmup_len": WARMUP_LEN,
             "backend": args.backend,
+            "pieces": csv_list(args.pieces),
             "backward": args.backward,
         },
         "baseline": {str(L): v for L, v in baselines.items()},

@@ -73,13 +73,16 @@ SETTING_KEYS = ("config", "eval", "train", "key")
 
 def with_intervals(shape):
     """An evaluation's `json_shape` as written before intervals, with what evaluations now add: each point's
-    interval and per-document sums, the span and the documents' sources (wherever an evaluation lies in it)."""
+    interval and per-document sums, the span and the documents' sources, a retrieval cell's answer NLL (wherever an
+    evaluation lies in it)."""
     if isinstance(shape, dict):
         shape = {key: with_intervals(value) for key, value in shape.items()}
         if {"ppl", "nll", "tokens"} <= set(shape):
             shape.update(low="float", high="float", nll_by_document=["float"], tokens_by_document=["int"])
         if "stitched" in shape:
             shape.update(span="int", sources=[{"index": "int", "offset": "int", "sha1": "str"}])
+        if {"exact", "rank1", "mean_rank", "examples"} <= set(shape):  # a retrieval cell: its answers' NLL
+            shape.update(answer_nll="float")
     return shape
 
 

@@ -384,16 +384,16 @@ def test_batches_and_heads_are_independent() -> None:
 def test_the_fast_path_computes_only_the_tiles_a_method_shows(monkeypatch: pytest.MonkeyPatch) -> None:
     """Attention sinks at L = 64 over 2000 tokens see 64 keys per query: the tiles computed hold a few times
     that many pairs, not the 2000 x 2000 / 2 of causal attention."""
-    import lextra.extend.attention as extend_attention
+    import lextra.extend.capsinks as tiles  # each tile's call (`LayerScores.attend`)
 
     computed = []
-    real = extend_attention.attention_with_lse
+    real = tiles.attention_with_lse
 
     def counting(q, k, v, scale, **kwargs):
         computed.append(q.shape[-2] * k.shape[-2])
         return real(q, k, v, scale, **kwargs)
 
-    monkeypatch.setattr(extend_attention, "attention_with_lse", counting)
+    monkeypatch.setattr(tiles, "attention_with_lse", counting)
     scheme, q, k, v = _inputs("rope", 2000)
     with torch.no_grad():
         extended_attention(q, k, v, scheme, build_extension("sinks", L), block_size=64)

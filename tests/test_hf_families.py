@@ -73,8 +73,9 @@ PLANS = {
     "olmo3": ["rope,base=500000.0+window:8+qknorm", "rope,base=500000.0+qknorm"],
     "llama4_text": ["rope,base=500000.0+chunk:8+qknorm,weight=false", "nope+temp_tuning,beta=0.1,gamma=4.0"],
 }
-#: families an extension method applies to by default (a global rotary layer without sinks or softcap)
-EXTENDED = ["llama", "qwen2", "qwen3", "gemma3_text", "smollm3", "phi", "olmo2", "olmo3"]
+#: families an extension method applies to by default (a global rotary layer; Gemma 2's with its softcap,
+#: gpt-oss's with its sinks)
+EXTENDED = ["llama", "qwen2", "qwen3", "gemma2", "gemma3_text", "smollm3", "gpt_oss", "phi", "olmo2", "olmo3"]
 
 
 def tiny(model_type: str, seed: int = 0, scale_qk: float = 1.0, **overrides: Any) -> Any:
@@ -240,7 +241,7 @@ def test_an_extension_that_changes_nothing_keeps_each_family_s_logits(family: st
         ("smollm3", {"extension": "self_extend", "layers": "nope"}, r"layer 1 \(it is a NoPE layer"),
         ("smollm3", {"rope_scaling": "yarn:2", "layers": "1"}, r"layer 1 \(it is a NoPE layer, with no RoPE"),
         ("mistral", {"extension": "self_extend"}, "window:8 mask .* set sliding_window to null"),
-        ("gpt_oss", {"extension": "rerope"}, "learned sinks or a softcap"),
+        ("gpt_oss", {"extension": "rerope", "layers": "0"}, r"layer 0 \(it attends through a window:8 mask"),
         ("gpt_oss", {"rope_scaling": "yarn:2"}, "already uses rope_type 'yarn'"),
         ("cohere2", {"extension": "dca", "layers": "global"}, r"layer 1 \(it is a NoPE layer"),
         ("gemma3_text", {"log_scaling": "ssmax"}, "ssmax is a learned per-head scale"),

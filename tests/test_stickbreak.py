@@ -15,6 +15,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from lextra.analysis.capture import layer_attention
 from lextra.attention import S2Attention, attention, stickbreak
 from lextra.attention.pieces import PIECES
+from lextra.attention.plan import parse_plan
 from lextra.attention.stickbreak import StickBreaking
 from lextra.cli import main
 from lextra.errors import ConfigError
@@ -70,6 +71,11 @@ def _qkv(B: int = 2, H: int = 2, L: int = 70, D: int = 16, spread: float = 1.0) 
     return q, k, torch.randn(B, H, L, D)
 
 
+def _sb(piece: StickBreaking, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **options) -> torch.Tensor:
+    """The piece's attention, as a layer calls it (its `attend` hook with the options of `attention`)."""
+    return piece.attend(q, k, v, call=attention, layer=0, **options)
+
+
 def _piece(H: int = 2, D: int = 16, **options) -> StickBreaking:
     piece = PIECES.build("stickbreak", HeadDims(H, D, H * D, 16), **options)
     assert isinstance(piece, StickBreaking)
@@ -85,9 +91,9 @@ def test_every_path_equals_the_authors_function(attend_current: bool, backend: s
     out, rem = authors_forward(q.double(), k.double(), v.double(), attend_current)
     want = out + rem[..., None] * v.double()
     with torch.no_grad():
-        got = attention(q, k, v, kernel=piece, backend=backend, block_size=16)
+        got = _sb(piece, q, k, v, backend=backend, block_size=16)
     assert (got.double() - want).abs().max() < TOL
-    none = attention(q, k, v, kernel=_piece(remainder="none", attend_current=attend_current), backend=backend)
+    none = _sb(_piece(remainder="none", attend_current=attend_current), q, k, v, backend=backend)
     assert (none.double() - out).abs().max() < TOL
 
 
@@ -102,21 +108,21 @@ def test_the_piece_equals_the_authors_model_layer_with_its_defaults() -> None:
             param.normal_()
         norm.weight.copy_(piece.norm_weight)
         norm.bias.copy_(piece.norm_bias)
-        got = piece.transform_output(q, attention(q, k, v, kernel=piece.attention_kernel))
+        got = piece.transform_output(q, _sb(piece, q, k, v))
         want = authors_layer(q.double(), k.double(), v.double(), piece.head_bias.double(), norm)
         assert (got.double() - want).abs().max() < TOL
         # the first token sees no key: its whole stick is the remainder, so its output is the head bias
-        first = attention(q, k, v, kernel=piece)[:, :, 0]
+        first = _sb(piece, q, k, v)[:, :, 0]
         assert (first - piece.head_bias[None]).abs().max() < TOL
 
 
 def test_one_cached_decoding_step_equals_the_authors_decoding_function() -> None:
     q, k, v = _qkv(L=40)
     out, rem = authors_decoding(q[..., -1:, :].double(), k.double(), v.double())
-    got = attention(q[..., -1:, :], k, v, kernel=_piece(remainder="none"))
+    got = _sb(_piece(remainder="none"), q[..., -1:, :], k, v)
     assert (got.double() - out).abs().max() < TOL
-    full = attention(q, k, v, kernel=_piece(remainder="value"), backend="chunked", block_size=8)
-    step = attention(q[..., -1:, :], k, v, kernel=_piece(remainder="value"))
+    full = _sb(_piece(remainder="value"), q, k, v, backend="chunked", block_size=8)
+    step = _sb(_piece(remainder="value"), q[..., -1:, :], k, v)
     assert (step - full[..., -1:, :]).abs().max() < TOL
     assert (step.double() - (out + rem[..., None] * v[..., -1:, :].double())).abs().max() < TOL
 
@@ -145,13 +151,13 @@ def test_every_backend_equals_the_dense_reference(scheme: str, mask: str, temper
     piece = _piece()
     with torch.no_grad():
         piece.head_bias.normal_()
-        want = attention(q, k, v, kernel=piece, mask=mask, backend="reference", **args)
+        want = _sb(piece, q, k, v, mask=mask, backend="reference", **args)
         for backend, block in (("chunked", 16), ("chunked", None), ("auto", 7)):
-            got = attention(q, k, v, kernel=piece, mask=mask, backend=backend, block_size=block, **args)
+            got = _sb(piece, q, k, v, mask=mask, backend=backend, block_size=block, **args)
             assert (got - want).abs().max() < TOL, (backend, block)
         # queries that are the last 9 keys (a cached prefill) and one decoding step: the row path
-        tail = attention(q[..., -9:, :], k, v, kernel=piece, mask=mask, **{**args, "temperature": None})
-        dense = attention(q, k, v, kernel=piece, mask=mask, backend="reference", **{**args, "temperature": None})
+        tail = _sb(piece, q[..., -9:, :], k, v, mask=mask, **{**args, "temperature": None})
+        dense = _sb(piece, q, k, v, mask=mask, backend="reference", **{**args, "temperature": None})
         assert (tail - dense[..., -9:, :]).abs().max() < TOL
 
 
@@ -166,7 +172,7 @@ def test_gradients_of_the_tiled_and_row_paths_equal_the_references(scheme, mask,
     leaves = [q, k, v, piece.head_bias, *[p for p in args["scheme"].parameters() if p.requires_grad]]
 
     def grads(backend: str) -> list[torch.Tensor]:
-        out = attention(q, k, v, kernel=piece, mask=mask, backend=backend, block_size=8, **args)
+        out = _sb(piece, q, k, v, mask=mask, backend=backend, block_size=8, **args)
         return list(torch.autograd.grad((out * weight).sum(), leaves))
 
     for mine, theirs in zip(grads("chunked"), grads("reference"), strict=True):
@@ -181,7 +187,7 @@ def test_query_blocks_walking_in_groups_equal_the_reference(monkeypatch: pytest.
     piece = _piece(remainder="value")
 
     def run(backend: str) -> list[torch.Tensor]:
-        out = attention(q, k, v, kernel=piece, backend=backend, block_size=8, **args)
+        out = _sb(piece, q, k, v, backend=backend, block_size=8, **args)
         return [out.detach(), *torch.autograd.grad((out * out).sum(), [q, k, v])]
 
     for mine, theirs in zip(run("chunked"), run("reference"), strict=True):
@@ -192,9 +198,9 @@ def test_positions_enter_only_through_their_differences() -> None:
     """Without a scheme, shifting every position changes nothing (the tiled walk reads the order alone)."""
     q, k, v = _qkv(L=40)
     piece = _piece(remainder="value")
-    base = attention(q, k, v, kernel=piece, backend="chunked", block_size=8)
+    base = _sb(piece, q, k, v, backend="chunked", block_size=8)
     shifted = torch.arange(40) + 1000
-    moved = attention(q, k, v, kernel=piece, backend="chunked", block_size=8, q_pos=shifted, k_pos=shifted)
+    moved = _sb(piece, q, k, v, backend="chunked", block_size=8, q_pos=shifted, k_pos=shifted)
     assert (base - moved).abs().max() < TOL
 
 
@@ -206,7 +212,7 @@ def test_fp32_rows_at_64k_positions_equal_float64_without_nan() -> None:
     q, k, v = torch.randn(1, 1, rows, 8) * 3, torch.randn(1, 1, L, 8) * 3, torch.randn(1, 1, L, 8)
     scheme = build_scheme("rope", HeadDims(1, 8, 8, 16))
     q_pos, k_pos = torch.arange(L - rows, L), torch.arange(L)
-    got = attention(q, k, v, kernel=_piece(1, 8, remainder="value"), scheme=scheme, q_pos=q_pos, k_pos=k_pos)
+    got = _sb(_piece(1, 8, remainder="value"), q, k, v, scheme=scheme, q_pos=q_pos, k_pos=k_pos)
     assert bool(torch.isfinite(got).all())
     qr, kr = scheme.rotate(q.double(), k.double(), q_pos, k_pos, L)
     z = qr @ kr.transpose(-1, -2) / math.sqrt(8)
@@ -221,10 +227,10 @@ def test_fp32_rows_at_64k_positions_equal_float64_without_nan() -> None:
 def test_saturated_sticks_stay_finite_forward_and_backward() -> None:
     q, k, v = _qkv(L=64, spread=6.0)  # logits in the hundreds: beta = 1 and 1 - beta = e^-hundreds
     q.requires_grad_(True)
-    out = attention(q, k, v, kernel=_piece(remainder="value"), backend="chunked", block_size=16)
+    out = _sb(_piece(remainder="value"), q, k, v, backend="chunked", block_size=16)
     (grad,) = torch.autograd.grad(out.sum(), [q])
     assert bool(torch.isfinite(out).all()) and bool(torch.isfinite(grad).all())
-    want = attention(q.detach().double(), k.double(), v.double(), kernel=_piece(remainder="value"), backend="reference")
+    want = _sb(_piece(remainder="value"), q.detach().double(), k.double(), v.double(), backend="reference")
     assert (out.double() - want).abs().max() < TOL
 
 
@@ -249,7 +255,7 @@ def test_the_tiled_walk_never_builds_a_quadratic_tensor_forward_or_backward() ->
     piece = _piece(1, 8)
     for backend, bound in (("chunked", 2 * L * T), ("reference", L * L)):
         with _LargestTensor() as mode:
-            out = attention(q, k, v, kernel=piece, backend=backend, block_size=T)
+            out = _sb(piece, q, k, v, backend=backend, block_size=T)
             out.sum().backward()
         assert (mode.largest <= bound) if backend == "chunked" else (mode.largest >= bound), (backend, mode.largest)
 
@@ -294,10 +300,19 @@ def test_a_model_trains_with_gradients_into_the_remainder_and_the_norm() -> None
 def test_what_it_cannot_run_is_refused_in_one_line(options: dict, needle: str) -> None:
     q, k, v = _qkv(L=20)
     with pytest.raises(ConfigError, match=needle) as err:
-        attention(q, k, v, kernel=_piece(), **options)
+        _sb(_piece(), q, k, v, **options)
     assert "\n" not in str(err.value)
     with pytest.raises(ConfigError, match="remainder must be one of bias, value, none"):
         _piece(remainder="current")
+
+
+def test_a_layer_it_is_undefined_in_is_refused_in_one_line() -> None:
+    with pytest.raises(ConfigError, match="not 'cope''s content-dependent scores"):
+        parse_plan("cope+stickbreak", 2)
+    with pytest.raises(ConfigError, match="mask 'full' shows later ones"):
+        parse_plan("nope+full+stickbreak", 2)
+    with pytest.raises(ConfigError, match="takes no forget gate"):
+        _tiny("nope+fox+stickbreak").loss(torch.randint(0, 61, (1, 12)))
 
 
 def test_the_analyses_refuse_a_model_without_softmax_attention() -> None:

@@ -5,6 +5,7 @@ commands (`--setup FILE`), with conflicting flags and bad files refused in one l
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 from lextra.cli.app import main
-from lextra.errors import DataError
+from lextra.errors import ConfigError, DataError
 from lextra.extend import InferenceSetup
 from lextra.extend.base import EXTENSIONS
 from lextra.extend.setup_file import load_setup, read_setup_file, save_setup
@@ -402,3 +403,54 @@ def test_the_table_shows_a_refused_candidate_by_its_reason() -> None:
     table = _table(TuneResult([refused, tuned], tuned, 3.0, None, None))
     assert "| refused: too long | - | - |" in table and "inf" not in table and "nan" not in table
     assert "| 2.5000 | 12.180 | - |" in table  # a part the tuner did not measure shows as '-'
+
+
+def test_a_cells_answer_nll_is_the_teacher_forced_loss_of_its_answer_tokens(tiny) -> None:
+    """Each prompt's answer appended to it and run once: the mean of -log p(answer token) per token, averaged over
+    the cell's prompts, is the cell's answer_nll (what the needle-driven perplexity exponentiates)."""
+    import torch.nn.functional as F
+
+    from lextra.data import prepare_data
+    from lextra.evaluate.retrieval import evaluate_retrieval, evaluation_task
+    from lextra.model import load_model
+    from lextra.tasks.rows import row_seed
+
+    model = load_model(Path(tiny["run"]) / "model").eval()
+    task = evaluation_task("passkey", prepare_data(tiny["corpus"]), 2)
+    result = evaluate_retrieval(model, task, [128], [0.5], samples=3, seed=4, batch_size=2)
+    rng = random.Random(row_seed("eval", task.name, 4, 128, 0.5))
+    expected = []
+    for _ in range(3):
+        sample = task.sample(128, 0.5, rng)
+        ids = torch.tensor([sample.prompt_ids + sample.answer_ids])
+        with torch.no_grad():
+            logp = F.log_softmax(model(ids)[0].double(), dim=-1)
+        n, answer = len(sample.prompt_ids), sample.answer_ids
+        expected.append(-sum(float(logp[n - 1 + i, t]) for i, t in enumerate(answer)) / len(answer))
+    assert result.cell(128, 0.5).answer_nll == pytest.approx(sum(expected) / 3, rel=1e-5)
+
+
+def test_the_needle_objective_scores_candidates_by_the_answers_perplexity(tiny, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "needle.json"
+    args = ["tune", tiny["run"], "--length", "128", "--methods", "yarn", "--corpus", tiny["corpus"], "--depths", "0,1"]
+    args += ["--max-grid", "2", "--objective", "needle", "--out", str(out), "--quiet", "--threads", "1"]
+    assert main(args) == 0
+    assert "needle ppl" in capsys.readouterr().out
+    record = json.loads(out.read_text())["tune"]
+    assert record["objective"]["objective"] == "needle" and record["objective"]["loss"] == "ln(needle_ppl)"
+    trials = [t for t in record["trials"] if not t.get("refused")]
+    assert len(trials) >= 2
+    for trial in trials:  # the loss is ln(needle ppl) alone, whatever perplexity and passkey say
+        assert trial["loss"] == pytest.approx(math.log(trial["needle_ppl"]), rel=1e-9)
+    best = min(trials, key=lambda t: t["loss"])
+    assert record["best"]["loss"] == best["loss"]
+
+
+def test_an_unknown_objective_is_one_line(tiny, tmp_path: Path, capsys) -> None:
+    from lextra.pipelines.tune import ObjectiveSettings
+
+    with pytest.raises(ConfigError, match="tune objective 'longppl' is unknown; choose one of ppl, needle"):
+        ObjectiveSettings(length=64, objective="longppl")
+    args = ["tune", tiny["run"], "--length", "64", "--objective", "longppl", "--out", str(tmp_path / "x.json")]
+    assert main(args) == 2 and "invalid choice: 'longppl'" in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()

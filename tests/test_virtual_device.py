@@ -138,6 +138,8 @@ def _expected_label(mask: str, offset: bool, scheme) -> str:
     chunked where flex refuses (xPos past its rotate span, FIRE wider than flex unrolls)."""
     if scheme.rotate_span is not None and scheme.rotate_span < 40:
         return "chunked"
+    if scheme.content_dependent:  # CoPE: its tiled path, on any device
+        return "chunked"
     if scheme.name == "fire" and scheme.mlp[0].out_features > FLEX_MAX_HIDDEN:
         return "chunked"
     fused = not scheme.has_bias and mask == "causal" and not offset
@@ -213,8 +215,11 @@ def test_the_label_table_is_what_cuda_chooses() -> None:
     assert rows[0] == ["scheme", "causal", "window:64", "bca:128"]
     assert [row[0] for row in rows[1:]] == ALL_SCHEMES
     for name, causal, window, bca in rows[1:]:
-        biased = make_scheme(name).has_bias
-        assert (causal, window, bca) == ("flex" if biased else "sdpa", "flex", "flex")
+        scheme = make_scheme(name)
+        if scheme.content_dependent:  # CoPE: its own tiled path on every device
+            assert (causal, window, bca) == ("chunked", "chunked", "chunked")
+            continue
+        assert (causal, window, bca) == ("flex" if scheme.has_bias else "sdpa", "flex", "flex")
     assert "fire" in vd.format_table(rows) and vd.format_table(rows).count("\n") == len(ALL_SCHEMES)
 
 

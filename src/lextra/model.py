@@ -24,8 +24,10 @@ from torch import Tensor, nn
 from lextra import serialize
 from lextra.attention import PositionLayout, attention, build_mask
 from lextra.attention.backends import AttentionExtension
+from lextra.attention.forget_bias import ForgetBias
+from lextra.attention.fox import forget_inputs, piece_state_rows
 from lextra.attention.masks import Mask
-from lextra.attention.pieces import PIECES, SINGLE_VALUED, AttentionPiece
+from lextra.attention.pieces import PIECES, SINGLE_VALUED, AttentionPiece, attend_through
 from lextra.attention.plan import LayerVariant, format_plan, parse_plan
 from lextra.attention.s2 import S2Attention
 from lextra.errors import CheckpointError, ConfigError
@@ -187,6 +189,8 @@ class KVCache:
         self.buffers: list[tuple[Tensor, Tensor] | None] = [None] * n_layer
         #: per layer, whether its keys are cached after the position transform (None: nothing cached yet)
         self.rotated: list[bool | None] = [None] * n_layer
+        #: per layer, what its attention pieces carry from step to step (FoX: c of the cached keys, the last k, v)
+        self.piece_state: list[dict[str, Tensor]] = [{} for _ in range(n_layer)]
 
     def extend(
         self, layer: int, k: Tensor, v: Tensor, positions: Tensor | None = None, rotated: bool = False
@@ -260,6 +264,7 @@ class KVCache:
         clone.rotated = list(self.rotated)
         clone.length = self.length
         clone.abacus_run = self.abacus_run
+        clone.piece_state = [piece_state_rows(state, repeats) for state in self.piece_state]
         return clone
 
 
@@ -282,6 +287,7 @@ class AttentionInputs:
     temperature: Tensor | None
     sinks: Tensor | None = None
     softcap: float | None = None
+    forget: ForgetBias | None = None  # FoX's forget bias (c at the queries and keys), or None
 
 
 #: called with each layer's inputs just before it attends; it may raise to stop the forward pass there
@@ -434,6 +440,8 @@ class SelfAttention(nn.Module):
         B, L, _ = x.shape
         scheme, positions, cache, layer = inputs.scheme, inputs.positions, inputs.cache, inputs.layer
         q, k, v = self.project(x)
+        state = None if cache is None else cache.piece_state[layer]
+        q, k, v, forget = forget_inputs(self.pieces, x, q, k, v, state, inputs.queries)
         for piece in self.pieces:
             q, k = piece.transform_qk(q, k)
         mask = inputs.mask if self.own_mask is None else self.own_mask
@@ -442,8 +450,8 @@ class SelfAttention(nn.Module):
         if rows is not None:
             q, q_pos, L, x = q[:, :, -rows:], positions[-rows:], rows, x[:, -rows:]
         # plain RoPE under a cache: keys are cached rotated, so a decoding step rotates one key, not all of them
-        observed = inputs.observer is not None
-        rotated = cache is not None and self.extension is None and not observed and scheme.rotates_keys_alone
+        untransformed = inputs.observer is not None or any(piece.transforms_in_attend for piece in self.pieces)
+        rotated = cache is not None and self.extension is None and not untransformed and scheme.rotates_keys_alone
         if rotated:
             q, k = scheme.rotate(q, k, positions, positions)
         if cache is not None:
@@ -452,13 +460,10 @@ class SelfAttention(nn.Module):
         temperature = self.query_temperature(q_pos, k_pos, mask)
         sinks, softcap = self.sink_logits, self.score_cap
         if inputs.observer is not None:
-            inputs.observer(AttentionInputs(layer, q, k, scheme, q_pos, k_pos, mask, temperature, sinks, softcap))
-        if self.extension is not None and (sinks is not None or softcap is not None):
-            raise ConfigError(
-                f"extension {self.extension.name!r} does not apply learned sinks or a softcap; apply it to the "
-                "layers without them (--layers-select)"
+            inputs.observer(
+                AttentionInputs(layer, q, k, scheme, q_pos, k_pos, mask, temperature, sinks, softcap, forget)
             )
-        out = attention(
+        out = attend_through(self.pieces, attention, layer)(
             q,
             k,
             v,
@@ -472,7 +477,7 @@ class SelfAttention(nn.Module):
             layout=inputs.layout if cache is None else None,
             sinks=sinks,
             softcap=softcap,
-            kernel=self._piece_value("attention_kernel"),
+            forget=forget,
         )
         if cache is not None and self.extension is not None:
             keep = self.extension.retains(k_pos, int(positions[-1]) + 1)

@@ -12,16 +12,18 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
 
-from lextra.attention import attention_logits, build_mask, cap_scores, sink_softmax
+from lextra.attention import AttentionContext, attention_logits, build_mask, cap_scores, sink_softmax
+from lextra.attention.content import content_logits
+from lextra.attention.forget_bias import ForgetBias, tile_difference
 from lextra.attention.masks import UNBOUNDED, Mask
 from lextra.devices import module_device
 from lextra.errors import ConfigError
-from lextra.model import GPT, AttentionInputs
+from lextra.model import GPT, AttentionInputs, Block
 from lextra.positions import PositionScheme
 
 DEFAULT_BLOCK = 256
@@ -71,6 +73,8 @@ class LayerAttention:
     #: the layer's learned sinks (H,) and logit softcap (a plan's pieces), or None
     sinks: Tensor | None = None
     softcap: float | None = None
+    #: FoX's forget bias (c at the queries and keys, `lextra.attention.forget_bias`), or None
+    forget: ForgetBias | None = None
 
     def blocks(self, rows: Tensor | None = None) -> Iterator[LogitBlock]:
         """Query blocks in order, each with the logits of the keys its mask can reach (as the chunked backend).
@@ -91,11 +95,16 @@ class LayerAttention:
             kp = self.positions[lo:hi]
             tau = _block_tau(self.temperature, idx)
             q, k = self.q[..., idx, :], self.k[..., lo:hi, :]
-            if self.bias is None:
+            if self.scheme is not None and self.scheme.content_dependent:  # CoPE: gates over the block's keys
+                logits = content_logits(q, k, AttentionContext(self.scheme, self.mask, qp, kp, scale, tau))
+            elif self.bias is None:
                 logits = attention_logits(q, k, self.scheme, qp, kp, scale=scale, tau=tau)
             else:
                 logits = attention_logits(q, k, self.scheme, qp, kp, scale=scale) + self.bias[..., idx, lo:hi]
                 logits = logits if tau is None else logits / tau[..., None]
+            if self.forget is not None:  # over the temperature, as the backends add it
+                diff = tile_difference(self.forget.queries[..., idx], self.forget.keys[..., lo:hi])
+                logits = logits + (diff if tau is None else diff / tau[..., None])
             if self.softcap is not None:
                 logits = cap_scores(logits, self.softcap)
             yield LogitBlock(qp, kp, logits, self.mask.allowed(qp, kp), self.sinks)
@@ -140,9 +149,7 @@ def layer_attention(
     if own_capture is not None:
         yield from own_capture(tokens, mask, block_size=block_size)
         return
-    replaced = [
-        i for i, block in enumerate(model.blocks) if any(p.attention_kernel is not None for p in block.attn.pieces)
-    ]
+    replaced = [i for i, block in enumerate(model.blocks) if any(p.replaces_softmax for p in block.attn.pieces)]
     if replaced:
         raise ConfigError(
             f"the analyses read softmax attention; layer {replaced[0]} replaces the softmax (stickbreak): "
@@ -160,11 +167,16 @@ def layer_attention(
 def _observe(
     model: GPT, x: Tensor, layer: int, positions: Tensor, mask: Mask, backend: str, block_size: int
 ) -> LayerAttention:
-    """Run block `layer` on hidden states x until it is about to attend, and return what it would attend with."""
+    """Run block `layer` on hidden states x until it is about to attend, and return what it would attend with; a
+    layer whose piece runs the attention itself (differential attention's two maps) has no one map to capture."""
+    own = [p.name for p in cast(Block, model.blocks[layer]).attn.pieces if p.transforms_in_attend]
+    if own:
+        raise ConfigError(f"layer {layer} attends through {own[0]!r}, not one softmax map; analyse a model without it")
 
     def stop(inputs: AttentionInputs) -> None:
         view = LayerAttention(layer, inputs.q, inputs.k, inputs.scheme, inputs.q_pos, inputs.mask, inputs.temperature)
         view.block_size, view.sinks, view.softcap = block_size, inputs.sinks, inputs.softcap
+        view.forget = inputs.forget
         raise CapturedLayer(view)
 
     try:

@@ -20,6 +20,7 @@ from typing import ClassVar, TypedDict, Unpack
 import torch
 from torch import Tensor
 
+from lextra.attention.forget_bias import ForgetBias
 from lextra.attention.layout import PositionLayout
 from lextra.attention.masks import Mask, build_mask
 from lextra.errors import ConfigError
@@ -50,7 +51,7 @@ class AttentionOptions(TypedDict, total=False):
     softcap: float | None
     score_bias: Tensor | None
     padding: Tensor | None
-    kernel: AttentionKernel | None
+    forget: ForgetBias | None
 
 
 def default_positions(q: Tensor, k: Tensor, q_pos: Tensor | None, k_pos: Tensor | None) -> tuple[Tensor, Tensor]:
@@ -105,8 +106,9 @@ class AttentionContext:
     #: a boolean padding mask (B|1, H|1, Lq|1, Lk), True where a pair is visible, combined with `mask`, or None;
     #: a row it hides entirely attends to nothing (output 0)
     padding: Tensor | None = None
-    #: an attention that is not a softmax (stick-breaking), which computes the call itself, or None
-    kernel: AttentionKernel | None = None
+    #: FoX's forget bias c_i - c_j as c at the queries and keys (`lextra.attention.forget_bias`), or None; a call
+    #: carrying it runs the backends' forget paths (`lextra.attention.backends.forget`)
+    forget: ForgetBias | None = None
 
     def __post_init__(self) -> None:
         if self.layout is None:  # one device read here, so that no backend decision reads positions again
@@ -185,7 +187,7 @@ class AttentionContext:
             options.get("backend", "auto"),
             score_bias,
             padding,
-            options.get("kernel"),
+            options.get("forget"),
         )
 
 
@@ -281,12 +283,3 @@ class AttentionExtension(ABC):
     def retains(self, k_pos: Tensor, next_query: int) -> Tensor | None:
         """Which cached keys a query at `next_query` or later can still see (None: all of them)."""
         return None
-
-
-class AttentionKernel(ABC):
-    """An attention that replaces the softmax (stick-breaking): `run_attention` hands it the whole call, and it
-    computes `ctx` on the paths it has for `ctx.backend`, refusing the others in one line naming the fix."""
-
-    @abstractmethod
-    def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-        """The attention output (B, H, Lq, Dv) of q, k, v for `ctx`."""

@@ -677,11 +677,12 @@ def flex_band_attention(
     *,
     first: tuple[int, int] | None = None,
     eager: bool | None = None,
+    softcap: float | None = None,
 ) -> tuple[Tensor, Tensor]:
     """One FlexAttention call over a band pass of already rotated q (B, H, Lq, D), k, v: the pass's normalised
     output (B, H, Lq, Dv) and its rows' log-sum-exp (B, H, Lq) fp32 (natural log; -inf, output 0, for a row the
     pass hides entirely), for merging passes exactly (`lextra.attention.backends.merge_tiles`). `first`: see
-    `band_block_mask`.
+    `band_block_mask`; `softcap` caps the pass's scores (a score_mod: tanh(s / c) c).
 
     On CUDA the call is compiled, under the recompile budget (forward and backward). On CPU it runs FlexAttention
     eagerly (forward only): inductor's CPU flex kernel has no `return_lse`, and eager FlexAttention builds each
@@ -692,4 +693,5 @@ def flex_band_attention(
     pad_q, pad_k = block_mask.seq_lengths
     qp, kp, vp = _pad_rows(q, pad_q), _pad_rows(k, pad_k), _pad_rows(v, pad_k)
     eager = q.device.type == "cpu" if eager is None else eager
-    return _flex_with_lse(qp, kp, vp, q.shape[-2], eager, block_mask=block_mask, scale=scale)
+    capped = {} if softcap is None else {"score_mod": _capped_mod(None, softcap)}
+    return _flex_with_lse(qp, kp, vp, q.shape[-2], eager, block_mask=block_mask, scale=scale, **capped)

@@ -15,22 +15,27 @@
 - `temp_tuning`: Llama 4's attention temperature tuning: the query at position p is multiplied by
   1 + beta log1p(floor((p + 1) / gamma)) (`attn_scale` beta 0.1, `floor_scale` gamma 8192).
 - `logn:KIND`: the layer's own log-n scaling (`none`, `qwen`, `ssmax`), as the model-wide `log_scaling`.
+- `diffattn`: differential attention (`lextra.attention.diffattn`), through the `attend` hook.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
-from lextra.attention.context import AttentionKernel
 from lextra.errors import ConfigError
-from lextra.positions.base import HeadDims
+from lextra.positions.base import HeadDims, PositionScheme
 from lextra.positions.logn import check_log_scaling
 from lextra.registry import Registry
 from lextra.validate import check_bool, check_positive
+
+#: `lextra.attention.attention`'s signature: q, k, v and its keyword options -> the heads' output
+AttentionCall = Callable[..., Tensor]
 
 
 class AttentionPiece(nn.Module):
@@ -45,6 +50,11 @@ class AttentionPiece(nn.Module):
     name: ClassVar[str] = "piece"
     summary: ClassVar[str] = ""
     positional: ClassVar[str | None] = None
+    #: `attend` hands the attention call a position transform of its own (differential attention's half-width
+    #: RoPE): the layer then transforms neither q nor k before it, and a KV cache holds keys untransformed
+    transforms_in_attend: ClassVar[bool] = False
+    #: `attend` computes attention without a softmax (stick-breaking): analyses that read softmax weights refuse it
+    replaces_softmax: ClassVar[bool] = False
 
     def __init__(self, dims: HeadDims) -> None:
         super().__init__()
@@ -63,6 +73,13 @@ class AttentionPiece(nn.Module):
         """The heads' output (B, H, L, D) before the output projection; x (B, L, d_model) is the layer input."""
         return out
 
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, *, call: AttentionCall, layer: int, **options: Any) -> Tensor:
+        """The heads' output (B, H, Lq, D) for q, k and v as the layer hands them to attention: `call(q, k, v,
+        **options)` is the layer's attention (the next piece's `attend`, last `lextra.attention.attention`) with
+        its options (scheme, mask, positions, backend, temperature, sinks, ...); `layer` is the layer's 0-based
+        depth. A piece may call it more than once or change an option; the default calls it once as it is."""
+        return call(q, k, v, **options)
+
     @property
     def sink_logits(self) -> Tensor | None:
         """One logit per head (H,) in every softmax's denominator, or None."""
@@ -78,17 +95,37 @@ class AttentionPiece(nn.Module):
         """The layer's own log-n scaling (`none`, `qwen`, `ssmax`) in place of the model's, or None."""
         return None
 
-    @property
-    def attention_kernel(self) -> AttentionKernel | None:
-        """An attention that replaces the softmax (stick-breaking) and computes the layer's call, or None."""
+    @classmethod
+    def check_layer(cls, scheme: type[PositionScheme], mask: str) -> None:
+        """Refuse (ConfigError) a layer whose scheme class or mask spec the piece is undefined with; any by default."""
+
+    def mix_inputs(
+        self, x: Tensor, q: Tensor, k: Tensor, v: Tensor, state: dict[str, Tensor] | None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """q, k, v (B, H, L, D) right after the projections, from the layer input x (B, L, d_model); `state` is the
+        layer's piece state in a KV cache (what the piece carries from step to step), None without a cache."""
+        return q, k, v
+
+    def log_forget_gates(self, x: Tensor) -> Tensor | None:
+        """Log forget gates (B, H, L) fp32 whose cumulative sums bias the scores (FoX, `lextra.attention.fox`),
+        or None."""
         return None
 
 
 #: the hooks of which a layer takes one value (two pieces giving one are refused)
-SINGLE_VALUED = ("sink_logits", "score_cap", "log_scaling", "attention_kernel")
+SINGLE_VALUED = ("sink_logits", "score_cap", "log_scaling")
 
 
-PIECES: Registry[AttentionPiece] = Registry("attention piece", modules=("lextra.attention.stickbreak",))
+def attend_through(pieces: Sequence[AttentionPiece], call: AttentionCall, layer: int) -> AttentionCall:
+    """`call` (the layer's attention) run through the pieces' `attend` hooks, the first piece outermost."""
+    for piece in reversed(pieces):
+        call = partial(piece.attend, call=call, layer=layer)
+    return call
+
+
+PIECES: Registry[AttentionPiece] = Registry(
+    "attention piece", modules=("lextra.attention.diffattn", "lextra.attention.fox", "lextra.attention.stickbreak")
+)
 
 
 def head_rms_norm(x: Tensor, weight: Tensor | None, eps: float) -> Tensor:

@@ -92,6 +92,8 @@ def parse_variant(text: str) -> LayerVariant:
                 f"layer variant {text!r}: {name!r} is neither a mask ({', '.join(MASKS.names())}) nor an attention "
                 f"piece ({', '.join(PIECES.names())})"
             )
+    for piece in pieces:  # a piece undefined with the layer's scheme or mask refuses it here, before any work
+        PIECES.get(piece).check_layer(SCHEMES.get(scheme), mask)
     return LayerVariant(scheme, options, mask, pieces)
 
 

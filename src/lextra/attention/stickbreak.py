@@ -36,10 +36,12 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from lextra.attention.backends.common import cap_scores, rotate
-from lextra.attention.context import AttentionContext, AttentionKernel
-from lextra.attention.pieces import PIECES, AttentionPiece
+from lextra.attention.context import AttentionContext
+from lextra.attention.masks import MASKS
+from lextra.attention.pieces import PIECES, AttentionCall, AttentionPiece
 from lextra.errors import ConfigError
-from lextra.positions.base import HeadDims
+from lextra.positions.base import HeadDims, PositionScheme
+from lextra.registry import parse_spec
 from lextra.validate import check_bool
 
 #: keys per tile (and queries per block) of the tiled walk
@@ -243,7 +245,7 @@ def tiled_stickbreak(
 
 
 @PIECES.register("stickbreak")
-class StickBreaking(AttentionPiece, AttentionKernel):
+class StickBreaking(AttentionPiece):
     """Stick-breaking attention in place of the layer's softmax (Tan et al. 2024, arXiv 2410.17980), with the
     authors' model-layer defaults: keys strictly before the query, the remainder to a learned per-head bias, a
     per-head GroupNorm on the output."""
@@ -253,6 +255,7 @@ class StickBreaking(AttentionPiece, AttentionKernel):
         "attend_current, norm (GroupNorm per head)"
     )
     positional = "remainder"
+    replaces_softmax = True
 
     def __init__(
         self, dims: HeadDims, *, remainder: str = "bias", attend_current: bool = False, norm: bool = True
@@ -268,12 +271,31 @@ class StickBreaking(AttentionPiece, AttentionKernel):
         self.norm_weight = nn.Parameter(torch.ones(H * D)) if norm else None
         self.norm_bias = nn.Parameter(torch.zeros(H * D)) if norm else None
 
-    @property
-    def attention_kernel(self) -> StickBreaking:
-        return self
+    @classmethod
+    def check_layer(cls, scheme: type[PositionScheme], mask: str) -> None:
+        """A scheme whose scores read q and k (CoPE) or a mask that shows later keys (`full`) is refused."""
+        if getattr(scheme, "content_dependent", False):
+            raise ConfigError(
+                f"stick-breaking attention takes a position scheme's rotation or distance bias, not {scheme.name!r}'s "
+                "content-dependent scores; use nope, rope or a bias scheme"
+            )
+        if not MASKS.get(parse_spec(mask).name).causal:
+            raise ConfigError(
+                f"stick-breaking attention breaks sticks over earlier keys; mask {mask!r} shows later ones"
+            )
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, *, call: AttentionCall, layer: int, **options: Any) -> Tensor:
+        """The layer's attention as stick-breaking, from the options the layer hands `attention` (`call`, the
+        softmax attention, is not used)."""
+        forget = options.pop("forget", None)
+        if forget is not None:
+            raise ConfigError("stick-breaking attention takes no forget gate (fox): keep one of the two in a layer")
+        return self.compute(q, k, v, AttentionContext.build(q, k, **options))
 
     def path(self, ctx: AttentionContext) -> str:
         """`dense` or `tiled` for the call's backend; a one-line ConfigError naming the fix where it cannot run."""
+        if ctx.scheme is not None and getattr(ctx.scheme, "content_dependent", False):
+            raise ConfigError(f"stick-breaking attention does not take {ctx.scheme.name!r}'s content-dependent scores")
         if ctx.extension is not None:
             raise ConfigError(
                 f"stick-breaking attention does not run under {ctx.extension.name!r}; apply the extension method to "
@@ -298,7 +320,7 @@ class StickBreaking(AttentionPiece, AttentionKernel):
             )
         return path
 
-    def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
+    def compute(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
         """out_i = sum_j A_ij v_j + (1 - sum_j A_ij) u_i in fp32 (outside autocast), cast to v's dtype."""
         path = self.path(ctx)
         with torch.autocast(q.device.type, enabled=False):

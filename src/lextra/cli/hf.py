@@ -126,9 +126,11 @@ def configure_finetune(parser: argparse.ArgumentParser) -> Handler:
     lora = f"; the spec: {ADAPTERS.usage('lora')} ({ADAPTERS.describe('lora')})"
     positions = f"; {sampler_help()}; pose's target is the saved max_position_embeddings"
     from lextra.data import ORDERS
+    from lextra.data.packing import PACK_MODES
 
     strict: dict[str, dict[str, Any]] = {"batch_size": {"type": positive_int}, "steps": {"type": positive_int}}
     strict["order"] = {"choices": ORDERS}
+    strict["pack"] = {"choices": PACK_MODES}
     add_field_flags(
         parser,
         FinetuneConfig,

@@ -329,7 +329,8 @@ def add_scheme_options(parser: argparse.ArgumentParser, help_text: str) -> None:
 GENERATED_TRAIN_FLAGS = (
     "batch_size", "steps", "lr", "min_lr_ratio", "warmup", "weight_decay", "beta1", "beta2", "grad_clip",
     "position_lr_scale", "seed", "checkpoint_every", "log_every", "eval_every", "eval_sequences", "init_from",
-    "positions", "s2_attn", "order", "precision", "tensorboard", "log_dir", "compile", "fsdp",
+    "positions", "s2_attn", "order", "precision", "tensorboard", "log_dir", "compile", "fsdp", "pack",
+    "mixed_window", "mixed_share",
 )  # fmt: skip
 
 #: training flag (its argparse dest) -> the `TrainConfig` field it sets (`model.NAME`: a `GPTConfig` field): the
@@ -361,6 +362,7 @@ def add_training(parser: argparse.ArgumentParser) -> None:
     from their docs, defaults from the dataclass); one left out keeps the --config file's value, else the default."""
     from lextra.cli.fields import add_config_file, add_field_flags
     from lextra.data import ORDERS
+    from lextra.data.packing import PACK_MODES
     from lextra.model import GPTConfig
     from lextra.reporting.catalog import sampler_help
     from lextra.train import TrainConfig
@@ -392,7 +394,10 @@ def add_training(parser: argparse.ArgumentParser) -> None:
         "position_lr_scale": {"type": finite_float(0.0)},
         "positions": {"metavar": "NAME[:OPTIONS]"},
         "s2_attn": {"metavar": "G"},
+        "mixed_window": {"metavar": "SHORT:LONG"},
+        "mixed_share": {"type": finite_float(0.0)},
         "order": {"choices": ORDERS},
+        "pack": {"choices": PACK_MODES},
         "precision": {"choices": ["fp32", "bf16"]},
     }
     add_field_flags(

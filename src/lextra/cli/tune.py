@@ -1,6 +1,7 @@
 """`lextra tune MODEL --length T`: search the settings of extension methods and RoPE scalings for a model at a target
-length against perplexity plus passkey accuracy, within a time budget, and write the best as a setup file that
-`eval`, `retrieval eval`, `ruler`, `harness` and `hf finetune` take with `--setup FILE`.
+length against perplexity plus passkey accuracy (or LongRoPE2's needle-driven perplexity, `--objective needle`),
+within a time budget, and write the best as a setup file that `eval`, `retrieval eval`, `ruler`, `harness` and
+`hf finetune` take with `--setup FILE`.
 
 MODEL is a lextra run or model folder, a Hugging Face folder, a .gguf file or `smollm2`
 (`lextra.pipelines.loading.load_model_spec`). Progress goes to stderr, one line per candidate (its score, the best
@@ -59,6 +60,15 @@ def add_objective(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--depths", default=None, help="passkey depths (default 0,0.25,0.5,0.75,1)")
     parser.add_argument("--samples", type=positive_int, default=1, help="passkey prompts per depth")
     parser.add_argument("--documents", type=positive_int, default=1, help="held-out documents for perplexity")
+    from lextra.pipelines.tune import OBJECTIVES
+
+    parser.add_argument(
+        "--objective",
+        choices=OBJECTIVES,
+        default="ppl",
+        help="ppl: loss = ln(ppl) + WEIGHT * (1 - passkey); needle: loss = ln(perplexity of the passkey answers' "
+        "tokens alone), LongRoPE2's needle-driven perplexity (default: ppl)",
+    )
     parser.add_argument(
         "--passkey-weight",
         type=finite_float(0.0),
@@ -170,6 +180,7 @@ def _objective_settings(args: argparse.Namespace) -> Any:
         documents=args.documents,
         passkey_weight=args.passkey_weight,
         seed=args.seed,
+        objective=args.objective,
     )
 
 
@@ -229,8 +240,8 @@ def _verify_table(checked: dict[str, Any], length: int) -> str:
     head = " | ".join(f"passkey@{d:g}" for d in depths)
     lines = [
         f"at {length} tokens:",
-        f"| method | setting | ppl | {head} | passkey | seconds |",
-        "|---|---|---:|" + "---:|" * (len(depths) + 2),
+        f"| method | setting | ppl | needle ppl | {head} | passkey | seconds |",
+        "|---|---|---:|---:|" + "---:|" * (len(depths) + 2),
     ]
     from lextra.extend import InferenceSetup
     from lextra.extend.setup_file import setup_summary
@@ -238,10 +249,11 @@ def _verify_table(checked: dict[str, Any], length: int) -> str:
     for row in checked["rows"]:
         label = f"| {row['method']} {row['kind']} | {setup_summary(InferenceSetup(**row['setup']))} |"
         if "refused" in row:
-            lines.append(f"{label} refused: {row['refused']} |" + " |" * (len(depths) + 2))
+            lines.append(f"{label} refused: {row['refused']} |" + " |" * (len(depths) + 3))
             continue
         cells = " | ".join(f"{row[f'passkey@{d:g}']:.2f}" for d in depths)
-        lines.append(f"{label} {row['ppl']:.3f} | {cells} | {row['passkey']:.2f} | {row['seconds']:.0f} |")
+        needle = _number(row.get("needle_ppl"), 3)
+        lines.append(f"{label} {row['ppl']:.3f} | {needle} | {cells} | {row['passkey']:.2f} | {row['seconds']:.0f} |")
     return "\n".join(lines)
 
 
@@ -270,8 +282,8 @@ def _label(trial: Any) -> str:
 def _table(result: Any) -> str:
     """Each method's defaults against its best: loss, perplexity, passkey, candidates and seconds."""
     lines = [
-        "| method | setting | loss | ppl | passkey | candidates | seconds |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| method | setting | loss | ppl | needle ppl | passkey | candidates | seconds |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for name, entry in result.per_method().items():
         rows = [("default", entry["default"])]
@@ -280,10 +292,10 @@ def _table(result: Any) -> str:
         for kind, trial in rows:
             spent = f"{entry['candidates']} | {entry['seconds']:.0f}" if kind == "default" else " | "
             if trial.refused:  # no loss to show: the reason, in the loss column
-                scores = f"refused: {trial.refused} | - | -"
+                scores = f"refused: {trial.refused} | - | - | -"
             else:
-                ppl, passkey = (trial.parts.get(k) for k in ("ppl", "passkey"))
-                scores = f"{trial.loss:.4f} | {_number(ppl, 3)} | {_number(passkey, 2)}"
+                ppl, needle, passkey = (trial.parts.get(k) for k in ("ppl", "needle_ppl", "passkey"))
+                scores = f"{trial.loss:.4f} | {_number(ppl, 3)} | {_number(needle, 3)} | {_number(passkey, 2)}"
             lines.append(f"| {name} {kind} | {_label(trial)} | {scores} | {spent} |")
     return "\n".join(lines)
 

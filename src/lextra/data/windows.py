@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from numpy.lib.stride_tricks import as_strided
 
+from lextra.data.boundaries import DocumentStarts
 from lextra.data.corpora import Document
 from lextra.data.tokenizers import ByteTokenizer, Tokenizer
 from lextra.errors import DataError
@@ -256,6 +257,9 @@ class TrainStream:
         self.tokens = torch.from_numpy(np.ascontiguousarray(flat))
         self.separator = separator
         self.num_documents = len(arrays)
+        sizes = np.array([array.size for array in arrays], dtype=np.int64) + (0 if separator is None else 1)
+        #: where each document starts in the stream (its separator ends the one before)
+        self.starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
         self._joined = JoinedTokens([self.tokens.numpy()])
 
     @classmethod
@@ -281,6 +285,10 @@ class TrainStream:
     def windows(self, starts: torch.Tensor, length: int) -> torch.Tensor:
         """The (len(starts), length + 1) int64 windows of the stream at `starts`."""
         return self._joined.windows(starts, length)
+
+    def document_starts(self) -> DocumentStarts:
+        """Where each document starts in the stream (`lextra.data.packing`)."""
+        return DocumentStarts([0], [self.starts], len(self))
 
 
 def eval_sequences(

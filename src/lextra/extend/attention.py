@@ -1,32 +1,27 @@
 """Attention under a training-free extension method: the dense reference, the fast tiled path, the model hook.
 
 - `reference_extended_attention`: from the formula. Each pair's remapped distance d'(m, n) and visibility come
-  from `method.remap`; the pair is scored with its query rotated at d' and its key at 0 (the schemes allowed here
-  are relative, so that is the score at any positions a, b with a - b = d'); one softmax over the visible pairs.
-  Dense (H, Lq, Lk) logits: small inputs and tests only.
-- `extended_attention`: query blocks x the method's passes x key tiles. Each pass rotates the block's queries at
-  its query positions and each key tile at its key positions, on the fly (no rotated copy of q or k, no Lq x Lk
-  tensor); each tile is one flash call that also returns its rows' log-sum-exp
-  (`lextra.attention.backends.attention_with_lse`), and the tiles of all passes merge exactly
-  (`merge_tiles`). Tiles a pass hides entirely are skipped; tiles it shows entirely run unmasked; the tile at a
-  pass's lower distance edge is laid out so that it is exactly causal; a tile a band edge cuts is split into
-  `SUB` x `SUB` pieces, of which those the pass hides are skipped and only those the edge crosses get a float
-  mask (cached by their shape within a call).
+  from `method.remap`; the pair is scored with its query rotated at d' and its key at 0 (the schemes allowed are
+  relative: that is the score at any a, b with a - b = d'); one softmax over the visible pairs. Dense (H, Lq, Lk).
+- `extended_attention`: query blocks x the method's passes x key tiles. Each pass rotates the block's queries and
+  each key tile at its positions on the fly (no rotated copy of q or k, no Lq x Lk tensor); each tile is one flash
+  call that also returns its rows' log-sum-exp (`attention_with_lse`), and the tiles of all passes merge exactly
+  (`merge_tiles`). Tiles a pass hides are skipped, tiles it shows in full run unmasked, the tile at a pass's lower
+  distance edge is laid out exactly causal; a tile a band edge cuts is split into `SUB` x `SUB` pieces, of which
+  hidden ones are skipped and only those the edge crosses get a float mask (cached by shape within a call).
 - `flex_extended_attention` (backend='flex'; what `auto` runs on CUDA where flex applies): each pass is one
   FlexAttention call (`lextra.attention.flex.flex_band_attention`) over the whole query range, or per `period`
-  block (DCA's chunks): q and all keys rotated at the pass's positions, the pass's band as a mask_mod and a
-  BlockMask built from block position bounds (cached by host-side facts when positions are contiguous), each
-  row's log-sum-exp returned, the passes merged by `merge_tiles` as the tiled path merges tiles (a row a pass
-  hides has log-sum-exp -inf and adds nothing; under autograd the floor `LSE_FLOOR` keeps gradients finite). On
-  CUDA a few kernel launches per pass instead of one flash call per tile; compiled, forward and backward. On
-  CPU FlexAttention runs eagerly (inductor's CPU kernel has no log-sum-exp output), forward only, Lq x Lk per
-  pass: for checking on small inputs; CPU's `auto` keeps the tiled path.
+  block (DCA's chunks): q and all keys rotated at the pass's positions, its band as a mask_mod and a BlockMask from
+  block position bounds (cached by host-side facts when positions are contiguous), the passes merged by their rows'
+  log-sum-exp (a row a pass hides has -inf and adds nothing; under autograd the floor `LSE_FLOOR` keeps gradients
+  finite). On CUDA compiled, forward and backward; on CPU eager (inductor's CPU kernel has no log-sum-exp output),
+  forward only, Lq x Lk per pass: for checking on small inputs, CPU's `auto` keeps the tiled path.
+- In all three a layer's softcap caps each pass's scores, its sinks join the merged denominator once (`scores`).
 - `ExtendedAttention` / `apply_extension`: what a lextra model's attention layers attend through instead of the
-  backends (`SelfAttention.extension`, an `AttentionExtension`), so that full forwards and cached decoding use
-  the same passes. Decoding needs no rule of its own: a new query at position m runs the method's passes over
-  the cached, un-rotated keys, which is each author's decode rule (keys rotated at -d'(m, n) against an
-  unrotated query) with the same numbers as the full forward. Methods with a bounded view (attention sinks,
-  LM-Infinite) let the cache evict keys no later query sees (`ExtensionMethod.retains`).
+  backends (`SelfAttention.extension`), so that full forwards and cached decoding use the same passes. Decoding
+  needs no rule of its own: a new query at m runs the method's passes over the cached, un-rotated keys, which is
+  each author's decode rule (keys rotated at -d'(m, n) against an unrotated query) with the full forward's
+  numbers. Methods with a bounded view (sinks, LM-Infinite) let the cache evict keys no later query sees.
 """
 
 from __future__ import annotations
@@ -47,7 +42,6 @@ from lextra.attention.backends import (
     AttentionExtension,
     AttentionOptions,
     attention,
-    attention_with_lse,
     choose_backend,
     default_positions,
     get_backend,
@@ -58,6 +52,7 @@ from lextra.attention.layout import PositionLayout
 from lextra.attention.masks import Mask, build_mask
 from lextra.errors import ConfigError
 from lextra.extend.base import ExtensionMethod, Pass, build_extension, check_scheme, same_position
+from lextra.extend.capsinks import PLAIN_SCORES, LayerScores
 from lextra.model import GPT, Block
 from lextra.positions.base import PositionScheme
 
@@ -121,9 +116,11 @@ def reference_extended_attention(
     k_pos: Tensor | None = None,
     scale: float | None = None,
     temperature: Tensor | float | None = None,
+    scores: LayerScores = PLAIN_SCORES,
 ) -> Tensor:
     """Dense attention of q (B, H, Lq, D), k (B, H, Lk, Dk), v under `method`, from its formula: each pair scored
-    with the query rotated at d'(m, n) and the key at 0, one fp32 softmax over the visible pairs."""
+    with the query rotated at d'(m, n) and the key at 0, capped by `scores.softcap`, one fp32 softmax over the
+    visible pairs with `scores.sinks` in its denominator."""
     q_pos, k_pos, scale, seq_len, rows = _prepare(q, k, scheme, method, q_pos, k_pos, scale, temperature)
     assert scheme is not None  # `check_scheme` refused None
     B, H, Lq, D = q.shape
@@ -142,8 +139,8 @@ def reference_extended_attention(
     logits = logits * scale
     if rows is not None:
         logits = logits * rows[..., None]
-    logits = logits.masked_fill(~visible.expand(Lq, Lk), float("-inf"))
-    return (torch.softmax(logits, dim=-1) @ v.float()).to(v.dtype)
+    logits = scores.cap(logits).masked_fill(~visible.expand(Lq, Lk), float("-inf"))
+    return (scores.softmax(logits) @ v.float()).to(v.dtype)
 
 
 def extended_attention(
@@ -157,6 +154,7 @@ def extended_attention(
     scale: float | None = None,
     temperature: Tensor | float | None = None,
     block_size: int | None = None,
+    scores: LayerScores = PLAIN_SCORES,
 ) -> Tensor:
     """Attention of q (B, H, Lq, D), k (B, H, Lk, Dk), v under `method`: query blocks x passes x key tiles,
     merged by log-sum-exp; equal to `reference_extended_attention` without its Lq x Lk tensors.
@@ -165,7 +163,7 @@ def extended_attention(
     autograd on CPU each tile is one flash kernel call; elsewhere an exact fp32 computation per tile.
     """
     q_pos, k_pos, scale, seq_len, rows = _prepare(q, k, scheme, method, q_pos, k_pos, scale, temperature)
-    tiles = _TileRun(scheme, method.passes, method.period, seq_len, repr(method))
+    tiles = _TileRun(scheme, method.passes, method.period, seq_len, repr(method), scores)
     return _tiled(q, k, v, tiles, q_pos, k_pos, scale, rows, block_size)
 
 
@@ -180,6 +178,7 @@ def flex_extended_attention(
     scale: float | None = None,
     temperature: Tensor | float | None = None,
     layout: PositionLayout | None = None,
+    scores: LayerScores = PLAIN_SCORES,
 ) -> Tensor:
     """`extended_attention` with each pass one FlexAttention call (`lextra.attention.flex.flex_band_attention`):
     queries in as few blocks as the method's `period` allows (one block without one), each pass rotating the
@@ -194,7 +193,7 @@ def flex_extended_attention(
     B, H, Lq, _ = q.shape
     if Lq == 0 or k.shape[-2] == 0:
         return q.new_zeros(B, H, Lq, v.shape[-1])
-    run = _TileRun(scheme, method.passes, method.period, seq_len, repr(method))
+    run = _TileRun(scheme, method.passes, method.period, seq_len, repr(method), scores)
     q_list, k_first = _host_positions(q_pos, k_pos, layout)
     q_runs = isinstance(q_list, range)
     q_sorted = q_runs or all(a <= b for a, b in itertools.pairwise(q_list))
@@ -204,8 +203,8 @@ def flex_extended_attention(
         first = (block[0], k_first) if k_first is not None and (q_runs or _runs(list(block))) else None
         factor = None if rows is None else rows[..., start:stop, None]
         queries = (q_pos[start:stop], q[..., start:stop, :], min(block), max(block))
-        acc = _flex_block(run, queries, k, v, k_pos, factor, scale, first)
-        outputs.append(acc.to(v.dtype))
+        acc, lse = _flex_block(run, queries, k, v, k_pos, factor, scale, first)
+        outputs.append(scores.finish(acc, lse, slice(start, stop)).to(v.dtype))
     return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-2)
 
 
@@ -230,9 +229,9 @@ def _flex_block(
     factor: Tensor | None,
     scale: float,
     first: tuple[int, int] | None,
-) -> Tensor:
-    """One query block's passes as FlexAttention calls merged by log-sum-exp (fp32): `queries` = their positions,
-    their q, the first and last position; `factor` their rows' logit factor (1 or H, c, 1)."""
+) -> tuple[Tensor, Tensor]:
+    """One query block's passes as FlexAttention calls merged by log-sum-exp (fp32; with the rows' log-sum-exp):
+    `queries` = their positions, their q, the first and last position; `factor` their rows' logit factor."""
     qp, qc, m_lo, m_hi = queries
     grad = torch.is_grad_enabled()
     acc: Tensor | None = None
@@ -243,7 +242,7 @@ def _flex_block(
         if factor is not None:
             qr = qr * factor.to(qr.dtype)
         kr = run.keys(qc, k, q_at, p.k_at(k_pos))
-        part, part_lse = flex_band_attention(qr, kr, v, qp, k_pos, p.distance, p.keys, scale, first=first)
+        part, part_lse = flex_band_attention(qr, kr, v, qp, k_pos, p.distance, p.keys, scale, first=first, **run.cap)
         if grad:
             acc, lse = _merge_out_of_place(acc, lse, part, part_lse)
         else:
@@ -251,7 +250,7 @@ def _flex_block(
         del part, part_lse, qr, kr
     if acc is None or lse is None or bool((lse <= LSE_FLOOR).any()):
         raise ConfigError(f"{run.label}: queries at {m_lo}..{m_hi} see no key; their own positions must be keys")
-    return acc
+    return acc, lse
 
 
 def masked_attention(
@@ -353,8 +352,10 @@ class _TileRun:
         period: int | None,
         seq_len: int | None,
         label: str,
+        scores: LayerScores = PLAIN_SCORES,
     ) -> None:
         self.scheme, self.passes, self.period, self.seq_len, self.label = scheme, passes, period, seq_len, label
+        self.scores, self.cap = scores, scores.flex
 
     def queries(self, qc: Tensor, k: Tensor, at: Tensor) -> Tensor:
         if self.scheme is None:
@@ -438,7 +439,7 @@ class _TiledCall:
             raise ConfigError(
                 f"{self.run.label}: queries at {m_lo}..{m_hi} see no key; their own positions must be keys"
             )
-        return acc
+        return self.run.scores.finish(acc, lse, slice(start, stop))
 
     def _key_range(self, p: Pass, m_lo: int, m_hi: int) -> tuple[int, int, int] | None:
         """The key indices [i0, i1) pass `p` may show queries m_lo..m_hi and the index its lower distance edge
@@ -494,7 +495,7 @@ class _TiledCall:
         vc = self.v[..., lo:hi, :]
         tile = (p, span[0], n_lo, qp, self.k_pos[lo:hi])
         for r0, r1, c0, c1, piece, mask in _pieces(tile, kind, self.contiguous and not self.grad, self.masks):
-            part, part_lse = attention_with_lse(
+            part, part_lse = self.run.scores.attend(
                 qr[..., r0:r1, :], kr[..., c0:c1, :], vc[..., c0:c1, :], self.scale, causal=piece == _CAUSAL, mask=mask
             )
             if self.grad:
@@ -634,7 +635,8 @@ class ExtendedReference(_PassesBackend):
     name = "reference"
 
     def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-        return reference_extended_attention(q, k, v, ctx.scheme, self.method, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau)
+        args = (ctx.scheme, self.method, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau, LayerScores.of(ctx))
+        return reference_extended_attention(q, k, v, *args)
 
 
 class ExtendedTiles(_PassesBackend):
@@ -643,9 +645,8 @@ class ExtendedTiles(_PassesBackend):
     name = "tiled"
 
     def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-        return extended_attention(
-            q, k, v, ctx.scheme, self.method, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau, ctx.block_size
-        )
+        args = (ctx.scheme, self.method, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau, ctx.block_size, LayerScores.of(ctx))
+        return extended_attention(q, k, v, *args)
 
 
 class ExtendedFlex(_PassesBackend):
@@ -657,9 +658,8 @@ class ExtendedFlex(_PassesBackend):
         return get_backend("flex").applies(ctx)
 
     def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-        return flex_extended_attention(
-            q, k, v, ctx.scheme, self.method, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau, ctx.facts
-        )
+        args = (ctx.scheme, self.method, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau, ctx.facts, LayerScores.of(ctx))
+        return flex_extended_attention(q, k, v, *args)
 
 
 class ExtendedAttention(AttentionExtension):

@@ -51,8 +51,6 @@ class GPTInferenceTarget:
                 else f"its scheme {self.variants[layer].scheme!r} has no rotation to remap"
             )
         attn = self._attn(layer)
-        if attn.sink_logits is not None or attn.score_cap is not None:
-            return "it has learned sinks or a softcap"
         if attn.own_mask is not None:
             return f"it attends through its own mask {attn.own_mask!r}, and the method sets its own visibility"
         return None

@@ -13,7 +13,8 @@ its padding, so a model reaches every backend (`reference`, `sdpa`, `chunked`, `
 Under a training-free extension method (`AttentionState.extension`, set through `InferenceSetup`) the model's
 rotary embedding returns the identity, so q and k arrive un-rotated (and the cache holds un-rotated keys); this
 function then runs `lextra.extend.extended_attention`, which rotates them at the method's remapped positions with
-`AttentionState.rotary`, a lextra RoPE whose frequencies are Hugging Face's own (scalings included).
+`AttentionState.rotary`, a lextra RoPE whose frequencies are Hugging Face's own (scalings included), and applies
+the layer's softcap (Gemma 2) to each pass's scores and its sinks (gpt-oss) once to the merged softmax.
 
 Each adapted attention module carries an `AttentionState` as `module.lextra_state`; modules without one (T5's
 decoder and cross attention) run the plain computation: causal when the module is causal, else full.
@@ -33,7 +34,7 @@ from lextra.attention import attention
 from lextra.attention.masks import CausalMask, FullMask, Mask
 from lextra.attention.pieces import TemperatureTuning
 from lextra.errors import ConfigError
-from lextra.extend import BANDED_MASKS, ExtensionMethod, extended_attention
+from lextra.extend import BANDED_MASKS, ExtensionMethod, LayerScores, extended_attention
 from lextra.positions.base import PositionScheme
 from lextra.positions.logn import log_scaling_factor
 
@@ -137,7 +138,8 @@ def lextra_attention(
     plain = position_bias is None and attention_mask is None and sinks is None and softcap is None
     method = state.extension if state is not None and layer in state.extended else None
     if state is not None and method is not None:
-        out = _extended(query, key, value, attention_mask, state, method, layer, q_pos, k_pos, scale)
+        scores = LayerScores(softcap, sinks)
+        out = _extended(query, key, value, attention_mask, state, method, layer, q_pos, k_pos, scale, scores)
         return out.transpose(1, 2).contiguous(), None
     rotary = state.rotaries[layer] if state is not None and state.rotaries is not None else None
     if rotary is not None:
@@ -212,12 +214,14 @@ def _extended(
     q_pos: Tensor,
     k_pos: Tensor,
     scale: float,
+    scores: LayerScores,
 ) -> Tensor:
     """Un-rotated q (B, H, Lq, D), k and v (B, Hkv, Lk, D) under `state.extension`, rotated at its remapped
-    positions. Every cached key is kept; methods with a bounded view (attention sinks, LM-Infinite) hide the keys
-    their rule hides, which gives the logits an evicting cache gives. A decoding step (one query) folds the query
-    heads that share a key/value head into the query axis, all at the step's position, so the cache is rotated
-    per key/value head and never expanded."""
+    positions, with the layer's softcap and sinks (`scores`: Gemma 2's, gpt-oss's). Every cached key is kept;
+    methods with a bounded view (attention sinks, LM-Infinite) hide the keys their rule hides, which gives the
+    logits an evicting cache gives. A decoding step (one query) folds the query heads that share a key/value head
+    into the query axis, all at the step's position, so the cache is rotated per key/value head and never expanded
+    (the sinks then given per folded row)."""
     if state.capture_layer == layer:
         raise ConfigError(
             f"analyses and alignment read rotated q and k, which extension {method.name!r} does not "
@@ -234,10 +238,13 @@ def _extended(
     groups = H // key.shape[1]
     if Lq == 1 and tau is None:
         folded = query.reshape(B, key.shape[1], groups, D)
-        out = extended_attention(folded, key, value, rotary, method, q_pos.repeat(groups), k_pos, scale)
+        if scores.sinks is not None:  # query head h is row h % groups of key/value head h // groups
+            scores = LayerScores(scores.softcap, scores.sinks.reshape(key.shape[1], groups))
+        at = q_pos.repeat(groups)
+        out = extended_attention(folded, key, value, rotary, method, at, k_pos, scale, None, None, scores)
         return out.reshape(B, H, 1, value.shape[-1])
     key, value = _repeat_kv(key, H), _repeat_kv(value, H)
-    return extended_attention(query, key, value, rotary, method, q_pos, k_pos, scale, tau)
+    return extended_attention(query, key, value, rotary, method, q_pos, k_pos, scale, tau, None, scores)
 
 
 def _plain_causal(attention_mask: Tensor | None, q_pos: Tensor, k_pos: Tensor) -> bool:

@@ -55,6 +55,7 @@ from lextra.registry import Option, Registry
 from lextra.train import FINAL, BatchSource, Distributed, LoopConfig, Trainer
 from lextra.train.checkpoints import refuse_changes
 from lextra.train.loop import clip_gradients
+from lextra.train.packing import packed_source, packed_step
 from lextra.train.sharding import gathered, load_full
 from lextra.train.target import StepFunction
 
@@ -182,6 +183,8 @@ class FinetuneConfig(LoopConfig):
         self.sampler()
         if self.s2_group is not None:
             check_group(self.s2_group, self.train_len)
+            if self.pack != "none":
+                raise ConfigError("fine-tuning config: pack documents cannot train with S2-Attn; drop --pack or s2")
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -433,6 +436,8 @@ class HFTarget:
         return self.config.sampler()
 
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self.config.pack != "none":  # (B, 2, L + 1): tokens and document ids
+            return self.stream.batch(step, self.config.batch_size, self.config.train_len, self.config.seed), None
         if self._sampler is None:
             self._sampler = self.sampler()
         return sampled_batch(self._sampler, self.stream, step, self.config.batch_size, self.config.seed)
@@ -441,6 +446,8 @@ class HFTarget:
         if resume:
             _check_compatible(run_dir, self.config)
         self.tokenizer, self._stream = _data(self.config)
+        if self.config.pack != "none":
+            self._stream = packed_source(self._stream)
 
     def run_record(self) -> dict[str, Any]:
         assert self.tokenizer is not None
@@ -468,6 +475,9 @@ class HFTarget:
         pass
 
     def step_function(self, network: torch.nn.Module) -> StepFunction:
+        if self.config.pack != "none":  # each document alone: right-padded rows, the model's own causal mask
+            forward = lambda inputs: network(input_ids=inputs).logits  # noqa: E731
+            return lambda batch, positions: packed_step(network, forward, batch, self.precision, batch.device)
         return lambda batch, positions: step_loss(network, batch, self.precision, positions)
 
     def trainable(self) -> list[tuple[str, torch.nn.Parameter]]:

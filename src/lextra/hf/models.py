@@ -327,8 +327,6 @@ class HFCausalLM(_Adapter):
                 "method sets its own visibility; to attend causally instead, set sliding_window to null in the "
                 "model's config.json"
             )
-        if "sinks" in variant.pieces or "softcap" in variant.pieces:
-            return "it has learned sinks or a softcap"
         return None
 
     def _scale_rope(self, scaling: dict[str, Any] | None, layers: list[int]) -> None:

@@ -66,15 +66,16 @@ class IdentityRotary(torch.nn.Module):
 def hf_rope_parameters(cfg: Any, original: dict[str, Any], spec: str | dict | None) -> dict[str, Any]:
     """The Hugging Face `rope_parameters` of a lextra RoPE scaling spec (`yarn:4`, a dict; None: `original`) for
     frequencies trained with plain RoPE `original`, at the config's `max_position_embeddings`; lextra's `ntk`
-    (no HF type) becomes its exact HF equivalent, rope_type "default" with the NTK base of the rotated channels."""
+    (no HF type) becomes its exact HF equivalent, rope_type "default" with the NTK base of the rotated channels.
+    Without a spec the model's own parameters, whatever their type (gpt-oss's YaRN under an extension method)."""
     base = float(original["rope_theta"])
+    if spec is None:
+        return dict(original)
     if original.get("rope_type", "default") != "default":
         raise ConfigError(
             f"this model already uses rope_type {original['rope_type']!r}; lextra only adds a "
             "scaling to models trained with plain RoPE"
         )
-    if spec is None:
-        return dict(original)
     raw = parse_rope_scaling(spec) if isinstance(spec, str) else dict(spec)
     scaling = build_rope_scaling(raw, int(cfg.max_position_embeddings))
     kept = {key: original[key] for key in MODEL_KEYS if key in original}

@@ -68,6 +68,9 @@ class PositionScheme(nn.Module):
     has_query_bias_mod: ClassVar[bool] = False
     #: the option a bare `name:VALUE` spec sets, or None
     positional: ClassVar[str | None] = None
+    #: the scores read q and k beyond their product (CoPE's gate-counted positions): only the backends written for
+    #: the scheme compute it (`lextra.attention.content`)
+    content_dependent: ClassVar[bool] = False
 
     def __init__(self, dims: HeadDims) -> None:
         super().__init__()
@@ -143,7 +146,13 @@ class PositionScheme(nn.Module):
 
 SCHEMES: Registry[PositionScheme] = Registry(
     "position scheme",
-    modules=("lextra.positions.absolute", "lextra.positions.rotary", "lextra.positions.bias", "lextra.positions.coca"),
+    modules=(
+        "lextra.positions.absolute",
+        "lextra.positions.rotary",
+        "lextra.positions.bias",
+        "lextra.positions.coca",
+        "lextra.positions.cope",
+    ),
 )
 register_scheme = SCHEMES.register
 

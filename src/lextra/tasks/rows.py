@@ -34,7 +34,7 @@ def row_seed(*parts: object) -> int:
 class RowSource:
     """Rows of `task` (prompt + answer, answer last), mixed with corpus windows where `ratio` < 1."""
 
-    def __init__(self, task: RowTask, ratio: float = 1.0, lm: TrainStream | None = None) -> None:
+    def __init__(self, task: RowTask, ratio: float = 1.0, lm: Any = None) -> None:
         if ratio < 1.0 and lm is None:
             raise ConfigError("mixing a retrieval task with language modelling needs a corpus stream")
         self.task, self.ratio, self.lm = task, ratio, lm
@@ -50,13 +50,15 @@ class RowSource:
             if self.lm is None or self.ratio >= 1.0
             else self.lm.batch(step, batch_size, length, seed, rank, world_size)
         )
+        packed = lm_rows is not None and lm_rows.dim() == 3  # packed documents: (B, 2, L + 1), ids second
         rows = []
         for row in range(batch_size):
             rng = random.Random(row_seed(self.task.name, seed, step, rank, row))
             if lm_rows is not None and rng.random() >= self.ratio:
                 rows.append(lm_rows[row])
                 continue
-            rows.append(torch.tensor(self.task.training_row(length + 1, rng), dtype=torch.long, device="cpu"))
+            tokens = torch.tensor(self.task.training_row(length + 1, rng), dtype=torch.long, device="cpu")
+            rows.append(torch.stack((tokens, torch.zeros_like(tokens))) if packed else tokens)  # a row: one document
         return torch.stack(rows)
 
 

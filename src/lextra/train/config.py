@@ -18,12 +18,14 @@ from lextra import serialize
 from lextra.attention import build_mask
 from lextra.data import ORDERS
 from lextra.data.corpora import mixture_weights
+from lextra.data.packing import check_pack
 from lextra.data.positions import PositionSampler, build_sampler
 from lextra.errors import ConfigError
 from lextra.model import GPTConfig
 from lextra.positions.abacus import abacus_digits
 from lextra.tasks import TaskBatches, algorithmic_task, check_task_mask, parse_lengths
 from lextra.tensorboard import require_tensorboard
+from lextra.train.mixed import MixedWindow, check_mixed_run
 from lextra.validate import check_bool, check_int, check_positive, check_positive_int, check_range
 
 
@@ -94,6 +96,10 @@ class LoopConfig:
     #: under torchrun, shard weights, gradients and optimizer state over the processes (FSDP2) instead of
     #: replicating the model (DDP)
     fsdp: bool = False
+    #: how the training windows are filled (`lextra.data.packing.PACK_MODES`): `none` cuts them from the token
+    #: stream across document boundaries; `documents` fills them with whole documents, each attending only to
+    #: itself at positions from its own start (Zhao et al. 2024, arXiv 2402.13991)
+    pack: str = "none"
 
     #: what a resumed run may change: its length, logging and sharding, and the schedule (lr, min_lr_ratio, warmup,
     #: grad_clip), so that a run that diverged continues from its last good checkpoint with a lower learning rate
@@ -126,6 +132,9 @@ class LoopConfig:
             require_tensorboard()
         if self.order not in ORDERS:
             raise ConfigError(f"{where} order must be one of {', '.join(ORDERS)}, got {self.order!r}")
+        check_pack(self.pack, where)
+        if self.pack != "none":
+            check_packable(self, where)
 
 
 def learning_rate(config: LoopConfig, step: int) -> float:
@@ -180,12 +189,23 @@ class TrainConfig(LoopConfig):
     #: run the step's forward and loss through `torch.compile` (inductor; `lextra.compile`); off by default: on the
     #: main job's CPU shape its compile time exceeds what it saves (benchmarks/README.md, `main_job.py`)
     compile: bool = False
+    #: mixed context-window training (LongRoPE2): SHORT:LONG, LONG the training length; a share `mixed_share` of the
+    #: steps cut into SHORT windows under the RoPE scaling's short side (`lextra.train.mixed`); None: off
+    mixed_window: str | None = field(default=None, metadata=serialize.options(omit_none=True))
+    #: the share of mixed-window steps at the short window
+    mixed_share: float = 0.5
 
     #: how a run is carried out, not what it trains (where its curves go, whether its step is compiled or sharded):
     #: left out of `to_dict`, so saved configs, study cells and reused models compare equal either way
     LOGGING_ONLY: ClassVar[tuple[str, ...]] = ("tensorboard", "log_dir", "compile", "fsdp")
     #: fields left out of `to_dict` at these values, so configs saved before they existed compare equal
-    OMIT_DEFAULTS: ClassVar[dict[str, Any]] = {"positions": "contiguous", "s2_attn": 0, "order": "iid"}
+    OMIT_DEFAULTS: ClassVar[dict[str, Any]] = {
+        "positions": "contiguous",
+        "s2_attn": 0,
+        "order": "iid",
+        "pack": "none",
+        "mixed_share": 0.5,
+    }
     #: what a resumed GPT run may change besides `LoopConfig.RESUMABLE`
     RESUMABLE = LoopConfig.RESUMABLE | {"eval_every", "eval_sequences", "data"}  # data: checked by manifest hash
 
@@ -216,7 +236,18 @@ class TrainConfig(LoopConfig):
         self._fit_task(where)
         self.sampler()
         check_s2_attn(self.s2_attn, self.model)
+        if self.pack != "none":
+            check_packed_model(self, where)
+        self.mixed()
         return self
+
+    def mixed(self) -> MixedWindow | None:
+        """The mixed context window `mixed_window` names, checked against the run (None: off)."""
+        if self.mixed_window is None:
+            return None
+        mixed = MixedWindow.parse(self.mixed_window, self.mixed_share, self.model.train_len)
+        check_mixed_run(self, mixed)
+        return mixed
 
     def _fit_task(self, where: str) -> None:
         """A length-generalization task sets the model's vocabulary (its alphabet and specials) and L_tr (its widest
@@ -297,3 +328,37 @@ def check_s2_attn(group: int, model: GPTConfig) -> None:
         raise ConfigError(f"--s2-attn shifts half the heads, but the model has {model.n_head}; use n_head >= 2")
     if model.log_scaling == "ssmax":
         raise ConfigError("--s2-attn hides keys that log_scaling ssmax counts; use another log_scaling or drop one")
+
+
+def check_packable(config: LoopConfig, where: str) -> None:
+    """Refuse loop settings packed documents cannot serve: sampled positions (each document's positions restart
+    at 0) and FSDP (a packed step makes one call per document length, a number that differs between processes)."""
+    if config.positions.split(":")[0].split(",")[0] != "contiguous":
+        raise ConfigError(
+            f"{where} pack documents numbers positions from each document's start, so positions "
+            f"{config.positions!r} cannot apply; drop --positions or --pack"
+        )
+    if config.fsdp:
+        raise ConfigError(f"{where} pack documents runs under DDP, not FSDP (its calls differ by process); drop --fsdp")
+
+
+def check_packed_model(config: TrainConfig, where: str) -> None:
+    """Refuse a GPT run packed documents cannot serve: a task (it builds its own rows), a compiled step (its
+    calls change shape every step), S2-Attn (its groups cut the window) and a layer that is not causal (padding
+    after a document must stay unseen)."""
+    reasons = {
+        "task": config.task is not None
+        and algorithmic_task(config.task) is not None
+        and f"the task {config.task!r} builds its own samples",
+        "compile": config.compile and "its calls change shape every step (compile recompiles)",
+        "s2_attn": config.s2_attn and "S2-Attn's groups cut the window, not the documents",
+    }
+    for name, why in reasons.items():
+        if why:
+            raise ConfigError(f"{where} pack documents cannot train with {name}: {why}; drop --pack or {name}")
+    for layer, variant in enumerate(config.model.plan()):
+        if not build_mask(variant.mask, config.model.train_len).causal:
+            raise ConfigError(
+                f"{where} pack documents needs causal attention, but layer {layer} attends with {variant.mask}; "
+                "drop --pack or use a causal mask"
+            )

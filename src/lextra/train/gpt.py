@@ -31,6 +31,8 @@ from lextra.train.checkpoints import FINAL, refuse_changes
 from lextra.train.config import TrainConfig
 from lextra.train.distributed import Distributed
 from lextra.train.loop import Trainer
+from lextra.train.mixed import MixedWindow, resolve_mixed_scaling
+from lextra.train.packing import packed_source, packed_step
 from lextra.train.sharding import gathered, load_full
 from lextra.train.target import StepFunction
 from lextra.train.task_runs import task_mask, task_positions, task_record
@@ -94,6 +96,8 @@ class GPTTarget:
         #: a length-generalization task's batches (None: text, or a retrieval task's rows)
         self.task_batches: TaskBatches | None = None
         self._sampler: PositionSampler | None = None
+        #: mixed context-window training's windows (None: every step at L_tr)
+        self._mixed: MixedWindow | None = None
 
     @property
     def stream(self) -> BatchSource:
@@ -116,8 +120,13 @@ class GPTTarget:
         config = self.config
         if self._sampler is None:
             self._sampler = self.sampler()
+        if config.pack != "none":  # (B, 2, L + 1): tokens and document ids; each document numbers its own positions
+            return self.stream.batch(step, config.batch_size, config.model.train_len, config.seed), None
         if self.task_batches is None:
-            return sampled_batch(self._sampler, self.stream, step, config.batch_size, config.seed)
+            tokens, positions = sampled_batch(self._sampler, self.stream, step, config.batch_size, config.seed)
+            if self._mixed is not None and self._mixed.is_short(config.seed, step):
+                return self._mixed.cut(tokens), positions
+            return tokens, positions
         tokens = self.task_batches.batch(step, config.batch_size, 0, config.seed)
         return tokens, task_positions(self._sampler, tokens.shape[-1], config.seed, step)
 
@@ -142,6 +151,9 @@ class GPTTarget:
         if config.model.abacus is not None and "digits" not in config.model.abacus:
             config.model.abacus["digits"] = tokenizer_digits(tokenizer.encode, f"tokenizer {config.tokenizer!r}")
         continue_from(config)
+        self._mixed = config.mixed()
+        if self._mixed is not None:
+            resolve_mixed_scaling(config, self._mixed)
         if resume:
             check_same_data(run_dir, shards, cached=cached)
             self._check_resumable(run_dir)
@@ -150,6 +162,8 @@ class GPTTarget:
         else:  # a task builds its samples from text: a prepared folder's documents decoded (`PreparedShards.texts`)
             data = data if data is not None else shards.prepared_data()  # type: ignore[union-attr]
             self._stream = batch_source(config, data)
+        if config.pack != "none":
+            self._stream = packed_source(self._stream)
         self.extra = {"tokenizer": tokenizer.to_config(), "train": config.to_dict()}
         if shards is not None:
             self.extra["data"] = {"path": str(shards.root), "manifest_sha256": shards.sha256} | (
@@ -192,6 +206,8 @@ class GPTTarget:
 
     def step_function(self, network: torch.nn.Module) -> StepFunction:
         config = self.config
+        if config.pack != "none":
+            return lambda batch, positions: packed_step(network, network, batch, config.precision, self.device)
         loss = (
             next_token_loss
             if self.task_batches is None

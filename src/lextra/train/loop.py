@@ -19,6 +19,7 @@ import torch
 from tqdm import tqdm
 
 from lextra.data import EpochOrder
+from lextra.data.packing import PackedDocuments
 from lextra.devices import resolve_device
 from lextra.errors import CheckpointError, ConfigError, TrainingDivergedError
 from lextra.io import atomic_write_json
@@ -167,6 +168,8 @@ class Trainer:
         """Where an epoch-order run stands after `step` steps (None in i.i.d. order), in windows as `sampled_batch`
         reads them (`read_length`: longer than the target's length where the sampler skips content)."""
         stream = self.target.stream
+        if isinstance(stream, PackedDocuments):  # packed windows follow the draws of the order they wrap
+            stream = stream.source
         if not isinstance(stream, EpochOrder):
             return None
         return stream.position(step, self.config.batch_size, self.sampler.read_length)

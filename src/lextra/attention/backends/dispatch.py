@@ -15,7 +15,9 @@ import torch
 from torch import Tensor
 
 from lextra.attention.backends.common import toeplitz_possible
+from lextra.attention.backends.forget import forget_backend
 from lextra.attention.backends.tiled import tiles_apply
+from lextra.attention.content import content_backend
 from lextra.attention.context import AttentionBackend, AttentionContext, AttentionOptions
 from lextra.attention.masks import Mask
 from lextra.errors import ConfigError
@@ -75,6 +77,8 @@ def applies(backend: AttentionBackend, ctx: AttentionContext) -> str | None:
 
 def choose_backend(ctx: AttentionContext) -> AttentionBackend:
     """What `auto` runs: the first backend of the device type's order that applies and does not decline."""
+    if ctx.scheme is not None and ctx.scheme.content_dependent:
+        return content_backend(ctx)
     order = AUTO_ORDER.get(ctx.device.type) or AUTO_ORDER["cpu"]
     reasons = []
     for name in order:
@@ -88,9 +92,13 @@ def choose_backend(ctx: AttentionContext) -> AttentionBackend:
 
 def resolve_backend(ctx: AttentionContext) -> AttentionBackend:
     """The backend that computes `ctx`: its wrapper's choice, `auto`'s, or the named one if it applies."""
+    if ctx.forget is not None:  # FoX's forget bias: each backend's forget path
+        return forget_backend(ctx)
     if ctx.backend != "auto":
         get_backend(ctx.backend)  # an unknown name is refused before any wrapper routes it
-    if ctx.extension is not None:
+    if ctx.scheme is not None and ctx.scheme.content_dependent:  # CoPE: only its own backends compute it
+        chosen = content_backend(ctx)
+    elif ctx.extension is not None:
         chosen = ctx.extension.backend_for(ctx)
     elif ctx.backend == "auto":
         return choose_backend(ctx)
@@ -103,10 +111,7 @@ def resolve_backend(ctx: AttentionContext) -> AttentionBackend:
 
 
 def run_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-    """Attention for a built context, through the backend `resolve_backend` picks (or the context's own kernel,
-    an attention that is not a softmax)."""
-    if ctx.kernel is not None:
-        return ctx.kernel.run(q, k, v, ctx)
+    """Attention for a built context, through the backend `resolve_backend` picks."""
     return resolve_backend(ctx).run(q, k, v, ctx)
 
 

@@ -48,7 +48,7 @@ def tiles_apply(
         return False
     if dtype not in (torch.float32, torch.bfloat16):
         return False
-    if not mask.exactly_causal:
+    if not mask.exactly_causal or (scheme is not None and scheme.content_dependent):
         return False
     if q_pos.numel() == 0 or k_pos.numel() == 0 or not (contiguous(q_pos) and contiguous(k_pos)):
         return False

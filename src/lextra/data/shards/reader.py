@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from lextra.data.boundaries import DocumentStarts
 from lextra.data.corpora import SPLITS, Document
 from lextra.data.integrity import FAST_HASH, Expected, check_files
 from lextra.data.manifest import check_tokenizer_record, validate_manifest
@@ -182,6 +183,14 @@ class PreparedShards:
     def windows(self, starts: torch.Tensor, length: int) -> torch.Tensor:
         """The (len(starts), length + 1) int64 windows of the training stream at `starts`."""
         return self._stream("train").windows(starts, length)
+
+    def document_starts(self) -> DocumentStarts:
+        """Where each document of the training stream starts (each shard file's offsets, mapped, shifted by the
+        file's first stream position; `lextra.data.packing`)."""
+        parts = self._parts["train"]
+        sizes = np.array([part.tokens.size for part in parts], dtype=np.int64)
+        bases = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+        return DocumentStarts(bases.tolist(), [part.offsets[:, 0] for part in parts], len(self))
 
     @functools.cached_property
     def _streams(self) -> dict[str, JoinedTokens]:

@@ -53,13 +53,16 @@ class RetrievalScores(Serializable):
 
 @dataclass
 class RetrievalCell(Serializable):
-    """The scores of one (length, depth) cell, how many prompts they average, and the first two answers."""
+    """The scores of one (length, depth) cell, how many prompts they average, the first two answers, and the gold
+    answers' mean teacher-forced negative log-likelihood per token (what a needle-driven perplexity exponentiates;
+    Shang et al. 2025, LongRoPE2, arXiv 2502.20082)."""
 
     exact: float
     rank1: float
     mean_rank: float
     samples: int
     examples: list[RetrievalExample]
+    answer_nll: float | None = field(default=None, metadata=options(omit_none=True))
 
     @property
     def scores(self) -> RetrievalScores:
@@ -160,6 +163,7 @@ def _score_cell(
     """One (length, depth) cell: the drawn prompts scored in batches; the first two answers kept as examples."""
     exact: list[bool] = []
     ranks: list[int] = []
+    nll: list[float] = []
     examples: list[RetrievalExample] = []
     for start in range(0, len(drawn), batch_size):
         chunk = drawn[start : start + batch_size]
@@ -171,6 +175,7 @@ def _score_cell(
         )
         exact.extend(scored["exact"])
         ranks.extend(scored["rank"])
+        nll.extend(-row[0] / len(s.answer_ids) for row, s in zip(scored["loglik"], chunk, strict=True))
         for s, generated in zip(chunk, scored["generated"], strict=True):
             if len(examples) < 2:
                 examples.append(RetrievalExample(s.answer_text, task.tokenizer.decode(generated)))
@@ -180,6 +185,7 @@ def _score_cell(
         mean_rank=sum(ranks) / len(ranks),
         samples=len(exact),
         examples=examples,
+        answer_nll=sum(nll) / len(nll),
     )
 
 

@@ -1,9 +1,10 @@
 """`lextra tune`: search the settings of training-free extension methods and RoPE scalings for a model and a target
 length (grid / coordinate search; LongRoPE's evolutionary search of per-dimension factors) against perplexity plus
-passkey accuracy, within a time budget, and write the best as a setup file (`lextra.extend.setup_file`)."""
+passkey accuracy or a needle-driven perplexity, within a time budget, and write the best as a setup file
+(`lextra.extend.setup_file`)."""
 
 from lextra.pipelines.tune.evolution import EvolutionConfig, crossover, evolution_search, monotone, mutate, yarn_factors
-from lextra.pipelines.tune.objective import MeasuredObjective, ObjectiveSettings, reset, rope_geometry
+from lextra.pipelines.tune.objective import OBJECTIVES, MeasuredObjective, ObjectiveSettings, reset, rope_geometry
 from lextra.pipelines.tune.run import BASELINE, TuneResult, TuneSettings, run_search, verify
 from lextra.pipelines.tune.search import Budget, Score, SearchStoppedError, Tracker, Trial, coordinate_search, grid
 from lextra.pipelines.tune.space import METHODS, SPACES, MethodSpace, parse_methods
@@ -11,6 +12,7 @@ from lextra.pipelines.tune.space import METHODS, SPACES, MethodSpace, parse_meth
 __all__ = [
     "BASELINE",
     "METHODS",
+    "OBJECTIVES",
     "SPACES",
     "Budget",
     "EvolutionConfig",

@@ -1,0 +1,207 @@
+"""Forgetting Attention in tiles with its own backward: query blocks x key chunks, each tile's forget bias the outer
+difference of two slices of c (`lextra.attention.forget_bias`), merged by an online softmax in fp32.
+
+Forward keeps each row's log-sum-exp; backward recomputes every tile from it (as FlashAttention and the FoX
+authors' Triton kernel do), so training holds O(L) numbers per head besides q, k and v, never an L x L tensor.
+The bias gradient is the authors' `dlog_lambda`: dc_i = sum_j dS_ij, dc_j = -sum_i dS_ij (times the row's inverse
+temperature when the bias is tempered)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lextra.attention.backends.common import attention_with_lse, merge_tiles
+from lextra.attention.forget_bias import tile_difference
+
+#: query rows per block and keys per chunk: a (B, H, 512, 1024) fp32 score tile is 2 MiB per batch row and head
+FORGET_BLOCK = 512
+FORGET_KEY_CHUNK = 1024
+
+#: (query start, query stop) -> [(key lo, key hi)]: the key ranges a query block may see
+KeyRanges = Callable[[int, int], list[tuple[int, int]]]
+#: (query start, query stop, key lo, key hi) -> a boolean (c, n) tile of visible pairs, or None when all are
+TileMask = Callable[[int, int, int, int], Tensor | None]
+
+
+def _tiles(
+    n_queries: int, block: int, chunk: int, key_ranges: KeyRanges
+) -> Iterator[tuple[int, int, list[tuple[int, int]]]]:
+    """Query blocks with the key chunks each may see."""
+    for start in range(0, n_queries, block):
+        stop = min(start + block, n_queries)
+        chunks = [(lo, min(lo + chunk, hi)) for a, hi in key_ranges(start, stop) for lo in range(a, hi, chunk)]
+        yield start, stop, chunks
+
+
+def _scores(
+    qs: Tensor, k: Tensor, cq: Tensor, ck: Tensor, rows: Tensor | None, allowed: Tensor | None
+) -> tuple[Tensor, Tensor]:
+    """One tile's logits (B, H, c, n) fp32: (q . k) + (c_i - c_j) r_i, hidden pairs -inf; and c_i - c_j."""
+    diff = tile_difference(cq, ck, qs.dtype)
+    scores = qs @ k.to(qs.dtype).transpose(-1, -2) + (diff if rows is None else diff * rows[..., None])
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    return scores, diff
+
+
+def _online_forward(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    cq: Tensor,
+    ck: Tensor,
+    rows: Tensor | None,
+    scale: float,
+    block: int,
+    chunk: int,
+    key_ranges: KeyRanges,
+    tile_mask: TileMask,
+    work: torch.dtype,
+) -> tuple[Tensor, Tensor]:
+    """The forward as explicit tiles in `work` precision with an online softmax: output and rows' log-sum-exp."""
+    B, H, Lq, _ = q.shape
+    out = torch.zeros(B, H, Lq, v.shape[-1], dtype=work, device=q.device)
+    lse = torch.full((B, H, Lq), float("-inf"), dtype=work, device=q.device)
+    for start, stop, chunks in _tiles(Lq, block, chunk, key_ranges):
+        qs = q[..., start:stop, :].to(work) * scale
+        r = None if rows is None else rows[..., start:stop]
+        m = torch.full((B, H, stop - start), float("-inf"), dtype=work, device=q.device)
+        total = torch.zeros_like(m)
+        acc = out[..., start:stop, :]
+        for lo, hi in chunks:
+            allowed = tile_mask(start, stop, lo, hi)
+            if allowed is not None and not bool(allowed.any()):
+                continue
+            s, _ = _scores(qs, k[..., lo:hi, :], cq[..., start:stop], ck[..., lo:hi], r, allowed)
+            new_m = torch.maximum(m, s.amax(-1))
+            base = new_m.masked_fill(torch.isneginf(new_m), 0.0)
+            p = torch.exp(s - base[..., None])
+            shrink = torch.exp(m - base)
+            total = total * shrink + p.sum(-1)
+            acc.mul_(shrink[..., None]).add_(p @ v[..., lo:hi, :].to(work))
+            m = new_m
+        seen = total > 0
+        acc.div_(torch.where(seen, total, 1.0)[..., None])
+        lse[..., start:stop] = torch.where(seen, m + torch.log(total), float("-inf"))
+    return out, lse
+
+
+def _flash_forward(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    cq: Tensor,
+    ck: Tensor,
+    rows: Tensor | None,
+    scale: float,
+    block: int,
+    chunk: int,
+    key_ranges: KeyRanges,
+    tile_mask: TileMask,
+) -> tuple[Tensor, Tensor]:
+    """The forward on the CPU: one flash call per tile, its bias (fp32, hidden pairs -inf) as the float mask, tiles
+    merged by log-sum-exp (`merge_tiles`); output and rows' log-sum-exp in fp32."""
+    B, H, Lq, _ = q.shape
+    out = torch.zeros(B, H, Lq, v.shape[-1], dtype=torch.float32)
+    lse = torch.full((B, H, Lq), float("-inf"))
+    for start, stop, chunks in _tiles(Lq, block, chunk, key_ranges):
+        acc = row_lse = None
+        r = None if rows is None else rows[..., start:stop, None]
+        for lo, hi in chunks:
+            allowed = tile_mask(start, stop, lo, hi)
+            if allowed is not None and not bool(allowed.any()):
+                continue
+            bias = tile_difference(cq[..., start:stop], ck[..., lo:hi])
+            bias = bias if r is None else bias.mul_(r)
+            if allowed is not None:
+                bias.masked_fill_(~allowed, float("-inf"))
+            part, part_lse = attention_with_lse(
+                q[..., start:stop, :], k[..., lo:hi, :], v[..., lo:hi, :], scale, mask=bias
+            )
+            acc, row_lse = merge_tiles(acc, row_lse, part, part_lse)
+        if acc is not None and row_lse is not None:
+            out[..., start:stop, :] = acc
+            lse[..., start:stop] = row_lse
+    return out, lse
+
+
+class TiledForgetAttention(torch.autograd.Function):
+    """softmax(q k^T scale + (c_i - c_j) r_i, masked) v over tiles; r (1|B, H, Lq) the inverse temperature or
+    None. Rows that see no key give 0."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        cq: Tensor,
+        ck: Tensor,
+        rows: Tensor | None,
+        scale: float,
+        block: int,
+        chunk: int,
+        key_ranges: KeyRanges,
+        tile_mask: TileMask,
+    ) -> Tensor:
+        work = torch.promote_types(q.dtype, torch.float32)
+        if q.device.type == "cpu" and q.dtype in (torch.float32, torch.bfloat16):
+            out, lse = _flash_forward(q, k, v, cq, ck, rows, scale, block, chunk, key_ranges, tile_mask)
+        else:
+            out, lse = _online_forward(q, k, v, cq, ck, rows, scale, block, chunk, key_ranges, tile_mask, work)
+        ctx.save_for_backward(q, k, v, cq, ck, rows, out, lse)
+        ctx.settings = (scale, block, chunk, key_ranges, tile_mask)
+        return out.to(v.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        q, k, v, cq, ck, rows, out, lse = ctx.saved_tensors
+        scale, block, chunk, key_ranges, tile_mask = ctx.settings
+        work = out.dtype
+        dq, dk = torch.zeros_like(q, dtype=work), torch.zeros_like(k, dtype=work)
+        dv = torch.zeros_like(v, dtype=work)
+        dcq, dck = torch.zeros_like(cq, dtype=work), torch.zeros_like(ck, dtype=work)
+        drows = None if rows is None else torch.zeros(*cq.shape, dtype=work, device=q.device)
+        grad = grad.to(work)
+        for start, stop, chunks in _tiles(q.shape[-2], block, chunk, key_ranges):
+            qs = q[..., start:stop, :].to(work) * scale
+            r = None if rows is None else rows[..., start:stop]
+            g = grad[..., start:stop, :]
+            delta = (g * out[..., start:stop, :]).sum(-1, keepdim=True)
+            row_lse = lse[..., start:stop, None]
+            row_lse = row_lse.masked_fill(torch.isneginf(row_lse), 0.0)
+            for lo, hi in chunks:
+                allowed = tile_mask(start, stop, lo, hi)
+                if allowed is not None and not bool(allowed.any()):
+                    continue
+                kc, vc = k[..., lo:hi, :].to(work), v[..., lo:hi, :].to(work)
+                s, diff = _scores(qs, kc, cq[..., start:stop], ck[..., lo:hi], r, allowed)
+                p = torch.exp(s - row_lse)
+                dv[..., lo:hi, :] += p.transpose(-1, -2) @ g
+                ds = p * (g @ vc.transpose(-1, -2) - delta)
+                dq[..., start:stop, :] += (ds @ kc) * scale
+                dk[..., lo:hi, :] += ds.transpose(-1, -2) @ qs
+                dsr = ds if r is None else ds * r[..., None]
+                dcq[..., start:stop] += dsr.sum(-1)
+                dck[..., lo:hi] -= dsr.sum(-2)
+                if drows is not None:
+                    drows[..., start:stop] += (ds * diff).sum(-1)
+        if drows is not None and rows is not None:
+            drows = drows.sum_to_size(rows.shape)
+        return (
+            dq.to(q.dtype),
+            dk.to(k.dtype),
+            dv.to(v.dtype),
+            dcq.to(cq.dtype),
+            dck.to(ck.dtype),
+            None if drows is None or rows is None else drows.to(rows.dtype),
+            None,
+            None,
+            None,
+            None,
+            None,
+        )

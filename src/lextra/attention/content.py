@@ -1,0 +1,56 @@
+"""Attention whose scores read q and k beyond their product: schemes that declare `content_dependent` (CoPE's
+gate-counted positions). Each registers one `ContentAttention` under its own name here, which names the backend
+that computes a call for the backend the call asked for, or refuses it in one line (a fused kernel or a
+FlexAttention score_mod, which sees one score at a time, cannot carry a row's running sums). The dispatch
+(`lextra.attention.backends.dispatch.resolve_backend`) routes every call with such a scheme here."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+from torch import Tensor
+
+from lextra.attention.context import AttentionBackend, AttentionContext
+from lextra.errors import ConfigError
+from lextra.registry import Registry
+
+
+class ContentAttention(ABC):
+    """The backends of one content-dependent scheme, by the name a call asks for."""
+
+    name: ClassVar[str] = "content"
+
+    @abstractmethod
+    def backend_for(self, ctx: AttentionContext) -> AttentionBackend:
+        """The backend computing `ctx` for the backend it asked for (`ctx.backend`); a one-line ConfigError naming
+        the ones it has where it has none."""
+
+    @abstractmethod
+    def logits(self, q: Tensor, k: Tensor, ctx: AttentionContext) -> Tensor:
+        """Dense pre-mask logits (B, H, Lq, Lk) in fp32 of q (B, H, Lq, D) against k for `ctx`: what analyses read
+        (`lextra.analysis.capture`); keys the mask hides enter nothing but are not set to -inf."""
+
+
+CONTENT: Registry[ContentAttention] = Registry("content-dependent attention", modules=("lextra.attention.cope",))
+
+
+def content_backend(ctx: AttentionContext) -> AttentionBackend:
+    """The backend that computes `ctx`, whose scheme is content-dependent (a ConfigError where none can)."""
+    scheme = ctx.scheme
+    assert scheme is not None and scheme.content_dependent  # the dispatch routes only such calls here
+    if scheme.name not in CONTENT:
+        raise ConfigError(f"scheme {scheme.name!r} reads q and k in its scores but registers no backend for them")
+    if ctx.extension is not None:
+        raise ConfigError(
+            f"{scheme.name}: its scores read q and k, which {ctx.extension.name!r} does not pass through; attend "
+            "without it (no extension method, no S2-Attn)"
+        )
+    return CONTENT.get(scheme.name)().backend_for(ctx)
+
+
+def content_logits(q: Tensor, k: Tensor, ctx: AttentionContext) -> Tensor:
+    """The dense pre-mask logits of a content-dependent scheme's call (`ContentAttention.logits`)."""
+    scheme = ctx.scheme
+    assert scheme is not None and scheme.content_dependent  # callers ask only for such schemes
+    return CONTENT.get(scheme.name)().logits(q, k, ctx)

@@ -1,0 +1,215 @@
+"""CoPE's backends (Golovneva et al. 2024, arXiv 2405.18719; the scheme is `lextra.positions.cope`).
+
+- `reference`: dense (B, H, Lq, Lk) scores, gates and counts in fp32, as the authors' module computes them.
+- `chunked` (and `auto`): query blocks, each walking its key tiles from the diagonal leftwards and carrying each
+  row's running gate count into the next tile on the left, the tiles merged by an online softmax: memory
+  O(Lq x tile), any mask (a tile's visibility from `Mask.allowed`), any device. Under autograd on the CPU each
+  block of `COPE_TRAIN_ROWS` queries is recomputed in the backward pass (activation checkpointing), so training
+  holds one block's tiles over its keys at a time: O(L x rows) (other devices keep every tile's activations:
+  O(Lq x Lk), no recomputation). A decoding step (one query over the cached keys) is the same walk over one row:
+  equal to the full forward.
+- `flex` and `sdpa` are refused: a score_mod or a fused kernel sees one score at a time and cannot carry the
+  reverse cumulative sum of gates along a query's keys.
+
+The score is s = q . k * scale; gates sigmoid(s), 0 where masked; counts the reverse cumulative sum of the gates
+along the keys, clamped to npos - 1; logits (s + q . e(count) * scale') / tau, scale' the scale (the authors'
+code) or 1 (`nodiv`). A softcap caps the logits before the mask and learned sinks join each softmax's denominator,
+as in the reference backend; a materialised score bias or padding mask is not taken.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from torch.utils.checkpoint import checkpoint
+
+from lextra.attention.backends.common import cap_scores, key_indices, sink_softmax
+from lextra.attention.content import CONTENT, ContentAttention
+from lextra.attention.context import AttentionBackend, AttentionContext
+from lextra.errors import ConfigError
+from lextra.positions.cope import CoPE
+
+#: query rows and keys of one tile: (B, H, 256, 256) fp32 is 256 KiB per head
+COPE_TILE = 256
+#: query rows of a block recomputed in the backward pass: its tiles' activations over all its keys are held at once
+COPE_TRAIN_ROWS = 64
+
+
+def _cope(ctx: AttentionContext) -> CoPE:
+    """The call's scheme, which the router sends here only when it is CoPE."""
+    scheme = ctx.scheme
+    if not isinstance(scheme, CoPE):
+        raise ConfigError(f"the CoPE backends compute the cope scheme alone, not {getattr(scheme, 'name', None)!r}")
+    scheme.check_count(ctx.facts.n_k)
+    return scheme
+
+
+def _finish(logits: Tensor, ctx: AttentionContext, tau: Tensor | None, inplace: bool = False) -> Tensor:
+    """Position-biased logits over the temperature, capped (the order of `reference_attention`); `inplace`
+    overwrites `logits` (no autograd)."""
+    if tau is not None:
+        logits = logits.div_(tau[..., None]) if inplace else logits / tau[..., None]
+    if ctx.softcap is None:
+        return logits
+    if inplace:
+        return logits.div_(ctx.softcap).tanh_().mul_(ctx.softcap)
+    return cap_scores(logits, ctx.softcap)
+
+
+def cope_logits(q: Tensor, k: Tensor, ctx: AttentionContext, allowed: Tensor | None = None) -> Tensor:
+    """Dense CoPE logits (B, H, Lq, Lk) in fp32 before the mask (masked keys count nothing), as the authors'
+    module computes them: gates sigmoid(q . k scale) masked, counted from each key to the query, clamped,
+    interpolated, then over the temperature and capped."""
+    scheme = _cope(ctx)
+    allowed = ctx.mask.allowed(ctx.q_pos, ctx.k_pos) if allowed is None else allowed
+    scores = (q.float() @ k.float().transpose(-1, -2)) * ctx.scale
+    gates = torch.sigmoid(scores) * allowed
+    position, _ = scheme.position_logits(scheme.position_tables(q, scheme.position_scale(ctx.scale)), gates)
+    return _finish(scores + position, ctx, ctx.tau)
+
+
+def cope_reference(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
+    """Dense CoPE attention of q (B, H, Lq, D), k (B, H, Lk, D), v for `ctx`, in fp32: the ground truth."""
+    allowed = ctx.mask.allowed(ctx.q_pos, ctx.k_pos)
+    logits = cope_logits(q, k, ctx, allowed)
+    weights = sink_softmax(logits.masked_fill(~allowed, float("-inf")), ctx.sinks)
+    return (weights @ v.float()).to(v.dtype)
+
+
+def _key_tiles(ctx: AttentionContext, start: int, stop: int, tile: int) -> list[tuple[int, int]]:
+    """Key index tiles a query block start..stop - 1 sees, from the right (its diagonal) to the left: the mask's
+    key spans when positions are sorted runs, else every key."""
+    facts = ctx.facts
+    n_keys = facts.n_k
+    spans = [(0, n_keys)]
+    if facts.k_contiguous and facts.q_contiguous:
+        spans = key_indices(ctx.mask, facts.q_first + start, facts.q_first + stop - 1, facts.k_first, n_keys)
+    tiles = []
+    for lo, hi in reversed(spans):
+        tiles += [(max(lo, top - tile), top) for top in range(hi, lo, -tile)]
+    return tiles
+
+
+def _fully_visible(ctx: AttentionContext, q_index: int, hi: int) -> bool:
+    """Whether every query from index `q_index` on sees every key before index `hi` (causal runs: no mask)."""
+    facts = ctx.facts
+    if ctx.mask.hides_nothing:
+        return True
+    aligned = ctx.mask.exactly_causal and facts.q_contiguous and facts.k_contiguous
+    return aligned and facts.k_first + hi - 1 <= facts.q_first + q_index
+
+
+def _query_block(q: Tensor, k: Tensor, v: Tensor, scheme: CoPE, ctx: AttentionContext, start: int, tile: int) -> Tensor:
+    """One query block's CoPE attention (B, H, c, Dv) in fp32, walking its key tiles right to left with each
+    row's gate count carried and an online softmax (running max, denominator and output). Each tile's keys are
+    taken last first, so that a cumulative sum along them is the reverse one the counts need."""
+    B, H, c, _ = q.shape
+    qp = ctx.q_pos[start : start + c]
+    tau = None if ctx.tau is None else (ctx.tau if ctx.tau.shape[-1] == 1 else ctx.tau[..., start : start + c])
+    tables = scheme.position_tables(q, scheme.position_scale(ctx.scale))
+    qs = q.float() * ctx.scale
+    carried: Tensor | None = None
+    top = qs.new_full((B, H, c), float("-inf"))
+    denominator = qs.new_zeros(B, H, c)
+    acc = qs.new_zeros(B, H, c, v.shape[-1])
+    inplace = not torch.is_grad_enabled()  # then every (c, n) step overwrites one buffer
+    for lo, hi in _key_tiles(ctx, start, start + c, tile):
+        keys = k[..., lo:hi, :].flip(-2).float()
+        scores = qs @ keys.transpose(-1, -2)
+        gates = torch.sigmoid(scores)
+        hidden = None if _fully_visible(ctx, start, hi) else ~ctx.mask.allowed(qp, ctx.k_pos[lo:hi].flip(0))
+        if hidden is not None:
+            gates = gates.masked_fill_(hidden, 0.0) if inplace else gates.masked_fill(hidden, 0.0)
+        position, carried = scheme.position_logits(tables, gates, carried, reversed_keys=True, inplace=inplace)
+        logits = _finish(position.add_(scores) if inplace else scores + position, ctx, tau, inplace)
+        if hidden is not None:
+            logits = (
+                logits.masked_fill_(hidden, float("-inf")) if inplace else logits.masked_fill(hidden, float("-inf"))
+            )
+        new_top = torch.maximum(top, logits.amax(-1))
+        base = new_top.masked_fill(torch.isneginf(new_top), 0.0)
+        decay = torch.exp(top - base)
+        weights = logits.sub_(base[..., None]).exp_() if inplace else torch.exp(logits - base[..., None])
+        denominator = denominator * decay + weights.sum(-1)
+        acc = acc * decay[..., None] + weights @ v[..., lo:hi, :].flip(-2).float()
+        top = new_top
+    if ctx.sinks is not None:  # one more column of logit sink_h whose weight is dropped
+        sink = ctx.sinks.float().view(1, H, 1).expand(B, H, c)
+        new_top = torch.maximum(top, sink)
+        decay = torch.exp(top - new_top)
+        denominator = denominator * decay + torch.exp(sink - new_top)
+        acc = acc * decay[..., None]
+    return acc / denominator[..., None]
+
+
+def cope_tiled(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
+    """CoPE attention in query blocks x key tiles (`_query_block`), each block recomputed in the backward pass
+    on the CPU."""
+    scheme = _cope(ctx)
+    Lq = q.shape[-2]
+    tile = max(1, int(ctx.block_size or COPE_TILE))
+    training = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, scheme.pos_emb))
+    recompute = training and q.device.type == "cpu"
+    out = None if training else q.new_empty(*q.shape[:-1], v.shape[-1])
+    outputs: list[Tensor] = []
+    rows = min(tile, COPE_TRAIN_ROWS) if recompute else tile
+    for start in range(0, Lq, rows):
+        qc = q[..., start : start + rows, :]
+        if recompute:
+            block = checkpoint(_query_block, qc, k, v, scheme, ctx, start, tile, use_reentrant=False)
+            outputs.append(block.to(v.dtype))
+        elif training:
+            outputs.append(_query_block(qc, k, v, scheme, ctx, start, tile).to(v.dtype))
+        else:
+            assert out is not None
+            out[..., start : start + rows, :] = _query_block(qc, k, v, scheme, ctx, start, tile)
+    if out is not None:
+        return out
+    return torch.cat(outputs, dim=-2) if outputs else q.new_zeros(*q.shape[:-1], v.shape[-1])
+
+
+class CopeReference(AttentionBackend):
+    """Dense CoPE scores in fp32 (`cope_reference`)."""
+
+    name = "reference"
+
+    def applies(self, ctx: AttentionContext) -> str | None:
+        return None
+
+    def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
+        return cope_reference(q, k, v, ctx)
+
+
+class CopeTiled(AttentionBackend):
+    """Query blocks x key tiles walked leftwards with carried gate counts (`cope_tiled`)."""
+
+    name = "chunked"
+
+    def applies(self, ctx: AttentionContext) -> str | None:
+        return None
+
+    def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
+        return cope_tiled(q, k, v, ctx)
+
+
+@CONTENT.register("cope")
+class CopeAttention(ContentAttention):
+    """`reference` is the dense path, `chunked` and `auto` the tiled one; `flex` and `sdpa` are refused."""
+
+    def backend_for(self, ctx: AttentionContext) -> AttentionBackend:
+        if ctx.backend == "reference":
+            return CopeReference()
+        if ctx.backend in ("auto", "chunked"):
+            return CopeTiled()
+        if ctx.backend == "flex":
+            raise ConfigError(
+                "cope: a flex score_mod sees one score at a time and cannot carry the reverse cumulative sum of "
+                "gates along a query's keys; use backend chunked (tiled) or reference"
+            )
+        raise ConfigError(
+            f"cope: backend {ctx.backend!r} cannot add gate-counted positions to its scores; use backend chunked "
+            "(tiled) or reference"
+        )
+
+    def logits(self, q: Tensor, k: Tensor, ctx: AttentionContext) -> Tensor:
+        return cope_logits(q, k, ctx)

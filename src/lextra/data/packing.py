@@ -1,0 +1,121 @@
+"""Packed documents (`--pack documents`): training windows filled with whole documents, each token tagged with its
+document, so a step attends within each document and numbers positions from each document's start (Zhao et al.
+2024, arXiv 2402.13991; Gao et al. 2024, ProLong, arXiv 2410.02660; Llama 3 and OLMo-core pack this way).
+
+A document's *unit* is its tokens plus the separator that follows it in the stream (the tokenizer's end of text,
+which the model learns to predict), so the units tile the stream. A window's start is drawn exactly as without
+packing (`window_starts`, the epoch order, a mixture's parts: the same data order and exact resume), then moved
+back to the start of the unit it falls in, so the window opens on a whole document; a unit longer than a window is
+the one that is split (its window starts where the draw fell). Whole units follow while they fit; the rest of the
+window is padding (document id -1, never attended to or predicted), unless the unit that does not fit is itself
+longer than a window, whose head then fills it.
+
+A packed batch is (B, 2, L + 1): the window's tokens and their document ids (0, 1, ... within the row, -1 for
+padding). Document starts are read from the stream's boundary index (a prepared folder's offsets files, mapped;
+an in-memory stream's starts), searched per window, so memory does not grow with the corpus.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from lextra.data.boundaries import DocumentStarts
+from lextra.data.orders import EpochOrder, epoch_window_starts
+from lextra.data.windows import mixture_window_starts, window_starts
+from lextra.errors import ConfigError
+
+#: how a run fills its training windows: `none` cuts them from the token stream across document boundaries;
+#: `documents` fills them with whole documents, masked to each and positioned from each one's start
+PACK_MODES: tuple[str, ...] = ("none", "documents")
+
+#: the document id of padding in a packed batch
+PADDING = -1
+
+
+def check_pack(pack: str, where: str = "training config:") -> str:
+    """`pack` when it is one of `PACK_MODES`; one-line `ConfigError` otherwise."""
+    if pack not in PACK_MODES:
+        raise ConfigError(f"{where} pack must be one of {', '.join(PACK_MODES)}, got {pack!r}")
+    return pack
+
+
+def pack_window(starts: DocumentStarts, drawn: int, need: int) -> tuple[int, np.ndarray]:
+    """Where the packed window of `need` tokens drawn at `drawn` begins, and its (need,) document ids."""
+    first = starts.start_of(drawn)
+    following = starts.starts_after(first, first + need)
+    begin = first if int(following[0]) - first <= need else drawn  # a unit longer than a window is split
+    end = begin + need
+    ids = np.full(need, PADDING, dtype=np.int64)
+    unit_start = begin
+    for document, unit_end in enumerate(starts.starts_after(begin, end).tolist()):
+        if unit_end <= end:  # a whole unit
+            ids[unit_start - begin : unit_end - begin] = document
+        elif unit_start == begin or unit_end - unit_start > need:  # longer than a window: its head fills the rest
+            ids[unit_start - begin :] = document
+        if unit_end >= end:  # the rest is padding unless the unit that does not fit was split above
+            break
+        unit_start = unit_end
+    return begin, ids
+
+
+def drawn_starts(
+    source: object, step: int, batch_size: int, length: int, seed: int, rank: int = 0, world_size: int = 1
+) -> tuple[torch.Tensor, object]:
+    """The (batch_size,) window starts `source` would read at this step (its own data order), and the stream that
+    holds the tokens (the source itself, or the stream an `EpochOrder` visits)."""
+    if isinstance(source, EpochOrder):
+        stream = source.stream
+        return epoch_window_starts(len(stream), step, batch_size, length, seed, rank, world_size), stream
+    ranges, weights = getattr(source, "ranges", None), getattr(source, "weights", None)
+    if ranges is not None and weights is not None:  # a weighted mixture: its parts by weight
+        starts = mixture_window_starts(ranges, weights, step, batch_size, length, seed, rank, world_size)
+        return starts, source.shards  # type: ignore[attr-defined]
+    return window_starts(len(source), step, batch_size, length, seed, rank, world_size), source  # type: ignore[arg-type]
+
+
+class PackedDocuments:
+    """A training source's batches as packed windows: the same draws, each window moved to a document's start and
+    filled with whole documents (`pack_window`). `batch` gives (B, 2, L + 1): tokens, then document ids."""
+
+    def __init__(self, source: Any, starts: DocumentStarts) -> None:
+        #: what draws the windows (a stream, an `EpochOrder`, a weighted mixture)
+        self.source: Any = source
+        self.document_starts = starts
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def batch(
+        self, step: int, batch_size: int, length: int, seed: int, rank: int = 0, world_size: int = 1
+    ) -> torch.Tensor:
+        """A (batch_size, 2, length + 1) int64 packed batch, a pure function of (seed, step, rank)."""
+        drawn, stream = drawn_starts(self.source, step, batch_size, length, seed, rank, world_size)
+        begins, ids = [], []
+        for start in drawn.tolist():
+            begin, row = pack_window(self.document_starts, int(start), length + 1)
+            begins.append(begin)
+            ids.append(row)
+        tokens = stream.windows(torch.tensor(begins, dtype=torch.long), length)  # type: ignore[attr-defined]
+        return torch.stack((tokens, torch.from_numpy(np.stack(ids))), dim=1)
+
+
+def stream_document_starts(stream: object) -> DocumentStarts:
+    """The document starts of a training stream: a prepared folder's (its offsets, mapped) or an in-memory
+    `TrainStream`'s; a `ConfigError` when the stream keeps no boundaries or holds a single document."""
+    if isinstance(stream, EpochOrder):
+        stream = stream.stream
+    shards = getattr(stream, "shards", None)
+    if shards is not None:  # a weighted mixture's folder
+        stream = shards
+    make = getattr(stream, "document_starts", None)
+    starts: DocumentStarts | None = make() if make is not None else None
+    if starts is None or starts.count < 2:
+        what = "keeps no document boundaries" if starts is None else "is a single document"
+        raise ConfigError(
+            f"--pack documents needs document boundaries, but the training stream {what}; give a corpus of several "
+            "documents (a folder, JSONL or Parquet rows) or drop --pack"
+        )
+    return starts
