@@ -17,7 +17,9 @@ alone; what follows is the authors' code, which lextra follows:
 - `norm=true` (their model layer): GroupNorm with one group per head over the heads' outputs, before the output
   projection.
 A position scheme composes exactly: its rotation turns q and k, its bias is added to z (with the temperature and
-softcap as the softmax layers apply them); learned sinks, extension methods and materialised biases are refused.
+softcap as the softmax layers apply them); learned sinks, a FoX forget gate, CoPE's scores, extension methods and
+materialised biases are refused. The piece's `attend` hook computes the layer's call from the options the layer
+hands `attention`.
 
 Paths, picked by the call's backend: `reference` (dense rows, ground truth), `chunked` and `auto` (the tiled walk
 below for causal, aligned, contiguous calls; else query rows over their keys, e.g. one cached decoding step).
