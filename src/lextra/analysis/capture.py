@@ -149,6 +149,12 @@ def layer_attention(
     if own_capture is not None:
         yield from own_capture(tokens, mask, block_size=block_size)
         return
+    replaced = [i for i, block in enumerate(model.blocks) if any(p.replaces_softmax for p in block.attn.pieces)]
+    if replaced:
+        raise ConfigError(
+            f"the analyses read softmax attention; layer {replaced[0]} replaces the softmax (stickbreak): "
+            "analyse a model without it"
+        )
     model.eval()
     mask = build_mask(mask, model.config.train_len)
     positions = torch.arange(tokens.shape[1], device=tokens.device)

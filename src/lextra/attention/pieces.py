@@ -53,6 +53,8 @@ class AttentionPiece(nn.Module):
     #: `attend` hands the attention call a position transform of its own (differential attention's half-width
     #: RoPE): the layer then transforms neither q nor k before it, and a KV cache holds keys untransformed
     transforms_in_attend: ClassVar[bool] = False
+    #: `attend` computes attention without a softmax (stick-breaking): analyses that read softmax weights refuse it
+    replaces_softmax: ClassVar[bool] = False
 
     def __init__(self, dims: HeadDims) -> None:
         super().__init__()
@@ -122,7 +124,7 @@ def attend_through(pieces: Sequence[AttentionPiece], call: AttentionCall, layer:
 
 
 PIECES: Registry[AttentionPiece] = Registry(
-    "attention piece", modules=("lextra.attention.diffattn", "lextra.attention.fox")
+    "attention piece", modules=("lextra.attention.diffattn", "lextra.attention.fox", "lextra.attention.stickbreak")
 )
 
 
