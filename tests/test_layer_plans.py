@@ -545,3 +545,15 @@ def test_a_hybrid_training_step_on_cuda_equals_the_cpu_step() -> None:
     for (name, param), (_, moved) in zip(model.named_parameters(), twin.named_parameters(), strict=True):
         assert isinstance(moved.grad, vd.VirtualTensor), name
         assert (vd.plain(moved.grad) - param.grad).abs().max() <= 1e-5 * (1 + float(param.grad.abs().max())), name
+
+
+def test_two_pieces_that_run_the_attention_call_are_refused_in_one_layer() -> None:
+    """diffattn and stickbreak each run the layer's call themselves: nested, one would silently skip the other."""
+    with pytest.raises(ConfigError, match="'diffattn' and 'stickbreak' both do: put them in different layers"):
+        parse_plan("rope+diffattn+stickbreak", 2)
+    assert [list(v.pieces) for v in parse_plan("rope+diffattn;nope+stickbreak", 2)] == [["diffattn"], ["stickbreak"]]
+    model = GPT(GPTConfig(vocab_size=32, n_layer=1, n_head=2, d_model=16, train_len=16, layer_plan="rope+diffattn"))
+    dims = model.config.head_dims()
+    with pytest.raises(ConfigError, match="'diffattn' and 'stickbreak' both do"):
+        model.blocks[0].attn.set_piece("stickbreak", PIECES.build("stickbreak", dims))
+    assert model.blocks[0].attn.piece_names == ["diffattn"]

@@ -27,7 +27,7 @@ from lextra.attention.backends import AttentionExtension
 from lextra.attention.forget_bias import ForgetBias
 from lextra.attention.fox import forget_inputs, piece_state_rows
 from lextra.attention.masks import Mask
-from lextra.attention.pieces import PIECES, SINGLE_VALUED, AttentionPiece, attend_through
+from lextra.attention.pieces import PIECES, SINGLE_VALUED, AttentionPiece, attend_through, check_one_caller
 from lextra.attention.plan import LayerVariant, format_plan, parse_plan
 from lextra.attention.s2 import S2Attention
 from lextra.errors import CheckpointError, ConfigError
@@ -361,6 +361,7 @@ class SelfAttention(nn.Module):
         for hook in SINGLE_VALUED:
             if getattr(piece, hook) is not None and self._piece_value(hook) is not None:
                 raise ConfigError(f"a layer takes one {hook.replace('_', ' ')}; piece {name!r} gives a second one")
+        check_one_caller([*self.piece_names, name], [*map(type, self.pieces), type(piece)])
         self.add_module(name, piece)
         self.piece_names.append(name)
 

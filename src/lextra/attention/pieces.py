@@ -116,6 +116,22 @@ class AttentionPiece(nn.Module):
 SINGLE_VALUED = ("sink_logits", "score_cap", "log_scaling")
 
 
+def runs_the_call(piece: type[AttentionPiece] | AttentionPiece) -> bool:
+    """Whether a piece runs the layer's attention call itself (overrides `attend`: diffattn, stickbreak)."""
+    kind = piece if isinstance(piece, type) else type(piece)
+    return kind.attend is not AttentionPiece.attend
+
+
+def check_one_caller(names: Sequence[str], kinds: Sequence[type[AttentionPiece]]) -> None:
+    """Refuse a layer with two pieces that each run the attention call (their hooks would nest unchecked)."""
+    callers = [name for name, kind in zip(names, kinds, strict=True) if runs_the_call(kind)]
+    if len(callers) > 1:
+        raise ConfigError(
+            f"a layer takes one attention piece that runs the attention call itself; {callers[0]!r} and "
+            f"{callers[1]!r} both do: put them in different layers"
+        )
+
+
 def attend_through(pieces: Sequence[AttentionPiece], call: AttentionCall, layer: int) -> AttentionCall:
     """`call` (the layer's attention) run through the pieces' `attend` hooks, the first piece outermost."""
     for piece in reversed(pieces):

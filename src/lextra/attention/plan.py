@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lextra.attention.masks import MASKS
-from lextra.attention.pieces import PIECES, piece_options
+from lextra.attention.pieces import PIECES, check_one_caller, piece_options
 from lextra.errors import ConfigError
 from lextra.positions.base import SCHEMES, split_scheme_spec
 from lextra.registry import format_spec, parse_spec, split_top_level
@@ -94,6 +94,7 @@ def parse_variant(text: str) -> LayerVariant:
             )
     for piece in pieces:  # a piece undefined with the layer's scheme or mask refuses it here, before any work
         PIECES.get(piece).check_layer(SCHEMES.get(scheme), mask)
+    check_one_caller(list(pieces), [PIECES.get(piece) for piece in pieces])
     return LayerVariant(scheme, options, mask, pieces)
 
 
