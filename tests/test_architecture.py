@@ -19,7 +19,7 @@ LAYERS = [
     {"errors", "io", "locks", "registry", "serialize", "validate", "devices", "tensorboard"},
     {"positions"},
     {"attention"},
-    {"model", "data", "compile", "tasks"},
+    {"model", "kv_cache", "data", "compile", "tasks"},
     {"train"},
     {"analysis"},
     {"extend"},

@@ -10,7 +10,8 @@ from conftest import ALL_SCHEMES, RELATIVE_SCHEMES
 
 from lextra.attention import build_mask
 from lextra.errors import CheckpointError, ConfigError, LengthError
-from lextra.model import GPT, AttentionInputs, GPTConfig, KVCache, load_model, save_model
+from lextra.kv_cache import KVCache
+from lextra.model import GPT, AttentionInputs, GPTConfig, load_model, save_model
 from lextra.positions.rotary import convert_qk_weight
 
 

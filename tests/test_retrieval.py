@@ -24,7 +24,8 @@ from lextra.evaluate.retrieval.completion import (
 )
 from lextra.evaluate.retrieval.evaluate import RetrievalScores, evaluate_retrieval
 from lextra.evaluate.retrieval.scoring import candidate_loglik, gold_rank, prefill, score_prompts
-from lextra.model import GPT, GPTConfig, KVCache
+from lextra.kv_cache import KVCache
+from lextra.model import GPT, GPTConfig
 from lextra.reporting.retrieval import save_retrieval_outputs
 from lextra.tasks.registry import TRAINING_TASKS, parse_task_spec
 from lextra.tasks.retrieval import TASK_NAMES, TASKS, build_task
