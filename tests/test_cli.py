@@ -12,7 +12,7 @@ from conftest import ALL_SCHEMES
 from lextra.attention.masks import MASKS
 from lextra.cli import main
 from lextra.cli.app import build_parser, expand_aliases, leaf_commands
-from lextra.cli.options import train_config_from
+from lextra.cli.training_options import train_config_from
 from lextra.extend import EXTENSIONS
 from lextra.positions import SCHEMES
 from lextra.tasks.retrieval import TASKS
@@ -132,7 +132,7 @@ def test_every_command_help_shows_every_default_and_an_examples_epilog() -> None
 
 
 def test_training_defaults_in_help_are_the_config_dataclasses_values() -> None:
-    from lextra.cli.options import TRAIN_FLAGS
+    from lextra.cli.training_options import TRAIN_FLAGS
     from lextra.model import GPTConfig
     from lextra.train import TrainConfig
 
@@ -152,7 +152,7 @@ def test_training_defaults_in_help_are_the_config_dataclasses_values() -> None:
 def test_every_training_flag_sets_a_config_field() -> None:
     from dataclasses import fields
 
-    from lextra.cli.options import TRAIN_FLAGS
+    from lextra.cli.training_options import TRAIN_FLAGS
     from lextra.model import GPTConfig
     from lextra.train import TrainConfig
 
@@ -341,7 +341,7 @@ def test_every_help_example_is_a_command_line_the_parser_accepts(tmp_path, monke
 def test_the_example_train_config_holds_the_defaults() -> None:
     from pathlib import Path
 
-    from lextra.cli.options import read_train_file
+    from lextra.cli.training_options import read_train_file
     from lextra.train import TrainConfig
 
     example = Path(__file__).parents[1] / "experiments" / "train.toml"

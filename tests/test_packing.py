@@ -383,7 +383,7 @@ def test_a_weighted_mixture_packs_whole_documents_of_the_part_each_draw_chose(tm
 
 
 def test_the_mode_reads_from_a_config_file_and_set(tmp_path: Path) -> None:
-    from lextra.cli.options import read_train_file
+    from lextra.cli.training_options import read_train_file
 
     path = tmp_path / "train.toml"
     path.write_text('pack = "documents"\n[model]\ntrain_len = 32\n')

@@ -14,7 +14,7 @@ from test_shards import _stop_at, _StopError
 
 from lextra.cli import main
 from lextra.cli.app import build_parser
-from lextra.cli.options import train_config_from
+from lextra.cli.training_options import train_config_from
 from lextra.data import (
     EpochOrder,
     PreparedShards,

@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from lextra.cli.app import build_parser, leaf_commands
-from lextra.cli.options import train_config_from
+from lextra.cli.training_options import train_config_from
 from lextra.errors import ConfigError
 from lextra.hf.finetune import FinetuneConfig
 from lextra.model import GPTConfig

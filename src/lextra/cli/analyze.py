@@ -17,7 +17,6 @@ from lextra.cli.options import (
     add_log_scaling,
     add_mask,
     add_rope_scaling_by_layer,
-    add_scheme_options,
     add_spec_list,
     add_threads,
     int_at_least,
@@ -27,6 +26,7 @@ from lextra.cli.options import (
     refuse_corpus_with_data,
     temperature_option,
 )
+from lextra.cli.training_options import add_scheme_options
 from lextra.errors import ConfigError
 
 if TYPE_CHECKING:

@@ -6,16 +6,8 @@ import argparse
 from pathlib import Path
 
 from lextra.cli.app import Handler, command
-from lextra.cli.options import (
-    add_device,
-    add_evaluation,
-    add_quiet,
-    add_training,
-    add_variants,
-    eval_config_from,
-    temperature_option,
-    train_config_from,
-)
+from lextra.cli.options import add_device, add_evaluation, add_quiet, add_variants, eval_config_from, temperature_option
+from lextra.cli.training_options import add_training, train_config_from
 from lextra.errors import ConfigError
 
 

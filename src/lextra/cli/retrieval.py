@@ -17,11 +17,9 @@ from lextra.cli.options import (
     add_mask,
     add_quiet,
     add_rope_scaling_by_layer,
-    add_scheme,
     add_setup,
     add_text_data,
     add_threads,
-    add_training,
     add_variants,
     apply_extend,
     folder_safe,
@@ -33,8 +31,8 @@ from lextra.cli.options import (
     retrieval_evaluation,
     setup_into_args,
     temperature_option,
-    train_config_from,
 )
+from lextra.cli.training_options import add_scheme, add_training, train_config_from
 
 #: the default lengths of a Hugging Face model's retrieval: L_tr and 2 L_tr (its L_tr is long)
 HF_MULTIPLES = (1, 2)

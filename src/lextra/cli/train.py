@@ -1,5 +1,5 @@
 """`lextra train`: train a GPT with a position scheme at a training length (resumable), from flags or from a
-`--config run.toml` file that any flag given overrides (`lextra.cli.options.TRAIN_FLAGS` maps flags to fields)."""
+`--config run.toml` file that any flag given overrides (`lextra.cli.training_options.TRAIN_FLAGS` maps flags to fields)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,8 @@ import argparse
 from pathlib import Path
 
 from lextra.cli.app import Handler, command
-from lextra.cli.options import (
-    add_device,
-    add_quiet,
-    add_scheme,
-    add_training,
-    refuse_corpus_with_data,
-    train_config_from,
-)
+from lextra.cli.options import add_device, add_quiet, refuse_corpus_with_data
+from lextra.cli.training_options import add_scheme, add_training, train_config_from
 
 
 @command(

@@ -1,0 +1,196 @@
+"""The training flags of `lextra train`, `compare` and `retrieval train`: the scheme and its options, the model
+shape and every `TrainConfig` field (`TRAIN_FLAGS`), read into a `TrainConfig` (`train_config_from`)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from lextra.cli.fields import config_default
+from lextra.cli.options import (
+    FIELD_TYPES,
+    add_aliased,
+    add_data,
+    add_rope_scaling,
+    finite_float,
+    int_at_least,
+    positive_float,
+    positive_int,
+    scheme_options,
+)
+from lextra.errors import ConfigError
+
+
+def add_scheme(parser: argparse.ArgumentParser) -> None:
+    """--scheme and repeatable --scheme-option KEY=VALUE (the model's `scheme` and `scheme_options`)."""
+    from lextra.model import GPTConfig
+    from lextra.reporting.catalog import scheme_help
+
+    parser.add_argument(
+        "--scheme",
+        default=None,
+        help=f"{scheme_help()} (default: {config_default(GPTConfig, 'scheme')})",
+    )
+    add_scheme_options(parser, "scheme option, repeatable (e.g. base=500 or layout=interleaved)")
+    from lextra.attention.plan import PRESETS
+
+    parser.add_argument(
+        "--layer-plan",
+        default=None,
+        metavar="PLAN",
+        help="a layer plan instead of --scheme: each layer's scheme+mask+pieces, ';' between layers, N*(...) repeats, "
+        f"the pattern repeated over the layers (e.g. '3*(rope+window:64);nope'), or a preset: {', '.join(PRESETS)} "
+        "(e.g. gemma3,window=64; see `lextra list`); none: every layer is --scheme (default: None)",
+    )
+
+
+def add_scheme_options(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """Repeatable --scheme-option KEY=VALUE."""
+    parser.add_argument("--scheme-option", action="append", default=[], metavar="KEY=VALUE", help=help_text)
+
+
+#: the `TrainConfig` fields whose flags `add_training` generates (`lextra.cli.fields`); each is its own dest
+GENERATED_TRAIN_FLAGS = (
+    "batch_size", "steps", "lr", "min_lr_ratio", "warmup", "weight_decay", "beta1", "beta2", "grad_clip",
+    "position_lr_scale", "seed", "checkpoint_every", "log_every", "eval_every", "eval_sequences", "init_from",
+    "positions", "s2_attn", "order", "precision", "tensorboard", "log_dir", "compile", "fsdp", "pack",
+    "mixed_window", "mixed_share",
+)  # fmt: skip
+
+#: training flag (its argparse dest) -> the `TrainConfig` field it sets (`model.NAME`: a `GPTConfig` field): the
+#: data and model flags written by hand, then every generated one
+TRAIN_FLAGS: dict[str, str] = {
+    "corpus": "corpus",
+    "tokenizer": "tokenizer",
+    "limit_chars": "limit_chars",
+    "scheme": "model.scheme",
+    "scheme_option": "model.scheme_options",
+    "layer_plan": "model.layer_plan",
+    "train_len": "model.train_len",
+    "n_layer": "model.n_layer",
+    "d_model": "model.d_model",
+    "n_head": "model.n_head",
+    "abacus": "model.abacus",
+    **{name: name for name in GENERATED_TRAIN_FLAGS},
+}
+
+
+def abacus_option(text: str) -> dict[str, int]:
+    """`--abacus MAX_K` as the model config's abacus options."""
+    return {"max_k": int_at_least(0)(text)}
+
+
+def add_training(parser: argparse.ArgumentParser) -> None:
+    """--config FILE and --set, the model shape and the training settings, with the data options. Every flag sets
+    the `TrainConfig` field `TRAIN_FLAGS` names (those of `GENERATED_TRAIN_FLAGS` generated from the fields: help
+    from their docs, defaults from the dataclass); one left out keeps the --config file's value, else the default."""
+    from lextra.cli.fields import add_config_file, add_field_flags
+    from lextra.data import ORDERS
+    from lextra.data.packing import PACK_MODES
+    from lextra.model import GPTConfig
+    from lextra.reporting.catalog import sampler_help
+    from lextra.train import TrainConfig
+
+    add_data(parser)
+    add_config_file(
+        parser, "TrainConfig fields, with a [model] table of GPTConfig fields (or a study's [train] section)"
+    )
+
+    def add(name: str, cls: type, field_name: str, kind: Callable, text: str = "", aliases: tuple[str, ...] = ()):
+        default = config_default(cls, field_name)
+        help_text = f"{text} (default: {default})" if text else f"{cls.__name__}.{field_name} (default: {default})"
+        add_aliased(parser, name, *aliases, type=kind, default=None, help=help_text)
+
+    add("--train-len", GPTConfig, "train_len", int_at_least(2), "training length L_tr, tokens")
+    add("--n-layer", GPTConfig, "n_layer", positive_int, "layers", ("--layers",))
+    add("--d-model", GPTConfig, "d_model", positive_int, "model width", ("--width",))
+    add("--n-head", GPTConfig, "n_head", positive_int, "attention heads", ("--heads",))
+    parser.add_argument(
+        "--abacus",
+        type=abacus_option,
+        default=None,
+        metavar="MAX_K",
+        help="Abacus embeddings of each digit's place in its number (McLeish 2024), places shifted by a random "
+        "0..MAX_K in training (the authors' 99); the digits' tokens come from the task or tokenizer (default: None)",
+    )
+    strict: dict[str, dict[str, Any]] = {name: {"type": positive_int} for name in ("batch_size", "steps")} | {
+        "lr": {"type": positive_float},
+        "position_lr_scale": {"type": finite_float(0.0)},
+        "positions": {"metavar": "NAME[:OPTIONS]"},
+        "s2_attn": {"metavar": "G"},
+        "mixed_window": {"metavar": "SHORT:LONG"},
+        "mixed_share": {"type": finite_float(0.0)},
+        "order": {"choices": ORDERS},
+        "pack": {"choices": PACK_MODES},
+        "precision": {"choices": ["fp32", "bf16"]},
+    }
+    add_field_flags(
+        parser,
+        TrainConfig,
+        GENERATED_TRAIN_FLAGS,
+        FIELD_TYPES,
+        options=strict,
+        more={"positions": f"; {sampler_help()}"},
+    )
+    add_rope_scaling(
+        parser,
+        "; trained with and saved in the model (none removes it); with --init-from its original length is the "
+        "source model's L_tr",
+    )
+
+
+def read_train_file(path: str | Path | None, settings: list[str] | None = None) -> Any:
+    """The `TrainConfig` a `--config` TOML file describes (None: the defaults), with `--set KEY=VALUE` settings
+    applied: TrainConfig fields with a [model] table of GPTConfig fields, or the same inside a [train] section (a
+    study's); an unknown key is one error naming the file."""
+    from lextra.cli.fields import apply_settings, read_config_file
+    from lextra.train import TrainConfig
+
+    values = read_config_file(path, "train") if path is not None else {}
+    values = apply_settings(values, settings or [])
+    try:
+        return TrainConfig.from_dict(values)
+    except (ConfigError, TypeError) as err:
+        raise ConfigError(f"--config {path}: {err}" if path is not None else str(err)) from None
+
+
+def check_rotary(scheme: str, flag: str) -> None:
+    """Refuse `flag` (a RoPE scaling) for a scheme without one, naming the schemes that take it."""
+    from lextra.errors import ConfigError
+    from lextra.positions import SCHEMES
+
+    rotary = [name for name in SCHEMES.names() if any(o.name == "scaling" for o in SCHEMES.options(name))]
+    if scheme in SCHEMES and SCHEMES.canonical(scheme) not in rotary:
+        raise ConfigError(f"{flag} applies to {', '.join(rotary)} models, not {scheme}; drop it or train a rotary one")
+
+
+def with_rope_scaling(options: dict[str, Any], spec: str) -> dict[str, Any]:
+    """Scheme options with `--rope-scaling SPEC` as their `scaling` (`none` removes it)."""
+    from lextra.positions.scaling import parse_rope_scaling
+
+    rest = {k: v for k, v in options.items() if k != "scaling"}
+    return rest if spec == "none" else {**rest, "scaling": parse_rope_scaling(spec)}
+
+
+def train_config_from(args: argparse.Namespace, scheme: str | None = None) -> Any:
+    """The `TrainConfig` the training options describe (validated): the --config file (else the defaults), then
+    every flag given explicitly, then `scheme` when the command sets it (compare variants)."""
+    config = read_train_file(getattr(args, "config", None), getattr(args, "set", None))
+    for dest, target in TRAIN_FLAGS.items():
+        value = getattr(args, dest, None)
+        if value is None or value == []:
+            continue
+        if dest == "scheme_option":
+            config.model.split_scheme_spec()
+            value = {**config.model.scheme_options, **scheme_options(config.model.scheme, value)}
+        holder, name = (config.model, target[6:]) if target.startswith("model.") else (config, target)
+        setattr(holder, name, value)
+    if scheme is not None:
+        config.model.scheme = scheme
+    if getattr(args, "rope_scaling", None) is not None:  # a scheme option: after --scheme and --scheme-option
+        config.model.split_scheme_spec()
+        check_rotary(config.model.scheme, "--rope-scaling")
+        config.model.scheme_options = with_rope_scaling(config.model.scheme_options, args.rope_scaling)
+    return config.validate()
