@@ -19,7 +19,7 @@ LAYERS = [
     {"errors", "io", "locks", "registry", "serialize", "validate", "devices", "tensorboard"},
     {"positions"},
     {"attention"},
-    {"model", "kv_cache", "data", "compile", "tasks"},
+    {"model", "kv_cache", "layer_inputs", "data", "compile", "tasks"},
     {"train"},
     {"analysis"},
     {"extend"},

@@ -18,7 +18,8 @@ from lextra.attention.pieces import PIECES
 from lextra.cli import main
 from lextra.errors import ConfigError
 from lextra.extend import InferenceSetup
-from lextra.model import GPT, GPTConfig, LayerInputs, load_model, save_model
+from lextra.layer_inputs import LayerInputs
+from lextra.model import GPT, GPTConfig, load_model, save_model
 from lextra.positions import HeadDims, build_scheme
 from lextra.positions.rotary import layout_permutation
 from lextra.reporting.catalog import catalog_text

@@ -17,7 +17,8 @@ from lextra.attention.forget_bias import ForgetBias, cumulative_log_gates
 from lextra.attention.plan import LayerVariant
 from lextra.cli import main
 from lextra.errors import ConfigError
-from lextra.model import GPT, GPTConfig, LayerInputs, SelfAttention
+from lextra.layer_inputs import LayerInputs
+from lextra.model import GPT, GPTConfig, SelfAttention
 from lextra.positions import build_scheme
 
 

@@ -19,7 +19,8 @@ from lextra.attention.pieces import PIECES, QKNorm, temperature_tuning_scale
 from lextra.attention.plan import PRESETS, format_plan, parse_plan, select_layers
 from lextra.errors import ConfigError
 from lextra.extend import InferenceSetup
-from lextra.model import GPT, GPTConfig, LayerInputs, load_model, save_model
+from lextra.layer_inputs import LayerInputs
+from lextra.model import GPT, GPTConfig, load_model, save_model
 from lextra.positions import HeadDims, build_scheme
 
 TOL = 1e-5

@@ -11,7 +11,8 @@ from conftest import ALL_SCHEMES, RELATIVE_SCHEMES
 from lextra.attention import build_mask
 from lextra.errors import CheckpointError, ConfigError, LengthError
 from lextra.kv_cache import KVCache
-from lextra.model import GPT, AttentionInputs, GPTConfig, load_model, save_model
+from lextra.layer_inputs import AttentionInputs
+from lextra.model import GPT, GPTConfig, load_model, save_model
 from lextra.positions.rotary import convert_qk_weight
 
 

@@ -14,7 +14,8 @@ from test_hf_s2attn import authors_s2_flash
 from lextra.attention import build_mask, s2_visible, shifted_sparse_attention
 from lextra.cli import main
 from lextra.errors import ConfigError
-from lextra.model import GPT, GPTConfig, LayerInputs, load_model
+from lextra.layer_inputs import LayerInputs
+from lextra.model import GPT, GPTConfig, load_model
 from lextra.positions import build_scheme
 from lextra.positions.base import HeadDims
 from lextra.train import TrainConfig, train

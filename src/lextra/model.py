@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -24,7 +23,6 @@ from torch import Tensor, nn
 from lextra import serialize
 from lextra.attention import PositionLayout, attention, build_mask
 from lextra.attention.backends import AttentionExtension
-from lextra.attention.forget_bias import ForgetBias
 from lextra.attention.fox import forget_inputs
 from lextra.attention.masks import Mask
 from lextra.attention.pieces import PIECES, SINGLE_VALUED, AttentionPiece, attend_through, check_one_caller
@@ -33,6 +31,7 @@ from lextra.attention.s2 import S2Attention
 from lextra.errors import CheckpointError, ConfigError
 from lextra.io import atomic_write, atomic_write_json, sha256_file
 from lextra.kv_cache import KVCache
+from lextra.layer_inputs import AttentionInputs, LayerInputs, LayerObserver
 from lextra.positions import HeadDims, PositionScheme, build_scheme, split_scheme_spec
 from lextra.positions.abacus import AbacusEmbedding, check_abacus
 from lextra.positions.logn import LOG_SCALINGS, check_log_scaling, log_scaling_factor
@@ -162,50 +161,6 @@ class GPTConfig:
     def from_dict(cls, data: dict[str, Any]) -> GPTConfig:
         """Read a saved or written config; unknown keys are refused, missing ones take their defaults."""
         return serialize.from_dict(cls, data, refuse_unknown="model config").validate()
-
-
-@dataclass
-class AttentionInputs:
-    """What one attention layer is about to score, as an observer of `GPT.forward_layers` sees it.
-
-    `q` (B, H, Lq, D) and `k` (B, H, Lk, Dk) are the projections before the scheme's position transform (cached
-    keys included, after QK-norm), `temperature` is the softmax temperature the layer applies (None, (H,) or
-    (H, Lq)), `mask` the layer's own (a plan's window or chunk) or the call's, `sinks` and `softcap` the layer's.
-    """
-
-    layer: int
-    q: Tensor
-    k: Tensor
-    scheme: PositionScheme
-    q_pos: Tensor
-    k_pos: Tensor
-    mask: Mask
-    temperature: Tensor | None
-    sinks: Tensor | None = None
-    softcap: float | None = None
-    forget: ForgetBias | None = None  # FoX's forget bias (c at the queries and keys), or None
-
-
-#: called with each layer's inputs just before it attends; it may raise to stop the forward pass there
-LayerObserver = Callable[[AttentionInputs], None]
-
-
-@dataclass(frozen=True)
-class LayerInputs:
-    """What a block needs besides its hidden states: the layer's scheme and index, the positions, the call's mask
-    and backend, the cache, an observer, the positions' host-side facts where the caller knows them (`layout`;
-    ignored under a cache, whose keys differ) and `queries`: only the last that many rows are wanted (no cache),
-    their queries alone attending to every row's key."""
-
-    scheme: PositionScheme
-    positions: Tensor
-    mask: Mask
-    backend: str = "auto"
-    cache: KVCache | None = None
-    layer: int = 0
-    observer: LayerObserver | None = None
-    layout: PositionLayout | None = None
-    queries: int | None = None
 
 
 class SelfAttention(nn.Module):

@@ -23,7 +23,8 @@ from lextra.attention.forget_bias import ForgetBias, tile_difference
 from lextra.attention.masks import UNBOUNDED, Mask
 from lextra.devices import module_device
 from lextra.errors import ConfigError
-from lextra.model import GPT, AttentionInputs, Block
+from lextra.layer_inputs import AttentionInputs
+from lextra.model import GPT, Block
 from lextra.positions import PositionScheme
 
 DEFAULT_BLOCK = 256

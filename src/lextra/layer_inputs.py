@@ -1,0 +1,59 @@
+"""What a GPT layer receives besides its hidden states (`LayerInputs`) and what an observer sees of a layer just
+before it attends (`AttentionInputs`, `LayerObserver`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from lextra.attention import PositionLayout
+from lextra.attention.forget_bias import ForgetBias
+from lextra.attention.masks import Mask
+from lextra.kv_cache import KVCache
+from lextra.positions import PositionScheme
+
+
+@dataclass
+class AttentionInputs:
+    """What one attention layer is about to score, as an observer of `GPT.forward_layers` sees it.
+
+    `q` (B, H, Lq, D) and `k` (B, H, Lk, Dk) are the projections before the scheme's position transform (cached
+    keys included, after QK-norm), `temperature` is the softmax temperature the layer applies (None, (H,) or
+    (H, Lq)), `mask` the layer's own (a plan's window or chunk) or the call's, `sinks` and `softcap` the layer's.
+    """
+
+    layer: int
+    q: Tensor
+    k: Tensor
+    scheme: PositionScheme
+    q_pos: Tensor
+    k_pos: Tensor
+    mask: Mask
+    temperature: Tensor | None
+    sinks: Tensor | None = None
+    softcap: float | None = None
+    forget: ForgetBias | None = None  # FoX's forget bias (c at the queries and keys), or None
+
+
+#: called with each layer's inputs just before it attends; it may raise to stop the forward pass there
+LayerObserver = Callable[[AttentionInputs], None]
+
+
+@dataclass(frozen=True)
+class LayerInputs:
+    """What a block needs besides its hidden states: the layer's scheme and index, the positions, the call's mask
+    and backend, the cache, an observer, the positions' host-side facts where the caller knows them (`layout`;
+    ignored under a cache, whose keys differ) and `queries`: only the last that many rows are wanted (no cache),
+    their queries alone attending to every row's key."""
+
+    scheme: PositionScheme
+    positions: Tensor
+    mask: Mask
+    backend: str = "auto"
+    cache: KVCache | None = None
+    layer: int = 0
+    observer: LayerObserver | None = None
+    layout: PositionLayout | None = None
+    queries: int | None = None
