@@ -8,6 +8,7 @@ import shlex
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from lextra.cli.app import Handler, command
 from lextra.cli.options import add_device, add_quiet, add_threads, positive_int, source_commit
@@ -58,7 +59,7 @@ def configure_study(parser: argparse.ArgumentParser) -> Handler:
             f"Training: {config.train.steps} steps x {config.train.batch_size} x {config.train_len} tokens of "
             f"`{config.train.corpus}`, {config.train.model.n_layer} layers, width {config.train.model.d_model}, "
             f"{config.train.model.n_head} heads, seeds {config.seeds}. Models: "
-            + ", ".join(f"{m.label} ({m.scheme}{' ' + str(m.options) if m.options else ''})" for m in config.models)
+            + ", ".join(f"{m.label} ({_model_spec(m)})" for m in config.models)
             + ".",
             "",
         ]
@@ -68,6 +69,12 @@ def configure_study(parser: argparse.ArgumentParser) -> Handler:
         return 0
 
     return run
+
+
+def _model_spec(model: Any) -> str:
+    """A study model as its report names it: its layer plan, else its scheme and options."""
+    plan = getattr(model, "layer_plan", None)
+    return plan or f"{model.scheme}{' ' + str(model.options) if model.options else ''}"
 
 
 def _task_study(config, args: argparse.Namespace, commit: str, start: float) -> int:
