@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Mixed context-window training (LongRoPE2) against plain YaRN fine-tuning, toy scale (issue 47): a rope model
-# trained at L_tr 128 (600 steps, python-code, bytes), continued at 1024 under yarn:8 for STEPS steps, once plainly
-# and once with --mixed-window 128:1024 (half the steps cut into 128-token pieces under the original RoPE), for 3
-# seeds of the continued training; perplexity (chunks, 8 held-out documents) at 128..1024 and passkey at 1024
+# Mixed context-window training (LongRoPE2) and packed documents against plain YaRN fine-tuning, toy scale (issue
+# 47): a rope model trained at L_tr 128 (600 steps, python-code, bytes), continued at 1024 under yarn:8 for STEPS
+# steps, plainly, with --mixed-window 128:1024 (half the steps cut into 128-token pieces under the original RoPE)
+# and with --pack documents (whole documents, attended alone, positions from 0), for 3 seeds of the continued
+# training; perplexity (chunks, 8 held-out documents) at 128..1024 and passkey at 1024
 # (10 prompts over 5 depths) for every model. experiments/mixed_window_report.py makes the table.
 #   experiments/mixed_window.sh [OUT] [STEPS]   (OUT default runs/mixed-window; STEPS default 60)
 set -euo pipefail
@@ -35,6 +36,8 @@ for seed in 0 1 2; do
             --warmup 10 --lr 5e-4 --batch-size 2 --seed "$seed")
     train "yarn-s$seed" "${common[@]}"
     train "mixed-s$seed" "${common[@]}" --mixed-window 128:1024
+    train "packed-s$seed" "${common[@]}" --pack documents
     evaluate "yarn-s$seed"
     evaluate "mixed-s$seed"
+    evaluate "packed-s$seed"
 done

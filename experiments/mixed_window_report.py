@@ -17,8 +17,12 @@ from lextra.evaluate.retrieval import RetrievalResult
 from lextra.reporting.intervals import Interval
 
 LENGTHS = (128, 256, 512, 1024)
-ROWS = {"base": "rope L_tr 128 (no fine-tuning)", "yarn": "yarn:8, 60 steps at 1024",
-        "mixed": "yarn:8 + --mixed-window 128:1024, 60 steps"}  # fmt: skip
+ROWS = {
+    "base": "rope L_tr 128 (no fine-tuning)",
+    "yarn": "yarn:8, 60 steps at 1024",
+    "mixed": "yarn:8 + --mixed-window 128:1024, 60 steps",
+    "packed": "yarn:8 + --pack documents, 60 steps",
+}
 
 
 def measures(folder: Path, name: str) -> dict[str, float] | None:
@@ -48,9 +52,10 @@ def main() -> None:
         cells = " | ".join(f"{values[str(n)].mean:.2f} ± {values[str(n)].half:.2f}" for n in LENGTHS)
         seeds = values["passkey"].n
         print(f"| {ROWS[row]} | {seeds} | {cells} | {values['passkey'].mean:.2f} ± {values['passkey'].half:.2f} |")
-    if "yarn" in rows and "mixed" in rows:
-        decided = [key for key in rows["yarn"] if rows["yarn"][key].separated(rows["mixed"][key])]
-        print(f"\nintervals separated (mixed vs yarn): {', '.join(decided) or 'none'}")
+    for other in ("mixed", "packed"):
+        if "yarn" in rows and other in rows:
+            decided = [key for key in rows["yarn"] if rows["yarn"][key].separated(rows[other][key])]
+            print(f"\nintervals separated ({other} vs yarn): {', '.join(decided) or 'none'}")
 
 
 if __name__ == "__main__":
