@@ -136,7 +136,8 @@ def test_retrieval_prompts_of_an_hf_model_start_with_its_bos(tokenizers, monkeyp
 
     def spy(model, prompts, answers, distractors):
         seen.extend(list(p) for p in prompts)
-        return {"exact": [True] * len(prompts), "rank": [1] * len(prompts), "generated": [[]] * len(prompts)}
+        n = len(prompts)
+        return {"exact": [True] * n, "rank": [1] * n, "loglik": [[0.0]] * n, "generated": [[]] * n}
 
     monkeypatch.setattr("lextra.evaluate.retrieval.evaluate.score_prompts", spy)
     model = adapt(tiny_llama())

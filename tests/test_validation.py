@@ -111,6 +111,7 @@ RULES: dict[tuple[str, str], tuple[str, Any]] = {
     ("fire", "c_init"): ("float", lambda v: abs(v) <= FLOAT32_MAX),
     ("fire", "threshold"): ("float", lambda v: 0 < v <= FLOAT32_MAX),
     ("fire", "eps"): ("float", lambda v: 1e-30 <= v <= 1),
+    ("cope", "npos"): ("int", lambda v: 2 <= v <= 1 << 24),
 }
 #: the numeric options of docs/extending.md's example scheme (tests/plugins/lextra_toy.py), checked when
 #: `LEXTRA_PLUGINS` loads it; a plugin's own scheme adds its entry here the same way
