@@ -445,3 +445,17 @@ def test_help_is_printed_from_the_cache_without_importing_torch(tmp_path) -> Non
     assert first[:2] == ["0", "True"]  # generated: the parser imports the library
     assert second[:2] == ["0", "False"] and second[2:] == first[2:]  # the same text, no torch
     assert len(list((tmp_path / "help").glob("*.txt"))) == 1
+
+
+def test_list_prints_abacus_beside_the_content_dependent_pieces_and_schemes(capsys) -> None:
+    """Issue 46's five: FoX, stick-breaking and differential attention as pieces, CoPE as a scheme, Abacus as the
+    model's digit embeddings with its defaults."""
+    from lextra.positions.abacus import ABACUS_MAX_K, ABACUS_POSITIONS
+
+    assert main(["list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    names = {line.split()[0] for line in lines if line.startswith("  ") and line.split()}
+    assert {"fox", "stickbreak", "diffattn", "cope", "abacus"} <= names
+    row = next(i for i, line in enumerate(lines) if line.split()[:1] == ["abacus"])
+    assert "--abacus MAX_K" in lines[row - 1]
+    assert f"max_k={ABACUS_MAX_K}, positions={ABACUS_POSITIONS}" in lines[row + 1]

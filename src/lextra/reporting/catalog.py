@@ -88,7 +88,18 @@ def catalog_text() -> str:
         "length-generalization tasks (lextra train --task SPEC, lextra tasks eval, study tasks = [...]; "
         "e.g. ruoss.reverse_string or mqar,shift=gaps):"
     )
-    return "\n".join([*lines, "", *_section(title, TRAINING_TASKS, tasks), "", *preset_lines()])
+    return "\n".join([*lines, "", *_section(title, TRAINING_TASKS, tasks), "", *preset_lines(), "", *embedding_lines()])
+
+
+def embedding_lines() -> list[str]:
+    """The model's token-level position embeddings beside its scheme: Abacus (`lextra.positions.abacus`)."""
+    from lextra.positions.abacus import ABACUS_MAX_K, ABACUS_POSITIONS
+
+    return [
+        "digit embeddings of the model (lextra train --abacus MAX_K, or [model] abacus = {max_k, positions, digits}):",
+        "  abacus   Abacus (McLeish 2024): each digit's place in its number, shifted by a random 0..max_k in training",
+        f"             options: max_k={ABACUS_MAX_K}, positions={ABACUS_POSITIONS}, digits=the task's or tokenizer's",
+    ]
 
 
 def preset_lines() -> list[str]:
