@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from lextra.attention.backends import AttentionContext, attention_with_lse, cap_scores, merge_tiles
+from lextra.attention.backends.common import scores_with_lse
 
 
 @dataclass(frozen=True, eq=False)
@@ -60,16 +61,7 @@ class LayerScores:
         if not torch.is_grad_enabled():
             return _capped_tile(q, k, v, scale, self.softcap, causal, mask)
         scores = cap_scores((q.float() @ k.float().transpose(-1, -2)) * scale, self.softcap)
-        if causal:
-            hidden = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).triu(1)
-            scores = scores.masked_fill(hidden, float("-inf"))
-        if mask is not None:
-            scores = scores + mask.float()
-        empty = torch.isneginf(scores).all(-1, keepdim=True)  # rows without keys: finite scores, then weight 0
-        scores = scores.masked_fill(empty, 0.0)
-        lse = torch.logsumexp(scores, dim=-1, keepdim=True)
-        weights = torch.exp(scores - lse).masked_fill(empty, 0.0)
-        return (weights @ v.float()).to(v.dtype), lse.masked_fill(empty, float("-inf")).squeeze(-1)
+        return scores_with_lse(scores, v, causal=causal, mask=mask)
 
     @property
     def flex(self) -> dict[str, Any]:

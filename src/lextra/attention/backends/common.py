@@ -151,9 +151,16 @@ def attention_with_lse(
         if mask is not None:  # the kernel reports log-sum-exp 0 for a row it was given no key for
             lse = lse.masked_fill(torch.isneginf(mask).all(-1), float("-inf"))
         return out, lse.float()
-    logits = (q.float() @ k.float().transpose(-1, -2)) * scale
+    return scores_with_lse((q.float() @ k.float().transpose(-1, -2)) * scale, v, causal=causal, mask=mask)
+
+
+def scores_with_lse(
+    logits: Tensor, v: Tensor, *, causal: bool = False, mask: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """`attention_with_lse`'s explicit fp32 path from scaled scores (B, H, Lq, Lk) already computed (a softcap
+    caps them first): causal and float mask applied, output and rows' log-sum-exp, a row without keys 0 and -inf."""
     if causal:
-        hidden = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).triu(1)
+        hidden = torch.ones(logits.shape[-2], logits.shape[-1], dtype=torch.bool, device=logits.device).triu(1)
         logits = logits.masked_fill(hidden, float("-inf"))
     if mask is not None:
         logits = logits + mask.float()
