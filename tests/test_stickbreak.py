@@ -194,6 +194,29 @@ def test_query_blocks_walking_in_groups_equal_the_reference(monkeypatch: pytest.
         assert (mine - theirs).abs().max() < 1e-4 * max(1.0, float(theirs.abs().max()))
 
 
+def test_default_tiles_split_the_sequence_evenly_without_padding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No block size: the fewest tiles of at most TILE keys, evenly filled (TILE 32 and L 70: three tiles of 24, not
+    three of 32 with 26 keys of padding; L below TILE: one tile of L), each equal to the reference."""
+    monkeypatch.setattr(stickbreak, "TILE", 32)
+    seen: list[tuple[int, ...]] = []
+    step = stickbreak._tile_step
+
+    def spy(qb, *rest):
+        seen.append(tuple(qb.shape[-3:-1]))
+        return step(qb, *rest)
+
+    monkeypatch.setattr(stickbreak, "_tile_step", spy)
+    piece = _piece(remainder="value")
+    for L, tiles in ((70, (3, 24)), (20, (1, 20))):
+        seen.clear()
+        q, k, v = _qkv(L=L)
+        with torch.no_grad():
+            out = _sb(piece, q, k, v, backend="chunked")
+            ref = _sb(piece, q, k, v, backend="reference")
+        assert max(seen) == tiles and all(t == tiles[1] for _, t in seen)
+        assert (out - ref).abs().max() < TOL
+
+
 def test_positions_enter_only_through_their_differences() -> None:
     """Without a scheme, shifting every position changes nothing (the tiled walk reads the order alone)."""
     q, k, v = _qkv(L=40)

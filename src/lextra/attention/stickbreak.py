@@ -186,6 +186,14 @@ def tiles_apply(ctx: AttentionContext) -> bool:
     return scheme is None or not scheme.has_bias or scheme.distance_only(ctx.q_pos)
 
 
+def tile_size(block_size: int | None, L: int) -> int:
+    """Keys per tile of the walk over L keys: the call's block size (at most L), else the fewest tiles of at most
+    `TILE` keys, evenly filled, so padding stays below one key per tile (a sequence shorter than a tile is one)."""
+    if block_size:
+        return max(1, min(int(block_size), L))
+    return math.ceil(L / math.ceil(L / TILE))
+
+
 def tiled_stickbreak(
     q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext, attend_current: bool
 ) -> tuple[Tensor, Tensor]:
@@ -197,7 +205,7 @@ def tiled_stickbreak(
     sum comes out of the value matmul as one more channel of ones."""
     qr, kr = rotate(ctx.scheme, q, k, ctx.q_pos, ctx.k_pos)
     B, H, L, _ = qr.shape
-    T = max(1, int(ctx.block_size or TILE))
+    T = tile_size(ctx.block_size, L)
     nb = math.ceil(L / T)
     pad = nb * T - L
 
