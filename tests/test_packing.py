@@ -254,7 +254,11 @@ def test_training_with_packed_documents_resumes_exactly(tmp_path: Path) -> None:
     assert "pack" not in TrainConfig().to_dict()
 
 
-def test_pack_on_a_corpus_of_one_document_is_one_line_exit_2_nothing_written(tmp_path: Path, capsys) -> None:
+def test_pack_on_a_corpus_of_one_document_is_one_line_exit_2_nothing_written(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """Refused before the corpus is prepared: neither the run folder nor a data cache entry is written."""
+    monkeypatch.setenv("LEXTRA_CACHE", str(tmp_path / "cache"))
     corpus = tmp_path / "one.txt"
     corpus.write_text("a single long document " * 400)
     out = tmp_path / "run"
@@ -262,7 +266,7 @@ def test_pack_on_a_corpus_of_one_document_is_one_line_exit_2_nothing_written(tmp
                  "--train-len", "16", "--n-layer", "1", "--d-model", "16", "--n-head", "2", "--quiet"])  # fmt: skip
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "document boundaries" in err
-    assert not (out / "config.json").exists() and not list(out.glob("checkpoints/*"))
+    assert not out.exists() and not (tmp_path / "cache").exists()
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ an in-memory stream's starts), searched per window, so memory does not grow with
 
 from __future__ import annotations
 
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -25,7 +26,8 @@ import torch
 from lextra.data.boundaries import DocumentStarts
 from lextra.data.orders import EpochOrder, epoch_window_starts
 from lextra.data.windows import mixture_window_starts, window_starts
-from lextra.errors import ConfigError
+from lextra.data.corpora.sources import iter_documents
+from lextra.errors import ConfigError, DataError
 
 #: how a run fills its training windows: `none` cuts them from the token stream across document boundaries;
 #: `documents` fills them with whole documents, masked to each and positioned from each one's start
@@ -100,6 +102,23 @@ class PackedDocuments:
             ids.append(row)
         tokens = stream.windows(torch.tensor(begins, dtype=torch.long), length)  # type: ignore[attr-defined]
         return torch.stack((tokens, torch.from_numpy(np.stack(ids))), dim=1)
+
+
+def check_pack_corpus(corpus: str | None, limit_chars: int | None = None) -> None:
+    """Refuse, before anything is prepared or written, a corpus of fewer than two documents (one text file): it
+    has no boundaries to pack by. Reads at most two documents; a corpus that cannot be read is left to the data
+    loader's own message, and the training stream's boundaries are checked again (`stream_document_starts`)."""
+    if corpus is None:
+        return
+    try:
+        count = len(list(islice(iter_documents(corpus, limit_chars=limit_chars), 2)))
+    except (DataError, OSError, ValueError):
+        return
+    if count < 2:
+        raise ConfigError(
+            f"--pack documents needs document boundaries, but the corpus {corpus!r} is a single document; give a "
+            "corpus of several documents (a folder, JSONL or Parquet rows) or drop --pack"
+        )
 
 
 def stream_document_starts(stream: object) -> DocumentStarts:

@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
 from lextra.data import Tokenizer, TrainStream, in_order
+from lextra.data.packing import check_pack_corpus
 from lextra.data.positions import PositionSampler, build_sampler, sampled_batch
 from lextra.data.prepare import PreparedData, prepare_data
 from lextra.data.shards import PreparedShards, training_batches
@@ -445,6 +446,8 @@ class HFTarget:
     def open_data(self, world: Distributed, run_dir: Path, resume: bool, progress: bool) -> None:
         if resume:
             _check_compatible(run_dir, self.config)
+        if self.config.pack != "none" and self.config.data is None:
+            check_pack_corpus(self.config.corpus, self.config.limit_chars)
         self.tokenizer, self._stream = _data(self.config)
         if self.config.pack != "none":
             self._stream = packed_source(self._stream)

@@ -18,6 +18,7 @@ import torch
 
 from lextra.compile import StepLoss, answer_loss, next_token_loss
 from lextra.data import eval_sequences
+from lextra.data.packing import check_pack_corpus
 from lextra.data.positions import PositionSampler, sampled_batch
 from lextra.data.prepare import PreparedData, prepare_data
 from lextra.data.shards import PreparedShards, training_batches
@@ -140,6 +141,8 @@ class GPTTarget:
             self._stream = self.task_batches
             self.extra = {"task": task_record(task, self.task_batches.lengths), "train": config.to_dict()}
             return
+        if config.pack != "none" and config.data is None:
+            check_pack_corpus(config.corpus, config.limit_chars)
         shards, cached = open_training_data(config, progress, prepare=world.is_main)
         data: PreparedData | None = None
         if shards is not None:
