@@ -8,6 +8,10 @@ RUN_DIR ?= runs/compare
 REQ := requirements
 PIP := $(PY) -m pip install -q --disable-pip-version-check
 PYTEST := OMP_NUM_THREADS=2 $(PY) -m pytest
+# `make test` and `make test-fast` spread the suite over TEST_WORKERS processes of one thread each (pytest-xdist;
+# a test module's tests stay on one worker, so its module fixtures are built once).
+TEST_WORKERS ?= 2
+PYTEST_PARALLEL := OMP_NUM_THREADS=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope
 LINT_PATHS := src tests benchmarks experiments
 # What mypy checks: all of the package ([tool.mypy] in pyproject.toml holds its settings).
 TYPED_PATHS := src/lextra
@@ -44,11 +48,11 @@ run: $(STAMP)
 
 # Everything that runs on a CPU; tests marked `gpu` are deselected (not skipped).
 test: $(STAMP) $(OLDEST_STAMP)
-	$(PYTEST) -m "not gpu"
+	$(PYTEST_PARALLEL) -m "not gpu"
 
 # The inner loop: under a minute on 2 cores, without the tests marked `slow`.
 test-fast: $(STAMP) $(OLDEST_STAMP)
-	$(PYTEST) -m "not slow and not gpu"
+	$(PYTEST_PARALLEL) -m "not slow and not gpu"
 
 # Only the tests marked `gpu`; stops at once where torch sees no CUDA device.
 test-gpu: $(STAMP)
