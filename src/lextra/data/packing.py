@@ -24,9 +24,9 @@ import numpy as np
 import torch
 
 from lextra.data.boundaries import DocumentStarts
+from lextra.data.corpora.sources import iter_documents
 from lextra.data.orders import EpochOrder, epoch_window_starts
 from lextra.data.windows import mixture_window_starts, window_starts
-from lextra.data.corpora.sources import iter_documents
 from lextra.errors import ConfigError, DataError
 
 #: how a run fills its training windows: `none` cuts them from the token stream across document boundaries;
