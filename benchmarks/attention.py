@@ -43,7 +43,8 @@ Content-dependent attention (`--content fox`)
 
 Attention pieces and the backward pass (`--pieces`, `--backward`)
     `--pieces diffattn` adds a row `SCHEME+diffattn` per scheme: the piece's `attend` hook around the call, as a
-    layer runs it (differential attention: two maps of half-width q/k, each as two calls on the value's halves).
+    layer runs it (differential attention: two maps of half-width q/k, each as two calls on the value's halves);
+    `--rows nope+stickbreak,rope+diffattn` adds the rows named, one each.
     `--backward` times forward and backward (the gradients of q, k and v from the output's sum), the SDPA
     baseline's too, with autograd on.
 
@@ -55,6 +56,8 @@ Usage
     .venv/bin/python benchmarks/attention.py --schemes rope --pieces diffattn --masks causal --lengths 16384 --backward
     .venv/bin/python benchmarks/attention.py --schemes none --content fox --masks causal --lengths 16384 --backward
     .venv/bin/python benchmarks/attention.py --schemes cope --masks causal --lengths 16384 --backward
+    .venv/bin/python benchmarks/attention.py --schemes rope,alibi,cope --content fox \
+        --rows nope+stickbreak,rope+diffattn --masks causal --lengths 16384 --backward   # issue 46's speed table
 """
 
 from __future__ import annotations
@@ -273,6 +276,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "attend hook run around the call as a layer runs it",
     )
     parser.add_argument(
+        "--rows",
+        default="",
+        help="comma list of SCHEME+PIECE rows added as given (e.g. nope+stickbreak,rope+diffattn), where --pieces "
+        "would pair every piece with every scheme",
+    )
+    parser.add_argument(
         "--backward",
         action="store_true",
         help="time forward and backward (gradients of q, k, v from the output's sum), the baseline too",
@@ -431,6 +440,7 @@ def main(argv: list[str] | None = None) -> int:
         return harness.worker_main(run_cell, args.worker, error_chars=None)
     schemes = [] if args.schemes == "none" else harness.scheme_names(args.schemes)
     schemes += [f"{scheme}+{piece}" for piece in csv_list(args.pieces) for scheme in schemes]
+    schemes += csv_list(args.rows)
     content = csv_list(args.content)
     unknown = sorted(set(content) - set(CONTENT_ROWS))
     if unknown:

@@ -173,11 +173,31 @@ def _study(**changes) -> dict:
         ({"test_lengths": {"ruoss.reverse_string": "3-8"}}, "inside the training range"),
         ({"models": [{"label": "x", "scheme": "nope", "positions": "warp"}]}, "position sampler"),
         ({"train": {"task": "passkey"}}, "set per task"),
+        ({"models": [{"label": "x", "scheme": "nope", "abacus": {"max_k": -1}}]}, "abacus max_k"),
+        ({"models": [{"label": "x", "scheme": "nope", "abacus": {"offset": 3}}]}, "abacus has no option offset"),
     ],
 )
 def test_study_bad_input_fails_before_training(changes, message) -> None:
     with pytest.raises(ConfigError, match=message):
         parse_task_study(_study(**changes))
+
+
+def test_a_study_model_with_abacus_trains_with_the_task_digits() -> None:
+    """`abacus = {max_k = 40}` on a study model reaches its training config; the task's digits fill the rest."""
+    config = parse_task_study(
+        _study(
+            tasks=["zhou.addition,index_hints=false"], train_lengths={}, test_lengths={},
+            models=[
+                {"label": "plain", "scheme": "nope"}, {"label": "abacus", "scheme": "nope", "abacus": {"max_k": 40}}
+            ],
+        )
+    )  # fmt: skip
+    plain, abacus = (config.train_config(m, config.tasks[0], 0) for m in config.models)
+    assert plain.model.abacus is None
+    task = build_task("zhou.addition,index_hints=false")
+    digits = [task.vocabulary.index(str(d)) for d in range(10)]
+    assert abacus.model.abacus == {"max_k": 40, "positions": 1024, "digits": digits}
+    assert config.models[1].abacus == {"max_k": 40}  # the spec itself is not filled in
 
 
 def test_bad_task_inputs_name_the_fix() -> None:

@@ -21,14 +21,16 @@ from lextra.train import TrainConfig
 
 @dataclass
 class TaskModelSpec:
-    """One model of the study: a label, a scheme with options or a layer plan, and its position sampler
-    (`randomized:2048`, `pose:...`; contiguous by default)."""
+    """One model of the study: a label, a scheme with options or a layer plan, its position sampler
+    (`randomized:2048`, `pose:...`; contiguous by default) and Abacus digit embeddings (`{max_k = 99}`; none by
+    default)."""
 
     label: str
     scheme: str = "rope"
     options: dict[str, Any] = field(default_factory=dict)
     layer_plan: str | None = field(default=None, metadata=serialize.options(omit_none=True))
     positions: str = "contiguous"
+    abacus: dict[str, Any] | None = field(default=None, metadata=serialize.options(omit_none=True))
 
 
 @dataclass
@@ -102,6 +104,7 @@ class TaskStudyConfig:
         config = copy.deepcopy(self.train)
         config.model.scheme, config.model.scheme_options = spec.scheme, dict(spec.options)
         config.model.layer_plan = spec.layer_plan
+        config.model.abacus = None if spec.abacus is None else dict(spec.abacus)
         config.positions, config.task, config.seed = spec.positions, task, seed
         config.task_lengths = self.train_lengths.get(task)
         config.eval_sequences = 0
