@@ -71,7 +71,8 @@ def main() -> int:
     ours: HFCausalLM = adapt(copy.deepcopy(reference))
     layers, kv_heads = config.num_hidden_layers, config.num_key_value_heads
     head_dim = config.hidden_size // config.num_attention_heads
-    meta = machine_meta(args.threads, ["src/lextra/hf/attention.py", "src/lextra/hf/cache.py"])
+    sources = ["src/lextra/hf/attention.py", "src/lextra/hf/cache.py", "src/lextra/attention/backends/dispatch.py"]
+    meta = machine_meta(args.threads, sources)
     start = time.time()
     cells: dict[str, dict[str, float]] = {"Hugging Face sdpa + DynamicCache": {}}
     for length in lengths:

@@ -441,6 +441,38 @@ def test_a_causal_decoding_step_runs_sdpa_and_biased_or_windowed_steps_run_chunk
     )
 
 
+#: (queries, mask, folded): grouped-query calls at the end of 41 keys
+GROUPED_CASES = [(1, "causal", True), (1, "window:64", True), (3, "causal", False), (1, "window:16", False)]
+
+
+@pytest.mark.parametrize("backend", ["auto", "reference", "chunked", "sdpa", "flex"])
+@torch.no_grad()
+def test_grouped_query_keys_fold_a_step_that_sees_every_key_and_expand_elsewhere(backend: str, monkeypatch) -> None:
+    """Keys and values with fewer heads than q (6 query heads over 2): a step that sees every key runs with each
+    key/value head's query heads folded into its rows (a temperature per head and query and sinks per head carried
+    per row), any other call expands k and v; each equals the reference on expanded heads. A number of key/value
+    heads that does not divide the query heads is refused."""
+    import lextra.attention.backends.dispatch as dispatch
+
+    folded: list[int] = []
+    real = dispatch.folded_attention
+    monkeypatch.setattr(dispatch, "folded_attention", lambda *a: folded.append(a[0].shape[2]) or real(*a))
+    rope, gen = make_scheme("rope", n_heads=6), torch.Generator().manual_seed(0)
+    k, v = torch.randn(2, 2, 41, 16, generator=gen), torch.randn(2, 2, 41, 16, generator=gen)
+    for n_q, mask, folds in GROUPED_CASES:
+        if backend == "sdpa" and (mask != "causal" or n_q > 1):
+            continue  # one fused call takes neither a window nor offset queries
+        q = torch.randn(2, 6, n_q, 16, generator=gen)
+        tau = torch.rand(6, n_q, generator=gen) + 0.5
+        options = {"scheme": rope, "mask": mask, "temperature": tau, "sinks": torch.linspace(-1.0, 1.0, 6)}
+        folded.clear()
+        got = attention(q, k, v, backend=backend, **options)
+        want = attention(q, k.repeat_interleave(3, 1), v.repeat_interleave(3, 1), backend="reference", **options)
+        assert (got - want).abs().max() < TOL and folded == ([n_q] if folds else []), (n_q, mask)
+    with pytest.raises(ConfigError, match="dividing the queries' 6, got 4"):
+        attention(torch.randn(1, 6, 1, 16), torch.randn(1, 4, 5, 16), torch.randn(1, 4, 5, 16), backend=backend)
+
+
 @pytest.mark.parametrize("name", ["rope", "xpos", "coca", "nope"])
 def test_decoding_steps_through_sdpa_equal_the_reference(name: str) -> None:
     scheme = make_scheme(name)

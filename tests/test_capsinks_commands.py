@@ -14,7 +14,6 @@ import transformers
 from test_capsinks import PLANS, formula_attention
 
 import lextra.extend.attention as extend_attention
-import lextra.hf.attention as hf_attention
 from lextra.cli import main
 from lextra.model import GPT, GPTConfig, save_model
 
@@ -128,7 +127,6 @@ def test_eval_with_self_extend_on_gemma2_and_gpt_oss_matches_the_formula(tmp_pat
         assert extended["setup"].startswith("self_extend")
         calls: list[int] = []
         with monkeypatch.context() as patch:
-            patch.setattr(hf_attention, "extended_attention", _counted(formula_attention, calls))
             patch.setattr(extend_attention, "extended_attention", _counted(formula_attention, calls))
             formula = _eval(model, tmp_path / f"{name}-formula", corpus, "--extend", EXTEND)
         assert calls, name  # the formula computed the extended layers
@@ -149,7 +147,7 @@ def test_ruler_run_with_self_extend_on_gemma2_and_gpt_oss_matches_the_formula(tm
             argv += ["--samples", "2", "--extend", "self_extend,group=64,window=6", "--quiet", "--threads", "1"]
             with monkeypatch.context() as patch:
                 if kind == "formula":
-                    patch.setattr(hf_attention, "extended_attention", _counted(formula_attention, calls))
+                    patch.setattr(extend_attention, "extended_attention", _counted(formula_attention, calls))
                 assert main([*argv, "--out", str(tmp_path / f"{name}-{kind}")]) == 0
             cell = json.loads((tmp_path / f"{name}-{kind}" / "results.json").read_text())["cells"]["niah_single_1"]
             runs[kind] = {key: value for key, value in cell["600"].items() if not key.endswith("seconds")}

@@ -215,13 +215,13 @@ def test_greedy_retrieval_scoring_equals_hugging_face_generate() -> None:
 
 @torch.no_grad()
 def test_decoding_steps_fold_grouped_heads_only_where_every_key_is_visible(monkeypatch) -> None:
-    import lextra.hf.attention as hf_attention
+    import lextra.attention.backends.dispatch as dispatch
     from lextra.attention import build_mask
     from lextra.hf.attention import AttentionState, lextra_attention
 
     folded = []
-    real = hf_attention._folded_attention
-    monkeypatch.setattr(hf_attention, "_folded_attention", lambda *a: folded.append(a[0].shape[2]) or real(*a))
+    real = dispatch.folded_attention
+    monkeypatch.setattr(dispatch, "folded_attention", lambda *a: folded.append(a[0].shape[2]) or real(*a))
     torch.manual_seed(0)
     B, H, Hkv, Lk, D = 2, 6, 2, 41, 8
     key, value = torch.randn(B, Hkv, Lk, D), torch.randn(B, Hkv, Lk, D)
@@ -505,11 +505,11 @@ def test_cached_decoding_under_a_method_equals_the_full_forward_past_the_trainin
     """Hugging Face's cache holds un-rotated keys (all of them: sinks and LM-Infinite hide, not evict, the keys
     their rule drops); each step re-rotates at the method's positions, so every step equals the full forward.
     A one-token step folds the 4 query heads onto the 2 key/value heads (2 x 2 queries at the step's position)."""
-    import lextra.hf.attention as hf_attention
+    import lextra.extend.attention as extend
 
     shapes = []
-    real = hf_attention.extended_attention
-    monkeypatch.setattr(hf_attention, "extended_attention", lambda q, *a: shapes.append(q.shape[1:3]) or real(q, *a))
+    real = extend.extended_attention
+    monkeypatch.setattr(extend, "extended_attention", lambda q, *a: shapes.append(q.shape[1:3]) or real(q, *a))
     model = adapt(position_sensitive())
     setup(model, extension=spec)
     ids = tokens(length=90)

@@ -272,3 +272,101 @@ def test_temperature_tuning_and_log_scaling_on_selected_layers() -> None:
     assert logn.state.log_layers == frozenset({1})
     assert (logn(tokens)[:, :32] - reference(tokens).logits[:, :32]).abs().max() < 1e-5
     assert (logn(tokens)[:, 32:] - reference(tokens).logits[:, 32:]).abs().max() > 1e-4
+
+
+#: the methods the backend tests extend with, at the tiny models' trained length 32 (active past it)
+BACKEND_METHODS = ["self_extend:group=4,window=8", "dca:chunk=24", "rerope:window=12"]
+
+
+def _spied(monkeypatch: pytest.MonkeyPatch, module: Any, names: list[str], calls: list[str]) -> None:
+    """Record in `calls` the name of each of `module`'s functions `names` as it is called."""
+    for name in names:
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k))
+
+
+def _full_and_cached(model: HFCausalLM, tokens: torch.Tensor, prefill: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The logits of a full forward, and of a prefill followed by one-token cached decoding steps."""
+    cache = model.new_cache()
+    steps = [model(tokens[:, :prefill], cache=cache)]
+    steps += [model(tokens[:, t : t + 1], cache=cache) for t in range(prefill, tokens.shape[1])]
+    return model(tokens), torch.cat(steps, dim=1)
+
+
+def _relative(got: torch.Tensor, want: torch.Tensor) -> float:
+    return float((got - want).abs().max() / want.abs().max())
+
+
+@pytest.mark.parametrize("method", BACKEND_METHODS)
+@pytest.mark.parametrize("family", ["llama", "gemma2", "gpt_oss"])
+@torch.no_grad()
+def test_an_extended_family_gives_the_same_logits_on_the_reference_backend_and_auto(
+    family: str, method: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The extended layers attend through one `attention` call with the state's `ExtendedAttention`: under
+    `backend='reference'` the method's dense reference, under 'auto' its tiled passes (CPU), with the layer's
+    softcap (Gemma 2) or sinks (gpt-oss); the same logits (1e-5 relative) past the trained length, in a full
+    forward and in cached decoding (one-token steps folded onto the key/value heads)."""
+    import lextra.extend.attention as extend_attention
+
+    model = InferenceSetup(extension=method).apply(adapt(tiny(family, scale_qk=4.0)))
+    wrapper = model.state.wrapper
+    assert wrapper is not None and wrapper.method is model.extension  # one wrapper per method, kept in the state
+    tokens = ids(48)
+    calls: list[str] = []
+    _spied(monkeypatch, extend_attention, ["reference_extended_attention", "extended_attention"], calls)
+    logits = {}
+    for backend in ("auto", "reference"):
+        calls.clear()
+        model.state.backend = backend
+        logits[backend] = _full_and_cached(model, tokens, 36)
+        want = "reference_extended_attention" if backend == "reference" else "extended_attention"
+        assert set(calls) == {want} and len(calls) == len(model.state.extended) * (2 + 12)
+    assert model.state.wrapper is wrapper  # not rebuilt per call
+    for auto, reference in zip(logits["auto"], logits["reference"], strict=True):
+        assert _relative(auto, reference) < 1e-5
+    plain = adapt(tiny(family, scale_qk=4.0))(tokens)
+    assert (logits["auto"][0][:, 32:] - plain[:, 32:]).abs().max() > 1e-3  # the method is active past 32
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt_oss"])
+@torch.no_grad()
+def test_backend_flex_reaches_an_extended_family_s_flex_passes(family: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`backend='flex'` runs the extended layers as one FlexAttention call per pass (eager on CPU: forward only,
+    small inputs), with gpt-oss's sinks, and gives the reference's logits in a full forward and cached decoding."""
+    import lextra.extend.attention as extend_attention
+
+    model = InferenceSetup(extension="self_extend:group=4,window=8").apply(adapt(tiny(family, scale_qk=4.0)))
+    tokens = ids(40, batch=1)
+    model.state.backend = "reference"
+    want = _full_and_cached(model, tokens, 36)
+    calls: list[str] = []
+    _spied(monkeypatch, extend_attention, ["flex_extended_attention", "extended_attention"], calls)
+    model.state.backend = "flex"
+    got = _full_and_cached(model, tokens, 36)
+    assert calls == ["flex_extended_attention"] * len(model.state.extended) * (2 + 4)
+    for mine, theirs in zip(got, want, strict=True):
+        assert _relative(mine, theirs) < 1e-5
+
+
+@torch.no_grad()
+def test_the_backend_an_evaluation_names_reaches_every_layer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`features(backend=...)` (what `lextra eval --backend` passes) runs each plain layer on that backend, as a
+    lextra model's layers; every backend gives Hugging Face's own hidden states, and the state's backend is back
+    to 'auto' afterwards. An unknown name is refused in one line."""
+    import lextra.attention.backends.dispatch as dispatch
+
+    reference = tiny("llama", scale_qk=4.0)
+    model = adapt(copy.deepcopy(reference))
+    tokens = ids()
+    want = reference.model(tokens).last_hidden_state
+    chosen: list[str] = []
+    real = dispatch.resolve_backend
+    monkeypatch.setattr(dispatch, "resolve_backend", lambda ctx: chosen.append(real(ctx).name) or real(ctx))
+    for backend in ("reference", "chunked", "sdpa", "flex"):
+        chosen.clear()
+        assert (model.features(tokens, backend=backend) - want).abs().max() < 1e-5, backend
+        assert chosen == [backend] * 2 and model.state.backend == "auto"
+    with pytest.raises(ConfigError, match="unknown attention backend 'dense'") as caught:
+        model.features(tokens, backend="dense")
+    assert "\n" not in str(caught.value)

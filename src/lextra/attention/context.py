@@ -94,7 +94,8 @@ class AttentionContext:
     dtype: torch.dtype = torch.float32
     head_dim: int | None = None
     layout: PositionLayout | None = None
-    #: learned sink logits (H,): one more term exp(sink_h) in each softmax's denominator (gpt-oss), or None
+    #: learned sink logits (H,): one more term exp(sink_h) in each softmax's denominator (gpt-oss), or None; per
+    #: row (H, Lq) in a context whose grouped-query heads are folded into rows (`fold_heads`)
     sinks: Tensor | None = None
     #: logit softcapping: scores become tanh(s / softcap) softcap before the mask (Gemma 2), or None
     softcap: float | None = None
@@ -136,18 +137,39 @@ class AttentionContext:
         return allowed if self.padding is None else allowed & self.padding
 
     def rows(self, start: int, stop: int) -> AttentionContext:
-        """The context of queries start..stop - 1 alone (a query block): positions, temperature, score bias and
-        padding sliced to those rows."""
+        """The context of queries start..stop - 1 alone (a query block): positions, temperature, sinks per row,
+        score bias and padding sliced to those rows."""
         tau = self.tau
         if tau is not None and tau.dim() > 0 and tau.shape[-1] != 1:
             tau = tau[..., start:stop]
+        sinks = self.sinks
+        if sinks is not None and sinks.dim() == 2:
+            sinks = sinks[:, start:stop]
         return replace(
             self,
             q_pos=self.q_pos[start:stop],
             tau=tau,
+            sinks=sinks,
             score_bias=_query_rows(self.score_bias, start, stop),
             padding=_query_rows(self.padding, start, stop),
             layout=None,
+        )
+
+    def fold_heads(self, heads: int, groups: int) -> AttentionContext:
+        """The context of this call with the query heads that share a key/value head folded into its query rows:
+        q (B, heads, Lq, D) read as (B, heads / groups, groups x Lq, D), head h = j x groups + g at row g x Lq + i
+        of key/value head j. Query positions repeat per folded head; the temperature and the sinks become per row.
+        Exact wherever heads differ in nothing else (`lextra.attention.backends.dispatch.folds` checks)."""
+        facts, n_q = self.facts, self.q_pos.numel()
+        n = n_q * groups
+        # the same first, last, smallest and largest positions; repeated runs are not contiguous
+        layout = replace(facts, n_q=n, q_contiguous=n <= 1, same=False) if n != facts.n_k else None
+        return replace(
+            self,
+            q_pos=self.q_pos.repeat(groups),
+            tau=None if self.tau is None or self.tau.dim() == 0 else _per_row(self.tau, heads, groups, n_q),
+            sinks=None if self.sinks is None else _per_row(self.sinks.reshape(heads, -1), heads, groups, n_q),
+            layout=layout,
         )
 
     @classmethod
@@ -219,6 +241,11 @@ def _padding(padding: Tensor | None, q: Tensor, k: Tensor) -> Tensor | None:
     return (padding == 0).to(q.device)
 
 
+def _per_row(values: Tensor, heads: int, groups: int, n_q: int) -> Tensor:
+    """Per-head, per-query values (H|1, Lq|1) laid out as a fold's rows: (H / groups, groups x Lq)."""
+    return values.expand(heads, n_q).reshape(heads // groups, groups * n_q)
+
+
 def _query_rows(tensor: Tensor | None, start: int, stop: int) -> Tensor | None:
     """Rows start..stop - 1 of a (.., Lq|1, Lk) tensor (a broadcast query axis stays as it is)."""
     if tensor is None or tensor.shape[-2] == 1:
@@ -274,6 +301,9 @@ class AttentionExtension(ABC):
 
     #: the wrapper's name, for errors
     name: str = "extension"
+    #: whether it treats every head alike, so that query heads sharing a key/value head may be folded into rows
+    #: (`AttentionContext.fold_heads`); False where heads differ (S2-Attn shifts half of them)
+    heads_alike: ClassVar[bool] = False
 
     @abstractmethod
     def backend_for(self, ctx: AttentionContext) -> AttentionBackend:

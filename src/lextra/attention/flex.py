@@ -530,8 +530,8 @@ def _capped_mod(inner: ScoreMod | None, cap: float) -> ScoreMod:
 def with_sinks(out: Tensor, lse: Tensor, sinks: Tensor) -> Tensor:
     """Softmax output `out` (B, H, L, D) of rows with log-sum-exp `lse` (B, H, L) re-normalised with one more
     term exp(sink_h) in each denominator: out x sigmoid(lse - sink_h) (exact: a row's weights are e^s / Z, and Z
-    becomes Z + e^sink). A row that saw no key (lse -inf) stays 0."""
-    factor = torch.sigmoid(lse.float() - sinks.float().reshape(-1, 1))
+    becomes Z + e^sink). Sinks are per head (H,) or per row (H, L). A row that saw no key (lse -inf) stays 0."""
+    factor = torch.sigmoid(lse.float() - sinks.float().reshape(sinks.shape[0], -1))
     return (out.float() * factor[..., None]).to(out.dtype)
 
 

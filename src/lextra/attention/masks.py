@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from lextra.attention.layout import PositionLayout
 from lextra.errors import ConfigError
 from lextra.registry import Registry
 
@@ -88,6 +89,23 @@ class Mask:
         if self.hides_nothing:
             return (-UNBOUNDED, UNBOUNDED), (-UNBOUNDED, UNBOUNDED)
         return None
+
+    def shows_every_key(self, facts: PositionLayout) -> bool:
+        """Whether every query sees every key at positions with these host-side facts (a decoding step at the end
+        of its cache under a causal mask, or inside its window), from the declarations alone (no device read):
+        one unmasked call is then exact."""
+        if self.hides_nothing:
+            return True
+        if facts.n_q == 0 or facts.n_k == 0:
+            return False
+        if self.period is not None and facts.q_min // self.period != facts.q_max // self.period:
+            return False
+        rule = self.band(facts.q_min, facts.q_max)
+        if rule is None:
+            return False
+        (k_lo, k_hi), (d_lo, d_hi) = rule
+        keys_in = k_lo <= facts.k_min and facts.k_max <= k_hi
+        return keys_in and d_lo <= facts.q_min - facts.k_max and facts.q_max - facts.k_min <= d_hi
 
     def visible_keys(self, q_pos: Tensor, k_first: int, k_last: int) -> Tensor:
         """How many keys at contiguous positions k_first..k_last each query sees, at least 1 (log-n scalings' n)."""

@@ -318,6 +318,7 @@ class BandedMasks(AttentionExtension):
     own choice."""
 
     name = "banded masks"
+    heads_alike = True
 
     def backend_for(self, ctx: AttentionContext) -> AttentionBackend:
         if ctx.backend != "auto":
@@ -380,6 +381,8 @@ class ExtendedAttention(AttentionExtension):
     whose backends are the method's dense reference (backend 'reference'), its passes as FlexAttention calls
     ('flex'; what 'auto' runs on CUDA where flex applies) and its tiled passes (any other backend). The mask must
     be causal (the method sets its own visibility). Calling it takes `attention`'s keywords."""
+
+    heads_alike = True
 
     def __init__(self, method: ExtensionMethod) -> None:
         self.method = method

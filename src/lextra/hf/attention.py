@@ -3,18 +3,20 @@
 Hugging Face computes q, k, v (Llama family: already rotated by its own RoPE, with its own `rope_parameters`;
 T5: with its bucket bias passed as `position_bias`) and hands them to this function, which applies what lextra
 adds at inference: a mask (causal, window, BCA; `full` for encoders), per-layer and per-head temperatures, Qwen's
-log-n scaling, and capture of one layer's attention inputs for analysis. It is exact: with the default settings
-its outputs equal Hugging Face's own `sdpa` / `eager` attention (tested). A decoding step that sees every cached
-key runs one SDPA call with grouped-query heads folded into the query axis, on the cache as it is. Every other
-call is one `lextra.attention.attention` call, T5's `position_bias` its score bias and Hugging Face's padding mask
-its padding, so a model reaches every backend (`reference`, `sdpa`, `chunked`, `flex`); it attends through
-`lextra.extend.BANDED_MASKS`, which sends windows and BCA on CPU to the tiles of their bands.
+log-n scaling, a training-free extension method, and capture of one layer's attention inputs for analysis. Every
+call is one `lextra.attention.attention` call, T5's `position_bias` its score bias, Hugging Face's padding mask its
+padding and the layer's softcap (Gemma 2) and sinks (gpt-oss) its own, on the backend `AttentionState.backend`
+names (`auto`, `reference`, `sdpa`, `chunked`, `flex`). Keys and values keep their grouped-query heads: the
+shared call folds a decoding step's query heads onto them or expands them (`lextra.attention.backends.dispatch`).
+It is exact: with the default settings its outputs equal Hugging Face's own `sdpa` / `eager` attention (tested).
+Plain layers attend through `lextra.extend.BANDED_MASKS`, which sends windows and BCA on CPU to the tiles of their
+bands.
 
-Under a training-free extension method (`AttentionState.extension`, set through `InferenceSetup`) the model's
-rotary embedding returns the identity, so q and k arrive un-rotated (and the cache holds un-rotated keys); this
-function then runs `lextra.extend.extended_attention`, which rotates them at the method's remapped positions with
-`AttentionState.rotary`, a lextra RoPE whose frequencies are Hugging Face's own (scalings included), and applies
-the layer's softcap (Gemma 2) to each pass's scores and its sinks (gpt-oss) once to the merged softmax.
+Under a training-free extension method (`AttentionState.set_extension`, called through `InferenceSetup`) the
+model's rotary embedding returns the identity, so q and k arrive un-rotated (and the cache holds un-rotated keys);
+the extended layers then attend through the state's one `lextra.extend.ExtendedAttention`, with the layer's RoPE
+(`AttentionState.rotaries`: lextra's RoPE with Hugging Face's own frequencies, scalings included) as the scheme:
+the method's dense reference, tiled passes or FlexAttention passes, as for a lextra model's layer.
 
 Each adapted attention module carries an `AttentionState` as `module.lextra_state`; modules without one (T5's
 decoder and cross attention) run the plain computation: causal when the module is causal, else full.
@@ -26,21 +28,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from lextra.analysis.capture import CapturedLayer, LayerAttention
-from lextra.attention import attention
+from lextra.attention import attention, expand_kv
 from lextra.attention.masks import CausalMask, FullMask, Mask
 from lextra.attention.pieces import TemperatureTuning
 from lextra.errors import ConfigError
-from lextra.extend import BANDED_MASKS, ExtensionMethod, LayerScores, extended_attention
+from lextra.extend import BANDED_MASKS, ExtendedAttention, ExtensionMethod
 from lextra.positions.base import PositionScheme
 from lextra.positions.logn import log_scaling_factor
 
 ATTENTION_NAME = "lextra"
-#: at most this many queries take the folded grouped-query path when they see every key (decoding steps)
-FOLD_MAX_QUERIES = 64
 
 
 @dataclass
@@ -57,8 +56,9 @@ class AttentionState:
     log_layers: frozenset[int] | None = None
     #: when set, the layer with this index records its attention inputs and stops the forward pass
     capture_layer: int | None = None
-    #: a training-free extension method, on the layers `extended` names; q and k then arrive un-rotated
-    extension: ExtensionMethod | None = None
+    #: the training-free extension method's wrapper (one per method, `set_extension`), on the layers `extended`
+    #: names; q and k then arrive un-rotated
+    wrapper: ExtendedAttention | None = None
     extended: frozenset[int] = frozenset()
     #: each layer's own mask (a sliding window, Llama 4's chunks), None where the layer uses `mask`
     layer_masks: list[Mask | None] = field(default_factory=list)
@@ -70,6 +70,18 @@ class AttentionState:
     #: the position ids of the current forward, recorded by the adapter for families whose attention modules do
     #: not receive them (Llama 4)
     position_ids: Tensor | None = None
+    #: the attention backend every call asks for (`lextra.attention.backends.backend_names`)
+    backend: str = "auto"
+
+    @property
+    def extension(self) -> ExtensionMethod | None:
+        """The training-free extension method on the layers `extended` names, or None."""
+        return None if self.wrapper is None else self.wrapper.method
+
+    def set_extension(self, method: ExtensionMethod | None, layers: list[int]) -> None:
+        """Attend under `method` on `layers` through one `ExtendedAttention` (None: no method on any layer)."""
+        self.wrapper = None if method is None else ExtendedAttention(method)
+        self.extended = frozenset(layers if method is not None else ())
 
     def layer_mask(self, layer: int) -> Mask:
         own = self.layer_masks[layer] if layer < len(self.layer_masks) else None
@@ -90,12 +102,6 @@ def query_temperature(state: AttentionState, layer: int, q_pos: Tensor) -> Tenso
         return tau
     factor = factors[0] if len(factors) == 1 else factors[0] * factors[1]
     return 1.0 / factor[None] if tau is None else tau[:, None] / factor[None]
-
-
-def _repeat_kv(x: Tensor, heads: int) -> Tensor:
-    """Grouped-query attention: each of the Hkv key/value heads serves heads / Hkv query heads."""
-    groups = heads // x.shape[1]
-    return x if groups == 1 else x.repeat_interleave(groups, dim=1)
 
 
 def _positions(
@@ -129,42 +135,40 @@ def lextra_attention(
     gpt-oss hands its learned sinks as `s_aux`, Gemma 2 its logit cap as `softcap`."""
     if module.training and dropout > 0:
         raise ConfigError("lextra's Hugging Face attention is for evaluation; call model.eval() first")
-    H, D = query.shape[1], query.shape[3]
-    scale = D**-0.5 if scaling is None else float(scaling)
+    scale = query.shape[3] ** -0.5 if scaling is None else float(scaling)
     state: AttentionState | None = getattr(module, "lextra_state", None)
     q_pos, k_pos = _positions(query, key, state, kwargs)
     layer = int(getattr(module, "layer_idx", 0) or 0)
     sinks, softcap = kwargs.get("s_aux"), kwargs.get("softcap")
-    plain = position_bias is None and attention_mask is None and sinks is None and softcap is None
-    method = state.extension if state is not None and layer in state.extended else None
-    if state is not None and method is not None:
-        scores = LayerScores(softcap, sinks)
-        out = _extended(query, key, value, attention_mask, state, method, layer, q_pos, k_pos, scale, scores)
-        return out.transpose(1, 2).contiguous(), None
+    capturing = state is not None and state.capture_layer == layer
+    wrapper = state.wrapper if state is not None and layer in state.extended else None
     rotary = state.rotaries[layer] if state is not None and state.rotaries is not None else None
-    if rotary is not None:
+    if wrapper is not None:  # the method rotates q and k at its remapped positions (`scheme=rotary` below)
+        _check_extended(wrapper.method, capturing, attention_mask, q_pos, k_pos)
+        attention_mask = None  # plain causal: the layer's mask
+    elif rotary is not None:  # lextra rotates this layer (a scaling on some layers only)
         query, key = rotary.rotate(query, key, q_pos, k_pos)
-    if plain and _sees_every_key(module, state, layer, q_pos, k_pos):
-        return _folded_attention(query, key, value, scale).transpose(1, 2).contiguous(), None
-    key, value = _repeat_kv(key, H), _repeat_kv(value, H)
     mask, tau = _mask_and_temperature(module, state, layer, q_pos)
-    if state is not None and state.capture_layer == layer:
+    if capturing:
+        key = expand_kv(key, query.shape[1] // key.shape[1])
         inputs = (layer, query.float(), key.float(), None, q_pos, mask, tau)
         raise CapturedLayer(LayerAttention(*inputs, bias=position_bias, scale=scale, sinks=sinks, softcap=softcap))
     out = attention(
         query,
         key,
         value,
+        scheme=rotary if wrapper is not None else None,
         mask=mask,
         q_pos=q_pos,
         k_pos=k_pos,
+        backend="auto" if state is None else state.backend,
         temperature=tau,
         scale=scale,
         sinks=sinks,
         softcap=softcap,
         score_bias=position_bias,
         padding=attention_mask,
-        extension=BANDED_MASKS,
+        extension=BANDED_MASKS if wrapper is None else wrapper,
     )
     return out.transpose(1, 2).contiguous(), None
 
@@ -180,49 +184,13 @@ def _mask_and_temperature(
     return state.layer_mask(layer), query_temperature(state, layer, q_pos)
 
 
-def _sees_every_key(module: Any, state: AttentionState | None, layer: int, q_pos: Tensor, k_pos: Tensor) -> bool:
-    """Whether a few queries (a decoding step) see every key with plain attention: no extension, temperature,
-    capture or log scaling, and a mask that hides no key from them (causal at the end of the cache does not)."""
-    if q_pos.numel() > FOLD_MAX_QUERIES:
-        return False
-    if state is None:
-        return not (getattr(module, "is_causal", False) and q_pos.numel() > 1)
-    if state.temperatures is not None or query_temperature(state, layer, q_pos) is not None:
-        return False
-    return state.capture_layer != layer and bool(state.layer_mask(layer).allowed(q_pos, k_pos).all())
-
-
-def _folded_attention(query: Tensor, key: Tensor, value: Tensor, scale: float) -> Tensor:
-    """Attention of q (B, H, Lq, D) to every key of k, v (B, Hkv, Lk, D) with the query heads that share a
-    key/value head folded into the query axis: one SDPA call on the cache as it is, without the (B, H, Lk, D)
-    copies that expanding grouped-query heads makes (at 16k tokens those copies cost 10x the attention)."""
-    B, H, Lq, D = query.shape
-    Hkv = key.shape[1]
-    folded = query.reshape(B, Hkv, (H // Hkv) * Lq, D)  # head h reads key/value head h // (H / Hkv)
-    out = F.scaled_dot_product_attention(folded, key, value, scale=scale)
-    return out.reshape(B, H, Lq, value.shape[-1])
-
-
-def _extended(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    attention_mask: Tensor | None,
-    state: AttentionState,
-    method: ExtensionMethod,
-    layer: int,
-    q_pos: Tensor,
-    k_pos: Tensor,
-    scale: float,
-    scores: LayerScores,
-) -> Tensor:
-    """Un-rotated q (B, H, Lq, D), k and v (B, Hkv, Lk, D) under `state.extension`, rotated at its remapped
-    positions, with the layer's softcap and sinks (`scores`: Gemma 2's, gpt-oss's). Every cached key is kept;
-    methods with a bounded view (attention sinks, LM-Infinite) hide the keys their rule hides, which gives the
-    logits an evicting cache gives. A decoding step (one query) folds the query heads that share a key/value head
-    into the query axis, all at the step's position, so the cache is rotated per key/value head and never expanded
-    (the sinks then given per folded row)."""
-    if state.capture_layer == layer:
+def _check_extended(
+    method: ExtensionMethod, capturing: bool, attention_mask: Tensor | None, q_pos: Tensor, k_pos: Tensor
+) -> None:
+    """What an extended layer refuses, in one line each: capture (the analyses read rotated q and k) and padding.
+    Every cached key is kept; methods with a bounded view (attention sinks, LM-Infinite) hide the keys their rule
+    hides, which gives the logits an evicting cache gives."""
+    if capturing:
         raise ConfigError(
             f"analyses and alignment read rotated q and k, which extension {method.name!r} does not "
             "produce; run them without --extend"
@@ -232,19 +200,6 @@ def _extended(
             f"extension {method.name!r} runs on unpadded causal inputs; score prompts of one length "
             "together (padding masks are not supported under an extension)"
         )
-    tau = query_temperature(state, layer, q_pos)
-    rotary = state.rotaries[layer] if state.rotaries is not None else None
-    B, H, Lq, D = query.shape
-    groups = H // key.shape[1]
-    if Lq == 1 and tau is None:
-        folded = query.reshape(B, key.shape[1], groups, D)
-        if scores.sinks is not None:  # query head h is row h % groups of key/value head h // groups
-            scores = LayerScores(scores.softcap, scores.sinks.reshape(key.shape[1], groups))
-        at = q_pos.repeat(groups)
-        out = extended_attention(folded, key, value, rotary, method, at, k_pos, scale, None, None, scores)
-        return out.reshape(B, H, 1, value.shape[-1])
-    key, value = _repeat_kv(key, H), _repeat_kv(value, H)
-    return extended_attention(query, key, value, rotary, method, q_pos, k_pos, scale, tau, None, scores)
 
 
 def _plain_causal(attention_mask: Tensor | None, q_pos: Tensor, k_pos: Tensor) -> bool:

@@ -31,6 +31,7 @@ from torch import Tensor
 
 from lextra.analysis.capture import DEFAULT_BLOCK, CapturedLayer, LayerAttention
 from lextra.attention import build_mask
+from lextra.attention.backends import get_backend
 from lextra.attention.masks import Mask
 from lextra.attention.pieces import TemperatureTuning
 from lextra.attention.plan import LayerVariant
@@ -174,14 +175,18 @@ class _Adapter(ABC):
         self.state.mask = mask or build_mask(self.default_mask, self.config.train_len)
 
     @contextlib.contextmanager
-    def using_mask(self, spec: str | Mask | None) -> Iterator[None]:
-        saved = self.state.mask
+    def using_mask(self, spec: str | Mask | None, backend: str = "auto") -> Iterator[None]:
+        """Run the block under the mask `spec` (None: the current one) and on `backend` ("auto": the state's, which
+        is "auto" unless set), as a GPT's `features(mask=, backend=)` does."""
+        saved = self.state.mask, self.state.backend
         if spec is not None:
             self.state.mask = build_mask(spec, self.config.train_len)
+        if backend != "auto":
+            self.state.backend = get_backend(backend).name
         try:
             yield
         finally:
-            self.state.mask = saved
+            self.state.mask, self.state.backend = saved
 
     def _capture(self, layer: int, run: Any) -> LayerAttention:
         """Run `run()` until `layer` records its attention inputs."""
@@ -260,9 +265,9 @@ class HFCausalLM(_Adapter):
     def features(
         self, tokens: Tensor, mask: str | Mask | None = None, backend: str = "auto", last: int | None = None
     ) -> Tensor:
-        """Final hidden states (B, L, d) under `mask` (the adapter's current mask when None); `last`: those of the
-        last that many positions only (computed for every position, then sliced)."""
-        with self.using_mask(mask):
+        """Final hidden states (B, L, d) under `mask` (the adapter's current mask when None) on the attention
+        `backend`; `last`: those of the last that many positions only (computed for every position, then sliced)."""
+        with self.using_mask(mask, backend):
             hidden = self.inner(input_ids=tokens, use_cache=False).last_hidden_state
         return hidden if last is None else hidden[:, -last:]
 
@@ -274,9 +279,9 @@ class HFCausalLM(_Adapter):
     def features_from_embeddings(
         self, embeddings: Tensor, mask: str | Mask | None = None, backend: str = "auto"
     ) -> Tensor:
-        """Final hidden states (B, L, d) from token embeddings at positions 0..L-1, with gradients (the receptive
-        field's)."""
-        with self.using_mask(mask):
+        """Final hidden states (B, L, d) from token embeddings at positions 0..L-1 on the attention `backend`, with
+        gradients (the receptive field's)."""
+        with self.using_mask(mask, backend):
             return self.inner(inputs_embeds=embeddings, use_cache=False).last_hidden_state
 
     def head(self, hidden: Tensor) -> Tensor:
@@ -341,7 +346,7 @@ class HFCausalLM(_Adapter):
     def _set_extension(self, method: ExtensionMethod | None, layers: list[int]) -> None:
         """Apply a training-free extension method on `layers` (None removes it); q and k of every rotary layer
         are then rotated by lextra (the method's remapped positions on `layers`, plain ones elsewhere)."""
-        self.state.extension, self.state.extended = method, frozenset(layers if method is not None else ())
+        self.state.set_extension(method, layers)
         self._install_rotation()
 
     def _layer_params(self, layer: int) -> dict[str, Any]:

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from lextra.attention import expand_kv
 from lextra.errors import ConfigError
 from lextra.hf.families import attention_kinds
 
@@ -65,9 +66,8 @@ def s2_attention(
     """q (B, H, L, D), k and v (B, Hkv, L, D) -> ((B, L, H, D), None): S2-Attn with `module.lextra_s2_group` while
     the module trains, full causal attention otherwise."""
     B, H, L, D = query.shape
-    if key.shape[1] != H:  # grouped-query attention: every query head gets its key/value head
-        key = key.repeat_interleave(H // key.shape[1], dim=1)
-        value = value.repeat_interleave(H // value.shape[1], dim=1)
+    groups = H // key.shape[1]  # grouped-query attention: every query head gets its key/value head
+    key, value = expand_kv(key, groups), expand_kv(value, groups)
     p = dropout if module.training else 0.0
     if not module.training:
         mask = attention_mask

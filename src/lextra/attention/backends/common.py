@@ -73,18 +73,24 @@ def block_tau(tau: Tensor, start: int, stop: int) -> Tensor:
     return tau if tau.shape[-1] == 1 else tau[..., start:stop]
 
 
+def block_sinks(sinks: Tensor, start: int, stop: int) -> Tensor:
+    """The sinks of queries start..stop - 1: sinks per head (H,) are every block's, sinks per row (H, Lq) (a
+    grouped-query fold's, `AttentionContext.fold_heads`) are sliced."""
+    return sinks if sinks.dim() == 1 else sinks[:, start:stop]
+
+
 def cap_scores(scores: Tensor, softcap: float) -> Tensor:
     """Gemma 2's logit softcap: tanh(s / c) c, bounding every score to (-c, c)."""
     return torch.tanh(scores / softcap) * softcap
 
 
 def sink_softmax(logits: Tensor, sinks: Tensor | None) -> Tensor:
-    """Softmax over the keys (the last dimension) of (B, H, Lq, Lk) logits; with learned sinks (H,), each head's
-    sink logit is one more column in the denominator whose probability is dropped, so a row's weights sum to less
-    than 1 (gpt-oss's `eager_attention_forward`)."""
+    """Softmax over the keys (the last dimension) of (B, H, Lq, Lk) logits; with learned sinks (H,) or per row
+    (H, Lq), each head's (row's) sink logit is one more column in the denominator whose probability is dropped, so
+    a row's weights sum to less than 1 (gpt-oss's `eager_attention_forward`)."""
     if sinks is None:
         return torch.softmax(logits, dim=-1)
-    column = sinks.float().reshape(1, -1, 1, 1).expand(*logits.shape[:-1], 1)
+    column = sinks.float().reshape(1, sinks.shape[0], -1, 1).expand(*logits.shape[:-1], 1)
     return torch.softmax(torch.cat((logits, column), dim=-1), dim=-1)[..., :-1]
 
 

@@ -1,6 +1,11 @@
 """The shared dispatch: the registry of backends by name, `auto`'s order per device type, and the one entry
 `run_attention(q, k, v, ctx)` that every call goes through (`attention(q, k, v, **options)` builds the context).
 
+Keys and values may have fewer heads than the queries (grouped-query attention: each key/value head serves
+H / Hkv query heads). A call whose few queries all see every key (a decoding step) runs with the query heads of
+each key/value head folded into its rows, on k and v as they are (`folded_attention`); any other call expands k
+and v to H heads first.
+
 A call under an extension or wrapper (`ctx.extension`) runs the backend the wrapper names for the backend the
 call asked for (`AttentionExtension.backend_for`); any other call runs the named backend (a ConfigError with its
 reason when it does not apply) or, for "auto", the first of the device type's order that applies and does not
@@ -23,6 +28,8 @@ from lextra.attention.masks import Mask
 from lextra.errors import ConfigError
 from lextra.positions.base import PositionScheme
 
+#: at most this many queries of a grouped-query call are folded onto their key/value heads (`folds`)
+FOLD_MAX_QUERIES = 64
 #: the backends by name (`attention(..., backend=NAME)`), and the order `auto` asks them in per device type
 REGISTERED: dict[str, AttentionBackend] = {}
 AUTO_ORDER: dict[str, list[str]] = {"cpu": [], "cuda": []}
@@ -111,12 +118,59 @@ def resolve_backend(ctx: AttentionContext) -> AttentionBackend:
 
 
 def run_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-    """Attention for a built context, through the backend `resolve_backend` picks."""
+    """Attention for a built context, through the backend `resolve_backend` picks; grouped-query keys and values
+    (fewer heads than q) folded onto (`folds`) or expanded to the query heads."""
+    groups = kv_groups(q, k, v)
+    if groups > 1 and folds(ctx):
+        return folded_attention(q, k, v, ctx, groups)
+    if groups > 1:
+        k, v = expand_kv(k, groups), expand_kv(v, groups)
     return resolve_backend(ctx).run(q, k, v, ctx)
 
 
+def kv_groups(q: Tensor, k: Tensor, v: Tensor) -> int:
+    """How many query heads each key/value head serves (H / Hkv); a ConfigError unless Hkv divides H and k and v
+    have as many heads."""
+    heads, kv_heads = q.shape[1], k.shape[1]
+    if v.shape[1] != kv_heads or kv_heads == 0 or heads % kv_heads:
+        raise ConfigError(
+            f"keys and values need one number of heads dividing the queries' {heads}, got {kv_heads} and {v.shape[1]}"
+        )
+    return heads // kv_heads
+
+
+def expand_kv(x: Tensor, groups: int) -> Tensor:
+    """Grouped-query keys or values (B, Hkv, L, D) as (B, Hkv x groups, L, D): head j serves query heads
+    j x groups .. j x groups + groups - 1."""
+    return x if groups == 1 else x.repeat_interleave(groups, dim=1)
+
+
+def folds(ctx: AttentionContext) -> bool:
+    """Whether a grouped-query call runs folded (`folded_attention`): at most `FOLD_MAX_QUERIES` queries that all
+    see every key (a decoding step: the positions the fold repeats then cost no fast path), and heads that differ
+    in nothing rows cannot carry: a scheme that rotates each query and key by its own position alone (no bias,
+    nothing read across heads), a wrapper that treats heads alike, no forget bias, score bias or padding."""
+    scheme, extension = ctx.scheme, ctx.extension
+    if scheme is not None and not scheme.rotates_keys_alone:
+        return False
+    if (extension is not None and not extension.heads_alike) or ctx.forget is not None or ctx.materialised:
+        return False
+    return ctx.facts.n_q <= FOLD_MAX_QUERIES and ctx.mask.shows_every_key(ctx.facts)
+
+
+def folded_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext, groups: int) -> Tensor:
+    """q (B, H, Lq, D) over k, v (B, H / groups, Lk, D) with each key/value head's query heads folded into its
+    rows (`AttentionContext.fold_heads`): one call on the keys and values as they are, without the (B, H, Lk, D)
+    copies expanding them makes (at 16k cached tokens those cost 10x the attention of a decoding step)."""
+    B, H, Lq, D = q.shape
+    folded = ctx.fold_heads(H, groups)
+    out = resolve_backend(folded).run(q.reshape(B, H // groups, groups * Lq, D), k, v, folded)
+    return out.reshape(B, H, Lq, out.shape[-1])
+
+
 def attention(q: Tensor, k: Tensor, v: Tensor, **options: Unpack[AttentionOptions]) -> Tensor:
-    """Position-aware attention of q (B, H, Lq, D), k (B, H, Lk, Dk), v (B, H, Lk, Dv):
+    """Position-aware attention of q (B, H, Lq, D), k (B, Hkv, Lk, Dk), v (B, Hkv, Lk, Dv), Hkv dividing H
+    (grouped-query heads: `run_attention`):
 
         out = softmax((rotate(q) . rotate(k) * scale + bias) / tau, masked) v
 

@@ -32,7 +32,7 @@ class FlexBackend(AttentionBackend):
         return None
 
     def declines(self, ctx: AttentionContext) -> str | None:
-        if ctx.q_pos.numel() == 1:
+        if ctx.facts.n_q > 0 and ctx.facts.q_min == ctx.facts.q_max:  # its grouped-query heads folded or not
             return (
                 "a single query (a decoding step): the chunked path computes it exactly over the keys its mask "
                 "declares, with no compiled kernel per key-length bucket and no BlockMask to build per step"

@@ -10,6 +10,7 @@ from lextra.attention.backends.common import (
     BIAS_BUDGET,
     MAX_BLOCK,
     MIN_BLOCK,
+    block_sinks,
     block_tau,
     cap_scores,
     contiguous,
@@ -76,7 +77,7 @@ def scored_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> 
         else:
             result, lse = scored_tiles(qc.float(), kc, vc, scheme, local, qp, kp, scale, tau_block, softcap)
         if sinks is not None:
-            result = with_sinks(result, lse, sinks)
+            result = with_sinks(result, lse, block_sinks(sinks, start, stop))
         emit(out, outputs, result.to(out_dtype), start, stop)
     return out if out is not None else torch.cat(outputs, dim=-2)
 

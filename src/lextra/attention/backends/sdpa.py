@@ -1,7 +1,8 @@
 """The `sdpa` backend: one fused `scaled_dot_product_attention` call, for schemes without a bias, a mask that is
-exactly causal or hides nothing, and queries aligned with keys, or one query at or after every key under a causal
-mask (a cached decoding step: no mask at all). Learned sinks go through the CPU flash kernel's log-sum-exp. A
-materialised score bias or padding mask is passed as one float mask (`lextra.attention.backends.materialised`)."""
+exactly causal or hides nothing, and queries aligned with keys, or queries at or after every key under a causal
+mask (a cached decoding step, its grouped-query heads folded into rows or not: no mask at all). Learned sinks go
+through the CPU flash kernel's log-sum-exp. A materialised score bias or padding mask is passed as one float mask
+(`lextra.attention.backends.materialised`)."""
 
 from __future__ import annotations
 
@@ -46,9 +47,10 @@ def sdpa_reason(scheme: PositionScheme | None, mask: Mask, facts: PositionLayout
 
 
 def decoding_step(mask: Mask, facts: PositionLayout) -> bool:
-    """One query under a causal mask at or after every key (a cached decoding step): it sees all the keys, so
-    one SDPA call without a mask is exact (whatever the keys' positions, e.g. an evicted cache)."""
-    return mask.exactly_causal and facts.n_q == 1 and facts.n_k > 0 and facts.k_max <= facts.q_first
+    """Queries under a causal mask at or after every key (a cached decoding step, its grouped-query heads folded
+    into rows or not): they see all the keys, so one SDPA call without a mask is exact (whatever the keys'
+    positions, e.g. an evicted cache)."""
+    return mask.exactly_causal and facts.n_q > 0 and facts.n_k > 0 and facts.k_max <= facts.q_min
 
 
 #: head dims up to which torch's CPU flash kernel runs its unmasked call slower in bf16 than in fp32 (0.81x at 32,

@@ -11,6 +11,7 @@ from torch import Tensor
 from lextra.attention.backends.common import (
     FLASH_WITH_LSE,
     TILE,
+    block_sinks,
     block_tau,
     contiguous,
     float_mask,
@@ -105,7 +106,7 @@ def tiled_causal_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContex
                 part, part_lse = FLASH_WITH_LSE(qs, kr, v[..., lo:hi, :], 0.0, causal, scale=scale)
             acc, lse = merge_tiles(acc, lse, part, part_lse)
         assert acc is not None and lse is not None  # every query block has its diagonal tile
-        out[..., start:stop, :] = acc if sinks is None else with_sinks(acc, lse, sinks)
+        out[..., start:stop, :] = acc if sinks is None else with_sinks(acc, lse, block_sinks(sinks, start, stop))
     return out
 
 
