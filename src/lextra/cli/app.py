@@ -328,9 +328,12 @@ def _main(argv: list[str]) -> int:
         return 2
     try:
         args, unknown = parser.parse_known_args(argv)
+        leaf = dict(leaf_commands(parser)).get(tuple(getattr(args, "command_path", "").split()), parser)
         if unknown:  # named by the command that was given them, whose --help lists what it takes
-            leaf = dict(leaf_commands(parser)).get(tuple(getattr(args, "command_path", "").split()), parser)
             leaf.error(f"unrecognized arguments: {' '.join(unknown)}")
+        from lextra.cli.options import flags_given
+
+        args.given_flags = flags_given(leaf, list(argv))
     except SystemExit as done:  # argparse printed usage and a one-line error (exit 2), or --help (exit 0)
         return int(done.code or 0)
     name = f"lextra {args.command_path.split()[0]}"

@@ -584,8 +584,8 @@ SETUP_FLAGS = {
 
 def add_setup(parser: argparse.ArgumentParser) -> None:
     """--setup FILE: a setup file (`lextra tune`, `lextra.extend.setup_file`) whose fields stand for the flags
-    --rope-scaling, --extend, --mask, --log-scaling and --layers-select; the flags given on the command line are
-    recorded, so `setup_into_args` can refuse one that contradicts the file."""
+    --rope-scaling, --extend, --mask, --log-scaling and --layers-select; `setup_into_args` refuses a flag given
+    on the command line (`flags_given`) that contradicts the file."""
     parser.add_argument(
         "--setup",
         default=None,
@@ -593,21 +593,19 @@ def add_setup(parser: argparse.ArgumentParser) -> None:
         help="an inference setup file (from `lextra tune`) standing for --rope-scaling, --extend, --mask, "
         "--log-scaling and --layers-select; a flag that contradicts it is refused",
     )
-    parse = parser.parse_known_args
 
-    def parse_recording(args: Any = None, namespace: Any = None) -> Any:
-        parsed, extras = parse(args, namespace)
-        given = set()
-        for word in args or ():
-            flag = str(word).split("=", 1)[0]
-            known = parser._option_string_actions
-            names = [flag] if flag in known else [s for s in known if flag.startswith("--") and s.startswith(flag)]
-            if len(names) == 1:  # the flag, or its unique abbreviation (argparse accepts those)
-                given.add(known[names[0]].dest)
-        parsed.given_flags = sorted(given)
-        return parsed, extras
 
-    parser.parse_known_args = parse_recording  # type: ignore[method-assign]
+def flags_given(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """The dests of the options `argv` names for `parser` (each flag or its unique abbreviation, as argparse
+    accepts them), so that `--setup` and `--from` can tell a flag given from its default."""
+    known = parser._option_string_actions
+    given = set()
+    for word in argv:
+        flag = str(word).split("=", 1)[0]
+        names = [flag] if flag in known else [s for s in known if flag.startswith("--") and s.startswith(flag)]
+        if len(names) == 1:
+            given.add(known[names[0]].dest)
+    return sorted(given)
 
 
 def setup_into_args(args: argparse.Namespace, command: str) -> None:
