@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -124,7 +125,9 @@ def test_a_tiny_study_end_to_end_with_cached_cells(tmp_path: Path, monkeypatch: 
     assert "**Paper**" in report and "Agrees" in report
     page = (out / "report.html").read_text()
     assert page.count("data:image/png;base64,") >= 4 and "<table>" in page
-    # a rerun computes nothing: every cell is reused
+    # a rerun computes nothing: every cell is reused, the retrieval cells without their fine-tuned folders (a
+    # study's cells committed and resumed on another machine)
+    shutil.rmtree(out / "retrieval")
     monkeypatch.setattr("lextra.pipelines.study.run.evaluate_model", lambda *a, **k: pytest.fail("recomputed a cell"))
     monkeypatch.setattr("lextra.pipelines.study.run.train_or_reuse", lambda *a, **k: pytest.fail("retrained a model"))
     assert main(["study", str(config), "--out", str(out), "--quiet", "--threads", "1"]) == 0

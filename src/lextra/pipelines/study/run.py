@@ -137,7 +137,9 @@ class Study:
         """A training cell: the trained (or reused) model folder. Every process trains it, together (DDP/FSDP)."""
         job = Cell("training", name, config.to_dict(), partial(self._train, config, run_dir))
         record = self._saved(job)
-        return Path(self._compute(job) if record is None else self._reuse(job, record))
+        if record is None or not Path(record["result"]).exists():  # a cell copied without its folder: retrain
+            return Path(self._compute(job))
+        return Path(self._reuse(job, record))
 
     def _path(self, job: Cell) -> Path:
         return cell_path(self.out, job.section, job.name)
@@ -292,12 +294,12 @@ class Study:
         depths = [float(d) for d in section.get("depths", [0.0, 0.25, 0.5, 0.75, 1.0])]
         lengths = [self.config.train_len * int(m) for m in section.get("multiples", self.config.multiples)]
         variants = self._retrieval_variants(section)
-        tuned = {
-            (label, seed): self._fine_tune(label, seed, task_name, section)
+        configs = {
+            (label, seed): self._fine_tune_config(label, seed, task_name, section)
             for _, label, _ in variants
             for seed in self.config.seeds
-        }  # each model fine-tuned once, by every process together
-        checksums = {key: sha256_file(folder / WEIGHTS_FILE) for key, folder in tuned.items()}
+        }
+        tuned: dict[tuple[str, int], Path] = {}
 
         def compute(variant: str, label: str, seed: int, scaling: Any) -> RetrievalResult:
             folder = tuned[(label, seed)]
@@ -307,21 +309,30 @@ class Study:
                 model, task, lengths, depths, samples=samples, progress=self.progress, label=variant
             )
 
-        places = [(variant, seed) for variant, _, _ in variants for seed in self.config.seeds]
+        def key(label: str, seed: int, scaling: Any) -> dict[str, Any]:
+            """What a cell's result follows from: the LM model's weights and the fine-tuning's config (not the
+            fine-tuned folder), so a cell copied to another machine is reused without fine-tuning again."""
+            tune = {k: v for k, v in configs[(label, seed)].to_dict().items() if k != "init_from"}
+            return {"model": self.weights(label, seed), "fine_tune": tune, "scaling": scaling, "lengths": lengths,
+                    "samples": samples, "depths": depths}  # fmt: skip
+
+        places = [(variant, label, seed) for variant, label, _ in variants for seed in self.config.seeds]
         jobs = [
             Cell(
                 "retrieval",
                 variant if len(self.config.seeds) == 1 else f"{variant}-seed{seed}",
-                {"weights": checksums[(label, seed)], "scaling": scaling, "lengths": lengths, "samples": samples,
-                 "depths": depths},
+                key(label, seed, scaling),
                 partial(compute, variant, label, seed, scaling),
                 RetrievalResult,
             )
             for variant, label, scaling in variants
             for seed in self.config.seeds
-        ]  # fmt: skip
+        ]
+        for (_, label, seed), job in zip(places, jobs, strict=True):  # each missing model fine-tuned once, by
+            if self._saved(job) is None and (label, seed) not in tuned:  # every process together
+                tuned[(label, seed)] = self._fine_tune(label, seed, configs[(label, seed)])
         results: dict[str, dict[int, RetrievalResult]] = {}
-        for (variant, seed), result in zip(places, self.cells(jobs), strict=True):
+        for (variant, _, seed), result in zip(places, self.cells(jobs), strict=True):
             results.setdefault(variant, {})[seed] = result
         return results
 
@@ -341,16 +352,20 @@ class Study:
             variants.append((variant, self.config.model(scheme).label, scaling))
         return variants
 
-    def _fine_tune(self, label: str, seed: int, task: str, section: dict[str, Any]) -> Path:
-        """The model `label` of `seed` fine-tuned on the retrieval task (a training cell: trained once, reused)."""
+    def _fine_tune_config(self, label: str, seed: int, task: str, section: dict[str, Any]) -> TrainConfig:
+        """The config that fine-tunes model `label` of `seed` on the retrieval task."""
         config = train_config(self.config, self.config.model(label), seed)
         config.task = task
         config.init_from = str(self.models[(label, seed)])
         config.steps = int(section.get("steps", 1500))
         config.lr = float(section.get("lr", 1e-3))
         config.warmup = int(section.get("warmup", 50))
+        return config
+
+    def _fine_tune(self, label: str, seed: int, config: TrainConfig) -> Path:
+        """The model `label` of `seed` fine-tuned under `config` (a training cell: trained once, reused)."""
         one_seed = len(self.config.seeds) == 1  # a one-seed study keeps its earlier folders
-        name = f"{label}-{task}" if one_seed else f"{label}-{task}-seed{seed}"
+        name = f"{label}-{config.task}" if one_seed else f"{label}-{config.task}-seed{seed}"
         folder = self.out / "retrieval" / label if one_seed else self.out / "retrieval" / label / f"seed{seed}"
         return self.train_cell(name, config, folder)
 
