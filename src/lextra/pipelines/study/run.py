@@ -310,10 +310,12 @@ class Study:
             )
 
         def key(label: str, seed: int, scaling: Any) -> dict[str, Any]:
-            """What a cell's result follows from: the LM model's weights and the fine-tuning's config (not the
-            fine-tuned folder), so a cell copied to another machine is reused without fine-tuning again."""
+            """What a cell's result follows from, as a training cell's key: the LM model's training config and the
+            fine-tuning's (no folder or checksum), so cells copied to another machine are reused there without
+            training again (weights trained anywhere else differ in their last bits)."""
+            lm = train_config(self.config, self.config.model(label), seed).to_dict()
             tune = {k: v for k, v in configs[(label, seed)].to_dict().items() if k != "init_from"}
-            return {"model": self.weights(label, seed), "fine_tune": tune, "scaling": scaling, "lengths": lengths,
+            return {"model": lm, "fine_tune": tune, "scaling": scaling, "lengths": lengths,
                     "samples": samples, "depths": depths}  # fmt: skip
 
         places = [(variant, label, seed) for variant, label, _ in variants for seed in self.config.seeds]
