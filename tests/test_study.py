@@ -133,6 +133,32 @@ def test_a_tiny_study_end_to_end_with_cached_cells(tmp_path: Path, monkeypatch: 
     assert main(["study", str(config), "--out", str(out), "--quiet", "--threads", "1"]) == 0
 
 
+def test_jobs_train_a_studys_models_in_workers_as_one_process_would(tmp_path: Path) -> None:
+    import torch
+
+    from lextra.io import sha256_file
+    from lextra.model import WEIGHTS_FILE
+    from lextra.pipelines.study import Study
+
+    config = tmp_path / "study.toml"
+    config.write_text(TINY.format(corpus=_corpus(tmp_path)))
+    study = load_study(config)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the workers' one thread, so both ways run the same kernels
+    try:
+        here = Study(study, tmp_path / "one", progress=False, device="cpu")
+        here.train_all()
+        workers = Study(study, tmp_path / "two", progress=False, device="cpu", jobs=2)
+        workers.train_all()
+    finally:
+        torch.set_num_threads(threads)
+    assert set(workers.models) == {("rope", 0), ("alibi-x4", 0)}
+    for key, folder in workers.models.items():
+        assert folder.is_relative_to(tmp_path / "two")
+        assert (tmp_path / "two" / "cells" / "training" / f"{key[0]}-seed{key[1]}.json").exists()
+        assert sha256_file(folder / WEIGHTS_FILE) == sha256_file(here.models[key] / WEIGHTS_FILE)
+
+
 def test_markdown_to_html_tables_lists_and_missing_plots(tmp_path: Path) -> None:
     page = markdown_to_html(
         "# T\n\n| a | b |\n|---|---:|\n| x | 1 |\n\n- one\n- `two`\n\n![p](nope.png)\n", tmp_path, "t"

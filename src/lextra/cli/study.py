@@ -30,7 +30,8 @@ def configure_study(parser: argparse.ArgumentParser) -> Handler:
         "--jobs",
         type=positive_int,
         default=1,
-        help="a task study's cells run side by side in this many processes of one thread each (default 1)",
+        help="cells that train models run side by side in this many processes of one thread each: a task "
+        "study's cells, a study's models and fine-tunings (not under torchrun) (default 1)",
     )
 
     def run(args: argparse.Namespace) -> int:
@@ -44,7 +45,8 @@ def configure_study(parser: argparse.ArgumentParser) -> Handler:
         start, commit = time.time(), source_commit()
         if isinstance(config, TaskStudyConfig):
             return _task_study(config, args, commit, start)
-        results = Study(config, args.out, progress=not args.quiet, commit=commit, device=args.device).run()
+        study = Study(config, args.out, progress=not args.quiet, commit=commit, device=args.device, jobs=args.jobs)
+        results = study.run()
         if not main_process():  # under torchrun the first process writes and prints the report
             return 0
         header = [

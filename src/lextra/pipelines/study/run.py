@@ -32,6 +32,7 @@ from lextra.pipelines.log import log
 from lextra.pipelines.sharing import share_out
 from lextra.pipelines.study.cells import cell_path, read_cell, write_cell
 from lextra.pipelines.study.config import ModelSpec, StudyConfig
+from lextra.pipelines.study.workers import run_cells
 from lextra.reporting.study_results import (
     DispersionMeans,
     ModelAnalysis,
@@ -60,7 +61,8 @@ class Cell:
 class Study:
     """One study run in `out`: trained models, cached cells and the collected results, computed on `device`
     (None: CUDA when available); cell keys do not hold the device, so cells computed anywhere are reused. Under
-    torchrun every process trains each model together and the other cells are shared out (`cells`)."""
+    torchrun every process trains each model together and the other cells are shared out (`cells`); without it,
+    `jobs` > 1 trains the missing models side by side in worker processes of one thread each (`train_cells`)."""
 
     def __init__(
         self,
@@ -70,9 +72,10 @@ class Study:
         progress: bool = True,
         commit: str = "unknown",
         device: str | torch.device | None = None,
+        jobs: int = 1,
     ) -> None:
         self.config, self.out, self.progress, self.commit = config, Path(out), progress, commit
-        self.device = resolve_device(device)
+        self.device, self.jobs = resolve_device(device), jobs
         #: the code versions that computed the cells used (recorded in each cell)
         self.commits: set[str] = set()
         self._data: PreparedData | PreparedShards | None = None
@@ -141,6 +144,19 @@ class Study:
             return Path(self._compute(job))
         return Path(self._reuse(job, record))
 
+    def train_cells(self, cells: Sequence[tuple[str, TrainConfig, Path]]) -> list[Path]:
+        """Training cells (name, config, folder), each `train_cell`; the missing ones first trained `jobs` at a
+        time in worker processes (not under torchrun, where every process trains each model together)."""
+        if self.jobs > 1 and self.world.size == 1:
+            missing = [
+                cell for cell in cells
+                if (record := read_cell(cell_path(self.out, "training", cell[0]), cell[1].to_dict())) is None
+                or not Path(record["result"]).exists()
+            ]  # fmt: skip
+            worker = partial(_train_in_worker, str(self.out), self.commit, str(self.device))
+            run_cells(missing, lambda cell: cell[0], worker, worker, self.jobs)
+        return [self.train_cell(*cell) for cell in cells]
+
     def _path(self, job: Cell) -> Path:
         return cell_path(self.out, job.section, job.name)
 
@@ -193,11 +209,14 @@ class Study:
 
     # --- stages ---------------------------------------------------------------------------------------------
     def train_all(self) -> None:
-        for spec in self.config.models:
-            for seed in self.config.seeds:
-                config = train_config(self.config, spec, seed)
-                run_dir = self.out / "models" / spec.label / f"seed{seed}"
-                self.models[(spec.label, seed)] = self.train_cell(f"{spec.label}-seed{seed}", config, run_dir)
+        places = [(spec, seed) for spec in self.config.models for seed in self.config.seeds]
+        folders = [self.out / "models" / spec.label / f"seed{seed}" for spec, seed in places]
+        cells = [
+            (f"{spec.label}-seed{seed}", train_config(self.config, spec, seed), folder)
+            for (spec, seed), folder in zip(places, folders, strict=True)
+        ]
+        for (spec, seed), folder in zip(places, self.train_cells(cells), strict=True):
+            self.models[(spec.label, seed)] = folder
 
     def perplexity(self) -> dict[str, dict[str, dict[int, Evaluation]]]:
         """{mask: {label: {seed: evaluation}}} under every protocol at every length."""
@@ -330,9 +349,11 @@ class Study:
             for variant, label, scaling in variants
             for seed in self.config.seeds
         ]
-        for (_, label, seed), job in zip(places, jobs, strict=True):  # each missing model fine-tuned once, by
-            if self._saved(job) is None and (label, seed) not in tuned:  # every process together
-                tuned[(label, seed)] = self._fine_tune(label, seed, configs[(label, seed)])
+        missing = {
+            (label, seed) for (_, label, seed), job in zip(places, jobs, strict=True) if self._saved(job) is None
+        }
+        fine_tunes = [self._fine_tune(label, seed, configs[(label, seed)]) for label, seed in sorted(missing)]
+        tuned.update(zip(sorted(missing), self.train_cells(fine_tunes), strict=True))  # each missing model once
         results: dict[str, dict[int, RetrievalResult]] = {}
         for (variant, _, seed), result in zip(places, self.cells(jobs), strict=True):
             results.setdefault(variant, {})[seed] = result
@@ -364,12 +385,12 @@ class Study:
         config.warmup = int(section.get("warmup", 50))
         return config
 
-    def _fine_tune(self, label: str, seed: int, config: TrainConfig) -> Path:
-        """The model `label` of `seed` fine-tuned under `config` (a training cell: trained once, reused)."""
+    def _fine_tune(self, label: str, seed: int, config: TrainConfig) -> tuple[str, TrainConfig, Path]:
+        """The training cell (name, config, folder) that fine-tunes model `label` of `seed` under `config`."""
         one_seed = len(self.config.seeds) == 1  # a one-seed study keeps its earlier folders
         name = f"{label}-{config.task}" if one_seed else f"{label}-{config.task}-seed{seed}"
         folder = self.out / "retrieval" / label if one_seed else self.out / "retrieval" / label / f"seed{seed}"
-        return self.train_cell(name, config, folder)
+        return name, config, folder
 
     def stretch(self) -> tuple[dict[str, dict[int, float]], dict[str, dict[int, list[float]]]]:
         """Sliding-protocol perplexity of each model under each inference-time method at every length, and each
@@ -479,6 +500,14 @@ class Study:
             atomic_write_json(self.out / "study.json", results.to_dict())
         self.world.barrier()  # study.json written before any process returns
         return results
+
+
+def _train_in_worker(out: str, commit: str, device: str, cell: tuple[str, TrainConfig, Path]) -> None:
+    """A training cell trained in a worker process and saved as `Study._compute` saves it (no progress bars)."""
+    name, config, folder = cell
+    start = time.time()
+    trained = train_or_reuse(config, folder, False, device)
+    write_cell(cell_path(Path(out), "training", name), config.to_dict(), str(trained), time.time() - start, commit)
 
 
 def train_config(study: StudyConfig, spec: ModelSpec, seed: int):

@@ -4,20 +4,17 @@ interrupted study resumes cell by cell; `jobs` cells run side by side in worker 
 
 from __future__ import annotations
 
-import concurrent.futures
-import multiprocessing
-import sys
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
-
-import torch
 
 from lextra.evaluate.tasks import evaluate_task, load_task_model
 from lextra.pipelines.compare import train_or_reuse
 from lextra.pipelines.log import log
 from lextra.pipelines.study.cells import cell_path, read_cell, write_cell
+from lextra.pipelines.study.workers import run_cells
 from lextra.pipelines.task_study.config import TaskModelSpec, TaskStudyConfig
 from lextra.reporting.tasks import TaskStudyResults, UnitScores
 from lextra.tasks import build_task
@@ -102,40 +99,14 @@ class TaskStudy:
         units = self.units()
         missing = [u for u in units if self.saved(u) is None]
         log("study", f"{len(units) - len(missing)} of {len(units)} cells saved; computing {len(missing)}")
-        start = time.time()
-        if self.jobs > 1 and len(missing) > 1:
-            context = multiprocessing.get_context("spawn")
-            with concurrent.futures.ProcessPoolExecutor(self.jobs, mp_context=context, initializer=_one_thread) as pool:
-                futures = {pool.submit(_compute_in_worker, self._worker_args(), u): u for u in missing}
-                for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
-                    future.result()
-                    self._progress(done, len(missing), start, futures[future])
-        else:
-            for done, unit in enumerate(missing, 1):
-                self.compute(unit)
-                self._progress(done, len(missing), start, unit)
+        run_cells(missing, lambda u: u.name, self.compute, partial(_compute_in_worker, self._worker_args()), self.jobs)
         scores = [self.saved(u) for u in units]
         return TaskStudyResults(self.config, [s for s in scores if s is not None])
 
     def _worker_args(self) -> dict[str, Any]:
         return {"config": self.config, "out": str(self.out), "commit": self.commit, "device": self.device}
 
-    def _progress(self, done: int, total: int, start: float, unit: Unit) -> None:
-        elapsed = time.time() - start
-        eta = elapsed / done * (total - done)
-        log("study", f"cell {done}/{total} done ({unit.name}); {elapsed / 60:.1f} min so far, ETA {eta / 60:.1f} min")
-
-
-def _one_thread() -> None:
-    torch.set_num_threads(1)
-
 
 def _compute_in_worker(args: dict[str, Any], unit: Unit) -> None:
     """A worker process's cell (no progress bars: several workers share the terminal)."""
-    try:
-        TaskStudy(args["config"], args["out"], progress=False, commit=args["commit"], device=args["device"]).compute(
-            unit
-        )
-    except Exception as error:  # the worker's traceback would be lost in the pool: name the cell
-        print(f"lextra study: cell {unit.name} failed: {error}", file=sys.stderr)
-        raise
+    TaskStudy(args["config"], args["out"], progress=False, commit=args["commit"], device=args["device"]).compute(unit)
