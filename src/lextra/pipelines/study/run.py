@@ -349,14 +349,24 @@ class Study:
             for variant, label, scaling in variants
             for seed in self.config.seeds
         ]
-        missing = {
+        found: dict[int, RetrievalResult] = {}
+
+        def collect(indices: list[int]) -> None:
+            found.update(zip(indices, self.cells([jobs[i] for i in indices]), strict=True))
+
+        missing = [
             (label, seed) for (_, label, seed), job in zip(places, jobs, strict=True) if self._saved(job) is None
-        }
-        fine_tunes = [self._fine_tune(label, seed, configs[(label, seed)]) for label, seed in sorted(missing)]
-        tuned.update(zip(sorted(missing), self.train_cells(fine_tunes), strict=True))  # each missing model once
+        ]
+        order = list(dict.fromkeys(missing))  # the variants' order: a study cut short has answered the first ones
+        for start in range(0, len(order), max(1, self.jobs)):  # `jobs` fine-tunings at a time, then their cells
+            chunk = order[start : start + max(1, self.jobs)]
+            folders = self.train_cells([self._fine_tune(label, seed, configs[(label, seed)]) for label, seed in chunk])
+            tuned.update(zip(chunk, folders, strict=True))
+            collect([i for i, (_, label, seed) in enumerate(places) if (label, seed) in chunk])
+        collect([i for i in range(len(jobs)) if i not in found])
         results: dict[str, dict[int, RetrievalResult]] = {}
-        for (variant, _, seed), result in zip(places, self.cells(jobs), strict=True):
-            results.setdefault(variant, {})[seed] = result
+        for i, (variant, _, seed) in enumerate(places):
+            results.setdefault(variant, {})[seed] = found[i]
         return results
 
     def _retrieval_variants(self, section: dict[str, Any]) -> list[tuple[str, str, Any]]:
