@@ -22,13 +22,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
+import torch
+
+from lextra.attention.inference import LayerInference
 from lextra.attention.masks import Mask, build_mask
-from lextra.attention.pieces import PIECES
+from lextra.attention.pieces import PIECES, TemperatureTuning
 from lextra.attention.plan import LayerVariant, select_layers
 from lextra.errors import ConfigError
+from lextra.extend.attention import ExtendedAttention
 from lextra.extend.base import ExtensionMethod, build_extension
-from lextra.positions.logn import check_log_scaling
+from lextra.positions.logn import LOG_SCALINGS, check_log_scaling, log_scaling_names
 from lextra.positions.scaling import parse_rope_scaling
+from lextra.validate import check_temperatures
 
 
 class Keep(enum.Enum):
@@ -45,17 +50,22 @@ KEEP = Keep.KEEP
 
 @runtime_checkable
 class InferenceTarget(Protocol):
-    """The primitive operations `InferenceSetup.apply` orders and checks; each acts on the layers it is given.
+    """What `InferenceSetup.apply` writes and asks of a model.
 
-    `variants` describes every layer in layer-plan vocabulary and `config.train_len` is L_tr. The `_reason`
-    methods return why a layer cannot take a change (None: it can); the setters apply without checking, so
-    `InferenceSetup` is the one way in."""
+    `variants` describes every layer in layer-plan vocabulary; `config` has `train_len` (L_tr), `n_layer`,
+    `n_head`, `head_dims()`, `temperatures` and `log_scaling`; `inference_layers` is each layer's
+    `LayerInference`, which the setup alone writes. The `_reason` methods return why a layer cannot take a change
+    (None: it can); `_scale_rope` applies a RoPE scaling without checking and `_rotation_changed` follows a
+    change of extension method (a Hugging Face model then rotates q and k itself)."""
 
     @property
     def variants(self) -> list[LayerVariant]: ...
 
     @property
     def config(self) -> Any: ...
+
+    @property
+    def inference_layers(self) -> list[LayerInference]: ...
 
     def _default_scaling_layers(self) -> list[int]: ...
 
@@ -65,17 +75,7 @@ class InferenceTarget(Protocol):
 
     def _scale_rope(self, scaling: dict[str, Any] | None, layers: list[int]) -> None: ...
 
-    def _set_log_scaling(self, kind: str, layers: list[int]) -> None: ...
-
-    def _set_temp_tuning(self, options: dict[str, Any] | None, layers: list[int]) -> None: ...
-
-    def _set_temperatures(self, temperatures: Any) -> None: ...
-
-    def _set_mask(self, mask: Mask | None) -> None: ...
-
-    def _inference_state(self) -> tuple[Mask | None, bool]: ...
-
-    def _set_extension(self, method: ExtensionMethod | None, layers: list[int]) -> None: ...
+    def _rotation_changed(self) -> None: ...
 
 
 ModelT = TypeVar("ModelT")
@@ -174,21 +174,67 @@ def _apply(setup: InferenceSetup, target: InferenceTarget) -> None:
         _rope_scaling(setup, target)
     if setup.log_scaling is not KEEP:
         kind = check_log_scaling(str(setup.log_scaling))
-        target._set_log_scaling(kind, _chosen(target, setup.layers, every, "log-n scaling", _any))
+        _set_log_scaling(target, kind, _chosen(target, setup.layers, every, "log-n scaling", _any))
     if setup.temp_tuning is not KEEP:
         nope = select_layers(target.variants, "nope")
         layers = _chosen(target, setup.layers, nope, "temp_tuning", _any)
         if not layers:
             raise ConfigError("temp_tuning applies to the NoPE layers by default and this model has none; name layers")
-        target._set_temp_tuning(_temp_tuning_options(setup.temp_tuning), layers)
+        options = _temp_tuning_options(setup.temp_tuning)
+        tuning = None if options is None else TemperatureTuning(target.config.head_dims(), **options)
+        for layer in layers:
+            target.inference_layers[layer].temp_tuning = tuning
     if setup.temperatures is not KEEP:
-        target._set_temperatures(setup.temperatures)
+        _set_temperatures(target, setup.temperatures)
     if setup.extension is not KEEP and setup.extension in (None, "none"):
-        target._set_extension(None, [])
+        _set_extension(target, None, [])
     if setup.mask is not KEEP:
         _set_mask(setup, target)
     if setup.extension is not KEEP and setup.extension not in (None, "none"):
         _add_extension(setup, target, setup.extension)
+
+
+def _set_log_scaling(target: InferenceTarget, kind: str, layers: list[int]) -> None:
+    """The log-n scaling `kind` on `layers` (the model's, when on all of them); a learned one is kept or refused."""
+    for layer in layers:
+        current = target.inference_layers[layer].log_scaling
+        learned = kind if LOG_SCALINGS.get(kind).learned else current
+        if LOG_SCALINGS.get(kind).learned != LOG_SCALINGS.get(current).learned:
+            others = " or ".join(map(repr, log_scaling_names(inference=True)))
+            raise ConfigError(
+                f"{learned} is a learned per-head scale: a model trained with log_scaling={current!r} "
+                f"cannot switch to {kind!r}; train with --log-scaling {learned}, or use {others}"
+            )
+    if len(layers) == target.config.n_layer:
+        target.config.log_scaling = kind
+    for layer in layers:
+        target.inference_layers[layer].log_scaling = kind
+
+
+def _set_temperatures(target: InferenceTarget, temperatures: Any) -> None:
+    """Per-layer, per-head softmax temperatures (n_layer, n_head), checked here once and recorded in the config
+    (a lextra GPT saves them); None resets them to 1."""
+    config = target.config
+    rows: list[Any] = [None] * config.n_layer
+    config.temperatures = None
+    if temperatures is not None:
+        values = torch.tensor(check_temperatures(temperatures, config.n_layer, config.n_head), dtype=torch.float32)
+        rows, config.temperatures = list(values), values.tolist()
+    for layer, row in zip(target.inference_layers, rows, strict=True):
+        layer.temperature = row
+
+
+def _set_extension(target: InferenceTarget, method: ExtensionMethod | None, layers: list[int]) -> None:
+    """`method` on `layers` through one `ExtendedAttention`, no method on the others (None: on none)."""
+    hook = None if method is None else ExtendedAttention(method)
+    for index, layer in enumerate(target.inference_layers):
+        layer.extension = hook if index in layers else None
+    target._rotation_changed()
+
+
+def _current_mask(target: InferenceTarget) -> Mask | None:
+    """The setup's mask (on the layers without their own), None: the model's default."""
+    return next((layer.mask for layer in target.inference_layers if not layer.local), None)
 
 
 def _rope_scaling(setup: InferenceSetup, target: InferenceTarget) -> None:
@@ -206,10 +252,14 @@ def _rope_scaling(setup: InferenceSetup, target: InferenceTarget) -> None:
 
 
 def _set_mask(setup: InferenceSetup, target: InferenceTarget) -> None:
+    """The mask of every layer without its own; None: the model's default."""
     mask = None if setup.mask is None else build_mask(cast("str | Mask", setup.mask), target.config.train_len)
-    if target._inference_state()[1] and mask is not None and not mask.exactly_causal:
+    extended = any(layer.extension is not None for layer in target.inference_layers)
+    if extended and mask is not None and not mask.exactly_causal:
         raise ConfigError(f"an extension method sets its own visibility over causal attention; drop the mask {mask!r}")
-    target._set_mask(mask)
+    for layer in target.inference_layers:
+        if not layer.local:
+            layer.mask = mask
 
 
 def _add_extension(setup: InferenceSetup, target: InferenceTarget, spec: str | ExtensionMethod) -> None:
@@ -225,12 +275,12 @@ def _add_extension(setup: InferenceSetup, target: InferenceTarget, spec: str | E
             reasons.setdefault(str(takes(layer)), layer)
         why = "; ".join(f"layer {layer}: {reason}" for reason, layer in reasons.items())
         raise ConfigError(f"extension {built.name!r} applies to no layer of this model: {why}")
-    current = target._inference_state()[0]
+    current = _current_mask(target)
     if current is not None and not current.exactly_causal:
         raise ConfigError(
             f"extension {built.name!r} sets its own visibility over causal attention; drop the mask {current!r}"
         )
-    target._set_extension(built, layers)
+    _set_extension(target, built, layers)
 
 
 def _temp_tuning_options(spec: str | Keep | None) -> dict[str, Any] | None:
