@@ -256,6 +256,12 @@ class SelfAttention(nn.Module):
         v = self.v_proj(x).view(B, L, self.n_head, self.head_dim).transpose(1, 2)
         return q, k, v
 
+    def query_temperature(self, q_pos: Tensor, k_pos: Tensor, mask: Mask) -> Tensor | None:
+        """The softmax temperature (None, (H,) or (H, Lq)) of the layer's `inference` state, with its pieces' query
+        scales and its learned log-n scale (Scalable-Softmax's s_h) where it has one."""
+        scales = [scale for scale in (piece.query_scale(q_pos) for piece in self.pieces) if scale is not None]
+        return self.inference.query_temperature(q_pos, k_pos, mask, scales, getattr(self, "ssmax_scale", None))
+
     def forward(self, x: Tensor, inputs: LayerInputs) -> Tensor:
         """The layer's attention output (B, L, d_model) for hidden states x (B, L, d_model); the last
         `inputs.queries` rows alone when it is set."""
@@ -279,9 +285,7 @@ class SelfAttention(nn.Module):
         if cache is not None:
             k, v = cache.extend(layer, k, v, positions, rotated=rotated)
             k_pos = cache.key_positions(layer, positions)
-        scales = [scale for scale in (piece.query_scale(q_pos) for piece in self.pieces) if scale is not None]
-        learned = getattr(self, "ssmax_scale", None)
-        temperature = self.inference.query_temperature(q_pos, k_pos, mask, scales, learned)
+        temperature = self.query_temperature(q_pos, k_pos, mask)
         sinks, softcap = self.sink_logits, self.score_cap
         if inputs.observer is not None:
             inputs.observer(

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import reduce
+from operator import mul
 
 from torch import Tensor
 
@@ -62,9 +64,7 @@ class LayerInference:
             scales = [*scales, self.temp_tuning.query_scale(q_pos)]
         if not scales:
             return tau
-        scale = scales[0]
-        for more in scales[1:]:
-            scale = scale * more
+        scale = reduce(mul, scales)
         inverse = 1.0 / (scale[None] if scale.dim() == 1 else scale)  # (1, Lq) or (H, Lq)
         if tau is None:
             return inverse

@@ -2,9 +2,10 @@
 
 A trained model runs at inference with a RoPE scaling, softmax temperatures, a log-n scaling, a training-free
 extension method and a mask. An `InferenceSetup` states any of them (a field left at `KEEP` stays as the model
-has it) and `setup.apply(model)` checks and orders them once, over the primitive operations of an
-`InferenceTarget` that a lextra `GPT` (through `lextra.extend.gpt_target`) and the Hugging Face adapters
-(`lextra.hf`) implement alike, refusing what the model cannot take with a ConfigError.
+has it) and `setup.apply(model)` checks and orders them once and writes them into each layer's `LayerInference`
+(`lextra.attention.inference`), the one state a lextra `GPT` (through `lextra.extend.gpt_target`) and the Hugging
+Face adapters (`lextra.hf`) hold alike, asking their `InferenceTarget` only what differs (which layers can take a
+change, how a RoPE scaling is rebuilt), and refusing what the model cannot take with a ConfigError.
 
 `layers` names the layers the RoPE scaling, the extension method, the log-n scaling and the temperature tuning
 apply to (`rotary`, `global`, `local`, `nope`, `all` or indices such as `0,3` or `2-4`, read from each layer's
@@ -31,6 +32,7 @@ from lextra.attention.plan import LayerVariant, select_layers
 from lextra.errors import ConfigError
 from lextra.extend.attention import ExtendedAttention
 from lextra.extend.base import ExtensionMethod, build_extension
+from lextra.positions.base import HeadDims
 from lextra.positions.logn import LOG_SCALINGS, check_log_scaling, log_scaling_names
 from lextra.positions.scaling import parse_rope_scaling
 from lextra.validate import check_temperatures
@@ -180,8 +182,7 @@ def _apply(setup: InferenceSetup, target: InferenceTarget) -> None:
         layers = _chosen(target, setup.layers, nope, "temp_tuning", _any)
         if not layers:
             raise ConfigError("temp_tuning applies to the NoPE layers by default and this model has none; name layers")
-        options = _temp_tuning_options(setup.temp_tuning)
-        tuning = None if options is None else TemperatureTuning(target.config.head_dims(), **options)
+        tuning = _temp_tuning(setup.temp_tuning, target.config.head_dims())
         for layer in layers:
             target.inference_layers[layer].temp_tuning = tuning
     if setup.temperatures is not KEEP:
@@ -232,11 +233,6 @@ def _set_extension(target: InferenceTarget, method: ExtensionMethod | None, laye
     target._rotation_changed()
 
 
-def _current_mask(target: InferenceTarget) -> Mask | None:
-    """The setup's mask (on the layers without their own), None: the model's default."""
-    return next((layer.mask for layer in target.inference_layers if not layer.local), None)
-
-
 def _rope_scaling(setup: InferenceSetup, target: InferenceTarget) -> None:
     """The scaling on the selected rotary layers (default: the target's); None removes it there."""
     scaling = setup.scaling_dict()
@@ -275,7 +271,7 @@ def _add_extension(setup: InferenceSetup, target: InferenceTarget, spec: str | E
             reasons.setdefault(str(takes(layer)), layer)
         why = "; ".join(f"layer {layer}: {reason}" for reason, layer in reasons.items())
         raise ConfigError(f"extension {built.name!r} applies to no layer of this model: {why}")
-    current = _current_mask(target)
+    current = next((layer.mask for layer in target.inference_layers if not layer.local), None)  # the setup's
     if current is not None and not current.exactly_causal:
         raise ConfigError(
             f"extension {built.name!r} sets its own visibility over causal attention; drop the mask {current!r}"
@@ -283,11 +279,11 @@ def _add_extension(setup: InferenceSetup, target: InferenceTarget, spec: str | E
     _set_extension(target, built, layers)
 
 
-def _temp_tuning_options(spec: str | Keep | None) -> dict[str, Any] | None:
-    """The options of a temperature tuning spec (None or "none": removed)."""
+def _temp_tuning(spec: str | Keep | None, dims: HeadDims) -> TemperatureTuning | None:
+    """The temperature tuning a spec states (None or "none": none)."""
     if spec in (None, "none"):
         return None
     name, options = PIECES.parse(str(spec))
     if name != "temp_tuning":
         raise ConfigError(f"temp_tuning takes a spec such as 'temp_tuning,beta=0.1,gamma=8192', got {spec!r}")
-    return dict(options)
+    return TemperatureTuning(dims, **options)

@@ -115,7 +115,12 @@ def lextra_attention(
         attention_mask = None  # plain causal: the layer's mask
     elif rotary is not None:  # lextra rotates this layer (a scaling on some layers only)
         query, key = rotary.rotate(query, key, q_pos, k_pos)
-    mask, tau = _mask_and_temperature(module, state, layer, q_pos, k_pos)
+    mask: Mask
+    if state is None:  # a module lextra does not adapt (T5's decoder): causal when it is and has queries, else full
+        mask, tau = (CausalMask() if getattr(module, "is_causal", False) and q_pos.numel() > 1 else FullMask()), None
+    else:
+        mask = state.layers[layer].layer_mask(state.call_mask, state.default)
+        tau = state.layers[layer].query_temperature(q_pos, k_pos, mask)
     if capturing:
         key = expand_kv(key, query.shape[1] // key.shape[1])
         inputs = (layer, query.float(), key.float(), None, q_pos, mask, tau)
@@ -138,19 +143,6 @@ def lextra_attention(
         extension=BANDED_MASKS if wrapper is None else wrapper,
     )
     return out.transpose(1, 2).contiguous(), None
-
-
-def _mask_and_temperature(
-    module: Any, state: AttentionState | None, layer: int, q_pos: Tensor, k_pos: Tensor
-) -> tuple[Mask, Tensor | None]:
-    """The layer's mask and temperature: its state's, or without one causal when the module is causal (and has more
-    than one query), else full, and no temperature."""
-    if state is None:
-        causal = getattr(module, "is_causal", False) and q_pos.numel() > 1
-        return (CausalMask() if causal else FullMask()), None
-    own = state.layers[layer]
-    mask = own.layer_mask(state.call_mask, state.default)
-    return mask, own.query_temperature(q_pos, k_pos, mask)
 
 
 def _check_extended(

@@ -74,10 +74,8 @@ def log_scaling_names(*, inference: bool = False) -> list[str]:
     return [name for name in LOG_SCALINGS.names() if not (inference and LOG_SCALINGS.get(name).learned)]
 
 
-def check_log_scaling(kind: str, *, inference: bool = False, what: str = "log-n scaling") -> str:
-    """`kind` when it is a registered log-n scaling (and, with `inference`, one that needs no training)."""
-    known = log_scaling_names(inference=inference)
-    if kind not in known:
-        extra = " (ssmax is a learned per-head scale: only a model trained with it has it)" if kind == "ssmax" else ""
-        raise ConfigError(f"{what} must be one of {', '.join(known)}, got {kind!r}{extra}")
+def check_log_scaling(kind: str, what: str = "log-n scaling") -> str:
+    """`kind` when it is a registered log-n scaling."""
+    if kind not in LOG_SCALINGS:
+        raise ConfigError(f"{what} must be one of {', '.join(LOG_SCALINGS.names())}, got {kind!r}")
     return kind
