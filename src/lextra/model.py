@@ -180,7 +180,6 @@ class SelfAttention(nn.Module):
         self.v_proj = nn.Linear(config.d_model, H * D, bias=False)
         self.o_proj = nn.Linear(H * D, config.d_model, bias=False)
         self.dropout = nn.Dropout(config.dropout)
-        self.train_len = config.train_len
         dims = config.head_dims()
         own = build_mask(variant.mask, config.train_len) if variant.mask != "causal" else None
         self.inference = LayerInference(config.train_len, own, own is not None)
@@ -371,9 +370,10 @@ class GPT(nn.Module):
         self._init_weights()
         if config.tie_embeddings:
             self.head.weight = self.embed.weight
-        for layer, block in enumerate(self.blocks):  # the saved temperatures (`InferenceSetup` sets new ones)
-            tau = None if config.temperatures is None else torch.tensor(config.temperatures[layer]).float()
-            cast(Block, block).attn.inference.temperature = tau
+        if config.temperatures is not None:  # the saved ones (`InferenceSetup` sets new ones)
+            taus = torch.tensor(config.temperatures, dtype=torch.float32, device="cpu")
+            for block, tau in zip(self.blocks, taus, strict=True):
+                cast(Block, block).attn.inference.temperature = tau
 
     @staticmethod
     def _build_abacus(config: GPTConfig) -> AbacusEmbedding | None:

@@ -219,7 +219,9 @@ def _set_temperatures(target: InferenceTarget, temperatures: Any) -> None:
     rows: list[Any] = [None] * config.n_layer
     config.temperatures = None
     if temperatures is not None:
-        values = torch.tensor(check_temperatures(temperatures, config.n_layer, config.n_head), dtype=torch.float32)
+        values = torch.tensor(
+            check_temperatures(temperatures, config.n_layer, config.n_head), dtype=torch.float32, device="cpu"
+        )
         rows, config.temperatures = list(values), values.tolist()
     for layer, row in zip(target.inference_layers, rows, strict=True):
         layer.temperature = row

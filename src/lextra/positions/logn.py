@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar, Protocol
 
 import torch
 from torch import Tensor
@@ -18,8 +18,11 @@ from torch import Tensor
 from lextra.errors import ConfigError
 from lextra.registry import Registry
 
-if TYPE_CHECKING:
-    from lextra.attention.masks import Mask
+
+class Mask(Protocol):
+    """What a log-n scaling reads of a mask (`lextra.attention.masks.Mask`): how many keys each query sees."""
+
+    def visible_keys(self, q_pos: Tensor, k_first: int, k_last: int) -> Tensor: ...
 
 
 class LogScaling:
