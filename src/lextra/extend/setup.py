@@ -117,15 +117,6 @@ class InferenceSetup:
             if getattr(self, f.name) is not KEEP and not (f.name == "layers" and self.layers is None)
         }
 
-    def scaling_dict(self) -> dict[str, Any] | None:
-        """`rope_scaling` as `rope_parameters` (None: no scaling); only when it is set."""
-        spec = self.rope_scaling
-        if spec is KEEP:
-            raise ConfigError("this setup leaves the rope scaling as it is")
-        if spec is None:
-            return None
-        return parse_rope_scaling(spec) if isinstance(spec, str) else dict(spec)
-
     def apply(self, model: ModelT) -> ModelT:
         """Apply this setup to `model` in place (a lextra GPT or a Hugging Face adapter) and return it."""
         _apply(self, inference_target(model))
@@ -237,7 +228,8 @@ def _set_extension(target: InferenceTarget, method: ExtensionMethod | None, laye
 
 def _rope_scaling(setup: InferenceSetup, target: InferenceTarget) -> None:
     """The scaling on the selected rotary layers (default: the target's); None removes it there."""
-    scaling = setup.scaling_dict()
+    spec = cast("str | dict[str, Any] | None", setup.rope_scaling)
+    scaling = None if spec is None else parse_rope_scaling(spec) if isinstance(spec, str) else dict(spec)
     layers = _chosen(target, setup.layers, target._default_scaling_layers(), "rope scaling", target._rotary_reason)
     if not layers:
         if scaling is None:

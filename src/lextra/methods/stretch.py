@@ -50,11 +50,8 @@ def methods_for(model: GPT, extensions: Sequence[str] = ()) -> list[str]:
     """none, the RoPE scalings (rope, xpos, coca models), temperature alignment and the log-n scalings, then the
     given `extend:...` methods where the model's scheme takes them."""
     rotary = is_rotary(model)
-    return _names(rotary, [m for m in extensions if rotary and _extension_applies(model, m)])
-
-
-def _names(rotary: bool, extensions: Sequence[str]) -> list[str]:
-    return ["none", *(rope_scalings() if rotary else ()), *TEMPERATURES, *log_scalings(), *extensions]
+    taken = [m for m in extensions if rotary and _extension_applies(model, m)]
+    return ["none", *(rope_scalings() if rotary else ()), *TEMPERATURES, *log_scalings(), *taken]
 
 
 def extension_method(name: str, train_len: int, lengths: Sequence[int] = ()) -> ExtensionMethod:
@@ -79,7 +76,7 @@ def _extension_applies(model: GPT, name: str) -> bool:
 
 def known_methods() -> str:
     """The method names `prepared` takes, for errors."""
-    return ", ".join(_names(True, [f"{EXTEND}NAME[:KEY=VALUE,...]"]))
+    return ", ".join(["none", *rope_scalings(), *TEMPERATURES, *log_scalings(), f"{EXTEND}NAME[:KEY=VALUE,...]"])
 
 
 def inference_setup(model: GPT, method: str, data: Any, length: int, factor: float, windows: int = 2) -> InferenceSetup:
