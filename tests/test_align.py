@@ -124,6 +124,6 @@ def test_align_command_saves_temperatures_with_the_model(trained, tmp_path, caps
     assert "| layer 0 |" in text and "aligned model saved" in text
     loaded = load_model(out)
     assert loaded.config.temperatures is not None
-    assert torch.equal(loaded.blocks[1].attn.temperature, torch.tensor(loaded.config.temperatures[1]))
+    assert torch.equal(loaded.blocks[1].attn.inference.temperature, torch.tensor(loaded.config.temperatures[1]))
     with pytest.raises(ConfigError, match="unknown alignment strategy"):
         align_temperatures(loaded, prepare_data("python-code", limit_chars=LIMIT), "max", 64)

@@ -134,7 +134,7 @@ def _brute_force_scores(model: GPT, tokens: torch.Tensor, mask_spec: str) -> tup
         q = attn.q_proj(x).view(B, N, attn.n_head, -1).transpose(1, 2)
         k = attn.k_proj(x).view(B, N, attn.n_head, -1).transpose(1, 2)
         v = attn.v_proj(x).view(B, N, attn.n_head, -1).transpose(1, 2)
-        tau = None if attn.temperature is None else attn.temperature[:, None]
+        tau = None if attn.inference.temperature is None else attn.inference.temperature[:, None]
         ctx = AttentionContext.build(q, k, scheme=scheme, mask=mask, q_pos=positions, k_pos=positions, temperature=tau)
         result, w = reference_attention(q, k, v, ctx, return_weights=True)
         torch.testing.assert_close(attn.o_proj(result.transpose(1, 2).reshape(B, N, -1)), out)  # hooks saw the model
@@ -155,7 +155,7 @@ def _brute_force_scores(model: GPT, tokens: torch.Tensor, mask_spec: str) -> tup
 )
 def test_empirical_scores_match_a_brute_force_over_dense_logits(scheme: str, mask: str) -> None:
     model = tiny_model(scheme)
-    model.blocks[1].attn.temperature = torch.tensor([0.7, 1.3])
+    model.blocks[1].attn.inference.temperature = torch.tensor([0.7, 1.3])
     tokens = torch.randint(0, 256, (3, 21))
     expected, _ = _brute_force_scores(model, tokens, mask)
     got = empirical_scores(model, tokens, mask, batch_size=2, block_size=5)
@@ -167,7 +167,7 @@ def test_empirical_scores_match_a_brute_force_over_dense_logits(scheme: str, mas
 
 def test_captured_weights_are_the_models_attention_weights() -> None:
     model = tiny_model("kerple_log")
-    model.blocks[0].attn.temperature = torch.tensor([0.5, 2.0])
+    model.blocks[0].attn.inference.temperature = torch.tensor([0.5, 2.0])
     tokens = torch.randint(0, 256, (2, 19))
     _, dense = _brute_force_scores(model, tokens, "bca")
     seen: list[tuple[torch.Tensor, torch.Tensor]] = []

@@ -121,7 +121,7 @@ def _weights(model: GPT, layer: int) -> dict[str, torch.Tensor]:
 
 def _layer_out(model: GPT, layer: int, x: torch.Tensor, backend: str = "reference") -> torch.Tensor:
     positions = torch.arange(x.shape[1])
-    mask = model.blocks[layer].attn.own_mask
+    mask = model.blocks[layer].attn.inference.mask
     inputs = LayerInputs(model.scheme_for(layer), positions, mask or build_mask("causal"), backend, None, layer)
     return model.blocks[layer].attn(x, inputs)
 

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 import transformers
 
 from lextra.analysis import dispersion, layer_attention
+from lextra.attention.masks import CausalMask
 from lextra.cli import main
 from lextra.data.prepare import prepare_data
 from lextra.errors import ConfigError, DataError
@@ -21,7 +22,6 @@ from lextra.evaluate.perplexity import evaluation_documents
 from lextra.evaluate.retrieval.scoring import score_prompts
 from lextra.extend import InferenceSetup
 from lextra.hf import HFCausalLM, HFSeq2Seq, adapt, load_hf
-from lextra.hf.attention import query_temperature
 from lextra.methods.align import align_temperatures
 from lextra.positions.rotary import build_rope_scaling
 from lextra.positions.scaling import frequencies
@@ -146,7 +146,7 @@ def test_qwen_log_scaling_changes_only_queries_past_the_training_length() -> Non
     ids = tokens(length=40)
     model = adapt(copy.deepcopy(reference))
     setup(model, log_scaling="qwen")
-    factor = 1.0 / query_temperature(model.state, 0, torch.arange(40))
+    factor = 1.0 / model.state.layers[0].query_temperature(torch.arange(40), torch.arange(40), CausalMask())
     assert torch.allclose(factor[0, :16], torch.ones(16))
     assert math.isclose(float(factor[0, 39]), math.log(40) / math.log(16), rel_tol=1e-6)
     got, want = model(ids), reference(ids).logits
@@ -217,6 +217,7 @@ def test_greedy_retrieval_scoring_equals_hugging_face_generate() -> None:
 def test_decoding_steps_fold_grouped_heads_only_where_every_key_is_visible(monkeypatch) -> None:
     import lextra.attention.backends.dispatch as dispatch
     from lextra.attention import build_mask
+    from lextra.attention.inference import LayerInference
     from lextra.hf.attention import AttentionState, lextra_attention
 
     folded = []
@@ -236,7 +237,11 @@ def test_decoding_steps_fold_grouped_heads_only_where_every_key_is_visible(monke
         module = type(
             "Attention",
             (),
-            {"lextra_state": AttentionState(build_mask(mask, 32), 32), "layer_idx": 0, "training": False},
+            {
+                "lextra_state": AttentionState(build_mask(mask, 32), [LayerInference(32)]),
+                "layer_idx": 0,
+                "training": False,
+            },
         )()
         query = torch.randn(B, H, n_queries, D)
         folded.clear()
@@ -324,7 +329,7 @@ def test_alignment_on_a_hugging_face_model_reaches_its_targets(tmp_path: Path) -
     assert alignment.before != alignment.after
     t5 = adapt(tiny_t5(), train_len=16)
     t5_alignment = align_temperatures(t5, data, "entropy", 64, windows=1, mask="full")
-    assert len(t5_alignment.temperatures) == 2 and t5.state.temperatures is not None
+    assert len(t5_alignment.temperatures) == 2 and t5.state.layers[0].temperature is not None
 
 
 @torch.no_grad()

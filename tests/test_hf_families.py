@@ -195,7 +195,7 @@ def test_a_scaling_on_some_layers_rotates_each_as_transformers_would() -> None:
     scaled = tiny("llama", scale_qk=4.0, rope_parameters={"rope_type": "linear", "factor": 4.0, "rope_theta": 1e4})
     scaled.load_state_dict(plain.state_dict())
     model = InferenceSetup(rope_scaling="linear:4", layers="0").apply(adapt(copy.deepcopy(plain)))
-    assert model.state.rotaries is not None  # the layers no longer share one rotation
+    assert any(layer.rotary is not None for layer in model.state.layers)  # the layers no longer share one rotation
     inputs: list[torch.Tensor] = []
     outputs: list[torch.Tensor] = []
 
@@ -262,14 +262,14 @@ def test_temperature_tuning_and_log_scaling_on_selected_layers() -> None:
     reference = tiny("smollm3", scale_qk=4.0)
     tokens = ids()
     model = InferenceSetup(temp_tuning="temp_tuning,beta=0.5,gamma=4").apply(adapt(copy.deepcopy(reference)))
-    assert sorted(model.state.temp_tuning) == [1]
+    assert [i for i, layer in enumerate(model.state.layers) if layer.temp_tuning] == [1]
     queries = copy.deepcopy(reference)
     attn = queries.model.layers[1].self_attn
     scale = torch.log1p(torch.floor((torch.arange(40).float() + 1.0) / 4)) * 0.5 + 1.0
     attn.q_proj.register_forward_hook(lambda m, a, out: out * scale[None, :, None])
     assert (model(tokens) - queries(tokens).logits).abs().max() < 1e-5
     logn = InferenceSetup(log_scaling="qwen", layers="nope").apply(adapt(copy.deepcopy(reference)))
-    assert logn.state.log_layers == frozenset({1})
+    assert [i for i, layer in enumerate(logn.state.layers) if layer.log_scaling == "qwen"] == [1]
     assert (logn(tokens)[:, :32] - reference(tokens).logits[:, :32]).abs().max() < 1e-5
     assert (logn(tokens)[:, 32:] - reference(tokens).logits[:, 32:]).abs().max() > 1e-4
 
@@ -310,7 +310,7 @@ def test_an_extended_family_gives_the_same_logits_on_the_reference_backend_and_a
     import lextra.extend.attention as extend_attention
 
     model = InferenceSetup(extension=method).apply(adapt(tiny(family, scale_qk=4.0)))
-    wrapper = model.state.wrapper
+    wrapper = model.state.layers[model.state.extended[0]].extension
     assert wrapper is not None and wrapper.method is model.extension  # one wrapper per method, kept in the state
     tokens = ids(48)
     calls: list[str] = []
@@ -322,7 +322,7 @@ def test_an_extended_family_gives_the_same_logits_on_the_reference_backend_and_a
         logits[backend] = _full_and_cached(model, tokens, 36)
         want = "reference_extended_attention" if backend == "reference" else "extended_attention"
         assert set(calls) == {want} and len(calls) == len(model.state.extended) * (2 + 12)
-    assert model.state.wrapper is wrapper  # not rebuilt per call
+    assert model.state.layers[model.state.extended[0]].extension is wrapper  # not rebuilt per call
     for auto, reference in zip(logits["auto"], logits["reference"], strict=True):
         assert _relative(auto, reference) < 1e-5
     plain = adapt(tiny(family, scale_qk=4.0))(tokens)

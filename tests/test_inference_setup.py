@@ -10,7 +10,6 @@ import pytest
 import torch
 import transformers
 
-from lextra.attention.masks import build_mask
 from lextra.errors import ConfigError
 from lextra.extend import KEEP, ExtendedAttention, InferenceSetup, apply_extension, build_extension
 from lextra.hf import HFCausalLM, HFSeq2Seq, adapt
@@ -44,10 +43,8 @@ def test_a_setup_gives_a_gpt_the_logits_of_the_settings_it_replaces() -> None:
     base, ids = _gpt(), _tokens()
     old = copy.deepcopy(base)
     old._set_scheme_options(scaling={"rope_type": "yarn", "factor": 2.0})
-    old._set_temperatures(TAU)
-    old.config.log_scaling = "qwen"
-    for block in old.blocks:
-        block.attn.log_scaling = "qwen"
+    InferenceSetup(temperatures=TAU).apply(old)
+    InferenceSetup(log_scaling="qwen").apply(old)
     new = InferenceSetup(rope_scaling="yarn:2", temperatures=TAU, log_scaling="qwen").apply(copy.deepcopy(base))
     assert torch.equal(new(ids), old(ids))
     assert new.config.to_dict() == old.config.to_dict()
@@ -80,7 +77,7 @@ def test_a_setup_s_mask_is_the_mask_calls_use_when_they_name_none() -> None:
     assert not torch.allclose(model(ids), causal, atol=1e-4)
     assert torch.equal(model(ids, mask="causal"), causal)  # a call's own mask wins
     InferenceSetup(mask=None).apply(model)
-    assert model.mask is None and torch.equal(model(ids), causal)
+    assert model.blocks[0].attn.inference.mask is None and torch.equal(model(ids), causal)
 
 
 def test_a_setup_leaves_what_it_keeps_and_lists_what_it_changes() -> None:
@@ -128,7 +125,7 @@ def test_prepared_goes_through_the_setup_and_refuses_unknown_methods() -> None:
     dynamic = prepared(base, "dynamic", None, 40, 4.0)
     assert dynamic.config.scheme_options["scaling"] == {"rope_type": "dynamic", "factor": 1.0}
     qwen = prepared(base, "qwen", None, 40, 2.0)
-    assert qwen.config.log_scaling == "qwen" and all(b.attn.log_scaling == "qwen" for b in qwen.blocks)
+    assert qwen.config.log_scaling == "qwen" and all(b.attn.inference.log_scaling == "qwen" for b in qwen.blocks)
     extended = prepared(base, "extend:rerope:window=8", None, 40, 2.0)
     assert torch.equal(extended(ids), InferenceSetup(extension="rerope:window=8").apply(copy.deepcopy(base))(ids))
     for unchanged in ("none", "pmax"):  # alignment at the training length: nothing to align
@@ -162,9 +159,12 @@ def test_a_setup_gives_a_hugging_face_adapter_the_logits_of_the_settings_it_repl
     tau = torch.tensor([[0.5, 1.0, 2.0, 3.0], [1.0, 1.5, 0.75, 1.25]])
     old = adapt(copy.deepcopy(reference))
     old._scale_rope(parse_rope_scaling("yarn:2"), [0, 1])
-    old._set_temperatures(tau)
-    old._set_log_scaling("qwen", [0, 1])
-    old._set_mask(build_mask("window:12", 16))
+    for step in (
+        InferenceSetup(temperatures=tau),
+        InferenceSetup(log_scaling="qwen"),
+        InferenceSetup(mask="window:12"),
+    ):
+        step.apply(old)
     new = adapt(copy.deepcopy(reference))
     assert isinstance(new, HFCausalLM)
     setup = InferenceSetup(rope_scaling="yarn:2", temperatures=tau, log_scaling="qwen", mask="window:12")
@@ -172,8 +172,8 @@ def test_a_setup_gives_a_hugging_face_adapter_the_logits_of_the_settings_it_repl
     assert torch.equal(new(ids), old(ids))
     assert not torch.allclose(new(ids), reference(ids).logits, atol=1e-3)
     # swap the mask for an extension in one setup, as the mask then the extension primitives would
-    old._set_mask(None)
-    old._set_extension(build_extension("rerope:window=8", 16), [0, 1])
+    InferenceSetup(mask=None).apply(old)
+    InferenceSetup(extension=build_extension("rerope:window=8", 16)).apply(old)
     InferenceSetup(mask=None, extension="rerope:window=8").apply(new)
     assert new.extension is not None and torch.equal(new(ids), old(ids))
     InferenceSetup(rope_scaling=None, temperatures=None, log_scaling="none", extension=None).apply(new)

@@ -450,7 +450,7 @@ def test_temperature_tuning_at_inference_on_the_nope_layers() -> None:
     with torch.no_grad():
         before = model(tokens)
         InferenceSetup(temp_tuning="temp_tuning,beta=2,gamma=4").apply(model)
-        assert ["temp_tuning" in b.attn.piece_names for b in model.blocks] == [False, False, False, True]
+        assert [b.attn.inference.temp_tuning is not None for b in model.blocks] == [False, False, False, True]
         assert (model(tokens) - before).abs().max() > 1e-3
         InferenceSetup(temp_tuning=None).apply(model)
         assert torch.equal(model(tokens), before)

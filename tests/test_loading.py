@@ -55,7 +55,7 @@ def test_options_are_applied_in_order_and_named_in_label_and_key(run_folder: Pat
     assert loaded.label == "rope+linear:2+window:8+tau-pmax" and loaded.mask == "window:8"
     assert loaded.key["temperatures"] == [[1.5, 0.5], [1.0, 2.0]]
     assert loaded.model.config.temperatures == [[1.5, 0.5], [1.0, 2.0]]
-    assert torch.equal(loaded.model.blocks[0].attn.temperature, torch.tensor([1.5, 0.5]))
+    assert torch.equal(loaded.model.blocks[0].attn.inference.temperature, torch.tensor([1.5, 0.5]))
     plain = load_model_spec(str(run_folder))
     tokens = torch.randint(0, 256, (1, 40))
     assert not torch.allclose(plain.model.eval()(tokens), loaded.model.eval()(tokens))
@@ -65,7 +65,7 @@ def test_options_are_applied_in_order_and_named_in_label_and_key(run_folder: Pat
 def test_a_log_scaling_applies_to_a_lextra_model_as_its_inference_setup(run_folder: Path) -> None:
     loaded = load_lextra(run_folder, ModelOptions(InferenceSetup(log_scaling="qwen")))
     assert loaded.label == "rope+logn-qwen" and loaded.model.config.log_scaling == "qwen"
-    assert all(block.attn.log_scaling == "qwen" for block in loaded.model.blocks)
+    assert all(block.attn.inference.log_scaling == "qwen" for block in loaded.model.blocks)
     with pytest.raises(ConfigError, match="ssmax is a learned per-head scale"):
         load_lextra(run_folder, ModelOptions(InferenceSetup(log_scaling="ssmax")))
 

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from lextra.cli import main
 from lextra.errors import CheckpointError, ConfigError, TrainingDivergedError
 from lextra.evaluate import EvalConfig
+from lextra.extend import InferenceSetup
 from lextra.model import GPT, GPTConfig, load_model, save_model
 from lextra.pipelines.study.config import load_study
 from lextra.positions import SCHEMES, HeadDims, build_scheme
@@ -283,9 +284,9 @@ def test_temperatures_must_be_positive_and_finite() -> None:
         GPTConfig(**base, temperatures=[[1.0, math.inf]]).validate()
     model = GPT(GPTConfig(**base))
     with pytest.raises(ConfigError, match="temperatures must be a finite number > 0, got nan"):
-        model._set_temperatures([[1.0, math.nan]])  # the same check as the config's
+        InferenceSetup(temperatures=[[1.0, math.nan]]).apply(model)  # the same check as the config's
     with pytest.raises(ConfigError, match="temperatures must be 1 lists of 2 positive numbers"):
-        model._set_temperatures(torch.ones(2, 2))
+        InferenceSetup(temperatures=torch.ones(2, 2)).apply(model)
 
 
 @pytest.mark.parametrize(

@@ -44,13 +44,13 @@ LayerObserver = Callable[[AttentionInputs], None]
 @dataclass(frozen=True)
 class LayerInputs:
     """What a block needs besides its hidden states: the layer's scheme and index, the positions, the call's mask
-    and backend, the cache, an observer, the positions' host-side facts where the caller knows them (`layout`;
-    ignored under a cache, whose keys differ) and `queries`: only the last that many rows are wanted (no cache),
-    their queries alone attending to every row's key."""
+    (None: each layer's own) and backend, the cache, an observer, the positions' host-side facts where the caller
+    knows them (`layout`; ignored under a cache, whose keys differ) and `queries`: only the last that many rows
+    are wanted (no cache), their queries alone attending to every row's key."""
 
     scheme: PositionScheme
     positions: Tensor
-    mask: Mask
+    mask: Mask | None
     backend: str = "auto"
     cache: KVCache | None = None
     layer: int = 0

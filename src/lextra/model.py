@@ -24,7 +24,8 @@ from lextra import serialize
 from lextra.attention import PositionLayout, attention, build_mask
 from lextra.attention.backends import AttentionExtension
 from lextra.attention.fox import forget_inputs
-from lextra.attention.masks import Mask
+from lextra.attention.inference import LayerInference
+from lextra.attention.masks import CausalMask, Mask
 from lextra.attention.pieces import PIECES, SINGLE_VALUED, AttentionPiece, attend_through, check_one_caller
 from lextra.attention.plan import LayerVariant, format_plan, parse_plan
 from lextra.attention.s2 import S2Attention
@@ -34,13 +35,15 @@ from lextra.kv_cache import KVCache
 from lextra.layer_inputs import AttentionInputs, LayerInputs, LayerObserver
 from lextra.positions import HeadDims, PositionScheme, build_scheme, split_scheme_spec
 from lextra.positions.abacus import AbacusEmbedding, check_abacus
-from lextra.positions.logn import LOG_SCALINGS, check_log_scaling, log_scaling_factor
+from lextra.positions.logn import LOG_SCALINGS, check_log_scaling
 from lextra.serialize import check_fields as check_fields  # re-exported: configs elsewhere check their keys
 from lextra.validate import check_bool, check_positive, check_range, check_temperatures
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 FORMAT_VERSION = 1
+#: the mask of a layer when neither a call nor a setup names one
+CAUSAL = CausalMask()
 
 
 @dataclass
@@ -164,9 +167,8 @@ class GPTConfig:
 
 
 class SelfAttention(nn.Module):
-    """Multi-head self-attention whose positions come entirely from the scheme it is handed."""
-
-    temperature: Tensor | None  # a buffer
+    """Multi-head self-attention whose positions come entirely from the scheme it is handed; what inference
+    changes on it is `inference` (`LayerInference`, set by `lextra.extend.InferenceSetup`)."""
 
     def __init__(self, config: GPTConfig, key_dim: int, variant: LayerVariant | None = None) -> None:
         super().__init__()
@@ -178,23 +180,19 @@ class SelfAttention(nn.Module):
         self.v_proj = nn.Linear(config.d_model, H * D, bias=False)
         self.o_proj = nn.Linear(H * D, config.d_model, bias=False)
         self.dropout = nn.Dropout(config.dropout)
-        self.train_len = config.train_len
         dims = config.head_dims()
-        #: the layer's own mask (a plan's window, chunk, ...), or None: the call's mask (causal by default)
-        self.own_mask: Mask | None = build_mask(variant.mask, config.train_len) if variant.mask != "causal" else None
+        own = build_mask(variant.mask, config.train_len) if variant.mask != "causal" else None
+        self.inference = LayerInference(config.train_len, own, own is not None)
         #: the names of the plan's pieces (`lextra.attention.pieces`), in its order; each piece, built by its
         #: registry entry, is the submodule of its name (`attn.qknorm`, `attn.sinks`, a plugin's)
         self.piece_names: list[str] = []
         for name, options in variant.pieces.items():
             self.set_piece(name, PIECES.build(name, dims, **options))
         logn = self._piece_value("log_scaling")
-        self.log_scaling = config.log_scaling if logn is None else logn
-        #: per-head temperature (softmax(logits / tau)); None means 1 (set by temperature alignment)
-        self.register_buffer("temperature", None, persistent=False)
-        self._extension: AttentionExtension | None = None
+        self.inference.log_scaling = config.log_scaling if logn is None else logn
         #: LongLoRA's S2-Attn group size while training (0: off); eval mode always attends fully causally
         self.s2_group = 0
-        if self.log_scaling == "ssmax":
+        if LOG_SCALINGS.get(self.inference.log_scaling).learned:
             # Scalable-Softmax (Nakanishi 2025, arXiv 2501.19399): logits x s_h ln n, s_h learned;
             # 1 / ln L_tr makes the factor 1 at n = L_tr
             self.ssmax_scale = nn.Parameter(torch.full((H,), 1.0 / math.log(max(2, config.train_len))))
@@ -239,7 +237,7 @@ class SelfAttention(nn.Module):
     def extension(self) -> AttentionExtension | None:
         """The training-free extension method the layer attends through, or None; the cache evicts the keys its
         `retains` drops. Read-only: `lextra.extend.apply_extension` (or an `InferenceSetup`) sets it."""
-        return self._extension
+        return self.inference.extension
 
     def _set_extension(self, extension: AttentionExtension | None) -> None:
         """Attend through `extension` (None: the plain backends); what `apply_extension` calls."""
@@ -247,7 +245,7 @@ class SelfAttention(nn.Module):
             raise ConfigError(
                 f"a layer attends through an AttentionExtension (lextra.extend.apply_extension), not {extension!r}"
             )
-        self._extension = extension
+        self.inference.extension = extension
 
     def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """q (B, H, L, D), pre-transform k (B, H, L, Dk) and v (B, H, L, D) for hidden states x (B, L, d)."""
@@ -258,33 +256,10 @@ class SelfAttention(nn.Module):
         return q, k, v
 
     def query_temperature(self, q_pos: Tensor, k_pos: Tensor, mask: Mask) -> Tensor | None:
-        """The softmax temperature: the layer's (H,) times log-n scaling per query, as (H,) or (H, Lq), divided by
-        Llama 4's temperature tuning where the layer has it (it multiplies the queries)."""
-        tau = self.log_temperature(q_pos, k_pos, mask)
-        scale = None
-        for piece in self.pieces:
-            factor = piece.query_scale(q_pos)
-            if factor is not None:
-                scale = factor if scale is None else scale * factor
-        if scale is None:
-            return tau
-        inverse = 1.0 / (scale[None] if scale.dim() == 1 else scale)  # (1, Lq) or (H, Lq)
-        if tau is None:
-            return inverse
-        return (tau[:, None] if tau.dim() == 1 else tau) * inverse
-
-    def log_temperature(self, q_pos: Tensor, k_pos: Tensor, mask: Mask) -> Tensor | None:
-        """The layer's (H,) temperature times its log-n scaling per query, as (H,) or (H, Lq)."""
-        tau = self.temperature
-        if self.log_scaling == "none":
-            return tau
-        if not LOG_SCALINGS.get(self.log_scaling).learned:  # a fixed function of position (the registry's)
-            factor = log_scaling_factor(self.log_scaling, q_pos, self.train_len)[None]
-        else:  # Scalable-Softmax, the one learned scaling: the layer's s_h times ln n
-            # a row that sees one key has softmax 1 at any temperature; n >= 2 keeps its factor (and gradient) finite
-            n = mask.visible_keys(q_pos, int(k_pos[0]), int(k_pos[-1])).to(torch.float32).clamp(min=2.0)
-            factor = self.ssmax_scale[:, None] * torch.log(n)[None]
-        return 1.0 / factor if tau is None else tau[:, None] / factor
+        """The softmax temperature (None, (H,) or (H, Lq)) of the layer's `inference` state, with its pieces' query
+        scales and its learned log-n scale (Scalable-Softmax's s_h) where it has one."""
+        scales = [scale for scale in (piece.query_scale(q_pos) for piece in self.pieces) if scale is not None]
+        return self.inference.query_temperature(q_pos, k_pos, mask, scales, getattr(self, "ssmax_scale", None))
 
     def forward(self, x: Tensor, inputs: LayerInputs) -> Tensor:
         """The layer's attention output (B, L, d_model) for hidden states x (B, L, d_model); the last
@@ -296,7 +271,7 @@ class SelfAttention(nn.Module):
         q, k, v, forget = forget_inputs(self.pieces, x, q, k, v, state, inputs.queries)
         for piece in self.pieces:
             q, k = piece.transform_qk(q, k)
-        mask = inputs.mask if self.own_mask is None else self.own_mask
+        mask = self.inference.layer_mask(inputs.mask, CAUSAL)
         k_pos = q_pos = positions
         rows = inputs.queries
         if rows is not None:
@@ -395,10 +370,10 @@ class GPT(nn.Module):
         self._init_weights()
         if config.tie_embeddings:
             self.head.weight = self.embed.weight
-        #: the mask calls use when they name none (an inference setup's, `lextra.extend.InferenceSetup`); None:
-        #: causal
-        self.mask: Mask | None = None
-        self._set_temperatures(config.temperatures)
+        if config.temperatures is not None:  # the saved ones (`InferenceSetup` sets new ones)
+            taus = torch.tensor(config.temperatures, dtype=torch.float32, device="cpu")
+            for block, tau in zip(self.blocks, taus, strict=True):
+                cast(Block, block).attn.inference.temperature = tau
 
     @staticmethod
     def _build_abacus(config: GPTConfig) -> AbacusEmbedding | None:
@@ -431,21 +406,6 @@ class GPT(nn.Module):
             index.append(len(schemes))
             schemes.append(scheme)
         return nn.ModuleList(schemes), index
-
-    def _set_temperatures(self, temperatures: Tensor | list[list[float]] | None) -> None:
-        """Per-layer, per-head softmax temperatures (n_layer, n_head), recorded in the config so they are saved
-        with the model and applied in every backend; None resets them to 1."""
-        if temperatures is None:
-            for block in self.blocks:
-                cast(Block, block).attn.temperature = None
-            self.config.temperatures = None
-            return
-        checked = check_temperatures(temperatures, self.config.n_layer, self.config.n_head)
-        values = torch.tensor(checked, dtype=torch.float32, device="cpu")
-        device = self.embed.weight.device
-        for block, tau in zip(self.blocks, values, strict=True):
-            cast(Block, block).attn.temperature = tau.to(device)
-        self.config.temperatures = values.tolist()
 
     def _init_weights(self) -> None:
         """GPT-2 style: N(0, 0.02) for projections and embeddings, residual outputs scaled by 1/sqrt(2 L).
@@ -528,10 +488,10 @@ class GPT(nn.Module):
     ) -> Tensor:
         """`features` from token embeddings (B, L, d_model), so callers can differentiate with respect to them.
 
-        `mask` None is the model's own (`GPT.mask`, causal unless an inference setup set one); a layer plan's local
-        layers (a window, a chunk) attend with their own mask whatever the call's. `last`: only the last that many
-        positions' features are wanted (B, last, d_model), as in scoring: the final block computes those rows alone
-        (every row's keys and values still), the same values as slicing the full result."""
+        `mask` None is each layer's own (`LayerInference.mask`: causal unless an inference setup set one); a layer
+        plan's local layers (a window, a chunk) attend with their own mask whatever the call's. `last`: only the last
+        that many positions' features are wanted (B, last, d_model), as in scoring: the final block computes those
+        rows alone (every row's keys and values still), the same values as slicing the full result."""
         L = embeddings.shape[1]
         if last is not None and (cache is not None or not 0 < last <= L):
             raise ValueError(f"last={last} needs 1 <= last <= L ({L}) and no cache")
@@ -540,9 +500,8 @@ class GPT(nn.Module):
         if positions is None:
             positions = torch.arange(start, start + L, device=embeddings.device)
             layout = PositionLayout.ranges(start, L, start, L)  # known on the host: no layer reads positions
-        if mask is None:
-            mask = self.mask
-        mask = build_mask(mask, self.config.train_len) if not isinstance(mask, Mask) else mask
+        if mask is not None and not isinstance(mask, Mask):
+            mask = build_mask(mask, self.config.train_len)
         final = self.config.n_layer - 1
         x = self.forward_layers(
             self.embed_inputs(embeddings, positions),
@@ -570,7 +529,7 @@ class GPT(nn.Module):
         self,
         x: Tensor,
         positions: Tensor,
-        mask: Mask,
+        mask: Mask | None,
         backend: str = "auto",
         cache: KVCache | None = None,
         *,

@@ -219,7 +219,8 @@ def prefix_invariant(model: Any, mask: Mask) -> bool:
         return False
     for block in model.blocks:
         attn = cast(Block, block).attn
-        if attn.extension is not None or (attn.own_mask is not None and not attn.own_mask.causal):
+        own = attn.inference
+        if own.extension is not None or (own.local and own.mask is not None and not own.mask.causal):
             return False
     for scheme in model.positions:
         scaling = getattr(scheme, "scaling", None)

@@ -2,9 +2,10 @@
 
 A trained model runs at inference with a RoPE scaling, softmax temperatures, a log-n scaling, a training-free
 extension method and a mask. An `InferenceSetup` states any of them (a field left at `KEEP` stays as the model
-has it) and `setup.apply(model)` checks and orders them once, over the primitive operations of an
-`InferenceTarget` that a lextra `GPT` (through `lextra.extend.gpt_target`) and the Hugging Face adapters
-(`lextra.hf`) implement alike, refusing what the model cannot take with a ConfigError.
+has it) and `setup.apply(model)` checks and orders them once and writes them into each layer's `LayerInference`
+(`lextra.attention.inference`), the one state a lextra `GPT` (through `lextra.extend.gpt_target`) and the Hugging
+Face adapters (`lextra.hf`) hold alike, asking their `InferenceTarget` only what differs (which layers can take a
+change, how a RoPE scaling is rebuilt), and refusing what the model cannot take with a ConfigError.
 
 `layers` names the layers the RoPE scaling, the extension method, the log-n scaling and the temperature tuning
 apply to (`rotary`, `global`, `local`, `nope`, `all` or indices such as `0,3` or `2-4`, read from each layer's
@@ -22,13 +23,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
+import torch
+
+from lextra.attention.inference import LayerInference
 from lextra.attention.masks import Mask, build_mask
-from lextra.attention.pieces import PIECES
+from lextra.attention.pieces import PIECES, TemperatureTuning
 from lextra.attention.plan import LayerVariant, select_layers
 from lextra.errors import ConfigError
+from lextra.extend.attention import ExtendedAttention
 from lextra.extend.base import ExtensionMethod, build_extension
-from lextra.positions.logn import check_log_scaling
+from lextra.positions.base import HeadDims
+from lextra.positions.logn import LOG_SCALINGS, check_log_scaling, log_scaling_names
 from lextra.positions.scaling import parse_rope_scaling
+from lextra.validate import check_temperatures
 
 
 class Keep(enum.Enum):
@@ -45,17 +52,22 @@ KEEP = Keep.KEEP
 
 @runtime_checkable
 class InferenceTarget(Protocol):
-    """The primitive operations `InferenceSetup.apply` orders and checks; each acts on the layers it is given.
+    """What `InferenceSetup.apply` writes and asks of a model.
 
-    `variants` describes every layer in layer-plan vocabulary and `config.train_len` is L_tr. The `_reason`
-    methods return why a layer cannot take a change (None: it can); the setters apply without checking, so
-    `InferenceSetup` is the one way in."""
+    `variants` describes every layer in layer-plan vocabulary; `config` has `train_len` (L_tr), `n_layer`,
+    `n_head`, `head_dims()`, `temperatures` and `log_scaling`; `inference_layers` is each layer's
+    `LayerInference`, which the setup alone writes. The `_reason` methods return why a layer cannot take a change
+    (None: it can); `_scale_rope` applies a RoPE scaling without checking and `_rotation_changed` follows a
+    change of extension method (a Hugging Face model then rotates q and k itself)."""
 
     @property
     def variants(self) -> list[LayerVariant]: ...
 
     @property
     def config(self) -> Any: ...
+
+    @property
+    def inference_layers(self) -> list[LayerInference]: ...
 
     def _default_scaling_layers(self) -> list[int]: ...
 
@@ -65,17 +77,7 @@ class InferenceTarget(Protocol):
 
     def _scale_rope(self, scaling: dict[str, Any] | None, layers: list[int]) -> None: ...
 
-    def _set_log_scaling(self, kind: str, layers: list[int]) -> None: ...
-
-    def _set_temp_tuning(self, options: dict[str, Any] | None, layers: list[int]) -> None: ...
-
-    def _set_temperatures(self, temperatures: Any) -> None: ...
-
-    def _set_mask(self, mask: Mask | None) -> None: ...
-
-    def _inference_state(self) -> tuple[Mask | None, bool]: ...
-
-    def _set_extension(self, method: ExtensionMethod | None, layers: list[int]) -> None: ...
+    def _rotation_changed(self) -> None: ...
 
 
 ModelT = TypeVar("ModelT")
@@ -114,15 +116,6 @@ class InferenceSetup:
             for f in fields(self)
             if getattr(self, f.name) is not KEEP and not (f.name == "layers" and self.layers is None)
         }
-
-    def scaling_dict(self) -> dict[str, Any] | None:
-        """`rope_scaling` as `rope_parameters` (None: no scaling); only when it is set."""
-        spec = self.rope_scaling
-        if spec is KEEP:
-            raise ConfigError("this setup leaves the rope scaling as it is")
-        if spec is None:
-            return None
-        return parse_rope_scaling(spec) if isinstance(spec, str) else dict(spec)
 
     def apply(self, model: ModelT) -> ModelT:
         """Apply this setup to `model` in place (a lextra GPT or a Hugging Face adapter) and return it."""
@@ -174,26 +167,69 @@ def _apply(setup: InferenceSetup, target: InferenceTarget) -> None:
         _rope_scaling(setup, target)
     if setup.log_scaling is not KEEP:
         kind = check_log_scaling(str(setup.log_scaling))
-        target._set_log_scaling(kind, _chosen(target, setup.layers, every, "log-n scaling", _any))
+        _set_log_scaling(target, kind, _chosen(target, setup.layers, every, "log-n scaling", _any))
     if setup.temp_tuning is not KEEP:
         nope = select_layers(target.variants, "nope")
         layers = _chosen(target, setup.layers, nope, "temp_tuning", _any)
         if not layers:
             raise ConfigError("temp_tuning applies to the NoPE layers by default and this model has none; name layers")
-        target._set_temp_tuning(_temp_tuning_options(setup.temp_tuning), layers)
+        tuning = _temp_tuning(setup.temp_tuning, target.config.head_dims())
+        for layer in layers:
+            target.inference_layers[layer].temp_tuning = tuning
     if setup.temperatures is not KEEP:
-        target._set_temperatures(setup.temperatures)
+        _set_temperatures(target, setup.temperatures)
     if setup.extension is not KEEP and setup.extension in (None, "none"):
-        target._set_extension(None, [])
+        _set_extension(target, None, [])
     if setup.mask is not KEEP:
         _set_mask(setup, target)
     if setup.extension is not KEEP and setup.extension not in (None, "none"):
         _add_extension(setup, target, setup.extension)
 
 
+def _set_log_scaling(target: InferenceTarget, kind: str, layers: list[int]) -> None:
+    """The log-n scaling `kind` on `layers` (the model's, when on all of them); a learned one is kept or refused."""
+    for layer in layers:
+        current = target.inference_layers[layer].log_scaling
+        learned = kind if LOG_SCALINGS.get(kind).learned else current
+        if LOG_SCALINGS.get(kind).learned != LOG_SCALINGS.get(current).learned:
+            others = " or ".join(map(repr, log_scaling_names(inference=True)))
+            raise ConfigError(
+                f"{learned} is a learned per-head scale: a model trained with log_scaling={current!r} "
+                f"cannot switch to {kind!r}; train with --log-scaling {learned}, or use {others}"
+            )
+    if len(layers) == target.config.n_layer:
+        target.config.log_scaling = kind
+    for layer in layers:
+        target.inference_layers[layer].log_scaling = kind
+
+
+def _set_temperatures(target: InferenceTarget, temperatures: Any) -> None:
+    """Per-layer, per-head softmax temperatures (n_layer, n_head), checked here once and recorded in the config
+    (a lextra GPT saves them); None resets them to 1."""
+    config = target.config
+    rows: list[Any] = [None] * config.n_layer
+    config.temperatures = None
+    if temperatures is not None:
+        values = torch.tensor(
+            check_temperatures(temperatures, config.n_layer, config.n_head), dtype=torch.float32, device="cpu"
+        )
+        rows, config.temperatures = list(values), values.tolist()
+    for layer, row in zip(target.inference_layers, rows, strict=True):
+        layer.temperature = row
+
+
+def _set_extension(target: InferenceTarget, method: ExtensionMethod | None, layers: list[int]) -> None:
+    """`method` on `layers` through one `ExtendedAttention`, no method on the others (None: on none)."""
+    hook = None if method is None else ExtendedAttention(method)
+    for index, layer in enumerate(target.inference_layers):
+        layer.extension = hook if index in layers else None
+    target._rotation_changed()
+
+
 def _rope_scaling(setup: InferenceSetup, target: InferenceTarget) -> None:
     """The scaling on the selected rotary layers (default: the target's); None removes it there."""
-    scaling = setup.scaling_dict()
+    spec = cast("str | dict[str, Any] | None", setup.rope_scaling)
+    scaling = None if spec is None else parse_rope_scaling(spec) if isinstance(spec, str) else dict(spec)
     layers = _chosen(target, setup.layers, target._default_scaling_layers(), "rope scaling", target._rotary_reason)
     if not layers:
         if scaling is None:
@@ -206,10 +242,14 @@ def _rope_scaling(setup: InferenceSetup, target: InferenceTarget) -> None:
 
 
 def _set_mask(setup: InferenceSetup, target: InferenceTarget) -> None:
+    """The mask of every layer without its own; None: the model's default."""
     mask = None if setup.mask is None else build_mask(cast("str | Mask", setup.mask), target.config.train_len)
-    if target._inference_state()[1] and mask is not None and not mask.exactly_causal:
+    extended = any(layer.extension is not None for layer in target.inference_layers)
+    if extended and mask is not None and not mask.exactly_causal:
         raise ConfigError(f"an extension method sets its own visibility over causal attention; drop the mask {mask!r}")
-    target._set_mask(mask)
+    for layer in target.inference_layers:
+        if not layer.local:
+            layer.mask = mask
 
 
 def _add_extension(setup: InferenceSetup, target: InferenceTarget, spec: str | ExtensionMethod) -> None:
@@ -225,19 +265,19 @@ def _add_extension(setup: InferenceSetup, target: InferenceTarget, spec: str | E
             reasons.setdefault(str(takes(layer)), layer)
         why = "; ".join(f"layer {layer}: {reason}" for reason, layer in reasons.items())
         raise ConfigError(f"extension {built.name!r} applies to no layer of this model: {why}")
-    current = target._inference_state()[0]
+    current = next((layer.mask for layer in target.inference_layers if not layer.local), None)  # the setup's
     if current is not None and not current.exactly_causal:
         raise ConfigError(
             f"extension {built.name!r} sets its own visibility over causal attention; drop the mask {current!r}"
         )
-    target._set_extension(built, layers)
+    _set_extension(target, built, layers)
 
 
-def _temp_tuning_options(spec: str | Keep | None) -> dict[str, Any] | None:
-    """The options of a temperature tuning spec (None or "none": removed)."""
+def _temp_tuning(spec: str | Keep | None, dims: HeadDims) -> TemperatureTuning | None:
+    """The temperature tuning a spec states (None or "none": none)."""
     if spec in (None, "none"):
         return None
     name, options = PIECES.parse(str(spec))
     if name != "temp_tuning":
         raise ConfigError(f"temp_tuning takes a spec such as 'temp_tuning,beta=0.1,gamma=8192', got {spec!r}")
-    return dict(options)
+    return TemperatureTuning(dims, **options)

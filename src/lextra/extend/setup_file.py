@@ -12,15 +12,18 @@ by readers. Temperatures are not stored here: they come from an alignment.json (
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lextra.attention.masks import MASKS
 from lextra.errors import ConfigError, DataError
 from lextra.extend.base import EXTENSIONS
 from lextra.extend.setup import KEEP, InferenceSetup
 from lextra.io import atomic_write_json
 from lextra.positions.logn import log_scaling_names
+from lextra.positions.scaling import SCALING_TYPES, parse_rope_scaling, scaling_type_of
 
 FORMAT = "lextra-setup"
 VERSION = 1
@@ -92,40 +95,31 @@ def load_setup(path: str | Path) -> InferenceSetup:
     return read_setup_file(path).setup
 
 
+#: what a field other than `log_scaling` holds besides null, and the registry check of its spec string
+_SPECS: dict[str, tuple[str, Callable[[str], object]]] = {
+    "rope_scaling": ("a scaling spec (yarn:4), an object with a 'rope_type',", parse_rope_scaling),
+    "extension": ("a spec string", lambda spec: spec == "none" or EXTENSIONS.parse(spec)),
+    "mask": ("a spec string", MASKS.parse),
+    "layers": ("a layer selector (rotary, global, 0,3 ...)", lambda spec: None),  # read with the model
+}
+
+
 def _checked(name: str, value: Any) -> Any:
     """A field's value, checked as far as it can be without a model (spec names and options, types)."""
-    if name == "rope_scaling":
-        from lextra.positions.scaling import SCALING_TYPES, parse_rope_scaling, scaling_type_of
-
-        if value is None:
-            return None
-        if isinstance(value, str):
-            parse_rope_scaling(value)
-            return value
-        if isinstance(value, dict) and isinstance(value.get("rope_type", value.get("type")), str):
-            SCALING_TYPES.get(scaling_type_of(value))
-            return dict(value)
-        raise ConfigError("expected a scaling spec (yarn:4), an object with a 'rope_type', or null")
-    if name in ("extension", "mask"):
-        if value is None:
-            return None
-        if not isinstance(value, str):
-            raise ConfigError(f"expected a spec string or null, got {json.dumps(value)}")
-        if name == "extension":
-            if value != "none":
-                EXTENSIONS.parse(value)
-        else:
-            from lextra.attention.masks import MASKS
-
-            MASKS.parse(value)
-        return value
     if name == "log_scaling":
         names = log_scaling_names(inference=True)
         if value not in names:
             raise ConfigError(f"expected one of {', '.join(names)}, got {json.dumps(value)}")
         return value
-    if value is not None and not isinstance(value, str):  # layers
-        raise ConfigError(f"expected a layer selector (rotary, global, 0,3 ...) or null, got {json.dumps(value)}")
+    kind = value.get("rope_type", value.get("type")) if isinstance(value, dict) else None
+    if name == "rope_scaling" and isinstance(kind, str):
+        SCALING_TYPES.get(scaling_type_of(value))
+        return dict(value)
+    expected, check = _SPECS[name]
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(f"expected {expected} or null, got {json.dumps(value)}")
+    if value is not None:
+        check(value)
     return value
 
 

@@ -12,10 +12,10 @@ It is exact: with the default settings its outputs equal Hugging Face's own `sdp
 Plain layers attend through `lextra.extend.BANDED_MASKS`, which sends windows and BCA on CPU to the tiles of their
 bands.
 
-Under a training-free extension method (`AttentionState.set_extension`, called through `InferenceSetup`) the
-model's rotary embedding returns the identity, so q and k arrive un-rotated (and the cache holds un-rotated keys);
-the extended layers then attend through the state's one `lextra.extend.ExtendedAttention`, with the layer's RoPE
-(`AttentionState.rotaries`: lextra's RoPE with Hugging Face's own frequencies, scalings included) as the scheme:
+Under a training-free extension method (set through `InferenceSetup`) the model's rotary embedding returns the
+identity, so q and k arrive un-rotated (and the cache holds un-rotated keys); the extended layers then attend
+through their one `lextra.extend.ExtendedAttention`, with the layer's RoPE (`LayerInference.rotary`: lextra's RoPE
+with Hugging Face's own frequencies, scalings included) as the scheme:
 the method's dense reference, tiled passes or FlexAttention passes, as for a lextra model's layer.
 
 Each adapted attention module carries an `AttentionState` as `module.lextra_state`; modules without one (T5's
@@ -24,49 +24,34 @@ decoder and cross attention) run the plain computation: causal when the module i
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
 
 import torch
 from torch import Tensor
 
 from lextra.analysis.capture import CapturedLayer, LayerAttention
 from lextra.attention import attention, expand_kv
+from lextra.attention.inference import LayerInference
 from lextra.attention.masks import CausalMask, FullMask, Mask
-from lextra.attention.pieces import TemperatureTuning
 from lextra.errors import ConfigError
 from lextra.extend import BANDED_MASKS, ExtendedAttention, ExtensionMethod
-from lextra.positions.base import PositionScheme
-from lextra.positions.logn import log_scaling_factor
 
 ATTENTION_NAME = "lextra"
 
 
 @dataclass
 class AttentionState:
-    """What lextra changes in a model's attention; shared by all of its adapted attention modules."""
+    """What lextra changes in a model's attention, shared by all of its adapted attention modules: each layer's
+    `LayerInference` (what `InferenceSetup` sets) and what is model-wide."""
 
-    mask: Mask
-    train_len: int
-    #: (n_layer, n_head) softmax temperatures, or None for 1
-    temperatures: Tensor | None = None
-    #: a log-n scaling name (`lextra.extend.LOG_SCALINGS`): "none" or "qwen" (the query at 1-based position
-    #: i > L_tr multiplied by log_{L_tr} i), on the layers `log_layers` names (None: every layer)
-    log_scaling: str = "none"
-    log_layers: frozenset[int] | None = None
+    #: the mask of a layer that neither a call, a setup nor the layer itself names (causal; full for an encoder)
+    default: Mask
+    layers: list[LayerInference]
+    #: the mask the current call names (`HFCausalLM.features(mask=)`), None: each layer's
+    call_mask: Mask | None = None
     #: when set, the layer with this index records its attention inputs and stops the forward pass
     capture_layer: int | None = None
-    #: the training-free extension method's wrapper (one per method, `set_extension`), on the layers `extended`
-    #: names; q and k then arrive un-rotated
-    wrapper: ExtendedAttention | None = None
-    extended: frozenset[int] = frozenset()
-    #: each layer's own mask (a sliding window, Llama 4's chunks), None where the layer uses `mask`
-    layer_masks: list[Mask | None] = field(default_factory=list)
-    #: when lextra rotates q and k (an extension, or a scaling on some layers only): each layer's RoPE (Hugging
-    #: Face's frequencies; None for a NoPE layer); None while Hugging Face rotates them itself
-    rotaries: list[PositionScheme | None] | None = None
-    #: Llama 4's query temperature tuning added by lextra, per layer index
-    temp_tuning: dict[int, TemperatureTuning] = field(default_factory=dict)
     #: the position ids of the current forward, recorded by the adapter for families whose attention modules do
     #: not receive them (Llama 4)
     position_ids: Tensor | None = None
@@ -74,34 +59,15 @@ class AttentionState:
     backend: str = "auto"
 
     @property
+    def extended(self) -> list[int]:
+        """The layers that attend under a training-free extension method (q and k then arrive un-rotated)."""
+        return [index for index, layer in enumerate(self.layers) if layer.extension is not None]
+
+    @property
     def extension(self) -> ExtensionMethod | None:
-        """The training-free extension method on the layers `extended` names, or None."""
-        return None if self.wrapper is None else self.wrapper.method
-
-    def set_extension(self, method: ExtensionMethod | None, layers: list[int]) -> None:
-        """Attend under `method` on `layers` through one `ExtendedAttention` (None: no method on any layer)."""
-        self.wrapper = None if method is None else ExtendedAttention(method)
-        self.extended = frozenset(layers if method is not None else ())
-
-    def layer_mask(self, layer: int) -> Mask:
-        own = self.layer_masks[layer] if layer < len(self.layer_masks) else None
-        return self.mask if own is None else own
-
-
-def query_temperature(state: AttentionState, layer: int, q_pos: Tensor) -> Tensor | None:
-    """The layer's temperature (H,) times the log-n factor and the temperature tuning per query: None, (H,) or
-    (H, Lq)."""
-    tau = None if state.temperatures is None else state.temperatures[layer].to(q_pos.device)
-    factors: list[Tensor] = []
-    if state.log_scaling != "none" and (state.log_layers is None or layer in state.log_layers):
-        factors.append(log_scaling_factor(state.log_scaling, q_pos, state.train_len))
-    tuning = state.temp_tuning.get(layer)
-    if tuning is not None:
-        factors.append(tuning.query_scale(q_pos).to(q_pos.device))
-    if not factors:
-        return tau
-    factor = factors[0] if len(factors) == 1 else factors[0] * factors[1]
-    return 1.0 / factor[None] if tau is None else tau[:, None] / factor[None]
+        """The training-free extension method on the `extended` layers, or None."""
+        extended = self.extended
+        return cast(ExtendedAttention, self.layers[extended[0]].extension).method if extended else None
 
 
 def _positions(
@@ -141,14 +107,20 @@ def lextra_attention(
     layer = int(getattr(module, "layer_idx", 0) or 0)
     sinks, softcap = kwargs.get("s_aux"), kwargs.get("softcap")
     capturing = state is not None and state.capture_layer == layer
-    wrapper = state.wrapper if state is not None and layer in state.extended else None
-    rotary = state.rotaries[layer] if state is not None and state.rotaries is not None else None
+    own = None if state is None else state.layers[layer]
+    wrapper = None if own is None else cast("ExtendedAttention | None", own.extension)
+    rotary = None if own is None else own.rotary
     if wrapper is not None:  # the method rotates q and k at its remapped positions (`scheme=rotary` below)
         _check_extended(wrapper.method, capturing, attention_mask, q_pos, k_pos)
         attention_mask = None  # plain causal: the layer's mask
     elif rotary is not None:  # lextra rotates this layer (a scaling on some layers only)
         query, key = rotary.rotate(query, key, q_pos, k_pos)
-    mask, tau = _mask_and_temperature(module, state, layer, q_pos)
+    mask: Mask
+    if state is None:  # a module lextra does not adapt (T5's decoder): causal when it is and has queries, else full
+        mask, tau = (CausalMask() if getattr(module, "is_causal", False) and q_pos.numel() > 1 else FullMask()), None
+    else:
+        mask = state.layers[layer].layer_mask(state.call_mask, state.default)
+        tau = state.layers[layer].query_temperature(q_pos, k_pos, mask)
     if capturing:
         key = expand_kv(key, query.shape[1] // key.shape[1])
         inputs = (layer, query.float(), key.float(), None, q_pos, mask, tau)
@@ -171,17 +143,6 @@ def lextra_attention(
         extension=BANDED_MASKS if wrapper is None else wrapper,
     )
     return out.transpose(1, 2).contiguous(), None
-
-
-def _mask_and_temperature(
-    module: Any, state: AttentionState | None, layer: int, q_pos: Tensor
-) -> tuple[Mask, Tensor | None]:
-    """The layer's mask and temperature: its state's, or without one causal when the module is causal (and has more
-    than one query), else full, and no temperature."""
-    if state is None:
-        causal = getattr(module, "is_causal", False) and q_pos.numel() > 1
-        return (CausalMask() if causal else FullMask()), None
-    return state.layer_mask(layer), query_temperature(state, layer, q_pos)
 
 
 def _check_extended(
@@ -213,7 +174,7 @@ def _plain_causal(attention_mask: Tensor | None, q_pos: Tensor, k_pos: Tensor) -
 
 def lextra_mask(*args: Any, attention_mask: Tensor | None = None, **kwargs: Any) -> Tensor | None:
     """The mask transformers builds for "lextra": None when nothing is padded (each adapted layer applies its own
-    mask, `AttentionState.layer_mask`: causal, a sliding window, Llama 4's chunks), else `sdpa_mask`'s (padding)."""
+    mask, `LayerInference.layer_mask`: causal, a sliding window, Llama 4's chunks), else `sdpa_mask`'s (padding)."""
     from transformers.masking_utils import sdpa_mask
 
     if attention_mask is None or bool(attention_mask.all()):

@@ -32,8 +32,8 @@ from torch import Tensor
 from lextra.analysis.capture import DEFAULT_BLOCK, CapturedLayer, LayerAttention
 from lextra.attention import build_mask
 from lextra.attention.backends import get_backend
+from lextra.attention.inference import LayerInference
 from lextra.attention.masks import Mask
-from lextra.attention.pieces import TemperatureTuning
 from lextra.attention.plan import LayerVariant
 from lextra.devices import module_device
 from lextra.errors import ConfigError
@@ -41,9 +41,7 @@ from lextra.extend import ExtensionMethod
 from lextra.hf.attention import ATTENTION_NAME, AttentionState, register
 from lextra.hf.families import DECODER_FAMILIES, describe_layers
 from lextra.hf.rotary import HFRoPE, IdentityRotary, call_rotary, hf_rope_parameters, inv_freq_of, scaled_source
-from lextra.positions.base import HeadDims, PositionScheme
-from lextra.positions.logn import check_log_scaling
-from lextra.validate import check_temperatures
+from lextra.positions.base import HeadDims
 
 __all__ = [
     "DECODER_FAMILIES",
@@ -70,6 +68,10 @@ class HFConfigView:
     vocab_size: int = 0
     log_scaling: str = "none"
     temperatures: list[list[float]] | None = None
+    head_dim: int = 1
+
+    def head_dims(self) -> HeadDims:
+        return HeadDims(self.n_head, self.head_dim, self.n_head * self.head_dim, self.train_len)
 
 
 class HFCache:
@@ -87,8 +89,8 @@ class HFCache:
 
 
 class _Adapter(ABC):
-    """Shared state handling: the registered attention, masks, temperatures, log-n scaling; the primitive
-    operations of `lextra.extend.InferenceTarget` that `InferenceSetup.apply` orders and checks."""
+    """Shared state handling: the registered attention and its `AttentionState`; what
+    `lextra.extend.InferenceTarget` asks of a model for `InferenceSetup.apply`."""
 
     #: evaluations put the BOS its tokenizer adds by default before documents and prompts (`evaluation_prefix`)
     bos_from_tokenizer: ClassVar[bool] = True
@@ -100,7 +102,8 @@ class _Adapter(ABC):
         self.model = model
         self.config = config
         self.default_mask = default_mask
-        self.state = AttentionState(mask=build_mask(default_mask, config.train_len), train_len=config.train_len)
+        layers = [LayerInference(config.train_len) for _ in range(config.n_layer)]
+        self.state = AttentionState(build_mask(default_mask, config.train_len), layers)
         modules = self.attention_modules()
         if len(modules) != config.n_layer:
             raise ConfigError(f"found {len(modules)} attention layers, expected {config.n_layer}")
@@ -125,7 +128,11 @@ class _Adapter(ABC):
         self.model.to(device)
         return self
 
-    # --- the inference target's primitives (`InferenceSetup.apply` is the way in) -------------------------
+    # --- the inference target (`InferenceSetup.apply` is the way in) ----------------------------------------
+    @property
+    def inference_layers(self) -> list[LayerInference]:
+        return self.state.layers
+
     def _default_scaling_layers(self) -> list[int]:
         return []
 
@@ -138,55 +145,22 @@ class _Adapter(ABC):
     def _scale_rope(self, scaling: dict[str, Any] | None, layers: list[int]) -> None:
         raise ConfigError(f"{self.config.model_type} models have no RoPE to scale; drop the rope scaling")
 
-    def _set_extension(self, method: ExtensionMethod | None, layers: list[int]) -> None:
-        if method is not None:
-            raise ConfigError(f"extension methods apply to rotary models, not {self.config.model_type}; drop --extend")
-
-    def _inference_state(self) -> tuple[Mask | None, bool]:
-        """The mask calls use when they name none, and whether an extension method is applied."""
-        return self.state.mask, self.state.extension is not None
-
-    def _set_temperatures(self, temperatures: Any) -> None:
-        """Per-layer, per-head softmax temperatures (n_layer, n_head); None resets them to 1."""
-        if temperatures is None:
-            self.state.temperatures, self.config.temperatures = None, None
-            return
-        tau = torch.tensor(check_temperatures(temperatures, self.config.n_layer, self.config.n_head), device="cpu")
-        self.state.temperatures, self.config.temperatures = tau.to(module_device(self)), tau.tolist()
-
-    def _set_log_scaling(self, kind: str, layers: list[int]) -> None:
-        """An inference-time log-n scaling (`lextra.positions.logn`) on `layers`."""
-        check_log_scaling(kind, inference=True, what=f"log-n scaling of a {self.config.model_type} model")
-        self.state.log_scaling = self.config.log_scaling = kind
-        self.state.log_layers = None if len(layers) == self.config.n_layer else frozenset(layers)
-
-    def _set_temp_tuning(self, options: dict[str, Any] | None, layers: list[int]) -> None:
-        """Llama 4's query temperature tuning on `layers` (None: removed there)."""
-        for layer in layers:
-            if options is None:
-                self.state.temp_tuning.pop(layer, None)
-            else:
-                head_dim = int(self.attention_modules()[layer].head_dim)
-                dims = HeadDims(self.config.n_head, head_dim, self.config.n_head * head_dim, self.config.train_len)
-                self.state.temp_tuning[layer] = TemperatureTuning(dims, **options)
-
-    def _set_mask(self, mask: Mask | None) -> None:
-        """The mask of every layer without its own (causal, window:W, bca[:B], full); None: the default."""
-        self.state.mask = mask or build_mask(self.default_mask, self.config.train_len)
+    def _rotation_changed(self) -> None:  # noqa: B027  (an empty default: overridden by rotary models)
+        """Only a rotary model's rotation changes under an extension method."""
 
     @contextlib.contextmanager
     def using_mask(self, spec: str | Mask | None, backend: str = "auto") -> Iterator[None]:
         """Run the block under the mask `spec` (None: the current one) and on `backend` ("auto": the state's, which
         is "auto" unless set), as a GPT's `features(mask=, backend=)` does."""
-        saved = self.state.mask, self.state.backend
+        saved = self.state.call_mask, self.state.backend
         if spec is not None:
-            self.state.mask = build_mask(spec, self.config.train_len)
+            self.state.call_mask = build_mask(spec, self.config.train_len)
         if backend != "auto":
             self.state.backend = get_backend(backend).name
         try:
             yield
         finally:
-            self.state.mask, self.state.backend = saved
+            self.state.call_mask, self.state.backend = saved
 
     def _capture(self, layer: int, run: Any) -> LayerAttention:
         """Run `run()` until `layer` records its attention inputs."""
@@ -224,7 +198,11 @@ class HFCausalLM(_Adapter):
         self.head_dim = int(modules[0].head_dim)
         self.layers = describe_layers(cfg, modules, self.head_dim, self._rotary_dim())
         self.variants = self.layers.variants
-        self.state.layer_masks = [build_mask(v.mask, view.train_len) if v.local else None for v in self.variants]
+        self.config.head_dim = self.head_dim
+        self.state.layers = [
+            LayerInference(view.train_len, build_mask(v.mask, view.train_len) if v.local else None, v.local)
+            for v in self.variants
+        ]
         #: each layer's RoPE scaling (`rope_parameters`; None: the model's own RoPE)
         self.scalings: list[dict[str, Any] | None] = [None] * view.n_layer
         self.inner.register_forward_pre_hook(self._record_positions, with_kwargs=True)
@@ -343,10 +321,9 @@ class HFCausalLM(_Adapter):
             self.scalings[layer] = None if scaling is None else dict(scaling)
         self._install_rotation()
 
-    def _set_extension(self, method: ExtensionMethod | None, layers: list[int]) -> None:
-        """Apply a training-free extension method on `layers` (None removes it); q and k of every rotary layer
-        are then rotated by lextra (the method's remapped positions on `layers`, plain ones elsewhere)."""
-        self.state.set_extension(method, layers)
+    def _rotation_changed(self) -> None:
+        """Under an extension method lextra rotates q and k of every rotary layer (the method's remapped positions
+        on its layers, plain ones elsewhere)."""
         self._install_rotation()
 
     def _layer_params(self, layer: int) -> dict[str, Any]:
@@ -386,23 +363,21 @@ class HFCausalLM(_Adapter):
                     self.rotary = type(self.template_rotary)(config=cfg)
             self._rotary_params = native
             self.inner.rotary_emb = self.rotary
-            self.state.rotaries = None
+            for own in self.state.layers:
+                own.rotary = None
             return
         cfg.rope_parameters = copy.deepcopy(self.original_rope)
         sources: dict[str, tuple[torch.nn.Module, str | None]] = {}
-        rotaries: list[PositionScheme | None] = []
-        dims = HeadDims(self.config.n_head, self.head_dim, self.config.n_head * self.head_dim, self.config.train_len)
-        for layer, variant in enumerate(self.variants):
+        for layer, (variant, own) in enumerate(zip(self.variants, self.state.layers, strict=True)):
+            own.rotary = None
             if not variant.rotary:
-                rotaries.append(None)
                 continue
             key, params = self.rope_key(layer), self._layer_params(layer)
             name = json.dumps([key, params], sort_keys=True, default=str)
             if name not in sources:
                 sources[name] = (scaled_source(self.template_rotary, cfg, key, params, device), key)
             source = sources[name][0]
-            rotaries.append(HFRoPE(source, key, dims, self.layers.layout, self.layers.fraction))
-        self.state.rotaries = rotaries
+            own.rotary = HFRoPE(source, key, self.config.head_dims(), self.layers.layout, self.layers.fraction)
         self.inner.rotary_emb = IdentityRotary(self.template_rotary, list(sources.values()))
 
     # --- analysis --------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Inference-time methods applied to a trained GPT: RoPE scalings, temperature alignment, log-n scaling, and the
-training-free extension methods of `lextra.extend` (named `extend:NAME[:KEY=VALUE,...]`).
+training-free extension methods of `lextra.extend` (named `extend:NAME[:KEY=VALUE,...]`), each named as its registry
+names it (`SCALING_TYPES`, the alignment `STRATEGIES`, `LOG_SCALINGS`, `EXTENSIONS`).
 
 `methods_for(model)` lists what applies to a model; `prepared(model, method, data, length)` returns a copy with
 the method set up for inputs of `length` tokens (alignment is calibrated at that length on validation windows).
@@ -13,12 +14,13 @@ from typing import Any
 
 from lextra.errors import ConfigError
 from lextra.extend import ExtensionMethod, InferenceSetup, build_extension, check_scheme
+from lextra.methods.align import STRATEGIES as TEMPERATURES
 from lextra.methods.align import align_temperatures
 from lextra.model import GPT
+from lextra.positions.logn import log_scaling_names
 from lextra.positions.rotary import RotaryFrequencies
 from lextra.positions.scaling import SCALING_TYPES
 
-TEMPERATURES = ("pmax", "entropy", "log-length")
 #: prefix of an extension method's name among the methods: `extend:rerope`, `extend:self_extend:group=4`
 EXTEND = "extend:"
 
@@ -26,6 +28,11 @@ EXTEND = "extend:"
 def rope_scalings() -> list[str]:
     """The RoPE scaling types stretching tries (`ScalingType.stretch`, plugins' included), in registry order."""
     return [name for name in SCALING_TYPES.names() if SCALING_TYPES.get(name).stretch]
+
+
+def log_scalings() -> list[str]:
+    """The log-n scalings a trained model takes at inference (`LOG_SCALINGS` but `none` and the learned ones)."""
+    return [name for name in log_scaling_names(inference=True) if name != "none"]
 
 
 def is_rotary(model: GPT) -> bool:
@@ -40,11 +47,11 @@ def apply_rope_scaling(model: GPT, spec: str | dict[str, Any], layers: str | Non
 
 
 def methods_for(model: GPT, extensions: Sequence[str] = ()) -> list[str]:
-    """none, the RoPE scalings (rope, xpos, coca models), temperature alignment and Qwen log-n scaling, then the
+    """none, the RoPE scalings (rope, xpos, coca models), temperature alignment and the log-n scalings, then the
     given `extend:...` methods where the model's scheme takes them."""
     rotary = is_rotary(model)
     taken = [m for m in extensions if rotary and _extension_applies(model, m)]
-    return ["none", *(rope_scalings() if rotary else ()), *TEMPERATURES, "qwen", *taken]
+    return ["none", *(rope_scalings() if rotary else ()), *TEMPERATURES, *log_scalings(), *taken]
 
 
 def extension_method(name: str, train_len: int, lengths: Sequence[int] = ()) -> ExtensionMethod:
@@ -69,7 +76,7 @@ def _extension_applies(model: GPT, name: str) -> bool:
 
 def known_methods() -> str:
     """The method names `prepared` takes, for errors."""
-    return ", ".join(["none", *rope_scalings(), *TEMPERATURES, "qwen", f"{EXTEND}NAME[:KEY=VALUE,...]"])
+    return ", ".join(["none", *rope_scalings(), *TEMPERATURES, *log_scalings(), f"{EXTEND}NAME[:KEY=VALUE,...]"])
 
 
 def inference_setup(model: GPT, method: str, data: Any, length: int, factor: float, windows: int = 2) -> InferenceSetup:
@@ -86,8 +93,8 @@ def inference_setup(model: GPT, method: str, data: Any, length: int, factor: flo
             return InferenceSetup()
         alignment = align_temperatures(model, data, method, length, windows=windows)
         return InferenceSetup(temperatures=alignment.temperatures)
-    if method == "qwen":
-        return InferenceSetup(log_scaling="qwen")
+    if method in log_scalings():
+        return InferenceSetup(log_scaling=method)
     if method.startswith(EXTEND):
         return InferenceSetup(extension=extension_method(method, model.config.train_len, [length]))
     raise ConfigError(f"unknown inference method {method!r}; choose one of {known_methods()}")

@@ -1,5 +1,6 @@
 """What `lextra tune` searches: each method's settings as a few discrete values per parameter, scaled to the model's
-training length L and the target length T (s = T / L), with the method's own defaults as the starting point.
+training length L and the target length T (s = T / L), with the method's own defaults (its registry entry's, as
+`EXTENSIONS` and `SCALING_TYPES` declare them) as the starting point.
 
 A candidate is a dict of parameter values; `MethodSpace.setup(values)` turns it into the `InferenceSetup` that is
 measured and written. Every setup states both the RoPE scaling and the extension method (null where unused), so a
@@ -16,6 +17,7 @@ from typing import Any
 
 from lextra.errors import ConfigError
 from lextra.extend import InferenceSetup, build_extension
+from lextra.positions.scaling import SCALING_TYPES
 
 Values = dict[str, Any]
 
@@ -49,14 +51,6 @@ def _ints(*values: float, low: int = 1, high: int | None = None) -> tuple[int, .
     return tuple(found)
 
 
-def _extension(spec: str) -> InferenceSetup:
-    return InferenceSetup(rope_scaling=None, extension=spec)
-
-
-def _spec(name: str, values: Values) -> str:
-    return name + ":" + ",".join(f"{k}={v}" for k, v in values.items())
-
-
 def _fits(name: str, train_len: int, target: int) -> Callable[[Values], bool]:
     """Whether the method built with these values takes T tokens (and accepts the values at all)."""
 
@@ -70,33 +64,41 @@ def _fits(name: str, train_len: int, target: int) -> Callable[[Values], bool]:
     return valid
 
 
-def _extension_space(name: str, params: dict[str, tuple[Any, ...]], defaults: Values, L: int, T: int) -> MethodSpace:
-    """An extension method's space: its setups are `NAME:k=v,...` with no RoPE scaling; valid if it reaches T."""
-    return MethodSpace(name, params, defaults, lambda v: _extension(_spec(name, v)), _fits(name, L, T))
+def _extension_space(name: str, params: dict[str, tuple[Any, ...]], L: int, T: int) -> MethodSpace:
+    """An extension method's space: its setups are `NAME:k=v,...` with no RoPE scaling; valid if it reaches T. Its
+    defaults are the method's own at L."""
+    defaults = {key: value for key, value in build_extension(name, L).options.items() if key in params}
+
+    def make(values: Values) -> InferenceSetup:
+        return InferenceSetup(rope_scaling=None, extension=name + ":" + ",".join(f"{k}={v}" for k, v in values.items()))
+
+    return MethodSpace(name, params, defaults, make, _fits(name, L, T))
+
+
+def _scaling_defaults(kind: str, keys: tuple[str, ...]) -> Values:
+    """The declared defaults of a scaling type's options `keys`."""
+    return {option.name: option.default for option in SCALING_TYPES.options(kind) if option.name in keys}
 
 
 def self_extend_space(train_len: int, target: int) -> MethodSpace:
     L = train_len
     groups = tuple(g for g in (2, 4, 8, 16, 32, 64) if (L - L // 16) * g + L // 16 >= target) or (64,)
     windows = _ints(L // 16, L // 8, L // 4, L // 2, high=L - 1)
-    defaults = {"group": 8, "window": max(1, L // 4)}
-    return _extension_space("self_extend", {"group": groups, "window": windows}, defaults, L, target)
+    return _extension_space("self_extend", {"group": groups, "window": windows}, L, target)
 
 
 def dca_space(train_len: int, target: int) -> MethodSpace:
     L = train_len
     chunks = _ints(L // 2, 5 * L // 8, 3 * L // 4, 7 * L // 8, low=2, high=L)
-    defaults = {"chunk": max(2, 3 * L // 4), "local": max(1, L // 16)}
-    return _extension_space("dca", {"chunk": chunks, "local": _ints(L // 32, L // 16, L // 8)}, defaults, L, target)
+    return _extension_space("dca", {"chunk": chunks, "local": _ints(L // 32, L // 16, L // 8)}, L, target)
 
 
 def string_space(train_len: int, target: int) -> MethodSpace:
     L = train_len
     offsets = _ints(0.25 * L, 0.33 * L, 0.4 * L, 0.5 * L, low=2, high=L - 1)
-    offset = max(2, int(0.33 * L))
+    offset = build_extension("string", L).options["offset"]
     locals_ = _ints(32, 64, 128, 256, high=max(1, offset - 1))
-    defaults = {"offset": offset, "local": max(1, min(128, offset // 2))}
-    return _extension_space("string", {"offset": offsets, "local": locals_}, defaults, L, target)
+    return _extension_space("string", {"offset": offsets, "local": locals_}, L, target)
 
 
 def _scaling(values: Values, kind: str) -> InferenceSetup:
@@ -115,7 +117,7 @@ def yarn_space(train_len: int, target: int) -> MethodSpace:
             "beta_slow": (1.0, 2.0),
             "attention_factor": (None, 1.0, round(1.0 + 0.2 * math.log(s), 4)),
         },
-        {"factor": factors[0], "beta_fast": 32.0, "beta_slow": 1.0, "attention_factor": None},
+        {"factor": factors[0], **_scaling_defaults("yarn", ("beta_fast", "beta_slow", "attention_factor"))},
         lambda v: _scaling(v, "yarn"),
     )
 
