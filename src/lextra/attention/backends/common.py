@@ -94,6 +94,15 @@ def sink_softmax(logits: Tensor, sinks: Tensor | None) -> Tensor:
     return torch.softmax(torch.cat((logits, column), dim=-1), dim=-1)[..., :-1]
 
 
+def row_factor(factor: Tensor | None, tau: Tensor | None, n_queries: int, device: torch.device) -> Tensor | None:
+    """A per-query logit factor (Lq,) (an extension method's query scale) over the temperature, as (1|H, Lq)
+    fp32 rows (the passes scale their rotated queries by it), or None for 1."""
+    if factor is None and tau is None:
+        return None
+    rows = torch.ones(1, n_queries, device=device) if factor is None else factor.float()[None]
+    return rows if tau is None else rows / tau
+
+
 def attention_logits(
     q: Tensor,
     k: Tensor,
