@@ -307,7 +307,7 @@ def test_an_extended_family_gives_the_same_logits_on_the_reference_backend_and_a
     `backend='reference'` the method's dense reference, under 'auto' its tiled passes (CPU), with the layer's
     softcap (Gemma 2) or sinks (gpt-oss); the same logits (1e-5 relative) past the trained length, in a full
     forward and in cached decoding (one-token steps folded onto the key/value heads)."""
-    import lextra.attention.backends.reference as reference
+    import lextra.attention.backends.reference as dense
     import lextra.attention.backends.tiled as tiled
 
     model = InferenceSetup(extension=method).apply(adapt(tiny(family, scale_qk=4.0)))
@@ -315,7 +315,7 @@ def test_an_extended_family_gives_the_same_logits_on_the_reference_backend_and_a
     assert wrapper is not None and wrapper.method is model.extension  # one wrapper per method, kept in the state
     tokens = ids(48)
     calls: list[str] = []
-    _spied(monkeypatch, reference, ["extension_logits"], calls)
+    _spied(monkeypatch, dense, ["extension_logits"], calls)
     _spied(monkeypatch, tiled, ["tiled_extension"], calls)
     logits = {}
     for backend in ("auto", "reference"):
