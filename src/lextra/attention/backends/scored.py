@@ -21,6 +21,7 @@ from lextra.attention.backends.common import (
     rotate,
     typical_keys,
 )
+from lextra.attention.backends.tiled import BOUNDED_CAP
 from lextra.attention.context import AttentionContext
 from lextra.attention.flex import with_sinks
 from lextra.attention.masks import Mask
@@ -85,10 +86,6 @@ def scored_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> 
 #: the no-autograd scored path's tile: query block x key chunk, (B, H, 128, 512) fp32 = 2 MiB at 8 heads
 SCORED_TILE = 128
 SCORED_KEY_TILE = 512
-
-
-#: softcaps up to this bound scores so that their exponentials sum without overflow (`scored_tiles`)
-BOUNDED_CAP = 60.0
 
 
 def scored_tiles(

@@ -32,12 +32,9 @@ from lextra.attention.backends.common import (
     block_tau,
     cap_scores,
     contiguous,
-    float_mask,
     mask_in_place,
     merge_tiles,
-    rotate,
     row_factor,
-    scaled_query,
     scores_with_lse,
     toeplitz_possible,
 )
@@ -56,11 +53,17 @@ LSE_FLOOR = -1e30
 _EMPTY, _FULL, _CAUSAL, _MASKED = range(4)
 
 
+#: (query positions, key positions, query rows, causal) -> the tile's float score bias (1, H, c, n) over the
+#: temperature, the causal square's hidden pairs -inf when `causal`
+TileBias = Callable[[Tensor, Tensor, slice, bool], Tensor]
+
+
 class TileRun:
     """What the tiled loop needs of its caller: the scheme rotating q and k (None: they are used as they are),
     the passes of a query block, the period query blocks do not straddle, the sequence length for
-    length-dependent scalings, a name for errors, and the layer's softcap (each pass's scores) and sinks (the
-    merged denominator, once)."""
+    length-dependent scalings, a name for errors, the layer's softcap (each pass's scores) and sinks (the
+    merged denominator, once), a per-tile score bias (`TileBias`: FIRE's) and the keys per tile past a block's
+    first (None: the query block's size)."""
 
     def __init__(
         self,
@@ -71,9 +74,11 @@ class TileRun:
         label: str,
         softcap: float | None = None,
         sinks: Tensor | None = None,
+        bias: TileBias | None = None,
+        key_width: int | None = None,
     ) -> None:
         self.scheme, self.passes, self.period, self.seq_len, self.label = scheme, passes, period, seq_len, label
-        self.softcap, self.sinks = softcap, sinks
+        self.softcap, self.sinks, self.bias, self.key_width = softcap, sinks, bias, key_width
 
     def queries(self, qc: Tensor, k: Tensor, at: Tensor) -> Tensor:
         if self.scheme is None:
@@ -136,7 +141,7 @@ class _TiledCall:
         block: int,
     ) -> None:
         self.q, self.k, self.v, self.run, self.q_pos, self.k_pos = q, k, v, run, q_pos, k_pos
-        self.scale, self.rows, self.width = scale, rows, block
+        self.scale, self.rows, self.width = scale, rows, run.key_width or block
         self.q_list, self.k_list = q_pos.tolist(), k_pos.tolist()
         self.k_sorted = all(a <= b for a, b in itertools.pairwise(self.k_list))
         self.contiguous = contiguous_run(self.q_list) and contiguous_run(self.k_list)
@@ -186,26 +191,31 @@ class _TiledCall:
         q_at = p.q_at(qp)
         qr = self.run.queries(qc, self.k, q_at)
         if self.rows is not None:
-            factor = self.rows[..., start:stop, None].to(qr.dtype)
-            fresh = not self.grad and qr.data_ptr() != qc.data_ptr()  # the rotation's own output: scaled in place
-            qr = qr.mul_(factor) if fresh else qr * factor
+            factor = self.rows[..., start:stop, None]
+            if qr.dtype != factor.dtype:  # scaled in fp32, rounded to q's dtype once
+                qr = (qr.float() * factor).to(qr.dtype)
+            elif not self.grad and qr.data_ptr() != qc.data_ptr():  # the rotation's own output: scaled in place
+                qr = qr.mul_(factor)
+            else:
+                qr = qr * factor
         for lo, hi in _tiles(*keys, stop - start, self.width):
-            acc, lse = self._tile(p, (qp, qc, qr, q_at), span, lo, hi, acc, lse)
+            acc, lse = self._tile(p, (qp, qc, qr, q_at, start), span, lo, hi, acc, lse)
         return acc, lse
 
     def _tile(
         self,
         p: Pass,
-        queries: tuple[Tensor, Tensor, Tensor, Tensor],
+        queries: tuple[Tensor, Tensor, Tensor, Tensor, int],
         span: tuple[int, int],
         lo: int,
         hi: int,
         acc: Tensor | None,
         lse: Tensor | None,
     ) -> tuple[Tensor | None, Tensor | None]:
-        """Merge keys lo:hi under pass `p` into (acc, lse): `queries` = positions, q, rotated q and the positions
-        they are rotated at; the tile's pieces (`_pieces`) one flash call each."""
-        qp, qc, qr, q_at = queries
+        """Merge keys lo:hi under pass `p` into (acc, lse): `queries` = positions, q, rotated q, the positions
+        they are rotated at and the first's row; the tile's pieces (`_pieces`) one flash call each, a bias added to
+        each piece's mask."""
+        qp, qc, qr, q_at, row = queries
         k_list = self.k_list
         n_lo, n_hi = (k_list[lo], k_list[hi - 1]) if self.k_sorted else (min(k_list[lo:hi]), max(k_list[lo:hi]))
         kind = _classify(p, *span, n_lo, n_hi, self.contiguous)
@@ -215,6 +225,11 @@ class _TiledCall:
         vc = self.v[..., lo:hi, :]
         tile = (p, span[0], n_lo, qp, self.k_pos[lo:hi])
         for r0, r1, c0, c1, piece, mask in _pieces(tile, kind, self.contiguous and not self.grad, self.masks):
+            if self.run.bias is not None:
+                bias = self.run.bias(
+                    qp[r0:r1], self.k_pos[lo + c0 : lo + c1], slice(row + r0, row + r1), piece == _CAUSAL
+                )
+                mask, piece = (bias if mask is None else bias + mask), _MASKED
             part, part_lse = tile_attention(
                 qr[..., r0:r1, :],
                 kr[..., c0:c1, :],
@@ -440,55 +455,39 @@ def tiles_apply(
 
 
 def tiled_causal_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-    """Causal attention as query blocks x key chunks, without autograd (CPU): exact, and lean for rotary schemes.
-
-    Each query block attends its diagonal square (one causal flash call) and every earlier key chunk (unmasked
-    flash calls); each call returns its rows' log-sum-exp, and the partial outputs are merged exactly:
-    out = sum_j out_j exp(lse_j - lse), lse = logaddexp_j lse_j. Every row sees at least its own key in the
-    diagonal tile, so no tile has a fully masked row. A rotary scheme rotates each tile's queries and keys on the
-    fly (xPos anchored at the query block, as in `chunked`), so extra memory is the output plus O(tile) buffers,
-    where the fused call needs rotated copies of all of q and k. A bias (FIRE's, per query and key) is built
-    per tile into reused buffers and passed as the tile's float mask, the causal square's masked in. Learned
-    `sinks` (H,) are one more tile of log-sum-exp sink_h and output 0 (`with_sinks`).
-    """
-    assert FLASH_WITH_LSE is not None  # `tiles_apply` checked it
-    scheme, q_pos, k_pos, scale, tau, sinks = ctx.scheme, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau, ctx.sinks
-    block_size = ctx.block_size
-    Lq = q.shape[-2]
+    """Causal attention as the tiling engine's one causal pass, without autograd (CPU): exact, and lean for rotary
+    schemes. Each query block attends its diagonal square (one causal flash call) and the earlier keys in chunks
+    (unmasked flash calls), merged by log-sum-exp; every row sees at least its own key in the diagonal tile. A
+    rotary scheme rotates each tile's queries and keys on the fly (xPos anchored at the query block), so extra
+    memory is the output plus O(tile) buffers, where the fused call needs rotated copies of all of q and k. A bias
+    (FIRE's, per query and key) is built per tile into reused buffers as the tile's float mask (`tile_bias`), in
+    blocks of `BIAS_TILE` queries x `BIAS_KEY_CHUNK` keys. Learned `sinks` join the merged denominator."""
+    scheme, tau, block_size = ctx.scheme, ctx.tau, ctx.block_size
     has_bias = scheme is not None and scheme.has_bias
     block = max(1, int(block_size or (BIAS_TILE if has_bias else TILE)))
-    key_chunk = max(block, BIAS_KEY_CHUNK) if has_bias and block_size is None else block
+    key_width = max(block, BIAS_KEY_CHUNK) if has_bias and block_size is None else block
     if scheme is not None and scheme.rotate_span is not None:
-        block = key_chunk = min(block, scheme.rotate_span)
-    workspace: dict[str, Tensor] = {}
-    seq_len = max(int(q_pos[-1]), int(k_pos[-1])) + 1
-    k0 = int(k_pos[0])
-    out = q.new_empty(*q.shape[:-1], v.shape[-1])
-    for start in range(0, Lq, block):
-        stop = min(start + block, Lq)
-        qp = q_pos[start:stop]
-        first, last = int(qp[0]) - k0, int(qp[-1]) - k0 + 1  # key indices of the diagonal square
-        qc = q[..., start:stop, :]
-        tau_block = None if tau is None else block_tau(tau, start, stop)
-        tiles = [(first, last, True)] + [(lo, min(lo + key_chunk, first), False) for lo in range(0, first, key_chunk)]
-        acc = lse = qs = None
-        for lo, hi, causal in tiles:
-            if qs is None:  # the diagonal tile: rotate the query block once for all its tiles
-                qr, kr = rotate(scheme, qc, k[..., lo:hi, :], qp, k_pos[lo:hi], seq_len)
-                qs = scaled_query(qr, tau_block)
-            else:  # keys alone (one query row passed along: xPos anchors its scales at the block's first query)
-                _, kr = rotate(scheme, qc[..., :1, :], k[..., lo:hi, :], qp[:1], k_pos[lo:hi], seq_len)
-            if has_bias and scheme is not None:
-                bias = tile_bias(scheme, qp, k_pos[lo:hi], tau_block, causal, workspace)
-                part, part_lse = FLASH_WITH_LSE(
-                    qs, kr, v[..., lo:hi, :], 0.0, False, attn_mask=float_mask(bias, qs), scale=scale
-                )
-            else:
-                part, part_lse = FLASH_WITH_LSE(qs, kr, v[..., lo:hi, :], 0.0, causal, scale=scale)
-            acc, lse = merge_tiles(acc, lse, part, part_lse)
-        assert acc is not None and lse is not None  # every query block has its diagonal tile
-        out[..., start:stop, :] = acc if sinks is None else with_sinks(acc, lse, block_sinks(sinks, start, stop))
-    return out
+        block = key_width = min(block, scheme.rotate_span)
+    bias: TileBias | None = None
+    if has_bias and scheme is not None:
+        biased, workspace = scheme, {}
+
+        def bias(qp: Tensor, kp: Tensor, rows: slice, causal: bool) -> Tensor:
+            tau_rows = None if tau is None else block_tau(tau, rows.start, rows.stop)
+            return tile_bias(biased, qp, kp, tau_rows, causal, workspace)
+
+    rotary = scheme if scheme is not None and scheme.transforms_qk else None
+    run = TileRun(rotary, _causal_pass, None, ctx.seq_len, "causal", None, ctx.sinks, bias, key_width)
+    rows = row_factor(None, tau, ctx.q_pos.numel(), q.device)
+    return tiled_passes(q, k, v, run, ctx.q_pos, ctx.k_pos, ctx.scale, rows, block)
+
+
+def _causal_pass(q_first: int, q_last: int) -> list[Pass]:
+    """A causal call's one pass: every key at distance 0 or more, q and k rotated at their own positions."""
+    return [CAUSAL_PASS]
+
+
+CAUSAL_PASS = Pass("causal", same_position, same_position)
 
 
 def tile_bias(
