@@ -225,6 +225,7 @@ class _TiledCall:
         vc = self.v[..., lo:hi, :]
         tile = (p, span[0], n_lo, qp, self.k_pos[lo:hi])
         for r0, r1, c0, c1, piece, mask in _pieces(tile, kind, self.contiguous and not self.grad, self.masks):
+            banded = mask is not None  # a band edge's mask may hide a row's every key; a causal bias never does
             if self.run.bias is not None:
                 bias = self.run.bias(
                     qp[r0:r1], self.k_pos[lo + c0 : lo + c1], slice(row + r0, row + r1), piece == _CAUSAL
@@ -238,6 +239,7 @@ class _TiledCall:
                 self.run.softcap,
                 causal=piece == _CAUSAL,
                 mask=mask,
+                empty_rows=banded,
             )
             if self.grad:
                 acc, lse = merge_out_of_place(acc, lse, part, part_lse)
@@ -367,12 +369,14 @@ def tile_attention(
     *,
     causal: bool = False,
     mask: Tensor | None = None,
+    empty_rows: bool = True,
 ) -> tuple[Tensor, Tensor]:
     """One tile of a pass: its normalised output and rows' log-sum-exp (fp32), as `attention_with_lse` gives them
-    (`causal` top-left aligned; `mask` float 0 / -inf; a row that sees no key gives 0 and -inf).
-    With a softcap the tile's scores are written out in fp32 and capped before the mask (no fused kernel caps)."""
+    (`causal` top-left aligned; `mask` float 0 / -inf; a row that sees no key gives 0 and -inf; `empty_rows`
+    False where none can). With a softcap the tile's scores are written out in fp32 and capped before the mask (no
+    fused kernel caps)."""
     if softcap is None:
-        return attention_with_lse(q, k, v, scale, causal=causal, mask=mask)
+        return attention_with_lse(q, k, v, scale, causal=causal, mask=mask, empty_rows=empty_rows)
     if not torch.is_grad_enabled():
         return capped_tile(q, k, v, scale, softcap, causal, mask)
     scores = cap_scores((q.float() @ k.float().transpose(-1, -2)) * scale, softcap)
