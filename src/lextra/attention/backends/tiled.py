@@ -12,7 +12,7 @@ tile's queries and keys at a time, so no rotated copy of q or k is ever held in 
   runs under one off CUDA) and over a mask's bands (`tiled_bands`: a window's or BCA's, each one pass with q and
   k as they are; what `auto` runs for such plain calls on CPU without autograd, `bands_apply`).
 - `tiled_causal_attention` (inside `chunked`: no autograd, CPU, an exactly causal mask, no per-distance bias):
-  query blocks x key chunks of a causal call, FIRE's per-pair bias built one tile at a time.
+  a causal call as the engine's one causal pass, FIRE's per-pair bias built one tile at a time (`TileBias`).
 """
 
 from __future__ import annotations
