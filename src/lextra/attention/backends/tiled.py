@@ -38,6 +38,7 @@ from lextra.attention.backends.common import (
     scores_with_lse,
     toeplitz_possible,
 )
+from lextra.attention.backends.scored import scored_tiles
 from lextra.attention.context import AttentionBackend, AttentionContext
 from lextra.attention.flex import with_sinks
 from lextra.attention.masks import CausalMask, Mask, Pass, same_position
@@ -378,52 +379,15 @@ def tile_attention(
     if softcap is None:
         return attention_with_lse(q, k, v, scale, causal=causal, mask=mask, empty_rows=empty_rows)
     if not torch.is_grad_enabled():
-        return capped_tile(q, k, v, scale, softcap, causal, mask)
+        out, lse = scored_tiles(q, k, v, scale, softcap, mask=None if mask is None else _rows(mask), causal=causal)
+        return out.to(v.dtype), lse
     scores = cap_scores((q.float() @ k.float().transpose(-1, -2)) * scale, softcap)
     return scores_with_lse(scores, v, causal=causal, mask=mask)
 
 
-#: softcaps up to this bound the scores so that a tile's exponentials sum without a log-sum-exp (e^60 x 2^40 keys
-#: < 3 x 10^38, fp32's largest)
-BOUNDED_CAP = 60.0
-#: the pieces of a capped tile without autograd: (B, H, 128, 512) fp32 scores, 2 MiB at 8 heads
-ROWS, KEYS = 128, 512
-
-
-def capped_tile(
-    q: Tensor, k: Tensor, v: Tensor, scale: float, softcap: float, causal: bool, mask: Tensor | None
-) -> tuple[Tensor, Tensor]:
-    """`tile_attention` under a softcap without autograd: the tile's scores in cache-sized pieces of `ROWS` x
-    `KEYS`, each scaled, capped and masked in place. A cap of at most `BOUNDED_CAP` bounds every score, so each
-    piece exponentiates them directly and the pieces of a row add their sums (no max pass, no merge); a larger cap
-    merges the pieces by their log-sum-exp."""
-    Lq, Lk = q.shape[-2], k.shape[-2]
-    qs, kf, vf = q.float() * (scale / softcap), k.float(), v.float()
-    out = torch.zeros(*q.shape[:-1], v.shape[-1], device=q.device)
-    lse = torch.full(q.shape[:-1], float("-inf"), device=q.device)
-    for r0 in range(0, Lq, ROWS):
-        r1 = min(r0 + ROWS, Lq)
-        acc, sums = out[..., r0:r1, :], torch.zeros(*q.shape[:-2], r1 - r0, device=q.device)
-        for c0 in range(0, min(Lk, r1) if causal else Lk, KEYS):
-            c1 = min(c0 + KEYS, Lk)
-            scores = torch.matmul(qs[..., r0:r1, :], kf[..., c0:c1, :].transpose(-1, -2)).tanh_().mul_(softcap)
-            if causal and c1 - 1 > r0:
-                hidden = torch.arange(c0, c1, device=q.device)[None, :] > torch.arange(r0, r1, device=q.device)[:, None]
-                scores.masked_fill_(hidden, float("-inf"))
-            if mask is not None:
-                scores.add_(mask[..., r0:r1, c0:c1].float())
-            if softcap <= BOUNDED_CAP:
-                sums.add_(scores.exp_().sum(-1))
-                acc.add_(torch.matmul(scores, vf[..., c0:c1, :]))
-                continue
-            part_lse = torch.logsumexp(scores, dim=-1)
-            scores.sub_(part_lse.masked_fill(torch.isneginf(part_lse), 0.0)[..., None]).exp_()
-            part = torch.matmul(scores, vf[..., c0:c1, :])
-            lse[..., r0:r1] = merge_tiles(acc, lse[..., r0:r1], part, part_lse)[1]  # acc merged in place
-        if softcap <= BOUNDED_CAP:
-            acc.div_(sums.clamp(min=torch.finfo(torch.float32).tiny)[..., None])
-            lse[..., r0:r1] = torch.log(sums)
-    return out.to(v.dtype), lse
+def _rows(mask: Tensor) -> Callable[[int, int, int, int], Tensor]:
+    """A float mask (.., c, n) read a piece at a time (`scored_tiles`)."""
+    return lambda r0, r1, c0, c1: mask[..., r0:r1, c0:c1]
 
 
 #: FIRE's tiles (bias per query and key): query block x key chunk, a (H, 256, 2048) fp32 bias is 16 MiB
