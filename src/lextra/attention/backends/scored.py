@@ -74,14 +74,17 @@ def scored_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> 
             lse = torch.logsumexp(scores, dim=-1)
             result = torch.exp(scores - lse.masked_fill(torch.isneginf(lse), 0.0)[..., None]) @ vc.float()
         else:
-            result, lse = scored_tiles(qc, kc, vc, scale, softcap, tau=tau_block, **_pieces(scheme, local, qp, kp))
+            bias, shown = _pieces(scheme, local, qp, kp)
+            result, lse = scored_tiles(qc, kc, vc, scale, softcap, tau=tau_block, bias=bias, mask=shown)
         if sinks is not None:
             result = with_sinks(result, lse, block_sinks(sinks, start, stop))
         emit(out, outputs, result.to(out_dtype), start, stop)
     return out if out is not None else torch.cat(outputs, dim=-2)
 
 
-def _pieces(scheme: PositionScheme | None, local: Mask, qp: Tensor, kp: Tensor) -> dict[str, PieceTensor | None]:
+def _pieces(
+    scheme: PositionScheme | None, local: Mask, qp: Tensor, kp: Tensor
+) -> tuple[PieceTensor | None, PieceTensor | None]:
     """`scored_tiles`' piece callbacks for a query block at `qp` over keys at `kp`: the scheme's bias, and the
     mask's visible pairs where it hides some."""
 
@@ -93,7 +96,7 @@ def _pieces(scheme: PositionScheme | None, local: Mask, qp: Tensor, kp: Tensor) 
         return None if bool(allowed.all()) else allowed
 
     biased = scheme is not None and scheme.has_bias
-    return {"bias": bias if biased else None, "mask": None if local.hides_nothing else shown}
+    return (bias if biased else None), (None if local.hides_nothing else shown)
 
 
 #: the no-autograd scored path's tiles: queries x keys per piece, (B, H, 128, 512) fp32 = 2 MiB at 8 heads

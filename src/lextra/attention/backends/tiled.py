@@ -438,7 +438,8 @@ def tiled_causal_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContex
         block = key_width = min(block, scheme.rotate_span)
     bias: TileBias | None = None
     if has_bias and scheme is not None:
-        biased, workspace = scheme, {}
+        biased = scheme
+        workspace: dict[str, Tensor] = {}  # the bias buffers, reused tile after tile (`PositionScheme.bias_into`)
 
         def bias(qp: Tensor, kp: Tensor, rows: slice, causal: bool) -> Tensor:
             tau_rows = None if tau is None else block_tau(tau, rows.start, rows.stop)
