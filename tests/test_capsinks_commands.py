@@ -13,8 +13,10 @@ import torch
 import transformers
 from test_capsinks import PLANS, formula_attention
 
-import lextra.extend.attention as extend_attention
+import lextra.attention.backends.tiled as tiled
+from lextra.attention.backends import AttentionContext
 from lextra.cli import main
+from lextra.extend import LayerScores
 from lextra.model import GPT, GPTConfig, save_model
 
 EXTEND = "self_extend,group=8,window=6"
@@ -81,6 +83,12 @@ def _models(tmp_path: Path, corpus: str) -> dict[str, str]:
     return folders
 
 
+def _formula_run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
+    """`formula_attention` on the tiled backend's context (what `tiled_extension` takes)."""
+    scores = LayerScores(ctx.softcap, ctx.sinks)
+    return formula_attention(q, k, v, ctx.scheme, ctx.passes, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau, scores=scores)
+
+
 def _counted(function: Any, calls: list[int]) -> Any:
     """`function`, recording each call's number of query rows (a folded decoding step: 2, one per query head of a
     key/value head)."""
@@ -127,7 +135,7 @@ def test_eval_with_self_extend_on_gemma2_and_gpt_oss_matches_the_formula(tmp_pat
         assert extended["setup"].startswith("self_extend")
         calls: list[int] = []
         with monkeypatch.context() as patch:
-            patch.setattr(extend_attention, "extended_attention", _counted(formula_attention, calls))
+            patch.setattr(tiled, "tiled_extension", _counted(_formula_run, calls))
             formula = _eval(model, tmp_path / f"{name}-formula", corpus, "--extend", EXTEND)
         assert calls, name  # the formula computed the extended layers
         ours, want = _perplexities(extended), _perplexities(formula)
@@ -147,7 +155,7 @@ def test_ruler_run_with_self_extend_on_gemma2_and_gpt_oss_matches_the_formula(tm
             argv += ["--samples", "2", "--extend", "self_extend,group=64,window=6", "--quiet", "--threads", "1"]
             with monkeypatch.context() as patch:
                 if kind == "formula":
-                    patch.setattr(extend_attention, "extended_attention", _counted(formula_attention, calls))
+                    patch.setattr(tiled, "tiled_extension", _counted(_formula_run, calls))
                 assert main([*argv, "--out", str(tmp_path / f"{name}-{kind}")]) == 0
             cell = json.loads((tmp_path / f"{name}-{kind}" / "results.json").read_text())["cells"]["niah_single_1"]
             runs[kind] = {key: value for key, value in cell["600"].items() if not key.endswith("seconds")}

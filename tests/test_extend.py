@@ -384,7 +384,7 @@ def test_batches_and_heads_are_independent() -> None:
 def test_the_fast_path_computes_only_the_tiles_a_method_shows(monkeypatch: pytest.MonkeyPatch) -> None:
     """Attention sinks at L = 64 over 2000 tokens see 64 keys per query: the tiles computed hold a few times
     that many pairs, not the 2000 x 2000 / 2 of causal attention."""
-    import lextra.extend.capsinks as tiles  # each tile's call (`LayerScores.attend`)
+    import lextra.attention.backends.tiled as tiles  # each tile's call (`tile_attention`)
 
     computed = []
     real = tiles.attention_with_lse
@@ -405,13 +405,16 @@ def test_the_fast_path_computes_only_the_tiles_a_method_shows(monkeypatch: pytes
 def test_masked_attention_equals_the_reference_for_masks_that_state_bands(spec: str, block: int | None) -> None:
     """Masks declare their rule per query block as a key range and a distance band (`Mask.band`); the tiled path
     built on it (used by the Hugging Face attention for window and BCA masks) is exact, offsets included."""
+    from lextra.attention.backends.tiled import bands_apply
     from lextra.attention.masks import build_mask
-    from lextra.extend import masked_attention, masked_attention_applies
+
+    def masked_attention(q, k, v, mask, **options):  # the tiling engine over the mask's bands
+        return attention(q, k, v, mask=mask, backend="tiled", **options)
 
     _, q, k, v = _inputs("rope", 333, seed=2)
     mask = build_mask(spec)
     with torch.no_grad():
-        assert masked_attention_applies(mask, q) == (spec != "causal")
+        assert bands_apply(mask, q.device, q.dtype) == (spec != "causal")
         ref = attention(q, k, v, mask=mask, backend="reference")
         assert (masked_attention(q, k, v, mask, block_size=block) - ref).abs().max() < 1e-5
         tau = torch.tensor([0.7, 1.3])
@@ -419,7 +422,7 @@ def test_masked_attention_equals_the_reference_for_masks_that_state_bands(spec: 
         assert (masked_attention(q, k, v, mask, temperature=tau, block_size=block) - scaled).abs().max() < 1e-5
         tail = masked_attention(q[..., -9:, :], k, v, mask, block_size=block)  # offset queries, as when cached
         assert (tail - ref[..., -9:, :]).abs().max() < 1e-5
-    assert not masked_attention_applies(mask, q.requires_grad_(True))
+    assert not bands_apply(mask, q.requires_grad_(True).device, q.dtype)
 
 
 def test_mask_bands_agree_with_the_masks_rule() -> None:

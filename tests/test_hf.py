@@ -510,11 +510,11 @@ def test_cached_decoding_under_a_method_equals_the_full_forward_past_the_trainin
     """Hugging Face's cache holds un-rotated keys (all of them: sinks and LM-Infinite hide, not evict, the keys
     their rule drops); each step re-rotates at the method's positions, so every step equals the full forward.
     A one-token step folds the 4 query heads onto the 2 key/value heads (2 x 2 queries at the step's position)."""
-    import lextra.extend.attention as extend
+    import lextra.attention.backends.tiled as tiled
 
     shapes = []
-    real = extend.extended_attention
-    monkeypatch.setattr(extend, "extended_attention", lambda q, *a: shapes.append(q.shape[1:3]) or real(q, *a))
+    real = tiled.tiled_extension
+    monkeypatch.setattr(tiled, "tiled_extension", lambda q, *a: shapes.append(q.shape[1:3]) or real(q, *a))
     model = adapt(position_sensitive())
     setup(model, extension=spec)
     ids = tokens(length=90)

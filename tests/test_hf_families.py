@@ -307,20 +307,22 @@ def test_an_extended_family_gives_the_same_logits_on_the_reference_backend_and_a
     `backend='reference'` the method's dense reference, under 'auto' its tiled passes (CPU), with the layer's
     softcap (Gemma 2) or sinks (gpt-oss); the same logits (1e-5 relative) past the trained length, in a full
     forward and in cached decoding (one-token steps folded onto the key/value heads)."""
-    import lextra.extend.attention as extend_attention
+    import lextra.attention.backends.reference as dense
+    import lextra.attention.backends.tiled as tiled
 
     model = InferenceSetup(extension=method).apply(adapt(tiny(family, scale_qk=4.0)))
     wrapper = model.state.layers[model.state.extended[0]].extension
     assert wrapper is not None and wrapper.method is model.extension  # one wrapper per method, kept in the state
     tokens = ids(48)
     calls: list[str] = []
-    _spied(monkeypatch, extend_attention, ["reference_extended_attention", "extended_attention"], calls)
+    _spied(monkeypatch, dense, ["extension_logits"], calls)
+    _spied(monkeypatch, tiled, ["tiled_extension"], calls)
     logits = {}
     for backend in ("auto", "reference"):
         calls.clear()
         model.state.backend = backend
         logits[backend] = _full_and_cached(model, tokens, 36)
-        want = "reference_extended_attention" if backend == "reference" else "extended_attention"
+        want = "extension_logits" if backend == "reference" else "tiled_extension"
         assert set(calls) == {want} and len(calls) == len(model.state.extended) * (2 + 12)
     assert model.state.layers[model.state.extended[0]].extension is wrapper  # not rebuilt per call
     for auto, reference in zip(logits["auto"], logits["reference"], strict=True):
@@ -334,17 +336,19 @@ def test_an_extended_family_gives_the_same_logits_on_the_reference_backend_and_a
 def test_backend_flex_reaches_an_extended_family_s_flex_passes(family: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """`backend='flex'` runs the extended layers as one FlexAttention call per pass (eager on CPU: forward only,
     small inputs), with gpt-oss's sinks, and gives the reference's logits in a full forward and cached decoding."""
-    import lextra.extend.attention as extend_attention
+    import lextra.attention.backends.flex as flex
+    import lextra.attention.backends.tiled as tiled
 
     model = InferenceSetup(extension="self_extend:group=4,window=8").apply(adapt(tiny(family, scale_qk=4.0)))
     tokens = ids(40, batch=1)
     model.state.backend = "reference"
     want = _full_and_cached(model, tokens, 36)
     calls: list[str] = []
-    _spied(monkeypatch, extend_attention, ["flex_extended_attention", "extended_attention"], calls)
+    _spied(monkeypatch, flex, ["flex_passes"], calls)
+    _spied(monkeypatch, tiled, ["tiled_extension"], calls)
     model.state.backend = "flex"
     got = _full_and_cached(model, tokens, 36)
-    assert calls == ["flex_extended_attention"] * len(model.state.extended) * (2 + 4)
+    assert calls == ["flex_passes"] * len(model.state.extended) * (2 + 4)
     for mine, theirs in zip(got, want, strict=True):
         assert _relative(mine, theirs) < 1e-5
 

@@ -5,9 +5,10 @@ Every backend computes `run(q, k, v, ctx)`: the context carries everything a cal
 (scheme, mask, positions, scale, temperature, block size, sinks, softcap, a materialised score bias and padding
 mask), the backend it asked for (`backend`, "auto" by default) and the extension or wrapper it attends through
 (`extension`), checked and normalised once.
-An extension (a training-free method's passes, S2-Attn) is a wrapper: it names the backend that computes a call
-under it (`AttentionExtension.backend_for`), so one dispatch (`lextra.attention.backends.run_attention`) serves
-plain and extended calls alike.
+An extension is a wrapper: a training-free method's passes (`AttentionExtension.passes`, which the `reference`,
+`tiled` and `flex` backends run) or S2-Attn, which names the backend computing a call under it
+(`AttentionExtension.backend_for`), so one dispatch (`lextra.attention.backends.run_attention`) serves plain and
+extended calls alike.
 """
 
 from __future__ import annotations
@@ -15,14 +16,14 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
-from typing import ClassVar, TypedDict, Unpack
+from typing import ClassVar, Protocol, TypedDict, Unpack
 
 import torch
 from torch import Tensor
 
 from lextra.attention.forget_bias import ForgetBias
 from lextra.attention.layout import PositionLayout
-from lextra.attention.masks import Mask, build_mask
+from lextra.attention.masks import Mask, Pass, build_mask
 from lextra.errors import ConfigError
 from lextra.positions.base import PositionScheme
 
@@ -125,6 +126,11 @@ class AttentionContext:
     def seq_len(self) -> int | None:
         """The largest position + 1 (what length-dependent scalings use), or None without positions."""
         return self.facts.seq_len
+
+    @property
+    def passes(self) -> PassPlan | None:
+        """The extension's passes the call runs instead of `mask` (None: plain attention)."""
+        return None if self.extension is None else self.extension.passes
 
     @property
     def materialised(self) -> bool:
@@ -293,22 +299,41 @@ class AttentionBackend(ABC):
         return f"{type(self).__name__}()"
 
 
-class AttentionExtension(ABC):
-    """A wrapper a layer attends through instead of the plain backends: a training-free extension method's passes
-    (`lextra.extend.ExtendedAttention`) or S2-Attn (`lextra.attention.s2.S2Attention`). `backend_for` names the
-    backend that computes a call under it (from the call's `ctx.backend`); `retains` says which cached keys
-    later queries still see."""
+class PassPlan(Protocol):
+    """What the backends run of a training-free extension method (`lextra.extend.ExtensionMethod`): the formula
+    (`remap`, `query_scale`) for the dense reference, and per block of queries inside one `period` the passes
+    (`lextra.attention.masks.Pass`) whose partial softmaxes merge by log-sum-exp."""
+
+    @property
+    def period(self) -> int | None: ...
+
+    def remap(self, m: Tensor, n: Tensor) -> tuple[Tensor, Tensor]: ...
+
+    def passes(self, q_first: int, q_last: int) -> list[Pass]: ...
+
+    def query_scale(self, m: Tensor) -> Tensor | None: ...
+
+    def check(self, scheme: PositionScheme | None, n_positions: int) -> None: ...
+
+
+class AttentionExtension:
+    """A wrapper a layer attends through: a training-free extension method's passes (`passes`, run by the
+    dispatch's backends: `lextra.extend.ExtendedAttention`) or S2-Attn (`lextra.attention.s2.S2Attention`), which
+    names the backend computing a call under it (`backend_for`); `retains` says which cached keys later queries
+    still see."""
 
     #: the wrapper's name, for errors
     name: str = "extension"
     #: whether it treats every head alike, so that query heads sharing a key/value head may be folded into rows
     #: (`AttentionContext.fold_heads`); False where heads differ (S2-Attn shifts half of them)
     heads_alike: ClassVar[bool] = False
+    #: the passes the backends run under this wrapper (an extension method), or None
+    passes: PassPlan | None = None
 
-    @abstractmethod
-    def backend_for(self, ctx: AttentionContext) -> AttentionBackend:
-        """The backend computing `ctx` under this wrapper for the backend the call asked for (`ctx.backend`);
-        a ConfigError naming the ones it has when it has no such path."""
+    def backend_for(self, ctx: AttentionContext) -> AttentionBackend | None:
+        """The backend computing `ctx` under this wrapper for the backend the call asked for (`ctx.backend`), or
+        None where the dispatch chooses (a wrapper with `passes`)."""
+        return None
 
     def retains(self, k_pos: Tensor, next_query: int) -> Tensor | None:
         """Which cached keys a query at `next_query` or later can still see (None: all of them)."""

@@ -570,7 +570,7 @@ def _run_compiled(q: Tensor, k: Tensor, v: Tensor, **kwargs) -> Tensor:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# band passes: one call per pass of a training-free extension method (`lextra.extend.attention`)
+# band passes: one call per pass of a training-free extension method (`lextra.attention.backends.flex`)
 # --------------------------------------------------------------------------------------------------------------
 
 #: stands for "no position" in the per-block bounds of padding (far inside int64, so differences never overflow)

@@ -11,6 +11,8 @@ conservative answer (every key, no shortcut).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
@@ -23,6 +25,35 @@ from lextra.registry import Registry
 UNBOUNDED = 1 << 62
 #: query rows per step when counting visible keys densely (masks without a distance rule)
 _COUNT_ROWS = 256
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One attention pass for a block of queries (a training-free extension method's, or a mask's band): where it
+    rotates queries and keys, and which pairs it sees.
+
+    A pair (m, n) is in the pass when `keys[0] <= n <= keys[1]` and `distance[0] <= m - n <= distance[1]`
+    (inclusive; `UNBOUNDED` for no limit). `q_at` maps query positions to the positions their rotation uses,
+    `k_at` key positions to theirs (long or float64 tensors: Leaky ReRoPE's are fractional).
+    """
+
+    name: str
+    q_at: Callable[[Tensor], Tensor]
+    k_at: Callable[[Tensor], Tensor]
+    distance: tuple[int, int] = (0, UNBOUNDED)
+    keys: tuple[int, int] = (-UNBOUNDED, UNBOUNDED)
+
+    def visible(self, m: Tensor, n: Tensor) -> Tensor:
+        """Elementwise, broadcasting: True where query position m sees key position n in this pass."""
+        d = m - n
+        lo, hi = self.distance
+        k_lo, k_hi = self.keys
+        return (d >= lo) & (d <= hi) & (n >= k_lo) & (n <= k_hi)
+
+
+def same_position(positions: Tensor) -> Tensor:
+    """Rotate at the token's own position."""
+    return positions
 
 
 class Mask:

@@ -17,11 +17,15 @@ call names, it computes the dense S2 pass (`S2Backend`), through the same dispat
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
-from lextra.attention.backends import attention_logits
+from lextra.attention.backends import reference_attention
 from lextra.attention.context import AttentionBackend, AttentionContext, AttentionExtension
+from lextra.attention.layout import PositionLayout
+from lextra.attention.masks import FullMask
 from lextra.positions import PositionScheme
 
 
@@ -53,19 +57,23 @@ def shifted_sparse_attention(
     scale: float | None = None,
     *,
     wrap: bool = False,
+    layout: PositionLayout | None = None,
 ) -> Tensor:
     """S2-Attn of q (B, H, L, D), k, v over one window (Lq == Lk), dense in fp32: (B, H, L, D) in v's dtype.
 
-    The logits are the scheme's at (q_pos, k_pos), exactly as full attention scores them; only the mask (`s2_visible`
-    with `wrap`) differs.
+    The dense reference (`reference_attention`) with `s2_visible` (with `wrap`) as its padding mask: the logits are
+    the scheme's at (q_pos, k_pos), exactly as full attention scores them; only the visible pairs differ. `layout`:
+    the positions' host-side facts where the caller has them (else read once from the positions).
     """
     H, L = q.shape[1], q.shape[2]
     if k.shape[-2] != L or L % group:
         raise ValueError(f"S2-Attn needs one window whose length ({L}) the group ({group}) divides")
-    logits = attention_logits(q, k, scheme, q_pos, k_pos, scale, tau)
-    logits = logits.masked_fill(~s2_visible(L, H, group, q.device, wrap=wrap), float("-inf"))
-    weights = torch.softmax(logits, dim=-1)
-    return (weights @ v.float()).to(v.dtype)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    visible = s2_visible(L, H, group, q.device, wrap=wrap)[None]  # the whole rule (wrapped groups see ahead)
+    ctx = AttentionContext(scheme, FullMask(), q_pos, k_pos, scale, tau, layout=layout, padding=visible)
+    out = reference_attention(q, k, v, ctx)
+    assert isinstance(out, Tensor)  # no weights asked for
+    return out
 
 
 class S2Backend(AttentionBackend):
@@ -86,7 +94,8 @@ class S2Backend(AttentionBackend):
         return None
 
     def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-        return shifted_sparse_attention(q, k, v, self.group, ctx.scheme, ctx.q_pos, ctx.k_pos, ctx.tau, ctx.scale)
+        args = (q, k, v, self.group, ctx.scheme, ctx.q_pos, ctx.k_pos, ctx.tau, ctx.scale)
+        return shifted_sparse_attention(*args, layout=ctx.facts)
 
 
 class S2Attention(AttentionExtension):

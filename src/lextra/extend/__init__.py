@@ -1,30 +1,25 @@
 """Training-free extension of pretrained rotary models: Self-Extend, ReRoPE / Leaky ReRoPE, Dual Chunk Attention,
 LM-Infinite, attention sinks and STRING, each a distance remap + a visibility rule + up to three passes merged
-exactly by log-sum-exp (`base`), with a dense reference, a fast tiled path and one FlexAttention call per pass
-(`attention`), on layers with a score softcap or learned sinks too (`capsinks`)."""
+exactly by log-sum-exp (`base`, `methods`), which the attention backends run (dense reference, tiling engine, one
+FlexAttention call per pass) under a layer's `ExtendedAttention` (`attention`), with its softcap or sinks too."""
 
 from lextra.extend import methods  # noqa: F401  (registers the methods)
 from lextra.extend.attention import (
-    BANDED_MASKS,
-    BandedMasks,
+    PLAIN_SCORES,
     ExtendedAttention,
+    LayerScores,
     apply_extension,
     extended_attention,
     flex_extended_attention,
-    masked_attention,
-    masked_attention_applies,
     reference_extended_attention,
 )
 from lextra.extend.base import EXTENSIONS, ExtensionMethod, Pass, build_extension, check_scheme
-from lextra.extend.capsinks import PLAIN_SCORES, LayerScores
 from lextra.extend.setup import KEEP, InferenceSetup
 
 __all__ = [
-    "BANDED_MASKS",
     "EXTENSIONS",
     "KEEP",
     "PLAIN_SCORES",
-    "BandedMasks",
     "ExtendedAttention",
     "ExtensionMethod",
     "InferenceSetup",
@@ -35,7 +30,5 @@ __all__ = [
     "check_scheme",
     "extended_attention",
     "flex_extended_attention",
-    "masked_attention",
-    "masked_attention_applies",
     "reference_extended_attention",
 ]

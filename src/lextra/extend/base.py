@@ -5,12 +5,13 @@ Every method here, per (query m, key n) pair with d = m - n, scores the pair as 
 
     out_m = softmax_n( s * (R_{a} q_m) . (R_{b} k_n) ), (m, n) visible, a - b = d'(m, n)
 
-`remap(m, n)` states that formula elementwise (the ground truth `reference_extended_attention` computes from).
+`remap(m, n)` states that formula elementwise (the ground truth the `reference` backend computes from).
 `passes(q_first, q_last)` states the same thing as the fast path needs it: for a block of queries, up to three
 passes, each rotating its queries at `q_at(m)` and its keys at `k_at(n)` over the pairs inside a key range and a
 distance band. The passes' visible sets partition the method's; each pass is one tiled attention and their
-partial results merge exactly by log-sum-exp (`lextra.extend.attention`). A query block never straddles a
-multiple of `period` (Dual Chunk Attention's chunks), so each pass's rule is a band and a key range there.
+partial results merge exactly by log-sum-exp (the `tiled` and `flex` backends, `lextra.attention.backends`). A
+query block never straddles a multiple of `period` (Dual Chunk Attention's chunks), so each pass's rule is a band
+and a key range there.
 """
 
 from __future__ import annotations
@@ -18,45 +19,17 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
-from lextra.attention.masks import UNBOUNDED
+from lextra.attention.masks import Pass
+from lextra.attention.masks import same_position as same_position  # for method plugins
 from lextra.errors import ConfigError, LengthError
 from lextra.positions.base import PositionScheme
 from lextra.registry import Registry
 from lextra.validate import check_int
-
-
-@dataclass(frozen=True)
-class Pass:
-    """One attention pass for a block of queries: where it rotates queries and keys, and which pairs it sees.
-
-    A pair (m, n) is in the pass when `keys[0] <= n <= keys[1]` and `distance[0] <= m - n <= distance[1]`
-    (inclusive; `UNBOUNDED` for no limit). `q_at` maps query positions to the positions their rotation uses,
-    `k_at` key positions to theirs (long or float64 tensors: Leaky ReRoPE's are fractional).
-    """
-
-    name: str
-    q_at: Callable[[Tensor], Tensor]
-    k_at: Callable[[Tensor], Tensor]
-    distance: tuple[int, int] = (0, UNBOUNDED)
-    keys: tuple[int, int] = (-UNBOUNDED, UNBOUNDED)
-
-    def visible(self, m: Tensor, n: Tensor) -> Tensor:
-        """Elementwise, broadcasting: True where query position m sees key position n in this pass."""
-        d = m - n
-        lo, hi = self.distance
-        k_lo, k_hi = self.keys
-        return (d >= lo) & (d <= hi) & (n >= k_lo) & (n <= k_hi)
-
-
-def same_position(positions: Tensor) -> Tensor:
-    """Rotate at the token's own position."""
-    return positions
 
 
 def constant_position(value: float) -> Callable[[Tensor], Tensor]:
@@ -118,6 +91,12 @@ class ExtensionMethod(ABC):
     def length_hint(self, n_positions: int) -> str:
         """How to make the method accept `n_positions` tokens (for `check_length`'s message)."""
         return "shorten the input"
+
+    def check(self, scheme: PositionScheme | None, n_positions: int) -> None:
+        """Refuse a call the method cannot run: a scheme without a relative rotation (`check_scheme`), or more
+        positions than `max_length()`."""
+        check_scheme(scheme, self)
+        self.check_length(n_positions)
 
     def retains(self, n: Tensor, next_query: int) -> Tensor:
         """Which cached keys at positions n a query at `next_query` or later can still see (default: all)."""

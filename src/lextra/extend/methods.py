@@ -12,16 +12,8 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from lextra.attention.masks import UNBOUNDED
-from lextra.extend.base import (
-    EXTENSIONS,
-    ExtensionMethod,
-    Pass,
-    constant_position,
-    int_option,
-    log_scale,
-    same_position,
-)
+from lextra.attention.masks import UNBOUNDED, Pass, same_position
+from lextra.extend.base import EXTENSIONS, ExtensionMethod, constant_position, int_option, log_scale
 from lextra.validate import check_bool, check_int, check_range
 
 

@@ -9,8 +9,7 @@ padding and the layer's softcap (Gemma 2) and sinks (gpt-oss) its own, on the ba
 names (`auto`, `reference`, `sdpa`, `chunked`, `flex`). Keys and values keep their grouped-query heads: the
 shared call folds a decoding step's query heads onto them or expands them (`lextra.attention.backends.dispatch`).
 It is exact: with the default settings its outputs equal Hugging Face's own `sdpa` / `eager` attention (tested).
-Plain layers attend through `lextra.extend.BANDED_MASKS`, which sends windows and BCA on CPU to the tiles of their
-bands.
+Under `auto` the dispatch sends a plain layer's windows and BCA on CPU to the tiles of their bands.
 
 Under a training-free extension method (set through `InferenceSetup`) the model's rotary embedding returns the
 identity, so q and k arrive un-rotated (and the cache holds un-rotated keys); the extended layers then attend
@@ -35,7 +34,7 @@ from lextra.attention import attention, expand_kv
 from lextra.attention.inference import LayerInference
 from lextra.attention.masks import CausalMask, FullMask, Mask
 from lextra.errors import ConfigError
-from lextra.extend import BANDED_MASKS, ExtendedAttention, ExtensionMethod
+from lextra.extend import ExtendedAttention, ExtensionMethod
 
 ATTENTION_NAME = "lextra"
 
@@ -140,7 +139,7 @@ def lextra_attention(
         softcap=softcap,
         score_bias=position_bias,
         padding=attention_mask,
-        extension=BANDED_MASKS if wrapper is None else wrapper,
+        extension=wrapper,
     )
     return out.transpose(1, 2).contiguous(), None
 

@@ -9,8 +9,12 @@ One backend per module, each an `AttentionBackend` taking `run(q, k, v, ctx)` (`
 - `reference` (`reference.py`): dense (H, Lq, Lk) scores with every modifier applied as a tensor: ground truth.
 - `sdpa` (`sdpa.py`): one fused `scaled_dot_product_attention` call where it is exact.
 - `chunked` (`chunked.py`): queries in blocks, each seeing only the keys its mask declares, its bias built for
-  that block alone; inside it the tiled path (`tiled.py`: exactly causal without a per-distance bias, query
-  blocks x key chunks merged by log-sum-exp) and the scored path (`scored.py`: softcaps, sinks under autograd).
+  that block alone; inside it the tiled causal path (`tiled.py`: exactly causal without a per-distance bias,
+  query blocks x key chunks merged by log-sum-exp) and the scored path (`scored.py`: softcaps, sinks under
+  autograd).
+- `tiled` (`tiled.py`): the tiling engine, query blocks x passes x key tiles merged by log-sum-exp, over a
+  training-free extension method's passes or a mask's bands (windows, BCA: what `auto` runs for plain calls on
+  CPU without autograd).
 - `flex` (`flex.py`): one compiled FlexAttention call (`lextra.attention.flex`).
 - `auto`: on CPU, `sdpa` when it applies, else `chunked`. Rotary schemes at long lengths without autograd take
   `chunked` (tiled): the fused call would need rotated copies of all of q and k on top of SDPA's own working
@@ -25,8 +29,9 @@ one float mask and `chunked` as each query block's rows of it (`materialised.py`
 densely), `flex` reads them in its score_mod and mask_mod. The dispatch runs such a call only on a backend that
 declares `takes_bias_and_padding`.
 The dispatch (`dispatch.py`) keeps the registry (`register_backend`) and `auto`'s order per device type
-(`AUTO_ORDER`), and routes a call under an extension or wrapper (`ctx.extension`: a training-free method's
-passes, S2-Attn) to the backend the wrapper names for it.
+(`AUTO_ORDER`), runs a training-free method's passes (`ctx.passes`) on `reference`, `tiled` or `flex`
+(`passes_path`), and routes a call under another wrapper (S2-Attn) to the backend it names.
+Every backend that runs passes also takes a softcap (each pass's scores) and sinks (the merged denominator).
 
 The backends ask a mask only what it declares (`lextra.attention.masks.Mask`), never which mask it is, and a
 scheme only its interface (`lextra.positions.base.PositionScheme`).
@@ -52,6 +57,7 @@ from lextra.attention.backends.dispatch import (
     cuda_backend,
     expand_kv,
     get_backend,
+    passes_path,
     register_backend,
     resolve_backend,
     run_attention,
@@ -60,11 +66,13 @@ from lextra.attention.backends.dispatch import (
 from lextra.attention.backends.flex import FlexBackend
 from lextra.attention.backends.reference import ReferenceBackend, reference_attention
 from lextra.attention.backends.sdpa import SdpaBackend
+from lextra.attention.backends.tiled import TiledBackend
 from lextra.attention.context import (
     AttentionBackend,
     AttentionContext,
     AttentionExtension,
     AttentionOptions,
+    PassPlan,
     default_positions,
 )
 from lextra.attention.layout import PositionLayout
@@ -73,6 +81,7 @@ register_backend(ReferenceBackend())
 register_backend(SdpaBackend(), auto={"cpu": None, "cuda": None})
 register_backend(ChunkedBackend(), auto={"cpu": None, "cuda": None})
 register_backend(FlexBackend(), auto={"cuda": 1})  # on CUDA between sdpa and chunked
+register_backend(TiledBackend())  # `auto` runs it for mask bands and passes (`choose_backend`, `passes_path`)
 
 #: the built-in backends' names (`backend_names()` adds any registered later)
 BACKENDS = ("auto", "reference", "sdpa", "chunked", "flex")
@@ -86,6 +95,7 @@ __all__ = [
     "AttentionContext",
     "AttentionExtension",
     "AttentionOptions",
+    "PassPlan",
     "PositionLayout",
     "attention",
     "attention_logits",
@@ -101,6 +111,7 @@ __all__ = [
     "expand_kv",
     "get_backend",
     "merge_tiles",
+    "passes_path",
     "reference_attention",
     "register_backend",
     "resolve_backend",

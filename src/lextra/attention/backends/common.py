@@ -94,6 +94,15 @@ def sink_softmax(logits: Tensor, sinks: Tensor | None) -> Tensor:
     return torch.softmax(torch.cat((logits, column), dim=-1), dim=-1)[..., :-1]
 
 
+def row_factor(factor: Tensor | None, tau: Tensor | None, n_queries: int, device: torch.device) -> Tensor | None:
+    """A per-query logit factor (Lq,) (an extension method's query scale) over the temperature, as (1|H, Lq)
+    fp32 rows (the passes scale their rotated queries by it), or None for 1."""
+    if factor is None and tau is None:
+        return None
+    rows = torch.ones(1, n_queries, device=device) if factor is None else factor.float()[None]
+    return rows if tau is None else rows / tau
+
+
 def attention_logits(
     q: Tensor,
     k: Tensor,
@@ -142,19 +151,27 @@ def merge_tiles(acc: Tensor | None, lse: Tensor | None, part: Tensor, part_lse: 
 
 
 def attention_with_lse(
-    q: Tensor, k: Tensor, v: Tensor, scale: float, *, causal: bool = False, mask: Tensor | None = None
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    scale: float,
+    *,
+    causal: bool = False,
+    mask: Tensor | None = None,
+    empty_rows: bool = True,
 ) -> tuple[Tensor, Tensor]:
     """One tile's softmax attention and its rows' log-sum-exp (B, H, Lq) in fp32, for merging tiles exactly.
 
     torch's CPU flash kernel without autograd (fp32, bf16); otherwise the same computed explicitly in fp32 (any
     device, differentiable). `causal` is top-left aligned (key j <= query i); `mask` is a float 0 / -inf tensor
-    broadcastable to (B, H, Lq, Lk). A row that sees no key gets output 0 and log-sum-exp -inf.
+    broadcastable to (B, H, Lq, Lk) (a bias with the hidden pairs -inf). A row that sees no key gets output 0 and
+    log-sum-exp -inf; `empty_rows=False` says no row of `mask` hides every key (no pass over it looks).
     """
     use_flash = FLASH_WITH_LSE is not None and not torch.is_grad_enabled() and q.device.type == "cpu"
     if use_flash and FLASH_WITH_LSE is not None and q.dtype in (torch.float32, torch.bfloat16):
         attn_mask = None if mask is None else float_mask(mask, q)
         out, lse = FLASH_WITH_LSE(q, k, v, 0.0, causal, attn_mask=attn_mask, scale=scale)
-        if mask is not None:  # the kernel reports log-sum-exp 0 for a row it was given no key for
+        if mask is not None and empty_rows:  # the kernel reports log-sum-exp 0 for a row it was given no key for
             lse = lse.masked_fill(torch.isneginf(mask).all(-1), float("-inf"))
         return out, lse.float()
     return scores_with_lse((q.float() @ k.float().transpose(-1, -2)) * scale, v, causal=causal, mask=mask)

@@ -6,10 +6,11 @@ H / Hkv query heads). A call whose few queries all see every key (a decoding ste
 each key/value head folded into its rows, on k and v as they are (`folded_attention`); any other call expands k
 and v to H heads first.
 
-A call under an extension or wrapper (`ctx.extension`) runs the backend the wrapper names for the backend the
-call asked for (`AttentionExtension.backend_for`); any other call runs the named backend (a ConfigError with its
-reason when it does not apply) or, for "auto", the first of the device type's order that applies and does not
-decline (`choose_backend`).
+A call under an extension method's passes (`ctx.passes`) runs on `reference`, `flex` or `tiled` (`passes_path`);
+one under another wrapper (S2-Attn) runs the backend the wrapper names (`AttentionExtension.backend_for`); any
+other call runs the named backend (a ConfigError with its reason when it does not apply) or, for "auto", the
+tiling engine over a mask's bands where that is the faster exact path, else the first of the device type's order
+that applies and does not decline (`choose_backend`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from torch import Tensor
 
 from lextra.attention.backends.common import toeplitz_possible
 from lextra.attention.backends.forget import forget_backend
-from lextra.attention.backends.tiled import tiles_apply
+from lextra.attention.backends.tiled import bands_apply, tiles_apply
 from lextra.attention.content import content_backend
 from lextra.attention.context import AttentionBackend, AttentionContext, AttentionOptions
 from lextra.attention.masks import Mask
@@ -86,6 +87,9 @@ def choose_backend(ctx: AttentionContext) -> AttentionBackend:
     """What `auto` runs: the first backend of the device type's order that applies and does not decline."""
     if ctx.scheme is not None and ctx.scheme.content_dependent:
         return content_backend(ctx)
+    tiled = REGISTERED.get("tiled")
+    if tiled is not None and bands_apply(ctx.mask, ctx.device, ctx.dtype) and applies(tiled, ctx) is None:
+        return tiled
     order = AUTO_ORDER.get(ctx.device.type) or AUTO_ORDER["cpu"]
     reasons = []
     for name in order:
@@ -105,8 +109,10 @@ def resolve_backend(ctx: AttentionContext) -> AttentionBackend:
         get_backend(ctx.backend)  # an unknown name is refused before any wrapper routes it
     if ctx.scheme is not None and ctx.scheme.content_dependent:  # CoPE: only its own backends compute it
         chosen = content_backend(ctx)
-    elif ctx.extension is not None:
-        chosen = ctx.extension.backend_for(ctx)
+    elif ctx.passes is not None:
+        chosen = passes_backend(ctx)
+    elif ctx.extension is not None and (wrapped := ctx.extension.backend_for(ctx)) is not None:
+        chosen = wrapped
     elif ctx.backend == "auto":
         return choose_backend(ctx)
     else:
@@ -115,6 +121,30 @@ def resolve_backend(ctx: AttentionContext) -> AttentionBackend:
     if reason is not None:
         raise ConfigError(reason)
     return chosen
+
+
+def passes_path(ctx: AttentionContext) -> str:
+    """The backend an extension's passes run on: the named one for 'reference' and 'flex', 'tiled' for any other
+    name; for 'auto' "flex" (one FlexAttention call per pass) on CUDA where flex applies, else "tiled" (query
+    blocks x key tiles, one flash call each: the CPU's fastest exact path)."""
+    if ctx.backend == "auto":
+        return "flex" if ctx.device.type == "cuda" and get_backend("flex").applies(ctx) is None else "tiled"
+    return ctx.backend if ctx.backend in ("reference", "flex") else "tiled"
+
+
+def passes_backend(ctx: AttentionContext) -> AttentionBackend:
+    """The backend running the context's extension passes (`passes_path`), once the call is checked: a causal
+    mask (the method sets its own visibility), no score bias or padding, a scheme and length the method takes."""
+    assert ctx.passes is not None and ctx.extension is not None
+    name = ctx.extension.name
+    if not ctx.mask.exactly_causal:
+        raise ConfigError(
+            f"extension {name!r} sets its own visibility over causal attention; use mask='causal', not {ctx.mask!r}"
+        )
+    if ctx.materialised:
+        raise ConfigError(f"extension {name!r} runs on unpadded causal inputs, without a score bias or padding mask")
+    ctx.passes.check(ctx.scheme, ctx.seq_len or 1)
+    return get_backend(passes_path(ctx))
 
 
 def run_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:

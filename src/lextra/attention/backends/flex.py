@@ -1,21 +1,36 @@
 """The `flex` backend: one compiled FlexAttention call (`lextra.attention.flex`): biases as score modifiers read
 from the per-distance tables, masks as a mask_mod and a cached BlockMask, lengths padded to a few buckets; forward
 on CPU, forward and backward on CUDA. A materialised score bias is a captured tensor read by the score_mod, a
-padding mask one read by the BlockMask's mask_mod."""
+padding mask one read by the BlockMask's mask_mod.
+
+Under a training-free extension method's passes (`flex_passes`; what `auto` runs under one on CUDA where flex
+applies) each pass is one FlexAttention call (`flex_band_attention`) over the whole query range, or per `period`
+block (DCA's chunks): q and all keys rotated at the pass's positions, its band as a mask_mod and a BlockMask from
+block position bounds (cached by host-side facts when positions are contiguous), the passes merged by their rows'
+log-sum-exp (a row a pass hides has -inf and adds nothing; under autograd the floor `LSE_FLOOR` keeps gradients
+finite). On CUDA compiled, forward and backward; on CPU eager (inductor's CPU kernel has no log-sum-exp output),
+forward only, Lq x Lk per pass: for checking on small inputs, CPU's `auto` keeps the tiled path."""
 
 from __future__ import annotations
 
+import itertools
+
+import torch
 from torch import Tensor
 
+from lextra.attention.backends.common import block_sinks, merge_tiles, row_factor
+from lextra.attention.backends.tiled import LSE_FLOOR, TileRun, contiguous_run, merge_out_of_place, period_blocks
 from lextra.attention.context import AttentionBackend, AttentionContext
-from lextra.attention.flex import flex_attention_forward, flex_unsupported
+from lextra.attention.flex import flex_attention_forward, flex_band_attention, flex_unsupported, with_sinks
+from lextra.attention.layout import PositionLayout
+from lextra.errors import ConfigError
 
 #: FlexAttention's kernels on CUDA need a head dimension of at least this
 FLEX_MIN_HEAD_DIM = 16
 
 
 class FlexBackend(AttentionBackend):
-    """One compiled FlexAttention call (`lextra.attention.flex`)."""
+    """One compiled FlexAttention call (`lextra.attention.flex`), or one per pass of an extension method."""
 
     name = "flex"
     takes_bias_and_padding = True
@@ -40,4 +55,79 @@ class FlexBackend(AttentionBackend):
         return None
 
     def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
+        if ctx.passes is not None:
+            return flex_passes(q, k, v, ctx)
         return flex_attention_forward(q, k, v, ctx)
+
+
+def flex_passes(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
+    """The context's extension passes as FlexAttention calls merged by log-sum-exp: queries in as few blocks as the
+    method's `period` allows (one block without one), each pass rotating the block's queries and all keys at its
+    positions, its band as a BlockMask. With contiguous queries, blocks, lengths and BlockMask keys come from the
+    positions' host-side facts: only the check that every query sees a key reads the device."""
+    passes = ctx.passes
+    assert passes is not None  # the dispatch runs this under an extension's passes
+    B, H, Lq, _ = q.shape
+    if Lq == 0 or k.shape[-2] == 0:
+        return q.new_zeros(B, H, Lq, v.shape[-1])
+    run = TileRun(ctx.scheme, passes.passes, passes.period, ctx.seq_len or 1, repr(passes), ctx.softcap, ctx.sinks)
+    rows = row_factor(passes.query_scale(ctx.q_pos), ctx.tau, Lq, q.device)
+    q_list, k_first = _host_positions(ctx.q_pos, ctx.k_pos, ctx.facts)
+    q_runs = isinstance(q_list, range)
+    q_sorted = q_runs or all(a <= b for a, b in itertools.pairwise(q_list))
+    outputs: list[Tensor] = []
+    for start, stop in period_blocks(q_list, Lq if q_sorted else 1, run.period):
+        block = q_list[start:stop]
+        first = (block[0], k_first) if k_first is not None and (q_runs or contiguous_run(list(block))) else None
+        factor = None if rows is None else rows[..., start:stop, None]
+        queries = (ctx.q_pos[start:stop], q[..., start:stop, :], min(block), max(block))
+        acc, lse = _flex_block(run, queries, k, v, ctx.k_pos, factor, ctx.scale, first)
+        if ctx.sinks is not None:
+            acc = with_sinks(acc, lse, block_sinks(ctx.sinks, start, stop))
+        outputs.append(acc.to(v.dtype))
+    return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-2)
+
+
+def _host_positions(q_pos: Tensor, k_pos: Tensor, layout: PositionLayout) -> tuple[list[int] | range, int | None]:
+    """The query positions on the host (a range when `layout` says they are contiguous, read from the device
+    otherwise) and the first key position when the keys are contiguous, else None."""
+    if layout.q_contiguous:
+        q_list = range(layout.q_first, layout.q_first + q_pos.numel())
+        return q_list, layout.k_first if layout.k_contiguous else None
+    k_list = k_pos.tolist()
+    return q_pos.tolist(), k_list[0] if contiguous_run(k_list) else None
+
+
+def _flex_block(
+    run: TileRun,
+    queries: tuple[Tensor, Tensor, int, int],
+    k: Tensor,
+    v: Tensor,
+    k_pos: Tensor,
+    factor: Tensor | None,
+    scale: float,
+    first: tuple[int, int] | None,
+) -> tuple[Tensor, Tensor]:
+    """One query block's passes as FlexAttention calls merged by log-sum-exp (fp32; with the rows' log-sum-exp):
+    `queries` = their positions, their q, the first and last position; `factor` their rows' logit factor."""
+    qp, qc, m_lo, m_hi = queries
+    grad = torch.is_grad_enabled()
+    acc: Tensor | None = None
+    lse: Tensor | None = None
+    for p in run.passes(m_lo, m_hi):
+        q_at = p.q_at(qp)
+        qr = run.queries(qc, k, q_at)
+        if factor is not None:
+            qr = qr * factor.to(qr.dtype)
+        kr = run.keys(qc, k, q_at, p.k_at(k_pos))
+        part, part_lse = flex_band_attention(
+            qr, kr, v, qp, k_pos, p.distance, p.keys, scale, first=first, softcap=run.softcap
+        )
+        if grad:
+            acc, lse = merge_out_of_place(acc, lse, part, part_lse)
+        else:
+            acc, lse = merge_tiles(acc, lse, part, part_lse)
+        del part, part_lse, qr, kr
+    if acc is None or lse is None or bool((lse <= LSE_FLOOR).any()):
+        raise ConfigError(f"{run.label}: queries at {m_lo}..{m_hi} see no key; their own positions must be keys")
+    return acc, lse

@@ -1,12 +1,16 @@
 """The `reference` backend: dense scores with every modifier applied as a tensor, in fp32. Slow, obvious, the
-ground truth every other backend is tested against."""
+ground truth every other backend is tested against, an extension method's passes included (from its formula)."""
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
-from lextra.attention.backends.common import attention_logits, cap_scores, sink_softmax
+from lextra.attention.backends.common import attention_logits, cap_scores, row_factor, sink_softmax
 from lextra.attention.context import AttentionBackend, AttentionContext
+
+#: query x key pairs per step of an extension's dense logits (their per-pair rotated copies of q and k)
+REFERENCE_PAIRS = 1 << 15
 
 
 def reference_attention(
@@ -17,16 +21,48 @@ def reference_attention(
     A softcap caps the scores (tanh(s / c) c, Gemma 2's eager order: after scaling, before the mask); sinks (H,)
     are concatenated to the masked scores as one more column, whose probability is dropped after the softmax
     (gpt-oss's `eager_attention_forward`). A materialised score bias is added with the scheme's bias, before the
-    temperature; a padding mask hides pairs with the mask, and a row it hides entirely attends to nothing (0)."""
-    logits = attention_logits(q, k, ctx.scheme, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau, ctx.score_bias)
+    temperature; a padding mask hides pairs with the mask, and a row it hides entirely attends to nothing (0).
+    Under an extension's passes the scores and visible pairs are its formula's (`extension_logits`)."""
+    if ctx.passes is None:
+        logits = attention_logits(q, k, ctx.scheme, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau, ctx.score_bias)
+        allowed = ctx.allowed()
+    else:
+        logits, allowed = extension_logits(q, k, ctx)
     if ctx.softcap is not None:
         logits = cap_scores(logits, ctx.softcap)
-    logits = logits.masked_fill(~ctx.allowed(), float("-inf"))
+    logits = logits.masked_fill(~allowed, float("-inf"))
     weights = sink_softmax(logits, ctx.sinks)
     if ctx.padding is not None:
         weights = weights.nan_to_num(0.0)
     out = (weights @ v.float()).to(v.dtype)
     return (out, weights) if return_weights else out
+
+
+def extension_logits(q: Tensor, k: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
+    """Scaled fp32 logits (B, H, Lq, Lk) and visible pairs (Lq, Lk) under the context's extension method, from its
+    formula: each pair scored with the query rotated at the remapped distance d'(m, n) and the key at 0 (the
+    schemes allowed are relative: that is the score at any a, b with a - b = d'), times the method's query scale
+    over the temperature."""
+    passes, scheme = ctx.passes, ctx.scheme
+    assert passes is not None and scheme is not None  # the dispatch checked the scheme (`PassPlan.check`)
+    B, H, Lq, D = q.shape
+    Lk, Dk = k.shape[-2], k.shape[-1]
+    remapped, visible = passes.remap(ctx.q_pos[:, None], ctx.k_pos[None, :])
+    remapped = remapped.to(torch.float64).expand(Lq, Lk)
+    logits = torch.empty(B, H, Lq, Lk, dtype=torch.float32, device=q.device)
+    step = max(1, REFERENCE_PAIRS // max(1, Lk))
+    for start in range(0, Lq, step):
+        stop = min(start + step, Lq)
+        pairs = remapped[start:stop].reshape(-1)
+        qe = q[..., start:stop, None, :].expand(B, H, stop - start, Lk, D).reshape(B, H, -1, D)
+        ke = k[..., None, :, :].expand(B, H, stop - start, Lk, Dk).reshape(B, H, -1, Dk)
+        qr, kr = scheme.rotate(qe, ke, pairs, torch.zeros_like(pairs), ctx.seq_len or 1)
+        logits[..., start:stop, :] = (qr.float() * kr.float()).sum(-1).view(B, H, stop - start, Lk)
+    logits = logits * ctx.scale
+    rows = row_factor(passes.query_scale(ctx.q_pos), ctx.tau, Lq, q.device)
+    if rows is not None:
+        logits = logits * rows[..., None]
+    return logits, visible.expand(Lq, Lk)
 
 
 class ReferenceBackend(AttentionBackend):

@@ -3,6 +3,8 @@ kernel applies: a softcap (tanh on every score) and learned sinks under autograd
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
@@ -31,8 +33,8 @@ def scored_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> 
     """Query blocks with their scores written out (fp32), for what no fused kernel applies: a softcap (tanh on
     every score) and learned sinks under autograd. Each block sees only the keys its mask declares, as in
     `chunked_attention`. Under autograd a block's scores are one (B, H, block, keys) tensor (`BIAS_BUDGET`);
-    without, they are cache-sized tiles of `SCORED_TILE` x `SCORED_KEY_TILE`, each tile's softmax merged by its
-    log-sum-exp (`merge_tiles`), the operations in place."""
+    without, they are cache-sized tiles of `SCORED_TILE` x `SCORED_KEY_TILE` (`scored_tiles`), each tile's softmax
+    merged by its log-sum-exp (`merge_tiles`), the operations in place."""
     scheme, mask, q_pos, k_pos, scale, tau = ctx.scheme, ctx.mask, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau
     block_size, sinks, softcap = ctx.block_size, ctx.sinks, ctx.softcap
     Lq, Lk = q.shape[-2], k.shape[-2]
@@ -51,9 +53,6 @@ def scored_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> 
         q, k = rotate(scheme, q, k, q_pos, k_pos)
     out = None if grad else q.new_empty(*q.shape[:-1], v.shape[-1])
     out_dtype = v.dtype
-    if not grad and softcap is not None and softcap <= BOUNDED_CAP:
-        # a column of ones: each tile's product with v also gives its rows' sums of exp(score) (`scored_tiles`)
-        v = torch.cat((v.float(), v.new_ones(*v.shape[:-1], 1, dtype=torch.float32)), dim=-1)
     outputs: list[Tensor] = []
     for start, stop in query_blocks(q_pos, block, mask, queries_sorted):
         qp, qc = q_pos[start:stop], q[..., start:stop, :]
@@ -75,66 +74,98 @@ def scored_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> 
             lse = torch.logsumexp(scores, dim=-1)
             result = torch.exp(scores - lse.masked_fill(torch.isneginf(lse), 0.0)[..., None]) @ vc.float()
         else:
-            result, lse = scored_tiles(qc.float(), kc, vc, scheme, local, qp, kp, scale, tau_block, softcap)
+            bias, shown = _pieces(scheme, local, qp, kp)
+            result, lse = scored_tiles(qc, kc, vc, scale, softcap, tau=tau_block, bias=bias, mask=shown)
         if sinks is not None:
             result = with_sinks(result, lse, block_sinks(sinks, start, stop))
         emit(out, outputs, result.to(out_dtype), start, stop)
     return out if out is not None else torch.cat(outputs, dim=-2)
 
 
-#: the no-autograd scored path's tile: query block x key chunk, (B, H, 128, 512) fp32 = 2 MiB at 8 heads
+def _pieces(
+    scheme: PositionScheme | None, local: Mask, qp: Tensor, kp: Tensor
+) -> tuple[PieceTensor | None, PieceTensor | None]:
+    """`scored_tiles`' piece callbacks for a query block at `qp` over keys at `kp`: the scheme's bias, and the
+    mask's visible pairs where it hides some."""
+
+    def bias(r0: int, r1: int, c0: int, c1: int) -> Tensor | None:
+        return None if scheme is None else scheme.bias(qp[r0:r1], kp[c0:c1])
+
+    def shown(r0: int, r1: int, c0: int, c1: int) -> Tensor | None:
+        allowed = local.allowed(qp[r0:r1], kp[c0:c1])
+        return None if bool(allowed.all()) else allowed
+
+    biased = scheme is not None and scheme.has_bias
+    return (bias if biased else None), (None if local.hides_nothing else shown)
+
+
+#: the no-autograd scored path's tiles: queries x keys per piece, (B, H, 128, 512) fp32 = 2 MiB at 8 heads
 SCORED_TILE = 128
 SCORED_KEY_TILE = 512
-
-
 #: softcaps up to this bound scores so that their exponentials sum without overflow (`scored_tiles`)
 BOUNDED_CAP = 60.0
+#: (rows r0:r1, keys c0:c1) of a tile -> a piece's pre-cap score bias (H|1, r, c), or its visible pairs (boolean,
+#: True visible) or float mask (0 / -inf), or None for none
+PieceTensor = Callable[[int, int, int, int], Tensor | None]
 
 
 def scored_tiles(
-    qc: Tensor,
-    kc: Tensor,
-    vc: Tensor,
-    scheme: PositionScheme | None,
-    local: Mask,
-    qp: Tensor,
-    kp: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
     scale: float,
-    tau: Tensor | None,
     softcap: float | None,
+    *,
+    tau: Tensor | None = None,
+    bias: PieceTensor | None = None,
+    mask: PieceTensor | None = None,
+    causal: bool = False,
 ) -> tuple[Tensor, Tensor]:
-    """One query block's output and log-sum-exp over its keys in chunks of `SCORED_KEY_TILE`, without autograd:
-    each tile's scores scaled, biased, tempered and capped in place, masked where the mask hides some of them,
-    normalised by the tile's log-sum-exp and merged exactly (`merge_tiles`). A softcap of at most `BOUNDED_CAP`
-    bounds every score by the cap, so exp(score) cannot overflow fp32 (e^60 x 10^12 keys < 3 x 10^38): tiles then
-    accumulate exp(score) v and the row sums directly, without a log-sum-exp, and divide once at the end; `vc`
-    then carries a last column of ones, so one product gives both (no separate pass summing the scores)."""
+    """Attention of q (B, H, c, D) over k, v without autograd, the scores written out in fp32 pieces of
+    `SCORED_TILE` x `SCORED_KEY_TILE`: each scaled, biased (`bias`), tempered (`tau`, (H|1, c) or (H|1, 1)),
+    capped and masked in place (`causal` top-left aligned, key j <= query i; `mask`), normalised by its
+    log-sum-exp and merged exactly (`merge_tiles`). A softcap of at most `BOUNDED_CAP` bounds every score, so
+    exp(score) cannot overflow fp32 (e^60 x 10^12 keys < 3 x 10^38): pieces then add exp(score) v and the row
+    sums directly, without a log-sum-exp, and divide once at the end. Returns the output (fp32) and rows'
+    log-sum-exp; a row that sees no key gives 0 and -inf."""
+    Lq, Lk = q.shape[-2], k.shape[-2]
     bounded = softcap is not None and softcap <= BOUNDED_CAP
     divisor = softcap if bounded and softcap is not None else 1.0  # the scores come out divided by it
-    q_scaled = qc * (scale / divisor) if tau is None else qc * (scale / divisor) / tau[..., None]
-    acc = lse = None
-    for lo in range(0, max(1, kp.numel()), SCORED_KEY_TILE):
-        hi = min(lo + SCORED_KEY_TILE, kp.numel())
-        scores = torch.matmul(q_scaled, kc[..., lo:hi, :].float().transpose(-1, -2))
-        if scheme is not None and scheme.has_bias:
-            bias = scheme.bias(qp, kp[lo:hi]) / divisor
-            scores.add_(bias if tau is None else bias / tau[..., None])
-        if softcap is not None:
-            (scores if bounded else scores.div_(softcap)).tanh_().mul_(softcap)
-        if not local.hides_nothing:
-            allowed = local.allowed(qp, kp[lo:hi])
-            if not bool(allowed.all()):
-                scores.masked_fill_(~allowed, float("-inf"))
-        if bounded:  # lse holds the row sums of exp(score) until the end
-            part = torch.matmul(scores.exp_(), vc[..., lo:hi, :])
-            acc = part if acc is None else acc.add_(part)
-            continue
-        part_lse = torch.logsumexp(scores, dim=-1)
-        scores.sub_(part_lse.masked_fill(torch.isneginf(part_lse), 0.0)[..., None]).exp_()
-        acc, lse = merge_tiles(acc, lse, torch.matmul(scores, vc[..., lo:hi, :].float()), part_lse)
-    assert acc is not None  # at least one tile
-    if bounded:
-        rows = acc[..., -1]
-        return acc[..., :-1] / rows.clamp(min=torch.finfo(rows.dtype).tiny)[..., None], torch.log(rows)
-    assert lse is not None
-    return acc, lse
+    qs, kf, vf = q.float() * (scale / divisor), k.float(), v.float()
+    if tau is not None:
+        qs = qs / tau[..., None]
+    out = torch.zeros(*q.shape[:-1], v.shape[-1], device=q.device)
+    lse = torch.full(q.shape[:-1], float("-inf"), device=q.device)
+    for r0 in range(0, Lq, SCORED_TILE):
+        r1 = min(r0 + SCORED_TILE, Lq)
+        acc, sums = out[..., r0:r1, :], torch.zeros(*q.shape[:-2], r1 - r0, device=q.device)
+        rows_tau = None if tau is None else block_tau(tau, r0, r1)
+        for c0 in range(0, min(Lk, r1) if causal else Lk, SCORED_KEY_TILE):
+            c1 = min(c0 + SCORED_KEY_TILE, Lk)
+            scores = torch.matmul(qs[..., r0:r1, :], kf[..., c0:c1, :].transpose(-1, -2))
+            piece_bias = None if bias is None else bias(r0, r1, c0, c1)
+            if piece_bias is not None:
+                piece_bias = piece_bias / divisor
+                scores.add_(piece_bias if rows_tau is None else piece_bias / rows_tau[..., None])
+            if softcap is not None:
+                (scores if bounded else scores.div_(softcap)).tanh_().mul_(softcap)
+            if causal and c1 - 1 > r0:
+                hidden = torch.arange(c0, c1, device=q.device)[None, :] > torch.arange(r0, r1, device=q.device)[:, None]
+                scores.masked_fill_(hidden, float("-inf"))
+            shown = None if mask is None else mask(r0, r1, c0, c1)
+            if shown is not None and shown.dtype == torch.bool:
+                scores.masked_fill_(~shown, float("-inf"))
+            elif shown is not None:
+                scores.add_(shown.float())
+            if bounded:
+                sums.add_(scores.exp_().sum(-1))
+                acc.add_(torch.matmul(scores, vf[..., c0:c1, :]))
+                continue
+            part_lse = torch.logsumexp(scores, dim=-1)
+            scores.sub_(part_lse.masked_fill(torch.isneginf(part_lse), 0.0)[..., None]).exp_()
+            part = torch.matmul(scores, vf[..., c0:c1, :])
+            lse[..., r0:r1] = merge_tiles(acc, lse[..., r0:r1], part, part_lse)[1]  # acc merged in place
+        if bounded:
+            acc.div_(sums.clamp(min=torch.finfo(torch.float32).tiny)[..., None])
+            lse[..., r0:r1] = torch.log(sums)
+    return out, lse
