@@ -17,9 +17,8 @@ from typing import Any, cast
 import torch
 from torch import Tensor
 
-from lextra.attention import AttentionContext, attention_logits, build_mask, cap_scores, sink_softmax
-from lextra.attention.content import content_logits
-from lextra.attention.forget_bias import ForgetBias, tile_difference
+from lextra.attention import AttentionContext, build_mask, context_logits, sink_softmax
+from lextra.attention.forget_bias import ForgetBias
 from lextra.attention.masks import UNBOUNDED, Mask
 from lextra.devices import module_device
 from lextra.errors import ConfigError
@@ -94,21 +93,15 @@ class LayerAttention:
             lo = 0 if first <= -UNBOUNDED else max(0, min(L, first - first_pos))
             hi = L if last >= UNBOUNDED else max(lo, min(L, last - first_pos + 1))
             kp = self.positions[lo:hi]
-            tau = _block_tau(self.temperature, idx)
-            q, k = self.q[..., idx, :], self.k[..., lo:hi, :]
-            if self.scheme is not None and self.scheme.content_dependent:  # CoPE: gates over the block's keys
-                logits = content_logits(q, k, AttentionContext(self.scheme, self.mask, qp, kp, scale, tau))
-            elif self.bias is None:
-                logits = attention_logits(q, k, self.scheme, qp, kp, scale=scale, tau=tau)
-            else:
-                logits = attention_logits(q, k, self.scheme, qp, kp, scale=scale) + self.bias[..., idx, lo:hi]
-                logits = logits if tau is None else logits / tau[..., None]
-            if self.forget is not None:  # over the temperature, as the backends add it
-                diff = tile_difference(self.forget.queries[..., idx], self.forget.keys[..., lo:hi])
-                logits = logits + (diff if tau is None else diff / tau[..., None])
-            if self.softcap is not None:
-                logits = cap_scores(logits, self.softcap)
-            yield LogitBlock(qp, kp, logits, self.mask.allowed(qp, kp), self.sinks)
+            forget = self.forget
+            if forget is not None:
+                forget = ForgetBias(forget.queries[..., idx], forget.keys[..., lo:hi])
+            ctx = AttentionContext(
+                self.scheme, self.mask, qp, kp, scale, _block_tau(self.temperature, idx), softcap=self.softcap,
+                score_bias=None if self.bias is None else self.bias[..., idx, lo:hi], forget=forget,
+            )  # fmt: skip
+            logits, allowed = context_logits(self.q[..., idx, :], self.k[..., lo:hi, :], ctx)
+            yield LogitBlock(qp, kp, logits, allowed, self.sinks)
 
 
 class CapturedLayer(Exception):  # noqa: N818  (a control-flow signal, not an error)
@@ -120,7 +113,7 @@ class CapturedLayer(Exception):  # noqa: N818  (a control-flow signal, not an er
 
 
 def _block_tau(temperature: Tensor | float | None, idx: Tensor) -> Tensor | None:
-    """The model's temperature shaped for `attention_logits`: scalar, (H, 1) or the block's (H, c) columns."""
+    """The model's temperature shaped for `context_logits`: scalar, (H, 1) or the block's (H, c) columns."""
     if temperature is None:
         return None
     tau = torch.as_tensor(temperature, dtype=torch.float32, device=idx.device)

@@ -23,7 +23,8 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from lextra.attention.backends.common import cap_scores, key_indices, sink_softmax
+from lextra.attention.backends.common import cap_scores, key_indices
+from lextra.attention.backends.reference import ReferenceBackend
 from lextra.attention.content import CONTENT, ContentAttention
 from lextra.attention.context import AttentionBackend, AttentionContext
 from lextra.errors import ConfigError
@@ -66,14 +67,6 @@ def cope_logits(q: Tensor, k: Tensor, ctx: AttentionContext, allowed: Tensor | N
     gates = torch.sigmoid(scores) * allowed
     position, _ = scheme.position_logits(scheme.position_tables(q, scheme.position_scale(ctx.scale)), gates)
     return _finish(scores + position, ctx, ctx.tau)
-
-
-def cope_reference(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-    """Dense CoPE attention of q (B, H, Lq, D), k (B, H, Lk, D), v for `ctx`, in fp32: the ground truth."""
-    allowed = ctx.mask.allowed(ctx.q_pos, ctx.k_pos)
-    logits = cope_logits(q, k, ctx, allowed)
-    weights = sink_softmax(logits.masked_fill(~allowed, float("-inf")), ctx.sinks)
-    return (weights @ v.float()).to(v.dtype)
 
 
 def _key_tiles(ctx: AttentionContext, start: int, stop: int, tile: int) -> list[tuple[int, int]]:
@@ -168,18 +161,6 @@ def cope_tiled(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor
     return torch.cat(outputs, dim=-2) if outputs else q.new_zeros(*q.shape[:-1], v.shape[-1])
 
 
-class CopeReference(AttentionBackend):
-    """Dense CoPE scores in fp32 (`cope_reference`)."""
-
-    name = "reference"
-
-    def applies(self, ctx: AttentionContext) -> str | None:
-        return None
-
-    def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-        return cope_reference(q, k, v, ctx)
-
-
 class CopeTiled(AttentionBackend):
     """Query blocks x key tiles walked leftwards with carried gate counts (`cope_tiled`)."""
 
@@ -198,7 +179,7 @@ class CopeAttention(ContentAttention):
 
     def backend_for(self, ctx: AttentionContext) -> AttentionBackend:
         if ctx.backend == "reference":
-            return CopeReference()
+            return ReferenceBackend()
         if ctx.backend in ("auto", "chunked"):
             return CopeTiled()
         if ctx.backend == "flex":

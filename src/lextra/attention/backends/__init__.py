@@ -64,7 +64,7 @@ from lextra.attention.backends.dispatch import (
     unregister_backend,
 )
 from lextra.attention.backends.flex import FlexBackend
-from lextra.attention.backends.reference import ReferenceBackend, reference_attention
+from lextra.attention.backends.reference import ReferenceBackend, context_logits, reference_attention
 from lextra.attention.backends.sdpa import SdpaBackend
 from lextra.attention.backends.tiled import TiledBackend
 from lextra.attention.context import (
@@ -106,6 +106,7 @@ __all__ = [
     "cap_scores",
     "choose_backend",
     "chunked_attention",
+    "context_logits",
     "cuda_backend",
     "default_positions",
     "expand_kv",

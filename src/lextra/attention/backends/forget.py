@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable
-from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -29,7 +28,7 @@ from torch.nn.attention.flex_attention import flex_attention
 
 from lextra.attention.backends.common import contiguous, key_indices, masked_sdpa, rotate, scaled_query
 from lextra.attention.backends.forget_tiled import FORGET_BLOCK, FORGET_KEY_CHUNK, TiledForgetAttention
-from lextra.attention.backends.reference import reference_attention
+from lextra.attention.backends.reference import ReferenceBackend
 from lextra.attention.context import AttentionBackend, AttentionContext
 from lextra.attention.flex import RECOMPILE_LIMIT, flex_block_mask, padded_lengths
 from lextra.attention.forget_bias import FULL_MASK_REASON, ForgetBias, bias_scheme_reason, split_fp32
@@ -60,26 +59,6 @@ def _inverse_tau(ctx: AttentionContext, forget: ForgetBias) -> Tensor | None:
         return None
     H, Lq = forget.queries.shape[1], forget.queries.shape[-1]
     return (1.0 / ctx.tau).expand(H, Lq)[None]
-
-
-def _dense(ctx: AttentionContext) -> AttentionContext:
-    """The context with the forget bias materialised as its score bias (B, H, Lq, Lk)."""
-    assert ctx.forget is not None
-    return replace(ctx, score_bias=ctx.forget.pairs(), forget=None)
-
-
-class ForgetReference(AttentionBackend):
-    """Dense scores with the forget bias as a (B, H, Lq, Lk) tensor: the ground truth."""
-
-    name = "reference"
-
-    def applies(self, ctx: AttentionContext) -> str | None:
-        return None
-
-    def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-        out = reference_attention(q, k, v, _dense(ctx))
-        assert isinstance(out, Tensor)
-        return out
 
 
 class ForgetSdpa(AttentionBackend):
@@ -246,7 +225,7 @@ class ForgetFlex(AttentionBackend):
 
 #: the forget-bias path of each backend name; `auto` asks these in order per device type
 FORGET_BACKENDS: dict[str, AttentionBackend] = {
-    b.name: b for b in (ForgetReference(), ForgetSdpa(), ForgetChunked(), ForgetFlex())
+    b.name: b for b in (ReferenceBackend(), ForgetSdpa(), ForgetChunked(), ForgetFlex())
 }
 FORGET_AUTO = {"cpu": ("sdpa", "chunked"), "cuda": ("sdpa", "flex", "chunked")}
 

@@ -7,6 +7,7 @@ import torch
 from torch import Tensor
 
 from lextra.attention.backends.common import attention_logits, cap_scores, row_factor, sink_softmax
+from lextra.attention.content import content_logits
 from lextra.attention.context import AttentionBackend, AttentionContext
 
 #: query x key pairs per step of an extension's dense logits (their per-pair rotated copies of q and k)
@@ -16,26 +17,39 @@ REFERENCE_PAIRS = 1 << 15
 def reference_attention(
     q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext, *, return_weights: bool = False
 ) -> Tensor | tuple[Tensor, Tensor]:
-    """Dense attention of q (B, H, Lq, D), k, v for `ctx` in fp32 (and the weights, with `return_weights`).
-
-    A softcap caps the scores (tanh(s / c) c, Gemma 2's eager order: after scaling, before the mask); sinks (H,)
-    are concatenated to the masked scores as one more column, whose probability is dropped after the softmax
-    (gpt-oss's `eager_attention_forward`). A materialised score bias is added with the scheme's bias, before the
-    temperature; a padding mask hides pairs with the mask, and a row it hides entirely attends to nothing (0).
-    Under an extension's passes the scores and visible pairs are its formula's (`extension_logits`)."""
-    if ctx.passes is None:
-        logits = attention_logits(q, k, ctx.scheme, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau, ctx.score_bias)
-        allowed = ctx.allowed()
-    else:
-        logits, allowed = extension_logits(q, k, ctx)
-    if ctx.softcap is not None:
-        logits = cap_scores(logits, ctx.softcap)
-    logits = logits.masked_fill(~allowed, float("-inf"))
-    weights = sink_softmax(logits, ctx.sinks)
+    """Dense attention of q (B, H, Lq, D), k, v for `ctx` in fp32 (and the weights, with `return_weights`): the
+    masked softmax of `context_logits`. Sinks (H,) are concatenated to the masked scores as one more column, whose
+    probability is dropped after the softmax (gpt-oss's `eager_attention_forward`); a padding mask hides pairs
+    with the mask, and a row it hides entirely attends to nothing (0)."""
+    logits, allowed = context_logits(q, k, ctx)
+    weights = sink_softmax(logits.masked_fill(~allowed, float("-inf")), ctx.sinks)
     if ctx.padding is not None:
         weights = weights.nan_to_num(0.0)
     out = (weights @ v.float()).to(v.dtype)
     return (out, weights) if return_weights else out
+
+
+def context_logits(q: Tensor, k: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
+    """A call's pre-softmax logits (B, H, Lq, Lk) in fp32, before the mask, and its visible pairs: the one dense
+    definition every backend is tested against and the analyses read (`lextra.analysis.capture`).
+
+    (rotate(q) . rotate(k) x scale + the scheme's bias + a materialised score bias + FoX's forget bias) / tau,
+    then a softcap (tanh(s / c) c, Gemma 2's eager order: after scaling, before the mask). A content-dependent
+    scheme's logits are its own (`lextra.attention.content`, tempered and capped in the same order); under an
+    extension's passes the scores and visible pairs are its formula's (`extension_logits`)."""
+    if ctx.passes is not None:
+        logits, allowed = extension_logits(q, k, ctx)
+    elif ctx.scheme is not None and ctx.scheme.content_dependent:
+        return content_logits(q, k, ctx), ctx.allowed()
+    else:
+        bias = ctx.score_bias
+        if ctx.forget is not None:
+            bias = ctx.forget.pairs() if bias is None else bias + ctx.forget.pairs()
+        logits = attention_logits(q, k, ctx.scheme, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau, bias)
+        allowed = ctx.allowed()
+    if ctx.softcap is not None:
+        logits = cap_scores(logits, ctx.softcap)
+    return logits, allowed
 
 
 def extension_logits(q: Tensor, k: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
