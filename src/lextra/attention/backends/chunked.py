@@ -77,10 +77,10 @@ def chunked_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) ->
     if ctx.sinks is not None or ctx.softcap is not None:
         return scored_attention(q, k, v, ctx)
     rotate_per_block = _rotates_per_block(scheme, mask)
-    seq_len = max(int(q_pos.max()), int(k_pos.max())) + 1 if Lk else None  # one length for every block
+    seq_len = ctx.seq_len  # one length for every block
     if not rotate_per_block:
         q, k = rotate(scheme, q, k, q_pos, k_pos)
-    keys_sorted = contiguous(k_pos)
+    keys_sorted = ctx.facts.k_contiguous
     queries_sorted = bool((q_pos.diff() >= 0).all()) if Lq > 1 else True
     has_bias = scheme is not None and scheme.has_bias
     window = typical_keys(mask, Lk, block_size or MAX_BLOCK)

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.attention.flex_attention import flex_attention
 
-from lextra.attention.backends.common import contiguous, key_indices, masked_sdpa, rotate, scaled_query
+from lextra.attention.backends.common import key_indices, masked_sdpa, rotate, scaled_query
 from lextra.attention.backends.forget_tiled import FORGET_BLOCK, FORGET_KEY_CHUNK, TiledForgetAttention
 from lextra.attention.backends.reference import ReferenceBackend
 from lextra.attention.context import AttentionBackend, AttentionContext
@@ -121,9 +121,9 @@ def _key_ranges(ctx: AttentionContext) -> Callable[[int, int], list[tuple[int, i
     """The key index ranges a query block sees: the mask's declared spans over sorted, contiguous keys, else all."""
     q_pos, k_pos, mask = ctx.q_pos, ctx.k_pos, ctx.mask
     n_keys = k_pos.numel()
-    if not (contiguous(q_pos) and contiguous(k_pos)) or n_keys == 0:
+    if not (ctx.facts.q_contiguous and ctx.facts.k_contiguous) or n_keys == 0:
         return lambda start, stop: [(0, n_keys)]
-    k0 = int(k_pos[0])
+    k0 = ctx.facts.k_first
     q_first = [int(p) for p in q_pos.tolist()]
     return lambda start, stop: key_indices(mask, q_first[start], q_first[stop - 1], k0, n_keys)
 
@@ -133,8 +133,9 @@ def _tile_mask(ctx: AttentionContext) -> Callable[[int, int, int, int], Tensor |
     of the distance alone is first asked about the tile's c + n distances: a tile it shows whole or hides whole
     needs no (c, n) evaluation."""
     mask, q_pos, k_pos = ctx.mask, ctx.q_pos, ctx.k_pos
-    runs = contiguous(q_pos) and contiguous(k_pos) and q_pos.numel() > 0 and k_pos.numel() > 0
-    q0, k0 = (int(q_pos[0]), int(k_pos[0])) if runs else (0, 0)
+    facts = ctx.facts
+    runs = facts.q_contiguous and facts.k_contiguous and facts.n_q > 0 and facts.n_k > 0
+    q0, k0 = (facts.q_first, facts.k_first) if runs else (0, 0)
     empty = torch.zeros(0, 0, dtype=torch.bool)
 
     def tile(start: int, stop: int, lo: int, hi: int) -> Tensor | None:

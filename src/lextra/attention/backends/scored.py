@@ -15,7 +15,6 @@ from lextra.attention.backends.common import (
     block_sinks,
     block_tau,
     cap_scores,
-    contiguous,
     emit,
     key_block,
     merge_tiles,
@@ -39,7 +38,7 @@ def scored_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> 
     block_size, sinks, softcap = ctx.block_size, ctx.sinks, ctx.softcap
     Lq, Lk = q.shape[-2], k.shape[-2]
     grad = torch.is_grad_enabled()
-    keys_sorted = contiguous(k_pos)
+    keys_sorted = ctx.facts.k_contiguous
     queries_sorted = bool((q_pos.diff() >= 0).all()) if Lq > 1 else True
     window = typical_keys(mask, Lk, block_size or MAX_BLOCK)
     block = block_size or int(min(MAX_BLOCK, max(MIN_BLOCK, BIAS_BUDGET // max(1, window * q.shape[1]))))
@@ -48,7 +47,7 @@ def scored_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> 
     per_block = scheme is not None and scheme.transforms_qk and scheme.rotate_span is not None
     if per_block and scheme is not None and scheme.rotate_span is not None:
         block = min(block, scheme.rotate_span)
-    seq_len = max(int(q_pos.max()), int(k_pos.max())) + 1 if Lk else None
+    seq_len = ctx.seq_len
     if not per_block:
         q, k = rotate(scheme, q, k, q_pos, k_pos)
     out = None if grad else q.new_empty(*q.shape[:-1], v.shape[-1])
