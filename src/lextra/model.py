@@ -62,7 +62,7 @@ class GPTConfig:
     #: log-n scaling of the logits: "none", "qwen" (x log_{L_tr} i past L_tr), "ssmax" (learned s_h x ln n)
     log_scaling: str = "none"
     #: a layer plan (`lextra.attention.plan`: per-layer scheme, mask and pieces, or a preset such as `gemma3`);
-    #: None: every layer is `scheme` with `scheme_options`, causal (today's model)
+    #: None: every layer is `scheme` with `scheme_options`, causal
     layer_plan: str | None = field(default=None, metadata=serialize.options(omit_none=True))
     #: Abacus embeddings of digit places (`lextra.positions.abacus`): {"max_k", "positions", "digits"}; None: none
     abacus: dict[str, Any] | None = field(default=None, metadata=serialize.options(omit_none=True))
