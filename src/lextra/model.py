@@ -383,7 +383,8 @@ class GPT(nn.Module):
         self.config = config.validate()
         #: each layer's attention variant (the layer plan, or the config's scheme on every layer)
         self.variants = config.plan()
-        self.positions, self.scheme_index = self._build_schemes(self.variants)
+        #: the position schemes, shared among layers where they can be (`_build_schemes`); `scheme_for(layer)`
+        self.schemes, self.scheme_index = self._build_schemes(self.variants)
         self.embed = nn.Embedding(config.vocab_size, config.d_model)
         self.abacus = self._build_abacus(config)
         self.drop = nn.Dropout(config.dropout)
@@ -469,11 +470,11 @@ class GPT(nn.Module):
             old = variants[layer]
             kept = {k: v for k, v in old.scheme_options.items() if k not in drop}
             variants[layer] = LayerVariant(old.scheme, {**kept, **options}, old.mask, old.pieces)
-        positions, index = self._build_schemes(variants)
+        schemes, index = self._build_schemes(variants)
         for layer in range(self.config.n_layer):  # learned scheme parameters carry over from each layer's old one
-            positions[index[layer]].load_state_dict(self.scheme_for(layer).state_dict())
+            schemes[index[layer]].load_state_dict(self.scheme_for(layer).state_dict())
         device = next(self.parameters()).device
-        self.positions, self.scheme_index, self.variants = positions.to(device), index, variants
+        self.schemes, self.scheme_index, self.variants = schemes.to(device), index, variants
         if self.config.layer_plan is None and len({v.key() for v in variants}) == 1:
             self.config.scheme_options = dict(variants[0].scheme_options)
         else:
@@ -487,7 +488,7 @@ class GPT(nn.Module):
             cast(Block, block).attn.s2_group = int(group)
 
     def scheme_for(self, layer: int) -> PositionScheme:
-        return cast(PositionScheme, self.positions[self.scheme_index[layer]])
+        return cast(PositionScheme, self.schemes[self.scheme_index[layer]])
 
     def new_cache(self) -> KVCache:
         """An empty key/value cache for incremental decoding with `model(tokens, cache=cache)`."""
@@ -662,6 +663,8 @@ def load_model(directory: str | Path, map_location: str | torch.device = "cpu") 
     except (SafetensorError, OSError) as err:
         raise CheckpointError(f"checkpoint {weights} cannot be read ({err})") from None
     check_finite_weights(state, weights)
+    # scheme parameters saved as `positions.*` (checkpoints of older lextra versions) load as `schemes.*`
+    state = {f"schemes.{k[10:]}" if k.startswith("positions.") else k: v for k, v in state.items()}
     model = GPT(config)
     if config.tie_embeddings and "embed.weight" in state:
         state["head.weight"] = state["embed.weight"]

@@ -217,7 +217,7 @@ def prefix_invariant(model: Any, mask: Mask) -> bool:
         attn = cast(Block, block).attn
         if attn.extension is not None or (attn.own_mask is not None and not attn.own_mask.causal):
             return False
-    for scheme in model.positions:
+    for scheme in model.schemes:
         scaling = getattr(scheme, "scaling", None)
         if scaling is not None and depends_on_length(scaling):
             return False

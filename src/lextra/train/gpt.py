@@ -61,7 +61,7 @@ def train(
 def make_optimizer(model: GPT, config: TrainConfig) -> torch.optim.AdamW:
     """AdamW; weight decay only on the network's matrices; position-scheme parameters (T5 table, KERPLE, FIRE,
     learned positions) get no decay and their own learning rate, lr * position_lr_scale."""
-    scheme_params = {id(p) for p in model.positions.parameters()}
+    scheme_params = {id(p) for p in model.schemes.parameters()}
     decay: list[torch.nn.Parameter] = []
     no_decay: list[torch.nn.Parameter] = []
     for param in model.parameters():
@@ -70,7 +70,7 @@ def make_optimizer(model: GPT, config: TrainConfig) -> torch.optim.AdamW:
     groups = [
         {"params": decay, "weight_decay": config.weight_decay, "lr_scale": 1.0},
         {"params": no_decay, "weight_decay": 0.0, "lr_scale": 1.0},
-        {"params": list(model.positions.parameters()), "weight_decay": 0.0, "lr_scale": config.position_lr_scale},
+        {"params": list(model.schemes.parameters()), "weight_decay": 0.0, "lr_scale": config.position_lr_scale},
     ]
     params = list(model.parameters())
     # one fused kernel per parameter group (not a Python loop over tensors) where torch has one for these tensors
