@@ -92,6 +92,11 @@ class GPTConfig:
         """What progress bars and messages call the model: its layer plan as written, else its scheme."""
         return self.scheme if self.layer_plan is None else self.layer_plan
 
+    def set_layers(self, scheme: str = "rope", options: dict[str, Any] | None = None, plan: str | None = None) -> None:
+        """State the model's layers: `scheme` with `options` on every layer, or the layer plan `plan` (which names
+        each layer's scheme; `validate` sets `scheme` to its first layer's)."""
+        self.scheme, self.scheme_options, self.layer_plan = scheme, dict(options or {}), plan
+
     def plan(self) -> list[LayerVariant]:
         """Each layer's attention variant: the layer plan's, else `scheme` with its options on every layer."""
         if self.layer_plan is None:
@@ -475,11 +480,8 @@ class GPT(nn.Module):
             schemes[index[layer]].load_state_dict(self.scheme_for(layer).state_dict())
         device = next(self.parameters()).device
         self.schemes, self.scheme_index, self.variants = schemes.to(device), index, variants
-        if self.config.layer_plan is None and len({v.key() for v in variants}) == 1:
-            self.config.scheme_options = dict(variants[0].scheme_options)
-        else:
-            self.config.layer_plan = format_plan(variants)
-            self.config.scheme, self.config.scheme_options = variants[0].scheme, dict(variants[0].scheme_options)
+        one = self.config.layer_plan is None and len({v.key() for v in variants}) == 1
+        self.config.set_layers(variants[0].scheme, variants[0].scheme_options, None if one else format_plan(variants))
 
     def set_s2_attn(self, group: int) -> None:
         """Train with LongLoRA's S2-Attn in groups of `group` tokens (0: off); it applies in training mode only,

@@ -120,11 +120,10 @@ def parse_plan_variant(spec: str) -> Variant:
 def variant_config(base: TrainConfig, variant: Variant) -> TrainConfig:
     """The training config of a variant's model: `base` with its scheme (options cleared), or its plan."""
     config = copy.deepcopy(base)
-    config.model.scheme_options = {}
     if variant.plan is None:
-        config.model.scheme, config.model.layer_plan = variant.scheme, None
-    else:  # the plan names every layer's scheme; `scheme` follows its first layer
-        config.model.scheme, config.model.layer_plan = "rope", variant.plan
+        config.model.set_layers(variant.scheme)
+    else:
+        config.model.set_layers(plan=variant.plan)
     return config.validate()
 
 
