@@ -33,7 +33,7 @@ def tiny_model(scheme: str = "rope", layers: int = 2, mask_free: bool = False, *
     model = GPT(config).eval()
     with torch.no_grad():
         for name, param in model.named_parameters():
-            if name.startswith("positions.") and param.numel() > 1:
+            if name.startswith("schemes.") and param.numel() > 1:
                 param.normal_(0.0, 0.5)
             elif "proj" in name:
                 param.normal_(0.0, 0.4)

@@ -129,14 +129,14 @@ def test_cached_decoding_equals_the_full_forward() -> None:
     torch.manual_seed(1)
     model = GPT(GPTConfig(vocab_size=61, n_layer=2, n_head=2, d_model=16, train_len=8, scheme="cope")).eval()
     with torch.no_grad():
-        for scheme in model.positions:
+        for scheme in model.schemes:
             scheme.pos_emb.normal_(0.0, 0.5)
         tokens = torch.randint(0, 61, (2, 21))
         full = model(tokens)
         cache = model.new_cache()
         steps = [model(tokens[:, :6], cache=cache)] + [model(tokens[:, i : i + 1], cache=cache) for i in range(6, 21)]
         dense = model(tokens, backend="reference")
-    assert len(model.positions) == 2  # a table per layer
+    assert len(model.schemes) == 2  # a table per layer
     assert (torch.cat(steps, dim=1) - full).abs().max() <= TOL and (dense - full).abs().max() <= TOL
 
 
@@ -145,15 +145,15 @@ def test_layer_plan_trains_cope_beside_rope() -> None:
     config = GPTConfig(vocab_size=61, n_layer=2, n_head=2, d_model=16, train_len=8, layer_plan="cope,npos=12;rope")
     model = GPT(config)
     with torch.no_grad():
-        model.positions[0].pos_emb.normal_(0.0, 0.5)
+        model.schemes[0].pos_emb.normal_(0.0, 0.5)
     tokens = torch.randint(0, 61, (2, 13))
     results = []
     for backend in ("reference", "chunked"):
         model.zero_grad()
         loss = model.loss(tokens, backend=backend)
         loss.backward()
-        results.append((loss.detach(), model.positions[0].pos_emb.grad.clone()))
-    assert model.positions[0].npos == 12 and model.variants[1].scheme == "rope"
+        results.append((loss.detach(), model.schemes[0].pos_emb.grad.clone()))
+    assert model.schemes[0].npos == 12 and model.variants[1].scheme == "rope"
     assert (results[0][0] - results[1][0]).abs() <= TOL
     assert results[1][1].abs().max() > 0 and (results[0][1] - results[1][1]).abs().max() <= TOL
 
@@ -209,9 +209,9 @@ def test_analyses_read_copes_own_weights() -> None:
     torch.manual_seed(2)
     model = GPT(GPTConfig(vocab_size=61, n_layer=1, n_head=2, d_model=16, train_len=8, scheme="cope"))
     with torch.no_grad():
-        model.positions[0].pos_emb.normal_(0.0, 0.5)
+        model.schemes[0].pos_emb.normal_(0.0, 0.5)
     view = next(layer_attention(model, torch.randint(0, 61, (1, 19)), block_size=5))
     got = torch.cat([torch.nn.functional.pad(b.weights(), (0, 19 - b.logits.shape[-1])) for b in view.blocks()], -2)
     q, k = (t.double().reshape(2, 19, 8) for t in (view.q, view.k))
-    want = authors_cope(q, k, k, model.positions[0].pos_emb.double()[None], 9, weights=True)
+    want = authors_cope(q, k, k, model.schemes[0].pos_emb.double()[None], 9, weights=True)
     assert (got.double().reshape(2, 19, 19) - want).abs().max() <= TOL

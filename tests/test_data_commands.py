@@ -128,7 +128,7 @@ def test_retrieval_compare_trains_and_evaluates_on_a_prepared_folder_as_on_the_r
     # passkey+lm: half the rows language modelling, drawn from the folder's tokens without encoding them again
     shape = [{"code-key": "passkey+lm", "96": "128"}.get(word, word) for word in shape]
     assert main(["retrieval", "train", "--out", str(tmp_path / "lm-raw"), *shape, "--corpus", source]) == 0
-    import lextra.tasks.rows as sources
+    import lextra.data.prepare as sources
 
     monkeypatch.setattr(sources.TrainStream, "from_documents", lambda *a, **k: pytest.fail("encoded again"))
     assert (

@@ -62,7 +62,7 @@ def test_bf16_perplexity_is_fp32_within_bf16_rounding(scheme: str, data) -> None
         bf16 = evaluate_model(model, data, EvalConfig(precision="bf16", **SETTINGS), progress=False)
     assert fp32.precision == "fp32" and bf16.precision == "bf16"
     assert seen.calls
-    if model.positions[0].has_bias:  # the bias reached the kernel in fp32 beside bf16 q, k, v
+    if model.schemes[0].has_bias:  # the bias reached the kernel in fp32 beside bf16 q, k, v
         assert all(dtypes == [torch.bfloat16] * 3 + [torch.float32] for dtypes in seen.calls)
     else:  # the unmasked CPU call at head dim 16 runs in fp32 (`fp32_kernel`)
         assert all(dtypes == [torch.float32] * 3 for dtypes in seen.calls)

@@ -45,7 +45,7 @@ def test_a_one_variant_plan_is_todays_model_bit_for_bit(plan: str, scheme: str) 
     assert list(today.state_dict()) == list(planned.state_dict())
     pairs = zip(today.state_dict().values(), planned.state_dict().values(), strict=True)
     assert all(torch.equal(a, b) for a, b in pairs)
-    assert len(today.positions) == len(planned.positions)
+    assert len(today.schemes) == len(planned.schemes)
     assert torch.equal(today(tokens), planned(tokens))
 
 

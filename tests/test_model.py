@@ -23,7 +23,7 @@ def tiny(scheme: str = "rope", **kwargs) -> GPT:
     )
     model = GPT(config).eval()
     with torch.no_grad():  # random scheme parameters, so they matter
-        for scheme_module in model.positions:
+        for scheme_module in model.schemes:
             for param in scheme_module.parameters():
                 param.normal_(0, 0.3)
     return model
@@ -77,10 +77,10 @@ def test_nope_and_relative_schemes_see_order_but_not_offset() -> None:
 
 
 def test_layer_sharing_follows_the_scheme() -> None:
-    assert len(tiny("t5").positions) == 1  # Hugging Face computes T5's bias once per stack
-    assert len(tiny("kerple_log").positions) == 2  # one kernel per layer, as in the reference code
-    assert len(tiny("fire").positions) == 2
-    assert len(tiny("alibi").positions) == 1
+    assert len(tiny("t5").schemes) == 1  # Hugging Face computes T5's bias once per stack
+    assert len(tiny("kerple_log").schemes) == 2  # one kernel per layer, as in the reference code
+    assert len(tiny("fire").schemes) == 2
+    assert len(tiny("alibi").schemes) == 1
     assert tiny("coca").blocks[0].attn.k_proj.out_features == 2 * 8  # tau: D/2 per head
 
 
@@ -198,7 +198,7 @@ def test_cached_decoding_with_length_dependent_scaling_is_exact(name: str, scali
             step = model(tokens[:, t : t + 1], cache=cache)[:, -1]
             full = model(tokens[:, : t + 1])[:, -1]
             torch.testing.assert_close(step, full, atol=1e-5, rtol=0)
-    scheme = model.positions[0]
+    scheme = model.schemes[0]
     if scaling["type"] == "dynamic":  # the frequencies really did change past L_tr
         assert not torch.equal(scheme.frequencies_for(30)[0], scheme.frequencies_for(8)[0])
 
@@ -215,8 +215,8 @@ def test_every_scheme_is_finite_in_bf16_at_long_lengths(name: str) -> None:
     assert torch.isfinite(logits).all() and torch.isfinite(short).all()
     if name in ("rope", "xpos", "coca"):
         q = torch.randn(1, 2, 8, 8, dtype=torch.bfloat16)
-        rotated, _ = model.positions[0].rotate(
-            q, q[..., : model.positions[0].key_dim()], torch.arange(8) + 131_064, torch.arange(8) + 131_064
+        rotated, _ = model.schemes[0].rotate(
+            q, q[..., : model.schemes[0].key_dim()], torch.arange(8) + 131_064, torch.arange(8) + 131_064
         )
         assert rotated.dtype == torch.bfloat16 and torch.isfinite(rotated).all()
 
@@ -278,7 +278,7 @@ def test_plain_rope_caches_its_keys_rotated_and_decoding_stays_exact(name: str, 
         )[1]
         positions = torch.arange(300)
         torch.testing.assert_close(
-            cache.keys[0], model.positions[0].rotate(k, k, positions, positions)[1], atol=1e-5, rtol=0
+            cache.keys[0], model.schemes[0].rotate(k, k, positions, positions)[1], atol=1e-5, rtol=0
         )
     with pytest.raises(ValueError, match="same model settings"):
         cache.extend(0, cache.keys[0][..., -1:, :], cache.values[0][..., -1:, :], rotated=not rotated)
@@ -288,5 +288,5 @@ def test_length_dependent_rotations_are_not_cached_rotated() -> None:
     dynamic = GPTConfig(
         vocab_size=61, train_len=8, scheme="rope", scheme_options={"scaling": {"type": "dynamic", "factor": 2.0}}
     )
-    assert GPT(dynamic).positions[0].rotates_keys_alone is False
-    assert GPT(GPTConfig(vocab_size=61, train_len=8, scheme="rope")).positions[0].rotates_keys_alone is True
+    assert GPT(dynamic).schemes[0].rotates_keys_alone is False
+    assert GPT(GPTConfig(vocab_size=61, train_len=8, scheme="rope")).schemes[0].rotates_keys_alone is True

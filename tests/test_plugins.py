@@ -327,11 +327,11 @@ for bad in ("power_pi:4,alpha=2", "power_pi:4,alpha=x", "power_pi:4,beta=1"):
         errors.append(str(err))
 config = GPTConfig(vocab_size=256, n_layer=1, d_model=32, n_head=2, train_len=16, scheme="rope")
 model = InferenceSetup(rope_scaling="power_pi:4,alpha=0.25").apply(GPT(config))
-applied = model.positions[0].inv_freq
+applied = model.schemes[0].inv_freq
 trained = GPT(GPTConfig(vocab_size=256, n_layer=1, d_model=32, n_head=2, train_len=16, scheme="rope",
                         scheme_options={{"scaling": spec}}))
 save_model(trained, {str(tmp_path / "m")!r})
-loaded = load_model({str(tmp_path / "m")!r}).positions[0]
+loaded = load_model({str(tmp_path / "m")!r}).schemes[0]
 expected = rope_inv_freq(16) / 4**0.25
 print(json.dumps({{
     "spec": spec, "alpha": scaling["alpha"], "dict": dict(scaling), "errors": errors,

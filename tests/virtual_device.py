@@ -494,7 +494,7 @@ def tiny_gpt(scheme: str, layers: int = 2, **options: Any):
     config = GPTConfig(vocab_size=61, n_layer=layers, n_head=2, d_model=32, train_len=16, scheme=scheme, **options)
     model = GPT(config)
     with torch.no_grad():
-        for module in model.positions:
+        for module in model.schemes:
             for param in module.parameters():
                 param.normal_(0, 0.3)
     return model

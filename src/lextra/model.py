@@ -65,7 +65,7 @@ class GPTConfig:
     #: log-n scaling of the logits: "none", "qwen" (x log_{L_tr} i past L_tr), "ssmax" (learned s_h x ln n)
     log_scaling: str = "none"
     #: a layer plan (`lextra.attention.plan`: per-layer scheme, mask and pieces, or a preset such as `gemma3`);
-    #: None: every layer is `scheme` with `scheme_options`, causal (today's model)
+    #: None: every layer is `scheme` with `scheme_options`, causal
     layer_plan: str | None = field(default=None, metadata=serialize.options(omit_none=True))
     #: Abacus embeddings of digit places (`lextra.positions.abacus`): {"max_k", "positions", "digits"}; None: none
     abacus: dict[str, Any] | None = field(default=None, metadata=serialize.options(omit_none=True))
@@ -94,6 +94,11 @@ class GPTConfig:
     def label(self) -> str:
         """What progress bars and messages call the model: its layer plan as written, else its scheme."""
         return self.scheme if self.layer_plan is None else self.layer_plan
+
+    def set_layers(self, scheme: str = "rope", options: dict[str, Any] | None = None, plan: str | None = None) -> None:
+        """State the model's layers: `scheme` with `options` on every layer, or the layer plan `plan` (which names
+        each layer's scheme; `validate` sets `scheme` to its first layer's)."""
+        self.scheme, self.scheme_options, self.layer_plan = scheme, dict(options or {}), plan
 
     def plan(self) -> list[LayerVariant]:
         """Each layer's attention variant: the layer plan's, else `scheme` with its options on every layer."""
@@ -358,7 +363,8 @@ class GPT(nn.Module):
         self.config = config.validate()
         #: each layer's attention variant (the layer plan, or the config's scheme on every layer)
         self.variants = config.plan()
-        self.positions, self.scheme_index = self._build_schemes(self.variants)
+        #: the position schemes, shared among layers where they can be (`_build_schemes`); `scheme_for(layer)`
+        self.schemes, self.scheme_index = self._build_schemes(self.variants)
         self.embed = nn.Embedding(config.vocab_size, config.d_model)
         self.abacus = self._build_abacus(config)
         self.drop = nn.Dropout(config.dropout)
@@ -429,16 +435,13 @@ class GPT(nn.Module):
             old = variants[layer]
             kept = {k: v for k, v in old.scheme_options.items() if k not in drop}
             variants[layer] = LayerVariant(old.scheme, {**kept, **options}, old.mask, old.pieces)
-        positions, index = self._build_schemes(variants)
+        schemes, index = self._build_schemes(variants)
         for layer in range(self.config.n_layer):  # learned scheme parameters carry over from each layer's old one
-            positions[index[layer]].load_state_dict(self.scheme_for(layer).state_dict())
+            schemes[index[layer]].load_state_dict(self.scheme_for(layer).state_dict())
         device = next(self.parameters()).device
-        self.positions, self.scheme_index, self.variants = positions.to(device), index, variants
-        if self.config.layer_plan is None and len({v.key() for v in variants}) == 1:
-            self.config.scheme_options = dict(variants[0].scheme_options)
-        else:
-            self.config.layer_plan = format_plan(variants)
-            self.config.scheme, self.config.scheme_options = variants[0].scheme, dict(variants[0].scheme_options)
+        self.schemes, self.scheme_index, self.variants = schemes.to(device), index, variants
+        one = self.config.layer_plan is None and len({v.key() for v in variants}) == 1
+        self.config.set_layers(variants[0].scheme, variants[0].scheme_options, None if one else format_plan(variants))
 
     def set_s2_attn(self, group: int) -> None:
         """Train with LongLoRA's S2-Attn in groups of `group` tokens (0: off); it applies in training mode only,
@@ -447,7 +450,7 @@ class GPT(nn.Module):
             cast(Block, block).attn.s2_group = int(group)
 
     def scheme_for(self, layer: int) -> PositionScheme:
-        return cast(PositionScheme, self.positions[self.scheme_index[layer]])
+        return cast(PositionScheme, self.schemes[self.scheme_index[layer]])
 
     def new_cache(self) -> KVCache:
         """An empty key/value cache for incremental decoding with `model(tokens, cache=cache)`."""
@@ -621,6 +624,8 @@ def load_model(directory: str | Path, map_location: str | torch.device = "cpu") 
     except (SafetensorError, OSError) as err:
         raise CheckpointError(f"checkpoint {weights} cannot be read ({err})") from None
     check_finite_weights(state, weights)
+    # scheme parameters saved as `positions.*` (checkpoints of older lextra versions) load as `schemes.*`
+    state = {f"schemes.{k[10:]}" if k.startswith("positions.") else k: v for k, v in state.items()}
     model = GPT(config)
     if config.tie_embeddings and "embed.weight" in state:
         state["head.weight"] = state["embed.weight"]

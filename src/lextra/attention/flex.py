@@ -154,11 +154,6 @@ def _sorted(pos: Tensor) -> bool:
     return pos.numel() < 2 or bool((pos.diff() >= 0).all())
 
 
-def _contiguous(pos: Tensor) -> bool:
-    n = pos.numel()
-    return n == 0 or (int(pos[-1]) - int(pos[0]) == n - 1 and bool((pos.diff() == 1).all()))
-
-
 def _classify_blocks(mask: Mask, layout: _Layout, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
     """(partial, full): boolean (query blocks, key blocks), which blocks hold some / only visible real pairs.
 

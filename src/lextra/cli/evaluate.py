@@ -92,7 +92,6 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
     )
 
     def run(args: argparse.Namespace) -> int:
-        from lextra.data.shards import PreparedShards
         from lextra.evaluate import evaluate_model
         from lextra.io import atomic_write_json
         from lextra.reporting.perplexity import save_eval_outputs
@@ -117,9 +116,7 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
         setup = label.removeprefix(loaded.base).removeprefix("+") or "causal"
         out = _results_folder(args, loaded.results_root, setup)
         evaluation = evaluate_model(model, data, config, progress=not args.quiet, label=label)
-        source = {"corpus": data.corpus}
-        if isinstance(data, PreparedShards):
-            source["data"] = {"path": str(data.root), "manifest_sha256": data.sha256}
+        source = data.record()
         seed = (loaded.meta.get("train") or {}).get("seed")  # the training seed: `report` pools a label's seeds
         record = {"model": loaded.name, "label": label, "setup": setup, "seed": seed, **source}
         atomic_write_json(out / "results.json", {**record, **evaluation.to_dict(), "rerun": rerun_record(args)})

@@ -261,7 +261,7 @@ def eval_data_from(args: argparse.Namespace, meta: dict[str, Any]) -> Any:
     if args.data is not None or (args.corpus is None and args.limit_chars is None):
         shards = shards_for_model(meta, args.data)
         if shards is not None:
-            return shards
+            return shards.prepared_data()
     return prepare_for_model(meta, args.corpus, args.limit_chars)
 
 

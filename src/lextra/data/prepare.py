@@ -2,23 +2,68 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
+
+from torch import Tensor
 
 from lextra.data.corpora import Document, load_corpus, split_corpus
 from lextra.data.tokenizers import Tokenizer, build_tokenizer, tokenizer_from_config
+from lextra.data.windows import TrainStream, encode_documents
+
+
+class PreparedFolder(Protocol):
+    """What `PreparedData` reads of a prepared folder (`lextra.data.shards.PreparedShards`): its documents' stored
+    tokens, its train stream's windows and batches, and its path and manifest hash for results."""
+
+    root: Path
+    sha256: str
+
+    def documents(self, split: str, limit: int | None = None) -> list[Tensor]: ...
+
+    def __len__(self) -> int: ...
+
+    def windows(self, starts: Tensor, length: int) -> Tensor: ...
+
+    def batch(
+        self, step: int, batch_size: int, length: int, seed: int, rank: int = 0, world_size: int = 1
+    ) -> Tensor: ...
 
 
 @dataclass
 class PreparedData:
-    """A corpus split by document hash, and the tokenizer trained (if at all) on its train split only."""
+    """A corpus split by document hash, and the tokenizer trained (if at all) on its train split only: what every
+    training, evaluation and task reads, from the corpus in memory or from a prepared folder
+    (`PreparedShards.prepared_data`: its stored tokens, its texts decoded when read)."""
 
     corpus: str
-    splits: dict[str, list[Document]]
+    splits: Mapping[str, Sequence[Document]]
     tokenizer: Tokenizer
-    #: the train split's windows already encoded (a prepared folder's `PreparedShards`, whose `batch` draws what
-    #: `TrainStream.from_documents(splits["train"], tokenizer).batch` draws), so tasks need not encode it again
-    stream: Any = None
+    #: the prepared folder the splits come from (its tokens are read, not encoded again), or None
+    folder: PreparedFolder | None = None
+
+    def documents(self, split: str) -> list[Tensor]:
+        """The split's documents as 1-D token tensors: the folder's stored tokens, else the texts encoded (the
+        same tokens; a folder's in its file dtype)."""
+        if self.folder is not None:
+            return self.folder.documents(split)
+        return encode_documents(self.splits[split], self.tokenizer)
+
+    @functools.cached_property
+    def stream(self) -> TrainStream | PreparedFolder:
+        """The train split as one token stream: the folder's, else the split encoded (once)."""
+        if self.folder is not None:
+            return self.folder
+        return TrainStream.from_documents(self.splits["train"], self.tokenizer)
+
+    def record(self) -> dict[str, Any]:
+        """What results record of the data: the corpus, and the folder with its manifest hash where there is one."""
+        if self.folder is None:
+            return {"corpus": self.corpus}
+        return {"corpus": self.corpus, "data": {"path": str(self.folder.root), "manifest_sha256": self.folder.sha256}}
 
 
 def prepare_data(

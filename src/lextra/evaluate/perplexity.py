@@ -38,8 +38,7 @@ from tqdm import tqdm
 
 from lextra.attention.masks import Mask, build_mask
 from lextra.data.prepare import PreparedData
-from lextra.data.shards import PreparedShards
-from lextra.data.windows import encode_documents, eval_pieces
+from lextra.data.windows import eval_pieces
 from lextra.devices import autocast, check_eval_precision, module_device, resolve_precision
 from lextra.errors import ConfigError, DataError
 from lextra.evaluate.bootstrap import ppl_interval
@@ -139,7 +138,7 @@ class EvalConfig(Serializable):
 
 
 def evaluation_documents(
-    data: PreparedData | PreparedShards, split: str, need: int, count: int, prefix: Sequence[int] = ()
+    data: PreparedData, split: str, need: int, count: int, prefix: Sequence[int] = ()
 ) -> tuple[list[Tensor], bool, list[dict[str, Any]]]:
     """Up to `count` held-out pieces of `need` tokens (`eval_pieces`): the opening piece of each document that long
     in split order, then their second pieces and so on, so a corpus of few long documents still gives `count`
@@ -153,10 +152,7 @@ def evaluation_documents(
     split's; the pieces taken are int64 either way."""
     if split not in ("train", "validation", "test"):
         raise ConfigError(f"unknown split {split!r}; use train, validation or test")
-    if isinstance(data, PreparedShards):
-        tokens = data.documents(split)
-    else:
-        tokens = encode_documents(data.splits[split], data.tokenizer)
+    tokens = data.documents(split)
     head = torch.tensor(list(prefix), dtype=torch.long, device="cpu")
     try:
         pieces, stitched, origins = eval_pieces(tokens, need - head.numel(), count)
@@ -222,7 +218,7 @@ def prefix_invariant(model: Any, mask: Mask) -> bool:
         own = attn.inference
         if own.extension is not None or (own.local and own.mask is not None and not own.mask.causal):
             return False
-    for scheme in model.positions:
+    for scheme in model.schemes:
         scaling = getattr(scheme, "scaling", None)
         if scaling is not None and depends_on_length(scaling):
             return False
@@ -485,13 +481,12 @@ class _Estimate:
 
 
 def _scored_documents(
-    model: ScoredModel, data: PreparedData | PreparedShards, config: EvalConfig, span: int
+    model: ScoredModel, data: PreparedData, config: EvalConfig, span: int
 ) -> tuple[list[Tensor], bool, list[dict[str, Any]]]:
     """The evaluation's documents (`evaluation_documents`, BOS first for a model whose tokenizer adds one), with a
     warning on stderr where they are stitched or fewer than asked."""
     need = span + config.last_token_targets
-    tokenizer = data.tokenizer() if isinstance(data, PreparedShards) else data.tokenizer
-    prefix = evaluation_prefix(model, tokenizer)
+    prefix = evaluation_prefix(model, data.tokenizer)
     docs, stitched, sources = evaluation_documents(data, config.split, need, config.documents, prefix)
     if stitched:
         print(
@@ -513,7 +508,7 @@ def _scored_documents(
 @torch.no_grad()
 def evaluate_model(
     model: ScoredModel,
-    data: PreparedData | PreparedShards,
+    data: PreparedData,
     config: EvalConfig,
     *,
     progress: bool = True,

@@ -40,11 +40,11 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from lextra.data import Tokenizer, TrainStream, in_order
+from lextra.data import Tokenizer
 from lextra.data.packing import check_pack_corpus
 from lextra.data.positions import PositionSampler, build_sampler, sampled_batch
 from lextra.data.prepare import PreparedData, prepare_data
-from lextra.data.shards import PreparedShards, training_batches
+from lextra.data.shards import PreparedShards, data_batches
 from lextra.devices import autocast
 from lextra.errors import ConfigError, DataError
 from lextra.hf.export import export_model
@@ -199,20 +199,18 @@ class FinetuneConfig(LoopConfig):
 def _data(config: FinetuneConfig) -> tuple[Tokenizer, BatchSource]:
     """The tokenizer and the training batches in `config.order`: the prepared folder `config.data` (its tokenizer
     must be the run's: `--tokenizer`, else the model's own), or the corpus' train split encoded with that tokenizer."""
+    data: PreparedData
     if config.data is not None:
         shards = PreparedShards.open(config.data)
         shards.check_hf_tokenizer(tokenizer_config(config.model)["path"], config.tokenizer)
-        _check_length(len(shards), config)
-        return shards.tokenizer(), training_batches(shards, config.order)
-    data: PreparedData
-    if config.tokenizer:
+        data = shards.prepared_data()
+    elif config.tokenizer:
         data = prepare_data(config.corpus, tokenizer=config.tokenizer, limit_chars=config.limit_chars)
     else:
         own = tokenizer_config(config.model)
         data = prepare_data(config.corpus, limit_chars=config.limit_chars, tokenizer_config=own)
-    stream = TrainStream.from_documents(data.splits["train"], data.tokenizer)
-    _check_length(len(stream), config)
-    return data.tokenizer, in_order(stream, config.order)
+    _check_length(len(data.stream), config)
+    return data.tokenizer, data_batches(data, config.order)
 
 
 def _check_length(tokens: int, config: FinetuneConfig) -> None:

@@ -26,8 +26,6 @@ from torch import Tensor
 from lextra.analysis.capture import LayerAttention, layer_attention
 from lextra.data import eval_sequences
 from lextra.data.prepare import PreparedData
-from lextra.data.shards import PreparedShards
-from lextra.data.windows import encode_documents
 from lextra.errors import ConfigError, DataError
 from lextra.extend import InferenceSetup
 from lextra.model import GPT
@@ -110,13 +108,10 @@ def _solve(layer: _LayerLogits, statistic: str, target: Tensor, per_head: bool, 
     return ((lo + hi) / 2).exp().float().expand(heads).clone()
 
 
-def calibration_windows(data: PreparedData | PreparedShards, length: int, count: int, split: str) -> Tensor:
+def calibration_windows(data: PreparedData, length: int, count: int, split: str) -> Tensor:
     """`count` token windows (count, length) of a held-out split, on the CPU (models move their inputs); a
     prepared folder's split is read as tokens, without re-tokenizing."""
-    if isinstance(data, PreparedShards):
-        tokens = data.documents(split)
-    else:
-        tokens = encode_documents(data.splits[split], data.tokenizer)
+    tokens = data.documents(split)
     if not tokens:
         raise DataError(f"the {split} split is empty; calibration needs held-out text")
     sequences, _ = eval_sequences(tokens, length, count)
@@ -136,7 +131,7 @@ def _layer_statistics(model: Any, tokens: Tensor, statistic: str, mask: str, max
 @torch.no_grad()
 def align_temperatures(
     model: GPT | Any,
-    data: PreparedData | PreparedShards,
+    data: PreparedData,
     strategy: str,
     length: int,
     *,

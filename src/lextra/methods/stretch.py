@@ -37,7 +37,7 @@ def log_scalings() -> list[str]:
 
 def is_rotary(model: GPT) -> bool:
     """Whether the model's scheme rotates q and k (rope, xpos, coca), so RoPE scalings apply."""
-    return any(isinstance(scheme, RotaryFrequencies) for scheme in model.positions)
+    return any(isinstance(scheme, RotaryFrequencies) for scheme in model.schemes)
 
 
 def apply_rope_scaling(model: GPT, spec: str | dict[str, Any], layers: str | None = None) -> GPT:

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from lextra.data.prepare import PreparedData, model_data_spec, prepare_for_model
-from lextra.data.shards import PreparedShards, shards_for_model
+from lextra.data.shards import shards_for_model
 from lextra.errors import ConfigError
 from lextra.evaluate import evaluation_documents
 from lextra.pipelines.loading import ModelOptions, lextra_folder, load_model_spec
@@ -90,7 +90,7 @@ class TextSource:
         data: str | None = None,
     ) -> None:
         self.split, self.corpus, self.limit_chars, self.data = split, corpus, limit_chars, data
-        self._prepared: dict[str, PreparedData | PreparedShards] = {}
+        self._prepared: dict[str, PreparedData] = {}
 
     def texts(self, checkpoint: Checkpoint, need: int, count: int) -> Tensor:
         """`count` texts of `need` tokens (T, need) on the CPU: held-out pieces of whole documents where they are
@@ -99,7 +99,8 @@ class TextSource:
             shards = shards_for_model(checkpoint.meta, self.data)  # refused where tokenized otherwise
             assert shards is not None  # a given folder is opened or refused
             key = f"data:{shards.root}"
-            self._prepared.setdefault(key, shards)
+            if key not in self._prepared:
+                self._prepared[key] = shards.prepared_data()
         else:
             key = json.dumps(model_data_spec(checkpoint.meta, self.corpus, self.limit_chars), sort_keys=True)
             if key not in self._prepared:

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from lextra.attention.masks import build_mask
-from lextra.data.prepare import prepare_data
+from lextra.data.prepare import PreparedData
 from lextra.devices import resolve_device
 from lextra.errors import ConfigError
 from lextra.evaluate import EvalConfig, Evaluation, evaluate_model
@@ -120,11 +120,10 @@ def parse_plan_variant(spec: str) -> Variant:
 def variant_config(base: TrainConfig, variant: Variant) -> TrainConfig:
     """The training config of a variant's model: `base` with its scheme (options cleared), or its plan."""
     config = copy.deepcopy(base)
-    config.model.scheme_options = {}
     if variant.plan is None:
-        config.model.scheme, config.model.layer_plan = variant.scheme, None
-    else:  # the plan names every layer's scheme; `scheme` follows its first layer
-        config.model.scheme, config.model.layer_plan = "rope", variant.plan
+        config.model.set_layers(variant.scheme)
+    else:
+        config.model.set_layers(plan=variant.plan)
     return config.validate()
 
 
@@ -319,11 +318,10 @@ def _saved_result(result_path: Path, fingerprint: dict[str, Any]) -> VariantResu
     return VariantResult.from_dict(cached)
 
 
-def _evaluation_data(base: TrainConfig, progress: bool) -> Any:
-    """The prepared data the models trained on (the same documents, without re-tokenizing), else the corpus."""
-    return open_training_data(copy.deepcopy(base), progress)[0] or prepare_data(
-        base.corpus, base.tokenizer, base.limit_chars
-    )
+def _evaluation_data(base: TrainConfig, progress: bool) -> PreparedData:
+    """The data the models trained on: their prepared folder (the same documents, without re-tokenizing), else
+    the corpus."""
+    return open_training_data(copy.deepcopy(base), progress)[0]
 
 
 def _log_evaluation(log_dir: str | Path, evaluation: Evaluation, mask: str) -> None:

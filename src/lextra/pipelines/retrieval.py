@@ -111,13 +111,6 @@ def compare_pretrained(folder: str | Path, scheme: str) -> str:
     return str(path)
 
 
-def load_scaled(folder: str | Path, rope_scaling: str | None, device: str | torch.device = "cpu") -> tuple[Any, str]:
-    """The model in `folder` on `device` with `rope_scaling` applied, and a label naming both
-    (`lextra.pipelines.loading.load_lextra`, kept for callers of this pair)."""
-    loaded = load_lextra(folder, ModelOptions(setup_from(rope_scaling=rope_scaling)), device)
-    return loaded.model, loaded.label
-
-
 def compare_retrieval(
     variants: list[str],
     base: TrainConfig,
@@ -145,7 +138,7 @@ def compare_retrieval(
 
     def evaluate(label: str) -> None:
         scheme, scaling = parsed[label]
-        model, _ = load_scaled(models[scheme], scaling, device)
+        model = load_lextra(models[scheme], ModelOptions(setup_from(rope_scaling=scaling)), device).model
         _log(f"evaluating {label}")
         meta = read_model_meta(models[scheme])
         prompts = evaluation_task(task, text_data_for_model(meta, base.data), settings.candidates - 1)

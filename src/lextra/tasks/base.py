@@ -28,8 +28,6 @@ from lextra.tasks.registry import TRAINING_TASKS, TrainingTask, parse_task_spec
 PAD = -1
 #: tokens appended to every task's alphabet: padding, end of answer (decoder), answer placeholder (encoder)
 SPECIALS = ("<pad>", "<eos>", "<answer>")
-STYLES = ("encoder", "decoder")
-SCORES = ("per_token", "exact")
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ from typing import Any, Protocol
 
 import torch
 
-from lextra.data import TrainStream
 from lextra.data.prepare import PreparedData
 from lextra.errors import ConfigError
 from lextra.tasks.registry import TRAINING_TASKS, TaskSpec
@@ -66,9 +65,4 @@ def row_source(spec: TaskSpec, config: Any, data: PreparedData) -> RowSource:
     """The batches of a row task's spec for a run (its `TrainConfig` and prepared data): the task's rows over the
     train split, and its corpus windows where the spec's ratio is below 1."""
     task: RowTask = TRAINING_TASKS.get(spec.name).rows(config, data, spec.options)
-    lm = None
-    if spec.ratio < 1.0:
-        lm = (
-            data.stream if data.stream is not None else TrainStream.from_documents(data.splits["train"], data.tokenizer)
-        )
-    return RowSource(task, spec.ratio, lm)
+    return RowSource(task, spec.ratio, data.stream if spec.ratio < 1.0 else None)

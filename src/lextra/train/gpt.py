@@ -20,9 +20,7 @@ from lextra.compile import StepLoss, answer_loss, next_token_loss
 from lextra.data import eval_sequences
 from lextra.data.packing import check_pack_corpus
 from lextra.data.positions import PositionSampler, sampled_batch
-from lextra.data.prepare import PreparedData, prepare_data
-from lextra.data.shards import PreparedShards, training_batches
-from lextra.data.windows import encode_documents
+from lextra.data.prepare import PreparedData
 from lextra.errors import CheckpointError, ConfigError
 from lextra.model import GPT, GPTConfig, load_model, read_model_meta, save_model
 from lextra.positions.abacus import tokenizer_digits
@@ -63,7 +61,7 @@ def train(
 def make_optimizer(model: GPT, config: TrainConfig) -> torch.optim.AdamW:
     """AdamW; weight decay only on the network's matrices; position-scheme parameters (T5 table, KERPLE, FIRE,
     learned positions) get no decay and their own learning rate, lr * position_lr_scale."""
-    scheme_params = {id(p) for p in model.positions.parameters()}
+    scheme_params = {id(p) for p in model.schemes.parameters()}
     decay: list[torch.nn.Parameter] = []
     no_decay: list[torch.nn.Parameter] = []
     for param in model.parameters():
@@ -72,7 +70,7 @@ def make_optimizer(model: GPT, config: TrainConfig) -> torch.optim.AdamW:
     groups = [
         {"params": decay, "weight_decay": config.weight_decay, "lr_scale": 1.0},
         {"params": no_decay, "weight_decay": 0.0, "lr_scale": 1.0},
-        {"params": list(model.positions.parameters()), "weight_decay": 0.0, "lr_scale": config.position_lr_scale},
+        {"params": list(model.schemes.parameters()), "weight_decay": 0.0, "lr_scale": config.position_lr_scale},
     ]
     params = list(model.parameters())
     # one fused kernel per parameter group (not a Python loop over tensors) where torch has one for these tensors
@@ -143,13 +141,8 @@ class GPTTarget:
             return
         if config.pack != "none" and config.data is None:
             check_pack_corpus(config.corpus, config.limit_chars)
-        shards, cached = open_training_data(config, progress, prepare=world.is_main)
-        data: PreparedData | None = None
-        if shards is not None:
-            tokenizer = shards.tokenizer()
-        else:
-            data = prepare_data(config.corpus, config.tokenizer, config.limit_chars)
-            tokenizer = data.tokenizer
+        data, cached = open_training_data(config, progress, prepare=world.is_main)
+        tokenizer = data.tokenizer
         config.model.vocab_size = tokenizer.vocab_size
         if config.model.abacus is not None and "digits" not in config.model.abacus:
             config.model.abacus["digits"] = tokenizer_digits(tokenizer.encode, f"tokenizer {config.tokenizer!r}")
@@ -158,22 +151,16 @@ class GPTTarget:
         if self._mixed is not None:
             resolve_mixed_scaling(config, self._mixed)
         if resume:
-            check_same_data(run_dir, shards, cached=cached)
+            check_same_data(run_dir, data.folder, cached=cached)
             self._check_resumable(run_dir)
-        if shards is not None and config.task is None:
-            self._stream = training_batches(shards, config.order)
-        else:  # a task builds its samples from text: a prepared folder's documents decoded (`PreparedShards.texts`)
-            data = data if data is not None else shards.prepared_data()  # type: ignore[union-attr]
-            self._stream = batch_source(config, data)
+        self._stream = batch_source(config, data)
         if config.pack != "none":
             self._stream = packed_source(self._stream)
         self.extra = {"tokenizer": tokenizer.to_config(), "train": config.to_dict()}
-        if shards is not None:
-            self.extra["data"] = {"path": str(shards.root), "manifest_sha256": shards.sha256} | (
-                {"cache": True} if cached else {}
-            )
+        if "data" in data.record():
+            self.extra["data"] = data.record()["data"] | ({"cache": True} if cached else {})
         if world.is_main or config.fsdp:  # a sharded model's forward is a collective: every process evaluates
-            self.validation = validation_batches(data, shards, config)
+            self.validation = validation_batches(data, config)
 
     def _check_resumable(self, run_dir: Path) -> None:
         """Refuse to resume with a config that changes anything but `TrainConfig.RESUMABLE`."""
@@ -322,17 +309,11 @@ def _initialise_from(model: GPT, folder: str) -> None:
     load_full(model, source.state_dict())
 
 
-def validation_batches(
-    data: PreparedData | None, shards: PreparedShards | None, config: TrainConfig
-) -> list[torch.Tensor]:
+def validation_batches(data: PreparedData, config: TrainConfig) -> list[torch.Tensor]:
     """Fixed validation windows at the training length from the validation split ([] when there are none)."""
     if not config.eval_sequences:
         return []
-    if shards is not None:
-        tokens = shards.documents("validation")
-    else:
-        assert data is not None
-        tokens = encode_documents(data.splits["validation"], data.tokenizer)
+    tokens = data.documents("validation")
     if not tokens:
         return []
     sequences, _ = eval_sequences(tokens, config.model.train_len, config.eval_sequences)

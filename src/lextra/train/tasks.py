@@ -8,11 +8,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lextra.data import TrainStream, in_order
 from lextra.data.corpora import mixture_weights
 from lextra.data.positions import BatchSource
-from lextra.data.prepare import PreparedData
-from lextra.data.shards import PreparedShards, cached_shards, data_cache_dir
+from lextra.data.prepare import PreparedData, PreparedFolder, prepare_data
+from lextra.data.shards import PreparedShards, cached_shards, data_batches, data_cache_dir
 from lextra.errors import ConfigError
 from lextra.tasks.registry import parse_task_spec
 from lextra.tasks.rows import row_source
@@ -20,19 +19,20 @@ from lextra.train.config import TrainConfig
 
 
 def batch_source(config: TrainConfig, data: PreparedData) -> BatchSource:
-    """Plain language modelling on the corpus' train split, or the rows of the training task `config.task`."""
+    """Plain language modelling on the train split (a prepared folder's windows, its mixture parts by weight), or
+    the rows of the training task `config.task` (a folder's documents decoded)."""
     if config.task is None:
-        return in_order(TrainStream.from_documents(data.splits["train"], data.tokenizer), config.order)
+        return data_batches(data, config.order)
     return row_source(parse_task_spec(config.task), config, data)
 
 
 def open_training_data(
     config: TrainConfig, progress: bool = True, *, prepare: bool = True
-) -> tuple[PreparedShards | None, bool]:
-    """The prepared folder of `config.data`, or the data cache's entry of `config.corpus` for plain language
-    modelling (None for a task, or with the cache off), and whether it is the cache's. A `--data` folder's source
-    and limit become the config's (a task trains on its documents decoded). Only a process that may `prepare`
-    writes a cache entry; the others (torchrun ranks but 0) wait for it."""
+) -> tuple[PreparedData, bool]:
+    """A run's data and whether it is the data cache's: the prepared folder of `config.data`, the cache's entry of
+    `config.corpus` for plain language modelling, else (a task, or the cache off) the corpus read now. A `--data`
+    folder's source and limit become the config's (a task trains on its documents decoded). Only a process that
+    may `prepare` writes a cache entry; the others (torchrun ranks but 0) wait for it."""
     if config.data is None:
         if config.task is not None or data_cache_dir() is None:
             if mixture_weights(config.corpus) is not None:
@@ -41,16 +41,16 @@ def open_training_data(
                     f"a weighted mixture ({config.corpus}) samples prepared parts, but {why} the corpus into memory; "
                     "use plain language modelling with the data cache on, or --data DIR"
                 )
-            return None, False
+            return prepare_data(config.corpus, config.tokenizer, config.limit_chars), False
         shards = cached_shards(config.corpus, config.tokenizer, config.limit_chars, progress=progress, prepare=prepare)
-        return shards, True
+        return shards.prepared_data(), True
     shards = PreparedShards.open(config.data)
     shards.check_tokenizer(config.tokenizer)
     config.corpus, config.limit_chars = shards.manifest["source"], shards.manifest["limit_chars"]
-    return shards, False
+    return shards.prepared_data(), False
 
 
-def check_same_data(run_dir: Path, shards: PreparedShards | None, *, cached: bool = False) -> None:
+def check_same_data(run_dir: Path, shards: PreparedFolder | None, *, cached: bool = False) -> None:
     """Refuse to resume a run on prepared data other than what it was trained on (compared by manifest hash).
 
     A run on the raw corpus continues on its cache entry (`cached`): the two give the same batches."""

@@ -52,7 +52,7 @@ from lextra.data.shards.layout import (
     token_dtype,
     unfinished_command,
 )
-from lextra.data.shards.mixture import WeightedMixture, training_batches
+from lextra.data.shards.mixture import WeightedMixture, data_batches, training_batches
 from lextra.data.shards.reader import DecodedDocuments, PreparedShards
 from lextra.data.shards.writer import prepare_shards
 
@@ -69,6 +69,7 @@ __all__ = [
     "WeightedMixture",
     "cache_key",
     "cached_shards",
+    "data_batches",
     "data_cache_dir",
     "prepare_shards",
     "shards_for_model",

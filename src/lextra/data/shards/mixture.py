@@ -9,6 +9,8 @@ import torch
 
 from lextra.data.corpora import mixture_weights
 from lextra.data.orders import EpochOrder, check_order, in_order
+from lextra.data.positions import BatchSource
+from lextra.data.prepare import PreparedData
 from lextra.data.shards.reader import PreparedShards
 from lextra.data.windows import mixture_window_starts
 from lextra.errors import DataError
@@ -54,3 +56,11 @@ def training_batches(shards: PreparedShards, order: str = "iid") -> PreparedShar
             )
         return WeightedMixture(shards, weights)
     return in_order(shards, order)
+
+
+def data_batches(data: PreparedData, order: str = "iid") -> BatchSource:
+    """A run's training windows in `order`: its prepared folder's (`training_batches`), else the train split's
+    stream, encoded once."""
+    if isinstance(data.folder, PreparedShards):
+        return training_batches(data.folder, order)
+    return in_order(data.stream, order)

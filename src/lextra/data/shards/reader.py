@@ -242,9 +242,9 @@ class PreparedShards:
 
     def prepared_data(self) -> PreparedData:
         """The folder as `PreparedData` (what `prepare_data` gives for its source and tokenizer): every split's
-        documents decoded lazily (`texts`), the folder's tokenizer, and the folder as the train split's `stream`."""
+        documents decoded lazily (`texts`), the folder's tokenizer, and the folder itself for its tokens."""
         splits: dict[str, Any] = {name: self.texts(name) for name in SPLITS}
-        return PreparedData(self.corpus, splits, self.tokenizer(), stream=self)
+        return PreparedData(self.corpus, splits, self.tokenizer(), folder=self)
 
 
 def _read_manifest(root: Path) -> tuple[bytes, Any]:
@@ -307,19 +307,23 @@ class DecodedDocuments(Sequence[Document]):
     that normalizes may differ). Its id is `SPLIT/INDEX` (the folder records no document ids)."""
 
     def __init__(self, shards: PreparedShards, split: str) -> None:
-        self._tokens = shards.documents(split)
         self._split = split
-        self._tokenizer: Tokenizer | None = None
         self._shards = shards
         self._texts: dict[int, Document] = {}
 
     def __len__(self) -> int:
-        return len(self._tokens)
+        return self._shards.num_documents(self._split)
+
+    @functools.cached_property
+    def _tokens(self) -> list[torch.Tensor]:
+        return self._shards.documents(self._split)
+
+    @functools.cached_property
+    def _tokenizer(self) -> Tokenizer:
+        return self._shards.tokenizer()
 
     def _document(self, index: int) -> Document:
         if index not in self._texts:
-            if self._tokenizer is None:
-                self._tokenizer = self._shards.tokenizer()
             text = self._tokenizer.decode(self._tokens[index].tolist())
             self._texts[index] = Document(f"{self._split}/{index}", text)
         return self._texts[index]

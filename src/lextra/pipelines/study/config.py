@@ -141,7 +141,7 @@ def _parse_models(entries: list[Any], train: TrainConfig, where: str) -> list[Mo
             build_scheme(spec.scheme, train.model.head_dims(), **spec.options)
         else:
             model = copy.deepcopy(train.model)
-            model.scheme, model.scheme_options, model.layer_plan = spec.scheme, dict(spec.options), spec.layer_plan
+            model.set_layers(spec.scheme, spec.options, spec.layer_plan)
             model.validate()
         models.append(spec)
     if not models:

@@ -78,8 +78,7 @@ class Study:
         self.device, self.jobs = resolve_device(device), jobs
         #: the code versions that computed the cells used (recorded in each cell)
         self.commits: set[str] = set()
-        self._data: PreparedData | PreparedShards | None = None
-        self._texts: PreparedData | None = None
+        self._data: PreparedData | None = None
         self._world: Distributed | None = None
         self.models: dict[tuple[str, int], Path] = {}
         self._checksums: dict[tuple[str, int], str] = {}
@@ -88,26 +87,19 @@ class Study:
 
     # --- plumbing -------------------------------------------------------------------------------------------
     @property
-    def data(self) -> PreparedData | PreparedShards:
-        """What evaluations read: the prepared folder of `[train] data` (its tokens, not re-tokenized; refused when
-        prepared with another tokenizer than the study's), else the corpus read and tokenized now."""
+    def data(self) -> PreparedData:
+        """What evaluations and text tasks read: the prepared folder of `[train] data` (its tokens, not re-tokenized,
+        its documents decoded for prompts; refused when prepared with another tokenizer than the study's), else the
+        corpus read and tokenized now."""
         if self._data is None:
             train = self.config.train
             if train.data is not None:
                 shards = PreparedShards.open(train.data)
                 shards.check_tokenizer(train.tokenizer)
-                self._data = shards
+                self._data = shards.prepared_data()
             else:
                 self._data = prepare_data(train.corpus, train.tokenizer, train.limit_chars)
         return self._data
-
-    @property
-    def texts(self) -> PreparedData:
-        """What text tasks read (retrieval prompts): `data`, a prepared folder's documents decoded lazily."""
-        if self._texts is None:
-            data = self.data
-            self._texts = data.prepared_data() if isinstance(data, PreparedShards) else data
-        return self._texts
 
     @property
     def world(self) -> Distributed:
@@ -323,7 +315,7 @@ class Study:
         def compute(variant: str, label: str, seed: int, scaling: Any) -> RetrievalResult:
             folder = tuned[(label, seed)]
             model = load_lextra(folder, ModelOptions(setup_from(rope_scaling=scaling)), self.device).model.eval()
-            task = build_task(task_name, self.texts.tokenizer, self.texts.splits["test"])
+            task = build_task(task_name, self.data.tokenizer, self.data.splits["test"])
             return evaluate_retrieval(
                 model, task, lengths, depths, samples=samples, progress=self.progress, label=variant
             )
@@ -465,7 +457,7 @@ class Study:
 
         def compute(label: str) -> RulerResult:
             key = {"weights": self.weights(label, seed)}
-            target = RulerTarget(self.load(label, seed), self.texts.tokenizer, label=label, key=key)
+            target = RulerTarget(self.load(label, seed), self.data.tokenizer, label=label, key=key)
             return run_ruler(target, settings, self.out / "ruler" / label, progress=self.progress)
 
         jobs = [
@@ -523,9 +515,7 @@ def _train_in_worker(out: str, commit: str, device: str, cell: tuple[str, TrainC
 def train_config(study: StudyConfig, spec: ModelSpec, seed: int):
     """The study's training config for one model and seed."""
     config = copy.deepcopy(study.train)
-    config.model.scheme = spec.scheme
-    config.model.scheme_options = dict(spec.options)
-    config.model.layer_plan = spec.layer_plan
+    config.model.set_layers(spec.scheme, spec.options, spec.layer_plan)
     config.seed = seed
     if config.log_dir is not None:  # one TensorBoard run per model and seed
         config.log_dir = str(Path(config.log_dir) / spec.label / f"seed{seed}")

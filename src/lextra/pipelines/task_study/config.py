@@ -102,8 +102,7 @@ class TaskStudyConfig:
     def train_config(self, spec: TaskModelSpec, task: str, seed: int) -> TrainConfig:
         """The training config of one (model, task, seed)."""
         config = copy.deepcopy(self.train)
-        config.model.scheme, config.model.scheme_options = spec.scheme, dict(spec.options)
-        config.model.layer_plan = spec.layer_plan
+        config.model.set_layers(spec.scheme, spec.options, spec.layer_plan)
         config.model.abacus = None if spec.abacus is None else dict(spec.abacus)
         config.positions, config.task, config.seed = spec.positions, task, seed
         config.task_lengths = self.train_lengths.get(task)
