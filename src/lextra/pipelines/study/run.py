@@ -341,25 +341,38 @@ class Study:
             for variant, label, scaling in variants
             for seed in self.config.seeds
         ]
-        found: dict[int, RetrievalResult] = {}
-
-        def collect(indices: list[int]) -> None:
-            found.update(zip(indices, self.cells([jobs[i] for i in indices]), strict=True))
-
-        missing = [
-            (label, seed) for (_, label, seed), job in zip(places, jobs, strict=True) if self._saved(job) is None
-        ]
-        order = list(dict.fromkeys(missing))  # the variants' order: a study cut short has answered the first ones
-        for start in range(0, len(order), max(1, self.jobs)):  # `jobs` fine-tunings at a time, then their cells
-            chunk = order[start : start + max(1, self.jobs)]
-            folders = self.train_cells([self._fine_tune(label, seed, configs[(label, seed)]) for label, seed in chunk])
-            tuned.update(zip(chunk, folders, strict=True))
-            collect([i for i, (_, label, seed) in enumerate(places) if (label, seed) in chunk])
-        collect([i for i in range(len(jobs)) if i not in found])
+        found = self._tuned_cells(places, jobs, configs, tuned)
         results: dict[str, dict[int, RetrievalResult]] = {}
         for i, (variant, _, seed) in enumerate(places):
             results.setdefault(variant, {})[seed] = found[i]
         return results
+
+    def _tuned_cells(
+        self,
+        places: list[tuple[str, str, int]],
+        cells: list[Cell],
+        configs: dict[tuple[str, int], TrainConfig],
+        tuned: dict[tuple[str, int], Path],
+    ) -> dict[int, Any]:
+        """Each retrieval cell's result by index: the missing models fine-tuned `jobs` at a time in the variants'
+        order (recorded in `tuned`, which the cells read), each batch's cells evaluated as it lands, so a study cut
+        short has answered its first variants; then the saved cells read."""
+        found: dict[int, Any] = {}
+
+        def collect(indices: list[int]) -> None:
+            found.update(zip(indices, self.cells([cells[i] for i in indices]), strict=True))
+
+        missing = [
+            (label, seed) for (_, label, seed), cell in zip(places, cells, strict=True) if self._saved(cell) is None
+        ]
+        order = list(dict.fromkeys(missing))
+        for start in range(0, len(order), max(1, self.jobs)):
+            chunk = order[start : start + max(1, self.jobs)]
+            folders = self.train_cells([self._fine_tune(label, seed, configs[(label, seed)]) for label, seed in chunk])
+            tuned.update(zip(chunk, folders, strict=True))
+            collect([i for i, (_, label, seed) in enumerate(places) if (label, seed) in chunk])
+        collect([i for i in range(len(cells)) if i not in found])
+        return found
 
     def _retrieval_variants(self, section: dict[str, Any]) -> list[tuple[str, str, Any]]:
         """(variant, the label of its model, its RoPE scaling) for each of the section's variants: a model's label
