@@ -93,18 +93,10 @@ class TileRun:
 
 
 def tiled_passes(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    run: TileRun,
-    q_pos: Tensor,
-    k_pos: Tensor,
-    scale: float,
-    rows: Tensor | None,
-    block_size: int | None,
+    q: Tensor, k: Tensor, v: Tensor, run: TileRun, ctx: AttentionContext, rows: Tensor | None, block_size: int | None
 ) -> Tensor:
-    """Query blocks x passes x key tiles, merged by log-sum-exp (see the module docstring); `rows` the queries'
-    logit factor (1|H, Lq) or None."""
+    """Query blocks x passes x key tiles over the context's positions and scale, merged by log-sum-exp (see the
+    module docstring); `rows` the queries' logit factor (1|H, Lq) or None."""
     B, H, Lq, _ = q.shape
     Lk = k.shape[-2]
     if Lq == 0 or Lk == 0:
@@ -112,7 +104,7 @@ def tiled_passes(
     block = max(1, int(block_size or TILE))
     if run.scheme is not None and run.scheme.rotate_span is not None:
         block = min(block, run.scheme.rotate_span)
-    call = _TiledCall(q, k, v, run, q_pos, k_pos, scale, rows, block)
+    call = _TiledCall(q, k, v, run, ctx.q_pos, ctx.k_pos, ctx.scale, rows, block)
     q_sorted = all(a <= b for a, b in itertools.pairwise(call.q_list))
     out = None if call.grad else q.new_empty(B, H, Lq, v.shape[-1])
     outputs: list[Tensor] = []
@@ -448,7 +440,7 @@ def tiled_causal_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContex
     rotary = scheme if scheme is not None and scheme.transforms_qk else None
     run = TileRun(rotary, _causal_pass, None, ctx.seq_len, "causal", None, ctx.sinks, bias, key_width)
     rows = row_factor(None, tau, ctx.q_pos.numel(), q.device)
-    return tiled_passes(q, k, v, run, ctx.q_pos, ctx.k_pos, ctx.scale, rows, block)
+    return tiled_passes(q, k, v, run, ctx, rows, block)
 
 
 def _causal_pass(q_first: int, q_last: int) -> list[Pass]:
@@ -480,7 +472,7 @@ def tiled_extension(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> T
     assert passes is not None  # the dispatch runs this under an extension's passes
     run = TileRun(ctx.scheme, passes.passes, passes.period, ctx.seq_len or 1, repr(passes), ctx.softcap, ctx.sinks)
     rows = row_factor(passes.query_scale(ctx.q_pos), ctx.tau, ctx.q_pos.numel(), q.device)
-    return tiled_passes(q, k, v, run, ctx.q_pos, ctx.k_pos, ctx.scale, rows, ctx.block_size)
+    return tiled_passes(q, k, v, run, ctx, rows, ctx.block_size)
 
 
 def tiled_bands(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
@@ -500,7 +492,7 @@ def tiled_bands(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tenso
     run = TileRun(None, passes, mask.period, None, repr(mask))
     rows = row_factor(None, ctx.tau, ctx.q_pos.numel(), q.device)
     block = ctx.block_size or max(TILE, mask.period or 0)
-    return tiled_passes(q, k, v, run, ctx.q_pos, ctx.k_pos, ctx.scale, rows, block)
+    return tiled_passes(q, k, v, run, ctx, rows, block)
 
 
 def bands_apply(mask: Mask, device: torch.device, dtype: torch.dtype) -> bool:
