@@ -131,20 +131,19 @@ class Study:
     def train_cell(self, name: str, config: TrainConfig, run_dir: Path) -> Path:
         """A training cell: the trained (or reused) model folder. Every process trains it, together (DDP/FSDP)."""
         job = Cell("training", name, config.to_dict(), partial(self._train, config, run_dir))
-        record = self._saved(job)
-        if record is None or not Path(record["result"]).exists():  # a cell copied without its folder: retrain
-            return Path(self._compute(job))
-        return Path(self._reuse(job, record))
+        record = self._trained(name, config)
+        return Path(self._compute(job) if record is None else self._reuse(job, record))
+
+    def _trained(self, name: str, config: TrainConfig) -> dict[str, Any] | None:
+        """A training cell's saved record while its folder exists (a cell copied without its folder: None)."""
+        record = read_cell(cell_path(self.out, "training", name), config.to_dict())
+        return record if record is not None and Path(record["result"]).exists() else None
 
     def train_cells(self, cells: Sequence[tuple[str, TrainConfig, Path]]) -> list[Path]:
         """Training cells (name, config, folder), each `train_cell`; the missing ones first trained `jobs` at a
         time in worker processes (not under torchrun, where every process trains each model together)."""
         if self.jobs > 1 and self.world.size == 1:
-            missing = [
-                cell for cell in cells
-                if (record := read_cell(cell_path(self.out, "training", cell[0]), cell[1].to_dict())) is None
-                or not Path(record["result"]).exists()
-            ]  # fmt: skip
+            missing = [cell for cell in cells if self._trained(cell[0], cell[1]) is None]
             worker = partial(_train_in_worker, str(self.out), self.commit, str(self.device))
             run_cells(missing, lambda cell: cell[0], worker, worker, self.jobs)
         return [self.train_cell(*cell) for cell in cells]
