@@ -18,6 +18,7 @@ from lextra.evaluate.perplexity import _chunks, _last_token, _sliding
 from lextra.model import GPTConfig, load_model
 from lextra.pipelines.compare import compare, parse_variant
 from lextra.train import TrainConfig, learning_rate, train
+from lextra.train.checkpoints import refuse_changes
 
 LIMIT = 400_000  # characters of the built-in corpus: enough documents for every split
 
@@ -81,6 +82,15 @@ def test_resume_refuses_an_incompatible_config(tmp_path) -> None:
         train(changed, tmp_path, resume=True, progress=False)
     with pytest.raises(ConfigError, match="already holds a training run; pass --resume"):
         train(tiny_config(), tmp_path, progress=False)
+
+
+def test_resume_reads_one_init_from_written_relative_or_absolute(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "base").mkdir()
+    saved = {"init_from": "base", "lr": 0.1}
+    refuse_changes(tmp_path, saved, {"init_from": str(tmp_path / "base"), "lr": 0.1}, frozenset())
+    with pytest.raises(ConfigError, match=r"init_from: saved 'base', now 'other'"):
+        refuse_changes(tmp_path, saved, {"init_from": "other", "lr": 0.1}, frozenset())
 
 
 def test_learning_rate_schedule() -> None:

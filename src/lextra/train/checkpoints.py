@@ -169,9 +169,19 @@ def saved_position(run_dir: Path, step: int) -> Any:
     return json.loads(state_path.read_text()).get("data_position")
 
 
+#: settings that name a file: one file written relative or absolute is the same setting
+PATH_SETTINGS = frozenset({"init_from"})
+
+
+def _same_setting(key: str, saved: Any, current: Any) -> bool:
+    if key in PATH_SETTINGS and isinstance(saved, str) and isinstance(current, str):
+        return Path(saved).resolve() == Path(current).resolve()
+    return bool(saved == current)
+
+
 def refuse_changes(run_dir: Path, saved: dict[str, Any], current: dict[str, Any], allowed: frozenset[str]) -> None:
     """Refuse to resume `run_dir` with settings that differ from the saved ones in anything but `allowed`."""
-    differences = [k for k in current if k not in allowed and saved.get(k) != current[k]]
+    differences = [k for k in current if k not in allowed and not _same_setting(k, saved.get(k), current[k])]
     if differences:
         detail = "; ".join(f"{k}: saved {saved.get(k)!r}, now {current[k]!r}" for k in differences[:4])
         raise ConfigError(
