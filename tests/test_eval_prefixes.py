@@ -11,7 +11,7 @@ from lextra.attention.masks import build_mask
 from lextra.data.prepare import prepare_data
 from lextra.evaluate import EvalConfig, evaluate_model
 from lextra.evaluate.perplexity import _windows, evaluation_documents, prefix_invariant
-from lextra.extend import InferenceSetup, apply_extension
+from lextra.extend import InferenceSetup
 from lextra.model import GPT, GPTConfig
 
 SETTINGS = {"lengths": [8, 16, 32], "documents": 1, "last_token_targets": 2, "max_batch_tokens": 64}
@@ -88,5 +88,5 @@ def test_length_dependent_models_are_not_shared_and_stay_exact(data) -> None:
     _check(model, data, EvalConfig(protocols=["chunks", "sliding"], **SETTINGS))
     assert not prefix_invariant(_model(), build_mask("full", 8))
     extended = _model()
-    apply_extension(extended, "self_extend")
+    InferenceSetup(extension="self_extend").apply(extended)
     assert not prefix_invariant(extended, build_mask("causal", 8))

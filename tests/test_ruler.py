@@ -349,11 +349,11 @@ def tiny_llama(max_pos: int = 64):
 @torch.no_grad()
 def test_cached_greedy_decoding_equals_recomputing_the_whole_sequence(mask, extend) -> None:
     from lextra.attention import build_mask
-    from lextra.extend import apply_extension
+    from lextra.extend import InferenceSetup
 
     model = tiny_gpt()
     if extend:  # attention sinks evict keys from the cache: the preallocated cache falls back to growing tensors
-        apply_extension(model, extend)
+        InferenceSetup(extension=extend).apply(model)
     prompts = torch.randint(0, 256, (2, 200), generator=torch.Generator().manual_seed(1))
     full = build_mask(mask or "causal", 64)
     ids = prompts.clone()
