@@ -91,15 +91,14 @@ HF_CORPUS = "english"
 @dataclass
 class LoadedModel:
     """A model ready to evaluate: the model, its tokenizer (None when not asked for), the label its results carry
-    (`base`, the model's own name, then the setup's changes), the mask a lextra GPT runs with (a Hugging Face
-    adapter holds its own: None), the name results record, a lextra model's folder, the metadata evaluations read
-    (a lextra model's saved one; for a Hugging Face model its corpus, tokenizer and `hf` record) and what `key` is
-    made of."""
+    (`base`, the model's own name, then the setup's changes), the name results record, a lextra model's folder,
+    the metadata evaluations read (a lextra model's saved one; for a Hugging Face model its corpus, tokenizer and
+    `hf` record), what `key` is made of and the `InferenceSetup` applied to the model (its layers hold what it
+    set: the mask among them)."""
 
     model: Any
     tokenizer: Any
     label: str
-    mask: str | None = None
     name: str = ""
     folder: Path | None = None
     meta: dict[str, Any] = field(default_factory=dict)
@@ -107,6 +106,7 @@ class LoadedModel:
     #: the weights file or folder of a Hugging Face model, checksummed when `key` is first read
     weights_path: Path | None = None
     temperatures: Any = None
+    inference: InferenceSetup = field(default_factory=InferenceSetup)
     _key: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
@@ -208,9 +208,10 @@ def load_lextra(
             tokenizer = build_tokenizer_spec(options.tokenizer, options.haystack)
         else:
             tokenizer = tokenizer_from_config(meta.get("tokenizer", {"kind": "bytes"}))
-    mask = setup.mask if isinstance(setup.mask, str) else None
     base = model.config.layer_plan or model.config.scheme
-    return LoadedModel(model, tokenizer, label, mask, str(folder), folder, meta, base, temperatures=temperatures)
+    return LoadedModel(
+        model, tokenizer, label, str(folder), folder, meta, base, temperatures=temperatures, inference=setup
+    )
 
 
 def load_hugging_face(
@@ -248,9 +249,8 @@ def load_hugging_face(
         "hf": {"path": str(path.resolve()), "tokenizer": options.tokenizer},
     }
     base = hf_label(spec)
-    return LoadedModel(
-        model, chosen if with_tokenizer else None, base + suffix, None, spec, None, meta, base, path, temperatures
-    )
+    tokenizer = chosen if with_tokenizer else None
+    return LoadedModel(model, tokenizer, base + suffix, spec, None, meta, base, path, temperatures, setup)
 
 
 def hf_label(spec: str) -> str:
