@@ -13,7 +13,7 @@ import transformers
 from lextra.errors import ConfigError
 from lextra.extend import KEEP, ExtendedAttention, InferenceSetup, build_extension
 from lextra.hf import HFCausalLM, HFSeq2Seq, adapt
-from lextra.methods import known_methods, prepared
+from lextra.methods import known_methods, methods_for, prepared
 from lextra.model import GPT, GPTConfig
 from lextra.positions.scaling import parse_rope_scaling
 
@@ -131,6 +131,26 @@ def test_prepared_goes_through_the_setup_and_refuses_unknown_methods() -> None:
     with pytest.raises(ConfigError, match="unknown inference method 'yarn2'; choose one of none, linear, ntk"):
         prepared(base, "yarn2", None, 40, 2.0)
     assert "extend:NAME" in known_methods()
+
+
+@torch.no_grad()
+def test_stretch_methods_are_the_registries_names(monkeypatch) -> None:
+    from lextra.positions.logn import LOG_SCALINGS, LogScaling
+
+    class Doubled(LogScaling):
+        name = "doubled"
+
+        @staticmethod
+        def factor(q_pos, k_pos, mask, train_len, scale):
+            return torch.full((1, q_pos.numel()), 2.0)
+
+    monkeypatch.setitem(LOG_SCALINGS._classes, "doubled", Doubled)  # as a plugin registers it
+    base, ids = _gpt(), _tokens()
+    assert methods_for(base)[-2:] == ["qwen", "doubled"] and "doubled" in known_methods()
+    doubled = prepared(base, "doubled", None, 40, 2.0)
+    assert all(block.attn.inference.log_scaling == "doubled" for block in doubled.blocks)
+    assert not torch.equal(doubled(ids), base(ids))
+    assert methods_for(_gpt("alibi"), ["extend:rerope"]) == ["none", "pmax", "entropy", "log-length", "qwen", "doubled"]
 
 
 def _tiny_llama(seed: int = 0):

@@ -71,14 +71,6 @@ class Request:
     windows: int = 2
 
 
-def _always(model: GPT, method: str) -> bool:
-    return True
-
-
-def _rotary(model: GPT, method: str) -> bool:
-    return is_rotary(model)
-
-
 def _extension_applies(model: GPT, method: str) -> bool:
     if not is_rotary(model):
         return False
@@ -117,7 +109,7 @@ class MethodKind:
 
     names: Callable[[], list[str]]
     setup: Callable[[Request, str], InferenceSetup]
-    applies: Callable[[GPT, str], bool] = _always
+    applies: Callable[[GPT, str], bool] = lambda model, method: True
     prefix: str | None = None
 
     def owns(self, method: str) -> bool:
@@ -134,7 +126,7 @@ class MethodKind:
 #: every kind of inference-time method, in the order they are listed
 METHOD_KINDS: tuple[MethodKind, ...] = (
     MethodKind(lambda: ["none"], lambda request, method: InferenceSetup()),
-    MethodKind(rope_scalings, _rope_scaling, _rotary),
+    MethodKind(rope_scalings, _rope_scaling, lambda model, method: is_rotary(model)),
     MethodKind(lambda: list(TEMPERATURES), _alignment),
     MethodKind(log_scalings, lambda request, method: InferenceSetup(log_scaling=method)),
     MethodKind(EXTENSIONS.names, _extension, _extension_applies, EXTEND),
