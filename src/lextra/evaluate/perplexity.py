@@ -210,7 +210,7 @@ class ScoredModel(Protocol):
 
 def prefix_invariant(model: Any, mask: Mask) -> bool:
     """True when a window's per-position losses are those of the same positions in a longer window starting at the
-    same token: a lextra GPT whose every layer attends causally (the call's mask and each layer's own), with no
+    same token: a lextra GPT whose every layer attends causally (the evaluation's mask and each layer's own), with no
     training-free extension method and no RoPE scaling that depends on the sequence length (dynamic NTK,
     LongRoPE). Positions then count from the window's start in both, and causal attention never lets a position
     see past itself, so position p's hidden states are the same in both windows."""
