@@ -533,9 +533,9 @@ def evaluate_model(
                file=sys.stderr, dynamic_ncols=True)  # fmt: skip
     estimate = _Estimate(total, label, announce=not progress)
     saved = InferenceSetup(temperatures=model.config.temperatures, mask=setup_mask(model))
-    InferenceSetup(mask=config.mask).apply(model)
     results: dict[str, dict[int, PerplexityPoint]] = {p: {} for p in config.protocols}
     try:
+        InferenceSetup(mask=config.mask).apply(model)
         for group, scorer, batches in scorers:
             if config.temperature == "log-length":
                 tau = log_length_temperature(train_len, group[0])
