@@ -28,7 +28,7 @@ from pathlib import Path
 from lextra.data.prepare import prepare_for_model
 from lextra.errors import LengthError
 from lextra.evaluate import EvalConfig, evaluate_model
-from lextra.extend import EXTENSIONS, apply_extension, build_extension
+from lextra.extend import EXTENSIONS, InferenceSetup, build_extension
 from lextra.io import atomic_write_json, atomic_write_text
 from lextra.methods import apply_rope_scaling
 from lextra.model import load_model, read_model_meta
@@ -55,7 +55,7 @@ def prepared(folder: str, variant: str):
     """The model in `folder` with `variant` applied."""
     model = load_model(folder).eval()
     if variant.startswith("extend:"):
-        apply_extension(model, variant[len("extend:") :])
+        InferenceSetup(extension=variant[len("extend:") :]).apply(model)
     elif variant != "none":
         apply_rope_scaling(model, variant)
     return model

@@ -11,7 +11,7 @@ from lextra.attention.masks import build_mask
 from lextra.data.prepare import prepare_data
 from lextra.evaluate import EvalConfig, evaluate_model
 from lextra.evaluate.perplexity import _windows, evaluation_documents, prefix_invariant
-from lextra.extend import InferenceSetup, apply_extension
+from lextra.extend import InferenceSetup
 from lextra.model import GPT, GPTConfig
 
 SETTINGS = {"lengths": [8, 16, 32], "documents": 1, "last_token_targets": 2, "max_batch_tokens": 64}
@@ -69,6 +69,26 @@ def test_shared_prefixes_give_each_window_alone(data, scheme: str, plan: str | N
     _check(model, data, EvalConfig(mask=mask, **SETTINGS))
 
 
+def test_the_evaluation_s_mask_reaches_the_layers_through_a_setup_and_the_model_s_own_comes_back(data) -> None:
+    model = InferenceSetup(mask="window:4").apply(_model("alibi"))
+    own = [block.attn.inference.mask for block in model.blocks]
+    calls: list[object] = []
+    features = model.features
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs.get("mask"))
+        assert all(block.attn.inference.mask.name == "bca" for block in model.blocks)
+        return features(*args, **kwargs)
+
+    model.features = spy  # type: ignore[method-assign]
+    config = EvalConfig(mask="bca", protocols=["chunks"], **SETTINGS)
+    evaluate_model(model, data, config, progress=False)
+    del model.features
+    assert calls and set(calls) == {None}  # no call names a mask: the layers hold it
+    assert [block.attn.inference.mask for block in model.blocks] == own
+    _check(model, data, config)  # the evaluation's mask, not the model's window
+
+
 def test_a_short_window_runs_inside_the_long_one(data) -> None:
     """chunks of 8 and 16 at offsets 0 and 16 run inside the chunks of 32 and 16 there: 64 rows, not 3 x 32."""
     model = _model()
@@ -88,5 +108,5 @@ def test_length_dependent_models_are_not_shared_and_stay_exact(data) -> None:
     _check(model, data, EvalConfig(protocols=["chunks", "sliding"], **SETTINGS))
     assert not prefix_invariant(_model(), build_mask("full", 8))
     extended = _model()
-    apply_extension(extended, "self_extend")
+    InferenceSetup(extension="self_extend").apply(extended)
     assert not prefix_invariant(extended, build_mask("causal", 8))

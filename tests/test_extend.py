@@ -12,7 +12,7 @@ from lextra.errors import ConfigError, LengthError
 from lextra.extend import (
     EXTENSIONS,
     ExtendedAttention,
-    apply_extension,
+    InferenceSetup,
     build_extension,
     check_scheme,
     extended_attention,
@@ -304,7 +304,7 @@ def test_absolute_and_bias_schemes_are_refused(scheme_name: str) -> None:
         check_scheme(scheme, build_extension("rerope", L))
     model = GPT(GPTConfig(vocab_size=16, n_layer=1, n_head=2, d_model=32, train_len=L, scheme=scheme_name))
     with pytest.raises(ConfigError, match="rope, xpos or coca"):
-        apply_extension(model, "rerope")
+        InferenceSetup(extension="rerope").apply(model)
 
 
 def test_a_mask_other_than_causal_is_refused() -> None:
@@ -330,7 +330,8 @@ def test_cached_decoding_equals_the_full_forward_past_the_training_length(name: 
     tokens = torch.randint(0, 50, (1, 120), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         plain = model(tokens)
-        method = apply_extension(model, name)
+        method = build_extension(name, model.config.train_len)
+        InferenceSetup(extension=method).apply(model)
         full = model(tokens)
         reference = model(tokens, backend="reference")
         through_flex = model(tokens, backend="flex")
@@ -347,7 +348,7 @@ def test_cached_decoding_equals_the_full_forward_past_the_training_length(name: 
         assert all(keys.shape[-2] == kept < 120 for keys in cache.keys)
     else:
         assert all(keys.shape[-2] == 120 for keys in cache.keys)
-    apply_extension(model, None)
+    InferenceSetup(extension=None).apply(model)
     with torch.no_grad():
         assert (model(tokens) - plain).abs().max() == 0
 

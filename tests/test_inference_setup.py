@@ -11,9 +11,9 @@ import torch
 import transformers
 
 from lextra.errors import ConfigError
-from lextra.extend import KEEP, ExtendedAttention, InferenceSetup, apply_extension, build_extension
+from lextra.extend import KEEP, ExtendedAttention, InferenceSetup, build_extension
 from lextra.hf import HFCausalLM, HFSeq2Seq, adapt
-from lextra.methods import known_methods, prepared
+from lextra.methods import known_methods, methods_for, prepared
 from lextra.model import GPT, GPTConfig
 from lextra.positions.scaling import parse_rope_scaling
 
@@ -55,13 +55,10 @@ def test_a_setup_gives_a_gpt_the_logits_of_the_settings_it_replaces() -> None:
 
 
 @torch.no_grad()
-def test_a_setup_s_extension_is_apply_extension_and_its_reference() -> None:
+def test_a_setup_s_extension_is_its_reference() -> None:
     base, ids = _gpt(), _tokens()
-    old = copy.deepcopy(base)
-    apply_extension(old, "rerope:window=8")
     new = InferenceSetup(extension="rerope:window=8").apply(copy.deepcopy(base))
     assert all(isinstance(block.attn.extension, ExtendedAttention) for block in new.blocks)
-    assert torch.equal(new(ids), old(ids))
     assert (new(ids) - new(ids, backend="reference")).abs().max() < 1e-5
     InferenceSetup(extension="none").apply(new)
     assert all(block.attn.extension is None for block in new.blocks)
@@ -111,9 +108,9 @@ def test_a_setup_refuses_what_the_model_cannot_take() -> None:
         InferenceSetup(mask="bca:8").apply(extended)
     with pytest.raises(ConfigError, match="not dict"):
         InferenceSetup(temperatures=None).apply({})
-    with pytest.raises(ConfigError, match="AttentionExtension"):
-        extended.blocks[0].attn._set_extension(lambda *args, **kwargs: None)
-    with pytest.raises(AttributeError, match="no setter"):  # read-only: a setup or apply_extension sets it
+    with pytest.raises(ConfigError, match="unknown extension method"):
+        InferenceSetup(extension=lambda *args, **kwargs: None).apply(extended)  # type: ignore[arg-type]
+    with pytest.raises(AttributeError, match="no setter"):  # read-only: a setup sets it
         extended.blocks[0].attn.extension = None
 
 
@@ -134,6 +131,26 @@ def test_prepared_goes_through_the_setup_and_refuses_unknown_methods() -> None:
     with pytest.raises(ConfigError, match="unknown inference method 'yarn2'; choose one of none, linear, ntk"):
         prepared(base, "yarn2", None, 40, 2.0)
     assert "extend:NAME" in known_methods()
+
+
+@torch.no_grad()
+def test_stretch_methods_are_the_registries_names(monkeypatch) -> None:
+    from lextra.positions.logn import LOG_SCALINGS, LogScaling
+
+    class Doubled(LogScaling):
+        name = "doubled"
+
+        @staticmethod
+        def factor(q_pos, k_pos, mask, train_len, scale):
+            return torch.full((1, q_pos.numel()), 2.0)
+
+    monkeypatch.setitem(LOG_SCALINGS._classes, "doubled", Doubled)  # as a plugin registers it
+    base, ids = _gpt(), _tokens()
+    assert methods_for(base)[-2:] == ["qwen", "doubled"] and "doubled" in known_methods()
+    doubled = prepared(base, "doubled", None, 40, 2.0)
+    assert all(block.attn.inference.log_scaling == "doubled" for block in doubled.blocks)
+    assert not torch.equal(doubled(ids), base(ids))
+    assert methods_for(_gpt("alibi"), ["extend:rerope"]) == ["none", "pmax", "entropy", "log-length", "qwen", "doubled"]
 
 
 def _tiny_llama(seed: int = 0):

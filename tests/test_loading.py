@@ -38,7 +38,9 @@ def test_a_run_and_its_model_folder_load_the_same_lextra_model(run_folder: Path)
     by_run, by_folder = load_model_spec(str(run_folder)), load_model_spec(str(run_folder / "model"))
     for loaded in (by_run, by_folder):
         assert isinstance(loaded, LoadedModel) and loaded.is_lextra and loaded.folder == run_folder / "model"
-        assert loaded.label == "rope" and loaded.mask is None and loaded.name == str(run_folder / "model")
+        assert (
+            loaded.label == "rope" and loaded.inference.mask_spec is None and loaded.name == str(run_folder / "model")
+        )
         assert loaded.tokenizer.name == "bytes" and loaded.meta["tokenizer"] == {"kind": "bytes"}
         assert loaded.key == {"model": str(run_folder / "model"), "weights": loaded.meta["weights_sha256"]}
     assert loaded.meta["weights_sha256"] and len(loaded.meta["weights_sha256"]) == 64
@@ -52,7 +54,7 @@ def test_options_are_applied_in_order_and_named_in_label_and_key(run_folder: Pat
     align.write_text(json.dumps({"strategy": "pmax", "temperatures": [[1.5, 0.5], [1.0, 2.0]]}))
     options = ModelOptions(InferenceSetup(rope_scaling="linear:2", mask="window:8"), temperatures=str(align))
     loaded = load_model_spec(str(run_folder), options)
-    assert loaded.label == "rope+linear:2+window:8+tau-pmax" and loaded.mask == "window:8"
+    assert loaded.label == "rope+linear:2+window:8+tau-pmax" and loaded.inference.mask_spec == "window:8"
     assert loaded.key["temperatures"] == [[1.5, 0.5], [1.0, 2.0]]
     assert loaded.model.config.temperatures == [[1.5, 0.5], [1.0, 2.0]]
     assert torch.equal(loaded.model.blocks[0].attn.inference.temperature, torch.tensor([1.5, 0.5]))

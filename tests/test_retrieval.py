@@ -237,6 +237,21 @@ def test_ties_rank_against_the_gold_answer_and_single_token_answers() -> None:
 
 
 @torch.no_grad()
+def test_the_prefill_attends_with_the_mask_the_setup_set() -> None:
+    from lextra.extend import InferenceSetup
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(n_layer=2, n_head=2, d_model=32, train_len=16, scheme="alibi")).eval()
+    prompts = torch.randint(0, 256, (2, 40), generator=torch.Generator().manual_seed(0))
+    causal, _ = prefill(model, prompts)
+    InferenceSetup(mask="window:4").apply(model)
+    windowed, cache = prefill(model, prompts)
+    assert torch.allclose(windowed, model(prompts, mask="window:4")[:, -1], atol=1e-5)
+    assert not torch.allclose(windowed, causal, atol=1e-3)
+    assert cache.length == 40
+
+
+@torch.no_grad()
 def test_cached_scoring_matches_a_full_forward_pass() -> None:
     torch.manual_seed(0)
     model = GPT(GPTConfig(n_layer=2, n_head=2, d_model=32, train_len=16, scheme="rope")).eval()

@@ -349,18 +349,20 @@ def tiny_llama(max_pos: int = 64):
 @torch.no_grad()
 def test_cached_greedy_decoding_equals_recomputing_the_whole_sequence(mask, extend) -> None:
     from lextra.attention import build_mask
-    from lextra.extend import apply_extension
+    from lextra.extend import InferenceSetup
 
     model = tiny_gpt()
     if extend:  # attention sinks evict keys from the cache: the preallocated cache falls back to growing tensors
-        apply_extension(model, extend)
+        InferenceSetup(extension=extend).apply(model)
     prompts = torch.randint(0, 256, (2, 200), generator=torch.Generator().manual_seed(1))
     full = build_mask(mask or "causal", 64)
     ids = prompts.clone()
     for _ in range(20):
         ids = torch.cat([ids, model(ids, mask=full)[:, -1].argmax(-1, keepdim=True)], dim=1)
     want = [BYTES.decode(row[200:]) for row in ids.tolist()]
-    got = generate(model, prompts.tolist(), [["\x00never"]] * 2, BYTES, 20, mask=full if mask else None)
+    if mask:  # what generate decodes under: the mask the model's layers hold
+        InferenceSetup(mask=mask).apply(model)
+    got = generate(model, prompts.tolist(), [["\x00never"]] * 2, BYTES, 20)
     assert got == want
     if mask or extend:
         return

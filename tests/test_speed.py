@@ -10,7 +10,7 @@ from lextra.compile import StepLoss
 from lextra.data.prepare import prepare_data
 from lextra.errors import ConfigError
 from lextra.evaluate import EvalConfig, evaluate_model
-from lextra.extend import EXTENSIONS, apply_extension
+from lextra.extend import EXTENSIONS, InferenceSetup
 from lextra.model import GPT, GPTConfig
 from lextra.pipelines.compare import PhaseClock
 from lextra.train import TrainConfig, make_optimizer, train
@@ -65,7 +65,7 @@ def test_last_rows_under_a_mask_and_temperatures() -> None:
 def test_last_rows_under_every_extension_method(method: str) -> None:
     torch.manual_seed(0)
     model = GPT(tiny()).eval()
-    apply_extension(model, method)
+    InferenceSetup(extension=method).apply(model)
     tokens = torch.randint(0, 256, (2, 100))
     with torch.no_grad():
         full = model.features(tokens)

@@ -274,7 +274,7 @@ def test_init_from_starts_at_the_saved_weights(tmp_path) -> None:
 
 
 def test_eval_and_retrieval_eval_take_an_extension_method(tmp_path, capsys) -> None:
-    from lextra.extend import apply_extension
+    from lextra.extend import InferenceSetup
     from lextra.methods import apply_rope_scaling
 
     train(tiny_config("rope", steps=20), tmp_path / "run", progress=False)  # enough that positions matter
@@ -290,7 +290,7 @@ def test_eval_and_retrieval_eval_take_an_extension_method(tmp_path, capsys) -> N
     model = load_model(tmp_path / "run" / "model")
     data = prepare_data("python-code", limit_chars=LIMIT)
     config = EvalConfig(lengths=[32, 96], protocols=["chunks"], documents=2)
-    apply_extension(apply_rope_scaling(model, "yarn:2"), "dca:local=4")
+    InferenceSetup(extension="dca:local=4").apply(apply_rope_scaling(model, "yarn:2"))
     direct = evaluate_model(model, data, config, progress=False)
     assert both["results"]["chunks"]["96"]["nll"] == pytest.approx(direct.point("chunks", 96).nll, abs=1e-6)
     assert both["results"]["chunks"]["96"]["nll"] != pytest.approx(saved["results"]["chunks"]["96"]["nll"])

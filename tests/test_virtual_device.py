@@ -21,7 +21,7 @@ import lextra.attention.flex as flex
 from lextra.analysis import layer_attention
 from lextra.attention import attention, attention_logits, build_mask
 from lextra.attention.backends import AttentionContext, attention_path
-from lextra.extend import EXTENSIONS, InferenceSetup, apply_extension
+from lextra.extend import EXTENSIONS, InferenceSetup
 from lextra.hf import adapt
 from lextra.model import GPT, GPTConfig
 from lextra.positions.bias import FLEX_MAX_HIDDEN
@@ -281,7 +281,7 @@ def test_cached_decoding_on_cuda_equals_the_cpu_decoding(name: str, mask: str) -
 @pytest.mark.parametrize("method", EXTENSIONS.names())
 def test_every_extension_method_on_cuda_equals_the_cpu_path(method: str) -> None:
     model = _tiny("rope").eval()
-    apply_extension(model, method)
+    InferenceSetup(extension=method).apply(model)
     tokens = torch.randint(0, 61, (1, 40))  # 2.5 x train_len: the method is active
     with torch.no_grad():
         want = model(tokens)

@@ -241,16 +241,8 @@ class SelfAttention(nn.Module):
     @property
     def extension(self) -> AttentionExtension | None:
         """The training-free extension method the layer attends through, or None; the cache evicts the keys its
-        `retains` drops. Read-only: `lextra.extend.apply_extension` (or an `InferenceSetup`) sets it."""
+        `retains` drops. Read-only: an `InferenceSetup` sets it."""
         return self.inference.extension
-
-    def _set_extension(self, extension: AttentionExtension | None) -> None:
-        """Attend through `extension` (None: the plain backends); what `apply_extension` calls."""
-        if extension is not None and not isinstance(extension, AttentionExtension):
-            raise ConfigError(
-                f"a layer attends through an AttentionExtension (lextra.extend.apply_extension), not {extension!r}"
-            )
-        self.inference.extension = extension
 
     def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """q (B, H, L, D), pre-transform k (B, H, L, Dk) and v (B, H, L, D) for hidden states x (B, L, d)."""

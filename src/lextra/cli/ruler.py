@@ -111,7 +111,7 @@ def configure_suite(parser: argparse.ArgumentParser, suite: Any, task_help: str)
             loaded.tokenizer,
             label=label,
             key=loaded.key,
-            mask=loaded.mask,
+            setup=loaded.inference,
             name=loaded.name,
             chat=chat,
             documents=documents,

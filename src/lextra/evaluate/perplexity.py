@@ -44,6 +44,7 @@ from lextra.errors import ConfigError, DataError
 from lextra.evaluate.bootstrap import ppl_interval
 from lextra.evaluate.prefix import evaluation_prefix
 from lextra.extend import InferenceSetup
+from lextra.extend.setup import setup_mask
 from lextra.methods.align import log_length_temperature
 from lextra.model import GPT, Block
 from lextra.positions.scaling import depends_on_length
@@ -64,6 +65,8 @@ class EvalConfig(Serializable):
 
     lengths: list[int] | None = None
     protocols: list[str] = field(default_factory=lambda: list(PROTOCOLS))
+    #: the mask `evaluate_model` sets on the model's layers through an `InferenceSetup` while it evaluates (the
+    #: layers with their own keep theirs), recorded with the results
     mask: str = "causal"
     backend: str = "auto"
     split: str = "test"
@@ -200,14 +203,14 @@ class ScoredModel(Protocol):
 
     def eval(self) -> Any: ...
 
-    def features(self, tokens: Tensor, *, mask: str | Mask | None, backend: str, last: int | None) -> Tensor: ...
+    def features(self, tokens: Tensor, *, backend: str, last: int | None) -> Tensor: ...
 
     def head(self, hidden: Tensor) -> Tensor: ...
 
 
 def prefix_invariant(model: Any, mask: Mask) -> bool:
     """True when a window's per-position losses are those of the same positions in a longer window starting at the
-    same token: a lextra GPT whose every layer attends causally (the call's mask and each layer's own), with no
+    same token: a lextra GPT whose every layer attends causally (the evaluation's mask and each layer's own), with no
     training-free extension method and no RoPE scaling that depends on the sequence length (dynamic NTK,
     LongRoPE). Positions then count from the window's start in both, and causal attention never lets a position
     see past itself, so position p's hidden states are the same in both windows."""
@@ -233,9 +236,10 @@ class TokenScorer:
     With `share_prefixes` (`prefix_invariant` models) a window runs inside the longest filed window that starts at
     the same token (a chunk of L at offset kL is the first half of the sliding window of 2L there), and its cells
     sum that window's first positions. `batches` stacks windows of equal length into batches of
-    `max_batch_tokens`, `score` runs one on the model's device; the sums (fp64, one per cell and document) stay
-    there, read once by `result`. Under bf16 (`config.precision`, `auto` resolved by `evaluate_model`) the
-    features run under bf16 autocast; the head, the losses and their sums run as in fp32.
+    `max_batch_tokens`, `score` runs one on the model's device under the mask its layers hold (`evaluate_model`
+    sets `config.mask` there); the sums (fp64, one per cell and document) stay there, read once by `result`. Under
+    bf16 (`config.precision`, `auto` resolved by `evaluate_model`) the features run under bf16 autocast; the head,
+    the losses and their sums run as in fp32.
     """
 
     def __init__(self, model: ScoredModel, config: EvalConfig, documents: int, share_prefixes: bool = False) -> None:
@@ -243,7 +247,6 @@ class TokenScorer:
         self.documents = documents
         self.device = module_device(model)
         self.head_dtype = _parameter_dtype(model)
-        self.mask = build_mask(config.mask, model.config.train_len)
         self.windows: dict[WindowKey, _Window] = {}
         self.nll: dict[Cell, Tensor] = {}  # cell -> (documents,) NLL sums
         self.count: dict[Cell, list[int]] = {}  # cell -> scored tokens per document
@@ -293,7 +296,7 @@ class TokenScorer:
         lo = min(first for span in spans.values() for first, _ in span)
         # the features of the scored positions alone: the last block computes no other row (`GPT.features`)
         with autocast(self.config.precision, self.device):
-            hidden = self.model.features(inputs, mask=self.mask, backend=self.config.backend, last=L - lo)
+            hidden = self.model.features(inputs, backend=self.config.backend, last=L - lo)
         hidden = hidden.to(self.head_dtype)  # the head (logits) in the model's own dtype, outside autocast
         bounds = {
             c: torch.tensor(span, device=hidden.device).T[:, :, None] for c, span in spans.items()
@@ -515,8 +518,9 @@ def evaluate_model(
     label: str = "",
 ) -> Evaluation:
     """Perplexity per protocol and length with its 95% interval over documents, on the same tokens at every length
-    (`EvalConfig.resolved_span`); a Hugging Face model's documents start with the BOS its tokenizer adds by default
-    (`evaluation_prefix`)."""
+    (`EvalConfig.resolved_span`), under `config.mask` set on the model's layers by an `InferenceSetup` (the model's
+    own mask and temperatures are put back after); a Hugging Face model's documents start with the BOS its
+    tokenizer adds by default (`evaluation_prefix`)."""
     config = config.validate().for_device(module_device(model))
     model.eval()
     train_len = model.config.train_len
@@ -528,21 +532,25 @@ def evaluate_model(
     bar = tqdm(total=total, disable=not progress, desc=f"eval {label}".strip(), unit="tok", unit_scale=True,
                file=sys.stderr, dynamic_ncols=True)  # fmt: skip
     estimate = _Estimate(total, label, announce=not progress)
-    saved_temperatures = model.config.temperatures
+    saved = InferenceSetup(temperatures=model.config.temperatures, mask=setup_mask(model))
     results: dict[str, dict[int, PerplexityPoint]] = {p: {} for p in config.protocols}
-    for group, scorer, batches in scorers:
-        if config.temperature == "log-length":
-            tau = log_length_temperature(train_len, group[0])
-            InferenceSetup(temperatures=[[tau] * model.config.n_head for _ in range(model.config.n_layer)]).apply(model)
-        for entries, L in batches:
-            scorer.score(entries, L)
-            bar.update(len(entries) * L)
-            estimate.update(len(entries) * L)
-        for L in group:
-            for protocol in config.protocols:
-                results[protocol][L] = scorer.result((protocol, L))
-    bar.close()
-    InferenceSetup(temperatures=saved_temperatures).apply(model)
+    try:
+        InferenceSetup(mask=config.mask).apply(model)
+        for group, scorer, batches in scorers:
+            if config.temperature == "log-length":
+                tau = log_length_temperature(train_len, group[0])
+                n_layer, n_head = model.config.n_layer, model.config.n_head
+                InferenceSetup(temperatures=[[tau] * n_head for _ in range(n_layer)]).apply(model)
+            for entries, L in batches:
+                scorer.score(entries, L)
+                bar.update(len(entries) * L)
+                estimate.update(len(entries) * L)
+            for L in group:
+                for protocol in config.protocols:
+                    results[protocol][L] = scorer.result((protocol, L))
+    finally:
+        bar.close()
+        saved.apply(model)
     return Evaluation(
         results=results,
         lengths=lengths,

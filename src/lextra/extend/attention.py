@@ -6,8 +6,8 @@ x passes x key tiles merged by log-sum-exp) and `flex` as one FlexAttention call
 chooses among them (`lextra.attention.backends.passes_path`). A layer's softcap caps each pass's scores and its
 sinks join the merged denominator once.
 
-- `ExtendedAttention` / `apply_extension`: what a lextra model's attention layers attend through
-  (`SelfAttention.extension`), so that full forwards and cached decoding use the same passes. Decoding needs no
+- `ExtendedAttention`: what a layer attends through under a method (`LayerInference.extension`, written by
+  `lextra.extend.InferenceSetup`), so that full forwards and cached decoding use the same passes. Decoding needs no
   rule of its own: a new query at m runs the method's passes over the cached, un-rotated keys, which is each
   author's decode rule (keys rotated at -d'(m, n) against an unrotated query) with the full forward's numbers.
   Methods with a bounded view (sinks, LM-Infinite) let the cache evict keys no later query sees.
@@ -18,7 +18,7 @@ sinks join the merged denominator once.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Unpack, cast
+from typing import Any, Unpack
 
 from torch import Tensor
 
@@ -31,8 +31,7 @@ from lextra.attention.backends import (
     passes_path,
     run_attention,
 )
-from lextra.extend.base import ExtensionMethod, build_extension, check_scheme
-from lextra.model import GPT, Block
+from lextra.extend.base import ExtensionMethod
 from lextra.positions.base import PositionScheme
 
 
@@ -154,24 +153,3 @@ def flex_extended_attention(
     CUDA forward and backward; refuses what flex cannot rotate in one call (xPos past its span)."""
     args = (q, k, v, scheme, method, scores)
     return _extended("flex", *args, q_pos=q_pos, k_pos=k_pos, scale=scale, temperature=temperature)
-
-
-def apply_extension(
-    model: GPT, method: ExtensionMethod | str | None, *, layers: list[int] | None = None, **options: Any
-) -> ExtensionMethod | None:
-    """Make the attention layers `layers` of `model` (default: all) attend under `method` (a built method or a spec
-    such as 'self_extend:group=4', with `options` overriding), checked against each layer's scheme first, the
-    other layers without one; None or "none" removes it. Returns the method. The model's KV cache then keeps
-    un-rotated keys and, for bounded methods, evicts."""
-    if method is None or method == "none":
-        for block in model.blocks:
-            cast(Block, block).attn._set_extension(None)
-        return None
-    built = build_extension(method, model.config.train_len, **options)
-    chosen = set(range(model.config.n_layer) if layers is None else layers)
-    for layer in sorted(chosen):
-        check_scheme(model.scheme_for(layer), built)
-    hook = ExtendedAttention(built)
-    for layer, block in enumerate(model.blocks):
-        cast(Block, block).attn._set_extension(hook if layer in chosen else None)
-    return built

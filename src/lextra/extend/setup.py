@@ -117,6 +117,14 @@ class InferenceSetup:
             if getattr(self, f.name) is not KEEP and not (f.name == "layers" and self.layers is None)
         }
 
+    @property
+    def mask_spec(self) -> str | None:
+        """The mask this setup sets, as results name it (a spec as given, a built mask by its repr); None where it
+        keeps the model's or resets it to the default."""
+        if self.mask is KEEP or self.mask is None:
+            return None
+        return self.mask if isinstance(self.mask, str) else repr(self.mask)
+
     def apply(self, model: ModelT) -> ModelT:
         """Apply this setup to `model` in place (a lextra GPT or a Hugging Face adapter) and return it."""
         _apply(self, inference_target(model))
@@ -136,6 +144,12 @@ def inference_target(model: Any) -> InferenceTarget:
     raise ConfigError(
         f"an inference setup applies to a lextra GPT or a Hugging Face adapter (lextra.hf), not {type(model).__name__}"
     )
+
+
+def setup_mask(model: Any) -> Mask | None:
+    """The mask an inference setup set on `model`'s layers (those without their own), None: the model's default;
+    `InferenceSetup(mask=setup_mask(model))` puts it back."""
+    return next((layer.mask for layer in inference_target(model).inference_layers if not layer.local), None)
 
 
 def _chosen(

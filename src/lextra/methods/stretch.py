@@ -2,18 +2,21 @@
 training-free extension methods of `lextra.extend` (named `extend:NAME[:KEY=VALUE,...]`), each named as its registry
 names it (`SCALING_TYPES`, the alignment `STRATEGIES`, `LOG_SCALINGS`, `EXTENSIONS`).
 
-`methods_for(model)` lists what applies to a model; `prepared(model, method, data, length)` returns a copy with
-the method set up for inputs of `length` tokens (alignment is calibrated at that length on validation windows).
+`METHOD_KINDS` pairs each registry with the `InferenceSetup` one of its names stands for; every name is looked up
+there once. `methods_for(model)` lists what applies to a model; `prepared(model, method, data, length)` returns a
+copy with the method set up for inputs of `length` tokens (alignment is calibrated at that length on validation
+windows).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from lextra.errors import ConfigError
-from lextra.extend import ExtensionMethod, InferenceSetup, build_extension, check_scheme
+from lextra.extend import EXTENSIONS, ExtensionMethod, InferenceSetup, build_extension, check_scheme
 from lextra.methods.align import STRATEGIES as TEMPERATURES
 from lextra.methods.align import align_temperatures
 from lextra.model import GPT
@@ -46,14 +49,6 @@ def apply_rope_scaling(model: GPT, spec: str | dict[str, Any], layers: str | Non
     return InferenceSetup(rope_scaling=spec, layers=layers).apply(model)
 
 
-def methods_for(model: GPT, extensions: Sequence[str] = ()) -> list[str]:
-    """none, the RoPE scalings (rope, xpos, coca models), temperature alignment and the log-n scalings, then the
-    given `extend:...` methods where the model's scheme takes them."""
-    rotary = is_rotary(model)
-    taken = [m for m in extensions if rotary and _extension_applies(model, m)]
-    return ["none", *(rope_scalings() if rotary else ()), *TEMPERATURES, *log_scalings(), *taken]
-
-
 def extension_method(name: str, train_len: int, lengths: Sequence[int] = ()) -> ExtensionMethod:
     """The extension method a method name `extend:SPEC` stands for, checked against the longest of `lengths`."""
     if not name.startswith(EXTEND):
@@ -64,40 +59,105 @@ def extension_method(name: str, train_len: int, lengths: Sequence[int] = ()) -> 
     return method
 
 
-def _extension_applies(model: GPT, name: str) -> bool:
-    method = extension_method(name, model.config.train_len)
+@dataclass(frozen=True)
+class Request:
+    """What a method is set up for: the model, the data alignment calibrates on, the input length and the factor
+    of the static scalings; `windows` calibration windows."""
+
+    model: GPT
+    data: Any
+    length: int
+    factor: float
+    windows: int = 2
+
+
+def _extension_applies(model: GPT, method: str) -> bool:
+    if not is_rotary(model):
+        return False
+    built = extension_method(method, model.config.train_len)
     try:
         for layer in range(model.config.n_layer):
-            check_scheme(model.scheme_for(layer), method)
+            check_scheme(model.scheme_for(layer), built)
     except ConfigError:
         return False
     return True
 
 
+def _rope_scaling(request: Request, method: str) -> InferenceSetup:
+    factor = SCALING_TYPES.get(method).stretch_factor(request.factor)
+    return InferenceSetup(rope_scaling={"rope_type": method, "factor": factor})
+
+
+def _alignment(request: Request, method: str) -> InferenceSetup:
+    """Temperatures calibrated at the request's length on the model itself; none at or below L_tr."""
+    if request.length <= request.model.config.train_len:
+        return InferenceSetup()
+    alignment = align_temperatures(request.model, request.data, method, request.length, windows=request.windows)
+    return InferenceSetup(temperatures=alignment.temperatures)
+
+
+def _extension(request: Request, method: str) -> InferenceSetup:
+    return InferenceSetup(extension=extension_method(method, request.model.config.train_len, [request.length]))
+
+
+@dataclass(frozen=True)
+class MethodKind:
+    """One kind of inference-time method: the names its registry gives (`names`), the `InferenceSetup` one of them
+    stands for (`setup`) and whether it applies to a model (`applies`). A kind with a `prefix` owns every method
+    named `PREFIX...` (one of its names with its options after the prefix, which its registry checks);
+    `methods_for` offers such a kind's methods only where they are asked for."""
+
+    names: Callable[[], list[str]]
+    setup: Callable[[Request, str], InferenceSetup]
+    applies: Callable[[GPT, str], bool] = lambda model, method: True
+    prefix: str | None = None
+
+    def owns(self, method: str) -> bool:
+        """Whether `method` is one of this kind's names."""
+        return method.startswith(self.prefix) if self.prefix is not None else method in self.names()
+
+    def shown(self) -> list[str]:
+        """How `known_methods` lists the kind: its names, or its prefix's pattern and the names it takes."""
+        if self.prefix is None:
+            return self.names()
+        return [f"{self.prefix}NAME[:KEY=VALUE,...] (NAME: {' | '.join(self.names())})"]
+
+
+#: every kind of inference-time method, in the order they are listed
+METHOD_KINDS: tuple[MethodKind, ...] = (
+    MethodKind(lambda: ["none"], lambda request, method: InferenceSetup()),
+    MethodKind(rope_scalings, _rope_scaling, lambda model, method: is_rotary(model)),
+    MethodKind(lambda: list(TEMPERATURES), _alignment),
+    MethodKind(log_scalings, lambda request, method: InferenceSetup(log_scaling=method)),
+    MethodKind(EXTENSIONS.names, _extension, _extension_applies, EXTEND),
+)
+
+
+def method_kind(method: str) -> MethodKind:
+    """The kind `method` is a name of; ConfigError for a name that is none of `known_methods()`."""
+    for kind in METHOD_KINDS:
+        if kind.owns(method):
+            return kind
+    raise ConfigError(f"unknown inference method {method!r}; choose one of {known_methods()}")
+
+
+def methods_for(model: GPT, extensions: Sequence[str] = ()) -> list[str]:
+    """none, the RoPE scalings (rope, xpos, coca models), temperature alignment and the log-n scalings, then the
+    given `extend:...` methods where the model's scheme takes them."""
+    offered = [kind for kind in METHOD_KINDS if kind.prefix is None]
+    listed = [name for kind in offered for name in kind.names() if kind.applies(model, name)]
+    return [*listed, *(method for method in extensions if method_kind(method).applies(model, method))]
+
+
 def known_methods() -> str:
     """The method names `prepared` takes, for errors."""
-    return ", ".join(["none", *rope_scalings(), *TEMPERATURES, *log_scalings(), f"{EXTEND}NAME[:KEY=VALUE,...]"])
+    return ", ".join(name for kind in METHOD_KINDS for name in kind.shown())
 
 
 def inference_setup(model: GPT, method: str, data: Any, length: int, factor: float, windows: int = 2) -> InferenceSetup:
     """The `InferenceSetup` that `method` stands for on `model` at inputs of `length` tokens (alignment is
     calibrated here, on `model` itself); ConfigError for a method name that is none of `known_methods()`."""
-    if method == "none":
-        return InferenceSetup()
-    if method in rope_scalings():
-        return InferenceSetup(
-            rope_scaling={"rope_type": method, "factor": SCALING_TYPES.get(method).stretch_factor(factor)}
-        )
-    if method in TEMPERATURES:
-        if length <= model.config.train_len:
-            return InferenceSetup()
-        alignment = align_temperatures(model, data, method, length, windows=windows)
-        return InferenceSetup(temperatures=alignment.temperatures)
-    if method in log_scalings():
-        return InferenceSetup(log_scaling=method)
-    if method.startswith(EXTEND):
-        return InferenceSetup(extension=extension_method(method, model.config.train_len, [length]))
-    raise ConfigError(f"unknown inference method {method!r}; choose one of {known_methods()}")
+    return method_kind(method).setup(Request(model, data, length, factor, windows), method)
 
 
 def prepared(model: GPT, method: str, data: Any, length: int, factor: float, windows: int = 2) -> GPT:

@@ -39,14 +39,13 @@ class ModelOptions:
     train_len: int | None = None
     quiet: bool = False
 
-    def loaded_setup(self) -> tuple[InferenceSetup, str, Any]:
-        """The setup with the alignment file's temperatures, the label suffix naming each change, and the
-        temperatures (None without a file)."""
+    def loaded_setup(self) -> tuple[InferenceSetup, str]:
+        """The setup with the alignment file's temperatures and the label suffix naming each change."""
         setup, label = self.setup, setup_label(self.setup)
         if not self.temperatures:
-            return setup, label, None
+            return setup, label
         temperatures, strategy = read_temperatures(self.temperatures)
-        return replace(setup, temperatures=temperatures), f"{label}+tau-{strategy}", temperatures
+        return replace(setup, temperatures=temperatures), f"{label}+tau-{strategy}"
 
 
 def setup_from(
@@ -91,22 +90,21 @@ HF_CORPUS = "english"
 @dataclass
 class LoadedModel:
     """A model ready to evaluate: the model, its tokenizer (None when not asked for), the label its results carry
-    (`base`, the model's own name, then the setup's changes), the mask a lextra GPT runs with (a Hugging Face
-    adapter holds its own: None), the name results record, a lextra model's folder, the metadata evaluations read
-    (a lextra model's saved one; for a Hugging Face model its corpus, tokenizer and `hf` record) and what `key` is
-    made of."""
+    (`base`, the model's own name, then the setup's changes), the name results record, a lextra model's folder,
+    the metadata evaluations read (a lextra model's saved one; for a Hugging Face model its corpus, tokenizer and
+    `hf` record), what `key` is made of and the `InferenceSetup` applied to the model (its layers hold what it
+    set, the mask among them; `key` names its temperatures)."""
 
     model: Any
     tokenizer: Any
     label: str
-    mask: str | None = None
     name: str = ""
     folder: Path | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     base: str = ""
     #: the weights file or folder of a Hugging Face model, checksummed when `key` is first read
     weights_path: Path | None = None
-    temperatures: Any = None
+    inference: InferenceSetup = field(default_factory=InferenceSetup)
     _key: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
@@ -135,8 +133,9 @@ class LoadedModel:
             else:
                 path = self.weights_path or Path(self.name)
                 key = {"model": str(path.resolve()), "weights": weights_checksums(path)}
-            if self.temperatures is not None:
-                key["temperatures"] = self.temperatures
+            temperatures = self.inference.temperatures
+            if temperatures is not KEEP and temperatures is not None:
+                key["temperatures"] = temperatures
             self._key = key
         return dict(self._key)
 
@@ -199,7 +198,7 @@ def load_lextra(
     folder = model_folder(spec)
     model = load_model(folder, map_location=device)
     meta = read_model_meta(folder)
-    setup, suffix, temperatures = options.loaded_setup()
+    setup, suffix = options.loaded_setup()
     label = (model.config.layer_plan or model.config.scheme) + suffix  # the plan as trained: the setup rewrites it
     setup.apply(model)
     tokenizer = None
@@ -208,9 +207,8 @@ def load_lextra(
             tokenizer = build_tokenizer_spec(options.tokenizer, options.haystack)
         else:
             tokenizer = tokenizer_from_config(meta.get("tokenizer", {"kind": "bytes"}))
-    mask = setup.mask if isinstance(setup.mask, str) else None
     base = model.config.layer_plan or model.config.scheme
-    return LoadedModel(model, tokenizer, label, mask, str(folder), folder, meta, base, temperatures=temperatures)
+    return LoadedModel(model, tokenizer, label, str(folder), folder, meta, base, inference=setup)
 
 
 def load_hugging_face(
@@ -233,7 +231,7 @@ def load_hugging_face(
 
         hf_logging.disable_progress_bar()
     model = load_hf(spec, train_len=options.train_len, device=device)
-    setup, suffix, temperatures = options.loaded_setup()
+    setup, suffix = options.loaded_setup()
     setup.apply(model)
     if options.tokenizer:
         chosen = build_tokenizer_spec(options.tokenizer, options.haystack)
@@ -248,9 +246,8 @@ def load_hugging_face(
         "hf": {"path": str(path.resolve()), "tokenizer": options.tokenizer},
     }
     base = hf_label(spec)
-    return LoadedModel(
-        model, chosen if with_tokenizer else None, base + suffix, None, spec, None, meta, base, path, temperatures
-    )
+    tokenizer = chosen if with_tokenizer else None
+    return LoadedModel(model, tokenizer, base + suffix, spec, None, meta, base, path, setup)
 
 
 def hf_label(spec: str) -> str:

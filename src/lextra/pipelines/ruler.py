@@ -34,6 +34,7 @@ from lextra.evaluate.ruler import (
     check_vocabulary,
     sorted_lengths,
 )
+from lextra.extend import InferenceSetup
 from lextra.io import atomic_write_json
 from lextra.pipelines.log import log
 from lextra.pipelines.sharing import wait_for
@@ -199,12 +200,12 @@ def cell_key(
     settings: RulerSettings,
     tokenizer: Tokenizer,
     chat: ChatFormat | None,
-    mask: str | None,
+    setup: InferenceSetup,
     prefix: Sequence[int] = (),
 ) -> dict[str, Any]:
     """What a cell's answers depend on: the model (`key`), the method label, the task and its options, the
-    length and seed, the tokenizer, the chat wrapping, the mask, the essay corpus, the prompt length rule and the
-    BOS before the prompts."""
+    length and seed, the tokenizer, the chat wrapping, the mask the model's inference `setup` sets
+    (`InferenceSetup.mask_spec`), the essay corpus, the prompt length rule and the BOS before the prompts."""
     return {
         **(key or {}),
         "label": label,
@@ -214,7 +215,7 @@ def cell_key(
         "seed": settings.seed,
         "tokenizer": tokenizer.name,
         "chat": None if chat is None else [chat.prefix, chat.suffix],
-        "mask": mask,
+        "mask": setup.mask_spec,
         "haystack": settings.haystack if task.needs_documents else None,
         "prompt_length": settings.prompt_length,
         "bos": list(prefix),
@@ -250,14 +251,15 @@ def preflight(
 class RulerTarget:
     """What a RULER run evaluates and how its cells and results name it: the model and its tokenizer, the method
     label, the key of the model (weights checksum, temperatures: a cell computed for another key is recomputed),
-    the mask of a lextra GPT (a Hugging Face adapter holds its own), the name recorded in the results (its folder),
-    the chat wrapping of the prompts and the essay documents (default: the settings' haystack corpus)."""
+    the inference setup applied to the model (which the cells' keys describe), the name recorded in the results
+    (its folder), the chat wrapping of the prompts and the essay documents (default: the settings' haystack
+    corpus)."""
 
     model: Any
     tokenizer: Tokenizer
     label: str = ""
     key: Mapping[str, Any] | None = None
-    mask: str | None = None
+    setup: InferenceSetup = field(default_factory=InferenceSetup)
     name: str | None = None
     chat: ChatFormat | None = None
     documents: Sequence[Document] | None = None
@@ -279,7 +281,7 @@ def run_ruler(
     (`wait_for`, no collective's timeout); the first process writes the outputs. Every process returns the result.
     """
     world = world or Distributed()
-    model, tokenizer, chat, mask, label = target.model, target.tokenizer, target.chat, target.mask, target.label
+    model, tokenizer, chat, label = target.model, target.tokenizer, target.chat, target.label
     settings.validate()
     out = Path(out)
     lengths = settings.resolved_lengths(model.config.train_len)
@@ -288,7 +290,7 @@ def run_ruler(
     prefix = evaluation_prefix(model, tokenizer)
     wanted = range(settings.samples)
     keys = {
-        (name, n): cell_key(target.key, label, task, n, settings, tokenizer, chat, mask, prefix)
+        (name, n): cell_key(target.key, label, task, n, settings, tokenizer, chat, target.setup, prefix)
         for name, task in tasks.items()
         for n in lengths
     }
@@ -345,7 +347,7 @@ def _answer_missing(
         todo = {name: missing.get((name, length), []) for name in tasks}
         pending = [task for name, task in tasks.items() if todo[name]]
         for batch in answer_samples(
-            target.model, pending, length, todo, settings.seed, batch_size=settings.batch_size, mask=target.mask,
+            target.model, pending, length, todo, settings.seed, batch_size=settings.batch_size,
             prompt_length=settings.prompt_length,
         ):  # fmt: skip
             for name, answer in batch:

@@ -15,22 +15,21 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lextra.attention.masks import Mask
 from lextra.devices import module_device
 from lextra.model import GPT
 
 
 @torch.no_grad()
-def prefill(model: Any, prompts: Tensor, mask: Mask | None = None) -> tuple[Tensor, Any]:
+def prefill(model: Any, prompts: Tensor) -> tuple[Tensor, Any]:
     """Run equal-length prompts (B, L) once; the last position's logits (B, V) and the filled cache. A lextra
-    GPT (under `mask`, default causal) and a Hugging Face decoder compute logits at that position only: a long
+    GPT (under the mask its layers hold) and a Hugging Face decoder compute logits at that position only: a long
     prompt's full-vocabulary logits would take gigabytes (16k x 49k in fp32 is 3 GiB)."""
     from lextra.hf import HFCausalLM
 
     prompts = prompts.to(module_device(model))
     cache = model.new_cache()
     if isinstance(model, GPT):
-        hidden = model.features(prompts, cache=cache, mask=mask if mask is not None else "causal")
+        hidden = model.features(prompts, cache=cache)
         return model.head(hidden[:, -1]).float(), cache
     if isinstance(model, HFCausalLM):
         out = model.model(input_ids=prompts, cache=cache.hf, use_cache=True, logits_to_keep=1)

@@ -6,8 +6,8 @@ forward with a KV cache (lextra's fast attention paths: SDPA, flash, tiled or Fl
 models lextra's registered attention) and computes logits at the last position only. Decoding reuses
 `greedy_continue` in chunks of `CHUNK` tokens and stops once every row has produced the end-of-text token or
 contains all its references; stopping then cannot change a score, since more output only adds text. Models: a
-lextra GPT (its mask passed to every call), a Hugging Face adapter (mask set on the adapter), or anything with
-`model(tokens, cache=)` and `new_cache()`.
+lextra GPT or a Hugging Face adapter (each attending with the mask an `InferenceSetup` set on its layers), or
+anything with `model(tokens, cache=)` and `new_cache()`.
 """
 
 from __future__ import annotations
@@ -20,17 +20,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
-from torch import Tensor
 from tqdm import tqdm
 
-from lextra.attention import build_mask
-from lextra.attention.masks import Mask
 from lextra.data import ByteTokenizer, Tokenizer
 from lextra.errors import ConfigError, DataError
 from lextra.evaluate.prefix import evaluation_prefix
 from lextra.evaluate.retrieval.scoring import greedy_continue, prefill
 from lextra.evaluate.ruler.results import RulerAnswer, RulerCell, total_if_known
-from lextra.model import GPT
 from lextra.tasks.ruler.scoring import sample_score, wilson_interval
 from lextra.tasks.ruler.tasks import RulerSample, RulerTask
 
@@ -38,16 +34,6 @@ from lextra.tasks.ruler.tasks import RulerSample, RulerTask
 CHUNK = 16
 #: most threads drawing samples at once
 DRAW_THREADS = 8
-
-
-class MaskedCalls:
-    """`model(tokens, cache=)` of a lextra GPT under a fixed mask (what `greedy_continue` calls)."""
-
-    def __init__(self, model: GPT, mask: Mask) -> None:
-        self.model, self.mask = model, mask
-
-    def __call__(self, tokens: Tensor, cache: Any = None) -> Tensor:
-        return self.model(tokens, cache=cache, mask=self.mask)
 
 
 def decode(tokenizer: Tokenizer, ids: Sequence[int]) -> str:
@@ -68,7 +54,6 @@ def generate(
     tokenizer: Tokenizer,
     budget: int | Sequence[int],
     *,
-    mask: Mask | None = None,
     timings: dict[str, float] | None = None,
     finished: Callable[[int, str], bool] | None = None,
 ) -> list[str]:
@@ -81,15 +66,14 @@ def generate(
     stop = stop_token(tokenizer)
     batch = torch.tensor([list(p) for p in prompts], dtype=torch.long)
     start = time.perf_counter()
-    logits, cache = prefill(model, batch, mask)
+    logits, cache = prefill(model, batch)
     if timings is not None:
         timings["prefill"] = time.perf_counter() - start
-    calls = MaskedCalls(model, mask) if isinstance(model, GPT) and mask is not None else model
     rows: list[list[int]] = [[] for _ in prompts]
     done = [b < 1 for b in budgets]
     produced, longest = 0, max(budgets)
     while not all(done) and produced < longest:
-        tokens = greedy_continue(calls, logits, cache, min(CHUNK, longest - produced), stop_token=stop)
+        tokens = greedy_continue(model, logits, cache, min(CHUNK, longest - produced), stop_token=stop)
         produced += tokens.shape[1]
         for r, row in enumerate(tokens.tolist()):
             if done[r]:
@@ -102,7 +86,7 @@ def generate(
             done[r] = ended or len(rows[r]) >= budgets[r] or answered
         if all(done) or produced >= longest or tokens.shape[1] == 0:
             break
-        logits = calls(tokens[:, -1:], cache=cache)[:, -1].float()
+        logits = model(tokens[:, -1:], cache=cache)[:, -1].float()
     return [decode(tokenizer, row) for row in rows]
 
 
@@ -117,13 +101,6 @@ def check_vocabulary(model: Any, samples: Sequence[RulerSample], tokenizer: Toke
         )
 
 
-def resolve_mask(model: Any, mask: str | Mask | None) -> Mask | None:
-    """A lextra GPT's mask spec as a `Mask` for its L_tr (Hugging Face adapters keep theirs: set it on them)."""
-    if mask is None or not isinstance(model, GPT):
-        return None
-    return mask if isinstance(mask, Mask) else build_mask(mask, model.config.train_len)
-
-
 @torch.no_grad()
 def answer_samples(
     model: Any,
@@ -133,7 +110,6 @@ def answer_samples(
     seed: int = 0,
     *,
     batch_size: int = 8,
-    mask: str | Mask | None = None,
     progress: bool = False,
     prompt_length: str = "ruler",
 ) -> Iterator[list[tuple[str, RulerAnswer]]]:
@@ -154,7 +130,6 @@ def answer_samples(
     drawn, drawing = _draw(model, tasks, length, indices, seed, prefix, prompt_length)
     budgets = {task.name: task.budget for task in tasks}
     rows = sorted(((name, s) for name, samples in drawn.items() for s in samples), key=lambda row: budgets[row[0]])
-    resolved = resolve_mask(model, mask)
     bar = tqdm(total=len(rows), disable=not progress, desc=f"ruler {length}", file=sys.stderr, leave=False)
     by_name = {task.name: task for task in tasks}
     for batch in length_batches(rows, batch_size):
@@ -166,7 +141,6 @@ def answer_samples(
             [s.references for _, s in batch],
             tasks[0].tokenizer,
             [budgets[name] for name, _ in batch],
-            mask=resolved,
             timings=timings,
             finished=tasks_finished(by_name, batch),
         )
@@ -262,7 +236,6 @@ def evaluate_length(
     seed: int = 0,
     *,
     batch_size: int = 8,
-    mask: str | Mask | None = None,
     progress: bool = False,
     prompt_length: str = "ruler",
 ) -> dict[str, RulerCell]:
@@ -273,7 +246,7 @@ def evaluate_length(
     answers: dict[str, dict[int, RulerAnswer]] = {task.name: {} for task in tasks}
     indices = {task.name: range(samples) for task in tasks}
     for batch in answer_samples(
-        model, tasks, length, indices, seed, batch_size=batch_size, mask=mask, progress=progress,
+        model, tasks, length, indices, seed, batch_size=batch_size, progress=progress,
         prompt_length=prompt_length,
     ):  # fmt: skip
         for name, answer in batch:
@@ -291,13 +264,12 @@ def evaluate_cell(
     seed: int = 0,
     *,
     batch_size: int = 8,
-    mask: str | Mask | None = None,
     progress: bool = False,
     prompt_length: str = "ruler",
 ) -> RulerCell:
     """RULER's score of `model` on `samples` samples of `task` at `length` (`evaluate_length` of one task)."""
     cells = evaluate_length(
-        model, [task], length, samples, seed, batch_size=batch_size, mask=mask, progress=progress,
+        model, [task], length, samples, seed, batch_size=batch_size, progress=progress,
         prompt_length=prompt_length,
     )  # fmt: skip
     return cells[task.name]

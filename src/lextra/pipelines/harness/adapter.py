@@ -30,7 +30,7 @@ from lextra.devices import module_device, resolve_device
 from lextra.errors import ConfigError
 from lextra.evaluate.perplexity import LOGIT_BUDGET
 from lextra.evaluate.prefix import evaluation_prefix
-from lextra.evaluate.ruler.evaluate import generate, resolve_mask
+from lextra.evaluate.ruler.evaluate import generate
 from lextra.extend import ExtensionMethod
 from lextra.pipelines.harness.run import offline
 from lextra.pipelines.harness.setup import ModelArgs, parse_model_args
@@ -63,7 +63,6 @@ class LextraLM(TemplateLM):
             setup.extension.check_length(self.max_length)
         self.label = loaded.label + self.args.label_suffix()
         self.model_name = loaded.name
-        self.mask = resolve_mask(self.model, self.args.mask)
         self.prefix = evaluation_prefix(self.model, self.lextra_tokenizer)
         self.model.eval()
 
@@ -132,7 +131,7 @@ class LextraLM(TemplateLM):
         each is the greedy choice; logits a slice of positions at a time (`LOGIT_BUDGET`), never the whole
         (rows x length x vocabulary) at once."""
         scored = max(counts)
-        hidden = self.model.features(tokens[:, :-1], mask=self.mask, last=scored)
+        hidden = self.model.features(tokens[:, :-1], last=scored)
         gold = tokens[:, -scored:]
         first = torch.tensor([scored - n for n in counts], device=hidden.device)[:, None]
         totals = torch.zeros(len(counts), dtype=torch.float64, device=hidden.device)
@@ -194,7 +193,6 @@ class LextraLM(TemplateLM):
                     [[] for _ in batch],
                     self.lextra_tokenizer,
                     budget,
-                    mask=self.mask,
                     finished=stops_in(batch),
                 )
                 for (i, _, until), text in zip(batch, texts, strict=True):
