@@ -80,6 +80,3 @@ def export_model(model: Any, folder: str | Path, *, original: int, trained: int)
         saved[local_key] = float(rope["sliding_attention"]["rope_theta"])
     atomic_write_json(path, saved)
     return folder
-
-
-__all__ = ["KEEPS_ORIGINAL_LENGTH", "LOCAL_BASE_KEYS", "export_model", "legacy_rope_keys", "saved_length"]

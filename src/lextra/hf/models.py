@@ -39,19 +39,9 @@ from lextra.devices import module_device
 from lextra.errors import ConfigError
 from lextra.extend import ExtensionMethod
 from lextra.hf.attention import ATTENTION_NAME, AttentionState, register
-from lextra.hf.families import DECODER_FAMILIES, describe_layers
+from lextra.hf.families import describe_layers
 from lextra.hf.rotary import HFRoPE, IdentityRotary, call_rotary, hf_rope_parameters, inv_freq_of, scaled_source
 from lextra.positions.base import HeadDims
-
-__all__ = [
-    "DECODER_FAMILIES",
-    "SEQ2SEQ_FAMILIES",
-    "HFCausalLM",
-    "HFRoPE",
-    "HFSeq2Seq",
-    "IdentityRotary",
-    "hf_rope_parameters",
-]
 
 SEQ2SEQ_FAMILIES = ("t5",)
 

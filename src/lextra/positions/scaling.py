@@ -323,19 +323,3 @@ def parse_rope_scaling(spec: str) -> dict[str, Any]:
         if not factor > 0:
             raise ConfigError(f"rope scaling {spec!r}: the factor must be a finite number > 0")
     return {"rope_type": name, **options}
-
-
-__all__ = [
-    "MAX_FACTOR",
-    "SCALING_TYPES",
-    "TRAIN_LENGTH",
-    "RopeScaling",
-    "ScalingType",
-    "check_head_dim",
-    "depends_on_length",
-    "frequencies",
-    "parse_rope_scaling",
-    "register_scaling",
-    "rope_inv_freq",
-    "scaling_type_of",
-]
