@@ -320,8 +320,9 @@ def _check_compatible(run_dir: Path, config: FinetuneConfig) -> None:
     if not saved_path.exists():
         return
     defaults = {f.name: f.default for f in dataclasses.fields(FinetuneConfig)}
-    saved = defaults | json.loads(saved_path.read_text())["finetune"]  # a run saved before a setting existed
-    if "s2_roll" not in json.loads(saved_path.read_text())["finetune"] and saved["s2_group"] is not None:
+    recorded = json.loads(saved_path.read_text())["finetune"]
+    saved = defaults | recorded  # a run saved before a setting existed
+    if "s2_roll" not in recorded and saved["s2_group"] is not None:
         saved["s2_roll"] = True  # S2-Attn rolled before the no-wrap default
     current = config.to_dict()
     if saved["positions"] != current["positions"] and saved["train_len"] == current["train_len"]:

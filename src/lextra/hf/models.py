@@ -305,9 +305,7 @@ class HFCausalLM(_Adapter):
     def _scale_rope(self, scaling: dict[str, Any] | None, layers: list[int]) -> None:
         """Scale the RoPE of `layers` (None: restore the model's own there)."""
         for layer in layers:
-            key = self.rope_key(layer)
-            original = self.original_rope[key] if key else self.original_rope
-            hf_rope_parameters(self.model.config, original, scaling)  # refuses before anything changes
+            hf_rope_parameters(self.model.config, self._original_params(layer), scaling)  # refuses before changes
             self.scalings[layer] = None if scaling is None else dict(scaling)
         self._install_rotation()
 
@@ -316,10 +314,12 @@ class HFCausalLM(_Adapter):
         on its layers, plain ones elsewhere)."""
         self._install_rotation()
 
-    def _layer_params(self, layer: int) -> dict[str, Any]:
+    def _original_params(self, layer: int) -> dict[str, Any]:
         key = self.rope_key(layer)
-        original = self.original_rope[key] if key else self.original_rope
-        return hf_rope_parameters(self.model.config, original, self.scalings[layer])
+        return self.original_rope[key] if key else self.original_rope
+
+    def _layer_params(self, layer: int) -> dict[str, Any]:
+        return hf_rope_parameters(self.model.config, self._original_params(layer), self.scalings[layer])
 
     def _native_parameters(self) -> dict[str, Any] | None:
         """The `rope_parameters` under which Hugging Face's own rotary module rotates every layer as asked, or
