@@ -1,19 +1,15 @@
-"""Adapters that give Hugging Face models the interface lextra's evaluators use.
+"""Adapters that give Hugging Face models the interface lextra's evaluators use (docs/hugging-face.md).
 
-`HFCausalLM` (the decoder families of `lextra.hf.families.DECODER_FAMILIES`: Llama, Mistral, Qwen 2/3, Gemma 2/3,
-SmolLM3, gpt-oss, Phi, Phi-3, Cohere2, OLMo 2/3) offers what `lextra.evaluate`, `lextra.evaluate.retrieval`,
-`lextra.analysis` and `lextra.methods` call on a GPT: `features` / `head` (perplexity), `model(tokens, cache=)` and
-`new_cache()` (retrieval by greedy decoding and likelihood ranking), `layer_attention` (resolution, dispersion,
-alignment), and a `config` with `n_layer`, `n_head`, `train_len`. Its layers are described in layer-plan
-vocabulary (`variants`, `lextra.hf.families`), and it implements the primitives of `lextra.extend.InferenceTarget`,
-so `InferenceSetup.apply` sets RoPE scalings, log-n scaling, temperatures, masks and extension methods on the
-layers they apply to. Masks, temperatures and log-n scaling run in lextra's registered attention
-(`lextra.hf.attention`); RoPE is Hugging Face's own where a scaling applies alike to the layers that share
-frequencies, else lextra rotates each layer with Hugging Face's frequencies (`lextra.hf.rotary`).
+`HFCausalLM` (the decoder families of `lextra.hf.families.DECODER_FAMILIES`) offers what the evaluations, analyses
+and methods call on a GPT (`features` / `head`, `model(tokens, cache=)` and `new_cache()`, `layer_attention`, a
+`config` with `n_layer`, `n_head`, `train_len`), describes its layers in layer-plan vocabulary (`variants`), and
+implements the primitives `InferenceSetup.apply` writes through (`lextra.extend.InferenceTarget`). Masks,
+temperatures and log-n scaling run in lextra's registered attention (`lextra.hf.attention`); RoPE is Hugging Face's
+own where a scaling applies alike to the layers that share frequencies, else lextra rotates each layer with Hugging
+Face's frequencies (`lextra.hf.rotary`).
 
-`HFSeq2Seq` (T5 family) adapts the encoder: temperatures, masks and capture act on the encoder self-attention,
-retrieval is question answering (the prompt is the encoder input, the answer is decoded), and analysis reads the
-encoder layers with their bucket bias.
+`HFSeq2Seq` (T5 family) adapts the encoder self-attention; retrieval is question answering (the prompt is the
+encoder input, the answer is decoded).
 """
 
 from __future__ import annotations

@@ -36,6 +36,7 @@ hashes every file it wrote). Its `batch` draws the same windows as `TrainStream`
 
 from lextra.data.shards.cache import (
     DATA_CACHE_ENV,
+    cache_key,
     cached_shards,
     data_cache_dir,
     shards_for_model,
@@ -54,6 +55,7 @@ __all__ = [
     "DecodedDocuments",
     "PreparedShards",
     "WeightedMixture",
+    "cache_key",
     "cached_shards",
     "data_batches",
     "data_cache_dir",
