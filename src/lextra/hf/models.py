@@ -35,7 +35,7 @@ from lextra.devices import module_device
 from lextra.errors import ConfigError
 from lextra.extend import ExtensionMethod
 from lextra.hf.attention import ATTENTION_NAME, AttentionState, register
-from lextra.hf.families import describe_layers
+from lextra.hf.families import describe_layers, rope_key
 from lextra.hf.rotary import HFRoPE, IdentityRotary, call_rotary, hf_rope_parameters, inv_freq_of, scaled_source
 from lextra.positions.base import HeadDims
 
@@ -213,16 +213,12 @@ class HFCausalLM(_Adapter):
         return [layer.self_attn for layer in self.inner.layers[: self.config.n_layer]]
 
     def _rotary_dim(self) -> int:
-        keys = [key for key in (self.rope_key(i) for i in range(self.config.n_layer)) if key is not None]
+        keys = [key for key in (rope_key(self.model.config, i) for i in range(self.config.n_layer)) if key is not None]
         return 2 * inv_freq_of(self.template_rotary, keys[0] if keys else None).numel()
 
     def rope_key(self, layer: int) -> str | None:
         """The layer type whose `rope_parameters` the layer uses (Gemma 3, OLMo 3), or None where they are flat."""
-        params = self.original_rope
-        types = getattr(self.model.config, "layer_types", None)
-        if types and isinstance(params.get(types[layer]), dict):
-            return str(types[layer])
-        return None
+        return self.layers.rope_keys[layer]
 
     # --- perplexity ---------------------------------------------------------------------------------------
     @torch.no_grad()
