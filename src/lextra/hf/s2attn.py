@@ -57,7 +57,7 @@ def s2_attention(
 ) -> tuple[Tensor, None]:
     """q (B, H, L, D), k and v (B, Hkv, L, D) -> ((B, L, H, D), None): S2-Attn with `module.lextra_s2_group` while
     the module trains, full causal attention otherwise."""
-    B, H, L, D = query.shape
+    H, L = query.shape[1:3]
     groups = H // key.shape[1]  # grouped-query attention: every query head gets its key/value head
     key, value = expand_kv(key, groups), expand_kv(value, groups)
     p = dropout if module.training else 0.0
@@ -72,10 +72,8 @@ def s2_attention(
         raise ConfigError("S2-Attn trains on whole unpadded windows without a cache; pass no attention mask")
     group = check_group(int(module.lextra_s2_group), L)
     if getattr(module, "lextra_s2_roll", False):
-        shift = group // 2
-        q, k, v = (_roll_half(x, -shift).reshape(B, H, L // group, group, D) for x in (query, key, value))
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p, scale=scaling)
-        out = _roll_half(out.reshape(B, H, L, D), shift)
+        rolled = tuple(_roll_half(x, -(group // 2)) for x in (query, key, value))
+        out = _roll_half(_grouped_causal(rolled, group, p, scaling), group // 2)
     else:
         out = _shifted_groups(query, key, value, group, p, scaling)
     return out.transpose(1, 2).contiguous(), None
@@ -94,7 +92,7 @@ def _unpadded(mask: Tensor | None, length: int, window: int | None) -> bool:
     return bool((mask == band).all())
 
 
-def _grouped_causal(qkv: tuple[Tensor, Tensor, Tensor], size: int, dropout: float, scale: float | None) -> Tensor:
+def _grouped_causal(qkv: tuple[Tensor, ...], size: int, dropout: float, scale: float | None) -> Tensor:
     """Causal attention within consecutive blocks of `size` tokens: q, k, v (B, h, n * size, D) -> (B, h, n * size,
     D)."""
     B, h, L, D = qkv[0].shape
