@@ -244,7 +244,7 @@ def convert_value(raw: str, annotation: str) -> Any:
         value = float(text)
         if not math.isfinite(value):
             raise ValueError(text)
-        return int(value) if "int" in words and "float" not in words else value
+        return value
     if any(w.startswith(("tuple", "list")) for w in words):
         inner = text[1:-1] if text[:1] in "[(" and text[-1:] in "])" else text
         if any("str" in w for w in words):  # names: `q_proj+v_proj` or `[q_proj,v_proj]`

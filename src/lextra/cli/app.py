@@ -1,17 +1,11 @@
-"""The `lextra` command tree: one way to declare a command or a command group, its shared options and its handler.
+"""The `lextra` command tree: one way to declare a command or a command group, its shared options and its handler
+(docs/architecture.md, Commands).
 
-A command is declared by decorating `configure(parser) -> handler` with
-`@command(NAME, HELP, options=..., examples=...)`; `options` are shared option sets from `lextra.cli.options`, added
-after the command's own arguments (so a command's positionals come first), and `examples` (one or two real
-invocations) become the `Examples:` epilog of its `--help`, which also shows every option's default. A group
-(`lextra retrieval ...`, `lextra hf ...`) is a `Group`, and its subcommands are declared with
-`@group.command(...)`; a group may name a `default` subcommand (`lextra ruler MODEL` runs `lextra ruler run MODEL`).
-Old spellings stay accepted without being shown: `ALIASES` maps a retired command to its new path
-(`lextra ruler-compare` -> `lextra ruler compare`), and `lextra.cli.options.add_aliased` gives an option hidden
-alternative names (`HelpFormatter` leaves them out).
-`main` parses, applies the shared runtime options (threads), runs the handler, and turns every `LextraError` into
-one line on stderr with exit code 2. Plugins (`--plugin FILE`, `LEXTRA_PLUGINS`) are imported before the parser is
-built, so everything they register is in the help and specs.
+`examples` (one or two real invocations) become the `Examples:` epilog of a command's `--help`, which also shows
+every option's default. Old spellings stay accepted without being shown: `ALIASES` maps a retired command to its
+new path, and `lextra.cli.options.add_aliased` gives an option hidden alternative names. `main` imports plugins
+(`--plugin FILE`, `LEXTRA_PLUGINS`) before it builds the parser, so everything they register is in the help, and
+turns every `LextraError` into one line on stderr with exit code 2.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """`lextra ruler run MODEL` (also `lextra ruler MODEL`): the RULER-style long-context suite (eleven synthetic tasks
-at exact token lengths, RULER's scoring, the effective length) on a lextra model or a Hugging Face model;
-`lextra ruler compare RUN...` (also `lextra ruler-compare`): runs side by side.
-
-MODEL is a lextra training run or model folder, a Hugging Face folder (config.json), a .gguf file, or `smollm2`,
-loaded by `lextra.pipelines.loading.load_model_spec`. The stretching options are those of `lextra eval` /
-`lextra hf`: `--rope-scaling`, `--mask`, `--temperature FILE`, `--extend`. Prompts use RULER's base templates;
-`--chat` wraps them in the model's chat template.
+at exact token lengths, RULER's scoring, the effective length) on any model `load_model_spec` loads, with the
+stretching options of `lextra eval`; prompts use RULER's base templates (`--chat`: the model's chat template).
+`lextra ruler compare RUN...`: runs side by side.
 """
 
 from __future__ import annotations

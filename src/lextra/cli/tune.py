@@ -1,11 +1,8 @@
-"""`lextra tune MODEL --length T`: search the settings of extension methods and RoPE scalings for a model at a target
-length against perplexity plus passkey accuracy (or LongRoPE2's needle-driven perplexity, `--objective needle`),
-within a time budget, and write the best as a setup file that `eval`, `retrieval eval`, `ruler`, `harness` and
-`hf finetune` take with `--setup FILE`.
-
-MODEL is a lextra run or model folder, a Hugging Face folder, a .gguf file or `smollm2`
-(`lextra.pipelines.loading.load_model_spec`). Progress goes to stderr, one line per candidate (its score, the best
-so far, tokens per second, elapsed time and ETA); Ctrl-C or the budget ends the search with the best so far.
+"""`lextra tune MODEL --length T`: search the settings of extension methods and RoPE scalings for any model
+`load_model_spec` loads at a target length against perplexity plus passkey accuracy (or LongRoPE2's needle-driven
+perplexity, `--objective needle`), within a time budget, and write the best as a setup file that the commands take
+with `--setup FILE`. Progress goes to stderr, one line per candidate; Ctrl-C or the budget ends the search with the
+best so far.
 """
 
 from __future__ import annotations

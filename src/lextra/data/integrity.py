@@ -1,12 +1,10 @@
-"""Check on read: a prepared folder's files are hashed the first time they are mapped, then trusted while unchanged.
+"""Check on read: a prepared folder's files are hashed the first time they are mapped, then trusted while unchanged
+(docs/running.md, Integrity).
 
-`prepare` records each file's xxh3-128 (Collet, xxHash; `xxhash` package) beside the sha256 that `lextra data
-verify` checks. `check_files` compares every file with its recorded hash once: a file verified before (in this
-process, or by an earlier one that left a stamp of its size, mtime, ctime and inode) is not read again. A folder
-prepared before the fast hash existed is checked by sha256 once and stamped the same way.
-
-The stamp is `.verified.json` inside the folder, or, when the folder is read-only, a file under the lextra cache
-(`$LEXTRA_CACHE/verified/`). A lost or stale stamp costs one re-read, never a wrong answer.
+`check_files` compares every file with the xxh3-128 `prepare` recorded (sha256 for a folder without it) once; a
+stamp of each verified file's size, mtime, ctime and inode (`.verified.json` in the folder, or under
+`$LEXTRA_CACHE/verified/` when it is read-only) lets later opens skip unchanged files. A lost or stale stamp costs
+one re-read, never a wrong answer.
 """
 
 from __future__ import annotations

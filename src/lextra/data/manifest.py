@@ -46,9 +46,7 @@ def _field(node: Any, key: str, where: str, kinds: tuple[type, ...], *, optional
     value = node[key]
     if value is None and type(None) in kinds:
         return None
-    if isinstance(value, bool) and bool not in kinds:
-        raise _FieldError(path, f"expected {_kind_names(kinds)}, got {_describe(value)}")
-    if not isinstance(value, kinds):
+    if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
         raise _FieldError(path, f"expected {_kind_names(kinds)}, got {_describe(value)}")
     return value
 

@@ -1,18 +1,11 @@
-"""Packed documents (`--pack documents`): training windows filled with whole documents, each token tagged with its
-document, so a step attends within each document and numbers positions from each document's start (Zhao et al.
-2024, arXiv 2402.13991; Gao et al. 2024, ProLong, arXiv 2410.02660; Llama 3 and OLMo-core pack this way).
+"""Packed documents (`--pack documents`, docs/running.md): training windows filled with whole documents, each token
+tagged with its document, so a step attends within each document and numbers positions from each document's start.
 
-A document's *unit* is its tokens plus the separator that follows it in the stream (the tokenizer's end of text,
-which the model learns to predict), so the units tile the stream. A window's start is drawn exactly as without
-packing (`window_starts`, the epoch order, a mixture's parts: the same data order and exact resume), then moved
-back to the start of the unit it falls in, so the window opens on a whole document; a unit longer than a window is
-the one that is split (its window starts where the draw fell). Whole units follow while they fit; the rest of the
-window is padding (document id -1, never attended to or predicted), unless the unit that does not fit is itself
-longer than a window, whose head then fills it.
-
-A packed batch is (B, 2, L + 1): the window's tokens and their document ids (0, 1, ... within the row, -1 for
-padding). Document starts are read from the stream's boundary index (a prepared folder's offsets files, mapped;
-an in-memory stream's starts), searched per window, so memory does not grow with the corpus.
+A document's *unit* is its tokens plus the separator that follows it in the stream, so the units tile the stream.
+A window's start is drawn exactly as without packing, then moved back to the start of the unit it falls in; whole
+units follow while they fit, the rest is padding (document id -1, never attended to or predicted), unless the unit
+that does not fit is itself longer than a window, whose head then fills it. A packed batch is (B, 2, L + 1): the
+window's tokens and their document ids (0, 1, ... within the row, -1 for padding).
 """
 
 from __future__ import annotations

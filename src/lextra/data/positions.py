@@ -1,16 +1,12 @@
-"""Position samplers: the position ids a training window is read at (`lextra train --positions NAME[:options]`).
+"""Position samplers: the position ids a training window is read at (`lextra train --positions NAME[:options]`;
+docs/extend-by-training.md).
 
-`contiguous` is plain training (0..L_tr-1). `pose` (Zhu et al. 2023, arXiv 2309.10400) splits the window into
-chunks whose positions skip ahead, so a model trained in an L_tr window sees the relative distances of a longer
-target length; `randomized` (Ruoss et al. 2023, arXiv 2305.16843) reads the window at a sorted random subset of
-[0, max). The tokens stay the window's contiguous tokens and only their position ids change, except under PoSE's
-content skip (`pose,span=S`, the authors' code): chunk 2's tokens then come from further into a text S windows long,
-so a training step reads its windows with `sampled_batch`, which gathers the tokens the sampler picks.
-
-Positions are a pure function of (seed, step, rank), so a resumed run draws exactly the positions it would have
-drawn. One position vector is drawn per step and shared by every row of the global batch (the model's forward takes
-one position vector per call; PoSE's authors draw per example, so a batch of B rows here covers the distances of
-one draw, not of B).
+`contiguous` is plain training (0..L_tr-1), `pose` (Zhu et al. 2023, arXiv 2309.10400) splits the window into
+chunks whose positions skip ahead, `randomized` (Ruoss et al. 2023, arXiv 2305.16843) reads it at a sorted random
+subset of [0, max). Only the position ids change, except under PoSE's content skip (`pose,span=S`), whose chunk 2
+comes from further into a text S windows long, so a step reads its windows with `sampled_batch`. Positions are a
+pure function of (seed, step, rank), one vector per step shared by every row (the model's forward takes one), so a
+resumed run draws exactly what it would have drawn.
 """
 
 from __future__ import annotations

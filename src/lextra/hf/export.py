@@ -1,23 +1,15 @@
-"""The Hugging Face folder a fine-tuned model is saved as, read the same by every supported transformers version.
+"""The Hugging Face folder a fine-tuned model is saved as, read the same by every supported transformers version
+(docs/hugging-face.md).
 
-Three rules, each checked against the method's own code:
-- `max_position_embeddings` as the method's authors set it. Dynamic NTK (emozilla 2023; HF's
-  `_compute_dynamic_ntk_parameters`) reads it as the original length L_tr, so it stays the base model's: saving the
-  trained window would make the saved model run plain RoPE up to that window. YaRN (Peng et al. 2023, arXiv
-  2309.00071) saves factor x original (the authors' released configs, and what transformers checks the factor
-  against, warning on every load otherwise). Other types keep the longest position trained (the window, or a
-  position sampler's limit such as PoSE's target).
-- `config.json` holds both forms: `rope_parameters` (transformers 5) and the 4.x keys, `rope_scaling` (with
-  `rope_type` and its older name `type`, the factor, `original_max_position_embeddings`, betas, ...) and a
-  top-level `rope_theta`. transformers 4.x ignores `rope_parameters` and would run plain RoPE at theta 10000;
-  transformers 5 reads `rope_scaling` first (filling its `rope_theta` from the top level), so both forms carry the
-  same numbers.
-- `rope_scaling` leaves out `rope_theta` (4.x warns on a key it does not know) and is null for plain RoPE, as
-  released 4.x checkpoints write it; dynamic's dict has no `original_max_position_embeddings` (transformers 5 warns
-  on it, and neither version reads it for dynamic).
+- `max_position_embeddings` as the method's authors set it: the base model's for dynamic NTK (HF reads it as the
+  original length L_tr), factor x original for YaRN (what transformers checks the factor against), else the
+  longest position trained.
+- `config.json` holds both `rope_parameters` (transformers 5) and the 4.x keys (`rope_scaling` with `rope_type`
+  and `type`, top-level `rope_theta`): 4.x ignores `rope_parameters` and 5 reads `rope_scaling` first, so both
+  carry the same numbers. `rope_scaling` leaves out `rope_theta` and is null for plain RoPE, as released 4.x
+  checkpoints write it; dynamic's has no `original_max_position_embeddings` (neither version reads it there).
 Where `rope_parameters` are kept per layer type (Gemma 3, OLMo 3) the 4.x keys and the saved length follow the
-full-attention layers' entry (4.x's `rope_scaling` and `rope_theta` are theirs), and Gemma 3's sliding layers' base
-is 4.x's `rope_local_base_freq`.
+full-attention layers' entry, and Gemma 3's sliding layers' base is 4.x's `rope_local_base_freq`.
 """
 
 from __future__ import annotations
@@ -80,6 +72,3 @@ def export_model(model: Any, folder: str | Path, *, original: int, trained: int)
         saved[local_key] = float(rope["sliding_attention"]["rope_theta"])
     atomic_write_json(path, saved)
     return folder
-
-
-__all__ = ["KEEPS_ORIGINAL_LENGTH", "LOCAL_BASE_KEYS", "export_model", "legacy_rope_keys", "saved_length"]

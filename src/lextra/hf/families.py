@@ -82,13 +82,8 @@ def _rotates(cfg: Any, module: Any, index: int) -> bool:
     return bool(getattr(module, "use_rope", True))
 
 
-def rope_parameters(cfg: Any, key: str | None) -> dict[str, Any]:
-    """The `rope_parameters` of a layer type (`key`), or the flat ones."""
-    params = dict(cfg.rope_parameters or {})
-    return dict(params[key]) if key is not None else params
-
-
-def _rope_key(cfg: Any, index: int) -> str | None:
+def rope_key(cfg: Any, index: int) -> str | None:
+    """The layer type whose `rope_parameters` layer `index` uses (Gemma 3, OLMo 3), or None where they are flat."""
     params = getattr(cfg, "rope_parameters", None) or {}
     types = layer_types(cfg)
     if types and types[index] in params and isinstance(params[types[index]], dict):
@@ -122,11 +117,12 @@ def describe_layers(cfg: Any, modules: list[Any], head_dim: int, rotary_dim: int
     fraction = rotary_dim / head_dim
     for index, module in enumerate(modules):
         rotary = _rotates(cfg, module, index)
-        key = _rope_key(cfg, index)
+        key = rope_key(cfg, index)
         keys.append(key)
         options: dict[str, Any] = {}
         if rotary:
-            options["base"] = float(rope_parameters(cfg, key)["rope_theta"])
+            params = cfg.rope_parameters or {}
+            options["base"] = float((params[key] if key is not None else params)["rope_theta"])
             if fraction < 1:
                 options["fraction"] = fraction
         variants.append(

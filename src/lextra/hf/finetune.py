@@ -1,29 +1,12 @@
-"""The Hugging Face training target: a decoder of any family `lextra.hf` adapts (`DECODER_FAMILIES`) fine-tuned at a new
-context length under the one `Trainer` (`lextra.train`): LoRA (through `peft`, on the family's attention
-projections), optionally trainable embeddings, head and norms and S2-Attn where the family's attention allows it
-(LongLoRA's recipe, `lextra.hf.s2attn`), a RoPE scaling that becomes part of the saved config, gradient
-checkpointing, bf16 autocast on CUDA (fp32 on the CPU). The base is a Hugging Face folder or a GGUF file (dequantised
-to fp32 as it loads); under torchrun the model is replicated (DDP) or, with `fsdp`, sharded (FSDP2: the `Trainer`
-shards each decoder layer, then the model, `lextra.train.sharding`), for models whose weights, gradients and AdamW
-state do not fit one device; autocast (bf16 on CUDA) runs inside the sharded model, parameters stay fp32.
+"""`lextra hf finetune`: a decoder of any family `lextra.hf` adapts (`DECODER_FAMILIES`), from a Hugging Face folder
+or a GGUF file, fine-tuned at a new context length under the one `Trainer` (`lextra.train`): LoRA (peft),
+optionally trainable embeddings, head and norms, S2-Attn (`lextra.hf.s2attn`), a RoPE scaling saved in the config,
+a position sampler (`lextra.data.positions`), DDP or FSDP2 under torchrun. The run folder is `lextra train`'s; at
+the end `model/` is a plain Hugging Face folder with LoRA merged (`lextra.hf.export`). docs/hugging-face.md has the
+recipe and its checks.
 
-The run folder is `lextra train`'s (`lextra.train.checkpoints`): `config.json`, `metrics.jsonl` (step, loss, lr,
-grad_norm, tokens_per_s), `checkpoints/step_N/` (`trainable.safetensors`: the parameters that train, whole; the
-optimizer; the RNG), TensorBoard files when asked, and at the end `model/`, a standard Hugging Face folder
-(LoRA merged, written by `lextra.hf.export`: the RoPE scaling in both config forms, so every supported
-transformers version reads it, and `max_position_embeddings` as the method's authors set it) that plain
-`transformers` loads. The same loop gives the same exact resume, divergence stop and window orders.
-
-`positions` names a position sampler (`lextra.data.positions`: `contiguous`, `pose[:TARGET]`, `randomized[:MAX]`).
-Other than `contiguous` (the model's own 0..L-1, no `position_ids` passed), each step's vector, drawn from (seed,
-step) for the global batch as `lextra train` draws it, is the forward's `position_ids`, with an all-ones
-`attention_mask` beside it: without a mask transformers reads position ids that skip as packed sequences and would
-cut the attention at every skip. With PoSE's content skip (`pose:TARGET,span=5`, the authors' code) the windows
-are read span x L long and chunk 2's tokens come from further in (`lextra.data.positions.sampled_batch`). Without
-a YaRN or dynamic scaling, the saved `max_position_embeddings` is the
-larger of the window and the sampler's limit (PoSE's target, randomized's max): the positions trained. S2-Attn is
-position-independent: it regroups the tokens of the window by their index, after RoPE has rotated the queries and
-keys at whatever positions they were given.
+A sampled position vector is passed as `position_ids` with an all-ones `attention_mask` beside it: without the
+mask transformers reads position ids that skip as packed sequences and would cut the attention at every skip.
 """
 
 from __future__ import annotations
@@ -48,8 +31,9 @@ from lextra.data.shards import PreparedShards, data_batches
 from lextra.devices import autocast
 from lextra.errors import ConfigError, DataError
 from lextra.hf.export import export_model
+from lextra.hf.families import DECODER_FAMILIES
 from lextra.hf.load import as_plain_model, load_config, pretrained_source, resolve_model_path, tokenizer_config
-from lextra.hf.models import DECODER_FAMILIES, hf_rope_parameters
+from lextra.hf.rotary import hf_rope_parameters
 from lextra.hf.s2attn import check_group, check_s2_layers, disable_s2, enable_s2
 from lextra.io import atomic_write
 from lextra.registry import Option, Registry
@@ -336,8 +320,9 @@ def _check_compatible(run_dir: Path, config: FinetuneConfig) -> None:
     if not saved_path.exists():
         return
     defaults = {f.name: f.default for f in dataclasses.fields(FinetuneConfig)}
-    saved = defaults | json.loads(saved_path.read_text())["finetune"]  # a run saved before a setting existed
-    if "s2_roll" not in json.loads(saved_path.read_text())["finetune"] and saved["s2_group"] is not None:
+    recorded = json.loads(saved_path.read_text())["finetune"]
+    saved = defaults | recorded  # a run saved before a setting existed
+    if "s2_roll" not in recorded and saved["s2_group"] is not None:
         saved["s2_roll"] = True  # S2-Attn rolled before the no-wrap default
     current = config.to_dict()
     if saved["positions"] != current["positions"] and saved["train_len"] == current["train_len"]:

@@ -9,7 +9,8 @@ from typing import Any
 import torch
 
 from lextra.errors import ConfigError, DataError
-from lextra.hf.models import DECODER_FAMILIES, SEQ2SEQ_FAMILIES, HFCausalLM, HFSeq2Seq
+from lextra.hf.families import DECODER_FAMILIES
+from lextra.hf.models import SEQ2SEQ_FAMILIES, HFCausalLM, HFSeq2Seq
 
 SMOLLM2 = "smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -1,19 +1,15 @@
-"""Adapters that give Hugging Face models the interface lextra's evaluators use.
+"""Adapters that give Hugging Face models the interface lextra's evaluators use (docs/hugging-face.md).
 
-`HFCausalLM` (the decoder families of `lextra.hf.families.DECODER_FAMILIES`: Llama, Mistral, Qwen 2/3, Gemma 2/3,
-SmolLM3, gpt-oss, Phi, Phi-3, Cohere2, OLMo 2/3) offers what `lextra.evaluate`, `lextra.evaluate.retrieval`,
-`lextra.analysis` and `lextra.methods` call on a GPT: `features` / `head` (perplexity), `model(tokens, cache=)` and
-`new_cache()` (retrieval by greedy decoding and likelihood ranking), `layer_attention` (resolution, dispersion,
-alignment), and a `config` with `n_layer`, `n_head`, `train_len`. Its layers are described in layer-plan
-vocabulary (`variants`, `lextra.hf.families`), and it implements the primitives of `lextra.extend.InferenceTarget`,
-so `InferenceSetup.apply` sets RoPE scalings, log-n scaling, temperatures, masks and extension methods on the
-layers they apply to. Masks, temperatures and log-n scaling run in lextra's registered attention
-(`lextra.hf.attention`); RoPE is Hugging Face's own where a scaling applies alike to the layers that share
-frequencies, else lextra rotates each layer with Hugging Face's frequencies (`lextra.hf.rotary`).
+`HFCausalLM` (the decoder families of `lextra.hf.families.DECODER_FAMILIES`) offers what the evaluations, analyses
+and methods call on a GPT (`features` / `head`, `model(tokens, cache=)` and `new_cache()`, `layer_attention`, a
+`config` with `n_layer`, `n_head`, `train_len`), describes its layers in layer-plan vocabulary (`variants`), and
+implements the primitives `InferenceSetup.apply` writes through (`lextra.extend.InferenceTarget`). Masks,
+temperatures and log-n scaling run in lextra's registered attention (`lextra.hf.attention`); RoPE is Hugging Face's
+own where a scaling applies alike to the layers that share frequencies, else lextra rotates each layer with Hugging
+Face's frequencies (`lextra.hf.rotary`).
 
-`HFSeq2Seq` (T5 family) adapts the encoder: temperatures, masks and capture act on the encoder self-attention,
-retrieval is question answering (the prompt is the encoder input, the answer is decoded), and analysis reads the
-encoder layers with their bucket bias.
+`HFSeq2Seq` (T5 family) adapts the encoder self-attention; retrieval is question answering (the prompt is the
+encoder input, the answer is decoded).
 """
 
 from __future__ import annotations
@@ -39,19 +35,9 @@ from lextra.devices import module_device
 from lextra.errors import ConfigError
 from lextra.extend import ExtensionMethod
 from lextra.hf.attention import ATTENTION_NAME, AttentionState, register
-from lextra.hf.families import DECODER_FAMILIES, describe_layers
+from lextra.hf.families import describe_layers, rope_key
 from lextra.hf.rotary import HFRoPE, IdentityRotary, call_rotary, hf_rope_parameters, inv_freq_of, scaled_source
 from lextra.positions.base import HeadDims
-
-__all__ = [
-    "DECODER_FAMILIES",
-    "SEQ2SEQ_FAMILIES",
-    "HFCausalLM",
-    "HFRoPE",
-    "HFSeq2Seq",
-    "IdentityRotary",
-    "hf_rope_parameters",
-]
 
 SEQ2SEQ_FAMILIES = ("t5",)
 
@@ -227,16 +213,12 @@ class HFCausalLM(_Adapter):
         return [layer.self_attn for layer in self.inner.layers[: self.config.n_layer]]
 
     def _rotary_dim(self) -> int:
-        keys = [key for key in (self.rope_key(i) for i in range(self.config.n_layer)) if key is not None]
+        keys = [key for key in (rope_key(self.model.config, i) for i in range(self.config.n_layer)) if key is not None]
         return 2 * inv_freq_of(self.template_rotary, keys[0] if keys else None).numel()
 
     def rope_key(self, layer: int) -> str | None:
         """The layer type whose `rope_parameters` the layer uses (Gemma 3, OLMo 3), or None where they are flat."""
-        params = self.original_rope
-        types = getattr(self.model.config, "layer_types", None)
-        if types and isinstance(params.get(types[layer]), dict):
-            return str(types[layer])
-        return None
+        return self.layers.rope_keys[layer]
 
     # --- perplexity ---------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -315,9 +297,7 @@ class HFCausalLM(_Adapter):
     def _scale_rope(self, scaling: dict[str, Any] | None, layers: list[int]) -> None:
         """Scale the RoPE of `layers` (None: restore the model's own there)."""
         for layer in layers:
-            key = self.rope_key(layer)
-            original = self.original_rope[key] if key else self.original_rope
-            hf_rope_parameters(self.model.config, original, scaling)  # refuses before anything changes
+            hf_rope_parameters(self.model.config, self._original_params(layer), scaling)  # refuses before changes
             self.scalings[layer] = None if scaling is None else dict(scaling)
         self._install_rotation()
 
@@ -326,10 +306,12 @@ class HFCausalLM(_Adapter):
         on its layers, plain ones elsewhere)."""
         self._install_rotation()
 
-    def _layer_params(self, layer: int) -> dict[str, Any]:
+    def _original_params(self, layer: int) -> dict[str, Any]:
         key = self.rope_key(layer)
-        original = self.original_rope[key] if key else self.original_rope
-        return hf_rope_parameters(self.model.config, original, self.scalings[layer])
+        return self.original_rope[key] if key else self.original_rope
+
+    def _layer_params(self, layer: int) -> dict[str, Any]:
+        return hf_rope_parameters(self.model.config, self._original_params(layer), self.scalings[layer])
 
     def _native_parameters(self) -> dict[str, Any] | None:
         """The `rope_parameters` under which Hugging Face's own rotary module rotates every layer as asked, or

@@ -1,21 +1,13 @@
 """LongLoRA's shifted sparse attention (S2-Attn, Chen et al. 2023, arXiv 2309.12307) for Hugging Face decoders
-during training: the window is cut into groups of G tokens that attend causally within themselves, and half the
-heads see the groups shifted by G/2, so that information flows between neighbouring groups. At evaluation (the
-module not training) the model runs full causal attention, as the authors do.
+while training: groups of G tokens attend causally within themselves, half the heads over groups shifted by G/2;
+at evaluation the model runs full causal attention, as the authors do (docs/hugging-face.md).
 
-`s2_attention` is the `AttentionInterface` entry (`attn_implementation="lextra_s2"`). By default it is the authors'
-training path, `forward_flashattn` in dvlab-research/LongLoRA's llama_attn_replace.py (their default,
-`use_flash_attn=True`): the shifted heads' groups start at G/2, 3G/2, ..., and their first and last G/2 tokens form
-two half groups of their own, so nothing wraps around (the wrap is what the maintainers call a leak, LongLoRA issue
-90). With `roll` (`--s2-roll`) it is their `forward_noflashattn`: those heads rolled by -G/2, so the window's
-first G/2 tokens share the last group with its last G/2 tokens and see them. Both are causal SDPA over (..., G, G)
-blocks without copies of the scores; the same rules as a per-head (H, L, L) boolean mask are
-`lextra.attention.s2.s2_visible(..., wrap=)`, and the tests hold both to ports of the authors' two functions.
-
-The grouped SDPA replaces a layer's attention exactly only where that attention is causal softmax over the visible
-keys: `check_s2_layers` refuses layers with learned sinks (gpt-oss), a logit softcap (Gemma 2) or chunked attention
-(Llama 4's chunks cut the shifted groups), and sliding windows narrower than a group (a window of W >= G tokens
-sees all of every group, so S2-Attn there is exact; QK-norm, NoPE and partial rotary act before the function).
+`s2_attention` (`attn_implementation="lextra_s2"`) is by default the authors' `forward_flashattn` (the shifted
+heads' first and last G/2 tokens form half groups of their own, so nothing wraps around: LongLoRA issue 90); with
+`roll` their `forward_noflashattn` (the shifted heads rolled by -G/2). Both are causal SDPA over (..., G, G)
+blocks; `lextra.attention.s2.s2_visible(..., wrap=)` states the same rules as a mask. `check_s2_layers` refuses
+layers where the grouped SDPA is not the layer's attention: learned sinks, a logit softcap, chunked attention and
+sliding windows narrower than a group.
 """
 
 from __future__ import annotations
@@ -65,7 +57,7 @@ def s2_attention(
 ) -> tuple[Tensor, None]:
     """q (B, H, L, D), k and v (B, Hkv, L, D) -> ((B, L, H, D), None): S2-Attn with `module.lextra_s2_group` while
     the module trains, full causal attention otherwise."""
-    B, H, L, D = query.shape
+    H, L = query.shape[1:3]
     groups = H // key.shape[1]  # grouped-query attention: every query head gets its key/value head
     key, value = expand_kv(key, groups), expand_kv(value, groups)
     p = dropout if module.training else 0.0
@@ -80,10 +72,8 @@ def s2_attention(
         raise ConfigError("S2-Attn trains on whole unpadded windows without a cache; pass no attention mask")
     group = check_group(int(module.lextra_s2_group), L)
     if getattr(module, "lextra_s2_roll", False):
-        shift = group // 2
-        q, k, v = (_roll_half(x, -shift).reshape(B, H, L // group, group, D) for x in (query, key, value))
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p, scale=scaling)
-        out = _roll_half(out.reshape(B, H, L, D), shift)
+        rolled = tuple(_roll_half(x, -(group // 2)) for x in (query, key, value))
+        out = _roll_half(_grouped_causal(rolled, group, p, scaling), group // 2)
     else:
         out = _shifted_groups(query, key, value, group, p, scaling)
     return out.transpose(1, 2).contiguous(), None
@@ -102,7 +92,7 @@ def _unpadded(mask: Tensor | None, length: int, window: int | None) -> bool:
     return bool((mask == band).all())
 
 
-def _grouped_causal(qkv: tuple[Tensor, Tensor, Tensor], size: int, dropout: float, scale: float | None) -> Tensor:
+def _grouped_causal(qkv: tuple[Tensor, ...], size: int, dropout: float, scale: float | None) -> Tensor:
     """Causal attention within consecutive blocks of `size` tokens: q, k, v (B, h, n * size, D) -> (B, h, n * size,
     D)."""
     B, h, L, D = qkv[0].shape

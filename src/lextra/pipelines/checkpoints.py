@@ -10,8 +10,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lextra.data.prepare import PreparedData, model_data_spec, prepare_for_model
-from lextra.data.shards import shards_for_model
+from lextra.data.prepare import PreparedData, model_data_spec
+from lextra.data.shards import text_data_for_model
 from lextra.errors import ConfigError
 from lextra.evaluate import evaluation_documents
 from lextra.pipelines.loading import ModelOptions, lextra_folder, load_model_spec
@@ -95,16 +95,10 @@ class TextSource:
     def texts(self, checkpoint: Checkpoint, need: int, count: int) -> Tensor:
         """`count` texts of `need` tokens (T, need) on the CPU: held-out pieces of whole documents where they are
         long enough (`evaluation_documents`; the analyses move them to the model's device)."""
-        if self.data is not None:
-            shards = shards_for_model(checkpoint.meta, self.data)  # refused where tokenized otherwise
-            assert shards is not None  # a given folder is opened or refused
-            key = f"data:{shards.root}"
-            if key not in self._prepared:
-                self._prepared[key] = shards.prepared_data()
-        else:
-            key = json.dumps(model_data_spec(checkpoint.meta, self.corpus, self.limit_chars), sort_keys=True)
-            if key not in self._prepared:
-                self._prepared[key] = prepare_for_model(checkpoint.meta, self.corpus, self.limit_chars)
+        spec = model_data_spec(checkpoint.meta, self.corpus, self.limit_chars)
+        key = json.dumps([self.data, spec, checkpoint.meta.get("hf")], sort_keys=True)
+        if key not in self._prepared:  # a given folder is checked against each tokenizer it is read with
+            self._prepared[key] = text_data_for_model(checkpoint.meta, self.data, self.corpus, self.limit_chars)
         data = self._prepared[key]
         docs, stitched, _ = evaluation_documents(data, self.split, need, count)
         if stitched:

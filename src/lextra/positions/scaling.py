@@ -1,17 +1,12 @@
-"""RoPE frequency scalings for length extrapolation: one parameters mapping, one registered entry per type.
+"""RoPE frequency scalings for length extrapolation: one parameters mapping, one registered entry per type
+(docs/extending.md, A RoPE scaling).
 
-A scaling is a `RopeScaling`: an immutable, validated mapping in Hugging Face's `rope_parameters` form
-(`{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048, "beta_fast": 32.0, ...}`), with
-every parameter its type declares filled in. Each type is one small `ScalingType` entry of `SCALING_TYPES`, in the
-manner of Hugging Face's `ROPE_INIT_FUNCTIONS` (a dict of functions over `config.rope_parameters`): it declares its
-parameters with their defaults once (`params`, which are also its spec options), checks them, and maps
-`(parameters, head_dim, base, seq_len)` to the scaled inverse frequencies (D/2,) in fp32 and the factor by which
-cos and sin are multiplied (HF's `attention_scaling`; the attention logits therefore carry its square). The rope,
-xpos and coca schemes share it.
-
-The built-in types live in `lextra.positions.scaling_types` (imported on the registry's first lookup) and the
-Hugging Face dicts are read and written by `lextra.positions.scaling_hf`. Specs: `yarn:4` (the positional is the
-factor), `yarn:4,beta_fast=16`, `linear,factor=2`, or a JSON object of `rope_parameters`.
+A scaling is a `RopeScaling`, Hugging Face's `rope_parameters` checked and complete; each type is one
+`ScalingType` entry of `SCALING_TYPES` (in the manner of Hugging Face's `ROPE_INIT_FUNCTIONS`) that maps
+`(parameters, head_dim, base, seq_len)` to the inverse frequencies (D/2,) in fp32 and the factor cos and sin are
+multiplied by (the logits carry its square). The built-in types are in `lextra.positions.scaling_types`, the
+Hugging Face dicts read and written by `lextra.positions.scaling_hf`. Specs: `yarn:4`, `yarn:4,beta_fast=16`,
+`linear,factor=2`, or a JSON object of `rope_parameters`.
 """
 
 from __future__ import annotations
@@ -323,19 +318,3 @@ def parse_rope_scaling(spec: str) -> dict[str, Any]:
         if not factor > 0:
             raise ConfigError(f"rope scaling {spec!r}: the factor must be a finite number > 0")
     return {"rope_type": name, **options}
-
-
-__all__ = [
-    "MAX_FACTOR",
-    "SCALING_TYPES",
-    "TRAIN_LENGTH",
-    "RopeScaling",
-    "ScalingType",
-    "check_head_dim",
-    "depends_on_length",
-    "frequencies",
-    "parse_rope_scaling",
-    "register_scaling",
-    "rope_inv_freq",
-    "scaling_type_of",
-]

@@ -86,6 +86,3 @@ def to_hf(scaling: RopeScaling, *, base: float | None = None) -> dict[str, Any]:
         out["rope_theta"] = float(base)
     out.update({key: list(value) if isinstance(value, tuple) else value for key, value in keys.items()})
     return out
-
-
-__all__ = ["HF_COMMON", "from_hf", "hf_readers", "to_hf"]

@@ -357,17 +357,3 @@ class LongRopeScaling(ScalingType):
 
 #: the built-in types, in listing order (`SCALING_TYPES.names()` also holds the types plugins register later)
 KNOWN_TYPES: tuple[str, ...] = tuple(SCALING_TYPES.names())
-
-__all__ = [
-    "KNOWN_TYPES",
-    "DynamicScaling",
-    "LinearScaling",
-    "Llama3Scaling",
-    "LongRopeScaling",
-    "NoScaling",
-    "NtkScaling",
-    "YarnScaling",
-    "base_powers",
-    "ntk_base",
-    "yarn_mscale",
-]

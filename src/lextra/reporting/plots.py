@@ -26,11 +26,12 @@ def pyplot() -> ModuleType:
     return plt
 
 
-def save_figure(fig: Any, path: str | Path) -> Path:
-    """Write the figure as PNG atomically and close it."""
+def save_figure(fig: Any, path: str | Path, *, tight: bool = True) -> Path:
+    """Write the figure as PNG atomically (cropped to what it draws unless not `tight`) and close it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight"))
+    crop = {"bbox_inches": "tight"} if tight else {}
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png", **crop))
     pyplot().close(fig)
     return path
 

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from lextra.evaluate.retrieval import CompletionResult, RetrievalResult
-from lextra.io import atomic_write, atomic_write_json, atomic_write_text
-from lextra.reporting.plots import pyplot
+from lextra.io import atomic_write_json, atomic_write_text
+from lextra.reporting.plots import pyplot, save_figure
 from lextra.reporting.tables import markdown_table, string_keys, write_csv
 
 
@@ -52,11 +52,11 @@ def retrieval_tables(results: Mapping[str, RetrievalResult]) -> str:
     return "\n\n".join(parts)
 
 
-def plot_heatmap(result: RetrievalResult, path: str | Path, metric: str = "exact") -> Path:
-    """The needle-in-a-haystack plot: accuracy per (depth, length) cell, green = retrieved."""
+def plot_heatmap(result: RetrievalResult, path: str | Path) -> Path:
+    """The needle-in-a-haystack plot: exact-match accuracy per (depth, length) cell, green = retrieved."""
     plt = pyplot()
     lengths, depths = result.lengths, result.depths
-    grid = [[getattr(result.cell(n, d), metric) for n in lengths] for d in depths]
+    grid = [[result.cell(n, d).exact for n in lengths] for d in depths]
     fig, ax = plt.subplots(figsize=(1.1 * len(lengths) + 2.2, 0.55 * len(depths) + 1.6))
     image = ax.imshow(grid, cmap="RdYlGn", vmin=0.0, vmax=1.0, aspect="auto")
     ax.set_xticks(range(len(lengths)), [str(n) for n in lengths])
@@ -66,14 +66,10 @@ def plot_heatmap(result: RetrievalResult, path: str | Path, metric: str = "exact
             ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7)
     ax.set_xlabel("prompt length (tokens)")
     ax.set_ylabel("needle depth")
-    ax.set_title(f"{result.label} {result.task}: {metric}", fontsize=9)
+    ax.set_title(f"{result.label} {result.task}: exact", fontsize=9)
     fig.colorbar(image, ax=ax, fraction=0.046)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, tight=False)
 
 
 def completion_table(results: Mapping[str, CompletionResult]) -> str:

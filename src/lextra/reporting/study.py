@@ -80,11 +80,10 @@ def _agreement(ours: Mapping[str, float], paper: Mapping[str, float], trend: Cal
     agree: list[str] = []
     differ: list[str] = []
     for label, ratio in ours.items():
-        key = label if label in paper else None
-        if key is None:
+        if label not in paper:
             continue
-        text = f"{label} ({trend(ratio)}: x{ratio:.2f}; paper {trend(paper[key])}: x{paper[key]:.2f})"
-        (agree if trend(ratio) == trend(paper[key]) else differ).append(text)
+        text = f"{label} ({trend(ratio)}: x{ratio:.2f}; paper {trend(paper[label])}: x{paper[label]:.2f})"
+        (agree if trend(ratio) == trend(paper[label]) else differ).append(text)
     parts = []
     if agree:
         parts.append(f"**Agrees** in direction ({what}): " + "; ".join(agree) + ".")

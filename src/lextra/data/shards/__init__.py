@@ -1,12 +1,10 @@
-"""Prepared token shards: a corpus tokenized once into flat token files that every run maps with `np.memmap`.
+"""Prepared token shards: a corpus tokenized once into flat token files that every run maps with `np.memmap`
+(docs/running.md, Prepared data).
 
-`prepare_shards(source, tokenizer, out_dir)` streams the documents of any corpus spec (`iter_documents`): a first
-read counts them and finds the few documents `split_corpus` would move between splits (`split_overrides`; only
-tiny corpora have any), so every document lands in exactly the split it has in memory; a `bpe:N` tokenizer is then
-trained on a bounded sample of the train split (`sample_chars`: the same tokenizer, and the same cache entry, as
-`prepare_data` when the train split fits in the sample); a last read encodes the documents in batches (the
-tokenizer's batch encoder). The source is cut into shards of about `shard_chars` characters; each shard writes,
-per split, a flat token file and an offsets file, and then a small record. A folder holds:
+`prepare_shards(source, tokenizer, out_dir)` reads the source three times at most: a scan that counts the
+documents and finds the few that `split_corpus` would move between splits (`split_overrides`), a bounded sample of
+the train split for a `bpe:N` tokenizer (`sample_chars`), and the encoding, cut into shards of about `shard_chars`
+characters. A folder holds:
 
 - `prepare.json`: what is being prepared (source, tokenizer spec, limit, dtype, shard size), written first;
 - `scan.json`: the first read's result (documents, characters, moved documents), so a resumed prepare skips it;
@@ -27,15 +25,12 @@ Every file is written as `NAME.partial` and renamed when complete, so a half-wri
 interrupted prepare keeps its finished shards and redoes the rest. Memory is bounded by one shard's text
 (plus the BPE sample), never by the corpus.
 
-`PreparedShards.open(dir)` maps the token and offsets files copy-on-write (the files are never written; pages are
-read when used and shared by every process that maps them) and checks every file's size against the manifest
-(cheap); `verify()` checks every sha256 (a full read: run it on demand, e.g. after copying a folder; prepare
-hashes every file it wrote). Its `batch` draws the same windows as `TrainStream` from the same stream
-(`window_starts`), so a run on a prepared folder equals a run on the raw corpus, bit for bit.
+`PreparedShards.open(dir)` maps the files copy-on-write after checking every file's size (and, once per unchanged
+folder, its hash: `lextra.data.integrity`); `verify()` checks every sha256. Its `batch` draws the same windows as
+`TrainStream` from the same stream (`window_starts`), so a run on a prepared folder equals a run on the raw corpus.
 """
 
 from lextra.data.shards.cache import (
-    CACHE_WAIT_S,
     DATA_CACHE_ENV,
     cache_key,
     cached_shards,
@@ -43,27 +38,16 @@ from lextra.data.shards.cache import (
     shards_for_model,
     text_data_for_model,
 )
-from lextra.data.shards.layout import (
-    DEFAULT_SAMPLE_CHARS,
-    DEFAULT_SHARD_CHARS,
-    DTYPES,
-    FORMAT_VERSION,
-    MANIFEST,
-    token_dtype,
-    unfinished_command,
-)
+from lextra.data.shards.layout import DEFAULT_SAMPLE_CHARS, DEFAULT_SHARD_CHARS, DTYPES, token_dtype, unfinished_command
 from lextra.data.shards.mixture import WeightedMixture, data_batches, training_batches
 from lextra.data.shards.reader import DecodedDocuments, PreparedShards
 from lextra.data.shards.writer import prepare_shards
 
 __all__ = [
-    "CACHE_WAIT_S",
     "DATA_CACHE_ENV",
     "DEFAULT_SAMPLE_CHARS",
     "DEFAULT_SHARD_CHARS",
     "DTYPES",
-    "FORMAT_VERSION",
-    "MANIFEST",
     "DecodedDocuments",
     "PreparedShards",
     "WeightedMixture",

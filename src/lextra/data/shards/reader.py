@@ -72,34 +72,21 @@ class PreparedShards:
         except (OSError, ValueError):
             raise DataError(f"{root / TOKENIZER} is missing or not JSON; {again}") from None
         check_tokenizer_record(manifest, config, str(root / MANIFEST), fix)
-        entries = _file_entries(manifest)
-        for entry in entries:
+        for entry in _file_entries(manifest):
             file = root / entry["name"]
             size = file.stat().st_size if file.is_file() else None
             if size != entry["bytes"]:
                 found = "missing" if size is None else f"{size} bytes, expected {entry['bytes']}"
                 raise DataError(f"prepared shard {file} is {found}; {again}")
         if check:
-            expected = [Expected(e["name"], e["sha256"], e.get(FAST_HASH)) for e in entries]
-            expected.append(Expected(TOKENIZER, manifest["tokenizer"]["config_sha256"]))
-            copied = manifest["tokenizer"].get("files", {})
-            expected += [
-                Expected(f"{TOKENIZER_DIR}/{e['name']}", e["sha256"], e.get(FAST_HASH)) for e in copied.values()
-            ]
-            check_files(root, expected, f"copy the folder again from where it came from, or {again}")
+            check_files(root, _expected(manifest), f"copy the folder again from where it came from, or {again}")
         return cls(root, manifest, hashlib.sha256(raw).hexdigest(), _map_parts(root, manifest))
 
     def verify(self) -> None:
         """Check the sha256 of every file against the manifest (reads everything); `DataError` on a mismatch."""
-        entries = _file_entries(self.manifest)
-        tokenizer_entry = {"name": TOKENIZER, "sha256": self.manifest["tokenizer"]["config_sha256"]}
-        copied = [
-            {"name": f"{TOKENIZER_DIR}/{entry['name']}", "sha256": entry["sha256"]}
-            for entry in self.manifest["tokenizer"].get("files", {}).values()
-        ]
-        for entry in [*entries, tokenizer_entry, *copied]:
-            file = self.root / entry["name"]
-            if not file.is_file() or sha256_file(file) != entry["sha256"]:
+        for expected in _expected(self.manifest):
+            file = self.root / expected.name
+            if not file.is_file() or sha256_file(file) != expected.sha256:
                 again = prepare_command(self.manifest["request"], self.root)
                 raise DataError(
                     f"prepared file {file} is missing or corrupt (sha256 mismatch); run `{again}` into a new folder"
@@ -282,6 +269,15 @@ def _file_entries(manifest: dict[str, Any]) -> list[dict[str, Any]]:
     return [
         entry for name in SPLITS for shard in manifest["splits"][name]["shards"] for entry in shard["files"].values()
     ]
+
+
+def _expected(manifest: dict[str, Any]) -> list[Expected]:
+    """Every file of the folder with the hashes the manifest records: shards, tokenizer config, copied files."""
+    tokenizer = manifest["tokenizer"]
+    copied = [{**e, "name": f"{TOKENIZER_DIR}/{e['name']}"} for e in tokenizer.get("files", {}).values()]
+    files = [Expected(e["name"], e["sha256"], e.get(FAST_HASH)) for e in _file_entries(manifest)]
+    files.append(Expected(TOKENIZER, tokenizer["config_sha256"]))
+    return files + [Expected(e["name"], e["sha256"], e.get(FAST_HASH)) for e in copied]
 
 
 def _map_parts(root: Path, manifest: dict[str, Any]) -> dict[str, list[Part]]:

@@ -71,7 +71,17 @@ def prepare_shards(
             raise DataError(f"{label} must be a positive integer, got {value!r}")
     if out.exists() and not out.is_dir():
         raise DataError(f"--out {out} is a file; give a new or empty folder to prepare into")
-    request = _request(source, tokenizer, limit_chars, text_field, dtype, shard_chars, sample_chars, strict)
+    # what decides the folder's content: an unfinished prepare continues only with the same request
+    request = {
+        "format": FORMAT_VERSION,
+        "source": source,
+        "tokenizer": tokenizer,
+        "limit_chars": limit_chars,
+        "text_field": text_field,
+        "dtype": dtype,
+        "shard_chars": shard_chars,
+        "sample_chars": sample_chars,
+    } | ({"strict": True} if strict else {})
     if (out / MANIFEST).is_file():
         if PreparedShards.open(out).manifest["request"] != request:
             raise DataError(f"{out} already holds other prepared data; use another --out or delete {out}")
@@ -309,26 +319,3 @@ def _hf_tokenizer(spec: str, out_dir: Path) -> Tokenizer:
             shutil.copyfile(original / name, partial / name)
         os.replace(partial, copy)
     return HFTokenizer(copy, origin=str(original))
-
-
-def _request(
-    source: str,
-    tokenizer: str,
-    limit_chars: int | None,
-    text_field: str,
-    dtype: str,
-    shard_chars: int,
-    sample_chars: int,
-    strict: bool = False,
-) -> dict[str, Any]:
-    """What decides a prepared folder's content: an unfinished prepare continues only with the same request."""
-    return {
-        "format": FORMAT_VERSION,
-        "source": source,
-        "tokenizer": tokenizer,
-        "limit_chars": limit_chars,
-        "text_field": text_field,
-        "dtype": dtype,
-        "shard_chars": shard_chars,
-        "sample_chars": sample_chars,
-    } | ({"strict": True} if strict else {})

@@ -5,25 +5,19 @@ passkey accuracy or a needle-driven perplexity, within a time budget, and write 
 
 from lextra.pipelines.tune.evolution import EvolutionConfig, crossover, evolution_search, monotone, mutate, yarn_factors
 from lextra.pipelines.tune.objective import OBJECTIVES, MeasuredObjective, ObjectiveSettings, reset, rope_geometry
-from lextra.pipelines.tune.run import BASELINE, TuneResult, TuneSettings, run_search, verify
-from lextra.pipelines.tune.search import Budget, Score, SearchStoppedError, Tracker, Trial, coordinate_search, grid
-from lextra.pipelines.tune.space import METHODS, SPACES, MethodSpace, parse_methods
+from lextra.pipelines.tune.run import TuneSettings, run_search, verify
+from lextra.pipelines.tune.search import Budget, Score, Tracker, coordinate_search, grid
+from lextra.pipelines.tune.space import METHODS, parse_methods
 
 __all__ = [
-    "BASELINE",
     "METHODS",
     "OBJECTIVES",
-    "SPACES",
     "Budget",
     "EvolutionConfig",
     "MeasuredObjective",
-    "MethodSpace",
     "ObjectiveSettings",
     "Score",
-    "SearchStoppedError",
     "Tracker",
-    "Trial",
-    "TuneResult",
     "TuneSettings",
     "coordinate_search",
     "crossover",

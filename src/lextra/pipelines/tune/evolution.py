@@ -1,18 +1,9 @@
 """LongRoPE's evolutionary search of per-dimension RoPE rescale factors (Ding et al. 2024, arXiv 2402.13753), as
-microsoft/LongRoPE `evolution/` does it (`search.py`, `algorithms/genetic_base.py`, `algorithms/dim_mono.py`):
+microsoft/LongRoPE `evolution/` does it (`search.py`, `algorithms/genetic_base.py`, `algorithms/dim_mono.py`,
+defaults from `default_hyper_params/dim_mono_llama.json`); docs/tuning.md describes the algorithm.
 
-- factors: one per rotated pair k = 0..D/2-1 (inv_freq_k / factor_k), on a grid of `step` from 1 to s = T / L;
-- constraint ("dim_mono"): factors never decrease with k (lower frequencies are interpolated at least as much);
-- initial population: the factors YaRN gives for s (beta_fast 32, beta_slow 1: factor_k = theta_k / yarn_k) and
-  population - 1 mutations of it;
-- each iteration: the `parents` best of the population survive, then `mutations` mutants of random parents and
-  `crossovers` children of random parent pairs are added (a failed crossover mutates its first parent instead);
-- mutation: with probability 0.3 a sweep sets each factor in turn to a random grid value between its neighbours
-  (the first from 1, the last up to s), repeated until the factors are new and monotone;
-- crossover: starting from the first parent, each factor is visited with probability 0.3 and taken from the second
-  parent with probability 0.5; the first new monotone vector met is the child (at most `max_crossover_try` passes).
-Defaults are `default_hyper_params/dim_mono_llama.json` (population 64, parents 32, 16 mutations, 16 crossovers,
-20 crossover tries, step 0.01, 40 iterations). Where this differs from the code: the mutation loop gives up after
+Factors are one per rotated pair k (inv_freq_k / factor_k), on a grid of `step` from 1 to s = T / L, and never
+decrease with k ("dim_mono"). Where this differs from the code: the mutation loop gives up after
 `max_mutation_try` sweeps (the code loops until it finds a new vector, forever once none is left), returning None,
 and the search stops when the budget is spent (`Tracker`) rather than after a fixed number of iterations only.
 """

@@ -1,18 +1,10 @@
 """The measured objective of `lextra tune`: perplexity on held-out text plus passkey accuracy at several depths, at the
-target length, for one candidate setup at a time on one loaded model.
+target length, for one candidate setup at a time on one loaded model (docs/tuning.md).
 
-Two objectives (`OBJECTIVES`):
-- `ppl`: loss = ln(perplexity) + passkey_weight * (1 - passkey accuracy): perplexity is lextra's `chunks` protocol on
-  the first `documents` held-out pieces of T tokens (`lextra eval` with `--span T` gives the same number), passkey
-  accuracy the exact-match share of lextra's passkey task at T tokens over the depths (`lextra retrieval eval`). With
-  the default weight, one depth of five found or lost weighs as much as a 22% change of perplexity.
-- `needle`: loss = ln(needle perplexity), the perplexity of the answer tokens alone of the same passkey prompts
-  (teacher-forced; the mean over depths of each depth's mean negative log-likelihood per answer token): LongRoPE2's
-  needle-driven perplexity (Shang et al. 2025, arXiv 2502.20082, Sec. 3.2), which scores only tokens whose
-  prediction needs the distant needle. The paper plants needles in long documents and takes the loss on the answer
-  span; its search code is not public, so lextra's needle is its passkey task (a key hidden at each depth of corpus
-  text, asked for at the end).
-Both objectives measure all three numbers; only the loss differs.
+`OBJECTIVES`: `ppl`, loss = ln(perplexity) + passkey_weight * (1 - passkey accuracy), perplexity being lextra's
+`chunks` protocol on the first `documents` held-out pieces of T tokens; `needle`, loss = ln(needle perplexity), the
+perplexity of the passkey answers' tokens alone (LongRoPE2's needle-driven perplexity, Shang et al. 2025, arXiv
+2502.20082, with lextra's passkey task as the needle). Both measure all three numbers; only the loss differs.
 """
 
 from __future__ import annotations

@@ -135,10 +135,8 @@ class Tracker:
             raise SearchStoppedError(self.stopped) from None
         except (ConfigError, LengthError) as err:  # the model refuses this candidate: recorded, never the best
             score, refused = Score(math.inf), str(err)
-        trial = Trial(
-            space_name, dict(values), stored, score.loss, dict(score.parts), self.budget.clock() - began, score.tokens
-        )
-        trial.refused = refused
+        seconds = self.budget.clock() - began
+        trial = Trial(space_name, dict(values), stored, score.loss, dict(score.parts), seconds, score.tokens, refused)
         self.trials.append(trial)
         self.seen[key] = trial
         if self.best is None or trial.loss < self.best.loss:
