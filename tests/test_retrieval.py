@@ -239,7 +239,7 @@ def test_ties_rank_against_the_gold_answer_and_single_token_answers() -> None:
 @torch.no_grad()
 def test_cached_scoring_matches_a_full_forward_pass() -> None:
     torch.manual_seed(0)
-    model = GPT(GPTConfig(n_layer=2, n_head=2, d_model=32, train_len=16, scheme="rope")).eval()
+    model = GPT(GPTConfig(n_layer=2, n_head=2, d_model=32, train_len=16, layer_plan="rope")).eval()
     prompt, answer, other = [5, 6, 7, 8, 9, 10], [11, 12, 13], [14, 15, 16]
     result = score_prompts(model, [prompt], [answer], [[other]])
     for index, cand in enumerate((answer, other)):

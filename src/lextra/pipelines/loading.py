@@ -200,7 +200,8 @@ def load_lextra(
     model = load_model(folder, map_location=device)
     meta = read_model_meta(folder)
     setup, suffix, temperatures = options.loaded_setup()
-    label = (model.config.layer_plan or model.config.scheme) + suffix  # the plan as trained: the setup rewrites it
+    base = model.config.label  # the plan as trained: the setup may rewrite it
+    label = base + suffix
     setup.apply(model)
     tokenizer = None
     if with_tokenizer:
@@ -209,7 +210,6 @@ def load_lextra(
         else:
             tokenizer = tokenizer_from_config(meta.get("tokenizer", {"kind": "bytes"}))
     mask = setup.mask if isinstance(setup.mask, str) else None
-    base = model.config.layer_plan or model.config.scheme
     return LoadedModel(model, tokenizer, label, mask, str(folder), folder, meta, base, temperatures=temperatures)
 
 
