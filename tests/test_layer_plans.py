@@ -27,8 +27,8 @@ TOL = 1e-5
 BACKENDS = ("reference", "sdpa", "chunked", "flex")
 
 
-def _tiny(plan: str | None = None, n_layer: int = 4, **options) -> GPT:
-    config = GPTConfig(vocab_size=61, n_layer=n_layer, n_head=2, d_model=32, train_len=16, layer_plan=plan or "rope", **options)
+def _tiny(plan: str = "rope", n_layer: int = 4, **options) -> GPT:
+    config = GPTConfig(vocab_size=61, n_layer=n_layer, n_head=2, d_model=32, train_len=16, layer_plan=plan, **options)
     return GPT(config)
 
 

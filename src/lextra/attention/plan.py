@@ -70,10 +70,10 @@ def parse_variant(text: str) -> LayerVariant:
         raise ConfigError(f"layer variant {text!r} has no scheme; write e.g. rope,base=10000+window:1024")
     name = items[0].split(":")[0].split(",")[0].strip()
     if name not in SCHEMES:
-        raise ConfigError(
-            f"unknown position scheme {name!r}: layer variant {text!r} starts with {items[0]!r}, not a position "
-            f"scheme; known: {', '.join(SCHEMES.names())}"
-        )
+        try:
+            SCHEMES.canonical(name)
+        except ConfigError as err:  # the registry's line: the known schemes, and how a plugin's is loaded
+            raise ConfigError(f"layer variant {text!r} starts with {items[0]!r}, not a position scheme: {err}") from err
     scheme, options = split_scheme_spec(items[0])
     mask = "causal"
     pieces: dict[str, dict[str, Any]] = {}

@@ -44,7 +44,8 @@ def add_scheme(parser: argparse.ArgumentParser) -> None:
         metavar="PLAN",
         help="a layer plan instead of --scheme: each layer's scheme+mask+pieces, ';' between layers, N*(...) repeats, "
         f"the pattern repeated over the layers (e.g. '3*(rope+window:64);nope'), or a preset: {', '.join(PRESETS)} "
-        "(e.g. gemma3,window=64; see `lextra list`); give it or --scheme (default: --scheme's)",
+        "(e.g. gemma3,window=64; see `lextra list`); give it or --scheme "
+        f"(default: {config_default(GPTConfig, 'layer_plan')})",
     )
 
 
@@ -62,12 +63,14 @@ GENERATED_TRAIN_FLAGS = (
 )  # fmt: skip
 
 #: training flag (its argparse dest) -> the `TrainConfig` field it sets (`model.NAME`: a `GPTConfig` field): the
-#: data and model flags written by hand, then every generated one; --scheme and --scheme-option rewrite the layer
-#: plan (`train_config_from`)
+#: data and model flags written by hand, then every generated one; --scheme (a plan of one variant) and
+#: --scheme-option (on each layer's scheme) state the layer plan (`train_config_from`)
 TRAIN_FLAGS: dict[str, str] = {
     "corpus": "corpus",
     "tokenizer": "tokenizer",
     "limit_chars": "limit_chars",
+    "scheme": "model.layer_plan",
+    "scheme_option": "model.layer_plan",
     "layer_plan": "model.layer_plan",
     "train_len": "model.train_len",
     "n_layer": "model.n_layer",
@@ -187,7 +190,7 @@ def train_config_from(args: argparse.Namespace, scheme: str | None = None) -> An
         )
     for dest, target in TRAIN_FLAGS.items():
         value = getattr(args, dest, None)
-        if value is None or value == []:
+        if value is None or value == [] or dest in ("scheme", "scheme_option"):  # they rewrite the plan below
             continue
         holder, name = (config.model, target[6:]) if target.startswith("model.") else (config, target)
         setattr(holder, name, value)
