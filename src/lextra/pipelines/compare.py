@@ -133,6 +133,7 @@ def train_or_reuse(
     final = run_dir / FINAL
     if (final / "config.json").exists():
         saved = read_model_meta(final).get("train")
+        saved = saved and TrainConfig.from_dict(saved).to_dict()  # as this version writes it
         wanted = config.to_dict()
         wanted["model"]["vocab_size"] = saved["model"]["vocab_size"] if saved else None
         if saved == wanted:

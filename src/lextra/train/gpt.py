@@ -172,6 +172,7 @@ class GPTTarget:
             saved = json.loads(saved_path.read_text())["train"]
         except (json.JSONDecodeError, KeyError, TypeError) as err:
             raise CheckpointError(f"{saved_path} is corrupt ({err}); start a new run directory") from None
+        saved = TrainConfig.from_dict(saved).to_dict()  # as this version writes it (a model stated by its scheme)
         refuse_changes(run_dir, saved, self.config.to_dict(), self.config.RESUMABLE)
 
     def run_record(self) -> dict[str, Any]:
