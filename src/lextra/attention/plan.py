@@ -12,6 +12,10 @@ repeated over the model's layers (and cut at n_layer, as Hugging Face's `layer_t
 
 A plan may instead name a preset (`PRESETS`), with its options: `gemma3`, `gemma3,window=64`, `irope,chunk=32`.
 A variant without a mask is causal; a layer whose mask is causal or full is `global`, any other `local`.
+
+A model's layers are one plan (`lextra.model.GPTConfig.layer_plan`); a scheme spec is the plan of one variant on
+every layer. `stated_plan` reads a model stated by a scheme with options and a model-wide log-n scaling (`--scheme`,
+a TOML file's `scheme`, a config.json saved so) as the plan they make.
 """
 
 from __future__ import annotations
