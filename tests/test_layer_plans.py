@@ -61,6 +61,38 @@ def test_a_config_writes_its_plan_alone_and_reads_a_scheme_as_the_plan_of_one_va
     assert load_model(model).config.layer_plan == "rope"
 
 
+def test_a_config_stating_scheme_options_and_log_scaling_reads_as_the_plan_they_make() -> None:
+    shape = {"vocab_size": 61, "n_layer": 4, "n_head": 2, "d_model": 32, "train_len": 16}
+    old = GPTConfig.from_dict({**shape, "scheme": "rope", "scheme_options": {"base": 500}, "log_scaling": "ssmax"})
+    assert old.layer_plan == "rope,base=500.0+logn,kind=ssmax"
+    torch.manual_seed(0)
+    read = GPT(old)
+    torch.manual_seed(0)
+    written = GPT(GPTConfig(**shape, layer_plan="rope,base=500+logn:ssmax"))
+    assert list(read.state_dict()) == list(written.state_dict()) and "blocks.0.attn.ssmax_scale" in read.state_dict()
+    pairs = zip(read.state_dict().values(), written.state_dict().values(), strict=True)
+    assert all(torch.equal(a, b) for a, b in pairs)
+    # a plan's own logn piece stays; the model-wide scaling goes to the layers without one
+    swan = GPTConfig.from_dict({**shape, "layer_plan": "swan,window=8", "log_scaling": "ssmax"})
+    assert [v.pieces.get("logn") for v in swan.plan()] == [{"kind": "ssmax"}] * 3 + [{"kind": "qwen"}]
+    assert [b.attn.inference.log_scaling for b in GPT(swan).blocks] == ["ssmax"] * 3 + ["qwen"]
+
+
+def test_scheme_flags_state_the_plan_and_a_rope_scaling_takes_its_rotary_layers() -> None:
+    from lextra.cli.app import build_parser
+    from lextra.cli.training_options import train_config_from
+
+    def plan(*flags: str) -> list:
+        return train_config_from(build_parser().parse_args(["train", "--out", "x", *flags])).model.plan()
+
+    one = plan("--scheme", "alibi", "--scheme-option", "slope_shift=1")
+    assert [(v.scheme, v.scheme_options) for v in one] == [("alibi", {"slope_shift": 1.0})] * 4
+    scaled = plan("--layer-plan", "rnope-swa,window=8", "--rope-scaling", "yarn:2")
+    assert ["scaling" in v.scheme_options for v in scaled] == [True, True, True, False]
+    with pytest.raises(ConfigError, match="--scheme and --layer-plan both state the model's layers"):
+        plan("--scheme", "alibi", "--layer-plan", "gemma3")
+
+
 def test_the_grammar_repeats_groups_and_cycles_to_n_layer() -> None:
     variants = parse_plan("3*(rope,base=10000+window:1024);rope,base=1000000", 9)
     local = [v.local for v in variants]
