@@ -95,10 +95,8 @@ class GPTConfig:
         self.layer_plan = format_plan(variants)
 
     def _check_plan(self) -> None:
-        """The plan's variants, each scheme built with its options; an absolute embedding on some layers only is
-        refused."""
-        if not isinstance(self.layer_plan, str):
-            raise ConfigError(f"model config: layer_plan must be a plan text such as 'gemma3', got {self.layer_plan!r}")
+        """The plan's variants (`parse_plan` refuses a plan that is no text), each scheme built with its options; an
+        absolute embedding on some layers only is refused."""
         variants = self.plan()
         dims = self.head_dims()
         distinct = {v.key(): v for v in variants}

@@ -278,8 +278,6 @@ def stated_plan(
         raise ConfigError(f"{what}: scheme_options must be a table, got {options!r}")
     if scheme is not None and not isinstance(scheme, str):
         raise ConfigError(f"{what}: scheme must be a scheme spec such as 'rope,base=500000', got {scheme!r}")
-    if plan is not None and not isinstance(plan, str):
-        raise ConfigError(f"{what}: layer_plan must be a plan text such as 'gemma3', got {plan!r}")
     if plan is None:
         text = parse_variant(format_spec(*split_scheme_spec(scheme or "rope", options))).spec()  # options typed
     else:
