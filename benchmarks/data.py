@@ -120,7 +120,7 @@ def work_first_step(task: dict[str, Any]) -> dict[str, Any]:
     torch.optim.AdamW([torch.zeros(1, requires_grad=True)])  # its first use imports torch._dynamo: seconds, not data
     if not task["prepared"]:  # the raw corpus read in memory, as before the data cache (which would read shards)
         os.environ["LEXTRA_DATA_CACHE"] = "off"
-    model = GPTConfig(n_layer=1, n_head=2, d_model=64, train_len=128, scheme="rope")
+    model = GPTConfig(n_layer=1, n_head=2, d_model=64, train_len=128, layer_plan="rope")
     config = TrainConfig(
         corpus=task["source"],
         tokenizer=task["tokenizer"],

@@ -49,7 +49,7 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
     for scheme in spec["schemes"]:
         folder = spec["models"].get(scheme)
         if folder is None:
-            config.model.scheme = scheme
+            config.model.layer_plan = scheme
             torch.manual_seed(0)
             model = GPT(config.model)
         else:

@@ -286,7 +286,7 @@ def training_cells(args: argparse.Namespace, device: torch.device, names: list[s
             try:
                 torch.manual_seed(0)
                 config = GPTConfig(
-                    vocab_size=256, n_layer=args.layers, n_head=HEADS, d_model=args.width, train_len=L, scheme=name
+                    vocab_size=256, n_layer=args.layers, n_head=HEADS, d_model=args.width, train_len=L, layer_plan=name
                 )
                 model = GPT(config).to(device)
                 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)

@@ -48,7 +48,7 @@ def main() -> None:
     corpus = out / "blocks.jsonl"
     print(f"{write_corpus(corpus, args.files)} documents in {corpus}")
     for pack in PACK_MODES:
-        model = GPTConfig(n_layer=2, n_head=4, d_model=64, train_len=args.train_len, scheme="rope")
+        model = GPTConfig(n_layer=2, n_head=4, d_model=64, train_len=args.train_len, layer_plan="rope")
         config = TrainConfig(corpus=str(corpus), model=model, batch_size=8, steps=args.steps, warmup=30,
                              log_every=50, eval_every=100, eval_sequences=32, pack=pack)  # fmt: skip
         train(config, out / pack, progress=False, device="cpu")

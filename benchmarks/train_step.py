@@ -98,7 +98,7 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
     L = int(spec["length"])
     batch = max(1, TOKENS_PER_STEP // L)
     config = GPTConfig(
-        vocab_size=VOCAB, n_layer=N_LAYER, n_head=N_HEAD, d_model=D_MODEL, train_len=L, scheme=spec["scheme"]
+        vocab_size=VOCAB, n_layer=N_LAYER, n_head=N_HEAD, d_model=D_MODEL, train_len=L, layer_plan=spec["scheme"]
     )
     train = TrainConfig(model=config, batch_size=batch, steps=1, warmup=0)
     model = GPT(config)

@@ -87,7 +87,7 @@ def build_model(name: str, dim_head: int) -> tuple[Any, dict[str, Any]]:
         from lextra.model import GPT, GPTConfig
 
         config = GPTConfig(
-            vocab_size=VOCAB, n_layer=N_LAYER, n_head=N_HEAD, d_model=D_MODEL, train_len=TRAIN_LEN, scheme=scheme
+            vocab_size=VOCAB, n_layer=N_LAYER, n_head=N_HEAD, d_model=D_MODEL, train_len=TRAIN_LEN, layer_plan=scheme
         )
         return GPT(config).eval(), {"config": config.to_dict(), "backend": "auto"}
     from x_transformers import Decoder, TransformerWrapper

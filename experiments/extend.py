@@ -75,7 +75,7 @@ def main() -> int:
     for folder in args.models:
         data = prepare_for_model(read_model_meta(folder))
         base = load_model(folder)
-        train_len, scheme = base.config.train_len, base.config.scheme
+        train_len, scheme = base.config.train_len, base.variants[0].scheme
         lengths = [train_len * m for m in MULTIPLES]
         for variant in variants(train_len, max(lengths)):
             label = f"{scheme} + {variant}"

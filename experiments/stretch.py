@@ -47,7 +47,7 @@ def main() -> int:
         data = prepare_for_model(meta)
         lengths = [base.config.train_len * m for m in MULTIPLES]
         for method in methods_for(base):
-            label = f"{base.config.scheme} + {method}"
+            label = f"{base.variants[0].scheme} + {method}"
             for length in lengths:
                 key = f"{folder}|{method}|{length}"
                 if key not in cells:

@@ -75,8 +75,7 @@ def test_temperatures_act_identically_in_every_backend(name: str, log_scaling: s
         n_head=2,
         d_model=32,
         train_len=8,
-        scheme=name,
-        log_scaling=log_scaling,
+        layer_plan=f"{name}+logn:{log_scaling}",
         temperatures=[[0.5, 1.5], [0.8, 1.2]],
     )
     model = GPT(config).eval()
@@ -91,13 +90,13 @@ def test_temperatures_act_identically_in_every_backend(name: str, log_scaling: s
 
 
 def test_log_n_factors() -> None:
-    config = GPTConfig(vocab_size=11, n_layer=1, n_head=2, d_model=8, train_len=16, scheme="nope", log_scaling="qwen")
+    config = GPTConfig(vocab_size=11, n_layer=1, n_head=2, d_model=8, train_len=16, layer_plan="nope+logn:qwen")
     attn = GPT(config).blocks[0].attn
     pos = torch.arange(40)
     tau = attn.query_temperature(pos, pos, build_mask("causal"))
     expected = torch.where(pos + 1 > 16, math.log(16) / torch.log(pos + 1.0), torch.ones(40))
     torch.testing.assert_close(tau[0], expected.float())
-    ssmax = GPT(GPTConfig(**{**config.to_dict(), "log_scaling": "ssmax"})).blocks[0].attn
+    ssmax = GPT(GPTConfig(**{**config.to_dict(), "layer_plan": "nope+logn:ssmax"})).blocks[0].attn
     window = ssmax.query_temperature(pos, pos, build_mask("window:10"))
     visible = torch.minimum(pos + 1, torch.tensor(10)).float()
     # a query that sees one key has softmax 1 at any temperature: its factor uses n = 2 and stays finite
@@ -109,7 +108,7 @@ def test_log_n_factors() -> None:
 
 def test_ssmax_scale_is_learned(tmp_path) -> None:
     config = tiny_config("rope", steps=4)
-    config.model.log_scaling = "ssmax"
+    config.model.layer_plan = "rope+logn:ssmax"
     model = load_model(train(config, tmp_path, progress=False))
     scales = model.blocks[0].attn.ssmax_scale.detach()
     assert not torch.allclose(scales, torch.full_like(scales, 1 / math.log(32)))

@@ -29,7 +29,7 @@ from lextra.positions.rotary import rope_inv_freq
 
 def tiny_model(scheme: str = "rope", layers: int = 2, mask_free: bool = False, **kwargs) -> GPT:
     """A small random GPT (d_model 16, 2 heads, L_tr 8) with non-trivial scheme parameters."""
-    config = GPTConfig(n_layer=layers, n_head=2, d_model=16, train_len=8, scheme=scheme, **kwargs)
+    config = GPTConfig(n_layer=layers, n_head=2, d_model=16, train_len=8, layer_plan=scheme, **kwargs)
     model = GPT(config).eval()
     with torch.no_grad():
         for name, param in model.named_parameters():
@@ -377,7 +377,7 @@ def test_every_analysis_has_help(name: str, capsys) -> None:
 @torch.no_grad()
 def test_logit_blocks_of_chosen_rows_equal_those_rows_of_all_blocks() -> None:
     torch.manual_seed(0)
-    model = GPT(GPTConfig(n_layer=2, n_head=2, d_model=32, train_len=16, scheme="alibi", log_scaling="qwen")).eval()
+    model = GPT(GPTConfig(n_layer=2, n_head=2, d_model=32, train_len=16, layer_plan="alibi+logn:qwen")).eval()
     tokens = torch.randint(0, 256, (2, 70))
     for mask in ("causal", "bca", "window:9"):
         for view in layer_attention(model, tokens, mask, block_size=16):

@@ -38,7 +38,7 @@ def _llama(folder: Path) -> str:
 
 def _gpt(folder: Path, corpus: str) -> str:
     torch.manual_seed(0)
-    model = GPT(GPTConfig(n_layer=2, n_head=2, d_model=16, train_len=16, scheme="rope")).eval()
+    model = GPT(GPTConfig(n_layer=2, n_head=2, d_model=16, train_len=16, layer_plan="rope")).eval()
     save_model(model, folder, extra={"train": {"corpus": corpus}, "tokenizer": {"kind": "bytes"}})
     return str(folder)
 

@@ -150,7 +150,7 @@ def test_scoring_follows_babilongs_rule(target: str, output: str, question: str,
 @pytest.mark.slow
 def test_babilong_commands_run_compare_and_write_lm_eval_tasks(tmp_path: Path, capsys) -> None:
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=256, n_layer=1, n_head=2, d_model=32, train_len=32, scheme="rope"))
+    model = GPT(GPTConfig(vocab_size=256, n_layer=1, n_head=2, d_model=32, train_len=32, layer_plan="rope"))
     save_model(model.eval(), tmp_path / "run" / "model", extra={"tokenizer": {"kind": "bytes"}})
     corpus = tmp_path / "corpus"
     corpus.mkdir()

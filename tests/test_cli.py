@@ -288,14 +288,14 @@ def test_train_config_file_is_read_and_every_flag_given_overrides_it(tmp_path, c
     assert saved["checkpoint_every"] == 2 and saved["lr"] == 2e-3  # file, then TrainConfig's default
     model = saved["model"]
     assert (model["n_layer"], model["n_head"], model["d_model"], model["train_len"]) == (1, 2, 32, 16)
-    assert model["scheme"] == "alibi" and model["scheme_options"] == {"slope_shift": 1.0}
+    assert model["layer_plan"] == "alibi,slope_shift=1.0"
     # the same file as a study's [train] section; --scheme-option replaces the file's value of that option
     study_style = tmp_path / "study-style.toml"
     study_style.write_text("[train]\n" + RUN_TOML.replace("[model]", "[train.model]"))
     argv = ["train", "--config", str(study_style), "--out", "x", "--scheme-option", "slope_shift=2"]
     resolved = train_config_from(build_parser().parse_args(argv))
-    assert resolved.steps == 3 and resolved.model.d_model == 16 and resolved.model.scheme == "alibi"
-    assert resolved.model.scheme_options == {"slope_shift": 2}
+    assert resolved.steps == 3 and resolved.model.d_model == 16 and resolved.model.plan()[0].scheme == "alibi"
+    assert resolved.model.plan()[0].scheme_options == {"slope_shift": 2}
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,7 @@ def test_plans_are_compared_beside_schemes_and_labelled_in_training(tmp_path, ca
     assert summary["variants"]["hybrid"]["scheme"] == PLAN
     saved = json.loads((out / "models" / "hybrid" / "model" / "config.json").read_text())
     assert saved["model"]["layer_plan"] == PLAN
-    assert "layer_plan" not in json.loads((out / "models" / "nope" / "model" / "config.json").read_text())["model"]
+    assert json.loads((out / "models" / "nope" / "model" / "config.json").read_text())["model"]["layer_plan"] == "nope"
     assert "| hybrid |" in captured.out and "| nope |" in captured.out
     # plans alone: no --schemes compares the plans only (the default schemes are not trained), cells reused
     assert main(["compare", "--out", str(out), *SHAPE, *EVAL, "--layer-plan", f"hybrid={PLAN}"]) == 0

@@ -8,16 +8,18 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from lextra.attention.plan import parse_variant
 from lextra.cli import main
 from lextra.errors import ConfigError
 from lextra.model import GPTConfig, load_model
+from lextra.registry import format_spec
 from lextra.train import TrainConfig, train
 
 LIMIT = 400_000
 
 
 def tiny_config(train_len: int = 32, steps: int = 6, **kwargs) -> TrainConfig:
-    model = GPTConfig(n_layer=2, n_head=2, d_model=32, train_len=train_len, scheme="rope")
+    model = GPTConfig(n_layer=2, n_head=2, d_model=32, train_len=train_len, layer_plan="rope")
     options = {"warmup": 2, "checkpoint_every": 4, "log_every": 2, "eval_sequences": 2, **kwargs}
     return TrainConfig(limit_chars=LIMIT, model=model, batch_size=4, steps=steps, **options)
 
@@ -29,11 +31,15 @@ def source(tmp_path_factory) -> str:
 
 def test_continuing_at_a_new_length_saves_the_scaling_with_the_source_length(source, tmp_path) -> None:
     config = tiny_config(64, steps=1, init_from=source, lr=1e-12, warmup=0)
-    config.model.scheme_options = {"scaling": {"type": "yarn", "factor": 2.0}}
+    config.model.layer_plan = format_spec("rope", {"scaling": {"type": "yarn", "factor": 2.0}})
     final = train(config, tmp_path, progress=False)
     saved = json.loads((final / "config.json").read_text())["model"]
     assert saved["train_len"] == 64
-    assert saved["scheme_options"]["scaling"] == {"type": "yarn", "factor": 2.0, "original_max_position_embeddings": 32}
+    assert parse_variant(saved["layer_plan"]).scheme_options["scaling"] == {
+        "type": "yarn",
+        "factor": 2.0,
+        "original_max_position_embeddings": 32,
+    }
     model, before = load_model(final), load_model(source)
     scaling = model.scheme_for(0).scaling
     assert (scaling.rope_type, scaling["factor"], scaling["original_max_position_embeddings"]) == ("yarn", 2.0, 32)
@@ -47,7 +53,7 @@ def test_continuing_at_a_new_length_saves_the_scaling_with_the_source_length(sou
 def test_continued_training_resumes_exactly(source, tmp_path) -> None:
     def make() -> TrainConfig:
         config = tiny_config(64, steps=8, init_from=source)
-        config.model.scheme_options = {"scaling": {"type": "linear", "factor": 2.0}}
+        config.model.layer_plan = format_spec("rope", {"scaling": {"type": "linear", "factor": 2.0}})
         return config
 
     def hook(done: int) -> None:
@@ -60,7 +66,7 @@ def test_continued_training_resumes_exactly(source, tmp_path) -> None:
     resumed = load_model(train(make(), tmp_path / "cut", resume=True, progress=False))
     for (name, a), (_, b) in zip(whole.state_dict().items(), resumed.state_dict().items(), strict=True):
         assert torch.equal(a, b), name
-    assert whole.config.scheme_options["scaling"]["factor"] == 2.0
+    assert whole.config.plan()[0].scheme_options["scaling"]["factor"] == 2.0
 
 
 def test_other_model_changes_are_refused(source, tmp_path) -> None:
@@ -72,10 +78,10 @@ def test_other_model_changes_are_refused(source, tmp_path) -> None:
 
 def test_a_table_sized_by_the_training_length_is_refused(tmp_path) -> None:
     config = tiny_config(steps=2)
-    config.model.scheme = "learned"
+    config.model.layer_plan = "learned"
     learned = str(train(config, tmp_path / "learned", progress=False))
     longer = tiny_config(64, steps=2, init_from=learned)
-    longer.model.scheme = "learned"
+    longer.model.layer_plan = "learned"
     with pytest.raises(ConfigError, match="have other shapes at --train-len 64"):
         train(longer, tmp_path / "longer", progress=False)
 

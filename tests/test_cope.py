@@ -127,7 +127,7 @@ def test_zero_table_is_plain_attention_and_positions_are_never_read() -> None:
 def test_cached_decoding_equals_the_full_forward() -> None:
     """A KV cache, one token at a time after a prompt, gives the full forward's logits (both backends)."""
     torch.manual_seed(1)
-    model = GPT(GPTConfig(vocab_size=61, n_layer=2, n_head=2, d_model=16, train_len=8, scheme="cope")).eval()
+    model = GPT(GPTConfig(vocab_size=61, n_layer=2, n_head=2, d_model=16, train_len=8, layer_plan="cope")).eval()
     with torch.no_grad():
         for scheme in model.schemes:
             scheme.pos_emb.normal_(0.0, 0.5)
@@ -193,21 +193,21 @@ def test_backends_that_cannot_run_cope_are_refused_in_one_line() -> None:
 def test_counts_past_the_table_are_refused_without_clamping() -> None:
     """`clamp=false`: a call with more keys than the table can count is a ConfigError naming npos; clamped (the
     authors' default), the same call runs."""
-    model = GPT(GPTConfig(vocab_size=61, n_layer=1, n_head=2, d_model=16, train_len=8, scheme="cope,clamp=false"))
+    model = GPT(GPTConfig(vocab_size=61, n_layer=1, n_head=2, d_model=16, train_len=8, layer_plan="cope,clamp=false"))
     tokens = torch.randint(0, 61, (1, 9))
     with torch.no_grad():
         assert model(tokens[:, :8]).shape == (1, 8, 61)  # 8 keys count at most 8 = npos - 1
         with pytest.raises(ConfigError, match=r"npos >= 10, or set clamp=true"):
             model(tokens)
     with pytest.raises(ConfigError, match="cope: npos"):
-        GPTConfig(scheme="cope,npos=1").validate()
+        GPTConfig(layer_plan="cope,npos=1").validate()
 
 
 def test_analyses_read_copes_own_weights() -> None:
     """The analyses' capture (`layer_attention`) gives a CoPE layer's weights as the authors' module computes them
     from the layer's q and k, in query blocks that see only the keys their mask reaches."""
     torch.manual_seed(2)
-    model = GPT(GPTConfig(vocab_size=61, n_layer=1, n_head=2, d_model=16, train_len=8, scheme="cope"))
+    model = GPT(GPTConfig(vocab_size=61, n_layer=1, n_head=2, d_model=16, train_len=8, layer_plan="cope"))
     with torch.no_grad():
         model.schemes[0].pos_emb.normal_(0.0, 0.5)
     view = next(layer_attention(model, torch.randint(0, 61, (1, 19)), block_size=5))

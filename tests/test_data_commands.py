@@ -45,7 +45,7 @@ def _write_corpus(root: Path, documents: int = 30) -> str:
 
 
 def _tiny_model(source: str, out: Path) -> Path:
-    model = GPTConfig(n_layer=1, n_head=2, d_model=32, train_len=32, scheme="alibi")
+    model = GPTConfig(n_layer=1, n_head=2, d_model=32, train_len=32, layer_plan="alibi")
     config = TrainConfig(corpus=source, model=model, batch_size=4, steps=2, warmup=1, checkpoint_every=2, log_every=1)
     return train(config, out, progress=False, device="cpu")
 

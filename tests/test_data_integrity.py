@@ -294,7 +294,7 @@ _HOLDER = textwrap.dedent(
         shard_encode._encode = blocked
         shards.prepare_shards(source, "bytes", out, shard_chars=40_000, progress=False)
     else:
-        model = GPTConfig(n_layer=1, n_head=2, d_model=32, train_len=32, scheme="alibi")
+        model = GPTConfig(n_layer=1, n_head=2, d_model=32, train_len=32, layer_plan="alibi")
         config = TrainConfig(corpus=source, model=model, batch_size=2, steps=2, warmup=1, log_every=1)
         train(config, out, progress=False, on_step=lambda done: wait(), device="cpu")
     """

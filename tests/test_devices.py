@@ -35,6 +35,7 @@ from lextra.evaluate.retrieval.scoring import score_prompts
 from lextra.extend import InferenceSetup
 from lextra.methods.align import align_temperatures, calibration_windows
 from lextra.model import GPT, GPTConfig, load_model
+from lextra.registry import format_spec
 from lextra.train import TrainConfig, train
 
 LIMIT = 200_000
@@ -242,7 +243,7 @@ def test_an_explicit_cpu_gives_exactly_the_default_results(tmp_path, no_cuda) ->
 def _model(scheme: str, **options) -> GPT:
     torch.manual_seed(0)
     train_len = 64 if scheme == "learned" else 16
-    return GPT(GPTConfig(n_layer=2, n_head=2, d_model=32, train_len=train_len, scheme=scheme, **options)).eval()
+    return GPT(GPTConfig(n_layer=2, n_head=2, d_model=32, train_len=train_len, layer_plan=scheme, **options)).eval()
 
 
 @pytest.fixture(scope="module")
@@ -290,11 +291,11 @@ def test_library_code_takes_its_device_from_the_model_not_from_globals(scheme: s
 @pytest.mark.parametrize(
     ("scheme", "options"),
     [
-        ("rope", {"log_scaling": "qwen"}),
-        ("alibi", {"log_scaling": "ssmax"}),
-        ("rope", {"scheme_options": {"scaling": {"type": "dynamic", "factor": 1.0}}}),
-        ("coca", {"scheme_options": {"scaling": {"type": "dynamic", "factor": 2.0}}}),
-        ("xpos", {"scheme_options": {"scaling": {"type": "yarn", "factor": 4.0}}}),
+        ("rope+logn:qwen", {}),
+        ("alibi+logn:ssmax", {}),
+        (format_spec("rope", {"scaling": {"type": "dynamic", "factor": 1.0}}), {}),
+        (format_spec("coca", {"scaling": {"type": "dynamic", "factor": 2.0}}), {}),
+        (format_spec("xpos", {"scaling": {"type": "yarn", "factor": 4.0}}), {}),
     ],
 )
 def test_log_n_and_rope_scalings_take_their_device_from_the_model(scheme: str, options: dict, data) -> None:
@@ -339,7 +340,7 @@ def test_hugging_face_adapters_take_their_device_from_the_model(data) -> None:
 def test_checkpoints_load_onto_any_device_and_stay_device_independent(tmp_path) -> None:
     config = TrainConfig(
         limit_chars=LIMIT,
-        model=GPTConfig(n_layer=1, n_head=2, d_model=32, train_len=16, scheme="t5"),
+        model=GPTConfig(n_layer=1, n_head=2, d_model=32, train_len=16, layer_plan="t5"),
         batch_size=2,
         steps=2,
         warmup=1,
@@ -357,7 +358,7 @@ def test_checkpoints_load_onto_any_device_and_stay_device_independent(tmp_path) 
 
 # ----------------------------------------------------------------------------- GPU only (make test-gpu)
 def _tiny(scheme: str = "rope", steps: int = 20, **kwargs) -> TrainConfig:
-    model = GPTConfig(n_layer=2, n_head=2, d_model=64, train_len=64, scheme=scheme, dropout=0.1)
+    model = GPTConfig(n_layer=2, n_head=2, d_model=64, train_len=64, layer_plan=scheme, dropout=0.1)
     return TrainConfig(
         limit_chars=LIMIT,
         model=model,

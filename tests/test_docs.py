@@ -178,7 +178,7 @@ def test_documented_specs_build(command: str, option: str, spec: str, train_len:
 
 
 def test_the_readme_library_snippets_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    save_model(GPT(GPTConfig(scheme="rope", train_len=128)), tmp_path / "runs" / "rope" / "model")
+    save_model(GPT(GPTConfig(layer_plan="rope", train_len=128)), tmp_path / "runs" / "rope" / "model")
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, object] = {}
     blocks = PYTHON.findall(README.read_text())
@@ -188,7 +188,7 @@ def test_the_readme_library_snippets_run(tmp_path: Path, monkeypatch: pytest.Mon
     assert namespace["out"].shape == (1, 8, 4096, 64)
     assert namespace["bias"].shape == (8, 128, 4096)
     model = namespace["model"]
-    assert model.config.scheme_options["scaling"] == {"rope_type": "yarn", "factor": 4.0}
+    assert model.config.plan()[0].scheme_options["scaling"] == {"rope_type": "yarn", "factor": 4.0}
     assert {repr(block.attn.extension.method) for block in model.blocks} == {
         "self_extend(L=128, group=8, window=32, log_scale=False)"
     }

@@ -27,7 +27,7 @@ def data():
 
 def _model(scheme: str = "rope") -> GPT:
     torch.manual_seed(0)
-    return GPT(GPTConfig(n_layer=1, n_head=2, d_model=32, train_len=16, scheme=scheme)).eval()
+    return GPT(GPTConfig(n_layer=1, n_head=2, d_model=32, train_len=16, layer_plan=scheme)).eval()
 
 
 def test_a_cell_does_not_change_when_other_lengths_are_added(data) -> None:
@@ -49,7 +49,7 @@ def test_a_cell_does_not_change_when_other_lengths_are_added(data) -> None:
 def test_a_span_shorter_than_the_longest_length_is_refused(data, tmp_path: Path, capsys) -> None:
     with pytest.raises(ConfigError, match=r"evaluation length 512 is longer than the 256 tokens scored per document"):
         evaluate_model(_model(), data, EvalConfig(lengths=[16, 512], documents=1), progress=False)
-    model = GPTConfig(n_layer=1, n_head=2, d_model=32, train_len=16, scheme="rope")
+    model = GPTConfig(n_layer=1, n_head=2, d_model=32, train_len=16, layer_plan="rope")
     config = TrainConfig(limit_chars=60_000, model=model, batch_size=2, steps=1, warmup=1, eval_sequences=0)
     train(config, tmp_path / "run", progress=False)
     out = tmp_path / "o"

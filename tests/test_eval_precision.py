@@ -31,7 +31,7 @@ SETTINGS = {"lengths": [16, 64], "protocols": ["chunks", "last-token"], "documen
 
 
 def tiny(scheme: str) -> GPT:
-    return GPT(GPTConfig(n_layer=LAYERS, n_head=2, d_model=32, train_len=16, scheme=scheme)).eval()
+    return GPT(GPTConfig(n_layer=LAYERS, n_head=2, d_model=32, train_len=16, layer_plan=scheme)).eval()
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ def data():
 
 def _model(scheme: str = "rope", plan: str | None = None) -> GPT:
     torch.manual_seed(0)
-    return GPT(GPTConfig(n_layer=2, n_head=2, d_model=32, train_len=8, scheme=scheme, layer_plan=plan)).eval()
+    return GPT(GPTConfig(n_layer=2, n_head=2, d_model=32, train_len=8, layer_plan=plan or scheme)).eval()
 
 
 @torch.no_grad()

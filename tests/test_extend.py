@@ -302,7 +302,7 @@ def test_absolute_and_bias_schemes_are_refused(scheme_name: str) -> None:
     scheme = build_scheme(scheme_name, HeadDims(2, 16, 32, L))
     with pytest.raises(ConfigError, match=f"scheme '{scheme_name}'.*rope, xpos or coca"):
         check_scheme(scheme, build_extension("rerope", L))
-    model = GPT(GPTConfig(vocab_size=16, n_layer=1, n_head=2, d_model=32, train_len=L, scheme=scheme_name))
+    model = GPT(GPTConfig(vocab_size=16, n_layer=1, n_head=2, d_model=32, train_len=L, layer_plan=scheme_name))
     with pytest.raises(ConfigError, match="rope, xpos or coca"):
         InferenceSetup(extension="rerope").apply(model)
 
@@ -316,7 +316,7 @@ def test_a_mask_other_than_causal_is_refused() -> None:
 def _tiny_model(seed: int = 0) -> GPT:
     """2 layers, width 32, L = 32, with q and k projections scaled up so that attention depends on position."""
     torch.manual_seed(seed)
-    model = GPT(GPTConfig(vocab_size=50, n_layer=2, n_head=2, d_model=32, train_len=32, scheme="rope")).eval()
+    model = GPT(GPTConfig(vocab_size=50, n_layer=2, n_head=2, d_model=32, train_len=32, layer_plan="rope")).eval()
     with torch.no_grad():
         for block in model.blocks:
             block.attn.q_proj.weight.mul_(15.0)

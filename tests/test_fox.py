@@ -70,7 +70,7 @@ def authors_layer(x, w, heads, pro):
 
 # ---------------------------------------------------------------- helpers
 def fox_layer(pro: bool, H: int = 4, d: int = 32) -> SelfAttention:
-    config = GPTConfig(n_layer=1, n_head=H, d_model=d, train_len=16, scheme="nope")
+    config = GPTConfig(n_layer=1, n_head=H, d_model=d, train_len=16, layer_plan="nope")
     layer = SelfAttention(config, d // H, LayerVariant("nope", {}, "causal", {"fox": {"pro": pro}}))
     with torch.no_grad():
         for p in layer.parameters():

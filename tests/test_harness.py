@@ -82,7 +82,7 @@ def tasks(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def lextra_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=256, n_layer=2, n_head=2, d_model=32, train_len=TRAIN_LEN, scheme="rope"))
+    model = GPT(GPTConfig(vocab_size=256, n_layer=2, n_head=2, d_model=32, train_len=TRAIN_LEN, layer_plan="rope"))
     run = tmp_path_factory.mktemp("run") / "rope"
     save_model(model.eval(), run / "model", extra={"tokenizer": {"kind": "bytes"}})
     return run

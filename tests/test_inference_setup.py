@@ -23,7 +23,7 @@ VOCAB = 60
 def _gpt(scheme: str = "rope", seed: int = 0, **config) -> GPT:
     """2 layers, L = 16, q and k scaled up so that attention depends on position."""
     torch.manual_seed(seed)
-    model = GPT(GPTConfig(vocab_size=VOCAB, n_layer=2, n_head=2, d_model=32, train_len=16, scheme=scheme, **config))
+    model = GPT(GPTConfig(vocab_size=VOCAB, n_layer=2, n_head=2, d_model=32, train_len=16, layer_plan=scheme, **config))
     with torch.no_grad():
         for block in model.blocks:
             block.attn.q_proj.weight.mul_(8.0)
@@ -84,7 +84,7 @@ def test_a_setup_leaves_what_it_keeps_and_lists_what_it_changes() -> None:
     model = _gpt()
     InferenceSetup(temperatures=TAU).apply(model)
     InferenceSetup(log_scaling="qwen").apply(model)
-    assert model.config.temperatures == TAU and model.config.log_scaling == "qwen"
+    assert model.config.temperatures == TAU and all(b.attn.inference.log_scaling == "qwen" for b in model.blocks)
     with pytest.raises(AttributeError):
         setup.mask = "causal"  # type: ignore[misc]
 
@@ -92,11 +92,12 @@ def test_a_setup_leaves_what_it_keeps_and_lists_what_it_changes() -> None:
 def test_a_setup_refuses_what_the_model_cannot_take() -> None:
     with pytest.raises(ConfigError, match="rope scaling applies to rope, xpos and coca models, not 'alibi'"):
         InferenceSetup(rope_scaling="yarn:2").apply(_gpt("alibi"))
-    assert InferenceSetup(rope_scaling=None).apply(_gpt("alibi")).config.scheme_options == {}  # nothing to remove
+    unscaled = InferenceSetup(rope_scaling=None).apply(_gpt("alibi"))
+    assert unscaled.config.plan()[0].scheme_options == {}  # nothing to remove
     with pytest.raises(ConfigError, match="cannot switch to 'ssmax'"):
         InferenceSetup(log_scaling="ssmax").apply(_gpt())
     with pytest.raises(ConfigError, match="cannot switch to 'none'"):
-        InferenceSetup(log_scaling="none").apply(_gpt(log_scaling="ssmax"))
+        InferenceSetup(log_scaling="none").apply(_gpt("rope+logn:ssmax"))
     with pytest.raises(ConfigError, match="log-n scaling must be one of none, qwen, ssmax"):
         InferenceSetup(log_scaling="log").apply(_gpt())
     with pytest.raises(ConfigError, match=r"temperatures must be \d+ lists of \d+ positive numbers"):
@@ -120,14 +121,15 @@ def test_prepared_goes_through_the_setup_and_refuses_unknown_methods() -> None:
     yarn = prepared(base, "yarn", None, 40, 2.0)
     assert torch.equal(yarn(ids), InferenceSetup(rope_scaling="yarn:2").apply(copy.deepcopy(base))(ids))
     dynamic = prepared(base, "dynamic", None, 40, 4.0)
-    assert dynamic.config.scheme_options["scaling"] == {"rope_type": "dynamic", "factor": 1.0}
+    assert dynamic.config.plan()[0].scheme_options["scaling"] == {"rope_type": "dynamic", "factor": 1.0}
     qwen = prepared(base, "qwen", None, 40, 2.0)
-    assert qwen.config.log_scaling == "qwen" and all(b.attn.inference.log_scaling == "qwen" for b in qwen.blocks)
+    assert all(b.attn.inference.log_scaling == "qwen" for b in qwen.blocks)
     extended = prepared(base, "extend:rerope:window=8", None, 40, 2.0)
     assert torch.equal(extended(ids), InferenceSetup(extension="rerope:window=8").apply(copy.deepcopy(base))(ids))
     for unchanged in ("none", "pmax"):  # alignment at the training length: nothing to align
         assert torch.equal(prepared(base, unchanged, None, 16, 2.0)(ids), base(ids))
-    assert base.config.scheme_options == {} and base.config.log_scaling == "none"  # the original is untouched
+    assert base.config.plan()[0].scheme_options == {}  # the original is untouched
+    assert all(b.attn.inference.log_scaling == "none" for b in base.blocks)
     with pytest.raises(ConfigError, match="unknown inference method 'yarn2'; choose one of none, linear, ntk"):
         prepared(base, "yarn2", None, 40, 2.0)
     assert "extend:NAME" in known_methods()

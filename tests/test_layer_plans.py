@@ -27,7 +27,7 @@ TOL = 1e-5
 BACKENDS = ("reference", "sdpa", "chunked", "flex")
 
 
-def _tiny(plan: str | None = None, n_layer: int = 4, **options) -> GPT:
+def _tiny(plan: str = "rope", n_layer: int = 4, **options) -> GPT:
     config = GPTConfig(vocab_size=61, n_layer=n_layer, n_head=2, d_model=32, train_len=16, layer_plan=plan, **options)
     return GPT(config)
 
@@ -38,7 +38,7 @@ def _tiny(plan: str | None = None, n_layer: int = 4, **options) -> GPT:
 @pytest.mark.parametrize(("plan", "scheme"), [("rope", "rope"), ("4*fire", "fire"), ("(t5);t5", "t5")])
 def test_a_one_variant_plan_is_todays_model_bit_for_bit(plan: str, scheme: str) -> None:
     torch.manual_seed(3)
-    today = GPT(GPTConfig(vocab_size=61, n_layer=4, n_head=2, d_model=32, train_len=16, scheme=scheme))
+    today = GPT(GPTConfig(vocab_size=61, n_layer=4, n_head=2, d_model=32, train_len=16, layer_plan=scheme))
     torch.manual_seed(3)
     planned = _tiny(plan)
     tokens = torch.randint(0, 61, (2, 40))
@@ -49,15 +49,48 @@ def test_a_one_variant_plan_is_todays_model_bit_for_bit(plan: str, scheme: str) 
     assert torch.equal(today(tokens), planned(tokens))
 
 
-def test_a_config_without_a_plan_writes_and_reads_what_it_did(tmp_path) -> None:
+def test_a_config_writes_its_plan_alone_and_reads_a_scheme_as_the_plan_of_one_variant(tmp_path) -> None:
     config = GPTConfig()
-    assert "layer_plan" not in config.to_dict()  # old readers and run-folder fingerprints see the same keys
-    old = {k: v for k, v in config.to_dict().items()}
-    assert GPTConfig.from_dict(old).plan() == parse_plan("rope", config.n_layer)
+    written = config.to_dict()
+    assert written["layer_plan"] == "rope" and not {"scheme", "scheme_options", "log_scaling"} & set(written)
+    old = {**{k: v for k, v in written.items() if k != "layer_plan"}, "scheme": "rope", "scheme_options": {}}
+    assert GPTConfig.from_dict({**old, "log_scaling": "none"}).plan() == parse_plan("rope", config.n_layer)
     model = save_model(_tiny(), tmp_path / "m")
     meta = json.loads((model / "config.json").read_text())
-    assert "layer_plan" not in meta["model"]
-    assert load_model(model).config.layer_plan is None
+    assert meta["model"]["layer_plan"] == "rope" and "scheme" not in meta["model"]
+    assert load_model(model).config.layer_plan == "rope"
+
+
+def test_a_config_stating_scheme_options_and_log_scaling_reads_as_the_plan_they_make() -> None:
+    shape = {"vocab_size": 61, "n_layer": 4, "n_head": 2, "d_model": 32, "train_len": 16}
+    old = GPTConfig.from_dict({**shape, "scheme": "rope", "scheme_options": {"base": 500}, "log_scaling": "ssmax"})
+    assert old.layer_plan == "rope,base=500.0+logn,kind=ssmax"
+    torch.manual_seed(0)
+    read = GPT(old)
+    torch.manual_seed(0)
+    written = GPT(GPTConfig(**shape, layer_plan="rope,base=500+logn:ssmax"))
+    assert list(read.state_dict()) == list(written.state_dict()) and "blocks.0.attn.ssmax_scale" in read.state_dict()
+    pairs = zip(read.state_dict().values(), written.state_dict().values(), strict=True)
+    assert all(torch.equal(a, b) for a, b in pairs)
+    # a plan's own logn piece stays; the model-wide scaling goes to the layers without one
+    swan = GPTConfig.from_dict({**shape, "layer_plan": "swan,window=8", "log_scaling": "ssmax"})
+    assert [v.pieces.get("logn") for v in swan.plan()] == [{"kind": "ssmax"}] * 3 + [{"kind": "qwen"}]
+    assert [b.attn.inference.log_scaling for b in GPT(swan).blocks] == ["ssmax"] * 3 + ["qwen"]
+
+
+def test_scheme_flags_state_the_plan_and_a_rope_scaling_takes_its_rotary_layers() -> None:
+    from lextra.cli.app import build_parser
+    from lextra.cli.training_options import train_config_from
+
+    def plan(*flags: str) -> list:
+        return train_config_from(build_parser().parse_args(["train", "--out", "x", *flags])).model.plan()
+
+    one = plan("--scheme", "alibi", "--scheme-option", "slope_shift=1")
+    assert [(v.scheme, v.scheme_options) for v in one] == [("alibi", {"slope_shift": 1.0})] * 4
+    scaled = plan("--layer-plan", "rnope-swa,window=8", "--rope-scaling", "yarn:2")
+    assert ["scaling" in v.scheme_options for v in scaled] == [True, True, True, False]
+    with pytest.raises(ConfigError, match="--scheme and --layer-plan both state the model's layers"):
+        plan("--scheme", "alibi", "--layer-plan", "gemma3")
 
 
 def test_the_grammar_repeats_groups_and_cycles_to_n_layer() -> None:
@@ -96,7 +129,7 @@ def test_bad_plans_are_one_line_errors_naming_the_fix(plan: str, message: str) -
 
 def test_a_plan_refuses_a_different_scheme_beside_it_and_per_layer_absolute_embeddings() -> None:
     with pytest.raises(ConfigError, match="drop scheme='alibi'"):
-        GPTConfig(scheme="alibi", layer_plan="gemma3").validate()
+        GPTConfig.from_dict({"scheme": "alibi", "layer_plan": "gemma3"})
     with pytest.raises(ConfigError, match="sinusoidal adds its positions to the input embedding once"):
         GPTConfig(layer_plan="sinusoidal;rope").validate()
 
@@ -515,7 +548,7 @@ def test_the_hybrids_study_trains_each_plan_it_names() -> None:
 
     study = load_study(Path(__file__).parent.parent / "experiments" / "hybrids.toml")
     configs = {spec.label: train_config(study, spec, 0).model for spec in study.models}
-    assert configs["rope"].layer_plan is None and configs["nope"].scheme == "nope"
+    assert configs["rope"].layer_plan == "rope" and configs["nope"].plan()[0].scheme == "nope"
     assert [v.scheme for v in configs["rnope-swa"].plan()] == ["rope", "rope", "rope", "nope"]
     assert configs["irope"].plan()[3].pieces["temp_tuning"] == {"beta": 0.1, "gamma": 128.0}
     assert set(study.retrieval["variants"]) == set(configs)

@@ -15,6 +15,7 @@ from lextra.cli.app import main
 from lextra.errors import ConfigError
 from lextra.model import GPT, GPTConfig, load_model
 from lextra.positions.scaling import RopeScaling, frequencies, rope_inv_freq
+from lextra.registry import format_spec
 from lextra.train import TrainConfig, train
 from lextra.train.mixed import MixedWindow, as_longrope
 
@@ -43,8 +44,8 @@ def test_one_model_runs_short_rows_under_the_original_rope_and_long_rows_under_t
     plain = {**dict(mixed), "long_factor": mixed["short_factor"]}  # the short side at every length
 
     def model(scaling: dict) -> GPT:
-        config = GPTConfig(vocab_size=64, n_layer=2, n_head=2, d_model=16, train_len=32, scheme="rope",
-                           scheme_options={"scaling": scaling})  # fmt: skip
+        config = GPTConfig(vocab_size=64, n_layer=2, n_head=2, d_model=16, train_len=32,
+                           layer_plan=format_spec("rope", {"scaling": scaling}))  # fmt: skip
         torch.manual_seed(0)
         return GPT(config).eval()
 
@@ -89,9 +90,9 @@ def test_the_share_of_short_steps_depends_on_seed_and_step_alone() -> None:
 
 
 def _mixed_config(steps: int = 8) -> TrainConfig:
-    model = GPTConfig(n_layer=1, n_head=2, d_model=16, train_len=32, scheme="rope",
-                      scheme_options={"scaling": {"rope_type": "yarn", "factor": 4.0,
-                                                  "original_max_position_embeddings": 8}})  # fmt: skip
+    model = GPTConfig(n_layer=1, n_head=2, d_model=16, train_len=32,
+                      layer_plan=format_spec("rope", {"scaling": {"rope_type": "yarn", "factor": 4.0,
+                                                                  "original_max_position_embeddings": 8}}))  # fmt: skip
     return TrainConfig(limit_chars=LIMIT, model=model, batch_size=2, steps=steps, warmup=2, checkpoint_every=3,
                        log_every=2, eval_sequences=2, mixed_window="8:32", mixed_share=0.5)  # fmt: skip
 
@@ -107,7 +108,7 @@ def test_a_mixed_run_resumed_equals_a_straight_one_and_saves_the_longrope_scalin
     resumed = load_model(train(_mixed_config(), tmp_path / "cut", resume=True, progress=False))
     for (name, a), (_, b) in zip(whole.state_dict().items(), resumed.state_dict().items(), strict=True):
         assert torch.equal(a, b), name
-    scaling = whole.config.scheme_options["scaling"]
+    scaling = whole.config.plan()[0].scheme_options["scaling"]
     assert scaling["rope_type"] == "longrope" and scaling["short_factor"] == [1.0] * 4
     saved = json.loads((tmp_path / "whole" / "config.json").read_text())["train"]
     assert saved["mixed_window"] == "8:32" and "mixed_share" not in saved  # the default share is left out

@@ -14,12 +14,13 @@ from lextra.kv_cache import KVCache
 from lextra.layer_inputs import AttentionInputs
 from lextra.model import GPT, GPTConfig, load_model, save_model
 from lextra.positions.rotary import convert_qk_weight
+from lextra.registry import format_spec
 
 
 def tiny(scheme: str = "rope", **kwargs) -> GPT:
     options = kwargs.pop("scheme_options", {})
     config = GPTConfig(
-        vocab_size=61, n_layer=2, n_head=2, d_model=32, train_len=16, scheme=scheme, scheme_options=options, **kwargs
+        vocab_size=61, n_layer=2, n_head=2, d_model=32, train_len=16, layer_plan=format_spec(scheme, options), **kwargs
     )
     model = GPT(config).eval()
     with torch.no_grad():  # random scheme parameters, so they matter
@@ -106,11 +107,11 @@ def test_learned_model_refuses_inputs_beyond_its_table() -> None:
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"scheme": "rop"}, "unknown position scheme 'rop'"),
-        ({"d_model": 30, "n_head": 2, "scheme": "rope"}, "even head dimension, got 15"),
+        ({"layer_plan": "rop"}, "unknown position scheme 'rop'"),
+        ({"d_model": 30, "n_head": 2, "layer_plan": "rope"}, "even head dimension, got 15"),
         ({"d_model": 33}, "must be divisible by n_head"),
         ({"n_layer": 0}, "n_layer must be a positive integer"),
-        ({"scheme_options": {"bass": 1}}, "has no option 'bass'"),
+        ({"layer_plan": "rope,bass=1"}, "has no option 'bass'"),
         ({"dropout": 1.5}, "dropout must be in"),
     ],
 )
@@ -173,7 +174,7 @@ def test_a_failed_save_leaves_the_previous_checkpoint_intact(tmp_path, monkeypat
 def test_model_is_finite_at_long_lengths_with_a_window() -> None:
     """A 1-layer model over 131072 tokens (windowed, so it is quick): no inf/NaN for the hardest schemes."""
     for name in ("xpos", "alibi", "fire", "coca", "sinusoidal"):
-        config = GPTConfig(vocab_size=17, n_layer=1, n_head=2, d_model=16, train_len=64, scheme=name)
+        config = GPTConfig(vocab_size=17, n_layer=1, n_head=2, d_model=16, train_len=64, layer_plan=name)
         model = GPT(config).eval()
         with torch.no_grad():
             logits = model(torch.randint(0, 17, (1, 131_072)), mask="window:64")
@@ -187,7 +188,7 @@ def test_cached_decoding_with_length_dependent_scaling_is_exact(name: str, scali
     keys give exactly the logits of a full forward over the prefix (whose frequencies use the prefix length).
     Deeper models cache hidden states computed at their own step, as Hugging Face's caches do."""
     config = GPTConfig(
-        vocab_size=61, n_layer=1, n_head=2, d_model=32, train_len=8, scheme=name, scheme_options={"scaling": scaling}
+        vocab_size=61, n_layer=1, n_head=2, d_model=32, train_len=8, layer_plan=format_spec(name, {"scaling": scaling})
     )
     model = GPT(config).eval()
     tokens = torch.randint(0, 61, (1, 30))
@@ -206,7 +207,7 @@ def test_cached_decoding_with_length_dependent_scaling_is_exact(name: str, scali
 @pytest.mark.parametrize("name", [n for n in ALL_SCHEMES if n != "learned"])
 def test_every_scheme_is_finite_in_bf16_at_long_lengths(name: str) -> None:
     """Under bf16 autocast, position math stays fp32 inside the schemes; outputs stay finite at 16k tokens."""
-    config = GPTConfig(vocab_size=17, n_layer=1, n_head=2, d_model=16, train_len=64, scheme=name)
+    config = GPTConfig(vocab_size=17, n_layer=1, n_head=2, d_model=16, train_len=64, layer_plan=name)
     model = GPT(config).eval()
     tokens = torch.randint(0, 17, (1, 16_384))
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
@@ -262,7 +263,9 @@ def test_plain_rope_caches_its_keys_rotated_and_decoding_stays_exact(name: str, 
     """Keys whose rotation depends on their own position alone are cached rotated (a decoding step rotates one
     key); the cache grows in buffers, so steps past its room reallocate; logits equal a full forward."""
     options = {"scaling": scaling} if scaling else {}
-    config = GPTConfig(vocab_size=61, n_layer=2, n_head=2, d_model=32, train_len=8, scheme=name, scheme_options=options)
+    config = GPTConfig(
+        vocab_size=61, n_layer=2, n_head=2, d_model=32, train_len=8, layer_plan=format_spec(name, options)
+    )
     model = GPT(config).eval()
     tokens = torch.randint(0, 61, (1, 300))  # past CACHE_ROOM rows of room
     cache = KVCache(2)
@@ -286,7 +289,7 @@ def test_plain_rope_caches_its_keys_rotated_and_decoding_stays_exact(name: str, 
 
 def test_length_dependent_rotations_are_not_cached_rotated() -> None:
     dynamic = GPTConfig(
-        vocab_size=61, train_len=8, scheme="rope", scheme_options={"scaling": {"type": "dynamic", "factor": 2.0}}
+        vocab_size=61, train_len=8, layer_plan=format_spec("rope", {"scaling": {"type": "dynamic", "factor": 2.0}})
     )
     assert GPT(dynamic).schemes[0].rotates_keys_alone is False
-    assert GPT(GPTConfig(vocab_size=61, train_len=8, scheme="rope")).schemes[0].rotates_keys_alone is True
+    assert GPT(GPTConfig(vocab_size=61, train_len=8, layer_plan="rope")).schemes[0].rotates_keys_alone is True

@@ -151,7 +151,7 @@ def _one_at_a_time(model: GPT, batch: torch.Tensor, **options) -> tuple[torch.Te
 def test_a_packed_step_equals_its_documents_run_one_at_a_time(scheme: str) -> None:
     """Loss and every gradient of the packed step equal those of the documents run alone (float64), for every
     scheme: absolute tables and FIRE's per-query bias see each document from position 0."""
-    config = GPTConfig(n_layer=2, n_head=2, d_model=16, train_len=16, scheme=scheme, vocab_size=32, dropout=0.0)
+    config = GPTConfig(n_layer=2, n_head=2, d_model=16, train_len=16, layer_plan=scheme, vocab_size=32, dropout=0.0)
     torch.manual_seed(0)
     model = GPT(config)
     batch = _packed_batch()
@@ -172,7 +172,7 @@ def test_a_packed_step_equals_its_documents_run_one_at_a_time(scheme: str) -> No
     ("scheme", "backend"), [("rope", "sdpa"), ("rope", "chunked"), ("alibi", "chunked"), ("fire", "chunked")]
 )
 def test_every_backend_gives_the_packed_loss_of_the_dense_reference(scheme: str, backend: str) -> None:
-    config = GPTConfig(n_layer=1, n_head=2, d_model=16, train_len=16, scheme=scheme, vocab_size=32, dropout=0.0)
+    config = GPTConfig(n_layer=1, n_head=2, d_model=16, train_len=16, layer_plan=scheme, vocab_size=32, dropout=0.0)
     model = GPT(config)
     batch = _packed_batch()
     with torch.no_grad():
@@ -228,7 +228,7 @@ def test_per_document_attention_is_the_document_mask_with_restarted_positions(sc
 def test_training_with_packed_documents_resumes_exactly(tmp_path: Path) -> None:
     """A packed run interrupted after a checkpoint and resumed logs the losses and ends with the weights of a
     straight run; its config records the mode, and an unpacked config stays as before."""
-    model = GPTConfig(n_layer=1, n_head=2, d_model=16, train_len=32, scheme="rope")
+    model = GPTConfig(n_layer=1, n_head=2, d_model=16, train_len=32, layer_plan="rope")
     settings = dict(limit_chars=40_000, model=model, batch_size=2, steps=4, warmup=1, checkpoint_every=2,
                     log_every=1, eval_sequences=1, pack="documents")  # fmt: skip
     train(TrainConfig(**settings), tmp_path / "whole", progress=False, device="cpu")

@@ -216,7 +216,7 @@ def test_a_tiny_run_uses_every_plugin_class_by_its_spec(tmp_path: Path) -> None:
     )
     saved = json.loads((toy / "model" / "config.json").read_text())
     model = saved.get("model", saved)
-    assert model["scheme"] == "toy_bias" and model["scheme_options"] == {"slope": 0.25}
+    assert model["layer_plan"] == "toy_bias,slope=0.25"
     assert json.loads((toy / "eval-stride-3" / "results.json").read_text())["eval"]["mask"] == "stride:3"
     # the trained model under the plugin mask: a key at distance 1 is hidden, one at distance 3 is seen
     hidden = _python(
@@ -283,7 +283,7 @@ def test_a_model_saved_with_a_plugin_scheme_names_the_plugin_flag_when_loaded_wi
     assert _python(
         "import json, os\nfrom lextra.registry import load_plugins\nload_plugins(os.environ['LEXTRA_PLUGINS'])\n"
         "from lextra.cli import main\nfrom lextra.model import GPT, GPTConfig, save_model\n"
-        "config = GPTConfig(vocab_size=256, n_layer=1, d_model=32, n_head=2, train_len=16, scheme='toy_bias')\n"
+        "config = GPTConfig(vocab_size=256, n_layer=1, d_model=32, n_head=2, train_len=16, layer_plan='toy_bias')\n"
         f"save_model(GPT(config), {str(folder)!r})\n"
         f"argv = ['eval', {str(folder)!r}, '--lengths', '16', '--documents', '1', '--threads', '1', '--out', "
         f"{str(tmp_path / 'e')!r}]\nprint(json.dumps({{'code': main(argv)}}))"
@@ -315,8 +315,10 @@ import json, os, torch
 from lextra.registry import load_env_plugins
 load_env_plugins()
 from lextra.extend import InferenceSetup
+from lextra.attention.plan import parse_variant
 from lextra.model import GPT, GPTConfig, load_model, save_model
 from lextra.positions.scaling import SCALING_TYPES, RopeScaling, parse_rope_scaling, rope_inv_freq
+from lextra.registry import format_spec
 spec = parse_rope_scaling("power_pi:4,alpha=0.25")
 scaling = RopeScaling(**spec)
 errors = []
@@ -325,11 +327,11 @@ for bad in ("power_pi:4,alpha=2", "power_pi:4,alpha=x", "power_pi:4,beta=1"):
         RopeScaling(**parse_rope_scaling(bad))
     except Exception as err:
         errors.append(str(err))
-config = GPTConfig(vocab_size=256, n_layer=1, d_model=32, n_head=2, train_len=16, scheme="rope")
+config = GPTConfig(vocab_size=256, n_layer=1, d_model=32, n_head=2, train_len=16, layer_plan="rope")
 model = InferenceSetup(rope_scaling="power_pi:4,alpha=0.25").apply(GPT(config))
 applied = model.schemes[0].inv_freq
-trained = GPT(GPTConfig(vocab_size=256, n_layer=1, d_model=32, n_head=2, train_len=16, scheme="rope",
-                        scheme_options={{"scaling": spec}}))
+trained = GPT(GPTConfig(vocab_size=256, n_layer=1, d_model=32, n_head=2, train_len=16,
+                        layer_plan=format_spec("rope", {{"scaling": spec}})))
 save_model(trained, {str(tmp_path / "m")!r})
 loaded = load_model({str(tmp_path / "m")!r}).schemes[0]
 expected = rope_inv_freq(16) / 4**0.25
@@ -337,7 +339,8 @@ print(json.dumps({{
     "spec": spec, "alpha": scaling["alpha"], "dict": dict(scaling), "errors": errors,
     "options": SCALING_TYPES.describe("power_pi"),
     "applied": bool(torch.equal(applied, expected)),
-    "saved": json.loads(open({str(tmp_path / "m" / "config.json")!r}).read()),
+    "saved": parse_variant(json.load(open({str(tmp_path / "m" / "config.json")!r}))["model"]["layer_plan"])
+    .scheme_options,
     "loaded": bool(torch.equal(loaded.inv_freq, expected)) and loaded.scaling == scaling,
 }}))
 """
@@ -347,8 +350,8 @@ print(json.dumps({{
     assert "alpha must be" in values["errors"][0] and "alpha takes a number" in values["errors"][1]
     assert "has no option 'beta'; its options: factor, alpha" in values["errors"][2]
     assert values["applied"] and values["loaded"]
-    saved = values["saved"].get("model", values["saved"])
-    assert saved["scheme_options"]["scaling"] == {"rope_type": "power_pi", "factor": 4.0, "alpha": 0.25}
+    saved = values["saved"]
+    assert saved["scaling"] == {"rope_type": "power_pi", "factor": 4.0, "alpha": 0.25}
 
 
 def test_a_plugin_file_that_is_not_python_is_one_line(tmp_path: Path) -> None:

@@ -110,6 +110,6 @@ def test_what_cannot_skip_content_is_refused_in_one_line() -> None:
         build_sampler("pose,span=0", 32)
     with pytest.raises(ConfigError, match=r"read the step.s batch with lextra\.data\.positions\.sampled_batch"):
         build_sampler("pose:512,span=5", 32).positions(0, 0)
-    model = GPTConfig(n_layer=1, n_head=2, d_model=16, train_len=32, scheme="rope")
+    model = GPTConfig(n_layer=1, n_head=2, d_model=16, train_len=32, layer_plan="rope")
     with pytest.raises(ConfigError, match=r"skips content .* lextra train keeps its windows contiguous: use span=1"):
         TrainConfig(model=model, positions="pose:512,span=5").validate()

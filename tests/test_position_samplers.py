@@ -12,6 +12,7 @@ from lextra.cli import main
 from lextra.data.positions import SAMPLERS, _position_seed, _randint, build_sampler
 from lextra.errors import ConfigError
 from lextra.model import GPT, GPTConfig, load_model
+from lextra.registry import format_spec
 from lextra.train import TrainConfig, train
 
 LIMIT = 400_000
@@ -19,7 +20,7 @@ RELATIVE = ["rope", "xpos", "coca", "alibi", "t5", "kerple_log", "kerple_power",
 
 
 def tiny_config(scheme: str = "rope", steps: int = 12, **kwargs) -> TrainConfig:
-    model = GPTConfig(n_layer=2, n_head=2, d_model=32, train_len=32, scheme=scheme)
+    model = GPTConfig(n_layer=2, n_head=2, d_model=32, train_len=32, layer_plan=scheme)
     return TrainConfig(
         limit_chars=LIMIT, model=model, batch_size=4, steps=steps, warmup=3, checkpoint_every=5, log_every=2,
         eval_sequences=4, **kwargs,
@@ -92,15 +93,13 @@ def test_randomized_is_a_sorted_sample_of_distinct_positions() -> None:
     ],
 )  # fmt: skip
 def test_samplers_refuse_what_they_cannot_serve(spec, scheme, options, message) -> None:
-    config = tiny_config(scheme, positions=spec)
-    config.model.scheme_options = options
+    config = tiny_config(format_spec(scheme, options), positions=spec)
     with pytest.raises(ConfigError, match=message):
         config.validate()
 
 
 def test_ssmax_is_refused_with_skipping_positions() -> None:
-    config = tiny_config("rope", positions="pose")
-    config.model.log_scaling = "ssmax"
+    config = tiny_config("rope+logn:ssmax", positions="pose")
     with pytest.raises(ConfigError, match="ssmax counts keys at contiguous positions"):
         config.validate()
 
@@ -120,7 +119,7 @@ def _one_step(model: GPT, tokens: torch.Tensor, positions: torch.Tensor) -> torc
 def test_every_scheme_trains_a_step_at_sampled_positions(scheme: str, spec: str) -> None:
     torch.manual_seed(0)
     options = {"max_len": 512} if scheme == "learned" else {}
-    model = GPT(GPTConfig(n_layer=2, n_head=2, d_model=32, train_len=32, scheme=scheme, scheme_options=options))
+    model = GPT(GPTConfig(n_layer=2, n_head=2, d_model=32, train_len=32, layer_plan=format_spec(scheme, options)))
     positions = build_sampler(spec, 32).positions(0, 1)
     assert int(positions[-1]) > 32  # the draw skips past the window
     tokens = torch.randint(0, 256, (2, 33), generator=torch.Generator().manual_seed(1))

@@ -136,7 +136,7 @@ def test_old_analysis_rows_round_trip(name: str, row: type) -> None:
 
 
 def tiny_model(train_len: int = 32) -> GPT:
-    return GPT(GPTConfig(n_layer=1, n_head=2, d_model=16, train_len=train_len, scheme="rope")).eval()
+    return GPT(GPTConfig(n_layer=1, n_head=2, d_model=16, train_len=train_len, layer_plan="rope")).eval()
 
 
 def test_a_fresh_evaluation_has_the_keys_of_an_old_one(tmp_path: Path) -> None:

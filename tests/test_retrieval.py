@@ -254,7 +254,7 @@ def test_the_prefill_attends_with_the_mask_the_setup_set() -> None:
 @torch.no_grad()
 def test_cached_scoring_matches_a_full_forward_pass() -> None:
     torch.manual_seed(0)
-    model = GPT(GPTConfig(n_layer=2, n_head=2, d_model=32, train_len=16, scheme="rope")).eval()
+    model = GPT(GPTConfig(n_layer=2, n_head=2, d_model=32, train_len=16, layer_plan="rope")).eval()
     prompt, answer, other = [5, 6, 7, 8, 9, 10], [11, 12, 13], [14, 15, 16]
     result = score_prompts(model, [prompt], [answer], [[other]])
     for index, cand in enumerate((answer, other)):

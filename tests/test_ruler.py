@@ -333,7 +333,7 @@ def test_partial_answers_score_their_share_and_silence_uses_the_whole_budget(doc
 
 def tiny_gpt(scheme: str = "rope") -> GPT:
     torch.manual_seed(0)
-    return GPT(GPTConfig(vocab_size=256, n_layer=2, n_head=2, d_model=32, train_len=64, scheme=scheme)).eval()
+    return GPT(GPTConfig(vocab_size=256, n_layer=2, n_head=2, d_model=32, train_len=64, layer_plan=scheme)).eval()
 
 
 def tiny_llama(max_pos: int = 64):

@@ -86,7 +86,7 @@ def test_the_mask_groups_half_the_heads_and_shifts_the_rest() -> None:
 
 def test_s2_attn_applies_in_training_only() -> None:
     torch.manual_seed(0)
-    model = GPT(GPTConfig(n_layer=2, n_head=4, d_model=32, train_len=32, scheme="alibi"))
+    model = GPT(GPTConfig(n_layer=2, n_head=4, d_model=32, train_len=32, layer_plan="alibi"))
     tokens = torch.randint(0, 256, (2, 32))
     model.eval()
     full = model(tokens)
@@ -105,7 +105,7 @@ def test_s2_attn_applies_in_training_only() -> None:
 
 
 def tiny_config(**kwargs) -> TrainConfig:
-    model = GPTConfig(n_layer=2, n_head=2, d_model=32, train_len=32, scheme="rope")
+    model = GPTConfig(n_layer=2, n_head=2, d_model=32, train_len=32, layer_plan="rope")
     options = {"warmup": 2, "checkpoint_every": 3, "log_every": 2, "eval_sequences": 2, **kwargs}
     return TrainConfig(limit_chars=LIMIT, model=model, batch_size=4, steps=5, **options)
 
@@ -129,7 +129,7 @@ def test_training_with_s2_attn_resumes_exactly_and_saves_a_full_attention_model(
 
 def test_s2_attn_with_pose_positions_scores_at_the_sampled_positions() -> None:
     torch.manual_seed(0)
-    model = GPT(GPTConfig(n_layer=1, n_head=2, d_model=16, train_len=16, scheme="t5"))
+    model = GPT(GPTConfig(n_layer=1, n_head=2, d_model=16, train_len=16, layer_plan="t5"))
     model.set_s2_attn(4)
     positions = torch.cat((torch.arange(5), torch.arange(5, 16) + 100))
     x = model.embed(torch.randint(0, 256, (1, 16)))
@@ -156,7 +156,7 @@ def test_s2_attn_refuses_what_it_cannot_serve() -> None:
     with pytest.raises(ConfigError, match="--s2-attn shifts half the heads, but the model has 1; use n_head >= 2"):
         config.validate()
     config = tiny_config(s2_attn=8)
-    config.model.log_scaling = "ssmax"
+    config.model.layer_plan = "rope+logn:ssmax"
     with pytest.raises(ConfigError, match="hides keys that log_scaling ssmax counts"):
         config.validate()
 

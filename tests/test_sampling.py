@@ -156,7 +156,7 @@ def _write_corpus(root: Path, documents: int = 12) -> str:
 
 
 def _run(source: str, **kwargs: object) -> TrainConfig:
-    model = GPTConfig(n_layer=1, n_head=2, d_model=32, train_len=32, scheme="alibi")
+    model = GPTConfig(n_layer=1, n_head=2, d_model=32, train_len=32, layer_plan="alibi")
     fields = {"batch_size": 4, "steps": 12, "warmup": 2, "checkpoint_every": 3, "log_every": 2, "order": "epoch"}
     return TrainConfig(corpus=source, model=model, eval_sequences=0, **{**fields, **kwargs})  # type: ignore[arg-type]
 

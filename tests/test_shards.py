@@ -346,7 +346,7 @@ def test_iter_documents_streams_what_load_corpus_returns(tmp_path: Path) -> None
 
 
 def _tiny_run(source: str, steps: int = 6, **kwargs) -> TrainConfig:
-    model = GPTConfig(n_layer=1, n_head=2, d_model=32, train_len=32, scheme="alibi")
+    model = GPTConfig(n_layer=1, n_head=2, d_model=32, train_len=32, layer_plan="alibi")
     return TrainConfig(
         corpus=source, model=model, batch_size=4, steps=steps, warmup=2, checkpoint_every=3, log_every=2, **kwargs
     )

@@ -13,6 +13,8 @@ import pytest
 import lextra
 from lextra.attention import build_mask
 from lextra.attention.masks import MASKS
+from lextra.cli.app import build_parser
+from lextra.cli.training_options import train_config_from
 from lextra.errors import ConfigError
 from lextra.extend import EXTENSIONS, build_extension
 from lextra.model import GPTConfig
@@ -135,16 +137,18 @@ def test_task_specs_old_and_new_spellings() -> None:
 
 def test_scheme_specs_and_scheme_options() -> None:
     assert split_scheme_spec("rope,base=500000") == ("rope", {"base": 500000.0})
-    config = GPTConfig(scheme="rope,base=500000,layout=interleaved")
-    assert (config.scheme, config.scheme_options) == ("rope", {"base": 500000.0, "layout": "interleaved"})
+    config = GPTConfig(layer_plan="rope,base=500000,layout=interleaved")
+    first = config.plan()[0]
+    assert (first.scheme, first.scheme_options) == ("rope", {"base": 500000.0, "layout": "interleaved"})
     # --scheme-option K=V (scheme_options) still works and wins over the spec
-    config = GPTConfig(scheme="rope,base=500000", scheme_options={"base": 100.0})
-    assert config.scheme_options == {"base": 100.0}
-    later = GPTConfig(scheme_options={"layout": "interleaved"})
-    later.scheme = "rope,base=500"  # assigned after construction (the CLI sets flags on a config): validate splits it
-    assert (later.validate().scheme, later.scheme_options) == ("rope", {"base": 500.0, "layout": "interleaved"})
+    argv = ["train", "--scheme", "rope,base=500000", "--scheme-option", "base=100", "--out", "x"]
+    assert train_config_from(build_parser().parse_args(argv)).model.plan()[0].scheme_options == {"base": 100.0}
+    # a config stating `scheme` and `scheme_options` (a TOML file's) reads as the plan of that one variant
+    later = GPTConfig.from_dict({"scheme": "rope,base=500", "scheme_options": {"layout": "interleaved"}}).plan()[0]
+    assert (later.scheme, later.scheme_options) == ("rope", {"base": 500.0, "layout": "interleaved"})
     assert build_scheme("alibi,slope_shift=0.5", DIMS).options == {"slope_shift": 0.5}
-    assert GPTConfig.from_dict(GPTConfig(scheme="t5,num_buckets=16").to_dict()).scheme_options == {"num_buckets": 16}
+    saved = GPTConfig(layer_plan="t5,num_buckets=16").to_dict()
+    assert GPTConfig.from_dict(saved).plan()[0].scheme_options == {"num_buckets": 16}
     variant = parse_variant("rope,base=500+window:64")
     assert (variant.scheme, variant.mask) == ("rope,base=500", "window:64")
     assert parse_scaled_variant("rope+dynamic") == ("rope", "dynamic:1")

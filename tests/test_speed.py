@@ -19,7 +19,7 @@ LIMIT = 400_000
 
 
 def tiny(scheme: str = "rope", **kwargs) -> GPTConfig:
-    return GPTConfig(n_layer=2, n_head=2, d_model=32, train_len=32, scheme=scheme, **kwargs)
+    return GPTConfig(n_layer=2, n_head=2, d_model=32, train_len=32, layer_plan=scheme, **kwargs)
 
 
 @pytest.mark.parametrize("scheme", ["rope", "alibi", "t5", "xpos", "fire", "coca", "sinusoidal", "kerple_log"])
@@ -44,7 +44,7 @@ def test_last_rows_equal_the_full_forward_sliced(scheme: str) -> None:
 def test_last_rows_of_a_layer_plan_equal_the_full_forward_sliced(plan: str) -> None:
     """A plan's last layer computes its last rows alone through its own pieces (the gate reads those rows' input)."""
     torch.manual_seed(0)
-    model = GPT(tiny(layer_plan=plan)).eval()
+    model = GPT(tiny(plan)).eval()
     tokens = torch.randint(0, 256, (2, 40))
     with torch.no_grad():
         full = model.features(tokens)
@@ -54,7 +54,7 @@ def test_last_rows_of_a_layer_plan_equal_the_full_forward_sliced(plan: str) -> N
 
 def test_last_rows_under_a_mask_and_temperatures() -> None:
     torch.manual_seed(1)
-    model = GPT(tiny("rope", temperatures=[[0.7, 1.3], [1.1, 0.9]], log_scaling="qwen")).eval()
+    model = GPT(tiny("rope+logn:qwen", temperatures=[[0.7, 1.3], [1.1, 0.9]])).eval()
     tokens = torch.randint(0, 256, (2, 80))
     with torch.no_grad():
         full = model.features(tokens, mask="bca:16")

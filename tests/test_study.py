@@ -118,7 +118,7 @@ def test_a_tiny_study_end_to_end_with_cached_cells(tmp_path: Path, monkeypatch: 
         assert new_shape == with_intervals(json_shape(json.loads((old / "study_cells" / f"{kind}.json").read_text())))
     # the alibi model really has the shifted slopes
     alibi = load_model(out / "models" / "alibi-x4" / "seed0" / "model")
-    assert alibi.config.scheme_options == {"slope_shift": 2.0}
+    assert alibi.config.plan()[0].scheme_options == {"slope_shift": 2.0}
     report = (out / "report.md").read_text()
     for heading in ("## Perplexity", "## Why", "## Windowed attention", "## Passkey retrieval", "## Inference-time"):
         assert heading in report

@@ -24,7 +24,7 @@ TRAIN_TAGS = {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s",
 
 
 def tiny_config(scheme: str = "alibi", steps: int = 6, **kwargs) -> TrainConfig:
-    model = GPTConfig(n_layer=1, n_head=2, d_model=32, train_len=32, scheme=scheme)
+    model = GPTConfig(n_layer=1, n_head=2, d_model=32, train_len=32, layer_plan=scheme)
     return TrainConfig(
         limit_chars=LIMIT,
         model=model,

@@ -24,7 +24,7 @@ LIMIT = 400_000  # characters of the built-in corpus: enough documents for every
 
 
 def tiny_config(scheme: str = "alibi", steps: int = 12, **kwargs) -> TrainConfig:
-    model = GPTConfig(n_layer=2, n_head=2, d_model=32, train_len=32, scheme=scheme)
+    model = GPTConfig(n_layer=2, n_head=2, d_model=32, train_len=32, layer_plan=scheme)
     return TrainConfig(
         limit_chars=LIMIT,
         model=model,
@@ -255,7 +255,7 @@ def test_bf16_training_runs_and_learns(tmp_path) -> None:
     final = train(config, tmp_path, progress=False)
     losses = [json.loads(line)["loss"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0]
-    assert load_model(final).config.scheme == "xpos"
+    assert load_model(final).config.plan()[0].scheme == "xpos"
     with pytest.raises(ConfigError, match="precision must be fp32 or bf16"):
         tiny_config(precision="fp16").validate()
 
@@ -350,7 +350,7 @@ def test_a_quiet_evaluation_that_will_take_minutes_says_so_once(monkeypatch, cap
 
     monkeypatch.setattr(perplexity, "ESTIMATE_AFTER_S", -1.0)  # every evaluation counts as long
     monkeypatch.setattr(perplexity, "ESTIMATE_WARMUP_S", 0.0)
-    model = GPT(GPTConfig(n_layer=1, n_head=2, d_model=16, train_len=16, scheme="rope"))
+    model = GPT(GPTConfig(n_layer=1, n_head=2, d_model=16, train_len=16, layer_plan="rope"))
     data = prepare_data("python-code", "bytes", LIMIT)
     config = EvalConfig(lengths=[16, 32], protocols=["chunks"], documents=2, max_batch_tokens=16)
     evaluate_model(model, data, config, progress=False, label="rope")

@@ -21,7 +21,7 @@ from lextra.train import TrainConfig, field_docs, train
 
 
 def _run(**changes) -> TrainConfig:
-    model = GPTConfig(n_layer=1, n_head=2, d_model=16, train_len=16, scheme="kerple_log", dropout=0.1)
+    model = GPTConfig(n_layer=1, n_head=2, d_model=16, train_len=16, layer_plan="kerple_log", dropout=0.1)
     settings = dict(limit_chars=60_000, model=model, batch_size=2, steps=4, warmup=2, checkpoint_every=2,
                     log_every=1, eval_sequences=2, eval_every=3)  # fmt: skip
     return TrainConfig(**(settings | changes))

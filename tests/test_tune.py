@@ -129,7 +129,7 @@ def test_the_initial_factors_are_yarns() -> None:
     assert len(factors) == 32 and monotone(factors)
     assert factors[0] == pytest.approx(1.0) and factors[-1] == pytest.approx(8.0)  # extrapolated / interpolated
     assert 1.0 < factors[12] < 8.0  # YaRN's ramp in between
-    model = GPT(GPTConfig(vocab_size=256, n_layer=1, n_head=2, d_model=64, train_len=32, scheme="rope,base=500000"))
+    model = GPT(GPTConfig(vocab_size=256, n_layer=1, n_head=2, d_model=64, train_len=32, layer_plan="rope,base=500000"))
     head_dim, base = rope_geometry(model)
     assert head_dim == 32 and base == pytest.approx(500000.0, rel=1e-5)
 
@@ -245,7 +245,7 @@ def tiny(tmp_path_factory) -> dict[str, str]:
 
     root = tmp_path_factory.mktemp("tune")
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=256, n_layer=1, n_head=2, d_model=16, train_len=32, scheme="rope")).eval()
+    model = GPT(GPTConfig(vocab_size=256, n_layer=1, n_head=2, d_model=16, train_len=32, layer_plan="rope")).eval()
     save_model(model, root / "run" / "model", extra={"tokenizer": {"kind": "bytes"}})
     config = transformers.AutoConfig.for_model(
         "llama", vocab_size=260, hidden_size=32, intermediate_size=48, num_hidden_layers=1, num_attention_heads=2,

@@ -309,7 +309,7 @@ def test_study_toml_numbers_are_refused_on_load(tmp_path: Path, toml: str, needl
 
 # ------------------------------------------------------------------ divergence
 def tiny(steps: int = 12, **kwargs: Any) -> TrainConfig:
-    model = GPTConfig(n_layer=1, n_head=2, d_model=16, train_len=16, scheme="alibi")
+    model = GPTConfig(n_layer=1, n_head=2, d_model=16, train_len=16, layer_plan="alibi")
     values = {"batch_size": 4, "warmup": 2, "checkpoint_every": 5, "log_every": 2, "eval_sequences": 2, **kwargs}
     return TrainConfig(limit_chars=LIMIT, model=model, steps=steps, **values)
 
@@ -413,7 +413,7 @@ def test_cli_train_that_diverges_exits_2_with_one_line(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------ loading
 def test_load_and_eval_refuse_weights_that_are_not_finite(tmp_path: Path) -> None:
-    model = GPT(GPTConfig(n_layer=1, n_head=2, d_model=16, train_len=16, scheme="alibi"))
+    model = GPT(GPTConfig(n_layer=1, n_head=2, d_model=16, train_len=16, layer_plan="alibi"))
     with torch.no_grad():
         model.blocks[0].mlp.up.weight[3, 1] = math.inf
     save_model(model, tmp_path / "model")  # the checksum matches: only the values are wrong

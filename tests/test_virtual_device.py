@@ -74,7 +74,7 @@ def test_the_virtual_device_reports_cuda_refuses_mixes_and_counts_syncs(virtual_
 
 
 def test_a_module_moved_to_cuda_holds_virtual_parameters_and_buffers(virtual_cuda) -> None:
-    model = GPT(GPTConfig(vocab_size=31, n_layer=1, n_head=2, d_model=32, train_len=16, scheme="alibi"))
+    model = GPT(GPTConfig(vocab_size=31, n_layer=1, n_head=2, d_model=32, train_len=16, layer_plan="alibi"))
     model.to("cuda")
     assert all(isinstance(p, vd.VirtualTensor) and isinstance(p, torch.nn.Parameter) for p in model.parameters())
     assert all(isinstance(b, vd.VirtualTensor) for b in model.buffers())
@@ -362,7 +362,7 @@ def _captured_weights(model, ids: torch.Tensor, mask: str) -> list[tuple[int, to
 def test_captured_attention_on_cuda_equals_the_cpu_capture(which: str) -> None:
     """The analyses' view of each layer (q, k, scheme, temperatures; weights block by block) on the device."""
     if which == "gpt":
-        model, ids, mask = _tiny("fire", log_scaling="qwen").eval(), torch.randint(0, 61, (1, 40)), "window:9"
+        model, ids, mask = _tiny("fire+logn:qwen").eval(), torch.randint(0, 61, (1, 40)), "window:9"
         InferenceSetup(temperatures=[[0.5, 2.0], [1.5, 1.0]]).apply(model)
     else:
         model, ids, mask = adapt(tiny_causal()), hf_tokens(length=40), "causal"

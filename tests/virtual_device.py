@@ -491,7 +491,7 @@ def tiny_gpt(scheme: str, layers: int = 2, **options: Any):
     """A small GPT (head_dim 16) with random scheme parameters, so that they matter."""
     from lextra.model import GPT, GPTConfig
 
-    config = GPTConfig(vocab_size=61, n_layer=layers, n_head=2, d_model=32, train_len=16, scheme=scheme, **options)
+    config = GPTConfig(vocab_size=61, n_layer=layers, n_head=2, d_model=32, train_len=16, layer_plan=scheme, **options)
     model = GPT(config)
     with torch.no_grad():
         for module in model.schemes:

@@ -1,8 +1,8 @@
 """A GPT-style decoder (pre-norm) whose attention takes any registered position scheme and mask.
 
-The config names a scheme and its options; the attention layer composes what the scheme gives it (embedding,
-q/k transform, score bias) with a mask and a backend, never asking which scheme it is. Saved as safetensors
-plus a JSON config with a checksum (no pickle).
+The config states the layers as a layer plan (a scheme spec is the plan of one variant); each attention layer
+composes what its scheme gives it (embedding, q/k transform, score bias) with a mask, its pieces and a backend,
+never asking which scheme it is. Saved as safetensors plus a JSON config with a checksum (no pickle).
 """
 
 from __future__ import annotations
@@ -27,15 +27,15 @@ from lextra.attention.fox import forget_inputs
 from lextra.attention.inference import LayerInference
 from lextra.attention.masks import CausalMask, Mask
 from lextra.attention.pieces import PIECES, SINGLE_VALUED, AttentionPiece, attend_through, check_one_caller
-from lextra.attention.plan import LayerVariant, format_plan, parse_plan
+from lextra.attention.plan import LayerVariant, format_plan, parse_plan, stated_plan, with_scheme_options
 from lextra.attention.s2 import S2Attention
 from lextra.errors import CheckpointError, ConfigError
 from lextra.io import atomic_write, atomic_write_json, sha256_file
 from lextra.kv_cache import KVCache
 from lextra.layer_inputs import AttentionInputs, LayerInputs, LayerObserver
-from lextra.positions import HeadDims, PositionScheme, build_scheme, split_scheme_spec
+from lextra.positions import HeadDims, PositionScheme, build_scheme
 from lextra.positions.abacus import AbacusEmbedding, check_abacus
-from lextra.positions.logn import LOG_SCALINGS, check_log_scaling
+from lextra.positions.logn import LOG_SCALINGS
 from lextra.serialize import check_fields as check_fields  # re-exported: configs elsewhere check their keys
 from lextra.validate import check_bool, check_positive, check_range, check_temperatures
 
@@ -48,7 +48,7 @@ CAUSAL = CausalMask()
 
 @dataclass
 class GPTConfig:
-    """Model shape and position scheme. `train_len` is L_tr: it sets BCA blocks and learned-table sizes."""
+    """Model shape and layers. `train_len` is L_tr: it sets BCA blocks and learned-table sizes."""
 
     vocab_size: int = 256
     n_layer: int = 4
@@ -57,31 +57,15 @@ class GPTConfig:
     mlp_ratio: float = 4.0
     dropout: float = 0.0
     train_len: int = 128
-    scheme: str = "rope"
-    scheme_options: dict[str, Any] = field(default_factory=dict)
+    #: the model's layers as a layer plan (`lextra.attention.plan`: per-layer scheme, mask and pieces, or a preset
+    #: such as `gemma3`); a scheme spec (`rope`, `alibi`, `rope,base=500000`) is the plan of one variant on every
+    #: layer, a log-n scaling the `logn` piece (`rope+logn:qwen`)
+    layer_plan: str = "rope"
     tie_embeddings: bool = True
     #: per-layer, per-head softmax temperatures (temperature alignment); None = 1 everywhere
     temperatures: list[list[float]] | None = None
-    #: log-n scaling of the logits: "none", "qwen" (x log_{L_tr} i past L_tr), "ssmax" (learned s_h x ln n)
-    log_scaling: str = "none"
-    #: a layer plan (`lextra.attention.plan`: per-layer scheme, mask and pieces, or a preset such as `gemma3`);
-    #: None: every layer is `scheme` with `scheme_options`, causal
-    layer_plan: str | None = field(default=None, metadata=serialize.options(omit_none=True))
     #: Abacus embeddings of digit places (`lextra.positions.abacus`): {"max_k", "positions", "digits"}; None: none
     abacus: dict[str, Any] | None = field(default=None, metadata=serialize.options(omit_none=True))
-
-    def __post_init__(self) -> None:
-        self.split_scheme_spec()
-
-    def split_scheme_spec(self) -> None:
-        """A scheme spec (`rope,base=500000`) becomes the scheme's name and options, explicit `scheme_options`
-        winning (`--scheme-option`); run on construction and by `validate`, for a spec assigned later."""
-        if isinstance(self.scheme, str) and any(c in self.scheme for c in ":,"):
-            if not isinstance(self.scheme_options, dict):
-                raise ConfigError(
-                    f"model config: scheme_options must be a dict of options, got {self.scheme_options!r}"
-                )
-            self.scheme, self.scheme_options = split_scheme_spec(self.scheme, self.scheme_options)
 
     @property
     def head_dim(self) -> int:
@@ -92,36 +76,28 @@ class GPTConfig:
 
     @property
     def label(self) -> str:
-        """What progress bars and messages call the model: its layer plan as written, else its scheme."""
-        return self.scheme if self.layer_plan is None else self.layer_plan
-
-    def set_layers(self, scheme: str = "rope", options: dict[str, Any] | None = None, plan: str | None = None) -> None:
-        """State the model's layers: `scheme` with `options` on every layer, or the layer plan `plan` (which names
-        each layer's scheme; `validate` sets `scheme` to its first layer's)."""
-        self.scheme, self.scheme_options, self.layer_plan = scheme, dict(options or {}), plan
+        """What progress bars and messages call the model: its layer plan as written."""
+        return self.layer_plan
 
     def plan(self) -> list[LayerVariant]:
-        """Each layer's attention variant: the layer plan's, else `scheme` with its options on every layer."""
-        if self.layer_plan is None:
-            return [LayerVariant(self.scheme, dict(self.scheme_options))] * self.n_layer
+        """Each layer's attention variant."""
         return parse_plan(self.layer_plan, self.n_layer)
 
+    def learned_log_scaling(self) -> bool:
+        """Whether a layer learns its log-n scale (a `logn` piece of a learned kind: Scalable-Softmax's `ssmax`)."""
+        dims = self.head_dims()
+        kinds = [PIECES.build("logn", dims, **v.pieces["logn"]).log_scaling for v in self.plan() if "logn" in v.pieces]
+        return any(LOG_SCALINGS.get(str(kind)).learned for kind in kinds)
+
+    def set_variants(self, variants: list[LayerVariant]) -> None:
+        """State the layers as these per-layer variants (`format_plan`: one variant on every layer is written
+        alone)."""
+        self.layer_plan = format_plan(variants)
+
     def _check_plan(self) -> None:
-        """A plan names each layer's scheme itself: `scheme` then follows its first layer (for labels); a different
-        `scheme` given beside it, or an absolute embedding on some layers only, is refused."""
-        if self.layer_plan is None:
-            return
-        if not isinstance(self.layer_plan, str):
-            raise ConfigError(f"model config: layer_plan must be a plan text such as 'gemma3', got {self.layer_plan!r}")
+        """The plan's variants (`parse_plan` refuses a plan that is no text), each scheme built with its options; an
+        absolute embedding on some layers only is refused."""
         variants = self.plan()
-        first = variants[0]
-        given = (self.scheme, self.scheme_options)
-        if given not in (("rope", {}), (first.scheme, first.scheme_options)):
-            raise ConfigError(
-                f"model config: the layer plan names each layer's scheme; drop scheme={self.scheme!r} (and its "
-                "options) or drop layer_plan"
-            )
-        self.scheme, self.scheme_options = first.scheme, dict(first.scheme_options)
         dims = self.head_dims()
         distinct = {v.key(): v for v in variants}
         with torch.random.fork_rng(devices=[]):  # checking the options draws no number the model's init would
@@ -133,10 +109,12 @@ class GPTConfig:
                 f"model config: {', '.join(sorted(embedding))} adds its positions to the input embedding once, so it "
                 "cannot be one layer's scheme in a plan; use it on every layer or choose a per-layer scheme"
             )
+        # the first layer's scheme built once more outside fork_rng: its draws precede the model's initialisation,
+        # which a seed's weights depend on
+        build_scheme(variants[0].scheme, dims, **variants[0].scheme_options)
 
     def validate(self) -> GPTConfig:
         """Refuse any value the model cannot be built from (before any work), naming the field and the fix."""
-        self.split_scheme_spec()
         for name in ("vocab_size", "n_layer", "n_head", "d_model", "train_len"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -150,11 +128,7 @@ class GPTConfig:
                 f"model config: mlp_ratio x d_model must give at least 1 hidden unit, got {self.mlp_ratio}"
             )
         check_bool("model config: tie_embeddings", self.tie_embeddings)
-        if not isinstance(self.scheme_options, dict):
-            raise ConfigError(f"model config: scheme_options must be a dict of options, got {self.scheme_options!r}")
         self._check_plan()
-        build_scheme(self.scheme, self.head_dims(), **self.scheme_options)  # raises on bad names/options
-        check_log_scaling(self.log_scaling, what="model config: log_scaling")
         if self.abacus is not None:
             self.abacus = check_abacus(self.abacus, self.vocab_size)
         if self.temperatures is not None:
@@ -167,17 +141,33 @@ class GPTConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GPTConfig:
-        """Read a saved or written config; unknown keys are refused, missing ones take their defaults."""
-        return serialize.from_dict(cls, data, refuse_unknown="model config").validate()
+        """Read a saved or written config; unknown keys are refused, missing ones take their defaults. A model
+        stated by `scheme` (a spec), `scheme_options` and `log_scaling` (a TOML file's, a config.json saved so)
+        reads as the layer plan they make (`stated_plan`)."""
+        values = dict(data) if isinstance(data, dict) else data
+        if isinstance(values, dict) and STATED_BY_SCHEME & set(values):
+            stated = {name: values.pop(name, None) for name in ("scheme", "scheme_options", "log_scaling")}
+            n_layer = values.get("n_layer", cls.n_layer)
+            values["layer_plan"] = stated_plan(
+                stated["scheme"],
+                stated["scheme_options"],
+                values.get("layer_plan"),
+                stated["log_scaling"],
+                n_layer if isinstance(n_layer, int) and n_layer > 0 else 1,
+            )
+        return serialize.from_dict(cls, values, refuse_unknown="model config").validate()
+
+
+#: the fields a model config may state its layers by besides `layer_plan` (`GPTConfig.from_dict` reads them)
+STATED_BY_SCHEME = frozenset({"scheme", "scheme_options", "log_scaling"})
 
 
 class SelfAttention(nn.Module):
     """Multi-head self-attention whose positions come entirely from the scheme it is handed; what inference
     changes on it is `inference` (`LayerInference`, set by `lextra.extend.InferenceSetup`)."""
 
-    def __init__(self, config: GPTConfig, key_dim: int, variant: LayerVariant | None = None) -> None:
+    def __init__(self, config: GPTConfig, key_dim: int, variant: LayerVariant) -> None:
         super().__init__()
-        variant = variant or LayerVariant(config.scheme, dict(config.scheme_options))
         H, D = config.n_head, config.head_dim
         self.n_head, self.head_dim, self.key_dim = H, D, key_dim
         self.q_proj = nn.Linear(config.d_model, H * D, bias=False)
@@ -193,8 +183,7 @@ class SelfAttention(nn.Module):
         self.piece_names: list[str] = []
         for name, options in variant.pieces.items():
             self.set_piece(name, PIECES.build(name, dims, **options))
-        logn = self._piece_value("log_scaling")
-        self.inference.log_scaling = config.log_scaling if logn is None else logn
+        self.inference.log_scaling = self._piece_value("log_scaling") or "none"
         #: LongLoRA's S2-Attn group size while training (0: off); eval mode always attends fully causally
         self.s2_group = 0
         if LOG_SCALINGS.get(self.inference.log_scaling).learned:
@@ -333,7 +322,7 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """Pre-norm transformer block: x + attn(ln(x)), then x + mlp(ln(x))."""
 
-    def __init__(self, config: GPTConfig, key_dim: int, variant: LayerVariant | None = None) -> None:
+    def __init__(self, config: GPTConfig, key_dim: int, variant: LayerVariant) -> None:
         super().__init__()
         self.ln_attn = nn.LayerNorm(config.d_model)
         self.attn = SelfAttention(config, key_dim, variant)
@@ -353,7 +342,7 @@ class GPT(nn.Module):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         self.config = config.validate()
-        #: each layer's attention variant (the layer plan, or the config's scheme on every layer)
+        #: each layer's attention variant (the config's layer plan)
         self.variants = config.plan()
         #: the position schemes, shared among layers where they can be (`_build_schemes`); `scheme_for(layer)`
         self.schemes, self.scheme_index = self._build_schemes(self.variants)
@@ -420,20 +409,15 @@ class GPT(nn.Module):
     def _set_scheme_options(self, layers: list[int] | None = None, drop: tuple[str, ...] = (), **options: Any) -> None:
         """Rebuild the position schemes of `layers` (default: all) with changed options (`drop`: options removed
         first), keeping learned parameters: how inference-time methods such as a RoPE scaling are applied to a
-        trained model. A model without a layer plan keeps `scheme_options`; a plan is rewritten layer by layer."""
-        chosen = range(self.config.n_layer) if layers is None else layers
-        variants = list(self.variants)
-        for layer in chosen:
-            old = variants[layer]
-            kept = {k: v for k, v in old.scheme_options.items() if k not in drop}
-            variants[layer] = LayerVariant(old.scheme, {**kept, **options}, old.mask, old.pieces)
+        trained model. The config's layer plan is rewritten with them."""
+        chosen = list(range(self.config.n_layer)) if layers is None else layers
+        variants = with_scheme_options(self.variants, chosen, options, drop)
         schemes, index = self._build_schemes(variants)
         for layer in range(self.config.n_layer):  # learned scheme parameters carry over from each layer's old one
             schemes[index[layer]].load_state_dict(self.scheme_for(layer).state_dict())
         device = next(self.parameters()).device
         self.schemes, self.scheme_index, self.variants = schemes.to(device), index, variants
-        one = self.config.layer_plan is None and len({v.key() for v in variants}) == 1
-        self.config.set_layers(variants[0].scheme, variants[0].scheme_options, None if one else format_plan(variants))
+        self.config.set_variants(variants)
 
     def set_s2_attn(self, group: int) -> None:
         """Train with LongLoRA's S2-Attn in groups of `group` tokens (0: off); it applies in training mode only,

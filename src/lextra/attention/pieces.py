@@ -14,7 +14,8 @@
   backends.
 - `temp_tuning`: Llama 4's attention temperature tuning: the query at position p is multiplied by
   1 + beta log1p(floor((p + 1) / gamma)) (`attn_scale` beta 0.1, `floor_scale` gamma 8192).
-- `logn:KIND`: the layer's own log-n scaling (`none`, `qwen`, `ssmax`), as the model-wide `log_scaling`.
+- `logn:KIND`: the layer's log-n scaling (`none`, `qwen`, `ssmax`: Scalable-Softmax's learned per-head scale),
+  the one way a model is trained with one (`rope+logn:ssmax`).
 - `diffattn`: differential attention (`lextra.attention.diffattn`), through the `attend` hook.
 """
 
@@ -92,7 +93,7 @@ class AttentionPiece(nn.Module):
 
     @property
     def log_scaling(self) -> str | None:
-        """The layer's own log-n scaling (`none`, `qwen`, `ssmax`) in place of the model's, or None."""
+        """The layer's log-n scaling (`none`, `qwen`, `ssmax`), or None."""
         return None
 
     @classmethod
@@ -254,7 +255,7 @@ class TemperatureTuning(AttentionPiece):
 class LogN(AttentionPiece):
     """The layer's log-n scaling: `qwen` (x log_{L_tr} i past L_tr) or `ssmax` (learned s_h ln n)."""
 
-    summary = "the layer's log-n scaling: qwen or ssmax (as --log-scaling, for this layer alone)"
+    summary = "the layer's log-n scaling: qwen (x log_{L_tr} i past L_tr) or ssmax (learned s_h ln n)"
     positional = "kind"
 
     def __init__(self, dims: HeadDims, *, kind: str = "qwen") -> None:

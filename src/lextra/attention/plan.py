@@ -12,19 +12,24 @@ repeated over the model's layers (and cut at n_layer, as Hugging Face's `layer_t
 
 A plan may instead name a preset (`PRESETS`), with its options: `gemma3`, `gemma3,window=64`, `irope,chunk=32`.
 A variant without a mask is causal; a layer whose mask is causal or full is `global`, any other `local`.
+
+A model's layers are one plan (`lextra.model.GPTConfig.layer_plan`); a scheme spec is the plan of one variant on
+every layer. `stated_plan` reads a model stated by a scheme with options and a model-wide log-n scaling (`--scheme`,
+a TOML file's `scheme`, a config.json saved so) as the plan they make.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lextra.attention.masks import MASKS
 from lextra.attention.pieces import PIECES, check_one_caller, piece_options
 from lextra.errors import ConfigError
 from lextra.positions.base import SCHEMES, split_scheme_spec
+from lextra.positions.logn import check_log_scaling
 from lextra.registry import format_spec, parse_spec, split_top_level
 
 
@@ -67,11 +72,12 @@ def parse_variant(text: str) -> LayerVariant:
     items = [item.strip() for item in re.split(r"\+(?=\s*[A-Za-z_])", text)]
     if not items[0]:
         raise ConfigError(f"layer variant {text!r} has no scheme; write e.g. rope,base=10000+window:1024")
-    if items[0].split(":")[0].split(",")[0].strip() not in SCHEMES:
-        raise ConfigError(
-            f"layer variant {text!r} starts with {items[0]!r}, not a position scheme; "
-            f"known: {', '.join(SCHEMES.names())}"
-        )
+    name = items[0].split(":")[0].split(",")[0].strip()
+    if name not in SCHEMES:
+        try:
+            SCHEMES.canonical(name)
+        except ConfigError as err:  # the registry's line: the known schemes, and how a plugin's is loaded
+            raise ConfigError(f"layer variant {text!r} starts with {items[0]!r}, not a position scheme: {err}") from err
     scheme, options = split_scheme_spec(items[0])
     mask = "causal"
     pieces: dict[str, dict[str, Any]] = {}
@@ -200,7 +206,10 @@ def parse_plan(text: str, n_layer: int) -> list[LayerVariant]:
 
 
 def format_plan(variants: list[LayerVariant]) -> str:
-    """The explicit text of per-layer variants, runs of equal variants written `N*V`."""
+    """The explicit text of per-layer variants, runs of equal variants written `N*V`; one variant on every layer is
+    written alone (`rope,base=500000.0`: the pattern repeats over the layers)."""
+    if len({v.spec() for v in variants}) == 1:
+        return variants[0].spec()
     parts: list[str] = []
     i = 0
     while i < len(variants):
@@ -239,3 +248,50 @@ def select_layers(variants: list[LayerVariant], selector: str) -> list[int]:
             raise ConfigError(f"layer selector {selector!r}: the model has layers 0..{len(variants) - 1}")
         chosen += [i for i in range(lo, hi + 1) if i not in chosen]
     return sorted(chosen)
+
+
+def with_scheme_options(
+    variants: list[LayerVariant], layers: list[int], options: dict[str, Any], drop: tuple[str, ...] = ()
+) -> list[LayerVariant]:
+    """The variants with `options` set on the schemes of `layers` (`drop`: options removed first)."""
+    changed = list(variants)
+    for layer in layers:
+        old = changed[layer]
+        kept = {k: v for k, v in old.scheme_options.items() if k not in drop}
+        changed[layer] = LayerVariant(old.scheme, {**kept, **options}, old.mask, old.pieces)
+    return changed
+
+
+def stated_plan(
+    scheme: str | None = None,
+    options: dict[str, Any] | None = None,
+    plan: str | None = None,
+    log_scaling: str | None = None,
+    n_layer: int = 1,
+    what: str = "model config",
+) -> str:
+    """The layer plan a model stated as a scheme spec with options (a one-variant plan: `rope,base=500000.0`), as
+    a plan, or as both (the plan names each layer's scheme; `scheme` beside it must be its first layer's), with a
+    model-wide log-n scaling (`qwen`, `ssmax`) as a `logn` piece on every layer that has none. The one reader of
+    the `scheme` / `scheme_options` / `log_scaling` fields of a config or study entry."""
+    if options is not None and not isinstance(options, dict):
+        raise ConfigError(f"{what}: scheme_options must be a table, got {options!r}")
+    if scheme is not None and not isinstance(scheme, str):
+        raise ConfigError(f"{what}: scheme must be a scheme spec such as 'rope,base=500000', got {scheme!r}")
+    if plan is None:
+        text = parse_variant(format_spec(*split_scheme_spec(scheme or "rope", options))).spec()  # options typed
+    else:
+        text = plan
+        first = parse_plan(plan, 1)[0]
+        given = split_scheme_spec(scheme or "rope", options)
+        if (scheme is not None or options) and given not in (("rope", {}), (first.scheme, first.scheme_options)):
+            raise ConfigError(
+                f"{what}: the layer plan names each layer's scheme; drop scheme={scheme!r} (and its options) or the "
+                "layer plan"
+            )
+    if log_scaling in (None, "none"):
+        return text
+    kind = check_log_scaling(log_scaling, what=f"{what}: log_scaling")
+    logn = {"logn": {"kind": kind}}
+    variants = parse_plan(text, n_layer)
+    return format_plan([v if "logn" in v.pieces else replace(v, pieces={**v.pieces, **logn}) for v in variants])

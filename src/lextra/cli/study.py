@@ -74,9 +74,8 @@ def configure_study(parser: argparse.ArgumentParser) -> Handler:
 
 
 def _model_spec(model: Any) -> str:
-    """A study model as its report names it: its layer plan, else its scheme and options."""
-    plan = getattr(model, "layer_plan", None)
-    return plan or f"{model.scheme}{' ' + str(model.options) if model.options else ''}"
+    """A study model as its report names it: its layer plan."""
+    return str(model.layer_plan)
 
 
 def _task_study(config, args: argparse.Namespace, commit: str, start: float) -> int:
@@ -98,9 +97,7 @@ def _task_study(config, args: argparse.Namespace, commit: str, start: float) -> 
         "",
         f"Training: {train.steps} steps x {train.batch_size} examples, lr {train.lr:g}, {train.model.n_layer} layers, "
         f"width {train.model.d_model}, {train.model.n_head} heads; seeds {config.seeds}; {config.samples} examples "
-        "per length. Models: "
-        + ", ".join(f"{m.label} ({m.layer_plan or m.scheme}, {m.positions})" for m in config.models)
-        + ".",
+        "per length. Models: " + ", ".join(f"{m.label} ({m.layer_plan}, {m.positions})" for m in config.models) + ".",
         "",
         *([config.paper, ""] if config.paper else []),
         *([config.notes, ""] if config.notes else []),

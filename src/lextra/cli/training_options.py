@@ -24,14 +24,16 @@ from lextra.errors import ConfigError
 
 
 def add_scheme(parser: argparse.ArgumentParser) -> None:
-    """--scheme and repeatable --scheme-option KEY=VALUE (the model's `scheme` and `scheme_options`)."""
+    """--scheme (a plan of one variant), repeatable --scheme-option KEY=VALUE (on every layer's scheme) and
+    --layer-plan: the model's `layer_plan`."""
     from lextra.model import GPTConfig
     from lextra.reporting.catalog import scheme_help
 
     parser.add_argument(
         "--scheme",
         default=None,
-        help=f"{scheme_help()} (default: {config_default(GPTConfig, 'scheme')})",
+        help=f"{scheme_help()}; the layer plan of this one variant on every layer "
+        f"(default: {config_default(GPTConfig, 'layer_plan')})",
     )
     add_scheme_options(parser, "scheme option, repeatable (e.g. base=500 or layout=interleaved)")
     from lextra.attention.plan import PRESETS
@@ -42,7 +44,8 @@ def add_scheme(parser: argparse.ArgumentParser) -> None:
         metavar="PLAN",
         help="a layer plan instead of --scheme: each layer's scheme+mask+pieces, ';' between layers, N*(...) repeats, "
         f"the pattern repeated over the layers (e.g. '3*(rope+window:64);nope'), or a preset: {', '.join(PRESETS)} "
-        "(e.g. gemma3,window=64; see `lextra list`); none: every layer is --scheme (default: None)",
+        "(e.g. gemma3,window=64; see `lextra list`); give it or --scheme "
+        f"(default: {config_default(GPTConfig, 'layer_plan')})",
     )
 
 
@@ -60,13 +63,14 @@ GENERATED_TRAIN_FLAGS = (
 )  # fmt: skip
 
 #: training flag (its argparse dest) -> the `TrainConfig` field it sets (`model.NAME`: a `GPTConfig` field): the
-#: data and model flags written by hand, then every generated one
+#: data and model flags written by hand, then every generated one; --scheme (a plan of one variant) and
+#: --scheme-option (on each layer's scheme) state the layer plan (`train_config_from`)
 TRAIN_FLAGS: dict[str, str] = {
     "corpus": "corpus",
     "tokenizer": "tokenizer",
     "limit_chars": "limit_chars",
-    "scheme": "model.scheme",
-    "scheme_option": "model.scheme_options",
+    "scheme": "model.layer_plan",
+    "scheme_option": "model.layer_plan",
     "layer_plan": "model.layer_plan",
     "train_len": "model.train_len",
     "n_layer": "model.n_layer",
@@ -176,21 +180,31 @@ def with_rope_scaling(options: dict[str, Any], spec: str) -> dict[str, Any]:
 
 def train_config_from(args: argparse.Namespace, scheme: str | None = None) -> Any:
     """The `TrainConfig` the training options describe (validated): the --config file (else the defaults), then
-    every flag given explicitly, then `scheme` when the command sets it (compare variants)."""
+    every flag given explicitly, with `scheme` (compare's variants) in place of --scheme when the command sets it."""
+    from lextra.attention.plan import LayerVariant, stated_plan
+
     config = read_train_file(getattr(args, "config", None), getattr(args, "set", None))
+    if getattr(args, "scheme", None) is not None and getattr(args, "layer_plan", None) is not None:
+        raise ConfigError(
+            "--scheme and --layer-plan both state the model's layers; give one (a scheme is the plan of one variant)"
+        )
     for dest, target in TRAIN_FLAGS.items():
         value = getattr(args, dest, None)
-        if value is None or value == []:
+        if value is None or value == [] or dest in ("scheme", "scheme_option"):  # they rewrite the plan below
             continue
-        if dest == "scheme_option":
-            config.model.split_scheme_spec()
-            value = {**config.model.scheme_options, **scheme_options(config.model.scheme, value)}
         holder, name = (config.model, target[6:]) if target.startswith("model.") else (config, target)
         setattr(holder, name, value)
-    if scheme is not None:
-        config.model.scheme = scheme
-    if getattr(args, "rope_scaling", None) is not None:  # a scheme option: after --scheme and --scheme-option
-        config.model.split_scheme_spec()
-        check_rotary(config.model.scheme, "--rope-scaling")
-        config.model.scheme_options = with_rope_scaling(config.model.scheme_options, args.rope_scaling)
+    scheme = scheme or getattr(args, "scheme", None)
+    if scheme is not None:  # a scheme spec: the plan of one variant
+        config.model.layer_plan = stated_plan(scheme, what="--scheme")
+    variants = config.model.plan()
+    for layer, variant in enumerate(variants):  # scheme options, then a RoPE scaling, on each layer's scheme
+        options = {**variant.scheme_options, **scheme_options(variant.scheme, getattr(args, "scheme_option", []))}
+        if getattr(args, "rope_scaling", None) is not None and variant.rotary:
+            options = with_rope_scaling(options, args.rope_scaling)
+        variants[layer] = LayerVariant(variant.scheme, options, variant.mask, variant.pieces)
+    if getattr(args, "rope_scaling", None) is not None and not any(v.rotary for v in variants):
+        check_rotary(variants[0].scheme, "--rope-scaling")
+    if variants != config.model.plan():
+        config.model.set_variants(variants)
     return config.validate()

@@ -13,7 +13,7 @@ from lextra.extend.attention import (
     reference_extended_attention,
 )
 from lextra.extend.base import EXTENSIONS, ExtensionMethod, Pass, build_extension, check_scheme
-from lextra.extend.setup import KEEP, InferenceSetup
+from lextra.extend.setup import KEEP, InferenceSetup, inference_target
 
 __all__ = [
     "EXTENSIONS",
@@ -28,5 +28,6 @@ __all__ = [
     "check_scheme",
     "extended_attention",
     "flex_extended_attention",
+    "inference_target",
     "reference_extended_attention",
 ]

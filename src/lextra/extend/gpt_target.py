@@ -44,11 +44,9 @@ class GPTInferenceTarget:
         try:
             check_scheme(self.model.scheme_for(layer), method)
         except ConfigError as err:
-            return (
-                str(err)
-                if self.config.layer_plan is None
-                else f"its scheme {self.variants[layer].scheme!r} has no rotation to remap"
-            )
+            if len({v.spec() for v in self.variants}) == 1:  # one variant on every layer: the scheme's own reason
+                return str(err)
+            return f"its scheme {self.variants[layer].scheme!r} has no rotation to remap"
         own = self.inference_layers[layer]
         if own.local:
             return f"it attends through its own mask {own.mask!r}, and the method sets its own visibility"

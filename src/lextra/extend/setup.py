@@ -55,7 +55,7 @@ class InferenceTarget(Protocol):
     """What `InferenceSetup.apply` writes and asks of a model.
 
     `variants` describes every layer in layer-plan vocabulary; `config` has `train_len` (L_tr), `n_layer`,
-    `n_head`, `head_dims()`, `temperatures` and `log_scaling`; `inference_layers` is each layer's
+    `n_head`, `head_dims()` and `temperatures`; `inference_layers` is each layer's
     `LayerInference`, which the setup alone writes. The `_reason` methods return why a layer cannot take a change
     (None: it can); `_scale_rope` applies a RoPE scaling without checking and `_rotation_changed` follows a
     change of extension method (a Hugging Face model then rotates q and k itself)."""
@@ -89,8 +89,8 @@ class InferenceSetup:
 
     - `rope_scaling`: a spec (`yarn:4`, `dynamic:1`) or a `rope_parameters` dict; None removes it.
     - `temperatures`: (n_layer, n_head) positive softmax temperatures; None resets them to 1.
-    - `log_scaling`: a name of `lextra.positions.logn.LOG_SCALINGS`: "none" or "qwen" (and "ssmax" on a GPT
-      trained with it).
+    - `log_scaling`: a name of `lextra.positions.logn.LOG_SCALINGS`: "none" or "qwen" (and "ssmax" on the
+      layers of a GPT trained with the piece `logn:ssmax`).
     - `extension`: a training-free extension method (a spec such as `self_extend:group=4`, or built); None or
       "none" removes it.
     - `mask`: the mask calls use when they name none (causal, window:W, bca[:B], full), on the layers without
@@ -201,18 +201,16 @@ def _apply(setup: InferenceSetup, target: InferenceTarget) -> None:
 
 
 def _set_log_scaling(target: InferenceTarget, kind: str, layers: list[int]) -> None:
-    """The log-n scaling `kind` on `layers` (the model's, when on all of them); a learned one is kept or refused."""
+    """The log-n scaling `kind` on `layers`; a learned one (a layer's trained `logn:ssmax`) is kept or refused."""
     for layer in layers:
         current = target.inference_layers[layer].log_scaling
         learned = kind if LOG_SCALINGS.get(kind).learned else current
         if LOG_SCALINGS.get(kind).learned != LOG_SCALINGS.get(current).learned:
             others = " or ".join(map(repr, log_scaling_names(inference=True)))
             raise ConfigError(
-                f"{learned} is a learned per-head scale: a model trained with log_scaling={current!r} "
-                f"cannot switch to {kind!r}; train with --log-scaling {learned}, or use {others}"
+                f"{learned} is a learned per-head scale: a layer trained with log-n scaling {current!r} "
+                f"cannot switch to {kind!r}; train with the piece logn:{learned} in its plan, or use {others}"
             )
-    if len(layers) == target.config.n_layer:
-        target.config.log_scaling = kind
     for layer in layers:
         target.inference_layers[layer].log_scaling = kind
 

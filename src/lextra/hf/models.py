@@ -52,7 +52,6 @@ class HFConfigView:
     scheme: str
     model_type: str
     vocab_size: int = 0
-    log_scaling: str = "none"
     temperatures: list[list[float]] | None = None
     head_dim: int = 1
 

@@ -27,7 +27,7 @@ from lextra.analysis.capture import LayerAttention, layer_attention
 from lextra.data import eval_sequences
 from lextra.data.prepare import PreparedData
 from lextra.errors import ConfigError, DataError
-from lextra.extend import InferenceSetup
+from lextra.extend import InferenceSetup, inference_target
 from lextra.model import GPT
 from lextra.serialize import Serializable
 
@@ -147,8 +147,8 @@ def align_temperatures(
     """
     if strategy not in STRATEGIES:
         raise ConfigError(f"unknown alignment strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")
-    if model.config.log_scaling != "none":
-        raise ConfigError("temperature alignment expects a model without log-n scaling (log_scaling='none')")
+    if any(layer.log_scaling != "none" for layer in inference_target(model).inference_layers):
+        raise ConfigError("temperature alignment expects a model without log-n scaling (no logn piece or setup)")
     train_len, heads, layers = model.config.train_len, model.config.n_head, model.config.n_layer
     if length < 2 or windows < 1:
         raise ConfigError(f"alignment needs a length >= 2 and windows >= 1, got {length} and {windows}")

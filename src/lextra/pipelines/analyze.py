@@ -196,7 +196,7 @@ def _resolution_rows(
     kinds: dict[str, dict[str, list[int]]] = {}
     for ckpt, mask, texts, spec, label in _variants(checkpoints, masks, source, max(lengths), documents, "resolution"):
         kinds[label] = layer_kinds(ckpt.model)
-        scheme, folder = ckpt.model.config.scheme, ckpt.name
+        scheme, folder = ckpt.model.variants[0].scheme, ckpt.name
         empirical = {n: empirical_scores(ckpt.model, texts[:, :n], spec).summary() for n in lengths}
         rows[label] = ResolutionRow("empirical", scheme, mask, folder, empirical)
         if theory:
@@ -235,7 +235,7 @@ def receptive_field_report(
             n: receptive_field(ckpt.model, segments[:, -(n + 1) :], spec, threshold=threshold, batch_size=batch_size)
             for n in lengths
         }
-        rows[label] = ReceptiveFieldRow(ckpt.model.config.scheme, mask, ckpt.name, ckpt.train_len, by_length)
+        rows[label] = ReceptiveFieldRow(ckpt.model.variants[0].scheme, mask, ckpt.name, ckpt.train_len, by_length)
     columns = [str(n) for n in lengths]
     table_rows = {
         label: {"L_tr": row.train_len, **{str(n): row.by_length[n].erf for n in lengths}} for label, row in rows.items()
@@ -291,7 +291,7 @@ def dispersion_report(
         with torch.no_grad():
             by_length = {n: dispersion(ckpt.model, texts[:, :n], spec, batch_size=batch_size) for n in lengths}
         config = ckpt.model.config
-        rows[label] = DispersionRow(config.scheme, mask, ckpt.name, config.n_layer, by_length)
+        rows[label] = DispersionRow(ckpt.model.variants[0].scheme, mask, ckpt.name, config.n_layer, by_length)
     return write_dispersion(out, rows, kinds, masks, lengths, documents=documents, split=source.split)
 
 

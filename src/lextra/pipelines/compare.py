@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from lextra.attention.masks import build_mask
+from lextra.attention.plan import stated_plan
 from lextra.data.prepare import PreparedData
 from lextra.devices import resolve_device
 from lextra.errors import ConfigError
@@ -118,12 +119,9 @@ def parse_plan_variant(spec: str) -> Variant:
 
 
 def variant_config(base: TrainConfig, variant: Variant) -> TrainConfig:
-    """The training config of a variant's model: `base` with its scheme (options cleared), or its plan."""
+    """The training config of a variant's model: `base` with its scheme (a plan of one variant) or its plan."""
     config = copy.deepcopy(base)
-    if variant.plan is None:
-        config.model.set_layers(variant.scheme)
-    else:
-        config.model.set_layers(plan=variant.plan)
+    config.model.layer_plan = stated_plan(variant.scheme) if variant.plan is None else variant.plan
     return config.validate()
 
 
@@ -135,6 +133,7 @@ def train_or_reuse(
     final = run_dir / FINAL
     if (final / "config.json").exists():
         saved = read_model_meta(final).get("train")
+        saved = saved and TrainConfig.from_dict(saved).to_dict()  # as this version writes it
         wanted = config.to_dict()
         wanted["model"]["vocab_size"] = saved["model"]["vocab_size"] if saved else None
         if saved == wanted:

@@ -199,7 +199,8 @@ def load_lextra(
     model = load_model(folder, map_location=device)
     meta = read_model_meta(folder)
     setup, suffix = options.loaded_setup()
-    label = (model.config.layer_plan or model.config.scheme) + suffix  # the plan as trained: the setup rewrites it
+    base = model.config.label  # the plan as trained: the setup may rewrite it
+    label = base + suffix
     setup.apply(model)
     tokenizer = None
     if with_tokenizer:
@@ -207,7 +208,6 @@ def load_lextra(
             tokenizer = build_tokenizer_spec(options.tokenizer, options.haystack)
         else:
             tokenizer = tokenizer_from_config(meta.get("tokenizer", {"kind": "bytes"}))
-    base = model.config.layer_plan or model.config.scheme
     return LoadedModel(model, tokenizer, label, str(folder), folder, meta, base, inference=setup)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from lextra.attention.plan import stated_plan
 from lextra.data.shards import text_data_for_model
 from lextra.devices import resolve_device
 from lextra.errors import ConfigError
@@ -197,7 +198,7 @@ def _trained(
     else:
         _log(f"training {scheme}")
         config = copy.deepcopy(base)
-        config.model.scheme = scheme
+        config.model.layer_plan = stated_plan(scheme)
         if init_from_compare:
             config.init_from = compare_pretrained(init_from_compare, scheme)
         resume = (run_dir / CHECKPOINTS).exists()

@@ -141,7 +141,7 @@ def scaling_help() -> str:
 def log_scaling_help() -> str:
     """The `--log-scaling` help line: the scalings that apply at inference (a learned one needs training)."""
     names = ", ".join(log_scaling_names(inference=True))
-    return f"log-n scaling of the logits: {names} (default: none; ssmax is learned: `lextra train --log-scaling`)"
+    return f"log-n scaling of the logits: {names} (default: none; ssmax is learned: train a plan with logn:ssmax)"
 
 
 def extension_help() -> str:

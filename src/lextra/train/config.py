@@ -299,18 +299,20 @@ def check_sampler(sampler: PositionSampler, model: GPTConfig) -> None:
         )
     if sampler.contiguous:
         return
-    if model.scheme == "learned":
-        table = int(model.scheme_options.get("max_len") or model.train_len)
+    for variant in model.plan():
+        if variant.scheme != "learned":
+            continue
+        table = int(variant.scheme_options.get("max_len") or model.train_len)
         if sampler.limit > table:
             raise ConfigError(
                 f"--positions {sampler.spec()} draws positions up to {sampler.limit - 1}, but the learned position "
                 f"table has {table} entries; train with --scheme-option max_len={sampler.limit}, a smaller "
                 "target/max, or a relative scheme"
             )
-    if model.log_scaling == "ssmax":
+    if model.learned_log_scaling():
         raise ConfigError(
             f"--positions {sampler.spec()} skips positions, but log_scaling ssmax counts keys at contiguous "
-            "positions; use --positions contiguous or another log_scaling"
+            "positions; use --positions contiguous or another logn piece"
         )
 
 
@@ -326,8 +328,8 @@ def check_s2_attn(group: int, model: GPTConfig) -> None:
         )
     if model.n_head < 2:
         raise ConfigError(f"--s2-attn shifts half the heads, but the model has {model.n_head}; use n_head >= 2")
-    if model.log_scaling == "ssmax":
-        raise ConfigError("--s2-attn hides keys that log_scaling ssmax counts; use another log_scaling or drop one")
+    if model.learned_log_scaling():
+        raise ConfigError("--s2-attn hides keys that log_scaling ssmax counts; use another logn piece or drop one")
 
 
 def check_packable(config: LoopConfig, where: str) -> None:

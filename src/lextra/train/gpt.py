@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from lextra.attention.plan import format_plan, with_scheme_options
 from lextra.compile import StepLoss, answer_loss, next_token_loss
 from lextra.data import eval_sequences
 from lextra.data.packing import check_pack_corpus
@@ -171,6 +172,7 @@ class GPTTarget:
             saved = json.loads(saved_path.read_text())["train"]
         except (json.JSONDecodeError, KeyError, TypeError) as err:
             raise CheckpointError(f"{saved_path} is corrupt ({err}); start a new run directory") from None
+        saved = TrainConfig.from_dict(saved).to_dict()  # as this version writes it (a model stated by its scheme)
         refuse_changes(run_dir, saved, self.config.to_dict(), self.config.RESUMABLE)
 
     def run_record(self) -> dict[str, Any]:
@@ -235,8 +237,9 @@ class GPTTarget:
 
     def divergence_causes(self) -> list[str]:
         causes = []
-        if self.config.model.scheme_options:
-            options = ", ".join(f"{k}={v!r}" for k, v in self.config.model.scheme_options.items())
+        given = {k: v for variant in self.config.model.plan() for k, v in variant.scheme_options.items()}
+        if given:
+            options = ", ".join(f"{k}={v!r}" for k, v in given.items())
             causes.append(f"an extreme scheme option ({options})")
         if self.config.precision == "bf16":
             causes.append("bf16 overflow (try --precision fp32)")
@@ -256,7 +259,8 @@ def _comparable(model: GPTConfig) -> dict[str, Any]:
     data = model.to_dict()
     for name in CONTINUE_CHANGES:
         data.pop(name, None)
-    data["scheme_options"] = {k: v for k, v in model.scheme_options.items() if k != "scaling"}
+    variants = model.plan()
+    data["layer_plan"] = format_plan(with_scheme_options(variants, list(range(len(variants))), {}, ("scaling",)))
     return data
 
 
@@ -277,17 +281,21 @@ def continue_from(config: TrainConfig) -> GPTConfig | None:
             f"--init-from {config.init_from}: its model config differs from this run's ({detail}); only "
             "--train-len and --rope-scaling may change, so set the other model options as the model has them"
         )
-    scaling = config.model.scheme_options.get("scaling")
-    if (
-        isinstance(scaling, dict)
-        and scaling_type_of(scaling) in SCALING_TYPES
-        and SCALING_TYPES.get(scaling_type_of(scaling)).declares(TRAIN_LENGTH)
-        and TRAIN_LENGTH not in scaling
-    ):
-        before = source.scheme_options.get("scaling")
-        original = before.get(TRAIN_LENGTH) if isinstance(before, dict) else None
-        scaling = {**scaling, TRAIN_LENGTH: original or source.train_len}
-        config.model.scheme_options = {**config.model.scheme_options, "scaling": scaling}
+    variants = config.model.plan()
+    for layer, (variant, trained) in enumerate(zip(variants, source.plan(), strict=True)):
+        scaling = variant.scheme_options.get("scaling")
+        if (
+            isinstance(scaling, dict)
+            and scaling_type_of(scaling) in SCALING_TYPES
+            and SCALING_TYPES.get(scaling_type_of(scaling)).declares(TRAIN_LENGTH)
+            and TRAIN_LENGTH not in scaling
+        ):
+            before = trained.scheme_options.get("scaling")
+            original = before.get(TRAIN_LENGTH) if isinstance(before, dict) else None
+            filled = {**scaling, TRAIN_LENGTH: original or source.train_len}
+            variants = with_scheme_options(variants, [layer], {"scaling": filled})
+    if variants != config.model.plan():
+        config.model.set_variants(variants)
         config.model.validate()
     return source
 

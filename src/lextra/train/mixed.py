@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lextra.attention.plan import with_scheme_options
 from lextra.errors import ConfigError
 from lextra.positions.scaling import TRAIN_LENGTH, RopeScaling, depends_on_length, frequencies, rope_inv_freq
 
@@ -87,9 +88,10 @@ def check_mixed_run(config: Any, mixed: MixedWindow) -> None:
         raise ConfigError(f"{where} cuts windows into fixed pieces; drop --pack {config.pack} or the mixed window")
     if config.positions != "contiguous":
         raise ConfigError(f"{where} numbers each piece from 0; drop --positions {config.positions}")
-    if config.model.layer_plan:
-        raise ConfigError(f"{where} rescales the model scheme's RoPE; use --scheme rope, not a layer plan")
-    if not config.model.scheme_options.get("scaling"):
+    variants = config.model.plan()
+    if len({v.spec() for v in variants}) > 1:
+        raise ConfigError(f"{where} rescales the model scheme's RoPE; use --scheme rope, not a plan of several kinds")
+    if not variants[0].scheme_options.get("scaling"):
         raise ConfigError(
             f"{where} runs the long rows under a RoPE scaling and the short rows under the original RoPE; give "
             "--rope-scaling (e.g. yarn:8, or longrope with its short and long factors)"
@@ -104,9 +106,10 @@ def resolve_mixed_scaling(config: Any, mixed: MixedWindow) -> None:
     from lextra.positions.rotary import RotaryFrequencies, build_rope_scaling
 
     model = config.model
-    options = dict(model.scheme_options)
+    variant = model.plan()[0]  # one variant on every layer (`check_mixed_run`)
+    options = dict(variant.scheme_options)
     given = build_rope_scaling(options.pop("scaling"), model.train_len)
-    scheme = SCHEMES.build(model.scheme, model.head_dims(), **options)
+    scheme = SCHEMES.build(variant.scheme, model.head_dims(), **options)
     original = int(given.get(TRAIN_LENGTH) or mixed.short)
     assert isinstance(scheme, RotaryFrequencies)  # a scaling is refused on other schemes when the config is read
     scaling = as_longrope(given, scheme.rotary_dim, scheme.base, original)
@@ -117,7 +120,8 @@ def resolve_mixed_scaling(config: Any, mixed: MixedWindow) -> None:
             "the short window (inclusive) and the long one, so that short rows take the short factors and long "
             "rows the long ones; set original_max_position_embeddings or the windows accordingly"
         )
-    model.scheme_options = {**model.scheme_options, "scaling": dict(scaling)}
+    layers = list(range(model.n_layer))
+    model.set_variants(with_scheme_options(model.plan(), layers, {"scaling": dict(scaling)}))
     model.validate()
 
 

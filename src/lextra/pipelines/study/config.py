@@ -16,7 +16,7 @@ from lextra.methods import EXTEND, extension_method
 from lextra.pipelines.ruler import SECTION_KEYS as RULER_SECTION_KEYS
 from lextra.pipelines.ruler import settings_from_section
 from lextra.pipelines.task_study import TaskStudyConfig, parse_task_study
-from lextra.positions import build_scheme
+from lextra.pipelines.task_study.config import SCHEME_KEYS, entry_plan
 from lextra.serialize import check_fields
 from lextra.train import TrainConfig
 from lextra.validate import check_int_list
@@ -24,13 +24,11 @@ from lextra.validate import check_int_list
 
 @dataclass
 class ModelSpec:
-    """One trained model: a label, a scheme and its options (ablations are options: alibi slope_shift, ...), or a
-    layer plan (`lextra.attention.plan`: a hybrid such as `rnope-swa,window=32`) naming each layer's."""
+    """One trained model: a label and its layer plan (`lextra.attention.plan`: a hybrid such as
+    `rnope-swa,window=32`, or one scheme on every layer, ablations as its options: `alibi,slope_shift=2.0`)."""
 
     label: str
-    scheme: str = "rope"
-    options: dict[str, Any] = field(default_factory=dict)
-    layer_plan: str | None = field(default=None, metadata=serialize.options(omit_none=True))
+    layer_plan: str = "rope"
 
 
 @dataclass
@@ -133,16 +131,12 @@ def _parse_models(entries: list[Any], train: TrainConfig, where: str) -> list[Mo
     for entry in entries:
         if not isinstance(entry, dict) or "label" not in entry or not ({"scheme", "layer_plan"} & set(entry)):
             raise ConfigError(f"{where}: each [[models]] entry needs a label and a scheme or layer_plan, got {entry!r}")
-        check_fields(ModelSpec, entry, f"{where} [[models]] {entry.get('label')!r}")
-        spec = ModelSpec(
-            entry["label"], entry.get("scheme", "rope"), dict(entry.get("options", {})), entry.get("layer_plan")
-        )
-        if spec.layer_plan is None:
-            build_scheme(spec.scheme, train.model.head_dims(), **spec.options)
-        else:
-            model = copy.deepcopy(train.model)
-            model.set_layers(spec.scheme, spec.options, spec.layer_plan)
-            model.validate()
+        what = f"{where} [[models]] {entry.get('label')!r}"
+        check_fields(ModelSpec, {k: v for k, v in entry.items() if k not in SCHEME_KEYS}, what)
+        spec = ModelSpec(**entry_plan(entry, what))
+        model = copy.deepcopy(train.model)
+        model.layer_plan = spec.layer_plan
+        model.validate()
         models.append(spec)
     if not models:
         raise ConfigError(f"{where}: no [[models]] to train")

@@ -527,7 +527,7 @@ def _train_in_worker(out: str, commit: str, device: str, cell: tuple[str, TrainC
 def train_config(study: StudyConfig, spec: ModelSpec, seed: int):
     """The study's training config for one model and seed."""
     config = copy.deepcopy(study.train)
-    config.model.set_layers(spec.scheme, spec.options, spec.layer_plan)
+    config.model.layer_plan = spec.layer_plan
     config.seed = seed
     if config.log_dir is not None:  # one TensorBoard run per model and seed
         config.log_dir = str(Path(config.log_dir) / spec.label / f"seed{seed}")

@@ -12,23 +12,33 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lextra import serialize
+from lextra.attention.plan import stated_plan
 from lextra.data.positions import build_sampler
 from lextra.errors import ConfigError
 from lextra.serialize import check_fields
 from lextra.tasks import AlgorithmicTask, build_task, parse_lengths
 from lextra.train import TrainConfig
 
+#: what a `[[models]]` entry may state its layers by besides `layer_plan`: a scheme spec and its options
+#: (`stated_plan` reads them as the plan of one variant)
+SCHEME_KEYS = ("scheme", "options")
+
+
+def entry_plan(entry: dict[str, Any], where: str) -> dict[str, Any]:
+    """A `[[models]]` entry with its layers as one `layer_plan` (a `scheme` and `options` read by `stated_plan`)."""
+    values = {k: v for k, v in entry.items() if k not in SCHEME_KEYS}
+    values["layer_plan"] = stated_plan(entry.get("scheme"), entry.get("options"), entry.get("layer_plan"), what=where)
+    return values
+
 
 @dataclass
 class TaskModelSpec:
-    """One model of the study: a label, a scheme with options or a layer plan, its position sampler
+    """One model of the study: a label, its layer plan (a scheme spec: one variant on every layer), its position sampler
     (`randomized:2048`, `pose:...`; contiguous by default) and Abacus digit embeddings (`{max_k = 99}`; none by
     default)."""
 
     label: str
-    scheme: str = "rope"
-    options: dict[str, Any] = field(default_factory=dict)
-    layer_plan: str | None = field(default=None, metadata=serialize.options(omit_none=True))
+    layer_plan: str = "rope"
     positions: str = "contiguous"
     abacus: dict[str, Any] | None = field(default=None, metadata=serialize.options(omit_none=True))
 
@@ -102,7 +112,7 @@ class TaskStudyConfig:
     def train_config(self, spec: TaskModelSpec, task: str, seed: int) -> TrainConfig:
         """The training config of one (model, task, seed)."""
         config = copy.deepcopy(self.train)
-        config.model.set_layers(spec.scheme, spec.options, spec.layer_plan)
+        config.model.layer_plan = spec.layer_plan
         config.model.abacus = None if spec.abacus is None else dict(spec.abacus)
         config.positions, config.task, config.seed = spec.positions, task, seed
         config.task_lengths = self.train_lengths.get(task)
@@ -157,8 +167,9 @@ def parse_task_study(data: dict[str, Any], where: str = "study config") -> TaskS
 def _model(entry: Any, where: str) -> TaskModelSpec:
     if not isinstance(entry, dict) or "label" not in entry:
         raise ConfigError(f"{where}: each [[models]] entry needs a label, got {entry!r}")
-    check_fields(TaskModelSpec, entry, f"{where} [[models]] {entry['label']!r}")
-    return TaskModelSpec(**entry)
+    what = f"{where} [[models]] {entry['label']!r}"
+    check_fields(TaskModelSpec, {k: v for k, v in entry.items() if k not in SCHEME_KEYS}, what)
+    return TaskModelSpec(**entry_plan(entry, what))
 
 
 def _published(entry: Any, where: str) -> Published:

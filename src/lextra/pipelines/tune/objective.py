@@ -129,7 +129,7 @@ def _inv_freq(model: Any) -> Any:
             scheme = model.scheme_for(layer)
             if isinstance(scheme, RotaryFrequencies):
                 return scheme.inv_freq
-        raise ConfigError(f"LongRoPE rescales RoPE frequencies; this {model.config.scheme!r} model has no rotary layer")
+        raise ConfigError(f"LongRoPE rescales RoPE frequencies; this {model.config.label!r} model has no rotary layer")
     rotary = getattr(model, "rotary", None)
     if rotary is None or not hasattr(rotary, "inv_freq"):
         raise ConfigError("LongRoPE rescales RoPE frequencies; this model has none (a Llama-family model has)")
