@@ -126,3 +126,11 @@ def test_align_command_saves_temperatures_with_the_model(trained, tmp_path, caps
     assert torch.equal(loaded.blocks[1].attn.inference.temperature, torch.tensor(loaded.config.temperatures[1]))
     with pytest.raises(ConfigError, match="unknown alignment strategy"):
         align_temperatures(loaded, prepare_data("python-code", limit_chars=LIMIT), "max", 64)
+
+
+def test_align_refuses_to_save_a_copy_under_an_inference_setup(trained, tmp_path, capsys) -> None:
+    out = tmp_path / "aligned-logn"
+    args = ["align", str(trained), "--strategy", "pmax", "--length", "96", "--windows", "1", "--out", str(out)]
+    assert main([*args, "--log-scaling", "qwen"]) == 2
+    assert "saves the aligned copy of a lextra model as trained; drop the setup (logn-qwen)" in capsys.readouterr().err
+    assert not out.exists()
