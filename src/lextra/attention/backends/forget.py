@@ -97,21 +97,8 @@ class ForgetChunked(AttentionBackend):
         qs = scaled_query(qr, ctx.tau)
         block = int(ctx.block_size or FORGET_BLOCK)
         chunk = max(block, FORGET_KEY_CHUNK) if ctx.block_size is None else block
-        ranges = _key_ranges(ctx)
-        tile_mask = _tile_mask(ctx)
-        return TiledForgetAttention.apply(
-            qs,
-            kr,
-            v,
-            forget.queries,
-            forget.keys,
-            _inverse_tau(ctx, forget),
-            ctx.scale,
-            block,
-            chunk,
-            ranges,
-            tile_mask,
-        )
+        tiling = (ctx.scale, block, chunk, _key_ranges(ctx), _tile_mask(ctx))
+        return TiledForgetAttention.apply(qs, kr, v, forget.queries, forget.keys, _inverse_tau(ctx, forget), *tiling)
 
 
 def _key_ranges(ctx: AttentionContext) -> Callable[[int, int], list[tuple[int, int]]]:
