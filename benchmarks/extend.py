@@ -1,12 +1,13 @@
-"""Forward cost of the training-free extension methods (`lextra.extend.extended_attention`), next to SDPA.
+"""Forward cost of the training-free extension methods (`attention` under a method, `tiled` backend) beside SDPA.
 
 What it measures
     For every registered extension method (`EXTENSIONS.names()`, the authors' defaults at training length
     `--train-len`, 4096 by default: Self-Extend W = 1024, ReRoPE w = 512, DCA s = 3072 / w = 256, ...) and every
-    length L, one forward call of `extended_attention(q, k, v, rope, method)` on batch 1, 8 heads, head dim 64,
-    fp32, under `torch.no_grad()`: its wall time and peak extra memory (growth of the process's peak RSS across
-    the timed calls, after the inputs are allocated and one warm-up call at a small length). The baseline is
-    plain `F.scaled_dot_product_attention(q, k, v, is_causal=True)` on q and k that are already rotated.
+    length L, one forward call of `attention(q, k, v, scheme=rope, extension=ExtendedAttention(method),
+    backend="tiled")` on batch 1, 8 heads, head dim 64, fp32, under `torch.no_grad()`: its wall time and peak
+    extra memory (growth of the process's peak RSS across the timed calls, after the inputs are allocated and one
+    warm-up call at a small length). The baseline is plain `F.scaled_dot_product_attention(q, k, v,
+    is_causal=True)` on q and k that are already rotated.
 
 How it measures
     As benchmarks/attention.py (`harness`): every (method, L) cell in a fresh subprocess, single-threaded by
@@ -52,7 +53,8 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
     import torch
     import torch.nn.functional as F
 
-    from lextra.extend import build_extension, extended_attention
+    from lextra.attention import attention
+    from lextra.extend import ExtendedAttention, build_extension
     from lextra.positions import HeadDims, build_scheme
 
     torch.set_num_threads(int(spec["threads"]))
@@ -78,12 +80,13 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
         import lextra.extend.attention as extend_attention
 
         method = build_extension(spec["method"], train_len)
+        hook = ExtendedAttention(method)
         result["method_repr"] = repr(method)
         result["passes"] = "+".join(p.name for p in method.passes(L - 1, L - 1))
         result["extend_sha"] = file_sha(extend_attention.__file__)
 
         def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            return extended_attention(q, k, v, scheme, method)
+            return attention(q, k, v, scheme=scheme, extension=hook, backend="tiled")
 
         def inputs(n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
             return tuple(torch.randn(BATCH, HEADS, n, HEAD_DIM) for _ in range(3))  # type: ignore[return-value]

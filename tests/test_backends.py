@@ -82,6 +82,22 @@ def test_temperature_acts_identically_in_every_backend(name: str) -> None:
     _assert_backends_agree(name, "window:50", 200, temperature=per_query, backends=("chunked",))
 
 
+@torch.no_grad()
+def test_a_scalar_temperature_is_that_temperature_for_every_head() -> None:
+    """temperature=0.5 gives what 0.5 per head gives: on the chunked path, and on a grouped-query decoding step
+    whose query heads are folded into rows."""
+    alibi = make_scheme("alibi", n_heads=2)
+    q, k, v = qkv(alibi, 40)
+    for backend in ("reference", "chunked"):
+        want = attention(q, k, v, scheme=alibi, temperature=torch.tensor([0.5, 0.5]), backend=backend)
+        assert torch.equal(attention(q, k, v, scheme=alibi, temperature=0.5, backend=backend), want)
+    rope = make_scheme("rope", n_heads=4)
+    q, k, v = torch.randn(1, 4, 1, 16), torch.randn(1, 2, 40, 16), torch.randn(1, 2, 40, 16)
+    wide = (k.repeat_interleave(2, 1), v.repeat_interleave(2, 1))
+    want = attention(q, *wide, scheme=rope, temperature=torch.full((4,), 0.5), backend="reference")
+    assert (attention(q, k, v, scheme=rope, temperature=0.5) - want).abs().max() < 1e-6
+
+
 @pytest.mark.parametrize("name", ["rope", "alibi", "xpos", "t5"])
 def test_queries_offset_from_keys_as_in_cached_decoding(name: str) -> None:
     """Last 5 queries against 300 keys equal the last 5 rows of the full computation."""

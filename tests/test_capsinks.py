@@ -5,28 +5,24 @@ models (full forward and cached decoding) and the layers they apply to by defaul
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
 import virtual_device as vd
-from test_extend import SPECS  # every method at L = 64 (and a loaded plugin's)
+from test_extend import SPECS, extended  # every method at L = 64 (and a loaded plugin's); attention under one
 from torch import Tensor
 
 from lextra.attention import attention
-from lextra.attention.backends import AttentionContext
+from lextra.attention.backends import AttentionContext, passes_path, run_attention
 from lextra.attention.backends.tiled import tile_attention
 from lextra.errors import ConfigError
 from lextra.extend import (
     EXTENSIONS,
-    PLAIN_SCORES,
     ExtendedAttention,
     ExtensionMethod,
     InferenceSetup,
-    LayerScores,
     build_extension,
-    extended_attention,
-    flex_extended_attention,
-    reference_extended_attention,
 )
 from lextra.model import GPT, GPTConfig
 from lextra.positions import HeadDims, PositionScheme, build_scheme
@@ -106,19 +102,17 @@ def formula_attention(
     k_pos: Tensor | None = None,
     scale: float | None = None,
     temperature: Tensor | None = None,
-    block_size: int | None = None,
-    scores: LayerScores = PLAIN_SCORES,
+    softcap: float | None = None,
+    sinks: Tensor | None = None,
 ) -> Tensor:
-    """`extended_attention`'s signature over `dense_formula`, rotating at the scheme's own RoPE frequencies: what
-    the command tests run in its place."""
+    """`dense_formula` with `attention`'s defaults for the positions and the temperature, rotating at the scheme's
+    own RoPE frequencies: what the command tests run in place of the tiled passes."""
     Lq, Lk = q.shape[-2], k.shape[-2]
     q_pos = torch.arange(Lk - Lq, Lk) if q_pos is None else q_pos.cpu()
     k_pos = torch.arange(Lk) if k_pos is None else k_pos.cpu()
     inv_freq, factor = scheme.frequencies_for(None)
     tau = None if temperature is None else torch.as_tensor(temperature)
-    out = dense_formula(
-        q, k, v, method, q_pos, k_pos, scores.softcap, scores.sinks, tau, scale=scale, rotation=(inv_freq, factor)
-    )
+    out = dense_formula(q, k, v, method, q_pos, k_pos, softcap, sinks, tau, scale=scale, rotation=(inv_freq, factor))
     return out.to(v.dtype)
 
 
@@ -144,17 +138,17 @@ def test_each_method_with_a_softcap_and_sinks_equals_the_dense_formula(name: str
     softcap, sinks = CASES[case]
     q, k, v = _inputs()
     scheme, method = _scheme(), build_extension(SPECS[name], L)
-    scores, tau, pos = LayerScores(softcap, sinks), torch.tensor([0.8, 1.3]), torch.arange(N)
+    scores, tau, pos = {"softcap": softcap, "sinks": sinks}, torch.tensor([0.8, 1.3]), torch.arange(N)
     want = dense_formula(q, k, v, method, pos, pos, softcap, sinks, tau).float()
-    ref = reference_extended_attention(q, k, v, scheme, method, temperature=tau, scores=scores)
+    ref = extended("reference", q, k, v, scheme, method, temperature=tau, **scores)
     assert (ref - want).abs().max() < 1e-5
     for block in (100, None):
-        tiled = extended_attention(q, k, v, scheme, method, temperature=tau, block_size=block, scores=scores)
+        tiled = extended("tiled", q, k, v, scheme, method, temperature=tau, block_size=block, **scores)
         assert (tiled - want).abs().max() < 1e-5
-    last = extended_attention(q[..., -5:, :], k, v, scheme, method, temperature=tau, block_size=3, scores=scores)
+    last = extended("tiled", q[..., -5:, :], k, v, scheme, method, temperature=tau, block_size=3, **scores)
     assert (last - want[..., -5:, :]).abs().max() < 1e-5
-    assert (flex_extended_attention(q, k, v, scheme, method, temperature=tau, scores=scores) - want).abs().max() < 1e-5
-    plain = reference_extended_attention(q, k, v, scheme, method, temperature=tau)
+    assert (extended("flex", q, k, v, scheme, method, temperature=tau, **scores) - want).abs().max() < 1e-5
+    plain = extended("reference", q, k, v, scheme, method, temperature=tau)
     assert (plain - want).abs().max() > 1e-2
 
 
@@ -167,7 +161,7 @@ def test_the_sink_enters_the_merged_denominator_once_not_once_per_pass() -> None
     pos = torch.arange(N)
     want = dense_formula(q, k, v, method, pos, pos, None, SINKS).float()
     assert len(method.passes(200, 210)) == 3
-    ours = extended_attention(q, k, v, scheme, method, scores=LayerScores(sinks=SINKS))
+    ours = extended("tiled", q, k, v, scheme, method, sinks=SINKS)
     assert (ours - want).abs().max() < 1e-5
     thrice = dense_formula(q, k, v, method, pos, pos, None, SINKS + math.log(3)).float()  # e^sink per pass
     assert (ours[..., 200:, :] - thrice[..., 200:, :]).abs().max() > 1e-3
@@ -178,7 +172,7 @@ def test_under_autograd_the_capped_passes_agree_and_have_finite_gradients(name: 
     q, k, v = (x.requires_grad_() for x in _inputs(120))
     scheme, method = _scheme(), build_extension(SPECS[name], 32)
     pos = torch.arange(120)
-    out = extended_attention(q, k, v, scheme, method, scores=LayerScores(2.0, SINKS), block_size=50)
+    out = extended("tiled", q, k, v, scheme, method, softcap=2.0, sinks=SINKS, block_size=50)
     want = dense_formula(q.detach(), k.detach(), v.detach(), method, pos, pos, 2.0, SINKS).float()
     assert (out.detach() - want).abs().max() < 1e-5
     out.square().sum().backward()
@@ -196,9 +190,11 @@ def test_decoding_sinks_per_folded_row_equal_sinks_per_head() -> None:
     sinks = torch.tensor([0.3, -0.5, 1.1, -2.0])
     scheme, method = _scheme(), build_extension("self_extend:group=16,window=8", 16)
     wide = (k.repeat_interleave(2, 1), v.repeat_interleave(2, 1))
-    heads = extended_attention(q, *wide, scheme, method, torch.tensor([89]), None, scores=LayerScores(2.0, sinks))
-    rows = LayerScores(2.0, sinks.reshape(2, 2))
-    folded = extended_attention(q.reshape(1, 2, 2, 16), k, v, scheme, method, torch.tensor([89, 89]), scores=rows)
+    heads = extended("tiled", q, *wide, scheme, method, q_pos=torch.tensor([89]), softcap=2.0, sinks=sinks)
+    rows = q.reshape(1, 2, 2, 16)
+    hook, at = ExtendedAttention(method), torch.tensor([89, 89])
+    ctx = AttentionContext.build(rows, k, scheme=scheme, extension=hook, backend="tiled", q_pos=at, softcap=2.0)
+    folded = run_attention(rows, k, v, replace(ctx, sinks=sinks.reshape(2, 2)))  # sinks per row, as a fold has them
     assert (folded.reshape(1, 4, 1, 16) - heads).abs().max() < 1e-6
 
 
@@ -316,7 +312,7 @@ def test_cuda_flex_passes_with_a_softcap_and_sinks_forward_and_backward_match_th
         out = attention(q, k, v, scheme=scheme, extension=hook, backend=backend, softcap=2.0, sinks=sinks)
         results.append((out.detach(), torch.autograd.grad((out * weights).sum(), (q, k, v))))
     ctx = AttentionContext.build(q, k, scheme=scheme, extension=hook, softcap=2.0, sinks=sinks)
-    assert hook.path(ctx) == "flex"
+    assert passes_path(ctx) == "flex"
     (out, grads), (ref, ref_grads) = results
     assert (out - ref).abs().max() < 1e-5
     for grad, expected in zip(grads, ref_grads, strict=True):
@@ -358,8 +354,8 @@ def test_at_64k_positions_capped_passes_with_sinks_stay_finite_and_exact() -> No
         torch.randn(1, 2, n, 16, generator=gen),
     )
     scheme, method = _scheme(), build_extension("rerope", L)
-    q_pos, scores = torch.arange(n - 4, n), LayerScores(50.0, SINKS)
-    tiled = extended_attention(q, k, v, scheme, method, q_pos, scores=scores)
+    q_pos = torch.arange(n - 4, n)
+    tiled = extended("tiled", q, k, v, scheme, method, q_pos=q_pos, softcap=50.0, sinks=SINKS)
     assert bool(tiled.isfinite().all())
     want = dense_formula(q[..., :2, :], k, v, method, q_pos[:2], torch.arange(n), 50.0, SINKS).float()
     assert (tiled[..., :2, :] - want).abs().max() < 1e-5

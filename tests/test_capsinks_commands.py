@@ -16,7 +16,6 @@ from test_capsinks import PLANS, formula_attention
 import lextra.attention.backends.tiled as tiled
 from lextra.attention.backends import AttentionContext
 from lextra.cli import main
-from lextra.extend import LayerScores
 from lextra.model import GPT, GPTConfig, save_model
 
 EXTEND = "self_extend,group=8,window=6"
@@ -85,8 +84,8 @@ def _models(tmp_path: Path, corpus: str) -> dict[str, str]:
 
 def _formula_run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
     """`formula_attention` on the tiled backend's context (what `tiled_extension` takes)."""
-    scores = LayerScores(ctx.softcap, ctx.sinks)
-    return formula_attention(q, k, v, ctx.scheme, ctx.passes, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau, scores=scores)
+    positions = (ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau)
+    return formula_attention(q, k, v, ctx.scheme, ctx.passes, *positions, softcap=ctx.softcap, sinks=ctx.sinks)
 
 
 def _counted(function: Any, calls: list[int]) -> Any:

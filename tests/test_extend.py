@@ -3,24 +3,25 @@ cached decoding against the full forward, and refusals."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
+from torch import Tensor
 
 from lextra.attention import attention, build_mask
-from lextra.attention.backends import AttentionContext
+from lextra.attention.backends import AttentionContext, get_backend, passes_path
 from lextra.errors import ConfigError, LengthError
 from lextra.extend import (
     EXTENSIONS,
     ExtendedAttention,
+    ExtensionMethod,
     InferenceSetup,
     build_extension,
     check_scheme,
-    extended_attention,
-    flex_extended_attention,
-    reference_extended_attention,
 )
 from lextra.model import GPT, GPTConfig
-from lextra.positions import HeadDims, build_scheme
+from lextra.positions import HeadDims, PositionScheme, build_scheme
 
 L = 64
 #: every method at L = 64 (Self-Extend's group wide enough for 777 tokens, LM-Infinite with 3 global tokens)
@@ -52,6 +53,13 @@ def _inputs(scheme_name: str, n: int, seed: int = 0):
     return scheme, q, k, v
 
 
+def extended(
+    backend: str, q: Tensor, k: Tensor, v: Tensor, scheme: PositionScheme, method: ExtensionMethod, **options: Any
+) -> Tensor:
+    """`attention` of q, k, v under `method` with `scheme` on `backend` ("reference", "tiled" or "flex")."""
+    return attention(q, k, v, scheme=scheme, extension=ExtendedAttention(method), backend=backend, **options)
+
+
 def test_every_registered_method_is_tested() -> None:
     assert set(SPECS) == set(EXTENSIONS.names())
 
@@ -61,12 +69,12 @@ def test_fast_path_equals_the_reference_with_rope(name: str) -> None:
     scheme, q, k, v = _inputs("rope", 777)
     method = build_extension(SPECS[name], L)
     with torch.no_grad():
-        ref = reference_extended_attention(q, k, v, scheme, method)
+        ref = extended("reference", q, k, v, scheme, method)
         for block in (100, None):
-            assert (extended_attention(q, k, v, scheme, method, block_size=block) - ref).abs().max() < 1e-5
-        last = extended_attention(q[..., -5:, :], k, v, scheme, method, block_size=3)  # offset queries, as cached
+            assert (extended("tiled", q, k, v, scheme, method, block_size=block) - ref).abs().max() < 1e-5
+        last = extended("tiled", q[..., -5:, :], k, v, scheme, method, block_size=3)  # offset queries, as cached
         assert (last - ref[..., -5:, :]).abs().max() < 1e-5
-        one = extended_attention(q[..., -1:, :], k, v, scheme, method)
+        one = extended("tiled", q[..., -1:, :], k, v, scheme, method)
         assert (one - ref[..., -1:, :]).abs().max() < 1e-5
 
 
@@ -79,7 +87,7 @@ def test_flex_passes_equal_the_reference(name: str) -> None:
     hook = ExtendedAttention(method)
     tau = torch.tensor([0.8, 1.3])
     with torch.no_grad():
-        ref = reference_extended_attention(q, k, v, scheme, method, temperature=tau)
+        ref = extended("reference", q, k, v, scheme, method, temperature=tau)
         out = attention(q, k, v, scheme=scheme, extension=hook, backend="flex", temperature=tau)
         assert (out - ref).abs().max() < 1e-5
         last = attention(q[..., -5:, :], k, v, scheme=scheme, extension=hook, backend="flex", temperature=tau)
@@ -87,18 +95,14 @@ def test_flex_passes_equal_the_reference(name: str) -> None:
         one = attention(q[..., -1:, :], k, v, scheme=scheme, extension=hook, backend="flex", temperature=tau)
         assert (one - ref[..., -1:, :]).abs().max() < 1e-5
         kept = torch.cat((torch.arange(3), torch.arange(700, 777)))  # an evicted cache: positions not contiguous
-        sparse = flex_extended_attention(
-            q[..., -1:, :], k[..., kept, :], v[..., kept, :], scheme, method, q_pos=torch.tensor([776]), k_pos=kept
-        )
-        expected = reference_extended_attention(
-            q[..., -1:, :], k[..., kept, :], v[..., kept, :], scheme, method, q_pos=torch.tensor([776]), k_pos=kept
-        )
+        evicted = (q[..., -1:, :], k[..., kept, :], v[..., kept, :], scheme, method)
+        sparse = extended("flex", *evicted, q_pos=torch.tensor([776]), k_pos=kept)
+        expected = extended("reference", *evicted, q_pos=torch.tensor([776]), k_pos=kept)
         assert (sparse - expected).abs().max() < 1e-5
 
 
 def test_auto_runs_the_passes_through_flex_on_cuda_and_tiled_on_cpu() -> None:
     """The choice is made from the context alone (no CUDA tensor): flex where it applies on CUDA."""
-    hook = ExtendedAttention(build_extension("rerope", L))
 
     def ctx(scheme_name: str, device: str, head_dim: int, n: int = 300) -> AttentionContext:
         scheme = _inputs(scheme_name, 1)[0]
@@ -107,14 +111,14 @@ def test_auto_runs_the_passes_through_flex_on_cuda_and_tiled_on_cpu() -> None:
             scheme, build_mask("causal"), at, at, 0.25, device=torch.device(device), head_dim=head_dim
         )
 
-    assert hook.path(ctx("rope", "cuda", 16)) == "flex"
-    assert hook.path(ctx("rope", "cpu", 16)) == "tiled"
-    assert hook.path(ctx("rope", "cuda", 8)) == "tiled"  # flex's CUDA kernels need head_dim >= 16
-    assert "head dimension of at least 16, not 8" in hook.flex_reason(ctx("rope", "cuda", 8))
+    assert passes_path(ctx("rope", "cuda", 16)) == "flex"
+    assert passes_path(ctx("rope", "cpu", 16)) == "tiled"
+    assert passes_path(ctx("rope", "cuda", 8)) == "tiled"  # flex's CUDA kernels need head_dim >= 16
+    assert "head dimension of at least 16, not 8" in get_backend("flex").applies(ctx("rope", "cuda", 8))
     xpos = _inputs("xpos", 1)[0]
     long = xpos.rotate_span + 1
-    assert hook.path(ctx("xpos", "cuda", 16, long)) == "tiled"  # flex rotates in one call: xPos is exact within
-    assert hook.path(ctx("xpos", "cuda", 16, 300)) == "flex"
+    assert passes_path(ctx("xpos", "cuda", 16, long)) == "tiled"  # flex rotates in one call: xPos is exact within
+    assert passes_path(ctx("xpos", "cuda", 16, 300)) == "flex"
 
 
 def test_flex_passes_refuse_autograd_on_cpu_and_xpos_past_its_span() -> None:
@@ -139,9 +143,9 @@ def test_under_autograd_the_exact_fallback_agrees_and_has_finite_gradients(name:
     scheme, q, k, v = _inputs("rope", 230)
     method = build_extension(SPECS[name], L)
     q.requires_grad_(True)
-    ref = reference_extended_attention(q, k, v, scheme, method)
+    ref = extended("reference", q, k, v, scheme, method)
     (ref_grad,) = torch.autograd.grad(ref.sum(), q)
-    out = extended_attention(q, k, v, scheme, method, block_size=64)
+    out = extended("tiled", q, k, v, scheme, method, block_size=64)
     (grad,) = torch.autograd.grad(out.sum(), q)
     assert (out.detach() - ref.detach()).abs().max() < 1e-5
     assert bool(torch.isfinite(grad).all())
@@ -154,9 +158,9 @@ def test_fast_path_equals_the_reference_with_xpos_and_coca(scheme_name: str, nam
     scheme, q, k, v = _inputs(scheme_name, 301, seed=1)
     method = build_extension(SPECS[name], L)
     with torch.no_grad():
-        ref = reference_extended_attention(q, k, v, scheme, method)
-        fast = extended_attention(q, k, v, scheme, method, block_size=70)
-        last = extended_attention(q[..., -3:, :], k, v, scheme, method)
+        ref = extended("reference", q, k, v, scheme, method)
+        fast = extended("tiled", q, k, v, scheme, method, block_size=70)
+        last = extended("tiled", q[..., -3:, :], k, v, scheme, method)
     assert (fast - ref).abs().max() < 1e-5
     assert (last - ref[..., -3:, :]).abs().max() < 1e-5
 
@@ -233,16 +237,16 @@ def test_distance_remaps_are_translation_invariant(spec: str) -> None:
     method = build_extension(spec, L)
     pos = torch.arange(200)
     with torch.no_grad():
-        here = extended_attention(q, k, v, scheme, method, q_pos=pos, k_pos=pos)
-        there = extended_attention(q, k, v, scheme, method, q_pos=pos + 301, k_pos=pos + 301)
+        here = extended("tiled", q, k, v, scheme, method, q_pos=pos, k_pos=pos)
+        there = extended("tiled", q, k, v, scheme, method, q_pos=pos + 301, k_pos=pos + 301)
     assert (here - there).abs().max() < 1e-5
 
 
 def test_the_log_scale_acts_only_past_the_training_length() -> None:
     scheme, q, k, v = _inputs("rope", 150)
     with torch.no_grad():
-        on = extended_attention(q, k, v, scheme, build_extension("rerope", L))
-        off = extended_attention(q, k, v, scheme, build_extension("rerope:log_scale=false", L))
+        on = extended("tiled", q, k, v, scheme, build_extension("rerope", L))
+        off = extended("tiled", q, k, v, scheme, build_extension("rerope:log_scale=false", L))
     assert (on[..., :L, :] - off[..., :L, :]).abs().max() < 1e-6
     assert (on[..., L:, :] - off[..., L:, :]).abs().max() > 1e-3
 
@@ -252,9 +256,9 @@ def test_self_extend_refuses_inputs_past_its_maximum_with_the_number() -> None:
     assert method.max_length() == 400
     scheme, q, k, v = _inputs("rope", 401)
     with torch.no_grad():
-        extended_attention(q[..., :400, :], k[..., :400, :], v[..., :400, :], scheme, method)
+        extended("tiled", q[..., :400, :], k[..., :400, :], v[..., :400, :], scheme, method)
         with pytest.raises(LengthError, match=r"valid up to 400 tokens, got 401.*group >= 9"):
-            extended_attention(q, k, v, scheme, method)
+            extended("tiled", q, k, v, scheme, method)
     assert build_extension("rerope", L).max_length() is None
 
 
@@ -310,7 +314,7 @@ def test_absolute_and_bias_schemes_are_refused(scheme_name: str) -> None:
 def test_a_mask_other_than_causal_is_refused() -> None:
     scheme, q, k, v = _inputs("rope", 20)
     with pytest.raises(ConfigError, match="mask='causal'"):
-        ExtendedAttention(build_extension("rerope", L))(q, k, v, scheme=scheme, mask="window:8")
+        attention(q, k, v, scheme=scheme, extension=ExtendedAttention(build_extension("rerope", L)), mask="window:8")
 
 
 def _tiny_model(seed: int = 0) -> GPT:
@@ -359,13 +363,13 @@ def test_sinks_on_an_evicting_cache_are_streaming_llms_cache_slots() -> None:
     scheme, q, k, v = _inputs("rope", 100)
     method = build_extension("sinks:sinks=4,recent=28", 32)
     with torch.no_grad():
-        full = extended_attention(q, k, v, scheme, method)
+        full = extended("tiled", q, k, v, scheme, method)
         for m in (40, 77, 99):
             kept = torch.cat((torch.arange(4), torch.arange(m - 27, m + 1)))
             kc, vc, qm = k[..., kept, :], v[..., kept, :], q[..., m : m + 1, :]
             slots = torch.arange(kept.numel())
             streaming = attention(qm, kc, vc, scheme=scheme, q_pos=slots[-1:], k_pos=slots)
-            ours = extended_attention(qm, kc, vc, scheme, method, q_pos=torch.tensor([m]), k_pos=kept)
+            ours = extended("tiled", qm, kc, vc, scheme, method, q_pos=torch.tensor([m]), k_pos=kept)
             assert (streaming - ours).abs().max() < 1e-5
             assert (ours - full[..., m : m + 1, :]).abs().max() < 1e-5
 
@@ -375,9 +379,9 @@ def test_batches_and_heads_are_independent() -> None:
     q2, k2, v2 = (torch.cat((x, x.flip(-2)), dim=0) for x in (q, k, v))
     method = build_extension("dca", L)
     with torch.no_grad():
-        both = extended_attention(q2, k2, v2, scheme, method, block_size=40)
-        ref = reference_extended_attention(q2, k2, v2, scheme, method)
-        first = extended_attention(q, k, v, scheme, method, block_size=40)
+        both = extended("tiled", q2, k2, v2, scheme, method, block_size=40)
+        ref = extended("reference", q2, k2, v2, scheme, method)
+        first = extended("tiled", q, k, v, scheme, method, block_size=40)
     assert (both - ref).abs().max() < 1e-5
     assert (both[:1] - first).abs().max() < 1e-6
 
@@ -397,7 +401,7 @@ def test_the_fast_path_computes_only_the_tiles_a_method_shows(monkeypatch: pytes
     monkeypatch.setattr(tiles, "attention_with_lse", counting)
     scheme, q, k, v = _inputs("rope", 2000)
     with torch.no_grad():
-        extended_attention(q, k, v, scheme, build_extension("sinks", L), block_size=64)
+        extended("tiled", q, k, v, scheme, build_extension("sinks", L), block_size=64)
     assert sum(computed) < 4 * 2000 * 64
 
 
@@ -457,7 +461,7 @@ def test_cuda_flex_passes_forward_and_backward_match_the_reference(name: str) ->
     for backend in ("auto", "reference"):
         out = attention(q, k, v, scheme=scheme, extension=hook, backend=backend)
         results.append((out.detach(), torch.autograd.grad((out * weights).sum(), (q, k, v))))
-    assert hook.path(AttentionContext.build(q, k, scheme=scheme, extension=hook)) == "flex"
+    assert passes_path(AttentionContext.build(q, k, scheme=scheme, extension=hook)) == "flex"
     (out, grads), (ref, ref_grads) = results
     assert (out - ref).abs().max() < 1e-5
     for grad, expected in zip(grads, ref_grads, strict=True):

@@ -21,7 +21,7 @@ from torch.nn.attention.flex_attention import create_block_mask
 
 import lextra.attention.flex as flex
 from lextra.attention import attention, build_mask
-from lextra.attention.backends import AttentionContext, auto_backend, cuda_backend, reference_attention
+from lextra.attention.backends import AttentionContext, auto_backend, reference_attention
 from lextra.errors import ConfigError
 from lextra.positions import SCHEMES
 from lextra.positions.bias import FLEX_MAX_HIDDEN
@@ -251,8 +251,8 @@ def test_flex_refuses_what_it_cannot_compute_and_cuda_auto_avoids_it() -> None:
     assert "xpos is exact within 8192 positions" in flex.flex_unsupported(xpos, long, long)
     assert flex.flex_unsupported(xpos, short, short) is None
     assert "65" in flex.flex_unsupported(wide_fire, short, short)
-    assert cuda_backend(xpos, causal, long, long) == "chunked"
-    assert cuda_backend(wide_fire, causal, short, short) == "chunked"
+    assert auto_backend(xpos, causal, long, long, "cuda") == "chunked"
+    assert auto_backend(wide_fire, causal, short, short, "cuda") == "chunked"
     q, k, v = qkv(wide_fire, 300, batch=1)
     with torch.no_grad(), pytest.raises(ConfigError, match="use backend='chunked'"):
         attention(q, k, v, scheme=wide_fire, backend="flex")

@@ -469,9 +469,10 @@ def _attention_in_out(model: HFCausalLM) -> tuple[list[torch.Tensor], list[torch
 )
 @torch.no_grad()
 def test_each_layer_equals_the_dense_reference_of_its_method(spec: str, scaling: str | None) -> None:
-    """Each layer's attention under the method equals `reference_extended_attention` on that layer's q, k, v
+    """Each layer's attention under the method equals the `reference` backend's on that layer's q, k, v
     (from the layer's own projections, un-rotated) with lextra's RoPE of the model's base and scaling."""
-    from lextra.extend import build_extension, reference_extended_attention
+    from lextra.attention import attention
+    from lextra.extend import ExtendedAttention, build_extension
     from lextra.positions import HeadDims, build_scheme
     from lextra.positions.scaling import parse_rope_scaling
 
@@ -497,7 +498,8 @@ def test_each_layer_equals_the_dense_reference_of_its_method(spec: str, scaling:
         q = attn.q_proj(hidden).view(2, 90, 4, 16).transpose(1, 2)
         k = attn.k_proj(hidden).view(2, 90, 2, 16).transpose(1, 2).repeat_interleave(2, dim=1)
         v = attn.v_proj(hidden).view(2, 90, 2, 16).transpose(1, 2).repeat_interleave(2, dim=1)
-        reference = reference_extended_attention(q, k, v, scheme, build_extension(method, 32), scale=attn.scaling)
+        hook = ExtendedAttention(build_extension(method, 32))
+        reference = attention(q, k, v, scheme=scheme, extension=hook, backend="reference", scale=attn.scaling)
         want = attn.o_proj(reference.transpose(1, 2).reshape(2, 90, 64))
         assert (got - want).abs().max() < 1e-5
 

@@ -173,7 +173,7 @@ class AttentionContext:
         return replace(
             self,
             q_pos=self.q_pos.repeat(groups),
-            tau=None if self.tau is None or self.tau.dim() == 0 else _per_row(self.tau, heads, groups, n_q),
+            tau=None if self.tau is None else _per_row(self.tau, heads, groups, n_q),
             sinks=None if self.sinks is None else _per_row(self.sinks.reshape(heads, -1), heads, groups, n_q),
             layout=layout,
         )
@@ -260,12 +260,12 @@ def _query_rows(tensor: Tensor | None, start: int, stop: int) -> Tensor | None:
 
 
 def _temperature(temperature: Tensor | float | None, q: Tensor) -> Tensor | None:
-    """Temperature as a (H, Lq) -broadcastable fp32 tensor, or None for 1."""
+    """Temperature as an fp32 (1|H, 1|Lq) tensor (a scalar as (1, 1)), or None for 1."""
     if temperature is None:
         return None
     tau = torch.as_tensor(temperature, dtype=torch.float32, device=q.device)
-    if tau.dim() == 1:
-        tau = tau[:, None]
+    if tau.dim() < 2:
+        tau = tau.reshape(-1, 1)
     if tau.dim() > 2:
         raise ConfigError(f"temperature must be a scalar, (H,) or (H, Lq); got shape {tuple(tau.shape)}")
     if bool((tau <= 0).any()):

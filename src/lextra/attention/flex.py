@@ -1,42 +1,29 @@
 """The `flex` backend: one compiled FlexAttention call (Dong et al. 2024, arXiv 2412.05496) per attention.
 
-`flex_attention_forward` composes what a position scheme and a mask give it into FlexAttention's two hooks:
-- `score_mod(score, b, h, q_idx, kv_idx)`: the scheme's additive bias, read from the same per-distance table the
-  CPU paths build (`PositionScheme.distance_bias`, indexed `table[h, (q_pos[q_idx] - lo) - k_pos[kv_idx]]`,
-  lo the smallest distance); a bias that depends on the query position itself (FIRE past its threshold) as
-  the code the scheme states for it (`PositionScheme.query_bias_mod`, over a `ScoreLayout`). Tables
-  are tensors captured by the score_mod, so compiled code reads them (and, on CUDA, differentiates them).
-  Temperatures and log-n scalings divide the logits: per head by dividing q and the table, per head and query
-  inside the score_mod. FlexAttention's `scale` applies 1/sqrt(D) before the score_mod, so the order is the
-  reference's: (q.k * scale + bias) / tau.
-- `mask_mod(b, h, q_idx, kv_idx)`: the mask's elementwise rule `Mask.visible(q_pos[q_idx], k_pos[kv_idx])`, and
-  a `BlockMask` built blockwise from `Mask.allowed` over the keys `Mask.key_spans` declares (never a full
-  L x L tensor), cached per (mask, lengths, first positions, device): blocks the mask hides are never computed,
-  blocks it shows in full skip the mask_mod.
-Rotary schemes and CoCA rotate q and k before the call (`PositionScheme.rotate`). A materialised score bias
-(Hugging Face's T5 bias) is a captured (B|1, H|1, Lq|1, Lk) tensor the score_mod adds over the temperature; a
-padding mask a captured boolean tensor combined into the BlockMask's mask_mod (that BlockMask built per call).
+`flex_attention_forward` composes a scheme and a mask into FlexAttention's two hooks:
+- `score_mod`: the scheme's bias read from the per-distance table the CPU paths build
+  (`PositionScheme.distance_bias`, `table[h, (q_pos[q_idx] - lo) - k_pos[kv_idx]]`), or for a bias that depends on
+  the query itself (FIRE past its threshold) the scheme's own code (`PositionScheme.query_bias_mod`); captured
+  tensors, so compiled code reads (and on CUDA differentiates) them. FlexAttention's `scale` applies before the
+  score_mod and temperatures divide q and the table (per query: inside the score_mod), so the order is the
+  reference's: (q.k * scale + bias) / tau. A materialised score bias is one more captured tensor.
+- `mask_mod`: `Mask.visible(q_pos[q_idx], k_pos[kv_idx])`, with a `BlockMask` built blockwise from `Mask.allowed`
+  over the keys `Mask.key_spans` declares (never an L x L tensor) and cached per (mask, lengths, first positions,
+  device): hidden blocks are skipped, fully shown ones skip the mask_mod. A padding mask joins the mask_mod.
+Rotary schemes and CoCA rotate q and k before the call.
 
-Bucket rule (what compiles). FlexAttention compiles one kernel per input shape, so lengths are padded:
-`bucket(n)` is 1 for n = 1 (decoding) and otherwise the smallest of 128 x {1, 2, 3, 4, 6, 8, 12, 16, 24, ...}
-(128 times a power of two or three halves of one) that holds n: at most 50% padding above 256, two buckets per
-octave, 20 buckets up to 128k. Queries pad to `bucket(Lq)`, keys to `bucket(Lk)`; padded keys are hidden by the
-mask_mod and padded query rows by the BlockMask (their blocks are skipped) and dropped from the output. The
-per-distance tables pad to bucket(Lq) + bucket(Lk) entries (all distances of contiguous positions fit). So a
-compiled kernel is keyed by (score_mod kind: none, table, table per-query tau, FIRE, FIRE per-query tau;
-mask type and its options; dtype; batch, heads, head dims; the two length buckets), all static
-(`torch.compile(..., dynamic=False)`); lengths within one bucket reuse it. Up to `RECOMPILE_LIMIT` kernels
-are kept per process (torch's default of 8 would silently fall back to the eager, L x L path); one more raises
-`CompileBudgetError`.
+Buckets (what compiles): lengths pad to `bucket(n)`: 1 for n = 1, else the smallest 128 x {1, 2, 3, 4, 6, 8, 12,
+...} >= n (at most 50% padding above 256; 20 buckets up to 128k); padded keys and query rows are hidden and dropped.
+A kernel is keyed by the score_mod kind, the mask and its options, dtype, batch, heads, head dims and the two
+buckets (`torch.compile(..., dynamic=False)`); at most `RECOMPILE_LIMIT` per process, one more raises
+`CompileBudgetError` (torch's default would fall back to the eager, L x L path).
 
-Band passes (`flex_band_attention`, for `lextra.extend`): one call per pass of a training-free extension method
-over already rotated q and k, its visibility a band (key range x distance range) whose bounds are a captured
-tensor, so every method's passes share one kernel per pair of length buckets; returns each row's log-sum-exp
-for merging passes. Compiled on CUDA; eager on CPU (inductor's CPU flex has no log-sum-exp output).
+Band passes (`flex_band_attention`): one call per pass of a training-free extension method over rotated q and k,
+its band's bounds a captured tensor (one kernel per pair of buckets for every method), returning each row's
+log-sum-exp for the merge. Compiled on CUDA; eager on CPU (inductor's CPU flex has no log-sum-exp output).
 
-Limits: FlexAttention has no backward on CPU (forward only there; training on CPU refuses with a ConfigError);
-xPos rotates every query and key in one call, so it applies within its `rotate_span` only; a query that sees no
-key gets zeros (the reference gives NaN); a custom mask's `visible` must be traceable tensor code.
+Limits: no backward on CPU (training there is a ConfigError); xPos applies within its `rotate_span` only; a query
+that sees no key gets zeros; a custom mask's `visible` must be traceable tensor code.
 """
 
 from __future__ import annotations
@@ -73,7 +60,6 @@ BLOCK_MASK_CACHE = 32
 MASK_BUDGET = 1 << 24
 
 ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
-BiasFn = QueryBias
 
 _BLOCK_MASKS: OrderedDict[tuple, BlockMask] = OrderedDict()
 #: what each BlockMask `flex_block_mask` returned was built for: (mask repr, query positions, key positions)
@@ -255,7 +241,7 @@ def _remember(cache: OrderedDict[tuple, BlockMask], key: tuple, block_mask: Bloc
 # --------------------------------------------------------------------------------------------------------------
 
 
-def _table_bias(table: Tensor, q_shift: Tensor, k_rows: Tensor) -> BiasFn:
+def _table_bias(table: Tensor, q_shift: Tensor, k_rows: Tensor) -> QueryBias:
     """Bias read from a per-distance table (H, n): table[h, (q_pos[q] - lo) - k_pos[kv]]."""
 
     def table_bias(h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
@@ -264,14 +250,14 @@ def _table_bias(table: Tensor, q_shift: Tensor, k_rows: Tensor) -> BiasFn:
     return table_bias
 
 
-def _plain_mod(bias: BiasFn) -> ScoreMod:
+def _plain_mod(bias: QueryBias) -> ScoreMod:
     def add_bias(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         return (score + bias(h, q_idx, kv_idx)).to(score.dtype)
 
     return add_bias
 
 
-def _per_query_mod(bias: BiasFn, tau: Tensor) -> ScoreMod:
+def _per_query_mod(bias: QueryBias, tau: Tensor) -> ScoreMod:
     def add_scaled_bias(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         return (score + bias(h, q_idx, kv_idx) / tau[h, q_idx]).to(score.dtype)
 
@@ -382,10 +368,7 @@ def flex_attention_forward(
             qp, kp, vp, Lq, eager or device.type == "cpu", score_mod=score_mod, block_mask=block_mask, scale=ctx.scale
         )
         return with_sinks(out, lse, ctx.sinks)
-    if eager:
-        out = flex_attention(qp, kp, vp, score_mod=score_mod, block_mask=block_mask, scale=ctx.scale)
-    else:
-        out = _run_compiled(qp, kp, vp, score_mod=score_mod, block_mask=block_mask, scale=ctx.scale)
+    out = flex_call(qp, kp, vp, eager, score_mod=score_mod, block_mask=block_mask, scale=ctx.scale)
     return out[..., :Lq, :]
 
 
@@ -425,7 +408,7 @@ def _score_mod(
 
 def _bias(
     scheme: PositionScheme, padded: _Layout, q_pos: Tensor, head_tau: Tensor | None
-) -> tuple[BiasFn, list[Tensor]]:
+) -> tuple[QueryBias, list[Tensor]]:
     """The scheme's bias as FlexAttention indexes it, and the tensors it captures: a per-distance table where the
     bias depends on the distance alone, else the scheme's own per-query code (`PositionScheme.query_bias_mod`)."""
     device = q_pos.device
@@ -457,14 +440,7 @@ def _flex_with_lse(
     """A FlexAttention call on padded q, k, v returning each row's log-sum-exp: the first `n_queries` rows of the
     output (0 where a row saw no key) and their log-sum-exp (fp32, -inf there). `eager` runs it uncompiled (on
     CPU on purpose: inductor's CPU flex kernel returns no log-sum-exp)."""
-    kwargs.update(_lse_request())
-    if eager:
-        with warnings.catch_warnings():  # eager on purpose: "called without torch.compile()"
-            warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
-            result = flex_attention(qp, kp, vp, **kwargs)
-    else:
-        result = _run_compiled(qp, kp, vp, **kwargs)
-    out, aux = result
+    out, aux = flex_call(qp, kp, vp, eager, **kwargs, **_lse_request())
     lse = (aux if isinstance(aux, Tensor) else aux.lse)[..., :n_queries].float()
     return out[..., :n_queries, :].masked_fill(torch.isneginf(lse)[..., None], 0.0), lse
 
@@ -547,7 +523,17 @@ def _budget_settings() -> dict[str, object]:
     return {limit: RECOMPILE_LIMIT, total: max(getattr(config, total), 4 * RECOMPILE_LIMIT), fail: True}
 
 
-def _run_compiled(q: Tensor, k: Tensor, v: Tensor, **kwargs) -> Tensor:
+def flex_call(q: Tensor, k: Tensor, v: Tensor, eager: bool, **kwargs: Any) -> Any:
+    """One FlexAttention call: `eager` uncompiled (it builds the full score matrix: on CPU, or small inputs), else
+    compiled under lextra's recompile budget (`_run_compiled`)."""
+    if not eager:
+        return _run_compiled(q, k, v, **kwargs)
+    with warnings.catch_warnings():  # eager on purpose: "called without torch.compile()"
+        warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+        return flex_attention(q, k, v, **kwargs)
+
+
+def _run_compiled(q: Tensor, k: Tensor, v: Tensor, **kwargs: Any) -> Any:
     """The compiled flex call under lextra's recompile budget; a call past it raises instead of falling back to
     eager FlexAttention, whose L x L scores exhaust memory at long lengths."""
     names = ("FailOnRecompileLimitHit", "FailOnCacheLimitHit")  # torch >= 2.7, 2.5 and 2.6

@@ -71,6 +71,21 @@ class Mask:
     hides_nothing: ClassVar[bool] = False
     #: queries are cut at multiples of this many positions by the fast backends (BCA's blocks), or None
     period: int | None = None
+    #: the positional option defaults to the training length over this (window, chunk: 1; BCA: 2), or None
+    train_len_share: ClassVar[int | None] = None
+
+    @classmethod
+    def resolve_options(cls, options: dict[str, Any], train_len: int | None = None) -> dict[str, Any]:
+        """The positional option's default from the training length (`train_len_share`), when the mask has one."""
+        name, share = cls.positional, cls.train_len_share
+        if name is None or share is None or name in options:
+            return options
+        if train_len is None or train_len < share:
+            raise ConfigError(
+                f"{cls.name} needs a {name}: use '{cls.name}:{name[0].upper()}' or give the training length"
+            )
+        options[name] = train_len // share
+        return options
 
     def visible(self, q: Tensor, k: Tensor) -> Tensor:
         """Elementwise, broadcasting rule on position tensors: True where query position q may attend key k.
@@ -196,15 +211,7 @@ class WindowMask(Mask):
     causal = True
     positional = "width"
     derived_defaults: ClassVar[dict[str, str]] = {"width": "L_tr"}
-
-    @classmethod
-    def resolve_options(cls, options: dict[str, Any], train_len: int | None = None) -> dict[str, Any]:
-        """The width defaults to the training length."""
-        if "width" not in options:
-            if train_len is None:
-                raise ConfigError("window needs a width: use 'window:W' or pass width=W")
-            options["width"] = train_len
-        return options
+    train_len_share = 1
 
     def __init__(self, *, width: int) -> None:
         if int(width) < 1:
@@ -273,15 +280,7 @@ class BlockCausalMask(BlockedMask):
     positional = "block"
     lookback = 1
     derived_defaults: ClassVar[dict[str, str]] = {"block": "L_tr / 2"}
-
-    @classmethod
-    def resolve_options(cls, options: dict[str, Any], train_len: int | None = None) -> dict[str, Any]:
-        """The block defaults to half the training length (Sun et al. 2022)."""
-        if "block" not in options:
-            if train_len is None or train_len < 2:
-                raise ConfigError("bca needs a block size: use 'bca:B' or give the training length")
-            options["block"] = train_len // 2
-        return options
+    train_len_share = 2  # Sun et al. 2022
 
     def __init__(self, *, block: int) -> None:
         if int(block) < 1:
@@ -302,15 +301,7 @@ class ChunkMask(BlockedMask):
     positional = "size"
     lookback = 0
     derived_defaults: ClassVar[dict[str, str]] = {"size": "L_tr"}
-
-    @classmethod
-    def resolve_options(cls, options: dict[str, Any], train_len: int | None = None) -> dict[str, Any]:
-        """The chunk size defaults to the training length."""
-        if "size" not in options:
-            if train_len is None:
-                raise ConfigError("chunk needs a size: use 'chunk:C' or pass size=C")
-            options["size"] = train_len
-        return options
+    train_len_share = 1
 
     def __init__(self, *, size: int) -> None:
         if int(size) < 1:

@@ -16,13 +16,10 @@ One backend per module, each an `AttentionBackend` taking `run(q, k, v, ctx)` (`
   training-free extension method's passes or a mask's bands (windows, BCA: what `auto` runs for plain calls on
   CPU without autograd).
 - `flex` (`flex.py`): one compiled FlexAttention call (`lextra.attention.flex`).
-- `auto`: on CPU, `sdpa` when it applies, else `chunked`. Rotary schemes at long lengths without autograd take
-  `chunked` (tiled): the fused call would need rotated copies of all of q and k on top of SDPA's own working
-  memory. On CUDA (`cuda_backend`), `sdpa` (flash) when it applies, else `flex`, else `chunked`. A single query
-  that `sdpa` cannot take (a decoding step with a bias, a window or BCA) goes to `chunked`, not `flex`: flex would
-  compile a kernel for every key-length bucket the cache grows through (20 up to 128k per mask and score
-  modifier, out of `RECOMPILE_LIMIT`) and build a BlockMask per step (its blocks move with the step), where the
-  chunked path runs one small SDPA call over the keys the mask declares, exactly, with nothing compiled.
+- `auto` (`dispatch.py`, `auto_backend`): on CPU `sdpa` when it applies, else `chunked` (rotary schemes at long
+  lengths without autograd take its tiled path: no rotated copies of all of q and k); on CUDA `sdpa` (flash), else
+  `flex`, else `chunked`. A single query `sdpa` cannot take goes to `chunked`, not `flex`, which would compile a
+  kernel per key-length bucket the cache grows through and build a BlockMask per step.
 A materialised score bias or padding mask (`AttentionContext.score_bias`, `.padding`: Hugging Face's T5 bias and
 padded batches) is taken by every built-in backend: `reference` adds and masks them densely, `sdpa` passes them as
 one float mask and `chunked` as each query block's rows of it (`materialised.py`; a softcap there runs the block
@@ -54,7 +51,6 @@ from lextra.attention.backends.dispatch import (
     auto_backend,
     backend_names,
     choose_backend,
-    cuda_backend,
     expand_kv,
     get_backend,
     passes_path,
@@ -107,7 +103,6 @@ __all__ = [
     "choose_backend",
     "chunked_attention",
     "context_logits",
-    "cuda_backend",
     "default_positions",
     "expand_kv",
     "get_backend",

@@ -219,18 +219,13 @@ def auto_backend(
     device: torch.device | str = "cpu",
     dtype: torch.dtype = torch.float32,
 ) -> str:
-    """What `backend="auto"` runs for these positions under the current grad mode (`choose_backend`): "sdpa" or
-    "chunked" on CPU, `cuda_backend`'s choice on CUDA."""
+    """What `backend="auto"` runs for these positions under the current grad mode (`choose_backend`), decided from
+    declarations and position values (no tensor on `device` is needed). On CPU "sdpa" or "chunked"; on CUDA the
+    fused flash kernel where one SDPA call is exact (no bias, causal or full, aligned positions, or a causal
+    decoding step), else `flex` (biases, windows, BCA, offset queries), else `chunked` (what flex refuses: xPos
+    past its span; single-query steps flex declines)."""
     ctx = AttentionContext(scheme, mask, q_pos, k_pos, 1.0, device=torch.device(device), dtype=dtype)
     return choose_backend(ctx).name
-
-
-def cuda_backend(scheme: PositionScheme | None, mask: Mask, q_pos: Tensor, k_pos: Tensor) -> str:
-    """`auto` on CUDA: the fused flash kernel where one SDPA call is exact (no bias, causal or full, aligned
-    positions, or a causal decoding step), else `flex` (biases, windows, BCA, offset queries), else `chunked`
-    (what flex refuses: xPos past its span; single-query steps flex declines). Decides from declarations and
-    position values (no CUDA tensor is needed)."""
-    return auto_backend(scheme, mask, q_pos, k_pos, "cuda")
 
 
 def attention_path(

@@ -18,12 +18,11 @@ import itertools
 import torch
 from torch import Tensor
 
-from lextra.attention.backends.common import block_sinks, merge_tiles, row_factor
-from lextra.attention.backends.tiled import LSE_FLOOR, TileRun, contiguous_run, merge_out_of_place, period_blocks
+from lextra.attention.backends.common import block_sinks, merge_tiles
+from lextra.attention.backends.tiled import TileRun, contiguous_run, merge_out_of_place, period_blocks
 from lextra.attention.context import AttentionBackend, AttentionContext
 from lextra.attention.flex import flex_attention_forward, flex_band_attention, flex_unsupported, with_sinks
 from lextra.attention.layout import PositionLayout
-from lextra.errors import ConfigError
 
 #: FlexAttention's kernels on CUDA need a head dimension of at least this
 FLEX_MIN_HEAD_DIM = 16
@@ -65,13 +64,10 @@ def flex_passes(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tenso
     method's `period` allows (one block without one), each pass rotating the block's queries and all keys at its
     positions, its band as a BlockMask. With contiguous queries, blocks, lengths and BlockMask keys come from the
     positions' host-side facts: only the check that every query sees a key reads the device."""
-    passes = ctx.passes
-    assert passes is not None  # the dispatch runs this under an extension's passes
     B, H, Lq, _ = q.shape
     if Lq == 0 or k.shape[-2] == 0:
         return q.new_zeros(B, H, Lq, v.shape[-1])
-    run = TileRun(ctx.scheme, passes.passes, passes.period, ctx.seq_len or 1, repr(passes), ctx.softcap, ctx.sinks)
-    rows = row_factor(passes.query_scale(ctx.q_pos), ctx.tau, Lq, q.device)
+    run, rows = TileRun.of_passes(ctx)
     q_list, k_first = _host_positions(ctx.q_pos, ctx.k_pos, ctx.facts)
     q_runs = isinstance(q_list, range)
     q_sorted = q_runs or all(a <= b for a, b in itertools.pairwise(q_list))
@@ -128,6 +124,6 @@ def _flex_block(
         else:
             acc, lse = merge_tiles(acc, lse, part, part_lse)
         del part, part_lse, qr, kr
-    if acc is None or lse is None or bool((lse <= LSE_FLOOR).any()):
-        raise ConfigError(f"{run.label}: queries at {m_lo}..{m_hi} see no key; their own positions must be keys")
+    run.check_seen(lse, m_lo, m_hi)
+    assert acc is not None and lse is not None
     return acc, lse

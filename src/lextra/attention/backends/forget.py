@@ -17,20 +17,17 @@ are ConfigErrors.
 
 from __future__ import annotations
 
-import functools
-import warnings
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.nn.attention.flex_attention import flex_attention
 
 from lextra.attention.backends.common import key_indices, masked_sdpa, rotate, scaled_query
 from lextra.attention.backends.forget_tiled import FORGET_BLOCK, FORGET_KEY_CHUNK, TiledForgetAttention
 from lextra.attention.backends.reference import ReferenceBackend
 from lextra.attention.context import AttentionBackend, AttentionContext
-from lextra.attention.flex import RECOMPILE_LIMIT, flex_block_mask, padded_lengths
+from lextra.attention.flex import flex_block_mask, flex_call, padded_lengths
 from lextra.attention.forget_bias import FULL_MASK_REASON, ForgetBias, bias_scheme_reason, split_fp32
 from lextra.errors import ConfigError
 
@@ -100,21 +97,8 @@ class ForgetChunked(AttentionBackend):
         qs = scaled_query(qr, ctx.tau)
         block = int(ctx.block_size or FORGET_BLOCK)
         chunk = max(block, FORGET_KEY_CHUNK) if ctx.block_size is None else block
-        ranges = _key_ranges(ctx)
-        tile_mask = _tile_mask(ctx)
-        return TiledForgetAttention.apply(
-            qs,
-            kr,
-            v,
-            forget.queries,
-            forget.keys,
-            _inverse_tau(ctx, forget),
-            ctx.scale,
-            block,
-            chunk,
-            ranges,
-            tile_mask,
-        )
+        tiling = (ctx.scale, block, chunk, _key_ranges(ctx), _tile_mask(ctx))
+        return TiledForgetAttention.apply(qs, kr, v, forget.queries, forget.keys, _inverse_tau(ctx, forget), *tiling)
 
 
 def _key_ranges(ctx: AttentionContext) -> Callable[[int, int], list[tuple[int, int]]]:
@@ -150,26 +134,6 @@ def _tile_mask(ctx: AttentionContext) -> Callable[[int, int, int, int], Tensor |
         return None if bool(allowed.all()) else allowed
 
     return tile
-
-
-@functools.cache
-def _compiled_flex() -> Callable[..., Tensor]:
-    """FlexAttention compiled once per process for the forget score_mod (static shapes, one kernel per bucket)."""
-    return torch.compile(flex_attention, dynamic=False)
-
-
-def _run_compiled_flex(*args: Tensor, **kwargs: object) -> Tensor:
-    """The compiled call under lextra's recompile budget (`RECOMPILE_LIMIT`): past it, dynamo raises rather than
-    run FlexAttention uncompiled (the full L x L scores)."""
-    config = torch._dynamo.config
-    new = hasattr(config, "fail_on_recompile_limit_hit")  # torch >= 2.7; 2.5 and 2.6 name it cache_size_*
-    limit, fail = (
-        ("recompile_limit", "fail_on_recompile_limit_hit") if new else ("cache_size_limit", "fail_on_cache_limit_hit")
-    )
-    with config.patch({limit: RECOMPILE_LIMIT, fail: True}):
-        out = _compiled_flex()(*args, **kwargs)
-    assert isinstance(out, Tensor)
-    return out
 
 
 class ForgetFlex(AttentionBackend):
@@ -214,12 +178,8 @@ class ForgetFlex(AttentionBackend):
 
         block_mask = flex_block_mask(ctx.mask, ctx.q_pos, ctx.k_pos, q.device, ctx.facts)
         qp, kp, vp = (F.pad(t, (0, 0, 0, n - t.shape[-2])) for t, n in ((qs, pad_q), (kr, pad_k), (v, pad_k)))
-        if q.device.type == "cpu":
-            with warnings.catch_warnings():  # eager on purpose: inductor's CPU flex path is not used here
-                warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
-                out = flex_attention(qp, kp, vp, score_mod=score_mod, block_mask=block_mask, scale=ctx.scale)
-        else:
-            out = _run_compiled_flex(qp, kp, vp, score_mod=score_mod, block_mask=block_mask, scale=ctx.scale)
+        eager = q.device.type == "cpu"  # inductor's CPU flex path is not used here
+        out = flex_call(qp, kp, vp, eager, score_mod=score_mod, block_mask=block_mask, scale=ctx.scale)
         assert isinstance(out, Tensor)
         return out[..., :Lq, :]
 

@@ -9,7 +9,7 @@ temperature when the bias is tempered)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -27,14 +27,28 @@ KeyRanges = Callable[[int, int], list[tuple[int, int]]]
 TileMask = Callable[[int, int, int, int], Tensor | None]
 
 
-def _tiles(
-    n_queries: int, block: int, chunk: int, key_ranges: KeyRanges
-) -> Iterator[tuple[int, int, list[tuple[int, int]]]]:
-    """Query blocks with the key chunks each may see."""
-    for start in range(0, n_queries, block):
-        stop = min(start + block, n_queries)
-        chunks = [(lo, min(lo + chunk, hi)) for a, hi in key_ranges(start, stop) for lo in range(a, hi, chunk)]
-        yield start, stop, chunks
+class _Tiling(NamedTuple):
+    """A call's tiling: the scale, query rows per block, keys per chunk, and the mask as key ranges and tiles."""
+
+    scale: float
+    block: int
+    chunk: int
+    key_ranges: KeyRanges
+    tile_mask: TileMask
+
+    def tiles(self, n_queries: int) -> Iterator[tuple[int, int, Iterator[tuple[int, int, Tensor | None]]]]:
+        """Query blocks, each with the key chunks (lo, hi, visible pairs or None: all) it sees, hidden ones skipped."""
+        for start in range(0, n_queries, self.block):
+            stop = min(start + self.block, n_queries)
+            yield start, stop, self._chunks(start, stop)
+
+    def _chunks(self, start: int, stop: int) -> Iterator[tuple[int, int, Tensor | None]]:
+        for first, last in self.key_ranges(start, stop):
+            for lo in range(first, last, self.chunk):
+                hi = min(lo + self.chunk, last)
+                allowed = self.tile_mask(start, stop, lo, hi)
+                if allowed is None or bool(allowed.any()):
+                    yield lo, hi, allowed
 
 
 def _scores(
@@ -49,33 +63,19 @@ def _scores(
 
 
 def _online_forward(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    cq: Tensor,
-    ck: Tensor,
-    rows: Tensor | None,
-    scale: float,
-    block: int,
-    chunk: int,
-    key_ranges: KeyRanges,
-    tile_mask: TileMask,
-    work: torch.dtype,
+    q: Tensor, k: Tensor, v: Tensor, cq: Tensor, ck: Tensor, rows: Tensor | None, tiling: _Tiling, work: torch.dtype
 ) -> tuple[Tensor, Tensor]:
     """The forward as explicit tiles in `work` precision with an online softmax: output and rows' log-sum-exp."""
     B, H, Lq, _ = q.shape
     out = torch.zeros(B, H, Lq, v.shape[-1], dtype=work, device=q.device)
     lse = torch.full((B, H, Lq), float("-inf"), dtype=work, device=q.device)
-    for start, stop, chunks in _tiles(Lq, block, chunk, key_ranges):
-        qs = q[..., start:stop, :].to(work) * scale
+    for start, stop, chunks in tiling.tiles(Lq):
+        qs = q[..., start:stop, :].to(work) * tiling.scale
         r = None if rows is None else rows[..., start:stop]
         m = torch.full((B, H, stop - start), float("-inf"), dtype=work, device=q.device)
         total = torch.zeros_like(m)
         acc = out[..., start:stop, :]
-        for lo, hi in chunks:
-            allowed = tile_mask(start, stop, lo, hi)
-            if allowed is not None and not bool(allowed.any()):
-                continue
+        for lo, hi, allowed in chunks:
             s, _ = _scores(qs, k[..., lo:hi, :], cq[..., start:stop], ck[..., lo:hi], r, allowed)
             new_m = torch.maximum(m, s.amax(-1))
             base = new_m.masked_fill(torch.isneginf(new_m), 0.0)
@@ -91,36 +91,23 @@ def _online_forward(
 
 
 def _flash_forward(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    cq: Tensor,
-    ck: Tensor,
-    rows: Tensor | None,
-    scale: float,
-    block: int,
-    chunk: int,
-    key_ranges: KeyRanges,
-    tile_mask: TileMask,
+    q: Tensor, k: Tensor, v: Tensor, cq: Tensor, ck: Tensor, rows: Tensor | None, tiling: _Tiling
 ) -> tuple[Tensor, Tensor]:
     """The forward on the CPU: one flash call per tile, its bias (fp32, hidden pairs -inf) as the float mask, tiles
     merged by log-sum-exp (`merge_tiles`); output and rows' log-sum-exp in fp32."""
     B, H, Lq, _ = q.shape
     out = torch.zeros(B, H, Lq, v.shape[-1], dtype=torch.float32)
     lse = torch.full((B, H, Lq), float("-inf"))
-    for start, stop, chunks in _tiles(Lq, block, chunk, key_ranges):
+    for start, stop, chunks in tiling.tiles(Lq):
         acc = row_lse = None
         r = None if rows is None else rows[..., start:stop, None]
-        for lo, hi in chunks:
-            allowed = tile_mask(start, stop, lo, hi)
-            if allowed is not None and not bool(allowed.any()):
-                continue
+        for lo, hi, allowed in chunks:
             bias = tile_difference(cq[..., start:stop], ck[..., lo:hi])
             bias = bias if r is None else bias.mul_(r)
             if allowed is not None:
                 bias.masked_fill_(~allowed, float("-inf"))
             part, part_lse = attention_with_lse(
-                q[..., start:stop, :], k[..., lo:hi, :], v[..., lo:hi, :], scale, mask=bias
+                q[..., start:stop, :], k[..., lo:hi, :], v[..., lo:hi, :], tiling.scale, mask=bias
             )
             acc, row_lse = merge_tiles(acc, row_lse, part, part_lse)
         if acc is not None and row_lse is not None:
@@ -148,36 +135,33 @@ class TiledForgetAttention(torch.autograd.Function):
         key_ranges: KeyRanges,
         tile_mask: TileMask,
     ) -> Tensor:
-        work = torch.promote_types(q.dtype, torch.float32)
+        tiling = _Tiling(scale, block, chunk, key_ranges, tile_mask)
         if q.device.type == "cpu" and q.dtype in (torch.float32, torch.bfloat16):
-            out, lse = _flash_forward(q, k, v, cq, ck, rows, scale, block, chunk, key_ranges, tile_mask)
+            out, lse = _flash_forward(q, k, v, cq, ck, rows, tiling)
         else:
-            out, lse = _online_forward(q, k, v, cq, ck, rows, scale, block, chunk, key_ranges, tile_mask, work)
+            out, lse = _online_forward(q, k, v, cq, ck, rows, tiling, torch.promote_types(q.dtype, torch.float32))
         ctx.save_for_backward(q, k, v, cq, ck, rows, out, lse)
-        ctx.settings = (scale, block, chunk, key_ranges, tile_mask)
+        ctx.tiling = tiling
         return out.to(v.dtype)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         q, k, v, cq, ck, rows, out, lse = ctx.saved_tensors
-        scale, block, chunk, key_ranges, tile_mask = ctx.settings
-        work = out.dtype
+        tiling: _Tiling = ctx.tiling
+        scale, work = tiling.scale, out.dtype
         dq, dk = torch.zeros_like(q, dtype=work), torch.zeros_like(k, dtype=work)
         dv = torch.zeros_like(v, dtype=work)
         dcq, dck = torch.zeros_like(cq, dtype=work), torch.zeros_like(ck, dtype=work)
         drows = None if rows is None else torch.zeros(*cq.shape, dtype=work, device=q.device)
         grad = grad.to(work)
-        for start, stop, chunks in _tiles(q.shape[-2], block, chunk, key_ranges):
+        for start, stop, chunks in tiling.tiles(q.shape[-2]):
             qs = q[..., start:stop, :].to(work) * scale
             r = None if rows is None else rows[..., start:stop]
             g = grad[..., start:stop, :]
             delta = (g * out[..., start:stop, :]).sum(-1, keepdim=True)
             row_lse = lse[..., start:stop, None]
             row_lse = row_lse.masked_fill(torch.isneginf(row_lse), 0.0)
-            for lo, hi in chunks:
-                allowed = tile_mask(start, stop, lo, hi)
-                if allowed is not None and not bool(allowed.any()):
-                    continue
+            for lo, hi, allowed in chunks:
                 kc, vc = k[..., lo:hi, :].to(work), v[..., lo:hi, :].to(work)
                 s, diff = _scores(qs, kc, cq[..., start:stop], ck[..., lo:hi], r, allowed)
                 p = torch.exp(s - row_lse)

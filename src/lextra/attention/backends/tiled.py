@@ -81,6 +81,21 @@ class TileRun:
         self.scheme, self.passes, self.period, self.seq_len, self.label = scheme, passes, period, seq_len, label
         self.softcap, self.sinks, self.bias, self.key_width = softcap, sinks, bias, key_width
 
+    @classmethod
+    def of_passes(cls, ctx: AttentionContext) -> tuple[TileRun, Tensor | None]:
+        """The run of the context's extension passes, and the queries' logit factor (the method's query scale over
+        the temperature, `row_factor`)."""
+        passes = ctx.passes
+        assert passes is not None  # the dispatch runs this under an extension's passes
+        run = cls(ctx.scheme, passes.passes, passes.period, ctx.seq_len or 1, repr(passes), ctx.softcap, ctx.sinks)
+        return run, row_factor(passes.query_scale(ctx.q_pos), ctx.tau, ctx.q_pos.numel(), ctx.device)
+
+    def check_seen(self, lse: Tensor | None, m_lo: int, m_hi: int) -> None:
+        """A ConfigError where a merged row saw no key (its log-sum-exp at the floor): each query's own position
+        must be among the keys."""
+        if lse is None or bool((lse <= LSE_FLOOR).any()):
+            raise ConfigError(f"{self.label}: queries at {m_lo}..{m_hi} see no key; their own positions must be keys")
+
     def queries(self, qc: Tensor, k: Tensor, at: Tensor) -> Tensor:
         if self.scheme is None:
             return qc
@@ -104,7 +119,7 @@ def tiled_passes(
     block = max(1, int(block_size or TILE))
     if run.scheme is not None and run.scheme.rotate_span is not None:
         block = min(block, run.scheme.rotate_span)
-    call = _TiledCall(q, k, v, run, ctx.q_pos, ctx.k_pos, ctx.scale, rows, block)
+    call = _TiledCall(q, k, v, run, ctx, rows, block)
     q_sorted = all(a <= b for a, b in itertools.pairwise(call.q_list))
     out = None if call.grad else q.new_empty(B, H, Lq, v.shape[-1])
     outputs: list[Tensor] = []
@@ -122,20 +137,11 @@ class _TiledCall:
     computes a query block's output (fp32) over every pass and key tile."""
 
     def __init__(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        run: TileRun,
-        q_pos: Tensor,
-        k_pos: Tensor,
-        scale: float,
-        rows: Tensor | None,
-        block: int,
+        self, q: Tensor, k: Tensor, v: Tensor, run: TileRun, ctx: AttentionContext, rows: Tensor | None, block: int
     ) -> None:
-        self.q, self.k, self.v, self.run, self.q_pos, self.k_pos = q, k, v, run, q_pos, k_pos
-        self.scale, self.rows, self.width = scale, rows, run.key_width or block
-        self.q_list, self.k_list = q_pos.tolist(), k_pos.tolist()
+        self.q, self.k, self.v, self.run, self.q_pos, self.k_pos = q, k, v, run, ctx.q_pos, ctx.k_pos
+        self.scale, self.rows, self.width = ctx.scale, rows, run.key_width or block
+        self.q_list, self.k_list = ctx.q_pos.tolist(), ctx.k_pos.tolist()
         self.k_sorted = all(a <= b for a, b in itertools.pairwise(self.k_list))
         self.contiguous = contiguous_run(self.q_list) and contiguous_run(self.k_list)
         self.grad = torch.is_grad_enabled()
@@ -152,10 +158,8 @@ class _TiledCall:
             lse = torch.full((B, H, stop - start), float("-inf"), device=self.q.device)
         for p in self.run.passes(m_lo, m_hi):
             acc, lse = self._pass(p, start, stop, (m_lo, m_hi), acc, lse)
-        if acc is None or lse is None or bool((lse <= LSE_FLOOR).any()):
-            raise ConfigError(
-                f"{self.run.label}: queries at {m_lo}..{m_hi} see no key; their own positions must be keys"
-            )
+        self.run.check_seen(lse, m_lo, m_hi)
+        assert acc is not None and lse is not None
         sinks = self.run.sinks
         return acc if sinks is None else with_sinks(acc, lse, block_sinks(sinks, start, stop))
 
@@ -468,10 +472,7 @@ def tiled_extension(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> T
     tiles, merged by log-sum-exp; equal to the reference's formula without its Lq x Lk tensors. Every query's own
     position must be among the keys' (each method shows a query itself, d = 0). Without autograd on CPU each tile
     is one flash kernel call; elsewhere an exact fp32 computation per tile."""
-    passes = ctx.passes
-    assert passes is not None  # the dispatch runs this under an extension's passes
-    run = TileRun(ctx.scheme, passes.passes, passes.period, ctx.seq_len or 1, repr(passes), ctx.softcap, ctx.sinks)
-    rows = row_factor(passes.query_scale(ctx.q_pos), ctx.tau, ctx.q_pos.numel(), q.device)
+    run, rows = TileRun.of_passes(ctx)
     return tiled_passes(q, k, v, run, ctx, rows, ctx.block_size)
 
 
