@@ -18,5 +18,5 @@ __all__ = [
     "Pass",
     "build_extension",
     "check_scheme",
-from lextra.extend.attention import ExtendedAttention
+    "inference_target",
 ]
