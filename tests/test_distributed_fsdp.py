@@ -22,7 +22,7 @@ from lextra.train import TrainConfig, train
 #: two-process run equal a one-process run)
 SETTINGS = dict(limit_chars=60_000, batch_size=4, steps=4, warmup=2, checkpoint_every=2, log_every=1,
                 eval_sequences=2, eval_every=2)  # fmt: skip
-MODEL = dict(n_layer=2, n_head=2, d_model=16, train_len=16, scheme="kerple_log")
+MODEL = dict(n_layer=2, n_head=2, d_model=16, train_len=16, layer_plan="kerple_log")
 
 #: run under torchrun: a sharded run stopped after step 2 (recording the sharded model's logits of a fixed batch),
 #: resumed, then the same run straight through

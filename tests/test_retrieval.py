@@ -241,7 +241,7 @@ def test_the_prefill_attends_with_the_mask_the_setup_set() -> None:
     from lextra.extend import InferenceSetup
 
     torch.manual_seed(0)
-    model = GPT(GPTConfig(n_layer=2, n_head=2, d_model=32, train_len=16, scheme="alibi")).eval()
+    model = GPT(GPTConfig(n_layer=2, n_head=2, d_model=32, train_len=16, layer_plan="alibi")).eval()
     prompts = torch.randint(0, 256, (2, 40), generator=torch.Generator().manual_seed(0))
     causal, _ = prefill(model, prompts)
     InferenceSetup(mask="window:4").apply(model)
