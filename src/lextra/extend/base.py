@@ -106,10 +106,9 @@ class ExtensionMethod(PassExtension):
 EXTENSIONS: Registry[ExtensionMethod] = Registry("extension method", modules=("lextra.extend.methods",))
 
 
-def check_scheme(scheme: PositionScheme | None, method: ExtensionMethod | str) -> None:
+def check_scheme(scheme: PositionScheme | None, method: ExtensionMethod) -> None:
     """Refuse schemes an extension method cannot apply to: it remaps the positions a relative q/k rotation uses,
     so absolute schemes (nope, sinusoidal, learned) and score biases (alibi, t5, kerple, sandwich, fire) have none."""
-    name = method if isinstance(method, str) else method.name
     if scheme is None or not scheme.transforms_qk:
         kind = "none" if scheme is None else scheme.name
         why = "has no q/k rotation to remap"
@@ -118,7 +117,7 @@ def check_scheme(scheme: PositionScheme | None, method: ExtensionMethod | str) -
     else:
         return
     raise ConfigError(
-        f"extension {name!r} remaps the distances of a rotary scheme, but scheme {kind!r} {why}; "
+        f"extension {method.name!r} remaps the distances of a rotary scheme, but scheme {kind!r} {why}; "
         "use it with a rope, xpos or coca model"
     )
 

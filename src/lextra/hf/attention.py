@@ -24,7 +24,7 @@ decoder and cross attention) run the plain computation: causal when the module i
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -35,7 +35,6 @@ from lextra.attention.backends import PassExtension
 from lextra.attention.inference import LayerInference
 from lextra.attention.masks import CausalMask, FullMask, Mask
 from lextra.errors import ConfigError
-from lextra.extend import ExtensionMethod
 
 ATTENTION_NAME = "lextra"
 
@@ -62,12 +61,6 @@ class AttentionState:
     def extended(self) -> list[int]:
         """The layers that attend under a training-free extension method (q and k then arrive un-rotated)."""
         return [index for index, layer in enumerate(self.layers) if layer.extension is not None]
-
-    @property
-    def extension(self) -> ExtensionMethod | None:
-        """The training-free extension method on the `extended` layers, or None."""
-        extended = self.extended
-        return cast("ExtensionMethod", self.layers[extended[0]].extension) if extended else None
 
 
 def _positions(
