@@ -3,7 +3,7 @@
 What it measures
     For every registered extension method (`EXTENSIONS.names()`, the authors' defaults at training length
     `--train-len`, 4096 by default: Self-Extend W = 1024, ReRoPE w = 512, DCA s = 3072 / w = 256, ...) and every
-    length L, one forward call of `attention(q, k, v, scheme=rope, extension=ExtendedAttention(method),
+    length L, one forward call of `attention(q, k, v, scheme=rope, extension=method,
     backend="tiled")` on batch 1, 8 heads, head dim 64, fp32, under `torch.no_grad()`: its wall time and peak
     extra memory (growth of the process's peak RSS across the timed calls, after the inputs are allocated and one
     warm-up call at a small length). The baseline is plain `F.scaled_dot_product_attention(q, k, v,
@@ -54,7 +54,7 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
     import torch.nn.functional as F
 
     from lextra.attention import attention
-    from lextra.extend import ExtendedAttention, build_extension
+    from lextra.extend import build_extension
     from lextra.positions import HeadDims, build_scheme
 
     torch.set_num_threads(int(spec["threads"]))
@@ -77,16 +77,15 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
             return q, k, v
 
     else:
-        import lextra.extend.attention as extend_attention
+        import lextra.attention.backends.tiled as tiled
 
         method = build_extension(spec["method"], train_len)
-        hook = ExtendedAttention(method)
         result["method_repr"] = repr(method)
         result["passes"] = "+".join(p.name for p in method.passes(L - 1, L - 1))
-        result["extend_sha"] = file_sha(extend_attention.__file__)
+        result["tiled_sha"] = file_sha(tiled.__file__)
 
         def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            return attention(q, k, v, scheme=scheme, extension=hook, backend="tiled")
+            return attention(q, k, v, scheme=scheme, extension=method, backend="tiled")
 
         def inputs(n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
             return tuple(torch.randn(BATCH, HEADS, n, HEAD_DIM) for _ in range(3))  # type: ignore[return-value]
@@ -161,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = harness.machine_meta(
         args.threads,
         (
-            "src/lextra/extend/attention.py",
+            "src/lextra/extend/methods.py",
             "src/lextra/attention/backends/chunked.py",
             "src/lextra/attention/backends/tiled.py",
         ),

@@ -19,7 +19,6 @@ from lextra.attention.backends.tiled import tile_attention
 from lextra.errors import ConfigError
 from lextra.extend import (
     EXTENSIONS,
-    ExtendedAttention,
     ExtensionMethod,
     InferenceSetup,
     build_extension,
@@ -192,8 +191,8 @@ def test_decoding_sinks_per_folded_row_equal_sinks_per_head() -> None:
     wide = (k.repeat_interleave(2, 1), v.repeat_interleave(2, 1))
     heads = extended("tiled", q, *wide, scheme, method, q_pos=torch.tensor([89]), softcap=2.0, sinks=sinks)
     rows = q.reshape(1, 2, 2, 16)
-    hook, at = ExtendedAttention(method), torch.tensor([89, 89])
-    ctx = AttentionContext.build(rows, k, scheme=scheme, extension=hook, backend="tiled", q_pos=at, softcap=2.0)
+    at = torch.tensor([89, 89])
+    ctx = AttentionContext.build(rows, k, scheme=scheme, extension=method, backend="tiled", q_pos=at, softcap=2.0)
     folded = run_attention(rows, k, v, replace(ctx, sinks=sinks.reshape(2, 2)))  # sinks per row, as a fold has them
     assert (folded.reshape(1, 4, 1, 16) - heads).abs().max() < 1e-6
 
@@ -243,7 +242,7 @@ def test_a_lextra_model_of_each_family_extends_its_global_layer_exactly(family: 
     for hook in hooks:
         hook.remove()
     v = captured[0].view(1, 100, 2, 16).transpose(1, 2)
-    method = attns[1].extension.method
+    method = attns[1].extension
     want = dense_formula(seen["q"], seen["k"], v, method, seen["q_pos"], seen["k_pos"], seen["softcap"], seen["sinks"])
     assert (family == "gemma2") == (seen["softcap"] is not None) and (family == "gpt-oss") == (
         seen["sinks"] is not None
@@ -278,11 +277,11 @@ def test_on_the_virtual_cuda_device_auto_runs_capped_flex_passes_with_the_cpu_nu
     mix."""
     q, k, v = (x.requires_grad_() for x in _inputs(150))
     scheme, method = _scheme(), build_extension(SPECS[name], 32)
-    hook, weight = ExtendedAttention(method), torch.randn(1, 2, 150, 16)
+    weight = torch.randn(1, 2, 150, 16)
 
     def run(backend: str, *tensors: Tensor) -> list[Tensor]:
         qs, ks, vs, w, sinks = tensors
-        out = attention(qs, ks, vs, scheme=scheme, extension=hook, backend=backend, softcap=2.0, sinks=sinks)
+        out = attention(qs, ks, vs, scheme=scheme, extension=method, backend=backend, softcap=2.0, sinks=sinks)
         return [out.detach(), *torch.autograd.grad((out * w).sum(), [qs, ks, vs])]
 
     want = run("reference", q, k, v, weight, SINKS)
@@ -304,14 +303,14 @@ def test_cuda_flex_passes_with_a_softcap_and_sinks_forward_and_backward_match_th
     device = torch.device("cuda")
     q, k, v = _inputs(777)
     scheme, method = _scheme().to(device), build_extension(SPECS[name], L)
-    hook, sinks = ExtendedAttention(method), SINKS.to(device)
+    sinks = SINKS.to(device)
     q, k, v = (x.to(device).requires_grad_(True) for x in (q, k, v))
     weights = torch.cos(torch.arange(q.numel(), device=device, dtype=torch.float32)).view_as(q)
     results = []
     for backend in ("auto", "reference"):
-        out = attention(q, k, v, scheme=scheme, extension=hook, backend=backend, softcap=2.0, sinks=sinks)
+        out = attention(q, k, v, scheme=scheme, extension=method, backend=backend, softcap=2.0, sinks=sinks)
         results.append((out.detach(), torch.autograd.grad((out * weights).sum(), (q, k, v))))
-    ctx = AttentionContext.build(q, k, scheme=scheme, extension=hook, softcap=2.0, sinks=sinks)
+    ctx = AttentionContext.build(q, k, scheme=scheme, extension=method, softcap=2.0, sinks=sinks)
     assert passes_path(ctx) == "flex"
     (out, grads), (ref, ref_grads) = results
     assert (out - ref).abs().max() < 1e-5

@@ -189,6 +189,6 @@ def test_the_readme_library_snippets_run(tmp_path: Path, monkeypatch: pytest.Mon
     assert namespace["bias"].shape == (8, 128, 4096)
     model = namespace["model"]
     assert model.config.plan()[0].scheme_options["scaling"] == {"rope_type": "yarn", "factor": 4.0}
-    assert {repr(block.attn.extension.method) for block in model.blocks} == {
+    assert {repr(block.attn.extension) for block in model.blocks} == {
         "self_extend(L=128, group=8, window=32, log_scale=False)"
     }

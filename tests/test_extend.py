@@ -14,7 +14,6 @@ from lextra.attention.backends import AttentionContext, get_backend, passes_path
 from lextra.errors import ConfigError, LengthError
 from lextra.extend import (
     EXTENSIONS,
-    ExtendedAttention,
     ExtensionMethod,
     InferenceSetup,
     build_extension,
@@ -57,7 +56,7 @@ def extended(
     backend: str, q: Tensor, k: Tensor, v: Tensor, scheme: PositionScheme, method: ExtensionMethod, **options: Any
 ) -> Tensor:
     """`attention` of q, k, v under `method` with `scheme` on `backend` ("reference", "tiled" or "flex")."""
-    return attention(q, k, v, scheme=scheme, extension=ExtendedAttention(method), backend=backend, **options)
+    return attention(q, k, v, scheme=scheme, extension=method, backend=backend, **options)
 
 
 def test_every_registered_method_is_tested() -> None:
@@ -84,15 +83,14 @@ def test_flex_passes_equal_the_reference(name: str) -> None:
     L = 64 every method's passes are non-trivial (DCA: 18 chunks, so three passes per block)."""
     scheme, q, k, v = _inputs("rope", 777)
     method = build_extension(SPECS[name], L)
-    hook = ExtendedAttention(method)
     tau = torch.tensor([0.8, 1.3])
     with torch.no_grad():
         ref = extended("reference", q, k, v, scheme, method, temperature=tau)
-        out = attention(q, k, v, scheme=scheme, extension=hook, backend="flex", temperature=tau)
+        out = attention(q, k, v, scheme=scheme, extension=method, backend="flex", temperature=tau)
         assert (out - ref).abs().max() < 1e-5
-        last = attention(q[..., -5:, :], k, v, scheme=scheme, extension=hook, backend="flex", temperature=tau)
+        last = attention(q[..., -5:, :], k, v, scheme=scheme, extension=method, backend="flex", temperature=tau)
         assert (last - ref[..., -5:, :]).abs().max() < 1e-5
-        one = attention(q[..., -1:, :], k, v, scheme=scheme, extension=hook, backend="flex", temperature=tau)
+        one = attention(q[..., -1:, :], k, v, scheme=scheme, extension=method, backend="flex", temperature=tau)
         assert (one - ref[..., -1:, :]).abs().max() < 1e-5
         kept = torch.cat((torch.arange(3), torch.arange(700, 777)))  # an evicted cache: positions not contiguous
         evicted = (q[..., -1:, :], k[..., kept, :], v[..., kept, :], scheme, method)
@@ -123,12 +121,12 @@ def test_auto_runs_the_passes_through_flex_on_cuda_and_tiled_on_cpu() -> None:
 
 def test_flex_passes_refuse_autograd_on_cpu_and_xpos_past_its_span() -> None:
     scheme, q, k, v = _inputs("rope", 50)
-    hook = ExtendedAttention(build_extension("rerope", L))
+    method = build_extension("rerope", L)
     with pytest.raises(ConfigError, match="cannot train on CPU"):
-        attention(q.requires_grad_(True), k, v, scheme=scheme, extension=hook, backend="flex")
+        attention(q.requires_grad_(True), k, v, scheme=scheme, extension=method, backend="flex")
     xpos, q, k, v = _inputs("xpos", xpos_span() + 1)
     with torch.no_grad(), pytest.raises(ConfigError, match="xpos is exact within"):
-        attention(q, k, v, scheme=xpos, extension=hook, backend="flex")
+        attention(q, k, v, scheme=xpos, extension=method, backend="flex")
 
 
 def xpos_span() -> int:
@@ -314,7 +312,7 @@ def test_absolute_and_bias_schemes_are_refused(scheme_name: str) -> None:
 def test_a_mask_other_than_causal_is_refused() -> None:
     scheme, q, k, v = _inputs("rope", 20)
     with pytest.raises(ConfigError, match="mask='causal'"):
-        attention(q, k, v, scheme=scheme, extension=ExtendedAttention(build_extension("rerope", L)), mask="window:8")
+        attention(q, k, v, scheme=scheme, extension=build_extension("rerope", L), mask="window:8")
 
 
 def _tiny_model(seed: int = 0) -> GPT:
@@ -454,14 +452,13 @@ def test_cuda_flex_passes_forward_and_backward_match_the_reference(name: str) ->
     scheme, q, k, v = _inputs("rope", 777)
     scheme = scheme.to(device)
     method = build_extension(SPECS[name], L)
-    hook = ExtendedAttention(method)
     q, k, v = (x.to(device).requires_grad_(True) for x in (q, k, v))
     weights = torch.cos(torch.arange(q.numel(), device=device, dtype=torch.float32)).view_as(q)
     results = []
     for backend in ("auto", "reference"):
-        out = attention(q, k, v, scheme=scheme, extension=hook, backend=backend)
+        out = attention(q, k, v, scheme=scheme, extension=method, backend=backend)
         results.append((out.detach(), torch.autograd.grad((out * weights).sum(), (q, k, v))))
-    assert passes_path(AttentionContext.build(q, k, scheme=scheme, extension=hook)) == "flex"
+    assert passes_path(AttentionContext.build(q, k, scheme=scheme, extension=method)) == "flex"
     (out, grads), (ref, ref_grads) = results
     assert (out - ref).abs().max() < 1e-5
     for grad, expected in zip(grads, ref_grads, strict=True):

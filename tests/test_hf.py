@@ -472,7 +472,7 @@ def test_each_layer_equals_the_dense_reference_of_its_method(spec: str, scaling:
     """Each layer's attention under the method equals the `reference` backend's on that layer's q, k, v
     (from the layer's own projections, un-rotated) with lextra's RoPE of the model's base and scaling."""
     from lextra.attention import attention
-    from lextra.extend import ExtendedAttention, build_extension
+    from lextra.extend import build_extension
     from lextra.positions import HeadDims, build_scheme
     from lextra.positions.scaling import parse_rope_scaling
 
@@ -498,8 +498,8 @@ def test_each_layer_equals_the_dense_reference_of_its_method(spec: str, scaling:
         q = attn.q_proj(hidden).view(2, 90, 4, 16).transpose(1, 2)
         k = attn.k_proj(hidden).view(2, 90, 2, 16).transpose(1, 2).repeat_interleave(2, dim=1)
         v = attn.v_proj(hidden).view(2, 90, 2, 16).transpose(1, 2).repeat_interleave(2, dim=1)
-        hook = ExtendedAttention(build_extension(method, 32))
-        reference = attention(q, k, v, scheme=scheme, extension=hook, backend="reference", scale=attn.scaling)
+        built = build_extension(method, 32)
+        reference = attention(q, k, v, scheme=scheme, extension=built, backend="reference", scale=attn.scaling)
         want = attn.o_proj(reference.transpose(1, 2).reshape(2, 90, 64))
         assert (got - want).abs().max() < 1e-5
 

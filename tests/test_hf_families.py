@@ -303,7 +303,7 @@ def _relative(got: torch.Tensor, want: torch.Tensor) -> float:
 def test_an_extended_family_gives_the_same_logits_on_the_reference_backend_and_auto(
     family: str, method: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The extended layers attend through one `attention` call with the state's `ExtendedAttention`: under
+    """The extended layers attend through one `attention` call with the state's method: under
     `backend='reference'` the method's dense reference, under 'auto' its tiled passes (CPU), with the layer's
     softcap (Gemma 2) or sinks (gpt-oss); the same logits (1e-5 relative) past the trained length, in a full
     forward and in cached decoding (one-token steps folded onto the key/value heads)."""
@@ -311,8 +311,8 @@ def test_an_extended_family_gives_the_same_logits_on_the_reference_backend_and_a
     import lextra.attention.backends.tiled as tiled
 
     model = InferenceSetup(extension=method).apply(adapt(tiny(family, scale_qk=4.0)))
-    wrapper = model.state.layers[model.state.extended[0]].extension
-    assert wrapper is not None and wrapper.method is model.extension  # one wrapper per method, kept in the state
+    method_of = model.state.layers[model.state.extended[0]].extension
+    assert method_of is not None and method_of is model.extension  # the method itself, kept in the state
     tokens = ids(48)
     calls: list[str] = []
     _spied(monkeypatch, dense, ["extension_logits"], calls)
@@ -324,7 +324,7 @@ def test_an_extended_family_gives_the_same_logits_on_the_reference_backend_and_a
         logits[backend] = _full_and_cached(model, tokens, 36)
         want = "extension_logits" if backend == "reference" else "tiled_extension"
         assert set(calls) == {want} and len(calls) == len(model.state.extended) * (2 + 12)
-    assert model.state.layers[model.state.extended[0]].extension is wrapper  # not rebuilt per call
+    assert model.state.layers[model.state.extended[0]].extension is method_of  # not rebuilt per call
     for auto, reference in zip(logits["auto"], logits["reference"], strict=True):
         assert _relative(auto, reference) < 1e-5
     plain = adapt(tiny(family, scale_qk=4.0))(tokens)

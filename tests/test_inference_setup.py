@@ -11,7 +11,7 @@ import torch
 import transformers
 
 from lextra.errors import ConfigError
-from lextra.extend import KEEP, ExtendedAttention, InferenceSetup, build_extension
+from lextra.extend import KEEP, ExtensionMethod, InferenceSetup, build_extension
 from lextra.hf import HFCausalLM, HFSeq2Seq, adapt
 from lextra.methods import known_methods, methods_for, prepared
 from lextra.model import GPT, GPTConfig
@@ -58,7 +58,7 @@ def test_a_setup_gives_a_gpt_the_logits_of_the_settings_it_replaces() -> None:
 def test_a_setup_s_extension_is_its_reference() -> None:
     base, ids = _gpt(), _tokens()
     new = InferenceSetup(extension="rerope:window=8").apply(copy.deepcopy(base))
-    assert all(isinstance(block.attn.extension, ExtendedAttention) for block in new.blocks)
+    assert all(isinstance(block.attn.extension, ExtensionMethod) for block in new.blocks)
     assert (new(ids) - new(ids, backend="reference")).abs().max() < 1e-5
     InferenceSetup(extension="none").apply(new)
     assert all(block.attn.extension is None for block in new.blocks)

@@ -128,14 +128,12 @@ pair = build_ruler_task("niah_pair", ByteTokenizer()).sample(1500, 0)
 key = build_task("toy-key", ByteTokenizer()).sample(40, 0.5, random.Random(0))
 d, visible = clip.remap(torch.tensor([9]), torch.arange(10))
 from lextra.attention import attention
-from lextra.extend import ExtendedAttention
 rope = build_scheme("rope", HeadDims(2, 16, 32, 32))
 gen = torch.Generator().manual_seed(0)
 q, k, v = (torch.randn(1, 2, 100, 16, generator=gen) for _ in range(3))
 with torch.no_grad():
-    hook = ExtendedAttention(clip)
-    ref = attention(q, k, v, scheme=rope, extension=hook, backend="reference")
-    tiled = [attention(q, k, v, scheme=rope, extension=hook, backend="tiled", block_size=b) for b in (7, None)]
+    ref = attention(q, k, v, scheme=rope, extension=clip, backend="reference")
+    tiled = [attention(q, k, v, scheme=rope, extension=clip, backend="tiled", block_size=b) for b in (7, None)]
     errors = [(out - ref).abs().max() for out in tiled]
     fast_error = float(max(errors))
 try:

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from lextra import serialize
 from lextra.attention import PositionLayout, attention, build_mask
-from lextra.attention.backends import AttentionExtension
+from lextra.attention.backends import AttentionExtension, PassExtension
 from lextra.attention.fox import forget_inputs
 from lextra.attention.inference import LayerInference
 from lextra.attention.masks import CausalMask, Mask
@@ -228,7 +228,7 @@ class SelfAttention(nn.Module):
         return self._piece_value("score_cap")
 
     @property
-    def extension(self) -> AttentionExtension | None:
+    def extension(self) -> PassExtension | None:
         """The training-free extension method the layer attends through, or None; the cache evicts the keys its
         `retains` drops. Read-only: an `InferenceSetup` sets it."""
         return self.inference.extension

@@ -5,8 +5,8 @@ Every backend computes `run(q, k, v, ctx)`: the context carries everything a cal
 (scheme, mask, positions, scale, temperature, block size, sinks, softcap, a materialised score bias and padding
 mask), the backend it asked for (`backend`, "auto" by default) and the extension or wrapper it attends through
 (`extension`), checked and normalised once.
-An extension is a wrapper: a training-free method's passes (`AttentionExtension.passes`, which the `reference`,
-`tiled` and `flex` backends run) or S2-Attn, which names the backend computing a call under it
+An extension is a wrapper: a training-free method (a `PassExtension`, whose passes the `reference`, `tiled` and
+`flex` backends run) or S2-Attn, which names the backend computing a call under it
 (`AttentionExtension.backend_for`), so one dispatch (`lextra.attention.backends.run_attention`) serves plain and
 extended calls alike.
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
-from typing import ClassVar, Protocol, TypedDict, Unpack
+from typing import ClassVar, TypedDict, Unpack
 
 import torch
 from torch import Tensor
@@ -128,9 +128,9 @@ class AttentionContext:
         return self.facts.seq_len
 
     @property
-    def passes(self) -> PassPlan | None:
-        """The extension's passes the call runs instead of `mask` (None: plain attention)."""
-        return None if self.extension is None else self.extension.passes
+    def passes(self) -> PassExtension | None:
+        """The extension whose passes the call runs instead of `mask` (None: plain attention)."""
+        return self.extension if isinstance(self.extension, PassExtension) else None
 
     @property
     def materialised(self) -> bool:
@@ -299,26 +299,9 @@ class AttentionBackend(ABC):
         return f"{type(self).__name__}()"
 
 
-class PassPlan(Protocol):
-    """What the backends run of a training-free extension method (`lextra.extend.ExtensionMethod`): the formula
-    (`remap`, `query_scale`) for the dense reference, and per block of queries inside one `period` the passes
-    (`lextra.attention.masks.Pass`) whose partial softmaxes merge by log-sum-exp."""
-
-    @property
-    def period(self) -> int | None: ...
-
-    def remap(self, m: Tensor, n: Tensor) -> tuple[Tensor, Tensor]: ...
-
-    def passes(self, q_first: int, q_last: int) -> list[Pass]: ...
-
-    def query_scale(self, m: Tensor) -> Tensor | None: ...
-
-    def check(self, scheme: PositionScheme | None, n_positions: int) -> None: ...
-
-
 class AttentionExtension:
-    """A wrapper a layer attends through: a training-free extension method's passes (`passes`, run by the
-    dispatch's backends: `lextra.extend.ExtendedAttention`) or S2-Attn (`lextra.attention.s2.S2Attention`), which
+    """A wrapper a layer attends through: a training-free extension method (a `PassExtension`, whose passes the
+    dispatch's backends run: `lextra.extend.ExtensionMethod`) or S2-Attn (`lextra.attention.s2.S2Attention`), which
     names the backend computing a call under it (`backend_for`); `retains` says which cached keys later queries
     still see."""
 
@@ -327,14 +310,39 @@ class AttentionExtension:
     #: whether it treats every head alike, so that query heads sharing a key/value head may be folded into rows
     #: (`AttentionContext.fold_heads`); False where heads differ (S2-Attn shifts half of them)
     heads_alike: ClassVar[bool] = False
-    #: the passes the backends run under this wrapper (an extension method), or None
-    passes: PassPlan | None = None
 
     def backend_for(self, ctx: AttentionContext) -> AttentionBackend | None:
         """The backend computing `ctx` under this wrapper for the backend the call asked for (`ctx.backend`), or
-        None where the dispatch chooses (a wrapper with `passes`)."""
+        None where the dispatch chooses (a `PassExtension`)."""
         return None
 
     def retains(self, k_pos: Tensor, next_query: int) -> Tensor | None:
         """Which cached keys a query at `next_query` or later can still see (None: all of them)."""
         return None
+
+
+class PassExtension(AttentionExtension, ABC):
+    """An extension whose passes the backends run (a training-free extension method, `lextra.extend.ExtensionMethod`):
+    the formula (`remap`, `query_scale`) for the dense reference, and per block of queries inside one `period` the
+    passes (`lextra.attention.masks.Pass`) whose partial softmaxes merge by log-sum-exp. The passes set their own
+    visibility, so the call's mask must be causal; every head is treated alike."""
+
+    heads_alike = True
+    #: query blocks of the fast path are cut at multiples of this many positions, or None
+    period: int | None = None
+
+    @abstractmethod
+    def remap(self, m: Tensor, n: Tensor) -> tuple[Tensor, Tensor]:
+        """Elementwise, broadcasting over position tensors: (d' as float64, visible) for each pair."""
+
+    @abstractmethod
+    def passes(self, q_first: int, q_last: int) -> list[Pass]:
+        """The passes for queries at positions q_first..q_last (inside one `period`); the first one holds d = 0."""
+
+    def query_scale(self, m: Tensor) -> Tensor | None:
+        """A factor on each query's logits (Lq,) in fp32, or None (1)."""
+        return None
+
+    @abstractmethod
+    def check(self, scheme: PositionScheme | None, n_positions: int) -> None:
+        """Refuse a call the extension cannot run (its scheme, its length) with an error naming the fix."""

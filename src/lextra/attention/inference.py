@@ -15,7 +15,7 @@ from operator import mul
 
 from torch import Tensor
 
-from lextra.attention.backends import AttentionExtension
+from lextra.attention.backends import PassExtension
 from lextra.attention.masks import Mask
 from lextra.attention.pieces import TemperatureTuning
 from lextra.positions.base import PositionScheme
@@ -38,7 +38,7 @@ class LayerInference:
     #: Llama 4's query temperature tuning added at inference, or None
     temp_tuning: TemperatureTuning | None = None
     #: the training-free extension method the layer attends through, or None
-    extension: AttentionExtension | None = None
+    extension: PassExtension | None = None
     #: lextra's rotation of q and k in place of the model's own (a Hugging Face layer's RoPE), or None
     rotary: PositionScheme | None = None
 

@@ -12,19 +12,24 @@ distance band. The passes' visible sets partition the method's; each pass is one
 partial results merge exactly by log-sum-exp (the `tiled` and `flex` backends, `lextra.attention.backends`). A
 query block never straddles a multiple of `period` (Dual Chunk Attention's chunks), so each pass's rule is a band
 and a key range there.
+
+A method is the extension a layer attends through (`LayerInference.extension`, written by `InferenceSetup`), so
+full forwards and cached decoding run the same passes: a new query at m runs them over the cached, un-rotated keys,
+which is each author's decode rule with the full forward's numbers. Methods with a bounded view (sinks,
+LM-Infinite) let the cache evict the keys no later query sees (`retains`).
 """
 
 from __future__ import annotations
 
 import math
-from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
-from lextra.attention.masks import Pass
+from lextra.attention.backends import PassExtension
+from lextra.attention.masks import Pass as Pass  # for method plugins
 from lextra.attention.masks import same_position as same_position  # for method plugins
 from lextra.errors import ConfigError, LengthError
 from lextra.positions.base import PositionScheme
@@ -41,39 +46,24 @@ def constant_position(value: float) -> Callable[[Tensor], Tensor]:
     return at
 
 
-class ExtensionMethod(ABC):
-    """Base class of the `EXTENSIONS` registry: a method bound to a model's training length L.
+class ExtensionMethod(PassExtension):
+    """Base class of the `EXTENSIONS` registry: a method bound to a model's training length L, and the extension a
+    layer attends through (`attention(..., extension=method)`, `LayerInference.extension`): the backends run its
+    `passes`, the dispatch checks a call with `check`, a cache evicts the keys `retains` drops.
 
     Subclasses take keyword-only options (the authors' defaults; None = derived from L), validate them with
     errors that name the fix, and define `remap` (the formula), `passes` (the fast path) and, where they have
-    them, `query_scale`, `max_length` and `retains` (which cached keys later queries still see).
+    them, `query_scale`, `period`, `max_length` and `retains` (which cached keys later queries still see).
     """
 
-    name: ClassVar[str] = "extension"
     summary: ClassVar[str] = ""
     #: the option a bare `NAME:VALUE` spec sets, or None
     positional: ClassVar[str | None] = None
     #: how each option left at None is derived from L (what `lextra list` shows as its default)
     derived_defaults: ClassVar[dict[str, str]] = {}
-    #: query blocks of the fast path are cut at multiples of this many positions, or None
-    period: int | None = None
 
     def __init__(self, train_len: int) -> None:
         self.train_len = check_int(f"{self.name}: training length", train_len, 2, hint="L of the model")
-
-    # --- the formula --------------------------------------------------------------------------------
-    @abstractmethod
-    def remap(self, m: Tensor, n: Tensor) -> tuple[Tensor, Tensor]:
-        """Elementwise, broadcasting over position tensors: (d' as float64, visible) for each pair."""
-
-    def query_scale(self, m: Tensor) -> Tensor | None:
-        """A factor on each query's logits (Lq,) in fp32, or None (1)."""
-        return None
-
-    # --- the fast path ------------------------------------------------------------------------------
-    @abstractmethod
-    def passes(self, q_first: int, q_last: int) -> list[Pass]:
-        """The passes for queries at positions q_first..q_last (inside one `period`); the first one holds d = 0."""
 
     # --- lengths and caches -------------------------------------------------------------------------
     def max_length(self) -> int | None:
@@ -116,10 +106,9 @@ class ExtensionMethod(ABC):
 EXTENSIONS: Registry[ExtensionMethod] = Registry("extension method", modules=("lextra.extend.methods",))
 
 
-def check_scheme(scheme: PositionScheme | None, method: ExtensionMethod | str) -> None:
+def check_scheme(scheme: PositionScheme | None, method: ExtensionMethod) -> None:
     """Refuse schemes an extension method cannot apply to: it remaps the positions a relative q/k rotation uses,
     so absolute schemes (nope, sinusoidal, learned) and score biases (alibi, t5, kerple, sandwich, fire) have none."""
-    name = method if isinstance(method, str) else method.name
     if scheme is None or not scheme.transforms_qk:
         kind = "none" if scheme is None else scheme.name
         why = "has no q/k rotation to remap"
@@ -128,7 +117,7 @@ def check_scheme(scheme: PositionScheme | None, method: ExtensionMethod | str) -
     else:
         return
     raise ConfigError(
-        f"extension {name!r} remaps the distances of a rotary scheme, but scheme {kind!r} {why}; "
+        f"extension {method.name!r} remaps the distances of a rotary scheme, but scheme {kind!r} {why}; "
         "use it with a rope, xpos or coca model"
     )
 

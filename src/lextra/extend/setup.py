@@ -30,7 +30,6 @@ from lextra.attention.masks import Mask, build_mask
 from lextra.attention.pieces import PIECES, TemperatureTuning
 from lextra.attention.plan import LayerVariant, select_layers
 from lextra.errors import ConfigError
-from lextra.extend.attention import ExtendedAttention
 from lextra.extend.base import ExtensionMethod, build_extension
 from lextra.positions.base import HeadDims
 from lextra.positions.logn import LOG_SCALINGS, check_log_scaling, log_scaling_names
@@ -231,10 +230,9 @@ def _set_temperatures(target: InferenceTarget, temperatures: Any) -> None:
 
 
 def _set_extension(target: InferenceTarget, method: ExtensionMethod | None, layers: list[int]) -> None:
-    """`method` on `layers` through one `ExtendedAttention`, no method on the others (None: on none)."""
-    hook = None if method is None else ExtendedAttention(method)
+    """`method` on `layers`, no method on the others (None: on none)."""
     for index, layer in enumerate(target.inference_layers):
-        layer.extension = hook if index in layers else None
+        layer.extension = method if index in layers else None
     target._rotation_changed()
 
 

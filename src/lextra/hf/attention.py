@@ -13,7 +13,7 @@ Under `auto` the dispatch sends a plain layer's windows and BCA on CPU to the ti
 
 Under a training-free extension method (set through `InferenceSetup`) the model's rotary embedding returns the
 identity, so q and k arrive un-rotated (and the cache holds un-rotated keys); the extended layers then attend
-through their one `lextra.extend.ExtendedAttention`, with the layer's RoPE (`LayerInference.rotary`: lextra's RoPE
+through their method (`LayerInference.extension`), with the layer's RoPE (`LayerInference.rotary`: lextra's RoPE
 with Hugging Face's own frequencies, scalings included) as the scheme:
 the method's dense reference, tiled passes or FlexAttention passes, as for a lextra model's layer.
 
@@ -24,17 +24,17 @@ decoder and cross attention) run the plain computation: causal when the module i
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from lextra.analysis.capture import CapturedLayer, LayerAttention
 from lextra.attention import attention, expand_kv
+from lextra.attention.backends import PassExtension
 from lextra.attention.inference import LayerInference
 from lextra.attention.masks import CausalMask, FullMask, Mask
 from lextra.errors import ConfigError
-from lextra.extend import ExtendedAttention, ExtensionMethod
 
 ATTENTION_NAME = "lextra"
 
@@ -61,12 +61,6 @@ class AttentionState:
     def extended(self) -> list[int]:
         """The layers that attend under a training-free extension method (q and k then arrive un-rotated)."""
         return [index for index, layer in enumerate(self.layers) if layer.extension is not None]
-
-    @property
-    def extension(self) -> ExtensionMethod | None:
-        """The training-free extension method on the `extended` layers, or None."""
-        extended = self.extended
-        return cast(ExtendedAttention, self.layers[extended[0]].extension).method if extended else None
 
 
 def _positions(
@@ -107,10 +101,10 @@ def lextra_attention(
     sinks, softcap = kwargs.get("s_aux"), kwargs.get("softcap")
     capturing = state is not None and state.capture_layer == layer
     own = None if state is None else state.layers[layer]
-    wrapper = None if own is None else cast("ExtendedAttention | None", own.extension)
+    method = None if own is None else own.extension
     rotary = None if own is None else own.rotary
-    if wrapper is not None:  # the method rotates q and k at its remapped positions (`scheme=rotary` below)
-        _check_extended(wrapper.method, capturing, attention_mask, q_pos, k_pos)
+    if method is not None:  # the method rotates q and k at its remapped positions (`scheme=rotary` below)
+        _check_extended(method, capturing, attention_mask, q_pos, k_pos)
         attention_mask = None  # plain causal: the layer's mask
     elif rotary is not None:  # lextra rotates this layer (a scaling on some layers only)
         query, key = rotary.rotate(query, key, q_pos, k_pos)
@@ -128,7 +122,7 @@ def lextra_attention(
         query,
         key,
         value,
-        scheme=rotary if wrapper is not None else None,
+        scheme=rotary if method is not None else None,
         mask=mask,
         q_pos=q_pos,
         k_pos=k_pos,
@@ -139,13 +133,13 @@ def lextra_attention(
         softcap=softcap,
         score_bias=position_bias,
         padding=attention_mask,
-        extension=wrapper,
+        extension=method,
     )
     return out.transpose(1, 2).contiguous(), None
 
 
 def _check_extended(
-    method: ExtensionMethod, capturing: bool, attention_mask: Tensor | None, q_pos: Tensor, k_pos: Tensor
+    method: PassExtension, capturing: bool, attention_mask: Tensor | None, q_pos: Tensor, k_pos: Tensor
 ) -> None:
     """What an extended layer refuses, in one line each: capture (the analyses read rotated q and k) and padding.
     Every cached key is kept; methods with a bounded view (attention sinks, LM-Infinite) hide the keys their rule

@@ -20,7 +20,7 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
 from torch import Tensor
@@ -270,7 +270,9 @@ class HFCausalLM(_Adapter):
     # --- RoPE scaling and extension methods, per layer ------------------------------------------------------
     @property
     def extension(self) -> ExtensionMethod | None:
-        return self.state.extension
+        """The training-free extension method on the `state.extended` layers, or None."""
+        extended = self.state.extended
+        return cast(ExtensionMethod, self.state.layers[extended[0]].extension) if extended else None
 
     def _default_scaling_layers(self) -> list[int]:
         """The global rotary layers (Gemma 3's scaling applies to its full-attention layers, as transformers
@@ -298,12 +300,7 @@ class HFCausalLM(_Adapter):
         for layer in layers:
             hf_rope_parameters(self.model.config, self._original_params(layer), scaling)  # refuses before changes
             self.scalings[layer] = None if scaling is None else dict(scaling)
-        self._install_rotation()
-
-    def _rotation_changed(self) -> None:
-        """Under an extension method lextra rotates q and k of every rotary layer (the method's remapped positions
-        on its layers, plain ones elsewhere)."""
-        self._install_rotation()
+        self._rotation_changed()
 
     def _original_params(self, layer: int) -> dict[str, Any]:
         key = self.rope_key(layer)
@@ -315,7 +312,7 @@ class HFCausalLM(_Adapter):
     def _native_parameters(self) -> dict[str, Any] | None:
         """The `rope_parameters` under which Hugging Face's own rotary module rotates every layer as asked, or
         None when layers that share frequencies need different ones (or an extension needs lextra to rotate)."""
-        if self.state.extension is not None:
+        if self.state.extended:
             return None
         per_key: dict[str | None, dict[str, Any]] = {}
         for layer, variant in enumerate(self.variants):
@@ -329,9 +326,11 @@ class HFCausalLM(_Adapter):
             return per_key[None]
         return {**self.original_rope, **{str(key): params for key, params in per_key.items()}}
 
-    def _install_rotation(self) -> None:
-        """Hugging Face rotates with scaled `rope_parameters` where that is exact, else lextra rotates each layer
-        (`lextra.hf.rotary`)."""
+    def _rotation_changed(self) -> None:
+        """Install the rotation the layers ask for after a scaling or an extension method changed: Hugging Face
+        rotates with scaled `rope_parameters` where that is exact, else lextra rotates each rotary layer
+        (`lextra.hf.rotary`; under an extension method every one, at the method's remapped positions on its
+        layers and plain ones elsewhere)."""
         cfg = self.model.config
         device = module_device(self)
         native = self._native_parameters()

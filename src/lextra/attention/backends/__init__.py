@@ -68,7 +68,7 @@ from lextra.attention.context import (
     AttentionContext,
     AttentionExtension,
     AttentionOptions,
-    PassPlan,
+    PassExtension,
     default_positions,
 )
 from lextra.attention.layout import PositionLayout
@@ -91,7 +91,7 @@ __all__ = [
     "AttentionContext",
     "AttentionExtension",
     "AttentionOptions",
-    "PassPlan",
+    "PassExtension",
     "PositionLayout",
     "attention",
     "attention_logits",

@@ -135,15 +135,16 @@ def passes_path(ctx: AttentionContext) -> str:
 def passes_backend(ctx: AttentionContext) -> AttentionBackend:
     """The backend running the context's extension passes (`passes_path`), once the call is checked: a causal
     mask (the method sets its own visibility), no score bias or padding, a scheme and length the method takes."""
-    assert ctx.passes is not None and ctx.extension is not None
-    name = ctx.extension.name
+    method = ctx.passes
+    assert method is not None
+    name = method.name
     if not ctx.mask.exactly_causal:
         raise ConfigError(
             f"extension {name!r} sets its own visibility over causal attention; use mask='causal', not {ctx.mask!r}"
         )
     if ctx.materialised:
         raise ConfigError(f"extension {name!r} runs on unpadded causal inputs, without a score bias or padding mask")
-    ctx.passes.check(ctx.scheme, ctx.seq_len or 1)
+    method.check(ctx.scheme, ctx.seq_len or 1)
     return get_backend(passes_path(ctx))
 
 

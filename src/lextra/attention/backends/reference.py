@@ -58,7 +58,7 @@ def extension_logits(q: Tensor, k: Tensor, ctx: AttentionContext) -> tuple[Tenso
     schemes allowed are relative: that is the score at any a, b with a - b = d'), times the method's query scale
     over the temperature."""
     passes, scheme = ctx.passes, ctx.scheme
-    assert passes is not None and scheme is not None  # the dispatch checked the scheme (`PassPlan.check`)
+    assert passes is not None and scheme is not None  # the dispatch checked the scheme (`PassExtension.check`)
     B, H, Lq, D = q.shape
     Lk, Dk = k.shape[-2], k.shape[-1]
     remapped, visible = passes.remap(ctx.q_pos[:, None], ctx.k_pos[None, :])
