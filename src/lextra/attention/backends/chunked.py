@@ -17,19 +17,16 @@ from lextra.attention.backends.common import (
     MAX_BLOCK,
     MIN_BLOCK,
     TRAIN_BIAS_BLOCK,
-    block_tau,
+    QueryBlock,
     contiguous,
-    emit,
     float_mask,
-    key_block,
     keys_per_block,
     mask_in_place,
     masked_sdpa,
-    query_blocks,
-    rotate,
     scaled_query,
     toeplitz_possible,
     typical_keys,
+    walk_blocks,
 )
 from lextra.attention.backends.materialised import materialised_blocks
 from lextra.attention.backends.scored import scored_attention
@@ -65,51 +62,30 @@ def block_size_for(scheme: PositionScheme | None, n_keys: int, n_heads: int, req
 def chunked_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
     """Query blocks, each attending only the keys its mask allows, with its bias built on the fly. Sinks and a
     softcap: the tiled path merges the sinks as one more tile (causal, no softcap), else `scored_attention`."""
-    scheme, mask, q_pos, k_pos, scale, tau = ctx.scheme, ctx.mask, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau
-    block_size = ctx.block_size
-    Lq, Lk = q.shape[-2], k.shape[-2]
-    if Lq == 0:
+    scheme, mask, block_size = ctx.scheme, ctx.mask, ctx.block_size
+    if q.shape[-2] == 0:
         return q.new_zeros(*q.shape[:-1], v.shape[-1])
     if ctx.materialised:
         return materialised_blocks(q, k, v, ctx)
-    if ctx.softcap is None and tiles_apply(scheme, mask, q_pos, k_pos, q.device, q.dtype):
+    if ctx.softcap is None and tiles_apply(scheme, mask, ctx.q_pos, ctx.k_pos, q.device, q.dtype):
         return tiled_causal_attention(q, k, v, ctx)
     if ctx.sinks is not None or ctx.softcap is not None:
         return scored_attention(q, k, v, ctx)
-    rotate_per_block = _rotates_per_block(scheme, mask)
-    seq_len = ctx.seq_len  # one length for every block
-    if not rotate_per_block:
-        q, k = rotate(scheme, q, k, q_pos, k_pos)
-    keys_sorted = ctx.facts.k_contiguous
-    queries_sorted = bool((q_pos.diff() >= 0).all()) if Lq > 1 else True
     has_bias = scheme is not None and scheme.has_bias
-    window = typical_keys(mask, Lk, block_size or MAX_BLOCK)
-    lean = toeplitz_possible(scheme, mask, q_pos)  # biases and masks as strided views of one table
+    window = typical_keys(mask, k.shape[-2], block_size or MAX_BLOCK)
+    lean = toeplitz_possible(scheme, mask, ctx.q_pos)  # biases and masks as strided views of one table
     block = LEAN_BLOCK if lean and block_size is None else block_size_for(scheme, window, q.shape[1], block_size)
-    # without autograd each block writes into one output tensor; under autograd a list and one cat
-    out = None if torch.is_grad_enabled() else q.new_empty(*q.shape[:-1], v.shape[-1])
-    outputs: list[Tensor] = []
     workspace: dict[str, Tensor] = {}  # per-block bias buffers, reused (`PositionScheme.bias_into`)
-    for start, stop in query_blocks(q_pos, block, mask, queries_sorted):
-        qp, qc = q_pos[start:stop], q[..., start:stop, :]
-        # keys in separate runs (sinks + a window) are gathered into one block of keys
-        kp, kc, vc = key_block(mask, qp, k, v, k_pos, keys_sorted and queries_sorted)
-        if rotate_per_block and scheme is not None:
-            qc, kc = scheme.rotate(qc, kc, qp, kp, seq_len)
-        tau_block = None if tau is None else block_tau(tau, start, stop)
-        local = mask.within(int(qp[0]), int(qp[-1])) if keys_sorted and queries_sorted else mask
-        toeplitz = toeplitz_bias(scheme, local, qp, kp, tau_block) if lean or has_bias else None
+
+    def attend(b: QueryBlock) -> Tensor:
+        toeplitz = toeplitz_bias(scheme, b.mask, b.q_pos, b.k_pos, b.tau) if lean or has_bias else None
         if toeplitz is not None:
             # rows reversed so that the bias is a stride-(1, 1) view of one table: no (H, Lq, Lk) tensor is built
-            flipped = scaled_query(qc, tau_block).flip(-2)
-            result = masked_sdpa(flipped, kc, vc, float_mask(toeplitz, qc), scale)
-            emit(out, outputs, result.flip(-2), start, stop)
-            continue
-        allowed = None if local.hides_nothing else local.allowed(qp, kp)
-        attn_mask = _block_mask(scheme, qp, kp, allowed, tau_block, workspace, qc)
-        result = masked_sdpa(scaled_query(qc, tau_block), kc, vc, attn_mask, scale)
-        emit(out, outputs, result, start, stop)
-    return out if out is not None else torch.cat(outputs, dim=-2)
+            flipped = scaled_query(b.q, b.tau).flip(-2)
+            return masked_sdpa(flipped, b.k, b.v, float_mask(toeplitz, b.q), ctx.scale).flip(-2)
+        return masked_sdpa(scaled_query(b.q, b.tau), b.k, b.v, _block_mask(b, workspace), ctx.scale)
+
+    return walk_blocks(q, k, v, ctx, block, attend, per_block=_rotates_per_block(scheme, mask))
 
 
 def _rotates_per_block(scheme: PositionScheme | None, mask: Mask) -> bool:
@@ -123,33 +99,26 @@ def _rotates_per_block(scheme: PositionScheme | None, mask: Mask) -> bool:
     )
 
 
-def _block_mask(
-    scheme: PositionScheme | None,
-    qp: Tensor,
-    kp: Tensor,
-    allowed: Tensor | None,
-    tau: Tensor | None,
-    workspace: dict[str, Tensor],
-    q: Tensor,
-) -> Tensor | None:
-    """A block's SDPA mask: the scheme's bias over the temperature, -inf where `allowed` hides a pair, 4-D in the
-    dtype `float_mask` gives for `q` (the flash kernel); without a bias the boolean `allowed` (None: every pair
-    visible). Without autograd the bias is built in a reused `workspace` buffer and modified in place."""
-    if scheme is None or not scheme.has_bias:
+def _block_mask(b: QueryBlock, workspace: dict[str, Tensor]) -> Tensor | None:
+    """A block's SDPA mask: the scheme's bias over the temperature, -inf where the mask hides a pair, 4-D in the
+    dtype `float_mask` gives for the block's q (the flash kernel); without a bias the boolean visible pairs (None:
+    every pair visible). Without autograd the bias is built in a reused `workspace` buffer and modified in place."""
+    allowed = b.allowed()
+    grad = torch.is_grad_enabled()
+    bias = b.bias(workspace=None if grad else workspace)  # possibly a reused buffer: modified in place below
+    if bias is None:
         return allowed
-    if not torch.is_grad_enabled():
-        bias = scheme.bias_into(qp, kp, workspace)  # possibly a reused buffer: modified in place below
-        if tau is not None:
-            bias.div_(tau[..., None])
+    if not grad:
+        if b.tau is not None:
+            bias.div_(b.tau[..., None])
         if allowed is not None:
             mask_in_place(bias, allowed)
     else:
-        bias = scheme.bias(qp, kp)
-        if tau is not None:
-            bias = bias / tau[..., None]
+        if b.tau is not None:
+            bias = bias / b.tau[..., None]
         if allowed is not None:
             bias = bias.masked_fill(~allowed, float("-inf"))
-    return float_mask(bias, q)[None]
+    return float_mask(bias, b.q)[None]
 
 
 def toeplitz_bias(

@@ -12,9 +12,10 @@ from lextra.attention.backends.common import (
     MAX_BLOCK,
     MIN_BLOCK,
     attention_with_lse,
-    emit,
+    blockwise,
     float_mask,
     masked_sdpa,
+    query_blocks,
     rotate,
     scaled_query,
 )
@@ -62,17 +63,14 @@ def materialised_block(q: Tensor, k: Tensor, v: Tensor) -> int:
 def materialised_blocks(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
     """Query blocks, each with its rows of the score bias and the padding (`AttentionContext.rows`): one fused
     call per block (`materialised_attention`), or with a softcap the reference computation of the block."""
-    Lq = q.shape[-2]
     block = ctx.block_size or materialised_block(q, k, v)
-    out = None if torch.is_grad_enabled() else q.new_empty(*q.shape[:-1], v.shape[-1])
-    outputs: list[Tensor] = []
-    for start in range(0, Lq, block):
-        stop = min(start + block, Lq)
+
+    def attend(start: int, stop: int) -> Tensor:
         rows, qc = ctx.rows(start, stop), q[..., start:stop, :]
-        if ctx.softcap is not None:
-            result = reference_attention(qc, k, v, rows)
-            assert isinstance(result, Tensor)  # no weights asked for
-        else:
-            result = materialised_attention(qc, k, v, rows)
-        emit(out, outputs, result, start, stop)
-    return out if out is not None else torch.cat(outputs, dim=-2)
+        if ctx.softcap is None:
+            return materialised_attention(qc, k, v, rows)
+        result = reference_attention(qc, k, v, rows)
+        assert isinstance(result, Tensor)  # no weights asked for
+        return result
+
+    return blockwise(q, v, query_blocks(range(q.shape[-2]), block), attend)
