@@ -21,7 +21,7 @@ from lextra.attention.backends.common import (
     contiguous,
     float_mask,
     keys_per_block,
-    mask_in_place,
+    masked_bias,
     masked_sdpa,
     scaled_query,
     toeplitz_possible,
@@ -100,25 +100,11 @@ def _rotates_per_block(scheme: PositionScheme | None, mask: Mask) -> bool:
 
 
 def _block_mask(b: QueryBlock, workspace: dict[str, Tensor]) -> Tensor | None:
-    """A block's SDPA mask: the scheme's bias over the temperature, -inf where the mask hides a pair, 4-D in the
-    dtype `float_mask` gives for the block's q (the flash kernel); without a bias the boolean visible pairs (None:
-    every pair visible). Without autograd the bias is built in a reused `workspace` buffer and modified in place."""
-    allowed = b.allowed()
-    grad = torch.is_grad_enabled()
-    bias = b.bias(workspace=None if grad else workspace)  # possibly a reused buffer: modified in place below
-    if bias is None:
-        return allowed
-    if not grad:
-        if b.tau is not None:
-            bias.div_(b.tau[..., None])
-        if allowed is not None:
-            mask_in_place(bias, allowed)
-    else:
-        if b.tau is not None:
-            bias = bias / b.tau[..., None]
-        if allowed is not None:
-            bias = bias.masked_fill(~allowed, float("-inf"))
-    return float_mask(bias, b.q)[None]
+    """A block's SDPA mask: the scheme's bias over the temperature, -inf where the mask hides a pair
+    (`masked_bias`), 4-D in the dtype `float_mask` gives for the block's q (the flash kernel); without a bias the
+    boolean visible pairs (None: every pair visible). The bias is built in reused `workspace` buffers."""
+    allowed, bias = b.allowed(), b.bias(workspace=workspace)
+    return allowed if bias is None else float_mask(masked_bias(bias, b.tau, allowed), b.q)[None]
 
 
 def toeplitz_bias(

@@ -1,5 +1,7 @@
-"""What the backends share: block and tile sizes, the rotation and temperature helpers, the key spans a query block
-sees, and the exact log-sum-exp merge of tiles (`merge_tiles`, `attention_with_lse`)."""
+"""What the backends share: block and tile sizes, the rotation and temperature helpers, the one query-block walk
+(`query_blocks` cuts the queries, `blockwise` joins the blocks' outputs, `walk_blocks` gives each block the keys
+its mask declares and its bias, `QueryBlock`), and the exact log-sum-exp merge of tiles (`merge_tiles`,
+`attention_with_lse`)."""
 
 from __future__ import annotations
 
@@ -307,6 +309,19 @@ def key_indices(mask: Mask, q_first: int, q_last: int, k0: int, n_keys: int) -> 
     if len(ranges) > 1 and ranges[0][0] == ranges[0][1]:
         ranges.pop(0)
     return ranges
+
+
+def masked_bias(bias: Tensor, tau: Tensor | None, allowed: Tensor | None) -> Tensor:
+    """A score bias (H, c, n) over the temperature `tau` (H|1, c|1), -inf where `allowed` (c, n) hides a pair:
+    without autograd the bias itself modified in place (a `PositionScheme.bias_into` buffer), new tensors under it."""
+    if torch.is_grad_enabled():
+        bias = bias if tau is None else bias / tau[..., None]
+        return bias if allowed is None else bias.masked_fill(~allowed, float("-inf"))
+    if tau is not None:
+        bias.div_(tau[..., None])
+    if allowed is not None:
+        mask_in_place(bias, allowed)
+    return bias
 
 
 def mask_in_place(bias: Tensor, allowed: Tensor) -> None:

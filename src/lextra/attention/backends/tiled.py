@@ -33,7 +33,7 @@ from lextra.attention.backends.common import (
     blockwise,
     cap_scores,
     contiguous,
-    mask_in_place,
+    masked_bias,
     merge_tiles,
     query_blocks,
     row_factor,
@@ -440,12 +440,8 @@ def tile_bias(
     scheme: PositionScheme, qp: Tensor, kp: Tensor, tau: Tensor | None, causal: bool, workspace: dict[str, Tensor]
 ) -> Tensor:
     """One tile's bias (1, H, c, n) in the flash kernel's mask form: divided by tau, causal square masked."""
-    bias = scheme.bias_into(qp, kp, workspace)
-    if tau is not None:
-        bias = bias / tau[..., None]
-    if causal:
-        mask_in_place(bias, CausalMask().allowed(qp, kp))
-    return bias[None]
+    allowed = CausalMask().allowed(qp, kp) if causal else None
+    return masked_bias(scheme.bias_into(qp, kp, workspace), tau, allowed)[None]
 
 
 def tiled_extension(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
