@@ -12,12 +12,11 @@ import torch
 from torch import Tensor
 
 from lextra.attention.backends.common import (
-    BIAS_BUDGET,
     LEAN_BLOCK,
     MAX_BLOCK,
-    MIN_BLOCK,
     TRAIN_BIAS_BLOCK,
     QueryBlock,
+    budget_block,
     contiguous,
     float_mask,
     keys_per_block,
@@ -37,26 +36,23 @@ from lextra.positions.base import PositionScheme
 
 
 def block_size_for(scheme: PositionScheme | None, n_keys: int, n_heads: int, requested: int | None) -> int:
+    """Queries per block: as requested, else whole `MAX_BLOCK`s without a bias, else the most whose bias over
+    `n_keys` keys fits `BIAS_BUDGET` (`budget_block`), at most `TRAIN_BIAS_BLOCK`."""
     if requested is not None:
         return max(1, int(requested))
     if scheme is None or not scheme.has_bias:
-        size = MAX_BLOCK
+        return MAX_BLOCK
+    # FIRE past its threshold evaluates its MLP as linear pieces per (query, key) pair: under autograd in fp64
+    # (gathered slopes and intercepts, their product and the input: about 5 fp32 words per head); without, the
+    # bias, an offset, the input and its piece index
+    if not scheme.bias_per_query:
+        per_pair = n_heads
+    elif torch.is_grad_enabled():
+        per_pair = 5 * n_heads + 3
     else:
-        # FIRE past its threshold evaluates its MLP as linear pieces per (query, key) pair: under autograd in fp64
-        # (gathered slopes and intercepts, their product and the input: about 5 fp32 words per head); without,
-        # the bias, an offset, the input and its piece index
-        if not scheme.bias_per_query:
-            per_pair = n_heads
-        elif torch.is_grad_enabled():
-            per_pair = 5 * n_heads + 3
-        else:
-            per_pair = 2 * n_heads + 3
-        size = BIAS_BUDGET // max(1, n_keys * per_pair)
-        if TRAIN_BIAS_BLOCK:
-            size = min(size, TRAIN_BIAS_BLOCK)
-    if scheme is not None and scheme.rotate_span is not None:
-        size = min(size, scheme.rotate_span)
-    return int(min(MAX_BLOCK, max(MIN_BLOCK, size)))
+        per_pair = 2 * n_heads + 3
+    size = budget_block(n_keys * per_pair)
+    return min(size, TRAIN_BIAS_BLOCK) if TRAIN_BIAS_BLOCK else size
 
 
 def chunked_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:

@@ -215,6 +215,11 @@ def query_blocks(q_list: Sequence[int], block: int, period: int | None = None) -
     return ranges
 
 
+def budget_block(per_query: int) -> int:
+    """Queries per block whose rows of `per_query` elements each fit `BIAS_BUDGET`, within `MIN_BLOCK`..`MAX_BLOCK`."""
+    return int(min(MAX_BLOCK, max(MIN_BLOCK, BIAS_BUDGET // max(1, per_query))))
+
+
 def blockwise(q: Tensor, v: Tensor, ranges: list[tuple[int, int]], attend: Callable[[int, int], Tensor]) -> Tensor:
     """The output (B, H, Lq, Dv) of `attend(start, stop)` over query ranges in order: without autograd written
     into one preallocated tensor (no list of block outputs and no `cat`), under autograd joined by one `cat`."""
@@ -275,10 +280,13 @@ def walk_blocks(
 ) -> Tensor:
     """Queries in blocks of `block` (cut at the mask's `period` for contiguous queries), each block given the keys
     its mask declares (`key_block`) and computed by `attend`, the outputs joined (`blockwise`). The scheme
-    rotates q and k once, or with `per_block` each block's own queries and keys (xPos's span; lean windows)."""
+    rotates q and k once, or with `per_block` each block's own queries and keys, the blocks then at most the
+    scheme's `rotate_span` long (xPos; lean windows)."""
     scheme, mask, facts = ctx.scheme, ctx.mask, ctx.facts
     if not per_block:
         q, k = rotate(scheme, q, k, ctx.q_pos, ctx.k_pos)
+    elif scheme is not None and scheme.rotate_span is not None:
+        block = min(block, scheme.rotate_span)  # no block spans more positions than the rotation allows
     q_list = range(facts.q_first, facts.q_first + facts.n_q) if facts.q_contiguous else ctx.q_pos.tolist()
     runs = facts.k_contiguous and all(a <= b for a, b in itertools.pairwise(q_list))  # key spans are slices
 

@@ -8,11 +8,9 @@ import torch
 from torch import Tensor
 
 from lextra.attention.backends.common import (
-    BIAS_BUDGET,
-    MAX_BLOCK,
-    MIN_BLOCK,
     attention_with_lse,
     blockwise,
+    budget_block,
     float_mask,
     masked_sdpa,
     query_blocks,
@@ -54,16 +52,11 @@ def materialised_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContex
     return with_sinks(out, lse, ctx.sinks)
 
 
-def materialised_block(q: Tensor, k: Tensor, v: Tensor) -> int:
-    """Queries per block: one block's (B, H, block, Lk) scores within `BIAS_BUDGET`."""
-    per_row = max(1, q.shape[0] * q.shape[1] * k.shape[-2])
-    return int(min(MAX_BLOCK, max(MIN_BLOCK, BIAS_BUDGET // per_row)))
-
-
 def materialised_blocks(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-    """Query blocks, each with its rows of the score bias and the padding (`AttentionContext.rows`): one fused
-    call per block (`materialised_attention`), or with a softcap the reference computation of the block."""
-    block = ctx.block_size or materialised_block(q, k, v)
+    """Query blocks (one block's (B, H, block, Lk) scores within `BIAS_BUDGET`), each with its rows of the score
+    bias and the padding (`AttentionContext.rows`): one fused call per block (`materialised_attention`), or with a
+    softcap the reference computation of the block."""
+    block = ctx.block_size or budget_block(q.shape[0] * q.shape[1] * k.shape[-2])
 
     def attend(start: int, stop: int) -> Tensor:
         rows, qc = ctx.rows(start, stop), q[..., start:stop, :]

@@ -9,12 +9,11 @@ import torch
 from torch import Tensor
 
 from lextra.attention.backends.common import (
-    BIAS_BUDGET,
     MAX_BLOCK,
-    MIN_BLOCK,
     QueryBlock,
     block_sinks,
     block_tau,
+    budget_block,
     cap_scores,
     merge_tiles,
     typical_keys,
@@ -33,12 +32,7 @@ def scored_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> 
     scheme, block_size, sinks, softcap, scale = ctx.scheme, ctx.block_size, ctx.sinks, ctx.softcap, ctx.scale
     grad = torch.is_grad_enabled()
     window = typical_keys(ctx.mask, k.shape[-2], block_size or MAX_BLOCK)
-    block = block_size or int(min(MAX_BLOCK, max(MIN_BLOCK, BIAS_BUDGET // max(1, window * q.shape[1]))))
-    if not grad and block_size is None:
-        block = SCORED_TILE
-    per_block = scheme is not None and scheme.transforms_qk and scheme.rotate_span is not None
-    if per_block and scheme is not None and scheme.rotate_span is not None:
-        block = min(block, scheme.rotate_span)
+    block = block_size or (budget_block(window * q.shape[1]) if grad else SCORED_TILE)
 
     def attend(b: QueryBlock) -> Tensor:
         if grad:
@@ -58,6 +52,7 @@ def scored_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> 
             result, lse = scored_tiles(b.q, b.k, b.v, scale, softcap, tau=b.tau, bias=b.bias, mask=_shown(b))
         return result if sinks is None else with_sinks(result, lse, block_sinks(sinks, b.start, b.stop))
 
+    per_block = scheme is not None and scheme.transforms_qk and scheme.rotate_span is not None
     return walk_blocks(q, k, v, ctx, block, attend, per_block=per_block)
 
 
