@@ -71,7 +71,6 @@ def chunked_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) ->
     window = typical_keys(mask, k.shape[-2], block_size or MAX_BLOCK)
     lean = toeplitz_possible(scheme, mask, ctx.q_pos)  # biases and masks as strided views of one table
     block = LEAN_BLOCK if lean and block_size is None else block_size_for(scheme, window, q.shape[1], block_size)
-    workspace: dict[str, Tensor] = {}  # per-block bias buffers, reused (`PositionScheme.bias_into`)
 
     def attend(b: QueryBlock) -> Tensor:
         toeplitz = toeplitz_bias(scheme, b.mask, b.q_pos, b.k_pos, b.tau) if lean or has_bias else None
@@ -79,7 +78,7 @@ def chunked_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) ->
             # rows reversed so that the bias is a stride-(1, 1) view of one table: no (H, Lq, Lk) tensor is built
             flipped = scaled_query(b.q, b.tau).flip(-2)
             return masked_sdpa(flipped, b.k, b.v, float_mask(toeplitz, b.q), ctx.scale).flip(-2)
-        return masked_sdpa(scaled_query(b.q, b.tau), b.k, b.v, _block_mask(b, workspace), ctx.scale)
+        return masked_sdpa(scaled_query(b.q, b.tau), b.k, b.v, _block_mask(b), ctx.scale)
 
     return walk_blocks(q, k, v, ctx, block, attend, per_block=_rotates_per_block(scheme, mask))
 
@@ -95,11 +94,11 @@ def _rotates_per_block(scheme: PositionScheme | None, mask: Mask) -> bool:
     )
 
 
-def _block_mask(b: QueryBlock, workspace: dict[str, Tensor]) -> Tensor | None:
+def _block_mask(b: QueryBlock) -> Tensor | None:
     """A block's SDPA mask: the scheme's bias over the temperature, -inf where the mask hides a pair
     (`masked_bias`), 4-D in the dtype `float_mask` gives for the block's q (the flash kernel); without a bias the
-    boolean visible pairs (None: every pair visible). The bias is built in reused `workspace` buffers."""
-    allowed, bias = b.allowed(), b.bias(workspace=workspace)
+    boolean visible pairs (None: every pair visible)."""
+    allowed, bias = b.allowed(), b.bias()
     return allowed if bias is None else float_mask(masked_bias(bias, b.tau, allowed), b.q)[None]
 
 

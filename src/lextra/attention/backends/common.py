@@ -232,15 +232,11 @@ def blockwise(q: Tensor, v: Tensor, ranges: list[tuple[int, int]], attend: Calla
     return out
 
 
-#: `PositionScheme.bias_into`'s reused buffers, or None for a fresh bias
-Workspace = dict[str, Tensor] | None
-
-
 @dataclass
 class QueryBlock:
     """Queries start:stop of a walk (`walk_blocks`) with the keys their mask shows them: positions, q and k
     (rotated when the walk rotates per block), values, the mask as it holds inside the block (`Mask.within`), the
-    block's temperature and the scheme whose bias it builds (`bias`)."""
+    block's temperature, the scheme whose bias it builds (`bias`) and the bias buffers the walk's blocks share."""
 
     start: int
     stop: int
@@ -252,16 +248,15 @@ class QueryBlock:
     mask: Mask
     tau: Tensor | None
     scheme: PositionScheme | None
+    workspace: dict[str, Tensor]
 
-    def bias(
-        self, r0: int = 0, r1: int | None = None, c0: int = 0, c1: int | None = None, workspace: Workspace = None
-    ) -> Tensor | None:
+    def bias(self, r0: int = 0, r1: int | None = None, c0: int = 0, c1: int | None = None) -> Tensor | None:
         """The scheme's score bias (H|1, rows, keys) of the block's rows r0:r1 and keys c0:c1 (the whole block by
-        default), None without one; with a `workspace`, built into its reused buffers (`PositionScheme.bias_into`)."""
+        default), None without one: built into the walk's reused buffers (`PositionScheme.bias_into`), so it may
+        be modified in place and is used before the next call."""
         if self.scheme is None or not self.scheme.has_bias:
             return None
-        qp, kp = self.q_pos[r0:r1], self.k_pos[c0:c1]
-        return self.scheme.bias(qp, kp) if workspace is None else self.scheme.bias_into(qp, kp, workspace)
+        return self.scheme.bias_into(self.q_pos[r0:r1], self.k_pos[c0:c1], self.workspace)
 
     def allowed(self, r0: int = 0, r1: int | None = None, c0: int = 0, c1: int | None = None) -> Tensor | None:
         """The visible pairs (rows, keys) of rows r0:r1 and keys c0:c1, None where the mask hides nothing."""
@@ -288,7 +283,9 @@ def walk_blocks(
     elif scheme is not None and scheme.rotate_span is not None:
         block = min(block, scheme.rotate_span)  # no block spans more positions than the rotation allows
     q_list = range(facts.q_first, facts.q_first + facts.n_q) if facts.q_contiguous else ctx.q_pos.tolist()
-    runs = facts.k_contiguous and all(a <= b for a, b in itertools.pairwise(q_list))  # key spans are slices
+    workspace: dict[str, Tensor] = {}
+    q_sorted = facts.q_contiguous or all(a <= b for a, b in itertools.pairwise(q_list))
+    runs = facts.k_contiguous and q_sorted  # the mask's key spans are slices of the keys
 
     def one(start: int, stop: int) -> Tensor:
         first, last = q_list[start], q_list[stop - 1]
@@ -298,7 +295,7 @@ def walk_blocks(
             qc, kc = scheme.rotate(qc, kc, qp, kp, ctx.seq_len)
         local = mask.within(first, last) if runs else mask
         tau = None if ctx.tau is None else block_tau(ctx.tau, start, stop)
-        return attend(QueryBlock(start, stop, qp, qc, kp, kc, vc, local, tau, scheme))
+        return attend(QueryBlock(start, stop, qp, qc, kp, kc, vc, local, tau, scheme, workspace))
 
     return blockwise(q, v, query_blocks(q_list, block, mask.period if facts.q_contiguous else None), one)
 
