@@ -1,10 +1,10 @@
 """The `chunked` backend: queries in blocks; each block sees only the keys its mask declares (`Mask.key_spans`: a
 window's block touches width + block keys) and its bias is built for that block alone from the scheme's
-per-distance table, then one SDPA call per block. Memory O(H x block x keys) per step, never H x L x L; forward
-and backward on any device. Without autograd the blocks write into one preallocated output (no list of block
-outputs and no `cat`). Exactly causal calls without a per-distance bias take the tiled path
-(`lextra.attention.backends.tiled`); softcaps and sinks the scored path (`lextra.attention.backends.scored`); a
-materialised score bias or padding mask is sliced per query block (`lextra.attention.backends.materialised`)."""
+per-distance table, then one SDPA call per block (the blocks walked by `walk_blocks`, as the scored path's are).
+Memory O(H x block x keys) per step, never H x L x L; forward and backward on any device. Exactly causal calls
+without a per-distance bias take the tiled path (`lextra.attention.backends.tiled`); softcaps and sinks the scored
+path (`lextra.attention.backends.scored`); a materialised score bias or padding mask is sliced per query block
+(`lextra.attention.backends.materialised`)."""
 
 from __future__ import annotations
 

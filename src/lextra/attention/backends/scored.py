@@ -31,8 +31,8 @@ def scored_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> 
     merged by its log-sum-exp (`merge_tiles`), the operations in place."""
     scheme, block_size, sinks, softcap, scale = ctx.scheme, ctx.block_size, ctx.sinks, ctx.softcap, ctx.scale
     grad = torch.is_grad_enabled()
-    window = typical_keys(ctx.mask, k.shape[-2], block_size or MAX_BLOCK)
-    block = block_size or (budget_block(window * q.shape[1]) if grad else SCORED_TILE)
+    if block_size is None:  # under autograd the most queries whose scores over the keys they see fit the budget
+        block_size = budget_block(typical_keys(ctx.mask, k.shape[-2], MAX_BLOCK) * q.shape[1]) if grad else SCORED_TILE
 
     def attend(b: QueryBlock) -> Tensor:
         if grad:
@@ -53,7 +53,7 @@ def scored_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> 
         return result if sinks is None else with_sinks(result, lse, block_sinks(sinks, b.start, b.stop))
 
     per_block = scheme is not None and scheme.transforms_qk and scheme.rotate_span is not None
-    return walk_blocks(q, k, v, ctx, block, attend, per_block=per_block)
+    return walk_blocks(q, k, v, ctx, block_size, attend, per_block=per_block)
 
 
 def _shown(b: QueryBlock) -> PieceTensor:
