@@ -17,7 +17,7 @@ import lextra.attention.backends as backends
 import lextra.attention.flex as flex
 from lextra.attention import attention, build_mask
 from lextra.attention.backends import auto_backend, sdpa, tiled
-from lextra.attention.backends.common import mask_in_place
+from lextra.attention.backends.common import blockwise, mask_in_place, query_blocks
 from lextra.attention.backends.sdpa import sdpa_applies
 from lextra.errors import ConfigError
 from lextra.positions import SCHEMES
@@ -287,6 +287,19 @@ def test_only_partially_visible_columns_are_masked() -> None:
     untouched = torch.zeros(2, 3, 6)
     mask_in_place(untouched, torch.ones(3, 6, dtype=torch.bool))
     assert torch.equal(untouched, torch.zeros(2, 3, 6))
+
+
+def test_query_blocks_never_straddle_a_period_and_join_in_order() -> None:
+    """The one query-block walk: blocks of at most `block` queries, cut where sorted positions (contiguous or not)
+    cross a multiple of the period; their outputs land in order under either grad mode."""
+    assert query_blocks(range(5, 20), 4, 8) == [(0, 3), (3, 7), (7, 11), (11, 15)]
+    assert query_blocks([0, 3, 7, 9, 15, 17], 10, 8) == [(0, 3), (3, 5), (5, 6)]
+    assert query_blocks(range(7), 3) == [(0, 3), (3, 6), (6, 7)]
+    q, v = torch.randn(1, 2, 10, 4), torch.randn(1, 2, 10, 3)
+    for grad in (False, True):
+        with torch.set_grad_enabled(grad):
+            out = blockwise(q, v, [(0, 3), (3, 10)], lambda start, stop: q[..., start:stop, :3] * 2)
+        assert torch.equal(out, q[..., :3] * 2)
 
 
 @pytest.mark.slow

@@ -1,10 +1,10 @@
 """The `chunked` backend: queries in blocks; each block sees only the keys its mask declares (`Mask.key_spans`: a
 window's block touches width + block keys) and its bias is built for that block alone from the scheme's
-per-distance table, then one SDPA call per block. Memory O(H x block x keys) per step, never H x L x L; forward
-and backward on any device. Without autograd the blocks write into one preallocated output (no list of block
-outputs and no `cat`). Exactly causal calls without a per-distance bias take the tiled path
-(`lextra.attention.backends.tiled`); softcaps and sinks the scored path (`lextra.attention.backends.scored`); a
-materialised score bias or padding mask is sliced per query block (`lextra.attention.backends.materialised`)."""
+per-distance table, then one SDPA call per block (the blocks walked by `walk_blocks`, as the scored path's are).
+Memory O(H x block x keys) per step, never H x L x L; forward and backward on any device. Exactly causal calls
+without a per-distance bias take the tiled path (`lextra.attention.backends.tiled`); softcaps and sinks the scored
+path (`lextra.attention.backends.scored`); a materialised score bias or padding mask is sliced per query block
+(`lextra.attention.backends.materialised`)."""
 
 from __future__ import annotations
 
@@ -12,24 +12,20 @@ import torch
 from torch import Tensor
 
 from lextra.attention.backends.common import (
-    BIAS_BUDGET,
     LEAN_BLOCK,
     MAX_BLOCK,
-    MIN_BLOCK,
     TRAIN_BIAS_BLOCK,
-    block_tau,
+    QueryBlock,
+    budget_block,
     contiguous,
-    emit,
     float_mask,
-    key_block,
     keys_per_block,
-    mask_in_place,
+    masked_bias,
     masked_sdpa,
-    query_blocks,
-    rotate,
     scaled_query,
     toeplitz_possible,
     typical_keys,
+    walk_blocks,
 )
 from lextra.attention.backends.materialised import materialised_blocks
 from lextra.attention.backends.scored import scored_attention
@@ -40,76 +36,51 @@ from lextra.positions.base import PositionScheme
 
 
 def block_size_for(scheme: PositionScheme | None, n_keys: int, n_heads: int, requested: int | None) -> int:
+    """Queries per block: as requested, else whole `MAX_BLOCK`s without a bias, else the most whose bias over
+    `n_keys` keys fits `BIAS_BUDGET` (`budget_block`), at most `TRAIN_BIAS_BLOCK`."""
     if requested is not None:
         return max(1, int(requested))
     if scheme is None or not scheme.has_bias:
-        size = MAX_BLOCK
+        return MAX_BLOCK
+    # FIRE past its threshold evaluates its MLP as linear pieces per (query, key) pair: under autograd in fp64
+    # (gathered slopes and intercepts, their product and the input: about 5 fp32 words per head); without, the
+    # bias, an offset, the input and its piece index
+    if not scheme.bias_per_query:
+        per_pair = n_heads
+    elif torch.is_grad_enabled():
+        per_pair = 5 * n_heads + 3
     else:
-        # FIRE past its threshold evaluates its MLP as linear pieces per (query, key) pair: under autograd in fp64
-        # (gathered slopes and intercepts, their product and the input: about 5 fp32 words per head); without,
-        # the bias, an offset, the input and its piece index
-        if not scheme.bias_per_query:
-            per_pair = n_heads
-        elif torch.is_grad_enabled():
-            per_pair = 5 * n_heads + 3
-        else:
-            per_pair = 2 * n_heads + 3
-        size = BIAS_BUDGET // max(1, n_keys * per_pair)
-        if TRAIN_BIAS_BLOCK:
-            size = min(size, TRAIN_BIAS_BLOCK)
-    if scheme is not None and scheme.rotate_span is not None:
-        size = min(size, scheme.rotate_span)
-    return int(min(MAX_BLOCK, max(MIN_BLOCK, size)))
+        per_pair = 2 * n_heads + 3
+    size = budget_block(n_keys * per_pair)
+    return min(size, TRAIN_BIAS_BLOCK) if TRAIN_BIAS_BLOCK else size
 
 
 def chunked_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
     """Query blocks, each attending only the keys its mask allows, with its bias built on the fly. Sinks and a
     softcap: the tiled path merges the sinks as one more tile (causal, no softcap), else `scored_attention`."""
-    scheme, mask, q_pos, k_pos, scale, tau = ctx.scheme, ctx.mask, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau
-    block_size = ctx.block_size
-    Lq, Lk = q.shape[-2], k.shape[-2]
-    if Lq == 0:
+    scheme, mask, block_size = ctx.scheme, ctx.mask, ctx.block_size
+    if q.shape[-2] == 0:
         return q.new_zeros(*q.shape[:-1], v.shape[-1])
     if ctx.materialised:
         return materialised_blocks(q, k, v, ctx)
-    if ctx.softcap is None and tiles_apply(scheme, mask, q_pos, k_pos, q.device, q.dtype):
+    if ctx.softcap is None and tiles_apply(scheme, mask, ctx.q_pos, ctx.k_pos, q.device, q.dtype):
         return tiled_causal_attention(q, k, v, ctx)
     if ctx.sinks is not None or ctx.softcap is not None:
         return scored_attention(q, k, v, ctx)
-    rotate_per_block = _rotates_per_block(scheme, mask)
-    seq_len = ctx.seq_len  # one length for every block
-    if not rotate_per_block:
-        q, k = rotate(scheme, q, k, q_pos, k_pos)
-    keys_sorted = ctx.facts.k_contiguous
-    queries_sorted = bool((q_pos.diff() >= 0).all()) if Lq > 1 else True
     has_bias = scheme is not None and scheme.has_bias
-    window = typical_keys(mask, Lk, block_size or MAX_BLOCK)
-    lean = toeplitz_possible(scheme, mask, q_pos)  # biases and masks as strided views of one table
+    window = typical_keys(mask, k.shape[-2], block_size or MAX_BLOCK)
+    lean = toeplitz_possible(scheme, mask, ctx.q_pos)  # biases and masks as strided views of one table
     block = LEAN_BLOCK if lean and block_size is None else block_size_for(scheme, window, q.shape[1], block_size)
-    # without autograd each block writes into one output tensor; under autograd a list and one cat
-    out = None if torch.is_grad_enabled() else q.new_empty(*q.shape[:-1], v.shape[-1])
-    outputs: list[Tensor] = []
-    workspace: dict[str, Tensor] = {}  # per-block bias buffers, reused (`PositionScheme.bias_into`)
-    for start, stop in query_blocks(q_pos, block, mask, queries_sorted):
-        qp, qc = q_pos[start:stop], q[..., start:stop, :]
-        # keys in separate runs (sinks + a window) are gathered into one block of keys
-        kp, kc, vc = key_block(mask, qp, k, v, k_pos, keys_sorted and queries_sorted)
-        if rotate_per_block and scheme is not None:
-            qc, kc = scheme.rotate(qc, kc, qp, kp, seq_len)
-        tau_block = None if tau is None else block_tau(tau, start, stop)
-        local = mask.within(int(qp[0]), int(qp[-1])) if keys_sorted and queries_sorted else mask
-        toeplitz = toeplitz_bias(scheme, local, qp, kp, tau_block) if lean or has_bias else None
+
+    def attend(b: QueryBlock) -> Tensor:
+        toeplitz = toeplitz_bias(scheme, b.mask, b.q_pos, b.k_pos, b.tau) if lean or has_bias else None
         if toeplitz is not None:
             # rows reversed so that the bias is a stride-(1, 1) view of one table: no (H, Lq, Lk) tensor is built
-            flipped = scaled_query(qc, tau_block).flip(-2)
-            result = masked_sdpa(flipped, kc, vc, float_mask(toeplitz, qc), scale)
-            emit(out, outputs, result.flip(-2), start, stop)
-            continue
-        allowed = None if local.hides_nothing else local.allowed(qp, kp)
-        attn_mask = _block_mask(scheme, qp, kp, allowed, tau_block, workspace, qc)
-        result = masked_sdpa(scaled_query(qc, tau_block), kc, vc, attn_mask, scale)
-        emit(out, outputs, result, start, stop)
-    return out if out is not None else torch.cat(outputs, dim=-2)
+            flipped = scaled_query(b.q, b.tau).flip(-2)
+            return masked_sdpa(flipped, b.k, b.v, float_mask(toeplitz, b.q), ctx.scale).flip(-2)
+        return masked_sdpa(scaled_query(b.q, b.tau), b.k, b.v, _block_mask(b), ctx.scale)
+
+    return walk_blocks(q, k, v, ctx, block, attend, per_block=_rotates_per_block(scheme, mask))
 
 
 def _rotates_per_block(scheme: PositionScheme | None, mask: Mask) -> bool:
@@ -123,33 +94,12 @@ def _rotates_per_block(scheme: PositionScheme | None, mask: Mask) -> bool:
     )
 
 
-def _block_mask(
-    scheme: PositionScheme | None,
-    qp: Tensor,
-    kp: Tensor,
-    allowed: Tensor | None,
-    tau: Tensor | None,
-    workspace: dict[str, Tensor],
-    q: Tensor,
-) -> Tensor | None:
-    """A block's SDPA mask: the scheme's bias over the temperature, -inf where `allowed` hides a pair, 4-D in the
-    dtype `float_mask` gives for `q` (the flash kernel); without a bias the boolean `allowed` (None: every pair
-    visible). Without autograd the bias is built in a reused `workspace` buffer and modified in place."""
-    if scheme is None or not scheme.has_bias:
-        return allowed
-    if not torch.is_grad_enabled():
-        bias = scheme.bias_into(qp, kp, workspace)  # possibly a reused buffer: modified in place below
-        if tau is not None:
-            bias.div_(tau[..., None])
-        if allowed is not None:
-            mask_in_place(bias, allowed)
-    else:
-        bias = scheme.bias(qp, kp)
-        if tau is not None:
-            bias = bias / tau[..., None]
-        if allowed is not None:
-            bias = bias.masked_fill(~allowed, float("-inf"))
-    return float_mask(bias, q)[None]
+def _block_mask(b: QueryBlock) -> Tensor | None:
+    """A block's SDPA mask: the scheme's bias over the temperature, -inf where the mask hides a pair
+    (`masked_bias`), 4-D in the dtype `float_mask` gives for the block's q (the flash kernel); without a bias the
+    boolean visible pairs (None: every pair visible)."""
+    allowed, bias = b.allowed(), b.bias()
+    return allowed if bias is None else float_mask(masked_bias(bias, b.tau, allowed), b.q)[None]
 
 
 def toeplitz_bias(

@@ -1,14 +1,21 @@
-"""What the backends share: block and tile sizes, the rotation and temperature helpers, the key spans a query block
-sees, and the exact log-sum-exp merge of tiles (`merge_tiles`, `attention_with_lse`)."""
+"""What the backends share: block and tile sizes, the rotation and temperature helpers, the one query-block walk
+(`query_blocks` cuts the queries, `blockwise` joins the blocks' outputs, `walk_blocks` gives each block the keys
+its mask declares and its bias, `QueryBlock`), and the exact log-sum-exp merge of tiles (`merge_tiles`,
+`attention_with_lse`)."""
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from lextra.attention.context import AttentionContext
 from lextra.attention.masks import UNBOUNDED, Mask
 from lextra.positions.base import PositionScheme
 
@@ -194,19 +201,103 @@ def scores_with_lse(
     return (weights @ v.float()).to(v.dtype), lse.masked_fill(empty, float("-inf")).squeeze(-1)
 
 
-def query_blocks(q_pos: Tensor, block: int, mask: Mask, sorted_queries: bool) -> list[tuple[int, int]]:
-    """Query index ranges of at most `block`, cut at the mask's own block boundaries (BCA) when it has them,
-    so that each range sees the mask as a function of distance alone."""
-    Lq = q_pos.numel()
-    period = mask.period if sorted_queries and contiguous(q_pos) else None
-    ranges, start = [], 0
-    while start < Lq:
-        stop = min(start + block, Lq)
+def query_blocks(q_list: Sequence[int], block: int, period: int | None = None) -> list[tuple[int, int]]:
+    """Index ranges of at most `block` queries, cut where sorted positions `q_list` cross a multiple of `period`
+    (BCA's blocks, an extension's period), so that each range sees the mask or passes of one period alone."""
+    ranges, start, n = [], 0, len(q_list)
+    while start < n:
+        stop = min(start + block, n)
         if period:
-            stop = min(stop, start + period - int(q_pos[start]) % period)
+            boundary = (q_list[start] // period + 1) * period
+            stop = min(stop, bisect.bisect_left(q_list, boundary, start, stop))
         ranges.append((start, stop))
         start = stop
     return ranges
+
+
+def budget_block(per_query: int) -> int:
+    """Queries per block whose rows of `per_query` elements each fit `BIAS_BUDGET`, within `MIN_BLOCK`..`MAX_BLOCK`."""
+    return int(min(MAX_BLOCK, max(MIN_BLOCK, BIAS_BUDGET // max(1, per_query))))
+
+
+def blockwise(q: Tensor, v: Tensor, ranges: list[tuple[int, int]], attend: Callable[[int, int], Tensor]) -> Tensor:
+    """The output (B, H, Lq, Dv) of `attend(start, stop)` over query ranges in order: without autograd written
+    into one preallocated tensor (no list of block outputs and no `cat`), under autograd joined by one `cat`."""
+    if torch.is_grad_enabled():
+        outputs = [attend(start, stop).to(v.dtype) for start, stop in ranges]
+        return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-2)
+    out = q.new_empty(*q.shape[:-1], v.shape[-1])
+    for start, stop in ranges:
+        out[..., start:stop, :] = attend(start, stop)
+    return out
+
+
+@dataclass
+class QueryBlock:
+    """Queries start:stop of a walk (`walk_blocks`) with the keys their mask shows them: positions, q and k
+    (rotated when the walk rotates per block), values, the mask as it holds inside the block (`Mask.within`), the
+    block's temperature, the scheme whose bias it builds (`bias`) and the bias buffers the walk's blocks share."""
+
+    start: int
+    stop: int
+    q_pos: Tensor
+    q: Tensor
+    k_pos: Tensor
+    k: Tensor
+    v: Tensor
+    mask: Mask
+    tau: Tensor | None
+    scheme: PositionScheme | None
+    workspace: dict[str, Tensor]
+
+    def bias(self, r0: int = 0, r1: int | None = None, c0: int = 0, c1: int | None = None) -> Tensor | None:
+        """The scheme's score bias (H|1, rows, keys) of the block's rows r0:r1 and keys c0:c1 (the whole block by
+        default), None without one: built into the walk's reused buffers (`PositionScheme.bias_into`), so it may
+        be modified in place and is used before the next call."""
+        if self.scheme is None or not self.scheme.has_bias:
+            return None
+        return self.scheme.bias_into(self.q_pos[r0:r1], self.k_pos[c0:c1], self.workspace)
+
+    def allowed(self, r0: int = 0, r1: int | None = None, c0: int = 0, c1: int | None = None) -> Tensor | None:
+        """The visible pairs (rows, keys) of rows r0:r1 and keys c0:c1, None where the mask hides nothing."""
+        return None if self.mask.hides_nothing else self.mask.allowed(self.q_pos[r0:r1], self.k_pos[c0:c1])
+
+
+def walk_blocks(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    ctx: AttentionContext,
+    block: int,
+    attend: Callable[[QueryBlock], Tensor],
+    *,
+    per_block: bool = False,
+) -> Tensor:
+    """Queries in blocks of `block` (cut at the mask's `period` for contiguous queries), each block given the keys
+    its mask declares (`key_block`) and computed by `attend`, the outputs joined (`blockwise`). The scheme
+    rotates q and k once, or with `per_block` each block's own queries and keys, the blocks then at most the
+    scheme's `rotate_span` long (xPos; lean windows)."""
+    scheme, mask, facts = ctx.scheme, ctx.mask, ctx.facts
+    if not per_block:
+        q, k = rotate(scheme, q, k, ctx.q_pos, ctx.k_pos)
+    elif scheme is not None and scheme.rotate_span is not None:
+        block = min(block, scheme.rotate_span)  # no block spans more positions than the rotation allows
+    q_list = range(facts.q_first, facts.q_first + facts.n_q) if facts.q_contiguous else ctx.q_pos.tolist()
+    workspace: dict[str, Tensor] = {}
+    q_sorted = facts.q_contiguous or all(a <= b for a, b in itertools.pairwise(q_list))
+    runs = facts.k_contiguous and q_sorted  # the mask's key spans are slices of the keys
+
+    def one(start: int, stop: int) -> Tensor:
+        first, last = q_list[start], q_list[stop - 1]
+        qp, qc = ctx.q_pos[start:stop], q[..., start:stop, :]
+        kp, kc, vc = key_block(mask, first, last, k, v, ctx.k_pos, runs)
+        if per_block and scheme is not None:
+            qc, kc = scheme.rotate(qc, kc, qp, kp, ctx.seq_len)
+        local = mask.within(first, last) if runs else mask
+        tau = None if ctx.tau is None else block_tau(ctx.tau, start, stop)
+        return attend(QueryBlock(start, stop, qp, qc, kp, kc, vc, local, tau, scheme, workspace))
+
+    return blockwise(q, v, query_blocks(q_list, block, mask.period if facts.q_contiguous else None), one)
 
 
 def key_indices(mask: Mask, q_first: int, q_last: int, k0: int, n_keys: int) -> list[tuple[int, int]]:
@@ -225,12 +316,17 @@ def key_indices(mask: Mask, q_first: int, q_last: int, k0: int, n_keys: int) -> 
     return ranges
 
 
-def emit(out: Tensor | None, outputs: list[Tensor], block: Tensor, start: int, stop: int) -> None:
-    """Store one query block's result: into the preallocated output, or (under autograd) onto the list."""
-    if out is None:
-        outputs.append(block)
-    else:
-        out[..., start:stop, :] = block
+def masked_bias(bias: Tensor, tau: Tensor | None, allowed: Tensor | None) -> Tensor:
+    """A score bias (H, c, n) over the temperature `tau` (H|1, c|1), -inf where `allowed` (c, n) hides a pair:
+    without autograd the bias itself modified in place (a `PositionScheme.bias_into` buffer), new tensors under it."""
+    if torch.is_grad_enabled():
+        bias = bias if tau is None else bias / tau[..., None]
+        return bias if allowed is None else bias.masked_fill(~allowed, float("-inf"))
+    if tau is not None:
+        bias.div_(tau[..., None])
+    if allowed is not None:
+        mask_in_place(bias, allowed)
+    return bias
 
 
 def mask_in_place(bias: Tensor, allowed: Tensor) -> None:
@@ -260,12 +356,12 @@ def keys_per_block(mask: Mask, block: int) -> int | None:
 
 
 def key_block(
-    mask: Mask, qp: Tensor, k: Tensor, v: Tensor, k_pos: Tensor, sorted_runs: bool
+    mask: Mask, q_first: int, q_last: int, k: Tensor, v: Tensor, k_pos: Tensor, sorted_runs: bool
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """The key positions, keys and values a query block at `qp` sees (`key_indices` of the mask's spans when
+    """The key positions, keys and values queries at q_first..q_last see (`key_indices` of the mask's spans when
     queries and keys are sorted runs; all keys otherwise): one slice, or the runs gathered into one block."""
     Lk = k_pos.numel()
-    spans = key_indices(mask, int(qp[0]), int(qp[-1]), int(k_pos[0]), Lk) if sorted_runs else [(0, Lk)]
+    spans = key_indices(mask, q_first, q_last, int(k_pos[0]), Lk) if sorted_runs else [(0, Lk)]
     if len(spans) == 1:
         lo, hi = spans[0]
         return k_pos[lo:hi], k[..., lo:hi, :], v[..., lo:hi, :]

@@ -18,8 +18,8 @@ import itertools
 import torch
 from torch import Tensor
 
-from lextra.attention.backends.common import block_sinks, merge_tiles
-from lextra.attention.backends.tiled import TileRun, contiguous_run, merge_out_of_place, period_blocks
+from lextra.attention.backends.common import block_sinks, blockwise, merge_tiles, query_blocks
+from lextra.attention.backends.tiled import TileRun, contiguous_run, merge_out_of_place
 from lextra.attention.context import AttentionBackend, AttentionContext
 from lextra.attention.flex import flex_attention_forward, flex_band_attention, flex_unsupported, with_sinks
 from lextra.attention.layout import PositionLayout
@@ -71,17 +71,16 @@ def flex_passes(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tenso
     q_list, k_first = _host_positions(ctx.q_pos, ctx.k_pos, ctx.facts)
     q_runs = isinstance(q_list, range)
     q_sorted = q_runs or all(a <= b for a, b in itertools.pairwise(q_list))
-    outputs: list[Tensor] = []
-    for start, stop in period_blocks(q_list, Lq if q_sorted else 1, run.period):
+
+    def attend(start: int, stop: int) -> Tensor:
         block = q_list[start:stop]
         first = (block[0], k_first) if k_first is not None and (q_runs or contiguous_run(list(block))) else None
         factor = None if rows is None else rows[..., start:stop, None]
         queries = (ctx.q_pos[start:stop], q[..., start:stop, :], min(block), max(block))
         acc, lse = _flex_block(run, queries, k, v, ctx.k_pos, factor, ctx.scale, first)
-        if ctx.sinks is not None:
-            acc = with_sinks(acc, lse, block_sinks(ctx.sinks, start, stop))
-        outputs.append(acc.to(v.dtype))
-    return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-2)
+        return acc if ctx.sinks is None else with_sinks(acc, lse, block_sinks(ctx.sinks, start, stop))
+
+    return blockwise(q, v, query_blocks(q_list, Lq if q_sorted else 1, run.period), attend)
 
 
 def _host_positions(q_pos: Tensor, k_pos: Tensor, layout: PositionLayout) -> tuple[list[int] | range, int | None]:

@@ -8,13 +8,12 @@ import torch
 from torch import Tensor
 
 from lextra.attention.backends.common import (
-    BIAS_BUDGET,
-    MAX_BLOCK,
-    MIN_BLOCK,
     attention_with_lse,
-    emit,
+    blockwise,
+    budget_block,
     float_mask,
     masked_sdpa,
+    query_blocks,
     rotate,
     scaled_query,
 )
@@ -53,26 +52,18 @@ def materialised_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContex
     return with_sinks(out, lse, ctx.sinks)
 
 
-def materialised_block(q: Tensor, k: Tensor, v: Tensor) -> int:
-    """Queries per block: one block's (B, H, block, Lk) scores within `BIAS_BUDGET`."""
-    per_row = max(1, q.shape[0] * q.shape[1] * k.shape[-2])
-    return int(min(MAX_BLOCK, max(MIN_BLOCK, BIAS_BUDGET // per_row)))
-
-
 def materialised_blocks(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-    """Query blocks, each with its rows of the score bias and the padding (`AttentionContext.rows`): one fused
-    call per block (`materialised_attention`), or with a softcap the reference computation of the block."""
-    Lq = q.shape[-2]
-    block = ctx.block_size or materialised_block(q, k, v)
-    out = None if torch.is_grad_enabled() else q.new_empty(*q.shape[:-1], v.shape[-1])
-    outputs: list[Tensor] = []
-    for start in range(0, Lq, block):
-        stop = min(start + block, Lq)
+    """Query blocks (one block's (B, H, block, Lk) scores within `BIAS_BUDGET`), each with its rows of the score
+    bias and the padding (`AttentionContext.rows`): one fused call per block (`materialised_attention`), or with a
+    softcap the reference computation of the block."""
+    block = ctx.block_size or budget_block(q.shape[0] * q.shape[1] * k.shape[-2])
+
+    def attend(start: int, stop: int) -> Tensor:
         rows, qc = ctx.rows(start, stop), q[..., start:stop, :]
-        if ctx.softcap is not None:
-            result = reference_attention(qc, k, v, rows)
-            assert isinstance(result, Tensor)  # no weights asked for
-        else:
-            result = materialised_attention(qc, k, v, rows)
-        emit(out, outputs, result, start, stop)
-    return out if out is not None else torch.cat(outputs, dim=-2)
+        if ctx.softcap is None:
+            return materialised_attention(qc, k, v, rows)
+        result = reference_attention(qc, k, v, rows)
+        assert isinstance(result, Tensor)  # no weights asked for
+        return result
+
+    return blockwise(q, v, query_blocks(range(q.shape[-2]), block), attend)

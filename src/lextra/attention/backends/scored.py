@@ -9,23 +9,18 @@ import torch
 from torch import Tensor
 
 from lextra.attention.backends.common import (
-    BIAS_BUDGET,
     MAX_BLOCK,
-    MIN_BLOCK,
+    QueryBlock,
     block_sinks,
     block_tau,
+    budget_block,
     cap_scores,
-    emit,
-    key_block,
     merge_tiles,
-    query_blocks,
-    rotate,
     typical_keys,
+    walk_blocks,
 )
 from lextra.attention.context import AttentionContext
 from lextra.attention.flex import with_sinks
-from lextra.attention.masks import Mask
-from lextra.positions.base import PositionScheme
 
 
 def scored_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
@@ -34,68 +29,41 @@ def scored_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> 
     `chunked_attention`. Under autograd a block's scores are one (B, H, block, keys) tensor (`BIAS_BUDGET`);
     without, they are cache-sized tiles of `SCORED_TILE` x `SCORED_KEY_TILE` (`scored_tiles`), each tile's softmax
     merged by its log-sum-exp (`merge_tiles`), the operations in place."""
-    scheme, mask, q_pos, k_pos, scale, tau = ctx.scheme, ctx.mask, ctx.q_pos, ctx.k_pos, ctx.scale, ctx.tau
-    block_size, sinks, softcap = ctx.block_size, ctx.sinks, ctx.softcap
-    Lq, Lk = q.shape[-2], k.shape[-2]
+    scheme, block_size, sinks, softcap, scale = ctx.scheme, ctx.block_size, ctx.sinks, ctx.softcap, ctx.scale
     grad = torch.is_grad_enabled()
-    keys_sorted = ctx.facts.k_contiguous
-    queries_sorted = bool((q_pos.diff() >= 0).all()) if Lq > 1 else True
-    window = typical_keys(mask, Lk, block_size or MAX_BLOCK)
-    block = block_size or int(min(MAX_BLOCK, max(MIN_BLOCK, BIAS_BUDGET // max(1, window * q.shape[1]))))
-    if not grad and block_size is None:
-        block = SCORED_TILE
-    per_block = scheme is not None and scheme.transforms_qk and scheme.rotate_span is not None
-    if per_block and scheme is not None and scheme.rotate_span is not None:
-        block = min(block, scheme.rotate_span)
-    seq_len = ctx.seq_len
-    if not per_block:
-        q, k = rotate(scheme, q, k, q_pos, k_pos)
-    out = None if grad else q.new_empty(*q.shape[:-1], v.shape[-1])
-    out_dtype = v.dtype
-    outputs: list[Tensor] = []
-    for start, stop in query_blocks(q_pos, block, mask, queries_sorted):
-        qp, qc = q_pos[start:stop], q[..., start:stop, :]
-        kp, kc, vc = key_block(mask, qp, k, v, k_pos, keys_sorted and queries_sorted)
-        if per_block and scheme is not None:
-            qc, kc = scheme.rotate(qc, kc, qp, kp, seq_len)
-        local = mask.within(int(qp[0]), int(qp[-1])) if keys_sorted and queries_sorted else mask
-        tau_block = None if tau is None else block_tau(tau, start, stop)
+    if block_size is None:  # under autograd the most queries whose scores over the keys they see fit the budget
+        block_size = budget_block(typical_keys(ctx.mask, k.shape[-2], MAX_BLOCK) * q.shape[1]) if grad else SCORED_TILE
+
+    def attend(b: QueryBlock) -> Tensor:
         if grad:
-            scores = (qc.float() @ kc.float().transpose(-1, -2)) * scale
-            if scheme is not None and scheme.has_bias:
-                scores = scores + scheme.bias(qp, kp)
-            if tau_block is not None:
-                scores = scores / tau_block[..., None]
+            scores = (b.q.float() @ b.k.float().transpose(-1, -2)) * scale
+            bias, allowed = b.bias(), b.allowed()
+            if bias is not None:
+                scores = scores + bias
+            if b.tau is not None:
+                scores = scores / b.tau[..., None]
             if softcap is not None:
                 scores = cap_scores(scores, softcap)
-            if not local.hides_nothing:
-                scores = scores.masked_fill(~local.allowed(qp, kp), float("-inf"))
+            if allowed is not None:
+                scores = scores.masked_fill(~allowed, float("-inf"))
             lse = torch.logsumexp(scores, dim=-1)
-            result = torch.exp(scores - lse.masked_fill(torch.isneginf(lse), 0.0)[..., None]) @ vc.float()
+            result = torch.exp(scores - lse.masked_fill(torch.isneginf(lse), 0.0)[..., None]) @ b.v.float()
         else:
-            bias, shown = _pieces(scheme, local, qp, kp)
-            result, lse = scored_tiles(qc, kc, vc, scale, softcap, tau=tau_block, bias=bias, mask=shown)
-        if sinks is not None:
-            result = with_sinks(result, lse, block_sinks(sinks, start, stop))
-        emit(out, outputs, result.to(out_dtype), start, stop)
-    return out if out is not None else torch.cat(outputs, dim=-2)
+            result, lse = scored_tiles(b.q, b.k, b.v, scale, softcap, tau=b.tau, bias=b.bias, mask=_shown(b))
+        return result if sinks is None else with_sinks(result, lse, block_sinks(sinks, b.start, b.stop))
+
+    per_block = scheme is not None and scheme.transforms_qk and scheme.rotate_span is not None
+    return walk_blocks(q, k, v, ctx, block_size, attend, per_block=per_block)
 
 
-def _pieces(
-    scheme: PositionScheme | None, local: Mask, qp: Tensor, kp: Tensor
-) -> tuple[PieceTensor | None, PieceTensor | None]:
-    """`scored_tiles`' piece callbacks for a query block at `qp` over keys at `kp`: the scheme's bias, and the
-    mask's visible pairs where it hides some."""
-
-    def bias(r0: int, r1: int, c0: int, c1: int) -> Tensor | None:
-        return None if scheme is None else scheme.bias(qp[r0:r1], kp[c0:c1])
+def _shown(b: QueryBlock) -> PieceTensor:
+    """`scored_tiles`' mask callback: a piece's visible pairs where the block's mask hides some of them."""
 
     def shown(r0: int, r1: int, c0: int, c1: int) -> Tensor | None:
-        allowed = local.allowed(qp[r0:r1], kp[c0:c1])
-        return None if bool(allowed.all()) else allowed
+        allowed = b.allowed(r0, r1, c0, c1)
+        return None if allowed is None or bool(allowed.all()) else allowed
 
-    biased = scheme is not None and scheme.has_bias
-    return (bias if biased else None), (None if local.hides_nothing else shown)
+    return shown
 
 
 #: the no-autograd scored path's tiles: queries x keys per piece, (B, H, 128, 512) fp32 = 2 MiB at 8 heads

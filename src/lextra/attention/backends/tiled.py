@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -30,10 +30,12 @@ from lextra.attention.backends.common import (
     attention_with_lse,
     block_sinks,
     block_tau,
+    blockwise,
     cap_scores,
     contiguous,
-    mask_in_place,
+    masked_bias,
     merge_tiles,
+    query_blocks,
     row_factor,
     scores_with_lse,
     toeplitz_possible,
@@ -121,15 +123,7 @@ def tiled_passes(
         block = min(block, run.scheme.rotate_span)
     call = _TiledCall(q, k, v, run, ctx, rows, block)
     q_sorted = all(a <= b for a, b in itertools.pairwise(call.q_list))
-    out = None if call.grad else q.new_empty(B, H, Lq, v.shape[-1])
-    outputs: list[Tensor] = []
-    for start, stop in period_blocks(call.q_list, block if q_sorted else 1, run.period):
-        acc = call.block(start, stop)
-        if out is None:
-            outputs.append(acc.to(v.dtype))
-        else:
-            out[..., start:stop, :] = acc
-    return out if out is not None else torch.cat(outputs, dim=-2)
+    return blockwise(q, v, query_blocks(call.q_list, block if q_sorted else 1, run.period), call.block)
 
 
 class _TiledCall:
@@ -250,19 +244,6 @@ class _TiledCall:
 def contiguous_run(positions: list[int]) -> bool:
     """Whether positions go up by exactly 1 (tiles then map index offsets to distances)."""
     return all(b - a == 1 for a, b in itertools.pairwise(positions))
-
-
-def period_blocks(q_list: Sequence[int], block: int, period: int | None) -> list[tuple[int, int]]:
-    """Index ranges of at most `block` sorted queries, cut where positions cross a multiple of `period`."""
-    ranges, start, n = [], 0, len(q_list)
-    while start < n:
-        stop = min(start + block, n)
-        if period:
-            boundary = (q_list[start] // period + 1) * period
-            stop = min(stop, bisect.bisect_left(q_list, boundary, start, stop))
-        ranges.append((start, stop))
-        start = stop
-    return ranges
 
 
 def _tiles(i0: int, i1: int, anchor: int, rows: int, width: int) -> list[tuple[int, int]]:
@@ -459,12 +440,8 @@ def tile_bias(
     scheme: PositionScheme, qp: Tensor, kp: Tensor, tau: Tensor | None, causal: bool, workspace: dict[str, Tensor]
 ) -> Tensor:
     """One tile's bias (1, H, c, n) in the flash kernel's mask form: divided by tau, causal square masked."""
-    bias = scheme.bias_into(qp, kp, workspace)
-    if tau is not None:
-        bias = bias / tau[..., None]
-    if causal:
-        mask_in_place(bias, CausalMask().allowed(qp, kp))
-    return bias[None]
+    allowed = CausalMask().allowed(qp, kp) if causal else None
+    return masked_bias(scheme.bias_into(qp, kp, workspace), tau, allowed)[None]
 
 
 def tiled_extension(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
