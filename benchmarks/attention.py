@@ -148,15 +148,8 @@ def run_cell(spec: dict[str, Any]) -> dict[str, Any]:
         backend = spec.get("backend", "auto")
         with torch.enable_grad() if spec.get("backward") else torch.no_grad():  # `auto` decides by grad mode
             result["backend"] = backends.attention_path(scheme, mask, pos, pos) if backend == "auto" else backend
-        uses_sdpa = result["backend"] == "sdpa"
         result["mask_repr"] = repr(mask)
         result["backends_sha"] = file_sha(backends.__file__)
-        if not uses_sdpa:
-            try:  # private helpers: informative only, so tolerate their changing
-                typical = backends._typical_keys(mask, L, backends.MAX_BLOCK)
-                result["block_size"] = backends._block_size(scheme, typical, HEADS, None)
-            except (AttributeError, TypeError) as exc:
-                result["block_size"] = f"unknown ({exc!r})"
 
         def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             return attention(q, k, v, scheme=scheme, mask=mask, backend=backend)
