@@ -144,7 +144,8 @@ class Study:
     ) -> list[Path]:
         """Training cells (name, config, folder), each `train_cell`; the missing ones first trained `jobs` at a
         time in worker processes (not under torchrun, where every process trains each model together).
-        `landed(name, folder)` is called once per cell as its model is ready, in the order they finish."""
+        `landed(name, folder)` is called once per cell as its model is ready: the trained ones first, then the
+        others in the order they finish."""
         ready: dict[str, Path] = {}
 
         def land(cell: tuple[str, TrainConfig, Path]) -> None:
@@ -154,6 +155,9 @@ class Study:
 
         if self.jobs > 1 and self.world.size == 1:
             missing = [cell for cell in cells if self._trained(cell[0], cell[1]) is None]
+            for cell in cells:
+                if cell not in missing:
+                    land(cell)
             worker = partial(_train_in_worker, str(self.out), self.commit, str(self.device))
             run_cells(missing, lambda cell: cell[0], worker, worker, self.jobs, land)
         for cell in cells:
