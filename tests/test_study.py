@@ -159,6 +159,20 @@ def test_jobs_train_a_studys_models_in_workers_as_one_process_would(tmp_path: Pa
         assert sha256_file(folder / WEIGHTS_FILE) == sha256_file(here.models[key] / WEIGHTS_FILE)
 
 
+def test_workers_take_the_next_cell_when_free_and_each_lands_here_as_it_finishes() -> None:
+    import time
+
+    from lextra.pipelines.study.workers import run_cells
+
+    landed: list[float] = []  # filled in this process: a worker's append would be lost with the worker
+    run_cells([0.0, 5.0, 0.001], str, time.sleep, time.sleep, jobs=2, landed=landed.append)
+    # the third cell waits for the first worker, not for the slow second cell, and lands before it
+    assert landed == [0.0, 0.001, 5.0]
+    serial: list[float] = []
+    run_cells([0.002, 0.0], str, time.sleep, time.sleep, landed=serial.append)
+    assert serial == [0.002, 0.0]
+
+
 def test_markdown_to_html_tables_lists_and_missing_plots(tmp_path: Path) -> None:
     page = markdown_to_html(
         "# T\n\n| a | b |\n|---|---:|\n| x | 1 |\n\n- one\n- `two`\n\n![p](nope.png)\n", tmp_path, "t"

@@ -139,14 +139,31 @@ class Study:
         record = read_cell(cell_path(self.out, "training", name), config.to_dict())
         return record if record is not None and Path(record["result"]).exists() else None
 
-    def train_cells(self, cells: Sequence[tuple[str, TrainConfig, Path]]) -> list[Path]:
+    def train_cells(
+        self, cells: Sequence[tuple[str, TrainConfig, Path]], landed: Callable[[str, Path], object] | None = None
+    ) -> list[Path]:
         """Training cells (name, config, folder), each `train_cell`; the missing ones first trained `jobs` at a
-        time in worker processes (not under torchrun, where every process trains each model together)."""
+        time in worker processes (not under torchrun, where every process trains each model together).
+        `landed(name, folder)` is called once per cell as its model is ready: the trained ones first, then the
+        others in the order they finish."""
+        ready: dict[str, Path] = {}
+
+        def land(cell: tuple[str, TrainConfig, Path]) -> None:
+            ready[cell[0]] = self.train_cell(*cell)
+            if landed is not None:
+                landed(cell[0], ready[cell[0]])
+
         if self.jobs > 1 and self.world.size == 1:
             missing = [cell for cell in cells if self._trained(cell[0], cell[1]) is None]
+            for cell in cells:
+                if cell not in missing:
+                    land(cell)
             worker = partial(_train_in_worker, str(self.out), self.commit, str(self.device))
-            run_cells(missing, lambda cell: cell[0], worker, worker, self.jobs)
-        return [self.train_cell(*cell) for cell in cells]
+            run_cells(missing, lambda cell: cell[0], worker, worker, self.jobs, land)
+        for cell in cells:
+            if cell[0] not in ready:
+                land(cell)
+        return [ready[cell[0]] for cell in cells]
 
     def _path(self, job: Cell) -> Path:
         return cell_path(self.out, job.section, job.name)
@@ -354,8 +371,8 @@ class Study:
         tuned: dict[tuple[str, int], Path],
     ) -> dict[int, Any]:
         """Each retrieval cell's result by index: the missing models fine-tuned `jobs` at a time in the variants'
-        order (recorded in `tuned`, which the cells read), each batch's cells evaluated as it lands, so a study cut
-        short has answered its first variants; then the saved cells read."""
+        order (recorded in `tuned`, which the cells read), each model's cells evaluated as it lands while the next
+        ones train, so a study cut short has answered its first variants; then the saved cells read."""
         found: dict[int, Any] = {}
 
         def collect(indices: list[int]) -> None:
@@ -365,11 +382,15 @@ class Study:
             (label, seed) for (_, label, seed), cell in zip(places, cells, strict=True) if self._saved(cell) is None
         ]
         order = list(dict.fromkeys(missing))
-        for start in range(0, len(order), max(1, self.jobs)):
-            chunk = order[start : start + max(1, self.jobs)]
-            folders = self.train_cells([self._fine_tune(label, seed, configs[(label, seed)]) for label, seed in chunk])
-            tuned.update(zip(chunk, folders, strict=True))
-            collect([i for i, (_, label, seed) in enumerate(places) if (label, seed) in chunk])
+        fine_tunes = [self._fine_tune(label, seed, configs[(label, seed)]) for label, seed in order]
+        by_name = {cell[0]: pair for cell, pair in zip(fine_tunes, order, strict=True)}
+
+        def landed(name: str, folder: Path) -> None:
+            pair = by_name[name]
+            tuned[pair] = folder
+            collect([i for i, (_, label, seed) in enumerate(places) if (label, seed) == pair])
+
+        self.train_cells(fine_tunes, landed)
         collect([i for i in range(len(cells)) if i not in found])
         return found
 

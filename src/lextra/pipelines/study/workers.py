@@ -23,11 +23,13 @@ def run_cells(
     here: Callable[[T], object],
     in_worker: Callable[[T], object],
     jobs: int = 1,
+    landed: Callable[[T], object] | None = None,
 ) -> None:
     """Compute every item: with `here` in this process, or with `in_worker` (picklable: a module-level function
     or a partial of one, which saves its own cell) in `jobs` worker processes when jobs > 1 and there are two items
-    or more. Each finished item is logged with the minutes so far and the ETA; a worker's failure is named on
-    stderr and the others go on (the failed cell stays missing, so the next run computes it)."""
+    or more, a worker taking the next item as soon as it is free. Each finished item is logged with the minutes so
+    far and the ETA, then passed to `landed` in this process (while the workers go on); a worker's failure is named
+    on stderr and the others go on (the failed cell stays missing, so the next run computes it)."""
     start = time.time()
     if jobs > 1 and len(items) > 1:
         context = multiprocessing.get_context("spawn")
@@ -36,10 +38,14 @@ def run_cells(
             for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
                 future.result()
                 _progress(done, len(items), start, name(futures[future]))
+                if landed is not None:
+                    landed(futures[future])
         return
     for done, item in enumerate(items, 1):
         here(item)
         _progress(done, len(items), start, name(item))
+        if landed is not None:
+            landed(item)
 
 
 def _one_thread() -> None:
