@@ -37,9 +37,9 @@ def add_analysis_inputs(parser: argparse.ArgumentParser) -> None:
     """--out, --mask, --split, the corpus, the stretching options, threads and device: what every analysis
     shares."""
     parser.add_argument("--out", required=True, help="output folder (JSON, CSV, markdown table, PNG plots)")
-    add_mask(parser, default=None, default_text="each model's own: causal, full for T5", repeatable=True)
+    add_mask(parser, "each model's own: causal, full for T5", repeatable=True)
     parser.add_argument("--split", default="validation", choices=["validation", "test"], help="held-out split")
-    add_corpus(parser, default=None, default_text="the corpus each lextra model was trained on; english otherwise")
+    add_corpus(parser, "the corpus each lextra model was trained on; english otherwise")
     add_eval_data(parser)
     add_rope_scaling_by_layer(parser)
     add_log_scaling(parser)

@@ -1,11 +1,6 @@
-"""The `lextra` command tree: one way to declare a command or a command group, its shared options and its handler
-(docs/architecture.md, Commands).
-
-`examples` (one or two real invocations) become the `Examples:` epilog of a command's `--help`, which also shows
-every option's default. Old spellings stay accepted without being shown: `ALIASES` maps a retired command to its
-new path, and `lextra.cli.options.add_aliased` gives an option hidden alternative names. `main` imports plugins
-(`--plugin FILE`, `LEXTRA_PLUGINS`) before it builds the parser, so everything they register is in the help, and
-turns every `LextraError` into one line on stderr with exit code 2.
+"""The `lextra` command tree: one way to declare a command or a command group, its shared options, its handler and
+the example invocations its `--help` ends with (docs/architecture.md, Commands). `main` imports plugins before it
+builds the parser, so everything they register is in the help, and turns a `LextraError` into one line, exit code 2.
 """
 
 from __future__ import annotations
@@ -106,9 +101,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if not action.option_strings or action.nargs == 0 or action.required or action.default is argparse.SUPPRESS:
-            return text
-        if "default" in text.lower():
+        if not action.option_strings or action.nargs == 0 or action.required or "default" in text.lower():
             return text
         shown = "none" if action.default in (None, [], ()) else "%(default)s"
         return f"{text} (default: {shown})"
@@ -139,23 +132,8 @@ class Parser(argparse.ArgumentParser):
 
 
 ROOT = Group("lextra", "Transformer length extrapolation toolkit.")
-
-
-def command(
-    name: str, help_text: str, *, options: Sequence[OptionSet] = (), examples: Sequence[str] = ()
-) -> Callable[[Configure], Configure]:
-    """Declare a top-level command `lextra NAME` (`examples`: invocations shown at the end of its `--help`)."""
-    return ROOT.command(name, help_text, options=options, examples=examples)
-
-
-def group(name: str, help_text: str, *, options: Sequence[OptionSet] = (), default: str | None = None) -> Group:
-    """Declare a top-level command group `lextra NAME SUBCOMMAND` (`default`: the subcommand `lextra NAME ARGS`
-    runs when ARGS does not start with a subcommand's name)."""
-    return ROOT.group(name, help_text, options=options, default=default)
-
-
-def _epilog(examples: Sequence[str]) -> str | None:
-    return "Examples:\n" + "\n".join(f"  {e}" for e in examples) if examples else None
+#: declare a top-level command `lextra NAME`, or a command group `lextra NAME SUBCOMMAND`
+command, group = ROOT.command, ROOT.group
 
 
 def _add(
@@ -172,7 +150,8 @@ def _add(
     sub = parser.add_subparsers(dest=f"command_{len(path)}", required=True, metavar="COMMAND")
     for name, child in node.children.items():
         examples = child.examples if isinstance(child, Command) else _group_examples(child)
-        child_parser = sub.add_parser(name, help=child.help, description=child.help, epilog=_epilog(examples))
+        epilog = "Examples:\n" + "\n".join(f"  {e}" for e in examples) if examples else None
+        child_parser = sub.add_parser(name, help=child.help, description=child.help, epilog=epilog)
         _add(child_parser, child, (*path, name), wanted)
 
 
@@ -247,21 +226,15 @@ def build_parser(command: Sequence[str] | None = None) -> argparse.ArgumentParse
 def _take_plugins(argv: list[str]) -> list[str]:
     """Import the top-level `--plugin X` / `--plugin=X` (those before the command name) and return argv without
     them, so the parser built next already knows what they register."""
-    rest, plugins, index = [], [], 0
-    while index < len(argv):
-        arg = argv[index]
-        if arg == "--plugin" and index + 1 < len(argv):
-            plugins.append(argv[index + 1])
-            index += 2
-            continue
-        if arg.startswith("--plugin="):
-            plugins.append(arg.split("=", 1)[1])
-        elif not arg.startswith("-"):  # the command: what follows is its own
-            rest += argv[index:]
-            break
+    rest, plugins, index = list(argv), [], 0
+    while index < len(rest) and rest[index].startswith("-"):  # up to the command: what follows is its own
+        if rest[index] == "--plugin" and index + 1 < len(rest):
+            plugins.append(rest.pop(index + 1))
+            del rest[index]
+        elif rest[index].startswith("--plugin="):
+            plugins.append(rest.pop(index).split("=", 1)[1])
         else:
-            rest.append(arg)
-        index += 1
+            index += 1
     load_plugins(plugins)
     return rest
 

@@ -82,8 +82,8 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
     from lextra.pipelines.loading import HF_CORPUS
 
     _add_results_options(parser)
-    add_mask(parser, default=None, default_text="causal")
-    add_corpus(parser, default=None, default_text=f"the corpus a lextra model was trained on; {HF_CORPUS} otherwise")
+    add_mask(parser, "causal")
+    add_corpus(parser, f"the corpus a lextra model was trained on; {HF_CORPUS} otherwise")
     add_eval_data(parser)
     parser.add_argument(
         "--log-dir",
@@ -176,8 +176,8 @@ def configure_align(parser: argparse.ArgumentParser) -> Handler:
         default=None,
         help="query rows sampled per window, a memory bound (default: every row of a lextra model, 1024 of another)",
     )
-    add_mask(parser, default=None, default_text="the model's own: causal, full for T5")
-    add_corpus(parser, default=None, default_text=f"the corpus a lextra model was trained on; {HF_CORPUS} otherwise")
+    add_mask(parser, "the model's own: causal, full for T5")
+    add_corpus(parser, f"the corpus a lextra model was trained on; {HF_CORPUS} otherwise")
     add_eval_data(parser)
     parser.add_argument(
         "--out",

@@ -57,7 +57,7 @@ def configure_harness(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument(
         "--log-samples", action="store_true", help="also write each document's prompt and responses to samples.jsonl"
     )
-    add_mask(parser, default=None, default_text="causal")
+    add_mask(parser, "causal")
     parser.add_argument("--log-scaling", default=None, choices=["none", "qwen"], help="log-n scaling of the logits")
     add_any_model(parser)
 

@@ -32,7 +32,7 @@ def add_hf_model(parser: argparse.ArgumentParser) -> None:
     """The model, its data and the RoPE scaling it is fine-tuned under."""
     parser.add_argument("model", help="local HF folder (config.json), a .gguf file, or 'smollm2'")
     parser.add_argument("--train-len", type=int_at_least(2), default=None, help="the window it trains at (required)")
-    add_corpus(parser, default=None, default_text="kjv")
+    add_corpus(parser, "kjv")
     parser.add_argument(
         "--data",
         default=None,

@@ -150,8 +150,8 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
         default=None,
         help="results folder (default: RUN/retrieval-TASK for a lextra model, runs/hf/NAME/retrieval-TASK for another)",
     )
-    add_mask(parser, default=None, default_text="the model's own: causal, full for T5")
-    add_corpus(parser, default=None, default_text=f"the corpus a lextra model was trained on; {HF_CORPUS} otherwise")
+    add_mask(parser, "the model's own: causal, full for T5")
+    add_corpus(parser, f"the corpus a lextra model was trained on; {HF_CORPUS} otherwise")
     add_text_data(parser)
 
     def run(args: argparse.Namespace) -> int:

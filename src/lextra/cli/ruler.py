@@ -73,7 +73,7 @@ def configure_suite(parser: argparse.ArgumentParser, suite: Any, task_help: str)
     naming another registry of tasks (`lextra babilong run`)."""
     parser.add_argument("model", help=MODEL_HELP)
     _add_sampling(parser, suite, task_help)
-    add_mask(parser, default=None, default_text="causal")
+    add_mask(parser, "causal")
     _add_model_and_haystack(parser, suite)
 
     def run(args: argparse.Namespace) -> int:

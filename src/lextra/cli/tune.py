@@ -1,9 +1,6 @@
-"""`lextra tune MODEL --length T`: search the settings of extension methods and RoPE scalings for any model
-`load_model_spec` loads at a target length against perplexity plus passkey accuracy (or LongRoPE2's needle-driven
-perplexity, `--objective needle`), within a time budget, and write the best as a setup file that the commands take
-with `--setup FILE`. Progress goes to stderr, one line per candidate; Ctrl-C or the budget ends the search with the
-best so far.
-"""
+"""`lextra tune MODEL --length T`: search the settings of extension methods and RoPE scalings at a target length
+against perplexity plus passkey accuracy (or LongRoPE2's needle-driven perplexity), within a time budget, and write
+the best as a setup file (`--setup FILE`). Ctrl-C or the budget ends the search with the best so far."""
 
 from __future__ import annotations
 
@@ -29,6 +26,8 @@ from lextra.cli.options import (
 from lextra.errors import ConfigError
 
 DEFAULT_HF_CORPUS = "english"
+#: LongRoPE's evolution settings (`EvolutionConfig` fields) that `add_evolution` gives a flag each
+EVOLUTION_COUNTS = ("population", "parents", "mutations", "crossovers", "iterations")
 
 
 def add_search(parser: argparse.ArgumentParser) -> None:
@@ -87,7 +86,7 @@ def add_evolution(parser: argparse.ArgumentParser) -> None:
     from lextra.pipelines.tune import EvolutionConfig
 
     defaults = EvolutionConfig()
-    for name in ("population", "parents", "mutations", "crossovers", "iterations"):
+    for name in EVOLUTION_COUNTS:
         parser.add_argument(
             f"--{name}", type=int_at_least(0), default=getattr(defaults, name), help=f"LongRoPE evolution: {name}"
         )
@@ -105,23 +104,42 @@ def add_evolution(parser: argparse.ArgumentParser) -> None:
 )
 def configure_tune(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("model", help=MODEL_HELP)
-    add_corpus(parser, default=None, default_text=f"a lextra model's own corpus; {DEFAULT_HF_CORPUS} for HF models")
+    add_corpus(parser, f"a lextra model's own corpus; {DEFAULT_HF_CORPUS} for HF models")
     return _run
 
 
 def _run(args: argparse.Namespace) -> int:
     from lextra.extend import InferenceSetup
     from lextra.extend.setup_file import save_setup
-    from lextra.pipelines.tune import parse_methods
+    from lextra.pipelines.loading import ModelOptions, load_model_spec
+    from lextra.pipelines import tune
 
-    methods = tuple(parse_methods(args.methods))
-    evolution, objective_settings = _evolution(args), _objective_settings(args)
+    methods = tuple(tune.parse_methods(args.methods))
+    evolution = tune.EvolutionConfig(**{name: getattr(args, name) for name in (*EVOLUTION_COUNTS, "step")})
+    objective_settings = tune.ObjectiveSettings(
+        length=args.length,
+        depths=tuple(parse_depths(args.depths)),
+        samples=args.samples,
+        documents=args.documents,
+        passkey_weight=args.passkey_weight,
+        seed=args.seed,
+        objective=args.objective,
+    )
     out = Path(args.out)
     if out.is_dir():
         raise ConfigError(f"--out {out} is a folder; name the setup file to write (e.g. {out / 'setup.json'})")
-    loaded = _load(args)
+    options = ModelOptions(tokenizer=args.tokenizer, train_len=args.train_len, quiet=args.quiet)
+    loaded = load_model_spec(args.model, options, args.device, with_tokenizer=True)
     model = loaded.model
-    data, result = _search(args, loaded, methods, evolution, objective_settings)
+    if args.length <= model.config.train_len:
+        raise ConfigError(f"--length {args.length}: tune for a length beyond the model's L_tr = {model.config.train_len}")
+    tune.reset(model)
+    geometry = tune.rope_geometry(model) if "longrope" in methods else (0, 0.0)  # of the unscaled model, read now
+    data = _held_out(args, loaded)
+    settings = tune.TuneSettings(methods, args.length, args.budget, args.max_grid, evolution, args.seed)
+    objective = tune.MeasuredObjective(model, data, objective_settings)
+    stream = None if args.quiet else sys.stderr
+    result = tune.run_search(objective, settings, model.config.train_len, geometry=lambda: geometry, stream=stream)
     if result.best is None or result.best.refused:
         why = (
             "no candidate fit in the budget"
@@ -145,76 +163,11 @@ def _run(args: argparse.Namespace) -> int:
     if checked:
         save_setup(out, best, tune={**record, "verification": checked})
     why = {"budget": " (budget spent)", "interrupted": " (interrupted)"}.get(result.stopped or "", "")
-    print(f"{len(result.trials)} candidates in {result.seconds:.0f} s{why}; best: {_label(result.best)}")
+    print(f"{len(result.trials)} candidates in {result.seconds:.0f} s{why}; best: {_label(result.best.setup)}")
     if checked:
         print(_verify_table(checked, args.verify_length))
     print(f"setup: {out} (use with --setup {out})")
     return 0
-
-
-def _evolution(args: argparse.Namespace) -> Any:
-    """LongRoPE's evolution settings (`EvolutionConfig`) from the flags."""
-    from lextra.pipelines.tune import EvolutionConfig
-
-    return EvolutionConfig(
-        population=args.population,
-        parents=args.parents,
-        mutations=args.mutations,
-        crossovers=args.crossovers,
-        iterations=args.iterations,
-        step=args.step,
-    )
-
-
-def _objective_settings(args: argparse.Namespace) -> Any:
-    """How each candidate is measured (`ObjectiveSettings`) from the flags."""
-    from lextra.pipelines.tune import ObjectiveSettings
-
-    return ObjectiveSettings(
-        length=args.length,
-        depths=tuple(parse_depths(args.depths)),
-        samples=args.samples,
-        documents=args.documents,
-        passkey_weight=args.passkey_weight,
-        seed=args.seed,
-        objective=args.objective,
-    )
-
-
-def _load(args: argparse.Namespace) -> Any:
-    """The model MODEL names, with its tokenizer; refuses a --length within its L_tr."""
-    from lextra.pipelines.loading import ModelOptions, load_model_spec
-
-    options = ModelOptions(tokenizer=args.tokenizer, train_len=args.train_len, quiet=args.quiet)
-    loaded = load_model_spec(args.model, options, args.device, with_tokenizer=True)
-    if args.length <= loaded.model.config.train_len:
-        raise ConfigError(
-            f"--length {args.length}: tune for a length beyond the model's L_tr = {loaded.model.config.train_len}"
-        )
-    return loaded
-
-
-def _search(
-    args: argparse.Namespace, loaded: Any, methods: tuple[str, ...], evolution: Any, objective_settings: Any
-) -> tuple[Any, Any]:
-    """(the held-out data, the search's result): `run_search` over `methods` on the loaded model, from its
-    unscaled state."""
-    from lextra.pipelines.tune import MeasuredObjective, TuneSettings, reset, rope_geometry, run_search
-
-    model = loaded.model
-    reset(model)
-    geometry = rope_geometry(model) if "longrope" in methods else (0, 0.0)  # of the unscaled model, read now
-    data = _held_out(args, loaded)
-    settings = TuneSettings(methods, args.length, args.budget, args.max_grid, evolution, args.seed)
-    objective = MeasuredObjective(model, data, objective_settings)
-    result = run_search(
-        objective,
-        settings,
-        model.config.train_len,
-        geometry=lambda: geometry,
-        stream=None if args.quiet else sys.stderr,
-    )
-    return data, result
 
 
 def _verify(args: argparse.Namespace, result: Any, model: Any, data: Any, settings: Any) -> dict[str, Any] | None:
@@ -240,11 +193,8 @@ def _verify_table(checked: dict[str, Any], length: int) -> str:
         f"| method | setting | ppl | needle ppl | {head} | passkey | seconds |",
         "|---|---|---:|---:|" + "---:|" * (len(depths) + 2),
     ]
-    from lextra.extend import InferenceSetup
-    from lextra.extend.setup_file import setup_summary
-
     for row in checked["rows"]:
-        label = f"| {row['method']} {row['kind']} | {setup_summary(InferenceSetup(**row['setup']))} |"
+        label = f"| {row['method']} {row['kind']} | {_label(row['setup'])} |"
         if "refused" in row:
             lines.append(f"{label} refused: {row['refused']} |" + " |" * (len(depths) + 3))
             continue
@@ -269,11 +219,12 @@ def _held_out(args: argparse.Namespace, loaded: Any) -> Any:
     return prepare_data(corpus, limit_chars=args.limit_chars, tokenizer_config=tokenizer_config(args.model))
 
 
-def _label(trial: Any) -> str:
+def _label(setup: dict[str, Any]) -> str:
+    """A candidate's setup (`InferenceSetup` fields) in a few words."""
     from lextra.extend import InferenceSetup
     from lextra.extend.setup_file import setup_summary
 
-    return setup_summary(InferenceSetup(**trial.setup))
+    return setup_summary(InferenceSetup(**setup))
 
 
 def _table(result: Any) -> str:
@@ -293,7 +244,7 @@ def _table(result: Any) -> str:
             else:
                 ppl, needle, passkey = (trial.parts.get(k) for k in ("ppl", "needle_ppl", "passkey"))
                 scores = f"{trial.loss:.4f} | {_number(ppl, 3)} | {_number(needle, 3)} | {_number(passkey, 2)}"
-            lines.append(f"| {name} {kind} | {_label(trial)} | {scores} | {spent} |")
+            lines.append(f"| {name} {kind} | {_label(trial.setup)} | {scores} | {spent} |")
     return "\n".join(lines)
 
 
