@@ -75,21 +75,25 @@ def _lengths_and_documents(parser: argparse.ArgumentParser, documents: int, leng
 
 
 def _prepare(
-    args: argparse.Namespace, *, scheme_train_len: bool = False
-) -> tuple[list[str], list[Checkpoint], TextSource]:
-    """Masks (default: each model's own), checkpoints and the text source shared by the three analyses;
-    `scheme_train_len`: --train-len is also the L_tr of --scheme rows, so a lextra model keeps its own."""
+    args: argparse.Namespace, multiples: tuple[int, ...], scheme_len: int | None = None
+) -> tuple[list[str], list[Checkpoint], TextSource, list[int], int]:
+    """Masks (default: each model's own), checkpoints, the text source, the lengths (--lengths, else L_tr x
+    `multiples`) and the common L_tr shared by the three analyses; `scheme_len`: the L_tr of --scheme rows, which
+    --train-len also states, so a lextra model keeps its own."""
     from lextra.attention import build_mask
-    from lextra.pipelines.checkpoints import TextSource, load_checkpoints
+    from lextra.pipelines.checkpoints import TextSource, analysis_lengths, common_train_len, load_checkpoints
 
     for mask in args.mask or []:
         build_mask(mask, train_len=2)  # raises on a bad spec
     if args.mask and len(set(args.mask)) != len(args.mask):
         raise ConfigError(f"--mask lists a mask twice: {args.mask}")
     refuse_corpus_with_data(args)
-    checkpoints = load_checkpoints(args.checkpoints, args.device, model_options(args), hf_train_len=scheme_train_len)
+    hf_train_len = scheme_len is not None
+    checkpoints = load_checkpoints(args.checkpoints, args.device, model_options(args), hf_train_len=hf_train_len)
     masks = args.mask or list(dict.fromkeys(c.default_mask for c in checkpoints)) or ["causal"]
-    return masks, checkpoints, TextSource(args.split, args.corpus, args.limit_chars, args.data)
+    train_len = common_train_len(checkpoints, scheme_len or 0)
+    source = TextSource(args.split, args.corpus, args.limit_chars, args.data)
+    return masks, checkpoints, source, analysis_lengths(args.lengths, train_len, multiples), train_len
 
 
 def _print(out: str, name: str, plots: list[str], quiet: bool = False) -> None:
@@ -135,21 +139,18 @@ def _configure_resolution(parser: argparse.ArgumentParser) -> Handler:
 
         from lextra.cli.options import scheme_options
         from lextra.pipelines.analyze import resolution_report
-        from lextra.pipelines.checkpoints import analysis_lengths, common_train_len
         from lextra.positions import HeadDims, build_scheme
 
         if not args.checkpoints and not args.scheme:
             raise ConfigError("give at least one checkpoint or --scheme NAME")
-        masks, checkpoints, source = _prepare(args, scheme_train_len=True)
         scheme_len = args.train_len or 128
+        masks, checkpoints, source, lengths, train_len = _prepare(args, (1, 2, 4), scheme_len)
         dims = HeadDims(args.n_head, args.head_dim, args.n_head * args.head_dim, scheme_len)
         schemes = []
         for name in args.scheme:
             torch.manual_seed(args.seed)
             options = scheme_options(name, args.scheme_option)
             schemes.append((name, build_scheme(name, dims, **options).to(args.device).eval()))
-        train_len = common_train_len(checkpoints, scheme_len)
-        lengths = analysis_lengths(args.lengths, train_len, (1, 2, 4))
         resolution_report(
             checkpoints,
             schemes,
@@ -191,10 +192,8 @@ def _configure_receptive_field(parser: argparse.ArgumentParser) -> Handler:
 
     def run(args: argparse.Namespace) -> int:
         from lextra.pipelines.analyze import receptive_field_report
-        from lextra.pipelines.checkpoints import analysis_lengths, common_train_len
 
-        masks, checkpoints, source = _prepare(args)
-        lengths = analysis_lengths(args.lengths, common_train_len(checkpoints, 0), (1, 2, 4, 8))
+        masks, checkpoints, source, lengths, _ = _prepare(args, (1, 2, 4, 8))
         receptive_field_report(
             checkpoints,
             lengths,
@@ -227,10 +226,8 @@ def _configure_dispersion(parser: argparse.ArgumentParser) -> Handler:
 
     def run(args: argparse.Namespace) -> int:
         from lextra.pipelines.analyze import dispersion_report
-        from lextra.pipelines.checkpoints import analysis_lengths, common_train_len
 
-        masks, checkpoints, source = _prepare(args)
-        lengths = analysis_lengths(args.lengths, common_train_len(checkpoints, 0), (1, 2, 4, 8, 16))
+        masks, checkpoints, source, lengths, _ = _prepare(args, (1, 2, 4, 8, 16))
         dispersion_report(
             checkpoints, lengths, masks, source, args.out, documents=args.documents, batch_size=max(1, args.batch_size)
         )

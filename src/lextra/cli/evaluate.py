@@ -9,9 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lextra.cli.app import Handler, command
-from lextra.cli.models import MODEL_HELP, add_any_model, load_any
+from lextra.cli.models import MODEL_HELP, add_any_model, add_model_corpus, load_any
 from lextra.cli.options import (
-    add_corpus,
     add_device,
     add_eval_data,
     add_evaluation,
@@ -39,25 +38,6 @@ if TYPE_CHECKING:
     from lextra.pipelines.loading import LoadedModel
 
 
-def _add_results_options(parser: argparse.ArgumentParser) -> None:
-    """The model (or the results file to rerun) and where results go."""
-    parser.add_argument("checkpoint", nargs="?", default=None, metavar="MODEL", help=MODEL_HELP)
-    parser.add_argument(
-        "--out",
-        default=None,
-        help="results folder (default: RUN/eval-SETUP for a lextra model, runs/hf/NAME/eval-SETUP for another; "
-        "named by the setup)",
-    )
-    parser.add_argument("--overwrite", action="store_true", help="replace the results in an existing --out folder")
-    parser.add_argument(
-        "--from",
-        dest="from_file",
-        default=None,
-        metavar="RESULTS",
-        help="rerun the evaluation a results.json records (model, setup, settings); flags given here win",
-    )
-
-
 @command(
     "eval",
     "perplexity of a model (lextra or Hugging Face) at many lengths under three protocols",
@@ -79,11 +59,23 @@ def _add_results_options(parser: argparse.ArgumentParser) -> None:
     ),
 )  # fmt: skip
 def configure_eval(parser: argparse.ArgumentParser) -> Handler:
-    from lextra.pipelines.loading import HF_CORPUS
-
-    _add_results_options(parser)
+    parser.add_argument("checkpoint", nargs="?", default=None, metavar="MODEL", help=MODEL_HELP)
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="results folder (default: RUN/eval-SETUP for a lextra model, runs/hf/NAME/eval-SETUP for another; "
+        "named by the setup)",
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace the results in an existing --out folder")
+    parser.add_argument(
+        "--from",
+        dest="from_file",
+        default=None,
+        metavar="RESULTS",
+        help="rerun the evaluation a results.json records (model, setup, settings); flags given here win",
+    )
     add_mask(parser, "causal")
-    add_corpus(parser, f"the corpus a lextra model was trained on; {HF_CORPUS} otherwise")
+    add_model_corpus(parser)
     add_eval_data(parser)
     parser.add_argument(
         "--log-dir",
@@ -93,6 +85,7 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
 
     def run(args: argparse.Namespace) -> int:
         from lextra.evaluate import evaluate_model
+        from lextra.hf import HFCausalLM
         from lextra.io import atomic_write_json
         from lextra.reporting.perplexity import save_eval_outputs
         from lextra.tensorboard import Board, require_tensorboard
@@ -107,7 +100,7 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
         config = eval_config_from(args, args.mask or "causal")
         loaded = load_any(args, args.checkpoint, args.mask)
         model = loaded.model
-        if not loaded.is_lextra and not _decoder(model):
+        if not loaded.is_lextra and not isinstance(model, HFCausalLM):
             raise ConfigError("perplexity needs a decoder-only model; for T5 use `lextra retrieval eval` or analyze")
         data = eval_data_from(args, loaded.meta)
         lengths = config.resolved_lengths(model.config.train_len)
@@ -132,13 +125,6 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
     return run
 
 
-def _decoder(model: object) -> bool:
-    """Whether a Hugging Face adapter is a decoder-only model (perplexity's kind)."""
-    from lextra.hf import HFCausalLM
-
-    return isinstance(model, HFCausalLM)
-
-
 def _results_folder(args: argparse.Namespace, root: Path, setup: str) -> Path:
     """`--out`, else ROOT/eval-SETUP; one that holds results already is refused unless `--overwrite`."""
     out = Path(args.out or root / folder_safe(f"eval-{setup.replace('+', '_')}"))
@@ -161,8 +147,6 @@ def _results_folder(args: argparse.Namespace, root: Path, setup: str) -> Path:
     ),
 )  # fmt: skip
 def configure_align(parser: argparse.ArgumentParser) -> Handler:
-    from lextra.pipelines.loading import HF_CORPUS
-
     parser.add_argument("checkpoint", metavar="MODEL", help=MODEL_HELP)
     parser.add_argument(
         "--strategy", default="pmax", choices=["pmax", "entropy", "log-length"], help="what the temperatures match"
@@ -177,7 +161,7 @@ def configure_align(parser: argparse.ArgumentParser) -> Handler:
         help="query rows sampled per window, a memory bound (default: every row of a lextra model, 1024 of another)",
     )
     add_mask(parser, "the model's own: causal, full for T5")
-    add_corpus(parser, f"the corpus a lextra model was trained on; {HF_CORPUS} otherwise")
+    add_model_corpus(parser)
     add_eval_data(parser)
     parser.add_argument(
         "--out",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from lextra.cli.options import int_at_least, temperature_file
+from lextra.cli.options import add_corpus, int_at_least, temperature_file
 
 MODEL_HELP = "a lextra run or model folder (RUN/model), a Hugging Face folder (config.json), a .gguf file or 'smollm2'"
 
@@ -22,6 +22,13 @@ def add_any_model(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--train-len", type=int_at_least(2), default=None, help="L_tr of a Hugging Face model (default: its maximum)"
     )
+
+
+def add_model_corpus(parser: argparse.ArgumentParser) -> None:
+    """--corpus and --limit-chars of a command that reads any model (default: a lextra model's own corpus)."""
+    from lextra.pipelines.loading import HF_CORPUS
+
+    add_corpus(parser, f"the corpus a lextra model was trained on; {HF_CORPUS} otherwise")
 
 
 def model_options(args: argparse.Namespace, mask: str | None = None) -> Any:

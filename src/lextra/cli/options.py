@@ -486,7 +486,9 @@ def retrieval_evaluation(*, with_task: bool = True, trains: bool = False) -> Cal
             from lextra.reporting.catalog import task_help
 
             add_aliased(parser, "--task", "--tasks", default="passkey", help=task_help())
-        parser.add_argument("--lengths", default=None, help="comma-separated prompt lengths (default L_tr x 1,2,4,8,16)")
+        parser.add_argument(
+            "--lengths", default=None, help="comma-separated prompt lengths (default L_tr x 1,2,4,8,16)"
+        )
         parser.add_argument("--depths", default=None, help="comma-separated needle depths (default 0,0.25,0.5,0.75,1)")
         samples = config_default(RetrievalEval, "samples")
         parser.add_argument("--samples", type=positive_int, default=samples, help="prompts per (length, depth) cell")

@@ -7,10 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from lextra.cli.app import Handler, group
-from lextra.cli.models import MODEL_HELP, add_any_model, load_any
+from lextra.cli.models import MODEL_HELP, add_any_model, add_model_corpus, load_any
 from lextra.cli.options import (
     add_aliased,
-    add_corpus,
     add_device,
     add_extend,
     add_log_scaling,
@@ -94,13 +93,7 @@ def configure_train(parser: argparse.ArgumentParser) -> Handler:
     from lextra.reporting.catalog import task_help
 
     parser.add_argument("--out", required=True, help="run directory")
-    add_aliased(
-        parser,
-        "--task",
-        "--tasks",
-        default="passkey",
-        help=task_help(training=True),
-    )
+    add_aliased(parser, "--task", "--tasks", default="passkey", help=task_help(training=True))
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     add_task_data(parser)
 
@@ -142,8 +135,6 @@ def configure_train(parser: argparse.ArgumentParser) -> Handler:
     ),
 )
 def configure_eval(parser: argparse.ArgumentParser) -> Handler:
-    from lextra.pipelines.loading import HF_CORPUS
-
     parser.add_argument("checkpoint", metavar="MODEL", help=MODEL_HELP)
     parser.add_argument(
         "--out",
@@ -151,7 +142,7 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
         help="results folder (default: RUN/retrieval-TASK for a lextra model, runs/hf/NAME/retrieval-TASK for another)",
     )
     add_mask(parser, "the model's own: causal, full for T5")
-    add_corpus(parser, f"the corpus a lextra model was trained on; {HF_CORPUS} otherwise")
+    add_model_corpus(parser)
     add_text_data(parser)
 
     def run(args: argparse.Namespace) -> int:

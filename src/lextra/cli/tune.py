@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from lextra.cli.app import Handler, command
-from lextra.cli.models import MODEL_HELP, add_any_model
+from lextra.cli.models import MODEL_HELP, add_any_model, add_model_corpus
 from lextra.cli.options import (
-    add_corpus,
     add_device,
     add_quiet,
     add_threads,
@@ -25,7 +24,6 @@ from lextra.cli.options import (
 )
 from lextra.errors import ConfigError
 
-DEFAULT_HF_CORPUS = "english"
 #: LongRoPE's evolution settings (`EvolutionConfig` fields) that `add_evolution` gives a flag each
 EVOLUTION_COUNTS = ("population", "parents", "mutations", "crossovers", "iterations")
 
@@ -104,15 +102,15 @@ def add_evolution(parser: argparse.ArgumentParser) -> None:
 )
 def configure_tune(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("model", help=MODEL_HELP)
-    add_corpus(parser, f"a lextra model's own corpus; {DEFAULT_HF_CORPUS} for HF models")
+    add_model_corpus(parser)
     return _run
 
 
 def _run(args: argparse.Namespace) -> int:
     from lextra.extend import InferenceSetup
     from lextra.extend.setup_file import save_setup
-    from lextra.pipelines.loading import ModelOptions, load_model_spec
     from lextra.pipelines import tune
+    from lextra.pipelines.loading import ModelOptions, load_model_spec
 
     methods = tuple(tune.parse_methods(args.methods))
     evolution = tune.EvolutionConfig(**{name: getattr(args, name) for name in (*EVOLUTION_COUNTS, "step")})
@@ -130,16 +128,16 @@ def _run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--out {out} is a folder; name the setup file to write (e.g. {out / 'setup.json'})")
     options = ModelOptions(tokenizer=args.tokenizer, train_len=args.train_len, quiet=args.quiet)
     loaded = load_model_spec(args.model, options, args.device, with_tokenizer=True)
-    model = loaded.model
-    if args.length <= model.config.train_len:
-        raise ConfigError(f"--length {args.length}: tune for a length beyond the model's L_tr = {model.config.train_len}")
+    model, train_len = loaded.model, loaded.model.config.train_len
+    if args.length <= train_len:
+        raise ConfigError(f"--length {args.length}: tune for a length beyond the model's L_tr = {train_len}")
     tune.reset(model)
     geometry = tune.rope_geometry(model) if "longrope" in methods else (0, 0.0)  # of the unscaled model, read now
     data = _held_out(args, loaded)
     settings = tune.TuneSettings(methods, args.length, args.budget, args.max_grid, evolution, args.seed)
     objective = tune.MeasuredObjective(model, data, objective_settings)
     stream = None if args.quiet else sys.stderr
-    result = tune.run_search(objective, settings, model.config.train_len, geometry=lambda: geometry, stream=stream)
+    result = tune.run_search(objective, settings, train_len, geometry=lambda: geometry, stream=stream)
     if result.best is None or result.best.refused:
         why = (
             "no candidate fit in the budget"
@@ -149,7 +147,7 @@ def _run(args: argparse.Namespace) -> int:
         raise ConfigError(f"{why}; nothing written to {out}")
     record = {
         "model": args.model,
-        "train_len": model.config.train_len,
+        "train_len": train_len,
         "target_length": args.length,
         "methods": list(methods),
         "objective": objective_settings.to_dict(),
@@ -205,13 +203,14 @@ def _verify_table(checked: dict[str, Any], length: int) -> str:
 
 
 def _held_out(args: argparse.Namespace, loaded: Any) -> Any:
-    """The text the objective reads: --corpus (default a lextra model's own corpus, english for HF models) with
+    """The text the objective reads: --corpus (default a lextra model's own corpus, else `HF_CORPUS`) with
     the model's tokenizer (or --tokenizer)."""
     from lextra.data import prepare_data, prepare_for_model
+    from lextra.pipelines.loading import HF_CORPUS
 
     if loaded.is_lextra and args.tokenizer is None:
         return prepare_for_model(loaded.meta, args.corpus, args.limit_chars)
-    corpus = args.corpus or DEFAULT_HF_CORPUS
+    corpus = args.corpus or HF_CORPUS
     if args.tokenizer is not None:
         return prepare_data(corpus, tokenizer=args.tokenizer, limit_chars=args.limit_chars)
     from lextra.hf.load import tokenizer_config
