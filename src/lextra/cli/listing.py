@@ -1,10 +1,5 @@
 """`lextra list`: every registered scheme, mask, RoPE scaling, extension method, task and position sampler, with
-its options and spec syntax (generated from the registries).
-
-Building the registries imports torch (their classes are torch modules), so the text is kept in a cache file named
-by a hash of the package's source files (path, size, modification time) and the Python version: the first run after
-any change generates it, later runs print it without importing the library. With plugins loaded, or the library
-already imported (`main(["list"])` in a process that registered classes), it is generated."""
+its options and spec syntax, generated from the registries (which import torch) and cached (`lextra.cli.cache`)."""
 
 from __future__ import annotations
 

@@ -107,17 +107,13 @@ positive_int = int_at_least(1)
 non_negative_int = int_at_least(0)
 
 
-def finite_float(low: float | None = None, high: float | None = None, *, low_open: bool = False) -> Callable:
-    """An argparse type: a finite float in [low, high] (or (low, high] with `low_open`)."""
+def finite_float(low: float, *, low_open: bool = False) -> Callable:
+    """An argparse type: a finite float >= `low` (> `low` with `low_open`)."""
 
     def parse(text: str) -> float:
         value = _number(float, text, "a number")
-        too_low = low is not None and (value <= low if low_open else value < low)
-        if too_low or (high is not None and value > high):
-            left = "(" if low_open else "["
-            raise argparse.ArgumentTypeError(
-                f"must be in {left}{'-inf' if low is None else low}, {'inf' if high is None else high}], got {text!r}"
-            )
+        if value <= low if low_open else value < low:
+            raise argparse.ArgumentTypeError(f"must be in {'(' if low_open else '['}{low}, inf], got {text!r}")
         return value
 
     parse.__name__ = "number"

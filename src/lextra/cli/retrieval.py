@@ -72,14 +72,6 @@ def add_task_data(parser: argparse.ArgumentParser, *, evaluates: bool = False) -
     )
 
 
-def task_train_config(args: argparse.Namespace, scheme: str | None = None) -> Any:
-    """The training options' `TrainConfig` with the --data folder (refused beside --corpus / --limit-chars)."""
-    refuse_corpus_with_data(args)
-    config = train_config_from(args, scheme=scheme)
-    config.data = args.data
-    return config
-
-
 @retrieval.command(
     "train",
     "train a model on a retrieval task at L_tr",
@@ -102,7 +94,7 @@ def configure_train(parser: argparse.ArgumentParser) -> Handler:
         from lextra.train import main_process
 
         final = train_on_task(
-            task_train_config(args),
+            train_config_from(args),
             args.task,
             args.out,
             resume=args.resume,
@@ -201,7 +193,7 @@ def configure_compare(parser: argparse.ArgumentParser) -> Handler:
         out = Path(args.out)
         compare_retrieval(
             args.schemes,
-            task_train_config(args, scheme="nope"),
+            train_config_from(args, scheme="nope"),
             args.task,
             retrieval_settings(args),
             out,
