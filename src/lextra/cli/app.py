@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from lextra.cli.cache import read_cached, store_cached
+from lextra.cli.cache import cacheable, read_cached, store_cached
 from lextra.errors import LextraError
-from lextra.registry import PLUGINS_ENV, load_env_plugins, load_plugins, loaded_plugins
+from lextra.registry import PLUGINS_ENV, load_env_plugins, load_plugins
 
 Handler = Callable[[argparse.Namespace], int]
 Configure = Callable[[argparse.ArgumentParser], Handler]
@@ -277,10 +277,9 @@ HELP_FLAGS = frozenset({"-h", "--help"})
 
 
 def _help_cacheable(argv: list[str]) -> bool:
-    """A help text depends on the source tree alone: not where plugins register classes, or where this process has
-    imported the library already (its code may have registered some)."""
+    """Whether a help text depends on the source tree alone (`cacheable`, and no plugins to import)."""
     plugins = os.environ.get(PLUGINS_ENV) or any(a == "--plugin" or a.startswith("--plugin=") for a in argv)
-    return not plugins and not loaded_plugins() and "lextra.positions" not in sys.modules
+    return not plugins and cacheable()
 
 
 def _main(argv: list[str]) -> int:

@@ -107,7 +107,12 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
         label = loaded.label + apply_extend(model, args.extend, args.mask, lengths, args.layers_select)
         label += "+tau-log-length" if config.temperature == "log-length" else ""  # a setup too: its own folder
         setup = label.removeprefix(loaded.base).removeprefix("+") or "causal"
-        out = _results_folder(args, loaded.results_root, setup)
+        out = Path(args.out or loaded.results_root / folder_safe(f"eval-{setup.replace('+', '_')}"))
+        if (out / "results.json").exists() and not args.overwrite:
+            raise ConfigError(
+                f"{out} already holds results ({out / 'results.json'}); pass --overwrite to replace them or give "
+                "another --out"
+            )
         evaluation = evaluate_model(model, data, config, progress=not args.quiet, label=label)
         source = data.record()
         seed = (loaded.meta.get("train") or {}).get("seed")  # the training seed: `report` pools a label's seeds
@@ -123,17 +128,6 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
         return 0
 
     return run
-
-
-def _results_folder(args: argparse.Namespace, root: Path, setup: str) -> Path:
-    """`--out`, else ROOT/eval-SETUP; one that holds results already is refused unless `--overwrite`."""
-    out = Path(args.out or root / folder_safe(f"eval-{setup.replace('+', '_')}"))
-    if (out / "results.json").exists() and not args.overwrite:
-        raise ConfigError(
-            f"{out} already holds results ({out / 'results.json'}); pass --overwrite to replace them or give another "
-            "--out"
-        )
-    return out
 
 
 @command(

@@ -23,36 +23,10 @@ from lextra.cli.options import (
 )
 from lextra.errors import ConfigError
 
-
-def add_hf_model(parser: argparse.ArgumentParser) -> None:
-    """The model, its data and the RoPE scaling it is fine-tuned under."""
-    parser.add_argument("model", help="local HF folder (config.json), a .gguf file, or 'smollm2'")
-    parser.add_argument("--train-len", type=int_at_least(2), default=None, help="the window it trains at (required)")
-    add_corpus(parser, "kjv")
-    parser.add_argument(
-        "--data",
-        default=None,
-        metavar="DIR",
-        help="a prepared folder read instead of --corpus (`lextra data prepare SOURCE --tokenizer hf:MODEL`, or "
-        "with the --tokenizer given)",
-    )
-    parser.add_argument("--tokenizer", default=None, help="default: the model's own; e.g. bytes for tiny test models")
-    add_rope_scaling(parser)
-    parser.add_argument("--out", default=None, help="the run folder (required; the model goes to OUT/model)")
-    add_threads(parser)
-    add_device(parser)
-    add_quiet(parser)
-    add_setup(parser)
+hf = group("hf", "fine-tuning Hugging Face models (decoders) at a new context length")
 
 
-hf = group(
-    "hf",
-    "fine-tuning Hugging Face models (decoders) at a new context length",
-    options=(add_hf_model,),
-)
-
-
-#: the `FinetuneConfig` fields the `hf` group's shared options set (`add_hf_model`); --s2-attn sets `s2_group`
+#: the `FinetuneConfig` fields whose flags `configure_finetune` writes by hand; --s2-attn sets `s2_group`
 SHARED_FIELDS = ("train_len", "corpus", "tokenizer", "data", "limit_chars", "rope_scaling")
 
 
@@ -145,4 +119,21 @@ def configure_finetune(parser: argparse.ArgumentParser) -> Handler:
         "forward_noflashattn); the saved model runs full attention (default: off)",
     )
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    parser.add_argument("model", help="local HF folder (config.json), a .gguf file, or 'smollm2'")
+    parser.add_argument("--train-len", type=int_at_least(2), default=None, help="the window it trains at (required)")
+    add_corpus(parser, "kjv")
+    parser.add_argument(
+        "--data",
+        default=None,
+        metavar="DIR",
+        help="a prepared folder read instead of --corpus (`lextra data prepare SOURCE --tokenizer hf:MODEL`, or "
+        "with the --tokenizer given)",
+    )
+    parser.add_argument("--tokenizer", default=None, help="default: the model's own; e.g. bytes for tiny test models")
+    add_rope_scaling(parser)
+    parser.add_argument("--out", default=None, help="the run folder (required; the model goes to OUT/model)")
+    add_threads(parser)
+    add_device(parser)
+    add_quiet(parser)
+    add_setup(parser)
     return _run_finetune

@@ -4,11 +4,9 @@ its options and spec syntax, generated from the registries (which import torch) 
 from __future__ import annotations
 
 import argparse
-import sys
 
 from lextra.cli.app import Handler, command
-from lextra.cli.cache import cached_text
-from lextra.registry import loaded_plugins
+from lextra.cli.cache import cacheable, cached_text
 
 
 def _generate() -> str:
@@ -18,12 +16,8 @@ def _generate() -> str:
 
 
 def catalog() -> str:
-    """`lextra list`'s text: generated where the registries may differ from the source tree's (plugins loaded, or
-    the library already imported in this process, whose code may have registered classes), else the cached text of
-    this source tree (`lextra.cli.cache`)."""
-    if loaded_plugins() or "lextra.positions" in sys.modules:
-        return _generate()
-    return cached_text("catalog", "", _generate)
+    """`lextra list`'s text: this source tree's cached text where the registries are its own (`cacheable`)."""
+    return cached_text("catalog", "", _generate) if cacheable() else _generate()
 
 
 @command(

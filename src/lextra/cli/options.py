@@ -248,39 +248,6 @@ def eval_data_from(args: argparse.Namespace, meta: dict[str, Any]) -> Any:
     return prepare_for_model(meta, args.corpus, args.limit_chars)
 
 
-def add_text_data(parser: argparse.ArgumentParser) -> None:
-    """--data: the prepared folder whose test split, decoded with its tokenizer, gives a text task's documents."""
-    parser.add_argument(
-        "--data",
-        default=None,
-        metavar="DIR",
-        help="build the prompts from a prepared folder's test split (`lextra data prepare`), decoded with its "
-        "tokenizer, which must be the model's (default: the model's corpus)",
-    )
-
-
-def add_data(parser: argparse.ArgumentParser) -> None:
-    """--corpus, --tokenizer, --limit-chars, --threads: what a training run reads (defaults: `TrainConfig`'s)."""
-    from lextra.train import TrainConfig
-
-    parser.add_argument(
-        "--corpus",
-        default=None,
-        help=f"{corpora_help()}, a mixture A+B (weighted: A:0.3+B:0.7), or a path (text files dir, "
-        ".jsonl[.gz|.zst], .parquet, saved HF dataset) "
-        f"(default: {config_default(TrainConfig, 'corpus')})",
-    )
-    parser.add_argument(
-        "--limit-chars", type=positive_int, default=None, help="use only the first N characters (default: all)"
-    )
-    parser.add_argument(
-        "--tokenizer",
-        default=None,
-        help=f"bytes, bpe[:VOCAB] or hf:/local/path (default: {config_default(TrainConfig, 'tokenizer')})",
-    )
-    add_threads(parser)
-
-
 def temperature_option(*schedules: str, files: bool = True) -> Callable[[argparse.ArgumentParser], None]:
     """--temperature: `none`, one of `schedules` (`log-length`: tau = ln L_tr / ln L at each length L > L_tr) or,
     with `files`, an alignment.json whose temperatures the model takes (`--temperatures FILE` is an alias)."""

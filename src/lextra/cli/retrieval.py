@@ -17,7 +17,6 @@ from lextra.cli.options import (
     add_quiet,
     add_rope_scaling_by_layer,
     add_setup,
-    add_text_data,
     add_threads,
     add_variants,
     apply_extend,
@@ -135,7 +134,13 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
     )
     add_mask(parser, "the model's own: causal, full for T5")
     add_model_corpus(parser)
-    add_text_data(parser)
+    parser.add_argument(
+        "--data",
+        default=None,
+        metavar="DIR",
+        help="build the prompts from a prepared folder's test split (`lextra data prepare`), decoded with its "
+        "tokenizer, which must be the model's (default: the model's corpus)",
+    )
 
     def run(args: argparse.Namespace) -> int:
         from lextra.data.shards import text_data_for_model

@@ -12,8 +12,9 @@ from lextra.cli.fields import config_default
 from lextra.cli.options import (
     FIELD_TYPES,
     add_aliased,
-    add_data,
     add_rope_scaling,
+    add_threads,
+    corpora_help,
     finite_float,
     int_at_least,
     positive_float,
@@ -80,7 +81,7 @@ def abacus_option(text: str) -> dict[str, int]:
 
 
 def add_training(parser: argparse.ArgumentParser) -> None:
-    """--config FILE and --set, the model shape and the training settings, with the data options. Every flag sets
+    """--config FILE and --set, the data, the model shape and the training settings, and --threads. Every flag sets
     the `TrainConfig` field `TRAIN_FLAGS` names (those of `GENERATED_TRAIN_FLAGS` generated from the fields: help
     from their docs, defaults from the dataclass); one left out keeps the --config file's value, else the default."""
     from lextra.cli.fields import add_config_file, add_field_flags
@@ -90,7 +91,22 @@ def add_training(parser: argparse.ArgumentParser) -> None:
     from lextra.reporting.catalog import sampler_help
     from lextra.train import TrainConfig
 
-    add_data(parser)
+    parser.add_argument(
+        "--corpus",
+        default=None,
+        help=f"{corpora_help()}, a mixture A+B (weighted: A:0.3+B:0.7), or a path (text files dir, "
+        ".jsonl[.gz|.zst], .parquet, saved HF dataset) "
+        f"(default: {config_default(TrainConfig, 'corpus')})",
+    )
+    parser.add_argument(
+        "--limit-chars", type=positive_int, default=None, help="use only the first N characters (default: all)"
+    )
+    parser.add_argument(
+        "--tokenizer",
+        default=None,
+        help=f"bytes, bpe[:VOCAB] or hf:/local/path (default: {config_default(TrainConfig, 'tokenizer')})",
+    )
+    add_threads(parser)
     add_config_file(
         parser, "TrainConfig fields, with a [model] table of GPTConfig fields (or a study's [train] section)"
     )

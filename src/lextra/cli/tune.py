@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -134,10 +135,10 @@ def _run(args: argparse.Namespace) -> int:
     tune.reset(model)
     geometry = tune.rope_geometry(model) if "longrope" in methods else (0, 0.0)  # of the unscaled model, read now
     data = _held_out(args, loaded)
-    settings = tune.TuneSettings(methods, args.length, args.budget, args.max_grid, evolution, args.seed)
+    search = tune.TuneSettings(methods, args.length, args.budget, args.max_grid, evolution, args.seed)
     objective = tune.MeasuredObjective(model, data, objective_settings)
     stream = None if args.quiet else sys.stderr
-    result = tune.run_search(objective, settings, train_len, geometry=lambda: geometry, stream=stream)
+    result = tune.run_search(objective, search, train_len, geometry=lambda: geometry, stream=stream)
     if result.best is None or result.best.refused:
         why = (
             "no candidate fit in the budget"
@@ -157,8 +158,12 @@ def _run(args: argparse.Namespace) -> int:
     best = InferenceSetup(**result.best.setup)
     save_setup(out, best, tune=record)  # written before the verification, which may take long
     print(_table(result))
-    checked = _verify(args, result, model, data, objective_settings)
-    if checked:
+    checked: dict[str, Any] | None = None
+    if args.verify_length is not None:  # the baseline, each method's defaults and its best again at that length
+        depths = tuple(parse_depths(args.verify_depths)) if args.verify_depths else objective_settings.depths
+        settings = replace(objective_settings, length=args.verify_length, depths=depths)
+        rows = tune.verify(result, tune.MeasuredObjective(model, data, settings), stream=stream)
+        checked = {"objective": settings.to_dict(), "rows": rows}
         save_setup(out, best, tune={**record, "verification": checked})
     why = {"budget": " (budget spent)", "interrupted": " (interrupted)"}.get(result.stopped or "", "")
     print(f"{len(result.trials)} candidates in {result.seconds:.0f} s{why}; best: {_label(result.best.setup)}")
@@ -166,20 +171,6 @@ def _run(args: argparse.Namespace) -> int:
         print(_verify_table(checked, args.verify_length))
     print(f"setup: {out} (use with --setup {out})")
     return 0
-
-
-def _verify(args: argparse.Namespace, result: Any, model: Any, data: Any, settings: Any) -> dict[str, Any] | None:
-    """--verify-length: the rows of `lextra.pipelines.tune.verify` and their settings, or None."""
-    if args.verify_length is None:
-        return None
-    from dataclasses import replace
-
-    from lextra.pipelines.tune import MeasuredObjective, verify
-
-    depths = tuple(parse_depths(args.verify_depths)) if args.verify_depths else settings.depths
-    checked = replace(settings, length=args.verify_length, depths=depths)
-    rows = verify(result, MeasuredObjective(model, data, checked), stream=None if args.quiet else sys.stderr)
-    return {"objective": checked.to_dict(), "rows": rows}
 
 
 def _verify_table(checked: dict[str, Any], length: int) -> str:
