@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lextra.cli.app import Handler, group
-from lextra.cli.models import MODEL_HELP, model_options
+from lextra.cli.models import MODEL_HELP, add_any_model, model_options
 from lextra.cli.options import (
     add_aliased,
     add_corpus,
@@ -19,7 +19,6 @@ from lextra.cli.options import (
     add_rope_scaling_by_layer,
     add_spec_list,
     add_threads,
-    int_at_least,
     non_negative_int,
     percent,
     positive_int,
@@ -44,11 +43,6 @@ def add_analysis_inputs(parser: argparse.ArgumentParser) -> None:
     add_rope_scaling_by_layer(parser)
     add_log_scaling(parser)
     temperature_option()(parser)
-    parser.add_argument(
-        "--tokenizer",
-        default=None,
-        help="a Hugging Face model's tokenizer (default: its own; bytes, bpe[:VOCAB] or hf:PATH)",
-    )
     add_threads(parser)
     add_device(parser)
     parser.add_argument("--quiet", action="store_true", help="print only where the results are, not their table")
@@ -59,12 +53,6 @@ analyze = group(
     "explain why: attention resolution, empirical receptive field, attention dispersion",
     options=(add_analysis_inputs,),
 )
-
-
-def _add_train_len(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--train-len", type=int_at_least(2), default=None, help="L_tr of a Hugging Face model (default its maximum)"
-    )
 
 
 def _lengths_and_documents(parser: argparse.ArgumentParser, documents: int, lengths_help: str) -> None:
@@ -125,11 +113,9 @@ def _configure_resolution(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("--theory", action="store_true", help="also theoretical rows from each checkpoint's scheme")
     add_aliased(parser, "--n-head", "--heads", type=positive_int, default=4, help="heads of a --scheme (default 4)")
     parser.add_argument("--head-dim", type=positive_int, default=32, help="head dimension of a --scheme (default 32)")
-    parser.add_argument(
-        "--train-len",
-        type=int_at_least(2),
-        default=None,
-        help="L_tr of a --scheme (BCA block = L_tr / 2; default 128) or of a Hugging Face model (default its maximum)",
+    add_any_model(
+        parser,
+        "L_tr of a --scheme (BCA block = L_tr / 2; default 128) or of a Hugging Face model (default its maximum)",
     )
     parser.add_argument("--seed", type=non_negative_int, default=0, help="seed of a --scheme's initial parameters")
     _lengths_and_documents(parser, 8, "comma-separated input lengths (default L_tr x 1,2,4)")
@@ -180,7 +166,7 @@ def _configure_receptive_field(parser: argparse.ArgumentParser) -> Handler:
     from lextra.analysis.receptive_field import THRESHOLD as ERF_THRESHOLD
 
     parser.add_argument("checkpoints", nargs="+", metavar="MODEL", help=f"{MODEL_HELP}; several side by side")
-    _add_train_len(parser)
+    add_any_model(parser)
     parser.add_argument(
         "--threshold",
         type=percent(allow_zero=False),
@@ -220,7 +206,7 @@ def _configure_receptive_field(parser: argparse.ArgumentParser) -> Handler:
 )
 def _configure_dispersion(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("checkpoints", nargs="+", metavar="MODEL", help=f"{MODEL_HELP}; several side by side")
-    _add_train_len(parser)
+    add_any_model(parser)
     parser.add_argument("--batch-size", type=positive_int, default=4, help="inputs per forward pass")
     _lengths_and_documents(parser, 8, "comma-separated input lengths (default L_tr x 1,2,4,8,16)")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lextra.cli.app import Handler, command
 from lextra.cli.models import MODEL_HELP, add_any_model, add_model_corpus, load_any
@@ -26,9 +26,8 @@ from lextra.cli.options import (
     eval_data_from,
     folder_safe,
     positive_int,
-    rerun_into_args,
-    rerun_record,
     setup_into_args,
+    source_commit,
     temperature_option,
 )
 from lextra.errors import ConfigError
@@ -90,7 +89,7 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
         from lextra.reporting.perplexity import save_eval_outputs
         from lextra.tensorboard import Board, require_tensorboard
 
-        rerun_into_args(args, "lextra eval")
+        rerun_into_args(args)
         _span_of_an_older_file(args)
         if args.checkpoint is None:
             raise ConfigError("lextra eval needs a model (or --from RESULTS.json); give RUN, RUN/model or a HF model")
@@ -227,6 +226,55 @@ def _print_alignment(result: Alignment, strategy: str, length: int) -> None:
     print(markdown_table(rows, ["target", "before", "after", "tau"], "layer"))
     if result.saturated:
         print(f"warning: target out of reach for (layer, head) {result.saturated}: temperature at its bound")
+
+
+#: what a rerun of `lextra eval --from results.json` does not take from the file: where and how this run goes
+RERUN_SKIPS = frozenset({"out", "from_file", "overwrite", "quiet", "device", "threads", "log_dir", "handler",
+                         "command_path", "given_flags", "plugin", "setup"})  # fmt: skip
+#: the fields a results file needs to be rerun
+RERUN_FIELDS = ("lextra", "commit", "arguments")
+
+
+def rerun_record(args: argparse.Namespace) -> dict[str, Any]:
+    """What `--from` needs to rerun an evaluation: lextra's version and commit, and every argument that decides the
+    numbers (the command words, the model, the inference setup, the evaluation settings)."""
+    import lextra
+
+    arguments = {k: v for k, v in vars(args).items() if k not in RERUN_SKIPS and not k.startswith("command_")}
+    return {"lextra": lextra.__version__, "commit": source_commit(), "arguments": arguments}
+
+
+def rerun_into_args(args: argparse.Namespace) -> None:
+    """Fill the arguments from `--from FILE`'s record (those given on this command line win); a file without a
+    record, or whose record misses fields, is refused in one line."""
+    path = getattr(args, "from_file", None)
+    if path is None:
+        return
+    try:
+        record = json.loads(Path(path).read_text())["rerun"]
+        missing = [name for name in RERUN_FIELDS if name not in record]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ConfigError(
+            f"--from {path}: not a results file with a rerun record (written by lextra eval of this lextra version); "
+            "give a results.json that lextra eval wrote"
+        ) from None
+    if missing:
+        raise ConfigError(
+            f"--from {path}: its rerun record (lextra {record.get('lextra', '?')}) lacks {', '.join(missing)}; "
+            f"rerun the evaluation with its flags instead"
+        )
+    given = set(getattr(args, "given_flags", ()))
+    if getattr(args, "checkpoint", None):
+        given.add("checkpoint")
+    unknown = sorted(set(record["arguments"]) - set(vars(args)))
+    if unknown:
+        raise ConfigError(
+            f"--from {path}: written by lextra {record['lextra']}, it sets {', '.join(unknown)}, which lextra eval "
+            "does not take; rerun with this version's flags"
+        )
+    for dest, value in record["arguments"].items():
+        if dest not in given:
+            setattr(args, dest, value)
 
 
 def _span_of_an_older_file(args: argparse.Namespace) -> None:
