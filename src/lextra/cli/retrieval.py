@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from lextra.cli.app import Handler, group
-from lextra.cli.models import MODEL_HELP, add_any_model, add_model_corpus, load_any
+from lextra.cli.models import MODEL_HELP, add_any_model, add_model_corpus, load_any, model_options
 from lextra.cli.options import (
     add_aliased,
     add_device,
@@ -243,13 +243,12 @@ def configure_completion(parser: argparse.ArgumentParser) -> Handler:
         from lextra.data import prepare_for_model
         from lextra.evaluate.retrieval import evaluate_completion
         from lextra.io import atomic_write_json, atomic_write_text
-        from lextra.pipelines.loading import ModelOptions, load_lextra, setup_from
+        from lextra.pipelines.loading import load_lextra
         from lextra.reporting.retrieval import completion_table
 
         results = {}
         for checkpoint in args.checkpoints:
-            options = ModelOptions(setup_from(rope_scaling=args.rope_scaling, layers=args.layers_select))
-            loaded = load_lextra(checkpoint, options, args.device)
+            loaded = load_lextra(checkpoint, model_options(args), args.device)
             folder, model, label = loaded.folder, loaded.model, loaded.label
             data = prepare_for_model(loaded.meta)
             result = evaluate_completion(

@@ -7,11 +7,12 @@ stretching options of `lextra eval`; prompts use RULER's base templates (`--chat
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from lextra.cli.app import Handler, group
-from lextra.cli.models import MODEL_HELP, add_any_model
+from lextra.cli.models import MODEL_HELP, add_any_model, model_options
 from lextra.cli.options import (
     add_aliased,
     add_device,
@@ -29,7 +30,6 @@ from lextra.cli.options import (
     percent,
     positive_int,
     setup_into_args,
-    temperature_file,
     temperature_option,
 )
 
@@ -125,7 +125,7 @@ def configure_suite(parser: argparse.ArgumentParser, suite: Any, task_help: str)
     def run(args: argparse.Namespace) -> int:
         from lextra.devices import resolve_device
         from lextra.evaluate.ruler import chat_format
-        from lextra.pipelines.loading import ModelOptions, load_model_spec, setup_from
+        from lextra.pipelines.loading import load_model_spec
         from lextra.pipelines.ruler import RulerTarget, parse_task_list, run_ruler
         from lextra.train import Distributed
 
@@ -143,14 +143,7 @@ def configure_suite(parser: argparse.ArgumentParser, suite: Any, task_help: str)
             haystack=haystack,
             prompt_length=args.prompt_length,
         ).validate()
-        options = ModelOptions(
-            setup_from(rope_scaling=args.rope_scaling, mask=args.mask, layers=args.layers_select),
-            temperatures=temperature_file(args),
-            tokenizer=args.tokenizer,
-            haystack=haystack,
-            train_len=args.train_len,
-            quiet=args.quiet,
-        )
+        options = replace(model_options(args, args.mask), haystack=haystack)
         loaded = load_model_spec(args.model, options, args.device)
         model = loaded.model
         chat = chat_format(loaded.tokenizer) if args.chat else None

@@ -168,20 +168,12 @@ def read_train_file(path: str | Path | None, settings: list[str] | None = None) 
         raise ConfigError(f"--config {path}: {err}" if path is not None else str(err)) from None
 
 
-def check_rotary(scheme: str, flag: str) -> None:
-    """Refuse `flag` (a RoPE scaling) for a scheme without one, naming the schemes that take it."""
-    from lextra.positions import SCHEMES
-
-    rotary = [name for name in SCHEMES.names() if any(o.name == "scaling" for o in SCHEMES.options(name))]
-    if scheme in SCHEMES and SCHEMES.canonical(scheme) not in rotary:
-        raise ConfigError(f"{flag} applies to {', '.join(rotary)} models, not {scheme}; drop it or train a rotary one")
-
-
 def train_config_from(args: argparse.Namespace, scheme: str | None = None) -> Any:
     """The `TrainConfig` the training options describe (validated): the --config file (else the defaults), then
     every flag given explicitly, with `scheme` (compare's variants) in place of --scheme when the command sets it,
     and the --data folder of a command that has one (refused beside --corpus and --limit-chars)."""
     from lextra.attention.plan import LayerVariant, stated_plan
+    from lextra.positions import SCHEMES
     from lextra.positions.scaling import parse_rope_scaling
 
     config = read_train_file(getattr(args, "config", None), getattr(args, "set", None))
@@ -209,8 +201,13 @@ def train_config_from(args: argparse.Namespace, scheme: str | None = None) -> An
             if rope_scaling != "none":
                 options["scaling"] = parse_rope_scaling(rope_scaling)
         variants[layer] = LayerVariant(variant.scheme, options, variant.mask, variant.pieces)
-    if rope_scaling is not None and not any(v.rotary for v in variants):
-        check_rotary(variants[0].scheme, "--rope-scaling")
+    if rope_scaling is not None and not any(v.rotary for v in variants):  # refused, naming the schemes that take it
+        rotary = [name for name in SCHEMES.names() if any(o.name == "scaling" for o in SCHEMES.options(name))]
+        scheme = variants[0].scheme
+        if scheme in SCHEMES and SCHEMES.canonical(scheme) not in rotary:
+            raise ConfigError(
+                f"--rope-scaling applies to {', '.join(rotary)} models, not {scheme}; drop it or train a rotary one"
+            )
     if variants != config.model.plan():
         config.model.set_variants(variants)
     return config.validate()

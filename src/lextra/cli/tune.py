@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from lextra.cli.app import Handler, command
-from lextra.cli.models import MODEL_HELP, add_any_model, add_model_corpus
+from lextra.cli.models import MODEL_HELP, add_any_model, add_model_corpus, load_any
 from lextra.cli.options import (
     add_device,
     add_quiet,
@@ -25,14 +25,25 @@ from lextra.cli.options import (
 )
 from lextra.errors import ConfigError
 
-#: LongRoPE's evolution settings (`EvolutionConfig` fields) that `add_evolution` gives a flag each
+#: LongRoPE's evolution settings (`EvolutionConfig` fields) that `lextra tune` gives a flag each
 EVOLUTION_COUNTS = ("population", "parents", "mutations", "crossovers", "iterations")
 
 
-def add_search(parser: argparse.ArgumentParser) -> None:
-    """What is searched and how long."""
-    from lextra.pipelines.tune import METHODS
+@command(
+    "tune",
+    "search extension / scaling settings for a target length; write the best as a setup file (--setup FILE)",
+    options=(add_threads, add_device, add_quiet),
+    examples=(
+        "lextra tune smollm2 --length 16384 --methods self_extend,yarn --budget 1800 --out setups/smollm2-16k.json",
+        "lextra eval smollm2 --lengths 16384 --span 16384 --setup setups/smollm2-16k.json",
+    ),
+)
+def configure_tune(parser: argparse.ArgumentParser) -> Handler:
+    from lextra.pipelines.tune import METHODS, OBJECTIVES, EvolutionConfig
 
+    parser.add_argument("model", help=MODEL_HELP)
+    add_model_corpus(parser)
+    # what is searched and how long
     parser.add_argument("--length", type=int_at_least(2), required=True, help="the target length T, tokens")
     parser.add_argument(
         "--methods",
@@ -48,15 +59,10 @@ def add_search(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--out", required=True, help="the setup file written (JSON), with the search's record")
     parser.add_argument("--seed", type=int_at_least(0), default=0, help="seed of the passkey prompts and the evolution")
-
-
-def add_objective(parser: argparse.ArgumentParser) -> None:
-    """How each candidate is measured."""
+    # how each candidate is measured
     parser.add_argument("--depths", default=None, help="passkey depths (default 0,0.25,0.5,0.75,1)")
     parser.add_argument("--samples", type=positive_int, default=1, help="passkey prompts per depth")
     parser.add_argument("--documents", type=positive_int, default=1, help="held-out documents for perplexity")
-    from lextra.pipelines.tune import OBJECTIVES
-
     parser.add_argument(
         "--objective",
         choices=OBJECTIVES,
@@ -78,32 +84,13 @@ def add_objective(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--verify-depths", default=None, help="passkey depths of --verify-length (default: --depths)")
     add_any_model(parser)
-
-
-def add_evolution(parser: argparse.ArgumentParser) -> None:
-    """LongRoPE's hyper-parameters (defaults: its dim_mono_llama.json)."""
-    from lextra.pipelines.tune import EvolutionConfig
-
+    # LongRoPE's hyper-parameters (defaults: its dim_mono_llama.json)
     defaults = EvolutionConfig()
     for name in EVOLUTION_COUNTS:
         parser.add_argument(
             f"--{name}", type=int_at_least(0), default=getattr(defaults, name), help=f"LongRoPE evolution: {name}"
         )
     parser.add_argument("--step", type=positive_float, default=defaults.step, help="LongRoPE: grid step of the factors")
-
-
-@command(
-    "tune",
-    "search extension / scaling settings for a target length; write the best as a setup file (--setup FILE)",
-    options=(add_search, add_objective, add_evolution, add_threads, add_device, add_quiet),
-    examples=(
-        "lextra tune smollm2 --length 16384 --methods self_extend,yarn --budget 1800 --out setups/smollm2-16k.json",
-        "lextra eval smollm2 --lengths 16384 --span 16384 --setup setups/smollm2-16k.json",
-    ),
-)
-def configure_tune(parser: argparse.ArgumentParser) -> Handler:
-    parser.add_argument("model", help=MODEL_HELP)
-    add_model_corpus(parser)
     return _run
 
 
@@ -111,7 +98,6 @@ def _run(args: argparse.Namespace) -> int:
     from lextra.extend import InferenceSetup
     from lextra.extend.setup_file import save_setup
     from lextra.pipelines import tune
-    from lextra.pipelines.loading import ModelOptions, load_model_spec
 
     methods = tuple(tune.parse_methods(args.methods))
     evolution = tune.EvolutionConfig(**{name: getattr(args, name) for name in (*EVOLUTION_COUNTS, "step")})
@@ -127,8 +113,7 @@ def _run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.is_dir():
         raise ConfigError(f"--out {out} is a folder; name the setup file to write (e.g. {out / 'setup.json'})")
-    options = ModelOptions(tokenizer=args.tokenizer, train_len=args.train_len, quiet=args.quiet)
-    loaded = load_model_spec(args.model, options, args.device, with_tokenizer=True)
+    loaded = load_any(args, args.model, with_tokenizer=True)
     model, train_len = loaded.model, loaded.model.config.train_len
     if args.length <= train_len:
         raise ConfigError(f"--length {args.length}: tune for a length beyond the model's L_tr = {train_len}")
