@@ -34,7 +34,6 @@ from lextra.errors import ConfigError
 
 if TYPE_CHECKING:
     from lextra.methods.align import Alignment
-    from lextra.pipelines.loading import LoadedModel
 
 
 @command(
@@ -164,7 +163,9 @@ def configure_align(parser: argparse.ArgumentParser) -> Handler:
     )
 
     def run(args: argparse.Namespace) -> int:
+        from lextra.io import atomic_write_json
         from lextra.methods import align_temperatures
+        from lextra.model import save_model
 
         loaded = load_any(args, args.checkpoint, args.mask)
         if loaded.is_lextra and loaded.label != loaded.base:
@@ -183,32 +184,20 @@ def configure_align(parser: argparse.ArgumentParser) -> Handler:
             mask=args.mask or getattr(model, "default_mask", "causal"),
             max_rows=args.max_rows or (None if loaded.is_lextra else 1024),
         )
-        out = _save_alignment(args, loaded, result)
         _print_alignment(result, args.strategy, args.length)
-        if loaded.folder is not None:
+        if loaded.folder is not None:  # a lextra model: its aligned copy, with alignment.json beside its weights
+            out = Path(args.out or f"{loaded.folder}-{args.strategy}-{args.length}")
+            extra = {k: v for k, v in loaded.meta.items() if k in ("tokenizer", "train")}
+            save_model(model, out, extra={**extra, "alignment": result.to_dict()})
+            atomic_write_json(out / "alignment.json", result.to_dict())
             print(f"aligned model saved to {out}")
         else:
+            out = Path(args.out or loaded.results_root / f"align-{args.strategy}-{args.length}")
+            atomic_write_json(out / "alignment.json", {"model": loaded.name, "label": loaded.label, **result.to_dict()})
             print(f"temperatures: {out / 'alignment.json'} (use with --temperature)")
         return 0
 
     return run
-
-
-def _save_alignment(args: argparse.Namespace, loaded: LoadedModel, result: Alignment) -> Path:
-    """Where the alignment goes: a lextra model's aligned copy (with alignment.json beside its weights), or
-    alignment.json alone for another model; returns the folder."""
-    from lextra.io import atomic_write_json
-    from lextra.model import save_model
-
-    if loaded.folder is not None:
-        out = Path(args.out or f"{loaded.folder}-{args.strategy}-{args.length}")
-        extra = {k: v for k, v in loaded.meta.items() if k in ("tokenizer", "train")}
-        save_model(loaded.model, out, extra={**extra, "alignment": result.to_dict()})
-        atomic_write_json(out / "alignment.json", result.to_dict())
-        return out
-    out = Path(args.out or loaded.results_root / f"align-{args.strategy}-{args.length}")
-    atomic_write_json(out / "alignment.json", {"model": loaded.name, "label": loaded.label, **result.to_dict()})
-    return out
 
 
 def _print_alignment(result: Alignment, strategy: str, length: int) -> None:

@@ -82,11 +82,6 @@ def add_config_file(parser: argparse.ArgumentParser, what: str) -> None:
     )
 
 
-def given(args: argparse.Namespace, names: Iterable[str]) -> dict[str, Any]:
-    """The fields among `names` whose flag was given (its dest is the field's name)."""
-    return {name: value for name in names if (value := getattr(args, name, None)) is not None}
-
-
 def read_config_file(path: str | Path, section: str) -> dict[str, Any]:
     """The fields a `--config` TOML file sets: its top level, with a `[section]` table's fields merged in (a study
     file's `[train]`); an unreadable file or bad TOML is one error naming the file."""

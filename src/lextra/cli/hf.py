@@ -42,14 +42,15 @@ def finetune_fields() -> list[str]:
 
 def finetune_config_from(args: argparse.Namespace) -> Any:
     """The `FinetuneConfig` of the command line (validated): the --config file, then --set, then every flag given."""
-    from lextra.cli.fields import apply_settings, given, read_config_file
+    from lextra.cli.fields import apply_settings, read_config_file
     from lextra.hf.finetune import FinetuneConfig
     from lextra.serialize import from_dict
 
     setup_into_args(args, "lextra hf finetune")
     refuse_corpus_with_data(args)
     values = read_config_file(args.config, "finetune") if args.config else {}
-    values = apply_settings(values, args.set) | given(args, (*SHARED_FIELDS, *finetune_fields()))
+    flags = {name: getattr(args, name, None) for name in (*SHARED_FIELDS, *finetune_fields())}  # dests: field names
+    values = apply_settings(values, args.set) | {name: value for name, value in flags.items() if value is not None}
     values["model"] = args.model
     if "train_len" not in values:
         raise ConfigError("lextra hf finetune needs --train-len L (the window it trains at)")
