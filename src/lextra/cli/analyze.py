@@ -33,8 +33,7 @@ if TYPE_CHECKING:
 
 
 def add_analysis_inputs(parser: argparse.ArgumentParser) -> None:
-    """--out, --mask, --split, the corpus, the stretching options, threads and device: what every analysis
-    shares."""
+    """What every analysis shares: the output, masks, split, corpus, stretching options, threads and device."""
     parser.add_argument("--out", required=True, help="output folder (JSON, CSV, markdown table, PNG plots)")
     add_mask(parser, "each model's own: causal, full for T5", repeatable=True)
     parser.add_argument("--split", default="validation", choices=["validation", "test"], help="held-out split")

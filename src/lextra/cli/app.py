@@ -205,10 +205,9 @@ def command_words(argv: Sequence[str]) -> tuple[str, ...]:
 
 
 def build_parser(command: Sequence[str] | None = None) -> argparse.ArgumentParser:
-    """The `lextra` parser, after the plugins of `LEXTRA_PLUGINS` are imported (so the help generated from the
-    registries lists what they register) and every command module has declared its commands. With `command` (a
-    path from `command_words`) only that command adds its options: the others are names in the help, so
-    `lextra --help` and `lextra list` import neither torch nor the library."""
+    """The `lextra` parser, after `declare_commands`. With `command` (a path from `command_words`) only that
+    command adds its options: the others are names in the help, so `lextra --help` imports neither torch nor the
+    library."""
     declare_commands()
     parser = Parser(prog="lextra", description=ROOT.help)
     parser.add_argument(

@@ -1,9 +1,6 @@
-"""`lextra harness MODEL --tasks ...`: EleutherAI's lm-evaluation-harness (`lm_eval`, the `harness` extra) on a
-lextra run or a Hugging Face model under any inference setup, offline; lextra's results.json, results.csv and
-table.md. The model is lm-eval's `lextra` model (`lextra.pipelines.harness.adapter.LextraLM`), whose arguments
-(`--model_args` of lm-eval's own CLI) are the options here: --rope-scaling, --extend, --mask, --temperature,
---log-scaling, --layers-select, --tokenizer, --train-len, --max-length, --batch-size.
-"""
+"""`lextra harness MODEL --tasks ...`: EleutherAI's lm-evaluation-harness (the `harness` extra) on a lextra run or
+a Hugging Face model under any inference setup, offline. The model is lm-eval's `lextra` model
+(`lextra.pipelines.harness.adapter.LextraLM`), whose `--model_args` are the options here (`_model_args`)."""
 
 from __future__ import annotations
 

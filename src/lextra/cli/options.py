@@ -436,11 +436,9 @@ def apply_extend(model: Any, spec: str | None, mask: str | None, lengths: list[i
 
 
 def retrieval_evaluation(*, with_task: bool = True, trains: bool = False) -> Callable[[argparse.ArgumentParser], None]:
-    """The retrieval evaluation option set: --task, --lengths, --depths, --samples, --candidates, the seed of the
-    prompts and the evaluation batch, with `RetrievalEval`'s defaults unless given. The seed and the batch are
-    `--seed` and `--batch-size` in a command that only evaluates, `--eval-seed` and `--eval-batch-size` in one that
-    also `trains` (whose `--seed` and `--batch-size` are training's); the `--eval-` spellings stay aliases of
-    either, as `--eval-batch` does."""
+    """The retrieval evaluation option set (`RetrievalEval`'s defaults): --task, --lengths, --depths, --samples,
+    --candidates, and the prompts' seed and batch: `--seed` and `--batch-size`, or `--eval-seed` and
+    `--eval-batch-size` in a command that also `trains` (whose `--seed` and `--batch-size` are training's)."""
 
     def add(parser: argparse.ArgumentParser) -> None:
         from lextra.pipelines.retrieval import RetrievalEval
@@ -525,9 +523,8 @@ def flags_given(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
 
 
 def setup_into_args(args: argparse.Namespace, command: str) -> None:
-    """Put the `--setup` file's fields into the flags they stand for. A field the file sets that the command
-    has no flag for, or a flag given explicitly with another value, is refused in one line (the file's fields
-    are not overridden: edit the file, or drop the flag). A null field leaves the flag as it is."""
+    """Put the `--setup` file's non-null fields into the flags they stand for, refusing a field the command has no
+    flag for, or a flag given explicitly with another value (the file's fields are not overridden)."""
     path = getattr(args, "setup", None)
     if path is None:
         return

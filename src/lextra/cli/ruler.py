@@ -1,8 +1,6 @@
 """`lextra ruler run MODEL` (also `lextra ruler MODEL`): the RULER-style long-context suite (eleven synthetic tasks
-at exact token lengths, RULER's scoring, the effective length) on any model `load_model_spec` loads, with the
-stretching options of `lextra eval`; prompts use RULER's base templates (`--chat`: the model's chat template).
-`lextra ruler compare RUN...`: runs side by side.
-"""
+at exact token lengths, RULER's scoring, the effective length) on any model, with the stretching options of `lextra
+eval`; `lextra ruler compare RUN...`: runs side by side."""
 
 from __future__ import annotations
 
@@ -174,9 +172,8 @@ def configure_suite(parser: argparse.ArgumentParser, suite: Any, task_help: str)
 
 
 def haystack_from(args: argparse.Namespace) -> tuple[str, Any]:
-    """The haystack's name (what the cells record) and its documents: with --data the prepared folder's test
-    split decoded (`PreparedShards.texts`), named by the folder's source as `--haystack SOURCE` names it (so the
-    cells are shared), else the --haystack corpus (None: `RulerSettings` reads it)."""
+    """The haystack's name (what the cells record) and its documents: the --data folder's test split, named as
+    `--haystack SOURCE` names it (so the cells are shared), else the --haystack corpus (None: the settings read it)."""
     if args.data is None:
         from lextra.pipelines.ruler import RulerSettings
 

@@ -1,6 +1,5 @@
 """`lextra train`: train a GPT with a position scheme at a training length (resumable), from flags or from a
-`--config run.toml` file that any flag given overrides (`lextra.cli.training_options.TRAIN_FLAGS` maps flags to
-fields)."""
+`--config run.toml` file that any flag given overrides (`lextra.cli.training_options`)."""
 
 from __future__ import annotations
 

@@ -81,9 +81,8 @@ def abacus_option(text: str) -> dict[str, int]:
 
 
 def add_training(parser: argparse.ArgumentParser) -> None:
-    """--config FILE and --set, the data, the model shape and the training settings, and --threads. Every flag sets
-    the `TrainConfig` field `TRAIN_FLAGS` names (those of `GENERATED_TRAIN_FLAGS` generated from the fields: help
-    from their docs, defaults from the dataclass); one left out keeps the --config file's value, else the default."""
+    """--config FILE and --set, the data, the model shape, the training settings and --threads: each flag sets the
+    field `TRAIN_FLAGS` names; one left out keeps the --config file's value, else the default."""
     from lextra.cli.fields import add_config_file, add_field_flags
     from lextra.data import ORDERS
     from lextra.data.packing import PACK_MODES
@@ -154,9 +153,8 @@ def add_training(parser: argparse.ArgumentParser) -> None:
 
 
 def read_train_file(path: str | Path | None, settings: list[str] | None = None) -> Any:
-    """The `TrainConfig` a `--config` TOML file describes (None: the defaults), with `--set KEY=VALUE` settings
-    applied: TrainConfig fields with a [model] table of GPTConfig fields, or the same inside a [train] section (a
-    study's); an unknown key is one error naming the file."""
+    """The `TrainConfig` a `--config` TOML file describes (None: the defaults; a study's [train] section too), with
+    `--set KEY=VALUE` settings applied; an unknown key is one error naming the file."""
     from lextra.cli.fields import apply_settings, read_config_file
     from lextra.train import TrainConfig
 
