@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from lextra.cli.cache import cacheable, read_cached, store_cached
+from lextra.cli.options import apply_runtime, flags_given
 from lextra.errors import LextraError
 from lextra.registry import PLUGINS_ENV, load_env_plugins, load_plugins
 
@@ -50,9 +51,8 @@ ALIASES: dict[str, tuple[str, ...]] = {"ruler-compare": ("ruler", "compare")}
 @dataclass
 class Command:
     """A leaf command: its help, how it adds its own arguments, the shared option sets it takes and the example
-    invocations its `--help` ends with."""
+    invocations its `--help` ends with (its name is its key in its group's `children`)."""
 
-    name: str
     help: str
     configure: Configure
     options: tuple[OptionSet, ...] = ()
@@ -81,7 +81,7 @@ class Group:
                 raise ValueError(f"command {self.name} {name!r} is declared twice")
             if not examples:
                 raise ValueError(f"command {self.name} {name!r} needs at least one example invocation")
-            self.children[name] = Command(name, help_text, configure, (*options, *self.options), tuple(examples))
+            self.children[name] = Command(help_text, configure, (*options, *self.options), tuple(examples))
             return configure
 
         return register
@@ -296,15 +296,11 @@ def _main(argv: list[str]) -> int:
         leaf = dict(leaf_commands(parser)).get(tuple(getattr(args, "command_path", "").split()), parser)
         if unknown:  # named by the command that was given them, whose --help lists what it takes
             leaf.error(f"unrecognized arguments: {' '.join(unknown)}")
-        from lextra.cli.options import flags_given
-
         args.given_flags = flags_given(leaf, list(argv))
     except SystemExit as done:  # argparse printed usage and a one-line error (exit 2), or --help (exit 0)
         return int(done.code or 0)
     name = f"lextra {args.command_path.split()[0]}"
     try:
-        from lextra.cli.options import apply_runtime
-
         apply_runtime(args)
         return int(args.handler(args) or 0)
     except LextraError as err:
