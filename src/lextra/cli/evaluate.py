@@ -89,7 +89,6 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
         from lextra.tensorboard import Board, require_tensorboard
 
         rerun_into_args(args)
-        _span_of_an_older_file(args)
         if args.checkpoint is None:
             raise ConfigError("lextra eval needs a model (or --from RESULTS.json); give RUN, RUN/model or a HF model")
         setup_into_args(args, "lextra eval")
@@ -234,13 +233,14 @@ def rerun_record(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def rerun_into_args(args: argparse.Namespace) -> None:
-    """Fill the arguments from `--from FILE`'s record (those given on this command line win); a file without a
-    record, or whose record misses fields, is refused in one line."""
+    """Fill the arguments from `--from FILE`'s record (those given on this command line win; a file from before the
+    span was recorded scored max(lengths) tokens per document); a file without a full record is refused."""
     path = getattr(args, "from_file", None)
     if path is None:
         return
     try:
-        record = json.loads(Path(path).read_text())["rerun"]
+        saved = json.loads(Path(path).read_text())
+        record = saved["rerun"]
         missing = [name for name in RERUN_FIELDS if name not in record]
     except (OSError, ValueError, KeyError, TypeError):
         raise ConfigError(
@@ -264,15 +264,7 @@ def rerun_into_args(args: argparse.Namespace) -> None:
     for dest, value in record["arguments"].items():
         if dest not in given:
             setattr(args, dest, value)
-
-
-def _span_of_an_older_file(args: argparse.Namespace) -> None:
-    """A results file from before the span was recorded scored max(lengths) tokens per document: rerun it so,
-    unless --span is given."""
-    if args.from_file is None or args.span is not None:
-        return
-    saved = json.loads(Path(args.from_file).read_text())  # readable: rerun_into_args has read it
-    if "span" not in saved and saved.get("lengths"):
+    if args.span is None and "span" not in saved and saved.get("lengths"):
         args.span = max(int(n) for n in saved["lengths"])
 
 
