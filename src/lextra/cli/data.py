@@ -25,8 +25,6 @@ data = group("data", "prepare a corpus once as memory-mapped token shards, and c
     ),
 )
 def configure_prepare(parser: argparse.ArgumentParser) -> Handler:
-    from lextra.data.shards import DEFAULT_SAMPLE_CHARS, DEFAULT_SHARD_CHARS, DTYPES
-
     parser.add_argument(
         "source",
         metavar="SOURCE",
@@ -42,34 +40,7 @@ def configure_prepare(parser: argparse.ArgumentParser) -> Handler:
         default="text",
         help="the text field of .jsonl files, the text column of .parquet files and datasets",
     )
-    parser.add_argument(
-        "--dtype", default="auto", choices=["auto", *DTYPES], help="token file dtype (auto: the smallest that fits)"
-    )
-    parser.add_argument(
-        "--shard-chars",
-        type=positive_int,
-        default=DEFAULT_SHARD_CHARS,
-        help="source characters per shard: the memory bound and the unit a resumed prepare keeps",
-    )
-    parser.add_argument(
-        "--sample-chars",
-        type=positive_int,
-        default=DEFAULT_SAMPLE_CHARS,
-        help="train-split characters a bpe tokenizer is trained on",
-    )
-    parser.add_argument(
-        "--strict",
-        action="store_true",
-        help="refuse files a folder source would skip (binary, not UTF-8), and fingerprint the source by whole-file "
-        "hashes (a resumed prepare then notices any edit)",
-    )
-    parser.add_argument(
-        "--workers",
-        type=positive_int,
-        default=1,
-        help="encode in N processes (the same bytes as 1; a tokenizer that encodes in threads, bpe or a fast "
-        "Hugging Face one, uses its threads instead)",
-    )
+    _add_layout(parser)
 
     def run(args: argparse.Namespace) -> int:
         from lextra.data.shards import PreparedShards, prepare_shards, unfinished_command
@@ -134,3 +105,37 @@ def _summary(prepared: PreparedShards) -> str:
             f"  skipped {count:,} file{'s' if count != 1 else ''}, binary or not UTF-8 (--strict refuses them): {named}"
         )
     return "\n".join(lines)
+
+
+def _add_layout(parser: argparse.ArgumentParser) -> None:
+    """`data prepare`'s token dtype, shard and BPE sample sizes, `--strict` and the encoding processes."""
+    from lextra.data.shards import DEFAULT_SAMPLE_CHARS, DEFAULT_SHARD_CHARS, DTYPES
+
+    parser.add_argument(
+        "--dtype", default="auto", choices=["auto", *DTYPES], help="token file dtype (auto: the smallest that fits)"
+    )
+    parser.add_argument(
+        "--shard-chars",
+        type=positive_int,
+        default=DEFAULT_SHARD_CHARS,
+        help="source characters per shard: the memory bound and the unit a resumed prepare keeps",
+    )
+    parser.add_argument(
+        "--sample-chars",
+        type=positive_int,
+        default=DEFAULT_SAMPLE_CHARS,
+        help="train-split characters a bpe tokenizer is trained on",
+    )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse files a folder source would skip (binary, not UTF-8), and fingerprint the source by whole-file "
+        "hashes (a resumed prepare then notices any edit)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=positive_int,
+        default=1,
+        help="encode in N processes (the same bytes as 1; a tokenizer that encodes in threads, bpe or a fast "
+        "Hugging Face one, uses its threads instead)",
+    )

@@ -57,6 +57,20 @@ if TYPE_CHECKING:
     ),
 )  # fmt: skip
 def configure_eval(parser: argparse.ArgumentParser) -> Handler:
+    _add_results_options(parser)
+    add_mask(parser, "causal")
+    add_model_corpus(parser)
+    add_eval_data(parser)
+    parser.add_argument(
+        "--log-dir",
+        default=None,
+        help="also write the perplexity curves (one per protocol, over lengths) as TensorBoard event files here",
+    )
+    return _run_eval
+
+
+def _add_results_options(parser: argparse.ArgumentParser) -> None:
+    """The model (or the results file to rerun) and where results go."""
     parser.add_argument("checkpoint", nargs="?", default=None, metavar="MODEL", help=MODEL_HELP)
     parser.add_argument(
         "--out",
@@ -72,59 +86,51 @@ def configure_eval(parser: argparse.ArgumentParser) -> Handler:
         metavar="RESULTS",
         help="rerun the evaluation a results.json records (model, setup, settings); flags given here win",
     )
-    add_mask(parser, "causal")
-    add_model_corpus(parser)
-    add_eval_data(parser)
-    parser.add_argument(
-        "--log-dir",
-        default=None,
-        help="also write the perplexity curves (one per protocol, over lengths) as TensorBoard event files here",
-    )
 
-    def run(args: argparse.Namespace) -> int:
-        from lextra.evaluate import evaluate_model
-        from lextra.hf import HFCausalLM
-        from lextra.io import atomic_write_json
-        from lextra.reporting.perplexity import save_eval_outputs
-        from lextra.tensorboard import Board, require_tensorboard
 
-        rerun_into_args(args)
-        if args.checkpoint is None:
-            raise ConfigError("lextra eval needs a model (or --from RESULTS.json); give RUN, RUN/model or a HF model")
-        setup_into_args(args, "lextra eval")
-        if args.log_dir is not None:  # before any work
-            require_tensorboard()
-        config = eval_config_from(args, args.mask or "causal")
-        loaded = load_any(args, args.checkpoint, args.mask)
-        model = loaded.model
-        if not loaded.is_lextra and not isinstance(model, HFCausalLM):
-            raise ConfigError("perplexity needs a decoder-only model; for T5 use `lextra retrieval eval` or analyze")
-        data = eval_data_from(args, loaded.meta)
-        lengths = config.resolved_lengths(model.config.train_len)
-        label = loaded.label + apply_extend(model, args.extend, args.mask, lengths, args.layers_select)
-        label += "+tau-log-length" if config.temperature == "log-length" else ""  # a setup too: its own folder
-        setup = label.removeprefix(loaded.base).removeprefix("+") or "causal"
-        out = Path(args.out or loaded.results_root / folder_safe(f"eval-{setup.replace('+', '_')}"))
-        if (out / "results.json").exists() and not args.overwrite:
-            raise ConfigError(
-                f"{out} already holds results ({out / 'results.json'}); pass --overwrite to replace them or give "
-                "another --out"
-            )
-        evaluation = evaluate_model(model, data, config, progress=not args.quiet, label=label)
-        source = data.record()
-        seed = (loaded.meta.get("train") or {}).get("seed")  # the training seed: `report` pools a label's seeds
-        record = {"model": loaded.name, "label": label, "setup": setup, "seed": seed, **source}
-        atomic_write_json(out / "results.json", {**record, **evaluation.to_dict(), "rerun": rerun_record(args)})
-        paths = save_eval_outputs(out, label, evaluation)
-        if args.log_dir is not None:
-            board = Board(args.log_dir)
-            board.evaluation(evaluation, setup)
-            board.close()
-        print(paths["table"].read_text())
-        print(f"results: {out / 'results.json'}, plot: {paths['plot']}")
-        return 0
+def _run_eval(args: argparse.Namespace) -> int:
+    """`lextra eval`: perplexity at every length, written as results.json (with its rerun record), table and plot."""
+    from lextra.evaluate import evaluate_model
+    from lextra.hf import HFCausalLM
+    from lextra.io import atomic_write_json
+    from lextra.reporting.perplexity import save_eval_outputs
+    from lextra.tensorboard import Board, require_tensorboard
 
-    return run
+    rerun_into_args(args)
+    if args.checkpoint is None:
+        raise ConfigError("lextra eval needs a model (or --from RESULTS.json); give RUN, RUN/model or a HF model")
+    setup_into_args(args, "lextra eval")
+    if args.log_dir is not None:  # before any work
+        require_tensorboard()
+    config = eval_config_from(args, args.mask or "causal")
+    loaded = load_any(args, args.checkpoint, args.mask)
+    model = loaded.model
+    if not loaded.is_lextra and not isinstance(model, HFCausalLM):
+        raise ConfigError("perplexity needs a decoder-only model; for T5 use `lextra retrieval eval` or analyze")
+    data = eval_data_from(args, loaded.meta)
+    lengths = config.resolved_lengths(model.config.train_len)
+    label = loaded.label + apply_extend(model, args.extend, args.mask, lengths, args.layers_select)
+    label += "+tau-log-length" if config.temperature == "log-length" else ""  # a setup too: its own folder
+    setup = label.removeprefix(loaded.base).removeprefix("+") or "causal"
+    out = Path(args.out or loaded.results_root / folder_safe(f"eval-{setup.replace('+', '_')}"))
+    if (out / "results.json").exists() and not args.overwrite:
+        raise ConfigError(
+            f"{out} already holds results ({out / 'results.json'}); pass --overwrite to replace them or give "
+            "another --out"
+        )
+    evaluation = evaluate_model(model, data, config, progress=not args.quiet, label=label)
+    source = data.record()
+    seed = (loaded.meta.get("train") or {}).get("seed")  # the training seed: `report` pools a label's seeds
+    record = {"model": loaded.name, "label": label, "setup": setup, "seed": seed, **source}
+    atomic_write_json(out / "results.json", {**record, **evaluation.to_dict(), "rerun": rerun_record(args)})
+    paths = save_eval_outputs(out, label, evaluation)
+    if args.log_dir is not None:
+        board = Board(args.log_dir)
+        board.evaluation(evaluation, setup)
+        board.close()
+    print(paths["table"].read_text())
+    print(f"results: {out / 'results.json'}, plot: {paths['plot']}")
+    return 0
 
 
 @command(

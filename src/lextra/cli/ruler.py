@@ -70,77 +70,20 @@ def configure_suite(parser: argparse.ArgumentParser, suite: Any, task_help: str)
     """The options and the handler of a run of a RULER-style suite: `suite` is `RulerSettings` or a subclass
     naming another registry of tasks (`lextra babilong run`)."""
     parser.add_argument("model", help=MODEL_HELP)
-    add_spec_list(parser, "--tasks", "--task", default=["all"], help=task_help)
-    parser.add_argument("--lengths", default=None, help="comma-separated prompt lengths, tokens (default L_tr x 1,2,4)")
-    parser.add_argument(
-        "--samples",
-        type=positive_int,
-        default=config_default(suite, "samples"),
-        help="samples per (task, length) cell",
-    )
-    parser.add_argument("--out", required=True, help="results folder (finished cells in it are reused)")
-    parser.add_argument(
-        "--threshold",
-        type=percent(allow_zero=True),
-        default=config_default(suite, "threshold"),
-        help="effective length: the largest length whose average score (a percentage, 0-100), and every shorter "
-        "one's, is at least this (default: RULER's %(default)s)",
-    )
-    parser.add_argument("--chat", action="store_true", help="wrap prompts in the model's chat template")
-    parser.add_argument(
-        "--seed", type=non_negative_int, default=config_default(suite, "seed"), help="seed of the samples"
-    )
-    add_aliased(
-        parser,
-        "--batch-size",
-        "--batch",
-        type=positive_int,
-        default=config_default(suite, "batch_size"),
-        help="samples decoded together (any tasks)",
-    )
+    _add_sampling(parser, suite, task_help)
     add_mask(parser, "causal")
-    add_any_model(parser)
-    parser.add_argument(
-        "--haystack",
-        default=None,
-        help=f"corpus whose test split is the essay haystack (default: {config_default(suite, 'haystack')})",
-    )
-    parser.add_argument(
-        "--data",
-        default=None,
-        metavar="DIR",
-        help="take the essay haystack from a prepared folder's test split (`lextra data prepare`), decoded with "
-        "its tokenizer (any tokenizer: the prompts are encoded again with the model's), instead of --haystack",
-    )
-    parser.add_argument(
-        "--prompt-length",
-        default=config_default(suite, "prompt_length"),
-        choices=["ruler", "exact"],
-        help="ruler: a LENGTH cell's prompts leave the task's answer budget (prompt + answer <= LENGTH, RULER's "
-        "rule); exact: prompts of LENGTH tokens, the answer generated past it",
-    )
+    _add_model_and_haystack(parser, suite)
 
     def run(args: argparse.Namespace) -> int:
         from lextra.devices import resolve_device
         from lextra.evaluate.ruler import chat_format
         from lextra.pipelines.loading import load_model_spec
-        from lextra.pipelines.ruler import RulerTarget, parse_task_list, run_ruler
+        from lextra.pipelines.ruler import RulerTarget, run_ruler
         from lextra.train import Distributed
 
         setup_into_args(args, f"lextra {args.command_path}")
         haystack, documents = haystack_from(args)
-        tasks, task_options = parse_task_list(args.tasks, suite.registry)
-        settings = suite(
-            tasks=tasks,
-            options=task_options,
-            lengths=parse_lengths(args.lengths),
-            samples=args.samples,
-            seed=args.seed,
-            threshold=args.threshold,
-            batch_size=args.batch_size,
-            haystack=haystack,
-            prompt_length=args.prompt_length,
-        ).validate()
+        settings = _suite_settings(args, suite, haystack)
         options = replace(model_options(args, args.mask), haystack=haystack)
         loaded = load_model_spec(args.model, options, args.device)
         model = loaded.model
@@ -169,6 +112,80 @@ def configure_suite(parser: argparse.ArgumentParser, suite: Any, task_help: str)
         return 0
 
     return run
+
+
+def _suite_settings(args: argparse.Namespace, suite: Any, haystack: str) -> Any:
+    """The validated settings of a suite run from its options."""
+    from lextra.pipelines.ruler import parse_task_list
+
+    tasks, task_options = parse_task_list(args.tasks, suite.registry)
+    return suite(
+        tasks=tasks,
+        options=task_options,
+        lengths=parse_lengths(args.lengths),
+        samples=args.samples,
+        seed=args.seed,
+        threshold=args.threshold,
+        batch_size=args.batch_size,
+        haystack=haystack,
+        prompt_length=args.prompt_length,
+    ).validate()
+
+
+def _add_sampling(parser: argparse.ArgumentParser, suite: Any, task_help: str) -> None:
+    """A suite run's tasks, lengths, samples, output folder, threshold, chat template, seed and batch size."""
+    add_spec_list(parser, "--tasks", "--task", default=["all"], help=task_help)
+    parser.add_argument("--lengths", default=None, help="comma-separated prompt lengths, tokens (default L_tr x 1,2,4)")
+    parser.add_argument(
+        "--samples",
+        type=positive_int,
+        default=config_default(suite, "samples"),
+        help="samples per (task, length) cell",
+    )
+    parser.add_argument("--out", required=True, help="results folder (finished cells in it are reused)")
+    parser.add_argument(
+        "--threshold",
+        type=percent(allow_zero=True),
+        default=config_default(suite, "threshold"),
+        help="effective length: the largest length whose average score (a percentage, 0-100), and every shorter "
+        "one's, is at least this (default: RULER's %(default)s)",
+    )
+    parser.add_argument("--chat", action="store_true", help="wrap prompts in the model's chat template")
+    parser.add_argument(
+        "--seed", type=non_negative_int, default=config_default(suite, "seed"), help="seed of the samples"
+    )
+    add_aliased(
+        parser,
+        "--batch-size",
+        "--batch",
+        type=positive_int,
+        default=config_default(suite, "batch_size"),
+        help="samples decoded together (any tasks)",
+    )
+
+
+def _add_model_and_haystack(parser: argparse.ArgumentParser, suite: Any) -> None:
+    """A suite run's tokenizer, training length, haystack (a corpus or a prepared folder) and prompt-length rule."""
+    add_any_model(parser)
+    parser.add_argument(
+        "--haystack",
+        default=None,
+        help=f"corpus whose test split is the essay haystack (default: {config_default(suite, 'haystack')})",
+    )
+    parser.add_argument(
+        "--data",
+        default=None,
+        metavar="DIR",
+        help="take the essay haystack from a prepared folder's test split (`lextra data prepare`), decoded with "
+        "its tokenizer (any tokenizer: the prompts are encoded again with the model's), instead of --haystack",
+    )
+    parser.add_argument(
+        "--prompt-length",
+        default=config_default(suite, "prompt_length"),
+        choices=["ruler", "exact"],
+        help="ruler: a LENGTH cell's prompts leave the task's answer budget (prompt + answer <= LENGTH, RULER's "
+        "rule); exact: prompts of LENGTH tokens, the answer generated past it",
+    )
 
 
 def haystack_from(args: argparse.Namespace) -> tuple[str, Any]:

@@ -90,22 +90,7 @@ def add_training(parser: argparse.ArgumentParser) -> None:
     from lextra.reporting.catalog import sampler_help
     from lextra.train import TrainConfig
 
-    parser.add_argument(
-        "--corpus",
-        default=None,
-        help=f"{corpora_help()}, a mixture A+B (weighted: A:0.3+B:0.7), or a path (text files dir, "
-        ".jsonl[.gz|.zst], .parquet, saved HF dataset) "
-        f"(default: {config_default(TrainConfig, 'corpus')})",
-    )
-    parser.add_argument(
-        "--limit-chars", type=positive_int, default=None, help="use only the first N characters (default: all)"
-    )
-    parser.add_argument(
-        "--tokenizer",
-        default=None,
-        help=f"bytes, bpe[:VOCAB] or hf:/local/path (default: {config_default(TrainConfig, 'tokenizer')})",
-    )
-    add_threads(parser)
+    _add_data(parser)
     add_config_file(
         parser, "TrainConfig fields, with a [model] table of GPTConfig fields (or a study's [train] section)"
     )
@@ -150,6 +135,28 @@ def add_training(parser: argparse.ArgumentParser) -> None:
         "; trained with and saved in the model (none removes it); with --init-from its original length is the "
         "source model's L_tr",
     )
+
+
+def _add_data(parser: argparse.ArgumentParser) -> None:
+    """--corpus, --tokenizer, --limit-chars, --threads: what a training run reads (defaults: `TrainConfig`'s)."""
+    from lextra.train import TrainConfig
+
+    parser.add_argument(
+        "--corpus",
+        default=None,
+        help=f"{corpora_help()}, a mixture A+B (weighted: A:0.3+B:0.7), or a path (text files dir, "
+        ".jsonl[.gz|.zst], .parquet, saved HF dataset) "
+        f"(default: {config_default(TrainConfig, 'corpus')})",
+    )
+    parser.add_argument(
+        "--limit-chars", type=positive_int, default=None, help="use only the first N characters (default: all)"
+    )
+    parser.add_argument(
+        "--tokenizer",
+        default=None,
+        help=f"bytes, bpe[:VOCAB] or hf:/local/path (default: {config_default(TrainConfig, 'tokenizer')})",
+    )
+    add_threads(parser)
 
 
 def read_train_file(path: str | Path | None, settings: list[str] | None = None) -> Any:

@@ -143,12 +143,8 @@ def _run(args: argparse.Namespace) -> int:
     best = InferenceSetup(**result.best.setup)
     save_setup(out, best, tune=record)  # written before the verification, which may take long
     print(_table(result))
-    checked: dict[str, Any] | None = None
-    if args.verify_length is not None:  # the baseline, each method's defaults and its best again at that length
-        depths = tuple(parse_depths(args.verify_depths)) if args.verify_depths else objective_settings.depths
-        settings = replace(objective_settings, length=args.verify_length, depths=depths)
-        rows = tune.verify(result, tune.MeasuredObjective(model, data, settings), stream=stream)
-        checked = {"objective": settings.to_dict(), "rows": rows}
+    checked = _verify(args, result, objective, stream)
+    if checked:
         save_setup(out, best, tune={**record, "verification": checked})
     why = {"budget": " (budget spent)", "interrupted": " (interrupted)"}.get(result.stopped or "", "")
     print(f"{len(result.trials)} candidates in {result.seconds:.0f} s{why}; best: {_label(result.best.setup)}")
@@ -156,6 +152,19 @@ def _run(args: argparse.Namespace) -> int:
         print(_verify_table(checked, args.verify_length))
     print(f"setup: {out} (use with --setup {out})")
     return 0
+
+
+def _verify(args: argparse.Namespace, result: Any, objective: Any, stream: Any) -> dict[str, Any] | None:
+    """--verify-length: the baseline, each method's defaults and its best measured again at that length (the rows
+    of `lextra.pipelines.tune.verify`, by the search's `objective` at that length) and their settings, or None."""
+    from lextra.pipelines.tune import MeasuredObjective, verify
+
+    if args.verify_length is None:
+        return None
+    depths = tuple(parse_depths(args.verify_depths)) if args.verify_depths else objective.settings.depths
+    settings = replace(objective.settings, length=args.verify_length, depths=depths)
+    rows = verify(result, MeasuredObjective(objective.model, objective.data, settings), stream=stream)
+    return {"objective": settings.to_dict(), "rows": rows}
 
 
 def _verify_table(checked: dict[str, Any], length: int) -> str:
