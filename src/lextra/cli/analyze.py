@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lextra.cli.app import Handler, group
-from lextra.cli.models import MODEL_HELP, model_options
+from lextra.cli.models import MODEL_HELP, add_any_model, model_options
 from lextra.cli.options import (
     add_aliased,
     add_corpus,
@@ -19,7 +19,6 @@ from lextra.cli.options import (
     add_rope_scaling_by_layer,
     add_spec_list,
     add_threads,
-    int_at_least,
     non_negative_int,
     percent,
     positive_int,
@@ -34,21 +33,15 @@ if TYPE_CHECKING:
 
 
 def add_analysis_inputs(parser: argparse.ArgumentParser) -> None:
-    """--out, --mask, --split, the corpus, the stretching options, threads and device: what every analysis
-    shares."""
+    """What every analysis shares: the output, masks, split, corpus, stretching options, threads and device."""
     parser.add_argument("--out", required=True, help="output folder (JSON, CSV, markdown table, PNG plots)")
-    add_mask(parser, default=None, default_text="each model's own: causal, full for T5", repeatable=True)
+    add_mask(parser, "each model's own: causal, full for T5", repeatable=True)
     parser.add_argument("--split", default="validation", choices=["validation", "test"], help="held-out split")
-    add_corpus(parser, default=None, default_text="the corpus each lextra model was trained on; english otherwise")
+    add_corpus(parser, "the corpus each lextra model was trained on; english otherwise")
     add_eval_data(parser)
     add_rope_scaling_by_layer(parser)
     add_log_scaling(parser)
     temperature_option()(parser)
-    parser.add_argument(
-        "--tokenizer",
-        default=None,
-        help="a Hugging Face model's tokenizer (default: its own; bytes, bpe[:VOCAB] or hf:PATH)",
-    )
     add_threads(parser)
     add_device(parser)
     parser.add_argument("--quiet", action="store_true", help="print only where the results are, not their table")
@@ -61,12 +54,6 @@ analyze = group(
 )
 
 
-def _add_train_len(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--train-len", type=int_at_least(2), default=None, help="L_tr of a Hugging Face model (default its maximum)"
-    )
-
-
 def _lengths_and_documents(parser: argparse.ArgumentParser, documents: int, lengths_help: str) -> None:
     parser.add_argument("--lengths", default=None, help=lengths_help)
     parser.add_argument(
@@ -75,21 +62,25 @@ def _lengths_and_documents(parser: argparse.ArgumentParser, documents: int, leng
 
 
 def _prepare(
-    args: argparse.Namespace, *, scheme_train_len: bool = False
-) -> tuple[list[str], list[Checkpoint], TextSource]:
-    """Masks (default: each model's own), checkpoints and the text source shared by the three analyses;
-    `scheme_train_len`: --train-len is also the L_tr of --scheme rows, so a lextra model keeps its own."""
+    args: argparse.Namespace, multiples: tuple[int, ...], scheme_len: int | None = None
+) -> tuple[list[str], list[Checkpoint], TextSource, list[int], int]:
+    """Masks (default: each model's own), checkpoints, the text source, the lengths (--lengths, else L_tr x
+    `multiples`) and the common L_tr shared by the three analyses; `scheme_len`: the L_tr of --scheme rows, which
+    --train-len also states, so a lextra model keeps its own."""
     from lextra.attention import build_mask
-    from lextra.pipelines.checkpoints import TextSource, load_checkpoints
+    from lextra.pipelines.checkpoints import TextSource, analysis_lengths, common_train_len, load_checkpoints
 
     for mask in args.mask or []:
         build_mask(mask, train_len=2)  # raises on a bad spec
     if args.mask and len(set(args.mask)) != len(args.mask):
         raise ConfigError(f"--mask lists a mask twice: {args.mask}")
     refuse_corpus_with_data(args)
-    checkpoints = load_checkpoints(args.checkpoints, args.device, model_options(args), hf_train_len=scheme_train_len)
+    hf_train_len = scheme_len is not None
+    checkpoints = load_checkpoints(args.checkpoints, args.device, model_options(args), hf_train_len=hf_train_len)
     masks = args.mask or list(dict.fromkeys(c.default_mask for c in checkpoints)) or ["causal"]
-    return masks, checkpoints, TextSource(args.split, args.corpus, args.limit_chars, args.data)
+    train_len = common_train_len(checkpoints, scheme_len or 0)
+    source = TextSource(args.split, args.corpus, args.limit_chars, args.data)
+    return masks, checkpoints, source, analysis_lengths(args.lengths, train_len, multiples), train_len
 
 
 def _print(out: str, name: str, plots: list[str], quiet: bool = False) -> None:
@@ -121,11 +112,9 @@ def _configure_resolution(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("--theory", action="store_true", help="also theoretical rows from each checkpoint's scheme")
     add_aliased(parser, "--n-head", "--heads", type=positive_int, default=4, help="heads of a --scheme (default 4)")
     parser.add_argument("--head-dim", type=positive_int, default=32, help="head dimension of a --scheme (default 32)")
-    parser.add_argument(
-        "--train-len",
-        type=int_at_least(2),
-        default=None,
-        help="L_tr of a --scheme (BCA block = L_tr / 2; default 128) or of a Hugging Face model (default its maximum)",
+    add_any_model(
+        parser,
+        "L_tr of a --scheme (BCA block = L_tr / 2; default 128) or of a Hugging Face model (default its maximum)",
     )
     parser.add_argument("--seed", type=non_negative_int, default=0, help="seed of a --scheme's initial parameters")
     _lengths_and_documents(parser, 8, "comma-separated input lengths (default L_tr x 1,2,4)")
@@ -135,21 +124,18 @@ def _configure_resolution(parser: argparse.ArgumentParser) -> Handler:
 
         from lextra.cli.options import scheme_options
         from lextra.pipelines.analyze import resolution_report
-        from lextra.pipelines.checkpoints import analysis_lengths, common_train_len
         from lextra.positions import HeadDims, build_scheme
 
         if not args.checkpoints and not args.scheme:
             raise ConfigError("give at least one checkpoint or --scheme NAME")
-        masks, checkpoints, source = _prepare(args, scheme_train_len=True)
         scheme_len = args.train_len or 128
+        masks, checkpoints, source, lengths, train_len = _prepare(args, (1, 2, 4), scheme_len)
         dims = HeadDims(args.n_head, args.head_dim, args.n_head * args.head_dim, scheme_len)
         schemes = []
         for name in args.scheme:
             torch.manual_seed(args.seed)
             options = scheme_options(name, args.scheme_option)
             schemes.append((name, build_scheme(name, dims, **options).to(args.device).eval()))
-        train_len = common_train_len(checkpoints, scheme_len)
-        lengths = analysis_lengths(args.lengths, train_len, (1, 2, 4))
         resolution_report(
             checkpoints,
             schemes,
@@ -179,7 +165,7 @@ def _configure_receptive_field(parser: argparse.ArgumentParser) -> Handler:
     from lextra.analysis.receptive_field import THRESHOLD as ERF_THRESHOLD
 
     parser.add_argument("checkpoints", nargs="+", metavar="MODEL", help=f"{MODEL_HELP}; several side by side")
-    _add_train_len(parser)
+    add_any_model(parser)
     parser.add_argument(
         "--threshold",
         type=percent(allow_zero=False),
@@ -191,10 +177,8 @@ def _configure_receptive_field(parser: argparse.ArgumentParser) -> Handler:
 
     def run(args: argparse.Namespace) -> int:
         from lextra.pipelines.analyze import receptive_field_report
-        from lextra.pipelines.checkpoints import analysis_lengths, common_train_len
 
-        masks, checkpoints, source = _prepare(args)
-        lengths = analysis_lengths(args.lengths, common_train_len(checkpoints, 0), (1, 2, 4, 8))
+        masks, checkpoints, source, lengths, _ = _prepare(args, (1, 2, 4, 8))
         receptive_field_report(
             checkpoints,
             lengths,
@@ -221,16 +205,14 @@ def _configure_receptive_field(parser: argparse.ArgumentParser) -> Handler:
 )
 def _configure_dispersion(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("checkpoints", nargs="+", metavar="MODEL", help=f"{MODEL_HELP}; several side by side")
-    _add_train_len(parser)
+    add_any_model(parser)
     parser.add_argument("--batch-size", type=positive_int, default=4, help="inputs per forward pass")
     _lengths_and_documents(parser, 8, "comma-separated input lengths (default L_tr x 1,2,4,8,16)")
 
     def run(args: argparse.Namespace) -> int:
         from lextra.pipelines.analyze import dispersion_report
-        from lextra.pipelines.checkpoints import analysis_lengths, common_train_len
 
-        masks, checkpoints, source = _prepare(args)
-        lengths = analysis_lengths(args.lengths, common_train_len(checkpoints, 0), (1, 2, 4, 8, 16))
+        masks, checkpoints, source, lengths, _ = _prepare(args, (1, 2, 4, 8, 16))
         dispersion_report(
             checkpoints, lengths, masks, source, args.out, documents=args.documents, batch_size=max(1, args.batch_size)
         )

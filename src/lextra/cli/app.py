@@ -1,11 +1,6 @@
-"""The `lextra` command tree: one way to declare a command or a command group, its shared options and its handler
-(docs/architecture.md, Commands).
-
-`examples` (one or two real invocations) become the `Examples:` epilog of a command's `--help`, which also shows
-every option's default. Old spellings stay accepted without being shown: `ALIASES` maps a retired command to its
-new path, and `lextra.cli.options.add_aliased` gives an option hidden alternative names. `main` imports plugins
-(`--plugin FILE`, `LEXTRA_PLUGINS`) before it builds the parser, so everything they register is in the help, and
-turns every `LextraError` into one line on stderr with exit code 2.
+"""The `lextra` command tree: one way to declare a command or a command group, its shared options, its handler and
+the example invocations its `--help` ends with (docs/architecture.md, Commands). `main` imports plugins before it
+builds the parser, so everything they register is in the help, and turns a `LextraError` into one line, exit code 2.
 """
 
 from __future__ import annotations
@@ -21,9 +16,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from lextra.cli.cache import read_cached, store_cached
+from lextra.cli.cache import cacheable, read_cached, store_cached
+from lextra.cli.options import apply_runtime, flags_given
 from lextra.errors import LextraError
-from lextra.registry import PLUGINS_ENV, load_env_plugins, load_plugins, loaded_plugins
+from lextra.registry import PLUGINS_ENV, load_env_plugins, load_plugins
 
 Handler = Callable[[argparse.Namespace], int]
 Configure = Callable[[argparse.ArgumentParser], Handler]
@@ -55,9 +51,8 @@ ALIASES: dict[str, tuple[str, ...]] = {"ruler-compare": ("ruler", "compare")}
 @dataclass
 class Command:
     """A leaf command: its help, how it adds its own arguments, the shared option sets it takes and the example
-    invocations its `--help` ends with."""
+    invocations its `--help` ends with (its name is its key in its group's `children`)."""
 
-    name: str
     help: str
     configure: Configure
     options: tuple[OptionSet, ...] = ()
@@ -86,7 +81,7 @@ class Group:
                 raise ValueError(f"command {self.name} {name!r} is declared twice")
             if not examples:
                 raise ValueError(f"command {self.name} {name!r} needs at least one example invocation")
-            self.children[name] = Command(name, help_text, configure, (*options, *self.options), tuple(examples))
+            self.children[name] = Command(help_text, configure, (*options, *self.options), tuple(examples))
             return configure
 
         return register
@@ -106,9 +101,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if not action.option_strings or action.nargs == 0 or action.required or action.default is argparse.SUPPRESS:
-            return text
-        if "default" in text.lower():
+        if not action.option_strings or action.nargs == 0 or action.required or "default" in text.lower():
             return text
         shown = "none" if action.default in (None, [], ()) else "%(default)s"
         return f"{text} (default: {shown})"
@@ -139,23 +132,8 @@ class Parser(argparse.ArgumentParser):
 
 
 ROOT = Group("lextra", "Transformer length extrapolation toolkit.")
-
-
-def command(
-    name: str, help_text: str, *, options: Sequence[OptionSet] = (), examples: Sequence[str] = ()
-) -> Callable[[Configure], Configure]:
-    """Declare a top-level command `lextra NAME` (`examples`: invocations shown at the end of its `--help`)."""
-    return ROOT.command(name, help_text, options=options, examples=examples)
-
-
-def group(name: str, help_text: str, *, options: Sequence[OptionSet] = (), default: str | None = None) -> Group:
-    """Declare a top-level command group `lextra NAME SUBCOMMAND` (`default`: the subcommand `lextra NAME ARGS`
-    runs when ARGS does not start with a subcommand's name)."""
-    return ROOT.group(name, help_text, options=options, default=default)
-
-
-def _epilog(examples: Sequence[str]) -> str | None:
-    return "Examples:\n" + "\n".join(f"  {e}" for e in examples) if examples else None
+#: declare a top-level command `lextra NAME`, or a command group `lextra NAME SUBCOMMAND`
+command, group = ROOT.command, ROOT.group
 
 
 def _add(
@@ -172,7 +150,8 @@ def _add(
     sub = parser.add_subparsers(dest=f"command_{len(path)}", required=True, metavar="COMMAND")
     for name, child in node.children.items():
         examples = child.examples if isinstance(child, Command) else _group_examples(child)
-        child_parser = sub.add_parser(name, help=child.help, description=child.help, epilog=_epilog(examples))
+        epilog = "Examples:\n" + "\n".join(f"  {e}" for e in examples) if examples else None
+        child_parser = sub.add_parser(name, help=child.help, description=child.help, epilog=epilog)
         _add(child_parser, child, (*path, name), wanted)
 
 
@@ -226,10 +205,9 @@ def command_words(argv: Sequence[str]) -> tuple[str, ...]:
 
 
 def build_parser(command: Sequence[str] | None = None) -> argparse.ArgumentParser:
-    """The `lextra` parser, after the plugins of `LEXTRA_PLUGINS` are imported (so the help generated from the
-    registries lists what they register) and every command module has declared its commands. With `command` (a
-    path from `command_words`) only that command adds its options: the others are names in the help, so
-    `lextra --help` and `lextra list` import neither torch nor the library."""
+    """The `lextra` parser, after `declare_commands`. With `command` (a path from `command_words`) only that
+    command adds its options: the others are names in the help, so `lextra --help` imports neither torch nor the
+    library."""
     declare_commands()
     parser = Parser(prog="lextra", description=ROOT.help)
     parser.add_argument(
@@ -247,21 +225,15 @@ def build_parser(command: Sequence[str] | None = None) -> argparse.ArgumentParse
 def _take_plugins(argv: list[str]) -> list[str]:
     """Import the top-level `--plugin X` / `--plugin=X` (those before the command name) and return argv without
     them, so the parser built next already knows what they register."""
-    rest, plugins, index = [], [], 0
-    while index < len(argv):
-        arg = argv[index]
-        if arg == "--plugin" and index + 1 < len(argv):
-            plugins.append(argv[index + 1])
-            index += 2
-            continue
-        if arg.startswith("--plugin="):
-            plugins.append(arg.split("=", 1)[1])
-        elif not arg.startswith("-"):  # the command: what follows is its own
-            rest += argv[index:]
-            break
+    rest, plugins, index = list(argv), [], 0
+    while index < len(rest) and rest[index].startswith("-"):  # up to the command: what follows is its own
+        if rest[index] == "--plugin" and index + 1 < len(rest):
+            plugins.append(rest.pop(index + 1))
+            del rest[index]
+        elif rest[index].startswith("--plugin="):
+            plugins.append(rest.pop(index).split("=", 1)[1])
         else:
-            rest.append(arg)
-        index += 1
+            index += 1
     load_plugins(plugins)
     return rest
 
@@ -304,10 +276,9 @@ HELP_FLAGS = frozenset({"-h", "--help"})
 
 
 def _help_cacheable(argv: list[str]) -> bool:
-    """A help text depends on the source tree alone: not where plugins register classes, or where this process has
-    imported the library already (its code may have registered some)."""
+    """Whether a help text depends on the source tree alone (`cacheable`, and no plugins to import)."""
     plugins = os.environ.get(PLUGINS_ENV) or any(a == "--plugin" or a.startswith("--plugin=") for a in argv)
-    return not plugins and not loaded_plugins() and "lextra.positions" not in sys.modules
+    return not plugins and cacheable()
 
 
 def _main(argv: list[str]) -> int:
@@ -325,15 +296,11 @@ def _main(argv: list[str]) -> int:
         leaf = dict(leaf_commands(parser)).get(tuple(getattr(args, "command_path", "").split()), parser)
         if unknown:  # named by the command that was given them, whose --help lists what it takes
             leaf.error(f"unrecognized arguments: {' '.join(unknown)}")
-        from lextra.cli.options import flags_given
-
         args.given_flags = flags_given(leaf, list(argv))
     except SystemExit as done:  # argparse printed usage and a one-line error (exit 2), or --help (exit 0)
         return int(done.code or 0)
     name = f"lextra {args.command_path.split()[0]}"
     try:
-        from lextra.cli.options import apply_runtime
-
         apply_runtime(args)
         return int(args.handler(args) or 0)
     except LextraError as err:

@@ -1,11 +1,6 @@
-"""`lextra babilong run MODEL` (also `lextra babilong MODEL`): BABILong's qa1-qa5 offline (bAbI facts hidden in a
-corpus haystack, BABILong's scoring) with the options and outputs of `lextra ruler run`; `lextra babilong compare
-RUN...`: runs side by side; `lextra babilong tasks --out DIR`: the samples as lm-eval task YAMLs (`lextra harness
-MODEL --include-path DIR --tasks babilong_offline`).
-
-Task options: `facts=N` (facts per story), `start=`/`end=` (the part of the haystack the facts spread over, as
-fractions: BABILong's task_start_pct / task_end_pct), `budget=` (tokens generated, default BABILong's 20).
-"""
+"""`lextra babilong run|compare|tasks`: BABILong's qa1-qa5 offline (bAbI facts hidden in a corpus haystack,
+BABILong's scoring) with the options and outputs of `lextra ruler`, and its samples as lm-eval task YAMLs (docs/
+harness.md)."""
 
 from __future__ import annotations
 
@@ -44,13 +39,11 @@ def configure_babilong(parser: argparse.ArgumentParser) -> Handler:
     return configure_suite(parser, BabilongSettings, task_help())
 
 
-@babilong.command(
+babilong.command(
     "compare",
     "BABILong results of several runs side by side: averages, task scores",
     examples=("lextra babilong compare runs/babilong/a runs/babilong/b --out runs/babilong/comparison",),
-)
-def configure_babilong_compare(parser: argparse.ArgumentParser) -> Handler:
-    return configure_ruler_compare(parser)
+)(configure_ruler_compare)
 
 
 @babilong.command(

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import lextra
 from lextra.io import atomic_write_text
+from lextra.registry import loaded_plugins
 
 #: the cache root, as for the tokenizer and data caches (`$LEXTRA_CACHE`, else ~/.cache/lextra)
 CACHE_ENV = "LEXTRA_CACHE"
@@ -55,6 +56,12 @@ def store_cached(kind: str, key: str, text: str) -> None:
         atomic_write_text(path, text)
     except OSError:
         pass
+
+
+def cacheable() -> bool:
+    """Whether a text depends on the source tree alone: not where plugins registered classes, or where this process
+    has imported the library already (its code may have registered some)."""
+    return not loaded_plugins() and "lextra.positions" not in sys.modules
 
 
 def cached_text(kind: str, key: str, make: Callable[[], str]) -> str:

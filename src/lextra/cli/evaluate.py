@@ -6,12 +6,11 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lextra.cli.app import Handler, command
-from lextra.cli.models import MODEL_HELP, add_any_model, load_any
+from lextra.cli.models import MODEL_HELP, add_any_model, add_model_corpus, load_any
 from lextra.cli.options import (
-    add_corpus,
     add_device,
     add_eval_data,
     add_evaluation,
@@ -27,35 +26,14 @@ from lextra.cli.options import (
     eval_data_from,
     folder_safe,
     positive_int,
-    rerun_into_args,
-    rerun_record,
     setup_into_args,
+    source_commit,
     temperature_option,
 )
 from lextra.errors import ConfigError
 
 if TYPE_CHECKING:
     from lextra.methods.align import Alignment
-    from lextra.pipelines.loading import LoadedModel
-
-
-def _add_results_options(parser: argparse.ArgumentParser) -> None:
-    """The model (or the results file to rerun) and where results go."""
-    parser.add_argument("checkpoint", nargs="?", default=None, metavar="MODEL", help=MODEL_HELP)
-    parser.add_argument(
-        "--out",
-        default=None,
-        help="results folder (default: RUN/eval-SETUP for a lextra model, runs/hf/NAME/eval-SETUP for another; "
-        "named by the setup)",
-    )
-    parser.add_argument("--overwrite", action="store_true", help="replace the results in an existing --out folder")
-    parser.add_argument(
-        "--from",
-        dest="from_file",
-        default=None,
-        metavar="RESULTS",
-        help="rerun the evaluation a results.json records (model, setup, settings); flags given here win",
-    )
 
 
 @command(
@@ -79,75 +57,80 @@ def _add_results_options(parser: argparse.ArgumentParser) -> None:
     ),
 )  # fmt: skip
 def configure_eval(parser: argparse.ArgumentParser) -> Handler:
-    from lextra.pipelines.loading import HF_CORPUS
-
     _add_results_options(parser)
-    add_mask(parser, default=None, default_text="causal")
-    add_corpus(parser, default=None, default_text=f"the corpus a lextra model was trained on; {HF_CORPUS} otherwise")
+    add_mask(parser, "causal")
+    add_model_corpus(parser)
     add_eval_data(parser)
     parser.add_argument(
         "--log-dir",
         default=None,
         help="also write the perplexity curves (one per protocol, over lengths) as TensorBoard event files here",
     )
-
-    def run(args: argparse.Namespace) -> int:
-        from lextra.evaluate import evaluate_model
-        from lextra.io import atomic_write_json
-        from lextra.reporting.perplexity import save_eval_outputs
-        from lextra.tensorboard import Board, require_tensorboard
-
-        rerun_into_args(args, "lextra eval")
-        _span_of_an_older_file(args)
-        if args.checkpoint is None:
-            raise ConfigError("lextra eval needs a model (or --from RESULTS.json); give RUN, RUN/model or a HF model")
-        setup_into_args(args, "lextra eval")
-        if args.log_dir is not None:  # before any work
-            require_tensorboard()
-        config = eval_config_from(args, args.mask or "causal")
-        loaded = load_any(args, args.checkpoint, args.mask)
-        model = loaded.model
-        if not loaded.is_lextra and not _decoder(model):
-            raise ConfigError("perplexity needs a decoder-only model; for T5 use `lextra retrieval eval` or analyze")
-        data = eval_data_from(args, loaded.meta)
-        lengths = config.resolved_lengths(model.config.train_len)
-        label = loaded.label + apply_extend(model, args.extend, args.mask, lengths, args.layers_select)
-        label += "+tau-log-length" if config.temperature == "log-length" else ""  # a setup too: its own folder
-        setup = label.removeprefix(loaded.base).removeprefix("+") or "causal"
-        out = _results_folder(args, loaded.results_root, setup)
-        evaluation = evaluate_model(model, data, config, progress=not args.quiet, label=label)
-        source = data.record()
-        seed = (loaded.meta.get("train") or {}).get("seed")  # the training seed: `report` pools a label's seeds
-        record = {"model": loaded.name, "label": label, "setup": setup, "seed": seed, **source}
-        atomic_write_json(out / "results.json", {**record, **evaluation.to_dict(), "rerun": rerun_record(args)})
-        paths = save_eval_outputs(out, label, evaluation)
-        if args.log_dir is not None:
-            board = Board(args.log_dir)
-            board.evaluation(evaluation, setup)
-            board.close()
-        print(paths["table"].read_text())
-        print(f"results: {out / 'results.json'}, plot: {paths['plot']}")
-        return 0
-
-    return run
+    return _run_eval
 
 
-def _decoder(model: object) -> bool:
-    """Whether a Hugging Face adapter is a decoder-only model (perplexity's kind)."""
+def _add_results_options(parser: argparse.ArgumentParser) -> None:
+    """The model (or the results file to rerun) and where results go."""
+    parser.add_argument("checkpoint", nargs="?", default=None, metavar="MODEL", help=MODEL_HELP)
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="results folder (default: RUN/eval-SETUP for a lextra model, runs/hf/NAME/eval-SETUP for another; "
+        "named by the setup)",
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace the results in an existing --out folder")
+    parser.add_argument(
+        "--from",
+        dest="from_file",
+        default=None,
+        metavar="RESULTS",
+        help="rerun the evaluation a results.json records (model, setup, settings); flags given here win",
+    )
+
+
+def _run_eval(args: argparse.Namespace) -> int:
+    """`lextra eval`: perplexity at every length, written as results.json (with its rerun record), table and plot."""
+    from lextra.evaluate import evaluate_model
     from lextra.hf import HFCausalLM
+    from lextra.io import atomic_write_json
+    from lextra.reporting.perplexity import save_eval_outputs
+    from lextra.tensorboard import Board, require_tensorboard
 
-    return isinstance(model, HFCausalLM)
-
-
-def _results_folder(args: argparse.Namespace, root: Path, setup: str) -> Path:
-    """`--out`, else ROOT/eval-SETUP; one that holds results already is refused unless `--overwrite`."""
-    out = Path(args.out or root / folder_safe(f"eval-{setup.replace('+', '_')}"))
+    rerun_into_args(args)
+    if args.checkpoint is None:
+        raise ConfigError("lextra eval needs a model (or --from RESULTS.json); give RUN, RUN/model or a HF model")
+    setup_into_args(args, "lextra eval")
+    if args.log_dir is not None:  # before any work
+        require_tensorboard()
+    config = eval_config_from(args, args.mask or "causal")
+    loaded = load_any(args, args.checkpoint, args.mask)
+    model = loaded.model
+    if not loaded.is_lextra and not isinstance(model, HFCausalLM):
+        raise ConfigError("perplexity needs a decoder-only model; for T5 use `lextra retrieval eval` or analyze")
+    data = eval_data_from(args, loaded.meta)
+    lengths = config.resolved_lengths(model.config.train_len)
+    label = loaded.label + apply_extend(model, args.extend, args.mask, lengths, args.layers_select)
+    label += "+tau-log-length" if config.temperature == "log-length" else ""  # a setup too: its own folder
+    setup = label.removeprefix(loaded.base).removeprefix("+") or "causal"
+    out = Path(args.out or loaded.results_root / folder_safe(f"eval-{setup.replace('+', '_')}"))
     if (out / "results.json").exists() and not args.overwrite:
         raise ConfigError(
-            f"{out} already holds results ({out / 'results.json'}); pass --overwrite to replace them or give another "
-            "--out"
+            f"{out} already holds results ({out / 'results.json'}); pass --overwrite to replace them or give "
+            "another --out"
         )
-    return out
+    evaluation = evaluate_model(model, data, config, progress=not args.quiet, label=label)
+    source = data.record()
+    seed = (loaded.meta.get("train") or {}).get("seed")  # the training seed: `report` pools a label's seeds
+    record = {"model": loaded.name, "label": label, "setup": setup, "seed": seed, **source}
+    atomic_write_json(out / "results.json", {**record, **evaluation.to_dict(), "rerun": rerun_record(args)})
+    paths = save_eval_outputs(out, label, evaluation)
+    if args.log_dir is not None:
+        board = Board(args.log_dir)
+        board.evaluation(evaluation, setup)
+        board.close()
+    print(paths["table"].read_text())
+    print(f"results: {out / 'results.json'}, plot: {paths['plot']}")
+    return 0
 
 
 @command(
@@ -161,8 +144,6 @@ def _results_folder(args: argparse.Namespace, root: Path, setup: str) -> Path:
     ),
 )  # fmt: skip
 def configure_align(parser: argparse.ArgumentParser) -> Handler:
-    from lextra.pipelines.loading import HF_CORPUS
-
     parser.add_argument("checkpoint", metavar="MODEL", help=MODEL_HELP)
     parser.add_argument(
         "--strategy", default="pmax", choices=["pmax", "entropy", "log-length"], help="what the temperatures match"
@@ -176,8 +157,8 @@ def configure_align(parser: argparse.ArgumentParser) -> Handler:
         default=None,
         help="query rows sampled per window, a memory bound (default: every row of a lextra model, 1024 of another)",
     )
-    add_mask(parser, default=None, default_text="the model's own: causal, full for T5")
-    add_corpus(parser, default=None, default_text=f"the corpus a lextra model was trained on; {HF_CORPUS} otherwise")
+    add_mask(parser, "the model's own: causal, full for T5")
+    add_model_corpus(parser)
     add_eval_data(parser)
     parser.add_argument(
         "--out",
@@ -187,7 +168,9 @@ def configure_align(parser: argparse.ArgumentParser) -> Handler:
     )
 
     def run(args: argparse.Namespace) -> int:
+        from lextra.io import atomic_write_json
         from lextra.methods import align_temperatures
+        from lextra.model import save_model
 
         loaded = load_any(args, args.checkpoint, args.mask)
         if loaded.is_lextra and loaded.label != loaded.base:
@@ -206,32 +189,20 @@ def configure_align(parser: argparse.ArgumentParser) -> Handler:
             mask=args.mask or getattr(model, "default_mask", "causal"),
             max_rows=args.max_rows or (None if loaded.is_lextra else 1024),
         )
-        out = _save_alignment(args, loaded, result)
         _print_alignment(result, args.strategy, args.length)
-        if loaded.folder is not None:
+        if loaded.folder is not None:  # a lextra model: its aligned copy, with alignment.json beside its weights
+            out = Path(args.out or f"{loaded.folder}-{args.strategy}-{args.length}")
+            extra = {k: v for k, v in loaded.meta.items() if k in ("tokenizer", "train")}
+            save_model(model, out, extra={**extra, "alignment": result.to_dict()})
+            atomic_write_json(out / "alignment.json", result.to_dict())
             print(f"aligned model saved to {out}")
         else:
+            out = Path(args.out or loaded.results_root / f"align-{args.strategy}-{args.length}")
+            atomic_write_json(out / "alignment.json", {"model": loaded.name, "label": loaded.label, **result.to_dict()})
             print(f"temperatures: {out / 'alignment.json'} (use with --temperature)")
         return 0
 
     return run
-
-
-def _save_alignment(args: argparse.Namespace, loaded: LoadedModel, result: Alignment) -> Path:
-    """Where the alignment goes: a lextra model's aligned copy (with alignment.json beside its weights), or
-    alignment.json alone for another model; returns the folder."""
-    from lextra.io import atomic_write_json
-    from lextra.model import save_model
-
-    if loaded.folder is not None:
-        out = Path(args.out or f"{loaded.folder}-{args.strategy}-{args.length}")
-        extra = {k: v for k, v in loaded.meta.items() if k in ("tokenizer", "train")}
-        save_model(loaded.model, out, extra={**extra, "alignment": result.to_dict()})
-        atomic_write_json(out / "alignment.json", result.to_dict())
-        return out
-    out = Path(args.out or loaded.results_root / f"align-{args.strategy}-{args.length}")
-    atomic_write_json(out / "alignment.json", {"model": loaded.name, "label": loaded.label, **result.to_dict()})
-    return out
 
 
 def _print_alignment(result: Alignment, strategy: str, length: int) -> None:
@@ -251,13 +222,55 @@ def _print_alignment(result: Alignment, strategy: str, length: int) -> None:
         print(f"warning: target out of reach for (layer, head) {result.saturated}: temperature at its bound")
 
 
-def _span_of_an_older_file(args: argparse.Namespace) -> None:
-    """A results file from before the span was recorded scored max(lengths) tokens per document: rerun it so,
-    unless --span is given."""
-    if args.from_file is None or args.span is not None:
+#: what a rerun of `lextra eval --from results.json` does not take from the file: where and how this run goes
+RERUN_SKIPS = frozenset({"out", "from_file", "overwrite", "quiet", "device", "threads", "log_dir", "handler",
+                         "command_path", "given_flags", "plugin", "setup"})  # fmt: skip
+#: the fields a results file needs to be rerun
+RERUN_FIELDS = ("lextra", "commit", "arguments")
+
+
+def rerun_record(args: argparse.Namespace) -> dict[str, Any]:
+    """What `--from` needs to rerun an evaluation: lextra's version and commit, and every argument that decides the
+    numbers (the command words, the model, the inference setup, the evaluation settings)."""
+    import lextra
+
+    arguments = {k: v for k, v in vars(args).items() if k not in RERUN_SKIPS and not k.startswith("command_")}
+    return {"lextra": lextra.__version__, "commit": source_commit(), "arguments": arguments}
+
+
+def rerun_into_args(args: argparse.Namespace) -> None:
+    """Fill the arguments from `--from FILE`'s record (those given on this command line win; a file from before the
+    span was recorded scored max(lengths) tokens per document); a file without a full record is refused."""
+    path = getattr(args, "from_file", None)
+    if path is None:
         return
-    saved = json.loads(Path(args.from_file).read_text())  # readable: rerun_into_args has read it
-    if "span" not in saved and saved.get("lengths"):
+    try:
+        saved = json.loads(Path(path).read_text())
+        record = saved["rerun"]
+        missing = [name for name in RERUN_FIELDS if name not in record]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ConfigError(
+            f"--from {path}: not a results file with a rerun record (written by lextra eval of this lextra version); "
+            "give a results.json that lextra eval wrote"
+        ) from None
+    if missing:
+        raise ConfigError(
+            f"--from {path}: its rerun record (lextra {record.get('lextra', '?')}) lacks {', '.join(missing)}; "
+            f"rerun the evaluation with its flags instead"
+        )
+    given = set(getattr(args, "given_flags", ()))
+    if getattr(args, "checkpoint", None):
+        given.add("checkpoint")
+    unknown = sorted(set(record["arguments"]) - set(vars(args)))
+    if unknown:
+        raise ConfigError(
+            f"--from {path}: written by lextra {record['lextra']}, it sets {', '.join(unknown)}, which lextra eval "
+            "does not take; rerun with this version's flags"
+        )
+    for dest, value in record["arguments"].items():
+        if dest not in given:
+            setattr(args, dest, value)
+    if args.span is None and "span" not in saved and saved.get("lengths"):
         args.span = max(int(n) for n in saved["lengths"])
 
 

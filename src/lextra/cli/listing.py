@@ -1,19 +1,12 @@
 """`lextra list`: every registered scheme, mask, RoPE scaling, extension method, task and position sampler, with
-its options and spec syntax (generated from the registries).
-
-Building the registries imports torch (their classes are torch modules), so the text is kept in a cache file named
-by a hash of the package's source files (path, size, modification time) and the Python version: the first run after
-any change generates it, later runs print it without importing the library. With plugins loaded, or the library
-already imported (`main(["list"])` in a process that registered classes), it is generated."""
+its options and spec syntax, generated from the registries (which import torch) and cached (`lextra.cli.cache`)."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 
 from lextra.cli.app import Handler, command
-from lextra.cli.cache import cached_text
-from lextra.registry import loaded_plugins
+from lextra.cli.cache import cacheable, cached_text
 
 
 def _generate() -> str:
@@ -23,12 +16,8 @@ def _generate() -> str:
 
 
 def catalog() -> str:
-    """`lextra list`'s text: generated where the registries may differ from the source tree's (plugins loaded, or
-    the library already imported in this process, whose code may have registered classes), else the cached text of
-    this source tree (`lextra.cli.cache`)."""
-    if loaded_plugins() or "lextra.positions" in sys.modules:
-        return _generate()
-    return cached_text("catalog", "", _generate)
+    """`lextra list`'s text: this source tree's cached text where the registries are its own (`cacheable`)."""
+    return cached_text("catalog", "", _generate) if cacheable() else _generate()
 
 
 @command(

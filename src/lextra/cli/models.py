@@ -6,12 +6,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from lextra.cli.options import int_at_least, temperature_file
+from lextra.cli.options import add_corpus, int_at_least, temperature_file
 
 MODEL_HELP = "a lextra run or model folder (RUN/model), a Hugging Face folder (config.json), a .gguf file or 'smollm2'"
 
 
-def add_any_model(parser: argparse.ArgumentParser) -> None:
+def add_any_model(
+    parser: argparse.ArgumentParser, train_len_help: str = "L_tr of a Hugging Face model (default: its maximum)"
+) -> None:
     """--tokenizer and --train-len: how a Hugging Face model is read (a lextra model has its own)."""
     parser.add_argument(
         "--tokenizer",
@@ -19,9 +21,14 @@ def add_any_model(parser: argparse.ArgumentParser) -> None:
         help="a Hugging Face model's tokenizer (default: its own; bytes, bpe[:VOCAB] or hf:PATH, e.g. bytes for tiny "
         "test models)",
     )
-    parser.add_argument(
-        "--train-len", type=int_at_least(2), default=None, help="L_tr of a Hugging Face model (default: its maximum)"
-    )
+    parser.add_argument("--train-len", type=int_at_least(2), default=None, help=train_len_help)
+
+
+def add_model_corpus(parser: argparse.ArgumentParser) -> None:
+    """--corpus and --limit-chars of a command that reads any model (default: a lextra model's own corpus)."""
+    from lextra.pipelines.loading import HF_CORPUS
+
+    add_corpus(parser, f"the corpus a lextra model was trained on; {HF_CORPUS} otherwise")
 
 
 def model_options(args: argparse.Namespace, mask: str | None = None) -> Any:

@@ -1,16 +1,10 @@
-"""Option sets shared by several commands (data, threads, device, evaluation, retrieval evaluation; the training
-flags are `lextra.cli.training_options`), the argparse value types that refuse non-finite or out-of-range numbers,
-and the parsers of their values.
+"""Option sets shared by several commands (the training flags are `lextra.cli.training_options`), the argparse
+value types that refuse non-finite or out-of-range numbers, and the parsers of their values.
 
-One name per concept: `--batch-size` and `--seed` are the batch and seed of what a command does (training, or
-evaluation in a command that only evaluates; `--eval-batch-size` and `--eval-seed` where a command does both),
-`--n-head` the heads, `--task` one task and `--tasks` a list, `--temperature` is `none`, `log-length` or an
-alignment.json, thresholds are percentages (0-100, RULER's unit), `--quiet` turns off the progress bars of every
-command that shows them. List flags (`--schemes`, `--tasks`, analyze's `--scheme` and `--mask`) are `SpecList`s.
-Old spellings (`--batch`, `--eval-batch`, `--eval-seed`, `--temperatures`, `--layers`, `--width`, `--heads`) are
-hidden aliases (`add_aliased`). Defaults are
-read from the config dataclasses (`TrainConfig`, `GPTConfig`, `EvalConfig`, `RetrievalEval`, `RulerSettings`), so
-`--help` shows the values the library uses.
+One name per concept: `--batch-size` and `--seed` belong to what a command does (`--eval-batch-size` and
+`--eval-seed` where it also trains), `--task` is one task and `--tasks` a list, thresholds are percentages (0-100).
+Old spellings are hidden aliases (`add_aliased`); defaults are read from the config dataclasses, so `--help` shows
+the values the library uses.
 """
 
 from __future__ import annotations
@@ -113,17 +107,13 @@ positive_int = int_at_least(1)
 non_negative_int = int_at_least(0)
 
 
-def finite_float(low: float | None = None, high: float | None = None, *, low_open: bool = False) -> Callable:
-    """An argparse type: a finite float in [low, high] (or (low, high] with `low_open`)."""
+def finite_float(low: float, *, low_open: bool = False) -> Callable:
+    """An argparse type: a finite float >= `low` (> `low` with `low_open`)."""
 
     def parse(text: str) -> float:
         value = _number(float, text, "a number")
-        too_low = low is not None and (value <= low if low_open else value < low)
-        if too_low or (high is not None and value > high):
-            left = "(" if low_open else "["
-            raise argparse.ArgumentTypeError(
-                f"must be in {left}{'-inf' if low is None else low}, {'inf' if high is None else high}], got {text!r}"
-            )
+        if value <= low if low_open else value < low:
+            raise argparse.ArgumentTypeError(f"must be in {'(' if low_open else '['}{low}, inf], got {text!r}")
         return value
 
     parse.__name__ = "number"
@@ -181,13 +171,6 @@ def parse_depths(text: str | None) -> list[float]:
     return depths
 
 
-def model_folder(path: str) -> Path:
-    """A model folder, or a training run folder holding `model/`."""
-    from lextra.pipelines.loading import model_folder as resolve
-
-    return resolve(path)
-
-
 # --- option sets --------------------------------------------------------------------------------------------------
 def add_threads(parser: argparse.ArgumentParser) -> None:
     """--threads: torch's intra-op threads (applied by `apply_runtime` before the handler runs)."""
@@ -221,13 +204,13 @@ def apply_runtime(args: argparse.Namespace) -> None:
         args.device = resolve_device(args.device)
 
 
-def add_corpus(parser: argparse.ArgumentParser, *, default: str | None = "python-code", default_text: str = "") -> None:
-    """--corpus and --limit-chars (`default_text`: what the default means, when not the value itself)."""
-    shown = f" (default: {default_text})" if default_text else ""
+def add_corpus(parser: argparse.ArgumentParser, default_text: str) -> None:
+    """--corpus (default None: `default_text` says what the command reads then) and --limit-chars."""
     parser.add_argument(
         "--corpus",
-        default=default,
-        help=f"{corpora_help()}, a mixture A+B, or a path (text files dir, .jsonl, .parquet, saved HF dataset){shown}",
+        default=None,
+        help=f"{corpora_help()}, a mixture A+B, or a path (text files dir, .jsonl, .parquet, saved HF dataset) "
+        f"(default: {default_text})",
     )
     parser.add_argument(
         "--limit-chars", type=positive_int, default=None, help="use only the first N characters of the corpus"
@@ -265,39 +248,6 @@ def eval_data_from(args: argparse.Namespace, meta: dict[str, Any]) -> Any:
     return prepare_for_model(meta, args.corpus, args.limit_chars)
 
 
-def add_text_data(parser: argparse.ArgumentParser, what: str = "prompts") -> None:
-    """--data: the prepared folder whose test split, decoded with its tokenizer, gives a text task's documents."""
-    parser.add_argument(
-        "--data",
-        default=None,
-        metavar="DIR",
-        help=f"build the {what} from a prepared folder's test split (`lextra data prepare`), decoded with its "
-        "tokenizer, which must be the model's (default: the model's corpus)",
-    )
-
-
-def add_data(parser: argparse.ArgumentParser) -> None:
-    """--corpus, --tokenizer, --limit-chars, --threads: what a training run reads (defaults: `TrainConfig`'s)."""
-    from lextra.train import TrainConfig
-
-    parser.add_argument(
-        "--corpus",
-        default=None,
-        help=f"{corpora_help()}, a mixture A+B (weighted: A:0.3+B:0.7), or a path (text files dir, "
-        ".jsonl[.gz|.zst], .parquet, saved HF dataset) "
-        f"(default: {config_default(TrainConfig, 'corpus')})",
-    )
-    parser.add_argument(
-        "--limit-chars", type=positive_int, default=None, help="use only the first N characters (default: all)"
-    )
-    parser.add_argument(
-        "--tokenizer",
-        default=None,
-        help=f"bytes, bpe[:VOCAB] or hf:/local/path (default: {config_default(TrainConfig, 'tokenizer')})",
-    )
-    add_threads(parser)
-
-
 def temperature_option(*schedules: str, files: bool = True) -> Callable[[argparse.ArgumentParser], None]:
     """--temperature: `none`, one of `schedules` (`log-length`: tau = ln L_tr / ln L at each length L > L_tr) or,
     with `files`, an alignment.json whose temperatures the model takes (`--temperatures FILE` is an alias)."""
@@ -329,12 +279,6 @@ def temperature_option(*schedules: str, files: bool = True) -> Callable[[argpars
     return add
 
 
-def temperature_schedule(args: argparse.Namespace) -> str:
-    """The per-length temperature schedule of `--temperature` (`none` when it names a file)."""
-    value = getattr(args, "temperature", "none")
-    return value if value in ("none", "log-length") else "none"
-
-
 def temperature_file(args: argparse.Namespace) -> str | None:
     """The alignment.json `--temperature` names, or None for a schedule."""
     value = getattr(args, "temperature", "none")
@@ -342,9 +286,10 @@ def temperature_file(args: argparse.Namespace) -> str | None:
 
 
 def add_evaluation(parser: argparse.ArgumentParser) -> None:
-    """Perplexity evaluation: lengths, protocols, stride, documents, split, backend (defaults: `EvalConfig`'s);
-    the command adds its `temperature_option`."""
+    """Perplexity evaluation: lengths, protocols, stride, documents, span, split, backend and precision (defaults:
+    `EvalConfig`'s); the command adds its `temperature_option`."""
     from lextra.attention.backends import backend_names
+    from lextra.devices import EVAL_PRECISIONS
     from lextra.evaluate import EvalConfig
 
     parser.add_argument("--lengths", default=None, help="comma-separated lengths (default L_tr x 1,2,4,8,16)")
@@ -378,14 +323,6 @@ def add_evaluation(parser: argparse.ArgumentParser) -> None:
         help=f"attention backend: {', '.join(backend_names())}; auto picks the fastest exact one; flex "
         "(FlexAttention) needs CUDA for gradients",
     )
-    add_eval_precision(parser)
-
-
-def add_eval_precision(parser: argparse.ArgumentParser) -> None:
-    """--eval-precision fp32|bf16|auto: the precision of the evaluation's forwards (`EvalConfig.precision`)."""
-    from lextra.devices import EVAL_PRECISIONS
-    from lextra.evaluate import EvalConfig
-
     parser.add_argument(
         "--eval-precision",
         choices=EVAL_PRECISIONS,
@@ -420,7 +357,7 @@ def eval_config_from(args: argparse.Namespace, mask: str = "causal") -> Any:
         documents=args.documents,
         span=args.span,
         stride=args.stride,
-        temperature=temperature_schedule(args),
+        temperature="none" if temperature_file(args) else args.temperature,
         precision=args.eval_precision,
     ).validate()
 
@@ -453,19 +390,16 @@ def add_rope_scaling_by_layer(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_mask(
-    parser: argparse.ArgumentParser, *, default: str | None = "causal", default_text: str = "", repeatable: bool = False
-) -> None:
-    """--mask SPEC: the inference mask (help: the mask registry's names); `repeatable`: a spec list, one result
-    per mask."""
+def add_mask(parser: argparse.ArgumentParser, default_text: str, *, repeatable: bool = False) -> None:
+    """--mask SPEC: the inference mask (default None, meaning `default_text`; help: the mask registry's names);
+    `repeatable`: a spec list, one result per mask."""
     from lextra.reporting.catalog import mask_help
 
-    shown = f" (default: {default_text})" if default_text else ""
+    shown = f"{mask_help()} (default: {default_text})"
     if repeatable:
-        specs = None if default is None else [default]
-        add_spec_list(parser, "--mask", default=specs, help=f"a list (window:64;bca), repeatable; {mask_help()}{shown}")
+        add_spec_list(parser, "--mask", help=f"a list (window:64;bca), repeatable; {shown}")
     else:
-        parser.add_argument("--mask", default=default, help=f"{mask_help()}{shown}")
+        parser.add_argument("--mask", default=None, help=shown)
 
 
 def add_extend(parser: argparse.ArgumentParser) -> None:
@@ -480,13 +414,7 @@ def folder_safe(spec: str) -> str:
     return spec.translate(str.maketrans(":,", "--", "="))
 
 
-def apply_extend(
-    model: Any,
-    spec: str | None,
-    mask: str | None = None,
-    lengths: list[int] | None = None,
-    layers: str | None = None,
-) -> str:
+def apply_extend(model: Any, spec: str | None, mask: str | None, lengths: list[int], layers: str | None) -> str:
     """Apply `--extend SPEC` to a lextra GPT or a Hugging Face decoder (on the `--layers-select` layers),
     refusing a mask other than causal and lengths past the method's maximum before any work; returns
     the label suffix (`+SPEC`, or '' without one)."""
@@ -502,41 +430,29 @@ def apply_extend(
         raise ConfigError("--extend applies to RoPE decoders (rope, xpos, coca models; Hugging Face decoders), not T5")
     method = build_extension(spec, model.config.train_len)
     InferenceSetup(extension=method, layers=layers).apply(model)
-    if method is not None and lengths:
+    if method is not None:
         method.check_length(max(lengths))
     return f"+{spec}"
 
 
-def retrieval_evaluation(
-    *,
-    with_task: bool = True,
-    multiples: str = "1,2,4,8,16",
-    samples: int | None = None,
-    batch: int | None = None,
-    trains: bool = False,
-) -> Callable[[argparse.ArgumentParser], None]:
-    """The retrieval evaluation option set: --task, --lengths, --depths, --samples, --candidates, the seed of the
-    prompts and the evaluation batch, with `RetrievalEval`'s defaults unless given. The seed and the batch are
-    `--seed` and `--batch-size` in a command that only evaluates, `--eval-seed` and `--eval-batch-size` in one that
-    also `trains` (whose `--seed` and `--batch-size` are training's); the `--eval-` spellings stay aliases of
-    either, as `--eval-batch` does."""
+def retrieval_evaluation(*, with_task: bool = True, trains: bool = False) -> Callable[[argparse.ArgumentParser], None]:
+    """The retrieval evaluation option set (`RetrievalEval`'s defaults): --task, --lengths, --depths, --samples,
+    --candidates, and the prompts' seed and batch: `--seed` and `--batch-size`, or `--eval-seed` and
+    `--eval-batch-size` in a command that also `trains` (whose `--seed` and `--batch-size` are training's)."""
 
     def add(parser: argparse.ArgumentParser) -> None:
         from lextra.pipelines.retrieval import RetrievalEval
 
-        default_samples = config_default(RetrievalEval, "samples") if samples is None else samples
-        default_batch = config_default(RetrievalEval, "batch_size") if batch is None else batch
         if with_task:
             from lextra.reporting.catalog import task_help
 
             add_aliased(parser, "--task", "--tasks", default="passkey", help=task_help())
         parser.add_argument(
-            "--lengths", default=None, help=f"comma-separated prompt lengths (default L_tr x {multiples})"
+            "--lengths", default=None, help="comma-separated prompt lengths (default L_tr x 1,2,4,8,16)"
         )
         parser.add_argument("--depths", default=None, help="comma-separated needle depths (default 0,0.25,0.5,0.75,1)")
-        parser.add_argument(
-            "--samples", type=positive_int, default=default_samples, help="prompts per (length, depth) cell"
-        )
+        samples = config_default(RetrievalEval, "samples")
+        parser.add_argument("--samples", type=positive_int, default=samples, help="prompts per (length, depth) cell")
         parser.add_argument(
             "--candidates",
             type=int_at_least(2),
@@ -559,7 +475,7 @@ def retrieval_evaluation(
             *names,
             dest="eval_batch_size",
             type=positive_int,
-            default=default_batch,
+            default=config_default(RetrievalEval, "batch_size"),
             metavar="N",
             help="prompts scored together",
         )
@@ -583,9 +499,7 @@ SETUP_FLAGS = {
 
 
 def add_setup(parser: argparse.ArgumentParser) -> None:
-    """--setup FILE: a setup file (`lextra tune`, `lextra.extend.setup_file`) whose fields stand for the flags
-    --rope-scaling, --extend, --mask, --log-scaling and --layers-select; `setup_into_args` refuses a flag given
-    on the command line (`flags_given`) that contradicts the file."""
+    """--setup FILE: a setup file (`lextra.extend.setup_file`) standing for the flags of `SETUP_FLAGS`."""
     parser.add_argument(
         "--setup",
         default=None,
@@ -609,9 +523,8 @@ def flags_given(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
 
 
 def setup_into_args(args: argparse.Namespace, command: str) -> None:
-    """Put the `--setup` file's fields into the flags they stand for. A field the file sets that the command
-    has no flag for, or a flag given explicitly with another value, is refused in one line (the file's fields
-    are not overridden: edit the file, or drop the flag). A null field leaves the flag as it is."""
+    """Put the `--setup` file's non-null fields into the flags they stand for, refusing a field the command has no
+    flag for, or a flag given explicitly with another value (the file's fields are not overridden)."""
     path = getattr(args, "setup", None)
     if path is None:
         return
@@ -620,9 +533,9 @@ def setup_into_args(args: argparse.Namespace, command: str) -> None:
     setup = read_setup_file(path).setup
     given = set(getattr(args, "given_flags", ()))
     for name, value in setup.changes().items():
-        dest = SETUP_FLAGS[name]
         if value is None:
             continue
+        dest = SETUP_FLAGS[name]
         text = json.dumps(value) if isinstance(value, dict) else str(value)
         flag = "--" + dest.replace("_", "-")
         if not hasattr(args, dest):
@@ -647,52 +560,3 @@ def source_commit() -> str:
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
-
-
-#: what a rerun of `lextra eval --from results.json` does not take from the file: where and how this run goes
-RERUN_SKIPS = frozenset({"out", "from_file", "overwrite", "quiet", "device", "threads", "log_dir", "handler",
-                         "command_path", "given_flags", "plugin", "setup"})  # fmt: skip
-#: the fields a results file needs to be rerun
-RERUN_FIELDS = ("lextra", "commit", "arguments")
-
-
-def rerun_record(args: argparse.Namespace) -> dict[str, Any]:
-    """What `--from` needs to rerun an evaluation: lextra's version and commit, and every argument that decides the
-    numbers (the command words, the model, the inference setup, the evaluation settings)."""
-    import lextra
-
-    arguments = {k: v for k, v in vars(args).items() if k not in RERUN_SKIPS and not k.startswith("command_")}
-    return {"lextra": lextra.__version__, "commit": source_commit(), "arguments": arguments}
-
-
-def rerun_into_args(args: argparse.Namespace, command: str) -> None:
-    """Fill the arguments from `--from FILE`'s record (those given on this command line win); a file without a
-    record, or whose record misses fields, is refused in one line."""
-    path = getattr(args, "from_file", None)
-    if path is None:
-        return
-    try:
-        record = json.loads(Path(path).read_text())["rerun"]
-        missing = [name for name in RERUN_FIELDS if name not in record]
-    except (OSError, ValueError, KeyError, TypeError):
-        raise ConfigError(
-            f"--from {path}: not a results file with a rerun record (written by {command} of this lextra version); "
-            "give a results.json that lextra eval wrote"
-        ) from None
-    if missing:
-        raise ConfigError(
-            f"--from {path}: its rerun record (lextra {record.get('lextra', '?')}) lacks {', '.join(missing)}; "
-            f"rerun the evaluation with its flags instead"
-        )
-    given = set(getattr(args, "given_flags", ()))
-    if getattr(args, "checkpoint", None):
-        given.add("checkpoint")
-    unknown = sorted(set(record["arguments"]) - set(vars(args)))
-    if unknown:
-        raise ConfigError(
-            f"--from {path}: written by lextra {record['lextra']}, it sets {', '.join(unknown)}, which {command} "
-            "does not take; rerun with this version's flags"
-        )
-    for dest, value in record["arguments"].items():
-        if dest not in given:
-            setattr(args, dest, value)

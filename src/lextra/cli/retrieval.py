@@ -7,10 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from lextra.cli.app import Handler, group
-from lextra.cli.models import MODEL_HELP, add_any_model, load_any
+from lextra.cli.models import MODEL_HELP, add_any_model, add_model_corpus, load_any, model_options
 from lextra.cli.options import (
     add_aliased,
-    add_corpus,
     add_device,
     add_extend,
     add_log_scaling,
@@ -18,7 +17,6 @@ from lextra.cli.options import (
     add_quiet,
     add_rope_scaling_by_layer,
     add_setup,
-    add_text_data,
     add_threads,
     add_variants,
     apply_extend,
@@ -73,14 +71,6 @@ def add_task_data(parser: argparse.ArgumentParser, *, evaluates: bool = False) -
     )
 
 
-def task_train_config(args: argparse.Namespace, scheme: str | None = None) -> Any:
-    """The training options' `TrainConfig` with the --data folder (refused beside --corpus / --limit-chars)."""
-    refuse_corpus_with_data(args)
-    config = train_config_from(args, scheme=scheme)
-    config.data = args.data
-    return config
-
-
 @retrieval.command(
     "train",
     "train a model on a retrieval task at L_tr",
@@ -94,13 +84,7 @@ def configure_train(parser: argparse.ArgumentParser) -> Handler:
     from lextra.reporting.catalog import task_help
 
     parser.add_argument("--out", required=True, help="run directory")
-    add_aliased(
-        parser,
-        "--task",
-        "--tasks",
-        default="passkey",
-        help=task_help(training=True),
-    )
+    add_aliased(parser, "--task", "--tasks", default="passkey", help=task_help(training=True))
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     add_task_data(parser)
 
@@ -109,7 +93,7 @@ def configure_train(parser: argparse.ArgumentParser) -> Handler:
         from lextra.train import main_process
 
         final = train_on_task(
-            task_train_config(args),
+            train_config_from(args),
             args.task,
             args.out,
             resume=args.resume,
@@ -142,17 +126,21 @@ def configure_train(parser: argparse.ArgumentParser) -> Handler:
     ),
 )
 def configure_eval(parser: argparse.ArgumentParser) -> Handler:
-    from lextra.pipelines.loading import HF_CORPUS
-
     parser.add_argument("checkpoint", metavar="MODEL", help=MODEL_HELP)
     parser.add_argument(
         "--out",
         default=None,
         help="results folder (default: RUN/retrieval-TASK for a lextra model, runs/hf/NAME/retrieval-TASK for another)",
     )
-    add_mask(parser, default=None, default_text="the model's own: causal, full for T5")
-    add_corpus(parser, default=None, default_text=f"the corpus a lextra model was trained on; {HF_CORPUS} otherwise")
-    add_text_data(parser)
+    add_mask(parser, "the model's own: causal, full for T5")
+    add_model_corpus(parser)
+    parser.add_argument(
+        "--data",
+        default=None,
+        metavar="DIR",
+        help="build the prompts from a prepared folder's test split (`lextra data prepare`), decoded with its "
+        "tokenizer, which must be the model's (default: the model's corpus)",
+    )
 
     def run(args: argparse.Namespace) -> int:
         from lextra.data.shards import text_data_for_model
@@ -210,7 +198,7 @@ def configure_compare(parser: argparse.ArgumentParser) -> Handler:
         out = Path(args.out)
         compare_retrieval(
             args.schemes,
-            task_train_config(args, scheme="nope"),
+            train_config_from(args, scheme="nope"),
             args.task,
             retrieval_settings(args),
             out,
@@ -255,13 +243,12 @@ def configure_completion(parser: argparse.ArgumentParser) -> Handler:
         from lextra.data import prepare_for_model
         from lextra.evaluate.retrieval import evaluate_completion
         from lextra.io import atomic_write_json, atomic_write_text
-        from lextra.pipelines.loading import ModelOptions, load_lextra, setup_from
+        from lextra.pipelines.loading import load_lextra
         from lextra.reporting.retrieval import completion_table
 
         results = {}
         for checkpoint in args.checkpoints:
-            options = ModelOptions(setup_from(rope_scaling=args.rope_scaling, layers=args.layers_select))
-            loaded = load_lextra(checkpoint, options, args.device)
+            loaded = load_lextra(checkpoint, model_options(args), args.device)
             folder, model, label = loaded.folder, loaded.model, loaded.label
             data = prepare_for_model(loaded.meta)
             result = evaluate_completion(

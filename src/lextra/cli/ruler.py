@@ -1,17 +1,16 @@
 """`lextra ruler run MODEL` (also `lextra ruler MODEL`): the RULER-style long-context suite (eleven synthetic tasks
-at exact token lengths, RULER's scoring, the effective length) on any model `load_model_spec` loads, with the
-stretching options of `lextra eval`; prompts use RULER's base templates (`--chat`: the model's chat template).
-`lextra ruler compare RUN...`: runs side by side.
-"""
+at exact token lengths, RULER's scoring, the effective length) on any model, with the stretching options of `lextra
+eval`; `lextra ruler compare RUN...`: runs side by side."""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from lextra.cli.app import Handler, group
-from lextra.cli.models import MODEL_HELP, add_any_model
+from lextra.cli.models import MODEL_HELP, add_any_model, model_options
 from lextra.cli.options import (
     add_aliased,
     add_device,
@@ -29,7 +28,6 @@ from lextra.cli.options import (
     percent,
     positive_int,
     setup_into_args,
-    temperature_file,
     temperature_option,
 )
 
@@ -73,27 +71,20 @@ def configure_suite(parser: argparse.ArgumentParser, suite: Any, task_help: str)
     naming another registry of tasks (`lextra babilong run`)."""
     parser.add_argument("model", help=MODEL_HELP)
     _add_sampling(parser, suite, task_help)
-    add_mask(parser, default=None, default_text="causal")
+    add_mask(parser, "causal")
     _add_model_and_haystack(parser, suite)
 
     def run(args: argparse.Namespace) -> int:
         from lextra.devices import resolve_device
         from lextra.evaluate.ruler import chat_format
-        from lextra.pipelines.loading import ModelOptions, load_model_spec, setup_from
+        from lextra.pipelines.loading import load_model_spec
         from lextra.pipelines.ruler import RulerTarget, run_ruler
         from lextra.train import Distributed
 
         setup_into_args(args, f"lextra {args.command_path}")
         haystack, documents = haystack_from(args)
         settings = _suite_settings(args, suite, haystack)
-        options = ModelOptions(
-            setup_from(rope_scaling=args.rope_scaling, mask=args.mask, layers=args.layers_select),
-            temperatures=temperature_file(args),
-            tokenizer=args.tokenizer,
-            haystack=haystack,
-            train_len=args.train_len,
-            quiet=args.quiet,
-        )
+        options = replace(model_options(args, args.mask), haystack=haystack)
         loaded = load_model_spec(args.model, options, args.device)
         model = loaded.model
         chat = chat_format(loaded.tokenizer) if args.chat else None
@@ -198,9 +189,8 @@ def _add_model_and_haystack(parser: argparse.ArgumentParser, suite: Any) -> None
 
 
 def haystack_from(args: argparse.Namespace) -> tuple[str, Any]:
-    """The haystack's name (what the cells record) and its documents: with --data the prepared folder's test
-    split decoded (`PreparedShards.texts`), named by the folder's source as `--haystack SOURCE` names it (so the
-    cells are shared), else the --haystack corpus (None: `RulerSettings` reads it)."""
+    """The haystack's name (what the cells record) and its documents: the --data folder's test split, named as
+    `--haystack SOURCE` names it (so the cells are shared), else the --haystack corpus (None: the settings read it)."""
     if args.data is None:
         from lextra.pipelines.ruler import RulerSettings
 

@@ -8,7 +8,6 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from lextra.cli.app import Handler, command
 from lextra.cli.options import add_device, add_quiet, add_threads, positive_int, source_commit
@@ -61,7 +60,7 @@ def configure_study(parser: argparse.ArgumentParser) -> Handler:
             f"Training: {config.train.steps} steps x {config.train.batch_size} x {config.train_len} tokens of "
             f"`{config.train.corpus}`, {config.train.model.n_layer} layers, width {config.train.model.d_model}, "
             f"{config.train.model.n_head} heads, seeds {config.seeds}. Models: "
-            + ", ".join(f"{m.label} ({_model_spec(m)})" for m in config.models)
+            + ", ".join(f"{m.label} ({m.layer_plan})" for m in config.models)
             + ".",
             "",
         ]
@@ -71,11 +70,6 @@ def configure_study(parser: argparse.ArgumentParser) -> Handler:
         return 0
 
     return run
-
-
-def _model_spec(model: Any) -> str:
-    """A study model as its report names it: its layer plan."""
-    return str(model.layer_plan)
 
 
 def _task_study(config, args: argparse.Namespace, commit: str, start: float) -> int:

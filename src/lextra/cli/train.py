@@ -1,6 +1,5 @@
 """`lextra train`: train a GPT with a position scheme at a training length (resumable), from flags or from a
-`--config run.toml` file that any flag given overrides (`lextra.cli.training_options.TRAIN_FLAGS` maps flags to
-fields)."""
+`--config run.toml` file that any flag given overrides (`lextra.cli.training_options`)."""
 
 from __future__ import annotations
 
@@ -8,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from lextra.cli.app import Handler, command
-from lextra.cli.options import add_device, add_quiet, refuse_corpus_with_data
+from lextra.cli.options import add_device, add_quiet
 from lextra.cli.training_options import add_scheme, add_training, train_config_from
 
 
@@ -46,9 +45,7 @@ def configure_train(parser: argparse.ArgumentParser) -> Handler:
     def run(args: argparse.Namespace) -> int:
         from lextra.train import final_losses, main_process, train
 
-        refuse_corpus_with_data(args)
         config = train_config_from(args)
-        config.data = args.data
         if args.task is not None or args.task_lengths is not None:
             config.task = args.task if args.task is not None else config.task
             config.task_lengths = args.task_lengths if args.task_lengths is not None else config.task_lengths

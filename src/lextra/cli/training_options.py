@@ -12,12 +12,14 @@ from lextra.cli.fields import config_default
 from lextra.cli.options import (
     FIELD_TYPES,
     add_aliased,
-    add_data,
     add_rope_scaling,
+    add_threads,
+    corpora_help,
     finite_float,
     int_at_least,
     positive_float,
     positive_int,
+    refuse_corpus_with_data,
     scheme_options,
 )
 from lextra.errors import ConfigError
@@ -66,17 +68,9 @@ GENERATED_TRAIN_FLAGS = (
 #: data and model flags written by hand, then every generated one; --scheme (a plan of one variant) and
 #: --scheme-option (on each layer's scheme) state the layer plan (`train_config_from`)
 TRAIN_FLAGS: dict[str, str] = {
-    "corpus": "corpus",
-    "tokenizer": "tokenizer",
-    "limit_chars": "limit_chars",
-    "scheme": "model.layer_plan",
-    "scheme_option": "model.layer_plan",
-    "layer_plan": "model.layer_plan",
-    "train_len": "model.train_len",
-    "n_layer": "model.n_layer",
-    "d_model": "model.d_model",
-    "n_head": "model.n_head",
-    "abacus": "model.abacus",
+    **{name: name for name in ("corpus", "tokenizer", "limit_chars")},
+    **dict.fromkeys(("scheme", "scheme_option", "layer_plan"), "model.layer_plan"),
+    **{name: f"model.{name}" for name in ("train_len", "n_layer", "d_model", "n_head", "abacus")},
     **{name: name for name in GENERATED_TRAIN_FLAGS},
 }
 
@@ -87,9 +81,8 @@ def abacus_option(text: str) -> dict[str, int]:
 
 
 def add_training(parser: argparse.ArgumentParser) -> None:
-    """--config FILE and --set, the model shape and the training settings, with the data options. Every flag sets
-    the `TrainConfig` field `TRAIN_FLAGS` names (those of `GENERATED_TRAIN_FLAGS` generated from the fields: help
-    from their docs, defaults from the dataclass); one left out keeps the --config file's value, else the default."""
+    """--config FILE and --set, the data, the model shape, the training settings and --threads: each flag sets the
+    field `TRAIN_FLAGS` names; one left out keeps the --config file's value, else the default."""
     from lextra.cli.fields import add_config_file, add_field_flags
     from lextra.data import ORDERS
     from lextra.data.packing import PACK_MODES
@@ -97,20 +90,19 @@ def add_training(parser: argparse.ArgumentParser) -> None:
     from lextra.reporting.catalog import sampler_help
     from lextra.train import TrainConfig
 
-    add_data(parser)
+    _add_data(parser)
     add_config_file(
         parser, "TrainConfig fields, with a [model] table of GPTConfig fields (or a study's [train] section)"
     )
 
-    def add(name: str, cls: type, field_name: str, kind: Callable, text: str = "", aliases: tuple[str, ...] = ()):
-        default = config_default(cls, field_name)
-        help_text = f"{text} (default: {default})" if text else f"{cls.__name__}.{field_name} (default: {default})"
-        add_aliased(parser, name, *aliases, type=kind, default=None, help=help_text)
+    def add(name: str, kind: Callable, text: str, *aliases: str) -> None:
+        default = config_default(GPTConfig, name[2:].replace("-", "_"))
+        add_aliased(parser, name, *aliases, type=kind, default=None, help=f"{text} (default: {default})")
 
-    add("--train-len", GPTConfig, "train_len", int_at_least(2), "training length L_tr, tokens")
-    add("--n-layer", GPTConfig, "n_layer", positive_int, "layers", ("--layers",))
-    add("--d-model", GPTConfig, "d_model", positive_int, "model width", ("--width",))
-    add("--n-head", GPTConfig, "n_head", positive_int, "attention heads", ("--heads",))
+    add("--train-len", int_at_least(2), "training length L_tr, tokens")
+    add("--n-layer", positive_int, "layers", "--layers")
+    add("--d-model", positive_int, "model width", "--width")
+    add("--n-head", positive_int, "attention heads", "--heads")
     parser.add_argument(
         "--abacus",
         type=abacus_option,
@@ -145,10 +137,31 @@ def add_training(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_data(parser: argparse.ArgumentParser) -> None:
+    """--corpus, --tokenizer, --limit-chars, --threads: what a training run reads (defaults: `TrainConfig`'s)."""
+    from lextra.train import TrainConfig
+
+    parser.add_argument(
+        "--corpus",
+        default=None,
+        help=f"{corpora_help()}, a mixture A+B (weighted: A:0.3+B:0.7), or a path (text files dir, "
+        ".jsonl[.gz|.zst], .parquet, saved HF dataset) "
+        f"(default: {config_default(TrainConfig, 'corpus')})",
+    )
+    parser.add_argument(
+        "--limit-chars", type=positive_int, default=None, help="use only the first N characters (default: all)"
+    )
+    parser.add_argument(
+        "--tokenizer",
+        default=None,
+        help=f"bytes, bpe[:VOCAB] or hf:/local/path (default: {config_default(TrainConfig, 'tokenizer')})",
+    )
+    add_threads(parser)
+
+
 def read_train_file(path: str | Path | None, settings: list[str] | None = None) -> Any:
-    """The `TrainConfig` a `--config` TOML file describes (None: the defaults), with `--set KEY=VALUE` settings
-    applied: TrainConfig fields with a [model] table of GPTConfig fields, or the same inside a [train] section (a
-    study's); an unknown key is one error naming the file."""
+    """The `TrainConfig` a `--config` TOML file describes (None: the defaults; a study's [train] section too), with
+    `--set KEY=VALUE` settings applied; an unknown key is one error naming the file."""
     from lextra.cli.fields import apply_settings, read_config_file
     from lextra.train import TrainConfig
 
@@ -160,28 +173,13 @@ def read_train_file(path: str | Path | None, settings: list[str] | None = None) 
         raise ConfigError(f"--config {path}: {err}" if path is not None else str(err)) from None
 
 
-def check_rotary(scheme: str, flag: str) -> None:
-    """Refuse `flag` (a RoPE scaling) for a scheme without one, naming the schemes that take it."""
-    from lextra.errors import ConfigError
-    from lextra.positions import SCHEMES
-
-    rotary = [name for name in SCHEMES.names() if any(o.name == "scaling" for o in SCHEMES.options(name))]
-    if scheme in SCHEMES and SCHEMES.canonical(scheme) not in rotary:
-        raise ConfigError(f"{flag} applies to {', '.join(rotary)} models, not {scheme}; drop it or train a rotary one")
-
-
-def with_rope_scaling(options: dict[str, Any], spec: str) -> dict[str, Any]:
-    """Scheme options with `--rope-scaling SPEC` as their `scaling` (`none` removes it)."""
-    from lextra.positions.scaling import parse_rope_scaling
-
-    rest = {k: v for k, v in options.items() if k != "scaling"}
-    return rest if spec == "none" else {**rest, "scaling": parse_rope_scaling(spec)}
-
-
 def train_config_from(args: argparse.Namespace, scheme: str | None = None) -> Any:
     """The `TrainConfig` the training options describe (validated): the --config file (else the defaults), then
-    every flag given explicitly, with `scheme` (compare's variants) in place of --scheme when the command sets it."""
+    every flag given explicitly, with `scheme` (compare's variants) in place of --scheme when the command sets it,
+    and the --data folder of a command that has one (refused beside --corpus and --limit-chars)."""
     from lextra.attention.plan import LayerVariant, stated_plan
+    from lextra.positions import SCHEMES
+    from lextra.positions.scaling import parse_rope_scaling
 
     config = read_train_file(getattr(args, "config", None), getattr(args, "set", None))
     if getattr(args, "scheme", None) is not None and getattr(args, "layer_plan", None) is not None:
@@ -194,17 +192,27 @@ def train_config_from(args: argparse.Namespace, scheme: str | None = None) -> An
             continue
         holder, name = (config.model, target[6:]) if target.startswith("model.") else (config, target)
         setattr(holder, name, value)
+    if hasattr(args, "data"):
+        refuse_corpus_with_data(args)
+        config.data = args.data
     scheme = scheme or getattr(args, "scheme", None)
     if scheme is not None:  # a scheme spec: the plan of one variant
         config.model.layer_plan = stated_plan(scheme, what="--scheme")
-    variants = config.model.plan()
+    variants, rope_scaling = config.model.plan(), getattr(args, "rope_scaling", None)
     for layer, variant in enumerate(variants):  # scheme options, then a RoPE scaling, on each layer's scheme
         options = {**variant.scheme_options, **scheme_options(variant.scheme, getattr(args, "scheme_option", []))}
-        if getattr(args, "rope_scaling", None) is not None and variant.rotary:
-            options = with_rope_scaling(options, args.rope_scaling)
+        if rope_scaling is not None and variant.rotary:  # `none` removes the scaling
+            options = {k: v for k, v in options.items() if k != "scaling"}
+            if rope_scaling != "none":
+                options["scaling"] = parse_rope_scaling(rope_scaling)
         variants[layer] = LayerVariant(variant.scheme, options, variant.mask, variant.pieces)
-    if getattr(args, "rope_scaling", None) is not None and not any(v.rotary for v in variants):
-        check_rotary(variants[0].scheme, "--rope-scaling")
+    if rope_scaling is not None and not any(v.rotary for v in variants):  # refused, naming the schemes that take it
+        rotary = [name for name in SCHEMES.names() if any(o.name == "scaling" for o in SCHEMES.options(name))]
+        scheme = variants[0].scheme
+        if scheme in SCHEMES and SCHEMES.canonical(scheme) not in rotary:
+            raise ConfigError(
+                f"--rope-scaling applies to {', '.join(rotary)} models, not {scheme}; drop it or train a rotary one"
+            )
     if variants != config.model.plan():
         config.model.set_variants(variants)
     return config.validate()

@@ -1,22 +1,19 @@
-"""`lextra tune MODEL --length T`: search the settings of extension methods and RoPE scalings for any model
-`load_model_spec` loads at a target length against perplexity plus passkey accuracy (or LongRoPE2's needle-driven
-perplexity, `--objective needle`), within a time budget, and write the best as a setup file that the commands take
-with `--setup FILE`. Progress goes to stderr, one line per candidate; Ctrl-C or the budget ends the search with the
-best so far.
-"""
+"""`lextra tune MODEL --length T`: search the settings of extension methods and RoPE scalings at a target length
+against perplexity plus passkey accuracy (or LongRoPE2's needle-driven perplexity), within a time budget, and write
+the best as a setup file (`--setup FILE`). Ctrl-C or the budget ends the search with the best so far."""
 
 from __future__ import annotations
 
 import argparse
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from lextra.cli.app import Handler, command
-from lextra.cli.models import MODEL_HELP, add_any_model
+from lextra.cli.models import MODEL_HELP, add_any_model, add_model_corpus, load_any
 from lextra.cli.options import (
-    add_corpus,
     add_device,
     add_quiet,
     add_threads,
@@ -28,13 +25,25 @@ from lextra.cli.options import (
 )
 from lextra.errors import ConfigError
 
-DEFAULT_HF_CORPUS = "english"
+#: LongRoPE's evolution settings (`EvolutionConfig` fields) that `lextra tune` gives a flag each
+EVOLUTION_COUNTS = ("population", "parents", "mutations", "crossovers", "iterations")
 
 
-def add_search(parser: argparse.ArgumentParser) -> None:
-    """What is searched and how long."""
-    from lextra.pipelines.tune import METHODS
+@command(
+    "tune",
+    "search extension / scaling settings for a target length; write the best as a setup file (--setup FILE)",
+    options=(add_threads, add_device, add_quiet),
+    examples=(
+        "lextra tune smollm2 --length 16384 --methods self_extend,yarn --budget 1800 --out setups/smollm2-16k.json",
+        "lextra eval smollm2 --lengths 16384 --span 16384 --setup setups/smollm2-16k.json",
+    ),
+)
+def configure_tune(parser: argparse.ArgumentParser) -> Handler:
+    from lextra.pipelines.tune import METHODS, OBJECTIVES, EvolutionConfig
 
+    parser.add_argument("model", help=MODEL_HELP)
+    add_model_corpus(parser)
+    # what is searched and how long
     parser.add_argument("--length", type=int_at_least(2), required=True, help="the target length T, tokens")
     parser.add_argument(
         "--methods",
@@ -50,15 +59,10 @@ def add_search(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--out", required=True, help="the setup file written (JSON), with the search's record")
     parser.add_argument("--seed", type=int_at_least(0), default=0, help="seed of the passkey prompts and the evolution")
-
-
-def add_objective(parser: argparse.ArgumentParser) -> None:
-    """How each candidate is measured."""
+    # how each candidate is measured
     parser.add_argument("--depths", default=None, help="passkey depths (default 0,0.25,0.5,0.75,1)")
     parser.add_argument("--samples", type=positive_int, default=1, help="passkey prompts per depth")
     parser.add_argument("--documents", type=positive_int, default=1, help="held-out documents for perplexity")
-    from lextra.pipelines.tune import OBJECTIVES
-
     parser.add_argument(
         "--objective",
         choices=OBJECTIVES,
@@ -80,48 +84,46 @@ def add_objective(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--verify-depths", default=None, help="passkey depths of --verify-length (default: --depths)")
     add_any_model(parser)
-
-
-def add_evolution(parser: argparse.ArgumentParser) -> None:
-    """LongRoPE's hyper-parameters (defaults: its dim_mono_llama.json)."""
-    from lextra.pipelines.tune import EvolutionConfig
-
+    # LongRoPE's hyper-parameters (defaults: its dim_mono_llama.json)
     defaults = EvolutionConfig()
-    for name in ("population", "parents", "mutations", "crossovers", "iterations"):
+    for name in EVOLUTION_COUNTS:
         parser.add_argument(
             f"--{name}", type=int_at_least(0), default=getattr(defaults, name), help=f"LongRoPE evolution: {name}"
         )
     parser.add_argument("--step", type=positive_float, default=defaults.step, help="LongRoPE: grid step of the factors")
-
-
-@command(
-    "tune",
-    "search extension / scaling settings for a target length; write the best as a setup file (--setup FILE)",
-    options=(add_search, add_objective, add_evolution, add_threads, add_device, add_quiet),
-    examples=(
-        "lextra tune smollm2 --length 16384 --methods self_extend,yarn --budget 1800 --out setups/smollm2-16k.json",
-        "lextra eval smollm2 --lengths 16384 --span 16384 --setup setups/smollm2-16k.json",
-    ),
-)
-def configure_tune(parser: argparse.ArgumentParser) -> Handler:
-    parser.add_argument("model", help=MODEL_HELP)
-    add_corpus(parser, default=None, default_text=f"a lextra model's own corpus; {DEFAULT_HF_CORPUS} for HF models")
     return _run
 
 
 def _run(args: argparse.Namespace) -> int:
     from lextra.extend import InferenceSetup
     from lextra.extend.setup_file import save_setup
-    from lextra.pipelines.tune import parse_methods
+    from lextra.pipelines import tune
 
-    methods = tuple(parse_methods(args.methods))
-    evolution, objective_settings = _evolution(args), _objective_settings(args)
+    methods = tuple(tune.parse_methods(args.methods))
+    evolution = tune.EvolutionConfig(**{name: getattr(args, name) for name in (*EVOLUTION_COUNTS, "step")})
+    objective_settings = tune.ObjectiveSettings(
+        length=args.length,
+        depths=tuple(parse_depths(args.depths)),
+        samples=args.samples,
+        documents=args.documents,
+        passkey_weight=args.passkey_weight,
+        seed=args.seed,
+        objective=args.objective,
+    )
     out = Path(args.out)
     if out.is_dir():
         raise ConfigError(f"--out {out} is a folder; name the setup file to write (e.g. {out / 'setup.json'})")
-    loaded = _load(args)
-    model = loaded.model
-    data, result = _search(args, loaded, methods, evolution, objective_settings)
+    loaded = load_any(args, args.model, with_tokenizer=True)
+    model, train_len = loaded.model, loaded.model.config.train_len
+    if args.length <= train_len:
+        raise ConfigError(f"--length {args.length}: tune for a length beyond the model's L_tr = {train_len}")
+    tune.reset(model)
+    geometry = tune.rope_geometry(model) if "longrope" in methods else (0, 0.0)  # of the unscaled model, read now
+    data = _held_out(args, loaded)
+    search = tune.TuneSettings(methods, args.length, args.budget, args.max_grid, evolution, args.seed)
+    objective = tune.MeasuredObjective(model, data, objective_settings)
+    stream = None if args.quiet else sys.stderr
+    result = tune.run_search(objective, search, train_len, geometry=lambda: geometry, stream=stream)
     if result.best is None or result.best.refused:
         why = (
             "no candidate fit in the budget"
@@ -131,7 +133,7 @@ def _run(args: argparse.Namespace) -> int:
         raise ConfigError(f"{why}; nothing written to {out}")
     record = {
         "model": args.model,
-        "train_len": model.config.train_len,
+        "train_len": train_len,
         "target_length": args.length,
         "methods": list(methods),
         "objective": objective_settings.to_dict(),
@@ -141,94 +143,28 @@ def _run(args: argparse.Namespace) -> int:
     best = InferenceSetup(**result.best.setup)
     save_setup(out, best, tune=record)  # written before the verification, which may take long
     print(_table(result))
-    checked = _verify(args, result, model, data, objective_settings)
+    checked = _verify(args, result, objective, stream)
     if checked:
         save_setup(out, best, tune={**record, "verification": checked})
     why = {"budget": " (budget spent)", "interrupted": " (interrupted)"}.get(result.stopped or "", "")
-    print(f"{len(result.trials)} candidates in {result.seconds:.0f} s{why}; best: {_label(result.best)}")
+    print(f"{len(result.trials)} candidates in {result.seconds:.0f} s{why}; best: {_label(result.best.setup)}")
     if checked:
         print(_verify_table(checked, args.verify_length))
     print(f"setup: {out} (use with --setup {out})")
     return 0
 
 
-def _evolution(args: argparse.Namespace) -> Any:
-    """LongRoPE's evolution settings (`EvolutionConfig`) from the flags."""
-    from lextra.pipelines.tune import EvolutionConfig
-
-    return EvolutionConfig(
-        population=args.population,
-        parents=args.parents,
-        mutations=args.mutations,
-        crossovers=args.crossovers,
-        iterations=args.iterations,
-        step=args.step,
-    )
-
-
-def _objective_settings(args: argparse.Namespace) -> Any:
-    """How each candidate is measured (`ObjectiveSettings`) from the flags."""
-    from lextra.pipelines.tune import ObjectiveSettings
-
-    return ObjectiveSettings(
-        length=args.length,
-        depths=tuple(parse_depths(args.depths)),
-        samples=args.samples,
-        documents=args.documents,
-        passkey_weight=args.passkey_weight,
-        seed=args.seed,
-        objective=args.objective,
-    )
-
-
-def _load(args: argparse.Namespace) -> Any:
-    """The model MODEL names, with its tokenizer; refuses a --length within its L_tr."""
-    from lextra.pipelines.loading import ModelOptions, load_model_spec
-
-    options = ModelOptions(tokenizer=args.tokenizer, train_len=args.train_len, quiet=args.quiet)
-    loaded = load_model_spec(args.model, options, args.device, with_tokenizer=True)
-    if args.length <= loaded.model.config.train_len:
-        raise ConfigError(
-            f"--length {args.length}: tune for a length beyond the model's L_tr = {loaded.model.config.train_len}"
-        )
-    return loaded
-
-
-def _search(
-    args: argparse.Namespace, loaded: Any, methods: tuple[str, ...], evolution: Any, objective_settings: Any
-) -> tuple[Any, Any]:
-    """(the held-out data, the search's result): `run_search` over `methods` on the loaded model, from its
-    unscaled state."""
-    from lextra.pipelines.tune import MeasuredObjective, TuneSettings, reset, rope_geometry, run_search
-
-    model = loaded.model
-    reset(model)
-    geometry = rope_geometry(model) if "longrope" in methods else (0, 0.0)  # of the unscaled model, read now
-    data = _held_out(args, loaded)
-    settings = TuneSettings(methods, args.length, args.budget, args.max_grid, evolution, args.seed)
-    objective = MeasuredObjective(model, data, objective_settings)
-    result = run_search(
-        objective,
-        settings,
-        model.config.train_len,
-        geometry=lambda: geometry,
-        stream=None if args.quiet else sys.stderr,
-    )
-    return data, result
-
-
-def _verify(args: argparse.Namespace, result: Any, model: Any, data: Any, settings: Any) -> dict[str, Any] | None:
-    """--verify-length: the rows of `lextra.pipelines.tune.verify` and their settings, or None."""
-    if args.verify_length is None:
-        return None
-    from dataclasses import replace
-
+def _verify(args: argparse.Namespace, result: Any, objective: Any, stream: Any) -> dict[str, Any] | None:
+    """--verify-length: the baseline, each method's defaults and its best measured again at that length (the rows
+    of `lextra.pipelines.tune.verify`, by the search's `objective` at that length) and their settings, or None."""
     from lextra.pipelines.tune import MeasuredObjective, verify
 
-    depths = tuple(parse_depths(args.verify_depths)) if args.verify_depths else settings.depths
-    checked = replace(settings, length=args.verify_length, depths=depths)
-    rows = verify(result, MeasuredObjective(model, data, checked), stream=None if args.quiet else sys.stderr)
-    return {"objective": checked.to_dict(), "rows": rows}
+    if args.verify_length is None:
+        return None
+    depths = tuple(parse_depths(args.verify_depths)) if args.verify_depths else objective.settings.depths
+    settings = replace(objective.settings, length=args.verify_length, depths=depths)
+    rows = verify(result, MeasuredObjective(objective.model, objective.data, settings), stream=stream)
+    return {"objective": settings.to_dict(), "rows": rows}
 
 
 def _verify_table(checked: dict[str, Any], length: int) -> str:
@@ -240,11 +176,8 @@ def _verify_table(checked: dict[str, Any], length: int) -> str:
         f"| method | setting | ppl | needle ppl | {head} | passkey | seconds |",
         "|---|---|---:|---:|" + "---:|" * (len(depths) + 2),
     ]
-    from lextra.extend import InferenceSetup
-    from lextra.extend.setup_file import setup_summary
-
     for row in checked["rows"]:
-        label = f"| {row['method']} {row['kind']} | {setup_summary(InferenceSetup(**row['setup']))} |"
+        label = f"| {row['method']} {row['kind']} | {_label(row['setup'])} |"
         if "refused" in row:
             lines.append(f"{label} refused: {row['refused']} |" + " |" * (len(depths) + 3))
             continue
@@ -255,13 +188,14 @@ def _verify_table(checked: dict[str, Any], length: int) -> str:
 
 
 def _held_out(args: argparse.Namespace, loaded: Any) -> Any:
-    """The text the objective reads: --corpus (default a lextra model's own corpus, english for HF models) with
+    """The text the objective reads: --corpus (default a lextra model's own corpus, else `HF_CORPUS`) with
     the model's tokenizer (or --tokenizer)."""
     from lextra.data import prepare_data, prepare_for_model
+    from lextra.pipelines.loading import HF_CORPUS
 
     if loaded.is_lextra and args.tokenizer is None:
         return prepare_for_model(loaded.meta, args.corpus, args.limit_chars)
-    corpus = args.corpus or DEFAULT_HF_CORPUS
+    corpus = args.corpus or HF_CORPUS
     if args.tokenizer is not None:
         return prepare_data(corpus, tokenizer=args.tokenizer, limit_chars=args.limit_chars)
     from lextra.hf.load import tokenizer_config
@@ -269,11 +203,12 @@ def _held_out(args: argparse.Namespace, loaded: Any) -> Any:
     return prepare_data(corpus, limit_chars=args.limit_chars, tokenizer_config=tokenizer_config(args.model))
 
 
-def _label(trial: Any) -> str:
+def _label(setup: dict[str, Any]) -> str:
+    """A candidate's setup (`InferenceSetup` fields) in a few words."""
     from lextra.extend import InferenceSetup
     from lextra.extend.setup_file import setup_summary
 
-    return setup_summary(InferenceSetup(**trial.setup))
+    return setup_summary(InferenceSetup(**setup))
 
 
 def _table(result: Any) -> str:
@@ -293,7 +228,7 @@ def _table(result: Any) -> str:
             else:
                 ppl, needle, passkey = (trial.parts.get(k) for k in ("ppl", "needle_ppl", "passkey"))
                 scores = f"{trial.loss:.4f} | {_number(ppl, 3)} | {_number(needle, 3)} | {_number(passkey, 2)}"
-            lines.append(f"| {name} {kind} | {_label(trial)} | {scores} | {spent} |")
+            lines.append(f"| {name} {kind} | {_label(trial.setup)} | {scores} | {spent} |")
     return "\n".join(lines)
 
 
