@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -96,8 +97,7 @@ def mask_suffix(mask: str) -> str:
     return "" if mask == "causal" else f"+{mask}"
 
 
-def _log(message: str) -> None:
-    log("analyze", message)
+_log = partial(log, "analyze")
 
 
 def _variants(
@@ -135,7 +135,21 @@ def resolution_report(
 ) -> dict[str, Any]:
     """R at every length: empirical rows per checkpoint and mask, theory rows per scheme (and per checkpoint)."""
     out = Path(out)
-    rows, kinds = _resolution_rows(checkpoints, schemes, lengths, masks, source, documents, theory)
+    rows: dict[str, ResolutionRow] = {}
+    kinds: dict[str, dict[str, list[int]]] = {}
+    for ckpt, mask, texts, spec, label in _variants(checkpoints, masks, source, max(lengths), documents, "resolution"):
+        kinds[label] = layer_kinds(ckpt.model)
+        scheme, folder = ckpt.model.variants[0].scheme, ckpt.name
+        empirical = {n: empirical_scores(ckpt.model, texts[:, :n], spec).summary() for n in lengths}
+        rows[label] = ResolutionRow("empirical", scheme, mask, folder, empirical)
+        if theory:
+            trained = {n: model_theoretical(ckpt.model, n, spec).summary() for n in lengths}
+            rows[f"{label} [theory, trained]"] = ResolutionRow("theory", scheme, mask, folder, trained)
+    for name, position in schemes:
+        for mask in masks:
+            spec = build_mask(mask, position.dims.train_len)
+            by_length = {n: scheme_resolution(position, n, spec).summary() for n in lengths}
+            rows[f"{name}{mask_suffix(mask)} [theory]"] = ResolutionRow("theory", name, mask, None, by_length)
     table_rows = {label: {str(n): row.by_length[n].r for n in lengths} for label, row in rows.items()}
     head_rows = {label: {str(n): row.by_length[n].r_head_mean for n in lengths} for label, row in rows.items()}
     kind_rows = {
@@ -182,34 +196,6 @@ def resolution_report(
     return data
 
 
-def _resolution_rows(
-    checkpoints: list[Checkpoint],
-    schemes: list[tuple[str, PositionScheme]],
-    lengths: list[int],
-    masks: list[str],
-    source: TextSource,
-    documents: int,
-    theory: bool,
-) -> tuple[dict[str, ResolutionRow], dict[str, dict[str, list[int]]]]:
-    """The resolution rows by label (empirical and theory) and each empirical row's layers by kind."""
-    rows: dict[str, ResolutionRow] = {}
-    kinds: dict[str, dict[str, list[int]]] = {}
-    for ckpt, mask, texts, spec, label in _variants(checkpoints, masks, source, max(lengths), documents, "resolution"):
-        kinds[label] = layer_kinds(ckpt.model)
-        scheme, folder = ckpt.model.variants[0].scheme, ckpt.name
-        empirical = {n: empirical_scores(ckpt.model, texts[:, :n], spec).summary() for n in lengths}
-        rows[label] = ResolutionRow("empirical", scheme, mask, folder, empirical)
-        if theory:
-            trained = {n: model_theoretical(ckpt.model, n, spec).summary() for n in lengths}
-            rows[f"{label} [theory, trained]"] = ResolutionRow("theory", scheme, mask, folder, trained)
-    for name, position in schemes:
-        for mask in masks:
-            spec = build_mask(mask, position.dims.train_len)
-            by_length = {n: scheme_resolution(position, n, spec).summary() for n in lengths}
-            rows[f"{name}{mask_suffix(mask)} [theory]"] = ResolutionRow("theory", name, mask, None, by_length)
-    return rows, kinds
-
-
 def receptive_field_report(
     checkpoints: list[Checkpoint],
     lengths: list[int],
@@ -221,12 +207,8 @@ def receptive_field_report(
     threshold: float = THRESHOLD,
     batch_size: int = 8,
 ) -> dict[str, Any]:
-    """ERF of every checkpoint and mask at every segment length, against its training length.
-
-    Segments are the last L + 1 tokens of the same held-out texts at every length L, so the scored (last) token is
-    the same at every length and only its visible context grows (the last-token setup of Chi et al. 2023,
-    arXiv 2212.10356).
-    """
+    """ERF of every checkpoint and mask at every segment length: the last L + 1 tokens of the same texts, so only
+    the last token's visible context grows (the last-token setup of Chi et al. 2023, arXiv 2212.10356)."""
     out = Path(out)
     rows: dict[str, ReceptiveFieldRow] = {}
     variants = _variants(checkpoints, masks, source, max(lengths) + 1, documents, "receptive field")
@@ -282,7 +264,8 @@ def dispersion_report(
     documents: int = 8,
     batch_size: int = 4,
 ) -> dict[str, Any]:
-    """Mean row entropy and max probability per layer against length; first-layer logit distribution."""
+    """Mean row entropy and max probability per layer against length, and the first layer's logit distribution:
+    dispersion.json, .csv, .md, dispersion.png and first_layer_logits.png."""
     out = Path(out)
     rows: dict[str, DispersionRow] = {}
     kinds: dict[str, dict[str, list[int]]] = {}
@@ -292,29 +275,13 @@ def dispersion_report(
             by_length = {n: dispersion(ckpt.model, texts[:, :n], spec, batch_size=batch_size) for n in lengths}
         config = ckpt.model.config
         rows[label] = DispersionRow(ckpt.model.variants[0].scheme, mask, ckpt.name, config.n_layer, by_length)
-    return write_dispersion(out, rows, kinds, masks, lengths, documents=documents, split=source.split)
-
-
-def write_dispersion(
-    out: str | Path,
-    rows: Mapping[str, DispersionRow],
-    kinds: Mapping[str, dict[str, list[int]]],
-    masks: list[str],
-    lengths: list[int],
-    *,
-    documents: int,
-    split: str,
-) -> dict[str, Any]:
-    """dispersion.json, .csv, .md, dispersion.png and first_layer_logits.png of measured rows; returns the JSON's
-    content."""
-    out = Path(out)
     table = _dispersion_tables(rows, kinds, masks, lengths)
     data = {
         "analysis": "dispersion",
         "lengths": lengths,
         "masks": masks,
         "documents": documents,
-        "split": split,
+        "split": source.split,
         "rows": {label: row.to_dict() for label, row in rows.items()},
     }
     records = [

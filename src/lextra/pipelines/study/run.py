@@ -1,9 +1,5 @@
-"""Run a study: train every model and seed, then fill each result cell once (resumable, finished cells skipped).
-
-Layout of the output folder: `models/<label>/seed<k>/` (training runs), `retrieval/<scheme>/` (fine-tuned runs),
-`cells/<section>/<name>.json` (one result each, with the key it was computed for), `study.json`, `report.md`,
-`report.html` and `plots/`. A cell is recomputed only when its key (model weights' checksum and settings) changes.
-"""
+"""Run a study: train every model and seed, then fill each result cell once (`cells/<section>/<name>.json`,
+recomputed only when its key, the weights' checksum and settings, changes)."""
 
 from __future__ import annotations
 
@@ -46,9 +42,8 @@ from lextra.train import Distributed, TrainConfig
 
 @dataclass
 class Cell:
-    """One result of a study: its section and name (its file `cells/<section>/<name>.json`), the key it is cached
-    by, how to compute it, the class that types it (`from_dict` / `to_dict`; None: saved as it is) and, when the
-    result counts its own compute seconds (some computed in earlier invocations), how to read them."""
+    """One result of a study: its file's section and name, its cache key, how to compute it, the class that types
+    it (None: saved as it is) and, where the result counts its own compute seconds, how to read them."""
 
     section: str
     name: str
@@ -59,10 +54,9 @@ class Cell:
 
 
 class Study:
-    """One study run in `out`: trained models, cached cells and the collected results, computed on `device`
-    (None: CUDA when available); cell keys do not hold the device, so cells computed anywhere are reused. Under
-    torchrun every process trains each model together and the other cells are shared out (`cells`); without it,
-    `jobs` > 1 trains the missing models side by side in worker processes of one thread each (`train_cells`)."""
+    """One study run in `out` on `device` (None: CUDA when available; cells computed anywhere are reused). Under
+    torchrun the processes train each model together and share out the other cells; else `jobs` > 1 trains the
+    missing models in worker processes."""
 
     def __init__(
         self,
@@ -88,9 +82,8 @@ class Study:
     # --- plumbing -------------------------------------------------------------------------------------------
     @property
     def data(self) -> PreparedData:
-        """What evaluations and text tasks read: the prepared folder of `[train] data` (its tokens, not re-tokenized,
-        its documents decoded for prompts; refused when prepared with another tokenizer than the study's), else the
-        corpus read and tokenized now."""
+        """What evaluations read: the prepared folder of `[train] data` (checked against the study's tokenizer),
+        else the corpus tokenized now."""
         if self._data is None:
             train = self.config.train
             if train.data is not None:
@@ -103,15 +96,13 @@ class Study:
 
     @property
     def world(self) -> Distributed:
-        """The torchrun processes running this study (one without torchrun): training is their collective, the
-        other cells are shared out among them."""
+        """The torchrun processes running this study (one without torchrun)."""
         if self._world is None:
             self._world = Distributed.from_environment(self.device)
         return self._world
 
     def cells(self, jobs: Sequence[Cell]) -> list[Any]:
-        """Each cell's cached result, else computed and saved. Under torchrun each process computes its share of
-        the missing cells (`share_out`) and reads the others' from their files."""
+        """Each cell's cached result, else computed and saved (under torchrun, shared out: `share_out`)."""
         results: dict[int, Any] = {}
 
         def compute(i: int) -> None:
@@ -141,19 +132,16 @@ class Study:
 
     def train_cells(self, cells: Sequence[tuple[str, TrainConfig, Path]]) -> list[Path]:
         """Training cells (name, config, folder), each `train_cell`; the missing ones first trained `jobs` at a
-        time in worker processes (not under torchrun, where every process trains each model together)."""
+        time in worker processes (not under torchrun)."""
         if self.jobs > 1 and self.world.size == 1:
             missing = [cell for cell in cells if self._trained(cell[0], cell[1]) is None]
             worker = partial(_train_in_worker, str(self.out), self.commit, str(self.device))
             run_cells(missing, lambda cell: cell[0], worker, worker, self.jobs)
         return [self.train_cell(*cell) for cell in cells]
 
-    def _path(self, job: Cell) -> Path:
-        return cell_path(self.out, job.section, job.name)
-
     def _saved(self, job: Cell) -> dict[str, Any] | None:
         """The saved record of `job` when it was computed for its key, else None."""
-        return read_cell(self._path(job), job.key)
+        return read_cell(cell_path(self.out, job.section, job.name), job.key)
 
     def _reuse(self, job: Cell, record: dict[str, Any]) -> Any:
         """A saved record's result, typed; its compute seconds and commit are counted."""
@@ -169,7 +157,8 @@ class Study:
         seconds = time.time() - start if job.seconds is None else job.seconds(result)
         self.seconds += seconds
         self.commits.add(self.commit)
-        write_cell(self._path(job), job.key, result if job.kind is None else result.to_dict(), seconds, self.commit)
+        record = result if job.kind is None else result.to_dict()
+        write_cell(cell_path(self.out, job.section, job.name), job.key, record, seconds, self.commit)
         return result
 
     def weights(self, label: str, seed: int) -> str:
@@ -183,9 +172,8 @@ class Study:
         return str(train_or_reuse(config, run_dir, self.progress, self.device))
 
     def eval_config(self, **fields: Any) -> EvalConfig:
-        """A perplexity cell's `EvalConfig` (validated) at the study's `eval_precision`, `auto` resolved for the
-        study's device: a cell's key names the precision it runs in. Every cell scores the same tokens per document
-        (the span: the study's longest length), named in its key."""
+        """A perplexity cell's validated `EvalConfig` at the study's precision (resolved for its device) and span
+        (the longest length), both named in the cell's key."""
         fields.setdefault("span", max(self.config.lengths))
         ev = EvalConfig(**fields, precision=self.config.eval_precision).validate()
         return ev.for_device(self.device)
@@ -248,19 +236,16 @@ class Study:
         ]
         return {spec.label: result for spec, result in zip(self.config.models, self.cells(jobs), strict=True)}
 
-    @torch.no_grad()
-    def _analyse_no_grad(self, model, texts, lengths) -> tuple[dict[str, dict[int, float]], dict[int, DispersionMeans]]:
-        def r(n: int, mask: str) -> float:
-            return empirical_scores(model, texts[:, :n], build_mask(mask, model.config.train_len)).r
-
-        resolution = {mask: {n: r(n, mask) for n in lengths[:2]} for mask in ("causal", "bca")}
-        return resolution, {n: DispersionMeans.of(dispersion(model, texts[:, :n], "causal")) for n in lengths}
-
     def _analyse(self, spec: ModelSpec, documents: int, L: int) -> ModelAnalysis:
         model = self.load(spec.label)
         lengths = self.config.lengths
         texts = calibration_windows(self.data, max(lengths), documents, "test")
-        resolution, dispersion_means = self._analyse_no_grad(model, texts, lengths)
+        with torch.no_grad():
+            resolution = {
+                mask: {n: empirical_scores(model, texts[:, :n], build_mask(mask, L)).r for n in lengths[:2]}
+                for mask in ("causal", "bca")
+            }
+            dispersion_means = {n: DispersionMeans.of(dispersion(model, texts[:, :n], "causal")) for n in lengths}
         erf_length = min(max(lengths), 8 * L)
         segments = calibration_windows(self.data, erf_length, documents, "test")
         field = receptive_field(model, segments, "causal")
@@ -320,9 +305,8 @@ class Study:
             )
 
         def key(label: str, seed: int, scaling: Any) -> dict[str, Any]:
-            """What a cell's result follows from, as a training cell's key: the LM model's training config and the
-            fine-tuning's (no folder or checksum), so cells copied to another machine are reused there without
-            training again (weights trained anywhere else differ in their last bits)."""
+            """The training configs of the LM model and its fine-tuning (no folder or checksum: cells copied to
+            another machine are reused there)."""
             lm = train_config(self.config, self.config.model(label), seed).to_dict()
             tune = {k: v for k, v in configs[(label, seed)].to_dict().items() if k != "init_from"}
             return {"model": lm, "fine_tune": tune, "scaling": scaling, "lengths": lengths,
@@ -353,9 +337,8 @@ class Study:
         configs: dict[tuple[str, int], TrainConfig],
         tuned: dict[tuple[str, int], Path],
     ) -> dict[int, Any]:
-        """Each retrieval cell's result by index: the missing models fine-tuned `jobs` at a time in the variants'
-        order (recorded in `tuned`, which the cells read), each batch's cells evaluated as it lands, so a study cut
-        short has answered its first variants; then the saved cells read."""
+        """Each retrieval cell's result by index: the missing models fine-tuned `jobs` at a time (into `tuned`),
+        each batch's cells evaluated as it lands, then the saved cells read."""
         found: dict[int, Any] = {}
 
         def collect(indices: list[int]) -> None:
@@ -430,21 +413,10 @@ class Study:
             places, jobs = [], []
             for method in methods:
                 for length in self.config.lengths:
-                    ev = self.eval_config(
-                        lengths=[length],
-                        protocols=["sliding"],
-                        documents=self.config.documents,
-                    )
+                    ev = self.eval_config(lengths=[length], protocols=["sliding"], documents=self.config.documents)
                     key = {"weights": self.weights(label, seed), "method": method, "eval": ev.to_dict(), "w": windows}
-                    jobs.append(
-                        Cell(
-                            "stretch",
-                            f"{label}-{method}-{length}",
-                            key,
-                            partial(compute, method, length, ev),
-                            Evaluation,
-                        )
-                    )
+                    name = f"{label}-{method}-{length}"
+                    jobs.append(Cell("stretch", name, key, partial(compute, method, length, ev), Evaluation))
                     places.append((method, length))
             for method in methods:
                 results[f"{label} + {method}"] = {}
@@ -455,9 +427,8 @@ class Study:
         return results, {row: found for row, found in intervals.items() if found}
 
     def ruler(self) -> dict[str, Any]:
-        """The RULER suite on each model (seed 0): one cell per model, its answers resumable under `ruler/<label>/`
-        with its own outputs; the models side by side in `ruler/comparison.md`, `comparison.csv` and
-        `averages.png`."""
+        """The RULER suite on each model (seed 0), one cell per model (its answers under `ruler/<label>/`), and
+        the models side by side in `ruler/`."""
         from lextra.evaluate.ruler import RulerResult
         from lextra.pipelines.ruler import RulerTarget, run_ruler, settings_from_section
         from lextra.reporting.ruler import save_ruler_comparison
