@@ -25,7 +25,7 @@ from lextra.io import atomic_write_json, atomic_write_text
 from lextra.pipelines.checkpoints import Checkpoint, TextSource
 from lextra.pipelines.log import log
 from lextra.positions import PositionScheme
-from lextra.reporting.plots import plot_cumulative, plot_dispersion, plot_logits, plot_scores
+from lextra.reporting.plots import plot_by_length, plot_dispersion, plot_logits
 from lextra.reporting.tables import markdown_table, string_keys, write_csv
 from lextra.serialize import Serializable
 
@@ -192,7 +192,7 @@ def resolution_report(
     ]
     _write(out, "resolution", data, records, table)
     curves = {label: string_keys({n: r.s for n, r in row.by_length.items()}) for label, row in rows.items()}
-    plot_scores(curves, lengths, train_len, out / "resolution.png")
+    plot_by_length(curves, lengths, train_len, out / "resolution.png")
     return data
 
 
@@ -250,7 +250,7 @@ def receptive_field_report(
     ]
     _write(out, "receptive_field", data, records, table)
     curves = {label: string_keys({n: r.curve for n, r in row.by_length.items()}) for label, row in rows.items()}
-    plot_cumulative(curves, lengths, checkpoints[0].train_len, out / "receptive_field.png")
+    plot_by_length(curves, lengths, checkpoints[0].train_len, out / "receptive_field.png", cumulative=True)
     return data
 
 

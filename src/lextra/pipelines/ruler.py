@@ -141,10 +141,8 @@ class RulerSettings:
 
 
 def settings_from_section(section: Mapping[str, Any]) -> RulerSettings:
-    """A study's `[ruler]` section (keys `SECTION_KEYS`; `models` is read by the study) as validated settings."""
-    unknown = sorted(set(section) - SECTION_KEYS)
-    if unknown:
-        raise ConfigError(f"[ruler]: unknown keys {unknown}; known: {sorted(SECTION_KEYS)}")
+    """A study's `[ruler]` section (its keys checked by `parse_study`; `models` is read by the study) as validated
+    settings."""
     tasks, options = parse_task_list(section.get("tasks", "all"))
     settings = RulerSettings(
         tasks=tasks,

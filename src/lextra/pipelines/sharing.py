@@ -19,14 +19,9 @@ def share_out(
     *,
     poll: float = 1.0,
 ) -> None:
-    """`run` each item of this process's share that is not `done`, then wait until every other item is `done`.
-
-    The share is every `world.size`-th item from the process's rank, taken whether or not the item is done: only its
-    own process decides to compute an item, so no two processes take one, however their views of the saved files
-    differ. The wait polls `done` (the result files in the shared output folder) rather than a barrier, whose
-    timeout (10 minutes for NCCL, 30 for gloo) an evaluation that takes longer would exceed. On one process this
-    runs every item that is not done, in order.
-    """
+    """`run` each item of this process's share (every `world.size`-th from its rank, so no two processes take one)
+    that is not `done`, then poll until every other item is `done` (no barrier, whose timeout a long evaluation
+    would exceed)."""
     for item in items[world.rank :: world.size]:
         if not done(item):
             run(item)

@@ -1,12 +1,6 @@
-"""Perplexity tables, CSVs and plots with 95% intervals: one evaluated model (`save_eval_outputs`) or several side
-by side (`perplexity_report`, which `lextra report`, `compare` and `study` all write through).
-
-A row is one model or setup, evaluated once or once per seed. Evaluated once, a cell's interval is the bootstrap
-over documents its evaluation saved (`lextra.evaluate.bootstrap`); over several seeds, it is the t-interval of the
-seeds' perplexities (`Interval`). The summary column ppl(k L_tr) / ppl(L_tr) carries the same kind of interval (a
-paired bootstrap over the documents both lengths scored, or the t-interval of the per-seed ratios), and the
-ranking by it says which neighbours its intervals separate.
-"""
+"""Perplexity tables, CSVs and plots with 95% intervals (`perplexity_report`, which `lextra report`, `compare` and
+`study` all write through). A row evaluated once has the bootstrap interval over its documents; a row of several
+seeds, the t-interval of their values (`Interval`); the summary column ppl(k L_tr) / ppl(L_tr) likewise."""
 
 from __future__ import annotations
 

@@ -24,10 +24,9 @@ def run_cells(
     in_worker: Callable[[T], object],
     jobs: int = 1,
 ) -> None:
-    """Compute every item: with `here` in this process, or with `in_worker` (picklable: a module-level function
-    or a partial of one, which saves its own cell) in `jobs` worker processes when jobs > 1 and there are two items
-    or more. Each finished item is logged with the minutes so far and the ETA; a worker's failure is named on
-    stderr and the others go on (the failed cell stays missing, so the next run computes it)."""
+    """Compute every item: with `here` in this process, or with `in_worker` (picklable, saving its own cell) in
+    `jobs` worker processes when jobs > 1 and there are two items or more; each logged with the ETA. A worker's
+    failure is named on stderr and the others go on."""
     start = time.time()
     if jobs > 1 and len(items) > 1:
         context = multiprocessing.get_context("spawn")

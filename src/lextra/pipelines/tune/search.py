@@ -1,12 +1,6 @@
-"""The searchers' shared parts -- a time budget on an injectable clock, the record of every candidate tried, progress
-lines -- and the grid / coordinate search over a method's discrete settings.
-
-An objective maps a candidate's `InferenceSetup` to a `Score` (lower `loss` is better). A search starts a candidate
-only when the mean cost of the candidates so far fits in what is left of the budget (and, from a method's second
-candidate on, in what is left of that method's share); Ctrl-C stops it the same way. Either way the best candidate
-so far is kept and returned with the record. A candidate the model refuses (a ConfigError or LengthError) is recorded
-with an infinite loss and the search goes on.
-"""
+"""The searchers' shared parts -- a time budget, the record of every candidate tried, progress lines -- and the grid /
+coordinate search over a method's discrete settings. An objective maps a candidate's `InferenceSetup` to a `Score`
+(lower `loss` is better); a candidate starts only when the mean cost so far fits in what is left of the budget."""
 
 from __future__ import annotations
 

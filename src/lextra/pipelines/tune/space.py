@@ -1,12 +1,6 @@
-"""What `lextra tune` searches: each method's settings as a few discrete values per parameter, scaled to the model's
-training length L and the target length T (s = T / L), with the method's own defaults (its registry entry's, as
-`EXTENSIONS` and `SCALING_TYPES` declare them) as the starting point.
-
-A candidate is a dict of parameter values; `MethodSpace.setup(values)` turns it into the `InferenceSetup` that is
-measured and written. Every setup states both the RoPE scaling and the extension method (null where unused), so a
-setup file reproduces exactly what was measured, whatever the model had before (a tuned setup replaces the model's
-own RoPE scaling).
-"""
+"""What `lextra tune` searches: each method's settings as a few discrete values per parameter, scaled to the training
+length L and the target length T (s = T / L), starting from the method's registry defaults. Every setup states both
+the RoPE scaling and the extension method (null where unused), so a setup file reproduces what was measured."""
 
 from __future__ import annotations
 
