@@ -4,6 +4,7 @@ recomputed only when its key, the weights' checksum and settings, changes)."""
 from __future__ import annotations
 
 import copy
+import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -172,9 +173,10 @@ class Study:
         return str(train_or_reuse(config, run_dir, self.progress, self.device))
 
     def eval_config(self, **fields: Any) -> EvalConfig:
-        """A perplexity cell's validated `EvalConfig` at the study's precision (resolved for its device) and span
-        (the longest length), both named in the cell's key."""
+        """A perplexity cell's validated `EvalConfig` of the study's documents, precision (resolved for its device)
+        and span (the longest length), named in the cell's key."""
         fields.setdefault("span", max(self.config.lengths))
+        fields.setdefault("documents", self.config.documents)
         ev = EvalConfig(**fields, precision=self.config.eval_precision).validate()
         return ev.for_device(self.device)
 
@@ -199,20 +201,14 @@ class Study:
 
     def perplexity(self) -> dict[str, dict[str, dict[int, Evaluation]]]:
         """{mask: {label: {seed: evaluation}}} under every protocol at every length."""
-        places, jobs = [], []
-        for mask in self.config.masks:
-            for spec in self.config.models:
-                for seed in self.config.seeds:
-                    ev = self.eval_config(
-                        lengths=self.config.lengths,
-                        protocols=list(self.config.protocols),
-                        mask=mask,
-                        documents=self.config.documents,
-                    )
-                    key = {"weights": self.weights(spec.label, seed), "eval": ev.to_dict()}
-                    compute = partial(self._evaluate, spec.label, seed, ev, self.progress, spec.label)
-                    jobs.append(Cell("perplexity", f"{spec.label}-{mask}-seed{seed}", key, compute, Evaluation))
-                    places.append((mask, spec.label, seed))
+        labels = [spec.label for spec in self.config.models]
+        places = list(itertools.product(self.config.masks, labels, self.config.seeds))
+        jobs = []
+        for mask, label, seed in places:
+            ev = self.eval_config(lengths=self.config.lengths, protocols=list(self.config.protocols), mask=mask)
+            key = {"weights": self.weights(label, seed), "eval": ev.to_dict()}
+            compute = partial(self._evaluate, label, seed, ev, self.progress, label)
+            jobs.append(Cell("perplexity", f"{label}-{mask}-seed{seed}", key, compute, Evaluation))
         results: dict[str, dict[str, dict[int, Evaluation]]] = {}
         for (mask, label, seed), result in zip(places, self.cells(jobs), strict=True):
             results.setdefault(mask, {}).setdefault(label, {})[seed] = result
@@ -223,17 +219,10 @@ class Study:
         section = self.config.analysis or {}
         documents = int(section.get("documents", 4))
         L = self.config.train_len
-        seed = self.config.seeds[0]
-        jobs = [
-            Cell(
-                "analysis",
-                spec.label,
-                {"weights": self.weights(spec.label, seed), "documents": documents, "lengths": self.config.lengths},
-                partial(self._analyse, spec, documents, L),
-                ModelAnalysis,
-            )
-            for spec in self.config.models
-        ]
+        seed, jobs = self.config.seeds[0], []
+        for spec in self.config.models:
+            key = {"weights": self.weights(spec.label, seed), "documents": documents, "lengths": self.config.lengths}
+            jobs.append(Cell("analysis", spec.label, key, partial(self._analyse, spec, documents, L), ModelAnalysis))
         return {spec.label: result for spec, result in zip(self.config.models, self.cells(jobs), strict=True)}
 
     def _analyse(self, spec: ModelSpec, documents: int, L: int) -> ModelAnalysis:
@@ -256,16 +245,14 @@ class Study:
         """Sliding-protocol perplexity at the longest length under window:w, for each model and w."""
         section = self.config.window_sweep or {}
         length, seed = max(self.config.lengths), self.config.seeds[0]
-        places, jobs = [], []
-        for label in section.get("models", []):
-            for width in section.get("widths", []):
-                ev = self.eval_config(
-                    lengths=[length], protocols=["sliding"], mask=f"window:{width}", documents=self.config.documents
-                )
-                key = {"weights": self.weights(label, seed), "eval": ev.to_dict()}
-                compute = partial(self._evaluate, label, 0, ev, False, "")
-                jobs.append(Cell("window", f"{label}-w{width}", key, compute, Evaluation))
-                places.append((label, width))
+        places = list(itertools.product(section.get("models", []), section.get("widths", [])))
+        jobs = []
+        for label, width in places:
+            ev = self.eval_config(lengths=[length], protocols=["sliding"], mask=f"window:{width}")
+            key = {"weights": self.weights(label, seed), "eval": ev.to_dict()}
+            jobs.append(
+                Cell("window", f"{label}-w{width}", key, partial(self._evaluate, label, 0, ev, False, ""), Evaluation)
+            )
         rows: dict[str, dict[int, float]] = {label: {} for label in section.get("models", [])}
         intervals: dict[str, dict[int, list[float]]] = {label: {} for label in rows}
         for (label, width), result in zip(places, self.cells(jobs), strict=True):
@@ -410,14 +397,13 @@ class Study:
                 model = prepared(base, method, self.data, length, factor, windows)
                 return evaluate_model(model, self.data, ev, progress=False)
 
-            places, jobs = [], []
-            for method in methods:
-                for length in self.config.lengths:
-                    ev = self.eval_config(lengths=[length], protocols=["sliding"], documents=self.config.documents)
-                    key = {"weights": self.weights(label, seed), "method": method, "eval": ev.to_dict(), "w": windows}
-                    name = f"{label}-{method}-{length}"
-                    jobs.append(Cell("stretch", name, key, partial(compute, method, length, ev), Evaluation))
-                    places.append((method, length))
+            places = list(itertools.product(methods, self.config.lengths))
+            jobs = []
+            for method, length in places:
+                ev = self.eval_config(lengths=[length], protocols=["sliding"])
+                key = {"weights": self.weights(label, seed), "method": method, "eval": ev.to_dict(), "w": windows}
+                name = f"{label}-{method}-{length}"
+                jobs.append(Cell("stretch", name, key, partial(compute, method, length, ev), Evaluation))
             for method in methods:
                 results[f"{label} + {method}"] = {}
                 intervals[f"{label} + {method}"] = {}

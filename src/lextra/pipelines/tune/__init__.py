@@ -6,7 +6,7 @@ passkey accuracy or a needle-driven perplexity, within a time budget, and write 
 from lextra.pipelines.tune.evolution import EvolutionConfig, crossover, evolution_search, monotone, mutate, yarn_factors
 from lextra.pipelines.tune.objective import OBJECTIVES, MeasuredObjective, ObjectiveSettings, reset, rope_geometry
 from lextra.pipelines.tune.run import TuneSettings, run_search, verify
-from lextra.pipelines.tune.search import Budget, Score, Tracker, coordinate_search, grid
+from lextra.pipelines.tune.search import Budget, Score, Tracker, coordinate_search
 from lextra.pipelines.tune.space import METHODS, parse_methods
 
 __all__ = [
@@ -22,7 +22,6 @@ __all__ = [
     "coordinate_search",
     "crossover",
     "evolution_search",
-    "grid",
     "monotone",
     "mutate",
     "parse_methods",
