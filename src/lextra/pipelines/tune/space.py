@@ -18,17 +18,14 @@ Values = dict[str, Any]
 
 @dataclass(frozen=True)
 class MethodSpace:
-    """One method's search space: parameter -> the values tried, the authors' defaults, and how values become a
-    setup. `valid(values)` rejects combinations the method refuses (e.g. Self-Extend too short for T)."""
+    """One method's search space: parameter -> the values tried, the authors' defaults, the setup of a set of
+    values, and `valid(values)`, which rejects combinations the method refuses (e.g. Self-Extend too short for T)."""
 
     name: str
     params: dict[str, tuple[Any, ...]]
     defaults: Values
-    make: Callable[[Values], InferenceSetup]
+    setup: Callable[[Values], InferenceSetup]
     valid: Callable[[Values], bool] = lambda values: True
-
-    def setup(self, values: Values) -> InferenceSetup:
-        return self.make(values)
 
     def size(self) -> int:
         return math.prod(len(v) for v in self.params.values())
