@@ -193,20 +193,42 @@ def load_lextra(
     return LoadedModel(model, tokenizer, label, str(folder), folder, meta, base, inference=setup)
 
 
-def load_hugging_face(
+def hf_label(spec: str) -> str:
+    """What a Hugging Face model's results are labelled: its file or folder name; a fine-tuned run's `model/` folder
+    (`lextra hf finetune --out RUN` writes RUN/model) by its run's name; `smollm2` as it is."""
+    if spec == "smollm2":
+        return spec
+    path = Path(spec)
+    return path.parent.name if path.name == "model" and path.parent.name else path.stem
+
+
+def load_model_spec(
     spec: str,
     options: ModelOptions | None = None,
     device: str | torch.device = "cpu",
     *,
-    with_tokenizer: bool = False,
+    with_tokenizer: bool = True,
 ) -> LoadedModel:
-    """A Hugging Face model (a folder with config.json, a .gguf file or `smollm2`) adapted on `device` with
-    `options` applied; its label is the file or folder name, then the setup's changes (`setup_label`) and
-    `+tau-STRATEGY`."""
+    """Whatever `spec` names -- a lextra run or model folder, a Hugging Face folder, a .gguf file or `smollm2` --
+    loaded on `device` with `options` applied (and its tokenizer, with `with_tokenizer`), a Hugging Face model
+    labelled by `hf_label`. An L_tr (`options.train_len`) for a lextra model is refused: it is the one it was
+    trained at."""
+    folder = lextra_folder(spec)
+    if folder is not None:
+        if options is not None and options.train_len is not None:
+            raise ConfigError(
+                "--train-len applies to Hugging Face models; a lextra model's L_tr is the one it was trained at"
+            )
+        return load_lextra(folder, options, device, with_tokenizer=with_tokenizer)
     from lextra.data import tokenizer_from_config
     from lextra.hf import load_hf
-    from lextra.hf.load import resolve_model_path, tokenizer_config
+    from lextra.hf.load import SMOLLM2, resolve_model_path, tokenizer_config
 
+    if spec != SMOLLM2 and not Path(spec).expanduser().exists():
+        raise CheckpointError(
+            f"no checkpoint at {spec}: give a lextra run or model folder, a Hugging Face folder with config.json, "
+            f"a .gguf file, or '{SMOLLM2}' (hub names are not downloaded)"
+        )
     options = options or ModelOptions()
     if options.quiet:  # transformers' own loading bars too, so that a refusal after loading is one line
         from transformers.utils import logging as hf_logging
@@ -230,39 +252,3 @@ def load_hugging_face(
     base = hf_label(spec)
     tokenizer = chosen if with_tokenizer else None
     return LoadedModel(model, tokenizer, base + suffix, spec, None, meta, base, path, setup)
-
-
-def hf_label(spec: str) -> str:
-    """What a Hugging Face model's results are labelled: its file or folder name; a fine-tuned run's `model/` folder
-    (`lextra hf finetune --out RUN` writes RUN/model) by its run's name; `smollm2` as it is."""
-    if spec == "smollm2":
-        return spec
-    path = Path(spec)
-    return path.parent.name if path.name == "model" and path.parent.name else path.stem
-
-
-def load_model_spec(
-    spec: str,
-    options: ModelOptions | None = None,
-    device: str | torch.device = "cpu",
-    *,
-    with_tokenizer: bool = True,
-) -> LoadedModel:
-    """Whatever `spec` names -- a lextra run or model folder, a Hugging Face folder, a .gguf file or `smollm2` --
-    loaded on `device` with `options` applied (and its tokenizer, with `with_tokenizer`). An L_tr
-    (`options.train_len`) for a lextra model is refused: its L_tr is the one it was trained at."""
-    folder = lextra_folder(spec)
-    if folder is not None:
-        if options is not None and options.train_len is not None:
-            raise ConfigError(
-                "--train-len applies to Hugging Face models; a lextra model's L_tr is the one it was trained at"
-            )
-        return load_lextra(folder, options, device, with_tokenizer=with_tokenizer)
-    from lextra.hf.load import SMOLLM2
-
-    if spec != SMOLLM2 and not Path(spec).expanduser().exists():
-        raise CheckpointError(
-            f"no checkpoint at {spec}: give a lextra run or model folder, a Hugging Face folder with config.json, "
-            f"a .gguf file, or '{SMOLLM2}' (hub names are not downloaded)"
-        )
-    return load_hugging_face(spec, options, device, with_tokenizer=with_tokenizer)
