@@ -85,19 +85,11 @@ class Tracker:
     """Runs candidates through the objective within the budget, remembers every one (no candidate runs twice),
     keeps the best, and prints one progress line per candidate (tokens/s, ETA, best so far)."""
 
-    def __init__(
-        self,
-        objective: Objective,
-        budget: Budget,
-        *,
-        planned: int | None = None,
-        stream: TextIO | None = sys.stderr,
-    ) -> None:
+    def __init__(self, objective: Objective, budget: Budget, *, stream: TextIO | None = sys.stderr) -> None:
         self.objective = objective
         self.budget = budget
         #: the budget a candidate must fit in (the whole budget, or the share of the method being searched)
         self.limit = budget
-        self.planned = planned
         self.stream = stream
         self.trials: list[Trial] = []
         self.seen: dict[str, Trial] = {}
@@ -145,14 +137,12 @@ class Tracker:
         tokens = sum(t.tokens for t in self.trials)
         speed = tokens / max(elapsed, 1e-9)
         remaining = self.budget.left()
-        if self.planned is not None:
-            remaining = min(remaining, max(0, self.planned - len(self.trials)) * self.mean_cost())
         parts = ", ".join(f"{k} {v:.4g}" for k, v in trial.parts.items() if "@" not in k)
         best = self.best
         assert best is not None
         shown = "" if remaining == float("inf") else f", ETA {_clock(remaining)}"
         print(
-            f"tune [{len(self.trials)}{'' if self.planned is None else f'/{self.planned}'}] {setup_summary(setup)}: "
+            f"tune [{len(self.trials)}] {setup_summary(setup)}: "
             f"loss {trial.loss:.4f} ({parts}) in {trial.seconds:.1f} s | best {best.loss:.4f} "
             f"{setup_summary(InferenceSetup(**best.setup))} | {speed:,.0f} tok/s, {_clock(elapsed)} elapsed{shown}",
             file=self.stream,
