@@ -1,9 +1,5 @@
-"""A length-generalization study's configuration: a TOML file with `kind = "tasks"` (`experiments/ruoss.toml`).
-
-Every (task, model, seed) is one model trained on the task and scored at lengths inside its training range (does
-it master the task?) and beyond it (does it generalize?). Published values, typed in with their source, are set
-beside lextra's numbers in the report.
-"""
+"""A length-generalization study's configuration: a TOML file with `kind = "tasks"` (`experiments/ruoss.toml`):
+each (task, model, seed) trained and scored inside and beyond its training range, beside published values."""
 
 from __future__ import annotations
 
