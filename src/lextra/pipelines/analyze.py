@@ -103,8 +103,7 @@ _log = partial(log, "analyze")
 def _variants(
     checkpoints: list[Checkpoint], masks: list[str], source: TextSource, length: int, documents: int, what: str
 ) -> Iterator[tuple[Checkpoint, str, torch.Tensor, Mask, str]]:
-    """Each (checkpoint, mask) an analysis reports: the checkpoint's held-out texts of `length` tokens, the mask
-    built for its L_tr and the row label (logged as `what of LABEL`)."""
+    """Each (checkpoint, mask) an analysis reports, with its held-out texts of `length` tokens, mask and row label."""
     for ckpt in checkpoints:
         texts = source.texts(ckpt, length, documents)
         for mask in masks:

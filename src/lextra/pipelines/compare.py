@@ -210,8 +210,7 @@ def _train_all(
     device: torch.device,
     clock: PhaseClock,
 ) -> dict[tuple[str, int | None], Path]:
-    """Each model (scheme or plan) trained, or reused, once per seed, in one order (a collective under torchrun):
-    (model, seed) -> its final folder."""
+    """(model, seed) -> its final folder, each model trained or reused in one order (a collective under torchrun)."""
     models: dict[tuple[str, int | None], Path] = {}
     for variant in parsed:
         for seed in runs:

@@ -180,8 +180,7 @@ def _trained(
     progress: bool,
     device: torch.device,
 ) -> Path:
-    """The final model of `scheme` fine-tuned on `task` under `out/models/` (reused, resumed or trained), checked
-    to have been trained on `task`."""
+    """The final model of `scheme` fine-tuned on `task` under `out/models/` (reused, resumed or trained)."""
     run_dir = out / "models" / scheme
     final = run_dir / FINAL
     if (final / "config.json").exists():

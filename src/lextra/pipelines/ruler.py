@@ -313,8 +313,7 @@ def _answer_missing(
     out: Path,
     progress: bool,
 ) -> None:
-    """Answer the samples each cell of `answers` lacks (filled in here), a length's cells sharing batches, each
-    batch saved once decoded."""
+    """Answer the samples each cell of `answers` lacks, a length's cells sharing batches, each batch saved."""
     wanted = range(settings.samples)
     missing = {cell: [i for i in wanted if i not in held] for cell, held in answers.items()}
     total = len(answers) * settings.samples

@@ -132,8 +132,7 @@ class Study:
         return record if record is not None and Path(record["result"]).exists() else None
 
     def train_cells(self, cells: Sequence[tuple[str, TrainConfig, Path]]) -> list[Path]:
-        """Training cells (name, config, folder), each `train_cell`; the missing ones first trained `jobs` at a
-        time in worker processes (not under torchrun)."""
+        """Training cells (name, config, folder), the missing ones first trained in `jobs` worker processes."""
         if self.jobs > 1 and self.world.size == 1:
             missing = [cell for cell in cells if self._trained(cell[0], cell[1]) is None]
             worker = partial(_train_in_worker, str(self.out), self.commit, str(self.device))
@@ -377,8 +376,7 @@ class Study:
         return name, config, folder
 
     def stretch(self) -> tuple[dict[str, dict[int, float]], dict[str, dict[int, list[float]]]]:
-        """Sliding-protocol perplexity of each model under each inference-time method at every length, and each
-        one's 95% interval over documents."""
+        """Sliding-protocol perplexity (and its interval) of each model under each inference-time method."""
         from lextra.methods import EXTEND, methods_for, prepared
 
         section = self.config.stretch or {}

@@ -55,8 +55,7 @@ class TaskStudy:
         return [Unit(task, model, seed) for task in c.tasks for model in c.models for seed in c.seeds]
 
     def key(self, unit: Unit) -> dict[str, Any]:
-        """What a cell's result depends on: the training config and the scoring settings (worked out once per
-        cell: `run` asks before and after computing)."""
+        """What a cell's result depends on: the training config and the scoring settings (worked out once)."""
         if unit.name not in self._keys:
             config = self.config
             inside, beyond = config.lengths_for(build_task(unit.task), unit.task)
