@@ -134,21 +134,7 @@ def resolution_report(
 ) -> dict[str, Any]:
     """R at every length: empirical rows per checkpoint and mask, theory rows per scheme (and per checkpoint)."""
     out = Path(out)
-    rows: dict[str, ResolutionRow] = {}
-    kinds: dict[str, dict[str, list[int]]] = {}
-    for ckpt, mask, texts, spec, label in _variants(checkpoints, masks, source, max(lengths), documents, "resolution"):
-        kinds[label] = layer_kinds(ckpt.model)
-        scheme, folder = ckpt.model.variants[0].scheme, ckpt.name
-        empirical = {n: empirical_scores(ckpt.model, texts[:, :n], spec).summary() for n in lengths}
-        rows[label] = ResolutionRow("empirical", scheme, mask, folder, empirical)
-        if theory:
-            trained = {n: model_theoretical(ckpt.model, n, spec).summary() for n in lengths}
-            rows[f"{label} [theory, trained]"] = ResolutionRow("theory", scheme, mask, folder, trained)
-    for name, position in schemes:
-        for mask in masks:
-            spec = build_mask(mask, position.dims.train_len)
-            by_length = {n: scheme_resolution(position, n, spec).summary() for n in lengths}
-            rows[f"{name}{mask_suffix(mask)} [theory]"] = ResolutionRow("theory", name, mask, None, by_length)
+    rows, kinds = _resolution_rows(checkpoints, schemes, lengths, masks, source, documents, theory)
     table_rows = {label: {str(n): row.by_length[n].r for n in lengths} for label, row in rows.items()}
     head_rows = {label: {str(n): row.by_length[n].r_head_mean for n in lengths} for label, row in rows.items()}
     kind_rows = {
@@ -193,6 +179,34 @@ def resolution_report(
     curves = {label: string_keys({n: r.s for n, r in row.by_length.items()}) for label, row in rows.items()}
     plot_by_length(curves, lengths, train_len, out / "resolution.png")
     return data
+
+
+def _resolution_rows(
+    checkpoints: list[Checkpoint],
+    schemes: list[tuple[str, PositionScheme]],
+    lengths: list[int],
+    masks: list[str],
+    source: TextSource,
+    documents: int,
+    theory: bool,
+) -> tuple[dict[str, ResolutionRow], dict[str, dict[str, list[int]]]]:
+    """The resolution rows by label (empirical and theory) and each empirical row's layers by kind."""
+    rows: dict[str, ResolutionRow] = {}
+    kinds: dict[str, dict[str, list[int]]] = {}
+    for ckpt, mask, texts, spec, label in _variants(checkpoints, masks, source, max(lengths), documents, "resolution"):
+        kinds[label] = layer_kinds(ckpt.model)
+        scheme, folder = ckpt.model.variants[0].scheme, ckpt.name
+        empirical = {n: empirical_scores(ckpt.model, texts[:, :n], spec).summary() for n in lengths}
+        rows[label] = ResolutionRow("empirical", scheme, mask, folder, empirical)
+        if theory:
+            trained = {n: model_theoretical(ckpt.model, n, spec).summary() for n in lengths}
+            rows[f"{label} [theory, trained]"] = ResolutionRow("theory", scheme, mask, folder, trained)
+    for name, position in schemes:
+        for mask in masks:
+            spec = build_mask(mask, position.dims.train_len)
+            by_length = {n: scheme_resolution(position, n, spec).summary() for n in lengths}
+            rows[f"{name}{mask_suffix(mask)} [theory]"] = ResolutionRow("theory", name, mask, None, by_length)
+    return rows, kinds
 
 
 def receptive_field_report(

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import multiprocessing
 import sys
 import time
@@ -30,7 +31,8 @@ def run_cells(
     start = time.time()
     if jobs > 1 and len(items) > 1:
         context = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context, initializer=_one_thread) as pool:
+        one_thread = functools.partial(torch.set_num_threads, 1)
+        with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context, initializer=one_thread) as pool:
             futures = {pool.submit(_named, in_worker, item, name(item)): item for item in items}
             for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
                 future.result()
@@ -39,10 +41,6 @@ def run_cells(
     for done, item in enumerate(items, 1):
         here(item)
         _progress(done, len(items), start, name(item))
-
-
-def _one_thread() -> None:
-    torch.set_num_threads(1)
 
 
 def _named(work: Callable[[T], object], item: T, label: str) -> None:
