@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from lextra.errors import ConfigError
@@ -42,17 +43,13 @@ def _ints(*values: float, low: int = 1, high: int | None = None) -> tuple[int, .
     return tuple(found)
 
 
-def _fits(name: str, train_len: int, target: int) -> Callable[[Values], bool]:
+def _fits(name: str, train_len: int, target: int, values: Values) -> bool:
     """Whether the method built with these values takes T tokens (and accepts the values at all)."""
-
-    def valid(values: Values) -> bool:
-        try:
-            build_extension(name, train_len, **values).check_length(target)
-        except ConfigError:
-            return False
-        return True
-
-    return valid
+    try:
+        build_extension(name, train_len, **values).check_length(target)
+    except ConfigError:
+        return False
+    return True
 
 
 def _extension_space(name: str, params: dict[str, tuple[Any, ...]], L: int, T: int) -> MethodSpace:
@@ -63,7 +60,7 @@ def _extension_space(name: str, params: dict[str, tuple[Any, ...]], L: int, T: i
     def make(values: Values) -> InferenceSetup:
         return InferenceSetup(rope_scaling=None, extension=name + ":" + ",".join(f"{k}={v}" for k, v in values.items()))
 
-    return MethodSpace(name, params, defaults, make, _fits(name, L, T))
+    return MethodSpace(name, params, defaults, make, partial(_fits, name, L, T))
 
 
 def _scaling_defaults(kind: str, keys: tuple[str, ...]) -> Values:
