@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from lextra.io import atomic_write_json, atomic_write_text
 from lextra.pipelines.checkpoints import Checkpoint, TextSource
 from lextra.pipelines.log import log
 from lextra.positions import PositionScheme
-from lextra.reporting.plots import plot_cumulative, plot_dispersion, plot_logits, plot_scores
+from lextra.reporting.plots import plot_by_length, plot_dispersion, plot_logits
 from lextra.reporting.tables import markdown_table, string_keys, write_csv
 from lextra.serialize import Serializable
 
@@ -96,15 +97,13 @@ def mask_suffix(mask: str) -> str:
     return "" if mask == "causal" else f"+{mask}"
 
 
-def _log(message: str) -> None:
-    log("analyze", message)
+_log = partial(log, "analyze")
 
 
 def _variants(
     checkpoints: list[Checkpoint], masks: list[str], source: TextSource, length: int, documents: int, what: str
 ) -> Iterator[tuple[Checkpoint, str, torch.Tensor, Mask, str]]:
-    """Each (checkpoint, mask) an analysis reports: the checkpoint's held-out texts of `length` tokens, the mask
-    built for its L_tr and the row label (logged as `what of LABEL`)."""
+    """Each (checkpoint, mask) an analysis reports, with its held-out texts of `length` tokens, mask and row label."""
     for ckpt in checkpoints:
         texts = source.texts(ckpt, length, documents)
         for mask in masks:
@@ -178,7 +177,7 @@ def resolution_report(
     ]
     _write(out, "resolution", data, records, table)
     curves = {label: string_keys({n: r.s for n, r in row.by_length.items()}) for label, row in rows.items()}
-    plot_scores(curves, lengths, train_len, out / "resolution.png")
+    plot_by_length(curves, lengths, train_len, out / "resolution.png")
     return data
 
 
@@ -221,12 +220,8 @@ def receptive_field_report(
     threshold: float = THRESHOLD,
     batch_size: int = 8,
 ) -> dict[str, Any]:
-    """ERF of every checkpoint and mask at every segment length, against its training length.
-
-    Segments are the last L + 1 tokens of the same held-out texts at every length L, so the scored (last) token is
-    the same at every length and only its visible context grows (the last-token setup of Chi et al. 2023,
-    arXiv 2212.10356).
-    """
+    """ERF of every checkpoint and mask at every segment length: the last L + 1 tokens of the same texts, so only
+    the last token's visible context grows (the last-token setup of Chi et al. 2023, arXiv 2212.10356)."""
     out = Path(out)
     rows: dict[str, ReceptiveFieldRow] = {}
     variants = _variants(checkpoints, masks, source, max(lengths) + 1, documents, "receptive field")
@@ -268,7 +263,7 @@ def receptive_field_report(
     ]
     _write(out, "receptive_field", data, records, table)
     curves = {label: string_keys({n: r.curve for n, r in row.by_length.items()}) for label, row in rows.items()}
-    plot_cumulative(curves, lengths, checkpoints[0].train_len, out / "receptive_field.png")
+    plot_by_length(curves, lengths, checkpoints[0].train_len, out / "receptive_field.png", cumulative=True)
     return data
 
 
@@ -282,7 +277,8 @@ def dispersion_report(
     documents: int = 8,
     batch_size: int = 4,
 ) -> dict[str, Any]:
-    """Mean row entropy and max probability per layer against length; first-layer logit distribution."""
+    """Mean row entropy and max probability per layer against length, and the first layer's logit distribution:
+    dispersion.json, .csv, .md, dispersion.png and first_layer_logits.png."""
     out = Path(out)
     rows: dict[str, DispersionRow] = {}
     kinds: dict[str, dict[str, list[int]]] = {}
@@ -292,29 +288,13 @@ def dispersion_report(
             by_length = {n: dispersion(ckpt.model, texts[:, :n], spec, batch_size=batch_size) for n in lengths}
         config = ckpt.model.config
         rows[label] = DispersionRow(ckpt.model.variants[0].scheme, mask, ckpt.name, config.n_layer, by_length)
-    return write_dispersion(out, rows, kinds, masks, lengths, documents=documents, split=source.split)
-
-
-def write_dispersion(
-    out: str | Path,
-    rows: Mapping[str, DispersionRow],
-    kinds: Mapping[str, dict[str, list[int]]],
-    masks: list[str],
-    lengths: list[int],
-    *,
-    documents: int,
-    split: str,
-) -> dict[str, Any]:
-    """dispersion.json, .csv, .md, dispersion.png and first_layer_logits.png of measured rows; returns the JSON's
-    content."""
-    out = Path(out)
     table = _dispersion_tables(rows, kinds, masks, lengths)
     data = {
         "analysis": "dispersion",
         "lengths": lengths,
         "masks": masks,
         "documents": documents,
-        "split": split,
+        "split": source.split,
         "rows": {label: row.to_dict() for label, row in rows.items()},
     }
     records = [

@@ -1,11 +1,6 @@
-"""`lextra babilong`: BABILong's qa1-qa5 run as `lextra ruler` runs RULER (`run_ruler` with `BabilongSettings`: same
-cells, resume, outputs), and written out as lm-eval tasks (`write_task_yamls`).
-
-The lm-eval tasks are one jsonl of samples and one YAML per (task, length), tagged `babilong_offline`, read with
-`dataset_path: json` (offline), scored by BABILong's rule through `lextra.evaluate.babilong.process_results` (a
-`utils.py` beside the YAMLs imports it, so lextra must be installed where lm-eval runs). Their prompts are the
-samples' text: a model whose tokenizer is not the one they were drawn with sees other token lengths.
-"""
+"""`lextra babilong`: BABILong's qa1-qa5 run as `lextra ruler` runs RULER (`run_ruler` with `BabilongSettings`), and
+written out as offline lm-eval tasks (`write_task_yamls`: a jsonl of samples and a YAML per (task, length), scored
+through `lextra.evaluate.babilong.process_results`, so lextra must be installed where lm-eval runs)."""
 
 from __future__ import annotations
 

@@ -20,9 +20,8 @@ from lextra.validate import parse_lengths
 
 @dataclass
 class Checkpoint:
-    """A loaded model (a lextra GPT or a Hugging Face adapter), the spec it came from (a lextra model's folder), its
-    metadata (the corpus and tokenizer its texts are read with), the label its table rows carry and the mask it
-    runs under unless one is asked for."""
+    """A loaded model (a lextra GPT or a Hugging Face adapter), the spec it came from, its metadata (its texts'
+    corpus and tokenizer), the label its rows carry and the mask it runs under unless one is asked for."""
 
     name: str
     model: Any
@@ -42,10 +41,9 @@ def load_checkpoints(
     *,
     hf_train_len: bool = False,
 ) -> list[Checkpoint]:
-    """Load every model `specs` name (`load_model_spec`: lextra runs or model folders, Hugging Face folders, .gguf
-    files, `smollm2`) onto `device` with `options` applied; labels are the scheme, plan or model name with the
-    setup's changes, made unique with the run folder's name when they repeat. With `hf_train_len` the options'
-    L_tr is that of the Hugging Face models only (a lextra model keeps its own) instead of refused on a lextra one."""
+    """Load every model `specs` name (`load_model_spec`) onto `device` with `options` applied, labels made unique
+    with the run folder's name when they repeat. With `hf_train_len` the options' L_tr applies to the Hugging Face
+    models only instead of being refused on a lextra one."""
     loaded: list[Checkpoint] = []
     for spec in specs:
         chosen = options
@@ -80,7 +78,7 @@ def analysis_lengths(text: str | None, train_len: int, multiples: tuple[int, ...
 
 class TextSource:
     """Held-out texts of each checkpoint's training corpus and tokenizer (or of `corpus`, or of the prepared folder
-    `data`, checked against each model's tokenizer), prepared once per corpus."""
+    `data`), prepared once per corpus."""
 
     def __init__(
         self,
@@ -93,8 +91,7 @@ class TextSource:
         self._prepared: dict[str, PreparedData] = {}
 
     def texts(self, checkpoint: Checkpoint, need: int, count: int) -> Tensor:
-        """`count` texts of `need` tokens (T, need) on the CPU: held-out pieces of whole documents where they are
-        long enough (`evaluation_documents`; the analyses move them to the model's device)."""
+        """`count` texts of `need` tokens (T, need) on the CPU (`evaluation_documents`)."""
         spec = model_data_spec(checkpoint.meta, self.corpus, self.limit_chars)
         key = json.dumps([self.data, spec, checkpoint.meta.get("hf")], sort_keys=True)
         if key not in self._prepared:  # a given folder is checked against each tokenizer it is read with

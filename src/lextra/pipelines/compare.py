@@ -1,12 +1,6 @@
 """`lextra compare`: train one model per scheme (per seed) on the same data and budget, evaluate every variant
-(a scheme plus an inference-time mask, e.g. `rope+bca`), and report one table and one plot.
-
-Layout of the output folder: `models/<scheme>/` (training runs; `models/<scheme>/seed<k>/` with several seeds),
-`results/<variant>.json` (evaluations; `<variant>-seed<k>.json`), `summary.json`, `results.csv`, `table.md`,
-`perplexity.png`: the one perplexity report, a variant's seeds pooled into one row (mean with its t-interval).
-Finished cells are reused when the command runs again with the same settings; an interrupted training resumes from
-its last checkpoint.
-"""
+(a scheme plus an inference-time mask, e.g. `rope+bca`), and report one table and one plot. Finished cells are
+reused; an interrupted training resumes from its last checkpoint."""
 
 from __future__ import annotations
 
@@ -25,7 +19,6 @@ import torch
 
 from lextra.attention.masks import build_mask
 from lextra.attention.plan import stated_plan
-from lextra.data.prepare import PreparedData
 from lextra.devices import resolve_device
 from lextra.errors import ConfigError
 from lextra.evaluate import EvalConfig, Evaluation, evaluate_model
@@ -156,17 +149,16 @@ def compare(
     progress: bool = True,
     device: str | torch.device | None = None,
 ) -> Comparison:
-    """Train each distinct scheme and each layer plan (`LABEL=PLAN`) once per seed (`seeds`; none: `base.seed`
-    alone), evaluate each variant, write the summary files; return the summary.
-
-    Everything runs on `device` (None: CUDA when available); cached cells do not depend on it. Under torchrun every
-    process trains every model (DDP or FSDP), then the variants still to evaluate are shared out among the
-    processes (`share_out`), each on its own device; the first process writes the summary, which every process
-    returns.
-    """
+    """Train each distinct scheme and each layer plan (`LABEL=PLAN`) once per seed (none: `base.seed` alone) on
+    `device` (None: CUDA when available), evaluate each variant, write the summary files and return the summary.
+    Under torchrun every process trains every model, then the evaluations are shared out (`share_out`)."""
     out_dir = Path(out_dir)
     device = resolve_device(device)
-    parsed, configs = _parsed(variants, plans, base)
+    parsed = [parse_variant(v) for v in variants] + [parse_plan_variant(p) for p in plans]
+    if not parsed:
+        raise ConfigError("compare needs at least one scheme or --layer-plan")
+    _check_labels(parsed)
+    configs = {v.model: variant_config(base, v) for v in parsed}  # every plan checked before any training
     eval_config = eval_config.validate().for_device(device)  # `auto` precision resolved: cached cells name theirs
     train_len = base.model.train_len  # the span resolved: cached cells name the tokens they scored
     eval_config.span = eval_config.resolved_span(train_len, eval_config.resolved_lengths(train_len))
@@ -181,7 +173,8 @@ def compare(
         for seed in runs
     ]
     results = {cell.key: cell.reused() for cell in cells}
-    data = functools.cache(functools.partial(_evaluation_data, base, progress))  # read at the first evaluation here
+    # the data the models trained on (their prepared folder, else the corpus), read at the first evaluation here
+    data = functools.cache(lambda: open_training_data(copy.deepcopy(base), progress)[0])
 
     def evaluate(cell: _Cell) -> None:
         with clock.phase("evaluation"):
@@ -199,7 +192,9 @@ def compare(
         rows: dict[str, list[Evaluation]] = {}
         for cell in cells:
             rows.setdefault(cell.variant.label, []).append(finished[cell.key].evaluation)
-        write_summary(out_dir, summary, rows, base.model.train_len)
+        title = f"trained at L_tr = {base.model.train_len}: perplexity beyond the training length"
+        perplexity_report(rows, out_dir, title=title)
+        atomic_write_json(out_dir / "summary.json", summary.to_dict())
         _log(clock.report())
     world.barrier()  # the summary files written before any process reads them
     return summary
@@ -215,8 +210,7 @@ def _train_all(
     device: torch.device,
     clock: PhaseClock,
 ) -> dict[tuple[str, int | None], Path]:
-    """Each model (scheme or plan) trained, or reused, once per seed: (model, seed) -> its final folder. Every
-    process trains every model, in one order (a collective under torchrun)."""
+    """(model, seed) -> its final folder, each model trained or reused in one order (a collective under torchrun)."""
     models: dict[tuple[str, int | None], Path] = {}
     for variant in parsed:
         for seed in runs:
@@ -226,7 +220,9 @@ def _train_all(
                 config.log_dir = _log_dir(base, variant, seed)
                 _log(f"training {variant.model}" + ("" if seed is None else f", seed {seed}"))
                 with clock.phase("training"):
-                    folder = train_or_reuse(config, _model_dir(out_dir, variant, seed), progress, device)
+                    run_dir = out_dir / "models" / variant.model
+                    run_dir = run_dir if seed is None else run_dir / f"seed{seed}"
+                    folder = train_or_reuse(config, run_dir, progress, device)
                 models[variant.model, seed] = folder
     return models
 
@@ -240,12 +236,6 @@ def _seeds(seeds: Sequence[int], base: TrainConfig) -> tuple[TrainConfig, list[i
         base = copy.deepcopy(base)
         base.seed = seeds[0]
     return base, [None] if len(seeds) <= 1 else list(seeds)
-
-
-def _model_dir(out_dir: Path, variant: Variant, seed: int | None) -> Path:
-    """Where a variant's model trains: `models/<model>/`, or `models/<model>/seed<k>/` with several seeds."""
-    folder = out_dir / "models" / variant.model
-    return folder if seed is None else folder / f"seed{seed}"
 
 
 def _log_dir(base: TrainConfig, variant: Variant, seed: int | None = None) -> str | None:
@@ -289,45 +279,20 @@ class _Cell:
         record = VariantResult(self.weights, self.variant.scheme, self.variant.mask, evaluation, self.seed)
         atomic_write_json(self.path, record.to_dict())
         if base.tensorboard:  # written when computed, so a reused result is not logged twice
-            board_dir = run_log_dir(_log_dir(base, self.variant, self.seed), self.model_dir.parent)
-            _log_evaluation(board_dir, evaluation, self.variant.mask)
+            board = Board(run_log_dir(_log_dir(base, self.variant, self.seed), self.model_dir.parent))
+            board.evaluation(evaluation, self.variant.mask)
+            board.close()
         return record
 
 
-def _parsed(
-    variants: list[str], plans: Sequence[str], base: TrainConfig
-) -> tuple[list[Variant], dict[str, TrainConfig]]:
-    """The variants and layer plans parsed and their labels checked, and each model's training config: every plan
-    is checked before any training."""
-    parsed = [parse_variant(v) for v in variants] + [parse_plan_variant(p) for p in plans]
-    if not parsed:
-        raise ConfigError("compare needs at least one scheme or --layer-plan")
-    _check_labels(parsed)
-    return parsed, {v.model: variant_config(base, v) for v in parsed}
-
-
 def _saved_result(result_path: Path, fingerprint: dict[str, Any]) -> VariantResult | None:
-    """The saved result at `result_path` when it was computed for `fingerprint` (the weights and the evaluation
-    settings), else None."""
+    """The saved result at `result_path` when it was computed for `fingerprint`, else None."""
     if not result_path.exists():
         return None
     cached = json.loads(result_path.read_text())
     if {k: cached.get(k) for k in fingerprint} != fingerprint:
         return None
     return VariantResult.from_dict(cached)
-
-
-def _evaluation_data(base: TrainConfig, progress: bool) -> PreparedData:
-    """The data the models trained on: their prepared folder (the same documents, without re-tokenizing), else
-    the corpus."""
-    return open_training_data(copy.deepcopy(base), progress)[0]
-
-
-def _log_evaluation(log_dir: str | Path, evaluation: Evaluation, mask: str) -> None:
-    """A variant's perplexity curves in its model's TensorBoard run."""
-    board = Board(log_dir)
-    board.evaluation(evaluation, mask)
-    board.close()
 
 
 def _check_labels(variants: list[Variant]) -> None:
@@ -366,13 +331,4 @@ class PhaseClock:
         return f"wall time {total:.0f} s" + (": " + ", ".join(parts) if parts else "")
 
 
-def write_summary(out_dir: Path, summary: Comparison, rows: dict[str, list[Evaluation]], train_len: int) -> None:
-    """summary.json, and through the one perplexity report (`perplexity_report`): results.csv, table.md (one table
-    per protocol, ± 95% intervals over documents or seeds, ranked by ppl(k L_tr)/ppl(L_tr)) and perplexity.png;
-    `rows`: each variant's evaluations, one per seed."""
-    perplexity_report(rows, out_dir, title=f"trained at L_tr = {train_len}: perplexity beyond the training length")
-    atomic_write_json(out_dir / "summary.json", summary.to_dict())
-
-
-def _log(message: str) -> None:
-    log("compare", message)
+_log = functools.partial(log, "compare")

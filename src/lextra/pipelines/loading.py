@@ -1,12 +1,6 @@
-"""Load what a command or a study evaluates: a lextra training run or model folder, a Hugging Face folder, a GGUF file
-or `smollm2`, with the inference-time changes it asks for (RoPE scaling, mask, temperatures, log-n scaling) applied,
-its tokenizer, a label naming the changes and the key that identifies it in resumable result cells.
-
-`load_model_spec` decides the kind from the spec itself: a folder whose config.json holds a lextra `model` section
-(or a run holding `model/`) is a lextra model; anything else is handed to `lextra.hf.load_hf` (which refuses hub
-names, files that are not .gguf and folders without config.json with one line each). Either kind comes with the
-metadata its evaluations read (`LoadedModel.meta`: the corpus and the tokenizer), so one command serves both.
-"""
+"""Load what a command or a study evaluates -- a lextra run or model folder, a Hugging Face folder, a GGUF file or
+`smollm2` -- with its inference setup applied, its tokenizer, a label naming the changes and its key in resumable
+result cells."""
 
 from __future__ import annotations
 
@@ -19,18 +13,15 @@ import torch
 
 from lextra.errors import CheckpointError, ConfigError, DataError
 from lextra.extend import KEEP, InferenceSetup
+from lextra.io import sha256_file
 from lextra.tasks.ruler import DEFAULT_HAYSTACK
 
 
 @dataclass
 class ModelOptions:
-    """The inference-time changes applied while loading, and how the tokenizer is chosen.
-
-    `setup` is the `InferenceSetup` applied to the model (RoPE scaling, mask, log-n scaling, extension, the layers
-    they apply to); `temperatures` the path of an alignment.json (`lextra align`), whose
-    temperatures join the setup. `tokenizer` replaces the model's own (bytes, hf:PATH, or bpe[:VOCAB] trained on
-    `haystack`'s train split); `train_len` is the L_tr of a Hugging Face model (default its maximum); `quiet` hides
-    the loading bars of transformers."""
+    """The `InferenceSetup` applied while loading, an alignment.json whose temperatures join it, a tokenizer
+    replacing the model's own (`build_tokenizer_spec`), a Hugging Face model's L_tr (default its maximum) and
+    whether to hide transformers' loading bars."""
 
     setup: InferenceSetup = field(default_factory=InferenceSetup)
     temperatures: str | None = None
@@ -83,17 +74,15 @@ def setup_label(setup: InferenceSetup) -> str:
     return label
 
 
+#: the corpus a Hugging Face model is evaluated on when no --corpus or --data is given
 HF_CORPUS = "english"
-"""The corpus a Hugging Face model is evaluated on when no --corpus or --data is given."""
 
 
 @dataclass
 class LoadedModel:
-    """A model ready to evaluate: the model, its tokenizer (None when not asked for), the label its results carry
-    (`base`, the model's own name, then the setup's changes), the name results record, a lextra model's folder,
-    the metadata evaluations read (a lextra model's saved one; for a Hugging Face model its corpus, tokenizer and
-    `hf` record), what `key` is made of and the `InferenceSetup` applied to the model (its layers hold what it
-    set, the mask among them; `key` names its temperatures)."""
+    """A model ready to evaluate: the model, its tokenizer (None when not asked for), its label (`base`, then the
+    setup's changes), the name results record, a lextra model's folder, the metadata evaluations read, what `key`
+    is made of and the `InferenceSetup` applied."""
 
     model: Any
     tokenizer: Any
@@ -130,9 +119,10 @@ class LoadedModel:
         if self._key is None:
             if self.folder is not None:
                 key: dict[str, Any] = {"model": str(self.folder), "weights": self.meta.get("weights_sha256")}
-            else:
+            else:  # a .gguf file, or a folder's .safetensors / .bin files
                 path = self.weights_path or Path(self.name)
-                key = {"model": str(path.resolve()), "weights": weights_checksums(path)}
+                files = [path] if path.is_file() else sorted([*path.glob("*.safetensors"), *path.glob("*.bin")])
+                key = {"model": str(path.resolve()), "weights": [sha256_file(f) for f in files]}
             temperatures = self.inference.temperatures
             if temperatures is not KEEP and temperatures is not None:
                 key["temperatures"] = temperatures
@@ -174,14 +164,6 @@ def build_tokenizer_spec(spec: str, haystack: str = DEFAULT_HAYSTACK) -> Any:
     return build_tokenizer(spec)
 
 
-def weights_checksums(path: Path) -> list[str]:
-    """sha256 of a model's weight files (a .gguf file, or a folder's .safetensors / .bin files)."""
-    from lextra.io import sha256_file
-
-    files = [path] if path.is_file() else sorted([*path.glob("*.safetensors"), *path.glob("*.bin")])
-    return [sha256_file(f) for f in files]
-
-
 def load_lextra(
     spec: str | Path,
     options: ModelOptions | None = None,
@@ -211,20 +193,42 @@ def load_lextra(
     return LoadedModel(model, tokenizer, label, str(folder), folder, meta, base, inference=setup)
 
 
-def load_hugging_face(
+def hf_label(spec: str) -> str:
+    """What a Hugging Face model's results are labelled: its file or folder name; a fine-tuned run's `model/` folder
+    (`lextra hf finetune --out RUN` writes RUN/model) by its run's name; `smollm2` as it is."""
+    if spec == "smollm2":
+        return spec
+    path = Path(spec)
+    return path.parent.name if path.name == "model" and path.parent.name else path.stem
+
+
+def load_model_spec(
     spec: str,
     options: ModelOptions | None = None,
     device: str | torch.device = "cpu",
     *,
-    with_tokenizer: bool = False,
+    with_tokenizer: bool = True,
 ) -> LoadedModel:
-    """A Hugging Face model (a folder with config.json, a .gguf file or `smollm2`) adapted on `device` with
-    `options` applied; its label is the file or folder name, then the setup's changes (`setup_label`) and
-    `+tau-STRATEGY`."""
+    """Whatever `spec` names -- a lextra run or model folder, a Hugging Face folder, a .gguf file or `smollm2` --
+    loaded on `device` with `options` applied (and its tokenizer, with `with_tokenizer`), a Hugging Face model
+    labelled by `hf_label`. An L_tr (`options.train_len`) for a lextra model is refused: it is the one it was
+    trained at."""
+    folder = lextra_folder(spec)
+    if folder is not None:
+        if options is not None and options.train_len is not None:
+            raise ConfigError(
+                "--train-len applies to Hugging Face models; a lextra model's L_tr is the one it was trained at"
+            )
+        return load_lextra(folder, options, device, with_tokenizer=with_tokenizer)
     from lextra.data import tokenizer_from_config
     from lextra.hf import load_hf
-    from lextra.hf.load import resolve_model_path, tokenizer_config
+    from lextra.hf.load import SMOLLM2, resolve_model_path, tokenizer_config
 
+    if spec != SMOLLM2 and not Path(spec).expanduser().exists():
+        raise CheckpointError(
+            f"no checkpoint at {spec}: give a lextra run or model folder, a Hugging Face folder with config.json, "
+            f"a .gguf file, or '{SMOLLM2}' (hub names are not downloaded)"
+        )
     options = options or ModelOptions()
     if options.quiet:  # transformers' own loading bars too, so that a refusal after loading is one line
         from transformers.utils import logging as hf_logging
@@ -248,39 +252,3 @@ def load_hugging_face(
     base = hf_label(spec)
     tokenizer = chosen if with_tokenizer else None
     return LoadedModel(model, tokenizer, base + suffix, spec, None, meta, base, path, setup)
-
-
-def hf_label(spec: str) -> str:
-    """What a Hugging Face model's results are labelled: its file or folder name; a fine-tuned run's `model/` folder
-    (`lextra hf finetune --out RUN` writes RUN/model) by its run's name; `smollm2` as it is."""
-    if spec == "smollm2":
-        return spec
-    path = Path(spec)
-    return path.parent.name if path.name == "model" and path.parent.name else path.stem
-
-
-def load_model_spec(
-    spec: str,
-    options: ModelOptions | None = None,
-    device: str | torch.device = "cpu",
-    *,
-    with_tokenizer: bool = True,
-) -> LoadedModel:
-    """Whatever `spec` names -- a lextra run or model folder, a Hugging Face folder, a .gguf file or `smollm2` --
-    loaded on `device` with `options` applied (and its tokenizer, with `with_tokenizer`). An L_tr
-    (`options.train_len`) for a lextra model is refused: its L_tr is the one it was trained at."""
-    folder = lextra_folder(spec)
-    if folder is not None:
-        if options is not None and options.train_len is not None:
-            raise ConfigError(
-                "--train-len applies to Hugging Face models; a lextra model's L_tr is the one it was trained at"
-            )
-        return load_lextra(folder, options, device, with_tokenizer=with_tokenizer)
-    from lextra.hf.load import SMOLLM2
-
-    if spec != SMOLLM2 and not Path(spec).expanduser().exists():
-        raise CheckpointError(
-            f"no checkpoint at {spec}: give a lextra run or model folder, a Hugging Face folder with config.json, "
-            f"a .gguf file, or '{SMOLLM2}' (hub names are not downloaded)"
-        )
-    return load_hugging_face(spec, options, device, with_tokenizer=with_tokenizer)

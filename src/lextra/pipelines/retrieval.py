@@ -1,9 +1,5 @@
 """`retrieval compare`: fine-tune each scheme on a retrieval task with one budget, evaluate every variant (a scheme
-plus an optional RoPE scaling, e.g. `rope+dynamic`) on the same prompts, and write one table and the heatmaps.
-
-Layout of the output folder: `models/<scheme>/` (training runs), `results/<variant>.json`, `heatmaps/<variant>.png`,
-`summary.json`, `table.md`. Finished models are reused; an interrupted training resumes from its last checkpoint.
-"""
+plus an optional RoPE scaling, e.g. `rope+dynamic`) on the same prompts, and write one table and the heatmaps."""
 
 from __future__ import annotations
 
@@ -11,6 +7,7 @@ import copy
 import json
 import uuid
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -124,11 +121,17 @@ def compare_retrieval(
     device: str | torch.device | None = None,
 ) -> dict[str, RetrievalResult]:
     """Train each distinct scheme once on `task`, evaluate each variant, all on `device` (None: CUDA when
-    available); write the summary and return the results. Under torchrun every process trains each scheme together,
-    then the variants are shared out (each evaluated by one process) and the first process writes the summary."""
+    available); write the summary and return the results. Under torchrun the evaluations are shared out."""
     out = Path(out)
     device = resolve_device(device)
-    parsed = _parsed_request(variants, task)
+    if not variants:
+        raise ConfigError("--schemes needs at least one variant")
+    if parse_task_spec(task).name in RULER_TRAINING_TASKS:
+        raise ConfigError(
+            f"retrieval compare evaluates retrieval tasks; train on {task!r} with `lextra retrieval train` and "
+            "evaluate with `lextra ruler`"
+        )
+    parsed = {v: parse_scaled_variant(v) for v in variants}
     models: dict[str, Path] = {}
     for scheme, _ in parsed.values():  # every process trains each scheme, in one order (a collective under torchrun)
         if scheme not in models:
@@ -168,18 +171,6 @@ def compare_retrieval(
     return results
 
 
-def _parsed_request(variants: list[str], task: str) -> dict[str, tuple[str, str | None]]:
-    """Each variant's scheme and RoPE scaling, the task checked to be a retrieval task."""
-    if not variants:
-        raise ConfigError("--schemes needs at least one variant")
-    if parse_task_spec(task).name in RULER_TRAINING_TASKS:
-        raise ConfigError(
-            f"retrieval compare evaluates retrieval tasks; train on {task!r} with `lextra retrieval train` and "
-            "evaluate with `lextra ruler`"
-        )
-    return {v: parse_scaled_variant(v) for v in variants}
-
-
 def _trained(
     scheme: str,
     base: TrainConfig,
@@ -189,8 +180,7 @@ def _trained(
     progress: bool,
     device: torch.device,
 ) -> Path:
-    """The final model of `scheme` fine-tuned on `task` under `out/models/` (reused, resumed or trained), checked
-    to have been trained on `task`."""
+    """The final model of `scheme` fine-tuned on `task` under `out/models/` (reused, resumed or trained)."""
     run_dir = out / "models" / scheme
     final = run_dir / FINAL
     if (final / "config.json").exists():
@@ -218,5 +208,4 @@ def _run_marker(out: Path, label: str) -> Path:
     return out / "results" / f".{_file_name(label)}.run"
 
 
-def _log(message: str) -> None:
-    log("retrieval", message)
+_log = partial(log, "retrieval")

@@ -1,14 +1,8 @@
 """`lextra ruler` and a study's `[ruler]` section: every (task, length) cell of the RULER suite, resumable.
 
-Layout of the output folder: `cells/<task>-<length>.json` (each sample's answer, with the key the cell was computed
-for), `results.json`, `results.csv`, `table.md`, `heatmap.png`. A cell's answers are read back when its file holds
-the same key (model, method, seed, tokenizer, task options, ...; not the number of samples), as `lextra study` cells
-are; any change recomputes them. A sample is a pure function of (task, length, index, seed), so a run decodes only
-the samples a cell lacks: `--samples 10` after `--samples 2` decodes 8 per cell, and `--samples 2` afterwards none.
-The missing samples of one length are decoded together (they share batches) and saved after every batch, so an
-interrupted run loses at most one batch.
-Every (task, length) is drawn once before the model runs, so a length too short for a task, or a tokenizer that
-cannot encode a prompt, fails at once.
+A cell (`cells/<task>-<length>.json`) holds each sample's answer under the key it was computed for (not the number
+of samples): a sample is a pure function of (task, length, index, seed), so a run decodes only the samples a cell
+lacks, saving after every batch.
 """
 
 from __future__ import annotations
@@ -63,10 +57,8 @@ SECTION_KEYS = frozenset(
 def parse_task_list(
     spec: str | Sequence[str], registry: Registry[RulerTask] = RULER_TASKS
 ) -> tuple[list[str], dict[str, dict[str, Any]]]:
-    """`all` or a list of task specs (`lextra.registry.split_specs`: `niah_single_1;vt,hops=2`, or with commas
-    where unambiguous, `niah_single_1,vt,hops=2`: an item `key=value` sets an option of the task before it) ->
-    (distinct known names in the order given, their typed options); `all` is every task in `registry` (RULER's, or
-    BABILong's)."""
+    """`all` (every task in `registry`) or task specs (`lextra.registry.split_specs`: `niah_single_1;vt,hops=2`)
+    -> (distinct known names in the order given, their typed options)."""
     items = split_specs(spec, "task")
     known = registry.names()
     if items == ["all"]:
@@ -87,8 +79,7 @@ def parse_task_list(
 
 
 def parse_tasks(spec: str | Sequence[str], registry: Registry[RulerTask] = RULER_TASKS) -> list[str]:
-    """`all`, a comma-separated string or a list of task names -> distinct known names, in the order given; task
-    options (`vt,hops=2`) are refused here: `parse_task_list` reads them."""
+    """`parse_task_list`'s names, task options refused."""
     names, options = parse_task_list(spec, registry)
     if options:
         raise ConfigError(f"tasks {spec!r} set options ({sorted(options)}); give them as RulerSettings.options")
@@ -97,9 +88,9 @@ def parse_tasks(spec: str | Sequence[str], registry: Registry[RulerTask] = RULER
 
 @dataclass
 class RulerSettings:
-    """What a RULER run evaluates: tasks, prompt lengths (default L_tr x `multiples`), samples per cell, the seed
-    of the samples, the effective-length threshold, samples decoded together, task options, the essay corpus, and
-    how a length sizes the prompts (`PROMPT_LENGTHS`: "ruler", the length less the answer budget, or "exact")."""
+    """What a RULER run evaluates: tasks, prompt lengths (default L_tr x `multiples`), samples per cell and their
+    seed, the effective-length threshold, the batch, task options, the essay corpus, and how a length sizes the
+    prompts (`PROMPT_LENGTHS`)."""
 
     tasks: list[str] = field(default_factory=lambda: RULER_TASKS.names())
     lengths: list[int] | None = None
@@ -150,10 +141,8 @@ class RulerSettings:
 
 
 def settings_from_section(section: Mapping[str, Any]) -> RulerSettings:
-    """A study's `[ruler]` section (keys `SECTION_KEYS`; `models` is read by the study) as validated settings."""
-    unknown = sorted(set(section) - SECTION_KEYS)
-    if unknown:
-        raise ConfigError(f"[ruler]: unknown keys {unknown}; known: {sorted(SECTION_KEYS)}")
+    """A study's `[ruler]` section (its keys checked by `parse_study`; `models` is read by the study) as validated
+    settings."""
     tasks, options = parse_task_list(section.get("tasks", "all"))
     settings = RulerSettings(
         tasks=tasks,
@@ -170,6 +159,7 @@ def settings_from_section(section: Mapping[str, Any]) -> RulerSettings:
 
 
 def cell_path(out: Path, task: str, length: int) -> Path:
+    """Where a cell's answers are saved."""
     return out / "cells" / f"{task}-{length}.json"
 
 
@@ -187,11 +177,6 @@ def read_answers(path: Path, key: Mapping[str, Any]) -> dict[int, RulerAnswer]:
     return {a.index: a for a in answers}
 
 
-def write_answers(path: Path, key: Mapping[str, Any], answers: Mapping[int, RulerAnswer]) -> None:
-    """Save a cell's answers (all it holds, by index) with its key, atomically."""
-    atomic_write_json(path, {"key": key, "answers": [answers[i].to_dict() for i in sorted(answers)]})
-
-
 def cell_key(
     key: Mapping[str, Any] | None,
     label: str,
@@ -203,9 +188,7 @@ def cell_key(
     setup: InferenceSetup,
     prefix: Sequence[int] = (),
 ) -> dict[str, Any]:
-    """What a cell's answers depend on: the model (`key`), the method label, the task and its options, the
-    length and seed, the tokenizer, the chat wrapping, the mask the model's inference `setup` sets
-    (`InferenceSetup.mask_spec`), the essay corpus, the prompt length rule and the BOS before the prompts."""
+    """What a cell's answers depend on (the model's `key` among them)."""
     return {
         **(key or {}),
         "label": label,
@@ -225,8 +208,8 @@ def cell_key(
 def preflight(
     model: Any, tasks: Mapping[str, RulerTask], lengths: Sequence[int], seed: int, prompt_length: str = "ruler"
 ) -> None:
-    """Draw the first sample of every (task, length) so that bad lengths and tokenizers fail before any work; every
-    task too long for a length is named in the one error (with the cell length it needs), not one per try."""
+    """Draw the first sample of every (task, length) so that bad lengths and tokenizers fail before any work,
+    every task too long for its length named in one error."""
     short: list[tuple[PromptTooShortError, int]] = []
     for task in tasks.values():
         prefix = evaluation_prefix(model, task.tokenizer)
@@ -249,11 +232,9 @@ def preflight(
 
 @dataclass
 class RulerTarget:
-    """What a RULER run evaluates and how its cells and results name it: the model and its tokenizer, the method
-    label, the key of the model (weights checksum, temperatures: a cell computed for another key is recomputed),
-    the inference setup applied to the model (which the cells' keys describe), the name recorded in the results
-    (its folder), the chat wrapping of the prompts and the essay documents (default: the settings' haystack
-    corpus)."""
+    """What a RULER run evaluates and how its cells and results name it: the model, its tokenizer, the method
+    label, the model's cell key, the inference setup applied to it, the name in the results, the chat wrapping and
+    the essay documents (default: the settings' haystack)."""
 
     model: Any
     tokenizer: Tokenizer
@@ -273,13 +254,9 @@ def run_ruler(
     progress: bool = True,
     world: Distributed | None = None,
 ) -> RulerResult:
-    """Every (task, length) cell of `settings` for `target`, reusing saved cells whose key matches; writes the
-    outputs in `out` and returns the result.
-
-    Under `world` (torchrun's processes, each with its own copy of the model) the cells are shared out: each process
-    answers what its cells lack (every size-th cell from its rank), then waits for the others' answer files
-    (`wait_for`, no collective's timeout); the first process writes the outputs. Every process returns the result.
-    """
+    """Every (task, length) cell of `settings` for `target`, reusing saved answers; writes the outputs in `out`
+    and returns the result. Under torchrun (`world`) each process answers every size-th cell, then waits for the
+    others' files (`wait_for`, no collective's timeout)."""
     world = world or Distributed()
     model, tokenizer, chat, label = target.model, target.tokenizer, target.chat, target.label
     settings.validate()
@@ -336,8 +313,7 @@ def _answer_missing(
     out: Path,
     progress: bool,
 ) -> None:
-    """Answer the samples each cell of `answers` (its saved answers, filled in here) lacks; the samples a length's
-    cells lack share batches, and each batch is saved as soon as it is decoded."""
+    """Answer the samples each cell of `answers` lacks, a length's cells sharing batches, each batch saved."""
     wanted = range(settings.samples)
     missing = {cell: [i for i in wanted if i not in held] for cell, held in answers.items()}
     total = len(answers) * settings.samples
@@ -353,7 +329,9 @@ def _answer_missing(
             for name, answer in batch:
                 answers[name, length][answer.index] = answer
             for name in dict.fromkeys(name for name, _ in batch):
-                write_answers(cell_path(out, name, length), keys[name, length], answers[name, length])
+                held = answers[name, length]
+                record = {"key": keys[name, length], "answers": [held[i].to_dict() for i in sorted(held)]}
+                atomic_write_json(cell_path(out, name, length), record)
             bar.set_postfix_str(f"{length} tokens")
             bar.update(len(batch))
     bar.close()

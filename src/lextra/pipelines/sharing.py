@@ -11,32 +11,20 @@ from lextra.train import Distributed
 T = TypeVar("T")
 
 
-def share_out(
-    items: Sequence[T],
-    world: Distributed,
-    run: Callable[[T], object],
-    done: Callable[[T], bool],
-    *,
-    poll: float = 1.0,
-) -> None:
-    """`run` each item of this process's share that is not `done`, then wait until every other item is `done`.
-
-    The share is every `world.size`-th item from the process's rank, taken whether or not the item is done: only its
-    own process decides to compute an item, so no two processes take one, however their views of the saved files
-    differ. The wait polls `done` (the result files in the shared output folder) rather than a barrier, whose
-    timeout (10 minutes for NCCL, 30 for gloo) an evaluation that takes longer would exceed. On one process this
-    runs every item that is not done, in order.
-    """
+def share_out(items: Sequence[T], world: Distributed, run: Callable[[T], object], done: Callable[[T], bool]) -> None:
+    """`run` each item of this process's share (every `world.size`-th from its rank, so no two processes take one)
+    that is not `done`, then poll until every other item is `done` (no barrier, whose timeout a long evaluation
+    would exceed)."""
     for item in items[world.rank :: world.size]:
         if not done(item):
             run(item)
-    wait_for([item for i, item in enumerate(items) if i % world.size != world.rank], done, poll=poll)
+    wait_for([item for i, item in enumerate(items) if i % world.size != world.rank], done)
 
 
-def wait_for(items: Sequence[T], done: Callable[[T], bool], *, poll: float = 1.0) -> None:
-    """Return once `done(item)` has held for every item, checking those still pending every `poll` seconds."""
+def wait_for(items: Sequence[T], done: Callable[[T], bool]) -> None:
+    """Return once `done(item)` has held for every item, checking those still pending every second."""
     pending = list(items)
     while pending:
         pending = [item for item in pending if not done(item)]
         if pending:
-            time.sleep(poll)
+            time.sleep(1.0)

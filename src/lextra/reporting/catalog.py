@@ -115,22 +115,18 @@ def preset_lines() -> list[str]:
 
 
 def mask_help() -> str:
-    """The `--mask` help line."""
     return f"inference mask: {MASKS.help_text()} (see `lextra list`)"
 
 
 def sampler_help() -> str:
-    """The `--positions` help line."""
     return f"position sampler of the training windows: {SAMPLERS.help_text()} (options: `lextra list`)"
 
 
 def scheme_help() -> str:
-    """The `--scheme` help line."""
     return f"position scheme spec, e.g. rope,base=500000: {SCHEMES.help_text()} (see `lextra list`)"
 
 
 def scaling_help() -> str:
-    """The `--rope-scaling` help line."""
     aliases = "".join(f", {alias} = {name}" for alias, name in SCALING_TYPES.aliases().items())
     return (
         f"RoPE frequency scaling for rotary models, TYPE[:FACTOR][,key=value...] (e.g. yarn:4,beta_fast=16) or a JSON "
@@ -145,7 +141,6 @@ def log_scaling_help() -> str:
 
 
 def extension_help() -> str:
-    """The `--extend` help line."""
     return (
         f"training-free extension method for rotary models, NAME[,key=value...] (e.g. rerope,window=512): "
         f"{EXTENSIONS.help_text()} (options: `lextra list`); combines with --rope-scaling (the method rotates "
@@ -165,7 +160,6 @@ def task_help(*, training: bool = False) -> str:
 
 
 def ruler_task_help() -> str:
-    """The `--tasks` help line of `lextra ruler`."""
     return (
         f"'all' or RULER tasks, each TASK[,key=value...], repeatable or a list (e.g. niah_single_1;vt,hops=2): "
         f"{RULER_TASKS.help_text()}"
@@ -173,7 +167,6 @@ def ruler_task_help() -> str:
 
 
 def babilong_task_help() -> str:
-    """The `--tasks` help line of `lextra babilong`."""
     return (
         "'all' or BABILong tasks, each TASK[,facts=N,start=F,end=F,budget=N], repeatable or a list (e.g. "
         f"qa1;qa2,facts=20): {BABILONG_TASKS.help_text()}"

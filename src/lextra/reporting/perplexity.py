@@ -1,12 +1,6 @@
-"""Perplexity tables, CSVs and plots with 95% intervals: one evaluated model (`save_eval_outputs`) or several side
-by side (`perplexity_report`, which `lextra report`, `compare` and `study` all write through).
-
-A row is one model or setup, evaluated once or once per seed. Evaluated once, a cell's interval is the bootstrap
-over documents its evaluation saved (`lextra.evaluate.bootstrap`); over several seeds, it is the t-interval of the
-seeds' perplexities (`Interval`). The summary column ppl(k L_tr) / ppl(L_tr) carries the same kind of interval (a
-paired bootstrap over the documents both lengths scored, or the t-interval of the per-seed ratios), and the
-ranking by it says which neighbours its intervals separate.
-"""
+"""Perplexity tables, CSVs and plots with 95% intervals (`perplexity_report`, which `lextra report`, `compare` and
+`study` all write through). A row evaluated once has the bootstrap interval over its documents; a row of several
+seeds, the t-interval of their values (`Interval`); the summary column ppl(k L_tr) / ppl(L_tr) likewise."""
 
 from __future__ import annotations
 
@@ -106,11 +100,9 @@ def perplexity_report(
     summary_required: bool = False,
     title: str = "",
 ) -> dict[str, Path]:
-    """table.md (one table per protocol: each row's perplexity ± its interval per length, a summary column
-    ppl(k L_tr)/ppl(L_tr) when the lengths have L_tr and k L_tr, rows ranked by it), results.csv and
-    perplexity.png (bands). Columns are the lengths, or with `by_multiple` the multiples of each row's L_tr (rows
-    trained at different lengths). `rows`: label -> its evaluations (one per seed). `summary_required`: refuse
-    rows that lack L_tr or k L_tr instead of leaving the summary column out."""
+    """table.md (per protocol, each row's perplexity ± interval by length, ranked by ppl(k L_tr)/ppl(L_tr) where
+    the rows have both), results.csv and perplexity.png for `rows` (label -> one evaluation per seed); columns by
+    multiple of each row's L_tr with `by_multiple`; `summary_required` refuses rows without the summary."""
     out_dir = Path(out_dir)
     evaluations = [ev for evs in rows.values() for ev in evs]
     if not evaluations:

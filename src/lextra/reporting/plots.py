@@ -97,47 +97,35 @@ def plot_curves(
     return save_figure(fig, path)
 
 
-def plot_scores(
-    curves: Mapping[str, Mapping[str, Sequence[float]]], lengths: Sequence[int], train_len: int, path: str | Path
+def plot_by_length(
+    curves: Mapping[str, Mapping[str, Sequence[float]]],
+    lengths: Sequence[int],
+    train_len: int,
+    path: str | Path,
+    *,
+    cumulative: bool = False,
 ) -> Path:
-    """s[n] - s[0] against distance n, one panel per length, one line per row (theory rows dashed)."""
+    """One panel per length, one line per row, L_tr dotted: s[n] - s[0] against distance n (theory rows dashed), or
+    with `cumulative` the gradient share of the k most recent tokens (0.99 dashed)."""
     plt = pyplot()
     styles = line_styles(list(curves))
-    fig, axes = plt.subplots(1, len(lengths), figsize=(5.5 * len(lengths), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(lengths), figsize=((5.2 if cumulative else 5.5) * len(lengths), 4.2), squeeze=False)
     for ax, length in zip(axes[0], lengths, strict=True):
         for label, by_length in curves.items():
             s = by_length.get(str(length))
             if s:
-                ax.plot(range(len(s)), [v - s[0] for v in s], label=label, linewidth=1, **styles[label])
+                xs, ys = (range(1, len(s) + 1), s) if cumulative else (range(len(s)), [v - s[0] for v in s])
+                ax.plot(xs, ys, label=label, linewidth=1, **styles[label])
         ax.axvline(train_len, color="black", linestyle=":", linewidth=0.8)
-        ax.set_xlabel("distance n")
-        ax.set_ylabel("s[n] - s[0]")
-        ax.set_title(f"expected score by distance, input length {length}")
-        ax.grid(True, alpha=0.3)
-    fig.tight_layout()
-    figure_legend(fig, axes[0][-1])
-    return save_figure(fig, path)
-
-
-def plot_cumulative(
-    curves: Mapping[str, Mapping[str, Sequence[float]]], lengths: Sequence[int], train_len: int, path: str | Path
-) -> Path:
-    """Cumulative gradient share of the k most recent tokens, one panel per length, one line per row."""
-    plt = pyplot()
-    styles = line_styles(list(curves))
-    fig, axes = plt.subplots(1, len(lengths), figsize=(5.2 * len(lengths), 4.2), squeeze=False)
-    for ax, length in zip(axes[0], lengths, strict=True):
-        for label, by_length in curves.items():
-            curve = by_length.get(str(length))
-            if curve:
-                ax.plot(range(1, len(curve) + 1), curve, label=label, linewidth=1, **styles[label])
-        ax.axhline(0.99, color="grey", linestyle="--", linewidth=0.8)
-        ax.axvline(train_len, color="black", linestyle=":", linewidth=0.8)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("recent tokens k")
-        ax.set_ylabel("cumulative gradient share")
-        ax.set_title(f"segments of {length} tokens (L_tr dotted, 0.99 dashed)")
-        ax.grid(True, which="both", alpha=0.3)
+        if cumulative:
+            ax.axhline(0.99, color="grey", linestyle="--", linewidth=0.8)
+            ax.set_xscale("log", base=2)
+            title = f"segments of {length} tokens (L_tr dotted, 0.99 dashed)"
+            ax.set(xlabel="recent tokens k", ylabel="cumulative gradient share", title=title)
+        else:
+            title = f"expected score by distance, input length {length}"
+            ax.set(xlabel="distance n", ylabel="s[n] - s[0]", title=title)
+        ax.grid(True, which="both" if cumulative else "major", alpha=0.3)
     fig.tight_layout()
     figure_legend(fig, axes[0][-1])
     return save_figure(fig, path)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lextra.errors import ConfigError
-from lextra.evaluate.ruler import RulerCell, RulerResult, sorted_lengths
+from lextra.evaluate.ruler import RulerResult, sorted_lengths
 from lextra.io import atomic_write_json, atomic_write_text
 from lextra.reporting.plots import pyplot, save_figure
 from lextra.reporting.tables import markdown_table, write_csv
@@ -16,8 +16,7 @@ from lextra.reporting.tables import markdown_table, write_csv
 def effective_text(result: RulerResult) -> str:
     """The effective length as a sentence fragment."""
     length = result.effective_length
-    shortest = min(result.lengths)
-    return f"{length}" if length is not None else f"none (below {shortest})"
+    return f"{length}" if length is not None else f"none (below {min(result.lengths)})"
 
 
 def ruler_table(result: RulerResult) -> str:
@@ -44,9 +43,8 @@ def plot_ruler_heatmap(result: RulerResult, path: str | Path) -> Path:
     length."""
     plt = pyplot()
     labels = [*result.tasks, "average"]
-    averages = result.averages
     grid = [[result.cell(t, n).score for n in result.lengths] for t in result.tasks]
-    grid.append([averages[n] for n in result.lengths])
+    grid.append([result.averages[n] for n in result.lengths])
     fig, ax = plt.subplots(figsize=(1.0 * len(result.lengths) + 3.0, 0.38 * len(labels) + 1.6))
     image = ax.imshow(grid, cmap="RdYlGn", vmin=0.0, vmax=100.0, aspect="auto")
     ax.set_xticks(range(len(result.lengths)), [str(n) for n in result.lengths])
@@ -62,15 +60,13 @@ def plot_ruler_heatmap(result: RulerResult, path: str | Path) -> Path:
     return save_figure(fig, path)
 
 
-def save_ruler_outputs(out_dir: str | Path, result: RulerResult) -> dict[str, Path]:
+def save_ruler_outputs(out_dir: str | Path, result: RulerResult) -> None:
     """results.json, results.csv (a row per cell, then the averages), table.md and heatmap.png in `out_dir`."""
     out_dir = Path(out_dir)
     atomic_write_json(out_dir / "results.json", result.to_dict())
     write_csv(out_dir / "results.csv", result.records())
     atomic_write_text(out_dir / "table.md", ruler_table(result) + "\n")
-    heatmap = plot_ruler_heatmap(result, out_dir / "heatmap.png")
-    return {"json": out_dir / "results.json", "csv": out_dir / "results.csv", "table": out_dir / "table.md",
-            "heatmap": heatmap}  # fmt: skip
+    plot_ruler_heatmap(result, out_dir / "heatmap.png")
 
 
 def ruler_comparison(results: Sequence[RulerResult]) -> str:
@@ -99,7 +95,11 @@ def ruler_comparison(results: Sequence[RulerResult]) -> str:
     tasks = list(dict.fromkeys(t for r in results for t in r.tasks))
     for n in lengths:
         rows = {
-            task: {r.label: f"{c.score:.0f} [{c.low:.0f}, {c.high:.0f}]" for r in results if (c := cell_at(r, task, n))}
+            task: {
+                r.label: f"{c.score:.0f} [{c.low:.0f}, {c.high:.0f}]"
+                for r in results
+                if (c := r.cells.get(task, {}).get(int(n)))
+            }
             for task in tasks
         }
         rows["average"] = {r.label: f"{r.averages[n]:.1f}" for r in results if n in r.lengths}
@@ -110,11 +110,6 @@ def ruler_comparison(results: Sequence[RulerResult]) -> str:
 def suite_of(results: Sequence[RulerResult]) -> str:
     """The suite the runs are from ("RULER", "BABILong"; several joined by '+')."""
     return "+".join(dict.fromkeys(r.suite_name for r in results))
-
-
-def cell_at(result: RulerResult, task: str, length: int) -> RulerCell | None:
-    """The run's cell for (task, length), None when it did not run it."""
-    return result.cells.get(task, {}).get(int(length))
 
 
 def plot_ruler_averages(results: Sequence[RulerResult], path: str | Path) -> Path:

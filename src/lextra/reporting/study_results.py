@@ -1,8 +1,4 @@
-"""The results of a study, typed: what `study.json` and the analysis and window cells hold and the report reads.
-
-`to_dict` writes the JSON form (lengths, widths and seeds as string keys) and `from_dict` reads it
-(`lextra.serialize`), so study folders written before these types existed still load.
-"""
+"""The results of a study, typed: what `study.json` and the analysis and window cells hold and the report reads."""
 
 from __future__ import annotations
 

@@ -16,13 +16,14 @@ from lextra.evaluate.tasks import LengthScore
 from lextra.io import atomic_write_json, atomic_write_text
 from lextra.reporting.intervals import Interval
 from lextra.reporting.plots import pyplot, save_figure
+from lextra.serialize import Serializable
 
 #: what a task's score can be: intervals are written clipped to it
 SCORE_RANGE = (0.0, 1.0)
 
 
 @dataclass
-class UnitScores:
+class UnitScores(Serializable):
     """One cell: a model (one seed) trained on a task, scored at lengths inside and beyond its training range."""
 
     task: str
@@ -36,20 +37,6 @@ class UnitScores:
     @staticmethod
     def mean(scores: list[LengthScore]) -> float:
         return math.fsum(s.score for s in scores) / len(scores)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "task": self.task, "model": self.model, "seed": self.seed,
-            "inside": [s.to_dict() for s in self.inside], "beyond": [s.to_dict() for s in self.beyond],
-            "train_seconds": self.train_seconds, "score_seconds": self.score_seconds,
-        }  # fmt: skip
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> UnitScores:
-        values = dict(data)
-        for part in ("inside", "beyond"):
-            values[part] = [LengthScore(**s) for s in values[part]]
-        return cls(**values)
 
 
 @dataclass

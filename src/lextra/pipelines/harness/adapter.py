@@ -1,17 +1,10 @@
-"""`LextraLM`: a lextra run or a Hugging Face model (through lextra's adapters) as lm-evaluation-harness's model
-`lextra` (EleutherAI lm-evaluation-harness, `lm_eval` 0.4.13), under any inference setup.
+"""`LextraLM`: a lextra run or a Hugging Face model as lm-evaluation-harness's model `lextra` (`lm_eval` 0.4.13),
+under any inference setup.
 
-The three request types run on lextra's own primitives, so their numbers are lextra's: `loglikelihood` and
-`loglikelihood_rolling` take next-token log-probabilities from `features` + `head` at the scored positions only,
-`generate_until` decodes greedily with lextra's cached prefill and `greedy_continue` (`evaluate.ruler.generate`).
-Rows are batched only with rows of the same length (no padding), so every number equals an unbatched run under any
-setup, length-dependent ones (dynamic NTK, log-n scaling) included. Rolling windows are lm-eval's disjoint windows
-of `max_length` (lm-eval's `get_rolling_token_windows`, context 1), which over a document of k x `max_length`
-tokens after the prefix token are exactly lextra's `chunks` protocol at that length.
-
-Special tokens as lextra's evaluations feed the model (`evaluation_prefix`): a Hugging Face model's contexts start
-with its tokenizer's BOS, a lextra model's with nothing; an empty context and a rolling document are conditioned on
-that BOS, or on the tokenizer's separator (the token between documents in lextra's training streams).
+The requests run on lextra's own primitives (`features` + `head`, greedy `generate`), rows batched only with rows of
+the same length (no padding), so every number equals an unbatched run under any setup. Rolling windows are
+lm-eval's disjoint windows of `max_length` (lextra's `chunks` protocol at that length). Contexts start as lextra's
+evaluations do (`evaluation_prefix`); an empty context is conditioned on that BOS, else on the separator.
 """
 
 from __future__ import annotations
@@ -196,7 +189,7 @@ class LextraLM(TemplateLM):
                     finished=stops_in(batch),
                 )
                 for (i, _, until), text in zip(batch, texts, strict=True):
-                    out[i] = cut_at(text, until)
+                    out[i] = text[: min((text.find(s) for s in until if s in text), default=len(text))]
                     self.cache_hook.add_partial("generate_until", requests[i].args, out[i])
                 bar.update(len(batch))
         bar.close()
@@ -206,9 +199,3 @@ class LextraLM(TemplateLM):
 def stops_in(batch: Sequence[tuple[int, list[int], list[str]]]) -> Callable[[int, str], bool]:
     """`generate`'s stop rule for a batch: row r is done once its text holds one of its stop strings."""
     return lambda r, text: any(stop in text for stop in batch[r][2])
-
-
-def cut_at(text: str, stops: Sequence[str]) -> str:
-    """`text` up to the first occurrence of any stop string."""
-    end = min((text.find(s) for s in stops if s and s in text), default=len(text))
-    return text[:end]

@@ -1,9 +1,5 @@
-"""`lextra harness`: lm-eval's `simple_evaluate` on the `lextra` model, offline, with lextra's output files.
-
-lm-eval reads its tasks' data through `datasets`; `offline` sets the Hugging Face libraries' offline switches
-before they are imported, so a task whose data is not local fails at once instead of downloading (local tasks:
-`dataset_path: json` with `dataset_kwargs: {data_files: ...}`, found through `include_path`).
-"""
+"""`lextra harness`: lm-eval's `simple_evaluate` on the `lextra` model, offline (a task whose data is not local fails
+at once instead of downloading), with lextra's output files."""
 
 from __future__ import annotations
 
@@ -36,8 +32,7 @@ def require_lm_eval() -> None:
 @dataclass
 class HarnessSettings:
     """What `simple_evaluate` runs: task names (or YAML files), folders of task YAMLs, the built-in tasks or not,
-    few-shot examples, documents per task (None: all), the seed of every random choice, bootstrap iterations of the
-    standard errors (0: none), and whether to keep each document's responses."""
+    few-shot examples, documents per task (None: all), the seed and bootstrap iterations of the standard errors."""
 
     tasks: list[str] = field(default_factory=list)
     include_path: list[str] = field(default_factory=list)

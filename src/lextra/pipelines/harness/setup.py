@@ -1,9 +1,5 @@
 """The `lextra` model's arguments (lm-eval's `--model_args`): which model, how it is loaded, and the inference setup
-(`lextra.extend.InferenceSetup`) applied to it, as `lextra eval` applies its own.
-
-lm-eval splits `--model_args` at every comma, but lextra's specs hold commas (`self_extend:group=4,window=16`):
-`parse_model_args` joins an item whose key is not an argument back onto the value before it.
-"""
+(`lextra.extend.InferenceSetup`) applied to it, as `lextra eval` applies its own."""
 
 from __future__ import annotations
 
@@ -17,14 +13,9 @@ from lextra.pipelines.loading import read_temperatures
 
 @dataclass(frozen=True)
 class ModelArgs:
-    """What the `lextra` model of lm-eval loads and how it runs.
-
-    `pretrained`: a lextra run or model folder, a Hugging Face folder, a .gguf file or `smollm2`. The setup:
-    `rope_scaling` (`yarn:4`), `extend` (a training-free method, `self_extend:group=4,window=16`), `mask`
-    (`window:64`), `temperature` (an alignment.json of `lextra align`), `log_scaling` (`qwen`), `temp_tuning` and
-    `layers` (a lextra model's layer selector). `tokenizer` replaces the model's own, `train_len` is a Hugging Face
-    model's L_tr, `max_length` the longest input (the rolling-perplexity window; default L_tr), `batch_size` the
-    rows run together, `device` where the model runs (auto: CUDA when available)."""
+    """What the `lextra` model of lm-eval loads (`pretrained`: any model `load_model_spec` takes), its inference
+    setup (`temperature`: an alignment.json of `lextra align`), a tokenizer replacing its own, a Hugging Face
+    model's L_tr, the longest input (default L_tr), the rows run together and the device (auto: CUDA if any)."""
 
     pretrained: str
     rope_scaling: str | None = None
@@ -50,31 +41,19 @@ class ModelArgs:
         if not values.get("pretrained"):
             raise ConfigError("the lextra model needs pretrained=MODEL (a lextra run, a Hugging Face folder, ...)")
         checked = {k: (None if v in (None, "", "none", "None") and k != "pretrained" else v) for k, v in values.items()}
-        for key in ("train_len", "max_length", "batch_size"):
-            if checked.get(key) is not None:
-                checked[key] = _positive(key, checked[key])
-        checked = {k: v for k, v in checked.items() if v is not None}
-        for key in ("pretrained", "rope_scaling", "extend", "mask", "temperature", "log_scaling", "temp_tuning",
-                    "layers", "tokenizer", "device"):  # fmt: skip
-            if key in checked:
-                checked[key] = str(checked[key])
+        numbers = ("train_len", "max_length", "batch_size")
+        checked = {k: _positive(k, v) if k in numbers else str(v) for k, v in checked.items() if v is not None}
         return cls(**checked)  # type: ignore[arg-type]  # each field's type is checked above
 
     def setup(self, train_len: int) -> InferenceSetup:
         """The inference setup these arguments name, for a model of L_tr `train_len` (fields not given are KEEP)."""
-        changes: dict[str, Any] = {}
-        if self.rope_scaling is not None:
-            changes["rope_scaling"] = self.rope_scaling
+        given = {"rope_scaling": self.rope_scaling, "mask": self.mask, "log_scaling": self.log_scaling,
+                 "temp_tuning": self.temp_tuning}  # fmt: skip
+        changes: dict[str, Any] = {key: value for key, value in given.items() if value is not None}
         if self.extend is not None:
             changes["extension"] = build_extension(self.extend, train_len)
-        if self.mask is not None:
-            changes["mask"] = self.mask
         if self.temperature is not None:
             changes["temperatures"] = read_temperatures(self.temperature)[0]
-        if self.log_scaling is not None:
-            changes["log_scaling"] = self.log_scaling
-        if self.temp_tuning is not None:
-            changes["temp_tuning"] = self.temp_tuning
         return InferenceSetup(**changes, layers=self.layers)
 
     def label_suffix(self) -> str:
@@ -95,8 +74,8 @@ def _positive(key: str, value: Any) -> int:
 
 
 def parse_model_args(text: str | None) -> dict[str, str]:
-    """`pretrained=runs/rope,extend=self_extend:group=4,window=16,max_length=256` -> a dict, the items whose key is
-    not a `ModelArgs` field (`window=16`) joined back onto the value before them with their comma."""
+    """`pretrained=runs/rope,extend=self_extend:group=4,window=16,max_length=256` -> a dict: lm-eval splits at every
+    comma, so an item whose key is not a `ModelArgs` field (`window=16`) joins the value before it."""
     known = {f.name for f in fields(ModelArgs)}
     values: dict[str, str] = {}
     last: str | None = None

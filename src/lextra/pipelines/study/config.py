@@ -51,15 +51,12 @@ class StudyConfig:
     analysis: dict[str, Any] | None = None
     #: {"models": [...], "widths": [...]}: windowed attention over a sweep of w, set against each model's ERF
     window_sweep: dict[str, Any] | None = None
-    #: {"task", "variants", "steps", "lr", "warmup", "samples", "depths", "multiples"}: fine-tune each LM model on
-    #: the task, then prompts at L_tr x multiples (default the study's)
+    #: fine-tune each LM model on the task, then prompts at L_tr x multiples (keys: `SECTION_KEYS`)
     retrieval: dict[str, Any] | None = None
     #: {"models": [...], "methods": [...]}: inference-time methods on trained models; a method may be a
     #: training-free extension method, "extend:NAME[:KEY=VALUE,...]" (rotary models only)
     stretch: dict[str, Any] | None = None
-    #: {"models", "tasks", "multiples", "samples", "seed", "threshold", "batch", "haystack", "prompt_length"}: the
-    #: RULER suite (`lextra.pipelines.ruler`) on the models (default all, seed 0) at L_tr x multiples (default the
-    #: study's)
+    #: the RULER suite (`lextra.pipelines.ruler`) on the models (default all, seed 0) at L_tr x multiples
     ruler: dict[str, Any] | None = None
 
     @property
@@ -77,8 +74,7 @@ class StudyConfig:
         raise ConfigError(f"study: no model labelled {label!r}; models: {', '.join(m.label for m in self.models)}")
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form; `eval_precision` is left out at fp32, so a study written before it existed reads and
-        writes as it did (as `EvalConfig.to_dict` leaves out its `precision`)."""
+        """The JSON form, `eval_precision` left out at fp32 (as `EvalConfig.to_dict` leaves out its `precision`)."""
         values = serialize.to_dict(self)
         if values.get("eval_precision") == "fp32":
             del values["eval_precision"]

@@ -1,13 +1,10 @@
-"""Run a study: train every model and seed, then fill each result cell once (resumable, finished cells skipped).
-
-Layout of the output folder: `models/<label>/seed<k>/` (training runs), `retrieval/<scheme>/` (fine-tuned runs),
-`cells/<section>/<name>.json` (one result each, with the key it was computed for), `study.json`, `report.md`,
-`report.html` and `plots/`. A cell is recomputed only when its key (model weights' checksum and settings) changes.
-"""
+"""Run a study: train every model and seed, then fill each result cell once (`cells/<section>/<name>.json`,
+recomputed only when its key, the weights' checksum and settings, changes)."""
 
 from __future__ import annotations
 
 import copy
+import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -46,9 +43,8 @@ from lextra.train import Distributed, TrainConfig
 
 @dataclass
 class Cell:
-    """One result of a study: its section and name (its file `cells/<section>/<name>.json`), the key it is cached
-    by, how to compute it, the class that types it (`from_dict` / `to_dict`; None: saved as it is) and, when the
-    result counts its own compute seconds (some computed in earlier invocations), how to read them."""
+    """One result of a study: its file's section and name, its cache key, how to compute it, the class that types
+    it (None: saved as it is) and, where the result counts its own compute seconds, how to read them."""
 
     section: str
     name: str
@@ -59,10 +55,9 @@ class Cell:
 
 
 class Study:
-    """One study run in `out`: trained models, cached cells and the collected results, computed on `device`
-    (None: CUDA when available); cell keys do not hold the device, so cells computed anywhere are reused. Under
-    torchrun every process trains each model together and the other cells are shared out (`cells`); without it,
-    `jobs` > 1 trains the missing models side by side in worker processes of one thread each (`train_cells`)."""
+    """One study run in `out` on `device` (None: CUDA when available; cells computed anywhere are reused). Under
+    torchrun the processes train each model together and share out the other cells; else `jobs` > 1 trains the
+    missing models in worker processes."""
 
     def __init__(
         self,
@@ -88,9 +83,8 @@ class Study:
     # --- plumbing -------------------------------------------------------------------------------------------
     @property
     def data(self) -> PreparedData:
-        """What evaluations and text tasks read: the prepared folder of `[train] data` (its tokens, not re-tokenized,
-        its documents decoded for prompts; refused when prepared with another tokenizer than the study's), else the
-        corpus read and tokenized now."""
+        """What evaluations read: the prepared folder of `[train] data` (checked against the study's tokenizer),
+        else the corpus tokenized now."""
         if self._data is None:
             train = self.config.train
             if train.data is not None:
@@ -103,15 +97,13 @@ class Study:
 
     @property
     def world(self) -> Distributed:
-        """The torchrun processes running this study (one without torchrun): training is their collective, the
-        other cells are shared out among them."""
+        """The torchrun processes running this study (one without torchrun)."""
         if self._world is None:
             self._world = Distributed.from_environment(self.device)
         return self._world
 
     def cells(self, jobs: Sequence[Cell]) -> list[Any]:
-        """Each cell's cached result, else computed and saved. Under torchrun each process computes its share of
-        the missing cells (`share_out`) and reads the others' from their files."""
+        """Each cell's cached result, else computed and saved (under torchrun, shared out: `share_out`)."""
         results: dict[int, Any] = {}
 
         def compute(i: int) -> None:
@@ -142,10 +134,8 @@ class Study:
     def train_cells(
         self, cells: Sequence[tuple[str, TrainConfig, Path]], landed: Callable[[str, Path], object] | None = None
     ) -> list[Path]:
-        """Training cells (name, config, folder), each `train_cell`; the missing ones first trained `jobs` at a
-        time in worker processes (not under torchrun, where every process trains each model together).
-        `landed(name, folder)` is called once per cell as its model is ready: the trained ones first, then the
-        others in the order they finish."""
+        """Training cells (name, config, folder), the missing ones first trained in `jobs` worker processes;
+        `landed(name, folder)` is called once per cell as its model is ready, the trained ones first."""
         ready: dict[str, Path] = {}
 
         def land(cell: tuple[str, TrainConfig, Path]) -> None:
@@ -165,12 +155,9 @@ class Study:
                 land(cell)
         return [ready[cell[0]] for cell in cells]
 
-    def _path(self, job: Cell) -> Path:
-        return cell_path(self.out, job.section, job.name)
-
     def _saved(self, job: Cell) -> dict[str, Any] | None:
         """The saved record of `job` when it was computed for its key, else None."""
-        return read_cell(self._path(job), job.key)
+        return read_cell(cell_path(self.out, job.section, job.name), job.key)
 
     def _reuse(self, job: Cell, record: dict[str, Any]) -> Any:
         """A saved record's result, typed; its compute seconds and commit are counted."""
@@ -186,7 +173,8 @@ class Study:
         seconds = time.time() - start if job.seconds is None else job.seconds(result)
         self.seconds += seconds
         self.commits.add(self.commit)
-        write_cell(self._path(job), job.key, result if job.kind is None else result.to_dict(), seconds, self.commit)
+        record = result if job.kind is None else result.to_dict()
+        write_cell(cell_path(self.out, job.section, job.name), job.key, record, seconds, self.commit)
         return result
 
     def weights(self, label: str, seed: int) -> str:
@@ -200,10 +188,10 @@ class Study:
         return str(train_or_reuse(config, run_dir, self.progress, self.device))
 
     def eval_config(self, **fields: Any) -> EvalConfig:
-        """A perplexity cell's `EvalConfig` (validated) at the study's `eval_precision`, `auto` resolved for the
-        study's device: a cell's key names the precision it runs in. Every cell scores the same tokens per document
-        (the span: the study's longest length), named in its key."""
+        """A perplexity cell's validated `EvalConfig` of the study's documents, precision (resolved for its device)
+        and span (the longest length), named in the cell's key."""
         fields.setdefault("span", max(self.config.lengths))
+        fields.setdefault("documents", self.config.documents)
         ev = EvalConfig(**fields, precision=self.config.eval_precision).validate()
         return ev.for_device(self.device)
 
@@ -228,20 +216,14 @@ class Study:
 
     def perplexity(self) -> dict[str, dict[str, dict[int, Evaluation]]]:
         """{mask: {label: {seed: evaluation}}} under every protocol at every length."""
-        places, jobs = [], []
-        for mask in self.config.masks:
-            for spec in self.config.models:
-                for seed in self.config.seeds:
-                    ev = self.eval_config(
-                        lengths=self.config.lengths,
-                        protocols=list(self.config.protocols),
-                        mask=mask,
-                        documents=self.config.documents,
-                    )
-                    key = {"weights": self.weights(spec.label, seed), "eval": ev.to_dict()}
-                    compute = partial(self._evaluate, spec.label, seed, ev, self.progress, spec.label)
-                    jobs.append(Cell("perplexity", f"{spec.label}-{mask}-seed{seed}", key, compute, Evaluation))
-                    places.append((mask, spec.label, seed))
+        labels = [spec.label for spec in self.config.models]
+        places = list(itertools.product(self.config.masks, labels, self.config.seeds))
+        jobs = []
+        for mask, label, seed in places:
+            ev = self.eval_config(lengths=self.config.lengths, protocols=list(self.config.protocols), mask=mask)
+            key = {"weights": self.weights(label, seed), "eval": ev.to_dict()}
+            compute = partial(self._evaluate, label, seed, ev, self.progress, label)
+            jobs.append(Cell("perplexity", f"{label}-{mask}-seed{seed}", key, compute, Evaluation))
         results: dict[str, dict[str, dict[int, Evaluation]]] = {}
         for (mask, label, seed), result in zip(places, self.cells(jobs), strict=True):
             results.setdefault(mask, {}).setdefault(label, {})[seed] = result
@@ -252,32 +234,22 @@ class Study:
         section = self.config.analysis or {}
         documents = int(section.get("documents", 4))
         L = self.config.train_len
-        seed = self.config.seeds[0]
-        jobs = [
-            Cell(
-                "analysis",
-                spec.label,
-                {"weights": self.weights(spec.label, seed), "documents": documents, "lengths": self.config.lengths},
-                partial(self._analyse, spec, documents, L),
-                ModelAnalysis,
-            )
-            for spec in self.config.models
-        ]
+        seed, jobs = self.config.seeds[0], []
+        for spec in self.config.models:
+            key = {"weights": self.weights(spec.label, seed), "documents": documents, "lengths": self.config.lengths}
+            jobs.append(Cell("analysis", spec.label, key, partial(self._analyse, spec, documents, L), ModelAnalysis))
         return {spec.label: result for spec, result in zip(self.config.models, self.cells(jobs), strict=True)}
-
-    @torch.no_grad()
-    def _analyse_no_grad(self, model, texts, lengths) -> tuple[dict[str, dict[int, float]], dict[int, DispersionMeans]]:
-        def r(n: int, mask: str) -> float:
-            return empirical_scores(model, texts[:, :n], build_mask(mask, model.config.train_len)).r
-
-        resolution = {mask: {n: r(n, mask) for n in lengths[:2]} for mask in ("causal", "bca")}
-        return resolution, {n: DispersionMeans.of(dispersion(model, texts[:, :n], "causal")) for n in lengths}
 
     def _analyse(self, spec: ModelSpec, documents: int, L: int) -> ModelAnalysis:
         model = self.load(spec.label)
         lengths = self.config.lengths
         texts = calibration_windows(self.data, max(lengths), documents, "test")
-        resolution, dispersion_means = self._analyse_no_grad(model, texts, lengths)
+        with torch.no_grad():
+            resolution = {
+                mask: {n: empirical_scores(model, texts[:, :n], build_mask(mask, L)).r for n in lengths[:2]}
+                for mask in ("causal", "bca")
+            }
+            dispersion_means = {n: DispersionMeans.of(dispersion(model, texts[:, :n], "causal")) for n in lengths}
         erf_length = min(max(lengths), 8 * L)
         segments = calibration_windows(self.data, erf_length, documents, "test")
         field = receptive_field(model, segments, "causal")
@@ -288,16 +260,14 @@ class Study:
         """Sliding-protocol perplexity at the longest length under window:w, for each model and w."""
         section = self.config.window_sweep or {}
         length, seed = max(self.config.lengths), self.config.seeds[0]
-        places, jobs = [], []
-        for label in section.get("models", []):
-            for width in section.get("widths", []):
-                ev = self.eval_config(
-                    lengths=[length], protocols=["sliding"], mask=f"window:{width}", documents=self.config.documents
-                )
-                key = {"weights": self.weights(label, seed), "eval": ev.to_dict()}
-                compute = partial(self._evaluate, label, 0, ev, False, "")
-                jobs.append(Cell("window", f"{label}-w{width}", key, compute, Evaluation))
-                places.append((label, width))
+        places = list(itertools.product(section.get("models", []), section.get("widths", [])))
+        jobs = []
+        for label, width in places:
+            ev = self.eval_config(lengths=[length], protocols=["sliding"], mask=f"window:{width}")
+            key = {"weights": self.weights(label, seed), "eval": ev.to_dict()}
+            jobs.append(
+                Cell("window", f"{label}-w{width}", key, partial(self._evaluate, label, 0, ev, False, ""), Evaluation)
+            )
         rows: dict[str, dict[int, float]] = {label: {} for label in section.get("models", [])}
         intervals: dict[str, dict[int, list[float]]] = {label: {} for label in rows}
         for (label, width), result in zip(places, self.cells(jobs), strict=True):
@@ -337,9 +307,8 @@ class Study:
             )
 
         def key(label: str, seed: int, scaling: Any) -> dict[str, Any]:
-            """What a cell's result follows from, as a training cell's key: the LM model's training config and the
-            fine-tuning's (no folder or checksum), so cells copied to another machine are reused there without
-            training again (weights trained anywhere else differ in their last bits)."""
+            """The training configs of the LM model and its fine-tuning (no folder or checksum: cells copied to
+            another machine are reused there)."""
             lm = train_config(self.config, self.config.model(label), seed).to_dict()
             tune = {k: v for k, v in configs[(label, seed)].to_dict().items() if k != "init_from"}
             return {"model": lm, "fine_tune": tune, "scaling": scaling, "lengths": lengths,
@@ -370,9 +339,8 @@ class Study:
         configs: dict[tuple[str, int], TrainConfig],
         tuned: dict[tuple[str, int], Path],
     ) -> dict[int, Any]:
-        """Each retrieval cell's result by index: the missing models fine-tuned `jobs` at a time in the variants'
-        order (recorded in `tuned`, which the cells read), each model's cells evaluated as it lands while the next
-        ones train, so a study cut short has answered its first variants; then the saved cells read."""
+        """Each retrieval cell's result by index: the missing models fine-tuned `jobs` at a time (into `tuned`),
+        each model's cells evaluated as it lands while the next ones train, then the saved cells read."""
         found: dict[int, Any] = {}
 
         def collect(indices: list[int]) -> None:
@@ -428,8 +396,7 @@ class Study:
         return name, config, folder
 
     def stretch(self) -> tuple[dict[str, dict[int, float]], dict[str, dict[int, list[float]]]]:
-        """Sliding-protocol perplexity of each model under each inference-time method at every length, and each
-        one's 95% interval over documents."""
+        """Sliding-protocol perplexity (and its interval) of each model under each inference-time method."""
         from lextra.methods import EXTEND, methods_for, prepared
 
         section = self.config.stretch or {}
@@ -448,25 +415,13 @@ class Study:
                 model = prepared(base, method, self.data, length, factor, windows)
                 return evaluate_model(model, self.data, ev, progress=False)
 
-            places, jobs = [], []
-            for method in methods:
-                for length in self.config.lengths:
-                    ev = self.eval_config(
-                        lengths=[length],
-                        protocols=["sliding"],
-                        documents=self.config.documents,
-                    )
-                    key = {"weights": self.weights(label, seed), "method": method, "eval": ev.to_dict(), "w": windows}
-                    jobs.append(
-                        Cell(
-                            "stretch",
-                            f"{label}-{method}-{length}",
-                            key,
-                            partial(compute, method, length, ev),
-                            Evaluation,
-                        )
-                    )
-                    places.append((method, length))
+            places = list(itertools.product(methods, self.config.lengths))
+            jobs = []
+            for method, length in places:
+                ev = self.eval_config(lengths=[length], protocols=["sliding"])
+                key = {"weights": self.weights(label, seed), "method": method, "eval": ev.to_dict(), "w": windows}
+                name = f"{label}-{method}-{length}"
+                jobs.append(Cell("stretch", name, key, partial(compute, method, length, ev), Evaluation))
             for method in methods:
                 results[f"{label} + {method}"] = {}
                 intervals[f"{label} + {method}"] = {}
@@ -476,9 +431,8 @@ class Study:
         return results, {row: found for row, found in intervals.items() if found}
 
     def ruler(self) -> dict[str, Any]:
-        """The RULER suite on each model (seed 0): one cell per model, its answers resumable under `ruler/<label>/`
-        with its own outputs; the models side by side in `ruler/comparison.md`, `comparison.csv` and
-        `averages.png`."""
+        """The RULER suite on each model (seed 0), one cell per model (its answers under `ruler/<label>/`), and
+        the models side by side in `ruler/`."""
         from lextra.evaluate.ruler import RulerResult
         from lextra.pipelines.ruler import RulerTarget, run_ruler, settings_from_section
         from lextra.reporting.ruler import save_ruler_comparison

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import multiprocessing
 import sys
 import time
@@ -25,15 +26,15 @@ def run_cells(
     jobs: int = 1,
     landed: Callable[[T], object] | None = None,
 ) -> None:
-    """Compute every item: with `here` in this process, or with `in_worker` (picklable: a module-level function
-    or a partial of one, which saves its own cell) in `jobs` worker processes when jobs > 1 and there are two items
-    or more, a worker taking the next item as soon as it is free. Each finished item is logged with the minutes so
-    far and the ETA, then passed to `landed` in this process (while the workers go on); a worker's failure is named
-    on stderr and the others go on (the failed cell stays missing, so the next run computes it)."""
+    """Compute every item: with `here` in this process, or with `in_worker` (picklable, saving its own cell) in
+    `jobs` worker processes when jobs > 1 and there are two items or more, a worker taking the next item as soon as
+    it is free; each logged with the ETA, then passed to `landed` in this process. A worker's failure is named on
+    stderr and the others go on."""
     start = time.time()
     if jobs > 1 and len(items) > 1:
         context = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context, initializer=_one_thread) as pool:
+        one_thread = functools.partial(torch.set_num_threads, 1)
+        with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context, initializer=one_thread) as pool:
             futures = {pool.submit(_named, in_worker, item, name(item)): item for item in items}
             for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
                 future.result()
@@ -46,10 +47,6 @@ def run_cells(
         _progress(done, len(items), start, name(item))
         if landed is not None:
             landed(item)
-
-
-def _one_thread() -> None:
-    torch.set_num_threads(1)
 
 
 def _named(work: Callable[[T], object], item: T, label: str) -> None:

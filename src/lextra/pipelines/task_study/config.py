@@ -1,9 +1,5 @@
-"""A length-generalization study's configuration: a TOML file with `kind = "tasks"` (`experiments/ruoss.toml`).
-
-Every (task, model, seed) is one model trained on the task and scored at lengths inside its training range (does
-it master the task?) and beyond it (does it generalize?). Published values, typed in with their source, are set
-beside lextra's numbers in the report.
-"""
+"""A length-generalization study's configuration: a TOML file with `kind = "tasks"` (`experiments/ruoss.toml`):
+each (task, model, seed) trained and scored inside and beyond its training range, beside published values."""
 
 from __future__ import annotations
 
@@ -86,9 +82,6 @@ class TaskStudyConfig:
     paper: str = ""
     notes: str = ""
 
-    def task_list(self) -> list[AlgorithmicTask]:
-        return [build_task(spec) for spec in self.tasks]
-
     def lengths_for(self, task: AlgorithmicTask, spec: str) -> tuple[list[int], list[int]]:
         """The lengths one task is scored at inside its training range (`train_points` of them) and beyond it (the
         config's list, else `test_points` of the range): the config's ranges, else the task's paper ranges."""
@@ -153,7 +146,7 @@ def parse_task_study(data: dict[str, Any], where: str = "study config") -> TaskS
     for name in ("samples", "train_points"):
         if not isinstance(getattr(config, name), int) or getattr(config, name) < 1:
             raise ConfigError(f"{where}: {name} must be a positive integer, got {getattr(config, name)!r}")
-    for spec, task in zip(config.tasks, config.task_list(), strict=True):
+    for spec, task in zip(config.tasks, [build_task(spec) for spec in config.tasks], strict=True):
         config.lengths_for(task, spec)
         for model in config.models:  # schemes, plans and samplers built now: bad names fail before training
             trained = config.train_config(model, spec, config.seeds[0])

@@ -55,8 +55,7 @@ class TaskStudy:
         return [Unit(task, model, seed) for task in c.tasks for model in c.models for seed in c.seeds]
 
     def key(self, unit: Unit) -> dict[str, Any]:
-        """What a cell's result depends on: the training config and the scoring settings (worked out once per
-        cell: `run` asks before and after computing)."""
+        """What a cell's result depends on: the training config and the scoring settings (worked out once)."""
         if unit.name not in self._keys:
             config = self.config
             inside, beyond = config.lengths_for(build_task(unit.task), unit.task)
@@ -99,12 +98,10 @@ class TaskStudy:
         units = self.units()
         missing = [u for u in units if self.saved(u) is None]
         log("study", f"{len(units) - len(missing)} of {len(units)} cells saved; computing {len(missing)}")
-        run_cells(missing, lambda u: u.name, self.compute, partial(_compute_in_worker, self._worker_args()), self.jobs)
+        args = {"config": self.config, "out": str(self.out), "commit": self.commit, "device": self.device}
+        run_cells(missing, lambda u: u.name, self.compute, partial(_compute_in_worker, args), self.jobs)
         scores = [self.saved(u) for u in units]
         return TaskStudyResults(self.config, [s for s in scores if s is not None])
-
-    def _worker_args(self) -> dict[str, Any]:
-        return {"config": self.config, "out": str(self.out), "commit": self.commit, "device": self.device}
 
 
 def _compute_in_worker(args: dict[str, Any], unit: Unit) -> None:

@@ -1,12 +1,10 @@
-"""`lextra tune`: search the settings of training-free extension methods and RoPE scalings for a model and a target
-length (grid / coordinate search; LongRoPE's evolutionary search of per-dimension factors) against perplexity plus
-passkey accuracy or a needle-driven perplexity, within a time budget, and write the best as a setup file
-(`lextra.extend.setup_file`)."""
+"""`lextra tune`: search the settings of training-free extension methods and RoPE scalings for a target length within
+a time budget, and write the best as a setup file (`lextra.extend.setup_file`)."""
 
 from lextra.pipelines.tune.evolution import EvolutionConfig, crossover, evolution_search, monotone, mutate, yarn_factors
 from lextra.pipelines.tune.objective import OBJECTIVES, MeasuredObjective, ObjectiveSettings, reset, rope_geometry
 from lextra.pipelines.tune.run import TuneSettings, run_search, verify
-from lextra.pipelines.tune.search import Budget, Score, Tracker, coordinate_search, grid
+from lextra.pipelines.tune.search import Budget, Score, Tracker, coordinate_search
 from lextra.pipelines.tune.space import METHODS, parse_methods
 
 __all__ = [
@@ -22,7 +20,6 @@ __all__ = [
     "coordinate_search",
     "crossover",
     "evolution_search",
-    "grid",
     "monotone",
     "mutate",
     "parse_methods",

@@ -1,11 +1,7 @@
 """LongRoPE's evolutionary search of per-dimension RoPE rescale factors (Ding et al. 2024, arXiv 2402.13753), as
-microsoft/LongRoPE `evolution/` does it (`search.py`, `algorithms/genetic_base.py`, `algorithms/dim_mono.py`,
-defaults from `default_hyper_params/dim_mono_llama.json`); docs/tuning.md describes the algorithm.
-
-Factors are one per rotated pair k (inv_freq_k / factor_k), on a grid of `step` from 1 to s = T / L, and never
-decrease with k ("dim_mono"). Where this differs from the code: the mutation loop gives up after
-`max_mutation_try` sweeps (the code loops until it finds a new vector, forever once none is left), returning None,
-and the search stops when the budget is spent (`Tracker`) rather than after a fixed number of iterations only.
+microsoft/LongRoPE `evolution/` does it ("dim_mono"; docs/tuning.md). Factors are one per rotated pair k
+(inv_freq_k / factor_k), on a grid of `step` from 1 to s = T / L, never decreasing with k; a mutation gives up after
+`max_mutation_try` sweeps, and the search stops when the budget is spent.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
-"""The measured objective of `lextra tune`: perplexity on held-out text plus passkey accuracy at several depths, at the
-target length, for one candidate setup at a time on one loaded model (docs/tuning.md).
+"""The measured objective of `lextra tune` at the target length T, one candidate setup at a time (docs/tuning.md).
 
-`OBJECTIVES`: `ppl`, loss = ln(perplexity) + passkey_weight * (1 - passkey accuracy), perplexity being lextra's
-`chunks` protocol on the first `documents` held-out pieces of T tokens; `needle`, loss = ln(needle perplexity), the
-perplexity of the passkey answers' tokens alone (LongRoPE2's needle-driven perplexity, Shang et al. 2025, arXiv
-2502.20082, with lextra's passkey task as the needle). Both measure all three numbers; only the loss differs.
+`ppl`: loss = ln(perplexity) + passkey_weight * (1 - passkey accuracy), perplexity being the `chunks` protocol on
+`documents` held-out pieces of T tokens; `needle`: loss = ln(perplexity of the passkey answers' tokens alone)
+(LongRoPE2's needle-driven perplexity, Shang et al. 2025, arXiv 2502.20082).
 """
 
 from __future__ import annotations
@@ -65,8 +63,7 @@ def reset(model: Any) -> None:
 
 
 class MeasuredObjective:
-    """Perplexity and passkey of `model` under a candidate setup (module docstring); `data` is the held-out text
-    (a PreparedData with the model's tokenizer)."""
+    """Perplexity and passkey of `model` under a candidate setup (module docstring) on held-out `data`."""
 
     def __init__(self, model: Any, data: Any, settings: ObjectiveSettings) -> None:
         self.model = model
@@ -112,25 +109,20 @@ class MeasuredObjective:
 def rope_geometry(model: Any) -> tuple[int, float]:
     """(rotary dimension D, RoPE base b) of a lextra GPT's first rotary layer or a Hugging Face Llama-family
     adapter, read from its unscaled frequencies theta_1 = b^(-2/D) (call after `reset`)."""
-    inv_freq = _inv_freq(model)
-    half = int(inv_freq.numel())
-    if half < 2:
-        return 2 * half, 10000.0
-    base = float(inv_freq[1].double() ** (-half))
-    return 2 * half, base
-
-
-def _inv_freq(model: Any) -> Any:
     from lextra.model import GPT
     from lextra.positions.rotary import RotaryFrequencies
 
     if isinstance(model, GPT):
-        for layer in range(model.config.n_layer):
-            scheme = model.scheme_for(layer)
-            if isinstance(scheme, RotaryFrequencies):
-                return scheme.inv_freq
-        raise ConfigError(f"LongRoPE rescales RoPE frequencies; this {model.config.label!r} model has no rotary layer")
-    rotary = getattr(model, "rotary", None)
-    if rotary is None or not hasattr(rotary, "inv_freq"):
-        raise ConfigError("LongRoPE rescales RoPE frequencies; this model has none (a Llama-family model has)")
-    return rotary.inv_freq
+        schemes = [model.scheme_for(layer) for layer in range(model.config.n_layer)]
+        rotary = next((s for s in schemes if isinstance(s, RotaryFrequencies)), None)
+        if rotary is None:
+            label = model.config.label
+            raise ConfigError(f"LongRoPE rescales RoPE frequencies; this {label!r} model has no rotary layer")
+    else:
+        rotary = getattr(model, "rotary", None)
+        if rotary is None or not hasattr(rotary, "inv_freq"):
+            raise ConfigError("LongRoPE rescales RoPE frequencies; this model has none (a Llama-family model has)")
+    half = int(rotary.inv_freq.numel())
+    if half < 2:
+        return 2 * half, 10000.0
+    return 2 * half, float(rotary.inv_freq[1].double() ** (-half))

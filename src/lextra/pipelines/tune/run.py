@@ -135,10 +135,7 @@ def verify(
                 began = clock()
                 try:
                     score = objective(InferenceSetup(**trial.setup))
-                except (
-                    ConfigError,
-                    LengthError,
-                ) as err:  # e.g. Self-Extend's settings reach fewer tokens than this length
+                except (ConfigError, LengthError) as err:  # e.g. Self-Extend reaching fewer tokens than this
                     done[key] = {"refused": str(err)}
                 else:
                     done[key] = {"loss": score.loss, **score.parts, "seconds": round(clock() - began, 3)}

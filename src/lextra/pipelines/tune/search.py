@@ -1,12 +1,6 @@
-"""The searchers' shared parts -- a time budget on an injectable clock, the record of every candidate tried, progress
-lines -- and the grid / coordinate search over a method's discrete settings.
-
-An objective maps a candidate's `InferenceSetup` to a `Score` (lower `loss` is better). A search starts a candidate
-only when the mean cost of the candidates so far fits in what is left of the budget (and, from a method's second
-candidate on, in what is left of that method's share); Ctrl-C stops it the same way. Either way the best candidate
-so far is kept and returned with the record. A candidate the model refuses (a ConfigError or LengthError) is recorded
-with an infinite loss and the search goes on.
-"""
+"""The searchers' shared parts -- a time budget, the record of every candidate tried, progress lines -- and the grid /
+coordinate search over a method's discrete settings. An objective maps a candidate's `InferenceSetup` to a `Score`
+(lower `loss` is better); a candidate starts only when the mean cost so far fits in what is left of the budget."""
 
 from __future__ import annotations
 
@@ -91,19 +85,11 @@ class Tracker:
     """Runs candidates through the objective within the budget, remembers every one (no candidate runs twice),
     keeps the best, and prints one progress line per candidate (tokens/s, ETA, best so far)."""
 
-    def __init__(
-        self,
-        objective: Objective,
-        budget: Budget,
-        *,
-        planned: int | None = None,
-        stream: TextIO | None = sys.stderr,
-    ) -> None:
+    def __init__(self, objective: Objective, budget: Budget, *, stream: TextIO | None = sys.stderr) -> None:
         self.objective = objective
         self.budget = budget
         #: the budget a candidate must fit in (the whole budget, or the share of the method being searched)
         self.limit = budget
-        self.planned = planned
         self.stream = stream
         self.trials: list[Trial] = []
         self.seen: dict[str, Trial] = {}
@@ -151,14 +137,12 @@ class Tracker:
         tokens = sum(t.tokens for t in self.trials)
         speed = tokens / max(elapsed, 1e-9)
         remaining = self.budget.left()
-        if self.planned is not None:
-            remaining = min(remaining, max(0, self.planned - len(self.trials)) * self.mean_cost())
         parts = ", ".join(f"{k} {v:.4g}" for k, v in trial.parts.items() if "@" not in k)
         best = self.best
         assert best is not None
         shown = "" if remaining == float("inf") else f", ETA {_clock(remaining)}"
         print(
-            f"tune [{len(self.trials)}{'' if self.planned is None else f'/{self.planned}'}] {setup_summary(setup)}: "
+            f"tune [{len(self.trials)}] {setup_summary(setup)}: "
             f"loss {trial.loss:.4f} ({parts}) in {trial.seconds:.1f} s | best {best.loss:.4f} "
             f"{setup_summary(InferenceSetup(**best.setup))} | {speed:,.0f} tok/s, {_clock(elapsed)} elapsed{shown}",
             file=self.stream,

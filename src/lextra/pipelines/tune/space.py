@@ -1,18 +1,13 @@
-"""What `lextra tune` searches: each method's settings as a few discrete values per parameter, scaled to the model's
-training length L and the target length T (s = T / L), with the method's own defaults (its registry entry's, as
-`EXTENSIONS` and `SCALING_TYPES` declare them) as the starting point.
-
-A candidate is a dict of parameter values; `MethodSpace.setup(values)` turns it into the `InferenceSetup` that is
-measured and written. Every setup states both the RoPE scaling and the extension method (null where unused), so a
-setup file reproduces exactly what was measured, whatever the model had before (a tuned setup replaces the model's
-own RoPE scaling).
-"""
+"""What `lextra tune` searches: each method's settings as a few discrete values per parameter, scaled to the training
+length L and the target length T (s = T / L), starting from the method's registry defaults. Every setup states both
+the RoPE scaling and the extension method (null where unused), so a setup file reproduces what was measured."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from lextra.errors import ConfigError
@@ -24,17 +19,14 @@ Values = dict[str, Any]
 
 @dataclass(frozen=True)
 class MethodSpace:
-    """One method's search space: parameter -> the values tried, the authors' defaults, and how values become a
-    setup. `valid(values)` rejects combinations the method refuses (e.g. Self-Extend too short for T)."""
+    """One method's search space: parameter -> the values tried, the authors' defaults, the setup of a set of
+    values, and `valid(values)`, which rejects combinations the method refuses (e.g. Self-Extend too short for T)."""
 
     name: str
     params: dict[str, tuple[Any, ...]]
     defaults: Values
-    make: Callable[[Values], InferenceSetup]
+    setup: Callable[[Values], InferenceSetup]
     valid: Callable[[Values], bool] = lambda values: True
-
-    def setup(self, values: Values) -> InferenceSetup:
-        return self.make(values)
 
     def size(self) -> int:
         return math.prod(len(v) for v in self.params.values())
@@ -51,17 +43,13 @@ def _ints(*values: float, low: int = 1, high: int | None = None) -> tuple[int, .
     return tuple(found)
 
 
-def _fits(name: str, train_len: int, target: int) -> Callable[[Values], bool]:
+def _fits(name: str, train_len: int, target: int, values: Values) -> bool:
     """Whether the method built with these values takes T tokens (and accepts the values at all)."""
-
-    def valid(values: Values) -> bool:
-        try:
-            build_extension(name, train_len, **values).check_length(target)
-        except ConfigError:
-            return False
-        return True
-
-    return valid
+    try:
+        build_extension(name, train_len, **values).check_length(target)
+    except ConfigError:
+        return False
+    return True
 
 
 def _extension_space(name: str, params: dict[str, tuple[Any, ...]], L: int, T: int) -> MethodSpace:
@@ -72,7 +60,7 @@ def _extension_space(name: str, params: dict[str, tuple[Any, ...]], L: int, T: i
     def make(values: Values) -> InferenceSetup:
         return InferenceSetup(rope_scaling=None, extension=name + ":" + ",".join(f"{k}={v}" for k, v in values.items()))
 
-    return MethodSpace(name, params, defaults, make, _fits(name, L, T))
+    return MethodSpace(name, params, defaults, make, partial(_fits, name, L, T))
 
 
 def _scaling_defaults(kind: str, keys: tuple[str, ...]) -> Values:
