@@ -5,8 +5,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
@@ -14,23 +13,8 @@ from lextra.data.corpora import Document, load_corpus, split_corpus
 from lextra.data.tokenizers import Tokenizer, build_tokenizer, tokenizer_from_config
 from lextra.data.windows import TrainStream, encode_documents
 
-
-class PreparedFolder(Protocol):
-    """What `PreparedData` reads of a prepared folder (`lextra.data.shards.PreparedShards`): its documents' stored
-    tokens, its train stream's windows and batches, and its path and manifest hash for results."""
-
-    root: Path
-    sha256: str
-
-    def documents(self, split: str, limit: int | None = None) -> list[Tensor]: ...
-
-    def __len__(self) -> int: ...
-
-    def windows(self, starts: Tensor, length: int) -> Tensor: ...
-
-    def batch(
-        self, step: int, batch_size: int, length: int, seed: int, rank: int = 0, world_size: int = 1
-    ) -> Tensor: ...
+if TYPE_CHECKING:
+    from lextra.data.shards import PreparedShards
 
 
 @dataclass
@@ -43,7 +27,7 @@ class PreparedData:
     splits: Mapping[str, Sequence[Document]]
     tokenizer: Tokenizer
     #: the prepared folder the splits come from (its tokens are read, not encoded again), or None
-    folder: PreparedFolder | None = None
+    folder: PreparedShards | None = None
 
     def documents(self, split: str) -> list[Tensor]:
         """The split's documents as 1-D token tensors: the folder's stored tokens, else the texts encoded (the
@@ -53,7 +37,7 @@ class PreparedData:
         return encode_documents(self.splits[split], self.tokenizer)
 
     @functools.cached_property
-    def stream(self) -> TrainStream | PreparedFolder:
+    def stream(self) -> TrainStream | PreparedShards:
         """The train split as one token stream: the folder's, else the split encoded (once)."""
         if self.folder is not None:
             return self.folder

@@ -9,17 +9,11 @@ from concurrent.futures import Executor
 import numpy as np
 
 from lextra.data.corpora import Document
-from lextra.data.tokenizers import ByteTokenizer, Tokenizer
+from lextra.data.tokenizers import Tokenizer
+from lextra.data.windows import encode_arrays
 
 ENCODE_BATCH = 256
 """Documents encoded (and appended to the shard's files) together."""
-
-
-def _encode(tokenizer: Tokenizer, docs: Sequence[Document]) -> list[np.ndarray]:
-    """Token ids of each document (uint8 for bytes, else int64), as `encode_documents` computes them."""
-    if isinstance(tokenizer, ByteTokenizer):
-        return [np.frombuffer(doc.text.encode("utf-8"), dtype=np.uint8) for doc in docs]
-    return [np.asarray(ids, dtype=np.int64) for ids in tokenizer.encode_many([doc.text for doc in docs])]
 
 
 _WORKER_TOKENIZER: Tokenizer | None = None
@@ -33,7 +27,7 @@ def _start_worker(tokenizer: Tokenizer) -> None:
 
 def _encode_in_worker(docs: Sequence[Document]) -> list[np.ndarray]:
     assert _WORKER_TOKENIZER is not None
-    return _encode(_WORKER_TOKENIZER, docs)
+    return encode_arrays(_WORKER_TOKENIZER, docs)
 
 
 def encoded_batches(
@@ -44,7 +38,7 @@ def encoded_batches(
     batches = [list(docs[start : start + ENCODE_BATCH]) for start in range(0, len(docs), ENCODE_BATCH)]
     if pool is None:
         for batch in batches:
-            yield batch, _encode(tokenizer, [doc for _, doc in batch])
+            yield batch, encode_arrays(tokenizer, [doc for _, doc in batch])
         return
     yield from zip(batches, pool.map(_encode_in_worker, [[doc for _, doc in b] for b in batches]), strict=True)
 
