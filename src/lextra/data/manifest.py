@@ -1,11 +1,6 @@
-"""The schema of a prepared folder's `manifest.json`, checked whole when the folder is opened.
-
-Every field is checked for presence and type, counts for consistency (a split's documents and tokens are the
-sums of its shards', a token file holds `tokens` ids of the dtype, an offsets file two int64 per document), the
-dtype for being known and holding the vocabulary, file names for being the folder's own. A manifest that fails is
-refused in one line naming the field, so a hand-edited or truncated manifest never surfaces as a traceback or
-as a run that fails later.
-"""
+"""The schema of a prepared folder's `manifest.json`, checked whole on open: every field's presence and type,
+counts summing and sizing their files, a known dtype that holds the vocabulary, the folder's own file names; a
+manifest that fails is refused in one line naming the field."""
 
 from __future__ import annotations
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Sequence
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 import numpy as np
 import torch
 
-from lextra.data.windows import check_batch
+from lextra.data.windows import WindowSource, check_batch
 from lextra.errors import DataError
 
 ORDERS: tuple[str, ...] = ("iid", "epoch")
@@ -128,28 +128,21 @@ def epoch_window_starts(
     return torch.from_numpy(out * length)
 
 
-class WindowStream(Protocol):
-    """A token stream that gathers windows at given starts (`TrainStream`, `PreparedShards`)."""
-
-    def __len__(self) -> int: ...
-
-    def windows(self, starts: torch.Tensor, length: int) -> torch.Tensor: ...
-
-
-class EpochOrder:
+class EpochOrder(WindowSource):
     """A stream's training windows in epoch order (`epoch_window_starts`)."""
 
-    def __init__(self, stream: WindowStream) -> None:
+    def __init__(self, stream: WindowSource) -> None:
         self.stream = stream
 
     def __len__(self) -> int:
         return len(self.stream)
 
-    def batch(
+    def draw_starts(
         self, step: int, batch_size: int, length: int, seed: int, rank: int = 0, world_size: int = 1
     ) -> torch.Tensor:
-        """A (batch_size, length + 1) int64 batch: rank `rank`'s rows of global batch `step`."""
-        starts = epoch_window_starts(len(self.stream), step, batch_size, length, seed, rank, world_size)
+        return epoch_window_starts(len(self.stream), step, batch_size, length, seed, rank, world_size)
+
+    def windows(self, starts: torch.Tensor, length: int) -> torch.Tensor:
         return self.stream.windows(starts, length)
 
     def position(self, step: int, batch_size: int, length: int) -> dict[str, int]:
@@ -159,7 +152,7 @@ class EpochOrder:
         return {"epoch": epoch, "window": window, "windows": windows}
 
 
-Stream = TypeVar("Stream", bound=WindowStream)
+Stream = TypeVar("Stream", bound=WindowSource)
 
 
 def in_order(stream: Stream, order: str) -> Stream | EpochOrder:

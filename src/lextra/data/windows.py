@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import hashlib
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 import numpy as np
@@ -200,7 +201,31 @@ class JoinedTokens:
         return torch.from_numpy(view[at + shifts[segment]].astype(np.int64))
 
 
-class TrainStream:
+class WindowSource(ABC):
+    """Where training windows are drawn: `draw_starts` gives a step's window starts (i.i.d. by default), `windows` reads
+    them, and `batch` is both, a pure function of (seed, step, rank)."""
+
+    @abstractmethod
+    def __len__(self) -> int: ...
+
+    @abstractmethod
+    def windows(self, starts: torch.Tensor, length: int) -> torch.Tensor:
+        """The (len(starts), length + 1) int64 windows of the stream at `starts`."""
+
+    def draw_starts(
+        self, step: int, batch_size: int, length: int, seed: int, rank: int = 0, world_size: int = 1
+    ) -> torch.Tensor:
+        """The (batch_size,) window starts of rank `rank`'s rows of global batch `step` (`window_starts`)."""
+        return window_starts(len(self), step, batch_size, length, seed, rank, world_size)
+
+    def batch(
+        self, step: int, batch_size: int, length: int, seed: int, rank: int = 0, world_size: int = 1
+    ) -> torch.Tensor:
+        """A (batch_size, length + 1) int64 batch: inputs `batch[:, :-1]`, targets `batch[:, 1:]`."""
+        return self.windows(self.draw_starts(step, batch_size, length, seed, rank, world_size), length)
+
+
+class TrainStream(WindowSource):
     """The training documents' tokens joined into one stream (with an optional separator token between them)."""
 
     def __init__(self, token_docs: Sequence[torch.Tensor], separator: int | None = None) -> None:
@@ -239,15 +264,7 @@ class TrainStream:
         """Number of tokens in the stream, separators included."""
         return int(self.tokens.numel())
 
-    def batch(
-        self, step: int, batch_size: int, length: int, seed: int, rank: int = 0, world_size: int = 1
-    ) -> torch.Tensor:
-        """A (batch_size, length + 1) int64 batch of random windows (`window_starts`): inputs `batch[:, :-1]`,
-        targets `batch[:, 1:]`."""
-        return self.windows(window_starts(len(self), step, batch_size, length, seed, rank, world_size), length)
-
     def windows(self, starts: torch.Tensor, length: int) -> torch.Tensor:
-        """The (len(starts), length + 1) int64 windows of the stream at `starts`."""
         return self._joined.windows(starts, length)
 
     def document_starts(self) -> DocumentStarts:

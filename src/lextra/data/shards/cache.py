@@ -71,14 +71,10 @@ def cached_shards(
     wait_s: float = CACHE_WAIT_S,
     prepare: bool = True,
 ) -> PreparedShards:
-    """`source` prepared with `tokenizer` in the data cache (`data_cache_dir()` unless `cache_dir`), the first
-    time by whichever process gets there first (others wait on a file lock), then only mapped.
-
-    With `prepare=False` (torchrun ranks other than 0) the entry is never written: the call waits up to `wait_s`
-    seconds for its manifest, so every rank maps the files one rank prepared.
-
-    The entry holds exactly the data a run on the raw corpus reads: the BPE is trained on the whole train split
-    (as `prepare_data` trains it), so its batches and validation documents equal the in-memory ones bit for bit.
+    """`source` prepared with `tokenizer` in the data cache (`data_cache_dir()` unless `cache_dir`) by the first
+    process to get there (others wait on a file lock), then only mapped; with `prepare=False` (torchrun ranks
+    but 0) it waits up to `wait_s` seconds for the manifest. The BPE is trained on the whole train split, as
+    `prepare_data` trains it, so the entry's batches equal the in-memory ones bit for bit.
     """
     root = Path(cache_dir).expanduser() if cache_dir is not None else data_cache_dir()
     if root is None:
@@ -122,9 +118,8 @@ def _wait_for_manifest(folder: Path, wait_s: float) -> None:
 
 def shards_for_model(meta: dict[str, Any], data: str | os.PathLike[str] | None = None) -> PreparedShards | None:
     """The prepared data to evaluate a saved model on: the folder `data` (refused when tokenized otherwise than
-    the model), else the folder the model was trained from (`--data` or the data cache) when it is still there
-    with the manifest hash the run recorded; None when there is none (read the raw corpus), said in one line on
-    stderr where the folder is there but fails its checks."""
+    the model), else the folder the model was trained from when it is still there with the recorded manifest
+    hash; None otherwise (read the raw corpus; said on stderr where the folder fails its checks)."""
     if data is not None:
         shards = PreparedShards.open(data)
         if "hf" in meta:  # a Hugging Face model: its own tokenizer, or the spec it is run with
@@ -152,9 +147,8 @@ def text_data_for_model(
     corpus: str | None = None,
     limit_chars: int | None = None,
 ) -> PreparedData:
-    """The documents and tokenizer a text task (retrieval prompts) reads for a saved model: the prepared folder
-    `data` decoded (`PreparedShards.prepared_data`; refused when tokenized otherwise than the model), else
-    `corpus` (default the model's) read with its tokenizer (`prepare_for_model`)."""
+    """The documents and tokenizer a text task reads for a saved model: the prepared folder `data` decoded (checked
+    by `shards_for_model`), else `corpus` (default the model's) read with its tokenizer (`prepare_for_model`)."""
     if data is None:
         return prepare_for_model(meta, corpus, limit_chars)
     shards = shards_for_model(meta, data)

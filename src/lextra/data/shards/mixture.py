@@ -12,11 +12,11 @@ from lextra.data.orders import EpochOrder, check_order, in_order
 from lextra.data.positions import BatchSource
 from lextra.data.prepare import PreparedData
 from lextra.data.shards.reader import PreparedShards
-from lextra.data.windows import mixture_window_starts
+from lextra.data.windows import WindowSource, mixture_window_starts
 from lextra.errors import DataError
 
 
-class WeightedMixture:
+class WeightedMixture(WindowSource):
     """Training windows of a prepared weighted mixture (`A:0.3+B:0.7`): each window comes from one part, drawn
     by weight (`mixture_window_starts`), so every part is seen in its share whatever its size."""
 
@@ -34,11 +34,12 @@ class WeightedMixture:
         """Tokens of the training stream (every part's)."""
         return len(self.shards)
 
-    def batch(
+    def draw_starts(
         self, step: int, batch_size: int, length: int, seed: int, rank: int = 0, world_size: int = 1
     ) -> torch.Tensor:
-        """A (batch_size, length + 1) int64 batch, a pure function of (seed, step, rank)."""
-        starts = mixture_window_starts(self.ranges, self.weights, step, batch_size, length, seed, rank, world_size)
+        return mixture_window_starts(self.ranges, self.weights, step, batch_size, length, seed, rank, world_size)
+
+    def windows(self, starts: torch.Tensor, length: int) -> torch.Tensor:
         return self.shards.windows(starts, length)
 
 

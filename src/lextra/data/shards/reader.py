@@ -32,7 +32,7 @@ from lextra.data.shards.layout import (
     unfinished_command,
 )
 from lextra.data.tokenizers import HFTokenizer, Tokenizer, tokenizer_from_config
-from lextra.data.windows import JoinedTokens, window_starts
+from lextra.data.windows import JoinedTokens, WindowSource
 from lextra.errors import DataError
 from lextra.io import sha256_file
 
@@ -45,7 +45,7 @@ class Part:
     offsets: np.ndarray
 
 
-class PreparedShards:
+class PreparedShards(WindowSource):
     """A prepared folder, mapped copy-on-write: training windows, evaluation documents, its tokenizer."""
 
     def __init__(self, root: Path, manifest: dict[str, Any], digest: str, parts: dict[str, list[Part]]) -> None:
@@ -161,14 +161,9 @@ class PreparedShards:
         """Tokens [start, stop) of a split's stream (across shard files), as a new array of the file dtype."""
         return self._stream(split).span(start, stop)
 
-    def batch(
-        self, step: int, batch_size: int, length: int, seed: int, rank: int = 0, world_size: int = 1
-    ) -> torch.Tensor:
-        """A (batch_size, length + 1) int64 batch of training windows: `TrainStream.batch` over the same stream."""
-        return self.windows(window_starts(len(self), step, batch_size, length, seed, rank, world_size), length)
-
     def windows(self, starts: torch.Tensor, length: int) -> torch.Tensor:
-        """The (len(starts), length + 1) int64 windows of the training stream at `starts`."""
+        """The (len(starts), length + 1) int64 windows of the training stream at `starts` (the same as the raw
+        corpus's `TrainStream`)."""
         return self._stream("train").windows(starts, length)
 
     def document_starts(self) -> DocumentStarts:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from lextra.data.corpora import DEFAULT_FRACTIONS, SPLITS, Document, mixture_parts
-from lextra.data.integrity import FAST_HASH, copied_files, fast_hash_file
+from lextra.data.integrity import copied_files, file_entry
 from lextra.data.shards.layout import FORMAT_VERSION, TOKENIZER, TOKENIZER_DIR
 from lextra.data.shards.scan import Scan
 from lextra.data.tokenizers import Tokenizer
@@ -24,15 +24,17 @@ from lextra.io import sha256_file
 
 @dataclass
 class SplitWriter:
-    """Appends one split's documents of one shard to `NAME.tokens.partial` and collects their offsets."""
+    """Appends one split's documents of one shard to `STEM.tokens.partial` and collects their offsets."""
 
-    tokens_path: Path
-    offsets_path: Path
+    stem: Path
     dtype: type[np.unsignedinteger]
     separator: int | None
     joined: bool  #: whether an earlier document of this split exists (then this shard's first gets a separator)
 
     def __post_init__(self) -> None:
+        self.tokens_path, self.offsets_path = (
+            self.stem.with_name(f"{self.stem.name}.{kind}") for kind in ("tokens", "offsets")
+        )
         self._handle = open(self._partial(self.tokens_path), "wb")  # noqa: SIM115 -- closed by finish/abort
         self._offsets: list[tuple[int, int]] = []
         self._parts: dict[int, list[int]] = {}  #: part -> [documents, tokens (separators excluded)]
@@ -81,12 +83,7 @@ class SplitWriter:
             "files": {},
         }
         for final, written in ((self.tokens_path, partial), (self.offsets_path, offsets_partial)):
-            entry["files"][final.suffix.lstrip(".")] = {
-                "name": final.name,
-                "bytes": written.stat().st_size,
-                "sha256": sha256_file(written),
-                FAST_HASH: fast_hash_file(written),
-            }
+            entry["files"][final.suffix.lstrip(".")] = file_entry(written, final.name)
             os.replace(written, final)
         return entry
 

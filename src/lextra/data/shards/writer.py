@@ -8,7 +8,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -59,11 +59,10 @@ def prepare_shards(
 ) -> Path:
     """Tokenize `source` (any corpus spec) with `tokenizer` (a spec) into a prepared folder; returns its manifest.
 
-    Continues an unfinished prepare of the same request (and the same source files) in `out_dir`; a finished one
-    is returned as is. One process at a time writes a folder (`lextra.locks`); a bad input found on the way
-    leaves the folder as it was. `strict` refuses files a directory source would skip and fingerprints the
-    source by whole-file hashes; `workers` encodes in that many processes (the same bytes; a tokenizer that
-    already encodes in threads uses one). `cache_dir` is the BPE tokenizer cache (as in `build_tokenizer`).
+    Continues an unfinished prepare of the same request and source files in `out_dir` (one process at a time); a
+    bad input found on the way leaves the folder as it was. `strict` refuses files a directory source would skip
+    and fingerprints the source by whole-file hashes; `workers` encodes in that many processes (the same bytes).
+    `cache_dir` is the BPE tokenizer cache (as in `build_tokenizer`).
     """
     out = Path(out_dir).expanduser()
     for label, value in (("shard_chars", shard_chars), ("sample_chars", sample_chars), ("workers", workers)):
@@ -96,10 +95,15 @@ def prepare_shards(
         try:
             return _prepare_locked(out, request, cache_dir, progress, workers)
         except LextraError:  # a bad input: remove what this run wrote, so the corrected command runs
-            for path in out.iterdir():
-                if path.name not in before and path.name != LOCK_NAME:
-                    shutil.rmtree(path) if path.is_dir() else path.unlink()
+            _remove_all(out, keep=before | {LOCK_NAME})
             raise
+
+
+def _remove_all(folder: Path, keep: set[str]) -> None:
+    """Remove every file and folder of `folder` but those named in `keep`."""
+    for path in folder.iterdir():
+        if path.name not in keep:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
 def _prepare_locked(
@@ -191,67 +195,35 @@ def _write_shards(
         desc=f"prepare {source}",
         file=sys.stderr,
     )
-    rate = _Rate()
+    started, tokens = time.perf_counter(), 0  # for the bar's tokens per second since the prepare (re)started
     parts = iter_part_documents(source, text_field=request["text_field"], limit_chars=request["limit_chars"])
     with encoding_pool(tok, workers) as pool:
         for index, docs in enumerate(source_shards(parts, request["shard_chars"])):
             if index < len(records):
                 continue
             writers = {
-                name: SplitWriter(
-                    out / f"{name}-{index:05d}.tokens",
-                    out / f"{name}-{index:05d}.offsets",
-                    dtype,
-                    tok.separator_id,
-                    documents_before[name] > 0,
-                )
+                name: SplitWriter(out / f"{name}-{index:05d}", dtype, tok.separator_id, documents_before[name] > 0)
                 for name in SPLITS
             }
-            record = _write_shard(index, docs, writers, scan, encoded_batches(tok, docs, pool), bar, rate)
+            try:  # a failure removes the shard's partial files
+                for batch, encoded in encoded_batches(tok, docs, pool):
+                    for (part, doc), ids in zip(batch, encoded, strict=True):
+                        if ids.size:
+                            writers[scan.split(doc)].write(ids, part)
+                            tokens += int(ids.size)
+                    bar.set_postfix(tok_s=f"{tokens / max(time.perf_counter() - started, 1e-9):,.0f}", refresh=False)
+                    bar.update(len(batch))
+                entries = {name: writer.finish() for name, writer in writers.items()}
+            except BaseException:
+                for writer in writers.values():
+                    writer.abort()
+                raise
+            record = shard_record(index, docs, entries)
             atomic_write_json(out / f"shard-{index:05d}.json", record)
             records.append(record)
             for name in SPLITS:
                 documents_before[name] += record["splits"][name]["documents"]
     bar.close()
-
-
-class _Rate:
-    """Tokens encoded since the prepare (re)started, for the progress bar's tokens per second."""
-
-    def __init__(self) -> None:
-        self.started, self.tokens = time.perf_counter(), 0
-
-    def add(self, tokens: int) -> str:
-        self.tokens += tokens
-        return f"{self.tokens / max(time.perf_counter() - self.started, 1e-9):,.0f}"
-
-
-def _write_shard(
-    index: int,
-    docs: Sequence[tuple[int, Document]],
-    writers: dict[str, SplitWriter],
-    scan: Scan,
-    batches: Iterable[tuple[list[tuple[int, Document]], list[np.ndarray]]],
-    bar: tqdm,
-    rate: _Rate,
-) -> dict[str, Any]:
-    """Write one shard's encoded documents to their splits' files and return the shard's record; a failure
-    removes the shard's partial files."""
-    try:
-        for batch, encoded in batches:
-            tokens = 0
-            for (part, doc), ids in zip(batch, encoded, strict=True):
-                if ids.size:
-                    writers[scan.split(doc)].write(ids, part)
-                    tokens += int(ids.size)
-            bar.set_postfix(tok_s=rate.add(tokens), refresh=False)
-            bar.update(len(batch))
-        entries = {name: writer.finish() for name, writer in writers.items()}
-    except BaseException:
-        for writer in writers.values():
-            writer.abort()
-        raise
-    return shard_record(index, docs, entries)
 
 
 def _load_request(out_dir: Path, request: dict[str, Any]) -> None:
@@ -271,9 +243,7 @@ def _load_request(out_dir: Path, request: dict[str, Any]) -> None:
                 f"{out_dir} holds an unfinished prepare with other settings (`{prepare_command(was, out_dir)}`); "
                 f"run that to finish it, use another --out, or delete {out_dir} to prepare it anew"
             )
-        for stale in out_dir.iterdir():
-            if stale.name != LOCK_NAME:
-                shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
+        _remove_all(out_dir, keep={LOCK_NAME})
     elif any(p.name not in (LOCK_NAME, STAMP) for p in out_dir.iterdir()):
         raise DataError(f"{out_dir} is not empty and holds no prepared data; give an empty or new --out folder")
     atomic_write_json(path, request)
