@@ -61,7 +61,6 @@ class Tokenizer(ABC):
         return []
 
     def __repr__(self) -> str:
-        """Name and vocabulary size, for logs."""
         return f"{type(self).__name__}(name={self.name!r}, vocab_size={self.vocab_size})"
 
 
@@ -73,15 +72,12 @@ class ByteTokenizer(Tokenizer):
     separator_id = ord("\n")
 
     def encode(self, text: str) -> list[int]:
-        """The UTF-8 bytes of `text`."""
         return list(text.encode("utf-8"))
 
     def decode(self, ids: Sequence[int]) -> str:
-        """UTF-8 decoding of the bytes; a window that cuts a multi-byte character shows U+FFFD there."""
         return bytes(ids).decode("utf-8", errors="replace")
 
     def to_config(self) -> dict[str, Any]:
-        """`{"kind": "bytes"}`."""
         return {"kind": "bytes"}
 
 
@@ -127,11 +123,10 @@ class BPETokenizer(Tokenizer):
         return cls(backend, source=str(path))
 
     def encode(self, text: str) -> list[int]:
-        """BPE token ids of `text`."""
         return list(self._backend.encode(text, add_special_tokens=False).ids)
 
     def encode_many(self, texts: Sequence[str]) -> list[list[int]]:
-        """BPE token ids of several texts, encoded in parallel by the backend in bounded chunks."""
+        """Encoded in parallel by the backend, in bounded chunks."""
         out: list[list[int]] = []
         chunk = 64
         for start in range(0, len(texts), chunk):
@@ -249,15 +244,12 @@ class HFTokenizer(Tokenizer):
         return list(self._bos_prefix)
 
     def encode(self, text: str) -> list[int]:
-        """Token ids of `text`, without BOS/EOS."""
         return list(self._tok.encode(text, add_special_tokens=False))
 
     def decode(self, ids: Sequence[int]) -> str:
-        """Text of token ids."""
         return str(self._tok.decode(list(ids)))
 
     def to_config(self) -> dict[str, Any]:
-        """The kind and the absolute local path."""
         return {"kind": "hf", "path": self.path}
 
 
@@ -304,34 +296,32 @@ def build_tokenizer(
     """Make the tokenizer named by `spec`: "bytes", "bpe" / "bpe:4096" (trained on `docs`, the TRAIN split only,
     its cache file named by `corpus_name`), or "hf:/local/path"."""
     spec = spec.strip()
-    check_tokenizer_spec(spec)
+    size = check_tokenizer_spec(spec)
     if spec == "bytes":
         return ByteTokenizer()
-    if spec.startswith("hf:"):
+    if size is None:
         return HFTokenizer(spec.removeprefix("hf:"))
     if docs is None:
         raise DataError(f"tokenizer {spec!r} is trained on the corpus; pass the training documents")
-    size_text = spec.partition(":")[2] or str(DEFAULT_BPE_VOCAB)
-    return BPETokenizer.train(docs, int(size_text), cache_dir=cache_dir, corpus_name=corpus_name)
+    return BPETokenizer.train(docs, size, cache_dir=cache_dir, corpus_name=corpus_name)
 
 
-def check_tokenizer_spec(spec: str) -> None:
+def check_tokenizer_spec(spec: str) -> int | None:
     """Refuse a malformed tokenizer spec (unknown kind, a bad BPE size, an `hf:` path that does not exist)
-    without building anything: what a prepare checks before it writes."""
+    without building anything, as a prepare does before it writes; returns a BPE spec's vocabulary size."""
     spec = spec.strip()
     if spec == "bytes":
-        return
+        return None
     if spec == "bpe" or spec.startswith("bpe:"):
         size_text = spec.partition(":")[2] or str(DEFAULT_BPE_VOCAB)
         if not size_text.isdigit():
             raise DataError(f"tokenizer {spec!r}: the vocab size must be an integer, e.g. bpe:4096")
         if int(size_text) < 257:
             raise DataError(f"BPE vocab size must be an integer >= 257 (256 bytes + 1 special), got {size_text}")
-        return
-    if spec.startswith("hf:"):
-        path = spec.removeprefix("hf:")
-        if not path:
-            raise DataError("tokenizer 'hf:' needs a local path, e.g. hf:/models/llama")
-        _check_hf_path(Path(path).expanduser())
-        return
-    raise DataError(f"unknown tokenizer {spec!r}; use {_TOKENIZER_SPECS}")
+        return int(size_text)
+    if not spec.startswith("hf:"):
+        raise DataError(f"unknown tokenizer {spec!r}; use {_TOKENIZER_SPECS}")
+    if not spec.removeprefix("hf:"):
+        raise DataError("tokenizer 'hf:' needs a local path, e.g. hf:/models/llama")
+    _check_hf_path(Path(spec.removeprefix("hf:")).expanduser())
+    return None

@@ -48,12 +48,17 @@ class Part:
 class PreparedShards(WindowSource):
     """A prepared folder, mapped copy-on-write: training windows, evaluation documents, its tokenizer."""
 
-    def __init__(self, root: Path, manifest: dict[str, Any], digest: str, parts: dict[str, list[Part]]) -> None:
+    def __init__(
+        self, root: Path, manifest: dict[str, Any], digest: str, parts: dict[str, list[Part]], config: dict[str, Any]
+    ) -> None:
         """Use `PreparedShards.open`."""
         self.root = root
         self.manifest = manifest
         self.sha256 = digest
         self._parts = parts
+        self._streams: dict[str, JoinedTokens] = {}
+        #: the saved `to_config()` of the tokenizer the folder was prepared with (`tokenizer.json`)
+        self.tokenizer_config = config
         self.separator: int | None = manifest["tokenizer"]["separator"]
 
     @classmethod
@@ -80,7 +85,7 @@ class PreparedShards(WindowSource):
                 raise DataError(f"prepared shard {file} is {found}; {again}")
         if check:
             check_files(root, _expected(manifest), f"copy the folder again from where it came from, or {again}")
-        return cls(root, manifest, hashlib.sha256(raw).hexdigest(), _map_parts(root, manifest))
+        return cls(root, manifest, hashlib.sha256(raw).hexdigest(), _map_parts(root, manifest), config)
 
     def verify(self) -> None:
         """Check the sha256 of every file against the manifest (reads everything); `DataError` on a mismatch."""
@@ -99,8 +104,7 @@ class PreparedShards(WindowSource):
 
     def check_model_tokenizer(self, config: dict[str, Any]) -> None:
         """Refuse to evaluate a model on data tokenized otherwise: `config` is the model's saved tokenizer config."""
-        mine = json.loads((self.root / TOKENIZER).read_text(encoding="utf-8"))
-        if mine != config:
+        if self.tokenizer_config != config:
             theirs = config.get("kind", "?")
             if theirs == "bpe" and "vocab_size" in config:
                 theirs = f"bpe:{config['vocab_size']}"
@@ -118,7 +122,7 @@ class PreparedShards(WindowSource):
     def tokenizer(self) -> Tokenizer:
         """The tokenizer the folder was prepared with, rebuilt from its saved config (a Hugging Face tokenizer
         from the folder's own copy of its files, checked on open, when it holds one)."""
-        config = json.loads((self.root / TOKENIZER).read_text(encoding="utf-8"))
+        config = self.tokenizer_config
         if config.get("kind") == "hf" and (self.root / TOKENIZER_DIR).is_dir():
             return HFTokenizer(self.root / TOKENIZER_DIR, origin=config["path"])
         return tokenizer_from_config(config)
@@ -137,8 +141,7 @@ class PreparedShards(WindowSource):
         if spec:
             self.check_tokenizer(spec)
             return
-        saved = json.loads((self.root / TOKENIZER).read_text(encoding="utf-8"))
-        if saved.get("kind") != "hf" or saved.get("path") != own:
+        if self.tokenizer_config.get("kind") != "hf" or self.tokenizer_config.get("path") != own:
             raise DataError(
                 f"the prepared data {self.root} was tokenized with {self.tokenizer_spec}, not the model's "
                 f"own tokenizer ({own}); prepare it with --tokenizer hf:{own}, or pass --tokenizer "
@@ -173,10 +176,6 @@ class PreparedShards(WindowSource):
         sizes = np.array([part.tokens.size for part in parts], dtype=np.int64)
         bases = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
         return DocumentStarts(bases.tolist(), [part.offsets[:, 0] for part in parts], len(self))
-
-    @functools.cached_property
-    def _streams(self) -> dict[str, JoinedTokens]:
-        return {}
 
     def _stream(self, split: str) -> JoinedTokens:
         """A split's token files read as one stream (they stay mapped while this object lives)."""
