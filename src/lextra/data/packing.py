@@ -14,10 +14,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from lextra.data.boundaries import DocumentStarts
 from lextra.data.corpora.sources import iter_documents
 from lextra.data.orders import EpochOrder
-from lextra.data.windows import WindowSource
+from lextra.data.windows import DocumentStarts, WindowSource
 from lextra.errors import ConfigError, DataError
 
 #: how a run fills its training windows: `none` cuts them from the token stream across document boundaries;

@@ -11,7 +11,6 @@ import numpy as np
 import torch
 from numpy.lib.stride_tricks import as_strided
 
-from lextra.data.boundaries import DocumentStarts
 from lextra.data.corpora import Document
 from lextra.data.tokenizers import ByteTokenizer, Tokenizer
 from lextra.errors import DataError
@@ -102,6 +101,46 @@ def mixture_window_starts(
         if rows.numel():
             starts[rows] = start + torch.randint(0, stop - start - length, (rows.numel(),), generator=generator)
     return starts
+
+
+class DocumentStarts:
+    """Where each document unit of a token stream starts, as sorted arrays of starts, one per piece of the stream
+    (a prepared split's shard files: each its offsets' first column, mapped; or one array), each shifted by its
+    piece's first stream position. Lookups search these arrays, so nothing the size of the corpus is copied."""
+
+    def __init__(self, bases: Sequence[int], starts: Sequence[np.ndarray], length: int) -> None:
+        kept = [(int(base), array) for base, array in zip(bases, starts, strict=True) if array.size]
+        self.bases = np.array([base for base, _ in kept], dtype=np.int64)
+        self.starts = [array for _, array in kept]
+        self.length = int(length)
+        self.count = int(sum(array.size for array in self.starts))
+
+    def start_of(self, position: int) -> int:
+        """The start of the unit holding stream position `position` (the last start at or before it)."""
+        piece = int(np.searchsorted(self.bases, position, side="right")) - 1
+        while piece >= 0:
+            array = self.starts[piece]
+            index = int(np.searchsorted(array, position - self.bases[piece], side="right")) - 1
+            if index >= 0:
+                return int(array[index]) + int(self.bases[piece])
+            piece -= 1
+        return 0
+
+    def starts_after(self, low: int, high: int) -> np.ndarray:
+        """The unit starts in (low, high], in order, then the first start past `high` (or the stream's end)."""
+        found: list[np.ndarray] = []
+        piece = max(int(np.searchsorted(self.bases, low, side="right")) - 1, 0)
+        after = self.length
+        for index in range(piece, len(self.starts)):
+            base, array = int(self.bases[index]), self.starts[index]
+            first = int(np.searchsorted(array, low - base, side="right"))
+            last = int(np.searchsorted(array, high - base, side="right"))
+            found.append(np.asarray(array[first:last], dtype=np.int64) + base)
+            if last < array.size:
+                after = int(array[last]) + base
+                break
+        inside = np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+        return np.concatenate((inside, [after])).astype(np.int64)
 
 
 def _window_rows(tokens: np.ndarray, rows: int, length: int) -> np.ndarray:

@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from lextra.data.boundaries import DocumentStarts
 from lextra.data.corpora import SPLITS, Document
 from lextra.data.integrity import FAST_HASH, Expected, check_files
 from lextra.data.manifest import check_tokenizer_record, validate_manifest
@@ -32,7 +31,7 @@ from lextra.data.shards.layout import (
     unfinished_command,
 )
 from lextra.data.tokenizers import HFTokenizer, Tokenizer, tokenizer_from_config
-from lextra.data.windows import JoinedTokens, WindowSource
+from lextra.data.windows import DocumentStarts, JoinedTokens, WindowSource
 from lextra.errors import DataError
 from lextra.io import sha256_file
 

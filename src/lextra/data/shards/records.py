@@ -16,7 +16,6 @@ import numpy as np
 from lextra.data.corpora import DEFAULT_FRACTIONS, SPLITS, Document, mixture_parts
 from lextra.data.integrity import copied_files, file_entry
 from lextra.data.shards.layout import FORMAT_VERSION, TOKENIZER, TOKENIZER_DIR
-from lextra.data.shards.scan import Scan
 from lextra.data.tokenizers import Tokenizer
 from lextra.errors import DataError
 from lextra.io import sha256_file
@@ -156,11 +155,10 @@ def shard_record(
 
 
 def build_manifest(
-    out: Path, request: dict[str, Any], tok: Tokenizer, dtype_name: str, records: list[dict[str, Any]], scan: Scan
+    out: Path, request: dict[str, Any], tok: Tokenizer, dtype_name: str, records: list[dict[str, Any]]
 ) -> dict[str, Any]:
     """The manifest of folder `out` whose shards are all finished (`records`, in order): the request, the
-    tokenizer (and its copied files), per split its totals and shards, the files the source skipped, and per
-    mixture part its counts (when every shard recorded them)."""
+    tokenizer (and its copied files), per split its totals and shards, per mixture part its counts."""
     source = request["source"]
     manifest: dict[str, Any] = {
         "format": FORMAT_VERSION,
@@ -191,8 +189,6 @@ def build_manifest(
     }
     if (out / TOKENIZER_DIR).is_dir():
         manifest["tokenizer"]["files"] = copied_files(out / TOKENIZER_DIR)
-    if scan.skipped:
-        manifest["skipped"] = {"files": scan.skipped, "first": scan.skipped_first}
     parts = part_counts(source, records)
     if parts is not None:
         manifest["parts"] = parts

@@ -1,5 +1,6 @@
-"""Preparing a folder (`prepare_shards`): check the request, scan the source once, build the tokenizer, then
-encode and write the shards after the finished ones and the manifest last (see `lextra.data.shards`)."""
+"""Preparing a folder (`prepare_shards`): check the request, scan the source once (its size, the documents
+`split_corpus` moves, the files it skips), build the tokenizer, then encode and write the shards after the
+finished ones and the manifest last (see `lextra.data.shards`)."""
 
 from __future__ import annotations
 
@@ -8,15 +9,24 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterator
-from dataclasses import asdict
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from tqdm import tqdm
 
-from lextra.data.corpora import SPLITS, Document, iter_documents, iter_part_documents
+from lextra.data.corpora import (
+    DEFAULT_FRACTIONS,
+    SPLITS,
+    Document,
+    iter_documents,
+    iter_part_documents,
+    skipped_files,
+    split_of,
+    split_overrides,
+)
 from lextra.data.integrity import STAMP, copied_files, describe_change, source_state, tokenizer_files
 from lextra.data.shards.encode import encoded_batches, encoding_pool
 from lextra.data.shards.layout import (
@@ -35,7 +45,6 @@ from lextra.data.shards.layout import (
 )
 from lextra.data.shards.reader import PreparedShards
 from lextra.data.shards.records import SplitWriter, build_manifest, finished_shards, shard_record
-from lextra.data.shards.scan import Scan, bpe_sample, scan_source, skipped_text, source_shards
 from lextra.data.tokenizers import HFTokenizer, Tokenizer, build_tokenizer, check_tokenizer_spec, tokenizer_from_config
 from lextra.errors import DataError, LextraError
 from lextra.io import atomic_write_json
@@ -126,7 +135,9 @@ def _prepare_locked(
             f"the source {source!r} changed while {out} was prepared ({scan.documents} documents when it was "
             f"first read, {sum(r['source_documents'] for r in records)} now); delete {out} and prepare it again"
         )
-    manifest = build_manifest(out, request, tok, dtype_name, records, scan)
+    manifest = build_manifest(out, request, tok, dtype_name, records)
+    if scan.skipped:
+        manifest["skipped"] = {"files": scan.skipped, "first": scan.skipped_first}
     atomic_write_json(out / MANIFEST, manifest)  # last: the folder is complete exactly when it exists
     return out / MANIFEST
 
@@ -289,3 +300,76 @@ def _hf_tokenizer(spec: str, out_dir: Path) -> Tokenizer:
             shutil.copyfile(original / name, partial / name)
         os.replace(partial, copy)
     return HFTokenizer(copy, origin=str(original))
+
+
+SKIPPED_NAMED = 5
+"""How many skipped files a manifest (and the summary of `lextra data prepare`) names."""
+
+
+def source_shards(docs: Iterable[tuple[int, Document]], shard_chars: int) -> Iterator[list[tuple[int, Document]]]:
+    """The (part, document) pairs cut into consecutive shards of at least `shard_chars` characters (the last may
+    be smaller)."""
+    current: list[tuple[int, Document]] = []
+    chars = 0
+    for part, doc in docs:
+        current.append((part, doc))
+        chars += len(doc.text)
+        if chars >= shard_chars:
+            yield current
+            current, chars = [], 0
+    if current:
+        yield current
+
+
+@dataclass
+class Scan:
+    """What one read of the source tells before encoding: its size and the documents `split_corpus` moves."""
+
+    documents: int
+    chars: int
+    overrides: dict[str, str]
+    skipped: int = 0  #: files a directory source skipped (binary, not UTF-8)
+    skipped_first: list[str] = field(default_factory=list)  #: the first `SKIPPED_NAMED` of them
+
+    def split(self, doc: Document) -> str:
+        """The split of a document, exactly as `split_corpus` over the whole source decides it."""
+        return self.overrides.get(doc.id) or split_of(doc.id, DEFAULT_FRACTIONS)
+
+
+def scan_source(docs: Iterable[Document], bar: tqdm) -> Scan:
+    """Read the source once (ids and lengths only are kept), counting documents on `bar` and the files it
+    skips."""
+    count, chars = 0, 0
+
+    def id_stream() -> Iterator[str]:
+        nonlocal count, chars
+        for doc in docs:
+            count += 1
+            chars += len(doc.text)
+            bar.update(1)
+            yield doc.id
+
+    with skipped_files() as skipped:
+        overrides = split_overrides(id_stream(), DEFAULT_FRACTIONS)
+    bar.close()
+    return Scan(count, chars, overrides, len(skipped), skipped[:SKIPPED_NAMED])
+
+
+def bpe_sample(docs: Iterable[Document], scan: Scan, sample_chars: int) -> list[Document]:
+    """The leading train-split documents up to `sample_chars` characters (the last one whole): the whole train
+    split when it fits, which is what `prepare_data` trains on."""
+    sample: list[Document] = []
+    total = 0
+    for doc in docs:
+        if total >= sample_chars:
+            break
+        if scan.split(doc) == "train":
+            sample.append(doc)
+            total += len(doc.text)
+    return sample
+
+
+def skipped_text(count: int, first: Sequence[str]) -> str:
+    """`N files (a, b, ...)`: the count and the first few names."""
+    more = ", ..." if count > len(first) else ""
+    return f"{count} file{'s' if count != 1 else ''} ({', '.join(first)}{more})"
