@@ -23,7 +23,7 @@ from lextra.cli import main
 from lextra.data import PreparedShards, integrity, prepare_shards
 from lextra.data import shards as shards_module
 from lextra.data.integrity import STAMP, forget_verified, source_state
-from lextra.data.shards import encode as encode_module
+from lextra.data.shards import writer as encode_module
 from lextra.errors import DataError, LockedError
 from lextra.locks import LOCK_NAME, hold_lock
 
@@ -274,7 +274,7 @@ _HOLDER = textwrap.dedent(
     import sys, time
     from pathlib import Path
     from lextra.data import shards
-    from lextra.data.shards import encode as shard_encode
+    from lextra.data.shards import writer as shard_encode
     from lextra.train import TrainConfig, train
     from lextra.model import GPTConfig
 

@@ -32,8 +32,8 @@ from lextra.data import (
 )
 from lextra.data import shards as shards_module
 from lextra.data.shards import cache as cache_module
-from lextra.data.shards import encode as encode_module
 from lextra.data.shards import token_dtype
+from lextra.data.shards import writer as encode_module
 from lextra.data.shards import writer as writer_module
 from lextra.errors import ConfigError, DataError
 from lextra.io import sha256_file

@@ -214,8 +214,7 @@ class Randomized(PositionSampler):
 
 
 class BatchSource(Protocol):
-    """Where training batches come from (a token stream, prepared shards, a training task): (batch_size,
-    length + 1) token ids, a pure function of its arguments."""
+    """Where training batches come from (a token stream, prepared shards, a training task)."""
 
     def batch(
         self, step: int, batch_size: int, length: int, seed: int, rank: int = 0, world_size: int = 1

@@ -314,8 +314,7 @@ class TrainStream(WindowSource):
 def eval_sequences(
     token_docs: Sequence[torch.Tensor], length: int, max_sequences: int, *, separator: int | None = None
 ) -> tuple[list[torch.Tensor], bool]:
-    """Up to `max_sequences` int64 windows of exactly `length + 1` tokens, and whether documents were stitched
-    (`eval_pieces`, without where each came from)."""
+    """Up to `max_sequences` windows of `length + 1` tokens and whether documents were stitched (`eval_pieces`)."""
     sequences, stitched, _ = eval_pieces(token_docs, length + 1, max_sequences, separator=separator)
     return sequences, stitched
 

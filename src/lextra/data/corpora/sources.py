@@ -31,8 +31,7 @@ def load_corpus(spec: str, *, text_field: str = "text", limit_chars: int | None 
 def iter_documents(spec: str, *, text_field: str = "text", limit_chars: int | None = None) -> Iterator[Document]:
     """The documents `load_corpus` returns, one at a time (only a mixture's ids are held, to refuse an id found in
     two parts); a corpus without a non-empty document raises `DataError` at its end."""
-    for _, doc in iter_part_documents(spec, text_field=text_field, limit_chars=limit_chars):
-        yield doc
+    return (doc for _, doc in iter_part_documents(spec, text_field=text_field, limit_chars=limit_chars))
 
 
 def iter_part_documents(
@@ -45,17 +44,15 @@ def iter_part_documents(
     if len(parts) > 1:
         yield from _iter_mixture(parts, text_field, limit_chars)
         return
-    found = False
     total = 0
     for doc in _iter_corpus(spec, text_field):
         if not doc.text.strip():
             continue
-        found = True
         yield 0, doc
         total += len(doc.text)
         if limit_chars is not None and total >= limit_chars:
             break
-    if not found:
+    if not total:
         raise DataError(
             f"corpus {spec!r} has no non-empty documents; point it at UTF-8 text "
             f"(for JSONL or datasets, check that the text is in the field {text_field!r})"

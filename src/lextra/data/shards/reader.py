@@ -62,9 +62,8 @@ class PreparedShards(WindowSource):
 
     @classmethod
     def open(cls, directory: str | os.PathLike[str], *, check: bool = True) -> PreparedShards:
-        """Map a prepared folder, checking its manifest against the schema, every file's presence and size, and
-        (with `check`) every file's checksum the first time this folder's files are opened unchanged (see
-        `lextra.data.integrity`)."""
+        """Map a prepared folder, checking its manifest's schema, every file's size and (with `check`) checksum
+        (`lextra.data.integrity`)."""
         root = Path(directory).expanduser()
         raw, manifest = _read_manifest(root)
         request = manifest.get("request") if isinstance(manifest.get("request"), dict) else {}
@@ -119,8 +118,7 @@ class PreparedShards(WindowSource):
         return str(self.manifest["tokenizer"]["spec"])
 
     def tokenizer(self) -> Tokenizer:
-        """The tokenizer the folder was prepared with, rebuilt from its saved config (a Hugging Face tokenizer
-        from the folder's own copy of its files, checked on open, when it holds one)."""
+        """The tokenizer the folder was prepared with (a Hugging Face one from the folder's copy of its files)."""
         config = self.tokenizer_config
         if config.get("kind") == "hf" and (self.root / TOKENIZER_DIR).is_dir():
             return HFTokenizer(self.root / TOKENIZER_DIR, origin=config["path"])
@@ -164,13 +162,12 @@ class PreparedShards(WindowSource):
         return self._stream(split).span(start, stop)
 
     def windows(self, starts: torch.Tensor, length: int) -> torch.Tensor:
-        """The (len(starts), length + 1) int64 windows of the training stream at `starts` (the same as the raw
-        corpus's `TrainStream`)."""
+        """The (len(starts), length + 1) int64 windows of the training stream at `starts`."""
         return self._stream("train").windows(starts, length)
 
     def document_starts(self) -> DocumentStarts:
         """Where each document of the training stream starts (each shard file's offsets, mapped, shifted by the
-        file's first stream position; `lextra.data.packing`)."""
+        file's first stream position)."""
         parts = self._parts["train"]
         sizes = np.array([part.tokens.size for part in parts], dtype=np.int64)
         bases = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
@@ -200,9 +197,8 @@ class PreparedShards(WindowSource):
         return ranges
 
     def documents(self, split: str, limit: int | None = None) -> list[torch.Tensor]:
-        """The split's documents (at most `limit`) as 1-D token tensors in corpus order, in the file dtype: what
-        `encode_documents` gives for the raw split, without re-tokenizing. They view the copy-on-write map, so
-        nothing is copied or read until used, and writing into one changes this process's copy only."""
+        """The split's documents (at most `limit`) as 1-D token tensors in the file dtype, as `encode_documents`
+        gives them, viewing the copy-on-write map (nothing is copied or read until used)."""
         if split not in SPLITS:
             raise DataError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
         out: list[torch.Tensor] = []
@@ -214,22 +210,20 @@ class PreparedShards(WindowSource):
         return out
 
     def texts(self, split: str) -> DecodedDocuments:
-        """The split's documents as text (decoded lazily with the folder's tokenizer; see `DecodedDocuments`):
-        for tasks whose prompts are built from text (retrieval needles and haystacks, RULER essays)."""
+        """The split's documents as text, decoded lazily (`DecodedDocuments`), for tasks whose prompts are text."""
         if split not in SPLITS:
             raise DataError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
         return DecodedDocuments(self, split)
 
     def prepared_data(self) -> PreparedData:
-        """The folder as `PreparedData` (what `prepare_data` gives for its source and tokenizer): every split's
-        documents decoded lazily (`texts`), the folder's tokenizer, and the folder itself for its tokens."""
+        """The folder as `PreparedData`: every split's `texts`, its tokenizer, and the folder for its tokens."""
         splits: dict[str, Any] = {name: self.texts(name) for name in SPLITS}
         return PreparedData(self.corpus, splits, self.tokenizer(), folder=self)
 
 
 def _read_manifest(root: Path) -> tuple[bytes, Any]:
-    """The bytes of a folder's manifest and its JSON (checked against the schema by the caller); one line naming
-    the fix where the folder is a file, unfinished, not a prepared folder, corrupt or of another format."""
+    """The bytes of a folder's manifest and its JSON; one line naming the fix where the folder is a file,
+    unfinished, not a prepared folder, corrupt or of another format."""
     path = root / MANIFEST
     if root.exists() and not root.is_dir():
         raise DataError(f"{root} is a file, not a prepared data folder; give the folder `lextra data prepare` wrote")
@@ -289,11 +283,9 @@ def _map_parts(root: Path, manifest: dict[str, Any]) -> dict[str, list[Part]]:
 
 
 class DecodedDocuments(Sequence[Document]):
-    """A prepared split's documents as text, decoded with the folder's tokenizer when first read (then kept).
-
-    The folder stores tokens, not texts: each document's text is `tokenizer.decode` of its tokens, which is the
-    original text exactly for `bytes` and byte-level `bpe:N` (tested on the fixtures; a Hugging Face tokenizer
-    that normalizes may differ). Its id is `SPLIT/INDEX` (the folder records no document ids)."""
+    """A prepared split's documents as text, decoded with the folder's tokenizer when first read (then kept): the
+    original text exactly for `bytes` and byte-level `bpe:N` (a normalizing Hugging Face tokenizer may differ);
+    ids are `SPLIT/INDEX` (the folder records no document ids)."""
 
     def __init__(self, shards: PreparedShards, split: str) -> None:
         self._split = split

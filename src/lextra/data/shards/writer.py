@@ -1,15 +1,17 @@
 """Preparing a folder (`prepare_shards`): check the request, scan the source once (its size, the documents
 `split_corpus` moves, the files it skips), build the tokenizer, then encode and write the shards after the
-finished ones and the manifest last (see `lextra.data.shards`)."""
+finished ones (encoding in forked worker processes or here, the same bytes) and the manifest last."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Executor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,6 @@ from lextra.data.corpora import (
     split_overrides,
 )
 from lextra.data.integrity import STAMP, copied_files, describe_change, source_state, tokenizer_files
-from lextra.data.shards.encode import encoded_batches, encoding_pool
 from lextra.data.shards.layout import (
     DEFAULT_SAMPLE_CHARS,
     DEFAULT_SHARD_CHARS,
@@ -46,6 +47,7 @@ from lextra.data.shards.layout import (
 from lextra.data.shards.reader import PreparedShards
 from lextra.data.shards.records import SplitWriter, build_manifest, finished_shards, shard_record
 from lextra.data.tokenizers import HFTokenizer, Tokenizer, build_tokenizer, check_tokenizer_spec, tokenizer_from_config
+from lextra.data.windows import encode_arrays
 from lextra.errors import DataError, LextraError
 from lextra.io import atomic_write_json
 from lextra.locks import LOCK_NAME, folder_lock
@@ -373,3 +375,51 @@ def skipped_text(count: int, first: Sequence[str]) -> str:
     """`N files (a, b, ...)`: the count and the first few names."""
     more = ", ..." if count > len(first) else ""
     return f"{count} file{'s' if count != 1 else ''} ({', '.join(first)}{more})"
+
+
+ENCODE_BATCH = 256
+"""Documents encoded (and appended to the shard's files) together."""
+
+
+_WORKER_TOKENIZER: Tokenizer | None = None
+"""The tokenizer of an encoding worker process (set by `_start_worker`)."""
+
+
+def _start_worker(tokenizer: Tokenizer) -> None:
+    global _WORKER_TOKENIZER
+    _WORKER_TOKENIZER = tokenizer
+
+
+def _encode_in_worker(docs: Sequence[Document]) -> list[np.ndarray]:
+    assert _WORKER_TOKENIZER is not None
+    return encode_arrays(_WORKER_TOKENIZER, docs)
+
+
+def encoded_batches(
+    tokenizer: Tokenizer, docs: Sequence[tuple[int, Document]], pool: Executor | None
+) -> Iterator[tuple[list[tuple[int, Document]], list[np.ndarray]]]:
+    """One shard's (part, document) pairs in batches of `ENCODE_BATCH`, each with its documents' token ids:
+    encoded here, or by the worker processes of `pool` (every batch of the shard in flight, results in order)."""
+    batches = [list(docs[start : start + ENCODE_BATCH]) for start in range(0, len(docs), ENCODE_BATCH)]
+    if pool is None:
+        for batch in batches:
+            yield batch, encode_arrays(tokenizer, [doc for _, doc in batch])
+        return
+    yield from zip(batches, pool.map(_encode_in_worker, [[doc for _, doc in b] for b in batches]), strict=True)
+
+
+@contextlib.contextmanager
+def encoding_pool(tokenizer: Tokenizer, workers: int) -> Iterator[Executor | None]:
+    """`workers` encoding processes (None for one, or for a tokenizer that already encodes in threads)."""
+    if workers <= 1 or tokenizer.threaded:
+        yield None
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = multiprocessing.get_context("fork")
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker, initargs=(tokenizer,))
+    try:
+        yield pool
+    finally:  # an interrupted prepare does not wait for the rest of the shard's batches
+        pool.shutdown(wait=True, cancel_futures=True)
