@@ -8,15 +8,13 @@ windows as the raw corpus."""
 
 from lextra.data.shards.cache import (
     DATA_CACHE_ENV,
-    cache_key,
     cached_shards,
     data_cache_dir,
     shards_for_model,
     text_data_for_model,
 )
 from lextra.data.shards.layout import DEFAULT_SAMPLE_CHARS, DEFAULT_SHARD_CHARS, DTYPES, token_dtype, unfinished_command
-from lextra.data.shards.mixture import WeightedMixture, data_batches, training_batches
-from lextra.data.shards.reader import DecodedDocuments, PreparedShards
+from lextra.data.shards.reader import DecodedDocuments, PreparedShards, WeightedMixture, data_batches, training_batches
 from lextra.data.shards.writer import prepare_shards
 
 __all__ = [
@@ -27,7 +25,6 @@ __all__ = [
     "DecodedDocuments",
     "PreparedShards",
     "WeightedMixture",
-    "cache_key",
     "cached_shards",
     "data_batches",
     "data_cache_dir",
