@@ -73,8 +73,8 @@ def _read_stamp(root: Path) -> tuple[Path, dict[str, list]]:
 
 
 def check_files(root: Path, expected: Iterable[Expected], fix: str) -> int:
-    """Verify each file of `root` against its recorded hash unless verified unchanged before; returns how many
-    files were read. A mismatch raises `DataError` naming the file and `fix`."""
+    """Verify each file of `root` against its recorded hash unless verified unchanged before (a mismatch raises
+    `DataError` naming the file and `fix`); returns how many files were read."""
     stamp: dict[str, list] | None = None
     read = 0
     for item in expected:

@@ -197,8 +197,7 @@ def _file_entry(entry: Any, where: str, name: str | None, size: int | None = Non
 def validate_manifest(
     manifest: Any, dtypes: dict[str, type[np.unsignedinteger]], splits: Collection[str], label: str, fix: str
 ) -> None:
-    """Raise `ManifestError` (one line: `label`, the field, the problem, `fix`) unless `manifest` follows the
-    schema."""
+    """Raise `ManifestError` (`label`, the field, the problem, `fix`) unless `manifest` follows the schema."""
     try:
         _check(manifest, dtypes, splits)
     except _FieldError as fail:

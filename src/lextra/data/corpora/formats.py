@@ -66,12 +66,8 @@ def read_utf8(path: Path) -> str | None:
 
 
 def _iter_text_directory(root: Path, text_field: str) -> Iterator[Document]:
-    """Yield every UTF-8 text file under `root` (recursively, hidden entries skipped), sorted by relative path.
-
-    Binary and non-UTF-8 files are skipped; `.jsonl` files found inside (also `.jsonl.gz` and `.jsonl.zst`)
-    contribute one document per line, with ids `relative/path.jsonl:ID`, and `.parquet` files one per row
-    (`relative/path.parquet:ID`).
-    """
+    """Yield every UTF-8 text file under `root` (recursively, hidden entries, binary and non-UTF-8 files skipped),
+    sorted by relative path; JSON Lines and Parquet files inside give a document per row (ids `rel/path:ID`)."""
     relpaths: list[str] = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = [d for d in dirnames if not d.startswith(".") and d != "__pycache__"]
@@ -180,14 +176,12 @@ PARQUET_SUFFIX = ".parquet"
 """File names read as Parquet tables, one document per row."""
 
 PARQUET_BATCH_ROWS = 1024
-"""Rows of a Parquet file turned into documents at a time; pyarrow reads the file one row group's column chunk at a
-time, so reading holds at most one row group's text (never the whole file)."""
+"""Rows of a Parquet file turned into documents at a time (reading holds at most one row group's text)."""
 
 
 def _iter_parquet(path: Path, text_field: str, *, id_prefix: str) -> Iterator[Document]:
-    """Yield one document per row of a Parquet file: text from column `text_field`, id from column `id` or the
-    row number; rows are read `PARQUET_BATCH_ROWS` at a time, row group by row group, and only those two columns
-    (null texts are skipped)."""
+    """Yield one document per row of a Parquet file (null texts skipped): text from column `text_field`, id from
+    column `id` or the row number, reading only those columns `PARQUET_BATCH_ROWS` rows at a time."""
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -234,10 +228,7 @@ def _is_saved_hf_dataset(path: Path) -> bool:
 
 
 def _iter_hf_dataset_dict(path: Path, text_field: str) -> Iterator[Document]:
-    """Yield every split of a saved DatasetDict, in the listed order, ids prefixed with the split name.
-
-    All splits are read because lextra makes its own hash-based splits of the documents.
-    """
+    """Yield every split of a saved DatasetDict (lextra makes its own splits), ids prefixed with the split name."""
     try:
         splits = json.loads((path / "dataset_dict.json").read_text(encoding="utf-8"))["splits"]
     except (OSError, ValueError, KeyError, TypeError) as err:

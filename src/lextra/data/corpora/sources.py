@@ -164,8 +164,7 @@ def _root_files(part: str, root: Path) -> Iterator[Path]:
 
 
 def source_files(spec: str) -> list[tuple[str, Path]]:
-    """(name, path) of every file a corpus spec reads (each part of a mixture), in a stable order: what
-    `lextra.data.integrity.source_state` fingerprints."""
+    """(name, path) of every file a corpus spec reads (each part of a mixture), in a stable order."""
     files: list[tuple[str, Path]] = []
     for part in mixture_parts(spec):
         for root in _source_roots(part):

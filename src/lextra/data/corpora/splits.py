@@ -47,8 +47,7 @@ def split_of(doc_id: str, fractions: Sequence[float] = DEFAULT_FRACTIONS) -> str
 
 
 def split_corpus(docs: Sequence[Document], fractions: Sequence[float] = DEFAULT_FRACTIONS) -> dict[str, list[Document]]:
-    """Partition documents by `split_of`, keeping corpus order, with the moves of `split_overrides` that give a tiny
-    corpus all three splits."""
+    """Partition documents by `split_of` and `split_overrides`, keeping corpus order."""
     values = _check_fractions(fractions)
     moved = split_overrides((doc.id for doc in docs), values)
     parts: dict[str, list[Document]] = {name: [] for name in SPLITS}

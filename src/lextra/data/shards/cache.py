@@ -72,10 +72,8 @@ def cached_shards(
     prepare: bool = True,
 ) -> PreparedShards:
     """`source` prepared with `tokenizer` in the data cache (`data_cache_dir()` unless `cache_dir`) by the first
-    process to get there (others wait on a file lock), then only mapped; with `prepare=False` (torchrun ranks
-    but 0) it waits up to `wait_s` seconds for the manifest. The BPE is trained on the whole train split, as
-    `prepare_data` trains it, so the entry's batches equal the in-memory ones bit for bit.
-    """
+    process to get there (others wait on a file lock, or with `prepare=False` up to `wait_s` seconds for the
+    manifest), then mapped. Its BPE is trained on the whole train split, so its batches equal the in-memory ones."""
     root = Path(cache_dir).expanduser() if cache_dir is not None else data_cache_dir()
     if root is None:
         raise DataError(f"the data cache is off (${DATA_CACHE_ENV}=off); unset it or give a cache folder")

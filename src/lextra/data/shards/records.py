@@ -44,8 +44,7 @@ class SplitWriter:
         return path.with_name(path.name + ".partial")
 
     def write(self, ids: np.ndarray, part: int = 0) -> None:
-        """Append one document of mixture part `part` (a separator first unless it is the split's first
-        document)."""
+        """Append one document of mixture part `part` (after a separator unless it is the split's first)."""
         limit = np.iinfo(self.dtype).max
         unsafe = not np.can_cast(ids.dtype, self.dtype)
         if unsafe and ids.size and (int(ids.min()) < 0 or int(ids.max()) > limit):

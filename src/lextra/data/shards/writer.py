@@ -70,10 +70,9 @@ def prepare_shards(
 ) -> Path:
     """Tokenize `source` (any corpus spec) with `tokenizer` (a spec) into a prepared folder; returns its manifest.
 
-    Continues an unfinished prepare of the same request and source files in `out_dir` (one process at a time); a
-    bad input found on the way leaves the folder as it was. `strict` refuses files a directory source would skip
-    and fingerprints the source by whole-file hashes; `workers` encodes in that many processes (the same bytes).
-    `cache_dir` is the BPE tokenizer cache (as in `build_tokenizer`).
+    Continues an unfinished prepare of the same request and source files in `out_dir`; a bad input leaves the
+    folder as it was. `strict` refuses files a directory source would skip and fingerprints the source by
+    whole-file hashes; `workers` encodes in that many processes; `cache_dir` is the BPE tokenizer cache.
     """
     out = Path(out_dir).expanduser()
     for label, value in (("shard_chars", shard_chars), ("sample_chars", sample_chars), ("workers", workers)):
@@ -309,8 +308,7 @@ SKIPPED_NAMED = 5
 
 
 def source_shards(docs: Iterable[tuple[int, Document]], shard_chars: int) -> Iterator[list[tuple[int, Document]]]:
-    """The (part, document) pairs cut into consecutive shards of at least `shard_chars` characters (the last may
-    be smaller)."""
+    """The (part, document) pairs cut into consecutive shards of at least `shard_chars` characters (but the last)."""
     current: list[tuple[int, Document]] = []
     chars = 0
     for part, doc in docs:
@@ -339,8 +337,7 @@ class Scan:
 
 
 def scan_source(docs: Iterable[Document], bar: tqdm) -> Scan:
-    """Read the source once (ids and lengths only are kept), counting documents on `bar` and the files it
-    skips."""
+    """Read the source once (keeping ids and lengths), counting documents on `bar` and the files it skips."""
     count, chars = 0, 0
 
     def id_stream() -> Iterator[str]:
