@@ -37,19 +37,14 @@ def encode_documents(docs: Sequence[Document], tokenizer: Tokenizer, *, compact:
     return [torch.from_numpy(ids.astype(dtype)) for ids in encode_arrays(tokenizer, docs) if ids.size]
 
 
-def _window_seed(seed: int, step: int, rank: int) -> int:
-    """A 63-bit generator seed from (seed, step, rank) alone, well mixed so nearby steps are unrelated."""
-    key = f"lextra-train-windows:{seed}:{step}:{rank}".encode()
-    return int.from_bytes(hashlib.sha256(key).digest()[:8], "little") & (2**63 - 1)
-
-
 def window_starts(
     n: int, step: int, batch_size: int, length: int, seed: int, rank: int = 0, world_size: int = 1
 ) -> torch.Tensor:
     """The (batch_size,) int64 starts of a batch of training windows of `length + 1` tokens in a stream of `n`
     tokens: uniform over every valid offset, seeded from (seed, step, rank) alone; every stream draws here."""
     check_batch(n, step, batch_size, length, rank, world_size)
-    generator = torch.Generator().manual_seed(_window_seed(seed, step, rank))
+    key = f"lextra-train-windows:{seed}:{step}:{rank}".encode()  # a 63-bit seed, unrelated for nearby steps
+    generator = torch.Generator().manual_seed(int.from_bytes(hashlib.sha256(key).digest()[:8], "little") & (2**63 - 1))
     return torch.randint(0, n - length, (batch_size,), generator=generator, device="cpu")
 
 
@@ -80,8 +75,7 @@ def mixture_window_starts(
     """The (batch_size,) int64 window starts of a weighted mixture: each window's part is drawn with probability
     `weights[k]`, then its start uniformly among the offsets whose `length + 1` tokens lie inside that part's
     [start, stop) range of the stream; a pure function of (seed, step, rank), like `window_starts`."""
-    # the same checks of step, batch size, length and rank as one stream's
-    window_starts(max(stop - start for start, stop in ranges), step, batch_size, length, seed, rank, world_size)
+    check_batch(max(stop - start for start, stop in ranges), step, batch_size, length, rank, world_size)
     if len(weights) != len(ranges) or any(not w > 0 for w in weights):
         raise DataError(f"a mixture needs one positive weight per part, got {list(weights)} for {len(ranges)} parts")
     for index, (start, stop) in enumerate(ranges):

@@ -155,12 +155,24 @@ def _scan_once(out: Path, request: dict[str, Any], progress: bool) -> Scan:
         return Scan(**json.loads((out / SCAN).read_text(encoding="utf-8")))
     source = request["source"]
     bar = tqdm(disable=not progress, unit="doc", desc=f"scan {source}", dynamic_ncols=True, file=sys.stderr)
-    scan = scan_source(_documents(request), bar)
+    count, chars = 0, 0
+
+    def id_stream() -> Iterator[str]:  # the source read once, keeping ids and lengths
+        nonlocal count, chars
+        for doc in _documents(request):
+            count += 1
+            chars += len(doc.text)
+            bar.update(1)
+            yield doc.id
+
+    with skipped_files() as skipped:
+        overrides = split_overrides(id_stream(), DEFAULT_FRACTIONS)
+    bar.close()
+    scan = Scan(count, chars, overrides, len(skipped), skipped[:SKIPPED_NAMED])
     if request.get("strict", False) and scan.skipped:
-        skipped = skipped_text(scan.skipped, scan.skipped_first)
         raise DataError(
-            f"{skipped} of {source} are binary or not UTF-8 text (--strict); convert or remove them, or drop "
-            "--strict to skip them"
+            f"{skipped_text(scan.skipped, scan.skipped_first)} of {source} are binary or not UTF-8 text (--strict); "
+            "convert or remove them, or drop --strict to skip them"
         )
     atomic_write_json(out / SCAN, asdict(scan))
     return scan
@@ -334,24 +346,6 @@ class Scan:
     def split(self, doc: Document) -> str:
         """The split of a document, exactly as `split_corpus` over the whole source decides it."""
         return self.overrides.get(doc.id) or split_of(doc.id, DEFAULT_FRACTIONS)
-
-
-def scan_source(docs: Iterable[Document], bar: tqdm) -> Scan:
-    """Read the source once (keeping ids and lengths), counting documents on `bar` and the files it skips."""
-    count, chars = 0, 0
-
-    def id_stream() -> Iterator[str]:
-        nonlocal count, chars
-        for doc in docs:
-            count += 1
-            chars += len(doc.text)
-            bar.update(1)
-            yield doc.id
-
-    with skipped_files() as skipped:
-        overrides = split_overrides(id_stream(), DEFAULT_FRACTIONS)
-    bar.close()
-    return Scan(count, chars, overrides, len(skipped), skipped[:SKIPPED_NAMED])
 
 
 def bpe_sample(docs: Iterable[Document], scan: Scan, sample_chars: int) -> list[Document]:
