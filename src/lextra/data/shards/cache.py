@@ -79,9 +79,15 @@ def cached_shards(
         raise DataError(f"the data cache is off (${DATA_CACHE_ENV}=off); unset it or give a cache folder")
     spec = normal_spec(tokenizer)
     folder = root / cache_key(source, spec, limit_chars, text_field)
-    if not prepare:
-        _wait_for_manifest(folder, wait_s)
-    elif not (folder / MANIFEST).is_file():
+    deadline = time.monotonic() + wait_s
+    while not prepare and not (folder / MANIFEST).is_file():  # rank 0 writes it last, by one rename
+        if time.monotonic() >= deadline:
+            raise DataError(
+                f"waited {wait_s:.0f} s for rank 0 to prepare {folder} (no {MANIFEST} yet); see rank 0's error, "
+                "or prepare the data first (`lextra data prepare`) on a folder every rank can read and pass --data"
+            )
+        time.sleep(0.1)
+    if prepare and not (folder / MANIFEST).is_file():
         # a bad source fails here, before a cache entry exists
         next(iter_documents(source, text_field=text_field, limit_chars=limit_chars))
         root.mkdir(parents=True, exist_ok=True)
@@ -100,18 +106,6 @@ def cached_shards(
         return PreparedShards.open(folder)
     except DataError as err:
         raise DataError(f"the data cache entry {folder} is damaged ({err}); delete {folder} and run again") from None
-
-
-def _wait_for_manifest(folder: Path, wait_s: float) -> None:
-    """Poll for `folder`'s manifest (written last, by one rename) for up to `wait_s` seconds."""
-    deadline = time.monotonic() + wait_s
-    while not (folder / MANIFEST).is_file():
-        if time.monotonic() >= deadline:
-            raise DataError(
-                f"waited {wait_s:.0f} s for rank 0 to prepare {folder} (no {MANIFEST} yet); see rank 0's error, "
-                "or prepare the data first (`lextra data prepare`) on a folder every rank can read and pass --data"
-            )
-        time.sleep(0.1)
 
 
 def shards_for_model(meta: dict[str, Any], data: str | os.PathLike[str] | None = None) -> PreparedShards | None:
