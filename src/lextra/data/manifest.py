@@ -42,13 +42,10 @@ def _field(node: Any, key: str, where: str, kinds: tuple[type, ...], *, optional
     if value is None and type(None) in kinds:
         return None
     if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
-        raise _FieldError(path, f"expected {_kind_names(kinds)}, got {_describe(value)}")
+        names = {int: "an integer", str: "a string", dict: "an object", list: "a list", float: "a number"}
+        expected = " or ".join(names.get(k, "null") for k in kinds)
+        raise _FieldError(path, f"expected {expected}, got {_describe(value)}")
     return value
-
-
-def _kind_names(kinds: tuple[type, ...]) -> str:
-    names = {int: "an integer", str: "a string", dict: "an object", list: "a list", float: "a number"}
-    return " or ".join(names.get(k, "null") for k in kinds)
 
 
 def _count(node: Any, key: str, where: str, minimum: int = 0) -> int:
