@@ -3,18 +3,29 @@
 from __future__ import annotations
 
 import functools
+from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 from torch import Tensor
 
 from lextra.data.corpora import Document, load_corpus, split_corpus
 from lextra.data.tokenizers import Tokenizer, build_tokenizer, tokenizer_from_config
-from lextra.data.windows import TrainStream, encode_documents
+from lextra.data.windows import TrainStream, WindowSource, encode_documents
 
-if TYPE_CHECKING:
-    from lextra.data.shards import PreparedShards
+
+class PreparedFolder(WindowSource):
+    """What `PreparedData` reads of a prepared folder (`lextra.data.shards.PreparedShards`): its training windows,
+    its documents' stored tokens, and its path and manifest hash for results."""
+
+    root: Path
+    sha256: str
+
+    @abstractmethod
+    def documents(self, split: str, limit: int | None = None) -> list[Tensor]:
+        """The split's documents (at most `limit`) as 1-D token tensors."""
 
 
 @dataclass
@@ -26,7 +37,7 @@ class PreparedData:
     splits: Mapping[str, Sequence[Document]]
     tokenizer: Tokenizer
     #: the prepared folder the splits come from (its tokens are read, not encoded again), or None
-    folder: PreparedShards | None = None
+    folder: PreparedFolder | None = None
 
     def documents(self, split: str) -> list[Tensor]:
         """The split's documents as 1-D token tensors: the folder's stored tokens, else the texts encoded."""
@@ -35,7 +46,7 @@ class PreparedData:
         return encode_documents(self.splits[split], self.tokenizer)
 
     @functools.cached_property
-    def stream(self) -> TrainStream | PreparedShards:
+    def stream(self) -> TrainStream | PreparedFolder:
         """The train split as one token stream: the folder's, else the split encoded (once)."""
         if self.folder is not None:
             return self.folder

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from lextra.data.corpora import mixture_weights
 from lextra.data.positions import BatchSource
-from lextra.data.prepare import PreparedData, prepare_data
+from lextra.data.prepare import PreparedData, PreparedFolder, prepare_data
 from lextra.data.shards import PreparedShards, cached_shards, data_batches, data_cache_dir
 from lextra.errors import ConfigError
 from lextra.tasks.registry import parse_task_spec
@@ -50,7 +50,7 @@ def open_training_data(
     return shards.prepared_data(), False
 
 
-def check_same_data(run_dir: Path, shards: PreparedShards | None, *, cached: bool = False) -> None:
+def check_same_data(run_dir: Path, shards: PreparedFolder | None, *, cached: bool = False) -> None:
     """Refuse to resume a run on prepared data other than what it was trained on (compared by manifest hash).
 
     A run on the raw corpus continues on its cache entry (`cached`): the two give the same batches."""

@@ -21,7 +21,7 @@ from lextra.data.integrity import FAST_HASH, Expected, check_files
 from lextra.data.manifest import check_tokenizer_record, validate_manifest
 from lextra.data.orders import EpochOrder, check_order, in_order
 from lextra.data.positions import BatchSource
-from lextra.data.prepare import PreparedData
+from lextra.data.prepare import PreparedData, PreparedFolder
 from lextra.data.shards.layout import (
     DTYPES,
     FORMAT_VERSION,
@@ -47,7 +47,7 @@ class Part:
     offsets: np.ndarray
 
 
-class PreparedShards(WindowSource):
+class PreparedShards(PreparedFolder):
     """A prepared folder, mapped copy-on-write: training windows, evaluation documents, its tokenizer."""
 
     def __init__(
