@@ -8,6 +8,7 @@ windows as the raw corpus."""
 
 from lextra.data.shards.cache import (
     DATA_CACHE_ENV,
+    cache_key,
     cached_shards,
     data_cache_dir,
     shards_for_model,
@@ -25,6 +26,7 @@ __all__ = [
     "DecodedDocuments",
     "PreparedShards",
     "WeightedMixture",
+    "cache_key",
     "cached_shards",
     "data_batches",
     "data_cache_dir",
