@@ -23,7 +23,7 @@ from lextra.cli import main
 from lextra.data import PreparedShards, integrity, prepare_shards
 from lextra.data import shards as shards_module
 from lextra.data.integrity import STAMP, forget_verified, source_state
-from lextra.data.shards import encode as encode_module
+from lextra.data.shards import writer as encode_module
 from lextra.errors import DataError, LockedError
 from lextra.locks import LOCK_NAME, hold_lock
 
@@ -274,7 +274,7 @@ _HOLDER = textwrap.dedent(
     import sys, time
     from pathlib import Path
     from lextra.data import shards
-    from lextra.data.shards import encode as shard_encode
+    from lextra.data.shards import writer as shard_encode
     from lextra.train import TrainConfig, train
     from lextra.model import GPTConfig
 
@@ -287,11 +287,11 @@ _HOLDER = textwrap.dedent(
             time.sleep(0.05)
 
     if kind == "prepare":
-        encode = shard_encode._encode
+        encode = shard_encode.encode_arrays
         def blocked(tokenizer, docs):
             wait()
             return encode(tokenizer, docs)
-        shard_encode._encode = blocked
+        shard_encode.encode_arrays = blocked
         shards.prepare_shards(source, "bytes", out, shard_chars=40_000, progress=False)
     else:
         model = GPTConfig(n_layer=1, n_head=2, d_model=32, train_len=32, layer_plan="alibi")
@@ -392,7 +392,7 @@ class _InterruptError(Exception):
 
 def _interrupted(monkeypatch, source: str, out: Path, *, after: int = 1, **options) -> None:
     """Prepare `source` into `out` and stop it inside encode call `after + 1` (the shards before it finished)."""
-    encode = encode_module._encode
+    encode = encode_module.encode_arrays
     calls: list[int] = []
 
     def failing(tokenizer, docs):
@@ -401,10 +401,10 @@ def _interrupted(monkeypatch, source: str, out: Path, *, after: int = 1, **optio
             raise _InterruptError
         return encode(tokenizer, docs)
 
-    monkeypatch.setattr(encode_module, "_encode", failing)
+    monkeypatch.setattr(encode_module, "encode_arrays", failing)
     with pytest.raises(_InterruptError):
         prepare_shards(source, "bytes", out, progress=False, **options)
-    monkeypatch.setattr(encode_module, "_encode", encode)
+    monkeypatch.setattr(encode_module, "encode_arrays", encode)
 
 
 def test_a_source_edited_between_an_interruption_and_the_resume_is_refused(tmp_path: Path, monkeypatch) -> None:
@@ -587,7 +587,7 @@ def test_an_edited_tokenizer_stops_a_resumed_prepare(tmp_path: Path, monkeypatch
     original = _tiny_hf_tokenizer(tmp_path / "hf")
     source = _write_corpus(tmp_path / "corpus")
     out = tmp_path / "prepared"
-    encode = encode_module._encode
+    encode = encode_module.encode_arrays
     calls: list[int] = []
 
     def failing(tokenizer, docs):
@@ -596,10 +596,10 @@ def test_an_edited_tokenizer_stops_a_resumed_prepare(tmp_path: Path, monkeypatch
             raise _InterruptError
         return encode(tokenizer, docs)
 
-    monkeypatch.setattr(encode_module, "_encode", failing)
+    monkeypatch.setattr(encode_module, "encode_arrays", failing)
     with pytest.raises(_InterruptError):
         prepare_shards(source, f"hf:{original}", out, shard_chars=40_000, progress=False)
-    monkeypatch.setattr(encode_module, "_encode", encode)
+    monkeypatch.setattr(encode_module, "encode_arrays", encode)
     settings = json.loads((original / "tokenizer_config.json").read_text())
     (original / "tokenizer_config.json").write_text(json.dumps({**settings, "model_max_length": 77}))
     with pytest.raises(DataError) as err:

@@ -32,8 +32,8 @@ from lextra.data import (
 )
 from lextra.data import shards as shards_module
 from lextra.data.shards import cache as cache_module
-from lextra.data.shards import encode as encode_module
 from lextra.data.shards import token_dtype
+from lextra.data.shards import writer as encode_module
 from lextra.data.shards import writer as writer_module
 from lextra.errors import ConfigError, DataError
 from lextra.io import sha256_file
@@ -229,7 +229,7 @@ def test_an_interrupted_prepare_continues_with_its_finished_shards(tmp_path: Pat
     shard_count = len(list((tmp_path / "straight").glob("shard-*.json")))
     assert shard_count >= 4
 
-    encode = encode_module._encode
+    encode = encode_module.encode_arrays
     calls: list[int] = []
 
     def failing(tokenizer, docs):
@@ -238,7 +238,7 @@ def test_an_interrupted_prepare_continues_with_its_finished_shards(tmp_path: Pat
             raise _InterruptError
         return encode(tokenizer, docs)
 
-    monkeypatch.setattr(encode_module, "_encode", failing)
+    monkeypatch.setattr(encode_module, "encode_arrays", failing)
     out = tmp_path / "cut"
     with pytest.raises(_InterruptError):
         prepare_shards(source, "bytes", out, shard_chars=30_000, progress=False)
@@ -254,7 +254,9 @@ def test_an_interrupted_prepare_continues_with_its_finished_shards(tmp_path: Pat
     (out / "train-00002.tokens.partial").write_bytes(b"\x01\x02")
     (out / "train-00002.tokens").write_bytes(b"\x01\x02")
     calls.clear()
-    monkeypatch.setattr(encode_module, "_encode", lambda tok, docs: (calls.append(len(docs)), encode(tok, docs))[1])
+    monkeypatch.setattr(
+        encode_module, "encode_arrays", lambda tok, docs: (calls.append(len(docs)), encode(tok, docs))[1]
+    )
     prepare_shards(source, "bytes", out, shard_chars=30_000, progress=False)
     assert len(calls) == shard_count - 2  # the two finished shards were kept
     resumed = PreparedShards.open(out)
@@ -463,7 +465,7 @@ def test_cli_prepares_verifies_and_trains_with_one_line_errors(tmp_path: Path, c
 
 def test_a_source_that_changes_under_a_resumed_prepare_is_refused(tmp_path: Path, monkeypatch) -> None:
     source = _write_corpus(tmp_path / "corpus", documents=20)
-    encode = encode_module._encode
+    encode = encode_module.encode_arrays
     calls: list[int] = []
 
     def failing(tokenizer, docs):
@@ -472,11 +474,11 @@ def test_a_source_that_changes_under_a_resumed_prepare_is_refused(tmp_path: Path
             raise _InterruptError
         return encode(tokenizer, docs)
 
-    monkeypatch.setattr(encode_module, "_encode", failing)
+    monkeypatch.setattr(encode_module, "encode_arrays", failing)
     out = tmp_path / "prepared"
     with pytest.raises(_InterruptError):
         prepare_shards(source, "bytes", out, shard_chars=30_000, progress=False)
-    monkeypatch.setattr(encode_module, "_encode", encode)
+    monkeypatch.setattr(encode_module, "encode_arrays", encode)
     (tmp_path / "corpus" / "zzz-added.txt").write_text("a document added after the first read\n")
     with pytest.raises(DataError) as err:
         prepare_shards(source, "bytes", out, shard_chars=30_000, progress=False)

@@ -1,11 +1,5 @@
-"""Check on read: a prepared folder's files are hashed the first time they are mapped, then trusted while unchanged
-(docs/running.md, Integrity).
-
-`check_files` compares every file with the xxh3-128 `prepare` recorded (sha256 for a folder without it) once; a
-stamp of each verified file's size, mtime, ctime and inode (`.verified.json` in the folder, or under
-`$LEXTRA_CACHE/verified/` when it is read-only) lets later opens skip unchanged files. A lost or stale stamp costs
-one re-read, never a wrong answer.
-"""
+"""Check on read (docs/running.md, Integrity): a prepared folder's files are hashed the first time they are mapped,
+then trusted while a stamp of their size, mtime, ctime and inode (`.verified.json`) says they are unchanged."""
 
 from __future__ import annotations
 
@@ -33,22 +27,21 @@ _VERIFIED: set[tuple[str, tuple[int, ...], str]] = set()
 """(path, stat key, hash) of the files this process verified: a second open reads no stamp either."""
 
 
-def fast_hash_file(path: str | os.PathLike[str]) -> str:
-    """The xxh3-128 of a file's bytes, as hex (read in 8 MiB blocks)."""
+def fast_hash_file(path: str | os.PathLike[str], edges: int | None = None) -> str:
+    """The xxh3-128 of a file's bytes, as hex (read in 8 MiB blocks), or with `edges` of its first and last `edges`
+    bytes only (the whole file when it is smaller than two)."""
     import xxhash
 
     digest = xxhash.xxh3_128()
     with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if edges is not None and size > 2 * edges:
+            digest.update(handle.read(edges))
+            handle.seek(size - edges)
+            digest.update(handle.read(edges))
         for block in iter(lambda: handle.read(_BLOCK), b""):
             digest.update(block)
     return str(digest.hexdigest())
-
-
-def fast_hash_bytes(data: bytes) -> str:
-    """The xxh3-128 of `data`, as hex."""
-    import xxhash
-
-    return str(xxhash.xxh3_128(data).hexdigest())
 
 
 @dataclass(frozen=True)
@@ -67,45 +60,35 @@ class Expected:
         return f"{FAST_HASH}:{fast_hash_file(path)}" if self.fast else f"sha256:{sha256_file(path)}"
 
 
-def _stat_key(path: Path) -> tuple[int, ...]:
-    stat = path.stat()
-    return (stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
-
-
-def stamp_path(root: Path) -> Path:
-    """Where the verified stamp of folder `root` lives: inside it, or in the cache when it is read-only."""
-    if os.access(root, os.W_OK):
-        return root / STAMP
+def _read_stamp(root: Path) -> tuple[Path, dict[str, list]]:
+    """Where the verified stamp of folder `root` lives (inside it, or in the cache when it is read-only), and its
+    {file: [size, mtime, ctime, inode, hash]} table (empty when there is none)."""
     key = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:24]
-    return resolve_cache_dir().parent / "verified" / f"{key}.json"
-
-
-def _read_stamp(path: Path) -> dict[str, list]:
+    path = root / STAMP if os.access(root, os.W_OK) else resolve_cache_dir().parent / "verified" / f"{key}.json"
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        files = data["files"]
+        files = json.loads(path.read_text(encoding="utf-8"))["files"]
     except (OSError, ValueError, KeyError, TypeError):
-        return {}
-    return files if isinstance(files, dict) else {}
+        return path, {}
+    return path, files if isinstance(files, dict) else {}
 
 
 def check_files(root: Path, expected: Iterable[Expected], fix: str) -> int:
-    """Verify each file of `root` against its recorded hash unless verified unchanged before; returns how many
-    files were read. A mismatch raises `DataError` naming the file and `fix`."""
-    stamp_file = stamp_path(root)
+    """Verify each file of `root` against its recorded hash unless verified unchanged before (a mismatch raises
+    `DataError` naming the file and `fix`); returns how many files were read."""
     stamp: dict[str, list] | None = None
     read = 0
     for item in expected:
         path = root / item.name
         try:
-            key = _stat_key(path)
+            stat = path.stat()
         except OSError:
             raise DataError(f"prepared file {path} is missing; {fix}") from None
+        key = (stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
         memo = (str(path.resolve()), key, item.recorded)
         if memo in _VERIFIED:
             continue
         if stamp is None:
-            stamp = _read_stamp(stamp_file)
+            stamp_file, stamp = _read_stamp(root)
         if stamp.get(item.name) == [*key, item.recorded]:
             _VERIFIED.add(memo)
             continue
@@ -127,19 +110,8 @@ def forget_verified() -> None:
     _VERIFIED.clear()
 
 
-# ----------------------------------------------------------------------------- what a resumed prepare compares
 EDGE_BLOCK = 1 << 16
 """Bytes hashed at each end of a source file by the quick fingerprint (`source_state`)."""
-
-
-def _edges_hash(path: Path, size: int) -> str:
-    """xxh3-128 of a file's first and last `EDGE_BLOCK` bytes (the whole file when smaller than two)."""
-    with open(path, "rb") as handle:
-        if size <= 2 * EDGE_BLOCK:
-            return fast_hash_bytes(handle.read())
-        head = handle.read(EDGE_BLOCK)
-        handle.seek(size - EDGE_BLOCK)
-        return fast_hash_bytes(head + handle.read(EDGE_BLOCK))
 
 
 def source_state(spec: str, *, full: bool = False) -> dict[str, list[int | str]]:
@@ -151,7 +123,7 @@ def source_state(spec: str, *, full: bool = False) -> dict[str, list[int | str]]
     for name, path in source_files(spec):
         try:
             stat = path.stat()
-            digest = fast_hash_file(path) if full else _edges_hash(path, stat.st_size)
+            digest = fast_hash_file(path, None if full else EDGE_BLOCK)
         except OSError:
             continue
         state[name] = [stat.st_size, stat.st_mtime_ns, digest]
@@ -183,15 +155,13 @@ def tokenizer_files(folder: Path) -> list[str]:
     )
 
 
+def file_entry(path: Path, name: str | None = None) -> dict[str, object]:
+    """A file's manifest entry: its `name` (default the file's own), bytes, sha256 and xxh3-128."""
+    hashes = {"sha256": sha256_file(path), FAST_HASH: fast_hash_file(path)}
+    return {"name": name or path.name, "bytes": path.stat().st_size, **hashes}
+
+
 def copied_files(folder: Path, names: Iterable[str] | None = None) -> dict[str, dict[str, object]]:
-    """{name: {bytes, sha256, xxh3_128}} of the files `names` (default: every file) of `folder`."""
+    """{name: its `file_entry`} of the files `names` (default: every file) of `folder`."""
     chosen = sorted(p.name for p in folder.iterdir() if p.is_file()) if names is None else list(names)
-    return {
-        name: {
-            "name": name,
-            "bytes": (folder / name).stat().st_size,
-            "sha256": sha256_file(folder / name),
-            FAST_HASH: fast_hash_file(folder / name),
-        }
-        for name in chosen
-    }
+    return {name: file_entry(folder / name) for name in chosen}

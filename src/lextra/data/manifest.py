@@ -1,11 +1,6 @@
-"""The schema of a prepared folder's `manifest.json`, checked whole when the folder is opened.
-
-Every field is checked for presence and type, counts for consistency (a split's documents and tokens are the
-sums of its shards', a token file holds `tokens` ids of the dtype, an offsets file two int64 per document), the
-dtype for being known and holding the vocabulary, file names for being the folder's own. A manifest that fails is
-refused in one line naming the field, so a hand-edited or truncated manifest never surfaces as a traceback or
-as a run that fails later.
-"""
+"""The schema of a prepared folder's `manifest.json`, checked whole on open: every field's presence and type,
+counts summing and sizing their files, a known dtype that holds the vocabulary, the folder's own file names; a
+manifest that fails is refused in one line naming the field."""
 
 from __future__ import annotations
 
@@ -47,13 +42,10 @@ def _field(node: Any, key: str, where: str, kinds: tuple[type, ...], *, optional
     if value is None and type(None) in kinds:
         return None
     if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
-        raise _FieldError(path, f"expected {_kind_names(kinds)}, got {_describe(value)}")
+        names = {int: "an integer", str: "a string", dict: "an object", list: "a list", float: "a number"}
+        expected = " or ".join(names.get(k, "null") for k in kinds)
+        raise _FieldError(path, f"expected {expected}, got {_describe(value)}")
     return value
-
-
-def _kind_names(kinds: tuple[type, ...]) -> str:
-    names = {int: "an integer", str: "a string", dict: "an object", list: "a list", float: "a number"}
-    return " or ".join(names.get(k, "null") for k in kinds)
 
 
 def _count(node: Any, key: str, where: str, minimum: int = 0) -> int:
@@ -202,8 +194,7 @@ def _file_entry(entry: Any, where: str, name: str | None, size: int | None = Non
 def validate_manifest(
     manifest: Any, dtypes: dict[str, type[np.unsignedinteger]], splits: Collection[str], label: str, fix: str
 ) -> None:
-    """Raise `ManifestError` (one line: `label`, the field, the problem, `fix`) unless `manifest` follows the
-    schema."""
+    """Raise `ManifestError` (`label`, the field, the problem, `fix`) unless `manifest` follows the schema."""
     try:
         _check(manifest, dtypes, splits)
     except _FieldError as fail:

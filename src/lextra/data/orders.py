@@ -1,26 +1,22 @@
-"""The order of training windows: i.i.d. (each batch drawn at random from every offset, `window_starts`) or epoch
-order (every non-overlapping window once per epoch, in a pseudo-random permutation keyed by (seed, epoch)).
-
-Both are a pure function of (seed, step, rank), so resuming at a step continues exactly, and a distributed run
-draws the same global batches whatever the number of processes.
-"""
+"""The order of training windows, a pure function of (seed, step, rank) either way: i.i.d. (`window_starts`) or
+epoch order (every non-overlapping window once per epoch, in a permutation keyed by (seed, epoch))."""
 
 from __future__ import annotations
 
 import functools
 import hashlib
 from collections.abc import Sequence
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 import numpy as np
 import torch
 
-from lextra.data.windows import check_batch
+from lextra.data.windows import WindowSource, check_batch
 from lextra.errors import DataError
 
 ORDERS: tuple[str, ...] = ("iid", "epoch")
-"""Orders of training windows: `iid` draws every window uniformly at random (with replacement) from every offset;
-`epoch` visits the stream's non-overlapping windows in a fresh permutation per epoch (`epoch_window_starts`)."""
+"""Orders of training windows: `iid` draws uniformly (with replacement) from every offset; `epoch` visits the
+non-overlapping windows in a fresh permutation per epoch (`epoch_window_starts`)."""
 
 EPOCH_ROUNDS = 6
 """Feistel rounds of the epoch permutation (Luby & Rackoff 1988 show 4 make a pseudo-random permutation)."""
@@ -38,9 +34,8 @@ def check_order(order: str) -> str:
 
 
 def epoch_windows(n: int, length: int) -> int:
-    """How many non-overlapping windows of `length + 1` tokens an epoch of a stream of `n` tokens has: windows
-    start at 0, length, 2 length, ... (consecutive windows share one token, the last target of one being the first
-    input of the next), so each of the first `windows * length + 1` tokens is an input once and a target once."""
+    """How many non-overlapping windows of `length + 1` tokens an epoch of `n` tokens has: they start at 0, length,
+    2 length, ... (neighbours share one token, so each token is an input once and a target once)."""
     return max((n - 1) // length, 0)
 
 
@@ -62,14 +57,12 @@ def _mix(values: np.ndarray, key: np.uint64) -> np.ndarray:
 
 
 def epoch_permutation(index: np.ndarray, windows: int, keys: Sequence[int]) -> np.ndarray:
-    """Where each `index` in [0, windows) goes under a keyed pseudo-random permutation of [0, windows): memory and
-    time O(len(index)), whatever `windows` is.
+    """Where each `index` in [0, windows) goes under a keyed pseudo-random permutation of [0, windows), in memory
+    and time O(len(index)).
 
     A Feistel network on Z_a x Z_b (a = ceil(sqrt(windows)), b = ceil(windows / a)) with modular addition and
-    halves that alternate between the two sizes, as in format-preserving encryption (Bellare, Ristenpart, Rogaway
-    & Stegers 2009, FFX); `EPOCH_ROUNDS` rounds, round r keyed by `keys[r]`. It permutes [0, a b); the fewer than
-    `a` values past `windows` are walked back into range by applying it again (cycle walking; Black & Rogaway
-    2002), which ends because a permutation's cycle through a value in range returns to range.
+    alternating halves (FFX; Bellare, Ristenpart, Rogaway & Stegers 2009), round r keyed by `keys[r]`; values past
+    `windows` are walked back into range by applying it again (cycle walking; Black & Rogaway 2002).
     """
     if windows == 1:
         return np.zeros_like(index)
@@ -93,8 +86,8 @@ def epoch_permutation(index: np.ndarray, windows: int, keys: Sequence[int]) -> n
 
 
 EPOCH_BLOCK = 8192
-"""Consecutive positions of an epoch whose windows are permuted together and kept (64 KiB): a batch reads its
-windows from the block it falls in, so the permutation's per-call cost is paid once per block, not per batch."""
+"""Consecutive positions of an epoch whose windows are permuted together and kept (64 KiB), so the permutation's
+per-call cost is paid once per block, not per batch."""
 
 
 @functools.lru_cache(maxsize=8)
@@ -112,12 +105,9 @@ def epoch_window_starts(
 ) -> torch.Tensor:
     """The (batch_size,) int64 window starts of batch `step` in epoch order, a pure function of its arguments.
 
-    The windows of every epoch are the stream's `epoch_windows(n, length)` non-overlapping windows, in a
-    permutation keyed by (seed, epoch) (`epoch_permutation`); the epochs follow one another as one global sequence
-    of windows, cut into global batches of `batch_size * world_size` windows (a batch may end one epoch and begin
-    the next), of which rank `r` takes rows [r batch_size, (r + 1) batch_size). So every window is drawn exactly
-    once per epoch, a run on any number of ranks sees the same windows, and resuming at `step` continues the
-    epoch where it was. The last `(n - 1) mod length` tokens (less than one window) are never drawn.
+    The epochs (each `epoch_windows(n, length)` windows, permuted by `epoch_permutation`) follow one another as one
+    sequence cut into global batches of `batch_size * world_size` windows, of which rank `r` takes rows
+    [r batch_size, (r + 1) batch_size). The last `(n - 1) mod length` tokens are never drawn.
     """
     check_batch(n, step, batch_size, length, rank, world_size)
     windows = epoch_windows(n, length)
@@ -137,45 +127,31 @@ def epoch_window_starts(
     return torch.from_numpy(out * length)
 
 
-def epoch_position(n: int, step: int, batch_size: int, length: int) -> dict[str, int]:
-    """Where an epoch-order run stands after `step` steps of `batch_size` windows: the epoch it is in, the windows
-    of that epoch already drawn, and the windows per epoch."""
-    windows = epoch_windows(n, length)
-    epoch, window = divmod(step * batch_size, max(windows, 1))
-    return {"epoch": epoch, "window": window, "windows": windows}
+class EpochOrder(WindowSource):
+    """A stream's training windows in epoch order (`epoch_window_starts`)."""
 
-
-class WindowStream(Protocol):
-    """A token stream that gathers windows at given starts (`TrainStream`, `PreparedShards`)."""
-
-    def __len__(self) -> int: ...
-
-    def windows(self, starts: torch.Tensor, length: int) -> torch.Tensor: ...
-
-
-class EpochOrder:
-    """A stream's training windows in epoch order (`epoch_window_starts`): every non-overlapping window once per
-    epoch, in a permutation per epoch keyed by the seed; batches are a pure function of (seed, step, rank)."""
-
-    def __init__(self, stream: WindowStream) -> None:
+    def __init__(self, stream: WindowSource) -> None:
         self.stream = stream
 
     def __len__(self) -> int:
         return len(self.stream)
 
-    def batch(
+    def draw_starts(
         self, step: int, batch_size: int, length: int, seed: int, rank: int = 0, world_size: int = 1
     ) -> torch.Tensor:
-        """A (batch_size, length + 1) int64 batch: rank `rank`'s rows of global batch `step`."""
-        starts = epoch_window_starts(len(self.stream), step, batch_size, length, seed, rank, world_size)
+        return epoch_window_starts(len(self.stream), step, batch_size, length, seed, rank, world_size)
+
+    def windows(self, starts: torch.Tensor, length: int) -> torch.Tensor:
         return self.stream.windows(starts, length)
 
     def position(self, step: int, batch_size: int, length: int) -> dict[str, int]:
-        """Where the run stands after `step` global batches (`epoch_position`)."""
-        return epoch_position(len(self.stream), step, batch_size, length)
+        """Where the run stands after `step` global batches: its epoch, the windows of it drawn, windows per epoch."""
+        windows = epoch_windows(len(self.stream), length)
+        epoch, window = divmod(step * batch_size, max(windows, 1))
+        return {"epoch": epoch, "window": window, "windows": windows}
 
 
-Stream = TypeVar("Stream", bound=WindowStream)
+Stream = TypeVar("Stream", bound=WindowSource)
 
 
 def in_order(stream: Stream, order: str) -> Stream | EpochOrder:

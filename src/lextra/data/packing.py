@@ -1,11 +1,9 @@
 """Packed documents (`--pack documents`, docs/running.md): training windows filled with whole documents, each token
-tagged with its document, so a step attends within each document and numbers positions from each document's start.
+tagged with its document (0, 1, ... within the row, -1 for padding), so a step attends within each document.
 
-A document's *unit* is its tokens plus the separator that follows it in the stream, so the units tile the stream.
-A window's start is drawn exactly as without packing, then moved back to the start of the unit it falls in; whole
-units follow while they fit, the rest is padding (document id -1, never attended to or predicted), unless the unit
-that does not fit is itself longer than a window, whose head then fills it. A packed batch is (B, 2, L + 1): the
-window's tokens and their document ids (0, 1, ... within the row, -1 for padding).
+A document's unit is its tokens plus the separator after it. A window's start is drawn as without packing, then
+moved back to the start of its unit; whole units follow while they fit, the rest is padding, unless the unit that
+does not fit is longer than a window, whose head then fills it. A packed batch is (B, 2, L + 1): tokens, ids.
 """
 
 from __future__ import annotations
@@ -16,10 +14,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from lextra.data.boundaries import DocumentStarts
 from lextra.data.corpora.sources import iter_documents
-from lextra.data.orders import EpochOrder, epoch_window_starts
-from lextra.data.windows import mixture_window_starts, window_starts
+from lextra.data.orders import EpochOrder
+from lextra.data.windows import DocumentStarts, WindowSource
 from lextra.errors import ConfigError, DataError
 
 #: how a run fills its training windows: `none` cuts them from the token stream across document boundaries;
@@ -56,28 +53,13 @@ def pack_window(starts: DocumentStarts, drawn: int, need: int) -> tuple[int, np.
     return begin, ids
 
 
-def drawn_starts(
-    source: object, step: int, batch_size: int, length: int, seed: int, rank: int = 0, world_size: int = 1
-) -> tuple[torch.Tensor, object]:
-    """The (batch_size,) window starts `source` would read at this step (its own data order), and the stream that
-    holds the tokens (the source itself, or the stream an `EpochOrder` visits)."""
-    if isinstance(source, EpochOrder):
-        stream = source.stream
-        return epoch_window_starts(len(stream), step, batch_size, length, seed, rank, world_size), stream
-    ranges, weights = getattr(source, "ranges", None), getattr(source, "weights", None)
-    if ranges is not None and weights is not None:  # a weighted mixture: its parts by weight
-        starts = mixture_window_starts(ranges, weights, step, batch_size, length, seed, rank, world_size)
-        return starts, source.shards  # type: ignore[attr-defined]
-    return window_starts(len(source), step, batch_size, length, seed, rank, world_size), source  # type: ignore[arg-type]
-
-
 class PackedDocuments:
     """A training source's batches as packed windows: the same draws, each window moved to a document's start and
     filled with whole documents (`pack_window`). `batch` gives (B, 2, L + 1): tokens, then document ids."""
 
     def __init__(self, source: Any, starts: DocumentStarts) -> None:
-        #: what draws the windows (a stream, an `EpochOrder`, a weighted mixture)
-        self.source: Any = source
+        #: what draws the windows (a `WindowSource`: a stream, an `EpochOrder`, a weighted mixture)
+        self.source: WindowSource = source
         self.document_starts = starts
 
     def __len__(self) -> int:
@@ -87,20 +69,19 @@ class PackedDocuments:
         self, step: int, batch_size: int, length: int, seed: int, rank: int = 0, world_size: int = 1
     ) -> torch.Tensor:
         """A (batch_size, 2, length + 1) int64 packed batch, a pure function of (seed, step, rank)."""
-        drawn, stream = drawn_starts(self.source, step, batch_size, length, seed, rank, world_size)
+        drawn = self.source.draw_starts(step, batch_size, length, seed, rank, world_size)
         begins, ids = [], []
         for start in drawn.tolist():
             begin, row = pack_window(self.document_starts, int(start), length + 1)
             begins.append(begin)
             ids.append(row)
-        tokens = stream.windows(torch.tensor(begins, dtype=torch.long), length)  # type: ignore[attr-defined]
+        tokens = self.source.windows(torch.tensor(begins, dtype=torch.long), length)
         return torch.stack((tokens, torch.from_numpy(np.stack(ids))), dim=1)
 
 
 def check_pack_corpus(corpus: str | None, limit_chars: int | None = None) -> None:
-    """Refuse, before anything is prepared or written, a corpus of fewer than two documents (one text file): it
-    has no boundaries to pack by. Reads at most two documents; a corpus that cannot be read is left to the data
-    loader's own message, and the training stream's boundaries are checked again (`stream_document_starts`)."""
+    """Refuse, before anything is written, a corpus of fewer than two documents (it has no boundaries to pack by),
+    reading at most two; a corpus that cannot be read is left to the data loader's own message."""
     if corpus is None:
         return
     try:

@@ -1,12 +1,7 @@
 """Position samplers: the position ids a training window is read at (`lextra train --positions NAME[:options]`;
-docs/extend-by-training.md).
-
-`contiguous` is plain training (0..L_tr-1), `pose` (Zhu et al. 2023, arXiv 2309.10400) splits the window into
-chunks whose positions skip ahead, `randomized` (Ruoss et al. 2023, arXiv 2305.16843) reads it at a sorted random
-subset of [0, max). Only the position ids change, except under PoSE's content skip (`pose,span=S`), whose chunk 2
-comes from further into a text S windows long, so a step reads its windows with `sampled_batch`. Positions are a
-pure function of (seed, step, rank), one vector per step shared by every row (the model's forward takes one), so a
-resumed run draws exactly what it would have drawn.
+docs/extend-by-training.md): `contiguous` (0..L_tr-1), `pose` (Zhu et al. 2023, arXiv 2309.10400) and `randomized`
+(Ruoss et al. 2023, arXiv 2305.16843). One position vector per step, shared by every row, a pure function of
+(seed, step, rank); PoSE's content skip (`pose,span=S`) also picks the tokens (`sampled_batch`).
 """
 
 from __future__ import annotations
@@ -104,9 +99,6 @@ class Contiguous(PositionSampler):
     """0..L_tr-1, every step: plain training."""
 
     summary = "positions 0..L_tr-1 (plain training)"
-
-    def __init__(self, train_len: int) -> None:
-        super().__init__(train_len)
 
     @property
     def contiguous(self) -> bool:
@@ -222,8 +214,7 @@ class Randomized(PositionSampler):
 
 
 class BatchSource(Protocol):
-    """Where training batches come from (a token stream, prepared shards, a training task): (batch_size,
-    length + 1) token ids, a pure function of its arguments."""
+    """Where training batches come from (a token stream, prepared shards, a training task)."""
 
     def batch(
         self, step: int, batch_size: int, length: int, seed: int, rank: int = 0, world_size: int = 1

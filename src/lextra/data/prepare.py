@@ -3,41 +3,35 @@
 from __future__ import annotations
 
 import functools
+from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from torch import Tensor
 
 from lextra.data.corpora import Document, load_corpus, split_corpus
 from lextra.data.tokenizers import Tokenizer, build_tokenizer, tokenizer_from_config
-from lextra.data.windows import TrainStream, encode_documents
+from lextra.data.windows import TrainStream, WindowSource, encode_documents
 
 
-class PreparedFolder(Protocol):
-    """What `PreparedData` reads of a prepared folder (`lextra.data.shards.PreparedShards`): its documents' stored
-    tokens, its train stream's windows and batches, and its path and manifest hash for results."""
+class PreparedFolder(WindowSource):
+    """What `PreparedData` reads of a prepared folder (`lextra.data.shards.PreparedShards`): its training windows,
+    its documents' stored tokens, and its path and manifest hash for results."""
 
     root: Path
     sha256: str
 
-    def documents(self, split: str, limit: int | None = None) -> list[Tensor]: ...
-
-    def __len__(self) -> int: ...
-
-    def windows(self, starts: Tensor, length: int) -> Tensor: ...
-
-    def batch(
-        self, step: int, batch_size: int, length: int, seed: int, rank: int = 0, world_size: int = 1
-    ) -> Tensor: ...
+    @abstractmethod
+    def documents(self, split: str, limit: int | None = None) -> list[Tensor]:
+        """The split's documents (at most `limit`) as 1-D token tensors."""
 
 
 @dataclass
 class PreparedData:
     """A corpus split by document hash, and the tokenizer trained (if at all) on its train split only: what every
-    training, evaluation and task reads, from the corpus in memory or from a prepared folder
-    (`PreparedShards.prepared_data`: its stored tokens, its texts decoded when read)."""
+    training, evaluation and task reads, in memory or from a prepared folder (`PreparedShards.prepared_data`)."""
 
     corpus: str
     splits: Mapping[str, Sequence[Document]]
@@ -46,8 +40,7 @@ class PreparedData:
     folder: PreparedFolder | None = None
 
     def documents(self, split: str) -> list[Tensor]:
-        """The split's documents as 1-D token tensors: the folder's stored tokens, else the texts encoded (the
-        same tokens; a folder's in its file dtype)."""
+        """The split's documents as 1-D token tensors: the folder's stored tokens, else the texts encoded."""
         if self.folder is not None:
             return self.folder.documents(split)
         return encode_documents(self.splits[split], self.tokenizer)

@@ -1,8 +1,5 @@
-"""Tokenizers: raw bytes, a byte-level BPE trained locally and cached, or a Hugging Face tokenizer on disk.
-
-Each one describes itself with `to_config()`, and `tokenizer_from_config` rebuilds it, so a saved run can
-decode and evaluate with exactly the tokenizer it was trained with.
-"""
+"""Tokenizers: raw bytes, a byte-level BPE trained locally and cached, or a Hugging Face tokenizer on disk; each
+rebuilt from its `to_config()` by `tokenizer_from_config`, so a saved run decodes with its own tokenizer."""
 
 from __future__ import annotations
 
@@ -11,7 +8,6 @@ import json
 import os
 import re
 import sys
-import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +15,7 @@ from typing import Any
 
 from lextra.data.corpora import Document
 from lextra.errors import DataError
+from lextra.io import atomic_write
 
 DEFAULT_BPE_VOCAB = 8192
 """Vocabulary size of `bpe` without an explicit size."""
@@ -64,7 +61,6 @@ class Tokenizer(ABC):
         return []
 
     def __repr__(self) -> str:
-        """Name and vocabulary size, for logs."""
         return f"{type(self).__name__}(name={self.name!r}, vocab_size={self.vocab_size})"
 
 
@@ -76,15 +72,12 @@ class ByteTokenizer(Tokenizer):
     separator_id = ord("\n")
 
     def encode(self, text: str) -> list[int]:
-        """The UTF-8 bytes of `text`."""
         return list(text.encode("utf-8"))
 
     def decode(self, ids: Sequence[int]) -> str:
-        """UTF-8 decoding of the bytes; a window that cuts a multi-byte character shows U+FFFD there."""
         return bytes(ids).decode("utf-8", errors="replace")
 
     def to_config(self) -> dict[str, Any]:
-        """`{"kind": "bytes"}`."""
         return {"kind": "bytes"}
 
 
@@ -110,11 +103,8 @@ class BPETokenizer(Tokenizer):
         cache_dir: str | os.PathLike[str] | None = None,
         corpus_name: str = "",
     ) -> BPETokenizer:
-        """Train on `docs` (pass the TRAIN split only) or load the cached result of an identical earlier training.
-
-        The cache key hashes the vocabulary size, the corpus name and a fingerprint of every document's id and
-        text, so any change to the training text retrains. Files are written atomically (safe across ranks).
-        """
+        """Train on `docs` (the TRAIN split only) or load the cached result of an identical earlier training, keyed
+        by `bpe_cache_name`; the cache file is written atomically (safe across ranks)."""
         if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 257:
             raise DataError(f"BPE vocab size must be an integer >= 257 (256 bytes + 1 special), got {vocab_size}")
         if not docs:
@@ -129,24 +119,14 @@ class BPETokenizer(Tokenizer):
             except Exception:  # a truncated or foreign file: retrain and overwrite it
                 pass
         backend = _train_bpe_backend(docs, vocab_size)
-        directory.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=directory, suffix=".tmp", delete=False, encoding="utf-8") as tmp:
-            tmp_path = Path(tmp.name)
-            try:
-                tmp.write(backend.to_str())
-            except BaseException:
-                tmp.close()
-                tmp_path.unlink(missing_ok=True)
-                raise
-        os.replace(tmp_path, path)
+        atomic_write(path, lambda tmp: tmp.write_text(backend.to_str(), encoding="utf-8"))
         return cls(backend, source=str(path))
 
     def encode(self, text: str) -> list[int]:
-        """BPE token ids of `text`."""
         return list(self._backend.encode(text, add_special_tokens=False).ids)
 
     def encode_many(self, texts: Sequence[str]) -> list[list[int]]:
-        """BPE token ids of several texts, encoded in parallel by the backend in bounded chunks."""
+        """Encoded in parallel by the backend, in bounded chunks."""
         out: list[list[int]] = []
         chunk = 64
         for start in range(0, len(texts), chunk):
@@ -241,13 +221,12 @@ class HFTokenizer(Tokenizer):
             from transformers import AutoTokenizer
         except ImportError as err:
             raise DataError("hf: tokenizers need transformers; pip install transformers==5.24.0") from err
+        gguf = location.is_file() and location.suffix == ".gguf"
+        options = {"gguf_file": location.name} if gguf else {}
         try:
-            if location.is_file() and location.suffix == ".gguf":
-                tok = AutoTokenizer.from_pretrained(
-                    str(location.parent), gguf_file=location.name, local_files_only=True
-                )
-            else:
-                tok = AutoTokenizer.from_pretrained(str(location), local_files_only=True)
+            tok = AutoTokenizer.from_pretrained(
+                str(location.parent if gguf else location), local_files_only=True, **options
+            )
         except (OSError, ValueError) as err:
             raise DataError(f"no Hugging Face tokenizer could be loaded from {location} ({err})") from err
         tok.model_max_length = sys.maxsize  # we cut windows ourselves: silence "sequence too long" warnings
@@ -265,15 +244,12 @@ class HFTokenizer(Tokenizer):
         return list(self._bos_prefix)
 
     def encode(self, text: str) -> list[int]:
-        """Token ids of `text`, without BOS/EOS."""
         return list(self._tok.encode(text, add_special_tokens=False))
 
     def decode(self, ids: Sequence[int]) -> str:
-        """Text of token ids."""
         return str(self._tok.decode(list(ids)))
 
     def to_config(self) -> dict[str, Any]:
-        """The kind and the absolute local path."""
         return {"kind": "hf", "path": self.path}
 
 
@@ -317,40 +293,35 @@ def build_tokenizer(
     *,
     corpus_name: str = "",
 ) -> Tokenizer:
-    """Make the tokenizer named by `spec`: "bytes", "bpe" / "bpe:4096" (trained on `docs`), or "hf:/local/path".
-
-    For BPE, `docs` must be the TRAIN split only (evaluation text must not shape the vocabulary), and
-    `corpus_name` (the corpus spec) names the cache file.
-    """
+    """Make the tokenizer named by `spec`: "bytes", "bpe" / "bpe:4096" (trained on `docs`, the TRAIN split only,
+    its cache file named by `corpus_name`), or "hf:/local/path"."""
     spec = spec.strip()
-    check_tokenizer_spec(spec)
+    size = check_tokenizer_spec(spec)
     if spec == "bytes":
         return ByteTokenizer()
-    if spec.startswith("hf:"):
+    if size is None:
         return HFTokenizer(spec.removeprefix("hf:"))
     if docs is None:
         raise DataError(f"tokenizer {spec!r} is trained on the corpus; pass the training documents")
-    size_text = spec.partition(":")[2] or str(DEFAULT_BPE_VOCAB)
-    return BPETokenizer.train(docs, int(size_text), cache_dir=cache_dir, corpus_name=corpus_name)
+    return BPETokenizer.train(docs, size, cache_dir=cache_dir, corpus_name=corpus_name)
 
 
-def check_tokenizer_spec(spec: str) -> None:
+def check_tokenizer_spec(spec: str) -> int | None:
     """Refuse a malformed tokenizer spec (unknown kind, a bad BPE size, an `hf:` path that does not exist)
-    without building anything: what a prepare checks before it writes."""
+    without building anything, as a prepare does before it writes; returns a BPE spec's vocabulary size."""
     spec = spec.strip()
     if spec == "bytes":
-        return
+        return None
     if spec == "bpe" or spec.startswith("bpe:"):
         size_text = spec.partition(":")[2] or str(DEFAULT_BPE_VOCAB)
         if not size_text.isdigit():
             raise DataError(f"tokenizer {spec!r}: the vocab size must be an integer, e.g. bpe:4096")
         if int(size_text) < 257:
             raise DataError(f"BPE vocab size must be an integer >= 257 (256 bytes + 1 special), got {size_text}")
-        return
-    if spec.startswith("hf:"):
-        path = spec.removeprefix("hf:")
-        if not path:
-            raise DataError("tokenizer 'hf:' needs a local path, e.g. hf:/models/llama")
-        _check_hf_path(Path(path).expanduser())
-        return
-    raise DataError(f"unknown tokenizer {spec!r}; use {_TOKENIZER_SPECS}")
+        return int(size_text)
+    if not spec.startswith("hf:"):
+        raise DataError(f"unknown tokenizer {spec!r}; use {_TOKENIZER_SPECS}")
+    if not spec.removeprefix("hf:"):
+        raise DataError("tokenizer 'hf:' needs a local path, e.g. hf:/models/llama")
+    _check_hf_path(Path(spec.removeprefix("hf:")).expanduser())
+    return None

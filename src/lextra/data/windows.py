@@ -1,78 +1,50 @@
-"""Token tensors for training and evaluation: random training windows and whole-document evaluation windows.
-
-Training batches are a pure function of (seed, step, rank), so a resumed run sees exactly the batches it would
-have seen, and each rank of a distributed run draws its own windows. Evaluation windows never stitch
-documents together unless no document is long enough, and then they say so.
-"""
+"""Token tensors: training windows, a pure function of (seed, step, rank), and whole-document evaluation windows
+(stitched across documents only when none is long enough, which they report)."""
 
 from __future__ import annotations
 
 import hashlib
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 from numpy.lib.stride_tricks import as_strided
 
-from lextra.data.boundaries import DocumentStarts
 from lextra.data.corpora import Document
 from lextra.data.tokenizers import ByteTokenizer, Tokenizer
 from lextra.errors import DataError
 
 
-def _compact_dtype(max_id: int) -> torch.dtype:
+def _compact_dtype(max_id: int) -> type[np.integer]:
     """The smallest storage dtype used here for token ids up to `max_id`: uint8 for bytes, else int32."""
-    if max_id < 256:
-        return torch.uint8
-    if max_id < 2**31:
-        return torch.int32
-    return torch.long
-
-
-def _compact_dtype_np(max_id: int) -> type[np.integer]:
-    """The numpy counterpart of `_compact_dtype`."""
     if max_id < 256:
         return np.uint8
     return np.int32 if max_id < 2**31 else np.int64
 
 
-def encode_documents(docs: Sequence[Document], tokenizer: Tokenizer, *, compact: bool = False) -> list[torch.Tensor]:
-    """One 1-D token tensor per document, in order, skipping documents that encode to nothing.
-
-    Tensors are int64 by default; `compact=True` stores uint8 (vocabularies of at most 256) or int32 instead,
-    a factor 8 or 2 less memory for large training corpora (`TrainStream` accepts either).
-    """
-    dtype = _compact_dtype(tokenizer.vocab_size - 1) if compact else torch.long
-    out: list[torch.Tensor] = []
+def encode_arrays(tokenizer: Tokenizer, docs: Sequence[Document]) -> list[np.ndarray]:
+    """Token ids of each document (uint8 for bytes, else int64; read-only for bytes)."""
     if isinstance(tokenizer, ByteTokenizer):
-        for doc in docs:
-            data = doc.text.encode("utf-8")
-            if data:
-                out.append(torch.from_numpy(np.frombuffer(data, dtype=np.uint8).copy()).to(dtype))
-        return out
-    for ids in tokenizer.encode_many([doc.text for doc in docs]):
-        if ids:
-            out.append(torch.tensor(ids, dtype=dtype, device="cpu"))
-    return out
+        return [np.frombuffer(doc.text.encode("utf-8"), dtype=np.uint8) for doc in docs]
+    return [np.asarray(ids, dtype=np.int64) for ids in tokenizer.encode_many([doc.text for doc in docs])]
 
 
-def _window_seed(seed: int, step: int, rank: int) -> int:
-    """A 63-bit generator seed from (seed, step, rank) alone, well mixed so nearby steps are unrelated."""
-    key = f"lextra-train-windows:{seed}:{step}:{rank}".encode()
-    return int.from_bytes(hashlib.sha256(key).digest()[:8], "little") & (2**63 - 1)
+def encode_documents(docs: Sequence[Document], tokenizer: Tokenizer, *, compact: bool = False) -> list[torch.Tensor]:
+    """One 1-D token tensor per document, in order, skipping documents that encode to nothing: int64, or with
+    `compact` uint8 (vocabularies of at most 256) or int32, 8 or 2 times less memory (`TrainStream` takes either)."""
+    dtype = _compact_dtype(tokenizer.vocab_size - 1) if compact else np.int64
+    return [torch.from_numpy(ids.astype(dtype)) for ids in encode_arrays(tokenizer, docs) if ids.size]
 
 
 def window_starts(
     n: int, step: int, batch_size: int, length: int, seed: int, rank: int = 0, world_size: int = 1
 ) -> torch.Tensor:
-    """The (batch_size,) int64 start offsets of a batch of training windows of `length + 1` tokens in a stream of
-    `n` tokens: uniform over every valid offset, drawn by a generator seeded from (seed, step, rank) alone.
-
-    Every training batch source (the in-memory `TrainStream`, memory-mapped `PreparedShards`) draws its windows
-    here, so a run reads the same windows whatever stores its tokens.
-    """
+    """The (batch_size,) int64 starts of a batch of training windows of `length + 1` tokens in a stream of `n`
+    tokens: uniform over every valid offset, seeded from (seed, step, rank) alone; every stream draws here."""
     check_batch(n, step, batch_size, length, rank, world_size)
-    generator = torch.Generator().manual_seed(_window_seed(seed, step, rank))
+    key = f"lextra-train-windows:{seed}:{step}:{rank}".encode()  # a 63-bit seed, unrelated for nearby steps
+    generator = torch.Generator().manual_seed(int.from_bytes(hashlib.sha256(key).digest()[:8], "little") & (2**63 - 1))
     return torch.randint(0, n - length, (batch_size,), generator=generator, device="cpu")
 
 
@@ -103,8 +75,7 @@ def mixture_window_starts(
     """The (batch_size,) int64 window starts of a weighted mixture: each window's part is drawn with probability
     `weights[k]`, then its start uniformly among the offsets whose `length + 1` tokens lie inside that part's
     [start, stop) range of the stream; a pure function of (seed, step, rank), like `window_starts`."""
-    # the same checks of step, batch size, length and rank as one stream's
-    window_starts(max(stop - start for start, stop in ranges), step, batch_size, length, seed, rank, world_size)
+    check_batch(max(stop - start for start, stop in ranges), step, batch_size, length, rank, world_size)
     if len(weights) != len(ranges) or any(not w > 0 for w in weights):
         raise DataError(f"a mixture needs one positive weight per part, got {list(weights)} for {len(ranges)} parts")
     for index, (start, stop) in enumerate(ranges):
@@ -126,6 +97,46 @@ def mixture_window_starts(
     return starts
 
 
+class DocumentStarts:
+    """Where each document unit of a token stream starts, as sorted arrays of starts, one per piece of the stream
+    (a prepared split's shard files: each its offsets' first column, mapped; or one array), each shifted by its
+    piece's first stream position. Lookups search these arrays, so nothing the size of the corpus is copied."""
+
+    def __init__(self, bases: Sequence[int], starts: Sequence[np.ndarray], length: int) -> None:
+        kept = [(int(base), array) for base, array in zip(bases, starts, strict=True) if array.size]
+        self.bases = np.array([base for base, _ in kept], dtype=np.int64)
+        self.starts = [array for _, array in kept]
+        self.length = int(length)
+        self.count = int(sum(array.size for array in self.starts))
+
+    def start_of(self, position: int) -> int:
+        """The start of the unit holding stream position `position` (the last start at or before it)."""
+        piece = int(np.searchsorted(self.bases, position, side="right")) - 1
+        while piece >= 0:
+            array = self.starts[piece]
+            index = int(np.searchsorted(array, position - self.bases[piece], side="right")) - 1
+            if index >= 0:
+                return int(array[index]) + int(self.bases[piece])
+            piece -= 1
+        return 0
+
+    def starts_after(self, low: int, high: int) -> np.ndarray:
+        """The unit starts in (low, high], in order, then the first start past `high` (or the stream's end)."""
+        found: list[np.ndarray] = []
+        piece = max(int(np.searchsorted(self.bases, low, side="right")) - 1, 0)
+        after = self.length
+        for index in range(piece, len(self.starts)):
+            base, array = int(self.bases[index]), self.starts[index]
+            first = int(np.searchsorted(array, low - base, side="right"))
+            last = int(np.searchsorted(array, high - base, side="right"))
+            found.append(np.asarray(array[first:last], dtype=np.int64) + base)
+            if last < array.size:
+                after = int(array[last]) + base
+                break
+        inside = np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+        return np.concatenate((inside, [after])).astype(np.int64)
+
+
 def _window_rows(tokens: np.ndarray, rows: int, length: int) -> np.ndarray:
     """A read-only (rows, length + 1) strided view of `tokens` whose row i is tokens [i, i + length + 1): every
     window as a row, without a copy (rows past the array's end must never be read)."""
@@ -134,18 +145,13 @@ def _window_rows(tokens: np.ndarray, rows: int, length: int) -> np.ndarray:
 
 
 class JoinedTokens:
-    """A token stream stored as consecutive flat arrays of one dtype (a split's shard files, each mapped on its
-    own; or one array), read as one: `windows` gathers a batch of windows anywhere in it with one numpy row
-    gather from a strided view of every window (no index array of batch x length offsets, and no thread pool, so
-    its speed does not depend on how busy the other cores are), as fast across arrays as from one.
+    """A token stream stored as consecutive flat arrays of one dtype (a split's mapped shard files, or one array),
+    whose `windows` are one numpy row gather from a strided view of every window.
 
-    The arrays lie somewhere in the address space; a strided view that starts at the lowest one reaches each
-    array's tokens at a fixed row offset (its address minus the lowest, in tokens). For a window length L, the
-    windows that run from one array into the next are served by a seam: the L tokens before each boundary and the
-    L after it, copied once into one small array (2 L tokens per boundary) that the view reaches too. The stream's
-    window starts then fall into segments (an array's inside, a seam), each with its row offset: one
-    `searchsorted` finds every start's segment, and one gather reads the windows. Only rows of real windows are
-    read: a start is refused unless its window lies in the stream, and its segment's rows hold it whole.
+    The view starts at the lowest array's address and reaches each array at a fixed row offset; windows that cross
+    a boundary read a seam (the L tokens either side of it, copied once into one small array the view reaches
+    too). One `searchsorted` finds each start's segment (an array's inside or a seam) and its row offset; only
+    rows of real windows are read.
     """
 
     def __init__(self, pieces: Sequence[np.ndarray]) -> None:
@@ -228,7 +234,31 @@ class JoinedTokens:
         return torch.from_numpy(view[at + shifts[segment]].astype(np.int64))
 
 
-class TrainStream:
+class WindowSource(ABC):
+    """Where training windows are drawn: `draw_starts` gives a step's window starts (i.i.d. by default), `windows` reads
+    them, and `batch` is both, a pure function of (seed, step, rank)."""
+
+    @abstractmethod
+    def __len__(self) -> int: ...
+
+    @abstractmethod
+    def windows(self, starts: torch.Tensor, length: int) -> torch.Tensor:
+        """The (len(starts), length + 1) int64 windows of the stream at `starts`."""
+
+    def draw_starts(
+        self, step: int, batch_size: int, length: int, seed: int, rank: int = 0, world_size: int = 1
+    ) -> torch.Tensor:
+        """The (batch_size,) window starts of rank `rank`'s rows of global batch `step` (`window_starts`)."""
+        return window_starts(len(self), step, batch_size, length, seed, rank, world_size)
+
+    def batch(
+        self, step: int, batch_size: int, length: int, seed: int, rank: int = 0, world_size: int = 1
+    ) -> torch.Tensor:
+        """A (batch_size, length + 1) int64 batch: inputs `batch[:, :-1]`, targets `batch[:, 1:]`."""
+        return self.windows(self.draw_starts(step, batch_size, length, seed, rank, world_size), length)
+
+
+class TrainStream(WindowSource):
     """The training documents' tokens joined into one stream (with an optional separator token between them)."""
 
     def __init__(self, token_docs: Sequence[torch.Tensor], separator: int | None = None) -> None:
@@ -238,22 +268,18 @@ class TrainStream:
             raise DataError("the training split has no tokens; use a bigger corpus or other split fractions")
         if separator is not None and separator < 0:
             raise DataError(f"the separator token id must be non-negative, got {separator}")
-        common = np.result_type(*arrays)
-        pieces: list[np.ndarray] = []
-        if separator is None:
-            pieces = arrays
-        else:
-            fits = np.can_cast(np.min_scalar_type(separator), common)
-            gap = np.array([separator], dtype=common if fits else np.int64)
-            for index, array in enumerate(arrays):
-                if index:
-                    pieces.append(gap)
-                pieces.append(array)
+        pieces = arrays
+        if separator is not None:
+            common = np.result_type(*arrays)
+            gap = np.array(
+                [separator], dtype=common if np.can_cast(np.min_scalar_type(separator), common) else np.int64
+            )
+            pieces = [piece for array in arrays for piece in (gap, array)][1:]
         flat = np.concatenate(pieces)
         if flat.dtype != np.uint8:  # numpy reductions: fast even on tens of millions of tokens
             if int(flat.min()) < 0:
                 raise DataError(f"token ids must be non-negative, found {int(flat.min())}")
-            flat = flat.astype(_compact_dtype_np(int(flat.max())), copy=False)
+            flat = flat.astype(_compact_dtype(int(flat.max())), copy=False)
         self.tokens = torch.from_numpy(np.ascontiguousarray(flat))
         self.separator = separator
         self.num_documents = len(arrays)
@@ -271,19 +297,7 @@ class TrainStream:
         """Number of tokens in the stream, separators included."""
         return int(self.tokens.numel())
 
-    def batch(
-        self, step: int, batch_size: int, length: int, seed: int, rank: int = 0, world_size: int = 1
-    ) -> torch.Tensor:
-        """A (batch_size, length + 1) int64 batch of random windows, a pure function of (seed, step, rank).
-
-        Window starts are drawn uniformly from every valid offset by a generator seeded from (seed, step, rank)
-        only, so resuming at `step` reproduces the batch exactly and every rank draws different windows.
-        Inputs are `batch[:, :-1]`, targets `batch[:, 1:]`.
-        """
-        return self.windows(window_starts(len(self), step, batch_size, length, seed, rank, world_size), length)
-
     def windows(self, starts: torch.Tensor, length: int) -> torch.Tensor:
-        """The (len(starts), length + 1) int64 windows of the stream at `starts`."""
         return self._joined.windows(starts, length)
 
     def document_starts(self) -> DocumentStarts:
@@ -294,8 +308,7 @@ class TrainStream:
 def eval_sequences(
     token_docs: Sequence[torch.Tensor], length: int, max_sequences: int, *, separator: int | None = None
 ) -> tuple[list[torch.Tensor], bool]:
-    """Up to `max_sequences` int64 windows of exactly `length + 1` tokens, and whether documents were stitched
-    (`eval_pieces`, without where each came from)."""
+    """Up to `max_sequences` windows of `length + 1` tokens and whether documents were stitched (`eval_pieces`)."""
     sequences, stitched, _ = eval_pieces(token_docs, length + 1, max_sequences, separator=separator)
     return sequences, stitched
 
@@ -306,11 +319,9 @@ def eval_pieces(
     """Up to `max_pieces` int64 pieces of exactly `need` tokens, whether documents were stitched, and where each
     piece starts: (document index, offset), or (-1, offset in the joined text) when stitched.
 
-    Normally every piece lies inside one document with at least `need` tokens: first the opening piece of each
-    such document in corpus order, then their second non-overlapping pieces, and so on. If no document is that
-    long, the documents are concatenated (joined by `separator` when given) and cut into consecutive pieces
-    instead, and the flag is True: perplexity then measures text that crosses document boundaries, which callers
-    should report.
+    Pieces lie inside documents of at least `need` tokens: each one's opening piece in corpus order, then their
+    second pieces, and so on. When no document is that long, the documents joined (by `separator` when given) are
+    cut into consecutive pieces instead, and the flag says so.
     """
     if need < 2:
         raise DataError(f"evaluation length must be >= 1, got {need - 1}")
@@ -332,12 +343,10 @@ def eval_pieces(
                 origins.append((i, start))
             round_index += 1
         return pieces, False, origins
-    parts: list[torch.Tensor] = []
-    for index, (_, t) in enumerate(docs):
-        if index and separator is not None:
-            parts.append(torch.tensor([separator], dtype=t.dtype, device="cpu"))
-        parts.append(t)
-    stream = torch.cat([p.long() for p in parts])
+    parts = [t.long() for _, t in docs]
+    if separator is not None:
+        parts = [piece for t in parts for piece in (torch.tensor([separator]), t)][1:]
+    stream = torch.cat(parts)
     if stream.numel() < need:
         raise DataError(
             f"the evaluation text has {stream.numel()} tokens in all, fewer than the {need} needed; "

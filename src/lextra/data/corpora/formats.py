@@ -44,7 +44,10 @@ def path_documents(path: Path, text_field: str) -> Iterator[Document]:
         return _iter_jsonl(path, text_field, id_prefix="")
     if path.name.endswith(PARQUET_SUFFIX):
         return _iter_parquet(path, text_field, id_prefix="")
-    return _iter_single_file(path)
+    text = read_utf8(path)
+    if text is None:
+        raise DataError(f"corpus file {path} is not UTF-8 text; convert it to UTF-8 or give a .jsonl file")
+    return iter([Document(path.name, text)])
 
 
 def read_utf8(path: Path) -> str | None:
@@ -62,21 +65,9 @@ def read_utf8(path: Path) -> str | None:
     return text.replace("\r\n", "\n").replace("\r", "\n").removeprefix("\ufeff")
 
 
-def _iter_single_file(path: Path) -> Iterator[Document]:
-    """Yield one text file as one document, named by its file name."""
-    text = read_utf8(path)
-    if text is None:
-        raise DataError(f"corpus file {path} is not UTF-8 text; convert it to UTF-8 or give a .jsonl file")
-    yield Document(path.name, text)
-
-
 def _iter_text_directory(root: Path, text_field: str) -> Iterator[Document]:
-    """Yield every UTF-8 text file under `root` (recursively, hidden entries skipped), sorted by relative path.
-
-    Binary and non-UTF-8 files are skipped; `.jsonl` files found inside (also `.jsonl.gz` and `.jsonl.zst`)
-    contribute one document per line, with ids `relative/path.jsonl:ID`, and `.parquet` files one per row
-    (`relative/path.parquet:ID`).
-    """
+    """Yield every UTF-8 text file under `root` (recursively, hidden entries, binary and non-UTF-8 files skipped),
+    sorted by relative path; JSON Lines and Parquet files inside give a document per row (ids `rel/path:ID`)."""
     relpaths: list[str] = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = [d for d in dirnames if not d.startswith(".") and d != "__pycache__"]
@@ -147,42 +138,36 @@ def _zstd_lines(raw: io.BufferedIOBase, zstandard: Any, chunk: int = 1 << 20) ->
 
 def _iter_jsonl(path: Path, text_field: str, *, id_prefix: str) -> Iterator[Document]:
     """Yield one document per JSON line: text from `text_field`, id from an `id` field or the line number.
-
     Compressed files are read as a stream; broken gzip / Zstandard data is refused by name."""
     with _open_lines(path) as (handle, broken, kind):
         try:
-            yield from _jsonl_records(path, handle, text_field, id_prefix)
+            for line_number, raw in enumerate(handle, start=1):
+                where = f"{path} line {line_number}"
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as err:
+                    raise DataError(f"{where} is not UTF-8; re-encode the file as UTF-8") from err
+                if line_number == 1:
+                    line = line.removeprefix("\ufeff")
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise DataError(f"{where} is not valid JSON ({err.msg}); write one JSON object per line") from err
+                if not isinstance(record, dict):
+                    raise DataError(f"{where} is a JSON {type(record).__name__}, not an object; write one per line")
+                if text_field not in record:
+                    keys = ", ".join(sorted(record)) or "none"
+                    raise DataError(
+                        f"{where} has no field {text_field!r} (fields: {keys}); choose the text field to read"
+                    )
+                text = record[text_field]
+                if not isinstance(text, str):
+                    raise DataError(f"{where}: field {text_field!r} is a {type(text).__name__}, not a string")
+                yield Document(f"{id_prefix}{record.get('id', line_number)}", text)
         except broken as err:
             raise DataError(f"{path} is not a complete {kind} file ({err}); compress it again") from None
-
-
-def _jsonl_records(path: Path, handle: Iterable[bytes], text_field: str, id_prefix: str) -> Iterator[Document]:
-    """The documents of the JSON lines read from `handle` (the opened `path`)."""
-    for line_number, raw in enumerate(handle, start=1):
-        where = f"{path} line {line_number}"
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as err:
-            raise DataError(f"{where} is not UTF-8; re-encode the file as UTF-8") from err
-        if line_number == 1:
-            line = line.removeprefix("\ufeff")
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise DataError(f"{where} is not valid JSON ({err.msg}); write one JSON object per line") from err
-        if not isinstance(record, dict):
-            raise DataError(f"{where} is a JSON {type(record).__name__}, not an object; write one per line")
-        if text_field not in record:
-            keys = ", ".join(sorted(record)) or "none"
-            hint = "choose the text field to read"
-            raise DataError(f"{where} has no field {text_field!r} (fields: {keys}); {hint}")
-        text = record[text_field]
-        if not isinstance(text, str):
-            raise DataError(f"{where}: field {text_field!r} is a {type(text).__name__}, not a string")
-        doc_id = record.get("id", line_number)
-        yield Document(f"{id_prefix}{doc_id}", text)
 
 
 # --- Parquet files ---------------------------------------------------------------------------------------------
@@ -191,22 +176,12 @@ PARQUET_SUFFIX = ".parquet"
 """File names read as Parquet tables, one document per row."""
 
 PARQUET_BATCH_ROWS = 1024
-"""Rows of a Parquet file turned into documents at a time; pyarrow reads the file one row group's column chunk at a
-time, so reading holds at most one row group's text (never the whole file)."""
-
-
-def _text_type(kind: Any) -> bool:
-    """Whether an Arrow type holds text (string, large string, string view)."""
-    import pyarrow as pa
-
-    view = getattr(pa.types, "is_string_view", lambda _: False)
-    return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind) or view(kind))
+"""Rows of a Parquet file turned into documents at a time (reading holds at most one row group's text)."""
 
 
 def _iter_parquet(path: Path, text_field: str, *, id_prefix: str) -> Iterator[Document]:
-    """Yield one document per row of a Parquet file: text from column `text_field`, id from column `id` or the
-    row number; rows are read `PARQUET_BATCH_ROWS` at a time, row group by row group, and only those two columns
-    (null texts are skipped)."""
+    """Yield one document per row of a Parquet file (null texts skipped): text from column `text_field`, id from
+    column `id` or the row number, reading only those columns `PARQUET_BATCH_ROWS` rows at a time."""
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -224,7 +199,8 @@ def _iter_parquet(path: Path, text_field: str, *, id_prefix: str) -> Iterator[Do
             "choose the text column with --text-field"
         )
     kind = schema.field(text_field).type
-    if not _text_type(kind):
+    view = getattr(pa.types, "is_string_view", lambda _: False)  # string, large string or string view: text
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or view(kind)):
         raise DataError(
             f"{path}: column {text_field!r} holds {kind}, not text; choose a string column with --text-field"
         )
@@ -252,10 +228,7 @@ def _is_saved_hf_dataset(path: Path) -> bool:
 
 
 def _iter_hf_dataset_dict(path: Path, text_field: str) -> Iterator[Document]:
-    """Yield every split of a saved DatasetDict, in the listed order, ids prefixed with the split name.
-
-    All splits are read because lextra makes its own hash-based splits of the documents.
-    """
+    """Yield every split of a saved DatasetDict (lextra makes its own splits), ids prefixed with the split name."""
     try:
         splits = json.loads((path / "dataset_dict.json").read_text(encoding="utf-8"))["splits"]
     except (OSError, ValueError, KeyError, TypeError) as err:

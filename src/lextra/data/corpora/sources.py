@@ -22,22 +22,16 @@ _MISSING_PATH_HINT = (
 
 
 def load_corpus(spec: str, *, text_field: str = "text", limit_chars: int | None = None) -> list[Document]:
-    """Load a corpus by built-in name or path (`BUILTIN_CORPORA`; a directory of text files, a text, .jsonl[.gz|.zst]
-    or .parquet file, a saved Hugging Face dataset: docs/running.md), dropping empty documents. A mixture `A+B+...`
-    holds every part's documents, each keeping its own id (so its split is the one it has in its own corpus). With
-    `limit_chars`, documents are taken in order until their total length reaches the limit (in a mixture, each
-    part contributes up to its equal share)."""
+    """Load a corpus by built-in name or path (docs/running.md), dropping empty documents; a mixture `A+B+...` holds
+    every part's documents with their own ids. With `limit_chars`, documents are taken in order until their total
+    length reaches the limit (in a mixture, each part's equal share)."""
     return list(iter_documents(spec, text_field=text_field, limit_chars=limit_chars))
 
 
 def iter_documents(spec: str, *, text_field: str = "text", limit_chars: int | None = None) -> Iterator[Document]:
-    """The documents `load_corpus` returns, in the same order, one at a time (for streaming large corpora).
-
-    Only a mixture's document ids are held (to refuse an id found in two parts). A corpus without a non-empty
-    document raises `DataError` when the iteration reaches its end.
-    """
-    for _, doc in iter_part_documents(spec, text_field=text_field, limit_chars=limit_chars):
-        yield doc
+    """The documents `load_corpus` returns, one at a time (only a mixture's ids are held, to refuse an id found in
+    two parts); a corpus without a non-empty document raises `DataError` at its end."""
+    return (doc for _, doc in iter_part_documents(spec, text_field=text_field, limit_chars=limit_chars))
 
 
 def iter_part_documents(
@@ -50,17 +44,15 @@ def iter_part_documents(
     if len(parts) > 1:
         yield from _iter_mixture(parts, text_field, limit_chars)
         return
-    found = False
     total = 0
     for doc in _iter_corpus(spec, text_field):
         if not doc.text.strip():
             continue
-        found = True
         yield 0, doc
         total += len(doc.text)
         if limit_chars is not None and total >= limit_chars:
             break
-    if not found:
+    if not total:
         raise DataError(
             f"corpus {spec!r} has no non-empty documents; point it at UTF-8 text "
             f"(for JSONL or datasets, check that the text is in the field {text_field!r})"
@@ -74,10 +66,8 @@ def mixture_parts(spec: str) -> list[str]:
 
 
 def mixture_weights(spec: str) -> list[float] | None:
-    """The sampling weights of a weighted mixture `A:0.3+B:0.7`, normalised to sum to 1 (None when unweighted).
-
-    Its documents are those of `A+B` (splits, tokenizer and evaluation alike); only training windows are drawn
-    from the parts in these proportions."""
+    """The sampling weights of a weighted mixture `A:0.3+B:0.7`, normalised to sum to 1 (None when unweighted): its
+    documents are those of `A+B`, only training windows are drawn by weight."""
     weights = [weight for _, weight in _weighted_parts(spec)]
     if weights[0] is None:
         return None
@@ -174,8 +164,7 @@ def _root_files(part: str, root: Path) -> Iterator[Path]:
 
 
 def source_files(spec: str) -> list[tuple[str, Path]]:
-    """(name, path) of every file a corpus spec reads (each part of a mixture), in a stable order: what
-    `lextra.data.integrity.source_state` fingerprints."""
+    """(name, path) of every file a corpus spec reads (each part of a mixture), in a stable order."""
     files: list[tuple[str, Path]] = []
     for part in mixture_parts(spec):
         for root in _source_roots(part):

@@ -47,12 +47,7 @@ def split_of(doc_id: str, fractions: Sequence[float] = DEFAULT_FRACTIONS) -> str
 
 
 def split_corpus(docs: Sequence[Document], fractions: Sequence[float] = DEFAULT_FRACTIONS) -> dict[str, list[Document]]:
-    """Partition documents by `split_of`, keeping corpus order; every split is disjoint from the others.
-
-    With at least three documents, a split with a positive fraction that hashing left empty receives the
-    smallest-hash document of the largest split (deterministic), so tiny corpora still have all three splits
-    (`split_overrides`).
-    """
+    """Partition documents by `split_of` and `split_overrides`, keeping corpus order."""
     values = _check_fractions(fractions)
     moved = split_overrides((doc.id for doc in docs), values)
     parts: dict[str, list[Document]] = {name: [] for name in SPLITS}
@@ -62,12 +57,10 @@ def split_corpus(docs: Sequence[Document], fractions: Sequence[float] = DEFAULT_
 
 
 def split_overrides(doc_ids: Iterable[str], fractions: Sequence[float] = DEFAULT_FRACTIONS) -> dict[str, str]:
-    """The documents `split_corpus` moves out of their `split_of` split (id -> split), from the ids alone.
+    """The documents `split_corpus` moves out of their `split_of` split (id -> split), streaming the ids once.
 
-    Streams the ids once, holding only counts and each split's two smallest hashes, so a corpus too large to
-    hold splits exactly like an in-memory one. With at least three documents, each empty split with a positive
-    fraction (in train, validation, test order) takes the smallest-(hash, id) document of the largest split
-    (train wins ties) when that split has at least two.
+    With at least three documents, each empty split with a positive fraction (in train, validation, test order)
+    takes the smallest-(hash, id) document of the largest split (train wins ties) when that split has two or more.
     """
     values = _check_fractions(fractions)
     counts = dict.fromkeys(SPLITS, 0)

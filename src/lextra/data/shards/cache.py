@@ -71,23 +71,23 @@ def cached_shards(
     wait_s: float = CACHE_WAIT_S,
     prepare: bool = True,
 ) -> PreparedShards:
-    """`source` prepared with `tokenizer` in the data cache (`data_cache_dir()` unless `cache_dir`), the first
-    time by whichever process gets there first (others wait on a file lock), then only mapped.
-
-    With `prepare=False` (torchrun ranks other than 0) the entry is never written: the call waits up to `wait_s`
-    seconds for its manifest, so every rank maps the files one rank prepared.
-
-    The entry holds exactly the data a run on the raw corpus reads: the BPE is trained on the whole train split
-    (as `prepare_data` trains it), so its batches and validation documents equal the in-memory ones bit for bit.
-    """
+    """`source` prepared with `tokenizer` in the data cache (`data_cache_dir()` unless `cache_dir`) by the first
+    process to get there (others wait on a file lock, or with `prepare=False` up to `wait_s` seconds for the
+    manifest), then mapped. Its BPE is trained on the whole train split, so its batches equal the in-memory ones."""
     root = Path(cache_dir).expanduser() if cache_dir is not None else data_cache_dir()
     if root is None:
         raise DataError(f"the data cache is off (${DATA_CACHE_ENV}=off); unset it or give a cache folder")
     spec = normal_spec(tokenizer)
     folder = root / cache_key(source, spec, limit_chars, text_field)
-    if not prepare:
-        _wait_for_manifest(folder, wait_s)
-    elif not (folder / MANIFEST).is_file():
+    deadline = time.monotonic() + wait_s
+    while not prepare and not (folder / MANIFEST).is_file():  # rank 0 writes it last, by one rename
+        if time.monotonic() >= deadline:
+            raise DataError(
+                f"waited {wait_s:.0f} s for rank 0 to prepare {folder} (no {MANIFEST} yet); see rank 0's error, "
+                "or prepare the data first (`lextra data prepare`) on a folder every rank can read and pass --data"
+            )
+        time.sleep(0.1)
+    if prepare and not (folder / MANIFEST).is_file():
         # a bad source fails here, before a cache entry exists
         next(iter_documents(source, text_field=text_field, limit_chars=limit_chars))
         root.mkdir(parents=True, exist_ok=True)
@@ -108,23 +108,10 @@ def cached_shards(
         raise DataError(f"the data cache entry {folder} is damaged ({err}); delete {folder} and run again") from None
 
 
-def _wait_for_manifest(folder: Path, wait_s: float) -> None:
-    """Poll for `folder`'s manifest (written last, by one rename) for up to `wait_s` seconds."""
-    deadline = time.monotonic() + wait_s
-    while not (folder / MANIFEST).is_file():
-        if time.monotonic() >= deadline:
-            raise DataError(
-                f"waited {wait_s:.0f} s for rank 0 to prepare {folder} (no {MANIFEST} yet); see rank 0's error, "
-                "or prepare the data first (`lextra data prepare`) on a folder every rank can read and pass --data"
-            )
-        time.sleep(0.1)
-
-
 def shards_for_model(meta: dict[str, Any], data: str | os.PathLike[str] | None = None) -> PreparedShards | None:
     """The prepared data to evaluate a saved model on: the folder `data` (refused when tokenized otherwise than
-    the model), else the folder the model was trained from (`--data` or the data cache) when it is still there
-    with the manifest hash the run recorded; None when there is none (read the raw corpus), said in one line on
-    stderr where the folder is there but fails its checks."""
+    the model), else the folder the model was trained from when it is still there with the recorded manifest
+    hash; None otherwise (read the raw corpus; said on stderr where the folder fails its checks)."""
     if data is not None:
         shards = PreparedShards.open(data)
         if "hf" in meta:  # a Hugging Face model: its own tokenizer, or the spec it is run with
@@ -152,9 +139,8 @@ def text_data_for_model(
     corpus: str | None = None,
     limit_chars: int | None = None,
 ) -> PreparedData:
-    """The documents and tokenizer a text task (retrieval prompts) reads for a saved model: the prepared folder
-    `data` decoded (`PreparedShards.prepared_data`; refused when tokenized otherwise than the model), else
-    `corpus` (default the model's) read with its tokenizer (`prepare_for_model`)."""
+    """The documents and tokenizer a text task reads for a saved model: the prepared folder `data` decoded (checked
+    by `shards_for_model`), else `corpus` (default the model's) read with its tokenizer (`prepare_for_model`)."""
     if data is None:
         return prepare_for_model(meta, corpus, limit_chars)
     shards = shards_for_model(meta, data)

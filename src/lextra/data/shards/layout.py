@@ -71,8 +71,7 @@ OPTION_DEFAULTS: dict[str, Any] = {
 
 
 def prepare_command(request: dict[str, Any], out_dir: Path) -> str:
-    """The command line that (re)runs the prepare of `request` (every non-default option spelled out, so it runs
-    as printed), for messages."""
+    """The command line that (re)runs the prepare of `request`, every non-default option spelled out."""
     words = ["lextra data prepare", shlex.quote(str(request.get("source", "SOURCE")))]
     words += ["--tokenizer", shlex.quote(str(request.get("tokenizer", "SPEC"))), "--out", shlex.quote(str(out_dir))]
     for key, default in OPTION_DEFAULTS.items():

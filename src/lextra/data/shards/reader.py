@@ -1,5 +1,6 @@
 """Reading a prepared folder: `PreparedShards.open` maps its files copy-on-write after checking the manifest, the
-files' sizes and (once per unchanged folder) their checksums; windows, documents and texts are read from the maps."""
+files' sizes and (once per unchanged folder) their checksums; windows, documents and texts are read from the maps,
+and a run draws its windows from the folder's stream (i.i.d. or in epochs) or its mixture parts by weight."""
 
 from __future__ import annotations
 
@@ -15,11 +16,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from lextra.data.boundaries import DocumentStarts
-from lextra.data.corpora import SPLITS, Document
+from lextra.data.corpora import SPLITS, Document, mixture_weights
 from lextra.data.integrity import FAST_HASH, Expected, check_files
 from lextra.data.manifest import check_tokenizer_record, validate_manifest
-from lextra.data.prepare import PreparedData
+from lextra.data.orders import EpochOrder, check_order, in_order
+from lextra.data.positions import BatchSource
+from lextra.data.prepare import PreparedData, PreparedFolder
 from lextra.data.shards.layout import (
     DTYPES,
     FORMAT_VERSION,
@@ -32,7 +34,7 @@ from lextra.data.shards.layout import (
     unfinished_command,
 )
 from lextra.data.tokenizers import HFTokenizer, Tokenizer, tokenizer_from_config
-from lextra.data.windows import JoinedTokens, window_starts
+from lextra.data.windows import DocumentStarts, JoinedTokens, WindowSource, mixture_window_starts
 from lextra.errors import DataError
 from lextra.io import sha256_file
 
@@ -45,22 +47,26 @@ class Part:
     offsets: np.ndarray
 
 
-class PreparedShards:
+class PreparedShards(PreparedFolder):
     """A prepared folder, mapped copy-on-write: training windows, evaluation documents, its tokenizer."""
 
-    def __init__(self, root: Path, manifest: dict[str, Any], digest: str, parts: dict[str, list[Part]]) -> None:
+    def __init__(
+        self, root: Path, manifest: dict[str, Any], digest: str, parts: dict[str, list[Part]], config: dict[str, Any]
+    ) -> None:
         """Use `PreparedShards.open`."""
         self.root = root
         self.manifest = manifest
         self.sha256 = digest
         self._parts = parts
+        self._streams: dict[str, JoinedTokens] = {}
+        #: the saved `to_config()` of the tokenizer the folder was prepared with (`tokenizer.json`)
+        self.tokenizer_config = config
         self.separator: int | None = manifest["tokenizer"]["separator"]
 
     @classmethod
     def open(cls, directory: str | os.PathLike[str], *, check: bool = True) -> PreparedShards:
-        """Map a prepared folder, checking its manifest against the schema, every file's presence and size, and
-        (with `check`) every file's checksum the first time this folder's files are opened unchanged (see
-        `lextra.data.integrity`)."""
+        """Map a prepared folder, checking its manifest's schema, every file's size and (with `check`) checksum
+        (`lextra.data.integrity`)."""
         root = Path(directory).expanduser()
         raw, manifest = _read_manifest(root)
         request = manifest.get("request") if isinstance(manifest.get("request"), dict) else {}
@@ -80,7 +86,7 @@ class PreparedShards:
                 raise DataError(f"prepared shard {file} is {found}; {again}")
         if check:
             check_files(root, _expected(manifest), f"copy the folder again from where it came from, or {again}")
-        return cls(root, manifest, hashlib.sha256(raw).hexdigest(), _map_parts(root, manifest))
+        return cls(root, manifest, hashlib.sha256(raw).hexdigest(), _map_parts(root, manifest), config)
 
     def verify(self) -> None:
         """Check the sha256 of every file against the manifest (reads everything); `DataError` on a mismatch."""
@@ -99,8 +105,7 @@ class PreparedShards:
 
     def check_model_tokenizer(self, config: dict[str, Any]) -> None:
         """Refuse to evaluate a model on data tokenized otherwise: `config` is the model's saved tokenizer config."""
-        mine = json.loads((self.root / TOKENIZER).read_text(encoding="utf-8"))
-        if mine != config:
+        if self.tokenizer_config != config:
             theirs = config.get("kind", "?")
             if theirs == "bpe" and "vocab_size" in config:
                 theirs = f"bpe:{config['vocab_size']}"
@@ -116,9 +121,8 @@ class PreparedShards:
         return str(self.manifest["tokenizer"]["spec"])
 
     def tokenizer(self) -> Tokenizer:
-        """The tokenizer the folder was prepared with, rebuilt from its saved config (a Hugging Face tokenizer
-        from the folder's own copy of its files, checked on open, when it holds one)."""
-        config = json.loads((self.root / TOKENIZER).read_text(encoding="utf-8"))
+        """The tokenizer the folder was prepared with (a Hugging Face one from the folder's copy of its files)."""
+        config = self.tokenizer_config
         if config.get("kind") == "hf" and (self.root / TOKENIZER_DIR).is_dir():
             return HFTokenizer(self.root / TOKENIZER_DIR, origin=config["path"])
         return tokenizer_from_config(config)
@@ -137,8 +141,7 @@ class PreparedShards:
         if spec:
             self.check_tokenizer(spec)
             return
-        saved = json.loads((self.root / TOKENIZER).read_text(encoding="utf-8"))
-        if saved.get("kind") != "hf" or saved.get("path") != own:
+        if self.tokenizer_config.get("kind") != "hf" or self.tokenizer_config.get("path") != own:
             raise DataError(
                 f"the prepared data {self.root} was tokenized with {self.tokenizer_spec}, not the model's "
                 f"own tokenizer ({own}); prepare it with --tokenizer hf:{own}, or pass --tokenizer "
@@ -161,27 +164,17 @@ class PreparedShards:
         """Tokens [start, stop) of a split's stream (across shard files), as a new array of the file dtype."""
         return self._stream(split).span(start, stop)
 
-    def batch(
-        self, step: int, batch_size: int, length: int, seed: int, rank: int = 0, world_size: int = 1
-    ) -> torch.Tensor:
-        """A (batch_size, length + 1) int64 batch of training windows: `TrainStream.batch` over the same stream."""
-        return self.windows(window_starts(len(self), step, batch_size, length, seed, rank, world_size), length)
-
     def windows(self, starts: torch.Tensor, length: int) -> torch.Tensor:
         """The (len(starts), length + 1) int64 windows of the training stream at `starts`."""
         return self._stream("train").windows(starts, length)
 
     def document_starts(self) -> DocumentStarts:
         """Where each document of the training stream starts (each shard file's offsets, mapped, shifted by the
-        file's first stream position; `lextra.data.packing`)."""
+        file's first stream position)."""
         parts = self._parts["train"]
         sizes = np.array([part.tokens.size for part in parts], dtype=np.int64)
         bases = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
         return DocumentStarts(bases.tolist(), [part.offsets[:, 0] for part in parts], len(self))
-
-    @functools.cached_property
-    def _streams(self) -> dict[str, JoinedTokens]:
-        return {}
 
     def _stream(self, split: str) -> JoinedTokens:
         """A split's token files read as one stream (they stay mapped while this object lives)."""
@@ -207,9 +200,8 @@ class PreparedShards:
         return ranges
 
     def documents(self, split: str, limit: int | None = None) -> list[torch.Tensor]:
-        """The split's documents (at most `limit`) as 1-D token tensors in corpus order, in the file dtype: what
-        `encode_documents` gives for the raw split, without re-tokenizing. They view the copy-on-write map, so
-        nothing is copied or read until used, and writing into one changes this process's copy only."""
+        """The split's documents (at most `limit`) as 1-D token tensors in the file dtype, as `encode_documents`
+        gives them, viewing the copy-on-write map (nothing is copied or read until used)."""
         if split not in SPLITS:
             raise DataError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
         out: list[torch.Tensor] = []
@@ -221,22 +213,20 @@ class PreparedShards:
         return out
 
     def texts(self, split: str) -> DecodedDocuments:
-        """The split's documents as text (decoded lazily with the folder's tokenizer; see `DecodedDocuments`):
-        for tasks whose prompts are built from text (retrieval needles and haystacks, RULER essays)."""
+        """The split's documents as text, decoded lazily (`DecodedDocuments`), for tasks whose prompts are text."""
         if split not in SPLITS:
             raise DataError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
         return DecodedDocuments(self, split)
 
     def prepared_data(self) -> PreparedData:
-        """The folder as `PreparedData` (what `prepare_data` gives for its source and tokenizer): every split's
-        documents decoded lazily (`texts`), the folder's tokenizer, and the folder itself for its tokens."""
+        """The folder as `PreparedData`: every split's `texts`, its tokenizer, and the folder for its tokens."""
         splits: dict[str, Any] = {name: self.texts(name) for name in SPLITS}
         return PreparedData(self.corpus, splits, self.tokenizer(), folder=self)
 
 
 def _read_manifest(root: Path) -> tuple[bytes, Any]:
-    """The bytes of a folder's manifest and its JSON (checked against the schema by the caller); one line naming
-    the fix where the folder is a file, unfinished, not a prepared folder, corrupt or of another format."""
+    """The bytes of a folder's manifest and its JSON; one line naming the fix where the folder is a file,
+    unfinished, not a prepared folder, corrupt or of another format."""
     path = root / MANIFEST
     if root.exists() and not root.is_dir():
         raise DataError(f"{root} is a file, not a prepared data folder; give the folder `lextra data prepare` wrote")
@@ -296,11 +286,9 @@ def _map_parts(root: Path, manifest: dict[str, Any]) -> dict[str, list[Part]]:
 
 
 class DecodedDocuments(Sequence[Document]):
-    """A prepared split's documents as text, decoded with the folder's tokenizer when first read (then kept).
-
-    The folder stores tokens, not texts: each document's text is `tokenizer.decode` of its tokens, which is the
-    original text exactly for `bytes` and byte-level `bpe:N` (tested on the fixtures; a Hugging Face tokenizer
-    that normalizes may differ). Its id is `SPLIT/INDEX` (the folder records no document ids)."""
+    """A prepared split's documents as text, decoded with the folder's tokenizer when first read (then kept): the
+    original text exactly for `bytes` and byte-level `bpe:N` (a normalizing Hugging Face tokenizer may differ);
+    ids are `SPLIT/INDEX` (the folder records no document ids)."""
 
     def __init__(self, shards: PreparedShards, split: str) -> None:
         self._split = split
@@ -329,3 +317,54 @@ class DecodedDocuments(Sequence[Document]):
             return [self._document(i) for i in range(len(self))[index]]
         position = range(len(self))[index]  # IndexError as a list raises it
         return self._document(position)
+
+
+class WeightedMixture(WindowSource):
+    """Training windows of a prepared weighted mixture (`A:0.3+B:0.7`): each window comes from one part, drawn
+    by weight (`mixture_window_starts`), so every part is seen in its share whatever its size."""
+
+    def __init__(self, shards: PreparedShards, weights: Sequence[float]) -> None:
+        self.shards = shards
+        self.weights = list(weights)
+        self.ranges = shards.part_ranges("train")
+        if len(self.ranges) != len(self.weights):
+            raise DataError(
+                f"{shards.root} holds {len(self.ranges)} mixture parts, the weights name {len(self.weights)}; "
+                "prepare the weighted mixture itself"
+            )
+
+    def __len__(self) -> int:
+        """Tokens of the training stream (every part's)."""
+        return len(self.shards)
+
+    def draw_starts(
+        self, step: int, batch_size: int, length: int, seed: int, rank: int = 0, world_size: int = 1
+    ) -> torch.Tensor:
+        return mixture_window_starts(self.ranges, self.weights, step, batch_size, length, seed, rank, world_size)
+
+    def windows(self, starts: torch.Tensor, length: int) -> torch.Tensor:
+        return self.shards.windows(starts, length)
+
+
+def training_batches(shards: PreparedShards, order: str = "iid") -> PreparedShards | WeightedMixture | EpochOrder:
+    """What a run draws its windows from, in `order` (`ORDERS`): the folder's stream, i.i.d. or in epochs, or its
+    parts by weight when it holds a weighted mixture (i.i.d. only: weights say how often each part is drawn, an
+    epoch draws every window once)."""
+    check_order(order)
+    weights = mixture_weights(shards.corpus)
+    if weights is not None:
+        if order == "epoch":
+            raise DataError(
+                f"{shards.root} holds a weighted mixture ({shards.corpus}), whose windows are drawn by weight; "
+                "epoch order draws every window once, so use --order iid, or an unweighted mixture A+B"
+            )
+        return WeightedMixture(shards, weights)
+    return in_order(shards, order)
+
+
+def data_batches(data: PreparedData, order: str = "iid") -> BatchSource:
+    """A run's training windows in `order`: its prepared folder's (`training_batches`), else the train split's
+    stream, encoded once."""
+    if isinstance(data.folder, PreparedShards):
+        return training_batches(data.folder, order)
+    return in_order(data.stream, order)

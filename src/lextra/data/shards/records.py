@@ -14,9 +14,8 @@ from typing import Any
 import numpy as np
 
 from lextra.data.corpora import DEFAULT_FRACTIONS, SPLITS, Document, mixture_parts
-from lextra.data.integrity import FAST_HASH, copied_files, fast_hash_file
+from lextra.data.integrity import copied_files, file_entry
 from lextra.data.shards.layout import FORMAT_VERSION, TOKENIZER, TOKENIZER_DIR
-from lextra.data.shards.scan import Scan
 from lextra.data.tokenizers import Tokenizer
 from lextra.errors import DataError
 from lextra.io import sha256_file
@@ -24,15 +23,17 @@ from lextra.io import sha256_file
 
 @dataclass
 class SplitWriter:
-    """Appends one split's documents of one shard to `NAME.tokens.partial` and collects their offsets."""
+    """Appends one split's documents of one shard to `STEM.tokens.partial` and collects their offsets."""
 
-    tokens_path: Path
-    offsets_path: Path
+    stem: Path
     dtype: type[np.unsignedinteger]
     separator: int | None
     joined: bool  #: whether an earlier document of this split exists (then this shard's first gets a separator)
 
     def __post_init__(self) -> None:
+        self.tokens_path, self.offsets_path = (
+            self.stem.with_name(f"{self.stem.name}.{kind}") for kind in ("tokens", "offsets")
+        )
         self._handle = open(self._partial(self.tokens_path), "wb")  # noqa: SIM115 -- closed by finish/abort
         self._offsets: list[tuple[int, int]] = []
         self._parts: dict[int, list[int]] = {}  #: part -> [documents, tokens (separators excluded)]
@@ -43,8 +44,7 @@ class SplitWriter:
         return path.with_name(path.name + ".partial")
 
     def write(self, ids: np.ndarray, part: int = 0) -> None:
-        """Append one document of mixture part `part` (a separator first unless it is the split's first
-        document)."""
+        """Append one document of mixture part `part` (after a separator unless it is the split's first)."""
         limit = np.iinfo(self.dtype).max
         unsafe = not np.can_cast(ids.dtype, self.dtype)
         if unsafe and ids.size and (int(ids.min()) < 0 or int(ids.max()) > limit):
@@ -81,12 +81,7 @@ class SplitWriter:
             "files": {},
         }
         for final, written in ((self.tokens_path, partial), (self.offsets_path, offsets_partial)):
-            entry["files"][final.suffix.lstrip(".")] = {
-                "name": final.name,
-                "bytes": written.stat().st_size,
-                "sha256": sha256_file(written),
-                FAST_HASH: fast_hash_file(written),
-            }
+            entry["files"][final.suffix.lstrip(".")] = file_entry(written, final.name)
             os.replace(written, final)
         return entry
 
@@ -159,11 +154,10 @@ def shard_record(
 
 
 def build_manifest(
-    out: Path, request: dict[str, Any], tok: Tokenizer, dtype_name: str, records: list[dict[str, Any]], scan: Scan
+    out: Path, request: dict[str, Any], tok: Tokenizer, dtype_name: str, records: list[dict[str, Any]]
 ) -> dict[str, Any]:
     """The manifest of folder `out` whose shards are all finished (`records`, in order): the request, the
-    tokenizer (and its copied files), per split its totals and shards, the files the source skipped, and per
-    mixture part its counts (when every shard recorded them)."""
+    tokenizer (and its copied files), per split its totals and shards, per mixture part its counts."""
     source = request["source"]
     manifest: dict[str, Any] = {
         "format": FORMAT_VERSION,
@@ -194,8 +188,6 @@ def build_manifest(
     }
     if (out / TOKENIZER_DIR).is_dir():
         manifest["tokenizer"]["files"] = copied_files(out / TOKENIZER_DIR)
-    if scan.skipped:
-        manifest["skipped"] = {"files": scan.skipped, "first": scan.skipped_first}
     parts = part_counts(source, records)
     if parts is not None:
         manifest["parts"] = parts

@@ -1,24 +1,35 @@
-"""Preparing a folder (`prepare_shards`): check the request, scan the source once, build the tokenizer, then
-encode and write the shards after the finished ones and the manifest last (see `lextra.data.shards`)."""
+"""Preparing a folder (`prepare_shards`): check the request, scan the source once (its size, the documents
+`split_corpus` moves, the files it skips), build the tokenizer, then encode and write the shards after the
+finished ones (encoding in forked worker processes or here, the same bytes) and the manifest last."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import asdict
+from concurrent.futures import Executor
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from tqdm import tqdm
 
-from lextra.data.corpora import SPLITS, Document, iter_documents, iter_part_documents
+from lextra.data.corpora import (
+    DEFAULT_FRACTIONS,
+    SPLITS,
+    Document,
+    iter_documents,
+    iter_part_documents,
+    skipped_files,
+    split_of,
+    split_overrides,
+)
 from lextra.data.integrity import STAMP, copied_files, describe_change, source_state, tokenizer_files
-from lextra.data.shards.encode import encoded_batches, encoding_pool
 from lextra.data.shards.layout import (
     DEFAULT_SAMPLE_CHARS,
     DEFAULT_SHARD_CHARS,
@@ -35,8 +46,8 @@ from lextra.data.shards.layout import (
 )
 from lextra.data.shards.reader import PreparedShards
 from lextra.data.shards.records import SplitWriter, build_manifest, finished_shards, shard_record
-from lextra.data.shards.scan import Scan, bpe_sample, scan_source, skipped_text, source_shards
 from lextra.data.tokenizers import HFTokenizer, Tokenizer, build_tokenizer, check_tokenizer_spec, tokenizer_from_config
+from lextra.data.windows import encode_arrays
 from lextra.errors import DataError, LextraError
 from lextra.io import atomic_write_json
 from lextra.locks import LOCK_NAME, folder_lock
@@ -59,11 +70,9 @@ def prepare_shards(
 ) -> Path:
     """Tokenize `source` (any corpus spec) with `tokenizer` (a spec) into a prepared folder; returns its manifest.
 
-    Continues an unfinished prepare of the same request (and the same source files) in `out_dir`; a finished one
-    is returned as is. One process at a time writes a folder (`lextra.locks`); a bad input found on the way
-    leaves the folder as it was. `strict` refuses files a directory source would skip and fingerprints the
-    source by whole-file hashes; `workers` encodes in that many processes (the same bytes; a tokenizer that
-    already encodes in threads uses one). `cache_dir` is the BPE tokenizer cache (as in `build_tokenizer`).
+    Continues an unfinished prepare of the same request and source files in `out_dir`; a bad input leaves the
+    folder as it was. `strict` refuses files a directory source would skip and fingerprints the source by
+    whole-file hashes; `workers` encodes in that many processes; `cache_dir` is the BPE tokenizer cache.
     """
     out = Path(out_dir).expanduser()
     for label, value in (("shard_chars", shard_chars), ("sample_chars", sample_chars), ("workers", workers)):
@@ -96,10 +105,15 @@ def prepare_shards(
         try:
             return _prepare_locked(out, request, cache_dir, progress, workers)
         except LextraError:  # a bad input: remove what this run wrote, so the corrected command runs
-            for path in out.iterdir():
-                if path.name not in before and path.name != LOCK_NAME:
-                    shutil.rmtree(path) if path.is_dir() else path.unlink()
+            _remove_all(out, keep=before | {LOCK_NAME})
             raise
+
+
+def _remove_all(folder: Path, keep: set[str]) -> None:
+    """Remove every file and folder of `folder` but those named in `keep`."""
+    for path in folder.iterdir():
+        if path.name not in keep:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
 def _prepare_locked(
@@ -122,7 +136,9 @@ def _prepare_locked(
             f"the source {source!r} changed while {out} was prepared ({scan.documents} documents when it was "
             f"first read, {sum(r['source_documents'] for r in records)} now); delete {out} and prepare it again"
         )
-    manifest = build_manifest(out, request, tok, dtype_name, records, scan)
+    manifest = build_manifest(out, request, tok, dtype_name, records)
+    if scan.skipped:
+        manifest["skipped"] = {"files": scan.skipped, "first": scan.skipped_first}
     atomic_write_json(out / MANIFEST, manifest)  # last: the folder is complete exactly when it exists
     return out / MANIFEST
 
@@ -139,12 +155,24 @@ def _scan_once(out: Path, request: dict[str, Any], progress: bool) -> Scan:
         return Scan(**json.loads((out / SCAN).read_text(encoding="utf-8")))
     source = request["source"]
     bar = tqdm(disable=not progress, unit="doc", desc=f"scan {source}", dynamic_ncols=True, file=sys.stderr)
-    scan = scan_source(_documents(request), bar)
+    count, chars = 0, 0
+
+    def id_stream() -> Iterator[str]:  # the source read once, keeping ids and lengths
+        nonlocal count, chars
+        for doc in _documents(request):
+            count += 1
+            chars += len(doc.text)
+            bar.update(1)
+            yield doc.id
+
+    with skipped_files() as skipped:
+        overrides = split_overrides(id_stream(), DEFAULT_FRACTIONS)
+    bar.close()
+    scan = Scan(count, chars, overrides, len(skipped), skipped[:SKIPPED_NAMED])
     if request.get("strict", False) and scan.skipped:
-        skipped = skipped_text(scan.skipped, scan.skipped_first)
         raise DataError(
-            f"{skipped} of {source} are binary or not UTF-8 text (--strict); convert or remove them, or drop "
-            "--strict to skip them"
+            f"{skipped_text(scan.skipped, scan.skipped_first)} of {source} are binary or not UTF-8 text (--strict); "
+            "convert or remove them, or drop --strict to skip them"
         )
     atomic_write_json(out / SCAN, asdict(scan))
     return scan
@@ -191,67 +219,35 @@ def _write_shards(
         desc=f"prepare {source}",
         file=sys.stderr,
     )
-    rate = _Rate()
+    started, tokens = time.perf_counter(), 0  # for the bar's tokens per second since the prepare (re)started
     parts = iter_part_documents(source, text_field=request["text_field"], limit_chars=request["limit_chars"])
     with encoding_pool(tok, workers) as pool:
         for index, docs in enumerate(source_shards(parts, request["shard_chars"])):
             if index < len(records):
                 continue
             writers = {
-                name: SplitWriter(
-                    out / f"{name}-{index:05d}.tokens",
-                    out / f"{name}-{index:05d}.offsets",
-                    dtype,
-                    tok.separator_id,
-                    documents_before[name] > 0,
-                )
+                name: SplitWriter(out / f"{name}-{index:05d}", dtype, tok.separator_id, documents_before[name] > 0)
                 for name in SPLITS
             }
-            record = _write_shard(index, docs, writers, scan, encoded_batches(tok, docs, pool), bar, rate)
+            try:  # a failure removes the shard's partial files
+                for batch, encoded in encoded_batches(tok, docs, pool):
+                    for (part, doc), ids in zip(batch, encoded, strict=True):
+                        if ids.size:
+                            writers[scan.split(doc)].write(ids, part)
+                            tokens += int(ids.size)
+                    bar.set_postfix(tok_s=f"{tokens / max(time.perf_counter() - started, 1e-9):,.0f}", refresh=False)
+                    bar.update(len(batch))
+                entries = {name: writer.finish() for name, writer in writers.items()}
+            except BaseException:
+                for writer in writers.values():
+                    writer.abort()
+                raise
+            record = shard_record(index, docs, entries)
             atomic_write_json(out / f"shard-{index:05d}.json", record)
             records.append(record)
             for name in SPLITS:
                 documents_before[name] += record["splits"][name]["documents"]
     bar.close()
-
-
-class _Rate:
-    """Tokens encoded since the prepare (re)started, for the progress bar's tokens per second."""
-
-    def __init__(self) -> None:
-        self.started, self.tokens = time.perf_counter(), 0
-
-    def add(self, tokens: int) -> str:
-        self.tokens += tokens
-        return f"{self.tokens / max(time.perf_counter() - self.started, 1e-9):,.0f}"
-
-
-def _write_shard(
-    index: int,
-    docs: Sequence[tuple[int, Document]],
-    writers: dict[str, SplitWriter],
-    scan: Scan,
-    batches: Iterable[tuple[list[tuple[int, Document]], list[np.ndarray]]],
-    bar: tqdm,
-    rate: _Rate,
-) -> dict[str, Any]:
-    """Write one shard's encoded documents to their splits' files and return the shard's record; a failure
-    removes the shard's partial files."""
-    try:
-        for batch, encoded in batches:
-            tokens = 0
-            for (part, doc), ids in zip(batch, encoded, strict=True):
-                if ids.size:
-                    writers[scan.split(doc)].write(ids, part)
-                    tokens += int(ids.size)
-            bar.set_postfix(tok_s=rate.add(tokens), refresh=False)
-            bar.update(len(batch))
-        entries = {name: writer.finish() for name, writer in writers.items()}
-    except BaseException:
-        for writer in writers.values():
-            writer.abort()
-        raise
-    return shard_record(index, docs, entries)
 
 
 def _load_request(out_dir: Path, request: dict[str, Any]) -> None:
@@ -271,9 +267,7 @@ def _load_request(out_dir: Path, request: dict[str, Any]) -> None:
                 f"{out_dir} holds an unfinished prepare with other settings (`{prepare_command(was, out_dir)}`); "
                 f"run that to finish it, use another --out, or delete {out_dir} to prepare it anew"
             )
-        for stale in out_dir.iterdir():
-            if stale.name != LOCK_NAME:
-                shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
+        _remove_all(out_dir, keep={LOCK_NAME})
     elif any(p.name not in (LOCK_NAME, STAMP) for p in out_dir.iterdir()):
         raise DataError(f"{out_dir} is not empty and holds no prepared data; give an empty or new --out folder")
     atomic_write_json(path, request)
@@ -319,3 +313,104 @@ def _hf_tokenizer(spec: str, out_dir: Path) -> Tokenizer:
             shutil.copyfile(original / name, partial / name)
         os.replace(partial, copy)
     return HFTokenizer(copy, origin=str(original))
+
+
+SKIPPED_NAMED = 5
+"""How many skipped files a manifest (and the summary of `lextra data prepare`) names."""
+
+
+def source_shards(docs: Iterable[tuple[int, Document]], shard_chars: int) -> Iterator[list[tuple[int, Document]]]:
+    """The (part, document) pairs cut into consecutive shards of at least `shard_chars` characters (but the last)."""
+    current: list[tuple[int, Document]] = []
+    chars = 0
+    for part, doc in docs:
+        current.append((part, doc))
+        chars += len(doc.text)
+        if chars >= shard_chars:
+            yield current
+            current, chars = [], 0
+    if current:
+        yield current
+
+
+@dataclass
+class Scan:
+    """What one read of the source tells before encoding: its size and the documents `split_corpus` moves."""
+
+    documents: int
+    chars: int
+    overrides: dict[str, str]
+    skipped: int = 0  #: files a directory source skipped (binary, not UTF-8)
+    skipped_first: list[str] = field(default_factory=list)  #: the first `SKIPPED_NAMED` of them
+
+    def split(self, doc: Document) -> str:
+        """The split of a document, exactly as `split_corpus` over the whole source decides it."""
+        return self.overrides.get(doc.id) or split_of(doc.id, DEFAULT_FRACTIONS)
+
+
+def bpe_sample(docs: Iterable[Document], scan: Scan, sample_chars: int) -> list[Document]:
+    """The leading train-split documents up to `sample_chars` characters (the last one whole): the whole train
+    split when it fits, which is what `prepare_data` trains on."""
+    sample: list[Document] = []
+    total = 0
+    for doc in docs:
+        if total >= sample_chars:
+            break
+        if scan.split(doc) == "train":
+            sample.append(doc)
+            total += len(doc.text)
+    return sample
+
+
+def skipped_text(count: int, first: Sequence[str]) -> str:
+    """`N files (a, b, ...)`: the count and the first few names."""
+    more = ", ..." if count > len(first) else ""
+    return f"{count} file{'s' if count != 1 else ''} ({', '.join(first)}{more})"
+
+
+ENCODE_BATCH = 256
+"""Documents encoded (and appended to the shard's files) together."""
+
+
+_WORKER_TOKENIZER: Tokenizer | None = None
+"""The tokenizer of an encoding worker process (set by `_start_worker`)."""
+
+
+def _start_worker(tokenizer: Tokenizer) -> None:
+    global _WORKER_TOKENIZER
+    _WORKER_TOKENIZER = tokenizer
+
+
+def _encode_in_worker(docs: Sequence[Document]) -> list[np.ndarray]:
+    assert _WORKER_TOKENIZER is not None
+    return encode_arrays(_WORKER_TOKENIZER, docs)
+
+
+def encoded_batches(
+    tokenizer: Tokenizer, docs: Sequence[tuple[int, Document]], pool: Executor | None
+) -> Iterator[tuple[list[tuple[int, Document]], list[np.ndarray]]]:
+    """One shard's (part, document) pairs in batches of `ENCODE_BATCH`, each with its documents' token ids:
+    encoded here, or by the worker processes of `pool` (every batch of the shard in flight, results in order)."""
+    batches = [list(docs[start : start + ENCODE_BATCH]) for start in range(0, len(docs), ENCODE_BATCH)]
+    if pool is None:
+        for batch in batches:
+            yield batch, encode_arrays(tokenizer, [doc for _, doc in batch])
+        return
+    yield from zip(batches, pool.map(_encode_in_worker, [[doc for _, doc in b] for b in batches]), strict=True)
+
+
+@contextlib.contextmanager
+def encoding_pool(tokenizer: Tokenizer, workers: int) -> Iterator[Executor | None]:
+    """`workers` encoding processes (None for one, or for a tokenizer that already encodes in threads)."""
+    if workers <= 1 or tokenizer.threaded:
+        yield None
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = multiprocessing.get_context("fork")
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker, initargs=(tokenizer,))
+    try:
+        yield pool
+    finally:  # an interrupted prepare does not wait for the rest of the shard's batches
+        pool.shutdown(wait=True, cancel_futures=True)
