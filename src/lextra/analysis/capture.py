@@ -1,11 +1,8 @@
 """Per-layer attention logits of a GPT, read without changing the model, one query block at a time.
 
-`layer_attention(model, tokens, mask)` steps through the model's own forward pass (`GPT.forward_layers`) one
-block at a time: an observer records the block's attention inputs and stops it before it attends, the consumer
-reads them, and then the block runs in full with the temperatures set by then. Each layer yields a
-`LayerAttention` whose `blocks()` give pre-softmax logits (B, H, c, n) for c queries and only the n keys the mask
-can reach, so statistics are reduced on the fly and no H x L x L tensor for all layers is ever stored.
-"""
+`layer_attention(model, tokens, mask)` steps through the model's forward: an observer records each block's
+attention inputs before it attends, the consumer reads them, then the block runs with the temperatures set by
+then. `LayerAttention.blocks()` gives pre-softmax logits (B, H, c, n) for only the keys the mask can reach."""
 
 from __future__ import annotations
 
@@ -53,12 +50,8 @@ class LogitBlock:
 
 @dataclass
 class LayerAttention:
-    """One layer's attention inputs for a batch: q and k before the position transform, and what scores them.
-
-    Models that apply positions themselves (Hugging Face adapters) give q and k already rotated with
-    `scheme=None`, and any additive score bias they computed as `bias` (B or 1, H, L, L); `scale` defaults to
-    1/sqrt(D) (T5 uses 1).
-    """
+    """One layer's attention inputs for a batch: q and k before the position transform, and what scores them;
+    Hugging Face adapters give q and k rotated (`scheme=None`) and their score bias as `bias`."""
 
     layer: int
     q: Tensor
@@ -77,10 +70,7 @@ class LayerAttention:
     forget: ForgetBias | None = None
 
     def blocks(self, rows: Tensor | None = None) -> Iterator[LogitBlock]:
-        """Query blocks in order, each with the logits of the keys its mask can reach (as the chunked backend).
-
-        `rows` (query indices) restricts the blocks to those queries, e.g. a sample of rows at long lengths.
-        """
+        """Query blocks in order, each with the logits of the keys its mask can reach; `rows` restricts the queries."""
         L = self.q.shape[-2]
         first_pos = int(self.positions[0])
         scale = 1.0 / math.sqrt(self.q.shape[-1]) if self.scale is None else self.scale
@@ -133,11 +123,8 @@ def layer_attention(
     block_size: int = DEFAULT_BLOCK,
     backend: str = "auto",
 ) -> Iterator[LayerAttention]:
-    """Yield each layer's `LayerAttention` for `tokens` (B, L) at positions 0..L-1, running the model as it runs.
-
-    Consume a layer's blocks before asking for the next layer: the residual stream advances on the next step.
-    `tokens` may live anywhere: they are moved to the model's device.
-    """
+    """Yield each layer's `LayerAttention` for `tokens` (B, L) at positions 0..L-1; consume a layer's blocks
+    before asking for the next."""
     tokens = tokens.to(module_device(model))
     own_capture = getattr(model, "layer_attention", None)  # Hugging Face adapters capture their own inputs
     if own_capture is not None:

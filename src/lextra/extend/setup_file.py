@@ -1,13 +1,7 @@
-"""Setup files: an `InferenceSetup` written as JSON (by `lextra tune`, or by hand) that every command reads with
-`--setup FILE`, and that other tools read with `load_setup(path)`.
-
-A file is a JSON object `{"format": "lextra-setup", "version": 1, "setup": {...}, ...}`. `setup` holds any of the
-fields `rope_scaling` (a spec such as `yarn:4`, or a JSON `rope_parameters` object, such as LongRoPE's
-per-dimension factors), `extension` (a spec such as `self_extend:group=4,window=512`), `mask`, `log_scaling` and
-`layers`; a field left out stays as the model has it, a field set to null removes it (as `InferenceSetup`'s `KEEP`
-and None). Anything else at the top level (`lextra tune` writes its search record under `tune`) is kept and ignored
-by readers. Temperatures are not stored here: they come from an alignment.json (`--temperature FILE`).
-"""
+"""Setup files: an `InferenceSetup` as JSON (written by `lextra tune` or by hand), read with `--setup FILE` or
+`load_setup(path)`: `{"format": "lextra-setup", "version": 1, "setup": {...}, ...}`. `setup` holds any of
+`rope_scaling`, `extension`, `mask`, `log_scaling` and `layers`; a field left out stays as the model has it, null
+removes it. Other top-level keys are kept and ignored. Temperatures come from an alignment.json instead."""
 
 from __future__ import annotations
 

@@ -53,9 +53,8 @@ def pretrained_source(path: Path) -> tuple[str, dict[str, Any]]:
 
 
 def as_plain_model(model: Any) -> Any:
-    """`model` loaded from a GGUF file, marked as the plain floating-point model it is: transformers dequantises
-    GGUF weights into ordinary tensors yet keeps its quantizer attached, which makes `save_pretrained` refuse.
-    A model with weights still quantized (none that are not floating point may remain) is an error."""
+    """`model` loaded from a GGUF file marked as the plain floating-point model it is (transformers keeps its quantizer
+    attached, which makes `save_pretrained` refuse); weights still quantized are an error."""
     quantizer = getattr(model, "hf_quantizer", None)
     if quantizer is None:
         return model

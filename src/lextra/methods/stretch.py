@@ -1,12 +1,7 @@
-"""Inference-time methods applied to a trained GPT: RoPE scalings, temperature alignment, log-n scaling, and the
-training-free extension methods of `lextra.extend` (named `extend:NAME[:KEY=VALUE,...]`), each named as its registry
-names it (`SCALING_TYPES`, the alignment `STRATEGIES`, `LOG_SCALINGS`, `EXTENSIONS`).
-
-`METHOD_KINDS` pairs each registry with the `InferenceSetup` one of its names stands for; every name is looked up
-there once. `methods_for(model)` lists what applies to a model; `prepared(model, method, data, length)` returns a
-copy with the method set up for inputs of `length` tokens (alignment is calibrated at that length on validation
-windows).
-"""
+"""Inference-time methods applied to a trained model: RoPE scalings, temperature alignment, log-n scaling and
+the extension methods (`extend:NAME[:KEY=VALUE,...]`), each named as its registry names it; `METHOD_KINDS` pairs
+each registry with the `InferenceSetup` its names stand for. `prepared(model, method, data, length)` returns a
+copy with the method set up for inputs of `length` tokens."""
 
 from __future__ import annotations
 
@@ -102,10 +97,8 @@ def _extension(request: Request, method: str) -> InferenceSetup:
 
 @dataclass(frozen=True)
 class MethodKind:
-    """One kind of inference-time method: the names its registry gives (`names`), the `InferenceSetup` one of them
-    stands for (`setup`) and whether it applies to a model (`applies`). A kind with a `prefix` owns every method
-    named `PREFIX...` (one of its names with its options after the prefix, which its registry checks);
-    `methods_for` offers such a kind's methods only where they are asked for."""
+    """One kind of inference-time method: its registry's names, the `InferenceSetup` one stands for and whether
+    it applies to a model; a kind with a `prefix` owns every method named `PREFIX...`, offered only where asked for."""
 
     names: Callable[[], list[str]]
     setup: Callable[[Request, str], InferenceSetup]

@@ -1,10 +1,7 @@
-"""Checkpoints of any training target: `checkpoints/step_N/` holds the target's weights (what it writes: a lextra
-model folder, a Hugging Face run's trainable tensors), `optimizer.safetensors` (whole tensors, gathered when the
-model is sharded) and `state.json` (the step, the optimizer's groups, the RNG, where an epoch-order run stands in
-its data, and the sha256 of every file), written into a temporary folder and renamed; `checkpoints/LATEST` names the
-newest, and the `KEEP_CHECKPOINTS` newest are kept. Loading verifies every file first, so a resume skips a corrupt
-or partial checkpoint for the one before it.
-"""
+"""Checkpoints of any training target: `checkpoints/step_N/` holds the target's weights,
+`optimizer.safetensors` and `state.json` (step, optimizer groups, RNG, data position, each file's sha256), written
+into a temporary folder and renamed; `checkpoints/LATEST` names the newest and the `KEEP_CHECKPOINTS` newest are
+kept. Loading verifies every file, so a resume skips a corrupt checkpoint for the one before it."""
 
 from __future__ import annotations
 

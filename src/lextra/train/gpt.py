@@ -1,9 +1,5 @@
-"""The lextra GPT training target (`GPTTarget`): its data (a prepared folder, the data cache's entry of the corpus,
-or a training task), the model (seeded, optionally from `init_from`'s weights), AdamW with a learning rate of its
-own for position-scheme parameters, the compiled or eager step (`lextra.compile.StepLoss`), a validation loss, and
-at the end the model folder `run_dir/model` (`lextra.model.save_model`). A checkpoint's weights are a model folder
-too, so any checkpoint loads as a model. `train(config, run_dir)` runs it under the `Trainer`.
-"""
+"""The lextra GPT training target (`GPTTarget`), which `train(config, run_dir)` runs under the `Trainer`; its
+checkpoints and final `run_dir/model` are model folders."""
 
 from __future__ import annotations
 
@@ -60,8 +56,8 @@ def train(
 
 
 def make_optimizer(model: GPT, config: TrainConfig) -> torch.optim.AdamW:
-    """AdamW; weight decay only on the network's matrices; position-scheme parameters (T5 table, KERPLE, FIRE,
-    learned positions) get no decay and their own learning rate, lr * position_lr_scale."""
+    """AdamW; weight decay only on the network's matrices; position-scheme parameters get no decay and the
+    learning rate lr * position_lr_scale."""
     scheme_params = {id(p) for p in model.schemes.parameters()}
     decay: list[torch.nn.Parameter] = []
     no_decay: list[torch.nn.Parameter] = []
@@ -222,8 +218,7 @@ class GPTTarget:
         load_full(self.model, load_model(folder).state_dict())
 
     def full_state(self, keep: bool) -> dict[str, torch.Tensor]:
-        """The model's weights as whole CPU tensors, the tied head left out (gathered when sharded: every process
-        calls it; only one with `keep` holds them)."""
+        """The model's weights as whole CPU tensors, the tied head left out (a collective when sharded)."""
         tied = self.config.model.tie_embeddings
         return gathered(((k, v) for k, v in self.model.state_dict().items() if not (tied and k == "head.weight")), keep)
 
@@ -265,10 +260,8 @@ def _comparable(model: GPTConfig) -> dict[str, Any]:
 
 
 def continue_from(config: TrainConfig) -> GPTConfig | None:
-    """Check `config.init_from` against this run's model before any work: the same scheme and shape, changing at
-    most the training length and the RoPE scaling. A scaling without an original length gets the source's (its
-    own scaling's original length, else its L_tr), so `--train-len 512 --rope-scaling yarn:4` on a model trained
-    at 128 scales from 128. Returns the source's config (None without --init-from)."""
+    """Check `config.init_from` against this run's model (only the training length and RoPE scaling may change);
+    a scaling without an original length gets the source's. Returns the source's config (None without one)."""
     if not config.init_from:
         return None
     meta = read_model_meta(config.init_from)

@@ -1,12 +1,7 @@
-"""The one training loop: `Trainer` runs any `TrainingTarget` (a lextra GPT, a Hugging Face model) for
-`config.steps` AdamW steps with warmup and cosine decay, under torchrun replicated (DDP) or sharded (FSDP2).
-
-Batches are a pure function of (seed, step, rank) and the learning rate of the step, so a resumed run continues
-exactly where its last checkpoint left off (weights, optimizer state, RNG and the losses it logs). A step whose loss
-or gradient norm is non-finite stops the run before anything of it is saved (`TrainingDivergedError`); resuming with
-a lower `lr` continues from the last good checkpoint. One process at a time writes a run folder (`lextra.locks`);
-under torchrun every process computes and only the first writes.
-"""
+"""The one training loop: `Trainer` runs any `TrainingTarget` for `config.steps` AdamW steps with warmup and
+cosine decay, replicated (DDP) or sharded (FSDP2) under torchrun. Batches are a pure function of (seed, step, rank),
+so a resumed run continues exactly; a non-finite step stops the run before anything of it is saved
+(`TrainingDivergedError`)."""
 
 from __future__ import annotations
 
@@ -33,9 +28,8 @@ from lextra.train.target import StepFunction, TrainingTarget
 
 
 class Trainer:
-    """Trains `target` into `run_dir` on `device` (see `resolve_device`; None: CUDA when available, the
-    LOCAL_RANK GPU under torchrun); `on_step(done)` runs after every step (progress hooks, tests that interrupt a
-    run). `run()` returns what the target's `finish` returns."""
+    """Trains `target` into `run_dir` on `device` (None: CUDA when available); `on_step(done)` runs after every
+    step. `run()` returns what the target's `finish` returns."""
 
     def __init__(
         self,
@@ -229,10 +223,8 @@ def clip_gradients(parameters: list[torch.nn.Parameter], grad_clip: float) -> to
 
 
 def non_finite(world: Distributed, loss: torch.Tensor, grad_norm: torch.Tensor) -> str:
-    """Which of this step's loss (on any process) and gradient norm are non-finite, '' when neither is.
-
-    One host sync per step (and one tiny all-reduce under DDP), so every process decides alike and stops at once.
-    """
+    """Which of this step's loss (on any process) and gradient norm are non-finite, '' when neither is (one host
+    sync per step, so every process stops alike)."""
     flags = torch.stack((~torch.isfinite(loss.detach()), ~torch.isfinite(grad_norm.detach()))).float()
     loss_bad, grad_bad = world.total(flags).tolist()
     names = [name for name, bad in (("loss", loss_bad), ("gradient norm", grad_bad)) if bad]

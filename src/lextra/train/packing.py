@@ -1,18 +1,9 @@
-"""The training step of packed documents (`--pack documents`, `lextra.data.packing`): each document of a packed
-batch attends only to itself, at positions 0..n-1 from its own start, and predicts only its own next tokens.
+"""The training step of packed documents (`--pack documents`): each document attends only to itself, at
+positions from its own start, and predicts only its own next tokens.
 
-The step runs a packed batch as its documents: each document unit (its tokens and the separator that ends it)
-becomes one row, padded on the right to a bucket length, and the rows of a bucket go through the model in one
-call under its own causal mask and default positions. This is the document mask (causal within a document,
-nothing across documents) with positions restarted at each document, exactly, for every position scheme (absolute
-tables, FIRE's per-query bias and log-n scalings included) and every backend: no query ever meets a key of
-another document, so no cross-document tile is computed at all, and the fused causal kernels (flash SDPA) apply.
-Padding sits after each document's last token, where a causal mask keeps it out of every real row. Buckets round
-lengths up to a quarter of their power of two (at most 25% padding), so a step makes at most about 4 log2(L)
-calls; each call's loss is its share of the global batch's mean (the targets counted over every process, so
-torchrun trains what one process does), backpropagated at once (under DDP only the last call synchronises
-gradients).
-"""
+Each document (with its separator) becomes one row, right-padded to a bucket length; a bucket's rows go through the
+model in one call under its causal mask and default positions, which is the document mask exactly for every
+scheme and backend. Each call's loss is its share of the global batch's mean, backpropagated at once."""
 
 from __future__ import annotations
 
@@ -37,9 +28,8 @@ MIN_BUCKET = 8
 
 
 def bucket_length(inputs: int, limit: int) -> int:
-    """The padded length of a row of `inputs` tokens: rounded up to a quarter of its power of two (at least
-    `MIN_BUCKET`, at most `limit`, the window), so padding adds less than 25% and lengths fall into about 4
-    buckets per doubling."""
+    """The padded length of a row: rounded up to a quarter of its power of two (at least `MIN_BUCKET`, at most
+    `limit`), so padding adds less than 25%."""
     if inputs <= MIN_BUCKET:
         return min(MIN_BUCKET, limit)
     step = 1 << (inputs.bit_length() - 3)
@@ -97,9 +87,8 @@ def global_targets(local: int, device: torch.device) -> tuple[int, int]:
 def packed_step(
     network: torch.nn.Module, forward: Forward, batch: Tensor, precision: str, device: torch.device
 ) -> Tensor:
-    """Forward, loss and backward of a packed batch (B, 2, L + 1) (`lextra.data.packing`): the mean next-token
-    cross-entropy over every target inside a document, each document run on its own (see the module docstring);
-    returns that mean, detached. `forward` maps input rows to logits through `network` (or its DDP wrapper)."""
+    """Forward, loss and backward of a packed batch (B, 2, L + 1): the mean next-token cross-entropy over every
+    target inside a document, detached. `forward` maps input rows to logits through `network`."""
     tokens, ids = batch[:, 0], batch[:, 1]
     grouped = buckets(document_units(ids), tokens.shape[-1] - 1)
     local = sum(stop - start - 1 for units in grouped.values() for _, start, stop in units)

@@ -1,11 +1,6 @@
-"""FSDP2 sharding for the `Trainer`, whatever it trains (torch's per-parameter `fully_shard`): every process holds
-1/N of each parameter, gradient and optimizer state, and gathers a unit's weights (a GPT block, a Hugging Face
-decoder layer: the target's `shard_units`) only while it runs. `shard_model` shards the units one at a time, then
-the root, which holds every parameter no unit holds (embeddings, head, final norm, position schemes), so weights
-tied between them (a GPT's embedding and head) stay one parameter. The helpers move between sharded tensors
-(DTensors) and the full CPU tensors a checkpoint holds, so a checkpoint is the same file whether the run was
-sharded or not, and resumes either way.
-"""
+"""FSDP2 sharding for the `Trainer` (torch's `fully_shard`): every process holds 1/N of each parameter,
+gradient and optimizer state. `shard_model` shards the target's `shard_units` one at a time, then the root (so tied
+weights stay one parameter); the helpers move between DTensors and the full CPU tensors a checkpoint holds."""
 
 from __future__ import annotations
 

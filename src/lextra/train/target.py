@@ -1,8 +1,4 @@
-"""The training target protocol: what the `Trainer` asks of the thing it trains. A lextra GPT (`GPTTarget`,
-`lextra.train.gpt`) and a Hugging Face model with optional LoRA (`HFTarget`, `lextra.hf.finetune`) implement it;
-the Trainer owns everything else (steps, schedule, checkpoints, resume, divergence stop, metrics, torchrun: DDP, or
-FSDP2 sharding over the units the target names).
-"""
+"""The training target protocol: what the `Trainer` asks of the thing it trains (`GPTTarget`, `HFTarget`)."""
 
 from __future__ import annotations
 
@@ -29,24 +25,15 @@ class TrainingTarget(Protocol):
         """The run's settings (the Trainer reads the `LoopConfig` fields)."""
         ...
 
-    @property
-    def command(self) -> str:
-        """The command whose messages these are, e.g. "lextra train"."""
-        ...
-
-    @property
-    def label(self) -> str:
-        """The progress bar's label, e.g. "train rope"."""
-        ...
-
-    @property
-    def kind(self) -> str:
-        """What the run is called in messages, e.g. "training"."""
-        ...
+    #: the command whose messages these are, e.g. "lextra train"
+    command: str
+    #: the progress bar's label, e.g. "train rope"
+    label: str
+    #: what the run is called in messages, e.g. "training"
+    kind: str
 
     def open_data(self, world: Distributed, run_dir: Path, resume: bool, progress: bool) -> None:
-        """Read the data (setting `stream`), and when resuming refuse settings or data the run cannot continue
-        with; nothing written yet."""
+        """Read the data (setting `stream`); when resuming refuse settings or data the run cannot continue with."""
         ...
 
     @property
@@ -64,8 +51,7 @@ class TrainingTarget(Protocol):
         ...
 
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Global batch `step` (a pure function of the step and the seed) and its positions (None: the model's
-        own): `lextra.data.positions.sampled_batch` over `stream` for text, a task's (B, 2, W) inputs and targets."""
+        """Global batch `step` (a pure function of the step and the seed) and its positions (None: the model's own)."""
         ...
 
     def run_record(self) -> dict[str, Any]:
@@ -73,13 +59,11 @@ class TrainingTarget(Protocol):
         ...
 
     def build(self, device: torch.device, world: Distributed) -> torch.nn.Module:
-        """The model on `device`, seeded, trainable parameters set (whole: with `config.fsdp` the Trainer shards
-        it next, `lextra.train.sharding.shard_model`)."""
+        """The model on `device`, seeded, trainable parameters set (whole: the Trainer shards it next)."""
         ...
 
     def shard_units(self) -> list[torch.nn.Module]:
-        """The modules FSDP2 shards one at a time (a GPT's blocks, a decoder's layers); the model itself is the
-        root, holding the rest (weights tied across units must live in the root)."""
+        """The modules FSDP2 shards one at a time; the model itself is the root, holding the rest."""
         ...
 
     def optimizer(self) -> torch.optim.Optimizer:

@@ -53,9 +53,8 @@ class RetrievalScores(Serializable):
 
 @dataclass
 class RetrievalCell(Serializable):
-    """The scores of one (length, depth) cell, how many prompts they average, the first two answers, and the gold
-    answers' mean teacher-forced negative log-likelihood per token (what a needle-driven perplexity exponentiates;
-    Shang et al. 2025, LongRoPE2, arXiv 2502.20082)."""
+    """The scores of one (length, depth) cell, the prompts they average, the first two answers, and the gold
+    answers' mean teacher-forced NLL per token (LongRoPE2's needle-driven perplexity, arXiv 2502.20082)."""
 
     exact: float
     rank1: float
