@@ -163,19 +163,3 @@ def parse_lengths(text: str | None, minimum: int = 1, *, distinct: bool = False)
         allowed = "positive integers" if minimum == 1 else f"integers >= {minimum}"
         raise ConfigError(f"--lengths must be {allowed}, got {text!r}")
     return sorted(set(lengths)) if distinct else lengths
-
-
-__all__ = [
-    "FLOAT32_MAX",
-    "check_bool",
-    "check_finite",
-    "check_int",
-    "check_int_list",
-    "check_optional_int",
-    "check_positive",
-    "check_positive_int",
-    "check_range",
-    "describe_range",
-    "parse_lengths",
-    "shown",
-]

@@ -43,8 +43,7 @@ class LogitBlock:
         return self.q_pos[:, None] - self.k_pos[None, :]
 
     def weights(self) -> Tensor:
-        """Softmax over the allowed keys (masked keys get weight 0; with sinks, each row's weights sum to less
-        than 1 by the sink's share), (B, H, c, n)."""
+        """Softmax over the allowed keys (B, H, c, n); with sinks, rows sum to less than 1 by the sink's share."""
         return sink_softmax(self.logits.masked_fill(~self.allowed, float("-inf")), self.sinks)
 
 

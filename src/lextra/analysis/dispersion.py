@@ -21,8 +21,7 @@ QQ_POINTS = 201
 
 @dataclass
 class QQSummary(Serializable):
-    """Standardised order statistics (`sample`) against normal quantiles (`normal`), with the moments that show
-    how far from Gaussian they are."""
+    """Standardised order statistics (`sample`) against normal quantiles (`normal`), with their moments."""
 
     normal: list[float]
     sample: list[float]

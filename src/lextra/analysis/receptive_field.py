@@ -53,8 +53,7 @@ def frozen(model: GPT) -> Iterator[GPT]:
 
 
 def logits_from_embeddings(model: GPT, embeddings: Tensor, mask: Mask, backend: str = "auto") -> Tensor:
-    """The model's logits (B, L, vocab) from token embeddings (B, L, d) at positions 0..L-1, through the model's own
-    forward loop (so gradients reach the embeddings)."""
+    """The model's logits (B, L, vocab) from token embeddings (B, L, d) at positions 0..L-1, with gradients."""
     return model.head(model.features_from_embeddings(embeddings, mask=mask, backend=backend))
 
 

@@ -65,8 +65,7 @@ def visible_prefix(s: Tensor) -> int:
 
 @dataclass
 class ResolutionSummary(Serializable):
-    """What is saved of a resolution result: R, per-layer and per-head R (and their mean), and the score curves
-    averaged over heads and over layers and heads, on the visible distances."""
+    """What is saved of a resolution result: R per model, layer and head, and the averaged score curves."""
 
     r: float = field(metadata=options(key="R"))
     visible: int

@@ -49,8 +49,7 @@ class TaskModel:
 
 
 def load_task_model(folder: str | Path, device: str | torch.device = "cpu") -> TaskModel:
-    """A task model's folder (`lextra train --task ...`'s `model/`) loaded with its task; a folder of a language
-    model is refused with a one-line error."""
+    """A task model's folder loaded with its task; a language model's folder is refused."""
     meta = read_model_meta(folder)
     record = meta.get("task")
     if not isinstance(record, dict) or "spec" not in record:

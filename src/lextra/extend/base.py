@@ -111,8 +111,7 @@ def check_scheme(scheme: PositionScheme | None, method: ExtensionMethod) -> None
 
 
 def build_extension(spec: str | ExtensionMethod, train_len: int, **options: Any) -> ExtensionMethod:
-    """A method from its spec, `NAME[,key=value...]`, for training length `train_len`; keyword `options` override
-    the spec's."""
+    """A method from its spec, `NAME[,key=value...]`, at training length `train_len`; `options` override the spec's."""
     if isinstance(spec, ExtensionMethod):
         if options:
             raise ConfigError(f"options {sorted(options)} given with an already built method {spec!r}")

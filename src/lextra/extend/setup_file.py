@@ -34,8 +34,7 @@ class SetupFile:
 
 
 def setup_fields(setup: InferenceSetup) -> dict[str, Any]:
-    """The setup's fields as a setup file writes them (only those it sets; None as null); refuses what a file
-    cannot hold (temperatures, temperature tuning, a built method object)."""
+    """The fields a setup sets, as a setup file writes them; refuses what a file cannot hold."""
     changes = setup.changes()
     stored: dict[str, Any] = {}
     for name, value in changes.items():
@@ -56,8 +55,7 @@ def save_setup(path: str | Path, setup: InferenceSetup, **extra: Any) -> Path:
 
 
 def read_setup_file(path: str | Path) -> SetupFile:
-    """The setup file at `path`, every field checked: an unreadable file, bad JSON or a bad field is one line naming
-    the file and the field."""
+    """The setup file at `path`, every field checked (errors name the file and the field)."""
     where = Path(path)
     try:
         document = json.loads(where.read_text())

@@ -30,8 +30,7 @@ def saved_length(rope: dict[str, Any], original: int, trained: int) -> int:
 
 
 def legacy_rope_keys(rope: dict[str, Any]) -> dict[str, Any]:
-    """The transformers 4.x keys of a `rope_parameters` dict: `rope_scaling` (None for plain RoPE) and the
-    top-level `rope_theta`."""
+    """The transformers 4.x keys of a `rope_parameters` dict: `rope_scaling` (None for plain RoPE), `rope_theta`."""
     kind = rope.get("rope_type", rope.get("type", "default"))
     scaling: dict[str, Any] | None = None
     if kind != "default":
@@ -46,8 +45,7 @@ def legacy_rope_keys(rope: dict[str, Any]) -> dict[str, Any]:
 
 
 def export_model(model: Any, folder: str | Path, *, original: int, trained: int) -> Path:
-    """Save `model` (a plain Hugging Face causal LM, LoRA merged) into `folder` with `max_position_embeddings`
-    and the RoPE keys above; `original` is the base model's length, `trained` the largest position trained."""
+    """Save a plain Hugging Face causal LM into `folder` with `max_position_embeddings` and the RoPE keys above."""
     folder = Path(folder)
     rope = dict(model.config.rope_parameters)
     full = rope["full_attention"] if isinstance(rope.get("full_attention"), dict) else rope

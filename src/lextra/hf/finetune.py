@@ -324,8 +324,7 @@ def merged_model(model: Any) -> Any:
 
 
 def step_loss(model: Any, batch: torch.Tensor, precision: str, positions: torch.Tensor | None = None) -> torch.Tensor:
-    """Forward, next-token cross-entropy of a (B, L + 1) batch and backward; the loss, detached. `positions` (L,):
-    every row's position ids (None: 0..L-1)."""
+    """Forward, next-token loss of a (B, L + 1) batch at `positions` (None: 0..L-1) and backward; the loss."""
     inputs = batch[:, :-1]
     extra: dict[str, torch.Tensor] = {}
     if positions is not None:  # the mask keeps transformers from reading the skips as packed sequences
@@ -360,8 +359,7 @@ def finetune(
     device: str | torch.device | None = None,
     on_step: Callable[[int], None] | None = None,
 ) -> tuple[Path, Any]:
-    """Fine-tune `config.model` into `run_dir`; returns the saved Hugging Face folder and the merged model (None on
-    the other processes of a sharded run)."""
+    """Fine-tune `config.model` into `run_dir`; the saved folder and the merged model (None off the main process)."""
     trainer = Trainer(HFTarget(config), run_dir, resume=resume, progress=progress, device=device, on_step=on_step)
     return trainer.run()
 

@@ -48,8 +48,7 @@ def s2_attention(
     dropout: float = 0.0,
     **kwargs: Any,
 ) -> tuple[Tensor, None]:
-    """q (B, H, L, D), k and v (B, Hkv, L, D) -> ((B, L, H, D), None): S2-Attn with `module.lextra_s2_group` while
-    the module trains, full causal attention otherwise."""
+    """q (B, H, L, D), k and v (B, Hkv, L, D) -> ((B, L, H, D), None): S2-Attn while the module trains, else causal."""
     H, L = query.shape[1:3]
     groups = H // key.shape[1]  # grouped-query attention: every query head gets its key/value head
     key, value = expand_kv(key, groups), expand_kv(value, groups)
@@ -142,8 +141,7 @@ def register_s2() -> None:
 
 
 def enable_s2(model: Any, group: int, *, roll: bool = False) -> None:
-    """Train `model` (before any peft wrapping) with S2-Attn in groups of `group` tokens (`roll`: wrapping);
-    `disable_s2` restores SDPA."""
+    """Train `model` (before any peft wrapping) with S2-Attn in groups of `group` tokens; `disable_s2` undoes it."""
     register_s2()
     model.set_attn_implementation(S2_ATTENTION)
     layers = model.model.layers

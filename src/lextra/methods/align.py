@@ -101,8 +101,7 @@ def _solve(layer: _LayerLogits, statistic: str, target: Tensor, per_head: bool, 
 
 
 def calibration_windows(data: PreparedData, length: int, count: int, split: str) -> Tensor:
-    """`count` token windows (count, length) of a held-out split, on the CPU (models move their inputs); a
-    prepared folder's split is read as tokens, without re-tokenizing."""
+    """`count` token windows (count, length) of a held-out split, on the CPU."""
     tokens = data.documents(split)
     if not tokens:
         raise DataError(f"the {split} split is empty; calibration needs held-out text")

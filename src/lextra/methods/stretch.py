@@ -39,8 +39,7 @@ def is_rotary(model: GPT) -> bool:
 
 
 def apply_rope_scaling(model: GPT, spec: str | dict[str, Any], layers: str | None = None) -> GPT:
-    """Give a trained rope/xpos/coca model an inference-time frequency scaling (`yarn:4`, `dynamic:1`, a dict), on
-    the `layers` a selector names (default: its rotary layers)."""
+    """Give a trained rotary model an inference-time RoPE scaling on the `layers` a selector names (default: rotary)."""
     return InferenceSetup(rope_scaling=spec, layers=layers).apply(model)
 
 
@@ -56,8 +55,7 @@ def extension_method(name: str, train_len: int, lengths: Sequence[int] = ()) -> 
 
 @dataclass(frozen=True)
 class Request:
-    """What a method is set up for: the model, the data alignment calibrates on, the input length and the factor
-    of the static scalings; `windows` calibration windows."""
+    """What a method is set up for: model, calibration data and windows, input length, static scalings' factor."""
 
     model: GPT
     data: Any
@@ -135,8 +133,7 @@ def method_kind(method: str) -> MethodKind:
 
 
 def methods_for(model: GPT, extensions: Sequence[str] = ()) -> list[str]:
-    """none, the RoPE scalings (rope, xpos, coca models), temperature alignment and the log-n scalings, then the
-    given `extend:...` methods where the model's scheme takes them."""
+    """none, the RoPE scalings, alignment and log-n scalings, then the `extend:...` methods the model takes."""
     offered = [kind for kind in METHOD_KINDS if kind.prefix is None]
     listed = [name for kind in offered for name in kind.names() if kind.applies(model, name)]
     return [*listed, *(method for method in extensions if method_kind(method).applies(model, method))]
@@ -148,13 +145,11 @@ def known_methods() -> str:
 
 
 def inference_setup(model: GPT, method: str, data: Any, length: int, factor: float, windows: int = 2) -> InferenceSetup:
-    """The `InferenceSetup` that `method` stands for on `model` at inputs of `length` tokens (alignment is
-    calibrated here, on `model` itself); ConfigError for a method name that is none of `known_methods()`."""
+    """The `InferenceSetup` `method` stands for on `model` at inputs of `length` tokens (alignment calibrated here)."""
     return method_kind(method).setup(Request(model, data, length, factor, windows), method)
 
 
 def prepared(model: GPT, method: str, data: Any, length: int, factor: float, windows: int = 2) -> GPT:
-    """A copy of `model` with `method` applied for inputs of `length` tokens (`inference_setup`); static
-    scalings use `factor`, dynamic NTK uses factor 1 (s = L / L_tr at every length)."""
+    """A copy of `model` with `method` applied for inputs of `length` tokens (`inference_setup`)."""
     model = copy.deepcopy(model)
     return inference_setup(model, method, data, length, factor, windows).apply(model)

@@ -93,8 +93,7 @@ class Distributed:
             dist.barrier()
 
     def close(self) -> None:
-        """The end of one run: every process waits for the others. The process group stays for the process's next
-        run (a group made again after it is destroyed may wait forever under torchrun); it goes at exit."""
+        """The end of one run: every process waits for the others; the group stays until exit (a new one may hang)."""
         self.barrier()
 
 

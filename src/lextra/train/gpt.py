@@ -56,8 +56,7 @@ def train(
 
 
 def make_optimizer(model: GPT, config: TrainConfig) -> torch.optim.AdamW:
-    """AdamW; weight decay only on the network's matrices; position-scheme parameters get no decay and the
-    learning rate lr * position_lr_scale."""
+    """AdamW, decay on the network's matrices only; scheme parameters at lr * position_lr_scale, no decay."""
     scheme_params = {id(p) for p in model.schemes.parameters()}
     decay: list[torch.nn.Parameter] = []
     no_decay: list[torch.nn.Parameter] = []

@@ -140,8 +140,7 @@ class Trainer:
     def _record(
         self, done: int, lr: float, loss: torch.Tensor, grad_norm: torch.Tensor, metrics: Metrics, bar: tqdm
     ) -> None:
-        """The metrics record of step `done` when one is due: loss, lr, gradient norm, tokens/s, the epoch (epoch
-        order) and the validation loss (when the target has one due)."""
+        """The metrics record of step `done` when one is due (loss, lr, gradient norm, tokens/s, epoch, validation)."""
         config = self.config
         record: dict[str, Any] | None = None
         if config.log_every and (done % config.log_every == 0 or done == config.steps):
@@ -159,8 +158,7 @@ class Trainer:
             metrics.record(record)
 
     def _position(self, step: int) -> dict[str, int] | None:
-        """Where an epoch-order run stands after `step` steps (None in i.i.d. order), in windows as `sampled_batch`
-        reads them (`read_length`: longer than the target's length where the sampler skips content)."""
+        """Where an epoch-order run stands after `step` steps (None in i.i.d. order), in windows as read."""
         stream = self.target.stream
         if isinstance(stream, PackedDocuments):  # packed windows follow the draws of the order they wrap
             stream = stream.source
@@ -169,8 +167,7 @@ class Trainer:
         return stream.position(step, self.config.batch_size, self.sampler.read_length)
 
     def _check_position(self, start: int) -> None:
-        """Refuse to resume an epoch-order run whose checkpoint stands elsewhere in the data than step `start` of
-        this stream does (the batches follow from the step, so this holds unless the windows of the data changed)."""
+        """Refuse to resume an epoch-order run whose checkpoint stands elsewhere in the data than step `start` does."""
         expected = self._position(start)
         if expected is None or start == 0:
             return
@@ -191,8 +188,7 @@ class Trainer:
             raise self._diverged(done, lr, f"weights ({', '.join(bad[:3])})")
 
     def _diverged(self, step: int, lr: float, what: str) -> TrainingDivergedError:
-        """The one-line error of a run that went non-finite at `step`: the likely cause and how to continue. The
-        process group is closed first, as every process stops here alike."""
+        """The one-line error of a run that went non-finite at `step`, with cause and fix; closes the group first."""
         self.world.close()
         config = self.config
         candidates = checkpoint_candidates(self.run_dir)
@@ -215,8 +211,7 @@ class Trainer:
 
 
 def clip_gradients(parameters: list[torch.nn.Parameter], grad_clip: float) -> torch.Tensor:
-    """Scale the gradients down to a norm of at most `grad_clip`; their norm before (whole, when sharded). One
-    foreach kernel for all gradients where torch has one for these tensors."""
+    """Scale the gradients down to a norm of at most `grad_clip`; their norm before (whole, when sharded)."""
     sharded = any(is_sharded(p) for p in parameters)
     foreach = None if sharded else all(p.device.type in ("cpu", "cuda") for p in parameters)
     return full_tensor(torch.nn.utils.clip_grad_norm_(parameters, grad_clip, foreach=foreach))

@@ -70,8 +70,7 @@ class MixedWindow:
 
 
 def check_mixed_run(config: Any, mixed: MixedWindow) -> None:
-    """Refuse what mixed-window training cannot serve: a task's rows, a position sampler, a layer plan, a model
-    without a RoPE scaling (the long rows' frequencies)."""
+    """Refuse a task, a position sampler, a layer plan or a model without a RoPE scaling for mixed windows."""
     where = f"mixed_window {mixed.short}:{mixed.long}"
     if config.task is not None:
         raise ConfigError(f"{where} cuts text windows, but the task {config.task!r} builds its own rows; drop one")

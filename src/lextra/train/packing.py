@@ -37,8 +37,7 @@ def bucket_length(inputs: int, limit: int) -> int:
 
 
 def document_units(ids: Tensor) -> list[tuple[int, int, int]]:
-    """The (row, start, stop) of every document unit of a packed batch's (B, L + 1) document ids with at least
-    two tokens (one input and its target), row by row, in order."""
+    """The (row, start, stop) of every document unit with at least two tokens, row by row, in order."""
     units: list[tuple[int, int, int]] = []
     rows = ids.detach().cpu()
     for row in range(rows.shape[0]):
@@ -59,8 +58,7 @@ def buckets(units: list[tuple[int, int, int]], limit: int) -> dict[int, list[tup
 
 
 def bucket_rows(tokens: Tensor, units: list[tuple[int, int, int]], length: int) -> tuple[Tensor, Tensor]:
-    """Inputs (N, length) and targets (N, length) of these units: each unit's tokens from its first, padded on the
-    right (inputs with 0, targets with -100: ignored)."""
+    """Inputs and targets (N, length) of these units, right-padded (inputs with 0, targets with -100: ignored)."""
     inputs = tokens.new_zeros(len(units), length)
     targets = tokens.new_full((len(units), length), -100)
     for index, (row, start, stop) in enumerate(units):
@@ -109,8 +107,7 @@ def packed_step(
 
 
 def packed_loss(forward: Forward, batch: Tensor) -> tuple[Tensor, int]:
-    """The summed next-token cross-entropy of a packed batch's documents (no backward) and how many targets it
-    sums: what `packed_step` averages, for validation and tests."""
+    """The summed next-token loss of a packed batch's documents (no backward) and its number of targets."""
     tokens, ids = batch[:, 0], batch[:, 1]
     total, count = torch.zeros((), device=tokens.device), 0
     for length, units in buckets(document_units(ids), tokens.shape[-1] - 1).items():

@@ -17,8 +17,7 @@ from lextra.train.config import TrainConfig
 
 
 def batch_source(config: TrainConfig, data: PreparedData) -> BatchSource:
-    """Plain language modelling on the train split (a prepared folder's windows, its mixture parts by weight), or
-    the rows of the training task `config.task` (a folder's documents decoded)."""
+    """Plain language modelling on the train split, or the rows of the training task `config.task`."""
     if config.task is None:
         return data_batches(data, config.order)
     return row_source(parse_task_spec(config.task), config, data)

@@ -117,8 +117,7 @@ class RulerResult(Serializable):
 
     @property
     def seconds(self) -> float:
-        """Compute seconds of every cell (whenever it was computed), summed exactly: a result read back with its
-        cells in another order has the same total."""
+        """Compute seconds of every cell, summed exactly (the same total in any order)."""
         return math.fsum(c.seconds for row in self.cells.values() for c in row.values())
 
     @property
