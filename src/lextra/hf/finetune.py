@@ -36,7 +36,7 @@ from lextra.train.checkpoints import refuse_changes
 from lextra.train.loop import clip_gradients
 from lextra.train.packing import packed_source, packed_step
 from lextra.train.sharding import gathered, load_full
-from lextra.train.target import StepFunction
+from lextra.train.target import StepFunction, TrainingTarget
 
 #: the file of a checkpoint that holds the parameters that train
 TRAINABLE = "trainable.safetensors"
@@ -364,27 +364,22 @@ def finetune(
     return trainer.run()
 
 
-class HFTarget:
-    """A Hugging Face causal LM (with LoRA, trainable parts, S2-Attn) as a `lextra.train.TrainingTarget`."""
+class HFTarget(TrainingTarget):
+    """A Hugging Face causal LM (with LoRA, trainable parts, S2-Attn) as a `TrainingTarget`."""
 
     command = "lextra hf finetune"
     kind = "fine-tuning"
+    config: FinetuneConfig
 
     def __init__(self, config: FinetuneConfig) -> None:
         self.config = config.validate()
         self.label = f"finetune {Path(config.model).name}"
-        self._stream: BatchSource | None = None
         self.model: Any = None
         self.tokenizer: Tokenizer | None = None
         self.precision = "fp32"
         #: the base model's window (`max_position_embeddings`), which the saved folder keeps where HF reads it
         self.original_length = 0
         self._sampler: PositionSampler | None = None
-
-    @property
-    def stream(self) -> BatchSource:
-        assert self._stream is not None, "open_data first"
-        return self._stream
 
     @property
     def length(self) -> int:
@@ -431,9 +426,6 @@ class HFTarget:
     def optimizer(self) -> torch.optim.Optimizer:
         return make_optimizer(self.model, self.config)
 
-    def started(self, start: int) -> None:
-        pass
-
     def step_function(self, network: torch.nn.Module) -> StepFunction:
         if self.config.pack != "none":  # each document alone: right-padded rows, the model's own causal mask
             forward = lambda inputs: network(input_ids=inputs).logits  # noqa: E731
@@ -450,12 +442,6 @@ class HFTarget:
 
     def load_weights(self, folder: Path) -> None:
         load_full(self.model, load_file(str(folder / TRAINABLE)))
-
-    def validation_loss(self, done: int) -> float | None:
-        return None
-
-    def divergence_causes(self) -> list[str]:
-        return []
 
     def finish(self, run_dir: Path, world: Distributed) -> tuple[Path, Any]:
         """The merged model saved as a Hugging Face folder in `run_dir/model`."""

@@ -30,9 +30,9 @@ from lextra.train.loop import Trainer
 from lextra.train.mixed import MixedWindow, resolve_mixed_scaling
 from lextra.train.packing import packed_source, packed_step
 from lextra.train.sharding import gathered, load_full
-from lextra.train.target import StepFunction
+from lextra.train.target import StepFunction, TrainingTarget
 from lextra.train.task_runs import task_mask, task_positions, task_record
-from lextra.train.tasks import BatchSource, batch_source, check_same_data, open_training_data
+from lextra.train.tasks import batch_source, check_same_data, open_training_data
 
 #: parameter dtypes AdamW's fused CPU and CUDA kernels take
 FUSED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -74,17 +74,17 @@ def make_optimizer(model: GPT, config: TrainConfig) -> torch.optim.AdamW:
     return torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2), fused=fused)
 
 
-class GPTTarget:
+class GPTTarget(TrainingTarget):
     """A lextra GPT as a `TrainingTarget` (see `lextra.train.target` for what each method does)."""
 
     command = "lextra train"
     kind = "training"
+    config: TrainConfig
 
     def __init__(self, config: TrainConfig) -> None:
         self.config = config
         self.label = f"train {config.model.label}"
         self.extra: dict[str, Any] = {}
-        self._stream: BatchSource | None = None
         self._model: GPT | None = None
         self.validation: list[torch.Tensor] = []
         self.step_loss: StepLoss | None = None
@@ -93,11 +93,6 @@ class GPTTarget:
         self._sampler: PositionSampler | None = None
         #: mixed context-window training's windows (None: every step at L_tr)
         self._mixed: MixedWindow | None = None
-
-    @property
-    def stream(self) -> BatchSource:
-        assert self._stream is not None, "open_data first"
-        return self._stream
 
     @property
     def model(self) -> GPT:
