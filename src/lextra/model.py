@@ -154,8 +154,7 @@ STATED_BY_SCHEME = frozenset({"scheme", "scheme_options", "log_scaling"})
 
 
 class SelfAttention(nn.Module):
-    """Multi-head self-attention whose positions come entirely from the scheme it is handed; what inference
-    changes on it is `inference` (`LayerInference`, set by `lextra.extend.InferenceSetup`)."""
+    """Multi-head self-attention with the positions of its scheme; what inference changes is `inference`."""
 
     def __init__(self, config: GPTConfig, key_dim: int, variant: LayerVariant) -> None:
         super().__init__()
@@ -236,8 +235,7 @@ class SelfAttention(nn.Module):
         return self.inference.query_temperature(q_pos, k_pos, mask, scales, getattr(self, "ssmax_scale", None))
 
     def forward(self, x: Tensor, inputs: LayerInputs) -> Tensor:
-        """The layer's attention output (B, L, d_model) for hidden states x (B, L, d_model); the last
-        `inputs.queries` rows alone when it is set."""
+        """The attention output (B, L, d_model) for x (B, L, d_model); the last `inputs.queries` rows when set."""
         B, L, _ = x.shape
         scheme, positions, cache, layer = inputs.scheme, inputs.positions, inputs.cache, inputs.layer
         q, k, v = self.project(x)
@@ -364,8 +362,7 @@ class GPT(nn.Module):
         return AbacusEmbedding(config.d_model, options["digits"], options["max_k"], options["positions"])
 
     def _build_schemes(self, variants: list[LayerVariant]) -> tuple[nn.ModuleList, list[int]]:
-        """The position schemes and each layer's index into them: layers with the same variant share one instance
-        unless it holds per-layer parameters."""
+        """The schemes and each layer's index into them (a variant's layers share one without per-layer weights)."""
         dims = self.config.head_dims()
         schemes: list[PositionScheme] = []
         index: list[int] = []
@@ -510,8 +507,7 @@ class GPT(nn.Module):
 def save_model(
     model: GPT, directory: str | Path, extra: dict[str, Any] | None = None, state: dict[str, Tensor] | None = None
 ) -> Path:
-    """Write `model.safetensors` then `config.json` (with the weights' sha256), each atomically; `state`: the
-    weights when the caller has them (a sharded model's, gathered)."""
+    """Write the weights (`state`: given, e.g. gathered) then `config.json` with their sha256, each atomically."""
     directory = Path(directory)
     state = {k: v.detach().contiguous().cpu() for k, v in (model.state_dict() if state is None else state).items()}
     if model.config.tie_embeddings:
@@ -553,8 +549,7 @@ def check_finite_weights(state: dict[str, Tensor], where: str | Path) -> None:
 
 
 def load_model(directory: str | Path, map_location: str | torch.device = "cpu") -> GPT:
-    """Rebuild a model from `config.json` and load its verified weights onto `map_location` (any device: the
-    weights are read and checked on the CPU, then moved once)."""
+    """Rebuild a model from `config.json` with its verified weights (checked on the CPU) on `map_location`."""
     directory = Path(directory)
     meta = read_model_meta(directory)
     config = GPTConfig.from_dict(meta["model"])

@@ -252,8 +252,7 @@ def convert_value(raw: str, annotation: str) -> Any:
 
 
 class Registry(Generic[T]):
-    """Maps names (and aliases) to classes; parses specs into typed options; describes them. `modules`, which
-    register the built-in classes, are imported on the first lookup."""
+    """Names (and aliases) to classes; parses specs into typed options; `modules` register on the first lookup."""
 
     def __init__(self, kind: str, modules: Iterable[str] = ()) -> None:
         self.kind = kind

@@ -147,8 +147,7 @@ def layer_attention(
 def _observe(
     model: GPT, x: Tensor, layer: int, positions: Tensor, mask: Mask, backend: str, block_size: int
 ) -> LayerAttention:
-    """Run block `layer` on hidden states x until it is about to attend, and return what it would attend with; a
-    layer whose piece runs the attention itself (differential attention's two maps) has no one map to capture."""
+    """Run block `layer` on x until it is about to attend and return its inputs (a piece attending itself has none)."""
     own = [p.name for p in cast(Block, model.blocks[layer]).attn.pieces if p.transforms_in_attend]
     if own:
         raise ConfigError(f"layer {layer} attends through {own[0]!r}, not one softmax map; analyse a model without it")

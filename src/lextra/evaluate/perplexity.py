@@ -399,8 +399,7 @@ class Evaluation(Serializable):
 def _file_windows(
     model: ScoredModel, config: EvalConfig, docs: list[Tensor], lengths: list[int], span: int
 ) -> list[tuple[list[int], TokenScorer, list[tuple[list[_Window], int]]]]:
-    """Every window filed in a `TokenScorer`, as (lengths, scorer, its batches): one scorer for all lengths, or
-    one per length when the temperature changes with the length."""
+    """Each group of lengths with its `TokenScorer` and batches (one group per length under a length temperature)."""
     share = config.temperature == "none" and prefix_invariant(model, build_mask(config.mask, model.config.train_len))
     groups = [lengths] if config.temperature == "none" else [[L] for L in lengths]
     scorers = []

@@ -29,8 +29,7 @@ ATTENTION_NAME = "lextra"
 
 @dataclass
 class AttentionState:
-    """What lextra changes in a model's attention, shared by all of its adapted attention modules: each layer's
-    `LayerInference` (what `InferenceSetup` sets) and what is model-wide."""
+    """What lextra changes in a model's attention, shared by its adapted modules: each layer's `LayerInference`."""
 
     #: the mask of a layer that neither a call, a setup nor the layer itself names (causal; full for an encoder)
     default: Mask
@@ -152,8 +151,7 @@ def _plain_causal(attention_mask: Tensor | None, q_pos: Tensor, k_pos: Tensor) -
 
 
 def lextra_mask(*args: Any, attention_mask: Tensor | None = None, **kwargs: Any) -> Tensor | None:
-    """The mask transformers builds for "lextra": None when nothing is padded (each adapted layer applies its own
-    mask, `LayerInference.layer_mask`: causal, a sliding window, Llama 4's chunks), else `sdpa_mask`'s (padding)."""
+    """The mask transformers builds for "lextra": None when nothing is padded (layers apply their own), else SDPA's."""
     from transformers.masking_utils import sdpa_mask
 
     if attention_mask is None or bool(attention_mask.all()):

@@ -83,8 +83,7 @@ def _unpadded(mask: Tensor | None, length: int, window: int | None) -> bool:
 
 
 def _grouped_causal(qkv: tuple[Tensor, ...], size: int, dropout: float, scale: float | None) -> Tensor:
-    """Causal attention within consecutive blocks of `size` tokens: q, k, v (B, h, n * size, D) -> (B, h, n * size,
-    D)."""
+    """Causal attention within consecutive blocks of `size` tokens: q, k, v (B, h, L, D) -> (B, h, L, D)."""
     B, h, L, D = qkv[0].shape
     q, k, v = (x.reshape(B, h, L // size, size, D) for x in qkv)
     out = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout, scale=scale)
