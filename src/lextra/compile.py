@@ -1,12 +1,6 @@
-"""The training step's forward, loss and backward, eager or through `torch.compile` (inductor).
-
-`StepLoss` counts what compiling costs (the seconds of the calls that compiled new graphs, and how many graphs), and
-a model the compiler fails on trains eagerly from that step on, with a warning naming why: never a silent other
-path. Each compiled training starts from an empty dynamo cache (`torch._dynamo.reset`), so one command training
-many models never reaches dynamo's recompile limit (past it dynamo would run the step eagerly without saying so);
-inductor's on-disk caches still serve a graph compiled before (the same scheme and shape, in this process or an
-earlier one).
-"""
+"""The training step's forward, loss and backward, eager or through `torch.compile` (inductor). `StepLoss` counts
+what compiling costs, and a model the compiler fails on trains eagerly from then on with a warning; each compiled
+training starts from an empty dynamo cache, so one command training many models never hits the recompile limit."""
 
 from __future__ import annotations
 
@@ -59,14 +53,9 @@ def compiled_graphs() -> int:
 
 
 class StepLoss:
-    """`loss = step(batch, positions)` runs the forward and the loss (`loss`: next-token by default), then the
-    backward; returns the loss.
-
-    With `compile`, the forward and loss go through `torch.compile` (the backward is compiled with them by
-    AOTAutograd), with static shapes unless `dynamic` is None (torch's automatic dynamic shapes: one recompile, then
-    one graph for every width, as task batches need). `compile_s` and `graphs` count the calls that compiled new
-    graphs; `fallback` is why the compiled step was given up (None while it runs, or when it was never asked for).
-    """
+    """`loss = step(batch, positions)` runs the forward, the loss (next-token by default) and the backward. With
+    `compile` the forward and loss are compiled, with static shapes unless `dynamic` is None; `compile_s` and `graphs`
+    count compiling calls, `fallback` says why the compiled step was given up."""
 
     def __init__(
         self,

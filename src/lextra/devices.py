@@ -1,9 +1,5 @@
 """Where models run: `--device auto|cpu|cuda|cuda:N` resolved once, the device of a model, autocast for it.
-
-The device is a runtime choice, never part of a saved config: checkpoints hold device-independent tensors
-(safetensors written from CPU copies) and load onto any device. Code that runs a model takes the device from the
-model (`module_device`), never from a global. Under torchrun each process uses the GPU of its LOCAL_RANK.
-"""
+The device is a runtime choice, never part of a saved config; code takes it from the model (`module_device`)."""
 
 from __future__ import annotations
 
@@ -43,11 +39,8 @@ def _no_cuda_reason() -> str:
 
 
 def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
-    """The torch device `spec` names, checked against what torch sees; refusals are one-line `ConfigError`s.
-
-    `auto` (or None) is `$LEXTRA_DEVICE` when set, else CUDA when available, else the CPU; `cuda` is the current
-    GPU, or the LOCAL_RANK GPU under torchrun; `cuda:N` must exist. Nothing falls back to the CPU silently.
-    """
+    """The torch device `spec` names, checked against what torch sees: `auto` (or None) is `$LEXTRA_DEVICE`, else
+    CUDA when available, else the CPU; `cuda` is the LOCAL_RANK GPU under torchrun. Nothing falls back silently."""
     text = "auto" if spec is None else str(spec).strip()
     if text == "auto" and os.environ.get(DEVICE_ENV, "").strip() not in ("", "auto"):
         text = os.environ[DEVICE_ENV].strip()

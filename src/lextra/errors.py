@@ -30,11 +30,8 @@ class LockedError(DataError):
 
 
 class TrainingDivergedError(LextraError):
-    """A training run whose loss, gradient norm or weights became non-finite; it stopped before saving them.
-
-    `step` is the step that went non-finite and `checkpoint` the last good checkpoint folder (None if none was
-    saved), from which `resume` with a lower learning rate continues.
-    """
+    """A training run whose loss, gradient norm or weights became non-finite, stopped before saving them; `step`
+    went non-finite and `checkpoint` is the last good one (None if none)."""
 
     def __init__(self, message: str, *, step: int, checkpoint: Path | None) -> None:
         super().__init__(message)

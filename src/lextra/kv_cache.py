@@ -13,14 +13,9 @@ CACHE_ROOM = 256
 
 
 class KVCache:
-    """Per-layer cache of keys and values plus their positions, for incremental decoding.
-
-    Plain RoPE caches its keys rotated (`PositionScheme.rotates_keys_alone`); every other scheme caches them
-    before the position transform, so schemes whose transform depends on the current length (dynamic NTK) or on
-    the queries (xPos, CoCA) and extension methods that rotate keys per pass (`lextra.extend`) re-transform exactly
-    at every step. A layer's keys run up to the current query unless it has evicted some (`evict`, attention
-    sinks). Appending writes into buffers with room to grow, so a decoding step copies one row per layer.
-    """
+    """Per-layer cache of keys and values plus their positions, for incremental decoding. Plain RoPE caches keys
+    rotated; every other scheme caches them before the position transform, re-transformed at every step. A layer may
+    evict keys (`evict`); buffers grow with room to spare."""
 
     def __init__(self, n_layer: int) -> None:
         self.keys: list[Tensor | None] = [None] * n_layer

@@ -17,12 +17,9 @@ from lextra.positions import PositionScheme
 
 @dataclass
 class AttentionInputs:
-    """What one attention layer is about to score, as an observer of `GPT.forward_layers` sees it.
-
-    `q` (B, H, Lq, D) and `k` (B, H, Lk, Dk) are the projections before the scheme's position transform (cached
-    keys included, after QK-norm), `temperature` is the softmax temperature the layer applies (None, (H,) or
-    (H, Lq)), `mask` the layer's own (a plan's window or chunk) or the call's, `sinks` and `softcap` the layer's.
-    """
+    """What one attention layer is about to score, as an observer of `GPT.forward_layers` sees it: q (B, H, Lq, D)
+    and k (B, H, Lk, Dk) before the position transform, the temperature (None, (H,) or (H, Lq)), mask, sinks and
+    softcap."""
 
     layer: int
     q: Tensor
@@ -43,10 +40,9 @@ LayerObserver = Callable[[AttentionInputs], None]
 
 @dataclass(frozen=True)
 class LayerInputs:
-    """What a block needs besides its hidden states: the layer's scheme and index, the positions, the call's mask
-    (None: each layer's own) and backend, the cache, an observer, the positions' host-side facts where the caller
-    knows them (`layout`; ignored under a cache, whose keys differ) and `queries`: only the last that many rows
-    are wanted (no cache), their queries alone attending to every row's key."""
+    """What a block needs besides its hidden states: scheme, positions, the call's mask (None: each layer's own),
+    backend, cache, layer index, observer, `layout` (host-side facts of the positions) and `queries` (only the last
+    that many rows are wanted)."""
 
     scheme: PositionScheme
     positions: Tensor

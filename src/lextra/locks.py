@@ -1,11 +1,6 @@
-"""One writer per folder: an exclusive `flock` on a lock file that records its holder's pid.
-
-The kernel drops a `flock` when its process dies (kill -9 included), so a lock is never stuck; the pid in the
-file only names the holder. A lock file that still names a pid when it is taken belonged to a process that died
-without releasing it: taking it over is said on stderr. A clean release empties the file; it is not removed (so a
-process waiting on it never holds a lock on a deleted file while another takes a new one), except with a folder
-that the command created and left empty (a command that failed before writing leaves nothing behind).
-"""
+"""One writer per folder: an exclusive `flock` on a lock file that records its holder's pid. The kernel drops a
+`flock` when its process dies, so a lock is never stuck; taking over a dead holder's file is said on stderr. A
+clean release empties the file without removing it (except a folder the command created and left empty)."""
 
 from __future__ import annotations
 
@@ -33,11 +28,8 @@ def _holder(path: Path) -> int | None:
 
 @contextlib.contextmanager
 def hold_lock(path: str | os.PathLike[str], what: str, *, wait_s: float = 0.0) -> Iterator[None]:
-    """Hold the exclusive lock `path` (created if needed) for the body, released on any exit.
-
-    `what` names what the lock guards, for messages. A lock held by another process is waited for up to `wait_s`
-    seconds, then refused with `LockedError` naming the holder's pid.
-    """
+    """Hold the exclusive lock `path` for the body (`what` names it in messages); another holder is waited for up
+    to `wait_s` seconds, then refused with `LockedError`."""
     import fcntl
 
     path = Path(path)

@@ -1,9 +1,5 @@
-"""A GPT-style decoder (pre-norm) whose attention takes any registered position scheme and mask.
-
-The config states the layers as a layer plan (a scheme spec is the plan of one variant); each attention layer
-composes what its scheme gives it (embedding, q/k transform, score bias) with a mask, its pieces and a backend,
-never asking which scheme it is. Saved as safetensors plus a JSON config with a checksum (no pickle).
-"""
+"""A GPT-style decoder (pre-norm) whose layers, stated by a layer plan, take any registered scheme, mask and
+pieces. Saved as safetensors plus a JSON config with a checksum (no pickle)."""
 
 from __future__ import annotations
 
@@ -57,9 +53,7 @@ class GPTConfig:
     mlp_ratio: float = 4.0
     dropout: float = 0.0
     train_len: int = 128
-    #: the model's layers as a layer plan (`lextra.attention.plan`: per-layer scheme, mask and pieces, or a preset
-    #: such as `gemma3`); a scheme spec (`rope`, `alibi`, `rope,base=500000`) is the plan of one variant on every
-    #: layer, a log-n scaling the `logn` piece (`rope+logn:qwen`)
+    #: the layers as a layer plan (`lextra.attention.plan`); a scheme spec (`rope,base=500000`) is a one-variant plan
     layer_plan: str = "rope"
     tie_embeddings: bool = True
     #: per-layer, per-head softmax temperatures (temperature alignment); None = 1 everywhere
@@ -90,13 +84,11 @@ class GPTConfig:
         return any(LOG_SCALINGS.get(str(kind)).learned for kind in kinds)
 
     def set_variants(self, variants: list[LayerVariant]) -> None:
-        """State the layers as these per-layer variants (`format_plan`: one variant on every layer is written
-        alone)."""
+        """State the layers as these per-layer variants."""
         self.layer_plan = format_plan(variants)
 
     def _check_plan(self) -> None:
-        """The plan's variants (`parse_plan` refuses a plan that is no text), each scheme built with its options; an
-        absolute embedding on some layers only is refused."""
+        """Build each variant's scheme; refuse an absolute embedding on some layers only."""
         variants = self.plan()
         dims = self.head_dims()
         distinct = {v.key(): v for v in variants}
@@ -141,9 +133,8 @@ class GPTConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GPTConfig:
-        """Read a saved or written config; unknown keys are refused, missing ones take their defaults. A model
-        stated by `scheme` (a spec), `scheme_options` and `log_scaling` (a TOML file's, a config.json saved so)
-        reads as the layer plan they make (`stated_plan`)."""
+        """Read a saved or written config (unknown keys refused); `scheme`, `scheme_options` and `log_scaling`
+        read as the layer plan they make (`stated_plan`)."""
         values = dict(data) if isinstance(data, dict) else data
         if isinstance(values, dict) and STATED_BY_SCHEME & set(values):
             stated = {name: values.pop(name, None) for name in ("scheme", "scheme_options", "log_scaling")}
@@ -163,8 +154,7 @@ STATED_BY_SCHEME = frozenset({"scheme", "scheme_options", "log_scaling"})
 
 
 class SelfAttention(nn.Module):
-    """Multi-head self-attention whose positions come entirely from the scheme it is handed; what inference
-    changes on it is `inference` (`LayerInference`, set by `lextra.extend.InferenceSetup`)."""
+    """Multi-head self-attention with the positions of its scheme; what inference changes is `inference`."""
 
     def __init__(self, config: GPTConfig, key_dim: int, variant: LayerVariant) -> None:
         super().__init__()
@@ -178,8 +168,7 @@ class SelfAttention(nn.Module):
         dims = config.head_dims()
         own = build_mask(variant.mask, config.train_len) if variant.mask != "causal" else None
         self.inference = LayerInference(config.train_len, own, own is not None)
-        #: the names of the plan's pieces (`lextra.attention.pieces`), in its order; each piece, built by its
-        #: registry entry, is the submodule of its name (`attn.qknorm`, `attn.sinks`, a plugin's)
+        #: the plan's piece names in order; each piece is the submodule of its name
         self.piece_names: list[str] = []
         for name, options in variant.pieces.items():
             self.set_piece(name, PIECES.build(name, dims, **options))
@@ -229,8 +218,7 @@ class SelfAttention(nn.Module):
 
     @property
     def extension(self) -> PassExtension | None:
-        """The training-free extension method the layer attends through, or None; the cache evicts the keys its
-        `retains` drops. Read-only: an `InferenceSetup` sets it."""
+        """The extension method the layer attends through (set by an `InferenceSetup`), or None."""
         return self.inference.extension
 
     def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -242,14 +230,12 @@ class SelfAttention(nn.Module):
         return q, k, v
 
     def query_temperature(self, q_pos: Tensor, k_pos: Tensor, mask: Mask) -> Tensor | None:
-        """The softmax temperature (None, (H,) or (H, Lq)) of the layer's `inference` state, with its pieces' query
-        scales and its learned log-n scale (Scalable-Softmax's s_h) where it has one."""
+        """The softmax temperature (None, (H,) or (H, Lq)) with the pieces' query scales and learned log-n scale."""
         scales = [scale for scale in (piece.query_scale(q_pos) for piece in self.pieces) if scale is not None]
         return self.inference.query_temperature(q_pos, k_pos, mask, scales, getattr(self, "ssmax_scale", None))
 
     def forward(self, x: Tensor, inputs: LayerInputs) -> Tensor:
-        """The layer's attention output (B, L, d_model) for hidden states x (B, L, d_model); the last
-        `inputs.queries` rows alone when it is set."""
+        """The attention output (B, L, d_model) for x (B, L, d_model); the last `inputs.queries` rows when set."""
         B, L, _ = x.shape
         scheme, positions, cache, layer = inputs.scheme, inputs.positions, inputs.cache, inputs.layer
         q, k, v = self.project(x)
@@ -376,9 +362,7 @@ class GPT(nn.Module):
         return AbacusEmbedding(config.d_model, options["digits"], options["max_k"], options["positions"])
 
     def _build_schemes(self, variants: list[LayerVariant]) -> tuple[nn.ModuleList, list[int]]:
-        """The position schemes and each layer's index into them: layers with the same scheme and options share
-        one instance when it holds no per-layer parameters (parameter-free, absolute, or T5), else one per layer,
-        built in layer order (a one-variant plan builds exactly what a single scheme did)."""
+        """The schemes and each layer's index into them (a variant's layers share one without per-layer weights)."""
         dims = self.config.head_dims()
         schemes: list[PositionScheme] = []
         index: list[int] = []
@@ -395,10 +379,7 @@ class GPT(nn.Module):
         return nn.ModuleList(schemes), index
 
     def _init_weights(self) -> None:
-        """GPT-2 style: N(0, 0.02) for projections and embeddings, residual outputs scaled by 1/sqrt(2 L).
-
-        Scheme parameters (T5 table, KERPLE, FIRE) keep their own papers' initialisation.
-        """
+        """GPT-2 style: N(0, 0.02), residual outputs scaled by 1/sqrt(2 L); scheme parameters keep their own."""
         for module in (*self.blocks.modules(), self.embed, self.head):
             if isinstance(module, (nn.Linear, nn.Embedding)):
                 nn.init.normal_(module.weight, std=0.02)
@@ -407,9 +388,8 @@ class GPT(nn.Module):
                 nn.init.normal_(param, std=0.02 / math.sqrt(2 * self.config.n_layer))
 
     def _set_scheme_options(self, layers: list[int] | None = None, drop: tuple[str, ...] = (), **options: Any) -> None:
-        """Rebuild the position schemes of `layers` (default: all) with changed options (`drop`: options removed
-        first), keeping learned parameters: how inference-time methods such as a RoPE scaling are applied to a
-        trained model. The config's layer plan is rewritten with them."""
+        """Rebuild the schemes of `layers` (default: all) with changed options (`drop` removed first), keeping
+        learned parameters and rewriting the config's layer plan."""
         chosen = list(range(self.config.n_layer)) if layers is None else layers
         variants = with_scheme_options(self.variants, chosen, options, drop)
         schemes, index = self._build_schemes(variants)
@@ -420,8 +400,7 @@ class GPT(nn.Module):
         self.config.set_variants(variants)
 
     def set_s2_attn(self, group: int) -> None:
-        """Train with LongLoRA's S2-Attn in groups of `group` tokens (0: off); it applies in training mode only,
-        so evaluation and the saved model attend with full causal attention, as the authors evaluate."""
+        """Train with LongLoRA's S2-Attn in groups of `group` tokens (0: off); training mode only."""
         for block in self.blocks:
             cast(Block, block).attn.s2_group = int(group)
 
@@ -437,15 +416,11 @@ class GPT(nn.Module):
         return self.head(self.features(tokens, **options))
 
     def features(self, tokens: Tensor, **options: Any) -> Tensor:
-        """Final normalised hidden states (B, L, d_model): apply `head` only where logits are needed.
-
-        Options as for `features_from_embeddings`: positions, mask, backend, cache, observer.
-        """
+        """Final normalised hidden states (B, L, d_model); options as for `features_from_embeddings`."""
         return self.features_from_embeddings(self.input_embeddings(tokens, options.get("cache")), **options)
 
     def input_embeddings(self, tokens: Tensor, cache: KVCache | None = None) -> Tensor:
-        """The token embeddings (B, L, d_model), plus the Abacus embedding of each digit's place where the model has
-        one (a cache carries each row's digit run across decoding steps)."""
+        """The token embeddings (B, L, d_model), plus the Abacus embedding where the model has one."""
         embeddings = self.embed(tokens)
         if self.abacus is None:
             return embeddings
@@ -465,12 +440,9 @@ class GPT(nn.Module):
         observer: LayerObserver | None = None,
         last: int | None = None,
     ) -> Tensor:
-        """`features` from token embeddings (B, L, d_model), so callers can differentiate with respect to them.
-
-        `mask` None is each layer's own (`LayerInference.mask`: causal unless an inference setup set one); a layer
-        plan's local layers (a window, a chunk) attend with their own mask whatever the call's. `last`: only the last
-        that many positions' features are wanted (B, last, d_model), as in scoring: the final block computes those
-        rows alone (every row's keys and values still), the same values as slicing the full result."""
+        """`features` from token embeddings (B, L, d_model). `mask` None is each layer's own; local layers keep
+        theirs. `last`: only the last that many positions' features (B, last, d_model), computed alone by the final
+        block."""
         L = embeddings.shape[1]
         if last is not None and (cache is not None or not 0 < last <= L):
             raise ValueError(f"last={last} needs 1 <= last <= L ({L}) and no cache")
@@ -517,11 +489,8 @@ class GPT(nn.Module):
         observer: LayerObserver | None = None,
         layout: PositionLayout | None = None,
     ) -> Tensor:
-        """Hidden states x (B, L, d_model) through blocks start..stop - 1 (all by default), before the final norm.
-
-        `observer`, when given, is called with each layer's `AttentionInputs` just before that layer attends;
-        `layout`, the positions' host-side facts where the caller knows them (`PositionLayout`).
-        """
+        """Hidden states x (B, L, d_model) through blocks start..stop - 1, before the final norm; `observer` sees
+        each layer's `AttentionInputs` before it attends."""
         for layer, block in itertools.islice(enumerate(self.blocks), start, stop):
             x = block(x, LayerInputs(self.scheme_for(layer), positions, mask, backend, cache, layer, observer, layout))
         return x
@@ -538,8 +507,7 @@ class GPT(nn.Module):
 def save_model(
     model: GPT, directory: str | Path, extra: dict[str, Any] | None = None, state: dict[str, Tensor] | None = None
 ) -> Path:
-    """Write `model.safetensors` then `config.json` (with the weights' sha256), each atomically. `state`: the
-    model's weights as whole CPU tensors when the caller has them (a sharded model's, gathered); None: the model's."""
+    """Write the weights (`state`: given, e.g. gathered) then `config.json` with their sha256, each atomically."""
     directory = Path(directory)
     state = {k: v.detach().contiguous().cpu() for k, v in (model.state_dict() if state is None else state).items()}
     if model.config.tie_embeddings:
@@ -581,8 +549,7 @@ def check_finite_weights(state: dict[str, Tensor], where: str | Path) -> None:
 
 
 def load_model(directory: str | Path, map_location: str | torch.device = "cpu") -> GPT:
-    """Rebuild a model from `config.json` and load its verified weights onto `map_location` (any device: the
-    weights are read and checked on the CPU, then moved once)."""
+    """Rebuild a model from `config.json` with its verified weights (checked on the CPU) on `map_location`."""
     directory = Path(directory)
     meta = read_model_meta(directory)
     config = GPTConfig.from_dict(meta["model"])

@@ -1,15 +1,9 @@
 """Name -> class registries with declared, typed options, and the one spec grammar they all parse.
 
-A spec names a registered class and sets its options: `name[:positional][,key=value...]`, e.g. `window:256`,
-`window,width=256`, `yarn:4,beta_fast=16`, `self_extend,group=8` (and the older `self_extend:group=8`). The
-options are the class's keyword-only constructor parameters (or what it declares in `spec_options()`), typed by
-their annotations; a bare positional fills the option the class names in `positional`. Options a class derives
-from the context (the training length) are filled by its `resolve_options(options, **context)` and described by
-`derived_defaults`, so `lextra list` and the CLI help, generated from the same declarations, show them.
-
-A registry may name the modules that register into it: they are imported on its first lookup, so a registry is
-complete whatever the caller imported first. Plugins (`.py` files or modules that register classes) are imported
-by `load_plugins`; the command line imports those `LEXTRA_PLUGINS` names (comma-separated) before it parses.
+A spec is `name[:positional][,key=value...]` (`window:256`, `yarn:4,beta_fast=16`). The options are the class's
+keyword-only constructor parameters (or its `spec_options()`), typed by their annotations; `positional` names the
+option a bare value fills, `resolve_options(options, **context)` fills defaults derived from the context and
+`derived_defaults` describes them. Plugins (`.py` files or modules) are imported by `load_plugins`.
 """
 
 from __future__ import annotations
@@ -66,8 +60,7 @@ _OPEN, _CLOSE = "[({", "])}"
 
 
 def split_top_level(text: str, separators: str = ",") -> list[str]:
-    """Split at any of `separators` outside brackets, parentheses, braces and quotes, so `[1, 2]`,
-    `{"a": 1, "b": 2}` and a layer plan's `(...)` groups stay whole; ConfigError on unbalanced brackets."""
+    """Split at any of `separators` outside brackets, parentheses, braces and quotes."""
     items, depth, start, quote = [], 0, 0, ""
     for i, char in enumerate(text):
         if quote:
@@ -96,10 +89,8 @@ def _is_option(item: str) -> bool:
 
 
 def split_specs(values: str | Iterable[str], kind: str = "spec") -> list[str]:
-    """A list of specs: each string holds specs separated by `;`, or by commas where that is unambiguous (an item
-    `key=value` after a comma is an option of the spec before it), brackets, braces and quotes kept whole:
-    `rope,base=500000;alibi` and `rope,base=500000,alibi` -> [`rope,base=500000`, `alibi`]; a list of strings
-    (a repeated flag) is the concatenation of theirs. ConfigError on an option before any spec or after `;`."""
+    """Specs separated by `;` or by commas (a `key=value` item belongs to the spec before it):
+    `rope,base=500000,alibi` -> [`rope,base=500000`, `alibi`]; a list of strings concatenates theirs."""
     texts = [values] if isinstance(values, str) else list(values)
     specs: list[str] = []
     for text in texts:
@@ -126,14 +117,12 @@ def split_specs(values: str | Iterable[str], kind: str = "spec") -> list[str]:
 
 
 def split_compound(text: str) -> list[str]:
-    """The specs of a compound joined by `+` outside brackets, braces and quotes (`rope+window:64`, a scheme and
-    a mask): the one grammar's way to give several classes' specs as one word."""
+    """The specs of a compound joined by `+` (`rope+window:64`)."""
     return [part.strip() for part in split_top_level(text, "+")]
 
 
 def parse_spec(text: str, kind: str = "spec") -> Spec:
-    """`name[:positional][,key=value...]` -> Spec; an item after ':' that holds '=' is an option (the older
-    `name:key=value,...` spelling). Raises ConfigError on an empty name, an empty item or a repeated key."""
+    """`name[:positional][,key=value...]` -> Spec; an item after ':' that holds '=' is an option."""
     if not isinstance(text, str):
         raise ConfigError(f"{kind}: expected a spec string such as 'name:value,key=value', got {text!r}")
     text = text.strip()
@@ -165,15 +154,14 @@ def _add_option(options: dict[str, str], item: str, where: str) -> None:
 
 
 def parse_options(items: Iterable[str], kind: str = "spec") -> dict[str, str]:
-    """`key=value` texts given one by one (a repeated `--scheme-option`) -> a spec's raw options, read as
-    `parse_spec` reads its items; `Registry.parse` then types them."""
+    """`key=value` texts given one by one (a repeated `--scheme-option`) -> raw options; the last value wins."""
     options: dict[str, str] = {}
     for item in items:
-        key, eq, value = item.partition("=")
-        if not (eq and key.strip() and value.strip()):
+        key, eq, value = (part.strip() for part in item.partition("="))
+        if not (eq and key and value):
             raise ConfigError(f"{kind} option {item!r} must look like KEY=VALUE")
-        options.pop(key.strip(), None)  # a later value of a repeated key wins
-        _add_option(options, item.strip(), f"{kind} option {item!r}")
+        options.pop(key, None)
+        options[key] = value
     return options
 
 
@@ -264,11 +252,7 @@ def convert_value(raw: str, annotation: str) -> Any:
 
 
 class Registry(Generic[T]):
-    """Maps names (and aliases) to classes; parses specs into validated, typed options; describes them.
-
-    `modules` are imported on the first lookup (they register the built-in classes), so `names()`, `get()` and
-    `build()` see every class whatever was imported first.
-    """
+    """Names (and aliases) to classes; parses specs into typed options; `modules` register on the first lookup."""
 
     def __init__(self, kind: str, modules: Iterable[str] = ()) -> None:
         self.kind = kind
@@ -299,8 +283,7 @@ class Registry(Generic[T]):
         return add
 
     def on_register(self, listener: Callable[[str, type[T]], None]) -> None:
-        """Call `listener(name, cls)` for every class registered so far and for each one registered later (a
-        registry derived from this one, e.g. the training task of each retrieval task, plugins' included)."""
+        """Call `listener(name, cls)` for every class registered so far and later."""
         self._listeners.append(listener)
         for name, cls in list(self._classes.items()):
             listener(name, cls)
@@ -344,8 +327,7 @@ class Registry(Generic[T]):
 
     # --- options ----------------------------------------------------------------------------------
     def options(self, name: str) -> list[Option]:
-        """The class's settable options: its `spec_options()` if it declares them, else the keyword-only
-        parameters of its constructor, with defaults and the `derived_defaults` it describes."""
+        """The class's `spec_options()`, else its constructor's keyword-only parameters."""
         cls = self.get(name)
         derived: dict[str, str] = getattr(cls, "derived_defaults", {}) or {}
         declared = getattr(cls, "spec_options", None)
@@ -371,8 +353,7 @@ class Registry(Generic[T]):
             )
 
     def parse(self, spec: str | Spec) -> tuple[str, dict[str, Any]]:
-        """A spec -> (registered name, typed options it sets): unknown names, unknown options, values of the
-        wrong type and a positional given to a class that takes none are ConfigErrors naming the fix."""
+        """A spec -> (registered name, typed options), refusing what does not fit with a ConfigError."""
         parsed = spec if isinstance(spec, Spec) else parse_spec(spec, self.kind)
         name = self.canonical(parsed.name)
         raw = dict(parsed.options)
@@ -403,8 +384,7 @@ class Registry(Generic[T]):
             ) from None
 
     def resolve(self, spec: str | Spec, context: Mapping[str, Any] | None = None, **overrides: Any) -> tuple:
-        """(class, options): the spec's typed options, `overrides` on top (checked, passed as they are), then
-        the class's `resolve_options(options, **context)` fills the defaults it derives from the context."""
+        """(class, options): the spec's options, `overrides` on top, then the class's `resolve_options`."""
         name, options = self.parse(spec)
         self.check_options(name, overrides)
         options.update(overrides)
@@ -421,10 +401,12 @@ class Registry(Generic[T]):
 
     # --- description ------------------------------------------------------------------------------
     def usage(self, name: str) -> str:
-        """The spec syntax of one class: `window[:width][,width=...]`, `causal`."""
+        """The spec syntax of one class: `window[:WIDTH][,key=value...]`, `causal`."""
+        return self._head(name) + ("[,key=value...]" if self.options(name) else "")
+
+    def _head(self, name: str) -> str:
         positional = self.positional(name)
-        head = f"{name}[:{positional.upper()}]" if positional else name
-        return head + ("[,key=value...]" if self.options(name) else "")
+        return f"{name}[:{positional.upper()}]" if positional else name
 
     def describe(self, name: str) -> str:
         """One class's options with their defaults, as `lextra list` shows them: `width=L_tr`, "no options"."""
@@ -439,10 +421,7 @@ class Registry(Generic[T]):
 
     def help_text(self, *, limit: int | None = None) -> str:
         """The registered names with their positional, for a CLI help line: `causal, window[:W], bca[:B], full`."""
-        parts = []
-        for name in self.names():
-            positional = self.positional(name)
-            parts.append(f"{name}[:{positional.upper()}]" if positional else name)
+        parts = [self._head(name) for name in self.names()]
         if limit is not None and len(parts) > limit:
             parts = [*parts[:limit], "..."]
         return ", ".join(parts)
@@ -473,8 +452,7 @@ _ENV_PLUGINS = {"loaded": False}
 
 
 def load_env_plugins() -> None:
-    """Import the plugins `LEXTRA_PLUGINS` names, once per process (the command line does before it parses, so
-    its help, its specs and its torchrun workers see what they register; so does the test suite's conftest)."""
+    """Import the plugins `LEXTRA_PLUGINS` names, once per process."""
     if _ENV_PLUGINS["loaded"]:
         return
     _ENV_PLUGINS["loaded"] = True
@@ -489,9 +467,7 @@ def loaded_plugins() -> list[str]:
 
 
 def load_plugins(plugins: str | Iterable[str]) -> list[Any]:
-    """Import plugin modules, each a `.py` file path or a dotted module name (a comma-separated string or a list),
-    so the classes they register are in the registries; each is imported once. ConfigError names a missing
-    file or a module that fails to import."""
+    """Import plugin modules (`.py` paths or dotted names, comma-separated or a list), each once."""
     import importlib.util
     import sys
     import zlib

@@ -1,18 +1,8 @@
 """Dataclasses to and from their JSON form, driven by `dataclasses.fields()` and the field types.
-
-`to_dict(obj)` writes each field under its name: nested dataclasses as objects (through their own `to_dict` when
-they have one), lists and tuples as lists, dict keys as strings (lengths, depths and seeds are ints and floats in
-memory). `from_dict(cls, data)` reads that form back by the field types: `dict[int, X]` keys become ints again,
-`tuple[...]` fields tuples, nested dataclasses are read through their own `from_dict` when they have one; keys a
-file lacks take the field's default (files written before a field existed still load) and a missing key without a
-default raises KeyError. Unknown keys are ignored (a saved record may carry more, such as "model"), or refused
-with a ConfigError naming them when `refuse_unknown` names what is read (configs).
-
-A format that differs from that rule says so in the field's metadata, `field(metadata=options(...))`:
-a JSON key other than the field name, a field left out when None, a value rounded on writing, scalars coerced to
-the annotated type on reading, or a field whose object is written inline into its parent's. Properties a class
-writes for readers (derived from its fields, recomputed on reading) are named by its `serialized_properties`.
-"""
+`to_dict` writes nested dataclasses as objects, tuples as lists and dict keys as strings; `from_dict` reads them
+back by the field types (int dict keys, tuples, nested `from_dict`), defaults for missing keys, and ignores unknown
+keys unless `refuse_unknown` names what is read. A field's metadata (`options`) states any other format;
+`serialized_properties` names derived properties a class writes for readers."""
 
 from __future__ import annotations
 
@@ -45,13 +35,9 @@ def options(
     coerce: bool = False,
     inline: bool = False,
 ) -> dict[str, Any]:
-    """Field metadata for a format that differs from the default rule.
-
-    `key`: the JSON key (default the field name); `omit_none`: leave the key out when the value is None;
-    `encode` / `decode`: applied to a non-None value on writing / reading instead of the type-driven conversion;
-    `coerce`: on reading, convert scalars to the annotated int / float (files that hold "3" or 1 for 3 or 1.0);
-    `inline`: the field's object is merged into its parent's, and read from the parent's keys no other field has.
-    """
+    """Field metadata for a format that differs from the default rule: `key` (the JSON key), `omit_none`, `encode` /
+    `decode` (applied to a non-None value), `coerce` (scalars to the annotated int / float on reading), `inline` (merged
+    into the parent's keys)."""
     meta: dict[str, Any] = {KEY: key, OMIT_NONE: omit_none, COERCE: coerce, INLINE: inline}
     if encode is not None:
         meta[ENCODE] = encode
@@ -172,11 +158,8 @@ class _Reader:
 
 
 def from_dict(cls: type[T], data: Mapping[str, Any], *, refuse_unknown: str | None = None) -> T:
-    """An instance of dataclass `cls` read from its JSON form (see the module docstring for the rules).
-
-    `refuse_unknown`: what is read (e.g. "training config"); unknown keys are then a ConfigError, as are values
-    of the wrong shape (a config is validated after reading; its scalars are passed as given).
-    """
+    """An instance of dataclass `cls` read from its JSON form; with `refuse_unknown` (what is read) unknown keys and
+    values of the wrong shape are a ConfigError."""
     if not isinstance(data, Mapping):
         what = refuse_unknown or cls.__name__
         raise (ConfigError if refuse_unknown else TypeError)(f"{what}: expected a table of fields, got {data!r}")

@@ -1,11 +1,6 @@
-"""TensorBoard curves beside `metrics.jsonl`: training scalars and perplexity per evaluation length.
-
-Written with `torch.utils.tensorboard.SummaryWriter`, which needs the `tensorboard` package (the `tensorboard`
-extra); without it, `require_tensorboard` raises one ConfigError naming the install command. Training scalars are
-tagged `train/<name>` (`validation/loss` for `val_loss`) at the optimizer step; an evaluation's perplexity is
-tagged `perplexity_<variant>/<protocol>` (the variant: `causal`, `bca`, `yarn:factor=4+bca`, ...) with the evaluation
-length as its step, so each protocol is a curve over lengths.
-"""
+"""TensorBoard curves beside `metrics.jsonl` (needs the `tensorboard` extra): training scalars tagged
+`train/<name>` at the optimizer step, and perplexity tagged `perplexity_<variant>/<protocol>` with the evaluation
+length as its step."""
 
 from __future__ import annotations
 

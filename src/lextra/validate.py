@@ -1,9 +1,5 @@
-"""Checks for numbers in options and configs, run before any work so a bad value fails in one clear line.
-
-Each check returns the value in its canonical type (float, int or bool) or raises `ConfigError` naming the
-option, the value it got and what is allowed. Non-finite values (nan, inf, -inf, and strings or huge literals
-such as 1e999 that parse to them) are never numbers here, and neither are bools or strings.
-"""
+"""Checks for numbers in options and configs, run before any work: each returns the value in its canonical type
+or raises a one-line `ConfigError`; non-finite values, bools and strings are never numbers here."""
 
 from __future__ import annotations
 
@@ -167,19 +163,3 @@ def parse_lengths(text: str | None, minimum: int = 1, *, distinct: bool = False)
         allowed = "positive integers" if minimum == 1 else f"integers >= {minimum}"
         raise ConfigError(f"--lengths must be {allowed}, got {text!r}")
     return sorted(set(lengths)) if distinct else lengths
-
-
-__all__ = [
-    "FLOAT32_MAX",
-    "check_bool",
-    "check_finite",
-    "check_int",
-    "check_int_list",
-    "check_optional_int",
-    "check_positive",
-    "check_positive_int",
-    "check_range",
-    "describe_range",
-    "parse_lengths",
-    "shown",
-]

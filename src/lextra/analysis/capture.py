@@ -1,11 +1,8 @@
 """Per-layer attention logits of a GPT, read without changing the model, one query block at a time.
 
-`layer_attention(model, tokens, mask)` steps through the model's own forward pass (`GPT.forward_layers`) one
-block at a time: an observer records the block's attention inputs and stops it before it attends, the consumer
-reads them, and then the block runs in full with the temperatures set by then. Each layer yields a
-`LayerAttention` whose `blocks()` give pre-softmax logits (B, H, c, n) for c queries and only the n keys the mask
-can reach, so statistics are reduced on the fly and no H x L x L tensor for all layers is ever stored.
-"""
+`layer_attention(model, tokens, mask)` steps through the model's forward: an observer records each block's
+attention inputs before it attends, the consumer reads them, then the block runs with the temperatures set by
+then. `LayerAttention.blocks()` gives pre-softmax logits (B, H, c, n) for only the keys the mask can reach."""
 
 from __future__ import annotations
 
@@ -46,19 +43,14 @@ class LogitBlock:
         return self.q_pos[:, None] - self.k_pos[None, :]
 
     def weights(self) -> Tensor:
-        """Softmax over the allowed keys (masked keys get weight 0; with sinks, each row's weights sum to less
-        than 1 by the sink's share), (B, H, c, n)."""
+        """Softmax over the allowed keys (B, H, c, n); with sinks, rows sum to less than 1 by the sink's share."""
         return sink_softmax(self.logits.masked_fill(~self.allowed, float("-inf")), self.sinks)
 
 
 @dataclass
 class LayerAttention:
-    """One layer's attention inputs for a batch: q and k before the position transform, and what scores them.
-
-    Models that apply positions themselves (Hugging Face adapters) give q and k already rotated with
-    `scheme=None`, and any additive score bias they computed as `bias` (B or 1, H, L, L); `scale` defaults to
-    1/sqrt(D) (T5 uses 1).
-    """
+    """One layer's attention inputs for a batch: q and k before the position transform, and what scores them;
+    Hugging Face adapters give q and k rotated (`scheme=None`) and their score bias as `bias`."""
 
     layer: int
     q: Tensor
@@ -77,10 +69,7 @@ class LayerAttention:
     forget: ForgetBias | None = None
 
     def blocks(self, rows: Tensor | None = None) -> Iterator[LogitBlock]:
-        """Query blocks in order, each with the logits of the keys its mask can reach (as the chunked backend).
-
-        `rows` (query indices) restricts the blocks to those queries, e.g. a sample of rows at long lengths.
-        """
+        """Query blocks in order, each with the logits of the keys its mask can reach; `rows` restricts the queries."""
         L = self.q.shape[-2]
         first_pos = int(self.positions[0])
         scale = 1.0 / math.sqrt(self.q.shape[-1]) if self.scale is None else self.scale
@@ -133,11 +122,8 @@ def layer_attention(
     block_size: int = DEFAULT_BLOCK,
     backend: str = "auto",
 ) -> Iterator[LayerAttention]:
-    """Yield each layer's `LayerAttention` for `tokens` (B, L) at positions 0..L-1, running the model as it runs.
-
-    Consume a layer's blocks before asking for the next layer: the residual stream advances on the next step.
-    `tokens` may live anywhere: they are moved to the model's device.
-    """
+    """Yield each layer's `LayerAttention` for `tokens` (B, L) at positions 0..L-1; consume a layer's blocks
+    before asking for the next."""
     tokens = tokens.to(module_device(model))
     own_capture = getattr(model, "layer_attention", None)  # Hugging Face adapters capture their own inputs
     if own_capture is not None:
@@ -161,8 +147,7 @@ def layer_attention(
 def _observe(
     model: GPT, x: Tensor, layer: int, positions: Tensor, mask: Mask, backend: str, block_size: int
 ) -> LayerAttention:
-    """Run block `layer` on hidden states x until it is about to attend, and return what it would attend with; a
-    layer whose piece runs the attention itself (differential attention's two maps) has no one map to capture."""
+    """Run block `layer` on x until it is about to attend and return its inputs (a piece attending itself has none)."""
     own = [p.name for p in cast(Block, model.blocks[layer]).attn.pieces if p.transforms_in_attend]
     if own:
         raise ConfigError(f"layer {layer} attends through {own[0]!r}, not one softmax map; analyse a model without it")

@@ -1,12 +1,7 @@
 """Attention dispersion (Chi, Fan, Rudnicky 2023, arXiv 2311.00684): the longer the input, the flatter each
-softmax row.
-
-Per layer and head: the mean over attention rows (every query of every text) of the row entropy
--sum_j p_j ln p_j and of the row's maximum probability. The first layer's logits are also kept for the rows
-that see the whole input (the last query of each text): each row sorted descending, averaged over texts and
-heads (`sorted_logits`), and the pooled row-centred logits standardised for a QQ plot against a Gaussian.
-`uniform` is the reference of rows spread evenly over their visible keys (ln k and 1/k for k keys).
-"""
+softmax row. Per layer and head: the mean row entropy -sum_j p_j ln p_j and maximum probability; the first
+layer's last-query rows are also kept sorted (`sorted_logits`) and standardised for a QQ plot. `uniform` is the
+reference of rows spread evenly over their k visible keys (ln k and 1/k)."""
 
 from __future__ import annotations
 
@@ -26,8 +21,7 @@ QQ_POINTS = 201
 
 @dataclass
 class QQSummary(Serializable):
-    """Standardised order statistics (`sample`) against normal quantiles (`normal`), with the moments that show
-    how far from Gaussian they are."""
+    """Standardised order statistics (`sample`) against normal quantiles (`normal`), with their moments."""
 
     normal: list[float]
     sample: list[float]

@@ -1,13 +1,7 @@
-"""Empirical receptive field (Chi et al. 2023, arXiv 2212.10356): how far back the last token's loss actually
-reaches.
+"""Empirical receptive field (Chi et al. 2023, arXiv 2212.10356): how far back the last token's loss reaches.
 
-For each segment, g_m = ||d loss_last / d e_m|| is the gradient norm of the last token's next-token loss with
-respect to the token embedding e_m at every position m (taken at the output of `model.input_embeddings`, before any
-absolute position signal is added, which is the same gradient). Norms are normalised to sum 1 per segment and
-listed from the most recent token backwards; the curve averaged over N segments is accumulated, and the ERF is
-the smallest number of recent tokens whose cumulative share reaches the threshold (0.99).
-A window mask of width w lets one layer see w tokens, so L layers see at most L (w - 1) + 1 of them.
-"""
+g_m = ||d loss_last / d e_m|| per token embedding e_m, normalised to sum 1 per segment and listed from the most
+recent token backwards; the ERF is the fewest recent tokens whose cumulative share reaches the threshold (0.99)."""
 
 from __future__ import annotations
 
@@ -59,18 +53,14 @@ def frozen(model: GPT) -> Iterator[GPT]:
 
 
 def logits_from_embeddings(model: GPT, embeddings: Tensor, mask: Mask, backend: str = "auto") -> Tensor:
-    """The model's logits (B, L, vocab) from token embeddings (B, L, d) at positions 0..L-1, through the model's own
-    forward loop (so gradients reach the embeddings)."""
+    """The model's logits (B, L, vocab) from token embeddings (B, L, d) at positions 0..L-1, with gradients."""
     return model.head(model.features_from_embeddings(embeddings, mask=mask, backend=backend))
 
 
 def gradient_shares(
     model: GPT, segments: Tensor, mask: str | Mask | None = "causal", *, batch_size: int = 8, backend: str = "auto"
 ) -> Tensor:
-    """Per-segment normalised gradient norms by recency, (S, L): column r is the token r places before the last.
-
-    `segments` (S, L + 1): the first L tokens are the input, the last one is the target of the last input token.
-    """
+    """Per-segment normalised gradient norms by recency, (S, L); `segments` (S, L + 1) are inputs then target."""
     if not hasattr(model, "features_from_embeddings"):
         raise ConfigError(
             "the receptive field is measured on decoders (a lextra GPT, a Hugging Face decoder); this model has no "

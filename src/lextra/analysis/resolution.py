@@ -3,17 +3,8 @@ distance n.
 
     R(s) = sum_{i=0}^{N-1} e^{s[i]} (e^{s[i]} - e^{s[i+1]}) / (sum_{i=0}^{N-1} e^{s[i]})^2,   e^{s[N]} := 0
 
-over the N distances an input shows (the paper writes the sum without fixing its last term: we let the first
-distance with no key carry no weight). R is unchanged by adding a constant to s, and 0 < R <= 1.
-
-- Empirical (`empirical_scores`): s_hat[n] = mean of the pre-softmax logit score(i, i - n) over every visible
-  pair at distance n of every text, per layer and head; the headline R is R of s_hat averaged over layers and
-  heads. Under a mask (BCA, window) only the pairs the mask allows count, so s_hat is defined only for the
-  distances it leaves visible, and R runs over that visible prefix 0..N_vis - 1 (N_vis = L_tr for BCA).
-- Theoretical (`theoretical_scores`): the expected logit by distance from the scheme alone, for q = k = x with
-  x ~ N(0, I_D) (exactly: the trace of the scheme's positional bilinear form, computed with basis vectors), plus
-  the scheme's bias; see its docstring for each family.
-"""
+over the N distances an input shows (under a mask, its visible prefix); 0 < R <= 1. Empirical: s_hat[n] is the
+mean pre-softmax logit over visible pairs at distance n; theoretical: the expected logit from the scheme alone."""
 
 from __future__ import annotations
 
@@ -74,8 +65,7 @@ def visible_prefix(s: Tensor) -> int:
 
 @dataclass
 class ResolutionSummary(Serializable):
-    """What is saved of a resolution result: R, per-layer and per-head R (and their mean), and the score curves
-    averaged over heads and over layers and heads, on the visible distances."""
+    """What is saved of a resolution result: R per model, layer and head, and the averaged score curves."""
 
     r: float = field(metadata=options(key="R"))
     visible: int

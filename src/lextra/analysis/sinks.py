@@ -1,11 +1,5 @@
-"""Attention sinks: the attention weight each layer puts on the first token (Xiao et al. 2023, arXiv 2309.17453).
-
-Per layer and head, the mean over query rows 1..L-1 (row 0 can only see itself) of the softmax weight on key 0,
-read from the model's own attention (`layer_attention`: each layer's mask, learned sinks and softcap). Qiu et al.
-2025 (arXiv 2505.06708, Figure/Table on attention sinks) report this mass falling from about 47% to under 5% when
-each head's output is gated; a learned sink logit (gpt-oss) takes the excess weight itself, so the first token's
-weight is what remains after the sink's share.
-"""
+"""Attention sinks: the attention weight each layer puts on the first token (Xiao et al. 2023, arXiv 2309.17453):
+per layer and head, the mean softmax weight on key 0 over query rows 1..L-1, from the model's own attention."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""95% intervals for perplexity by a percentile bootstrap over documents (Efron and Tibshirani 1993, ch. 13).
-
-A document's tokens share its topic and style, so the unit of resampling is the document, not the token: each
-resample draws the documents with replacement and recomputes exp(sum NLL / sum tokens). The resampling is seeded,
-so an interval is a pure function of the per-document sums. A ratio of two perplexities measured on the same
-documents (ppl at k L_tr over ppl at L_tr) resamples both with the same draw: the pairing removes the documents'
-shared difficulty from the interval.
-"""
+"""95% intervals for perplexity by a seeded percentile bootstrap over documents (Efron and Tibshirani 1993,
+ch. 13): each resample draws documents with replacement and recomputes exp(sum NLL / sum tokens); a ratio of two
+perplexities on the same documents resamples both with the same draw."""
 
 from __future__ import annotations
 

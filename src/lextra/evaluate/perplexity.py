@@ -1,23 +1,14 @@
 """Perplexity at many lengths under three protocols, on the same held-out tokens at every length.
 
-Each evaluation document is a held-out piece of `span + last_token_targets` tokens (`evaluation_documents`: the
-opening piece of each long enough document, then their second pieces), where the span (tokens scored per document)
-is 16 x L_tr unless set, whatever lengths are asked: a cell's perplexity does not
-depend on the other lengths evaluated with it, and every length scores the same `documents x span` tokens.
-Documents are never stitched unless none is long enough, which the result then says. Each cell keeps its NLL sum
-per document, from which its 95% interval is bootstrapped over documents (`lextra.evaluate.bootstrap`).
-Protocols:
+Each document is a held-out piece of `span + last_token_targets` tokens; the span (default 16 x L_tr) does not
+depend on the lengths asked, so every length scores the same tokens. Each cell keeps its NLL sum per document, from
+which its 95% interval is bootstrapped. Protocols:
 
-- `chunks`: the first span+1 tokens in non-overlapping chunks of L (as in the tables of Press et al. 2022,
-  arXiv 2108.12409); each token's context is its offset in its chunk, so short chunks suffer the "early token
-  curse".
-- `sliding`: windows of L tokens moving by `stride` (default L/2); each window scores only the tokens no earlier
-  window scored (the first scores all), so most tokens see at least L - stride context (as in Zhu et al. 2023,
-  arXiv 2309.08646, and Hugging Face's perplexity guide).
-- `last-token` (Chi et al. 2023): the same final `last_token_targets` tokens of each document are scored with
-  exactly L - 1... L preceding tokens visible, so only the visible context changes with L.
-
-chunks and sliding score the same span tokens at every L; last-token scores the same K tokens at every L.
+- `chunks`: non-overlapping chunks of L (Press et al. 2022, arXiv 2108.12409).
+- `sliding`: windows of L moving by `stride` (default L/2), each scoring only tokens no earlier window scored
+  (Zhu et al. 2023, arXiv 2309.08646).
+- `last-token` (Chi et al. 2023): the final `last_token_targets` tokens of each document, each with L - 1
+  preceding tokens visible.
 """
 
 from __future__ import annotations
@@ -65,8 +56,7 @@ class EvalConfig(Serializable):
 
     lengths: list[int] | None = None
     protocols: list[str] = field(default_factory=lambda: list(PROTOCOLS))
-    #: the mask `evaluate_model` sets on the model's layers through an `InferenceSetup` while it evaluates (the
-    #: layers with their own keep theirs), recorded with the results
+    #: the mask set on the model's layers while evaluating (layers with their own keep theirs)
     mask: str = "causal"
     backend: str = "auto"
     split: str = "test"
@@ -76,16 +66,13 @@ class EvalConfig(Serializable):
     max_batch_tokens: int = 16384
     #: "none", or "log-length": at each length L > L_tr every layer uses tau = ln L_tr / ln L (no calibration)
     temperature: str = "none"
-    #: tokens of each document scored by chunks/sliding at every length (default SPAN_MULTIPLE x L_tr, not
-    #: derived from the lengths asked, so a cell's value is the same whichever other lengths run with it)
+    #: tokens of each document scored by chunks/sliding at every length (default SPAN_MULTIPLE x L_tr)
     span: int | None = None
-    #: "fp32", "bf16" (the forward's matrix products under bf16 autocast; positions, angles, biases, logits and
-    #: losses stay fp32, sums fp64) or "auto" (bf16 where the device multiplies bf16 natively, else fp32)
+    #: "fp32", "bf16" (matrix products under bf16 autocast; logits and losses fp32) or "auto"
     precision: str = "fp32"
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form; `precision` is left out at fp32, so results and cache keys from before it existed (all
-        fp32) compare equal, and a cell computed at another precision does not."""
+        """The JSON form; `precision` is left out at fp32, so older results and cache keys compare equal."""
         values = super().to_dict()
         if values.get("precision") == "fp32":
             del values["precision"]
@@ -102,8 +89,7 @@ class EvalConfig(Serializable):
         return sorted({int(n) for n in lengths})
 
     def resolved_span(self, train_len: int, lengths: Sequence[int]) -> int:
-        """The tokens scored per document: the configured span, else SPAN_MULTIPLE x L_tr; refused when one window
-        of the longest length does not fit in it."""
+        """The tokens scored per document (default SPAN_MULTIPLE x L_tr); the longest length must fit in it."""
         span = self.span or SPAN_MULTIPLE * train_len
         if max(lengths) > span:
             raise ConfigError(
@@ -114,8 +100,7 @@ class EvalConfig(Serializable):
         return span
 
     def resolved_stride(self, length: int) -> int:
-        """The sliding stride at evaluation length L: the configured one, else L / 2 (each scored token then
-        sees between L/2 and L tokens of context, at twice the cost of `chunks`)."""
+        """The sliding stride at evaluation length L: the configured one, else L / 2."""
         stride = self.stride or max(1, length // 2)
         if stride < 1:
             raise ConfigError(f"sliding stride must be >= 1, got {stride}")
@@ -143,16 +128,8 @@ class EvalConfig(Serializable):
 def evaluation_documents(
     data: PreparedData, split: str, need: int, count: int, prefix: Sequence[int] = ()
 ) -> tuple[list[Tensor], bool, list[dict[str, Any]]]:
-    """Up to `count` held-out pieces of `need` tokens (`eval_pieces`): the opening piece of each document that long
-    in split order, then their second pieces and so on, so a corpus of few long documents still gives `count`
-    pieces to bootstrap over; or, when no document is that long, consecutive pieces of the split's joined text
-    (flagged True: documents were stitched). Each piece starts with `prefix` (a Hugging Face model's BOS,
-    `evaluation_prefix`), counted in `need`. The third value says where each came from (its document's index in
-    the split and its offset there, or its offset in the joined text) and the SHA-1 of its tokens, so a rerun can
-    check it scored the same text.
-
-    A prepared folder gives its split's documents as stored (no re-tokenizing), the same tokens as the raw
-    split's; the pieces taken are int64 either way."""
+    """Up to `count` held-out int64 pieces of `need` tokens (`eval_pieces`), each starting with `prefix`; whether
+    they were stitched from the joined text; and where each came from with the SHA-1 of its tokens."""
     if split not in ("train", "validation", "test"):
         raise ConfigError(f"unknown split {split!r}; use train, validation or test")
     tokens = data.documents(split)
@@ -209,11 +186,8 @@ class ScoredModel(Protocol):
 
 
 def prefix_invariant(model: Any, mask: Mask) -> bool:
-    """True when a window's per-position losses are those of the same positions in a longer window starting at the
-    same token: a lextra GPT whose every layer attends causally (the evaluation's mask and each layer's own), with no
-    training-free extension method and no RoPE scaling that depends on the sequence length (dynamic NTK,
-    LongRoPE). Positions then count from the window's start in both, and causal attention never lets a position
-    see past itself, so position p's hidden states are the same in both windows."""
+    """True when a window's per-position losses equal those of the same positions in a longer window from the same
+    token: a lextra GPT, causal in every layer, with no extension method and no length-dependent RoPE scaling."""
     if not isinstance(model, GPT) or not mask.causal:
         return False
     for block in model.blocks:
@@ -229,17 +203,10 @@ def prefix_invariant(model: Any, mask: Mask) -> bool:
 
 
 class TokenScorer:
-    """Sums next-token log-likelihoods of chosen positions per cell (protocol, length), running each window once.
+    """Sums next-token NLLs of chosen positions per cell (protocol, length), running each distinct window once.
 
-    `add` files a window under its place in its document; a window several protocols score (every chunk is also
-    a sliding window) gets one forward pass, whose per-position losses each cell sums over its own positions.
-    With `share_prefixes` (`prefix_invariant` models) a window runs inside the longest filed window that starts at
-    the same token (a chunk of L at offset kL is the first half of the sliding window of 2L there), and its cells
-    sum that window's first positions. `batches` stacks windows of equal length into batches of
-    `max_batch_tokens`, `score` runs one on the model's device under the mask its layers hold (`evaluate_model`
-    sets `config.mask` there); the sums (fp64, one per cell and document) stay there, read once by `result`. Under
-    bf16 (`config.precision`, `auto` resolved by `evaluate_model`) the features run under bf16 autocast; the head,
-    the losses and their sums run as in fp32.
+    With `share_prefixes` (`prefix_invariant` models) a window runs inside the longest filed window starting at
+    the same token. Sums are fp64, one per cell and document, kept on the model's device.
     """
 
     def __init__(self, model: ScoredModel, config: EvalConfig, documents: int, share_prefixes: bool = False) -> None:
@@ -259,8 +226,7 @@ class TokenScorer:
         entry.scores[cell] = (scored_from, window.numel())
 
     def hosts(self) -> list[_Window]:
-        """The windows to run: every filed window, or with `share_prefixes` the longest per (document, start)
-        holding the cells of the shorter ones there."""
+        """The windows to run: all, or with `share_prefixes` the longest per (document, start) with its cells."""
         if not self.share_prefixes:
             return list(self.windows.values())
         longest: dict[tuple[int, int], WindowKey] = {}
@@ -370,9 +336,8 @@ def _windows(
 
 @dataclass(frozen=True)
 class PerplexityPoint(Serializable):
-    """One (protocol, length) cell: perplexity, mean next-token NLL, the number of tokens scored, the 95% interval
-    of the perplexity bootstrapped over documents (`low`, `high`; None with one document) and the per-document NLL
-    sums and token counts it came from (what a paired ratio's interval resamples)."""
+    """One (protocol, length) cell: perplexity, mean NLL, tokens scored, the bootstrapped 95% interval (None with
+    one document) and the per-document NLL sums and token counts it came from."""
 
     ppl: float
     nll: float
@@ -408,8 +373,7 @@ class Evaluation(Serializable):
     config: dict[str, Any] = field(metadata=options(key="eval"))
     #: tokens scored per document by chunks and sliding at every length
     span: int | None = field(default=None, metadata=options(omit_none=True))
-    #: where each document came from (`evaluation_documents`): its index in the split, or its offset in the joined
-    #: text when stitched, and the SHA-1 of its tokens (None in results written before they were recorded)
+    #: where each document came from and the SHA-1 of its tokens (`evaluation_documents`)
     sources: list[dict[str, Any]] | None = field(default=None, metadata=options(omit_none=True))
 
     @property
@@ -418,8 +382,7 @@ class Evaluation(Serializable):
 
     @property
     def precision(self) -> str:
-        """The precision the forwards ran in, `auto` resolved: the saved `eval.precision`, absent for fp32 (as in
-        every result written before evaluations had a precision)."""
+        """The precision the forwards ran in (the saved `eval.precision`, absent for fp32)."""
         return str(self.config.get("precision", "fp32"))
 
     def point(self, protocol: str, length: int) -> PerplexityPoint:
@@ -436,9 +399,7 @@ class Evaluation(Serializable):
 def _file_windows(
     model: ScoredModel, config: EvalConfig, docs: list[Tensor], lengths: list[int], span: int
 ) -> list[tuple[list[int], TokenScorer, list[tuple[list[_Window], int]]]]:
-    """Every window of every protocol and length filed in a `TokenScorer` (each distinct window run once,
-    prefixes shared where `prefix_invariant`), as (lengths, scorer, its batches): one scorer for all lengths, or
-    one per length when the temperature changes with the length."""
+    """Each group of lengths with its `TokenScorer` and batches (one group per length under a length temperature)."""
     share = config.temperature == "none" and prefix_invariant(model, build_mask(config.mask, model.config.train_len))
     groups = [lengths] if config.temperature == "none" else [[L] for L in lengths]
     scorers = []
@@ -460,8 +421,7 @@ ESTIMATE_WARMUP_S = 2.0
 
 
 class _Estimate:
-    """Once `ESTIMATE_AFTER_S` seconds of work remain at the rate measured so far (after `ESTIMATE_WARMUP_S`), a line on
-    stderr: the tokens to score and the expected time, for a quiet evaluation (a progress bar shows its own ETA)."""
+    """For a quiet evaluation, one stderr line with the expected time once over `ESTIMATE_AFTER_S` remain."""
 
     def __init__(self, total: int, label: str, *, announce: bool) -> None:
         self.total, self.label, self.pending = total, label, announce
@@ -486,8 +446,7 @@ class _Estimate:
 def _scored_documents(
     model: ScoredModel, data: PreparedData, config: EvalConfig, span: int
 ) -> tuple[list[Tensor], bool, list[dict[str, Any]]]:
-    """The evaluation's documents (`evaluation_documents`, BOS first for a model whose tokenizer adds one), with a
-    warning on stderr where they are stitched or fewer than asked."""
+    """The evaluation's documents, warning on stderr where they are stitched or fewer than asked."""
     need = span + config.last_token_targets
     prefix = evaluation_prefix(model, data.tokenizer)
     docs, stitched, sources = evaluation_documents(data, config.split, need, config.documents, prefix)
@@ -517,10 +476,8 @@ def evaluate_model(
     progress: bool = True,
     label: str = "",
 ) -> Evaluation:
-    """Perplexity per protocol and length with its 95% interval over documents, on the same tokens at every length
-    (`EvalConfig.resolved_span`), under `config.mask` set on the model's layers by an `InferenceSetup` (the model's
-    own mask and temperatures are put back after); a Hugging Face model's documents start with the BOS its
-    tokenizer adds by default (`evaluation_prefix`)."""
+    """Perplexity per protocol and length with its 95% interval, under `config.mask` set by an `InferenceSetup`
+    (the model's own mask and temperatures are put back after)."""
     config = config.validate().for_device(module_device(model))
     model.eval()
     train_len = model.config.train_len

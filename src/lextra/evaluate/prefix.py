@@ -1,9 +1,5 @@
-"""What an evaluation puts before each document and prompt: a Hugging Face model's BOS, nothing for lextra's models.
-
-A Hugging Face model was trained on texts its tokenizer encoded with its default special tokens (a Llama-family
-tokenizer starts every text with BOS), and its own evaluation tools (RULER's HF client, Hugging Face's perplexity
-guide) feed it that way; a lextra model was trained on streams without one, so its inputs stay as they are.
-"""
+"""What an evaluation puts before each document and prompt: a Hugging Face model's BOS (as its tokenizer
+encodes texts by default), nothing for lextra's models (trained on streams without one)."""
 
 from __future__ import annotations
 

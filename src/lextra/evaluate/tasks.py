@@ -1,14 +1,8 @@
 """Scoring a model trained on a length-generalization task (`lextra.tasks`) at many task lengths.
 
-Encoder-style tasks are read at once: the argmax at each placeholder. Decoder-style tasks are scored by their
-teacher-forced argmaxes over the answer: a row's greedy decoding reproduces its answer (and stops with `<eos>`)
-exactly when every answer token is the argmax given the right tokens before it, so the exact-match score is
-greedy decoding's, in one forward pass (tests check it against step-by-step decoding with the KV cache); the
-per-token score of a decoder task is the teacher-forced one (as Zoology scores MQAR).
-
-Positions follow the training run's sampler as Ruoss et al. do at test time: randomized training reads each test
-batch at a fresh sorted random subset of [0, max); every other sampler reads test sequences at 0..W-1.
-"""
+Encoder-style tasks are read at once (the argmax at each placeholder); decoder-style tasks by their teacher-forced
+argmaxes over the answer, which match greedy decoding exactly. Positions follow the training run's sampler
+(Ruoss et al.): randomized training reads each test batch at a fresh sorted random subset of [0, max)."""
 
 from __future__ import annotations
 
@@ -55,8 +49,7 @@ class TaskModel:
 
 
 def load_task_model(folder: str | Path, device: str | torch.device = "cpu") -> TaskModel:
-    """A task model's folder (`lextra train --task ...`'s `model/`) loaded with its task; a folder of a language
-    model is refused with a one-line error."""
+    """A task model's folder loaded with its task; a language model's folder is refused."""
     meta = read_model_meta(folder)
     record = meta.get("task")
     if not isinstance(record, dict) or "spec" not in record:

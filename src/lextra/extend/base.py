@@ -1,22 +1,13 @@
 """The interface of training-free extension methods: a distance remap, a visibility rule and up to three passes.
 
-Every method here, per (query m, key n) pair with d = m - n, scores the pair as a rotary model would at a
-*remapped* distance d'(m, n), over a visible set of pairs, with one softmax over all of them:
+Per (query m, key n) pair with d = m - n, a method scores the pair at a remapped distance d'(m, n), over a
+visible set of pairs, with one softmax over all of them:
 
     out_m = softmax_n( s * (R_{a} q_m) . (R_{b} k_n) ), (m, n) visible, a - b = d'(m, n)
 
-`remap(m, n)` states that formula elementwise (the ground truth the `reference` backend computes from).
-`passes(q_first, q_last)` states the same thing as the fast path needs it: for a block of queries, up to three
-passes, each rotating its queries at `q_at(m)` and its keys at `k_at(n)` over the pairs inside a key range and a
-distance band. The passes' visible sets partition the method's; each pass is one tiled attention and their
-partial results merge exactly by log-sum-exp (the `tiled` and `flex` backends, `lextra.attention.backends`). A
-query block never straddles a multiple of `period` (Dual Chunk Attention's chunks), so each pass's rule is a band
-and a key range there.
-
-A method is the extension a layer attends through (`LayerInference.extension`, written by `InferenceSetup`), so
-full forwards and cached decoding run the same passes: a new query at m runs them over the cached, un-rotated keys,
-which is each author's decode rule with the full forward's numbers. Methods with a bounded view (sinks,
-LM-Infinite) let the cache evict the keys no later query sees (`retains`).
+`remap(m, n)` states that formula elementwise (the `reference` backend's ground truth); `passes(q_first, q_last)`
+states it as up to three passes over a query block, whose visible sets partition the method's and whose results
+merge by log-sum-exp. Full forwards and cached decoding run the same passes.
 """
 
 from __future__ import annotations
@@ -47,14 +38,9 @@ def constant_position(value: float) -> Callable[[Tensor], Tensor]:
 
 
 class ExtensionMethod(PassExtension):
-    """Base class of the `EXTENSIONS` registry: a method bound to a model's training length L, and the extension a
-    layer attends through (`attention(..., extension=method)`, `LayerInference.extension`): the backends run its
-    `passes`, the dispatch checks a call with `check`, a cache evicts the keys `retains` drops.
-
-    Subclasses take keyword-only options (the authors' defaults; None = derived from L), validate them with
-    errors that name the fix, and define `remap` (the formula), `passes` (the fast path) and, where they have
-    them, `query_scale`, `period`, `max_length` and `retains` (which cached keys later queries still see).
-    """
+    """Base class of the `EXTENSIONS` registry: a method bound to a model's training length L. Subclasses take
+    keyword-only options (None: derived from L), stored under their names, and define `remap`, `passes` and,
+    where they have them, `period`, `max_length` and `retains` (which cached keys later queries still see)."""
 
     summary: ClassVar[str] = ""
     #: the option a bare `NAME:VALUE` spec sets, or None
@@ -83,8 +69,7 @@ class ExtensionMethod(PassExtension):
         return "shorten the input"
 
     def check(self, scheme: PositionScheme | None, n_positions: int) -> None:
-        """Refuse a call the method cannot run: a scheme without a relative rotation (`check_scheme`), or more
-        positions than `max_length()`."""
+        """Refuse a scheme without a relative rotation, or more positions than `max_length()`."""
         check_scheme(scheme, self)
         self.check_length(n_positions)
 
@@ -93,10 +78,14 @@ class ExtensionMethod(PassExtension):
         return torch.ones_like(n, dtype=torch.bool)
 
     # --- description ------------------------------------------------------------------------------
+    def query_scale(self, m: Tensor) -> Tensor | None:
+        """max(1, log(m + 1)/log L) per query where the method's `log_scale` option is on, else None."""
+        return log_scale(m, self.train_len) if getattr(self, "log_scale", False) else None
+
     @property
     def options(self) -> dict[str, Any]:
-        """The resolved options (defaults derived from L filled in)."""
-        return {}
+        """The resolved options (defaults derived from L filled in), read from the attributes of their names."""
+        return {o.name: getattr(self, o.name) for o in EXTENSIONS.options(self.name) if hasattr(self, o.name)}
 
     def __repr__(self) -> str:
         opts = ", ".join(f"{k}={v}" for k, v in self.options.items())
@@ -107,8 +96,7 @@ EXTENSIONS: Registry[ExtensionMethod] = Registry("extension method", modules=("l
 
 
 def check_scheme(scheme: PositionScheme | None, method: ExtensionMethod) -> None:
-    """Refuse schemes an extension method cannot apply to: it remaps the positions a relative q/k rotation uses,
-    so absolute schemes (nope, sinusoidal, learned) and score biases (alibi, t5, kerple, sandwich, fire) have none."""
+    """Refuse schemes without a relative q/k rotation for the method to remap (absolute schemes, score biases)."""
     if scheme is None or not scheme.transforms_qk:
         kind = "none" if scheme is None else scheme.name
         why = "has no q/k rotation to remap"
@@ -123,9 +111,7 @@ def check_scheme(scheme: PositionScheme | None, method: ExtensionMethod) -> None
 
 
 def build_extension(spec: str | ExtensionMethod, train_len: int, **options: Any) -> ExtensionMethod:
-    """A method from its spec, `NAME[,key=value...]` (or the older `NAME:key=value,...`; values typed by each
-    option's annotation), for a model of training length `train_len`; keyword `options` override the spec's.
-    Unknown names or options and values out of range raise ConfigError naming the fix."""
+    """A method from its spec, `NAME[,key=value...]`, at training length `train_len`; `options` override the spec's."""
     if isinstance(spec, ExtensionMethod):
         if options:
             raise ConfigError(f"options {sorted(options)} given with an already built method {spec!r}")

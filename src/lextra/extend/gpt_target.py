@@ -1,9 +1,5 @@
-"""A lextra `GPT` as an `InferenceTarget`: what `InferenceSetup.apply` asks of it and the layers' inference state.
-
-The GPT lives below `lextra.extend` (its extension machinery wraps the model's attention layers), so its part is
-written here: each attention layer's `LayerInference`, which layers take a RoPE scaling or an extension method,
-and the per-layer schemes a scaling rebuilds (`_set_scheme_options`).
-"""
+"""A lextra `GPT` as an `InferenceTarget`: its layers' `LayerInference`, which layers take a RoPE scaling or an
+extension method, and the per-layer schemes a scaling rebuilds."""
 
 from __future__ import annotations
 

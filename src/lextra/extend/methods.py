@@ -7,13 +7,13 @@ L where they are tied to a 4k model); where the released code and the paper diff
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
 from lextra.attention.masks import UNBOUNDED, Pass, same_position
-from lextra.extend.base import EXTENSIONS, ExtensionMethod, constant_position, int_option, log_scale
+from lextra.extend.base import EXTENSIONS, ExtensionMethod, constant_position, int_option
 from lextra.validate import check_bool, check_int, check_range
 
 
@@ -25,12 +25,9 @@ def _float(x: Tensor) -> Tensor:
 class SelfExtend(ExtensionMethod):
     """Self-Extend (Jin et al. 2024, arXiv 2401.01325; datamllab/LongLM `self_extend_patch/Llama.py`).
 
-    Keys with d < W keep their positions (neighbour attention); farther keys are scored with grouped positions,
-    query floor(m/G) + W - W/G and key floor(n/G) (group attention); one softmax over both. Valid up to
-    (L - W) G + W tokens, where the largest grouped distance reaches L - 1; longer inputs are refused.
-    Code defaults: G = 8 (`group_size_1`), W = 1024 for 4k Llama-2 (`group_size_2`), here W = L/4. The group
-    query position uses W - W/G as the eager code does (its decode path has W - W//G: the same when G divides W).
-    `log_scale` is the code's optional `scale_base` query scaling max(1, log(m + 1)/log L), off by default.
+    Keys with d < W keep their positions; farther keys are scored with query floor(m/G) + W - W/G and key
+    floor(n/G); one softmax over both. Valid up to (L - W) G + W tokens. Defaults G = 8, W = L/4 (1024 at 4k);
+    `log_scale` is the code's optional `scale_base` query scaling, off by default.
     """
 
     summary = "Self-Extend (Jin 2024): d < W at true positions, farther at floor(m/G) + W - W/G vs floor(n/G)"
@@ -59,9 +56,6 @@ class SelfExtend(ExtensionMethod):
         grouped = self._group_query(m) - _float(n // self.group)
         return torch.where(d < self.window, _float(d), grouped), d >= 0
 
-    def query_scale(self, m: Tensor) -> Tensor | None:
-        return log_scale(m, self.train_len) if self.log_scale else None
-
     def passes(self, q_first: int, q_last: int) -> list[Pass]:
         return [
             Pass("neighbour", same_position, same_position, (0, self.window - 1)),
@@ -75,18 +69,13 @@ class SelfExtend(ExtensionMethod):
         needed = math.ceil((n_positions - self.window) / (self.train_len - self.window))
         return f"(L - W) x G + W; use group >= {needed} or a shorter input"
 
-    @property
-    def options(self) -> dict[str, Any]:
-        return {"group": self.group, "window": self.window, "log_scale": self.log_scale}
-
 
 @EXTENSIONS.register("rerope")
 class ReRoPE(ExtensionMethod):
     """ReRoPE (Su 2023, kexue.fm/archives/9708; bojone/rerope `rerope_patch.py`): d' = min(d, w).
 
-    Two passes: keys with d < w at their true positions; farther keys with the query rotated at the constant w
-    and the key unrotated. The code's w = 512 for 4k Llama-2 is w = L/8 here. The code always multiplies queries
-    by max(1, log(m + 1)/log L) (`log_scale`, on by default; 1 within L).
+    Two passes: keys with d < w at their true positions; farther keys with the query rotated at w and the key
+    unrotated. w = L/8 (512 at 4k); `log_scale` on by default, as in the code.
     """
 
     summary = "ReRoPE (Su 2023): distances clipped at w, d' = min(d, w); w = L/8"
@@ -110,27 +99,18 @@ class ReRoPE(ExtensionMethod):
         d = m - n
         return _float(d.clamp(max=self.window)), d >= 0
 
-    def query_scale(self, m: Tensor) -> Tensor | None:
-        return log_scale(m, self.train_len) if self.log_scale else None
-
     def passes(self, q_first: int, q_last: int) -> list[Pass]:
         return [
             Pass("local", same_position, same_position, (0, self.window - 1)),
             Pass("rectified", constant_position(self.window), constant_position(0), (self.window, UNBOUNDED)),
         ]
 
-    @property
-    def options(self) -> dict[str, Any]:
-        return {"window": self.window, "log_scale": self.log_scale}
-
 
 @EXTENSIONS.register("leaky_rerope")
 class LeakyReRoPE(ExtensionMethod):
     """Leaky ReRoPE (Su 2023; bojone/rerope `leaky_rerope_patch.py`): d' = d for d < w, else w + (d - w)/k.
 
-    The far pass rotates queries at (m + w(k - 1))/k and keys at n/k (fractional positions), as the code does
-    with a linearly scaled rotary table. Defaults w = L/8 (512 at 4k), k = 16; queries scaled by
-    max(1, log(m + 1)/log L) as in the code (`log_scale`).
+    The far pass rotates queries at (m + w(k - 1))/k and keys at n/k. Defaults w = L/8, k = 16, `log_scale` on.
     """
 
     summary = "Leaky ReRoPE (Su 2023): d' = d below w, w + (d - w)/k beyond; w = L/8, k = 16"
@@ -158,9 +138,6 @@ class LeakyReRoPE(ExtensionMethod):
         leaky = self.window + (_float(d) - self.window) / self.factor
         return torch.where(d < self.window, _float(d), leaky), d >= 0
 
-    def query_scale(self, m: Tensor) -> Tensor | None:
-        return log_scale(m, self.train_len) if self.log_scale else None
-
     def passes(self, q_first: int, q_last: int) -> list[Pass]:
         shift = self.window * (self.factor - 1)
         return [
@@ -173,22 +150,14 @@ class LeakyReRoPE(ExtensionMethod):
             ),
         ]
 
-    @property
-    def options(self) -> dict[str, Any]:
-        return {"window": self.window, "factor": self.factor, "log_scale": self.log_scale}
-
 
 @EXTENSIONS.register("dca")
 class DualChunkAttention(ExtensionMethod):
     """Dual Chunk Attention (An et al. 2024, arXiv 2402.17463; HKUNLP/ChunkLlama `chunkllama_attn_replace.py`).
 
-    Chunk size s = 3L/4, local window w = L/16, chunk length c = s - w; positions split into chunks of c. Keys
-    are rotated at n mod c; a query at m mod c for keys of its own chunk (intra), at min(m mod c + c, s) for the
-    previous chunk (successive) and at min(2c - 1, s) for older chunks (inter: the code rotates them at
-    `qc_t[c - 1]`, which is s whenever w <= (s - 1)/2, as with the defaults). Three passes merged by log-sum-exp.
-    w = L/16 follows the paper (256 for Llama-2), `flash_decoding_chunkllama.py` and the Qwen patch;
-    `chunkllama_attn_replace.py` defaults to L/8. Not included: that code's 0.05 ln(N/L) + 1 factor on cos and
-    sin once N > L (its comment says the paper's results did not use it); a scheme scaling or temperature gives it.
+    Chunk size s = 3L/4, local window w = L/16, chunk length c = s - w. Keys are rotated at n mod c; a query at
+    m mod c for its own chunk (intra), at min(m mod c + c, s) for the previous one (successive) and at
+    min(2c - 1, s) for older ones (inter). The code's 0.05 ln(N/L) + 1 factor on cos and sin is not included.
     """
 
     summary = "Dual Chunk Attention (An 2024): intra / successive / inter-chunk positions; s = 3L/4, w = L/16"
@@ -244,21 +213,14 @@ class DualChunkAttention(ExtensionMethod):
             passes.append(Pass("inter", constant_position(self._inter()), key_at, (0, UNBOUNDED), (0, start - c - 1)))
         return passes
 
-    @property
-    def options(self) -> dict[str, Any]:
-        return {"chunk": self.chunk, "local": self.local}
-
 
 @EXTENSIONS.register("lm_infinite")
 class LMInfinite(ExtensionMethod):
     """LM-Infinite (Han et al. 2024, arXiv 2308.16137; Glaciohound/LM-Infinite `models/lambda_attention.py`).
 
     A Lambda-shaped mask: a query sees the first `n_global` tokens and the keys with d < `local`; global keys
-    beyond the local window are seen at distance `limit` (query rotated there, key unrotated). Defaults
-    n_global = 10 (10-100 work alike), local = limit = L. The code caps that distance at N - 1 for the whole
-    call; we cap it at the query's own position m (the same for a decoded token, and for every query when
-    limit <= local), so that cached decoding and the full forward agree. The code's optional top-k middle
-    tokens and triangle offset are not included. Keys no later query sees can be evicted from a cache.
+    beyond the local window are seen at distance min(`limit`, m), so cached decoding and the full forward agree.
+    Defaults n_global = 10, local = limit = L.
     """
 
     summary = "LM-Infinite (Han 2024): first n_global + last `local` keys; global ones at distance `limit`"
@@ -295,22 +257,15 @@ class LMInfinite(ExtensionMethod):
     def retains(self, n: Tensor, next_query: int) -> Tensor:
         return (n < self.n_global) | (n > next_query - self.local)
 
-    @property
-    def options(self) -> dict[str, Any]:
-        return {"n_global": self.n_global, "local": self.local, "limit": self.limit}
-
 
 @EXTENSIONS.register("sinks")
 class AttentionSinks(ExtensionMethod):
     """Attention sinks / StreamingLLM (Xiao et al. 2024, arXiv 2309.17453; mit-han-lab/streaming-llm
     `pos_shift/modify_llama.py`, `kv_cache.py`).
 
-    A query sees the first S tokens (sinks) and the R most recent ones, itself included (the cache holds S + R
-    keys after the new one is added, as `evict_for_space` keeps it). Positions are cache slots: recent keys keep
-    their distance d; a sink n is seen from the query's slot min(m, S + R - 1), at distance min(m, S + R - 1) - n.
-    Defaults S = 4, R = L - S, so slots stay below L. This keeps generation stable past L; it does NOT extend the
-    context the model can use: tokens that left the window are gone (the authors' FAQ says so). A model's cache
-    evicts them (`retains`).
+    A query sees the first S tokens (sinks) and the R most recent ones, itself included, at cache-slot positions:
+    a sink n at distance min(m, S + R - 1) - n. Defaults S = 4, R = L - S. Generation stays stable past L; the
+    usable context does not grow.
     """
 
     summary = "attention sinks (Xiao 2024): S first + R recent tokens at cache-slot positions; stable, not longer"
@@ -347,21 +302,13 @@ class AttentionSinks(ExtensionMethod):
     def retains(self, n: Tensor, next_query: int) -> Tensor:
         return (n < self.sinks) | (n > next_query - self.recent)
 
-    @property
-    def options(self) -> dict[str, Any]:
-        return {"sinks": self.sinks, "recent": self.recent}
-
 
 @EXTENSIONS.register("string")
 class STRING(ExtensionMethod):
     """STRING (An et al. 2024, arXiv 2410.18745; HKUNLP/STRING `string_for_llama.py`): shifted positions.
 
-    d' = d for d < S, else d - S + W: distances past the offset S reuse the well-trained small ones, keeping a
-    local window W. Two passes (queries at m and at m - S + W). Defaults from the README:
-    S = int(0.33 L) (`shifted_offset`), W = 128 (`small_local_value`; at most S/2 for small models). The code
-    also multiplies cos and sin by `attention_factor` = 1 + 0.1 ln 2, i.e. logits by its square (1 disables).
-    Its prefill kernel's window is inclusive and counts the key at exactly d = S in both passes; we follow the
-    formula and its decode path, where that key is in the shifted pass only.
+    d' = d for d < S, else d - S + W. Defaults S = int(0.33 L), W = 128 (at most S/2); logits multiplied by
+    `attention_factor`^2 = (1 + 0.1 ln 2)^2 as the code's cos and sin scaling (1 disables).
     """
 
     summary = "STRING (An 2024): d' = d below S, d - S + W beyond (shifted positions); S = 0.33 L, W = 128"
@@ -414,7 +361,3 @@ class STRING(ExtensionMethod):
             Pass("local", same_position, same_position, (0, self.offset - 1)),
             Pass("shifted", lambda m: m - shift, same_position, (self.offset, UNBOUNDED)),
         ]
-
-    @property
-    def options(self) -> dict[str, Any]:
-        return {"offset": self.offset, "local": self.local, "attention_factor": self.attention_factor}

@@ -1,19 +1,10 @@
-"""`InferenceSetup`: everything inference changes on a trained model, applied in one place.
+"""`InferenceSetup`: everything inference changes on a trained model (RoPE scaling, temperatures, log-n scaling,
+extension method, mask), checked, ordered and written into each layer's `LayerInference` by `apply`, the one
+writer, for a lextra GPT and a Hugging Face adapter alike.
 
-A trained model runs at inference with a RoPE scaling, softmax temperatures, a log-n scaling, a training-free
-extension method and a mask. An `InferenceSetup` states any of them (a field left at `KEEP` stays as the model
-has it) and `setup.apply(model)` checks and orders them once and writes them into each layer's `LayerInference`
-(`lextra.attention.inference`), the one state a lextra `GPT` (through `lextra.extend.gpt_target`) and the Hugging
-Face adapters (`lextra.hf`) hold alike, asking their `InferenceTarget` only what differs (which layers can take a
-change, how a RoPE scaling is rebuilt), and refusing what the model cannot take with a ConfigError.
-
-`layers` names the layers the RoPE scaling, the extension method, the log-n scaling and the temperature tuning
-apply to (`rotary`, `global`, `local`, `nope`, `all` or indices such as `0,3` or `2-4`, read from each layer's
-variant in layer-plan vocabulary); by default each applies to the layers that can take it (the target's
-scaled layers for a scaling -- every rotary layer of a GPT; a Hugging Face model's global rotary ones, as
-transformers scales Gemma 3 --, rotary layers for an extension method, every layer for a log-n scaling, the NoPE
-layers for temperature tuning, as Llama 4), and a layer named that cannot take it is refused (Self-Extend on a
-NoPE layer), so "YaRN on the global layers only" is `InferenceSetup(rope_scaling="yarn:4", layers="global")`.
+`layers` (`rotary`, `global`, `local`, `nope`, `all` or indices such as `0,3` or `2-4`) names the layers a change
+applies to; by default each applies to the layers that can take it, and a named layer that cannot is refused:
+"YaRN on the global layers only" is `InferenceSetup(rope_scaling="yarn:4", layers="global")`.
 """
 
 from __future__ import annotations
@@ -51,13 +42,9 @@ KEEP = Keep.KEEP
 
 @runtime_checkable
 class InferenceTarget(Protocol):
-    """What `InferenceSetup.apply` writes and asks of a model.
-
-    `variants` describes every layer in layer-plan vocabulary; `config` has `train_len` (L_tr), `n_layer`,
-    `n_head`, `head_dims()` and `temperatures`; `inference_layers` is each layer's
-    `LayerInference`, which the setup alone writes. The `_reason` methods return why a layer cannot take a change
-    (None: it can); `_scale_rope` applies a RoPE scaling without checking and `_rotation_changed` follows a
-    change of extension method (a Hugging Face model then rotates q and k itself)."""
+    """What `InferenceSetup.apply` writes and asks of a model: `variants` (each layer in plan vocabulary), `config`
+    (`train_len`, `n_layer`, `n_head`, `head_dims()`, `temperatures`), each layer's `LayerInference`; the `_reason`
+    methods say why a layer cannot take a change (None: it can)."""
 
     @property
     def variants(self) -> list[LayerVariant]: ...
@@ -88,16 +75,12 @@ class InferenceSetup:
 
     - `rope_scaling`: a spec (`yarn:4`, `dynamic:1`) or a `rope_parameters` dict; None removes it.
     - `temperatures`: (n_layer, n_head) positive softmax temperatures; None resets them to 1.
-    - `log_scaling`: a name of `lextra.positions.logn.LOG_SCALINGS`: "none" or "qwen" (and "ssmax" on the
-      layers of a GPT trained with the piece `logn:ssmax`).
-    - `extension`: a training-free extension method (a spec such as `self_extend:group=4`, or built); None or
-      "none" removes it.
-    - `mask`: the mask calls use when they name none (causal, window:W, bca[:B], full), on the layers without
-      their own (a sliding or chunked layer keeps its mask); None: the default.
-    - `temp_tuning`: Llama 4's query temperature (`temp_tuning,beta=0.1,gamma=8192`) on the selected layers
-      (default the NoPE ones, as Llama 4); None or "none" removes it there.
-    - `layers`: which layers (of a lextra GPT or a Hugging Face decoder) the scaling, extension, log-n scaling
-      and temperature tuning apply to (module docstring); None: the layers that can take each.
+    - `log_scaling`: a name of `LOG_SCALINGS` ("none", "qwen"; "ssmax" where trained with `logn:ssmax`).
+    - `extension`: an extension method (a spec such as `self_extend:group=4`, or built); None or "none" removes it.
+    - `mask`: the mask on the layers without their own; None: the default.
+    - `temp_tuning`: Llama 4's query temperature (`temp_tuning,beta=0.1,gamma=8192`), default on the NoPE layers.
+    - `layers`: the layers the scaling, extension, log-n scaling and temperature tuning apply to (module
+      docstring); None: the layers that can take each.
     """
 
     rope_scaling: str | dict[str, Any] | Keep | None = KEEP
@@ -118,8 +101,7 @@ class InferenceSetup:
 
     @property
     def mask_spec(self) -> str | None:
-        """The mask this setup sets, as results name it (a spec as given, a built mask by its repr); None where it
-        keeps the model's or resets it to the default."""
+        """The mask this setup sets, as results name it; None where it keeps or resets the model's."""
         if self.mask is KEEP or self.mask is None:
             return None
         return self.mask if isinstance(self.mask, str) else repr(self.mask)
@@ -131,8 +113,7 @@ class InferenceSetup:
 
 
 def inference_target(model: Any) -> InferenceTarget:
-    """The `InferenceTarget` of a model: a Hugging Face adapter is one; a lextra GPT is wrapped
-    (`lextra.extend.gpt_target`)."""
+    """The `InferenceTarget` of a model: a Hugging Face adapter is one; a lextra GPT is wrapped."""
     from lextra.extend.gpt_target import GPTInferenceTarget
     from lextra.model import GPT
 
@@ -146,16 +127,14 @@ def inference_target(model: Any) -> InferenceTarget:
 
 
 def setup_mask(model: Any) -> Mask | None:
-    """The mask an inference setup set on `model`'s layers (those without their own), None: the model's default;
-    `InferenceSetup(mask=setup_mask(model))` puts it back."""
+    """The mask an inference setup set on `model`'s layers (None: the default), for putting it back."""
     return next((layer.mask for layer in inference_target(model).inference_layers if not layer.local), None)
 
 
 def _chosen(
     target: InferenceTarget, selector: str | None, default: list[int], what: str, fits: Callable[[int], str | None]
 ) -> list[int]:
-    """The layers `what` applies to: the selector's (each checked by `fits(layer)`, which returns why a layer cannot
-    take it, or None), else the `default` layers that can take it."""
+    """The layers `what` applies to: the selector's (each checked by `fits`), else the `default` layers that fit."""
     if selector is None:
         return [layer for layer in default if fits(layer) is None]
     chosen = select_layers(target.variants, selector)
@@ -173,8 +152,7 @@ def _any(layer: int) -> None:
 
 
 def _apply(setup: InferenceSetup, target: InferenceTarget) -> None:
-    """RoPE scaling, then log scaling, temperature tuning, temperatures, an extension's removal, the mask and an
-    extension's addition (so a setup may swap a mask for one), each on its layers."""
+    """Each change on its layers, in an order that lets a setup swap a mask for an extension."""
     every = list(range(len(target.variants)))
     if setup.rope_scaling is not KEEP:
         _rope_scaling(setup, target)
@@ -215,8 +193,7 @@ def _set_log_scaling(target: InferenceTarget, kind: str, layers: list[int]) -> N
 
 
 def _set_temperatures(target: InferenceTarget, temperatures: Any) -> None:
-    """Per-layer, per-head softmax temperatures (n_layer, n_head), checked here once and recorded in the config
-    (a lextra GPT saves them); None resets them to 1."""
+    """Per-layer, per-head softmax temperatures (n_layer, n_head), recorded in the config; None resets them."""
     config = target.config
     rows: list[Any] = [None] * config.n_layer
     config.temperatures = None

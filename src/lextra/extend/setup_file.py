@@ -1,13 +1,7 @@
-"""Setup files: an `InferenceSetup` written as JSON (by `lextra tune`, or by hand) that every command reads with
-`--setup FILE`, and that other tools read with `load_setup(path)`.
-
-A file is a JSON object `{"format": "lextra-setup", "version": 1, "setup": {...}, ...}`. `setup` holds any of the
-fields `rope_scaling` (a spec such as `yarn:4`, or a JSON `rope_parameters` object, such as LongRoPE's
-per-dimension factors), `extension` (a spec such as `self_extend:group=4,window=512`), `mask`, `log_scaling` and
-`layers`; a field left out stays as the model has it, a field set to null removes it (as `InferenceSetup`'s `KEEP`
-and None). Anything else at the top level (`lextra tune` writes its search record under `tune`) is kept and ignored
-by readers. Temperatures are not stored here: they come from an alignment.json (`--temperature FILE`).
-"""
+"""Setup files: an `InferenceSetup` as JSON (written by `lextra tune` or by hand), read with `--setup FILE` or
+`load_setup(path)`: `{"format": "lextra-setup", "version": 1, "setup": {...}, ...}`. `setup` holds any of
+`rope_scaling`, `extension`, `mask`, `log_scaling` and `layers`; a field left out stays as the model has it, null
+removes it. Other top-level keys are kept and ignored. Temperatures come from an alignment.json instead."""
 
 from __future__ import annotations
 
@@ -40,8 +34,7 @@ class SetupFile:
 
 
 def setup_fields(setup: InferenceSetup) -> dict[str, Any]:
-    """The setup's fields as a setup file writes them (only those it sets; None as null); refuses what a file
-    cannot hold (temperatures, temperature tuning, a built method object)."""
+    """The fields a setup sets, as a setup file writes them; refuses what a file cannot hold."""
     changes = setup.changes()
     stored: dict[str, Any] = {}
     for name, value in changes.items():
@@ -62,8 +55,7 @@ def save_setup(path: str | Path, setup: InferenceSetup, **extra: Any) -> Path:
 
 
 def read_setup_file(path: str | Path) -> SetupFile:
-    """The setup file at `path`, every field checked: an unreadable file, bad JSON or a bad field is one line naming
-    the file and the field."""
+    """The setup file at `path`, every field checked (errors name the file and the field)."""
     where = Path(path)
     try:
         document = json.loads(where.read_text())

@@ -1,5 +1,4 @@
-"""lextra's evaluations, analyses and inference-time methods on Hugging Face models (the decoder families of
-`lextra.hf.families` and T5)."""
+"""lextra's evaluations, analyses and inference-time methods on Hugging Face decoders and T5."""
 
 from lextra.hf.attention import AttentionState
 from lextra.hf.load import adapt, load_hf

@@ -1,25 +1,13 @@
 """lextra's attention inside Hugging Face models, registered with transformers' `AttentionInterface` as "lextra".
 
-Hugging Face computes q, k, v (Llama family: already rotated by its own RoPE, with its own `rope_parameters`;
-T5: with its bucket bias passed as `position_bias`) and hands them to this function, which applies what lextra
-adds at inference: a mask (causal, window, BCA; `full` for encoders), per-layer and per-head temperatures, Qwen's
-log-n scaling, a training-free extension method, and capture of one layer's attention inputs for analysis. Every
-call is one `lextra.attention.attention` call, T5's `position_bias` its score bias, Hugging Face's padding mask its
-padding and the layer's softcap (Gemma 2) and sinks (gpt-oss) its own, on the backend `AttentionState.backend`
-names (`auto`, `reference`, `sdpa`, `chunked`, `flex`). Keys and values keep their grouped-query heads: the
-shared call folds a decoding step's query heads onto them or expands them (`lextra.attention.backends.dispatch`).
-It is exact: with the default settings its outputs equal Hugging Face's own `sdpa` / `eager` attention (tested).
-Under `auto` the dispatch sends a plain layer's windows and BCA on CPU to the tiles of their bands.
+Hugging Face hands this function q, k, v (rotated by its own RoPE; T5 with its bucket bias as `position_bias`),
+and each call is one `lextra.attention.attention` call adding what lextra changes at inference: a mask,
+temperatures, log-n scaling, an extension method, the layer's softcap and sinks, and capture for analysis. With
+default settings its outputs equal Hugging Face's own attention (tested). Under an extension method q and k
+arrive un-rotated and the layer's `LayerInference.rotary` is the scheme.
 
-Under a training-free extension method (set through `InferenceSetup`) the model's rotary embedding returns the
-identity, so q and k arrive un-rotated (and the cache holds un-rotated keys); the extended layers then attend
-through their method (`LayerInference.extension`), with the layer's RoPE (`LayerInference.rotary`: lextra's RoPE
-with Hugging Face's own frequencies, scalings included) as the scheme:
-the method's dense reference, tiled passes or FlexAttention passes, as for a lextra model's layer.
-
-Each adapted attention module carries an `AttentionState` as `module.lextra_state`; modules without one (T5's
-decoder and cross attention) run the plain computation: causal when the module is causal, else full.
-"""
+Each adapted module carries an `AttentionState` as `module.lextra_state`; modules without one (T5's decoder and
+cross attention) run the plain computation: causal when the module is causal, else full."""
 
 from __future__ import annotations
 
@@ -41,8 +29,7 @@ ATTENTION_NAME = "lextra"
 
 @dataclass
 class AttentionState:
-    """What lextra changes in a model's attention, shared by all of its adapted attention modules: each layer's
-    `LayerInference` (what `InferenceSetup` sets) and what is model-wide."""
+    """What lextra changes in a model's attention, shared by its adapted modules: each layer's `LayerInference`."""
 
     #: the mask of a layer that neither a call, a setup nor the layer itself names (causal; full for an encoder)
     default: Mask
@@ -141,9 +128,7 @@ def lextra_attention(
 def _check_extended(
     method: PassExtension, capturing: bool, attention_mask: Tensor | None, q_pos: Tensor, k_pos: Tensor
 ) -> None:
-    """What an extended layer refuses, in one line each: capture (the analyses read rotated q and k) and padding.
-    Every cached key is kept; methods with a bounded view (attention sinks, LM-Infinite) hide the keys their rule
-    hides, which gives the logits an evicting cache gives."""
+    """What an extended layer refuses, in one line each: capture (the analyses read rotated q and k) and padding."""
     if capturing:
         raise ConfigError(
             f"analyses and alignment read rotated q and k, which extension {method.name!r} does not "
@@ -166,8 +151,7 @@ def _plain_causal(attention_mask: Tensor | None, q_pos: Tensor, k_pos: Tensor) -
 
 
 def lextra_mask(*args: Any, attention_mask: Tensor | None = None, **kwargs: Any) -> Tensor | None:
-    """The mask transformers builds for "lextra": None when nothing is padded (each adapted layer applies its own
-    mask, `LayerInference.layer_mask`: causal, a sliding window, Llama 4's chunks), else `sdpa_mask`'s (padding)."""
+    """The mask transformers builds for "lextra": None when nothing is padded (layers apply their own), else SDPA's."""
     from transformers.masking_utils import sdpa_mask
 
     if attention_mask is None or bool(attention_mask.all()):

@@ -1,11 +1,7 @@
 """A Hugging Face `DynamicCache` whose full-attention layers append into growing buffers.
 
-transformers' `DynamicLayer` concatenates the whole cache with each new token, so a decoding step at 16k tokens
-copies every layer's keys and values. `GrowingLayer` keeps them in a buffer with room to spare and hands out views
-of its filled part; it reallocates only when the buffer is full, or when transformers has replaced its tensors
-(cropping, repeating or selecting batch rows). Sliding-window layers keep transformers' own class. Imported when a
-cache is made, so that `import lextra.hf` does not load transformers.
-"""
+transformers' `DynamicLayer` concatenates the whole cache with each new token; `GrowingLayer` keeps keys and
+values in a buffer with room to spare, reallocating only when it is full or transformers replaced its tensors."""
 
 from __future__ import annotations
 

@@ -1,16 +1,7 @@
-"""The Hugging Face folder a fine-tuned model is saved as, read the same by every supported transformers version
-(docs/hugging-face.md).
+"""The Hugging Face folder a fine-tuned model is saved as, read the same by every supported transformers version.
 
-- `max_position_embeddings` as the method's authors set it: the base model's for dynamic NTK (HF reads it as the
-  original length L_tr), factor x original for YaRN (what transformers checks the factor against), else the
-  longest position trained.
-- `config.json` holds both `rope_parameters` (transformers 5) and the 4.x keys (`rope_scaling` with `rope_type`
-  and `type`, top-level `rope_theta`): 4.x ignores `rope_parameters` and 5 reads `rope_scaling` first, so both
-  carry the same numbers. `rope_scaling` leaves out `rope_theta` and is null for plain RoPE, as released 4.x
-  checkpoints write it; dynamic's has no `original_max_position_embeddings` (neither version reads it there).
-Where `rope_parameters` are kept per layer type (Gemma 3, OLMo 3) the 4.x keys and the saved length follow the
-full-attention layers' entry, and Gemma 3's sliding layers' base is 4.x's `rope_local_base_freq`.
-"""
+`config.json` holds both `rope_parameters` (transformers 5) and the 4.x keys (`rope_scaling`, `rope_theta`) with
+the same numbers; where `rope_parameters` are kept per layer type the 4.x keys follow the full-attention entry."""
 
 from __future__ import annotations
 
@@ -28,9 +19,8 @@ LOCAL_BASE_KEYS = {"gemma3_text": "rope_local_base_freq"}
 
 
 def saved_length(rope: dict[str, Any], original: int, trained: int) -> int:
-    """`max_position_embeddings` to save for `rope` (a `rope_parameters` dict): `original` (the base model's
-    length, the one training ran with) for dynamic NTK, factor x original_max_position_embeddings for YaRN,
-    else `trained` (the largest position trained, exclusive)."""
+    """`max_position_embeddings` to save: `original` for dynamic NTK, factor x original for YaRN, else `trained`
+    (the largest position trained, exclusive)."""
     kind = rope.get("rope_type", rope.get("type", "default"))
     if kind in KEEPS_ORIGINAL_LENGTH:
         return int(original)
@@ -40,8 +30,7 @@ def saved_length(rope: dict[str, Any], original: int, trained: int) -> int:
 
 
 def legacy_rope_keys(rope: dict[str, Any]) -> dict[str, Any]:
-    """The transformers 4.x keys of a `rope_parameters` dict: `rope_scaling` (None for plain RoPE) and the
-    top-level `rope_theta`."""
+    """The transformers 4.x keys of a `rope_parameters` dict: `rope_scaling` (None for plain RoPE), `rope_theta`."""
     kind = rope.get("rope_type", rope.get("type", "default"))
     scaling: dict[str, Any] | None = None
     if kind != "default":
@@ -56,8 +45,7 @@ def legacy_rope_keys(rope: dict[str, Any]) -> dict[str, Any]:
 
 
 def export_model(model: Any, folder: str | Path, *, original: int, trained: int) -> Path:
-    """Save `model` (a plain Hugging Face causal LM, LoRA merged) into `folder` with `max_position_embeddings`
-    and the RoPE keys above; `original` is the base model's length, `trained` the largest position trained."""
+    """Save a plain Hugging Face causal LM into `folder` with `max_position_embeddings` and the RoPE keys above."""
     folder = Path(folder)
     rope = dict(model.config.rope_parameters)
     full = rope["full_attention"] if isinstance(rope.get("full_attention"), dict) else rope

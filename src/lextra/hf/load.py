@@ -53,9 +53,8 @@ def pretrained_source(path: Path) -> tuple[str, dict[str, Any]]:
 
 
 def as_plain_model(model: Any) -> Any:
-    """`model` loaded from a GGUF file, marked as the plain floating-point model it is: transformers dequantises
-    GGUF weights into ordinary tensors yet keeps its quantizer attached, which makes `save_pretrained` refuse.
-    A model with weights still quantized (none that are not floating point may remain) is an error."""
+    """`model` loaded from a GGUF file marked as the plain floating-point model it is (transformers keeps its quantizer
+    attached, which makes `save_pretrained` refuse); weights still quantized are an error."""
     quantizer = getattr(model, "hf_quantizer", None)
     if quantizer is None:
         return model
@@ -98,8 +97,7 @@ def check_supported(config: Any) -> str:
 
 
 def adapt(model: Any, train_len: int | None = None, device: torch.device | str | None = None) -> HFCausalLM | HFSeq2Seq:
-    """Wrap an already loaded Hugging Face model (e.g. a tiny random one built from a config), on `device` when
-    given (else where it is)."""
+    """Wrap an already loaded Hugging Face model, on `device` when given (else where it is)."""
     family = check_supported(model.config)
     if device is not None:
         model = model.to(device)
@@ -113,8 +111,7 @@ def load_hf(
     dtype: torch.dtype = torch.float32,
     device: torch.device | str = "cpu",
 ) -> HFCausalLM | HFSeq2Seq:
-    """Load `spec` (folder, .gguf file or `smollm2`) in `dtype` on `device` and adapt it; GGUF weights are
-    dequantised."""
+    """Load `spec` (folder, .gguf file or `smollm2`) in `dtype` on `device` and adapt it."""
     path = resolve_model_path(spec)
     try:
         config = load_config(path)

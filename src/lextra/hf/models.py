@@ -1,15 +1,8 @@
-"""Adapters that give Hugging Face models the interface lextra's evaluators use (docs/hugging-face.md).
+"""Adapters that give Hugging Face models the interface lextra's evaluators call on a GPT (docs/hugging-face.md).
 
-`HFCausalLM` (the decoder families of `lextra.hf.families.DECODER_FAMILIES`) offers what the evaluations, analyses
-and methods call on a GPT (`features` / `head`, `model(tokens, cache=)` and `new_cache()`, `layer_attention`, a
-`config` with `n_layer`, `n_head`, `train_len`), describes its layers in layer-plan vocabulary (`variants`), and
-implements the primitives `InferenceSetup.apply` writes through (`lextra.extend.InferenceTarget`). Masks,
-temperatures and log-n scaling run in lextra's registered attention (`lextra.hf.attention`); RoPE is Hugging Face's
-own where a scaling applies alike to the layers that share frequencies, else lextra rotates each layer with Hugging
-Face's frequencies (`lextra.hf.rotary`).
-
-`HFSeq2Seq` (T5 family) adapts the encoder self-attention; retrieval is question answering (the prompt is the
-encoder input, the answer is decoded).
+`HFCausalLM` adapts the decoder families (`DECODER_FAMILIES`), describing its layers as plan variants and
+implementing what `InferenceSetup.apply` writes through; `HFSeq2Seq` (T5) adapts the encoder self-attention, with
+retrieval as question answering.
 """
 
 from __future__ import annotations
@@ -74,10 +67,9 @@ class HFCache:
 
 
 class _Adapter(ABC):
-    """Shared state handling: the registered attention and its `AttentionState`; what
-    `lextra.extend.InferenceTarget` asks of a model for `InferenceSetup.apply`."""
+    """The registered attention and its `AttentionState`; what `InferenceSetup.apply` asks of a model."""
 
-    #: evaluations put the BOS its tokenizer adds by default before documents and prompts (`evaluation_prefix`)
+    #: evaluations put the BOS its tokenizer adds by default before documents and prompts
     bos_from_tokenizer: ClassVar[bool] = True
 
     def __init__(self, model: Any, config: HFConfigView, default_mask: str) -> None:
@@ -109,7 +101,7 @@ class _Adapter(ABC):
         return self.model.parameters()
 
     def to(self, device: torch.device | str) -> _Adapter:
-        """Move the wrapped model to `device`; its caches and lextra's attention inputs follow it there."""
+        """Move the wrapped model to `device`."""
         self.model.to(device)
         return self
 
@@ -135,8 +127,7 @@ class _Adapter(ABC):
 
     @contextlib.contextmanager
     def using_mask(self, spec: str | Mask | None, backend: str = "auto") -> Iterator[None]:
-        """Run the block under the mask `spec` (None: the current one) and on `backend` ("auto": the state's, which
-        is "auto" unless set), as a GPT's `features(mask=, backend=)` does."""
+        """Run the block under the mask `spec` (None: the current one) and on `backend` ("auto": the state's)."""
         saved = self.state.call_mask, self.state.backend
         if spec is not None:
             self.state.call_mask = build_mask(spec, self.config.train_len)
@@ -174,8 +165,6 @@ class HFCausalLM(_Adapter):
         )
         super().__init__(model, view, "causal")
         #: Hugging Face's rotary embedding as loaded (the template of scaled ones), and the one it rotates with now
-        #: (`rotary`, rebuilt when a scaling changes its parameters; under an extension the model holds an
-        #: `IdentityRotary` and lextra rotates)
         self.template_rotary = self.rotary = self.inner.rotary_emb
         self.original_rope = copy.deepcopy(dict(cfg.rope_parameters))
         self._rotary_params = self.original_rope
@@ -224,22 +213,19 @@ class HFCausalLM(_Adapter):
     def features(
         self, tokens: Tensor, mask: str | Mask | None = None, backend: str = "auto", last: int | None = None
     ) -> Tensor:
-        """Final hidden states (B, L, d) under `mask` (the adapter's current mask when None) on the attention
-        `backend`; `last`: those of the last that many positions only (computed for every position, then sliced)."""
+        """Final hidden states (B, L, d) under `mask` (None: the current one); `last`: the last that many only."""
         with self.using_mask(mask, backend):
             hidden = self.inner(input_ids=tokens, use_cache=False).last_hidden_state
         return hidden if last is None else hidden[:, -last:]
 
     def input_embeddings(self, tokens: Tensor) -> Tensor:
-        """The token embeddings (B, L, d) the model's forward starts from (a family's own scaling of them, such as
-        Gemma's sqrt(d), is applied inside the forward, as on token ids)."""
+        """The token embeddings (B, L, d) the model's forward starts from (a family's scaling is inside it)."""
         return self.model.get_input_embeddings()(tokens)
 
     def features_from_embeddings(
         self, embeddings: Tensor, mask: str | Mask | None = None, backend: str = "auto"
     ) -> Tensor:
-        """Final hidden states (B, L, d) from token embeddings at positions 0..L-1 on the attention `backend`, with
-        gradients (the receptive field's)."""
+        """Final hidden states (B, L, d) from token embeddings at positions 0..L-1, with gradients."""
         with self.using_mask(mask, backend):
             return self.inner(inputs_embeds=embeddings, use_cache=False).last_hidden_state
 
@@ -275,8 +261,7 @@ class HFCausalLM(_Adapter):
         return cast(ExtensionMethod, self.state.layers[extended[0]].extension) if extended else None
 
     def _default_scaling_layers(self) -> list[int]:
-        """The global rotary layers (Gemma 3's scaling applies to its full-attention layers, as transformers
-        does; sliding layers never see distances past their window), or every rotary layer where none is global."""
+        """The global rotary layers (as transformers scales Gemma 3), or every rotary layer where none is global."""
         rotary = [i for i, v in enumerate(self.variants) if v.rotary]
         return [i for i in rotary if not self.variants[i].local] or rotary
 
@@ -310,8 +295,7 @@ class HFCausalLM(_Adapter):
         return hf_rope_parameters(self.model.config, self._original_params(layer), self.scalings[layer])
 
     def _native_parameters(self) -> dict[str, Any] | None:
-        """The `rope_parameters` under which Hugging Face's own rotary module rotates every layer as asked, or
-        None when layers that share frequencies need different ones (or an extension needs lextra to rotate)."""
+        """The `rope_parameters` under which Hugging Face's rotary module rotates every layer as asked, or None."""
         if self.state.extended:
             return None
         per_key: dict[str | None, dict[str, Any]] = {}
@@ -327,10 +311,8 @@ class HFCausalLM(_Adapter):
         return {**self.original_rope, **{str(key): params for key, params in per_key.items()}}
 
     def _rotation_changed(self) -> None:
-        """Install the rotation the layers ask for after a scaling or an extension method changed: Hugging Face
-        rotates with scaled `rope_parameters` where that is exact, else lextra rotates each rotary layer
-        (`lextra.hf.rotary`; under an extension method every one, at the method's remapped positions on its
-        layers and plain ones elsewhere)."""
+        """Install the rotation the layers ask for: Hugging Face's with scaled `rope_parameters` where that is
+        exact, else lextra's per rotary layer (`lextra.hf.rotary`)."""
         cfg = self.model.config
         device = module_device(self)
         native = self._native_parameters()
@@ -365,11 +347,8 @@ class HFCausalLM(_Adapter):
     def layer_attention(
         self, tokens: Tensor, mask: str | Mask | None = "causal", *, block_size: int = DEFAULT_BLOCK
     ) -> Iterator[LayerAttention]:
-        """Each decoder layer's rotated q, k (GQA heads expanded) as `LayerAttention`, layer by layer.
-
-        The residual stream advances after the consumer is done with a layer, with the temperatures set by then
-        (as `lextra.analysis.layer_attention` does for a GPT), which is what bottom-up alignment needs.
-        """
+        """Each decoder layer's rotated q, k (GQA heads expanded) as `LayerAttention`; the residual stream advances
+        after the consumer is done with a layer, with the temperatures set by then."""
         L = tokens.shape[1]
         positions = torch.arange(L, device=tokens.device)[None].expand(tokens.shape[0], L)
         self.state.position_ids = positions  # the layers are called one by one, not through the model's forward
@@ -412,8 +391,8 @@ class HFSeq2Seq(_Adapter):
 
     @torch.no_grad()
     def __call__(self, tokens: Tensor, cache: HFCache | None = None) -> Tensor:
-        """Question answering through lextra's decoding protocol: with an empty cache, `tokens` is the encoder
-        input and the result the logits (B, 1, V) of the first answer token; later calls feed answer tokens."""
+        """With an empty cache `tokens` is the encoder input and the result the first answer token's logits
+        (B, 1, V); later calls feed answer tokens."""
         if cache is None:
             raise ConfigError("an encoder-decoder is called with a cache: cache = model.new_cache()")
         if cache.encoder is None:
@@ -427,8 +406,7 @@ class HFSeq2Seq(_Adapter):
     def layer_attention(
         self, tokens: Tensor, mask: str | Mask | None = "full", *, block_size: int = DEFAULT_BLOCK
     ) -> Iterator[LayerAttention]:
-        """Each encoder layer's q, k and bucket bias, layer by layer (the encoder is rerun up to each layer, so
-        temperatures set on lower layers in between are in effect). The encoder is bidirectional: pass "full"."""
+        """Each encoder layer's q, k and bucket bias, the encoder rerun up to each layer (bidirectional: "full")."""
         with self.using_mask(mask or "full"):
             for index in range(self.config.n_layer):
                 view = self._capture(index, lambda: self.model.encoder(input_ids=tokens))

@@ -1,14 +1,9 @@
 """Hugging Face rotary embeddings under lextra: scaled `rope_parameters`, lextra's RoPE with their frequencies, and
 the identity stand-in that leaves rotation to lextra's attention.
 
-Hugging Face rotates q and k itself with one rotary module per model (Gemma 3 and OLMo 3: one set of frequencies
-per layer type, `rope_parameters[layer_type]`). While a RoPE scaling applies alike to every layer that shares
-those frequencies, the adapter gives Hugging Face the scaled `rope_parameters` and lets it rotate. When layers
-that share them need different rotations (a scaling on some layers only, an extension method remapping
-positions on some), the model's rotary module becomes an `IdentityRotary` and lextra's attention rotates each
-layer with an `HFRoPE` reading its own source module's frequencies (dynamic NTK and LongRoPE updated by that
-module's forward, as Hugging Face would).
-"""
+While a RoPE scaling applies alike to every layer that shares frequencies, Hugging Face rotates with the scaled
+`rope_parameters`; otherwise the model's rotary module becomes an `IdentityRotary` and each layer rotates with an
+`HFRoPE` reading its source module's frequencies."""
 
 from __future__ import annotations
 
@@ -42,10 +37,8 @@ def call_rotary(source: torch.nn.Module, x: Tensor, position_ids: Tensor, key: s
 
 
 class IdentityRotary(torch.nn.Module):
-    """Stands in for a model's rotary embedding while lextra rotates q and k: it runs the real sources (so that
-    dynamic NTK and LongRoPE update their frequencies for this input, as Hugging Face would) and returns
-    cos = 1, sin = 0, so `apply_rotary_pos_emb` leaves q and k exactly as projected and the cache holds
-    un-rotated keys."""
+    """Stands in for a model's rotary embedding while lextra rotates q and k: runs the real sources (so dynamic
+    frequencies update) and returns cos = 1, sin = 0, so q, k and the cache stay un-rotated."""
 
     def __init__(self, template: torch.nn.Module, sources: list[tuple[torch.nn.Module, str | None]]) -> None:
         super().__init__()
@@ -64,10 +57,8 @@ class IdentityRotary(torch.nn.Module):
 
 
 def hf_rope_parameters(cfg: Any, original: dict[str, Any], spec: str | dict | None) -> dict[str, Any]:
-    """The Hugging Face `rope_parameters` of a lextra RoPE scaling spec (`yarn:4`, a dict; None: `original`) for
-    frequencies trained with plain RoPE `original`, at the config's `max_position_embeddings`; lextra's `ntk`
-    (no HF type) becomes its exact HF equivalent, rope_type "default" with the NTK base of the rotated channels.
-    Without a spec the model's own parameters, whatever their type (gpt-oss's YaRN under an extension method)."""
+    """The Hugging Face `rope_parameters` of a lextra RoPE scaling spec (None: `original`) over the plain RoPE
+    `original`; lextra's `ntk` becomes rope_type "default" with the NTK base."""
     base = float(original["rope_theta"])
     if spec is None:
         return dict(original)
@@ -100,10 +91,8 @@ def scaled_source(
 
 
 class HFRoPE(RoPE):
-    """lextra's RoPE in the model's layout (half-split `rotate_half`, or Cohere's interleaved pairs) and partial
-    fraction, with the inverse frequencies and cos/sin factor that a Hugging Face rotary module holds at call time
-    (`inv_freq`, `attention_scaling`, per layer type where it keeps several), so that rotating at any positions
-    is exactly Hugging Face's RoPE there."""
+    """lextra's RoPE in the model's layout and partial fraction, with the inverse frequencies and cos/sin factor a
+    Hugging Face rotary module holds at call time: exactly Hugging Face's RoPE at any positions."""
 
     def __init__(
         self,

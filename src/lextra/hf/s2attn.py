@@ -1,14 +1,7 @@
 """LongLoRA's shifted sparse attention (S2-Attn, Chen et al. 2023, arXiv 2309.12307) for Hugging Face decoders
 while training: groups of G tokens attend causally within themselves, half the heads over groups shifted by G/2;
-at evaluation the model runs full causal attention, as the authors do (docs/hugging-face.md).
-
-`s2_attention` (`attn_implementation="lextra_s2"`) is by default the authors' `forward_flashattn` (the shifted
-heads' first and last G/2 tokens form half groups of their own, so nothing wraps around: LongLoRA issue 90); with
-`roll` their `forward_noflashattn` (the shifted heads rolled by -G/2). Both are causal SDPA over (..., G, G)
-blocks; `lextra.attention.s2.s2_visible(..., wrap=)` states the same rules as a mask. `check_s2_layers` refuses
-layers where the grouped SDPA is not the layer's attention: learned sinks, a logit softcap, chunked attention and
-sliding windows narrower than a group.
-"""
+by default without wrap-around (the authors' `forward_flashattn`), with `roll` rolled (`forward_noflashattn`).
+`check_s2_layers` refuses layers where grouped SDPA is not the layer's attention."""
 
 from __future__ import annotations
 
@@ -55,8 +48,7 @@ def s2_attention(
     dropout: float = 0.0,
     **kwargs: Any,
 ) -> tuple[Tensor, None]:
-    """q (B, H, L, D), k and v (B, Hkv, L, D) -> ((B, L, H, D), None): S2-Attn with `module.lextra_s2_group` while
-    the module trains, full causal attention otherwise."""
+    """q (B, H, L, D), k and v (B, Hkv, L, D) -> ((B, L, H, D), None): S2-Attn while the module trains, else causal."""
     H, L = query.shape[1:3]
     groups = H // key.shape[1]  # grouped-query attention: every query head gets its key/value head
     key, value = expand_kv(key, groups), expand_kv(value, groups)
@@ -80,9 +72,7 @@ def s2_attention(
 
 
 def _unpadded(mask: Tensor | None, length: int, window: int | None) -> bool:
-    """Whether `mask` hides nothing but what the layer's own causal (sliding `window`) mask hides: None, or the
-    boolean band Hugging Face builds for a sliding layer of an unpadded window (which S2-Attn's groups, no wider
-    than the window, lie inside)."""
+    """Whether `mask` hides nothing but what the layer's own causal (sliding `window`) mask hides."""
     if mask is None:
         return True
     if window is None or mask.dtype != torch.bool:
@@ -93,8 +83,7 @@ def _unpadded(mask: Tensor | None, length: int, window: int | None) -> bool:
 
 
 def _grouped_causal(qkv: tuple[Tensor, ...], size: int, dropout: float, scale: float | None) -> Tensor:
-    """Causal attention within consecutive blocks of `size` tokens: q, k, v (B, h, n * size, D) -> (B, h, n * size,
-    D)."""
+    """Causal attention within consecutive blocks of `size` tokens: q, k, v (B, h, L, D) -> (B, h, L, D)."""
     B, h, L, D = qkv[0].shape
     q, k, v = (x.reshape(B, h, L // size, size, D) for x in qkv)
     out = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout, scale=scale)
@@ -151,9 +140,7 @@ def register_s2() -> None:
 
 
 def enable_s2(model: Any, group: int, *, roll: bool = False) -> None:
-    """Train `model` (a Hugging Face decoder that `check_s2_layers` passes, before any peft wrapping) with S2-Attn
-    in groups of `group` tokens, the shifted heads grouped without wrap-around (`roll`: rolled, wrapping); `disable_s2`
-    restores SDPA."""
+    """Train `model` (before any peft wrapping) with S2-Attn in groups of `group` tokens; `disable_s2` undoes it."""
     register_s2()
     model.set_attn_implementation(S2_ATTENTION)
     layers = model.model.layers

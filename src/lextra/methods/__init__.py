@@ -1,5 +1,4 @@
-"""Inference-time methods for a trained model: RoPE scalings, temperature alignment, log-n scaling, and the names
-of the training-free extension methods among them (`extend:NAME[:KEY=VALUE,...]`)."""
+"""Inference-time methods for a trained model: RoPE scalings, temperature alignment, log-n scaling, extensions."""
 
 from lextra.extend import KEEP, InferenceSetup
 from lextra.methods.align import Alignment, align_temperatures, calibration_windows, log_length_temperature

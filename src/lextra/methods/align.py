@@ -1,18 +1,11 @@
 """Temperature alignment (Chi, Fan, Rudnicky 2023, arXiv 2311.00684): undo attention dispersion at long inputs.
-
-The longer the input, the flatter each softmax. A per-layer (optionally per-head) temperature tau, softmax(logits
-/ tau), is chosen so that a statistic of the attention rows at the target length L_ex equals its value at the
-training length L_tr:
+A per-layer (optionally per-head) temperature tau, softmax(logits / tau), is chosen so that a statistic of the
+attention rows at the target length L_ex equals its value at the training length L_tr:
 - `pmax`: the mean over query rows of the maximum attention probability (the paper's most reliable choice);
 - `entropy`: the mean row entropy;
 - `log-length`: no calibration, tau = ln L_tr / ln L_ex (logits multiplied by log_{L_tr} L_ex).
-
-Procedure (our implementation of the paper's Algorithm 1, which may differ from it in detail): targets are measured
-on `windows` validation windows of L_tr tokens with the unmodified model. Then layer by layer, bottom up, on windows
-of L_ex tokens whose hidden states already pass through the scaled lower layers, tau is found by bisection on
-log tau (each statistic is monotone in tau), per layer on the mean over heads or per head. Rows are all query
-positions of each window, under the model's causal mask.
-"""
+Targets are measured on validation windows of L_tr tokens; then layer by layer, bottom up, on windows of L_ex tokens
+through the scaled lower layers, tau is found by bisection on log tau (each statistic is monotone in tau)."""
 
 from __future__ import annotations
 
@@ -68,9 +61,8 @@ def row_statistics(logits: Tensor, tau: Tensor) -> tuple[Tensor, Tensor]:
 
 
 class _LayerLogits:
-    """One layer's masked logits (temperature 1) over calibration windows, kept in query blocks; statistics for
-    any tau. `max_rows` keeps that many evenly spaced query rows per window (None: all), bounding memory at long
-    lengths."""
+    """One layer's masked logits (temperature 1) over calibration windows, in query blocks; statistics for any
+    tau. `max_rows` keeps that many evenly spaced query rows per window (None: all)."""
 
     def __init__(self, view: LayerAttention, max_rows: int | None = None) -> None:
         L = view.q.shape[-2]
@@ -109,8 +101,7 @@ def _solve(layer: _LayerLogits, statistic: str, target: Tensor, per_head: bool, 
 
 
 def calibration_windows(data: PreparedData, length: int, count: int, split: str) -> Tensor:
-    """`count` token windows (count, length) of a held-out split, on the CPU (models move their inputs); a
-    prepared folder's split is read as tokens, without re-tokenizing."""
+    """`count` token windows (count, length) of a held-out split, on the CPU."""
     tokens = data.documents(split)
     if not tokens:
         raise DataError(f"the {split} split is empty; calibration needs held-out text")
@@ -141,10 +132,8 @@ def align_temperatures(
     mask: str = "causal",
     max_rows: int | None = None,
 ) -> Alignment:
-    """Set `model`'s temperatures for inputs of `length` tokens and return what was measured.
-
-    `model` is a lextra GPT or a Hugging Face adapter from `lextra.hf`; `max_rows` subsamples query rows.
-    """
+    """Set `model`'s temperatures (a GPT or a Hugging Face adapter) for inputs of `length` tokens; return what was
+    measured."""
     if strategy not in STRATEGIES:
         raise ConfigError(f"unknown alignment strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")
     if any(layer.log_scaling != "none" for layer in inference_target(model).inference_layers):

@@ -1,12 +1,7 @@
-"""Inference-time methods applied to a trained GPT: RoPE scalings, temperature alignment, log-n scaling, and the
-training-free extension methods of `lextra.extend` (named `extend:NAME[:KEY=VALUE,...]`), each named as its registry
-names it (`SCALING_TYPES`, the alignment `STRATEGIES`, `LOG_SCALINGS`, `EXTENSIONS`).
-
-`METHOD_KINDS` pairs each registry with the `InferenceSetup` one of its names stands for; every name is looked up
-there once. `methods_for(model)` lists what applies to a model; `prepared(model, method, data, length)` returns a
-copy with the method set up for inputs of `length` tokens (alignment is calibrated at that length on validation
-windows).
-"""
+"""Inference-time methods applied to a trained model: RoPE scalings, temperature alignment, log-n scaling and
+the extension methods (`extend:NAME[:KEY=VALUE,...]`), each named as its registry names it; `METHOD_KINDS` pairs
+each registry with the `InferenceSetup` its names stand for. `prepared(model, method, data, length)` returns a
+copy with the method set up for inputs of `length` tokens."""
 
 from __future__ import annotations
 
@@ -44,8 +39,7 @@ def is_rotary(model: GPT) -> bool:
 
 
 def apply_rope_scaling(model: GPT, spec: str | dict[str, Any], layers: str | None = None) -> GPT:
-    """Give a trained rope/xpos/coca model an inference-time frequency scaling (`yarn:4`, `dynamic:1`, a dict), on
-    the `layers` a selector names (default: its rotary layers)."""
+    """Give a trained rotary model an inference-time RoPE scaling on the `layers` a selector names (default: rotary)."""
     return InferenceSetup(rope_scaling=spec, layers=layers).apply(model)
 
 
@@ -61,8 +55,7 @@ def extension_method(name: str, train_len: int, lengths: Sequence[int] = ()) -> 
 
 @dataclass(frozen=True)
 class Request:
-    """What a method is set up for: the model, the data alignment calibrates on, the input length and the factor
-    of the static scalings; `windows` calibration windows."""
+    """What a method is set up for: model, calibration data and windows, input length, static scalings' factor."""
 
     model: GPT
     data: Any
@@ -102,10 +95,8 @@ def _extension(request: Request, method: str) -> InferenceSetup:
 
 @dataclass(frozen=True)
 class MethodKind:
-    """One kind of inference-time method: the names its registry gives (`names`), the `InferenceSetup` one of them
-    stands for (`setup`) and whether it applies to a model (`applies`). A kind with a `prefix` owns every method
-    named `PREFIX...` (one of its names with its options after the prefix, which its registry checks);
-    `methods_for` offers such a kind's methods only where they are asked for."""
+    """One kind of inference-time method: its registry's names, the `InferenceSetup` one stands for and whether
+    it applies to a model; a kind with a `prefix` owns every method named `PREFIX...`, offered only where asked for."""
 
     names: Callable[[], list[str]]
     setup: Callable[[Request, str], InferenceSetup]
@@ -142,8 +133,7 @@ def method_kind(method: str) -> MethodKind:
 
 
 def methods_for(model: GPT, extensions: Sequence[str] = ()) -> list[str]:
-    """none, the RoPE scalings (rope, xpos, coca models), temperature alignment and the log-n scalings, then the
-    given `extend:...` methods where the model's scheme takes them."""
+    """none, the RoPE scalings, alignment and log-n scalings, then the `extend:...` methods the model takes."""
     offered = [kind for kind in METHOD_KINDS if kind.prefix is None]
     listed = [name for kind in offered for name in kind.names() if kind.applies(model, name)]
     return [*listed, *(method for method in extensions if method_kind(method).applies(model, method))]
@@ -155,13 +145,11 @@ def known_methods() -> str:
 
 
 def inference_setup(model: GPT, method: str, data: Any, length: int, factor: float, windows: int = 2) -> InferenceSetup:
-    """The `InferenceSetup` that `method` stands for on `model` at inputs of `length` tokens (alignment is
-    calibrated here, on `model` itself); ConfigError for a method name that is none of `known_methods()`."""
+    """The `InferenceSetup` `method` stands for on `model` at inputs of `length` tokens (alignment calibrated here)."""
     return method_kind(method).setup(Request(model, data, length, factor, windows), method)
 
 
 def prepared(model: GPT, method: str, data: Any, length: int, factor: float, windows: int = 2) -> GPT:
-    """A copy of `model` with `method` applied for inputs of `length` tokens (`inference_setup`); static
-    scalings use `factor`, dynamic NTK uses factor 1 (s = L / L_tr at every length)."""
+    """A copy of `model` with `method` applied for inputs of `length` tokens (`inference_setup`)."""
     model = copy.deepcopy(model)
     return inference_setup(model, method, data, length, factor, windows).apply(model)

@@ -1,12 +1,7 @@
-"""The one training stack: a `Trainer` (`loop`) runs a training target (`target`: a lextra GPT, `gpt`; a Hugging
-Face model, `lextra.hf.finetune`) with its settings (`config`), checkpoints (`checkpoints`), curves (`metrics`),
-torchrun replication (`distributed`), FSDP2 sharding (`sharding`), and a GPT run's batch sources (`tasks`).
-
-A run directory holds `config.json`, `metrics.jsonl`, `checkpoints/step_N/` (each written atomically;
-`checkpoints/LATEST` names the newest), TensorBoard event files in `tb/` (or `log_dir`) when asked, and when done
-`model/`. The device is a runtime choice (`train(..., device=)`), never part of the config: checkpoints are
-device-independent, so a run trained on a GPU resumes or evaluates on the CPU and back.
-"""
+"""The one training stack: a `Trainer` (`loop`) runs a training target (a lextra GPT, `gpt`; a Hugging Face
+model, `lextra.hf.finetune`). A run directory holds `config.json`, `metrics.jsonl`, `checkpoints/step_N/`
+(`checkpoints/LATEST` names the newest), TensorBoard files when asked, and when done `model/`; checkpoints are
+device-independent."""
 
 from lextra.train.checkpoints import CHECKPOINTS, FINAL, KEEP_CHECKPOINTS, LATEST, checkpoint_candidates
 from lextra.train.config import LoopConfig, TrainConfig, check_s2_attn, check_sampler, field_docs, learning_rate

@@ -1,10 +1,7 @@
-"""Checkpoints of any training target: `checkpoints/step_N/` holds the target's weights (what it writes: a lextra
-model folder, a Hugging Face run's trainable tensors), `optimizer.safetensors` (whole tensors, gathered when the
-model is sharded) and `state.json` (the step, the optimizer's groups, the RNG, where an epoch-order run stands in
-its data, and the sha256 of every file), written into a temporary folder and renamed; `checkpoints/LATEST` names the
-newest, and the `KEEP_CHECKPOINTS` newest are kept. Loading verifies every file first, so a resume skips a corrupt
-or partial checkpoint for the one before it.
-"""
+"""Checkpoints of any training target: `checkpoints/step_N/` holds the target's weights,
+`optimizer.safetensors` and `state.json` (step, optimizer groups, RNG, data position, each file's sha256), written
+into a temporary folder and renamed; `checkpoints/LATEST` names the newest and the `KEEP_CHECKPOINTS` newest are
+kept. Loading verifies every file, so a resume skips a corrupt checkpoint for the one before it."""
 
 from __future__ import annotations
 
@@ -13,7 +10,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -21,6 +18,7 @@ from safetensors.torch import load_file, save_file
 from lextra.errors import CheckpointError, ConfigError
 from lextra.io import atomic_write, atomic_write_json, atomic_write_text, sha256_file
 from lextra.train.sharding import gathered, placed_like
+from lextra.train.target import TrainingTarget
 
 CHECKPOINTS = "checkpoints"
 LATEST = "LATEST"
@@ -30,24 +28,10 @@ STATE = "state.json"
 OPTIMIZER = "optimizer.safetensors"
 
 
-class Weights(Protocol):
-    """What a checkpoint asks of a training target: write its weights into a folder, read them back."""
-
-    def save_weights(self, folder: Path | None) -> None:
-        """Write the trainable state into `folder`; every process calls it (None: take part in gathering a sharded
-        model's tensors, write nothing)."""
-        ...
-
-    def load_weights(self, folder: Path) -> None:
-        """Copy the weights of a checkpoint folder into the model (CheckpointError when they are unusable)."""
-        ...
-
-
 def optimizer_state(
     optimizer: torch.optim.Optimizer, keep: bool = True
 ) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]]]:
-    """The optimizer's per-parameter state as whole CPU tensors named `INDEX.KEY`, and its param groups (a
-    collective when the parameters are sharded)."""
+    """The optimizer's state as whole CPU tensors named `INDEX.KEY`, and its param groups (a collective if sharded)."""
     state = optimizer.state_dict()
     tensors = gathered(((f"{i}.{k}", v) for i, e in state["state"].items() for k, v in e.items()), keep)
     return tensors, state["param_groups"]
@@ -68,7 +52,7 @@ def load_optimizer(
 
 def save_checkpoint(
     run_dir: Path,
-    target: Weights,
+    target: TrainingTarget,
     optimizer: torch.optim.Optimizer,
     step: int,
     *,
@@ -108,8 +92,8 @@ def save_checkpoint(
 
 
 def read_state(path: Path) -> dict[str, Any]:
-    """A checkpoint's state.json with every file it names verified against its sha256 (checkpoints written before
-    the one format: the optimizer's digest alone, the param groups at the top level)."""
+    """A checkpoint's state.json with every file it names verified against its sha256 (older checkpoints: the
+    optimizer's digest alone, the param groups at the top level)."""
     try:
         record = json.loads((path / STATE).read_text())
         digests = record.get("sha256") or {OPTIMIZER: record["optimizer_sha256"]}
@@ -122,7 +106,7 @@ def read_state(path: Path) -> dict[str, Any]:
     return record
 
 
-def load_checkpoint(path: Path, target: Weights, optimizer: torch.optim.Optimizer, device: torch.device) -> int:
+def load_checkpoint(path: Path, target: TrainingTarget, optimizer: torch.optim.Optimizer, device: torch.device) -> int:
     """Restore a checkpoint (every file verified first) into the target, the optimizer and the RNG; the step."""
     record = read_state(path)
     target.load_weights(path)
@@ -146,9 +130,10 @@ def checkpoint_candidates(run_dir: Path) -> list[Path]:
     return found
 
 
-def resume(run_dir: Path, target: Weights, optimizer: torch.optim.Optimizer, device: torch.device, command: str) -> int:
-    """Load the newest usable checkpoint of `run_dir` (warning past unusable ones); the step it ends, 0 without
-    one. Every checkpoint unusable: CheckpointError naming why each was."""
+def resume(
+    run_dir: Path, target: TrainingTarget, optimizer: torch.optim.Optimizer, device: torch.device, command: str
+) -> int:
+    """Load the newest usable checkpoint of `run_dir`, warning past unusable ones; the step it ends (0 without one)."""
     candidates = checkpoint_candidates(run_dir)
     if not candidates:
         print(f"{command}: no checkpoint in {run_dir}; starting from step 0", file=sys.stderr)

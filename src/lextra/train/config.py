@@ -1,8 +1,5 @@
-"""What a training run is: `LoopConfig`, the settings the `Trainer` reads whatever it trains (budget, schedule,
-optimizer, checkpoints, logging, window order, sharding), and `TrainConfig`, a lextra GPT's run (its data, model and
-what only a GPT trains with). The Hugging Face target's `FinetuneConfig` (`lextra.hf.finetune`) is the other
-`LoopConfig`. A field's `#:` comment is its documentation and its command-line help (`field_docs`).
-"""
+"""What a training run is: `LoopConfig`, the settings the `Trainer` reads whatever it trains, and `TrainConfig`,
+a lextra GPT's run. A field's `#:` comment is its documentation and its command-line help (`field_docs`)."""
 
 from __future__ import annotations
 
@@ -31,8 +28,7 @@ from lextra.validate import check_bool, check_int, check_positive, check_positiv
 
 @cache
 def field_docs(cls: type) -> dict[str, str]:
-    """Each field's documentation: the `#:` comment lines right above it in its class body (the nearest class of
-    `cls`'s MRO that declares it with a comment), joined into one line; '' for a field without one."""
+    """Each field's `#:` comment lines (from the nearest class in the MRO with one), joined; '' for none."""
     docs: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
         try:
@@ -57,8 +53,7 @@ def field_docs(cls: type) -> dict[str, str]:
 
 @dataclass(kw_only=True)
 class LoopConfig:
-    """The settings of the training loop every target shares: the `Trainer` reads only these. A target's config
-    (`TrainConfig`, `FinetuneConfig`) subclasses it, redeclaring a field where its default differs."""
+    """The settings of the training loop every target shares; a target's config redeclares differing defaults."""
 
     #: training windows per optimizer step (the global batch, split over torchrun's processes)
     batch_size: int = 16
@@ -101,8 +96,7 @@ class LoopConfig:
     #: itself at positions from its own start (Zhao et al. 2024, arXiv 2402.13991)
     pack: str = "none"
 
-    #: what a resumed run may change: its length, logging and sharding, and the schedule (lr, min_lr_ratio, warmup,
-    #: grad_clip), so that a run that diverged continues from its last good checkpoint with a lower learning rate
+    #: what a resumed run may change: its length, logging, sharding and schedule (a diverged run resumes with lower lr)
     RESUMABLE: ClassVar[frozenset[str]] = frozenset(
         {"steps", "checkpoint_every", "log_every", "lr", "min_lr_ratio", "warmup", "grad_clip"}
         | {"tensorboard", "log_dir", "fsdp"}
@@ -149,13 +143,7 @@ def learning_rate(config: LoopConfig, step: int) -> float:
 
 @dataclass(kw_only=True)
 class TrainConfig(LoopConfig):
-    """Everything that determines a lextra GPT's training run; the same config and seed give the same weights.
-
-    `position_lr_scale` (10) multiplies the learning rate of position-scheme parameters: Adam moves each
-    parameter by about lr per step, so at small budgets (hundreds of steps) a T5 bucket table initialised near 0
-    cannot reach the few-unit biases it needs at the network's learning rate; the learned tables of KERPLE and
-    FIRE profit too (benchmarks/README.md has the measurement behind the default).
-    """
+    """Everything that determines a lextra GPT's training run; the same config and seed give the same weights."""
 
     #: the training text: a built-in corpus, a mixture A+B (weighted: A:0.3+B:0.7), or a path
     corpus: str = "python-code"
@@ -195,8 +183,7 @@ class TrainConfig(LoopConfig):
     #: the share of mixed-window steps at the short window
     mixed_share: float = 0.5
 
-    #: how a run is carried out, not what it trains (where its curves go, whether its step is compiled or sharded):
-    #: left out of `to_dict`, so saved configs, study cells and reused models compare equal either way
+    #: how a run is carried out, not what it trains: left out of `to_dict`, so saved configs compare equal
     LOGGING_ONLY: ClassVar[tuple[str, ...]] = ("tensorboard", "log_dir", "compile", "fsdp")
     #: fields left out of `to_dict` at these values, so configs saved before they existed compare equal
     OMIT_DEFAULTS: ClassVar[dict[str, Any]] = {
@@ -250,8 +237,7 @@ class TrainConfig(LoopConfig):
         return mixed
 
     def _fit_task(self, where: str) -> None:
-        """A length-generalization task sets the model's vocabulary (its alphabet and specials) and L_tr (its widest
-        training row: what learned tables and derived defaults such as randomized's max follow)."""
+        """A length-generalization task sets the model's vocabulary and L_tr (its widest training row)."""
         task = algorithmic_task(self.task) if self.task is not None else None
         if task is None:
             if self.task_lengths is not None:
@@ -290,8 +276,7 @@ class TrainConfig(LoopConfig):
 
 
 def check_sampler(sampler: PositionSampler, model: GPTConfig) -> None:
-    """Refuse a sampler the model's scheme cannot serve: a learned table shorter than the positions it draws, and
-    Scalable-Softmax, whose n counts keys at contiguous positions."""
+    """Refuse a sampler the model cannot serve (a learned table too short, Scalable-Softmax's contiguous n)."""
     if sampler.read_length != sampler.train_len:
         raise ConfigError(
             f"--positions {sampler.spec()} skips content (PoSE's span), which lextra hf finetune reads; "
@@ -333,8 +318,7 @@ def check_s2_attn(group: int, model: GPTConfig) -> None:
 
 
 def check_packable(config: LoopConfig, where: str) -> None:
-    """Refuse loop settings packed documents cannot serve: sampled positions (each document's positions restart
-    at 0) and FSDP (a packed step makes one call per document length, a number that differs between processes)."""
+    """Refuse loop settings packed documents cannot serve: sampled positions and FSDP."""
     if config.positions.split(":")[0].split(",")[0] != "contiguous":
         raise ConfigError(
             f"{where} pack documents numbers positions from each document's start, so positions "
@@ -345,9 +329,7 @@ def check_packable(config: LoopConfig, where: str) -> None:
 
 
 def check_packed_model(config: TrainConfig, where: str) -> None:
-    """Refuse a GPT run packed documents cannot serve: a task (it builds its own rows), a compiled step (its
-    calls change shape every step), S2-Attn (its groups cut the window) and a layer that is not causal (padding
-    after a document must stay unseen)."""
+    """Refuse a GPT run packed documents cannot serve: a task, a compiled step, S2-Attn or a non-causal layer."""
     reasons = {
         "task": config.task is not None
         and algorithmic_task(config.task) is not None

@@ -1,6 +1,4 @@
-"""torchrun plumbing for the `Trainer`: `Distributed` (rank, world size, the process group; DDP replication).
-Sharding instead of replicating (FSDP2) is `lextra.train.sharding`.
-"""
+"""torchrun plumbing for the `Trainer` (DDP replication); FSDP2 sharding is `lextra.train.sharding`."""
 
 from __future__ import annotations
 
@@ -14,12 +12,8 @@ T = TypeVar("T")
 
 
 class Distributed:
-    """torchrun / DDP plumbing: rank and world size from the environment (nccl on GPUs, gloo on the CPU).
-
-    Every process draws the same global batch and keeps its own rows, so a run on N processes sees exactly the
-    data of a one-process run with the same global batch, and DDP's gradient average equals its gradient. On
-    GPUs each process uses the device `resolve_device` gave it: the GPU of its LOCAL_RANK.
-    """
+    """torchrun / DDP plumbing: rank and world size from the environment (nccl on GPUs, gloo on the CPU). Every
+    process draws the same global batch and keeps its own rows, so N processes see one process's data."""
 
     def __init__(self, rank: int = 0, size: int = 1, device: torch.device | None = None) -> None:
         self.rank, self.size = rank, size
@@ -99,8 +93,7 @@ class Distributed:
             dist.barrier()
 
     def close(self) -> None:
-        """The end of one run: every process waits for the others. The process group stays for the process's next
-        run (a group made again after it is destroyed may wait forever under torchrun); it goes at exit."""
+        """The end of one run: every process waits for the others; the group stays until exit (a new one may hang)."""
         self.barrier()
 
 

@@ -1,9 +1,5 @@
-"""The lextra GPT training target (`GPTTarget`): its data (a prepared folder, the data cache's entry of the corpus,
-or a training task), the model (seeded, optionally from `init_from`'s weights), AdamW with a learning rate of its
-own for position-scheme parameters, the compiled or eager step (`lextra.compile.StepLoss`), a validation loss, and
-at the end the model folder `run_dir/model` (`lextra.model.save_model`). A checkpoint's weights are a model folder
-too, so any checkpoint loads as a model. `train(config, run_dir)` runs it under the `Trainer`.
-"""
+"""The lextra GPT training target (`GPTTarget`), which `train(config, run_dir)` runs under the `Trainer`; its
+checkpoints and final `run_dir/model` are model folders."""
 
 from __future__ import annotations
 
@@ -34,9 +30,9 @@ from lextra.train.loop import Trainer
 from lextra.train.mixed import MixedWindow, resolve_mixed_scaling
 from lextra.train.packing import packed_source, packed_step
 from lextra.train.sharding import gathered, load_full
-from lextra.train.target import StepFunction
+from lextra.train.target import StepFunction, TrainingTarget
 from lextra.train.task_runs import task_mask, task_positions, task_record
-from lextra.train.tasks import BatchSource, batch_source, check_same_data, open_training_data
+from lextra.train.tasks import batch_source, check_same_data, open_training_data
 
 #: parameter dtypes AdamW's fused CPU and CUDA kernels take
 FUSED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -60,8 +56,7 @@ def train(
 
 
 def make_optimizer(model: GPT, config: TrainConfig) -> torch.optim.AdamW:
-    """AdamW; weight decay only on the network's matrices; position-scheme parameters (T5 table, KERPLE, FIRE,
-    learned positions) get no decay and their own learning rate, lr * position_lr_scale."""
+    """AdamW, decay on the network's matrices only; scheme parameters at lr * position_lr_scale, no decay."""
     scheme_params = {id(p) for p in model.schemes.parameters()}
     decay: list[torch.nn.Parameter] = []
     no_decay: list[torch.nn.Parameter] = []
@@ -79,17 +74,17 @@ def make_optimizer(model: GPT, config: TrainConfig) -> torch.optim.AdamW:
     return torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2), fused=fused)
 
 
-class GPTTarget:
+class GPTTarget(TrainingTarget):
     """A lextra GPT as a `TrainingTarget` (see `lextra.train.target` for what each method does)."""
 
     command = "lextra train"
     kind = "training"
+    config: TrainConfig
 
     def __init__(self, config: TrainConfig) -> None:
         self.config = config
         self.label = f"train {config.model.label}"
         self.extra: dict[str, Any] = {}
-        self._stream: BatchSource | None = None
         self._model: GPT | None = None
         self.validation: list[torch.Tensor] = []
         self.step_loss: StepLoss | None = None
@@ -98,11 +93,6 @@ class GPTTarget:
         self._sampler: PositionSampler | None = None
         #: mixed context-window training's windows (None: every step at L_tr)
         self._mixed: MixedWindow | None = None
-
-    @property
-    def stream(self) -> BatchSource:
-        assert self._stream is not None, "open_data first"
-        return self._stream
 
     @property
     def model(self) -> GPT:
@@ -222,8 +212,7 @@ class GPTTarget:
         load_full(self.model, load_model(folder).state_dict())
 
     def full_state(self, keep: bool) -> dict[str, torch.Tensor]:
-        """The model's weights as whole CPU tensors, the tied head left out (gathered when sharded: every process
-        calls it; only one with `keep` holds them)."""
+        """The model's weights as whole CPU tensors, the tied head left out (a collective when sharded)."""
         tied = self.config.model.tie_embeddings
         return gathered(((k, v) for k, v in self.model.state_dict().items() if not (tied and k == "head.weight")), keep)
 
@@ -265,10 +254,8 @@ def _comparable(model: GPTConfig) -> dict[str, Any]:
 
 
 def continue_from(config: TrainConfig) -> GPTConfig | None:
-    """Check `config.init_from` against this run's model before any work: the same scheme and shape, changing at
-    most the training length and the RoPE scaling. A scaling without an original length gets the source's (its
-    own scaling's original length, else its L_tr), so `--train-len 512 --rope-scaling yarn:4` on a model trained
-    at 128 scales from 128. Returns the source's config (None without --init-from)."""
+    """Check `config.init_from` against this run's model (only the training length and RoPE scaling may change);
+    a scaling without an original length gets the source's. Returns the source's config (None without one)."""
     if not config.init_from:
         return None
     meta = read_model_meta(config.init_from)

@@ -1,12 +1,7 @@
-"""The one training loop: `Trainer` runs any `TrainingTarget` (a lextra GPT, a Hugging Face model) for
-`config.steps` AdamW steps with warmup and cosine decay, under torchrun replicated (DDP) or sharded (FSDP2).
-
-Batches are a pure function of (seed, step, rank) and the learning rate of the step, so a resumed run continues
-exactly where its last checkpoint left off (weights, optimizer state, RNG and the losses it logs). A step whose loss
-or gradient norm is non-finite stops the run before anything of it is saved (`TrainingDivergedError`); resuming with
-a lower `lr` continues from the last good checkpoint. One process at a time writes a run folder (`lextra.locks`);
-under torchrun every process computes and only the first writes.
-"""
+"""The one training loop: `Trainer` runs any `TrainingTarget` for `config.steps` AdamW steps with warmup and
+cosine decay, replicated (DDP) or sharded (FSDP2) under torchrun. Batches are a pure function of (seed, step, rank),
+so a resumed run continues exactly; a non-finite step stops the run before anything of it is saved
+(`TrainingDivergedError`)."""
 
 from __future__ import annotations
 
@@ -33,9 +28,8 @@ from lextra.train.target import StepFunction, TrainingTarget
 
 
 class Trainer:
-    """Trains `target` into `run_dir` on `device` (see `resolve_device`; None: CUDA when available, the
-    LOCAL_RANK GPU under torchrun); `on_step(done)` runs after every step (progress hooks, tests that interrupt a
-    run). `run()` returns what the target's `finish` returns."""
+    """Trains `target` into `run_dir` on `device` (None: CUDA when available); `on_step(done)` runs after every
+    step. `run()` returns what the target's `finish` returns."""
 
     def __init__(
         self,
@@ -146,8 +140,7 @@ class Trainer:
     def _record(
         self, done: int, lr: float, loss: torch.Tensor, grad_norm: torch.Tensor, metrics: Metrics, bar: tqdm
     ) -> None:
-        """The metrics record of step `done` when one is due: loss, lr, gradient norm, tokens/s, the epoch (epoch
-        order) and the validation loss (when the target has one due)."""
+        """The metrics record of step `done` when one is due (loss, lr, gradient norm, tokens/s, epoch, validation)."""
         config = self.config
         record: dict[str, Any] | None = None
         if config.log_every and (done % config.log_every == 0 or done == config.steps):
@@ -165,8 +158,7 @@ class Trainer:
             metrics.record(record)
 
     def _position(self, step: int) -> dict[str, int] | None:
-        """Where an epoch-order run stands after `step` steps (None in i.i.d. order), in windows as `sampled_batch`
-        reads them (`read_length`: longer than the target's length where the sampler skips content)."""
+        """Where an epoch-order run stands after `step` steps (None in i.i.d. order), in windows as read."""
         stream = self.target.stream
         if isinstance(stream, PackedDocuments):  # packed windows follow the draws of the order they wrap
             stream = stream.source
@@ -175,8 +167,7 @@ class Trainer:
         return stream.position(step, self.config.batch_size, self.sampler.read_length)
 
     def _check_position(self, start: int) -> None:
-        """Refuse to resume an epoch-order run whose checkpoint stands elsewhere in the data than step `start` of
-        this stream does (the batches follow from the step, so this holds unless the windows of the data changed)."""
+        """Refuse to resume an epoch-order run whose checkpoint stands elsewhere in the data than step `start` does."""
         expected = self._position(start)
         if expected is None or start == 0:
             return
@@ -197,8 +188,7 @@ class Trainer:
             raise self._diverged(done, lr, f"weights ({', '.join(bad[:3])})")
 
     def _diverged(self, step: int, lr: float, what: str) -> TrainingDivergedError:
-        """The one-line error of a run that went non-finite at `step`: the likely cause and how to continue. The
-        process group is closed first, as every process stops here alike."""
+        """The one-line error of a run that went non-finite at `step`, with cause and fix; closes the group first."""
         self.world.close()
         config = self.config
         candidates = checkpoint_candidates(self.run_dir)
@@ -221,18 +211,15 @@ class Trainer:
 
 
 def clip_gradients(parameters: list[torch.nn.Parameter], grad_clip: float) -> torch.Tensor:
-    """Scale the gradients down to a norm of at most `grad_clip`; their norm before (whole, when sharded). One
-    foreach kernel for all gradients where torch has one for these tensors."""
+    """Scale the gradients down to a norm of at most `grad_clip`; their norm before (whole, when sharded)."""
     sharded = any(is_sharded(p) for p in parameters)
     foreach = None if sharded else all(p.device.type in ("cpu", "cuda") for p in parameters)
     return full_tensor(torch.nn.utils.clip_grad_norm_(parameters, grad_clip, foreach=foreach))
 
 
 def non_finite(world: Distributed, loss: torch.Tensor, grad_norm: torch.Tensor) -> str:
-    """Which of this step's loss (on any process) and gradient norm are non-finite, '' when neither is.
-
-    One host sync per step (and one tiny all-reduce under DDP), so every process decides alike and stops at once.
-    """
+    """Which of this step's loss (on any process) and gradient norm are non-finite, '' when neither is (one host
+    sync per step, so every process stops alike)."""
     flags = torch.stack((~torch.isfinite(loss.detach()), ~torch.isfinite(grad_norm.detach()))).float()
     loss_bad, grad_bad = world.total(flags).tolist()
     names = [name for name, bad in (("loss", loss_bad), ("gradient norm", grad_bad)) if bad]

@@ -1,7 +1,5 @@
-"""A run's curves: `metrics.jsonl` (one JSON record per logged step; a resumed run first drops the records past its
-checkpoint, so the log has no duplicates) and, when asked, the same records as TensorBoard event files
-(`lextra.tensorboard`), plus the tokens-per-second of the steps since the last record.
-"""
+"""A run's curves: `metrics.jsonl` (one record per logged step; a resumed run drops the records past its
+checkpoint) and, when asked, TensorBoard event files, with the tokens per second since the last record."""
 
 from __future__ import annotations
 

@@ -1,19 +1,10 @@
-"""Mixed context-window training (Shang et al. 2025, LongRoPE2, arXiv 2502.20082): one run, one model, rows at the
-original length under the original RoPE and rows at the new length under the rescaled one.
+"""Mixed context-window training (Shang et al. 2025, LongRoPE2, arXiv 2502.20082): rows at the original length
+under the original RoPE and rows at the new length under the rescaled one, in one run.
 
-The authors' recipe (microsoft/nnscaler, `examples/longrope2`): every row holds the same number of tokens; a short
-row is packed from documents cut to the original window (8k), each starting again at position 0 and attended alone,
-a long row holds long documents (up to 128k); their rotary module picks `short_factor` when a row's largest
-position + 1 is within `original_max_position_embeddings` and `long_factor` beyond (Hugging Face's `longrope`
-rule), with the default attention factor at every length. lextra does the same per step: a step is short with
-probability `share` (drawn from the seed and the step alone, so `--resume` is exact), and a short step's windows of
-LONG tokens are cut into LONG / SHORT windows of SHORT tokens (the same tokens, each predicted once, positions
-from 0, attended within its piece: the authors' packed row when documents are cut at SHORT). The model's scaling
-is LongRoPE's, so the short rows run under the short factors and the long rows under the long factors, in training
-and at inference. A scaling of another type whose frequencies do not depend on the length (linear, yarn, llama3,
-ntk-by-parts, ...) is rewritten as the LongRoPE scaling with ones as short factors and its own frequencies as long
-factors (theta_k / inv_freq_k, fp32; within one float32 rounding of its frequencies) and its own attention factor.
-"""
+A step is short with probability `share` (drawn from the seed and step alone, so `--resume` is exact); a short
+step's windows of LONG tokens are cut into LONG / SHORT windows of SHORT tokens, positions from 0. The model's
+scaling is LongRoPE's (short factors within the original length, long ones beyond); a scaling of another
+length-independent type becomes LongRoPE with ones as short factors and its own frequencies as long ones."""
 
 from __future__ import annotations
 
@@ -79,8 +70,7 @@ class MixedWindow:
 
 
 def check_mixed_run(config: Any, mixed: MixedWindow) -> None:
-    """Refuse what mixed-window training cannot serve: a task's rows, a position sampler, a layer plan, a model
-    without a RoPE scaling (the long rows' frequencies)."""
+    """Refuse a task, a position sampler, a layer plan or a model without a RoPE scaling for mixed windows."""
     where = f"mixed_window {mixed.short}:{mixed.long}"
     if config.task is not None:
         raise ConfigError(f"{where} cuts text windows, but the task {config.task!r} builds its own rows; drop one")
@@ -99,9 +89,8 @@ def check_mixed_run(config: Any, mixed: MixedWindow) -> None:
 
 
 def resolve_mixed_scaling(config: Any, mixed: MixedWindow) -> None:
-    """Set the model's scaling to LongRoPE's form (`as_longrope`), after `--init-from` filled in its original
-    length; refuse windows on the wrong side of it: the short rows must use the short factors, the long rows the long
-    ones."""
+    """Set the model's scaling to LongRoPE's form (`as_longrope`); refuse windows on the wrong side of its original
+    length."""
     from lextra.positions.base import SCHEMES
     from lextra.positions.rotary import RotaryFrequencies, build_rope_scaling
 
@@ -126,9 +115,8 @@ def resolve_mixed_scaling(config: Any, mixed: MixedWindow) -> None:
 
 
 def as_longrope(scaling: RopeScaling, head_dim: int, base: float, original: int) -> RopeScaling:
-    """`scaling` as the LongRoPE scaling mixed-window training needs: itself if it is one; else ones up to its
-    original length (`original` where the type has none) and its own frequencies beyond (a type whose frequencies
-    follow the length is refused)."""
+    """`scaling` as a LongRoPE scaling: itself if it is one; else ones up to its original length and its own
+    frequencies beyond (a length-dependent type is refused)."""
     if scaling.rope_type == "longrope":
         return scaling
     if depends_on_length(scaling):

@@ -1,18 +1,9 @@
-"""The training step of packed documents (`--pack documents`, `lextra.data.packing`): each document of a packed
-batch attends only to itself, at positions 0..n-1 from its own start, and predicts only its own next tokens.
+"""The training step of packed documents (`--pack documents`): each document attends only to itself, at
+positions from its own start, and predicts only its own next tokens.
 
-The step runs a packed batch as its documents: each document unit (its tokens and the separator that ends it)
-becomes one row, padded on the right to a bucket length, and the rows of a bucket go through the model in one
-call under its own causal mask and default positions. This is the document mask (causal within a document,
-nothing across documents) with positions restarted at each document, exactly, for every position scheme (absolute
-tables, FIRE's per-query bias and log-n scalings included) and every backend: no query ever meets a key of
-another document, so no cross-document tile is computed at all, and the fused causal kernels (flash SDPA) apply.
-Padding sits after each document's last token, where a causal mask keeps it out of every real row. Buckets round
-lengths up to a quarter of their power of two (at most 25% padding), so a step makes at most about 4 log2(L)
-calls; each call's loss is its share of the global batch's mean (the targets counted over every process, so
-torchrun trains what one process does), backpropagated at once (under DDP only the last call synchronises
-gradients).
-"""
+Each document (with its separator) becomes one row, right-padded to a bucket length; a bucket's rows go through the
+model in one call under its causal mask and default positions, which is the document mask exactly for every
+scheme and backend. Each call's loss is its share of the global batch's mean, backpropagated at once."""
 
 from __future__ import annotations
 
@@ -37,9 +28,8 @@ MIN_BUCKET = 8
 
 
 def bucket_length(inputs: int, limit: int) -> int:
-    """The padded length of a row of `inputs` tokens: rounded up to a quarter of its power of two (at least
-    `MIN_BUCKET`, at most `limit`, the window), so padding adds less than 25% and lengths fall into about 4
-    buckets per doubling."""
+    """The padded length of a row: rounded up to a quarter of its power of two (at least `MIN_BUCKET`, at most
+    `limit`), so padding adds less than 25%."""
     if inputs <= MIN_BUCKET:
         return min(MIN_BUCKET, limit)
     step = 1 << (inputs.bit_length() - 3)
@@ -47,8 +37,7 @@ def bucket_length(inputs: int, limit: int) -> int:
 
 
 def document_units(ids: Tensor) -> list[tuple[int, int, int]]:
-    """The (row, start, stop) of every document unit of a packed batch's (B, L + 1) document ids with at least
-    two tokens (one input and its target), row by row, in order."""
+    """The (row, start, stop) of every document unit with at least two tokens, row by row, in order."""
     units: list[tuple[int, int, int]] = []
     rows = ids.detach().cpu()
     for row in range(rows.shape[0]):
@@ -69,8 +58,7 @@ def buckets(units: list[tuple[int, int, int]], limit: int) -> dict[int, list[tup
 
 
 def bucket_rows(tokens: Tensor, units: list[tuple[int, int, int]], length: int) -> tuple[Tensor, Tensor]:
-    """Inputs (N, length) and targets (N, length) of these units: each unit's tokens from its first, padded on the
-    right (inputs with 0, targets with -100: ignored)."""
+    """Inputs and targets (N, length) of these units, right-padded (inputs with 0, targets with -100: ignored)."""
     inputs = tokens.new_zeros(len(units), length)
     targets = tokens.new_full((len(units), length), -100)
     for index, (row, start, stop) in enumerate(units):
@@ -97,9 +85,8 @@ def global_targets(local: int, device: torch.device) -> tuple[int, int]:
 def packed_step(
     network: torch.nn.Module, forward: Forward, batch: Tensor, precision: str, device: torch.device
 ) -> Tensor:
-    """Forward, loss and backward of a packed batch (B, 2, L + 1) (`lextra.data.packing`): the mean next-token
-    cross-entropy over every target inside a document, each document run on its own (see the module docstring);
-    returns that mean, detached. `forward` maps input rows to logits through `network` (or its DDP wrapper)."""
+    """Forward, loss and backward of a packed batch (B, 2, L + 1): the mean next-token cross-entropy over every
+    target inside a document, detached. `forward` maps input rows to logits through `network`."""
     tokens, ids = batch[:, 0], batch[:, 1]
     grouped = buckets(document_units(ids), tokens.shape[-1] - 1)
     local = sum(stop - start - 1 for units in grouped.values() for _, start, stop in units)
@@ -120,8 +107,7 @@ def packed_step(
 
 
 def packed_loss(forward: Forward, batch: Tensor) -> tuple[Tensor, int]:
-    """The summed next-token cross-entropy of a packed batch's documents (no backward) and how many targets it
-    sums: what `packed_step` averages, for validation and tests."""
+    """The summed next-token loss of a packed batch's documents (no backward) and its number of targets."""
     tokens, ids = batch[:, 0], batch[:, 1]
     total, count = torch.zeros((), device=tokens.device), 0
     for length, units in buckets(document_units(ids), tokens.shape[-1] - 1).items():

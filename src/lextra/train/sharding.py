@@ -1,11 +1,6 @@
-"""FSDP2 sharding for the `Trainer`, whatever it trains (torch's per-parameter `fully_shard`): every process holds
-1/N of each parameter, gradient and optimizer state, and gathers a unit's weights (a GPT block, a Hugging Face
-decoder layer: the target's `shard_units`) only while it runs. `shard_model` shards the units one at a time, then
-the root, which holds every parameter no unit holds (embeddings, head, final norm, position schemes), so weights
-tied between them (a GPT's embedding and head) stay one parameter. The helpers move between sharded tensors
-(DTensors) and the full CPU tensors a checkpoint holds, so a checkpoint is the same file whether the run was
-sharded or not, and resumes either way.
-"""
+"""FSDP2 sharding for the `Trainer` (torch's `fully_shard`): every process holds 1/N of each parameter,
+gradient and optimizer state. `shard_model` shards the target's `shard_units` one at a time, then the root (so tied
+weights stay one parameter); the helpers move between DTensors and the full CPU tensors a checkpoint holds."""
 
 from __future__ import annotations
 
@@ -40,8 +35,7 @@ def check_sharding(fsdp: bool, world_size: int) -> None:
 def shard_model(
     model: torch.nn.Module, units: Iterable[torch.nn.Module], device: torch.device, world_size: int
 ) -> None:
-    """Shard each of `units`, then `model` (the root: the parameters no unit holds), in place over the
-    `world_size` processes of the default group (one mesh dimension); their parameters become DTensors."""
+    """Shard each of `units`, then `model` (the root), in place over the default group; parameters become DTensors."""
     check_sharding(True, world_size)
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -79,8 +73,7 @@ def placed_like(value: torch.Tensor, like: Any) -> torch.Tensor:
 
 
 def gathered(items: Iterable[tuple[str, torch.Tensor]], keep: bool) -> dict[str, torch.Tensor]:
-    """(name, tensor) pairs as whole CPU tensors, gathered one at a time when sharded (every process takes part;
-    only one with `keep` holds the copies, so the host holds one full state, not one per process)."""
+    """(name, tensor) pairs as whole CPU tensors, gathered one at a time (only a process with `keep` holds them)."""
     out: dict[str, torch.Tensor] = {}
     for name, value in items:
         whole = full_tensor(value.detach())
@@ -90,8 +83,7 @@ def gathered(items: Iterable[tuple[str, torch.Tensor]], keep: bool) -> dict[str,
 
 
 def load_full(module: torch.nn.Module, state: Mapping[str, torch.Tensor]) -> None:
-    """Copy whole tensors by name into `module`'s parameters and buffers, each laid out as the one it replaces
-    (sharded or on its device); a name the module lacks is a KeyError."""
+    """Copy whole tensors by name into `module`, each laid out as the one it replaces; a missing name is a KeyError."""
     own = module.state_dict(keep_vars=True)
     with torch.no_grad():
         for name, value in state.items():

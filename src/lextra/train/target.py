@@ -1,14 +1,10 @@
-"""The training target protocol: what the `Trainer` asks of the thing it trains. A lextra GPT (`GPTTarget`,
-`lextra.train.gpt`) and a Hugging Face model with optional LoRA (`HFTarget`, `lextra.hf.finetune`) implement it;
-the Trainer owns everything else (steps, schedule, checkpoints, resume, divergence stop, metrics, torchrun: DDP, or
-FSDP2 sharding over the units the target names).
-"""
+"""The training target: what the `Trainer` asks of the thing it trains (`GPTTarget`, `HFTarget`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
@@ -21,99 +17,85 @@ from lextra.train.tasks import BatchSource
 StepFunction = Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]
 
 
-class TrainingTarget(Protocol):
-    """A model the `Trainer` trains; methods are called in the order written here."""
+class TrainingTarget:
+    """The base of a model the `Trainer` trains; methods are called in the order written here."""
 
-    @property
-    def config(self) -> LoopConfig:
-        """The run's settings (the Trainer reads the `LoopConfig` fields)."""
-        ...
-
-    @property
-    def command(self) -> str:
-        """The command whose messages these are, e.g. "lextra train"."""
-        ...
-
-    @property
-    def label(self) -> str:
-        """The progress bar's label, e.g. "train rope"."""
-        ...
-
-    @property
-    def kind(self) -> str:
-        """What the run is called in messages, e.g. "training"."""
-        ...
+    #: the run's settings (the Trainer reads the `LoopConfig` fields)
+    config: LoopConfig
+    #: the command whose messages these are, e.g. "lextra train"
+    command: str
+    #: the progress bar's label, e.g. "train rope"
+    label: str
+    #: what the run is called in messages, e.g. "training"
+    kind: str
+    _stream: BatchSource | None = None
 
     def open_data(self, world: Distributed, run_dir: Path, resume: bool, progress: bool) -> None:
-        """Read the data (setting `stream`), and when resuming refuse settings or data the run cannot continue
-        with; nothing written yet."""
-        ...
+        """Read the data (setting `stream`); when resuming refuse settings or data the run cannot continue with."""
+        raise NotImplementedError
 
     @property
     def stream(self) -> BatchSource:
         """The training batches: (global batch, length + 1) token ids, a pure function of (step, seed)."""
-        ...
+        assert self._stream is not None, "open_data first"
+        return self._stream
 
     @property
     def length(self) -> int:
         """The training window, tokens."""
-        ...
+        raise NotImplementedError
 
     def sampler(self) -> PositionSampler:
         """The position sampler of the training windows."""
-        ...
+        raise NotImplementedError
 
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Global batch `step` (a pure function of the step and the seed) and its positions (None: the model's
-        own): `lextra.data.positions.sampled_batch` over `stream` for text, a task's (B, 2, W) inputs and targets."""
-        ...
+        """Global batch `step` (a pure function of the step and the seed) and its positions (None: the model's own)."""
+        raise NotImplementedError
 
     def run_record(self) -> dict[str, Any]:
         """What `config.json` holds: the settings a resume compares against."""
-        ...
+        raise NotImplementedError
 
     def build(self, device: torch.device, world: Distributed) -> torch.nn.Module:
-        """The model on `device`, seeded, trainable parameters set (whole: with `config.fsdp` the Trainer shards
-        it next, `lextra.train.sharding.shard_model`)."""
-        ...
+        """The model on `device`, seeded, trainable parameters set (whole: the Trainer shards it next)."""
+        raise NotImplementedError
 
     def shard_units(self) -> list[torch.nn.Module]:
-        """The modules FSDP2 shards one at a time (a GPT's blocks, a decoder's layers); the model itself is the
-        root, holding the rest (weights tied across units must live in the root)."""
-        ...
+        """The modules FSDP2 shards one at a time; the model itself is the root, holding the rest."""
+        raise NotImplementedError
 
     def optimizer(self) -> torch.optim.Optimizer:
         """A fresh optimizer over the trainable parameters (a checkpoint may then restore its state)."""
-        ...
+        raise NotImplementedError
 
     def started(self, start: int) -> None:
         """Called once the run knows its first step (0, or the resumed checkpoint's)."""
-        ...
 
     def step_function(self, network: torch.nn.Module) -> StepFunction:
         """The step's forward, loss and backward over `network` (the model, or its DDP wrapper)."""
-        ...
+        raise NotImplementedError
 
     def trainable(self) -> list[tuple[str, torch.nn.Parameter]]:
         """The parameters that train, by name (clipped and checked for finiteness)."""
-        ...
+        raise NotImplementedError
 
     def save_weights(self, folder: Path | None) -> None:
         """Write the trainable state into a checkpoint folder (None: take part in a sharded gather only)."""
-        ...
+        raise NotImplementedError
 
     def load_weights(self, folder: Path) -> None:
         """Copy a checkpoint folder's weights into the model."""
-        ...
+        raise NotImplementedError
 
     def validation_loss(self, done: int) -> float | None:
         """The validation loss to log after step `done` (None: none due, or the target has none)."""
-        ...
+        return None
 
     def divergence_causes(self) -> list[str]:
         """Likely causes of a non-finite step besides the learning rate."""
-        ...
+        return []
 
     def finish(self, run_dir: Path, world: Distributed) -> Any:
         """Write what the run produces (every process calls it) and return it."""
-        ...
+        raise NotImplementedError

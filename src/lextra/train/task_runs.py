@@ -15,8 +15,7 @@ from lextra.tasks import AlgorithmicTask, LengthRange
 
 
 def task_mask(task: AlgorithmicTask) -> Mask:
-    """The mask a task's examples are read under: bidirectional for encoder style, causal for decoder style (built
-    once: a compiled step then traces no spec parsing)."""
+    """The mask a task's examples are read under: full for encoder style, causal for decoder style (built once)."""
     return build_mask("full" if task.style == "encoder" else "causal", 1)
 
 
@@ -34,8 +33,7 @@ def task_positions(sampler: PositionSampler, width: int, seed: int, step: int) -
 
 
 def task_record(task: AlgorithmicTask, lengths: LengthRange) -> dict[str, Any]:
-    """What a task model's folder records of its task: the spec that rebuilds it, its style, score, vocabulary
-    and the lengths it was trained on."""
+    """What a task model's folder records: the spec that rebuilds its task, style, score, vocabulary and lengths."""
     return {
         "spec": task.spec(),
         "style": task.style,

@@ -1,7 +1,5 @@
-"""Where a lextra GPT run's batches come from: plain language modelling on a prepared folder or the data cache's
-entry of the corpus, or the rows of a training task (`lextra.tasks.registry.TRAINING_TASKS`: retrieval and RULER
-prompts mixed with corpus windows), and the check that a resumed run reads the data it was trained on.
-"""
+"""Where a lextra GPT run's batches come from (a prepared folder, the data cache's entry of the corpus, or a
+training task's rows), and the check that a resumed run reads the data it was trained on."""
 
 from __future__ import annotations
 
@@ -19,8 +17,7 @@ from lextra.train.config import TrainConfig
 
 
 def batch_source(config: TrainConfig, data: PreparedData) -> BatchSource:
-    """Plain language modelling on the train split (a prepared folder's windows, its mixture parts by weight), or
-    the rows of the training task `config.task` (a folder's documents decoded)."""
+    """Plain language modelling on the train split, or the rows of the training task `config.task`."""
     if config.task is None:
         return data_batches(data, config.order)
     return row_source(parse_task_spec(config.task), config, data)
@@ -29,10 +26,8 @@ def batch_source(config: TrainConfig, data: PreparedData) -> BatchSource:
 def open_training_data(
     config: TrainConfig, progress: bool = True, *, prepare: bool = True
 ) -> tuple[PreparedData, bool]:
-    """A run's data and whether it is the data cache's: the prepared folder of `config.data`, the cache's entry of
-    `config.corpus` for plain language modelling, else (a task, or the cache off) the corpus read now. A `--data`
-    folder's source and limit become the config's (a task trains on its documents decoded). Only a process that
-    may `prepare` writes a cache entry; the others (torchrun ranks but 0) wait for it."""
+    """A run's data and whether it is the data cache's: `config.data`, the cache's entry of `config.corpus`, else
+    the corpus read now. Only a process that may `prepare` writes a cache entry; the others wait for it."""
     if config.data is None:
         if config.task is not None or data_cache_dir() is None:
             if mixture_weights(config.corpus) is not None:
@@ -51,9 +46,8 @@ def open_training_data(
 
 
 def check_same_data(run_dir: Path, shards: PreparedFolder | None, *, cached: bool = False) -> None:
-    """Refuse to resume a run on prepared data other than what it was trained on (compared by manifest hash).
-
-    A run on the raw corpus continues on its cache entry (`cached`): the two give the same batches."""
+    """Refuse to resume on prepared data other than the run's (by manifest hash); a raw-corpus run continues on its
+    cache entry (`cached`)."""
     saved_path = run_dir / "config.json"
     if not saved_path.exists():
         return

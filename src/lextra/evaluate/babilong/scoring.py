@@ -1,11 +1,7 @@
-"""BABILong's scoring (Kuratov et al. 2024, arXiv 2406.10149; `babilong/metrics.py` of booydar/babilong): the answer
-is the model's first sentence, and it is right when, of the task's labels (its locations, names or objects), it
-mentions the target and no other label that the question does not itself name.
-
-Following the authors' code: the output is lowercased, then cut at the first '.', '<context>', '<example>' and
-'Question' (the last cut never applies, the text being lowercase already; kept for fidelity); labels are matched as
-substrings. Their paper describes the metric only as accuracy.
-"""
+"""BABILong's scoring (Kuratov et al. 2024, arXiv 2406.10149; booydar/babilong `metrics.py`): the answer is the
+model's first sentence, right when it mentions the target and no other label the question does not itself name.
+As the authors' code: lowercased, cut at the first '.', '<context>', '<example>' and 'Question'; labels matched as
+substrings."""
 
 from __future__ import annotations
 

@@ -1,15 +1,9 @@
 """BABILong's tasks qa1-qa5 (Kuratov et al. 2024, arXiv 2406.10149) as RULER-style tasks: a bAbI story's facts
-(`world`) spread through a haystack of sentences from a corpus, at an exact token length, asked one question and
-scored by BABILong's rule (`scoring.compare_answers`).
+spread through a haystack of held-out corpus sentences at an exact token length, asked one question.
 
-As BABILong's `NoiseInjectionDataset` (booydar/babilong, babilong_utils.py) does, the facts keep their order and sit
-between whole haystack sentences at sorted random places, drawn uniformly over the part of the haystack between
-the depths `start` and `end` (its `task_start_pct` / `task_end_pct`; default all of it). The haystack is the
-held-out split of a lextra corpus (BABILong reads PG-19, which needs a download), read as sentences from a seeded
-start. The prompt follows BABILong's layout: instruction, an example and the answer format, then
-`<context>` ... `</context>`, the question, and here an `Answer:` line (prompt text written for lextra).
-The length of a cell is the whole prompt's, as in `lextra ruler` (BABILong's lengths count the haystack only).
-"""
+As BABILong's `NoiseInjectionDataset`, the facts keep their order and sit between whole haystack sentences at sorted
+random places between the depths `start` and `end`. The prompt follows BABILong's layout; a cell's length is the
+whole prompt's, as in `lextra ruler`."""
 
 from __future__ import annotations
 

@@ -1,20 +1,7 @@
-"""bAbI's first five question-answering tasks (Weston et al. 2015, arXiv 1502.05698), generated here from their
-definitions: a small simulated world of actors, locations and objects, the facts its events are told as, and one
-question whose answer the simulation gives.
-
-- qa1 single supporting fact: actors move; "Where is Mary?"
-- qa2 two supporting facts: actors move, pick up and drop objects; "Where is the football?"
-- qa3 three supporting facts: as qa2; "Where was the football before the kitchen?" (the location the object was
-  in before it last arrived where it is, asked only when that arrival is its only one there, so the answer is one)
-- qa4 two argument relations: two facts placing three locations on a compass; "What is north of the kitchen?" or
-  "What is the kitchen north of?", asked only when one location answers it (the facts' inverses count)
-- qa5 three argument relations: actors move, take, drop and give objects to one another in the same room;
-  "Who gave the apple to Fred?", "Who received the apple?", "What did Bill give to Fred?", "Who did Bill give
-  the apple to?", "Who gave the apple?" (about the most recent gift that fits)
-
-The vocabularies are bAbI's (BABILong's answer labels, `LABELS`, are these words). A story is a pure function of
-the `random.Random` it is given.
-"""
+"""bAbI's first five question-answering tasks (Weston et al. 2015, arXiv 1502.05698), generated from their
+definitions (`qa1`..`qa5`): a small simulated world of actors, locations and objects, the facts its events are told
+as, and one question whose answer the simulation gives, in bAbI's vocabulary. A story is a pure function of the
+`random.Random` it is given."""
 
 from __future__ import annotations
 
@@ -98,8 +85,7 @@ class World:
 
 
 def act(rng: random.Random, world: World, actors: tuple[str, ...], kinds: tuple[str, ...]) -> str:
-    """One event of a kind in `kinds` (move, take, drop, give; a kind drawn by its share of `kinds` among those the
-    world allows now), applied; its sentence."""
+    """One event of a kind in `kinds` (drawn by its share among those the world allows now), applied; its sentence."""
     options: list[tuple[str, Callable[[], str]]] = []
     for actor in actors:
         here = world.where.get(actor)

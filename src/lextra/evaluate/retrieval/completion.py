@@ -1,10 +1,7 @@
 """Next-line code completion on held-out files by context length, with a truncation baseline.
 
-For each context length C, seeded lines of the test split whose file has at least C tokens before them are
-completed greedily (until a newline) from exactly the last C tokens (`full`) and from only the last L_tr tokens
-(`truncated`, the baseline that ignores everything a model cannot use beyond its training length). Each line is
-scored by exact match (trailing whitespace ignored) and edit similarity (difflib ratio).
-"""
+Lines are completed greedily (until a newline) from the last C tokens (`full`) and from the last L_tr tokens only
+(`truncated`), scored by exact match (trailing whitespace ignored) and edit similarity (difflib ratio)."""
 
 from __future__ import annotations
 

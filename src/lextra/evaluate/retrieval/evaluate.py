@@ -53,9 +53,8 @@ class RetrievalScores(Serializable):
 
 @dataclass
 class RetrievalCell(Serializable):
-    """The scores of one (length, depth) cell, how many prompts they average, the first two answers, and the gold
-    answers' mean teacher-forced negative log-likelihood per token (what a needle-driven perplexity exponentiates;
-    Shang et al. 2025, LongRoPE2, arXiv 2502.20082)."""
+    """The scores of one (length, depth) cell, the prompts they average, the first two answers, and the gold
+    answers' mean teacher-forced NLL per token (LongRoPE2's needle-driven perplexity, arXiv 2502.20082)."""
 
     exact: float
     rank1: float
@@ -71,8 +70,7 @@ class RetrievalCell(Serializable):
 
 @dataclass
 class RetrievalResult(Serializable):
-    """Retrieval accuracy of one model over a length x depth grid; per-length and overall means derive from it.
-    Its JSON form has lengths and depths as string keys and the means too (recomputed on reading)."""
+    """Retrieval accuracy of one model over a length x depth grid; per-length and overall means derive from it."""
 
     serialized_properties = ("by_length", "overall")
 
@@ -123,8 +121,7 @@ def evaluate_retrieval(
     progress: bool = False,
     label: str = "",
 ) -> RetrievalResult:
-    """Exact-match and rank-1 accuracy (and mean rank) per (length, depth) cell, per length and overall; a
-    Hugging Face model's prompts of `length` tokens start with the BOS its tokenizer adds by default."""
+    """Exact-match and rank-1 accuracy and mean rank per (length, depth) cell, per length and overall."""
     if samples < 1 or batch_size < 1:
         raise ConfigError(f"samples and batch size must be >= 1, got {samples} and {batch_size}")
     if not lengths or any(n < 1 for n in lengths):

@@ -1,10 +1,6 @@
 """Scoring retrieval prompts: greedy decoding with the KV cache (exact match of the answer) and the rank of the
-gold answer's total log-likelihood among distractor answers (rank 1 = correct; ties count against the gold).
-
-Works with any model called as `model(tokens, cache=cache)` -> logits (B, L, V) whose `new_cache()` gives a cache
-with `repeat_rows(r)`: lextra's GPT and the Hugging Face adapters in `lextra.hf`. Prompts and candidates are moved
-to the model's device, so caches and logits live there too.
-"""
+gold answer's total log-likelihood among distractor answers (rank 1 = correct; ties count against the gold), for any
+model called as `model(tokens, cache=cache)` whose `new_cache()` has `repeat_rows(r)`."""
 
 from __future__ import annotations
 
@@ -21,9 +17,8 @@ from lextra.model import GPT
 
 @torch.no_grad()
 def prefill(model: Any, prompts: Tensor) -> tuple[Tensor, Any]:
-    """Run equal-length prompts (B, L) once; the last position's logits (B, V) and the filled cache. A lextra
-    GPT (under the mask its layers hold) and a Hugging Face decoder compute logits at that position only: a long
-    prompt's full-vocabulary logits would take gigabytes (16k x 49k in fp32 is 3 GiB)."""
+    """Run equal-length prompts (B, L) once; the last position's logits (B, V) and the filled cache (logits are
+    computed at that position only)."""
     from lextra.hf import HFCausalLM
 
     prompts = prompts.to(module_device(model))
@@ -89,11 +84,8 @@ def score_prompts(
     answers: Sequence[Sequence[int]],
     distractors: Sequence[Sequence[Sequence[int]]] | None = None,
 ) -> dict[str, list]:
-    """Greedy-decode each answer's length and rank the gold answer among its distractors, for equal-length prompts.
-
-    Returns per prompt: `generated` ids, `exact` (generated == answer), and, with distractors, `rank` and the
-    `loglik` of every candidate (gold first).
-    """
+    """Greedy-decode each answer's length and rank the gold answer among its distractors: per prompt `generated`
+    ids, `exact`, and with distractors `rank` and every candidate's `loglik` (gold first)."""
     lengths = {len(p) for p in prompts}
     if len(lengths) != 1:
         raise ValueError(f"score_prompts needs prompts of one length, got lengths {sorted(lengths)}")

@@ -1,6 +1,4 @@
-"""A RULER-style long-context evaluation (Hsieh et al. 2024, arXiv 2404.06654) that runs offline: the tasks of
-`lextra.tasks.ruler` at exact token lengths, greedy cached decoding, RULER's scoring, and the effective length.
-"""
+"""A RULER-style long-context evaluation (Hsieh et al. 2024, arXiv 2404.06654) that runs offline."""
 
 from lextra.evaluate.ruler.chat import chat_format, template_parts
 from lextra.evaluate.ruler.evaluate import (

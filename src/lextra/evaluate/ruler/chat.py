@@ -1,9 +1,5 @@
-"""The chat wrapping of a RULER prompt (`lextra ruler --chat`), read from a Hugging Face tokenizer's chat template.
-
-RULER wraps its task template in the model's chat template and puts the answer prefix after the assistant's turn
-opens (scripts/data/template.py); lextra renders the model's own template around a marker and keeps what it puts
-before and after the user's message. RULER's default, the base template, has no wrapping (`chat=None`).
-"""
+"""The chat wrapping of a RULER prompt (`lextra ruler --chat`), read from a Hugging Face tokenizer's chat template:
+the model's own template rendered around a marker, keeping what it puts before and after the user's message."""
 
 from __future__ import annotations
 

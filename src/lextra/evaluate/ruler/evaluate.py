@@ -1,14 +1,6 @@
-"""Running a model on RULER samples: one cached prefill per batch, greedy decoding within the task's answer
-budget, RULER's score per (task, length) cell.
-
-The samples of a cell have the same length, so they are batched without padding. The prefill is the model's own
-forward with a KV cache (lextra's fast attention paths: SDPA, flash, tiled or FlexAttention; for Hugging Face
-models lextra's registered attention) and computes logits at the last position only. Decoding reuses
-`greedy_continue` in chunks of `CHUNK` tokens and stops once every row has produced the end-of-text token or
-contains all its references; stopping then cannot change a score, since more output only adds text. Models: a
-lextra GPT or a Hugging Face adapter (each attending with the mask an `InferenceSetup` set on its layers), or
-anything with `model(tokens, cache=)` and `new_cache()`.
-"""
+"""Running a model on RULER samples: one cached prefill per batch of equal-length prompts, greedy decoding in
+chunks of `CHUNK` tokens within the task's answer budget (stopping once every row has ended or contains all its
+references, which cannot change a score), RULER's score per (task, length) cell."""
 
 from __future__ import annotations
 
@@ -57,9 +49,9 @@ def generate(
     timings: dict[str, float] | None = None,
     finished: Callable[[int, str], bool] | None = None,
 ) -> list[str]:
-    """Greedy answers (text) of equal-length prompts, at most `budget` tokens each (one for all, or one per row),
-    stopping early once every row has ended its text, used its budget or is `finished(row, text so far)` (default:
-    contains all its references). `timings`, when given, receives the prefill's seconds as "prefill"."""
+    """Greedy answers of equal-length prompts, at most `budget` tokens each (one for all, or per row), stopping
+    once every row has ended, used its budget or is `finished(row, text)` (default: contains all its references);
+    `timings` receives the prefill's seconds as "prefill"."""
     if len({len(p) for p in prompts}) != 1:
         raise ValueError("generate needs prompts of one length")
     budgets = [budget] * len(prompts) if isinstance(budget, int) else [int(b) for b in budget]
@@ -114,12 +106,8 @@ def answer_samples(
     prompt_length: str = "ruler",
 ) -> Iterator[list[tuple[str, RulerAnswer]]]:
     """The model's answers to samples `indices[task.name]` of each task at `length`, one batch at a time as
-    (task name, answer) pairs, so that a caller can save them as they come. Prompts are sized by `prompt_length`
-    (`RulerTask.prompt_tokens`) and a Hugging Face model's start with its tokenizer's BOS (`evaluation_prefix`).
-
-    Samples are sorted by answer budget (so that a batch decodes about as long as each of its rows needs) and
-    samples of different tasks whose prompts have one length share batches; a batch's time is shared equally by
-    its rows, and drawing a task's samples by its samples."""
+    (task name, answer) pairs, so a caller can save them as they come; samples sorted by answer budget, tasks
+    sharing batches where prompts have one length."""
     if batch_size < 1:
         raise ConfigError(f"RULER needs a batch size >= 1, got {batch_size}")
     if len({t.tokenizer.name for t in tasks}) > 1:
@@ -160,8 +148,7 @@ def _draw(
     prefix: list[int],
     prompt_length: str,
 ) -> tuple[dict[str, list[RulerSample]], dict[str, float]]:
-    """Samples `indices[task.name]` of each task at `length` (checked against the model's vocabulary), drawn side
-    by side in threads (tokenizers release the GIL), and the seconds drawing took per sample of each task."""
+    """Samples `indices[task.name]` of each task at `length`, drawn in threads, and the seconds per sample."""
     drawing: dict[str, float] = {}
     drawn: dict[str, list[RulerSample]] = {}
     wanted = {task.name: list(indices.get(task.name, ())) for task in tasks}
@@ -199,8 +186,7 @@ def tasks_finished(
 
 
 def length_batches(rows: Sequence[tuple[str, RulerSample]], batch_size: int) -> Iterator[list[tuple[str, RulerSample]]]:
-    """Consecutive runs of at most `batch_size` rows whose prompts have one length (RULER's rule sizes each task's
-    prompts by its answer budget, so rows sorted by budget change length only between budgets)."""
+    """Consecutive runs of at most `batch_size` rows whose prompts have one length."""
     batch: list[tuple[str, RulerSample]] = []
     for row in rows:
         if batch and (len(batch) == batch_size or len(row[1].prompt_ids) != len(batch[0][1].prompt_ids)):
@@ -212,10 +198,8 @@ def length_batches(rows: Sequence[tuple[str, RulerSample]], batch_size: int) -> 
 
 
 def cell_from_answers(task: RulerTask, length: int, answers: Sequence[RulerAnswer]) -> RulerCell:
-    """The cell's score: the mean of the task's score of each saved answer (RULER's share of references contained,
-    so the mean is `string_match_all` of the outputs; BABILong's reads the question) as a percentage rounded to two
-    decimals, its Wilson interval, their seconds (and their prefills' when every answer recorded them) and the
-    first two as examples."""
+    """The cell's score: the mean of the task's score of each answer as a percentage (two decimals), its Wilson
+    interval, their seconds and prefill seconds, and the first two as examples."""
     if not answers:
         raise ValueError(f"RULER cell {task.name}@{length} has no answers")
     scores = [task.score(a.output, a.references, a.question or "") for a in answers]
@@ -239,8 +223,7 @@ def evaluate_length(
     progress: bool = False,
     prompt_length: str = "ruler",
 ) -> dict[str, RulerCell]:
-    """RULER's score of `model` on samples 0..`samples`-1 of each task at `length`, with its interval and seconds
-    (prompts sized by `prompt_length`, as in `answer_samples`)."""
+    """RULER's score of `model` on samples 0..`samples`-1 of each task at `length`."""
     if samples < 1:
         raise ConfigError(f"RULER needs samples >= 1, got {samples}")
     answers: dict[str, dict[int, RulerAnswer]] = {task.name: {} for task in tasks}

@@ -1,11 +1,8 @@
 """RULER results: a cell per (task, length), the average per length, and the effective length.
 
-Effective length (RULER, Hsieh et al. 2024, arXiv 2404.06654): the largest length whose average score over the
-tasks is at or above the threshold while every shorter length evaluated is too, so a model that fails at 8k and
-recovers at 16k has effective length 4k. The default threshold, 85.6, is RULER's: Llama-2-7B's average at 4k.
-None means even the shortest length falls below it. RULER averages thirteen tasks; lextra's eleven leave out the
-two QA tasks, which need downloaded datasets.
-"""
+Effective length (RULER, Hsieh et al. 2024, arXiv 2404.06654): the largest length whose average score is at or
+above the threshold while every shorter length evaluated is too; None when even the shortest falls below it. The
+default threshold, 85.6, is RULER's (Llama-2-7B's average at 4k)."""
 
 from __future__ import annotations
 
@@ -37,9 +34,8 @@ class RulerExample(Serializable):
 
 @dataclass(frozen=True)
 class RulerAnswer(Serializable):
-    """Sample `index` of a cell: its references, the model's answer, its score (0..1), the seconds it took
-    (drawing the sample and its share of its batch) and the part of them its batch's prefill took (None when not
-    recorded). A cell is a pure function of its answers."""
+    """Sample `index` of a cell: its references, the answer, its score (0..1), its seconds and its share of its
+    batch's prefill (None when not recorded)."""
 
     index: int = field(metadata=options(coerce=True))
     references: list[str]
@@ -121,8 +117,7 @@ class RulerResult(Serializable):
 
     @property
     def seconds(self) -> float:
-        """Compute seconds of every cell (whenever it was computed), summed exactly: a result read back with its
-        cells in another order has the same total."""
+        """Compute seconds of every cell, summed exactly (the same total in any order)."""
         return math.fsum(c.seconds for row in self.cells.values() for c in row.values())
 
     @property
