@@ -1,15 +1,7 @@
 """The attention seam's types: the call's `AttentionContext`, the `AttentionBackend` and `AttentionExtension`
-interfaces, and the keyword options `attention(q, k, v, **options)` builds a context from.
-
-Every backend computes `run(q, k, v, ctx)`: the context carries everything a call applies besides q, k and v
-(scheme, mask, positions, scale, temperature, block size, sinks, softcap, a materialised score bias and padding
-mask), the backend it asked for (`backend`, "auto" by default) and the extension or wrapper it attends through
-(`extension`), checked and normalised once.
-An extension is a wrapper: a training-free method (a `PassExtension`, whose passes the `reference`, `tiled` and
-`flex` backends run) or S2-Attn, which names the backend computing a call under it
-(`AttentionExtension.backend_for`), so one dispatch (`lextra.attention.backends.run_attention`) serves plain and
-extended calls alike.
-"""
+interfaces, and the keyword options `attention(q, k, v, **options)` builds a context from. Every backend computes
+`run(q, k, v, ctx)`; an extension is a wrapper: a training-free method (a `PassExtension`, whose passes the
+backends run) or S2-Attn, which names the backend computing a call under it (`AttentionExtension.backend_for`)."""
 
 from __future__ import annotations
 
@@ -31,12 +23,10 @@ from lextra.positions.base import PositionScheme
 class AttentionOptions(TypedDict, total=False):
     """The keyword options of `attention(q, k, v, **options)` and `AttentionContext.build(q, k, **options)`.
 
-    `temperature` divides the logits (scalar, (H,) or (H, Lq)); `scale` defaults to 1/sqrt(D); `backend` names a
-    registered backend or "auto"; `layout` gives the positions' host-side facts where the caller knows them;
-    `sinks` (H,) adds a learned logit per head to each softmax's denominator (gpt-oss); `softcap` caps the scores
-    as tanh(s / c) c before the mask (Gemma 2); `score_bias` is an additive score tensor broadcastable to
-    (B, H, Lq, Lk) (T5's `position_bias`); `padding` a padding mask broadcastable to (B, 1|H, Lq, Lk), boolean
-    (True: visible) or additive (0 visible, the dtype's min hidden; Hugging Face's `attention_mask`)."""
+    `temperature` divides the logits (scalar, (H,) or (H, Lq)); `sinks` (H,) add a learned logit per head to
+    each denominator (gpt-oss); `softcap` caps scores as tanh(s / c) c (Gemma 2); `score_bias` is additive,
+    broadcastable to (B, H, Lq, Lk) (T5); `padding` broadcastable to (B, 1|H, Lq, Lk), boolean (True: visible) or
+    additive (0 visible)."""
 
     scheme: PositionScheme | None
     mask: Mask | str | None
@@ -74,14 +64,9 @@ def default_positions(q: Tensor, k: Tensor, q_pos: Tensor | None, k_pos: Tensor 
 class AttentionContext:
     """Everything one attention call applies besides q, k and v, checked and normalised once.
 
-    `tau` is the temperature as a (H, Lq) -broadcastable fp32 tensor (a layer's log-n scaling folded in by the
-    layer), or None for 1; `extension` the wrapper the call attends through (a training-free extension method,
-    S2-Attn), or None; `backend` the backend the call asked for ("auto": the first of the device's order that
-    applies). `device`, `dtype` and `head_dim` describe q, so a backend decides from the context alone.
-
-    `score_bias` and `padding` are materialised (B|1, H|1, Lq|1, Lk) tensors (Hugging Face's T5 bias and padding
-    masks): only backends that declare `takes_bias_and_padding` run a call that carries them.
-    """
+    `tau` is the temperature as a (H, Lq) -broadcastable fp32 tensor, or None for 1; `device`, `dtype` and `head_dim`
+    describe q, so a backend decides from the context alone. `score_bias` and `padding` are materialised (B|1, H|1,
+    Lq|1, Lk) tensors, run only by backends that declare `takes_bias_and_padding`."""
 
     scheme: PositionScheme | None
     mask: Mask
@@ -162,10 +147,9 @@ class AttentionContext:
         )
 
     def fold_heads(self, heads: int, groups: int) -> AttentionContext:
-        """The context of this call with the query heads that share a key/value head folded into its query rows:
-        q (B, heads, Lq, D) read as (B, heads / groups, groups x Lq, D), head h = j x groups + g at row g x Lq + i
-        of key/value head j. Query positions repeat per folded head; the temperature and the sinks become per row.
-        Exact wherever heads differ in nothing else (`lextra.attention.backends.dispatch.folds` checks)."""
+        """The context with the query heads sharing a key/value head folded into its rows: q (B, heads, Lq, D) read
+        as (B, heads / groups, groups x Lq, D), head h = j x groups + g at row g x Lq + i of key/value head j; the
+        temperature and sinks become per row."""
         facts, n_q = self.facts, self.q_pos.numel()
         n = n_q * groups
         # the same first, last, smallest and largest positions; repeated runs are not contiguous
@@ -180,9 +164,8 @@ class AttentionContext:
 
     @classmethod
     def build(cls, q: Tensor, k: Tensor, **options: Unpack[AttentionOptions]) -> AttentionContext:
-        """The context of `attention(q, k, v, **options)`: default positions (keys at 0..Lk-1, queries the last Lq
-        of them), scale 1/sqrt(D), the temperature normalised; mismatched lengths and bad temperatures, sinks or
-        softcaps refused. Default positions need no `layout`; other positions are read once (`PositionLayout.of`)."""
+        """The context of `attention(q, k, v, **options)`: default positions, scale 1/sqrt(D), the temperature
+        normalised; mismatched lengths and bad temperatures, sinks or softcaps refused."""
         mask = build_mask(options.get("mask", "causal"))
         q_pos, k_pos, layout = options.get("q_pos"), options.get("k_pos"), options.get("layout")
         Lq, Lk = q.shape[-2], k.shape[-2]
@@ -275,8 +258,7 @@ def _temperature(temperature: Tensor | float | None, q: Tensor) -> Tensor | None
 
 class AttentionBackend(ABC):
     """One way to compute attention: `applies(ctx)` says why it cannot compute a call exactly (None: it can),
-    `run(q, k, v, ctx)` computes it. `declines(ctx)` is why `auto` passes it over although it applies (a cheaper
-    path exists); an explicitly chosen backend runs whenever it applies."""
+    `run(q, k, v, ctx)` computes it, `declines(ctx)` is why `auto` passes it over although it applies."""
 
     name: ClassVar[str] = "backend"
     #: whether `run` applies a context's `score_bias` and `padding`; the dispatch never runs a backend that does not
@@ -300,10 +282,8 @@ class AttentionBackend(ABC):
 
 
 class AttentionExtension:
-    """A wrapper a layer attends through: a training-free extension method (a `PassExtension`, whose passes the
-    dispatch's backends run: `lextra.extend.ExtensionMethod`) or S2-Attn (`lextra.attention.s2.S2Attention`), which
-    names the backend computing a call under it (`backend_for`); `retains` says which cached keys later queries
-    still see."""
+    """A wrapper a layer attends through: a training-free extension method (a `PassExtension`) or S2-Attn, which
+    names the backend computing a call under it (`backend_for`); `retains` says which cached keys later queries see."""
 
     #: the wrapper's name, for errors
     name: str = "extension"
@@ -322,10 +302,9 @@ class AttentionExtension:
 
 
 class PassExtension(AttentionExtension, ABC):
-    """An extension whose passes the backends run (a training-free extension method, `lextra.extend.ExtensionMethod`):
-    the formula (`remap`, `query_scale`) for the dense reference, and per block of queries inside one `period` the
-    passes (`lextra.attention.masks.Pass`) whose partial softmaxes merge by log-sum-exp. The passes set their own
-    visibility, so the call's mask must be causal; every head is treated alike."""
+    """An extension whose passes the backends run (`lextra.extend.ExtensionMethod`): the formula (`remap`,
+    `query_scale`) for the dense reference, and per block of queries inside one `period` the passes whose partial
+    softmaxes merge by log-sum-exp. The call's mask must be causal."""
 
     heads_alike = True
     #: query blocks of the fast path are cut at multiples of this many positions, or None
