@@ -1,8 +1,5 @@
-"""Attention whose scores read q and k beyond their product: schemes that declare `content_dependent` (CoPE's
-gate-counted positions). Each registers one `ContentAttention` under its own name here, which names the backend
-that computes a call for the backend the call asked for, or refuses it in one line (a fused kernel or a
-FlexAttention score_mod, which sees one score at a time, cannot carry a row's running sums). The dispatch
-(`lextra.attention.backends.dispatch.resolve_backend`) routes every call with such a scheme here."""
+"""Attention whose scores read q and k beyond their product (`content_dependent` schemes: CoPE). Each registers
+one `ContentAttention` here, naming the backend that computes a call or refusing it in one line."""
 
 from __future__ import annotations
 

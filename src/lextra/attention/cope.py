@@ -1,21 +1,13 @@
 """CoPE's backends (Golovneva et al. 2024, arXiv 2405.18719; the scheme is `lextra.positions.cope`).
 
 - `reference`: dense (B, H, Lq, Lk) scores, gates and counts in fp32, as the authors' module computes them.
-- `chunked` (and `auto`): query blocks, each walking its key tiles from the diagonal leftwards and carrying each
-  row's running gate count into the next tile on the left, the tiles merged by an online softmax: memory
-  O(Lq x tile), any mask (a tile's visibility from `Mask.allowed`), any device. Under autograd on the CPU each
-  block of `COPE_TRAIN_ROWS` queries is recomputed in the backward pass (activation checkpointing), so training
-  holds one block's tiles over its keys at a time: O(L x rows) (other devices keep every tile's activations:
-  O(Lq x Lk), no recomputation). A decoding step (one query over the cached keys) is the same walk over one row:
-  equal to the full forward.
-- `flex` and `sdpa` are refused: a score_mod or a fused kernel sees one score at a time and cannot carry the
-  reverse cumulative sum of gates along a query's keys.
+- `chunked` (and `auto`): query blocks walking their key tiles from the diagonal leftwards, carrying each row's
+  gate count, merged by an online softmax; under autograd on CPU blocks of `COPE_TRAIN_ROWS` are recomputed in
+  the backward pass.
+- `flex` and `sdpa` are refused: they see one score at a time and cannot carry the count.
 
-The score is s = q . k * scale; gates sigmoid(s), 0 where masked; counts the reverse cumulative sum of the gates
-along the keys, clamped to npos - 1; logits (s + q . e(count) * scale') / tau, scale' the scale (the authors'
-code) or 1 (`nodiv`). A softcap caps the logits before the mask and learned sinks join each softmax's denominator,
-as in the reference backend; a materialised score bias or padding mask is not taken.
-"""
+Logits are (s + q . e(count) * scale') / tau with s = q . k * scale, scale' the scale or 1 (`nodiv`); softcap and
+sinks as in the reference; no materialised score bias or padding."""
 
 from __future__ import annotations
 
@@ -58,9 +50,7 @@ def _finish(logits: Tensor, ctx: AttentionContext, tau: Tensor | None, inplace: 
 
 
 def cope_logits(q: Tensor, k: Tensor, ctx: AttentionContext, allowed: Tensor | None = None) -> Tensor:
-    """Dense CoPE logits (B, H, Lq, Lk) in fp32 before the mask (masked keys count nothing), as the authors'
-    module computes them: gates sigmoid(q . k scale) masked, counted from each key to the query, clamped,
-    interpolated, then over the temperature and capped."""
+    """Dense CoPE logits (B, H, Lq, Lk) in fp32 before the mask, as the authors' module computes them."""
     scheme = _cope(ctx)
     allowed = ctx.mask.allowed(ctx.q_pos, ctx.k_pos) if allowed is None else allowed
     scores = (q.float() @ k.float().transpose(-1, -2)) * ctx.scale
@@ -93,9 +83,8 @@ def _fully_visible(ctx: AttentionContext, q_index: int, hi: int) -> bool:
 
 
 def _query_block(q: Tensor, k: Tensor, v: Tensor, scheme: CoPE, ctx: AttentionContext, start: int, tile: int) -> Tensor:
-    """One query block's CoPE attention (B, H, c, Dv) in fp32, walking its key tiles right to left with each
-    row's gate count carried and an online softmax (running max, denominator and output). Each tile's keys are
-    taken last first, so that a cumulative sum along them is the reverse one the counts need."""
+    """One query block's CoPE attention (B, H, c, Dv) in fp32, walking its key tiles right to left (each tile's keys
+    last first) with each row's gate count carried and an online softmax."""
     B, H, c, _ = q.shape
     qp = ctx.q_pos[start : start + c]
     tau = None if ctx.tau is None else (ctx.tau if ctx.tau.shape[-1] == 1 else ctx.tau[..., start : start + c])

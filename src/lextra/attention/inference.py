@@ -1,10 +1,6 @@
-"""`LayerInference`: what inference changes on one attention layer, held alike by a lextra GPT's `SelfAttention`
-and by each layer of a Hugging Face adapter (`lextra.hf.attention.AttentionState.layers`).
-
-`lextra.extend.InferenceSetup.apply` is the one writer; the layers read it when they attend: the mask, the softmax
-temperature with the log-n scaling (`lextra.positions.logn.LOG_SCALINGS`) and temperature tuning, the extension
-method and lextra's own rotation of q and k.
-"""
+"""`LayerInference`: what inference changes on one attention layer (mask, temperature, log-n scaling, temperature
+tuning, extension method, rotation), held alike by a GPT's `SelfAttention` and a Hugging Face adapter's layers;
+`lextra.extend.InferenceSetup.apply` is the one writer."""
 
 from __future__ import annotations
 
@@ -51,9 +47,8 @@ class LayerInference:
     def query_temperature(
         self, q_pos: Tensor, k_pos: Tensor, mask: Mask, scales: Sequence[Tensor] = (), learned: Tensor | None = None
     ) -> Tensor | None:
-        """The softmax temperature (None, (H,) or (H, Lq)): the layer's, divided by the log-n factor (`learned`:
-        a learned scaling's per-head scale) and by the query `scales` ((Lq,) or (H, Lq): the pieces', then the
-        temperature tuning's)."""
+        """The softmax temperature (None, (H,) or (H, Lq)): the layer's, divided by the log-n factor and the query
+        `scales` ((Lq,) or (H, Lq))."""
         tau = self.temperature
         if tau is not None and tau.device != q_pos.device:  # the model moved since the setup
             tau = self.temperature = tau.to(q_pos.device)

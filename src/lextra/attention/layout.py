@@ -1,11 +1,5 @@
-"""Host-side facts about an attention call's positions, read from the device at most once per call.
-
-Choosing a backend, sizing FlexAttention's padded lengths and finding a cached BlockMask all ask the same few
-questions of the positions (how many, first, last, smallest, largest, whether each run goes up by exactly 1,
-whether queries sit at the keys' own positions). `PositionLayout` answers them as Python values: `ranges` from
-what a caller already knows (no device read at all: `AttentionContext.build` with default positions, or a model
-that builds its positions from a start and a length), `of` from the tensors in one host transfer.
-"""
+"""Host-side facts about an attention call's positions, read from the device at most once per call:
+`PositionLayout.ranges` from what a caller already knows (no device read), `of` from the tensors in one transfer."""
 
 from __future__ import annotations
 

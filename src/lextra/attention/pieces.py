@@ -1,23 +1,13 @@
 """Attention pieces a layer of a plan may add (`lextra.attention.plan`): each a registry entry with its options.
 
-- `qknorm`: RMSNorm over each head's channels of q and k before the position transform (Qwen3's `q_norm` /
-  `k_norm`, learned weight; `weight=false` is Llama 4's weightless `Llama4TextL2Norm`, which commutes with the
-  rotation because RoPE keeps each pair's norm).
-- `gate`: a sigmoid gate on each head's attention output, computed from the layer input (Qiu et al. 2025,
-  arXiv 2505.06708, qiuzh20/gated_attention): `elementwise` (one gate per channel, the G1 gate the paper and the
-  authors' README recommend; their config leaves both kinds off by default) or `headwise` (one per head). The
-  authors' code widens `q_proj` by the gate's rows and multiplies before `o_proj`; a separate projection is the
-  same linear map with its rows kept apart.
-- `sinks`: one learned logit per head in every softmax's denominator (gpt-oss's `eager_attention_forward`: the
-  logit is concatenated to the masked scores and its probability dropped); applied by the backends.
-- `softcap:C`: scores become tanh(s / C) C before the mask (Gemma 2's `attn_logit_softcapping`); applied by the
-  backends.
-- `temp_tuning`: Llama 4's attention temperature tuning: the query at position p is multiplied by
-  1 + beta log1p(floor((p + 1) / gamma)) (`attn_scale` beta 0.1, `floor_scale` gamma 8192).
-- `logn:KIND`: the layer's log-n scaling (`none`, `qwen`, `ssmax`: Scalable-Softmax's learned per-head scale),
-  the one way a model is trained with one (`rope+logn:ssmax`).
-- `diffattn`: differential attention (`lextra.attention.diffattn`), through the `attend` hook.
-"""
+- `qknorm`: RMSNorm over each head's q and k before the position transform (Qwen3; `weight=false`: Llama 4's L2).
+- `gate`: a sigmoid gate on each head's output from the layer input (Qiu et al. 2025, arXiv 2505.06708):
+  `elementwise` (the paper's G1) or `headwise`.
+- `sinks`: one learned logit per head in every softmax's denominator (gpt-oss).
+- `softcap:C`: scores become tanh(s / C) C before the mask (Gemma 2).
+- `temp_tuning`: Llama 4's temperature tuning, the query at p times 1 + beta log1p(floor((p + 1) / gamma)).
+- `logn:KIND`: the layer's log-n scaling (`none`, `qwen`, `ssmax`).
+- `diffattn`: differential attention (`lextra.attention.diffattn`), through the `attend` hook."""
 
 from __future__ import annotations
 
@@ -40,13 +30,9 @@ AttentionCall = Callable[..., Tensor]
 
 
 class AttentionPiece(nn.Module):
-    """Base class of the `PIECES` registry: built with the layer's `HeadDims` and its options.
-
-    A layer builds every piece its plan names through this registry and applies each through the hooks below, in
-    the plan's order; each hook's default leaves attention as it is, so a piece overrides only the hooks it acts
-    through. The hooks act outside the attention kernel (q and k before the position transform, a per-query
-    scale, the heads' output) or hand the kernel one value every backend takes (a sink logit per head, a score
-    cap), so a piece runs in every backend."""
+    """Base class of the `PIECES` registry: built with the layer's `HeadDims` and its options, applied through the hooks
+    below in the plan's order; each hook's default leaves attention as it is. The hooks act outside the kernel or hand
+    it a value every backend takes, so a piece runs in every backend."""
 
     name: ClassVar[str] = "piece"
     summary: ClassVar[str] = ""
@@ -75,10 +61,8 @@ class AttentionPiece(nn.Module):
         return out
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, *, call: AttentionCall, layer: int, **options: Any) -> Tensor:
-        """The heads' output (B, H, Lq, D) for q, k and v as the layer hands them to attention: `call(q, k, v,
-        **options)` is the layer's attention (the next piece's `attend`, last `lextra.attention.attention`) with
-        its options (scheme, mask, positions, backend, temperature, sinks, ...); `layer` is the layer's 0-based
-        depth. A piece may call it more than once or change an option; the default calls it once as it is."""
+        """The heads' output (B, H, Lq, D): `call(q, k, v, **options)` is the layer's attention (the next piece's
+        `attend`, last `lextra.attention.attention`); `layer` is the 0-based depth. The default calls it once."""
         return call(q, k, v, **options)
 
     @property

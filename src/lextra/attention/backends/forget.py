@@ -1,19 +1,11 @@
-"""Forgetting Attention (Lin et al. 2025, arXiv 2503.02130) in every backend: a call whose context carries a
-forget bias (`AttentionContext.forget`, `lextra.attention.forget_bias.ForgetBias`) runs here.
+"""Forgetting Attention (Lin et al. 2025, arXiv 2503.02130) in every backend: calls carrying a forget bias
+(`AttentionContext.forget`) run here.
 
     out = softmax((rotate(q) . rotate(k) * scale + c_i - c_j) / tau, masked) v
 
-- `reference`: the dense (B, H, Lq, Lk) bias added as a materialised score bias to the reference backend.
-- `chunked` (and `auto` on CPU): `TiledForgetAttention`, tiles whose bias is built from slices of c, with its own
-  backward (O(L) memory in training).
-- `sdpa`: one fused call with the (B, H, Lq, Lk) bias as its float mask: exact, but it materialises the L x L
-  bias, so `auto` takes it only for a single query (a decoding step, an O(Lk) mask).
-- `flex` (and `auto` on CUDA): FlexAttention with a score_mod reading the captured c vectors.
-The forget bias is defined for keys at or before the query under the authors' causal attention: a mask that shows
-later keys, a training-free extension (a distance remap) or S2-Attn, a scheme with its own additive bias (the
-authors' layer takes RoPE or no position encoding), sinks, a softcap, or a materialised bias or padding with it
-are ConfigErrors.
-"""
+`reference` adds the dense bias; `chunked` (and `auto` on CPU) runs `TiledForgetAttention`; `sdpa` takes it as a
+float mask (`auto`: single queries only); `flex` (and `auto` on CUDA) reads c in a score_mod. Later keys,
+extensions, S2-Attn, additive-bias schemes, sinks, softcaps and materialised biases are ConfigErrors."""
 
 from __future__ import annotations
 
@@ -113,9 +105,7 @@ def _key_ranges(ctx: AttentionContext) -> Callable[[int, int], list[tuple[int, i
 
 
 def _tile_mask(ctx: AttentionContext) -> Callable[[int, int, int, int], Tensor | None]:
-    """A tile's visible pairs (c, n), or None where the mask shows the whole tile. Over contiguous positions a mask
-    of the distance alone is first asked about the tile's c + n distances: a tile it shows whole or hides whole
-    needs no (c, n) evaluation."""
+    """A tile's visible pairs (c, n), or None where the mask shows the whole tile (asked first by distance)."""
     mask, q_pos, k_pos = ctx.mask, ctx.q_pos, ctx.k_pos
     facts = ctx.facts
     runs = facts.q_contiguous and facts.k_contiguous and facts.n_q > 0 and facts.n_k > 0
