@@ -80,21 +80,17 @@ class AttentionContext:
     dtype: torch.dtype = torch.float32
     head_dim: int | None = None
     layout: PositionLayout | None = None
-    #: learned sink logits (H,): one more term exp(sink_h) in each softmax's denominator (gpt-oss), or None; per
-    #: row (H, Lq) in a context whose grouped-query heads are folded into rows (`fold_heads`)
+    #: learned sink logits (H,) in each softmax's denominator (gpt-oss), per row (H, Lq) after `fold_heads`
     sinks: Tensor | None = None
     #: logit softcapping: scores become tanh(s / softcap) softcap before the mask (Gemma 2), or None
     softcap: float | None = None
     #: the backend the call asked for: a registered name or "auto"
     backend: str = "auto"
-    #: an additive fp32 score tensor (B|1, H|1, Lq|1, Lk), added with the scheme's bias: after the scale, before
-    #: the temperature and the softcap (T5's `position_bias`), or None
+    #: an additive fp32 score tensor (B|1, H|1, Lq|1, Lk) added with the scheme's bias (T5's `position_bias`)
     score_bias: Tensor | None = None
-    #: a boolean padding mask (B|1, H|1, Lq|1, Lk), True where a pair is visible, combined with `mask`, or None;
-    #: a row it hides entirely attends to nothing (output 0)
+    #: a boolean padding mask (B|1, H|1, Lq|1, Lk), True visible, joined to `mask`; a row it hides gives 0
     padding: Tensor | None = None
-    #: FoX's forget bias c_i - c_j as c at the queries and keys (`lextra.attention.forget_bias`), or None; a call
-    #: carrying it runs the backends' forget paths (`lextra.attention.backends.forget`)
+    #: FoX's forget bias c_i - c_j as c at the queries and keys (`lextra.attention.backends.forget` runs it)
     forget: ForgetBias | None = None
 
     def __post_init__(self) -> None:
@@ -261,13 +257,13 @@ class AttentionBackend(ABC):
     `run(q, k, v, ctx)` computes it, `declines(ctx)` is why `auto` passes it over although it applies."""
 
     name: ClassVar[str] = "backend"
-    #: whether `run` applies a context's `score_bias` and `padding`; the dispatch never runs a backend that does not
-    #: on a call that carries them
+    #: whether `run` applies a context's `score_bias` and `padding` (the dispatch checks)
     takes_bias_and_padding: ClassVar[bool] = False
 
-    @abstractmethod
     def applies(self, ctx: AttentionContext) -> str | None:
-        """None when this backend computes the call exactly, else a one-line reason naming the fix."""
+        """None when this backend computes the call exactly (default: every call), else a one-line reason naming
+        the fix."""
+        return None
 
     @abstractmethod
     def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
@@ -287,8 +283,7 @@ class AttentionExtension:
 
     #: the wrapper's name, for errors
     name: str = "extension"
-    #: whether it treats every head alike, so that query heads sharing a key/value head may be folded into rows
-    #: (`AttentionContext.fold_heads`); False where heads differ (S2-Attn shifts half of them)
+    #: whether it treats every head alike, so grouped query heads may be folded into rows (`fold_heads`)
     heads_alike: ClassVar[bool] = False
 
     def backend_for(self, ctx: AttentionContext) -> AttentionBackend | None:

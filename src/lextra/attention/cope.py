@@ -155,9 +155,6 @@ class CopeTiled(AttentionBackend):
 
     name = "chunked"
 
-    def applies(self, ctx: AttentionContext) -> str | None:
-        return None
-
     def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
         return cope_tiled(q, k, v, ctx)
 

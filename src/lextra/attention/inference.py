@@ -23,8 +23,7 @@ class LayerInference:
     """One layer's inference state; `train_len` is the model's L_tr (the log-n scaling's)."""
 
     train_len: int
-    #: the mask the layer attends with when a call names none: its own (a plan's window or chunk, a model's
-    #: sliding window: `local`, which a call's mask does not replace) or the setup's; None: the model's default
+    #: the mask the layer attends with when a call names none (its own `local` one or the setup's), or None
     mask: Mask | None = None
     local: bool = False
     #: per-head softmax temperature (H,), None: 1

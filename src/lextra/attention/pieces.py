@@ -37,8 +37,7 @@ class AttentionPiece(nn.Module):
     name: ClassVar[str] = "piece"
     summary: ClassVar[str] = ""
     positional: ClassVar[str | None] = None
-    #: `attend` hands the attention call a position transform of its own (differential attention's half-width
-    #: RoPE): the layer then transforms neither q nor k before it, and a KV cache holds keys untransformed
+    #: `attend` applies its own position transform (diffattn): the layer and the KV cache leave q and k unrotated
     transforms_in_attend: ClassVar[bool] = False
     #: `attend` computes attention without a softmax (stick-breaking): analyses that read softmax weights refuse it
     replaces_softmax: ClassVar[bool] = False

@@ -30,14 +30,12 @@ from lextra.validate import check_bool
 
 #: keys per tile (and queries per block) of the tiled walk
 TILE = 256
-#: scores per step of the tiled walk, batch and heads included: it sets how many query blocks walk together, so
-#: that a step's (B, H, blocks, T, T) buffers stay small; 2^21 fp32 scores = 8 MiB
+#: scores per step of the tiled walk (batch and heads included): how many query blocks walk together
 GROUP_BUDGET = 1 << 21
 #: (query, key) pairs per row block of the row path, per batch row and head: 2^20 fp32 scores = 4 MiB
 ROW_BUDGET = 1 << 20
 REMAINDERS = ("bias", "value", "none")
-#: the tiled walk's log weights are clamped here before exp: exp below fp32's smallest normal number (e^-87.3)
-#: takes a slow denormal path on CPUs (5 to 10 times slower), and a weight of e^-87 per key is far below rounding
+#: the tiled walk's log weights are clamped here before exp (denormals are slow on CPUs; e^-87 is below rounding)
 LOG_FLOOR = -87.0
 #: the backends that run stick-breaking attention, and the path each takes
 PATHS = {"reference": "dense", "chunked": "tiled", "auto": "tiled"}

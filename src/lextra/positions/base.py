@@ -67,8 +67,7 @@ class PositionScheme(nn.Module):
     has_query_bias_mod: ClassVar[bool] = False
     #: the option a bare `name:VALUE` spec sets, or None
     positional: ClassVar[str | None] = None
-    #: the scores read q and k beyond their product (CoPE's gate-counted positions): only the backends written for
-    #: the scheme compute it (`lextra.attention.content`)
+    #: the scores read q and k beyond their product (CoPE): only `lextra.attention.content`'s backends compute it
     content_dependent: ClassVar[bool] = False
 
     def __init__(self, dims: HeadDims) -> None:

@@ -133,8 +133,5 @@ class ChunkedBackend(AttentionBackend):
     name = "chunked"
     takes_bias_and_padding = True
 
-    def applies(self, ctx: AttentionContext) -> str | None:
-        return None
-
     def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
         return chunked_attention(q, k, v, ctx)

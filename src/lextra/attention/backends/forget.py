@@ -55,9 +55,6 @@ class ForgetSdpa(AttentionBackend):
 
     name = "sdpa"
 
-    def applies(self, ctx: AttentionContext) -> str | None:
-        return None
-
     def declines(self, ctx: AttentionContext) -> str | None:
         return None if ctx.q_pos.numel() == 1 else "the float mask would hold the L x L forget bias"
 
@@ -78,9 +75,6 @@ class ForgetChunked(AttentionBackend):
     """Query blocks x key chunks (`TiledForgetAttention`), each tile's bias from slices of c; trains in O(L)."""
 
     name = "chunked"
-
-    def applies(self, ctx: AttentionContext) -> str | None:
-        return None
 
     def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
         assert ctx.forget is not None
@@ -153,18 +147,11 @@ class ForgetFlex(AttentionBackend):
             for c, n in ((ctx.forget.queries, pad_q), (ctx.forget.keys, pad_k))
         )
         rows = _inverse_tau(ctx, ctx.forget)
+        inverse = None if rows is None else F.pad(rows, (0, pad_q - Lq), value=1.0)
 
-        if rows is None:
-
-            def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-                return score + ((hq[b, h, q_idx] - hk[b, h, kv_idx]) + (lq[b, h, q_idx] - lk[b, h, kv_idx]))
-
-        else:
-            inverse = F.pad(rows, (0, pad_q - Lq), value=1.0)
-
-            def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-                diff = (hq[b, h, q_idx] - hk[b, h, kv_idx]) + (lq[b, h, q_idx] - lk[b, h, kv_idx])
-                return score + diff * inverse[0, h, q_idx]
+        def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            diff = (hq[b, h, q_idx] - hk[b, h, kv_idx]) + (lq[b, h, q_idx] - lk[b, h, kv_idx])
+            return score + (diff if inverse is None else diff * inverse[0, h, q_idx])
 
         block_mask = flex_block_mask(ctx.mask, ctx.q_pos, ctx.k_pos, q.device, ctx.facts)
         qp, kp, vp = (F.pad(t, (0, 0, 0, n - t.shape[-2])) for t, n in ((qs, pad_q), (kr, pad_k), (v, pad_k)))

@@ -77,9 +77,6 @@ class ReferenceBackend(AttentionBackend):
     name = "reference"
     takes_bias_and_padding = True
 
-    def applies(self, ctx: AttentionContext) -> str | None:
-        return None
-
     def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
         out = reference_attention(q, k, v, ctx)
         assert isinstance(out, Tensor)  # no weights asked for

@@ -48,8 +48,7 @@ def decoding_step(mask: Mask, facts: PositionLayout) -> bool:
     return mask.exactly_causal and facts.n_q > 0 and facts.n_k > 0 and facts.k_max <= facts.q_min
 
 
-#: head dims up to which torch's CPU flash kernel runs its unmasked call slower in bf16 than in fp32 (0.81x at 32,
-#: 0.87x at 64, 1.13x at 128; benchmarks/README.md, bf16 evaluation): there a bf16 call without autograd runs in fp32
+#: head dims up to which a bf16 call without autograd on CPU runs in fp32 (the flash kernel is faster there)
 CPU_FP32_HEAD_DIM = 64
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -53,25 +54,21 @@ _EMPTY, _FULL, _CAUSAL, _MASKED = range(4)
 TileBias = Callable[[Tensor, Tensor, slice, bool], Tensor]
 
 
+@dataclass
 class TileRun:
     """What the tiled loop needs of its caller: the scheme rotating q and k (None: as they are), the passes of a
     query block, the period blocks do not straddle, the sequence length, a name for errors, softcap, sinks, a
     per-tile score bias (`TileBias`) and the keys per tile past a block's first (None: the block's size)."""
 
-    def __init__(
-        self,
-        scheme: PositionScheme | None,
-        passes: Callable[[int, int], list[Pass]],
-        period: int | None,
-        seq_len: int | None,
-        label: str,
-        softcap: float | None = None,
-        sinks: Tensor | None = None,
-        bias: TileBias | None = None,
-        key_width: int | None = None,
-    ) -> None:
-        self.scheme, self.passes, self.period, self.seq_len, self.label = scheme, passes, period, seq_len, label
-        self.softcap, self.sinks, self.bias, self.key_width = softcap, sinks, bias, key_width
+    scheme: PositionScheme | None
+    passes: Callable[[int, int], list[Pass]]
+    period: int | None
+    seq_len: int | None
+    label: str
+    softcap: float | None = None
+    sinks: Tensor | None = None
+    bias: TileBias | None = None
+    key_width: int | None = None
 
     @classmethod
     def of_passes(cls, ctx: AttentionContext) -> tuple[TileRun, Tensor | None]:
