@@ -46,8 +46,7 @@ class AttentionOptions(TypedDict, total=False):
 
 
 def default_positions(q: Tensor, k: Tensor, q_pos: Tensor | None, k_pos: Tensor | None) -> tuple[Tensor, Tensor]:
-    """The positions `attention` uses: keys at 0..Lk-1 and queries the last Lq of them unless given; positions
-    that do not match the lengths are a ConfigError."""
+    """The positions `attention` uses unless given: keys at 0..Lk-1, queries the last Lq of them (checked)."""
     Lq, Lk = q.shape[-2], k.shape[-2]
     if k_pos is None:
         k_pos = torch.arange(Lk, device=q.device)
@@ -124,8 +123,7 @@ class AttentionContext:
         return allowed if self.padding is None else allowed & self.padding
 
     def rows(self, start: int, stop: int) -> AttentionContext:
-        """The context of queries start..stop - 1 alone (a query block): positions, temperature, sinks per row,
-        score bias and padding sliced to those rows."""
+        """The context of queries start..stop - 1 alone, its per-query tensors sliced to those rows."""
         tau = self.tau
         if tau is not None and tau.dim() > 0 and tau.shape[-1] != 1:
             tau = tau[..., start:stop]
@@ -160,8 +158,7 @@ class AttentionContext:
 
     @classmethod
     def build(cls, q: Tensor, k: Tensor, **options: Unpack[AttentionOptions]) -> AttentionContext:
-        """The context of `attention(q, k, v, **options)`: default positions, scale 1/sqrt(D), the temperature
-        normalised; mismatched lengths and bad temperatures, sinks or softcaps refused."""
+        """The context of `attention(q, k, v, **options)`: defaults filled in, bad options refused."""
         mask = build_mask(options.get("mask", "causal"))
         q_pos, k_pos, layout = options.get("q_pos"), options.get("k_pos"), options.get("layout")
         Lq, Lk = q.shape[-2], k.shape[-2]
@@ -214,8 +211,8 @@ def _score_bias(bias: Tensor | None, q: Tensor, k: Tensor) -> Tensor | None:
 
 
 def _padding(padding: Tensor | None, q: Tensor, k: Tensor) -> Tensor | None:
-    """A padding mask as a boolean `allowed` tensor: kept when boolean; an additive one (0 visible, the dtype's
-    min hidden, as Hugging Face builds them) visible where it is 0. Other dtypes are a ConfigError."""
+    """A padding mask as a boolean `allowed` tensor: kept when boolean, an additive one visible where it is 0;
+    other dtypes are a ConfigError."""
     if padding is None:
         return None
     _check_pairs("padding", padding, q, k)
@@ -261,8 +258,7 @@ class AttentionBackend(ABC):
     takes_bias_and_padding: ClassVar[bool] = False
 
     def applies(self, ctx: AttentionContext) -> str | None:
-        """None when this backend computes the call exactly (default: every call), else a one-line reason naming
-        the fix."""
+        """None when this backend computes the call exactly (default), else a one-line reason."""
         return None
 
     @abstractmethod
@@ -287,8 +283,7 @@ class AttentionExtension:
     heads_alike: ClassVar[bool] = False
 
     def backend_for(self, ctx: AttentionContext) -> AttentionBackend | None:
-        """The backend computing `ctx` under this wrapper for the backend the call asked for (`ctx.backend`), or
-        None where the dispatch chooses (a `PassExtension`)."""
+        """The backend computing `ctx` under this wrapper, or None where the dispatch chooses."""
         return None
 
     def retains(self, k_pos: Tensor, next_query: int) -> Tensor | None:

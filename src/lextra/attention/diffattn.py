@@ -96,8 +96,7 @@ class DifferentialAttention(AttentionPiece):
         return one - two + self.lambda_init(depth)
 
     def _half_scheme(self, scheme: PositionScheme | None) -> PositionScheme | None:
-        """The scheme both calls take: the layer's at the half width (`half_width_scheme`), kept per instance and
-        device."""
+        """The layer's scheme at the half width (`half_width_scheme`), kept per device."""
         if scheme is None:
             return None
         buffer = next(scheme.buffers(), None)

@@ -18,8 +18,7 @@ from lextra.errors import ConfigError
 
 
 class DocumentMask(Mask):
-    """Causal within each document of a row whose (L,) `documents` ids run in contiguous blocks; positions are the
-    row's indices 0..L-1."""
+    """Causal within each document of a row whose (L,) `documents` ids run in contiguous blocks."""
 
     name = "documents"
     summary = "causal within each document of a packed row, nothing across documents"

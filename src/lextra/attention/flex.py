@@ -85,11 +85,6 @@ def _layout(q_pos: Tensor, k_pos: Tensor, facts: PositionLayout | None = None) -
     return _Layout(n_q, n_k, pad_q, pad_k, q_rows, k_rows, q_lo - k_hi, (q_hi - q_lo) + (k_hi - k_lo) + 1)
 
 
-def _table_length(layout: _Layout) -> int:
-    """Per-distance tables' padded length: pad_q + pad_k (every contiguous case), else the bucket of the span."""
-    return max(layout.pad_q + layout.pad_k, bucket(layout.n_distances))
-
-
 def _mask_mod(mask: Mask, layout: _Layout, device: torch.device) -> Callable[..., Tensor]:
     """FlexAttention's mask_mod: real query and key, and the mask's rule on their positions."""
     q_rows, k_rows = layout.q_rows.to(device), layout.k_rows.to(device)
@@ -354,7 +349,7 @@ def _bias(
     """The scheme's bias as FlexAttention indexes it (a per-distance table, else the scheme's `query_bias_mod`),
     and the tensors it captures."""
     device = q_pos.device
-    n_table = _table_length(padded)
+    n_table = max(padded.pad_q + padded.pad_k, bucket(padded.n_distances))  # one length per pair of buckets
     if scheme.distance_only(q_pos):
         distance = torch.arange(padded.lo, padded.lo + padded.n_distances, device=device)
         table = scheme.distance_bias(distance).to(device)

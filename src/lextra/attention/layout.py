@@ -12,8 +12,7 @@ from torch import Tensor
 @dataclass(frozen=True)
 class PositionLayout:
     """How many query and key positions, their first / last / smallest / largest values (0 when empty), whether
-    each run is contiguous (goes up by exactly 1; an empty or 1-long run is) and whether the queries are exactly
-    the keys' positions (`same`)."""
+    each run is contiguous (up by exactly 1) and whether the queries are the keys' positions (`same`)."""
 
     n_q: int
     n_k: int

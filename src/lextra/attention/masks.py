@@ -102,8 +102,7 @@ class Mask:
         return (-UNBOUNDED, q_last) if self.causal else (-UNBOUNDED, UNBOUNDED)
 
     def key_spans(self, q_first: int, q_last: int) -> list[tuple[int, int]]:
-        """Sorted, disjoint inclusive ranges that hold every key visible to queries in [q_first, q_last], for
-        masks whose visible keys are not one run (attention sinks + a window); default: `key_range` alone."""
+        """Sorted, disjoint inclusive ranges holding every key visible to queries in [q_first, q_last]."""
         return [self.key_range(q_first, q_last)]
 
     def within(self, q_first: int, q_last: int) -> Mask:
@@ -217,8 +216,8 @@ class WindowMask(Mask):
 
 
 class BlockedMask(Mask):
-    """Causal attention cut into blocks of `block` positions: a query sees, causally, the keys of its own block and
-    of the `lookback` blocks before it (BCA: 1, chunked attention: 0). Not registered itself."""
+    """Causal attention in blocks of `block` positions: a query sees, causally, its own block and the
+    `lookback` blocks before it (BCA: 1, chunk: 0)."""
 
     causal = True
     lookback: ClassVar[int] = 0
@@ -313,8 +312,7 @@ class FullMask(Mask):
 
 
 def build_mask(spec: str | Mask | None, train_len: int | None = None, **options: Any) -> Mask:
-    """A mask from its spec, `name[:positional][,key=value...]` (`causal`, `window:256`, `bca:64`, `full`);
-    keyword `options` override the spec's."""
+    """A mask from its spec, `name[:positional][,key=value...]`; keyword `options` override the spec's."""
     if isinstance(spec, Mask):
         return spec
     return MASKS.build(spec or "causal", context={"train_len": train_len}, **options)

@@ -51,8 +51,7 @@ class AttentionPiece(nn.Module):
         return q, k
 
     def query_scale(self, positions: Tensor) -> Tensor | None:
-        """A factor (Lq,) or (H, Lq) on the queries at these positions (it divides the softmax temperature), or
-        None."""
+        """A factor (Lq,) or (H, Lq) on the queries at these positions, or None."""
         return None
 
     def transform_output(self, x: Tensor, out: Tensor) -> Tensor:
@@ -91,8 +90,7 @@ class AttentionPiece(nn.Module):
         return q, k, v
 
     def log_forget_gates(self, x: Tensor) -> Tensor | None:
-        """Log forget gates (B, H, L) fp32 whose cumulative sums bias the scores (FoX, `lextra.attention.fox`),
-        or None."""
+        """Log forget gates (B, H, L) fp32 whose cumulative sums bias the scores (FoX), or None."""
         return None
 
 
@@ -180,8 +178,7 @@ class OutputGate(AttentionPiece):
 
 @PIECES.register("sinks")
 class Sinks(AttentionPiece):
-    """One learned logit per head added to each softmax's denominator (gpt-oss); zero-initialised here (gpt-oss
-    draws N(0, 0.02))."""
+    """One learned logit per head in each softmax's denominator (gpt-oss), zero-initialised."""
 
     summary = "learned attention sink: one logit per head in the softmax denominator (gpt-oss)"
 

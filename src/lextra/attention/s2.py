@@ -64,8 +64,7 @@ def shifted_sparse_attention(
 
 
 class S2Backend(AttentionBackend):
-    """The dense S2-Attn pass over one window (`shifted_sparse_attention`) with the context's scheme, positions,
-    scale and temperature."""
+    """The dense S2-Attn pass over one window (`shifted_sparse_attention`)."""
 
     name = "s2"
 

@@ -69,12 +69,6 @@ def _scores(
     return z if softcap is None else cap_scores(z, softcap)
 
 
-def _visible(ctx: AttentionContext, q_pos: Tensor, k_pos: Tensor, attend_current: bool) -> Tensor:
-    """The pairs a query breaks its stick over: the mask's, and keys before the query (or at it, attend_current)."""
-    order = k_pos[None, :] <= q_pos[:, None] if attend_current else k_pos[None, :] < q_pos[:, None]
-    return ctx.mask.allowed(q_pos, k_pos) & order
-
-
 def _dense(
     qr: Tensor, kr: Tensor, v: Tensor, ctx: AttentionContext, q_pos: Tensor, tau: Tensor | None, attend_current: bool
 ) -> tuple[Tensor, Tensor]:
@@ -82,7 +76,9 @@ def _dense(
     scheme = ctx.scheme
     bias = scheme.bias(q_pos, ctx.k_pos) if scheme is not None and scheme.has_bias else None
     z = _scores(qr, kr, ctx.scale, bias, tau, ctx.softcap)
-    log_w, _ = stick(z, _visible(ctx, q_pos, ctx.k_pos, attend_current))
+    k_pos = ctx.k_pos  # keys before the query (or at it, attend_current) that the mask shows
+    order = k_pos[None, :] <= q_pos[:, None] if attend_current else k_pos[None, :] < q_pos[:, None]
+    log_w, _ = stick(z, ctx.mask.allowed(q_pos, k_pos) & order)
     weights = log_w.exp()
     return weights @ v.float(), weights.sum(-1)
 
@@ -93,14 +89,6 @@ def _tau(ctx: AttentionContext) -> Tensor | None:
     if tau is None:
         return None
     return tau.reshape(1, 1) if tau.dim() == 0 else tau.reshape(-1, tau.shape[-1])
-
-
-def dense_stickbreak(
-    q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext, attend_current: bool
-) -> tuple[Tensor, Tensor]:
-    """The reference: every query row at once; (out, mass), out (B, H, Lq, Dv) and mass (B, H, Lq) in fp32."""
-    qr, kr = rotate(ctx.scheme, q, k, ctx.q_pos, ctx.k_pos)
-    return _dense(qr, kr, v, ctx, ctx.q_pos, _tau(ctx), attend_current)
 
 
 def row_stickbreak(
@@ -307,7 +295,8 @@ class StickBreaking(AttentionPiece):
         path = self.path(ctx)
         with torch.autocast(q.device.type, enabled=False):
             if path == "dense":
-                out, mass = dense_stickbreak(q, k, v, ctx, self.attend_current)
+                qr, kr = rotate(ctx.scheme, q, k, ctx.q_pos, ctx.k_pos)
+                out, mass = _dense(qr, kr, v, ctx, ctx.q_pos, _tau(ctx), self.attend_current)
             elif tiles_apply(ctx):
                 out, mass = tiled_stickbreak(q, k, v, ctx, self.attend_current)
             else:

@@ -289,10 +289,7 @@ class FIRE(PositionScheme):
         bias = _buffer(workspace, "bias", H * c * n, torch.float32, device).view(H, c * n)
         ends = torch.bucketize(torch.stack(torch.aminmax(u)), breakpoints)
         if ends[0] == ends[1]:
-            # every pair of the block lies on one linear piece (common far from the diagonal, where
-            # u = psi(m - n) / psi(m) varies little): one fused multiply-add, no per-pair piece index or gathers.
-            # Blocks are not split further into column runs on one piece each: writing the (H, c, n) bias, not
-            # the gathers, dominates there (benchmarks/README.md).
+            # every pair of the block lies on one linear piece (common far from the diagonal): one multiply-add
             one = int(ends[0])
             torch.addcmul(intercept[:, one, None], slope[:, one, None], u.view(1, -1), out=bias)
             return bias.view(H, c, n)

@@ -24,11 +24,9 @@ def reverse_cumsum(gates: Tensor) -> Tensor:
 
 @register_scheme("cope")
 class CoPE(PositionScheme):
-    """Contextual position encoding: p_ij counts the query's sigmoid gates over keys j..i; the logits add
-    q_i . e(p_ij), e interpolated from a learned (head_dim, npos) table. `npos` defaults to L_tr + 1 (the authors'
-    block size + 1); `clamp` keeps counts past the table at its last entry as the authors do (false: a call whose
-    keys could count past it is refused); `nodiv` adds the position logits after the 1/sqrt(D) scale (the paper's
-    printed order) instead of before it (the authors' code)."""
+    """Contextual position encoding: p_ij counts the query's sigmoid gates over keys j..i, the logits add q_i . e(p_ij).
+    `npos` defaults to L_tr + 1 (the authors' block size + 1); `clamp` keeps counts past the table at its last entry
+    (false: refused); `nodiv` adds the position logits after the 1/sqrt(D) scale (the paper's printed order)."""
 
     summary = "contextual positions: counts of sigmoid(q.k) gates, interpolated learned table (Golovneva 2024)"
     positional = "npos"

@@ -38,9 +38,7 @@ def block_size_for(scheme: PositionScheme | None, n_keys: int, n_heads: int, req
         return max(1, int(requested))
     if scheme is None or not scheme.has_bias:
         return MAX_BLOCK
-    # FIRE past its threshold evaluates its MLP as linear pieces per (query, key) pair: under autograd in fp64
-    # (gathered slopes and intercepts, their product and the input: about 5 fp32 words per head); without, the
-    # bias, an offset, the input and its piece index
+    # fp32 words per (query, key) pair of FIRE's linear pieces past its threshold (fp64 under autograd)
     if not scheme.bias_per_query:
         per_pair = n_heads
     elif torch.is_grad_enabled():

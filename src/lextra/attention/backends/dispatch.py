@@ -27,8 +27,8 @@ AUTO_ORDER: dict[str, list[str]] = {"cpu": [], "cuda": []}
 
 
 def register_backend(backend: AttentionBackend, *, auto: dict[str, int | None] | None = None) -> AttentionBackend:
-    """Add `backend` under its name; `auto` maps device types to the place `auto` asks it at (0 = first, None
-    = last; a device type not named does not consult it). Registering a name again replaces that backend."""
+    """Add `backend` under its name; `auto` maps device types to the place `auto` asks it at (0 = first,
+    None = last). Registering a name again replaces that backend."""
     if not backend.name or backend.name == "auto":
         raise ConfigError(f"an attention backend needs a name other than 'auto', got {backend.name!r}")
     REGISTERED[backend.name] = backend
@@ -63,8 +63,7 @@ def get_backend(name: str) -> AttentionBackend:
 
 
 def applies(backend: AttentionBackend, ctx: AttentionContext) -> str | None:
-    """Why `backend` cannot compute `ctx` exactly (None: it can): a call with a materialised score bias or padding
-    mask needs a backend that takes them (`takes_bias_and_padding`), then the backend's own `applies`."""
+    """Why `backend` cannot compute `ctx` exactly (None: it can), materialised tensors checked first."""
     if ctx.materialised and not backend.takes_bias_and_padding:
         return (
             f"the {backend.name} backend does not apply a materialised score bias or padding mask; "
@@ -122,8 +121,7 @@ def passes_path(ctx: AttentionContext) -> str:
 
 
 def passes_backend(ctx: AttentionContext) -> AttentionBackend:
-    """The backend running the context's extension passes (`passes_path`), once the call is checked: a causal
-    mask (the method sets its own visibility), no score bias or padding, a scheme and length the method takes."""
+    """The backend running the context's extension passes (`passes_path`), once the call is checked."""
     method = ctx.passes
     assert method is not None
     name = method.name
@@ -138,8 +136,7 @@ def passes_backend(ctx: AttentionContext) -> AttentionBackend:
 
 
 def run_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-    """Attention for a built context, through the backend `resolve_backend` picks; grouped-query keys and values
-    (fewer heads than q) folded onto (`folds`) or expanded to the query heads."""
+    """Attention for a built context; grouped-query keys and values folded (`folds`) or expanded."""
     groups = kv_groups(q, k, v)
     if groups > 1 and folds(ctx):
         return folded_attention(q, k, v, ctx, groups)
@@ -149,8 +146,7 @@ def run_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Ten
 
 
 def kv_groups(q: Tensor, k: Tensor, v: Tensor) -> int:
-    """How many query heads each key/value head serves (H / Hkv); a ConfigError unless Hkv divides H and k and v
-    have as many heads."""
+    """How many query heads each key/value head serves (H / Hkv), checked."""
     heads, kv_heads = q.shape[1], k.shape[1]
     if v.shape[1] != kv_heads or kv_heads == 0 or heads % kv_heads:
         raise ConfigError(
@@ -160,8 +156,7 @@ def kv_groups(q: Tensor, k: Tensor, v: Tensor) -> int:
 
 
 def expand_kv(x: Tensor, groups: int) -> Tensor:
-    """Grouped-query keys or values (B, Hkv, L, D) as (B, Hkv x groups, L, D): head j serves query heads
-    j x groups .. j x groups + groups - 1."""
+    """Grouped-query keys or values (B, Hkv, L, D) as (B, Hkv x groups, L, D), head j repeated in place."""
     return x if groups == 1 else x.repeat_interleave(groups, dim=1)
 
 
@@ -203,8 +198,7 @@ def auto_backend(
     device: torch.device | str = "cpu",
     dtype: torch.dtype = torch.float32,
 ) -> str:
-    """What `backend="auto"` runs for these positions under the current grad mode (`choose_backend`), decided from
-    declarations and position values (no tensor on `device` is needed)."""
+    """What `backend="auto"` runs for these positions under the current grad mode (`choose_backend`)."""
     ctx = AttentionContext(scheme, mask, q_pos, k_pos, 1.0, device=torch.device(device), dtype=dtype)
     return choose_backend(ctx).name
 
