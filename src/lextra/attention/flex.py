@@ -164,16 +164,15 @@ def flex_block_mask(
     key = None
     if facts.q_contiguous and facts.k_contiguous and facts.n_q and facts.n_k:
         key = (type(mask), repr(mask), facts.n_q, facts.n_k, facts.q_first, facts.k_first, str(device))
-        cached = _cached(_BLOCK_MASKS, key)
-        if cached is not None:
-            return cached
-    padded = _layout(q_pos, k_pos, facts)
-    partial, full = _classify_blocks(mask, padded, q_pos, k_pos)
-    block_mask = _from_blocks(partial, full, _mask_mod(mask, padded, device), (padded.pad_q, padded.pad_k))
-    _BUILT[block_mask] = (repr(mask), q_pos, k_pos)
-    if key is not None:
-        _remember(_BLOCK_MASKS, key, block_mask)
-    return block_mask
+
+    def build() -> BlockMask:
+        padded = _layout(q_pos, k_pos, facts)
+        partial, full = _classify_blocks(mask, padded, q_pos, k_pos)
+        block_mask = _from_blocks(partial, full, _mask_mod(mask, padded, device), (padded.pad_q, padded.pad_k))
+        _BUILT[block_mask] = (repr(mask), q_pos, k_pos)
+        return block_mask
+
+    return _cached(_BLOCK_MASKS, key, build)
 
 
 def _from_blocks(partial: Tensor, full: Tensor, mask_mod: Any, seq_lengths: tuple[int, int]) -> BlockMask:
@@ -185,19 +184,19 @@ def _from_blocks(partial: Tensor, full: Tensor, mask_mod: Any, seq_lengths: tupl
     )
 
 
-def _cached(cache: OrderedDict[tuple, BlockMask], key: tuple) -> BlockMask | None:
-    """The BlockMask cached under `key` (marked most recently used), or None."""
-    found = cache.get(key)
-    if found is not None:
+def _cached(cache: OrderedDict[tuple, BlockMask], key: tuple | None, build: Callable[[], BlockMask]) -> BlockMask:
+    """The BlockMask cached under `key` (marked most recently used), else `build()`'s, cached under a key that is
+    not None (the least recently used dropped beyond `BLOCK_MASK_CACHE` entries)."""
+    found = None if key is None else cache.get(key)
+    if key is not None and found is not None:
         cache.move_to_end(key)
-    return found
-
-
-def _remember(cache: OrderedDict[tuple, BlockMask], key: tuple, block_mask: BlockMask) -> None:
-    """Cache `block_mask` under `key`, dropping the least recently used beyond `BLOCK_MASK_CACHE` entries."""
-    cache[key] = block_mask
-    while len(cache) > BLOCK_MASK_CACHE:
-        cache.popitem(last=False)
+        return found
+    block_mask = build()
+    if key is not None:
+        cache[key] = block_mask
+        while len(cache) > BLOCK_MASK_CACHE:
+            cache.popitem(last=False)
+    return block_mask
 
 
 def _table_bias(table: Tensor, q_shift: Tensor, k_rows: Tensor) -> QueryBias:
@@ -513,17 +512,14 @@ def band_block_mask(
     device = q_pos.device
     n_q, n_k = q_pos.numel(), k_pos.numel()
     pad_q, pad_k = padded_lengths(n_q, n_k)
-    key = None
-    if first is not None:
-        key = (n_q, n_k, *first, *distance, *keys, str(device))
-        cached = _cached(_BAND_MASKS, key)
-        if cached is not None:
-            return cached
-    partial, every = _band_blocks(q_pos, k_pos, pad_q, pad_k, distance, keys)
-    block_mask = _from_blocks(partial, every, _band_mod(q_pos, k_pos, pad_q, pad_k, distance, keys), (pad_q, pad_k))
-    if key is not None:
-        _remember(_BAND_MASKS, key, block_mask)
-    return block_mask
+    key = None if first is None else (n_q, n_k, *first, *distance, *keys, str(device))
+
+    def build() -> BlockMask:
+        partial, every = _band_blocks(q_pos, k_pos, pad_q, pad_k, distance, keys)
+        mask_mod = _band_mod(q_pos, k_pos, pad_q, pad_k, distance, keys)
+        return _from_blocks(partial, every, mask_mod, (pad_q, pad_k))
+
+    return _cached(_BAND_MASKS, key, build)
 
 
 def _band_blocks(
