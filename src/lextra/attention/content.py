@@ -20,8 +20,7 @@ class ContentAttention(ABC):
 
     @abstractmethod
     def backend_for(self, ctx: AttentionContext) -> AttentionBackend:
-        """The backend computing `ctx` for the backend it asked for (`ctx.backend`); a one-line ConfigError naming
-        the ones it has where it has none."""
+        """The backend computing `ctx` for the backend it asked for, or a ConfigError naming its backends."""
 
     @abstractmethod
     def logits(self, q: Tensor, k: Tensor, ctx: AttentionContext) -> Tensor:

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from lextra.attention.backends.common import cap_scores, key_indices
+from lextra.attention.backends.common import blockwise, cap_scores, key_indices
 from lextra.attention.backends.reference import ReferenceBackend
 from lextra.attention.content import CONTENT, ContentAttention
 from lextra.attention.context import AttentionBackend, AttentionContext
@@ -125,29 +125,21 @@ def _query_block(q: Tensor, k: Tensor, v: Tensor, scheme: CoPE, ctx: AttentionCo
 
 
 def cope_tiled(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-    """CoPE attention in query blocks x key tiles (`_query_block`), each block recomputed in the backward pass
-    on the CPU."""
+    """CoPE attention in query blocks x key tiles (`_query_block`), recomputed in the backward on the CPU."""
     scheme = _cope(ctx)
     Lq = q.shape[-2]
     tile = max(1, int(ctx.block_size or COPE_TILE))
+    if Lq == 0:
+        return q.new_zeros(*q.shape[:-1], v.shape[-1])
     training = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, scheme.pos_emb))
     recompute = training and q.device.type == "cpu"
-    out = None if training else q.new_empty(*q.shape[:-1], v.shape[-1])
-    outputs: list[Tensor] = []
     rows = min(tile, COPE_TRAIN_ROWS) if recompute else tile
-    for start in range(0, Lq, rows):
-        qc = q[..., start : start + rows, :]
-        if recompute:
-            block = checkpoint(_query_block, qc, k, v, scheme, ctx, start, tile, use_reentrant=False)
-            outputs.append(block.to(v.dtype))
-        elif training:
-            outputs.append(_query_block(qc, k, v, scheme, ctx, start, tile).to(v.dtype))
-        else:
-            assert out is not None
-            out[..., start : start + rows, :] = _query_block(qc, k, v, scheme, ctx, start, tile)
-    if out is not None:
-        return out
-    return torch.cat(outputs, dim=-2) if outputs else q.new_zeros(*q.shape[:-1], v.shape[-1])
+
+    def attend(start: int, stop: int) -> Tensor:
+        args = (q[..., start:stop, :], k, v, scheme, ctx, start, tile)
+        return checkpoint(_query_block, *args, use_reentrant=False) if recompute else _query_block(*args)
+
+    return blockwise(q, v, [(start, min(start + rows, Lq)) for start in range(0, Lq, rows)], attend)
 
 
 class CopeTiled(AttentionBackend):

@@ -46,8 +46,7 @@ class LayerInference:
     def query_temperature(
         self, q_pos: Tensor, k_pos: Tensor, mask: Mask, scales: Sequence[Tensor] = (), learned: Tensor | None = None
     ) -> Tensor | None:
-        """The softmax temperature (None, (H,) or (H, Lq)): the layer's, divided by the log-n factor and the query
-        `scales` ((Lq,) or (H, Lq))."""
+        """The softmax temperature (None, (H,) or (H, Lq)) over the log-n factor and the query `scales`."""
         tau = self.temperature
         if tau is not None and tau.device != q_pos.device:  # the model moved since the setup
             tau = self.temperature = tau.to(q_pos.device)

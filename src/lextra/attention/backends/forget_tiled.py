@@ -113,8 +113,7 @@ def _flash_forward(
 
 
 class TiledForgetAttention(torch.autograd.Function):
-    """softmax(q k^T scale + (c_i - c_j) r_i, masked) v over tiles; r (1|B, H, Lq) the inverse temperature or
-    None. Rows that see no key give 0."""
+    """softmax(q k^T scale + (c_i - c_j) r_i, masked) v over tiles, r the inverse temperature or None."""
 
     @staticmethod
     def forward(
