@@ -1,8 +1,5 @@
-"""Attention whose scores read q and k beyond their product: schemes that declare `content_dependent` (CoPE's
-gate-counted positions). Each registers one `ContentAttention` under its own name here, which names the backend
-that computes a call for the backend the call asked for, or refuses it in one line (a fused kernel or a
-FlexAttention score_mod, which sees one score at a time, cannot carry a row's running sums). The dispatch
-(`lextra.attention.backends.dispatch.resolve_backend`) routes every call with such a scheme here."""
+"""Attention whose scores read q and k beyond their product (`content_dependent` schemes: CoPE). Each registers
+one `ContentAttention` here, naming the backend that computes a call or refusing it in one line."""
 
 from __future__ import annotations
 
@@ -23,8 +20,7 @@ class ContentAttention(ABC):
 
     @abstractmethod
     def backend_for(self, ctx: AttentionContext) -> AttentionBackend:
-        """The backend computing `ctx` for the backend it asked for (`ctx.backend`); a one-line ConfigError naming
-        the ones it has where it has none."""
+        """The backend computing `ctx` for the backend it asked for, or a ConfigError naming its backends."""
 
     @abstractmethod
     def logits(self, q: Tensor, k: Tensor, ctx: AttentionContext) -> Tensor:

@@ -1,15 +1,7 @@
 """The attention seam's types: the call's `AttentionContext`, the `AttentionBackend` and `AttentionExtension`
-interfaces, and the keyword options `attention(q, k, v, **options)` builds a context from.
-
-Every backend computes `run(q, k, v, ctx)`: the context carries everything a call applies besides q, k and v
-(scheme, mask, positions, scale, temperature, block size, sinks, softcap, a materialised score bias and padding
-mask), the backend it asked for (`backend`, "auto" by default) and the extension or wrapper it attends through
-(`extension`), checked and normalised once.
-An extension is a wrapper: a training-free method (a `PassExtension`, whose passes the `reference`, `tiled` and
-`flex` backends run) or S2-Attn, which names the backend computing a call under it
-(`AttentionExtension.backend_for`), so one dispatch (`lextra.attention.backends.run_attention`) serves plain and
-extended calls alike.
-"""
+interfaces, and the keyword options `attention(q, k, v, **options)` builds a context from. Every backend computes
+`run(q, k, v, ctx)`; an extension is a wrapper: a training-free method (a `PassExtension`, whose passes the
+backends run) or S2-Attn, which names the backend computing a call under it (`AttentionExtension.backend_for`)."""
 
 from __future__ import annotations
 
@@ -31,12 +23,10 @@ from lextra.positions.base import PositionScheme
 class AttentionOptions(TypedDict, total=False):
     """The keyword options of `attention(q, k, v, **options)` and `AttentionContext.build(q, k, **options)`.
 
-    `temperature` divides the logits (scalar, (H,) or (H, Lq)); `scale` defaults to 1/sqrt(D); `backend` names a
-    registered backend or "auto"; `layout` gives the positions' host-side facts where the caller knows them;
-    `sinks` (H,) adds a learned logit per head to each softmax's denominator (gpt-oss); `softcap` caps the scores
-    as tanh(s / c) c before the mask (Gemma 2); `score_bias` is an additive score tensor broadcastable to
-    (B, H, Lq, Lk) (T5's `position_bias`); `padding` a padding mask broadcastable to (B, 1|H, Lq, Lk), boolean
-    (True: visible) or additive (0 visible, the dtype's min hidden; Hugging Face's `attention_mask`)."""
+    `temperature` divides the logits (scalar, (H,) or (H, Lq)); `sinks` (H,) add a learned logit per head to
+    each denominator (gpt-oss); `softcap` caps scores as tanh(s / c) c (Gemma 2); `score_bias` is additive,
+    broadcastable to (B, H, Lq, Lk) (T5); `padding` broadcastable to (B, 1|H, Lq, Lk), boolean (True: visible) or
+    additive (0 visible)."""
 
     scheme: PositionScheme | None
     mask: Mask | str | None
@@ -56,8 +46,7 @@ class AttentionOptions(TypedDict, total=False):
 
 
 def default_positions(q: Tensor, k: Tensor, q_pos: Tensor | None, k_pos: Tensor | None) -> tuple[Tensor, Tensor]:
-    """The positions `attention` uses: keys at 0..Lk-1 and queries the last Lq of them unless given; positions
-    that do not match the lengths are a ConfigError."""
+    """The positions `attention` uses unless given: keys at 0..Lk-1, queries the last Lq of them (checked)."""
     Lq, Lk = q.shape[-2], k.shape[-2]
     if k_pos is None:
         k_pos = torch.arange(Lk, device=q.device)
@@ -74,14 +63,9 @@ def default_positions(q: Tensor, k: Tensor, q_pos: Tensor | None, k_pos: Tensor 
 class AttentionContext:
     """Everything one attention call applies besides q, k and v, checked and normalised once.
 
-    `tau` is the temperature as a (H, Lq) -broadcastable fp32 tensor (a layer's log-n scaling folded in by the
-    layer), or None for 1; `extension` the wrapper the call attends through (a training-free extension method,
-    S2-Attn), or None; `backend` the backend the call asked for ("auto": the first of the device's order that
-    applies). `device`, `dtype` and `head_dim` describe q, so a backend decides from the context alone.
-
-    `score_bias` and `padding` are materialised (B|1, H|1, Lq|1, Lk) tensors (Hugging Face's T5 bias and padding
-    masks): only backends that declare `takes_bias_and_padding` run a call that carries them.
-    """
+    `tau` is the temperature as a (H, Lq) -broadcastable fp32 tensor, or None for 1; `device`, `dtype` and `head_dim`
+    describe q, so a backend decides from the context alone. `score_bias` and `padding` are materialised (B|1, H|1,
+    Lq|1, Lk) tensors, run only by backends that declare `takes_bias_and_padding`."""
 
     scheme: PositionScheme | None
     mask: Mask
@@ -95,21 +79,17 @@ class AttentionContext:
     dtype: torch.dtype = torch.float32
     head_dim: int | None = None
     layout: PositionLayout | None = None
-    #: learned sink logits (H,): one more term exp(sink_h) in each softmax's denominator (gpt-oss), or None; per
-    #: row (H, Lq) in a context whose grouped-query heads are folded into rows (`fold_heads`)
+    #: learned sink logits (H,) in each softmax's denominator (gpt-oss), per row (H, Lq) after `fold_heads`
     sinks: Tensor | None = None
     #: logit softcapping: scores become tanh(s / softcap) softcap before the mask (Gemma 2), or None
     softcap: float | None = None
     #: the backend the call asked for: a registered name or "auto"
     backend: str = "auto"
-    #: an additive fp32 score tensor (B|1, H|1, Lq|1, Lk), added with the scheme's bias: after the scale, before
-    #: the temperature and the softcap (T5's `position_bias`), or None
+    #: an additive fp32 score tensor (B|1, H|1, Lq|1, Lk) added with the scheme's bias (T5's `position_bias`)
     score_bias: Tensor | None = None
-    #: a boolean padding mask (B|1, H|1, Lq|1, Lk), True where a pair is visible, combined with `mask`, or None;
-    #: a row it hides entirely attends to nothing (output 0)
+    #: a boolean padding mask (B|1, H|1, Lq|1, Lk), True visible, joined to `mask`; a row it hides gives 0
     padding: Tensor | None = None
-    #: FoX's forget bias c_i - c_j as c at the queries and keys (`lextra.attention.forget_bias`), or None; a call
-    #: carrying it runs the backends' forget paths (`lextra.attention.backends.forget`)
+    #: FoX's forget bias c_i - c_j as c at the queries and keys (`lextra.attention.backends.forget` runs it)
     forget: ForgetBias | None = None
 
     def __post_init__(self) -> None:
@@ -143,8 +123,7 @@ class AttentionContext:
         return allowed if self.padding is None else allowed & self.padding
 
     def rows(self, start: int, stop: int) -> AttentionContext:
-        """The context of queries start..stop - 1 alone (a query block): positions, temperature, sinks per row,
-        score bias and padding sliced to those rows."""
+        """The context of queries start..stop - 1 alone, its per-query tensors sliced to those rows."""
         tau = self.tau
         if tau is not None and tau.dim() > 0 and tau.shape[-1] != 1:
             tau = tau[..., start:stop]
@@ -162,10 +141,9 @@ class AttentionContext:
         )
 
     def fold_heads(self, heads: int, groups: int) -> AttentionContext:
-        """The context of this call with the query heads that share a key/value head folded into its query rows:
-        q (B, heads, Lq, D) read as (B, heads / groups, groups x Lq, D), head h = j x groups + g at row g x Lq + i
-        of key/value head j. Query positions repeat per folded head; the temperature and the sinks become per row.
-        Exact wherever heads differ in nothing else (`lextra.attention.backends.dispatch.folds` checks)."""
+        """The context with the query heads sharing a key/value head folded into its rows: q (B, heads, Lq, D) read
+        as (B, heads / groups, groups x Lq, D), head h = j x groups + g at row g x Lq + i of key/value head j; the
+        temperature and sinks become per row."""
         facts, n_q = self.facts, self.q_pos.numel()
         n = n_q * groups
         # the same first, last, smallest and largest positions; repeated runs are not contiguous
@@ -180,9 +158,7 @@ class AttentionContext:
 
     @classmethod
     def build(cls, q: Tensor, k: Tensor, **options: Unpack[AttentionOptions]) -> AttentionContext:
-        """The context of `attention(q, k, v, **options)`: default positions (keys at 0..Lk-1, queries the last Lq
-        of them), scale 1/sqrt(D), the temperature normalised; mismatched lengths and bad temperatures, sinks or
-        softcaps refused. Default positions need no `layout`; other positions are read once (`PositionLayout.of`)."""
+        """The context of `attention(q, k, v, **options)`: defaults filled in, bad options refused."""
         mask = build_mask(options.get("mask", "causal"))
         q_pos, k_pos, layout = options.get("q_pos"), options.get("k_pos"), options.get("layout")
         Lq, Lk = q.shape[-2], k.shape[-2]
@@ -235,8 +211,8 @@ def _score_bias(bias: Tensor | None, q: Tensor, k: Tensor) -> Tensor | None:
 
 
 def _padding(padding: Tensor | None, q: Tensor, k: Tensor) -> Tensor | None:
-    """A padding mask as a boolean `allowed` tensor: kept when boolean; an additive one (0 visible, the dtype's
-    min hidden, as Hugging Face builds them) visible where it is 0. Other dtypes are a ConfigError."""
+    """A padding mask as a boolean `allowed` tensor: kept when boolean, an additive one visible where it is 0;
+    other dtypes are a ConfigError."""
     if padding is None:
         return None
     _check_pairs("padding", padding, q, k)
@@ -275,17 +251,15 @@ def _temperature(temperature: Tensor | float | None, q: Tensor) -> Tensor | None
 
 class AttentionBackend(ABC):
     """One way to compute attention: `applies(ctx)` says why it cannot compute a call exactly (None: it can),
-    `run(q, k, v, ctx)` computes it. `declines(ctx)` is why `auto` passes it over although it applies (a cheaper
-    path exists); an explicitly chosen backend runs whenever it applies."""
+    `run(q, k, v, ctx)` computes it, `declines(ctx)` is why `auto` passes it over although it applies."""
 
     name: ClassVar[str] = "backend"
-    #: whether `run` applies a context's `score_bias` and `padding`; the dispatch never runs a backend that does not
-    #: on a call that carries them
+    #: whether `run` applies a context's `score_bias` and `padding` (the dispatch checks)
     takes_bias_and_padding: ClassVar[bool] = False
 
-    @abstractmethod
     def applies(self, ctx: AttentionContext) -> str | None:
-        """None when this backend computes the call exactly, else a one-line reason naming the fix."""
+        """None when this backend computes the call exactly (default), else a one-line reason."""
+        return None
 
     @abstractmethod
     def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
@@ -300,20 +274,16 @@ class AttentionBackend(ABC):
 
 
 class AttentionExtension:
-    """A wrapper a layer attends through: a training-free extension method (a `PassExtension`, whose passes the
-    dispatch's backends run: `lextra.extend.ExtensionMethod`) or S2-Attn (`lextra.attention.s2.S2Attention`), which
-    names the backend computing a call under it (`backend_for`); `retains` says which cached keys later queries
-    still see."""
+    """A wrapper a layer attends through: a training-free extension method (a `PassExtension`) or S2-Attn, which
+    names the backend computing a call under it (`backend_for`); `retains` says which cached keys later queries see."""
 
     #: the wrapper's name, for errors
     name: str = "extension"
-    #: whether it treats every head alike, so that query heads sharing a key/value head may be folded into rows
-    #: (`AttentionContext.fold_heads`); False where heads differ (S2-Attn shifts half of them)
+    #: whether it treats every head alike, so grouped query heads may be folded into rows (`fold_heads`)
     heads_alike: ClassVar[bool] = False
 
     def backend_for(self, ctx: AttentionContext) -> AttentionBackend | None:
-        """The backend computing `ctx` under this wrapper for the backend the call asked for (`ctx.backend`), or
-        None where the dispatch chooses (a `PassExtension`)."""
+        """The backend computing `ctx` under this wrapper, or None where the dispatch chooses."""
         return None
 
     def retains(self, k_pos: Tensor, next_query: int) -> Tensor | None:
@@ -322,10 +292,9 @@ class AttentionExtension:
 
 
 class PassExtension(AttentionExtension, ABC):
-    """An extension whose passes the backends run (a training-free extension method, `lextra.extend.ExtensionMethod`):
-    the formula (`remap`, `query_scale`) for the dense reference, and per block of queries inside one `period` the
-    passes (`lextra.attention.masks.Pass`) whose partial softmaxes merge by log-sum-exp. The passes set their own
-    visibility, so the call's mask must be causal; every head is treated alike."""
+    """An extension whose passes the backends run (`lextra.extend.ExtensionMethod`): the formula (`remap`,
+    `query_scale`) for the dense reference, and per block of queries inside one `period` the passes whose partial
+    softmaxes merge by log-sum-exp. The call's mask must be causal."""
 
     heads_alike = True
     #: query blocks of the fast path are cut at multiples of this many positions, or None

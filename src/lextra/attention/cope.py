@@ -1,21 +1,13 @@
 """CoPE's backends (Golovneva et al. 2024, arXiv 2405.18719; the scheme is `lextra.positions.cope`).
 
 - `reference`: dense (B, H, Lq, Lk) scores, gates and counts in fp32, as the authors' module computes them.
-- `chunked` (and `auto`): query blocks, each walking its key tiles from the diagonal leftwards and carrying each
-  row's running gate count into the next tile on the left, the tiles merged by an online softmax: memory
-  O(Lq x tile), any mask (a tile's visibility from `Mask.allowed`), any device. Under autograd on the CPU each
-  block of `COPE_TRAIN_ROWS` queries is recomputed in the backward pass (activation checkpointing), so training
-  holds one block's tiles over its keys at a time: O(L x rows) (other devices keep every tile's activations:
-  O(Lq x Lk), no recomputation). A decoding step (one query over the cached keys) is the same walk over one row:
-  equal to the full forward.
-- `flex` and `sdpa` are refused: a score_mod or a fused kernel sees one score at a time and cannot carry the
-  reverse cumulative sum of gates along a query's keys.
+- `chunked` (and `auto`): query blocks walking their key tiles from the diagonal leftwards, carrying each row's
+  gate count, merged by an online softmax; under autograd on CPU blocks of `COPE_TRAIN_ROWS` are recomputed in
+  the backward pass.
+- `flex` and `sdpa` are refused: they see one score at a time and cannot carry the count.
 
-The score is s = q . k * scale; gates sigmoid(s), 0 where masked; counts the reverse cumulative sum of the gates
-along the keys, clamped to npos - 1; logits (s + q . e(count) * scale') / tau, scale' the scale (the authors'
-code) or 1 (`nodiv`). A softcap caps the logits before the mask and learned sinks join each softmax's denominator,
-as in the reference backend; a materialised score bias or padding mask is not taken.
-"""
+Logits are (s + q . e(count) * scale') / tau with s = q . k * scale, scale' the scale or 1 (`nodiv`); softcap and
+sinks as in the reference; no materialised score bias or padding."""
 
 from __future__ import annotations
 
@@ -23,7 +15,7 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from lextra.attention.backends.common import cap_scores, key_indices
+from lextra.attention.backends.common import blockwise, cap_scores, key_indices
 from lextra.attention.backends.reference import ReferenceBackend
 from lextra.attention.content import CONTENT, ContentAttention
 from lextra.attention.context import AttentionBackend, AttentionContext
@@ -58,9 +50,7 @@ def _finish(logits: Tensor, ctx: AttentionContext, tau: Tensor | None, inplace: 
 
 
 def cope_logits(q: Tensor, k: Tensor, ctx: AttentionContext, allowed: Tensor | None = None) -> Tensor:
-    """Dense CoPE logits (B, H, Lq, Lk) in fp32 before the mask (masked keys count nothing), as the authors'
-    module computes them: gates sigmoid(q . k scale) masked, counted from each key to the query, clamped,
-    interpolated, then over the temperature and capped."""
+    """Dense CoPE logits (B, H, Lq, Lk) in fp32 before the mask, as the authors' module computes them."""
     scheme = _cope(ctx)
     allowed = ctx.mask.allowed(ctx.q_pos, ctx.k_pos) if allowed is None else allowed
     scores = (q.float() @ k.float().transpose(-1, -2)) * ctx.scale
@@ -93,9 +83,8 @@ def _fully_visible(ctx: AttentionContext, q_index: int, hi: int) -> bool:
 
 
 def _query_block(q: Tensor, k: Tensor, v: Tensor, scheme: CoPE, ctx: AttentionContext, start: int, tile: int) -> Tensor:
-    """One query block's CoPE attention (B, H, c, Dv) in fp32, walking its key tiles right to left with each
-    row's gate count carried and an online softmax (running max, denominator and output). Each tile's keys are
-    taken last first, so that a cumulative sum along them is the reverse one the counts need."""
+    """One query block's CoPE attention (B, H, c, Dv) in fp32, walking its key tiles right to left (each tile's keys
+    last first) with each row's gate count carried and an online softmax."""
     B, H, c, _ = q.shape
     qp = ctx.q_pos[start : start + c]
     tau = None if ctx.tau is None else (ctx.tau if ctx.tau.shape[-1] == 1 else ctx.tau[..., start : start + c])
@@ -136,38 +125,27 @@ def _query_block(q: Tensor, k: Tensor, v: Tensor, scheme: CoPE, ctx: AttentionCo
 
 
 def cope_tiled(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-    """CoPE attention in query blocks x key tiles (`_query_block`), each block recomputed in the backward pass
-    on the CPU."""
+    """CoPE attention in query blocks x key tiles (`_query_block`), recomputed in the backward on the CPU."""
     scheme = _cope(ctx)
     Lq = q.shape[-2]
     tile = max(1, int(ctx.block_size or COPE_TILE))
+    if Lq == 0:
+        return q.new_zeros(*q.shape[:-1], v.shape[-1])
     training = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, scheme.pos_emb))
     recompute = training and q.device.type == "cpu"
-    out = None if training else q.new_empty(*q.shape[:-1], v.shape[-1])
-    outputs: list[Tensor] = []
     rows = min(tile, COPE_TRAIN_ROWS) if recompute else tile
-    for start in range(0, Lq, rows):
-        qc = q[..., start : start + rows, :]
-        if recompute:
-            block = checkpoint(_query_block, qc, k, v, scheme, ctx, start, tile, use_reentrant=False)
-            outputs.append(block.to(v.dtype))
-        elif training:
-            outputs.append(_query_block(qc, k, v, scheme, ctx, start, tile).to(v.dtype))
-        else:
-            assert out is not None
-            out[..., start : start + rows, :] = _query_block(qc, k, v, scheme, ctx, start, tile)
-    if out is not None:
-        return out
-    return torch.cat(outputs, dim=-2) if outputs else q.new_zeros(*q.shape[:-1], v.shape[-1])
+
+    def attend(start: int, stop: int) -> Tensor:
+        args = (q[..., start:stop, :], k, v, scheme, ctx, start, tile)
+        return checkpoint(_query_block, *args, use_reentrant=False) if recompute else _query_block(*args)
+
+    return blockwise(q, v, [(start, min(start + rows, Lq)) for start in range(0, Lq, rows)], attend)
 
 
 class CopeTiled(AttentionBackend):
     """Query blocks x key tiles walked leftwards with carried gate counts (`cope_tiled`)."""
 
     name = "chunked"
-
-    def applies(self, ctx: AttentionContext) -> str | None:
-        return None
 
     def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
         return cope_tiled(q, k, v, ctx)

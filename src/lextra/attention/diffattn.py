@@ -1,31 +1,15 @@
 """Differential attention (Ye et al. 2024, arXiv 2410.05258): the difference of two softmax maps over one value.
 
-Each head's q and k (width D) split into halves (q1, q2), (k1, k2) of width D/2; the layer's attention runs on
-(q1, k1, v) and (q2, k2, v), each a normalised softmax map applied to the whole value (width D), and
+Each head's q and k split into halves; the layer's attention runs on (q1, k1, v) and (q2, k2, v), and
 
     out_h = RMSNorm(A1 v - lambda A2 v) (1 - lambda_init),   lambda = exp(lq1 . lk1) - exp(lq2 . lk2) + lambda_init
 
 with lambda_init = 0.8 - 0.6 exp(-0.3 depth). Both maps are calls of the layer's one `attention(...)`, so every
-backend, mask, position scheme, sink, softcap, extension method and the KV cache apply to each map unchanged.
-
-Where the paper and the authors' code (microsoft/unilm, Diff-Transformer/multihead_diffattn.py and the flash
-variants) differ, this follows the code:
-- depth is the 0-based layer index (`lambda_init_fn(depth)` with `depth` "current layer index"; the paper writes
-  exp(-0.3 (l - 1)) for l in 1..L, the same numbers);
-- lambda is one scalar per layer, shared by its heads: lq1, lk1, lq2, lk2 are vectors of the half width drawn
-  N(0, 0.1), their dot products exponentiated in fp32;
-- each map runs as two calls, one per half of the value (`multihead_flashdiff_2.py`, the authors' form for
-  kernels whose q, k and v share one width: SDPA's flash kernel and lextra's tiles need it), concatenated;
-- the scores are scaled by (D/2)^-0.5, the half width (the attention call's default scale on a half);
-- `subln` is an RMSNorm over the whole head (width D, eps 1e-5) with one learned weight shared by all heads,
-  normalised in fp32, cast back, then weighted;
-- the code rotates each half-head as a head of width D/2 (flash-attn's `apply_rotary_emb` with interleaved
-  pairs and the half width's frequencies): a rotary scheme is rebuilt here at width D/2 for both calls, so
-  `rope,layout=interleaved` is the authors' map exactly (`rope`, NeoX pairs, is the same up to a fixed
-  permutation of q/k channels, which the projections absorb).
-The authors halve the number of heads against a baseline of equal parameters; here each of the model's n_head
-heads of width D is one differential head (their num_heads = n_head, their head_dim = D/2).
-"""
+backend, mask, scheme and the KV cache apply. As the authors' code (microsoft/unilm, Diff-Transformer): depth is
+the 0-based layer index; lambda one scalar per layer (vectors drawn N(0, 0.1)); each map two calls, one per half
+of the value; scale (D/2)^-0.5; `subln` an RMSNorm over the head (eps 1e-5, one shared weight); a rotary scheme
+rebuilt at width D/2 (`rope,layout=interleaved` is the authors' map). Each of n_head heads is one differential
+head."""
 
 from __future__ import annotations
 
@@ -112,8 +96,7 @@ class DifferentialAttention(AttentionPiece):
         return one - two + self.lambda_init(depth)
 
     def _half_scheme(self, scheme: PositionScheme | None) -> PositionScheme | None:
-        """The scheme both calls take: the layer's at the half width (`half_width_scheme`), kept per instance and
-        device."""
+        """The layer's scheme at the half width (`half_width_scheme`), kept per device."""
         if scheme is None:
             return None
         buffer = next(scheme.buffers(), None)

@@ -1,15 +1,9 @@
 """The document mask of one packed row (`DocumentMask`): causal attention within each document, nothing across
-documents (Zhao et al. 2024, arXiv 2402.13991; attention-gym's `generate_doc_mask_mod(causal_mask, offsets)`).
+documents (Zhao et al. 2024, arXiv 2402.13991; attention-gym's `generate_doc_mask_mod`).
 
-A row of whole documents is a document-id vector over its indices 0..L-1 (documents are contiguous runs). With
-`first[m]` the index where query m's document starts, query m sees key n exactly when first[m] <= n <= m: a band,
-so the mask declares it like the others do. The tiled and chunked paths read a query block's keys from its first
-document's start (`key_range`: every tile before it skipped) and run a block inside one document as plain causal
-attention (`within`, `band`); flex evaluates `visible` as its `mask_mod` and builds its BlockMask from `allowed`
-over those keys. Positions are the row's indices: exact per document for schemes whose scores depend on m - n
-alone (`PositionScheme.relative`); a packed training step numbers each document from 0 for every scheme by running
-each document as its own row (`lextra.train.packing`).
-"""
+With `first[m]` the index where query m's document starts, query m sees key n exactly when first[m] <= n <= m: a
+band, declared as the other masks do. Positions are the row's indices, exact per document for schemes that depend
+on m - n alone."""
 
 from __future__ import annotations
 
@@ -24,8 +18,7 @@ from lextra.errors import ConfigError
 
 
 class DocumentMask(Mask):
-    """Causal within each document of a row whose (L,) `documents` ids run in contiguous blocks; positions are the
-    row's indices 0..L-1."""
+    """Causal within each document of a row whose (L,) `documents` ids run in contiguous blocks."""
 
     name = "documents"
     summary = "causal within each document of a packed row, nothing across documents"

@@ -1,29 +1,9 @@
 """The `flex` backend: one compiled FlexAttention call (Dong et al. 2024, arXiv 2412.05496) per attention.
 
-`flex_attention_forward` composes a scheme and a mask into FlexAttention's two hooks:
-- `score_mod`: the scheme's bias read from the per-distance table the CPU paths build
-  (`PositionScheme.distance_bias`, `table[h, (q_pos[q_idx] - lo) - k_pos[kv_idx]]`), or for a bias that depends on
-  the query itself (FIRE past its threshold) the scheme's own code (`PositionScheme.query_bias_mod`); captured
-  tensors, so compiled code reads (and on CUDA differentiates) them. FlexAttention's `scale` applies before the
-  score_mod and temperatures divide q and the table (per query: inside the score_mod), so the order is the
-  reference's: (q.k * scale + bias) / tau. A materialised score bias is one more captured tensor.
-- `mask_mod`: `Mask.visible(q_pos[q_idx], k_pos[kv_idx])`, with a `BlockMask` built blockwise from `Mask.allowed`
-  over the keys `Mask.key_spans` declares (never an L x L tensor) and cached per (mask, lengths, first positions,
-  device): hidden blocks are skipped, fully shown ones skip the mask_mod. A padding mask joins the mask_mod.
-Rotary schemes and CoCA rotate q and k before the call.
-
-Buckets (what compiles): lengths pad to `bucket(n)`: 1 for n = 1, else the smallest 128 x {1, 2, 3, 4, 6, 8, 12,
-...} >= n (at most 50% padding above 256; 20 buckets up to 128k); padded keys and query rows are hidden and dropped.
-A kernel is keyed by the score_mod kind, the mask and its options, dtype, batch, heads, head dims and the two
-buckets (`torch.compile(..., dynamic=False)`); at most `RECOMPILE_LIMIT` per process, one more raises
-`CompileBudgetError` (torch's default would fall back to the eager, L x L path).
-
-Band passes (`flex_band_attention`): one call per pass of a training-free extension method over rotated q and k,
-its band's bounds a captured tensor (one kernel per pair of buckets for every method), returning each row's
-log-sum-exp for the merge. Compiled on CUDA; eager on CPU (inductor's CPU flex has no log-sum-exp output).
-
-Limits: no backward on CPU (training there is a ConfigError); xPos applies within its `rotate_span` only; a query
-that sees no key gets zeros; a custom mask's `visible` must be traceable tensor code.
+The scheme's bias becomes the `score_mod` (a per-distance table, or the scheme's own per-query code), the mask the
+`mask_mod` with a `BlockMask` built blockwise (never an L x L tensor). Lengths pad to `bucket(n)`, so one kernel
+serves a bucket; at most `RECOMPILE_LIMIT` kernels per process. `flex_band_attention` runs one pass of an
+extension method and returns its rows' log-sum-exp. No backward on CPU; a query that sees no key gets zeros.
 """
 
 from __future__ import annotations
@@ -49,10 +29,7 @@ from lextra.positions.base import PositionScheme, QueryBias, ScoreLayout
 
 #: FlexAttention's sparse block (query and key): the unit of skipping and of padding
 BLOCK = 128
-#: compiled kernels kept per process (torch's `recompile_limit` while the flex call compiles): the full GPU
-#: benchmark (benchmarks/gpu.py: its fp32 check, 16 per length at 4k-128k, training cells) needs about 76; a call
-#: past the limit fails with `CompileBudgetError` instead of running FlexAttention uncompiled (which builds the
-#: whole L x L score matrix)
+#: compiled kernels kept per process; one more raises `CompileBudgetError` rather than run uncompiled (L x L)
 RECOMPILE_LIMIT = 256
 #: cached BlockMasks (each O((L / BLOCK)^2) int32 numbers)
 BLOCK_MASK_CACHE = 32
@@ -108,16 +85,6 @@ def _layout(q_pos: Tensor, k_pos: Tensor, facts: PositionLayout | None = None) -
     return _Layout(n_q, n_k, pad_q, pad_k, q_rows, k_rows, q_lo - k_hi, (q_hi - q_lo) + (k_hi - k_lo) + 1)
 
 
-def _table_length(layout: _Layout) -> int:
-    """Per-distance tables' padded length: pad_q + pad_k (every contiguous case), else the bucket of the span."""
-    return max(layout.pad_q + layout.pad_k, bucket(layout.n_distances))
-
-
-# --------------------------------------------------------------------------------------------------------------
-# masks: mask_mod and a BlockMask built blockwise
-# --------------------------------------------------------------------------------------------------------------
-
-
 def _mask_mod(mask: Mask, layout: _Layout, device: torch.device) -> Callable[..., Tensor]:
     """FlexAttention's mask_mod: real query and key, and the mask's rule on their positions."""
     q_rows, k_rows = layout.q_rows.to(device), layout.k_rows.to(device)
@@ -141,10 +108,8 @@ def _sorted(pos: Tensor) -> bool:
 
 
 def _classify_blocks(mask: Mask, layout: _Layout, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
-    """(partial, full): boolean (query blocks, key blocks), which blocks hold some / only visible real pairs.
-
-    Evaluated from `Mask.allowed` a few query blocks at a time, over the keys `Mask.key_spans` bounds when
-    positions are sorted: memory O(MASK_BUDGET), never L x L; work O(L x visible keys)."""
+    """(partial, full): boolean (query blocks, key blocks), which blocks hold some / only visible real pairs,
+    from `Mask.allowed` a few query blocks at a time over the keys `Mask.key_spans` bounds (memory O(MASK_BUDGET))."""
     device = q_pos.device
     n_qb, n_kb = -(-layout.pad_q // BLOCK), layout.pad_k // BLOCK
     partial = torch.zeros(n_qb, n_kb, dtype=torch.bool, device=device)
@@ -192,24 +157,22 @@ def flex_block_mask(
     layout: PositionLayout | None = None,
 ) -> BlockMask:
     """The BlockMask `flex_attention_forward` uses for these positions (padded to their buckets), cached when
-    both position runs are contiguous: pass it to every layer's call to skip the cache lookup. The cache key
-    comes from `layout` (the positions' host-side facts; read once from them when not given)."""
+    both position runs are contiguous (keyed by `layout`, read from the positions when not given)."""
     device = torch.device(device) if device is not None else q_pos.device
     q_pos, k_pos = q_pos.to(device), k_pos.to(device)
     facts = layout if layout is not None else PositionLayout.of(q_pos, k_pos)
     key = None
     if facts.q_contiguous and facts.k_contiguous and facts.n_q and facts.n_k:
         key = (type(mask), repr(mask), facts.n_q, facts.n_k, facts.q_first, facts.k_first, str(device))
-        cached = _cached(_BLOCK_MASKS, key)
-        if cached is not None:
-            return cached
-    padded = _layout(q_pos, k_pos, facts)
-    partial, full = _classify_blocks(mask, padded, q_pos, k_pos)
-    block_mask = _from_blocks(partial, full, _mask_mod(mask, padded, device), (padded.pad_q, padded.pad_k))
-    _BUILT[block_mask] = (repr(mask), q_pos, k_pos)
-    if key is not None:
-        _remember(_BLOCK_MASKS, key, block_mask)
-    return block_mask
+
+    def build() -> BlockMask:
+        padded = _layout(q_pos, k_pos, facts)
+        partial, full = _classify_blocks(mask, padded, q_pos, k_pos)
+        block_mask = _from_blocks(partial, full, _mask_mod(mask, padded, device), (padded.pad_q, padded.pad_k))
+        _BUILT[block_mask] = (repr(mask), q_pos, k_pos)
+        return block_mask
+
+    return _cached(_BLOCK_MASKS, key, build)
 
 
 def _from_blocks(partial: Tensor, full: Tensor, mask_mod: Any, seq_lengths: tuple[int, int]) -> BlockMask:
@@ -221,24 +184,19 @@ def _from_blocks(partial: Tensor, full: Tensor, mask_mod: Any, seq_lengths: tupl
     )
 
 
-def _cached(cache: OrderedDict[tuple, BlockMask], key: tuple) -> BlockMask | None:
-    """The BlockMask cached under `key` (marked most recently used), or None."""
-    found = cache.get(key)
-    if found is not None:
+def _cached(cache: OrderedDict[tuple, BlockMask], key: tuple | None, build: Callable[[], BlockMask]) -> BlockMask:
+    """The BlockMask cached under `key` (marked most recently used), else `build()`'s, cached under a key that is
+    not None (the least recently used dropped beyond `BLOCK_MASK_CACHE` entries)."""
+    found = None if key is None else cache.get(key)
+    if key is not None and found is not None:
         cache.move_to_end(key)
-    return found
-
-
-def _remember(cache: OrderedDict[tuple, BlockMask], key: tuple, block_mask: BlockMask) -> None:
-    """Cache `block_mask` under `key`, dropping the least recently used beyond `BLOCK_MASK_CACHE` entries."""
-    cache[key] = block_mask
-    while len(cache) > BLOCK_MASK_CACHE:
-        cache.popitem(last=False)
-
-
-# --------------------------------------------------------------------------------------------------------------
-# score modifiers
-# --------------------------------------------------------------------------------------------------------------
+        return found
+    block_mask = build()
+    if key is not None:
+        cache[key] = block_mask
+        while len(cache) > BLOCK_MASK_CACHE:
+            cache.popitem(last=False)
+    return block_mask
 
 
 def _table_bias(table: Tensor, q_shift: Tensor, k_rows: Tensor) -> QueryBias:
@@ -250,28 +208,20 @@ def _table_bias(table: Tensor, q_shift: Tensor, k_rows: Tensor) -> QueryBias:
     return table_bias
 
 
-def _plain_mod(bias: QueryBias) -> ScoreMod:
+def _bias_mod(bias: QueryBias, tau: Tensor | None) -> ScoreMod:
+    """The score plus the bias, over a per-query temperature `tau` (H, padded Lq) where given."""
+
     def add_bias(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        return (score + bias(h, q_idx, kv_idx)).to(score.dtype)
+        value = bias(h, q_idx, kv_idx)
+        return (score + (value if tau is None else value / tau[h, q_idx])).to(score.dtype)
 
     return add_bias
-
-
-def _per_query_mod(bias: QueryBias, tau: Tensor) -> ScoreMod:
-    def add_scaled_bias(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        return (score + bias(h, q_idx, kv_idx) / tau[h, q_idx]).to(score.dtype)
-
-    return add_scaled_bias
 
 
 def flex_unsupported(
     scheme: PositionScheme | None, q_pos: Tensor, k_pos: Tensor, layout: PositionLayout | None = None
 ) -> str | None:
-    """Why `flex` cannot compute this scheme at these positions (a one-line reason with the fix), or None.
-
-    Decides from the scheme's declarations and the positions' host-side facts (`layout`, read from the
-    positions when not given; a scheme whose bias form depends on parameter values, FIRE's threshold, reads
-    those)."""
+    """Why `flex` cannot compute this scheme at these positions (a one-line reason with the fix), or None."""
     if scheme is None:
         return None
     if scheme.rotate_span is not None and q_pos.numel() and k_pos.numel():
@@ -290,11 +240,6 @@ def flex_unsupported(
     if limit is not None:
         return f"backend='flex' {limit}; use backend='chunked' (or 'auto')"
     return None
-
-
-# --------------------------------------------------------------------------------------------------------------
-# the call
-# --------------------------------------------------------------------------------------------------------------
 
 
 @functools.cache
@@ -329,16 +274,9 @@ def _check_block_mask(block_mask: BlockMask, mask: Mask, q_pos: Tensor, k_pos: T
 def flex_attention_forward(
     q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext, *, block_mask: BlockMask | None = None, eager: bool = False
 ) -> Tensor:
-    """softmax((rotate(q) . rotate(k) * scale + bias) / tau, masked) v through one FlexAttention call.
-
-    `softcap` caps the scores in the score_mod (tanh(s / c) c after bias and temperature); `sinks` (H,) re-weigh
-    each row by its log-sum-exp (out x sigmoid(lse - sink_h)): compiled on CUDA, eager on CPU (inductor's CPU flex
-    kernel returns no log-sum-exp).
-
-    q (B, H, Lq, D), k (B, H, Lk, Dk), v (B, H, Lk, Dv); the context's temperature None, (H, 1) or (H, Lq).
-    `block_mask` (optional) is `flex_block_mask(ctx.mask, ctx.q_pos, ctx.k_pos)`; `eager` runs FlexAttention
-    uncompiled (it then builds the full score matrix: small inputs only).
-    """
+    """softmax((rotate(q) . rotate(k) * scale + bias) / tau, masked) v through one FlexAttention call; q (B, H,
+    Lq, D), k (B, H, Lk, Dk), v (B, H, Lk, Dv). `block_mask` (optional) is `flex_block_mask(ctx.mask, ctx.q_pos,
+    ctx.k_pos)`; `eager` runs uncompiled (the full score matrix: small inputs only)."""
     scheme, mask, tau = ctx.scheme, ctx.mask, ctx.tau
     device = q.device
     Lq, Lk = q.shape[-2], k.shape[-2]
@@ -381,21 +319,19 @@ def _score_mod(
     softcap: float | None,
     score_bias: Tensor | None = None,
 ) -> tuple[ScoreMod | None, list[Tensor]]:
-    """The call's score_mod (None: plain scores) and the tensors it captures (the temperature, the scheme's
-    tables, a materialised score bias): the scheme's bias over a per-query temperature (a per-head one is divided
-    into the table and the queries), plus the score bias over the temperature, capped by `softcap`."""
+    """The call's score_mod (None: plain scores) and the tensors it captures: the scheme's bias and the score
+    bias over the temperature (a per-head one is divided into the table), capped by `softcap`."""
     per_query_tau = tau is not None and tau.dim() == 2 and tau.shape[-1] != 1
     head_tau = None if tau is None or per_query_tau else tau.reshape(-1, 1).expand(n_heads, 1).to(q_pos.device)
     score_mod, captured = None, [] if tau is None else [tau]
     if scheme is not None and scheme.has_bias:
         bias, tensors = _bias(scheme, padded, q_pos, head_tau)
         captured += tensors
+        padded_tau = None
         if tau is not None and per_query_tau:
             n_q = padded.n_q
             padded_tau = F.pad(tau.to(q_pos.device).expand(n_heads, n_q), (0, padded.pad_q - n_q), value=1.0)
-            score_mod = _per_query_mod(bias, padded_tau)
-        else:
-            score_mod = _plain_mod(bias)
+        score_mod = _bias_mod(bias, padded_tau)
     if score_bias is not None:
         tempered = score_bias if tau is None else score_bias / tau.to(score_bias.device)[..., None]
         table = _padded_pairs(tempered, padded, 0.0)
@@ -409,10 +345,10 @@ def _score_mod(
 def _bias(
     scheme: PositionScheme, padded: _Layout, q_pos: Tensor, head_tau: Tensor | None
 ) -> tuple[QueryBias, list[Tensor]]:
-    """The scheme's bias as FlexAttention indexes it, and the tensors it captures: a per-distance table where the
-    bias depends on the distance alone, else the scheme's own per-query code (`PositionScheme.query_bias_mod`)."""
+    """The scheme's bias as FlexAttention indexes it (a per-distance table, else the scheme's `query_bias_mod`),
+    and the tensors it captures."""
     device = q_pos.device
-    n_table = _table_length(padded)
+    n_table = max(padded.pad_q + padded.pad_k, bucket(padded.n_distances))  # one length per pair of buckets
     if scheme.distance_only(q_pos):
         distance = torch.arange(padded.lo, padded.lo + padded.n_distances, device=device)
         table = scheme.distance_bias(distance).to(device)
@@ -437,9 +373,8 @@ def _refuse_cpu_training(*tensors: Tensor) -> None:
 def _flex_with_lse(
     qp: Tensor, kp: Tensor, vp: Tensor, n_queries: int, eager: bool, **kwargs: Any
 ) -> tuple[Tensor, Tensor]:
-    """A FlexAttention call on padded q, k, v returning each row's log-sum-exp: the first `n_queries` rows of the
-    output (0 where a row saw no key) and their log-sum-exp (fp32, -inf there). `eager` runs it uncompiled (on
-    CPU on purpose: inductor's CPU flex kernel returns no log-sum-exp)."""
+    """The first `n_queries` rows of a FlexAttention call on padded q, k, v (0 where a row saw no key) and their
+    log-sum-exp (fp32, -inf there); eager on CPU, whose inductor flex kernel returns no log-sum-exp."""
     out, aux = flex_call(qp, kp, vp, eager, **kwargs, **_lse_request())
     lse = (aux if isinstance(aux, Tensor) else aux.lse)[..., :n_queries].float()
     return out[..., :n_queries, :].masked_fill(torch.isneginf(lse)[..., None], 0.0), lse
@@ -476,8 +411,7 @@ def _tensor_bias_mod(inner: ScoreMod | None, read: Callable[[Tensor, Tensor, Ten
 
 
 def _with_padding(block_mask: BlockMask, padding: Tensor, padded: _Layout) -> BlockMask:
-    """`block_mask` with a padding mask (B|1, H|1, Lq|1, Lk) boolean, True visible) added to its mask_mod: every
-    block it computes runs the combined mask_mod (the padding may hide part of any block); built per call."""
+    """`block_mask` with a boolean padding mask (B|1, H|1, Lq|1, Lk), True visible, joined to its mask_mod."""
     visible = _pair_reader(_padded_pairs(padding, padded, False))
     base = block_mask.mask_mod
 
@@ -511,8 +445,7 @@ class CompileBudgetError(ConfigError):
 
 
 def _budget_settings() -> dict[str, object]:
-    """Dynamo settings for lextra's budget, under the names of the installed torch (`recompile_*` from 2.7,
-    `cache_size_*` / `fail_on_cache_limit_hit` in 2.5 and 2.6)."""
+    """Dynamo settings for lextra's budget, under the installed torch's names (2.7's or 2.5/2.6's)."""
     config = torch._dynamo.config
     new = hasattr(config, "fail_on_recompile_limit_hit")
     limit, total, fail = (
@@ -524,8 +457,7 @@ def _budget_settings() -> dict[str, object]:
 
 
 def flex_call(q: Tensor, k: Tensor, v: Tensor, eager: bool, **kwargs: Any) -> Any:
-    """One FlexAttention call: `eager` uncompiled (it builds the full score matrix: on CPU, or small inputs), else
-    compiled under lextra's recompile budget (`_run_compiled`)."""
+    """One FlexAttention call: `eager` uncompiled (the full score matrix), else compiled (`_run_compiled`)."""
     if not eager:
         return _run_compiled(q, k, v, **kwargs)
     with warnings.catch_warnings():  # eager on purpose: "called without torch.compile()"
@@ -534,8 +466,7 @@ def flex_call(q: Tensor, k: Tensor, v: Tensor, eager: bool, **kwargs: Any) -> An
 
 
 def _run_compiled(q: Tensor, k: Tensor, v: Tensor, **kwargs: Any) -> Any:
-    """The compiled flex call under lextra's recompile budget; a call past it raises instead of falling back to
-    eager FlexAttention, whose L x L scores exhaust memory at long lengths."""
+    """The compiled flex call under lextra's recompile budget; a call past it raises `CompileBudgetError`."""
     names = ("FailOnRecompileLimitHit", "FailOnCacheLimitHit")  # torch >= 2.7, 2.5 and 2.6
     limit_hit = next(getattr(torch._dynamo.exc, name) for name in names if hasattr(torch._dynamo.exc, name))
     try:
@@ -549,10 +480,6 @@ def _run_compiled(q: Tensor, k: Tensor, v: Tensor, **kwargs: Any) -> Any:
             "torch._dynamo.reset() between independent runs"
         ) from err
 
-
-# --------------------------------------------------------------------------------------------------------------
-# band passes: one call per pass of a training-free extension method (`lextra.attention.backends.flex`)
-# --------------------------------------------------------------------------------------------------------------
 
 #: stands for "no position" in the per-block bounds of padding (far inside int64, so differences never overflow)
 _FAR_POSITION = 1 << 60
@@ -579,34 +506,26 @@ def band_block_mask(
     first: tuple[int, int] | None = None,
 ) -> BlockMask:
     """The BlockMask of a band pass: pair (m, n) visible when `keys[0] <= n <= keys[1]` and `distance[0] <= m - n
-    <= distance[1]` (inclusive, `UNBOUNDED` for no limit), over queries and keys padded to `padded_lengths`.
-
-    Blocks are classified from each block's smallest and largest position (tensor code on the positions' device,
-    no host sync; exact for any positions, as the band is monotone in m and n): blocks the band hides are skipped,
-    blocks it shows in full run without the mask_mod. The band's bounds are a captured tensor, so passes of every
-    method share one compiled kernel per pair of length buckets. `first` = the first query and key positions when
-    both runs are contiguous (host-side facts): the mask is then cached by them, the lengths and the band."""
+    <= distance[1]` (inclusive), over queries and keys padded to `padded_lengths`; blocks classified from each
+    block's smallest and largest position, no host sync. `first`: the first query and key positions of contiguous
+    runs, by which the mask is cached."""
     device = q_pos.device
     n_q, n_k = q_pos.numel(), k_pos.numel()
     pad_q, pad_k = padded_lengths(n_q, n_k)
-    key = None
-    if first is not None:
-        key = (n_q, n_k, *first, *distance, *keys, str(device))
-        cached = _cached(_BAND_MASKS, key)
-        if cached is not None:
-            return cached
-    partial, every = _band_blocks(q_pos, k_pos, pad_q, pad_k, distance, keys)
-    block_mask = _from_blocks(partial, every, _band_mod(q_pos, k_pos, pad_q, pad_k, distance, keys), (pad_q, pad_k))
-    if key is not None:
-        _remember(_BAND_MASKS, key, block_mask)
-    return block_mask
+    key = None if first is None else (n_q, n_k, *first, *distance, *keys, str(device))
+
+    def build() -> BlockMask:
+        partial, every = _band_blocks(q_pos, k_pos, pad_q, pad_k, distance, keys)
+        mask_mod = _band_mod(q_pos, k_pos, pad_q, pad_k, distance, keys)
+        return _from_blocks(partial, every, mask_mod, (pad_q, pad_k))
+
+    return _cached(_BAND_MASKS, key, build)
 
 
 def _band_blocks(
     q_pos: Tensor, k_pos: Tensor, pad_q: int, pad_k: int, distance: tuple[int, int], keys: tuple[int, int]
 ) -> tuple[Tensor, Tensor]:
-    """(partial, full): boolean (query blocks, key blocks), the blocks the band shows in part (they run the
-    mask_mod) and in full, from each block's smallest and largest position (see `band_block_mask`)."""
+    """(partial, full): boolean (query blocks, key blocks), the blocks the band shows in part and in full."""
     n_qb, n_kb = -(-pad_q // BLOCK), pad_k // BLOCK
     m_lo, m_hi, q_real, q_whole = _block_bounds(q_pos, n_qb)
     n_lo, n_hi, k_real, k_whole = _block_bounds(k_pos, n_kb)
@@ -622,8 +541,7 @@ def _band_blocks(
 def _band_mod(
     q_pos: Tensor, k_pos: Tensor, pad_q: int, pad_k: int, distance: tuple[int, int], keys: tuple[int, int]
 ) -> Callable[..., Tensor]:
-    """The band's mask_mod: a real query and key whose positions lie in the band; its bounds are a captured
-    tensor, so every band shares one compiled kernel."""
+    """The band's mask_mod; its bounds a captured tensor, so every band shares one compiled kernel."""
     device = q_pos.device
     q_rows = F.pad(q_pos.long(), (0, pad_q - q_pos.numel()))
     k_rows = F.pad(k_pos.long(), (0, pad_k - k_pos.numel()))
@@ -640,8 +558,7 @@ def _band_mod(
 
 
 def _lse_request() -> dict[str, Any]:
-    """FlexAttention's keyword for each row's log-sum-exp: `return_aux=AuxRequest(lse=True)` where torch has it
-    (`return_lse=True` is deprecated there), else `return_lse=True`."""
+    """FlexAttention's keyword for each row's log-sum-exp (`return_aux` where torch has it, else `return_lse`)."""
     aux_request = getattr(torch.nn.attention.flex_attention, "AuxRequest", None)
     return {"return_lse": True} if aux_request is None else {"return_aux": aux_request(lse=True)}
 
@@ -660,15 +577,9 @@ def flex_band_attention(
     eager: bool | None = None,
     softcap: float | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """One FlexAttention call over a band pass of already rotated q (B, H, Lq, D), k, v: the pass's normalised
-    output (B, H, Lq, Dv) and its rows' log-sum-exp (B, H, Lq) fp32 (natural log; -inf, output 0, for a row the
-    pass hides entirely), for merging passes exactly (`lextra.attention.backends.merge_tiles`). `first`: see
-    `band_block_mask`; `softcap` caps the pass's scores (a score_mod: tanh(s / c) c).
-
-    On CUDA the call is compiled, under the recompile budget (forward and backward). On CPU it runs FlexAttention
-    eagerly (forward only): inductor's CPU flex kernel has no `return_lse`, and eager FlexAttention builds each
-    pass's Lq x Lk scores, so there it is for checking the passes on small inputs (CPU's fast path is the tiled
-    one). `eager` overrides that choice."""
+    """One FlexAttention call over a band pass of already rotated q (B, H, Lq, D), k, v: the pass's output
+    (B, H, Lq, Dv) and its rows' log-sum-exp (B, H, Lq) fp32 (-inf, output 0, for a row the pass hides), for
+    merging passes (`merge_tiles`). Compiled on CUDA; eager on CPU (forward only, small inputs) unless `eager`."""
     _refuse_cpu_training(q, k, v)
     block_mask = band_block_mask(q_pos, k_pos, distance, keys, first=first)
     pad_q, pad_k = block_mask.seq_lengths

@@ -1,14 +1,8 @@
 """The forget bias of Forgetting Attention (Lin et al. 2025, arXiv 2503.02130) as two per-head vectors.
 
-Score (i, j) gains D_ij = c_i - c_j = sum_{l=j+1..i} log f_l, with c_t = sum_{l<=t} log f_l the cumulative log
-forget gate (log f from `logsigmoid`, fp32). A call carries c at its queries (B, H, Lq) and at its keys (B, H, Lk);
-a tile's bias is their outer difference, built for that tile alone, so no L x L tensor exists outside the dense
-reference (`pairs()` without arguments).
-
-c is summed and held in fp64 and a tile subtracts it as two fp32 parts (`tile_difference`), so each difference is
-rounded about once: at 64k positions c reaches -10^5 or below, where two fp32 sums keep about two decimals of their
-difference (the authors' kernel subtracts fp32 sums).
-"""
+Score (i, j) gains D_ij = c_i - c_j = sum_{l=j+1..i} log f_l, c_t = sum_{l<=t} log f_l; a call carries c at its
+queries (B, H, Lq) and keys (B, H, Lk), and a tile's bias is their outer difference. c is held in fp64 and a tile
+subtracts it as two fp32 parts (`tile_difference`), so each difference is rounded about once."""
 
 from __future__ import annotations
 
@@ -43,9 +37,8 @@ def split_fp32(c: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def tile_difference(cq: Tensor, ck: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
-    """c_i - c_j for a tile's queries cq (B, H, c) and keys ck (B, H, n) as (B, H, c, n) in `dtype`. In fp32 as
-    (hi_i - hi_j) + (lo_i - lo_j) of `split_fp32`: nearby sums subtract exactly (their hi within a factor 2), so
-    the result is c_i - c_j rounded about once, with no (c, n) work in fp64."""
+    """c_i - c_j for a tile's queries cq (B, H, c) and keys ck (B, H, n) as (B, H, c, n) in `dtype`, as
+    (hi_i - hi_j) + (lo_i - lo_j) of `split_fp32`."""
     if dtype == torch.float64:
         return cq.double()[..., :, None] - ck.double()[..., None, :]
     (hq, lq), (hk, lk) = split_fp32(cq), split_fp32(ck)

@@ -2,18 +2,13 @@
 zhixuan-lin/forgetting-transformer, `ForgettingAttentionLayer`).
 
 A per-head forget gate f_t = sigmoid(w_h . x_t + b_h) adds D_ij = sum_{l=j+1..i} log f_l to score (i, j), carried
-as c_t = sum_{l<=t} log f_l at the queries and keys (`lextra.attention.forget_bias`); the authors use no position
-encoding (write the layer's scheme as `nope`: `nope+fox`). `pro=true` is the authors' "Pro" block, each part also
-an option of its own (None: as `pro` says), all as in their `pro_*` configs:
-- `kshift` / `vshift`: k_t <- a_t k_{t-1} + (1 - a_t) k_t with a_t = sigmoid(w_h . x_t) per head (their
-  `ShiftLinear`: the projection is shifted before QK-norm; the first token's predecessor is 0);
-- `qknorm`: RMSNorm of each head's q and k with a weight per head and channel (their `GroupNorm`, eps 1e-5);
-- `onorm`: RMSNorm of each head's output, weight per head and channel (eps 1e-6), then
-- `ogate`: the output times sigmoid(W_g x) per channel (their `glu_linear` / `FusedGroupNormGated`).
-The code trains the gate with a zero bias and N(0, 0.02) weights (so f = 1/2 at initialisation), as lextra's
-initialisation leaves it. Under a KV cache the piece keeps c of the cached keys and the last unshifted k and v in
-the cache's per-layer piece state, so decoding one token at a time equals the full forward.
-"""
+as c at the queries and keys (`lextra.attention.forget_bias`); the authors use no position encoding (`nope+fox`).
+`pro=true` is the authors' "Pro" block, each part also an option of its own, as in their `pro_*` configs:
+- `kshift` / `vshift`: k_t <- a_t k_{t-1} + (1 - a_t) k_t, a_t = sigmoid(w_h . x_t) per head (`ShiftLinear`);
+- `qknorm`: RMSNorm of each head's q and k, weight per head and channel (eps 1e-5);
+- `onorm`: RMSNorm of each head's output (eps 1e-6), then
+- `ogate`: the output times sigmoid(W_g x) per channel.
+Under a KV cache the piece keeps c and the last unshifted k and v in its piece state."""
 
 from __future__ import annotations
 
@@ -141,10 +136,8 @@ def forget_inputs(
     state: dict[str, Tensor] | None,
     rows: int | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, ForgetBias | None]:
-    """What a layer's content-dependent pieces make of its projections: q, k, v after each piece's `mix_inputs`,
-    and the forget bias of the call (c at the queries, the last `rows` when given, and at every key, the cached
-    ones first), or None when no piece gives forget gates. `state` is the layer's piece state in a KV cache (c of
-    the cached keys is kept there under "fox.c"), None without a cache."""
+    """q, k, v after each content-dependent piece's `mix_inputs`, and the call's forget bias (c at the queries,
+    the last `rows` when given, and at every key), or None; `state` is the layer's piece state in a KV cache."""
     gates = None
     for piece in pieces:
         q, k, v = piece.mix_inputs(x, q, k, v, state)

@@ -1,10 +1,6 @@
-"""`LayerInference`: what inference changes on one attention layer, held alike by a lextra GPT's `SelfAttention`
-and by each layer of a Hugging Face adapter (`lextra.hf.attention.AttentionState.layers`).
-
-`lextra.extend.InferenceSetup.apply` is the one writer; the layers read it when they attend: the mask, the softmax
-temperature with the log-n scaling (`lextra.positions.logn.LOG_SCALINGS`) and temperature tuning, the extension
-method and lextra's own rotation of q and k.
-"""
+"""`LayerInference`: what inference changes on one attention layer (mask, temperature, log-n scaling, temperature
+tuning, extension method, rotation), held alike by a GPT's `SelfAttention` and a Hugging Face adapter's layers;
+`lextra.extend.InferenceSetup.apply` is the one writer."""
 
 from __future__ import annotations
 
@@ -27,8 +23,7 @@ class LayerInference:
     """One layer's inference state; `train_len` is the model's L_tr (the log-n scaling's)."""
 
     train_len: int
-    #: the mask the layer attends with when a call names none: its own (a plan's window or chunk, a model's
-    #: sliding window: `local`, which a call's mask does not replace) or the setup's; None: the model's default
+    #: the mask the layer attends with when a call names none (its own `local` one or the setup's), or None
     mask: Mask | None = None
     local: bool = False
     #: per-head softmax temperature (H,), None: 1
@@ -51,9 +46,7 @@ class LayerInference:
     def query_temperature(
         self, q_pos: Tensor, k_pos: Tensor, mask: Mask, scales: Sequence[Tensor] = (), learned: Tensor | None = None
     ) -> Tensor | None:
-        """The softmax temperature (None, (H,) or (H, Lq)): the layer's, divided by the log-n factor (`learned`:
-        a learned scaling's per-head scale) and by the query `scales` ((Lq,) or (H, Lq): the pieces', then the
-        temperature tuning's)."""
+        """The softmax temperature (None, (H,) or (H, Lq)) over the log-n factor and the query `scales`."""
         tau = self.temperature
         if tau is not None and tau.device != q_pos.device:  # the model moved since the setup
             tau = self.temperature = tau.to(q_pos.device)

@@ -1,11 +1,5 @@
-"""Host-side facts about an attention call's positions, read from the device at most once per call.
-
-Choosing a backend, sizing FlexAttention's padded lengths and finding a cached BlockMask all ask the same few
-questions of the positions (how many, first, last, smallest, largest, whether each run goes up by exactly 1,
-whether queries sit at the keys' own positions). `PositionLayout` answers them as Python values: `ranges` from
-what a caller already knows (no device read at all: `AttentionContext.build` with default positions, or a model
-that builds its positions from a start and a length), `of` from the tensors in one host transfer.
-"""
+"""Host-side facts about an attention call's positions, read from the device at most once per call:
+`PositionLayout.ranges` from what a caller already knows (no device read), `of` from the tensors in one transfer."""
 
 from __future__ import annotations
 
@@ -18,8 +12,7 @@ from torch import Tensor
 @dataclass(frozen=True)
 class PositionLayout:
     """How many query and key positions, their first / last / smallest / largest values (0 when empty), whether
-    each run is contiguous (goes up by exactly 1; an empty or 1-long run is) and whether the queries are exactly
-    the keys' positions (`same`)."""
+    each run is contiguous (up by exactly 1) and whether the queries are the keys' positions (`same`)."""
 
     n_q: int
     n_k: int

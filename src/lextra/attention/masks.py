@@ -1,13 +1,8 @@
 """Attention masks (the fourth place position enters): causal, sliding window, blockwise causal, chunked, full.
 
-A mask is a visibility rule, `visible(q, k)`, plus what it knows about that rule, declared so that the backends
-can take their fast paths without knowing which mask it is: a rule in the distance d = m - n alone
-(`allowed_distance`, strided Toeplitz tables), the keys a run of queries can see (`key_range`, `key_spans`),
-block boundaries (`period`) and a simpler equivalent inside them (`within`), the exact rule for a run of queries
-as a key range and a distance band (`band`, for tiled paths), and three facts (`causal`, `exactly_causal`,
-`hides_nothing`). A mask that declares nothing but `visible` is still exact: each default is the
-conservative answer (every key, no shortcut).
-"""
+A mask is a visibility rule, `visible(q, k)`, plus declarations the backends' fast paths read (`allowed_distance`,
+`key_range`, `key_spans`, `period`, `within`, `band`, `causal`, `exactly_causal`, `hides_nothing`); each default
+is the conservative answer, so a mask that declares nothing but `visible` is still exact."""
 
 from __future__ import annotations
 
@@ -29,13 +24,9 @@ _COUNT_ROWS = 256
 
 @dataclass(frozen=True)
 class Pass:
-    """One attention pass for a block of queries (a training-free extension method's, or a mask's band): where it
-    rotates queries and keys, and which pairs it sees.
-
-    A pair (m, n) is in the pass when `keys[0] <= n <= keys[1]` and `distance[0] <= m - n <= distance[1]`
-    (inclusive; `UNBOUNDED` for no limit). `q_at` maps query positions to the positions their rotation uses,
-    `k_at` key positions to theirs (long or float64 tensors: Leaky ReRoPE's are fractional).
-    """
+    """One attention pass for a block of queries (an extension method's, or a mask's band): pair (m, n) is in it
+    when `keys[0] <= n <= keys[1]` and `distance[0] <= m - n <= distance[1]` (inclusive); `q_at` and `k_at` map
+    positions to those their rotation uses (long or float64)."""
 
     name: str
     q_at: Callable[[Tensor], Tensor]
@@ -88,10 +79,7 @@ class Mask:
         return options
 
     def visible(self, q: Tensor, k: Tensor) -> Tensor:
-        """Elementwise, broadcasting rule on position tensors: True where query position q may attend key k.
-
-        The signature a FlexAttention `mask_mod(b, h, q_idx, kv_idx)` needs; the default applies `allowed_distance`.
-        """
+        """Elementwise, broadcasting rule on position tensors: True where query position q may attend key k."""
         rule = self.allowed_distance(q - k)
         if rule is None:
             raise TypeError(f"mask {self.name!r} defines neither visible() nor allowed_distance()")
@@ -102,10 +90,7 @@ class Mask:
         return self.visible(q_pos[:, None], k_pos[None, :])
 
     def allowed_distance(self, distance: Tensor) -> Tensor | None:
-        """Which distances d = m - n are visible, for masks that depend on d alone; None otherwise (BCA).
-
-        The default follows from the declared facts: d >= 0 when exactly causal, every d when hiding nothing.
-        """
+        """Which distances d = m - n are visible, for masks that depend on d alone; None otherwise (BCA)."""
         if self.exactly_causal:
             return distance >= 0
         if self.hides_nothing:
@@ -117,8 +102,7 @@ class Mask:
         return (-UNBOUNDED, q_last) if self.causal else (-UNBOUNDED, UNBOUNDED)
 
     def key_spans(self, q_first: int, q_last: int) -> list[tuple[int, int]]:
-        """Sorted, disjoint inclusive ranges that hold every key visible to queries in [q_first, q_last], for
-        masks whose visible keys are not one run (attention sinks + a window); default: `key_range` alone."""
+        """Sorted, disjoint inclusive ranges holding every key visible to queries in [q_first, q_last]."""
         return [self.key_range(q_first, q_last)]
 
     def within(self, q_first: int, q_last: int) -> Mask:
@@ -127,9 +111,7 @@ class Mask:
 
     def band(self, q_first: int, q_last: int) -> tuple[tuple[int, int], tuple[int, int]] | None:
         """The exact rule for queries in [q_first, q_last] (inside one `period`) as ((k_lo, k_hi), (d_lo, d_hi)):
-        query m sees key n iff k_lo <= n <= k_hi and d_lo <= m - n <= d_hi (inclusive, `UNBOUNDED` for no
-        limit), so tiled paths can skip or run unmasked every tile outside the edges; None when the mask is no
-        such rule there. The default follows from the declared facts (causal, full)."""
+        query m sees key n iff k_lo <= n <= k_hi and d_lo <= m - n <= d_hi; None when the mask is no such rule there."""
         if self.exactly_causal:
             return (-UNBOUNDED, UNBOUNDED), (0, UNBOUNDED)
         if self.hides_nothing:
@@ -137,9 +119,7 @@ class Mask:
         return None
 
     def shows_every_key(self, facts: PositionLayout) -> bool:
-        """Whether every query sees every key at positions with these host-side facts (a decoding step at the end
-        of its cache under a causal mask, or inside its window), from the declarations alone (no device read):
-        one unmasked call is then exact."""
+        """Whether every query sees every key at positions with these host-side facts (no device read)."""
         if self.hides_nothing:
             return True
         if facts.n_q == 0 or facts.n_k == 0:
@@ -236,8 +216,8 @@ class WindowMask(Mask):
 
 
 class BlockedMask(Mask):
-    """Causal attention cut into blocks of `block` positions: a query sees, causally, the keys of its own block and
-    of the `lookback` blocks before it (BCA: 1, chunked attention: 0). Not registered itself."""
+    """Causal attention in blocks of `block` positions: a query sees, causally, its own block and the
+    `lookback` blocks before it (BCA: 1, chunk: 0)."""
 
     causal = True
     lookback: ClassVar[int] = 0
@@ -332,11 +312,7 @@ class FullMask(Mask):
 
 
 def build_mask(spec: str | Mask | None, train_len: int | None = None, **options: Any) -> Mask:
-    """A mask from its spec, `name[:positional][,key=value...]`: `causal`, `window:256`, `window,width=256`,
-    `bca:64`, `full` (see `MASKS`); keyword `options` override the spec's.
-
-    Defaults tied to the training length: window width = L_tr, BCA block = L_tr / 2 (Sun et al. 2022).
-    """
+    """A mask from its spec, `name[:positional][,key=value...]`; keyword `options` override the spec's."""
     if isinstance(spec, Mask):
         return spec
     return MASKS.build(spec or "causal", context={"train_len": train_len}, **options)

@@ -1,23 +1,13 @@
 """Attention pieces a layer of a plan may add (`lextra.attention.plan`): each a registry entry with its options.
 
-- `qknorm`: RMSNorm over each head's channels of q and k before the position transform (Qwen3's `q_norm` /
-  `k_norm`, learned weight; `weight=false` is Llama 4's weightless `Llama4TextL2Norm`, which commutes with the
-  rotation because RoPE keeps each pair's norm).
-- `gate`: a sigmoid gate on each head's attention output, computed from the layer input (Qiu et al. 2025,
-  arXiv 2505.06708, qiuzh20/gated_attention): `elementwise` (one gate per channel, the G1 gate the paper and the
-  authors' README recommend; their config leaves both kinds off by default) or `headwise` (one per head). The
-  authors' code widens `q_proj` by the gate's rows and multiplies before `o_proj`; a separate projection is the
-  same linear map with its rows kept apart.
-- `sinks`: one learned logit per head in every softmax's denominator (gpt-oss's `eager_attention_forward`: the
-  logit is concatenated to the masked scores and its probability dropped); applied by the backends.
-- `softcap:C`: scores become tanh(s / C) C before the mask (Gemma 2's `attn_logit_softcapping`); applied by the
-  backends.
-- `temp_tuning`: Llama 4's attention temperature tuning: the query at position p is multiplied by
-  1 + beta log1p(floor((p + 1) / gamma)) (`attn_scale` beta 0.1, `floor_scale` gamma 8192).
-- `logn:KIND`: the layer's log-n scaling (`none`, `qwen`, `ssmax`: Scalable-Softmax's learned per-head scale),
-  the one way a model is trained with one (`rope+logn:ssmax`).
-- `diffattn`: differential attention (`lextra.attention.diffattn`), through the `attend` hook.
-"""
+- `qknorm`: RMSNorm over each head's q and k before the position transform (Qwen3; `weight=false`: Llama 4's L2).
+- `gate`: a sigmoid gate on each head's output from the layer input (Qiu et al. 2025, arXiv 2505.06708):
+  `elementwise` (the paper's G1) or `headwise`.
+- `sinks`: one learned logit per head in every softmax's denominator (gpt-oss).
+- `softcap:C`: scores become tanh(s / C) C before the mask (Gemma 2).
+- `temp_tuning`: Llama 4's temperature tuning, the query at p times 1 + beta log1p(floor((p + 1) / gamma)).
+- `logn:KIND`: the layer's log-n scaling (`none`, `qwen`, `ssmax`).
+- `diffattn`: differential attention (`lextra.attention.diffattn`), through the `attend` hook."""
 
 from __future__ import annotations
 
@@ -40,19 +30,14 @@ AttentionCall = Callable[..., Tensor]
 
 
 class AttentionPiece(nn.Module):
-    """Base class of the `PIECES` registry: built with the layer's `HeadDims` and its options.
-
-    A layer builds every piece its plan names through this registry and applies each through the hooks below, in
-    the plan's order; each hook's default leaves attention as it is, so a piece overrides only the hooks it acts
-    through. The hooks act outside the attention kernel (q and k before the position transform, a per-query
-    scale, the heads' output) or hand the kernel one value every backend takes (a sink logit per head, a score
-    cap), so a piece runs in every backend."""
+    """Base class of the `PIECES` registry: built with the layer's `HeadDims` and its options, applied through the hooks
+    below in the plan's order; each hook's default leaves attention as it is. The hooks act outside the kernel or hand
+    it a value every backend takes, so a piece runs in every backend."""
 
     name: ClassVar[str] = "piece"
     summary: ClassVar[str] = ""
     positional: ClassVar[str | None] = None
-    #: `attend` hands the attention call a position transform of its own (differential attention's half-width
-    #: RoPE): the layer then transforms neither q nor k before it, and a KV cache holds keys untransformed
+    #: `attend` applies its own position transform (diffattn): the layer and the KV cache leave q and k unrotated
     transforms_in_attend: ClassVar[bool] = False
     #: `attend` computes attention without a softmax (stick-breaking): analyses that read softmax weights refuse it
     replaces_softmax: ClassVar[bool] = False
@@ -66,8 +51,7 @@ class AttentionPiece(nn.Module):
         return q, k
 
     def query_scale(self, positions: Tensor) -> Tensor | None:
-        """A factor (Lq,) or (H, Lq) on the queries at these positions (it divides the softmax temperature), or
-        None."""
+        """A factor (Lq,) or (H, Lq) on the queries at these positions, or None."""
         return None
 
     def transform_output(self, x: Tensor, out: Tensor) -> Tensor:
@@ -75,10 +59,8 @@ class AttentionPiece(nn.Module):
         return out
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, *, call: AttentionCall, layer: int, **options: Any) -> Tensor:
-        """The heads' output (B, H, Lq, D) for q, k and v as the layer hands them to attention: `call(q, k, v,
-        **options)` is the layer's attention (the next piece's `attend`, last `lextra.attention.attention`) with
-        its options (scheme, mask, positions, backend, temperature, sinks, ...); `layer` is the layer's 0-based
-        depth. A piece may call it more than once or change an option; the default calls it once as it is."""
+        """The heads' output (B, H, Lq, D): `call(q, k, v, **options)` is the layer's attention (the next piece's
+        `attend`, last `lextra.attention.attention`); `layer` is the 0-based depth. The default calls it once."""
         return call(q, k, v, **options)
 
     @property
@@ -108,8 +90,7 @@ class AttentionPiece(nn.Module):
         return q, k, v
 
     def log_forget_gates(self, x: Tensor) -> Tensor | None:
-        """Log forget gates (B, H, L) fp32 whose cumulative sums bias the scores (FoX, `lextra.attention.fox`),
-        or None."""
+        """Log forget gates (B, H, L) fp32 whose cumulative sums bias the scores (FoX), or None."""
         return None
 
 
@@ -197,8 +178,7 @@ class OutputGate(AttentionPiece):
 
 @PIECES.register("sinks")
 class Sinks(AttentionPiece):
-    """One learned logit per head added to each softmax's denominator (gpt-oss); zero-initialised here (gpt-oss
-    draws N(0, 0.02))."""
+    """One learned logit per head in each softmax's denominator (gpt-oss), zero-initialised."""
 
     summary = "learned attention sink: one logit per head in the softmax denominator (gpt-oss)"
 

@@ -1,22 +1,16 @@
 """Layer plans: each block of a model with its own attention variant, written in the spec grammar with repeats.
 
-A variant is a scheme spec followed by `+`-joined items, each a mask spec (`window:1024`, `chunk:8192`, ...) or an
-attention piece (`lextra.attention.pieces`: `qknorm`, `gate`, `sinks`, `softcap:50`, `temp_tuning`, `logn:qwen`):
+A variant is a scheme spec followed by `+`-joined mask specs or attention pieces (`lextra.attention.pieces`):
 
     rope,base=10000+window:1024+qknorm
 
-A plan is variants separated by `;`; `N*V` repeats a variant and `N*(A;B)` a group; the whole pattern is then
-repeated over the model's layers (and cut at n_layer, as Hugging Face's `layer_types` patterns are):
+A plan is variants separated by `;`; `N*V` repeats a variant and `N*(A;B)` a group; the pattern repeats over the
+model's layers (cut at n_layer, as Hugging Face's `layer_types`):
 
     3*(rope,base=10000+window:1024);rope,base=1000000
 
-A plan may instead name a preset (`PRESETS`), with its options: `gemma3`, `gemma3,window=64`, `irope,chunk=32`.
-A variant without a mask is causal; a layer whose mask is causal or full is `global`, any other `local`.
-
-A model's layers are one plan (`lextra.model.GPTConfig.layer_plan`); a scheme spec is the plan of one variant on
-every layer. `stated_plan` reads a model stated by a scheme with options and a model-wide log-n scaling (`--scheme`,
-a TOML file's `scheme`, a config.json saved so) as the plan they make.
-"""
+A plan may name a preset (`PRESETS`): `gemma3`, `gemma3,window=64`, `irope,chunk=32`. A variant without a mask is
+causal; a layer whose mask is causal or full is `global`, any other `local`."""
 
 from __future__ import annotations
 
@@ -270,10 +264,8 @@ def stated_plan(
     n_layer: int = 1,
     what: str = "model config",
 ) -> str:
-    """The layer plan a model stated as a scheme spec with options (a one-variant plan: `rope,base=500000.0`), as
-    a plan, or as both (the plan names each layer's scheme; `scheme` beside it must be its first layer's), with a
-    model-wide log-n scaling (`qwen`, `ssmax`) as a `logn` piece on every layer that has none. The one reader of
-    the `scheme` / `scheme_options` / `log_scaling` fields of a config or study entry."""
+    """The layer plan a model stated as a scheme spec with options, as a plan, or as both (`scheme` must be the
+    plan's first layer's), with a model-wide log-n scaling as a `logn` piece on every layer that has none."""
     if options is not None and not isinstance(options, dict):
         raise ConfigError(f"{what}: scheme_options must be a table, got {options!r}")
     if scheme is not None and not isinstance(scheme, str):

@@ -1,19 +1,10 @@
 """LongLoRA's shifted sparse attention, S2-Attn (Chen et al. 2023, arXiv 2309.12307), as a per-head mask.
 
-In training, the window is cut into groups of G tokens and each token attends causally within its group; the
-second half of the heads (heads H//2..H-1, as the authors' `qkv[:, :, num_heads // 2:]`) has its groups shifted
-by G/2, so information flows between neighbouring groups. Query i sees key j when g(i) == g(j) and t(j) <= t(i),
-t being a token's index in the shifted order and g = t // G. By default this is the authors' training path,
-`forward_flashattn` (LongLoRA's default `use_flash_attn=True`): t = i + G/2 in shifted heads, so their first and
-last G/2 tokens form half groups and nothing wraps around. With `wrap` it is `forward_noflashattn`, which rolls those
-heads by -G/2: t = (i - G/2) mod L, so the window's first G/2 tokens share the last group with its last G/2 tokens
-and see them (a leak, the maintainers say in LongLoRA issue 90). The position transform is applied at the tokens'
-own positions before the shift, as the authors rotate q and k before shifting. Evaluation attends with full causal
-attention (the model applies S2-Attn in training mode only).
-
-`S2Attention` is the wrapper a lextra layer attends through while training with S2-Attn: whatever backend the
-call names, it computes the dense S2 pass (`S2Backend`), through the same dispatch as every other call.
-"""
+Tokens attend causally within groups of G; heads H//2..H-1 have their groups shifted by G/2. Query i sees key j
+when g(i) == g(j) and t(j) <= t(i), t a token's index in the shifted order, g = t // G. By default the authors'
+`forward_flashattn` (t = i + G/2, half groups at the ends); with `wrap` their `forward_noflashattn` (t = (i - G/2)
+mod L, whose first and last half groups see each other: LongLoRA issue 90). Positions rotate before the shift.
+`S2Attention` is the wrapper a layer attends through while training; evaluation uses full causal attention."""
 
 from __future__ import annotations
 
@@ -59,12 +50,8 @@ def shifted_sparse_attention(
     wrap: bool = False,
     layout: PositionLayout | None = None,
 ) -> Tensor:
-    """S2-Attn of q (B, H, L, D), k, v over one window (Lq == Lk), dense in fp32: (B, H, L, D) in v's dtype.
-
-    The dense reference (`reference_attention`) with `s2_visible` (with `wrap`) as its padding mask: the logits are
-    the scheme's at (q_pos, k_pos), exactly as full attention scores them; only the visible pairs differ. `layout`:
-    the positions' host-side facts where the caller has them (else read once from the positions).
-    """
+    """S2-Attn of q (B, H, L, D), k, v over one window (Lq == Lk), dense in fp32: the reference with `s2_visible`
+    as its padding mask; (B, H, L, D) in v's dtype."""
     H, L = q.shape[1], q.shape[2]
     if k.shape[-2] != L or L % group:
         raise ValueError(f"S2-Attn needs one window whose length ({L}) the group ({group}) divides")
@@ -77,8 +64,7 @@ def shifted_sparse_attention(
 
 
 class S2Backend(AttentionBackend):
-    """The dense S2-Attn pass over one window (`shifted_sparse_attention`) with the context's scheme, positions,
-    scale and temperature."""
+    """The dense S2-Attn pass over one window (`shifted_sparse_attention`)."""
 
     name = "s2"
 

@@ -1,31 +1,13 @@
 """Stick-breaking attention (Tan et al. 2024, arXiv 2410.17980; code shawntan/stickbreaking-attention): the
-`stickbreak` attention piece, which replaces the layer's softmax.
-
-Each query i breaks a stick from its nearest key leftwards: key j takes beta_ij = sigmoid(z_ij) of what the keys
-between them left, z_ij = q_i . k_j / sqrt(D) (the authors' inverse temperature, the softmax scale), so
+`stickbreak` attention piece, which replaces the layer's softmax. With z_ij = q_i . k_j / sqrt(D):
 
     log A_ij = logsigmoid(z_ij) - sum_{j<k<i} softplus(z_ik),     out_i = sum_j A_ij v_j + (1 - sum_j A_ij) u_i,
 
-computed in log space in fp32 (no product of many (1 - beta) in linear space). The paper states the weights
-alone; what follows is the authors' code, which lextra follows:
-- `attend_current=false` (their default): a query sees the keys strictly before it (their mask is
-  `triu(0)`), so the first token attends to nothing; `true` includes the diagonal;
-- keys the mask hides take nothing and break nothing (their `masked_fill`: log beta -1e5, log(1 - beta) 0);
-- the remainder 1 - sum_j A_ij goes to u_i: `remainder=bias` (their model layer, dolomite-engine's
-  `SBAttention`: a learned per-head vector, zero at init), `value` (their tests: the query's own value v_i) or
-  `none` (dropped);
-- `norm=true` (their model layer): GroupNorm with one group per head over the heads' outputs, before the output
-  projection.
-A position scheme composes exactly: its rotation turns q and k, its bias is added to z (with the temperature and
-softcap as the softmax layers apply them); learned sinks, a FoX forget gate, CoPE's scores, extension methods and
-materialised biases are refused. The piece's `attend` hook computes the layer's call from the options the layer
-hands `attention`.
-
-Paths, picked by the call's backend: `reference` (dense rows, ground truth), `chunked` and `auto` (the tiled walk
-below for causal, aligned, contiguous calls; else query rows over their keys, e.g. one cached decoding step).
-`sdpa` and `flex` cannot express it (it is not a softmax) and are refused. Under autograd each tile (each row
-block) is recomputed in the backward pass (`torch.utils.checkpoint`), so training keeps O(L x tile) memory.
-"""
+in log space in fp32. As the authors' code: `attend_current=false` sees keys strictly before the query; hidden
+keys take and break nothing; the remainder goes to u_i (`remainder=bias`: a learned per-head vector, `value`: v_i,
+`none`); `norm=true` is a per-head GroupNorm. A scheme's rotation and bias compose; sinks, FoX, CoPE, extension
+methods and materialised biases are refused. Backends: `reference` (dense), `chunked`/`auto` (tiled walk, or rows
+over their keys); `sdpa` and `flex` are refused. Under autograd tiles are recomputed in the backward pass."""
 
 from __future__ import annotations
 
@@ -48,24 +30,20 @@ from lextra.validate import check_bool
 
 #: keys per tile (and queries per block) of the tiled walk
 TILE = 256
-#: scores per step of the tiled walk, batch and heads included: it sets how many query blocks walk together, so
-#: that a step's (B, H, blocks, T, T) buffers stay small; 2^21 fp32 scores = 8 MiB
+#: scores per step of the tiled walk (batch and heads included): how many query blocks walk together
 GROUP_BUDGET = 1 << 21
 #: (query, key) pairs per row block of the row path, per batch row and head: 2^20 fp32 scores = 4 MiB
 ROW_BUDGET = 1 << 20
 REMAINDERS = ("bias", "value", "none")
-#: the tiled walk's log weights are clamped here before exp: exp below fp32's smallest normal number (e^-87.3)
-#: takes a slow denormal path on CPUs (5 to 10 times slower), and a weight of e^-87 per key is far below rounding
+#: the tiled walk's log weights are clamped here before exp (denormals are slow on CPUs; e^-87 is below rounding)
 LOG_FLOOR = -87.0
 #: the backends that run stick-breaking attention, and the path each takes
 PATHS = {"reference": "dense", "chunked": "tiled", "auto": "tiled"}
 
 
 def stick(z: Tensor, visible: Tensor | None) -> tuple[Tensor, Tensor]:
-    """(log A, broken) for fp32 scores z (.., Lq, Lk) of keys in order: log A_ij = logsigmoid(z_ij) minus the
-    softplus of every visible key after j (a reverse cumulative sum along the keys, shifted by one so that it leaves
-    j out), hidden pairs -inf; `broken` (.., Lq) sums the softplus over the row's visible keys (what a tile to
-    the left carries). `visible` None: every pair."""
+    """(log A, broken) for fp32 scores z (.., Lq, Lk) of keys in order, hidden pairs -inf; `broken` (.., Lq) sums
+    the softplus over the row's visible keys (what a tile to the left carries). `visible` None: every pair."""
     broken = F.softplus(z)
     if visible is not None:
         broken = broken.masked_fill(~visible, 0.0)
@@ -91,12 +69,6 @@ def _scores(
     return z if softcap is None else cap_scores(z, softcap)
 
 
-def _visible(ctx: AttentionContext, q_pos: Tensor, k_pos: Tensor, attend_current: bool) -> Tensor:
-    """The pairs a query breaks its stick over: the mask's, and keys before the query (or at it, attend_current)."""
-    order = k_pos[None, :] <= q_pos[:, None] if attend_current else k_pos[None, :] < q_pos[:, None]
-    return ctx.mask.allowed(q_pos, k_pos) & order
-
-
 def _dense(
     qr: Tensor, kr: Tensor, v: Tensor, ctx: AttentionContext, q_pos: Tensor, tau: Tensor | None, attend_current: bool
 ) -> tuple[Tensor, Tensor]:
@@ -104,7 +76,9 @@ def _dense(
     scheme = ctx.scheme
     bias = scheme.bias(q_pos, ctx.k_pos) if scheme is not None and scheme.has_bias else None
     z = _scores(qr, kr, ctx.scale, bias, tau, ctx.softcap)
-    log_w, _ = stick(z, _visible(ctx, q_pos, ctx.k_pos, attend_current))
+    k_pos = ctx.k_pos  # keys before the query (or at it, attend_current) that the mask shows
+    order = k_pos[None, :] <= q_pos[:, None] if attend_current else k_pos[None, :] < q_pos[:, None]
+    log_w, _ = stick(z, ctx.mask.allowed(q_pos, k_pos) & order)
     weights = log_w.exp()
     return weights @ v.float(), weights.sum(-1)
 
@@ -115,14 +89,6 @@ def _tau(ctx: AttentionContext) -> Tensor | None:
     if tau is None:
         return None
     return tau.reshape(1, 1) if tau.dim() == 0 else tau.reshape(-1, tau.shape[-1])
-
-
-def dense_stickbreak(
-    q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext, attend_current: bool
-) -> tuple[Tensor, Tensor]:
-    """The reference: every query row at once; (out, mass), out (B, H, Lq, Dv) and mass (B, H, Lq) in fp32."""
-    qr, kr = rotate(ctx.scheme, q, k, ctx.q_pos, ctx.k_pos)
-    return _dense(qr, kr, v, ctx, ctx.q_pos, _tau(ctx), attend_current)
 
 
 def row_stickbreak(
@@ -156,11 +122,8 @@ def _tile_step(
     softcap: float | None,
     visible: Tensor | None,
 ) -> tuple[Tensor, Tensor]:
-    """One diagonal of tiles: query blocks qb (B, H, n, T, D) against key tiles kb, vb (B, H, n, T, .) held in
-    reverse order (nearest key first; vb's last channel is ones), left of the keys whose softplus `carry`
-    (B, H, n, T) sums: log A_j = logsigmoid(z_j) - (softplus of the keys nearer than j), logsigmoid(z) as
-    z - softplus(z), the nearer keys' sum a plain cumulative sum shifted by one; -> (weights @ vb, carry plus this
-    tile's softplus)."""
+    """One diagonal of tiles: query blocks qb (B, H, n, T, D) against key tiles kb, vb held nearest key first (vb's last
+    channel ones), left of keys whose softplus `carry` sums -> (weights @ vb, carry plus this tile's softplus)."""
     z = _scores(qb, kb, scale, bias, tau, softcap)
     broken = F.softplus(z)
     if visible is not None:
@@ -198,11 +161,8 @@ def tiled_stickbreak(
     q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext, attend_current: bool
 ) -> tuple[Tensor, Tensor]:
     """The tiled walk (`tiles_apply`): query blocks of T rows walk key tiles from the diagonal leftwards, each row
-    carrying the softplus its stick has lost so far; step t takes the t-th tile left of the diagonal for a group of
-    blocks at once (`GROUP_BUDGET` scores: O(T^2) memory per step, O(L x T) in all), and a block is done after the
-    step that reaches key 0.
-    A distance bias is one (H, T, T) tile per step (the distances repeat along a diagonal of tiles); the weights'
-    sum comes out of the value matmul as one more channel of ones."""
+    carrying the softplus its stick has lost; one step per diagonal for a group of blocks (`GROUP_BUDGET`), O(L x T)
+    memory in all."""
     qr, kr = rotate(ctx.scheme, q, k, ctx.q_pos, ctx.k_pos)
     B, H, L, _ = qr.shape
     T = tile_size(ctx.block_size, L)
@@ -335,7 +295,8 @@ class StickBreaking(AttentionPiece):
         path = self.path(ctx)
         with torch.autocast(q.device.type, enabled=False):
             if path == "dense":
-                out, mass = dense_stickbreak(q, k, v, ctx, self.attend_current)
+                qr, kr = rotate(ctx.scheme, q, k, ctx.q_pos, ctx.k_pos)
+                out, mass = _dense(qr, kr, v, ctx, ctx.q_pos, _tau(ctx), self.attend_current)
             elif tiles_apply(ctx):
                 out, mass = tiled_stickbreak(q, k, v, ctx, self.attend_current)
             else:

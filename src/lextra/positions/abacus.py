@@ -1,14 +1,6 @@
-"""Abacus embeddings (McLeish et al. 2024, Transformers Can Do Arithmetic with the Right Embeddings, arXiv
-2405.17399; code mcleish7/arithmetic, `abacus.py`): every digit token gets a learned embedding of its 1-based place
-in its run of consecutive digits, so the digits of equal significance in reversed operands share one embedding
-whatever the number's length. In training the places of every digit are shifted by one offset k drawn uniformly
-from 0..max_k per forward pass (the authors' `random.randint(0, max_k)`), so places beyond the training numbers'
-lengths are trained too; at inference k = 0.
-
-As the authors' code (where the paper is silent): a token that is not a digit takes row 0 of the table (a learned
-vector added to every non-digit token); runs are counted along each row, a digit run continuing across a KV-cache
-step (`carried`).
-"""
+"""Abacus embeddings (McLeish et al. 2024, arXiv 2405.17399; code mcleish7/arithmetic): every digit token gets a
+learned embedding of its 1-based place in its run of digits; in training places shift by one offset k ~
+U{0..max_k} per forward pass, at inference k = 0. Non-digit tokens take row 0; runs continue across cached steps."""
 
 from __future__ import annotations
 

@@ -32,13 +32,8 @@ def sinusoidal_table(positions: Tensor, d_model: int, base: float = 10000.0) -> 
 
 @register_scheme("sinusoidal")
 class Sinusoidal(PositionScheme):
-    """Fixed sinusoidal absolute embedding added to token embeddings (Vaswani et al. 2017, arXiv 1706.03762).
-
-    Vaswani add the unit-amplitude table to token embeddings multiplied by sqrt(d_model). Our token embeddings
-    use GPT-2's N(0, 0.02) init without that factor, so by default the table is scaled by d_model^-0.5 instead
-    (the init of x-transformers' scaled sinusoidal embedding), keeping position and token signals of similar
-    size; `scale=1.0` adds the unscaled table.
-    """
+    """Fixed sinusoidal absolute embedding (Vaswani et al. 2017, arXiv 1706.03762), scaled by d_model^-0.5 by
+    default (token embeddings lack Vaswani's sqrt(d_model) factor); `scale=1.0` adds the unscaled table."""
 
     summary = "fixed sin/cos absolute embedding added to the tokens (Vaswani 2017)"
     relative = False

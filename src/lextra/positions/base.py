@@ -26,9 +26,8 @@ QueryBias = Callable[[Tensor, Tensor, Tensor], Tensor]
 
 @dataclass(frozen=True)
 class ScoreLayout:
-    """Where a compiled score modifier reads positions: query positions `q_rows` and key positions `k_rows` per
-    (padded) row index, on the call's device; distances q - k run from `lo` over `n_distances` values, and
-    per-distance tables are padded to `n_table` entries (`lextra.attention.flex`)."""
+    """Where a compiled score modifier reads positions: `q_rows` and `k_rows` per padded row index; distances run
+    from `lo` over `n_distances` values, tables padded to `n_table` entries."""
 
     q_rows: Tensor
     k_rows: Tensor
@@ -68,8 +67,7 @@ class PositionScheme(nn.Module):
     has_query_bias_mod: ClassVar[bool] = False
     #: the option a bare `name:VALUE` spec sets, or None
     positional: ClassVar[str | None] = None
-    #: the scores read q and k beyond their product (CoPE's gate-counted positions): only the backends written for
-    #: the scheme compute it (`lextra.attention.content`)
+    #: the scores read q and k beyond their product (CoPE): only `lextra.attention.content`'s backends compute it
     content_dependent: ClassVar[bool] = False
 
     def __init__(self, dims: HeadDims) -> None:
@@ -110,11 +108,7 @@ class PositionScheme(nn.Module):
         return self.has_bias and not self.bias_per_query
 
     def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        """Additive bias (H, Lq, Lk) for these positions, built from a per-distance table.
-
-        The table holds one value per distinct distance (O(H x (Lq + Lk)) numbers); the (H, Lq, Lk) result
-        is only ever built for one query chunk at a time by the fast backends.
-        """
+        """Additive bias (H, Lq, Lk) for these positions, built from a per-distance table."""
         distance = q_pos[:, None] - k_pos[None, :]
         lo = int(distance.min())
         hi = int(distance.max())
@@ -125,15 +119,13 @@ class PositionScheme(nn.Module):
         return table[:, distance - lo]
 
     def bias_into(self, q_pos: Tensor, k_pos: Tensor, workspace: dict[str, Tensor]) -> Tensor:
-        """`bias(q_pos, k_pos)` without autograd, which the caller may modify in place and uses before the next
-        call: a scheme may build it in buffers kept in `workspace` and reused from one query block to the next
-        (FIRE's per-pair bias); the default returns a fresh `bias`."""
+        """`bias(q_pos, k_pos)` without autograd, which the caller may modify in place: a scheme may build it in
+        buffers kept in `workspace` (FIRE); the default returns a fresh `bias`."""
         return self.bias(q_pos, k_pos)
 
     def query_bias_mod(self, layout: ScoreLayout, tau: Tensor | None) -> tuple[QueryBias, list[Tensor]]:
-        """The per-query bias (where `distance_only` is False) as traceable code for FlexAttention's score_mod,
-        divided by the per-head temperature `tau` (H, 1) when given, and the tensors that code captures. Only
-        schemes that declare `has_query_bias_mod` implement it (FIRE)."""
+        """The per-query bias as traceable score_mod code over the per-head temperature `tau` (H, 1), and the tensors it
+        captures (schemes declaring `has_query_bias_mod`: FIRE)."""
         raise TypeError(f"scheme {self.name!r} has no per-query score modifier")
 
     def query_bias_limit(self) -> str | None:

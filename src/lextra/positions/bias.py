@@ -1,8 +1,5 @@
-"""Additive score biases: ALiBi, T5 buckets, KERPLE (log, power), Sandwich and FIRE.
-
-Each is added to q.k / sqrt(D) before the softmax. All but FIRE are functions of the distance d = m - n alone
-and are computed from a per-distance table; FIRE also depends on the query position m.
-"""
+"""Additive score biases: ALiBi, T5 buckets, KERPLE (log, power), Sandwich and FIRE, added to q.k / sqrt(D)
+before the softmax; all but FIRE are functions of d = m - n alone, computed from a per-distance table."""
 
 from __future__ import annotations
 
@@ -39,10 +36,8 @@ def alibi_slopes(n_heads: int) -> Tensor:
 class ALiBi(PositionScheme):
     """Attention with linear biases (Press et al. 2022, arXiv 2108.12409): bias -m_h |m - n|.
 
-    `slope_shift` adds a constant to every log2 slope (the slope ablation of Chi et al. 2023, arXiv 2212.10356;
-    0 = the paper's slopes); it is kept within +-SLOPE_SHIFT_LIMIT, where every slope and every bias up to 2^20
-    tokens stay finite and non-zero in fp32.
-    """
+    `slope_shift` adds a constant to every log2 slope (Chi et al. 2023, arXiv 2212.10356), within
+    +-SLOPE_SHIFT_LIMIT, where every bias up to 2^20 tokens stays finite and non-zero in fp32."""
 
     summary = "linear distance penalty -m_h (m - n) with geometric head slopes (Press 2022)"
     has_bias = True
@@ -139,11 +134,8 @@ class _Kerple(PositionScheme):
 
 @register_scheme("kerple_log")
 class KerpleLog(_Kerple):
-    """KERPLE logarithmic kernel (Chi et al. 2022, arXiv 2205.09921): bias -r1 ln(1 + r2 |m - n|).
-
-    Initialised r1 ~ U(0, r1_init), r2 ~ U(0, r2_init) with the authors' released code's (2, 1); both clamped
-    to >= eps.
-    """
+    """KERPLE logarithmic kernel (Chi et al. 2022, arXiv 2205.09921): bias -r1 ln(1 + r2 |m - n|), r1 ~
+    U(0, r1_init), r2 ~ U(0, r2_init) (the authors' (2, 1)), both clamped to >= eps."""
 
     summary = "KERPLE log kernel -r1 ln(1 + r2 d), learned per head (Chi 2022)"
 
@@ -158,11 +150,8 @@ class KerpleLog(_Kerple):
 
 @register_scheme("kerple_power")
 class KerplePower(_Kerple):
-    """KERPLE power kernel (Chi et al. 2022, arXiv 2205.09921): bias -r1 |m - n|^r2.
-
-    Initialised r1 ~ U(0, r1_init), r2 ~ U(0, r2_init) with the authors' released code's (1, 2); clamped to
-    r1 >= eps and eps <= r2 <= 2.
-    """
+    """KERPLE power kernel (Chi et al. 2022, arXiv 2205.09921): bias -r1 |m - n|^r2, r1 ~ U(0, r1_init),
+    r2 ~ U(0, r2_init) (the authors' (1, 2)), clamped to r1 >= eps and eps <= r2 <= 2."""
 
     summary = "KERPLE power kernel -r1 d^r2, learned per head (Chi 2022)"
     r2_max = 2.0
@@ -191,11 +180,8 @@ def sandwich_distance_bias(distance: Tensor, n_heads: int, d_bar: int = 128) -> 
 class Sandwich(PositionScheme):
     """Sandwich (Chi et al. 2023, arXiv 2212.10356): the parameter-free bias of sinusoidal vectors' dot product.
 
-    `smoothed=True` uses its least-squares log-curve fit -0.825 ln(1 + d) - 0.8 (KERPLE-log, r1 = 0.825,
-    r2 = 1) divided by the same head scale 8h/H (the smoothed ablation of Chi et al. 2023). Note that this curve
-    matches Sandwich only near d = 1: at d = 100 it is about 7x weaker (-2.3 against -16.7 before the head
-    scale), so the smoothed model attends far more diffusely (docs/results.md).
-    """
+    `smoothed=True` uses its log-curve fit -0.825 ln(1 + d) - 0.8 divided by the same head scale 8h/H (the paper's
+    smoothed ablation; it matches Sandwich only near d = 1)."""
 
     summary = "parameter-free sinusoidal dot-product bias (Chi 2023), d_bar = 128"
     has_bias = True
@@ -252,10 +238,7 @@ class FIRE(PositionScheme):
 
     def _mlp_heads(self, normalised: Tensor) -> Tensor:
         """MLP over every entry, (..., ) -> (H, ...), evaluated exactly as slope * u + intercept of u's linear piece
-        (`linear_pieces`): no hidden layer per (query, key) pair. Under autograd the pieces' slopes and
-        intercepts are differentiable functions of the MLP's weights (the piece only selects which), so the
-        gradients are the MLP's own; they run in fp64, since the weight gradients sum one term per (query, key)
-        pair, which fp32 would round visibly at a few thousand tokens."""
+        (`linear_pieces`); under autograd in fp64, since weight gradients sum one term per (query, key) pair."""
         if torch.is_grad_enabled() and self.mlp[0].weight.requires_grad:
             breakpoints, slope, intercept = self.linear_pieces(torch.float64)
             piece = torch.bucketize(normalised.detach().double(), breakpoints)
@@ -265,10 +248,8 @@ class FIRE(PositionScheme):
         return torch.addcmul(intercept[:, piece], slope[:, piece], normalised)  # as `bias_into` computes it
 
     def linear_pieces(self, dtype: torch.dtype = torch.float32) -> tuple[Tensor, Tensor, Tensor]:
-        """The MLP (1 -> hidden ReLU -> H) is piecewise linear in its scalar input, with a break where each
-        hidden unit switches on: evaluate it exactly as slope * u + intercept of u's piece (no hidden layer
-        per (query, key) pair). Returns sorted breakpoints (K,) and per-piece slope, intercept (H, K + 1), in
-        `dtype`; differentiable in the MLP's weights under autograd."""
+        """The MLP (1 -> hidden ReLU -> H) is piecewise linear in its input: sorted breakpoints (K,) and per-piece
+        slope, intercept (H, K + 1) in `dtype`, differentiable in the MLP's weights under autograd."""
         up, down = cast(nn.Linear, self.mlp[0]), cast(nn.Linear, self.mlp[2])
         w, b = up.weight[:, 0].double(), up.bias.double()
         w2, b2 = down.weight.double(), down.bias.double()
@@ -293,11 +274,8 @@ class FIRE(PositionScheme):
         return bool((q_pos.float() <= self.l_mult.abs() * self.threshold).all())
 
     def bias_into(self, q_pos: Tensor, k_pos: Tensor, workspace: dict[str, Tensor]) -> Tensor:
-        """`bias(q_pos, k_pos)` without autograd, computed in buffers kept in `workspace` and reused from one
-        query block to the next: the same values (the same operations in the same order), without fresh
-        (H, c, n) temporaries per block, which the allocator's heap would keep as resident memory that grows with
-        the input (benchmarks/README.md). The result is a view of a workspace buffer: use it before the next
-        call."""
+        """`bias(q_pos, k_pos)` without autograd, the same operations in buffers kept in `workspace` and reused
+        from one query block to the next (no growing heap); a view of a buffer, valid until the next call."""
         if torch.is_grad_enabled() or self.distance_only(q_pos):
             return self.bias(q_pos, k_pos)
         c, n, H = q_pos.numel(), k_pos.numel(), self.dims.n_heads
@@ -311,10 +289,7 @@ class FIRE(PositionScheme):
         bias = _buffer(workspace, "bias", H * c * n, torch.float32, device).view(H, c * n)
         ends = torch.bucketize(torch.stack(torch.aminmax(u)), breakpoints)
         if ends[0] == ends[1]:
-            # every pair of the block lies on one linear piece (common far from the diagonal, where
-            # u = psi(m - n) / psi(m) varies little): one fused multiply-add, no per-pair piece index or gathers.
-            # Blocks are not split further into column runs on one piece each: writing the (H, c, n) bias, not
-            # the gathers, dominates there (benchmarks/README.md).
+            # every pair of the block lies on one linear piece (common far from the diagonal): one multiply-add
             one = int(ends[0])
             torch.addcmul(intercept[:, one, None], slope[:, one, None], u.view(1, -1), out=bias)
             return bias.view(H, c, n)
@@ -346,8 +321,7 @@ class FIRE(PositionScheme):
 
     def query_bias_mod(self, layout: ScoreLayout, tau: Tensor | None) -> tuple[QueryBias, list[Tensor]]:
         """MLP_h(psi(m - n) / (psi(max(m, L_thr)) + eps)) as score-modifier code: psi(m - n) from a per-distance
-        table, the denominator per query, the MLP's linear piece as the number of breakpoints below u (as
-        `torch.bucketize`; padded with +inf to one per hidden unit, so its shape never changes)."""
+        table, the denominator per query, the linear piece found by counting breakpoints below u."""
         device = layout.q_rows.device
         distance = torch.arange(layout.lo, layout.lo + layout.n_distances, device=device).float()
         psi = torch.log(torch.abs(self.c * distance) + 1.0)

@@ -19,10 +19,8 @@ from lextra.positions.rotary import RotaryFrequencies, check_rotary_dims, sequen
 
 @register_scheme("coca")
 class CoCA(RotaryFrequencies):
-    """Collinear constrained attention: key = ReLU(tau) * query per rotary slice (exact, m - n only).
-
-    `scaling` applies a RoPE frequency scaling (the paper pairs CoCA with dynamic NTK).
-    """
+    """Collinear constrained attention: key = ReLU(tau) * query per rotary slice (exact, m - n only); `scaling`
+    applies a RoPE frequency scaling (the paper pairs CoCA with dynamic NTK)."""
 
     summary = "collinear constrained attention (Zhu 2023): exact Q'.K' form, scores depend on m - n only"
 

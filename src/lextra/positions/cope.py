@@ -1,20 +1,9 @@
 """CoPE, contextual position encoding (Golovneva et al. 2024, arXiv 2405.18719): positions counted by gates.
 
-For query i and key j, p_ij = sum over visible keys k = j..i of sigmoid(q_i . k_k / sqrt(D)): the number of keys
-between j and i that the query's gates select, clamped to npos - 1. The score adds q_i . e(p_ij), e a learned
-table of npos vectors (head_dim wide, zero-initialised, one per layer shared by its heads), read at p between
-e[floor p] and e[ceil p] by linear interpolation.
-
-We follow the authors' code (facebookresearch/RAM, projects/cope, `ContextPosSelfAttn`), which differs from the
-module printed in the paper: the printed one adds q . e(p) after the 1/sqrt(D) scale, the code by default before
-it, (q . k + q . e(p)) / sqrt(D); `nodiv=true` is the printed order (the code's `--cope-nodiv`). Both gate on
-sigmoid(q . k / sqrt(D)) times the 0/1 mask and take npos = block size + 1 by default (position 0 is possible
-for a key whose gate is 0: a table of L + 1 entries holds every count over L keys).
-
-The scheme fills none of the four places: its scores read q and k beyond their product, so only the backends of
-`lextra.attention.cope` compute it (`content_dependent`). This module holds the table and the per-pair math they
-share; positions themselves are never read (the mask alone decides which keys count).
-"""
+p_ij = sum over visible keys k = j..i of sigmoid(q_i . k_k / sqrt(D)), clamped to npos - 1; the score adds
+q_i . e(p_ij), e a learned (head_dim, npos) table read by linear interpolation. As the authors' code
+(facebookresearch/RAM, `ContextPosSelfAttn`): (q . k + q . e(p)) / sqrt(D) by default, `nodiv=true` the paper's
+printed order. Only the backends of `lextra.attention.cope` compute it (`content_dependent`)."""
 
 from __future__ import annotations
 
@@ -35,11 +24,9 @@ def reverse_cumsum(gates: Tensor) -> Tensor:
 
 @register_scheme("cope")
 class CoPE(PositionScheme):
-    """Contextual position encoding: p_ij counts the query's sigmoid gates over keys j..i; the logits add
-    q_i . e(p_ij), e interpolated from a learned (head_dim, npos) table. `npos` defaults to L_tr + 1 (the authors'
-    block size + 1); `clamp` keeps counts past the table at its last entry as the authors do (false: a call whose
-    keys could count past it is refused); `nodiv` adds the position logits after the 1/sqrt(D) scale (the paper's
-    printed order) instead of before it (the authors' code)."""
+    """Contextual position encoding: p_ij counts the query's sigmoid gates over keys j..i, the logits add q_i . e(p_ij).
+    `npos` defaults to L_tr + 1 (the authors' block size + 1); `clamp` keeps counts past the table at its last entry
+    (false: refused); `nodiv` adds the position logits after the 1/sqrt(D) scale (the paper's printed order)."""
 
     summary = "contextual positions: counts of sigmoid(q.k) gates, interpolated learned table (Golovneva 2024)"
     positional = "npos"
@@ -67,9 +54,7 @@ class CoPE(PositionScheme):
         return 1.0 if self.nodiv else scale
 
     def position_tables(self, q: Tensor, factor: float) -> tuple[Tensor, Tensor]:
-        """q . e[t] x factor for every integer position t, and its slope to the next entry (0 at the last one), each
-        (B, H, c, npos) in fp32 from q (B, H, c, D): a count p reads table[floor p] + (p - floor p) slope[floor p],
-        the authors' table[ceil p] w + table[floor p] (1 - w)."""
+        """q . e[t] x factor for every integer position t and its slope to the next entry, each (B, H, c, npos) fp32."""
         table = (q.float() * factor) @ self.pos_emb.float()
         slope = torch.cat((table[..., 1:] - table[..., :-1], torch.zeros_like(table[..., :1])), dim=-1)
         return table, slope
@@ -82,17 +67,11 @@ class CoPE(PositionScheme):
         reversed_keys: bool = False,
         inplace: bool = False,
     ) -> tuple[Tensor, Tensor]:
-        """The position logits of one block of keys, and each row's gate count up to its first key.
+        """The position logits (B, H, c, n) of one block of keys, and each row's gate count (B, H, c) in fp64.
 
-        `tables` from `position_tables`; `gates` (B, H, c, n) already 0 where masked, the keys in order (the last
-        one nearest the query) or, with `reversed_keys`, from the last one back (then a plain cumulative sum is
-        the reverse one); `carried` (B, H, c) the count of the keys right of the block in fp64 (the tiled path
-        walks key tiles leftwards), or None. A count is the carried whole part plus the block's own fp32 sum (at
-        most n + 1), so its fraction keeps fp32's precision of small numbers at any length (a bare fp32 count of
-        64k gates is resolved to 1/256). Counts past npos - 1 read the last entry (the authors' clamp). Returns
-        the position logits (B, H, c, n) and the counts (B, H, c) in fp64 to carry to the next block on the left.
-        At an exactly integral count the slope's gradient is the next entry's (the authors' is 0 there).
-        `inplace` (no autograd) overwrites `gates` as it goes instead of allocating each step anew."""
+        `gates` (B, H, c, n) are 0 where masked, in key order or with `reversed_keys` from the last back; `carried` is
+        the count of the keys right of the block (the tiled path walks leftwards). Counts are the carried fp64 whole
+        part plus the block's fp32 sum, so fractions keep fp32 precision at any length. `inplace` overwrites `gates`."""
         table, slope = tables
         if not gates.shape[-1]:  # no keys: the count is what was carried
             none = gates.new_zeros(gates.shape[:-1], dtype=torch.float64)

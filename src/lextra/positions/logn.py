@@ -1,11 +1,6 @@
-"""Log-n scalings of the attention logits: a small registry (`LOG_SCALINGS`) that every user reads its names from.
-
-- `none`: no scaling.
-- `qwen`: the query at 1-based position i > L_tr multiplied by log_{L_tr} i (Qwen's `use_logn_attn`), a fixed
-  function of position, so it applies at inference to any model.
-- `ssmax`: Scalable-Softmax (Nakanishi 2025, arXiv 2501.19399), logits times a learned s_h ln n: only a model
-  trained with it has the scale, so it cannot be switched on at inference (`learned`).
-"""
+"""Log-n scalings of the attention logits (`LOG_SCALINGS`): `none`; `qwen`, the query at 1-based position i > L_tr times
+log_{L_tr} i (Qwen's `use_logn_attn`, applicable at inference); `ssmax`, Scalable-Softmax (Nakanishi 2025, arXiv
+2501.19399), logits times a learned s_h ln n (only for models trained with it: `learned`)."""
 
 from __future__ import annotations
 

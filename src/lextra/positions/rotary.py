@@ -1,10 +1,6 @@
 """The rotary family: RoPE (Su et al. 2021, arXiv 2104.09864) and xPos (Sun et al. 2022, arXiv 2212.10554),
-in the half-split or interleaved layout.
-
-Frequencies are computed in fp32 exactly as Hugging Face does (`1 / base^(arange(0, D, 2) / D)`); angles
-`p * theta_k` are formed in fp64 so that they stay accurate at 10^5 positions, then cos/sin are kept in fp32.
-Rotation runs in fp32 whatever the model dtype, and is cast back afterwards.
-"""
+half-split or interleaved. Frequencies in fp32 as Hugging Face; angles in fp64 (accurate at 10^5 positions);
+rotation in fp32 whatever the model dtype."""
 
 from __future__ import annotations
 
@@ -149,9 +145,7 @@ class RotaryFrequencies(PositionScheme):
         return torch.cat((inv_freq[:kept], inv_freq.new_zeros(inv_freq.numel() - kept)))
 
     def frequencies_for(self, seq_len: int | None) -> tuple[Tensor, float]:
-        """Inverse frequencies and cos/sin factor for a sequence of `seq_len` positions (dynamic, longrope): a few
-        numbers computed on the CPU, with the arithmetic of the frequencies at construction, then moved to the
-        scheme's device."""
+        """Inverse frequencies and cos/sin factor for `seq_len` positions (dynamic, longrope) on the scheme's device."""
         if not depends_on_length(self.scaling):
             return self.inv_freq, self.attention_factor
         with torch.device("cpu"):
@@ -177,14 +171,9 @@ def sequence_length(q_pos: Tensor, k_pos: Tensor, seq_len: int | None) -> int | 
 class RoPE(RotaryFrequencies):
     """Rotary position embedding (Su et al. 2021, arXiv 2104.09864): rotate each channel pair of q and k by p * theta_k.
 
-    `scaling` applies an inference-time frequency scaling, e.g. {"rope_type": "dynamic", "factor": 2}; its
-    frequencies and cos/sin factor equal Hugging Face's `rope_scaling` of the same parameters.
-    `fraction` < 1 is partial rotary (GPT-NeoX, Pythia 0.25, Phi-2 0.4; HF's `partial_rotary_factor`): the first
-    R = int(D x fraction) channels of each head rotate, NeoX layout within them, with frequencies base^(-2k/R),
-    and the rest pass unchanged. `proportional` < 1 is p-RoPE (Barbero et al. 2024, arXiv 2410.06205; HF's
-    `proportional` rope type): the int(p D / 2) highest frequencies base^(-2k/D) are kept and the lowest set to
-    0, so those channels carry no position.
-    """
+    `scaling` applies a frequency scaling (Hugging Face's `rope_scaling`). `fraction` < 1 is partial rotary (GPT-NeoX;
+    HF's `partial_rotary_factor`): the first int(D x fraction) channels rotate. `proportional` < 1 is p-RoPE (Barbero
+    et al. 2024, arXiv 2410.06205): the int(p D / 2) highest frequencies are kept, the rest set to 0."""
 
     summary = "rotary embedding (Su 2021): q/k pairs rotated by p * base^(-2k/D); scaling, fraction, proportional"
 
@@ -247,12 +236,9 @@ class RoPE(RotaryFrequencies):
 class XPos(RotaryFrequencies):
     """xPos (Sun et al. 2022, arXiv 2212.10554): RoPE with q scaled by zeta_k^(p/B) and k by zeta_k^(-p/B).
 
-    zeta_k = (2k + 0.4 D) / (1.4 D), B = scale_base (512), so the logit carries zeta_k^((m - n)/B).
-    torchscale centres p on the sequence; we anchor p at the first query position of each call instead and
-    the fast backends never let one call span more than `rotate_span` query positions, so scales stay within
-    zeta^(+-span/B) and are finite at any length (the far-past keys underflow to 0, as their true weight does).
-    `decay=False` gives RoPE exactly; `rotation=False` keeps the decay alone (the paper's ablation).
-    """
+    zeta_k = (2k + 0.4 D) / (1.4 D), B = scale_base (512). p is anchored at each call's first query position and no
+    call spans more than `rotate_span` positions, so scales stay finite at any length. `decay=False` gives RoPE;
+    `rotation=False` keeps the decay alone."""
 
     summary = "RoPE with an exponential decay zeta^((m-n)/B) (Sun 2022); finite at any length"
     log_zeta: Tensor  # a buffer

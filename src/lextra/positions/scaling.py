@@ -1,13 +1,7 @@
-"""RoPE frequency scalings for length extrapolation: one parameters mapping, one registered entry per type
-(docs/extending.md, A RoPE scaling).
-
-A scaling is a `RopeScaling`, Hugging Face's `rope_parameters` checked and complete; each type is one
-`ScalingType` entry of `SCALING_TYPES` (in the manner of Hugging Face's `ROPE_INIT_FUNCTIONS`) that maps
-`(parameters, head_dim, base, seq_len)` to the inverse frequencies (D/2,) in fp32 and the factor cos and sin are
-multiplied by (the logits carry its square). The built-in types are in `lextra.positions.scaling_types`, the
-Hugging Face dicts read and written by `lextra.positions.scaling_hf`. Specs: `yarn:4`, `yarn:4,beta_fast=16`,
-`linear,factor=2`, or a JSON object of `rope_parameters`.
-"""
+"""RoPE frequency scalings: a `RopeScaling` is Hugging Face's `rope_parameters` checked and complete; each
+type is one `ScalingType` entry of `SCALING_TYPES` (as HF's `ROPE_INIT_FUNCTIONS`) mapping it to inverse
+frequencies (D/2,) fp32 and the cos/sin factor. Specs: `yarn:4`, `yarn:4,beta_fast=16`, `linear,factor=2`, or a
+JSON object of `rope_parameters`."""
 
 from __future__ import annotations
 
@@ -30,13 +24,8 @@ TRAIN_LENGTH = "original_max_position_embeddings"
 
 
 class ScalingType(ABC):
-    """Base class of the `SCALING_TYPES` registry: one RoPE scaling type, never instantiated.
-
-    A type declares its parameters (`params`: name, default, annotation; `Option.REQUIRED` when there is none),
-    whether its frequencies change with the sequence length, its Hugging Face `rope_type` (`hf_type`, None when HF
-    has none), and defines `frequencies` over a `RopeScaling`; `check`, `check_head_dim`, `from_hf` and `to_hf`
-    have defaults that fit a type whose parameters are Hugging Face keys of the same name.
-    """
+    """Base class of the `SCALING_TYPES` registry: one RoPE scaling type, never instantiated. It declares its
+    parameters (`params`), whether it depends on the length, its HF `rope_type` (`hf_type`), and `frequencies`."""
 
     name: ClassVar[str] = "scaling"
     summary: ClassVar[str] = ""
@@ -123,11 +112,7 @@ class RopeScaling(Mapping[str, Any]):
     """A RoPE scaling: Hugging Face `rope_parameters` (`rope_type` and its type's parameters), checked and complete.
 
     `RopeScaling("yarn", factor=4, original_max_position_embeddings=2048)` or `RopeScaling(**rope_parameters)`;
-    the type is a name in `SCALING_TYPES` (an alias such as "pi" reads as its type; the legacy key `type` as
-    `rope_type`, as Hugging Face reads it). Every parameter the type declares is present (defaults filled in), any
-    other key is refused, numbers are typed and lists become tuples, so equal scalings compare and hash equal.
-    Read it as a mapping (`scaling["factor"]`); `kind` is its type's entry.
-    """
+    defaults are filled in, unknown keys refused, lists become tuples, so equal scalings compare and hash equal."""
 
     __slots__ = ("_values",)
     _values: dict[str, Any]
@@ -275,11 +260,8 @@ def check_head_dim(scaling: RopeScaling, head_dim: int) -> None:
 def frequencies(
     scaling: RopeScaling, head_dim: int, base: float = 10000.0, seq_len: int | None = None
 ) -> tuple[Tensor, float]:
-    """The scaled inverse frequencies (D/2,) fp32 and the cos/sin multiplier for a sequence of `seq_len` tokens.
-
-    `seq_len` (the number of positions in use, max position + 1) matters only for `depends_on_length` types;
-    None means "at most L_tr". The result equals Hugging Face's `ROPE_INIT_FUNCTIONS[rope_type]` bit for bit.
-    """
+    """The scaled inverse frequencies (D/2,) fp32 and the cos/sin multiplier for `seq_len` positions (None: at
+    most L_tr), equal to Hugging Face's `ROPE_INIT_FUNCTIONS[rope_type]` bit for bit."""
     if not isinstance(scaling, RopeScaling):
         raise ConfigError(f"expected a RopeScaling, got {type(scaling).__name__}")
     check_head_dim(scaling, head_dim)

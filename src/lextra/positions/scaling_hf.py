@@ -1,10 +1,5 @@
-"""Hugging Face `rope_parameters` (transformers 5.x; 4.x `rope_scaling`) to and from a `RopeScaling`.
-
-A `RopeScaling` already is a `rope_parameters` mapping, so both directions are the identity up to the names and
-defaults Hugging Face keeps elsewhere: lextra's "none" is HF's "default", HF takes the training length of some types
-from the model's `max_position_embeddings` (each type's `from_hf` / `to_hf` says which), and lextra rotates the
-whole head (no `partial_rotary_factor` below 1, no multimodal `mrope_section`).
-"""
+"""Hugging Face `rope_parameters` (transformers 5.x; 4.x `rope_scaling`) to and from a `RopeScaling`: the identity
+up to names and defaults HF keeps elsewhere ("none" is "default"; some types' L_tr is `max_position_embeddings`)."""
 
 from __future__ import annotations
 
@@ -33,16 +28,10 @@ def from_hf(
 ) -> RopeScaling:
     """Read a Hugging Face `rope_parameters` / `rope_scaling` dict (transformers 4.x or 5.x) as HF 5.24 would.
 
-    - the type comes from `rope_type`, else the legacy `type`; "default" (or None / {}) is "none";
-      "proportional" with `partial_rotary_factor` 1 is read as "linear" (same frequencies), "none" for factor 1.
-    - `original_max_position_embeddings` defaults to `max_position_embeddings` (yarn, llama3, longrope), and a
-      missing yarn / longrope `factor` to `max_position_embeddings / original_max_position_embeddings`, as HF.
-    - dynamic: HF takes L_tr from the model's `max_position_embeddings` and ignores any
-      `original_max_position_embeddings` in the dict; so do we (with a warning if they differ).
-    - keys the type does not use are ignored with a warning, as HF does; `partial_rotary_factor` != 1 and
-      `mrope_section` are refused (lextra rotates the whole head), as is a `rope_theta` different from `base`.
-    A model-level `original_max_position_embeddings` attribute (Phi-3) is outside the dict: put it in first.
-    """
+    "default" (or None / {}) is "none"; "proportional" with `partial_rotary_factor` 1 reads as "linear". Missing
+    `original_max_position_embeddings` and factors default as in HF; dynamic takes L_tr from `max_position_embeddings`.
+    Unused keys are ignored with a warning; `partial_rotary_factor` != 1, `mrope_section` and a `rope_theta` other
+    than `base` are refused."""
     params = dict(rope_parameters or {})
     hf_type = params.get("rope_type", params.get("type", "default"))
     readers = hf_readers()
@@ -70,13 +59,8 @@ def from_hf(
 
 
 def to_hf(scaling: RopeScaling, *, base: float | None = None) -> dict[str, Any]:
-    """The Hugging Face `rope_parameters` dict (5.x; also a valid 4.x `rope_scaling`) of this scaling.
-
-    Parameters left at None are omitted (HF then applies the same defaults); `base` adds `rope_theta`.
-    For "dynamic", HF reads L_tr from the model config's `max_position_embeddings`, not from this dict: set it to
-    `scaling["original_max_position_embeddings"]`. "ntk" has no HF type and raises; its exact HF equivalent is
-    rope_type "default" with `rope_theta = ntk_base(factor, head_dim, base)`.
-    """
+    """The Hugging Face `rope_parameters` dict (5.x; also a valid 4.x `rope_scaling`) of this scaling; None
+    parameters are omitted, `base` adds `rope_theta`. "ntk" has no HF type and raises."""
     kind = scaling.kind
     keys = kind.to_hf(scaling)  # raises for a type Hugging Face lacks with its own explanation (ntk)
     if kind.hf_type is None:

@@ -8,10 +8,8 @@
 - "llama3": Llama 3.1's wavelength-banded interpolation (Grattafiori et al. 2024, arXiv 2407.21783).
 - "longrope": LongRoPE (Ding et al. 2024, arXiv 2402.13753), per-dimension short and long rescale factors.
 
-Every type repeats Hugging Face's fp32 arithmetic operation for operation (transformers 5.24), so the frequencies
-are bit-identical to `ROPE_INIT_FUNCTIONS[rope_type](config, seq_len=...)`; `tests/test_scaling.py` checks this.
-Where the papers and HF disagree, HF is followed and the difference is named in the type's docstring.
-"""
+Every type repeats Hugging Face's fp32 arithmetic (transformers 5.24), so the frequencies are bit-identical to
+`ROPE_INIT_FUNCTIONS[rope_type]`; where the papers and HF disagree, HF is followed."""
 
 from __future__ import annotations
 
@@ -48,10 +46,8 @@ def base_powers(head_dim: int, base: float) -> Tensor:
 
 
 def ntk_base(factor: float, head_dim: int, base: float) -> float:
-    """NTK-aware base b' = b * s^(D/(D-2)) (bloc97 2023): the lowest frequency is divided by s, the highest kept.
-
-    Also the exact Hugging Face equivalent of lextra's "ntk": rope_type "default" with `rope_theta = ntk_base(...)`.
-    """
+    """NTK-aware base b' = b * s^(D/(D-2)) (bloc97 2023); HF's equivalent of "ntk" is rope_type "default" with
+    `rope_theta = ntk_base(...)`."""
     return base * factor ** (head_dim / (head_dim - 2))
 
 
@@ -108,10 +104,7 @@ class LinearScaling(ScalingType):
 
 @register_scaling("ntk")
 class NtkScaling(ScalingType):
-    """NTK-aware static scaling (bloc97 2023): base' = base * s^(D/(D-2)), positions unchanged, no attention factor.
-
-    Hugging Face has no such type; its exact equivalent is rope_type "default" with `rope_theta = ntk_base(...)`.
-    """
+    """NTK-aware static scaling (bloc97 2023): base' = base * s^(D/(D-2)), positions unchanged, no attention factor."""
 
     summary = "NTK-aware static scaling (bloc97 2023): base * s^(D/(D-2)); no Hugging Face type"
     params = (FACTOR,)
@@ -135,15 +128,10 @@ class NtkScaling(ScalingType):
 class DynamicScaling(ScalingType):
     """Dynamic NTK, Hugging Face's `_compute_dynamic_ntk_parameters` (emozilla 2023).
 
-    For the current length l = max(seq_len, L_tr) (L_tr when seq_len is None):
-    base' = base * (s * l / L_tr - (s - 1))^(D/(D-2)), i.e. the static NTK base for the effective ratio
-    s_eff = 1 + s (l / L_tr - 1): plain RoPE up to L_tr, then growing s times faster than l / L_tr
-    (s_eff reaches s at l = (2 - 1/s) L_tr, not at s L_tr). The YaRN paper's "Dynamic NTK" uses
-    s_eff = max(1, l / L_tr) instead (no `factor`); the two agree only for factor 1. We follow HF, which reads L_tr
-    from the model's `max_position_embeddings` (so `to_hf` leaves it out of the dict). The base is computed in
-    Python float64 from an integer seq_len, as HF's init path; HF's forward passes seq_len as a tensor and forms
-    the base in fp32, which differs from this by about 2e-7 relative.
-    """
+    For l = max(seq_len, L_tr): base' = base * (s * l / L_tr - (s - 1))^(D/(D-2)), the static NTK base for
+    s_eff = 1 + s (l / L_tr - 1) (the YaRN paper's s_eff = max(1, l / L_tr) agrees only for factor 1). L_tr is the
+    model's `max_position_embeddings` in HF, so `to_hf` leaves it out; the base is formed in float64 from an integer
+    seq_len, as HF's init path."""
 
     summary = "dynamic NTK (emozilla 2023): the NTK base recomputed from the current length"
     params = (FACTOR, TRAINED)
@@ -186,18 +174,12 @@ class DynamicScaling(ScalingType):
 class YarnScaling(ScalingType):
     """YaRN (Peng 2023), as Hugging Face's `_compute_yarn_parameters`.
 
-    The ramp runs over the pair index k between the dimensions where a wavelength fits beta_fast and beta_slow
-    times into L_tr: `dim(beta) = D ln(L_tr / (2 pi beta)) / (2 ln b)`, low = dim(beta_fast), high = dim(beta_slow),
-    rounded outwards when `truncate` and clamped to [0, D-1] (HF and the YaRN authors' released code clamp to D-1, not
-    D/2-1). `ramp_k = clamp((k - low) / (high - low), 0, 1)` (high += 0.001 when equal);
-    `inv_freq_k = theta_k / s * ramp_k + theta_k * (1 - ramp_k)`: k <= low (high frequencies) keep theta_k,
-    k >= high are divided by s. The interpolated frequency is computed as 1 / (s * b^(2k/D)), as HF does.
-    Attention factor: `attention_factor`, else, when `mscale` and `mscale_all_dim` are both non-zero (DeepSeek
-    style; one alone is ignored, as in HF), `yarn_mscale(s, mscale) / yarn_mscale(s, mscale_all_dim)`, else
-    0.1 ln s + 1; logits get its square, the paper's sqrt(1/t) = 0.1 ln s + 1 applied to both q and k.
-    A missing factor is max_position_embeddings / L_tr in HF (`from_hf` does the same), and `beta_fast` /
-    `beta_slow` of 0 are 32 / 1 (HF's `or`).
-    """
+    The ramp runs over the pair index k between `dim(beta) = D ln(L_tr / (2 pi beta)) / (2 ln b)` for beta_fast
+    (low) and beta_slow (high), rounded outwards when `truncate` and clamped to [0, D-1];
+    `inv_freq_k = theta_k / s * ramp_k + theta_k * (1 - ramp_k)`, `ramp_k = clamp((k - low) / (high - low), 0, 1)`.
+    Attention factor: `attention_factor`, else `yarn_mscale(s, mscale) / yarn_mscale(s, mscale_all_dim)` when both
+    are non-zero (DeepSeek), else 0.1 ln s + 1. A missing factor is max_position_embeddings / L_tr, and
+    `beta_fast` / `beta_slow` of 0 are 32 / 1, as in HF."""
 
     summary = "YaRN (Peng 2023): per-dimension ramp between extrapolation and interpolation, attention factor"
     params = (
@@ -260,12 +242,8 @@ class YarnScaling(ScalingType):
 
 @register_scaling("llama3")
 class Llama3Scaling(ScalingType):
-    """Llama 3.1 (Meta 2024; HF `_compute_llama3_parameters`), banded by wavelength lambda_k = 2 pi / theta_k.
-
-    lambda_k < L_tr / high_freq_factor: keep theta_k; lambda_k > L_tr / low_freq_factor: theta_k / s; in between
-    blend `(1 - sigma) theta_k / s + sigma theta_k` with `sigma = (L_tr / lambda_k - low) / (high - low)`.
-    No attention factor.
-    """
+    """Llama 3.1 (Meta 2024; HF `_compute_llama3_parameters`), banded by wavelength lambda_k = 2 pi / theta_k:
+    below L_tr / high_freq_factor keep theta_k, above L_tr / low_freq_factor theta_k / s, between a linear blend."""
 
     summary = "Llama 3.1: wavelength-banded interpolation (low / high frequency factors)"
     params = (FACTOR, TRAINED, Option("low_freq_factor", 1.0, "float"), Option("high_freq_factor", 4.0, "float"))
@@ -298,12 +276,9 @@ class Llama3Scaling(ScalingType):
 class LongRopeScaling(ScalingType):
     """LongRoPE (Ding 2024; HF `_compute_longrope_parameters`, Phi-3): inv_freq_k = 1 / (ext_k * b^(2k/D)).
 
-    ext = long_factor when seq_len > L_tr, else short_factor (also when seq_len is None), so caches must be
-    re-rotated when a sequence crosses L_tr. Attention factor: `attention_factor`, else
-    sqrt(1 + ln s / ln L_tr) for s > 1 (1 otherwise), applied at every length, as HF and Phi-3 do. It multiplies
-    cos and sin, so the logits carry its square, 1 + ln s / ln L_tr (a "logits scaled by sqrt(...)" reading is off).
-    A missing factor is max_position_embeddings / L_tr in HF (`from_hf` does the same).
-    """
+    ext = long_factor when seq_len > L_tr, else short_factor (caches re-rotate when a sequence crosses L_tr).
+    Attention factor: `attention_factor`, else sqrt(1 + ln s / ln L_tr) for s > 1, at every length, as HF; a missing
+    factor is max_position_embeddings / L_tr."""
 
     summary = "LongRoPE (Ding 2024): per-dimension short / long rescale factors"
     params = (

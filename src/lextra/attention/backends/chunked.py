@@ -1,10 +1,6 @@
-"""The `chunked` backend: queries in blocks; each block sees only the keys its mask declares (`Mask.key_spans`: a
-window's block touches width + block keys) and its bias is built for that block alone from the scheme's
-per-distance table, then one SDPA call per block (the blocks walked by `walk_blocks`, as the scored path's are).
-Memory O(H x block x keys) per step, never H x L x L; forward and backward on any device. Exactly causal calls
-without a per-distance bias take the tiled path (`lextra.attention.backends.tiled`); softcaps and sinks the scored
-path (`lextra.attention.backends.scored`); a materialised score bias or padding mask is sliced per query block
-(`lextra.attention.backends.materialised`)."""
+"""The `chunked` backend: queries in blocks (`walk_blocks`), each seeing only the keys its mask declares, its bias
+built for that block alone, one SDPA call per block: memory O(H x block x keys). Exactly causal calls without a
+per-distance bias take the tiled path, softcaps and sinks the scored path, materialised biases `materialised`."""
 
 from __future__ import annotations
 
@@ -42,9 +38,7 @@ def block_size_for(scheme: PositionScheme | None, n_keys: int, n_heads: int, req
         return max(1, int(requested))
     if scheme is None or not scheme.has_bias:
         return MAX_BLOCK
-    # FIRE past its threshold evaluates its MLP as linear pieces per (query, key) pair: under autograd in fp64
-    # (gathered slopes and intercepts, their product and the input: about 5 fp32 words per head); without, the
-    # bias, an offset, the input and its piece index
+    # fp32 words per (query, key) pair of FIRE's linear pieces past its threshold (fp64 under autograd)
     if not scheme.bias_per_query:
         per_pair = n_heads
     elif torch.is_grad_enabled():
@@ -95,9 +89,8 @@ def _rotates_per_block(scheme: PositionScheme | None, mask: Mask) -> bool:
 
 
 def _block_mask(b: QueryBlock) -> Tensor | None:
-    """A block's SDPA mask: the scheme's bias over the temperature, -inf where the mask hides a pair
-    (`masked_bias`), 4-D in the dtype `float_mask` gives for the block's q (the flash kernel); without a bias the
-    boolean visible pairs (None: every pair visible)."""
+    """A block's SDPA mask: the scheme's bias over the temperature, -inf where hidden (`masked_bias`), 4-D in
+    `float_mask`'s dtype; without a bias the boolean visible pairs (None: all)."""
     allowed, bias = b.allowed(), b.bias()
     return allowed if bias is None else float_mask(masked_bias(bias, b.tau, allowed), b.q)[None]
 
@@ -105,14 +98,9 @@ def _block_mask(b: QueryBlock) -> Tensor | None:
 def toeplitz_bias(
     scheme: PositionScheme | None, mask: Mask, qp: Tensor, kp: Tensor, tau: Tensor | None
 ) -> Tensor | None:
-    """The block's masked bias as a view (1, H, c, n) of one per-distance table, rows in reverse order; without a
-    bias, the mask alone as a (1, 1, c, n) view of a 0 / -inf table.
-
-    Applies when the bias and the mask depend on m - n alone and positions are contiguous: then with rows
-    reversed, entry (a, b) holds table[a + b], i.e. `as_strided` with strides (1, 1). Only without autograd
-    through the table (overlapping views have no cheap backward): learned tables under training take the
-    gather path.
-    """
+    """The block's masked bias as a view (1, H, c, n) of one per-distance table, rows reversed (`as_strided`, strides
+    (1, 1)); without a bias the mask as a view of a 0 / -inf table. Only where bias and mask depend on m - n alone,
+    positions are contiguous and no gradient flows to the table."""
     biased = scheme is not None and scheme.has_bias
     if biased and scheme is not None and (not scheme.distance_only(qp) or (tau is not None and tau.shape[-1] != 1)):
         return None
@@ -142,9 +130,6 @@ class ChunkedBackend(AttentionBackend):
 
     name = "chunked"
     takes_bias_and_padding = True
-
-    def applies(self, ctx: AttentionContext) -> str | None:
-        return None
 
     def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
         return chunked_attention(q, k, v, ctx)

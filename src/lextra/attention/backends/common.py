@@ -1,7 +1,5 @@
-"""What the backends share: block and tile sizes, the rotation and temperature helpers, the one query-block walk
-(`query_blocks` cuts the queries, `blockwise` joins the blocks' outputs, `walk_blocks` gives each block the keys
-its mask declares and its bias, `QueryBlock`), and the exact log-sum-exp merge of tiles (`merge_tiles`,
-`attention_with_lse`)."""
+"""What the backends share: block sizes, rotation and temperature helpers, the one query-block walk
+(`walk_blocks`) and the exact log-sum-exp merge of tiles (`merge_tiles`, `attention_with_lse`)."""
 
 from __future__ import annotations
 
@@ -22,15 +20,12 @@ from lextra.positions.base import PositionScheme
 #: elements of one block's bias tensor (x batch broadcast); 2^24 fp32 = 64 MiB
 BIAS_BUDGET = 1 << 24
 MAX_BLOCK = 1024
-#: query block for biases passed as strided table views: small blocks skip most of the masked upper triangle,
-#: which SDPA would otherwise compute and discard (benchmarks/README.md compares 256 with 1024)
+#: query block for biases passed as strided table views (small blocks skip most of the masked triangle)
 LEAN_BLOCK = 256
-#: cap for blocks whose bias is gathered (learned tables under autograd): SDPA then runs its math kernel, which
-#: computes the whole (block x keys) rectangle, so smaller blocks skip more of the masked triangle
+#: cap for blocks whose bias is gathered (learned tables under autograd: SDPA's math kernel)
 TRAIN_BIAS_BLOCK: int | None = 256
 MIN_BLOCK = 16
-#: query block = key chunk of the tiled path: the size that balances the flash kernel's per-call efficiency
-#: against per-tile memory (see benchmarks/README.md)
+#: query block = key chunk of the tiled path
 TILE = 1024
 #: a query position far from the sequence start, where a mask's keys per query block are their steady number
 FAR = 1 << 40
@@ -54,23 +49,20 @@ def rotate(
 
 
 def scaled_query(q: Tensor, tau: Tensor | None) -> Tensor:
-    """Dividing the logits by tau is dividing q by tau (per head, and per query when tau is (H, Lq)); the quotient
-    is taken in fp32 (tau is fp32) and rounded to q's dtype once."""
+    """q / tau (dividing the logits by tau), in fp32 and rounded to q's dtype once."""
     return q if tau is None else (q.float() / tau[..., None]).to(q.dtype)
 
 
 def float_mask(mask: Tensor, q: Tensor) -> Tensor:
-    """A float mask (a bias, 0 / -inf) in the dtype a kernel adds it to q's scores in: fp32 on the CPU without
-    autograd, where the flash kernel accumulates scores in fp32 and takes an fp32 mask beside bf16 q (a bf16 bias
-    would keep 8 bits: ALiBi's slope x distance at 16 L_tr, say, rounded to steps of 1/32), else q's dtype."""
+    """A float mask (a bias, 0 / -inf) in the dtype a kernel adds it in: fp32 on the CPU without autograd (the
+    flash kernel's accumulation; a bf16 bias would keep 8 bits), else q's dtype."""
     if q.device.type == "cpu" and not torch.is_grad_enabled():
         return mask.float()
     return mask.to(q.dtype)
 
 
 def masked_sdpa(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, scale: float) -> Tensor:
-    """`scaled_dot_product_attention` in q's dtype outside autocast, which would cast a float mask to bf16 (q, k
-    and v are in the dtype autocast's projections made them); the mask as `float_mask` gives it."""
+    """`scaled_dot_product_attention` outside autocast, which would cast a float mask to bf16."""
     with torch.autocast(q.device.type, enabled=False):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=scale)
 
@@ -81,8 +73,7 @@ def block_tau(tau: Tensor, start: int, stop: int) -> Tensor:
 
 
 def block_sinks(sinks: Tensor, start: int, stop: int) -> Tensor:
-    """The sinks of queries start..stop - 1: sinks per head (H,) are every block's, sinks per row (H, Lq) (a
-    grouped-query fold's, `AttentionContext.fold_heads`) are sliced."""
+    """The sinks of queries start..stop - 1: per head (H,) every block's, per row (H, Lq) sliced."""
     return sinks if sinks.dim() == 1 else sinks[:, start:stop]
 
 
@@ -92,9 +83,8 @@ def cap_scores(scores: Tensor, softcap: float) -> Tensor:
 
 
 def sink_softmax(logits: Tensor, sinks: Tensor | None) -> Tensor:
-    """Softmax over the keys (the last dimension) of (B, H, Lq, Lk) logits; with learned sinks (H,) or per row
-    (H, Lq), each head's (row's) sink logit is one more column in the denominator whose probability is dropped, so
-    a row's weights sum to less than 1 (gpt-oss's `eager_attention_forward`)."""
+    """Softmax over the keys of (B, H, Lq, Lk) logits; learned sinks (H,) or (H, Lq) are one more column in the
+    denominator whose probability is dropped (gpt-oss)."""
     if sinks is None:
         return torch.softmax(logits, dim=-1)
     column = sinks.float().reshape(1, sinks.shape[0], -1, 1).expand(*logits.shape[:-1], 1)
@@ -102,8 +92,7 @@ def sink_softmax(logits: Tensor, sinks: Tensor | None) -> Tensor:
 
 
 def row_factor(factor: Tensor | None, tau: Tensor | None, n_queries: int, device: torch.device) -> Tensor | None:
-    """A per-query logit factor (Lq,) (an extension method's query scale) over the temperature, as (1|H, Lq)
-    fp32 rows (the passes scale their rotated queries by it), or None for 1."""
+    """A per-query logit factor (Lq,) over the temperature as (1|H, Lq) fp32 rows, or None for 1."""
     if factor is None and tau is None:
         return None
     rows = torch.ones(1, n_queries, device=device) if factor is None else factor.float()[None]
@@ -121,7 +110,7 @@ def attention_logits(
     score_bias: Tensor | None = None,
 ) -> Tensor:
     """Pre-softmax, pre-mask logits (B, H, Lq, Lk) in fp32: (rotate(q) . rotate(k) * scale + bias) / tau, the
-    bias the scheme's plus a materialised `score_bias` (broadcastable to (B, H, Lq, Lk))."""
+    bias the scheme's plus a materialised `score_bias`."""
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     qr, kr = rotate(scheme, q, k, q_pos, k_pos)
     logits = (qr.float() @ kr.float().transpose(-1, -2)) * scale
@@ -145,10 +134,8 @@ def lse_kernel_applies(device: torch.device, dtype: torch.dtype) -> bool:
 
 
 def merge_tiles(acc: Tensor | None, lse: Tensor | None, part: Tensor, part_lse: Tensor) -> tuple[Tensor, Tensor]:
-    """Fold one tile's normalised output and log-sum-exp into the running ones (fp32 accumulation, in place).
-
-    A row that no tile so far lets see a key (log-sum-exp -inf on both sides, output 0) stays at 0 and -inf.
-    """
+    """Fold one tile's output and log-sum-exp into the running ones (fp32, in place); a row no tile lets see a
+    key stays at 0 and -inf."""
     if acc is None or lse is None:
         return part.float(), part_lse
     total = torch.logaddexp(lse, part_lse)
@@ -167,15 +154,10 @@ def attention_with_lse(
     mask: Tensor | None = None,
     empty_rows: bool = True,
 ) -> tuple[Tensor, Tensor]:
-    """One tile's softmax attention and its rows' log-sum-exp (B, H, Lq) in fp32, for merging tiles exactly.
-
-    torch's CPU flash kernel without autograd (fp32, bf16); otherwise the same computed explicitly in fp32 (any
-    device, differentiable). `causal` is top-left aligned (key j <= query i); `mask` is a float 0 / -inf tensor
-    broadcastable to (B, H, Lq, Lk) (a bias with the hidden pairs -inf). A row that sees no key gets output 0 and
-    log-sum-exp -inf; `empty_rows=False` says no row of `mask` hides every key (no pass over it looks).
-    """
-    use_flash = FLASH_WITH_LSE is not None and not torch.is_grad_enabled() and q.device.type == "cpu"
-    if use_flash and FLASH_WITH_LSE is not None and q.dtype in (torch.float32, torch.bfloat16):
+    """One tile's softmax attention and its rows' log-sum-exp (B, H, Lq) fp32: torch's CPU flash kernel where
+    `lse_kernel_applies`, else explicit fp32. `causal` is top-left aligned; `mask` float 0 / -inf; a row that sees
+    no key gives 0 and -inf (`empty_rows=False`: no row of `mask` hides every key)."""
+    if FLASH_WITH_LSE is not None and lse_kernel_applies(q.device, q.dtype):
         attn_mask = None if mask is None else float_mask(mask, q)
         out, lse = FLASH_WITH_LSE(q, k, v, 0.0, causal, attn_mask=attn_mask, scale=scale)
         if mask is not None and empty_rows:  # the kernel reports log-sum-exp 0 for a row it was given no key for
@@ -187,8 +169,7 @@ def attention_with_lse(
 def scores_with_lse(
     logits: Tensor, v: Tensor, *, causal: bool = False, mask: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:
-    """`attention_with_lse`'s explicit fp32 path from scaled scores (B, H, Lq, Lk) already computed (a softcap
-    caps them first): causal and float mask applied, output and rows' log-sum-exp, a row without keys 0 and -inf."""
+    """`attention_with_lse`'s explicit fp32 path from scaled scores (B, H, Lq, Lk) already computed."""
     if causal:
         hidden = torch.ones(logits.shape[-2], logits.shape[-1], dtype=torch.bool, device=logits.device).triu(1)
         logits = logits.masked_fill(hidden, float("-inf"))
@@ -202,8 +183,7 @@ def scores_with_lse(
 
 
 def query_blocks(q_list: Sequence[int], block: int, period: int | None = None) -> list[tuple[int, int]]:
-    """Index ranges of at most `block` queries, cut where sorted positions `q_list` cross a multiple of `period`
-    (BCA's blocks, an extension's period), so that each range sees the mask or passes of one period alone."""
+    """Index ranges of at most `block` queries, cut where sorted positions cross a multiple of `period`."""
     ranges, start, n = [], 0, len(q_list)
     while start < n:
         stop = min(start + block, n)
@@ -221,8 +201,8 @@ def budget_block(per_query: int) -> int:
 
 
 def blockwise(q: Tensor, v: Tensor, ranges: list[tuple[int, int]], attend: Callable[[int, int], Tensor]) -> Tensor:
-    """The output (B, H, Lq, Dv) of `attend(start, stop)` over query ranges in order: without autograd written
-    into one preallocated tensor (no list of block outputs and no `cat`), under autograd joined by one `cat`."""
+    """The output (B, H, Lq, Dv) of `attend(start, stop)` over query ranges in order: written into one tensor
+    without autograd, joined by one `cat` under it."""
     if torch.is_grad_enabled():
         outputs = [attend(start, stop).to(v.dtype) for start, stop in ranges]
         return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-2)
@@ -234,9 +214,8 @@ def blockwise(q: Tensor, v: Tensor, ranges: list[tuple[int, int]], attend: Calla
 
 @dataclass
 class QueryBlock:
-    """Queries start:stop of a walk (`walk_blocks`) with the keys their mask shows them: positions, q and k
-    (rotated when the walk rotates per block), values, the mask as it holds inside the block (`Mask.within`), the
-    block's temperature, the scheme whose bias it builds (`bias`) and the bias buffers the walk's blocks share."""
+    """Queries start:stop of a walk (`walk_blocks`) with the keys their mask shows them, the mask inside the
+    block (`Mask.within`), its temperature, the scheme whose bias it builds and the walk's shared buffers."""
 
     start: int
     stop: int
@@ -251,9 +230,8 @@ class QueryBlock:
     workspace: dict[str, Tensor]
 
     def bias(self, r0: int = 0, r1: int | None = None, c0: int = 0, c1: int | None = None) -> Tensor | None:
-        """The scheme's score bias (H|1, rows, keys) of the block's rows r0:r1 and keys c0:c1 (the whole block by
-        default), None without one: built into the walk's reused buffers (`PositionScheme.bias_into`), so it may
-        be modified in place and is used before the next call."""
+        """The scheme's score bias (H|1, rows, keys) of rows r0:r1 and keys c0:c1, or None; built into the walk's
+        reused buffers (`PositionScheme.bias_into`), so valid until the next call."""
         if self.scheme is None or not self.scheme.has_bias:
             return None
         return self.scheme.bias_into(self.q_pos[r0:r1], self.k_pos[c0:c1], self.workspace)
@@ -273,10 +251,9 @@ def walk_blocks(
     *,
     per_block: bool = False,
 ) -> Tensor:
-    """Queries in blocks of `block` (cut at the mask's `period` for contiguous queries), each block given the keys
-    its mask declares (`key_block`) and computed by `attend`, the outputs joined (`blockwise`). The scheme
-    rotates q and k once, or with `per_block` each block's own queries and keys, the blocks then at most the
-    scheme's `rotate_span` long (xPos; lean windows)."""
+    """Queries in blocks of `block` (cut at the mask's `period`), each given the keys its mask declares and
+    computed by `attend`. The scheme rotates q and k once, or with `per_block` each block's own (at most the
+    scheme's `rotate_span` long)."""
     scheme, mask, facts = ctx.scheme, ctx.mask, ctx.facts
     if not per_block:
         q, k = rotate(scheme, q, k, ctx.q_pos, ctx.k_pos)
@@ -301,8 +278,8 @@ def walk_blocks(
 
 
 def key_indices(mask: Mask, q_first: int, q_last: int, k0: int, n_keys: int) -> list[tuple[int, int]]:
-    """Index ranges [lo, hi) into sorted, contiguous keys starting at position k0 that hold every key visible to
-    queries in [q_first, q_last], from the mask's `key_spans`: clipped, merged where they touch, one at least."""
+    """Index ranges [lo, hi) into contiguous keys from position k0 holding every key visible to queries in
+    [q_first, q_last] (the mask's `key_spans`, clipped and merged; one at least)."""
     ranges: list[tuple[int, int]] = []
     for first, last in sorted(mask.key_spans(q_first, q_last)):
         lo = max(0, min(n_keys, first - k0)) if first > -UNBOUNDED else 0
@@ -317,8 +294,8 @@ def key_indices(mask: Mask, q_first: int, q_last: int, k0: int, n_keys: int) -> 
 
 
 def masked_bias(bias: Tensor, tau: Tensor | None, allowed: Tensor | None) -> Tensor:
-    """A score bias (H, c, n) over the temperature `tau` (H|1, c|1), -inf where `allowed` (c, n) hides a pair:
-    without autograd the bias itself modified in place (a `PositionScheme.bias_into` buffer), new tensors under it."""
+    """A score bias (H, c, n) over the temperature `tau`, -inf where `allowed` (c, n) hides a pair: in place
+    without autograd (a `bias_into` buffer), new tensors under it."""
     if torch.is_grad_enabled():
         bias = bias if tau is None else bias / tau[..., None]
         return bias if allowed is None else bias.masked_fill(~allowed, float("-inf"))
@@ -330,8 +307,7 @@ def masked_bias(bias: Tensor, tau: Tensor | None, allowed: Tensor | None) -> Ten
 
 
 def mask_in_place(bias: Tensor, allowed: Tensor) -> None:
-    """Set the disallowed entries of an (H, c, n) bias to -inf, touching only the key columns some query of the
-    block may not see (a causal block's last c columns), not the whole (H, c, n) tensor."""
+    """Set the disallowed entries of an (H, c, n) bias to -inf, touching only the key columns some query hides."""
     partial = (~allowed).any(0).nonzero()
     if partial.numel():
         lo, hi = int(partial[0]), int(partial[-1]) + 1
@@ -345,8 +321,7 @@ def typical_keys(mask: Mask, n_keys: int, block: int) -> int:
 
 
 def keys_per_block(mask: Mask, block: int) -> int | None:
-    """Keys a block of `block` queries far from the start can see (`key_spans`), or None when that number grows
-    with the block's position (causal, full); the block starts on one of the mask's period boundaries."""
+    """Keys a block of `block` queries far from the start can see, or None when that grows with the position."""
     far = FAR - FAR % mask.period if mask.period else FAR
     spans = mask.key_spans(far, far + block - 1)
     if any(first <= -UNBOUNDED or last >= UNBOUNDED for first, last in spans):
@@ -358,8 +333,7 @@ def keys_per_block(mask: Mask, block: int) -> int | None:
 def key_block(
     mask: Mask, q_first: int, q_last: int, k: Tensor, v: Tensor, k_pos: Tensor, sorted_runs: bool
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """The key positions, keys and values queries at q_first..q_last see (`key_indices` of the mask's spans when
-    queries and keys are sorted runs; all keys otherwise): one slice, or the runs gathered into one block."""
+    """The key positions, keys and values queries at q_first..q_last see (all keys unless `sorted_runs`)."""
     Lk = k_pos.numel()
     spans = key_indices(mask, q_first, q_last, int(k_pos[0]), Lk) if sorted_runs else [(0, Lk)]
     if len(spans) == 1:
@@ -370,8 +344,7 @@ def key_block(
 
 
 def toeplitz_possible(scheme: PositionScheme | None, mask: Mask, q_pos: Tensor) -> bool:
-    """Whether blocks will get their bias, or without a bias their mask, as a strided view of a table (so no
-    per-block bias or mask memory; a float mask also spares SDPA converting a boolean one per block)."""
+    """Whether blocks get their bias (or without one their mask) as a strided view of a table."""
     local = mask.within(0, 0)  # BCA is causal within a query block that stays inside one of its blocks
     if local.allowed_distance(q_pos[:1]) is None:
         return False

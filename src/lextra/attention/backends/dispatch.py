@@ -1,17 +1,7 @@
 """The shared dispatch: the registry of backends by name, `auto`'s order per device type, and the one entry
-`run_attention(q, k, v, ctx)` that every call goes through (`attention(q, k, v, **options)` builds the context).
-
-Keys and values may have fewer heads than the queries (grouped-query attention: each key/value head serves
-H / Hkv query heads). A call whose few queries all see every key (a decoding step) runs with the query heads of
-each key/value head folded into its rows, on k and v as they are (`folded_attention`); any other call expands k
-and v to H heads first.
-
-A call under an extension method's passes (`ctx.passes`) runs on `reference`, `flex` or `tiled` (`passes_path`);
-one under another wrapper (S2-Attn) runs the backend the wrapper names (`AttentionExtension.backend_for`); any
-other call runs the named backend (a ConfigError with its reason when it does not apply) or, for "auto", the
-tiling engine over a mask's bands where that is the faster exact path, else the first of the device type's order
-that applies and does not decline (`choose_backend`).
-"""
+`run_attention(q, k, v, ctx)` every call goes through. Grouped-query keys and values are folded onto the query
+heads for decoding steps (`folded_attention`), else expanded. Extension passes run on `reference`, `flex` or
+`tiled` (`passes_path`); other wrappers name their backend; "auto" takes the first that applies (`choose_backend`)."""
 
 from __future__ import annotations
 
@@ -37,8 +27,8 @@ AUTO_ORDER: dict[str, list[str]] = {"cpu": [], "cuda": []}
 
 
 def register_backend(backend: AttentionBackend, *, auto: dict[str, int | None] | None = None) -> AttentionBackend:
-    """Add `backend` under its name; `auto` maps device types to the place `auto` asks it at (0 = first, None
-    = last; a device type not named does not consult it). Registering a name again replaces that backend."""
+    """Add `backend` under its name; `auto` maps device types to the place `auto` asks it at (0 = first,
+    None = last). Registering a name again replaces that backend."""
     if not backend.name or backend.name == "auto":
         raise ConfigError(f"an attention backend needs a name other than 'auto', got {backend.name!r}")
     REGISTERED[backend.name] = backend
@@ -73,8 +63,7 @@ def get_backend(name: str) -> AttentionBackend:
 
 
 def applies(backend: AttentionBackend, ctx: AttentionContext) -> str | None:
-    """Why `backend` cannot compute `ctx` exactly (None: it can): a call with a materialised score bias or padding
-    mask needs a backend that takes them (`takes_bias_and_padding`), then the backend's own `applies`."""
+    """Why `backend` cannot compute `ctx` exactly (None: it can), materialised tensors checked first."""
     if ctx.materialised and not backend.takes_bias_and_padding:
         return (
             f"the {backend.name} backend does not apply a materialised score bias or padding mask; "
@@ -125,16 +114,14 @@ def resolve_backend(ctx: AttentionContext) -> AttentionBackend:
 
 def passes_path(ctx: AttentionContext) -> str:
     """The backend an extension's passes run on: the named one for 'reference' and 'flex', 'tiled' for any other
-    name; for 'auto' "flex" (one FlexAttention call per pass) on CUDA where flex applies, else "tiled" (query
-    blocks x key tiles, one flash call each: the CPU's fastest exact path)."""
+    name; for 'auto' "flex" on CUDA where flex applies, else "tiled"."""
     if ctx.backend == "auto":
         return "flex" if ctx.device.type == "cuda" and get_backend("flex").applies(ctx) is None else "tiled"
     return ctx.backend if ctx.backend in ("reference", "flex") else "tiled"
 
 
 def passes_backend(ctx: AttentionContext) -> AttentionBackend:
-    """The backend running the context's extension passes (`passes_path`), once the call is checked: a causal
-    mask (the method sets its own visibility), no score bias or padding, a scheme and length the method takes."""
+    """The backend running the context's extension passes (`passes_path`), once the call is checked."""
     method = ctx.passes
     assert method is not None
     name = method.name
@@ -149,8 +136,7 @@ def passes_backend(ctx: AttentionContext) -> AttentionBackend:
 
 
 def run_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-    """Attention for a built context, through the backend `resolve_backend` picks; grouped-query keys and values
-    (fewer heads than q) folded onto (`folds`) or expanded to the query heads."""
+    """Attention for a built context; grouped-query keys and values folded (`folds`) or expanded."""
     groups = kv_groups(q, k, v)
     if groups > 1 and folds(ctx):
         return folded_attention(q, k, v, ctx, groups)
@@ -160,8 +146,7 @@ def run_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Ten
 
 
 def kv_groups(q: Tensor, k: Tensor, v: Tensor) -> int:
-    """How many query heads each key/value head serves (H / Hkv); a ConfigError unless Hkv divides H and k and v
-    have as many heads."""
+    """How many query heads each key/value head serves (H / Hkv), checked."""
     heads, kv_heads = q.shape[1], k.shape[1]
     if v.shape[1] != kv_heads or kv_heads == 0 or heads % kv_heads:
         raise ConfigError(
@@ -171,16 +156,14 @@ def kv_groups(q: Tensor, k: Tensor, v: Tensor) -> int:
 
 
 def expand_kv(x: Tensor, groups: int) -> Tensor:
-    """Grouped-query keys or values (B, Hkv, L, D) as (B, Hkv x groups, L, D): head j serves query heads
-    j x groups .. j x groups + groups - 1."""
+    """Grouped-query keys or values (B, Hkv, L, D) as (B, Hkv x groups, L, D), head j repeated in place."""
     return x if groups == 1 else x.repeat_interleave(groups, dim=1)
 
 
 def folds(ctx: AttentionContext) -> bool:
     """Whether a grouped-query call runs folded (`folded_attention`): at most `FOLD_MAX_QUERIES` queries that all
-    see every key (a decoding step: the positions the fold repeats then cost no fast path), and heads that differ
-    in nothing rows cannot carry: a scheme that rotates each query and key by its own position alone (no bias,
-    nothing read across heads), a wrapper that treats heads alike, no forget bias, score bias or padding."""
+    see every key, a scheme that rotates each query and key alone, a wrapper that treats heads alike, no forget bias,
+    score bias or padding."""
     scheme, extension = ctx.scheme, ctx.extension
     if scheme is not None and not scheme.rotates_keys_alone:
         return False
@@ -191,8 +174,7 @@ def folds(ctx: AttentionContext) -> bool:
 
 def folded_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext, groups: int) -> Tensor:
     """q (B, H, Lq, D) over k, v (B, H / groups, Lk, D) with each key/value head's query heads folded into its
-    rows (`AttentionContext.fold_heads`): one call on the keys and values as they are, without the (B, H, Lk, D)
-    copies expanding them makes (at 16k cached tokens those cost 10x the attention of a decoding step)."""
+    rows (`AttentionContext.fold_heads`): one call without expanding k and v."""
     B, H, Lq, D = q.shape
     folded = ctx.fold_heads(H, groups)
     out = resolve_backend(folded).run(q.reshape(B, H // groups, groups * Lq, D), k, v, folded)
@@ -200,15 +182,11 @@ def folded_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext, gro
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, **options: Unpack[AttentionOptions]) -> Tensor:
-    """Position-aware attention of q (B, H, Lq, D), k (B, Hkv, Lk, Dk), v (B, Hkv, Lk, Dv), Hkv dividing H
-    (grouped-query heads: `run_attention`):
+    """Position-aware attention of q (B, H, Lq, D), k (B, Hkv, Lk, Dk), v (B, Hkv, Lk, Dv), Hkv dividing H:
 
         out = softmax((rotate(q) . rotate(k) * scale + bias) / tau, masked) v
 
-    `options` (`AttentionOptions`): scheme, mask (causal by default), positions (keys at 0..Lk-1, queries the last
-    Lq of them), backend ("auto"), temperature, scale (1/sqrt(D)), block size, extension, layout, sinks, softcap,
-    score bias and padding mask (Hugging Face's T5 bias and padded batches).
-    Builds the call's `AttentionContext` once and runs it (`run_attention`)."""
+    `options`: see `AttentionOptions` (mask causal, positions: keys at 0..Lk-1, queries the last Lq of them)."""
     return run_attention(q, k, v, AttentionContext.build(q, k, **options))
 
 
@@ -220,11 +198,7 @@ def auto_backend(
     device: torch.device | str = "cpu",
     dtype: torch.dtype = torch.float32,
 ) -> str:
-    """What `backend="auto"` runs for these positions under the current grad mode (`choose_backend`), decided from
-    declarations and position values (no tensor on `device` is needed). On CPU "sdpa" or "chunked"; on CUDA the
-    fused flash kernel where one SDPA call is exact (no bias, causal or full, aligned positions, or a causal
-    decoding step), else `flex` (biases, windows, BCA, offset queries), else `chunked` (what flex refuses: xPos
-    past its span; single-query steps flex declines)."""
+    """What `backend="auto"` runs for these positions under the current grad mode (`choose_backend`)."""
     ctx = AttentionContext(scheme, mask, q_pos, k_pos, 1.0, device=torch.device(device), dtype=dtype)
     return choose_backend(ctx).name
 
@@ -237,10 +211,8 @@ def attention_path(
     device: torch.device | str = "cpu",
     dtype: torch.dtype = torch.float32,
 ) -> str:
-    """How `backend="auto"` computes attention here, under the current grad mode (for benchmarks and logs):
-    `sdpa` (one fused call), `flex` (one FlexAttention call, CUDA), `tiled` (query x key tiles merged by
-    log-sum-exp), `chunked/strided` (query blocks, bias a strided view of a per-distance table),
-    `chunked/gathered` (bias built per block), `chunked` (no bias)."""
+    """How `backend="auto"` computes attention here (for benchmarks and logs): `sdpa`, `flex`, `tiled`,
+    `chunked/strided` (bias a strided table view), `chunked/gathered` (bias built per block) or `chunked` (no bias)."""
     choice = auto_backend(scheme, mask, q_pos, k_pos, device, dtype)
     if choice in ("sdpa", "flex"):
         return choice

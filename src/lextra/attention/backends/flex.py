@@ -1,15 +1,5 @@
-"""The `flex` backend: one compiled FlexAttention call (`lextra.attention.flex`): biases as score modifiers read
-from the per-distance tables, masks as a mask_mod and a cached BlockMask, lengths padded to a few buckets; forward
-on CPU, forward and backward on CUDA. A materialised score bias is a captured tensor read by the score_mod, a
-padding mask one read by the BlockMask's mask_mod.
-
-Under a training-free extension method's passes (`flex_passes`; what `auto` runs under one on CUDA where flex
-applies) each pass is one FlexAttention call (`flex_band_attention`) over the whole query range, or per `period`
-block (DCA's chunks): q and all keys rotated at the pass's positions, its band as a mask_mod and a BlockMask from
-block position bounds (cached by host-side facts when positions are contiguous), the passes merged by their rows'
-log-sum-exp (a row a pass hides has -inf and adds nothing; under autograd the floor `LSE_FLOOR` keeps gradients
-finite). On CUDA compiled, forward and backward; on CPU eager (inductor's CPU kernel has no log-sum-exp output),
-forward only, Lq x Lk per pass: for checking on small inputs, CPU's `auto` keeps the tiled path."""
+"""The `flex` backend: one compiled FlexAttention call (`lextra.attention.flex`); under an extension method each
+pass is one call (`flex_passes`), merged by log-sum-exp. Compiled on CUDA; eager and forward only on CPU."""
 
 from __future__ import annotations
 
@@ -61,9 +51,7 @@ class FlexBackend(AttentionBackend):
 
 def flex_passes(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
     """The context's extension passes as FlexAttention calls merged by log-sum-exp: queries in as few blocks as the
-    method's `period` allows (one block without one), each pass rotating the block's queries and all keys at its
-    positions, its band as a BlockMask. With contiguous queries, blocks, lengths and BlockMask keys come from the
-    positions' host-side facts: only the check that every query sees a key reads the device."""
+    method's `period` allows, each pass rotating the block's queries and all keys at its positions."""
     B, H, Lq, _ = q.shape
     if Lq == 0 or k.shape[-2] == 0:
         return q.new_zeros(B, H, Lq, v.shape[-1])

@@ -1,19 +1,11 @@
-"""Forgetting Attention (Lin et al. 2025, arXiv 2503.02130) in every backend: a call whose context carries a
-forget bias (`AttentionContext.forget`, `lextra.attention.forget_bias.ForgetBias`) runs here.
+"""Forgetting Attention (Lin et al. 2025, arXiv 2503.02130) in every backend: calls carrying a forget bias
+(`AttentionContext.forget`) run here.
 
     out = softmax((rotate(q) . rotate(k) * scale + c_i - c_j) / tau, masked) v
 
-- `reference`: the dense (B, H, Lq, Lk) bias added as a materialised score bias to the reference backend.
-- `chunked` (and `auto` on CPU): `TiledForgetAttention`, tiles whose bias is built from slices of c, with its own
-  backward (O(L) memory in training).
-- `sdpa`: one fused call with the (B, H, Lq, Lk) bias as its float mask: exact, but it materialises the L x L
-  bias, so `auto` takes it only for a single query (a decoding step, an O(Lk) mask).
-- `flex` (and `auto` on CUDA): FlexAttention with a score_mod reading the captured c vectors.
-The forget bias is defined for keys at or before the query under the authors' causal attention: a mask that shows
-later keys, a training-free extension (a distance remap) or S2-Attn, a scheme with its own additive bias (the
-authors' layer takes RoPE or no position encoding), sinks, a softcap, or a materialised bias or padding with it
-are ConfigErrors.
-"""
+`reference` adds the dense bias; `chunked` (and `auto` on CPU) runs `TiledForgetAttention`; `sdpa` takes it as a
+float mask (`auto`: single queries only); `flex` (and `auto` on CUDA) reads c in a score_mod. Later keys,
+extensions, S2-Attn, additive-bias schemes, sinks, softcaps and materialised biases are ConfigErrors."""
 
 from __future__ import annotations
 
@@ -63,9 +55,6 @@ class ForgetSdpa(AttentionBackend):
 
     name = "sdpa"
 
-    def applies(self, ctx: AttentionContext) -> str | None:
-        return None
-
     def declines(self, ctx: AttentionContext) -> str | None:
         return None if ctx.q_pos.numel() == 1 else "the float mask would hold the L x L forget bias"
 
@@ -86,9 +75,6 @@ class ForgetChunked(AttentionBackend):
     """Query blocks x key chunks (`TiledForgetAttention`), each tile's bias from slices of c; trains in O(L)."""
 
     name = "chunked"
-
-    def applies(self, ctx: AttentionContext) -> str | None:
-        return None
 
     def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
         assert ctx.forget is not None
@@ -113,9 +99,7 @@ def _key_ranges(ctx: AttentionContext) -> Callable[[int, int], list[tuple[int, i
 
 
 def _tile_mask(ctx: AttentionContext) -> Callable[[int, int, int, int], Tensor | None]:
-    """A tile's visible pairs (c, n), or None where the mask shows the whole tile. Over contiguous positions a mask
-    of the distance alone is first asked about the tile's c + n distances: a tile it shows whole or hides whole
-    needs no (c, n) evaluation."""
+    """A tile's visible pairs (c, n), or None where the mask shows the whole tile (asked first by distance)."""
     mask, q_pos, k_pos = ctx.mask, ctx.q_pos, ctx.k_pos
     facts = ctx.facts
     runs = facts.q_contiguous and facts.k_contiguous and facts.n_q > 0 and facts.n_k > 0
@@ -163,18 +147,11 @@ class ForgetFlex(AttentionBackend):
             for c, n in ((ctx.forget.queries, pad_q), (ctx.forget.keys, pad_k))
         )
         rows = _inverse_tau(ctx, ctx.forget)
+        inverse = None if rows is None else F.pad(rows, (0, pad_q - Lq), value=1.0)
 
-        if rows is None:
-
-            def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-                return score + ((hq[b, h, q_idx] - hk[b, h, kv_idx]) + (lq[b, h, q_idx] - lk[b, h, kv_idx]))
-
-        else:
-            inverse = F.pad(rows, (0, pad_q - Lq), value=1.0)
-
-            def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-                diff = (hq[b, h, q_idx] - hk[b, h, kv_idx]) + (lq[b, h, q_idx] - lk[b, h, kv_idx])
-                return score + diff * inverse[0, h, q_idx]
+        def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            diff = (hq[b, h, q_idx] - hk[b, h, kv_idx]) + (lq[b, h, q_idx] - lk[b, h, kv_idx])
+            return score + (diff if inverse is None else diff * inverse[0, h, q_idx])
 
         block_mask = flex_block_mask(ctx.mask, ctx.q_pos, ctx.k_pos, q.device, ctx.facts)
         qp, kp, vp = (F.pad(t, (0, 0, 0, n - t.shape[-2])) for t, n in ((qs, pad_q), (kr, pad_k), (v, pad_k)))

@@ -1,10 +1,6 @@
-"""Forgetting Attention in tiles with its own backward: query blocks x key chunks, each tile's forget bias the outer
-difference of two slices of c (`lextra.attention.forget_bias`), merged by an online softmax in fp32.
-
-Forward keeps each row's log-sum-exp; backward recomputes every tile from it (as FlashAttention and the FoX
-authors' Triton kernel do), so training holds O(L) numbers per head besides q, k and v, never an L x L tensor.
-The bias gradient is the authors' `dlog_lambda`: dc_i = sum_j dS_ij, dc_j = -sum_i dS_ij (times the row's inverse
-temperature when the bias is tempered)."""
+"""Forgetting Attention in tiles with its own backward: each tile's forget bias the outer difference of two
+slices of c, merged by an online softmax in fp32. Backward recomputes every tile from the rows' log-sum-exp (as
+FlashAttention), so training holds O(L) numbers per head; dc_i = sum_j dS_ij, dc_j = -sum_i dS_ij."""
 
 from __future__ import annotations
 
@@ -117,8 +113,7 @@ def _flash_forward(
 
 
 class TiledForgetAttention(torch.autograd.Function):
-    """softmax(q k^T scale + (c_i - c_j) r_i, masked) v over tiles; r (1|B, H, Lq) the inverse temperature or
-    None. Rows that see no key give 0."""
+    """softmax(q k^T scale + (c_i - c_j) r_i, masked) v over tiles, r the inverse temperature or None."""
 
     @staticmethod
     def forward(

@@ -1,6 +1,5 @@
-"""Calls with a materialised score bias or padding mask (Hugging Face's T5 `position_bias`, padded batches): one
-float attention mask holding the bias over the temperature and -inf where the mask or the padding hides a pair,
-passed to one fused call (`sdpa`), or per query block (`chunked`), each block's rows of the tensors alone."""
+"""Calls with a materialised score bias or padding mask: one float mask (bias over the temperature, -inf where
+hidden) passed to one fused call (`sdpa`) or per query block (`chunked`)."""
 
 from __future__ import annotations
 
@@ -23,9 +22,7 @@ from lextra.attention.flex import with_sinks
 
 
 def materialised_mask(ctx: AttentionContext) -> Tensor:
-    """The call's float mask (B|1, H|1, Lq, Lk) in fp32: the scheme's bias and the score bias over the
-    temperature (the queries carry the temperature too, `scaled_query`), -inf where `ctx.allowed()` hides a
-    pair."""
+    """The call's float mask (B|1, H|1, Lq, Lk) fp32: biases over the temperature, -inf where `ctx.allowed()` hides."""
     bias = torch.zeros((), device=ctx.q_pos.device)
     if ctx.scheme is not None and ctx.scheme.has_bias:
         bias = bias + ctx.scheme.bias(ctx.q_pos, ctx.k_pos)
@@ -40,9 +37,7 @@ def materialised_mask(ctx: AttentionContext) -> Tensor:
 
 
 def materialised_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-    """One fused call on rotated, tempered q and k with `materialised_mask` as its float mask; learned sinks
-    through each row's log-sum-exp (`attention_with_lse`, `with_sinks`). A row that sees no key gives 0. The
-    softcap is not applied here: `materialised_blocks` sends it to the reference computation."""
+    """One fused call with `materialised_mask`; sinks through the rows' log-sum-exp (no softcap here)."""
     qr, kr = rotate(ctx.scheme, q, k, ctx.q_pos, ctx.k_pos, ctx.seq_len)
     qs = scaled_query(qr, ctx.tau)
     mask = float_mask(materialised_mask(ctx), qs)
@@ -53,9 +48,7 @@ def materialised_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContex
 
 
 def materialised_blocks(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-    """Query blocks (one block's (B, H, block, Lk) scores within `BIAS_BUDGET`), each with its rows of the score
-    bias and the padding (`AttentionContext.rows`): one fused call per block (`materialised_attention`), or with a
-    softcap the reference computation of the block."""
+    """Query blocks within `BIAS_BUDGET`, each one fused call on its rows, or with a softcap the reference."""
     block = ctx.block_size or budget_block(q.shape[0] * q.shape[1] * k.shape[-2])
 
     def attend(start: int, stop: int) -> Tensor:

@@ -18,9 +18,7 @@ def reference_attention(
     q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext, *, return_weights: bool = False
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Dense attention of q (B, H, Lq, D), k, v for `ctx` in fp32 (and the weights, with `return_weights`): the
-    masked softmax of `context_logits`. Sinks (H,) are concatenated to the masked scores as one more column, whose
-    probability is dropped after the softmax (gpt-oss's `eager_attention_forward`); a padding mask hides pairs
-    with the mask, and a row it hides entirely attends to nothing (0)."""
+    masked softmax of `context_logits`, sinks one more column; a row the padding hides entirely gives 0."""
     logits, allowed = context_logits(q, k, ctx)
     weights = sink_softmax(logits.masked_fill(~allowed, float("-inf")), ctx.sinks)
     if ctx.padding is not None:
@@ -30,13 +28,9 @@ def reference_attention(
 
 
 def context_logits(q: Tensor, k: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
-    """A call's pre-softmax logits (B, H, Lq, Lk) in fp32, before the mask, and its visible pairs: the one dense
-    definition every backend is tested against and the analyses read (`lextra.analysis.capture`).
-
-    (rotate(q) . rotate(k) x scale + the scheme's bias + a materialised score bias + FoX's forget bias) / tau,
-    then a softcap (tanh(s / c) c, Gemma 2's eager order: after scaling, before the mask). A content-dependent
-    scheme's logits are its own (`lextra.attention.content`, tempered and capped in the same order); under an
-    extension's passes the scores and visible pairs are its formula's (`extension_logits`)."""
+    """A call's pre-softmax logits (B, H, Lq, Lk) fp32 and its visible pairs: the one dense definition every
+    backend is tested against. (rotate(q) . rotate(k) x scale + bias + score bias + forget bias) / tau, then the
+    softcap; content-dependent schemes and extension passes give their own."""
     if ctx.passes is not None:
         logits, allowed = extension_logits(q, k, ctx)
     elif ctx.scheme is not None and ctx.scheme.content_dependent:
@@ -53,10 +47,8 @@ def context_logits(q: Tensor, k: Tensor, ctx: AttentionContext) -> tuple[Tensor,
 
 
 def extension_logits(q: Tensor, k: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
-    """Scaled fp32 logits (B, H, Lq, Lk) and visible pairs (Lq, Lk) under the context's extension method, from its
-    formula: each pair scored with the query rotated at the remapped distance d'(m, n) and the key at 0 (the
-    schemes allowed are relative: that is the score at any a, b with a - b = d'), times the method's query scale
-    over the temperature."""
+    """Scaled fp32 logits (B, H, Lq, Lk) and visible pairs under the extension method's formula: the query rotated
+    at the remapped distance d'(m, n), the key at 0, times the query scale over the temperature."""
     passes, scheme = ctx.passes, ctx.scheme
     assert passes is not None and scheme is not None  # the dispatch checked the scheme (`PassExtension.check`)
     B, H, Lq, D = q.shape
@@ -84,9 +76,6 @@ class ReferenceBackend(AttentionBackend):
 
     name = "reference"
     takes_bias_and_padding = True
-
-    def applies(self, ctx: AttentionContext) -> str | None:
-        return None
 
     def run(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
         out = reference_attention(q, k, v, ctx)

@@ -24,11 +24,8 @@ from lextra.attention.flex import with_sinks
 
 
 def scored_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-    """Query blocks with their scores written out (fp32), for what no fused kernel applies: a softcap (tanh on
-    every score) and learned sinks under autograd. Each block sees only the keys its mask declares, as in
-    `chunked_attention`. Under autograd a block's scores are one (B, H, block, keys) tensor (`BIAS_BUDGET`);
-    without, they are cache-sized tiles of `SCORED_TILE` x `SCORED_KEY_TILE` (`scored_tiles`), each tile's softmax
-    merged by its log-sum-exp (`merge_tiles`), the operations in place."""
+    """Query blocks with their scores written out (fp32), for a softcap and for sinks under autograd: under
+    autograd one (B, H, block, keys) tensor per block, without it cache-sized tiles (`scored_tiles`)."""
     scheme, block_size, sinks, softcap, scale = ctx.scheme, ctx.block_size, ctx.sinks, ctx.softcap, ctx.scale
     grad = torch.is_grad_enabled()
     if block_size is None:  # under autograd the most queries whose scores over the keys they see fit the budget
@@ -88,13 +85,10 @@ def scored_tiles(
     mask: PieceTensor | None = None,
     causal: bool = False,
 ) -> tuple[Tensor, Tensor]:
-    """Attention of q (B, H, c, D) over k, v without autograd, the scores written out in fp32 pieces of
-    `SCORED_TILE` x `SCORED_KEY_TILE`: each scaled, biased (`bias`), tempered (`tau`, (H|1, c) or (H|1, 1)),
-    capped and masked in place (`causal` top-left aligned, key j <= query i; `mask`), normalised by its
-    log-sum-exp and merged exactly (`merge_tiles`). A softcap of at most `BOUNDED_CAP` bounds every score, so
-    exp(score) cannot overflow fp32 (e^60 x 10^12 keys < 3 x 10^38): pieces then add exp(score) v and the row
-    sums directly, without a log-sum-exp, and divide once at the end. Returns the output (fp32) and rows'
-    log-sum-exp; a row that sees no key gives 0 and -inf."""
+    """Attention of q (B, H, c, D) over k, v without autograd, scores in fp32 pieces of `SCORED_TILE` x
+    `SCORED_KEY_TILE`, each scaled, biased, tempered, capped and masked in place and merged by log-sum-exp. A softcap of
+    at most `BOUNDED_CAP` bounds exp(score), so pieces then sum exp(score) v directly. Returns the output (fp32) and
+    rows' log-sum-exp; a row that sees no key gives 0 and -inf."""
     Lq, Lk = q.shape[-2], k.shape[-2]
     bounded = softcap is not None and softcap <= BOUNDED_CAP
     divisor = softcap if bounded and softcap is not None else 1.0  # the scores come out divided by it

@@ -1,8 +1,5 @@
-"""The `sdpa` backend: one fused `scaled_dot_product_attention` call, for schemes without a bias, a mask that is
-exactly causal or hides nothing, and queries aligned with keys, or queries at or after every key under a causal
-mask (a cached decoding step, its grouped-query heads folded into rows or not: no mask at all). Learned sinks go
-through the CPU flash kernel's log-sum-exp. A materialised score bias or padding mask is passed as one float mask
-(`lextra.attention.backends.materialised`)."""
+"""The `sdpa` backend: one fused `scaled_dot_product_attention` call, for schemes without a bias, a causal or full
+mask and aligned queries, or a cached decoding step. Sinks go through the CPU flash kernel's log-sum-exp."""
 
 from __future__ import annotations
 
@@ -47,14 +44,11 @@ def sdpa_reason(scheme: PositionScheme | None, mask: Mask, facts: PositionLayout
 
 
 def decoding_step(mask: Mask, facts: PositionLayout) -> bool:
-    """Queries under a causal mask at or after every key (a cached decoding step, its grouped-query heads folded
-    into rows or not): they see all the keys, so one SDPA call without a mask is exact (whatever the keys'
-    positions, e.g. an evicted cache)."""
+    """Queries under a causal mask at or after every key (a cached decoding step): one SDPA call without a mask."""
     return mask.exactly_causal and facts.n_q > 0 and facts.n_k > 0 and facts.k_max <= facts.q_min
 
 
-#: head dims up to which torch's CPU flash kernel runs its unmasked call slower in bf16 than in fp32 (0.81x at 32,
-#: 0.87x at 64, 1.13x at 128; benchmarks/README.md, bf16 evaluation): there a bf16 call without autograd runs in fp32
+#: head dims up to which a bf16 call without autograd on CPU runs in fp32 (the flash kernel is faster there)
 CPU_FP32_HEAD_DIM = 64
 
 
@@ -70,9 +64,8 @@ def fp32_kernel(q: Tensor, k: Tensor, v: Tensor) -> bool:
 
 
 def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-    """One fused call (`is_causal` for a causal mask, which SDPA aligns top-left; none for a decoding step); in
-    fp32 where `fp32_kernel` says so (outside autocast, which would cast back to bf16), the output then in bf16.
-    A materialised score bias or padding mask goes into the call as its float mask."""
+    """One fused call (`is_causal` for a causal mask, none for a decoding step), in fp32 where `fp32_kernel` says
+    so; a materialised score bias or padding mask goes in as its float mask."""
     if ctx.materialised:
         return materialised_attention(q, k, v, ctx)
     qr, kr = rotate(ctx.scheme, q, k, ctx.q_pos, ctx.k_pos, ctx.seq_len)

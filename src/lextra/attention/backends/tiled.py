@@ -2,17 +2,9 @@
 log-sum-exp, merged exactly as flash attention merges its tiles (`merge_tiles`). Rotary schemes rotate one
 tile's queries and keys at a time, so no rotated copy of q or k is ever held in full.
 
-- `tiled_passes` (`TileRun`): the passes of a block of queries, each a key range and a distance band with the
-  positions its queries and keys are rotated at (`lextra.attention.masks.Pass`). Tiles a pass hides are skipped,
-  tiles it shows in full run unmasked, the tile at a pass's lower distance edge is laid out exactly causal; a tile
-  a band edge cuts is split into `SUB` x `SUB` pieces, of which hidden ones are skipped and only those the edge
-  crosses get a float mask (cached by shape within a call). A softcap caps each pass's scores (`tile_attention`);
-  sinks join the merged denominator once (`with_sinks`).
-- The `tiled` backend runs it over a training-free extension method's passes (`tiled_extension`; what `auto`
-  runs under one off CUDA) and over a mask's bands (`tiled_bands`: a window's or BCA's, each one pass with q and
-  k as they are; what `auto` runs for such plain calls on CPU without autograd, `bands_apply`).
-- `tiled_causal_attention` (inside `chunked`: no autograd, CPU, an exactly causal mask, no per-distance bias):
-  a causal call as the engine's one causal pass, FIRE's per-pair bias built one tile at a time (`TileBias`).
+`tiled_passes` runs a block's passes (`lextra.attention.masks.Pass`): hidden tiles are skipped, fully shown ones run
+unmasked, a tile a band edge cuts is split into `SUB` x `SUB` pieces. The `tiled` backend runs it over an extension
+method's passes (`tiled_extension`) and a mask's bands (`tiled_bands`); `tiled_causal_attention` is one causal pass.
 """
 
 from __future__ import annotations
@@ -20,12 +12,12 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from lextra.attention.backends.common import (
-    FLASH_WITH_LSE,
     TILE,
     attention_with_lse,
     block_sinks,
@@ -33,6 +25,7 @@ from lextra.attention.backends.common import (
     blockwise,
     cap_scores,
     contiguous,
+    lse_kernel_applies,
     masked_bias,
     merge_tiles,
     query_blocks,
@@ -61,40 +54,32 @@ _EMPTY, _FULL, _CAUSAL, _MASKED = range(4)
 TileBias = Callable[[Tensor, Tensor, slice, bool], Tensor]
 
 
+@dataclass
 class TileRun:
-    """What the tiled loop needs of its caller: the scheme rotating q and k (None: they are used as they are),
-    the passes of a query block, the period query blocks do not straddle, the sequence length for
-    length-dependent scalings, a name for errors, the layer's softcap (each pass's scores) and sinks (the
-    merged denominator, once), a per-tile score bias (`TileBias`: FIRE's) and the keys per tile past a block's
-    first (None: the query block's size)."""
+    """What the tiled loop needs of its caller: the scheme rotating q and k (None: as they are), the passes of a
+    query block, the period blocks do not straddle, the sequence length, a name for errors, softcap, sinks, a
+    per-tile score bias (`TileBias`) and the keys per tile past a block's first (None: the block's size)."""
 
-    def __init__(
-        self,
-        scheme: PositionScheme | None,
-        passes: Callable[[int, int], list[Pass]],
-        period: int | None,
-        seq_len: int | None,
-        label: str,
-        softcap: float | None = None,
-        sinks: Tensor | None = None,
-        bias: TileBias | None = None,
-        key_width: int | None = None,
-    ) -> None:
-        self.scheme, self.passes, self.period, self.seq_len, self.label = scheme, passes, period, seq_len, label
-        self.softcap, self.sinks, self.bias, self.key_width = softcap, sinks, bias, key_width
+    scheme: PositionScheme | None
+    passes: Callable[[int, int], list[Pass]]
+    period: int | None
+    seq_len: int | None
+    label: str
+    softcap: float | None = None
+    sinks: Tensor | None = None
+    bias: TileBias | None = None
+    key_width: int | None = None
 
     @classmethod
     def of_passes(cls, ctx: AttentionContext) -> tuple[TileRun, Tensor | None]:
-        """The run of the context's extension passes, and the queries' logit factor (the method's query scale over
-        the temperature, `row_factor`)."""
+        """The run of the context's extension passes, and the queries' logit factor (`row_factor`)."""
         passes = ctx.passes
         assert passes is not None  # the dispatch runs this under an extension's passes
         run = cls(ctx.scheme, passes.passes, passes.period, ctx.seq_len or 1, repr(passes), ctx.softcap, ctx.sinks)
         return run, row_factor(passes.query_scale(ctx.q_pos), ctx.tau, ctx.q_pos.numel(), ctx.device)
 
     def check_seen(self, lse: Tensor | None, m_lo: int, m_hi: int) -> None:
-        """A ConfigError where a merged row saw no key (its log-sum-exp at the floor): each query's own position
-        must be among the keys."""
+        """A ConfigError where a merged row saw no key (its log-sum-exp at the floor)."""
         if lse is None or bool((lse <= LSE_FLOOR).any()):
             raise ConfigError(f"{self.label}: queries at {m_lo}..{m_hi} see no key; their own positions must be keys")
 
@@ -112,8 +97,7 @@ class TileRun:
 def tiled_passes(
     q: Tensor, k: Tensor, v: Tensor, run: TileRun, ctx: AttentionContext, rows: Tensor | None, block_size: int | None
 ) -> Tensor:
-    """Query blocks x passes x key tiles over the context's positions and scale, merged by log-sum-exp (see the
-    module docstring); `rows` the queries' logit factor (1|H, Lq) or None."""
+    """Query blocks x passes x key tiles, merged by log-sum-exp; `rows` the queries' logit factor (1|H, Lq)."""
     B, H, Lq, _ = q.shape
     Lk = k.shape[-2]
     if Lq == 0 or Lk == 0:
@@ -127,8 +111,7 @@ def tiled_passes(
 
 
 class _TiledCall:
-    """One `tiled_passes` call: its inputs, the positions' host-side facts and the float masks its tiles share; `block`
-    computes a query block's output (fp32) over every pass and key tile."""
+    """One `tiled_passes` call: its inputs, the positions' host-side facts and the float masks its tiles share."""
 
     def __init__(
         self, q: Tensor, k: Tensor, v: Tensor, run: TileRun, ctx: AttentionContext, rows: Tensor | None, block: int
@@ -159,7 +142,7 @@ class _TiledCall:
 
     def _key_range(self, p: Pass, m_lo: int, m_hi: int) -> tuple[int, int, int] | None:
         """The key indices [i0, i1) pass `p` may show queries m_lo..m_hi and the index its lower distance edge
-        crosses (the anchor of `_tiles`); None when it shows them no key."""
+        crosses; None when it shows them no key."""
         first_pos, last_pos = max(p.keys[0], m_lo - p.distance[1]), min(p.keys[1], m_hi - p.distance[0])
         if last_pos < first_pos:
             return None
@@ -203,9 +186,7 @@ class _TiledCall:
         acc: Tensor | None,
         lse: Tensor | None,
     ) -> tuple[Tensor | None, Tensor | None]:
-        """Merge keys lo:hi under pass `p` into (acc, lse): `queries` = positions, q, rotated q, the positions
-        they are rotated at and the first's row; the tile's pieces (`_pieces`) one flash call each, a bias added to
-        each piece's mask."""
+        """Merge keys lo:hi under pass `p` into (acc, lse), one flash call per piece (`_pieces`)."""
         qp, qc, qr, q_at, row = queries
         k_list = self.k_list
         n_lo, n_hi = (k_list[lo], k_list[hi - 1]) if self.k_sorted else (min(k_list[lo:hi]), max(k_list[lo:hi]))
@@ -247,8 +228,8 @@ def contiguous_run(positions: list[int]) -> bool:
 
 
 def _tiles(i0: int, i1: int, anchor: int, rows: int, width: int) -> list[tuple[int, int]]:
-    """Key index ranges covering [i0, i1): first `rows` keys from `anchor` (the tile a pass's lower distance edge
-    crosses, exactly causal when it is the square on that edge), then on to i1, then back from the anchor to i0."""
+    """Key index ranges covering [i0, i1): `rows` keys from `anchor` (the tile on a pass's lower distance edge),
+    then on to i1, then back from the anchor to i0."""
     tiles, lo = [], anchor
     size = rows
     while lo < i1:
@@ -263,7 +244,7 @@ def _tiles(i0: int, i1: int, anchor: int, rows: int, width: int) -> list[tuple[i
 
 def _classify(p: Pass, m_lo: int, m_hi: int, n_lo: int, n_hi: int, contiguous: bool) -> int:
     """What pass `p` shows of a tile of queries m_lo..m_hi and keys n_lo..n_hi: nothing, everything, exactly the
-    causal triangle (key j <= query i, so the kernel's own causal mask applies), or a part needing a mask."""
+    causal triangle, or a part needing a mask."""
     d_lo, d_hi = p.distance
     k_lo, k_hi = p.keys
     if n_hi < k_lo or n_lo > k_hi or m_hi - n_lo < d_lo or m_lo - n_hi > d_hi:
@@ -279,9 +260,8 @@ def _classify(p: Pass, m_lo: int, m_hi: int, n_lo: int, n_hi: int, contiguous: b
 def _pieces(
     tile: tuple[Pass, int, int, Tensor, Tensor], kind: int, split: bool, cache: dict[tuple[int, ...], Tensor]
 ) -> list[tuple[int, int, int, int, int, Tensor | None]]:
-    """(rows r0:r1, keys c0:c1, kind, mask) of a tile (pass, first query and key positions, their positions):
-    the tile itself, or, when a band edge cuts it and positions are contiguous, its `SUB` x `SUB` pieces, of which
-    those the pass hides are dropped and only those the edge crosses get a (small) mask."""
+    """(rows r0:r1, keys c0:c1, kind, mask) of a tile: the tile itself, or with contiguous positions its `SUB` x
+    `SUB` pieces the pass does not hide, only those a band edge crosses masked."""
     p, m_lo, n_lo, qp, kp = tile
     c, t = qp.numel(), kp.numel()
     if kind != _MASKED:
@@ -306,8 +286,8 @@ def _pieces(
 def _tile_mask(
     p: Pass, qp: Tensor, kp: Tensor, m_lo: int, n_lo: int, contiguous: bool, cache: dict[tuple[int, ...], Tensor]
 ) -> Tensor:
-    """The tile's float mask (1, 1, c, t), 0 where `p` shows the pair and -inf elsewhere. With contiguous
-    positions it depends only on the tile's shape and offset, so equal tiles of later blocks reuse it."""
+    """The tile's float mask (1, 1, c, t), 0 where `p` shows the pair and -inf elsewhere (cached by shape and
+    offset for contiguous positions)."""
     c, t = qp.numel(), kp.numel()
     if not contiguous:
         return _float_mask(p.visible(qp[:, None], kp[None, :]))
@@ -329,8 +309,7 @@ def _float_mask(visible: Tensor) -> Tensor:
 
 
 def merge_out_of_place(acc: Tensor | None, lse: Tensor | None, part: Tensor, part_lse: Tensor) -> tuple[Tensor, Tensor]:
-    """`merge_tiles` under autograd (no in-place updates); a row a tile hides is given a log-sum-exp far below
-    any real one instead of -inf, so that no gradient divides 0 by 0."""
+    """`merge_tiles` under autograd (out of place); a hidden row's log-sum-exp is `LSE_FLOOR`, not -inf."""
     part_lse = part_lse.clamp(min=LSE_FLOOR)
     if acc is None or lse is None:
         return part.float(), part_lse
@@ -349,10 +328,8 @@ def tile_attention(
     mask: Tensor | None = None,
     empty_rows: bool = True,
 ) -> tuple[Tensor, Tensor]:
-    """One tile of a pass: its normalised output and rows' log-sum-exp (fp32), as `attention_with_lse` gives them
-    (`causal` top-left aligned; `mask` float 0 / -inf; a row that sees no key gives 0 and -inf; `empty_rows`
-    False where none can). With a softcap the tile's scores are written out in fp32 and capped before the mask (no
-    fused kernel caps)."""
+    """One tile of a pass: its output and rows' log-sum-exp (fp32) as `attention_with_lse` gives them; with a
+    softcap the scores are written out in fp32 and capped before the mask."""
     if softcap is None:
         return attention_with_lse(q, k, v, scale, causal=causal, mask=mask, empty_rows=empty_rows)
     if not torch.is_grad_enabled():
@@ -382,13 +359,9 @@ def tiles_apply(
     device: torch.device | str,
     dtype: torch.dtype = torch.float32,
 ) -> bool:
-    """Whether `tiled_causal_attention` computes this call: no autograd, CPU, an exactly causal mask, contiguous
-    positions with every query's own position among the keys, and no bias or one that is not a per-distance
-    table (FIRE past its threshold; per-distance tables are cheaper as strided views), in a dtype the CPU flash
-    kernel's log-sum-exp variant accepts (fp32, bf16)."""
-    if FLASH_WITH_LSE is None or torch.is_grad_enabled() or torch.device(device).type != "cpu":
-        return False
-    if dtype not in (torch.float32, torch.bfloat16):
+    """Whether `tiled_causal_attention` computes this call: `lse_kernel_applies`, an exactly causal mask,
+    contiguous positions with every query's own among the keys, and no per-distance table bias."""
+    if not lse_kernel_applies(torch.device(device), dtype):
         return False
     if not mask.exactly_causal or (scheme is not None and scheme.content_dependent):
         return False
@@ -400,13 +373,9 @@ def tiles_apply(
 
 
 def tiled_causal_attention(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-    """Causal attention as the tiling engine's one causal pass, without autograd (CPU): exact, and lean for rotary
-    schemes. Each query block attends its diagonal square (one causal flash call) and the earlier keys in chunks
-    (unmasked flash calls), merged by log-sum-exp; every row sees at least its own key in the diagonal tile. A
-    rotary scheme rotates each tile's queries and keys on the fly (xPos anchored at the query block), so extra
-    memory is the output plus O(tile) buffers, where the fused call needs rotated copies of all of q and k. A bias
-    (FIRE's, per query and key) is built per tile into reused buffers as the tile's float mask (`tile_bias`), in
-    blocks of `BIAS_TILE` queries x `BIAS_KEY_CHUNK` keys. Learned `sinks` join the merged denominator."""
+    """Causal attention as the tiling engine's one causal pass, without autograd (CPU): each query block attends
+    its diagonal square (one causal flash call) and earlier keys in chunks, merged by log-sum-exp. A bias (FIRE's)
+    is built per tile in blocks of `BIAS_TILE` queries x `BIAS_KEY_CHUNK` keys (`tile_bias`)."""
     scheme, tau, block_size = ctx.scheme, ctx.tau, ctx.block_size
     has_bias = scheme is not None and scheme.has_bias
     block = max(1, int(block_size or (BIAS_TILE if has_bias else TILE)))
@@ -445,19 +414,15 @@ def tile_bias(
 
 
 def tiled_extension(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-    """Attention of q (B, H, Lq, D), k, v under the context's extension method: query blocks x its passes x key
-    tiles, merged by log-sum-exp; equal to the reference's formula without its Lq x Lk tensors. Every query's own
-    position must be among the keys' (each method shows a query itself, d = 0). Without autograd on CPU each tile
-    is one flash kernel call; elsewhere an exact fp32 computation per tile."""
+    """Attention under the context's extension method: query blocks x its passes x key tiles, equal to the
+    reference's formula without its Lq x Lk tensors."""
     run, rows = TileRun.of_passes(ctx)
     return tiled_passes(q, k, v, run, ctx, rows, ctx.block_size)
 
 
 def tiled_bands(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tensor:
-    """Attention of (already rotated, or position-free) q, k, v under a mask that states its rule per query block
-    as a key range and a distance band (`Mask.band`: causal, window, BCA), each block one pass through the tiles.
-    Query blocks are `max(TILE, mask.period)` long by default, so that a BCA block is two flash calls (its causal
-    square and the previous block) instead of many small ones."""
+    """Attention of (already rotated, or position-free) q, k, v under a mask that states its bands (`Mask.band`:
+    causal, window, BCA), each block one pass; blocks `max(TILE, mask.period)` long by default."""
     mask = ctx.mask
 
     def passes(q_first: int, q_last: int) -> list[Pass]:
@@ -475,17 +440,9 @@ def tiled_bands(q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext) -> Tenso
 
 def bands_apply(mask: Mask, device: torch.device, dtype: torch.dtype) -> bool:
     """Whether `tiled_bands` is the faster exact path for `mask` (what `auto` runs for a plain call): a mask that
-    hides work (not causal, not full) and states its bands, on CPU without autograd in fp32 or bf16 (the flash
-    kernel's log-sum-exp). One causal flash call on a BCA block's square and one unmasked call on the previous
-    block: no flips or copies (0.73x of causal SDPA's time against 1.17x for the chunked path under CPU
-    contention, benchmarks/README.md)."""
-    return (
-        not (mask.exactly_causal or mask.hides_nothing)
-        and mask.band(0, 0) is not None
-        and not torch.is_grad_enabled()
-        and device.type == "cpu"
-        and dtype in (torch.float32, torch.bfloat16)
-    )
+    hides work and states its bands, where `lse_kernel_applies`."""
+    hides_work = not (mask.exactly_causal or mask.hides_nothing)
+    return hides_work and mask.band(0, 0) is not None and lse_kernel_applies(device, dtype)
 
 
 class TiledBackend(AttentionBackend):
