@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from lextra.train.tasks import BatchSource
 StepFunction = Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]
 
 
-class TrainingTarget:
+class TrainingTarget(ABC):
     """The base of a model the `Trainer` trains; methods are called in the order written here."""
 
     #: the run's settings (the Trainer reads the `LoopConfig` fields)
@@ -30,9 +31,9 @@ class TrainingTarget:
     kind: str
     _stream: BatchSource | None = None
 
+    @abstractmethod
     def open_data(self, world: Distributed, run_dir: Path, resume: bool, progress: bool) -> None:
         """Read the data (setting `stream`); when resuming refuse settings or data the run cannot continue with."""
-        raise NotImplementedError
 
     @property
     def stream(self) -> BatchSource:
@@ -41,52 +42,53 @@ class TrainingTarget:
         return self._stream
 
     @property
+    @abstractmethod
     def length(self) -> int:
         """The training window, tokens."""
-        raise NotImplementedError
 
+    @abstractmethod
     def sampler(self) -> PositionSampler:
         """The position sampler of the training windows."""
-        raise NotImplementedError
 
+    @abstractmethod
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Global batch `step` (a pure function of the step and the seed) and its positions (None: the model's own)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def run_record(self) -> dict[str, Any]:
         """What `config.json` holds: the settings a resume compares against."""
-        raise NotImplementedError
 
+    @abstractmethod
     def build(self, device: torch.device, world: Distributed) -> torch.nn.Module:
         """The model on `device`, seeded, trainable parameters set (whole: the Trainer shards it next)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def shard_units(self) -> list[torch.nn.Module]:
         """The modules FSDP2 shards one at a time; the model itself is the root, holding the rest."""
-        raise NotImplementedError
 
+    @abstractmethod
     def optimizer(self) -> torch.optim.Optimizer:
         """A fresh optimizer over the trainable parameters (a checkpoint may then restore its state)."""
-        raise NotImplementedError
 
     def started(self, start: int) -> None:
-        """Called once the run knows its first step (0, or the resumed checkpoint's)."""
+        """Called once the run knows its first step (0, or the resumed checkpoint's); nothing by default."""
+        return None
 
+    @abstractmethod
     def step_function(self, network: torch.nn.Module) -> StepFunction:
         """The step's forward, loss and backward over `network` (the model, or its DDP wrapper)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def trainable(self) -> list[tuple[str, torch.nn.Parameter]]:
         """The parameters that train, by name (clipped and checked for finiteness)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def save_weights(self, folder: Path | None) -> None:
         """Write the trainable state into a checkpoint folder (None: take part in a sharded gather only)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def load_weights(self, folder: Path) -> None:
         """Copy a checkpoint folder's weights into the model."""
-        raise NotImplementedError
 
     def validation_loss(self, done: int) -> float | None:
         """The validation loss to log after step `done` (None: none due, or the target has none)."""
@@ -96,6 +98,6 @@ class TrainingTarget:
         """Likely causes of a non-finite step besides the learning rate."""
         return []
 
+    @abstractmethod
     def finish(self, run_dir: Path, world: Distributed) -> Any:
         """Write what the run produces (every process calls it) and return it."""
-        raise NotImplementedError
