@@ -5,9 +5,10 @@ What it measures
     (2) One training step of Ruoss et al.'s model (5 layers, width 64, 8 heads, MLP 256; encoder style, `full`
         mask) on `ruoss.reverse_string` at batch 128, lengths 1-40 drawn per step as in training: forward, masked
         loss, backward, clipping and AdamW, eager and through `torch.compile` (`dynamic=None`: one recompile, then
-        one graph for every width). Reported: median tokens/s over the timed steps, and its share of the matmul
-        rate: the step's matrix FLOPs (6 x parameters x tokens + 12 x layers x width x W^2 x batch for attention) per
-        second over the FLOP/s of a 2048 x 2048 fp32 matmul on the same thread, measured in the same process.
+        one graph for every width), and eager under bf16 autocast (`--precision bf16`). Reported: median tokens/s
+        over the timed steps, and its share of the fp32 matmul rate: the step's matrix FLOPs (6 x parameters x
+        tokens + 12 x layers x width x W^2 x batch for attention) per second over the FLOP/s of a 2048 x 2048 fp32
+        matmul on the same thread, measured in the same process.
     (3) Two runs side by side, one thread each (two processes), against one alone: the summed tokens/s.
 
 Usage
@@ -60,7 +61,7 @@ def data_rates(batch: int = 128, repeats: int = 5) -> dict[str, float]:
     return rates
 
 
-def step_rates(steps: int, compile: bool, batch: int = 128) -> dict[str, float]:
+def step_rates(steps: int, compile: bool, batch: int = 128, precision: str = "fp32") -> dict[str, float]:
     """Median tokens/s of a training step at Ruoss et al.'s shape, and the share of the matmul rate."""
     task = build_task("ruoss.reverse_string")
     config = TrainConfig(task=task.name, batch_size=batch, model=GPTConfig(n_layer=5, d_model=64, n_head=8))
@@ -68,7 +69,7 @@ def step_rates(steps: int, compile: bool, batch: int = 128) -> dict[str, float]:
     torch.manual_seed(0)
     model = GPT(config.model)
     optimizer = make_optimizer(model, config)
-    loss = StepLoss(model, "fp32", torch.device("cpu"), compile=compile, loss=_full_mask_loss, dynamic=None)
+    loss = StepLoss(model, precision, torch.device("cpu"), compile=compile, loss=_full_mask_loss, dynamic=None)
     source = TaskBatches(task, LengthRange(1, 40))
     params = sum(p.numel() for p in model.parameters())
     rates, shares, peak = [], [], harness.matmul_rate(torch) * 1e9
@@ -117,13 +118,14 @@ def main() -> None:
         return
     data = data_rates()
     eager, compiled = step_rates(args.steps, compile=False), step_rates(args.steps, compile=True)
+    bf16 = step_rates(args.steps, compile=False, precision="bf16")
     parallel = side_by_side(args.steps)
-    result = {"data_tokens_per_s": data, "eager": eager, "compiled": compiled, "parallel": parallel,
+    result = {"data_tokens_per_s": data, "eager": eager, "compiled": compiled, "bf16": bf16, "parallel": parallel,
               "torch": torch.__version__, "numpy": np.__version__}  # fmt: skip
     slowest = min(data, key=data.__getitem__)
     median = statistics.median(data.values())
     print(f"task data: slowest {slowest} {data[slowest] / 1e6:.1f}M tokens/s; median {median / 1e6:.1f}M")
-    for name, r in (("eager", eager), ("compiled", compiled)):
+    for name, r in (("eager", eager), ("compiled", compiled), ("eager bf16", bf16)):
         print(f"{name}: {r['tokens_per_s']:,.0f} tokens/s, {100 * r['matmul_share']:.0f}% of the matmul rate "
               f"({r['matmul_gflops']:.1f} GFLOP/s)")  # fmt: skip
     print(f"two runs side by side: {parallel['two_summed']:,.0f} tokens/s summed vs {parallel['alone']:,.0f} alone")

@@ -370,4 +370,4 @@ def test_train_eval_and_compare_commands(tmp_path) -> None:
 
 def test_command_mistakes_are_one_line_errors(tmp_path, capsys) -> None:
     assert main(["retrieval", "train", "--task", "needle", "--out", str(tmp_path / "x"), "--steps", "1"]) == 2
-    assert "unknown retrieval task" in capsys.readouterr().err
+    assert "unknown training task" in capsys.readouterr().err

@@ -65,7 +65,7 @@ def test_the_niah_mix_draws_every_needle_task_and_rows_depend_on_the_generator_o
 def test_specs_are_training_tasks_and_their_batches_are_reproducible() -> None:
     assert set(RULER_TRAINING_TASKS) == {"ruler.niah", *(f"ruler.{n}" for n in RULER_TASK_NAMES)}
     assert parse_task_spec("ruler.niah+lm").ratio == 0.5 and parse_task_spec("ruler.vt:0.3").name == "ruler.vt"
-    with pytest.raises(ConfigError, match=r"unknown retrieval task 'ruler\.nope'.*ruler\.niah"):
+    with pytest.raises(ConfigError, match=r"unknown training task 'ruler\.nope'.*ruler\.niah"):
         parse_task_spec("ruler.nope")
     data = prepare_data("python-code", limit_chars=200_000)
     config = TrainConfig(task="ruler.niah+lm")

@@ -129,7 +129,7 @@ def test_task_specs_old_and_new_spellings() -> None:
         ("passkey,ratio=2", r"must be in \(0, 1\]"),
         ("passkey,colour=red", "has no option 'colour'; its options: digits, distractors"),
         ("passkey,digits=five", "digits takes an integer"),
-        ("ruler.vt,hops=2", "has no options"),
+        ("ruler.vt,hops=2", "takes no options of its own, got hops; drop them"),
     ):
         with pytest.raises(ConfigError, match=message):
             parse_task_spec(bad)
@@ -177,7 +177,7 @@ def test_scheme_specs_and_scheme_options() -> None:
         (lambda: parse_rope_scaling("none:2"), "RoPE scaling 'none' takes no positional value"),
         (lambda: parse_rope_scaling("yarm:4"), "unknown RoPE scaling 'yarm'; known RoPE scalings: none, linear, ntk"),
         (lambda: parse_rope_scaling("linear,beta_fast=3"), "'linear' has no option 'beta_fast'; its options: factor"),
-        (lambda: parse_task_spec("needle"), "unknown retrieval task 'needle' in 'needle'; known: passkey"),
+        (lambda: parse_task_spec("needle"), "unknown training task 'needle' in 'needle'; `lextra list` shows"),
     ],
 )
 def test_spec_errors_name_the_problem_and_the_fix(build, message: str) -> None:

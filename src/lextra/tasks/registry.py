@@ -72,15 +72,18 @@ def parse_task_spec(spec: str) -> TaskSpec:
         text += ",ratio=0.5"
     elif len(parts) > 1:
         raise ConfigError(f"task spec {spec!r}: only '+lm' may follow the task (its rows mixed half with corpus text)")
-    parsed = parse_spec(text, "retrieval task")
+    parsed = parse_spec(text, "training task")
     if parsed.name not in TRAINING_TASKS:
         known = ", ".join(TRAINING_TASKS.names())
-        raise ConfigError(f"unknown retrieval task {parsed.name!r} in {spec!r}; known: {known}")
+        raise ConfigError(f"unknown training task {parsed.name!r} in {spec!r}; `lextra list` shows them: {known}")
     if parsed.positional is not None and "ratio" in parsed.options:
         raise ConfigError(f"task spec {spec!r} gives the ratio twice (after ':' and as ratio=)")
     own = set(parsed.options) - {"ratio"}
     if own and not TRAINING_TASKS.get(parsed.name).task_options():
-        raise ConfigError(f"task {parsed.name!r} has no options, got {', '.join(sorted(own))}; its options: ratio")
+        raise ConfigError(
+            f"task {parsed.name!r} takes no options of its own, got {', '.join(sorted(own))}; "
+            "drop them (only ratio= applies)"
+        )
     name, options = TRAINING_TASKS.parse(parsed)
     ratio = options.pop("ratio", 1.0)
     if not 0.0 < ratio <= 1.0:
