@@ -237,13 +237,17 @@ def test_vocabulary_too_small_is_refused(tmp_path) -> None:
 def test_task_study_gates_reports_and_resumes(tmp_path) -> None:
     from lextra.pipelines.task_study import TaskStudy
 
-    config = parse_task_study(_study())
+    searched = {"task": "ruoss.reverse_string", "model": "rope", "source": "not found: searched"}
+    config = parse_task_study(_study(published=[searched]))
     results = TaskStudy(config, tmp_path, progress=False).run()
     assert len(results.units) == 4
     for cell in results.cells.values():  # 2 steps learn nothing: no model enters the extrapolation column
         assert not cell.entered and "not learned" in cell.text()
     report = results.write(tmp_path, ["# t"])
     assert "not learned (0/2 seeds" in report.read_text() and "scores >= 95% inside" in report.read_text()
+    rows_by_model = {line.split(" | ")[0]: line for line in report.read_text().splitlines() if line.startswith("| ")}
+    assert rows_by_model["| rope"].endswith("| not found | not found: searched |")  # searched for, not found
+    assert rows_by_model["| nope"].endswith("| - |  |")  # no entry given
     rows = (tmp_path / "results.csv").read_text().splitlines()
     assert len(rows) == 1 + 4 * (2 + 2)
     again = TaskStudy(config, tmp_path, progress=False)

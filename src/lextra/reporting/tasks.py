@@ -126,7 +126,9 @@ class TaskStudyResults:
             "(`mean (low-high)` where the interval is clipped to 0-100). "
             f"A model enters a task's extrapolation column only where every seed scores >= {c.threshold:.0%} inside "
             "its training range; otherwise the cell says `not learned` with its in-distribution score. `>` in the "
-            "ranking marks a difference larger than both intervals; `≈` one they do not decide.",
+            "ranking marks a difference larger than both intervals; `≈` one they do not decide. `paper`: the value of "
+            "the config's `[[published]]` entry for the cell, `not found` where one was searched for and not found, "
+            "`-` where the config gives none.",
             "",
         ]
         for task in c.tasks:
@@ -137,7 +139,7 @@ class TaskStudyResults:
                 if cell is None:
                     continue
                 paper = self.published(task, model)
-                value = "" if paper is None else ("not found" if paper.value is None else f"{paper.value:g}")
+                value = "-" if paper is None else ("not found" if paper.value is None else f"{paper.value:g}")
                 source = "" if paper is None else paper.source
                 lines.append(
                     f"| {model} | {cell.inside.text(100, within=SCORE_RANGE)} | {cell.text()} | {value} | {source} |"
