@@ -611,3 +611,9 @@ def test_s2_attn_runs_as_a_wrapper_through_the_dispatch() -> None:
         attention(q, k, v, scheme=scheme, extension=S2Attention(4), sinks=torch.zeros(2))
     with pytest.raises(ConfigError, match=r"the group \(5\) divides"):
         attention(q, k, v, scheme=scheme, extension=S2Attention(5))
+
+
+@pytest.mark.parametrize("mask", ["full", "causal", "window:37"])
+def test_alibi_left_offset_is_the_same_in_every_backend(mask: str) -> None:
+    """Ruoss et al.'s asymmetric encoder ALiBi (`left=0.5`) reaches the fast paths through its distance table."""
+    _assert_backends_agree("alibi", mask, 131, scheme_options={"left": 0.5}, block_size=None)

@@ -398,3 +398,13 @@ def test_a_call_past_the_compile_budget_is_refused_not_run_uncompiled() -> None:
     assert lines[0] == "graphs 1 1"
     assert lines[1].startswith("refused FlexAttention has compiled lextra.attention.flex.RECOMPILE_LIMIT = 1 kernels")
     assert "raise RECOMPILE_LIMIT" in lines[1]
+
+
+@pytest.mark.parametrize("mask", ["full", "causal"])
+def test_flex_takes_alibi_left_offset(mask: str) -> None:
+    scheme = make_scheme("alibi", n_heads=HEADS, head_dim=HEAD_DIM, left=0.5)
+    q, k, v = qkv(scheme, 150)
+    with torch.no_grad():
+        ref = attention(q, k, v, scheme=scheme, mask=mask, backend="reference")
+        out = attention(q, k, v, scheme=scheme, mask=mask, backend="flex")
+    assert (out - ref).abs().max() <= TOL

@@ -68,6 +68,27 @@ def test_alibi_bias_is_minus_slope_times_distance() -> None:
     torch.testing.assert_close(bias, -alibi_slopes(8)[:, None, None] * d)
 
 
+def _ruoss_alibi(n_heads: int, length: int) -> torch.Tensor:
+    """A port of Ruoss et al.'s `compute_alibi_encodings_biases` (bidirectional: -|i - j|, +0.5 below the diagonal)."""
+    alibi = torch.zeros(length, length, dtype=torch.float64)
+    for i in range(1, length):
+        alibi -= torch.ones(length, length, dtype=torch.float64).tril(-i)
+        alibi -= torch.ones(length, length, dtype=torch.float64).tril(-i).T
+    alibi += 0.5 * torch.ones(length, length, dtype=torch.float64).tril(-1)
+    slopes = torch.tensor(_alibi_reference(n_heads), dtype=torch.float64)
+    return alibi * slopes[:, None, None]
+
+
+@pytest.mark.parametrize("n_heads", [1, 5, 8])
+def test_alibi_left_is_ruoss_encoder_alibi(n_heads: int) -> None:
+    scheme = make_scheme("alibi", n_heads=n_heads, left=0.5)
+    bias = scheme.bias(torch.arange(9), torch.arange(9))
+    torch.testing.assert_close(bias, _ruoss_alibi(n_heads, 9).float(), rtol=1e-6, atol=1e-7)
+    assert not torch.allclose(bias, bias.transpose(-1, -2))  # left and right now differ
+    with pytest.raises(ConfigError, match="alibi: left"):
+        make_scheme("alibi", left=2.0)
+
+
 # ---------------------------------------------------------------- translation invariance
 @pytest.mark.parametrize("name", RELATIVE_SCHEMES)
 def test_relative_scores_are_translation_invariant(name: str) -> None:

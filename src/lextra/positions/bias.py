@@ -37,22 +37,28 @@ class ALiBi(PositionScheme):
     """Attention with linear biases (Press et al. 2022, arXiv 2108.12409): bias -m_h |m - n|.
 
     `slope_shift` adds a constant to every log2 slope (Chi et al. 2023, arXiv 2212.10356), within
-    +-SLOPE_SHIFT_LIMIT, where every bias up to 2^20 tokens stays finite and non-zero in fp32."""
+    +-SLOPE_SHIFT_LIMIT, where every bias up to 2^20 tokens stays finite and non-zero in fp32.
+    `left` adds left x m_h to the keys before the query, -m_h (|m - n| - left [m > n]): under a bidirectional mask
+    the plain bias is symmetric and cannot tell left from right; Ruoss et al. 2023 (arXiv 2305.16843; their
+    `compute_alibi_encodings_biases`) break the symmetry with left = 0.5."""
 
     summary = "linear distance penalty -m_h (m - n) with geometric head slopes (Press 2022)"
     has_bias = True
     SLOPE_SHIFT_LIMIT: ClassVar[float] = 100.0
     slopes: Tensor  # a buffer
 
-    def __init__(self, dims: HeadDims, *, slope_shift: float = 0.0) -> None:
+    def __init__(self, dims: HeadDims, *, slope_shift: float = 0.0, left: float = 0.0) -> None:
         super().__init__(dims)
         limit = self.SLOPE_SHIFT_LIMIT
         shift = check_range("alibi: slope_shift", slope_shift, -limit, limit, hint="0 gives the paper's slopes")
+        self.left = check_range("alibi: left", left, 0.0, 1.0, hint="0 is Press et al.'s; Ruoss et al.'s encoder: 0.5")
         slopes = alibi_slopes(dims.n_heads) * (2.0**shift)
         self.register_buffer("slopes", slopes, persistent=False)
 
     def distance_bias(self, distance: Tensor) -> Tensor:
         d = distance.abs().float()
+        if self.left:
+            d = d - self.left * (distance > 0).float()
         return -self.slopes.view(-1, *([1] * d.dim())) * d
 
 
