@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -171,6 +173,66 @@ def test_workers_take_the_next_cell_when_free_and_each_lands_here_as_it_finishes
     serial: list[float] = []
     run_cells([0.002, 0.0], str, time.sleep, time.sleep, landed=serial.append)
     assert serial == [0.002, 0.0]
+
+
+def test_a_failed_worker_cell_is_named_not_landed_and_returned(capfd) -> None:
+    import time
+
+    from lextra.pipelines.study.workers import run_cells
+
+    landed: list[float] = []
+    failed = run_cells([0.0, -1.0, 0.001], str, time.sleep, time.sleep, jobs=2, landed=landed.append)
+    assert failed == [-1.0] and sorted(landed) == [0.0, 0.001]
+    err = capfd.readouterr().err
+    assert "cell -1.0 failed: sleep length must be non-negative" in err  # the worker's own line
+    assert re.search(r"cell \d/3 failed \(-1\.0\)", err) and "1 of 3 cells failed" in err
+
+
+_ORPHAN_SCRIPT = """
+import sys, time
+from pathlib import Path
+from lextra.pipelines.study.workers import run_cells
+
+def park(folder):
+    import os
+    (Path(folder) / str(os.getpid())).write_text("")
+    time.sleep(120)
+
+if __name__ == "__main__":
+    run_cells([sys.argv[1]] * 2, str, park, park, jobs=2)
+"""
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, ended but not yet reaped, does not)."""
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_killing_a_study_ends_its_workers(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import time
+
+    script = tmp_path / "study.py"
+    script.write_text(_ORPHAN_SCRIPT)
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    study = subprocess.Popen([sys.executable, str(script), str(pids)], cwd=tmp_path)
+    deadline = time.time() + 120
+    while len(list(pids.iterdir())) < 2 and time.time() < deadline:
+        time.sleep(0.1)
+    workers = [int(p.name) for p in pids.iterdir()]
+    assert len(workers) == 2 and all(_running(pid) for pid in workers)
+    study.send_signal(signal.SIGKILL)  # the hardest end: nothing of the study's own runs
+    study.wait()
+    while any(_running(pid) for pid in workers) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not any(_running(pid) for pid in workers)
 
 
 def test_markdown_to_html_tables_lists_and_missing_plots(tmp_path: Path) -> None:
