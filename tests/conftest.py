@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import os
 import shutil
 import tempfile
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
@@ -45,6 +48,14 @@ def _cpu_unless_marked_gpu(request: pytest.FixtureRequest, monkeypatch: pytest.M
         monkeypatch.setenv(DEVICE_ENV, "cpu")
     else:
         monkeypatch.delenv(DEVICE_ENV, raising=False)
+
+
+def load_script(path: Path, name: str) -> ModuleType:
+    """A benchmark or experiment script (not a package module) imported from its file."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def make_scheme(name: str, n_heads: int = 4, head_dim: int = 16, train_len: int = 64, **options):

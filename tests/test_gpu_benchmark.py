@@ -3,7 +3,6 @@ and every attention and training cell is measured and reported."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -13,15 +12,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import load_script
 
 BENCHMARK = Path(__file__).parents[1] / "benchmarks" / "gpu.py"
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("gpu_benchmark", BENCHMARK)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(BENCHMARK, "gpu_benchmark")
 
 
 def test_the_gpu_benchmark_runs_on_cpu_in_smoke_mode(tmp_path: Path) -> None:
@@ -130,10 +127,7 @@ def test_gpu_check_stops_at_once_where_torch_sees_no_gpu(tmp_path: Path) -> None
 
 
 def _load_hybrids():
-    spec = importlib.util.spec_from_file_location("hybrids_benchmark", BENCHMARK.parent / "hybrids.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(BENCHMARK.parent / "hybrids.py", "hybrids_benchmark")
 
 
 def test_the_pieces_benchmark_times_forward_and_backward_of_every_piece(tmp_path: Path, monkeypatch) -> None:

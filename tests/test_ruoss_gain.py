@@ -3,19 +3,12 @@ and over the pairs that master the training range."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+from conftest import load_script
 
 SCRIPT = Path(__file__).parents[1] / "experiments" / "ruoss_gain.py"
-
-
-def _module():
-    spec = importlib.util.spec_from_file_location("ruoss_gain", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_gains_pair_each_encoding_with_its_randomized_variant_per_seed(tmp_path) -> None:
@@ -31,7 +24,7 @@ def test_gains_pair_each_encoding_with_its_randomized_variant_per_seed(tmp_path)
         lines.append(f"{task},{model},{seed},3,inside,{inside},{inside},0,8")
         lines += [f"{task},{model},{seed},{9 + i},beyond,{b},{b},0,8" for i, b in enumerate(beyond)]
     (tmp_path / "results.csv").write_text("\n".join(lines) + "\n")
-    gains = _module().gains(tmp_path, threshold=0.95)
+    gains = load_script(SCRIPT, "ruoss_gain").gains(tmp_path, threshold=0.95)
     # seed 0: t1 0.8 - 0.6 = 0.2, t2 0; seed 1: t1 0.9 - 0.5 = 0.4, t2 0.2
     assert gains["all pairs"]["0"] == pytest.approx([0.2, 0.0])
     assert gains["all pairs"]["1"] == pytest.approx([0.4, 0.2])

@@ -3,7 +3,6 @@ scores of the ones it holds; benchmarks/hf_decode.py checks the adapter's decodi
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import random
@@ -12,15 +11,14 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+from conftest import load_script
+
 BENCHMARK = Path(__file__).parents[1] / "benchmarks" / "smollm2.py"
 DEPTHS = [0.0, 0.25, 0.5, 0.75, 1.0]
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("smollm2_benchmark", BENCHMARK)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(BENCHMARK, "smollm2_benchmark")
 
 
 def test_missing_prompts_fill_each_depths_share_around_the_prompts_a_cell_holds() -> None:
