@@ -191,7 +191,7 @@ def test_describe_and_help_come_from_the_declarations() -> None:
     assert MASKS.usage("window") == "window[:WIDTH][,key=value...]" and MASKS.usage("causal") == "causal"
     assert MASKS.describe("bca") == "block=L_tr / 2" and MASKS.describe("full") == "no options"
     assert EXTENSIONS.describe("rerope") == "window=L/8, log_scale=True"
-    assert SCHEMES.types_text("alibi") == "slope_shift: float"
+    assert SCHEMES.types_text("alibi") == "slope_shift: float, left: float"
     assert SCALING_TYPES.help_text().startswith("none, linear[:FACTOR], ntk[:FACTOR], dynamic[:FACTOR]")
     assert [o.name for o in SCALING_TYPES.options("llama3")] == [
         "factor",

@@ -99,6 +99,7 @@ RULES: dict[tuple[str, str], tuple[str, Any]] = {
     ("xpos", "scale_base"): ("float", lambda v: 1 <= v <= 1e12),
     ("coca", "base"): ("float", lambda v: v > 1),
     ("alibi", "slope_shift"): ("float", lambda v: -100 <= v <= 100),
+    ("alibi", "left"): ("float", lambda v: 0 <= v <= 1),
     ("t5", "num_buckets"): ("int", lambda v: 2 <= v <= 257),  # and max_distance 128 > the exact range v // 2
     ("t5", "max_distance"): ("int", lambda v: 16 < v <= 2**40),  # above the exact range of 32 buckets
     ("kerple_log", "r1_init"): ("float", lambda v: 0 < v <= FLOAT32_MAX),
