@@ -39,12 +39,11 @@ def gains(folder: Path, threshold: float) -> dict[str, dict[str, list[float]]]:
     table = scores(folder)
     seeds = sorted({seed for *_, seed in table})
     pairs = sorted({(task, model) for task, model, _, _ in table if not model.endswith(RANDOMIZED)})
-    pairs = [(task, model) for task, model in pairs if (task, model + RANDOMIZED, "beyond", seeds[0]) in table]
     out: dict[str, dict[str, list[float]]] = {"all pairs": defaultdict(list), "learned pairs": defaultdict(list)}
     for task, plain in pairs:
         randomized = plain + RANDOMIZED
         if any((task, m, "beyond", s) not in table for m in (plain, randomized) for s in seeds):
-            continue  # a study still running: only pairs with every seed
+            continue  # no randomized twin, or a study still running: only pairs with every seed
         learned = all(table[(task, m, "inside", s)] >= threshold for m in (plain, randomized) for s in seeds)
         for seed in seeds:
             gain = table[(task, randomized, "beyond", seed)] - table[(task, plain, "beyond", seed)]

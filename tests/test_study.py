@@ -212,8 +212,8 @@ def _running(pid: int) -> bool:
         return False
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_killing_a_study_ends_its_workers(tmp_path: Path) -> None:
+    """Linux (PR_SET_PDEATHSIG, /proc), as every machine the suite runs on."""
     import signal
     import subprocess
     import time
