@@ -141,7 +141,7 @@ def test_too_short_lengths_and_bad_depths_are_config_errors() -> None:
 
 def test_tasks_are_built_through_the_registry_with_their_options() -> None:
     assert set(TASK_NAMES) == {"passkey", "passkey-mj", "lines", "kv", "code-key"}
-    assert [o.name for o in TASKS.options("kv")] == ["width", "distractors"]
+    assert [o.name for o in TASKS.options("kv")] == ["width", "distractors", "ends"]
     kv = build_task("kv", BYTES, CODE, width=4, distractors=2)  # documents are ignored by tasks without them
     sample = kv.sample(300, 0.5, random.Random(0))
     assert len(sample.answer_text) == 4 and len(sample.distractors) == 2
@@ -152,6 +152,37 @@ def test_tasks_are_built_through_the_registry_with_their_options() -> None:
 
 
 # ----------------------------------------------------------------------------- training batches
+def _needle_depth(row: list[int]) -> str:
+    """Where a passkey training row's needle sits: 'start', 'end' (just before the question) or 'inside'."""
+    text = BYTES.decode(row)
+    if text.startswith("The pass key is"):
+        return "start"
+    return "end" if "is the pass key. \nWhat is the pass key?" in text else "inside"
+
+
+def test_training_rows_put_a_share_ends_of_needles_at_either_end() -> None:
+    plain, ended = make_task("passkey"), build_task("passkey", BYTES, ends=0.4)
+    seeds = range(1500)
+    # ends=0 draws exactly the rows a uniform depth draws, from the same generator state
+    for seed in range(20):
+        rng = random.Random(seed)
+        expected = plain.sample(129, rng.random(), rng, with_answer=True)
+        assert plain.training_row(129, random.Random(seed)) == expected.prompt_ids + expected.answer_ids
+    share = lambda task, where: (
+        sum(  # noqa: E731
+            _needle_depth(task.training_row(129, random.Random(s))) == where for s in seeds
+        )
+        / len(seeds)
+    )
+    assert share(plain, "start") < 0.04 and share(plain, "end") < 0.04  # 26 filler bytes: about 1/52 each
+    assert 0.17 < share(ended, "start") < 0.27 and 0.17 < share(ended, "end") < 0.27  # 0.2 each, plus the uniform's
+    always = build_task("passkey", BYTES, ends=1.0)
+    assert {_needle_depth(always.training_row(129, random.Random(s))) for s in range(200)} == {"start", "end"}
+    with pytest.raises(ConfigError, match=r"ends=1.5 is a share of training rows; use a value in \[0, 1\]"):
+        build_task("passkey", BYTES, ends=1.5)
+    assert parse_task_spec("passkey,ends=0.4").options == {"ends": 0.4}
+
+
 def test_task_specs_parse_and_every_task_is_in_the_one_training_registry() -> None:
     assert parse_task_spec("passkey").ratio == 1.0
     assert parse_task_spec("kv+lm").ratio == 0.5

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from lextra.errors import ConfigError
-from lextra.tasks import PAD, TaskBatch, build_task, encode, task_rng
+from lextra.tasks import IGNORE, PAD, TaskBatch, build_task, encode, task_rng
+from lextra.tasks.encoding import draw_lengths, generate_rows, parse_lengths
 from lextra.tasks.mqar import MQAR
 from lextra.tasks.registry import TRAINING_TASKS
 from lextra.tasks.zhou import HINT_LETTERS, ZhouAddition
@@ -192,51 +194,52 @@ def zoology_multiquery_ar(
     return examples[:, :-1], labels[:, 1:]
 
 
-def zoology_to_lextra(inputs: np.ndarray, labels: np.ndarray, vocab_size: int) -> tuple[list[str], list[str]]:
-    """One Zoology row in lextra's framing: its last token (always filler) the separator, then the labels in
-    order; Zoology's key t is lextra's k{t}, value t is v{t - vocab/2}, 0 the filler."""
+def zoology_to_lextra(inputs: np.ndarray, labels: np.ndarray, vocab_size: int) -> tuple[list[str], list[str | None]]:
+    """One Zoology row in lextra's framing, position by position: Zoology's key t is lextra's k{t}, value t is
+    v{t - vocab/2}, 0 the filler; the label at each position (None where -100)."""
     half = vocab_size // 2
     name = lambda t: "_" if t == 0 else (f"k{t}" if t < half else f"v{t - half}")  # noqa: E731
-    assert labels[-1] == -100 and inputs[-1] == 0
-    return [*map(name, inputs[:-1].tolist()), "?"], [name(t) for t in labels[labels != -100].tolist()]
+    return [name(t) for t in inputs.tolist()], [None if t == -100 else name(t) for t in labels.tolist()]
 
 
-def check_mqar_row(symbols: list[str], answers: list[str], pairs: int) -> list[int]:
-    """Assert a row in lextra's framing states MQAR; return its query slots (offsets in the query region / 2)."""
+def check_mqar_row(symbols: list[str], answers: list[str | None], pairs: int) -> list[int]:
+    """Assert a row (inputs and the answers aligned with them) states MQAR in Zoology's layout; return its query
+    slots (offsets in the query region / 2)."""
+    assert len(answers) == len(symbols)
     context = 2 * pairs
     keys, values = symbols[0:context:2], symbols[1:context:2]
     assert all(k[0] == "k" for k in keys) and all(v[0] == "v" for v in values)
     assert len(set(keys)) == pairs and len(set(values)) == pairs  # distinct keys, distinct values
     value_of = dict(zip(keys, values, strict=True))
-    assert symbols[-1] == "?" and "?" not in symbols[:-1]
-    region = symbols[context:-1]
+    region = symbols[context:]
     at = [i for i, s in enumerate(region) if s[0] == "k"]  # the queries: the only keys after the pairs
     assert all(i % 2 == 0 for i in at)
     assert sorted(region[i] for i in at) == sorted(keys)  # every key asked once
     assert all(s == "_" or s[0] == "v" for i, s in enumerate(region) if i not in at)
-    assert answers == [value_of[region[i]] for i in at]  # each answer: the value paired with its query's key
+    # each query's answer sits at the query itself: the value paired with its key; no other position has one
+    assert answers == [None] * context + [value_of[s] if i in at else None for i, s in enumerate(region)]
     return [i // 2 for i in at]
 
 
-def mqar_rows(task: MQAR, batch: TaskBatch) -> list[tuple[list[str], list[str]]]:
-    out = []
-    for index in range(len(batch)):
-        inputs, outputs = batch.row(index)
-        out.append(([task.alphabet[i] for i in inputs], [task.alphabet[i] for i in outputs]))
-    return out
+def mqar_rows(task: MQAR, batch: TaskBatch) -> list[tuple[list[str], list[str | None]]]:
+    name = lambda i: None if i == PAD else task.alphabet[i]  # noqa: E731
+    return [
+        ([task.alphabet[i] for i in batch.inputs[r]], [name(i) for i in batch.outputs[r]]) for r in range(len(batch))
+    ]
 
 
 def test_mqar_hand_written_layout() -> None:
     task = MQAR(vocab=16, filler="zero")  # keys k0..k7, values v0..v7
     for symbols, answers in mqar_rows(task, task.generate(16, 20, task_rng(7))):
-        assert len(symbols) == 16 and len(answers) == 1  # 4 pairs per 64 tokens: one pair at 16
+        assert len(symbols) == 16 and len(answers) == 16  # 4 pairs per 64 tokens: one pair at 16
         key, value = symbols[0], symbols[1]
-        region = symbols[2:-1]  # 7 query slots at even offsets 0-12, filler between; then the separator
-        assert region.count(key) == 1 and region.index(key) % 2 == 0 and region.index(key) <= 12
-        assert sorted(region) == sorted([key] + ["_"] * 12) and symbols[-1] == "?"
-        assert answers == [value]
+        region = symbols[2:]  # 7 query slots at even offsets 0-12, filler between
+        at = region.index(key)
+        assert region.count(key) == 1 and at % 2 == 0 and at <= 12
+        assert sorted(region) == sorted([key] + ["_"] * 13)
+        assert answers == [None] * (2 + at) + [value] + [None] * (13 - at)  # the value is the query's own target
     assert task.alphabet[:3] == ("k0", "k1", "k2") and task.alphabet[8] == "v0"
-    assert task.alphabet[-2:] == ("_", "?") and task.vocab_size == 16 + 2 + 3
+    assert task.alphabet[-1] == "_" and task.vocab_size == 16 + 1 + 3
 
 
 @pytest.mark.parametrize("filler", ["random", "zero"])
@@ -247,7 +250,8 @@ def test_generated_mqar_rows_follow_the_rule(shift: str, filler: str) -> None:
     for length in (16, 64, 65, 128, 255, 1024):
         batch = task.generate(length, 40 if length < 1024 else 8, rng)
         pairs = task.pairs_at(length)
-        assert batch.inputs.shape == (len(batch), length) and batch.outputs.shape == (len(batch), pairs)
+        assert batch.inputs.shape == batch.outputs.shape == (len(batch), length)
+        assert ((batch.outputs != PAD).sum(axis=1) == pairs).all()
         for symbols, answers in mqar_rows(task, batch):
             check_mqar_row(symbols, answers, pairs)
 
@@ -264,8 +268,8 @@ def test_pairs_and_gaps_grow_as_the_shift_says() -> None:
 
     held = [mean_slot(hold, n) for n in (64, 256, 1024)]
     assert held[0] < held[1] < held[2] and held[2] > 3 * held[0]  # fixed pairs: the gaps stretch
-    assert hold.generate(1024, 3, rng).outputs.shape == (3, 4)
-    assert grow.generate(1024, 3, rng).outputs.shape == (3, 64)
+    assert [len(hold.generate(1024, 3, rng).row(r)[1]) for r in range(3)] == [4, 4, 4]
+    assert [len(grow.generate(1024, 3, rng).row(r)[1]) for r in range(3)] == [64, 64, 64]
 
 
 def test_zoology_rows_read_in_lextra_framing() -> None:
@@ -305,7 +309,8 @@ def test_keys_values_and_query_order_are_uniform() -> None:
     first_query = batch.inputs[np.arange(4000), 8 + np.argmax(batch.inputs[:, 8:] < 8, axis=1)]
     asked = (keys == first_query[:, None]).argmax(axis=1)  # which pair the first query asks
     assert np.allclose(np.bincount(asked, minlength=4) / 4000, 0.25, atol=0.03)
-    assert (batch.outputs >= 8).all() and (batch.outputs < 16).all()
+    answers = batch.outputs[batch.outputs != PAD]
+    assert len(answers) == 4000 * 4 and (answers >= 8).all() and (answers < 16).all()
 
 
 def test_mqar_errors_name_the_fix() -> None:
@@ -334,7 +339,7 @@ def test_registered_and_built_from_specs() -> None:
     assert build_task(zhou.spec()).vocabulary == zhou.vocabulary
     mqar = build_task("mqar,pairs=8,shift=gaps,vocab=64")
     assert isinstance(mqar, MQAR) and (mqar.pairs, mqar.shift, mqar.vocab) == (8, "gaps", 64)
-    assert build_task(mqar.spec()).vocabulary == mqar.vocabulary and mqar.vocab_size == 64 + 2 + 3
+    assert build_task(mqar.spec()).vocabulary == mqar.vocabulary and mqar.vocab_size == 64 + 1 + 3
 
 
 def test_decoder_encoding_scores_the_answers() -> None:
@@ -347,5 +352,21 @@ def test_decoder_encoding_scores_the_answers() -> None:
     targets = encoded.targets[1].tolist()
     assert [t for t in targets if t != -100] == [*batch.row(1)[1], eos]  # the answer, then <eos>
     mqar = MQAR()
-    encoded = encode(mqar, mqar.generate(64, 3, task_rng(0)))
-    assert encoded.width == 64 + 4 and int(encoded.scored.sum()) == 3 * 4  # per-token: the 4 values, not <eos>
+    batch = mqar.generate(64, 3, task_rng(0))
+    encoded = encode(mqar, batch)
+    assert encoded.width == 64 and int(encoded.scored.sum()) == 3 * 4  # inline: the 4 values at their queries
+    queries = torch.from_numpy((batch.inputs < mqar.keys) & (np.arange(64) >= 8))
+    assert torch.equal(encoded.scored, queries) and torch.equal(encoded.inputs, torch.from_numpy(batch.inputs))
+    assert torch.equal(encoded.targets[queries], torch.from_numpy(batch.outputs)[queries])
+    assert (encoded.targets[~queries] == IGNORE).all()
+
+
+def test_inline_rows_of_mixed_lengths_pad_and_ignore() -> None:
+    task = MQAR(vocab=64)
+    lengths = np.array([64, 128, 64])
+    batch = generate_rows(task, lengths, task_rng(3))
+    encoded = encode(task, batch)
+    assert encoded.width == 128 and encoded.scored.sum(dim=1).tolist() == [4, 8, 4]
+    assert (encoded.inputs[[0, 2], 64:] == task.special("<pad>")).all()  # the short rows' padding
+    assert (encoded.targets[[0, 2], 64:] == IGNORE).all()
+    assert set(draw_lengths(task, parse_lengths("64-128"), 200, task_rng(4)).tolist()) > {64, 128}  # row by row

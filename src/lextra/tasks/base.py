@@ -7,8 +7,10 @@ A task is a seeded, vectorised generator over its own alphabet: `generate(length
 is the task's `style`:
 - `encoder` (Ruoss et al. 2023): the input followed by one placeholder token per output symbol, read at once under a
   bidirectional (`full`) mask; the answer is the argmax at the placeholder positions.
-- `decoder` (Kazemnejad et al. 2023, Zhou et al. 2024, Zoology's MQAR): input ++ output ++ EOS under a causal mask,
-  the loss on the output tokens and EOS only; greedy decoding.
+- `decoder` (Kazemnejad et al. 2023, Zhou et al. 2024): input ++ output ++ EOS under a causal mask, the loss on the
+  output tokens and EOS only; greedy decoding.
+- `inline` (Zoology's MQAR): the input alone under a causal mask, the answers at input positions (a query's value is
+  the prediction at the query itself), so the loss and score are at those positions only.
 Its `score` is `per_token` (the share of scored output symbols predicted right) or `exact` (a whole answer right).
 """
 
@@ -35,7 +37,8 @@ class TaskBatch:
     """`count` examples of one length: symbol indices into the task's alphabet, right-padded with `PAD`.
 
     `inputs` (n, I) and `outputs` (n, O); an encoder task's rows all have I inputs and O outputs (no padding), a
-    decoder task's rows may be shorter. `scored` (n, O) marks the output symbols the score counts (None: every
+    decoder task's rows may be shorter; an inline task's `outputs` are (n, I), aligned with the inputs, PAD where a
+    position has no answer. `scored` (n, O) marks the output symbols the score counts (None: every
     non-PAD one); they are all trained on either way (as the authors' losses do; e.g. Ruoss et al.'s binary
     addition trains on the padding after the terminator and scores up to it).
     """
@@ -200,14 +203,14 @@ def build_task(spec: str) -> AlgorithmicTask:
 
 def check_task_mask(task: AlgorithmicTask, causal: bool, mask: str) -> None:
     """Refuse a mask the task's style cannot be read under: encoder tasks see the whole input and their
-    placeholders at once (`full`), decoder tasks predict left to right (a causal mask)."""
+    placeholders at once (`full`), decoder and inline tasks predict left to right (a causal mask)."""
     if task.style == "encoder" and causal:
         raise ConfigError(
             f"task {task.name} is encoder-style (answers read at placeholders after the input, Ruoss et al.) and "
             f"needs a bidirectional mask, not {mask}; drop it (its runs use full)"
         )
-    if task.style == "decoder" and not causal:
+    if task.style != "encoder" and not causal:
         raise ConfigError(
-            f"task {task.name} is decoder-style (answers decoded left to right) and needs a causal mask; use "
+            f"task {task.name} is {task.style}-style (answers predicted left to right) and needs a causal mask; use "
             f"causal, window:W or bca, not {mask}"
         )

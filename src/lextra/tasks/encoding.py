@@ -5,6 +5,7 @@ Encoder style: `input ++ <answer> x O` read under a bidirectional mask, the targ
 Decoder style: `input ++ output ++ <eos>`, fed without its last token; the target of position t is token t + 1
 where that token is part of the answer (the output or its `<eos>`), else ignored. Rows of one batch are
 right-padded with `<pad>` (ignored targets), which a causal mask keeps from every real position.
+Inline style: the input alone; the target of position t is the answer aligned with it, else ignored.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ class EncodedBatch:
 
 def encode(task: AlgorithmicTask, batch: TaskBatch) -> EncodedBatch:
     """`batch` in `task.style`, as int64 tensors (see the module docstring)."""
-    return _encode_encoder(task, batch) if task.style == "encoder" else _encode_decoder(task, batch)
+    encoder = {"encoder": _encode_encoder, "decoder": _encode_decoder, "inline": _encode_inline}[task.style]
+    return encoder(task, batch)
 
 
 def _encode_encoder(task: AlgorithmicTask, batch: TaskBatch) -> EncodedBatch:
@@ -84,11 +86,19 @@ def _encode_decoder(task: AlgorithmicTask, batch: TaskBatch) -> EncodedBatch:
     )
 
 
+def _encode_inline(task: AlgorithmicTask, batch: TaskBatch) -> EncodedBatch:
+    if batch.outputs.shape != batch.inputs.shape:
+        raise ValueError(f"task {task.name}: inline outputs {batch.outputs.shape} must align with the inputs")
+    inputs = np.where(batch.inputs == PAD, task.special("<pad>"), batch.inputs)
+    targets = np.where(batch.outputs == PAD, IGNORE, batch.outputs)
+    return EncodedBatch(torch.from_numpy(inputs), torch.from_numpy(targets), torch.from_numpy(batch.score_mask()))
+
+
 def draw_lengths(task: AlgorithmicTask, lengths: LengthRange, count: int, rng: np.random.Generator) -> np.ndarray:
     """Each row's task length for one training batch: one length for the whole batch (Ruoss et al.'s curriculum
-    draws one per step), or one per row where the task mixes lengths (`mixed_lengths`, decoder tasks)."""
+    draws one per step), or one per row where the task mixes lengths (`mixed_lengths`, causal tasks)."""
     values = np.array(task.length_values(lengths))
-    if task.mixed_lengths and task.style == "decoder":
+    if task.mixed_lengths and task.style != "encoder":
         return values[rng.integers(0, len(values), size=count)]
     return np.full(count, int(values[rng.integers(0, len(values))]))
 

@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from lextra.errors import ConfigError
-from lextra.tasks.base import AlgorithmicTask, LengthRange, Suite, TaskBatch
+from lextra.tasks.base import PAD, AlgorithmicTask, LengthRange, Suite, TaskBatch
 from lextra.tasks.registry import TRAINING_TASKS
 
 ZOOLOGY = Suite(
@@ -33,18 +33,16 @@ FILLERS = ("random", "zero")
 
 @TRAINING_TASKS.register("mqar")
 class MQAR(AlgorithmicTask):
-    """Input: P key-value pairs `k v k v ...`, then the query region, Zoology's layout: P query slots at even
-    offsets, each query a pair's key (every key once, in random order), the slots drawn without replacement with
-    p(i) ~ i^(power_a - 1) (power_a 1: uniform), filler everywhere else; length = the input's tokens (Zoology's
-    `input_seq_len`). Output: the queried values in the order of their queries; per-token accuracy.
+    """Zoology's layout (their `multiquery_ar`, num_passes 1): P key-value pairs `k v k v ...`, then the query
+    region: P query slots at even offsets, each query a pair's key (every key once, in random order), the slots
+    drawn without replacement with p(i) ~ i^(power_a - 1) (power_a 1: uniform), filler everywhere else; length =
+    the input's tokens (Zoology's `input_seq_len`). Inline style: the answer to a query is the prediction at the
+    query itself (the next position holds filler, not the value), scored per token over the queried values.
 
-    Where lextra departs: Zoology labels each query's own position (the next token's target is its value, the
-    input there filler), which a decoder answer after the input cannot hold; here the input's last token, a
-    filler slot in Zoology's layout (queries sit at even offsets only), is the separator `?` and the values come
-    after it, so the model must also find the i-th query. `vocab` counts keys and values only (`k0..`, `v0..`),
-    filler `_` and `?` are extra; `filler="random"` draws filler from the values (Zoology's from the whole
-    vocabulary: a key there would read as a query here), `"zero"` is one filler token (Zoology's
-    `random_non_queries=False`, their paper's configs). Values are distinct within a row, as Zoology's.
+    `vocab` counts keys and values only (`k0..`, `v0..`) and filler `_` is extra (Zoology's key 0); where lextra
+    departs: `filler="random"` draws filler from the values, where Zoology's `random_non_queries` draws it from the
+    whole vocabulary, so a filler there can be a key that reads as a spurious query; `"zero"` is one filler token
+    (their `random_non_queries=False`, their paper's figure configs). Values are distinct within a row, as theirs.
 
     Length shift: `shift="pairs"` holds Zoology's density, `pairs` per 64 tokens (L * pairs / 64 pairs at length
     L: 4, 8, 16 at 64, 128, 256 by default), `shift="gaps"` holds `pairs` at every length, so only the query
@@ -53,12 +51,12 @@ class MQAR(AlgorithmicTask):
 
     summary = "k v pairs, queries among filler -> the queried values (Zoology MQAR, Arora 2023)"
     suite = ZOOLOGY
-    style = "decoder"
+    style = "inline"
     score = "per_token"
     mixed_lengths = True
     train_lengths, test_lengths = TRAIN, TEST
     min_length = 16
-    alphabet = (*(f"k{i}" for i in range(128)), *(f"v{i}" for i in range(128)), "_", "?")
+    alphabet = (*(f"k{i}" for i in range(128)), *(f"v{i}" for i in range(128)), "_")
 
     def __init__(
         self,
@@ -91,16 +89,12 @@ class MQAR(AlgorithmicTask):
         self.keys = self.vocab // 2  # keys from the lower half, values from the upper, as Zoology's
         keys, values = (f"k{i}" for i in range(self.keys)), (f"v{i}" for i in range(self.vocab - self.keys))
         # the class's alphabet and smallest length are the default options'; these options' are the instance's
-        self.alphabet = (*keys, *values, "_", "?")
+        self.alphabet = (*keys, *values, "_")
         self.min_length = self._min_length()
 
     @property
     def filler_id(self) -> int:
         return self.vocab
-
-    @property
-    def separator_id(self) -> int:
-        return self.vocab + 1
 
     def pairs_at(self, length: int) -> int:
         """The number of key-value pairs at task length `length`."""
@@ -150,8 +144,9 @@ class MQAR(AlgorithmicTask):
         order = np.argsort(rng.random((count, pairs)), axis=1)  # which pair each query asks, in reading order
         rows = np.arange(count)[:, None]
         inputs[rows, context + 2 * chosen] = keys[rows, order]
-        inputs[:, -1] = self.separator_id  # never a query slot (those sit at even offsets below length - context - 1)
-        return TaskBatch(inputs, values[rows, order])
+        outputs = np.full((count, length), PAD, np.int64)
+        outputs[rows, context + 2 * chosen] = values[rows, order]
+        return TaskBatch(inputs, outputs)
 
 
 def _distinct(rng: np.random.Generator, count: int, size: int, k: int) -> np.ndarray:

@@ -110,9 +110,12 @@ class RetrievalTask(ABC):
     #: the constructor takes documents to hide the needle in, after the tokenizer
     needs_documents: ClassVar[bool] = False
 
-    def __init__(self, tokenizer: Tokenizer, *, distractors: int = 4) -> None:
+    def __init__(self, tokenizer: Tokenizer, *, distractors: int = 4, ends: float = 0.0) -> None:
+        if not 0.0 <= float(ends) <= 1.0:
+            raise ConfigError(f"task {self.name}: ends={ends!r} is a share of training rows; use a value in [0, 1]")
         self.tokenizer = tokenizer
         self.num_distractors = distractors
+        self.ends = float(ends)
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text))
@@ -131,8 +134,11 @@ class RetrievalTask(ABC):
         return sample
 
     def training_row(self, length: int, rng: random.Random) -> list[int]:
-        """A training row of exactly `length` tokens: a prompt at a uniform random depth, then its answer."""
-        sample = self.sample(length, rng.random(), rng, with_answer=True)
+        """A training row of exactly `length` tokens: a prompt, then its answer. The needle's depth is 0 or 1 (half
+        each) in a share `ends` of the rows, else uniform in [0, 1]: a uniform depth puts the needle at either end
+        in about 1/filler of the rows (2% at 128 bytes), where the evaluation's depth grid puts 2 of its 5 depths."""
+        depth = float(rng.random() < 0.5) if self.ends and rng.random() < self.ends else rng.random()
+        sample = self.sample(length, depth, rng, with_answer=True)
         return sample.prompt_ids + sample.answer_ids
 
     @abstractmethod
@@ -186,8 +192,8 @@ class PasskeyTask(_FillerTask):
     #: start the prompt with the paper's instruction line
     instruction: ClassVar[bool] = False
 
-    def __init__(self, tokenizer: Tokenizer, *, digits: int = 5, distractors: int = 4) -> None:
-        super().__init__(tokenizer, distractors=distractors)
+    def __init__(self, tokenizer: Tokenizer, *, digits: int = 5, distractors: int = 4, ends: float = 0.0) -> None:
+        super().__init__(tokenizer, distractors=distractors, ends=ends)
         self.digits = digits
         self._filler = self.encode(PASSKEY_FILLER)
 
@@ -222,9 +228,15 @@ class CodeKeyTask(_FillerTask):
     needs_documents = True
 
     def __init__(
-        self, tokenizer: Tokenizer, documents: Sequence[Document], *, digits: int = 5, distractors: int = 4
+        self,
+        tokenizer: Tokenizer,
+        documents: Sequence[Document],
+        *,
+        digits: int = 5,
+        distractors: int = 4,
+        ends: float = 0.0,
     ) -> None:
-        super().__init__(tokenizer, distractors=distractors)
+        super().__init__(tokenizer, distractors=distractors, ends=ends)
         self.digits = digits
         tokens = encode_documents([d for d in documents if d.text.strip()], tokenizer, compact=True)
         separator = np.asarray(self.encode("\n"), dtype=np.int64)
@@ -339,8 +351,8 @@ class LinesTask(_RecordTask):
     header = ""
     pad = "\n"
 
-    def __init__(self, tokenizer: Tokenizer, *, digits: int = 5, distractors: int = 4) -> None:
-        super().__init__(tokenizer, distractors=distractors)
+    def __init__(self, tokenizer: Tokenizer, *, digits: int = 5, distractors: int = 4, ends: float = 0.0) -> None:
+        super().__init__(tokenizer, distractors=distractors, ends=ends)
         self.digits = digits
 
     def record(self, key: str, value: str) -> str:
@@ -367,8 +379,8 @@ class KeyValueTask(_RecordTask):
     separator = ", "
     pad = " "
 
-    def __init__(self, tokenizer: Tokenizer, *, width: int = 8, distractors: int = 4) -> None:
-        super().__init__(tokenizer, distractors=distractors)
+    def __init__(self, tokenizer: Tokenizer, *, width: int = 8, distractors: int = 4, ends: float = 0.0) -> None:
+        super().__init__(tokenizer, distractors=distractors, ends=ends)
         self.width = width
 
     def record(self, key: str, value: str) -> str:
