@@ -22,7 +22,7 @@ from lextra.evaluate.retrieval.completion import (
     line_match,
     pick_lines,
 )
-from lextra.evaluate.retrieval.evaluate import RetrievalScores, evaluate_retrieval
+from lextra.evaluate.retrieval.evaluate import RetrievalResult, RetrievalScores, evaluate_retrieval
 from lextra.evaluate.retrieval.scoring import candidate_loglik, gold_rank, prefill, score_prompts
 from lextra.kv_cache import KVCache
 from lextra.model import GPT, GPTConfig
@@ -168,12 +168,9 @@ def test_training_rows_put_a_share_ends_of_needles_at_either_end() -> None:
         rng = random.Random(seed)
         expected = plain.sample(129, rng.random(), rng, with_answer=True)
         assert plain.training_row(129, random.Random(seed)) == expected.prompt_ids + expected.answer_ids
-    share = lambda task, where: (
-        sum(  # noqa: E731
-            _needle_depth(task.training_row(129, random.Random(s))) == where for s in seeds
-        )
-        / len(seeds)
-    )
+    def share(task, where: str) -> float:
+        return sum(_needle_depth(task.training_row(129, random.Random(s))) == where for s in seeds) / len(seeds)
+
     assert share(plain, "start") < 0.04 and share(plain, "end") < 0.04  # 26 filler bytes: about 1/52 each
     assert 0.17 < share(ended, "start") < 0.27 and 0.17 < share(ended, "end") < 0.27  # 0.2 each, plus the uniform's
     always = build_task("passkey", BYTES, ends=1.0)
@@ -319,6 +316,22 @@ def test_evaluation_grid_on_an_oracle_and_saved_outputs(tmp_path) -> None:
     saved = json.loads(paths["json"].read_text())
     assert saved["cells"]["128"]["1.0"]["exact"] == 1.0
     assert paths["heatmap"].stat().st_size > 1000 and "| oracle |" in paths["table"].read_text()
+
+
+def test_answer_inside_fits_prompt_and_answer_in_the_length() -> None:
+    task, prefills = make_task("passkey"), []
+
+    class Recorder(ScriptedModel):
+        def forward(self, tokens, cache=None):
+            if cache is not None and cache.length == 0:
+                prefills.append(tokens.shape[1])
+            return super().forward(tokens, cache)
+
+    plain = evaluate_retrieval(Recorder({}), task, [128], [0.0, 1.0], samples=2, batch_size=1)
+    inside = evaluate_retrieval(Recorder({}), task, [128], [0.0, 1.0], samples=2, batch_size=1, answer_inside=True)
+    assert prefills == [128] * 4 + [128 - len(" 12345")] * 4  # the 6-byte answer then ends at 128
+    assert not plain.answer_inside and inside.answer_inside
+    assert RetrievalResult.from_dict(json.loads(json.dumps(inside.to_dict()))).answer_inside
 
 
 # ----------------------------------------------------------------------------- code completion

@@ -49,7 +49,7 @@ documents = 1
 models = ["rope"]
 widths = [16, 64]
 [retrieval]
-task = "passkey"
+task = "passkey,ends=0.5"
 variants = ["rope", "rope+dynamic"]
 steps = 2
 samples = 1
@@ -86,6 +86,13 @@ def test_study_config_errors_name_the_problem(tmp_path: Path) -> None:
         parse_study({"models": [{"label": "a", "scheme": "rope"}], "stretch": {"models": ["xpos"]}})
     with pytest.raises(ConfigError, match="unknown keys"):
         parse_study({"models": [{"label": "a", "scheme": "rope"}], "retrieval": {"task": "passkey", "step": 3}})
+    for task, message in [
+        ("passkey,ends=2", r"ends=2.0 is a share of training rows; use a value in \[0, 1\]"),
+        ("passkey,depth=1", "has no option 'depth'; its options: digits, distractors, ends"),
+        ("ruler.niah", "evaluated by its own suite"),
+    ]:
+        with pytest.raises(ConfigError, match=message):  # on read, before any model trains
+            parse_study({"models": [{"label": "a", "scheme": "rope"}], "retrieval": {"task": task}})
     shipped = load_study(Path(__file__).parents[1] / "experiments" / "study.toml")
     assert {"alibi-slopes-x4", "xpos-decay-only", "sandwich-smoothed"} <= {m.label for m in shipped.models}
 

@@ -451,6 +451,11 @@ def retrieval_evaluation(*, with_task: bool = True, trains: bool = False) -> Cal
             "--lengths", default=None, help="comma-separated prompt lengths (default L_tr x 1,2,4,8,16)"
         )
         parser.add_argument("--depths", default=None, help="comma-separated needle depths (default 0,0.25,0.5,0.75,1)")
+        parser.add_argument(
+            "--answer-inside",
+            action="store_true",
+            help="a length counts prompt + answer, as a training row (default: the prompt alone)",
+        )
         samples = config_default(RetrievalEval, "samples")
         parser.add_argument("--samples", type=positive_int, default=samples, help="prompts per (length, depth) cell")
         parser.add_argument(

@@ -56,6 +56,7 @@ def retrieval_settings(args: argparse.Namespace, multiples: tuple[int, ...] | No
         seed=args.eval_seed,
         batch_size=args.eval_batch_size,
         multiples=multiples or DEFAULT_MULTIPLES,
+        answer_inside=args.answer_inside,
     )
 
 

@@ -41,8 +41,9 @@ from lextra.train import CHECKPOINTS, FINAL, Distributed, TrainConfig, train
 
 @dataclass
 class RetrievalEval:
-    """How retrieval is evaluated: prompt lengths (default L_tr x `multiples`), needle depths, prompts per cell,
-    candidates ranked per prompt, the prompts' seed and how many are scored together."""
+    """How retrieval is evaluated: prompt lengths (default L_tr x `multiples`; with `answer_inside`, prompt +
+    answer), needle depths, prompts per cell, candidates ranked per prompt, the prompts' seed and how many are
+    scored together."""
 
     lengths: list[int] | None = None
     depths: list[float] = field(default_factory=lambda: list(DEFAULT_DEPTHS))
@@ -51,6 +52,7 @@ class RetrievalEval:
     seed: int = 0
     batch_size: int = 8
     multiples: tuple[int, ...] = DEFAULT_MULTIPLES
+    answer_inside: bool = False
 
     def resolved_lengths(self, train_len: int) -> list[int]:
         """The prompt lengths: the given ones, else L_tr x `multiples`."""
@@ -68,6 +70,7 @@ class RetrievalEval:
             batch_size=self.batch_size,
             progress=progress,
             label=label,
+            answer_inside=self.answer_inside,
         )
 
 

@@ -14,13 +14,14 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from lextra.data import ByteTokenizer
 from lextra.data.prepare import PreparedData
 from lextra.errors import ConfigError
 from lextra.evaluate.prefix import evaluation_prefix
 from lextra.evaluate.retrieval.scoring import score_prompts
 from lextra.serialize import Serializable, options
-from lextra.tasks.registry import TRAINING_TASKS, parse_task_spec
-from lextra.tasks.retrieval import RetrievalTask, Sample, build_task
+from lextra.tasks.registry import TRAINING_TASKS, TaskSpec, parse_task_spec
+from lextra.tasks.retrieval import TASKS, RetrievalTask, Sample, build_task
 from lextra.tasks.rows import row_seed
 
 DEFAULT_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -85,6 +86,8 @@ class RetrievalResult(Serializable):
     cells: dict[int, dict[float, RetrievalCell]]
     #: the model folder or name, when the caller records it
     model: str | None = field(default=None, metadata=options(omit_none=True))
+    #: a length counts the answer too (prompt + answer = length, as a training row), not the prompt alone
+    answer_inside: bool = False
 
     @property
     def by_length(self) -> dict[int, RetrievalScores]:
@@ -120,8 +123,11 @@ def evaluate_retrieval(
     batch_size: int = 8,
     progress: bool = False,
     label: str = "",
+    answer_inside: bool = False,
 ) -> RetrievalResult:
-    """Exact-match and rank-1 accuracy and mean rank per (length, depth) cell, per length and overall."""
+    """Exact-match and rank-1 accuracy and mean rank per (length, depth) cell, per length and overall. A prompt is
+    `length` tokens, or `length` minus its answer's where `answer_inside` (the whole row then fits `length`, as a
+    training row of that length does)."""
     if samples < 1 or batch_size < 1:
         raise ConfigError(f"samples and batch size must be >= 1, got {samples} and {batch_size}")
     if not lengths or any(n < 1 for n in lengths):
@@ -136,7 +142,7 @@ def evaluate_retrieval(
         cells[int(length)] = {}
         for depth in depths:
             rng = random.Random(row_seed("eval", task.name, seed, length, depth))
-            drawn = [task.sample(length - len(prefix), depth, rng) for _ in range(samples)]
+            drawn = [task.sample(length - len(prefix), depth, rng, with_answer=answer_inside) for _ in range(samples)]
             cells[int(length)][float(depth)] = _score_cell(model, task, prefix, drawn, batch_size)
             bar.update(1)
     bar.close()
@@ -151,6 +157,7 @@ def evaluate_retrieval(
         candidates=task.num_distractors + 1,
         seed=seed,
         cells=cells,
+        answer_inside=answer_inside,
     )
 
 
@@ -191,12 +198,21 @@ def _mean(values: Iterable[float]) -> float:
     return sum(values) / len(values)
 
 
-def evaluation_task(spec: str, data: PreparedData, distractors: int = 4) -> RetrievalTask:
-    """The task of `spec` for evaluation prompts: code-key hides its needles in the test split's files."""
+def check_retrieval_task(spec: str) -> TaskSpec:
+    """`spec` parsed, refusing what evaluating it would refuse: an unknown task or option, a task another suite
+    evaluates, an option value the task rejects (built over bytes, where the task needs no documents)."""
     parsed = parse_task_spec(spec)
     if not TRAINING_TASKS.get(parsed.name).retrieval_evaluated:
         raise ConfigError(
             f"task {parsed.name!r} is evaluated by its own suite, not by retrieval eval (e.g. `lextra ruler`)"
         )
+    if not TASKS.get(parsed.name).needs_documents:
+        build_task(parsed.name, ByteTokenizer(), **parsed.options)
+    return parsed
+
+
+def evaluation_task(spec: str, data: PreparedData, distractors: int = 4) -> RetrievalTask:
+    """The task of `spec` for evaluation prompts: code-key hides its needles in the test split's files."""
+    parsed = check_retrieval_task(spec)
     options = {"distractors": distractors, **parsed.options}
     return build_task(parsed.name, data.tokenizer, data.splits["test"], **options)

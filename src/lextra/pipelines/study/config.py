@@ -12,6 +12,7 @@ from lextra import serialize
 from lextra.attention.masks import build_mask
 from lextra.devices import check_eval_precision
 from lextra.errors import ConfigError
+from lextra.evaluate.retrieval import check_retrieval_task
 from lextra.methods import EXTEND, extension_method
 from lextra.pipelines.ruler import SECTION_KEYS as RULER_SECTION_KEYS
 from lextra.pipelines.ruler import settings_from_section
@@ -84,7 +85,7 @@ class StudyConfig:
 SECTION_KEYS = {
     "analysis": {"documents"},
     "window_sweep": {"models", "widths"},
-    "retrieval": {"task", "variants", "steps", "lr", "warmup", "samples", "depths", "multiples"},
+    "retrieval": {"task", "variants", "steps", "lr", "warmup", "samples", "depths", "multiples", "answer_inside"},
     "stretch": {"models", "methods", "windows"},
     "ruler": set(RULER_SECTION_KEYS),
 }
@@ -151,6 +152,11 @@ def _check_sections(config: StudyConfig, where: str) -> None:
         build_mask(mask, config.train_len)
     if not config.seeds:
         raise ConfigError(f"{where}: seeds must list at least one seed")
+    if "task" in (config.retrieval or {}):
+        check_retrieval_task(str(config.retrieval["task"]))
+    inside = (config.retrieval or {}).get("answer_inside", False)
+    if not isinstance(inside, bool):
+        raise ConfigError(f"{where} [retrieval] answer_inside is true or false, got {inside!r}")
     retrieval_multiples = (config.retrieval or {}).get("multiples")
     if retrieval_multiples is not None:
         check_int_list(f"{where} [retrieval] multiples", retrieval_multiples, 1)

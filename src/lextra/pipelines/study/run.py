@@ -19,7 +19,7 @@ from lextra.attention import build_mask
 from lextra.data import PreparedData, PreparedShards, prepare_data
 from lextra.devices import resolve_device
 from lextra.evaluate import EvalConfig, Evaluation, evaluate_model
-from lextra.evaluate.retrieval import RetrievalResult, evaluate_retrieval
+from lextra.evaluate.retrieval import RetrievalResult, evaluate_retrieval, evaluation_task
 from lextra.io import atomic_write_json, sha256_file
 from lextra.methods import calibration_windows
 from lextra.model import WEIGHTS_FILE
@@ -37,7 +37,6 @@ from lextra.reporting.study_results import (
     StudyResults,
     WindowSweep,
 )
-from lextra.tasks.retrieval import build_task
 from lextra.train import Distributed, TrainConfig
 
 
@@ -290,6 +289,7 @@ class Study:
         samples = int(section.get("samples", 10))
         depths = [float(d) for d in section.get("depths", [0.0, 0.25, 0.5, 0.75, 1.0])]
         lengths = [self.config.train_len * int(m) for m in section.get("multiples", self.config.multiples)]
+        answer_inside = bool(section.get("answer_inside", False))
         variants = self._retrieval_variants(section)
         configs = {
             (label, seed): self._fine_tune_config(label, seed, task_name, section)
@@ -301,18 +301,20 @@ class Study:
         def compute(variant: str, label: str, seed: int, scaling: Any) -> RetrievalResult:
             folder = tuned[(label, seed)]
             model = load_lextra(folder, ModelOptions(setup_from(rope_scaling=scaling)), self.device).model.eval()
-            task = build_task(task_name, self.data.tokenizer, self.data.splits["test"])
+            task = evaluation_task(task_name, self.data)
             return evaluate_retrieval(
-                model, task, lengths, depths, samples=samples, progress=self.progress, label=variant
-            )
+                model, task, lengths, depths, samples=samples, progress=self.progress, label=variant,
+                answer_inside=answer_inside,
+            )  # fmt: skip
 
         def key(label: str, seed: int, scaling: Any) -> dict[str, Any]:
             """The training configs of the LM model and its fine-tuning (no folder or checksum: cells copied to
             another machine are reused there)."""
             lm = train_config(self.config, self.config.model(label), seed).to_dict()
             tune = {k: v for k, v in configs[(label, seed)].to_dict().items() if k != "init_from"}
+            inside = {"answer_inside": True} if answer_inside else {}  # absent: the keys of earlier cells hold
             return {"model": lm, "fine_tune": tune, "scaling": scaling, "lengths": lengths,
-                    "samples": samples, "depths": depths}  # fmt: skip
+                    "samples": samples, "depths": depths, **inside}  # fmt: skip
 
         places = [(variant, label, seed) for variant, label, _ in variants for seed in self.config.seeds]
         jobs = [
