@@ -168,6 +168,7 @@ def test_training_rows_put_a_share_ends_of_needles_at_either_end() -> None:
         rng = random.Random(seed)
         expected = plain.sample(129, rng.random(), rng, with_answer=True)
         assert plain.training_row(129, random.Random(seed)) == expected.prompt_ids + expected.answer_ids
+
     def share(task, where: str) -> float:
         return sum(_needle_depth(task.training_row(129, random.Random(s))) == where for s in seeds) / len(seeds)
 
