@@ -365,6 +365,9 @@ def test_retrieval_multiples_choose_the_passkey_lengths() -> None:
         parse_study({"models": models, "retrieval": {"task": "passkey", "multiples": "4"}})
     hybrids = load_study(Path(__file__).parents[1] / "experiments" / "hybrids.toml")
     assert hybrids.retrieval is not None and hybrids.retrieval["multiples"] == [1, 4, 16]
+    assert hybrids.retrieval["answer_inside"] is True and hybrids.retrieval["task"] == "passkey,ends=0.4"
+    with pytest.raises(ConfigError, match=r"\[retrieval\] answer_inside is true or false, got 'yes'"):
+        parse_study({"models": models, "retrieval": {"task": "passkey", "answer_inside": "yes"}})
     assert {m.label for m in hybrids.models} >= {"rope", "nope", "rnope-swa", "swan", "rope-gate", "rope-sinks"}
 
 
@@ -387,3 +390,8 @@ def test_the_passkey_section_gives_the_mean_over_seeds_with_its_interval(tmp_pat
     assert f"| swa | 0.97 ± {(Interval.of([1.0, 0.9, 1.0]).high - Interval.of([1.0, 0.9, 1.0]).low) / 2:.2f} |" in text
     assert f"{spread.mean:.2f} ± {(spread.high - spread.low) / 2:.2f}" in text
     assert "| one | 0.7 | 0.1 |" in text or "| one | 0.70 | 0.10 |" in text
+    assert "prompt + answer" not in text
+    inside = result({128: 1.0, 512: 0.5})
+    inside.answer_inside = True
+    text = "\n".join(retrieval_section({"in": {0: inside}}, [128, 512], 128, tmp_path))
+    assert "Each length counts prompt + answer, as a training row does." in text

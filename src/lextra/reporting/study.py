@@ -225,6 +225,8 @@ def retrieval_section(
     seeds = max((len(by_seed) for by_seed in retrieval.values()), default=1)
     over = f", mean ± 95% interval over {seeds} seeds" if seeds > 1 else ""
     lines = ["## Passkey retrieval after fine-tuning at L_tr", ""]
+    if any(result.answer_inside for result in first.values()):
+        lines += ["Each length counts prompt + answer, as a training row does.", ""]
     for title, table in (("greedy exact match", exact_estimates), ("gold key ranked first of 5", rank_estimates)):
         cell = lambda e: "-" if e is None else e.text()  # noqa: E731
         lines += [f"### {title}{over}", "", markdown_table(table, lengths, "model", cell), ""]

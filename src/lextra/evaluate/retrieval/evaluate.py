@@ -86,8 +86,8 @@ class RetrievalResult(Serializable):
     cells: dict[int, dict[float, RetrievalCell]]
     #: the model folder or name, when the caller records it
     model: str | None = field(default=None, metadata=options(omit_none=True))
-    #: a length counts the answer too (prompt + answer = length, as a training row), not the prompt alone
-    answer_inside: bool = False
+    #: True where a length counts the answer too (prompt + answer = length, as a training row); None: the prompt
+    answer_inside: bool | None = field(default=None, metadata=options(omit_none=True))
 
     @property
     def by_length(self) -> dict[int, RetrievalScores]:
@@ -157,7 +157,7 @@ def evaluate_retrieval(
         candidates=task.num_distractors + 1,
         seed=seed,
         cells=cells,
-        answer_inside=answer_inside,
+        answer_inside=answer_inside or None,
     )
 
 
