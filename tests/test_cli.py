@@ -166,7 +166,8 @@ def test_every_training_flag_sets_a_config_field() -> None:
     # compare's evaluation
     own |= {"lengths", "protocols", "stride", "documents", "span", "split", "backend", "temperature", "seeds"}
     own |= {"eval_precision"}  # compare's evaluation precision (EvalConfig.precision)
-    own |= {"depths", "samples", "candidates", "eval_seed", "eval_batch_size"}  # retrieval compare's evaluation
+    # retrieval compare's evaluation
+    own |= {"depths", "samples", "candidates", "eval_seed", "eval_batch_size", "answer_inside"}
     own |= {"task_lengths"}  # train's --task-lengths: it sets TrainConfig.task_lengths with --task
     own |= {"data"}  # train's prepared folder: it sets TrainConfig.data itself (compare and retrieval read corpora)
     own |= {"rope_scaling"}  # the scheme option `scaling`, which `train_config_from` sets after --scheme-option

@@ -67,7 +67,7 @@ def test_list_shows_every_plugin_class_with_its_options() -> None:
         "sqrt_pi": ("options: factor=1.0", "spec: sqrt_pi[:FACTOR][,key=value...] (factor: float)"),
         "toy_qscale": ("options: factor=2.0", "spec: toy_qscale[:FACTOR][,key=value...] (factor: float)"),
         "clip": ("options: cap=L/2", "spec: clip[,key=value...] (cap: int | None)"),
-        "toy-key": ("options: digits=5, distractors=4", "spec: toy-key[,key=value...]"),
+        "toy-key": ("options: digits=5, distractors=4, ends=0.0", "spec: toy-key[,key=value...]"),
         "niah_pair": ("options: digits=7, budget=128", "spec: niah_pair[,key=value...]"),
     }
     for name, (options, spec) in expected.items():
