@@ -152,12 +152,13 @@ def _check_sections(config: StudyConfig, where: str) -> None:
         build_mask(mask, config.train_len)
     if not config.seeds:
         raise ConfigError(f"{where}: seeds must list at least one seed")
-    if "task" in (config.retrieval or {}):
-        check_retrieval_task(str(config.retrieval["task"]))
-    inside = (config.retrieval or {}).get("answer_inside", False)
+    retrieval = config.retrieval or {}
+    if "task" in retrieval:
+        check_retrieval_task(str(retrieval["task"]))
+    inside = retrieval.get("answer_inside", False)
     if not isinstance(inside, bool):
         raise ConfigError(f"{where} [retrieval] answer_inside is true or false, got {inside!r}")
-    retrieval_multiples = (config.retrieval or {}).get("multiples")
+    retrieval_multiples = retrieval.get("multiples")
     if retrieval_multiples is not None:
         check_int_list(f"{where} [retrieval] multiples", retrieval_multiples, 1)
     for name in ("window_sweep", "stretch"):
