@@ -136,7 +136,8 @@ class RetrievalTask(ABC):
     def training_row(self, length: int, rng: random.Random) -> list[int]:
         """A training row of exactly `length` tokens: a prompt, then its answer. The needle's depth is 0 or 1 (half
         each) in a share `ends` of the rows, else uniform in [0, 1]: a uniform depth puts the needle at either end
-        in about 1/filler of the rows (2% at 128 bytes), where the evaluation's depth grid puts 2 of its 5 depths."""
+        in about 1/F of the rows for F filler tokens (4% for passkey's 26 at 128 bytes), where the evaluation's depth
+        grid puts 2 of its 5 depths."""
         depth = float(rng.random() < 0.5) if self.ends and rng.random() < self.ends else rng.random()
         sample = self.sample(length, depth, rng, with_answer=True)
         return sample.prompt_ids + sample.answer_ids

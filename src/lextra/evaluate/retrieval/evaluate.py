@@ -198,14 +198,20 @@ def _mean(values: Iterable[float]) -> float:
     return sum(values) / len(values)
 
 
-def check_retrieval_task(spec: str) -> TaskSpec:
-    """`spec` parsed, refusing what evaluating it would refuse: an unknown task or option, a task another suite
-    evaluates, an option value the task rejects (built over bytes, where the task needs no documents)."""
+def _evaluated_spec(spec: str) -> TaskSpec:
+    """`spec` parsed, refusing an unknown task or option and a task another suite evaluates."""
     parsed = parse_task_spec(spec)
     if not TRAINING_TASKS.get(parsed.name).retrieval_evaluated:
         raise ConfigError(
             f"task {parsed.name!r} is evaluated by its own suite, not by retrieval eval (e.g. `lextra ruler`)"
         )
+    return parsed
+
+
+def check_retrieval_task(spec: str) -> TaskSpec:
+    """`spec` parsed, refusing on read what evaluating it would refuse: `_evaluated_spec`'s checks and an option
+    value the task rejects (built over bytes, where the task needs no documents)."""
+    parsed = _evaluated_spec(spec)
     if not TASKS.get(parsed.name).needs_documents:
         build_task(parsed.name, ByteTokenizer(), **parsed.options)
     return parsed
@@ -213,6 +219,6 @@ def check_retrieval_task(spec: str) -> TaskSpec:
 
 def evaluation_task(spec: str, data: PreparedData, distractors: int = 4) -> RetrievalTask:
     """The task of `spec` for evaluation prompts: code-key hides its needles in the test split's files."""
-    parsed = check_retrieval_task(spec)
+    parsed = _evaluated_spec(spec)
     options = {"distractors": distractors, **parsed.options}
     return build_task(parsed.name, data.tokenizer, data.splits["test"], **options)
