@@ -1,9 +1,9 @@
 """The tables of docs/hybrids.md from a finished (or partly finished) `lextra study experiments/hybrids.toml` folder.
 
 Reads the study's cells (`cells/perplexity`, `cells/retrieval`): perplexity per model at every length under the
-`chunks` protocol and passkey exact match and rank-1 rate per length: with one seed, the prompts right with their
-Wilson 95% interval (Wilson 1927); with several, the mean over the seeds that have finished with its 95%
-t-interval (and how many seeds). A model enters the verdict (ppl(16x) / ppl(1x) <= 1.05 and >= 90% exact at 16x)
+`chunks` protocol, and passkey greedy exact match per seed and length with the mean over the seeds that have
+finished and its 95% t-interval, whether every seed learned the task at L_tr, and the rate at which the gold key
+is ranked first among the candidates. A model enters the verdict (ppl(16x) / ppl(1x) <= 1.05 and >= 90% exact at 16x)
 only where every seed retrieves >= 90% at L_tr. Then it measures the attention weight on the first token per layer
 (`lextra.analysis.first_token_mass`, the sink measure of Qiu et al. 2025, arXiv 2505.06708) for the models named by
 `--sinks` on held-out windows of L_tr and 8 L_tr tokens.
@@ -27,7 +27,6 @@ from lextra.methods import calibration_windows
 from lextra.pipelines.loading import load_lextra
 from lextra.pipelines.study import load_study
 from lextra.reporting.intervals import Interval
-from lextra.tasks.ruler import wilson_interval
 
 
 def cell(folder: Path, section: str, name: str) -> dict[str, Any] | None:
@@ -76,37 +75,43 @@ def passkey_rates(result: dict[str, Any], metric: str) -> dict[int, tuple[int, i
     return rates
 
 
-def passkey_table(folder: Path, labels: list[str], train_len: int, seeds: list[int], metric: str = "exact") -> str:
-    """Rows: models; columns: per prompt length, the prompts scored right by `metric` (`exact`: greedy exact match;
-    `rank1`: the gold key ranked first among the candidates by log-likelihood): one seed's count with its Wilson
-    95% interval, or the seeds' mean rate with its t-interval."""
-    rows, lengths = {}, None
+RATE = (0.0, 1.0)  # a share of prompts: intervals are clipped to it
+
+
+def passkey_table(folder: Path, labels: list[str], train_len: int, seeds: list[int]) -> str:
+    """Rows: models; columns: whether every seed learned the task at L_tr (>= 90% exact), greedy exact match per
+    seed at each length, the mean over seeds at each length past L_tr with its 95% t-interval (clipped to 0-100%),
+    and the gold key ranked first among the candidates by log-likelihood (mean over seeds)."""
+    rows, lengths = [], None
     for label in labels:
         results = seed_cells(folder, "retrieval", label, seeds)
         if not results:
             continue
         lengths = results[0]["lengths"]
-        per_seed = [passkey_rates(r, metric) for r in results]
-        row = []
-        for n in lengths:
-            if len(per_seed) == 1:
-                hits, prompts = per_seed[0][n]
-                low, high = wilson_interval(100.0 * hits / prompts, prompts)
-                row.append(f"{hits}/{prompts} ({low:.0f}-{high:.0f}%)")
-            else:
-                row.append(pooled([hits / prompts for hits, prompts in (s[n] for s in per_seed)], 100.0, 0) + "%")
-        rows[label] = row
+        exact = [{n: hits / prompts for n, (hits, prompts) in passkey_rates(r, "exact").items()} for r in results]
+        first = [{n: hits / prompts for n, (hits, prompts) in passkey_rates(r, "rank1").items()} for r in results]
+        inside = [e[lengths[0]] for e in exact]
+        done = f"{len(results)} of {len(seeds)} seeds" if len(results) < len(seeds) else "every seed"
+        if min(inside) >= 0.9:
+            learned = f"yes, {done}"
+        else:
+            learned = f"**no** ({sum(x >= 0.9 for x in inside)} of {len(results)} seeds)"
+        per_seed = " / ".join(", ".join(f"{e[n]:.2f}" for e in exact) for n in lengths)
+        means = "; ".join(Interval.of([e[n] for e in exact]).text(100.0, 0, RATE) + "%" for n in lengths[1:])
+        ranked = " / ".join(f"{100 * sum(f[n] for f in first) / len(first):.0f}" for n in lengths[1:]) + "%"
+        rows.append(f"| {label} | {learned} | {per_seed} | {means} | {ranked} |")
     if lengths is None:
         return "(no passkey cell yet)"
-    head = "| model | " + " | ".join(f"{n // train_len}x ({n})" for n in lengths) + " |"
-    lines = [head, "|" + "---|" * (len(lengths) + 1)]
-    lines += [f"| {label} | " + " | ".join(row) + " |" for label, row in rows.items()]
-    return "\n".join(lines)
+    beyond = " / ".join(f"{n // train_len}x" for n in lengths[1:])
+    head = (f"| model | learned at L_tr? | exact {' / '.join(f'{n // train_len}x' for n in lengths)}, per seed "
+            f"({', '.join(map(str, seeds))}) | mean exact at {'; at '.join(beyond.split(' / '))} (95% interval) | "
+            f"ranked first {beyond} (mean) |")  # fmt: skip
+    return "\n".join([head, "|---|---|---|---|---|", *rows])
 
 
 def verdict(folder: Path, labels: list[str], config: Any) -> str:
     """Which models keep ppl(16x) / ppl(1x) <= 1.05 and retrieve >= 90% exact at 16x (means over seeds), counted
-    only where every seed retrieves >= 90% exact at L_tr."""
+    only where every seed retrieves >= 90% exact at L_tr; the interval says whether the bar is decided."""
     seeds, lines = config.seeds, []
     for label in labels:
         ppl, keys = seed_cells(folder, "perplexity", label, seeds), seed_cells(folder, "retrieval", label, seeds)
@@ -117,14 +122,16 @@ def verdict(folder: Path, labels: list[str], config: Any) -> str:
         ratio = Interval.of([r["results"]["chunks"][str(last)]["ppl"] / r["results"]["chunks"][str(first)]["ppl"]
                              for r in ppl])  # fmt: skip
         rates = [passkey_rates(r, "exact") for r in keys]
-        inside = [hits / prompts for hits, prompts in (r[config.train_len] for r in rates)]
+        inside = [hits / prompts for hits, prompts in (r[min(r)] for r in rates)]
         far = Interval.of([hits / prompts for hits, prompts in (r[max(r)] for r in rates)])
         if min(inside) < 0.9:
             lines.append(f"- {label}: not learned at L_tr (exact per seed {', '.join(f'{x:.2f}' for x in inside)})")
             continue
         keeps = ratio.mean <= 1.05 and far.mean >= 0.9
-        lines.append(f"- {label}: ppl ratio {ratio.text(digits=2)}, exact at 16x {far.text(100.0, 0)}% -> "
-                     + ("keeps both" if keeps else "does not keep both"))  # fmt: skip
+        decided = ratio.high <= 1.05 and far.low >= 0.9 if keeps else ratio.low > 1.05 or far.high < 0.9
+        how = "decided by the intervals" if decided else "on the means; an interval spans the bar"
+        lines.append(f"- {label}: ppl ratio {ratio.text(digits=2)}, exact at 16x {far.text(100.0, 0, RATE)}% -> "
+                     f"{'keeps both' if keeps else 'does not keep both'} ({how})")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -160,10 +167,8 @@ def main() -> None:
     labels = [m.label for m in config.models]
     print("### Perplexity (chunks protocol)\n")
     print(perplexity_table(args.folder, labels, config.lengths, config.train_len, config.seeds))
-    print("\n### Passkey exact match after fine-tuning at L_tr\n")
+    print("\n### Passkey after fine-tuning at L_tr\n")
     print(passkey_table(args.folder, labels, config.train_len, config.seeds))
-    print("\n### Passkey: gold key ranked first among the candidates\n")
-    print(passkey_table(args.folder, labels, config.train_len, config.seeds, "rank1"))
     print("\n### Perplexity within 1.05x and >= 90% exact at 16x\n")
     print(verdict(args.folder, labels, config))
     if args.sinks:
