@@ -91,11 +91,12 @@ def passkey_table(folder: Path, labels: list[str], train_len: int, seeds: list[i
         exact = [{n: hits / prompts for n, (hits, prompts) in passkey_rates(r, "exact").items()} for r in results]
         first = [{n: hits / prompts for n, (hits, prompts) in passkey_rates(r, "rank1").items()} for r in results]
         inside = [e[lengths[0]] for e in exact]
-        done = f"{len(results)} of {len(seeds)} seeds" if len(results) < len(seeds) else "every seed"
         if min(inside) >= 0.9:
-            learned = f"yes, {done}"
+            learned = "yes, every seed" if len(results) == len(seeds) else "yes, every seed so far"
         else:
             learned = f"**no** ({sum(x >= 0.9 for x in inside)} of {len(results)} seeds)"
+        if len(results) < len(seeds):
+            learned += f" ({len(results)} of {len(seeds)} seeds finished)"
         per_seed = " / ".join(", ".join(f"{e[n]:.2f}" for e in exact) for n in lengths)
         means = "; ".join(Interval.of([e[n] for e in exact]).text(100.0, 0, RATE) + "%" for n in lengths[1:])
         ranked = " / ".join(f"{100 * sum(f[n] for f in first) / len(first):.0f}" for n in lengths[1:]) + "%"

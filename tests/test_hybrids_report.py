@@ -65,3 +65,10 @@ def test_verdict_needs_the_task_learned_and_both_bars(tmp_path) -> None:
     assert lines[1] == "- unlearned: not learned at L_tr (exact per seed 1.00, 0.60, 1.00)"
     assert lines[2].endswith("does not keep both (decided by the intervals)")
     assert lines[3] == "- absent: 0 of 3 seeds finished; no verdict yet"
+
+
+def test_a_model_with_seeds_still_running_says_so(tmp_path) -> None:
+    report = load_script(SCRIPT, "hybrids_report")
+    write(tmp_path, "retrieval", "part-seed0", passkey([1.0, 0.5, 0.5], [1, 1, 1]))
+    row = report.passkey_table(tmp_path, ["part"], 128, SEEDS).splitlines()[2]
+    assert "| yes, every seed so far (1 of 3 seeds finished) | 1.00 / 0.50 / 0.50 | 50%; 50% |" in row
