@@ -94,7 +94,7 @@ def passkey_table(folder: Path, labels: list[str], train_len: int, seeds: list[i
         if min(inside) >= 0.9:
             learned = "yes, every seed" if len(results) == len(seeds) else "yes, every seed so far"
         else:
-            learned = f"**no** ({sum(x >= 0.9 for x in inside)} of {len(results)} seeds)"
+            learned = f"**no** (learned on {sum(x >= 0.9 for x in inside)} of {len(results)} seeds)"
         if len(results) < len(seeds):
             learned += f" ({len(results)} of {len(seeds)} seeds finished)"
         per_seed = " / ".join(", ".join(f"{e[n]:.2f}" for e in exact) for n in lengths)

@@ -51,7 +51,7 @@ def test_passkey_table_marks_the_models_not_learned_and_clips_intervals(tmp_path
     rows = {line.split(" | ")[0][2:]: line for line in table.splitlines()[2:]}
     assert set(rows) == {"flat", "unlearned", "rising"}  # a model without cells has no row
     assert "| yes, every seed |" in rows["flat"]
-    assert "**no** (2 of 3 seeds)" in rows["unlearned"]
+    assert "**no** (learned on 2 of 3 seeds)" in rows["unlearned"]
     assert "1.00, 1.00, 1.00 / 0.50, 0.50, 0.50 / 1.00, 0.80, 1.00" in rows["flat"]
     assert "50 ± 0%; 93 (65-100)%" in rows["flat"]  # 93.3 ± 28.7 reaches past 100%: written clipped
 
