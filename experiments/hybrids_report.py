@@ -103,10 +103,10 @@ def passkey_table(folder: Path, labels: list[str], train_len: int, seeds: list[i
         rows.append(f"| {label} | {learned} | {per_seed} | {means} | {ranked} |")
     if lengths is None:
         return "(no passkey cell yet)"
-    beyond = " / ".join(f"{n // train_len}x" for n in lengths[1:])
-    head = (f"| model | learned at L_tr? | exact {' / '.join(f'{n // train_len}x' for n in lengths)}, per seed "
-            f"({', '.join(map(str, seeds))}) | mean exact at {'; at '.join(beyond.split(' / '))} (95% interval) | "
-            f"ranked first {beyond} (mean) |")  # fmt: skip
+    multiples = [f"{n // train_len}x" for n in lengths]
+    head = (f"| model | learned at L_tr? | exact {' / '.join(multiples)}, per seed ({', '.join(map(str, seeds))}) | "
+            f"mean exact at {'; at '.join(multiples[1:])} (95% interval) | ranked first {' / '.join(multiples[1:])} "
+            f"(mean) |")  # fmt: skip
     return "\n".join([head, "|---|---|---|---|---|", *rows])
 
 
