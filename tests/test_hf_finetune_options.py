@@ -1,6 +1,7 @@
 """`lextra hf finetune`'s options beside the saved folder: `--trainable` parts named apart (LongLoRA trains the
 embeddings and norms, not the head), `--s2-roll` (the authors' rolling S2-Attn) saved and refused alone, a run
-that rolled before the no-wrap default resumes only with it, and PoSE's content skip at the sampler's draws."""
+that rolled before the no-wrap default resumes only with it, PoSE's content skip at the sampler's draws, and
+`--data-seed` drawing the batches apart from `--seed`."""
 
 from __future__ import annotations
 
@@ -98,6 +99,24 @@ def test_pose_content_skip_trains_at_the_samplers_draws(tiny_hf_base, tiny_hf_co
     assert batch.shape == (1, 17) and positions is not None and torch.equal(positions, want)
     assert index is not None and int(index[-1]) > 16  # chunk 2 read from past the window
     assert json.loads((final / "config.json").read_text())["max_position_embeddings"] == 128
+
+
+def test_data_seed_draws_the_batches_the_seed_would(tiny_hf_base, tiny_hf_corpus, tmp_path, monkeypatch) -> None:
+    """`--data-seed D` reads the windows and positions `--seed D` would, whatever `--seed` is."""
+    seen: list[tuple[torch.Tensor, torch.Tensor | None]] = []
+    step = finetune_module.step_loss
+
+    def spy(model, batch, precision, positions=None):
+        seen.append((batch, positions))
+        return step(model, batch, precision, positions)
+
+    monkeypatch.setattr(finetune_module, "step_loss", spy)
+    for name, seeds in (("moved", {"seed": 0, "data_seed": 7}), ("seven", {"seed": 7}), ("zero", {"seed": 0})):
+        config = settings(tiny_hf_base, tiny_hf_corpus, train_len=16, positions="pose:128,span=5", **seeds)
+        finetune(config, tmp_path / name, progress=False)
+    (moved, at), (seven, at_seven), (zero, _) = seen
+    assert torch.equal(moved, seven) and at is not None and at_seven is not None and torch.equal(at, at_seven)
+    assert not torch.equal(moved, zero)
 
 
 def test_the_default_corpus_needs_only_what_the_hf_extra_installs() -> None:

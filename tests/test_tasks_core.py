@@ -73,6 +73,67 @@ def test_training_batches_are_a_function_of_seed_and_step() -> None:
     assert len(widths) > 5 and max(widths) <= 80  # one length per step (Ruoss et al.), up to 2 x 40
 
 
+def test_data_seed_moves_the_batches_and_positions_not_the_weights() -> None:
+    """`data_seed` draws the training batches (examples and randomized positions) as `seed` would, and leaves the
+    initial weights to `seed`; unset, the batches follow `seed` and the saved config has no data_seed."""
+    from lextra.train.gpt import GPTTarget
+
+    def target(**changes) -> GPTTarget:
+        made = GPTTarget(_config(positions="randomized:64", **changes))
+        made.task_batches = TaskBatches(build_task("ruoss.reverse_string"), LengthRange(1, 6))
+        return made
+
+    plain, moved, other = target(seed=1), target(seed=1, data_seed=2), target(seed=2)
+    for step in (0, 5):
+        (a, pa), (b, pb), (c, pc) = (t.batch(step) for t in (plain, moved, other))
+        assert torch.equal(b, c) and torch.equal(pb, pc) and not torch.equal(a, b) and not torch.equal(pa, pb)
+    device, world = torch.device("cpu"), None
+    weights = [t.build(device, world).state_dict() for t in (plain, moved, other)]  # type: ignore[arg-type]
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    assert not all(torch.equal(weights[0][k], weights[2][k]) for k in weights[0])
+    assert "data_seed" not in _config().to_dict() and _config(data_seed=2).to_dict()["data_seed"] == 2
+    with pytest.raises(ConfigError, match="data_seed"):
+        _config(data_seed=-1)
+
+
+def test_study_data_seeds_make_a_cell_per_pair() -> None:
+    """`data_seeds` pairs every seed with every data seed: one cell each, named and trained apart; without it the
+    cells and their keys are those of a study written before data seeds existed."""
+    from lextra.pipelines.task_study import TaskStudy
+
+    plain = TaskStudy(parse_task_study(_study(seeds=[0])), "unused")
+    assert [u.name for u in plain.units()] == ["ruoss.reverse_string-rope-seed0", "ruoss.reverse_string-nope-seed0"]
+    assert "data_seed" not in plain.key(plain.units()[0])["train"]
+    paired = TaskStudy(parse_task_study(_study(seeds=[0], data_seeds=[4, 5])), "unused")
+    units = paired.units()
+    assert [u.name for u in units[:2]] == [
+        "ruoss.reverse_string-rope-seed0-data4",
+        "ruoss.reverse_string-rope-seed0-data5",
+    ]
+    trained = [u.train_config(paired.config) for u in units[:2]]
+    assert [(c.seed, c.data_seed) for c in trained] == [(0, 4), (0, 5)]
+    assert paired.config.replicates() == "seeds [0] x data seeds [4, 5]"
+    from lextra.evaluate.tasks import LengthScore
+    from lextra.reporting.tasks import TaskStudyResults, UnitScores
+
+    def scores(data_seed: int, inside: float) -> UnitScores:
+        at = [LengthScore(4, inside, inside, inside, 8, 32)], [LengthScore(8, 0.5, 0.5, 0.5, 8, 64)]
+        return UnitScores("ruoss.reverse_string", "rope", 0, *at, data_seed=data_seed)
+
+    units = [scores(4, 1.0), scores(5, 0.5)]
+    assert UnitScores.from_dict(units[0].to_dict()) == units[0]
+    results = TaskStudyResults(paired.config, units)
+    rows = results.csv_text().splitlines()
+    assert rows[0].startswith("task,model,seed,data_seed,length") and rows[1].startswith(
+        "ruoss.reverse_string,rope,0,4,4,"
+    )
+    cell = results.cells[("ruoss.reverse_string", "rope")]
+    assert (cell.seeds, cell.mastered) == (2, 1) and "not learned (1/2 seeds" in cell.text()
+    assert "over seeds [0] x data seeds [4, 5]" in results.markdown()
+    plain_unit = UnitScores("ruoss.reverse_string", "rope", 0, units[0].inside, units[0].beyond)
+    assert "data_seed" not in plain_unit.to_dict()  # cells saved before data seeds read and write as they did
+
+
 def _config(**changes) -> TrainConfig:
     values = dict(task="ruoss.reverse_string", task_lengths="1-6", steps=40, batch_size=16, lr=3e-3, warmup=5,
                   eval_sequences=0, checkpoint_every=20, model=GPTConfig(n_layer=1, d_model=32, n_head=2))  # fmt: skip
@@ -172,7 +233,12 @@ def _study(**changes) -> dict:
         ({"tasks": ["ruoss.reverse_string,modulus=3"]}, "no option"),
         ({"test_lengths": {"ruoss.reverse_string": "3-8"}}, "inside the training range"),
         ({"models": [{"label": "x", "scheme": "nope", "positions": "warp"}]}, "position sampler"),
-        ({"train": {"task": "passkey"}}, "set per task"),
+        ({"train": {"task": "passkey"}}, "task is set per cell by the study's tasks list"),
+        ({"train": {"seed": 3}}, "seed is set per cell by the study's seeds"),
+        ({"train": {"data_seed": 3}}, "data_seed is set per cell by the study's data_seeds"),
+        ({"data_seeds": []}, "data_seeds must be a non-empty list"),
+        ({"data_seeds": [1, 1]}, "distinct whole numbers"),
+        ({"seeds": [0, -1]}, "seeds must be a non-empty list of distinct whole numbers >= 0"),
         ({"models": [{"label": "x", "scheme": "nope", "abacus": {"max_k": -1}}]}, "abacus max_k"),
         ({"models": [{"label": "x", "scheme": "nope", "abacus": {"offset": 3}}]}, "abacus has no option offset"),
     ],

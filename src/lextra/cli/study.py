@@ -90,7 +90,7 @@ def _task_study(config, args: argparse.Namespace, commit: str, start: float) -> 
         f"{(time.time() - start) / 60:.1f} min of wall time).",
         "",
         f"Training: {train.steps} steps x {train.batch_size} examples, lr {train.lr:g}, {train.model.n_layer} layers, "
-        f"width {train.model.d_model}, {train.model.n_head} heads; seeds {config.seeds}; {config.samples} examples "
+        f"width {train.model.d_model}, {train.model.n_head} heads; {config.replicates()}; {config.samples} examples "
         "per length. Models: " + ", ".join(f"{m.label} ({m.layer_plan}, {m.positions})" for m in config.models) + ".",
         "",
         *([config.paper, ""] if config.paper else []),

@@ -390,10 +390,10 @@ class HFTarget(TrainingTarget):
 
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         if self.config.pack != "none":  # (B, 2, L + 1): tokens and document ids
-            return self.stream.batch(step, self.config.batch_size, self.config.train_len, self.config.seed), None
+            return self.stream.batch(step, self.config.batch_size, self.config.train_len, self.config.batch_seed), None
         if self._sampler is None:
             self._sampler = self.sampler()
-        return sampled_batch(self._sampler, self.stream, step, self.config.batch_size, self.config.seed)
+        return sampled_batch(self._sampler, self.stream, step, self.config.batch_size, self.config.batch_seed)
 
     def open_data(self, world: Distributed, run_dir: Path, resume: bool, progress: bool) -> None:
         if resume:

@@ -7,11 +7,12 @@ from __future__ import annotations
 import csv
 import io
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
 from typing import Any
 
+from lextra import serialize
 from lextra.evaluate.tasks import LengthScore
 from lextra.io import atomic_write_json, atomic_write_text
 from lextra.reporting.intervals import Interval
@@ -24,7 +25,8 @@ SCORE_RANGE = (0.0, 1.0)
 
 @dataclass
 class UnitScores(Serializable):
-    """One cell: a model (one seed) trained on a task, scored at lengths inside and beyond its training range."""
+    """One cell: a model (one seed, and data seed where the study sets them apart) trained on a task, scored at
+    lengths inside and beyond its training range."""
 
     task: str
     model: str
@@ -33,6 +35,7 @@ class UnitScores(Serializable):
     beyond: list[LengthScore]
     train_seconds: float = 0.0
     score_seconds: float = 0.0
+    data_seed: int | None = field(default=None, metadata=serialize.options(omit_none=True))
 
     @staticmethod
     def mean(scores: list[LengthScore]) -> float:
@@ -122,7 +125,7 @@ class TaskStudyResults:
     def markdown(self) -> str:
         c = self.config
         lines = [
-            f"Score: the task's own (per-token or exact match), in %, mean ± 95% interval over seeds {c.seeds} "
+            f"Score: the task's own (per-token or exact match), in %, mean ± 95% interval over {c.replicates()} "
             "(`mean (low-high)` where the interval is clipped to 0-100). "
             f"A model enters a task's extrapolation column only where every seed scores >= {c.threshold:.0%} inside "
             "its training range; otherwise the cell says `not learned` with its in-distribution score. `>` in the "
@@ -160,12 +163,14 @@ class TaskStudyResults:
     def csv_text(self) -> str:
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
-        writer.writerow(["task", "model", "seed", "length", "part", "score", "per_token", "exact", "samples"])
+        data = self.config.data_seeds is not None  # a data_seed column where the study sets data seeds apart
+        writer.writerow(["task", "model", "seed", *(["data_seed"] if data else []), "length", "part", "score",
+                         "per_token", "exact", "samples"])  # fmt: skip
         for u in self.units:
             for part, scores in (("inside", u.inside), ("beyond", u.beyond)):
                 for s in scores:
-                    writer.writerow([u.task, u.model, u.seed, s.length, part, f"{s.score:.6f}", f"{s.per_token:.6f}",
-                                     f"{s.exact:.6f}", s.samples])  # fmt: skip
+                    writer.writerow([u.task, u.model, u.seed, *([u.data_seed] if data else []), s.length, part,
+                                     f"{s.score:.6f}", f"{s.per_token:.6f}", f"{s.exact:.6f}", s.samples])  # fmt: skip
         return buffer.getvalue()
 
     def to_dict(self) -> dict[str, Any]:

@@ -73,8 +73,11 @@ class LoopConfig:
     beta2: float = 0.95
     #: the largest gradient norm a step takes (larger ones are scaled down to it)
     grad_clip: float = 1.0
-    #: seed of the initial weights, the training windows and their positions
+    #: seed of the initial weights, and of the training batches unless `data_seed` is set
     seed: int = 0
+    #: seed of the training batches alone (their windows or task examples, order and positions; None: `seed`), so
+    #: the data order varies with the weights fixed or the reverse, as Zhou et al. 2024 (arXiv 2402.09371) vary them
+    data_seed: int | None = field(default=None, metadata=serialize.options(omit_none=True))
     #: steps between checkpoints (0: only the last)
     checkpoint_every: int = 200
     #: steps between metrics.jsonl records (0: none)
@@ -109,6 +112,8 @@ class LoopConfig:
         for name in ("warmup", "checkpoint_every", "log_every"):
             setattr(self, name, check_int(f"{where} {name}", getattr(self, name), 0))
         self.seed = check_int(f"{where} seed", self.seed, 0, 2**64 - 1)
+        if self.data_seed is not None:
+            self.data_seed = check_int(f"{where} data_seed", self.data_seed, 0, 2**64 - 1)
         default_lr = next(f.default for f in fields(self) if f.name == "lr")
         check_positive(f"{where} lr", self.lr, hint=f"the default is {default_lr:g}")
         check_range(f"{where} min_lr_ratio", self.min_lr_ratio, 0.0, 1.0)
@@ -129,6 +134,11 @@ class LoopConfig:
         check_pack(self.pack, where)
         if self.pack != "none":
             check_packable(self, where)
+
+    @property
+    def batch_seed(self) -> int:
+        """The seed the training batches are drawn with: `data_seed`, else `seed`."""
+        return self.seed if self.data_seed is None else self.data_seed
 
 
 def learning_rate(config: LoopConfig, step: int) -> float:

@@ -111,14 +111,14 @@ class GPTTarget(TrainingTarget):
         if self._sampler is None:
             self._sampler = self.sampler()
         if config.pack != "none":  # (B, 2, L + 1): tokens and document ids; each document numbers its own positions
-            return self.stream.batch(step, config.batch_size, config.model.train_len, config.seed), None
+            return self.stream.batch(step, config.batch_size, config.model.train_len, config.batch_seed), None
         if self.task_batches is None:
-            tokens, positions = sampled_batch(self._sampler, self.stream, step, config.batch_size, config.seed)
-            if self._mixed is not None and self._mixed.is_short(config.seed, step):
+            tokens, positions = sampled_batch(self._sampler, self.stream, step, config.batch_size, config.batch_seed)
+            if self._mixed is not None and self._mixed.is_short(config.batch_seed, step):
                 return self._mixed.cut(tokens), positions
             return tokens, positions
-        tokens = self.task_batches.batch(step, config.batch_size, 0, config.seed)
-        return tokens, task_positions(self._sampler, tokens.shape[-1], config.seed, step)
+        tokens = self.task_batches.batch(step, config.batch_size, 0, config.batch_seed)
+        return tokens, task_positions(self._sampler, tokens.shape[-1], config.batch_seed, step)
 
     def open_data(self, world: Distributed, run_dir: Path, resume: bool, progress: bool) -> None:
         config = self.config

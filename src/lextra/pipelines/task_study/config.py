@@ -57,6 +57,10 @@ class TaskStudyConfig:
     name: str = "length generalization"
     kind: str = "tasks"
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    #: seeds of the training data apart from the weights' (`TrainConfig.data_seed`): each cell is a (seed, data
+    #: seed) pair, so `seeds = [0]` with several data seeds varies the data order alone (Zhou et al. 2024); None: the
+    #: data follows `seeds`
+    data_seeds: list[int] | None = None
     #: the training settings shared by every model (steps, batch, lr, model shape); `task` is set per task
     train: TrainConfig = field(default_factory=TrainConfig)
     models: list[TaskModelSpec] = field(default_factory=list)
@@ -102,12 +106,20 @@ class TaskStudyConfig:
             )
         return spaced(task.length_values(trained), self.train_points), beyond
 
-    def train_config(self, spec: TaskModelSpec, task: str, seed: int) -> TrainConfig:
-        """The training config of one (model, task, seed)."""
+    def runs(self) -> list[tuple[int, int | None]]:
+        """The (seed, data seed) pairs each (task, model) is trained with; data seed None: the data follows the seed."""
+        return [(seed, data) for seed in self.seeds for data in (self.data_seeds or [None])]
+
+    def replicates(self) -> str:
+        """The seeds a mean is over, as the report writes them."""
+        return f"seeds {self.seeds}" + ("" if self.data_seeds is None else f" x data seeds {self.data_seeds}")
+
+    def train_config(self, spec: TaskModelSpec, task: str, seed: int, data_seed: int | None = None) -> TrainConfig:
+        """The training config of one (model, task, seed, data seed)."""
         config = copy.deepcopy(self.train)
         config.model.layer_plan = spec.layer_plan
         config.model.abacus = None if spec.abacus is None else dict(spec.abacus)
-        config.positions, config.task, config.seed = spec.positions, task, seed
+        config.positions, config.task, config.seed, config.data_seed = spec.positions, task, seed, data_seed
         config.task_lengths = self.train_lengths.get(task)
         config.eval_sequences = 0
         return config.validate()
@@ -128,14 +140,20 @@ def parse_task_study(data: dict[str, Any], where: str = "study config") -> TaskS
     values = dict(data)
     check_fields(TaskStudyConfig, values, where)
     train = dict(values.get("train", {}))
-    if "task" in train:
-        raise ConfigError(f"{where} [train]: task is set per task by the study's tasks list; drop it")
+    for name, what in (("task", "tasks list"), ("seed", "seeds"), ("data_seed", "data_seeds")):
+        if name in train:
+            raise ConfigError(f"{where} [train]: {name} is set per cell by the study's {what}; drop it")
     values["train"] = TrainConfig.from_dict(train)
     values["models"] = [_model(entry, where) for entry in values.get("models", [])]
     values["published"] = [_published(entry, where) for entry in values.get("published", [])]
     config = TaskStudyConfig(**values)
     if not config.seeds:
         raise ConfigError(f"{where}: seeds is empty; list at least one seed, e.g. seeds = [0, 1, 2]")
+    for name in ("seeds", "data_seeds"):
+        given = getattr(config, name)
+        if given is not None and not _distinct_seeds(given):
+            raise ConfigError(f"{where}: {name} must be a non-empty list of distinct whole numbers >= 0, e.g. "
+                              f"{name} = [0, 1, 2]; got {given!r}")  # fmt: skip
     if not config.models or not config.tasks:
         raise ConfigError(f"{where}: a task study needs [[models]] and tasks = [...]")
     labels = [m.label for m in config.models]
@@ -155,6 +173,13 @@ def parse_task_study(data: dict[str, Any], where: str = "study config") -> TaskS
         if entry.task not in config.tasks or entry.model not in labels:
             raise ConfigError(f"{where} [[published]]: {entry.task}/{entry.model} names no task and model of the study")
     return config
+
+
+def _distinct_seeds(given: Any) -> bool:
+    """Whether `given` is a non-empty list of distinct whole numbers >= 0."""
+    if not isinstance(given, list) or not given or len(set(map(repr, given))) < len(given):
+        return False
+    return all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in given)
 
 
 def _model(entry: Any, where: str) -> TaskModelSpec:

@@ -18,19 +18,25 @@ from lextra.pipelines.study.workers import run_cells
 from lextra.pipelines.task_study.config import TaskModelSpec, TaskStudyConfig
 from lextra.reporting.tasks import TaskStudyResults, UnitScores
 from lextra.tasks import build_task
+from lextra.train import TrainConfig
 
 
 @dataclass(frozen=True)
 class Unit:
-    """One cell: a task spec, a model and a seed."""
+    """One cell: a task spec, a model, a seed and a data seed (None: the data follows the seed)."""
 
     task: str
     model: TaskModelSpec
     seed: int
+    data_seed: int | None = None
 
     @property
     def name(self) -> str:
-        return f"{self.task.replace(',', '_').replace('=', '')}-{self.model.label}-seed{self.seed}"
+        data = "" if self.data_seed is None else f"-data{self.data_seed}"
+        return f"{self.task.replace(',', '_').replace('=', '')}-{self.model.label}-seed{self.seed}{data}"
+
+    def train_config(self, config: TaskStudyConfig) -> TrainConfig:
+        return config.train_config(self.model, self.task, self.seed, self.data_seed)
 
 
 class TaskStudy:
@@ -52,7 +58,7 @@ class TaskStudy:
 
     def units(self) -> list[Unit]:
         c = self.config
-        return [Unit(task, model, seed) for task in c.tasks for model in c.models for seed in c.seeds]
+        return [Unit(task, model, seed, data) for task in c.tasks for model in c.models for seed, data in c.runs()]
 
     def key(self, unit: Unit) -> dict[str, Any]:
         """What a cell's result depends on: the training config and the scoring settings (worked out once)."""
@@ -60,7 +66,7 @@ class TaskStudy:
             config = self.config
             inside, beyond = config.lengths_for(build_task(unit.task), unit.task)
             self._keys[unit.name] = {
-                "train": config.train_config(unit.model, unit.task, unit.seed).to_dict(),
+                "train": unit.train_config(config).to_dict(),
                 "inside": inside,
                 "beyond": beyond,
                 "samples": config.samples,
@@ -74,7 +80,7 @@ class TaskStudy:
         """Train (or reuse) the unit's model, score it inside and beyond its training range, save the cell."""
         key = self.key(unit)
         start = time.time()
-        config = self.config.train_config(unit.model, unit.task, unit.seed)
+        config = unit.train_config(self.config)
         run_dir = self.out / "models" / unit.name
         folder = train_or_reuse(config, run_dir, self.progress, self.device)
         trained = time.time() - start
@@ -85,6 +91,7 @@ class TaskStudy:
         result = UnitScores(
             task=unit.task, model=unit.model.label, seed=unit.seed, inside=inside, beyond=beyond,
             train_seconds=round(trained, 1), score_seconds=round(time.time() - start - trained, 1),
+            data_seed=unit.data_seed,
         )  # fmt: skip
         write_cell(self.path(unit), key, result.to_dict(), time.time() - start, self.commit)
         return result.to_dict()
