@@ -108,7 +108,8 @@ class TaskStudyConfig:
 
     def runs(self) -> list[tuple[int, int | None]]:
         """The (seed, data seed) pairs each (task, model) is trained with; data seed None: the data follows the seed."""
-        return [(seed, data) for seed in self.seeds for data in (self.data_seeds or [None])]
+        data_seeds: list[int | None] = list(self.data_seeds) if self.data_seeds is not None else [None]
+        return [(seed, data) for seed in self.seeds for data in data_seeds]
 
     def replicates(self) -> str:
         """The seeds a mean is over, as the report writes them."""
