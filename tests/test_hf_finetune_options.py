@@ -81,7 +81,8 @@ def test_a_run_that_rolled_before_the_default_changed_resumes_only_rolling(
         )
 
 
-def test_pose_content_skip_trains_at_the_samplers_draws(tiny_hf_base, tiny_hf_corpus, tmp_path, monkeypatch) -> None:
+def spied_batches(monkeypatch) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+    """The (batch, positions) of every fine-tuning step from now on, in order."""
     seen: list[tuple[torch.Tensor, torch.Tensor | None]] = []
     step = finetune_module.step_loss
 
@@ -90,6 +91,11 @@ def test_pose_content_skip_trains_at_the_samplers_draws(tiny_hf_base, tiny_hf_co
         return step(model, batch, precision, positions)
 
     monkeypatch.setattr(finetune_module, "step_loss", spy)
+    return seen
+
+
+def test_pose_content_skip_trains_at_the_samplers_draws(tiny_hf_base, tiny_hf_corpus, tmp_path, monkeypatch) -> None:
+    seen = spied_batches(monkeypatch)
     sampler = settings(tiny_hf_base, tiny_hf_corpus, train_len=16, positions="pose:128,span=5").sampler()
     seed = next(s for s in range(100) if int(sampler.window(s, 0)[1][-1]) > 16)  # type: ignore[index]  # a skip
     config = settings(tiny_hf_base, tiny_hf_corpus, train_len=16, positions="pose:128,span=5", seed=seed)
@@ -103,14 +109,7 @@ def test_pose_content_skip_trains_at_the_samplers_draws(tiny_hf_base, tiny_hf_co
 
 def test_data_seed_draws_the_batches_the_seed_would(tiny_hf_base, tiny_hf_corpus, tmp_path, monkeypatch) -> None:
     """`--data-seed D` reads the windows and positions `--seed D` would, whatever `--seed` is."""
-    seen: list[tuple[torch.Tensor, torch.Tensor | None]] = []
-    step = finetune_module.step_loss
-
-    def spy(model, batch, precision, positions=None):
-        seen.append((batch, positions))
-        return step(model, batch, precision, positions)
-
-    monkeypatch.setattr(finetune_module, "step_loss", spy)
+    seen = spied_batches(monkeypatch)
     for name, seeds in (("moved", {"seed": 0, "data_seed": 7}), ("seven", {"seed": 7}), ("zero", {"seed": 0})):
         config = settings(tiny_hf_base, tiny_hf_corpus, train_len=16, positions="pose:128,span=5", **seeds)
         finetune(config, tmp_path / name, progress=False)
