@@ -178,9 +178,8 @@ def parse_task_study(data: dict[str, Any], where: str = "study config") -> TaskS
 
 def _distinct_seeds(given: Any) -> bool:
     """Whether `given` is a non-empty list of distinct whole numbers >= 0."""
-    if not isinstance(given, list) or not given or len(set(map(repr, given))) < len(given):
-        return False
-    return all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in given)
+    whole = isinstance(given, list) and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in given)
+    return whole and 0 < len(set(given)) == len(given)
 
 
 def _model(entry: Any, where: str) -> TaskModelSpec:

@@ -36,6 +36,7 @@ class Unit:
         return f"{self.task.replace(',', '_').replace('=', '')}-{self.model.label}-seed{self.seed}{data}"
 
     def train_config(self, config: TaskStudyConfig) -> TrainConfig:
+        """The cell's training config in the study `config`."""
         return config.train_config(self.model, self.task, self.seed, self.data_seed)
 
 
