@@ -36,12 +36,13 @@ def cell(folder: Path, section: str, name: str) -> dict[str, Any] | None:
 
 
 def seed_cells(folder: Path, section: str, name: str, seeds: list[int]) -> list[dict[str, Any]]:
-    """The finished cells of every seed (a one-seed study names its retrieval cells without the seed)."""
-    if section == "retrieval" and len(seeds) == 1:
-        found = cell(folder, section, name)
-        return [found] if found is not None else []
-    suffix = "-causal" if section == "perplexity" else ""
-    return [c for seed in seeds if (c := cell(folder, section, f"{name}{suffix}-seed{seed}")) is not None]
+    """The finished cells of every seed (a one-seed study names its retrieval cells without the seed); a retrieval
+    cell of the study's `until_learned` rounds replaces the budget's."""
+    names = [name] if section == "retrieval" and len(seeds) == 1 else [
+        f"{name}{'-causal' if section == 'perplexity' else ''}-seed{seed}" for seed in seeds
+    ]  # fmt: skip
+    found = [cell(folder, section, f"{n}-until-learned") or cell(folder, section, n) for n in names]
+    return [c for c in found if c is not None]
 
 
 def pooled(values: list[float], scale: float = 1.0, digits: int = 2) -> str:
@@ -97,6 +98,10 @@ def passkey_table(folder: Path, labels: list[str], train_len: int, seeds: list[i
             learned = f"**no** (learned on {sum(x >= 0.9 for x in inside)} of {len(results)} seeds)"
         if len(results) < len(seeds):
             learned += f" ({len(results)} of {len(seeds)} seeds finished)"
+        rounds = {seed: cell(folder, "retrieval", f"{label}-seed{seed}-until-learned") for seed in seeds}
+        extra = [f"seed {seed} +{r['extra_steps']:,} steps" for seed, r in rounds.items() if r is not None]
+        if extra:
+            learned += f" ({'; '.join(extra)}: `until_learned`)"
         per_seed = " / ".join(", ".join(f"{e[n]:.2f}" for e in exact) for n in lengths)
         means = "; ".join(Interval.of([e[n] for e in exact]).text(100.0, 0, RATE) + "%" for n in lengths[1:])
         ranked = " / ".join(f"{100 * sum(f[n] for f in first) / len(first):.0f}" for n in lengths[1:]) + "%"

@@ -72,3 +72,16 @@ def test_a_model_with_seeds_still_running_says_so(tmp_path) -> None:
     write(tmp_path, "retrieval", "part-seed0", passkey([1.0, 0.5, 0.5], [1, 1, 1]))
     row = report.passkey_table(tmp_path, ["part"], 128, SEEDS).splitlines()[2]
     assert "| yes, every seed so far (1 of 3 seeds finished) | 1.00 / 0.50 / 0.50 | 50%; 50% |" in row
+
+
+def test_a_seed_fine_tuned_past_the_budget_replaces_its_cell_and_is_named(tmp_path) -> None:
+    """A study's `until_learned` cell (`LABEL-seedS-until-learned`) stands for that seed, and the row says how many
+    steps it took past the budget."""
+    report = load_script(SCRIPT, "hybrids_report")
+    study(tmp_path)
+    write(tmp_path, "retrieval", "unlearned-seed1-until-learned",
+          {**passkey([1.0, 0.5, 1.0], [1, 1, 1]), "extra_steps": 1500})  # fmt: skip
+    row = report.passkey_table(tmp_path, ["unlearned"], 128, SEEDS).splitlines()[2]
+    assert "| yes, every seed (seed 1 +1,500 steps: `until_learned`) | 1.00, 1.00, 1.00 /" in row
+    config = SimpleNamespace(seeds=SEEDS, lengths=[128, 2048])
+    assert report.verdict(tmp_path, ["unlearned"], config).startswith("- unlearned: ppl ratio 1.00")

@@ -366,6 +366,7 @@ def test_retrieval_multiples_choose_the_passkey_lengths() -> None:
     hybrids = load_study(Path(__file__).parents[1] / "experiments" / "hybrids.toml")
     assert hybrids.retrieval is not None and hybrids.retrieval["multiples"] == [1, 4, 16]
     assert hybrids.retrieval["answer_inside"] is True and hybrids.retrieval["task"] == "passkey,ends=0.4"
+    assert hybrids.retrieval["until_learned"] == {"rounds": 4, "steps": 1500}
     with pytest.raises(ConfigError, match=r"\[retrieval\] answer_inside is true or false, got 'yes'"):
         parse_study({"models": models, "retrieval": {"task": "passkey", "answer_inside": "yes"}})
     assert {m.label for m in hybrids.models} >= {"rope", "nope", "rnope-swa", "swan", "rope-gate", "rope-sinks"}

@@ -230,6 +230,7 @@ def retrieval_section(
     for title, table in (("greedy exact match", exact_estimates), ("gold key ranked first of 5", rank_estimates)):
         cell = lambda e: "-" if e is None else e.text()  # noqa: E731
         lines += [f"### {title}{over}", "", markdown_table(table, lengths, "model", cell), ""]
+    lines += extra_rounds_lines(retrieval)
     for variant, result in first.items():
         path = plot_heatmap(result, plots / f"passkey-{variant.replace('+', '_').replace(':', '-')}.png")
         lines += [f"![{variant}]({path.parent.name}/{path.name})"]
@@ -248,6 +249,18 @@ def retrieval_section(
         sentence += f" ({ours:.2f} against {rope:.2f}; the paper's CoCA + dynamic NTK averages {paper:.2f})"
     lines += [sentence + ".", ""]
     return lines
+
+
+def extra_rounds_lines(retrieval: Mapping[str, Mapping[int, RetrievalResult]]) -> list[str]:
+    """One line per model and seed fine-tuned past the budget by the study's `until_learned` rule."""
+    lines = [
+        f"- {variant}, seed {seed}: fine-tuned {r.extra_steps:,} steps past the budget (`until_learned`); exact at "
+        f"L_tr on held-out prompts after each round: {', '.join(f'{x:.2f}' for x in r.held_out_exact or [])}"
+        for variant, by_seed in retrieval.items()
+        for seed, r in by_seed.items()
+        if r.extra_steps is not None
+    ]
+    return ["Models that had not learned the task at L_tr within the budget:", "", *lines, ""] if lines else []
 
 
 def stretch_section(

@@ -88,6 +88,10 @@ class RetrievalResult(Serializable):
     model: str | None = field(default=None, metadata=options(omit_none=True))
     #: True where a length counts the answer too (prompt + answer = length, as a training row); None: the prompt
     answer_inside: bool | None = field(default=None, metadata=options(omit_none=True))
+    #: a study's `until_learned` rule: the steps fine-tuned past the budget, and the exact match at L_tr on held-out
+    #: prompts after each extra round
+    extra_steps: int | None = field(default=None, metadata=options(omit_none=True))
+    held_out_exact: list[float] | None = field(default=None, metadata=options(omit_none=True))
 
     @property
     def by_length(self) -> dict[int, RetrievalScores]:

@@ -16,6 +16,7 @@ from lextra.evaluate.retrieval import check_retrieval_task
 from lextra.methods import EXTEND, extension_method
 from lextra.pipelines.ruler import SECTION_KEYS as RULER_SECTION_KEYS
 from lextra.pipelines.ruler import settings_from_section
+from lextra.pipelines.study.until_learned import UntilLearned
 from lextra.pipelines.task_study import TaskStudyConfig, parse_task_study
 from lextra.pipelines.task_study.config import SCHEME_KEYS, entry_plan
 from lextra.serialize import check_fields
@@ -85,7 +86,18 @@ class StudyConfig:
 SECTION_KEYS = {
     "analysis": {"documents"},
     "window_sweep": {"models", "widths"},
-    "retrieval": {"task", "variants", "steps", "lr", "warmup", "samples", "depths", "multiples", "answer_inside"},
+    "retrieval": {
+        "task",
+        "variants",
+        "steps",
+        "lr",
+        "warmup",
+        "samples",
+        "depths",
+        "multiples",
+        "answer_inside",
+        "until_learned",
+    },
     "stretch": {"models", "methods", "windows"},
     "ruler": set(RULER_SECTION_KEYS),
 }
@@ -161,6 +173,13 @@ def _check_sections(config: StudyConfig, where: str) -> None:
     retrieval_multiples = retrieval.get("multiples")
     if retrieval_multiples is not None:
         check_int_list(f"{where} [retrieval] multiples", retrieval_multiples, 1)
+    if "until_learned" in retrieval:
+        UntilLearned.from_section(retrieval["until_learned"], where)
+        if 1 not in (retrieval_multiples or config.multiples):
+            raise ConfigError(
+                f"{where} [retrieval] until_learned decides on the exact match at L_tr; add 1 to [retrieval] multiples"
+            )
+        _check_plain_variants(config, retrieval.get("variants", []), where)
     for name in ("window_sweep", "stretch"):
         for label in (getattr(config, name) or {}).get("models", []):
             config.model(label)
@@ -171,6 +190,19 @@ def _check_sections(config: StudyConfig, where: str) -> None:
     for method in (config.stretch or {}).get("methods") or []:
         if isinstance(method, str) and method.startswith(EXTEND):  # options and the longest length checked now
             extension_method(method, config.train_len, config.lengths)
+
+
+def _check_plain_variants(config: StudyConfig, variants: list[str], where: str) -> None:
+    """`until_learned` decides on each fine-tuned model's unscaled variant: a model listed only with a RoPE scaling
+    (`rope+yarn:4`) is refused, naming the variant to add."""
+    labels = {spec.label for spec in config.models}
+    plain = {v for v in variants if v in labels or "+" not in v}
+    for variant in variants:
+        name = variant.partition("+")[0]
+        if name not in plain:
+            raise ConfigError(
+                f"{where} [retrieval] until_learned decides on each model's unscaled score; add {name!r} to variants"
+            )
 
 
 def load_study(path: str | Path) -> StudyConfig | TaskStudyConfig:

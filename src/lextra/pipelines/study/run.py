@@ -29,6 +29,7 @@ from lextra.pipelines.log import log
 from lextra.pipelines.sharing import share_out
 from lextra.pipelines.study.cells import cell_path, read_cell, write_cell
 from lextra.pipelines.study.config import ModelSpec, StudyConfig
+from lextra.pipelines.study.until_learned import UntilLearned
 from lextra.pipelines.study.workers import run_cells
 from lextra.reporting.study_results import (
     DispersionMeans,
@@ -76,6 +77,7 @@ class Study:
         self._world: Distributed | None = None
         self.models: dict[tuple[str, int], Path] = {}
         self._checksums: dict[tuple[str, int], str] = {}
+        self._rounds: dict[tuple[str, int], tuple[Path, list[float]]] = {}
         #: compute seconds of every cell used, whether computed now or in an earlier invocation
         self.seconds = 0.0
 
@@ -299,7 +301,9 @@ class Study:
         tuned: dict[tuple[str, int], Path] = {}
 
         def compute(variant: str, label: str, seed: int, scaling: Any) -> RetrievalResult:
-            folder = tuned[(label, seed)]
+            return score(tuned[(label, seed)], variant, scaling)
+
+        def score(folder: Path, variant: str, scaling: Any) -> RetrievalResult:
             model = load_lextra(folder, ModelOptions(setup_from(rope_scaling=scaling)), self.device).model.eval()
             task = evaluation_task(task_name, self.data)
             return evaluate_retrieval(
@@ -329,6 +333,40 @@ class Study:
             for seed in self.config.seeds
         ]
         found = self._tuned_cells(places, jobs, configs, tuned)
+        if "until_learned" in section:
+            rule = UntilLearned.from_section(section["until_learned"], "study")
+            scalings = {variant: scaling for variant, _, scaling in variants}
+
+            def held_out(model: Any) -> float:
+                task = evaluation_task(task_name, self.data)
+                L = self.config.train_len
+                result = evaluate_retrieval(model, task, [L], depths, samples=samples, seed=rule.prompt_seed,
+                                            answer_inside=answer_inside)  # fmt: skip
+                return result.by_length[L].exact
+
+            def extended(variant: str, label: str, seed: int) -> RetrievalResult:
+                folder, scores = self._extra_rounds(rule, label, seed, configs[(label, seed)], tuned, held_out)
+                result = score(folder, variant, scalings[variant])
+                result.extra_steps, result.held_out_exact = len(scores) * rule.steps, scores
+                return result
+
+            under = {
+                (label, seed)
+                for i, (variant, label, seed) in enumerate(places)
+                if scalings[variant] is None and found[i].by_length[self.config.train_len].exact < rule.bar
+            }
+            again = [i for i, (_, label, seed) in enumerate(places) if (label, seed) in under]
+            cells = [
+                Cell(
+                    "retrieval",
+                    f"{jobs[i].name}-until-learned",
+                    {**jobs[i].key, "until_learned": rule.to_dict()},
+                    partial(extended, *places[i]),
+                    RetrievalResult,
+                )
+                for i in again
+            ]
+            found.update(zip(again, self.cells(cells), strict=True))
         results: dict[str, dict[int, RetrievalResult]] = {}
         for i, (variant, _, seed) in enumerate(places):
             results.setdefault(variant, {})[seed] = found[i]
@@ -363,6 +401,32 @@ class Study:
         self.train_cells(fine_tunes, landed)
         collect([i for i in range(len(cells)) if i not in found])
         return found
+
+    def _extra_rounds(
+        self,
+        rule: UntilLearned,
+        label: str,
+        seed: int,
+        fine_tune: TrainConfig,
+        tuned: dict[tuple[str, int], Path],
+        held_out: Callable[[Any], float],
+    ) -> tuple[Path, list[float]]:
+        """`rule`'s rounds past the fine-tuning of model `label` (seed `seed`): the last round's model and the
+        held-out exact match at L_tr after each round (memoized: the model's variants share them)."""
+        if (label, seed) in self._rounds:
+            return self._rounds[(label, seed)]
+        name, _, folder = self._fine_tune(label, seed, fine_tune)
+        previous = tuned.get((label, seed)) or self.train_cell(name, fine_tune, folder)
+        scores: list[float] = []
+        for k in range(1, rule.rounds + 1):
+            config = rule.round_config(fine_tune, str(previous), k)
+            previous = self.train_cell(f"{name}-round{k}", config, folder.with_name(f"{folder.name}-round{k}"))
+            scores.append(held_out(load_lextra(previous, ModelOptions(), self.device).model.eval()))
+            log("study", f"{name} round {k}: exact {scores[-1]:.2f} at L_tr on held-out prompts (bar {rule.bar})")
+            if scores[-1] >= rule.bar:
+                break
+        self._rounds[(label, seed)] = (previous, scores)
+        return previous, scores
 
     def _retrieval_variants(self, section: dict[str, Any]) -> list[tuple[str, str, Any]]:
         """(variant, the label of its model, its RoPE scaling) for each of the section's variants: a model's label
