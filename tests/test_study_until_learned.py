@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from test_study import _corpus as study_corpus
 
 from lextra.data.prepare import prepare_data
 from lextra.errors import ConfigError
@@ -53,11 +54,7 @@ def _study(corpus: str, **retrieval: object) -> dict:
 
 @pytest.fixture
 def corpus(tmp_path: Path) -> str:
-    folder = tmp_path / "corpus"
-    folder.mkdir()
-    for i in range(12):
-        (folder / f"d{i}.txt").write_text(f"document {i}: " + "lorem ipsum dolor sit amet " * (30 + i))
-    return str(folder)
+    return study_corpus(tmp_path)
 
 
 def test_a_round_goes_on_at_the_final_learning_rate_from_the_last_weights_on_fresh_rows() -> None:
