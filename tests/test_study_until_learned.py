@@ -61,7 +61,7 @@ def test_a_round_goes_on_at_the_final_learning_rate_from_the_last_weights_on_fre
     fine_tune = TrainConfig(steps=6000, lr=1e-3, min_lr_ratio=0.1, warmup=100, seed=2).validate()
     config = UntilLearned(rounds=3, steps=1500).round_config(fine_tune, "runs/x/model", 2)
     assert (config.steps, config.warmup, config.min_lr_ratio) == (1500, 0, 1.0)
-    assert config.lr == pytest.approx(1e-4) and config.init_from == "runs/x/model"
+    assert config.lr == pytest.approx(1e-4) and config.init_from == "runs/x/model" and config.init_optimizer
     assert config.seed == 2 and config.batch_seed == 2 + 2 * ROUND_SEED_STRIDE  # the weights' seed kept
     assert fine_tune.steps == 6000 and fine_tune.data_seed is None  # the fine-tuning's config untouched
 
@@ -99,6 +99,7 @@ def test_a_model_under_the_bar_is_fine_tuned_in_rounds_and_its_cells_replaced(co
     assert rounds[1]["init_from"] == str(out / "retrieval" / "rope-round1" / "model")
     assert [r["data_seed"] for r in rounds] == [ROUND_SEED_STRIDE, 2 * ROUND_SEED_STRIDE]
     assert rounds[0]["lr"] == pytest.approx(1e-4) and rounds[0]["steps"] == 1
+    assert rounds[0]["init_optimizer"] is rounds[1]["init_optimizer"] is True  # the optimizer's moments continued
     # the reported cell is the last round's model on the study's prompts; the rule stopped on other prompts
     model = load_model(out / "retrieval" / "rope-round2" / "model")
     task = evaluation_task("passkey", prepare_data(corpus))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from lextra.data.prepare import prepare_data
 from lextra.errors import ConfigError
 from lextra.evaluate import EvalConfig, evaluate_model
 from lextra.evaluate.perplexity import _chunks, _last_token, _sliding
-from lextra.model import GPTConfig, load_model
+from lextra.model import GPTConfig, load_model, read_model_meta
 from lextra.pipelines.compare import compare, parse_variant
 from lextra.train import TrainConfig, learning_rate, train
 from lextra.train.checkpoints import refuse_changes
@@ -405,3 +406,37 @@ def test_report_sets_evaluated_models_side_by_side_with_a_summary_column(tmp_pat
     capsys.readouterr()
     assert main(["report", str(tmp_path / "rope"), "--out", str(tmp_path / "x")]) == 2
     assert "holds no lextra eval results.json" in capsys.readouterr().err
+
+
+def test_init_optimizer_continues_the_moments_the_source_run_ended_with(tmp_path) -> None:
+    """`init_optimizer` loads the final checkpoint's AdamW state (moments and step counts) of the run that saved
+    `init_from`; without it the optimizer starts fresh; a model folder without its run's checkpoints is refused."""
+    from safetensors.torch import load_file
+
+    from lextra.train.checkpoints import continue_optimizer
+    from lextra.train.gpt import make_optimizer
+
+    first = train(tiny_config("alibi", steps=4), tmp_path / "first", progress=False)
+    saved = load_file(str(tmp_path / "first" / "checkpoints" / "step_0000004" / "optimizer.safetensors"))
+    model = load_model(first)
+    optimizer = make_optimizer(model, tiny_config("alibi"))
+    continue_optimizer(optimizer, first)
+    state = optimizer.state_dict()["state"]
+    assert saved and all(torch.equal(state[int(k.split(".")[0])][k.split(".")[1]], v) for k, v in saved.items())
+    config = tiny_config("alibi", steps=2, init_from=str(first), init_optimizer=True).validate()
+    second = train(config, tmp_path / "second", progress=False)
+    ended = load_file(str(tmp_path / "second" / "checkpoints" / "step_0000002" / "optimizer.safetensors"))
+    assert {float(v) for k, v in ended.items() if k.endswith(".step")} == {6.0}  # 4 steps, then 2 more
+    fresh = train(tiny_config("alibi", steps=2, init_from=str(first)), tmp_path / "fresh", progress=False)
+    restarted = load_file(str(tmp_path / "fresh" / "checkpoints" / "step_0000002" / "optimizer.safetensors"))
+    assert {float(v) for k, v in restarted.items() if k.endswith(".step")} == {2.0}
+    continued, restarted_weights = load_model(second).state_dict(), load_model(fresh).state_dict()
+    assert not torch.equal(continued["head.weight"], restarted_weights["head.weight"])
+    assert "init_optimizer" not in read_model_meta(fresh)["train"]  # left out of saved configs unless set
+    assert read_model_meta(second)["train"]["init_optimizer"] is True
+    with pytest.raises(ConfigError, match="init_optimizer continues the optimizer of the run that saved init_from"):
+        tiny_config("alibi", init_optimizer=True).validate()
+    shutil.copytree(first, tmp_path / "alone" / "model")
+    alone = tiny_config("alibi", steps=1, init_from=str(tmp_path / "alone" / "model"), init_optimizer=True)
+    with pytest.raises(ConfigError, match="holds no checkpoint to take the optimizer from"):
+        train(alone, tmp_path / "third", progress=False)

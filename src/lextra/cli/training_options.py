@@ -60,8 +60,8 @@ def add_scheme_options(parser: argparse.ArgumentParser, help_text: str) -> None:
 GENERATED_TRAIN_FLAGS = (
     "batch_size", "steps", "lr", "min_lr_ratio", "warmup", "weight_decay", "beta1", "beta2", "grad_clip",
     "position_lr_scale", "seed", "data_seed", "checkpoint_every", "log_every", "eval_every", "eval_sequences",
-    "init_from", "positions", "s2_attn", "order", "precision", "tensorboard", "log_dir", "compile", "fsdp", "pack",
-    "mixed_window", "mixed_share",
+    "init_from", "init_optimizer", "positions", "s2_attn", "order", "precision", "tensorboard", "log_dir", "compile",
+    "fsdp", "pack", "mixed_window", "mixed_share",
 )  # fmt: skip
 
 #: training flag (its argparse dest) -> the `TrainConfig` field it sets (`model.NAME`: a `GPTConfig` field): the

@@ -117,6 +117,29 @@ def load_checkpoint(path: Path, target: TrainingTarget, optimizer: torch.optim.O
     return int(record["step"])
 
 
+def continue_optimizer(optimizer: torch.optim.Optimizer, model_folder: str | Path) -> None:
+    """Load into `optimizer` the state of the final checkpoint of the run that saved `model_folder` (its `model/`
+    folder's parent), so that training continues with the moments it ended with."""
+    run_dir = Path(model_folder).parent
+    candidates = checkpoint_candidates(run_dir)
+    if not candidates:
+        raise ConfigError(
+            f"init_optimizer: {run_dir} holds no checkpoint to take the optimizer from; give init_from the model "
+            "folder of a lextra training run, or leave init_optimizer out"
+        )
+    final = json.loads((Path(model_folder) / "config.json").read_text()).get("steps")
+    record = read_state(candidates[0])
+    if final is not None and record["step"] != final:
+        raise ConfigError(
+            f"init_optimizer: the last checkpoint of {run_dir} is step {record['step']}, not the final step {final} "
+            f"that saved {model_folder}; finish that run first"
+        )
+    try:
+        load_optimizer(optimizer, load_file(str(candidates[0] / OPTIMIZER)), record["optimizer"]["param_groups"])
+    except (ValueError, RuntimeError) as err:
+        raise ConfigError(f"init_optimizer: the optimizer of {run_dir} does not fit this model ({err})") from None
+
+
 def checkpoint_candidates(run_dir: Path) -> list[Path]:
     """Checkpoint folders, newest first (LATEST's target first when it names one)."""
     root = run_dir / CHECKPOINTS

@@ -168,6 +168,9 @@ class TrainConfig(LoopConfig):
     #: start from this model folder's weights (fine-tuning on a task; continued training at a new --train-len, with
     #: --rope-scaling for rotary schemes); the same architecture, the optimizer starts fresh
     init_from: str | None = None
+    #: with init_from, also take the optimizer's moments from the final checkpoint of the run that saved that model
+    #: (training continued, not restarted: the same model and settings, a new schedule and data seed may follow)
+    init_optimizer: bool | None = field(default=None, metadata=serialize.options(omit_none=True))
     #: a prepared folder (`lextra data prepare`) read instead of the corpus; its source and limit replace
     #: `corpus` and `limit_chars`, and `tokenizer` must be the one it was prepared with
     data: str | None = field(default=None, metadata=serialize.options(omit_none=True))
@@ -220,6 +223,12 @@ class TrainConfig(LoopConfig):
         self.compile = check_bool(f"{where} compile", self.compile)
         self.model.validate()
         self.s2_attn = check_int(f"{where} s2_attn", self.s2_attn, 0)
+        if self.init_optimizer is not None:
+            self.init_optimizer = check_bool(f"{where} init_optimizer", self.init_optimizer) or None
+        if self.init_optimizer and not self.init_from:
+            raise ConfigError(
+                f"{where} init_optimizer continues the optimizer of the run that saved init_from; set init_from too"
+            )
         if self.order == "epoch" and self.task is not None:
             raise ConfigError(
                 f"{where} order epoch visits the windows of a text stream, but the task {self.task!r} builds its "

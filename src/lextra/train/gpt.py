@@ -23,7 +23,7 @@ from lextra.model import GPT, GPTConfig, load_model, read_model_meta, save_model
 from lextra.positions.abacus import tokenizer_digits
 from lextra.positions.scaling import SCALING_TYPES, TRAIN_LENGTH, scaling_type_of
 from lextra.tasks import TaskBatches, algorithmic_task, parse_lengths
-from lextra.train.checkpoints import FINAL, refuse_changes
+from lextra.train.checkpoints import FINAL, continue_optimizer, refuse_changes
 from lextra.train.config import TrainConfig
 from lextra.train.distributed import Distributed
 from lextra.train.loop import Trainer
@@ -182,9 +182,11 @@ class GPTTarget(TrainingTarget):
     def optimizer(self) -> torch.optim.Optimizer:
         return make_optimizer(self.model, self.config)
 
-    def started(self, start: int) -> None:
+    def started(self, start: int, optimizer: torch.optim.Optimizer) -> None:
         if self.config.init_from and start == 0:  # a resumed run already holds weights past the initial ones
             _initialise_from(self.model, self.config.init_from)
+            if self.config.init_optimizer:
+                continue_optimizer(optimizer, self.config.init_from)
 
     def step_function(self, network: torch.nn.Module) -> StepFunction:
         config = self.config

@@ -77,7 +77,7 @@ class Trainer:
         optimizer = target.optimizer()
         start = resume(run_dir, target, optimizer, self.device, target.command) if self.resume else 0
         self._check_position(start)
-        target.started(start)
+        target.started(start, optimizer)
         network = model if config.fsdp else world.wrap(model)
         model.train()
         self._loop(target.step_function(network), optimizer, start)

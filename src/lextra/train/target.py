@@ -70,8 +70,9 @@ class TrainingTarget(ABC):
     def optimizer(self) -> torch.optim.Optimizer:
         """A fresh optimizer over the trainable parameters (a checkpoint may then restore its state)."""
 
-    def started(self, start: int) -> None:
-        """Called once the run knows its first step (0, or the resumed checkpoint's); nothing by default."""
+    def started(self, start: int, optimizer: torch.optim.Optimizer) -> None:
+        """Called once the run knows its first step (0, or the resumed checkpoint's) and holds its optimizer; nothing
+        by default."""
         return None
 
     @abstractmethod

@@ -1,10 +1,11 @@
 """A retrieval study's `until_learned` rule: the budget for models that have not learned the task at L_tr.
 
 A fine-tuning whose exact match at L_tr (the study's own prompts) is under `bar` after the budget goes on in rounds
-of `steps` steps at the learning rate its schedule ended on, each round from the last one's weights and on fresh
-rows, until its exact match at L_tr on held-out prompts (another prompt seed) reaches `bar` or `rounds` run out.
-The study then scores the last round's model on its own prompts at every length, so the score it reports at L_tr is
-not the one the rule stopped on. Models that learn within the budget are left as they are.
+of `steps` steps at the learning rate its schedule ended on, each round from the last one's weights and optimizer
+moments (training continued, not restarted) and on fresh rows, until its exact match at L_tr on held-out prompts
+(another prompt seed) reaches `bar` or `rounds` run out. The study then scores the last round's model on its own
+prompts at every length, so the score it reports at L_tr is not the one the rule stopped on. Models that learn within
+the budget are left as they are.
 """
 
 from __future__ import annotations
@@ -52,8 +53,9 @@ class UntilLearned:
         return {"rounds": self.rounds, "steps": self.steps, "bar": self.bar, "prompt_seed": self.prompt_seed}
 
     def round_config(self, fine_tune: TrainConfig, previous: str, k: int) -> TrainConfig:
-        """Round `k` (from 1) of `fine_tune`: from the weights at `previous`, `steps` steps at its final learning
-        rate (no warmup, no decay), on rows of data seed batch seed + k x `ROUND_SEED_STRIDE`."""
+        """Round `k` (from 1) of `fine_tune`: from the weights at `previous` and the optimizer's moments they were
+        saved with, `steps` steps at its final learning rate (no warmup, no decay), on rows of data seed batch seed +
+        k x `ROUND_SEED_STRIDE`."""
         config = copy.deepcopy(fine_tune)
         config.init_from = previous
         config.steps = self.steps
@@ -61,4 +63,5 @@ class UntilLearned:
         config.min_lr_ratio = 1.0
         config.warmup = 0
         config.data_seed = fine_tune.batch_seed + k * ROUND_SEED_STRIDE
+        config.init_optimizer = True
         return config.validate()
