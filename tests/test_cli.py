@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from conftest import ALL_SCHEMES
@@ -297,6 +298,12 @@ def test_train_config_file_is_read_and_every_flag_given_overrides_it(tmp_path, c
     resolved = train_config_from(build_parser().parse_args(argv))
     assert resolved.steps == 3 and resolved.model.d_model == 16 and resolved.model.plan()[0].scheme == "alibi"
     assert resolved.model.plan()[0].scheme_options == {"slope_shift": 2}
+    # a whole study file: its [train] section, the study's own keys left to the study
+    hybrids = Path(__file__).parents[1] / "experiments" / "hybrids.toml"
+    argv = ["train", "--config", str(hybrids), "--out", "x", "--layer-plan", "rope+sinks", "--steps", "7"]
+    resolved = train_config_from(build_parser().parse_args(argv))
+    assert (resolved.steps, resolved.batch_size, resolved.lr, resolved.checkpoint_every) == (7, 16, 2e-3, 80)
+    assert (resolved.model.d_model, resolved.model.layer_plan) == (128, "rope+sinks")
 
 
 @pytest.mark.parametrize(

@@ -83,8 +83,9 @@ def add_config_file(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def read_config_file(path: str | Path, section: str) -> dict[str, Any]:
-    """The fields a `--config` TOML file sets: its top level, with a `[section]` table's fields merged in (a study
-    file's `[train]`); an unreadable file or bad TOML is one error naming the file."""
+    """The fields a `--config` TOML file sets: its top level, with a `[section]` table's fields merged in; a study
+    file (one with `[[models]]`) gives its `[section]` alone. An unreadable file or bad TOML is one error naming the
+    file."""
     path = Path(path)
     try:
         data = tomllib.loads(path.read_text())
@@ -93,6 +94,8 @@ def read_config_file(path: str | Path, section: str) -> dict[str, Any]:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise ConfigError(f"--config {path} is not valid TOML ({err})") from None
     values = dict(data.get(section, {}))
+    if isinstance(data.get("models"), list):  # a study's other keys configure the study, not this run
+        return values
     twice = sorted(set(values) & set(data) - {section})
     if twice:
         raise ConfigError(f"--config {path}: give {twice[0]} once, at the top level or in [{section}]")
