@@ -54,6 +54,31 @@ class Cell:
     seconds: Callable[[Any], float] | None = None
 
 
+@dataclass(frozen=True)
+class RetrievalPrompts:
+    """The prompts a retrieval study scores every model on: the task, its lengths (L_tr x multiples), needle depths,
+    prompts per (length, depth), and whether a length counts the answer."""
+
+    task: str
+    lengths: list[int]
+    depths: list[float]
+    samples: int
+    answer_inside: bool
+
+    @classmethod
+    def of(cls, section: dict[str, Any], config: StudyConfig) -> RetrievalPrompts:
+        """The `[retrieval]` section's prompts (its defaults: passkey, 10 per cell, 5 depths, the study's
+        multiples)."""
+        multiples = section.get("multiples", config.multiples)
+        return cls(
+            task=section.get("task", "passkey"),
+            lengths=[config.train_len * int(m) for m in multiples],
+            depths=[float(d) for d in section.get("depths", [0.0, 0.25, 0.5, 0.75, 1.0])],
+            samples=int(section.get("samples", 10)),
+            answer_inside=bool(section.get("answer_inside", False)),
+        )
+
+
 class Study:
     """One study run in `out` on `device` (None: CUDA when available; cells computed anywhere are reused). Under
     torchrun the processes train each model together and share out the other cells; else `jobs` > 1 trains the
@@ -287,38 +312,26 @@ class Study:
         """Fine-tune each variant's LM model of every seed on the task; accuracy at every length and depth, per
         variant and seed (the same prompts for every model)."""
         section = dict(self.config.retrieval or {})
-        task_name = section.get("task", "passkey")
-        samples = int(section.get("samples", 10))
-        depths = [float(d) for d in section.get("depths", [0.0, 0.25, 0.5, 0.75, 1.0])]
-        lengths = [self.config.train_len * int(m) for m in section.get("multiples", self.config.multiples)]
-        answer_inside = bool(section.get("answer_inside", False))
+        prompts = RetrievalPrompts.of(section, self.config)
         variants = self._retrieval_variants(section)
         configs = {
-            (label, seed): self._fine_tune_config(label, seed, task_name, section)
+            (label, seed): self._fine_tune_config(label, seed, prompts.task, section)
             for _, label, _ in variants
             for seed in self.config.seeds
         }
         tuned: dict[tuple[str, int], Path] = {}
 
         def compute(variant: str, label: str, seed: int, scaling: Any) -> RetrievalResult:
-            return score(tuned[(label, seed)], variant, scaling)
-
-        def score(folder: Path, variant: str, scaling: Any) -> RetrievalResult:
-            model = load_lextra(folder, ModelOptions(setup_from(rope_scaling=scaling)), self.device).model.eval()
-            task = evaluation_task(task_name, self.data)
-            return evaluate_retrieval(
-                model, task, lengths, depths, samples=samples, progress=self.progress, label=variant,
-                answer_inside=answer_inside,
-            )  # fmt: skip
+            return self._score(prompts, tuned[(label, seed)], variant, scaling)
 
         def key(label: str, seed: int, scaling: Any) -> dict[str, Any]:
             """The training configs of the LM model and its fine-tuning (no folder or checksum: cells copied to
             another machine are reused there)."""
             lm = train_config(self.config, self.config.model(label), seed).to_dict()
             tune = {k: v for k, v in configs[(label, seed)].to_dict().items() if k != "init_from"}
-            inside = {"answer_inside": True} if answer_inside else {}  # absent: the keys of earlier cells hold
-            return {"model": lm, "fine_tune": tune, "scaling": scaling, "lengths": lengths,
-                    "samples": samples, "depths": depths, **inside}  # fmt: skip
+            inside = {"answer_inside": True} if prompts.answer_inside else {}  # absent: earlier cells' keys hold
+            return {"model": lm, "fine_tune": tune, "scaling": scaling, "lengths": prompts.lengths,
+                    "samples": prompts.samples, "depths": prompts.depths, **inside}  # fmt: skip
 
         places = [(variant, label, seed) for variant, label, _ in variants for seed in self.config.seeds]
         jobs = [
@@ -336,41 +349,62 @@ class Study:
         if "until_learned" in section:
             rule = UntilLearned.from_section(section["until_learned"], "study")
             scalings = {variant: scaling for variant, _, scaling in variants}
-
-            def held_out(model: Any) -> float:
-                task = evaluation_task(task_name, self.data)
-                L = self.config.train_len
-                result = evaluate_retrieval(model, task, [L], depths, samples=samples, seed=rule.prompt_seed,
-                                            answer_inside=answer_inside)  # fmt: skip
-                return result.by_length[L].exact
-
-            def extended(variant: str, label: str, seed: int) -> RetrievalResult:
-                folder, scores = self._extra_rounds(rule, label, seed, configs[(label, seed)], tuned, held_out)
-                result = score(folder, variant, scalings[variant])
-                result.extra_steps, result.held_out_exact = len(scores) * rule.steps, scores
-                return result
-
-            under = {
-                (label, seed)
-                for i, (variant, label, seed) in enumerate(places)
-                if scalings[variant] is None and found[i].by_length[self.config.train_len].exact < rule.bar
-            }
-            again = [i for i, (_, label, seed) in enumerate(places) if (label, seed) in under]
-            cells = [
-                Cell(
-                    "retrieval",
-                    f"{jobs[i].name}-until-learned",
-                    {**jobs[i].key, "until_learned": rule.to_dict()},
-                    partial(extended, *places[i]),
-                    RetrievalResult,
-                )
-                for i in again
-            ]
-            found.update(zip(again, self.cells(cells), strict=True))
+            self._until_learned(rule, prompts, places, jobs, found, scalings, configs, tuned)
         results: dict[str, dict[int, RetrievalResult]] = {}
         for i, (variant, _, seed) in enumerate(places):
             results.setdefault(variant, {})[seed] = found[i]
         return results
+
+    def _score(self, prompts: RetrievalPrompts, folder: Path, variant: str, scaling: Any) -> RetrievalResult:
+        """A retrieval cell's value: the fine-tuned model in `folder` (with its variant's RoPE scaling) on the
+        study's prompts."""
+        model = load_lextra(folder, ModelOptions(setup_from(rope_scaling=scaling)), self.device).model.eval()
+        return evaluate_retrieval(
+            model, evaluation_task(prompts.task, self.data), prompts.lengths, prompts.depths, samples=prompts.samples,
+            progress=self.progress, label=variant, answer_inside=prompts.answer_inside,
+        )  # fmt: skip
+
+    def _until_learned(
+        self,
+        rule: UntilLearned,
+        prompts: RetrievalPrompts,
+        places: list[tuple[str, str, int]],
+        cells: list[Cell],
+        found: dict[int, Any],
+        scalings: dict[str, Any],
+        configs: dict[tuple[str, int], TrainConfig],
+        tuned: dict[tuple[str, int], Path],
+    ) -> None:
+        """Where a model's unscaled variant is under `rule`'s bar at L_tr, each of its cells in `found` replaced by
+        the cell of its model after the rule's extra rounds (computed, or read)."""
+        L = self.config.train_len
+
+        def held_out(model: Any) -> float:
+            task = evaluation_task(prompts.task, self.data)
+            result = evaluate_retrieval(model, task, [L], prompts.depths, samples=prompts.samples,
+                                        seed=rule.prompt_seed, answer_inside=prompts.answer_inside)  # fmt: skip
+            return result.by_length[L].exact
+
+        def extended(variant: str, label: str, seed: int) -> RetrievalResult:
+            folder, scores = self._extra_rounds(rule, label, seed, configs[(label, seed)], tuned, held_out)
+            result = self._score(prompts, folder, variant, scalings[variant])
+            result.extra_steps, result.held_out_exact = len(scores) * rule.steps, scores
+            return result
+
+        under = {(label, seed) for i, (variant, label, seed) in enumerate(places)
+                 if scalings[variant] is None and found[i].by_length[L].exact < rule.bar}  # fmt: skip
+        again = [i for i, (_, label, seed) in enumerate(places) if (label, seed) in under]
+        rounds = [
+            Cell(
+                "retrieval",
+                f"{cells[i].name}-until-learned",
+                {**cells[i].key, "until_learned": rule.to_dict()},
+                partial(extended, *places[i]),
+                RetrievalResult,
+            )
+            for i in again
+        ]
+        found.update(zip(again, self.cells(rounds), strict=True))
 
     def _tuned_cells(
         self,
