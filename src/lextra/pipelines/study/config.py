@@ -198,7 +198,7 @@ def _check_plain_variants(config: StudyConfig, variants: list[str], where: str) 
     labels = {spec.label for spec in config.models}
     plain = {v for v in variants if v in labels or "+" not in v}
     for variant in variants:
-        name = variant.partition("+")[0]
+        name = variant if variant in labels else variant.partition("+")[0]
         if name not in plain:
             raise ConfigError(
                 f"{where} [retrieval] until_learned decides on each model's unscaled score; add {name!r} to variants"

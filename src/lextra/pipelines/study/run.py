@@ -404,6 +404,9 @@ class Study:
             )
             for i in again
         ]
+        missing = [(places[i][1], places[i][2]) for i, cell in zip(again, rounds, strict=True) if not self._saved(cell)]
+        for label, seed in dict.fromkeys(missing):  # every process, in one order: training is a collective
+            self._extra_rounds(rule, label, seed, configs[(label, seed)], tuned, held_out)
         found.update(zip(again, self.cells(rounds), strict=True))
 
     def _tuned_cells(
