@@ -210,6 +210,60 @@ def test_a_study_under_torchrun_computes_each_cell_once_and_equals_one_process(t
         assert second["stretch"][method] == pytest.approx(row, rel=1e-5)
 
 
+UNTIL_LEARNED = """
+name = "until"
+multiples = [1, 2]
+protocols = ["chunks"]
+masks = ["causal"]
+documents = 1
+[train]
+corpus = "{corpus}"
+steps = 2
+batch_size = 2
+checkpoint_every = 0
+eval_sequences = 2
+[train.model]
+train_len = 128
+n_layer = 1
+d_model = 32
+n_head = 2
+[[models]]
+label = "rope"
+scheme = "rope"
+[retrieval]
+task = "passkey"
+variants = ["rope"]
+steps = 2
+samples = 1
+depths = [0.5]
+answer_inside = true
+until_learned = {{ rounds = 2, steps = 1 }}
+"""  # one variant: one process scores its cell, so rounds trained inside it would wait on the other forever
+
+
+def test_until_learned_rounds_under_torchrun_train_together_and_equal_one_process(tmp_path) -> None:
+    """The rounds past the budget are trained by every process together before the cells are shared out (a
+    collective inside one process's cell would hang), and each round's cell is one process's, equal to one process's
+    study."""
+    config = tmp_path / "study.toml"
+    config.write_text(UNTIL_LEARNED.format(corpus=_corpus(tmp_path)))
+    _, two = _side_by_side(lambda processes: _study(config, tmp_path / ("one", "two")[processes - 1], processes))
+    computed = re.findall(r"lextra study: (\S+): (\S+)$", two.stderr, flags=re.MULTILINE)
+    rounds = sorted(name for section, name in computed if section == "training" and "-round" in name)
+    assert rounds == ["rope-passkey-round1"] * 2 + ["rope-passkey-round2"] * 2  # both processes train each round
+    scored = sorted(name for section, name in computed if section == "retrieval" and name.endswith("-until-learned"))
+    assert scored == ["rope-until-learned"]  # one process's
+    first = json.loads((tmp_path / "one" / "study.json").read_text())["retrieval"]
+    second = json.loads((tmp_path / "two" / "study.json").read_text())["retrieval"]
+    for variant in ("rope",):
+        assert first[variant]["extra_steps"] == second[variant]["extra_steps"] == 2
+        assert second[variant]["held_out_exact"] == first[variant]["held_out_exact"]
+        for length, row in first[variant]["cells"].items():
+            for depth, cell in row.items():
+                theirs = second[variant]["cells"][length][depth]
+                assert theirs["mean_rank"] == pytest.approx(cell["mean_rank"], rel=1e-5), (variant, length, depth)
+
+
 def test_retrieval_compare_under_torchrun_evaluates_each_variant_once_and_equals_one_process(tmp_path) -> None:
     def compare(out: Path, processes: int) -> subprocess.CompletedProcess:
         command = _command(out, processes)
