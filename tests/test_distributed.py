@@ -210,23 +210,9 @@ def test_a_study_under_torchrun_computes_each_cell_once_and_equals_one_process(t
         assert second["stretch"][method] == pytest.approx(row, rel=1e-5)
 
 
-UNTIL_LEARNED = """
-name = "until"
-multiples = [1, 2]
-protocols = ["chunks"]
-masks = ["causal"]
-documents = 1
-[train]
-corpus = "{corpus}"
-steps = 2
-batch_size = 2
-checkpoint_every = 0
-eval_sequences = 2
-[train.model]
-train_len = 128
-n_layer = 1
-d_model = 32
-n_head = 2
+UNTIL_LEARNED = (
+    STRETCH[: STRETCH.index("[[models]]")].replace("train_len = 64", "train_len = 128")
+    + """
 [[models]]
 label = "rope"
 scheme = "rope"
@@ -238,7 +224,8 @@ samples = 1
 depths = [0.5]
 answer_inside = true
 until_learned = {{ rounds = 2, steps = 1 }}
-"""  # one variant: one process scores its cell, so rounds trained inside it would wait on the other forever
+"""
+)  # one variant: one process scores its cell, so rounds trained inside it would wait on the other forever
 
 
 def test_until_learned_rounds_under_torchrun_train_together_and_equal_one_process(tmp_path) -> None:
