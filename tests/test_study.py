@@ -391,8 +391,38 @@ def test_the_passkey_section_gives_the_mean_over_seeds_with_its_interval(tmp_pat
     assert f"| swa | 0.97 ± {(Interval.of([1.0, 0.9, 1.0]).high - Interval.of([1.0, 0.9, 1.0]).low) / 2:.2f} |" in text
     assert f"{spread.mean:.2f} ± {(spread.high - spread.low) / 2:.2f}" in text
     assert "| one | 0.7 | 0.1 |" in text or "| one | 0.70 | 0.10 |" in text
+    # a variant under 90% at L_tr on some seed is named with its scores and left out of the comparison past L_tr
+    assert (
+        "Not learned at L_tr (under 90% exact on some seed), so left out of the comparison past it: one (0.70 per"
+        in text
+    )
+    assert "Exact match averaged over the lengths past L_tr: swa 0.40." in text
     assert "prompt + answer" not in text
     inside = result({128: 1.0, 512: 0.5})
     inside.answer_inside = True
     text = "\n".join(retrieval_section({"in": {0: inside}}, [128, 512], 128, tmp_path))
     assert "Each length counts prompt + answer, as a training row does." in text
+
+
+def test_the_coca_verdict_needs_both_models_learned_at_the_training_length(tmp_path: Path) -> None:
+    """CoCA + dynamic NTK against RoPE past L_tr (the paper's claim) is judged only where both learned passkey at
+    L_tr; otherwise the report says which did not."""
+    from lextra.evaluate.retrieval import RetrievalCell, RetrievalResult
+    from lextra.reporting.study import retrieval_section
+
+    def result(inside: float, past: float) -> dict[int, RetrievalResult]:
+        cells = {n: {0.5: RetrievalCell(e, 1.0, 1.0, 10, [])} for n, e in ((128, inside), (512, past))}
+        return {0: RetrievalResult("passkey", "m", [128, 512], [0.5], 10, 5, 0, cells)}
+
+    def text(rope_inside: float) -> str:
+        retrieval = {"rope": result(rope_inside, 0.0), "coca+dynamic": result(1.0, 0.8)}
+        return "\n".join(retrieval_section(retrieval, [128, 512], 128, tmp_path))
+
+    assert (
+        "**Agrees** in direction: CoCA + dynamic NTK retrieves past L_tr better than RoPE (0.80 against 0.00"
+        in text(1.0)
+    )
+    unlearned = text(0.6)
+    assert "**Agrees**" not in unlearned and "**Differs**" not in unlearned
+    assert "CoCA + dynamic NTK against RoPE: **not decided**, rope did not learn the task at L_tr." in unlearned
+    assert "Exact match averaged over the lengths past L_tr: coca+dynamic 0.80." in unlearned
