@@ -234,13 +234,25 @@ def retrieval_section(
     for variant, result in first.items():
         path = plot_heatmap(result, plots / f"passkey-{variant.replace('+', '_').replace(':', '-')}.png")
         lines += [f"![{variant}]({path.parent.name}/{path.name})"]
+    lines += ["", f"**Paper**: {PAPER_PASSKEY}", ""]
+    return lines + passkey_past_train_len(retrieval, exact, lengths, train_len)
+
+
+def passkey_past_train_len(
+    retrieval: Mapping[str, Mapping[int, RetrievalResult]],
+    exact: Mapping[str, Mapping[str, float]],
+    lengths: list[int],
+    train_len: int,
+) -> list[str]:
+    """The models not learned at L_tr, named with their scores; the mean exact match past L_tr of the others; and
+    the paper's claim (CoCA + dynamic NTK over RoPE) judged where both learned the task."""
     unlearned = not_learned(retrieval, train_len)
     beyond = {
         v: statistics.mean([row[str(n)] for n in lengths if n > train_len] or [0.0])
         for v, row in exact.items()
         if v not in unlearned
     }
-    lines += ["", f"**Paper**: {PAPER_PASSKEY}", ""]
+    lines = []
     if unlearned:
         lines += [
             f"Not learned at L_tr (under {LEARNED:.0%} exact on some seed), so left out of the comparison past it: "
@@ -262,8 +274,7 @@ def retrieval_section(
     elif "coca+dynamic" in exact and "rope" in exact:
         which = " and ".join(v for v in ("coca+dynamic", "rope") if v in unlearned)
         sentence += f". CoCA + dynamic NTK against RoPE: **not decided**, {which} did not learn the task at L_tr"
-    lines += [sentence + ".", ""]
-    return lines
+    return [*lines, sentence + ".", ""]
 
 
 #: the exact match at L_tr every seed must reach for a variant to enter the comparison past L_tr
