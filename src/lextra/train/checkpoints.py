@@ -17,6 +17,7 @@ from safetensors.torch import load_file, save_file
 
 from lextra.errors import CheckpointError, ConfigError
 from lextra.io import atomic_write, atomic_write_json, atomic_write_text, sha256_file
+from lextra.model import read_model_meta
 from lextra.train.sharding import gathered, placed_like
 from lextra.train.target import TrainingTarget
 
@@ -127,7 +128,7 @@ def continue_optimizer(optimizer: torch.optim.Optimizer, model_folder: str | Pat
             f"init_optimizer: {run_dir} holds no checkpoint to take the optimizer from; give init_from the model "
             "folder of a lextra training run, or leave init_optimizer out"
         )
-    final = json.loads((Path(model_folder) / "config.json").read_text()).get("steps")
+    final = read_model_meta(model_folder).get("steps")
     record = read_state(candidates[0])
     if final is not None and record["step"] != final:
         raise ConfigError(

@@ -166,7 +166,7 @@ class TrainConfig(LoopConfig):
     #: a length-generalization task's training lengths, LOW-HIGH in the task's own unit (None: its paper's range)
     task_lengths: str | None = field(default=None, metadata=serialize.options(omit_none=True))
     #: start from this model folder's weights (fine-tuning on a task; continued training at a new --train-len, with
-    #: --rope-scaling for rotary schemes); the same architecture, the optimizer starts fresh
+    #: --rope-scaling for rotary schemes); the same architecture, the optimizer fresh unless `init_optimizer`
     init_from: str | None = None
     #: with init_from, also take the optimizer's moments from the final checkpoint of the run that saved that model
     #: (training continued, not restarted: the same model and settings, a new schedule and data seed may follow)

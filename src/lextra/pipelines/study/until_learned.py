@@ -11,7 +11,7 @@ the budget are left as they are.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from lextra.errors import ConfigError
@@ -41,16 +41,15 @@ class UntilLearned:
             raise ConfigError(
                 f"{name} is a table {{rounds = R, steps = S}} (optional: bar, prompt_seed), got {value!r}"
             )
-        rule = cls(
+        return cls(
             rounds=check_int(f"{name} rounds", value["rounds"], 1),
             steps=check_int(f"{name} steps", value["steps"], 1),
             bar=check_range(f"{name} bar", value.get("bar", 0.9), 0.0, 1.0, low_open=True),
             prompt_seed=check_int(f"{name} prompt_seed", value.get("prompt_seed", 1), 1),
         )
-        return rule
 
     def to_dict(self) -> dict[str, Any]:
-        return {"rounds": self.rounds, "steps": self.steps, "bar": self.bar, "prompt_seed": self.prompt_seed}
+        return asdict(self)
 
     def round_config(self, fine_tune: TrainConfig, previous: str, k: int) -> TrainConfig:
         """Round `k` (from 1) of `fine_tune`: from the weights at `previous` and the optimizer's moments they were
